@@ -1,0 +1,481 @@
+//! Configuration in two steps: [`RawConfig`] is only parsed (TOML, unknown keys refused), then
+//! [`Config`] has defaults applied and every value checked, with the file and key named in
+//! each error. `config.example.toml` documents every key; keep the two in step.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// A configuration error: which file, which key, and why.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("{path}: key `{key}`: {reason}")]
+    Invalid { path: String, key: String, reason: String },
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    server: RawServer,
+    #[serde(default)]
+    storage: RawStorage,
+    #[serde(default)]
+    engine: RawEngine,
+    #[serde(default)]
+    providers: Vec<RawProvider>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    listen: Option<String>,
+    allowed_hosts: Option<Vec<String>>,
+    allow_non_loopback: Option<bool>,
+    max_body_bytes: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStorage {
+    data_dir: Option<PathBuf>,
+    durability: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEngine {
+    workers: Option<i64>,
+    lease_secs: Option<f64>,
+    heartbeat_secs: Option<f64>,
+    dispatch_grace_secs: Option<f64>,
+    max_attempts: Option<i64>,
+    backoff_base_ms: Option<i64>,
+    backoff_max_ms: Option<i64>,
+    max_sends: Option<i64>,
+    busy_delay_ms: Option<i64>,
+    recovery_deadline_secs: Option<f64>,
+    circuit_failures: Option<i64>,
+    circuit_pause_secs: Option<f64>,
+    orphan_grace_secs: Option<f64>,
+    shutdown_deadline_secs: Option<f64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProvider {
+    name: Option<String>,
+    kind: Option<String>,
+    max_concurrency: Option<i64>,
+    base_url: Option<String>,
+    api_key_env: Option<String>,
+    model: Option<String>,
+    size: Option<String>,
+    connect_timeout_ms: Option<i64>,
+    request_timeout_ms: Option<i64>,
+    poll_interval_ms: Option<i64>,
+    idempotency_header: Option<String>,
+    max_response_bytes: Option<i64>,
+    billing_note: Option<String>,
+    delay_ms: Option<i64>,
+}
+
+/// How durable each commit is (DESIGN §7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// `synchronous=FULL`: the `calling` record is on disk before a paid request leaves.
+    Full,
+    /// `synchronous=NORMAL`: faster; a power loss (not a process crash) can lose the last
+    /// commits, including a `calling` record, so a restart could resend a paid request.
+    Normal,
+}
+
+/// The resolved configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub storage: StorageConfig,
+    pub engine: EngineConfig,
+    pub providers: Vec<ProviderConfig>,
+}
+
+/// `[server]`: where the HTTP API listens and which Host headers it answers.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    /// Extra Host names (exact match, any port) accepted besides the loopback names.
+    pub allowed_hosts: Vec<String>,
+    /// Must be true to listen on a non-loopback address.
+    pub allow_non_loopback: bool,
+    pub max_body_bytes: u64,
+}
+
+/// `[storage]`: where the data lives and how durable commits are.
+#[derive(Debug, Clone)]
+pub struct StorageConfig {
+    pub data_dir: PathBuf,
+    pub durability: Durability,
+}
+
+/// `[engine]`: workers, leases and retry policy.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub workers: usize,
+    pub lease: Duration,
+    pub heartbeat: Duration,
+    pub dispatch_grace: Duration,
+    pub max_attempts: u32,
+    pub backoff_base: Duration,
+    pub backoff_max: Duration,
+    /// Hand-offs of one envelope before it is declared dead.
+    pub max_sends: u32,
+    /// How long an envelope waits when its provider had no free slot.
+    pub busy_delay: Duration,
+    /// How long replays, lookups and polls may go on for one execution before `unknown`.
+    pub recovery_deadline: Duration,
+    /// Consecutive failed calls that open a provider's circuit.
+    pub circuit_failures: u32,
+    pub circuit_pause: Duration,
+    /// Age after which an artifact file no row points to is deleted.
+    pub orphan_grace: Duration,
+    /// How long a clean shutdown waits for in-flight calls.
+    pub shutdown_deadline: Duration,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            workers: 8,
+            lease: Duration::from_secs(30),
+            heartbeat: Duration::from_secs(10),
+            dispatch_grace: Duration::from_secs(10),
+            max_attempts: 3,
+            backoff_base: Duration::from_millis(1000),
+            backoff_max: Duration::from_millis(60_000),
+            max_sends: 10,
+            busy_delay: Duration::from_millis(250),
+            recovery_deadline: Duration::from_secs(3600),
+            circuit_failures: 5,
+            circuit_pause: Duration::from_secs(30),
+            orphan_grace: Duration::from_secs(3600),
+            shutdown_deadline: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The kinds of provider adapters tally ships.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProviderKind {
+    Demo,
+    OpenaiImages,
+    Replicate,
+    FalQueue,
+}
+
+impl ProviderKind {
+    fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "demo" => ProviderKind::Demo,
+            "openai_images" => ProviderKind::OpenaiImages,
+            "replicate" => ProviderKind::Replicate,
+            "fal_queue" => ProviderKind::FalQueue,
+            _ => return None,
+        })
+    }
+
+    /// The name used in config files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::Demo => "demo",
+            ProviderKind::OpenaiImages => "openai_images",
+            ProviderKind::Replicate => "replicate",
+            ProviderKind::FalQueue => "fal_queue",
+        }
+    }
+}
+
+/// One `[[providers]]` entry. The API key itself is never stored here, only the name of the
+/// environment variable that holds it.
+#[derive(Debug, Clone)]
+pub struct ProviderConfig {
+    pub name: String,
+    pub kind: ProviderKind,
+    pub max_concurrency: usize,
+    pub base_url: Option<String>,
+    pub api_key_env: Option<String>,
+    pub model: Option<String>,
+    pub size: String,
+    pub connect_timeout: Duration,
+    pub request_timeout: Duration,
+    pub poll_interval: Duration,
+    pub idempotency_header: Option<String>,
+    pub max_response_bytes: usize,
+    pub billing_note: Option<String>,
+    /// Demo only: how long a render takes.
+    pub delay: Duration,
+}
+
+impl ProviderConfig {
+    /// The built-in demo provider used when no provider is configured.
+    pub fn demo() -> Self {
+        ProviderConfig {
+            name: "demo".into(),
+            kind: ProviderKind::Demo,
+            max_concurrency: 4,
+            base_url: None,
+            api_key_env: None,
+            model: None,
+            size: "1024x1024".into(),
+            connect_timeout: Duration::from_millis(5_000),
+            request_timeout: Duration::from_millis(120_000),
+            poll_interval: Duration::from_millis(1_000),
+            idempotency_header: None,
+            max_response_bytes: 64 << 20,
+            billing_note: None,
+            delay: Duration::from_millis(300),
+        }
+    }
+}
+
+/// The default data directory: the platform's data dir for tally, or `./tally-data`.
+pub fn default_data_dir() -> PathBuf {
+    directories::ProjectDirs::from("", "", "tally")
+        .map(|d| d.data_dir().to_path_buf())
+        .unwrap_or_else(|| PathBuf::from("tally-data"))
+}
+
+/// The default listen address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7700";
+
+impl Config {
+    /// Defaults for everything: the demo provider, loopback, the platform data dir.
+    pub fn defaults() -> Self {
+        Config::from_toml("", "<defaults>").unwrap_or_else(|_| unreachable!("empty config is valid"))
+    }
+
+    /// Read and resolve a config file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        Config::from_toml(&text, &path.display().to_string())
+    }
+
+    /// Parse and resolve config text; `origin` names the file in errors.
+    pub fn from_toml(text: &str, origin: &str) -> Result<Self, ConfigError> {
+        let raw: RawConfig =
+            toml::from_str(text).map_err(|e| ConfigError::Parse { path: origin.into(), message: e.to_string() })?;
+        resolve(raw, origin)
+    }
+
+    /// The SQLite database file inside the data dir.
+    pub fn db_path(&self) -> PathBuf {
+        self.storage.data_dir.join("tally.db")
+    }
+
+    /// The API token file inside the data dir.
+    pub fn token_path(&self) -> PathBuf {
+        self.storage.data_dir.join("api-token")
+    }
+}
+
+fn resolve(raw: RawConfig, origin: &str) -> Result<Config, ConfigError> {
+    let bad = |key: &str, reason: String| ConfigError::Invalid { path: origin.into(), key: key.into(), reason };
+
+    let listen_text = raw.server.listen.unwrap_or_else(|| DEFAULT_LISTEN.into());
+    let listen: SocketAddr = listen_text
+        .parse()
+        .map_err(|_| bad("server.listen", format!("`{listen_text}` is not an address like 127.0.0.1:7700")))?;
+    let allow_non_loopback = raw.server.allow_non_loopback.unwrap_or(false);
+    if !listen.ip().is_loopback() && !allow_non_loopback {
+        return Err(bad(
+            "server.listen",
+            format!("{listen} is not a loopback address; set server.allow_non_loopback = true to expose tally on the network"),
+        ));
+    }
+    let allowed_hosts = raw.server.allowed_hosts.unwrap_or_default();
+    for h in &allowed_hosts {
+        if h.is_empty() || h.contains('*') || h.contains('/') {
+            return Err(bad("server.allowed_hosts", format!("`{h}` must be an exact host name (no wildcards)")));
+        }
+    }
+    let max_body_bytes = raw.server.max_body_bytes.unwrap_or(16 << 20);
+
+    let durability = match raw.storage.durability.as_deref().unwrap_or("full") {
+        "full" => Durability::Full,
+        "normal" => Durability::Normal,
+        other => return Err(bad("storage.durability", format!("`{other}` must be \"full\" or \"normal\""))),
+    };
+    let data_dir = raw.storage.data_dir.unwrap_or_else(default_data_dir);
+
+    let d = EngineConfig::default();
+    let e = raw.engine;
+    let secs = |key: &str, v: Option<f64>, default: Duration| -> Result<Duration, ConfigError> {
+        match v {
+            None => Ok(default),
+            Some(s) if s.is_finite() && s > 0.0 && s < 1e7 => Ok(Duration::from_secs_f64(s)),
+            Some(s) => Err(bad(key, format!("{s} must be a positive number of seconds"))),
+        }
+    };
+    let count = |key: &str, v: Option<i64>, default: u64, min: i64, max: i64| -> Result<u64, ConfigError> {
+        match v {
+            None => Ok(default),
+            Some(n) if n >= min && n <= max => Ok(n as u64),
+            Some(n) => Err(bad(key, format!("{n} must be between {min} and {max}"))),
+        }
+    };
+    let ms = |key: &str, v: Option<i64>, default: Duration| -> Result<Duration, ConfigError> {
+        count(key, v, default.as_millis() as u64, 1, 86_400_000).map(Duration::from_millis)
+    };
+    let engine = EngineConfig {
+        workers: count("engine.workers", e.workers, d.workers as u64, 1, 1024)? as usize,
+        lease: secs("engine.lease_secs", e.lease_secs, d.lease)?,
+        heartbeat: secs("engine.heartbeat_secs", e.heartbeat_secs, d.heartbeat)?,
+        dispatch_grace: secs("engine.dispatch_grace_secs", e.dispatch_grace_secs, d.dispatch_grace)?,
+        max_attempts: count("engine.max_attempts", e.max_attempts, d.max_attempts as u64, 1, 100)? as u32,
+        backoff_base: ms("engine.backoff_base_ms", e.backoff_base_ms, d.backoff_base)?,
+        backoff_max: ms("engine.backoff_max_ms", e.backoff_max_ms, d.backoff_max)?,
+        max_sends: count("engine.max_sends", e.max_sends, d.max_sends as u64, 1, 1000)? as u32,
+        busy_delay: ms("engine.busy_delay_ms", e.busy_delay_ms, d.busy_delay)?,
+        recovery_deadline: secs("engine.recovery_deadline_secs", e.recovery_deadline_secs, d.recovery_deadline)?,
+        circuit_failures: count("engine.circuit_failures", e.circuit_failures, d.circuit_failures as u64, 1, 1000)?
+            as u32,
+        circuit_pause: secs("engine.circuit_pause_secs", e.circuit_pause_secs, d.circuit_pause)?,
+        orphan_grace: secs("engine.orphan_grace_secs", e.orphan_grace_secs, d.orphan_grace)?,
+        shutdown_deadline: secs("engine.shutdown_deadline_secs", e.shutdown_deadline_secs, d.shutdown_deadline)?,
+    };
+    if engine.heartbeat >= engine.lease {
+        return Err(bad("engine.heartbeat_secs", "must be shorter than engine.lease_secs".into()));
+    }
+    if engine.backoff_base > engine.backoff_max {
+        return Err(bad("engine.backoff_base_ms", "must not exceed engine.backoff_max_ms".into()));
+    }
+
+    let mut providers = Vec::new();
+    for (i, p) in raw.providers.into_iter().enumerate() {
+        providers.push(resolve_provider(p, i, origin)?);
+    }
+    if providers.is_empty() {
+        providers.push(ProviderConfig::demo());
+    }
+    for (i, p) in providers.iter().enumerate() {
+        if providers[..i].iter().any(|q| q.name == p.name) {
+            return Err(bad(&format!("providers[{i}].name"), format!("`{}` is configured twice", p.name)));
+        }
+    }
+    Ok(Config {
+        server: ServerConfig { listen, allowed_hosts, allow_non_loopback, max_body_bytes },
+        storage: StorageConfig { data_dir, durability },
+        engine,
+        providers,
+    })
+}
+
+fn resolve_provider(p: RawProvider, i: usize, origin: &str) -> Result<ProviderConfig, ConfigError> {
+    let key = |k: &str| format!("providers[{i}].{k}");
+    let bad = |k: &str, reason: String| ConfigError::Invalid { path: origin.into(), key: key(k), reason };
+    let name = p.name.ok_or_else(|| bad("name", "is required".into()))?;
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+        return Err(bad("name", format!("`{name}` must be letters, digits, '-' or '_'")));
+    }
+    let kind_text = p.kind.ok_or_else(|| bad("kind", "is required".into()))?;
+    let kind = ProviderKind::parse(&kind_text).ok_or_else(|| {
+        bad("kind", format!("`{kind_text}` is not one of demo, openai_images, replicate, fal_queue"))
+    })?;
+    let demo = ProviderConfig::demo();
+    let ms = |k: &str, v: Option<i64>, default: Duration| -> Result<Duration, ConfigError> {
+        match v {
+            None => Ok(default),
+            Some(n) if (1..=86_400_000).contains(&n) => Ok(Duration::from_millis(n as u64)),
+            Some(n) => Err(bad(k, format!("{n} must be between 1 and 86400000"))),
+        }
+    };
+    let max_concurrency = match p.max_concurrency {
+        None => 4,
+        Some(n) if (1..=1024).contains(&n) => n as usize,
+        Some(n) => return Err(bad("max_concurrency", format!("{n} must be between 1 and 1024"))),
+    };
+    if kind != ProviderKind::Demo {
+        let url = p.base_url.as_deref().ok_or_else(|| bad("base_url", format!("is required for kind {kind_text}")))?;
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(bad("base_url", format!("`{url}` must start with http:// or https://")));
+        }
+        if kind != ProviderKind::OpenaiImages && p.model.is_none() {
+            return Err(bad("model", format!("is required for kind {kind_text}")));
+        }
+    }
+    if let Some(env) = &p.api_key_env {
+        if env.is_empty() || env.contains('=') {
+            return Err(bad("api_key_env", "must name an environment variable".into()));
+        }
+    }
+    if let Some(h) = &p.idempotency_header {
+        if h.is_empty() || !h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+            return Err(bad("idempotency_header", format!("`{h}` is not a valid header name")));
+        }
+    }
+    let max_response_bytes = match p.max_response_bytes {
+        None => demo.max_response_bytes,
+        Some(n) if (1024..=1 << 30).contains(&n) => n as usize,
+        Some(n) => return Err(bad("max_response_bytes", format!("{n} must be between 1024 and 1073741824"))),
+    };
+    Ok(ProviderConfig {
+        name,
+        kind,
+        max_concurrency,
+        base_url: p.base_url.map(|u| u.trim_end_matches('/').to_string()),
+        api_key_env: p.api_key_env,
+        model: p.model,
+        size: p.size.unwrap_or(demo.size),
+        connect_timeout: ms("connect_timeout_ms", p.connect_timeout_ms, demo.connect_timeout)?,
+        request_timeout: ms("request_timeout_ms", p.request_timeout_ms, demo.request_timeout)?,
+        poll_interval: ms("poll_interval_ms", p.poll_interval_ms, demo.poll_interval)?,
+        idempotency_header: p.idempotency_header,
+        max_response_bytes,
+        billing_note: p.billing_note,
+        delay: match p.delay_ms {
+            None => demo.delay,
+            Some(n) if (0..=600_000).contains(&n) => Duration::from_millis(n as u64),
+            Some(n) => return Err(bad("delay_ms", format!("{n} must be between 0 and 600000"))),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_config_gives_demo_on_loopback() {
+        let c = Config::from_toml("", "t.toml").unwrap();
+        assert_eq!(c.server.listen.to_string(), DEFAULT_LISTEN);
+        assert_eq!(c.providers.len(), 1);
+        assert_eq!(c.providers[0].kind, ProviderKind::Demo);
+        assert_eq!(c.storage.durability, Durability::Full);
+    }
+
+    #[test]
+    fn unknown_key_names_file_and_key() {
+        let e = Config::from_toml("[engine]\nworkerz = 3\n", "my.toml").unwrap_err().to_string();
+        assert!(e.contains("my.toml") && e.contains("workerz"), "{e}");
+    }
+
+    #[test]
+    fn bad_value_names_key_and_reason() {
+        let e = Config::from_toml("[storage]\ndurability = \"off\"\n", "my.toml").unwrap_err().to_string();
+        assert!(e.contains("storage.durability") && e.contains("off"), "{e}");
+        let e = Config::from_toml("[[providers]]\nname = \"x\"\nkind = \"dalle\"\n", "my.toml").unwrap_err().to_string();
+        assert!(e.contains("providers[0].kind"), "{e}");
+    }
+
+    #[test]
+    fn non_loopback_listen_needs_confirmation() {
+        assert!(Config::from_toml("[server]\nlisten = \"0.0.0.0:7700\"\n", "t").is_err());
+        let ok = "[server]\nlisten = \"0.0.0.0:7700\"\nallow_non_loopback = true\n";
+        assert!(Config::from_toml(ok, "t").is_ok());
+    }
+}

@@ -1,0 +1,11 @@
+//! tally: runs paid, slow, external jobs (AI image generation first) and never lets a retry
+//! spend money twice without the user knowing.
+//!
+//! Layout (see ARCHITECTURE.md for the map and the invariants):
+//! - [`config`]: raw TOML → resolved, validated configuration.
+//! - [`providers`]: the provider trait, its capabilities, and the adapters.
+//! - [`render`]: placeholder PNG rendering for the demo and mock providers.
+
+pub mod config;
+pub mod providers;
+pub mod render;

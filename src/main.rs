@@ -1,0 +1,5 @@
+//! The `tally` binary: parses the command line and runs one subcommand.
+
+fn main() {
+    println!("tally");
+}

@@ -1,0 +1,43 @@
+//! The built-in `demo` provider: renders a placeholder PNG locally, at no cost.
+//!
+//! It lets a new user watch the whole path (submit, dispatch, claim, `calling`, artifact,
+//! `succeeded`) without an account or network. Rendering is deterministic and free, so a
+//! resend is harmless: it declares an idempotent create.
+
+use std::time::Duration;
+
+use super::{BoxFuture, CallError, CallRequest, Capabilities, Image, Provider, Submitted};
+
+/// Renders a placeholder image from the prompt after an optional delay.
+#[derive(Debug, Clone)]
+pub struct Demo {
+    delay: Duration,
+    size: u32,
+}
+
+impl Demo {
+    /// A demo provider that waits `delay` (to make progress visible) and renders `size` px.
+    pub fn new(delay: Duration, size: u32) -> Self {
+        Demo { delay, size }
+    }
+}
+
+impl Provider for Demo {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { idempotent_create: true, lookup: false }
+    }
+
+    fn billing_note(&self) -> &str {
+        "The demo provider runs on this machine and never charges."
+    }
+
+    fn submit<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<Submitted, CallError>> {
+        Box::pin(async move {
+            if !self.delay.is_zero() {
+                tokio::time::sleep(self.delay).await;
+            }
+            let bytes = crate::render::placeholder_png(&req.prompt, self.size);
+            Ok(Submitted::Done(Image { bytes, media_type: "image/png".into() }))
+        })
+    }
+}

@@ -1,0 +1,152 @@
+//! Image providers: one trait, several adapters, each declaring what it can prove.
+//!
+//! A provider adapter turns one generation request into calls to an outside service and
+//! classifies every answer into the outcomes of DESIGN §4. Adapters never touch the store:
+//! the engine records phases before and after each call, and decides retries from the
+//! [`Capabilities`] an adapter declares.
+
+pub mod demo;
+pub mod fake;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+/// A boxed, sendable future; the trait is used as `dyn Provider`, so its methods return these.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What an adapter can prove after an ambiguous outcome (a lost answer, a crash mid-call).
+///
+/// The engine never calls the provider again for a task whose execution reached phase
+/// `calling` unless one of these says it is safe (DESIGN §3, "no blind resend").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Capabilities {
+    /// The provider honours a client idempotency key: resending with the same key returns
+    /// the original result and charges once.
+    pub idempotent_create: bool,
+    /// Submits return a job id that can be polled, and recent jobs can be listed to find one
+    /// whose create answer was lost (matched by the marker the adapter sends).
+    pub lookup: bool,
+}
+
+/// An image as bytes plus its media type (`image/png`, `image/jpeg` or `image/webp`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Image {
+    pub bytes: Vec<u8>,
+    pub media_type: String,
+}
+
+/// One paid generation as the adapter sees it.
+#[derive(Debug, Clone)]
+pub struct CallRequest {
+    /// The tally task this call belongs to.
+    pub task_id: String,
+    pub prompt: String,
+    /// Free-form provider parameters from the task (size, model overrides, …).
+    pub params: serde_json::Value,
+    /// Stable for the logical operation (one execution): sent as the idempotency key where
+    /// the provider honours one, and as the marker used to find a job whose create answer
+    /// was lost.
+    pub idempotency_key: String,
+    /// Reference images sent with the request (product photos of an image set).
+    pub references: Vec<Image>,
+    /// When the execution first recorded `calling` (ms since the epoch): a job found by
+    /// listing must have been created after this moment.
+    pub calling_at_ms: i64,
+}
+
+/// The answer to a submit that reached the provider and came back.
+#[derive(Debug, Clone)]
+pub enum Submitted {
+    /// A synchronous provider returned the image.
+    Done(Image),
+    /// An asynchronous provider accepted the job; poll this id.
+    Accepted(String),
+}
+
+/// The state of an asynchronous job, as a poll reports it.
+#[derive(Debug, Clone)]
+pub enum JobState {
+    /// Queued or rendering at the provider.
+    Running,
+    Done(Image),
+    /// The provider says the job failed (a definite answer).
+    Failed(String),
+    /// The job finished but its output is no longer downloadable.
+    Expired,
+}
+
+/// Why a call did not produce an answer, classified by what it proves (DESIGN §4).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    /// The request provably never reached the provider (connect refused, DNS, refused
+    /// locally before sending). Safe to retry; counts as an attempt.
+    #[error("not sent: {0}")]
+    NotSent(String),
+    /// A definite refusal (400/422, content policy, bad credentials). Not retried.
+    /// `config` marks refusals caused by tally's own configuration (401/403).
+    #[error("rejected: {message}")]
+    Rejected { message: String, config: bool },
+    /// The provider said "not now" (429, 503 with Retry-After): retry after the hint.
+    #[error("provider asked to retry after {after:?}: {message}")]
+    RetryAfter { after: Duration, message: String },
+    /// Sent, but the outcome cannot be proven (timeout after connecting, reset mid-answer,
+    /// 500/502/504). Whether it ran, and was charged, is unknown.
+    #[error("outcome unknown: {0}")]
+    Ambiguous(String),
+}
+
+/// An image provider adapter.
+pub trait Provider: Send + Sync + 'static {
+    /// What this adapter can prove after an ambiguous outcome.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Plain words on how this provider bills, shown next to an `unknown` result.
+    fn billing_note(&self) -> &str {
+        "This provider may charge for every generation request it receives."
+    }
+
+    /// How long to wait between polls of an accepted job.
+    fn poll_interval(&self) -> Duration {
+        Duration::from_millis(1000)
+    }
+
+    /// Start one paid generation. Never retries on its own.
+    fn submit<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<Submitted, CallError>>;
+
+    /// Ask for the state of an accepted job. Polling starts no new paid work.
+    fn poll<'a>(&'a self, job_id: &'a str) -> BoxFuture<'a, Result<JobState, CallError>> {
+        let _ = job_id;
+        Box::pin(async { Err(CallError::Rejected { message: "this provider cannot look up jobs".into(), config: true }) })
+    }
+
+    /// Find a job whose create answer was lost, by the marker in `req`. `Ok(None)` means the
+    /// listing proved nothing (the job may or may not exist).
+    fn find<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<Option<String>, CallError>> {
+        let _ = req;
+        Box::pin(async { Ok(None) })
+    }
+}
+
+/// Sniff the media type of image bytes from their magic numbers; `None` if they are not a
+/// PNG, JPEG or WebP image.
+pub fn sniff_image(bytes: &[u8]) -> Option<&'static str> {
+    if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some("image/png")
+    } else if bytes.starts_with(&[0xff, 0xd8, 0xff]) {
+        Some("image/jpeg")
+    } else if bytes.len() >= 12 && &bytes[..4] == b"RIFF" && &bytes[8..12] == b"WEBP" {
+        Some("image/webp")
+    } else {
+        None
+    }
+}
+
+/// The file extension tally uses for a media type.
+pub fn extension(media_type: &str) -> &'static str {
+    match media_type {
+        "image/jpeg" => "jpg",
+        "image/webp" => "webp",
+        _ => "png",
+    }
+}
