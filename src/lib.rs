@@ -9,3 +9,9 @@
 pub mod config;
 pub mod providers;
 pub mod render;
+pub mod domain;
+pub mod store;
+pub mod clock;
+pub mod engine;
+pub mod failpoint;
+pub mod metrics;

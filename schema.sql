@@ -1,0 +1,102 @@
+-- tally's schema: the single source, embedded in the binary with include_str!.
+-- The version lives in PRAGMA user_version (set by the store after applying this file).
+-- Times are integers: milliseconds since the Unix epoch, UTC.
+--
+-- Three questions, three records (DESIGN §1):
+--   tasks + envelopes : did the user's request leave a durable trace?
+--   envelope lease, execution token : who may execute right now?
+--   execution phase, provider job id, artifacts : what has already happened outside?
+
+-- The business object the user sees. Its status is the only status shown to users.
+CREATE TABLE tasks (
+    id               TEXT PRIMARY KEY,            -- UUIDv7: sorts by creation time
+    idempotency_key  TEXT UNIQUE,                 -- client key; NULL when none was given
+    request_hash     TEXT NOT NULL,               -- sha256 of the canonical request, to tell a replay from a conflict
+    provider         TEXT NOT NULL,
+    prompt           TEXT NOT NULL,
+    params           TEXT NOT NULL DEFAULT '{}',  -- JSON object
+    status           TEXT NOT NULL CHECK (status IN
+                       ('queued', 'waiting', 'running', 'succeeded', 'failed', 'unknown', 'canceled')),
+    reason           TEXT,                        -- why the task is in its status, in plain words
+    failure_kind     TEXT CHECK (failure_kind IN
+                       ('rejected', 'configuration', 'not_sent', 'rate_limited', 'undeliverable', 'expired', 'operator', 'invalid_result')),
+    attempts         INTEGER NOT NULL DEFAULT 0,  -- executions that reached phase 'calling'
+    may_have_charged INTEGER NOT NULL DEFAULT 0 CHECK (may_have_charged IN (0, 1)),
+    cancel_requested INTEGER NOT NULL DEFAULT 0 CHECK (cancel_requested IN (0, 1)),
+    retry_of         TEXT REFERENCES tasks(id),
+    set_id           TEXT,                        -- image set this task is a shot of (sets table, v2)
+    set_position     INTEGER,                     -- order of the shot in its set
+    created_at       INTEGER NOT NULL,
+    updated_at       INTEGER NOT NULL
+) STRICT;
+CREATE INDEX tasks_by_status ON tasks(status, id);
+CREATE INDEX tasks_by_retry_of ON tasks(retry_of) WHERE retry_of IS NOT NULL;
+
+-- The outbox: one logical delivery of a task to the executor, written in the submit
+-- transaction. 'sent' means "handed to the in-process transport, must be reconciled".
+-- While sent, lease_expires_at is the deadline by which the envelope must be claimed (or,
+-- once claimed, heart-beaten); the reconciler acts on envelopes past it.
+CREATE TABLE envelopes (
+    id               TEXT PRIMARY KEY,
+    task_id          TEXT NOT NULL UNIQUE REFERENCES tasks(id),
+    provider         TEXT NOT NULL,
+    status           TEXT NOT NULL CHECK (status IN ('pending', 'sent', 'consumed', 'dead')),
+    due_at           INTEGER,                     -- NULL: not scheduled (a later shot of a set)
+    send_count       INTEGER NOT NULL DEFAULT 0,
+    sent_at          INTEGER,
+    last_error       TEXT,
+    lease_token      TEXT,                        -- the consume lease; NULL while unclaimed
+    lease_expires_at INTEGER,
+    lease_boot       TEXT,                        -- process run that took the lease
+    CHECK (status <> 'sent' OR lease_expires_at IS NOT NULL),
+    CHECK (lease_token IS NULL OR status = 'sent')
+) STRICT;
+-- The dispatcher's query: due pending envelopes. Partial, so finished rows never slow it.
+CREATE INDEX envelopes_due ON envelopes(due_at) WHERE status = 'pending' AND due_at IS NOT NULL;
+-- The reconciler's query: sent envelopes by deadline.
+CREATE INDEX envelopes_sent ON envelopes(lease_expires_at) WHERE status = 'sent';
+
+-- One business run of a task. The token fences every write after the claim.
+CREATE TABLE executions (
+    token            TEXT PRIMARY KEY,            -- random UUIDv4: the fencing token
+    task_id          TEXT NOT NULL REFERENCES tasks(id),
+    attempt          INTEGER NOT NULL,
+    status           TEXT NOT NULL CHECK (status IN ('running', 'succeeded', 'failed', 'unknown', 'abandoned')),
+    phase            TEXT NOT NULL CHECK (phase IN ('claimed', 'calling', 'accepted')),
+    idempotency_key  TEXT NOT NULL,               -- sent to the provider; stable for this execution
+    provider_job_id  TEXT,                        -- persisted the moment it arrives (phase 'accepted')
+    boot_id          TEXT NOT NULL,               -- process run currently driving it
+    heartbeat_at     INTEGER NOT NULL,
+    started_at       INTEGER NOT NULL,
+    calling_at       INTEGER,
+    finished_at      INTEGER,
+    error            TEXT,
+    CHECK (phase <> 'accepted' OR provider_job_id IS NOT NULL)
+) STRICT;
+CREATE INDEX executions_by_task ON executions(task_id);
+CREATE INDEX executions_running ON executions(task_id) WHERE status = 'running';
+
+-- A produced file under the data dir. A task is 'succeeded' only with one of these.
+CREATE TABLE artifacts (
+    id               TEXT PRIMARY KEY,
+    task_id          TEXT NOT NULL REFERENCES tasks(id),
+    execution_token  TEXT NOT NULL UNIQUE REFERENCES executions(token),
+    path             TEXT NOT NULL UNIQUE,        -- relative to the data dir
+    sha256           TEXT NOT NULL,
+    bytes            INTEGER NOT NULL CHECK (bytes > 0),
+    media_type       TEXT NOT NULL CHECK (media_type IN ('image/png', 'image/jpeg', 'image/webp')),
+    created_at       INTEGER NOT NULL
+) STRICT;
+CREATE INDEX artifacts_by_task ON artifacts(task_id);
+
+-- The append-only timeline of a task: what happened, when, who did it and why.
+CREATE TABLE events (
+    id               INTEGER PRIMARY KEY,
+    task_id          TEXT NOT NULL REFERENCES tasks(id),
+    at               INTEGER NOT NULL,
+    actor            TEXT NOT NULL CHECK (actor IN ('api', 'dispatcher', 'worker', 'reconciler', 'operator')),
+    kind             TEXT NOT NULL,
+    message          TEXT NOT NULL,
+    execution_token  TEXT
+) STRICT;
+CREATE INDEX events_by_task ON events(task_id, id);

@@ -1,0 +1,273 @@
+//! The vocabulary of tally: statuses, phases, plain-words messages, the retry policy and the
+//! recovery decision table. Pure: nothing here does I/O, and time is always passed in.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::providers::Capabilities;
+
+/// Milliseconds since the Unix epoch, UTC: the one way tally stores time.
+pub type Millis = i64;
+
+macro_rules! string_enum {
+    ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $variant:ident = $text:literal),+ $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+        #[serde(rename_all = "snake_case")]
+        pub enum $name { $($(#[$vdoc])* $variant),+ }
+
+        impl $name {
+            /// The name stored in the database and shown in the API.
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+
+            /// Parse a stored name.
+            pub fn parse(s: &str) -> Option<Self> {
+                match s { $($text => Some($name::$variant),)+ _ => None }
+            }
+
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+string_enum! {
+    /// A task's status: the only status a user sees. Derived from the task row alone.
+    TaskStatus {
+        /// Submitted, not yet started. Moved out by a worker's claim or by cancel.
+        Queued = "queued",
+        /// Waiting for a retry, a free provider slot, or a paused provider. Moved out by the
+        /// dispatcher (when due) and a worker's claim, or by cancel.
+        Waiting = "waiting",
+        /// A worker holds it. Moved out by the worker's fenced finish, or by the reconciler.
+        Running = "running",
+        Succeeded = "succeeded",
+        Failed = "failed",
+        /// The outcome cannot be proven. Moved out only by a late result of the same
+        /// execution or by an operator.
+        Unknown = "unknown",
+        Canceled = "canceled",
+    }
+}
+
+impl TaskStatus {
+    /// Terminal or unknown: nothing automatic will happen to the task any more.
+    pub fn is_settled(self) -> bool {
+        matches!(self, TaskStatus::Succeeded | TaskStatus::Failed | TaskStatus::Canceled | TaskStatus::Unknown)
+    }
+}
+
+string_enum! {
+    /// Where an execution is relative to the paid call.
+    Phase {
+        /// Claimed; nothing sent yet.
+        Claimed = "claimed",
+        /// Durably recorded "about to call": from here a resend may be charged.
+        Calling = "calling",
+        /// The provider accepted the job and its id is persisted: recover by polling.
+        Accepted = "accepted",
+    }
+}
+
+string_enum! {
+    /// Why a task failed.
+    FailureKind {
+        Rejected = "rejected",
+        Configuration = "configuration",
+        NotSent = "not_sent",
+        RateLimited = "rate_limited",
+        Undeliverable = "undeliverable",
+        Expired = "expired",
+        Operator = "operator",
+        InvalidResult = "invalid_result",
+    }
+}
+
+/// Who wrote an event to a task's timeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Actor {
+    Api,
+    Dispatcher,
+    Worker,
+    Reconciler,
+    Operator,
+}
+
+impl Actor {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Actor::Api => "api",
+            Actor::Dispatcher => "dispatcher",
+            Actor::Worker => "worker",
+            Actor::Reconciler => "reconciler",
+            Actor::Operator => "operator",
+        }
+    }
+}
+
+/// The honest wording for `unknown` (DESIGN §4), shown wherever the status is.
+pub const UNKNOWN_MESSAGE: &str = "The result cannot be confirmed: the request reached the provider, but its answer was \
+     lost. Automatic retries have stopped. Generating again is a new operation that may be charged again.";
+
+/// A plain-words message for a task's status, for a shop owner. `reason` is the stored
+/// detail (why it failed, what it waits for).
+pub fn status_message(status: TaskStatus, reason: Option<&str>, cancel_requested: bool) -> String {
+    let detail = |base: &str| match reason {
+        Some(r) if !r.is_empty() => format!("{base} {r}"),
+        _ => base.to_string(),
+    };
+    match status {
+        TaskStatus::Queued => "Waiting for a free worker; nothing has been sent to the provider yet.".into(),
+        TaskStatus::Waiting => detail("Waiting to try again."),
+        TaskStatus::Running if cancel_requested => "Cancel requested, but the provider is already working on it; \
+             the result will be kept if it arrives, because it may be charged."
+            .into(),
+        TaskStatus::Running => "Generating: the provider is working on it.".into(),
+        TaskStatus::Succeeded => detail("Done: the image is ready."),
+        TaskStatus::Failed => detail("Failed:"),
+        TaskStatus::Unknown => match reason {
+            Some(r) if !r.is_empty() => format!("{UNKNOWN_MESSAGE} ({r})"),
+            _ => UNKNOWN_MESSAGE.into(),
+        },
+        TaskStatus::Canceled => detail("Canceled."),
+    }
+}
+
+/// The fingerprint of a request, to tell a replay (same key, same request) from a conflict.
+pub fn request_hash(provider: &str, prompt: &str, params: &serde_json::Value, extra: &str) -> String {
+    let mut h = Sha256::new();
+    for part in [provider, prompt, &params.to_string(), extra] {
+        h.update((part.len() as u64).to_le_bytes());
+        h.update(part.as_bytes());
+    }
+    hex(&h.finalize())
+}
+
+/// Lower-case hex of bytes.
+pub fn hex(bytes: &[u8]) -> String {
+    use fmt::Write;
+    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+/// The delay before retry number `attempt` (1-based): exponential from `base`, capped at
+/// `max`, with full jitter over the upper half so that retries of many tasks spread out
+/// instead of arriving together and prolonging an outage. `jitter` is in `[0, 1)`.
+pub fn backoff(attempt: u32, base: Duration, max: Duration, jitter: f64) -> Duration {
+    let exp = base.saturating_mul(1u32 << attempt.saturating_sub(1).min(20));
+    let capped = exp.min(max);
+    capped.mul_f64(0.5 + 0.5 * jitter.clamp(0.0, 1.0))
+}
+
+/// What the reconciler found about one sent envelope whose deadline passed (or whose lease
+/// belongs to an earlier run of the process).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Leftover {
+    /// Handed to the transport but never claimed.
+    Unclaimed { send_count: u32 },
+    /// Claimed, but the worker stopped before recording `calling`.
+    BeforeCalling,
+    /// The execution recorded `calling` (a request may have left).
+    Calling,
+    /// The provider accepted the job and its id is persisted.
+    Accepted,
+}
+
+/// What the reconciler does with a leftover (DESIGN §6).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Back to `pending`, due now: nothing was sent.
+    Requeue,
+    /// Too many hand-offs: the envelope is `dead` and the task `failed`.
+    GiveUp,
+    /// Execution `abandoned`, envelope `pending`: nothing was sent.
+    Abandon,
+    /// A saved image for the execution is on disk: commit it and finish `succeeded`.
+    FinishFromFile,
+    /// Hand the same execution to a worker again: it replays with the same idempotency key
+    /// or looks the job up, depending on what the provider can prove.
+    Resume,
+    /// Nothing can prove what happened: `unknown`, automatic retries stop.
+    Unknown,
+}
+
+/// The recovery table of DESIGN §6 as a function. `file_on_disk` is true when a complete
+/// image file named after the execution token exists.
+pub fn decide(leftover: &Leftover, caps: Option<Capabilities>, file_on_disk: bool, max_sends: u32) -> Decision {
+    match leftover {
+        Leftover::Unclaimed { send_count } if *send_count >= max_sends => Decision::GiveUp,
+        Leftover::Unclaimed { .. } => Decision::Requeue,
+        Leftover::BeforeCalling => Decision::Abandon,
+        _ if file_on_disk => Decision::FinishFromFile,
+        Leftover::Accepted if caps.is_some_and(|c| c.lookup) => Decision::Resume,
+        Leftover::Calling if caps.is_some_and(|c| c.idempotent_create || c.lookup) => Decision::Resume,
+        // An accepted job on a provider that is no longer configured, or a call that
+        // nothing can prove: stop, and say so.
+        Leftover::Calling | Leftover::Accepted => Decision::Unknown,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NONE: Capabilities = Capabilities { idempotent_create: false, lookup: false };
+    const IDEM: Capabilities = Capabilities { idempotent_create: true, lookup: false };
+    const LOOKUP: Capabilities = Capabilities { idempotent_create: false, lookup: true };
+
+    #[test]
+    fn recovery_table() {
+        use Decision::*;
+        let cases = [
+            (Leftover::Unclaimed { send_count: 1 }, Some(NONE), false, Requeue),
+            (Leftover::Unclaimed { send_count: 10 }, Some(NONE), false, GiveUp),
+            (Leftover::BeforeCalling, Some(NONE), false, Abandon),
+            (Leftover::Calling, Some(IDEM), false, Resume),
+            (Leftover::Calling, Some(LOOKUP), false, Resume),
+            (Leftover::Accepted, Some(LOOKUP), false, Resume),
+            (Leftover::Calling, Some(NONE), false, Unknown),
+            (Leftover::Calling, None, false, Unknown),
+            (Leftover::Calling, Some(NONE), true, FinishFromFile),
+            (Leftover::Accepted, Some(LOOKUP), true, FinishFromFile),
+        ];
+        for (left, caps, file, want) in cases {
+            assert_eq!(decide(&left, caps, file, 10), want, "{left:?} {caps:?} file={file}");
+        }
+    }
+
+    #[test]
+    fn backoff_grows_caps_and_jitters() {
+        let (b, m) = (Duration::from_millis(100), Duration::from_millis(1000));
+        assert_eq!(backoff(1, b, m, 1.0), Duration::from_millis(100));
+        assert_eq!(backoff(3, b, m, 1.0), Duration::from_millis(400));
+        assert_eq!(backoff(30, b, m, 1.0), m);
+        assert_eq!(backoff(3, b, m, 0.0), Duration::from_millis(200));
+    }
+
+    #[test]
+    fn unknown_message_is_honest() {
+        let m = status_message(TaskStatus::Unknown, None, false);
+        assert!(m.contains("cannot be confirmed") && m.contains("retries have stopped") && m.contains("charged"));
+    }
+
+    #[test]
+    fn statuses_round_trip() {
+        for s in TaskStatus::ALL {
+            assert_eq!(TaskStatus::parse(s.as_str()), Some(*s));
+        }
+    }
+}

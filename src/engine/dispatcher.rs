@@ -1,0 +1,66 @@
+//! The dispatcher: hands due envelopes to free workers.
+//!
+//! It marks envelopes `sent` in a committed transaction *before* handing their ids to a
+//! worker, and never more than there are free workers. It sleeps until the earliest due time
+//! or until woken (a submit, a finished worker, a rescheduled envelope); it never polls on a
+//! fixed interval, so an idle engine does no database work.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::{Shared, worker};
+use crate::clock::sleep_until;
+use crate::domain::Millis;
+
+/// Run until shutdown.
+pub(super) async fn run(shared: Arc<Shared>) {
+    let mut stop = shared.shutdown.subscribe();
+    loop {
+        if shared.stopping() {
+            return;
+        }
+        let free = shared.workers.available_permits();
+        let mut next_due: Option<Millis> = None;
+        if free > 0 {
+            let now = shared.now();
+            let grace = Shared::ms(shared.cfg.dispatch_grace);
+            match shared.store.dispatch_due(now, free, grace, &shared.boot).await {
+                Ok(batch) => {
+                    if !batch.handoffs.is_empty() {
+                        crate::failpoint::crash("after-sent");
+                        // The reconciler must watch these hand-offs' deadlines.
+                        if shared.reconciler_at.load(Ordering::Relaxed) > now + grace {
+                            shared.wake_reconciler.notify_one();
+                        }
+                    }
+                    let full = batch.handoffs.len() == free;
+                    for h in batch.handoffs {
+                        match shared.workers.clone().try_acquire_owned() {
+                            Ok(permit) => worker::spawn(shared.clone(), h, permit),
+                            // Only this loop takes permits, so one is free for each hand-off;
+                            // if not (closed at shutdown), the reconciler requeues it.
+                            Err(_) => break,
+                        }
+                    }
+                    if full {
+                        // More may be due: look again as soon as a worker is free.
+                        continue;
+                    }
+                    next_due = batch.next_due;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "dispatch failed");
+                    if e.is_fatal() {
+                        return;
+                    }
+                    next_due = Some(shared.now() + 1000);
+                }
+            }
+        }
+        tokio::select! {
+            _ = shared.wake_dispatcher.notified() => {}
+            _ = sleep_until(shared.clock.as_ref(), next_due.unwrap_or(Millis::MAX)), if next_due.is_some() => {}
+            _ = stop.changed() => {}
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! Artifact files under `<data_dir>/artifacts`, named after the execution token that
+//! produced them. A file under its final name is always complete: it is written to a
+//! temporary name, fsynced, renamed, and the directory fsynced. So a file found on disk after
+//! a crash is evidence the reconciler can verify and commit.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use sha2::{Digest, Sha256};
+
+use super::Shared;
+use crate::domain::hex;
+use crate::providers::{Image, extension, sniff_image};
+use crate::store::NewArtifact;
+
+const DIR: &str = "artifacts";
+
+/// Create the artifacts directory.
+pub fn prepare(data_dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(data_dir.join(DIR))
+}
+
+fn relative(name: &str, media_type: &str) -> String {
+    format!("{DIR}/{name}.{}", extension(media_type))
+}
+
+/// Verify image bytes and describe them as an artifact stored at `rel`.
+fn describe(bytes: &[u8], rel: String) -> Result<NewArtifact, String> {
+    let media_type = sniff_image(bytes).ok_or("the bytes are not a PNG, JPEG or WebP image")?;
+    Ok(NewArtifact {
+        id: uuid::Uuid::now_v7().to_string(),
+        path: rel,
+        sha256: hex(&Sha256::digest(bytes)),
+        bytes: bytes.len() as i64,
+        media_type: media_type.into(),
+    })
+}
+
+fn write_durably(data_dir: &Path, rel: &str, tmp_tag: &str, bytes: &[u8]) -> std::io::Result<()> {
+    let dest = data_dir.join(rel);
+    let tmp = data_dir.join(DIR).join(format!(".{tmp_tag}.tmp"));
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, &dest)?;
+    std::fs::File::open(data_dir.join(DIR))?.sync_all()
+}
+
+/// Verify `img` (its bytes must really be an image) and save it durably as
+/// `artifacts/<name>.<ext>`. `tmp_tag` makes the temporary name unique per writer.
+pub async fn save(data_dir: &Path, name: &str, tmp_tag: &str, img: Image) -> Result<NewArtifact, String> {
+    let art = describe(&img.bytes, relative(name, sniff_image(&img.bytes).unwrap_or("image/png")))?;
+    let (dir, rel, tag) = (data_dir.to_path_buf(), art.path.clone(), tmp_tag.to_string());
+    tokio::task::spawn_blocking(move || write_durably(&dir, &rel, &tag, &img.bytes))
+        .await
+        .map_err(|e| format!("writer task failed: {e}"))?
+        .map_err(|e| format!("cannot write the image file: {e}"))?;
+    Ok(art)
+}
+
+/// Look for a complete image file saved by execution `token` and verify it.
+pub fn find_saved(data_dir: &Path, token: &str) -> Option<NewArtifact> {
+    ["image/png", "image/jpeg", "image/webp"].iter().find_map(|mt| {
+        let rel = relative(token, mt);
+        let bytes = std::fs::read(data_dir.join(&rel)).ok()?;
+        describe(&bytes, rel).ok()
+    })
+}
+
+/// The path of an artifact's file.
+pub fn path_of(data_dir: &Path, rel: &str) -> PathBuf {
+    data_dir.join(rel)
+}
+
+/// Delete artifact files no row points to, once older than the grace period. A file whose
+/// execution is still running or unknown is evidence, never an orphan. Runs once, in the
+/// background, after start-up recovery.
+pub(super) async fn sweep_orphans(shared: Arc<Shared>) {
+    let dir = shared.data_dir.join(DIR);
+    let grace = shared.cfg.orphan_grace;
+    let store = shared.store.clone();
+    let result = tokio::task::spawn_blocking(move || -> Result<usize, String> {
+        let mut removed = 0;
+        let entries = std::fs::read_dir(&dir).map_err(|e| e.to_string())?;
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let old = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .map(|t| SystemTime::now().duration_since(t).unwrap_or(Duration::ZERO) > grace)
+                .unwrap_or(false);
+            if !old {
+                continue;
+            }
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let orphan = if name.ends_with(".tmp") {
+                true
+            } else {
+                let token = name.split('.').next().unwrap_or_default().to_string();
+                let rel = format!("{DIR}/{name}");
+                let (has_row, status) =
+                    store.read_blocking(|c| crate::store::file_owner(c, &rel, &token)).map_err(|e| e.to_string())?;
+                !has_row && !matches!(status.as_deref(), Some("running" | "unknown"))
+            };
+            if orphan && std::fs::remove_file(&path).is_ok() {
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    })
+    .await;
+    match result {
+        Ok(Ok(n)) if n > 0 => tracing::info!(removed = n, "deleted orphaned artifact files"),
+        Ok(Err(e)) => tracing::warn!(error = %e, "orphan sweep failed"),
+        _ => {}
+    }
+}

@@ -1,0 +1,325 @@
+//! The engine: turns submitted tasks into provider calls and settled results, and recovers
+//! from crashes from evidence only.
+//!
+//! Three background services share one [`Shared`] state:
+//! - the dispatcher (`dispatcher.rs`) hands due envelopes to workers;
+//! - workers (`worker.rs`) claim, record phases, call providers and finish, fenced;
+//! - the reconciler (`reconciler.rs`) acts on leases that ran out (DESIGN §6).
+//!
+//! None of them polls on a fixed interval: each sleeps until the next time something can
+//! happen (a due time, a lease deadline) or until another service wakes it.
+
+mod dispatcher;
+pub mod files;
+mod reconciler;
+mod worker;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicI64;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{Notify, Semaphore, watch};
+use tokio::task::{JoinHandle, JoinSet};
+
+use crate::clock::Clock;
+use crate::config::EngineConfig;
+use crate::domain::{Millis, TaskStatus};
+use crate::metrics::Metrics;
+use crate::providers::{Image, Provider};
+use crate::store::{
+    CancelOutcome, NewArtifact, NewTask, Resolution, ResolveOutcome, RetryOutcome, Store, StoreError, SubmitOutcome,
+};
+
+/// The largest prompt tally accepts, in bytes.
+pub const MAX_PROMPT_BYTES: usize = 8 * 1024;
+/// The largest `params` object tally accepts, serialised, in bytes.
+pub const MAX_PARAMS_BYTES: usize = 16 * 1024;
+
+/// Errors the engine returns to its callers (the API and CLI).
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The request is malformed or names something that does not exist.
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A configured provider: the adapter, its capacity slots and its circuit breaker.
+pub struct ProviderEntry {
+    pub name: String,
+    pub provider: Arc<dyn Provider>,
+    slots: Arc<Semaphore>,
+    breaker: Mutex<Breaker>,
+}
+
+impl ProviderEntry {
+    /// Wrap an adapter with `max_concurrency` slots.
+    pub fn new(name: impl Into<String>, provider: Arc<dyn Provider>, max_concurrency: usize) -> Self {
+        ProviderEntry {
+            name: name.into(),
+            provider,
+            slots: Arc::new(Semaphore::new(max_concurrency.max(1))),
+            breaker: Mutex::new(Breaker::default()),
+        }
+    }
+}
+
+/// A per-provider circuit: after `circuit_failures` failed calls in a row, new calls pause
+/// for `circuit_pause`, so retries do not prolong a provider's outage.
+#[derive(Debug, Default)]
+struct Breaker {
+    failures: u32,
+    open_until: Millis,
+}
+
+/// State shared by the dispatcher, workers and reconciler.
+pub(crate) struct Shared {
+    store: Store,
+    cfg: EngineConfig,
+    clock: Arc<dyn Clock>,
+    providers: HashMap<String, Arc<ProviderEntry>>,
+    data_dir: PathBuf,
+    /// The id of this run of the process: leases of other runs are expired at start-up.
+    boot: String,
+    /// Worker capacity: a permit per free worker.
+    workers: Arc<Semaphore>,
+    wake_dispatcher: Notify,
+    wake_reconciler: Notify,
+    /// When the reconciler will next wake on its own (`Millis::MAX`: not until woken).
+    reconciler_at: AtomicI64,
+    shutdown: watch::Sender<bool>,
+    metrics: Arc<Metrics>,
+    /// Running workers, so that `kill` can stop them as a crash would.
+    running: Mutex<JoinSet<()>>,
+}
+
+impl Shared {
+    fn now(&self) -> Millis {
+        self.clock.now()
+    }
+
+    fn ms(d: Duration) -> Millis {
+        d.as_millis() as Millis
+    }
+
+    fn stopping(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+
+    /// A jitter value in [0, 1) from the OS random source.
+    fn jitter() -> f64 {
+        (uuid::Uuid::new_v4().as_u128() as u64 >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn breaker_open_until(&self, p: &ProviderEntry, now: Millis) -> Option<Millis> {
+        let b = p.breaker.lock().unwrap_or_else(|e| e.into_inner());
+        (b.open_until > now).then_some(b.open_until)
+    }
+
+    fn breaker_record(&self, p: &ProviderEntry, ok: bool) {
+        let mut b = p.breaker.lock().unwrap_or_else(|e| e.into_inner());
+        if ok {
+            b.failures = 0;
+            return;
+        }
+        b.failures += 1;
+        if b.failures >= self.cfg.circuit_failures {
+            b.open_until = self.now() + Self::ms(self.cfg.circuit_pause);
+            b.failures = 0;
+            tracing::warn!(provider = %p.name, pause = ?self.cfg.circuit_pause, "provider circuit opened after repeated failures");
+        }
+    }
+}
+
+/// Everything needed to start an engine.
+pub struct EngineParts {
+    pub store: Store,
+    pub config: EngineConfig,
+    pub clock: Arc<dyn Clock>,
+    pub providers: Vec<ProviderEntry>,
+    /// Artifacts are written under `<data_dir>/artifacts`.
+    pub data_dir: PathBuf,
+    pub metrics: Arc<Metrics>,
+}
+
+/// A running engine. Dropping it does not stop the background services; call
+/// [`Engine::shutdown`] (clean) or [`Engine::kill`] (tests: as if the process died).
+pub struct Engine {
+    shared: Arc<Shared>,
+    services: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Engine {
+    /// Recover leftovers of earlier runs, then start the dispatcher and reconciler.
+    pub async fn start(parts: EngineParts) -> Result<Engine, EngineError> {
+        files::prepare(&parts.data_dir).map_err(|e| EngineError::Invalid(format!("artifacts directory: {e}")))?;
+        let providers =
+            parts.providers.into_iter().map(|p| (p.name.clone(), Arc::new(p))).collect::<HashMap<_, _>>();
+        let shared = Arc::new(Shared {
+            store: parts.store,
+            workers: Arc::new(Semaphore::new(parts.config.workers)),
+            cfg: parts.config,
+            clock: parts.clock,
+            providers,
+            data_dir: parts.data_dir,
+            boot: uuid::Uuid::new_v4().to_string(),
+            wake_dispatcher: Notify::new(),
+            wake_reconciler: Notify::new(),
+            reconciler_at: AtomicI64::new(Millis::MAX),
+            shutdown: watch::channel(false).0,
+            metrics: parts.metrics,
+            running: Mutex::new(JoinSet::new()),
+        });
+        // Start-up recovery runs to completion before anything new is dispatched.
+        reconciler::run_once(&shared).await?;
+        let services = vec![
+            tokio::spawn(dispatcher::run(shared.clone())),
+            tokio::spawn(reconciler::run(shared.clone())),
+            tokio::spawn(files::sweep_orphans(shared.clone())),
+        ];
+        Ok(Engine { shared, services: Mutex::new(services) })
+    }
+
+    /// The store this engine writes through.
+    pub fn store(&self) -> &Store {
+        &self.shared.store
+    }
+
+    /// The engine's metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.shared.metrics
+    }
+
+    /// The data directory (artifacts live under it).
+    pub fn data_dir(&self) -> &Path {
+        &self.shared.data_dir
+    }
+
+    /// The configured provider names.
+    pub fn provider_names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.shared.providers.keys().cloned().collect();
+        v.sort();
+        v
+    }
+
+    /// The billing note of a provider, for `unknown` explanations.
+    pub fn billing_note(&self, provider: &str) -> Option<String> {
+        self.shared.providers.get(provider).map(|p| p.provider.billing_note().to_string())
+    }
+
+    /// Validate and durably submit a task (task + envelope in one transaction), then wake
+    /// the dispatcher.
+    pub async fn submit(&self, t: NewTask) -> Result<SubmitOutcome, EngineError> {
+        self.validate(&t)?;
+        let out = self.shared.store.submit(t, self.shared.now()).await?;
+        if matches!(out, SubmitOutcome::Created(_)) {
+            crate::failpoint::crash("after-submit");
+            self.shared.wake_dispatcher.notify_one();
+        }
+        Ok(out)
+    }
+
+    fn validate(&self, t: &NewTask) -> Result<(), EngineError> {
+        if !self.shared.providers.contains_key(&t.provider) {
+            return Err(EngineError::Invalid(format!(
+                "unknown provider `{}`; configured: {}",
+                t.provider,
+                self.provider_names().join(", ")
+            )));
+        }
+        if t.prompt.trim().is_empty() {
+            return Err(EngineError::Invalid("the prompt is empty".into()));
+        }
+        if t.prompt.len() > MAX_PROMPT_BYTES {
+            return Err(EngineError::Invalid(format!("the prompt is longer than {MAX_PROMPT_BYTES} bytes")));
+        }
+        if !(t.params.is_object() || t.params.is_null()) {
+            return Err(EngineError::Invalid("params must be a JSON object".into()));
+        }
+        if t.params.to_string().len() > MAX_PARAMS_BYTES {
+            return Err(EngineError::Invalid(format!("params are larger than {MAX_PARAMS_BYTES} bytes")));
+        }
+        if let Some(k) = &t.idempotency_key {
+            if k.is_empty() || k.len() > 256 {
+                return Err(EngineError::Invalid("the idempotency key must be 1 to 256 characters".into()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Cancel a task (at once if nothing was sent; otherwise cancel-requested).
+    pub async fn cancel(&self, task: &str) -> Result<CancelOutcome, EngineError> {
+        Ok(self.shared.store.cancel(task.into(), self.shared.now()).await?)
+    }
+
+    /// Retry a task as a new one (see [`RetryOutcome`]).
+    pub async fn retry(&self, task: &str, acknowledged: bool, key: Option<String>) -> Result<RetryOutcome, EngineError> {
+        let out = self.shared.store.retry(task.into(), acknowledged, key, self.shared.now()).await?;
+        if matches!(out, RetryOutcome::Created(_)) {
+            self.shared.wake_dispatcher.notify_one();
+        }
+        Ok(out)
+    }
+
+    /// An operator resolves an `unknown` task: as failed, or as succeeded with the image
+    /// they found (its bytes are verified and saved like any artifact).
+    pub async fn resolve(&self, task: &str, image: Option<Image>, note: &str) -> Result<ResolveOutcome, EngineError> {
+        let resolution = match image {
+            None => Resolution::Failed,
+            Some(img) => {
+                let name = format!("resolved-{}", uuid::Uuid::new_v4());
+                let art = files::save(&self.shared.data_dir, &name, &name, img)
+                    .await
+                    .map_err(|e| EngineError::Invalid(format!("the image: {e}")))?;
+                Resolution::Succeeded(art)
+            }
+        };
+        Ok(self.shared.store.resolve(task.into(), resolution, note.into(), self.shared.now()).await?)
+    }
+
+    /// Wake every service (tests use this after moving a manual clock).
+    pub fn poke(&self) {
+        self.shared.wake_dispatcher.notify_one();
+        self.shared.wake_reconciler.notify_one();
+    }
+
+    /// Run the reconciler once now and return how many leftovers it acted on.
+    pub async fn reconcile_now(&self) -> Result<usize, EngineError> {
+        reconciler::run_once(&self.shared).await
+    }
+
+    /// Clean shutdown: stop dispatching, wait up to the shutdown deadline for in-flight
+    /// calls to reach a recorded phase, then stop the services. The caller closes the store.
+    pub async fn shutdown(&self) {
+        self.shared.shutdown.send_replace(true);
+        self.shared.wake_dispatcher.notify_one();
+        self.shared.wake_reconciler.notify_one();
+        let all = self.shared.cfg.workers as u32;
+        let drained = tokio::time::timeout(self.shared.cfg.shutdown_deadline, self.shared.workers.acquire_many(all)).await;
+        if drained.is_err() {
+            tracing::warn!("shutdown deadline passed with calls in flight; they will be recovered at the next start");
+        }
+        self.kill();
+    }
+
+    /// Stop every background service at once, as if the process had died (tests).
+    pub fn kill(&self) {
+        self.shared.shutdown.send_replace(true);
+        for h in self.services.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+            h.abort();
+        }
+        self.shared.workers.close();
+        self.shared.running.lock().unwrap_or_else(|e| e.into_inner()).abort_all();
+    }
+
+    /// A read-only view of the current tasks count by status (metrics).
+    pub async fn status_counts(&self) -> Result<Vec<(TaskStatus, i64)>, EngineError> {
+        Ok(self.shared.store.status_counts().await?)
+    }
+}
+
+/// Re-exported for the API layer: a verified artifact file.
+pub type Artifact = NewArtifact;

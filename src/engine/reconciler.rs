@@ -1,0 +1,113 @@
+//! The reconciler: acts on sent envelopes whose deadline passed (DESIGN §6), from evidence
+//! only. It runs at start-up — where every lease of an earlier run of the process counts as
+//! expired at once, because the data-directory lock proves that run is gone — and then sleeps
+//! until the next deadline can pass, or until the dispatcher wakes it.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::{EngineError, Shared, files};
+use crate::clock::sleep_until;
+use crate::domain::{Decision, Leftover, Millis, Phase, decide};
+use crate::store::{LeftoverRow, Recovery};
+
+/// Run until shutdown.
+pub(super) async fn run(shared: Arc<Shared>) {
+    let mut stop = shared.shutdown.subscribe();
+    loop {
+        if shared.stopping() {
+            return;
+        }
+        let next = match shared.store.next_sent_deadline().await {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::error!(error = %e, "reconciler cannot read deadlines");
+                if e.is_fatal() {
+                    return;
+                }
+                Some(shared.now() + 1000)
+            }
+        };
+        shared.reconciler_at.store(next.unwrap_or(Millis::MAX), Ordering::Relaxed);
+        tokio::select! {
+            _ = shared.wake_reconciler.notified() => {}
+            _ = sleep_until(shared.clock.as_ref(), next.unwrap_or(Millis::MAX)), if next.is_some() => {}
+            _ = stop.changed() => return,
+        }
+        if let Err(e) = run_once(&shared).await {
+            tracing::error!(error = %e, "reconciliation failed");
+        }
+    }
+}
+
+/// One pass: find leftovers, decide each from evidence, apply the decisions fenced.
+pub(super) async fn run_once(shared: &Arc<Shared>) -> Result<usize, EngineError> {
+    let now = shared.now();
+    let rows = shared.store.leftovers(now, &shared.boot).await?;
+    if rows.is_empty() {
+        return Ok(0);
+    }
+    let data_dir = shared.data_dir.clone();
+    let shared2 = shared.clone();
+    // Decisions may read files on disk: do it off the async threads.
+    let items = tokio::task::spawn_blocking(move || {
+        rows.into_iter()
+            .map(|row| {
+                let decision = decide_row(&shared2, &data_dir, &row);
+                (row, decision)
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .map_err(|e| EngineError::Invalid(format!("reconciler task failed: {e}")))?;
+    for (_, d) in &items {
+        shared.metrics.recovery(kind(d));
+    }
+    let resumed = items.iter().any(|(_, d)| matches!(d, Recovery::Requeue | Recovery::Abandon | Recovery::Resume));
+    let n = shared.store.apply_recovery(items, shared.now()).await?;
+    if n > 0 {
+        tracing::info!(leftovers = n, "reconciled leftovers");
+    }
+    if resumed {
+        shared.wake_dispatcher.notify_one();
+    }
+    Ok(n)
+}
+
+fn decide_row(shared: &Shared, data_dir: &std::path::Path, row: &LeftoverRow) -> Recovery {
+    let leftover = match (&row.lease_token, &row.execution) {
+        // A lease without a running execution cannot be left by a claim (both are written in
+        // one transaction); treat it like a hand-off that was never claimed.
+        (None, _) | (Some(_), None) => Leftover::Unclaimed { send_count: row.send_count as u32 },
+        (Some(_), Some((_, Phase::Claimed))) => Leftover::BeforeCalling,
+        (Some(_), Some((_, Phase::Calling))) => Leftover::Calling,
+        (Some(_), Some((_, Phase::Accepted))) => Leftover::Accepted,
+    };
+    let saved = match (&leftover, &row.execution) {
+        (Leftover::Calling | Leftover::Accepted, Some((token, _))) => files::find_saved(data_dir, token),
+        _ => None,
+    };
+    let caps = shared.providers.get(&row.provider).map(|p| p.provider.capabilities());
+    match decide(&leftover, caps, saved.is_some(), shared.cfg.max_sends) {
+        Decision::Requeue => Recovery::Requeue,
+        Decision::GiveUp => Recovery::GiveUp,
+        Decision::Abandon => Recovery::Abandon,
+        Decision::Resume => Recovery::Resume,
+        Decision::Unknown => Recovery::Unknown,
+        Decision::FinishFromFile => match saved {
+            Some(a) => Recovery::FinishFromFile(a),
+            None => Recovery::Unknown,
+        },
+    }
+}
+
+fn kind(r: &Recovery) -> &'static str {
+    match r {
+        Recovery::Requeue => "requeue",
+        Recovery::GiveUp => "give_up",
+        Recovery::Abandon => "abandon",
+        Recovery::FinishFromFile(_) => "finish_from_file",
+        Recovery::Resume => "resume",
+        Recovery::Unknown => "unknown",
+    }
+}

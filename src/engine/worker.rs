@@ -1,0 +1,393 @@
+//! A worker: runs one handed-off envelope from claim to a settled (or rescheduled) task.
+//!
+//! The order is the protocol (DESIGN §3): take a provider slot (none free: release the
+//! envelope, nothing counted) → claim (lease + execution token) → durably record `calling`
+//! → call the provider outside any transaction while heartbeating → persist a job id the
+//! moment it arrives → save and fsync the image → finish in one transaction fenced on both
+//! tokens. After an ambiguous outcome it calls again only if the provider can prove that is
+//! safe (same idempotency key, or lookup by id); otherwise the task becomes `unknown`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::{ProviderEntry, Shared, files};
+use crate::domain::{FailureKind, Millis, Phase, backoff};
+use crate::failpoint::crash;
+use crate::providers::{CallError, CallRequest, Image, JobState, Submitted};
+use crate::store::{Claim, ClaimOutcome, Finish, Handoff, StoreError};
+
+/// Run a hand-off on its own task, holding a worker permit until done.
+pub(super) fn spawn(shared: Arc<Shared>, h: Handoff, permit: OwnedSemaphorePermit) {
+    let mut running = shared.running.lock().unwrap_or_else(|e| e.into_inner());
+    // Reap finished workers so the set only holds live ones.
+    while running.try_join_next().is_some() {}
+    let task_shared = shared.clone();
+    running.spawn(async move {
+        deliver(&task_shared, h).await;
+        drop(permit);
+        task_shared.wake_dispatcher.notify_one();
+    });
+}
+
+async fn deliver(shared: &Arc<Shared>, h: Handoff) {
+    let now = shared.now();
+    let Some(entry) = shared.providers.get(&h.provider).cloned() else {
+        return claim_for_missing_provider(shared, h).await;
+    };
+    if let Some(until) = shared.breaker_open_until(&entry, now) {
+        let why = format!(
+            "Provider `{}` failed several times in a row; tally has paused new calls to it until {}.",
+            entry.name,
+            crate::clock::rfc3339(until)
+        );
+        return release(shared, h, until, why).await;
+    }
+    let Ok(slot) = entry.slots.clone().try_acquire_owned() else {
+        let delay = Shared::ms(shared.cfg.busy_delay).max(1);
+        let due = now + delay + (delay as f64 * Shared::jitter()) as Millis;
+        let why = format!("Waiting for a free slot at provider `{}` (its max_concurrency is reached).", entry.name);
+        return release(shared, h, due, why).await;
+    };
+    let lease = uuid::Uuid::new_v4().to_string();
+    let lease_ms = Shared::ms(shared.cfg.lease);
+    let claim = match shared.store.claim(h, lease, shared.boot.clone(), shared.now(), lease_ms).await {
+        Ok(ClaimOutcome::Claimed(c)) => c,
+        Ok(ClaimOutcome::Lost) => return,
+        Err(e) => return tracing::error!(error = %e, "claim failed"),
+    };
+    let span = tracing::info_span!("execution", task = %claim.task_id, execution = %claim.execution_token, attempt = claim.attempt);
+    let lost = Arc::new(AtomicBool::new(false));
+    let beat = tokio::spawn(heartbeat(shared.clone(), claim.execution_token.clone(), claim.lease_token.clone(), lost.clone()));
+    let run = Run { shared, entry: &entry, claim: &claim, lost: &lost };
+    if let Err(e) = tracing::Instrument::instrument(run.drive(), span).await {
+        match e {
+            StoreError::Fenced => tracing::info!("lost the lease; stopping without writing"),
+            e => tracing::error!(error = %e, "execution stopped on a store error"),
+        }
+    }
+    beat.abort();
+    drop(slot);
+}
+
+async fn release(shared: &Arc<Shared>, h: Handoff, due: Millis, why: String) {
+    match shared.store.release_busy(h, due, why, shared.now()).await {
+        Ok(_) => shared.wake_dispatcher.notify_one(),
+        Err(e) => tracing::error!(error = %e, "releasing a busy envelope failed"),
+    }
+}
+
+/// The task names a provider that is no longer configured: claim it and settle it honestly.
+async fn claim_for_missing_provider(shared: &Arc<Shared>, h: Handoff) {
+    let provider = h.provider.clone();
+    let lease = uuid::Uuid::new_v4().to_string();
+    let Ok(ClaimOutcome::Claimed(c)) =
+        shared.store.claim(h, lease, shared.boot.clone(), shared.now(), Shared::ms(shared.cfg.lease)).await
+    else {
+        return;
+    };
+    let finish = if c.phase == Phase::Claimed {
+        Finish::Failed {
+            kind: FailureKind::Configuration,
+            reason: format!("provider `{provider}` is not configured any more"),
+        }
+    } else {
+        Finish::Unknown {
+            reason: format!("provider `{provider}` is not configured any more, so the earlier call cannot be checked"),
+        }
+    };
+    let _ = shared.store.finish(c.execution_token, c.lease_token, finish, shared.now()).await;
+}
+
+/// Extend the lease every heartbeat interval; on a fenced heartbeat, mark the run lost.
+async fn heartbeat(shared: Arc<Shared>, exec: String, lease: String, lost: Arc<AtomicBool>) {
+    let lease_ms = Shared::ms(shared.cfg.lease);
+    loop {
+        tokio::time::sleep(shared.cfg.heartbeat).await;
+        match shared.store.heartbeat(exec.clone(), lease.clone(), shared.now(), lease_ms).await {
+            Ok(()) => {}
+            Err(StoreError::Fenced) => {
+                lost.store(true, Ordering::SeqCst);
+                return;
+            }
+            Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
+        }
+    }
+}
+
+/// Where an execution goes next.
+enum Next {
+    /// The provider answered with an image: save it and finish.
+    Image(Image),
+    /// The provider accepted a job: persist its id (if new) and poll it.
+    Job(String),
+    /// Settle or reschedule the task.
+    Settle(Finish),
+    /// The lease was lost or the engine is stopping: write nothing more (what happened so
+    /// far is recorded, and recovery resumes from it).
+    Stop,
+}
+
+struct Run<'a> {
+    shared: &'a Arc<Shared>,
+    entry: &'a ProviderEntry,
+    claim: &'a Claim,
+    lost: &'a AtomicBool,
+}
+
+impl Run<'_> {
+    fn now(&self) -> Millis {
+        self.shared.now()
+    }
+
+    fn request(&self, calling_at: Millis) -> CallRequest {
+        CallRequest {
+            task_id: self.claim.task_id.clone(),
+            prompt: self.claim.prompt.clone(),
+            params: self.claim.params.clone(),
+            idempotency_key: self.claim.idempotency_key.clone(),
+            references: Vec::new(),
+            calling_at_ms: calling_at,
+        }
+    }
+
+    async fn finish(&self, f: Finish) -> Result<(), StoreError> {
+        let c = self.claim;
+        let status = self.shared.store.finish(c.execution_token.clone(), c.lease_token.clone(), f, self.now()).await?;
+        tracing::info!(%status, "execution finished");
+        Ok(())
+    }
+
+    fn deadline(&self, calling_at: Millis) -> Millis {
+        calling_at + Shared::ms(self.shared.cfg.recovery_deadline)
+    }
+
+    fn retry_delay(&self, attempt: u32) -> Duration {
+        backoff(attempt, self.shared.cfg.backoff_base, self.shared.cfg.backoff_max, Shared::jitter())
+    }
+
+    /// Stop if the lease was lost or the engine is stopping (state is recorded; recovery
+    /// resumes it).
+    fn should_stop(&self) -> bool {
+        self.lost.load(Ordering::SeqCst) || self.shared.stopping()
+    }
+
+    async fn drive(self) -> Result<(), StoreError> {
+        let c = self.claim;
+        let store = &self.shared.store;
+        let name = &self.entry.name;
+        let mut calling_at = c.calling_at.unwrap_or_else(|| self.now());
+        let next = match c.phase {
+            Phase::Claimed => {
+                crash("after-claim");
+                if c.cancel_requested {
+                    return self.finish(Finish::CanceledBeforeCall).await;
+                }
+                calling_at = self.now();
+                store.record_calling(c.execution_token.clone(), c.lease_token.clone(), calling_at).await?;
+                crash("after-calling");
+                self.shared.metrics.picked_up((calling_at - c.created_at).max(0) as f64 / 1000.0);
+                let result = self.entry.provider.submit(&self.request(calling_at)).await;
+                self.shared.breaker_record(self.entry, !matches!(&result, Err(e) if !matches!(e, CallError::Rejected { .. })));
+                match result {
+                    Ok(Submitted::Done(img)) => {
+                        self.shared.metrics.provider_call(name, "answered");
+                        Next::Image(img)
+                    }
+                    Ok(Submitted::Accepted(job)) => {
+                        self.shared.metrics.provider_call(name, "accepted");
+                        Next::Job(job)
+                    }
+                    Err(e) => {
+                        self.shared.metrics.provider_call(name, outcome_label(&e));
+                        self.on_error(e, calling_at).await?
+                    }
+                }
+            }
+            Phase::Calling => {
+                tracing::info!("resuming an execution whose call may have reached the provider");
+                self.recover_call(calling_at, "the worker was interrupted during the call".into()).await
+            }
+            Phase::Accepted => match &c.job_id {
+                Some(job) => Next::Job(job.clone()),
+                None => Next::Settle(Finish::Unknown { reason: "accepted without a job id".into() }),
+            },
+        };
+        let next = match next {
+            Next::Job(job) => {
+                if c.phase != Phase::Accepted {
+                    store.record_accepted(c.execution_token.clone(), c.lease_token.clone(), job.clone(), self.now()).await?;
+                    crash("after-accepted");
+                }
+                self.poll(&job, calling_at).await
+            }
+            other => other,
+        };
+        match next {
+            Next::Image(img) => self.save_and_finish(img).await,
+            Next::Settle(f) => self.finish(f).await,
+            Next::Job(_) | Next::Stop => Ok(()),
+        }
+    }
+
+    /// Classify a failed first call (DESIGN §4).
+    async fn on_error(&self, e: CallError, calling_at: Millis) -> Result<Next, StoreError> {
+        let attempt = self.claim.attempt as u32;
+        let max_attempts = self.shared.cfg.max_attempts as i64;
+        Ok(match e {
+            CallError::NotSent(m) => Next::Settle(Finish::RetryLater {
+                due_at: self.now() + Shared::ms(self.retry_delay(attempt)),
+                kind: FailureKind::NotSent,
+                reason: format!("the request never reached the provider: {m}"),
+                max_attempts,
+            }),
+            CallError::RetryAfter { after, message } => Next::Settle(Finish::RetryLater {
+                due_at: self.now() + Shared::ms(after.max(self.retry_delay(attempt))),
+                kind: FailureKind::RateLimited,
+                reason: format!("the provider asked to wait {:.1} s: {message}", after.as_secs_f64()),
+                max_attempts,
+            }),
+            CallError::Rejected { message, config } => Next::Settle(Finish::Failed {
+                kind: if config { FailureKind::Configuration } else { FailureKind::Rejected },
+                reason: if config {
+                    format!("the provider refused tally's configuration (check the API key and model): {message}")
+                } else {
+                    format!("the provider rejected the request: {message}")
+                },
+            }),
+            CallError::Ambiguous(m) => self.recover_call(calling_at, m).await,
+        })
+    }
+
+    /// The call may have reached the provider and its answer is missing: call again only
+    /// if the provider can prove that is safe.
+    async fn recover_call(&self, calling_at: Millis, why: String) -> Next {
+        let caps = self.entry.provider.capabilities();
+        let req = self.request(calling_at);
+        let deadline = self.deadline(calling_at);
+        let unknown = |detail: &str| Next::Settle(Finish::Unknown { reason: format!("{why}; {detail}") });
+        if caps.idempotent_create {
+            // The provider dedupes by our key: replaying cannot start a second paid job.
+            let mut n = 1;
+            while self.now() < deadline && !self.should_stop() {
+                tokio::time::sleep(self.retry_delay(n)).await;
+                n += 1;
+                match self.entry.provider.submit(&req).await {
+                    Ok(Submitted::Done(img)) => return Next::Image(img),
+                    Ok(Submitted::Accepted(job)) => return Next::Job(job),
+                    Err(CallError::Rejected { message, .. }) => {
+                        return Next::Settle(Finish::Failed {
+                            kind: FailureKind::Rejected,
+                            reason: format!("the provider rejected the replay: {message}"),
+                        });
+                    }
+                    Err(e) => tracing::info!(error = %e, "replay with the same idempotency key did not answer yet"),
+                }
+            }
+            return if self.should_stop() {
+                Next::Stop
+            } else {
+                unknown("replays with the same idempotency key did not get an answer before the recovery deadline")
+            };
+        }
+        if caps.lookup {
+            // Look for the job by the marker sent with it; a listing that does not show it
+            // proves nothing, so after a few looks the outcome stays unknown.
+            for n in 1..=4 {
+                if self.should_stop() {
+                    return Next::Stop;
+                }
+                match self.entry.provider.find(&req).await {
+                    Ok(Some(job)) => return Next::Job(job),
+                    Ok(None) => {}
+                    Err(e) => tracing::info!(error = %e, "looking the job up failed"),
+                }
+                tokio::time::sleep(self.retry_delay(n)).await;
+            }
+            return unknown("the provider's job list does not show the request, which proves nothing either way");
+        }
+        unknown("this provider cannot prove whether the request ran or was charged")
+    }
+
+    /// Poll an accepted job until it settles, the recovery deadline passes, or the run stops.
+    async fn poll(&self, job: &str, calling_at: Millis) -> Next {
+        let deadline = self.deadline(calling_at);
+        let interval = self.entry.provider.poll_interval();
+        loop {
+            if self.should_stop() {
+                return Next::Stop;
+            }
+            match self.entry.provider.poll(job).await {
+                Ok(JobState::Running) => {}
+                Ok(JobState::Done(img)) => return Next::Image(img),
+                Ok(JobState::Failed(m)) => {
+                    return Next::Settle(Finish::Failed {
+                        kind: FailureKind::Rejected,
+                        reason: format!("the provider reports that job {job} failed: {m}"),
+                    });
+                }
+                Ok(JobState::Expired) => {
+                    return Next::Settle(Finish::Failed {
+                        kind: FailureKind::Expired,
+                        reason: "generated and probably charged, but the image expired at the provider".into(),
+                    });
+                }
+                Err(CallError::Rejected { message, .. }) => {
+                    return Next::Settle(Finish::Unknown {
+                        reason: format!("the provider no longer answers about job {job}: {message}"),
+                    });
+                }
+                Err(e) => tracing::info!(error = %e, "poll did not answer; polling again"),
+            }
+            if self.now() >= deadline {
+                return Next::Settle(Finish::Unknown {
+                    reason: format!("job {job} did not finish before the recovery deadline"),
+                });
+            }
+            tokio::time::sleep(interval).await;
+        }
+    }
+
+    /// Verify and save the image, then finish fenced. If the lease was lost meanwhile, the
+    /// result is still evidence: it resolves the task if the task was marked `unknown`.
+    async fn save_and_finish(&self, img: Image) -> Result<(), StoreError> {
+        let c = self.claim;
+        crash("after-answer");
+        let art = match files::save(&self.shared.data_dir, &c.execution_token, &c.lease_token, img).await {
+            Ok(a) => a,
+            Err(e) if e.contains("not a PNG") => {
+                return self
+                    .finish(Finish::Failed {
+                        kind: FailureKind::InvalidResult,
+                        reason: format!("the provider answered, but not with an image ({e})"),
+                    })
+                    .await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "saving the image failed");
+                return Err(StoreError::Fatal(e));
+            }
+        };
+        crash("after-artifact");
+        match self.finish(Finish::Succeeded(art.clone())).await {
+            Err(StoreError::Fenced) => {
+                if self.shared.store.late_result(c.execution_token.clone(), art, self.now()).await? {
+                    tracing::info!("a late result resolved the unknown outcome");
+                }
+                Ok(())
+            }
+            other => other,
+        }
+    }
+}
+
+fn outcome_label(e: &CallError) -> &'static str {
+    match e {
+        CallError::NotSent(_) => "not_sent",
+        CallError::Rejected { .. } => "rejected",
+        CallError::RetryAfter { .. } => "retry_after",
+        CallError::Ambiguous(_) => "ambiguous",
+    }
+}

@@ -1,0 +1,258 @@
+//! Opening the database: pragmas (set, then read back and asserted), schema creation and
+//! migration by `PRAGMA user_version`, plus the whole-file operations (checkpoint, backup,
+//! check) that work on a path rather than through the writer.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags, trace::TraceEventCodes};
+
+use crate::config::Durability;
+
+/// The schema version this build writes. Older databases are migrated; newer ones refused.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// `PRAGMA application_id` of tally databases ("taly").
+const APPLICATION_ID: i64 = 0x7461_6c79;
+
+/// The full current schema.
+const SCHEMA: &str = include_str!("../../schema.sql");
+
+/// Migrations from version `n` to `n + 1`, indexed by `n - 1`. Each runs in the transaction
+/// that also bumps `user_version`.
+const MIGRATIONS: &[&str] = &[];
+
+/// Errors of the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("{path} is not a tally database: {reason}")]
+    NotTally { path: PathBuf, reason: String },
+    #[error(
+        "{path} has schema version {found}, newer than this build of tally understands ({supported}); use a newer tally"
+    )]
+    TooNew { path: PathBuf, found: i64, supported: i64 },
+    #[error("SQLite did not accept the setting {pragma} (wanted {wanted}, got {got})")]
+    Pragma { pragma: &'static str, wanted: String, got: String },
+    #[error("the commit failed: {0}")]
+    Commit(String),
+    /// The writer lost its right to write (its lease or execution token no longer holds).
+    #[error("fenced: this worker no longer owns the task")]
+    Fenced,
+    #[error("the store is closed")]
+    Closed,
+    #[error("{0}")]
+    Fatal(String),
+}
+
+impl StoreError {
+    /// Disk full, I/O error, corruption, read-only: retrying will not help; stop cleanly.
+    pub fn is_fatal(&self) -> bool {
+        use rusqlite::ErrorCode::*;
+        match self {
+            StoreError::Sqlite(rusqlite::Error::SqliteFailure(e, _)) => {
+                matches!(e.code, DiskFull | SystemIoFailure | DatabaseCorrupt | ReadOnly | NotADatabase | CannotOpen)
+            }
+            StoreError::Fatal(_) | StoreError::Closed | StoreError::NotTally { .. } | StoreError::TooNew { .. } => true,
+            _ => false,
+        }
+    }
+}
+
+fn set_and_check(conn: &Connection, pragma: &'static str, value: &str, want: &str) -> Result<(), StoreError> {
+    conn.pragma_update(None, pragma, value)?;
+    let got: String = conn.pragma_query_value(None, pragma, |r| {
+        let v: rusqlite::types::Value = r.get(0)?;
+        Ok(match v {
+            rusqlite::types::Value::Integer(i) => i.to_string(),
+            rusqlite::types::Value::Text(t) => t.to_lowercase(),
+            other => format!("{other:?}"),
+        })
+    })?;
+    if got != want {
+        return Err(StoreError::Pragma { pragma, wanted: want.into(), got });
+    }
+    Ok(())
+}
+
+fn not_tally(path: &Path, e: rusqlite::Error) -> StoreError {
+    match &e {
+        rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::NotADatabase => {
+            StoreError::NotTally { path: path.into(), reason: "the file is not an SQLite database".into() }
+        }
+        _ => StoreError::Sqlite(e),
+    }
+}
+
+/// Open the write connection: WAL, the chosen `synchronous`, foreign keys, a busy timeout;
+/// create or migrate the schema.
+pub(crate) fn open_write(path: &Path, durability: Durability) -> Result<Connection, StoreError> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| StoreError::Fatal(format!("cannot create data directory {}: {e}", dir.display())))?;
+    }
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    // The first statement reads the header: a file that is not SQLite fails here.
+    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(|e| not_tally(path, e))?;
+    let app_id: i64 = conn.pragma_query_value(None, "application_id", |r| r.get(0))?;
+    let tables: i64 = conn.query_row("SELECT count(*) FROM sqlite_schema WHERE type = 'table'", [], |r| r.get(0))?;
+    if app_id != APPLICATION_ID && (app_id != 0 || tables > 0) {
+        return Err(StoreError::NotTally { path: path.into(), reason: "it holds another application's tables".into() });
+    }
+    if version > SCHEMA_VERSION {
+        return Err(StoreError::TooNew { path: path.into(), found: version, supported: SCHEMA_VERSION });
+    }
+    set_and_check(&conn, "journal_mode", "WAL", "wal")?;
+    let sync = match durability {
+        Durability::Full => ("FULL", "2"),
+        Durability::Normal => ("NORMAL", "1"),
+    };
+    set_and_check(&conn, "synchronous", sync.0, sync.1)?;
+    set_and_check(&conn, "foreign_keys", "ON", "1")?;
+    conn.set_prepared_statement_cache_capacity(64);
+
+    if tables == 0 {
+        conn.execute_batch(&format!(
+            "BEGIN IMMEDIATE; {SCHEMA}; PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+        ))?;
+    } else {
+        for v in version..SCHEMA_VERSION {
+            let step = MIGRATIONS.get((v - 1) as usize).ok_or_else(|| StoreError::NotTally {
+                path: path.into(),
+                reason: format!("no migration from schema version {v}"),
+            })?;
+            conn.execute_batch(&format!("BEGIN IMMEDIATE; {step}; PRAGMA user_version = {}; COMMIT;", v + 1))?;
+        }
+    }
+    Ok(conn)
+}
+
+/// Open a read-only connection (WAL readers never block the writer).
+pub(crate) fn open_read(path: &Path) -> Result<Connection, StoreError> {
+    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    conn.set_prepared_statement_cache_capacity(64);
+    Ok(conn)
+}
+
+/// Count every statement the connection executes into `counter`.
+pub(crate) fn count_statements(conn: &mut Connection, counter: Arc<AtomicU64>) -> Result<(), StoreError> {
+    conn.trace_v2(
+        TraceEventCodes::SQLITE_TRACE_STMT,
+        Some(move |_: rusqlite::trace::TraceEvent<'_>| {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }),
+    )?;
+    Ok(())
+}
+
+/// Move everything from the WAL into the database file and truncate the WAL to zero bytes.
+pub(crate) fn checkpoint_truncate(path: &Path) -> Result<(), StoreError> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    let busy: i64 = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))?;
+    if busy != 0 {
+        return Err(StoreError::Fatal("the WAL checkpoint could not finish: another connection is busy".into()));
+    }
+    Ok(())
+}
+
+/// Copy the database at `src` to `dest` with SQLite's online backup (safe while the daemon
+/// runs): write to a temporary name beside `dest`, check the copy, then rename it.
+pub fn backup(src: &Path, dest: &Path) -> Result<(), StoreError> {
+    let from = Connection::open_with_flags(src, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+    from.busy_timeout(Duration::from_secs(5))?;
+    let file = dest.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_else(|| "backup".into());
+    let tmp = dest.with_file_name(format!(".{file}.partial"));
+    let _ = std::fs::remove_file(&tmp);
+    {
+        let mut to = Connection::open(&tmp)?;
+        let b = rusqlite::backup::Backup::new(&from, &mut to)?;
+        b.run_to_completion(256, Duration::from_millis(0), None)?;
+    }
+    {
+        // The copy is a self-contained rollback-journal file: no -wal to carry around.
+        let to = Connection::open(&tmp)?;
+        let mode: String = to.query_row("PRAGMA journal_mode = DELETE", [], |r| r.get(0))?;
+        let ok: String = to.query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
+        if ok != "ok" || mode != "delete" {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(StoreError::Fatal(format!("the backup copy failed its integrity check: {ok}")));
+        }
+    }
+    std::fs::rename(&tmp, dest).map_err(|e| StoreError::Fatal(format!("cannot rename backup into place: {e}")))?;
+    Ok(())
+}
+
+/// Verify a database: SQLite's `integrity_check` plus tally's own invariants. Artifact files
+/// are verified when `data_dir` is given. Returns the list of problems (empty when healthy).
+pub fn check(db: &Path, data_dir: Option<&Path>) -> Result<Vec<String>, StoreError> {
+    let conn = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(|e| not_tally(db, e))?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    let mut problems = Vec::new();
+    let app_id: i64 = conn.pragma_query_value(None, "application_id", |r| r.get(0)).map_err(|e| not_tally(db, e))?;
+    if app_id != APPLICATION_ID {
+        return Err(StoreError::NotTally { path: db.into(), reason: "its application id is not tally's".into() });
+    }
+    let mut stmt = conn.prepare("PRAGMA integrity_check")?;
+    for row in stmt.query_map([], |r| r.get::<_, String>(0))? {
+        let row = row?;
+        if row != "ok" {
+            problems.push(format!("integrity: {row}"));
+        }
+    }
+    let invariants: &[(&str, &str)] = &[
+        (
+            "succeeded task without an artifact",
+            "SELECT id FROM tasks t WHERE status = 'succeeded' AND NOT EXISTS (SELECT 1 FROM artifacts a WHERE a.task_id = t.id)",
+        ),
+        (
+            "running execution whose envelope holds no lease",
+            "SELECT x.token FROM executions x WHERE x.status = 'running' AND NOT EXISTS
+               (SELECT 1 FROM envelopes e WHERE e.task_id = x.task_id AND (e.lease_token IS NOT NULL OR e.status = 'pending'))",
+        ),
+        (
+            "envelope consumed for a task that is still queued or waiting",
+            "SELECT e.id FROM envelopes e JOIN tasks t ON t.id = e.task_id WHERE e.status = 'consumed' AND t.status IN ('queued', 'waiting', 'running')",
+        ),
+        (
+            "settled task whose envelope is still live",
+            "SELECT t.id FROM tasks t JOIN envelopes e ON e.task_id = t.id WHERE t.status IN ('succeeded', 'failed', 'unknown', 'canceled') AND e.status IN ('pending', 'sent')",
+        ),
+        ("task without an envelope", "SELECT id FROM tasks t WHERE NOT EXISTS (SELECT 1 FROM envelopes e WHERE e.task_id = t.id)"),
+        (
+            "task with more than one running execution",
+            "SELECT task_id FROM executions WHERE status = 'running' GROUP BY task_id HAVING count(*) > 1",
+        ),
+        ("unknown task without an unknown execution", "SELECT id FROM tasks t WHERE status = 'unknown' AND NOT EXISTS (SELECT 1 FROM executions x WHERE x.task_id = t.id AND x.status = 'unknown')"),
+    ];
+    for (what, sql) in invariants {
+        let mut stmt = conn.prepare(sql)?;
+        for id in stmt.query_map([], |r| r.get::<_, String>(0))? {
+            problems.push(format!("{what}: {}", id?));
+        }
+    }
+    if let Some(dir) = data_dir {
+        let mut stmt = conn.prepare("SELECT a.id, a.path, a.sha256, a.bytes FROM artifacts a")?;
+        let rows = stmt.query_map([], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?, r.get::<_, i64>(3)?))
+        })?;
+        for row in rows {
+            let (id, rel, sha, bytes) = row?;
+            match std::fs::read(dir.join(&rel)) {
+                Err(e) => problems.push(format!("artifact {id}: cannot read {rel}: {e}")),
+                Ok(data) => {
+                    use sha2::Digest;
+                    if data.len() as i64 != bytes || crate::domain::hex(&sha2::Sha256::digest(&data)) != sha {
+                        problems.push(format!("artifact {id}: {rel} does not match its recorded size and sha256"));
+                    }
+                }
+            }
+        }
+    }
+    Ok(problems)
+}

@@ -1,0 +1,223 @@
+//! Read queries: task views, timelines, artifacts, counts, and the reconciler's deadlines.
+//! They run on reader connections and never write.
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use serde::Serialize;
+
+use super::{Store, StoreError};
+use crate::domain::{Millis, TaskStatus};
+
+/// A task as the API and CLI show it.
+#[derive(Debug, Clone, Serialize)]
+pub struct TaskView {
+    pub id: String,
+    pub status: TaskStatus,
+    pub reason: Option<String>,
+    pub failure_kind: Option<String>,
+    pub attempts: i64,
+    pub may_have_charged: bool,
+    pub cancel_requested: bool,
+    pub provider: String,
+    pub prompt: String,
+    pub params: serde_json::Value,
+    pub idempotency_key: Option<String>,
+    pub retry_of: Option<String>,
+    pub set_id: Option<String>,
+    pub set_position: Option<i64>,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+    pub artifacts: Vec<ArtifactView>,
+}
+
+/// A stored artifact.
+#[derive(Debug, Clone, Serialize)]
+pub struct ArtifactView {
+    pub id: String,
+    pub task_id: String,
+    pub path: String,
+    pub sha256: String,
+    pub bytes: i64,
+    pub media_type: String,
+    pub created_at: Millis,
+}
+
+/// One entry of a task's timeline.
+#[derive(Debug, Clone, Serialize)]
+pub struct EventView {
+    pub id: i64,
+    pub at: Millis,
+    pub actor: String,
+    pub kind: String,
+    pub message: String,
+    pub execution_token: Option<String>,
+}
+
+const TASK_COLUMNS: &str = "id, status, reason, failure_kind, attempts, may_have_charged, cancel_requested, provider, \
+     prompt, params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at";
+
+fn task_row(r: &Row<'_>) -> rusqlite::Result<TaskView> {
+    let status: String = r.get(1)?;
+    let params: String = r.get(9)?;
+    Ok(TaskView {
+        id: r.get(0)?,
+        status: TaskStatus::parse(&status).unwrap_or(TaskStatus::Failed),
+        reason: r.get(2)?,
+        failure_kind: r.get(3)?,
+        attempts: r.get(4)?,
+        may_have_charged: r.get(5)?,
+        cancel_requested: r.get(6)?,
+        provider: r.get(7)?,
+        prompt: r.get(8)?,
+        params: serde_json::from_str(&params).unwrap_or(serde_json::Value::Null),
+        idempotency_key: r.get(10)?,
+        retry_of: r.get(11)?,
+        set_id: r.get(12)?,
+        set_position: r.get(13)?,
+        created_at: r.get(14)?,
+        updated_at: r.get(15)?,
+        artifacts: Vec::new(),
+    })
+}
+
+fn artifact_row(r: &Row<'_>) -> rusqlite::Result<ArtifactView> {
+    Ok(ArtifactView {
+        id: r.get(0)?,
+        task_id: r.get(1)?,
+        path: r.get(2)?,
+        sha256: r.get(3)?,
+        bytes: r.get(4)?,
+        media_type: r.get(5)?,
+        created_at: r.get(6)?,
+    })
+}
+
+const ARTIFACT_COLUMNS: &str = "id, task_id, path, sha256, bytes, media_type, created_at";
+
+fn with_artifacts(c: &Connection, mut t: TaskView) -> Result<TaskView, StoreError> {
+    let mut stmt = c.prepare_cached(&format!("SELECT {ARTIFACT_COLUMNS} FROM artifacts WHERE task_id = ?1 ORDER BY created_at"))?;
+    t.artifacts = stmt.query_map([&t.id], artifact_row)?.collect::<Result<_, _>>()?;
+    Ok(t)
+}
+
+/// One task with its artifacts.
+pub fn get_task(c: &Connection, id: &str) -> Result<Option<TaskView>, StoreError> {
+    let t = c
+        .prepare_cached(&format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = ?1"))?
+        .query_row([id], task_row)
+        .optional()?;
+    t.map(|t| with_artifacts(c, t)).transpose()
+}
+
+/// Tasks newest first, optionally of one status, after the cursor `before` (a task id).
+pub fn list_tasks(
+    c: &Connection,
+    status: Option<TaskStatus>,
+    before: Option<&str>,
+    limit: usize,
+) -> Result<Vec<TaskView>, StoreError> {
+    let before = before.unwrap_or("\u{10ffff}");
+    let rows: Vec<TaskView> = match status {
+        Some(s) => c
+            .prepare_cached(&format!(
+                "SELECT {TASK_COLUMNS} FROM tasks WHERE status = ?1 AND id < ?2 ORDER BY id DESC LIMIT ?3"
+            ))?
+            .query_map(params![s.as_str(), before, limit as i64], task_row)?
+            .collect::<Result<_, _>>()?,
+        None => c
+            .prepare_cached(&format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id < ?1 ORDER BY id DESC LIMIT ?2"))?
+            .query_map(params![before, limit as i64], task_row)?
+            .collect::<Result<_, _>>()?,
+    };
+    rows.into_iter().map(|t| with_artifacts(c, t)).collect()
+}
+
+/// A task's timeline, oldest first.
+pub fn events(c: &Connection, task: &str) -> Result<Vec<EventView>, StoreError> {
+    let mut stmt = c.prepare_cached(
+        "SELECT id, at, actor, kind, message, execution_token FROM events WHERE task_id = ?1 ORDER BY id",
+    )?;
+    let rows = stmt.query_map([task], |r| {
+        Ok(EventView {
+            id: r.get(0)?,
+            at: r.get(1)?,
+            actor: r.get(2)?,
+            kind: r.get(3)?,
+            message: r.get(4)?,
+            execution_token: r.get(5)?,
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// One artifact.
+pub fn artifact(c: &Connection, id: &str) -> Result<Option<ArtifactView>, StoreError> {
+    Ok(c.prepare_cached(&format!("SELECT {ARTIFACT_COLUMNS} FROM artifacts WHERE id = ?1"))?
+        .query_row([id], artifact_row)
+        .optional()?)
+}
+
+/// The earliest deadline of a sent envelope: when the reconciler next has something to check.
+pub fn next_sent_deadline(c: &Connection) -> Result<Option<Millis>, StoreError> {
+    Ok(c.prepare_cached("SELECT min(lease_expires_at) FROM envelopes WHERE status = 'sent'")?.query_row([], |r| r.get(0))?)
+}
+
+/// Number of tasks per status.
+pub fn status_counts(c: &Connection) -> Result<Vec<(TaskStatus, i64)>, StoreError> {
+    let mut stmt = c.prepare_cached("SELECT status, count(*) FROM tasks GROUP BY status")?;
+    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (s, n) = row?;
+        if let Some(s) = TaskStatus::parse(&s) {
+            out.push((s, n));
+        }
+    }
+    Ok(out)
+}
+
+/// For an artifact file (`rel`, named after an execution token): whether an artifact row
+/// points to it, and the execution's status (if the execution exists).
+pub fn file_owner(c: &Connection, rel: &str, exec: &str) -> Result<(bool, Option<String>), StoreError> {
+    let has_row = c
+        .prepare_cached("SELECT 1 FROM artifacts WHERE path = ?1")?
+        .query_row([rel], |_| Ok(()))
+        .optional()?
+        .is_some();
+    let status = c
+        .prepare_cached("SELECT status FROM executions WHERE token = ?1")?
+        .query_row([exec], |r| r.get(0))
+        .optional()?;
+    Ok((has_row, status))
+}
+
+impl Store {
+    /// One task with its artifacts.
+    pub async fn get_task(&self, id: String) -> Result<Option<TaskView>, StoreError> {
+        self.read(move |c| get_task(c, &id)).await
+    }
+
+    /// Tasks newest first.
+    pub async fn list_tasks(&self, status: Option<TaskStatus>, before: Option<String>, limit: usize) -> Result<Vec<TaskView>, StoreError> {
+        self.read(move |c| list_tasks(c, status, before.as_deref(), limit)).await
+    }
+
+    /// A task's timeline.
+    pub async fn events(&self, task: String) -> Result<Vec<EventView>, StoreError> {
+        self.read(move |c| events(c, &task)).await
+    }
+
+    /// One artifact.
+    pub async fn artifact(&self, id: String) -> Result<Option<ArtifactView>, StoreError> {
+        self.read(move |c| artifact(c, &id)).await
+    }
+
+    /// Number of tasks per status.
+    pub async fn status_counts(&self) -> Result<Vec<(TaskStatus, i64)>, StoreError> {
+        self.read(status_counts).await
+    }
+
+    /// The reconciler's next deadline.
+    pub async fn next_sent_deadline(&self) -> Result<Option<Millis>, StoreError> {
+        self.read(next_sent_deadline).await
+    }
+}
