@@ -294,7 +294,9 @@ fn resolve(raw: RawConfig, origin: &str) -> Result<Config, ConfigError> {
     if !listen.ip().is_loopback() && !allow_non_loopback {
         return Err(bad(
             "server.listen",
-            format!("{listen} is not a loopback address; set server.allow_non_loopback = true to expose tally on the network"),
+            format!(
+                "{listen} is not a loopback address; set server.allow_non_loopback = true to expose tally on the network"
+            ),
         ));
     }
     let allowed_hosts = raw.server.allowed_hosts.unwrap_or_default();
@@ -383,9 +385,8 @@ fn resolve_provider(p: RawProvider, i: usize, origin: &str) -> Result<ProviderCo
         return Err(bad("name", format!("`{name}` must be letters, digits, '-' or '_'")));
     }
     let kind_text = p.kind.ok_or_else(|| bad("kind", "is required".into()))?;
-    let kind = ProviderKind::parse(&kind_text).ok_or_else(|| {
-        bad("kind", format!("`{kind_text}` is not one of demo, openai_images, replicate, fal_queue"))
-    })?;
+    let kind = ProviderKind::parse(&kind_text)
+        .ok_or_else(|| bad("kind", format!("`{kind_text}` is not one of demo, openai_images, replicate, fal_queue")))?;
     let demo = ProviderConfig::demo();
     let ms = |k: &str, v: Option<i64>, default: Duration| -> Result<Duration, ConfigError> {
         match v {
@@ -468,7 +469,8 @@ mod tests {
     fn bad_value_names_key_and_reason() {
         let e = Config::from_toml("[storage]\ndurability = \"off\"\n", "my.toml").unwrap_err().to_string();
         assert!(e.contains("storage.durability") && e.contains("off"), "{e}");
-        let e = Config::from_toml("[[providers]]\nname = \"x\"\nkind = \"dalle\"\n", "my.toml").unwrap_err().to_string();
+        let e =
+            Config::from_toml("[[providers]]\nname = \"x\"\nkind = \"dalle\"\n", "my.toml").unwrap_err().to_string();
         assert!(e.contains("providers[0].kind"), "{e}");
     }
 

@@ -4,15 +4,8 @@
 //! syntax) on a binary built with `--features failpoints`.
 
 /// The names of every crash point, in the order a task meets them.
-pub const POINTS: &[&str] = &[
-    "after-submit",
-    "after-sent",
-    "after-claim",
-    "after-calling",
-    "after-accepted",
-    "after-answer",
-    "after-artifact",
-];
+pub const POINTS: &[&str] =
+    &["after-submit", "after-sent", "after-claim", "after-calling", "after-accepted", "after-answer", "after-artifact"];
 
 /// Abort the process here if the named crash point is enabled.
 #[inline]

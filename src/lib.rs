@@ -6,12 +6,12 @@
 //! - [`providers`]: the provider trait, its capabilities, and the adapters.
 //! - [`render`]: placeholder PNG rendering for the demo and mock providers.
 
-pub mod config;
-pub mod providers;
-pub mod render;
-pub mod domain;
-pub mod store;
 pub mod clock;
+pub mod config;
+pub mod domain;
 pub mod engine;
 pub mod failpoint;
 pub mod metrics;
+pub mod providers;
+pub mod render;
+pub mod store;

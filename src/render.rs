@@ -29,9 +29,7 @@ pub fn placeholder_png(prompt: &str, size: u32) -> Vec<u8> {
     encoder.set_depth(png::BitDepth::Eight);
     // Writing into a Vec cannot fail for a well-formed header, so these never error; map to an
     // empty result rather than panic if the png crate ever changes that.
-    let ok = encoder
-        .write_header()
-        .and_then(|mut w| w.write_image_data(&pixels).and_then(|_| w.finish()));
+    let ok = encoder.write_header().and_then(|mut w| w.write_image_data(&pixels).and_then(|_| w.finish()));
     if ok.is_err() {
         return Vec::new();
     }

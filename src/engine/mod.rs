@@ -20,7 +20,7 @@ use std::sync::atomic::AtomicI64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{Notify, Semaphore, watch};
+use tokio::sync::{Notify, Semaphore, broadcast, watch};
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::clock::Clock;
@@ -45,6 +45,13 @@ pub enum EngineError {
     Invalid(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// A change of a task's status, broadcast to subscribers (live views, `--wait`, benchmarks).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskChange {
+    pub task_id: String,
+    pub status: TaskStatus,
 }
 
 /// A configured provider: the adapter, its capacity slots and its circuit breaker.
@@ -94,6 +101,7 @@ pub(crate) struct Shared {
     metrics: Arc<Metrics>,
     /// Running workers, so that `kill` can stop them as a crash would.
     running: Mutex<JoinSet<()>>,
+    changes: broadcast::Sender<TaskChange>,
 }
 
 impl Shared {
@@ -103,6 +111,13 @@ impl Shared {
 
     fn ms(d: Duration) -> Millis {
         d.as_millis() as Millis
+    }
+
+    /// Tell subscribers that a task's status changed (nobody listening is fine).
+    fn changed(&self, task_id: &str, status: TaskStatus) {
+        if self.changes.receiver_count() > 0 {
+            let _ = self.changes.send(TaskChange { task_id: task_id.to_string(), status });
+        }
     }
 
     fn stopping(&self) -> bool {
@@ -156,8 +171,7 @@ impl Engine {
     /// Recover leftovers of earlier runs, then start the dispatcher and reconciler.
     pub async fn start(parts: EngineParts) -> Result<Engine, EngineError> {
         files::prepare(&parts.data_dir).map_err(|e| EngineError::Invalid(format!("artifacts directory: {e}")))?;
-        let providers =
-            parts.providers.into_iter().map(|p| (p.name.clone(), Arc::new(p))).collect::<HashMap<_, _>>();
+        let providers = parts.providers.into_iter().map(|p| (p.name.clone(), Arc::new(p))).collect::<HashMap<_, _>>();
         let shared = Arc::new(Shared {
             store: parts.store,
             workers: Arc::new(Semaphore::new(parts.config.workers)),
@@ -172,6 +186,7 @@ impl Engine {
             shutdown: watch::channel(false).0,
             metrics: parts.metrics,
             running: Mutex::new(JoinSet::new()),
+            changes: broadcast::channel(4096).0,
         });
         // Start-up recovery runs to completion before anything new is dispatched.
         reconciler::run_once(&shared).await?;
@@ -191,6 +206,12 @@ impl Engine {
     /// The engine's metrics.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.shared.metrics
+    }
+
+    /// Subscribe to task status changes. A receiver that falls behind gets `Lagged` and
+    /// should re-read what it shows.
+    pub fn subscribe(&self) -> broadcast::Receiver<TaskChange> {
+        self.shared.changes.subscribe()
     }
 
     /// The data directory (artifacts live under it).
@@ -215,8 +236,9 @@ impl Engine {
     pub async fn submit(&self, t: NewTask) -> Result<SubmitOutcome, EngineError> {
         self.validate(&t)?;
         let out = self.shared.store.submit(t, self.shared.now()).await?;
-        if matches!(out, SubmitOutcome::Created(_)) {
+        if let SubmitOutcome::Created(id) = &out {
             crate::failpoint::crash("after-submit");
+            self.shared.changed(id, TaskStatus::Queued);
             self.shared.wake_dispatcher.notify_one();
         }
         Ok(out)
@@ -252,13 +274,25 @@ impl Engine {
 
     /// Cancel a task (at once if nothing was sent; otherwise cancel-requested).
     pub async fn cancel(&self, task: &str) -> Result<CancelOutcome, EngineError> {
-        Ok(self.shared.store.cancel(task.into(), self.shared.now()).await?)
+        let out = self.shared.store.cancel(task.into(), self.shared.now()).await?;
+        match out {
+            CancelOutcome::Canceled => self.shared.changed(task, TaskStatus::Canceled),
+            CancelOutcome::Requested => self.shared.changed(task, TaskStatus::Running),
+            _ => {}
+        }
+        Ok(out)
     }
 
     /// Retry a task as a new one (see [`RetryOutcome`]).
-    pub async fn retry(&self, task: &str, acknowledged: bool, key: Option<String>) -> Result<RetryOutcome, EngineError> {
+    pub async fn retry(
+        &self,
+        task: &str,
+        acknowledged: bool,
+        key: Option<String>,
+    ) -> Result<RetryOutcome, EngineError> {
         let out = self.shared.store.retry(task.into(), acknowledged, key, self.shared.now()).await?;
-        if matches!(out, RetryOutcome::Created(_)) {
+        if let RetryOutcome::Created(id) = &out {
+            self.shared.changed(id, TaskStatus::Queued);
             self.shared.wake_dispatcher.notify_one();
         }
         Ok(out)
@@ -277,7 +311,12 @@ impl Engine {
                 Resolution::Succeeded(art)
             }
         };
-        Ok(self.shared.store.resolve(task.into(), resolution, note.into(), self.shared.now()).await?)
+        let succeeded = matches!(resolution, Resolution::Succeeded(_));
+        let out = self.shared.store.resolve(task.into(), resolution, note.into(), self.shared.now()).await?;
+        if out == ResolveOutcome::Resolved {
+            self.shared.changed(task, if succeeded { TaskStatus::Succeeded } else { TaskStatus::Failed });
+        }
+        Ok(out)
     }
 
     /// Wake every service (tests use this after moving a manual clock).
@@ -298,7 +337,8 @@ impl Engine {
         self.shared.wake_dispatcher.notify_one();
         self.shared.wake_reconciler.notify_one();
         let all = self.shared.cfg.workers as u32;
-        let drained = tokio::time::timeout(self.shared.cfg.shutdown_deadline, self.shared.workers.acquire_many(all)).await;
+        let drained =
+            tokio::time::timeout(self.shared.cfg.shutdown_deadline, self.shared.workers.acquire_many(all)).await;
         if drained.is_err() {
             tracing::warn!("shutdown deadline passed with calls in flight; they will be recovered at the next start");
         }

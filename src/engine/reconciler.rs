@@ -64,9 +64,13 @@ pub(super) async fn run_once(shared: &Arc<Shared>) -> Result<usize, EngineError>
         shared.metrics.recovery(kind(d));
     }
     let resumed = items.iter().any(|(_, d)| matches!(d, Recovery::Requeue | Recovery::Abandon | Recovery::Resume));
-    let n = shared.store.apply_recovery(items, shared.now()).await?;
+    let applied = shared.store.apply_recovery(items, shared.now()).await?;
+    let n = applied.len();
     if n > 0 {
         tracing::info!(leftovers = n, "reconciled leftovers");
+    }
+    for (task, status) in applied {
+        shared.changed(&task, status);
     }
     if resumed {
         shared.wake_dispatcher.notify_one();

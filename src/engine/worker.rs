@@ -54,13 +54,17 @@ async fn deliver(shared: &Arc<Shared>, h: Handoff) {
     let lease = uuid::Uuid::new_v4().to_string();
     let lease_ms = Shared::ms(shared.cfg.lease);
     let claim = match shared.store.claim(h, lease, shared.boot.clone(), shared.now(), lease_ms).await {
-        Ok(ClaimOutcome::Claimed(c)) => c,
+        Ok(ClaimOutcome::Claimed(c)) => {
+            shared.changed(&c.task_id, crate::domain::TaskStatus::Running);
+            c
+        }
         Ok(ClaimOutcome::Lost) => return,
         Err(e) => return tracing::error!(error = %e, "claim failed"),
     };
     let span = tracing::info_span!("execution", task = %claim.task_id, execution = %claim.execution_token, attempt = claim.attempt);
     let lost = Arc::new(AtomicBool::new(false));
-    let beat = tokio::spawn(heartbeat(shared.clone(), claim.execution_token.clone(), claim.lease_token.clone(), lost.clone()));
+    let beat =
+        tokio::spawn(heartbeat(shared.clone(), claim.execution_token.clone(), claim.lease_token.clone(), lost.clone()));
     let run = Run { shared, entry: &entry, claim: &claim, lost: &lost };
     if let Err(e) = tracing::Instrument::instrument(run.drive(), span).await {
         match e {
@@ -73,8 +77,14 @@ async fn deliver(shared: &Arc<Shared>, h: Handoff) {
 }
 
 async fn release(shared: &Arc<Shared>, h: Handoff, due: Millis, why: String) {
+    let task = h.task_id.clone();
     match shared.store.release_busy(h, due, why, shared.now()).await {
-        Ok(_) => shared.wake_dispatcher.notify_one(),
+        Ok(released) => {
+            if released {
+                shared.changed(&task, crate::domain::TaskStatus::Waiting);
+            }
+            shared.wake_dispatcher.notify_one()
+        }
         Err(e) => tracing::error!(error = %e, "releasing a busy envelope failed"),
     }
 }
@@ -157,6 +167,7 @@ impl Run<'_> {
         let c = self.claim;
         let status = self.shared.store.finish(c.execution_token.clone(), c.lease_token.clone(), f, self.now()).await?;
         tracing::info!(%status, "execution finished");
+        self.shared.changed(&c.task_id, status);
         Ok(())
     }
 
@@ -190,7 +201,8 @@ impl Run<'_> {
                 crash("after-calling");
                 self.shared.metrics.picked_up((calling_at - c.created_at).max(0) as f64 / 1000.0);
                 let result = self.entry.provider.submit(&self.request(calling_at)).await;
-                self.shared.breaker_record(self.entry, !matches!(&result, Err(e) if !matches!(e, CallError::Rejected { .. })));
+                self.shared
+                    .breaker_record(self.entry, !matches!(&result, Err(e) if !matches!(e, CallError::Rejected { .. })));
                 match result {
                     Ok(Submitted::Done(img)) => {
                         self.shared.metrics.provider_call(name, "answered");
@@ -218,7 +230,9 @@ impl Run<'_> {
         let next = match next {
             Next::Job(job) => {
                 if c.phase != Phase::Accepted {
-                    store.record_accepted(c.execution_token.clone(), c.lease_token.clone(), job.clone(), self.now()).await?;
+                    store
+                        .record_accepted(c.execution_token.clone(), c.lease_token.clone(), job.clone(), self.now())
+                        .await?;
                     crash("after-accepted");
                 }
                 self.poll(&job, calling_at).await
@@ -375,6 +389,7 @@ impl Run<'_> {
             Err(StoreError::Fenced) => {
                 if self.shared.store.late_result(c.execution_token.clone(), art, self.now()).await? {
                     tracing::info!("a late result resolved the unknown outcome");
+                    self.shared.changed(&c.task_id, crate::domain::TaskStatus::Succeeded);
                 }
                 Ok(())
             }

@@ -154,7 +154,11 @@ impl Provider for Fake {
         Box::pin(async move {
             let (step, known) = self.receive(req);
             if let Some(job) = known {
-                return Ok(if self.async_jobs { Submitted::Accepted(job) } else { Submitted::Done(Fake::image(&req.prompt)) });
+                return Ok(if self.async_jobs {
+                    Submitted::Accepted(job)
+                } else {
+                    Submitted::Done(Fake::image(&req.prompt))
+                });
             }
             let answer = || {
                 let job = self.lock().by_key.get(&req.idempotency_key).cloned().unwrap_or_default();

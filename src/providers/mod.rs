@@ -117,7 +117,9 @@ pub trait Provider: Send + Sync + 'static {
     /// Ask for the state of an accepted job. Polling starts no new paid work.
     fn poll<'a>(&'a self, job_id: &'a str) -> BoxFuture<'a, Result<JobState, CallError>> {
         let _ = job_id;
-        Box::pin(async { Err(CallError::Rejected { message: "this provider cannot look up jobs".into(), config: true }) })
+        Box::pin(async {
+            Err(CallError::Rejected { message: "this provider cannot look up jobs".into(), config: true })
+        })
     }
 
     /// Find a job whose create answer was lost, by the marker in `req`. `Ok(None)` means the

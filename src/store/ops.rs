@@ -339,7 +339,13 @@ pub(super) fn dispatch_due(
 
 /// The provider had no free slot: put the envelope back, due later. No attempt is counted
 /// and nothing is recorded as a failure.
-pub(super) fn release_busy(c: &Connection, h: &Handoff, due_at: Millis, why: &str, now: Millis) -> Result<bool, StoreError> {
+pub(super) fn release_busy(
+    c: &Connection,
+    h: &Handoff,
+    due_at: Millis,
+    why: &str,
+    now: Millis,
+) -> Result<bool, StoreError> {
     let n = c
         .prepare_cached(
             "UPDATE envelopes SET status = 'pending', due_at = ?3, lease_expires_at = NULL, lease_boot = NULL
@@ -377,9 +383,18 @@ pub(super) fn claim(
     if n == 0 {
         return Ok(ClaimOutcome::Lost);
     }
-    let (status, prompt, params_text, attempts, cancel_requested, created_at): (String, String, String, i64, bool, Millis) =
-        c.prepare_cached("SELECT status, prompt, params, attempts, cancel_requested, created_at FROM tasks WHERE id = ?1")?
-            .query_row([&h.task_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))?;
+    let (status, prompt, params_text, attempts, cancel_requested, created_at): (
+        String,
+        String,
+        String,
+        i64,
+        bool,
+        Millis,
+    ) = c
+        .prepare_cached(
+            "SELECT status, prompt, params, attempts, cancel_requested, created_at FROM tasks WHERE id = ?1",
+        )?
+        .query_row([&h.task_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))?;
     let status = TaskStatus::parse(&status).unwrap_or(TaskStatus::Failed);
     if status.is_settled() {
         consume_envelope(c, &h.task_id, "consumed", None)?;
@@ -402,7 +417,15 @@ pub(super) fn claim(
                 Phase::Accepted => "polling the job the provider already accepted, instead of sending again",
                 _ => "recovering the earlier call without blindly sending it again",
             };
-            event(c, &h.task_id, now, Actor::Worker, "resumed", &format!("attempt {attempt} resumed: {how}"), Some(&token))?;
+            event(
+                c,
+                &h.task_id,
+                now,
+                Actor::Worker,
+                "resumed",
+                &format!("attempt {attempt} resumed: {how}"),
+                Some(&token),
+            )?;
             Claim {
                 execution_token: token,
                 lease_token: lease.into(),
@@ -457,21 +480,35 @@ pub(super) fn claim(
 pub(super) fn record_calling(c: &Connection, exec: &str, lease: &str, now: Millis) -> Result<(), StoreError> {
     let task = fence(c, exec, lease, now)?;
     let n = c
-        .prepare_cached("UPDATE executions SET phase = 'calling', calling_at = ?2 WHERE token = ?1 AND phase = 'claimed'")?
+        .prepare_cached(
+            "UPDATE executions SET phase = 'calling', calling_at = ?2 WHERE token = ?1 AND phase = 'claimed'",
+        )?
         .execute(params![exec, now])?;
     if n == 0 {
         return Err(StoreError::Fenced);
     }
-    c.prepare_cached(
-        "UPDATE tasks SET attempts = attempts + 1, may_have_charged = 1, updated_at = ?2 WHERE id = ?1",
-    )?
-    .execute(params![task, now])?;
-    event(c, &task, now, Actor::Worker, "calling", "sending the request to the provider; from now on it may be charged", Some(exec))?;
+    c.prepare_cached("UPDATE tasks SET attempts = attempts + 1, may_have_charged = 1, updated_at = ?2 WHERE id = ?1")?
+        .execute(params![task, now])?;
+    event(
+        c,
+        &task,
+        now,
+        Actor::Worker,
+        "calling",
+        "sending the request to the provider; from now on it may be charged",
+        Some(exec),
+    )?;
     Ok(())
 }
 
 /// Persist the provider's job id the moment it arrives.
-pub(super) fn record_accepted(c: &Connection, exec: &str, lease: &str, job: &str, now: Millis) -> Result<(), StoreError> {
+pub(super) fn record_accepted(
+    c: &Connection,
+    exec: &str,
+    lease: &str,
+    job: &str,
+    now: Millis,
+) -> Result<(), StoreError> {
     let task = fence(c, exec, lease, now)?;
     c.prepare_cached("UPDATE executions SET phase = 'accepted', provider_job_id = ?2 WHERE token = ?1")?
         .execute(params![exec, job])?;
@@ -480,7 +517,13 @@ pub(super) fn record_accepted(c: &Connection, exec: &str, lease: &str, job: &str
 }
 
 /// Extend the worker's lease.
-pub(super) fn heartbeat(c: &Connection, exec: &str, lease: &str, now: Millis, lease_ms: Millis) -> Result<(), StoreError> {
+pub(super) fn heartbeat(
+    c: &Connection,
+    exec: &str,
+    lease: &str,
+    now: Millis,
+    lease_ms: Millis,
+) -> Result<(), StoreError> {
     let task = fence(c, exec, lease, now)?;
     c.prepare_cached("UPDATE envelopes SET lease_expires_at = ?2 WHERE task_id = ?1")?
         .execute(params![task, now + lease_ms])?;
@@ -488,7 +531,13 @@ pub(super) fn heartbeat(c: &Connection, exec: &str, lease: &str, now: Millis, le
 }
 
 /// End (or pause) an execution, fenced on both tokens.
-pub(super) fn finish(c: &Connection, exec: &str, lease: &str, f: &Finish, now: Millis) -> Result<TaskStatus, StoreError> {
+pub(super) fn finish(
+    c: &Connection,
+    exec: &str,
+    lease: &str,
+    f: &Finish,
+    now: Millis,
+) -> Result<TaskStatus, StoreError> {
     let task = fence(c, exec, lease, now)?;
     let set_exec = |status: &str, error: Option<&str>| -> Result<(), StoreError> {
         c.prepare_cached("UPDATE executions SET status = ?2, finished_at = ?3, error = ?4 WHERE token = ?1")?
@@ -508,7 +557,15 @@ pub(super) fn finish(c: &Connection, exec: &str, lease: &str, f: &Finish, now: M
             );
             set_task(c, &task, TaskStatus::Succeeded, reason, None, now)?;
             consume_envelope(c, &task, "consumed", None)?;
-            event(c, &task, now, Actor::Worker, "succeeded", &format!("image saved ({} bytes, sha256 {})", a.bytes, a.sha256), ex)?;
+            event(
+                c,
+                &task,
+                now,
+                Actor::Worker,
+                "succeeded",
+                &format!("image saved ({} bytes, sha256 {})", a.bytes, a.sha256),
+                ex,
+            )?;
             TaskStatus::Succeeded
         }
         Finish::Failed { kind, reason } => {
@@ -571,8 +628,23 @@ pub(super) fn late_result(c: &Connection, exec: &str, a: &NewArtifact, now: Mill
         .optional()?;
     let Some(task) = task else { return Ok(false) };
     insert_artifact(c, &task, exec, a, now)?;
-    set_task(c, &task, TaskStatus::Succeeded, Some("The answer arrived late, after the outcome had been marked unknown."), None, now)?;
-    event(c, &task, now, Actor::Worker, "late_result", "a late answer from the same execution resolved the unknown outcome", Some(exec))?;
+    set_task(
+        c,
+        &task,
+        TaskStatus::Succeeded,
+        Some("The answer arrived late, after the outcome had been marked unknown."),
+        None,
+        now,
+    )?;
+    event(
+        c,
+        &task,
+        now,
+        Actor::Worker,
+        "late_result",
+        "a late answer from the same execution resolved the unknown outcome",
+        Some(exec),
+    )?;
     Ok(true)
 }
 
@@ -590,7 +662,15 @@ pub(super) fn cancel(c: &Connection, task: &str, now: Millis) -> Result<CancelOu
         TaskStatus::Running => {
             c.prepare_cached("UPDATE tasks SET cancel_requested = 1, updated_at = ?2 WHERE id = ?1")?
                 .execute(params![task, now])?;
-            event(c, task, now, Actor::Api, "cancel_requested", "cancel requested while running; a result that arrives will be kept", None)?;
+            event(
+                c,
+                task,
+                now,
+                Actor::Api,
+                "cancel_requested",
+                "cancel requested while running; a result that arrives will be kept",
+                None,
+            )?;
             Ok(CancelOutcome::Requested)
         }
         settled => Ok(CancelOutcome::Settled(settled)),
@@ -641,13 +721,21 @@ pub(super) fn retry(
 }
 
 /// An operator resolves an `unknown` task by hand.
-pub(super) fn resolve(c: &Connection, task: &str, r: &Resolution, note: &str, now: Millis) -> Result<ResolveOutcome, StoreError> {
+pub(super) fn resolve(
+    c: &Connection,
+    task: &str,
+    r: &Resolution,
+    note: &str,
+    now: Millis,
+) -> Result<ResolveOutcome, StoreError> {
     let Some(status) = task_status(c, task)? else { return Ok(ResolveOutcome::NotFound) };
     if status != TaskStatus::Unknown {
         return Ok(ResolveOutcome::NotUnknown(status));
     }
     let exec: String = c
-        .prepare_cached("SELECT token FROM executions WHERE task_id = ?1 AND status = 'unknown' ORDER BY started_at DESC LIMIT 1")?
+        .prepare_cached(
+            "SELECT token FROM executions WHERE task_id = ?1 AND status = 'unknown' ORDER BY started_at DESC LIMIT 1",
+        )?
         .query_row([task], |r| r.get(0))?;
     let note_text = if note.is_empty() { String::new() } else { format!(": {note}") };
     match r {
@@ -657,7 +745,15 @@ pub(super) fn resolve(c: &Connection, task: &str, r: &Resolution, note: &str, no
             insert_artifact(c, task, &exec, a, now)?;
             let why = format!("Resolved by an operator{note_text}");
             set_task(c, task, TaskStatus::Succeeded, Some(&why), None, now)?;
-            event(c, task, now, Actor::Operator, "resolved", &format!("resolved as succeeded with an image{note_text}"), Some(&exec))?;
+            event(
+                c,
+                task,
+                now,
+                Actor::Operator,
+                "resolved",
+                &format!("resolved as succeeded with an image{note_text}"),
+                Some(&exec),
+            )?;
         }
         Resolution::Failed => {
             c.prepare_cached("UPDATE executions SET status = 'failed', finished_at = ?2 WHERE token = ?1")?
@@ -698,8 +794,8 @@ pub(super) fn apply_recovery(
     c: &Connection,
     items: &[(LeftoverRow, Recovery)],
     now: Millis,
-) -> Result<usize, StoreError> {
-    let mut applied = 0;
+) -> Result<Vec<(String, TaskStatus)>, StoreError> {
+    let mut applied = Vec::new();
     for (row, decision) in items {
         let still = c
             .prepare_cached(
@@ -710,7 +806,6 @@ pub(super) fn apply_recovery(
         if still.is_none() {
             continue;
         }
-        applied += 1;
         let task = row.task_id.as_str();
         let exec = row.execution.as_ref().map(|(t, _)| t.as_str());
         let set_exec = |status: &str, error: &str| -> Result<(), StoreError> {
@@ -724,7 +819,16 @@ pub(super) fn apply_recovery(
         match decision {
             Recovery::Requeue => {
                 requeue_envelope(c, task, now, Some("handed off but never claimed"))?;
-                event(c, task, now, r, "requeued", "handed to a worker that never started it; queued again (nothing was sent)", None)?;
+                event(
+                    c,
+                    task,
+                    now,
+                    r,
+                    "requeued",
+                    "handed to a worker that never started it; queued again (nothing was sent)",
+                    None,
+                )?;
+                applied.push((row.task_id.clone(), task_status(c, task)?.unwrap_or(TaskStatus::Queued)));
             }
             Recovery::GiveUp => {
                 let why = format!("could not be delivered to a worker after {} hand-offs", row.send_count);
@@ -732,27 +836,76 @@ pub(super) fn apply_recovery(
                 set_task(c, task, TaskStatus::Failed, Some(&why), Some(FailureKind::Undeliverable), now)?;
                 event(c, task, now, r, "failed", &why, None)?;
                 on_settled(c, task, now)?;
+                applied.push((row.task_id.clone(), TaskStatus::Failed));
             }
             Recovery::Abandon => {
                 set_exec("abandoned", "the worker stopped before calling the provider")?;
                 requeue_envelope(c, task, now, Some("worker lost before calling"))?;
-                set_task(c, task, TaskStatus::Waiting, Some("The worker stopped before anything was sent; queued again."), None, now)?;
-                event(c, task, now, r, "abandoned", "the worker stopped before calling the provider; nothing was sent; queued again", exec)?;
+                set_task(
+                    c,
+                    task,
+                    TaskStatus::Waiting,
+                    Some("The worker stopped before anything was sent; queued again."),
+                    None,
+                    now,
+                )?;
+                event(
+                    c,
+                    task,
+                    now,
+                    r,
+                    "abandoned",
+                    "the worker stopped before calling the provider; nothing was sent; queued again",
+                    exec,
+                )?;
+                applied.push((row.task_id.clone(), TaskStatus::Waiting));
             }
             Recovery::FinishFromFile(a) => {
                 set_exec("succeeded", "")?;
                 if let Some(token) = exec {
                     insert_artifact(c, task, token, a, now)?;
                 }
-                set_task(c, task, TaskStatus::Succeeded, Some("Recovered the saved image after an interruption."), None, now)?;
+                set_task(
+                    c,
+                    task,
+                    TaskStatus::Succeeded,
+                    Some("Recovered the saved image after an interruption."),
+                    None,
+                    now,
+                )?;
                 consume_envelope(c, task, "consumed", None)?;
-                event(c, task, now, r, "recovered", "found the saved image on disk, verified its hash and finished the task", exec)?;
+                event(
+                    c,
+                    task,
+                    now,
+                    r,
+                    "recovered",
+                    "found the saved image on disk, verified its hash and finished the task",
+                    exec,
+                )?;
                 on_settled(c, task, now)?;
+                applied.push((row.task_id.clone(), TaskStatus::Succeeded));
             }
             Recovery::Resume => {
                 requeue_envelope(c, task, now, Some("lease expired during the provider call"))?;
-                set_task(c, task, TaskStatus::Waiting, Some("Interrupted while the provider was working; recovering without sending again."), None, now)?;
-                event(c, task, now, r, "recovering", "the worker's lease expired during the provider call; handing the same execution to a worker to look up or replay, not to resend", exec)?;
+                set_task(
+                    c,
+                    task,
+                    TaskStatus::Waiting,
+                    Some("Interrupted while the provider was working; recovering without sending again."),
+                    None,
+                    now,
+                )?;
+                event(
+                    c,
+                    task,
+                    now,
+                    r,
+                    "recovering",
+                    "the worker's lease expired during the provider call; handing the same execution to a worker to look up or replay, not to resend",
+                    exec,
+                )?;
+                applied.push((row.task_id.clone(), TaskStatus::Waiting));
             }
             Recovery::Unknown => {
                 let why = "interrupted after the request may have left, and this provider cannot prove what happened";
@@ -761,6 +914,7 @@ pub(super) fn apply_recovery(
                 set_task(c, task, TaskStatus::Unknown, Some(why), None, now)?;
                 event(c, task, now, r, "unknown", &format!("{why}; automatic retries stopped"), exec)?;
                 on_settled(c, task, now)?;
+                applied.push((row.task_id.clone(), TaskStatus::Unknown));
             }
         }
     }
@@ -774,7 +928,13 @@ impl Store {
     }
 
     /// Mark due envelopes `sent` and return them with the next due time.
-    pub async fn dispatch_due(&self, now: Millis, limit: usize, grace_ms: Millis, boot: &str) -> Result<DispatchBatch, StoreError> {
+    pub async fn dispatch_due(
+        &self,
+        now: Millis,
+        limit: usize,
+        grace_ms: Millis,
+        boot: &str,
+    ) -> Result<DispatchBatch, StoreError> {
         let boot = boot.to_string();
         self.write(move |c| dispatch_due(c, now, limit, grace_ms, &boot)).await
     }
@@ -785,7 +945,14 @@ impl Store {
     }
 
     /// Claim a handed-off envelope.
-    pub async fn claim(&self, h: Handoff, lease: String, boot: String, now: Millis, lease_ms: Millis) -> Result<ClaimOutcome, StoreError> {
+    pub async fn claim(
+        &self,
+        h: Handoff,
+        lease: String,
+        boot: String,
+        now: Millis,
+        lease_ms: Millis,
+    ) -> Result<ClaimOutcome, StoreError> {
         self.write(move |c| claim(c, &h, &lease, &boot, now, lease_ms)).await
     }
 
@@ -795,12 +962,24 @@ impl Store {
     }
 
     /// Persist an accepted job id.
-    pub async fn record_accepted(&self, exec: String, lease: String, job: String, now: Millis) -> Result<(), StoreError> {
+    pub async fn record_accepted(
+        &self,
+        exec: String,
+        lease: String,
+        job: String,
+        now: Millis,
+    ) -> Result<(), StoreError> {
         self.write(move |c| record_accepted(c, &exec, &lease, &job, now)).await
     }
 
     /// Extend a lease.
-    pub async fn heartbeat(&self, exec: String, lease: String, now: Millis, lease_ms: Millis) -> Result<(), StoreError> {
+    pub async fn heartbeat(
+        &self,
+        exec: String,
+        lease: String,
+        now: Millis,
+        lease_ms: Millis,
+    ) -> Result<(), StoreError> {
         self.write(move |c| heartbeat(c, &exec, &lease, now, lease_ms)).await
     }
 
@@ -820,12 +999,24 @@ impl Store {
     }
 
     /// Retry a task as a new one.
-    pub async fn retry(&self, task: String, acknowledged: bool, key: Option<String>, now: Millis) -> Result<RetryOutcome, StoreError> {
+    pub async fn retry(
+        &self,
+        task: String,
+        acknowledged: bool,
+        key: Option<String>,
+        now: Millis,
+    ) -> Result<RetryOutcome, StoreError> {
         self.write(move |c| retry(c, &task, acknowledged, key.as_deref(), now)).await
     }
 
     /// Resolve an `unknown` task by hand.
-    pub async fn resolve(&self, task: String, r: Resolution, note: String, now: Millis) -> Result<ResolveOutcome, StoreError> {
+    pub async fn resolve(
+        &self,
+        task: String,
+        r: Resolution,
+        note: String,
+        now: Millis,
+    ) -> Result<ResolveOutcome, StoreError> {
         self.write(move |c| resolve(c, &task, &r, &note, now)).await
     }
 
@@ -836,7 +1027,11 @@ impl Store {
     }
 
     /// Apply reconciler decisions.
-    pub async fn apply_recovery(&self, items: Vec<(LeftoverRow, Recovery)>, now: Millis) -> Result<usize, StoreError> {
+    pub async fn apply_recovery(
+        &self,
+        items: Vec<(LeftoverRow, Recovery)>,
+        now: Millis,
+    ) -> Result<Vec<(String, TaskStatus)>, StoreError> {
         self.write(move |c| apply_recovery(c, &items, now)).await
     }
 }

@@ -94,7 +94,8 @@ fn artifact_row(r: &Row<'_>) -> rusqlite::Result<ArtifactView> {
 const ARTIFACT_COLUMNS: &str = "id, task_id, path, sha256, bytes, media_type, created_at";
 
 fn with_artifacts(c: &Connection, mut t: TaskView) -> Result<TaskView, StoreError> {
-    let mut stmt = c.prepare_cached(&format!("SELECT {ARTIFACT_COLUMNS} FROM artifacts WHERE task_id = ?1 ORDER BY created_at"))?;
+    let mut stmt =
+        c.prepare_cached(&format!("SELECT {ARTIFACT_COLUMNS} FROM artifacts WHERE task_id = ?1 ORDER BY created_at"))?;
     t.artifacts = stmt.query_map([&t.id], artifact_row)?.collect::<Result<_, _>>()?;
     Ok(t)
 }
@@ -158,7 +159,8 @@ pub fn artifact(c: &Connection, id: &str) -> Result<Option<ArtifactView>, StoreE
 
 /// The earliest deadline of a sent envelope: when the reconciler next has something to check.
 pub fn next_sent_deadline(c: &Connection) -> Result<Option<Millis>, StoreError> {
-    Ok(c.prepare_cached("SELECT min(lease_expires_at) FROM envelopes WHERE status = 'sent'")?.query_row([], |r| r.get(0))?)
+    Ok(c.prepare_cached("SELECT min(lease_expires_at) FROM envelopes WHERE status = 'sent'")?
+        .query_row([], |r| r.get(0))?)
 }
 
 /// Number of tasks per status.
@@ -178,11 +180,8 @@ pub fn status_counts(c: &Connection) -> Result<Vec<(TaskStatus, i64)>, StoreErro
 /// For an artifact file (`rel`, named after an execution token): whether an artifact row
 /// points to it, and the execution's status (if the execution exists).
 pub fn file_owner(c: &Connection, rel: &str, exec: &str) -> Result<(bool, Option<String>), StoreError> {
-    let has_row = c
-        .prepare_cached("SELECT 1 FROM artifacts WHERE path = ?1")?
-        .query_row([rel], |_| Ok(()))
-        .optional()?
-        .is_some();
+    let has_row =
+        c.prepare_cached("SELECT 1 FROM artifacts WHERE path = ?1")?.query_row([rel], |_| Ok(())).optional()?.is_some();
     let status = c
         .prepare_cached("SELECT status FROM executions WHERE token = ?1")?
         .query_row([exec], |r| r.get(0))
@@ -197,7 +196,12 @@ impl Store {
     }
 
     /// Tasks newest first.
-    pub async fn list_tasks(&self, status: Option<TaskStatus>, before: Option<String>, limit: usize) -> Result<Vec<TaskView>, StoreError> {
+    pub async fn list_tasks(
+        &self,
+        status: Option<TaskStatus>,
+        before: Option<String>,
+        limit: usize,
+    ) -> Result<Vec<TaskView>, StoreError> {
         self.read(move |c| list_tasks(c, status, before.as_deref(), limit)).await
     }
 
