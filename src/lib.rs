@@ -4,8 +4,10 @@
 //! Layout (see ARCHITECTURE.md for the map and the invariants):
 //! - [`config`]: raw TOML → resolved, validated configuration.
 //! - [`providers`]: the provider trait, its capabilities, and the adapters.
+//! - [`mock`]: the mock provider server (`tally mock-provider`) and its ledger.
 //! - [`render`]: placeholder PNG rendering for the demo and mock providers.
 
 pub mod config;
+pub mod mock;
 pub mod providers;
 pub mod render;
