@@ -318,7 +318,8 @@ async fn connect_refused_is_not_sent() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
-    let cfg = ProviderConfig { base_url: Some(format!("http://127.0.0.1:{port}")), ..h.config(ProviderKind::Replicate) };
+    let cfg =
+        ProviderConfig { base_url: Some(format!("http://127.0.0.1:{port}")), ..h.config(ProviderKind::Replicate) };
     let err = providers::build(&cfg).unwrap().submit(&request("x")).await.unwrap_err();
     assert!(matches!(err, CallError::NotSent(_)), "{err:?}");
 }
@@ -406,6 +407,13 @@ async fn timeout_after_sending_is_ambiguous_and_still_charged() {
     let cfg = ProviderConfig { request_timeout: Duration::from_millis(200), ..h.config(ProviderKind::OpenaiImages) };
     let err = providers::build(&cfg).unwrap().submit(&request("slow")).await.unwrap_err();
     assert!(matches!(err, CallError::Ambiguous(_)), "{err:?}");
+    // The mock writes its ledger line before the latency starts; allow a slow fsync.
+    for _ in 0..100 {
+        if h.charged() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_eq!(h.charged(), 1, "the mock charged before its answer was late");
 }
 
@@ -442,4 +450,18 @@ async fn build_checks_configuration_and_keeps_billing_note() {
         ..ProviderConfig::demo()
     };
     assert!(providers::build(&bad_model).err().unwrap().contains("owner/name"));
+}
+
+#[tokio::test]
+async fn find_ignores_jobs_created_before_the_call() {
+    let h = Harness::start().await;
+    let p = h.provider(ProviderKind::Replicate);
+    let mut req = request("early");
+    p.submit(&req).await.unwrap();
+    // The same marker, but the execution says it started calling an hour from now.
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    req.calling_at_ms = now_ms + 3_600_000;
+    assert_eq!(p.find(&req).await.unwrap(), None);
+    req.calling_at_ms = now_ms - 1_000;
+    assert!(p.find(&req).await.unwrap().is_some());
 }

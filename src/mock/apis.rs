@@ -123,10 +123,8 @@ fn decide(mock: &Mock, req: &ApiRequest, b: &Behavior, work: Work) -> Answer {
     }
     let mut jobs = lock(&mock.jobs);
     let replay_key = req.idempotency_key.clone().filter(|_| create).map(|k| (req.api.as_str(), k));
-    if let Some(key) = &replay_key {
-        if let Some(original) = jobs.replays.get(key) {
-            return Answer { charged: false, ..original.clone() };
-        }
+    if let Some(original) = replay_key.as_ref().and_then(|key| jobs.replays.get(key)) {
+        return Answer { charged: false, ..original.clone() };
     }
     let answer = work(&mut jobs, b, &req.base);
     if let Some(key) = replay_key.filter(|_| answer.charged) {
@@ -136,7 +134,15 @@ fn decide(mock: &Mock, req: &ApiRequest, b: &Behavior, work: Work) -> Answer {
 }
 
 /// Record a new charged generation.
-fn new_job(jobs: &mut Jobs, api: Api, model: &str, prompt: &str, input: Value, duration: Duration, b: &Behavior) -> String {
+fn new_job(
+    jobs: &mut Jobs,
+    api: Api,
+    model: &str,
+    prompt: &str,
+    input: Value,
+    duration: Duration,
+    b: &Behavior,
+) -> String {
     let id = uuid::Uuid::new_v4().simple().to_string();
     let job = Job {
         id: id.clone(),
@@ -261,7 +267,8 @@ pub(super) async fn replicate_create(
 ) -> Response {
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let mut input = body.get("input").cloned().unwrap_or(Value::Null);
-    let mut req = ApiRequest::new(Api::Replicate, "POST /v1/models/{owner}/{name}/predictions", Scope::Create, &headers);
+    let mut req =
+        ApiRequest::new(Api::Replicate, "POST /v1/models/{owner}/{name}/predictions", Scope::Create, &headers);
     req.prompt = input.get("prompt").and_then(Value::as_str).map(str::to_string);
     if let Some(obj) = input.as_object_mut() {
         // Echo the input without the (large) images, as a count.
@@ -280,7 +287,9 @@ pub(super) async fn replicate_create(
             let duration = Duration::from_millis(b.job_duration_ms);
             let id = new_job(jobs, Api::Replicate, &model, &p, input, duration, b);
             match jobs.by_id.get(&id) {
-                Some(job) => Answer::charged(prediction(job, base, Some("starting")), id).with_status(StatusCode::CREATED),
+                Some(job) => {
+                    Answer::charged(prediction(job, base, Some("starting")), id).with_status(StatusCode::CREATED)
+                }
                 None => not_found("prediction"),
             }
         }),
@@ -289,7 +298,11 @@ pub(super) async fn replicate_create(
 }
 
 /// `GET /v1/predictions/{id}`.
-pub(super) async fn replicate_get(State(mock): State<Arc<Mock>>, Path(id): Path<String>, headers: HeaderMap) -> Response {
+pub(super) async fn replicate_get(
+    State(mock): State<Arc<Mock>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
     let mut req = ApiRequest::new(Api::Replicate, "GET /v1/predictions/{id}", Scope::Poll, &headers);
     req.job_id = Some(id.clone());
     serve(
@@ -321,10 +334,17 @@ pub(super) async fn replicate_list(
         mock,
         req,
         Box::new(move |jobs, _, base| {
-            let all: Vec<&Job> =
-                jobs.order.iter().rev().filter_map(|id| jobs.by_id.get(id)).filter(|j| j.api == Api::Replicate).collect();
-            let results: Vec<Value> = all.iter().skip(start).take(PAGE_SIZE).map(|j| prediction(j, base, None)).collect();
-            let next = (start + PAGE_SIZE < all.len()).then(|| format!("{base}/v1/predictions?cursor={}", start + PAGE_SIZE));
+            let all: Vec<&Job> = jobs
+                .order
+                .iter()
+                .rev()
+                .filter_map(|id| jobs.by_id.get(id))
+                .filter(|j| j.api == Api::Replicate)
+                .collect();
+            let results: Vec<Value> =
+                all.iter().skip(start).take(PAGE_SIZE).map(|j| prediction(j, base, None)).collect();
+            let next =
+                (start + PAGE_SIZE < all.len()).then(|| format!("{base}/v1/predictions?cursor={}", start + PAGE_SIZE));
             Answer::ok(json!({"previous": null, "next": next, "results": results}))
         }),
     )
@@ -343,10 +363,8 @@ pub(super) async fn fal_create(
     let mut input: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let mut req = ApiRequest::new(Api::FalQueue, "POST /fal/{model}", Scope::Create, &headers);
     req.prompt = input.get("prompt").and_then(Value::as_str).map(str::to_string);
-    if let Some(obj) = input.as_object_mut() {
-        if let Some(images) = obj.remove("image_urls") {
-            req.reference_images = images.as_array().map_or(0, Vec::len);
-        }
+    if let Some(images) = input.as_object_mut().and_then(|obj| obj.remove("image_urls")) {
+        req.reference_images = images.as_array().map_or(0, Vec::len);
     }
     let prompt = req.prompt.clone();
     serve(
@@ -378,8 +396,7 @@ pub(super) async fn fal_get(State(mock): State<Arc<Mock>>, Path(path): Path<Stri
         Some(id) => (id.to_string(), true),
         None => (rest.to_string(), false),
     };
-    let endpoint =
-        if status { "GET /fal/{model}/requests/{id}/status" } else { "GET /fal/{model}/requests/{id}" };
+    let endpoint = if status { "GET /fal/{model}/requests/{id}/status" } else { "GET /fal/{model}/requests/{id}" };
     let mut req = ApiRequest::new(Api::FalQueue, endpoint, Scope::Poll, &headers);
     req.job_id = Some(id.clone());
     serve(

@@ -65,20 +65,14 @@ impl Default for Behavior {
 impl Behavior {
     /// Check every value; the error names the field.
     pub fn validate(&self) -> Result<(), String> {
-        if let Some(s) = self.fail_status {
-            if !(500..=599).contains(&s) {
-                return Err(format!("fail_status {s} must be a 5xx status"));
-            }
+        if let Some(s) = self.fail_status.filter(|s| !(500..=599).contains(s)) {
+            return Err(format!("fail_status {s} must be a 5xx status"));
         }
-        if let Some(s) = self.reject_status {
-            if !(400..=499).contains(&s) {
-                return Err(format!("reject_status {s} must be a 4xx status"));
-            }
+        if let Some(s) = self.reject_status.filter(|s| !(400..=499).contains(s)) {
+            return Err(format!("reject_status {s} must be a 4xx status"));
         }
-        if let Some(d) = &self.drop_on {
-            if Scope::parse(d).is_none() {
-                return Err(format!("drop_on `{d}` must be \"create\", \"poll\" or \"list\""));
-            }
+        if let Some(d) = self.drop_on.as_deref().filter(|d| Scope::parse(d).is_none()) {
+            return Err(format!("drop_on `{d}` must be \"create\", \"poll\" or \"list\""));
         }
         if self.latency_ms > 600_000 || self.job_duration_ms > 3_600_000 {
             return Err("latency_ms and job_duration_ms must be at most 600000 and 3600000".into());
@@ -99,7 +93,10 @@ impl Behavior {
             let null = value.is_null();
             let num = || value.as_u64().ok_or_else(|| format!("{key} must be a non-negative integer or null"));
             let status = || {
-                value.as_u64().and_then(|n| u16::try_from(n).ok()).ok_or_else(|| format!("{key} must be a status or null"))
+                value
+                    .as_u64()
+                    .and_then(|n| u16::try_from(n).ok())
+                    .ok_or_else(|| format!("{key} must be a status or null"))
             };
             match key.as_str() {
                 "latency_ms" => next.latency_ms = if null { start.latency_ms } else { num()? },

@@ -143,7 +143,10 @@ pub async fn run(args: MockArgs) -> std::io::Result<()> {
     let (listener, router) = prepare(&args).await?;
     let addr = listener.local_addr()?;
     tracing::info!(%addr, ledger = %args.ledger.display(), "mock provider listening");
-    eprintln!("tally mock provider on http://{addr} (fal style under http://{addr}/fal), ledger {}", args.ledger.display());
+    eprintln!(
+        "tally mock provider on http://{addr} (fal style under http://{addr}/fal), ledger {}",
+        args.ledger.display()
+    );
     axum::serve(listener, router).await
 }
 
@@ -155,12 +158,8 @@ async fn prepare(args: &MockArgs) -> std::io::Result<(tokio::net::TcpListener, R
     let start = args.behavior();
     start.validate().map_err(invalid)?;
     let ledger = Ledger::open(&args.ledger).await?;
-    let state = Arc::new(Mock {
-        start: start.clone(),
-        behavior: Mutex::new(start),
-        ledger,
-        jobs: Mutex::new(Jobs::default()),
-    });
+    let state =
+        Arc::new(Mock { start: start.clone(), behavior: Mutex::new(start), ledger, jobs: Mutex::new(Jobs::default()) });
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     Ok((listener, router(state)))
 }

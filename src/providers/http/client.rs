@@ -116,7 +116,12 @@ impl HttpClient {
     /// Start a request to `url` with credentials and, when `idempotency_key` is given and a
     /// header is configured, the idempotency header. Fails before sending when the key's
     /// environment variable is missing.
-    pub fn request(&self, method: Method, url: &str, idempotency_key: Option<&str>) -> Result<RequestBuilder, CallError> {
+    pub fn request(
+        &self,
+        method: Method,
+        url: &str,
+        idempotency_key: Option<&str>,
+    ) -> Result<RequestBuilder, CallError> {
         let mut headers = HeaderMap::new();
         if let Some(auth) = self.auth_header()? {
             headers.insert(reqwest::header::AUTHORIZATION, auth);
@@ -163,7 +168,8 @@ impl HttpClient {
     pub async fn send_json<T: DeserializeOwned>(&self, rb: RequestBuilder) -> Result<T, CallError> {
         let resp = self.send(rb).await?;
         let body = read_limited(resp, self.max_response_bytes, false).await?;
-        serde_json::from_slice(&body).map_err(|e| CallError::Ambiguous(format!("undecodable answer from provider: {e}")))
+        serde_json::from_slice(&body)
+            .map_err(|e| CallError::Ambiguous(format!("undecodable answer from provider: {e}")))
     }
 
     /// Like [`HttpClient::send_json`], but a 404 or 410 answer is `Ok(None)`: the thing
@@ -183,10 +189,10 @@ impl HttpClient {
     /// Download a result URL. Credentials are sent only to the provider's own origin.
     pub async fn download(&self, url: &str) -> Result<Download, CallError> {
         let mut rb = self.download.get(url);
-        if same_origin(url, &self.base_url) {
-            if let Some(auth) = self.auth_header()? {
-                rb = rb.header(reqwest::header::AUTHORIZATION, auth);
-            }
+        if same_origin(url, &self.base_url)
+            && let Some(auth) = self.auth_header()?
+        {
+            rb = rb.header(reqwest::header::AUTHORIZATION, auth);
         }
         let resp = rb.send().await.map_err(classify_transport)?;
         if matches!(resp.status(), StatusCode::NOT_FOUND | StatusCode::GONE) {
@@ -230,12 +236,8 @@ fn same_origin(url: &str, base: &str) -> bool {
 /// Read a body in chunks, stopping at `limit` bytes. With `truncate`, a longer body is cut
 /// short (for error messages); otherwise it is an error, never an unbounded allocation.
 async fn read_limited(mut resp: Response, limit: usize, truncate: bool) -> Result<Vec<u8>, CallError> {
-    if !truncate {
-        if let Some(len) = resp.content_length() {
-            if len > limit as u64 {
-                return Err(too_large(limit));
-            }
-        }
+    if !truncate && resp.content_length().is_some_and(|len| len > limit as u64) {
+        return Err(too_large(limit));
     }
     let mut body = Vec::new();
     while let Some(chunk) = resp.chunk().await.map_err(classify_transport)? {
@@ -287,11 +289,7 @@ fn error_chain(e: &reqwest::Error) -> String {
 /// Classify a non-2xx status per DESIGN §4. Messages start with `HTTP <code>`.
 pub fn classify_status(status: StatusCode, retry_after: Option<Duration>, message: &str) -> CallError {
     let code = status.as_u16();
-    let message = if message.is_empty() {
-        format!("HTTP {code}")
-    } else {
-        format!("HTTP {code}: {message}")
-    };
+    let message = if message.is_empty() { format!("HTTP {code}") } else { format!("HTTP {code}: {message}") };
     match code {
         401 | 403 => CallError::Rejected {
             message: format!("{message} (the provider refused tally's credentials: check api_key_env and the key)"),
@@ -302,10 +300,9 @@ pub fn classify_status(status: StatusCode, retry_after: Option<Duration>, messag
             Some(after) => CallError::RetryAfter { after, message },
             None => CallError::Ambiguous(message),
         },
-        300..=399 => CallError::Rejected {
-            message: format!("{message} (unexpected redirect: check base_url)"),
-            config: true,
-        },
+        300..=399 => {
+            CallError::Rejected { message: format!("{message} (unexpected redirect: check base_url)"), config: true }
+        }
         400..=499 => CallError::Rejected { message, config: false },
         _ => CallError::Ambiguous(message),
     }
@@ -321,11 +318,8 @@ pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 /// fal's `detail`, or the start of the text.
 fn error_message(body: &[u8]) -> String {
     if let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) {
-        let found = v
-            .pointer("/error/message")
-            .or_else(|| v.get("detail"))
-            .or_else(|| v.get("error"))
-            .and_then(|m| m.as_str());
+        let found =
+            v.pointer("/error/message").or_else(|| v.get("detail")).or_else(|| v.get("error")).and_then(|m| m.as_str());
         if let Some(m) = found {
             return m.chars().take(500).collect();
         }
@@ -346,8 +340,12 @@ mod tests {
         assert!(matches!(classify_status(s(403), None, ""), CallError::Rejected { config: true, .. }));
         assert!(matches!(classify_status(s(404), None, ""), CallError::Rejected { config: false, .. }));
         let hint = Some(Duration::from_secs(7));
-        assert!(matches!(classify_status(s(429), hint, ""), CallError::RetryAfter { after, .. } if after.as_secs() == 7));
-        assert!(matches!(classify_status(s(429), None, ""), CallError::RetryAfter { after, .. } if after == DEFAULT_RETRY_AFTER));
+        assert!(
+            matches!(classify_status(s(429), hint, ""), CallError::RetryAfter { after, .. } if after.as_secs() == 7)
+        );
+        assert!(
+            matches!(classify_status(s(429), None, ""), CallError::RetryAfter { after, .. } if after == DEFAULT_RETRY_AFTER)
+        );
         assert!(matches!(classify_status(s(503), hint, ""), CallError::RetryAfter { .. }));
         assert!(matches!(classify_status(s(503), None, ""), CallError::Ambiguous(_)));
         for c in [500, 502, 504] {

@@ -109,9 +109,11 @@ impl Provider for OpenaiImages {
                 config: false,
             })?;
             let image = if let Some(b64) = first.b64_json {
-                let bytes = base64::engine::general_purpose::STANDARD.decode(b64.trim()).map_err(|e| {
-                    CallError::Rejected { message: format!("the provider's b64_json is not base64: {e}"), config: false }
-                })?;
+                let bytes =
+                    base64::engine::general_purpose::STANDARD.decode(b64.trim()).map_err(|e| CallError::Rejected {
+                        message: format!("the provider's b64_json is not base64: {e}"),
+                        config: false,
+                    })?;
                 image_from_bytes(bytes)?
             } else if let Some(url) = first.url {
                 match self.http.download(&url).await? {

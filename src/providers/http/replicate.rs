@@ -118,9 +118,11 @@ fn matches(p: &Prediction, req: &CallRequest) -> bool {
     if p.input.get("tally_marker").and_then(Value::as_str) != Some(req.idempotency_key.as_str()) {
         return false;
     }
-    let created_ms = p.created_at.as_deref().and_then(|t| humantime::parse_rfc3339_weak(t).ok()).and_then(|t| {
-        t.duration_since(UNIX_EPOCH).ok().map(|d| d.as_millis() as i64)
-    });
+    let created_ms = p
+        .created_at
+        .as_deref()
+        .and_then(|t| humantime::parse_rfc3339_weak(t).ok())
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok().map(|d| d.as_millis() as i64));
     match created_ms {
         Some(ms) => ms + CLOCK_SKEW.as_millis() as i64 >= req.calling_at_ms,
         None => true,
@@ -151,7 +153,10 @@ impl Provider for Replicate {
     fn poll<'a>(&'a self, job_id: &'a str) -> BoxFuture<'a, Result<JobState, CallError>> {
         Box::pin(async move {
             if job_id.is_empty() || !job_id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
-                return Err(CallError::Rejected { message: format!("`{job_id}` is not a prediction id"), config: false });
+                return Err(CallError::Rejected {
+                    message: format!("`{job_id}` is not a prediction id"),
+                    config: false,
+                });
             }
             let url = format!("{}/v1/predictions/{job_id}", self.http.base_url());
             let p: Prediction = self.http.send_json(self.http.request(Method::GET, &url, None)?).await?;
