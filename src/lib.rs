@@ -4,6 +4,7 @@
 //! Layout (see ARCHITECTURE.md for the map and the invariants):
 //! - [`config`]: raw TOML → resolved, validated configuration.
 //! - [`providers`]: the provider trait, its capabilities, and the adapters.
+//! - [`mock`]: the mock provider server (`tally mock-provider`) and its ledger.
 //! - [`render`]: placeholder PNG rendering for the demo and mock providers.
 
 pub mod clock;
@@ -12,6 +13,7 @@ pub mod domain;
 pub mod engine;
 pub mod failpoint;
 pub mod metrics;
+pub mod mock;
 pub mod providers;
 pub mod render;
 pub mod store;

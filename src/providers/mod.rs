@@ -7,10 +7,14 @@
 
 pub mod demo;
 pub mod fake;
+pub mod http;
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
+
+use crate::config::{ProviderConfig, ProviderKind};
 
 /// A boxed, sendable future; the trait is used as `dyn Provider`, so its methods return these.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -127,6 +131,54 @@ pub trait Provider: Send + Sync + 'static {
     fn find<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<Option<String>, CallError>> {
         let _ = req;
         Box::pin(async { Ok(None) })
+    }
+}
+
+/// Build the adapter for one configured provider. Errors name the provider and the problem
+/// (a missing `base_url`, a malformed `model`); a missing API key is reported per call, as a
+/// configuration rejection, so it can be fixed without restarting.
+pub fn build(cfg: &ProviderConfig) -> Result<Arc<dyn Provider>, String> {
+    let inner: Arc<dyn Provider> = match cfg.kind {
+        ProviderKind::Demo => Arc::new(demo::Demo::new(cfg.delay, 256)),
+        ProviderKind::OpenaiImages => Arc::new(http::openai_images::OpenaiImages::new(cfg)?),
+        ProviderKind::Replicate => Arc::new(http::replicate::Replicate::new(cfg)?),
+        ProviderKind::FalQueue => Arc::new(http::fal_queue::FalQueue::new(cfg)?),
+    };
+    Ok(match &cfg.billing_note {
+        Some(note) => Arc::new(WithBillingNote { inner, note: note.clone() }),
+        None => inner,
+    })
+}
+
+/// An adapter whose billing note comes from the configuration.
+struct WithBillingNote {
+    inner: Arc<dyn Provider>,
+    note: String,
+}
+
+impl Provider for WithBillingNote {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    fn billing_note(&self) -> &str {
+        &self.note
+    }
+
+    fn poll_interval(&self) -> Duration {
+        self.inner.poll_interval()
+    }
+
+    fn submit<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<Submitted, CallError>> {
+        self.inner.submit(req)
+    }
+
+    fn poll<'a>(&'a self, job_id: &'a str) -> BoxFuture<'a, Result<JobState, CallError>> {
+        self.inner.poll(job_id)
+    }
+
+    fn find<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<Option<String>, CallError>> {
+        self.inner.find(req)
     }
 }
 

@@ -1,0 +1,325 @@
+//! The mock provider server (`tally mock-provider`): speaks the OpenAI images, Replicate and
+//! fal queue API styles on loopback, and appends every API request it receives to a ledger
+//! file (one fsync'd JSON line each) so tests and users can count what was charged.
+//!
+//! Routes: `/v1/images/{generations,edits}` (OpenAI), `/v1/models/{owner}/{name}/predictions`
+//! and `/v1/predictions[/{id}]` (Replicate), `/fal/{model}[/requests/{id}[/status]]` (fal),
+//! `/files/{id}.png` (result downloads), and the control routes `/_mock/behavior` (GET, PUT)
+//! and `/_mock/ledger` (GET). Control routes and downloads are not in the ledger and need no
+//! `Authorization` header; every API route does.
+
+mod apis;
+pub mod behavior;
+mod ledger;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+
+pub use behavior::Behavior;
+use behavior::Scope;
+use ledger::Ledger;
+
+/// Command-line arguments of `tally mock-provider`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct MockArgs {
+    /// Address to listen on (loopback only).
+    #[arg(long, default_value = "127.0.0.1:7800")]
+    pub listen: SocketAddr,
+    /// File the request ledger is appended to (one JSON line per API request).
+    #[arg(long)]
+    pub ledger: PathBuf,
+    /// Delay before every API answer, in milliseconds.
+    #[arg(long, default_value_t = 0)]
+    pub latency_ms: u64,
+    /// How long an asynchronous job takes to finish, in milliseconds.
+    #[arg(long, default_value_t = 300)]
+    pub job_duration_ms: u64,
+    /// How long a finished result stays downloadable, in seconds.
+    #[arg(long, default_value_t = 3600)]
+    pub result_ttl_s: u64,
+    /// Answer creates with this 5xx status (not charged).
+    #[arg(long)]
+    pub fail_status: Option<u16>,
+    /// Answer creates with this 4xx status (not charged).
+    #[arg(long)]
+    pub reject_status: Option<u16>,
+    /// Answer creates with 429 and this `Retry-After` (not charged).
+    #[arg(long)]
+    pub retry_after_s: Option<u64>,
+    /// Do the work, charge, then close the connection without answering.
+    #[arg(long)]
+    pub drop_response: bool,
+    /// Narrow --drop-response to "create", "poll" or "list" requests.
+    #[arg(long)]
+    pub drop_on: Option<String>,
+}
+
+impl MockArgs {
+    /// Defaults on `127.0.0.1:0` (any free port) with the given ledger file: for tests.
+    pub fn loopback(ledger: PathBuf) -> Self {
+        let d = Behavior::default();
+        MockArgs {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            ledger,
+            latency_ms: d.latency_ms,
+            job_duration_ms: d.job_duration_ms,
+            result_ttl_s: d.result_ttl_s,
+            fail_status: None,
+            reject_status: None,
+            retry_after_s: None,
+            drop_response: false,
+            drop_on: None,
+        }
+    }
+
+    fn behavior(&self) -> Behavior {
+        Behavior {
+            latency_ms: self.latency_ms,
+            fail_status: self.fail_status,
+            reject_status: self.reject_status,
+            retry_after_s: self.retry_after_s,
+            drop_response: self.drop_response,
+            drop_on: self.drop_on.clone(),
+            job_duration_ms: self.job_duration_ms,
+            result_ttl_s: self.result_ttl_s,
+        }
+    }
+}
+
+/// A mock server running inside this process; stopped when dropped.
+#[derive(Debug)]
+pub struct MockServer {
+    addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl MockServer {
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://<addr>`: the `base_url` for `openai_images` and `replicate` providers.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// `http://<addr>/fal`: the `base_url` for `fal_queue` providers.
+    pub fn fal_url(&self) -> String {
+        format!("http://{}/fal", self.addr)
+    }
+}
+
+impl Drop for MockServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Start the mock on `args.listen` (port 0 picks a free port) in a background task.
+pub async fn spawn(args: MockArgs) -> std::io::Result<MockServer> {
+    let (listener, router) = prepare(&args).await?;
+    let addr = listener.local_addr()?;
+    let task = tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, router).await {
+            tracing::error!(error = %e, "mock provider stopped");
+        }
+    });
+    Ok(MockServer { addr, task })
+}
+
+/// Run the mock on `args.listen` until the process is killed.
+pub async fn run(args: MockArgs) -> std::io::Result<()> {
+    let (listener, router) = prepare(&args).await?;
+    let addr = listener.local_addr()?;
+    tracing::info!(%addr, ledger = %args.ledger.display(), "mock provider listening");
+    eprintln!(
+        "tally mock provider on http://{addr} (fal style under http://{addr}/fal), ledger {}",
+        args.ledger.display()
+    );
+    axum::serve(listener, router).await
+}
+
+async fn prepare(args: &MockArgs) -> std::io::Result<(tokio::net::TcpListener, Router)> {
+    let invalid = |m: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, m);
+    if !args.listen.ip().is_loopback() {
+        return Err(invalid(format!("the mock provider listens on loopback only, not {}", args.listen)));
+    }
+    let start = args.behavior();
+    start.validate().map_err(invalid)?;
+    let ledger = Ledger::open(&args.ledger).await?;
+    let state =
+        Arc::new(Mock { start: start.clone(), behavior: Mutex::new(start), ledger, jobs: Mutex::new(Jobs::default()) });
+    let listener = tokio::net::TcpListener::bind(args.listen).await?;
+    Ok((listener, router(state)))
+}
+
+fn router(state: Arc<Mock>) -> Router {
+    Router::new()
+        .route("/v1/images/generations", post(apis::openai_generations))
+        .route("/v1/images/edits", post(apis::openai_edits))
+        .route("/v1/models/{owner}/{name}/predictions", post(apis::replicate_create))
+        .route("/v1/predictions", get(apis::replicate_list))
+        .route("/v1/predictions/{id}", get(apis::replicate_get))
+        .route("/fal/{*path}", post(apis::fal_create).get(apis::fal_get))
+        .route("/files/{file}", get(apis::download))
+        .route("/_mock/behavior", get(get_behavior).put(put_behavior))
+        .route("/_mock/ledger", get(get_ledger))
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "no such route", "not_found") })
+        .layer(DefaultBodyLimit::max(64 << 20))
+        .with_state(state)
+}
+
+/// The shared state of one mock server.
+struct Mock {
+    /// The behaviour given at start; `null` in a patch restores these values.
+    start: Behavior,
+    behavior: Mutex<Behavior>,
+    ledger: Ledger,
+    jobs: Mutex<Jobs>,
+}
+
+impl Mock {
+    fn behavior(&self) -> Behavior {
+        lock(&self.behavior).clone()
+    }
+}
+
+/// Lock a mutex, recovering the data if a panicking holder poisoned it.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Which API style a request used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Api {
+    OpenaiImages,
+    Replicate,
+    FalQueue,
+}
+
+impl Api {
+    fn as_str(self) -> &'static str {
+        match self {
+            Api::OpenaiImages => "openai_images",
+            Api::Replicate => "replicate",
+            Api::FalQueue => "fal_queue",
+        }
+    }
+}
+
+/// Every generation the mock charged for, and the answers kept for idempotency keys.
+#[derive(Default)]
+struct Jobs {
+    by_id: HashMap<String, Job>,
+    /// Newest last.
+    order: Vec<String>,
+    replays: HashMap<(&'static str, String), Answer>,
+}
+
+/// One charged generation.
+struct Job {
+    id: String,
+    api: Api,
+    model: String,
+    prompt: String,
+    /// The create's input as echoed back (reference images replaced by their count).
+    input: Value,
+    created: SystemTime,
+    started: Instant,
+    duration: Duration,
+    ttl: Duration,
+}
+
+impl Job {
+    fn finished(&self) -> bool {
+        self.started.elapsed() >= self.duration
+    }
+
+    fn expired(&self) -> bool {
+        self.started.elapsed() >= self.duration + self.ttl
+    }
+
+    fn file_url(&self, base: &str) -> String {
+        format!("{base}/files/{}.png", self.id)
+    }
+}
+
+/// What the mock answers to one API request, and what the ledger records about it.
+#[derive(Debug, Clone)]
+struct Answer {
+    status: StatusCode,
+    body: Value,
+    retry_after: Option<u64>,
+    charged: bool,
+    job_id: Option<String>,
+}
+
+impl Answer {
+    fn ok(body: Value) -> Self {
+        Answer { status: StatusCode::OK, body, retry_after: None, charged: false, job_id: None }
+    }
+
+    fn charged(body: Value, job_id: String) -> Self {
+        Answer { status: StatusCode::OK, body, retry_after: None, charged: true, job_id: Some(job_id) }
+    }
+
+    fn error(status: StatusCode, message: &str, code: &str) -> Self {
+        Answer::ok(error_body(message, code)).with_status(status)
+    }
+
+    fn with_status(mut self, status: StatusCode) -> Self {
+        self.status = status;
+        self
+    }
+
+    fn into_response(self) -> Response {
+        let mut resp = (self.status, axum::Json(self.body)).into_response();
+        if let Some(s) = self.retry_after {
+            resp.headers_mut().insert(axum::http::header::RETRY_AFTER, s.into());
+        }
+        resp
+    }
+}
+
+/// An OpenAI-style error body (with `detail` too, as Replicate and fal use it).
+fn error_body(message: &str, code: &str) -> Value {
+    json!({"error": {"message": message, "type": "invalid_request_error", "code": code}, "detail": message})
+}
+
+fn error(status: StatusCode, message: &str, code: &str) -> Response {
+    (status, axum::Json(error_body(message, code))).into_response()
+}
+
+async fn get_behavior(State(mock): State<Arc<Mock>>) -> Response {
+    axum::Json(mock.behavior()).into_response()
+}
+
+async fn put_behavior(State(mock): State<Arc<Mock>>, body: axum::body::Bytes) -> Response {
+    let patch = match serde_json::from_slice::<Value>(&body) {
+        Ok(Value::Object(m)) => m,
+        _ => return error(StatusCode::BAD_REQUEST, "the body must be a JSON object", "invalid_json"),
+    };
+    let mut b = lock(&mock.behavior);
+    match b.patch(&patch, &mock.start) {
+        Ok(()) => axum::Json(b.clone()).into_response(),
+        Err(e) => error(StatusCode::BAD_REQUEST, &e, "invalid_behavior"),
+    }
+}
+
+async fn get_ledger(State(mock): State<Arc<Mock>>) -> Response {
+    match mock.ledger.read_all().await {
+        Ok(lines) => axum::Json(Value::Array(lines)).into_response(),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &format!("cannot read the ledger: {e}"), "ledger"),
+    }
+}

@@ -1,0 +1,367 @@
+//! The HTTP plumbing shared by every HTTP adapter: one reqwest client per provider, the API
+//! key (read from its environment variable at call time, never printed), bounded body reads,
+//! and the error classification of DESIGN §4.
+//!
+//! Nothing here retries: each method sends at most one request and says what its outcome
+//! proves.
+
+use std::fmt;
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+use reqwest::{Method, RequestBuilder, Response, StatusCode};
+use serde::de::DeserializeOwned;
+
+use crate::config::ProviderConfig;
+use crate::providers::{CallError, Image, sniff_image};
+
+/// How long to wait after a 429 that carries no `Retry-After` hint.
+pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(5);
+
+/// The most bytes of an error body read to find its message.
+const ERROR_BODY_LIMIT: usize = 16 * 1024;
+
+/// How the API key is presented in the `Authorization` header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthScheme {
+    /// `Authorization: Bearer <key>` (OpenAI, Replicate).
+    Bearer,
+    /// `Authorization: Key <key>` (fal).
+    Key,
+}
+
+/// An API key. Its `Debug` never shows the value.
+#[derive(Clone)]
+struct ApiKey(String);
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKey(<redacted>)")
+    }
+}
+
+/// One provider's HTTP client: base URL, credentials source, limits.
+#[derive(Debug, Clone)]
+pub struct HttpClient {
+    /// For API calls: no redirects (a redirected POST could be a resend).
+    api: reqwest::Client,
+    /// For result downloads: follows a few redirects (CDNs), sends no credentials off-origin.
+    download: reqwest::Client,
+    base_url: String,
+    scheme: AuthScheme,
+    api_key_env: Option<String>,
+    idempotency_header: Option<HeaderName>,
+    max_response_bytes: usize,
+}
+
+/// What a download of a result URL found.
+#[derive(Debug)]
+pub enum Download {
+    /// The bytes, checked to be an image.
+    Image(Image),
+    /// The URL answered 404 or 410: the result is no longer kept.
+    Gone,
+}
+
+impl HttpClient {
+    /// Build the client for `cfg`. Fails only on an unusable configuration (no `base_url`,
+    /// a bad header name, a TLS setup failure).
+    pub fn new(cfg: &ProviderConfig, scheme: AuthScheme) -> Result<Self, String> {
+        // reqwest is built without a default crypto provider; install ring once per process.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let base_url = cfg
+            .base_url
+            .as_deref()
+            .ok_or_else(|| format!("provider `{}`: base_url is required for kind {}", cfg.name, cfg.kind.as_str()))?
+            .trim_end_matches('/')
+            .to_string();
+        let idempotency_header = match &cfg.idempotency_header {
+            None => None,
+            Some(h) => Some(
+                HeaderName::from_bytes(h.as_bytes())
+                    .map_err(|_| format!("provider `{}`: `{h}` is not a valid header name", cfg.name))?,
+            ),
+        };
+        let builder = || {
+            reqwest::Client::builder()
+                .connect_timeout(cfg.connect_timeout)
+                .timeout(cfg.request_timeout)
+                .retry(reqwest::retry::never())
+                .user_agent(concat!("tally/", env!("CARGO_PKG_VERSION")))
+        };
+        let tls_err = |e: reqwest::Error| format!("provider `{}`: cannot build HTTP client: {e}", cfg.name);
+        let api = builder().redirect(reqwest::redirect::Policy::none()).build().map_err(tls_err)?;
+        let download = builder().redirect(reqwest::redirect::Policy::limited(5)).build().map_err(tls_err)?;
+        Ok(HttpClient {
+            api,
+            download,
+            base_url,
+            scheme,
+            api_key_env: cfg.api_key_env.clone(),
+            idempotency_header,
+            max_response_bytes: cfg.max_response_bytes,
+        })
+    }
+
+    /// The base URL without a trailing slash.
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    /// Whether an idempotency header is configured.
+    pub fn sends_idempotency_key(&self) -> bool {
+        self.idempotency_header.is_some()
+    }
+
+    /// Start a request to `url` with credentials and, when `idempotency_key` is given and a
+    /// header is configured, the idempotency header. Fails before sending when the key's
+    /// environment variable is missing.
+    pub fn request(
+        &self,
+        method: Method,
+        url: &str,
+        idempotency_key: Option<&str>,
+    ) -> Result<RequestBuilder, CallError> {
+        let mut headers = HeaderMap::new();
+        if let Some(auth) = self.auth_header()? {
+            headers.insert(reqwest::header::AUTHORIZATION, auth);
+        }
+        if let (Some(name), Some(key)) = (&self.idempotency_header, idempotency_key) {
+            let value = HeaderValue::from_str(key)
+                .map_err(|_| CallError::NotSent("idempotency key is not a valid header value".into()))?;
+            headers.insert(name.clone(), value);
+        }
+        Ok(self.api.request(method, url).headers(headers))
+    }
+
+    fn auth_header(&self) -> Result<Option<HeaderValue>, CallError> {
+        let Some(var) = &self.api_key_env else { return Ok(None) };
+        let key = match std::env::var(var) {
+            Ok(k) if !k.trim().is_empty() => ApiKey(k.trim().to_string()),
+            _ => {
+                return Err(CallError::Rejected {
+                    message: format!("the API key environment variable {var} is not set (api_key_env)"),
+                    config: true,
+                });
+            }
+        };
+        let prefix = match self.scheme {
+            AuthScheme::Bearer => "Bearer",
+            AuthScheme::Key => "Key",
+        };
+        let mut value = HeaderValue::from_str(&format!("{prefix} {}", key.0)).map_err(|_| CallError::Rejected {
+            message: format!("the API key in {var} contains characters not allowed in a header"),
+            config: true,
+        })?;
+        value.set_sensitive(true);
+        Ok(Some(value))
+    }
+
+    /// Send one request and classify the outcome; only a 2xx answer comes back as `Ok`.
+    pub async fn send(&self, rb: RequestBuilder) -> Result<Response, CallError> {
+        let resp = rb.send().await.map_err(classify_transport)?;
+        check_status(resp).await
+    }
+
+    /// Send one request and decode its 2xx JSON answer. An undecodable answer is `Ambiguous`
+    /// (the provider may have acted on it); one over `max_response_bytes` is `Rejected`.
+    pub async fn send_json<T: DeserializeOwned>(&self, rb: RequestBuilder) -> Result<T, CallError> {
+        let resp = self.send(rb).await?;
+        let body = read_limited(resp, self.max_response_bytes, false).await?;
+        serde_json::from_slice(&body)
+            .map_err(|e| CallError::Ambiguous(format!("undecodable answer from provider: {e}")))
+    }
+
+    /// Like [`HttpClient::send_json`], but a 404 or 410 answer is `Ok(None)`: the thing
+    /// asked for is gone (an expired result), which is a definite answer.
+    pub async fn send_json_or_gone<T: DeserializeOwned>(&self, rb: RequestBuilder) -> Result<Option<T>, CallError> {
+        let resp = rb.send().await.map_err(classify_transport)?;
+        if matches!(resp.status(), StatusCode::NOT_FOUND | StatusCode::GONE) {
+            return Ok(None);
+        }
+        let resp = check_status(resp).await?;
+        let body = read_limited(resp, self.max_response_bytes, false).await?;
+        serde_json::from_slice(&body)
+            .map(Some)
+            .map_err(|e| CallError::Ambiguous(format!("undecodable answer from provider: {e}")))
+    }
+
+    /// Download a result URL. Credentials are sent only to the provider's own origin.
+    pub async fn download(&self, url: &str) -> Result<Download, CallError> {
+        let mut rb = self.download.get(url);
+        if same_origin(url, &self.base_url)
+            && let Some(auth) = self.auth_header()?
+        {
+            rb = rb.header(reqwest::header::AUTHORIZATION, auth);
+        }
+        let resp = rb.send().await.map_err(classify_transport)?;
+        if matches!(resp.status(), StatusCode::NOT_FOUND | StatusCode::GONE) {
+            return Ok(Download::Gone);
+        }
+        let resp = check_status(resp).await?;
+        let bytes = read_limited(resp, self.max_response_bytes, false).await?;
+        Ok(Download::Image(image_from_bytes(bytes)?))
+    }
+}
+
+/// Check that bytes the provider returned as its result are an image.
+pub fn image_from_bytes(bytes: Vec<u8>) -> Result<Image, CallError> {
+    match sniff_image(&bytes) {
+        Some(media_type) => Ok(Image { bytes, media_type: media_type.into() }),
+        None => Err(CallError::Rejected {
+            message: format!("the provider's result is not a PNG, JPEG or WebP image ({} bytes)", bytes.len()),
+            config: false,
+        }),
+    }
+}
+
+/// Pass a 2xx answer through; turn any other status into its classified error.
+async fn check_status(resp: Response) -> Result<Response, CallError> {
+    let status = resp.status();
+    if status.is_success() {
+        return Ok(resp);
+    }
+    let hint = retry_after(resp.headers());
+    let body = read_limited(resp, ERROR_BODY_LIMIT, true).await.unwrap_or_default();
+    Err(classify_status(status, hint, &error_message(&body)))
+}
+
+fn same_origin(url: &str, base: &str) -> bool {
+    match (reqwest::Url::parse(url), reqwest::Url::parse(base)) {
+        (Ok(a), Ok(b)) => a.origin() == b.origin(),
+        _ => false,
+    }
+}
+
+/// Read a body in chunks, stopping at `limit` bytes. With `truncate`, a longer body is cut
+/// short (for error messages); otherwise it is an error, never an unbounded allocation.
+async fn read_limited(mut resp: Response, limit: usize, truncate: bool) -> Result<Vec<u8>, CallError> {
+    if !truncate && resp.content_length().is_some_and(|len| len > limit as u64) {
+        return Err(too_large(limit));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(classify_transport)? {
+        if body.len() + chunk.len() > limit {
+            if truncate {
+                body.extend_from_slice(&chunk[..limit - body.len()]);
+                return Ok(body);
+            }
+            return Err(too_large(limit));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+fn too_large(limit: usize) -> CallError {
+    CallError::Rejected {
+        message: format!("the provider's answer is larger than max_response_bytes ({limit} bytes)"),
+        config: false,
+    }
+}
+
+/// Classify a transport error: a failed connect proves nothing was sent; anything after
+/// connecting (timeout, reset, broken body) leaves the outcome unknown.
+pub fn classify_transport(e: reqwest::Error) -> CallError {
+    // reqwest's Display never includes headers, so the key cannot leak through it; the URL
+    // is ours and carries no secret.
+    let detail = error_chain(&e);
+    if e.is_connect() || e.is_builder() {
+        CallError::NotSent(detail)
+    } else if e.is_timeout() {
+        CallError::Ambiguous(format!("timed out after sending: {detail}"))
+    } else {
+        CallError::Ambiguous(detail)
+    }
+}
+
+fn error_chain(e: &reqwest::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// Classify a non-2xx status per DESIGN §4. Messages start with `HTTP <code>`.
+pub fn classify_status(status: StatusCode, retry_after: Option<Duration>, message: &str) -> CallError {
+    let code = status.as_u16();
+    let message = if message.is_empty() { format!("HTTP {code}") } else { format!("HTTP {code}: {message}") };
+    match code {
+        401 | 403 => CallError::Rejected {
+            message: format!("{message} (the provider refused tally's credentials: check api_key_env and the key)"),
+            config: true,
+        },
+        429 => CallError::RetryAfter { after: retry_after.unwrap_or(DEFAULT_RETRY_AFTER), message },
+        503 => match retry_after {
+            Some(after) => CallError::RetryAfter { after, message },
+            None => CallError::Ambiguous(message),
+        },
+        300..=399 => {
+            CallError::Rejected { message: format!("{message} (unexpected redirect: check base_url)"), config: true }
+        }
+        400..=499 => CallError::Rejected { message, config: false },
+        _ => CallError::Ambiguous(message),
+    }
+}
+
+/// Parse `Retry-After` given in seconds; an HTTP date or garbage counts as no hint.
+pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let text = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
+    text.parse::<u64>().ok().map(Duration::from_secs)
+}
+
+/// The human message from an error body: OpenAI's `error.message`, Replicate's `detail`,
+/// fal's `detail`, or the start of the text.
+fn error_message(body: &[u8]) -> String {
+    if let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) {
+        let found =
+            v.pointer("/error/message").or_else(|| v.get("detail")).or_else(|| v.get("error")).and_then(|m| m.as_str());
+        if let Some(m) = found {
+            return m.chars().take(500).collect();
+        }
+    }
+    String::from_utf8_lossy(body).chars().take(200).collect::<String>().trim().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_are_classified_per_design() {
+        let s = |c: u16| StatusCode::from_u16(c).unwrap();
+        assert!(matches!(classify_status(s(400), None, "x"), CallError::Rejected { config: false, .. }));
+        assert!(matches!(classify_status(s(422), None, ""), CallError::Rejected { config: false, .. }));
+        assert!(matches!(classify_status(s(401), None, ""), CallError::Rejected { config: true, .. }));
+        assert!(matches!(classify_status(s(403), None, ""), CallError::Rejected { config: true, .. }));
+        assert!(matches!(classify_status(s(404), None, ""), CallError::Rejected { config: false, .. }));
+        let hint = Some(Duration::from_secs(7));
+        assert!(
+            matches!(classify_status(s(429), hint, ""), CallError::RetryAfter { after, .. } if after.as_secs() == 7)
+        );
+        assert!(
+            matches!(classify_status(s(429), None, ""), CallError::RetryAfter { after, .. } if after == DEFAULT_RETRY_AFTER)
+        );
+        assert!(matches!(classify_status(s(503), hint, ""), CallError::RetryAfter { .. }));
+        assert!(matches!(classify_status(s(503), None, ""), CallError::Ambiguous(_)));
+        for c in [500, 502, 504] {
+            assert!(matches!(classify_status(s(c), None, ""), CallError::Ambiguous(_)));
+        }
+    }
+
+    #[test]
+    fn error_messages_are_extracted() {
+        assert_eq!(error_message(br#"{"error":{"message":"bad prompt","type":"x","code":"y"}}"#), "bad prompt");
+        assert_eq!(error_message(br#"{"detail":"nope"}"#), "nope");
+        assert_eq!(error_message(b"plain text"), "plain text");
+    }
+
+    #[test]
+    fn api_key_debug_is_redacted() {
+        assert_eq!(format!("{:?}", ApiKey("sk-secret".into())), "ApiKey(<redacted>)");
+    }
+}
