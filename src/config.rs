@@ -409,15 +409,15 @@ fn resolve_provider(p: RawProvider, i: usize, origin: &str) -> Result<ProviderCo
             return Err(bad("model", format!("is required for kind {kind_text}")));
         }
     }
-    if let Some(env) = &p.api_key_env {
-        if env.is_empty() || env.contains('=') {
-            return Err(bad("api_key_env", "must name an environment variable".into()));
-        }
+    if let Some(env) = &p.api_key_env
+        && (env.is_empty() || env.contains('='))
+    {
+        return Err(bad("api_key_env", "must name an environment variable".into()));
     }
-    if let Some(h) = &p.idempotency_header {
-        if h.is_empty() || !h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
-            return Err(bad("idempotency_header", format!("`{h}` is not a valid header name")));
-        }
+    if let Some(h) = &p.idempotency_header
+        && (h.is_empty() || !h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+    {
+        return Err(bad("idempotency_header", format!("`{h}` is not a valid header name")));
     }
     let max_response_bytes = match p.max_response_bytes {
         None => demo.max_response_bytes,

@@ -264,10 +264,10 @@ impl Engine {
         if t.params.to_string().len() > MAX_PARAMS_BYTES {
             return Err(EngineError::Invalid(format!("params are larger than {MAX_PARAMS_BYTES} bytes")));
         }
-        if let Some(k) = &t.idempotency_key {
-            if k.is_empty() || k.len() > 256 {
-                return Err(EngineError::Invalid("the idempotency key must be 1 to 256 characters".into()));
-            }
+        if let Some(k) = &t.idempotency_key
+            && (k.is_empty() || k.len() > 256)
+        {
+            return Err(EngineError::Invalid("the idempotency key must be 1 to 256 characters".into()));
         }
         Ok(())
     }

@@ -284,10 +284,12 @@ impl Run<'_> {
         let unknown = |detail: &str| Next::Settle(Finish::Unknown { reason: format!("{why}; {detail}") });
         if caps.idempotent_create {
             // The provider dedupes by our key: replaying cannot start a second paid job.
-            let mut n = 1;
-            while self.now() < deadline && !self.should_stop() {
+            // At least one replay even when the deadline already passed (a long outage).
+            for n in 1.. {
+                if self.should_stop() {
+                    return Next::Stop;
+                }
                 tokio::time::sleep(self.retry_delay(n)).await;
-                n += 1;
                 match self.entry.provider.submit(&req).await {
                     Ok(Submitted::Done(img)) => return Next::Image(img),
                     Ok(Submitted::Accepted(job)) => return Next::Job(job),
@@ -299,12 +301,11 @@ impl Run<'_> {
                     }
                     Err(e) => tracing::info!(error = %e, "replay with the same idempotency key did not answer yet"),
                 }
+                if self.now() >= deadline {
+                    break;
+                }
             }
-            return if self.should_stop() {
-                Next::Stop
-            } else {
-                unknown("replays with the same idempotency key did not get an answer before the recovery deadline")
-            };
+            return unknown("replays with the same idempotency key did not get an answer before the recovery deadline");
         }
         if caps.lookup {
             // Look for the job by the marker sent with it; a listing that does not show it

@@ -126,10 +126,10 @@ impl Fake {
         s.counts.received += 1;
         let n = s.counts.received;
         self.received_tx.send_replace(n);
-        if self.caps.idempotent_create {
-            if let Some(job) = s.by_key.get(&req.idempotency_key) {
-                return (Step::Succeed, Some(job.clone()));
-            }
+        if self.caps.idempotent_create
+            && let Some(job) = s.by_key.get(&req.idempotency_key)
+        {
+            return (Step::Succeed, Some(job.clone()));
         }
         if matches!(step, Step::Succeed | Step::Hang | Step::AcceptAndLose) {
             s.counts.charged += 1;

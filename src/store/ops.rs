@@ -365,6 +365,9 @@ pub(super) fn release_busy(
     Ok(true)
 }
 
+/// A running execution's (token, phase, job id, idempotency key, calling_at, attempt).
+type RunningRow = (String, String, Option<String>, String, Option<Millis>, i64);
+
 /// Claim a handed-off envelope: take its lease and open (or adopt) an execution.
 pub(super) fn claim(
     c: &Connection,
@@ -401,7 +404,7 @@ pub(super) fn claim(
         return Ok(ClaimOutcome::Lost);
     }
     let params: Value = serde_json::from_str(&params_text).unwrap_or(Value::Null);
-    let running: Option<(String, String, Option<String>, String, Option<Millis>, i64)> = c
+    let running: Option<RunningRow> = c
         .prepare_cached(
             "SELECT token, phase, provider_job_id, idempotency_key, calling_at, attempt
              FROM executions WHERE task_id = ?1 AND status = 'running'",

@@ -1,0 +1,726 @@
+//! Engine tests: every row of DESIGN §4 (busy / failed / unknown) and §6 (recovery), the
+//! stale worker, duplicate delivery, cancel, retry, resolve, idle and bad input. Each test
+//! asserts the task status, the timeline, **and** what the fake provider received: a system
+//! can resend and still write a correct-looking status.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tally::clock::{Clock, ManualClock, SystemClock};
+use tally::config::{Durability, EngineConfig};
+use tally::domain::TaskStatus;
+use tally::engine::{Engine, EngineError, EngineParts, ProviderEntry};
+use tally::metrics::Metrics;
+use tally::providers::fake::{Counts, Fake, Step};
+use tally::providers::{CallRequest, Capabilities, Image, Provider};
+use tally::store::{
+    CancelOutcome, ClaimOutcome, NewTask, ResolveOutcome, RetryOutcome, Store, StoreError, SubmitOutcome, TaskView,
+};
+
+const NONE: Capabilities = Capabilities { idempotent_create: false, lookup: false };
+const IDEMPOTENT: Capabilities = Capabilities { idempotent_create: true, lookup: false };
+
+/// A fresh data dir under the system temp dir.
+pub fn temp_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tally-test-{tag}-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&d).expect("create temp dir");
+    d
+}
+
+fn config() -> EngineConfig {
+    EngineConfig {
+        workers: 4,
+        lease: Duration::from_secs(30),
+        heartbeat: Duration::from_secs(10),
+        dispatch_grace: Duration::from_secs(10),
+        max_attempts: 3,
+        backoff_base: Duration::from_millis(5),
+        backoff_max: Duration::from_millis(50),
+        busy_delay: Duration::from_millis(20),
+        ..EngineConfig::default()
+    }
+}
+
+struct Harness {
+    dir: PathBuf,
+    store: Store,
+    fake: Arc<Fake>,
+    engine: Engine,
+}
+
+impl Harness {
+    async fn new(fake: Fake) -> Harness {
+        Harness::with(fake, config(), Arc::new(SystemClock), 4).await
+    }
+
+    async fn with(fake: Fake, cfg: EngineConfig, clock: Arc<dyn Clock>, max_concurrency: usize) -> Harness {
+        let dir = temp_dir("engine");
+        let store = Store::open(&dir.join("tally.db"), Durability::Full).expect("open store");
+        let fake = Arc::new(fake);
+        let engine = start(&store, &dir, &fake, cfg, clock, max_concurrency).await;
+        Harness { dir, store, fake, engine }
+    }
+
+    async fn submit(&self, prompt: &str) -> String {
+        match self.engine.submit(task(prompt)).await.expect("submit") {
+            SubmitOutcome::Created(id) => id,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    async fn task(&self, id: &str) -> TaskView {
+        self.store.get_task(id.into()).await.expect("read").expect("task exists")
+    }
+
+    async fn kinds(&self, id: &str) -> Vec<String> {
+        self.store.events(id.into()).await.expect("events").into_iter().map(|e| e.kind).collect()
+    }
+
+    /// Wait (bounded) until the task reaches one of `want`.
+    async fn wait(&self, id: &str, want: &[TaskStatus]) -> TaskView {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let t = self.task(id).await;
+            if want.contains(&t.status) {
+                return t;
+            }
+            assert!(Instant::now() < deadline, "task {id} stuck in {:?}: {:?}", t.status, t.reason);
+            self.engine.poke();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    async fn settle(&self, id: &str) -> TaskView {
+        self.wait(id, &[TaskStatus::Succeeded, TaskStatus::Failed, TaskStatus::Unknown, TaskStatus::Canceled]).await
+    }
+
+    fn counts(&self) -> Counts {
+        self.fake.counts()
+    }
+}
+
+async fn start(
+    store: &Store,
+    dir: &Path,
+    fake: &Arc<Fake>,
+    cfg: EngineConfig,
+    clock: Arc<dyn Clock>,
+    max_concurrency: usize,
+) -> Engine {
+    let provider: Arc<dyn Provider> = fake.clone();
+    Engine::start(EngineParts {
+        store: store.clone(),
+        config: cfg,
+        clock,
+        providers: vec![ProviderEntry::new("fake", provider, max_concurrency)],
+        data_dir: dir.to_path_buf(),
+        metrics: Arc::new(Metrics::new()),
+    })
+    .await
+    .expect("engine starts")
+}
+
+fn task(prompt: &str) -> NewTask {
+    NewTask {
+        provider: "fake".into(),
+        prompt: prompt.into(),
+        params: serde_json::json!({}),
+        idempotency_key: None,
+        retry_of: None,
+    }
+}
+
+fn count(kinds: &[String], kind: &str) -> usize {
+    kinds.iter().filter(|k| *k == kind).count()
+}
+
+async fn assert_artifact_verifies(h: &Harness, t: &TaskView) {
+    assert_eq!(t.artifacts.len(), 1, "exactly one artifact");
+    let a = &t.artifacts[0];
+    let bytes = std::fs::read(h.dir.join(&a.path)).expect("artifact file exists");
+    assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"));
+    use sha2::Digest;
+    assert_eq!(tally::domain::hex(&sha2::Sha256::digest(&bytes)), a.sha256);
+    assert_eq!(bytes.len() as i64, a.bytes);
+}
+
+// ---- DESIGN §4: busy, failed and unknown are different ----
+
+#[tokio::test]
+async fn succeeded_saves_a_verified_artifact_and_calls_once() {
+    let h = Harness::new(Fake::new(NONE)).await;
+    let id = h.submit("red sneaker").await;
+    let t = h.settle(&id).await;
+    assert_eq!(t.status, TaskStatus::Succeeded);
+    assert_eq!(t.attempts, 1);
+    assert_artifact_verifies(&h, &t).await;
+    assert_eq!(h.counts(), Counts { received: 1, charged: 1, polls: 0, finds: 0 });
+    assert_eq!(h.kinds(&id).await, ["submitted", "claimed", "calling", "succeeded"]);
+}
+
+#[tokio::test]
+async fn busy_provider_releases_without_counting_an_attempt() {
+    let h = Harness::with(Fake::new(NONE), config(), Arc::new(SystemClock), 1).await;
+    h.fake.script([Step::Hang]);
+    let first = h.submit("first").await;
+    h.fake.wait_received(1).await;
+    let second = h.submit("second").await;
+    let t = h.wait(&second, &[TaskStatus::Waiting]).await;
+    assert_eq!(t.attempts, 0, "a busy release counts no attempt");
+    assert!(t.reason.as_deref().unwrap_or("").contains("free slot"), "{:?}", t.reason);
+    assert_eq!(h.counts().received, 1, "nothing was sent for the busy task");
+    let kinds = h.kinds(&second).await;
+    assert!(kinds.contains(&"busy".to_string()) && !kinds.contains(&"failed".to_string()), "{kinds:?}");
+    h.fake.release();
+    assert_eq!(h.settle(&first).await.status, TaskStatus::Succeeded);
+    let t = h.settle(&second).await;
+    assert_eq!((t.status, t.attempts), (TaskStatus::Succeeded, 1));
+    assert_eq!(h.counts().charged, 2);
+}
+
+#[tokio::test]
+async fn never_sent_is_retried_with_backoff_then_succeeds() {
+    let h = Harness::new(Fake::new(NONE)).await;
+    h.fake.script([Step::FailBeforeSending, Step::FailBeforeSending]);
+    let id = h.submit("retry me").await;
+    let t = h.settle(&id).await;
+    assert_eq!((t.status, t.attempts), (TaskStatus::Succeeded, 3));
+    assert_eq!(h.counts(), Counts { received: 1, charged: 1, polls: 0, finds: 0 });
+    assert_eq!(count(&h.kinds(&id).await, "retry_scheduled"), 2);
+}
+
+#[tokio::test]
+async fn never_sent_gives_up_after_max_attempts() {
+    let h = Harness::new(Fake::new(NONE)).await;
+    h.fake.script(std::iter::repeat_n(Step::FailBeforeSending, 3));
+    let id = h.submit("nobody home").await;
+    let t = h.settle(&id).await;
+    assert_eq!((t.status, t.attempts), (TaskStatus::Failed, 3));
+    assert_eq!(t.failure_kind.as_deref(), Some("not_sent"));
+    assert_eq!(h.counts().received, 0, "nothing ever reached the provider");
+    let kinds = h.kinds(&id).await;
+    assert_eq!((count(&kinds, "retry_scheduled"), count(&kinds, "failed")), (2, 1));
+}
+
+#[tokio::test]
+async fn rejected_fails_at_once_without_retry() {
+    let h = Harness::new(Fake::new(NONE)).await;
+    h.fake.script([Step::Reject]);
+    let id = h.submit("not allowed").await;
+    let t = h.settle(&id).await;
+    assert_eq!((t.status, t.attempts), (TaskStatus::Failed, 1));
+    assert_eq!(t.failure_kind.as_deref(), Some("rejected"));
+    assert_eq!(h.counts().received, 1);
+    assert_eq!(count(&h.kinds(&id).await, "retry_scheduled"), 0);
+}
+
+#[tokio::test]
+async fn retry_after_is_honoured() {
+    let h = Harness::new(Fake::new(NONE)).await;
+    h.fake.script([Step::RateLimit(Duration::from_millis(300))]);
+    let started = Instant::now();
+    let id = h.submit("slow down").await;
+    let t = h.settle(&id).await;
+    assert!(started.elapsed() >= Duration::from_millis(300), "retried before the hint");
+    assert_eq!((t.status, t.attempts), (TaskStatus::Succeeded, 2));
+    assert_eq!(h.counts(), Counts { received: 2, charged: 1, polls: 0, finds: 0 });
+    assert_eq!(count(&h.kinds(&id).await, "retry_scheduled"), 1);
+}
+
+#[tokio::test]
+async fn ambiguous_without_capability_is_unknown_and_never_resent() {
+    let h = Harness::new(Fake::new(NONE)).await;
+    h.fake.script([Step::AcceptAndLose]);
+    let id = h.submit("lost answer").await;
+    let t = h.settle(&id).await;
+    assert_eq!(t.status, TaskStatus::Unknown);
+    assert!(t.may_have_charged);
+    let msg = tally::domain::status_message(t.status, t.reason.as_deref(), false);
+    assert!(msg.contains("cannot be confirmed") && msg.contains("may be charged again"), "{msg}");
+    // Give any (wrong) automatic retry a chance to happen before counting.
+    h.engine.poke();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(h.counts(), Counts { received: 1, charged: 1, polls: 0, finds: 0 });
+    assert_eq!(h.kinds(&id).await, ["submitted", "claimed", "calling", "unknown"]);
+}
+
+#[tokio::test]
+async fn ambiguous_with_idempotent_create_replays_with_the_same_key() {
+    let h = Harness::new(Fake::new(IDEMPOTENT)).await;
+    h.fake.script([Step::AcceptAndLose]);
+    let id = h.submit("replay me").await;
+    let t = h.settle(&id).await;
+    assert_eq!((t.status, t.attempts), (TaskStatus::Succeeded, 1), "a replay spends no attempt");
+    assert_eq!(h.counts(), Counts { received: 2, charged: 1, polls: 0, finds: 0 });
+}
+
+#[tokio::test]
+async fn ambiguous_with_lookup_finds_the_job_and_polls_it() {
+    let h = Harness::new(Fake::asynchronous(2)).await;
+    h.fake.script([Step::AcceptAndLose]);
+    let id = h.submit("find me").await;
+    let t = h.settle(&id).await;
+    assert_eq!(t.status, TaskStatus::Succeeded);
+    let c = h.counts();
+    assert_eq!((c.received, c.charged), (1, 1));
+    assert!(c.finds >= 1 && c.polls >= 3, "{c:?}");
+    assert!(h.kinds(&id).await.contains(&"accepted".to_string()));
+}
+
+#[tokio::test]
+async fn async_job_id_is_persisted_then_polled() {
+    let h = Harness::new(Fake::asynchronous(3)).await;
+    let id = h.submit("async").await;
+    let t = h.settle(&id).await;
+    assert_eq!(t.status, TaskStatus::Succeeded);
+    assert_artifact_verifies(&h, &t).await;
+    let c = h.counts();
+    assert_eq!((c.received, c.charged, c.polls), (1, 1, 4));
+    assert_eq!(h.kinds(&id).await, ["submitted", "claimed", "calling", "accepted", "succeeded"]);
+}
+
+#[tokio::test]
+async fn circuit_opens_after_repeated_failures_and_pauses_new_calls() {
+    let cfg =
+        EngineConfig { circuit_failures: 2, circuit_pause: Duration::from_secs(60), max_attempts: 10, ..config() };
+    let h = Harness::with(Fake::new(NONE), cfg, Arc::new(SystemClock), 4).await;
+    h.fake.script([Step::FailBeforeSending, Step::FailBeforeSending]);
+    let id = h.submit("outage").await;
+    // After two failures the circuit is open: the next delivery is paused, not called.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let t = loop {
+        let t = h.task(&id).await;
+        if t.reason.as_deref().unwrap_or("").contains("paused") {
+            break t;
+        }
+        assert!(Instant::now() < deadline, "circuit never paused: {:?}", t.reason);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert_eq!((t.status, t.attempts), (TaskStatus::Waiting, 2), "a paused delivery counts no attempt");
+    assert_eq!(h.counts().received, 0);
+}
+
+// ---- DESIGN §6: recovery from evidence ----
+
+/// Hand an envelope off as an earlier process run would have, and return it.
+async fn handed_off(store: &Store, id: &str) -> tally::store::Handoff {
+    let now = SystemClock.now();
+    let batch = store.dispatch_due(now, 100, 10_000, "earlier-boot").await.expect("dispatch");
+    batch.handoffs.into_iter().find(|h| h.task_id == id).expect("handed off")
+}
+
+/// Claim as an earlier run would have; returns (execution token, lease token).
+async fn claimed(store: &Store, id: &str) -> (String, String, String) {
+    let h = handed_off(store, id).await;
+    let lease = uuid::Uuid::new_v4().to_string();
+    match store.claim(h, lease.clone(), "earlier-boot".into(), SystemClock.now(), 30_000).await.expect("claim") {
+        ClaimOutcome::Claimed(c) => (c.execution_token, lease, c.idempotency_key),
+        ClaimOutcome::Lost => panic!("claim lost"),
+    }
+}
+
+/// A store with one submitted task and no engine running yet.
+async fn store_with_task(prompt: &str) -> (PathBuf, Store, String) {
+    let dir = temp_dir("recovery");
+    let store = Store::open(&dir.join("tally.db"), Durability::Full).expect("open");
+    let id = store.submit(task(prompt), SystemClock.now()).await.expect("submit").task_id().to_string();
+    (dir, store, id)
+}
+
+async fn engine_on(dir: &Path, store: &Store, fake: Fake, cfg: EngineConfig) -> Harness {
+    let fake = Arc::new(fake);
+    let engine = start(store, dir, &fake, cfg, Arc::new(SystemClock), 4).await;
+    Harness { dir: dir.into(), store: store.clone(), fake, engine }
+}
+
+#[tokio::test]
+async fn recovery_requeues_a_hand_off_that_was_never_claimed() {
+    let (dir, store, id) = store_with_task("lost hand-off").await;
+    handed_off(&store, &id).await;
+    let h = engine_on(&dir, &store, Fake::new(NONE), config()).await;
+    let t = h.settle(&id).await;
+    assert_eq!(t.status, TaskStatus::Succeeded);
+    assert_eq!(h.counts().received, 1);
+    assert!(h.kinds(&id).await.contains(&"requeued".to_string()));
+}
+
+#[tokio::test]
+async fn recovery_gives_up_after_too_many_hand_offs() {
+    let (dir, store, id) = store_with_task("undeliverable").await;
+    handed_off(&store, &id).await;
+    let h = engine_on(&dir, &store, Fake::new(NONE), EngineConfig { max_sends: 1, ..config() }).await;
+    let t = h.settle(&id).await;
+    assert_eq!((t.status, t.failure_kind.as_deref()), (TaskStatus::Failed, Some("undeliverable")));
+    assert_eq!(h.counts().received, 0);
+}
+
+#[tokio::test]
+async fn recovery_abandons_an_execution_that_never_called() {
+    let (dir, store, id) = store_with_task("claimed only").await;
+    claimed(&store, &id).await;
+    let h = engine_on(&dir, &store, Fake::new(NONE), config()).await;
+    let t = h.settle(&id).await;
+    assert_eq!((t.status, t.attempts), (TaskStatus::Succeeded, 1));
+    assert_eq!(h.counts().received, 1);
+    assert!(h.kinds(&id).await.contains(&"abandoned".to_string()));
+}
+
+#[tokio::test]
+async fn recovery_after_calling_without_capability_is_unknown() {
+    let (dir, store, id) = store_with_task("mid-call crash").await;
+    let (exec, lease, _) = claimed(&store, &id).await;
+    store.record_calling(exec, lease, SystemClock.now()).await.expect("calling");
+    let h = engine_on(&dir, &store, Fake::new(NONE), config()).await;
+    let t = h.settle(&id).await;
+    assert_eq!(t.status, TaskStatus::Unknown);
+    h.engine.poke();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(h.counts().received, 0, "no blind resend");
+    let kinds = h.kinds(&id).await;
+    assert_eq!(kinds.last().map(String::as_str), Some("unknown"), "{kinds:?}");
+}
+
+/// The request of an execution as the provider would have received it.
+fn request(prompt: &str, key: &str) -> CallRequest {
+    CallRequest {
+        task_id: String::new(),
+        prompt: prompt.into(),
+        params: serde_json::json!({}),
+        idempotency_key: key.into(),
+        references: vec![],
+        calling_at_ms: 0,
+    }
+}
+
+#[tokio::test]
+async fn recovery_after_calling_with_idempotent_create_replays_uncharged() {
+    let (dir, store, id) = store_with_task("idempotent crash").await;
+    let (exec, lease, key) = claimed(&store, &id).await;
+    store.record_calling(exec, lease, SystemClock.now()).await.expect("calling");
+    let fake = Fake::new(IDEMPOTENT);
+    fake.script([Step::AcceptAndLose]);
+    // The earlier run's request reached the provider and was charged; then the run died.
+    assert!(fake.submit(&request("idempotent crash", &key)).await.is_err());
+    let h = engine_on(&dir, &store, fake, config()).await;
+    let t = h.settle(&id).await;
+    assert_eq!(t.status, TaskStatus::Succeeded);
+    assert_eq!(h.counts(), Counts { received: 2, charged: 1, polls: 0, finds: 0 });
+    let kinds = h.kinds(&id).await;
+    assert!(kinds.contains(&"recovering".to_string()) && kinds.contains(&"resumed".to_string()), "{kinds:?}");
+}
+
+#[tokio::test]
+async fn recovery_after_calling_with_lookup_finds_the_job() {
+    let (dir, store, id) = store_with_task("lookup crash").await;
+    let (exec, lease, key) = claimed(&store, &id).await;
+    store.record_calling(exec, lease, SystemClock.now()).await.expect("calling");
+    let fake = Fake::asynchronous(1);
+    fake.script([Step::AcceptAndLose]);
+    assert!(fake.submit(&request("lookup crash", &key)).await.is_err());
+    let h = engine_on(&dir, &store, fake, config()).await;
+    let t = h.settle(&id).await;
+    assert_eq!(t.status, TaskStatus::Succeeded);
+    let c = h.counts();
+    assert_eq!((c.received, c.charged), (1, 1), "found and polled, never resubmitted");
+    assert!(c.finds >= 1);
+}
+
+#[tokio::test]
+async fn recovery_of_an_accepted_job_polls_it() {
+    let (dir, store, id) = store_with_task("accepted crash").await;
+    let (exec, lease, key) = claimed(&store, &id).await;
+    store.record_calling(exec.clone(), lease.clone(), SystemClock.now()).await.expect("calling");
+    let fake = Fake::asynchronous(1);
+    let job = match fake.submit(&request("accepted crash", &key)).await {
+        Ok(tally::providers::Submitted::Accepted(job)) => job,
+        other => panic!("{other:?}"),
+    };
+    store.record_accepted(exec, lease, job, SystemClock.now()).await.expect("accepted");
+    let h = engine_on(&dir, &store, fake, config()).await;
+    let t = h.settle(&id).await;
+    assert_eq!(t.status, TaskStatus::Succeeded);
+    let c = h.counts();
+    assert_eq!((c.received, c.charged, c.finds), (1, 1, 0));
+    assert!(c.polls >= 2);
+}
+
+#[tokio::test]
+async fn recovery_commits_an_image_saved_before_the_crash() {
+    let (dir, store, id) = store_with_task("saved not committed").await;
+    let (exec, lease, _) = claimed(&store, &id).await;
+    store.record_calling(exec.clone(), lease, SystemClock.now()).await.expect("calling");
+    std::fs::create_dir_all(dir.join("artifacts")).expect("dir");
+    let png = tally::render::placeholder_png("saved", 8);
+    std::fs::write(dir.join(format!("artifacts/{exec}.png")), &png).expect("write");
+    let h = engine_on(&dir, &store, Fake::new(NONE), config()).await;
+    let t = h.settle(&id).await;
+    assert_eq!(t.status, TaskStatus::Succeeded);
+    assert_artifact_verifies(&h, &t).await;
+    assert_eq!(h.counts().received, 0, "finished from the file, no call");
+    assert!(h.kinds(&id).await.contains(&"recovered".to_string()));
+}
+
+#[tokio::test]
+async fn orphaned_artifact_files_are_deleted_but_evidence_is_kept() {
+    let (dir, store, id) = store_with_task("evidence").await;
+    let (exec, _lease, _) = claimed(&store, &id).await;
+    std::fs::create_dir_all(dir.join("artifacts")).expect("dir");
+    let orphan = dir.join(format!("artifacts/{}.png", uuid::Uuid::new_v4()));
+    std::fs::write(&orphan, tally::render::placeholder_png("orphan", 8)).expect("write");
+    let cfg = EngineConfig { orphan_grace: Duration::from_millis(1), ..config() };
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let h = engine_on(&dir, &store, Fake::new(NONE), cfg).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while orphan.exists() {
+        assert!(Instant::now() < deadline, "orphan never deleted");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The claimed execution was abandoned and run again; its task's own artifact stays.
+    let t = h.settle(&id).await;
+    assert_eq!(t.status, TaskStatus::Succeeded);
+    assert_artifact_verifies(&h, &t).await;
+    assert!(!t.artifacts[0].path.contains(&exec), "the abandoned execution produced nothing");
+}
+
+// ---- Fencing: a worker that lost its lease ----
+
+#[tokio::test]
+async fn stale_worker_is_fenced_and_calls_nothing_again() {
+    let clock = Arc::new(ManualClock::new(SystemClock.now()));
+    let cfg = EngineConfig {
+        lease: Duration::from_secs(7200),
+        heartbeat: Duration::from_secs(3600),
+        recovery_deadline: Duration::from_secs(36_000),
+        ..config()
+    };
+    let h = Harness::with(Fake::new(IDEMPOTENT), cfg, clock.clone(), 4).await;
+    h.fake.script([Step::Hang]);
+    let id = h.submit("stale").await;
+    h.fake.wait_received(1).await;
+    // Worker A hangs in the call; its lease runs out.
+    clock.advance(Duration::from_secs(3 * 3600));
+    assert_eq!(h.engine.reconcile_now().await.expect("reconcile"), 1);
+    // Worker B adopts the execution and replays with the same key: not charged again.
+    let t = h.settle(&id).await;
+    assert_eq!(t.status, TaskStatus::Succeeded);
+    assert_eq!(h.counts(), Counts { received: 2, charged: 1, polls: 0, finds: 0 });
+    let before = h.kinds(&id).await;
+    // A comes back with its result: its fenced write changes nothing.
+    h.fake.release();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let after = h.task(&id).await;
+    assert_eq!(after.status, TaskStatus::Succeeded);
+    assert_eq!(after.artifacts.len(), 1);
+    assert_eq!(after.artifacts[0].id, t.artifacts[0].id, "A overwrote nothing");
+    assert_eq!(h.kinds(&id).await, before, "A wrote nothing to the timeline");
+    assert_eq!(h.counts().received, 2, "A called nothing again");
+}
+
+#[tokio::test]
+async fn late_result_of_the_same_execution_resolves_unknown() {
+    let clock = Arc::new(ManualClock::new(SystemClock.now()));
+    let cfg = EngineConfig { lease: Duration::from_secs(7200), heartbeat: Duration::from_secs(3600), ..config() };
+    let h = Harness::with(Fake::new(NONE), cfg, clock.clone(), 4).await;
+    h.fake.script([Step::Hang]);
+    let id = h.submit("late").await;
+    h.fake.wait_received(1).await;
+    clock.advance(Duration::from_secs(3 * 3600));
+    h.engine.reconcile_now().await.expect("reconcile");
+    assert_eq!(h.task(&id).await.status, TaskStatus::Unknown);
+    h.fake.release();
+    let t = h.wait(&id, &[TaskStatus::Succeeded]).await;
+    assert_artifact_verifies(&h, &t).await;
+    assert!(h.kinds(&id).await.contains(&"late_result".to_string()));
+    assert_eq!(h.counts().received, 1);
+}
+
+#[tokio::test]
+async fn duplicate_delivery_is_claimed_by_exactly_one_worker() {
+    let (dir, store, id) = store_with_task("duplicate").await;
+    let hand = handed_off(&store, &id).await;
+    let mut claims = Vec::new();
+    for _ in 0..8 {
+        let (s, hand) = (store.clone(), hand.clone());
+        claims.push(tokio::spawn(async move {
+            s.claim(hand, uuid::Uuid::new_v4().to_string(), "earlier-boot".into(), SystemClock.now(), 30_000).await
+        }));
+    }
+    let mut won = 0;
+    for c in claims {
+        if let ClaimOutcome::Claimed(_) = c.await.expect("join").expect("claim") {
+            won += 1;
+        }
+    }
+    assert_eq!(won, 1);
+    // The winner's run died before calling: recovery runs the task once.
+    let h = engine_on(&dir, &store, Fake::new(NONE), config()).await;
+    assert_eq!(h.settle(&id).await.status, TaskStatus::Succeeded);
+    assert_eq!(h.counts().received, 1);
+    assert_eq!(count(&h.kinds(&id).await, "claimed"), 2, "the duplicate claim and the recovery run");
+}
+
+// ---- Cancel, retry, resolve ----
+
+#[tokio::test]
+async fn cancel_of_a_queued_task_is_immediate_and_nothing_is_sent() {
+    let h = Harness::with(Fake::new(NONE), EngineConfig { workers: 1, ..config() }, Arc::new(SystemClock), 1).await;
+    h.fake.script([Step::Hang]);
+    let first = h.submit("occupies the worker").await;
+    h.fake.wait_received(1).await;
+    let second = h.submit("to cancel").await;
+    assert_eq!(h.engine.cancel(&second).await.expect("cancel"), CancelOutcome::Canceled);
+    h.fake.release();
+    assert_eq!(h.settle(&first).await.status, TaskStatus::Succeeded);
+    assert_eq!(h.task(&second).await.status, TaskStatus::Canceled);
+    h.engine.poke();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(h.counts().received, 1, "the canceled task was never sent");
+}
+
+#[tokio::test]
+async fn cancel_of_a_running_task_keeps_the_paid_result() {
+    let h = Harness::new(Fake::new(NONE)).await;
+    h.fake.script([Step::Hang]);
+    let id = h.submit("running").await;
+    h.fake.wait_received(1).await;
+    assert_eq!(h.engine.cancel(&id).await.expect("cancel"), CancelOutcome::Requested);
+    h.fake.release();
+    let t = h.settle(&id).await;
+    assert_eq!(t.status, TaskStatus::Succeeded);
+    assert!(t.reason.as_deref().unwrap_or("").contains("may have been charged"), "{:?}", t.reason);
+    assert!(h.kinds(&id).await.contains(&"cancel_requested".to_string()));
+}
+
+#[tokio::test]
+async fn retry_after_unknown_needs_acknowledgement_and_makes_a_new_task() {
+    let h = Harness::new(Fake::new(NONE)).await;
+    h.fake.script([Step::AcceptAndLose]);
+    let id = h.submit("retry").await;
+    assert_eq!(h.settle(&id).await.status, TaskStatus::Unknown);
+    assert_eq!(h.engine.retry(&id, false, None).await.expect("retry"), RetryOutcome::NeedsAcknowledgement);
+    let RetryOutcome::Created(new) = h.engine.retry(&id, true, None).await.expect("retry") else { panic!("no retry") };
+    assert_ne!(new, id);
+    let t = h.settle(&new).await;
+    assert_eq!((t.status, t.retry_of.as_deref()), (TaskStatus::Succeeded, Some(id.as_str())));
+    assert_eq!(h.task(&id).await.status, TaskStatus::Unknown, "the original stays unknown");
+    assert_eq!(h.counts().charged, 2, "the acknowledged retry is a second paid call");
+}
+
+#[tokio::test]
+async fn operator_resolves_unknown_as_failed_or_with_an_image() {
+    let h = Harness::new(Fake::new(NONE)).await;
+    h.fake.script([Step::AcceptAndLose, Step::AcceptAndLose]);
+    let a = h.submit("resolve a").await;
+    let b = h.submit("resolve b").await;
+    h.settle(&a).await;
+    h.settle(&b).await;
+    assert_eq!(
+        h.engine.resolve(&a, None, "provider dashboard shows an error").await.expect("resolve"),
+        ResolveOutcome::Resolved
+    );
+    let img = Image { bytes: tally::render::placeholder_png("found", 8), media_type: "image/png".into() };
+    assert_eq!(h.engine.resolve(&b, Some(img), "found it").await.expect("resolve"), ResolveOutcome::Resolved);
+    let (ta, tb) = (h.task(&a).await, h.task(&b).await);
+    assert_eq!((ta.status, ta.failure_kind.as_deref()), (TaskStatus::Failed, Some("operator")));
+    assert_eq!(tb.status, TaskStatus::Succeeded);
+    assert_artifact_verifies(&h, &tb).await;
+    assert!(h.kinds(&a).await.contains(&"resolved".to_string()));
+    let not_image = Image { bytes: b"hello".to_vec(), media_type: "image/png".into() };
+    assert!(h.engine.resolve(&a, Some(not_image), "").await.is_err());
+    assert_eq!(h.counts().received, 2);
+}
+
+// ---- Submit, idle, bad input ----
+
+#[tokio::test]
+async fn idempotency_key_returns_the_same_task_or_a_conflict() {
+    let h = Harness::new(Fake::new(NONE)).await;
+    let with_key = |p: &str| NewTask { idempotency_key: Some("k-1".into()), ..task(p) };
+    let SubmitOutcome::Created(id) = h.engine.submit(with_key("one")).await.expect("submit") else { panic!() };
+    assert_eq!(h.engine.submit(with_key("one")).await.expect("again"), SubmitOutcome::Existing(id.clone()));
+    assert_eq!(h.engine.submit(with_key("two")).await.expect("other"), SubmitOutcome::Conflict(id.clone()));
+    h.settle(&id).await;
+    assert_eq!(h.counts().received, 1);
+}
+
+#[tokio::test]
+async fn an_idle_engine_runs_no_sql() {
+    let h = Harness::new(Fake::new(NONE)).await;
+    let id = h.submit("warm up").await;
+    h.settle(&id).await;
+    // Let in-flight follow-ups (the dispatcher's last look, the reconciler's re-arm) finish.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = h.store.statements();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(h.store.statements(), before, "an idle engine executed SQL");
+}
+
+#[tokio::test]
+async fn concurrent_writes_share_commits() {
+    let h = Harness::new(Fake::new(NONE)).await;
+    h.fake.script(std::iter::repeat_n(Step::Hang, 4));
+    let before = h.store.commits();
+    let mut joins = Vec::new();
+    for i in 0..200 {
+        let s = h.store.clone();
+        joins.push(tokio::spawn(async move { s.submit(task(&format!("batch {i}")), SystemClock.now()).await }));
+    }
+    for j in joins {
+        j.await.expect("join").expect("submit");
+    }
+    let commits = h.store.commits() - before;
+    assert!(commits < 150, "200 concurrent submits took {commits} commits: no group commit");
+    h.fake.release();
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_and_stores_nothing() {
+    let h = Harness::new(Fake::new(NONE)).await;
+    let cases = [
+        NewTask { provider: "nope".into(), ..task("x") },
+        task("   "),
+        NewTask { params: serde_json::json!({"big": "x".repeat(100_000)}), ..task("x") },
+        NewTask { params: serde_json::json!([1, 2]), ..task("x") },
+        task(&"p".repeat(100_000)),
+    ];
+    for t in cases {
+        assert!(matches!(h.engine.submit(t).await, Err(EngineError::Invalid(_))));
+    }
+    assert!(h.store.list_tasks(None, None, 10).await.expect("list").is_empty());
+}
+
+#[test]
+fn a_file_that_is_not_a_tally_database_is_refused_and_left_alone() {
+    let dir = temp_dir("not-tally");
+    let junk = dir.join("junk.db");
+    std::fs::write(&junk, b"this is not sqlite at all, just some bytes".repeat(200)).expect("write");
+    let before = std::fs::read(&junk).expect("read");
+    assert!(matches!(Store::open(&junk, Durability::Full), Err(StoreError::NotTally { .. })));
+    assert_eq!(std::fs::read(&junk).expect("read"), before, "the file was changed");
+
+    let other = dir.join("other.db");
+    rusqlite::Connection::open(&other).and_then(|c| c.execute_batch("CREATE TABLE notes (x)")).expect("sqlite");
+    assert!(matches!(Store::open(&other, Durability::Full), Err(StoreError::NotTally { .. })));
+
+    let newer = dir.join("newer.db");
+    Store::open(&newer, Durability::Full).and_then(|s| s.close()).expect("create");
+    rusqlite::Connection::open(&newer).and_then(|c| c.execute_batch("PRAGMA user_version = 999")).expect("bump");
+    assert!(matches!(Store::open(&newer, Durability::Full), Err(StoreError::TooNew { found: 999, .. })));
+}
+
+#[test]
+fn check_passes_on_a_healthy_database_and_reports_a_broken_one() {
+    let dir = temp_dir("check");
+    let db = dir.join("tally.db");
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let store = Store::open(&db, Durability::Full).expect("open");
+    rt.block_on(store.submit(task("check me"), 1)).expect("submit");
+    store.close().expect("close");
+    assert_eq!(tally::store::check(&db, Some(&dir)).expect("check"), Vec::<String>::new());
+    rusqlite::Connection::open(&db)
+        .and_then(|c| c.execute_batch("UPDATE tasks SET status = 'succeeded'"))
+        .expect("break it");
+    let problems = tally::store::check(&db, Some(&dir)).expect("check");
+    assert!(problems.iter().any(|p| p.contains("without an artifact")), "{problems:?}");
+}

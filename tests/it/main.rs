@@ -1,0 +1,3 @@
+//! tally's integration tests, built as one test binary (one link instead of many).
+
+mod engine;
