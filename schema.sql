@@ -24,12 +24,14 @@ CREATE TABLE tasks (
     may_have_charged INTEGER NOT NULL DEFAULT 0 CHECK (may_have_charged IN (0, 1)),
     cancel_requested INTEGER NOT NULL DEFAULT 0 CHECK (cancel_requested IN (0, 1)),
     retry_of         TEXT REFERENCES tasks(id),
-    set_id           TEXT,                        -- image set this task is a shot of (sets table, v2)
+    set_id           TEXT REFERENCES sets(id),    -- the image set this task is a shot of
     set_position     INTEGER,                     -- order of the shot in its set
     created_at       INTEGER NOT NULL,
-    updated_at       INTEGER NOT NULL
+    updated_at       INTEGER NOT NULL,
+    shot_role        TEXT CHECK (shot_role IN ('main', 'selling_point', 'scene'))
 ) STRICT;
 CREATE INDEX tasks_by_status ON tasks(status, id);
+CREATE INDEX tasks_by_set ON tasks(set_id, set_position) WHERE set_id IS NOT NULL;
 CREATE INDEX tasks_by_retry_of ON tasks(retry_of) WHERE retry_of IS NOT NULL;
 
 -- The outbox: one logical delivery of a task to the executor, written in the submit
@@ -100,3 +102,34 @@ CREATE TABLE events (
     execution_token  TEXT
 ) STRICT;
 CREATE INDEX events_by_task ON events(task_id, id);
+
+-- Reference images uploaded by the user (product photos), deduplicated by content.
+CREATE TABLE uploads (
+    id               TEXT PRIMARY KEY,
+    sha256           TEXT NOT NULL UNIQUE,
+    path             TEXT NOT NULL,               -- relative to the data dir
+    bytes            INTEGER NOT NULL CHECK (bytes > 0),
+    media_type       TEXT NOT NULL CHECK (media_type IN ('image/png', 'image/jpeg', 'image/webp')),
+    created_at       INTEGER NOT NULL
+) STRICT;
+
+-- A product's image set: reference photos plus a shot list. Each shot is a task
+-- (tasks.set_id, tasks.set_position); only one shot of a set is scheduled at a time.
+CREATE TABLE sets (
+    id               TEXT PRIMARY KEY,            -- UUIDv7
+    idempotency_key  TEXT UNIQUE,
+    request_hash     TEXT NOT NULL,
+    product          TEXT NOT NULL,
+    style            TEXT,
+    provider         TEXT NOT NULL,
+    canceled         INTEGER NOT NULL DEFAULT 0 CHECK (canceled IN (0, 1)),
+    created_at       INTEGER NOT NULL,
+    updated_at       INTEGER NOT NULL
+) STRICT;
+
+CREATE TABLE set_references (
+    set_id           TEXT NOT NULL REFERENCES sets(id),
+    position         INTEGER NOT NULL,
+    upload_id        TEXT NOT NULL REFERENCES uploads(id),
+    PRIMARY KEY (set_id, position)
+) STRICT;

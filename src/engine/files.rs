@@ -62,6 +62,45 @@ pub async fn save(data_dir: &Path, name: &str, tmp_tag: &str, img: Image) -> Res
     Ok(art)
 }
 
+/// Save an uploaded reference image as `uploads/<sha256>.<ext>` (content-addressed, so the
+/// same photo uploaded twice is stored once) and describe it.
+pub async fn save_upload(
+    data_dir: &Path,
+    bytes: Vec<u8>,
+    media_type: &str,
+    now: crate::domain::Millis,
+) -> Result<crate::store::UploadView, String> {
+    let sha256 = hex(&Sha256::digest(&bytes));
+    let rel = format!("uploads/{sha256}.{}", extension(media_type));
+    let view = crate::store::UploadView {
+        id: uuid::Uuid::now_v7().to_string(),
+        sha256: sha256.clone(),
+        path: rel.clone(),
+        bytes: bytes.len() as i64,
+        media_type: media_type.into(),
+        created_at: now,
+    };
+    let dir = data_dir.to_path_buf();
+    tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+        std::fs::create_dir_all(dir.join("uploads"))?;
+        if dir.join(&rel).exists() {
+            return Ok(());
+        }
+        let tmp = dir.join("uploads").join(format!(".{sha256}.{}.tmp", uuid::Uuid::new_v4()));
+        {
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(&bytes)?;
+            f.sync_all()?;
+        }
+        std::fs::rename(&tmp, dir.join(&rel))?;
+        std::fs::File::open(dir.join("uploads"))?.sync_all()
+    })
+    .await
+    .map_err(|e| format!("upload writer failed: {e}"))?
+    .map_err(|e| format!("cannot save the upload: {e}"))?;
+    Ok(view)
+}
+
 /// Look for a complete image file saved by execution `token` and verify it.
 pub fn find_saved(data_dir: &Path, token: &str) -> Option<NewArtifact> {
     ["image/png", "image/jpeg", "image/webp"].iter().find_map(|mt| {

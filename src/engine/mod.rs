@@ -29,13 +29,20 @@ use crate::domain::{Millis, TaskStatus};
 use crate::metrics::Metrics;
 use crate::providers::{Image, Provider};
 use crate::store::{
-    CancelOutcome, NewArtifact, NewTask, Resolution, ResolveOutcome, RetryOutcome, Store, StoreError, SubmitOutcome,
+    CancelOutcome, NewArtifact, NewSet, NewTask, Resolution, ResolveOutcome, RetryOutcome, SHOT_ROLES, Store,
+    StoreError, SubmitOutcome, UploadView,
 };
 
 /// The largest prompt tally accepts, in bytes.
 pub const MAX_PROMPT_BYTES: usize = 8 * 1024;
 /// The largest `params` object tally accepts, serialised, in bytes.
 pub const MAX_PARAMS_BYTES: usize = 16 * 1024;
+/// The largest reference image tally accepts, in bytes.
+pub const MAX_UPLOAD_BYTES: usize = 10 * 1024 * 1024;
+/// The most shots one image set may list.
+pub const MAX_SHOTS: usize = 50;
+/// The most reference images one image set may carry.
+pub const MAX_REFERENCES: usize = 8;
 
 /// Errors the engine returns to its callers (the API and CLI).
 #[derive(Debug, thiserror::Error)]
@@ -44,7 +51,16 @@ pub enum EngineError {
     #[error("{0}")]
     Invalid(String),
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(StoreError),
+}
+
+impl From<StoreError> for EngineError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Invalid(m) => EngineError::Invalid(m),
+            e => EngineError::Store(e),
+        }
+    }
 }
 
 /// A change of a task's status, broadcast to subscribers (live views, `--wait`, benchmarks).
@@ -272,9 +288,71 @@ impl Engine {
         Ok(())
     }
 
+    /// Store a reference image (PNG, JPEG or WebP, checked from its bytes), deduplicated by
+    /// content.
+    pub async fn upload(&self, bytes: Vec<u8>) -> Result<UploadView, EngineError> {
+        if bytes.len() > MAX_UPLOAD_BYTES {
+            return Err(EngineError::Invalid(format!("the image is larger than {MAX_UPLOAD_BYTES} bytes")));
+        }
+        let media_type = crate::providers::sniff_image(&bytes)
+            .ok_or_else(|| EngineError::Invalid("the upload is not a PNG, JPEG or WebP image".into()))?;
+        let upload = files::save_upload(&self.shared.data_dir, bytes, media_type, self.shared.now())
+            .await
+            .map_err(|e| EngineError::Store(StoreError::Fatal(e)))?;
+        Ok(self.shared.store.save_upload(upload).await?)
+    }
+
+    /// Validate and durably create an image set: one task per shot, run one at a time.
+    pub async fn create_set(&self, set: NewSet) -> Result<SubmitOutcome, EngineError> {
+        if set.product.trim().is_empty() {
+            return Err(EngineError::Invalid("the product name is empty".into()));
+        }
+        if set.shots.is_empty() || set.shots.len() > MAX_SHOTS {
+            return Err(EngineError::Invalid(format!("a set needs 1 to {MAX_SHOTS} shots")));
+        }
+        if set.references.len() > MAX_REFERENCES {
+            return Err(EngineError::Invalid(format!("a set takes at most {MAX_REFERENCES} reference images")));
+        }
+        for (i, shot) in set.shots.iter().enumerate() {
+            if !SHOT_ROLES.contains(&shot.role.as_str()) {
+                return Err(EngineError::Invalid(format!(
+                    "shot {}: role `{}` is not one of {}",
+                    i + 1,
+                    shot.role,
+                    SHOT_ROLES.join(", ")
+                )));
+            }
+            let t = NewTask {
+                provider: set.provider.clone(),
+                prompt: set.shot_prompt(shot),
+                params: shot.params.clone(),
+                ..NewTask::default()
+            };
+            self.validate(&t).map_err(|e| EngineError::Invalid(format!("shot {}: {e}", i + 1)))?;
+            if shot.prompt.trim().is_empty() {
+                return Err(EngineError::Invalid(format!("shot {}: the prompt is empty", i + 1)));
+            }
+        }
+        let out = self.shared.store.create_set(set, self.shared.now()).await?;
+        if matches!(out, SubmitOutcome::Created(_)) {
+            self.shared.wake_dispatcher.notify_one();
+        }
+        Ok(out)
+    }
+
+    /// Cancel a set's shots that were not sent yet; a running shot finishes honestly.
+    /// `None` if there is no such set.
+    pub async fn cancel_set(&self, id: &str) -> Result<Option<usize>, EngineError> {
+        let out = self.shared.store.cancel_set(id.into(), self.shared.now()).await?;
+        self.shared.wake_dispatcher.notify_one();
+        Ok(out)
+    }
+
     /// Cancel a task (at once if nothing was sent; otherwise cancel-requested).
     pub async fn cancel(&self, task: &str) -> Result<CancelOutcome, EngineError> {
         let out = self.shared.store.cancel(task.into(), self.shared.now()).await?;
+        // A canceled shot lets the next shot of its set run.
+        self.shared.wake_dispatcher.notify_one();
         match out {
             CancelOutcome::Canceled => self.shared.changed(task, TaskStatus::Canceled),
             CancelOutcome::Requested => self.shared.changed(task, TaskStatus::Running),

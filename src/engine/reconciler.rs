@@ -63,7 +63,6 @@ pub(super) async fn run_once(shared: &Arc<Shared>) -> Result<usize, EngineError>
     for (_, d) in &items {
         shared.metrics.recovery(kind(d));
     }
-    let resumed = items.iter().any(|(_, d)| matches!(d, Recovery::Requeue | Recovery::Abandon | Recovery::Resume));
     let applied = shared.store.apply_recovery(items, shared.now()).await?;
     let n = applied.len();
     if n > 0 {
@@ -72,7 +71,8 @@ pub(super) async fn run_once(shared: &Arc<Shared>) -> Result<usize, EngineError>
     for (task, status) in applied {
         shared.changed(&task, status);
     }
-    if resumed {
+    if n > 0 {
+        // Requeued envelopes, and next shots of sets whose shot was settled, are due now.
         shared.wake_dispatcher.notify_one();
     }
     Ok(n)

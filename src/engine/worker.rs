@@ -152,15 +152,27 @@ impl Run<'_> {
         self.shared.now()
     }
 
-    fn request(&self, calling_at: Millis) -> CallRequest {
+    fn request(&self, calling_at: Millis, references: &[Image]) -> CallRequest {
         CallRequest {
             task_id: self.claim.task_id.clone(),
             prompt: self.claim.prompt.clone(),
             params: self.claim.params.clone(),
             idempotency_key: self.claim.idempotency_key.clone(),
-            references: Vec::new(),
+            references: references.to_vec(),
             calling_at_ms: calling_at,
         }
+    }
+
+    /// Read the reference images from disk (before any transaction or call).
+    async fn references(&self) -> Result<Vec<Image>, String> {
+        let mut out = Vec::with_capacity(self.claim.references.len());
+        for u in &self.claim.references {
+            let bytes = tokio::fs::read(self.shared.data_dir.join(&u.path))
+                .await
+                .map_err(|e| format!("cannot read reference image {}: {e}", u.id))?;
+            out.push(Image { bytes, media_type: u.media_type.clone() });
+        }
+        Ok(out)
     }
 
     async fn finish(&self, f: Finish) -> Result<(), StoreError> {
@@ -190,6 +202,14 @@ impl Run<'_> {
         let store = &self.shared.store;
         let name = &self.entry.name;
         let mut calling_at = c.calling_at.unwrap_or_else(|| self.now());
+        let references = match self.references().await {
+            Ok(r) => r,
+            Err(e) if c.phase == Phase::Claimed => {
+                return self.finish(Finish::Failed { kind: FailureKind::InvalidResult, reason: e }).await;
+            }
+            // Polling an accepted job needs no references.
+            Err(_) => Vec::new(),
+        };
         let next = match c.phase {
             Phase::Claimed => {
                 crash("after-claim");
@@ -200,7 +220,7 @@ impl Run<'_> {
                 store.record_calling(c.execution_token.clone(), c.lease_token.clone(), calling_at).await?;
                 crash("after-calling");
                 self.shared.metrics.picked_up((calling_at - c.created_at).max(0) as f64 / 1000.0);
-                let result = self.entry.provider.submit(&self.request(calling_at)).await;
+                let result = self.entry.provider.submit(&self.request(calling_at, &references)).await;
                 self.shared
                     .breaker_record(self.entry, !matches!(&result, Err(e) if !matches!(e, CallError::Rejected { .. })));
                 match result {
@@ -214,13 +234,13 @@ impl Run<'_> {
                     }
                     Err(e) => {
                         self.shared.metrics.provider_call(name, outcome_label(&e));
-                        self.on_error(e, calling_at).await?
+                        self.on_error(e, calling_at, &references).await?
                     }
                 }
             }
             Phase::Calling => {
                 tracing::info!("resuming an execution whose call may have reached the provider");
-                self.recover_call(calling_at, "the worker was interrupted during the call".into()).await
+                self.recover_call(calling_at, &references, "the worker was interrupted during the call".into()).await
             }
             Phase::Accepted => match &c.job_id {
                 Some(job) => Next::Job(job.clone()),
@@ -247,7 +267,7 @@ impl Run<'_> {
     }
 
     /// Classify a failed first call (DESIGN §4).
-    async fn on_error(&self, e: CallError, calling_at: Millis) -> Result<Next, StoreError> {
+    async fn on_error(&self, e: CallError, calling_at: Millis, references: &[Image]) -> Result<Next, StoreError> {
         let attempt = self.claim.attempt as u32;
         let max_attempts = self.shared.cfg.max_attempts as i64;
         Ok(match e {
@@ -271,15 +291,15 @@ impl Run<'_> {
                     format!("the provider rejected the request: {message}")
                 },
             }),
-            CallError::Ambiguous(m) => self.recover_call(calling_at, m).await,
+            CallError::Ambiguous(m) => self.recover_call(calling_at, references, m).await,
         })
     }
 
     /// The call may have reached the provider and its answer is missing: call again only
     /// if the provider can prove that is safe.
-    async fn recover_call(&self, calling_at: Millis, why: String) -> Next {
+    async fn recover_call(&self, calling_at: Millis, references: &[Image], why: String) -> Next {
         let caps = self.entry.provider.capabilities();
-        let req = self.request(calling_at);
+        let req = self.request(calling_at, references);
         let deadline = self.deadline(calling_at);
         let unknown = |detail: &str| Next::Settle(Finish::Unknown { reason: format!("{why}; {detail}") });
         if caps.idempotent_create {

@@ -13,10 +13,12 @@
 mod open;
 mod ops;
 mod read;
+mod sets;
 
 pub use open::{SCHEMA_VERSION, StoreError, backup, check};
 pub use ops::*;
 pub use read::*;
+pub use sets::*;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -12,7 +12,7 @@ use rusqlite::{Connection, OpenFlags, trace::TraceEventCodes};
 use crate::config::Durability;
 
 /// The schema version this build writes. Older databases are migrated; newer ones refused.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// `PRAGMA application_id` of tally databases ("taly").
 const APPLICATION_ID: i64 = 0x7461_6c79;
@@ -22,7 +22,23 @@ const SCHEMA: &str = include_str!("../../schema.sql");
 
 /// Migrations from version `n` to `n + 1`, indexed by `n - 1`. Each runs in the transaction
 /// that also bumps `user_version`.
-const MIGRATIONS: &[&str] = &[];
+const MIGRATIONS: &[&str] = &[
+    // 1 → 2: product image sets and reference uploads.
+    "CREATE TABLE uploads (
+        id TEXT PRIMARY KEY, sha256 TEXT NOT NULL UNIQUE, path TEXT NOT NULL,
+        bytes INTEGER NOT NULL CHECK (bytes > 0),
+        media_type TEXT NOT NULL CHECK (media_type IN ('image/png', 'image/jpeg', 'image/webp')),
+        created_at INTEGER NOT NULL) STRICT;
+     CREATE TABLE sets (
+        id TEXT PRIMARY KEY, idempotency_key TEXT UNIQUE, request_hash TEXT NOT NULL, product TEXT NOT NULL,
+        style TEXT, provider TEXT NOT NULL, canceled INTEGER NOT NULL DEFAULT 0 CHECK (canceled IN (0, 1)),
+        created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL) STRICT;
+     CREATE TABLE set_references (
+        set_id TEXT NOT NULL REFERENCES sets(id), position INTEGER NOT NULL,
+        upload_id TEXT NOT NULL REFERENCES uploads(id), PRIMARY KEY (set_id, position)) STRICT;
+     ALTER TABLE tasks ADD COLUMN shot_role TEXT CHECK (shot_role IN ('main', 'selling_point', 'scene'));
+     CREATE INDEX tasks_by_set ON tasks(set_id, set_position) WHERE set_id IS NOT NULL;",
+];
 
 /// Errors of the store.
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +55,9 @@ pub enum StoreError {
     Pragma { pragma: &'static str, wanted: String, got: String },
     #[error("the commit failed: {0}")]
     Commit(String),
+    /// The request names something that does not exist or is malformed.
+    #[error("{0}")]
+    Invalid(String),
     /// The writer lost its right to write (its lease or execution token no longer holds).
     #[error("fenced: this worker no longer owns the task")]
     Fenced,

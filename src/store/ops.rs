@@ -14,13 +14,23 @@ use super::{Store, StoreError};
 use crate::domain::{Actor, FailureKind, Millis, Phase, TaskStatus, request_hash};
 
 /// A task to create.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct NewTask {
     pub provider: String,
     pub prompt: String,
     pub params: Value,
     pub idempotency_key: Option<String>,
     pub retry_of: Option<String>,
+    /// Set when the task is a shot of an image set.
+    pub shot: Option<ShotRef>,
+}
+
+/// Where a task sits in an image set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShotRef {
+    pub set_id: String,
+    pub position: i64,
+    pub role: String,
 }
 
 impl NewTask {
@@ -86,6 +96,8 @@ pub struct Claim {
     pub cancel_requested: bool,
     /// When the task was submitted.
     pub created_at: Millis,
+    /// Reference images to send (an image set's product photos).
+    pub references: Vec<super::UploadView>,
 }
 
 /// The result of a claim.
@@ -188,11 +200,11 @@ pub enum ResolveOutcome {
     NotFound,
 }
 
-fn new_id() -> String {
+pub(super) fn new_id() -> String {
     uuid::Uuid::now_v7().to_string()
 }
 
-fn event(
+pub(super) fn event(
     c: &Connection,
     task: &str,
     now: Millis,
@@ -208,7 +220,7 @@ fn event(
     Ok(())
 }
 
-fn set_task(
+pub(super) fn set_task(
     c: &Connection,
     task: &str,
     status: TaskStatus,
@@ -255,10 +267,10 @@ fn insert_artifact(c: &Connection, task: &str, exec: &str, a: &NewArtifact, now:
     Ok(())
 }
 
-/// Called in every transaction that settles a task (terminal or unknown): the hook that
-/// schedules whatever was waiting for it.
-fn on_settled(_c: &Connection, _task: &str, _now: Millis) -> Result<(), StoreError> {
-    Ok(())
+/// Called in every transaction that settles a task (terminal or unknown): schedules what
+/// was waiting for it (the next shot of its image set), in the same transaction.
+pub(super) fn on_settled(c: &Connection, task: &str, now: Millis) -> Result<(), StoreError> {
+    super::sets::schedule_next_shot(c, task, now)
 }
 
 /// The fencing check (see module docs): mark the execution's row as still ours, or fail.
@@ -289,19 +301,47 @@ pub(super) fn submit(c: &Connection, t: &NewTask, now: Millis) -> Result<SubmitO
         }
     }
     let id = new_id();
+    let (set_id, position, role) = match &t.shot {
+        Some(s) => (Some(s.set_id.as_str()), Some(s.position), Some(s.role.as_str())),
+        None => (None, None, None),
+    };
     c.prepare_cached(
-        "INSERT INTO tasks (id, idempotency_key, request_hash, provider, prompt, params, status, retry_of, created_at, updated_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'queued', ?7, ?8, ?8)",
+        "INSERT INTO tasks (id, idempotency_key, request_hash, provider, prompt, params, status, retry_of,
+                            set_id, set_position, shot_role, created_at, updated_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'queued', ?7, ?8, ?9, ?10, ?11, ?11)",
     )?
-    .execute(params![id, t.idempotency_key, hash, t.provider, t.prompt, t.params.to_string(), t.retry_of, now])?;
+    .execute(params![
+        id,
+        t.idempotency_key,
+        hash,
+        t.provider,
+        t.prompt,
+        t.params.to_string(),
+        t.retry_of,
+        set_id,
+        position,
+        role,
+        now
+    ])?;
+    // A shot waits (due_at NULL) while another shot of its set is scheduled: one at a time.
+    let due = match set_id {
+        Some(set) if super::sets::set_has_live_shot(c, set)? => None,
+        _ => Some(now),
+    };
     c.prepare_cached(
         "INSERT INTO envelopes (id, task_id, provider, status, due_at) VALUES (?1, ?2, ?3, 'pending', ?4)",
     )?
-    .execute(params![new_id(), id, t.provider, now])?;
-    let msg = match &t.retry_of {
+    .execute(params![new_id(), id, t.provider, due])?;
+    let mut msg = match &t.retry_of {
         Some(orig) => format!("submitted as a new operation retrying task {orig}"),
         None => "submitted".to_string(),
     };
+    if let Some(s) = &t.shot {
+        msg.push_str(&format!(" as shot {} ({}) of set {}", s.position + 1, s.role, s.set_id));
+        if due.is_none() {
+            msg.push_str("; it waits until the set's current shot is settled");
+        }
+    }
     event(c, &id, now, Actor::Api, "submitted", &msg, None)?;
     Ok(SubmitOutcome::Created(id))
 }
@@ -404,6 +444,7 @@ pub(super) fn claim(
         return Ok(ClaimOutcome::Lost);
     }
     let params: Value = serde_json::from_str(&params_text).unwrap_or(Value::Null);
+    let references = super::sets::references_of_task(c, &h.task_id)?;
     let running: Option<RunningRow> = c
         .prepare_cached(
             "SELECT token, phase, provider_job_id, idempotency_key, calling_at, attempt
@@ -444,6 +485,7 @@ pub(super) fn claim(
                 resumed: true,
                 cancel_requested,
                 created_at,
+                references,
             }
         }
         None => {
@@ -471,6 +513,7 @@ pub(super) fn claim(
                 resumed: false,
                 cancel_requested,
                 created_at,
+                references,
             }
         }
     };
@@ -707,6 +750,7 @@ pub(super) fn retry(
         params: serde_json::from_str(&params_text).unwrap_or(Value::Null),
         idempotency_key: key.map(str::to_string),
         retry_of: Some(task.to_string()),
+        shot: super::sets::shot_of(c, task)?,
     };
     Ok(match submit(c, &new, now)? {
         SubmitOutcome::Created(id) => {

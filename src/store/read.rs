@@ -24,6 +24,7 @@ pub struct TaskView {
     pub retry_of: Option<String>,
     pub set_id: Option<String>,
     pub set_position: Option<i64>,
+    pub shot_role: Option<String>,
     pub created_at: Millis,
     pub updated_at: Millis,
     pub artifacts: Vec<ArtifactView>,
@@ -53,7 +54,7 @@ pub struct EventView {
 }
 
 const TASK_COLUMNS: &str = "id, status, reason, failure_kind, attempts, may_have_charged, cancel_requested, provider, \
-     prompt, params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at";
+     prompt, params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role";
 
 fn task_row(r: &Row<'_>) -> rusqlite::Result<TaskView> {
     let status: String = r.get(1)?;
@@ -75,6 +76,7 @@ fn task_row(r: &Row<'_>) -> rusqlite::Result<TaskView> {
         set_position: r.get(13)?,
         created_at: r.get(14)?,
         updated_at: r.get(15)?,
+        shot_role: r.get(16)?,
         artifacts: Vec::new(),
     })
 }

@@ -122,13 +122,7 @@ async fn start(
 }
 
 fn task(prompt: &str) -> NewTask {
-    NewTask {
-        provider: "fake".into(),
-        prompt: prompt.into(),
-        params: serde_json::json!({}),
-        idempotency_key: None,
-        retry_of: None,
-    }
+    NewTask { provider: "fake".into(), prompt: prompt.into(), params: serde_json::json!({}), ..NewTask::default() }
 }
 
 fn count(kinds: &[String], kind: &str) -> usize {

@@ -1,0 +1,402 @@
+//! Product image sets and reference uploads.
+//!
+//! **One shot at a time per set.** A shot's envelope is created unscheduled (`due_at NULL`)
+//! while another shot of its set is scheduled; [`schedule_next_shot`] runs inside every
+//! transaction that settles a task (terminal or `unknown`) and makes the next unscheduled
+//! shot due, so the chain advances without polling and shots of other sets and single tasks
+//! interleave between shots.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::ops::{NewTask, ShotRef, SubmitOutcome, event, new_id, submit};
+use super::read::{TaskView, get_task};
+use super::{Store, StoreError};
+use crate::domain::{Actor, Millis, TaskStatus, request_hash};
+
+/// The shot roles a set may list.
+pub const SHOT_ROLES: &[&str] = &["main", "selling_point", "scene"];
+
+/// An uploaded reference image (its file is already saved under the data dir).
+#[derive(Debug, Clone, Serialize)]
+pub struct UploadView {
+    pub id: String,
+    pub sha256: String,
+    /// Relative to the data dir.
+    #[serde(skip)]
+    pub path: String,
+    pub bytes: i64,
+    pub media_type: String,
+    pub created_at: Millis,
+}
+
+/// One shot of a new set.
+#[derive(Debug, Clone)]
+pub struct NewShot {
+    pub role: String,
+    pub prompt: String,
+    pub params: Value,
+}
+
+/// A set to create.
+#[derive(Debug, Clone)]
+pub struct NewSet {
+    pub product: String,
+    pub style: Option<String>,
+    pub provider: String,
+    /// Upload ids, in order.
+    pub references: Vec<String>,
+    pub shots: Vec<NewShot>,
+    pub idempotency_key: Option<String>,
+}
+
+impl NewSet {
+    fn hash(&self) -> String {
+        let shots: Vec<Value> = self
+            .shots
+            .iter()
+            .map(|s| serde_json::json!({"role": s.role, "prompt": s.prompt, "params": s.params}))
+            .collect();
+        let extra = serde_json::json!({"style": self.style, "references": self.references, "shots": shots});
+        request_hash(&self.provider, &self.product, &Value::Null, &extra.to_string())
+    }
+
+    /// The prompt a shot's task sends: the shot's own words plus the product and style.
+    pub fn shot_prompt(&self, shot: &NewShot) -> String {
+        let mut p = format!("{} — product: {}", shot.prompt.trim(), self.product.trim());
+        if let Some(style) = self.style.as_deref().filter(|s| !s.trim().is_empty()) {
+            p.push_str(&format!("; style: {}", style.trim()));
+        }
+        p
+    }
+}
+
+/// A set as the API shows it: its current shots (a retried shot replaced by its retry) and
+/// the ids of the tasks they replaced.
+#[derive(Debug, Clone, Serialize)]
+pub struct SetView {
+    pub id: String,
+    pub product: String,
+    pub style: Option<String>,
+    pub provider: String,
+    pub canceled: bool,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+    pub references: Vec<UploadView>,
+    pub shots: Vec<TaskView>,
+    /// Earlier tasks of retried shots, oldest first.
+    pub replaced: Vec<String>,
+}
+
+/// Whether any shot of the set is scheduled or handed out.
+pub(super) fn set_has_live_shot(c: &Connection, set: &str) -> Result<bool, StoreError> {
+    Ok(c.prepare_cached(
+        "SELECT 1 FROM tasks t JOIN envelopes e ON e.task_id = t.id
+         WHERE t.set_id = ?1 AND (e.status = 'sent' OR (e.status = 'pending' AND e.due_at IS NOT NULL)) LIMIT 1",
+    )?
+    .query_row([set], |_| Ok(()))
+    .optional()?
+    .is_some())
+}
+
+/// The set position of a task, for a retry that takes its place.
+pub(super) fn shot_of(c: &Connection, task: &str) -> Result<Option<ShotRef>, StoreError> {
+    let row: Option<(Option<String>, Option<i64>, Option<String>)> = c
+        .prepare_cached("SELECT set_id, set_position, shot_role FROM tasks WHERE id = ?1")?
+        .query_row([task], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()?;
+    Ok(match row {
+        Some((Some(set_id), Some(position), role)) => {
+            Some(ShotRef { set_id, position, role: role.unwrap_or_else(|| "scene".into()) })
+        }
+        _ => None,
+    })
+}
+
+/// After `task` settled: if it belongs to a set with no live shot, schedule the set's next
+/// unscheduled shot now.
+pub(super) fn schedule_next_shot(c: &Connection, task: &str, now: Millis) -> Result<(), StoreError> {
+    let set: Option<String> = c
+        .prepare_cached("SELECT set_id FROM tasks WHERE id = ?1")?
+        .query_row([task], |r| r.get(0))
+        .optional()?
+        .flatten();
+    let Some(set) = set else { return Ok(()) };
+    if set_has_live_shot(c, &set)? {
+        return Ok(());
+    }
+    let next: Option<String> = c
+        .prepare_cached(
+            "SELECT t.id FROM tasks t JOIN envelopes e ON e.task_id = t.id
+             WHERE t.set_id = ?1 AND e.status = 'pending' AND e.due_at IS NULL
+             ORDER BY t.set_position, t.id LIMIT 1",
+        )?
+        .query_row([&set], |r| r.get(0))
+        .optional()?;
+    if let Some(next) = next {
+        c.prepare_cached("UPDATE envelopes SET due_at = ?2 WHERE task_id = ?1")?.execute(params![next, now])?;
+        event(
+            c,
+            &next,
+            now,
+            Actor::Dispatcher,
+            "scheduled",
+            "the previous shot of the set is settled; this one is next",
+            None,
+        )?;
+    }
+    Ok(())
+}
+
+/// Record an uploaded file, or return the existing upload with the same content.
+pub(super) fn save_upload(c: &Connection, u: &UploadView) -> Result<UploadView, StoreError> {
+    if let Some(existing) = upload_by_hash(c, &u.sha256)? {
+        return Ok(existing);
+    }
+    c.prepare_cached(
+        "INSERT INTO uploads (id, sha256, path, bytes, media_type, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?
+    .execute(params![u.id, u.sha256, u.path, u.bytes, u.media_type, u.created_at])?;
+    Ok(u.clone())
+}
+
+const UPLOAD_COLUMNS: &str = "id, sha256, path, bytes, media_type, created_at";
+
+fn upload_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<UploadView> {
+    Ok(UploadView {
+        id: r.get(0)?,
+        sha256: r.get(1)?,
+        path: r.get(2)?,
+        bytes: r.get(3)?,
+        media_type: r.get(4)?,
+        created_at: r.get(5)?,
+    })
+}
+
+/// An upload by content hash.
+pub fn upload_by_hash(c: &Connection, sha256: &str) -> Result<Option<UploadView>, StoreError> {
+    Ok(c.prepare_cached(&format!("SELECT {UPLOAD_COLUMNS} FROM uploads WHERE sha256 = ?1"))?
+        .query_row([sha256], upload_row)
+        .optional()?)
+}
+
+/// An upload by id.
+pub fn upload(c: &Connection, id: &str) -> Result<Option<UploadView>, StoreError> {
+    Ok(c.prepare_cached(&format!("SELECT {UPLOAD_COLUMNS} FROM uploads WHERE id = ?1"))?
+        .query_row([id], upload_row)
+        .optional()?)
+}
+
+/// The reference images a task sends: those of its set, in order.
+pub fn references_of_task(c: &Connection, task: &str) -> Result<Vec<UploadView>, StoreError> {
+    let mut stmt = c.prepare_cached(&format!(
+        "SELECT {} FROM set_references r JOIN uploads u ON u.id = r.upload_id
+         WHERE r.set_id = (SELECT set_id FROM tasks WHERE id = ?1) ORDER BY r.position",
+        UPLOAD_COLUMNS.split(", ").map(|col| format!("u.{col}")).collect::<Vec<_>>().join(", ")
+    ))?;
+    Ok(stmt.query_map([task], upload_row)?.collect::<Result<_, _>>()?)
+}
+
+/// Create a set: the set row, its references, and one task (with its envelope) per shot,
+/// the first due now and the rest unscheduled — all in one transaction.
+pub(super) fn create_set(c: &Connection, s: &NewSet, now: Millis) -> Result<SubmitOutcome, StoreError> {
+    let hash = s.hash();
+    if let Some(key) = &s.idempotency_key {
+        let existing: Option<(String, String)> = c
+            .prepare_cached("SELECT id, request_hash FROM sets WHERE idempotency_key = ?1")?
+            .query_row([key], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?;
+        if let Some((id, h)) = existing {
+            return Ok(if h == hash { SubmitOutcome::Existing(id) } else { SubmitOutcome::Conflict(id) });
+        }
+    }
+    for r in &s.references {
+        if upload(c, r)?.is_none() {
+            return Err(StoreError::Invalid(format!("no upload with id {r}")));
+        }
+    }
+    let id = new_id();
+    c.prepare_cached(
+        "INSERT INTO sets (id, idempotency_key, request_hash, product, style, provider, created_at, updated_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
+    )?
+    .execute(params![id, s.idempotency_key, hash, s.product, s.style, s.provider, now])?;
+    for (i, r) in s.references.iter().enumerate() {
+        c.prepare_cached("INSERT INTO set_references (set_id, position, upload_id) VALUES (?1, ?2, ?3)")?
+            .execute(params![id, i as i64, r])?;
+    }
+    for (i, shot) in s.shots.iter().enumerate() {
+        let t = NewTask {
+            provider: s.provider.clone(),
+            prompt: s.shot_prompt(shot),
+            params: shot.params.clone(),
+            shot: Some(ShotRef { set_id: id.clone(), position: i as i64, role: shot.role.clone() }),
+            ..NewTask::default()
+        };
+        submit(c, &t, now)?;
+    }
+    Ok(SubmitOutcome::Created(id))
+}
+
+/// Cancel a set: every shot not yet called is canceled; a running shot finishes honestly.
+/// Returns how many shots were canceled, or `None` if there is no such set.
+pub(super) fn cancel_set(c: &Connection, set: &str, now: Millis) -> Result<Option<usize>, StoreError> {
+    let n =
+        c.prepare_cached("UPDATE sets SET canceled = 1, updated_at = ?2 WHERE id = ?1")?.execute(params![set, now])?;
+    if n == 0 {
+        return Ok(None);
+    }
+    let waiting: Vec<String> = c
+        .prepare_cached(
+            "SELECT id FROM tasks WHERE set_id = ?1 AND status IN ('queued', 'waiting') ORDER BY set_position",
+        )?
+        .query_map([set], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    for t in &waiting {
+        super::ops::cancel(c, t, now)?;
+    }
+    Ok(Some(waiting.len()))
+}
+
+/// A set with its current shots.
+pub fn get_set(c: &Connection, id: &str) -> Result<Option<SetView>, StoreError> {
+    let row = c
+        .prepare_cached(
+            "SELECT id, product, style, provider, canceled, created_at, updated_at FROM sets WHERE id = ?1",
+        )?
+        .query_row([id], |r| {
+            Ok(SetView {
+                id: r.get(0)?,
+                product: r.get(1)?,
+                style: r.get(2)?,
+                provider: r.get(3)?,
+                canceled: r.get(4)?,
+                created_at: r.get(5)?,
+                updated_at: r.get(6)?,
+                references: Vec::new(),
+                shots: Vec::new(),
+                replaced: Vec::new(),
+            })
+        })
+        .optional()?;
+    let Some(mut set) = row else { return Ok(None) };
+    set.references = c
+        .prepare_cached(&format!(
+            "SELECT {} FROM set_references r JOIN uploads u ON u.id = r.upload_id WHERE r.set_id = ?1 ORDER BY r.position",
+            UPLOAD_COLUMNS.split(", ").map(|col| format!("u.{col}")).collect::<Vec<_>>().join(", ")
+        ))?
+        .query_map([id], upload_row)?
+        .collect::<Result<_, _>>()?;
+    let tasks: Vec<(String, i64)> = c
+        .prepare_cached("SELECT id, set_position FROM tasks WHERE set_id = ?1 ORDER BY set_position, id")?
+        .query_map([id], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    for (i, (task, pos)) in tasks.iter().enumerate() {
+        // The newest task of a position (ids sort by creation) is the shot; older ones were retried.
+        if tasks.get(i + 1).is_some_and(|(_, next)| next == pos) {
+            set.replaced.push(task.clone());
+        } else if let Some(t) = get_task(c, task)? {
+            set.shots.push(t);
+        }
+    }
+    Ok(Some(set))
+}
+
+/// Sets newest first, after the cursor `before` (a set id).
+pub fn list_sets(c: &Connection, before: Option<&str>, limit: usize) -> Result<Vec<SetView>, StoreError> {
+    let ids: Vec<String> = c
+        .prepare_cached("SELECT id FROM sets WHERE id < ?1 ORDER BY id DESC LIMIT ?2")?
+        .query_map(params![before.unwrap_or("\u{10ffff}"), limit as i64], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        if let Some(s) = get_set(c, &id)? {
+            out.push(s);
+        }
+    }
+    Ok(out)
+}
+
+/// A set's status, derived from its current shots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SetStatus {
+    Running,
+    Done,
+    DoneWithProblems,
+    Canceled,
+}
+
+/// Derive a set's status, progress line and plain-words message from its shots.
+pub fn set_summary(set: &SetView) -> (SetStatus, String, String) {
+    let n = set.shots.len();
+    let count = |s: TaskStatus| set.shots.iter().filter(|t| t.status == s).count();
+    let (done, unknown, failed, canceled) = (
+        count(TaskStatus::Succeeded),
+        count(TaskStatus::Unknown),
+        count(TaskStatus::Failed),
+        count(TaskStatus::Canceled),
+    );
+    let settled = done + unknown + failed + canceled;
+    let mut progress = format!("{done} of {n} done");
+    for (k, label) in [(unknown, "unknown"), (failed, "failed"), (canceled, "canceled")] {
+        if k > 0 {
+            progress.push_str(&format!(", {k} {label}"));
+        }
+    }
+    let status = if settled < n {
+        SetStatus::Running
+    } else if set.canceled {
+        SetStatus::Canceled
+    } else if done == n {
+        SetStatus::Done
+    } else {
+        SetStatus::DoneWithProblems
+    };
+    let message = match status {
+        SetStatus::Running if set.canceled => {
+            "Canceling: shots not yet sent were canceled; the one already at the provider will finish and be kept.".into()
+        }
+        SetStatus::Running => "Generating one image at a time.".into(),
+        SetStatus::Done => "All images are ready.".into(),
+        SetStatus::Canceled => "Canceled. Images already generated are kept.".into(),
+        SetStatus::DoneWithProblems if unknown > 0 => "Finished, but some results cannot be confirmed (unknown) \
+             or failed; tally will not regenerate them on its own. Retrying a shot is a new operation that may be charged."
+            .into(),
+        SetStatus::DoneWithProblems => "Finished, but some shots did not produce an image.".into(),
+    };
+    (status, progress, message)
+}
+
+impl Store {
+    /// Record an upload (deduplicated by content).
+    pub async fn save_upload(&self, u: UploadView) -> Result<UploadView, StoreError> {
+        self.write(move |c| save_upload(c, &u)).await
+    }
+
+    /// Create a set with its shots.
+    pub async fn create_set(&self, s: NewSet, now: Millis) -> Result<SubmitOutcome, StoreError> {
+        self.write(move |c| create_set(c, &s, now)).await
+    }
+
+    /// Cancel a set's unsent shots.
+    pub async fn cancel_set(&self, id: String, now: Millis) -> Result<Option<usize>, StoreError> {
+        self.write(move |c| cancel_set(c, &id, now)).await
+    }
+
+    /// A set with its current shots.
+    pub async fn get_set(&self, id: String) -> Result<Option<SetView>, StoreError> {
+        self.read(move |c| get_set(c, &id)).await
+    }
+
+    /// Sets newest first.
+    pub async fn list_sets(&self, before: Option<String>, limit: usize) -> Result<Vec<SetView>, StoreError> {
+        self.read(move |c| list_sets(c, before.as_deref(), limit)).await
+    }
+
+    /// An upload by id.
+    pub async fn upload(&self, id: String) -> Result<Option<UploadView>, StoreError> {
+        self.read(move |c| upload(c, &id)).await
+    }
+}
