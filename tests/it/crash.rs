@@ -1,0 +1,214 @@
+//! The crash matrix (DESIGN §9): for each crash point × each provider kind, run the real
+//! binary against a real `tally mock-provider`, let the crash point abort the daemon, restart
+//! it without crash points, and assert the outside world: the final status, the mock's
+//! ledger of charged requests, `tally check`, and the recovery in the timeline.
+//!
+//! Needs a binary built with `--features failpoints` (the README's test command does that).
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::common::{Daemon, EXE, free_port, try_request, wait_for};
+
+/// A running `tally mock-provider` with its ledger.
+pub struct Mock {
+    pub port: u16,
+    pub ledger: std::path::PathBuf,
+    child: Child,
+    _dir: crate::common::TempDir,
+}
+
+impl Mock {
+    pub fn start(args: &[&str]) -> Mock {
+        let dir = crate::common::TempDir::new();
+        let port = free_port();
+        let ledger = dir.path().join("ledger.jsonl");
+        let child = Command::new(EXE)
+            .args(["mock-provider", "--listen", &format!("127.0.0.1:{port}"), "--ledger"])
+            .arg(&ledger)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn mock");
+        let up = wait_for(Duration::from_secs(20), || std::net::TcpStream::connect(("127.0.0.1", port)).ok());
+        assert!(up.is_some(), "mock provider did not listen");
+        Mock { port, ledger, child, _dir: dir }
+    }
+
+    pub fn base(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Every ledger line.
+    pub fn lines(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&self.ledger)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).expect("ledger lines are JSON"))
+            .collect()
+    }
+
+    /// Ledger lines whose prompt contains `tag`: (all, charged).
+    pub fn count(&self, tag: &str) -> (usize, usize) {
+        let lines: Vec<_> =
+            self.lines().into_iter().filter(|l| l["prompt"].as_str().is_some_and(|p| p.contains(tag))).collect();
+        let charged = lines.iter().filter(|l| l["charged"] == true).count();
+        (lines.len(), charged)
+    }
+
+    /// Change the mock's behaviour at run time.
+    pub fn behave(&self, body: serde_json::Value) {
+        let r = try_request(
+            self.port,
+            "PUT",
+            "/_mock/behavior",
+            &[("Content-Type", "application/json")],
+            Some(body.to_string().as_bytes()),
+        )
+        .expect("mock answers");
+        assert!(r.status < 300, "mock refused behaviour: {}", String::from_utf8_lossy(&r.body));
+    }
+}
+
+impl Drop for Mock {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The four provider kinds against one mock, named after their kind.
+pub fn providers(mock: &Mock) -> String {
+    let base = mock.base();
+    let common = "api_key_env = \"TALLY_TEST_KEY\"\nmax_concurrency = 4\npoll_interval_ms = 50\nrequest_timeout_ms = 5000\nconnect_timeout_ms = 1000\n";
+    format!(
+        "[[providers]]\nname = \"openai\"\nkind = \"openai_images\"\nbase_url = \"{base}\"\nmodel = \"gpt-image-1\"\n{common}\n\
+         [[providers]]\nname = \"replicate\"\nkind = \"replicate\"\nbase_url = \"{base}\"\nmodel = \"acme/flux\"\n{common}\n\
+         [[providers]]\nname = \"fal\"\nkind = \"fal_queue\"\nbase_url = \"{base}/fal\"\nmodel = \"fal-ai/flux/dev\"\n{common}\n\
+         [[providers]]\nname = \"idem\"\nkind = \"openai_images\"\nbase_url = \"{base}\"\nmodel = \"gpt-image-1\"\nidempotency_header = \"Idempotency-Key\"\n{common}\n"
+    )
+}
+
+/// Submit with an idempotency key; `None` if the daemon died before answering.
+pub fn submit(d: &Daemon, provider: &str, prompt: &str, key: &str) -> Option<(u16, String)> {
+    let body = serde_json::json!({"prompt": prompt, "provider": provider, "idempotency_key": key}).to_string();
+    let auth = format!("Bearer {}", d.token());
+    let r = try_request(
+        d.port,
+        "POST",
+        "/v1/tasks",
+        &[("Authorization", auth.as_str()), ("Content-Type", "application/json")],
+        Some(body.as_bytes()),
+    )?;
+    let id = r.json()["id"].as_str()?.to_string();
+    Some((r.status, id))
+}
+
+/// What a crash at `point` must end in for a provider `kind`, and how many charged ledger
+/// lines are allowed (DESIGN §6).
+fn expected(point: &str, kind: &str) -> (&'static str, usize, Option<&'static str>) {
+    let sync = kind == "openai";
+    match point {
+        "after-submit" => ("succeeded", 1, None),
+        "after-sent" => ("succeeded", 1, Some("requeued")),
+        "after-claim" => ("succeeded", 1, Some("abandoned")),
+        // `calling` committed, nothing sent: only a replay with the same key may send it;
+        // a listing that shows nothing proves nothing, so lookup kinds end unknown too.
+        "after-calling" if kind == "idem" => ("succeeded", 1, Some("resumed")),
+        "after-calling" => ("unknown", 0, Some("unknown")),
+        "after-accepted" => ("succeeded", 1, Some("resumed")),
+        "after-answer" if sync => ("unknown", 1, Some("unknown")),
+        "after-answer" => ("succeeded", 1, Some("resumed")),
+        "after-artifact" => ("succeeded", 1, Some("recovered")),
+        other => panic!("no expectation for {other}"),
+    }
+}
+
+fn engine_section() -> &'static str {
+    "dispatch_grace_secs = 1\nmax_attempts = 3\nbackoff_base_ms = 50\nbackoff_max_ms = 500\n"
+}
+
+/// One cell of the matrix.
+pub fn crash_case(point: &str, kind: &str) {
+    let mock = Mock::start(&["--job-duration-ms", "50"]);
+    let mut d = Daemon::configure_with(engine_section(), &providers(&mock));
+    d.env.push(("TALLY_TEST_KEY".into(), "sk-test-crash".into()));
+    d.env.push(("FAILPOINTS".into(), format!("{point}=return")));
+    d.spawn();
+    let prompt = format!("crash {point} {kind} {}", uuid::Uuid::new_v4());
+    let key = uuid::Uuid::new_v4().to_string();
+    let first = submit(&d, kind, &prompt, &key);
+    let exited = wait_for(Duration::from_secs(30), || d.child.as_mut().and_then(|c| c.try_wait().ok().flatten()));
+    let status = exited.unwrap_or_else(|| panic!("{point}/{kind}: the crash point never fired; stderr:\n{}", d.stderr()));
+    assert!(!status.success(), "{point}/{kind}: the daemon exited cleanly instead of crashing");
+    d.child = None;
+
+    d.env.retain(|(k, _)| k != "FAILPOINTS");
+    d.spawn();
+    // The client retries a submit whose answer it may have lost, with the same key.
+    let (code, id) = submit(&d, kind, &prompt, &key).expect("the restarted daemon answers");
+    assert_eq!(code, 200, "{point}/{kind}: resubmitting with the same key must return the existing task");
+    if let Some((_, first_id)) = first {
+        assert_eq!(first_id, id, "{point}/{kind}: the same key named another task");
+    }
+
+    let (want, charged_allowed, recovery) = expected(point, kind);
+    let task = d.wait_status(&id, &["succeeded", "failed", "unknown", "canceled"]);
+    assert_eq!(task["status"], want, "{point}/{kind}: final status; task: {task}");
+    // Give any (wrong) resend a moment to reach the ledger before counting.
+    std::thread::sleep(Duration::from_millis(300));
+    let (lines, charged) = mock.count(&prompt);
+    assert_eq!(charged, charged_allowed, "{point}/{kind}: charged requests ({lines} ledger lines)");
+    if want == "succeeded" {
+        let art = &task["artifacts"][0];
+        let url = art["url"].as_str().expect("artifact url");
+        let body = d.call("GET", url, None).body;
+        assert_eq!(crate::common::sha256_hex(&body), art["sha256"].as_str().unwrap_or(""), "{point}/{kind}");
+    }
+    let events = d.call("GET", &format!("/v1/tasks/{id}/events"), None).json();
+    let kinds: Vec<&str> = events["events"].as_array().expect("events").iter().filter_map(|e| e["kind"].as_str()).collect();
+    if let Some(r) = recovery {
+        assert!(kinds.contains(&r), "{point}/{kind}: the timeline does not show `{r}`: {kinds:?}");
+    }
+    let status = d.term();
+    assert!(status.success(), "{point}/{kind}: clean stop failed");
+    let check = Command::new(EXE).args(["check", "--config"]).arg(&d.config).output().expect("check runs");
+    assert!(check.status.success(), "{point}/{kind}: tally check failed:\n{}", String::from_utf8_lossy(&check.stdout));
+}
+
+macro_rules! matrix {
+    ($($name:ident: $point:literal, $kind:literal;)*) => {
+        $(#[test] fn $name() { crash_case($point, $kind); })*
+    };
+}
+
+matrix! {
+    after_submit_openai: "after-submit", "openai";
+    after_submit_replicate: "after-submit", "replicate";
+    after_submit_fal: "after-submit", "fal";
+    after_submit_idem: "after-submit", "idem";
+    after_sent_openai: "after-sent", "openai";
+    after_sent_replicate: "after-sent", "replicate";
+    after_sent_fal: "after-sent", "fal";
+    after_sent_idem: "after-sent", "idem";
+    after_claim_openai: "after-claim", "openai";
+    after_claim_replicate: "after-claim", "replicate";
+    after_claim_fal: "after-claim", "fal";
+    after_claim_idem: "after-claim", "idem";
+    after_calling_openai: "after-calling", "openai";
+    after_calling_replicate: "after-calling", "replicate";
+    after_calling_fal: "after-calling", "fal";
+    after_calling_idem: "after-calling", "idem";
+    after_accepted_replicate: "after-accepted", "replicate";
+    after_accepted_fal: "after-accepted", "fal";
+    after_answer_openai: "after-answer", "openai";
+    after_answer_replicate: "after-answer", "replicate";
+    after_answer_fal: "after-answer", "fal";
+    after_answer_idem: "after-answer", "idem";
+    after_artifact_openai: "after-artifact", "openai";
+    after_artifact_replicate: "after-artifact", "replicate";
+    after_artifact_fal: "after-artifact", "fal";
+    after_artifact_idem: "after-artifact", "idem";
+}
