@@ -5,7 +5,12 @@
 //! - [`config`]: raw TOML → resolved, validated configuration.
 //! - [`providers`]: the provider trait, its capabilities, and the adapters.
 //! - [`render`]: placeholder PNG rendering for the demo and mock providers.
+//! - [`api`]: the HTTP API; [`app`]: `tally serve` wiring; [`cli`] and [`client`]: the command line.
 
+pub mod api;
+pub mod app;
+pub mod cli;
+pub mod client;
 pub mod clock;
 pub mod config;
 pub mod domain;
