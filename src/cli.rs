@@ -338,7 +338,12 @@ fn show_task(cfg: &Config, client: &Client, t: &Value, json: bool) {
 }
 
 fn print_artifact(cfg: &Config, client: &Client, a: &Value) {
-    println!("image     sha256 {}  ({} bytes, {})", s(a, "sha256"), a.get("bytes").and_then(Value::as_i64).unwrap_or(0), s(a, "media_type"));
+    println!(
+        "image     sha256 {}  ({} bytes, {})",
+        s(a, "sha256"),
+        a.get("bytes").and_then(Value::as_i64).unwrap_or(0),
+        s(a, "media_type")
+    );
     let file = cfg.storage.data_dir.join(s(a, "path"));
     if file.is_file() {
         println!("file      {}", file.display());

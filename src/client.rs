@@ -89,7 +89,8 @@ impl Client {
         let body = if bytes.is_empty() {
             Value::Null
         } else {
-            serde_json::from_slice(&bytes).map_err(|_| Failure::error(format!("the daemon answered {status} without JSON")))?
+            serde_json::from_slice(&bytes)
+                .map_err(|_| Failure::error(format!("the daemon answered {status} without JSON")))?
         };
         Ok(Answer { status, body })
     }

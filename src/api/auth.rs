@@ -29,10 +29,10 @@ fn host_part(value: &str) -> Option<&str> {
             None => (value, None),
         }
     };
-    if let Some(p) = port {
-        if p.is_empty() || p.len() > 5 || !p.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
+    if let Some(p) = port
+        && (p.is_empty() || p.len() > 5 || !p.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return None;
     }
     (!host.is_empty()).then_some(host)
 }
@@ -41,7 +41,8 @@ fn host_part(value: &str) -> Option<&str> {
 /// `allowed_hosts` (case-insensitive, any port). Never a prefix or suffix match.
 pub fn host_allowed(value: &str, allowed_hosts: &[String]) -> bool {
     let Some(host) = host_part(value.trim()) else { return false };
-    LOOPBACK_HOSTS.iter().any(|h| h.eq_ignore_ascii_case(host)) || allowed_hosts.iter().any(|h| h.eq_ignore_ascii_case(host))
+    LOOPBACK_HOSTS.iter().any(|h| h.eq_ignore_ascii_case(host))
+        || allowed_hosts.iter().any(|h| h.eq_ignore_ascii_case(host))
 }
 
 /// Middleware on every route: answer 421 unless the Host header names this server.

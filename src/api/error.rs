@@ -84,9 +84,11 @@ impl From<EngineError> for ApiError {
 impl From<JsonRejection> for ApiError {
     fn from(r: JsonRejection) -> Self {
         match r {
-            JsonRejection::JsonSyntaxError(e) => {
-                ApiError::new(StatusCode::BAD_REQUEST, "malformed_json", format!("the body is not valid JSON: {}", e.body_text()))
-            }
+            JsonRejection::JsonSyntaxError(e) => ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "malformed_json",
+                format!("the body is not valid JSON: {}", e.body_text()),
+            ),
             JsonRejection::JsonDataError(e) => ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "invalid_request",
@@ -126,5 +128,9 @@ pub fn unsupported_media_type() -> ApiError {
 
 /// 413: a body over `server.max_body_bytes`.
 pub fn too_large() -> ApiError {
-    ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", "the request body is larger than this server accepts")
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "body_too_large",
+        "the request body is larger than this server accepts",
+    )
 }

@@ -17,9 +17,7 @@ use crate::clock::rfc3339;
 use crate::domain::{TaskStatus, status_message};
 use crate::engine::Engine;
 use crate::providers::{Image, sniff_image};
-use crate::store::{
-    ArtifactView, CancelOutcome, NewTask, ResolveOutcome, RetryOutcome, SubmitOutcome, TaskView,
-};
+use crate::store::{ArtifactView, CancelOutcome, NewTask, ResolveOutcome, RetryOutcome, SubmitOutcome, TaskView};
 
 /// The default page size of `GET /v1/tasks`.
 pub const DEFAULT_LIMIT: usize = 50;
@@ -140,10 +138,10 @@ async fn load(state: &AppState, id: &str) -> Result<TaskView, ApiError> {
 async fn task_response(state: &AppState, status: StatusCode, id: &str) -> Result<Response, ApiError> {
     let t = load(state, id).await?;
     let mut r = json_response(status, &task_json(state.engine(), &t));
-    if status == StatusCode::CREATED {
-        if let Ok(v) = header::HeaderValue::from_str(&format!("/v1/tasks/{id}")) {
-            r.headers_mut().insert(header::LOCATION, v);
-        }
+    if status == StatusCode::CREATED
+        && let Ok(v) = header::HeaderValue::from_str(&format!("/v1/tasks/{id}"))
+    {
+        r.headers_mut().insert(header::LOCATION, v);
     }
     Ok(r)
 }
@@ -298,10 +296,10 @@ pub async fn retry(
     OptionalJsonBody(body): OptionalJsonBody<RetryBody>,
 ) -> Result<Response, ApiError> {
     let key = idempotency_key(&headers, body.idempotency_key)?;
-    if let Some(k) = &key {
-        if k.is_empty() || k.len() > 256 {
-            return Err(ApiError::invalid("the idempotency key must be 1 to 256 characters"));
-        }
+    if let Some(k) = &key
+        && (k.is_empty() || k.len() > 256)
+    {
+        return Err(ApiError::invalid("the idempotency key must be 1 to 256 characters"));
     }
     match state.engine().retry(&id, body.acknowledge_possible_charge, key).await? {
         RetryOutcome::Created(new_id) => task_response(&state, StatusCode::CREATED, &new_id).await,

@@ -35,7 +35,8 @@ fn idempotent_submit_gives_201_then_200_then_409() {
     // The header works like the field; header and field that differ are refused.
     let auth = format!("Bearer {}", d.token());
     let body = br#"{"prompt": "red sneaker"}"#;
-    let hdrs = [("Authorization", auth.as_str()), ("Content-Type", "application/json"), ("Idempotency-Key", key.as_str())];
+    let hdrs =
+        [("Authorization", auth.as_str()), ("Content-Type", "application/json"), ("Idempotency-Key", key.as_str())];
     let via_header = request(d.port, "POST", "/v1/tasks", &hdrs, Some(body));
     assert_eq!(via_header.status, 200);
     let both = br#"{"prompt": "red sneaker", "idempotency_key": "other"}"#;
@@ -115,11 +116,13 @@ fn token_host_and_body_rules() {
     assert_eq!(malformed.error_code(), "malformed_json");
     let wrong_shape = request(d.port, "POST", "/v1/tasks", &json_hdrs, Some(br#"{"prompt": 5}"#));
     assert_eq!(wrong_shape.status, 422);
-    let unknown_field = request(d.port, "POST", "/v1/tasks", &json_hdrs, Some(br#"{"prompt": "x", "idempotencykey": "k"}"#));
+    let unknown_field =
+        request(d.port, "POST", "/v1/tasks", &json_hdrs, Some(br#"{"prompt": "x", "idempotencykey": "k"}"#));
     assert_eq!(unknown_field.status, 422);
     let empty_prompt = request(d.port, "POST", "/v1/tasks", &json_hdrs, Some(br#"{"prompt": "  "}"#));
     assert_eq!(empty_prompt.status, 422);
-    let bad_provider = request(d.port, "POST", "/v1/tasks", &json_hdrs, Some(br#"{"prompt": "x", "provider": "nope"}"#));
+    let bad_provider =
+        request(d.port, "POST", "/v1/tasks", &json_hdrs, Some(br#"{"prompt": "x", "provider": "nope"}"#));
     assert_eq!(bad_provider.status, 422);
 
     let text = [("Authorization", auth.as_str()), ("Content-Type", "text/plain")];
@@ -239,7 +242,7 @@ async fn retry_of_unknown_needs_cost_acknowledgement() {
     let (st, t) = api.call("GET", &format!("/v1/tasks/{id}"), None).await;
     assert_eq!(st, StatusCode::OK);
     assert_eq!(t["status"], "unknown");
-    assert_eq!(t["message"].as_str().unwrap().contains("cannot be confirmed"), true, "{t}");
+    assert!(t["message"].as_str().unwrap().contains("cannot be confirmed"), "{t}");
     assert_eq!(t["retry"]["allowed"], true);
     assert_eq!(t["retry"]["requires_cost_acknowledgement"], true);
     assert!(t["retry"]["note"].as_str().unwrap().contains("charged again"));
@@ -249,10 +252,12 @@ async fn retry_of_unknown_needs_cost_acknowledgement() {
     assert_eq!(st, StatusCode::CONFLICT);
     assert_eq!(e["error"]["code"], "cost_acknowledgement_required");
     assert!(e["error"]["message"].as_str().unwrap().contains("new operation that may be charged again"));
-    let (st, _) = api.call("POST", &format!("/v1/tasks/{id}/retry"), Some(json!({"acknowledge_possible_charge": false}))).await;
+    let (st, _) =
+        api.call("POST", &format!("/v1/tasks/{id}/retry"), Some(json!({"acknowledge_possible_charge": false}))).await;
     assert_eq!(st, StatusCode::CONFLICT);
 
-    let (st, new) = api.call("POST", &format!("/v1/tasks/{id}/retry"), Some(json!({"acknowledge_possible_charge": true}))).await;
+    let (st, new) =
+        api.call("POST", &format!("/v1/tasks/{id}/retry"), Some(json!({"acknowledge_possible_charge": true}))).await;
     assert_eq!(st, StatusCode::CREATED, "{new}");
     assert_eq!(new["retry_of"], id.as_str());
     assert_ne!(new["id"], id.as_str());
@@ -277,9 +282,18 @@ async fn operator_resolves_unknown_tasks() {
     let (st, _) = api.call("POST", &format!("/v1/tasks/{a}/resolve"), Some(json!({"outcome": "maybe"}))).await;
     assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY);
     let not_image = json!({"outcome": "succeeded", "image_base64": "aGVsbG8="});
-    assert_eq!(api.call("POST", &format!("/v1/tasks/{a}/resolve"), Some(not_image)).await.0, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(
+        api.call("POST", &format!("/v1/tasks/{a}/resolve"), Some(not_image)).await.0,
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
 
-    let (st, t) = api.call("POST", &format!("/v1/tasks/{a}/resolve"), Some(json!({"outcome": "failed", "note": "checked the dashboard"}))).await;
+    let (st, t) = api
+        .call(
+            "POST",
+            &format!("/v1/tasks/{a}/resolve"),
+            Some(json!({"outcome": "failed", "note": "checked the dashboard"})),
+        )
+        .await;
     assert_eq!(st, StatusCode::OK, "{t}");
     assert_eq!(t["status"], "failed");
     let (st, _) = api.call("POST", &format!("/v1/tasks/{a}/resolve"), Some(json!({"outcome": "failed"}))).await;

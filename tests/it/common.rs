@@ -216,10 +216,10 @@ pub fn request(port: u16, method: &str, path: &str, headers: &[(&str, &str)], bo
     for (k, v) in headers {
         head.push_str(&format!("{k}: {v}\r\n"));
     }
-    if let Some(b) = body {
-        if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("content-length")) {
-            head.push_str(&format!("Content-Length: {}\r\n", b.len()));
-        }
+    if let Some(b) = body
+        && !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+    {
+        head.push_str(&format!("Content-Length: {}\r\n", b.len()));
     }
     head.push_str("\r\n");
     s.write_all(head.as_bytes()).expect("write head");
@@ -237,9 +237,8 @@ fn parse(raw: &[u8]) -> Reply {
     let head = String::from_utf8_lossy(&raw[..split]).to_string();
     let mut lines = head.split("\r\n");
     let status = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|c| c.parse().ok()).expect("status line");
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())))
-        .collect();
+    let headers: Vec<(String, String)> =
+        lines.filter_map(|l| l.split_once(':').map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))).collect();
     let mut body = raw[split + 4..].to_vec();
     let chunked = headers.iter().any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
     if chunked {
