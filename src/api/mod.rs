@@ -72,12 +72,14 @@ pub fn app(state: AppState) -> Router {
         .route("/tasks/{id}/resolve", post(tasks::resolve))
         .route("/artifacts/{id}", get(tasks::artifact))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(from_fn_with_state(state.clone(), auth::require_token));
     Router::new()
         .nest("/v1", v1)
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
         .layer(from_fn_with_state(state.clone(), auth::check_declared_length))
         .layer(from_fn_with_state(state.clone(), auth::check_host))
@@ -86,6 +88,10 @@ pub fn app(state: AppState) -> Router {
 
 async fn not_found() -> ApiError {
     ApiError::not_found("route")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "this route does not accept that method")
 }
 
 async fn healthz() -> Response {

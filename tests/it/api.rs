@@ -138,6 +138,9 @@ fn token_host_and_body_rules() {
     assert_eq!(d.call("POST", "/v1/tasks/nope/cancel", None).status, 404);
     assert_eq!(d.call("GET", "/v1/tasks?status=bogus", None).status, 400);
     assert_eq!(d.call("GET", "/v1/tasks?limit=abc", None).status, 400);
+    let wrong_method = d.call("DELETE", "/v1/tasks", None);
+    assert_eq!(wrong_method.status, 405);
+    assert_eq!(wrong_method.error_code(), "method_not_allowed");
     // No CORS headers, ever.
     assert!(missing.header("access-control-allow-origin").is_none());
 }
