@@ -11,7 +11,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
-use super::error::{ApiError, too_large};
+use super::error::{ApiError, too_large, unsupported_media_type};
 
 /// Host names always accepted (with any port or none): the loopback names.
 const LOOPBACK_HOSTS: &[&str] = &["localhost", "127.0.0.1", "[::1]"];
@@ -65,14 +65,20 @@ pub async fn check_host(State(state): State<AppState>, req: Request, next: Next)
 }
 
 /// Middleware on every route: answer 413 as soon as a too-large `Content-Length` is declared,
-/// before reading any of the body. Bodies without a length are limited while they are read.
-pub async fn check_declared_length(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    if let Some(v) = req.headers().get(header::CONTENT_LENGTH) {
-        match v.to_str().ok().and_then(|s| s.trim().parse::<u64>().ok()) {
+/// before reading any of the body (bodies without a length are limited while they are read),
+/// and 415 for a non-empty body that is not declared as JSON.
+pub async fn check_body(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let declared = match req.headers().get(header::CONTENT_LENGTH) {
+        None => None,
+        Some(v) => match v.to_str().ok().and_then(|s| s.trim().parse::<u64>().ok()) {
             Some(n) if n > state.inner.max_body_bytes => return too_large().into_response(),
-            Some(_) => {}
+            Some(n) => Some(n),
             None => return ApiError::bad_request("the Content-Length header is not a number").into_response(),
-        }
+        },
+    };
+    let has_body = declared.map_or_else(|| req.headers().contains_key(header::TRANSFER_ENCODING), |n| n > 0);
+    if has_body && !super::is_json(req.headers()) {
+        return unsupported_media_type().into_response();
     }
     next.run(req).await
 }

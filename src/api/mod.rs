@@ -81,7 +81,7 @@ pub fn app(state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
-        .layer(from_fn_with_state(state.clone(), auth::check_declared_length))
+        .layer(from_fn_with_state(state.clone(), auth::check_body))
         .layer(from_fn_with_state(state.clone(), auth::check_host))
         .with_state(state)
 }

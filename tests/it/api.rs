@@ -130,6 +130,8 @@ fn token_host_and_body_rules() {
     assert_eq!(r.status, 415);
     assert_eq!(r.error_code(), "unsupported_media_type");
     assert_eq!(request(d.port, "POST", "/v1/tasks", &with_token, Some(br#"{"prompt": "x"}"#)).status, 415);
+    let cancel_text = request(d.port, "POST", "/v1/tasks/x/cancel", &text, Some(b"please"));
+    assert_eq!(cancel_text.status, 415);
 
     let missing = d.call("GET", &format!("/v1/tasks/{}", uuid::Uuid::new_v4()), None);
     assert_eq!(missing.status, 404);
