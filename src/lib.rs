@@ -6,7 +6,12 @@
 //! - [`providers`]: the provider trait, its capabilities, and the adapters.
 //! - [`mock`]: the mock provider server (`tally mock-provider`) and its ledger.
 //! - [`render`]: placeholder PNG rendering for the demo and mock providers.
+//! - [`api`]: the HTTP API; [`app`]: `tally serve` wiring; [`cli`] and [`client`]: the command line.
 
+pub mod api;
+pub mod app;
+pub mod cli;
+pub mod client;
 pub mod clock;
 pub mod config;
 pub mod domain;

@@ -1,5 +1,5 @@
-//! The `tally` binary: parses the command line and runs one subcommand.
+//! The `tally` binary: parses the command line and runs one subcommand (see `tally::cli`).
 
-fn main() {
-    println!("tally");
+fn main() -> std::process::ExitCode {
+    tally::cli::main()
 }

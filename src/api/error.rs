@@ -1,0 +1,136 @@
+//! The API's one error type: every failure becomes `{"error": {"code", "message"}}` with a
+//! fitting status. Client errors keep their message; store failures become a generic 503 and
+//! are logged here, so no internal detail (or secret) reaches a response.
+
+use axum::Json;
+use axum::extract::rejection::{BytesRejection, JsonRejection, QueryRejection};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::engine::EngineError;
+use crate::store::StoreError;
+
+/// An error answered to an API client.
+#[derive(Debug)]
+pub struct ApiError {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// A stable, machine-readable code (`not_found`, `cost_acknowledgement_required`, …).
+    pub code: &'static str,
+    /// Plain words for a person.
+    pub message: String,
+}
+
+impl ApiError {
+    /// An error with the given status, code and message.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError { status, code, message: message.into() }
+    }
+
+    /// 400: the request is malformed.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+
+    /// 404: no such task or artifact.
+    pub fn not_found(what: &str) -> Self {
+        ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("{what} not found"))
+    }
+
+    /// 409: the request conflicts with the current state.
+    pub fn conflict(code: &'static str, message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::CONFLICT, code, message)
+    }
+
+    /// 422: well-formed, but not acceptable.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", message)
+    }
+
+    /// 503: the store failed; the detail is logged, the client gets a generic message.
+    pub fn unavailable(detail: &dyn std::fmt::Display) -> Self {
+        tracing::error!(error = %detail, "request failed in the store");
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "tally could not read or write its database; try again, and see the daemon's log",
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({ "error": { "code": self.code, "message": self.message } });
+        (self.status, Json(body)).into_response()
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        ApiError::unavailable(&e)
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> Self {
+        match e {
+            EngineError::Invalid(msg) => ApiError::invalid(msg),
+            EngineError::Store(e) => e.into(),
+        }
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(r: JsonRejection) -> Self {
+        match r {
+            JsonRejection::JsonSyntaxError(e) => ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "malformed_json",
+                format!("the body is not valid JSON: {}", e.body_text()),
+            ),
+            JsonRejection::JsonDataError(e) => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_request",
+                format!("the JSON does not have the expected shape: {}", e.body_text()),
+            ),
+            JsonRejection::MissingJsonContentType(_) => unsupported_media_type(),
+            JsonRejection::BytesRejection(e) => e.into(),
+            other => ApiError::bad_request(other.body_text()),
+        }
+    }
+}
+
+impl From<BytesRejection> for ApiError {
+    fn from(r: BytesRejection) -> Self {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            too_large()
+        } else {
+            ApiError::bad_request(format!("could not read the request body: {}", r.body_text()))
+        }
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(r: QueryRejection) -> Self {
+        ApiError::bad_request(format!("bad query string: {}", r.body_text()))
+    }
+}
+
+/// 415: a body that is not declared as JSON.
+pub fn unsupported_media_type() -> ApiError {
+    ApiError::new(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+        "request bodies must be JSON, sent with Content-Type: application/json",
+    )
+}
+
+/// 413: a body over `server.max_body_bytes`.
+pub fn too_large() -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "body_too_large",
+        "the request body is larger than this server accepts",
+    )
+}

@@ -1,0 +1,155 @@
+//! The HTTP API (axum): the router, its shared state, the JSON body extractors and the two
+//! unauthenticated routes (`/healthz`, `/metrics`). The API changes state only through the
+//! engine; it never starts a provider call inside a request handler.
+//!
+//! Every route passes the Host check and the declared-length check; every `/v1` route also
+//! needs the bearer token. [`app`] builds the router without a socket, so tests can drive it
+//! with `tower::ServiceExt::oneshot`.
+
+pub mod auth;
+pub mod error;
+pub mod tasks;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::from_fn_with_state;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::de::DeserializeOwned;
+
+use crate::config::ServerConfig;
+use crate::engine::Engine;
+use error::{ApiError, unsupported_media_type};
+
+/// What every handler shares. Cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    engine: Arc<Engine>,
+    token: String,
+    allowed_hosts: Vec<String>,
+    max_body_bytes: u64,
+    /// The first configured provider: used when a submit names none.
+    default_provider: String,
+}
+
+impl AppState {
+    /// State for an engine, the API token, the `[server]` settings and the default provider.
+    pub fn new(engine: Arc<Engine>, token: String, server: &ServerConfig, default_provider: String) -> Self {
+        AppState {
+            inner: Arc::new(Inner {
+                engine,
+                token,
+                allowed_hosts: server.allowed_hosts.clone(),
+                max_body_bytes: server.max_body_bytes,
+                default_provider,
+            }),
+        }
+    }
+
+    /// The engine behind the API.
+    pub fn engine(&self) -> &Engine {
+        &self.inner.engine
+    }
+}
+
+/// The whole API as a router (no socket).
+pub fn app(state: AppState) -> Router {
+    let limit = usize::try_from(state.inner.max_body_bytes).unwrap_or(usize::MAX);
+    let v1 = Router::new()
+        .route("/tasks", post(tasks::submit).get(tasks::list))
+        .route("/tasks/{id}", get(tasks::get_one))
+        .route("/tasks/{id}/events", get(tasks::events))
+        .route("/tasks/{id}/cancel", post(tasks::cancel))
+        .route("/tasks/{id}/retry", post(tasks::retry))
+        .route("/tasks/{id}/resolve", post(tasks::resolve))
+        .route("/artifacts/{id}", get(tasks::artifact))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(from_fn_with_state(state.clone(), auth::require_token));
+    Router::new()
+        .nest("/v1", v1)
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(from_fn_with_state(state.clone(), auth::check_body))
+        .layer(from_fn_with_state(state.clone(), auth::check_host))
+        .with_state(state)
+}
+
+async fn not_found() -> ApiError {
+    ApiError::not_found("route")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "this route does not accept that method")
+}
+
+async fn healthz() -> Response {
+    axum::Json(serde_json::json!({ "status": "ok" })).into_response()
+}
+
+async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let engine = state.engine();
+    let counts = engine.status_counts().await?;
+    engine.metrics().set_task_counts(&counts);
+    let text = engine.metrics().encode();
+    Ok(([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response())
+}
+
+/// Whether the request declares a JSON body (`application/json` or `application/*+json`).
+fn is_json(headers: &HeaderMap) -> bool {
+    let Some(ct) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else { return false };
+    let essence = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"))
+}
+
+/// A required JSON body: 415 unless declared JSON, 400 for bad syntax, 422 for the wrong
+/// shape, 413 when too large.
+pub struct JsonBody<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        if !is_json(req.headers()) {
+            return Err(unsupported_media_type());
+        }
+        let bytes = Bytes::from_request(req, state).await?;
+        Ok(JsonBody(axum::Json::<T>::from_bytes(&bytes)?.0))
+    }
+}
+
+/// An optional JSON body: an empty body means `T::default()`; a non-empty one is checked
+/// like [`JsonBody`].
+pub struct OptionalJsonBody<T>(pub T);
+
+impl<T: DeserializeOwned + Default, S: Send + Sync> FromRequest<S> for OptionalJsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let declared_json = is_json(req.headers());
+        let bytes = Bytes::from_request(req, state).await?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(OptionalJsonBody(T::default()));
+        }
+        if !declared_json {
+            return Err(unsupported_media_type());
+        }
+        Ok(OptionalJsonBody(axum::Json::<T>::from_bytes(&bytes)?.0))
+    }
+}
+
+/// A JSON response with a status.
+pub fn json_response<T: serde::Serialize>(status: StatusCode, body: &T) -> Response {
+    (status, axum::Json(body)).into_response()
+}

@@ -1,0 +1,397 @@
+//! The `/v1` task and artifact handlers, and the task JSON every surface shows: status, a
+//! plain-words message, attempts, artifacts, and whether a retry is possible and what it
+//! may cost.
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use base64::prelude::BASE64_STANDARD;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::error::ApiError;
+use super::{AppState, JsonBody, OptionalJsonBody, json_response};
+use crate::clock::rfc3339;
+use crate::domain::{TaskStatus, status_message};
+use crate::engine::Engine;
+use crate::providers::{Image, sniff_image};
+use crate::store::{ArtifactView, CancelOutcome, NewTask, ResolveOutcome, RetryOutcome, SubmitOutcome, TaskView};
+
+/// The default page size of `GET /v1/tasks`.
+pub const DEFAULT_LIMIT: usize = 50;
+/// The largest page size of `GET /v1/tasks`.
+pub const MAX_LIMIT: usize = 500;
+/// The longest operator note accepted by resolve, in bytes.
+const MAX_NOTE_BYTES: usize = 2000;
+
+/// A task as the API shows it.
+#[derive(Debug, Serialize)]
+pub struct TaskJson {
+    pub id: String,
+    pub status: TaskStatus,
+    /// Plain words for the status (the honest wording for `unknown`).
+    pub message: String,
+    pub attempts: i64,
+    pub provider: String,
+    pub prompt: String,
+    pub params: Value,
+    pub idempotency_key: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+    pub artifacts: Vec<ArtifactJson>,
+    pub retry: RetryJson,
+    pub retry_of: Option<String>,
+    pub cancel_requested: bool,
+    pub failure_kind: Option<String>,
+    /// The stored detail behind the message (why it failed, what it waits for).
+    pub reason: Option<String>,
+    /// For `unknown` tasks: how the provider bills, in plain words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub billing_note: Option<String>,
+}
+
+/// An artifact as the API shows it.
+#[derive(Debug, Serialize)]
+pub struct ArtifactJson {
+    pub id: String,
+    pub sha256: String,
+    pub bytes: i64,
+    pub media_type: String,
+    /// Where to download it: `/v1/artifacts/{id}`.
+    pub url: String,
+    /// The file, relative to the data directory.
+    pub path: String,
+}
+
+/// Whether a task can be retried and what that may cost.
+#[derive(Debug, Serialize)]
+pub struct RetryJson {
+    /// True for `failed`, `unknown` and `canceled` tasks.
+    pub allowed: bool,
+    /// True when a request for this task may already have been charged: a retry must then
+    /// acknowledge that generating again may be charged again.
+    pub requires_cost_acknowledgement: bool,
+    pub note: String,
+}
+
+fn retry_json(t: &TaskView) -> RetryJson {
+    let allowed = matches!(t.status, TaskStatus::Failed | TaskStatus::Unknown | TaskStatus::Canceled);
+    let note = match (allowed, t.may_have_charged, t.status) {
+        (false, _, TaskStatus::Succeeded) => {
+            "This task succeeded. Generating again would be a new task, which the provider may charge for.".to_string()
+        }
+        (false, _, _) => {
+            "This task has not finished; it can be retried once it has failed, been canceled or its outcome is unknown."
+                .to_string()
+        }
+        (true, true, _) => "A request for this task reached the provider, so it may already have been charged. \
+             Retrying creates a new task: generating again is a new operation that may be charged again."
+            .to_string(),
+        (true, false, _) => "Nothing for this task was sent to the provider, so retrying creates a new task \
+             without the risk of paying twice for this one."
+            .to_string(),
+    };
+    RetryJson { allowed, requires_cost_acknowledgement: t.may_have_charged, note }
+}
+
+fn artifact_json(a: &ArtifactView) -> ArtifactJson {
+    ArtifactJson {
+        id: a.id.clone(),
+        sha256: a.sha256.clone(),
+        bytes: a.bytes,
+        media_type: a.media_type.clone(),
+        url: format!("/v1/artifacts/{}", a.id),
+        path: a.path.clone(),
+    }
+}
+
+/// The API's view of a task.
+pub fn task_json(engine: &Engine, t: &TaskView) -> TaskJson {
+    TaskJson {
+        id: t.id.clone(),
+        status: t.status,
+        message: status_message(t.status, t.reason.as_deref(), t.cancel_requested),
+        attempts: t.attempts,
+        provider: t.provider.clone(),
+        prompt: t.prompt.clone(),
+        params: t.params.clone(),
+        idempotency_key: t.idempotency_key.clone(),
+        created_at: rfc3339(t.created_at),
+        updated_at: rfc3339(t.updated_at),
+        artifacts: t.artifacts.iter().map(artifact_json).collect(),
+        retry: retry_json(t),
+        retry_of: t.retry_of.clone(),
+        cancel_requested: t.cancel_requested,
+        failure_kind: t.failure_kind.clone(),
+        reason: t.reason.clone(),
+        billing_note: if t.status == TaskStatus::Unknown { engine.billing_note(&t.provider) } else { None },
+    }
+}
+
+/// Load a task or answer 404.
+async fn load(state: &AppState, id: &str) -> Result<TaskView, ApiError> {
+    state.engine().store().get_task(id.to_string()).await?.ok_or_else(|| ApiError::not_found("task"))
+}
+
+async fn task_response(state: &AppState, status: StatusCode, id: &str) -> Result<Response, ApiError> {
+    let t = load(state, id).await?;
+    let mut r = json_response(status, &task_json(state.engine(), &t));
+    if status == StatusCode::CREATED
+        && let Ok(v) = header::HeaderValue::from_str(&format!("/v1/tasks/{id}"))
+    {
+        r.headers_mut().insert(header::LOCATION, v);
+    }
+    Ok(r)
+}
+
+/// The idempotency key from the `Idempotency-Key` header and/or the body; both must agree.
+fn idempotency_key(headers: &HeaderMap, body: Option<String>) -> Result<Option<String>, ApiError> {
+    let header = match headers.get("idempotency-key") {
+        None => None,
+        Some(v) => Some(
+            v.to_str()
+                .map_err(|_| ApiError::bad_request("the Idempotency-Key header must be visible ASCII"))?
+                .to_string(),
+        ),
+    };
+    match (header, body) {
+        (Some(h), Some(b)) if h != b => Err(ApiError::bad_request(
+            "the Idempotency-Key header and the idempotency_key field differ; send one, or the same value in both",
+        )),
+        (h, b) => Ok(h.or(b)),
+    }
+}
+
+/// `POST /v1/tasks` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitBody {
+    pub prompt: String,
+    pub provider: Option<String>,
+    pub params: Option<Value>,
+    pub idempotency_key: Option<String>,
+}
+
+/// `POST /v1/tasks`: 201 when new, 200 for a replay of the same key and body, 409 for the
+/// same key with a different body.
+pub async fn submit(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody<SubmitBody>,
+) -> Result<Response, ApiError> {
+    let key = idempotency_key(&headers, body.idempotency_key)?;
+    let params = match body.params {
+        None | Some(Value::Null) => json!({}),
+        Some(p) => p,
+    };
+    let provider = body.provider.unwrap_or_else(|| state.inner.default_provider.clone());
+    let t = NewTask { provider, prompt: body.prompt, params, idempotency_key: key, ..NewTask::default() };
+    match state.engine().submit(t).await? {
+        SubmitOutcome::Created(id) => task_response(&state, StatusCode::CREATED, &id).await,
+        SubmitOutcome::Existing(id) => task_response(&state, StatusCode::OK, &id).await,
+        SubmitOutcome::Conflict(id) => Err(ApiError::conflict(
+            "idempotency_conflict",
+            format!("this idempotency key was already used for a different request (task {id})"),
+        )),
+    }
+}
+
+/// `GET /v1/tasks/{id}`.
+pub async fn get_one(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    task_response(&state, StatusCode::OK, &id).await
+}
+
+/// `GET /v1/tasks` query.
+#[derive(Debug, Deserialize)]
+pub struct ListQuery {
+    pub status: Option<String>,
+    /// A task id: list tasks created before it.
+    pub before: Option<String>,
+    pub limit: Option<usize>,
+}
+
+/// `GET /v1/tasks?status=&before=&limit=`: newest first, `next` is the cursor of the next page.
+pub async fn list(
+    State(state): State<AppState>,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(q) = query?;
+    let status = match q.status.as_deref() {
+        None | Some("") => None,
+        Some(s) => Some(TaskStatus::parse(s).ok_or_else(|| {
+            let all: Vec<&str> = TaskStatus::ALL.iter().map(|s| s.as_str()).collect();
+            ApiError::bad_request(format!("unknown status `{s}`; one of {}", all.join(", ")))
+        })?),
+    };
+    let limit = match q.limit {
+        None => DEFAULT_LIMIT,
+        Some(0) => return Err(ApiError::bad_request(format!("limit must be between 1 and {MAX_LIMIT}"))),
+        Some(n) => n.min(MAX_LIMIT),
+    };
+    let mut rows = state.engine().store().list_tasks(status, q.before.filter(|b| !b.is_empty()), limit + 1).await?;
+    let next = if rows.len() > limit {
+        rows.truncate(limit);
+        rows.last().map(|t| t.id.clone())
+    } else {
+        None
+    };
+    let tasks: Vec<TaskJson> = rows.iter().map(|t| task_json(state.engine(), t)).collect();
+    Ok(json_response(StatusCode::OK, &json!({ "tasks": tasks, "next": next })))
+}
+
+/// One timeline entry as the API shows it.
+#[derive(Debug, Serialize)]
+pub struct EventJson {
+    pub at: String,
+    pub actor: String,
+    pub kind: String,
+    pub message: String,
+}
+
+/// `GET /v1/tasks/{id}/events`: the task's timeline, oldest first.
+pub async fn events(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    load(&state, &id).await?;
+    let events: Vec<EventJson> = state
+        .engine()
+        .store()
+        .events(id)
+        .await?
+        .into_iter()
+        .map(|e| EventJson { at: rfc3339(e.at), actor: e.actor, kind: e.kind, message: e.message })
+        .collect();
+    Ok(json_response(StatusCode::OK, &json!({ "events": events })))
+}
+
+/// `POST /v1/tasks/{id}/cancel`: 200 when canceled at once, 202 when the provider is already
+/// working on it (cancel requested; a result that arrives is kept), 409 when settled.
+pub async fn cancel(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    match state.engine().cancel(&id).await? {
+        CancelOutcome::Canceled => task_response(&state, StatusCode::OK, &id).await,
+        CancelOutcome::Requested => task_response(&state, StatusCode::ACCEPTED, &id).await,
+        CancelOutcome::Settled(s) => {
+            Err(ApiError::conflict("already_settled", format!("the task is already {s}; there is nothing to cancel")))
+        }
+        CancelOutcome::NotFound => Err(ApiError::not_found("task")),
+    }
+}
+
+/// `POST /v1/tasks/{id}/retry` body.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryBody {
+    /// Must be true when the original may have been charged.
+    #[serde(default)]
+    pub acknowledge_possible_charge: bool,
+    pub idempotency_key: Option<String>,
+}
+
+/// `POST /v1/tasks/{id}/retry`: 201 with the new task; 409 `cost_acknowledgement_required`
+/// when the original may have been charged and the body does not acknowledge it.
+pub async fn retry(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    OptionalJsonBody(body): OptionalJsonBody<RetryBody>,
+) -> Result<Response, ApiError> {
+    let key = idempotency_key(&headers, body.idempotency_key)?;
+    if let Some(k) = &key
+        && (k.is_empty() || k.len() > 256)
+    {
+        return Err(ApiError::invalid("the idempotency key must be 1 to 256 characters"));
+    }
+    match state.engine().retry(&id, body.acknowledge_possible_charge, key).await? {
+        RetryOutcome::Created(new_id) => task_response(&state, StatusCode::CREATED, &new_id).await,
+        RetryOutcome::Existing(new_id) => task_response(&state, StatusCode::OK, &new_id).await,
+        RetryOutcome::NeedsAcknowledgement => Err(ApiError::conflict(
+            "cost_acknowledgement_required",
+            "The first request may already have been charged. Generating again is a new operation that may be \
+             charged again; send {\"acknowledge_possible_charge\": true} to retry anyway.",
+        )),
+        RetryOutcome::NotRetryable(s) => Err(ApiError::conflict(
+            "not_retryable",
+            format!("a {s} task cannot be retried; only failed, unknown or canceled tasks can"),
+        )),
+        RetryOutcome::NotFound => Err(ApiError::not_found("task")),
+    }
+}
+
+/// How an operator resolves an `unknown` task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResolveAs {
+    Succeeded,
+    Failed,
+}
+
+/// `POST /v1/tasks/{id}/resolve` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResolveBody {
+    pub outcome: ResolveAs,
+    pub note: Option<String>,
+    /// The image found at the provider (required with `succeeded`).
+    pub image_base64: Option<String>,
+}
+
+/// `POST /v1/tasks/{id}/resolve`: an operator settles an `unknown` task by hand.
+pub async fn resolve(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<ResolveBody>,
+) -> Result<Response, ApiError> {
+    let note = body.note.unwrap_or_default();
+    if note.len() > MAX_NOTE_BYTES {
+        return Err(ApiError::invalid(format!("the note is longer than {MAX_NOTE_BYTES} bytes")));
+    }
+    let image = match (body.outcome, body.image_base64) {
+        (ResolveAs::Succeeded, None) => {
+            return Err(ApiError::invalid("resolving as succeeded needs the image (image_base64)"));
+        }
+        (ResolveAs::Failed, Some(_)) => {
+            return Err(ApiError::invalid("an image only goes with outcome \"succeeded\""));
+        }
+        (ResolveAs::Failed, None) => None,
+        (ResolveAs::Succeeded, Some(b64)) => {
+            let bytes = BASE64_STANDARD
+                .decode(b64.trim())
+                .map_err(|e| ApiError::invalid(format!("image_base64 is not valid base64: {e}")))?;
+            let media_type =
+                sniff_image(&bytes).ok_or_else(|| ApiError::invalid("the image is not a PNG, JPEG or WebP image"))?;
+            Some(Image { bytes, media_type: media_type.into() })
+        }
+    };
+    // Check first, so that a resolve of a task that is not unknown writes no image file.
+    let t = load(&state, &id).await?;
+    if t.status != TaskStatus::Unknown {
+        return Err(not_unknown(t.status));
+    }
+    match state.engine().resolve(&id, image, &note).await? {
+        ResolveOutcome::Resolved => task_response(&state, StatusCode::OK, &id).await,
+        ResolveOutcome::NotUnknown(s) => Err(not_unknown(s)),
+        ResolveOutcome::NotFound => Err(ApiError::not_found("task")),
+    }
+}
+
+fn not_unknown(s: TaskStatus) -> ApiError {
+    ApiError::conflict("not_unknown", format!("only an unknown task can be resolved by hand; this one is {s}"))
+}
+
+/// `GET /v1/artifacts/{id}`: the image bytes with their media type.
+pub async fn artifact(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let a = state.engine().store().artifact(id).await?.ok_or_else(|| ApiError::not_found("artifact"))?;
+    let path = crate::engine::files::path_of(state.engine().data_dir(), &a.path);
+    let bytes = tokio::fs::read(&path)
+        .await
+        .map_err(|e| ApiError::unavailable(&format!("artifact {} at {}: {e}", a.id, path.display())))?;
+    Ok((
+        [
+            (header::CONTENT_TYPE, a.media_type),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff".to_string()),
+            (header::CACHE_CONTROL, "private, max-age=31536000, immutable".to_string()),
+        ],
+        bytes,
+    )
+        .into_response())
+}

@@ -1,0 +1,266 @@
+//! Wiring for `tally serve`: configuration overrides, the data-directory lock, the API
+//! token, the engine and its providers, the HTTP listener, logging, and clean shutdown
+//! (stop accepting → engine shutdown → store close with a WAL checkpoint).
+
+use std::future::IntoFuture;
+use std::io::{Read, Seek, Write};
+use std::net::SocketAddr;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use crate::api::{self, AppState, auth};
+use crate::cli::Failure;
+use crate::clock::SystemClock;
+use crate::config::Config;
+use crate::engine::{Engine, EngineParts, ProviderEntry};
+use crate::metrics::Metrics;
+use crate::store::Store;
+
+/// The lock file inside the data dir (never the database file: closing any handle on the
+/// database would drop SQLite's own locks).
+pub const LOCK_FILE: &str = "tally.lock";
+
+/// How long a clean stop waits for open HTTP connections before going on without them.
+const HTTP_DRAIN: Duration = Duration::from_secs(5);
+
+/// Load the configuration: the file if one is named (flag, then `TALLY_CONFIG`), else the
+/// defaults; then a data dir named by flag or `TALLY_DATA_DIR` replaces the file's.
+pub fn load_config(config: Option<&Path>, data_dir: Option<&Path>) -> Result<Config, Failure> {
+    let mut cfg = match config {
+        Some(p) => Config::load(p).map_err(|e| Failure::error(e.to_string()))?,
+        None => Config::defaults(),
+    };
+    if let Some(d) = data_dir {
+        cfg.storage.data_dir = d.to_path_buf();
+    }
+    Ok(cfg)
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, for machines.
+    Json,
+}
+
+/// Start `tracing` output on stderr: level `info` unless `RUST_LOG` says otherwise.
+pub fn init_logging(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+/// The exclusive lock that makes one daemon per data dir. Held until dropped.
+#[derive(Debug)]
+pub struct DataDirLock {
+    _file: std::fs::File,
+}
+
+/// Take the data dir's lock and write this process's pid into it; if another process holds
+/// it, fail naming that process.
+pub fn lock_data_dir(dir: &Path) -> Result<DataDirLock, Failure> {
+    let path = dir.join(LOCK_FILE);
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| Failure::error(format!("cannot open the lock file {}: {e}", path.display())))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            let holder = holder.trim();
+            let who = if holder.is_empty() { "another process".to_string() } else { format!("pid {holder}") };
+            return Err(Failure::error(format!(
+                "another tally serve ({who}) is already using the data directory {}; stop it first",
+                dir.display()
+            )));
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(Failure::error(format!("cannot lock {}: {e}", path.display())));
+        }
+    }
+    let write = |file: &mut std::fs::File| -> std::io::Result<()> {
+        file.set_len(0)?;
+        file.rewind()?;
+        writeln!(file, "{}", std::process::id())?;
+        file.sync_all()
+    };
+    write(&mut file).map_err(|e| Failure::error(format!("cannot write the lock file {}: {e}", path.display())))?;
+    Ok(DataDirLock { _file: file })
+}
+
+/// The base URL clients use for a listen address (an unspecified address means loopback).
+pub fn base_url(listen: SocketAddr) -> String {
+    let mut addr = listen;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(match addr {
+            SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    format!("http://{addr}")
+}
+
+/// The sign-in line printed at start-up. The web page issue replaces it with a one-time
+/// sign-in URL such as `{base}/login?code=…`; until then it says where the API token is.
+pub fn sign_in_line(base: &str, token_path: &Path) -> String {
+    let _ = base;
+    format!(
+        "sign in: send `Authorization: Bearer <token>`; the token is in {} (`tally token` prints it)",
+        token_path.display()
+    )
+}
+
+fn create_data_dir(dir: &Path) -> Result<(), Failure> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| Failure::error(format!("cannot create the data directory {}: {e}", dir.display())))
+}
+
+/// Wait for SIGINT or SIGTERM.
+async fn stop_signal() -> Result<(), Failure> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term =
+        signal(SignalKind::terminate()).map_err(|e| Failure::error(format!("cannot listen for SIGTERM: {e}")))?;
+    let mut int =
+        signal(SignalKind::interrupt()).map_err(|e| Failure::error(format!("cannot listen for SIGINT: {e}")))?;
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+        _ = int.recv() => tracing::info!("SIGINT: stopping"),
+    }
+    Ok(())
+}
+
+/// `tally serve`: run the daemon until SIGINT/SIGTERM, then stop cleanly.
+pub async fn serve(cfg: Config) -> Result<(), Failure> {
+    let dir = cfg.storage.data_dir.clone();
+    create_data_dir(&dir)?;
+    let _lock = lock_data_dir(&dir)?;
+    let token_path = cfg.token_path();
+    let token = auth::load_or_create_token(&token_path)
+        .map_err(|e| Failure::error(format!("cannot create or read the API token {}: {e}", token_path.display())))?;
+    let listener = tokio::net::TcpListener::bind(cfg.server.listen)
+        .await
+        .map_err(|e| Failure::error(format!("cannot listen on {}: {e}", cfg.server.listen)))?;
+    let local = listener.local_addr().map_err(|e| Failure::error(format!("cannot read the listen address: {e}")))?;
+
+    let mut entries = Vec::new();
+    for p in &cfg.providers {
+        let provider = crate::providers::build(p).map_err(|e| Failure::error(format!("provider `{}`: {e}", p.name)))?;
+        entries.push(ProviderEntry::new(p.name.clone(), provider, p.max_concurrency));
+    }
+    let default_provider = cfg.providers.first().map(|p| p.name.clone()).unwrap_or_else(|| "demo".into());
+
+    let db = cfg.db_path();
+    let store = Store::open(&db, cfg.storage.durability)
+        .map_err(|e| Failure::error(format!("cannot open the database {}: {e}", db.display())))?;
+    let engine = match Engine::start(EngineParts {
+        store: store.clone(),
+        config: cfg.engine.clone(),
+        clock: Arc::new(SystemClock),
+        providers: entries,
+        data_dir: dir.clone(),
+        metrics: Arc::new(Metrics::new()),
+    })
+    .await
+    {
+        Ok(e) => Arc::new(e),
+        Err(e) => {
+            let _ = store.close();
+            return Err(Failure::error(format!("cannot start the engine: {e}")));
+        }
+    };
+
+    let base = base_url(local);
+    tracing::info!(listen = %local, data_dir = %dir.display(), providers = ?engine.provider_names(), "tally is running");
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "tally is listening on {base}");
+        let _ = writeln!(out, "{}", sign_in_line(&base, &token_path));
+        let _ = out.flush();
+    }
+
+    let state = AppState::new(engine.clone(), token, &cfg.server, default_provider);
+    let stopping = Arc::new(Notify::new());
+    let signal_result = Arc::new(std::sync::Mutex::new(None));
+    let shutdown = {
+        let (stopping, signal_result) = (stopping.clone(), signal_result.clone());
+        async move {
+            let r = stop_signal().await;
+            if let Err(e) = r {
+                *signal_result.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+            }
+            stopping.notify_one();
+        }
+    };
+    let server = axum::serve(listener, api::app(state)).with_graceful_shutdown(shutdown);
+    let served = tokio::select! {
+        r = server.into_future() => r.map_err(|e| format!("the HTTP server failed: {e}")),
+        _ = async { stopping.notified().await; tokio::time::sleep(HTTP_DRAIN).await } => {
+            tracing::warn!("open HTTP connections did not finish in time; stopping without them");
+            Ok(())
+        }
+    };
+
+    // Stop the engine and checkpoint the database whatever happened to the HTTP server.
+    engine.shutdown().await;
+    let closed = engine.store().close();
+    tracing::info!("stopped");
+    served.map_err(Failure::error)?;
+    if let Some(e) = signal_result.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        return Err(e);
+    }
+    closed.map_err(|e| Failure::error(format!("the database did not close cleanly: {e}")))
+}
+
+/// The database a `check` or `backup` path names, made absolute for comparison.
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    let canon = |p: &Path| -> PathBuf { std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()) };
+    canon(a) == canon(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_config_parses() {
+        let cfg = Config::from_toml(include_str!("../config.example.toml"), "config.example.toml");
+        assert!(cfg.is_ok(), "{:?}", cfg.err());
+    }
+
+    #[test]
+    fn second_lock_names_the_holder() {
+        let dir = std::env::temp_dir().join(format!("tally-lock-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let first = lock_data_dir(&dir).unwrap();
+        let err = lock_data_dir(&dir).unwrap_err();
+        assert!(err.message.contains(&std::process::id().to_string()), "{}", err.message);
+        drop(first);
+        assert!(lock_data_dir(&dir).is_ok());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn base_url_for_unspecified_is_loopback() {
+        assert_eq!(base_url("0.0.0.0:7700".parse().unwrap()), "http://127.0.0.1:7700");
+        assert_eq!(base_url("[::]:7700".parse().unwrap()), "http://[::1]:7700");
+    }
+}

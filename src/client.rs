@@ -1,0 +1,107 @@
+//! The CLI's HTTP client: finds the daemon (`server.listen`) and its token
+//! (`<data_dir>/api-token`) from the same configuration as `tally serve`, and turns API
+//! errors into plain messages.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::Value;
+
+use crate::api::auth::read_token;
+use crate::app::base_url;
+use crate::cli::Failure;
+use crate::config::Config;
+
+/// A client for one daemon.
+pub struct Client {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+/// An answer from the API: its status and JSON body.
+pub struct Answer {
+    pub status: StatusCode,
+    pub body: Value,
+}
+
+impl Answer {
+    /// The error code of an error answer (`{"error": {"code"}}`).
+    pub fn error_code(&self) -> Option<&str> {
+        self.body.pointer("/error/code").and_then(Value::as_str)
+    }
+
+    /// Turn an error answer into a failure with the API's message.
+    pub fn into_ok(self) -> Result<Value, Failure> {
+        if self.status.is_success() {
+            return Ok(self.body);
+        }
+        let message = self
+            .body
+            .pointer("/error/message")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("the daemon answered {}", self.status));
+        Err(Failure::error(message))
+    }
+}
+
+impl Client {
+    /// A client for the daemon `cfg` describes.
+    pub fn new(cfg: &Config) -> Result<Client, Failure> {
+        let token_path = cfg.token_path();
+        let token = read_token(&token_path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                Failure::error(format!(
+                    "no API token at {}; is `tally serve` running with this data directory?",
+                    token_path.display()
+                ))
+            } else {
+                Failure::error(format!("cannot read the API token {}: {e}", token_path.display()))
+            }
+        })?;
+        // reqwest is built without a default TLS crypto provider; install ring once.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(60))
+            .build()
+            .map_err(|e| Failure::error(format!("cannot build the HTTP client: {e}")))?;
+        Ok(Client { http, base: base_url(cfg.server.listen), token })
+    }
+
+    /// The daemon's base URL.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    async fn send(&self, req: reqwest::RequestBuilder) -> Result<Answer, Failure> {
+        let resp = req.bearer_auth(&self.token).send().await.map_err(|e| {
+            if e.is_connect() {
+                Failure::error(format!("cannot reach the tally daemon at {}: is `tally serve` running?", self.base))
+            } else {
+                Failure::error(format!("request to {} failed: {e}", self.base))
+            }
+        })?;
+        let status = resp.status();
+        let bytes = resp.bytes().await.map_err(|e| Failure::error(format!("cannot read the daemon's answer: {e}")))?;
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes)
+                .map_err(|_| Failure::error(format!("the daemon answered {status} without JSON")))?
+        };
+        Ok(Answer { status, body })
+    }
+
+    /// `GET path` (relative to the base URL).
+    pub async fn get(&self, path: &str) -> Result<Answer, Failure> {
+        self.send(self.http.get(format!("{}{path}", self.base))).await
+    }
+
+    /// `POST path` with a JSON body.
+    pub async fn post(&self, path: &str, body: &Value) -> Result<Answer, Failure> {
+        self.send(self.http.post(format!("{}{path}", self.base)).json(body)).await
+    }
+}

@@ -1,0 +1,112 @@
+//! The command line and the daemon's life cycle: `submit --wait`, one daemon per data dir,
+//! backup while running and `check` on the copy, a clean stop on SIGTERM that leaves the WAL
+//! empty, and start-up refusing a bad configuration.
+
+use std::process::Command;
+
+use crate::common::{Daemon, EXE, FAST_DEMO, TempDir};
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn submit_wait_prints_success() {
+    let d = Daemon::start(FAST_DEMO);
+    let out = d.cli(&["submit", "a green teapot", "--wait"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{}", text(&out.stderr));
+    assert!(stdout.contains("succeeded"), "{stdout}");
+    assert!(stdout.contains("sha256"), "{stdout}");
+
+    let json = d.cli(&["list", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("list --json is JSON");
+    let id = v["tasks"][0]["id"].as_str().unwrap().to_string();
+    let status = d.cli(&["status", &id]);
+    assert!(text(&status.stdout).contains("Done: the image is ready."));
+    assert!(d.cli(&["events", &id]).status.success());
+    let token = d.cli(&["token"]);
+    assert_eq!(text(&token.stdout).trim(), d.token());
+    let retry = d.cli(&["retry", &id]);
+    assert!(!retry.status.success());
+    assert!(text(&retry.stderr).starts_with("tally: "));
+    // Start-up printed the listen URL and a sign-in line.
+    let serve_out = d.stdout();
+    assert!(serve_out.contains(&format!("http://127.0.0.1:{}", d.port)), "{serve_out}");
+    assert!(serve_out.contains("sign in"), "{serve_out}");
+}
+
+#[test]
+fn second_serve_on_the_same_data_dir_is_refused() {
+    let d = Daemon::start(FAST_DEMO);
+    let pid = d.child.as_ref().unwrap().id();
+    let out = d.cli(&["serve"]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains(&pid.to_string()), "{err}");
+}
+
+#[test]
+fn backup_while_running_then_check_the_copy() {
+    let d = Daemon::start(FAST_DEMO);
+    assert!(d.cli(&["submit", "backed up", "--wait"]).status.success());
+    let other = TempDir::new();
+    let dest = other.path().join("copy.db");
+    // Global flags work after the subcommand's arguments and before them.
+    let out = d.cli(&["backup", dest.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let dest2 = other.path().join("copy2.db");
+    let out = Command::new(EXE).arg("backup").arg("--config").arg(&d.config).arg(&dest2).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    let check = Command::new(EXE).arg("check").arg(&dest).env_remove("TALLY_CONFIG").output().unwrap();
+    assert!(check.status.success(), "{}{}", text(&check.stdout), text(&check.stderr));
+    let own = d.cli(&["check"]);
+    assert!(own.status.success(), "{}{}", text(&own.stdout), text(&own.stderr));
+    assert!(text(&own.stdout).contains("artifact files verified"));
+
+    let junk = other.path().join("junk.db");
+    std::fs::write(&junk, b"not a database at all, just some bytes that are long enough").unwrap();
+    let bad = Command::new(EXE).arg("check").arg(&junk).output().unwrap();
+    assert!(!bad.status.success());
+}
+
+#[test]
+fn sigterm_stops_cleanly_with_an_empty_wal() {
+    let mut d = Daemon::start(FAST_DEMO);
+    assert!(d.cli(&["submit", "before stopping", "--wait"]).status.success());
+    let status = d.term();
+    assert_eq!(status.code(), Some(0), "stderr:\n{}", d.stderr());
+    let wal = d.data.join("tally.db-wal");
+    let len = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+    assert_eq!(len, 0, "WAL not empty after a clean stop");
+    // The lock is released: the same data dir starts again.
+    d.spawn();
+    assert!(d.cli(&["list"]).status.success());
+}
+
+#[test]
+fn a_bad_config_key_stops_start_up_naming_it() {
+    let d = Daemon::configure("");
+    std::fs::write(&d.config, "[server]\nlisten_addr = \"127.0.0.1:1\"\n").unwrap();
+    let out = d.cli(&["serve"]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("listen_addr") && err.contains("tally.toml"), "{err}");
+
+    let d = Daemon::configure("");
+    std::fs::write(&d.config, "[engine]\nworkers = 0\n").unwrap();
+    let out = d.cli(&["serve"]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("engine.workers"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn client_without_a_daemon_says_so() {
+    let d = Daemon::configure(FAST_DEMO);
+    let out = d.cli(&["list"]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).starts_with("tally: "), "{}", text(&out.stderr));
+    let usage = Command::new(EXE).args(["resolve", "x"]).output().unwrap();
+    assert_eq!(usage.status.code(), Some(2));
+}

@@ -1,0 +1,264 @@
+//! Test helpers: a temporary directory, a real `tally serve` on a free loopback port, a raw
+//! HTTP/1.1 client (so tests control Host and Content-Length exactly), and bounded waits.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The tally binary under test.
+pub const EXE: &str = env!("CARGO_BIN_EXE_tally");
+
+/// A directory removed when dropped.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new() -> Self {
+        let p = std::env::temp_dir().join(format!("tally-it-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&p).expect("create temp dir");
+        TempDir(p)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A free loopback port (bound, then released).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+}
+
+/// Poll `f` every 20 ms until it returns `Some`, for at most `limit`.
+pub fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let end = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() > end {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A running `tally serve` with its own data dir and config.
+pub struct Daemon {
+    pub dir: TempDir,
+    pub port: u16,
+    pub data: PathBuf,
+    pub config: PathBuf,
+    pub child: Option<Child>,
+}
+
+/// The default providers section of test daemons: a fast demo provider.
+pub const FAST_DEMO: &str = "[[providers]]\nname = \"demo\"\nkind = \"demo\"\nmax_concurrency = 2\ndelay_ms = 20\n";
+
+impl Daemon {
+    /// Write a config (loopback on a free port, data dir in a temp dir, short engine timings,
+    /// `extra` appended) without starting anything.
+    pub fn configure(extra: &str) -> Daemon {
+        let dir = TempDir::new();
+        let port = free_port();
+        let data = dir.path().join("data");
+        let config = dir.path().join("tally.toml");
+        let text = format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\n\n[storage]\ndata_dir = \"{}\"\n\n[engine]\nworkers = 4\n\
+             lease_secs = 3\nheartbeat_secs = 1\nshutdown_deadline_secs = 1\n\n{extra}",
+            data.display()
+        );
+        std::fs::write(&config, text).expect("write config");
+        Daemon { dir, port, data, config, child: None }
+    }
+
+    /// Start a daemon with `providers` (TOML) and wait until it listens.
+    pub fn start(providers: &str) -> Daemon {
+        let mut d = Daemon::configure(providers);
+        d.spawn();
+        d
+    }
+
+    /// Start the configured daemon and wait until it listens.
+    pub fn spawn(&mut self) {
+        let out = std::fs::File::create(self.dir.path().join("serve.out")).expect("log file");
+        let err = std::fs::File::create(self.dir.path().join("serve.err")).expect("log file");
+        let child = Command::new(EXE)
+            .args(["serve", "--config"])
+            .arg(&self.config)
+            .env_remove("TALLY_DATA_DIR")
+            .env_remove("TALLY_CONFIG")
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .expect("spawn tally serve");
+        self.child = Some(child);
+        let port = self.port;
+        let up = wait_for(Duration::from_secs(30), || TcpStream::connect(("127.0.0.1", port)).ok().map(|_| ()));
+        assert!(up.is_some(), "daemon did not listen; stderr:\n{}", self.stderr());
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("serve.err")).unwrap_or_default()
+    }
+
+    pub fn stdout(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("serve.out")).unwrap_or_default()
+    }
+
+    pub fn token(&self) -> String {
+        std::fs::read_to_string(self.data.join("api-token")).expect("token file").trim().to_string()
+    }
+
+    /// A request with the token and a loopback Host.
+    pub fn call(&self, method: &str, path: &str, body: Option<&serde_json::Value>) -> Reply {
+        let auth = format!("Bearer {}", self.token());
+        let body = body.map(|b| b.to_string());
+        let mut headers = vec![("Authorization", auth.as_str())];
+        if body.is_some() {
+            headers.push(("Content-Type", "application/json"));
+        }
+        request(self.port, method, path, &headers, body.as_deref().map(str::as_bytes))
+    }
+
+    /// Run a CLI subcommand against this daemon's config.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        Command::new(EXE)
+            .args(args)
+            .arg("--config")
+            .arg(&self.config)
+            .env_remove("TALLY_DATA_DIR")
+            .env_remove("TALLY_CONFIG")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run tally")
+    }
+
+    /// Send SIGTERM and wait (bounded) for the exit status.
+    pub fn term(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("daemon running");
+        let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill");
+        assert!(status.success());
+        let done = wait_for(Duration::from_secs(30), || child.try_wait().ok().flatten());
+        match done {
+            Some(s) => s,
+            None => {
+                let _ = child.kill();
+                panic!("daemon did not stop after SIGTERM");
+            }
+        }
+    }
+
+    /// Poll a task until its status is one of `want`.
+    pub fn wait_status(&self, id: &str, want: &[&str]) -> serde_json::Value {
+        let path = format!("/v1/tasks/{id}");
+        let mut last = serde_json::Value::Null;
+        let got = wait_for(Duration::from_secs(30), || {
+            let r = self.call("GET", &path, None);
+            last = r.json();
+            want.contains(&last["status"].as_str().unwrap_or("")).then(|| last.clone())
+        });
+        got.unwrap_or_else(|| panic!("task {id} never reached {want:?}; last: {last}"))
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// An HTTP answer.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
+    /// The error code of a `{"error": {"code", "message"}}` answer.
+    pub fn error_code(&self) -> String {
+        self.json()["error"]["code"].as_str().unwrap_or("").to_string()
+    }
+}
+
+/// A raw HTTP/1.1 request to 127.0.0.1:`port`. A `Host` header in `headers` replaces the
+/// default one; `Content-Length` is added for a body unless given.
+pub fn request(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&[u8]>) -> Reply {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
+    let mut head = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        head.push_str(&format!("Host: 127.0.0.1:{port}\r\n"));
+    }
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if let Some(b) = body
+        && !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+    {
+        head.push_str(&format!("Content-Length: {}\r\n", b.len()));
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes()).expect("write head");
+    if let Some(b) = body {
+        // The server may answer (and close) before reading a body it refuses.
+        let _ = s.write_all(b);
+    }
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    parse(&raw)
+}
+
+fn parse(raw: &[u8]) -> Reply {
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a complete HTTP answer");
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let mut lines = head.split("\r\n");
+    let status = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|c| c.parse().ok()).expect("status line");
+    let headers: Vec<(String, String)> =
+        lines.filter_map(|l| l.split_once(':').map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))).collect();
+    let mut body = raw[split + 4..].to_vec();
+    let chunked = headers.iter().any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
+    if chunked {
+        let mut out = Vec::new();
+        let mut rest = &body[..];
+        while let Some(eol) = rest.windows(2).position(|w| w == b"\r\n") {
+            let size = usize::from_str_radix(String::from_utf8_lossy(&rest[..eol]).trim(), 16).unwrap_or(0);
+            if size == 0 {
+                break;
+            }
+            out.extend_from_slice(&rest[eol + 2..eol + 2 + size]);
+            rest = &rest[eol + 2 + size + 2..];
+        }
+        body = out;
+    }
+    Reply { status, headers, body }
+}
+
+/// SHA-256 of bytes as lower-case hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    tally::domain::hex(&sha2::Sha256::digest(bytes))
+}
