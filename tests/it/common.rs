@@ -59,6 +59,8 @@ pub struct Daemon {
     pub data: PathBuf,
     pub config: PathBuf,
     pub child: Option<Child>,
+    /// Extra environment for the daemon process (API keys, FAILPOINTS).
+    pub env: Vec<(String, String)>,
 }
 
 /// The default providers section of test daemons: a fast demo provider.
@@ -68,17 +70,22 @@ impl Daemon {
     /// Write a config (loopback on a free port, data dir in a temp dir, short engine timings,
     /// `extra` appended) without starting anything.
     pub fn configure(extra: &str) -> Daemon {
+        Daemon::configure_with("", extra)
+    }
+
+    /// Like [`Daemon::configure`], with more `[engine]` keys.
+    pub fn configure_with(engine: &str, extra: &str) -> Daemon {
         let dir = TempDir::new();
         let port = free_port();
         let data = dir.path().join("data");
         let config = dir.path().join("tally.toml");
         let text = format!(
             "[server]\nlisten = \"127.0.0.1:{port}\"\n\n[storage]\ndata_dir = \"{}\"\n\n[engine]\nworkers = 4\n\
-             lease_secs = 3\nheartbeat_secs = 1\nshutdown_deadline_secs = 1\n\n{extra}",
+             lease_secs = 3\nheartbeat_secs = 1\nshutdown_deadline_secs = 1\n{engine}\n{extra}",
             data.display()
         );
         std::fs::write(&config, text).expect("write config");
-        Daemon { dir, port, data, config, child: None }
+        Daemon { dir, port, data, config, child: None, env: Vec::new() }
     }
 
     /// Start a daemon with `providers` (TOML) and wait until it listens.
@@ -97,6 +104,8 @@ impl Daemon {
             .arg(&self.config)
             .env_remove("TALLY_DATA_DIR")
             .env_remove("TALLY_CONFIG")
+            .env_remove("FAILPOINTS")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(out)
             .stderr(err)
             .spawn()
@@ -207,8 +216,20 @@ impl Reply {
 /// A raw HTTP/1.1 request to 127.0.0.1:`port`. A `Host` header in `headers` replaces the
 /// default one; `Content-Length` is added for a body unless given.
 pub fn request(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&[u8]>) -> Reply {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
+    try_request(port, method, path, headers, body).expect("a complete HTTP answer")
+}
+
+/// Like [`request`], but `None` when the server is gone or closes without a full answer
+/// (a daemon killed mid-request).
+pub fn try_request(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> Option<Reply> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
     let mut head = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
     if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
         head.push_str(&format!("Host: 127.0.0.1:{port}\r\n"));
@@ -222,7 +243,7 @@ pub fn request(port: u16, method: &str, path: &str, headers: &[(&str, &str)], bo
         head.push_str(&format!("Content-Length: {}\r\n", b.len()));
     }
     head.push_str("\r\n");
-    s.write_all(head.as_bytes()).expect("write head");
+    s.write_all(head.as_bytes()).ok()?;
     if let Some(b) = body {
         // The server may answer (and close) before reading a body it refuses.
         let _ = s.write_all(b);
@@ -232,11 +253,11 @@ pub fn request(port: u16, method: &str, path: &str, headers: &[(&str, &str)], bo
     parse(&raw)
 }
 
-fn parse(raw: &[u8]) -> Reply {
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a complete HTTP answer");
+fn parse(raw: &[u8]) -> Option<Reply> {
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
     let head = String::from_utf8_lossy(&raw[..split]).to_string();
     let mut lines = head.split("\r\n");
-    let status = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|c| c.parse().ok()).expect("status line");
+    let status = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|c| c.parse().ok())?;
     let headers: Vec<(String, String)> =
         lines.filter_map(|l| l.split_once(':').map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))).collect();
     let mut body = raw[split + 4..].to_vec();
@@ -249,12 +270,12 @@ fn parse(raw: &[u8]) -> Reply {
             if size == 0 {
                 break;
             }
-            out.extend_from_slice(&rest[eol + 2..eol + 2 + size]);
-            rest = &rest[eol + 2 + size + 2..];
+            out.extend_from_slice(rest.get(eol + 2..eol + 2 + size)?);
+            rest = rest.get(eol + 2 + size + 2..)?;
         }
         body = out;
     }
-    Reply { status, headers, body }
+    Some(Reply { status, headers, body })
 }
 
 /// SHA-256 of bytes as lower-case hex.

@@ -141,7 +141,8 @@ pub fn crash_case(point: &str, kind: &str) {
     let key = uuid::Uuid::new_v4().to_string();
     let first = submit(&d, kind, &prompt, &key);
     let exited = wait_for(Duration::from_secs(30), || d.child.as_mut().and_then(|c| c.try_wait().ok().flatten()));
-    let status = exited.unwrap_or_else(|| panic!("{point}/{kind}: the crash point never fired; stderr:\n{}", d.stderr()));
+    let status =
+        exited.unwrap_or_else(|| panic!("{point}/{kind}: the crash point never fired; stderr:\n{}", d.stderr()));
     assert!(!status.success(), "{point}/{kind}: the daemon exited cleanly instead of crashing");
     d.child = None;
 
@@ -168,7 +169,8 @@ pub fn crash_case(point: &str, kind: &str) {
         assert_eq!(crate::common::sha256_hex(&body), art["sha256"].as_str().unwrap_or(""), "{point}/{kind}");
     }
     let events = d.call("GET", &format!("/v1/tasks/{id}/events"), None).json();
-    let kinds: Vec<&str> = events["events"].as_array().expect("events").iter().filter_map(|e| e["kind"].as_str()).collect();
+    let kinds: Vec<&str> =
+        events["events"].as_array().expect("events").iter().filter_map(|e| e["kind"].as_str()).collect();
     if let Some(r) = recovery {
         assert!(kinds.contains(&r), "{point}/{kind}: the timeline does not show `{r}`: {kinds:?}");
     }

@@ -6,5 +6,17 @@
 mod api;
 mod cli;
 mod common;
+#[cfg(feature = "failpoints")]
+mod crash;
 mod engine;
+mod providers_http;
 mod sets;
+#[cfg(feature = "failpoints")]
+mod soak;
+
+/// The crash matrix and the soak need crash points compiled into the binary; say so loudly
+/// instead of skipping silently when they are not.
+#[cfg(not(feature = "failpoints"))]
+#[test]
+#[ignore = "the crash matrix and chaos soak need `--features failpoints` (scripts/test.sh passes it)"]
+fn crash_matrix_and_soak_need_the_failpoints_feature() {}
