@@ -77,10 +77,17 @@ pub async fn check_body(State(state): State<AppState>, req: Request, next: Next)
         },
     };
     let has_body = declared.map_or_else(|| req.headers().contains_key(header::TRANSFER_ENCODING), |n| n > 0);
-    if has_body && !super::is_json(req.headers()) {
+    if has_body && !super::is_json(req.headers()) && !is_image_upload(&req) {
         return unsupported_media_type().into_response();
     }
     next.run(req).await
+}
+
+/// `POST /v1/uploads` takes raw image bytes instead of JSON.
+fn is_image_upload(req: &Request) -> bool {
+    let ct = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let essence = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    req.uri().path() == "/v1/uploads" && super::sets::UPLOAD_TYPES.contains(&essence.as_str())
 }
 
 /// Middleware on `/v1`: answer 401 unless `Authorization: Bearer <token>` carries the token.

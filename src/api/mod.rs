@@ -8,6 +8,7 @@
 
 pub mod auth;
 pub mod error;
+pub mod sets;
 pub mod tasks;
 
 use std::sync::Arc;
@@ -54,6 +55,11 @@ impl AppState {
         }
     }
 
+    /// The provider used when a request names none.
+    pub fn default_provider(&self) -> &str {
+        &self.inner.default_provider
+    }
+
     /// The engine behind the API.
     pub fn engine(&self) -> &Engine {
         &self.inner.engine
@@ -71,6 +77,11 @@ pub fn app(state: AppState) -> Router {
         .route("/tasks/{id}/retry", post(tasks::retry))
         .route("/tasks/{id}/resolve", post(tasks::resolve))
         .route("/artifacts/{id}", get(tasks::artifact))
+        .route("/uploads", post(sets::upload))
+        .route("/uploads/{id}", get(sets::get_upload))
+        .route("/sets", post(sets::create).get(sets::list))
+        .route("/sets/{id}", get(sets::get_one))
+        .route("/sets/{id}/cancel", post(sets::cancel))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(from_fn_with_state(state.clone(), auth::require_token));

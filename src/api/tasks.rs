@@ -147,7 +147,7 @@ async fn task_response(state: &AppState, status: StatusCode, id: &str) -> Result
 }
 
 /// The idempotency key from the `Idempotency-Key` header and/or the body; both must agree.
-fn idempotency_key(headers: &HeaderMap, body: Option<String>) -> Result<Option<String>, ApiError> {
+pub(crate) fn idempotency_key(headers: &HeaderMap, body: Option<String>) -> Result<Option<String>, ApiError> {
     let header = match headers.get("idempotency-key") {
         None => None,
         Some(v) => Some(

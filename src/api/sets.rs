@@ -1,0 +1,222 @@
+//! Image-set routes: reference uploads (`/v1/uploads`) and sets of shots (`/v1/sets`). A
+//! set's status, progress and message are derived from its shots; each shot is shown as a
+//! task, so its fate is as honest as a single task's.
+
+use axum::body::Bytes;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::error::ApiError;
+use super::tasks::{DEFAULT_LIMIT, MAX_LIMIT, TaskJson, idempotency_key, task_json};
+use super::{AppState, JsonBody, json_response};
+use crate::clock::rfc3339;
+use crate::store::{NewSet, NewShot, SetStatus, SetView, SubmitOutcome, UploadView, set_summary};
+
+/// The content types `POST /v1/uploads` accepts (the bytes are checked too).
+pub const UPLOAD_TYPES: &[&str] = &["image/png", "image/jpeg", "image/webp", "application/octet-stream"];
+
+/// An upload as the API shows it.
+#[derive(Debug, Serialize)]
+pub struct UploadJson {
+    pub id: String,
+    pub sha256: String,
+    pub bytes: i64,
+    pub media_type: String,
+    /// Where to download it: `/v1/uploads/{id}`.
+    pub url: String,
+    pub created_at: String,
+}
+
+fn upload_json(u: &UploadView) -> UploadJson {
+    UploadJson {
+        id: u.id.clone(),
+        sha256: u.sha256.clone(),
+        bytes: u.bytes,
+        media_type: u.media_type.clone(),
+        url: format!("/v1/uploads/{}", u.id),
+        created_at: rfc3339(u.created_at),
+    }
+}
+
+/// A shot: its task plus its place in the set.
+#[derive(Debug, Serialize)]
+pub struct ShotJson {
+    pub position: i64,
+    pub role: Option<String>,
+    #[serde(flatten)]
+    pub task: TaskJson,
+}
+
+/// A set as the API shows it.
+#[derive(Debug, Serialize)]
+pub struct SetJson {
+    pub id: String,
+    pub product: String,
+    pub style: Option<String>,
+    pub provider: String,
+    pub status: SetStatus,
+    /// E.g. "3 of 7 done, 1 unknown".
+    pub progress: String,
+    pub message: String,
+    pub canceled: bool,
+    pub created_at: String,
+    pub updated_at: String,
+    pub references: Vec<UploadJson>,
+    pub shots: Vec<ShotJson>,
+    /// Tasks of retried shots, replaced in `shots` by their retries.
+    pub replaced: Vec<String>,
+}
+
+/// The API's view of a set.
+pub fn set_json(state: &AppState, s: &SetView) -> SetJson {
+    let (status, progress, message) = set_summary(s);
+    SetJson {
+        id: s.id.clone(),
+        product: s.product.clone(),
+        style: s.style.clone(),
+        provider: s.provider.clone(),
+        status,
+        progress,
+        message,
+        canceled: s.canceled,
+        created_at: rfc3339(s.created_at),
+        updated_at: rfc3339(s.updated_at),
+        references: s.references.iter().map(upload_json).collect(),
+        shots: s
+            .shots
+            .iter()
+            .map(|t| ShotJson {
+                position: t.set_position.unwrap_or(0),
+                role: t.shot_role.clone(),
+                task: task_json(state.engine(), t),
+            })
+            .collect(),
+        replaced: s.replaced.clone(),
+    }
+}
+
+/// `POST /v1/uploads`: the raw image bytes (PNG, JPEG or WebP, checked from the bytes).
+pub async fn upload(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    if body.is_empty() {
+        return Err(ApiError::bad_request("send the image bytes as the request body"));
+    }
+    let u = state.engine().upload(body.to_vec()).await?;
+    Ok(json_response(StatusCode::CREATED, &upload_json(&u)))
+}
+
+/// `GET /v1/uploads/{id}`: the bytes.
+pub async fn get_upload(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let u = state.engine().store().upload(id).await?.ok_or_else(|| ApiError::not_found("upload"))?;
+    let path = crate::engine::files::path_of(state.engine().data_dir(), &u.path);
+    let bytes = tokio::fs::read(&path)
+        .await
+        .map_err(|e| ApiError::unavailable(&format!("upload {} at {}: {e}", u.id, path.display())))?;
+    Ok(([(header::CONTENT_TYPE, u.media_type), (header::X_CONTENT_TYPE_OPTIONS, "nosniff".to_string())], bytes)
+        .into_response())
+}
+
+/// One shot of `POST /v1/sets`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShotBody {
+    pub role: String,
+    pub prompt: String,
+    pub params: Option<Value>,
+}
+
+/// `POST /v1/sets` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SetBody {
+    pub product: String,
+    #[serde(default)]
+    pub references: Vec<String>,
+    pub style: Option<String>,
+    pub provider: Option<String>,
+    pub shots: Vec<ShotBody>,
+    pub idempotency_key: Option<String>,
+}
+
+/// `POST /v1/sets`: 201 when new, 200 for a replay of the same key and body, 409 for the
+/// same key with a different body.
+pub async fn create(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody<SetBody>,
+) -> Result<Response, ApiError> {
+    let key = idempotency_key(&headers, body.idempotency_key)?;
+    let set = NewSet {
+        product: body.product,
+        style: body.style,
+        provider: body.provider.unwrap_or_else(|| state.default_provider().to_string()),
+        references: body.references,
+        shots: body
+            .shots
+            .into_iter()
+            .map(|s| NewShot { role: s.role, prompt: s.prompt, params: s.params.unwrap_or_else(|| json!({})) })
+            .collect(),
+        idempotency_key: key,
+    };
+    let (status, id) = match state.engine().create_set(set).await? {
+        SubmitOutcome::Created(id) => (StatusCode::CREATED, id),
+        SubmitOutcome::Existing(id) => (StatusCode::OK, id),
+        SubmitOutcome::Conflict(id) => {
+            return Err(ApiError::conflict(
+                "idempotency_conflict",
+                format!("this idempotency key was already used for a different set ({id})"),
+            ));
+        }
+    };
+    let s = load(&state, &id).await?;
+    Ok(json_response(status, &set_json(&state, &s)))
+}
+
+async fn load(state: &AppState, id: &str) -> Result<SetView, ApiError> {
+    state.engine().store().get_set(id.to_string()).await?.ok_or_else(|| ApiError::not_found("set"))
+}
+
+/// `GET /v1/sets/{id}`.
+pub async fn get_one(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let s = load(&state, &id).await?;
+    Ok(json_response(StatusCode::OK, &set_json(&state, &s)))
+}
+
+/// `GET /v1/sets` query.
+#[derive(Debug, Deserialize)]
+pub struct ListQuery {
+    pub before: Option<String>,
+    pub limit: Option<usize>,
+}
+
+/// `GET /v1/sets?before=&limit=`: newest first, with a `next` cursor.
+pub async fn list(
+    State(state): State<AppState>,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(q) = query?;
+    let limit = match q.limit {
+        None => DEFAULT_LIMIT.min(20),
+        Some(0) => return Err(ApiError::bad_request(format!("limit must be between 1 and {MAX_LIMIT}"))),
+        Some(n) => n.min(MAX_LIMIT),
+    };
+    let mut rows = state.engine().store().list_sets(q.before.filter(|b| !b.is_empty()), limit + 1).await?;
+    let next = if rows.len() > limit {
+        rows.truncate(limit);
+        rows.last().map(|s| s.id.clone())
+    } else {
+        None
+    };
+    let sets: Vec<SetJson> = rows.iter().map(|s| set_json(&state, s)).collect();
+    Ok(json_response(StatusCode::OK, &json!({ "sets": sets, "next": next })))
+}
+
+/// `POST /v1/sets/{id}/cancel`: cancels shots not yet sent; a running shot finishes honestly.
+pub async fn cancel(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    state.engine().cancel_set(&id).await?.ok_or_else(|| ApiError::not_found("set"))?;
+    let s = load(&state, &id).await?;
+    Ok(json_response(StatusCode::OK, &set_json(&state, &s)))
+}
