@@ -100,6 +100,12 @@ impl Client {
         self.send(self.http.get(format!("{}{path}", self.base))).await
     }
 
+    /// `POST path` with raw bytes of a content type (uploads).
+    pub async fn post_bytes(&self, path: &str, content_type: &str, bytes: Vec<u8>) -> Result<Answer, Failure> {
+        let req = self.http.post(format!("{}{path}", self.base)).header(reqwest::header::CONTENT_TYPE, content_type);
+        self.send(req.body(bytes)).await
+    }
+
     /// `POST path` with a JSON body.
     pub async fn post(&self, path: &str, body: &Value) -> Result<Answer, Failure> {
         self.send(self.http.post(format!("{}{path}", self.base)).json(body)).await
