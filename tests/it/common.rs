@@ -7,6 +7,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
+
 use std::time::{Duration, Instant};
 
 /// The tally binary under test.
@@ -282,4 +283,100 @@ fn parse(raw: &[u8]) -> Option<Reply> {
 pub fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest;
     tally::domain::hex(&sha2::Sha256::digest(bytes))
+}
+
+/// A running `tally mock-provider` with its ledger.
+pub struct Mock {
+    pub port: u16,
+    pub ledger: std::path::PathBuf,
+    child: Child,
+    _dir: TempDir,
+}
+
+impl Mock {
+    pub fn start(args: &[&str]) -> Mock {
+        let dir = TempDir::new();
+        let port = free_port();
+        let ledger = dir.path().join("ledger.jsonl");
+        let child = Command::new(EXE)
+            .args(["mock-provider", "--listen", &format!("127.0.0.1:{port}"), "--ledger"])
+            .arg(&ledger)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn mock");
+        let up = wait_for(Duration::from_secs(20), || std::net::TcpStream::connect(("127.0.0.1", port)).ok());
+        assert!(up.is_some(), "mock provider did not listen");
+        Mock { port, ledger, child, _dir: dir }
+    }
+
+    pub fn base(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Every ledger line.
+    pub fn lines(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&self.ledger)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).expect("ledger lines are JSON"))
+            .collect()
+    }
+
+    /// Ledger lines whose prompt contains `tag`: (all, charged).
+    pub fn count(&self, tag: &str) -> (usize, usize) {
+        let lines: Vec<_> =
+            self.lines().into_iter().filter(|l| l["prompt"].as_str().is_some_and(|p| p.contains(tag))).collect();
+        let charged = lines.iter().filter(|l| l["charged"] == true).count();
+        (lines.len(), charged)
+    }
+
+    /// Change the mock's behaviour at run time.
+    pub fn behave(&self, body: serde_json::Value) {
+        let r = try_request(
+            self.port,
+            "PUT",
+            "/_mock/behavior",
+            &[("Content-Type", "application/json")],
+            Some(body.to_string().as_bytes()),
+        )
+        .expect("mock answers");
+        assert!(r.status < 300, "mock refused behaviour: {}", String::from_utf8_lossy(&r.body));
+    }
+}
+
+impl Drop for Mock {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The four provider kinds against one mock, named after their kind.
+pub fn providers(mock: &Mock) -> String {
+    let base = mock.base();
+    let common = "api_key_env = \"TALLY_TEST_KEY\"\nmax_concurrency = 4\npoll_interval_ms = 50\nrequest_timeout_ms = 5000\nconnect_timeout_ms = 1000\n";
+    format!(
+        "[[providers]]\nname = \"openai\"\nkind = \"openai_images\"\nbase_url = \"{base}\"\nmodel = \"gpt-image-1\"\n{common}\n\
+         [[providers]]\nname = \"replicate\"\nkind = \"replicate\"\nbase_url = \"{base}\"\nmodel = \"acme/flux\"\n{common}\n\
+         [[providers]]\nname = \"fal\"\nkind = \"fal_queue\"\nbase_url = \"{base}/fal\"\nmodel = \"fal-ai/flux/dev\"\n{common}\n\
+         [[providers]]\nname = \"idem\"\nkind = \"openai_images\"\nbase_url = \"{base}\"\nmodel = \"gpt-image-1\"\nidempotency_header = \"Idempotency-Key\"\n{common}\n"
+    )
+}
+
+/// Submit with an idempotency key; `None` if the daemon died before answering.
+pub fn submit(d: &Daemon, provider: &str, prompt: &str, key: &str) -> Option<(u16, String)> {
+    let body = serde_json::json!({"prompt": prompt, "provider": provider, "idempotency_key": key}).to_string();
+    let auth = format!("Bearer {}", d.token());
+    let r = try_request(
+        d.port,
+        "POST",
+        "/v1/tasks",
+        &[("Authorization", auth.as_str()), ("Content-Type", "application/json")],
+        Some(body.as_bytes()),
+    )?;
+    let id = r.json()["id"].as_str()?.to_string();
+    Some((r.status, id))
 }

@@ -9,6 +9,7 @@ mod common;
 #[cfg(feature = "failpoints")]
 mod crash;
 mod engine;
+mod providers_daemon;
 mod providers_http;
 mod sets;
 #[cfg(feature = "failpoints")]

@@ -1,0 +1,188 @@
+//! Each provider kind through the real daemon against a real `tally mock-provider` process,
+//! counted in the mock's ledger: success, refusal, rate limit, connection refused, lost
+//! answers (create and poll), the idempotency header, and expired results. (A daemon killed
+//! while a job is `accepted` is the crash matrix's `after_accepted_*` cases.)
+
+use std::time::Duration;
+
+use crate::common::{Daemon, Mock, free_port, providers, submit, wait_for};
+
+const SETTLED: &[&str] = &["succeeded", "failed", "unknown", "canceled"];
+
+struct World {
+    mock: Mock,
+    daemon: Daemon,
+}
+
+fn world(mock_args: &[&str], extra_providers: &str) -> World {
+    let mock = Mock::start(mock_args);
+    let engine = "dispatch_grace_secs = 1\nmax_attempts = 3\nbackoff_base_ms = 50\nbackoff_max_ms = 300\n";
+    let mut daemon = Daemon::configure_with(engine, &format!("{}\n{extra_providers}", providers(&mock)));
+    daemon.env.push(("TALLY_TEST_KEY".into(), "sk-test-providers".into()));
+    daemon.spawn();
+    World { mock, daemon }
+}
+
+fn tag(what: &str) -> String {
+    format!("{what} {}", uuid::Uuid::new_v4().simple())
+}
+
+impl World {
+    fn run(&self, provider: &str, prompt: &str) -> serde_json::Value {
+        let (code, id) = submit(&self.daemon, provider, prompt, &uuid::Uuid::new_v4().to_string()).expect("submit");
+        assert_eq!(code, 201);
+        self.daemon.wait_status(&id, SETTLED)
+    }
+
+    fn start(&self, provider: &str, prompt: &str) -> String {
+        submit(&self.daemon, provider, prompt, &uuid::Uuid::new_v4().to_string()).expect("submit").1
+    }
+
+    /// Wait until the ledger holds at least `n` lines for `prompt`.
+    fn wait_lines(&self, prompt: &str, n: usize) {
+        let ok = wait_for(Duration::from_secs(20), || (self.mock.count(prompt).0 >= n).then_some(()));
+        assert!(ok.is_some(), "the mock never saw {n} requests for {prompt:?}");
+    }
+
+    fn events(&self, id: &str) -> Vec<String> {
+        let e = self.daemon.call("GET", &format!("/v1/tasks/{id}/events"), None).json();
+        e["events"].as_array().expect("events").iter().filter_map(|e| e["kind"].as_str().map(String::from)).collect()
+    }
+}
+
+#[test]
+fn every_kind_succeeds_with_exactly_one_charge() {
+    let w = world(&["--job-duration-ms", "50"], "");
+    for kind in ["openai", "replicate", "fal", "idem"] {
+        let prompt = tag(kind);
+        let t = w.run(kind, &prompt);
+        assert_eq!(t["status"], "succeeded", "{kind}: {t}");
+        assert_eq!(w.mock.count(&prompt).1, 1, "{kind}: charged lines");
+    }
+}
+
+#[test]
+fn a_refusal_fails_without_a_retry() {
+    let w = world(&["--reject-status", "400"], "");
+    let prompt = tag("refused");
+    let t = w.run("openai", &prompt);
+    assert_eq!((t["status"].as_str(), t["failure_kind"].as_str()), (Some("failed"), Some("rejected")));
+    assert_eq!(w.mock.count(&prompt), (1, 0), "sent once, not charged, not retried");
+}
+
+#[test]
+fn a_rate_limit_is_retried_no_earlier_than_the_hint() {
+    let w = world(&[], "");
+    w.mock.behave(serde_json::json!({"retry_after_s": 1}));
+    let prompt = tag("rate limited");
+    let id = w.start("openai", &prompt);
+    w.wait_lines(&prompt, 1);
+    w.mock.behave(serde_json::json!({"retry_after_s": null}));
+    let t = w.daemon.wait_status(&id, SETTLED);
+    assert_eq!(t["status"], "succeeded");
+    let lines: Vec<_> = w.mock.lines().into_iter().filter(|l| l["prompt"].as_str() == Some(prompt.as_str())).collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!((lines[0]["charged"].as_bool(), lines[1]["charged"].as_bool()), (Some(false), Some(true)));
+    let at = |l: &serde_json::Value| humantime::parse_rfc3339(l["ts"].as_str().expect("ts")).expect("RFC 3339 time");
+    let gap = at(&lines[1]).duration_since(at(&lines[0])).expect("ordered");
+    assert!(gap >= Duration::from_millis(1000), "retried after {gap:?}, before the 1 s hint");
+}
+
+#[test]
+fn connection_refused_is_retried_and_never_reaches_the_ledger() {
+    let dead = free_port();
+    let gone = format!(
+        "[[providers]]\nname = \"gone\"\nkind = \"openai_images\"\nbase_url = \"http://127.0.0.1:{dead}\"\n\
+         api_key_env = \"TALLY_TEST_KEY\"\nmodel = \"m\"\nmax_concurrency = 1\nconnect_timeout_ms = 500\n"
+    );
+    let w = world(&[], &gone);
+    let prompt = tag("nobody home");
+    let t = w.run("gone", &prompt);
+    assert_eq!((t["status"].as_str(), t["failure_kind"].as_str()), (Some("failed"), Some("not_sent")), "{t}");
+    assert_eq!(t["attempts"], 3);
+    assert_eq!(w.mock.count(&prompt), (0, 0));
+}
+
+#[test]
+fn a_lost_answer_from_openai_images_is_unknown_with_one_charge() {
+    let w = world(&["--drop-response"], "");
+    let prompt = tag("lost sync");
+    let t = w.run("openai", &prompt);
+    assert_eq!(t["status"], "unknown");
+    assert!(t["message"].as_str().unwrap_or("").contains("may be charged again"), "{t}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(w.mock.count(&prompt), (1, 1));
+}
+
+#[test]
+fn a_lost_poll_answer_is_recovered_by_polling_again() {
+    for kind in ["replicate", "fal"] {
+        let w = world(&["--job-duration-ms", "50"], "");
+        w.mock.behave(serde_json::json!({"drop_response": true, "drop_on": "poll"}));
+        let prompt = tag(kind);
+        let id = w.start(kind, &prompt);
+        // Let at least one poll be dropped, then answer again.
+        let dropped = wait_for(Duration::from_secs(20), || {
+            let job = w.mock.lines().into_iter().find(|l| l["prompt"].as_str() == Some(prompt.as_str()))?;
+            let job = job["job_id"].as_str()?.to_string();
+            w.mock.lines().iter().any(|l| l["job_id"].as_str() == Some(&job) && l["prompt"].is_null()).then_some(())
+        });
+        assert!(dropped.is_some(), "{kind}: no poll reached the mock");
+        w.mock.behave(serde_json::json!({"drop_response": null}));
+        let t = w.daemon.wait_status(&id, SETTLED);
+        assert_eq!(t["status"], "succeeded", "{kind}: {t}");
+        assert_eq!(w.mock.count(&prompt), (1, 1), "{kind}: created once");
+    }
+}
+
+#[test]
+fn a_lost_create_answer_is_found_by_listing_or_honestly_unknown() {
+    for (kind, want) in [("replicate", "succeeded"), ("fal", "unknown")] {
+        let w = world(&["--job-duration-ms", "50"], "");
+        w.mock.behave(serde_json::json!({"drop_response": true, "drop_on": "create"}));
+        let prompt = tag(kind);
+        let id = w.start(kind, &prompt);
+        w.wait_lines(&prompt, 1);
+        w.mock.behave(serde_json::json!({"drop_response": null}));
+        let t = w.daemon.wait_status(&id, SETTLED);
+        assert_eq!(t["status"], want, "{kind}: {t}");
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(w.mock.count(&prompt).1, 1, "{kind}: never a second charge");
+        if want == "succeeded" {
+            assert!(w.events(&id).contains(&"accepted".to_string()));
+        }
+    }
+}
+
+#[test]
+fn the_idempotency_header_replays_without_a_second_charge() {
+    let w = world(&[], "");
+    w.mock.behave(serde_json::json!({"drop_response": true, "drop_on": "create"}));
+    let prompt = tag("idempotent");
+    let id = w.start("idem", &prompt);
+    w.wait_lines(&prompt, 1);
+    w.mock.behave(serde_json::json!({"drop_response": null}));
+    let t = w.daemon.wait_status(&id, SETTLED);
+    assert_eq!(t["status"], "succeeded", "{t}");
+    let lines: Vec<_> = w.mock.lines().into_iter().filter(|l| l["prompt"].as_str() == Some(prompt.as_str())).collect();
+    assert!(lines.len() >= 2, "the replay reached the mock");
+    assert_eq!(lines.iter().filter(|l| l["charged"] == true).count(), 1);
+    let keys: std::collections::HashSet<_> = lines.iter().map(|l| l["idempotency_key"].to_string()).collect();
+    assert_eq!(keys.len(), 1, "every replay carried the same key");
+}
+
+#[test]
+fn an_expired_result_says_so() {
+    let w = world(&["--job-duration-ms", "50", "--result-ttl-s", "0"], "");
+    let prompt = tag("expired");
+    let t = w.run("replicate", &prompt);
+    assert_eq!((t["status"].as_str(), t["failure_kind"].as_str()), (Some("failed"), Some("expired")), "{t}");
+    assert!(
+        t["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("generated and probably charged, but the image expired at the provider"),
+        "{t}"
+    );
+    assert_eq!(w.mock.count(&prompt), (1, 1));
+}
