@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The project's whole test suite: unit tests, the integration binary (API, CLI, engine, sets,
-# provider adapters against the mock provider), and — because crash points are compiled in with
-# `--features failpoints` — the crash matrix and the chaos soak against the real binary.
+# provider adapters and kinds against the mock provider), and — because crash points are
+# compiled in with `--features failpoints` — the crash matrix and the bounded chaos soak
+# against the real binary. The soak runs last, uncaptured, so its summary line is printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo test --all-targets --features failpoints
+cargo test --all-targets --features failpoints -- --skip soak::
+cargo test --features failpoints --test it soak:: -- --nocapture
