@@ -35,6 +35,7 @@ pub(super) async fn run(shared: Arc<Shared>) {
                     }
                     let full = batch.handoffs.len() == free;
                     for h in batch.handoffs {
+                        shared.metrics.dispatched((now - h.due_at).max(0) as f64 / 1000.0);
                         match shared.workers.clone().try_acquire_owned() {
                             Ok(permit) => worker::spawn(shared.clone(), h, permit),
                             // Only this loop takes permits, so one is free for each hand-off;

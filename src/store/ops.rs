@@ -67,6 +67,8 @@ pub struct Handoff {
     pub provider: String,
     /// Which hand-off this is: a claim must name it, so a stale hand-off cannot claim.
     pub send_count: i64,
+    /// When the envelope fell due (for the dispatch-delay metric).
+    pub due_at: Millis,
 }
 
 /// What the dispatcher marked `sent`, and when the next pending envelope falls due.
@@ -362,10 +364,16 @@ pub(super) fn dispatch_due(
                     lease_expires_at = ?1 + ?3, lease_boot = ?4
              WHERE id IN (SELECT id FROM envelopes WHERE status = 'pending' AND due_at IS NOT NULL AND due_at <= ?1
                           ORDER BY due_at LIMIT ?2)
-             RETURNING id, task_id, provider, send_count",
+             RETURNING id, task_id, provider, send_count, due_at",
         )?;
         let rows = stmt.query_map(params![now, limit as i64, grace_ms, boot], |r| {
-            Ok(Handoff { envelope_id: r.get(0)?, task_id: r.get(1)?, provider: r.get(2)?, send_count: r.get(3)? })
+            Ok(Handoff {
+                envelope_id: r.get(0)?,
+                task_id: r.get(1)?,
+                provider: r.get(2)?,
+                send_count: r.get(3)?,
+                due_at: r.get(4)?,
+            })
         })?;
         for h in rows {
             batch.handoffs.push(h?);
@@ -452,7 +460,7 @@ pub(super) fn claim(
         )?
         .query_row([&h.task_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))
         .optional()?;
-    let claim = match running {
+    let (execution_token, phase, job_id, idempotency_key, calling_at, attempt, resumed) = match running {
         Some((token, phase, job_id, key, calling_at, attempt)) => {
             c.prepare_cached("UPDATE executions SET boot_id = ?2, heartbeat_at = ?3 WHERE token = ?1")?
                 .execute(params![token, boot, now])?;
@@ -461,32 +469,9 @@ pub(super) fn claim(
                 Phase::Accepted => "polling the job the provider already accepted, instead of sending again",
                 _ => "recovering the earlier call without blindly sending it again",
             };
-            event(
-                c,
-                &h.task_id,
-                now,
-                Actor::Worker,
-                "resumed",
-                &format!("attempt {attempt} resumed: {how}"),
-                Some(&token),
-            )?;
-            Claim {
-                execution_token: token,
-                lease_token: lease.into(),
-                task_id: h.task_id.clone(),
-                provider: h.provider.clone(),
-                prompt,
-                params,
-                attempt,
-                phase,
-                job_id,
-                idempotency_key: key,
-                calling_at,
-                resumed: true,
-                cancel_requested,
-                created_at,
-                references,
-            }
+            let msg = format!("attempt {attempt} resumed: {how}");
+            event(c, &h.task_id, now, Actor::Worker, "resumed", &msg, Some(&token))?;
+            (token, phase, job_id, key, calling_at, attempt, true)
         }
         None => {
             let token = uuid::Uuid::new_v4().to_string();
@@ -498,24 +483,25 @@ pub(super) fn claim(
             )?
             .execute(params![token, h.task_id, attempt, key, boot, now])?;
             event(c, &h.task_id, now, Actor::Worker, "claimed", &format!("attempt {attempt} started"), Some(&token))?;
-            Claim {
-                execution_token: token,
-                lease_token: lease.into(),
-                task_id: h.task_id.clone(),
-                provider: h.provider.clone(),
-                prompt,
-                params,
-                attempt,
-                phase: Phase::Claimed,
-                job_id: None,
-                idempotency_key: key,
-                calling_at: None,
-                resumed: false,
-                cancel_requested,
-                created_at,
-                references,
-            }
+            (token, Phase::Claimed, None, key, None, attempt, false)
         }
+    };
+    let claim = Claim {
+        execution_token,
+        lease_token: lease.into(),
+        task_id: h.task_id.clone(),
+        provider: h.provider.clone(),
+        prompt,
+        params,
+        attempt,
+        phase,
+        job_id,
+        idempotency_key,
+        calling_at,
+        resumed,
+        cancel_requested,
+        created_at,
+        references,
     };
     set_task(c, &h.task_id, TaskStatus::Running, None, None, now)?;
     Ok(ClaimOutcome::Claimed(Box::new(claim)))
