@@ -1,5 +1,6 @@
 //! Test helpers: a temporary directory, a real `tally serve` on a free loopback port, a raw
-//! HTTP/1.1 client (so tests control Host and Content-Length exactly), and bounded waits.
+//! HTTP/1.1 client (so tests control Host and Content-Length exactly), bounded waits, and a
+//! real `tally mock-provider` ([`Mock`]) with the provider config that points at it.
 
 #![allow(dead_code)]
 
@@ -282,4 +283,85 @@ fn parse(raw: &[u8]) -> Option<Reply> {
 pub fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest;
     tally::domain::hex(&sha2::Sha256::digest(bytes))
+}
+
+/// A running `tally mock-provider` with its ledger.
+pub struct Mock {
+    pub port: u16,
+    pub ledger: std::path::PathBuf,
+    child: Child,
+    _dir: TempDir,
+}
+
+impl Mock {
+    pub fn start(args: &[&str]) -> Mock {
+        let dir = TempDir::new();
+        let port = free_port();
+        let ledger = dir.path().join("ledger.jsonl");
+        let child = Command::new(EXE)
+            .args(["mock-provider", "--listen", &format!("127.0.0.1:{port}"), "--ledger"])
+            .arg(&ledger)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn mock");
+        let up = wait_for(Duration::from_secs(20), || std::net::TcpStream::connect(("127.0.0.1", port)).ok());
+        assert!(up.is_some(), "mock provider did not listen");
+        Mock { port, ledger, child, _dir: dir }
+    }
+
+    pub fn base(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Every ledger line.
+    pub fn lines(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&self.ledger)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).expect("ledger lines are JSON"))
+            .collect()
+    }
+
+    /// Ledger lines whose prompt contains `tag`: (all, charged).
+    pub fn count(&self, tag: &str) -> (usize, usize) {
+        let lines: Vec<_> =
+            self.lines().into_iter().filter(|l| l["prompt"].as_str().is_some_and(|p| p.contains(tag))).collect();
+        let charged = lines.iter().filter(|l| l["charged"] == true).count();
+        (lines.len(), charged)
+    }
+
+    /// Change the mock's behaviour at run time.
+    pub fn behave(&self, body: serde_json::Value) {
+        let r = try_request(
+            self.port,
+            "PUT",
+            "/_mock/behavior",
+            &[("Content-Type", "application/json")],
+            Some(body.to_string().as_bytes()),
+        )
+        .expect("mock answers");
+        assert!(r.status < 300, "mock refused behaviour: {}", String::from_utf8_lossy(&r.body));
+    }
+}
+
+impl Drop for Mock {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The four provider kinds against one mock, named after their kind.
+pub fn providers(mock: &Mock) -> String {
+    let base = mock.base();
+    let common = "api_key_env = \"TALLY_TEST_KEY\"\nmax_concurrency = 4\npoll_interval_ms = 50\nrequest_timeout_ms = 5000\nconnect_timeout_ms = 1000\n";
+    format!(
+        "[[providers]]\nname = \"openai\"\nkind = \"openai_images\"\nbase_url = \"{base}\"\nmodel = \"gpt-image-1\"\n{common}\n\
+         [[providers]]\nname = \"replicate\"\nkind = \"replicate\"\nbase_url = \"{base}\"\nmodel = \"acme/flux\"\n{common}\n\
+         [[providers]]\nname = \"fal\"\nkind = \"fal_queue\"\nbase_url = \"{base}/fal\"\nmodel = \"fal-ai/flux/dev\"\n{common}\n\
+         [[providers]]\nname = \"idem\"\nkind = \"openai_images\"\nbase_url = \"{base}\"\nmodel = \"gpt-image-1\"\nidempotency_header = \"Idempotency-Key\"\n{common}\n"
+    )
 }

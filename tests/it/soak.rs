@@ -9,8 +9,8 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::common::{Daemon, wait_for};
-use crate::crash::{Mock, providers, submit};
+use crate::common::{Daemon, Mock, providers, wait_for};
+use crate::crash::submit;
 
 /// A small deterministic random source (xorshift64*), seeded and printed for reruns.
 struct Rng(u64);

@@ -35,7 +35,7 @@
       else if (v === true) el.setAttribute(k, "");
       else el.setAttribute(k, String(v));
     }
-    for (const c of children.flat()) {
+    for (const c of children.flat(Infinity)) {
       if (c === null || c === undefined || c === false) continue;
       el.append(typeof c === "string" || typeof c === "number" ? document.createTextNode(String(c)) : c);
     }
@@ -177,8 +177,10 @@
     const form = h("form", { id: "new-task", class: "card" },
       h("h2", {}, "New job"),
       h("label", { for: "prompt" }, "What should the image show?"), prompt,
-      h("label", { for: "provider" }, "Provider"), select, note,
-      h("div", { class: "actions" }, submit));
+      h("div", { class: "inline" },
+        h("span", { class: "grow" }, h("label", { for: "provider" }, "Provider"), select),
+        h("div", { class: "actions" }, submit)),
+      note);
     form.addEventListener("submit", (ev) => {
       ev.preventDefault();
       busy(submit, async () => {
