@@ -102,7 +102,9 @@ impl ProviderEntry {
 /// A configured provider as surfaces show it (`GET /v1/providers`).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ProviderInfo {
+    /// The configured name (what a submit names).
     pub name: String,
+    /// The adapter kind (`demo`, `openai_images`, `replicate`, `fal_queue`, or `custom`).
     pub kind: String,
     pub capabilities: CapabilitiesInfo,
     /// How this provider bills, in plain words.
@@ -112,7 +114,9 @@ pub struct ProviderInfo {
 /// What a provider can prove after an ambiguous outcome.
 #[derive(Debug, Clone, Copy, serde::Serialize)]
 pub struct CapabilitiesInfo {
+    /// Resending with the same key returns the original result and charges once.
     pub idempotent_create: bool,
+    /// A job whose answer was lost can be found and polled.
     pub lookup: bool,
 }
 

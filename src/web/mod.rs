@@ -101,9 +101,7 @@ async fn login(
 ) -> Response {
     let code = query.ok().and_then(|Query(q)| q.code).unwrap_or_default();
     let Some(session) = (!code.is_empty()).then(|| state.sessions().redeem(&code)).flatten() else {
-        let mut r = html(StatusCode::FORBIDDEN, forbidden_page());
-        r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
-        return r;
+        return html(StatusCode::FORBIDDEN, forbidden_page());
     };
     // tally itself only serves plain HTTP, so the cookie cannot be `Secure` here; the flag
     // goes on as soon as the daemon answers over HTTPS.

@@ -38,7 +38,9 @@ struct Inner {
 /// A signed-in browser: its session id and the CSRF token its page must send.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Session {
+    /// The value of the `tally_session` cookie.
     pub id: String,
+    /// What the page must send in `X-CSRF-Token` on state-changing requests.
     pub csrf_token: String,
 }
 
