@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The project's whole test suite: unit tests, the integration binary (API, CLI, engine, sets,
-# provider adapters and kinds against the mock provider), and — because crash points are
-# compiled in with `--features failpoints` — the crash matrix and the bounded chaos soak
-# against the real binary. The soak runs last, uncaptured, so its summary line is printed.
+# provider adapters and kinds against the mock provider, the web page in headless Chromium),
+# and — because crash points are compiled in with `--features failpoints` — the crash matrix
+# and the bounded chaos soak against the real binary. The browser tests need Debian's Chromium
+# and chromedriver, installed first (a no-op when they are already there). The soak runs last,
+# uncaptured, so its summary line is printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/install-browser.sh
 cargo test --all-targets --features failpoints -- --skip soak::
 cargo test --features failpoints --test it soak:: -- --nocapture

@@ -116,16 +116,6 @@ pub fn base_url(listen: SocketAddr) -> String {
     format!("http://{addr}")
 }
 
-/// The sign-in line printed at start-up. The web page issue replaces it with a one-time
-/// sign-in URL such as `{base}/login?code=…`; until then it says where the API token is.
-pub fn sign_in_line(base: &str, token_path: &Path) -> String {
-    let _ = base;
-    format!(
-        "sign in: send `Authorization: Bearer <token>`; the token is in {} (`tally token` prints it)",
-        token_path.display()
-    )
-}
-
 fn create_data_dir(dir: &Path) -> Result<(), Failure> {
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -164,7 +154,7 @@ pub async fn serve(cfg: Config) -> Result<(), Failure> {
     let mut entries = Vec::new();
     for p in &cfg.providers {
         let provider = crate::providers::build(p).map_err(|e| Failure::error(format!("provider `{}`: {e}", p.name)))?;
-        entries.push(ProviderEntry::new(p.name.clone(), provider, p.max_concurrency));
+        entries.push(ProviderEntry::new(p.name.clone(), provider, p.max_concurrency).with_kind(p.kind.as_str()));
     }
     let default_provider = cfg.providers.first().map(|p| p.name.clone()).unwrap_or_else(|| "demo".into());
 
@@ -190,23 +180,26 @@ pub async fn serve(cfg: Config) -> Result<(), Failure> {
 
     let base = base_url(local);
     tracing::info!(listen = %local, data_dir = %dir.display(), providers = ?engine.provider_names(), "tally is running");
+    let state = AppState::new(engine.clone(), token, &cfg.server, default_provider);
     {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "tally is listening on {base}");
-        let _ = writeln!(out, "{}", sign_in_line(&base, &token_path));
+        let _ = writeln!(out, "API token: {} (`tally token` prints it)", token_path.display());
+        let _ = writeln!(out, "{}", crate::web::sign_in_line(&base, &state));
         let _ = out.flush();
     }
 
-    let state = AppState::new(engine.clone(), token, &cfg.server, default_provider);
     let stopping = Arc::new(Notify::new());
     let signal_result = Arc::new(std::sync::Mutex::new(None));
     let shutdown = {
-        let (stopping, signal_result) = (stopping.clone(), signal_result.clone());
+        let (stopping, signal_result, state) = (stopping.clone(), signal_result.clone(), state.clone());
         async move {
             let r = stop_signal().await;
             if let Err(e) = r {
                 *signal_result.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
             }
+            // Open event streams would otherwise keep their connections (and the stop) waiting.
+            state.close_streams();
             stopping.notify_one();
         }
     };

@@ -139,6 +139,8 @@ pub enum Command {
     Check { db: Option<PathBuf> },
     /// Print the API token.
     Token,
+    /// Print a new one-time URL that signs a browser in to the web page (valid 15 minutes).
+    SignIn,
     /// A product's image set: reference photos, a shot list, one image at a time.
     #[command(subcommand)]
     Set(SetCommand),
@@ -333,6 +335,15 @@ async fn client_command(cfg: &Config, cmd: Command, json: bool) -> Result<ExitCo
             }
             let task = client.post(&format!("/v1/tasks/{}/resolve", seg(&id)), &body).await?.into_ok()?;
             show_task(cfg, &client, &task, json);
+            Ok(Exit::Ok.into())
+        }
+        Command::SignIn => {
+            let answer = client.post("/v1/session/sign-in-url", &json!({})).await?.into_ok()?;
+            if json {
+                print_json(&answer);
+            } else {
+                println!("{}", s(&answer, "url"));
+            }
             Ok(Exit::Ok.into())
         }
         Command::Events { id } => {

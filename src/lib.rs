@@ -6,7 +6,7 @@
 //! - [`providers`]: the provider trait, its capabilities, and the adapters.
 //! - [`mock`]: the mock provider server (`tally mock-provider`) and its ledger.
 //! - [`render`]: placeholder PNG rendering for the demo and mock providers.
-//! - [`api`]: the HTTP API; [`app`]: `tally serve` wiring; [`cli`] and [`client`]: the command line.
+//! - [`api`]: the HTTP API; [`web`]: the web page, its sign-in sessions and live event stream; [`app`]: `tally serve` wiring; [`cli`] and [`client`]: the command line.
 
 pub mod api;
 pub mod app;
@@ -22,3 +22,4 @@ pub mod mock;
 pub mod providers;
 pub mod render;
 pub mod store;
+pub mod web;

@@ -1,12 +1,14 @@
 //! The safe local defaults every request passes through: the Host check (DNS-rebinding
-//! defence), the declared body size check, the bearer-token check, and the API token file.
+//! defence), the declared body size check, the `/v1` credential check (the bearer token, or
+//! a web session cookie plus its CSRF token on state-changing requests), and the API token
+//! file.
 
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -90,20 +92,68 @@ fn is_image_upload(req: &Request) -> bool {
     req.uri().path() == "/v1/uploads" && super::sets::UPLOAD_TYPES.contains(&essence.as_str())
 }
 
-/// Middleware on `/v1`: answer 401 unless `Authorization: Bearer <token>` carries the token.
-pub async fn require_token(State(state): State<AppState>, req: Request, next: Next) -> Response {
+/// How a `/v1` request proved who sent it; handlers read it from the request extensions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Credential {
+    /// `Authorization: Bearer <API token>`.
+    Bearer,
+    /// The web page's session cookie (`tally_session`), with this session id.
+    Session(String),
+}
+
+/// The name of the web session cookie.
+pub const SESSION_COOKIE: &str = "tally_session";
+
+/// The header a cookie-authenticated state-changing request must carry.
+pub const CSRF_HEADER: &str = "x-csrf-token";
+
+/// Middleware on `/v1`: pass a request carrying the bearer token, or a valid session cookie
+/// (state-changing methods must then also carry `X-CSRF-Token`, else 403
+/// `csrf_token_required`); answer 401 otherwise.
+pub async fn require_token(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
     if bearer_matches(req.headers(), &state.inner.token) {
-        next.run(req).await
-    } else {
-        let mut r = ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "send the API token as `Authorization: Bearer <token>`; `tally token` prints it",
-        )
-        .into_response();
-        r.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
-        r
+        req.extensions_mut().insert(Credential::Bearer);
+        return next.run(req).await;
     }
+    if let Some(session) = session_cookie(req.headers()).and_then(|id| state.sessions().get(&id)) {
+        let safe = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+        let csrf_ok = req
+            .headers()
+            .get(CSRF_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|t| constant_time_eq(t.trim().as_bytes(), session.csrf_token.as_bytes()));
+        if !safe && !csrf_ok {
+            return ApiError::new(
+                StatusCode::FORBIDDEN,
+                "csrf_token_required",
+                "a request signed in with the session cookie must send the page's CSRF token in X-CSRF-Token",
+            )
+            .into_response();
+        }
+        req.extensions_mut().insert(Credential::Session(session.id));
+        return next.run(req).await;
+    }
+    let mut r = ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        "send the API token as `Authorization: Bearer <token>` (`tally token` prints it), or sign in to the web \
+         page with the URL `tally sign-in` prints",
+    )
+    .into_response();
+    r.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+    r
+}
+
+/// The value of the `tally_session` cookie, if the request carries one.
+pub fn session_cookie(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == SESSION_COOKIE)
+        .map(|(_, value)| value.trim().to_string())
 }
 
 fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
@@ -121,7 +171,7 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// A new random token: 244 bits from the OS random source, as 64 hex digits.
-fn new_token() -> String {
+pub(crate) fn new_token() -> String {
     format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple())
 }
 

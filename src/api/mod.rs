@@ -3,8 +3,10 @@
 //! engine; it never starts a provider call inside a request handler.
 //!
 //! Every route passes the Host check and the declared-length check; every `/v1` route also
-//! needs the bearer token. [`app`] builds the router without a socket, so tests can drive it
-//! with `tower::ServiceExt::oneshot`.
+//! needs the bearer token or a web session cookie (with its CSRF token on state-changing
+//! requests). The web page's own routes (`/`, `/login`, `/assets/…`, `/v1/session`,
+//! `/v1/stream`) live in [`crate::web`]. [`app`] builds the router without a socket, so tests
+//! can drive it with `tower::ServiceExt::oneshot`.
 
 pub mod auth;
 pub mod error;
@@ -21,9 +23,11 @@ use axum::middleware::from_fn_with_state;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::de::DeserializeOwned;
+use tokio::sync::watch;
 
 use crate::config::ServerConfig;
 use crate::engine::Engine;
+use crate::web::{self, sessions::Sessions};
 use error::{ApiError, unsupported_media_type};
 
 /// What every handler shares. Cheap to clone.
@@ -39,6 +43,10 @@ struct Inner {
     max_body_bytes: u64,
     /// The first configured provider: used when a submit names none.
     default_provider: String,
+    /// The web page's sign-in codes and sessions (in memory).
+    sessions: Arc<Sessions>,
+    /// Set to true when the server stops, so that open event streams end.
+    closing: watch::Sender<bool>,
 }
 
 impl AppState {
@@ -51,6 +59,8 @@ impl AppState {
                 allowed_hosts: server.allowed_hosts.clone(),
                 max_body_bytes: server.max_body_bytes,
                 default_provider,
+                sessions: Arc::new(Sessions::new()),
+                closing: watch::channel(false).0,
             }),
         }
     }
@@ -63,6 +73,22 @@ impl AppState {
     /// The engine behind the API.
     pub fn engine(&self) -> &Engine {
         &self.inner.engine
+    }
+
+    /// The web page's sign-in codes and sessions.
+    pub fn sessions(&self) -> &Sessions {
+        &self.inner.sessions
+    }
+
+    /// End every open event stream (`GET /v1/stream`), so a clean stop need not wait for
+    /// browsers to disconnect.
+    pub fn close_streams(&self) {
+        self.inner.closing.send_replace(true);
+    }
+
+    /// Whether the server is stopping, as a watch a stream can wait on.
+    pub fn closing(&self) -> watch::Receiver<bool> {
+        self.inner.closing.subscribe()
     }
 }
 
@@ -82,11 +108,16 @@ pub fn app(state: AppState) -> Router {
         .route("/sets", post(sets::create).get(sets::list))
         .route("/sets/{id}", get(sets::get_one))
         .route("/sets/{id}/cancel", post(sets::cancel))
+        .route("/providers", get(providers))
+        .route("/session", get(web::session))
+        .route("/session/sign-in-url", post(web::sign_in_url))
+        .route("/stream", get(web::stream::stream))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(from_fn_with_state(state.clone(), auth::require_token));
     Router::new()
         .nest("/v1", v1)
+        .merge(web::routes())
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .fallback(not_found)
@@ -103,6 +134,13 @@ async fn not_found() -> ApiError {
 
 async fn method_not_allowed() -> ApiError {
     ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "this route does not accept that method")
+}
+
+/// `GET /v1/providers`: the configured providers, what each can prove after a lost answer,
+/// and how each bills.
+async fn providers(State(state): State<AppState>) -> Response {
+    axum::Json(serde_json::json!({ "providers": state.engine().provider_list(), "default": state.default_provider() }))
+        .into_response()
 }
 
 async fn healthz() -> Response {

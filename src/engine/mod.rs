@@ -74,6 +74,8 @@ pub struct TaskChange {
 pub struct ProviderEntry {
     pub name: String,
     pub provider: Arc<dyn Provider>,
+    /// The adapter kind as configured (`demo`, `openai_images`, …), for display.
+    kind: String,
     slots: Arc<Semaphore>,
     breaker: Mutex<Breaker>,
 }
@@ -84,10 +86,38 @@ impl ProviderEntry {
         ProviderEntry {
             name: name.into(),
             provider,
+            kind: "custom".into(),
             slots: Arc::new(Semaphore::new(max_concurrency.max(1))),
             breaker: Mutex::new(Breaker::default()),
         }
     }
+
+    /// Name the adapter kind shown by `GET /v1/providers` (default `custom`).
+    pub fn with_kind(mut self, kind: impl Into<String>) -> Self {
+        self.kind = kind.into();
+        self
+    }
+}
+
+/// A configured provider as surfaces show it (`GET /v1/providers`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ProviderInfo {
+    /// The configured name (what a submit names).
+    pub name: String,
+    /// The adapter kind (`demo`, `openai_images`, `replicate`, `fal_queue`, or `custom`).
+    pub kind: String,
+    pub capabilities: CapabilitiesInfo,
+    /// How this provider bills, in plain words.
+    pub billing_note: String,
+}
+
+/// What a provider can prove after an ambiguous outcome.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct CapabilitiesInfo {
+    /// Resending with the same key returns the original result and charges once.
+    pub idempotent_create: bool,
+    /// A job whose answer was lost can be found and polled.
+    pub lookup: bool,
 }
 
 /// A per-provider circuit: after `circuit_failures` failed calls in a row, new calls pause
@@ -245,6 +275,27 @@ impl Engine {
     /// The billing note of a provider, for `unknown` explanations.
     pub fn billing_note(&self, provider: &str) -> Option<String> {
         self.shared.providers.get(provider).map(|p| p.provider.billing_note().to_string())
+    }
+
+    /// The configured providers, sorted by name, with their capabilities and billing notes
+    /// (for the web page's provider choice; read-only).
+    pub fn provider_list(&self) -> Vec<ProviderInfo> {
+        let mut v: Vec<ProviderInfo> = self
+            .shared
+            .providers
+            .values()
+            .map(|p| {
+                let caps = p.provider.capabilities();
+                ProviderInfo {
+                    name: p.name.clone(),
+                    kind: p.kind.clone(),
+                    capabilities: CapabilitiesInfo { idempotent_create: caps.idempotent_create, lookup: caps.lookup },
+                    billing_note: p.provider.billing_note().to_string(),
+                }
+            })
+            .collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
     }
 
     /// Validate and durably submit a task (task + envelope in one transaction), then wake

@@ -1,5 +1,6 @@
 //! Test helpers: a temporary directory, a real `tally serve` on a free loopback port, a raw
-//! HTTP/1.1 client (so tests control Host and Content-Length exactly), and bounded waits.
+//! HTTP/1.1 client (so tests control Host and Content-Length exactly), bounded waits, and a
+//! real `tally mock-provider` ([`Mock`]) with the provider config that points at it.
 
 #![allow(dead_code)]
 

@@ -1,6 +1,7 @@
 //! tally's integration tests, built as one binary: `common` holds the helpers (temp dirs,
 //! a real daemon on a free port, a tiny HTTP client); `engine` and `sets` drive the engine
-//! in-process against scriptable providers; `api` and `cli` drive the real binary; `crash`
+//! in-process against scriptable providers; `api` and `cli` drive the real binary; `web` drives
+//! the web page over HTTP and in headless Chromium; `crash`
 //! and `soak` kill it where it hurts and read the mock provider's ledger.
 
 mod api;
@@ -14,6 +15,7 @@ mod providers_http;
 mod sets;
 #[cfg(feature = "failpoints")]
 mod soak;
+mod web;
 
 /// The crash matrix and the soak need crash points compiled into the binary; say so loudly
 /// instead of skipping silently when they are not.

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs Debian's Chromium and its WebDriver (chromedriver) for the web page's browser tests.
+# Idempotent: does nothing when both are already installed.
+set -euo pipefail
+if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then
+    exit 0
+fi
+SUDO=""
+if [ "$(id -u)" != "0" ]; then
+    SUDO="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends chromium chromium-driver

@@ -1,0 +1,174 @@
+//! The web page a shop owner uses instead of curl: a small static bundle (HTML, JS, CSS)
+//! embedded with `include_str!` and served by the daemon, the one-time sign-in URL
+//! (`/login?code=…` → session cookie), the session routes under `/v1`, and the live event
+//! stream ([`stream`]). It changes state only through the `/v1` API, like any other client.
+//!
+//! Sign-in works like other local daemons: `tally serve` (or `tally sign-in`) prints a URL
+//! with a one-time code; opening it creates an in-memory session and sets
+//! `tally_session=<id>; HttpOnly; SameSite=Strict; Path=/`. The page then sends the
+//! session's CSRF token (embedded in the HTML) in `X-CSRF-Token` on every state-changing
+//! request.
+
+pub mod sessions;
+pub mod stream;
+
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Extension, Json};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::api::AppState;
+use crate::api::auth::{Credential, SESSION_COOKIE, session_cookie};
+use crate::api::error::ApiError;
+use sessions::CODE_LIFETIME;
+
+const INDEX_HTML: &str = include_str!("assets/index.html");
+const SIGNED_OUT_HTML: &str = include_str!("assets/signed-out.html");
+const APP_JS: &str = include_str!("assets/app.js");
+const APP_CSS: &str = include_str!("assets/app.css");
+
+/// The placeholder in `index.html` replaced by the session's CSRF token.
+const CSRF_PLACEHOLDER: &str = "{{CSRF_TOKEN}}";
+
+/// The page's Content-Security-Policy: only its own script, style, images and API.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob: data:; \
+                   connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'";
+
+/// The page's routes outside `/v1` (they pass the Host check like every route).
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/", get(index))
+        .route("/login", get(login))
+        .route("/assets/app.js", get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }))
+        .route("/assets/app.css", get(|| async { asset("text/css; charset=utf-8", APP_CSS) }))
+}
+
+/// The sign-in URL for a one-time code, under the daemon's base URL.
+pub fn login_url(base: &str, code: &str) -> String {
+    format!("{base}/login?code={code}")
+}
+
+/// The line `tally serve` prints at start-up: a one-time sign-in URL with no deadline.
+pub fn sign_in_line(base: &str, state: &AppState) -> String {
+    let code = state.sessions().new_code(None);
+    format!(
+        "sign in to the web page (the link works once; `tally sign-in` prints a new one): {}",
+        login_url(base, &code)
+    )
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    ([(header::CONTENT_TYPE, content_type), (header::CACHE_CONTROL, "no-cache")], body).into_response()
+}
+
+/// An HTML answer with the page's security headers.
+fn html(status: StatusCode, body: String) -> Response {
+    let mut r = (status, body).into_response();
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    r
+}
+
+/// `GET /`: the page for a signed-in browser (with its CSRF token embedded), else a short
+/// page saying how to sign in.
+async fn index(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    match session_cookie(&headers).and_then(|id| state.sessions().get(&id)) {
+        Some(s) => html(StatusCode::OK, INDEX_HTML.replace(CSRF_PLACEHOLDER, &s.csrf_token)),
+        None => html(StatusCode::OK, SIGNED_OUT_HTML.to_string()),
+    }
+}
+
+/// `GET /login` query.
+#[derive(Debug, Deserialize)]
+struct LoginQuery {
+    code: Option<String>,
+}
+
+/// `GET /login?code=…`: consume the one-time code, start a session, and send the browser to
+/// `/` with the session cookie; a plain 403 page for an unknown, used or expired code.
+async fn login(
+    State(state): State<AppState>,
+    query: Result<Query<LoginQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let code = query.ok().and_then(|Query(q)| q.code).unwrap_or_default();
+    let Some(session) = (!code.is_empty()).then(|| state.sessions().redeem(&code)).flatten() else {
+        return html(StatusCode::FORBIDDEN, forbidden_page());
+    };
+    // tally itself only serves plain HTTP, so the cookie cannot be `Secure` here; the flag
+    // goes on as soon as the daemon answers over HTTPS.
+    let cookie = session_cookie_header(&session.id, false);
+    let mut r = html(StatusCode::SEE_OTHER, String::new());
+    let h = r.headers_mut();
+    h.insert(header::LOCATION, HeaderValue::from_static("/"));
+    match HeaderValue::from_str(&cookie) {
+        Ok(v) => {
+            h.insert(header::SET_COOKIE, v);
+        }
+        Err(_) => return html(StatusCode::INTERNAL_SERVER_ERROR, "could not set the session cookie".into()),
+    }
+    r
+}
+
+/// The `Set-Cookie` value for a session: HttpOnly, SameSite=Strict, Path=/, and `Secure`
+/// only when the page is served over HTTPS.
+pub fn session_cookie_header(id: &str, secure: bool) -> String {
+    let secure = if secure { "; Secure" } else { "" };
+    format!("{SESSION_COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/{secure}")
+}
+
+fn forbidden_page() -> String {
+    "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>tally: sign-in link not valid</title>\
+     <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"></head><body>\
+     <h1>403: this sign-in link is not valid</h1>\
+     <p>A sign-in link works only once, and links made by <code>tally sign-in</code> expire after 15 minutes. \
+     Run <code>tally sign-in</code> on the computer running tally to get a new one.</p></body></html>\n"
+        .to_string()
+}
+
+/// `GET /v1/session`: the CSRF token of the calling browser session (cookie only).
+pub async fn session(State(state): State<AppState>, credential: Option<Extension<Credential>>) -> Response {
+    match credential.map(|Extension(c)| c) {
+        Some(Credential::Session(id)) => match state.sessions().get(&id) {
+            Some(s) => Json(json!({ "csrf_token": s.csrf_token })).into_response(),
+            None => no_session().into_response(),
+        },
+        _ => no_session().into_response(),
+    }
+}
+
+fn no_session() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "no_session",
+        "this request was not made with a web session cookie; open a sign-in URL first",
+    )
+}
+
+/// `POST /v1/session/sign-in-url`: a fresh one-time sign-in URL (bearer token only: a
+/// browser session cannot mint more sessions). The URL names the host the request used.
+pub async fn sign_in_url(
+    State(state): State<AppState>,
+    credential: Option<Extension<Credential>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    if !matches!(credential.map(|Extension(c)| c), Some(Credential::Bearer)) {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "bearer_token_required",
+            "only a request with the API token can make a sign-in URL",
+        ));
+    }
+    // The Host check already accepted this header, so it names this server.
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("127.0.0.1");
+    let code = state.sessions().new_code(Some(CODE_LIFETIME));
+    Ok(Json(json!({ "url": login_url(&format!("http://{host}"), &code) })).into_response())
+}

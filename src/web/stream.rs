@@ -1,0 +1,57 @@
+//! `GET /v1/stream`: server-sent events for live views. Each task status change from
+//! [`crate::engine::Engine::subscribe`] becomes an event `task` with data `{"id","status"}`;
+//! a subscriber that fell behind gets one event `resync` (it should re-read what it shows).
+//! A keep-alive comment goes out every 15 s, and only while a client is connected: the timer
+//! lives in the response body, which exists only as long as the connection does.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::stream::{self, Stream};
+use serde_json::json;
+use tokio::sync::broadcast::error::RecvError;
+
+use crate::api::AppState;
+
+/// How often an idle stream sends a keep-alive comment.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// `GET /v1/stream`: the event stream (ends when the server stops).
+pub async fn stream(State(state): State<AppState>) -> Response {
+    let changes = state.engine().subscribe();
+    let closing = state.closing();
+    let events = events(changes, closing);
+    Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE).text("keep-alive")).into_response()
+}
+
+fn events(
+    changes: tokio::sync::broadcast::Receiver<crate::engine::TaskChange>,
+    closing: tokio::sync::watch::Receiver<bool>,
+) -> impl Stream<Item = Result<Event, Infallible>> {
+    // The first event tells the page the stream is live (and lets it re-read what it shows,
+    // since changes made before it connected were not streamed).
+    let hello = stream::once(async { Ok(Event::default().event("resync").data("{}")) });
+    let rest = stream::unfold((changes, closing), |(mut changes, mut closing)| async move {
+        if *closing.borrow() {
+            return None;
+        }
+        let event = tokio::select! {
+            r = changes.recv() => match r {
+                Ok(c) => Event::default()
+                    .event("task")
+                    .data(json!({ "id": c.task_id, "status": c.status.as_str() }).to_string()),
+                Err(RecvError::Lagged(missed)) => {
+                    tracing::debug!(missed, "event stream fell behind; asking the page to re-read");
+                    Event::default().event("resync").data("{}")
+                }
+                Err(RecvError::Closed) => return None,
+            },
+            _ = closing.wait_for(|c| *c) => return None,
+        };
+        Some((Ok(event), (changes, closing)))
+    });
+    stream::StreamExt::chain(hello, rest)
+}

@@ -1,0 +1,514 @@
+//! The web page: plain HTTP checks of the one-time sign-in, the session cookie, CSRF, the
+//! Host check and the event stream; then Debian's Chromium, headless, driven through
+//! chromedriver (WebDriver) with fantoccini, signing in and using the page as a shop owner
+//! would. A missing browser fails the browser test with a message naming
+//! `scripts/install-browser.sh`; it is never skipped.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{Value, json};
+
+use crate::common::{Daemon, FAST_DEMO, Mock, Reply, TempDir, free_port, request, wait_for};
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+
+/// The one-time sign-in URL `tally serve` printed on stdout.
+fn printed_sign_in_url(d: &Daemon) -> String {
+    let found = wait_for(Duration::from_secs(10), || {
+        d.stdout().split_whitespace().find(|w| w.contains("/login?code=")).map(str::to_string)
+    });
+    found.unwrap_or_else(|| panic!("tally serve printed no sign-in URL; stdout:\n{}", d.stdout()))
+}
+
+/// The path and query of a URL on the daemon (`http://127.0.0.1:PORT/login?code=…`).
+fn path_of(d: &Daemon, url: &str) -> String {
+    let base = format!("http://127.0.0.1:{}", d.port);
+    url.strip_prefix(&base).unwrap_or_else(|| panic!("{url} is not under {base}")).to_string()
+}
+
+/// Sign in with a URL: the `name=value` of the session cookie.
+fn sign_in(d: &Daemon, url: &str) -> String {
+    let r = request(d.port, "GET", &path_of(d, url), &[], None);
+    assert_eq!(r.status, 303, "sign-in answer: {}", String::from_utf8_lossy(&r.body));
+    let cookie = r.header("set-cookie").expect("a session cookie");
+    cookie.split(';').next().expect("name=value").trim().to_string()
+}
+
+/// A fresh sign-in URL from the API (bearer token).
+fn new_sign_in_url(d: &Daemon) -> String {
+    let r = d.call("POST", "/v1/session/sign-in-url", Some(&json!({})));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    r.json()["url"].as_str().expect("url").to_string()
+}
+
+fn with_cookie(d: &Daemon, method: &str, path: &str, cookie: &str, csrf: Option<&str>, body: Option<&Value>) -> Reply {
+    let body = body.map(Value::to_string);
+    let mut headers = vec![("Cookie", cookie)];
+    if let Some(t) = csrf {
+        headers.push(("X-CSRF-Token", t));
+    }
+    if body.is_some() {
+        headers.push(("Content-Type", "application/json"));
+    }
+    request(d.port, method, path, &headers, body.as_deref().map(str::as_bytes))
+}
+
+#[test]
+fn sign_in_sets_a_strict_http_only_cookie_and_a_code_works_once() {
+    let d = Daemon::start(FAST_DEMO);
+    let url = printed_sign_in_url(&d);
+    assert!(url.starts_with(&format!("http://127.0.0.1:{}/login?code=", d.port)), "{url}");
+    let code = url.split("code=").nth(1).unwrap_or("");
+    assert!(code.len() >= 32 && code.bytes().all(|b| b.is_ascii_hexdigit()), "the code carries >= 128 bits: {code}");
+
+    let path = path_of(&d, &url);
+    let first = request(d.port, "GET", &path, &[], None);
+    assert_eq!(first.status, 303);
+    assert_eq!(first.header("location"), Some("/"));
+    let cookie = first.header("set-cookie").expect("Set-Cookie").to_string();
+    for flag in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(cookie.split(';').any(|p| p.trim() == flag), "{flag} missing: {cookie}");
+    }
+    assert!(!cookie.contains("Secure"), "plain http: no Secure flag: {cookie}");
+    assert!(cookie.starts_with("tally_session="), "{cookie}");
+    let session = cookie.split(';').next().unwrap_or("").to_string();
+
+    // The same code again, an unknown code and no code: a plain 403 page.
+    for p in [path.as_str(), "/login?code=0123456789abcdef0123456789abcdef", "/login"] {
+        let r = request(d.port, "GET", p, &[], None);
+        assert_eq!(r.status, 403, "{p}");
+        assert!(r.header("content-type").unwrap_or("").starts_with("text/html"), "{p}");
+        assert!(r.header("set-cookie").is_none(), "{p}");
+    }
+
+    // Signed in: the page, with its CSRF token; signed out: how to sign in.
+    let page = request(d.port, "GET", "/", &[("Cookie", &session), ("Accept", "text/html")], None);
+    let html = String::from_utf8_lossy(&page.body).to_string();
+    assert_eq!(page.status, 200);
+    assert!(html.contains("<html") && html.contains("/assets/app.js") && !html.contains("{{CSRF_TOKEN}}"), "{html}");
+    let out = request(d.port, "GET", "/", &[], None);
+    let out_html = String::from_utf8_lossy(&out.body).to_string();
+    assert_eq!(out.status, 200);
+    assert!(out_html.contains("<html") && out_html.contains("tally sign-in"), "{out_html}");
+    let stale = request(d.port, "GET", "/", &[("Cookie", "tally_session=not-a-session")], None);
+    assert!(String::from_utf8_lossy(&stale.body).contains("tally sign-in"));
+    assert_eq!(with_cookie(&d, "GET", "/v1/tasks", "tally_session=not-a-session", None, None).status, 401);
+
+    // More URLs: from the API with the bearer token (not with a cookie), and from the CLI.
+    let again = new_sign_in_url(&d);
+    assert_ne!(again, url);
+    let second = sign_in(&d, &again);
+    assert_ne!(second, session, "every sign-in is a new session");
+    assert_eq!(request(d.port, "GET", &path_of(&d, &again), &[], None).status, 403);
+    let csrf = with_cookie(&d, "GET", "/v1/session", &session, None, None).json()["csrf_token"]
+        .as_str()
+        .expect("csrf token")
+        .to_string();
+    let minted = with_cookie(&d, "POST", "/v1/session/sign-in-url", &session, Some(&csrf), Some(&json!({})));
+    assert_eq!(minted.status, 403, "a browser session cannot mint sign-in URLs");
+    let cli = d.cli(&["sign-in"]);
+    assert!(cli.status.success(), "{}", String::from_utf8_lossy(&cli.stderr));
+    let cli_url = String::from_utf8_lossy(&cli.stdout).trim().to_string();
+    sign_in(&d, &cli_url);
+}
+
+#[test]
+fn the_cookie_needs_the_csrf_token_for_changes() {
+    let d = Daemon::start(FAST_DEMO);
+    let cookie = sign_in(&d, &printed_sign_in_url(&d));
+    let session = with_cookie(&d, "GET", "/v1/session", &cookie, None, None);
+    assert_eq!(session.status, 200);
+    let csrf = session.json()["csrf_token"].as_str().expect("csrf_token").to_string();
+    assert!(csrf.len() >= 32);
+    assert_eq!(d.call("GET", "/v1/session", None).error_code(), "no_session");
+
+    let body = json!({ "prompt": "csrf check" });
+    let without = with_cookie(&d, "POST", "/v1/tasks", &cookie, None, Some(&body));
+    assert_eq!(without.status, 403);
+    assert_eq!(without.error_code(), "csrf_token_required");
+    let wrong = with_cookie(&d, "POST", "/v1/tasks", &cookie, Some("0000"), Some(&body));
+    assert_eq!(wrong.status, 403);
+    let with = with_cookie(&d, "POST", "/v1/tasks", &cookie, Some(&csrf), Some(&body));
+    assert_eq!(with.status, 201, "{}", String::from_utf8_lossy(&with.body));
+    let id = with.json()["id"].as_str().expect("id").to_string();
+    // Reads need no token; the bearer token needs no CSRF token.
+    assert_eq!(with_cookie(&d, "GET", "/v1/tasks", &cookie, None, None).status, 200);
+    assert_eq!(d.call("POST", "/v1/tasks", Some(&json!({ "prompt": "bearer" }))).status, 201);
+    let cancel = with_cookie(&d, "POST", &format!("/v1/tasks/{id}/cancel"), &cookie, None, None);
+    assert_eq!(cancel.error_code(), "csrf_token_required");
+
+    // Artifacts load with the cookie alone (the page's <img>).
+    let task = d.wait_status(&id, &["succeeded"]);
+    let url = task["artifacts"][0]["url"].as_str().expect("artifact url");
+    let art = with_cookie(&d, "GET", url, &cookie, None, None);
+    assert_eq!(art.status, 200);
+    assert_eq!(art.header("content-type"), Some("image/png"));
+
+    let providers = with_cookie(&d, "GET", "/v1/providers", &cookie, None, None).json();
+    let demo = &providers["providers"][0];
+    assert_eq!(demo["name"], "demo");
+    assert_eq!(demo["kind"], "demo");
+    assert!(demo["capabilities"]["idempotent_create"].is_boolean() && demo["capabilities"]["lookup"].is_boolean());
+    assert!(demo["billing_note"].as_str().is_some_and(|n| !n.is_empty()));
+}
+
+#[test]
+fn the_page_and_login_refuse_a_foreign_host() {
+    let d = Daemon::start(FAST_DEMO);
+    for path in ["/", "/login?code=abc", "/assets/app.js"] {
+        let r = request(d.port, "GET", path, &[("Host", "evil.example")], None);
+        assert_eq!(r.status, 421, "{path}");
+        let r = request(d.port, "GET", path, &[("Host", &format!("127.0.0.1.evil.example:{}", d.port))], None);
+        assert_eq!(r.status, 421, "{path}");
+    }
+    // The printed code still works afterwards: a refused request did not consume it.
+    sign_in(&d, &printed_sign_in_url(&d));
+}
+
+#[test]
+fn the_stream_sends_an_event_when_a_task_changes() {
+    let d = Daemon::start(FAST_DEMO);
+    let mut s = TcpStream::connect(("127.0.0.1", d.port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_millis(200))).expect("timeout");
+    let head = format!(
+        "GET /v1/stream HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer {}\r\nAccept: text/event-stream\r\n\r\n",
+        d.port,
+        d.token()
+    );
+    s.write_all(head.as_bytes()).expect("send");
+    let mut seen = String::new();
+    assert!(
+        read_until(&mut s, &mut seen, &|t| t.contains("event: resync"), Duration::from_secs(10)),
+        "no hello: {seen}"
+    );
+    assert!(seen.starts_with("HTTP/1.1 200"), "{seen}");
+    assert!(seen.to_ascii_lowercase().contains("content-type: text/event-stream"), "{seen}");
+    let r = d.call("POST", "/v1/tasks", Some(&json!({ "prompt": "streamed" })));
+    let id = r.json()["id"].as_str().expect("id").to_string();
+    let done = format!(r#"data: {{"id":"{id}","status":"succeeded"}}"#);
+    let ok =
+        read_until(&mut s, &mut seen, &|t| t.contains(&done) && t.contains("event: task"), Duration::from_secs(20));
+    assert!(ok, "the stream never said {done}; got:\n{seen}");
+}
+
+/// Read from a stream into `seen` until `what(seen)` holds or `limit` passes.
+fn read_until(s: &mut TcpStream, seen: &mut String, what: &dyn Fn(&str) -> bool, limit: Duration) -> bool {
+    let end = Instant::now() + limit;
+    let mut buf = [0u8; 4096];
+    while Instant::now() < end {
+        if what(seen) {
+            return true;
+        }
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => seen.push_str(&String::from_utf8_lossy(&buf[..n])),
+            Err(_) => {}
+        }
+    }
+    what(seen)
+}
+
+// ------------------------------------------------------------------------ the browser
+
+/// chromedriver and a headless Chromium session; both end when dropped.
+struct Browser {
+    client: Option<Client>,
+    driver: Child,
+    _profile: TempDir,
+}
+
+impl Browser {
+    async fn start() -> Browser {
+        for exe in [CHROMIUM, CHROMEDRIVER] {
+            assert!(
+                Path::new(exe).exists(),
+                "{exe} is missing: the browser tests need Debian's chromium and chromium-driver; \
+                 run scripts/install-browser.sh (scripts/test.sh does)"
+            );
+        }
+        let port = free_port();
+        let driver = Command::new(CHROMEDRIVER)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start chromedriver");
+        let up = wait_for(Duration::from_secs(20), || TcpStream::connect(("127.0.0.1", port)).ok());
+        assert!(up.is_some(), "chromedriver did not listen on {port}");
+        let profile = TempDir::new();
+        let mut caps = serde_json::Map::new();
+        caps.insert(
+            "goog:chromeOptions".into(),
+            json!({
+                "binary": CHROMIUM,
+                "args": [
+                    "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
+                    "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                    "--disable-sync", "--no-proxy-server",
+                    format!("--user-data-dir={}", profile.path().display()), "--window-size=1280,900",
+                ],
+            }),
+        );
+        let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+            .capabilities(caps)
+            .connect(&format!("http://127.0.0.1:{port}"))
+            .await
+            .unwrap_or_else(|e| panic!("cannot start a Chromium session through chromedriver: {e}"));
+        Browser { client: Some(client), driver, _profile: profile }
+    }
+
+    fn c(&self) -> &Client {
+        self.client.as_ref().expect("browser session")
+    }
+
+    /// Evaluate `expr` in the page (as `return (expr)`).
+    async fn js(&self, expr: &str) -> Value {
+        self.c().execute(&format!("return ({expr});"), vec![]).await.unwrap_or_else(|e| panic!("{expr}: {e}"))
+    }
+
+    /// Evaluate `expr` until it is neither null nor false (at most `secs`).
+    async fn until(&self, what: &str, secs: u64, expr: &str) -> Value {
+        let end = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let v = self.js(expr).await;
+            if !(v.is_null() || v == Value::Bool(false)) {
+                return v;
+            }
+            if Instant::now() > end {
+                let body = self.js("document.body.innerText").await;
+                panic!("timed out waiting for {what} ({expr}); the page shows:\n{}", body.as_str().unwrap_or(""));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn click(&self, css: &str) {
+        self.c().find(Locator::Css(css)).await.unwrap_or_else(|e| panic!("{css}: {e}")).click().await.expect("click");
+    }
+
+    async fn screenshot(&self, name: &str) -> PathBuf {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/screenshots");
+        std::fs::create_dir_all(&dir).expect("create target/screenshots");
+        let png = self.c().screenshot().await.expect("screenshot");
+        let path = dir.join(name);
+        std::fs::write(&path, png).expect("write screenshot");
+        path
+    }
+
+    async fn close(mut self) {
+        if let Some(c) = self.client.take() {
+            let _ = c.close().await;
+        }
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+/// The JS expression for the list item of the job whose prompt contains `tag`.
+fn item(tag: &str) -> String {
+    format!("Array.from(document.querySelectorAll('#task-list li')).find(li => li.textContent.includes({tag:?}))")
+}
+
+#[test]
+fn the_page_in_a_real_browser() {
+    let mock = Mock::start(&["--job-duration-ms", "50"]);
+    let base = mock.base();
+    let providers = format!(
+        "[[providers]]\nname = \"demo\"\nkind = \"demo\"\nmax_concurrency = 2\ndelay_ms = 800\n\n\
+         [[providers]]\nname = \"slow\"\nkind = \"demo\"\nmax_concurrency = 1\ndelay_ms = 600000\n\n\
+         [[providers]]\nname = \"openai\"\nkind = \"openai_images\"\nbase_url = \"{base}\"\nmodel = \"gpt-image-1\"\n\
+         api_key_env = \"TALLY_TEST_KEY\"\nmax_concurrency = 2\nrequest_timeout_ms = 5000\nconnect_timeout_ms = 1000\n"
+    );
+    let mut d = Daemon::configure(&providers);
+    d.env.push(("TALLY_TEST_KEY".into(), "sk-test-web".into()));
+    d.spawn();
+    let url = printed_sign_in_url(&d);
+    let site = format!("http://127.0.0.1:{}", d.port);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let b = Browser::start().await;
+
+        // Sign in through the one-time URL: the page, with an HttpOnly, SameSite=Strict cookie.
+        b.c().goto(&url).await.expect("open the sign-in URL");
+        b.until("the jobs page", 15, "document.getElementById('new-task') !== null").await;
+        assert_eq!(b.c().current_url().await.expect("url").path(), "/");
+        let cookie = b.c().get_named_cookie("tally_session").await.expect("session cookie");
+        assert_eq!(cookie.http_only(), Some(true));
+        assert_eq!(format!("{:?}", cookie.same_site()), "Some(Strict)");
+        // The same URL a second time is refused, and this browser stays signed in.
+        b.c().goto(&url).await.expect("open the used URL");
+        let text = b.js("document.body.innerText").await;
+        assert!(text.as_str().unwrap_or("").contains("not valid"), "{text}");
+        b.c().goto(&format!("{site}/")).await.expect("open the page");
+        b.until("the jobs page", 15, "document.getElementById('new-task') !== null").await;
+
+        // Submit a job through the page and watch it succeed without a reload (SSE).
+        b.until("the live stream", 15, "document.getElementById('live').textContent === 'live'").await;
+        b.js("(window.__sameDocument = true)").await;
+        let prompt = format!("red sneaker on white {}", uuid::Uuid::new_v4());
+        b.c().find(Locator::Css("#prompt")).await.expect("prompt").send_keys(&prompt).await.expect("type");
+        b.c().find(Locator::Css("#provider")).await.expect("provider").select_by_value("demo").await.expect("pick");
+        b.click("#submit-task").await;
+        let statuses = b.until("the new job in the list", 10, &format!("{}?.dataset.status", item(&prompt))).await;
+        assert_ne!(statuses, "succeeded", "the job should be seen before it finishes");
+        b.until("the job to succeed", 30, &format!("{}?.dataset.status === 'succeeded'", item(&prompt))).await;
+        assert_eq!(b.js("window.__sameDocument === true").await, true, "the page reloaded");
+        let done_text = b.js(&format!("{}.textContent", item(&prompt))).await;
+        assert!(done_text.as_str().unwrap_or("").contains("Done: the image is ready."), "{done_text}");
+
+        // Its detail shows the image (loaded with the cookie) with a text alternative.
+        let id = b.js(&format!("{}.dataset.taskId", item(&prompt))).await.as_str().expect("id").to_string();
+        b.click(&format!("li[data-task-id='{id}'] a")).await;
+        let width = b
+            .until(
+                "the image",
+                15,
+                "(() => { const i = document.getElementById('task-image'); \
+                  return i && i.complete && i.naturalWidth > 0 ? i.naturalWidth : null; })()",
+            )
+            .await;
+        assert!(width.as_u64().unwrap_or(0) > 0);
+        let alt = b.js("document.getElementById('task-image').alt").await;
+        assert!(alt.as_str().unwrap_or("").contains(&prompt), "alt text: {alt}");
+        let timeline = b.js("document.getElementById('timeline').innerText").await;
+        assert!(timeline.as_str().unwrap_or("").contains("api"), "timeline: {timeline}");
+
+        // Force an `unknown`: the mock charges, then drops the answer; no idempotency header.
+        mock.behave(json!({ "drop_response": true }));
+        b.js("(location.hash = '#/')").await;
+        b.until("the jobs page", 10, "document.getElementById('new-task') !== null").await;
+        let lost = format!("blue mug, answer lost {}", uuid::Uuid::new_v4());
+        b.c().find(Locator::Css("#prompt")).await.expect("prompt").send_keys(&lost).await.expect("type");
+        b.c().find(Locator::Css("#provider")).await.expect("provider").select_by_value("openai").await.expect("pick");
+        b.click("#submit-task").await;
+        b.until("the job to become unknown", 30, &format!("{}?.dataset.status === 'unknown'", item(&lost))).await;
+        mock.behave(json!({ "drop_response": false }));
+        let badge = b.js(&format!("{}.querySelector('.badge').textContent", item(&lost))).await;
+        assert!(badge.as_str().unwrap_or("").contains('?'), "unknown badge: {badge}");
+        let colour = b.js(&format!("getComputedStyle({}.querySelector('.badge')).backgroundColor", item(&lost))).await;
+        assert_eq!(colour, "rgb(255, 243, 209)", "unknown is amber, not failure red");
+
+        // Its detail says what unknown means and how the provider bills.
+        let unknown_id = b.js(&format!("{}.dataset.taskId", item(&lost))).await.as_str().expect("id").to_string();
+        b.click(&format!("li[data-task-id='{unknown_id}'] a")).await;
+        let text = b.until("the explainer", 10, "document.getElementById('unknown-explainer')?.innerText").await;
+        let text = text.as_str().unwrap_or("");
+        for words in ["cannot be confirmed", "Automatic retries have stopped", "may be charged again"] {
+            assert!(text.contains(words), "`{words}` missing from: {text}");
+        }
+        let note = b.js("document.getElementById('billing-note')?.innerText").await;
+        assert!(note.as_str().is_some_and(|n| n.contains("bills")), "billing note: {note}");
+        b.screenshot("unknown-detail.png").await;
+        let fits = b.js("document.documentElement.scrollWidth <= window.innerWidth").await;
+        assert_eq!(fits, true, "the detail is wider than the window");
+
+        // Retry demands the cost confirmation: confirm stays disabled until the box is ticked.
+        b.click("#retry-task").await;
+        b.until("the retry dialog", 5, "document.getElementById('retry-dialog').open").await;
+        let confirm = b.c().find(Locator::Css("#retry-confirm")).await.expect("confirm");
+        assert!(!confirm.is_enabled().await.expect("enabled?"), "confirm must start disabled");
+        let dialog = b.js("document.getElementById('retry-dialog').innerText").await;
+        assert!(dialog.as_str().unwrap_or("").contains("may be charged again"), "{dialog}");
+        b.click("#retry-ack").await;
+        assert!(confirm.is_enabled().await.expect("enabled?"), "ticking the box enables confirm");
+        confirm.click().await.expect("confirm");
+        let hash = b
+            .until(
+                "the new job",
+                10,
+                &format!("location.hash.startsWith('#/tasks/') && !location.hash.endsWith('{unknown_id}') && location.hash"),
+            )
+            .await;
+        let new_id = hash.as_str().unwrap_or("").trim_start_matches("#/tasks/").to_string();
+        let new_task = d.call("GET", &format!("/v1/tasks/{new_id}"), None).json();
+        assert_eq!(new_task["retry_of"], unknown_id.as_str(), "{new_task}");
+
+        // Cancel a queued job: the slow provider has one slot, so the second job waits.
+        let running = d.call("POST", "/v1/tasks", Some(&json!({ "prompt": "slow first", "provider": "slow" }))).json();
+        let running_id = running["id"].as_str().expect("id").to_string();
+        d.wait_status(&running_id, &["running"]);
+        let queued = d.call("POST", "/v1/tasks", Some(&json!({ "prompt": "slow second", "provider": "slow" }))).json();
+        let queued_id = queued["id"].as_str().expect("id").to_string();
+        b.js(&format!("(location.hash = '#/tasks/{queued_id}')")).await;
+        b.until("the cancel button", 10, "document.getElementById('cancel-task') !== null").await;
+        b.click("#cancel-task").await;
+        b.until("canceled", 10, "document.querySelector('article.detail')?.dataset.status === 'canceled'").await;
+        assert_eq!(d.call("GET", &format!("/v1/tasks/{queued_id}"), None).json()["status"], "canceled");
+
+        // The list, for people (and the README), with every kind of status on it.
+        b.js("(location.hash = '#/')").await;
+        let canceled_item =
+            format!("document.querySelector(\"li[data-task-id='{queued_id}']\")?.dataset.status === 'canceled'");
+        b.until("the list", 10, &canceled_item).await;
+        b.screenshot("list.png").await;
+
+        // An operator resolves the unknown one: confirmed failed, with a note.
+        b.js(&format!("(location.hash = '#/tasks/{unknown_id}')")).await;
+        b.until("the resolve form", 10, "document.getElementById('resolve-form') !== null").await;
+        b.click("#resolve-failed").await;
+        b.c().find(Locator::Css("#resolve-note")).await.expect("note").send_keys("not in the dashboard").await.expect("type");
+        b.click("#resolve-submit").await;
+        b.until("resolved as failed", 10, "document.querySelector('article.detail')?.dataset.status === 'failed'").await;
+        let timeline = b.js("document.getElementById('timeline').innerText").await;
+        assert!(timeline.as_str().unwrap_or("").contains("not in the dashboard"), "{timeline}");
+
+        // The cookie alone cannot change anything; with the page's CSRF token it can.
+        let statuses = b
+            .c()
+            .execute_async(
+                "const done = arguments[arguments.length - 1];
+                 const token = document.querySelector('meta[name=\"csrf-token\"]').content;
+                 const post = (headers) => fetch('/v1/tasks', { method: 'POST', credentials: 'same-origin',
+                   headers: Object.assign({ 'Content-Type': 'application/json' }, headers),
+                   body: JSON.stringify({ prompt: 'csrf from the browser', provider: 'demo' }) }).then(r => r.status);
+                 post({}).then(a => post({ 'X-CSRF-Token': token }).then(b => done([a, b])));",
+                vec![],
+            )
+            .await
+            .expect("fetch from the page");
+        assert_eq!(statuses, json!([403, 201]));
+
+        // Image sets: the list and a set's view with per-shot status.
+        let set = d
+            .call(
+                "POST",
+                "/v1/sets",
+                Some(&json!({ "product": "Canvas tote", "provider": "demo", "shots": [
+                    { "role": "main", "prompt": "tote on white" }, { "role": "scene", "prompt": "tote at a market" } ] })),
+            )
+            .json();
+        let set_id = set["id"].as_str().expect("set id").to_string();
+        b.js("(location.hash = '#/sets')").await;
+        b.until("the set in the list", 10, &format!("document.querySelector(\"li[data-set-id='{set_id}']\") !== null")).await;
+        b.click(&format!("li[data-set-id='{set_id}'] a")).await;
+        b.until("the set to finish", 30, "document.querySelector('article.detail')?.dataset.status === 'done'").await;
+        let progress = b.js("document.getElementById('set-progress').innerText").await;
+        assert!(progress.as_str().unwrap_or("").contains('2'), "progress: {progress}");
+        b.until("the shot images", 15, "Array.from(document.querySelectorAll('.shot img')).filter(i => i.naturalWidth > 0 && i.alt).length === 2").await;
+
+        b.js("(location.hash = '#/')").await;
+        b.until("the list", 10, "document.getElementById('task-list') !== null").await;
+
+        // A phone's width: nothing wider than the screen; every control is a real button or link.
+        b.c().set_window_size(390, 844).await.expect("resize");
+        b.until("a narrow layout", 5, "document.documentElement.scrollWidth <= window.innerWidth").await;
+        b.screenshot("list-phone.png").await;
+        b.js(&format!("(location.hash = '#/tasks/{unknown_id}')")).await;
+        b.until("the detail at a phone's width", 10, "document.querySelector('article.detail') !== null").await;
+        b.until("a narrow detail", 5, "document.documentElement.scrollWidth <= window.innerWidth").await;
+        let fake = b.js("document.querySelectorAll('[onclick], div[tabindex], span[tabindex]').length").await;
+        assert_eq!(fake, 0, "controls must be real buttons or links");
+        b.close().await;
+    });
+}
