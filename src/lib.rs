@@ -5,7 +5,9 @@
 //! - [`config`]: raw TOML → resolved, validated configuration.
 //! - [`providers`]: the provider trait, its capabilities, and the adapters.
 //! - [`render`]: placeholder PNG rendering for the demo and mock providers.
+//! - [`bench`]: `tally bench`, the end-to-end benchmark.
 
+pub mod bench;
 pub mod clock;
 pub mod config;
 pub mod domain;
