@@ -41,6 +41,20 @@ pub struct BenchArgs {
     /// Provider name to submit to over `--http`.
     #[arg(long, default_value = "demo")]
     pub http_provider: String,
+    /// Run only these sections (comma-separated); the others are reported as null.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub only: Vec<Section>,
+}
+
+/// A benchmark section, for `--only`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Section {
+    Idle,
+    E2e,
+    Pickup,
+    Scale,
+    Recovery,
+    Http,
 }
 
 /// The machine the numbers come from.
@@ -144,11 +158,11 @@ pub struct Results {
     pub quick: bool,
     pub machine: Machine,
     pub e2e: Vec<E2e>,
-    pub pickup_ms: Pickup,
-    pub idle: Idle,
-    pub scale: Scale,
-    pub recovery_ms: f64,
-    pub recovery: Recovery,
+    pub pickup_ms: Option<Pickup>,
+    pub idle: Option<Idle>,
+    pub scale: Option<Scale>,
+    pub recovery_ms: Option<f64>,
+    pub recovery: Option<Recovery>,
     /// `null` until the HTTP API is wired into the benchmark (or `--http` is given).
     pub http_submit_per_s: Option<f64>,
     pub http: Option<http::HttpResult>,
@@ -229,41 +243,57 @@ async fn run_all(args: &BenchArgs, out: &Path) -> Result<Results, String> {
     let t0 = Instant::now();
     let machine = sys::machine(out);
 
+    let on = |x: Section| args.only.is_empty() || args.only.contains(&x);
+
     // Idle first: a fresh process, so its RSS reflects an idle engine, not the history of the
     // other sections (freed memory is not always returned to the OS).
-    progress(&format!("idle: baseline {0} s, then an idle engine {0} s", sizes.idle_secs));
-    let idle = sections::idle(out, sizes.idle_secs).await?;
-    let idle_rss_mb = sys::rss_mb();
+    let (mut idle, mut idle_rss_mb) = (None, None);
+    if on(Section::Idle) {
+        progress(&format!("idle: baseline {0} s, then an idle engine {0} s", sizes.idle_secs));
+        idle = Some(sections::idle(out, sizes.idle_secs).await?);
+        idle_rss_mb = sys::rss_mb();
+    }
 
     let mut e2e = Vec::new();
-    for durability in [Durability::Full, Durability::Normal] {
-        for concurrent in [false, true] {
-            for workers in [1, 4, 16] {
-                let r = sections::e2e(out, sizes.e2e_tasks, workers, durability, concurrent).await?;
-                progress(&format!(
-                    "e2e {} workers={} durability={}: {:.0} tasks/s",
-                    r.method, r.workers, r.durability, r.tasks_per_s
-                ));
-                e2e.push(r);
+    if on(Section::E2e) {
+        for durability in [Durability::Full, Durability::Normal] {
+            for concurrent in [false, true] {
+                for workers in [1, 4, 16] {
+                    let r = sections::e2e(out, sizes.e2e_tasks, workers, durability, concurrent).await?;
+                    progress(&format!(
+                        "e2e {} workers={} durability={}: {:.0} tasks/s",
+                        r.method, r.workers, r.durability, r.tasks_per_s
+                    ));
+                    e2e.push(r);
+                }
             }
         }
     }
 
-    progress(&format!("pickup latency: {} tasks", sizes.pickup_samples));
-    let pickup = sections::pickup(out, sizes.pickup_samples).await?;
+    let mut pickup = None;
+    if on(Section::Pickup) || on(Section::Scale) {
+        progress(&format!("pickup latency: {} tasks", sizes.pickup_samples));
+        pickup = Some(sections::pickup(out, sizes.pickup_samples).await?);
+    }
 
-    progress(&format!("scale: {} finished tasks", sizes.scale_rows));
-    let scale = sections::scale(out, sizes.scale_rows, sizes.pickup_samples, &pickup).await?;
+    let mut scale = None;
+    if let (true, Some(p)) = (on(Section::Scale), &pickup) {
+        progress(&format!("scale: {} finished tasks", sizes.scale_rows));
+        scale = Some(sections::scale(out, sizes.scale_rows, sizes.pickup_samples, p).await?);
+    }
 
-    progress(&format!("recovery: {} in-flight tasks", sizes.recovery_tasks));
-    let recovery = sections::recovery(out, sizes.recovery_tasks).await?;
+    let mut recovery = None;
+    if on(Section::Recovery) {
+        progress(&format!("recovery: {} in-flight tasks", sizes.recovery_tasks));
+        recovery = Some(sections::recovery(out, sizes.recovery_tasks).await?);
+    }
 
     // MERGE: when the HTTP API lands, start the daemon here in-process (its router on
     // 127.0.0.1:0 over a fresh data dir under `out`, the instant provider registered as
     // `bench`), then call `http::submit_throughput(&base_url, &token, "bench", 32, secs)`
     // the same way as for `--http` below, and shut it down afterwards.
     let http = match (&args.http, &args.token) {
-        (Some(url), Some(token)) => {
+        (Some(url), Some(token)) if on(Section::Http) => {
             progress(&format!("http: {url} for {} s", sizes.http_secs));
             Some(http::submit_throughput(url, token, &args.http_provider, 32, sizes.http_secs).await?)
         }
@@ -278,7 +308,7 @@ async fn run_all(args: &BenchArgs, out: &Path) -> Result<Results, String> {
         e2e,
         pickup_ms: pickup,
         idle,
-        recovery_ms: recovery.recovery_ms,
+        recovery_ms: recovery.as_ref().map(|r| r.recovery_ms),
         recovery,
         scale,
         http_submit_per_s: http.as_ref().map(|h| h.submits_per_s),
@@ -340,54 +370,58 @@ fn render_table(r: &Results) -> String {
     );
     let _ =
         writeln!(t, "   concurrent = 16 submitters while the workers drain; e2e = N / (first submit → last succeeded)");
-    let p = &r.pickup_ms;
-    let _ = writeln!(
-        t,
-        "\n2. pickup latency (idle engine, 1 worker, {} tasks, 5-105 ms gaps): p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms; submit call p50 {:.3} ms",
-        p.samples, p.p50, p.p99, p.max, p.submit_ms_p50
-    );
-    let i = &r.idle;
-    let _ = writeln!(
-        t,
-        "\n3. idle ({:.1} s): CPU {:.2} ms, wake-ups {:.0} ({:.2} per 10 s; raw {:.0} minus baseline {:.0}), SQL statements {}",
-        i.secs,
-        i.cpu_ms,
-        i.wakeups,
-        i.wakeups / i.secs * 10.0,
-        i.raw_wakeups,
-        i.baseline_wakeups,
-        i.sql_statements
-    );
-    let _ = writeln!(
-        t,
-        "   baseline (runtime only) CPU {:.2} ms; threads active in the idle window: {}",
-        i.baseline_cpu_ms,
-        if i.threads.is_empty() { "none".to_string() } else { i.threads.join(", ") }
-    );
-    let s = &r.scale;
-    let _ = writeln!(
-        t,
-        "\n4. scale ({} finished tasks, {:.0} MB, populated in {:.1} s): submit p50 {:.3} ms (empty {:.3}, ×{:.2}), pickup p50 {:.3} ms (empty {:.3}, ×{:.2}), engine start {:.1} ms",
-        s.finished_rows,
-        s.db_mb,
-        s.populate_secs,
-        s.submit_ms_p50,
-        s.empty_submit_ms_p50,
-        s.submit_ms_p50 / s.empty_submit_ms_p50,
-        s.pickup_ms_p50,
-        s.empty_pickup_ms_p50,
-        s.pickup_ms_p50 / s.empty_pickup_ms_p50,
-        s.engine_start_ms
-    );
-    for plan in &s.plans {
-        let _ = writeln!(t, "   plan {plan}");
+    if let Some(p) = &r.pickup_ms {
+        let _ = writeln!(
+            t,
+            "\n2. pickup latency (idle engine, 1 worker, {} tasks, 5-105 ms gaps): p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms; submit call p50 {:.3} ms",
+            p.samples, p.p50, p.p99, p.max, p.submit_ms_p50
+        );
     }
-    let rc = &r.recovery;
-    let _ = writeln!(
-        t,
-        "\n5. restart recovery: {} tasks in phase calling → re-queued in {:.1} ms ({} statements; setup {:.1} s)",
-        rc.in_flight, rc.recovery_ms, rc.statements, rc.setup_secs
-    );
+    if let Some(i) = &r.idle {
+        let _ = writeln!(
+            t,
+            "\n3. idle ({:.1} s): CPU {:.2} ms, wake-ups {:.0} ({:.2} per 10 s; raw {:.0} minus baseline {:.0}), SQL statements {}",
+            i.secs,
+            i.cpu_ms,
+            i.wakeups,
+            i.wakeups / i.secs * 10.0,
+            i.raw_wakeups,
+            i.baseline_wakeups,
+            i.sql_statements
+        );
+        let _ = writeln!(
+            t,
+            "   baseline (runtime only) CPU {:.2} ms; threads active in the idle window: {}",
+            i.baseline_cpu_ms,
+            if i.threads.is_empty() { "none".to_string() } else { i.threads.join(", ") }
+        );
+    }
+    if let Some(s) = &r.scale {
+        let _ = writeln!(
+            t,
+            "\n4. scale ({} finished tasks, {:.0} MB, populated in {:.1} s): submit p50 {:.3} ms (empty {:.3}, ×{:.2}), pickup p50 {:.3} ms (empty {:.3}, ×{:.2}), engine start {:.1} ms",
+            s.finished_rows,
+            s.db_mb,
+            s.populate_secs,
+            s.submit_ms_p50,
+            s.empty_submit_ms_p50,
+            s.submit_ms_p50 / s.empty_submit_ms_p50,
+            s.pickup_ms_p50,
+            s.empty_pickup_ms_p50,
+            s.pickup_ms_p50 / s.empty_pickup_ms_p50,
+            s.engine_start_ms
+        );
+        for plan in &s.plans {
+            let _ = writeln!(t, "   plan {plan}");
+        }
+    }
+    if let Some(rc) = &r.recovery {
+        let _ = writeln!(
+            t,
+            "\n5. restart recovery: {} tasks in phase calling → re-queued in {:.1} ms ({} statements; setup {:.1} s)",
+            rc.in_flight, rc.recovery_ms, rc.statements, rc.setup_secs
+        );
+    }
     match &r.http {
         Some(h) => {
             let _ = writeln!(
@@ -435,8 +469,15 @@ mod tests {
                 statements_per_task: 1.0,
                 calls_per_task: 1.0,
             }],
-            pickup_ms: Pickup { p50: 1.0, p99: 2.0, max: 3.0, samples: 100, submit_ms_p50: 0.1, submit_ms_p99: 0.2 },
-            idle: Idle {
+            pickup_ms: Some(Pickup {
+                p50: 1.0,
+                p99: 2.0,
+                max: 3.0,
+                samples: 100,
+                submit_ms_p50: 0.1,
+                submit_ms_p99: 0.2,
+            }),
+            idle: Some(Idle {
                 secs: 5.0,
                 cpu_ms: 0.1,
                 wakeups: 0.0,
@@ -445,8 +486,8 @@ mod tests {
                 baseline_wakeups: 1.0,
                 baseline_cpu_ms: 0.1,
                 threads: vec![],
-            },
-            scale: Scale {
+            }),
+            scale: Some(Scale {
                 finished_rows: 100_000,
                 submit_ms_p50: 1.0,
                 pickup_ms_p50: 1.0,
@@ -459,9 +500,15 @@ mod tests {
                 db_mb: 1.0,
                 engine_start_ms: 1.0,
                 plans: vec![],
-            },
-            recovery_ms: 10.0,
-            recovery: Recovery { in_flight: 1000, recovery_ms: 10.0, requeued: 1000, setup_secs: 1.0, statements: 1 },
+            }),
+            recovery_ms: Some(10.0),
+            recovery: Some(Recovery {
+                in_flight: 1000,
+                recovery_ms: 10.0,
+                requeued: 1000,
+                setup_secs: 1.0,
+                statements: 1,
+            }),
             http_submit_per_s: None,
             http: None,
             idle_rss_mb: Some(10.0),

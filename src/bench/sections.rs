@@ -43,10 +43,16 @@ fn task(i: u64, key: Option<String>) -> NewTask {
     }
 }
 
-/// A fresh, empty directory for one run.
+/// A fresh, empty directory for one run. Runs leave their files in place until the whole
+/// benchmark ends: deleting thousands of artifact files between runs makes ext4's inode
+/// allocator skip "recently deleted" inodes on every following create (`find_inode_bit` →
+/// `recently_deleted`), which cost more than half of the CPU in a profiled run and would be
+/// charged to whichever run came next.
 fn fresh_dir(out: &Path, name: &str) -> Result<PathBuf, String> {
     let d = out.join(name);
-    let _ = std::fs::remove_dir_all(&d);
+    if d.exists() {
+        return Err(format!("{} already exists; pass an empty --out directory", d.display()));
+    }
     std::fs::create_dir_all(&d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
     Ok(d)
 }
@@ -184,7 +190,6 @@ pub async fn e2e(out: &Path, n: u64, workers: usize, durability: Durability, con
     let (commits, stmts) = (store.commits() - commits0, store.statements() - stmts0);
     let calls = provider.calls();
     stop(engine).await?;
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(E2e {
         workers,
         durability: durability_name(durability).into(),
@@ -258,7 +263,6 @@ pub async fn pickup(out: &Path, samples: usize) -> Result<Pickup, String> {
     let engine = start(store, &dir, 1, provider.clone(), 1).await?;
     let (submit, pickup) = latency_samples(&engine, &provider, samples, 5, "pickup").await?;
     stop(engine).await?;
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(Pickup {
         p50: pct(&pickup, 0.5),
         p99: pct(&pickup, 0.99),
@@ -290,7 +294,6 @@ pub async fn idle(out: &Path, secs: f64) -> Result<Idle, String> {
     tokio::time::sleep(window).await;
     let (a1, th1, st1) = (cpu_snap(), thread_switches(), engine.store().statements());
     stop(engine).await?;
-    let _ = std::fs::remove_dir_all(&dir);
     let base_wakeups = b1.ctxsw - b0.ctxsw;
     let raw_wakeups = a1.ctxsw - a0.ctxsw;
     Ok(Idle {
@@ -328,7 +331,6 @@ pub async fn scale(out: &Path, rows: u64, samples: usize, empty: &Pickup) -> Res
     let start_ms = t1.elapsed().as_secs_f64() * 1e3;
     let (submit, pickup) = latency_samples(&engine, &provider, samples, 5, "scale").await?;
     stop(engine).await?;
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(Scale {
         finished_rows: rows,
         submit_ms_p50: pct(&submit, 0.5),
@@ -429,7 +431,6 @@ pub async fn recovery(out: &Path, n: u64) -> Result<Recovery, String> {
     let requeued = count(engine.store(), "SELECT count(*) FROM envelopes WHERE status = 'pending'").await?;
     let statements = engine.store().statements();
     stop(engine).await?;
-    let _ = std::fs::remove_dir_all(&dir);
     if still_sent != 0 || requeued != n as i64 {
         return Err(format!("after recovery: {still_sent} envelopes still sent, {requeued} pending (want 0 and {n})"));
     }
