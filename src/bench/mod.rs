@@ -100,6 +100,10 @@ pub struct Pickup {
     /// Duration of the submit call itself.
     pub submit_ms_p50: f64,
     pub submit_ms_p99: f64,
+    /// Diagnostics on the same idle engine: an empty write operation (writer round trip, no
+    /// fsync) and a one-row UPDATE (one fsynced commit), p50.
+    pub store_noop_write_ms_p50: f64,
+    pub store_one_row_commit_ms_p50: f64,
 }
 
 /// Idle cost of an engine that ran one task and then had nothing to do.
@@ -117,6 +121,10 @@ pub struct Idle {
     pub baseline_cpu_ms: f64,
     /// Threads whose context switches changed in the window ("name(tid)=+n" or "exited").
     pub threads: Vec<String>,
+    /// The same measures over a second window of the same length right after the first.
+    pub second_window_cpu_ms: f64,
+    pub second_window_wakeups: f64,
+    pub second_window_sql_statements: u64,
 }
 
 /// Latency with a large finished history against an empty database.
@@ -249,7 +257,7 @@ async fn run_all(args: &BenchArgs, out: &Path) -> Result<Results, String> {
     // other sections (freed memory is not always returned to the OS).
     let (mut idle, mut idle_rss_mb) = (None, None);
     if on(Section::Idle) {
-        progress(&format!("idle: baseline {0} s, then an idle engine {0} s", sizes.idle_secs));
+        progress(&format!("idle: baseline {0} s, then an idle engine 2 × {0} s", sizes.idle_secs));
         idle = Some(sections::idle(out, sizes.idle_secs).await?);
         idle_rss_mb = sys::rss_mb();
     }
@@ -376,6 +384,11 @@ fn render_table(r: &Results) -> String {
             "\n2. pickup latency (idle engine, 1 worker, {} tasks, 5-105 ms gaps): p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms; submit call p50 {:.3} ms",
             p.samples, p.p50, p.p99, p.max, p.submit_ms_p50
         );
+        let _ = writeln!(
+            t,
+            "   store probe (idle): empty write op p50 {:.3} ms (thread round trip, no fsync), one-row UPDATE commit p50 {:.3} ms",
+            p.store_noop_write_ms_p50, p.store_one_row_commit_ms_p50
+        );
     }
     if let Some(i) = &r.idle {
         let _ = writeln!(
@@ -394,6 +407,11 @@ fn render_table(r: &Results) -> String {
             "   baseline (runtime only) CPU {:.2} ms; threads active in the idle window: {}",
             i.baseline_cpu_ms,
             if i.threads.is_empty() { "none".to_string() } else { i.threads.join(", ") }
+        );
+        let _ = writeln!(
+            t,
+            "   second window right after: CPU {:.2} ms, wake-ups {:.0} (minus baseline), SQL statements {}",
+            i.second_window_cpu_ms, i.second_window_wakeups, i.second_window_sql_statements
         );
     }
     if let Some(s) = &r.scale {
@@ -486,6 +504,9 @@ mod tests {
                 baseline_wakeups: 1.0,
                 baseline_cpu_ms: 0.1,
                 threads: vec![],
+                second_window_cpu_ms: 0.1,
+                second_window_wakeups: 0.0,
+                second_window_sql_statements: 0,
             }),
             scale: Some(Scale {
                 finished_rows: 100_000,

@@ -262,8 +262,11 @@ pub async fn pickup(out: &Path, samples: usize) -> Result<Pickup, String> {
     let provider = Arc::new(InstantProvider::new(true));
     let engine = start(store, &dir, 1, provider.clone(), 1).await?;
     let (submit, pickup) = latency_samples(&engine, &provider, samples, 5, "pickup").await?;
+    let (noop, one_row) = store_probe(engine.store(), 200).await?;
     stop(engine).await?;
     Ok(Pickup {
+        store_noop_write_ms_p50: pct(&noop, 0.5),
+        store_one_row_commit_ms_p50: pct(&one_row, 0.5),
         p50: pct(&pickup, 0.5),
         p99: pct(&pickup, 0.99),
         max: pct(&pickup, 1.0),
@@ -271,6 +274,33 @@ pub async fn pickup(out: &Path, samples: usize) -> Result<Pickup, String> {
         submit_ms_p50: pct(&submit, 0.5),
         submit_ms_p99: pct(&submit, 0.99),
     })
+}
+
+/// Diagnose the cost of one write through the store on an idle engine: an empty operation
+/// (writer thread round trip, BEGIN/SAVEPOINT/RELEASE/COMMIT, nothing written so no fsync)
+/// and a one-row UPDATE (one fsynced WAL commit). Returns sorted samples in ms.
+async fn store_probe(store: &Store, n: usize) -> Result<(Vec<f64>, Vec<f64>), String> {
+    let mut rng: u64 = 0x2545_F491_4F6C_DD1D;
+    let (mut noop, mut one_row) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for i in 0..n {
+        tokio::time::sleep(Duration::from_millis(1 + jitter(&mut rng, 5))).await;
+        let t0 = Instant::now();
+        store.write(|_| Ok(())).await.map_err(s)?;
+        noop.push(t0.elapsed().as_secs_f64() * 1e3);
+        tokio::time::sleep(Duration::from_millis(1 + jitter(&mut rng, 5))).await;
+        let t0 = Instant::now();
+        store
+            .write(move |c| {
+                c.execute("UPDATE tasks SET updated_at = ?1 WHERE id = (SELECT max(id) FROM tasks)", [i as i64])?;
+                Ok(())
+            })
+            .await
+            .map_err(s)?;
+        one_row.push(t0.elapsed().as_secs_f64() * 1e3);
+    }
+    noop.sort_by(f64::total_cmp);
+    one_row.sort_by(f64::total_cmp);
+    Ok((noop, one_row))
 }
 
 /// Section 3: idle cost. First a baseline window with the runtime alone, then an engine
@@ -293,6 +323,10 @@ pub async fn idle(out: &Path, secs: f64) -> Result<Idle, String> {
     let (st0, th0, a0) = (engine.store().statements(), thread_switches(), cpu_snap());
     tokio::time::sleep(window).await;
     let (a1, th1, st1) = (cpu_snap(), thread_switches(), engine.store().statements());
+    // A second window right after: what idling costs once the one-off work that follows
+    // activity (timers armed by the last task, blocking-pool threads timing out) is over.
+    tokio::time::sleep(window).await;
+    let (a2, st2) = (cpu_snap(), engine.store().statements());
     stop(engine).await?;
     let base_wakeups = b1.ctxsw - b0.ctxsw;
     let raw_wakeups = a1.ctxsw - a0.ctxsw;
@@ -305,6 +339,9 @@ pub async fn idle(out: &Path, secs: f64) -> Result<Idle, String> {
         baseline_wakeups: base_wakeups,
         baseline_cpu_ms: (b1.cpu_us - b0.cpu_us) / 1e3,
         threads: thread_deltas(&th0, &th1),
+        second_window_cpu_ms: (a2.cpu_us - a1.cpu_us) / 1e3,
+        second_window_wakeups: (a2.ctxsw - a1.ctxsw - base_wakeups).max(0.0),
+        second_window_sql_statements: st2 - st1,
     })
 }
 
