@@ -494,6 +494,8 @@ mod tests {
                 samples: 100,
                 submit_ms_p50: 0.1,
                 submit_ms_p99: 0.2,
+                store_noop_write_ms_p50: 0.05,
+                store_one_row_commit_ms_p50: 0.4,
             }),
             idle: Some(Idle {
                 secs: 5.0,

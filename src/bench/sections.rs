@@ -44,10 +44,9 @@ fn task(i: u64, key: Option<String>) -> NewTask {
 }
 
 /// A fresh, empty directory for one run. Runs leave their files in place until the whole
-/// benchmark ends: deleting thousands of artifact files between runs makes ext4's inode
-/// allocator skip "recently deleted" inodes on every following create (`find_inode_bit` →
-/// `recently_deleted`), which cost more than half of the CPU in a profiled run and would be
-/// charged to whichever run came next.
+/// benchmark ends: on ext4 without a journal, the inode allocator skips recently deleted
+/// inodes on every create (`find_inode_bit` → `recently_deleted`), so deleting thousands of
+/// artifact files between runs would charge part of one run's cost to the next.
 fn fresh_dir(out: &Path, name: &str) -> Result<PathBuf, String> {
     let d = out.join(name);
     if d.exists() {
