@@ -146,7 +146,8 @@ pub enum Command {
     Set(SetCommand),
     /// Run the mock image provider (all three API styles) with its ledger of charges.
     MockProvider(crate::mock::MockArgs),
-    // MERGE: Bench(crate::bench::BenchArgs),        -> crate::bench::run(args)
+    /// Measure the engine end to end (see BENCHMARKS.md).
+    Bench(crate::bench::BenchArgs),
 }
 
 /// `tally set …`.
@@ -200,6 +201,10 @@ pub fn run() -> Result<ExitCode, Failure> {
             return Ok(if e.use_stderr() { Exit::Usage.into() } else { Exit::Ok.into() });
         }
     };
+    if let Command::Bench(args) = cli.command {
+        crate::bench::run(args).map_err(Failure::error)?;
+        return Ok(Exit::Ok.into());
+    }
     if let Command::MockProvider(args) = cli.command {
         runtime()?.block_on(crate::mock::run(args)).map_err(|e| Failure::error(format!("mock provider: {e}")))?;
         return Ok(Exit::Ok.into());
@@ -361,7 +366,8 @@ async fn client_command(cfg: &Config, cmd: Command, json: bool) -> Result<ExitCo
         | Command::Backup { .. }
         | Command::Check { .. }
         | Command::Token
-        | Command::MockProvider(_) => Err(Failure::error("internal: not a client command")),
+        | Command::MockProvider(_)
+        | Command::Bench(_) => Err(Failure::error("internal: not a client command")),
     }
 }
 

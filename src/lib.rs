@@ -7,9 +7,11 @@
 //! - [`mock`]: the mock provider server (`tally mock-provider`) and its ledger.
 //! - [`render`]: placeholder PNG rendering for the demo and mock providers.
 //! - [`api`]: the HTTP API; [`web`]: the web page, its sign-in sessions and live event stream; [`app`]: `tally serve` wiring; [`cli`] and [`client`]: the command line.
+//! - [`bench`]: `tally bench`, the end-to-end benchmark.
 
 pub mod api;
 pub mod app;
+pub mod bench;
 pub mod cli;
 pub mod client;
 pub mod clock;

@@ -1,0 +1,584 @@
+//! `tally bench`: measures the real engine end to end against an instant in-process provider
+//! and prints a table (and, with `--json`, one JSON object on stdout).
+//!
+//! Sections: end-to-end throughput (two methods), pickup latency on an idle engine, idle
+//! cost, latency with a large finished history, restart recovery, HTTP submit throughput
+//! (when a server is given) and idle RSS. See BENCHMARKS.md for results and method.
+
+pub mod http;
+pub mod populate;
+pub mod provider;
+mod sections;
+pub mod sys;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::config::Durability;
+
+/// Command-line arguments of `tally bench`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    /// Smaller counts and windows: every section in about a minute.
+    #[arg(long)]
+    pub quick: bool,
+    /// Print the results as one JSON object on stdout (the table goes to stderr).
+    #[arg(long)]
+    pub json: bool,
+    /// Where to put the temporary databases (default: a fresh directory under the system
+    /// temporary directory, removed afterwards).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Base URL of a running tally daemon, to measure HTTP submit throughput against it.
+    #[arg(long, value_name = "URL")]
+    pub http: Option<String>,
+    /// API token for `--http`.
+    #[arg(long, env = "TALLY_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Provider name to submit to over `--http`.
+    #[arg(long, default_value = "demo")]
+    pub http_provider: String,
+    /// Run only these sections (comma-separated); the others are reported as null.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub only: Vec<Section>,
+}
+
+/// A benchmark section, for `--only`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Section {
+    Idle,
+    E2e,
+    Pickup,
+    Scale,
+    Recovery,
+    Http,
+}
+
+/// The machine the numbers come from.
+#[derive(Debug, Clone, Serialize)]
+pub struct Machine {
+    pub nproc: usize,
+    pub cpu: String,
+    pub kernel: String,
+    /// Device and filesystem type holding the benchmark databases.
+    pub fs: String,
+}
+
+/// One end-to-end throughput run.
+#[derive(Debug, Clone, Serialize)]
+pub struct E2e {
+    pub workers: usize,
+    /// `full` or `normal` (SQLite `synchronous`).
+    pub durability: String,
+    pub tasks: u64,
+    /// Tasks per second, submit → `succeeded`.
+    pub tasks_per_s: f64,
+    /// `sequential`: awaited one-at-a-time enqueue, then drain (the peers' method,
+    /// e2e = N / (enqueue + drain)). `concurrent`: 16 submitters while the workers drain.
+    pub method: String,
+    pub secs: f64,
+    pub enqueue_per_s: f64,
+    /// Drain rate (sequential method only).
+    pub drain_per_s: Option<f64>,
+    /// Write transactions committed per task (group commit shows as < 1 per write).
+    pub commits_per_task: f64,
+    pub statements_per_task: f64,
+    /// Provider calls per task (must be 1).
+    pub calls_per_task: f64,
+}
+
+/// Pickup latency: submit call start → provider call start, on an idle engine.
+#[derive(Debug, Clone, Serialize)]
+pub struct Pickup {
+    pub p50: f64,
+    pub p99: f64,
+    pub max: f64,
+    pub samples: usize,
+    /// Duration of the submit call itself.
+    pub submit_ms_p50: f64,
+    pub submit_ms_p99: f64,
+    /// Diagnostics on the same idle engine: an empty write operation (writer round trip, no
+    /// fsync) and a one-row UPDATE (one fsynced commit), p50.
+    pub store_noop_write_ms_p50: f64,
+    pub store_one_row_commit_ms_p50: f64,
+}
+
+/// Idle cost of an engine that ran one task and then had nothing to do.
+#[derive(Debug, Clone, Serialize)]
+pub struct Idle {
+    pub secs: f64,
+    /// Process CPU time in the window (user + system).
+    pub cpu_ms: f64,
+    /// Context switches in the window minus the baseline window (runtime only, no engine).
+    pub wakeups: f64,
+    /// SQL statements executed by the store in the window.
+    pub sql_statements: u64,
+    pub raw_wakeups: f64,
+    pub baseline_wakeups: f64,
+    pub baseline_cpu_ms: f64,
+    /// Threads whose context switches changed in the window ("name(tid)=+n" or "exited").
+    pub threads: Vec<String>,
+    /// The same measures over a second window of the same length right after the first.
+    pub second_window_cpu_ms: f64,
+    pub second_window_wakeups: f64,
+    pub second_window_sql_statements: u64,
+}
+
+/// Latency with a large finished history against an empty database.
+#[derive(Debug, Clone, Serialize)]
+pub struct Scale {
+    pub finished_rows: u64,
+    pub submit_ms_p50: f64,
+    pub pickup_ms_p50: f64,
+    pub empty_submit_ms_p50: f64,
+    pub empty_pickup_ms_p50: f64,
+    pub pickup_ms_p99: f64,
+    pub samples: usize,
+    pub populate_secs: f64,
+    /// Rows written by the populate step, all tables.
+    pub rows_written: u64,
+    pub db_mb: f64,
+    /// `Engine::start` (start-up reconcile) on the populated database.
+    pub engine_start_ms: f64,
+    /// EXPLAIN QUERY PLAN of the hot queries on the populated database.
+    pub plans: Vec<String>,
+}
+
+/// Restart recovery of in-flight tasks left in phase `calling`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Recovery {
+    pub in_flight: u64,
+    pub recovery_ms: f64,
+    pub requeued: u64,
+    /// Time to get every task into phase `calling` before the kill.
+    pub setup_secs: f64,
+    /// Statements executed by the restarted store (the start-up reconcile).
+    pub statements: u64,
+}
+
+/// Everything `tally bench` measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Results {
+    pub version: String,
+    pub quick: bool,
+    pub machine: Machine,
+    pub e2e: Vec<E2e>,
+    pub pickup_ms: Option<Pickup>,
+    pub idle: Option<Idle>,
+    pub scale: Option<Scale>,
+    pub recovery_ms: Option<f64>,
+    pub recovery: Option<Recovery>,
+    /// `null` until the HTTP API is wired into the benchmark (or `--http` is given).
+    pub http_submit_per_s: Option<f64>,
+    pub http: Option<http::HttpResult>,
+    /// VmRSS after the idle section (which runs first, in a fresh process).
+    pub idle_rss_mb: Option<f64>,
+    pub total_secs: f64,
+}
+
+/// Counts and windows of one run.
+#[derive(Debug, Clone, Copy)]
+struct Sizes {
+    e2e_tasks: u64,
+    pickup_samples: usize,
+    idle_secs: f64,
+    scale_rows: u64,
+    recovery_tasks: u64,
+    http_secs: f64,
+}
+
+impl Sizes {
+    fn new(quick: bool) -> Self {
+        if quick {
+            Sizes {
+                e2e_tasks: 2_000,
+                pickup_samples: 100,
+                idle_secs: 5.0,
+                scale_rows: 100_000,
+                recovery_tasks: 1_000,
+                http_secs: 2.0,
+            }
+        } else {
+            Sizes {
+                e2e_tasks: 20_000,
+                pickup_samples: 500,
+                idle_secs: 30.0,
+                scale_rows: 1_000_000,
+                recovery_tasks: 10_000,
+                http_secs: 5.0,
+            }
+        }
+    }
+}
+
+/// Run the benchmark (builds its own multi-thread tokio runtime).
+pub fn run(args: BenchArgs) -> Result<(), String> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    let (out, remove) = match &args.out {
+        Some(d) => (d.clone(), false),
+        None => (std::env::temp_dir().join(format!("tally-bench-{}", uuid::Uuid::new_v4().simple())), true),
+    };
+    std::fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+    let result = rt.block_on(run_all(&args, &out));
+    if remove {
+        let _ = std::fs::remove_dir_all(&out);
+    }
+    let results = result?;
+    let table = render_table(&results);
+    if args.json {
+        eprint!("{table}");
+        let json = serde_json::to_string_pretty(&results).map_err(|e| e.to_string())?;
+        println!("{json}");
+    } else {
+        print!("{table}");
+    }
+    Ok(())
+}
+
+fn progress(msg: &str) {
+    eprintln!("[bench] {msg}");
+    let _ = std::io::stderr().flush();
+}
+
+async fn run_all(args: &BenchArgs, out: &Path) -> Result<Results, String> {
+    let sizes = Sizes::new(args.quick);
+    let t0 = Instant::now();
+    let machine = sys::machine(out);
+
+    let on = |x: Section| args.only.is_empty() || args.only.contains(&x);
+
+    // Idle first: a fresh process, so its RSS reflects an idle engine, not the history of the
+    // other sections (freed memory is not always returned to the OS).
+    let (mut idle, mut idle_rss_mb) = (None, None);
+    if on(Section::Idle) {
+        progress(&format!("idle: baseline {0} s, then an idle engine 2 × {0} s", sizes.idle_secs));
+        idle = Some(sections::idle(out, sizes.idle_secs).await?);
+        idle_rss_mb = sys::rss_mb();
+    }
+
+    let mut e2e = Vec::new();
+    if on(Section::E2e) {
+        for durability in [Durability::Full, Durability::Normal] {
+            for concurrent in [false, true] {
+                for workers in [1, 4, 16] {
+                    let r = sections::e2e(out, sizes.e2e_tasks, workers, durability, concurrent).await?;
+                    progress(&format!(
+                        "e2e {} workers={} durability={}: {:.0} tasks/s",
+                        r.method, r.workers, r.durability, r.tasks_per_s
+                    ));
+                    e2e.push(r);
+                }
+            }
+        }
+    }
+
+    let mut pickup = None;
+    if on(Section::Pickup) || on(Section::Scale) {
+        progress(&format!("pickup latency: {} tasks", sizes.pickup_samples));
+        pickup = Some(sections::pickup(out, sizes.pickup_samples).await?);
+    }
+
+    let mut scale = None;
+    if let (true, Some(p)) = (on(Section::Scale), &pickup) {
+        progress(&format!("scale: {} finished tasks", sizes.scale_rows));
+        scale = Some(sections::scale(out, sizes.scale_rows, sizes.pickup_samples, p).await?);
+    }
+
+    let mut recovery = None;
+    if on(Section::Recovery) {
+        progress(&format!("recovery: {} in-flight tasks", sizes.recovery_tasks));
+        recovery = Some(sections::recovery(out, sizes.recovery_tasks).await?);
+    }
+
+    // HTTP: against `--http` if given, else against a real `tally serve` started here. The
+    // daemon's own RSS, measured idle before the load, is the idle RSS reported.
+    let http = match (&args.http, &args.token) {
+        (Some(url), Some(token)) if on(Section::Http) => {
+            progress(&format!("http: {url} for {} s", sizes.http_secs));
+            Some(http::submit_throughput(url, token, &args.http_provider, 32, sizes.http_secs).await?)
+        }
+        (Some(_), None) => return Err("--http needs --token (or TALLY_TOKEN)".into()),
+        (None, _) if on(Section::Http) => {
+            let daemon = http::Daemon::start(out, "bench")?;
+            tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+            if let Some(rss) = daemon.rss_mb() {
+                progress(&format!("tally serve idle RSS: {rss:.1} MB"));
+                idle_rss_mb = Some(rss);
+            }
+            progress(&format!("http: tally serve at {} for {} s", daemon.base_url, sizes.http_secs));
+            Some(http::submit_throughput(&daemon.base_url, &daemon.token, "bench", 32, sizes.http_secs).await?)
+        }
+        _ => None,
+    };
+
+    Ok(Results {
+        version: env!("CARGO_PKG_VERSION").into(),
+        quick: args.quick,
+        machine,
+        e2e,
+        pickup_ms: pickup,
+        idle,
+        recovery_ms: recovery.as_ref().map(|r| r.recovery_ms),
+        recovery,
+        scale,
+        http_submit_per_s: http.as_ref().map(|h| h.submits_per_s),
+        http,
+        idle_rss_mb,
+        total_secs: t0.elapsed().as_secs_f64(),
+    })
+}
+
+fn render_table(r: &Results) -> String {
+    use std::fmt::Write as _;
+    let mut t = String::new();
+    let m = &r.machine;
+    let _ = writeln!(
+        t,
+        "tally bench {} ({}), {} CPUs, {}, {}, kernel {}",
+        r.version,
+        if r.quick { "quick" } else { "full" },
+        m.nproc,
+        m.cpu,
+        m.fs,
+        m.kernel
+    );
+    let _ = writeln!(t, "\n1. end-to-end throughput (submit → succeeded), instant provider");
+    let _ = writeln!(
+        t,
+        "{:<11} {:>7} {:>10} {:>7} {:>10} {:>10} {:>10} {:>9} {:>9} {:>7}",
+        "method",
+        "workers",
+        "durability",
+        "tasks",
+        "tasks/s",
+        "enqueue/s",
+        "drain/s",
+        "commits/t",
+        "stmts/t",
+        "calls/t"
+    );
+    for e in &r.e2e {
+        let drain = e.drain_per_s.map(|d| format!("{d:.0}")).unwrap_or_else(|| "-".into());
+        let _ = writeln!(
+            t,
+            "{:<11} {:>7} {:>10} {:>7} {:>10.0} {:>10.0} {:>10} {:>9.2} {:>9.1} {:>7.2}",
+            e.method,
+            e.workers,
+            e.durability,
+            e.tasks,
+            e.tasks_per_s,
+            e.enqueue_per_s,
+            drain,
+            e.commits_per_task,
+            e.statements_per_task,
+            e.calls_per_task
+        );
+    }
+    let _ = writeln!(
+        t,
+        "   sequential = the peers' method: awaited one-at-a-time enqueue, then drain; e2e = N/(enqueue+drain)"
+    );
+    let _ =
+        writeln!(t, "   concurrent = 16 submitters while the workers drain; e2e = N / (first submit → last succeeded)");
+    if let Some(p) = &r.pickup_ms {
+        let _ = writeln!(
+            t,
+            "\n2. pickup latency (idle engine, 1 worker, {} tasks, 5-105 ms gaps): p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms; submit call p50 {:.3} ms",
+            p.samples, p.p50, p.p99, p.max, p.submit_ms_p50
+        );
+        let _ = writeln!(
+            t,
+            "   store probe (idle): empty write op p50 {:.3} ms (thread round trip, no fsync), one-row UPDATE commit p50 {:.3} ms",
+            p.store_noop_write_ms_p50, p.store_one_row_commit_ms_p50
+        );
+    }
+    if let Some(i) = &r.idle {
+        let _ = writeln!(
+            t,
+            "\n3. idle ({:.1} s): CPU {:.2} ms, wake-ups {:.0} ({:.2} per 10 s; raw {:.0} minus baseline {:.0}), SQL statements {}",
+            i.secs,
+            i.cpu_ms,
+            i.wakeups,
+            i.wakeups / i.secs * 10.0,
+            i.raw_wakeups,
+            i.baseline_wakeups,
+            i.sql_statements
+        );
+        let _ = writeln!(
+            t,
+            "   baseline (runtime only) CPU {:.2} ms; threads active in the idle window: {}",
+            i.baseline_cpu_ms,
+            if i.threads.is_empty() { "none".to_string() } else { i.threads.join(", ") }
+        );
+        let _ = writeln!(
+            t,
+            "   second window right after: CPU {:.2} ms, wake-ups {:.0} (minus baseline), SQL statements {}",
+            i.second_window_cpu_ms, i.second_window_wakeups, i.second_window_sql_statements
+        );
+    }
+    if let Some(s) = &r.scale {
+        let _ = writeln!(
+            t,
+            "\n4. scale ({} finished tasks, {:.0} MB, populated in {:.1} s): submit p50 {:.3} ms (empty {:.3}, ×{:.2}), pickup p50 {:.3} ms (empty {:.3}, ×{:.2}), engine start {:.1} ms",
+            s.finished_rows,
+            s.db_mb,
+            s.populate_secs,
+            s.submit_ms_p50,
+            s.empty_submit_ms_p50,
+            s.submit_ms_p50 / s.empty_submit_ms_p50,
+            s.pickup_ms_p50,
+            s.empty_pickup_ms_p50,
+            s.pickup_ms_p50 / s.empty_pickup_ms_p50,
+            s.engine_start_ms
+        );
+        for plan in &s.plans {
+            let _ = writeln!(t, "   plan {plan}");
+        }
+    }
+    if let Some(rc) = &r.recovery {
+        let _ = writeln!(
+            t,
+            "\n5. restart recovery: {} tasks in phase calling → re-queued in {:.1} ms ({} statements; setup {:.1} s)",
+            rc.in_flight, rc.recovery_ms, rc.statements, rc.setup_secs
+        );
+    }
+    match &r.http {
+        Some(h) => {
+            let _ = writeln!(
+                t,
+                "\n6. HTTP submit: {:.0} req/s over {} connections ({} ok, {} errors{})",
+                h.submits_per_s,
+                h.connections,
+                h.ok,
+                h.errors,
+                h.first_error.as_ref().map(|e| format!("; first: {e}")).unwrap_or_default()
+            );
+        }
+        None => {
+            let _ = writeln!(t, "\n6. HTTP submit: not measured (no server; pass --http URL --token T)");
+        }
+    }
+    let _ = writeln!(
+        t,
+        "   idle RSS: {}",
+        r.idle_rss_mb.map(|m| format!("{m:.1} MB")).unwrap_or_else(|| "unavailable".into())
+    );
+    let _ = writeln!(t, "\ntotal {:.1} s", r.total_secs);
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Results {
+        Results {
+            version: "0".into(),
+            quick: true,
+            machine: Machine { nproc: 2, cpu: "cpu".into(), kernel: "k".into(), fs: "/dev/x ext4".into() },
+            e2e: vec![E2e {
+                workers: 16,
+                durability: "full".into(),
+                tasks: 2000,
+                tasks_per_s: 1.0,
+                method: "sequential".into(),
+                secs: 1.0,
+                enqueue_per_s: 1.0,
+                drain_per_s: Some(1.0),
+                commits_per_task: 1.0,
+                statements_per_task: 1.0,
+                calls_per_task: 1.0,
+            }],
+            pickup_ms: Some(Pickup {
+                p50: 1.0,
+                p99: 2.0,
+                max: 3.0,
+                samples: 100,
+                submit_ms_p50: 0.1,
+                submit_ms_p99: 0.2,
+                store_noop_write_ms_p50: 0.05,
+                store_one_row_commit_ms_p50: 0.4,
+            }),
+            idle: Some(Idle {
+                secs: 5.0,
+                cpu_ms: 0.1,
+                wakeups: 0.0,
+                sql_statements: 0,
+                raw_wakeups: 1.0,
+                baseline_wakeups: 1.0,
+                baseline_cpu_ms: 0.1,
+                threads: vec![],
+                second_window_cpu_ms: 0.1,
+                second_window_wakeups: 0.0,
+                second_window_sql_statements: 0,
+            }),
+            scale: Some(Scale {
+                finished_rows: 100_000,
+                submit_ms_p50: 1.0,
+                pickup_ms_p50: 1.0,
+                empty_submit_ms_p50: 1.0,
+                empty_pickup_ms_p50: 1.0,
+                pickup_ms_p99: 1.0,
+                samples: 10,
+                populate_secs: 1.0,
+                rows_written: 800_000,
+                db_mb: 1.0,
+                engine_start_ms: 1.0,
+                plans: vec![],
+            }),
+            recovery_ms: Some(10.0),
+            recovery: Some(Recovery {
+                in_flight: 1000,
+                recovery_ms: 10.0,
+                requeued: 1000,
+                setup_secs: 1.0,
+                statements: 1,
+            }),
+            http_submit_per_s: None,
+            http: None,
+            idle_rss_mb: Some(10.0),
+            total_secs: 60.0,
+        }
+    }
+
+    #[test]
+    fn json_has_the_required_keys() {
+        let v = serde_json::to_value(sample()).expect("serialise");
+        for key in ["e2e", "pickup_ms", "idle", "scale", "recovery_ms", "http_submit_per_s", "idle_rss_mb"] {
+            assert!(v.get(key).is_some(), "missing top-level key {key}");
+        }
+        assert!(v["http_submit_per_s"].is_null());
+        let e = &v["e2e"][0];
+        for key in ["workers", "durability", "tasks", "tasks_per_s", "method"] {
+            assert!(e.get(key).is_some(), "missing e2e key {key}");
+        }
+        for key in ["p50", "p99"] {
+            assert!(v["pickup_ms"].get(key).is_some(), "missing pickup_ms key {key}");
+        }
+        for key in ["secs", "cpu_ms", "wakeups", "sql_statements"] {
+            assert!(v["idle"].get(key).is_some(), "missing idle key {key}");
+        }
+        for key in ["finished_rows", "submit_ms_p50", "pickup_ms_p50", "empty_submit_ms_p50", "empty_pickup_ms_p50"] {
+            assert!(v["scale"].get(key).is_some(), "missing scale key {key}");
+        }
+    }
+
+    #[test]
+    fn quick_sizes_are_smaller() {
+        let (q, f) = (Sizes::new(true), Sizes::new(false));
+        assert!(q.e2e_tasks < f.e2e_tasks && q.scale_rows < f.scale_rows && q.recovery_tasks < f.recovery_tasks);
+        assert_eq!((f.e2e_tasks, f.scale_rows, f.recovery_tasks), (20_000, 1_000_000, 10_000));
+    }
+
+    #[test]
+    fn table_renders_without_http() {
+        let t = render_table(&sample());
+        assert!(t.contains("not measured"));
+    }
+}
