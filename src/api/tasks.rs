@@ -137,13 +137,20 @@ async fn load(state: &AppState, id: &str) -> Result<TaskView, ApiError> {
 
 async fn task_response(state: &AppState, status: StatusCode, id: &str) -> Result<Response, ApiError> {
     let t = load(state, id).await?;
-    let mut r = json_response(status, &task_json(state.engine(), &t));
-    if status == StatusCode::CREATED
-        && let Ok(v) = header::HeaderValue::from_str(&format!("/v1/tasks/{id}"))
-    {
+    Ok(if status == StatusCode::CREATED {
+        created(state, id, &t)
+    } else {
+        json_response(status, &task_json(state.engine(), &t))
+    })
+}
+
+/// A 201 answer with the task and its `Location`.
+fn created(state: &AppState, id: &str, t: &TaskView) -> Response {
+    let mut r = json_response(StatusCode::CREATED, &task_json(state.engine(), t));
+    if let Ok(v) = header::HeaderValue::from_str(&format!("/v1/tasks/{id}")) {
         r.headers_mut().insert(header::LOCATION, v);
     }
-    Ok(r)
+    r
 }
 
 /// The idempotency key from the `Idempotency-Key` header and/or the body; both must agree.
@@ -188,10 +195,14 @@ pub async fn submit(
     };
     let provider = body.provider.unwrap_or_else(|| state.inner.default_provider.clone());
     let t = NewTask { provider, prompt: body.prompt, params, idempotency_key: key, ..NewTask::default() };
-    match state.engine().submit(t).await? {
-        SubmitOutcome::Created(id) => task_response(&state, StatusCode::CREATED, &id).await,
-        SubmitOutcome::Existing(id) => task_response(&state, StatusCode::OK, &id).await,
-        SubmitOutcome::Conflict(id) => Err(ApiError::conflict(
+    let (outcome, view) = state.engine().submit_and_get(t).await?;
+    match (outcome, view) {
+        (SubmitOutcome::Created(id), Some(t)) => Ok(created(&state, &id, &t)),
+        (SubmitOutcome::Existing(_), Some(t)) => Ok(json_response(StatusCode::OK, &task_json(state.engine(), &t))),
+        (SubmitOutcome::Created(id) | SubmitOutcome::Existing(id), None) => {
+            task_response(&state, StatusCode::OK, &id).await
+        }
+        (SubmitOutcome::Conflict(id), _) => Err(ApiError::conflict(
             "idempotency_conflict",
             format!("this idempotency key was already used for a different request (task {id})"),
         )),

@@ -6,6 +6,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
@@ -38,7 +39,9 @@ fn describe(bytes: &[u8], rel: String) -> Result<NewArtifact, String> {
     })
 }
 
-fn write_durably(data_dir: &Path, rel: &str, tmp_tag: &str, bytes: &[u8]) -> std::io::Result<()> {
+/// Write `bytes` to a temporary name, fsync, and rename into place. The rename is durable
+/// only once the directory is fsynced ([`DirSync`]).
+fn write_and_rename(data_dir: &Path, rel: &str, tmp_tag: &str, bytes: &[u8]) -> std::io::Result<()> {
     let dest = data_dir.join(rel);
     let tmp = data_dir.join(DIR).join(format!(".{tmp_tag}.tmp"));
     {
@@ -46,20 +49,69 @@ fn write_durably(data_dir: &Path, rel: &str, tmp_tag: &str, bytes: &[u8]) -> std
         f.write_all(bytes)?;
         f.sync_all()?;
     }
-    std::fs::rename(&tmp, &dest)?;
-    std::fs::File::open(data_dir.join(DIR))?.sync_all()
+    std::fs::rename(&tmp, &dest)
+}
+
+/// Group fsync of one directory: callers that renamed a file into it and then ask for a sync
+/// share one `fsync` (like group commit), instead of one each.
+///
+/// Invariant: `sync()` returns only after an fsync of the directory that *started* after the
+/// caller's request, so the caller's earlier rename is durable.
+#[derive(Debug)]
+pub struct DirSync {
+    dir: PathBuf,
+    /// Requests taken so far (each caller takes the next number).
+    requested: AtomicU64,
+    /// The highest request number covered by a finished fsync.
+    done: tokio::sync::Mutex<u64>,
+}
+
+impl DirSync {
+    /// A syncer for `dir`.
+    pub fn new(dir: PathBuf) -> Self {
+        DirSync { dir, requested: AtomicU64::new(0), done: tokio::sync::Mutex::new(0) }
+    }
+
+    /// Make every rename into the directory done before this call durable.
+    pub async fn sync(&self) -> std::io::Result<()> {
+        let mine = self.requested.fetch_add(1, Ordering::SeqCst) + 1;
+        let mut done = self.done.lock().await;
+        if *done >= mine {
+            return Ok(()); // an fsync that started after our request has finished
+        }
+        let upto = self.requested.load(Ordering::SeqCst);
+        let dir = self.dir.clone();
+        tokio::task::spawn_blocking(move || std::fs::File::open(&dir)?.sync_all())
+            .await
+            .map_err(std::io::Error::other)??;
+        *done = upto;
+        Ok(())
+    }
 }
 
 /// Verify `img` (its bytes must really be an image) and save it durably as
-/// `artifacts/<name>.<ext>`. `tmp_tag` makes the temporary name unique per writer.
-pub async fn save(data_dir: &Path, name: &str, tmp_tag: &str, img: Image) -> Result<NewArtifact, String> {
+/// `artifacts/<name>.<ext>` (file fsynced, renamed, directory fsynced through `dir_sync`).
+/// `tmp_tag` makes the temporary name unique per writer.
+pub async fn save(
+    data_dir: &Path,
+    dir_sync: &DirSync,
+    name: &str,
+    tmp_tag: &str,
+    img: Image,
+) -> Result<NewArtifact, String> {
     let art = describe(&img.bytes, relative(name, sniff_image(&img.bytes).unwrap_or("image/png")))?;
     let (dir, rel, tag) = (data_dir.to_path_buf(), art.path.clone(), tmp_tag.to_string());
-    tokio::task::spawn_blocking(move || write_durably(&dir, &rel, &tag, &img.bytes))
+    tokio::task::spawn_blocking(move || write_and_rename(&dir, &rel, &tag, &img.bytes))
         .await
         .map_err(|e| format!("writer task failed: {e}"))?
         .map_err(|e| format!("cannot write the image file: {e}"))?;
+    dir_sync.sync().await.map_err(|e| format!("cannot sync the artifacts directory: {e}"))?;
     Ok(art)
+}
+
+/// The artifacts directory of a data dir.
+pub fn artifacts_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join(DIR)
 }
 
 /// Save an uploaded reference image as `uploads/<sha256>.<ext>` (content-addressed, so the

@@ -30,7 +30,7 @@ use crate::metrics::Metrics;
 use crate::providers::{Image, Provider};
 use crate::store::{
     CancelOutcome, NewArtifact, NewSet, NewTask, Resolution, ResolveOutcome, RetryOutcome, SHOT_ROLES, Store,
-    StoreError, SubmitOutcome, UploadView,
+    StoreError, SubmitOutcome, TaskView, UploadView,
 };
 
 /// The largest prompt tally accepts, in bytes.
@@ -135,6 +135,8 @@ pub(crate) struct Shared {
     clock: Arc<dyn Clock>,
     providers: HashMap<String, Arc<ProviderEntry>>,
     data_dir: PathBuf,
+    /// Group fsync of the artifacts directory.
+    dir_sync: files::DirSync,
     /// The id of this run of the process: leases of other runs are expired at start-up.
     boot: String,
     /// Worker capacity: a permit per free worker.
@@ -224,6 +226,7 @@ impl Engine {
             cfg: parts.config,
             clock: parts.clock,
             providers,
+            dir_sync: files::DirSync::new(files::artifacts_dir(&parts.data_dir)),
             data_dir: parts.data_dir,
             boot: uuid::Uuid::new_v4().to_string(),
             wake_dispatcher: Notify::new(),
@@ -301,14 +304,19 @@ impl Engine {
     /// Validate and durably submit a task (task + envelope in one transaction), then wake
     /// the dispatcher.
     pub async fn submit(&self, t: NewTask) -> Result<SubmitOutcome, EngineError> {
+        Ok(self.submit_and_get(t).await?.0)
+    }
+
+    /// [`Engine::submit`], also returning the task as committed (for the API's answer).
+    pub async fn submit_and_get(&self, t: NewTask) -> Result<(SubmitOutcome, Option<TaskView>), EngineError> {
         self.validate(&t)?;
-        let out = self.shared.store.submit(t, self.shared.now()).await?;
+        let (out, view) = self.shared.store.submit_and_get(t, self.shared.now()).await?;
         if let SubmitOutcome::Created(id) = &out {
             crate::failpoint::crash("after-submit");
             self.shared.changed(id, TaskStatus::Queued);
             self.shared.wake_dispatcher.notify_one();
         }
-        Ok(out)
+        Ok((out, view))
     }
 
     fn validate(&self, t: &NewTask) -> Result<(), EngineError> {
@@ -434,7 +442,7 @@ impl Engine {
             None => Resolution::Failed,
             Some(img) => {
                 let name = format!("resolved-{}", uuid::Uuid::new_v4());
-                let art = files::save(&self.shared.data_dir, &name, &name, img)
+                let art = files::save(&self.shared.data_dir, &self.shared.dir_sync, &name, &name, img)
                     .await
                     .map_err(|e| EngineError::Invalid(format!("the image: {e}")))?;
                 Resolution::Succeeded(art)

@@ -11,7 +11,8 @@ use crate::clock::sleep_until;
 use crate::domain::{Decision, Leftover, Millis, Phase, decide};
 use crate::store::{LeftoverRow, Recovery};
 
-/// Run until shutdown.
+/// Run until shutdown. Each round reads the earliest deadline (one read statement); only
+/// when it has passed does a reconciliation pass run through the writer.
 pub(super) async fn run(shared: Arc<Shared>) {
     let mut stop = shared.shutdown.subscribe();
     loop {
@@ -28,14 +29,18 @@ pub(super) async fn run(shared: Arc<Shared>) {
                 Some(shared.now() + 1000)
             }
         };
+        if next.is_some_and(|t| t <= shared.now()) {
+            if let Err(e) = run_once(&shared).await {
+                tracing::error!(error = %e, "reconciliation failed");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+            continue;
+        }
         shared.reconciler_at.store(next.unwrap_or(Millis::MAX), Ordering::Relaxed);
         tokio::select! {
             _ = shared.wake_reconciler.notified() => {}
             _ = sleep_until(shared.clock.as_ref(), next.unwrap_or(Millis::MAX)), if next.is_some() => {}
             _ = stop.changed() => return,
-        }
-        if let Err(e) = run_once(&shared).await {
-            tracing::error!(error = %e, "reconciliation failed");
         }
     }
 }

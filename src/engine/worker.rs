@@ -29,6 +29,11 @@ pub(super) fn spawn(shared: Arc<Shared>, h: Handoff, permit: OwnedSemaphorePermi
         deliver(&task_shared, h).await;
         drop(permit);
         task_shared.wake_dispatcher.notify_one();
+        // The last busy worker is done: the reconciler's timer may be set for a lease that
+        // no longer exists; let it re-read the deadlines so an idle engine sleeps untimed.
+        if task_shared.workers.available_permits() == task_shared.cfg.workers {
+            task_shared.wake_reconciler.notify_one();
+        }
     });
 }
 
@@ -63,8 +68,13 @@ async fn deliver(shared: &Arc<Shared>, h: Handoff) {
     };
     let span = tracing::info_span!("execution", task = %claim.task_id, execution = %claim.execution_token, attempt = claim.attempt);
     let lost = Arc::new(AtomicBool::new(false));
-    let beat =
-        tokio::spawn(heartbeat(shared.clone(), claim.execution_token.clone(), claim.lease_token.clone(), lost.clone()));
+    // Aborted when this worker ends in any way, including being aborted itself (a kill).
+    let _beat = AbortOnDrop(tokio::spawn(heartbeat(
+        shared.clone(),
+        claim.execution_token.clone(),
+        claim.lease_token.clone(),
+        lost.clone(),
+    )));
     let run = Run { shared, entry: &entry, claim: &claim, lost: &lost };
     if let Err(e) = tracing::Instrument::instrument(run.drive(), span).await {
         match e {
@@ -72,8 +82,16 @@ async fn deliver(shared: &Arc<Shared>, h: Handoff) {
             e => tracing::error!(error = %e, "execution stopped on a store error"),
         }
     }
-    beat.abort();
     drop(slot);
+}
+
+/// Aborts a spawned task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 async fn release(shared: &Arc<Shared>, h: Handoff, due: Millis, why: String) {
@@ -390,21 +408,24 @@ impl Run<'_> {
     async fn save_and_finish(&self, img: Image) -> Result<(), StoreError> {
         let c = self.claim;
         crash("after-answer");
-        let art = match files::save(&self.shared.data_dir, &c.execution_token, &c.lease_token, img).await {
-            Ok(a) => a,
-            Err(e) if e.contains("not a PNG") => {
-                return self
-                    .finish(Finish::Failed {
-                        kind: FailureKind::InvalidResult,
-                        reason: format!("the provider answered, but not with an image ({e})"),
-                    })
-                    .await;
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "saving the image failed");
-                return Err(StoreError::Fatal(e));
-            }
-        };
+        let art =
+            match files::save(&self.shared.data_dir, &self.shared.dir_sync, &c.execution_token, &c.lease_token, img)
+                .await
+            {
+                Ok(a) => a,
+                Err(e) if e.contains("not a PNG") => {
+                    return self
+                        .finish(Finish::Failed {
+                            kind: FailureKind::InvalidResult,
+                            reason: format!("the provider answered, but not with an image ({e})"),
+                        })
+                        .await;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "saving the image failed");
+                    return Err(StoreError::Fatal(e));
+                }
+            };
         crash("after-artifact");
         match self.finish(Finish::Succeeded(art.clone())).await {
             Err(StoreError::Fenced) => {

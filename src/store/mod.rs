@@ -178,18 +178,31 @@ fn writer_loop(conn: Connection, rx: mpsc::Receiver<Op>, inner: std::sync::Weak<
         }
         let mut replies = Vec::with_capacity(batch.len());
         let commit = (|| -> Result<(), StoreError> {
-            conn.execute_batch("BEGIN IMMEDIATE")?;
+            conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+            // One operation alone needs no savepoint: if it fails, the whole transaction
+            // is rolled back below instead.
+            let alone = batch.len() == 1;
+            let mut failed_alone = false;
             for op in batch.drain(..) {
-                conn.execute_batch("SAVEPOINT op")?;
+                if !alone {
+                    conn.prepare_cached("SAVEPOINT op")?.execute([])?;
+                }
                 let (ok, reply) = op(&conn);
                 replies.push(reply);
-                if ok {
-                    conn.execute_batch("RELEASE op")?;
+                if alone {
+                    failed_alone = !ok;
+                } else if ok {
+                    conn.prepare_cached("RELEASE op")?.execute([])?;
                 } else {
-                    conn.execute_batch("ROLLBACK TO op; RELEASE op")?;
+                    conn.prepare_cached("ROLLBACK TO op")?.execute([])?;
+                    conn.prepare_cached("RELEASE op")?.execute([])?;
                 }
             }
-            conn.execute_batch("COMMIT")?;
+            if failed_alone {
+                conn.prepare_cached("ROLLBACK")?.execute([])?;
+            } else {
+                conn.prepare_cached("COMMIT")?.execute([])?;
+            }
             Ok(())
         })();
         if commit.is_err() && !conn.is_autocommit() {

@@ -960,6 +960,21 @@ impl Store {
         self.write(move |c| submit(c, &t, now)).await
     }
 
+    /// Like [`Store::submit`], and also read the task back in the same operation (saves the
+    /// API a separate read after each submit).
+    pub async fn submit_and_get(
+        &self,
+        t: NewTask,
+        now: Millis,
+    ) -> Result<(SubmitOutcome, Option<super::TaskView>), StoreError> {
+        self.write(move |c| {
+            let out = submit(c, &t, now)?;
+            let view = super::get_task(c, out.task_id())?;
+            Ok((out, view))
+        })
+        .await
+    }
+
     /// Mark due envelopes `sent` and return them with the next due time.
     pub async fn dispatch_due(
         &self,

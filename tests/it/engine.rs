@@ -640,13 +640,16 @@ async fn idempotency_key_returns_the_same_task_or_a_conflict() {
 
 #[tokio::test]
 async fn an_idle_engine_runs_no_sql() {
-    let h = Harness::new(Fake::new(NONE)).await;
+    // A short lease: a timer left armed for the finished task's lease would fire inside the
+    // window below and show up as statements.
+    let cfg = EngineConfig { lease: Duration::from_millis(800), heartbeat: Duration::from_millis(300), ..config() };
+    let h = Harness::with(Fake::new(NONE), cfg, Arc::new(SystemClock), 4).await;
     let id = h.submit("warm up").await;
     h.settle(&id).await;
-    // Let in-flight follow-ups (the dispatcher's last look, the reconciler's re-arm) finish.
+    // Let in-flight follow-ups (the dispatcher's last look, the reconciler's re-read) finish.
     tokio::time::sleep(Duration::from_millis(100)).await;
     let before = h.store.statements();
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(h.store.statements(), before, "an idle engine executed SQL");
 }
 
