@@ -2,9 +2,10 @@
 //!
 //! Invariants enforced here:
 //! - **One writer.** Only the writer thread holds a write connection. Callers send it
-//!   operations; it runs each inside its own savepoint, groups all operations waiting at that
-//!   moment into one transaction (group commit), commits once, and only then answers each
-//!   caller. An operation that fails rolls back its own savepoint and nothing else.
+//!   operations; it groups all operations waiting at that moment into one transaction (group
+//!   commit), runs each inside its own savepoint (one alone needs none), commits once, and only
+//!   then answers each caller. An operation that fails rolls back its own savepoint and nothing
+//!   else.
 //! - **Pragmas are set and then read back**, and opening fails if SQLite did not take them.
 //! - **No transaction spans a network call**: operations are synchronous closures run on the
 //!   writer thread; they cannot await anything.
