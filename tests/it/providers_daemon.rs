@@ -186,3 +186,91 @@ fn an_expired_result_says_so() {
     );
     assert_eq!(w.mock.count(&prompt), (1, 1));
 }
+
+/// `(start, end)` of the charged create requests whose prompt contains `tag`, from the
+/// mock's ledger (`ts` is when the request arrived; the mock answers `latency_ms` later).
+fn intervals(mock: &Mock, tag: &str, latency: Duration) -> Vec<(std::time::SystemTime, std::time::SystemTime)> {
+    let mut v: Vec<_> = mock
+        .lines()
+        .into_iter()
+        .filter(|l| l["charged"] == true && l["prompt"].as_str().is_some_and(|p| p.contains(tag)))
+        .map(|l| {
+            let t = humantime::parse_rfc3339(l["ts"].as_str().expect("ts")).expect("RFC 3339 time");
+            (t, t + latency)
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn create_set(d: &Daemon, tag: &str, shots: usize, provider: &str) -> String {
+    let shots: Vec<_> = (0..shots)
+        .map(
+            |i| serde_json::json!({"role": if i == 0 { "main" } else { "scene" }, "prompt": format!("shot {i} {tag}")}),
+        )
+        .collect();
+    let body = serde_json::json!({"product": "mug", "shots": shots, "provider": provider});
+    let r = d.call("POST", "/v1/sets", Some(&body));
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    r.json()["id"].as_str().expect("set id").to_string()
+}
+
+fn wait_set(d: &Daemon, id: &str) -> serde_json::Value {
+    wait_for(Duration::from_secs(60), || {
+        let s = d.call("GET", &format!("/v1/sets/{id}"), None).json();
+        (s["status"] != "running").then_some(s)
+    })
+    .unwrap_or_else(|| panic!("set {id} never settled"))
+}
+
+#[test]
+fn sets_and_single_tasks_interleave_one_shot_at_a_time_per_set() {
+    let latency = Duration::from_millis(150);
+    let w = world(&["--latency-ms", "150"], "");
+    let (ta, tb) = (tag("set-a"), tag("set-b"));
+    let a = create_set(&w.daemon, &ta, 4, "openai");
+    let b = create_set(&w.daemon, &tb, 4, "openai");
+    let single = tag("single");
+    let id = w.start("openai", &single);
+    assert_eq!(wait_set(&w.daemon, &a)["status"], "done");
+    assert_eq!(wait_set(&w.daemon, &b)["status"], "done");
+    assert_eq!(w.daemon.wait_status(&id, SETTLED)["status"], "succeeded");
+    let (ia, ib) = (intervals(&w.mock, &ta, latency), intervals(&w.mock, &tb, latency));
+    assert_eq!((ia.len(), ib.len()), (4, 4), "each shot charged exactly once");
+    for iv in [&ia, &ib] {
+        for pair in iv.windows(2) {
+            assert!(pair[1].0 >= pair[0].1, "two shots of one set overlapped at the provider");
+        }
+    }
+    assert!(ib[0].0 < ia[3].0 && ia[0].0 < ib[3].0, "one set ran all its shots before the other started");
+    assert_eq!(w.mock.count(&single).1, 1);
+}
+
+#[test]
+fn an_unknown_shot_does_not_stop_the_next_and_cancel_sends_nothing_more() {
+    let w = world(&["--latency-ms", "300"], "");
+    // Shot 1 ends unknown (its answer is dropped); the rest of the set still runs.
+    let t1 = tag("set-unknown");
+    w.mock.behave(serde_json::json!({"drop_response": true}));
+    let s1 = create_set(&w.daemon, &t1, 3, "openai");
+    w.wait_lines(&t1, 1);
+    w.mock.behave(serde_json::json!({"drop_response": null}));
+    let done = wait_set(&w.daemon, &s1);
+    assert_eq!(done["status"], "done_with_problems");
+    assert_eq!(done["progress"], "2 of 3 done, 1 unknown");
+    assert_eq!(w.mock.count(&t1).1, 3, "every shot charged once");
+
+    // Cancel while the first shot is at the provider: it finishes, no later shot is sent.
+    let t2 = tag("set-cancel");
+    let s2 = create_set(&w.daemon, &t2, 4, "openai");
+    w.wait_lines(&t2, 1);
+    let r = w.daemon.call("POST", &format!("/v1/sets/{s2}/cancel"), Some(&serde_json::json!({})));
+    assert_eq!(r.status, 200);
+    let done = wait_set(&w.daemon, &s2);
+    assert_eq!(
+        (done["status"].as_str(), done["progress"].as_str()),
+        (Some("canceled"), Some("1 of 4 done, 3 canceled"))
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(w.mock.count(&t2), (1, 1), "no later shot was ever sent");
+}
