@@ -304,19 +304,28 @@ impl Engine {
     /// Validate and durably submit a task (task + envelope in one transaction), then wake
     /// the dispatcher.
     pub async fn submit(&self, t: NewTask) -> Result<SubmitOutcome, EngineError> {
-        Ok(self.submit_and_get(t).await?.0)
+        self.validate(&t)?;
+        let out = self.shared.store.submit(t, self.shared.now()).await?;
+        self.submitted(&out);
+        Ok(out)
     }
 
-    /// [`Engine::submit`], also returning the task as committed (for the API's answer).
+    /// [`Engine::submit`], also returning the task as committed (read in the same write, for
+    /// the API's answer).
     pub async fn submit_and_get(&self, t: NewTask) -> Result<(SubmitOutcome, Option<TaskView>), EngineError> {
         self.validate(&t)?;
         let (out, view) = self.shared.store.submit_and_get(t, self.shared.now()).await?;
-        if let SubmitOutcome::Created(id) = &out {
+        self.submitted(&out);
+        Ok((out, view))
+    }
+
+    /// After a submit committed: the crash point, the change feed, the dispatcher.
+    fn submitted(&self, out: &SubmitOutcome) {
+        if let SubmitOutcome::Created(id) = out {
             crate::failpoint::crash("after-submit");
             self.shared.changed(id, TaskStatus::Queued);
             self.shared.wake_dispatcher.notify_one();
         }
-        Ok((out, view))
     }
 
     fn validate(&self, t: &NewTask) -> Result<(), EngineError> {
