@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::error::ApiError;
-use super::tasks::{DEFAULT_LIMIT, MAX_LIMIT, TaskJson, idempotency_key, task_json};
+use super::tasks::{DEFAULT_LIMIT, TaskJson, idempotency_key, next_cursor, page_limit, task_json};
 use super::{AppState, JsonBody, json_response};
 use crate::clock::rfc3339;
 use crate::store::{NewSet, NewShot, SetStatus, SetView, SubmitOutcome, UploadView, set_summary};
@@ -198,18 +198,9 @@ pub async fn list(
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(q) = query?;
-    let limit = match q.limit {
-        None => DEFAULT_LIMIT.min(20),
-        Some(0) => return Err(ApiError::bad_request(format!("limit must be between 1 and {MAX_LIMIT}"))),
-        Some(n) => n.min(MAX_LIMIT),
-    };
+    let limit = page_limit(q.limit, DEFAULT_LIMIT.min(20))?;
     let mut rows = state.engine().store().list_sets(q.before.filter(|b| !b.is_empty()), limit + 1).await?;
-    let next = if rows.len() > limit {
-        rows.truncate(limit);
-        rows.last().map(|s| s.id.clone())
-    } else {
-        None
-    };
+    let next = next_cursor(&mut rows, limit, |s| &s.id);
     let sets: Vec<SetJson> = rows.iter().map(|s| set_json(&state, s)).collect();
     Ok(json_response(StatusCode::OK, &json!({ "sets": sets, "next": next })))
 }

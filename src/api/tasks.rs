@@ -236,20 +236,30 @@ pub async fn list(
             ApiError::bad_request(format!("unknown status `{s}`; one of {}", all.join(", ")))
         })?),
     };
-    let limit = match q.limit {
-        None => DEFAULT_LIMIT,
-        Some(0) => return Err(ApiError::bad_request(format!("limit must be between 1 and {MAX_LIMIT}"))),
-        Some(n) => n.min(MAX_LIMIT),
-    };
+    let limit = page_limit(q.limit, DEFAULT_LIMIT)?;
     let mut rows = state.engine().store().list_tasks(status, q.before.filter(|b| !b.is_empty()), limit + 1).await?;
-    let next = if rows.len() > limit {
-        rows.truncate(limit);
-        rows.last().map(|t| t.id.clone())
-    } else {
-        None
-    };
+    let next = next_cursor(&mut rows, limit, |t| &t.id);
     let tasks: Vec<TaskJson> = rows.iter().map(|t| task_json(state.engine(), t)).collect();
     Ok(json_response(StatusCode::OK, &json!({ "tasks": tasks, "next": next })))
+}
+
+/// The page size of a list request: `default` when absent, at most [`MAX_LIMIT`], never 0.
+pub(crate) fn page_limit(limit: Option<usize>, default: usize) -> Result<usize, ApiError> {
+    match limit {
+        None => Ok(default),
+        Some(0) => Err(ApiError::bad_request(format!("limit must be between 1 and {MAX_LIMIT}"))),
+        Some(n) => Ok(n.min(MAX_LIMIT)),
+    }
+}
+
+/// Given up to `limit + 1` rows, keep `limit` and return the cursor of the next page (the last
+/// kept row's id), or `None` when this is the last page.
+pub(crate) fn next_cursor<T>(rows: &mut Vec<T>, limit: usize, id: impl Fn(&T) -> &String) -> Option<String> {
+    if rows.len() <= limit {
+        return None;
+    }
+    rows.truncate(limit);
+    rows.last().map(|r| id(r).clone())
 }
 
 /// One timeline entry as the API shows it.
