@@ -27,12 +27,24 @@ fn relative(name: &str, media_type: &str) -> String {
     format!("{DIR}/{name}.{}", extension(media_type))
 }
 
-/// Verify image bytes and describe them as an artifact stored at `rel`.
-fn describe(bytes: &[u8], rel: String) -> Result<NewArtifact, String> {
-    let media_type = sniff_image(bytes).ok_or("the bytes are not a PNG, JPEG or WebP image")?;
+/// Why an image could not be saved.
+#[derive(Debug, thiserror::Error)]
+pub enum SaveError {
+    /// The bytes are not an image: a definite answer about the content, not a local failure.
+    #[error("the bytes are not a PNG, JPEG or WebP image")]
+    NotAnImage,
+    /// Writing or syncing the file failed.
+    #[error("{0}")]
+    Io(String),
+}
+
+/// Verify image bytes and describe them as the artifact `artifacts/<name>.<ext>`, the
+/// extension following the media type sniffed from the bytes.
+fn describe(bytes: &[u8], name: &str) -> Result<NewArtifact, SaveError> {
+    let media_type = sniff_image(bytes).ok_or(SaveError::NotAnImage)?;
     Ok(NewArtifact {
         id: uuid::Uuid::now_v7().to_string(),
-        path: rel,
+        path: relative(name, media_type),
         sha256: hex(&Sha256::digest(bytes)),
         bytes: bytes.len() as i64,
         media_type: media_type.into(),
@@ -98,14 +110,14 @@ pub async fn save(
     name: &str,
     tmp_tag: &str,
     img: Image,
-) -> Result<NewArtifact, String> {
-    let art = describe(&img.bytes, relative(name, sniff_image(&img.bytes).unwrap_or("image/png")))?;
+) -> Result<NewArtifact, SaveError> {
+    let art = describe(&img.bytes, name)?;
     let (dir, rel, tag) = (data_dir.to_path_buf(), art.path.clone(), tmp_tag.to_string());
     tokio::task::spawn_blocking(move || write_and_rename(&dir, &rel, &tag, &img.bytes))
         .await
-        .map_err(|e| format!("writer task failed: {e}"))?
-        .map_err(|e| format!("cannot write the image file: {e}"))?;
-    dir_sync.sync().await.map_err(|e| format!("cannot sync the artifacts directory: {e}"))?;
+        .map_err(|e| SaveError::Io(format!("writer task failed: {e}")))?
+        .map_err(|e| SaveError::Io(format!("cannot write the image file: {e}")))?;
+    dir_sync.sync().await.map_err(|e| SaveError::Io(format!("cannot sync the artifacts directory: {e}")))?;
     Ok(art)
 }
 
@@ -158,7 +170,7 @@ pub fn find_saved(data_dir: &Path, token: &str) -> Option<NewArtifact> {
     ["image/png", "image/jpeg", "image/webp"].iter().find_map(|mt| {
         let rel = relative(token, mt);
         let bytes = std::fs::read(data_dir.join(&rel)).ok()?;
-        describe(&bytes, rel).ok()
+        describe(&bytes, token).ok().filter(|a| a.path == rel)
     })
 }
 

@@ -218,7 +218,9 @@ pub struct Engine {
 impl Engine {
     /// Recover leftovers of earlier runs, then start the dispatcher and reconciler.
     pub async fn start(parts: EngineParts) -> Result<Engine, EngineError> {
-        files::prepare(&parts.data_dir).map_err(|e| EngineError::Invalid(format!("artifacts directory: {e}")))?;
+        files::prepare(&parts.data_dir).map_err(|e| {
+            EngineError::Store(StoreError::Fatal(format!("cannot create the artifacts directory: {e}")))
+        })?;
         let providers = parts.providers.into_iter().map(|p| (p.name.clone(), Arc::new(p))).collect::<HashMap<_, _>>();
         let shared = Arc::new(Shared {
             store: parts.store,
@@ -451,9 +453,12 @@ impl Engine {
             None => Resolution::Failed,
             Some(img) => {
                 let name = format!("resolved-{}", uuid::Uuid::new_v4());
-                let art = files::save(&self.shared.data_dir, &self.shared.dir_sync, &name, &name, img)
-                    .await
-                    .map_err(|e| EngineError::Invalid(format!("the image: {e}")))?;
+                let art = files::save(&self.shared.data_dir, &self.shared.dir_sync, &name, &name, img).await.map_err(
+                    |e| match e {
+                        files::SaveError::NotAnImage => EngineError::Invalid(format!("the image: {e}")),
+                        files::SaveError::Io(m) => EngineError::Store(StoreError::Fatal(m)),
+                    },
+                )?;
                 Resolution::Succeeded(art)
             }
         };

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use super::{EngineError, Shared, files};
 use crate::clock::sleep_until;
 use crate::domain::{Decision, Leftover, Millis, Phase, decide};
-use crate::store::{LeftoverRow, Recovery};
+use crate::store::{LeftoverRow, Recovery, StoreError};
 
 /// Run until shutdown. Each round reads the earliest deadline (one read statement); only
 /// when it has passed does a reconciliation pass run through the writer.
@@ -52,19 +52,18 @@ pub(super) async fn run_once(shared: &Arc<Shared>) -> Result<usize, EngineError>
     if rows.is_empty() {
         return Ok(0);
     }
-    let data_dir = shared.data_dir.clone();
-    let shared2 = shared.clone();
+    let deciding = shared.clone();
     // Decisions may read files on disk: do it off the async threads.
     let items = tokio::task::spawn_blocking(move || {
         rows.into_iter()
             .map(|row| {
-                let decision = decide_row(&shared2, &data_dir, &row);
+                let decision = decide_row(&deciding, &row);
                 (row, decision)
             })
             .collect::<Vec<_>>()
     })
     .await
-    .map_err(|e| EngineError::Invalid(format!("reconciler task failed: {e}")))?;
+    .map_err(|e| EngineError::Store(StoreError::Fatal(format!("reconciler task failed: {e}"))))?;
     for (_, d) in &items {
         shared.metrics.recovery(kind(d));
     }
@@ -83,7 +82,7 @@ pub(super) async fn run_once(shared: &Arc<Shared>) -> Result<usize, EngineError>
     Ok(n)
 }
 
-fn decide_row(shared: &Shared, data_dir: &std::path::Path, row: &LeftoverRow) -> Recovery {
+fn decide_row(shared: &Shared, row: &LeftoverRow) -> Recovery {
     let leftover = match (&row.lease_token, &row.execution) {
         // A lease without a running execution cannot be left by a claim (both are written in
         // one transaction); treat it like a hand-off that was never claimed.
@@ -93,7 +92,7 @@ fn decide_row(shared: &Shared, data_dir: &std::path::Path, row: &LeftoverRow) ->
         (Some(_), Some((_, Phase::Accepted))) => Leftover::Accepted,
     };
     let saved = match (&leftover, &row.execution) {
-        (Leftover::Calling | Leftover::Accepted, Some((token, _))) => files::find_saved(data_dir, token),
+        (Leftover::Calling | Leftover::Accepted, Some((token, _))) => files::find_saved(&shared.data_dir, token),
         _ => None,
     };
     let caps = shared.providers.get(&row.provider).map(|p| p.provider.capabilities());

@@ -126,7 +126,9 @@ async fn claim_for_missing_provider(shared: &Arc<Shared>, h: Handoff) {
             reason: format!("provider `{provider}` is not configured any more, so the earlier call cannot be checked"),
         }
     };
-    let _ = shared.store.finish(c.execution_token, c.lease_token, finish, shared.now()).await;
+    if let Ok(status) = shared.store.finish(c.execution_token, c.lease_token, finish, shared.now()).await {
+        shared.changed(&c.task_id, status);
+    }
 }
 
 /// Extend the lease every heartbeat interval; on a fenced heartbeat, mark the run lost.
@@ -220,13 +222,18 @@ impl Run<'_> {
         let store = &self.shared.store;
         let name = &self.entry.name;
         let mut calling_at = c.calling_at.unwrap_or_else(|| self.now());
-        let references = match self.references().await {
-            Ok(r) => r,
-            Err(e) if c.phase == Phase::Claimed => {
-                return self.finish(Finish::Failed { kind: FailureKind::InvalidResult, reason: e }).await;
-            }
-            // Polling an accepted job needs no references.
-            Err(_) => Vec::new(),
+        // Polling an accepted job sends nothing, so it needs no references.
+        let references = match c.phase {
+            Phase::Accepted => Vec::new(),
+            _ => match self.references().await {
+                Ok(r) => r,
+                Err(e) if c.phase == Phase::Claimed => {
+                    return self.finish(Finish::Failed { kind: FailureKind::InvalidResult, reason: e }).await;
+                }
+                // A resumed call is not failed for this (the first request may have left);
+                // lookups need no references.
+                Err(_) => Vec::new(),
+            },
         };
         let next = match c.phase {
             Phase::Claimed => {
@@ -413,7 +420,7 @@ impl Run<'_> {
                 .await
             {
                 Ok(a) => a,
-                Err(e) if e.contains("not a PNG") => {
+                Err(e @ files::SaveError::NotAnImage) => {
                     return self
                         .finish(Finish::Failed {
                             kind: FailureKind::InvalidResult,
@@ -421,7 +428,7 @@ impl Run<'_> {
                         })
                         .await;
                 }
-                Err(e) => {
+                Err(files::SaveError::Io(e)) => {
                     tracing::error!(error = %e, "saving the image failed");
                     return Err(StoreError::Fatal(e));
                 }

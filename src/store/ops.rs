@@ -290,17 +290,27 @@ fn fence(c: &Connection, exec: &str, lease: &str, now: Millis) -> Result<String,
     .ok_or(StoreError::Fenced)
 }
 
+/// If `key` was already used in `table` (`tasks` or `sets`): the same request (`Existing`) or
+/// a different one (`Conflict`).
+pub(super) fn replay_of(
+    c: &Connection,
+    table: &str,
+    key: Option<&str>,
+    hash: &str,
+) -> Result<Option<SubmitOutcome>, StoreError> {
+    let Some(key) = key else { return Ok(None) };
+    let existing: Option<(String, String)> = c
+        .prepare_cached(&format!("SELECT id, request_hash FROM {table} WHERE idempotency_key = ?1"))?
+        .query_row([key], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    Ok(existing.map(|(id, h)| if h == hash { SubmitOutcome::Existing(id) } else { SubmitOutcome::Conflict(id) }))
+}
+
 /// Insert a task and its envelope in one transaction (the outbox write).
 pub(super) fn submit(c: &Connection, t: &NewTask, now: Millis) -> Result<SubmitOutcome, StoreError> {
     let hash = t.hash();
-    if let Some(key) = &t.idempotency_key {
-        let existing: Option<(String, String)> = c
-            .prepare_cached("SELECT id, request_hash FROM tasks WHERE idempotency_key = ?1")?
-            .query_row([key], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()?;
-        if let Some((id, h)) = existing {
-            return Ok(if h == hash { SubmitOutcome::Existing(id) } else { SubmitOutcome::Conflict(id) });
-        }
+    if let Some(seen) = replay_of(c, "tasks", t.idempotency_key.as_deref(), &hash)? {
+        return Ok(seen);
     }
     let id = new_id();
     let (set_id, position, role) = match &t.shot {
@@ -413,6 +423,10 @@ pub(super) fn release_busy(
     Ok(true)
 }
 
+/// What a claim reads of its task: (status, prompt, params, attempts, cancel_requested,
+/// created_at, set_id).
+type TaskRow = (String, String, String, i64, bool, Millis, Option<String>);
+
 /// A running execution's (token, phase, job id, idempotency key, calling_at, attempt).
 type RunningRow = (String, String, Option<String>, String, Option<Millis>, i64);
 
@@ -434,25 +448,23 @@ pub(super) fn claim(
     if n == 0 {
         return Ok(ClaimOutcome::Lost);
     }
-    let (status, prompt, params_text, attempts, cancel_requested, created_at): (
-        String,
-        String,
-        String,
-        i64,
-        bool,
-        Millis,
-    ) = c
+    let (status, prompt, params_text, attempts, cancel_requested, created_at, set_id): TaskRow = c
         .prepare_cached(
-            "SELECT status, prompt, params, attempts, cancel_requested, created_at FROM tasks WHERE id = ?1",
+            "SELECT status, prompt, params, attempts, cancel_requested, created_at, set_id FROM tasks WHERE id = ?1",
         )?
-        .query_row([&h.task_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))?;
+        .query_row([&h.task_id], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?))
+        })?;
     let status = TaskStatus::parse(&status).unwrap_or(TaskStatus::Failed);
     if status.is_settled() {
         consume_envelope(c, &h.task_id, "consumed", None)?;
         return Ok(ClaimOutcome::Lost);
     }
     let params: Value = serde_json::from_str(&params_text).unwrap_or(Value::Null);
-    let references = super::sets::references_of_task(c, &h.task_id)?;
+    let references = match &set_id {
+        Some(set) => super::sets::references_of_set(c, set)?,
+        None => Vec::new(),
+    };
     let running: Option<RunningRow> = c
         .prepare_cached(
             "SELECT token, phase, provider_job_id, idempotency_key, calling_at, attempt

@@ -10,7 +10,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::ops::{NewTask, ShotRef, SubmitOutcome, event, new_id, submit};
+use super::ops::{NewTask, ShotRef, SubmitOutcome, event, new_id, replay_of, submit};
 use super::read::{TaskView, get_task};
 use super::{Store, StoreError};
 use crate::domain::{Actor, Millis, TaskStatus, request_hash};
@@ -188,28 +188,21 @@ pub fn upload(c: &Connection, id: &str) -> Result<Option<UploadView>, StoreError
         .optional()?)
 }
 
-/// The reference images a task sends: those of its set, in order.
-pub fn references_of_task(c: &Connection, task: &str) -> Result<Vec<UploadView>, StoreError> {
-    let mut stmt = c.prepare_cached(&format!(
-        "SELECT {} FROM set_references r JOIN uploads u ON u.id = r.upload_id
-         WHERE r.set_id = (SELECT set_id FROM tasks WHERE id = ?1) ORDER BY r.position",
-        UPLOAD_COLUMNS.split(", ").map(|col| format!("u.{col}")).collect::<Vec<_>>().join(", ")
-    ))?;
-    Ok(stmt.query_map([task], upload_row)?.collect::<Result<_, _>>()?)
+/// The reference images of a set (sent with each of its shots), in order.
+pub fn references_of_set(c: &Connection, set: &str) -> Result<Vec<UploadView>, StoreError> {
+    let mut stmt = c.prepare_cached(
+        "SELECT u.id, u.sha256, u.path, u.bytes, u.media_type, u.created_at
+         FROM set_references r JOIN uploads u ON u.id = r.upload_id WHERE r.set_id = ?1 ORDER BY r.position",
+    )?;
+    Ok(stmt.query_map([set], upload_row)?.collect::<Result<_, _>>()?)
 }
 
 /// Create a set: the set row, its references, and one task (with its envelope) per shot,
 /// the first due now and the rest unscheduled — all in one transaction.
 pub(super) fn create_set(c: &Connection, s: &NewSet, now: Millis) -> Result<SubmitOutcome, StoreError> {
     let hash = s.hash();
-    if let Some(key) = &s.idempotency_key {
-        let existing: Option<(String, String)> = c
-            .prepare_cached("SELECT id, request_hash FROM sets WHERE idempotency_key = ?1")?
-            .query_row([key], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()?;
-        if let Some((id, h)) = existing {
-            return Ok(if h == hash { SubmitOutcome::Existing(id) } else { SubmitOutcome::Conflict(id) });
-        }
+    if let Some(seen) = replay_of(c, "sets", s.idempotency_key.as_deref(), &hash)? {
+        return Ok(seen);
     }
     for r in &s.references {
         if upload(c, r)?.is_none() {
@@ -281,13 +274,7 @@ pub fn get_set(c: &Connection, id: &str) -> Result<Option<SetView>, StoreError> 
         })
         .optional()?;
     let Some(mut set) = row else { return Ok(None) };
-    set.references = c
-        .prepare_cached(&format!(
-            "SELECT {} FROM set_references r JOIN uploads u ON u.id = r.upload_id WHERE r.set_id = ?1 ORDER BY r.position",
-            UPLOAD_COLUMNS.split(", ").map(|col| format!("u.{col}")).collect::<Vec<_>>().join(", ")
-        ))?
-        .query_map([id], upload_row)?
-        .collect::<Result<_, _>>()?;
+    set.references = references_of_set(c, id)?;
     let tasks: Vec<(String, i64)> = c
         .prepare_cached("SELECT id, set_position FROM tasks WHERE set_id = ?1 ORDER BY set_position, id")?
         .query_map([id], |r| Ok((r.get(0)?, r.get(1)?)))?

@@ -457,9 +457,16 @@ async fn recovery_commits_an_image_saved_before_the_crash() {
 
 #[tokio::test]
 async fn orphaned_artifact_files_are_deleted_but_evidence_is_kept() {
+    // An execution left `unknown`: an image file named after it is evidence (a late result),
+    // never an orphan.
     let (dir, store, id) = store_with_task("evidence").await;
-    let (exec, _lease, _) = claimed(&store, &id).await;
+    let (exec, lease, _) = claimed(&store, &id).await;
+    store.record_calling(exec.clone(), lease.clone(), SystemClock.now()).await.expect("calling");
+    let finish = tally::store::Finish::Unknown { reason: "answer lost".into() };
+    store.finish(exec.clone(), lease, finish, SystemClock.now()).await.expect("unknown");
     std::fs::create_dir_all(dir.join("artifacts")).expect("dir");
+    let evidence = dir.join(format!("artifacts/{exec}.png"));
+    std::fs::write(&evidence, tally::render::placeholder_png("evidence", 8)).expect("write");
     let orphan = dir.join(format!("artifacts/{}.png", uuid::Uuid::new_v4()));
     std::fs::write(&orphan, tally::render::placeholder_png("orphan", 8)).expect("write");
     let cfg = EngineConfig { orphan_grace: Duration::from_millis(1), ..config() };
@@ -470,11 +477,9 @@ async fn orphaned_artifact_files_are_deleted_but_evidence_is_kept() {
         assert!(Instant::now() < deadline, "orphan never deleted");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    // The claimed execution was abandoned and run again; its task's own artifact stays.
-    let t = h.settle(&id).await;
-    assert_eq!(t.status, TaskStatus::Succeeded);
-    assert_artifact_verifies(&h, &t).await;
-    assert!(!t.artifacts[0].path.contains(&exec), "the abandoned execution produced nothing");
+    assert!(evidence.exists(), "the unknown execution's file was deleted");
+    assert_eq!(h.task(&id).await.status, TaskStatus::Unknown);
+    assert_eq!(h.counts().received, 0);
 }
 
 // ---- Fencing: a worker that lost its lease ----
