@@ -358,6 +358,13 @@ pub(super) fn submit(c: &Connection, t: &NewTask, now: Millis) -> Result<SubmitO
     Ok(SubmitOutcome::Created(id))
 }
 
+/// The dispatcher's statement: mark up to ?2 envelopes due at ?1 `sent`.
+const DISPATCH_DUE: &str = "UPDATE envelopes SET status = 'sent', sent_at = ?1, send_count = send_count + 1,
+        lease_expires_at = ?1 + ?3, lease_boot = ?4
+ WHERE id IN (SELECT id FROM envelopes WHERE status = 'pending' AND due_at IS NOT NULL AND due_at <= ?1
+              ORDER BY due_at LIMIT ?2)
+ RETURNING id, task_id, provider, send_count, due_at";
+
 /// Mark up to `limit` due envelopes `sent` (before they are handed to the transport) and
 /// report when the next one falls due.
 pub(super) fn dispatch_due(
@@ -369,13 +376,7 @@ pub(super) fn dispatch_due(
 ) -> Result<DispatchBatch, StoreError> {
     let mut batch = DispatchBatch::default();
     if limit > 0 {
-        let mut stmt = c.prepare_cached(
-            "UPDATE envelopes SET status = 'sent', sent_at = ?1, send_count = send_count + 1,
-                    lease_expires_at = ?1 + ?3, lease_boot = ?4
-             WHERE id IN (SELECT id FROM envelopes WHERE status = 'pending' AND due_at IS NOT NULL AND due_at <= ?1
-                          ORDER BY due_at LIMIT ?2)
-             RETURNING id, task_id, provider, send_count, due_at",
-        )?;
+        let mut stmt = c.prepare_cached(DISPATCH_DUE)?;
         let rows = stmt.query_map(params![now, limit as i64, grace_ms, boot], |r| {
             Ok(Handoff {
                 envelope_id: r.get(0)?,
@@ -1093,5 +1094,36 @@ impl Store {
         now: Millis,
     ) -> Result<Vec<(String, TaskStatus)>, StoreError> {
         self.write(move |c| apply_recovery(c, &items, now)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The store turns on SQLite's query-planner stability guarantee: without it the
+    /// dispatcher's statement (a `LIMIT ?` and a `due_at <= ?` beside a partial index) is
+    /// re-prepared on every run with new values, which tripled its cost.
+    #[tokio::test]
+    async fn hot_statements_are_prepared_once() {
+        let dir = std::env::temp_dir().join(format!("tally-qpsg-{}", uuid::Uuid::new_v4()));
+        let store = Store::open(&dir.join("tally.db"), crate::config::Durability::Normal).expect("open");
+        for i in 0..3i64 {
+            let t = NewTask { provider: "p".into(), prompt: format!("t{i}"), ..NewTask::default() };
+            store.submit(t, 1_000 + i).await.expect("submit");
+            let batch = store.dispatch_due(1_000 + i, 1 + i as usize, 50, "boot").await.expect("dispatch");
+            assert_eq!(batch.handoffs.len(), 1, "run {i} hands off the task just submitted");
+        }
+        let (runs, reprepares) = store
+            .write(|c| {
+                let st = c.prepare_cached(DISPATCH_DUE)?;
+                Ok((st.get_status(rusqlite::StatementStatus::Run), st.get_status(rusqlite::StatementStatus::RePrepare)))
+            })
+            .await
+            .expect("status");
+        assert_eq!(runs, 3, "the cached statement is the one the dispatcher ran");
+        assert_eq!(reprepares, 0, "new bound values must not re-prepare the statement");
+        store.close().expect("close");
+        let _ = std::fs::remove_dir_all(dir);
     }
 }
