@@ -6,6 +6,12 @@
 //!   commit), runs each inside its own savepoint (one alone needs none), commits once, and only
 //!   then answers each caller. An operation that fails rolls back its own savepoint and nothing
 //!   else.
+//! - **Fsync what a promise depends on.** With `durability = "full"`, a transaction holding
+//!   any [`Commit::Durable`] operation commits with `synchronous = FULL` (the WAL is fsynced
+//!   before anyone is answered). A transaction of [`Commit::Ordered`] operations only commits
+//!   with `synchronous = NORMAL`: it is visible and survives a crash of the process, and the
+//!   next durable commit's fsync covers its WAL frames too (one file, written in order), so
+//!   nothing durable can ever depend on an ordered write that a power loss erased.
 //! - **Pragmas are set and then read back**, and opening fails if SQLite did not take them.
 //! - **No transaction spans a network call**: operations are synchronous closures run on the
 //!   writer thread; they cannot await anything.
@@ -36,9 +42,37 @@ const MAX_BATCH: usize = 256;
 
 /// A reply to send once the batch's commit finished; `Some(error)` if the commit failed.
 type Reply = Box<dyn FnOnce(Option<&StoreError>) + Send>;
-/// An operation for the writer: runs on the write connection inside a savepoint and says
+/// The work of an operation: runs on the write connection inside a savepoint and says
 /// whether it succeeded (so its savepoint is kept) plus how to answer its caller.
-type Op = Box<dyn FnOnce(&Connection) -> (bool, Reply) + Send>;
+type Work = Box<dyn FnOnce(&Connection) -> (bool, Reply) + Send>;
+
+/// An operation for the writer.
+struct Op {
+    commit: Commit,
+    work: Work,
+}
+
+/// What an operation needs from its commit before its caller is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Commit {
+    /// On disk (with `durability = "full"`): a promise to a user, or the record that must
+    /// precede a paid call, depends on it — submits, `calling`, accepted job ids, outcomes,
+    /// recovery decisions, user actions.
+    Durable,
+    /// Committed and ordered before every later durable commit, but not fsynced on its own:
+    /// bookkeeping whose loss in a power failure recovery already handles, because it only
+    /// records that nothing has been sent yet — dispatch marks, claims, heartbeats, busy
+    /// releases. A process crash loses none of it (the WAL is written before the answer).
+    Ordered,
+}
+
+/// The `synchronous` level of the writer's next transaction.
+fn sync_level(durability: Durability, any_durable: bool) -> &'static str {
+    match durability {
+        Durability::Full if any_durable => "PRAGMA synchronous = FULL",
+        _ => "PRAGMA synchronous = NORMAL",
+    }
+}
 
 /// A handle to tally's database. Cheap to clone.
 #[derive(Clone)]
@@ -73,7 +107,7 @@ impl Store {
         let weak = Arc::downgrade(&inner);
         let handle = thread::Builder::new()
             .name("tally-writer".into())
-            .spawn(move || writer_loop(conn, rx, weak))
+            .spawn(move || writer_loop(conn, rx, weak, durability))
             .map_err(|e| StoreError::Fatal(format!("cannot start the writer thread: {e}")))?;
         *lock(&inner.writer_thread) = Some(handle);
         Ok(Store { inner })
@@ -102,8 +136,26 @@ impl Store {
         R: Send + 'static,
         F: FnOnce(&Connection) -> Result<R, StoreError> + Send + 'static,
     {
+        self.send(Commit::Durable, f)?.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// [`Store::write`] for bookkeeping that needs no fsync of its own ([`Commit::Ordered`]).
+    pub async fn write_ordered<R, F>(&self, f: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> Result<R, StoreError> + Send + 'static,
+    {
+        self.send(Commit::Ordered, f)?.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Queue an operation for the writer now; the receiver yields its result after the commit.
+    fn send<R, F>(&self, commit: Commit, f: F) -> Result<oneshot::Receiver<Result<R, StoreError>>, StoreError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> Result<R, StoreError> + Send + 'static,
+    {
         let (tx, rx) = oneshot::channel();
-        let op: Op = Box::new(move |conn| {
+        let work: Work = Box::new(move |conn| {
             let result = f(conn);
             let ok = result.is_ok();
             let reply: Reply = Box::new(move |commit_error| {
@@ -115,8 +167,8 @@ impl Store {
             (ok, reply)
         });
         let sender = lock(&self.inner.writer).clone().ok_or(StoreError::Closed)?;
-        sender.send(op).map_err(|_| StoreError::Closed)?;
-        rx.await.map_err(|_| StoreError::Closed)?
+        sender.send(Op { commit, work }).map_err(|_| StoreError::Closed)?;
+        Ok(rx)
     }
 
     /// Run a read on a reader connection (off the async threads).
@@ -168,7 +220,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// The writer thread: take every operation waiting, run them in one transaction, commit,
 /// answer. Ends when every sender is gone.
-fn writer_loop(conn: Connection, rx: mpsc::Receiver<Op>, inner: std::sync::Weak<Inner>) {
+fn writer_loop(conn: Connection, rx: mpsc::Receiver<Op>, inner: std::sync::Weak<Inner>, durability: Durability) {
+    // `open_write` left the connection at the configured level.
+    let mut level = sync_level(durability, true);
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -178,7 +232,12 @@ fn writer_loop(conn: Connection, rx: mpsc::Receiver<Op>, inner: std::sync::Weak<
             }
         }
         let mut replies = Vec::with_capacity(batch.len());
+        let want = sync_level(durability, batch.iter().any(|op| op.commit == Commit::Durable));
         let commit = (|| -> Result<(), StoreError> {
+            if want != level {
+                conn.prepare_cached(want)?.execute([])?;
+                level = want;
+            }
             conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
             // One operation alone needs no savepoint: if it fails, the whole transaction
             // is rolled back below instead.
@@ -188,7 +247,7 @@ fn writer_loop(conn: Connection, rx: mpsc::Receiver<Op>, inner: std::sync::Weak<
                 if !alone {
                     conn.prepare_cached("SAVEPOINT op")?.execute([])?;
                 }
-                let (ok, reply) = op(&conn);
+                let (ok, reply) = (op.work)(&conn);
                 replies.push(reply);
                 if alone {
                     failed_alone = !ok;
@@ -224,4 +283,71 @@ fn writer_loop(conn: Connection, rx: mpsc::Receiver<Op>, inner: std::sync::Weak<
         }
     }
     drop(conn);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn level(c: &Connection) -> Result<i64, StoreError> {
+        Ok(c.query_row("PRAGMA synchronous", [], |r| r.get(0))?)
+    }
+
+    fn store(durability: Durability) -> (Store, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("tally-commit-{}", uuid::Uuid::new_v4()));
+        (Store::open(&dir.join("tally.db"), durability).expect("open"), dir)
+    }
+
+    /// Hold the writer inside an operation until the returned sender is dropped, so that the
+    /// operations sent meanwhile are queued and share the next transaction.
+    fn hold_writer(store: &Store) -> (mpsc::Sender<()>, oneshot::Receiver<Result<(), StoreError>>) {
+        let (release, held) = mpsc::channel::<()>();
+        let (entered_tx, entered) = mpsc::channel::<()>();
+        let done = store
+            .send(Commit::Ordered, move |_| {
+                let _ = entered_tx.send(());
+                let _ = held.recv();
+                Ok(())
+            })
+            .expect("send");
+        entered.recv().expect("the writer runs the holding operation");
+        (release, done)
+    }
+
+    /// Which `synchronous` level each operation ran under: a transaction with any durable
+    /// operation is FULL (2), one with only ordered operations NORMAL (1).
+    #[tokio::test]
+    async fn a_batch_is_fsynced_when_any_operation_needs_it() {
+        let (store, dir) = store(Durability::Full);
+        assert_eq!(store.write(level).await.expect("durable"), 2, "a durable op alone commits FULL");
+        assert_eq!(store.write_ordered(level).await.expect("ordered"), 1, "an ordered op alone commits NORMAL");
+
+        let (release, held) = hold_writer(&store);
+        let ordered = store.send(Commit::Ordered, level).expect("send");
+        let durable = store.send(Commit::Durable, level).expect("send");
+        drop(release);
+        held.await.expect("held").expect("held op");
+        assert_eq!(ordered.await.expect("reply").expect("ordered"), 2, "an ordered op batched with a durable one");
+        assert_eq!(durable.await.expect("reply").expect("durable"), 2);
+
+        let (release, held) = hold_writer(&store);
+        let a = store.send(Commit::Ordered, level).expect("send");
+        let b = store.send(Commit::Ordered, level).expect("send");
+        drop(release);
+        held.await.expect("held").expect("held op");
+        assert_eq!(a.await.expect("reply").expect("a"), 1, "ordered ops alone are not fsynced");
+        assert_eq!(b.await.expect("reply").expect("b"), 1);
+        store.close().expect("close");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// With `durability = "normal"` nothing is fsynced per commit, whatever an op asks for.
+    #[tokio::test]
+    async fn normal_durability_never_fsyncs_a_commit() {
+        let (store, dir) = store(Durability::Normal);
+        assert_eq!(store.write(level).await.expect("durable"), 1);
+        assert_eq!(store.write_ordered(level).await.expect("ordered"), 1);
+        store.close().expect("close");
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }

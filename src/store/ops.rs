@@ -988,7 +988,9 @@ impl Store {
         .await
     }
 
-    /// Mark due envelopes `sent` and return them with the next due time.
+    /// Mark due envelopes `sent` and return them with the next due time. An ordered commit
+    /// ([`super::Commit::Ordered`]): if a power loss erases it, the envelopes are simply
+    /// still `pending`.
     pub async fn dispatch_due(
         &self,
         now: Millis,
@@ -997,15 +999,18 @@ impl Store {
         boot: &str,
     ) -> Result<DispatchBatch, StoreError> {
         let boot = boot.to_string();
-        self.write(move |c| dispatch_due(c, now, limit, grace_ms, &boot)).await
+        self.write_ordered(move |c| dispatch_due(c, now, limit, grace_ms, &boot)).await
     }
 
-    /// Put a handed-off envelope back because its provider had no free slot.
+    /// Put a handed-off envelope back because its provider had no free slot (ordered commit:
+    /// if lost, the reconciler requeues the hand-off).
     pub async fn release_busy(&self, h: Handoff, due_at: Millis, why: String, now: Millis) -> Result<bool, StoreError> {
-        self.write(move |c| release_busy(c, &h, due_at, &why, now)).await
+        self.write_ordered(move |c| release_busy(c, &h, due_at, &why, now)).await
     }
 
-    /// Claim a handed-off envelope.
+    /// Claim a handed-off envelope. An ordered commit: nothing leaves for the provider before
+    /// the next durable one (`record_calling`, whose fsync covers the claim as well); a resumed
+    /// execution's `calling` or `accepted` record is already durable.
     pub async fn claim(
         &self,
         h: Handoff,
@@ -1014,7 +1019,7 @@ impl Store {
         now: Millis,
         lease_ms: Millis,
     ) -> Result<ClaimOutcome, StoreError> {
-        self.write(move |c| claim(c, &h, &lease, &boot, now, lease_ms)).await
+        self.write_ordered(move |c| claim(c, &h, &lease, &boot, now, lease_ms)).await
     }
 
     /// Durably record phase `calling`.
@@ -1033,7 +1038,7 @@ impl Store {
         self.write(move |c| record_accepted(c, &exec, &lease, &job, now)).await
     }
 
-    /// Extend a lease.
+    /// Extend a lease (ordered commit: after a power loss every lease counts as expired).
     pub async fn heartbeat(
         &self,
         exec: String,
@@ -1041,7 +1046,7 @@ impl Store {
         now: Millis,
         lease_ms: Millis,
     ) -> Result<(), StoreError> {
-        self.write(move |c| heartbeat(c, &exec, &lease, now, lease_ms)).await
+        self.write_ordered(move |c| heartbeat(c, &exec, &lease, now, lease_ms)).await
     }
 
     /// End or pause an execution.
@@ -1081,10 +1086,11 @@ impl Store {
         self.write(move |c| resolve(c, &task, &r, &note, now)).await
     }
 
-    /// Leftovers for the reconciler (read through the writer so it sees every commit).
+    /// Leftovers for the reconciler (read through the writer so it sees every commit; writes
+    /// nothing, so it does not ask for an fsync).
     pub async fn leftovers(&self, now: Millis, boot: &str) -> Result<Vec<LeftoverRow>, StoreError> {
         let boot = boot.to_string();
-        self.write(move |c| leftovers(c, now, &boot)).await
+        self.write_ordered(move |c| leftovers(c, now, &boot)).await
     }
 
     /// Apply reconciler decisions.
