@@ -89,7 +89,8 @@ struct RawProvider {
 /// How durable each commit is (DESIGN §7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Durability {
-    /// `synchronous=FULL`: the `calling` record is on disk before a paid request leaves.
+    /// `synchronous=FULL` for every transaction holding a durable operation (see
+    /// `store::Commit`): the `calling` record is on disk before a paid request leaves.
     Full,
     /// `synchronous=NORMAL`: faster; a power loss (not a process crash) can lose the last
     /// commits, including a `calling` record, so a restart could resend a paid request.
