@@ -1,6 +1,6 @@
 //! The command line and the daemon's life cycle: `submit --wait`, one daemon per data dir,
 //! backup while running and `check` on the copy, a clean stop on SIGTERM that leaves the WAL
-//! empty, and start-up refusing a bad configuration.
+//! empty, start-up refusing a bad configuration, and a `tally bench --quick --json` smoke run.
 
 use std::process::Command;
 
@@ -109,4 +109,35 @@ fn client_without_a_daemon_says_so() {
     assert!(text(&out.stderr).starts_with("tally: "), "{}", text(&out.stderr));
     let usage = Command::new(EXE).args(["resolve", "x"]).output().unwrap();
     assert_eq!(usage.status.code(), Some(2));
+}
+
+/// `tally bench --quick --json` end to end (the sections that are quick in a debug build):
+/// the JSON goes to stdout with the keys the benchmark issue names, the table to stderr, and
+/// the numbers are what the sections measured, not placeholders.
+#[test]
+fn bench_quick_json_smoke() {
+    let tmp = TempDir::new();
+    let out = Command::new(EXE)
+        .args(["bench", "--quick", "--json", "--only", "pickup,recovery,http", "--out"])
+        .arg(tmp.path())
+        .output()
+        .expect("run tally bench");
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "tally bench failed:\n{stderr}");
+    assert!(stderr.contains("2. pickup latency"), "the table goes to stderr:\n{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is one JSON object");
+    assert_eq!(v["quick"], true);
+    for key in ["e2e", "pickup_ms", "idle", "scale", "recovery_ms", "http_submit_per_s", "idle_rss_mb"] {
+        assert!(v.get(key).is_some(), "missing top-level key {key}: {v}");
+    }
+    assert_eq!(v["e2e"].as_array().map(Vec::len), Some(0), "e2e was not selected");
+    assert!(v["idle"].is_null() && v["scale"].is_null(), "unselected sections are null: {v}");
+    let (p50, p99) = (v["pickup_ms"]["p50"].as_f64().unwrap_or(0.0), v["pickup_ms"]["p99"].as_f64().unwrap_or(0.0));
+    assert!(p50 > 0.0 && p99 >= p50, "pickup p50 {p50} p99 {p99}");
+    assert_eq!(v["pickup_ms"]["samples"], 100);
+    assert!(v["recovery_ms"].as_f64().is_some_and(|ms| ms > 0.0), "{v}");
+    assert_eq!(v["recovery"]["requeued"], v["recovery"]["in_flight"], "every in-flight task re-queued");
+    assert!(v["http_submit_per_s"].as_f64().is_some_and(|r| r > 0.0), "{v}");
+    assert_eq!(v["http"]["errors"], 0, "{v}");
+    assert!(v["idle_rss_mb"].as_f64().is_some_and(|mb| mb > 1.0), "{v}");
 }
