@@ -134,7 +134,8 @@ pub struct EngineConfig {
     pub max_attempts: u32,
     pub backoff_base: Duration,
     pub backoff_max: Duration,
-    /// Hand-offs of one envelope before it is declared dead.
+    /// Lost hand-offs of one envelope (never claimed) before it is declared dead; busy
+    /// releases do not count.
     pub max_sends: u32,
     /// How long an envelope waits when its provider had no free slot.
     pub busy_delay: Duration,

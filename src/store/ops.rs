@@ -396,8 +396,13 @@ pub(super) fn dispatch_due(
     Ok(batch)
 }
 
-/// The provider had no free slot: put the envelope back, due later. No attempt is counted
-/// and nothing is recorded as a failure.
+/// The provider had no free slot: put the envelope back, due later. No attempt is counted,
+/// nothing is recorded as a failure, and the hand-off is not counted as a send either
+/// (`send_count` goes back down): `max_sends` limits hand-offs that were *lost*, and a task
+/// that waits through many busy releases must not be failed as undeliverable by a crash
+/// that catches its next hand-off. Reusing the number is safe: the releasing worker was its
+/// only holder and is done with it; a release only undoes its own dispatch, and a requeue by
+/// the reconciler keeps the count, so a stale holder's number is never handed out again.
 pub(super) fn release_busy(
     c: &Connection,
     h: &Handoff,
@@ -407,7 +412,8 @@ pub(super) fn release_busy(
 ) -> Result<bool, StoreError> {
     let n = c
         .prepare_cached(
-            "UPDATE envelopes SET status = 'pending', due_at = ?3, lease_expires_at = NULL, lease_boot = NULL
+            "UPDATE envelopes SET status = 'pending', due_at = ?3, send_count = send_count - 1,
+                    lease_expires_at = NULL, lease_boot = NULL
              WHERE id = ?1 AND status = 'sent' AND lease_token IS NULL AND send_count = ?2",
         )?
         .execute(params![h.envelope_id, h.send_count, due_at])?;
