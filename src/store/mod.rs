@@ -310,7 +310,7 @@ mod tests {
                 Ok(())
             })
             .expect("send");
-        entered.recv().expect("the writer runs the holding operation");
+        entered.recv_timeout(std::time::Duration::from_secs(10)).expect("the writer runs the holding operation");
         (release, done)
     }
 
