@@ -193,7 +193,7 @@ pub async fn submit(
         None | Some(Value::Null) => json!({}),
         Some(p) => p,
     };
-    let provider = body.provider.unwrap_or_else(|| state.inner.default_provider.clone());
+    let provider = body.provider.unwrap_or_else(|| state.default_provider().to_string());
     let t = NewTask { provider, prompt: body.prompt, params, idempotency_key: key, ..NewTask::default() };
     let (outcome, view) = state.engine().submit_and_get(t).await?;
     match (outcome, view) {
