@@ -298,12 +298,12 @@ mod tests {
         (Store::open(&dir.join("tally.db"), durability).expect("open"), dir)
     }
 
-    /// Hold the writer inside an operation until the returned sender is dropped, so that the
-    /// operations sent meanwhile are queued and share the next transaction.
-    fn hold_writer(store: &Store) -> (mpsc::Sender<()>, oneshot::Receiver<Result<(), StoreError>>) {
+    /// Run `kinds` as one batch — queued while the writer is held inside an earlier operation,
+    /// so they share the next transaction — and return the `synchronous` level each saw.
+    async fn one_batch(store: &Store, kinds: &[Commit]) -> Vec<i64> {
         let (release, held) = mpsc::channel::<()>();
         let (entered_tx, entered) = mpsc::channel::<()>();
-        let done = store
+        let holding = store
             .send(Commit::Ordered, move |_| {
                 let _ = entered_tx.send(());
                 let _ = held.recv();
@@ -311,7 +311,14 @@ mod tests {
             })
             .expect("send");
         entered.recv_timeout(std::time::Duration::from_secs(10)).expect("the writer runs the holding operation");
-        (release, done)
+        let replies: Vec<_> = kinds.iter().map(|k| store.send(*k, level).expect("send")).collect();
+        drop(release);
+        holding.await.expect("reply").expect("holding op");
+        let mut levels = Vec::new();
+        for r in replies {
+            levels.push(r.await.expect("reply").expect("op"));
+        }
+        levels
     }
 
     /// Which `synchronous` level each operation ran under: a transaction with any durable
@@ -321,22 +328,16 @@ mod tests {
         let (store, dir) = store(Durability::Full);
         assert_eq!(store.write(level).await.expect("durable"), 2, "a durable op alone commits FULL");
         assert_eq!(store.write_ordered(level).await.expect("ordered"), 1, "an ordered op alone commits NORMAL");
-
-        let (release, held) = hold_writer(&store);
-        let ordered = store.send(Commit::Ordered, level).expect("send");
-        let durable = store.send(Commit::Durable, level).expect("send");
-        drop(release);
-        held.await.expect("held").expect("held op");
-        assert_eq!(ordered.await.expect("reply").expect("ordered"), 2, "an ordered op batched with a durable one");
-        assert_eq!(durable.await.expect("reply").expect("durable"), 2);
-
-        let (release, held) = hold_writer(&store);
-        let a = store.send(Commit::Ordered, level).expect("send");
-        let b = store.send(Commit::Ordered, level).expect("send");
-        drop(release);
-        held.await.expect("held").expect("held op");
-        assert_eq!(a.await.expect("reply").expect("a"), 1, "ordered ops alone are not fsynced");
-        assert_eq!(b.await.expect("reply").expect("b"), 1);
+        assert_eq!(
+            one_batch(&store, &[Commit::Ordered, Commit::Durable]).await,
+            [2, 2],
+            "an ordered op batched with a durable one is fsynced with it"
+        );
+        assert_eq!(
+            one_batch(&store, &[Commit::Ordered, Commit::Ordered]).await,
+            [1, 1],
+            "ordered ops alone are not fsynced"
+        );
         store.close().expect("close");
         let _ = std::fs::remove_dir_all(dir);
     }

@@ -173,42 +173,6 @@ async fn busy_provider_releases_without_counting_an_attempt() {
     assert_eq!(h.counts().charged, 2);
 }
 
-/// A busy release hands the envelope back: it is not a lost hand-off. A task that waited for
-/// a slot through more busy releases than `max_sends`, and was then caught by a crash between
-/// its next hand-off and the claim, is re-queued at start-up and runs once, instead of being
-/// failed as an undeliverable envelope.
-#[tokio::test]
-async fn busy_releases_do_not_count_as_lost_hand_offs() {
-    let dir = temp_dir("busy-sends");
-    let store = Store::open(&dir.join("tally.db"), Durability::Full).expect("open store");
-    let cfg = config();
-    let now = SystemClock.now();
-    let SubmitOutcome::Created(id) = store.submit(task("patient"), now).await.expect("submit") else {
-        panic!("not created")
-    };
-    for _ in 0..cfg.max_sends + 2 {
-        let h = store.dispatch_due(now, 1, 10_000, "run-1").await.expect("dispatch").handoffs.remove(0);
-        assert!(store.release_busy(h, now, "no free slot".into(), now).await.expect("release"));
-    }
-    // The process dies right after one more hand-off, before any claim.
-    assert_eq!(store.dispatch_due(now, 1, 10_000, "run-1").await.expect("dispatch").handoffs.len(), 1);
-    let fake = Arc::new(Fake::new(NONE));
-    let engine = start(&store, &dir, &fake, cfg, Arc::new(SystemClock), 4).await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let t = loop {
-        let t = store.get_task(id.clone()).await.expect("read").expect("task");
-        if t.status.is_settled() {
-            break t;
-        }
-        assert!(Instant::now() < deadline, "stuck in {:?}", t.status);
-        engine.poke();
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    };
-    assert_eq!((t.status, t.reason.as_deref()), (TaskStatus::Succeeded, None), "{t:?}");
-    assert_eq!(fake.counts(), Counts { received: 1, charged: 1, polls: 0, finds: 0 });
-    engine.shutdown().await;
-}
-
 #[tokio::test]
 async fn never_sent_is_retried_with_backoff_then_succeeds() {
     let h = Harness::new(Fake::new(NONE)).await;
@@ -383,6 +347,26 @@ async fn recovery_gives_up_after_too_many_hand_offs() {
     let t = h.settle(&id).await;
     assert_eq!((t.status, t.failure_kind.as_deref()), (TaskStatus::Failed, Some("undeliverable")));
     assert_eq!(h.counts().received, 0);
+}
+
+/// A busy release hands the envelope back: it is not a lost hand-off. A task that waited for
+/// a slot through more busy releases than `max_sends`, and was then caught by a crash between
+/// its next hand-off and the claim, is re-queued at start-up and runs once, instead of being
+/// failed as an undeliverable envelope.
+#[tokio::test]
+async fn busy_releases_do_not_count_as_lost_hand_offs() {
+    let (dir, store, id) = store_with_task("patient").await;
+    let cfg = config();
+    for _ in 0..cfg.max_sends + 2 {
+        let h = handed_off(&store, &id).await;
+        let now = SystemClock.now();
+        assert!(store.release_busy(h, now, "no free slot".into(), now).await.expect("release"));
+    }
+    handed_off(&store, &id).await; // the process dies here, before any claim
+    let h = engine_on(&dir, &store, Fake::new(NONE), cfg).await;
+    let t = h.settle(&id).await;
+    assert_eq!((t.status, t.reason.as_deref()), (TaskStatus::Succeeded, None), "{t:?}");
+    assert_eq!(h.counts(), Counts { received: 1, charged: 1, polls: 0, finds: 0 });
 }
 
 #[tokio::test]
