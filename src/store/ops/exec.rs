@@ -1,0 +1,335 @@
+//! The worker's operations, from claim to finish. Everything after the claim starts with
+//! [`fence`](super::fence): a write is applied only while the worker still holds both tokens.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde_json::Value;
+
+use super::*;
+use crate::domain::{Actor, Millis, Phase, TaskStatus};
+
+/// What a claim reads of its task: (status, prompt, params, attempts, cancel_requested,
+/// created_at, set_id).
+type TaskRow = (String, String, String, i64, bool, Millis, Option<String>);
+
+/// A running execution's (token, phase, job id, idempotency key, calling_at, attempt).
+type RunningRow = (String, String, Option<String>, String, Option<Millis>, i64);
+
+/// Claim a handed-off envelope: take its lease and open (or adopt) an execution.
+pub(in crate::store) fn claim(
+    c: &Connection,
+    h: &Handoff,
+    lease: &str,
+    boot: &str,
+    now: Millis,
+    lease_ms: Millis,
+) -> Result<ClaimOutcome, StoreError> {
+    let n = c
+        .prepare_cached(
+            "UPDATE envelopes SET lease_token = ?3, lease_expires_at = ?4, lease_boot = ?5
+             WHERE id = ?1 AND status = 'sent' AND lease_token IS NULL AND send_count = ?2",
+        )?
+        .execute(params![h.envelope_id, h.send_count, lease, now + lease_ms, boot])?;
+    if n == 0 {
+        return Ok(ClaimOutcome::Lost);
+    }
+    let (status, prompt, params_text, attempts, cancel_requested, created_at, set_id): TaskRow = c
+        .prepare_cached(
+            "SELECT status, prompt, params, attempts, cancel_requested, created_at, set_id FROM tasks WHERE id = ?1",
+        )?
+        .query_row([&h.task_id], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?))
+        })?;
+    let status = TaskStatus::parse(&status).unwrap_or(TaskStatus::Failed);
+    if status.is_settled() {
+        consume_envelope(c, &h.task_id, "consumed", None)?;
+        return Ok(ClaimOutcome::Lost);
+    }
+    let params: Value = serde_json::from_str(&params_text).unwrap_or(Value::Null);
+    let references = match &set_id {
+        Some(set) => crate::store::sets::references_of_set(c, set)?,
+        None => Vec::new(),
+    };
+    let running: Option<RunningRow> = c
+        .prepare_cached(
+            "SELECT token, phase, provider_job_id, idempotency_key, calling_at, attempt
+             FROM executions WHERE task_id = ?1 AND status = 'running'",
+        )?
+        .query_row([&h.task_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))
+        .optional()?;
+    let (execution_token, phase, job_id, idempotency_key, calling_at, attempt, resumed) = match running {
+        Some((token, phase, job_id, key, calling_at, attempt)) => {
+            c.prepare_cached("UPDATE executions SET boot_id = ?2, heartbeat_at = ?3 WHERE token = ?1")?
+                .execute(params![token, boot, now])?;
+            let phase = Phase::parse(&phase).unwrap_or(Phase::Calling);
+            let how = match phase {
+                Phase::Accepted => "polling the job the provider already accepted, instead of sending again",
+                _ => "recovering the earlier call without blindly sending it again",
+            };
+            let msg = format!("attempt {attempt} resumed: {how}");
+            event(c, &h.task_id, now, Actor::Worker, "resumed", &msg, Some(&token))?;
+            (token, phase, job_id, key, calling_at, attempt, true)
+        }
+        None => {
+            let token = uuid::Uuid::new_v4().to_string();
+            let key = format!("tally-{token}");
+            let attempt = attempts + 1;
+            c.prepare_cached(
+                "INSERT INTO executions (token, task_id, attempt, status, phase, idempotency_key, boot_id, heartbeat_at, started_at)
+                 VALUES (?1, ?2, ?3, 'running', 'claimed', ?4, ?5, ?6, ?6)",
+            )?
+            .execute(params![token, h.task_id, attempt, key, boot, now])?;
+            event(c, &h.task_id, now, Actor::Worker, "claimed", &format!("attempt {attempt} started"), Some(&token))?;
+            (token, Phase::Claimed, None, key, None, attempt, false)
+        }
+    };
+    let claim = Claim {
+        execution_token,
+        lease_token: lease.into(),
+        task_id: h.task_id.clone(),
+        provider: h.provider.clone(),
+        prompt,
+        params,
+        attempt,
+        phase,
+        job_id,
+        idempotency_key,
+        calling_at,
+        resumed,
+        cancel_requested,
+        created_at,
+        references,
+    };
+    set_task(c, &h.task_id, TaskStatus::Running, None, None, now)?;
+    Ok(ClaimOutcome::Claimed(Box::new(claim)))
+}
+
+/// Durably record "about to call the provider". From here on, no automatic path calls the
+/// provider again for this task unless the adapter can prove it is safe.
+pub(in crate::store) fn record_calling(c: &Connection, exec: &str, lease: &str, now: Millis) -> Result<(), StoreError> {
+    let task = fence(c, exec, lease, now)?;
+    let n = c
+        .prepare_cached(
+            "UPDATE executions SET phase = 'calling', calling_at = ?2 WHERE token = ?1 AND phase = 'claimed'",
+        )?
+        .execute(params![exec, now])?;
+    if n == 0 {
+        return Err(StoreError::Fenced);
+    }
+    c.prepare_cached("UPDATE tasks SET attempts = attempts + 1, may_have_charged = 1, updated_at = ?2 WHERE id = ?1")?
+        .execute(params![task, now])?;
+    event(
+        c,
+        &task,
+        now,
+        Actor::Worker,
+        "calling",
+        "sending the request to the provider; from now on it may be charged",
+        Some(exec),
+    )?;
+    Ok(())
+}
+
+/// Persist the provider's job id the moment it arrives.
+pub(in crate::store) fn record_accepted(
+    c: &Connection,
+    exec: &str,
+    lease: &str,
+    job: &str,
+    now: Millis,
+) -> Result<(), StoreError> {
+    let task = fence(c, exec, lease, now)?;
+    c.prepare_cached("UPDATE executions SET phase = 'accepted', provider_job_id = ?2 WHERE token = ?1")?
+        .execute(params![exec, job])?;
+    event(c, &task, now, Actor::Worker, "accepted", &format!("the provider accepted the job as {job}"), Some(exec))?;
+    Ok(())
+}
+
+/// Extend the worker's lease.
+pub(in crate::store) fn heartbeat(
+    c: &Connection,
+    exec: &str,
+    lease: &str,
+    now: Millis,
+    lease_ms: Millis,
+) -> Result<(), StoreError> {
+    let task = fence(c, exec, lease, now)?;
+    c.prepare_cached("UPDATE envelopes SET lease_expires_at = ?2 WHERE task_id = ?1")?
+        .execute(params![task, now + lease_ms])?;
+    Ok(())
+}
+
+/// End (or pause) an execution, fenced on both tokens.
+pub(in crate::store) fn finish(
+    c: &Connection,
+    exec: &str,
+    lease: &str,
+    f: &Finish,
+    now: Millis,
+) -> Result<TaskStatus, StoreError> {
+    let task = fence(c, exec, lease, now)?;
+    let set_exec = |status: &str, error: Option<&str>| -> Result<(), StoreError> {
+        c.prepare_cached("UPDATE executions SET status = ?2, finished_at = ?3, error = ?4 WHERE token = ?1")?
+            .execute(params![exec, status, now, error])?;
+        Ok(())
+    };
+    let ex = Some(exec);
+    let status = match f {
+        Finish::Succeeded(a) => {
+            set_exec("succeeded", None)?;
+            insert_artifact(c, &task, exec, a, now)?;
+            let canceled: bool = c
+                .prepare_cached("SELECT cancel_requested FROM tasks WHERE id = ?1")?
+                .query_row([&task], |r| r.get(0))?;
+            let reason = canceled.then_some(
+                "A cancel was requested after the request had been sent; the image was kept because it may have been charged.",
+            );
+            set_task(c, &task, TaskStatus::Succeeded, reason, None, now)?;
+            consume_envelope(c, &task, "consumed", None)?;
+            event(
+                c,
+                &task,
+                now,
+                Actor::Worker,
+                "succeeded",
+                &format!("image saved ({} bytes, sha256 {})", a.bytes, a.sha256),
+                ex,
+            )?;
+            TaskStatus::Succeeded
+        }
+        Finish::Failed { kind, reason } => {
+            set_exec("failed", Some(reason))?;
+            set_task(c, &task, TaskStatus::Failed, Some(reason), Some(*kind), now)?;
+            consume_envelope(c, &task, "consumed", Some(reason))?;
+            event(c, &task, now, Actor::Worker, "failed", reason, ex)?;
+            TaskStatus::Failed
+        }
+        Finish::Unknown { reason } => {
+            set_exec("unknown", Some(reason))?;
+            set_task(c, &task, TaskStatus::Unknown, Some(reason), None, now)?;
+            consume_envelope(c, &task, "consumed", Some(reason))?;
+            event(c, &task, now, Actor::Worker, "unknown", &format!("{reason}; automatic retries stopped"), ex)?;
+            TaskStatus::Unknown
+        }
+        Finish::RetryLater { due_at, kind, reason, max_attempts } => {
+            set_exec("failed", Some(reason))?;
+            let attempts: i64 =
+                c.prepare_cached("SELECT attempts FROM tasks WHERE id = ?1")?.query_row([&task], |r| r.get(0))?;
+            if attempts >= *max_attempts {
+                let why = format!("gave up after {attempts} attempts; the last one: {reason}");
+                set_task(c, &task, TaskStatus::Failed, Some(&why), Some(*kind), now)?;
+                consume_envelope(c, &task, "consumed", Some(reason))?;
+                event(c, &task, now, Actor::Worker, "failed", &why, ex)?;
+                TaskStatus::Failed
+            } else {
+                let secs = (due_at - now).max(0) as f64 / 1000.0;
+                let why = format!("attempt {attempts} did not go through ({reason}); trying again in {secs:.1} s");
+                set_task(c, &task, TaskStatus::Waiting, Some(&why), None, now)?;
+                requeue_envelope(c, &task, *due_at, Some(reason))?;
+                event(c, &task, now, Actor::Worker, "retry_scheduled", &why, ex)?;
+                return Ok(TaskStatus::Waiting);
+            }
+        }
+        Finish::CanceledBeforeCall => {
+            set_exec("abandoned", Some("canceled before the call"))?;
+            set_task(c, &task, TaskStatus::Canceled, Some("Nothing was sent to the provider."), None, now)?;
+            consume_envelope(c, &task, "consumed", None)?;
+            event(c, &task, now, Actor::Worker, "canceled", "canceled before anything was sent", ex)?;
+            TaskStatus::Canceled
+        }
+    };
+    on_settled(c, &task, now)?;
+    Ok(status)
+}
+
+/// A result that arrived after the task was marked `unknown`, from the same execution: it is
+/// evidence, and resolves the task. Returns false if the execution is not `unknown` (then
+/// the result is not attached, and its file is left for the orphan sweep).
+pub(in crate::store) fn late_result(
+    c: &Connection,
+    exec: &str,
+    a: &NewArtifact,
+    now: Millis,
+) -> Result<bool, StoreError> {
+    let task: Option<String> = c
+        .prepare_cached(
+            "UPDATE executions SET status = 'succeeded', finished_at = ?2
+             WHERE token = ?1 AND status = 'unknown'
+               AND EXISTS (SELECT 1 FROM tasks t WHERE t.id = executions.task_id AND t.status = 'unknown')
+             RETURNING task_id",
+        )?
+        .query_row(params![exec, now], |r| r.get(0))
+        .optional()?;
+    let Some(task) = task else { return Ok(false) };
+    insert_artifact(c, &task, exec, a, now)?;
+    set_task(
+        c,
+        &task,
+        TaskStatus::Succeeded,
+        Some("The answer arrived late, after the outcome had been marked unknown."),
+        None,
+        now,
+    )?;
+    event(
+        c,
+        &task,
+        now,
+        Actor::Worker,
+        "late_result",
+        "a late answer from the same execution resolved the unknown outcome",
+        Some(exec),
+    )?;
+    Ok(true)
+}
+
+impl Store {
+    /// Claim a handed-off envelope. An ordered commit: nothing leaves for the provider before
+    /// the next durable one (`record_calling`, whose fsync covers the claim as well); a resumed
+    /// execution's `calling` or `accepted` record is already durable.
+    pub async fn claim(
+        &self,
+        h: Handoff,
+        lease: String,
+        boot: String,
+        now: Millis,
+        lease_ms: Millis,
+    ) -> Result<ClaimOutcome, StoreError> {
+        self.write_ordered(move |c| claim(c, &h, &lease, &boot, now, lease_ms)).await
+    }
+
+    /// Durably record phase `calling`.
+    pub async fn record_calling(&self, exec: String, lease: String, now: Millis) -> Result<(), StoreError> {
+        self.write(move |c| record_calling(c, &exec, &lease, now)).await
+    }
+
+    /// Persist an accepted job id.
+    pub async fn record_accepted(
+        &self,
+        exec: String,
+        lease: String,
+        job: String,
+        now: Millis,
+    ) -> Result<(), StoreError> {
+        self.write(move |c| record_accepted(c, &exec, &lease, &job, now)).await
+    }
+
+    /// Extend a lease (ordered commit: after a power loss every lease counts as expired).
+    pub async fn heartbeat(
+        &self,
+        exec: String,
+        lease: String,
+        now: Millis,
+        lease_ms: Millis,
+    ) -> Result<(), StoreError> {
+        self.write_ordered(move |c| heartbeat(c, &exec, &lease, now, lease_ms)).await
+    }
+
+    /// End or pause an execution.
+    pub async fn finish(&self, exec: String, lease: String, f: Finish, now: Millis) -> Result<TaskStatus, StoreError> {
+        self.write(move |c| finish(c, &exec, &lease, &f, now)).await
+    }
+
+    /// Attach a late result to an `unknown` execution.
+    pub async fn late_result(&self, exec: String, a: NewArtifact, now: Millis) -> Result<bool, StoreError> {
+        self.write(move |c| late_result(c, &exec, &a, now)).await
+    }
+}

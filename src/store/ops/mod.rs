@@ -1,0 +1,364 @@
+//! Write operations, one function each, named for what they do. Each runs on the writer
+//! thread inside its own savepoint (see `store::mod`), so each is atomic on its own.
+//!
+//! **Fencing invariant.** Every operation a worker performs after its claim starts with
+//! [`fence`]: a conditional UPDATE of the execution row that matches only if the execution
+//! token is still `running` *and* the task's envelope still carries the worker's lease token.
+//! Zero rows means the worker lost its right; the operation returns [`StoreError::Fenced`]
+//! and writes nothing.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde_json::Value;
+
+use super::{Store, StoreError};
+
+mod exec;
+mod intake;
+mod recovery;
+mod user;
+
+use crate::domain::{Actor, FailureKind, Millis, Phase, TaskStatus, request_hash};
+#[cfg(test)]
+use intake::DISPATCH_DUE;
+pub(in crate::store) use intake::submit;
+pub(in crate::store) use user::cancel;
+
+/// A task to create.
+#[derive(Debug, Clone, Default)]
+pub struct NewTask {
+    pub provider: String,
+    pub prompt: String,
+    pub params: Value,
+    pub idempotency_key: Option<String>,
+    pub retry_of: Option<String>,
+    /// Set when the task is a shot of an image set.
+    pub shot: Option<ShotRef>,
+}
+
+/// Where a task sits in an image set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShotRef {
+    pub set_id: String,
+    pub position: i64,
+    pub role: String,
+}
+
+impl NewTask {
+    fn hash(&self) -> String {
+        request_hash(&self.provider, &self.prompt, &self.params, "")
+    }
+}
+
+/// The result of a submit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SubmitOutcome {
+    /// A new task (and its envelope) was committed.
+    Created(String),
+    /// The idempotency key names an existing task with the same request.
+    Existing(String),
+    /// The idempotency key names an existing task with a different request.
+    Conflict(String),
+}
+
+impl SubmitOutcome {
+    /// The task id in every case.
+    pub fn task_id(&self) -> &str {
+        match self {
+            SubmitOutcome::Created(id) | SubmitOutcome::Existing(id) | SubmitOutcome::Conflict(id) => id,
+        }
+    }
+}
+
+/// An envelope handed to the in-process transport.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Handoff {
+    pub envelope_id: String,
+    pub task_id: String,
+    pub provider: String,
+    /// Which hand-off this is: a claim must name it, so a stale hand-off cannot claim.
+    pub send_count: i64,
+    /// When the envelope fell due (for the dispatch-delay metric).
+    pub due_at: Millis,
+}
+
+/// What the dispatcher marked `sent`, and when the next pending envelope falls due.
+#[derive(Debug, Clone, Default)]
+pub struct DispatchBatch {
+    pub handoffs: Vec<Handoff>,
+    pub next_due: Option<Millis>,
+}
+
+/// A claimed execution: everything a worker needs to run it.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    pub execution_token: String,
+    pub lease_token: String,
+    pub task_id: String,
+    pub provider: String,
+    pub prompt: String,
+    pub params: Value,
+    pub attempt: i64,
+    pub phase: Phase,
+    pub job_id: Option<String>,
+    pub idempotency_key: String,
+    pub calling_at: Option<Millis>,
+    /// True when this claim adopted an execution an earlier worker left in `calling` or
+    /// `accepted` (after a crash or an expired lease).
+    pub resumed: bool,
+    pub cancel_requested: bool,
+    /// When the task was submitted.
+    pub created_at: Millis,
+    /// Reference images to send (an image set's product photos).
+    pub references: Vec<crate::store::UploadView>,
+}
+
+/// The result of a claim.
+#[derive(Debug, Clone)]
+pub enum ClaimOutcome {
+    Claimed(Box<Claim>),
+    /// Someone else owns the envelope, or the task no longer needs running.
+    Lost,
+}
+
+/// An image file already written under the data dir, to be attached to a task.
+#[derive(Debug, Clone)]
+pub struct NewArtifact {
+    pub id: String,
+    /// Relative to the data dir.
+    pub path: String,
+    pub sha256: String,
+    pub bytes: i64,
+    pub media_type: String,
+}
+
+/// How an execution ends (or pauses).
+#[derive(Debug, Clone)]
+pub enum Finish {
+    /// The image is saved and verified.
+    Succeeded(NewArtifact),
+    /// A definite failure: not retried.
+    Failed { kind: FailureKind, reason: String },
+    /// Nothing can prove what happened: automatic retries stop.
+    Unknown { reason: String },
+    /// Try again at `due_at`. When `counted` and the attempts are used up, the task fails
+    /// with `kind` instead.
+    RetryLater { due_at: Millis, kind: FailureKind, reason: String, max_attempts: i64 },
+    /// A cancel arrived before anything was sent.
+    CanceledBeforeCall,
+}
+
+/// What the reconciler does with one leftover, as applied to the database.
+#[derive(Debug, Clone)]
+pub enum Recovery {
+    Requeue,
+    GiveUp,
+    Abandon,
+    FinishFromFile(NewArtifact),
+    Resume,
+    Unknown,
+}
+
+/// A sent envelope whose deadline passed, with the execution it leaves behind (if any).
+#[derive(Debug, Clone)]
+pub struct LeftoverRow {
+    pub envelope_id: String,
+    pub task_id: String,
+    pub provider: String,
+    pub send_count: i64,
+    pub lease_token: Option<String>,
+    /// (token, phase) of the task's running execution.
+    pub execution: Option<(String, Phase)>,
+}
+
+/// The result of a cancel request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// Nothing had been sent: canceled at once.
+    Canceled,
+    /// Running: marked cancel-requested; a result that arrives is kept.
+    Requested,
+    /// Already settled with this status.
+    Settled(TaskStatus),
+    NotFound,
+}
+
+/// The result of a user retry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RetryOutcome {
+    Created(String),
+    /// The idempotency key names a retry already made.
+    Existing(String),
+    /// The original may have been charged: the caller must acknowledge possible extra cost.
+    NeedsAcknowledgement,
+    /// The task is not in a state that can be retried.
+    NotRetryable(TaskStatus),
+    NotFound,
+}
+
+/// An operator's resolution of an `unknown` task.
+#[derive(Debug, Clone)]
+pub enum Resolution {
+    /// Found the image (e.g. in the provider's dashboard) and attached it.
+    Succeeded(NewArtifact),
+    /// Confirmed that it failed.
+    Failed,
+}
+
+/// The result of an operator resolution.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResolveOutcome {
+    Resolved,
+    NotUnknown(TaskStatus),
+    NotFound,
+}
+
+pub(in crate::store) fn new_id() -> String {
+    uuid::Uuid::now_v7().to_string()
+}
+
+pub(in crate::store) fn event(
+    c: &Connection,
+    task: &str,
+    now: Millis,
+    actor: Actor,
+    kind: &str,
+    message: &str,
+    exec: Option<&str>,
+) -> Result<(), StoreError> {
+    c.prepare_cached(
+        "INSERT INTO events (task_id, at, actor, kind, message, execution_token) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?
+    .execute(params![task, now, actor.as_str(), kind, message, exec])?;
+    Ok(())
+}
+
+pub(in crate::store) fn set_task(
+    c: &Connection,
+    task: &str,
+    status: TaskStatus,
+    reason: Option<&str>,
+    kind: Option<FailureKind>,
+    now: Millis,
+) -> Result<(), StoreError> {
+    c.prepare_cached("UPDATE tasks SET status = ?2, reason = ?3, failure_kind = ?4, updated_at = ?5 WHERE id = ?1")?
+        .execute(params![task, status.as_str(), reason, kind.map(|k| k.as_str()), now])?;
+    Ok(())
+}
+
+pub(super) fn task_status(c: &Connection, task: &str) -> Result<Option<TaskStatus>, StoreError> {
+    let s: Option<String> =
+        c.prepare_cached("SELECT status FROM tasks WHERE id = ?1")?.query_row([task], |r| r.get(0)).optional()?;
+    Ok(s.and_then(|s| TaskStatus::parse(&s)))
+}
+
+pub(super) fn consume_envelope(
+    c: &Connection,
+    task: &str,
+    status: &str,
+    error: Option<&str>,
+) -> Result<(), StoreError> {
+    c.prepare_cached(
+        "UPDATE envelopes SET status = ?2, lease_token = NULL, lease_expires_at = NULL, last_error = coalesce(?3, last_error)
+         WHERE task_id = ?1",
+    )?
+    .execute(params![task, status, error])?;
+    Ok(())
+}
+
+pub(super) fn requeue_envelope(
+    c: &Connection,
+    task: &str,
+    due_at: Millis,
+    error: Option<&str>,
+) -> Result<(), StoreError> {
+    c.prepare_cached(
+        "UPDATE envelopes SET status = 'pending', due_at = ?2, lease_token = NULL, lease_expires_at = NULL,
+                lease_boot = NULL, last_error = ?3
+         WHERE task_id = ?1",
+    )?
+    .execute(params![task, due_at, error])?;
+    Ok(())
+}
+
+pub(super) fn insert_artifact(
+    c: &Connection,
+    task: &str,
+    exec: &str,
+    a: &NewArtifact,
+    now: Millis,
+) -> Result<(), StoreError> {
+    c.prepare_cached(
+        "INSERT INTO artifacts (id, task_id, execution_token, path, sha256, bytes, media_type, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?
+    .execute(params![a.id, task, exec, a.path, a.sha256, a.bytes, a.media_type, now])?;
+    Ok(())
+}
+
+/// Called in every transaction that settles a task (terminal or unknown): schedules what
+/// was waiting for it (the next shot of its image set), in the same transaction.
+pub(in crate::store) fn on_settled(c: &Connection, task: &str, now: Millis) -> Result<(), StoreError> {
+    crate::store::sets::schedule_next_shot(c, task, now)
+}
+
+/// The fencing check (see module docs): mark the execution's row as still ours, or fail.
+/// Returns the task id.
+pub(super) fn fence(c: &Connection, exec: &str, lease: &str, now: Millis) -> Result<String, StoreError> {
+    c.prepare_cached(
+        "UPDATE executions SET heartbeat_at = ?3
+         WHERE token = ?1 AND status = 'running'
+           AND EXISTS (SELECT 1 FROM envelopes e WHERE e.task_id = executions.task_id
+                       AND e.status = 'sent' AND e.lease_token = ?2)
+         RETURNING task_id",
+    )?
+    .query_row(params![exec, lease, now], |r| r.get(0))
+    .optional()?
+    .ok_or(StoreError::Fenced)
+}
+
+/// If `key` was already used in `table` (`tasks` or `sets`): the same request (`Existing`) or
+/// a different one (`Conflict`).
+pub(in crate::store) fn replay_of(
+    c: &Connection,
+    table: &str,
+    key: Option<&str>,
+    hash: &str,
+) -> Result<Option<SubmitOutcome>, StoreError> {
+    let Some(key) = key else { return Ok(None) };
+    let existing: Option<(String, String)> = c
+        .prepare_cached(&format!("SELECT id, request_hash FROM {table} WHERE idempotency_key = ?1"))?
+        .query_row([key], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    Ok(existing.map(|(id, h)| if h == hash { SubmitOutcome::Existing(id) } else { SubmitOutcome::Conflict(id) }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The store turns on SQLite's query-planner stability guarantee: without it the
+    /// dispatcher's statement (a `LIMIT ?` and a `due_at <= ?` beside a partial index) is
+    /// re-prepared on every run with new values, which tripled its cost.
+    #[tokio::test]
+    async fn hot_statements_are_prepared_once() {
+        let dir = std::env::temp_dir().join(format!("tally-qpsg-{}", uuid::Uuid::new_v4()));
+        let store = Store::open(&dir.join("tally.db"), crate::config::Durability::Normal).expect("open");
+        for i in 0..3i64 {
+            let t = NewTask { provider: "p".into(), prompt: format!("t{i}"), ..NewTask::default() };
+            store.submit(t, 1_000 + i).await.expect("submit");
+            let batch = store.dispatch_due(1_000 + i, 1 + i as usize, 50, "boot").await.expect("dispatch");
+            assert_eq!(batch.handoffs.len(), 1, "run {i} hands off the task just submitted");
+        }
+        let (runs, reprepares) = store
+            .write(|c| {
+                let st = c.prepare_cached(DISPATCH_DUE)?;
+                Ok((st.get_status(rusqlite::StatementStatus::Run), st.get_status(rusqlite::StatementStatus::RePrepare)))
+            })
+            .await
+            .expect("status");
+        assert_eq!(runs, 3, "the cached statement is the one the dispatcher ran");
+        assert_eq!(reprepares, 0, "new bound values must not re-prepare the statement");
+        store.close().expect("close");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

@@ -1,0 +1,180 @@
+//! The reconciler's reads and writes: leftovers past their deadline, and the recovery
+//! decisions applied to them.
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::*;
+use crate::domain::{Actor, FailureKind, Millis, Phase, TaskStatus};
+
+/// Sent envelopes past their deadline, or leased by an earlier run of the process.
+pub(in crate::store) fn leftovers(c: &Connection, now: Millis, boot: &str) -> Result<Vec<LeftoverRow>, StoreError> {
+    let mut stmt = c.prepare_cached(
+        "SELECT e.id, e.task_id, e.provider, e.send_count, e.lease_token, x.token, x.phase
+         FROM envelopes e LEFT JOIN executions x ON x.task_id = e.task_id AND x.status = 'running'
+         WHERE e.status = 'sent' AND (e.lease_expires_at <= ?1 OR e.lease_boot IS NOT ?2)",
+    )?;
+    let rows = stmt.query_map(params![now, boot], |r| {
+        let token: Option<String> = r.get(5)?;
+        let phase: Option<String> = r.get(6)?;
+        Ok(LeftoverRow {
+            envelope_id: r.get(0)?,
+            task_id: r.get(1)?,
+            provider: r.get(2)?,
+            send_count: r.get(3)?,
+            lease_token: r.get(4)?,
+            execution: token.zip(phase.and_then(|p| Phase::parse(&p))),
+        })
+    })?;
+    rows.map(|r| r.map_err(StoreError::from)).collect()
+}
+
+/// Apply the reconciler's decisions. Each is fenced on the envelope still being exactly as
+/// the reconciler saw it (same hand-off, same lease); a changed one is skipped.
+pub(in crate::store) fn apply_recovery(
+    c: &Connection,
+    items: &[(LeftoverRow, Recovery)],
+    now: Millis,
+) -> Result<Vec<(String, TaskStatus)>, StoreError> {
+    let mut applied = Vec::new();
+    for (row, decision) in items {
+        let still = c
+            .prepare_cached(
+                "SELECT 1 FROM envelopes WHERE id = ?1 AND status = 'sent' AND send_count = ?2 AND lease_token IS ?3",
+            )?
+            .query_row(params![row.envelope_id, row.send_count, row.lease_token], |_| Ok(()))
+            .optional()?;
+        if still.is_none() {
+            continue;
+        }
+        let task = row.task_id.as_str();
+        let exec = row.execution.as_ref().map(|(t, _)| t.as_str());
+        let set_exec = |status: &str, error: &str| -> Result<(), StoreError> {
+            if let Some(token) = exec {
+                c.prepare_cached("UPDATE executions SET status = ?2, finished_at = ?3, error = ?4 WHERE token = ?1")?
+                    .execute(params![token, status, now, error])?;
+            }
+            Ok(())
+        };
+        let r = Actor::Reconciler;
+        match decision {
+            Recovery::Requeue => {
+                requeue_envelope(c, task, now, Some("handed off but never claimed"))?;
+                event(
+                    c,
+                    task,
+                    now,
+                    r,
+                    "requeued",
+                    "handed to a worker that never started it; queued again (nothing was sent)",
+                    None,
+                )?;
+                applied.push((row.task_id.clone(), task_status(c, task)?.unwrap_or(TaskStatus::Queued)));
+            }
+            Recovery::GiveUp => {
+                let why = format!("could not be delivered to a worker after {} hand-offs", row.send_count);
+                consume_envelope(c, task, "dead", Some(&why))?;
+                set_task(c, task, TaskStatus::Failed, Some(&why), Some(FailureKind::Undeliverable), now)?;
+                event(c, task, now, r, "failed", &why, None)?;
+                on_settled(c, task, now)?;
+                applied.push((row.task_id.clone(), TaskStatus::Failed));
+            }
+            Recovery::Abandon => {
+                set_exec("abandoned", "the worker stopped before calling the provider")?;
+                requeue_envelope(c, task, now, Some("worker lost before calling"))?;
+                set_task(
+                    c,
+                    task,
+                    TaskStatus::Waiting,
+                    Some("The worker stopped before anything was sent; queued again."),
+                    None,
+                    now,
+                )?;
+                event(
+                    c,
+                    task,
+                    now,
+                    r,
+                    "abandoned",
+                    "the worker stopped before calling the provider; nothing was sent; queued again",
+                    exec,
+                )?;
+                applied.push((row.task_id.clone(), TaskStatus::Waiting));
+            }
+            Recovery::FinishFromFile(a) => {
+                set_exec("succeeded", "")?;
+                if let Some(token) = exec {
+                    insert_artifact(c, task, token, a, now)?;
+                }
+                set_task(
+                    c,
+                    task,
+                    TaskStatus::Succeeded,
+                    Some("Recovered the saved image after an interruption."),
+                    None,
+                    now,
+                )?;
+                consume_envelope(c, task, "consumed", None)?;
+                event(
+                    c,
+                    task,
+                    now,
+                    r,
+                    "recovered",
+                    "found the saved image on disk, verified its hash and finished the task",
+                    exec,
+                )?;
+                on_settled(c, task, now)?;
+                applied.push((row.task_id.clone(), TaskStatus::Succeeded));
+            }
+            Recovery::Resume => {
+                requeue_envelope(c, task, now, Some("lease expired during the provider call"))?;
+                set_task(
+                    c,
+                    task,
+                    TaskStatus::Waiting,
+                    Some("Interrupted while the provider was working; recovering without sending again."),
+                    None,
+                    now,
+                )?;
+                event(
+                    c,
+                    task,
+                    now,
+                    r,
+                    "recovering",
+                    "the worker's lease expired during the provider call; handing the same execution to a worker to look up or replay, not to resend",
+                    exec,
+                )?;
+                applied.push((row.task_id.clone(), TaskStatus::Waiting));
+            }
+            Recovery::Unknown => {
+                let why = "interrupted after the request may have left, and this provider cannot prove what happened";
+                set_exec("unknown", why)?;
+                consume_envelope(c, task, "consumed", Some(why))?;
+                set_task(c, task, TaskStatus::Unknown, Some(why), None, now)?;
+                event(c, task, now, r, "unknown", &format!("{why}; automatic retries stopped"), exec)?;
+                on_settled(c, task, now)?;
+                applied.push((row.task_id.clone(), TaskStatus::Unknown));
+            }
+        }
+    }
+    Ok(applied)
+}
+
+impl Store {
+    /// Leftovers for the reconciler (read through the writer so it sees every commit; writes
+    /// nothing, so it does not ask for an fsync).
+    pub async fn leftovers(&self, now: Millis, boot: &str) -> Result<Vec<LeftoverRow>, StoreError> {
+        let boot = boot.to_string();
+        self.write_ordered(move |c| leftovers(c, now, &boot)).await
+    }
+
+    /// Apply reconciler decisions.
+    pub async fn apply_recovery(
+        &self,
+        items: Vec<(LeftoverRow, Recovery)>,
+        now: Millis,
+    ) -> Result<Vec<(String, TaskStatus)>, StoreError> {
+        self.write(move |c| apply_recovery(c, &items, now)).await
+    }
+}
