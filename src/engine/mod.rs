@@ -350,12 +350,7 @@ impl Engine {
         if t.params.to_string().len() > MAX_PARAMS_BYTES {
             return Err(EngineError::Invalid(format!("params are larger than {MAX_PARAMS_BYTES} bytes")));
         }
-        if let Some(k) = &t.idempotency_key
-            && (k.is_empty() || k.len() > 256)
-        {
-            return Err(EngineError::Invalid("the idempotency key must be 1 to 256 characters".into()));
-        }
-        Ok(())
+        validate_key(t.idempotency_key.as_deref())
     }
 
     /// Store a reference image (PNG, JPEG or WebP, checked from its bytes), deduplicated by
@@ -374,6 +369,7 @@ impl Engine {
 
     /// Validate and durably create an image set: one task per shot, run one at a time.
     pub async fn create_set(&self, set: NewSet) -> Result<SubmitOutcome, EngineError> {
+        validate_key(set.idempotency_key.as_deref())?;
         if set.product.trim().is_empty() {
             return Err(EngineError::Invalid("the product name is empty".into()));
         }
@@ -509,6 +505,19 @@ impl Engine {
     /// A read-only view of the current tasks count by status (metrics).
     pub async fn status_counts(&self) -> Result<Vec<(TaskStatus, i64)>, EngineError> {
         Ok(self.shared.store.status_counts().await?)
+    }
+}
+
+/// The longest idempotency key tally accepts, in bytes (tasks and sets alike).
+pub const MAX_KEY_CHARS: usize = 256;
+
+/// A client's idempotency key, for a task or a set: 1 to [`MAX_KEY_CHARS`] characters.
+fn validate_key(key: Option<&str>) -> Result<(), EngineError> {
+    match key {
+        Some(k) if k.is_empty() || k.len() > MAX_KEY_CHARS => {
+            Err(EngineError::Invalid(format!("the idempotency key must be 1 to {MAX_KEY_CHARS} characters")))
+        }
+        _ => Ok(()),
     }
 }
 
