@@ -12,6 +12,7 @@
 mod dispatcher;
 pub mod files;
 mod reconciler;
+mod trouble;
 mod worker;
 
 use std::collections::HashMap;
@@ -146,6 +147,8 @@ pub(crate) struct Shared {
     /// When the reconciler will next wake on its own (`Millis::MAX`: not until woken).
     reconciler_at: AtomicI64,
     shutdown: watch::Sender<bool>,
+    /// Set (once) when a service found the database unusable: the daemon must stop.
+    fatal: watch::Sender<Option<String>>,
     metrics: Arc<Metrics>,
     /// Running workers, so that `kill` can stop them as a crash would.
     running: Mutex<JoinSet<()>>,
@@ -170,6 +173,19 @@ impl Shared {
 
     fn stopping(&self) -> bool {
         *self.shutdown.borrow()
+    }
+
+    /// The database cannot be used any more (read-only, corrupt): ask the daemon to stop
+    /// ([`Engine::failure`]). The first reason is kept.
+    fn give_up(&self, why: String) {
+        self.fatal.send_if_modified(|f| {
+            if f.is_none() {
+                *f = Some(why);
+                true
+            } else {
+                false
+            }
+        });
     }
 
     /// A jitter value in [0, 1) from the OS random source.
@@ -235,6 +251,7 @@ impl Engine {
             wake_reconciler: Notify::new(),
             reconciler_at: AtomicI64::new(Millis::MAX),
             shutdown: watch::channel(false).0,
+            fatal: watch::channel(None).0,
             metrics: parts.metrics,
             running: Mutex::new(JoinSet::new()),
             changes: broadcast::channel(4096).0,
@@ -464,6 +481,20 @@ impl Engine {
             self.shared.changed(task, if succeeded { TaskStatus::Succeeded } else { TaskStatus::Failed });
         }
         Ok(out)
+    }
+
+    /// Resolves when a service found the database unusable (read-only, corrupt), with the
+    /// reason; the daemon should then stop cleanly. Never resolves otherwise.
+    pub async fn failure(&self) -> String {
+        let mut rx = self.shared.fatal.subscribe();
+        loop {
+            if let Some(why) = rx.borrow_and_update().clone() {
+                return why;
+            }
+            if rx.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
     }
 
     /// Wake every service (tests use this after moving a manual clock).
