@@ -50,7 +50,9 @@ pub fn slug(text: &str, max: usize) -> Option<String> {
     }
     if out.chars().count() > max {
         let cut: String = out.chars().take(max).collect();
+        let at_boundary = out.chars().nth(max) == Some('-');
         out = match cut.rfind('-') {
+            _ if at_boundary => cut,
             Some(i) if i >= max / 2 => cut[..i].to_string(),
             _ => cut,
         };
@@ -334,8 +336,10 @@ mod tests {
 
     #[test]
     fn zip_times_are_civil_dates() {
-        // 2026-12-01T09:29:45Z
+        // 2026-12-01T09:29:45Z; zip (DOS) times count seconds in steps of two.
         let t = zip_time(1_796_117_385_000);
-        assert_eq!((t.year(), t.month(), t.day(), t.hour(), t.minute(), t.second()), (2026, 12, 1, 9, 29, 45));
+        assert_eq!((t.year(), t.month(), t.day(), t.hour(), t.minute(), t.second()), (2026, 12, 1, 9, 29, 44));
+        let leap = zip_time(1_709_164_800_000); // 2024-02-29T00:00:00Z
+        assert_eq!((leap.year(), leap.month(), leap.day()), (2024, 2, 29));
     }
 }
