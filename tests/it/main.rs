@@ -19,6 +19,7 @@ mod races;
 mod sets;
 #[cfg(feature = "failpoints")]
 mod soak;
+mod surface;
 mod web;
 
 /// The crash matrix and the soak need crash points compiled into the binary; say so loudly
