@@ -36,7 +36,7 @@ fn engine_section() -> &'static str {
 
 /// One cell of the matrix.
 pub fn crash_case(point: &str, kind: &str) {
-    let mock = Mock::start(&["--job-duration-ms", "50"]);
+    let mock = Mock::start(&["--job-duration-ms", "50", "--honor-idempotency-key"]);
     let mut d = Daemon::configure_with(engine_section(), &providers(&mock));
     d.env.push(("TALLY_TEST_KEY".into(), "sk-test-crash".into()));
     d.env.push(("FAILPOINTS".into(), format!("{point}=return")));

@@ -11,7 +11,11 @@ mod common;
 mod crash;
 mod engine;
 mod providers_daemon;
+mod providers_fal;
+mod providers_hostile;
 mod providers_http;
+mod providers_replicate;
+mod providers_sdk;
 mod sets;
 #[cfg(feature = "failpoints")]
 mod soak;
