@@ -8,5 +8,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-browser.sh
+bash scripts/install-axe.sh
 cargo test --all-targets --features failpoints -- --skip soak::
 cargo test --features failpoints --test it soak:: -- --nocapture

@@ -6,6 +6,7 @@
 //! where it hurts and read the mock provider's ledger.
 
 mod api;
+mod browser;
 mod cli;
 mod common;
 #[cfg(feature = "failpoints")]
@@ -19,6 +20,7 @@ mod sets;
 mod soak;
 mod surface;
 mod web;
+mod web_surface;
 
 /// The crash matrix and the soak need crash points compiled into the binary; say so loudly
 /// instead of skipping silently when they are not.
