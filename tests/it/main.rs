@@ -21,6 +21,7 @@ mod sets;
 #[cfg(feature = "failpoints")]
 mod soak;
 mod surface;
+mod tour;
 mod web;
 mod web_surface;
 

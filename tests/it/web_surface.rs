@@ -262,7 +262,8 @@ fn after_a_restart_the_page_says_sign_in_again_and_the_indicator_recovers() {
     rt.block_on(async {
         let b = Browser::start().await;
         b.c().goto(&url).await.expect("sign in");
-        b.until("live", 15, "document.getElementById('live').textContent === 'live'").await;
+        b.until("the jobs page, live", 15, "document.getElementById('prompt') !== null && \
+            document.getElementById('live').textContent === 'live'").await;
         b.c().find(Locator::Css("#prompt")).await.unwrap().send_keys("kept while tally restarts").await.unwrap();
 
         let status = d.term();
