@@ -116,7 +116,8 @@ pub fn base_url(listen: SocketAddr) -> String {
     format!("http://{addr}")
 }
 
-fn create_data_dir(dir: &Path) -> Result<(), Failure> {
+/// Create the data directory (mode 0700) if it does not exist.
+pub fn create_data_dir(dir: &Path) -> Result<(), Failure> {
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -158,9 +159,19 @@ pub async fn serve(cfg: Config) -> Result<(), Failure> {
     }
     let default_provider = cfg.providers.first().map(|p| p.name.clone()).unwrap_or_else(|| "demo".into());
 
+    for w in &cfg.warnings {
+        tracing::warn!("{w}");
+    }
     let db = cfg.db_path();
     let store = Store::open(&db, cfg.storage.durability)
         .map_err(|e| Failure::error(format!("cannot open the database {}: {e}", db.display())))?;
+    if !store.migration_notes().is_empty() {
+        let mut out = std::io::stdout().lock();
+        for note in store.migration_notes() {
+            let _ = writeln!(out, "upgrade: {note}");
+        }
+        let _ = out.flush();
+    }
     let engine = match Engine::start(EngineParts {
         store: store.clone(),
         config: cfg.engine.clone(),

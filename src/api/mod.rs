@@ -10,6 +10,7 @@
 
 pub mod auth;
 pub mod error;
+pub mod images;
 pub mod sets;
 pub mod tasks;
 
@@ -102,9 +103,9 @@ pub fn app(state: AppState) -> Router {
         .route("/tasks/{id}/cancel", post(tasks::cancel))
         .route("/tasks/{id}/retry", post(tasks::retry))
         .route("/tasks/{id}/resolve", post(tasks::resolve))
-        .route("/artifacts/{id}", get(tasks::artifact))
+        .route("/artifacts/{id}", get(images::artifact))
         .route("/uploads", post(sets::upload))
-        .route("/uploads/{id}", get(sets::get_upload))
+        .route("/uploads/{id}", get(images::upload))
         .route("/sets", post(sets::create).get(sets::list))
         .route("/sets/{id}", get(sets::get_one))
         .route("/sets/{id}/cancel", post(sets::cancel))

@@ -35,7 +35,6 @@ pub struct TaskView {
 pub struct ArtifactView {
     pub id: String,
     pub task_id: String,
-    pub path: String,
     pub sha256: String,
     pub bytes: i64,
     pub media_type: String,
@@ -85,15 +84,14 @@ fn artifact_row(r: &Row<'_>) -> rusqlite::Result<ArtifactView> {
     Ok(ArtifactView {
         id: r.get(0)?,
         task_id: r.get(1)?,
-        path: r.get(2)?,
-        sha256: r.get(3)?,
-        bytes: r.get(4)?,
-        media_type: r.get(5)?,
-        created_at: r.get(6)?,
+        sha256: r.get(2)?,
+        bytes: r.get(3)?,
+        media_type: r.get(4)?,
+        created_at: r.get(5)?,
     })
 }
 
-const ARTIFACT_COLUMNS: &str = "id, task_id, path, sha256, bytes, media_type, created_at";
+const ARTIFACT_COLUMNS: &str = "id, task_id, sha256, bytes, media_type, created_at";
 
 fn with_artifacts(c: &Connection, mut t: TaskView) -> Result<TaskView, StoreError> {
     let mut stmt =
@@ -179,16 +177,18 @@ pub fn status_counts(c: &Connection) -> Result<Vec<(TaskStatus, i64)>, StoreErro
     Ok(out)
 }
 
-/// For an artifact file (`rel`, named after an execution token): whether an artifact row
-/// points to it, and the execution's status (if the execution exists).
-pub fn file_owner(c: &Connection, rel: &str, exec: &str) -> Result<(bool, Option<String>), StoreError> {
-    let has_row =
-        c.prepare_cached("SELECT 1 FROM artifacts WHERE path = ?1")?.query_row([rel], |_| Ok(())).optional()?.is_some();
-    let status = c
-        .prepare_cached("SELECT status FROM executions WHERE token = ?1")?
-        .query_row([exec], |r| r.get(0))
-        .optional()?;
-    Ok((has_row, status))
+/// One artifact with what its download is named after: the product of the set its task is
+/// a shot of (else the task's prompt), and the shot's role.
+pub fn artifact_for_download(
+    c: &Connection,
+    id: &str,
+) -> Result<Option<(ArtifactView, String, Option<String>)>, StoreError> {
+    Ok(c.prepare_cached(
+        "SELECT a.id, a.task_id, a.sha256, a.bytes, a.media_type, a.created_at, coalesce(s.product, t.prompt), t.shot_role
+         FROM artifacts a JOIN tasks t ON t.id = a.task_id LEFT JOIN sets s ON s.id = t.set_id WHERE a.id = ?1",
+    )?
+    .query_row([id], |r| Ok((artifact_row(r)?, r.get(6)?, r.get(7)?)))
+    .optional()?)
 }
 
 impl Store {
@@ -215,6 +215,14 @@ impl Store {
     /// One artifact.
     pub async fn artifact(&self, id: String) -> Result<Option<ArtifactView>, StoreError> {
         self.read(move |c| artifact(c, &id)).await
+    }
+
+    /// One artifact with the words and role its download is named after.
+    pub async fn artifact_for_download(
+        &self,
+        id: String,
+    ) -> Result<Option<(ArtifactView, String, Option<String>)>, StoreError> {
+        self.read(move |c| artifact_for_download(c, &id)).await
     }
 
     /// Number of tasks per status.

@@ -10,6 +10,7 @@ mod common;
 #[cfg(feature = "failpoints")]
 mod crash;
 mod engine;
+mod onefile;
 mod providers_daemon;
 mod providers_http;
 mod sets;

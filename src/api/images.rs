@@ -1,0 +1,86 @@
+//! Image downloads: `GET /v1/artifacts/{id}` (a generated image) and `GET /v1/uploads/{id}`
+//! (a reference photo). The bytes stream from the database ([`crate::store::BlobReader`]):
+//! one chunk at a time, each read in its own short read transaction on a blocking thread, so a
+//! request never holds a whole image in memory and a slow client never holds a snapshot
+//! open. `Content-Length` comes from the recorded size, `ETag` from the recorded sha256, and
+//! `Content-Disposition` gives a name a person recognises ([`crate::store::download_name`]).
+//!
+//! Other routes that send stored images (a set's zip, thumbnails) use [`image_response`].
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use futures_util::stream;
+
+use super::AppState;
+use super::error::ApiError;
+use crate::store::{BlobReader, CHUNK, Store, download_name};
+
+/// `GET /v1/artifacts/{id}`: the image, named after its product (or prompt), role and id.
+pub async fn artifact(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let store = state.engine().store();
+    let (a, words, role) = store.artifact_for_download(id).await?.ok_or_else(|| ApiError::not_found("artifact"))?;
+    let name = download_name(&words, role.as_deref(), &a.id, &a.media_type);
+    image_response(store, &a.id, &name).await
+}
+
+/// `GET /v1/uploads/{id}`: the reference photo, named after the product of its set.
+pub async fn upload(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let store = state.engine().store();
+    let (u, product) = store.upload_for_download(id).await?.ok_or_else(|| ApiError::not_found("upload"))?;
+    let words = product.unwrap_or_else(|| "reference".into());
+    let name = download_name(&words, Some("reference"), &u.id, &u.media_type);
+    image_response(store, &u.id, &name).await
+}
+
+/// A 200 response streaming the image stored under `id`, offered as `filename` (which must be
+/// a plain `[A-Za-z0-9_.-]` name, as [`download_name`] makes). 404 if nothing is stored there.
+pub async fn image_response(store: &Store, id: &str, filename: &str) -> Result<Response, ApiError> {
+    let opening = store.clone();
+    let key = id.to_string();
+    let reader = tokio::task::spawn_blocking(move || opening.open_blob(&key))
+        .await
+        .map_err(|e| ApiError::unavailable(&e))??
+        .ok_or_else(|| ApiError::not_found("image"))?;
+    let meta = reader.meta().clone();
+    let disposition = HeaderValue::from_str(&format!("inline; filename=\"{filename}\""))
+        .unwrap_or_else(|_| HeaderValue::from_static("inline"));
+    let etag = HeaderValue::from_str(&format!("\"{}\"", meta.sha256)).ok();
+    let mut response = Body::from_stream(chunks(reader)).into_response();
+    let h = response.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&meta.media_type) {
+        h.insert(header::CONTENT_TYPE, v);
+    }
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(meta.bytes.max(0) as u64));
+    h.insert(header::CONTENT_DISPOSITION, disposition);
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("private, max-age=31536000, immutable"));
+    if let Some(etag) = etag {
+        h.insert(header::ETAG, etag);
+    }
+    Ok(response)
+}
+
+/// The image as a stream of chunks, each read on a blocking thread. An error (the image was
+/// pruned mid-download, the database failed) ends the body early, so the client sees a
+/// response shorter than its `Content-Length`, never other bytes.
+fn chunks(reader: BlobReader) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
+    stream::unfold(Some(reader), |state| async move {
+        let mut reader = state?;
+        let read = tokio::task::spawn_blocking(move || {
+            let chunk = reader.next_chunk(CHUNK);
+            (reader, chunk)
+        })
+        .await;
+        match read {
+            Ok((reader, Ok(Some(chunk)))) => Some((Ok(Bytes::from(chunk)), Some(reader))),
+            Ok((_, Ok(None))) => None,
+            Ok((reader, Err(e))) => {
+                tracing::warn!(image = %reader.meta().id, error = %e, "an image download ended early");
+                Some((Err(std::io::Error::other(e)), None))
+            }
+            Err(e) => Some((Err(std::io::Error::other(e)), None)),
+        }
+    })
+}
