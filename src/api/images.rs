@@ -3,9 +3,11 @@
 //! one chunk at a time, each read in its own short read transaction on a blocking thread, so a
 //! request never holds a whole image in memory and a slow client never holds a snapshot
 //! open. `Content-Length` comes from the recorded size, `ETag` from the recorded sha256, and
-//! `Content-Disposition` gives a name a person recognises ([`crate::store::download_name`]).
+//! `Content-Disposition` gives a name a person recognises: the product and role of a set's
+//! shot, or the job's prompt ([`super::download::artifact_file_name`]), then a short id, e.g.
+//! `red-sneaker_main_5c1d9e2f.png`.
 //!
-//! Other routes that send stored images (a set's zip, thumbnails) use [`image_response`].
+//! Other routes that send one stored image (thumbnails) use [`image_response`].
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
@@ -14,28 +16,42 @@ use axum::response::{IntoResponse, Response};
 use futures_util::stream;
 
 use super::AppState;
+use super::download::{artifact_file_name, content_disposition, slug, with_short_id};
 use super::error::ApiError;
-use crate::store::{BlobReader, CHUNK, Store, download_name};
+use crate::store::{BlobReader, CHUNK, Store};
 
-/// `GET /v1/artifacts/{id}`: the image, named after its product (or prompt), role and id.
+/// `GET /v1/artifacts/{id}`: the image, named after its set's product and the shot's role (or
+/// the job's prompt), and a short id.
 pub async fn artifact(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
     let store = state.engine().store();
-    let (a, words, role) = store.artifact_for_download(id).await?.ok_or_else(|| ApiError::not_found("artifact"))?;
-    let name = download_name(&words, role.as_deref(), &a.id, &a.media_type);
-    image_response(store, &a.id, &name).await
+    let a = store.artifact(id).await?.ok_or_else(|| ApiError::not_found("artifact"))?;
+    let task = store.get_task(a.task_id.clone()).await?;
+    let set = match task.as_ref().and_then(|t| t.set_id.clone()) {
+        Some(set_id) => store.get_set(set_id).await?,
+        None => None,
+    };
+    let name = match &task {
+        Some(t) => artifact_file_name(t, set.as_ref(), &a),
+        None => format!("image.{}", crate::providers::extension(&a.media_type)),
+    };
+    image_response(store, &a.id, &with_short_id(&name, &a.id)).await
 }
 
-/// `GET /v1/uploads/{id}`: the reference photo, named after the product of its set.
+/// `GET /v1/uploads/{id}`: the reference photo, named after the product of the first set that
+/// uses it: `red-sneaker_reference_5c1d9e2f.png` (else `reference-photo_…`).
 pub async fn upload(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
     let store = state.engine().store();
     let (u, product) = store.upload_for_download(id).await?.ok_or_else(|| ApiError::not_found("upload"))?;
-    let words = product.unwrap_or_else(|| "reference".into());
-    let name = download_name(&words, Some("reference"), &u.id, &u.media_type);
-    image_response(store, &u.id, &name).await
+    let stem = match product.as_deref().and_then(|p| slug(p, 48)) {
+        Some(p) => format!("{p}_reference"),
+        None => "reference-photo".into(),
+    };
+    let name = format!("{stem}.{}", crate::providers::extension(&u.media_type));
+    image_response(store, &u.id, &with_short_id(&name, &u.id)).await
 }
 
-/// A 200 response streaming the image stored under `id`, offered as `filename` (which must be
-/// a plain `[A-Za-z0-9_.-]` name, as [`download_name`] makes). 404 if nothing is stored there.
+/// A 200 response streaming the image stored under `id`, offered (inline) as `filename`. 404
+/// if nothing is stored there.
 pub async fn image_response(store: &Store, id: &str, filename: &str) -> Result<Response, ApiError> {
     let opening = store.clone();
     let key = id.to_string();
@@ -44,8 +60,7 @@ pub async fn image_response(store: &Store, id: &str, filename: &str) -> Result<R
         .map_err(|e| ApiError::unavailable(&e))??
         .ok_or_else(|| ApiError::not_found("image"))?;
     let meta = reader.meta().clone();
-    let disposition = HeaderValue::from_str(&format!("inline; filename=\"{filename}\""))
-        .unwrap_or_else(|_| HeaderValue::from_static("inline"));
+    let disposition = content_disposition("inline", filename);
     let etag = HeaderValue::from_str(&format!("\"{}\"", meta.sha256)).ok();
     let mut response = Body::from_stream(chunks(reader)).into_response();
     let h = response.headers_mut();

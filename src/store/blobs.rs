@@ -115,35 +115,6 @@ impl NewArtifact {
     }
 }
 
-/// A file name a person recognises for a stored image: the slug of `words` (a product or a
-/// prompt: ASCII letters and digits, at most 40 characters, cut between words), the role when
-/// there is one, and the last 8 hex digits of the id (its random part: UUIDv7 ids made close
-/// together share their first digits), e.g. `red-sneaker_main_5c1d9e2f.png`. Only `[a-z0-9_.-]`,
-/// so it needs no quoting beyond `filename="…"`.
-pub fn download_name(words: &str, role: Option<&str>, id: &str, media_type: &str) -> String {
-    let mut slug = String::new();
-    for ch in words.chars() {
-        if ch.is_ascii_alphanumeric() {
-            slug.push(ch.to_ascii_lowercase());
-        } else if !slug.is_empty() && !slug.ends_with('-') {
-            slug.push('-');
-        }
-    }
-    if slug.len() > 40 {
-        let cut = slug[..41].rfind('-').filter(|&i| i >= 8).unwrap_or(40);
-        slug.truncate(cut);
-    }
-    let slug = slug.trim_matches('-');
-    let mut name = if slug.is_empty() { "image".to_string() } else { slug.to_string() };
-    if let Some(role) = role.filter(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')) {
-        name.push('_');
-        name.push_str(role);
-    }
-    let hexits: Vec<char> = id.chars().filter(char::is_ascii_hexdigit).map(|c| c.to_ascii_lowercase()).collect();
-    let short: String = hexits[hexits.len().saturating_sub(8)..].iter().collect();
-    format!("{name}_{short}.{}", crate::providers::extension(media_type))
-}
-
 /// What is recorded about a stored image.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BlobMeta {
@@ -347,18 +318,6 @@ pub fn verify_all(c: &Connection) -> Result<BlobCheck, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn download_names_are_recognisable() {
-        let id = "01a2b3c4-0000-7000-8000-00005c1d9e2f";
-        assert_eq!(download_name("Red Sneaker", Some("main"), id, "image/png"), "red-sneaker_main_5c1d9e2f.png");
-        assert_eq!(
-            download_name("a red sneaker on a white background, studio light", None, id, "image/jpeg"),
-            "a-red-sneaker-on-a-white-background_5c1d9e2f.jpg"
-        );
-        assert_eq!(download_name("東京", Some("scene"), id, "image/webp"), "image_scene_5c1d9e2f.webp");
-        assert_eq!(download_name("x", Some("../etc"), id, "image/png"), "x_5c1d9e2f.png");
-    }
 
     #[test]
     fn only_images_are_accepted() {

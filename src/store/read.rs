@@ -177,20 +177,6 @@ pub fn status_counts(c: &Connection) -> Result<Vec<(TaskStatus, i64)>, StoreErro
     Ok(out)
 }
 
-/// One artifact with what its download is named after: the product of the set its task is
-/// a shot of (else the task's prompt), and the shot's role.
-pub fn artifact_for_download(
-    c: &Connection,
-    id: &str,
-) -> Result<Option<(ArtifactView, String, Option<String>)>, StoreError> {
-    Ok(c.prepare_cached(
-        "SELECT a.id, a.task_id, a.sha256, a.bytes, a.media_type, a.created_at, coalesce(s.product, t.prompt), t.shot_role
-         FROM artifacts a JOIN tasks t ON t.id = a.task_id LEFT JOIN sets s ON s.id = t.set_id WHERE a.id = ?1",
-    )?
-    .query_row([id], |r| Ok((artifact_row(r)?, r.get(6)?, r.get(7)?)))
-    .optional()?)
-}
-
 impl Store {
     /// One task with its artifacts.
     pub async fn get_task(&self, id: String) -> Result<Option<TaskView>, StoreError> {
@@ -215,14 +201,6 @@ impl Store {
     /// One artifact.
     pub async fn artifact(&self, id: String) -> Result<Option<ArtifactView>, StoreError> {
         self.read(move |c| artifact(c, &id)).await
-    }
-
-    /// One artifact with the words and role its download is named after.
-    pub async fn artifact_for_download(
-        &self,
-        id: String,
-    ) -> Result<Option<(ArtifactView, String, Option<String>)>, StoreError> {
-        self.read(move |c| artifact_for_download(c, &id)).await
     }
 
     /// Number of tasks per status.
