@@ -63,6 +63,13 @@ pub(super) fn backup(cfg: &Config, dest: &Path) -> Result<ExitCode, Failure> {
         started.elapsed().as_secs_f64(),
         r.check.summary()
     );
+    if !r.check.unmoved.is_empty() {
+        println!(
+            "warning: {} image(s) are still files from an older version that start-up could not move in, so the \
+             copy does not hold them; `tally check` lists them",
+            r.check.unmoved.len()
+        );
+    }
     Ok(Exit::Ok.into())
 }
 
@@ -73,17 +80,15 @@ pub(super) fn check(cfg: &Config, db: Option<&Path>) -> Result<ExitCode, Failure
         return Err(Failure::error(format!("there is no database at {}", db.display())));
     }
     let report = crate::store::check(&db).map_err(|e| Failure::error(format!("cannot check {}: {e}", db.display())))?;
-    if report.problems.is_empty() {
+    if report.problems.is_empty() && report.unmoved.is_empty() {
         println!("ok: {} passed every check: {}", db.display(), report.summary());
         return Ok(Exit::Ok.into());
     }
-    for p in &report.problems {
+    for p in report.problems.iter().chain(&report.unmoved) {
         println!("problem: {p}");
     }
-    Err(Failure {
-        exit: Exit::Problems,
-        message: format!("{} problem(s) found in {}", report.problems.len(), db.display()),
-    })
+    let n = report.problems.len() + report.unmoved.len();
+    Err(Failure { exit: Exit::Problems, message: format!("{n} problem(s) found in {}", db.display()) })
 }
 
 /// `tally restore SRC`: make the backup SRC this data directory's database. Refused while a

@@ -246,10 +246,10 @@ pub struct BlobCheck {
     pub problems: Vec<String>,
 }
 
-/// Verify every stored image: its bytes against the size and sha256 recorded with them and
-/// with its artifact or upload row, and that every artifact and upload has its bytes and every
-/// stored image belongs to one. Reads in [`CHUNK`]s within one read transaction (a
-/// consistent view; memory stays bounded).
+/// Verify every stored image: that every artifact and upload has its bytes, every stored
+/// image belongs to one, their recorded sizes, hashes and types agree, and the bytes
+/// themselves match the recorded size and sha256 (read in [`CHUNK`]s, so memory stays
+/// bounded). Call it inside one read transaction for a consistent view.
 pub fn verify_all(c: &Connection) -> Result<BlobCheck, StoreError> {
     let mut out = BlobCheck::default();
     let missing: &[(&str, &str)] = &[
