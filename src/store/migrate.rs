@@ -1,7 +1,7 @@
-//! Moving the image files of schema version 2 (`artifacts/` and `uploads/` beside the
+//! Moving the image files of schema versions up to 3 (`artifacts/` and `uploads/` beside the
 //! database) into the database, at start-up, before anything else runs.
 //!
-//! The schema step (`open::MIGRATIONS`, 2 → 3) lists every file its rows point to in
+//! The schema step (`open::MIGRATIONS`, 3 → 4) lists every file its rows point to in
 //! `legacy_files`, with the size and sha256 the row recorded. This module then works through
 //! that list; each step is safe to be killed at any point and started again:
 //!
@@ -17,7 +17,7 @@
 //! says so, and `tally check` reports it, so putting the right file back and starting again
 //! finishes the job. When the list is empty, `legacy_files` is dropped.
 //!
-//! One more kind of file is evidence: version 2 saved an image as
+//! One more kind of file is evidence: an older version saved an image as
 //! `artifacts/<execution token>.<ext>` *before* committing it, so a crash could leave the image
 //! of a task still `running` (or a late image of an `unknown` one) on disk without a row. That
 //! version finished such tasks from the file at start-up; this one stores images in the same
@@ -38,7 +38,7 @@ use crate::domain::{Actor, TaskStatus};
 /// At most this many bytes of files are read and committed per transaction.
 const BATCH_BYTES: i64 = 64 << 20;
 
-/// The directories version 2 kept images in, relative to the data dir.
+/// The directories an older version kept images in, relative to the data dir.
 const DIRS: &[&str] = &["artifacts", "uploads"];
 
 /// Whether a migration of image files has not finished yet.
@@ -207,7 +207,7 @@ fn recover_saved(c: &Connection, data_dir: &Path) -> Result<u64, StoreError> {
     Ok(finished)
 }
 
-/// A complete image version 2 saved for execution `token` (it renamed a file to its final
+/// A complete image an older version saved for execution `token` (it renamed a file to its final
 /// name only after writing and fsyncing it, so a file under that name is complete), verified.
 fn saved_image(data_dir: &Path, token: &str) -> Option<(String, NewImage)> {
     ["png", "jpg", "webp"].iter().find_map(|ext| {
@@ -258,7 +258,7 @@ fn recover_one(c: &Connection, token: &str, rel: &str, img: NewImage) -> Result<
     Ok(true)
 }
 
-/// After the last file moved: remove version 2's temporary files and the directories if they
+/// After the last file moved: remove an older version's temporary files and the directories if they
 /// are empty; name what is left (files no row ever pointed to: not tally's to delete).
 fn tidy_dirs(data_dir: &Path) -> Vec<String> {
     let mut notes = Vec::new();

@@ -1,5 +1,5 @@
 //! Opening the database: pragmas (set, then read back and asserted), schema creation and
-//! migration by `PRAGMA user_version` (and, from version 2, moving image files into the
+//! migration by `PRAGMA user_version` (and, from version 3, moving image files into the
 //! database: `store::migrate`), plus the whole-file operations (checkpoint, backup, check)
 //! that work on a path rather than through the writer.
 
@@ -13,7 +13,7 @@ use rusqlite::{Connection, OpenFlags, trace::TraceEventCodes};
 use crate::config::Durability;
 
 /// The schema version this build writes. Older databases are migrated; newer ones refused.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// `PRAGMA application_id` of tally databases ("taly").
 const APPLICATION_ID: i64 = 0x7461_6c79;
@@ -39,7 +39,9 @@ const MIGRATIONS: &[&str] = &[
         upload_id TEXT NOT NULL REFERENCES uploads(id), PRIMARY KEY (set_id, position)) STRICT;
      ALTER TABLE tasks ADD COLUMN shot_role TEXT CHECK (shot_role IN ('main', 'selling_point', 'scene'));
      CREATE INDEX tasks_by_set ON tasks(set_id, set_position) WHERE set_id IS NOT NULL;",
-    // 2 → 3: image bytes move into the database. The files' rows are listed in
+    // 2 → 3: the provider's handle for an accepted job (fal's status/response URLs), JSON.
+    "ALTER TABLE executions ADD COLUMN provider_handle TEXT;",
+    // 3 → 4: image bytes move into the database. The files' rows are listed in
     // `legacy_files` (with what they record), the tables lose their `path`, and
     // `store::migrate` then moves each file in, verified, and drops `legacy_files` when done.
     "CREATE TABLE blobs (
@@ -51,15 +53,15 @@ const MIGRATIONS: &[&str] = &[
         media_type TEXT NOT NULL, moved INTEGER NOT NULL DEFAULT 0 CHECK (moved IN (0, 1))) STRICT;
      INSERT INTO legacy_files (id, path, sha256, bytes, media_type) SELECT id, path, sha256, bytes, media_type FROM artifacts;
      INSERT INTO legacy_files (id, path, sha256, bytes, media_type) SELECT id, path, sha256, bytes, media_type FROM uploads;
-     CREATE TABLE artifacts_v3 (
+     CREATE TABLE artifacts_v4 (
         id TEXT PRIMARY KEY, task_id TEXT NOT NULL REFERENCES tasks(id),
         execution_token TEXT NOT NULL UNIQUE REFERENCES executions(token), sha256 TEXT NOT NULL,
         bytes INTEGER NOT NULL CHECK (bytes > 0),
         media_type TEXT NOT NULL CHECK (media_type IN ('image/png', 'image/jpeg', 'image/webp')),
         created_at INTEGER NOT NULL) STRICT;
-     INSERT INTO artifacts_v3 SELECT id, task_id, execution_token, sha256, bytes, media_type, created_at FROM artifacts;
+     INSERT INTO artifacts_v4 SELECT id, task_id, execution_token, sha256, bytes, media_type, created_at FROM artifacts;
      DROP TABLE artifacts;
-     ALTER TABLE artifacts_v3 RENAME TO artifacts;
+     ALTER TABLE artifacts_v4 RENAME TO artifacts;
      CREATE INDEX artifacts_by_task ON artifacts(task_id);
      ALTER TABLE uploads DROP COLUMN path;
      CREATE INDEX tasks_settled_by_age ON tasks(updated_at) WHERE status IN ('succeeded', 'failed', 'canceled');",

@@ -190,10 +190,12 @@ fn shape(db: &Path) -> Vec<String> {
         .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
         .expect("tables");
     for t in tables {
-        let cols: Vec<String> = c
+        // Sorted: a column added by ALTER TABLE sits last, wherever schema.sql puts it.
+        let mut cols: Vec<String> = c
             .prepare("SELECT name || ' ' || type || ' ' || \"notnull\" || ' ' || pk FROM pragma_table_info(?1)")
             .and_then(|mut s| s.query_map([&t], |r| r.get(0))?.collect())
             .expect("columns");
+        cols.sort();
         out.push(format!("{t}: {}", cols.join(", ")));
     }
     let indexes: Vec<String> = c
@@ -210,7 +212,7 @@ fn an_older_data_dir_moves_its_images_into_the_database() {
     let f = v2_data_dir(&dir);
     let store = Store::open(&dir.join("tally.db"), Durability::Full).expect("migrates");
     let notes = store.migration_notes().join("\n");
-    assert!(notes.contains("from schema version 2 to 3"), "{notes}");
+    assert!(notes.contains("from schema version 3 to 4"), "{notes}");
     assert!(notes.contains("moved 3 generated image(s) and 1 reference photo(s)"), "{notes}");
     assert!(notes.contains("finished 2 task(s) from images the previous version had saved"), "{notes}");
     assert!(notes.contains("left 1 file(s)"), "the orphan is named: {notes}");
