@@ -7,7 +7,9 @@
 //! shot, or the job's prompt ([`super::download::artifact_file_name`]), then a short id, e.g.
 //! `red-sneaker_main_5c1d9e2f.png`.
 //!
-//! Other routes that send one stored image (thumbnails) use [`image_response`].
+//! Other routes that stream one stored image can use [`image_response`]; thumbnails
+//! (`api::thumbnail`) read the whole image with `Store::read_image_bytes`, since decoding needs
+//! all of it.
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
