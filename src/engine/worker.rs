@@ -3,8 +3,8 @@
 //! The order is the protocol (DESIGN §3): take a provider slot (none free: release the
 //! envelope, nothing counted) → claim (lease + execution token) → durably record `calling`
 //! → call the provider outside any transaction while heartbeating → persist a job id the
-//! moment it arrives → save and fsync the image → finish in one transaction fenced on both
-//! tokens. After an ambiguous outcome it calls again only if the provider can prove that is
+//! moment it arrives → verify the image (type and sha256, before the writer sees it) → finish
+//! in one transaction fenced on both tokens, which also stores the image's bytes. After an ambiguous outcome it calls again only if the provider can prove that is
 //! safe (same idempotency key, or lookup by id); otherwise the task becomes `unknown`.
 
 use std::sync::Arc;
@@ -13,11 +13,11 @@ use std::time::Duration;
 
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::{ProviderEntry, Shared, files};
+use super::{ProviderEntry, Shared};
 use crate::domain::{FailureKind, Millis, Phase, backoff};
 use crate::failpoint::crash;
-use crate::providers::{CallError, CallRequest, Image, JobState, Submitted};
-use crate::store::{Claim, ClaimOutcome, Finish, Handoff, StoreError};
+use crate::providers::{CallError, CallRequest, Image, JobHandle, JobState, Submitted};
+use crate::store::{Claim, ClaimOutcome, Finish, Handoff, NewArtifact, NewImage, StoreError};
 
 /// Run a hand-off on its own task, holding a worker permit until done.
 pub(super) fn spawn(shared: Arc<Shared>, h: Handoff, permit: OwnedSemaphorePermit) {
@@ -168,8 +168,8 @@ async fn heartbeat(shared: Arc<Shared>, exec: String, lease: String, lost: Arc<A
 enum Next {
     /// The provider answered with an image: save it and finish.
     Image(Image),
-    /// The provider accepted a job: persist its id (if new) and poll it.
-    Job(String),
+    /// The provider accepted a job: persist its handle (if new) and poll it.
+    Job(JobHandle),
     /// Settle or reschedule the task.
     Settle(Finish),
     /// The lease was lost or the engine is stopping: write nothing more (what happened so
@@ -200,14 +200,18 @@ impl Run<'_> {
         }
     }
 
-    /// Read the reference images from disk (before any transaction or call).
+    /// Read the reference images from the database (before any write or call).
     async fn references(&self) -> Result<Vec<Image>, String> {
         let mut out = Vec::with_capacity(self.claim.references.len());
         for u in &self.claim.references {
-            let bytes = tokio::fs::read(self.shared.data_dir.join(&u.path))
+            let (meta, bytes) = self
+                .shared
+                .store
+                .read_image_bytes(u.id.clone())
                 .await
-                .map_err(|e| format!("cannot read reference image {}: {e}", u.id))?;
-            out.push(Image { bytes, media_type: u.media_type.clone() });
+                .map_err(|e| format!("cannot read reference image {}: {e}", u.id))?
+                .ok_or_else(|| format!("reference image {} is not stored", u.id))?;
+            out.push(Image { bytes, media_type: meta.media_type });
         }
         Ok(out)
     }
@@ -258,6 +262,9 @@ impl Run<'_> {
                 if c.cancel_requested {
                     return self.finish(Finish::CanceledBeforeCall).await;
                 }
+                if let Some(refused) = self.preflight(&references).await {
+                    return self.finish(refused).await;
+                }
                 calling_at = self.now();
                 store.record_calling(c.execution_token.clone(), c.lease_token.clone(), calling_at).await?;
                 crash("after-calling");
@@ -285,15 +292,25 @@ impl Run<'_> {
                 self.recover_call(calling_at, &references, "the worker was interrupted during the call".into()).await
             }
             Phase::Accepted => match &c.job_id {
-                Some(job) => Next::Job(job.clone()),
+                Some(job) => Next::Job(JobHandle {
+                    id: job.clone(),
+                    data: c.job_handle.as_deref().and_then(|h| serde_json::from_str(h).ok()),
+                }),
                 None => Next::Settle(Finish::Unknown { reason: "accepted without a job id".into() }),
             },
         };
         let next = match next {
             Next::Job(job) => {
                 if c.phase != Phase::Accepted {
+                    let handle = job.data.as_ref().map(|d| d.to_string());
                     store
-                        .record_accepted(c.execution_token.clone(), c.lease_token.clone(), job.clone(), self.now())
+                        .record_accepted_with(
+                            c.execution_token.clone(),
+                            c.lease_token.clone(),
+                            job.id.clone(),
+                            handle,
+                            self.now(),
+                        )
                         .await?;
                     crash("after-accepted");
                 }
@@ -306,6 +323,35 @@ impl Run<'_> {
             Next::Settle(f) => self.finish(f).await,
             Next::Job(_) | Next::Stop => Ok(()),
         }
+    }
+
+    /// Check the request before anything paid leaves (the adapter's `preflight`: inputs the
+    /// model takes, a storable output format). `Some` is the finish for a request that must
+    /// not be sent; nothing was sent and nothing charged, so no attempt is counted. A
+    /// preflight that cannot reach the provider (its schema read failed) is tried a few
+    /// times here, then the task fails as "not sent".
+    async fn preflight(&self, references: &[Image]) -> Option<Finish> {
+        let req = self.request(self.now(), references);
+        let mut last = String::new();
+        for n in 0..3 {
+            if n > 0 {
+                tokio::time::sleep(self.retry_delay(n)).await;
+            }
+            match self.entry.provider.preflight(&req).await {
+                Ok(()) => return None,
+                Err(CallError::Rejected { message, config }) => {
+                    return Some(Finish::Failed {
+                        kind: if config { FailureKind::Configuration } else { FailureKind::Rejected },
+                        reason: format!("refused before sending anything (nothing was charged): {message}"),
+                    });
+                }
+                Err(e) => last = e.to_string(),
+            }
+        }
+        Some(Finish::Failed {
+            kind: FailureKind::NotSent,
+            reason: format!("could not check the request with the provider, so nothing was sent: {last}"),
+        })
     }
 
     /// Classify a failed first call (DESIGN §4).
@@ -334,6 +380,13 @@ impl Run<'_> {
                 },
             }),
             CallError::Ambiguous(m) => self.recover_call(calling_at, references, m).await,
+            // The provider answered 2xx but tally cannot use the answer. An asynchronous
+            // create's unusable answer is a lost job id: search for the job as for a lost
+            // answer. Otherwise the image was made and probably charged, and is not usable.
+            CallError::Unusable(m) if self.entry.provider.finds_lost_creates() => {
+                self.recover_call(calling_at, references, format!("the provider's answer could not be used: {m}")).await
+            }
+            CallError::Unusable(m) => Next::Settle(unusable(&m)),
         })
     }
 
@@ -361,6 +414,7 @@ impl Run<'_> {
                             reason: format!("the provider rejected the replay: {message}"),
                         });
                     }
+                    Err(CallError::Unusable(m)) => return Next::Settle(unusable(&m)),
                     Err(e) => tracing::info!(error = %e, "replay with the same idempotency key did not answer yet"),
                 }
                 if self.now() >= deadline {
@@ -369,9 +423,15 @@ impl Run<'_> {
             }
             return unknown("replays with the same idempotency key did not get an answer before the recovery deadline");
         }
+        if caps.lookup && !self.entry.provider.finds_lost_creates() {
+            return unknown(
+                "this provider answers with a job id that tally polls, but offers no listing in which a request \
+                 whose create answer was lost could be found",
+            );
+        }
         if caps.lookup {
-            // Look for the job by the marker sent with it; a listing that does not show it
-            // proves nothing, so after a few looks the outcome stays unknown.
+            // Look for the job by what was sent and when; a listing that does not show exactly
+            // one match proves nothing, so after a few looks the outcome stays unknown.
             for n in 1..=4 {
                 if self.should_stop() {
                     return Next::Stop;
@@ -383,20 +443,23 @@ impl Run<'_> {
                 }
                 tokio::time::sleep(self.retry_delay(n)).await;
             }
-            return unknown("the provider's job list does not show the request, which proves nothing either way");
+            return unknown(
+                "the provider's job list does not show exactly one matching request, which proves nothing either way",
+            );
         }
         unknown("this provider cannot prove whether the request ran or was charged")
     }
 
     /// Poll an accepted job until it settles, the recovery deadline passes, or the run stops.
-    async fn poll(&self, job: &str, calling_at: Millis) -> Next {
+    async fn poll(&self, handle: &JobHandle, calling_at: Millis) -> Next {
+        let job = handle.id.as_str();
         let deadline = self.deadline(calling_at);
         let interval = self.entry.provider.poll_interval();
         loop {
             if self.should_stop() {
                 return Next::Stop;
             }
-            match self.entry.provider.poll(job).await {
+            match self.entry.provider.poll(handle).await {
                 Ok(JobState::Running) => {}
                 Ok(JobState::Done(img)) => return Next::Image(img),
                 Ok(JobState::Failed(m)) => {
@@ -416,6 +479,7 @@ impl Run<'_> {
                         reason: format!("the provider no longer answers about job {job}: {message}"),
                     });
                 }
+                Err(CallError::Unusable(m)) => return Next::Settle(unusable(&m)),
                 Err(e) => tracing::info!(error = %e, "poll did not answer; polling again"),
             }
             if self.now() >= deadline {
@@ -427,30 +491,23 @@ impl Run<'_> {
         }
     }
 
-    /// Verify and save the image, then finish fenced. If the lease was lost meanwhile, the
-    /// result is still evidence: it resolves the task if the task was marked `unknown`.
+    /// Verify the image (its type and sha256, off the writer), then finish fenced: the bytes
+    /// commit with `succeeded`. If the lease was lost meanwhile, the result is still evidence:
+    /// it resolves the task if the task was marked `unknown`.
     async fn save_and_finish(&self, img: Image) -> Result<(), StoreError> {
         let c = self.claim;
         crash("after-answer");
-        let art =
-            match files::save(&self.shared.data_dir, &self.shared.dir_sync, &c.execution_token, &c.lease_token, img)
-                .await
-            {
-                Ok(a) => a,
-                Err(e @ files::SaveError::NotAnImage) => {
-                    return self
-                        .finish(Finish::Failed {
-                            kind: FailureKind::InvalidResult,
-                            reason: format!("the provider answered, but not with an image ({e})"),
-                        })
-                        .await;
-                }
-                Err(files::SaveError::Io(e)) => {
-                    tracing::error!(error = %e, "saving the image failed");
-                    return Err(StoreError::Fatal(e));
-                }
-            };
-        crash("after-artifact");
+        let art = match NewImage::verify_async(img.bytes).await {
+            Ok(image) => NewArtifact::new(image),
+            Err(e) => {
+                return self
+                    .finish(Finish::Failed {
+                        kind: FailureKind::InvalidResult,
+                        reason: format!("the provider answered, but not with an image ({e})"),
+                    })
+                    .await;
+            }
+        };
         match self.finish(Finish::Succeeded(art.clone())).await {
             Err(StoreError::Fenced) => {
                 if self.shared.store.late_result(c.execution_token.clone(), art, self.now()).await? {
@@ -459,13 +516,29 @@ impl Run<'_> {
                 }
                 Ok(())
             }
+            Ok(()) => {
+                crash("after-finish");
+                Ok(())
+            }
             other => other,
         }
     }
 }
 
+/// The finish for an answer the provider gave (and probably charged for) that tally cannot
+/// use: failed, never "rejected" and never "not sent".
+fn unusable(message: &str) -> Finish {
+    Finish::Failed {
+        kind: FailureKind::InvalidResult,
+        reason: format!(
+            "the provider accepted the request and probably charged for it, but its answer is unusable: {message}"
+        ),
+    }
+}
+
 fn outcome_label(e: &CallError) -> &'static str {
     match e {
+        CallError::Unusable(_) => "unusable",
         CallError::NotSent(_) => "not_sent",
         CallError::Rejected { .. } => "rejected",
         CallError::RetryAfter { .. } => "retry_after",

@@ -8,6 +8,7 @@
 //! connections.
 
 mod api;
+mod browser;
 mod cli;
 mod common;
 #[cfg(feature = "failpoints")]
@@ -15,14 +16,21 @@ mod crash;
 mod disks;
 mod engine;
 mod limits;
+mod onefile;
 mod providers_daemon;
+mod providers_fal;
+mod providers_hostile;
 mod providers_http;
+mod providers_replicate;
+mod providers_sdk;
 mod races;
 mod sets;
 #[cfg(feature = "failpoints")]
 mod soak;
 mod surface;
+mod tour;
 mod web;
+mod web_surface;
 
 /// The crash matrix and the soak need crash points compiled into the binary; say so loudly
 /// instead of skipping silently when they are not.

@@ -94,7 +94,15 @@ pub(in crate::store) fn claim(
             (token, Phase::Claimed, None, key, None, attempt, false)
         }
     };
+    // The handle an adapter persisted with the job id (fal's status/response URLs), if any.
+    let job_handle: Option<String> = match phase {
+        Phase::Accepted => c
+            .prepare_cached("SELECT provider_handle FROM executions WHERE token = ?1")?
+            .query_row([&execution_token], |r| r.get(0))?,
+        _ => None,
+    };
     let claim = Claim {
+        job_handle,
         execution_token,
         lease_token: lease.into(),
         task_id: h.task_id.clone(),
@@ -141,17 +149,21 @@ pub(in crate::store) fn record_calling(c: &Connection, exec: &str, lease: &str, 
     Ok(())
 }
 
-/// Persist the provider's job id the moment it arrives.
+/// Persist the provider's job id (and the adapter's handle for polling it, JSON) the moment
+/// it arrives.
 pub(in crate::store) fn record_accepted(
     c: &Connection,
     exec: &str,
     lease: &str,
     job: &str,
+    handle: Option<&str>,
     now: Millis,
 ) -> Result<(), StoreError> {
     let task = fence(c, exec, lease, now)?;
-    c.prepare_cached("UPDATE executions SET phase = 'accepted', provider_job_id = ?2 WHERE token = ?1")?
-        .execute(params![exec, job])?;
+    c.prepare_cached(
+        "UPDATE executions SET phase = 'accepted', provider_job_id = ?2, provider_handle = ?3 WHERE token = ?1",
+    )?
+    .execute(params![exec, job, handle])?;
     event(c, &task, now, Actor::Worker, "accepted", &format!("the provider accepted the job as {job}"), Some(exec))?;
     Ok(())
 }
@@ -203,9 +215,11 @@ pub(in crate::store) fn finish(
                 now,
                 Actor::Worker,
                 "succeeded",
-                &format!("image saved ({} bytes, sha256 {})", a.bytes, a.sha256),
+                &format!("image stored ({} bytes, sha256 {})", a.image.len(), a.image.sha256()),
                 ex,
             )?;
+            // Crash matrix: the image and `succeeded` are written but not committed.
+            crate::failpoint::crash("before-finish-commit");
             TaskStatus::Succeeded
         }
         Finish::Failed { kind, reason } => {
@@ -255,7 +269,7 @@ pub(in crate::store) fn finish(
 
 /// A result that arrived after the task was marked `unknown`, from the same execution: it is
 /// evidence, and resolves the task. Returns false if the execution is not `unknown` (then
-/// the result is not attached, and its file is left for the orphan sweep).
+/// nothing is stored: the image bytes are dropped with the operation).
 pub(in crate::store) fn late_result(
     c: &Connection,
     exec: &str,
@@ -321,7 +335,20 @@ impl Store {
         job: String,
         now: Millis,
     ) -> Result<(), StoreError> {
-        self.write(move |c| record_accepted(c, &exec, &lease, &job, now)).await
+        self.write(move |c| record_accepted(c, &exec, &lease, &job, None, now)).await
+    }
+
+    /// Like [`Store::record_accepted`], with the adapter's handle for polling the job
+    /// (`executions.provider_handle`, JSON).
+    pub async fn record_accepted_with(
+        &self,
+        exec: String,
+        lease: String,
+        job: String,
+        handle: Option<String>,
+        now: Millis,
+    ) -> Result<(), StoreError> {
+        self.write(move |c| record_accepted(c, &exec, &lease, &job, handle.as_deref(), now)).await
     }
 
     /// Extend a lease (ordered commit: after a power loss every lease counts as expired).
@@ -336,12 +363,17 @@ impl Store {
     }
 
     /// End or pause an execution.
+    /// A `Succeeded` finish stores the image's bytes in the same transaction.
     pub async fn finish(&self, exec: String, lease: String, f: Finish, now: Millis) -> Result<TaskStatus, StoreError> {
-        self.write(move |c| finish(c, &exec, &lease, &f, now)).await
+        let bytes = match &f {
+            Finish::Succeeded(a) => a.image.len() as usize,
+            _ => 0,
+        };
+        self.write_images(bytes, move |c| finish(c, &exec, &lease, &f, now)).await
     }
 
-    /// Attach a late result to an `unknown` execution.
+    /// Attach a late result (its bytes in the same transaction) to an `unknown` execution.
     pub async fn late_result(&self, exec: String, a: NewArtifact, now: Millis) -> Result<bool, StoreError> {
-        self.write(move |c| late_result(c, &exec, &a, now)).await
+        self.write_images(a.image.len() as usize, move |c| late_result(c, &exec, &a, now)).await
     }
 }
