@@ -95,7 +95,7 @@
       resume.addEventListener("click", () => busy(resume, err, async () => {
         for (const shot of canceled) {
           if (shot.retry.requires_cost_acknowledgement) continue;
-          await api("POST", "/v1/tasks/" + encodeURIComponent(shot.id) + "/retry", { idempotency_key: "resume-" + shot.id });
+          await api("POST", "/v1/tasks/" + encodeURIComponent(shot.id) + "/retry", T.retryBody(shot, "resume-" + shot.id, false));
         }
         await showSet(s.id, false);
       }));
@@ -223,7 +223,7 @@
     const price = h("p", { id: "set-price", class: "hint" });
     const showPrice = () => {
       const p = info.providers.find((x) => x.name === provider.value);
-      const each = p && T.money(p.estimated_cost !== undefined ? p.estimated_cost : p.price_per_image, p.currency);
+      const each = T.providerAmount(p);
       const count = shots.children.length;
       price.textContent = (p ? "How " + p.name + " bills: " + p.billing_note : "") +
         (each ? " " + count + " shot" + (count === 1 ? "" : "s") + " at about " + each + " each." : "");
@@ -286,19 +286,20 @@
       }
       const cur = r.currency;
       const rows = r.rows || [];
-      const cell = (count, amount) => (count || 0) + (money(amount, cur) ? " (" + money(amount, cur) + ")" : "");
-      out.replaceChildren(rows.length ? h("table", { class: "spend" },
+      /* A row: {key, charged: {count, amount}, possibly_charged: {count, amount}, refused}. */
+      const cell = (a) => {
+        const n = (a && a.count) || 0;
+        const m = a && a.amount ? money(a.amount, cur) : null;
+        return n + (m ? " (about " + m + ")" : "");
+      };
+      const line = (row, head) => h("tr", {}, h("th", { scope: "row" }, head),
+        h("td", {}, cell(row.charged)), h("td", {}, cell(row.possibly_charged)), h("td", {}, String(row.refused || 0)));
+      out.replaceChildren(rows.length ? h("table", { class: "spend", id: "spend-rows" },
         h("caption", {}, "Requests that reached a provider"),
         h("thead", {}, h("tr", {}, ["", "Charged", "Possibly charged", "Refused (not charged)"].map((c) => h("th", { scope: "col" }, c)))),
-        h("tbody", {}, rows.map((row) => h("tr", {}, h("th", { scope: "row" }, String(row.key || row.period || row.provider || "")),
-          h("td", {}, cell(row.charged_count, row.charged_amount)),
-          h("td", {}, cell(row.possibly_charged_count, row.possibly_charged_amount)),
-          h("td", {}, String(row.refused_count || 0))))),
-        r.totals ? h("tfoot", {}, h("tr", {}, h("th", { scope: "row" }, "Total"),
-          h("td", {}, cell(r.totals.charged_count, r.totals.charged_amount)),
-          h("td", {}, cell(r.totals.possibly_charged_count, r.totals.possibly_charged_amount)),
-          h("td", {}, String(r.totals.refused_count || 0)))) : null)
-        : h("p", { class: "hint" }, "Nothing has been charged yet."));
+        h("tbody", {}, rows.map((row) => line(row, String(row.key)))),
+        r.totals ? h("tfoot", {}, line(r.totals, "Total")) : null)
+        : h("p", { class: "hint" }, "Nothing has reached a provider in this period."));
     };
     const money = T.money;
     group.addEventListener("change", load);
