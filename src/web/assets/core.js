@@ -224,9 +224,22 @@ window.tally = (function () {
 
   // ---------------------------------------------------------------- views
 
+  /** The view the address names now: a view that finishes loading after the owner went
+      elsewhere must not draw itself over the new one. */
+  function routeName() {
+    const hash = location.hash || "#/";
+    if (/^#\/tasks\/[^/]+$/.test(hash)) return "task";
+    if (hash === "#/sets/new") return "new-set";
+    if (/^#\/sets\/[^/]+$/.test(hash)) return "set";
+    if (hash === "#/sets") return "sets";
+    if (hash === "#/spend") return "spend";
+    return "jobs";
+  }
+
   /** Put a view on the page: an <h1> (its text is also the document title), then `content`.
       On navigation (`fresh`) focus moves to the heading; a live refresh leaves focus alone. */
   function setView(name, id, title, content, fresh) {
+    if (routeName() !== name) return false;
     const same = view.name === name && view.id === id;
     view.name = name;
     view.id = id;
@@ -241,6 +254,7 @@ window.tally = (function () {
       else a.removeAttribute("aria-current");
     }
     if (fresh || !same) h1.focus();
+    return true;
   }
 
   /** The panel after the daemon restarted or the session ended: what to do, in words. */
@@ -483,7 +497,7 @@ window.tally = (function () {
 
   return {
     CSRF, SETTLED, ROLES, view, h, time, badge, roleWords, jobTitle, shotWords, money, chargeSentence, retryCost,
-    providerPrice, providerAmount, retryBody, ApiError, api, showError, errorSlot, busy, newKey, setView, signedOut, thumb, enlargeable,
+    providerPrice, providerAmount, retryBody, routeName, ApiError, api, showError, errorSlot, busy, newKey, setView, signedOut, thumb, enlargeable,
     openImage, confirmDialog, retry, resolveForm, resolveDialog, connect, main, errorBox,
   };
 })();

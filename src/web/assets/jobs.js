@@ -153,7 +153,7 @@
   async function showJobs(fresh) {
     try { await loadProviders(); } catch (e) { if (e.code === "signed_out") return; T.showError(null, e.message); }
     if (T.view.signedOut) return;
-    T.setView("jobs", null, "Jobs", [newJobForm(), listSection()], fresh);
+    if (!T.setView("jobs", null, "Jobs", [newJobForm(), listSection()], fresh)) return;
     T.view.onTask = (id) => refresh(id);
     T.view.onResync = () => load();
     await load();
@@ -327,7 +327,7 @@
       try { const r = await api("GET", "/v1/tasks/" + encodeURIComponent(retriedId)); retried = { id: r.id, status: r.status }; } catch (e) { retried = { id: retriedId }; }
     }
     const focused = document.activeElement && document.activeElement.id;
-    T.setView("task", id, T.jobTitle(t, product), taskView(t, ev.events || [], product, retried), fresh);
+    if (!T.setView("task", id, T.jobTitle(t, product), taskView(t, ev.events || [], product, retried), fresh)) return;
     T.view.onTask = (changed) => {
       if (changed === id || changed === retriedId) showTask(id, false);
     };

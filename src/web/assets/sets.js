@@ -21,9 +21,10 @@
     }
     const sets = page.sets || [];
     const make = h("p", {}, h("a", { href: "#/sets/new", class: "button primary", id: "new-set-link" }, "New image set"));
-    T.setView("sets", null, "Image sets", [make,
+    const shown = T.setView("sets", null, "Image sets", [make,
       sets.length ? h("ul", { id: "set-list", class: "tasks" }, sets.map(setRow))
         : h("p", { class: "hint" }, "No image sets yet. Make one with “New image set”: a product, its photos and the shots you want.")], fresh);
+    if (!shown) return;
     T.view.onTask = () => showSets(false);
     T.view.onResync = () => showSets(false);
   }
@@ -53,7 +54,7 @@
     }
     if (location.hash !== "#/sets/" + encodeURIComponent(id) && location.hash !== "#/sets/" + id) return;
     const focused = document.activeElement && document.activeElement.id;
-    T.setView("set", id, s.product, setView(s), fresh);
+    if (!T.setView("set", id, s.product, setView(s), fresh)) return;
     const ids = new Set((s.shots || []).map((x) => x.id));
     /* A change to one of its shots, or a new job that is a shot of this set (a retry). */
     T.view.onTask = async (changed) => {
@@ -303,9 +304,10 @@
     };
     const money = T.money;
     group.addEventListener("change", load);
-    T.setView("spend", null, "Spend", [h("p", { class: "hint" },
+    const shown = T.setView("spend", null, "Spend", [h("p", { class: "hint" },
       "What tally knows about charges: requests a provider charged, requests that may have been charged (their answer was lost), and requests it refused."),
     h("p", { class: "filter" }, h("label", { for: "spend-group" }, "Show"), group), out], fresh);
+    if (!shown) return;
     T.view.onResync = load;
     await load();
   }
