@@ -14,6 +14,7 @@ mod common;
 mod crash;
 mod disks;
 mod engine;
+mod onefile;
 mod providers_daemon;
 mod providers_fal;
 mod providers_hostile;
