@@ -182,10 +182,13 @@ async fn base_url_ending_in_v1_works_as_the_sdks_take_it() {
 
 #[tokio::test]
 async fn a_retired_openai_model_is_refused_without_charge() {
-    let h = Harness::start().await;
-    let cfg = ProviderConfig { model: Some("gpt-image-1".into()), ..h.config(ProviderKind::OpenaiImages) };
-    let err = providers::build(&cfg).unwrap().submit(&request("old model")).await.unwrap_err();
-    assert!(matches!(&err, CallError::Rejected { message, .. } if message.contains("shut down")), "{err:?}");
+    let retired = tally::mock::behavior::RETIRED_OPENAI_MODELS.iter().map(|m| m.to_string()).collect();
+    let h = Harness::start_with(|a| a.retired_models = Some(retired)).await;
+    for model in ["gpt-image-1", "dall-e-3"] {
+        let cfg = ProviderConfig { model: Some(model.into()), ..h.config(ProviderKind::OpenaiImages) };
+        let err = providers::build(&cfg).unwrap().submit(&request("old model")).await.unwrap_err();
+        assert!(matches!(&err, CallError::Rejected { message, .. } if message.contains("shut down")), "{err:?}");
+    }
     assert_eq!(h.charged(), 0);
 }
 
@@ -321,7 +324,14 @@ async fn missing_api_key_is_a_config_rejection_naming_the_variable() {
     let h = Harness::start().await;
     let cfg =
         ProviderConfig { api_key_env: Some("TALLY_TEST_NO_SUCH_KEY".into()), ..h.config(ProviderKind::OpenaiImages) };
-    let err = providers::build(&cfg).unwrap().submit(&request("x")).await.unwrap_err();
+    let p = providers::build(&cfg).unwrap();
+    // Found by the preflight, before the engine records `calling`: nothing can be charged.
+    let early = p.preflight(&request("x")).await.unwrap_err();
+    assert!(
+        matches!(&early, CallError::Rejected { message, config: true } if message.contains("TALLY_TEST_NO_SUCH_KEY")),
+        "{early:?}"
+    );
+    let err = p.submit(&request("x")).await.unwrap_err();
     match &err {
         CallError::Rejected { message, config: true } => assert!(message.contains("TALLY_TEST_NO_SUCH_KEY")),
         other => panic!("{other:?}"),
