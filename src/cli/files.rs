@@ -8,6 +8,9 @@ use crate::config::Config;
 
 /// `tally backup DEST`: a consistent copy of this data directory's database.
 pub(super) fn backup(cfg: &Config, dest: &Path) -> Result<ExitCode, Failure> {
+    if let crate::config::Backend::Postgres(pg) = &cfg.storage.backend {
+        return Err(Failure::error(pg_backup_advice(&pg.url, dest)));
+    }
     let src = cfg.db_path();
     if !src.is_file() {
         return Err(Failure::error(format!("there is no database at {}", src.display())));
@@ -19,6 +22,20 @@ pub(super) fn backup(cfg: &Config, dest: &Path) -> Result<ExitCode, Failure> {
     crate::store::backup(&src, &dest).map_err(|e| Failure::error(format!("backup failed: {e}")))?;
     println!("backed up {} to {}", src.display(), dest.display());
     Ok(Exit::Ok.into())
+}
+
+/// What `tally backup` says on PostgreSQL: the database server makes consistent copies
+/// itself, so use its tools (the URL is shown without its password).
+fn pg_backup_advice(url: &str, dest: &Path) -> String {
+    format!(
+        "tally backup copies the SQLite file; this configuration keeps its data in PostgreSQL, \
+         which makes consistent copies itself while tally runs. Use pg_dump, e.g.\n  \
+         pg_dump --format=custom --file={} '{}'\n\
+         and restore into an empty database with pg_restore --dbname=URL FILE (stop every tally node first). \
+         For point-in-time recovery use PostgreSQL's continuous archiving (pg_basebackup plus WAL archiving).",
+        dest.display(),
+        crate::config::redact_url(url)
+    )
 }
 
 /// `tally check [DB]`: verify a database; artifact files too when they are beside it.

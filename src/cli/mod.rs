@@ -136,7 +136,8 @@ pub enum Command {
     },
     /// Show a task's timeline.
     Events { id: String },
-    /// Copy the database consistently (works while the daemon runs).
+    /// Copy the database consistently (works while the daemon runs). With the PostgreSQL
+    /// backend it copies nothing and says how to use pg_dump instead.
     Backup { dest: PathBuf },
     /// Verify a database (default: this data directory's); exit non-zero listing problems.
     Check { db: Option<PathBuf> },

@@ -19,6 +19,7 @@
 
 mod open;
 mod ops;
+pub mod pg;
 mod read;
 mod sets;
 

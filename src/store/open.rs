@@ -45,6 +45,8 @@ const MIGRATIONS: &[&str] = &[
 pub enum StoreError {
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    #[error("PostgreSQL error: {0}")]
+    Postgres(#[from] postgres::Error),
     #[error("{path} is not a tally database: {reason}")]
     NotTally { path: PathBuf, reason: String },
     #[error(
@@ -75,6 +77,11 @@ impl StoreError {
             StoreError::Sqlite(rusqlite::Error::SqliteFailure(e, _)) => {
                 matches!(e.code, DiskFull | SystemIoFailure | DatabaseCorrupt | ReadOnly | NotADatabase | CannotOpen)
             }
+            StoreError::Postgres(e) => e.code().is_some_and(|c| {
+                use postgres::error::SqlState as S;
+                [S::DISK_FULL, S::IO_ERROR, S::DATA_CORRUPTED, S::READ_ONLY_SQL_TRANSACTION, S::INSUFFICIENT_PRIVILEGE]
+                    .contains(c)
+            }),
             StoreError::Fatal(_) | StoreError::Closed | StoreError::NotTally { .. } | StoreError::TooNew { .. } => true,
             _ => false,
         }

@@ -7,6 +7,7 @@
 mod api;
 mod cli;
 mod common;
+mod conformance;
 #[cfg(feature = "failpoints")]
 mod crash;
 mod engine;

@@ -1,0 +1,210 @@
+//! The reconciler's read and writes on PostgreSQL: leftovers past their deadline (or held by
+//! a run of a node that is gone), and the recovery decisions applied to them, each re-checked
+//! under the envelope's row lock.
+
+use super::*;
+use crate::domain::{Actor, FailureKind, Millis, Phase, TaskStatus};
+use crate::store::pg::{LOCK_CLASS, PgStore};
+use crate::store::{LeftoverRow, Recovery};
+
+/// Sent envelopes past their deadline, or leased by a run of a node that no longer holds its
+/// lock: an earlier run of this node (`boot` differs — this node's lock proves it is gone), or
+/// another node whose advisory lock nobody holds (read from `pg_locks`, which takes no lock).
+fn leftovers(tx: &mut Tx<'_, '_>, now: Millis, node: &str, boot: &str) -> Result<Vec<LeftoverRow>, StoreError> {
+    let rows = tx.rows(
+        "WITH live AS MATERIALIZED (
+            SELECT objid::bigint AS key FROM pg_locks
+            WHERE locktype = 'advisory' AND classid = $4::bigint::oid AND objsubid = 2 AND granted
+              AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))
+         SELECT e.id, e.task_id, e.provider, e.send_count, e.lease_token, x.token, x.phase
+         FROM envelopes e
+         LEFT JOIN executions x ON x.task_id = e.task_id AND x.status = 'running'
+         LEFT JOIN nodes n ON n.name = e.lease_node
+         WHERE e.status = 'sent'
+           AND (e.lease_expires_at <= $1
+                OR (e.lease_node = $2 AND e.lease_boot IS DISTINCT FROM $3)
+                OR (e.lease_node IS DISTINCT FROM $2
+                    AND (n.lock_key IS NULL OR n.lock_key::bigint NOT IN (SELECT key FROM live))))
+         ORDER BY e.lease_expires_at, e.id",
+        &[&now, &node, &boot, &i64::from(LOCK_CLASS)],
+    )?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let token: Option<String> = r.get(5);
+            let phase: Option<String> = r.get(6);
+            LeftoverRow {
+                envelope_id: r.get(0),
+                task_id: r.get(1),
+                provider: r.get(2),
+                send_count: r.get(3),
+                lease_token: r.get(4),
+                execution: token.zip(phase.and_then(|p| Phase::parse(&p))),
+            }
+        })
+        .collect())
+}
+
+/// Apply the reconciler's decisions. Each is fenced on the envelope still being exactly as
+/// the reconciler saw it (same hand-off, same lease), checked after locking it; a changed
+/// one is skipped. The envelopes are locked in id order up front, so two nodes applying
+/// overlapping decisions cannot deadlock.
+fn apply_recovery(
+    tx: &mut Tx<'_, '_>,
+    items: &[(LeftoverRow, Recovery)],
+    now: Millis,
+) -> Result<Vec<(String, TaskStatus)>, StoreError> {
+    let mut ids: Vec<&str> = items.iter().map(|(r, _)| r.envelope_id.as_str()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    tx.rows("SELECT id FROM envelopes WHERE id = ANY($1) ORDER BY id FOR UPDATE", &[&ids])?;
+    let mut applied = Vec::new();
+    for (row, decision) in items {
+        let still = tx.opt(
+            "SELECT 1 FROM envelopes WHERE id = $1 AND status = 'sent' AND send_count = $2 AND lease_token IS NOT DISTINCT FROM $3",
+            &[&row.envelope_id, &row.send_count, &row.lease_token],
+        )?;
+        if still.is_none() {
+            continue;
+        }
+        let task = row.task_id.as_str();
+        let exec = row.execution.as_ref().map(|(t, _)| t.as_str());
+        let set_exec = |tx: &mut Tx<'_, '_>, status: &str, error: &str| -> Result<(), StoreError> {
+            if let Some(token) = exec {
+                tx.exec(
+                    "UPDATE executions SET status = $2, finished_at = $3, error = $4 WHERE token = $1",
+                    &[&token, &status, &now, &error],
+                )?;
+            }
+            Ok(())
+        };
+        let r = Actor::Reconciler;
+        match decision {
+            Recovery::Requeue => {
+                requeue_envelope(tx, task, now, Some("handed off but never claimed"))?;
+                event(
+                    tx,
+                    task,
+                    now,
+                    r,
+                    "requeued",
+                    "handed to a worker that never started it; queued again (nothing was sent)",
+                    None,
+                )?;
+                applied.push((row.task_id.clone(), task_status(tx, task)?.unwrap_or(TaskStatus::Queued)));
+            }
+            Recovery::GiveUp => {
+                let why = format!("could not be delivered to a worker after {} hand-offs", row.send_count);
+                consume_envelope(tx, task, "dead", Some(&why))?;
+                set_task(tx, task, TaskStatus::Failed, Some(&why), Some(FailureKind::Undeliverable), now)?;
+                event(tx, task, now, r, "failed", &why, None)?;
+                on_settled(tx, task, now)?;
+                applied.push((row.task_id.clone(), TaskStatus::Failed));
+            }
+            Recovery::Abandon => {
+                set_exec(tx, "abandoned", "the worker stopped before calling the provider")?;
+                requeue_envelope(tx, task, now, Some("worker lost before calling"))?;
+                set_task(
+                    tx,
+                    task,
+                    TaskStatus::Waiting,
+                    Some("The worker stopped before anything was sent; queued again."),
+                    None,
+                    now,
+                )?;
+                event(
+                    tx,
+                    task,
+                    now,
+                    r,
+                    "abandoned",
+                    "the worker stopped before calling the provider; nothing was sent; queued again",
+                    exec,
+                )?;
+                applied.push((row.task_id.clone(), TaskStatus::Waiting));
+            }
+            Recovery::FinishFromFile(a) => {
+                set_exec(tx, "succeeded", "")?;
+                if let Some(token) = exec {
+                    insert_artifact(tx, task, token, a, now)?;
+                }
+                set_task(
+                    tx,
+                    task,
+                    TaskStatus::Succeeded,
+                    Some("Recovered the saved image after an interruption."),
+                    None,
+                    now,
+                )?;
+                consume_envelope(tx, task, "consumed", None)?;
+                event(
+                    tx,
+                    task,
+                    now,
+                    r,
+                    "recovered",
+                    "found the saved image on disk, verified its hash and finished the task",
+                    exec,
+                )?;
+                on_settled(tx, task, now)?;
+                applied.push((row.task_id.clone(), TaskStatus::Succeeded));
+            }
+            Recovery::Resume => {
+                requeue_envelope(tx, task, now, Some("lease expired during the provider call"))?;
+                set_task(
+                    tx,
+                    task,
+                    TaskStatus::Waiting,
+                    Some("Interrupted while the provider was working; recovering without sending again."),
+                    None,
+                    now,
+                )?;
+                event(
+                    tx,
+                    task,
+                    now,
+                    r,
+                    "recovering",
+                    "the worker's lease expired during the provider call; handing the same execution to a worker to look up or replay, not to resend",
+                    exec,
+                )?;
+                applied.push((row.task_id.clone(), TaskStatus::Waiting));
+            }
+            Recovery::Unknown => {
+                let why = "interrupted after the request may have left, and this provider cannot prove what happened";
+                set_exec(tx, "unknown", why)?;
+                consume_envelope(tx, task, "consumed", Some(why))?;
+                set_task(tx, task, TaskStatus::Unknown, Some(why), None, now)?;
+                event(tx, task, now, r, "unknown", &format!("{why}; automatic retries stopped"), exec)?;
+                on_settled(tx, task, now)?;
+                applied.push((row.task_id.clone(), TaskStatus::Unknown));
+            }
+        }
+    }
+    Ok(applied)
+}
+
+impl PgStore {
+    /// Leftovers for the reconciler (a read; writes nothing).
+    pub async fn leftovers(&self, now: Millis, boot: &str) -> Result<Vec<LeftoverRow>, StoreError> {
+        let (boot, node) = (boot.to_string(), self.node().to_string());
+        self.read(move |tx| {
+            let now = tx.now(now)?;
+            leftovers(tx, now, &node, &boot)
+        })
+        .await
+    }
+
+    /// Apply reconciler decisions.
+    pub async fn apply_recovery(
+        &self,
+        items: Vec<(LeftoverRow, Recovery)>,
+        now: Millis,
+    ) -> Result<Vec<(String, TaskStatus)>, StoreError> {
+        self.write(move |tx| {
+            let now = tx.now(now)?;
+            apply_recovery(tx, &items, now)
+        })
+        .await
+    }
+}
