@@ -24,6 +24,23 @@ use crate::store::Store;
 /// database would drop SQLite's own locks).
 pub const LOCK_FILE: &str = "tally.lock";
 
+/// The file in the data dir where a running `tally serve` writes the address it listens on,
+/// so that other commands with the same data directory find it (also after `--listen`).
+/// Removed at a clean stop; a stale one after a crash names the last address, which the next
+/// start overwrites.
+pub const ADDRESS_FILE: &str = "serve.addr";
+
+/// The address a running daemon of this data dir wrote into [`ADDRESS_FILE`], if any.
+pub fn served_address(data_dir: &Path) -> Option<SocketAddr> {
+    std::fs::read_to_string(data_dir.join(ADDRESS_FILE)).ok()?.trim().parse().ok()
+}
+
+fn write_address(data_dir: &Path, addr: SocketAddr) -> std::io::Result<()> {
+    let tmp = data_dir.join(format!(".{ADDRESS_FILE}.tmp"));
+    std::fs::write(&tmp, format!("{addr}\n"))?;
+    std::fs::rename(&tmp, data_dir.join(ADDRESS_FILE))
+}
+
 /// How long a clean stop waits for open HTTP connections before going on without them.
 const HTTP_DRAIN: Duration = Duration::from_secs(5);
 
@@ -156,6 +173,9 @@ pub async fn serve(cfg: Config) -> Result<(), Failure> {
         .await
         .map_err(|e| Failure::error(format!("cannot listen on {}: {e}", cfg.server.listen)))?;
     let local = listener.local_addr().map_err(|e| Failure::error(format!("cannot read the listen address: {e}")))?;
+    if let Err(e) = write_address(&dir, local) {
+        tracing::warn!(error = %e, "cannot write {ADDRESS_FILE}; other commands will look for the daemon at server.listen");
+    }
 
     let mut entries = Vec::new();
     for p in &cfg.providers {
@@ -221,6 +241,7 @@ pub async fn serve(cfg: Config) -> Result<(), Failure> {
     // Stop the engine and checkpoint the database whatever happened to the HTTP server.
     engine.shutdown().await;
     let closed = engine.store().close();
+    let _ = std::fs::remove_file(dir.join(ADDRESS_FILE));
     tracing::info!("stopped");
     served.map_err(Failure::error)?;
     if let Some(e) = signal_result.lock().unwrap_or_else(|e| e.into_inner()).take() {

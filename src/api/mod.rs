@@ -9,6 +9,7 @@
 //! can drive it with `tower::ServiceExt::oneshot`.
 
 pub mod auth;
+pub mod download;
 pub mod error;
 pub mod sets;
 pub mod tasks;
@@ -108,6 +109,7 @@ pub fn app(state: AppState) -> Router {
         .route("/sets", post(sets::create).get(sets::list))
         .route("/sets/{id}", get(sets::get_one))
         .route("/sets/{id}/cancel", post(sets::cancel))
+        .route("/sets/{id}/download", get(download::set_zip))
         .route("/providers", get(providers))
         .route("/session", get(web::session))
         .route("/session/sign-in-url", post(web::sign_in_url))

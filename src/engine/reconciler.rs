@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 
 use super::{EngineError, Shared, files};
 use crate::clock::sleep_until;
-use crate::domain::{Decision, Leftover, Millis, Phase, decide};
+use crate::domain::{Decision, Leftover, Millis, decide};
 use crate::store::{LeftoverRow, Recovery, StoreError};
 
 /// Run until shutdown. Each round reads the earliest deadline (one read statement); only
@@ -83,14 +83,7 @@ pub(super) async fn run_once(shared: &Arc<Shared>) -> Result<usize, EngineError>
 }
 
 fn decide_row(shared: &Shared, row: &LeftoverRow) -> Recovery {
-    let leftover = match (&row.lease_token, &row.execution) {
-        // A lease without a running execution cannot be left by a claim (both are written in
-        // one transaction); treat it like a hand-off that was never claimed.
-        (None, _) | (Some(_), None) => Leftover::Unclaimed { send_count: row.send_count as u32 },
-        (Some(_), Some((_, Phase::Claimed))) => Leftover::BeforeCalling,
-        (Some(_), Some((_, Phase::Calling))) => Leftover::Calling,
-        (Some(_), Some((_, Phase::Accepted))) => Leftover::Accepted,
-    };
+    let leftover = Leftover::of(row.execution.as_ref().map(|(_, p)| *p), row.send_count as u32);
     let saved = match (&leftover, &row.execution) {
         (Leftover::Calling | Leftover::Accepted, Some((token, _))) => files::find_saved(&shared.data_dir, token),
         _ => None,

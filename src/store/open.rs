@@ -249,10 +249,13 @@ pub fn check(db: &Path, data_dir: Option<&Path>) -> Result<Vec<String>, StoreErr
             "succeeded task without an artifact",
             "SELECT id FROM tasks t WHERE status = 'succeeded' AND NOT EXISTS (SELECT 1 FROM artifacts a WHERE a.task_id = t.id)",
         ),
+        // A running execution's envelope is leased, or waiting to be handed over again
+        // (`pending`), or handed over and not yet claimed (`sent` without a lease: recovery
+        // resumes it from the execution's phase). Anything else strands the execution.
         (
-            "running execution whose envelope holds no lease",
+            "running execution whose envelope is not live",
             "SELECT x.token FROM executions x WHERE x.status = 'running' AND NOT EXISTS
-               (SELECT 1 FROM envelopes e WHERE e.task_id = x.task_id AND (e.lease_token IS NOT NULL OR e.status = 'pending'))",
+               (SELECT 1 FROM envelopes e WHERE e.task_id = x.task_id AND e.status IN ('pending', 'sent'))",
         ),
         (
             "envelope consumed for a task that is still queued or waiting",
@@ -262,12 +265,18 @@ pub fn check(db: &Path, data_dir: Option<&Path>) -> Result<Vec<String>, StoreErr
             "settled task whose envelope is still live",
             "SELECT t.id FROM tasks t JOIN envelopes e ON e.task_id = t.id WHERE t.status IN ('succeeded', 'failed', 'unknown', 'canceled') AND e.status IN ('pending', 'sent')",
         ),
-        ("task without an envelope", "SELECT id FROM tasks t WHERE NOT EXISTS (SELECT 1 FROM envelopes e WHERE e.task_id = t.id)"),
+        (
+            "task without an envelope",
+            "SELECT id FROM tasks t WHERE NOT EXISTS (SELECT 1 FROM envelopes e WHERE e.task_id = t.id)",
+        ),
         (
             "task with more than one running execution",
             "SELECT task_id FROM executions WHERE status = 'running' GROUP BY task_id HAVING count(*) > 1",
         ),
-        ("unknown task without an unknown execution", "SELECT id FROM tasks t WHERE status = 'unknown' AND NOT EXISTS (SELECT 1 FROM executions x WHERE x.task_id = t.id AND x.status = 'unknown')"),
+        (
+            "unknown task without an unknown execution",
+            "SELECT id FROM tasks t WHERE status = 'unknown' AND NOT EXISTS (SELECT 1 FROM executions x WHERE x.task_id = t.id AND x.status = 'unknown')",
+        ),
     ];
     for (what, sql) in invariants {
         let mut stmt = conn.prepare(sql)?;
