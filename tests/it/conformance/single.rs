@@ -132,7 +132,7 @@ async fn a_claim_must_name_the_exact_hand_off_and_claims_once<B: Backend>(s: B) 
         panic!("the exact hand-off claims")
     };
     assert_eq!((c.attempt, c.phase, c.resumed, c.lease_token.as_str()), (1, Phase::Claimed, false, "L1"));
-    assert_eq!(c.idempotency_key, format!("tally-{}", c.execution_token));
+    assert_eq!(c.idempotency_key, provider_key(&id, 1), "the key is derived from the task and attempt");
     assert!(matches!(s.claim(h, "L2".into(), "boot".into(), T0, LEASE).await.expect("claim"), ClaimOutcome::Lost));
     assert_eq!(status(&s, &id).await, TaskStatus::Running);
     assert_eq!(s.int("SELECT count(*) FROM executions").await, 1);

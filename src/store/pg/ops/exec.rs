@@ -80,8 +80,8 @@ fn claim(
         }
         None => {
             let token = uuid::Uuid::new_v4().to_string();
-            let key = format!("tally-{token}");
             let attempt = attempts + 1;
+            let key = crate::store::provider_key(&h.task_id, attempt);
             tx.exec(
                 "INSERT INTO executions (token, task_id, attempt, status, phase, idempotency_key, node_id, boot_id, heartbeat_at, started_at)
                  VALUES ($1, $2, $3, 'running', 'claimed', $4, $5, $6, $7, $7)",

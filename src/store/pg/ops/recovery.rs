@@ -16,7 +16,7 @@ fn leftovers(tx: &mut Tx<'_, '_>, now: Millis, node: &str, boot: &str) -> Result
             SELECT objid::bigint AS key FROM pg_locks
             WHERE locktype = 'advisory' AND classid = $4::bigint::oid AND objsubid = 2 AND granted
               AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))
-         SELECT e.id, e.task_id, e.provider, e.send_count, e.lease_token, x.token, x.phase
+         SELECT e.id, e.task_id, e.provider, e.send_count, e.lease_token, e.lease_expires_at, x.token, x.phase
          FROM envelopes e
          LEFT JOIN executions x ON x.task_id = e.task_id AND x.status = 'running'
          LEFT JOIN nodes n ON n.name = e.lease_node
@@ -31,24 +31,50 @@ fn leftovers(tx: &mut Tx<'_, '_>, now: Millis, node: &str, boot: &str) -> Result
     Ok(rows
         .iter()
         .map(|r| {
-            let token: Option<String> = r.get(5);
-            let phase: Option<String> = r.get(6);
+            let token: Option<String> = r.get(6);
+            let phase: Option<String> = r.get(7);
             LeftoverRow {
                 envelope_id: r.get(0),
                 task_id: r.get(1),
                 provider: r.get(2),
                 send_count: r.get(3),
                 lease_token: r.get(4),
+                lease_expires_at: r.get(5),
                 execution: token.zip(phase.and_then(|p| Phase::parse(&p))),
             }
         })
         .collect())
 }
 
-/// Apply the reconciler's decisions. Each is fenced on the envelope still being exactly as
-/// the reconciler saw it (same hand-off, same lease), checked after locking it; a changed
-/// one is skipped. The envelopes are locked in id order up front, so two nodes applying
-/// overlapping decisions cannot deadlock.
+/// Is the evidence a decision was made from still exactly what the database says? Checked
+/// after the envelope's row lock is held, so nothing can change it before this transaction
+/// commits: the same hand-off (`sent`, `send_count`) with the same lease (token and
+/// deadline: a heartbeat moves the deadline) and the same running execution in the same
+/// phase (or still none). The SQLite twin is `store::ops::recovery::evidence_holds`.
+fn evidence_holds(tx: &mut Tx<'_, '_>, row: &LeftoverRow) -> Result<bool, StoreError> {
+    let envelope = tx
+        .opt(
+            "SELECT 1 FROM envelopes WHERE id = $1 AND status = 'sent' AND send_count = $2
+                 AND lease_token IS NOT DISTINCT FROM $3 AND lease_expires_at IS NOT DISTINCT FROM $4",
+            &[&row.envelope_id, &row.send_count, &row.lease_token, &row.lease_expires_at],
+        )?
+        .is_some();
+    if !envelope {
+        return Ok(false);
+    }
+    let running =
+        tx.opt("SELECT token, phase FROM executions WHERE task_id = $1 AND status = 'running'", &[&row.task_id])?;
+    Ok(match (&row.execution, running) {
+        (None, None) => true,
+        (Some((token, phase)), Some(r)) => *token == r.get::<_, String>(0) && phase.as_str() == r.get::<_, String>(1),
+        _ => false,
+    })
+}
+
+/// Apply the reconciler's decisions, each only while [`evidence_holds`] under the envelope's
+/// row lock; a leftover that changed since it was read is skipped (the next pass decides it
+/// again). The envelopes are locked in id order up front, so two nodes applying overlapping
+/// decisions cannot deadlock.
 fn apply_recovery(
     tx: &mut Tx<'_, '_>,
     items: &[(LeftoverRow, Recovery)],
@@ -60,12 +86,16 @@ fn apply_recovery(
     tx.rows("SELECT id FROM envelopes WHERE id = ANY($1) ORDER BY id FOR UPDATE", &[&ids])?;
     let mut applied = Vec::new();
     for (row, decision) in items {
-        let still = tx.opt(
-            "SELECT 1 FROM envelopes WHERE id = $1 AND status = 'sent' AND send_count = $2 AND lease_token IS NOT DISTINCT FROM $3",
-            &[&row.envelope_id, &row.send_count, &row.lease_token],
-        )?;
-        if still.is_none() {
+        if !evidence_holds(tx, row)? {
             continue;
+        }
+        if row.execution.is_some() && matches!(decision, Recovery::Requeue | Recovery::GiveUp) {
+            // A live execution is decided from its phase, never as an undelivered hand-off
+            // (`domain::Leftover::of`); refuse a caller that says otherwise.
+            return Err(StoreError::Invalid(format!(
+                "task {}: a hand-off with a running execution cannot be requeued or given up as undelivered",
+                row.task_id
+            )));
         }
         let task = row.task_id.as_str();
         let exec = row.execution.as_ref().map(|(t, _)| t.as_str());
@@ -150,7 +180,19 @@ fn apply_recovery(
                 applied.push((row.task_id.clone(), TaskStatus::Succeeded));
             }
             Recovery::Resume => {
-                requeue_envelope(tx, task, now, Some("lease expired during the provider call"))?;
+                // Without a lease, this was the hand-off of an execution already being
+                // resumed that no worker claimed: hand the same execution over again.
+                let (error, how) = match row.lease_token {
+                    Some(_) => (
+                        "lease expired during the provider call",
+                        "the worker's lease expired during the provider call; handing the same execution to a worker to look up or replay, not to resend",
+                    ),
+                    None => (
+                        "the hand-off of a resumed execution was never claimed",
+                        "the execution being recovered was handed to a worker that never started; handing it over again to look up or replay, not to resend",
+                    ),
+                };
+                requeue_envelope(tx, task, now, Some(error))?;
                 set_task(
                     tx,
                     task,
@@ -159,15 +201,7 @@ fn apply_recovery(
                     None,
                     now,
                 )?;
-                event(
-                    tx,
-                    task,
-                    now,
-                    r,
-                    "recovering",
-                    "the worker's lease expired during the provider call; handing the same execution to a worker to look up or replay, not to resend",
-                    exec,
-                )?;
+                event(tx, task, now, r, "recovering", how, exec)?;
                 applied.push((row.task_id.clone(), TaskStatus::Waiting));
             }
             Recovery::Unknown => {
