@@ -10,6 +10,7 @@
 pub mod backend;
 mod multi;
 mod pg;
+mod races;
 mod single;
 
 /// Run each named generic test on both backends: `sqlite::NAME` and `postgres::NAME`.
