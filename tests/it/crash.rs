@@ -183,7 +183,7 @@ fn a_set_made_with_the_cli_survives_a_kill_mid_set() {
 fn crash_at(d: &mut Daemon, point: &str, what: &str) {
     d.env.retain(|(k, _)| k != "FAILPOINTS");
     d.env.push(("FAILPOINTS".into(), format!("{point}=return")));
-    d.spawn();
+    d.spawn_process();
     let exited = wait_for(Duration::from_secs(30), || d.child.as_mut().and_then(|c| c.try_wait().ok().flatten()));
     let status = exited.unwrap_or_else(|| panic!("{what}: crash point {point} never fired; stderr:\n{}", d.stderr()));
     assert!(!status.success(), "{what}: the daemon exited cleanly instead of crashing at {point}");

@@ -3,7 +3,8 @@
 //! in-process against scriptable providers; `races` scripts reconciler-vs-worker
 //! interleavings on the store with explicit times; `api` and `cli` drive the real binary;
 //! `web` drives the web page over HTTP and in headless Chromium; `crash` and `soak` kill it
-//! where it hurts and read the mock provider's ledger.
+//! where it hurts and read the mock provider's ledger; `disks` empties, flips, write-protects
+//! and fills the disk under the real binary.
 
 mod api;
 mod cli;
@@ -11,6 +12,7 @@ mod common;
 mod conformance;
 #[cfg(feature = "failpoints")]
 mod crash;
+mod disks;
 mod engine;
 mod providers_daemon;
 mod providers_http;

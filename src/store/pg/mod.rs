@@ -479,10 +479,13 @@ impl Conn {
                             Ok(r)
                         }
                         Err(e) if retryable(&e) && attempt < RETRIES => continue,
-                        Err(e) if e.is_closed() || e.code().is_none() => Err(StoreError::Commit(format!(
-                            "the connection was lost during COMMIT; it may or may not have committed: {e}"
-                        ))),
-                        Err(e) => Err(StoreError::Commit(e.to_string())),
+                        Err(e) if e.is_closed() || e.code().is_none() => Err(StoreError::Commit {
+                            message: format!(
+                                "the connection was lost during COMMIT; it may or may not have committed: {e}"
+                            ),
+                            code: None,
+                        }),
+                        Err(e) => Err(StoreError::Commit { message: e.to_string(), code: None }),
                     };
                 }
                 Err(StoreError::Postgres(e)) if retryable(&e) && attempt < RETRIES => {
