@@ -95,6 +95,7 @@ CREATE TABLE executions (
     phase            text NOT NULL CHECK (phase IN ('claimed', 'calling', 'accepted')),
     idempotency_key  text NOT NULL,
     provider_job_id  text,
+    provider_handle  text,                        -- the adapter's JSON for polling that job, if any
     node_id          text NOT NULL,
     boot_id          text NOT NULL,
     heartbeat_at     bigint NOT NULL,

@@ -67,6 +67,7 @@ CREATE TABLE executions (
     phase            TEXT NOT NULL CHECK (phase IN ('claimed', 'calling', 'accepted')),
     idempotency_key  TEXT NOT NULL,               -- sent to the provider; stable for this execution
     provider_job_id  TEXT,                        -- persisted the moment it arrives (phase 'accepted')
+    provider_handle  TEXT,                        -- the adapter's JSON for polling that job (fal's URLs), if any
     boot_id          TEXT NOT NULL,               -- process run currently driving it
     heartbeat_at     INTEGER NOT NULL,
     started_at       INTEGER NOT NULL,

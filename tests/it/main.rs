@@ -15,7 +15,11 @@ mod crash;
 mod disks;
 mod engine;
 mod providers_daemon;
+mod providers_fal;
+mod providers_hostile;
 mod providers_http;
+mod providers_replicate;
+mod providers_sdk;
 mod races;
 mod sets;
 #[cfg(feature = "failpoints")]

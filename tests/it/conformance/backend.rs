@@ -60,6 +60,14 @@ pub trait Backend: Clone + Send + Sync + 'static {
         job: String,
         now: Millis,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn record_accepted_with(
+        &self,
+        exec: String,
+        lease: String,
+        job: String,
+        handle: Option<String>,
+        now: Millis,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
     fn heartbeat(
         &self,
         exec: String,
@@ -190,6 +198,16 @@ macro_rules! forward {
                 now: Millis,
             ) -> impl Future<Output = Result<(), StoreError>> + Send {
                 <$ty>::record_accepted(self, exec, lease, job, now)
+            }
+            fn record_accepted_with(
+                &self,
+                exec: String,
+                lease: String,
+                job: String,
+                handle: Option<String>,
+                now: Millis,
+            ) -> impl Future<Output = Result<(), StoreError>> + Send {
+                <$ty>::record_accepted_with(self, exec, lease, job, handle, now)
             }
             fn heartbeat(
                 &self,

@@ -172,7 +172,8 @@ async fn accepted_job_id_is_kept_and_a_resumed_claim_adopts_the_execution<B: Bac
     let id = submit(&s, "accepted").await;
     let c = claimed(&s, &id, T0, "boot-1").await;
     s.record_calling(c.execution_token.clone(), c.lease_token.clone(), T0 + 1).await.expect("calling");
-    s.record_accepted(c.execution_token.clone(), c.lease_token.clone(), "job-7".into(), T0 + 2)
+    let handle = Some(r#"{"status_url":"https://queue.example/s/7"}"#.to_string());
+    s.record_accepted_with(c.execution_token.clone(), c.lease_token.clone(), "job-7".into(), handle.clone(), T0 + 2)
         .await
         .expect("accepted");
     // The run dies; a later run recovers by resuming the same execution.
@@ -185,6 +186,8 @@ async fn accepted_job_id_is_kept_and_a_resumed_claim_adopts_the_execution<B: Bac
     assert_eq!(again.execution_token, c.execution_token, "the same execution, not a new attempt");
     assert_eq!((again.phase, again.resumed, again.attempt), (Phase::Accepted, true, 1));
     assert_eq!(again.job_id.as_deref(), Some("job-7"));
+    assert_eq!(again.job_handle, handle, "the adapter's handle comes back with the job id");
+    assert_eq!(c.job_handle, None);
     assert_eq!(again.calling_at, Some(T0 + 1));
     assert_eq!(again.idempotency_key, c.idempotency_key);
     assert_eq!(s.int("SELECT count(*) FROM executions").await, 1);

@@ -51,12 +51,14 @@ fn claim(
         None => Vec::new(),
     };
     let running = tx.opt(
-        "SELECT token, phase, provider_job_id, idempotency_key, calling_at, attempt
+        "SELECT token, phase, provider_job_id, idempotency_key, calling_at, attempt, provider_handle
          FROM executions WHERE task_id = $1 AND status = 'running'",
         &[&h.task_id],
     )?;
+    let mut handle: Option<String> = None;
     let (execution_token, phase, job_id, idempotency_key, calling_at, attempt, resumed) = match running {
         Some(r) => {
+            handle = r.get(6);
             let (token, phase, job_id, key, calling_at, attempt): (
                 String,
                 String,
@@ -91,7 +93,10 @@ fn claim(
             (token, Phase::Claimed, None, key, None, attempt, false)
         }
     };
+    // The handle an adapter persisted with the job id (fal's status/response URLs), if any.
+    let job_handle = if phase == Phase::Accepted { handle } else { None };
     let claim = Claim {
+        job_handle,
         execution_token,
         lease_token: lease.into(),
         task_id: h.task_id.clone(),
@@ -139,9 +144,19 @@ fn record_calling(tx: &mut Tx<'_, '_>, exec: &str, lease: &str, now: Millis) -> 
 }
 
 /// Persist the provider's job id the moment it arrives.
-fn record_accepted(tx: &mut Tx<'_, '_>, exec: &str, lease: &str, job: &str, now: Millis) -> Result<(), StoreError> {
+fn record_accepted(
+    tx: &mut Tx<'_, '_>,
+    exec: &str,
+    lease: &str,
+    job: &str,
+    handle: Option<&str>,
+    now: Millis,
+) -> Result<(), StoreError> {
     let task = fence(tx, exec, lease, now)?;
-    tx.exec("UPDATE executions SET phase = 'accepted', provider_job_id = $2 WHERE token = $1", &[&exec, &job])?;
+    tx.exec(
+        "UPDATE executions SET phase = 'accepted', provider_job_id = $2, provider_handle = $3 WHERE token = $1",
+        &[&exec, &job, &handle],
+    )?;
     event(tx, &task, now, Actor::Worker, "accepted", &format!("the provider accepted the job as {job}"), Some(exec))?;
     Ok(())
 }
@@ -307,7 +322,23 @@ impl PgStore {
     ) -> Result<(), StoreError> {
         self.write(move |tx| {
             let now = tx.now(now)?;
-            record_accepted(tx, &exec, &lease, &job, now)
+            record_accepted(tx, &exec, &lease, &job, None, now)
+        })
+        .await
+    }
+
+    /// Like [`PgStore::record_accepted`], with the adapter's handle for polling the job.
+    pub async fn record_accepted_with(
+        &self,
+        exec: String,
+        lease: String,
+        job: String,
+        handle: Option<String>,
+        now: Millis,
+    ) -> Result<(), StoreError> {
+        self.write(move |tx| {
+            let now = tx.now(now)?;
+            record_accepted(tx, &exec, &lease, &job, handle.as_deref(), now)
         })
         .await
     }
