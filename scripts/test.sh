@@ -13,6 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-browser.sh
+bash scripts/install-axe.sh
 bash scripts/install-sdk-venv.sh
 bash scripts/install-postgres.sh
 exec bash scripts/with-postgres.sh bash -c '

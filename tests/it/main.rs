@@ -7,6 +7,7 @@
 //! and fills the disk under the real binary.
 
 mod api;
+mod browser;
 mod cli;
 mod common;
 mod conformance;
@@ -25,7 +26,9 @@ mod sets;
 #[cfg(feature = "failpoints")]
 mod soak;
 mod surface;
+mod tour;
 mod web;
+mod web_surface;
 
 /// The crash matrix and the soak need crash points compiled into the binary; say so loudly
 /// instead of skipping silently when they are not.
