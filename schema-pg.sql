@@ -9,7 +9,7 @@
 --   nodes                      one row per node name: its advisory-lock key and current run
 --   envelopes.lease_node       which node holds the lease (lease_boot: which run of it)
 --   executions.node_id         which node drives the execution (boot_id: which run)
---   booleans are boolean, events.id is an identity column.
+--   booleans are boolean, events.id is an identity column, blobs.data is bytea.
 --   notify triggers            wake-ups for other nodes (hints carrying a due time, never data)
 
 CREATE TABLE tally_schema (
@@ -66,6 +66,7 @@ CREATE TABLE tasks (
 CREATE INDEX tasks_by_status ON tasks(status, id);
 CREATE INDEX tasks_by_set ON tasks(set_id, set_position) WHERE set_id IS NOT NULL;
 CREATE INDEX tasks_by_retry_of ON tasks(retry_of) WHERE retry_of IS NOT NULL;
+CREATE INDEX tasks_settled_by_age ON tasks(updated_at) WHERE status IN ('succeeded', 'failed', 'canceled');
 
 CREATE TABLE envelopes (
     id               text COLLATE "C" PRIMARY KEY,
@@ -112,7 +113,6 @@ CREATE TABLE artifacts (
     id               text COLLATE "C" PRIMARY KEY,
     task_id          text COLLATE "C" NOT NULL REFERENCES tasks(id),
     execution_token  text COLLATE "C" NOT NULL UNIQUE REFERENCES executions(token),
-    path             text NOT NULL UNIQUE,
     sha256           text NOT NULL,
     bytes            bigint NOT NULL CHECK (bytes > 0),
     media_type       text NOT NULL CHECK (media_type IN ('image/png', 'image/jpeg', 'image/webp')),
@@ -134,7 +134,6 @@ CREATE INDEX events_by_task ON events(task_id, id);
 CREATE TABLE uploads (
     id               text COLLATE "C" PRIMARY KEY,
     sha256           text NOT NULL UNIQUE,
-    path             text NOT NULL,
     bytes            bigint NOT NULL CHECK (bytes > 0),
     media_type       text NOT NULL CHECK (media_type IN ('image/png', 'image/jpeg', 'image/webp')),
     created_at       bigint NOT NULL
@@ -145,6 +144,17 @@ CREATE TABLE set_references (
     position         bigint NOT NULL,
     upload_id        text COLLATE "C" NOT NULL REFERENCES uploads(id),
     PRIMARY KEY (set_id, position)
+);
+
+-- The bytes of every image (generated ones keyed by their artifact's id, uploads by their
+-- upload's id), written only in the transaction that commits the row they belong to, so
+-- any node serves any image. A table of its own: task rows never carry image pages.
+CREATE TABLE blobs (
+    id               text COLLATE "C" PRIMARY KEY,
+    sha256           text NOT NULL,
+    bytes            bigint NOT NULL CHECK (bytes > 0),
+    media_type       text NOT NULL CHECK (media_type IN ('image/png', 'image/jpeg', 'image/webp')),
+    data             bytea NOT NULL CHECK (length(data) = bytes)
 );
 
 -- Wake-ups for the other nodes. A NOTIFY is delivered at commit (dropped on rollback;

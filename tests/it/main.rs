@@ -15,6 +15,7 @@ mod conformance;
 mod crash;
 mod disks;
 mod engine;
+mod onefile;
 mod providers_daemon;
 mod providers_fal;
 mod providers_hostile;

@@ -5,7 +5,7 @@ use postgres::Row;
 
 use super::{PgStore, Tx};
 use crate::domain::{Millis, TaskStatus};
-use crate::store::{ArtifactView, EventView, StoreError, TaskView};
+use crate::store::{ArtifactView, BlobMeta, CHUNK, EventView, StoreError, TaskView};
 
 fn task_row(r: &Row) -> TaskView {
     let status: String = r.get(1);
@@ -36,18 +36,17 @@ fn artifact_row(r: &Row) -> ArtifactView {
     ArtifactView {
         id: r.get(0),
         task_id: r.get(1),
-        path: r.get(2),
-        sha256: r.get(3),
-        bytes: r.get(4),
-        media_type: r.get(5),
-        created_at: r.get(6),
+        sha256: r.get(2),
+        bytes: r.get(3),
+        media_type: r.get(4),
+        created_at: r.get(5),
     }
 }
 
 fn with_artifacts(tx: &mut Tx<'_, '_>, mut t: TaskView) -> Result<TaskView, StoreError> {
     t.artifacts = tx
         .rows(
-            "SELECT id, task_id, path, sha256, bytes, media_type, created_at FROM artifacts WHERE task_id = $1 ORDER BY created_at",
+            "SELECT id, task_id, sha256, bytes, media_type, created_at FROM artifacts WHERE task_id = $1 ORDER BY created_at",
             &[&t.id],
         )?
         .iter()
@@ -115,7 +114,7 @@ fn events(tx: &mut Tx<'_, '_>, task: &str) -> Result<Vec<EventView>, StoreError>
 
 fn artifact(tx: &mut Tx<'_, '_>, id: &str) -> Result<Option<ArtifactView>, StoreError> {
     Ok(tx
-        .opt("SELECT id, task_id, path, sha256, bytes, media_type, created_at FROM artifacts WHERE id = $1", &[&id])?
+        .opt("SELECT id, task_id, sha256, bytes, media_type, created_at FROM artifacts WHERE id = $1", &[&id])?
         .map(|r| artifact_row(&r)))
 }
 
@@ -167,5 +166,53 @@ impl PgStore {
     /// The reconciler's next deadline (the earliest of every node's sent envelopes).
     pub async fn next_sent_deadline(&self) -> Result<Option<Millis>, StoreError> {
         self.read(next_sent_deadline).await
+    }
+}
+
+/// What is recorded about the image stored under `id`.
+fn blob_meta(tx: &mut Tx<'_, '_>, id: &str) -> Result<Option<BlobMeta>, StoreError> {
+    Ok(tx.opt("SELECT id, sha256, bytes, media_type FROM blobs WHERE id = $1", &[&id])?.map(|r| BlobMeta {
+        id: r.get(0),
+        sha256: r.get(1),
+        bytes: r.get(2),
+        media_type: r.get(3),
+    }))
+}
+
+impl PgStore {
+    /// What is recorded about the image stored under `id` (an artifact's or an upload's id).
+    pub async fn blob_meta(&self, id: String) -> Result<Option<BlobMeta>, StoreError> {
+        self.read(move |tx| blob_meta(tx, &id)).await
+    }
+
+    /// Up to `len` bytes of image `id` from offset `pos`, in one short read transaction
+    /// (`None`: no such image any more). Streaming readers call it chunk by chunk, so no
+    /// request holds a whole image or a long transaction.
+    pub async fn read_blob_chunk(&self, id: String, pos: usize, len: usize) -> Result<Option<Vec<u8>>, StoreError> {
+        let (from, n) = (pos as i64 + 1, len.min(CHUNK) as i64);
+        self.read(move |tx| {
+            Ok(tx
+                .opt(
+                    "SELECT substring(data FROM $2::bigint::int FOR $3::bigint::int) FROM blobs WHERE id = $1",
+                    &[&id, &from, &n],
+                )?
+                .map(|r| r.get(0)))
+        })
+        .await
+    }
+
+    /// The whole image stored under `id`, for small uses that need all of it at once
+    /// (references sent to a provider, thumbnails).
+    pub async fn read_image_bytes(&self, id: String) -> Result<Option<(BlobMeta, Vec<u8>)>, StoreError> {
+        let Some(meta) = self.blob_meta(id.clone()).await? else { return Ok(None) };
+        let mut out = Vec::with_capacity(meta.bytes.max(0) as usize);
+        while (out.len() as i64) < meta.bytes {
+            match self.read_blob_chunk(id.clone(), out.len(), CHUNK).await? {
+                Some(chunk) if !chunk.is_empty() => out.extend_from_slice(&chunk),
+                Some(_) => return Err(StoreError::Fatal(format!("image {id} is shorter than its recorded size"))),
+                None => return Err(StoreError::Invalid(format!("image {id} is no longer stored"))),
+            }
+        }
+        Ok(Some((meta, out)))
     }
 }

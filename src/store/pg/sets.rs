@@ -8,7 +8,7 @@ use postgres::Row;
 use super::ops::{event, new_id, set_replay, submit};
 use super::{PgStore, Tx};
 use crate::domain::{Actor, Millis};
-use crate::store::{NewSet, NewTask, SetView, ShotRef, StoreError, SubmitOutcome, UploadView};
+use crate::store::{NewImage, NewSet, NewTask, SetView, ShotRef, StoreError, SubmitOutcome, UploadView};
 
 /// Lock a set's row (rule L for set operations: set before envelope).
 pub(super) fn lock_set(tx: &mut Tx<'_, '_>, set: &str) -> Result<bool, StoreError> {
@@ -68,38 +68,54 @@ pub(super) fn schedule_next_shot(tx: &mut Tx<'_, '_>, task: &str, now: Millis) -
 }
 
 fn upload_row(r: &Row) -> UploadView {
-    UploadView {
-        id: r.get(0),
-        sha256: r.get(1),
-        path: r.get(2),
-        bytes: r.get(3),
-        media_type: r.get(4),
-        created_at: r.get(5),
-    }
+    UploadView { id: r.get(0), sha256: r.get(1), bytes: r.get(2), media_type: r.get(3), created_at: r.get(4) }
 }
 
-/// Record an uploaded file, or return the existing upload with the same content (a
-/// concurrent insert of the same content on another node makes this one retry and find it).
-fn save_upload(tx: &mut Tx<'_, '_>, u: &UploadView) -> Result<UploadView, StoreError> {
-    if let Some(existing) = upload_by_hash(tx, &u.sha256)? {
+/// Record an uploaded image (its row and its bytes, in one transaction), or return the
+/// existing upload with the same content (a concurrent insert of the same content on another
+/// node makes this one retry and find it).
+fn save_upload(tx: &mut Tx<'_, '_>, img: &NewImage, now: Millis) -> Result<UploadView, StoreError> {
+    if let Some(existing) = upload_by_hash(tx, img.sha256())? {
         return Ok(existing);
     }
+    let u = UploadView {
+        id: new_id(),
+        sha256: img.sha256().to_string(),
+        bytes: img.len(),
+        media_type: img.media_type().to_string(),
+        created_at: now,
+    };
+    super::ops::insert_blob(tx, &u.id, img)?;
     tx.exec(
-        "INSERT INTO uploads (id, sha256, path, bytes, media_type, created_at) VALUES ($1, $2, $3, $4, $5, $6)",
-        &[&u.id, &u.sha256, &u.path, &u.bytes, &u.media_type, &u.created_at],
+        "INSERT INTO uploads (id, sha256, bytes, media_type, created_at) VALUES ($1, $2, $3, $4, $5)",
+        &[&u.id, &u.sha256, &u.bytes, &u.media_type, &u.created_at],
     )?;
-    Ok(u.clone())
+    Ok(u)
+}
+
+/// An upload with the product of the first set that uses it (what its download is named
+/// after).
+fn upload_for_download(tx: &mut Tx<'_, '_>, id: &str) -> Result<Option<(UploadView, Option<String>)>, StoreError> {
+    let Some(u) = upload(tx, id)? else { return Ok(None) };
+    let product = tx
+        .opt(
+            "SELECT s.product FROM set_references r JOIN sets s ON s.id = r.set_id WHERE r.upload_id = $1
+             ORDER BY s.id LIMIT 1",
+            &[&id],
+        )?
+        .map(|r| r.get(0));
+    Ok(Some((u, product)))
 }
 
 fn upload_by_hash(tx: &mut Tx<'_, '_>, sha256: &str) -> Result<Option<UploadView>, StoreError> {
     Ok(tx
-        .opt("SELECT id, sha256, path, bytes, media_type, created_at FROM uploads WHERE sha256 = $1", &[&sha256])?
+        .opt("SELECT id, sha256, bytes, media_type, created_at FROM uploads WHERE sha256 = $1", &[&sha256])?
         .map(|r| upload_row(&r)))
 }
 
 fn upload(tx: &mut Tx<'_, '_>, id: &str) -> Result<Option<UploadView>, StoreError> {
     Ok(tx
-        .opt("SELECT id, sha256, path, bytes, media_type, created_at FROM uploads WHERE id = $1", &[&id])?
+        .opt("SELECT id, sha256, bytes, media_type, created_at FROM uploads WHERE id = $1", &[&id])?
         .map(|r| upload_row(&r)))
 }
 
@@ -107,7 +123,7 @@ fn upload(tx: &mut Tx<'_, '_>, id: &str) -> Result<Option<UploadView>, StoreErro
 pub(super) fn references_of_set(tx: &mut Tx<'_, '_>, set: &str) -> Result<Vec<UploadView>, StoreError> {
     Ok(tx
         .rows(
-            "SELECT u.id, u.sha256, u.path, u.bytes, u.media_type, u.created_at
+            "SELECT u.id, u.sha256, u.bytes, u.media_type, u.created_at
              FROM set_references r JOIN uploads u ON u.id = r.upload_id WHERE r.set_id = $1 ORDER BY r.position",
             &[&set],
         )?
@@ -232,9 +248,18 @@ fn list_sets(tx: &mut Tx<'_, '_>, before: Option<&str>, limit: usize) -> Result<
 }
 
 impl PgStore {
-    /// Record an upload (deduplicated by content).
-    pub async fn save_upload(&self, u: UploadView) -> Result<UploadView, StoreError> {
-        self.write(move |tx| save_upload(tx, &u)).await
+    /// Store an uploaded image (deduplicated by content): its row and bytes in one commit.
+    pub async fn save_upload(&self, img: NewImage, now: Millis) -> Result<UploadView, StoreError> {
+        self.write(move |tx| {
+            let now = tx.now(now)?;
+            save_upload(tx, &img, now)
+        })
+        .await
+    }
+
+    /// An upload with the product its download is named after.
+    pub async fn upload_for_download(&self, id: String) -> Result<Option<(UploadView, Option<String>)>, StoreError> {
+        self.read(move |tx| upload_for_download(tx, &id)).await
     }
 
     /// Create a set with its shots.

@@ -109,7 +109,15 @@ pub trait Backend: Clone + Send + Sync + 'static {
         items: Vec<(LeftoverRow, Recovery)>,
         now: Millis,
     ) -> impl Future<Output = Result<Vec<(String, TaskStatus)>, StoreError>> + Send;
-    fn save_upload(&self, u: UploadView) -> impl Future<Output = Result<UploadView, StoreError>> + Send;
+    fn save_upload(&self, img: NewImage, now: Millis) -> impl Future<Output = Result<UploadView, StoreError>> + Send;
+    fn upload_for_download(
+        &self,
+        id: String,
+    ) -> impl Future<Output = Result<Option<(UploadView, Option<String>)>, StoreError>> + Send;
+    fn read_image_bytes(
+        &self,
+        id: String,
+    ) -> impl Future<Output = Result<Option<(BlobMeta, Vec<u8>)>, StoreError>> + Send;
     fn create_set(&self, s: NewSet, now: Millis) -> impl Future<Output = Result<SubmitOutcome, StoreError>> + Send;
     fn cancel_set(&self, id: String, now: Millis) -> impl Future<Output = Result<Option<usize>, StoreError>> + Send;
     fn get_set(&self, id: String) -> impl Future<Output = Result<Option<SetView>, StoreError>> + Send;
@@ -275,8 +283,24 @@ macro_rules! forward {
             ) -> impl Future<Output = Result<Vec<(String, TaskStatus)>, StoreError>> + Send {
                 <$ty>::apply_recovery(self, items, now)
             }
-            fn save_upload(&self, u: UploadView) -> impl Future<Output = Result<UploadView, StoreError>> + Send {
-                <$ty>::save_upload(self, u)
+            fn save_upload(
+                &self,
+                img: NewImage,
+                now: Millis,
+            ) -> impl Future<Output = Result<UploadView, StoreError>> + Send {
+                <$ty>::save_upload(self, img, now)
+            }
+            fn upload_for_download(
+                &self,
+                id: String,
+            ) -> impl Future<Output = Result<Option<(UploadView, Option<String>)>, StoreError>> + Send {
+                <$ty>::upload_for_download(self, id)
+            }
+            fn read_image_bytes(
+                &self,
+                id: String,
+            ) -> impl Future<Output = Result<Option<(BlobMeta, Vec<u8>)>, StoreError>> + Send {
+                <$ty>::read_image_bytes(self, id)
             }
             fn create_set(
                 &self,

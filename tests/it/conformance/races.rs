@@ -57,13 +57,12 @@ impl<B: Backend> Script<B> {
 
     fn decision(row: &LeftoverRow, caps: Capabilities) -> Recovery {
         let left = Leftover::of(row.execution.as_ref().map(|(_, p)| *p), row.send_count as u32);
-        match decide(&left, Some(caps), false, 10) {
+        match decide(&left, Some(caps), 10) {
             Decision::Requeue => Recovery::Requeue,
             Decision::GiveUp => Recovery::GiveUp,
             Decision::Abandon => Recovery::Abandon,
             Decision::Resume => Recovery::Resume,
             Decision::Unknown => Recovery::Unknown,
-            Decision::FinishFromFile => panic!("no file in these scripts"),
         }
     }
 

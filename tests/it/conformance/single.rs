@@ -48,14 +48,17 @@ pub async fn kinds<B: Backend>(s: &B, id: &str) -> Vec<String> {
     s.events(id.into()).await.expect("events").into_iter().map(|e| e.kind).collect()
 }
 
-pub fn artifact(exec: &str) -> NewArtifact {
-    NewArtifact {
-        id: uuid::Uuid::now_v7().to_string(),
-        path: format!("artifacts/{exec}.png"),
-        sha256: "ab".repeat(32),
-        bytes: 123,
-        media_type: "image/png".into(),
-    }
+/// A small "image" (the PNG signature and some distinct bytes: what the store checks).
+pub fn png(tag: &str) -> Vec<u8> {
+    let mut b = b"\x89PNG\r\n\x1a\n".to_vec();
+    b.extend_from_slice(tag.as_bytes());
+    b.extend_from_slice(&[0u8; 64]);
+    b
+}
+
+/// A verified artifact made from [`png`]`(tag)`.
+pub fn artifact(tag: &str) -> NewArtifact {
+    NewArtifact::new(NewImage::verify(png(tag)).expect("a png"))
 }
 
 both!(
@@ -226,9 +229,12 @@ async fn finish_succeeded_attaches_the_artifact_and_consumes_the_envelope<B: Bac
     let t = s.get_task(id.clone()).await.expect("get").expect("task");
     assert_eq!(t.status, TaskStatus::Succeeded);
     assert_eq!(t.artifacts.len(), 1);
-    assert_eq!((t.artifacts[0].sha256.as_str(), t.artifacts[0].bytes), (a.sha256.as_str(), 123));
+    assert_eq!((t.artifacts[0].sha256.as_str(), t.artifacts[0].bytes), (a.image.sha256(), a.image.len()));
     let got = s.artifact(a.id.clone()).await.expect("artifact").expect("exists");
     assert_eq!((got.task_id.as_str(), got.media_type.as_str()), (id.as_str(), "image/png"));
+    let (meta, bytes) = s.read_image_bytes(a.id.clone()).await.expect("read").expect("stored");
+    assert_eq!(bytes, png(&c.execution_token), "the bytes committed with the finish");
+    assert_eq!((meta.sha256.as_str(), meta.bytes), (a.image.sha256(), a.image.len()));
     assert_eq!(s.int("SELECT count(*) FROM envelopes WHERE status = 'consumed'").await, 1);
     assert_eq!(s.next_sent_deadline().await.expect("deadline"), None);
     let again = s.finish(c.execution_token, c.lease_token, Finish::Succeeded(artifact("x")), T0 + 4).await;
@@ -438,7 +444,7 @@ async fn recovery_applies_each_decision_and_skips_what_changed<B: Backend>(s: B)
         (row(&ids[2]), Recovery::GiveUp),
         (row(&ids[3]), Recovery::Unknown),
         (row(&ids[4]), Recovery::Resume),
-        (row(&ids[5]), Recovery::FinishFromFile(artifact(&claims[4].execution_token))),
+        (row(&ids[5]), Recovery::Resume),
     ];
     // Something changes after the read: task 2's worker finishes first (still holding its lease).
     let c1 = &claims[1];
@@ -457,17 +463,17 @@ async fn recovery_applies_each_decision_and_skips_what_changed<B: Backend>(s: B)
         (ids[1].clone(), TaskStatus::Waiting),
         (ids[3].clone(), TaskStatus::Unknown),
         (ids[4].clone(), TaskStatus::Waiting),
-        (ids[5].clone(), TaskStatus::Succeeded),
+        (ids[5].clone(), TaskStatus::Waiting),
     ];
     want.sort_by(|a, b| a.0.cmp(&b.0));
     assert_eq!(applied, want, "the finished task's decision is skipped");
     assert_eq!(status(&s, &ids[2]).await, TaskStatus::Failed, "its own outcome stands");
     assert_eq!(kinds(&s, &ids[0]).await.last().map(String::as_str), Some("requeued"));
     assert_eq!(kinds(&s, &ids[1]).await.last().map(String::as_str), Some("abandoned"));
-    assert_eq!(kinds(&s, &ids[5]).await.last().map(String::as_str), Some("recovered"));
+    assert_eq!(kinds(&s, &ids[5]).await.last().map(String::as_str), Some("recovering"));
     assert_eq!(s.int("SELECT count(*) FROM executions WHERE status = 'abandoned'").await, 1);
     assert_eq!(s.int("SELECT count(*) FROM executions WHERE status = 'unknown'").await, 1);
-    assert_eq!(s.int("SELECT count(*) FROM executions WHERE status = 'running'").await, 1, "the resumed one");
+    assert_eq!(s.int("SELECT count(*) FROM executions WHERE status = 'running'").await, 2, "the resumed ones");
     // GiveUp on a fresh leftover fails the task as undeliverable.
     let id = submit(&s, "give up").await;
     let _ = handoff(&s, &id, T0 + 5, "old").await;
@@ -482,15 +488,7 @@ async fn recovery_applies_each_decision_and_skips_what_changed<B: Backend>(s: B)
 }
 
 async fn sets_run_one_shot_at_a_time_and_cancel_the_unsent<B: Backend>(s: B) {
-    let up = UploadView {
-        id: uuid::Uuid::now_v7().to_string(),
-        sha256: "cd".repeat(32),
-        path: "uploads/x.png".into(),
-        bytes: 10,
-        media_type: "image/png".into(),
-        created_at: T0,
-    };
-    let up = s.save_upload(up).await.expect("upload");
+    let up = s.save_upload(NewImage::verify(png("product photo")).expect("png"), T0).await.expect("upload");
     let shot = |role: &str| NewShot { role: role.into(), prompt: format!("{role} shot"), params: json!({}) };
     let set = NewSet {
         product: "mug".into(),
@@ -539,19 +537,20 @@ async fn sets_run_one_shot_at_a_time_and_cancel_the_unsent<B: Backend>(s: B) {
 }
 
 async fn uploads_are_deduplicated_by_content<B: Backend>(s: B) {
-    let up = |id: &str| UploadView {
-        id: id.into(),
-        sha256: "ef".repeat(32),
-        path: format!("uploads/{id}.png"),
-        bytes: 10,
-        media_type: "image/png".into(),
-        created_at: T0,
-    };
-    let first = s.save_upload(up("u1")).await.expect("save");
-    let second = s.save_upload(up("u2")).await.expect("save");
-    assert_eq!((first.id.as_str(), second.id.as_str()), ("u1", "u1"));
-    assert!(s.upload("u1".into()).await.expect("get").is_some());
-    assert!(s.upload("u2".into()).await.expect("get").is_none());
+    let img = || NewImage::verify(png("the same photo")).expect("png");
+    let first = s.save_upload(img(), T0).await.expect("save");
+    let second = s.save_upload(img(), T0 + 1).await.expect("save");
+    assert_eq!(first.id, second.id, "the same content is one upload");
+    assert_eq!((first.created_at, first.bytes), (T0, img().len()));
+    let (meta, bytes) = s.read_image_bytes(first.id.clone()).await.expect("read").expect("stored");
+    assert_eq!((bytes, meta.media_type.as_str()), (png("the same photo"), "image/png"));
+    let other = s.save_upload(NewImage::verify(png("another photo")).expect("png"), T0).await.expect("save");
+    assert_ne!(other.id, first.id);
+    assert!(s.upload(first.id.clone()).await.expect("get").is_some());
+    assert!(s.upload("no-such-upload".into()).await.expect("get").is_none());
+    let (u, product) = s.upload_for_download(first.id).await.expect("get").expect("exists");
+    assert_eq!((u.sha256.as_str(), product), (meta.sha256.as_str(), None), "no set uses it yet");
+    assert_eq!(s.int("SELECT count(*) FROM blobs").await, 2);
 }
 
 async fn lists_page_by_id_and_count_by_status<B: Backend>(s: B) {

@@ -201,9 +201,11 @@ fn finish(tx: &mut Tx<'_, '_>, exec: &str, lease: &str, f: &Finish, now: Millis)
                 now,
                 Actor::Worker,
                 "succeeded",
-                &format!("image saved ({} bytes, sha256 {})", a.bytes, a.sha256),
+                &format!("image stored ({} bytes, sha256 {})", a.image.len(), a.image.sha256()),
                 ex,
             )?;
+            // Crash matrix: the image and `succeeded` are written but not committed.
+            crate::failpoint::crash("before-finish-commit");
             TaskStatus::Succeeded
         }
         Finish::Failed { kind, reason } => {

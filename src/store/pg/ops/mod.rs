@@ -19,7 +19,7 @@ pub(super) use user::cancel;
 
 use super::Tx;
 use crate::domain::{Actor, FailureKind, Millis, TaskStatus};
-use crate::store::{NewArtifact, StoreError, SubmitOutcome};
+use crate::store::{NewArtifact, NewImage, StoreError, SubmitOutcome};
 
 pub(super) fn new_id() -> String {
     uuid::Uuid::now_v7().to_string()
@@ -96,6 +96,18 @@ pub(super) fn requeue_envelope(
     Ok(())
 }
 
+/// Store an image's bytes under `id`, inside the operation that commits the row they belong
+/// to (the SQLite twin is `store::blobs::insert_blob`).
+pub(super) fn insert_blob(tx: &mut Tx<'_, '_>, id: &str, img: &NewImage) -> Result<(), StoreError> {
+    tx.exec(
+        "INSERT INTO blobs (id, sha256, bytes, media_type, data) VALUES ($1, $2, $3, $4, $5)",
+        &[&id, &img.sha256(), &img.len(), &img.media_type(), &img.bytes()],
+    )?;
+    Ok(())
+}
+
+/// Attach a verified image to a task: its bytes and its artifact row, in the caller's
+/// transaction.
 pub(super) fn insert_artifact(
     tx: &mut Tx<'_, '_>,
     task: &str,
@@ -103,10 +115,11 @@ pub(super) fn insert_artifact(
     a: &NewArtifact,
     now: Millis,
 ) -> Result<(), StoreError> {
+    insert_blob(tx, &a.id, &a.image)?;
     tx.exec(
-        "INSERT INTO artifacts (id, task_id, execution_token, path, sha256, bytes, media_type, created_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-        &[&a.id, &task, &exec, &a.path, &a.sha256, &a.bytes, &a.media_type, &now],
+        "INSERT INTO artifacts (id, task_id, execution_token, sha256, bytes, media_type, created_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        &[&a.id, &task, &exec, &a.image.sha256(), &a.image.len(), &a.image.media_type(), &now],
     )?;
     Ok(())
 }

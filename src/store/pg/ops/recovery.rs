@@ -153,32 +153,6 @@ fn apply_recovery(
                 )?;
                 applied.push((row.task_id.clone(), TaskStatus::Waiting));
             }
-            Recovery::FinishFromFile(a) => {
-                set_exec(tx, "succeeded", "")?;
-                if let Some(token) = exec {
-                    insert_artifact(tx, task, token, a, now)?;
-                }
-                set_task(
-                    tx,
-                    task,
-                    TaskStatus::Succeeded,
-                    Some("Recovered the saved image after an interruption."),
-                    None,
-                    now,
-                )?;
-                consume_envelope(tx, task, "consumed", None)?;
-                event(
-                    tx,
-                    task,
-                    now,
-                    r,
-                    "recovered",
-                    "found the saved image on disk, verified its hash and finished the task",
-                    exec,
-                )?;
-                on_settled(tx, task, now)?;
-                applied.push((row.task_id.clone(), TaskStatus::Succeeded));
-            }
             Recovery::Resume => {
                 // Without a lease, this was the hand-off of an execution already being
                 // resumed that no worker claimed: hand the same execution over again.
