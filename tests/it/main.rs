@@ -11,6 +11,7 @@ mod api;
 mod browser;
 mod cli;
 mod common;
+mod conformance;
 #[cfg(feature = "failpoints")]
 mod crash;
 mod disks;
