@@ -18,6 +18,8 @@ mod disks;
 mod engine;
 mod limits;
 mod onefile;
+#[cfg(feature = "failpoints")]
+mod powerloss;
 mod providers_daemon;
 mod providers_fal;
 mod providers_hostile;
