@@ -95,6 +95,26 @@ impl Client {
         Ok(Answer { status, body })
     }
 
+    /// `GET path` whose successful answer is text (CSV); an error answer becomes its
+    /// `{"error"}` message.
+    pub async fn get_text(&self, path: &str) -> Result<String, Failure> {
+        let resp =
+            self.http.get(format!("{}{path}", self.base)).bearer_auth(&self.token).send().await.map_err(|e| {
+                if e.is_connect() {
+                    Failure::error(format!("cannot reach the tally daemon at {}: is `tally serve` running?", self.base))
+                } else {
+                    Failure::error(format!("request to {} failed: {e}", self.base))
+                }
+            })?;
+        let status = resp.status();
+        let text = resp.text().await.map_err(|e| Failure::error(format!("cannot read the daemon's answer: {e}")))?;
+        if status.is_success() {
+            return Ok(text);
+        }
+        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+        Answer { status, body }.into_ok().map(|_| String::new())
+    }
+
     /// `GET path` (relative to the base URL).
     pub async fn get(&self, path: &str) -> Result<Answer, Failure> {
         self.send(self.http.get(format!("{}{path}", self.base))).await

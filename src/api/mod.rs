@@ -11,6 +11,7 @@
 pub mod auth;
 pub mod error;
 pub mod sets;
+pub mod spend;
 pub mod tasks;
 
 use std::sync::Arc;
@@ -109,6 +110,8 @@ pub fn app(state: AppState) -> Router {
         .route("/sets/{id}", get(sets::get_one))
         .route("/sets/{id}/cancel", post(sets::cancel))
         .route("/providers", get(providers))
+        .route("/spend", get(spend::spend))
+        .route("/spend/requests", get(spend::requests))
         .route("/session", get(web::session))
         .route("/session/sign-in-url", post(web::sign_in_url))
         .route("/stream", get(web::stream::stream))
@@ -151,6 +154,8 @@ async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
     let engine = state.engine();
     let counts = engine.status_counts().await?;
     engine.metrics().set_task_counts(&counts);
+    let charges = engine.store().charge_totals().await?;
+    engine.metrics().observe_charges(&charges);
     let text = engine.metrics().encode();
     Ok(([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response())
 }

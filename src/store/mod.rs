@@ -21,6 +21,7 @@ mod open;
 mod ops;
 mod read;
 mod sets;
+pub mod spend;
 
 pub use open::{SCHEMA_VERSION, StoreError, backup, check};
 pub use ops::*;

@@ -12,7 +12,7 @@ use rusqlite::{Connection, OpenFlags, trace::TraceEventCodes};
 use crate::config::Durability;
 
 /// The schema version this build writes. Older databases are migrated; newer ones refused.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// `PRAGMA application_id` of tally databases ("taly").
 const APPLICATION_ID: i64 = 0x7461_6c79;
@@ -38,6 +38,23 @@ const MIGRATIONS: &[&str] = &[
         upload_id TEXT NOT NULL REFERENCES uploads(id), PRIMARY KEY (set_id, position)) STRICT;
      ALTER TABLE tasks ADD COLUMN shot_role TEXT CHECK (shot_role IN ('main', 'selling_point', 'scene'));
      CREATE INDEX tasks_by_set ON tasks(set_id, set_position) WHERE set_id IS NOT NULL;",
+    // 2 → 3: charge evidence per execution, prices, budget holds, retry keys per original.
+    // Earlier versions recorded only "calling was reached", so an old request that did not
+    // succeed is backfilled as 'possible' (what tally told the user then), never 'refused'.
+    // (The table CHECK tying `charge` to `calling_at` cannot be added by ALTER TABLE; new
+    // databases have it, and `check` tests the rule on every version.)
+    "ALTER TABLE executions ADD COLUMN charge TEXT NOT NULL DEFAULT 'none'
+        CHECK (charge IN ('none', 'refused', 'possible', 'charged'));
+     ALTER TABLE executions ADD COLUMN billable INTEGER NOT NULL DEFAULT 1 CHECK (billable IN (0, 1));
+     ALTER TABLE executions ADD COLUMN cost_micros INTEGER;
+     ALTER TABLE executions ADD COLUMN currency TEXT;
+     ALTER TABLE executions ADD COLUMN model TEXT;
+     UPDATE executions SET charge = CASE WHEN calling_at IS NULL THEN 'none'
+                                         WHEN status = 'succeeded' THEN 'charged' ELSE 'possible' END;
+     CREATE INDEX executions_paid ON executions(calling_at) WHERE charge <> 'none';
+     ALTER TABLE envelopes ADD COLUMN budget_hold INTEGER NOT NULL DEFAULT 0 CHECK (budget_hold IN (0, 1));
+     ALTER TABLE tasks ADD COLUMN retry_key TEXT;
+     CREATE UNIQUE INDEX tasks_by_retry_key ON tasks(retry_of, retry_key) WHERE retry_key IS NOT NULL;",
 ];
 
 /// Errors of the store.
@@ -259,6 +276,10 @@ pub fn check(db: &Path, data_dir: Option<&Path>) -> Result<Vec<String>, StoreErr
         (
             "task with more than one running execution",
             "SELECT task_id FROM executions WHERE status = 'running' GROUP BY task_id HAVING count(*) > 1",
+        ),
+        (
+            "execution with a charge but no recorded call",
+            "SELECT token FROM executions WHERE charge <> 'none' AND (calling_at IS NULL OR billable = 0)",
         ),
         ("unknown task without an unknown execution", "SELECT id FROM tasks t WHERE status = 'unknown' AND NOT EXISTS (SELECT 1 FROM executions x WHERE x.task_id = t.id AND x.status = 'unknown')"),
     ];

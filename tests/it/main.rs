@@ -5,11 +5,13 @@
 //! and `soak` kill it where it hurts and read the mock provider's ledger.
 
 mod api;
+mod charges;
 mod cli;
 mod common;
 #[cfg(feature = "failpoints")]
 mod crash;
 mod engine;
+mod money;
 mod providers_daemon;
 mod providers_http;
 mod sets;

@@ -284,7 +284,7 @@
     return h("section", { id: "unknown-explainer", class: "unknown-box", "aria-labelledby": "unknown-title" },
       h("h3", { id: "unknown-title" }, h("span", { class: "icon", "aria-hidden": "true" }, "?"), " The outcome is unknown"),
       h("ul", {},
-        h("li", {}, "The result cannot be confirmed: the request reached the provider, but its answer was lost."),
+        h("li", {}, "The result cannot be confirmed: the request reached the provider, and nothing can prove what happened to it (the cause is above)."),
         h("li", {}, "Automatic retries have stopped: tally will not send this job again on its own."),
         h("li", {}, "Generating again is a new operation that may be charged again.")),
       t.billing_note ? h("p", { id: "billing-note" }, h("strong", {}, "How " + t.provider + " bills: "), t.billing_note) : null,
