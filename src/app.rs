@@ -18,11 +18,28 @@ use crate::clock::SystemClock;
 use crate::config::Config;
 use crate::engine::{Engine, EngineParts, ProviderEntry};
 use crate::metrics::Metrics;
-use crate::store::Store;
+use crate::store::{Severity, UsedEvidence, open_for_serve};
 
 /// The lock file inside the data dir (never the database file: closing any handle on the
 /// database would drop SQLite's own locks).
 pub const LOCK_FILE: &str = "tally.lock";
+
+/// The file in the data dir where a running `tally serve` writes the address it listens on,
+/// so that other commands with the same data directory find it (also after `--listen`).
+/// Removed at a clean stop; a stale one after a crash names the last address, which the next
+/// start overwrites.
+pub const ADDRESS_FILE: &str = "serve.addr";
+
+/// The address a running daemon of this data dir wrote into [`ADDRESS_FILE`], if any.
+pub fn served_address(data_dir: &Path) -> Option<SocketAddr> {
+    std::fs::read_to_string(data_dir.join(ADDRESS_FILE)).ok()?.trim().parse().ok()
+}
+
+fn write_address(data_dir: &Path, addr: SocketAddr) -> std::io::Result<()> {
+    let tmp = data_dir.join(format!(".{ADDRESS_FILE}.tmp"));
+    std::fs::write(&tmp, format!("{addr}\n"))?;
+    std::fs::rename(&tmp, data_dir.join(ADDRESS_FILE))
+}
 
 /// How long a clean stop waits for open HTTP connections before going on without them.
 const HTTP_DRAIN: Duration = Duration::from_secs(5);
@@ -178,14 +195,6 @@ pub async fn serve(cfg: Config, config_path: Option<PathBuf>) -> Result<(), Fail
     let dir = cfg.storage.data_dir.clone();
     create_data_dir(&dir)?;
     let _lock = lock_data_dir(&dir)?;
-    let token_path = cfg.token_path();
-    let token = auth::load_or_create_token(&token_path)
-        .map_err(|e| Failure::error(format!("cannot create or read the API token {}: {e}", token_path.display())))?;
-    let listener = tokio::net::TcpListener::bind(cfg.server.listen)
-        .await
-        .map_err(|e| Failure::error(format!("cannot listen on {}: {e}", cfg.server.listen)))?;
-    let local = listener.local_addr().map_err(|e| Failure::error(format!("cannot read the listen address: {e}")))?;
-
     let mut entries = Vec::new();
     for p in &cfg.providers {
         let provider = crate::providers::build(p).map_err(|e| Failure::error(format!("provider `{}`: {e}", p.name)))?;
@@ -193,9 +202,32 @@ pub async fn serve(cfg: Config, config_path: Option<PathBuf>) -> Result<(), Fail
     }
     let default_provider = cfg.providers.first().map(|p| p.name.clone()).unwrap_or_else(|| "demo".into());
 
+    // The database first: the API token is evidence that the data dir was used, so it must
+    // not exist before the database does (a first start that stops early must not make the
+    // next one look like a lost database).
     let db = cfg.db_path();
-    let store = Store::open(&db, cfg.storage.durability)
+    let token_path = cfg.token_path();
+    let evidence = UsedEvidence { token: token_path.clone(), dirs: vec![dir.join("artifacts"), dir.join("uploads")] };
+    let store = open_for_serve(&db, cfg.storage.durability, &evidence)
         .map_err(|e| Failure::error(format!("cannot open the database {}: {e}", db.display())))?;
+    let before_engine = |e: Failure| {
+        let _ = store.close();
+        e
+    };
+    let token = auth::load_or_create_token(&token_path)
+        .map_err(|e| Failure::error(format!("cannot create or read the API token {}: {e}", token_path.display())))
+        .map_err(before_engine)?;
+    let listener = tokio::net::TcpListener::bind(cfg.server.listen)
+        .await
+        .map_err(|e| Failure::error(format!("cannot listen on {}: {e}", cfg.server.listen)))
+        .map_err(before_engine)?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| Failure::error(format!("cannot read the listen address: {e}")))
+        .map_err(before_engine)?;
+    if let Err(e) = write_address(&dir, local) {
+        tracing::warn!(error = %e, "cannot write {ADDRESS_FILE}; other commands will look for the daemon at server.listen");
+    }
     let engine = match Engine::start(EngineParts {
         store: store.clone(),
         config: cfg.engine.clone(),
@@ -230,8 +262,17 @@ pub async fn serve(cfg: Config, config_path: Option<PathBuf>) -> Result<(), Fail
     let signal_result = Arc::new(std::sync::Mutex::new(None));
     let shutdown = {
         let (stopping, signal_result, state) = (stopping.clone(), signal_result.clone(), state.clone());
+        let failed = engine.clone();
         async move {
-            let r = stop_signal().await;
+            // A signal, or the engine gave up on its database (read-only, corrupt): either way
+            // stop the same clean way; the second ends with exit code 1 and says why.
+            let r = tokio::select! {
+                r = stop_signal() => r,
+                why = failed.failure() => {
+                    tracing::error!(reason = %why, "stopping: the database cannot be used any more");
+                    Err(Failure::error(format!("tally stopped because its database cannot be used any more: {why}")))
+                }
+            };
             if let Err(e) = r {
                 *signal_result.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
             }
@@ -252,12 +293,27 @@ pub async fn serve(cfg: Config, config_path: Option<PathBuf>) -> Result<(), Fail
     // Stop the engine and checkpoint the database whatever happened to the HTTP server.
     engine.shutdown().await;
     let closed = engine.store().close();
+    let _ = std::fs::remove_file(dir.join(ADDRESS_FILE));
     tracing::info!("stopped");
     served.map_err(Failure::error)?;
     if let Some(e) = signal_result.lock().unwrap_or_else(|e| e.into_inner()).take() {
         return Err(e);
     }
-    closed.map_err(|e| Failure::error(format!("the database did not close cleanly: {e}")))
+    match closed {
+        Ok(()) => Ok(()),
+        // A full or failing disk can refuse the final checkpoint. Nothing is lost: the WAL
+        // beside the database holds the last commits and is applied at the next start. The
+        // stop itself was clean, so the exit code is 0; the log says what is different.
+        Err(e) if e.severity() == Severity::Resource => {
+            tracing::warn!(
+                error = %e,
+                "the final WAL checkpoint failed (disk full?); nothing is lost: keep the -wal file beside the database, \
+                 it is applied at the next start (copy the database with `tally backup`, not by hand)"
+            );
+            Ok(())
+        }
+        Err(e) => Err(Failure::error(format!("the database did not close cleanly: {e}"))),
+    }
 }
 
 /// Aborts a spawned task when dropped.

@@ -1,6 +1,6 @@
-//! The CLI's HTTP client: finds the daemon (`server.listen`) and its token
-//! (`<data_dir>/api-token`) from the same configuration as `tally serve`, and turns API
-//! errors into plain messages.
+//! The CLI's HTTP client: finds the daemon (the address a running `tally serve` wrote into
+//! the data dir, else `server.listen`) and its token (`<data_dir>/api-token`) from the same
+//! configuration as `tally serve`, and turns API errors into plain messages.
 
 use std::time::Duration;
 
@@ -68,7 +68,10 @@ impl Client {
             .timeout(Duration::from_secs(60))
             .build()
             .map_err(|e| Failure::error(format!("cannot build the HTTP client: {e}")))?;
-        Ok(Client { http, base: base_url(cfg.server.listen), token })
+        // A running daemon of this data dir says where it listens (it may have been started
+        // with `--listen`); else the configured address.
+        let listen = crate::app::served_address(&cfg.storage.data_dir).unwrap_or(cfg.server.listen);
+        Ok(Client { http, base: base_url(listen), token })
     }
 
     /// The daemon's base URL.
@@ -77,13 +80,7 @@ impl Client {
     }
 
     async fn send(&self, req: reqwest::RequestBuilder) -> Result<Answer, Failure> {
-        let resp = req.bearer_auth(&self.token).send().await.map_err(|e| {
-            if e.is_connect() {
-                Failure::error(format!("cannot reach the tally daemon at {}: is `tally serve` running?", self.base))
-            } else {
-                Failure::error(format!("request to {} failed: {e}", self.base))
-            }
-        })?;
+        let resp = req.bearer_auth(&self.token).send().await.map_err(|e| self.send_error(e))?;
         let status = resp.status();
         let bytes = resp.bytes().await.map_err(|e| Failure::error(format!("cannot read the daemon's answer: {e}")))?;
         let body = if bytes.is_empty() {
@@ -98,14 +95,8 @@ impl Client {
     /// `GET path` whose successful answer is text (CSV); an error answer becomes its
     /// `{"error"}` message.
     pub async fn get_text(&self, path: &str) -> Result<String, Failure> {
-        let resp =
-            self.http.get(format!("{}{path}", self.base)).bearer_auth(&self.token).send().await.map_err(|e| {
-                if e.is_connect() {
-                    Failure::error(format!("cannot reach the tally daemon at {}: is `tally serve` running?", self.base))
-                } else {
-                    Failure::error(format!("request to {} failed: {e}", self.base))
-                }
-            })?;
+        let req = self.http.get(format!("{}{path}", self.base)).bearer_auth(&self.token);
+        let resp = req.send().await.map_err(|e| self.send_error(e))?;
         let status = resp.status();
         let text = resp.text().await.map_err(|e| Failure::error(format!("cannot read the daemon's answer: {e}")))?;
         if status.is_success() {
@@ -113,6 +104,34 @@ impl Client {
         }
         let body = serde_json::from_str(&text).unwrap_or(Value::Null);
         Answer { status, body }.into_ok().map(|_| String::new())
+    }
+
+    /// `GET path` for bytes that are not JSON (a set's zip): the answer's status, its
+    /// `Content-Disposition` file name if any, and the body; `timeout` bounds the whole
+    /// download. An error answer is turned into a failure with the API's message.
+    pub async fn get_bytes(&self, path: &str, timeout: Duration) -> Result<(Option<String>, Vec<u8>), Failure> {
+        let req = self.http.get(format!("{}{path}", self.base)).timeout(timeout).bearer_auth(&self.token);
+        let resp = req.send().await.map_err(|e| self.send_error(e))?;
+        let status = resp.status();
+        let name = resp
+            .headers()
+            .get(reqwest::header::CONTENT_DISPOSITION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(crate::api::download::disposition_file_name);
+        let bytes = resp.bytes().await.map_err(|e| Failure::error(format!("the download was cut off: {e}")))?;
+        if !status.is_success() {
+            let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            return Answer { status, body }.into_ok().map(|_| (None, Vec::new()));
+        }
+        Ok((name, bytes.to_vec()))
+    }
+
+    fn send_error(&self, e: reqwest::Error) -> Failure {
+        if e.is_connect() {
+            Failure::error(format!("cannot reach the tally daemon at {}: is `tally serve` running?", self.base))
+        } else {
+            Failure::error(format!("request to {} failed: {e}", self.base))
+        }
     }
 
     /// `GET path` (relative to the base URL).

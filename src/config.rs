@@ -310,6 +310,19 @@ pub const DEFAULT_CURRENCY: &str = "USD";
 /// The default listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7700";
 
+/// Parse a listen address (`server.listen` or `tally serve --listen`): an IP and a port, on
+/// loopback unless `allow_non_loopback` (`server.allow_non_loopback`) is true.
+pub fn listen_address(text: &str, allow_non_loopback: bool) -> Result<SocketAddr, String> {
+    let listen: SocketAddr =
+        text.trim().parse().map_err(|_| format!("`{text}` is not an address like 127.0.0.1:7700"))?;
+    if !listen.ip().is_loopback() && !allow_non_loopback {
+        return Err(format!(
+            "{listen} is not a loopback address; set server.allow_non_loopback = true to expose tally on the network"
+        ));
+    }
+    Ok(listen)
+}
+
 impl Config {
     /// Defaults for everything: the demo provider, loopback, the platform data dir.
     pub fn defaults() -> Self {
@@ -344,18 +357,8 @@ fn resolve(raw: RawConfig, origin: &str) -> Result<Config, ConfigError> {
     let bad = |key: &str, reason: String| ConfigError::Invalid { path: origin.into(), key: key.into(), reason };
 
     let listen_text = raw.server.listen.unwrap_or_else(|| DEFAULT_LISTEN.into());
-    let listen: SocketAddr = listen_text
-        .parse()
-        .map_err(|_| bad("server.listen", format!("`{listen_text}` is not an address like 127.0.0.1:7700")))?;
     let allow_non_loopback = raw.server.allow_non_loopback.unwrap_or(false);
-    if !listen.ip().is_loopback() && !allow_non_loopback {
-        return Err(bad(
-            "server.listen",
-            format!(
-                "{listen} is not a loopback address; set server.allow_non_loopback = true to expose tally on the network"
-            ),
-        ));
-    }
+    let listen = listen_address(&listen_text, allow_non_loopback).map_err(|e| bad("server.listen", e))?;
     let allowed_hosts = raw.server.allowed_hosts.unwrap_or_default();
     for h in &allowed_hosts {
         if h.is_empty() || h.contains('*') || h.contains('/') {

@@ -281,14 +281,32 @@ pub fn backoff(attempt: u32, base: Duration, max: Duration, jitter: f64) -> Dura
 /// belongs to an earlier run of the process).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Leftover {
-    /// Handed to the transport but never claimed.
+    /// Handed to the transport but never claimed, and no execution is running.
     Unclaimed { send_count: u32 },
-    /// Claimed, but the worker stopped before recording `calling`.
+    /// Claimed, but the worker stopped before recording `calling` (or a lost hand-off of
+    /// such an execution).
     BeforeCalling,
     /// The execution recorded `calling` (a request may have left).
     Calling,
     /// The provider accepted the job and its id is persisted.
     Accepted,
+}
+
+impl Leftover {
+    /// Classify a leftover from its evidence: the task's running execution (if any) and its
+    /// phase decide, whether or not the envelope still carries a lease. A `sent` envelope with
+    /// no lease and no execution is a hand-off that was never claimed; one with no lease but a
+    /// running execution is the hand-off of an execution being *resumed* (a crash between its
+    /// dispatch and its claim), and it is decided from that execution's phase, never counted
+    /// as an undelivered hand-off: its request may already have been sent and charged.
+    pub fn of(execution: Option<Phase>, send_count: u32) -> Leftover {
+        match execution {
+            None => Leftover::Unclaimed { send_count },
+            Some(Phase::Claimed) => Leftover::BeforeCalling,
+            Some(Phase::Calling) => Leftover::Calling,
+            Some(Phase::Accepted) => Leftover::Accepted,
+        }
+    }
 }
 
 /// What the reconciler does with a leftover (DESIGN §6).
@@ -351,6 +369,17 @@ mod tests {
         for (left, caps, file, want) in cases {
             assert_eq!(decide(&left, caps, file, 10), want, "{left:?} {caps:?} file={file}");
         }
+    }
+
+    /// A running execution decides, whatever the hand-off count: a resumed execution's lost
+    /// hand-off is never "undeliverable".
+    #[test]
+    fn leftovers_are_classified_by_the_running_execution() {
+        assert_eq!(Leftover::of(None, 3), Leftover::Unclaimed { send_count: 3 });
+        assert_eq!(Leftover::of(Some(Phase::Claimed), 99), Leftover::BeforeCalling);
+        assert_eq!(Leftover::of(Some(Phase::Calling), 99), Leftover::Calling);
+        assert_eq!(Leftover::of(Some(Phase::Accepted), 99), Leftover::Accepted);
+        assert_eq!(decide(&Leftover::of(Some(Phase::Accepted), 99), Some(LOOKUP), false, 1), Decision::Resume);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! can drive it with `tower::ServiceExt::oneshot`.
 
 pub mod auth;
+pub mod download;
 pub mod error;
 pub mod sets;
 pub mod spend;
@@ -109,6 +110,7 @@ pub fn app(state: AppState) -> Router {
         .route("/sets", post(sets::create).get(sets::list))
         .route("/sets/{id}", get(sets::get_one))
         .route("/sets/{id}/cancel", post(sets::cancel))
+        .route("/sets/{id}/download", get(download::set_zip))
         .route("/providers", get(providers))
         .route("/spend", get(spend::spend))
         .route("/spend/requests", get(spend::requests))

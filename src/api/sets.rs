@@ -112,11 +112,17 @@ pub async fn upload(State(state): State<AppState>, body: Bytes) -> Result<Respon
 pub async fn get_upload(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
     let u = state.engine().store().upload(id).await?.ok_or_else(|| ApiError::not_found("upload"))?;
     let path = crate::engine::files::path_of(state.engine().data_dir(), &u.path);
-    let bytes = tokio::fs::read(&path)
-        .await
-        .map_err(|e| ApiError::unavailable(&format!("upload {} at {}: {e}", u.id, path.display())))?;
-    Ok(([(header::CONTENT_TYPE, u.media_type), (header::X_CONTENT_TYPE_OPTIONS, "nosniff".to_string())], bytes)
-        .into_response())
+    let bytes = super::download::read_file(&path, &format!("upload {}", u.id)).await?;
+    let name = format!(
+        "reference-photo_{}.{}",
+        &u.sha256[..u.sha256.len().min(8)],
+        crate::providers::extension(&u.media_type)
+    );
+    let mut r =
+        ([(header::CONTENT_TYPE, u.media_type), (header::X_CONTENT_TYPE_OPTIONS, "nosniff".to_string())], bytes)
+            .into_response();
+    r.headers_mut().insert(header::CONTENT_DISPOSITION, super::download::content_disposition("inline", &name));
+    Ok(r)
 }
 
 /// One shot of `POST /v1/sets`.

@@ -11,6 +11,7 @@ use base64::prelude::BASE64_STANDARD;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use super::download;
 use super::error::ApiError;
 use super::{AppState, JsonBody, OptionalJsonBody, json_response};
 use crate::clock::rfc3339;
@@ -533,14 +534,24 @@ fn not_unknown(s: TaskStatus) -> ApiError {
     ApiError::conflict("not_unknown", format!("only an unknown task can be resolved by hand; this one is {s}"))
 }
 
-/// `GET /v1/artifacts/{id}`: the image bytes with their media type.
+/// `GET /v1/artifacts/{id}`: the image bytes with their media type, and a file name a person
+/// recognises in `Content-Disposition` (from the set's product and the shot's role, or the
+/// prompt).
 pub async fn artifact(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
-    let a = state.engine().store().artifact(id).await?.ok_or_else(|| ApiError::not_found("artifact"))?;
+    let store = state.engine().store();
+    let a = store.artifact(id).await?.ok_or_else(|| ApiError::not_found("artifact"))?;
+    let task = store.get_task(a.task_id.clone()).await?;
+    let set = match task.as_ref().and_then(|t| t.set_id.clone()) {
+        Some(set_id) => store.get_set(set_id).await?,
+        None => None,
+    };
+    let name = match &task {
+        Some(t) => download::artifact_file_name(t, set.as_ref(), &a),
+        None => format!("image.{}", crate::providers::extension(&a.media_type)),
+    };
     let path = crate::engine::files::path_of(state.engine().data_dir(), &a.path);
-    let bytes = tokio::fs::read(&path)
-        .await
-        .map_err(|e| ApiError::unavailable(&format!("artifact {} at {}: {e}", a.id, path.display())))?;
-    Ok((
+    let bytes = download::read_file(&path, &format!("artifact {}", a.id)).await?;
+    let mut r = (
         [
             (header::CONTENT_TYPE, a.media_type),
             (header::X_CONTENT_TYPE_OPTIONS, "nosniff".to_string()),
@@ -548,5 +559,7 @@ pub async fn artifact(State(state): State<AppState>, Path(id): Path<String>) -> 
         ],
         bytes,
     )
-        .into_response())
+        .into_response();
+    r.headers_mut().insert(header::CONTENT_DISPOSITION, download::content_disposition("inline", &name));
+    Ok(r)
 }

@@ -1,6 +1,10 @@
 //! The command line: one binary, clap subcommands, exit codes mapped in one place
 //! ([`Exit`]), errors printed as `tally: <message>`. Client subcommands talk to the daemon
 //! over HTTP ([`crate::client`]); `backup`, `check` and `token` work on files directly.
+//!
+//! Words: the CLI and the web page call the unit of work a **job** (the API's resource name
+//! for it is a *task*, `/v1/tasks`). Text that came from a prompt, a provider or the daemon is
+//! printed through [`term_safe`], so it cannot move the cursor or recolour the terminal.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -34,6 +38,8 @@ pub enum Exit {
     Unknown = 4,
     /// `check` found problems.
     Problems = 5,
+    /// `--wait` was stopped with Ctrl-C; the job or set keeps running in the daemon.
+    Interrupted = 130,
 }
 
 impl From<Exit> for ExitCode {
@@ -59,16 +65,26 @@ impl Failure {
 /// tally runs paid AI image generation jobs and never lets a retry pay twice without you
 /// knowing.
 #[derive(Debug, Parser)]
-#[command(name = "tally", version, about, max_term_width = 100)]
+#[command(
+    name = "tally",
+    version,
+    about,
+    max_term_width = 100,
+    after_help = "Exit codes: 0 ok; 1 error; 2 bad command line; 3 a waited-for job failed or was canceled; \
+                  4 a waited-for job ended unknown; 5 `check` found problems; 130 Ctrl-C stopped a wait \
+                  (the job keeps running)."
+)]
 pub struct Cli {
-    /// Configuration file (default: built-in defaults).
-    #[arg(long, global = true, env = "TALLY_CONFIG", value_name = "FILE")]
+    // The environment variables are read by `run`, not by clap: clap would name an argument
+    // taken from the environment in every usage line, as if it had been typed.
+    /// Configuration file (default: $TALLY_CONFIG, else built-in defaults).
+    #[arg(long, global = true, value_name = "FILE", display_order = 900)]
     pub config: Option<PathBuf>,
-    /// Data directory (overrides `storage.data_dir`).
-    #[arg(long, global = true, env = "TALLY_DATA_DIR", value_name = "DIR")]
+    /// Data directory, overriding `storage.data_dir` (default: $TALLY_DATA_DIR).
+    #[arg(long, global = true, value_name = "DIR", display_order = 901)]
     pub data_dir: Option<PathBuf>,
     /// Print the raw JSON answers, for scripts.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, display_order = 902)]
     pub json: bool,
     #[command(subcommand)]
     pub command: Command,
@@ -77,47 +93,61 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the daemon (HTTP API, engine) until SIGINT or SIGTERM.
+    /// Run the daemon (HTTP API, web page, engine) until SIGINT or SIGTERM.
     Serve {
+        /// Listen on this address instead of `server.listen` (e.g. 127.0.0.1:7801). Other
+        /// commands using the same data directory find it there.
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<String>,
         /// Log format on stderr.
         #[arg(long, value_enum, default_value_t = LogFormat::Text)]
         log_format: LogFormat,
     },
-    /// Submit a generation task.
+    /// Submit an image generation job.
+    #[command(after_help = "With --wait the exit code says how it ended: 0 the image is ready; 3 failed or \
+                            canceled; 4 unknown (it may have been charged: check the provider, then \
+                            `tally resolve`); 130 Ctrl-C stopped waiting (the job keeps running).")]
     Submit {
-        /// What to generate.
+        /// What the image should show.
         prompt: String,
         /// Provider name (default: the first configured).
-        #[arg(long)]
+        #[arg(long, value_name = "NAME")]
         provider: Option<String>,
-        /// Makes resubmitting safe: the same key and prompt return the same task.
-        #[arg(long)]
+        /// Makes resubmitting safe: the same key and prompt return the same job.
+        #[arg(long, value_name = "KEY")]
         idempotency_key: Option<String>,
-        /// Wait for the result, showing progress; exit 0 only if it succeeded.
+        /// Wait for the result, showing progress; exit 0 only if the image is ready.
         #[arg(long)]
         wait: bool,
     },
-    /// Show one task.
-    Status { id: String },
-    /// List tasks, newest first.
+    /// Show one job.
+    Status {
+        /// The job's id (from `tally submit` or `tally list`).
+        id: String,
+    },
+    /// List jobs, newest first.
     List {
-        /// Only tasks with this status (queued, waiting, running, succeeded, failed, unknown, canceled).
+        /// Only jobs with this status (queued, waiting, running, succeeded, failed, unknown, canceled).
         #[arg(long)]
         status: Option<String>,
         /// How many (default 50, at most 500).
-        #[arg(long)]
+        #[arg(long, value_name = "N")]
         limit: Option<usize>,
-        /// Only tasks created before this task id (the `next` cursor of a previous page).
-        #[arg(long)]
+        /// Only jobs created before this job id (the `more:` line of a previous page).
+        #[arg(long, value_name = "ID")]
         before: Option<String>,
         /// Only the tasks that need you: unknown, and neither resolved nor retried yet.
         #[arg(long)]
         needs_attention: bool,
     },
-    /// Cancel a task.
-    Cancel { id: String },
-    /// Retry a failed, unknown or canceled task as a new task.
+    /// Cancel a job that has not finished (one already sent to the provider finishes and is kept).
+    Cancel {
+        /// The job's id.
+        id: String,
+    },
+    /// Retry a failed, unknown or canceled job as a new job.
     Retry {
+        /// The id of the job to generate again.
         id: String,
         /// Accept that generating again may be charged again (needed when a request of the
         /// task was possibly charged or charged).
@@ -128,30 +158,34 @@ pub enum Command {
         #[arg(long, value_name = "RETRY_ID")]
         acknowledge_retried_as: Option<String>,
     },
-    /// Resolve an `unknown` task by hand, as failed or with the image you found.
+    /// Resolve an `unknown` job by hand, as failed or with the image you found.
     #[command(group(ArgGroup::new("outcome").required(true).args(["failed", "image"])))]
     Resolve {
+        /// The id of the unknown job.
         id: String,
-        /// You confirmed the generation failed.
+        /// You confirmed at the provider that the generation failed.
         #[arg(long)]
         failed: bool,
-        /// The image you found at the provider: the task becomes succeeded.
+        /// The image you found at the provider: the job becomes succeeded.
         #[arg(long, value_name = "FILE")]
         image: Option<PathBuf>,
         /// A note for the timeline.
         #[arg(long)]
         note: Option<String>,
     },
-    /// Show a task's timeline.
-    Events { id: String },
+    /// Show a job's timeline: what happened, when, and who did it.
+    Events {
+        /// The job's id.
+        id: String,
+    },
     /// What was spent: charged and possibly charged requests with their estimated cost,
     /// refusals, and how much of each budget is used.
     Spend {
         /// From this UTC date (2026-12-01) or RFC 3339 time; default: the beginning.
-        #[arg(long)]
+        #[arg(long, value_name = "DATE")]
         from: Option<String>,
         /// Up to this UTC date (included) or RFC 3339 time (excluded); default: now.
-        #[arg(long)]
+        #[arg(long, value_name = "DATE")]
         to: Option<String>,
         /// Rows per day, month or provider.
         #[arg(long, value_enum, default_value_t = spend::By::Day)]
@@ -162,9 +196,15 @@ pub enum Command {
         csv: bool,
     },
     /// Copy the database consistently (works while the daemon runs).
-    Backup { dest: PathBuf },
+    Backup {
+        /// Where to write the copy (a file, or a directory to put `tally.db` in).
+        dest: PathBuf,
+    },
     /// Verify a database (default: this data directory's); exit non-zero listing problems.
-    Check { db: Option<PathBuf> },
+    Check {
+        /// The database file to check (default: this data directory's `tally.db`).
+        db: Option<PathBuf>,
+    },
     /// Print the API token.
     Token,
     /// Print a new one-time URL that signs a browser in to the web page (valid 15 minutes).
@@ -181,7 +221,10 @@ pub enum Command {
 /// `tally set …`.
 #[derive(Debug, Subcommand)]
 pub enum SetCommand {
-    /// Upload the reference photos and create a set; one task per shot, run one at a time.
+    /// Upload the reference photos and create a set; one job per shot, run one at a time.
+    #[command(after_help = "With --wait the exit code says how the set ended: 0 every shot's image is ready; \
+                            3 a shot failed or was canceled; 4 a shot ended unknown (it may have been \
+                            charged); 130 Ctrl-C stopped waiting (the set keeps running).")]
     Create {
         /// The product's name.
         #[arg(long)]
@@ -195,18 +238,42 @@ pub enum SetCommand {
         /// Style notes shared by every shot.
         #[arg(long)]
         style: Option<String>,
-        #[arg(long)]
+        /// Provider name (default: the first configured).
+        #[arg(long, value_name = "NAME")]
         provider: Option<String>,
-        #[arg(long)]
+        /// Makes resubmitting safe: the same key and set return the same set.
+        #[arg(long, value_name = "KEY")]
         idempotency_key: Option<String>,
         /// Wait until every shot is settled, showing per-shot progress.
         #[arg(long)]
         wait: bool,
     },
+    /// List image sets, newest first.
+    List {
+        /// How many (default 20, at most 500).
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+        /// Only sets created before this set id (the `more:` line of a previous page).
+        #[arg(long, value_name = "ID")]
+        before: Option<String>,
+    },
     /// Show a set and its shots.
-    Status { id: String },
+    Status {
+        /// The set's id (from `tally set create` or `tally set list`).
+        id: String,
+    },
+    /// Save every finished image of a set into a folder, named like `red-sneaker_main.png`.
+    Download {
+        /// The set's id.
+        id: String,
+        /// The folder to write the images to (default: a new folder named after the product).
+        dir: Option<PathBuf>,
+    },
     /// Cancel the shots not yet sent; a running shot finishes and is kept.
-    Cancel { id: String },
+    Cancel {
+        /// The set's id.
+        id: String,
+    },
 }
 
 /// Parse the command line and run it; print errors as `tally: <message>`.
@@ -214,7 +281,7 @@ pub fn main() -> ExitCode {
     match run() {
         Ok(code) => code,
         Err(f) => {
-            eprintln!("tally: {}", f.message);
+            eprintln!("tally: {}", term_safe_lines(&f.message));
             f.exit.into()
         }
     }
@@ -222,7 +289,7 @@ pub fn main() -> ExitCode {
 
 /// Parse the command line and run one subcommand.
 pub fn run() -> Result<ExitCode, Failure> {
-    let cli = match Cli::try_parse() {
+    let cli = match parse(std::env::args_os()) {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
@@ -237,13 +304,21 @@ pub fn run() -> Result<ExitCode, Failure> {
         runtime()?.block_on(crate::mock::run(args)).map_err(|e| Failure::error(format!("mock provider: {e}")))?;
         return Ok(Exit::Ok.into());
     }
-    let cfg = app::load_config(cli.config.as_deref(), cli.data_dir.as_deref())?;
+    let from_env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let config = cli.config.clone().or_else(|| from_env("TALLY_CONFIG"));
+    let data_dir = cli.data_dir.clone().or_else(|| from_env("TALLY_DATA_DIR"));
+    let cfg = app::load_config(config.as_deref(), data_dir.as_deref())?;
     let json = cli.json;
     match cli.command {
         Command::Backup { dest } => backup(&cfg, &dest),
         Command::Check { db } => check(&cfg, db.as_deref()),
         Command::Token => token(&cfg),
-        Command::Serve { log_format } => {
+        Command::Serve { listen, log_format } => {
+            let mut cfg = cfg;
+            if let Some(addr) = listen {
+                cfg.server.listen = crate::config::listen_address(&addr, cfg.server.allow_non_loopback)
+                    .map_err(|e| Failure { exit: Exit::Usage, message: format!("--listen: {e}") })?;
+            }
             // Crash points (DESIGN §9) read FAILPOINTS in builds with the `failpoints` feature.
             #[cfg(feature = "failpoints")]
             let _failpoints = fail::FailScenario::setup();
@@ -253,6 +328,42 @@ pub fn run() -> Result<ExitCode, Failure> {
         }
         other => runtime()?.block_on(client_command(&cfg, other, json)),
     }
+}
+
+/// The global flags, and the subcommands where they mean nothing: there a hidden flag of the
+/// same name takes the global one's place (clap does not propagate a global into a subcommand
+/// that has an argument of that id), so it is not listed in their help and still accepted (a
+/// `TALLY_CONFIG` in the environment never breaks them).
+const UNUSED_GLOBALS: &[(&str, &str, &[&str])] = &[
+    ("json", "json", &["serve", "backup", "check", "token", "mock-provider"]),
+    ("config", "config", &["mock-provider", "bench"]),
+    ("data_dir", "data-dir", &["mock-provider", "bench"]),
+];
+
+/// The command line as clap sees it, with meaningless global flags hidden per subcommand.
+pub fn command() -> clap::Command {
+    use clap::{Arg, ArgAction, CommandFactory};
+    let mut cmd = Cli::command();
+    for (id, long, subs) in UNUSED_GLOBALS {
+        for sub in *subs {
+            let arg = Arg::new(*id).long(*long).hide(true);
+            let arg = if *id == "json" { arg.action(ArgAction::SetTrue) } else { arg.num_args(1) };
+            cmd = cmd.mut_subcommand(*sub, |c| c.arg(arg));
+        }
+    }
+    cmd
+}
+
+/// Parse a command line.
+pub fn parse<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::FromArgMatches;
+    let mut cmd = command();
+    let matches = cmd.try_get_matches_from_mut(args)?;
+    Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut cmd))
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
@@ -281,4 +392,35 @@ pub(super) fn print_json(v: &Value) {
 
 pub(super) fn s<'a>(v: &'a Value, key: &str) -> &'a str {
     v.get(key).and_then(Value::as_str).unwrap_or("")
+}
+
+/// Text for a terminal: control characters (ESC, CSI, BEL, backspace, carriage return, the C1
+/// range, bidi overrides …) from a prompt, a provider's error or the daemon are shown as
+/// visible escapes (`\u{1b}`), so they cannot move the cursor, rewrite earlier lines or
+/// recolour the terminal. Newlines are escaped too (one record stays one line); tabs are kept.
+pub fn term_safe(text: &str) -> String {
+    escape_controls(text, false)
+}
+
+/// [`term_safe`] for a message of several lines: newlines are kept, everything else escaped.
+pub fn term_safe_lines(text: &str) -> String {
+    escape_controls(text, true)
+}
+
+fn escape_controls(text: &str, keep_newlines: bool) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        let bidi = matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}');
+        if c == '\t' || (c == '\n' && keep_newlines) || (!c.is_control() && !bidi) {
+            out.push(c);
+        } else {
+            out.push_str(&c.escape_unicode().to_string());
+        }
+    }
+    out
+}
+
+/// [`term_safe`] of a JSON string field.
+pub(super) fn st(v: &Value, key: &str) -> String {
+    term_safe(s(v, key))
 }

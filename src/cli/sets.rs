@@ -34,36 +34,169 @@ pub(super) async fn set_command(client: &Client, cmd: SetCommand, json_out: bool
             }
             let set = client.post("/v1/sets", &body).await?.into_ok()?;
             if !wait {
-                show_set(&set, json_out);
+                show_set(client, &set, json_out);
                 return Ok(Exit::Ok.into());
             }
-            let id = set["id"].as_str().unwrap_or_default().to_string();
-            let mut last = String::new();
-            loop {
-                let set = client.get(&format!("/v1/sets/{}", seg(&id))).await?.into_ok()?;
-                let line = set_progress_line(&set);
-                if line != last {
-                    eprintln!("{line}");
-                    last = line;
-                }
-                if set["status"] != "running" {
-                    show_set(&set, json_out);
-                    return Ok(if set["status"] == "done" { Exit::Ok } else { Exit::NotSucceeded }.into());
-                }
-                tokio::time::sleep(Duration::from_millis(250)).await;
+            wait_for_set(client, set, json_out).await
+        }
+        SetCommand::List { limit, before } => {
+            let mut q = Vec::new();
+            if let Some(n) = limit {
+                q.push(format!("limit={n}"));
             }
+            if let Some(b) = before {
+                q.push(format!("before={}", seg(&b)));
+            }
+            let path = if q.is_empty() { "/v1/sets".to_string() } else { format!("/v1/sets?{}", q.join("&")) };
+            let page = client.get(&path).await?.into_ok()?;
+            if json_out {
+                print_json(&page);
+                return Ok(Exit::Ok.into());
+            }
+            let sets = page["sets"].as_array().cloned().unwrap_or_default();
+            if sets.is_empty() {
+                println!("no image sets yet (make one with `tally set create`, or in the web page)");
+            }
+            for set in &sets {
+                println!(
+                    "{}  {:<18}  {}  {} ({})",
+                    st(set, "id"),
+                    st(set, "status"),
+                    st(set, "created_at"),
+                    super::tasks::shorten(&st(set, "product"), 40),
+                    st(set, "progress")
+                );
+            }
+            if let Some(next) = page["next"].as_str() {
+                println!("more: tally set list --before {}", term_safe(next));
+            }
+            Ok(Exit::Ok.into())
         }
         SetCommand::Status { id } => {
             let set = client.get(&format!("/v1/sets/{}", seg(&id))).await?.into_ok()?;
-            show_set(&set, json_out);
+            show_set(client, &set, json_out);
             Ok(Exit::Ok.into())
         }
+        SetCommand::Download { id, dir } => download(client, &id, dir, json_out).await,
         SetCommand::Cancel { id } => {
             let set = client.post(&format!("/v1/sets/{}/cancel", seg(&id)), &json!({})).await?.into_ok()?;
-            show_set(&set, json_out);
+            show_set(client, &set, json_out);
             Ok(Exit::Ok.into())
         }
     }
+}
+
+/// The exit code of a settled set, like `submit --wait`: 0 every shot done, 4 a shot unknown,
+/// else 3 (a shot failed or was canceled).
+pub(super) fn set_exit(set: &Value) -> Exit {
+    let shots = set["shots"].as_array().cloned().unwrap_or_default();
+    if shots.iter().any(|s| s["status"] == "unknown") {
+        Exit::Unknown
+    } else if set["status"] == "done" {
+        Exit::Ok
+    } else {
+        Exit::NotSucceeded
+    }
+}
+
+/// Poll a set every 250 ms, printing per-shot progress when it changes, until every shot is
+/// settled or Ctrl-C.
+async fn wait_for_set(client: &Client, mut set: Value, json_out: bool) -> Result<ExitCode, Failure> {
+    let id = set["id"].as_str().unwrap_or_default().to_string();
+    let mut interrupt = super::tasks::Interrupt::install();
+    let mut last = String::new();
+    loop {
+        let line = set_progress_line(&set);
+        if line != last {
+            eprintln!("{line}");
+            last = line;
+        }
+        if set["status"] != "running" {
+            show_set(client, &set, json_out);
+            return Ok(set_exit(&set).into());
+        }
+        tokio::select! {
+            _ = interrupt.recv() => {
+                return Err(super::tasks::stopped_waiting("set", format!("tally set status {}", term_safe(&id))));
+            }
+            next = async {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                client.get(&format!("/v1/sets/{}", seg(&id))).await
+            } => set = next?.into_ok()?,
+        }
+    }
+}
+
+/// `tally set download ID [DIR]`: fetch the set's zip and write its images into `DIR` (default:
+/// a new folder named after the product). Each image is checked against the sha256 the set
+/// reports; a file already there with the same bytes is left alone, one with other bytes is
+/// never overwritten.
+async fn download(client: &Client, id: &str, dir: Option<PathBuf>, json_out: bool) -> Result<ExitCode, Failure> {
+    let set = client.get(&format!("/v1/sets/{}", seg(id))).await?.into_ok()?;
+    let (zip_name, bytes) =
+        client.get_bytes(&format!("/v1/sets/{}/download", seg(id)), Duration::from_secs(600)).await?;
+    let dir = dir.unwrap_or_else(|| {
+        let stem = zip_name.as_deref().and_then(|n| n.strip_suffix(".zip")).unwrap_or("image-set");
+        PathBuf::from(stem)
+    });
+    std::fs::create_dir_all(&dir).map_err(|e| Failure::error(format!("cannot create {}: {e}", dir.display())))?;
+    let expected: std::collections::HashSet<String> = set["shots"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|s| s["artifacts"].as_array().cloned().unwrap_or_default())
+        .filter_map(|a| a["sha256"].as_str().map(str::to_string))
+        .collect();
+    let mut archive = zip::ZipArchive::new(std::io::Cursor::new(bytes))
+        .map_err(|e| Failure::error(format!("the daemon's zip cannot be read: {e}")))?;
+    let mut written = Vec::new();
+    for i in 0..archive.len() {
+        let mut entry =
+            archive.by_index(i).map_err(|e| Failure::error(format!("the daemon's zip cannot be read: {e}")))?;
+        let raw_name = entry.name().map(|n| n.into_owned()).unwrap_or_default();
+        let Some(name) = crate::api::download::plain_file_name(&raw_name) else {
+            return Err(Failure::error(format!("the zip names a file `{}` outside the folder", term_safe(&raw_name))));
+        };
+        let mut data = Vec::new();
+        std::io::Read::read_to_end(&mut entry, &mut data)
+            .map_err(|e| Failure::error(format!("{}: the zip entry is damaged: {e}", term_safe(&name))))?;
+        let sha = crate::domain::hex(&<sha2::Sha256 as sha2::Digest>::digest(&data));
+        if !expected.contains(&sha) {
+            return Err(Failure::error(format!("{}: its bytes match no image of the set", term_safe(&name))));
+        }
+        let path = dir.join(&name);
+        match std::fs::read(&path) {
+            Ok(old) if old == data => {}
+            Ok(_) => {
+                return Err(Failure::error(format!(
+                    "{} already exists with other content; choose another folder (nothing was overwritten)",
+                    path.display()
+                )));
+            }
+            Err(_) => {
+                let tmp = dir.join(format!(".{name}.part"));
+                std::fs::write(&tmp, &data)
+                    .and_then(|_| std::fs::rename(&tmp, &path))
+                    .map_err(|e| Failure::error(format!("cannot write {}: {e}", path.display())))?;
+            }
+        }
+        written.push(path);
+    }
+    if json_out {
+        let files: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
+        print_json(&json!({ "set": id, "dir": dir.display().to_string(), "files": files }));
+    } else {
+        println!(
+            "saved {} image(s) of {} in {}:",
+            written.len(),
+            st(&set, "product"),
+            term_safe(&dir.display().to_string())
+        );
+        for p in &written {
+            println!("  {}", term_safe(&p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()));
+        }
+    }
+    Ok(Exit::Ok.into())
 }
 
 /// One line of per-shot progress: `3 of 5 done — [✓ main] [✓ selling_point] [… scene] …`.
@@ -81,38 +214,39 @@ pub(super) fn set_progress_line(set: &Value) -> String {
                         "canceled" => "canceled",
                         _ => "waiting",
                     };
-                    format!("{}: {mark}", s["role"].as_str().unwrap_or("shot"))
+                    format!("{}: {mark}", term_safe(s["role"].as_str().unwrap_or("shot")))
                 })
                 .collect()
         })
         .unwrap_or_default();
-    format!("{} — {}", set["progress"].as_str().unwrap_or(""), shots.join(", "))
+    format!("{} — {}", st(set, "progress"), shots.join(", "))
 }
 
-pub(super) fn show_set(set: &Value, json_out: bool) {
+pub(super) fn show_set(client: &Client, set: &Value, json_out: bool) {
     if json_out {
         println!("{set}");
         return;
     }
-    println!(
-        "set {}  {}  ({})",
-        set["id"].as_str().unwrap_or(""),
-        set["status"].as_str().unwrap_or(""),
-        set["product"].as_str().unwrap_or("")
-    );
-    println!("  {}", set["progress"].as_str().unwrap_or(""));
-    println!("  {}", set["message"].as_str().unwrap_or(""));
+    println!("set {}  {}  ({})", st(set, "id"), st(set, "status"), st(set, "product"));
+    println!("  {}", st(set, "progress"));
+    println!("  {}", st(set, "message"));
     for s in set["shots"].as_array().into_iter().flatten() {
-        let art = s["artifacts"][0]["url"].as_str().map(|u| format!("  {u}")).unwrap_or_default();
+        let art = s["artifacts"][0]["url"]
+            .as_str()
+            .map(|u| format!("  {}{}", client.base(), term_safe(u)))
+            .unwrap_or_default();
         println!(
             "  {:>2}. {:<13} {:<9} {}{art}",
             s["position"].as_i64().unwrap_or(0) + 1,
-            s["role"].as_str().unwrap_or(""),
-            s["status"].as_str().unwrap_or(""),
-            s["id"].as_str().unwrap_or("")
+            st(s, "role"),
+            st(s, "status"),
+            st(s, "id")
         );
         if s["status"] == "unknown" {
-            println!("      {}", s["message"].as_str().unwrap_or(""));
+            println!("      {}", st(s, "message"));
         }
+    }
+    if set["shots"].as_array().into_iter().flatten().any(|s| !s["artifacts"].as_array().is_none_or(Vec::is_empty)) {
+        println!("  save the images: tally set download {}", st(set, "id"));
     }
 }

@@ -1,5 +1,6 @@
-//! Client subcommands about tasks: submit (and wait), status, list, cancel, retry, resolve,
-//! events, sign-in. They talk to the daemon over HTTP.
+//! Client subcommands about jobs (the API's tasks): submit (and wait), status, list, cancel,
+//! retry, resolve, events, sign-in. They talk to the daemon over HTTP; everything they print
+//! that came from a prompt, a provider or the daemon goes through [`term_safe`].
 
 use std::io::Write;
 use std::time::Duration;
@@ -58,11 +59,16 @@ pub(super) async fn client_command(cfg: &Config, cmd: Command, json: bool) -> Re
             } else {
                 let tasks = page.get("tasks").and_then(Value::as_array).cloned().unwrap_or_default();
                 if tasks.is_empty() {
-                    println!("{}", if needs_attention { "nothing needs your attention" } else { "no tasks" });
+                    println!("{}", if needs_attention { "nothing needs your attention" } else { "no jobs" });
                 }
                 for t in &tasks {
-                    let prompt: String = s(t, "prompt").chars().take(50).collect();
-                    println!("{}  {:<9}  {}  {}", s(t, "id"), s(t, "status"), s(t, "created_at"), prompt);
+                    println!(
+                        "{}  {:<9}  {}  {}",
+                        st(t, "id"),
+                        st(t, "status"),
+                        st(t, "created_at"),
+                        shorten(&st(t, "prompt"), 50)
+                    );
                 }
                 if let Some(next) = page.get("next").and_then(Value::as_str) {
                     println!("more: tally list --before {next}");
@@ -86,7 +92,7 @@ pub(super) async fn client_command(cfg: &Config, cmd: Command, json: bool) -> Re
             }
             let task = answer.into_ok()?;
             if !json {
-                println!("retried as a new task:");
+                println!("retried as a new job:");
             }
             show_task(cfg, &client, &task, json);
             Ok(Exit::Ok.into())
@@ -110,7 +116,7 @@ pub(super) async fn client_command(cfg: &Config, cmd: Command, json: bool) -> Re
             if json {
                 print_json(&answer);
             } else {
-                println!("{}", s(&answer, "url"));
+                println!("{}", st(&answer, "url"));
             }
             Ok(Exit::Ok.into())
         }
@@ -120,7 +126,13 @@ pub(super) async fn client_command(cfg: &Config, cmd: Command, json: bool) -> Re
                 print_json(&page);
             } else {
                 for e in page.get("events").and_then(Value::as_array).cloned().unwrap_or_default() {
-                    println!("{}  {:<10}  {:<16}  {}", s(&e, "at"), s(&e, "actor"), s(&e, "kind"), s(&e, "message"));
+                    println!(
+                        "{}  {:<10}  {:<16}  {}",
+                        st(&e, "at"),
+                        st(&e, "actor"),
+                        st(&e, "kind"),
+                        st(&e, "message")
+                    );
                 }
             }
             Ok(Exit::Ok.into())
@@ -159,62 +171,108 @@ fn retry_refusal(answer: &crate::client::Answer, id: &str, accepted: bool) -> Op
     }
 }
 
-/// Print a task for people (or its JSON).
+/// `text` cut to at most `max` characters at a word boundary, with "…" when it was cut.
+pub(super) fn shorten(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let cut: String = text.chars().take(max.saturating_sub(1)).collect();
+    let cut = match cut.rfind(' ') {
+        Some(i) if i >= max / 2 => &cut[..i],
+        _ => cut.as_str(),
+    };
+    format!("{}…", cut.trim_end())
+}
+
+/// Print a job for people (or its JSON).
 pub(super) fn show_task(cfg: &Config, client: &Client, t: &Value, json: bool) {
     if json {
         print_json(t);
         return;
     }
-    println!("task      {}", s(t, "id"));
-    println!("status    {}", s(t, "status"));
-    println!("message   {}", s(t, "message"));
-    println!("provider  {}", s(t, "provider"));
-    println!("prompt    {}", s(t, "prompt"));
+    let id = st(t, "id");
+    println!("job       {id}");
+    println!("status    {}", st(t, "status"));
+    println!("message   {}", st(t, "message"));
+    println!("provider  {}", st(t, "provider"));
+    println!("prompt    {}", st(t, "prompt"));
     println!("attempts  {}", t.get("attempts").and_then(Value::as_i64).unwrap_or(0));
-    println!("created   {}", s(t, "created_at"));
-    println!("updated   {}", s(t, "updated_at"));
+    println!("created   {}", st(t, "created_at"));
+    println!("updated   {}", st(t, "updated_at"));
     if let Some(r) = t.get("retry_of").and_then(Value::as_str) {
-        println!("retry of  {r}");
+        println!("retry of  {}", term_safe(r));
     }
     if let Some(c) = t.get("charge") {
         println!("charge    {}", charge_words(c));
     }
     if let Some(r) = t.get("retried_as").filter(|r| r.is_object()) {
-        println!("retried   as → task {} ({})", s(r, "id"), s(r, "status"));
+        println!("retried   as → task {} ({})", st(r, "id"), st(r, "status"));
     }
     for a in t.get("artifacts").and_then(Value::as_array).cloned().unwrap_or_default() {
         print_artifact(cfg, client, &a);
     }
     if let Some(note) = t.get("billing_note").and_then(Value::as_str) {
-        println!("billing   {note}");
+        println!("billing   {}", term_safe(note));
     }
     if t.pointer("/retry/allowed").and_then(Value::as_bool) == Some(true) {
-        println!("retry     {}", t.pointer("/retry/note").and_then(Value::as_str).unwrap_or(""));
+        println!("retry     {}", term_safe(t.pointer("/retry/note").and_then(Value::as_str).unwrap_or("")));
+    }
+    if s(t, "status") == "unknown" {
+        println!("next      check the provider's dashboard, then record what you found:");
+        println!("          tally resolve {id} --image FILE   or   tally resolve {id} --failed --note \"…\"");
+        println!("          (or generate again on purpose: tally retry {id} --accept-possible-charge)");
     }
 }
 
 pub(super) fn print_artifact(cfg: &Config, client: &Client, a: &Value) {
     println!(
         "image     sha256 {}  ({} bytes, {})",
-        s(a, "sha256"),
+        st(a, "sha256"),
         a.get("bytes").and_then(Value::as_i64).unwrap_or(0),
-        s(a, "media_type")
+        st(a, "media_type")
     );
     let file = cfg.storage.data_dir.join(s(a, "path"));
-    if file.is_file() {
-        println!("file      {}", file.display());
+    if !s(a, "path").is_empty() && file.is_file() {
+        println!("file      {}", term_safe(&file.display().to_string()));
     }
-    println!("url       {}{}", client.base(), s(a, "url"));
+    println!("url       {}{}   (artifact id {})", client.base(), st(a, "url"), st(a, "id"));
 }
 
-/// Poll a task every 250 ms, printing each status change, until it settles.
+/// Ctrl-C (SIGINT) for a wait loop: the handler is installed when this is created (before
+/// the wait prints anything), so no Ctrl-C after the first progress line ends the process
+/// silently. If it cannot be installed, Ctrl-C keeps its default effect.
+pub(super) struct Interrupt(Option<tokio::signal::unix::Signal>);
+
+impl Interrupt {
+    pub(super) fn install() -> Self {
+        Interrupt(tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).ok())
+    }
+
+    /// Resolves when Ctrl-C arrives.
+    pub(super) async fn recv(&mut self) {
+        match &mut self.0 {
+            Some(s) => {
+                s.recv().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    }
+}
+
+/// What Ctrl-C during `--wait` says: the work goes on in the daemon, and how to look at it.
+pub(super) fn stopped_waiting(what: &str, command: String) -> Failure {
+    Failure { exit: Exit::Interrupted, message: format!("stopped waiting; the {what} keeps running: `{command}`") }
+}
+
+/// Poll a job every 250 ms, printing each status change, until it settles or Ctrl-C.
 pub(super) async fn wait_for(cfg: &Config, client: &Client, mut task: Value, json: bool) -> Result<ExitCode, Failure> {
     let id = s(&task, "id").to_string();
+    let mut interrupt = Interrupt::install();
     let mut last = String::new();
     loop {
         let status = s(&task, "status").to_string();
         if status != last {
-            let line = format!("{id}: {status} — {}", s(&task, "message"));
+            let line = format!("{}: {} — {}", term_safe(&id), term_safe(&status), st(&task, "message"));
             if json {
                 eprintln!("{line}");
             } else {
@@ -239,17 +297,16 @@ pub(super) async fn wait_for(cfg: &Config, client: &Client, mut task: Value, jso
                 if exit != Exit::Ok {
                     show_task(cfg, client, &task, false);
                 }
-                if exit == Exit::Unknown {
-                    println!("next      check the provider's dashboard, then record what you found:");
-                    println!("            tally resolve {id} --image FOUND.png   or   tally resolve {id} --failed");
-                    println!("          or generate again on purpose (a new task, which may be charged again):");
-                    println!("            tally retry {id} --accept-possible-charge");
-                }
             }
             return Ok(exit.into());
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        task = client.get(&format!("/v1/tasks/{}", seg(&id))).await?.into_ok()?;
+        tokio::select! {
+            _ = interrupt.recv() => return Err(stopped_waiting("job", format!("tally status {}", term_safe(&id)))),
+            next = async {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                client.get(&format!("/v1/tasks/{}", seg(&id))).await
+            } => task = next?.into_ok()?,
+        }
     }
 }
 

@@ -3,11 +3,13 @@
 //! It marks envelopes `sent` in a committed transaction *before* handing their ids to a
 //! worker, and never more than there are free workers. It sleeps until the earliest due time
 //! or until woken (a submit, a finished worker, a rescheduled envelope); it never polls on a
-//! fixed interval, so an idle engine does no database work.
+//! fixed interval, so an idle engine does no database work. A failing database makes it wait
+//! and try again (`trouble`), never exit while the daemon serves.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use super::trouble::{Next, Trouble};
 use super::{Shared, worker};
 use crate::clock::sleep_until;
 use crate::domain::Millis;
@@ -15,6 +17,7 @@ use crate::domain::Millis;
 /// Run until shutdown.
 pub(super) async fn run(shared: Arc<Shared>) {
     let mut stop = shared.shutdown.subscribe();
+    let mut trouble = Trouble::new("dispatcher");
     loop {
         if shared.stopping() {
             return;
@@ -26,6 +29,7 @@ pub(super) async fn run(shared: Arc<Shared>) {
             let grace = Shared::ms(shared.cfg.dispatch_grace);
             match shared.store.dispatch_due(now, free, grace, &shared.boot).await {
                 Ok(batch) => {
+                    trouble.ok();
                     if !batch.handoffs.is_empty() {
                         crate::failpoint::crash("after-sent");
                         // The reconciler must watch these hand-offs' deadlines.
@@ -49,13 +53,19 @@ pub(super) async fn run(shared: Arc<Shared>) {
                     }
                     next_due = batch.next_due;
                 }
-                Err(e) => {
-                    tracing::error!(error = %e, "dispatch failed");
-                    if e.is_fatal() {
-                        return;
+                Err(e) => match trouble.failed(&shared, &e) {
+                    Next::Stop => return,
+                    Next::Wait(wait) => {
+                        // Woken early by a submit (the database took a write, so it may work
+                        // again) or the stop.
+                        tokio::select! {
+                            _ = tokio::time::sleep(wait) => {}
+                            _ = shared.wake_dispatcher.notified() => {}
+                            _ = stop.changed() => {}
+                        }
+                        continue;
                     }
-                    next_due = Some(shared.now() + 1000);
-                }
+                },
             }
         }
         tokio::select! {

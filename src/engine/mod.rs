@@ -13,6 +13,7 @@ mod dispatcher;
 pub mod files;
 pub mod money;
 mod reconciler;
+mod trouble;
 mod worker;
 
 use std::collections::HashMap;
@@ -169,6 +170,8 @@ pub(crate) struct Shared {
     /// When the reconciler will next wake on its own (`Millis::MAX`: not until woken).
     reconciler_at: AtomicI64,
     shutdown: watch::Sender<bool>,
+    /// Set (once) when a service found the database unusable: the daemon must stop.
+    fatal: watch::Sender<Option<String>>,
     metrics: Arc<Metrics>,
     /// Running workers, so that `kill` can stop them as a crash would.
     running: Mutex<JoinSet<()>>,
@@ -200,6 +203,19 @@ impl Shared {
 
     fn stopping(&self) -> bool {
         *self.shutdown.borrow()
+    }
+
+    /// The database cannot be used any more (read-only, corrupt): ask the daemon to stop
+    /// ([`Engine::failure`]). The first reason is kept.
+    fn give_up(&self, why: String) {
+        self.fatal.send_if_modified(|f| {
+            if f.is_none() {
+                *f = Some(why);
+                true
+            } else {
+                false
+            }
+        });
     }
 
     /// A jitter value in [0, 1) from the OS random source.
@@ -267,6 +283,7 @@ impl Engine {
             wake_reconciler: Notify::new(),
             reconciler_at: AtomicI64::new(Millis::MAX),
             shutdown: watch::channel(false).0,
+            fatal: watch::channel(None).0,
             metrics: parts.metrics,
             running: Mutex::new(JoinSet::new()),
             changes: broadcast::channel(4096).0,
@@ -418,12 +435,7 @@ impl Engine {
         if t.params.to_string().len() > MAX_PARAMS_BYTES {
             return Err(EngineError::Invalid(format!("params are larger than {MAX_PARAMS_BYTES} bytes")));
         }
-        if let Some(k) = &t.idempotency_key
-            && (k.is_empty() || k.len() > 256)
-        {
-            return Err(EngineError::Invalid("the idempotency key must be 1 to 256 characters".into()));
-        }
-        Ok(())
+        validate_key(t.idempotency_key.as_deref())
     }
 
     /// Store a reference image (PNG, JPEG or WebP, checked from its bytes), deduplicated by
@@ -442,6 +454,7 @@ impl Engine {
 
     /// Validate and durably create an image set: one task per shot, run one at a time.
     pub async fn create_set(&self, set: NewSet) -> Result<SubmitOutcome, EngineError> {
+        validate_key(set.idempotency_key.as_deref())?;
         if set.product.trim().is_empty() {
             return Err(EngineError::Invalid("the product name is empty".into()));
         }
@@ -533,6 +546,20 @@ impl Engine {
         Ok(out)
     }
 
+    /// Resolves when a service found the database unusable (read-only, corrupt), with the
+    /// reason; the daemon should then stop cleanly. Never resolves otherwise.
+    pub async fn failure(&self) -> String {
+        let mut rx = self.shared.fatal.subscribe();
+        loop {
+            if let Some(why) = rx.borrow_and_update().clone() {
+                return why;
+            }
+            if rx.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
+    }
+
     /// Wake every service (tests use this after moving a manual clock).
     pub fn poke(&self) {
         self.shared.wake_dispatcher.notify_one();
@@ -572,6 +599,19 @@ impl Engine {
     /// A read-only view of the current tasks count by status (metrics).
     pub async fn status_counts(&self) -> Result<Vec<(TaskStatus, i64)>, EngineError> {
         Ok(self.shared.store.status_counts().await?)
+    }
+}
+
+/// The longest idempotency key tally accepts, in bytes (tasks and sets alike).
+pub const MAX_KEY_CHARS: usize = 256;
+
+/// A client's idempotency key, for a task or a set: 1 to [`MAX_KEY_CHARS`] characters.
+fn validate_key(key: Option<&str>) -> Result<(), EngineError> {
+    match key {
+        Some(k) if k.is_empty() || k.len() > MAX_KEY_CHARS => {
+            Err(EngineError::Invalid(format!("the idempotency key must be 1 to {MAX_KEY_CHARS} characters")))
+        }
+        _ => Ok(()),
     }
 }
 

@@ -6,36 +6,53 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use super::trouble::{Next, Trouble};
 use super::{EngineError, Shared, files};
 use crate::clock::sleep_until;
-use crate::domain::{Decision, Leftover, Millis, Phase, decide};
+use crate::domain::{Decision, Leftover, Millis, decide};
 use crate::store::{LeftoverRow, Recovery, StoreError};
 
 /// Run until shutdown. Each round reads the earliest deadline (one read statement); only
 /// when it has passed does a reconciliation pass run through the writer.
 pub(super) async fn run(shared: Arc<Shared>) {
     let mut stop = shared.shutdown.subscribe();
+    let mut trouble = Trouble::new("reconciler");
     loop {
         if shared.stopping() {
             return;
         }
-        let next = match shared.store.next_sent_deadline().await {
-            Ok(n) => n,
+        let result = match shared.store.next_sent_deadline().await {
+            Ok(next) if next.is_some_and(|t| t <= shared.now()) => run_once(&shared).await.map(|_| None),
+            Ok(next) => Ok(Some(next)),
+            Err(e) => Err(e.into()),
+        };
+        let next = match result {
+            Ok(Some(next)) => {
+                trouble.ok();
+                next
+            }
+            // Reconciled: look again at once (more may be due).
+            Ok(None) => {
+                trouble.ok();
+                continue;
+            }
             Err(e) => {
-                tracing::error!(error = %e, "reconciler cannot read deadlines");
-                if e.is_fatal() {
-                    return;
+                let e = match e {
+                    EngineError::Store(e) => e,
+                    EngineError::Invalid(m) => StoreError::Invalid(m),
+                };
+                match trouble.failed(&shared, &e) {
+                    Next::Stop => return,
+                    Next::Wait(wait) => {
+                        tokio::select! {
+                            _ = tokio::time::sleep(wait) => {}
+                            _ = stop.changed() => return,
+                        }
+                        continue;
+                    }
                 }
-                Some(shared.now() + 1000)
             }
         };
-        if next.is_some_and(|t| t <= shared.now()) {
-            if let Err(e) = run_once(&shared).await {
-                tracing::error!(error = %e, "reconciliation failed");
-                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-            }
-            continue;
-        }
         shared.reconciler_at.store(next.unwrap_or(Millis::MAX), Ordering::Relaxed);
         tokio::select! {
             _ = shared.wake_reconciler.notified() => {}
@@ -83,14 +100,7 @@ pub(super) async fn run_once(shared: &Arc<Shared>) -> Result<usize, EngineError>
 }
 
 fn decide_row(shared: &Shared, row: &LeftoverRow) -> Recovery {
-    let leftover = match (&row.lease_token, &row.execution) {
-        // A lease without a running execution cannot be left by a claim (both are written in
-        // one transaction); treat it like a hand-off that was never claimed.
-        (None, _) | (Some(_), None) => Leftover::Unclaimed { send_count: row.send_count as u32 },
-        (Some(_), Some((_, Phase::Claimed))) => Leftover::BeforeCalling,
-        (Some(_), Some((_, Phase::Calling))) => Leftover::Calling,
-        (Some(_), Some((_, Phase::Accepted))) => Leftover::Accepted,
-    };
+    let leftover = Leftover::of(row.execution.as_ref().map(|(_, p)| *p), row.send_count as u32);
     let saved = match (&leftover, &row.execution) {
         (Leftover::Calling | Leftover::Accepted, Some((token, _))) => files::find_saved(&shared.data_dir, token),
         _ => None,

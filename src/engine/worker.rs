@@ -79,7 +79,14 @@ async fn deliver(shared: &Arc<Shared>, h: Handoff) {
     if let Err(e) = tracing::Instrument::instrument(run.drive(), span).await {
         match e {
             StoreError::Fenced => tracing::info!("lost the lease; stopping without writing"),
-            e => tracing::error!(error = %e, "execution stopped on a store error"),
+            e => {
+                tracing::error!(error = %e, "execution stopped on a store error");
+                // Only SQLite's own verdict (read-only, corrupt) stops the daemon; a file that
+                // could not be saved is not a broken database.
+                if e.code().is_some() && e.is_fatal() {
+                    shared.give_up(e.to_string());
+                }
+            }
         }
     }
     drop(slot);
@@ -135,15 +142,25 @@ async fn claim_for_missing_provider(shared: &Arc<Shared>, h: Handoff) {
 /// Extend the lease every heartbeat interval; on a fenced heartbeat, mark the run lost.
 async fn heartbeat(shared: Arc<Shared>, exec: String, lease: String, lost: Arc<AtomicBool>) {
     let lease_ms = Shared::ms(shared.cfg.lease);
+    // Failed heartbeats in a row: the first is logged, the rest only at debug level (a full
+    // disk fails every one of them; the reconciler deals with the lease if it runs out).
+    let mut failing = 0u32;
     loop {
         tokio::time::sleep(shared.cfg.heartbeat).await;
         match shared.store.heartbeat(exec.clone(), lease.clone(), shared.now(), lease_ms).await {
-            Ok(()) => {}
+            Ok(()) => failing = 0,
             Err(StoreError::Fenced) => {
                 lost.store(true, Ordering::SeqCst);
                 return;
             }
-            Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
+            Err(e) if failing == 0 => {
+                failing += 1;
+                tracing::warn!(error = %e, "heartbeat failed")
+            }
+            Err(e) => {
+                failing += 1;
+                tracing::debug!(error = %e, failing, "heartbeat failed again")
+            }
         }
     }
 }

@@ -22,11 +22,13 @@ mod ops;
 mod read;
 mod sets;
 pub mod spend;
+mod startup;
 
-pub use open::{SCHEMA_VERSION, StoreError, backup, check};
+pub use open::{SCHEMA_VERSION, Severity, StoreError, backup, check};
 pub use ops::*;
 pub use read::*;
 pub use sets::*;
+pub use startup::{UsedEvidence, open_for_serve};
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -162,7 +164,7 @@ impl Store {
             let reply: Reply = Box::new(move |commit_error| {
                 let _ = tx.send(match commit_error {
                     None => result,
-                    Some(e) => Err(StoreError::Commit(e.to_string())),
+                    Some(e) => Err(e.as_commit_failure()),
                 });
             });
             (ok, reply)
@@ -224,6 +226,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 fn writer_loop(conn: Connection, rx: mpsc::Receiver<Op>, inner: std::sync::Weak<Inner>, durability: Durability) {
     // `open_write` left the connection at the configured level.
     let mut level = sync_level(durability, true);
+    // Commits that failed in a row.
+    let mut failing: u64 = 0;
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -233,6 +237,7 @@ fn writer_loop(conn: Connection, rx: mpsc::Receiver<Op>, inner: std::sync::Weak<
             }
         }
         let mut replies = Vec::with_capacity(batch.len());
+        let changes_before = conn.total_changes();
         let want = sync_level(durability, batch.iter().any(|op| op.commit == Commit::Durable));
         let commit = (|| -> Result<(), StoreError> {
             if want != level {
@@ -276,8 +281,20 @@ fn writer_loop(conn: Connection, rx: mpsc::Receiver<Op>, inner: std::sync::Weak<
             inner.commits.fetch_add(1, Ordering::Relaxed);
         }
         let err = commit.err();
-        if let Some(e) = &err {
-            tracing::error!(error = %e, "a write transaction failed to commit");
+        // Logged when commits start failing and when one that wrote something works again,
+        // not on every failure: a full disk must not turn the log into a flood (the callers
+        // say what they do about it). A transaction that only read commits even then.
+        let wrote = conn.total_changes() > changes_before;
+        match &err {
+            Some(e) if failing == 0 => tracing::error!(error = %e, "a write transaction failed to commit"),
+            Some(e) => tracing::debug!(error = %e, failing, "a write transaction failed to commit again"),
+            None if failing > 0 && wrote => tracing::info!(failed = failing, "write transactions commit again"),
+            None => {}
+        }
+        if err.is_some() {
+            failing += 1;
+        } else if wrote {
+            failing = 0;
         }
         for reply in replies {
             reply(err.as_ref());

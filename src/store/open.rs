@@ -70,8 +70,10 @@ pub enum StoreError {
     TooNew { path: PathBuf, found: i64, supported: i64 },
     #[error("SQLite did not accept the setting {pragma} (wanted {wanted}, got {got})")]
     Pragma { pragma: &'static str, wanted: String, got: String },
-    #[error("the commit failed: {0}")]
-    Commit(String),
+    /// The transaction holding the operation failed to commit; `code` keeps SQLite's
+    /// error code, so callers can tell a full disk from a corrupt file.
+    #[error("the commit failed: {message}")]
+    Commit { message: String, code: Option<rusqlite::ErrorCode> },
     /// The request names something that does not exist or is malformed.
     #[error("{0}")]
     Invalid(String),
@@ -80,21 +82,65 @@ pub enum StoreError {
     Fenced,
     #[error("the store is closed")]
     Closed,
+    /// The database must not be opened for serving: empty where the data directory shows it
+    /// was used, read-only, or failing its check. `reason` says what to do.
+    #[error("{path}: {reason}")]
+    Unusable { path: PathBuf, reason: String },
     #[error("{0}")]
     Fatal(String),
 }
 
+/// What a background service should do about a store error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Severity {
+    /// Worth trying again soon: busy, or a conflict a retry resolves.
+    Transient,
+    /// The disk is full or failing: back off and try again later (reads may still work, and
+    /// the condition may clear). Logged once, not on every try.
+    Resource,
+    /// The database cannot be written or trusted (read-only, corrupt, not tally's): retrying
+    /// will not help; the daemon stops cleanly and says why.
+    Fatal,
+    /// The store was closed: the daemon is stopping.
+    Closed,
+}
+
 impl StoreError {
-    /// Disk full, I/O error, corruption, read-only: retrying will not help; stop cleanly.
-    pub fn is_fatal(&self) -> bool {
+    /// SQLite's error code, when SQLite produced the error (directly or at commit).
+    pub fn code(&self) -> Option<rusqlite::ErrorCode> {
+        match self {
+            StoreError::Sqlite(rusqlite::Error::SqliteFailure(e, _)) => Some(e.code),
+            StoreError::Commit { code, .. } => *code,
+            _ => None,
+        }
+    }
+
+    /// How serious the error is for a service that hit it (see [`Severity`]).
+    pub fn severity(&self) -> Severity {
         use rusqlite::ErrorCode::*;
         match self {
-            StoreError::Sqlite(rusqlite::Error::SqliteFailure(e, _)) => {
-                matches!(e.code, DiskFull | SystemIoFailure | DatabaseCorrupt | ReadOnly | NotADatabase | CannotOpen)
-            }
-            StoreError::Fatal(_) | StoreError::Closed | StoreError::NotTally { .. } | StoreError::TooNew { .. } => true,
-            _ => false,
+            StoreError::Closed => Severity::Closed,
+            StoreError::Fatal(_)
+            | StoreError::NotTally { .. }
+            | StoreError::TooNew { .. }
+            | StoreError::Pragma { .. }
+            | StoreError::Unusable { .. } => Severity::Fatal,
+            _ => match self.code() {
+                Some(DiskFull | SystemIoFailure) => Severity::Resource,
+                Some(DatabaseCorrupt | ReadOnly | NotADatabase | CannotOpen) => Severity::Fatal,
+                _ => Severity::Transient,
+            },
         }
+    }
+
+    /// Read-only, corrupt, not a tally database: retrying will not help; stop cleanly.
+    pub fn is_fatal(&self) -> bool {
+        self.severity() == Severity::Fatal
+    }
+
+    /// The same error, as the commit failure every operation of a failed batch reports.
+    pub(crate) fn as_commit_failure(&self) -> StoreError {
+        StoreError::Commit { message: self.to_string(), code: self.code() }
     }
 }
 
@@ -134,6 +180,16 @@ pub(crate) fn open_write(path: &Path, durability: Durability) -> Result<Connecti
     conn.busy_timeout(Duration::from_secs(5))?;
     // The first statement reads the header: a file that is not SQLite fails here.
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(|e| not_tally(path, e))?;
+    // SQLite opens a file it may not write read-only, silently; every write would then fail
+    // while the daemon went on serving. Refuse here instead.
+    if conn.is_readonly(rusqlite::MAIN_DB)? {
+        return Err(StoreError::Unusable {
+            path: path.into(),
+            reason: "the database can only be opened read-only (check the file's and the directory's permissions \
+                     and whether the file system is mounted read-only); tally must be able to write it"
+                .into(),
+        });
+    }
     let app_id: i64 = conn.pragma_query_value(None, "application_id", |r| r.get(0))?;
     let tables: i64 = conn.query_row("SELECT count(*) FROM sqlite_schema WHERE type = 'table'", [], |r| r.get(0))?;
     if app_id != APPLICATION_ID && (app_id != 0 || tables > 0) {
@@ -259,10 +315,13 @@ pub fn check(db: &Path, data_dir: Option<&Path>) -> Result<Vec<String>, StoreErr
             "succeeded task without an artifact",
             "SELECT id FROM tasks t WHERE status = 'succeeded' AND NOT EXISTS (SELECT 1 FROM artifacts a WHERE a.task_id = t.id)",
         ),
+        // A running execution's envelope is leased, or waiting to be handed over again
+        // (`pending`), or handed over and not yet claimed (`sent` without a lease: recovery
+        // resumes it from the execution's phase). Anything else strands the execution.
         (
-            "running execution whose envelope holds no lease",
+            "running execution whose envelope is not live",
             "SELECT x.token FROM executions x WHERE x.status = 'running' AND NOT EXISTS
-               (SELECT 1 FROM envelopes e WHERE e.task_id = x.task_id AND (e.lease_token IS NOT NULL OR e.status = 'pending'))",
+               (SELECT 1 FROM envelopes e WHERE e.task_id = x.task_id AND e.status IN ('pending', 'sent'))",
         ),
         (
             "envelope consumed for a task that is still queued or waiting",
@@ -272,7 +331,10 @@ pub fn check(db: &Path, data_dir: Option<&Path>) -> Result<Vec<String>, StoreErr
             "settled task whose envelope is still live",
             "SELECT t.id FROM tasks t JOIN envelopes e ON e.task_id = t.id WHERE t.status IN ('succeeded', 'failed', 'unknown', 'canceled') AND e.status IN ('pending', 'sent')",
         ),
-        ("task without an envelope", "SELECT id FROM tasks t WHERE NOT EXISTS (SELECT 1 FROM envelopes e WHERE e.task_id = t.id)"),
+        (
+            "task without an envelope",
+            "SELECT id FROM tasks t WHERE NOT EXISTS (SELECT 1 FROM envelopes e WHERE e.task_id = t.id)",
+        ),
         (
             "task with more than one running execution",
             "SELECT task_id FROM executions WHERE status = 'running' GROUP BY task_id HAVING count(*) > 1",
@@ -281,7 +343,10 @@ pub fn check(db: &Path, data_dir: Option<&Path>) -> Result<Vec<String>, StoreErr
             "execution with a charge but no recorded call",
             "SELECT token FROM executions WHERE charge <> 'none' AND (calling_at IS NULL OR billable = 0)",
         ),
-        ("unknown task without an unknown execution", "SELECT id FROM tasks t WHERE status = 'unknown' AND NOT EXISTS (SELECT 1 FROM executions x WHERE x.task_id = t.id AND x.status = 'unknown')"),
+        (
+            "unknown task without an unknown execution",
+            "SELECT id FROM tasks t WHERE status = 'unknown' AND NOT EXISTS (SELECT 1 FROM executions x WHERE x.task_id = t.id AND x.status = 'unknown')",
+        ),
     ];
     for (what, sql) in invariants {
         let mut stmt = conn.prepare(sql)?;

@@ -83,8 +83,23 @@ fn html(status: StatusCode, body: String) -> Response {
 async fn index(State(state): State<AppState>, headers: HeaderMap) -> Response {
     match session_cookie(&headers).and_then(|id| state.sessions().get(&id)) {
         Some(s) => html(StatusCode::OK, INDEX_HTML.replace(CSRF_PLACEHOLDER, &s.csrf_token)),
-        None => html(StatusCode::OK, SIGNED_OUT_HTML.to_string()),
+        None => html(StatusCode::OK, SIGNED_OUT_HTML.replace(ADDRESS_PLACEHOLDER, &escape_html(&page_base(&headers)))),
     }
+}
+
+/// The placeholder in `signed-out.html` replaced by the address this page was opened at.
+const ADDRESS_PLACEHOLDER: &str = "{{ADDRESS}}";
+
+/// `http://<Host>` of a request (the Host check already accepted it, so it names this
+/// daemon as the browser reached it).
+fn page_base(headers: &HeaderMap) -> String {
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("127.0.0.1");
+    format!("http://{host}")
+}
+
+/// Text for HTML: `&`, `<`, `>`, `"` and `'` escaped.
+fn escape_html(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;").replace('\'', "&#39;")
 }
 
 /// `GET /login` query.

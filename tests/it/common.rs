@@ -99,6 +99,14 @@ impl Daemon {
 
     /// Start the configured daemon and wait until it listens.
     pub fn spawn(&mut self) {
+        self.spawn_process();
+        let port = self.port;
+        let up = wait_for(Duration::from_secs(30), || TcpStream::connect(("127.0.0.1", port)).ok().map(|_| ()));
+        assert!(up.is_some(), "daemon did not listen; stderr:\n{}", self.stderr());
+    }
+
+    /// Start the configured daemon without waiting for it (it may be meant to crash at once).
+    pub fn spawn_process(&mut self) {
         let out = std::fs::File::create(self.dir.path().join("serve.out")).expect("log file");
         let err = std::fs::File::create(self.dir.path().join("serve.err")).expect("log file");
         let child = Command::new(EXE)
@@ -113,9 +121,6 @@ impl Daemon {
             .spawn()
             .expect("spawn tally serve");
         self.child = Some(child);
-        let port = self.port;
-        let up = wait_for(Duration::from_secs(30), || TcpStream::connect(("127.0.0.1", port)).ok().map(|_| ()));
-        assert!(up.is_some(), "daemon did not listen; stderr:\n{}", self.stderr());
     }
 
     pub fn stderr(&self) -> String {

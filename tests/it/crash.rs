@@ -178,3 +178,73 @@ fn a_set_made_with_the_cli_survives_a_kill_mid_set() {
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("3 of 4 done, 1 unknown"));
 }
+
+/// Run the configured daemon until the crash point `point` aborts it.
+fn crash_at(d: &mut Daemon, point: &str, what: &str) {
+    d.env.retain(|(k, _)| k != "FAILPOINTS");
+    d.env.push(("FAILPOINTS".into(), format!("{point}=return")));
+    d.spawn_process();
+    let exited = wait_for(Duration::from_secs(30), || d.child.as_mut().and_then(|c| c.try_wait().ok().flatten()));
+    let status = exited.unwrap_or_else(|| panic!("{what}: crash point {point} never fired; stderr:\n{}", d.stderr()));
+    assert!(!status.success(), "{what}: the daemon exited cleanly instead of crashing at {point}");
+    d.child = None;
+    d.env.retain(|(k, _)| k != "FAILPOINTS");
+}
+
+/// A crash during a resumable call, then a second crash between the resumed execution's
+/// hand-off and its claim, leaves a `sent` envelope with no lease whose execution is past
+/// `claimed`. With `max_sends = 2` that hand-off is the last one allowed: it used to be
+/// counted as undelivered and the task failed "could not be delivered" although the provider
+/// had accepted (and charged) it, with the execution left `running` so `tally check` failed.
+/// Now it is resumed from its phase: one charge, the image, a clean check.
+fn resumed_hand_off_case(kind: &str, first_point: &str) {
+    let what = format!("resumed hand-off {kind}");
+    let mock = Mock::start(&["--job-duration-ms", "50"]);
+    let engine = format!("{}max_sends = 2\n", engine_section());
+    let mut d = Daemon::configure_with(&engine, &providers(&mock));
+    d.env.push(("TALLY_TEST_KEY".into(), "sk-test-crash".into()));
+    d.env.push(("FAILPOINTS".into(), format!("{first_point}=return")));
+    d.spawn();
+    let prompt = format!("resumed hand-off {kind} {}", uuid::Uuid::new_v4());
+    let key = uuid::Uuid::new_v4().to_string();
+    let _ = submit(&d, kind, &prompt, &key);
+    let exited = wait_for(Duration::from_secs(30), || d.child.as_mut().and_then(|c| c.try_wait().ok().flatten()));
+    assert!(exited.is_some_and(|s| !s.success()), "{what}: {first_point} never fired; stderr:\n{}", d.stderr());
+    d.child = None;
+    // Start-up recovery resumes the execution and hands it off; the process dies before the claim.
+    crash_at(&mut d, "after-sent", &what);
+
+    d.spawn();
+    let (code, id) = submit(&d, kind, &prompt, &key).expect("the restarted daemon answers");
+    assert_eq!(code, 200, "{what}: the same key must name the existing task");
+    let task = d.wait_status(&id, &["succeeded", "failed", "unknown", "canceled"]);
+    assert_eq!(task["status"], "succeeded", "{what}: {task}");
+    std::thread::sleep(Duration::from_millis(300));
+    let (lines, charged) = mock.count(&prompt);
+    assert_eq!(charged, 1, "{what}: charged requests ({lines} ledger lines)");
+    let art = &task["artifacts"][0];
+    let body = d.call("GET", art["url"].as_str().expect("artifact url"), None).body;
+    assert_eq!(crate::common::sha256_hex(&body), art["sha256"].as_str().unwrap_or(""), "{what}");
+    let events = d.call("GET", &format!("/v1/tasks/{id}/events"), None).json();
+    let messages: Vec<String> = events["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .map(|e| format!("{}: {}", e["kind"].as_str().unwrap_or(""), e["message"].as_str().unwrap_or("")))
+        .collect();
+    assert!(!messages.iter().any(|m| m.contains("nothing was sent")), "{what}: a false timeline: {messages:#?}");
+    assert!(!messages.iter().any(|m| m.starts_with("requeued")), "{what}: counted as undelivered: {messages:#?}");
+    assert!(d.term().success(), "{what}: clean stop failed");
+    let check = Command::new(EXE).args(["check", "--config"]).arg(&d.config).output().expect("check runs");
+    assert!(check.status.success(), "{what}: tally check failed:\n{}", String::from_utf8_lossy(&check.stdout));
+}
+
+#[test]
+fn resumed_hand_off_lost_before_its_claim_failed_a_charged_task_replicate() {
+    resumed_hand_off_case("replicate", "after-accepted");
+}
+
+#[test]
+fn resumed_hand_off_lost_before_its_claim_failed_a_charged_task_idem() {
+    resumed_hand_off_case("idem", "after-answer");
+}

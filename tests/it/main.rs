@@ -1,8 +1,10 @@
 //! tally's integration tests, built as one binary: `common` holds the helpers (temp dirs,
 //! a real daemon on a free port, a tiny HTTP client); `engine` and `sets` drive the engine
-//! in-process against scriptable providers; `api` and `cli` drive the real binary; `web` drives
-//! the web page over HTTP and in headless Chromium; `crash`
-//! and `soak` kill it where it hurts and read the mock provider's ledger.
+//! in-process against scriptable providers; `races` scripts reconciler-vs-worker
+//! interleavings on the store with explicit times; `api` and `cli` drive the real binary;
+//! `web` drives the web page over HTTP and in headless Chromium; `crash` and `soak` kill it
+//! where it hurts and read the mock provider's ledger; `disks` empties, flips, write-protects
+//! and fills the disk under the real binary.
 
 mod api;
 mod charges;
@@ -10,13 +12,16 @@ mod cli;
 mod common;
 #[cfg(feature = "failpoints")]
 mod crash;
+mod disks;
 mod engine;
 mod money;
 mod providers_daemon;
 mod providers_http;
+mod races;
 mod sets;
 #[cfg(feature = "failpoints")]
 mod soak;
+mod surface;
 mod web;
 
 /// The crash matrix and the soak need crash points compiled into the binary; say so loudly

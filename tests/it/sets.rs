@@ -297,3 +297,23 @@ fn a_version_1_database_is_migrated() {
         .expect("version");
     assert_eq!(version, tally::store::SCHEMA_VERSION);
 }
+
+/// A set's idempotency key was stored whatever its length (an empty or 10 kB key made a set);
+/// it is checked like a task's: 1 to 256 bytes, and a refused set stores nothing.
+#[tokio::test]
+async fn set_idempotency_keys_were_not_validated_like_task_keys() {
+    let (_dir, s) = fresh(Duration::from_millis(5)).await;
+    for bad in [String::new(), "k".repeat(257)] {
+        let mut set = new_set("K1", &["main"], vec![]);
+        set.idempotency_key = Some(bad.clone());
+        let err = s.engine.create_set(set).await.expect_err("a bad key is refused");
+        assert!(err.to_string().contains("idempotency key"), "{err}");
+        let task =
+            NewTask { provider: "rec".into(), prompt: "k".into(), idempotency_key: Some(bad), ..NewTask::default() };
+        assert!(s.engine.submit(task).await.is_err(), "tasks refuse the same key");
+    }
+    assert!(s.store.list_sets(None, 10).await.expect("list").is_empty(), "a refused set was stored");
+    let mut ok = new_set("K2", &["main"], vec![]);
+    ok.idempotency_key = Some("k".repeat(256));
+    create(&s, ok).await;
+}

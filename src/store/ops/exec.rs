@@ -14,6 +14,18 @@ type TaskRow = (String, String, String, i64, bool, Millis, Option<String>);
 /// A running execution's (token, phase, job id, idempotency key, calling_at, attempt).
 type RunningRow = (String, String, Option<String>, String, Option<Millis>, i64);
 
+/// The idempotency key sent to the provider for `attempt` of `task`: derived from the task
+/// and the attempt, never from the execution row's random token. `attempts` counts the
+/// executions that recorded `calling`, in the same transaction as that record; so if a power
+/// loss erases a `calling` record (possible with `durability = "normal"`), the task's attempt
+/// count goes back with it, the next execution gets the same attempt number, and its request
+/// carries the same key as the one that may have left: a provider that honours the key
+/// answers it without a second charge. An execution abandoned before calling sent nothing,
+/// so its successor reusing the key is harmless.
+pub fn provider_key(task: &str, attempt: i64) -> String {
+    format!("tally-{task}-{attempt}")
+}
+
 /// Claim a handed-off envelope: take its lease and open (or adopt) an execution.
 pub(in crate::store) fn claim(
     c: &Connection,
@@ -71,8 +83,8 @@ pub(in crate::store) fn claim(
         }
         None => {
             let token = uuid::Uuid::new_v4().to_string();
-            let key = format!("tally-{token}");
             let attempt = attempts + 1;
+            let key = provider_key(&h.task_id, attempt);
             c.prepare_cached(
                 "INSERT INTO executions (token, task_id, attempt, status, phase, idempotency_key, boot_id, heartbeat_at, started_at)
                  VALUES (?1, ?2, ?3, 'running', 'claimed', ?4, ?5, ?6, ?6)",

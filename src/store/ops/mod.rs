@@ -18,6 +18,7 @@ mod recovery;
 mod user;
 
 use crate::domain::{Actor, Charge, FailureKind, Micros, Millis, Phase, TaskStatus, request_hash};
+pub use exec::provider_key;
 #[cfg(test)]
 use intake::DISPATCH_DUE;
 pub(in crate::store) use intake::submit;
@@ -219,6 +220,8 @@ pub struct LeftoverRow {
     pub provider: String,
     pub send_count: i64,
     pub lease_token: Option<String>,
+    /// The deadline as read: part of the evidence (a heartbeat moves it).
+    pub lease_expires_at: Option<Millis>,
     /// (token, phase) of the task's running execution.
     pub execution: Option<(String, Phase)>,
 }

@@ -9,27 +9,63 @@ use crate::domain::{Actor, Charge, FailureKind, Millis, Phase, TaskStatus};
 /// Sent envelopes past their deadline, or leased by an earlier run of the process.
 pub(in crate::store) fn leftovers(c: &Connection, now: Millis, boot: &str) -> Result<Vec<LeftoverRow>, StoreError> {
     let mut stmt = c.prepare_cached(
-        "SELECT e.id, e.task_id, e.provider, e.send_count, e.lease_token, x.token, x.phase
+        "SELECT e.id, e.task_id, e.provider, e.send_count, e.lease_token, e.lease_expires_at, x.token, x.phase
          FROM envelopes e LEFT JOIN executions x ON x.task_id = e.task_id AND x.status = 'running'
          WHERE e.status = 'sent' AND (e.lease_expires_at <= ?1 OR e.lease_boot IS NOT ?2)",
     )?;
     let rows = stmt.query_map(params![now, boot], |r| {
-        let token: Option<String> = r.get(5)?;
-        let phase: Option<String> = r.get(6)?;
+        let token: Option<String> = r.get(6)?;
+        let phase: Option<String> = r.get(7)?;
         Ok(LeftoverRow {
             envelope_id: r.get(0)?,
             task_id: r.get(1)?,
             provider: r.get(2)?,
             send_count: r.get(3)?,
             lease_token: r.get(4)?,
+            lease_expires_at: r.get(5)?,
             execution: token.zip(phase.and_then(|p| Phase::parse(&p))),
         })
     })?;
     rows.map(|r| r.map_err(StoreError::from)).collect()
 }
 
-/// Apply the reconciler's decisions. Each is fenced on the envelope still being exactly as
-/// the reconciler saw it (same hand-off, same lease); a changed one is skipped.
+/// Is the evidence a decision was made from still exactly what the database says, in the
+/// transaction that is about to apply it? The envelope must be the same hand-off (status
+/// `sent`, `send_count`) with the same lease (token *and* deadline: a heartbeat moves the
+/// deadline, so a worker that came back to life invalidates the decision), and the task's
+/// running execution must be the same one in the same phase (a `record_calling` or
+/// `record_accepted` that slipped in between changes the phase), or still be absent.
+///
+/// **Invariant (recovery on current evidence).** No recovery decision is applied unless this
+/// holds; a changed leftover is skipped, and the next pass decides it again from what it has
+/// become. Together with [`fence`] (a worker's write needs its execution `running` and its
+/// lease token still on the envelope), a worker and the reconciler can never both act on the
+/// same lease: whichever commits first wins, and the other's condition fails.
+fn evidence_holds(c: &Connection, row: &LeftoverRow) -> Result<bool, StoreError> {
+    let envelope = c
+        .prepare_cached(
+            "SELECT 1 FROM envelopes WHERE id = ?1 AND status = 'sent' AND send_count = ?2
+                 AND lease_token IS ?3 AND lease_expires_at IS ?4",
+        )?
+        .query_row(params![row.envelope_id, row.send_count, row.lease_token, row.lease_expires_at], |_| Ok(()))
+        .optional()?
+        .is_some();
+    if !envelope {
+        return Ok(false);
+    }
+    let running: Option<(String, String)> = c
+        .prepare_cached("SELECT token, phase FROM executions WHERE task_id = ?1 AND status = 'running'")?
+        .query_row([&row.task_id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    Ok(match (&row.execution, running) {
+        (None, None) => true,
+        (Some((token, phase)), Some((t, p))) => *token == t && phase.as_str() == p,
+        _ => false,
+    })
+}
+
+/// Apply the reconciler's decisions, each only while [`evidence_holds`]; a leftover that
+/// changed since it was read is skipped (the next pass decides it again).
 pub(in crate::store) fn apply_recovery(
     c: &Connection,
     items: &[(LeftoverRow, Recovery)],
@@ -37,14 +73,16 @@ pub(in crate::store) fn apply_recovery(
 ) -> Result<Vec<(String, TaskStatus)>, StoreError> {
     let mut applied = Vec::new();
     for (row, decision) in items {
-        let still = c
-            .prepare_cached(
-                "SELECT 1 FROM envelopes WHERE id = ?1 AND status = 'sent' AND send_count = ?2 AND lease_token IS ?3",
-            )?
-            .query_row(params![row.envelope_id, row.send_count, row.lease_token], |_| Ok(()))
-            .optional()?;
-        if still.is_none() {
+        if !evidence_holds(c, row)? {
             continue;
+        }
+        if row.execution.is_some() && matches!(decision, Recovery::Requeue | Recovery::GiveUp) {
+            // A live execution is decided from its phase, never as an undelivered hand-off
+            // (`domain::Leftover::of`); refuse a caller that says otherwise.
+            return Err(StoreError::Invalid(format!(
+                "task {}: a hand-off with a running execution cannot be requeued or given up as undelivered",
+                row.task_id
+            )));
         }
         let task = row.task_id.as_str();
         let exec = row.execution.as_ref().map(|(t, _)| t.as_str());
@@ -129,7 +167,20 @@ pub(in crate::store) fn apply_recovery(
                 applied.push((row.task_id.clone(), TaskStatus::Succeeded));
             }
             Recovery::Resume => {
-                requeue_envelope(c, task, now, Some("lease expired during the provider call"))?;
+                // Without a lease, this was the hand-off of an execution already being
+                // resumed that no worker claimed (a crash between dispatch and claim): hand
+                // the same execution over again, uncounted as a lost delivery.
+                let (error, how) = match row.lease_token {
+                    Some(_) => (
+                        "lease expired during the provider call",
+                        "the worker's lease expired during the provider call; handing the same execution to a worker to look up or replay, not to resend",
+                    ),
+                    None => (
+                        "the hand-off of a resumed execution was never claimed",
+                        "the execution being recovered was handed to a worker that never started; handing it over again to look up or replay, not to resend",
+                    ),
+                };
+                requeue_envelope(c, task, now, Some(error))?;
                 set_task(
                     c,
                     task,
@@ -138,15 +189,7 @@ pub(in crate::store) fn apply_recovery(
                     None,
                     now,
                 )?;
-                event(
-                    c,
-                    task,
-                    now,
-                    r,
-                    "recovering",
-                    "the worker's lease expired during the provider call; handing the same execution to a worker to look up or replay, not to resend",
-                    exec,
-                )?;
+                event(c, task, now, r, "recovering", how, exec)?;
                 applied.push((row.task_id.clone(), TaskStatus::Waiting));
             }
             Recovery::Unknown => {

@@ -1,0 +1,345 @@
+//! Downloads a person recognises: file names made from the product and the shot's role
+//! (`red-sneaker_main.png`) or the job's prompt (`blue-mug-on-a-wooden-table.png`), sent in
+//! `Content-Disposition`, and `GET /v1/sets/{id}/download`, every finished image of a set as
+//! one zip streamed while it is written.
+//!
+//! The zip holds stored entries (PNG, JPEG and WebP are compressed already), one per image,
+//! written on a blocking thread into a bounded channel that feeds the response body, so a
+//! large set never sits in memory whole. Each image is checked against its recorded sha256
+//! while it is copied: a file that changed on disk ends the download with an error instead of
+//! handing out a damaged image under a trusted name.
+
+use std::collections::{HashMap, HashSet};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path as UrlPath, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
+
+use super::AppState;
+use super::error::ApiError;
+use crate::domain::hex;
+use crate::providers::extension;
+use crate::store::{ArtifactView, SetView, TaskView};
+
+/// The longest file-name stem made from a prompt or product, in characters.
+const MAX_STEM: usize = 48;
+/// The size of one chunk of a streamed zip.
+const CHUNK: usize = 64 * 1024;
+
+/// `text` as a file-name stem: lower-case letters and digits (any script), every other run
+/// of characters one `-`, at most `max` characters, cut at a word boundary when it can be;
+/// `None` when nothing is left.
+pub fn slug(text: &str, max: usize) -> Option<String> {
+    let mut out = String::new();
+    let mut dash = false;
+    for c in text.chars().flat_map(char::to_lowercase) {
+        if c.is_alphanumeric() {
+            if dash && !out.is_empty() {
+                out.push('-');
+            }
+            dash = false;
+            out.push(c);
+        } else {
+            dash = true;
+        }
+    }
+    if out.chars().count() > max {
+        let cut: String = out.chars().take(max).collect();
+        let at_boundary = out.chars().nth(max) == Some('-');
+        out = match cut.rfind('-') {
+            _ if at_boundary => cut,
+            Some(i) if i >= max / 2 => cut[..i].to_string(),
+            _ => cut,
+        };
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// A file name's stem for a shot role: `selling_point` → `selling-point`.
+fn role_stem(role: Option<&str>) -> String {
+    role.and_then(|r| slug(r, MAX_STEM)).unwrap_or_else(|| "shot".into())
+}
+
+/// The file names of a set's finished images, in shot order: `red-sneaker_main.png`,
+/// `red-sneaker_scene-1.png` and `red-sneaker_scene-2.png` when a role repeats, `-2` after
+/// a shot's second image. Names are unique within the set.
+pub fn set_file_names(set: &SetView) -> Vec<(ArtifactView, String)> {
+    let product = slug(&set.product, MAX_STEM).unwrap_or_else(|| "image-set".into());
+    let mut per_role: HashMap<String, usize> = HashMap::new();
+    for shot in &set.shots {
+        *per_role.entry(role_stem(shot.shot_role.as_deref())).or_default() += 1;
+    }
+    let mut seen_role: HashMap<String, usize> = HashMap::new();
+    let mut taken: HashSet<String> = HashSet::new();
+    let mut out = Vec::new();
+    for shot in &set.shots {
+        let role = role_stem(shot.shot_role.as_deref());
+        let n = seen_role.entry(role.clone()).or_default();
+        *n += 1;
+        let stem = if per_role.get(&role).copied().unwrap_or(0) > 1 {
+            format!("{product}_{role}-{n}")
+        } else {
+            format!("{product}_{role}")
+        };
+        for (i, a) in shot.artifacts.iter().enumerate() {
+            let mut name = if i == 0 { stem.clone() } else { format!("{stem}-{}", i + 1) };
+            while taken.contains(&name) {
+                name.push('x');
+            }
+            taken.insert(name.clone());
+            out.push((a.clone(), format!("{name}.{}", extension(&a.media_type))));
+        }
+    }
+    out
+}
+
+/// The download name of a single job's image: from its set (product and role) when it is a
+/// shot, else from its prompt.
+pub fn artifact_file_name(task: &TaskView, set: Option<&SetView>, artifact: &ArtifactView) -> String {
+    if let Some(set) = set
+        && let Some((_, name)) = set_file_names(set).into_iter().find(|(a, _)| a.id == artifact.id)
+    {
+        return name;
+    }
+    let stem = slug(&task.prompt, MAX_STEM).unwrap_or_else(|| "image".into());
+    let n = task.artifacts.iter().position(|a| a.id == artifact.id).unwrap_or(0);
+    let stem = if n == 0 { stem } else { format!("{stem}-{}", n + 1) };
+    format!("{stem}.{}", extension(&artifact.media_type))
+}
+
+/// A `Content-Disposition` value (`inline` or `attachment`) naming `name`: an ASCII
+/// `filename=` for old clients and the exact UTF-8 name in `filename*=` (RFC 6266).
+pub fn content_disposition(disposition: &str, name: &str) -> HeaderValue {
+    let ascii: String =
+        name.chars().map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' }).collect();
+    let encoded: String = name
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"._-".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") }
+        })
+        .collect();
+    HeaderValue::from_str(&format!("{disposition}; filename=\"{ascii}\"; filename*=UTF-8''{encoded}"))
+        .unwrap_or_else(|_| HeaderValue::from_static("attachment"))
+}
+
+/// The file name a `Content-Disposition` value gives (`filename*=` preferred), reduced to a
+/// plain file name (no directories), or `None`.
+pub fn disposition_file_name(value: &str) -> Option<String> {
+    let mut plain = None;
+    for part in value.split(';').map(str::trim) {
+        if let Some(v) = part.strip_prefix("filename*=") {
+            let v = v.trim_matches('"');
+            let encoded = v.split("''").nth(1)?;
+            let mut bytes = Vec::new();
+            let mut it = encoded.bytes();
+            while let Some(b) = it.next() {
+                if b == b'%' {
+                    let hi = (it.next()? as char).to_digit(16)?;
+                    let lo = (it.next()? as char).to_digit(16)?;
+                    bytes.push((hi * 16 + lo) as u8);
+                } else {
+                    bytes.push(b);
+                }
+            }
+            return plain_file_name(&String::from_utf8(bytes).ok()?);
+        }
+        if let Some(v) = part.strip_prefix("filename=") {
+            plain = plain_file_name(v.trim_matches('"'));
+        }
+    }
+    plain
+}
+
+/// `name` if it is one plain file name: not empty, no `/` or `\`, not `.` or `..`, no
+/// control characters.
+pub fn plain_file_name(name: &str) -> Option<String> {
+    let ok = !name.is_empty()
+        && name != "."
+        && name != ".."
+        && !name.contains(['/', '\\'])
+        && !name.chars().any(char::is_control);
+    ok.then(|| name.to_string())
+}
+
+/// What the zip writer needs of one image.
+struct Entry {
+    path: PathBuf,
+    name: String,
+    sha256: String,
+    created_at: crate::domain::Millis,
+}
+
+/// `GET /v1/sets/{id}/download`: the set's finished images as one zip (`application/zip`,
+/// `attachment; filename="<product>.zip"`), one stored entry per image in shot order, named
+/// by [`set_file_names`]. 409 `no_images` when no shot has an image yet.
+pub async fn set_zip(State(state): State<AppState>, UrlPath(id): UrlPath<String>) -> Result<Response, ApiError> {
+    let set = state.engine().store().get_set(id).await?.ok_or_else(|| ApiError::not_found("set"))?;
+    let files = set_file_names(&set);
+    if files.is_empty() {
+        return Err(ApiError::conflict("no_images", "none of this set's shots has a finished image yet"));
+    }
+    let data_dir = state.engine().data_dir().to_path_buf();
+    let mut entries = Vec::with_capacity(files.len());
+    for (a, name) in files {
+        let path = crate::engine::files::path_of(&data_dir, &a.path);
+        // A missing file is an error answer now, not a zip cut off half-way.
+        tokio::fs::metadata(&path)
+            .await
+            .map_err(|e| ApiError::unavailable(&format!("artifact {} at {}: {e}", a.id, path.display())))?;
+        entries.push(Entry { path, name, sha256: a.sha256, created_at: a.created_at });
+    }
+    let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(4);
+    tokio::task::spawn_blocking(move || {
+        let errors = tx.clone();
+        if let Err(e) = write_zip(&entries, ChannelWriter { tx, buf: Vec::with_capacity(CHUNK) }) {
+            tracing::warn!(error = %e, "a set download ended early");
+            let _ = errors.blocking_send(Err(e));
+        }
+    });
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) });
+    let name = format!("{}.zip", slug(&set.product, MAX_STEM).unwrap_or_else(|| "image-set".into()));
+    let mut r = (StatusCode::OK, Body::from_stream(stream)).into_response();
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/zip"));
+    h.insert(header::CONTENT_DISPOSITION, content_disposition("attachment", &name));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    Ok(r)
+}
+
+/// Write the zip: each image read in chunks into a stored entry, its sha256 checked before
+/// the next entry starts.
+fn write_zip(entries: &[Entry], out: ChannelWriter) -> std::io::Result<()> {
+    use zip::write::SimpleFileOptions;
+    let mut zip = zip::ZipWriter::new_stream(out);
+    for e in entries {
+        let opts = SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Stored)
+            .last_modified_time(zip_time(e.created_at))
+            .unix_permissions(0o644);
+        zip.start_file(e.name.as_str(), opts).map_err(std::io::Error::other)?;
+        let mut f = std::fs::File::open(&e.path)?;
+        let mut sha = Sha256::new();
+        let mut buf = vec![0u8; CHUNK];
+        loop {
+            let n = f.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            sha.update(&buf[..n]);
+            zip.write_all(&buf[..n])?;
+        }
+        if hex(&sha.finalize()) != e.sha256 {
+            return Err(std::io::Error::other(format!(
+                "{} does not match its recorded sha256; run `tally check`",
+                e.path.display()
+            )));
+        }
+    }
+    let mut out = zip.finish().map_err(std::io::Error::other)?.into_inner();
+    out.flush()
+}
+
+/// A zip entry's time (UTC; zip has no zone) from milliseconds since the epoch.
+fn zip_time(ms: crate::domain::Millis) -> zip::DateTime {
+    let days = ms.div_euclid(86_400_000);
+    let secs = ms.rem_euclid(86_400_000) / 1000;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    zip::DateTime::from_date_and_time(
+        u16::try_from(year).unwrap_or(1980),
+        month as u8,
+        day as u8,
+        (secs / 3600) as u8,
+        (secs / 60 % 60) as u8,
+        (secs % 60) as u8,
+    )
+    .unwrap_or_default()
+}
+
+/// A `Write` that sends full chunks into the response body's channel (blocking: it runs on a
+/// blocking thread). A closed channel (the client went away) is a broken pipe.
+struct ChannelWriter {
+    tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
+    buf: Vec<u8>,
+}
+
+impl ChannelWriter {
+    fn send(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let chunk = Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)));
+        self.tx
+            .blocking_send(Ok(chunk))
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the client stopped the download"))
+    }
+}
+
+impl Write for ChannelWriter {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        if self.buf.len() >= CHUNK {
+            self.send()?;
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.send()
+    }
+}
+
+/// Read a whole image file (for the single-image routes and thumbnails).
+pub async fn read_file(path: &Path, what: &str) -> Result<Vec<u8>, ApiError> {
+    tokio::fs::read(path).await.map_err(|e| ApiError::unavailable(&format!("{what} at {}: {e}", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slugs_are_readable_file_names() {
+        assert_eq!(slug("Red Sneaker", 48).as_deref(), Some("red-sneaker"));
+        assert_eq!(slug("  Café au lait — mug! ", 48).as_deref(), Some("café-au-lait-mug"));
+        assert_eq!(slug("../../etc/passwd", 48).as_deref(), Some("etc-passwd"));
+        assert_eq!(slug("!!!", 48), None);
+        let long = slug("the shoe on a white background with soft studio light and a shadow", 30).unwrap();
+        assert!(long.chars().count() <= 30 && !long.ends_with('-'), "{long}");
+        assert_eq!(long, "the-shoe-on-a-white-background");
+    }
+
+    #[test]
+    fn disposition_round_trips_and_refuses_paths() {
+        let v = content_disposition("attachment", "café_main.png");
+        let text = v.to_str().unwrap();
+        assert!(text.starts_with("attachment; filename=\"caf__main.png\""), "{text}");
+        assert_eq!(disposition_file_name(text).as_deref(), Some("café_main.png"));
+        assert_eq!(disposition_file_name("attachment; filename=\"a.png\"").as_deref(), Some("a.png"));
+        assert_eq!(disposition_file_name("attachment; filename=\"../a.png\""), None);
+        assert_eq!(disposition_file_name("attachment; filename*=UTF-8''..%2Fa.png"), None);
+    }
+
+    #[test]
+    fn zip_times_are_civil_dates() {
+        // 2026-12-01T09:29:45Z; zip (DOS) times count seconds in steps of two.
+        let t = zip_time(1_796_117_385_000);
+        assert_eq!((t.year(), t.month(), t.day(), t.hour(), t.minute(), t.second()), (2026, 12, 1, 9, 29, 44));
+        let leap = zip_time(1_709_164_800_000); // 2024-02-29T00:00:00Z
+        assert_eq!((leap.year(), leap.month(), leap.day()), (2024, 2, 29));
+    }
+}
