@@ -21,7 +21,7 @@ CREATE TABLE tasks (
     failure_kind     TEXT CHECK (failure_kind IN
                        ('rejected', 'configuration', 'not_sent', 'rate_limited', 'undeliverable', 'expired', 'operator', 'invalid_result')),
     attempts         INTEGER NOT NULL DEFAULT 0,  -- executions that reached phase 'calling'
-    may_have_charged INTEGER NOT NULL DEFAULT 0 CHECK (may_have_charged IN (0, 1)), -- unused since v3: see executions.charge
+    may_have_charged INTEGER NOT NULL DEFAULT 0 CHECK (may_have_charged IN (0, 1)), -- unused since v4: see executions.charge
     cancel_requested INTEGER NOT NULL DEFAULT 0 CHECK (cancel_requested IN (0, 1)),
     retry_of         TEXT REFERENCES tasks(id),
     set_id           TEXT REFERENCES sets(id),    -- the image set this task is a shot of
@@ -70,6 +70,7 @@ CREATE TABLE executions (
     phase            TEXT NOT NULL CHECK (phase IN ('claimed', 'calling', 'accepted')),
     idempotency_key  TEXT NOT NULL,               -- sent to the provider; stable for this execution
     provider_job_id  TEXT,                        -- persisted the moment it arrives (phase 'accepted')
+    provider_handle  TEXT,                        -- the adapter's JSON for polling that job (fal's URLs), if any
     boot_id          TEXT NOT NULL,               -- process run currently driving it
     heartbeat_at     INTEGER NOT NULL,
     started_at       INTEGER NOT NULL,

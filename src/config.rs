@@ -90,6 +90,7 @@ struct RawProvider {
     request_timeout_ms: Option<i64>,
     poll_interval_ms: Option<i64>,
     idempotency_header: Option<String>,
+    reference_input: Option<String>,
     max_response_bytes: Option<i64>,
     billing_note: Option<String>,
     delay_ms: Option<i64>,
@@ -262,6 +263,9 @@ pub struct ProviderConfig {
     pub request_timeout: Duration,
     pub poll_interval: Duration,
     pub idempotency_header: Option<String>,
+    /// The model input that takes the reference images (Replicate: found in the model's
+    /// schema when not set; fal: required for shots with reference images).
+    pub reference_input: Option<String>,
     pub max_response_bytes: usize,
     pub billing_note: Option<String>,
     /// Demo only: how long a render takes.
@@ -287,6 +291,7 @@ impl ProviderConfig {
             request_timeout: Duration::from_millis(120_000),
             poll_interval: Duration::from_millis(1_000),
             idempotency_header: None,
+            reference_input: None,
             max_response_bytes: 64 << 20,
             billing_note: None,
             delay: Duration::from_millis(300),
@@ -481,6 +486,40 @@ fn resolve_budget(raw: RawBudget, providers: &[ProviderConfig], origin: &str) ->
     Ok(BudgetConfig { daily, monthly, currency: currency.map(|(_, c)| c.to_string()) })
 }
 
+/// Hosts of image APIs that document no idempotency header (OpenAI, Replicate, fal and fal's
+/// backup domains): `idempotency_header` is refused for them, because a blind resend there
+/// is a second charge.
+pub const HOSTS_WITHOUT_IDEMPOTENCY: &[&str] = &[
+    "api.openai.com",
+    "api.replicate.com",
+    "queue.fal.run",
+    "fal.run",
+    "queue.falrun.com",
+    "falrun.com",
+    "api.fal.ai",
+];
+
+/// The documented host `base_url` points at, if it is one of [`HOSTS_WITHOUT_IDEMPOTENCY`].
+fn documented_without_idempotency(base_url: &str) -> Option<&'static str> {
+    let rest = base_url.split_once("://").map_or(base_url, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
+    let host = authority.rsplit('@').next().unwrap_or(authority);
+    let host = host.split(':').next().unwrap_or(host).trim_end_matches('.').to_ascii_lowercase();
+    HOSTS_WITHOUT_IDEMPOTENCY.iter().copied().find(|h| host == *h)
+}
+
+/// The default total request timeout per kind. An `openai_images` generation is answered
+/// only when the image is done, which can take minutes; a timeout after sending is an
+/// `unknown` (the request may still be generated and charged), so the default matches the
+/// official SDK's 600 s instead of manufacturing unknowns. The asynchronous kinds' requests
+/// (submit, poll, list) answer quickly.
+pub fn default_request_timeout(kind: ProviderKind) -> Duration {
+    match kind {
+        ProviderKind::OpenaiImages => Duration::from_secs(600),
+        _ => Duration::from_secs(120),
+    }
+}
+
 fn resolve_provider(p: RawProvider, i: usize, origin: &str) -> Result<ProviderConfig, ConfigError> {
     let key = |k: &str| format!("providers[{i}].{k}");
     let bad = |k: &str, reason: String| ConfigError::Invalid { path: origin.into(), key: key(k), reason };
@@ -522,6 +561,23 @@ fn resolve_provider(p: RawProvider, i: usize, origin: &str) -> Result<ProviderCo
         && (h.is_empty() || !h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
     {
         return Err(bad("idempotency_header", format!("`{h}` is not a valid header name")));
+    }
+    if p.idempotency_header.is_some()
+        && let Some(host) = p.base_url.as_deref().and_then(documented_without_idempotency)
+    {
+        return Err(bad(
+            "idempotency_header",
+            format!(
+                "{host} documents no idempotency header, so it would not deduplicate anything: tally would \
+                 treat a resend as free and could be charged twice. Remove idempotency_header for this provider \
+                 (it is only for gateways that honour one)"
+            ),
+        ));
+    }
+    if let Some(r) = &p.reference_input
+        && (r.is_empty() || !r.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+    {
+        return Err(bad("reference_input", format!("`{r}` is not an input name (letters, digits, '_')")));
     }
     let max_response_bytes = match p.max_response_bytes {
         None => demo.max_response_bytes,
@@ -571,9 +627,10 @@ fn resolve_provider(p: RawProvider, i: usize, origin: &str) -> Result<ProviderCo
         model: p.model,
         size: p.size.unwrap_or(demo.size),
         connect_timeout: ms("connect_timeout_ms", p.connect_timeout_ms, demo.connect_timeout)?,
-        request_timeout: ms("request_timeout_ms", p.request_timeout_ms, demo.request_timeout)?,
+        request_timeout: ms("request_timeout_ms", p.request_timeout_ms, default_request_timeout(kind))?,
         poll_interval: ms("poll_interval_ms", p.poll_interval_ms, demo.poll_interval)?,
         idempotency_header: p.idempotency_header,
+        reference_input: p.reference_input,
         max_response_bytes,
         billing_note: p.billing_note,
         delay: match p.delay_ms {
@@ -638,6 +695,47 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("never charges"), "{e}");
+    }
+
+    #[test]
+    fn idempotency_header_is_refused_for_apis_that_document_none() {
+        for url in
+            ["https://api.openai.com/v1", "https://API.Replicate.com", "https://queue.fal.run", "https://fal.run:443"]
+        {
+            let text = format!(
+                "[[providers]]\nname = \"p\"\nkind = \"openai_images\"\nbase_url = \"{url}\"\nidempotency_header = \"Idempotency-Key\"\n"
+            );
+            let e = Config::from_toml(&text, "t.toml").unwrap_err().to_string();
+            assert!(e.contains("idempotency_header") && e.contains("charged twice"), "{url}: {e}");
+        }
+        let gateway = "[[providers]]\nname = \"g\"\nkind = \"openai_images\"\nbase_url = \"https://my-gateway.example\"\nidempotency_header = \"Idempotency-Key\"\n";
+        assert!(Config::from_toml(gateway, "t").is_ok(), "other gateways: the user's assertion");
+        let lookalike = gateway.replace("my-gateway.example", "api.openai.com.my-gateway.example");
+        assert!(Config::from_toml(&lookalike, "t").is_ok());
+    }
+
+    #[test]
+    fn the_readme_provider_example_is_a_valid_config() {
+        let readme = include_str!("../README.md");
+        let start = readme.find("```toml\n[[providers]]").expect("README has a provider example") + 8;
+        let end = start + readme[start..].find("```").expect("closed");
+        let c = Config::from_toml(&readme[start..end], "README.md").unwrap();
+        let models: Vec<_> = c.providers.iter().filter_map(|p| p.model.as_deref()).collect();
+        assert!(
+            models.contains(&"fal-ai/flux/dev") && models.contains(&"black-forest-labs/flux-schnell"),
+            "{models:?}"
+        );
+        for p in &c.providers {
+            let m = p.model.as_deref().unwrap_or("");
+            assert!(!crate::mock::behavior::RETIRED_OPENAI_MODELS.contains(&m), "README names retired model {m}");
+        }
+    }
+
+    #[test]
+    fn openai_images_waits_as_long_as_the_official_sdk_by_default() {
+        let text = "[[providers]]\nname = \"o\"\nkind = \"openai_images\"\nbase_url = \"https://api.openai.com/v1\"\n";
+        let c = Config::from_toml(text, "t").unwrap();
+        assert!(c.providers[0].request_timeout >= Duration::from_secs(600));
     }
 
     #[test]

@@ -142,6 +142,9 @@ pub struct CapabilitiesInfo {
     pub idempotent_create: bool,
     /// A job whose answer was lost can be found and polled.
     pub lookup: bool,
+    /// A create whose answer was lost can be searched for in the provider's listing (false
+    /// for fal: accepted jobs are polled by id, but a lost create cannot be found).
+    pub finds_lost_creates: bool,
 }
 
 /// A per-provider circuit: after `circuit_failures` failed calls in a row, new calls pause
@@ -347,7 +350,11 @@ impl Engine {
                 ProviderInfo {
                     name: p.name.clone(),
                     kind: p.kind.clone(),
-                    capabilities: CapabilitiesInfo { idempotent_create: caps.idempotent_create, lookup: caps.lookup },
+                    capabilities: CapabilitiesInfo {
+                        idempotent_create: caps.idempotent_create,
+                        lookup: caps.lookup,
+                        finds_lost_creates: caps.lookup && p.provider.finds_lost_creates(),
+                    },
                     billing_note: p.provider.billing_note().to_string(),
                     price: p.money.info(),
                 }

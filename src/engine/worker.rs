@@ -16,7 +16,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use super::{ProviderEntry, Shared, files};
 use crate::domain::{Charge, FailureKind, Millis, Phase, backoff};
 use crate::failpoint::crash;
-use crate::providers::{CallError, CallRequest, Image, JobState, Submitted};
+use crate::providers::{CallError, CallRequest, Image, JobHandle, JobState, Submitted};
 use crate::store::{CallingOutcome, Claim, ClaimOutcome, Finish, Handoff, StoreError};
 
 /// Run a hand-off on its own task, holding a worker permit until done.
@@ -169,8 +169,8 @@ async fn heartbeat(shared: Arc<Shared>, exec: String, lease: String, lost: Arc<A
 enum Next {
     /// The provider answered with an image: save it and finish.
     Image(Image),
-    /// The provider accepted a job: persist its id (if new) and poll it.
-    Job(String),
+    /// The provider accepted a job: persist its handle (if new) and poll it.
+    Job(JobHandle),
     /// Settle or reschedule the task.
     Settle(Finish),
     /// The lease was lost or the engine is stopping: write nothing more (what happened so
@@ -268,6 +268,9 @@ impl Run<'_> {
                     let kind = FailureKind::Configuration;
                     return self.finish(Finish::Failed { kind, reason, charge: Charge::None }).await;
                 }
+                if let Some(refused) = self.preflight(&references).await {
+                    return self.finish(refused).await;
+                }
                 calling_at = self.now();
                 let facts = self.entry.money.facts(&c.params, self.shared.limits());
                 let recorded =
@@ -306,15 +309,25 @@ impl Run<'_> {
                 self.recover_call(calling_at, &references, why.into()).await
             }
             Phase::Accepted => match &c.job_id {
-                Some(job) => Next::Job(job.clone()),
+                Some(job) => Next::Job(JobHandle {
+                    id: job.clone(),
+                    data: c.job_handle.as_deref().and_then(|h| serde_json::from_str(h).ok()),
+                }),
                 None => Next::Settle(Finish::Unknown { reason: "accepted without a job id".into() }),
             },
         };
         let next = match next {
             Next::Job(job) => {
                 if c.phase != Phase::Accepted {
+                    let handle = job.data.as_ref().map(|d| d.to_string());
                     store
-                        .record_accepted(c.execution_token.clone(), c.lease_token.clone(), job.clone(), self.now())
+                        .record_accepted_with(
+                            c.execution_token.clone(),
+                            c.lease_token.clone(),
+                            job.id.clone(),
+                            handle,
+                            self.now(),
+                        )
                         .await?;
                     crash("after-accepted");
                 }
@@ -327,6 +340,37 @@ impl Run<'_> {
             Next::Settle(f) => self.finish(f).await,
             Next::Job(_) | Next::Stop => Ok(()),
         }
+    }
+
+    /// Check the request before anything paid leaves (the adapter's `preflight`: inputs the
+    /// model takes, a storable output format). `Some` is the finish for a request that must
+    /// not be sent; nothing was sent and nothing charged, so no attempt is counted. A
+    /// preflight that cannot reach the provider (its schema read failed) is tried a few
+    /// times here, then the task fails as "not sent".
+    async fn preflight(&self, references: &[Image]) -> Option<Finish> {
+        let req = self.request(self.now(), references);
+        let mut last = String::new();
+        for n in 0..3 {
+            if n > 0 {
+                tokio::time::sleep(self.retry_delay(n)).await;
+            }
+            match self.entry.provider.preflight(&req).await {
+                Ok(()) => return None,
+                Err(CallError::Rejected { message, config }) => {
+                    return Some(Finish::Failed {
+                        kind: if config { FailureKind::Configuration } else { FailureKind::Rejected },
+                        reason: format!("refused before sending anything (nothing was charged): {message}"),
+                        charge: Charge::None,
+                    });
+                }
+                Err(e) => last = e.to_string(),
+            }
+        }
+        Some(Finish::Failed {
+            kind: FailureKind::NotSent,
+            reason: format!("could not check the request with the provider, so nothing was sent: {last}"),
+            charge: Charge::None,
+        })
     }
 
     /// Classify a failed first call (DESIGN §4).
@@ -358,6 +402,13 @@ impl Run<'_> {
                 charge: Charge::Refused,
             }),
             CallError::Ambiguous(m) => self.recover_call(calling_at, references, ambiguous_cause(&m)).await,
+            // The provider answered 2xx but tally cannot use the answer. An asynchronous
+            // create's unusable answer is a lost job id: search for the job as for a lost
+            // answer. Otherwise the image was made and probably charged, and is not usable.
+            CallError::Unusable(m) if self.entry.provider.finds_lost_creates() => {
+                self.recover_call(calling_at, references, format!("the provider's answer could not be used: {m}")).await
+            }
+            CallError::Unusable(m) => Next::Settle(unusable(&m)),
         })
     }
 
@@ -388,6 +439,7 @@ impl Run<'_> {
                             charge: Charge::Possible,
                         });
                     }
+                    Err(CallError::Unusable(m)) => return Next::Settle(unusable(&m)),
                     Err(e) => tracing::info!(error = %e, "replay with the same idempotency key did not answer yet"),
                 }
                 if self.now() >= deadline {
@@ -396,9 +448,15 @@ impl Run<'_> {
             }
             return unknown("replays with the same idempotency key did not get an answer before the recovery deadline");
         }
+        if caps.lookup && !self.entry.provider.finds_lost_creates() {
+            return unknown(
+                "this provider answers with a job id that tally polls, but offers no listing in which a request \
+                 whose create answer was lost could be found",
+            );
+        }
         if caps.lookup {
-            // Look for the job by the marker sent with it; a listing that does not show it
-            // proves nothing, so after a few looks the outcome stays unknown.
+            // Look for the job by what was sent and when; a listing that does not show exactly
+            // one match proves nothing, so after a few looks the outcome stays unknown.
             for n in 1..=4 {
                 if self.should_stop() {
                     return Next::Stop;
@@ -410,20 +468,23 @@ impl Run<'_> {
                 }
                 tokio::time::sleep(self.retry_delay(n)).await;
             }
-            return unknown("the provider's job list does not show the request, which proves nothing either way");
+            return unknown(
+                "the provider's job list does not show exactly one matching request, which proves nothing either way",
+            );
         }
         unknown("this provider cannot prove whether the request ran or was charged")
     }
 
     /// Poll an accepted job until it settles, the recovery deadline passes, or the run stops.
-    async fn poll(&self, job: &str, calling_at: Millis) -> Next {
+    async fn poll(&self, handle: &JobHandle, calling_at: Millis) -> Next {
+        let job = handle.id.as_str();
         let deadline = self.deadline(calling_at);
         let interval = self.entry.provider.poll_interval();
         loop {
             if self.should_stop() {
                 return Next::Stop;
             }
-            match self.entry.provider.poll(job).await {
+            match self.entry.provider.poll(handle).await {
                 Ok(JobState::Running) => {}
                 Ok(JobState::Done(img)) => return Next::Image(img),
                 Ok(JobState::Failed(m)) => {
@@ -447,6 +508,7 @@ impl Run<'_> {
                         reason: format!("the provider no longer answers about job {job}: {message}"),
                     });
                 }
+                Err(CallError::Unusable(m)) => return Next::Settle(unusable(&m)),
                 Err(e) => tracing::info!(error = %e, "poll did not answer; polling again"),
             }
             if self.now() >= deadline {
@@ -508,8 +570,22 @@ pub(super) fn ambiguous_cause(message: &str) -> String {
     }
 }
 
+/// The finish for an answer the provider gave (and probably charged for) that tally cannot
+/// use: failed, never "rejected" and never "not sent".
+fn unusable(message: &str) -> Finish {
+    Finish::Failed {
+        kind: FailureKind::InvalidResult,
+        reason: format!(
+            "the provider accepted the request and probably charged for it, but its answer is unusable: {message}"
+        ),
+        // It answered with a result (2xx): by its rules, delivered and billed.
+        charge: Charge::Charged,
+    }
+}
+
 fn outcome_label(e: &CallError) -> &'static str {
     match e {
+        CallError::Unusable(_) => "unusable",
         CallError::NotSent(_) => "not_sent",
         CallError::Rejected { .. } => "rejected",
         CallError::RetryAfter { .. } => "retry_after",

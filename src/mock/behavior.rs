@@ -1,5 +1,12 @@
 //! The mock provider's run-time behaviour: latency, failures, rejections, rate limits and
-//! dropped answers, set by flags at start and changed by `PUT /_mock/behavior`.
+//! dropped answers, and the few places where the real APIs differ by model or by version
+//! (unknown Replicate inputs, retired OpenAI models). Set by flags at start and changed by
+//! `PUT /_mock/behavior`.
+//!
+//! The defaults are the real APIs' documented behaviour, not the convenient one: the
+//! `Idempotency-Key` header is ignored (none of OpenAI, Replicate or fal honours one), unknown
+//! Replicate inputs are stripped (current Cog), and the OpenAI models the official SDK marks as
+//! shut down are refused.
 
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -9,10 +16,12 @@ use serde_json::{Map, Value};
 pub enum Scope {
     /// A request that starts a paid generation.
     Create,
-    /// A status or result request for one job.
+    /// A status or result request for one job (and a cancel).
     Poll,
     /// A listing of recent jobs.
     List,
+    /// Model metadata (Replicate's model and version GETs): never dropped.
+    Meta,
 }
 
 impl Scope {
@@ -25,6 +34,11 @@ impl Scope {
         })
     }
 }
+
+/// The models the pinned official OpenAI SDK (openai 3.57.0, `types/image_model.py`) marks as
+/// shut down or retired: `gpt-image-1` (shut down 2026-10-23), `dall-e-2` and `dall-e-3`
+/// (retired 2026-05-12).
+pub const RETIRED_OPENAI_MODELS: &[&str] = &["gpt-image-1", "dall-e-2", "dall-e-3"];
 
 /// How the mock answers. Serialised as the body of `GET /_mock/behavior`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -41,10 +55,29 @@ pub struct Behavior {
     pub drop_response: bool,
     /// Narrow `drop_response` to `"create"`, `"poll"` or `"list"` requests.
     pub drop_on: Option<String>,
-    /// How long an asynchronous job runs.
+    /// How long an asynchronous job runs (its first third queued, then in progress).
     pub job_duration_ms: u64,
-    /// How long a finished job's result stays downloadable.
+    /// How long a finished job's result stays available (Replicate then removes `output`
+    /// and `input` and sets `data_removed`; result files answer 410).
     pub result_ttl_s: u64,
+    /// Replay the answer of an earlier create that carried the same `Idempotency-Key`
+    /// (not charged). Off by default: no real target API honours the header; on models a
+    /// gateway that does.
+    pub honor_idempotency_key: bool,
+    /// What a Replicate create does with an input the model does not declare: `"strip"`
+    /// (current Cog: dropped, not stored) or `"reject"` (Cog 0.17.x: 422).
+    pub unknown_inputs: String,
+    /// OpenAI models refused with 404 `model_not_found`.
+    pub retired_models: Vec<String>,
+    /// Asynchronous jobs finish failed with this error (Replicate `failed`, fal `COMPLETED`
+    /// with `error`/`error_type` and a 500 on its result).
+    pub job_error: Option<String>,
+    /// Refusals (`reject_status`) quote the request's `Authorization` header in their
+    /// message, as some providers echo a bad key.
+    pub error_echoes_key: bool,
+    /// OpenAI-style answers carry `data[0].url` instead of `b64_json`, as many
+    /// OpenAI-compatible gateways answer.
+    pub openai_url_answers: bool,
 }
 
 impl Default for Behavior {
@@ -58,6 +91,12 @@ impl Default for Behavior {
             drop_on: None,
             job_duration_ms: 300,
             result_ttl_s: 3600,
+            honor_idempotency_key: false,
+            unknown_inputs: "strip".into(),
+            retired_models: RETIRED_OPENAI_MODELS.iter().map(|s| s.to_string()).collect(),
+            job_error: None,
+            error_echoes_key: false,
+            openai_url_answers: false,
         }
     }
 }
@@ -77,21 +116,29 @@ impl Behavior {
         if self.latency_ms > 600_000 || self.job_duration_ms > 3_600_000 {
             return Err("latency_ms and job_duration_ms must be at most 600000 and 3600000".into());
         }
+        if !matches!(self.unknown_inputs.as_str(), "strip" | "reject") {
+            return Err(format!("unknown_inputs `{}` must be \"strip\" or \"reject\"", self.unknown_inputs));
+        }
         Ok(())
     }
 
     /// Whether a request of this scope is answered by closing the connection.
     pub fn drops(&self, scope: Scope) -> bool {
-        self.drop_response && self.drop_on.as_deref().and_then(Scope::parse).is_none_or(|only| only == scope)
+        scope != Scope::Meta
+            && self.drop_response
+            && self.drop_on.as_deref().and_then(Scope::parse).is_none_or(|only| only == scope)
     }
 
     /// Apply a `PUT /_mock/behavior` patch: absent fields stay, `null` restores the value the
-    /// mock was started with, unknown fields are refused.
+    /// mock was started with, unknown fields are refused. `honour_idempotency_key` is
+    /// accepted as the British spelling of `honor_idempotency_key`.
     pub fn patch(&mut self, patch: &Map<String, Value>, start: &Behavior) -> Result<(), String> {
         let mut next = self.clone();
         for (key, value) in patch {
             let null = value.is_null();
             let num = || value.as_u64().ok_or_else(|| format!("{key} must be a non-negative integer or null"));
+            let flag = || value.as_bool().ok_or_else(|| format!("{key} must be true, false or null"));
+            let text = || value.as_str().map(str::to_string).ok_or_else(|| format!("{key} must be a string or null"));
             let status = || {
                 value
                     .as_u64()
@@ -105,20 +152,26 @@ impl Behavior {
                 "fail_status" => next.fail_status = if null { start.fail_status } else { Some(status()?) },
                 "reject_status" => next.reject_status = if null { start.reject_status } else { Some(status()?) },
                 "retry_after_s" => next.retry_after_s = if null { start.retry_after_s } else { Some(num()?) },
-                "drop_response" => {
-                    next.drop_response = if null {
-                        start.drop_response
+                "drop_response" => next.drop_response = if null { start.drop_response } else { flag()? },
+                "drop_on" => next.drop_on = if null { start.drop_on.clone() } else { Some(text()?) },
+                "honor_idempotency_key" | "honour_idempotency_key" => {
+                    next.honor_idempotency_key = if null { start.honor_idempotency_key } else { flag()? }
+                }
+                "unknown_inputs" => next.unknown_inputs = if null { start.unknown_inputs.clone() } else { text()? },
+                "retired_models" => {
+                    next.retired_models = if null {
+                        start.retired_models.clone()
                     } else {
-                        value.as_bool().ok_or("drop_response must be true, false or null")?
+                        let items = value.as_array().ok_or("retired_models must be a list of model names or null")?;
+                        items
+                            .iter()
+                            .map(|m| m.as_str().map(str::to_string).ok_or("retired_models must list strings"))
+                            .collect::<Result<_, _>>()?
                     }
                 }
-                "drop_on" => {
-                    next.drop_on = if null {
-                        start.drop_on.clone()
-                    } else {
-                        Some(value.as_str().ok_or("drop_on must be a string or null")?.to_string())
-                    }
-                }
+                "job_error" => next.job_error = if null { start.job_error.clone() } else { Some(text()?) },
+                "error_echoes_key" => next.error_echoes_key = if null { start.error_echoes_key } else { flag()? },
+                "openai_url_answers" => next.openai_url_answers = if null { start.openai_url_answers } else { flag()? },
                 other => return Err(format!("unknown field `{other}`")),
             }
         }
@@ -148,12 +201,25 @@ mod tests {
         assert!(b.patch(&map(json!({"nope": 1})), &start).is_err());
         assert!(b.patch(&map(json!({"fail_status": 404})), &start).is_err());
         assert_eq!(b.fail_status, None, "a refused patch changes nothing");
+        assert!(b.patch(&map(json!({"unknown_inputs": "ignore"})), &start).is_err());
+    }
+
+    #[test]
+    fn idempotency_is_honoured_only_when_told_in_either_spelling() {
+        let start = Behavior::default();
+        assert!(!start.honor_idempotency_key, "no real target API honours the header");
+        let mut b = start.clone();
+        b.patch(&map(json!({"honour_idempotency_key": true})), &start).unwrap();
+        assert!(b.honor_idempotency_key);
+        b.patch(&map(json!({"honor_idempotency_key": null})), &start).unwrap();
+        assert!(!b.honor_idempotency_key);
     }
 
     #[test]
     fn drop_scope() {
         let mut b = Behavior { drop_response: true, ..Behavior::default() };
         assert!(b.drops(Scope::Create) && b.drops(Scope::Poll) && b.drops(Scope::List));
+        assert!(!b.drops(Scope::Meta), "model metadata is never dropped");
         b.drop_on = Some("create".into());
         assert!(b.drops(Scope::Create) && !b.drops(Scope::Poll));
     }

@@ -2,15 +2,27 @@
 //! fal queue API styles on loopback, and appends every API request it receives to a ledger
 //! file (one fsync'd JSON line each) so tests and users can count what was charged.
 //!
-//! Routes: `/v1/images/{generations,edits}` (OpenAI), `/v1/models/{owner}/{name}/predictions`
-//! and `/v1/predictions[/{id}]` (Replicate), `/fal/{model}[/requests/{id}[/status]]` (fal),
-//! `/files/{id}.png` (result downloads), and the control routes `/_mock/behavior` (GET, PUT)
-//! and `/_mock/ledger` (GET). Control routes and downloads are not in the ledger and need no
-//! `Authorization` header; every API route does.
+//! It is held to the official clients, not to tally: every answer has the schema the real API
+//! documents (checked by running the pinned official Python SDKs against it, `tests/sdk/`),
+//! and it refuses what the real API refuses (a fal status path under a model subpath, a
+//! retired OpenAI model, an unknown Replicate version). Where the real behaviour is not
+//! documented, the default is the pessimistic one (unknown Replicate inputs are stripped from
+//! what the API stores; `Idempotency-Key` is ignored unless told otherwise).
+//!
+//! Routes: `/v1/images/{generations,edits}` (OpenAI); `/v1/models/{owner}/{name}[/predictions
+//! |/versions/{id}]`, `/v1/predictions[/{id}[/cancel]]` (Replicate); `/fal/{app}` (submit) and
+//! `/fal/{owner}/{alias}/requests/{id}[/status|/cancel]` (fal); `/files/{id}.png` (result
+//! downloads); and the control routes `/_mock/behavior` (GET, PUT) and `/_mock/ledger` (GET).
+//! Control routes and downloads are not in the ledger and need no `Authorization` header;
+//! every API route does.
 
-mod apis;
 pub mod behavior;
+mod fal;
 mod ledger;
+mod models;
+mod openai;
+mod replicate;
+mod serve;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -41,10 +53,11 @@ pub struct MockArgs {
     /// Delay before every API answer, in milliseconds.
     #[arg(long, default_value_t = 0)]
     pub latency_ms: u64,
-    /// How long an asynchronous job takes to finish, in milliseconds.
+    /// How long an asynchronous job takes to finish, in milliseconds (its first third queued).
     #[arg(long, default_value_t = 300)]
     pub job_duration_ms: u64,
-    /// How long a finished result stays downloadable, in seconds.
+    /// How long a finished result stays available, in seconds (then Replicate-style
+    /// `output: null`, `data_removed: true`, and result files answer 410).
     #[arg(long, default_value_t = 3600)]
     pub result_ttl_s: u64,
     /// Answer creates with this 5xx status (not charged).
@@ -62,6 +75,26 @@ pub struct MockArgs {
     /// Narrow --drop-response to "create", "poll" or "list" requests.
     #[arg(long)]
     pub drop_on: Option<String>,
+    /// Replay the answer of an earlier create with the same `Idempotency-Key` without charging,
+    /// as a gateway that honours the header would. Off by default: OpenAI, Replicate and fal
+    /// honour no such header.
+    #[arg(long, alias = "honour-idempotency-key")]
+    pub honor_idempotency_key: bool,
+    /// What a Replicate create does with inputs the model does not declare: "strip" (current
+    /// Cog) or "reject" (422, as Cog 0.17.x did).
+    #[arg(long, default_value = "strip")]
+    pub unknown_inputs: String,
+    /// OpenAI models answered with 404 `model_not_found` (comma-separated; empty for none).
+    /// Default: the models the official SDK marks as shut down or retired.
+    #[arg(long, value_delimiter = ',')]
+    pub retired_models: Option<Vec<String>>,
+    /// Asynchronous jobs finish failed with this error message.
+    #[arg(long)]
+    pub job_error: Option<String>,
+    /// OpenAI-style answers carry `data[0].url` (as many compatible gateways answer) instead
+    /// of `b64_json`.
+    #[arg(long)]
+    pub openai_url_answers: bool,
 }
 
 impl MockArgs {
@@ -79,10 +112,16 @@ impl MockArgs {
             retry_after_s: None,
             drop_response: false,
             drop_on: None,
+            honor_idempotency_key: false,
+            unknown_inputs: d.unknown_inputs,
+            retired_models: None,
+            job_error: None,
+            openai_url_answers: false,
         }
     }
 
     fn behavior(&self) -> Behavior {
+        let d = Behavior::default();
         Behavior {
             latency_ms: self.latency_ms,
             fail_status: self.fail_status,
@@ -92,6 +131,15 @@ impl MockArgs {
             drop_on: self.drop_on.clone(),
             job_duration_ms: self.job_duration_ms,
             result_ttl_s: self.result_ttl_s,
+            honor_idempotency_key: self.honor_idempotency_key,
+            unknown_inputs: self.unknown_inputs.clone(),
+            retired_models: match &self.retired_models {
+                Some(list) => list.iter().map(|m| m.trim().to_string()).filter(|m| !m.is_empty()).collect(),
+                None => d.retired_models,
+            },
+            job_error: self.job_error.clone(),
+            error_echoes_key: false,
+            openai_url_answers: self.openai_url_answers,
         }
     }
 }
@@ -166,13 +214,16 @@ async fn prepare(args: &MockArgs) -> std::io::Result<(tokio::net::TcpListener, R
 
 fn router(state: Arc<Mock>) -> Router {
     Router::new()
-        .route("/v1/images/generations", post(apis::openai_generations))
-        .route("/v1/images/edits", post(apis::openai_edits))
-        .route("/v1/models/{owner}/{name}/predictions", post(apis::replicate_create))
-        .route("/v1/predictions", get(apis::replicate_list))
-        .route("/v1/predictions/{id}", get(apis::replicate_get))
-        .route("/fal/{*path}", post(apis::fal_create).get(apis::fal_get))
-        .route("/files/{file}", get(apis::download))
+        .route("/v1/images/generations", post(openai::generations))
+        .route("/v1/images/edits", post(openai::edits))
+        .route("/v1/models/{owner}/{name}", get(replicate::get_model))
+        .route("/v1/models/{owner}/{name}/versions/{version}", get(replicate::get_version))
+        .route("/v1/models/{owner}/{name}/predictions", post(replicate::create_official))
+        .route("/v1/predictions", get(replicate::list).post(replicate::create_version))
+        .route("/v1/predictions/{id}", get(replicate::get))
+        .route("/v1/predictions/{id}/cancel", post(replicate::cancel))
+        .route("/fal/{*path}", post(fal::submit).get(fal::get).put(fal::cancel))
+        .route("/files/{file}", get(serve::download))
         .route("/_mock/behavior", get(get_behavior).put(put_behavior))
         .route("/_mock/ledger", get(get_ledger))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such route", "not_found") })
@@ -225,25 +276,72 @@ struct Jobs {
     /// Newest last.
     order: Vec<String>,
     replays: HashMap<(&'static str, String), Answer>,
+    /// Replicate models looked up or run so far (so their version ids are known).
+    known_models: Vec<(String, String)>,
+}
+
+impl Jobs {
+    /// Remember a Replicate model, so a create by its version id finds it.
+    fn remember(&mut self, owner: String, name: String) {
+        if !self.known_models.iter().any(|(o, n)| *o == owner && *n == name) {
+            self.known_models.push((owner, name));
+        }
+    }
+}
+
+/// Where a job is in its life (by time since it was created, unless canceled).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Queued,
+    Running,
+    Done,
+    Canceled,
 }
 
 /// One charged generation.
 struct Job {
     id: String,
     api: Api,
+    /// OpenAI model, Replicate `owner/name`, or fal app id (`fal-ai/flux/dev`).
     model: String,
+    /// Replicate only: the version id, or `"hidden"` for an official model's create.
+    version: Option<String>,
     prompt: String,
-    /// The create's input as echoed back (reference images replaced by their count).
+    /// The create's input as the API stores it (unknown inputs stripped, reference images
+    /// kept by count only for fal).
     input: Value,
     created: SystemTime,
     started: Instant,
     duration: Duration,
     ttl: Duration,
+    /// The job finishes failed with this error (behaviour `job_error` at create time).
+    error: Option<String>,
+    /// When a cancel arrived before the job finished.
+    canceled: Option<Duration>,
 }
 
 impl Job {
+    fn phase(&self) -> Phase {
+        let t = self.started.elapsed();
+        if let Some(at) = self.canceled {
+            return if at < self.duration { Phase::Canceled } else { Phase::Done };
+        }
+        if t >= self.duration {
+            Phase::Done
+        } else if t < self.duration / 3 {
+            Phase::Queued
+        } else {
+            Phase::Running
+        }
+    }
+
     fn finished(&self) -> bool {
-        self.started.elapsed() >= self.duration
+        self.phase() == Phase::Done
+    }
+
+    /// Succeeded, and its result still downloadable.
+    fn has_result(&self) -> bool {
+        self.finished() && self.error.is_none() && !self.expired()
     }
 
     fn expired(&self) -> bool {
@@ -252,6 +350,19 @@ impl Job {
 
     fn file_url(&self, base: &str) -> String {
         format!("{base}/files/{}.png", self.id)
+    }
+
+    /// When the job started running and finished (provider time), once it did.
+    fn started_at(&self) -> Option<SystemTime> {
+        (self.phase() != Phase::Queued).then(|| self.created + self.duration / 3)
+    }
+
+    fn completed_at(&self) -> Option<SystemTime> {
+        match self.phase() {
+            Phase::Done => Some(self.created + self.duration),
+            Phase::Canceled => self.canceled.map(|d| self.created + d),
+            _ => None,
+        }
     }
 }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
 
-use super::{BoxFuture, CallError, CallRequest, Capabilities, Image, JobState, Provider, Submitted};
+use super::{BoxFuture, CallError, CallRequest, Capabilities, Image, JobHandle, JobState, Provider, Submitted};
 
 /// What the fake does with one submit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,14 +155,18 @@ impl Provider for Fake {
             let (step, known) = self.receive(req);
             if let Some(job) = known {
                 return Ok(if self.async_jobs {
-                    Submitted::Accepted(job)
+                    Submitted::Accepted(JobHandle::id(job))
                 } else {
                     Submitted::Done(Fake::image(&req.prompt))
                 });
             }
             let answer = || {
                 let job = self.lock().by_key.get(&req.idempotency_key).cloned().unwrap_or_default();
-                if self.async_jobs { Submitted::Accepted(job) } else { Submitted::Done(Fake::image(&req.prompt)) }
+                if self.async_jobs {
+                    Submitted::Accepted(JobHandle::id(job))
+                } else {
+                    Submitted::Done(Fake::image(&req.prompt))
+                }
             };
             match step {
                 Step::Succeed => Ok(answer()),
@@ -178,7 +182,8 @@ impl Provider for Fake {
         })
     }
 
-    fn poll<'a>(&'a self, job_id: &'a str) -> BoxFuture<'a, Result<JobState, CallError>> {
+    fn poll<'a>(&'a self, job: &'a JobHandle) -> BoxFuture<'a, Result<JobState, CallError>> {
+        let job_id = job.id.as_str();
         Box::pin(async move {
             let mut s = self.lock();
             s.counts.polls += 1;
@@ -193,11 +198,11 @@ impl Provider for Fake {
         })
     }
 
-    fn find<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<Option<String>, CallError>> {
+    fn find<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<Option<JobHandle>, CallError>> {
         Box::pin(async move {
             let mut s = self.lock();
             s.counts.finds += 1;
-            Ok(if self.caps.lookup { s.by_key.get(&req.idempotency_key).cloned() } else { None })
+            Ok(if self.caps.lookup { s.by_key.get(&req.idempotency_key).cloned().map(JobHandle::id) } else { None })
         })
     }
 }

@@ -59,13 +59,31 @@ pub struct CallRequest {
     pub calling_at_ms: i64,
 }
 
+/// A job an asynchronous provider accepted: its id and, where the provider returned them,
+/// the adapter's own data for polling it (fal's `status_url`/`response_url`). Persisted
+/// (`executions.provider_job_id` and `provider_handle`) the moment it arrives, so a restart
+/// polls exactly what the provider said to poll.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobHandle {
+    pub id: String,
+    /// Adapter-specific JSON; `None` when only the id is known.
+    pub data: Option<serde_json::Value>,
+}
+
+impl JobHandle {
+    /// A handle that knows only the job id.
+    pub fn id(id: impl Into<String>) -> Self {
+        JobHandle { id: id.into(), data: None }
+    }
+}
+
 /// The answer to a submit that reached the provider and came back.
 #[derive(Debug, Clone)]
 pub enum Submitted {
     /// A synchronous provider returned the image.
     Done(Image),
-    /// An asynchronous provider accepted the job; poll this id.
-    Accepted(String),
+    /// An asynchronous provider accepted the job; poll it.
+    Accepted(JobHandle),
 }
 
 /// The state of an asynchronous job, as a poll reports it.
@@ -98,6 +116,11 @@ pub enum CallError {
     /// 500/502/504). Whether it ran, and was charged, is unknown.
     #[error("outcome unknown: {0}")]
     Ambiguous(String),
+    /// The provider accepted the request (a 2xx, or a job it finished) and probably charged
+    /// for it, but tally cannot use what it answered: too large, endless, not an image, or an
+    /// image URL that could not be downloaded. Never a refusal, never "not sent".
+    #[error("answered, but unusable: {0}")]
+    Unusable(String),
 }
 
 /// An image provider adapter.
@@ -115,20 +138,37 @@ pub trait Provider: Send + Sync + 'static {
         Duration::from_millis(1000)
     }
 
+    /// Whether a create whose answer was lost can be searched for (a listing of recent jobs).
+    /// By default the same as `lookup`; an adapter whose jobs can be polled by id but not
+    /// listed (fal) says `false`, and the engine then says so instead of searching.
+    fn finds_lost_creates(&self) -> bool {
+        self.capabilities().lookup
+    }
+
+    /// Check, before anything paid is sent, that this request can be made and its result
+    /// stored: inputs the model takes (reference images, size, output format), read from
+    /// the provider's published schema where it has one. Runs before `calling` is recorded;
+    /// `Rejected` fails the task with nothing sent and nothing charged. May read free
+    /// metadata from the provider (never a paid call).
+    fn preflight<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<(), CallError>> {
+        let _ = req;
+        Box::pin(async { Ok(()) })
+    }
+
     /// Start one paid generation. Never retries on its own.
     fn submit<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<Submitted, CallError>>;
 
     /// Ask for the state of an accepted job. Polling starts no new paid work.
-    fn poll<'a>(&'a self, job_id: &'a str) -> BoxFuture<'a, Result<JobState, CallError>> {
-        let _ = job_id;
+    fn poll<'a>(&'a self, job: &'a JobHandle) -> BoxFuture<'a, Result<JobState, CallError>> {
+        let _ = job;
         Box::pin(async {
             Err(CallError::Rejected { message: "this provider cannot look up jobs".into(), config: true })
         })
     }
 
-    /// Find a job whose create answer was lost, by the marker in `req`. `Ok(None)` means the
-    /// listing proved nothing (the job may or may not exist).
-    fn find<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<Option<String>, CallError>> {
+    /// Find a job whose create answer was lost, from what `req` sent and when. `Ok(None)`
+    /// means the listing proved nothing (the job may or may not exist, or several match).
+    fn find<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<Option<JobHandle>, CallError>> {
         let _ = req;
         Box::pin(async { Ok(None) })
     }
@@ -169,15 +209,23 @@ impl Provider for WithBillingNote {
         self.inner.poll_interval()
     }
 
+    fn finds_lost_creates(&self) -> bool {
+        self.inner.finds_lost_creates()
+    }
+
+    fn preflight<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<(), CallError>> {
+        self.inner.preflight(req)
+    }
+
     fn submit<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<Submitted, CallError>> {
         self.inner.submit(req)
     }
 
-    fn poll<'a>(&'a self, job_id: &'a str) -> BoxFuture<'a, Result<JobState, CallError>> {
-        self.inner.poll(job_id)
+    fn poll<'a>(&'a self, job: &'a JobHandle) -> BoxFuture<'a, Result<JobState, CallError>> {
+        self.inner.poll(job)
     }
 
-    fn find<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<Option<String>, CallError>> {
+    fn find<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<Option<JobHandle>, CallError>> {
         self.inner.find(req)
     }
 }

@@ -12,7 +12,7 @@ use rusqlite::{Connection, OpenFlags, trace::TraceEventCodes};
 use crate::config::Durability;
 
 /// The schema version this build writes. Older databases are migrated; newer ones refused.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// `PRAGMA application_id` of tally databases ("taly").
 const APPLICATION_ID: i64 = 0x7461_6c79;
@@ -38,7 +38,9 @@ const MIGRATIONS: &[&str] = &[
         upload_id TEXT NOT NULL REFERENCES uploads(id), PRIMARY KEY (set_id, position)) STRICT;
      ALTER TABLE tasks ADD COLUMN shot_role TEXT CHECK (shot_role IN ('main', 'selling_point', 'scene'));
      CREATE INDEX tasks_by_set ON tasks(set_id, set_position) WHERE set_id IS NOT NULL;",
-    // 2 → 3: charge evidence per execution, prices, budget holds, retry keys per original.
+    // 2 → 3: the provider's handle for an accepted job (fal's status/response URLs), JSON.
+    "ALTER TABLE executions ADD COLUMN provider_handle TEXT;",
+    // 3 → 4: charge evidence per execution, prices, budget holds, retry keys per original.
     // Earlier versions recorded only "calling was reached", so an old request that did not
     // succeed is backfilled as 'possible' (what tally told the user then), never 'refused'.
     // (The table CHECK tying `charge` to `calling_at` cannot be added by ALTER TABLE; new

@@ -360,15 +360,21 @@ impl Drop for Mock {
     }
 }
 
-/// The four provider kinds against one mock, named after their kind.
+/// The current OpenAI image model the tests name (`gpt-image-1` is shut down, and the mock
+/// refuses it as the real API does).
+pub const OPENAI_MODEL: &str = "gpt-image-2.5-flare";
+
+/// The four provider kinds against one mock, named after their kind: the README's example
+/// models (a FLUX model on Replicate, `fal-ai/flux/dev`). `idem` models a gateway that honours
+/// `Idempotency-Key`, so its mock must be started with `--honor-idempotency-key`.
 pub fn providers(mock: &Mock) -> String {
     let base = mock.base();
     let common = "api_key_env = \"TALLY_TEST_KEY\"\nmax_concurrency = 4\npoll_interval_ms = 50\nrequest_timeout_ms = 5000\nconnect_timeout_ms = 1000\n";
     format!(
-        "[[providers]]\nname = \"openai\"\nkind = \"openai_images\"\nbase_url = \"{base}\"\nmodel = \"gpt-image-1\"\n{common}\n\
-         [[providers]]\nname = \"replicate\"\nkind = \"replicate\"\nbase_url = \"{base}\"\nmodel = \"acme/flux\"\n{common}\n\
+        "[[providers]]\nname = \"openai\"\nkind = \"openai_images\"\nbase_url = \"{base}\"\nmodel = \"{OPENAI_MODEL}\"\n{common}\n\
+         [[providers]]\nname = \"replicate\"\nkind = \"replicate\"\nbase_url = \"{base}\"\nmodel = \"black-forest-labs/flux-schnell\"\n{common}\n\
          [[providers]]\nname = \"fal\"\nkind = \"fal_queue\"\nbase_url = \"{base}/fal\"\nmodel = \"fal-ai/flux/dev\"\n{common}\n\
-         [[providers]]\nname = \"idem\"\nkind = \"openai_images\"\nbase_url = \"{base}\"\nmodel = \"gpt-image-1\"\nidempotency_header = \"Idempotency-Key\"\n{common}\n"
+         [[providers]]\nname = \"idem\"\nkind = \"openai_images\"\nbase_url = \"{base}\"\nmodel = \"{OPENAI_MODEL}\"\nidempotency_header = \"Idempotency-Key\"\n{common}\n"
     )
 }
 

@@ -36,7 +36,7 @@ fn engine_section() -> &'static str {
 
 /// One cell of the matrix.
 pub fn crash_case(point: &str, kind: &str) {
-    let mock = Mock::start(&["--job-duration-ms", "50"]);
+    let mock = Mock::start(&["--job-duration-ms", "50", "--honor-idempotency-key"]);
     let mut d = Daemon::configure_with(engine_section(), &providers(&mock));
     d.env.push(("TALLY_TEST_KEY".into(), "sk-test-crash".into()));
     d.env.push(("FAILPOINTS".into(), format!("{point}=return")));
@@ -199,7 +199,7 @@ fn crash_at(d: &mut Daemon, point: &str, what: &str) {
 /// Now it is resumed from its phase: one charge, the image, a clean check.
 fn resumed_hand_off_case(kind: &str, first_point: &str) {
     let what = format!("resumed hand-off {kind}");
-    let mock = Mock::start(&["--job-duration-ms", "50"]);
+    let mock = Mock::start(&["--job-duration-ms", "50", "--honor-idempotency-key"]);
     let engine = format!("{}max_sends = 2\n", engine_section());
     let mut d = Daemon::configure_with(&engine, &providers(&mock));
     d.env.push(("TALLY_TEST_KEY".into(), "sk-test-crash".into()));

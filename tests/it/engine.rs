@@ -455,7 +455,7 @@ async fn recovery_of_an_accepted_job_polls_it() {
         Ok(tally::providers::Submitted::Accepted(job)) => job,
         other => panic!("{other:?}"),
     };
-    store.record_accepted(exec, lease, job, SystemClock.now()).await.expect("accepted");
+    store.record_accepted(exec, lease, job.id, SystemClock.now()).await.expect("accepted");
     let h = engine_on(&dir, &store, fake, config()).await;
     let t = h.settle(&id).await;
     assert_eq!(t.status, TaskStatus::Succeeded);

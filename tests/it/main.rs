@@ -16,7 +16,11 @@ mod disks;
 mod engine;
 mod money;
 mod providers_daemon;
+mod providers_fal;
+mod providers_hostile;
 mod providers_http;
+mod providers_replicate;
+mod providers_sdk;
 mod races;
 mod sets;
 #[cfg(feature = "failpoints")]

@@ -18,7 +18,7 @@ fn claims_a_charge(text: &str) -> bool {
 fn provider(name: &str, base: &str, key_env: &str, extra: &str) -> String {
     format!(
         "[[providers]]\nname = \"{name}\"\nkind = \"openai_images\"\nbase_url = \"{base}\"\napi_key_env = \"{key_env}\"\n\
-         model = \"gpt-image-1\"\nmax_concurrency = 8\nrequest_timeout_ms = 5000\nconnect_timeout_ms = 1000\n{extra}\n"
+         model = \"gpt-image-2.5-flare\"\nmax_concurrency = 8\nrequest_timeout_ms = 5000\nconnect_timeout_ms = 1000\n{extra}\n"
     )
 }
 
@@ -190,7 +190,7 @@ fn the_spend_csv_lists_exactly_the_ledgers_charged_requests() {
         prompts.remove(i);
         assert_eq!(
             (row[2].as_str(), row[3].as_str(), row[5].as_str(), row[6].as_str()),
-            ("oa", "gpt-image-1", "0.04", "USD")
+            ("oa", "gpt-image-2.5-flare", "0.04", "USD")
         );
         assert!(["charged", "possible"].contains(&row[4].as_str()), "{row:?}");
     }

@@ -1,6 +1,8 @@
-//! Each provider kind through the real daemon against a real `tally mock-provider` process,
-//! counted in the mock's ledger: success, refusal, rate limit, connection refused, lost
-//! answers (create and poll), the idempotency header, and expired results. (A daemon killed
+//! Each provider kind through the real daemon against a real, strict `tally mock-provider`
+//! process (the README's example models: `gpt-image-2.5-flare`, a FLUX model on Replicate,
+//! `fal-ai/flux/dev`), counted in the mock's ledger: success, refusal, rate limit, connection
+//! refused, lost answers (create and poll), the idempotency header, expired results, and
+//! shots the model cannot take refused before any paid call. (A daemon killed
 //! while a job is `accepted` is the crash matrix's `after_accepted_*` cases.)
 
 use std::time::Duration;
@@ -150,13 +152,20 @@ fn a_lost_create_answer_is_found_by_listing_or_honestly_unknown() {
         assert_eq!(w.mock.count(&prompt).1, 1, "{kind}: never a second charge");
         if want == "succeeded" {
             assert!(w.events(&id).contains(&"accepted".to_string()));
+        } else {
+            // fal: the timeline says why nothing could be searched, not that a search failed.
+            assert!(
+                t["status_reason"].to_string().contains("no listing") || t.to_string().contains("no listing"),
+                "{t}"
+            );
         }
     }
 }
 
 #[test]
 fn the_idempotency_header_replays_without_a_second_charge() {
-    let w = world(&[], "");
+    // `idem` models a gateway that honours the key; the mock ignores it unless told.
+    let w = world(&["--honor-idempotency-key"], "");
     w.mock.behave(serde_json::json!({"drop_response": true, "drop_on": "create"}));
     let prompt = tag("idempotent");
     let id = w.start("idem", &prompt);
@@ -271,4 +280,46 @@ fn an_unknown_shot_does_not_stop_the_next_and_cancel_sends_nothing_more() {
     );
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(w.mock.count(&t2), (1, 1), "no later shot was ever sent");
+}
+
+#[test]
+fn a_shot_with_photos_on_a_model_without_image_input_is_refused_before_any_paid_call() {
+    let w = world(&[], "");
+    let tag = tag("photos on flux-schnell");
+    let auth = format!("Bearer {}", w.daemon.token());
+    let up = crate::common::request(
+        w.daemon.port,
+        "POST",
+        "/v1/uploads",
+        &[("Authorization", auth.as_str()), ("Content-Type", "image/png")],
+        Some(&tally::render::placeholder_png("front", 16)),
+    );
+    assert!(up.status < 300, "upload: {}", String::from_utf8_lossy(&up.body));
+    let upload = up.json()["id"].as_str().expect("upload id").to_string();
+    let body = serde_json::json!({"product": "mug", "references": [upload], "provider": "replicate",
+        "shots": [{"role": "main", "prompt": format!("main {tag}")}]});
+    let r = w.daemon.call("POST", "/v1/sets", Some(&body));
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let set = wait_set(&w.daemon, r.json()["id"].as_str().expect("set id"));
+    let task = &set["shots"][0];
+    assert_eq!(task["status"], "failed", "{set}");
+    assert!(task.to_string().contains("takes no reference images"), "{task}");
+    assert_eq!(task["attempts"], 0, "nothing was sent, so no attempt was counted: {task}");
+    assert_eq!(w.mock.count(&tag), (0, 0), "no create reached the provider");
+}
+
+#[test]
+fn providers_say_which_can_find_a_lost_create() {
+    let w = world(&[], "");
+    let list = w.daemon.call("GET", "/v1/providers", None).json();
+    let caps = |name: &str| {
+        list["providers"].as_array().expect("providers").iter().find(|p| p["name"] == name).expect(name)["capabilities"]
+            .clone()
+    };
+    assert_eq!(caps("replicate")["finds_lost_creates"], true);
+    assert_eq!(
+        (caps("fal")["lookup"].as_bool(), caps("fal")["finds_lost_creates"].as_bool()),
+        (Some(true), Some(false))
+    );
+    assert_eq!(caps("openai")["finds_lost_creates"], false);
 }

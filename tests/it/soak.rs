@@ -45,7 +45,7 @@ fn chaos_soak() {
     let seed = env_or("TALLY_SOAK_SEED", uuid::Uuid::new_v4().as_u128() as u64 | 1);
     eprintln!("soak: seed={seed} (TALLY_SOAK_SEED to rerun)");
     let mut rng = Rng(seed);
-    let mock = Mock::start(&["--job-duration-ms", "100"]);
+    let mock = Mock::start(&["--job-duration-ms", "100", "--honor-idempotency-key"]);
     let engine = "dispatch_grace_secs = 1\nmax_attempts = 3\nbackoff_base_ms = 50\nbackoff_max_ms = 400\nrecovery_deadline_secs = 20\n";
     let mut d = Daemon::configure_with(engine, &providers(&mock));
     d.env.push(("TALLY_TEST_KEY".into(), "sk-test-soak".into()));

@@ -193,7 +193,7 @@ fn set_create_wait_exits_like_submit_wait() {
     let mock = Mock::start(&[]);
     let providers = format!(
         "{FAST_DEMO}\n[[providers]]\nname = \"openai\"\nkind = \"openai_images\"\nbase_url = \"{}\"\n\
-         model = \"gpt-image-1\"\napi_key_env = \"TALLY_TEST_KEY\"\nrequest_timeout_ms = 5000\nconnect_timeout_ms = 1000\n",
+         model = \"gpt-image-2.5-flare\"\napi_key_env = \"TALLY_TEST_KEY\"\nrequest_timeout_ms = 5000\nconnect_timeout_ms = 1000\n",
         mock.base()
     );
     let mut d = Daemon::configure(&providers);

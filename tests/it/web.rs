@@ -327,7 +327,7 @@ fn the_page_in_a_real_browser() {
     let providers = format!(
         "[[providers]]\nname = \"demo\"\nkind = \"demo\"\nmax_concurrency = 2\ndelay_ms = 800\n\n\
          [[providers]]\nname = \"slow\"\nkind = \"demo\"\nmax_concurrency = 1\ndelay_ms = 600000\n\n\
-         [[providers]]\nname = \"openai\"\nkind = \"openai_images\"\nbase_url = \"{base}\"\nmodel = \"gpt-image-1\"\n\
+         [[providers]]\nname = \"openai\"\nkind = \"openai_images\"\nbase_url = \"{base}\"\nmodel = \"gpt-image-2.5-flare\"\n\
          api_key_env = \"TALLY_TEST_KEY\"\nmax_concurrency = 2\nrequest_timeout_ms = 5000\nconnect_timeout_ms = 1000\n"
     );
     let mut d = Daemon::configure(&providers);

@@ -2,6 +2,15 @@
 //! key (read from its environment variable at call time, never printed), bounded body reads,
 //! and the error classification of DESIGN §4.
 //!
+//! Invariants enforced here:
+//! - the API key is attached only to requests whose origin (scheme, host, port) is
+//!   `base_url`'s origin ([`HttpClient::request`] refuses others, [`HttpClient::download`]
+//!   sends them without it);
+//! - a provider answer that quotes the key has it replaced by `<redacted>` before any
+//!   message leaves this module ([`HttpClient::redact`]);
+//! - a 2xx answer that is too large or not an image is [`CallError::Unusable`] (accepted,
+//!   probably charged), never a refusal.
+//!
 //! Nothing here retries: each method sends at most one request and says what its outcome
 //! proves.
 
@@ -113,15 +122,38 @@ impl HttpClient {
         self.idempotency_header.is_some()
     }
 
+    /// Whether `url` has `base_url`'s origin (scheme, host and port), the only origin the API
+    /// key is sent to. Userinfo tricks (`http://host:P@evil:Q/`) and look-alike hosts
+    /// (`api.replicate.com.evil.example`) have another origin.
+    pub fn same_origin(&self, url: &str) -> bool {
+        same_origin(url, &self.base_url)
+    }
+
+    /// Replace every occurrence of the API key in `text` by `<redacted>`: for messages built
+    /// from provider answers, which may quote the key.
+    pub fn redact(&self, text: &str) -> String {
+        match self.api_key_env.as_deref().and_then(|v| std::env::var(v).ok()) {
+            Some(key) if key.trim().len() >= 4 => text.replace(key.trim(), "<redacted>"),
+            _ => text.to_string(),
+        }
+    }
+
     /// Start a request to `url` with credentials and, when `idempotency_key` is given and a
     /// header is configured, the idempotency header. Fails before sending when the key's
-    /// environment variable is missing.
+    /// environment variable is missing, or when `url` is not on `base_url`'s origin (the key
+    /// is never sent elsewhere).
     pub fn request(
         &self,
         method: Method,
         url: &str,
         idempotency_key: Option<&str>,
     ) -> Result<RequestBuilder, CallError> {
+        if !self.same_origin(url) {
+            return Err(CallError::NotSent(format!(
+                "refusing to send the API key to {}, which is not the origin of base_url",
+                origin_text(url)
+            )));
+        }
         let mut headers = HeaderMap::new();
         if let Some(auth) = self.auth_header()? {
             headers.insert(reqwest::header::AUTHORIZATION, auth);
@@ -159,15 +191,15 @@ impl HttpClient {
 
     /// Send one request and classify the outcome; only a 2xx answer comes back as `Ok`.
     pub async fn send(&self, rb: RequestBuilder) -> Result<Response, CallError> {
-        let resp = rb.send().await.map_err(classify_transport)?;
-        check_status(resp).await
+        let resp = rb.send().await.map_err(|e| self.transport(e))?;
+        self.check_status(resp).await
     }
 
     /// Send one request and decode its 2xx JSON answer. An undecodable answer is `Ambiguous`
-    /// (the provider may have acted on it); one over `max_response_bytes` is `Rejected`.
+    /// (the provider may have acted on it); one over `max_response_bytes` is `Unusable`.
     pub async fn send_json<T: DeserializeOwned>(&self, rb: RequestBuilder) -> Result<T, CallError> {
         let resp = self.send(rb).await?;
-        let body = read_limited(resp, self.max_response_bytes, false).await?;
+        let body = self.read_limited(resp, self.max_response_bytes, false).await?;
         serde_json::from_slice(&body)
             .map_err(|e| CallError::Ambiguous(format!("undecodable answer from provider: {e}")))
     }
@@ -175,12 +207,12 @@ impl HttpClient {
     /// Like [`HttpClient::send_json`], but a 404 or 410 answer is `Ok(None)`: the thing
     /// asked for is gone (an expired result), which is a definite answer.
     pub async fn send_json_or_gone<T: DeserializeOwned>(&self, rb: RequestBuilder) -> Result<Option<T>, CallError> {
-        let resp = rb.send().await.map_err(classify_transport)?;
+        let resp = rb.send().await.map_err(|e| self.transport(e))?;
         if matches!(resp.status(), StatusCode::NOT_FOUND | StatusCode::GONE) {
             return Ok(None);
         }
-        let resp = check_status(resp).await?;
-        let body = read_limited(resp, self.max_response_bytes, false).await?;
+        let resp = self.check_status(resp).await?;
+        let body = self.read_limited(resp, self.max_response_bytes, false).await?;
         serde_json::from_slice(&body)
             .map(Some)
             .map_err(|e| CallError::Ambiguous(format!("undecodable answer from provider: {e}")))
@@ -189,41 +221,80 @@ impl HttpClient {
     /// Download a result URL. Credentials are sent only to the provider's own origin.
     pub async fn download(&self, url: &str) -> Result<Download, CallError> {
         let mut rb = self.download.get(url);
-        if same_origin(url, &self.base_url)
+        if self.same_origin(url)
             && let Some(auth) = self.auth_header()?
         {
             rb = rb.header(reqwest::header::AUTHORIZATION, auth);
         }
-        let resp = rb.send().await.map_err(classify_transport)?;
+        let resp = rb.send().await.map_err(|e| self.transport(e))?;
         if matches!(resp.status(), StatusCode::NOT_FOUND | StatusCode::GONE) {
             return Ok(Download::Gone);
         }
-        let resp = check_status(resp).await?;
-        let bytes = read_limited(resp, self.max_response_bytes, false).await?;
+        let resp = self.check_status(resp).await?;
+        let bytes = self.read_limited(resp, self.max_response_bytes, false).await?;
         Ok(Download::Image(image_from_bytes(bytes)?))
+    }
+
+    fn transport(&self, e: reqwest::Error) -> CallError {
+        match classify_transport(e) {
+            CallError::NotSent(m) => CallError::NotSent(self.redact(&m)),
+            CallError::Ambiguous(m) => CallError::Ambiguous(self.redact(&m)),
+            other => other,
+        }
+    }
+
+    /// Pass a 2xx answer through; turn any other status into its classified error, with the
+    /// key redacted from the provider's message.
+    async fn check_status(&self, resp: Response) -> Result<Response, CallError> {
+        let status = resp.status();
+        if status.is_success() {
+            return Ok(resp);
+        }
+        let hint = retry_after(resp.headers());
+        let body = self.read_limited(resp, ERROR_BODY_LIMIT, true).await.unwrap_or_default();
+        Err(classify_status(status, hint, &self.redact(&error_message(&body))))
+    }
+
+    /// Read a body in chunks, stopping at `limit` bytes. With `truncate`, a longer body is
+    /// cut short (for error messages); otherwise it is `Unusable` (the provider answered 2xx:
+    /// it accepted the request), never an unbounded allocation.
+    async fn read_limited(&self, mut resp: Response, limit: usize, truncate: bool) -> Result<Vec<u8>, CallError> {
+        if !truncate && resp.content_length().is_some_and(|len| len > limit as u64) {
+            return Err(too_large(limit));
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(|e| self.transport(e))? {
+            if body.len() + chunk.len() > limit {
+                if truncate {
+                    body.extend_from_slice(&chunk[..limit - body.len()]);
+                    return Ok(body);
+                }
+                return Err(too_large(limit));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
     }
 }
 
-/// Check that bytes the provider returned as its result are an image.
+/// `scheme://host:port` of a URL, for messages (never its path, query or userinfo).
+fn origin_text(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(u) => u.origin().ascii_serialization(),
+        Err(_) => "an unparsable URL".into(),
+    }
+}
+
+/// Check that bytes the provider returned as its result are an image; anything else is
+/// `Unusable` (the provider answered, and probably charged).
 pub fn image_from_bytes(bytes: Vec<u8>) -> Result<Image, CallError> {
     match sniff_image(&bytes) {
         Some(media_type) => Ok(Image { bytes, media_type: media_type.into() }),
-        None => Err(CallError::Rejected {
-            message: format!("the provider's result is not a PNG, JPEG or WebP image ({} bytes)", bytes.len()),
-            config: false,
-        }),
+        None => Err(CallError::Unusable(format!(
+            "the provider's result is not a PNG, JPEG or WebP image ({} bytes)",
+            bytes.len()
+        ))),
     }
-}
-
-/// Pass a 2xx answer through; turn any other status into its classified error.
-async fn check_status(resp: Response) -> Result<Response, CallError> {
-    let status = resp.status();
-    if status.is_success() {
-        return Ok(resp);
-    }
-    let hint = retry_after(resp.headers());
-    let body = read_limited(resp, ERROR_BODY_LIMIT, true).await.unwrap_or_default();
-    Err(classify_status(status, hint, &error_message(&body)))
 }
 
 fn same_origin(url: &str, base: &str) -> bool {
@@ -233,31 +304,8 @@ fn same_origin(url: &str, base: &str) -> bool {
     }
 }
 
-/// Read a body in chunks, stopping at `limit` bytes. With `truncate`, a longer body is cut
-/// short (for error messages); otherwise it is an error, never an unbounded allocation.
-async fn read_limited(mut resp: Response, limit: usize, truncate: bool) -> Result<Vec<u8>, CallError> {
-    if !truncate && resp.content_length().is_some_and(|len| len > limit as u64) {
-        return Err(too_large(limit));
-    }
-    let mut body = Vec::new();
-    while let Some(chunk) = resp.chunk().await.map_err(classify_transport)? {
-        if body.len() + chunk.len() > limit {
-            if truncate {
-                body.extend_from_slice(&chunk[..limit - body.len()]);
-                return Ok(body);
-            }
-            return Err(too_large(limit));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
-}
-
 fn too_large(limit: usize) -> CallError {
-    CallError::Rejected {
-        message: format!("the provider's answer is larger than max_response_bytes ({limit} bytes)"),
-        config: false,
-    }
+    CallError::Unusable(format!("the provider's answer is larger than max_response_bytes ({limit} bytes)"))
 }
 
 /// Classify a transport error: a failed connect proves nothing was sent; anything after
@@ -295,7 +343,9 @@ pub fn classify_status(status: StatusCode, retry_after: Option<Duration>, messag
             message: format!("{message} (the provider refused tally's credentials: check api_key_env and the key)"),
             config: true,
         },
-        429 => CallError::RetryAfter { after: retry_after.unwrap_or(DEFAULT_RETRY_AFTER), message },
+        // "Not now": rate limited, request timeout, conflict/lock timeout (the official SDKs
+        // retry 408 and 409 too). Retried after the hint, counted as an attempt.
+        408 | 409 | 429 => CallError::RetryAfter { after: retry_after.unwrap_or(DEFAULT_RETRY_AFTER), message },
         503 => match retry_after {
             Some(after) => CallError::RetryAfter { after, message },
             None => CallError::Ambiguous(message),
@@ -318,10 +368,14 @@ pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 /// fal's `detail`, or the start of the text.
 fn error_message(body: &[u8]) -> String {
     if let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) {
-        let found =
-            v.pointer("/error/message").or_else(|| v.get("detail")).or_else(|| v.get("error")).and_then(|m| m.as_str());
-        if let Some(m) = found {
-            return m.chars().take(500).collect();
+        let found = v.pointer("/error/message").or_else(|| v.get("detail")).or_else(|| v.get("error"));
+        match found {
+            Some(serde_json::Value::String(m)) => return m.chars().take(500).collect(),
+            // fal's validation errors: `detail` is a list of {loc, msg, type}.
+            Some(other @ (serde_json::Value::Array(_) | serde_json::Value::Object(_))) => {
+                return other.to_string().chars().take(500).collect();
+            }
+            _ => {}
         }
     }
     String::from_utf8_lossy(body).chars().take(200).collect::<String>().trim().to_string()
@@ -339,6 +393,9 @@ mod tests {
         assert!(matches!(classify_status(s(401), None, ""), CallError::Rejected { config: true, .. }));
         assert!(matches!(classify_status(s(403), None, ""), CallError::Rejected { config: true, .. }));
         assert!(matches!(classify_status(s(404), None, ""), CallError::Rejected { config: false, .. }));
+        for c in [408, 409] {
+            assert!(matches!(classify_status(s(c), None, ""), CallError::RetryAfter { .. }), "{c} is not now");
+        }
         let hint = Some(Duration::from_secs(7));
         assert!(
             matches!(classify_status(s(429), hint, ""), CallError::RetryAfter { after, .. } if after.as_secs() == 7)

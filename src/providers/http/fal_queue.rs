@@ -1,8 +1,17 @@
-//! The `fal_queue` adapter: fal's queue API. Submit returns a request id; poll its status,
-//! then fetch the result and download the image.
+//! The `fal_queue` adapter: fal's queue API. Submit to `{base_url}/{model}` (the whole app
+//! id, subpath included, e.g. `fal-ai/flux/dev`); fal answers a `request_id` with the
+//! `status_url`, `response_url` and `cancel_url` to use, which are persisted with the id (the
+//! job's handle) and polled as given. fal's docs say the subpath is used for the submit but
+//! **not** for status or results; with only an id (or a URL on another origin), the adapter
+//! builds `{base_url}/{namespace/}{owner}/{alias}/requests/{id}` as both official clients do.
 //!
-//! fal offers no listing of recent requests, so `find` proves nothing (`Ok(None)`): only a
-//! create whose answer arrived (and whose id was persisted) can be recovered.
+//! A `COMPLETED` status that carries `error`/`error_type` is a failed request. fal offers no
+//! listing this adapter can search for a create whose answer was lost
+//! ([`Provider::finds_lost_creates`] is false): only a create whose answer arrived (and whose
+//! handle was persisted) can be recovered; otherwise the task is `unknown` and says why.
+//!
+//! Reference images go to the input named by `reference_input` (models differ: `image_urls`,
+//! `image_url`, …); without it, a shot with reference photos is refused before any call.
 
 use std::time::Duration;
 
@@ -11,16 +20,25 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::client::{AuthScheme, Download, HttpClient};
-use super::{data_uri, merge_params, parse_size};
+use super::{check_output_format, data_uri, merge_params, parse_size};
 use crate::config::ProviderConfig;
-use crate::providers::{BoxFuture, CallError, CallRequest, Capabilities, JobState, Provider, Submitted};
+use crate::providers::{BoxFuture, CallError, CallRequest, Capabilities, JobHandle, JobState, Provider, Submitted};
+
+/// App namespaces whose ids have three parts before the subpath (as fal-client's `AppId`).
+const NAMESPACES: &[&str] = &["workflows", "comfy"];
+
+/// Output formats tally can store, as fal models name them.
+const STORABLE_FORMATS: &[&str] = &["png", "jpeg", "jpg", "webp"];
 
 /// fal's queue API for one model (e.g. `fal-ai/flux/dev`).
 #[derive(Debug)]
 pub struct FalQueue {
     http: HttpClient,
     model: String,
+    /// `{namespace/}owner/alias`: the model without its subpath.
+    app: String,
     size: String,
+    reference_input: Option<String>,
     poll_interval: Duration,
 }
 
@@ -28,12 +46,17 @@ pub struct FalQueue {
 struct Queued {
     #[serde(default)]
     request_id: String,
+    status_url: Option<String>,
+    response_url: Option<String>,
+    cancel_url: Option<String>,
 }
 
 #[derive(Deserialize)]
 struct Status {
     #[serde(default)]
     status: String,
+    error: Option<String>,
+    error_type: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -47,23 +70,59 @@ struct FalImage {
     url: String,
 }
 
+/// `{namespace/}owner/alias` of an app id, or `None` if it has fewer parts.
+pub fn app_prefix(model: &str) -> Option<String> {
+    let parts: Vec<&str> = model.split('/').filter(|p| !p.is_empty()).collect();
+    let n = if parts.first().is_some_and(|p| NAMESPACES.contains(p)) { 3 } else { 2 };
+    (parts.len() >= n).then(|| parts[..n].join("/"))
+}
+
 impl FalQueue {
-    /// Build the adapter; `model` is the path after `base_url`.
+    /// Build the adapter; `model` is the app id after `base_url` (`owner/alias[/subpath]`).
     pub fn new(cfg: &ProviderConfig) -> Result<Self, String> {
         let model = cfg.model.clone().unwrap_or_default().trim_matches('/').to_string();
-        if model.is_empty() {
-            return Err(format!("provider `{}`: model is required for kind fal_queue", cfg.name));
-        }
+        let app = app_prefix(&model).ok_or_else(|| {
+            format!("provider `{}`: model `{model}` must be a fal app id like `fal-ai/flux/dev`", cfg.name)
+        })?;
         Ok(FalQueue {
             http: HttpClient::new(cfg, AuthScheme::Key)?,
             model,
+            app,
             size: cfg.size.clone(),
+            reference_input: cfg.reference_input.clone(),
             poll_interval: cfg.poll_interval,
         })
     }
 
-    fn request_url(&self, id: &str) -> String {
-        format!("{}/{}/requests/{id}", self.http.base_url(), self.model)
+    /// `(status_url, response_url)` for a job: the URLs fal returned when they are on
+    /// `base_url`'s origin (the only one the key goes to), else the ones built from the id.
+    fn urls(&self, job: &JobHandle) -> (String, String) {
+        let built = format!("{}/{}/requests/{}", self.http.base_url(), self.app, job.id);
+        let given = |k: &str| {
+            job.data
+                .as_ref()
+                .and_then(|d| d.get(k))
+                .and_then(Value::as_str)
+                .filter(|u| self.http.same_origin(u))
+                .map(str::to_string)
+        };
+        (given("status_url").unwrap_or_else(|| format!("{built}/status")), given("response_url").unwrap_or(built))
+    }
+
+    fn check(&self, req: &CallRequest) -> Result<(), CallError> {
+        check_output_format(&req.params, STORABLE_FORMATS)?;
+        if !req.references.is_empty() && self.reference_input.is_none() {
+            return Err(CallError::Rejected {
+                message: format!(
+                    "this shot has {} reference photo(s), but provider model `{}` has no reference_input configured \
+                     (the name of the model's image input, e.g. image_urls), so they would be dropped; nothing was sent",
+                    req.references.len(),
+                    self.model
+                ),
+                config: true,
+            });
+        }
+        Ok(())
     }
 }
 
@@ -72,46 +131,69 @@ impl Provider for FalQueue {
         Capabilities { idempotent_create: self.http.sends_idempotency_key(), lookup: true }
     }
 
+    fn finds_lost_creates(&self) -> bool {
+        false
+    }
+
     fn poll_interval(&self) -> Duration {
         self.poll_interval
     }
 
+    fn preflight<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<(), CallError>> {
+        Box::pin(async move { self.check(req) })
+    }
+
     fn submit<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<Submitted, CallError>> {
         Box::pin(async move {
+            self.check(req)?;
             let mut body = Map::new();
             if let Some((w, h)) = parse_size(&self.size) {
                 body.insert("image_size".into(), serde_json::json!({"width": w, "height": h}));
             }
-            merge_params(&mut body, &req.params, &["prompt", "image_urls"]);
+            let reference = self.reference_input.as_deref().filter(|_| !req.references.is_empty());
+            merge_params(&mut body, &req.params, &["prompt", reference.unwrap_or("prompt")]);
             body.insert("prompt".into(), req.prompt.clone().into());
-            if !req.references.is_empty() {
-                body.insert("image_urls".into(), req.references.iter().map(data_uri).collect::<Vec<_>>().into());
+            if let Some(name) = reference {
+                let uris: Vec<Value> = req.references.iter().map(|r| data_uri(r).into()).collect();
+                // A singular input name (`image_url`) takes one image; a plural one a list.
+                let value = if name.ends_with('s') || uris.len() != 1 { uris.into() } else { uris[0].clone() };
+                body.insert(name.to_string(), value);
             }
             let url = format!("{}/{}", self.http.base_url(), self.model);
             let rb = self.http.request(Method::POST, &url, Some(&req.idempotency_key))?.json(&Value::Object(body));
-            let queued: Queued = self.http.send_json(rb).await?;
-            if queued.request_id.is_empty() {
+            let q: Queued = self.http.send_json(rb).await?;
+            if q.request_id.is_empty() {
                 return Err(CallError::Ambiguous("the provider queued the request without a request_id".into()));
             }
-            Ok(Submitted::Accepted(queued.request_id))
+            let data = serde_json::json!({
+                "status_url": q.status_url,
+                "response_url": q.response_url,
+                "cancel_url": q.cancel_url,
+            });
+            Ok(Submitted::Accepted(JobHandle { id: q.request_id, data: Some(data) }))
         })
     }
 
-    fn poll<'a>(&'a self, job_id: &'a str) -> BoxFuture<'a, Result<JobState, CallError>> {
+    fn poll<'a>(&'a self, job: &'a JobHandle) -> BoxFuture<'a, Result<JobState, CallError>> {
         Box::pin(async move {
-            if job_id.is_empty() || !job_id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
-                return Err(CallError::Rejected { message: format!("`{job_id}` is not a request id"), config: false });
+            let id = job.id.as_str();
+            if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+                return Err(CallError::Rejected { message: format!("`{id}` is not a request id"), config: false });
             }
-            let status_url = format!("{}/status", self.request_url(job_id));
+            let (status_url, response_url) = self.urls(job);
             let status: Status = self.http.send_json(self.http.request(Method::GET, &status_url, None)?).await?;
             match status.status.as_str() {
                 "IN_QUEUE" | "IN_PROGRESS" => return Ok(JobState::Running),
                 "COMPLETED" => {}
-                other => return Err(CallError::Ambiguous(format!("request {job_id} has unknown status `{other}`"))),
+                other => return Err(CallError::Ambiguous(format!("request {id} has unknown status `{other}`"))),
             }
-            // A completed request whose result is gone has expired; one whose result fetch is
-            // refused failed at the provider.
-            let rb = self.http.request(Method::GET, &self.request_url(job_id), None)?;
+            if let Some(error) = status.error {
+                let kind = status.error_type.map(|t| format!(" ({t})")).unwrap_or_default();
+                return Ok(JobState::Failed(self.http.redact(&format!("{error}{kind}"))));
+            }
+            // Completed without an error: a result that is gone has expired; one whose fetch is
+            // refused (4xx) failed at the provider; a 5xx is asked again.
+            let rb = self.http.request(Method::GET, &response_url, None)?;
             let result: FalResult = match self.http.send_json_or_gone(rb).await {
                 Ok(Some(result)) => result,
                 Ok(None) => return Ok(JobState::Expired),
@@ -119,17 +201,35 @@ impl Provider for FalQueue {
                 Err(e) => return Err(e),
             };
             let Some(first) = result.images.first() else {
-                return Ok(JobState::Failed(format!("request {job_id} completed without images")));
+                return Ok(JobState::Failed(format!("request {id} completed without images")));
             };
-            match self.http.download(&first.url).await? {
-                Download::Image(image) => Ok(JobState::Done(image)),
-                Download::Gone => Ok(JobState::Expired),
+            match self.http.download(&first.url).await {
+                Ok(Download::Image(image)) => Ok(JobState::Done(image)),
+                Ok(Download::Gone) => Ok(JobState::Expired),
+                Err(CallError::Rejected { message, .. }) => Err(CallError::Unusable(format!(
+                    "request {id} completed (probably charged) but its image could not be downloaded: {message}"
+                ))),
+                Err(e) => Err(e),
             }
         })
     }
 
-    fn find<'a>(&'a self, _req: &'a CallRequest) -> BoxFuture<'a, Result<Option<String>, CallError>> {
-        // fal has no listing of recent requests: nothing can be proven.
+    fn find<'a>(&'a self, _req: &'a CallRequest) -> BoxFuture<'a, Result<Option<JobHandle>, CallError>> {
+        // No listing this adapter can search: nothing can be proven.
         Box::pin(async { Ok(None) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn app_prefixes_drop_the_subpath_as_fal_client_does() {
+        assert_eq!(app_prefix("fal-ai/flux/dev").as_deref(), Some("fal-ai/flux"));
+        assert_eq!(app_prefix("fal-ai/flux-pro/v1.1-ultra").as_deref(), Some("fal-ai/flux-pro"));
+        assert_eq!(app_prefix("fal-ai/recraft-v3").as_deref(), Some("fal-ai/recraft-v3"));
+        assert_eq!(app_prefix("workflows/me/wf/run").as_deref(), Some("workflows/me/wf"));
+        assert_eq!(app_prefix("flux"), None);
     }
 }

@@ -2,8 +2,10 @@
 //!
 //! - [`openai_images`]: a synchronous OpenAI-compatible images endpoint (proves nothing after
 //!   a lost answer, unless an idempotency header is configured).
-//! - [`replicate`]: submit, poll by id, and find a lost create by listing recent predictions.
-//! - [`fal_queue`]: fal's queue API: submit and poll by id (no listing to search).
+//! - [`replicate`]: read the model's input schema, submit, poll by id, and find a lost create
+//!   by listing recent predictions.
+//! - [`fal_queue`]: fal's queue API: submit and poll the URLs fal returns (no listing to
+//!   search for a lost create).
 
 pub mod client;
 pub mod fal_queue;
@@ -13,7 +15,36 @@ pub mod replicate;
 use base64::Engine as _;
 use serde_json::{Map, Value};
 
-use super::Image;
+use super::{CallError, Image};
+use crate::config::ProviderConfig;
+
+/// The configuration with a trailing `/v1` removed from `base_url`: the adapters add the
+/// `/v1/...` paths themselves, and the official SDKs (and most gateways) document base URLs
+/// that already end in `/v1`, so both spellings work.
+pub(crate) fn api_root(cfg: &ProviderConfig) -> ProviderConfig {
+    let mut cfg = cfg.clone();
+    if let Some(url) = cfg.base_url.as_mut() {
+        let trimmed = url.trim_end_matches('/');
+        *url = trimmed.strip_suffix("/v1").unwrap_or(trimmed).to_string();
+    }
+    cfg
+}
+
+/// Refuse, before anything is sent, an `output_format` parameter naming a format tally could
+/// not store (it would be charged and then refused as "not an image").
+pub(crate) fn check_output_format(params: &Value, storable: &[&str]) -> Result<(), CallError> {
+    match params.get("output_format") {
+        None | Some(Value::Null) => Ok(()),
+        Some(Value::String(f)) if storable.contains(&f.to_ascii_lowercase().as_str()) => Ok(()),
+        Some(other) => Err(CallError::Rejected {
+            message: format!(
+                "output_format {other} is not one tally can store (it keeps {}); nothing was sent",
+                storable.join(", ")
+            ),
+            config: false,
+        }),
+    }
+}
 
 /// Encode an image as a `data:` URI, the form Replicate and fal accept for inline inputs.
 pub fn data_uri(image: &Image) -> String {
@@ -41,6 +72,29 @@ pub(crate) fn merge_params(body: &mut Map<String, Value>, params: &Value, reserv
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn base_url_with_or_without_v1() {
+        for url in [
+            "https://api.openai.com",
+            "https://api.openai.com/",
+            "https://api.openai.com/v1",
+            "https://api.openai.com/v1/",
+        ] {
+            let cfg = ProviderConfig { base_url: Some(url.into()), ..ProviderConfig::demo() };
+            assert_eq!(api_root(&cfg).base_url.as_deref(), Some("https://api.openai.com"), "{url}");
+        }
+    }
+
+    #[test]
+    fn unstorable_output_formats_are_refused_before_the_call() {
+        let ok = ["png", "jpeg", "webp"];
+        assert!(check_output_format(&serde_json::json!({}), &ok).is_ok());
+        assert!(check_output_format(&serde_json::json!({"output_format": "WEBP"}), &ok).is_ok());
+        for bad in [serde_json::json!({"output_format": "gif"}), serde_json::json!({"output_format": "svg"})] {
+            assert!(matches!(check_output_format(&bad, &ok), Err(CallError::Rejected { config: false, .. })));
+        }
+    }
 
     #[test]
     fn sizes_and_params() {

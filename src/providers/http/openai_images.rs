@@ -1,10 +1,16 @@
 //! The `openai_images` adapter: OpenAI-compatible synchronous image generation.
 //!
 //! `POST {base_url}/v1/images/generations` (JSON) or, with reference images,
-//! `POST {base_url}/v1/images/edits` (multipart, one `image[]` part per reference). The image
-//! comes back in the answer (`data[0].b64_json`, or `data[0].url` to download). There is no
-//! job id and no listing, so a lost answer stays unknown — unless the endpoint honours the
-//! configured idempotency header, in which case a resend with the same key is safe.
+//! `POST {base_url}/v1/images/edits` (multipart, one `image[]` part per reference, as
+//! openai-python sends arrays). `base_url` may end in `/v1` (as the SDKs take it) or not. The
+//! image comes back in the answer (`data[0].b64_json`, or `data[0].url` to download, as many
+//! compatible gateways answer). There is no job id and no listing, so a lost answer stays
+//! unknown — unless the endpoint honours the configured idempotency header (never
+//! api.openai.com: refused at start-up), in which case a resend with the same key is safe.
+//!
+//! Anything that goes wrong after the create's answer arrived (a result URL that cannot be
+//! downloaded, bytes that are not an image) is [`CallError::Unusable`]: the request was
+//! accepted and probably charged, so it is never "not sent" and never sent again.
 
 use std::time::Duration;
 
@@ -15,9 +21,15 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::client::{AuthScheme, Download, HttpClient, image_from_bytes};
-use super::merge_params;
+use super::{api_root, check_output_format, merge_params};
 use crate::config::ProviderConfig;
-use crate::providers::{BoxFuture, CallError, CallRequest, Capabilities, Provider, Submitted, extension};
+use crate::providers::{BoxFuture, CallError, CallRequest, Capabilities, Image, Provider, Submitted, extension};
+
+/// Output formats tally can store, as OpenAI names them (`output_format`).
+const STORABLE_FORMATS: &[&str] = &["png", "jpeg", "webp"];
+
+/// Downloads of a result URL tried before giving up (downloads are free GETs).
+const DOWNLOAD_TRIES: u32 = 3;
 
 /// An OpenAI-compatible synchronous images endpoint.
 #[derive(Debug)]
@@ -44,7 +56,7 @@ impl OpenaiImages {
     /// Build the adapter from its configuration.
     pub fn new(cfg: &ProviderConfig) -> Result<Self, String> {
         Ok(OpenaiImages {
-            http: HttpClient::new(cfg, AuthScheme::Bearer)?,
+            http: HttpClient::new(&api_root(cfg), AuthScheme::Bearer)?,
             model: cfg.model.clone(),
             size: cfg.size.clone(),
             poll_interval: cfg.poll_interval,
@@ -89,6 +101,34 @@ impl OpenaiImages {
         let url = format!("{}/v1/images/edits", self.http.base_url());
         Ok(self.http.request(Method::POST, &url, Some(&req.idempotency_key))?.multipart(form))
     }
+
+    /// Download the image the provider answered with by URL. The create was answered, so
+    /// every failure here is `Unusable` (probably charged), never `NotSent`.
+    async fn fetch_result(&self, url: &str) -> Result<Image, CallError> {
+        let mut last = String::new();
+        for n in 0..DOWNLOAD_TRIES {
+            if n > 0 {
+                tokio::time::sleep(Duration::from_millis(500 << n)).await;
+            }
+            match self.http.download(url).await {
+                Ok(Download::Image(image)) => return Ok(image),
+                Ok(Download::Gone) => {
+                    last = "the result URL answered 404/410 (already gone)".into();
+                    break;
+                }
+                Err(e @ (CallError::NotSent(_) | CallError::Ambiguous(_) | CallError::RetryAfter { .. })) => {
+                    last = e.to_string();
+                }
+                Err(e) => {
+                    last = e.to_string();
+                    break;
+                }
+            }
+        }
+        Err(CallError::Unusable(format!(
+            "the provider generated the image (probably charged) but its result URL could not be downloaded: {last}"
+        )))
+    }
 }
 
 impl Provider for OpenaiImages {
@@ -100,36 +140,26 @@ impl Provider for OpenaiImages {
         self.poll_interval
     }
 
+    fn preflight<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<(), CallError>> {
+        Box::pin(async move { check_output_format(&req.params, STORABLE_FORMATS) })
+    }
+
     fn submit<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<Submitted, CallError>> {
         Box::pin(async move {
             let rb = if req.references.is_empty() { self.generations(req)? } else { self.edits(req)? };
             let answer: ImagesResponse = self.http.send_json(rb).await?;
-            let first = answer.data.into_iter().next().ok_or_else(|| CallError::Rejected {
-                message: "the provider answered without an image (empty `data`)".into(),
-                config: false,
+            let first = answer.data.into_iter().next().ok_or_else(|| {
+                CallError::Unusable("the provider answered 2xx without an image (empty `data`)".into())
             })?;
             let image = if let Some(b64) = first.b64_json {
-                let bytes =
-                    base64::engine::general_purpose::STANDARD.decode(b64.trim()).map_err(|e| CallError::Rejected {
-                        message: format!("the provider's b64_json is not base64: {e}"),
-                        config: false,
-                    })?;
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(b64.trim())
+                    .map_err(|e| CallError::Unusable(format!("the provider's b64_json is not base64: {e}")))?;
                 image_from_bytes(bytes)?
             } else if let Some(url) = first.url {
-                match self.http.download(&url).await? {
-                    Download::Image(image) => image,
-                    Download::Gone => {
-                        return Err(CallError::Rejected {
-                            message: "the provider's result URL was already gone (404/410)".into(),
-                            config: false,
-                        });
-                    }
-                }
+                self.fetch_result(&url).await?
             } else {
-                return Err(CallError::Rejected {
-                    message: "the provider's answer has neither b64_json nor url".into(),
-                    config: false,
-                });
+                return Err(CallError::Unusable("the provider's answer has neither b64_json nor url".into()));
             };
             Ok(Submitted::Done(image))
         })

@@ -94,7 +94,15 @@ pub(in crate::store) fn claim(
             (token, Phase::Claimed, None, key, None, attempt, false)
         }
     };
+    // The handle an adapter persisted with the job id (fal's status/response URLs), if any.
+    let job_handle: Option<String> = match phase {
+        Phase::Accepted => c
+            .prepare_cached("SELECT provider_handle FROM executions WHERE token = ?1")?
+            .query_row([&execution_token], |r| r.get(0))?,
+        _ => None,
+    };
     let claim = Claim {
+        job_handle,
         execution_token,
         lease_token: lease.into(),
         task_id: h.task_id.clone(),
@@ -176,17 +184,21 @@ pub(in crate::store) fn record_calling(
     Ok(CallingOutcome::Calling)
 }
 
-/// Persist the provider's job id the moment it arrives.
+/// Persist the provider's job id (and the adapter's handle for polling it, JSON) the moment
+/// it arrives.
 pub(in crate::store) fn record_accepted(
     c: &Connection,
     exec: &str,
     lease: &str,
     job: &str,
+    handle: Option<&str>,
     now: Millis,
 ) -> Result<(), StoreError> {
     let task = fence(c, exec, lease, now)?;
-    c.prepare_cached("UPDATE executions SET phase = 'accepted', provider_job_id = ?2 WHERE token = ?1")?
-        .execute(params![exec, job])?;
+    c.prepare_cached(
+        "UPDATE executions SET phase = 'accepted', provider_job_id = ?2, provider_handle = ?3 WHERE token = ?1",
+    )?
+    .execute(params![exec, job, handle])?;
     event(c, &task, now, Actor::Worker, "accepted", &format!("the provider accepted the job as {job}"), Some(exec))?;
     Ok(())
 }
@@ -363,7 +375,20 @@ impl Store {
         job: String,
         now: Millis,
     ) -> Result<(), StoreError> {
-        self.write(move |c| record_accepted(c, &exec, &lease, &job, now)).await
+        self.write(move |c| record_accepted(c, &exec, &lease, &job, None, now)).await
+    }
+
+    /// Like [`Store::record_accepted`], with the adapter's handle for polling the job
+    /// (`executions.provider_handle`, JSON).
+    pub async fn record_accepted_with(
+        &self,
+        exec: String,
+        lease: String,
+        job: String,
+        handle: Option<String>,
+        now: Millis,
+    ) -> Result<(), StoreError> {
+        self.write(move |c| record_accepted(c, &exec, &lease, &job, handle.as_deref(), now)).await
     }
 
     /// Extend a lease (ordered commit: after a power loss every lease counts as expired).

@@ -104,6 +104,8 @@ pub struct Claim {
     pub attempt: i64,
     pub phase: Phase,
     pub job_id: Option<String>,
+    /// The adapter's handle for polling the accepted job (JSON), if it persisted one.
+    pub job_handle: Option<String>,
     pub idempotency_key: String,
     pub calling_at: Option<Millis>,
     /// True when this claim adopted an execution an earlier worker left in `calling` or

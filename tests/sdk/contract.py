@@ -1,0 +1,365 @@
+#!/usr/bin/env python3
+"""Contract test: the official Python SDKs (pinned in tests/sdk/requirements.txt) against a
+running `tally mock-provider`.
+
+Usage: contract.py BASE_URL   (e.g. http://127.0.0.1:7800; the mock must have been started
+without behaviour flags, its ledger empty).
+
+Each check prints one line; any SDK that cannot parse a mock answer, or a mock that accepts
+what the real API refuses, fails the run (exit 1). This holds the mock to what nobody here
+wrote: if the mock drifts from the real schemas, these clients say so.
+"""
+import base64
+import io
+import json
+import sys
+import time
+import traceback
+import urllib.request
+
+import httpx
+
+BASE = sys.argv[1].rstrip("/")
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGD4DwABBAEAwS2OUAAAAABJRU5ErkJggg=="
+)
+DATA_URI = "data:image/png;base64," + base64.b64encode(PNG).decode()
+results = []
+
+
+def check(name):
+    def wrap(fn):
+        try:
+            fn()
+            results.append((name, None))
+            print(f"ok   {name}")
+        except Exception as e:  # noqa: BLE001 - every failure is reported, none hidden
+            results.append((name, e))
+            print(f"FAIL {name}: {type(e).__name__}: {e}")
+            traceback.print_exc(limit=3)
+        return fn
+
+    return wrap
+
+
+def behave(**patch):
+    req = urllib.request.Request(
+        BASE + "/_mock/behavior", data=json.dumps(patch).encode(), method="PUT",
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=10) as r:
+        assert r.status == 200, r.status
+
+
+def reset():
+    behave(**{k: None for k in (
+        "latency_ms", "fail_status", "reject_status", "retry_after_s", "drop_response", "drop_on",
+        "job_duration_ms", "result_ttl_s", "honor_idempotency_key", "unknown_inputs", "retired_models",
+        "job_error", "error_echoes_key", "openai_url_answers")})
+    behave(job_duration_ms=150)
+
+
+def ledger():
+    with urllib.request.urlopen(BASE + "/_mock/ledger", timeout=10) as r:
+        return json.loads(r.read())
+
+
+def charged(prompt):
+    return sum(1 for l in ledger() if l.get("prompt") == prompt and l.get("charged"))
+
+
+def is_png(b):
+    assert b.startswith(b"\x89PNG\r\n\x1a\n"), b[:16]
+
+
+def read_output(o):
+    """A run() output: replicate turns only https:// URLs into FileOutput; the mock is http."""
+    return o.read() if hasattr(o, "read") else httpx.get(o, headers={"Authorization": "Bearer r8_test"}).content
+
+
+# ---------------------------------------------------------------- OpenAI (openai)
+import openai  # noqa: E402
+
+oa = openai.OpenAI(api_key="sk-test", base_url=BASE + "/v1", max_retries=0)
+MODEL = "gpt-image-2.5-flare"
+
+
+@check("openai images.generate parses, b64 PNG, usage/created/output_format set")
+def _():
+    reset()
+    r = oa.images.generate(model=MODEL, prompt="oa generate", size="1024x1024", n=1)
+    assert isinstance(r.created, int) and r.created > 0
+    assert r.usage is not None and r.usage.total_tokens > 0, r.usage
+    assert r.output_format == "png" and r.size == "1024x1024" and r.quality == "medium"
+    is_png(base64.b64decode(r.data[0].b64_json))
+    assert charged("oa generate") == 1
+
+
+@check("openai images.edit with two reference images (image[]) and with one (image)")
+def _():
+    reset()
+    r = oa.images.edit(model=MODEL, image=[("a.png", PNG, "image/png"), ("b.png", PNG, "image/png")], prompt="oa edit two")
+    is_png(base64.b64decode(r.data[0].b64_json))
+    r = oa.images.edit(model=MODEL, image=("a.png", PNG, "image/png"), prompt="oa edit one")
+    is_png(base64.b64decode(r.data[0].b64_json))
+    lines = {l["prompt"]: l for l in ledger() if l.get("prompt", "") and l["prompt"].startswith("oa edit")}
+    assert lines["oa edit two"]["reference_images"] == 2 and lines["oa edit one"]["reference_images"] == 1, lines
+
+
+@check("openai: shut-down gpt-image-1 and retired dall-e-3 are 404 model_not_found, not charged")
+def _():
+    reset()
+    for model in ("gpt-image-1", "dall-e-3"):
+        try:
+            oa.images.generate(model=model, prompt="oa retired " + model)
+        except openai.NotFoundError as e:
+            assert e.code == "model_not_found", e.code
+        else:
+            raise AssertionError(f"{model} was accepted")
+        assert charged("oa retired " + model) == 0
+
+
+@check("openai: response_format is refused for GPT image models; unknown parameters too")
+def _():
+    reset()
+    for extra in ({"response_format": "url"}, {"extra_body": {"tally_marker": "x"}}):
+        try:
+            oa.images.generate(model=MODEL, prompt="oa bad param", **extra)
+        except openai.BadRequestError:
+            pass
+        else:
+            raise AssertionError(f"{extra} was accepted")
+
+
+@check("openai: a gateway-style url answer parses and downloads")
+def _():
+    reset()
+    behave(openai_url_answers=True)
+    r = oa.images.generate(model=MODEL, prompt="oa url")
+    is_png(httpx.get(r.data[0].url).content)
+
+
+@check("openai: reject/rate-limit/5xx map to the SDK's error classes")
+def _():
+    reset()
+    for patch, cls in (({"reject_status": 400}, openai.BadRequestError),
+                       ({"retry_after_s": 3}, openai.RateLimitError),
+                       ({"fail_status": 500}, openai.InternalServerError)):
+        reset()
+        behave(**patch)
+        try:
+            oa.images.generate(model=MODEL, prompt="oa err")
+        except cls:
+            pass
+        else:
+            raise AssertionError(f"{patch} did not raise {cls.__name__}")
+
+
+@check("openai: Idempotency-Key is ignored unless the mock is told to honour it")
+def _():
+    reset()
+    h = {"Idempotency-Key": "same-key-1"}
+    oa.images.generate(model=MODEL, prompt="oa idem off", extra_headers=h)
+    oa.images.generate(model=MODEL, prompt="oa idem off", extra_headers=h)
+    assert charged("oa idem off") == 2, "the real API honours no key: both are charged"
+    behave(honour_idempotency_key=True)
+    h = {"Idempotency-Key": "same-key-2"}
+    a = oa.images.generate(model=MODEL, prompt="oa idem on", extra_headers=h)
+    b = oa.images.generate(model=MODEL, prompt="oa idem on", extra_headers=h)
+    assert charged("oa idem on") == 1 and a.data[0].b64_json == b.data[0].b64_json
+
+
+# ---------------------------------------------------------------- Replicate (replicate)
+import replicate  # noqa: E402
+from replicate.exceptions import ReplicateError  # noqa: E402
+from replicate.pagination import paginate  # noqa: E402
+
+rc = replicate.Client(api_token="r8_test", base_url=BASE)
+
+
+@check("replicate models.get: latest_version.openapi_schema names the inputs (flux-schnell has aspect_ratio, no image)")
+def _():
+    reset()
+    m = rc.models.get("black-forest-labs/flux-schnell")
+    props = m.latest_version.openapi_schema["components"]["schemas"]["Input"]["properties"]
+    assert "aspect_ratio" in props and "width" not in props and "image" not in props, sorted(props)
+    dev = rc.models.get("black-forest-labs/flux-dev")
+    v = dev.versions.get(dev.latest_version.id)
+    assert "image" in v.openapi_schema["components"]["schemas"]["Input"]["properties"]
+
+
+@check("replicate models.predictions.create → wait → succeeded; version is 'hidden'; output downloads")
+def _():
+    reset()
+    p = rc.models.predictions.create(model="black-forest-labs/flux-schnell", input={"prompt": "rep official", "aspect_ratio": "1:1"})
+    assert p.version == "hidden" and p.status == "starting" and p.urls["cancel"] and p.urls["web"], p
+    p.wait()
+    assert p.status == "succeeded" and p.completed_at and p.started_at and p.metrics["predict_time"] >= 0, p
+    is_png(httpx.get(p.output[0], headers={"Authorization": "Bearer r8_test"}).content)
+    assert charged("rep official") == 1
+
+
+@check("replicate predictions.create(version=…) and run('owner/name:version') with an image input")
+def _():
+    reset()
+    version = rc.models.get("black-forest-labs/flux-dev").latest_version.id
+    p = rc.predictions.create(version=version, input={"prompt": "rep version", "image": DATA_URI})
+    assert p.version == version, p.version
+    p.wait()
+    assert p.status == "succeeded", p
+    out = rc.run(f"black-forest-labs/flux-dev:{version}", input={"prompt": "rep run version"})
+    is_png(read_output(out[0]))
+    assert [l["reference_images"] for l in ledger() if l.get("prompt") == "rep version"] == [1]
+
+
+@check("replicate run() of flux-kontext-pro answers one file, not a list")
+def _():
+    reset()
+    out = rc.run("black-forest-labs/flux-kontext-pro", input={"prompt": "rep kontext", "input_image": DATA_URI})
+    assert isinstance(out, str) or hasattr(out, "read"), type(out)
+    is_png(read_output(out))
+
+
+@check("replicate predictions.list: 100 per page, next followed by paginate(); created_after filters")
+def _():
+    reset()
+    behave(job_duration_ms=0)
+    before = time.time()
+    for i in range(101):
+        rc.models.predictions.create(model="acme/flux", input={"prompt": f"rep list {i}"})
+    pages = list(paginate(rc.predictions.list))
+    assert len(pages[0].results) == 100 and pages[0].next, len(pages[0].results)
+    total = sum(len(p.results) for p in pages)
+    assert total >= 101, total
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(before + 3600))
+    r = httpx.get(BASE + "/v1/predictions", params={"created_after": stamp}, headers={"Authorization": "Bearer r8_test"})
+    assert r.status_code == 200 and r.json()["results"] == [], r.text[:200]
+
+
+@check("replicate predictions.cancel → canceled")
+def _():
+    reset()
+    behave(job_duration_ms=60000)
+    p = rc.models.predictions.create(model="black-forest-labs/flux-schnell", input={"prompt": "rep cancel"})
+    c = rc.predictions.cancel(p.id)
+    assert c.status == "canceled", c.status
+    assert rc.predictions.get(p.id).status == "canceled"
+
+
+@check("replicate: after retention a succeeded prediction has output null and data_removed")
+def _():
+    reset()
+    behave(job_duration_ms=0, result_ttl_s=0)
+    p = rc.models.predictions.create(model="black-forest-labs/flux-schnell", input={"prompt": "rep expired"})
+    got = rc.predictions.get(p.id)
+    assert got.status == "succeeded" and got.output is None, got
+    raw = httpx.get(BASE + f"/v1/predictions/{p.id}", headers={"Authorization": "Bearer r8_test"}).json()
+    assert raw["data_removed"] is True and raw["output"] is None and raw["input"] == {}, raw
+
+
+@check("replicate: unknown inputs are stripped (default) or refused with 422 (Cog 0.17.x)")
+def _():
+    reset()
+    p = rc.models.predictions.create(model="black-forest-labs/flux-schnell", input={"prompt": "rep strip", "tally_marker": "m", "width": 1024})
+    assert "tally_marker" not in p.input and "width" not in p.input, p.input
+    behave(unknown_inputs="reject")
+    try:
+        rc.models.predictions.create(model="black-forest-labs/flux-schnell", input={"prompt": "rep reject", "tally_marker": "m"})
+    except ReplicateError as e:
+        assert e.status == 422, e.status
+    else:
+        raise AssertionError("an unknown input was accepted in reject mode")
+    assert charged("rep reject") == 0
+
+
+@check("replicate: a failed prediction reports failed with its error")
+def _():
+    reset()
+    behave(job_duration_ms=0, job_error="NSFW content detected")
+    p = rc.models.predictions.create(model="black-forest-labs/flux-schnell", input={"prompt": "rep failed"})
+    p.wait()
+    assert p.status == "failed" and "NSFW" in (p.error or ""), p
+
+
+# ---------------------------------------------------------------- fal (fal-client)
+import fal_client  # noqa: E402
+import fal_client.client as fal_mod  # noqa: E402
+
+# fal-client hard-codes https://queue.fal.run/; point its queue base at the mock's fal style.
+fal_mod.QUEUE_URL_FORMAT = BASE + "/fal/"
+fc = fal_client.SyncClient(key="test-key")
+
+
+@check("fal submit answers subpath-less status/response/cancel URLs; status phases parse (IN_QUEUE with queue_position)")
+def _():
+    reset()
+    behave(job_duration_ms=600)
+    h = fc.submit("fal-ai/flux/dev", arguments={"prompt": "fal submit"})
+    assert "/fal/fal-ai/flux/requests/" in h.status_url and "/dev/" not in h.status_url, h.status_url
+    first = h.status()
+    assert isinstance(first, fal_client.Queued) and first.position == 0, first
+    seen = set()
+    for ev in h.iter_events(with_logs=True, interval=0.05):
+        seen.add(type(ev).__name__)
+    assert {"InProgress", "Completed"} <= seen, seen
+    res = h.get()
+    is_png(httpx.get(res["images"][0]["url"]).content)
+    assert charged("fal submit") == 1
+
+
+@check("fal status/result from a request id alone (get_handle builds owner/alias/requests/id)")
+def _():
+    reset()
+    h = fc.submit("fal-ai/flux/dev", arguments={"prompt": "fal by id"})
+    res = fc.result("fal-ai/flux/dev", h.request_id)
+    assert res["images"][0]["content_type"] == "image/png"
+    st = fc.status("fal-ai/flux/dev", h.request_id, with_logs=True)
+    assert isinstance(st, fal_client.Completed) and st.error is None and isinstance(st.logs, list), st
+
+
+@check("fal: a status path under the model subpath is 404, as fal documents not to use it")
+def _():
+    reset()
+    h = fc.submit("fal-ai/flux/dev", arguments={"prompt": "fal subpath"})
+    r = httpx.get(f"{BASE}/fal/fal-ai/flux/dev/requests/{h.request_id}/status", headers={"Authorization": "Key test-key"})
+    assert r.status_code == 404, r.status_code
+
+
+@check("fal subscribe() with logs and queue updates")
+def _():
+    reset()
+    updates = []
+    res = fc.subscribe("fal-ai/flux/schnell", arguments={"prompt": "fal subscribe"}, with_logs=True,
+                       on_queue_update=updates.append)
+    assert res["images"] and updates, (res, updates)
+
+
+@check("fal cancel → CANCELLATION_REQUESTED, then COMPLETED with an error")
+def _():
+    reset()
+    behave(job_duration_ms=60000)
+    h = fc.submit("fal-ai/flux/dev", arguments={"prompt": "fal cancel"})
+    h.cancel()
+    st = h.status()
+    assert isinstance(st, fal_client.Completed) and st.error, st
+
+
+@check("fal: a failed request is COMPLETED with error/error_type; its result is an HTTP error")
+def _():
+    reset()
+    behave(job_duration_ms=0, job_error="model crashed")
+    h = fc.submit("fal-ai/flux/dev", arguments={"prompt": "fal failed"})
+    st = h.status()
+    assert isinstance(st, fal_client.Completed) and st.error == "model crashed" and st.error_type, st
+    try:
+        h.get()
+    except fal_client.client.FalClientHTTPError as e:
+        assert e.status_code == 500, e.status_code
+    else:
+        raise AssertionError("a failed request's result was served")
+
+
+reset()
+failed = [n for n, e in results if e is not None]
+print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
+sys.exit(1 if failed else 0)
