@@ -9,6 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-browser.sh
+bash scripts/install-axe.sh
 bash scripts/install-sdk-venv.sh
 cargo test --all-targets --features failpoints -- --skip soak::
 cargo test --features failpoints --test it soak:: -- --nocapture

@@ -14,6 +14,7 @@ pub mod error;
 pub mod sets;
 pub mod spend;
 pub mod tasks;
+pub mod thumbnail;
 
 use std::sync::Arc;
 
@@ -105,8 +106,10 @@ pub fn app(state: AppState) -> Router {
         .route("/tasks/{id}/retry", post(tasks::retry))
         .route("/tasks/{id}/resolve", post(tasks::resolve))
         .route("/artifacts/{id}", get(tasks::artifact))
+        .route("/artifacts/{id}/thumbnail", get(thumbnail::artifact))
         .route("/uploads", post(sets::upload))
         .route("/uploads/{id}", get(sets::get_upload))
+        .route("/uploads/{id}/thumbnail", get(thumbnail::upload))
         .route("/sets", post(sets::create).get(sets::list))
         .route("/sets/{id}", get(sets::get_one))
         .route("/sets/{id}/cancel", post(sets::cancel))

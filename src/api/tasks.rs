@@ -52,6 +52,10 @@ pub struct TaskJson {
     pub retried_as: Option<RetriedAsJson>,
     /// `unknown` and neither resolved nor retried yet: the owner's to-do list.
     pub needs_attention: bool,
+    /// The image set this job is a shot of, and the shot's role (`main`, `selling_point`,
+    /// `scene`); null for a job of its own.
+    pub set_id: Option<String>,
+    pub shot_role: Option<String>,
     pub cancel_requested: bool,
     pub failure_kind: Option<String>,
     /// The stored detail behind the message (why it failed, what it waits for).
@@ -201,6 +205,8 @@ pub fn task_json(engine: &Engine, t: &TaskView) -> TaskJson {
         charge: charge_json(engine, t),
         retried_as: t.retried_as.as_ref().map(|(id, status)| RetriedAsJson { id: id.clone(), status: *status }),
         needs_attention: t.status == TaskStatus::Unknown && t.retried_as.is_none(),
+        set_id: t.set_id.clone(),
+        shot_role: t.shot_role.clone(),
         cancel_requested: t.cancel_requested,
         failure_kind: t.failure_kind.clone(),
         reason: t.reason.clone(),
@@ -351,6 +357,8 @@ pub struct EventJson {
     pub actor: String,
     pub kind: String,
     pub message: String,
+    /// The execution (one attempt's worker run) the entry belongs to, if any.
+    pub execution: Option<String>,
 }
 
 /// `GET /v1/tasks/{id}/events`: the task's timeline, oldest first.
@@ -362,7 +370,13 @@ pub async fn events(State(state): State<AppState>, Path(id): Path<String>) -> Re
         .events(id)
         .await?
         .into_iter()
-        .map(|e| EventJson { at: rfc3339(e.at), actor: e.actor, kind: e.kind, message: e.message })
+        .map(|e| EventJson {
+            at: rfc3339(e.at),
+            actor: e.actor,
+            kind: e.kind,
+            message: e.message,
+            execution: e.execution_token,
+        })
         .collect();
     Ok(json_response(StatusCode::OK, &json!({ "events": events })))
 }

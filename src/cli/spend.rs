@@ -54,18 +54,18 @@ pub(super) async fn spend(
         return Ok(Exit::Ok.into());
     }
     let currency = report.get("currency").and_then(Value::as_str).unwrap_or("");
-    let amount = |a: &Value| -> String {
-        let n = a.get("count").and_then(Value::as_i64).unwrap_or(0);
-        let m = a.get("amount").and_then(Value::as_f64).unwrap_or(0.0);
+    let amount = |row: &Value, what: &str| -> String {
+        let n = row.get(format!("{what}_count")).and_then(Value::as_i64).unwrap_or(0);
+        let m = row.get(format!("{what}_amount")).and_then(Value::as_f64).unwrap_or(0.0);
         if currency.is_empty() { n.to_string() } else { format!("{n} ({})", money(to_micros(m), currency)) }
     };
     let line = |row: &Value| {
         println!(
             "{:<12}  {:<18}  {:<18}  {}",
-            s(row, "key"),
-            amount(&row["charged"]),
-            amount(&row["possibly_charged"]),
-            row.get("refused").and_then(Value::as_i64).unwrap_or(0)
+            st(row, "key"),
+            amount(row, "charged"),
+            amount(row, "possibly_charged"),
+            row.get("refused_count").and_then(Value::as_i64).unwrap_or(0)
         );
     };
     println!("{:<12}  {:<18}  {:<18}  refused", by.as_str(), "charged", "possibly charged");
@@ -73,20 +73,21 @@ pub(super) async fn spend(
         line(&row);
     }
     line(&report["totals"]);
-    let unpriced = report.pointer("/totals/unpriced").and_then(Value::as_i64).unwrap_or(0);
+    let unpriced = report.pointer("/totals/unpriced_count").and_then(Value::as_i64).unwrap_or(0);
     if unpriced > 0 {
         println!("({unpriced} of these requests have no configured price and count 0 in the amounts)");
     }
     for b in report.get("budgets").and_then(Value::as_array).cloned().unwrap_or_default() {
         let cur = s(&b, "currency");
-        let whose = b.get("provider").and_then(Value::as_str).map(|p| format!(" for `{p}`")).unwrap_or_default();
+        let whose =
+            b.get("provider").and_then(Value::as_str).map(|p| format!(" for `{}`", term_safe(p))).unwrap_or_default();
         let f = |k: &str| money(to_micros(b.get(k).and_then(Value::as_f64).unwrap_or(0.0)), cur);
         println!(
             "budget    {} {}{whose}: {} spent or possibly spent this period; resets {}",
-            s(&b, "period"),
+            st(&b, "period"),
             f("limit"),
             f("spent"),
-            s(&b, "resets_at")
+            st(&b, "resets_at")
         );
     }
     Ok(Exit::Ok.into())

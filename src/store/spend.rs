@@ -143,49 +143,46 @@ impl Group {
     }
 }
 
-/// A count of requests and what they are estimated to have cost.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Amount {
-    pub count: i64,
-    /// The sum of the configured prices of those requests (requests without a price add 0).
-    pub amount: f64,
-    #[serde(skip)]
-    micros: Micros,
-}
-
-impl Amount {
-    fn add(&mut self, cost: Option<Micros>) {
-        self.count += 1;
-        self.micros += cost.unwrap_or(0);
-        self.amount = crate::domain::from_micros(self.micros);
-    }
-}
-
-/// One row of the spend report, or its totals.
+/// One row of the spend report, or its totals. Amounts are the sum of the configured prices
+/// of those requests (requests without a price add 0 and are counted in `unpriced_count`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct SpendRow {
     /// The day (`2026-12-01`), month (`2026-12`) or provider name; `total` for the totals.
     pub key: String,
     /// Requests that delivered a result.
-    pub charged: Amount,
+    pub charged_count: i64,
+    pub charged_amount: f64,
     /// Requests whose outcome cannot be proven.
-    pub possibly_charged: Amount,
+    pub possibly_charged_count: i64,
+    pub possibly_charged_amount: f64,
     /// Definite refusals, which providers do not charge for.
-    pub refused: i64,
-    /// Requests of providers without a configured price (counted above with amount 0).
-    pub unpriced: i64,
+    pub refused_count: i64,
+    /// Charged or possibly charged requests of providers without a configured price.
+    pub unpriced_count: i64,
+    #[serde(skip)]
+    charged_micros: Micros,
+    #[serde(skip)]
+    possible_micros: Micros,
 }
 
 impl SpendRow {
     fn add(&mut self, charge: Charge, cost: Option<Micros>) {
         match charge {
-            Charge::Charged => self.charged.add(cost),
-            Charge::Possible => self.possibly_charged.add(cost),
-            Charge::Refused => self.refused += 1,
+            Charge::Charged => {
+                self.charged_count += 1;
+                self.charged_micros += cost.unwrap_or(0);
+                self.charged_amount = crate::domain::from_micros(self.charged_micros);
+            }
+            Charge::Possible => {
+                self.possibly_charged_count += 1;
+                self.possible_micros += cost.unwrap_or(0);
+                self.possibly_charged_amount = crate::domain::from_micros(self.possible_micros);
+            }
+            Charge::Refused => self.refused_count += 1,
             Charge::None => return,
         }
         if cost.is_none() && charge.may_cost() {
-            self.unpriced += 1;
+            self.unpriced_count += 1;
         }
     }
 }

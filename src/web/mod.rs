@@ -28,8 +28,15 @@ use sessions::CODE_LIFETIME;
 
 const INDEX_HTML: &str = include_str!("assets/index.html");
 const SIGNED_OUT_HTML: &str = include_str!("assets/signed-out.html");
-const APP_JS: &str = include_str!("assets/app.js");
-const APP_CSS: &str = include_str!("assets/app.css");
+/// The page's static files: name, content type, body (served under `/assets/`).
+const ASSETS: &[(&str, &str, &str)] = &[
+    ("core.js", "text/javascript; charset=utf-8", include_str!("assets/core.js")),
+    ("jobs.js", "text/javascript; charset=utf-8", include_str!("assets/jobs.js")),
+    ("sets.js", "text/javascript; charset=utf-8", include_str!("assets/sets.js")),
+    ("app.js", "text/javascript; charset=utf-8", include_str!("assets/app.js")),
+    ("app.css", "text/css; charset=utf-8", include_str!("assets/app.css")),
+    ("favicon.svg", "image/svg+xml", include_str!("assets/favicon.svg")),
+];
 
 /// The placeholder in `index.html` replaced by the session's CSRF token.
 const CSRF_PLACEHOLDER: &str = "{{CSRF_TOKEN}}";
@@ -43,8 +50,8 @@ pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/", get(index))
         .route("/login", get(login))
-        .route("/assets/app.js", get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }))
-        .route("/assets/app.css", get(|| async { asset("text/css; charset=utf-8", APP_CSS) }))
+        .route("/assets/{name}", get(asset))
+        .route("/favicon.ico", get(|| async { asset(axum::extract::Path("favicon.svg".to_string())).await }))
 }
 
 /// The sign-in URL for a one-time code, under the daemon's base URL.
@@ -61,8 +68,14 @@ pub fn sign_in_line(base: &str, state: &AppState) -> String {
     )
 }
 
-fn asset(content_type: &'static str, body: &'static str) -> Response {
-    ([(header::CONTENT_TYPE, content_type), (header::CACHE_CONTROL, "no-cache")], body).into_response()
+/// `GET /assets/{name}`: one of the embedded files, else 404.
+async fn asset(axum::extract::Path(name): axum::extract::Path<String>) -> Response {
+    match ASSETS.iter().find(|(n, _, _)| *n == name) {
+        Some((_, content_type, body)) => {
+            ([(header::CONTENT_TYPE, *content_type), (header::CACHE_CONTROL, "no-cache")], *body).into_response()
+        }
+        None => ApiError::not_found("asset").into_response(),
+    }
 }
 
 /// An HTML answer with the page's security headers.
@@ -141,11 +154,16 @@ pub fn session_cookie_header(id: &str, secure: bool) -> String {
 }
 
 fn forbidden_page() -> String {
-    "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>tally: sign-in link not valid</title>\
-     <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"></head><body>\
-     <h1>403: this sign-in link is not valid</h1>\
+    "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+     <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+     <meta name=\"color-scheme\" content=\"light dark\"><title>Sign-in link not valid · tally</title>\
+     <link rel=\"icon\" href=\"/assets/favicon.svg\" type=\"image/svg+xml\">\
+     <link rel=\"stylesheet\" href=\"/assets/app.css\"></head><body>\
+     <main id=\"main\" class=\"message-page\"><h1>This sign-in link is not valid</h1>\
      <p>A sign-in link works only once, and links made by <code>tally sign-in</code> expire after 15 minutes. \
-     Run <code>tally sign-in</code> on the computer running tally to get a new one.</p></body></html>\n"
+     If this browser signed in with it before, <a href=\"/\">open tally</a>.</p>\
+     <p>Otherwise run this on the computer where tally runs, and open the link it prints:</p>\
+     <pre><code>tally sign-in</code></pre></main></body></html>\n"
         .to_string()
 }
 

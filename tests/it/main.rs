@@ -7,6 +7,7 @@
 //! and fills the disk under the real binary.
 
 mod api;
+mod browser;
 mod charges;
 mod cli;
 mod common;
@@ -26,7 +27,9 @@ mod sets;
 #[cfg(feature = "failpoints")]
 mod soak;
 mod surface;
+mod tour;
 mod web;
+mod web_surface;
 
 /// The crash matrix and the soak need crash points compiled into the binary; say so loudly
 /// instead of skipping silently when they are not.

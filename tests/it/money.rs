@@ -198,9 +198,10 @@ fn the_spend_csv_lists_exactly_the_ledgers_charged_requests() {
     let s = w.daemon.call("GET", "/v1/spend?group=provider", None).json();
     assert_eq!(s["currency"], "USD");
     let oa = s["rows"].as_array().expect("rows").iter().find(|r| r["key"] == "oa").expect("oa row").clone();
-    assert_eq!((oa["charged"]["count"].as_i64(), oa["charged"]["amount"].as_f64()), (Some(2), Some(0.08)), "{s}");
-    assert_eq!(oa["possibly_charged"]["count"], 1, "{s}");
-    assert_eq!(oa["refused"], 1, "{s}");
+    assert_eq!((oa["charged_count"].as_i64(), oa["charged_amount"].as_f64()), (Some(2), Some(0.08)), "{s}");
+    assert_eq!((oa["possibly_charged_count"].as_i64(), oa["possibly_charged_amount"].as_f64()), (Some(1), Some(0.04)));
+    assert_eq!(oa["refused_count"], 1, "{s}");
+    assert_eq!(s["totals"]["charged_count"], 2, "{s}");
 }
 
 #[test]

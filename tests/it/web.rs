@@ -6,20 +6,16 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fantoccini::{Client, ClientBuilder, Locator};
+use fantoccini::Locator;
 use serde_json::{Value, json};
 
-use crate::common::{Daemon, FAST_DEMO, Mock, Reply, TempDir, free_port, request, wait_for};
-
-const CHROMIUM: &str = "/usr/bin/chromium";
-const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+use crate::browser::Browser;
+use crate::common::{Daemon, FAST_DEMO, Mock, Reply, request, wait_for};
 
 /// The one-time sign-in URL `tally serve` printed on stdout.
-fn printed_sign_in_url(d: &Daemon) -> String {
+pub fn printed_sign_in_url(d: &Daemon) -> String {
     let found = wait_for(Duration::from_secs(10), || {
         d.stdout().split_whitespace().find(|w| w.contains("/login?code=")).map(str::to_string)
     });
@@ -216,105 +212,6 @@ fn read_until(s: &mut TcpStream, seen: &mut String, what: &dyn Fn(&str) -> bool,
 
 // ------------------------------------------------------------------------ the browser
 
-/// chromedriver and a headless Chromium session; both end when dropped.
-struct Browser {
-    client: Option<Client>,
-    driver: Child,
-    _profile: TempDir,
-}
-
-impl Browser {
-    async fn start() -> Browser {
-        for exe in [CHROMIUM, CHROMEDRIVER] {
-            assert!(
-                Path::new(exe).exists(),
-                "{exe} is missing: the browser tests need Debian's chromium and chromium-driver; \
-                 run scripts/install-browser.sh (scripts/test.sh does)"
-            );
-        }
-        let port = free_port();
-        let driver = Command::new(CHROMEDRIVER)
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start chromedriver");
-        let up = wait_for(Duration::from_secs(20), || TcpStream::connect(("127.0.0.1", port)).ok());
-        assert!(up.is_some(), "chromedriver did not listen on {port}");
-        let profile = TempDir::new();
-        let mut caps = serde_json::Map::new();
-        caps.insert(
-            "goog:chromeOptions".into(),
-            json!({
-                "binary": CHROMIUM,
-                "args": [
-                    "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
-                    "--no-first-run", "--disable-background-networking", "--disable-component-update",
-                    "--disable-sync", "--no-proxy-server",
-                    format!("--user-data-dir={}", profile.path().display()), "--window-size=1280,900",
-                ],
-            }),
-        );
-        let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-            .capabilities(caps)
-            .connect(&format!("http://127.0.0.1:{port}"))
-            .await
-            .unwrap_or_else(|e| panic!("cannot start a Chromium session through chromedriver: {e}"));
-        Browser { client: Some(client), driver, _profile: profile }
-    }
-
-    fn c(&self) -> &Client {
-        self.client.as_ref().expect("browser session")
-    }
-
-    /// Evaluate `expr` in the page (as `return (expr)`).
-    async fn js(&self, expr: &str) -> Value {
-        self.c().execute(&format!("return ({expr});"), vec![]).await.unwrap_or_else(|e| panic!("{expr}: {e}"))
-    }
-
-    /// Evaluate `expr` until it is neither null nor false (at most `secs`).
-    async fn until(&self, what: &str, secs: u64, expr: &str) -> Value {
-        let end = Instant::now() + Duration::from_secs(secs);
-        loop {
-            let v = self.js(expr).await;
-            if !(v.is_null() || v == Value::Bool(false)) {
-                return v;
-            }
-            if Instant::now() > end {
-                let body = self.js("document.body.innerText").await;
-                panic!("timed out waiting for {what} ({expr}); the page shows:\n{}", body.as_str().unwrap_or(""));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    async fn click(&self, css: &str) {
-        self.c().find(Locator::Css(css)).await.unwrap_or_else(|e| panic!("{css}: {e}")).click().await.expect("click");
-    }
-
-    async fn screenshot(&self, name: &str) -> PathBuf {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/screenshots");
-        std::fs::create_dir_all(&dir).expect("create target/screenshots");
-        let png = self.c().screenshot().await.expect("screenshot");
-        let path = dir.join(name);
-        std::fs::write(&path, png).expect("write screenshot");
-        path
-    }
-
-    async fn close(mut self) {
-        if let Some(c) = self.client.take() {
-            let _ = c.close().await;
-        }
-    }
-}
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
-    }
-}
-
 /// The JS expression for the list item of the job whose prompt contains `tag`.
 fn item(tag: &str) -> String {
     format!("Array.from(document.querySelectorAll('#task-list li')).find(li => li.textContent.includes({tag:?}))")
@@ -381,8 +278,18 @@ fn the_page_in_a_real_browser() {
         assert!(width.as_u64().unwrap_or(0) > 0);
         let alt = b.js("document.getElementById('task-image').alt").await;
         assert!(alt.as_str().unwrap_or("").contains(&prompt), "alt text: {alt}");
+        // The history is sentences, without tally's internal words.
         let timeline = b.js("document.getElementById('timeline').innerText").await;
-        assert!(timeline.as_str().unwrap_or("").contains("api"), "timeline: {timeline}");
+        let timeline = timeline.as_str().unwrap_or("");
+        assert!(timeline.contains("You asked for this image.") && timeline.contains("The image arrived"), "{timeline}");
+        for word in ["worker", "claimed", "calling", "envelope", "execution", "api "] {
+            assert!(!timeline.to_lowercase().contains(word), "`{word}` in the history: {timeline}");
+        }
+        let outside = b.js("(() => { const m = document.querySelector('main').cloneNode(true); \
+                              m.querySelector('#technical')?.remove(); return m.innerText; })()").await;
+        for word in ["worker", "claimed", "envelope", "execution"] {
+            assert!(!outside.as_str().unwrap_or("").contains(word), "`{word}` outside the technical details");
+        }
 
         // Force an `unknown`: the mock charges, then drops the answer; no idempotency header.
         mock.behave(json!({ "drop_response": true }));

@@ -1,0 +1,169 @@
+//! Thumbnails for the web page's lists: `GET /v1/artifacts/{id}/thumbnail` and
+//! `GET /v1/uploads/{id}/thumbnail`, the image scaled to fit [`SIZE`]×[`SIZE`] pixels, flattened
+//! onto white and sent as a small JPEG (a few kB instead of a full-size PNG per row).
+//!
+//! Images never change once stored (an artifact or upload id names fixed bytes), so a
+//! thumbnail is cached twice: in the browser (`immutable`) and here, in a small in-memory
+//! cache bounded by bytes ([`CACHE_BYTES`]) that forgets the oldest first. Decoding runs on a
+//! blocking thread, at most [`PARALLEL`] at a time, with decoder limits so a hostile image
+//! cannot make tally allocate without bound.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::Cursor;
+use std::sync::{Mutex, OnceLock};
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use tokio::sync::Semaphore;
+
+use super::AppState;
+use super::download::read_file;
+use super::error::ApiError;
+
+/// The longest side of a thumbnail, in pixels (sharp at about 128 CSS pixels on a 2× screen).
+pub const SIZE: u32 = 256;
+/// How many bytes of thumbnails the cache keeps.
+const CACHE_BYTES: usize = 8 * 1024 * 1024;
+/// How many thumbnails are made at once (the machine's cores are for the engine first).
+const PARALLEL: usize = 2;
+/// The largest image side tally decodes for a thumbnail.
+const MAX_SIDE: u32 = 12_000;
+/// The most memory one decode may allocate.
+const MAX_ALLOC: u64 = 256 * 1024 * 1024;
+
+/// The thumbnail cache: id → JPEG bytes, oldest first out.
+#[derive(Default)]
+struct Cache {
+    map: HashMap<String, Bytes>,
+    order: VecDeque<String>,
+    bytes: usize,
+}
+
+impl Cache {
+    fn get(&self, key: &str) -> Option<Bytes> {
+        self.map.get(key).cloned()
+    }
+
+    fn put(&mut self, key: String, value: Bytes) {
+        if value.len() > CACHE_BYTES || self.map.contains_key(&key) {
+            return;
+        }
+        self.bytes += value.len();
+        self.order.push_back(key.clone());
+        self.map.insert(key, value);
+        while self.bytes > CACHE_BYTES {
+            let Some(old) = self.order.pop_front() else { break };
+            if let Some(v) = self.map.remove(&old) {
+                self.bytes -= v.len();
+            }
+        }
+    }
+}
+
+fn cache() -> &'static Mutex<Cache> {
+    static CACHE: OnceLock<Mutex<Cache>> = OnceLock::new();
+    CACHE.get_or_init(Mutex::default)
+}
+
+fn permits() -> &'static Semaphore {
+    static PERMITS: OnceLock<Semaphore> = OnceLock::new();
+    PERMITS.get_or_init(|| Semaphore::new(PARALLEL))
+}
+
+/// Scale image bytes (PNG, JPEG or WebP) to fit `size`×`size`, flatten onto white, encode as
+/// JPEG. Errors are in words for the API.
+pub fn make(bytes: &[u8], size: u32) -> Result<Vec<u8>, String> {
+    let mut reader =
+        image::ImageReader::new(Cursor::new(bytes)).with_guessed_format().map_err(|e| format!("unreadable: {e}"))?;
+    let mut limits = image::Limits::default();
+    limits.max_image_width = Some(MAX_SIDE);
+    limits.max_image_height = Some(MAX_SIDE);
+    limits.max_alloc = Some(MAX_ALLOC);
+    reader.limits(limits);
+    let img = reader.decode().map_err(|e| format!("cannot decode the image: {e}"))?;
+    let small = if img.width() > size || img.height() > size { img.thumbnail(size, size) } else { img };
+    let rgba = small.to_rgba8();
+    let mut rgb = image::RgbImage::new(rgba.width(), rgba.height());
+    for (dst, src) in rgb.pixels_mut().zip(rgba.pixels()) {
+        let a = u16::from(src[3]);
+        for c in 0..3 {
+            // Alpha over white: c·a + 255·(1 − a).
+            dst[c] = ((u16::from(src[c]) * a + 255 * (255 - a)) / 255) as u8;
+        }
+    }
+    let mut out = Vec::new();
+    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, 82)
+        .encode_image(&rgb)
+        .map_err(|e| format!("cannot encode the thumbnail: {e}"))?;
+    Ok(out)
+}
+
+/// A cached or freshly made thumbnail of the file at `path`, answered as `image/jpeg`.
+async fn answer(key: String, path: std::path::PathBuf, what: String) -> Result<Response, ApiError> {
+    let cached = cache().lock().unwrap_or_else(|e| e.into_inner()).get(&key);
+    let jpeg = match cached {
+        Some(j) => j,
+        None => {
+            let _permit = permits().acquire().await.map_err(|_| ApiError::unavailable(&"thumbnails are shut down"))?;
+            let bytes = read_file(&path, &what).await?;
+            let made = tokio::task::spawn_blocking(move || make(&bytes, SIZE))
+                .await
+                .map_err(|e| ApiError::unavailable(&format!("thumbnail worker: {e}")))?
+                .map_err(|why| {
+                    ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "no_thumbnail", format!("{what}: {why}"))
+                })?;
+            let made = Bytes::from(made);
+            cache().lock().unwrap_or_else(|e| e.into_inner()).put(key, made.clone());
+            made
+        }
+    };
+    let mut r = (StatusCode::OK, jpeg).into_response();
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("image/jpeg"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("private, max-age=31536000, immutable"));
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    Ok(r)
+}
+
+/// `GET /v1/artifacts/{id}/thumbnail`.
+pub async fn artifact(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let a = state.engine().store().artifact(id).await?.ok_or_else(|| ApiError::not_found("artifact"))?;
+    let path = crate::engine::files::path_of(state.engine().data_dir(), &a.path);
+    answer(format!("a/{}", a.id), path, format!("artifact {}", a.id)).await
+}
+
+/// `GET /v1/uploads/{id}/thumbnail`.
+pub async fn upload(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let u = state.engine().store().upload(id).await?.ok_or_else(|| ApiError::not_found("upload"))?;
+    let path = crate::engine::files::path_of(state.engine().data_dir(), &u.path);
+    answer(format!("u/{}", u.id), path, format!("upload {}", u.id)).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_large_png_becomes_a_small_jpeg_that_keeps_its_shape() {
+        let big = crate::render::placeholder_png("red sneaker", 1024);
+        let t = make(&big, SIZE).expect("thumbnail");
+        assert!(t.starts_with(&[0xff, 0xd8, 0xff]), "a JPEG");
+        assert!(t.len() * 4 < big.len(), "{} bytes from {}", t.len(), big.len());
+        let img = image::load_from_memory(&t).expect("decodes");
+        assert_eq!((img.width(), img.height()), (SIZE, SIZE));
+        assert!(make(b"not an image", SIZE).is_err());
+    }
+
+    #[test]
+    fn the_cache_forgets_the_oldest_beyond_its_bound() {
+        let mut c = Cache::default();
+        let chunk = Bytes::from(vec![0u8; CACHE_BYTES / 3 + 1]);
+        for k in ["a", "b", "c"] {
+            c.put(k.into(), chunk.clone());
+        }
+        assert!(c.get("a").is_none() && c.get("b").is_some() && c.get("c").is_some());
+        assert!(c.bytes <= CACHE_BYTES);
+    }
+}

@@ -1,0 +1,472 @@
+/* tally's web page, shared pieces: building elements, the /v1 API with the session's CSRF
+   token, plain words for statuses and roles, money sentences derived from the API's charge
+   fields, thumbnails and the enlarged-image dialog, the confirmation and retry dialogs, errors
+   shown next to the control that caused them, views with an <h1> and a title each, the live
+   stream (server-sent events) with an indicator that recovers, and the "sign in again" panel.
+   Plain JavaScript, no build step. Everything from the API is put on the page as text, never
+   as HTML. The page calls the unit of work a "job" (the API's task). */
+"use strict";
+
+window.tally = (function () {
+  const CSRF = (document.querySelector('meta[name="csrf-token"]') || {}).content || "";
+  const SETTLED = ["succeeded", "failed", "unknown", "canceled"];
+  /* An icon per status, next to its word: colour is never the only signal. */
+  const ICONS = {
+    queued: "…", waiting: "◷", running: "↻", succeeded: "✓", failed: "✕", unknown: "?", canceled: "–",
+    done: "✓", done_with_problems: "?",
+  };
+  /* Status words for people. */
+  const WORDS = {
+    queued: "waiting its turn", waiting: "waiting", running: "generating", succeeded: "ready", failed: "failed",
+    unknown: "outcome unknown", canceled: "canceled", done: "done", done_with_problems: "needs a look",
+  };
+  /* Shot roles in plain words (the API's names are main, selling_point, scene). */
+  const ROLES = [["main", "Main photo"], ["selling_point", "Selling point"], ["scene", "Lifestyle scene"]];
+
+  const main = document.getElementById("main");
+  const errorBox = document.getElementById("error");
+  const live = document.getElementById("live");
+
+  /** What is on screen: the view's name and id, and its live-update hooks. */
+  const view = { name: "", id: null, onTask: null, onResync: null, signedOut: false };
+
+  // ---------------------------------------------------------------- building the page
+
+  /** Build an element: h("p", {class: "x"}, "text", child, …). Strings become text nodes. */
+  function h(tag, attrs, ...children) {
+    const el = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === null || v === undefined || v === false) continue;
+      if (k === "class") el.className = v;
+      else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+      else if (v === true) el.setAttribute(k, "");
+      else el.setAttribute(k, String(v));
+    }
+    for (const c of children.flat(Infinity)) {
+      if (c === null || c === undefined || c === false) continue;
+      el.append(typeof c === "string" || typeof c === "number" ? document.createTextNode(String(c)) : c);
+    }
+    return el;
+  }
+
+  function time(iso) {
+    const d = new Date(iso);
+    return h("time", { datetime: iso }, isNaN(d) ? iso : d.toLocaleString());
+  }
+
+  function badge(status) {
+    return h("span", { class: "badge s-" + status },
+      h("span", { class: "icon", "aria-hidden": "true" }, ICONS[status] || "•"), " " + (WORDS[status] || status));
+  }
+
+  function roleWords(role) {
+    const r = ROLES.find(([k]) => k === role);
+    return r ? r[1] : role ? role.replace(/_/g, " ") : "Shot";
+  }
+
+  /** A job's name for people: its set's product and role for a shot, else its prompt. */
+  function jobTitle(t, product) {
+    if (t.shot_role || t.role) {
+      const role = roleWords(t.shot_role || t.role);
+      return product ? role + " of " + product : role + ": " + shotWords(t.prompt);
+    }
+    return t.prompt;
+  }
+
+  /** A shot's own words: the prompt without the " — product: …; style: …" tally added. */
+  function shotWords(prompt) {
+    return String(prompt || "").replace(/ — product: [\s\S]*$/, "");
+  }
+
+  // ---------------------------------------------------------------- money, from the API's fields
+
+  function money(amount, currency) {
+    if (amount === null || amount === undefined || amount === "" || isNaN(Number(amount))) return null;
+    const n = Number(amount);
+    try {
+      return new Intl.NumberFormat(undefined, { style: "currency", currency: currency || "USD",
+        maximumFractionDigits: n < 1 ? 3 : 2 }).format(n);
+    } catch (e) {
+      return n.toFixed(2) + " " + (currency || "");
+    }
+  }
+
+  /** What tally knows about charges for this job, as one sentence, from `charge` when the
+      daemon sends it; else from the older `retry.requires_cost_acknowledgement`. */
+  function chargeSentence(t) {
+    const c = t.charge;
+    if (c && c.state) {
+      const amount = money(c.estimated_cost, c.currency);
+      const about = amount ? " (about " + amount + ")" : "";
+      switch (c.state) {
+        case "none": return "Nothing was charged: no request reached the provider.";
+        case "refused": return "Not charged: the provider refused the request.";
+        case "charged": return "Charged" + about + ".";
+        case "possible": case "possibly_charged": case "maybe":
+          return "It may have been charged" + about + ": the request reached the provider.";
+        default: return null;
+      }
+    }
+    if (!t.retry || !SETTLED.includes(t.status)) return null;
+    return t.retry.requires_cost_acknowledgement ? "It may have been charged: the request reached the provider." : null;
+  }
+
+  /** "may charge about $0.04 again" when the daemon knows the price of a retry. */
+  function retryCost(t) {
+    const r = t.retry || {};
+    const amount = money(r.estimated_cost, r.currency);
+    return amount ? "about " + amount : null;
+  }
+
+  /** The price of one image at a provider, when the daemon knows it. */
+  function providerPrice(p) {
+    if (!p) return null;
+    const amount = money(p.estimated_cost !== undefined ? p.estimated_cost : p.price_per_image, p.currency);
+    return amount ? "about " + amount + " per image" : null;
+  }
+
+  // ---------------------------------------------------------------- errors where they happen
+
+  class ApiError extends Error {
+    constructor(status, code, message) {
+      super(message);
+      this.status = status;
+      this.code = code;
+    }
+  }
+
+  /** Call the API; state-changing calls carry the CSRF token. Throws ApiError with words
+      for people (never the API's developer text about tokens). */
+  async function api(method, path, body, raw) {
+    const opts = { method, headers: { Accept: "application/json" }, credentials: "same-origin" };
+    if (method !== "GET") opts.headers["X-CSRF-Token"] = CSRF;
+    if (raw) {
+      opts.headers["Content-Type"] = raw.type || "application/octet-stream";
+      opts.body = raw;
+    } else if (body !== undefined) {
+      opts.headers["Content-Type"] = "application/json";
+      opts.body = JSON.stringify(body);
+    }
+    let r;
+    try {
+      r = await fetch(path, opts);
+    } catch (e) {
+      offline();
+      throw new ApiError(0, "unreachable", "tally did not answer. Is `tally serve` still running on this computer?");
+    }
+    const text = await r.text();
+    let data = null;
+    try { data = text ? JSON.parse(text) : null; } catch (e) { data = null; }
+    if (!r.ok) {
+      const err = data && data.error ? data.error : {};
+      if (r.status === 401 || (r.status === 403 && err.code === "csrf_token_required")) {
+        signedOut();
+        throw new ApiError(r.status, "signed_out", "This browser is signed out. Sign in again: run `tally sign-in`.");
+      }
+      throw new ApiError(r.status, err.code || "http_" + r.status, err.message || "tally answered " + r.status);
+    }
+    return data;
+  }
+
+  /** Show (or clear) an error in `slot`, next to the control that caused it; scroll it into
+      view and focus it, so it is seen and read out. */
+  function showError(slot, message) {
+    const box = slot || errorBox;
+    if (!message) {
+      box.hidden = true;
+      box.textContent = "";
+      return;
+    }
+    box.textContent = message;
+    box.hidden = false;
+    box.scrollIntoView({ block: "nearest" });
+    box.focus({ preventScroll: true });
+  }
+
+  /** An empty error slot to put right after a control. */
+  function errorSlot(id) {
+    return h("p", { id, class: "field-error", role: "alert", tabindex: "-1", hidden: true });
+  }
+
+  /** Run `action` with `button` disabled, so a request cannot be sent twice by a double click;
+      an error is shown in `slot`, next to the button. */
+  async function busy(button, slot, action) {
+    if (button.disabled) return;
+    button.disabled = true;
+    button.setAttribute("aria-busy", "true");
+    try {
+      showError(slot, "");
+      await action();
+    } catch (e) {
+      if (e && e.code === "signed_out") return;
+      showError(slot, (e && e.message) || String(e));
+    } finally {
+      button.disabled = false;
+      button.removeAttribute("aria-busy");
+    }
+  }
+
+  /** A random idempotency key (works outside secure contexts too). */
+  function newKey() {
+    const b = new Uint8Array(16);
+    crypto.getRandomValues(b);
+    return "web-" + Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+  }
+
+  // ---------------------------------------------------------------- views
+
+  /** Put a view on the page: an <h1> (its text is also the document title), then `content`.
+      On navigation (`fresh`) focus moves to the heading; a live refresh leaves focus alone. */
+  function setView(name, id, title, content, fresh) {
+    const same = view.name === name && view.id === id;
+    view.name = name;
+    view.id = id;
+    view.onTask = null;
+    view.onResync = null;
+    document.title = title + " · tally";
+    const h1 = h("h1", { id: "view-title", tabindex: "-1" }, title);
+    main.replaceChildren(h1, ...[content].flat());
+    for (const [nav, names] of [["nav-jobs", ["jobs", "task"]], ["nav-sets", ["sets", "set", "new-set"]], ["nav-spend", ["spend"]]]) {
+      const a = document.getElementById(nav);
+      if (names.includes(name)) a.setAttribute("aria-current", "page");
+      else a.removeAttribute("aria-current");
+    }
+    if (fresh || !same) h1.focus();
+  }
+
+  /** The panel after the daemon restarted or the session ended: what to do, in words. */
+  function signedOut() {
+    if (view.signedOut) return;
+    view.signedOut = true;
+    setLive("signed out", "off");
+    view.name = "signed-out";
+    document.title = "Sign in again · tally";
+    showError(null, "");
+    const h1 = h("h1", { id: "view-title", tabindex: "-1" }, "Sign in again");
+    main.replaceChildren(h1, h("section", { id: "signed-out", class: "card panel" },
+      h("p", {}, "This browser is no longer signed in to tally. That happens when tally restarts: sign-ins last until then."),
+      h("p", {}, "To sign in again, run this on the computer where tally runs, and open the link it prints:"),
+      h("pre", {}, h("code", {}, "tally sign-in")),
+      h("p", { class: "hint" }, "Nothing you saved is lost; jobs keep running while you are signed out.")));
+    h1.focus();
+  }
+
+  function setLive(text, cls) {
+    if (live.textContent !== text) live.textContent = text;
+    live.className = "live " + cls;
+  }
+
+  // ---------------------------------------------------------------- images
+
+  /** A small, lazy-loaded thumbnail of an artifact or upload (`url` is its /v1 URL). */
+  function thumb(url, alt, size) {
+    return h("img", { class: "thumb" + (size ? " " + size : ""), src: url + "/thumbnail", alt, loading: "lazy",
+      decoding: "async", width: 96, height: 96 });
+  }
+
+  /** A button showing a thumbnail that opens the full image. */
+  function enlargeable(url, alt, name, size) {
+    const b = h("button", { type: "button", class: "thumb-button", "aria-label": "Enlarge: " + alt },
+      thumb(url, alt, size));
+    b.addEventListener("click", () => openImage(url, alt, name));
+    return b;
+  }
+
+  function openImage(url, alt, name) {
+    const d = document.getElementById("image-dialog");
+    const img = document.getElementById("image-dialog-img");
+    img.src = url;
+    img.alt = alt;
+    document.getElementById("image-dialog-title").textContent = alt;
+    const dl = document.getElementById("image-dialog-download");
+    dl.href = url;
+    if (name) dl.setAttribute("download", name); else dl.setAttribute("download", "");
+    document.getElementById("image-dialog-close").onclick = () => d.close();
+    d.showModal();
+  }
+
+  // ---------------------------------------------------------------- dialogs
+
+  /** Ask before doing something that cannot be undone; resolves true for yes. */
+  function confirmDialog(title, text, yes) {
+    const d = document.getElementById("confirm-dialog");
+    document.getElementById("confirm-title").textContent = title;
+    document.getElementById("confirm-text").textContent = text;
+    const ok = document.getElementById("confirm-yes");
+    const no = document.getElementById("confirm-no");
+    ok.textContent = yes || "Yes";
+    return new Promise((resolve) => {
+      const done = (v) => { d.onclose = null; d.close(); resolve(v); };
+      ok.onclick = () => done(true);
+      no.onclick = () => done(false);
+      d.onclose = () => resolve(false);
+      d.showModal();
+      no.focus();
+    });
+  }
+
+  /** Retry a job: at once when nothing can have been charged, else after the cost
+      confirmation (the box must be ticked). Resolves with the new job, or null. */
+  function retry(t, button, slot) {
+    const needsAck = !!(t.retry && t.retry.requires_cost_acknowledgement);
+    if (!needsAck) {
+      let made = null;
+      return busy(button, slot, async () => {
+        made = await api("POST", "/v1/tasks/" + encodeURIComponent(t.id) + "/retry", { idempotency_key: newKey() });
+      }).then(() => made);
+    }
+    const d = document.getElementById("retry-dialog");
+    const ack = document.getElementById("retry-ack");
+    const confirm = document.getElementById("retry-confirm");
+    const err = document.getElementById("retry-error");
+    const cost = retryCost(t);
+    document.getElementById("retry-warning").textContent =
+      "This may be charged again. The first request reached the provider, so it may already have been paid for, " +
+      "even though tally cannot confirm a result. Generating again is a new request that " +
+      (cost ? "may charge " + cost + " again." : "may be charged again.");
+    document.getElementById("retry-billing").textContent = t.billing_note ? "How " + t.provider + " bills: " + t.billing_note : "";
+    document.getElementById("retry-ack-text").textContent = cost
+      ? "I understand that generating again may charge " + cost + " a second time."
+      : "I understand that generating again may be charged a second time.";
+    ack.checked = false;
+    confirm.disabled = true;
+    showError(err, "");
+    ack.onchange = () => { confirm.disabled = !ack.checked; };
+    /* One key per confirmation: a second click cannot create a second job. */
+    const key = newKey();
+    return new Promise((resolve) => {
+      let result = null;
+      d.onclose = () => { d.onclose = null; resolve(result); };
+      document.getElementById("retry-cancel").onclick = () => d.close();
+      confirm.onclick = () => {
+        if (!ack.checked) return;
+        busy(confirm, err, async () => {
+          result = await api("POST", "/v1/tasks/" + encodeURIComponent(t.id) + "/retry",
+            { acknowledge_possible_charge: true, idempotency_key: key });
+          d.close();
+        }).then(() => { confirm.disabled = !ack.checked; });
+      };
+      d.showModal();
+      ack.focus();
+    });
+  }
+
+  /** The form that records what the owner found at the provider for an unknown job. */
+  function resolveForm(t, prefix, onDone) {
+    const id = (s) => prefix + s;
+    const found = h("input", { type: "radio", name: id("outcome"), id: id("found"), value: "succeeded" });
+    const failed = h("input", { type: "radio", name: id("outcome"), id: id("failed"), value: "failed" });
+    const file = h("input", { type: "file", id: id("file"), accept: "image/png,image/jpeg,image/webp" });
+    const note = h("textarea", { id: id("note"), rows: 2, maxlength: 2000 });
+    const submit = h("button", { type: "submit", id: id("submit"), class: "primary" }, "Record what I found");
+    const err = errorSlot(id("error"));
+    const form = h("form", { id: id("form"), class: "card resolve" },
+      h("fieldset", {},
+        h("legend", {}, "What did you find in the provider's dashboard?"),
+        h("div", { class: "choice" },
+          h("label", { class: "check", for: id("found") }, found, " I found the image"),
+          h("div", { class: "sub" }, h("label", { for: id("file") }, "Upload the image you found (PNG, JPEG or WebP)"), file)),
+        h("div", { class: "choice" },
+          h("label", { class: "check", for: id("failed") }, failed, " It is not there: it failed")),
+        h("label", { for: id("note") }, "A note for the history (optional)"), note,
+        h("div", { class: "actions" }, submit), err));
+    file.addEventListener("change", () => { if (file.files.length) found.checked = true; });
+    form.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      busy(submit, err, async () => {
+        const body = { note: note.value };
+        if (found.checked) {
+          if (!file.files.length) throw new Error("Choose the image file you found at the provider.");
+          body.outcome = "succeeded";
+          body.image_base64 = await fileBase64(file.files[0]);
+        } else if (failed.checked) {
+          body.outcome = "failed";
+        } else {
+          throw new Error("Choose what you found: the image, or that it failed.");
+        }
+        await api("POST", "/v1/tasks/" + encodeURIComponent(t.id) + "/resolve", body);
+        await onDone();
+      });
+    });
+    return form;
+  }
+
+  /** Open the resolve form in a dialog (for a shot card). */
+  function resolveDialog(t, onDone) {
+    const d = document.getElementById("resolve-dialog");
+    const body = document.getElementById("resolve-dialog-body");
+    body.replaceChildren(resolveForm(t, "dlg-resolve-", async () => { d.close(); await onDone(); }));
+    document.getElementById("resolve-dialog-close").onclick = () => d.close();
+    d.showModal();
+  }
+
+  function fileBase64(f) {
+    return new Promise((resolve, reject) => {
+      const r = new FileReader();
+      r.onload = () => resolve(String(r.result).replace(/^data:[^,]*,/, ""));
+      r.onerror = () => reject(new Error("Could not read the file."));
+      r.readAsDataURL(f);
+    });
+  }
+
+  // ---------------------------------------------------------------- live updates
+
+  let stream = null;
+  let retryTimer = null;
+  let backoff = 1000;
+
+  /** Open the event stream; when it fails, find out why (daemon gone, or session gone) and
+      say so; reconnect with a growing pause while tally does not answer. */
+  function connect() {
+    if (view.signedOut) return;
+    if (stream) stream.close();
+    const es = new EventSource("/v1/stream");
+    stream = es;
+    es.onopen = () => {
+      backoff = 1000;
+      setLive("live", "on");
+      showError(null, "");
+    };
+    es.onerror = () => {
+      setLive("reconnecting…", "off");
+      if (es.readyState === EventSource.CLOSED) {
+        es.close();
+        checkSession();
+      }
+    };
+    es.addEventListener("task", (ev) => {
+      let d;
+      try { d = JSON.parse(ev.data); } catch (e) { return; }
+      if (d && d.id && view.onTask) view.onTask(d.id, d.status);
+    });
+    /* Sent on connect and when the stream fell behind: re-read what is on screen. */
+    es.addEventListener("resync", () => { if (view.onResync) view.onResync(); });
+  }
+
+  /** After the stream closed: is the daemon there, and does it still know this session? */
+  async function checkSession() {
+    clearTimeout(retryTimer);
+    try {
+      const r = await fetch("/v1/session", { credentials: "same-origin", headers: { Accept: "application/json" } });
+      if (r.status === 401 || r.status === 404) return signedOut();
+      connect();
+    } catch (e) {
+      offline();
+    }
+  }
+
+  /** tally does not answer: say so in the indicator and try again later. */
+  function offline() {
+    if (view.signedOut) return;
+    setLive("reconnecting…", "off");
+    clearTimeout(retryTimer);
+    retryTimer = setTimeout(checkSession, backoff);
+    backoff = Math.min(backoff * 2, 15000);
+  }
+
+  return {
+    CSRF, SETTLED, ROLES, view, h, time, badge, roleWords, jobTitle, shotWords, money, chargeSentence, retryCost,
+    providerPrice, ApiError, api, showError, errorSlot, busy, newKey, setView, signedOut, thumb, enlargeable,
+    openImage, confirmDialog, retry, resolveForm, resolveDialog, connect, main, errorBox,
+  };
+})();

@@ -1,0 +1,316 @@
+/* tally's web page: image sets (the list with thumbnails, a set with its reference photos and
+   shot cards that carry their own retry, resolve and download, "Download all", cancel with a
+   confirmation, resuming canceled shots together), creating a set in the page (product,
+   reference photos by file picker or drag and drop, a shot list in plain words, style notes),
+   and what tally spent. */
+"use strict";
+
+(function (T) {
+  const { h, api, busy, errorSlot, badge, time } = T;
+
+  // ---------------------------------------------------------------- the list
+
+  async function showSets(fresh) {
+    let page;
+    try {
+      page = await api("GET", "/v1/sets");
+    } catch (e) {
+      if (e.code === "signed_out") return;
+      T.setView("sets", null, "Image sets", h("p", {}, e.message), fresh);
+      return;
+    }
+    const sets = page.sets || [];
+    const make = h("p", {}, h("a", { href: "#/sets/new", class: "button primary", id: "new-set-link" }, "New image set"));
+    T.setView("sets", null, "Image sets", [make,
+      sets.length ? h("ul", { id: "set-list", class: "tasks" }, sets.map(setRow))
+        : h("p", { class: "hint" }, "No image sets yet. Make one with “New image set”: a product, its photos and the shots you want.")], fresh);
+    T.view.onTask = () => showSets(false);
+    T.view.onResync = () => showSets(false);
+  }
+
+  function setRow(s) {
+    const arts = (s.shots || []).flatMap((x) => (x.artifacts || []).slice(0, 1)).slice(0, 4);
+    return h("li", { class: "task s-" + s.status, "data-set-id": s.id, "data-status": s.status },
+      h("a", { href: "#/sets/" + encodeURIComponent(s.id), class: "task-link set-link" },
+        h("span", { class: "strip", "aria-hidden": "true" },
+          arts.length ? arts.map((a) => T.thumb(a.url, "", "small")) : h("span", { class: "thumb none" }, "…")),
+        h("span", { class: "title" }, s.product),
+        badge(s.status),
+        h("span", { class: "message" }, s.progress + ". " + s.message)),
+      h("p", { class: "meta" }, s.provider + " · ", time(s.created_at)));
+  }
+
+  // ---------------------------------------------------------------- one set
+
+  async function showSet(id, fresh) {
+    let s;
+    try {
+      s = await api("GET", "/v1/sets/" + encodeURIComponent(id));
+    } catch (e) {
+      if (e.code === "signed_out") return;
+      T.setView("set", id, "Image set not found", [h("p", {}, h("a", { href: "#/sets" }, "← All image sets")), h("p", {}, e.message)], fresh);
+      return;
+    }
+    if (location.hash !== "#/sets/" + encodeURIComponent(id) && location.hash !== "#/sets/" + id) return;
+    const focused = document.activeElement && document.activeElement.id;
+    T.setView("set", id, s.product, setView(s), fresh);
+    const ids = new Set((s.shots || []).map((x) => x.id));
+    /* A change to one of its shots, or a new job that is a shot of this set (a retry). */
+    T.view.onTask = async (changed) => {
+      if (ids.has(changed)) return showSet(id, false);
+      try {
+        const t = await api("GET", "/v1/tasks/" + encodeURIComponent(changed));
+        if (t.set_id === id) showSet(id, false);
+      } catch (e) { /* the next event or resync re-reads */ }
+    };
+    T.view.onResync = () => showSet(id, false);
+    if (!fresh && focused && document.getElementById(focused)) document.getElementById(focused).focus();
+  }
+
+  function setView(s) {
+    const err = errorSlot("set-error");
+    const top = h("div", { class: "actions" });
+    const done = (s.shots || []).some((x) => (x.artifacts || []).length);
+    if (done) {
+      top.append(h("a", { href: "/v1/sets/" + encodeURIComponent(s.id) + "/download", class: "button primary",
+        id: "download-all", download: "" }, "Download all images (zip)"));
+    }
+    if (s.status === "running" && !s.canceled) {
+      const cancel = h("button", { type: "button", id: "cancel-set" }, "Cancel the shots not started yet");
+      cancel.addEventListener("click", async () => {
+        const yes = await T.confirmDialog("Cancel the shots not started yet?",
+          "Shots that have not been sent are canceled and cost nothing. A shot the provider is already working on finishes, and its image is kept.",
+          "Cancel those shots");
+        if (!yes) return;
+        busy(cancel, err, async () => {
+          await api("POST", "/v1/sets/" + encodeURIComponent(s.id) + "/cancel", {});
+          await showSet(s.id, false);
+        });
+      });
+      top.append(cancel);
+    }
+    const canceled = (s.shots || []).filter((x) => x.status === "canceled" && x.retry && x.retry.allowed);
+    if (canceled.length) {
+      const resume = h("button", { type: "button", id: "resume-set" }, "Resume the " + canceled.length + " canceled shot" + (canceled.length > 1 ? "s" : ""));
+      resume.addEventListener("click", () => busy(resume, err, async () => {
+        for (const shot of canceled) {
+          if (shot.retry.requires_cost_acknowledgement) continue;
+          await api("POST", "/v1/tasks/" + encodeURIComponent(shot.id) + "/retry", { idempotency_key: "resume-" + shot.id });
+        }
+        await showSet(s.id, false);
+      }));
+      top.append(resume);
+    }
+    const refs = s.references || [];
+    return h("article", { class: "detail", "data-set-id": s.id, "data-status": s.status },
+      h("p", { class: "back" }, h("a", { href: "#/sets" }, "← All image sets")),
+      h("p", { class: "status-line" }, badge(s.status), " ", h("strong", { id: "set-progress" }, s.progress), " ",
+        h("span", { id: "set-message" }, s.message)),
+      top, err,
+      refs.length ? h("section", { "aria-labelledby": "refs-title" }, h("h2", { id: "refs-title" }, "Your reference photos"),
+        h("ul", { id: "references", class: "refs" }, refs.map((u, i) => h("li", {},
+          T.enlargeable(u.url, "Reference photo " + (i + 1) + " of " + s.product, null, "ref"))))) : null,
+      h("dl", { class: "facts" }, h("dt", {}, "Provider"), h("dd", {}, s.provider),
+        s.style ? [h("dt", {}, "Style"), h("dd", {}, s.style)] : null,
+        h("dt", {}, "Created"), h("dd", {}, time(s.created_at))),
+      h("h2", {}, "Shots"),
+      h("ol", { class: "shots", id: "shots" }, (s.shots || []).map((shot) => shotCard(s, shot))));
+  }
+
+  function shotCard(s, shot) {
+    const role = T.roleWords(shot.role);
+    const err = errorSlot("shot-error-" + shot.position);
+    const actions = h("div", { class: "actions" });
+    const art = (shot.artifacts || [])[0];
+    if (art) {
+      actions.append(h("a", { href: art.url, download: "", class: "button", id: "shot-download-" + shot.position }, "Download"));
+    }
+    if (shot.status === "unknown") {
+      const rec = h("button", { type: "button", id: "shot-resolve-" + shot.position }, "Record what you found…");
+      rec.addEventListener("click", () => T.resolveDialog(shot, () => showSet(s.id, false)));
+      actions.append(rec);
+    }
+    if (shot.retry && shot.retry.allowed) {
+      const ack = shot.retry.requires_cost_acknowledgement;
+      const retry = h("button", { type: "button", id: "shot-retry-" + shot.position, class: ack ? "danger" : "" },
+        ack ? "Generate again…" : "Retry");
+      retry.addEventListener("click", async () => {
+        const n = await T.retry(shot, retry, err);
+        if (n) await showSet(s.id, false);
+      });
+      actions.append(retry);
+    }
+    const charge = T.chargeSentence(shot);
+    return h("li", { class: "shot s-" + shot.status, "data-task-id": shot.id, "data-status": shot.status },
+      h("h3", {}, (shot.position + 1) + ". " + role),
+      badge(shot.status),
+      art ? T.enlargeable(art.url, role + " of " + s.product, null, "shot") : null,
+      h("p", { class: "message" }, T.sentence(shot)),
+      charge ? h("p", { class: "charge" }, charge) : null,
+      h("p", { class: "hint" }, T.shotWords(shot.prompt)),
+      actions, err,
+      h("a", { href: "#/tasks/" + encodeURIComponent(shot.id), class: "more-link" }, "Details and history"));
+  }
+
+  // ---------------------------------------------------------------- a new set
+
+  async function showNewSet(fresh) {
+    let info;
+    try { info = await T.loadProviders(); } catch (e) { if (e.code === "signed_out") return; info = { providers: [], defaultProvider: "" }; }
+    const files = [];
+    const product = h("input", { id: "set-product", type: "text", required: true, autocomplete: "off", placeholder: "red sneaker" });
+    const picker = h("input", { id: "set-refs", type: "file", multiple: true, accept: "image/png,image/jpeg,image/webp",
+      class: "visually-hidden" });
+    const previews = h("ul", { id: "ref-previews", class: "refs" });
+    const drop = h("div", { id: "drop-zone", class: "drop" },
+      h("p", {}, "Drop the product's photos here, or "),
+      h("label", { for: "set-refs", class: "button" }, "choose photos…"), picker,
+      h("p", { class: "hint" }, "PNG, JPEG or WebP. tally sends them with every shot, so the images show your product."));
+    const addFiles = (list) => {
+      for (const f of list) {
+        if (!/^image\/(png|jpeg|webp)$/.test(f.type)) {
+          T.showError(refErr, f.name + " is not a PNG, JPEG or WebP photo.");
+          continue;
+        }
+        files.push(f);
+      }
+      drawPreviews();
+    };
+    const refErr = errorSlot("refs-error");
+    const drawPreviews = () => {
+      previews.replaceChildren(...files.map((f, i) => {
+        const url = URL.createObjectURL(f);
+        const remove = h("button", { type: "button", class: "small", "aria-label": "Remove " + f.name }, "Remove");
+        remove.addEventListener("click", () => { files.splice(i, 1); drawPreviews(); });
+        return h("li", { "data-file": f.name }, h("img", { src: url, alt: "Reference photo " + (i + 1) + ": " + f.name, class: "thumb ref" }),
+          h("span", { class: "hint" }, f.name), remove);
+      }));
+    };
+    picker.addEventListener("change", () => { addFiles(Array.from(picker.files)); picker.value = ""; });
+    drop.addEventListener("dragover", (ev) => { ev.preventDefault(); drop.classList.add("over"); });
+    drop.addEventListener("dragleave", () => drop.classList.remove("over"));
+    drop.addEventListener("drop", (ev) => {
+      ev.preventDefault();
+      drop.classList.remove("over");
+      addFiles(Array.from((ev.dataTransfer && ev.dataTransfer.files) || []));
+    });
+
+    const shots = h("ol", { id: "shot-rows", class: "shot-rows" });
+    let n = 0;
+    const addShot = (role, prompt) => {
+      n += 1;
+      const i = n;
+      const select = h("select", { id: "shot-role-" + i, class: "shot-role" },
+        T.ROLES.map(([v, words]) => h("option", { value: v, selected: v === role }, words)));
+      const text = h("input", { id: "shot-prompt-" + i, class: "shot-prompt", type: "text", value: prompt || "",
+        placeholder: "the shoe on a white background" });
+      const remove = h("button", { type: "button", class: "small", "aria-label": "Remove shot " + i }, "Remove");
+      const li = h("li", { class: "shot-row" },
+        h("span", {}, h("label", { for: "shot-role-" + i }, "Kind of photo"), select),
+        h("span", { class: "grow" }, h("label", { for: "shot-prompt-" + i }, "What it should show"), text), remove);
+      remove.addEventListener("click", () => li.remove());
+      shots.append(li);
+      return text;
+    };
+    addShot("main", "");
+    addShot("selling_point", "");
+    addShot("scene", "");
+    const add = h("button", { type: "button", id: "add-shot" }, "Add a shot");
+    add.addEventListener("click", () => addShot("scene", "").focus());
+    const style = h("textarea", { id: "set-style", rows: 2, placeholder: "soft studio light" });
+    const provider = h("select", { id: "set-provider" },
+      info.providers.map((p) => h("option", { value: p.name, selected: p.name === info.defaultProvider }, p.name)));
+    const price = h("p", { id: "set-price", class: "hint" });
+    const showPrice = () => {
+      const p = info.providers.find((x) => x.name === provider.value);
+      const each = p && T.money(p.estimated_cost !== undefined ? p.estimated_cost : p.price_per_image, p.currency);
+      const count = shots.children.length;
+      price.textContent = (p ? "How " + p.name + " bills: " + p.billing_note : "") +
+        (each ? " " + count + " shot" + (count === 1 ? "" : "s") + " at about " + each + " each." : "");
+    };
+    provider.addEventListener("change", showPrice);
+    add.addEventListener("click", showPrice);
+    showPrice();
+    const create = h("button", { type: "submit", id: "create-set", class: "primary" }, "Create the set");
+    const err = errorSlot("create-set-error");
+    let key = null;
+    const form = h("form", { id: "new-set", class: "card", novalidate: true },
+      h("p", { class: "back" }, h("a", { href: "#/sets" }, "← All image sets")),
+      h("label", { for: "set-product" }, "Product name"), product,
+      h("fieldset", {}, h("legend", {}, "Reference photos"), drop, previews, refErr),
+      h("fieldset", {}, h("legend", {}, "Shots, in order"), shots, h("div", { class: "actions" }, add)),
+      h("label", { for: "set-style" }, "Style notes for every shot (optional)"), style,
+      h("label", { for: "set-provider" }, "Provider"), provider, price,
+      h("div", { class: "actions" }, create), err);
+    form.addEventListener("input", () => { key = null; });
+    form.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      busy(create, err, async () => {
+        if (!product.value.trim()) throw new Error("Give the product a name.");
+        const list = Array.from(shots.querySelectorAll(".shot-row")).map((row) => ({
+          role: row.querySelector(".shot-role").value, prompt: row.querySelector(".shot-prompt").value.trim() }));
+        if (!list.length) throw new Error("Add at least one shot.");
+        const empty = list.findIndex((x) => !x.prompt);
+        if (empty >= 0) throw new Error("Shot " + (empty + 1) + " needs a few words about what it should show.");
+        key = key || T.newKey();
+        const references = [];
+        for (const f of files) {
+          const up = await api("POST", "/v1/uploads", undefined, f);
+          references.push(up.id);
+        }
+        const body = { product: product.value.trim(), references, shots: list, provider: provider.value, idempotency_key: key };
+        if (style.value.trim()) body.style = style.value.trim();
+        const s = await api("POST", "/v1/sets", body);
+        location.hash = "#/sets/" + encodeURIComponent(s.id);
+      });
+    });
+    T.setView("new-set", null, "New image set", form, fresh);
+  }
+
+  // ---------------------------------------------------------------- spend
+
+  async function showSpend(fresh) {
+    const group = h("select", { id: "spend-group" },
+      [["month", "By month"], ["day", "By day"], ["provider", "By provider"]].map(([v, w]) => h("option", { value: v }, w)));
+    const out = h("div", { id: "spend-table" });
+    const load = async () => {
+      let r;
+      try {
+        r = await api("GET", "/v1/spend?group=" + encodeURIComponent(group.value));
+      } catch (e) {
+        if (e.code === "signed_out") return;
+        out.replaceChildren(h("p", { class: "hint" }, e.status === 404
+          ? "This version of tally does not count spend yet."
+          : e.message));
+        return;
+      }
+      const cur = r.currency;
+      const rows = r.rows || [];
+      const cell = (count, amount) => (count || 0) + (money(amount, cur) ? " (" + money(amount, cur) + ")" : "");
+      out.replaceChildren(rows.length ? h("table", { class: "spend" },
+        h("caption", {}, "Requests that reached a provider"),
+        h("thead", {}, h("tr", {}, ["", "Charged", "Possibly charged", "Refused (not charged)"].map((c) => h("th", { scope: "col" }, c)))),
+        h("tbody", {}, rows.map((row) => h("tr", {}, h("th", { scope: "row" }, String(row.key || row.period || row.provider || "")),
+          h("td", {}, cell(row.charged_count, row.charged_amount)),
+          h("td", {}, cell(row.possibly_charged_count, row.possibly_charged_amount)),
+          h("td", {}, String(row.refused_count || 0))))),
+        r.totals ? h("tfoot", {}, h("tr", {}, h("th", { scope: "row" }, "Total"),
+          h("td", {}, cell(r.totals.charged_count, r.totals.charged_amount)),
+          h("td", {}, cell(r.totals.possibly_charged_count, r.totals.possibly_charged_amount)),
+          h("td", {}, String(r.totals.refused_count || 0)))) : null)
+        : h("p", { class: "hint" }, "Nothing has been charged yet."));
+    };
+    const money = T.money;
+    group.addEventListener("change", load);
+    T.setView("spend", null, "Spend", [h("p", { class: "hint" },
+      "What tally knows about charges: requests a provider charged, requests that may have been charged (their answer was lost), and requests it refused."),
+    h("p", { class: "filter" }, h("label", { for: "spend-group" }, "Show"), group), out], fresh);
+    T.view.onResync = load;
+    await load();
+  }
+
+  T.showSets = showSets;
+  T.showSet = showSet;
+  T.showNewSet = showNewSet;
+  T.showSpend = showSpend;
+})(window.tally);

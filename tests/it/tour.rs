@@ -1,0 +1,116 @@
+//! The README's tour, run as written: the CLI tour, the curl lines and the mock walk-through,
+//! in the README's order, by bash, each command's exit code checked (0, or the code its
+//! comment names). Only what a fresh machine would differ in is replaced: `tally` is this
+//! build, the home and data directories are temporary, `/tmp/` is a temporary directory, the
+//! ports are free ones, `<id>` is the newest job and `<artifact-id>` its image, and the "Two
+//! commands" daemon is started in the background where a person would use a second terminal.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::common::{EXE, TempDir, free_port};
+
+/// The indented lines of the first code block after `marker`, without their indentation.
+fn block_after<'a>(readme: &'a str, marker: &str) -> Vec<&'a str> {
+    let start = readme.find(marker).unwrap_or_else(|| panic!("README has no `{marker}`"));
+    readme[start..]
+        .lines()
+        .skip_while(|l| !l.starts_with("    "))
+        .take_while(|l| l.starts_with("    ") || l.trim().is_empty())
+        .map(|l| l.strip_prefix("    ").unwrap_or(l))
+        .filter(|l| !l.trim().is_empty())
+        .collect()
+}
+
+/// Commands of a block: heredocs and `\` continuations joined, comment-only lines dropped.
+fn commands(lines: &[&str]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let mut cmd = lines[i].to_string();
+        if let Some(tag) = cmd.split("<<'").nth(1).and_then(|t| t.split('\'').next()).map(str::to_string) {
+            while i + 1 < lines.len() {
+                i += 1;
+                cmd.push('\n');
+                cmd.push_str(lines[i]);
+                if lines[i].trim() == tag {
+                    break;
+                }
+            }
+        }
+        while cmd.ends_with('\\') && i + 1 < lines.len() {
+            i += 1;
+            cmd.push('\n');
+            cmd.push_str(lines[i]);
+        }
+        if !cmd.trim_start().starts_with('#') {
+            out.push(cmd);
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The exit code a command's comment promises ("exit code 4"), else 0.
+fn expected_code(cmd: &str) -> i32 {
+    cmd.split("exit code ")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn the_readme_tour_runs_as_written() {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).expect("README");
+    let tmp = TempDir::new();
+    let root = tmp.path();
+    for d in ["home", "xdg", "work", "tmp"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    let (p1, p2, p3) = (free_port(), free_port(), free_port());
+    let subst = |c: &str| {
+        c.replace("/tmp/", &format!("{}/tmp/", root.display()))
+            .replace("127.0.0.1:7700", &format!("127.0.0.1:{p1}"))
+            .replace("127.0.0.1:7701", &format!("127.0.0.1:{p2}"))
+            .replace("127.0.0.1:7800", &format!("127.0.0.1:{p3}"))
+            .replace("<artifact-id>", "$(artifact_id)")
+            .replace("<id>", "$(last_id)")
+    };
+    let mut steps: Vec<String> = Vec::new();
+    for marker in ["## A two-minute tour", "With curl:", "### Try it at no cost against the mock provider"] {
+        steps.extend(commands(&block_after(&readme, marker)).iter().map(|c| subst(c)));
+    }
+    assert!(steps.iter().any(|s| s.contains("tally cancel")) && steps.iter().any(|s| s.contains("tally retry")));
+
+    let exe_dir = Path::new(EXE).parent().unwrap().display().to_string();
+    let mut script = format!(
+        "set -u\nexport PATH={exe_dir}:$PATH HOME={r}/home XDG_DATA_HOME={r}/xdg\nunset TALLY_CONFIG TALLY_DATA_DIR\n\
+         cd {r}/work\ntrap 'kill -KILL $(jobs -p) 2>/dev/null' EXIT\n\
+         last_id() {{ tally list --limit 1 | head -n1 | cut -d' ' -f1; }}\n\
+         artifact_id() {{ tally status \"$(last_id)\" | sed -n 's/.*(artifact id \\([^)]*\\)).*/\\1/p' | head -n1; }}\n\
+         tally serve --listen 127.0.0.1:{p1} > {r}/serve1.log 2>&1 &\n\
+         for i in $(seq 200); do tally list > /dev/null 2>&1 && break; sleep 0.05; done\n",
+        r = root.display()
+    );
+    for (i, s) in steps.iter().enumerate() {
+        script.push_str(&format!("{s}\necho \"step {i} $?\" >> {}/steps.log\n", root.display()));
+    }
+    let out = Command::new("bash").arg("-c").arg(&script).output().expect("run bash");
+    let log = std::fs::read_to_string(root.join("steps.log")).unwrap_or_default();
+    let said = format!(
+        "stdout:\n{}\nstderr:\n{}\nserve:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        std::fs::read_to_string(root.join("serve1.log")).unwrap_or_default()
+    );
+    let codes: Vec<i32> = log.lines().filter_map(|l| l.rsplit(' ').next()?.parse().ok()).collect();
+    assert_eq!(codes.len(), steps.len(), "every step ran:\n{said}");
+    for (i, (s, code)) in steps.iter().zip(&codes).enumerate() {
+        assert_eq!(*code, expected_code(s), "step {i} `{s}` exited {code}\n{said}");
+    }
+    // The mock's ledger counts what was charged: the red, the lost blue, its retry, the green.
+    let ledger = std::fs::read_to_string(root.join("tmp/ledger.jsonl")).unwrap_or_default();
+    let charged = ledger.lines().filter(|l| l.contains("\"charged\":true")).count();
+    assert!(charged >= 3, "the ledger shows {charged} charged requests:\n{ledger}");
+}
