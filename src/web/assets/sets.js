@@ -289,7 +289,7 @@
       const cell = (count, amount) => (count || 0) + (money(amount, cur) ? " (" + money(amount, cur) + ")" : "");
       out.replaceChildren(rows.length ? h("table", { class: "spend" },
         h("caption", {}, "Requests that reached a provider"),
-        h("thead", {}, h("tr", {}, ["", "Charged", "Possibly charged", "Refused (not charged)"].map((c) => h("th", { scope: "col" }, c)))),
+        h("thead", {}, h("tr", {}, [({ month: "Month", day: "Day", provider: "Provider" })[group.value] || "Row", "Charged", "Possibly charged", "Refused (not charged)"].map((c) => h("th", { scope: "col" }, c)))),
         h("tbody", {}, rows.map((row) => h("tr", {}, h("th", { scope: "row" }, String(row.key || row.period || row.provider || "")),
           h("td", {}, cell(row.charged_count, row.charged_amount)),
           h("td", {}, cell(row.possibly_charged_count, row.possibly_charged_amount)),
