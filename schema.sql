@@ -6,6 +6,9 @@
 --   tasks + envelopes : did the user's request leave a durable trace?
 --   envelope lease, execution token : who may execute right now?
 --   execution phase, provider job id, artifacts : what has already happened outside?
+--
+-- Image bytes live in this file too (blobs), so after a clean stop tally.db alone is the
+-- whole of a shop's work.
 
 -- The business object the user sees. Its status is the only status shown to users.
 CREATE TABLE tasks (
@@ -21,7 +24,7 @@ CREATE TABLE tasks (
     failure_kind     TEXT CHECK (failure_kind IN
                        ('rejected', 'configuration', 'not_sent', 'rate_limited', 'undeliverable', 'expired', 'operator', 'invalid_result')),
     attempts         INTEGER NOT NULL DEFAULT 0,  -- executions that reached phase 'calling'
-    may_have_charged INTEGER NOT NULL DEFAULT 0 CHECK (may_have_charged IN (0, 1)), -- unused since v4: see executions.charge
+    may_have_charged INTEGER NOT NULL DEFAULT 0 CHECK (may_have_charged IN (0, 1)), -- unused since v5: see executions.charge
     cancel_requested INTEGER NOT NULL DEFAULT 0 CHECK (cancel_requested IN (0, 1)),
     retry_of         TEXT REFERENCES tasks(id),
     set_id           TEXT REFERENCES sets(id),    -- the image set this task is a shot of
@@ -35,6 +38,9 @@ CREATE INDEX tasks_by_status ON tasks(status, id);
 CREATE INDEX tasks_by_set ON tasks(set_id, set_position) WHERE set_id IS NOT NULL;
 CREATE INDEX tasks_by_retry_of ON tasks(retry_of) WHERE retry_of IS NOT NULL;
 CREATE UNIQUE INDEX tasks_by_retry_key ON tasks(retry_of, retry_key) WHERE retry_key IS NOT NULL;
+-- Retention (tally prune, [retention]): settled tasks by age. Partial, so live rows never
+-- carry it.
+CREATE INDEX tasks_settled_by_age ON tasks(updated_at) WHERE status IN ('succeeded', 'failed', 'canceled');
 
 -- The outbox: one logical delivery of a task to the executor, written in the submit
 -- transaction. 'sent' means "handed to the in-process transport, must be reconciled".
@@ -93,12 +99,13 @@ CREATE INDEX executions_running ON executions(task_id) WHERE status = 'running';
 -- Spend and budgets: requests that reached the provider, by when they left.
 CREATE INDEX executions_paid ON executions(calling_at) WHERE charge <> 'none';
 
--- A produced file under the data dir. A task is 'succeeded' only with one of these.
+-- A produced image. A task is 'succeeded' only with one of these; its bytes are the blob with
+-- the same id, committed in the same transaction (the fenced finish, a late result, an
+-- operator's resolve).
 CREATE TABLE artifacts (
-    id               TEXT PRIMARY KEY,
+    id               TEXT PRIMARY KEY,            -- also the id of its bytes in blobs
     task_id          TEXT NOT NULL REFERENCES tasks(id),
     execution_token  TEXT NOT NULL UNIQUE REFERENCES executions(token),
-    path             TEXT NOT NULL UNIQUE,        -- relative to the data dir
     sha256           TEXT NOT NULL,
     bytes            INTEGER NOT NULL CHECK (bytes > 0),
     media_type       TEXT NOT NULL CHECK (media_type IN ('image/png', 'image/jpeg', 'image/webp')),
@@ -121,8 +128,7 @@ CREATE INDEX events_by_task ON events(task_id, id);
 -- Reference images uploaded by the user (product photos), deduplicated by content.
 CREATE TABLE uploads (
     id               TEXT PRIMARY KEY,
-    sha256           TEXT NOT NULL UNIQUE,
-    path             TEXT NOT NULL,               -- relative to the data dir
+    sha256           TEXT NOT NULL UNIQUE,        -- its bytes are the blob with the same id
     bytes            INTEGER NOT NULL CHECK (bytes > 0),
     media_type       TEXT NOT NULL CHECK (media_type IN ('image/png', 'image/jpeg', 'image/webp')),
     created_at       INTEGER NOT NULL
@@ -147,4 +153,18 @@ CREATE TABLE set_references (
     position         INTEGER NOT NULL,
     upload_id        TEXT NOT NULL REFERENCES uploads(id),
     PRIMARY KEY (set_id, position)
+) STRICT;
+
+-- The bytes of every image: generated ones (keyed by their artifact's id) and uploaded
+-- reference photos (keyed by their upload's id). A table of its own, apart from the hot task
+-- tables, so that reading or updating tasks never touches image pages; `data` is the last
+-- column, so reading the others never reads the image. Written only by the writer, in the
+-- transaction that commits the row it belongs to; read in chunks by incremental blob I/O
+-- (store::blobs), never whole per request.
+CREATE TABLE blobs (
+    id               TEXT PRIMARY KEY,            -- the artifact's or upload's id
+    sha256           TEXT NOT NULL,               -- of data, computed before the commit
+    bytes            INTEGER NOT NULL CHECK (bytes > 0),
+    media_type       TEXT NOT NULL CHECK (media_type IN ('image/png', 'image/jpeg', 'image/webp')),
+    data             BLOB NOT NULL CHECK (length(data) = bytes)
 ) STRICT;

@@ -133,7 +133,8 @@ pub fn base_url(listen: SocketAddr) -> String {
     format!("http://{addr}")
 }
 
-fn create_data_dir(dir: &Path) -> Result<(), Failure> {
+/// Create the data directory (mode 0700) if it does not exist.
+pub fn create_data_dir(dir: &Path) -> Result<(), Failure> {
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -202,14 +203,25 @@ pub async fn serve(cfg: Config, config_path: Option<PathBuf>) -> Result<(), Fail
     }
     let default_provider = cfg.providers.first().map(|p| p.name.clone()).unwrap_or_else(|| "demo".into());
 
+    for w in &cfg.warnings {
+        tracing::warn!("{w}");
+    }
     // The database first: the API token is evidence that the data dir was used, so it must
     // not exist before the database does (a first start that stops early must not make the
     // next one look like a lost database).
     let db = cfg.db_path();
     let token_path = cfg.token_path();
+    // An older version kept images as files in these directories (before the migration).
     let evidence = UsedEvidence { token: token_path.clone(), dirs: vec![dir.join("artifacts"), dir.join("uploads")] };
     let store = open_for_serve(&db, cfg.storage.durability, &evidence)
         .map_err(|e| Failure::error(format!("cannot open the database {}: {e}", db.display())))?;
+    if !store.migration_notes().is_empty() {
+        let mut out = std::io::stdout().lock();
+        for note in store.migration_notes() {
+            let _ = writeln!(out, "upgrade: {note}");
+        }
+        let _ = out.flush();
+    }
     let before_engine = |e: Failure| {
         let _ = store.close();
         e

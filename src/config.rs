@@ -72,6 +72,8 @@ struct RawEngine {
     recovery_deadline_secs: Option<f64>,
     circuit_failures: Option<i64>,
     circuit_pause_secs: Option<f64>,
+    /// No longer has any effect (images are stored in the database, so there are no orphan
+    /// files to sweep); accepted so that an older configuration still starts, with a warning.
     orphan_grace_secs: Option<f64>,
     shutdown_deadline_secs: Option<f64>,
 }
@@ -115,6 +117,9 @@ pub enum Durability {
 /// The resolved configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// Things in the file worth telling the user about that do not stop start-up (a key
+    /// that no longer has any effect).
+    pub warnings: Vec<String>,
     pub server: ServerConfig,
     pub storage: StorageConfig,
     pub engine: EngineConfig,
@@ -190,8 +195,6 @@ pub struct EngineConfig {
     /// Consecutive failed calls that open a provider's circuit.
     pub circuit_failures: u32,
     pub circuit_pause: Duration,
-    /// Age after which an artifact file no row points to is deleted.
-    pub orphan_grace: Duration,
     /// How long a clean shutdown waits for in-flight calls.
     pub shutdown_deadline: Duration,
 }
@@ -211,7 +214,6 @@ impl Default for EngineConfig {
             recovery_deadline: Duration::from_secs(3600),
             circuit_failures: 5,
             circuit_pause: Duration::from_secs(30),
-            orphan_grace: Duration::from_secs(3600),
             shutdown_deadline: Duration::from_secs(10),
         }
     }
@@ -412,7 +414,6 @@ fn resolve(raw: RawConfig, origin: &str) -> Result<Config, ConfigError> {
         circuit_failures: count("engine.circuit_failures", e.circuit_failures, d.circuit_failures as u64, 1, 1000)?
             as u32,
         circuit_pause: secs("engine.circuit_pause_secs", e.circuit_pause_secs, d.circuit_pause)?,
-        orphan_grace: secs("engine.orphan_grace_secs", e.orphan_grace_secs, d.orphan_grace)?,
         shutdown_deadline: secs("engine.shutdown_deadline_secs", e.shutdown_deadline_secs, d.shutdown_deadline)?,
     };
     if engine.heartbeat >= engine.lease {
@@ -435,7 +436,15 @@ fn resolve(raw: RawConfig, origin: &str) -> Result<Config, ConfigError> {
         }
     }
     let budget = resolve_budget(raw.budget, &providers, origin)?;
+    let mut warnings = Vec::new();
+    if e.orphan_grace_secs.is_some() {
+        warnings.push(format!(
+            "{origin}: key `engine.orphan_grace_secs` no longer has any effect (images are stored in the database); \
+             remove it"
+        ));
+    }
     Ok(Config {
+        warnings,
         server: ServerConfig { listen, allowed_hosts, allow_non_loopback, max_body_bytes },
         storage: StorageConfig { data_dir, durability },
         engine,

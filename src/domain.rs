@@ -318,8 +318,6 @@ pub enum Decision {
     GiveUp,
     /// Execution `abandoned`, envelope `pending`: nothing was sent.
     Abandon,
-    /// A saved image for the execution is on disk: commit it and finish `succeeded`.
-    FinishFromFile,
     /// Hand the same execution to a worker again: it replays with the same idempotency key
     /// or looks the job up, depending on what the provider can prove.
     Resume,
@@ -327,14 +325,14 @@ pub enum Decision {
     Unknown,
 }
 
-/// The recovery table of DESIGN §6 as a function. `file_on_disk` is true when a complete
-/// image file named after the execution token exists.
-pub fn decide(leftover: &Leftover, caps: Option<Capabilities>, file_on_disk: bool, max_sends: u32) -> Decision {
+/// The recovery table of DESIGN §6 as a function. (An image the provider returned is never a
+/// leftover: its bytes commit in the same transaction as `succeeded`, so a crash before that
+/// commit leaves nothing saved, and the call is recovered like any other.)
+pub fn decide(leftover: &Leftover, caps: Option<Capabilities>, max_sends: u32) -> Decision {
     match leftover {
         Leftover::Unclaimed { send_count } if *send_count >= max_sends => Decision::GiveUp,
         Leftover::Unclaimed { .. } => Decision::Requeue,
         Leftover::BeforeCalling => Decision::Abandon,
-        _ if file_on_disk => Decision::FinishFromFile,
         Leftover::Accepted if caps.is_some_and(|c| c.lookup) => Decision::Resume,
         Leftover::Calling if caps.is_some_and(|c| c.idempotent_create || c.lookup) => Decision::Resume,
         // An accepted job on a provider that is no longer configured, or a call that
@@ -355,19 +353,18 @@ mod tests {
     fn recovery_table() {
         use Decision::*;
         let cases = [
-            (Leftover::Unclaimed { send_count: 1 }, Some(NONE), false, Requeue),
-            (Leftover::Unclaimed { send_count: 10 }, Some(NONE), false, GiveUp),
-            (Leftover::BeforeCalling, Some(NONE), false, Abandon),
-            (Leftover::Calling, Some(IDEM), false, Resume),
-            (Leftover::Calling, Some(LOOKUP), false, Resume),
-            (Leftover::Accepted, Some(LOOKUP), false, Resume),
-            (Leftover::Calling, Some(NONE), false, Unknown),
-            (Leftover::Calling, None, false, Unknown),
-            (Leftover::Calling, Some(NONE), true, FinishFromFile),
-            (Leftover::Accepted, Some(LOOKUP), true, FinishFromFile),
+            (Leftover::Unclaimed { send_count: 1 }, Some(NONE), Requeue),
+            (Leftover::Unclaimed { send_count: 10 }, Some(NONE), GiveUp),
+            (Leftover::BeforeCalling, Some(NONE), Abandon),
+            (Leftover::Calling, Some(IDEM), Resume),
+            (Leftover::Calling, Some(LOOKUP), Resume),
+            (Leftover::Accepted, Some(LOOKUP), Resume),
+            (Leftover::Calling, Some(NONE), Unknown),
+            (Leftover::Calling, None, Unknown),
+            (Leftover::Accepted, Some(NONE), Unknown),
         ];
-        for (left, caps, file, want) in cases {
-            assert_eq!(decide(&left, caps, file, 10), want, "{left:?} {caps:?} file={file}");
+        for (left, caps, want) in cases {
+            assert_eq!(decide(&left, caps, 10), want, "{left:?} {caps:?}");
         }
     }
 
@@ -379,7 +376,7 @@ mod tests {
         assert_eq!(Leftover::of(Some(Phase::Claimed), 99), Leftover::BeforeCalling);
         assert_eq!(Leftover::of(Some(Phase::Calling), 99), Leftover::Calling);
         assert_eq!(Leftover::of(Some(Phase::Accepted), 99), Leftover::Accepted);
-        assert_eq!(decide(&Leftover::of(Some(Phase::Accepted), 99), Some(LOOKUP), false, 1), Decision::Resume);
+        assert_eq!(decide(&Leftover::of(Some(Phase::Accepted), 99), Some(LOOKUP), 1), Decision::Resume);
     }
 
     #[test]

@@ -3,9 +3,22 @@
 //! destructors, no flush. Enable with `FAILPOINTS=after-calling=return` (the `fail` crate's
 //! syntax) on a binary built with `--features failpoints`.
 
-/// The names of every crash point, in the order a task meets them.
-pub const POINTS: &[&str] =
-    &["after-submit", "after-sent", "after-claim", "after-calling", "after-accepted", "after-answer", "after-artifact"];
+/// The names of every crash point a task meets, in order (`before-finish-commit` fires on the
+/// writer thread inside the finish transaction, before its commit).
+pub const POINTS: &[&str] = &[
+    "after-submit",
+    "after-sent",
+    "after-claim",
+    "after-calling",
+    "after-accepted",
+    "after-answer",
+    "before-finish-commit",
+    "after-finish",
+];
+
+/// The crash points of the start-up migration that moves an older data dir's image files into
+/// the database (`store::migrate`), in order.
+pub const MIGRATION_POINTS: &[&str] = &["migrate-after-schema", "migrate-after-move", "migrate-after-remove"];
 
 /// Abort the process here if the named crash point is enabled.
 #[inline]

@@ -5,13 +5,12 @@
 //!
 //! The zip holds stored entries (PNG, JPEG and WebP are compressed already), one per image,
 //! written on a blocking thread into a bounded channel that feeds the response body, so a
-//! large set never sits in memory whole. Each image is checked against its recorded sha256
-//! while it is copied: a file that changed on disk ends the download with an error instead of
-//! handing out a damaged image under a trusted name.
+//! large set never sits in memory whole. Each image is read from the database in chunks
+//! ([`crate::store::BlobReader`]) and checked against its recorded sha256 while it is copied:
+//! damaged bytes end the download with an error instead of going out under a trusted name.
 
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Path as UrlPath, State};
@@ -24,7 +23,7 @@ use super::AppState;
 use super::error::ApiError;
 use crate::domain::hex;
 use crate::providers::extension;
-use crate::store::{ArtifactView, SetView, TaskView};
+use crate::store::{ArtifactView, SetView, Store, TaskView, blob_meta};
 
 /// The longest file-name stem made from a prompt or product, in characters.
 const MAX_STEM: usize = 48;
@@ -112,6 +111,18 @@ pub fn artifact_file_name(task: &TaskView, set: Option<&SetView>, artifact: &Art
     format!("{stem}.{}", extension(&artifact.media_type))
 }
 
+/// `name` with the last 8 hex digits of `id` (its random part: UUIDv7 ids made close together
+/// share their first digits) before the extension: `red-sneaker_main_5c1d9e2f.png`, so two
+/// versions of one shot saved into one folder keep apart.
+pub fn with_short_id(name: &str, id: &str) -> String {
+    let hexits: Vec<char> = id.chars().filter(char::is_ascii_hexdigit).map(|c| c.to_ascii_lowercase()).collect();
+    let short: String = hexits[hexits.len().saturating_sub(8)..].iter().collect();
+    match name.rsplit_once('.') {
+        Some((stem, ext)) => format!("{stem}_{short}.{ext}"),
+        None => format!("{name}_{short}"),
+    }
+}
+
 /// A `Content-Disposition` value (`inline` or `attachment`) naming `name`: an ASCII
 /// `filename=` for old clients and the exact UTF-8 name in `filename*=` (RFC 6266).
 pub fn content_disposition(disposition: &str, name: &str) -> HeaderValue {
@@ -168,7 +179,7 @@ pub fn plain_file_name(name: &str) -> Option<String> {
 
 /// What the zip writer needs of one image.
 struct Entry {
-    path: PathBuf,
+    id: String,
     name: String,
     sha256: String,
     created_at: crate::domain::Millis,
@@ -183,20 +194,32 @@ pub async fn set_zip(State(state): State<AppState>, UrlPath(id): UrlPath<String>
     if files.is_empty() {
         return Err(ApiError::conflict("no_images", "none of this set's shots has a finished image yet"));
     }
-    let data_dir = state.engine().data_dir().to_path_buf();
-    let mut entries = Vec::with_capacity(files.len());
-    for (a, name) in files {
-        let path = crate::engine::files::path_of(&data_dir, &a.path);
-        // A missing file is an error answer now, not a zip cut off half-way.
-        tokio::fs::metadata(&path)
-            .await
-            .map_err(|e| ApiError::unavailable(&format!("artifact {} at {}: {e}", a.id, path.display())))?;
-        entries.push(Entry { path, name, sha256: a.sha256, created_at: a.created_at });
+    let entries: Vec<Entry> = files
+        .into_iter()
+        .map(|(a, name)| Entry { id: a.id, name, sha256: a.sha256, created_at: a.created_at })
+        .collect();
+    // A missing image is an error answer now, not a zip cut off half-way.
+    let ids: Vec<String> = entries.iter().map(|e| e.id.clone()).collect();
+    let missing = state
+        .engine()
+        .store()
+        .read(move |c| {
+            for id in ids {
+                if blob_meta(c, &id)?.is_none() {
+                    return Ok(Some(id));
+                }
+            }
+            Ok(None)
+        })
+        .await?;
+    if let Some(id) = missing {
+        return Err(ApiError::unavailable(&format!("artifact {id}: its image is not stored")));
     }
+    let store = state.engine().store().clone();
     let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(4);
     tokio::task::spawn_blocking(move || {
         let errors = tx.clone();
-        if let Err(e) = write_zip(&entries, ChannelWriter { tx, buf: Vec::with_capacity(CHUNK) }) {
+        if let Err(e) = write_zip(&store, &entries, ChannelWriter { tx, buf: Vec::with_capacity(CHUNK) }) {
             tracing::warn!(error = %e, "a set download ended early");
             let _ = errors.blocking_send(Err(e));
         }
@@ -212,9 +235,9 @@ pub async fn set_zip(State(state): State<AppState>, UrlPath(id): UrlPath<String>
     Ok(r)
 }
 
-/// Write the zip: each image read in chunks into a stored entry, its sha256 checked before
-/// the next entry starts.
-fn write_zip(entries: &[Entry], out: ChannelWriter) -> std::io::Result<()> {
+/// Write the zip: each image read from the database in chunks into a stored entry, its sha256
+/// checked before the next entry starts.
+fn write_zip(store: &Store, entries: &[Entry], out: ChannelWriter) -> std::io::Result<()> {
     use zip::write::SimpleFileOptions;
     let mut zip = zip::ZipWriter::new_stream(out);
     for e in entries {
@@ -223,9 +246,12 @@ fn write_zip(entries: &[Entry], out: ChannelWriter) -> std::io::Result<()> {
             .last_modified_time(zip_time(e.created_at))
             .unix_permissions(0o644);
         zip.start_file(e.name.as_str(), opts).map_err(std::io::Error::other)?;
-        let mut f = std::fs::File::open(&e.path)?;
+        let mut f = store
+            .open_blob(&e.id)
+            .map_err(std::io::Error::other)?
+            .ok_or_else(|| std::io::Error::other(format!("the image of artifact {} is no longer stored", e.id)))?;
         let mut sha = Sha256::new();
-        let mut buf = vec![0u8; CHUNK];
+        let mut buf = vec![0u8; crate::store::CHUNK];
         loop {
             let n = f.read(&mut buf)?;
             if n == 0 {
@@ -236,8 +262,8 @@ fn write_zip(entries: &[Entry], out: ChannelWriter) -> std::io::Result<()> {
         }
         if hex(&sha.finalize()) != e.sha256 {
             return Err(std::io::Error::other(format!(
-                "{} does not match its recorded sha256; run `tally check`",
-                e.path.display()
+                "the image of artifact {} does not match its recorded sha256; run `tally check`",
+                e.id
             )));
         }
     }
@@ -303,11 +329,6 @@ impl Write for ChannelWriter {
     }
 }
 
-/// Read a whole image file (for the single-image routes and thumbnails).
-pub async fn read_file(path: &Path, what: &str) -> Result<Vec<u8>, ApiError> {
-    tokio::fs::read(path).await.map_err(|e| ApiError::unavailable(&format!("{what} at {}: {e}", path.display())))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -321,6 +342,13 @@ mod tests {
         let long = slug("the shoe on a white background with soft studio light and a shadow", 30).unwrap();
         assert!(long.chars().count() <= 30 && !long.ends_with('-'), "{long}");
         assert_eq!(long, "the-shoe-on-a-white-background");
+    }
+
+    #[test]
+    fn short_ids_keep_two_versions_apart() {
+        let id = "01a2b3c4-0000-7000-8000-00005c1d9e2f";
+        assert_eq!(with_short_id("red-sneaker_main.png", id), "red-sneaker_main_5c1d9e2f.png");
+        assert_eq!(with_short_id("image", id), "image_5c1d9e2f");
     }
 
     #[test]

@@ -11,6 +11,7 @@
 pub mod auth;
 pub mod download;
 pub mod error;
+pub mod images;
 pub mod sets;
 pub mod spend;
 pub mod tasks;
@@ -105,10 +106,10 @@ pub fn app(state: AppState) -> Router {
         .route("/tasks/{id}/cancel", post(tasks::cancel))
         .route("/tasks/{id}/retry", post(tasks::retry))
         .route("/tasks/{id}/resolve", post(tasks::resolve))
-        .route("/artifacts/{id}", get(tasks::artifact))
+        .route("/artifacts/{id}", get(images::artifact))
         .route("/artifacts/{id}/thumbnail", get(thumbnail::artifact))
         .route("/uploads", post(sets::upload))
-        .route("/uploads/{id}", get(sets::get_upload))
+        .route("/uploads/{id}", get(images::upload))
         .route("/uploads/{id}/thumbnail", get(thumbnail::upload))
         .route("/sets", post(sets::create).get(sets::list))
         .route("/sets/{id}", get(sets::get_one))

@@ -5,8 +5,8 @@
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -106,23 +106,6 @@ pub async fn upload(State(state): State<AppState>, body: Bytes) -> Result<Respon
     }
     let u = state.engine().upload(body.to_vec()).await?;
     Ok(json_response(StatusCode::CREATED, &upload_json(&u)))
-}
-
-/// `GET /v1/uploads/{id}`: the bytes.
-pub async fn get_upload(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
-    let u = state.engine().store().upload(id).await?.ok_or_else(|| ApiError::not_found("upload"))?;
-    let path = crate::engine::files::path_of(state.engine().data_dir(), &u.path);
-    let bytes = super::download::read_file(&path, &format!("upload {}", u.id)).await?;
-    let name = format!(
-        "reference-photo_{}.{}",
-        &u.sha256[..u.sha256.len().min(8)],
-        crate::providers::extension(&u.media_type)
-    );
-    let mut r =
-        ([(header::CONTENT_TYPE, u.media_type), (header::X_CONTENT_TYPE_OPTIONS, "nosniff".to_string())], bytes)
-            .into_response();
-    r.headers_mut().insert(header::CONTENT_DISPOSITION, super::download::content_disposition("inline", &name));
-    Ok(r)
 }
 
 /// One shot of `POST /v1/sets`.

@@ -1,17 +1,16 @@
-//! The `/v1` task and artifact handlers, and the task JSON every surface shows: status, a
+//! The `/v1` task handlers, and the task JSON every surface shows: status, a
 //! plain-words message, attempts, artifacts, and whether a retry is possible and what it
 //! may cost.
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use base64::Engine as _;
 use base64::prelude::BASE64_STANDARD;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::download;
 use super::error::ApiError;
 use super::{AppState, JsonBody, OptionalJsonBody, json_response};
 use crate::clock::rfc3339;
@@ -74,8 +73,6 @@ pub struct ArtifactJson {
     pub media_type: String,
     /// Where to download it: `/v1/artifacts/{id}`.
     pub url: String,
-    /// The file, relative to the data directory.
-    pub path: String,
 }
 
 /// What the evidence says about money for a task (see `domain::Charge`).
@@ -182,7 +179,6 @@ fn artifact_json(a: &ArtifactView) -> ArtifactJson {
         bytes: a.bytes,
         media_type: a.media_type.clone(),
         url: format!("/v1/artifacts/{}", a.id),
-        path: a.path.clone(),
     }
 }
 
@@ -532,7 +528,7 @@ pub async fn resolve(
             Some(Image { bytes, media_type: media_type.into() })
         }
     };
-    // Check first, so that a resolve of a task that is not unknown writes no image file.
+    // Check first, for a clear answer before the image is verified and sent to the writer.
     let t = load(&state, &id).await?;
     if t.status != TaskStatus::Unknown {
         return Err(not_unknown(t.status));
@@ -546,34 +542,4 @@ pub async fn resolve(
 
 fn not_unknown(s: TaskStatus) -> ApiError {
     ApiError::conflict("not_unknown", format!("only an unknown task can be resolved by hand; this one is {s}"))
-}
-
-/// `GET /v1/artifacts/{id}`: the image bytes with their media type, and a file name a person
-/// recognises in `Content-Disposition` (from the set's product and the shot's role, or the
-/// prompt).
-pub async fn artifact(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
-    let store = state.engine().store();
-    let a = store.artifact(id).await?.ok_or_else(|| ApiError::not_found("artifact"))?;
-    let task = store.get_task(a.task_id.clone()).await?;
-    let set = match task.as_ref().and_then(|t| t.set_id.clone()) {
-        Some(set_id) => store.get_set(set_id).await?,
-        None => None,
-    };
-    let name = match &task {
-        Some(t) => download::artifact_file_name(t, set.as_ref(), &a),
-        None => format!("image.{}", crate::providers::extension(&a.media_type)),
-    };
-    let path = crate::engine::files::path_of(state.engine().data_dir(), &a.path);
-    let bytes = download::read_file(&path, &format!("artifact {}", a.id)).await?;
-    let mut r = (
-        [
-            (header::CONTENT_TYPE, a.media_type),
-            (header::X_CONTENT_TYPE_OPTIONS, "nosniff".to_string()),
-            (header::CACHE_CONTROL, "private, max-age=31536000, immutable".to_string()),
-        ],
-        bytes,
-    )
-        .into_response();
-    r.headers_mut().insert(header::CONTENT_DISPOSITION, download::content_disposition("inline", &name));
-    Ok(r)
 }

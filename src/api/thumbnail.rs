@@ -19,8 +19,8 @@ use axum::response::{IntoResponse, Response};
 use tokio::sync::Semaphore;
 
 use super::AppState;
-use super::download::read_file;
 use super::error::ApiError;
+use crate::store::Store;
 
 /// The longest side of a thumbnail, in pixels (sharp at about 128 CSS pixels on a 2× screen).
 pub const SIZE: u32 = 256;
@@ -100,14 +100,18 @@ pub fn make(bytes: &[u8], size: u32) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
-/// A cached or freshly made thumbnail of the file at `path`, answered as `image/jpeg`.
-async fn answer(key: String, path: std::path::PathBuf, what: String) -> Result<Response, ApiError> {
+/// A cached or freshly made thumbnail of the image stored under `id`, answered as
+/// `image/jpeg`. The image is read whole (`Store::read_image_bytes`): decoding needs it all.
+async fn answer(store: &Store, key: String, id: String, what: String) -> Result<Response, ApiError> {
     let cached = cache().lock().unwrap_or_else(|e| e.into_inner()).get(&key);
     let jpeg = match cached {
         Some(j) => j,
         None => {
             let _permit = permits().acquire().await.map_err(|_| ApiError::unavailable(&"thumbnails are shut down"))?;
-            let bytes = read_file(&path, &what).await?;
+            let (_, bytes) = store
+                .read_image_bytes(id)
+                .await?
+                .ok_or_else(|| ApiError::unavailable(&format!("{what}: its image is not stored")))?;
             let made = tokio::task::spawn_blocking(move || make(&bytes, SIZE))
                 .await
                 .map_err(|e| ApiError::unavailable(&format!("thumbnail worker: {e}")))?
@@ -129,16 +133,16 @@ async fn answer(key: String, path: std::path::PathBuf, what: String) -> Result<R
 
 /// `GET /v1/artifacts/{id}/thumbnail`.
 pub async fn artifact(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
-    let a = state.engine().store().artifact(id).await?.ok_or_else(|| ApiError::not_found("artifact"))?;
-    let path = crate::engine::files::path_of(state.engine().data_dir(), &a.path);
-    answer(format!("a/{}", a.id), path, format!("artifact {}", a.id)).await
+    let store = state.engine().store();
+    let a = store.artifact(id).await?.ok_or_else(|| ApiError::not_found("artifact"))?;
+    answer(store, format!("a/{}", a.id), a.id.clone(), format!("artifact {}", a.id)).await
 }
 
 /// `GET /v1/uploads/{id}/thumbnail`.
 pub async fn upload(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
-    let u = state.engine().store().upload(id).await?.ok_or_else(|| ApiError::not_found("upload"))?;
-    let path = crate::engine::files::path_of(state.engine().data_dir(), &u.path);
-    answer(format!("u/{}", u.id), path, format!("upload {}", u.id)).await
+    let store = state.engine().store();
+    let u = store.upload(id).await?.ok_or_else(|| ApiError::not_found("upload"))?;
+    answer(store, format!("u/{}", u.id), u.id.clone(), format!("upload {}", u.id)).await
 }
 
 #[cfg(test)]

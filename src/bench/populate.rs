@@ -1,7 +1,7 @@
 //! Fills a fresh tally database with finished history through a separate rusqlite connection,
 //! row for row as the engine would have left it for a task that succeeded on its first
 //! attempt: task `succeeded`, envelope `consumed`, execution `succeeded` (phase `calling`),
-//! one artifact row, and the four events (`submitted`, `claimed`, `calling`, `succeeded`).
+//! one artifact row with its stored image (the small bench PNG), and the four events (`submitted`, `claimed`, `calling`, `succeeded`).
 //!
 //! Run it on a database that [`crate::store::Store::open`] created (schema, `user_version`,
 //! `application_id`) and then closed; reopen the store afterwards.
@@ -53,9 +53,12 @@ pub fn finished_tasks(db: &Path, n: u64, now: Millis, provider: &str) -> Result<
                 .map_err(e)?;
             let mut art = tx
                 .prepare(
-                    "INSERT INTO artifacts (id, task_id, execution_token, path, sha256, bytes, media_type, created_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'image/png', ?7)",
+                    "INSERT INTO artifacts (id, task_id, execution_token, sha256, bytes, media_type, created_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, 'image/png', ?6)",
                 )
+                .map_err(e)?;
+            let mut blob = tx
+                .prepare("INSERT INTO blobs (id, sha256, bytes, media_type, data) VALUES (?1, ?2, ?3, 'image/png', ?4)")
                 .map_err(e)?;
             let mut ev = tx
                 .prepare(
@@ -75,16 +78,9 @@ pub fn finished_tasks(db: &Path, n: u64, now: Millis, provider: &str) -> Result<
                 let token = uuid::Uuid::new_v4().to_string();
                 exec.execute(params![token, id, format!("tally-{token}"), boot, created + 2, created + 900])
                     .map_err(e)?;
-                art.execute(params![
-                    v7(created + 900),
-                    id,
-                    token,
-                    format!("artifacts/{token}.png"),
-                    sha,
-                    png.len() as i64,
-                    created + 900
-                ])
-                .map_err(e)?;
+                let art_id = v7(created + 900);
+                art.execute(params![art_id, id, token, sha, png.len() as i64, created + 900]).map_err(e)?;
+                blob.execute(params![art_id, sha, png.len() as i64, png]).map_err(e)?;
                 ev.execute(params![id, created, "api", "submitted", "submitted", None::<String>]).map_err(e)?;
                 ev.execute(params![id, created + 2, "worker", "claimed", "attempt 1 started", token]).map_err(e)?;
                 ev.execute(params![
@@ -97,7 +93,7 @@ pub fn finished_tasks(db: &Path, n: u64, now: Millis, provider: &str) -> Result<
                 ])
                 .map_err(e)?;
                 ev.execute(params![id, created + 900, "worker", "succeeded", succeeded_msg, token]).map_err(e)?;
-                rows += 8;
+                rows += 9;
             }
         }
         tx.commit().map_err(e)?;

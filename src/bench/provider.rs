@@ -9,9 +9,9 @@ use std::time::Instant;
 use crate::providers::{BoxFuture, CallError, CallRequest, Capabilities, Image, Provider, Submitted};
 
 /// A provider that answers instantly. The image is rendered once (8×8, via
-/// [`crate::render::placeholder_png`]) and cloned per call, so the engine's full artifact path
-/// (hash, write, fsync, rename, directory fsync, artifact row) runs for every task while the
-/// provider itself costs next to nothing.
+/// [`crate::render::placeholder_png`]) and cloned per call, so the engine's full image path
+/// (verify, hash, the bytes and the artifact row in the fenced finish's commit) runs for every
+/// task while the provider itself costs next to nothing.
 pub struct InstantProvider {
     png: Vec<u8>,
     calls: AtomicU64,

@@ -43,10 +43,8 @@ fn task(i: u64, key: Option<String>) -> NewTask {
     }
 }
 
-/// A fresh, empty directory for one run. Runs leave their files in place until the whole
-/// benchmark ends: on ext4 without a journal, the inode allocator skips recently deleted
-/// inodes on every create (`find_inode_bit` → `recently_deleted`), so deleting thousands of
-/// artifact files between runs would charge part of one run's cost to the next.
+/// A fresh, empty directory for one run. Runs leave their databases in place until the whole
+/// benchmark ends, so that freeing one run's disk space is not charged to the next.
 fn fresh_dir(out: &Path, name: &str) -> Result<PathBuf, String> {
     let d = out.join(name);
     if d.exists() {

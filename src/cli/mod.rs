@@ -1,6 +1,7 @@
 //! The command line: one binary, clap subcommands, exit codes mapped in one place
 //! ([`Exit`]), errors printed as `tally: <message>`. Client subcommands talk to the daemon
-//! over HTTP ([`crate::client`]); `backup`, `check` and `token` work on files directly.
+//! over HTTP ([`crate::client`]); `backup`, `check`, `restore` and `token` work on the
+//! database file directly.
 //!
 //! Words: the CLI and the web page call the unit of work a **job** (the API's resource name
 //! for it is a *task*, `/v1/tasks`). Text that came from a prompt, a provider or the daemon is
@@ -18,7 +19,7 @@ mod sets;
 mod spend;
 mod tasks;
 
-use files::{backup, check, token};
+use files::{backup, check, restore, token};
 use tasks::client_command;
 
 use crate::app::{self, LogFormat};
@@ -195,15 +196,37 @@ pub enum Command {
         #[arg(long)]
         csv: bool,
     },
-    /// Copy the database consistently (works while the daemon runs).
+    /// Write one self-contained copy of the shop's work: every job, image and reference photo.
+    ///
+    /// Works while `tally serve` runs: the copy is one consistent snapshot (SQLite's `VACUUM
+    /// INTO`, which does not start over when the daemon commits), checked (every image against
+    /// its sha256) under a temporary name and only then renamed to DEST. DEST must be outside
+    /// the data directory. Without the daemon, copying tally.db after `tally serve` has stopped
+    /// is just as good: a clean stop leaves it one self-contained file.
+    #[command(verbatim_doc_comment)]
     Backup {
-        /// Where to write the copy (a file, or a directory to put `tally.db` in).
+        /// Where to write the copy (a file, or a directory to put `tally.db` in); replaced if
+        /// it exists.
         dest: PathBuf,
     },
-    /// Verify a database (default: this data directory's); exit non-zero listing problems.
+    /// Verify a database: SQLite's integrity check, tally's invariants, and every stored image
+    /// against its sha256; prints how many were verified; exits 5 listing problems.
     Check {
         /// The database file to check (default: this data directory's `tally.db`).
         db: Option<PathBuf>,
+    },
+    /// Make a backup this data directory's database (stop `tally serve` first).
+    ///
+    /// Checks SRC like `tally check` first and changes nothing if it fails. Then copies it in
+    /// as one file, keeps a database already there as tally.db.before-restore, and removes
+    /// stale tally.db-wal and tally.db-shm files (an old WAL must never meet a new database).
+    /// Refused while a daemon uses the data directory. Copying a backup to tally.db by hand
+    /// also works, after `tally serve` has stopped, if you delete tally.db-wal and
+    /// tally.db-shm beside it.
+    #[command(verbatim_doc_comment)]
+    Restore {
+        /// The backup file (made by `tally backup`, or a tally.db copied after a clean stop).
+        src: PathBuf,
     },
     /// Print the API token.
     Token,
@@ -312,6 +335,7 @@ pub fn run() -> Result<ExitCode, Failure> {
     match cli.command {
         Command::Backup { dest } => backup(&cfg, &dest),
         Command::Check { db } => check(&cfg, db.as_deref()),
+        Command::Restore { src } => restore(&cfg, &src),
         Command::Token => token(&cfg),
         Command::Serve { listen, log_format } => {
             let mut cfg = cfg;

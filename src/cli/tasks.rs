@@ -26,16 +26,16 @@ pub(super) async fn client_command(cfg: &Config, cmd: Command, json: bool) -> Re
             }
             let task = client.post("/v1/tasks", &body).await?.into_ok()?;
             if !wait {
-                show_task(cfg, &client, &task, json);
+                show_task(&client, &task, json);
                 return Ok(Exit::Ok.into());
             }
-            wait_for(cfg, &client, task, json).await
+            wait_for(&client, task, json).await
         }
         Command::Set(cmd) => set_command(&client, cmd, json).await,
         Command::Spend { from, to, by, csv } => super::spend::spend(&client, from, to, by, csv, json).await,
         Command::Status { id } => {
             let task = client.get(&format!("/v1/tasks/{}", seg(&id))).await?.into_ok()?;
-            show_task(cfg, &client, &task, json);
+            show_task(&client, &task, json);
             Ok(Exit::Ok.into())
         }
         Command::List { status, limit, before, needs_attention } => {
@@ -78,7 +78,7 @@ pub(super) async fn client_command(cfg: &Config, cmd: Command, json: bool) -> Re
         }
         Command::Cancel { id } => {
             let task = client.post(&format!("/v1/tasks/{}/cancel", seg(&id)), &json!({})).await?.into_ok()?;
-            show_task(cfg, &client, &task, json);
+            show_task(&client, &task, json);
             Ok(Exit::Ok.into())
         }
         Command::Retry { id, accept_possible_charge, acknowledge_retried_as } => {
@@ -94,7 +94,7 @@ pub(super) async fn client_command(cfg: &Config, cmd: Command, json: bool) -> Re
             if !json {
                 println!("retried as a new job:");
             }
-            show_task(cfg, &client, &task, json);
+            show_task(&client, &task, json);
             Ok(Exit::Ok.into())
         }
         Command::Resolve { id, failed, image, note } => {
@@ -108,7 +108,7 @@ pub(super) async fn client_command(cfg: &Config, cmd: Command, json: bool) -> Re
                 body["note"] = json!(n);
             }
             let task = client.post(&format!("/v1/tasks/{}/resolve", seg(&id)), &body).await?.into_ok()?;
-            show_task(cfg, &client, &task, json);
+            show_task(&client, &task, json);
             Ok(Exit::Ok.into())
         }
         Command::SignIn => {
@@ -140,6 +140,7 @@ pub(super) async fn client_command(cfg: &Config, cmd: Command, json: bool) -> Re
         Command::Serve { .. }
         | Command::Backup { .. }
         | Command::Check { .. }
+        | Command::Restore { .. }
         | Command::Token
         | Command::MockProvider(_)
         | Command::Bench(_) => Err(Failure::error("internal: not a client command")),
@@ -185,7 +186,7 @@ pub(super) fn shorten(text: &str, max: usize) -> String {
 }
 
 /// Print a job for people (or its JSON).
-pub(super) fn show_task(cfg: &Config, client: &Client, t: &Value, json: bool) {
+pub(super) fn show_task(client: &Client, t: &Value, json: bool) {
     if json {
         print_json(t);
         return;
@@ -209,7 +210,7 @@ pub(super) fn show_task(cfg: &Config, client: &Client, t: &Value, json: bool) {
         println!("retried   as → task {} ({})", st(r, "id"), st(r, "status"));
     }
     for a in t.get("artifacts").and_then(Value::as_array).cloned().unwrap_or_default() {
-        print_artifact(cfg, client, &a);
+        print_artifact(client, &a);
     }
     if let Some(note) = t.get("billing_note").and_then(Value::as_str) {
         println!("billing   {}", term_safe(note));
@@ -224,17 +225,13 @@ pub(super) fn show_task(cfg: &Config, client: &Client, t: &Value, json: bool) {
     }
 }
 
-pub(super) fn print_artifact(cfg: &Config, client: &Client, a: &Value) {
+pub(super) fn print_artifact(client: &Client, a: &Value) {
     println!(
         "image     sha256 {}  ({} bytes, {})",
         st(a, "sha256"),
         a.get("bytes").and_then(Value::as_i64).unwrap_or(0),
         st(a, "media_type")
     );
-    let file = cfg.storage.data_dir.join(s(a, "path"));
-    if !s(a, "path").is_empty() && file.is_file() {
-        println!("file      {}", term_safe(&file.display().to_string()));
-    }
     println!("url       {}{}   (artifact id {})", client.base(), st(a, "url"), st(a, "id"));
 }
 
@@ -265,7 +262,7 @@ pub(super) fn stopped_waiting(what: &str, command: String) -> Failure {
 }
 
 /// Poll a job every 250 ms, printing each status change, until it settles or Ctrl-C.
-pub(super) async fn wait_for(cfg: &Config, client: &Client, mut task: Value, json: bool) -> Result<ExitCode, Failure> {
+pub(super) async fn wait_for(client: &Client, mut task: Value, json: bool) -> Result<ExitCode, Failure> {
     let id = s(&task, "id").to_string();
     let mut interrupt = Interrupt::install();
     let mut last = String::new();
@@ -292,10 +289,10 @@ pub(super) async fn wait_for(cfg: &Config, client: &Client, mut task: Value, jso
                 print_json(&task);
             } else {
                 for a in task.get("artifacts").and_then(Value::as_array).cloned().unwrap_or_default() {
-                    print_artifact(cfg, client, &a);
+                    print_artifact(client, &a);
                 }
                 if exit != Exit::Ok {
-                    show_task(cfg, client, &task, false);
+                    show_task(client, &task, false);
                 }
             }
             return Ok(exit.into());

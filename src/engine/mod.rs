@@ -10,7 +10,6 @@
 //! happen (a due time, a lease deadline) or until another service wakes it.
 
 mod dispatcher;
-pub mod files;
 pub mod money;
 mod reconciler;
 mod trouble;
@@ -32,8 +31,8 @@ use crate::metrics::Metrics;
 use crate::providers::{Image, Provider};
 use crate::store::spend::Limit;
 use crate::store::{
-    CancelOutcome, NewArtifact, NewSet, NewTask, Resolution, ResolveOutcome, RetryAck, RetryOutcome, SHOT_ROLES, Store,
-    StoreError, SubmitOutcome, TaskView, UploadView,
+    CancelOutcome, NewArtifact, NewImage, NewSet, NewTask, Resolution, ResolveOutcome, RetryAck, RetryOutcome,
+    SHOT_ROLES, Store, StoreError, SubmitOutcome, TaskView, UploadView,
 };
 use money::ProviderMoney;
 
@@ -162,8 +161,6 @@ pub(crate) struct Shared {
     clock: Arc<dyn Clock>,
     providers: HashMap<String, Arc<ProviderEntry>>,
     data_dir: PathBuf,
-    /// Group fsync of the artifacts directory.
-    dir_sync: files::DirSync,
     /// The id of this run of the process: leases of other runs are expired at start-up.
     boot: String,
     /// Worker capacity: a permit per free worker.
@@ -252,7 +249,7 @@ pub struct EngineParts {
     pub config: EngineConfig,
     pub clock: Arc<dyn Clock>,
     pub providers: Vec<ProviderEntry>,
-    /// Artifacts are written under `<data_dir>/artifacts`.
+    /// The data directory (the database holds the images; this is for display and tools).
     pub data_dir: PathBuf,
     pub metrics: Arc<Metrics>,
     /// Budget limits (see [`money::limits`]); empty for none.
@@ -269,9 +266,6 @@ pub struct Engine {
 impl Engine {
     /// Recover leftovers of earlier runs, then start the dispatcher and reconciler.
     pub async fn start(parts: EngineParts) -> Result<Engine, EngineError> {
-        files::prepare(&parts.data_dir).map_err(|e| {
-            EngineError::Store(StoreError::Fatal(format!("cannot create the artifacts directory: {e}")))
-        })?;
         let providers = parts.providers.into_iter().map(|p| (p.name.clone(), Arc::new(p))).collect::<HashMap<_, _>>();
         let shared = Arc::new(Shared {
             store: parts.store,
@@ -279,7 +273,6 @@ impl Engine {
             cfg: parts.config,
             clock: parts.clock,
             providers,
-            dir_sync: files::DirSync::new(files::artifacts_dir(&parts.data_dir)),
             data_dir: parts.data_dir,
             boot: uuid::Uuid::new_v4().to_string(),
             wake_dispatcher: Notify::new(),
@@ -297,11 +290,8 @@ impl Engine {
         // Limits may have changed while tally was stopped: tasks held by a budget check it
         // again now (and wait again if it still holds them back).
         shared.store.release_budget_holds(shared.now()).await?;
-        let services = vec![
-            tokio::spawn(dispatcher::run(shared.clone())),
-            tokio::spawn(reconciler::run(shared.clone())),
-            tokio::spawn(files::sweep_orphans(shared.clone())),
-        ];
+        let services =
+            vec![tokio::spawn(dispatcher::run(shared.clone())), tokio::spawn(reconciler::run(shared.clone()))];
         Ok(Engine { shared, services: Mutex::new(services) })
     }
 
@@ -321,7 +311,7 @@ impl Engine {
         self.shared.changes.subscribe()
     }
 
-    /// The data directory (artifacts live under it).
+    /// The data directory (the database, the API token and the lock live in it).
     pub fn data_dir(&self) -> &Path {
         &self.shared.data_dir
     }
@@ -451,12 +441,10 @@ impl Engine {
         if bytes.len() > MAX_UPLOAD_BYTES {
             return Err(EngineError::Invalid(format!("the image is larger than {MAX_UPLOAD_BYTES} bytes")));
         }
-        let media_type = crate::providers::sniff_image(&bytes)
-            .ok_or_else(|| EngineError::Invalid("the upload is not a PNG, JPEG or WebP image".into()))?;
-        let upload = files::save_upload(&self.shared.data_dir, bytes, media_type, self.shared.now())
+        let img = NewImage::verify_async(bytes)
             .await
-            .map_err(|e| EngineError::Store(StoreError::Fatal(e)))?;
-        Ok(self.shared.store.save_upload(upload).await?)
+            .map_err(|_| EngineError::Invalid("the upload is not a PNG, JPEG or WebP image".into()))?;
+        Ok(self.shared.store.save_upload(img, self.shared.now()).await?)
     }
 
     /// Validate and durably create an image set: one task per shot, run one at a time.
@@ -530,19 +518,15 @@ impl Engine {
     }
 
     /// An operator resolves an `unknown` task: as failed, or as succeeded with the image
-    /// they found (its bytes are verified and saved like any artifact).
+    /// they found (its bytes are verified, and stored in the transaction of the resolution).
     pub async fn resolve(&self, task: &str, image: Option<Image>, note: &str) -> Result<ResolveOutcome, EngineError> {
         let resolution = match image {
             None => Resolution::Failed,
             Some(img) => {
-                let name = format!("resolved-{}", uuid::Uuid::new_v4());
-                let art = files::save(&self.shared.data_dir, &self.shared.dir_sync, &name, &name, img).await.map_err(
-                    |e| match e {
-                        files::SaveError::NotAnImage => EngineError::Invalid(format!("the image: {e}")),
-                        files::SaveError::Io(m) => EngineError::Store(StoreError::Fatal(m)),
-                    },
-                )?;
-                Resolution::Succeeded(art)
+                let img = NewImage::verify_async(img.bytes)
+                    .await
+                    .map_err(|e| EngineError::Invalid(format!("the image: {e}")))?;
+                Resolution::Succeeded(NewArtifact::new(img))
             }
         };
         let succeeded = matches!(resolution, Resolution::Succeeded(_));
@@ -621,6 +605,3 @@ fn validate_key(key: Option<&str>) -> Result<(), EngineError> {
         _ => Ok(()),
     }
 }
-
-/// Re-exported for the API layer: a verified artifact file.
-pub type Artifact = NewArtifact;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::trouble::{Next, Trouble};
-use super::{EngineError, Shared, files};
+use super::{EngineError, Shared};
 use crate::clock::sleep_until;
 use crate::domain::{Decision, Leftover, Millis, decide};
 use crate::store::{LeftoverRow, Recovery, StoreError};
@@ -69,18 +69,13 @@ pub(super) async fn run_once(shared: &Arc<Shared>) -> Result<usize, EngineError>
     if rows.is_empty() {
         return Ok(0);
     }
-    let deciding = shared.clone();
-    // Decisions may read files on disk: do it off the async threads.
-    let items = tokio::task::spawn_blocking(move || {
-        rows.into_iter()
-            .map(|row| {
-                let decision = decide_row(&deciding, &row);
-                (row, decision)
-            })
-            .collect::<Vec<_>>()
-    })
-    .await
-    .map_err(|e| EngineError::Store(StoreError::Fatal(format!("reconciler task failed: {e}"))))?;
+    let items: Vec<_> = rows
+        .into_iter()
+        .map(|row| {
+            let decision = decide_row(shared, &row);
+            (row, decision)
+        })
+        .collect();
     for (_, d) in &items {
         shared.metrics.recovery(kind(d));
     }
@@ -101,21 +96,13 @@ pub(super) async fn run_once(shared: &Arc<Shared>) -> Result<usize, EngineError>
 
 fn decide_row(shared: &Shared, row: &LeftoverRow) -> Recovery {
     let leftover = Leftover::of(row.execution.as_ref().map(|(_, p)| *p), row.send_count as u32);
-    let saved = match (&leftover, &row.execution) {
-        (Leftover::Calling | Leftover::Accepted, Some((token, _))) => files::find_saved(&shared.data_dir, token),
-        _ => None,
-    };
     let caps = shared.providers.get(&row.provider).map(|p| p.provider.capabilities());
-    match decide(&leftover, caps, saved.is_some(), shared.cfg.max_sends) {
+    match decide(&leftover, caps, shared.cfg.max_sends) {
         Decision::Requeue => Recovery::Requeue,
         Decision::GiveUp => Recovery::GiveUp,
         Decision::Abandon => Recovery::Abandon,
         Decision::Resume => Recovery::Resume,
         Decision::Unknown => Recovery::Unknown,
-        Decision::FinishFromFile => match saved {
-            Some(a) => Recovery::FinishFromFile(a),
-            None => Recovery::Unknown,
-        },
     }
 }
 
@@ -124,7 +111,6 @@ fn kind(r: &Recovery) -> &'static str {
         Recovery::Requeue => "requeue",
         Recovery::GiveUp => "give_up",
         Recovery::Abandon => "abandon",
-        Recovery::FinishFromFile(_) => "finish_from_file",
         Recovery::Resume => "resume",
         Recovery::Unknown => "unknown",
     }

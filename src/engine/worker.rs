@@ -3,8 +3,8 @@
 //! The order is the protocol (DESIGN §3): take a provider slot (none free: release the
 //! envelope, nothing counted) → claim (lease + execution token) → durably record `calling`
 //! → call the provider outside any transaction while heartbeating → persist a job id the
-//! moment it arrives → save and fsync the image → finish in one transaction fenced on both
-//! tokens. After an ambiguous outcome it calls again only if the provider can prove that is
+//! moment it arrives → verify the image (type and sha256, before the writer sees it) → finish
+//! in one transaction fenced on both tokens, which also stores the image's bytes. After an ambiguous outcome it calls again only if the provider can prove that is
 //! safe (same idempotency key, or lookup by id); otherwise the task becomes `unknown`.
 
 use std::sync::Arc;
@@ -13,11 +13,11 @@ use std::time::Duration;
 
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::{ProviderEntry, Shared, files};
+use super::{ProviderEntry, Shared};
 use crate::domain::{Charge, FailureKind, Millis, Phase, backoff};
 use crate::failpoint::crash;
 use crate::providers::{CallError, CallRequest, Image, JobHandle, JobState, Submitted};
-use crate::store::{CallingOutcome, Claim, ClaimOutcome, Finish, Handoff, StoreError};
+use crate::store::{CallingOutcome, Claim, ClaimOutcome, Finish, Handoff, NewArtifact, NewImage, StoreError};
 
 /// Run a hand-off on its own task, holding a worker permit until done.
 pub(super) fn spawn(shared: Arc<Shared>, h: Handoff, permit: OwnedSemaphorePermit) {
@@ -201,14 +201,18 @@ impl Run<'_> {
         }
     }
 
-    /// Read the reference images from disk (before any transaction or call).
+    /// Read the reference images from the database (before any write or call).
     async fn references(&self) -> Result<Vec<Image>, String> {
         let mut out = Vec::with_capacity(self.claim.references.len());
         for u in &self.claim.references {
-            let bytes = tokio::fs::read(self.shared.data_dir.join(&u.path))
+            let (meta, bytes) = self
+                .shared
+                .store
+                .read_image_bytes(u.id.clone())
                 .await
-                .map_err(|e| format!("cannot read reference image {}: {e}", u.id))?;
-            out.push(Image { bytes, media_type: u.media_type.clone() });
+                .map_err(|e| format!("cannot read reference image {}: {e}", u.id))?
+                .ok_or_else(|| format!("reference image {} is not stored", u.id))?;
+            out.push(Image { bytes, media_type: meta.media_type });
         }
         Ok(out)
     }
@@ -520,38 +524,35 @@ impl Run<'_> {
         }
     }
 
-    /// Verify and save the image, then finish fenced. If the lease was lost meanwhile, the
-    /// result is still evidence: it resolves the task if the task was marked `unknown`.
+    /// Verify the image (its type and sha256, off the writer), then finish fenced: the bytes
+    /// commit with `succeeded`. If the lease was lost meanwhile, the result is still evidence:
+    /// it resolves the task if the task was marked `unknown`.
     async fn save_and_finish(&self, img: Image) -> Result<(), StoreError> {
         let c = self.claim;
         crash("after-answer");
-        let art =
-            match files::save(&self.shared.data_dir, &self.shared.dir_sync, &c.execution_token, &c.lease_token, img)
-                .await
-            {
-                Ok(a) => a,
-                Err(e @ files::SaveError::NotAnImage) => {
-                    return self
-                        .finish(Finish::Failed {
-                            kind: FailureKind::InvalidResult,
-                            reason: format!("the provider answered, but not with an image ({e})"),
-                            // It answered with a result: by its rules, delivered and billed.
-                            charge: Charge::Charged,
-                        })
-                        .await;
-                }
-                Err(files::SaveError::Io(e)) => {
-                    tracing::error!(error = %e, "saving the image failed");
-                    return Err(StoreError::Fatal(e));
-                }
-            };
-        crash("after-artifact");
+        let art = match NewImage::verify_async(img.bytes).await {
+            Ok(image) => NewArtifact::new(image),
+            Err(e) => {
+                return self
+                    .finish(Finish::Failed {
+                        kind: FailureKind::InvalidResult,
+                        reason: format!("the provider answered, but not with an image ({e})"),
+                        // It answered with a result: by its rules, delivered and billed.
+                        charge: Charge::Charged,
+                    })
+                    .await;
+            }
+        };
         match self.finish(Finish::Succeeded(art.clone())).await {
             Err(StoreError::Fenced) => {
                 if self.shared.store.late_result(c.execution_token.clone(), art, self.now()).await? {
                     tracing::info!("a late result resolved the unknown outcome");
                     self.shared.changed(&c.task_id, crate::domain::TaskStatus::Succeeded);
                 }
+                Ok(())
+            }
+            Ok(()) => {
+                crash("after-finish");
                 Ok(())
             }
             other => other,

@@ -85,7 +85,8 @@ pub struct MockArgs {
     #[arg(long, default_value = "strip")]
     pub unknown_inputs: String,
     /// OpenAI models answered with 404 `model_not_found` (comma-separated; empty for none).
-    /// Default: the models the official SDK marks as shut down or retired.
+    /// Default: dall-e-2,dall-e-3 (retired). The official SDK also marks gpt-image-1 as shut
+    /// down: add it to refuse it too.
     #[arg(long, value_delimiter = ',')]
     pub retired_models: Option<Vec<String>>,
     /// Asynchronous jobs finish failed with this error message.

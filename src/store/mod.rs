@@ -16,7 +16,27 @@
 //! - **No transaction spans a network call**: operations are synchronous closures run on the
 //!   writer thread; they cannot await anything.
 //! - Readers use their own connections and never write.
+//! - **Images live in the database** (`blobs`, see `store::blobs`): written only by the writer,
+//!   in the transaction of the row they belong to; read in chunks, each its own short read
+//!   transaction.
+//!
+//! **Checkpoint policy** (the WAL must not grow without bound under large images). SQLite's
+//! automatic checkpoint stays on (`wal_autocheckpoint` = 1000 pages, about 4 MiB): after a
+//! commit leaves the WAL above that, the committing connection — always the writer thread —
+//! runs a PASSIVE checkpoint, which copies what no reader still needs into the database file
+//! and never waits for readers. The WAL file is reused from its start once a checkpoint has
+//! copied everything and no reader still reads from it, and `journal_size_limit`
+//! ([`open::WAL_SIZE_LIMIT`], 64 MiB) truncates it back after such a reset. What keeps that
+//! reset possible is that no reader holds a snapshot for long: downloads read an image one
+//! chunk per read transaction (`store::blobs`), so a slow client never pins the WAL. One commit
+//! carries at most about [`MAX_BATCH_BYTES`] (32 MiB) of images (a larger single image commits
+//! alone), which bounds what one group commit adds to the WAL; `tally backup` (`VACUUM INTO`)
+//! holds one snapshot for its length.
+//! A clean stop checkpoints with TRUNCATE (an empty WAL). Measured in `tally bench`
+//! (`BENCHMARKS.md`, "images in the database").
 
+mod blobs;
+mod migrate;
 mod open;
 mod ops;
 mod read;
@@ -24,7 +44,10 @@ mod sets;
 pub mod spend;
 mod startup;
 
-pub use open::{SCHEMA_VERSION, Severity, StoreError, backup, check};
+pub use blobs::*;
+pub use open::{
+    BackupReport, CheckReport, SCHEMA_VERSION, Severity, StoreError, WAL_SIZE_LIMIT, backup, check, restore,
+};
 pub use ops::*;
 pub use read::*;
 pub use sets::*;
@@ -42,6 +65,9 @@ use crate::config::Durability;
 
 /// At most this many operations share one commit.
 const MAX_BATCH: usize = 256;
+/// At most about this many bytes of images share one commit (an operation larger than this
+/// commits alone): a burst of large images reaches the WAL in bounded commits.
+const MAX_BATCH_BYTES: usize = 32 << 20;
 
 /// A reply to send once the batch's commit finished; `Some(error)` if the commit failed.
 type Reply = Box<dyn FnOnce(Option<&StoreError>) + Send>;
@@ -52,6 +78,8 @@ type Work = Box<dyn FnOnce(&Connection) -> (bool, Reply) + Send>;
 /// An operation for the writer.
 struct Op {
     commit: Commit,
+    /// Image bytes the operation writes (for [`MAX_BATCH_BYTES`]).
+    weight: usize,
     work: Work,
 }
 
@@ -90,13 +118,18 @@ struct Inner {
     readers: Mutex<Vec<Connection>>,
     statements: Arc<AtomicU64>,
     commits: AtomicU64,
+    /// What opening did to an older database, in plain words.
+    migration: Vec<String>,
 }
 
 impl Store {
     /// Open (creating or migrating) the database at `path` and start the writer thread.
     pub fn open(path: &Path, durability: Durability) -> Result<Store, StoreError> {
         let statements = Arc::new(AtomicU64::new(0));
-        let mut conn = open::open_write(path, durability)?;
+        let (mut conn, migration) = open::open_write(path, durability)?;
+        for note in &migration {
+            tracing::info!("{note}");
+        }
         open::count_statements(&mut conn, statements.clone())?;
         let (tx, rx) = mpsc::channel::<Op>();
         let inner = Arc::new(Inner {
@@ -106,6 +139,7 @@ impl Store {
             readers: Mutex::new(Vec::new()),
             statements,
             commits: AtomicU64::new(0),
+            migration,
         });
         let weak = Arc::downgrade(&inner);
         let handle = thread::Builder::new()
@@ -114,6 +148,12 @@ impl Store {
             .map_err(|e| StoreError::Fatal(format!("cannot start the writer thread: {e}")))?;
         *lock(&inner.writer_thread) = Some(handle);
         Ok(Store { inner })
+    }
+
+    /// What opening did to an older database (schema migration, image files moved in), in
+    /// plain words; empty when the database was current.
+    pub fn migration_notes(&self) -> &[String] {
+        &self.inner.migration
     }
 
     /// The database file.
@@ -139,7 +179,17 @@ impl Store {
         R: Send + 'static,
         F: FnOnce(&Connection) -> Result<R, StoreError> + Send + 'static,
     {
-        self.send(Commit::Durable, f)?.await.map_err(|_| StoreError::Closed)?
+        self.send(Commit::Durable, 0, f)?.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// [`Store::write`] for an operation that stores `bytes` of images, so that one commit
+    /// carries a bounded amount of them ([`MAX_BATCH_BYTES`]).
+    pub(crate) async fn write_images<R, F>(&self, bytes: usize, f: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> Result<R, StoreError> + Send + 'static,
+    {
+        self.send(Commit::Durable, bytes, f)?.await.map_err(|_| StoreError::Closed)?
     }
 
     /// [`Store::write`] for bookkeeping that needs no fsync of its own ([`Commit::Ordered`]).
@@ -148,11 +198,16 @@ impl Store {
         R: Send + 'static,
         F: FnOnce(&Connection) -> Result<R, StoreError> + Send + 'static,
     {
-        self.send(Commit::Ordered, f)?.await.map_err(|_| StoreError::Closed)?
+        self.send(Commit::Ordered, 0, f)?.await.map_err(|_| StoreError::Closed)?
     }
 
     /// Queue an operation for the writer now; the receiver yields its result after the commit.
-    fn send<R, F>(&self, commit: Commit, f: F) -> Result<oneshot::Receiver<Result<R, StoreError>>, StoreError>
+    fn send<R, F>(
+        &self,
+        commit: Commit,
+        weight: usize,
+        f: F,
+    ) -> Result<oneshot::Receiver<Result<R, StoreError>>, StoreError>
     where
         R: Send + 'static,
         F: FnOnce(&Connection) -> Result<R, StoreError> + Send + 'static,
@@ -170,7 +225,7 @@ impl Store {
             (ok, reply)
         });
         let sender = lock(&self.inner.writer).clone().ok_or(StoreError::Closed)?;
-        sender.send(Op { commit, work }).map_err(|_| StoreError::Closed)?;
+        sender.send(Op { commit, weight, work }).map_err(|_| StoreError::Closed)?;
         Ok(rx)
     }
 
@@ -228,11 +283,28 @@ fn writer_loop(conn: Connection, rx: mpsc::Receiver<Op>, inner: std::sync::Weak<
     let mut level = sync_level(durability, true);
     // Commits that failed in a row.
     let mut failing: u64 = 0;
-    while let Ok(first) = rx.recv() {
+    // An operation taken from the channel that did not fit the last batch's byte budget.
+    let mut carried: Option<Op> = None;
+    loop {
+        let first = match carried.take() {
+            Some(op) => op,
+            None => match rx.recv() {
+                Ok(op) => op,
+                Err(_) => break,
+            },
+        };
+        let mut weight = first.weight;
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match rx.try_recv() {
-                Ok(op) => batch.push(op),
+                Ok(op) if weight + op.weight > MAX_BATCH_BYTES => {
+                    carried = Some(op);
+                    break;
+                }
+                Ok(op) => {
+                    weight += op.weight;
+                    batch.push(op);
+                }
                 Err(_) => break,
             }
         }
@@ -322,14 +394,14 @@ mod tests {
         let (release, held) = mpsc::channel::<()>();
         let (entered_tx, entered) = mpsc::channel::<()>();
         let holding = store
-            .send(Commit::Ordered, move |_| {
+            .send(Commit::Ordered, 0, move |_| {
                 let _ = entered_tx.send(());
                 let _ = held.recv();
                 Ok(())
             })
             .expect("send");
         entered.recv_timeout(std::time::Duration::from_secs(10)).expect("the writer runs the holding operation");
-        let replies: Vec<_> = kinds.iter().map(|k| store.send(*k, level).expect("send")).collect();
+        let replies: Vec<_> = kinds.iter().map(|k| store.send(*k, 0, level).expect("send")).collect();
         drop(release);
         holding.await.expect("reply").expect("holding op");
         let mut levels = Vec::new();

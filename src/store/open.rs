@@ -1,6 +1,7 @@
 //! Opening the database: pragmas (set, then read back and asserted), schema creation and
-//! migration by `PRAGMA user_version`, plus the whole-file operations (checkpoint, backup,
-//! check) that work on a path rather than through the writer.
+//! migration by `PRAGMA user_version` (and, from version 3, moving image files into the
+//! database: `store::migrate`), plus the whole-file operations (checkpoint, backup, check)
+//! that work on a path rather than through the writer.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use rusqlite::{Connection, OpenFlags, trace::TraceEventCodes};
 use crate::config::Durability;
 
 /// The schema version this build writes. Older databases are migrated; newer ones refused.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// `PRAGMA application_id` of tally databases ("taly").
 const APPLICATION_ID: i64 = 0x7461_6c79;
@@ -40,7 +41,31 @@ const MIGRATIONS: &[&str] = &[
      CREATE INDEX tasks_by_set ON tasks(set_id, set_position) WHERE set_id IS NOT NULL;",
     // 2 → 3: the provider's handle for an accepted job (fal's status/response URLs), JSON.
     "ALTER TABLE executions ADD COLUMN provider_handle TEXT;",
-    // 3 → 4: charge evidence per execution, prices, budget holds, retry keys per original.
+    // 3 → 4: image bytes move into the database. The files' rows are listed in
+    // `legacy_files` (with what they record), the tables lose their `path`, and
+    // `store::migrate` then moves each file in, verified, and drops `legacy_files` when done.
+    "CREATE TABLE blobs (
+        id TEXT PRIMARY KEY, sha256 TEXT NOT NULL, bytes INTEGER NOT NULL CHECK (bytes > 0),
+        media_type TEXT NOT NULL CHECK (media_type IN ('image/png', 'image/jpeg', 'image/webp')),
+        data BLOB NOT NULL CHECK (length(data) = bytes)) STRICT;
+     CREATE TABLE legacy_files (
+        id TEXT PRIMARY KEY, path TEXT NOT NULL, sha256 TEXT NOT NULL, bytes INTEGER NOT NULL,
+        media_type TEXT NOT NULL, moved INTEGER NOT NULL DEFAULT 0 CHECK (moved IN (0, 1))) STRICT;
+     INSERT INTO legacy_files (id, path, sha256, bytes, media_type) SELECT id, path, sha256, bytes, media_type FROM artifacts;
+     INSERT INTO legacy_files (id, path, sha256, bytes, media_type) SELECT id, path, sha256, bytes, media_type FROM uploads;
+     CREATE TABLE artifacts_v4 (
+        id TEXT PRIMARY KEY, task_id TEXT NOT NULL REFERENCES tasks(id),
+        execution_token TEXT NOT NULL UNIQUE REFERENCES executions(token), sha256 TEXT NOT NULL,
+        bytes INTEGER NOT NULL CHECK (bytes > 0),
+        media_type TEXT NOT NULL CHECK (media_type IN ('image/png', 'image/jpeg', 'image/webp')),
+        created_at INTEGER NOT NULL) STRICT;
+     INSERT INTO artifacts_v4 SELECT id, task_id, execution_token, sha256, bytes, media_type, created_at FROM artifacts;
+     DROP TABLE artifacts;
+     ALTER TABLE artifacts_v4 RENAME TO artifacts;
+     CREATE INDEX artifacts_by_task ON artifacts(task_id);
+     ALTER TABLE uploads DROP COLUMN path;
+     CREATE INDEX tasks_settled_by_age ON tasks(updated_at) WHERE status IN ('succeeded', 'failed', 'canceled');",
+    // 4 → 5: charge evidence per execution, prices, budget holds, retry keys per original.
     // Earlier versions recorded only "calling was reached", so an old request that did not
     // succeed is backfilled as 'possible' (what tally told the user then), never 'refused'.
     // (The table CHECK tying `charge` to `calling_at` cannot be added by ALTER TABLE; new
@@ -58,6 +83,11 @@ const MIGRATIONS: &[&str] = &[
      ALTER TABLE tasks ADD COLUMN retry_key TEXT;
      CREATE UNIQUE INDEX tasks_by_retry_key ON tasks(retry_of, retry_key) WHERE retry_key IS NOT NULL;",
 ];
+
+/// The WAL is truncated back to this size after a checkpoint reset it (`journal_size_limit`),
+/// so a burst of large images does not leave a large WAL file behind (checkpoint policy:
+/// `store::mod`).
+pub const WAL_SIZE_LIMIT: i64 = 64 << 20;
 
 /// Errors of the store.
 #[derive(Debug, thiserror::Error)]
@@ -171,9 +201,11 @@ fn not_tally(path: &Path, e: rusqlite::Error) -> StoreError {
     }
 }
 
-/// Open the write connection: WAL, the chosen `synchronous`, foreign keys, a busy timeout;
-/// create or migrate the schema.
-pub(crate) fn open_write(path: &Path, durability: Durability) -> Result<Connection, StoreError> {
+/// Open the write connection: WAL, the chosen `synchronous`, foreign keys, a busy timeout,
+/// `auto_vacuum = INCREMENTAL` (so a prune can give pages back); create or migrate the schema,
+/// then move image files of an older version into the database (`store::migrate`). Returns
+/// the connection and what the migration did, in plain words (empty when nothing).
+pub(crate) fn open_write(path: &Path, durability: Durability) -> Result<(Connection, Vec<String>), StoreError> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)
             .map_err(|e| StoreError::Fatal(format!("cannot create data directory {}: {e}", dir.display())))?;
@@ -200,6 +232,10 @@ pub(crate) fn open_write(path: &Path, durability: Durability) -> Result<Connecti
     if version > SCHEMA_VERSION {
         return Err(StoreError::TooNew { path: path.into(), found: version, supported: SCHEMA_VERSION });
     }
+    if tables == 0 {
+        // Only takes effect before the file's first page is written (so before WAL mode).
+        conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
+    }
     set_and_check(&conn, "journal_mode", "WAL", "wal")?;
     let sync = match durability {
         Durability::Full => ("FULL", "2"),
@@ -207,8 +243,10 @@ pub(crate) fn open_write(path: &Path, durability: Durability) -> Result<Connecti
     };
     set_and_check(&conn, "synchronous", sync.0, sync.1)?;
     set_and_check(&conn, "foreign_keys", "ON", "1")?;
+    set_and_check(&conn, "journal_size_limit", &WAL_SIZE_LIMIT.to_string(), &WAL_SIZE_LIMIT.to_string())?;
     stable_plans(&conn)?;
 
+    let mut notes = Vec::new();
     if tables == 0 {
         conn.execute_batch(&format!(
             "BEGIN IMMEDIATE; {SCHEMA}; PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
@@ -220,9 +258,26 @@ pub(crate) fn open_write(path: &Path, durability: Durability) -> Result<Connecti
                 reason: format!("no migration from schema version {v}"),
             })?;
             conn.execute_batch(&format!("BEGIN IMMEDIATE; {step}; PRAGMA user_version = {}; COMMIT;", v + 1))?;
+            notes.push(format!("migrated the database from schema version {v} to {}", v + 1));
+            crate::failpoint::crash("migrate-after-schema");
         }
     }
-    Ok(conn)
+    let auto_vacuum: i64 = conn.pragma_query_value(None, "auto_vacuum", |r| r.get(0))?;
+    if auto_vacuum != 2 {
+        // An older database: switching needs a VACUUM (a full rewrite, atomic). It runs before
+        // any image file is moved in, while the file is small.
+        conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL; VACUUM;")?;
+        let now: i64 = conn.pragma_query_value(None, "auto_vacuum", |r| r.get(0))?;
+        if now != 2 {
+            return Err(StoreError::Pragma { pragma: "auto_vacuum", wanted: "2".into(), got: now.to_string() });
+        }
+        if tables > 0 {
+            notes.push("set auto_vacuum = INCREMENTAL, so that pruning gives space back".into());
+        }
+    }
+    let data_dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    notes.extend(super::migrate::move_files_in(&conn, data_dir)?);
+    Ok((conn, notes))
 }
 
 /// Open a read-only connection (WAL readers never block the writer).
@@ -268,50 +323,65 @@ pub(crate) fn checkpoint_truncate(path: &Path) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Copy the database at `src` to `dest` with SQLite's online backup (safe while the daemon
-/// runs): write to a temporary name beside `dest`, check the copy, then rename it.
-pub fn backup(src: &Path, dest: &Path) -> Result<(), StoreError> {
-    let from = Connection::open_with_flags(src, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
-    from.busy_timeout(Duration::from_secs(5))?;
-    let file = dest.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_else(|| "backup".into());
-    let tmp = dest.with_file_name(format!(".{file}.partial"));
-    let _ = std::fs::remove_file(&tmp);
-    {
-        let mut to = Connection::open(&tmp)?;
-        let b = rusqlite::backup::Backup::new(&from, &mut to)?;
-        b.run_to_completion(256, Duration::from_millis(0), None)?;
-    }
-    {
-        // The copy is a self-contained rollback-journal file: no -wal to carry around.
-        let to = Connection::open(&tmp)?;
-        let mode: String = to.query_row("PRAGMA journal_mode = DELETE", [], |r| r.get(0))?;
-        let ok: String = to.query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
-        if ok != "ok" || mode != "delete" {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(StoreError::Fatal(format!("the backup copy failed its integrity check: {ok}")));
-        }
-    }
-    std::fs::rename(&tmp, dest).map_err(|e| StoreError::Fatal(format!("cannot rename backup into place: {e}")))?;
-    Ok(())
+/// What `tally check` found.
+#[derive(Debug, Clone, Default)]
+pub struct CheckReport {
+    /// Everything that did not hold (empty when healthy).
+    pub problems: Vec<String>,
+    /// Images of an older data dir still in their files, waiting for the start-up migration
+    /// to move them in (`store::migrate`): not damage, but the database does not hold them.
+    pub unmoved: Vec<String>,
+    /// Generated images verified against their sha256.
+    pub artifacts: u64,
+    /// Uploaded reference photos verified against their sha256.
+    pub uploads: u64,
+    pub tasks: u64,
 }
 
-/// Verify a database: SQLite's `integrity_check` plus tally's own invariants. Artifact files
-/// are verified when `data_dir` is given. Returns the list of problems (empty when healthy).
-pub fn check(db: &Path, data_dir: Option<&Path>) -> Result<Vec<String>, StoreError> {
+impl CheckReport {
+    /// One line for a person: what was verified.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} task(s); {} image(s) verified against their sha256 ({} generated, {} uploaded)",
+            self.tasks,
+            self.artifacts + self.uploads,
+            self.artifacts,
+            self.uploads
+        )
+    }
+}
+
+/// Verify a database: SQLite's `integrity_check`, tally's own invariants, and every stored
+/// image against its recorded size and sha256. All in one read transaction (a consistent
+/// view, also while the daemon writes).
+pub fn check(db: &Path) -> Result<CheckReport, StoreError> {
     let conn = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(|e| not_tally(db, e))?;
     conn.busy_timeout(Duration::from_secs(5))?;
-    let mut problems = Vec::new();
     let app_id: i64 = conn.pragma_query_value(None, "application_id", |r| r.get(0)).map_err(|e| not_tally(db, e))?;
     if app_id != APPLICATION_ID {
         return Err(StoreError::NotTally { path: db.into(), reason: "its application id is not tally's".into() });
     }
+    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    if version > SCHEMA_VERSION {
+        return Err(StoreError::TooNew { path: db.into(), found: version, supported: SCHEMA_VERSION });
+    }
+    conn.execute_batch("BEGIN")?;
+    let mut report = CheckReport::default();
     let mut stmt = conn.prepare("PRAGMA integrity_check")?;
     for row in stmt.query_map([], |r| r.get::<_, String>(0))? {
         let row = row?;
         if row != "ok" {
-            problems.push(format!("integrity: {row}"));
+            report.problems.push(format!("integrity: {row}"));
         }
     }
+    if version < SCHEMA_VERSION {
+        report.problems.push(format!(
+            "schema version {version} is older than this build's ({SCHEMA_VERSION}): its images are files beside it, \
+             which this file alone does not hold; `tally serve` on its data directory migrates it"
+        ));
+        return Ok(report);
+    }
+    report.tasks = conn.query_row("SELECT count(*) FROM tasks", [], |r| r.get::<_, i64>(0))?.max(0) as u64;
     let invariants: &[(&str, &str)] = &[
         (
             "succeeded task without an artifact",
@@ -353,26 +423,155 @@ pub fn check(db: &Path, data_dir: Option<&Path>) -> Result<Vec<String>, StoreErr
     for (what, sql) in invariants {
         let mut stmt = conn.prepare(sql)?;
         for id in stmt.query_map([], |r| r.get::<_, String>(0))? {
-            problems.push(format!("{what}: {}", id?));
+            report.problems.push(format!("{what}: {}", id?));
         }
     }
-    if let Some(dir) = data_dir {
-        let mut stmt = conn.prepare("SELECT a.id, a.path, a.sha256, a.bytes FROM artifacts a")?;
-        let rows = stmt.query_map([], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?, r.get::<_, i64>(3)?))
-        })?;
-        for row in rows {
-            let (id, rel, sha, bytes) = row?;
-            match std::fs::read(dir.join(&rel)) {
-                Err(e) => problems.push(format!("artifact {id}: cannot read {rel}: {e}")),
-                Ok(data) => {
-                    use sha2::Digest;
-                    if data.len() as i64 != bytes || crate::domain::hex(&sha2::Sha256::digest(&data)) != sha {
-                        problems.push(format!("artifact {id}: {rel} does not match its recorded size and sha256"));
-                    }
-                }
+    let mut unmoved_ids = std::collections::HashSet::new();
+    if super::migrate::in_progress(&conn)? {
+        let mut stmt = conn.prepare("SELECT id, path FROM legacy_files WHERE moved = 0 ORDER BY path")?;
+        for row in stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))? {
+            let (id, path) = row?;
+            report.unmoved.push(format!(
+                "image {id} is still the file {path} beside the database: start `tally serve` to move it in"
+            ));
+            unmoved_ids.insert(id);
+        }
+    }
+    let blobs = super::blobs::verify_all(&conn)?;
+    // An image still in its file is reported once, as unmoved, not also as missing.
+    report.problems.extend(
+        blobs.problems.into_iter().filter(|p| !p.rsplit(": ").next().is_some_and(|id| unmoved_ids.contains(id))),
+    );
+    report.artifacts = blobs.artifacts;
+    report.uploads = blobs.uploads;
+    conn.execute_batch("COMMIT")?;
+    Ok(report)
+}
+
+/// What a backup wrote.
+#[derive(Debug, Clone)]
+pub struct BackupReport {
+    pub bytes: u64,
+    pub check: CheckReport,
+}
+
+/// Copy the database at `src` (images included) into one self-contained file at `dest`, while
+/// the daemon may be writing: `VACUUM INTO` from a read transaction on a connection of its
+/// own. It reads one consistent snapshot and never restarts when the daemon commits (SQLite's
+/// online backup API starts over on every commit by another connection, so under steady
+/// writes it may never finish); the writer is not blocked. The copy goes to a temporary name
+/// beside `dest`, is checked ([`check`]: every image against its sha256), fsynced, and only
+/// then renamed into place (and the directory fsynced), so `dest` is always either the old
+/// file or a complete, checked copy.
+pub fn backup(src: &Path, dest: &Path) -> Result<BackupReport, StoreError> {
+    let from = Connection::open_with_flags(src, OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(|e| not_tally(src, e))?;
+    from.busy_timeout(Duration::from_secs(5))?;
+    let tmp = partial_name(dest);
+    let _ = std::fs::remove_file(&tmp);
+    let tmp_text =
+        tmp.to_str().ok_or_else(|| StoreError::Invalid(format!("{} is not a UTF-8 path", tmp.display())))?.to_string();
+    let copied = (|| -> Result<BackupReport, StoreError> {
+        from.execute("VACUUM INTO ?1", [&tmp_text])?;
+        {
+            // The copy is a self-contained rollback-journal file: no -wal to carry around.
+            let to = Connection::open(&tmp)?;
+            let mode: String = to.query_row("PRAGMA journal_mode = DELETE", [], |r| r.get(0))?;
+            if mode != "delete" {
+                return Err(StoreError::Fatal(format!("the copy kept journal mode {mode}")));
             }
         }
+        let check = check(&tmp)?;
+        if !check.problems.is_empty() {
+            return Err(StoreError::Fatal(format!(
+                "the copy failed its check ({} problem(s); first: {})",
+                check.problems.len(),
+                check.problems[0]
+            )));
+        }
+        let file = std::fs::File::open(&tmp).map_err(|e| io_fatal("cannot reopen the copy", e))?;
+        file.sync_all().map_err(|e| io_fatal("cannot fsync the copy", e))?;
+        let bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
+        Ok(BackupReport { bytes, check })
+    })();
+    let report = match copied {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+    };
+    std::fs::rename(&tmp, dest).map_err(|e| io_fatal("cannot rename the copy into place", e))?;
+    sync_dir_of(dest)?;
+    Ok(report)
+}
+
+/// Put the database file `src` (a backup) in place as `db`, whose daemon is stopped (the
+/// caller holds the data directory's lock). `src` is checked first ([`check`]); the copy is
+/// made with `VACUUM INTO` (so a `-wal` beside `src` is included, and the result is one
+/// file), fsynced under a temporary name; then a database already at `db` is kept as
+/// `<db>.before-restore`, the stale `-wal` and `-shm` of `db` are removed (SQLite would
+/// otherwise apply an old WAL to the new file), and the copy is renamed into place.
+pub fn restore(src: &Path, db: &Path) -> Result<CheckReport, StoreError> {
+    let report = check(src)?;
+    let problems: Vec<&String> = report.problems.iter().chain(&report.unmoved).collect();
+    if let Some(first) = problems.first() {
+        return Err(StoreError::Invalid(format!(
+            "{} did not pass `tally check` ({} problem(s); first: {first}); nothing was changed",
+            src.display(),
+            problems.len()
+        )));
     }
-    Ok(problems)
+    let tmp = partial_name(db);
+    let _ = std::fs::remove_file(&tmp);
+    let tmp_text =
+        tmp.to_str().ok_or_else(|| StoreError::Invalid(format!("{} is not a UTF-8 path", tmp.display())))?.to_string();
+    let made = (|| -> Result<(), StoreError> {
+        let from = Connection::open_with_flags(src, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+        from.execute("VACUUM INTO ?1", [&tmp_text])?;
+        drop(from);
+        let to = Connection::open(&tmp)?;
+        let _: String = to.query_row("PRAGMA journal_mode = DELETE", [], |r| r.get(0))?;
+        drop(to);
+        std::fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(|e| io_fatal("cannot fsync the copy", e))
+    })();
+    if let Err(e) = made {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    if db.exists() {
+        // Make the old database self-contained before keeping it.
+        let _ = checkpoint_truncate(db);
+        let kept = db.with_file_name(format!("{}.before-restore", file_name(db)));
+        std::fs::rename(db, &kept).map_err(|e| io_fatal("cannot keep the database being replaced", e))?;
+    }
+    for suffix in ["-wal", "-shm"] {
+        let stale = db.with_file_name(format!("{}{suffix}", file_name(db)));
+        match std::fs::remove_file(&stale) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_fatal(&format!("cannot remove the stale {}", stale.display()), e)),
+        }
+    }
+    std::fs::rename(&tmp, db).map_err(|e| io_fatal("cannot rename the restored database into place", e))?;
+    sync_dir_of(db)?;
+    Ok(report)
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_else(|| "tally.db".into())
+}
+
+/// A temporary name beside `dest` (same directory, so the final rename is atomic).
+fn partial_name(dest: &Path) -> PathBuf {
+    dest.with_file_name(format!(".{}.partial", file_name(dest)))
+}
+
+fn io_fatal(what: &str, e: std::io::Error) -> StoreError {
+    StoreError::Fatal(format!("{what}: {e}"))
+}
+
+/// Fsync the directory holding `path`, so a rename into it is durable.
+fn sync_dir_of(path: &Path) -> Result<(), StoreError> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io_fatal("cannot fsync the directory", e))
 }

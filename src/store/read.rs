@@ -52,7 +52,6 @@ pub struct ChargeSummary {
 pub struct ArtifactView {
     pub id: String,
     pub task_id: String,
-    pub path: String,
     pub sha256: String,
     pub bytes: i64,
     pub media_type: String,
@@ -103,15 +102,14 @@ fn artifact_row(r: &Row<'_>) -> rusqlite::Result<ArtifactView> {
     Ok(ArtifactView {
         id: r.get(0)?,
         task_id: r.get(1)?,
-        path: r.get(2)?,
-        sha256: r.get(3)?,
-        bytes: r.get(4)?,
-        media_type: r.get(5)?,
-        created_at: r.get(6)?,
+        sha256: r.get(2)?,
+        bytes: r.get(3)?,
+        media_type: r.get(4)?,
+        created_at: r.get(5)?,
     })
 }
 
-const ARTIFACT_COLUMNS: &str = "id, task_id, path, sha256, bytes, media_type, created_at";
+const ARTIFACT_COLUMNS: &str = "id, task_id, sha256, bytes, media_type, created_at";
 
 fn with_artifacts(c: &Connection, mut t: TaskView) -> Result<TaskView, StoreError> {
     let mut stmt =
@@ -237,18 +235,6 @@ pub fn status_counts(c: &Connection) -> Result<Vec<(TaskStatus, i64)>, StoreErro
         }
     }
     Ok(out)
-}
-
-/// For an artifact file (`rel`, named after an execution token): whether an artifact row
-/// points to it, and the execution's status (if the execution exists).
-pub fn file_owner(c: &Connection, rel: &str, exec: &str) -> Result<(bool, Option<String>), StoreError> {
-    let has_row =
-        c.prepare_cached("SELECT 1 FROM artifacts WHERE path = ?1")?.query_row([rel], |_| Ok(())).optional()?.is_some();
-    let status = c
-        .prepare_cached("SELECT status FROM executions WHERE token = ?1")?
-        .query_row([exec], |r| r.get(0))
-        .optional()?;
-    Ok((has_row, status))
 }
 
 impl Store {

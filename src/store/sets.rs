@@ -10,6 +10,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 use serde_json::Value;
 
+use super::blobs::{NewImage, insert_blob};
 use super::ops::{NewTask, ShotRef, SubmitOutcome, event, new_id, replay_of, submit};
 use super::read::{TaskView, get_task};
 use super::{Store, StoreError};
@@ -18,14 +19,11 @@ use crate::domain::{Actor, Millis, TaskStatus, request_hash};
 /// The shot roles a set may list.
 pub const SHOT_ROLES: &[&str] = &["main", "selling_point", "scene"];
 
-/// An uploaded reference image (its file is already saved under the data dir).
+/// An uploaded reference image (its bytes are the blob with the same id).
 #[derive(Debug, Clone, Serialize)]
 pub struct UploadView {
     pub id: String,
     pub sha256: String,
-    /// Relative to the data dir.
-    #[serde(skip)]
-    pub path: String,
     pub bytes: i64,
     pub media_type: String,
     pub created_at: Millis,
@@ -149,29 +147,29 @@ pub(super) fn schedule_next_shot(c: &Connection, task: &str, now: Millis) -> Res
     Ok(())
 }
 
-/// Record an uploaded file, or return the existing upload with the same content.
-pub(super) fn save_upload(c: &Connection, u: &UploadView) -> Result<UploadView, StoreError> {
-    if let Some(existing) = upload_by_hash(c, &u.sha256)? {
+/// Record an uploaded image (its row and its bytes, in one transaction), or return the
+/// existing upload with the same content (then nothing is stored).
+pub(super) fn save_upload(c: &Connection, img: &NewImage, now: Millis) -> Result<UploadView, StoreError> {
+    if let Some(existing) = upload_by_hash(c, img.sha256())? {
         return Ok(existing);
     }
-    c.prepare_cached(
-        "INSERT INTO uploads (id, sha256, path, bytes, media_type, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )?
-    .execute(params![u.id, u.sha256, u.path, u.bytes, u.media_type, u.created_at])?;
-    Ok(u.clone())
+    let u = UploadView {
+        id: new_id(),
+        sha256: img.sha256().to_string(),
+        bytes: img.len(),
+        media_type: img.media_type().to_string(),
+        created_at: now,
+    };
+    insert_blob(c, &u.id, img)?;
+    c.prepare_cached("INSERT INTO uploads (id, sha256, bytes, media_type, created_at) VALUES (?1, ?2, ?3, ?4, ?5)")?
+        .execute(params![u.id, u.sha256, u.bytes, u.media_type, u.created_at])?;
+    Ok(u)
 }
 
-const UPLOAD_COLUMNS: &str = "id, sha256, path, bytes, media_type, created_at";
+const UPLOAD_COLUMNS: &str = "id, sha256, bytes, media_type, created_at";
 
 fn upload_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<UploadView> {
-    Ok(UploadView {
-        id: r.get(0)?,
-        sha256: r.get(1)?,
-        path: r.get(2)?,
-        bytes: r.get(3)?,
-        media_type: r.get(4)?,
-        created_at: r.get(5)?,
-    })
+    Ok(UploadView { id: r.get(0)?, sha256: r.get(1)?, bytes: r.get(2)?, media_type: r.get(3)?, created_at: r.get(4)? })
 }
 
 /// An upload by content hash.
@@ -188,10 +186,24 @@ pub fn upload(c: &Connection, id: &str) -> Result<Option<UploadView>, StoreError
         .optional()?)
 }
 
+/// An upload with the product of the first set that uses it (what its download is named
+/// after).
+pub fn upload_for_download(c: &Connection, id: &str) -> Result<Option<(UploadView, Option<String>)>, StoreError> {
+    let Some(u) = upload(c, id)? else { return Ok(None) };
+    let product = c
+        .prepare_cached(
+            "SELECT s.product FROM set_references r JOIN sets s ON s.id = r.set_id WHERE r.upload_id = ?1
+             ORDER BY s.id LIMIT 1",
+        )?
+        .query_row([id], |r| r.get(0))
+        .optional()?;
+    Ok(Some((u, product)))
+}
+
 /// The reference images of a set (sent with each of its shots), in order.
 pub fn references_of_set(c: &Connection, set: &str) -> Result<Vec<UploadView>, StoreError> {
     let mut stmt = c.prepare_cached(
-        "SELECT u.id, u.sha256, u.path, u.bytes, u.media_type, u.created_at
+        "SELECT u.id, u.sha256, u.bytes, u.media_type, u.created_at
          FROM set_references r JOIN uploads u ON u.id = r.upload_id WHERE r.set_id = ?1 ORDER BY r.position",
     )?;
     Ok(stmt.query_map([set], upload_row)?.collect::<Result<_, _>>()?)
@@ -357,9 +369,9 @@ pub fn set_summary(set: &SetView) -> (SetStatus, String, String) {
 }
 
 impl Store {
-    /// Record an upload (deduplicated by content).
-    pub async fn save_upload(&self, u: UploadView) -> Result<UploadView, StoreError> {
-        self.write(move |c| save_upload(c, &u)).await
+    /// Store an uploaded image (deduplicated by content): its row and bytes in one commit.
+    pub async fn save_upload(&self, img: NewImage, now: Millis) -> Result<UploadView, StoreError> {
+        self.write_images(img.len() as usize, move |c| save_upload(c, &img, now)).await
     }
 
     /// Create a set with its shots.
@@ -385,5 +397,10 @@ impl Store {
     /// An upload by id.
     pub async fn upload(&self, id: String) -> Result<Option<UploadView>, StoreError> {
         self.read(move |c| upload(c, &id)).await
+    }
+
+    /// An upload with the product its download is named after.
+    pub async fn upload_for_download(&self, id: String) -> Result<Option<(UploadView, Option<String>)>, StoreError> {
+        self.read(move |c| upload_for_download(c, &id)).await
     }
 }

@@ -62,7 +62,9 @@ fn emptiness(db: &Path) -> Result<Option<String>, StoreError> {
 
 /// Open the database for `tally serve`: refuse one that holds no shop where `evidence` shows
 /// the data directory was used, refuse one that cannot be written, and refuse one that `tally
-/// check` rejects (SQLite's integrity check and tally's invariants), each with what to do.
+/// check` rejects (SQLite's integrity check, tally's invariants, every image against its
+/// sha256), each with what to do. Images an interrupted migration has not moved in yet are not a
+/// reason to refuse: start-up has said which files they are.
 pub fn open_for_serve(db: &Path, durability: Durability, evidence: &UsedEvidence) -> Result<Store, StoreError> {
     let restore = format!(
         "Restore it from a backup (a copy made by `tally backup`): stop tally, copy the backup to {}, delete any {}-wal \
@@ -91,8 +93,8 @@ pub fn open_for_serve(db: &Path, durability: Durability, evidence: &UsedEvidence
         }
         _ => e,
     })?;
-    let problems = match check(db, None) {
-        Ok(p) => p,
+    let problems = match check(db) {
+        Ok(report) => report.problems,
         Err(e) => vec![e.to_string()],
     };
     if !problems.is_empty() {

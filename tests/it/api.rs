@@ -62,6 +62,11 @@ fn demo_task_succeeds_with_a_verified_png() {
     assert!(img.body.starts_with(b"\x89PNG\r\n\x1a\n"));
     assert_eq!(sha256_hex(&img.body), art["sha256"].as_str().unwrap());
     assert_eq!(img.body.len() as u64, art["bytes"].as_u64().unwrap());
+    // Streamed from the database with its recorded size, and a name a person recognises.
+    assert_eq!(img.header("content-length"), Some(img.body.len().to_string().as_str()));
+    let cd = img.header("content-disposition").unwrap_or_default();
+    let short = &art["id"].as_str().unwrap().replace('-', "")[24..];
+    assert!(cd.starts_with(&format!("inline; filename=\"a-white-mug_{short}.png\"")), "{cd}");
 
     let events = d.call("GET", &format!("/v1/tasks/{}/events", done["id"].as_str().unwrap()), None).json();
     let events = events["events"].as_array().unwrap();

@@ -1,7 +1,7 @@
 //! Charge evidence, retries and budgets through the store's public operations and an
 //! in-process engine: one live retry per task and per shot, retry keys scoped to their
 //! original, the needs-attention filter, a budget that concurrent `record_calling`s cannot
-//! overshoot, a held task that resumes when its period turns over, and the v4 migration's
+//! overshoot, a held task that resumes when its period turns over, and the v5 migration's
 //! backfill.
 
 use std::sync::Arc;
@@ -274,8 +274,8 @@ async fn wait<F: std::future::Future<Output = bool>>(mut f: impl FnMut() -> F) {
 /// that never recorded `calling` is `none`, a success `charged`, anything else after
 /// `calling` `possible` (never guessed to be `refused`).
 #[test]
-fn the_v4_migration_backfills_charges_from_the_old_evidence() {
-    let dir = temp_dir("migrate-v4");
+fn the_v5_migration_backfills_charges_from_the_old_evidence() {
+    let dir = temp_dir("migrate-v5");
     let db = dir.join("tally.db");
     {
         let c = rusqlite::Connection::open(&db).expect("open");
@@ -298,6 +298,6 @@ fn the_v4_migration_backfills_charges_from_the_old_evidence() {
     assert_eq!((state("ok"), state("no"), state("never")), (Charge::Charged, Charge::Possible, Charge::None));
     store.close().expect("close");
     // (The fixture has no envelopes; only the charge rule is checked here.)
-    let problems = tally::store::check(&db, None).expect("check");
+    let problems = tally::store::check(&db).expect("check").problems;
     assert!(!problems.iter().any(|p| p.contains("charge")), "{problems:?}");
 }

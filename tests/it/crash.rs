@@ -1,7 +1,11 @@
 //! The crash matrix (DESIGN §9): for each crash point × each provider kind, run the real
 //! binary against a real `tally mock-provider`, let the crash point abort the daemon, restart
 //! it without crash points, and assert the outside world: the final status, the mock's
-//! ledger of charged requests, `tally check`, and the recovery in the timeline.
+//! ledger of charged requests, the image (either none, or one that downloads with its
+//! sha256), `tally check` (every stored image verified), and the recovery in the timeline.
+//! The finish is covered on both sides of its commit: `before-finish-commit` (the image and
+//! `succeeded` written in the open transaction) and `after-finish` (committed). The migration
+//! of an older data dir's image files is covered by `migration_*` (see `onefile`).
 //!
 //! Needs a binary built with `--features failpoints` (the README's test command does that).
 
@@ -23,9 +27,12 @@ fn expected(point: &str, kind: &str) -> (&'static str, usize, Option<&'static st
         "after-calling" if kind == "idem" => ("succeeded", 1, Some("resumed")),
         "after-calling" => ("unknown", 0, Some("unknown")),
         "after-accepted" => ("succeeded", 1, Some("resumed")),
-        "after-answer" if sync => ("unknown", 1, Some("unknown")),
-        "after-answer" => ("succeeded", 1, Some("resumed")),
-        "after-artifact" => ("succeeded", 1, Some("recovered")),
+        // The image arrived but its finish never committed: nothing is stored, and the call
+        // is recovered like any other (a lookup or replay finds the image again, free).
+        "after-answer" | "before-finish-commit" if sync => ("unknown", 1, Some("unknown")),
+        "after-answer" | "before-finish-commit" => ("succeeded", 1, Some("resumed")),
+        // Committed: the image and `succeeded` are there together; nothing to recover.
+        "after-finish" => ("succeeded", 1, None),
         other => panic!("no expectation for {other}"),
     }
 }
@@ -66,11 +73,15 @@ pub fn crash_case(point: &str, kind: &str) {
     std::thread::sleep(Duration::from_millis(300));
     let (lines, charged) = mock.count(&prompt);
     assert_eq!(charged, charged_allowed, "{point}/{kind}: charged requests ({lines} ledger lines)");
+    let artifacts = task["artifacts"].as_array().cloned().unwrap_or_default();
     if want == "succeeded" {
-        let art = &task["artifacts"][0];
+        assert_eq!(artifacts.len(), 1, "{point}/{kind}: one artifact; task: {task}");
+        let art = &artifacts[0];
         let url = art["url"].as_str().expect("artifact url");
         let body = d.call("GET", url, None).body;
         assert_eq!(crate::common::sha256_hex(&body), art["sha256"].as_str().unwrap_or(""), "{point}/{kind}");
+    } else {
+        assert!(artifacts.is_empty(), "{point}/{kind}: an artifact without success: {task}");
     }
     let events = d.call("GET", &format!("/v1/tasks/{id}/events"), None).json();
     let kinds: Vec<&str> =
@@ -81,7 +92,10 @@ pub fn crash_case(point: &str, kind: &str) {
     let status = d.term();
     assert!(status.success(), "{point}/{kind}: clean stop failed");
     let check = Command::new(EXE).args(["check", "--config"]).arg(&d.config).output().expect("check runs");
-    assert!(check.status.success(), "{point}/{kind}: tally check failed:\n{}", String::from_utf8_lossy(&check.stdout));
+    let out = String::from_utf8_lossy(&check.stdout);
+    assert!(check.status.success(), "{point}/{kind}: tally check failed:\n{out}");
+    let images = if want == "succeeded" { 1 } else { 0 };
+    assert!(out.contains(&format!("{images} image(s) verified")), "{point}/{kind}: {out}");
 }
 
 macro_rules! matrix {
@@ -113,10 +127,14 @@ matrix! {
     after_answer_replicate: "after-answer", "replicate";
     after_answer_fal: "after-answer", "fal";
     after_answer_idem: "after-answer", "idem";
-    after_artifact_openai: "after-artifact", "openai";
-    after_artifact_replicate: "after-artifact", "replicate";
-    after_artifact_fal: "after-artifact", "fal";
-    after_artifact_idem: "after-artifact", "idem";
+    before_finish_commit_openai: "before-finish-commit", "openai";
+    before_finish_commit_replicate: "before-finish-commit", "replicate";
+    before_finish_commit_fal: "before-finish-commit", "fal";
+    before_finish_commit_idem: "before-finish-commit", "idem";
+    after_finish_openai: "after-finish", "openai";
+    after_finish_replicate: "after-finish", "replicate";
+    after_finish_fal: "after-finish", "fal";
+    after_finish_idem: "after-finish", "idem";
 }
 
 /// Ledger lines of a tag that started a paid generation, oldest first.
@@ -177,6 +195,68 @@ fn a_set_made_with_the_cli_survives_a_kill_mid_set() {
     let out = d.cli(&["set", "status", &id]);
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("3 of 4 done, 1 unknown"));
+}
+
+/// The start-up migration of an older data dir's image files (`store::migrate`), killed at
+/// each of its crash points: after the schema step, after a batch of images committed (files
+/// not yet removed), after their files were removed (rows not yet deleted). Restarted without
+/// crash points, every image downloads with its sha256, nothing is stored twice (`tally check`
+/// finds no image without its row), and the files are gone.
+fn migration_case(point: &str) {
+    let mut d = Daemon::configure(crate::common::FAST_DEMO);
+    let f = crate::onefile::v2_data_dir(&d.data);
+    let crashed = Command::new(EXE)
+        .args(["serve", "--config"])
+        .arg(&d.config)
+        .env_remove("TALLY_DATA_DIR")
+        .env_remove("TALLY_CONFIG")
+        .env("FAILPOINTS", format!("{point}=return"))
+        .output()
+        .expect("run tally serve");
+    assert!(!crashed.status.success(), "{point}: the crash point never fired");
+    assert!(String::from_utf8_lossy(&crashed.stderr).contains(&format!("crash point {point} reached")), "{point}");
+
+    d.spawn();
+    for (path, sha) in &f.images {
+        let r = d.call("GET", path, None);
+        assert_eq!(r.status, 200, "{point}: {path}");
+        assert_eq!(&crate::common::sha256_hex(&r.body), sha, "{point}: {path}");
+    }
+    for id in &f.tasks {
+        assert_eq!(d.call("GET", &format!("/v1/tasks/{id}"), None).json()["status"], "succeeded", "{point}: {id}");
+    }
+    assert!(d.term().success(), "{point}: clean stop");
+    for rel in &f.files {
+        assert!(!d.data.join(rel).exists(), "{point}: {rel} was not removed");
+    }
+    let check = Command::new(EXE).args(["check", "--config"]).arg(&d.config).output().expect("check runs");
+    let out = String::from_utf8_lossy(&check.stdout);
+    assert!(check.status.success(), "{point}: tally check failed:\n{out}");
+    assert!(out.contains("6 image(s) verified against their sha256 (5 generated, 1 uploaded)"), "{point}: {out}");
+}
+
+#[test]
+fn migration_killed_after_the_schema_step() {
+    migration_case("migrate-after-schema");
+}
+
+#[test]
+fn migration_killed_after_images_committed() {
+    migration_case("migrate-after-move");
+}
+
+#[test]
+fn migration_killed_after_files_removed() {
+    migration_case("migrate-after-remove");
+}
+
+#[test]
+fn every_migration_crash_point_is_in_the_matrix() {
+    assert_eq!(
+        tally::failpoint::MIGRATION_POINTS,
+        ["migrate-after-schema", "migrate-after-move", "migrate-after-remove"],
+        "a new crash point needs its cell above"
+    );
 }
 
 /// Run the configured daemon until the crash point `point` aborts it.

@@ -44,7 +44,6 @@ fn config() -> EngineConfig {
 }
 
 struct Harness {
-    dir: PathBuf,
     store: Store,
     fake: Arc<Fake>,
     engine: Engine,
@@ -60,7 +59,7 @@ impl Harness {
         let store = Store::open(&dir.join("tally.db"), Durability::Full).expect("open store");
         let fake = Arc::new(fake);
         let engine = start(&store, &dir, &fake, cfg, clock, max_concurrency).await;
-        Harness { dir, store, fake, engine }
+        Harness { store, fake, engine }
     }
 
     async fn submit(&self, prompt: &str) -> String {
@@ -131,14 +130,22 @@ fn count(kinds: &[String], kind: &str) -> usize {
     kinds.iter().filter(|k| *k == kind).count()
 }
 
+/// The task has one artifact, and its bytes (read back from the database, not from what the
+/// provider sent) are a PNG with the recorded size and sha256.
 async fn assert_artifact_verifies(h: &Harness, t: &TaskView) {
     assert_eq!(t.artifacts.len(), 1, "exactly one artifact");
     let a = &t.artifacts[0];
-    let bytes = std::fs::read(h.dir.join(&a.path)).expect("artifact file exists");
+    let (meta, bytes) = h.store.read_image_bytes(a.id.clone()).await.expect("read").expect("the image is stored");
     assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"));
     use sha2::Digest;
     assert_eq!(tally::domain::hex(&sha2::Sha256::digest(&bytes)), a.sha256);
-    assert_eq!(bytes.len() as i64, a.bytes);
+    assert_eq!((bytes.len() as i64, meta.sha256.as_str()), (a.bytes, a.sha256.as_str()));
+}
+
+/// How many images the database holds (every one must belong to an artifact or an upload).
+fn stored_images(dir: &Path) -> i64 {
+    let c = rusqlite::Connection::open(dir.join("tally.db")).expect("open");
+    c.query_row("SELECT count(*) FROM blobs", [], |r| r.get(0)).expect("count")
 }
 
 // ---- DESIGN §4: busy, failed and unknown are different ----
@@ -327,7 +334,7 @@ async fn store_with_task(prompt: &str) -> (PathBuf, Store, String) {
 async fn engine_on(dir: &Path, store: &Store, fake: Fake, cfg: EngineConfig) -> Harness {
     let fake = Arc::new(fake);
     let engine = start(store, dir, &fake, cfg, Arc::new(SystemClock), 4).await;
-    Harness { dir: dir.into(), store: store.clone(), fake, engine }
+    Harness { store: store.clone(), fake, engine }
 }
 
 #[tokio::test]
@@ -464,50 +471,38 @@ async fn recovery_of_an_accepted_job_polls_it() {
     assert!(c.polls >= 2);
 }
 
+/// The state a crash leaves when the provider's answer (an image) had arrived but the finish
+/// had not committed: `calling` and nothing else, because the bytes commit only with the
+/// finish. With a provider that can prove nothing, recovery says `unknown` and nothing is
+/// stored (no half-saved image to trust or to sweep up).
 #[tokio::test]
-async fn recovery_commits_an_image_saved_before_the_crash() {
-    let (dir, store, id) = store_with_task("saved not committed").await;
+async fn a_crash_before_the_finish_commit_stores_nothing_and_ends_unknown() {
+    let (dir, store, id) = store_with_task("answered, not committed").await;
     let (exec, lease, _) = claimed(&store, &id).await;
-    store.record_calling(exec.clone(), lease, SystemClock.now(), CallingFacts::billed()).await.expect("calling");
-    std::fs::create_dir_all(dir.join("artifacts")).expect("dir");
-    let png = tally::render::placeholder_png("saved", 8);
-    std::fs::write(dir.join(format!("artifacts/{exec}.png")), &png).expect("write");
+    store.record_calling(exec, lease, SystemClock.now(), CallingFacts::billed()).await.expect("calling");
     let h = engine_on(&dir, &store, Fake::new(NONE), config()).await;
+    let t = h.settle(&id).await;
+    assert_eq!(t.status, TaskStatus::Unknown);
+    assert!(t.artifacts.is_empty());
+    assert_eq!(stored_images(&dir), 0, "no image without its row");
+    assert_eq!(h.counts().received, 0, "nothing sent again");
+}
+
+/// The same crash with a provider that dedupes by idempotency key: the replay returns the
+/// image, which then commits with the finish (one charge).
+#[tokio::test]
+async fn a_crash_before_the_finish_commit_is_recovered_by_a_replay_that_stores_the_image() {
+    let (dir, store, id) = store_with_task("answered, replayed").await;
+    let (exec, lease, key) = claimed(&store, &id).await;
+    store.record_calling(exec, lease, SystemClock.now(), CallingFacts::billed()).await.expect("calling");
+    let fake = Fake::new(IDEMPOTENT);
+    assert!(fake.submit(&request("answered, replayed", &key)).await.is_ok(), "the first call was charged");
+    let h = engine_on(&dir, &store, fake, config()).await;
     let t = h.settle(&id).await;
     assert_eq!(t.status, TaskStatus::Succeeded);
     assert_artifact_verifies(&h, &t).await;
-    assert_eq!(h.counts().received, 0, "finished from the file, no call");
-    assert!(h.kinds(&id).await.contains(&"recovered".to_string()));
-}
-
-#[tokio::test]
-async fn orphaned_artifact_files_are_deleted_but_evidence_is_kept() {
-    // An execution left `unknown`: an image file named after it is evidence (a late result),
-    // never an orphan.
-    let (dir, store, id) = store_with_task("evidence").await;
-    let (exec, lease, _) = claimed(&store, &id).await;
-    store
-        .record_calling(exec.clone(), lease.clone(), SystemClock.now(), CallingFacts::billed())
-        .await
-        .expect("calling");
-    let finish = tally::store::Finish::Unknown { reason: "answer lost".into() };
-    store.finish(exec.clone(), lease, finish, SystemClock.now()).await.expect("unknown");
-    std::fs::create_dir_all(dir.join("artifacts")).expect("dir");
-    let evidence = dir.join(format!("artifacts/{exec}.png"));
-    std::fs::write(&evidence, tally::render::placeholder_png("evidence", 8)).expect("write");
-    let orphan = dir.join(format!("artifacts/{}.png", uuid::Uuid::new_v4()));
-    std::fs::write(&orphan, tally::render::placeholder_png("orphan", 8)).expect("write");
-    let cfg = EngineConfig { orphan_grace: Duration::from_millis(1), ..config() };
-    tokio::time::sleep(Duration::from_millis(5)).await;
-    let h = engine_on(&dir, &store, Fake::new(NONE), cfg).await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while orphan.exists() {
-        assert!(Instant::now() < deadline, "orphan never deleted");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert!(evidence.exists(), "the unknown execution's file was deleted");
-    assert_eq!(h.task(&id).await.status, TaskStatus::Unknown);
-    assert_eq!(h.counts().received, 0);
+    assert_eq!(stored_images(&dir), 1);
+    assert_eq!((h.counts().received, h.counts().charged), (2, 1), "replayed with the same key, charged once");
 }
 
 // ---- Fencing: a worker that lost its lease ----
@@ -755,10 +750,10 @@ fn check_passes_on_a_healthy_database_and_reports_a_broken_one() {
     let store = Store::open(&db, Durability::Full).expect("open");
     rt.block_on(store.submit(task("check me"), 1)).expect("submit");
     store.close().expect("close");
-    assert_eq!(tally::store::check(&db, Some(&dir)).expect("check"), Vec::<String>::new());
+    assert_eq!(tally::store::check(&db).expect("check").problems, Vec::<String>::new());
     rusqlite::Connection::open(&db)
         .and_then(|c| c.execute_batch("UPDATE tasks SET status = 'succeeded'"))
         .expect("break it");
-    let problems = tally::store::check(&db, Some(&dir)).expect("check");
+    let problems = tally::store::check(&db).expect("check").problems;
     assert!(problems.iter().any(|p| p.contains("without an artifact")), "{problems:?}");
 }

@@ -16,6 +16,7 @@ mod crash;
 mod disks;
 mod engine;
 mod money;
+mod onefile;
 mod providers_daemon;
 mod providers_fal;
 mod providers_hostile;

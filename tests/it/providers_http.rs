@@ -182,10 +182,13 @@ async fn base_url_ending_in_v1_works_as_the_sdks_take_it() {
 
 #[tokio::test]
 async fn a_retired_openai_model_is_refused_without_charge() {
-    let h = Harness::start().await;
-    let cfg = ProviderConfig { model: Some("gpt-image-1".into()), ..h.config(ProviderKind::OpenaiImages) };
-    let err = providers::build(&cfg).unwrap().submit(&request("old model")).await.unwrap_err();
-    assert!(matches!(&err, CallError::Rejected { message, .. } if message.contains("shut down")), "{err:?}");
+    let retired = tally::mock::behavior::RETIRED_OPENAI_MODELS.iter().map(|m| m.to_string()).collect();
+    let h = Harness::start_with(|a| a.retired_models = Some(retired)).await;
+    for model in ["gpt-image-1", "dall-e-3"] {
+        let cfg = ProviderConfig { model: Some(model.into()), ..h.config(ProviderKind::OpenaiImages) };
+        let err = providers::build(&cfg).unwrap().submit(&request("old model")).await.unwrap_err();
+        assert!(matches!(&err, CallError::Rejected { message, .. } if message.contains("shut down")), "{err:?}");
+    }
     assert_eq!(h.charged(), 0);
 }
 

@@ -75,13 +75,12 @@ impl Script {
     /// What `domain::decide` makes of a leftover, as the reconciler maps it.
     fn decision(row: &LeftoverRow, caps: Capabilities) -> Recovery {
         let left = Leftover::of(row.execution.as_ref().map(|(_, p)| *p), row.send_count as u32);
-        match decide(&left, Some(caps), false, 10) {
+        match decide(&left, Some(caps), 10) {
             Decision::Requeue => Recovery::Requeue,
             Decision::GiveUp => Recovery::GiveUp,
             Decision::Abandon => Recovery::Abandon,
             Decision::Resume => Recovery::Resume,
             Decision::Unknown => Recovery::Unknown,
-            Decision::FinishFromFile => panic!("no file in these scripts"),
         }
     }
 
@@ -120,7 +119,7 @@ impl Script {
     }
 
     fn check(&self) -> Vec<String> {
-        tally::store::check(&self.dir.join("tally.db"), None).expect("check runs")
+        tally::store::check(&self.dir.join("tally.db")).expect("check runs").problems
     }
 }
 
@@ -323,8 +322,8 @@ async fn a_lost_hand_off_of_a_resumed_execution_is_decided_from_its_phase() {
     assert!(matches!(row.execution, Some((_, Phase::Calling))));
     // Past max_sends too: never "undeliverable" for a call that may have been charged.
     let left = Leftover::of(Some(Phase::Calling), 99);
-    assert_eq!(decide(&left, Some(IDEM), false, 2), Decision::Resume);
-    assert_eq!(decide(&left, Some(NONE), false, 2), Decision::Unknown);
+    assert_eq!(decide(&left, Some(IDEM), 2), Decision::Resume);
+    assert_eq!(decide(&left, Some(NONE), 2), Decision::Unknown);
     assert!(matches!(Script::decision(&row, IDEM), Recovery::Resume));
     // The store refuses to count it as undelivered.
     let refused = s.store.apply_recovery(vec![(row.clone(), Recovery::GiveUp)], late + 2 + LEASE).await;

@@ -71,15 +71,20 @@ fn a_set_downloads_as_one_zip_and_into_a_folder_with_product_and_role_names() {
     let got: Vec<String> = entries.iter().map(|(_, b)| sha256_hex(b)).collect();
     assert_eq!(got, shas, "every image with its recorded sha256");
 
-    // A single download is named the same way; a job outside a set by its prompt.
-    let art = set["shots"][0]["artifacts"][0]["url"].as_str().unwrap();
-    let one = d.call("GET", art, None);
-    assert!(one.header("content-disposition").unwrap_or("").contains("filename=\"red-sneaker_main.png\""));
+    // A single download is named the same way, plus a short id (the last 8 hex digits of the
+    // artifact's id) so two versions saved side by side keep apart; a job outside a set by
+    // its prompt.
+    let short = |a: &Value| a["id"].as_str().unwrap().replace('-', "")[24..].to_string();
+    let art = &set["shots"][0]["artifacts"][0];
+    let one = d.call("GET", art["url"].as_str().unwrap(), None);
+    let cd = one.header("content-disposition").unwrap_or("");
+    assert!(cd.contains(&format!("filename=\"red-sneaker_main_{}.png\"", short(art))), "{cd}");
     let t = d.call("POST", "/v1/tasks", Some(&json!({ "prompt": "Blue mug on a wooden table" }))).json();
     let t = d.wait_status(t["id"].as_str().unwrap(), &["succeeded"]);
     let single = d.call("GET", t["artifacts"][0]["url"].as_str().unwrap(), None);
     let cd = single.header("content-disposition").unwrap_or("");
-    assert!(cd.starts_with("inline;") && cd.contains("filename=\"blue-mug-on-a-wooden-table.png\""), "{cd}");
+    let want = format!("filename=\"blue-mug-on-a-wooden-table_{}.png\"", short(&t["artifacts"][0]));
+    assert!(cd.starts_with("inline;") && cd.contains(&want), "{cd}");
 
     // The CLI writes the same files; again is harmless; it never overwrites other bytes.
     let out = TempDir::new();

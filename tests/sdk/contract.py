@@ -106,9 +106,10 @@ def _():
     assert lines["oa edit two"]["reference_images"] == 2 and lines["oa edit one"]["reference_images"] == 1, lines
 
 
-@check("openai: shut-down gpt-image-1 and retired dall-e-3 are 404 model_not_found, not charged")
+@check("openai: retired dall-e-3 (default) and shut-down gpt-image-1 (when listed) are 404 model_not_found")
 def _():
     reset()
+    behave(retired_models=["gpt-image-1", "dall-e-2", "dall-e-3"])  # the SDK's deprecated list
     for model in ("gpt-image-1", "dall-e-3"):
         try:
             oa.images.generate(model=model, prompt="oa retired " + model)
@@ -117,6 +118,13 @@ def _():
         else:
             raise AssertionError(f"{model} was accepted")
         assert charged("oa retired " + model) == 0
+    reset()
+    try:
+        oa.images.generate(model="dall-e-2", prompt="oa retired by default")
+    except openai.NotFoundError:
+        pass
+    else:
+        raise AssertionError("dall-e-2 was accepted by default")
 
 
 @check("openai: response_format is refused for GPT image models; unknown parameters too")

@@ -250,8 +250,10 @@ pub(in crate::store) fn finish(
             };
             set_task(c, &task, TaskStatus::Succeeded, reason, None, now)?;
             consume_envelope(c, &task, "consumed", None)?;
-            let saved = format!("image saved ({} bytes, sha256 {})", a.bytes, a.sha256);
+            let saved = format!("image stored ({} bytes, sha256 {})", a.image.len(), a.image.sha256());
             event(c, &task, now, Actor::Worker, "succeeded", &with_money(&saved, &words), ex)?;
+            // Crash matrix: the image and `succeeded` are written but not committed.
+            crate::failpoint::crash("before-finish-commit");
             TaskStatus::Succeeded
         }
         Finish::Failed { kind, reason, .. } => {
@@ -302,7 +304,7 @@ pub(in crate::store) fn finish(
 
 /// A result that arrived after the task was marked `unknown`, from the same execution: it is
 /// evidence, and resolves the task. Returns false if the execution is not `unknown` (then
-/// the result is not attached, and its file is left for the orphan sweep).
+/// nothing is stored: the image bytes are dropped with the operation).
 pub(in crate::store) fn late_result(
     c: &Connection,
     exec: &str,
@@ -403,12 +405,17 @@ impl Store {
     }
 
     /// End or pause an execution.
+    /// A `Succeeded` finish stores the image's bytes in the same transaction.
     pub async fn finish(&self, exec: String, lease: String, f: Finish, now: Millis) -> Result<TaskStatus, StoreError> {
-        self.write(move |c| finish(c, &exec, &lease, &f, now)).await
+        let bytes = match &f {
+            Finish::Succeeded(a) => a.image.len() as usize,
+            _ => 0,
+        };
+        self.write_images(bytes, move |c| finish(c, &exec, &lease, &f, now)).await
     }
 
-    /// Attach a late result to an `unknown` execution.
+    /// Attach a late result (its bytes in the same transaction) to an `unknown` execution.
     pub async fn late_result(&self, exec: String, a: NewArtifact, now: Millis) -> Result<bool, StoreError> {
-        self.write(move |c| late_result(c, &exec, &a, now)).await
+        self.write_images(a.image.len() as usize, move |c| late_result(c, &exec, &a, now)).await
     }
 }

@@ -10,6 +10,7 @@
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 
+use super::blobs::{NewArtifact, insert_blob};
 use super::{Store, StoreError};
 
 mod exec;
@@ -126,24 +127,14 @@ pub enum ClaimOutcome {
     Lost,
 }
 
-/// An image file already written under the data dir, to be attached to a task.
-#[derive(Debug, Clone)]
-pub struct NewArtifact {
-    pub id: String,
-    /// Relative to the data dir.
-    pub path: String,
-    pub sha256: String,
-    pub bytes: i64,
-    pub media_type: String,
-}
-
 /// How an execution ends (or pauses). Each outcome carries what it proves about money; the
 /// store records it on the execution, except that an execution that never recorded
 /// `calling`, or whose provider never bills, is always [`Charge::None`] (enforced in
 /// `finish`, not trusted from the caller).
 #[derive(Debug, Clone)]
 pub enum Finish {
-    /// The image is saved and verified: charged.
+    /// The provider answered with this verified image: its bytes commit with the finish;
+    /// charged.
     Succeeded(NewArtifact),
     /// A definite failure: not retried.
     Failed { kind: FailureKind, reason: String, charge: Charge },
@@ -209,7 +200,6 @@ pub enum Recovery {
     Requeue,
     GiveUp,
     Abandon,
-    FinishFromFile(NewArtifact),
     Resume,
     Unknown,
 }
@@ -360,6 +350,8 @@ pub(super) fn requeue_envelope(
     Ok(())
 }
 
+/// Attach a verified image to a task: its bytes and its artifact row, in the caller's
+/// transaction (so they commit with the status change that needs them).
 pub(super) fn insert_artifact(
     c: &Connection,
     task: &str,
@@ -367,11 +359,12 @@ pub(super) fn insert_artifact(
     a: &NewArtifact,
     now: Millis,
 ) -> Result<(), StoreError> {
+    insert_blob(c, &a.id, &a.image)?;
     c.prepare_cached(
-        "INSERT INTO artifacts (id, task_id, execution_token, path, sha256, bytes, media_type, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        "INSERT INTO artifacts (id, task_id, execution_token, sha256, bytes, media_type, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     )?
-    .execute(params![a.id, task, exec, a.path, a.sha256, a.bytes, a.media_type, now])?;
+    .execute(params![a.id, task, exec, a.image.sha256(), a.image.len(), a.image.media_type(), now])?;
     Ok(())
 }
 

@@ -138,34 +138,6 @@ pub(in crate::store) fn apply_recovery(
                 )?;
                 applied.push((row.task_id.clone(), TaskStatus::Waiting));
             }
-            Recovery::FinishFromFile(a) => {
-                set_exec("succeeded", "")?;
-                let mut words = String::new();
-                if let Some(token) = exec {
-                    insert_artifact(c, task, token, a, now)?;
-                    words = settle_charge(c, token, Charge::Charged)?.1;
-                }
-                set_task(
-                    c,
-                    task,
-                    TaskStatus::Succeeded,
-                    Some("Recovered the saved image after an interruption."),
-                    None,
-                    now,
-                )?;
-                consume_envelope(c, task, "consumed", None)?;
-                event(
-                    c,
-                    task,
-                    now,
-                    r,
-                    "recovered",
-                    &with_money("found the saved image on disk, verified its hash and finished the task", &words),
-                    exec,
-                )?;
-                on_settled(c, task, now)?;
-                applied.push((row.task_id.clone(), TaskStatus::Succeeded));
-            }
             Recovery::Resume => {
                 // Without a lease, this was the hand-off of an execution already being
                 // resumed that no worker claimed (a crash between dispatch and claim): hand

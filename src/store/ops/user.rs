@@ -204,7 +204,7 @@ impl Store {
         self.write(move |c| retry(c, &task, &ack, key.as_deref(), now)).await
     }
 
-    /// Resolve an `unknown` task by hand.
+    /// Resolve an `unknown` task by hand (an image's bytes commit with the resolution).
     pub async fn resolve(
         &self,
         task: String,
@@ -212,6 +212,10 @@ impl Store {
         note: String,
         now: Millis,
     ) -> Result<ResolveOutcome, StoreError> {
-        self.write(move |c| resolve(c, &task, &r, &note, now)).await
+        let bytes = match &r {
+            Resolution::Succeeded(a) => a.image.len() as usize,
+            Resolution::Failed => 0,
+        };
+        self.write_images(bytes, move |c| resolve(c, &task, &r, &note, now)).await
     }
 }

@@ -1,0 +1,103 @@
+//! Image downloads: `GET /v1/artifacts/{id}` (a generated image) and `GET /v1/uploads/{id}`
+//! (a reference photo). The bytes stream from the database ([`crate::store::BlobReader`]):
+//! one chunk at a time, each read in its own short read transaction on a blocking thread, so a
+//! request never holds a whole image in memory and a slow client never holds a snapshot
+//! open. `Content-Length` comes from the recorded size, `ETag` from the recorded sha256, and
+//! `Content-Disposition` gives a name a person recognises: the product and role of a set's
+//! shot, or the job's prompt ([`super::download::artifact_file_name`]), then a short id, e.g.
+//! `red-sneaker_main_5c1d9e2f.png`.
+//!
+//! Other routes that stream one stored image can use [`image_response`]; thumbnails
+//! (`api::thumbnail`) read the whole image with `Store::read_image_bytes`, since decoding needs
+//! all of it.
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use futures_util::stream;
+
+use super::AppState;
+use super::download::{artifact_file_name, content_disposition, slug, with_short_id};
+use super::error::ApiError;
+use crate::store::{BlobReader, CHUNK, Store};
+
+/// `GET /v1/artifacts/{id}`: the image, named after its set's product and the shot's role (or
+/// the job's prompt), and a short id.
+pub async fn artifact(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let store = state.engine().store();
+    let a = store.artifact(id).await?.ok_or_else(|| ApiError::not_found("artifact"))?;
+    let task = store.get_task(a.task_id.clone()).await?;
+    let set = match task.as_ref().and_then(|t| t.set_id.clone()) {
+        Some(set_id) => store.get_set(set_id).await?,
+        None => None,
+    };
+    let name = match &task {
+        Some(t) => artifact_file_name(t, set.as_ref(), &a),
+        None => format!("image.{}", crate::providers::extension(&a.media_type)),
+    };
+    image_response(store, &a.id, &with_short_id(&name, &a.id)).await
+}
+
+/// `GET /v1/uploads/{id}`: the reference photo, named after the product of the first set that
+/// uses it: `red-sneaker_reference_5c1d9e2f.png` (else `reference-photo_…`).
+pub async fn upload(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let store = state.engine().store();
+    let (u, product) = store.upload_for_download(id).await?.ok_or_else(|| ApiError::not_found("upload"))?;
+    let stem = match product.as_deref().and_then(|p| slug(p, 48)) {
+        Some(p) => format!("{p}_reference"),
+        None => "reference-photo".into(),
+    };
+    let name = format!("{stem}.{}", crate::providers::extension(&u.media_type));
+    image_response(store, &u.id, &with_short_id(&name, &u.id)).await
+}
+
+/// A 200 response streaming the image stored under `id`, offered (inline) as `filename`. 404
+/// if nothing is stored there.
+pub async fn image_response(store: &Store, id: &str, filename: &str) -> Result<Response, ApiError> {
+    let opening = store.clone();
+    let key = id.to_string();
+    let reader = tokio::task::spawn_blocking(move || opening.open_blob(&key))
+        .await
+        .map_err(|e| ApiError::unavailable(&e))??
+        .ok_or_else(|| ApiError::not_found("image"))?;
+    let meta = reader.meta().clone();
+    let disposition = content_disposition("inline", filename);
+    let etag = HeaderValue::from_str(&format!("\"{}\"", meta.sha256)).ok();
+    let mut response = Body::from_stream(chunks(reader)).into_response();
+    let h = response.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&meta.media_type) {
+        h.insert(header::CONTENT_TYPE, v);
+    }
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(meta.bytes.max(0) as u64));
+    h.insert(header::CONTENT_DISPOSITION, disposition);
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("private, max-age=31536000, immutable"));
+    if let Some(etag) = etag {
+        h.insert(header::ETAG, etag);
+    }
+    Ok(response)
+}
+
+/// The image as a stream of chunks, each read on a blocking thread. An error (the image was
+/// pruned mid-download, the database failed) ends the body early, so the client sees a
+/// response shorter than its `Content-Length`, never other bytes.
+fn chunks(reader: BlobReader) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
+    stream::unfold(Some(reader), |state| async move {
+        let mut reader = state?;
+        let read = tokio::task::spawn_blocking(move || {
+            let chunk = reader.next_chunk(CHUNK);
+            (reader, chunk)
+        })
+        .await;
+        match read {
+            Ok((reader, Ok(Some(chunk)))) => Some((Ok(Bytes::from(chunk)), Some(reader))),
+            Ok((_, Ok(None))) => None,
+            Ok((reader, Err(e))) => {
+                tracing::warn!(image = %reader.meta().id, error = %e, "an image download ended early");
+                Some((Err(std::io::Error::other(e)), None))
+            }
+            Err(e) => Some((Err(std::io::Error::other(e)), None)),
+        }
+    })
+}
