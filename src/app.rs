@@ -3,7 +3,7 @@
 //! (stop accepting → engine shutdown → store close with a WAL checkpoint).
 
 use std::future::IntoFuture;
-use std::io::{Read, Seek, Write};
+use std::io::{Seek, Write};
 use std::net::SocketAddr;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
@@ -87,6 +87,23 @@ pub struct DataDirLock {
 /// Take the data dir's lock and write this process's pid into it; if another process holds
 /// it, fail naming that process.
 pub fn lock_data_dir(dir: &Path) -> Result<DataDirLock, Failure> {
+    match try_lock_data_dir(dir)? {
+        Some(lock) => Ok(lock),
+        None => {
+            let holder = std::fs::read_to_string(dir.join(LOCK_FILE)).unwrap_or_default();
+            let holder = holder.trim();
+            let who = if holder.is_empty() { "another process".to_string() } else { format!("pid {holder}") };
+            Err(Failure::error(format!(
+                "another tally serve ({who}) is already using the data directory {}; stop it first",
+                dir.display()
+            )))
+        }
+    }
+}
+
+/// Take the data dir's lock if no other process holds it (`None`: a daemon is running there),
+/// and write this process's pid into it.
+pub fn try_lock_data_dir(dir: &Path) -> Result<Option<DataDirLock>, Failure> {
     let path = dir.join(LOCK_FILE);
     let mut file = std::fs::OpenOptions::new()
         .read(true)
@@ -97,16 +114,7 @@ pub fn lock_data_dir(dir: &Path) -> Result<DataDirLock, Failure> {
         .map_err(|e| Failure::error(format!("cannot open the lock file {}: {e}", path.display())))?;
     match file.try_lock() {
         Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
-            let mut holder = String::new();
-            let _ = file.read_to_string(&mut holder);
-            let holder = holder.trim();
-            let who = if holder.is_empty() { "another process".to_string() } else { format!("pid {holder}") };
-            return Err(Failure::error(format!(
-                "another tally serve ({who}) is already using the data directory {}; stop it first",
-                dir.display()
-            )));
-        }
+        Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
         Err(std::fs::TryLockError::Error(e)) => {
             return Err(Failure::error(format!("cannot lock {}: {e}", path.display())));
         }
@@ -118,7 +126,7 @@ pub fn lock_data_dir(dir: &Path) -> Result<DataDirLock, Failure> {
         file.sync_all()
     };
     write(&mut file).map_err(|e| Failure::error(format!("cannot write the lock file {}: {e}", path.display())))?;
-    Ok(DataDirLock { _file: file })
+    Ok(Some(DataDirLock { _file: file }))
 }
 
 /// The base URL clients use for a listen address (an unspecified address means loopback).

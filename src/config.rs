@@ -29,6 +29,8 @@ struct RawConfig {
     #[serde(default)]
     engine: RawEngine,
     #[serde(default)]
+    retention: RawRetention,
+    #[serde(default)]
     providers: Vec<RawProvider>,
     #[serde(default)]
     budget: RawBudget,
@@ -76,6 +78,12 @@ struct RawEngine {
     /// files to sweep); accepted so that an older configuration still starts, with a warning.
     orphan_grace_secs: Option<f64>,
     shutdown_deadline_secs: Option<f64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRetention {
+    older_than: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -197,6 +205,9 @@ pub struct EngineConfig {
     pub circuit_pause: Duration,
     /// How long a clean shutdown waits for in-flight calls.
     pub shutdown_deadline: Duration,
+    /// `[retention] older_than`: settled work older than this is pruned on a timer (`None`:
+    /// only by `tally prune`).
+    pub retention: Option<Duration>,
 }
 
 impl Default for EngineConfig {
@@ -215,8 +226,19 @@ impl Default for EngineConfig {
             circuit_failures: 5,
             circuit_pause: Duration::from_secs(30),
             shutdown_deadline: Duration::from_secs(10),
+            retention: None,
         }
     }
+}
+
+/// A retention age such as `90d`, `12h` or `30m` (humantime's units), at least one second.
+pub fn retention_age(text: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(text.trim())
+        .map_err(|e| format!("`{text}` is not an age like 90d, 12h or 30m ({e})"))?;
+    if d < Duration::from_secs(1) {
+        return Err(format!("`{text}` is shorter than one second"));
+    }
+    Ok(d)
 }
 
 /// The kinds of provider adapters tally ships.
@@ -415,6 +437,10 @@ fn resolve(raw: RawConfig, origin: &str) -> Result<Config, ConfigError> {
             as u32,
         circuit_pause: secs("engine.circuit_pause_secs", e.circuit_pause_secs, d.circuit_pause)?,
         shutdown_deadline: secs("engine.shutdown_deadline_secs", e.shutdown_deadline_secs, d.shutdown_deadline)?,
+        retention: match raw.retention.older_than.as_deref() {
+            None => None,
+            Some(t) => Some(retention_age(t).map_err(|e| bad("retention.older_than", e))?),
+        },
     };
     if engine.heartbeat >= engine.lease {
         return Err(bad("engine.heartbeat_secs", "must be shorter than engine.lease_secs".into()));

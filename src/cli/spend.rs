@@ -55,8 +55,8 @@ pub(super) async fn spend(
     }
     let currency = report.get("currency").and_then(Value::as_str).unwrap_or("");
     let amount = |row: &Value, what: &str| -> String {
-        let n = row.get(format!("{what}_count")).and_then(Value::as_i64).unwrap_or(0);
-        let m = row.get(format!("{what}_amount")).and_then(Value::as_f64).unwrap_or(0.0);
+        let n = row.pointer(&format!("/{what}/count")).and_then(Value::as_i64).unwrap_or(0);
+        let m = row.pointer(&format!("/{what}/amount")).and_then(Value::as_f64).unwrap_or(0.0);
         if currency.is_empty() { n.to_string() } else { format!("{n} ({})", money(to_micros(m), currency)) }
     };
     let line = |row: &Value| {
@@ -65,7 +65,7 @@ pub(super) async fn spend(
             st(row, "key"),
             amount(row, "charged"),
             amount(row, "possibly_charged"),
-            row.get("refused_count").and_then(Value::as_i64).unwrap_or(0)
+            row.get("refused").and_then(Value::as_i64).unwrap_or(0)
         );
     };
     println!("{:<12}  {:<18}  {:<18}  refused", by.as_str(), "charged", "possibly charged");
@@ -73,7 +73,7 @@ pub(super) async fn spend(
         line(&row);
     }
     line(&report["totals"]);
-    let unpriced = report.pointer("/totals/unpriced_count").and_then(Value::as_i64).unwrap_or(0);
+    let unpriced = report.pointer("/totals/unpriced").and_then(Value::as_i64).unwrap_or(0);
     if unpriced > 0 {
         println!("({unpriced} of these requests have no configured price and count 0 in the amounts)");
     }

@@ -1,10 +1,12 @@
 //! The engine: turns submitted tasks into provider calls and settled results, and recovers
 //! from crashes from evidence only.
 //!
-//! Three background services share one [`Shared`] state:
+//! The background services share one [`Shared`] state:
 //! - the dispatcher (`dispatcher.rs`) hands due envelopes to workers;
 //! - workers (`worker.rs`) claim, record phases, call providers and finish, fenced;
-//! - the reconciler (`reconciler.rs`) acts on leases that ran out (DESIGN §6).
+//! - the reconciler (`reconciler.rs`) acts on leases that ran out (DESIGN §6);
+//! - with `[retention]`, the retention timer (`retention.rs`) prunes settled work once it is
+//!   old enough.
 //!
 //! None of them polls on a fixed interval: each sleeps until the next time something can
 //! happen (a due time, a lease deadline) or until another service wakes it.
@@ -12,6 +14,7 @@
 mod dispatcher;
 pub mod money;
 mod reconciler;
+mod retention;
 mod trouble;
 mod worker;
 
@@ -31,8 +34,8 @@ use crate::metrics::Metrics;
 use crate::providers::{Image, Provider};
 use crate::store::spend::Limit;
 use crate::store::{
-    CancelOutcome, NewArtifact, NewImage, NewSet, NewTask, Resolution, ResolveOutcome, RetryAck, RetryOutcome,
-    SHOT_ROLES, Store, StoreError, SubmitOutcome, TaskView, UploadView,
+    CancelOutcome, NewArtifact, NewImage, NewSet, NewTask, PruneReport, Resolution, ResolveOutcome, RetryAck,
+    RetryOutcome, SHOT_ROLES, Store, StoreError, SubmitOutcome, TaskView, UploadView,
 };
 use money::ProviderMoney;
 
@@ -167,6 +170,9 @@ pub(crate) struct Shared {
     workers: Arc<Semaphore>,
     wake_dispatcher: Notify,
     wake_reconciler: Notify,
+    /// Counts settles (only with retention on): the retention timer waits for a change when
+    /// nothing is due.
+    settles: watch::Sender<u64>,
     /// When the reconciler will next wake on its own (`Millis::MAX`: not until woken).
     reconciler_at: AtomicI64,
     shutdown: watch::Sender<bool>,
@@ -196,6 +202,9 @@ impl Shared {
 
     /// Tell subscribers that a task's status changed (nobody listening is fine).
     fn changed(&self, task_id: &str, status: TaskStatus) {
+        if status.is_settled() && self.cfg.retention.is_some() {
+            self.settles.send_modify(|n| *n += 1);
+        }
         if self.changes.receiver_count() > 0 {
             let _ = self.changes.send(TaskChange { task_id: task_id.to_string(), status });
         }
@@ -277,6 +286,7 @@ impl Engine {
             boot: uuid::Uuid::new_v4().to_string(),
             wake_dispatcher: Notify::new(),
             wake_reconciler: Notify::new(),
+            settles: watch::channel(0).0,
             reconciler_at: AtomicI64::new(Millis::MAX),
             shutdown: watch::channel(false).0,
             fatal: watch::channel(None).0,
@@ -290,8 +300,11 @@ impl Engine {
         // Limits may have changed while tally was stopped: tasks held by a budget check it
         // again now (and wait again if it still holds them back).
         shared.store.release_budget_holds(shared.now()).await?;
-        let services =
+        let mut services =
             vec![tokio::spawn(dispatcher::run(shared.clone())), tokio::spawn(reconciler::run(shared.clone()))];
+        if let Some(age) = shared.cfg.retention {
+            services.push(tokio::spawn(retention::run(shared.clone(), age)));
+        }
         Ok(Engine { shared, services: Mutex::new(services) })
     }
 
@@ -491,6 +504,10 @@ impl Engine {
     pub async fn cancel_set(&self, id: &str) -> Result<Option<usize>, EngineError> {
         let out = self.shared.store.cancel_set(id.into(), self.shared.now()).await?;
         self.shared.wake_dispatcher.notify_one();
+        // Its canceled shots are settled (the retention timer may be waiting for one).
+        if self.shared.cfg.retention.is_some() {
+            self.shared.settles.send_modify(|n| *n += 1);
+        }
         Ok(out)
     }
 
@@ -585,6 +602,14 @@ impl Engine {
         }
         self.shared.workers.close();
         self.shared.running.lock().unwrap_or_else(|e| e.into_inner()).abort_all();
+    }
+
+    /// Delete settled work last changed more than `older_than` ago, with its images (never
+    /// an `unknown` task, never a shot of a set still in progress; see `Store::prune`), or
+    /// with `dry_run` only say what would go.
+    pub async fn prune(&self, older_than: Duration, dry_run: bool) -> Result<PruneReport, EngineError> {
+        let cutoff = self.shared.now() - Shared::ms(older_than);
+        Ok(self.shared.store.prune(cutoff, dry_run).await?)
     }
 
     /// A read-only view of the current tasks count by status (metrics).

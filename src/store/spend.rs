@@ -143,46 +143,49 @@ impl Group {
     }
 }
 
-/// One row of the spend report, or its totals. Amounts are the sum of the configured prices
-/// of those requests (requests without a price add 0 and are counted in `unpriced_count`).
+/// A count of requests and what they are estimated to have cost: the sum of the configured
+/// prices of those requests (requests without a price add 0).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Amount {
+    pub count: i64,
+    pub amount: f64,
+    #[serde(skip)]
+    micros: Micros,
+}
+
+impl Amount {
+    fn add(&mut self, cost: Option<Micros>) {
+        self.count += 1;
+        self.micros += cost.unwrap_or(0);
+        self.amount = crate::domain::from_micros(self.micros);
+    }
+}
+
+/// One row of the spend report, or its totals.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct SpendRow {
     /// The day (`2026-12-01`), month (`2026-12`) or provider name; `total` for the totals.
     pub key: String,
     /// Requests that delivered a result.
-    pub charged_count: i64,
-    pub charged_amount: f64,
+    pub charged: Amount,
     /// Requests whose outcome cannot be proven.
-    pub possibly_charged_count: i64,
-    pub possibly_charged_amount: f64,
-    /// Definite refusals, which providers do not charge for.
-    pub refused_count: i64,
+    pub possibly_charged: Amount,
+    /// Definite refusals (a count), which providers do not charge for.
+    pub refused: i64,
     /// Charged or possibly charged requests of providers without a configured price.
-    pub unpriced_count: i64,
-    #[serde(skip)]
-    charged_micros: Micros,
-    #[serde(skip)]
-    possible_micros: Micros,
+    pub unpriced: i64,
 }
 
 impl SpendRow {
     fn add(&mut self, charge: Charge, cost: Option<Micros>) {
         match charge {
-            Charge::Charged => {
-                self.charged_count += 1;
-                self.charged_micros += cost.unwrap_or(0);
-                self.charged_amount = crate::domain::from_micros(self.charged_micros);
-            }
-            Charge::Possible => {
-                self.possibly_charged_count += 1;
-                self.possible_micros += cost.unwrap_or(0);
-                self.possibly_charged_amount = crate::domain::from_micros(self.possible_micros);
-            }
-            Charge::Refused => self.refused_count += 1,
+            Charge::Charged => self.charged.add(cost),
+            Charge::Possible => self.possibly_charged.add(cost),
+            Charge::Refused => self.refused += 1,
             Charge::None => return,
         }
         if cost.is_none() && charge.may_cost() {
-            self.unpriced_count += 1;
+            self.unpriced += 1;
         }
     }
 }

@@ -167,6 +167,22 @@ async fn a_second_retry_needs_the_first_settled_and_named() {
     assert_eq!(t.retried_as.map(|r| r.0), Some(second));
 }
 
+/// Retention must not delete requests that budgets and this month's spend still count, or a
+/// short `older_than` would free budget room that was really spent.
+#[tokio::test]
+async fn prune_keeps_tasks_whose_requests_count_toward_this_months_spend() {
+    let store = store();
+    let paid = store.submit(task("paid"), SystemClock.now()).await.expect("paid").task_id().to_string();
+    fail(&store, &paid, Charge::Charged).await;
+    let refused = store.submit(task("refused"), SystemClock.now()).await.expect("refused").task_id().to_string();
+    fail(&store, &refused, Charge::Refused).await;
+    let cutoff = SystemClock.now() + 1;
+    let report = store.prune(cutoff, false).await.expect("prune");
+    assert_eq!((report.tasks, report.kept_for_spend), (1, 1), "{report:?}");
+    assert!(store.get_task(paid).await.expect("read").is_some(), "the charged task is kept");
+    assert!(store.get_task(refused).await.expect("read").is_none(), "the refused one is not spend");
+}
+
 fn limit(micros: i64) -> Limit {
     Limit { period: Period::Day, provider: None, micros, currency: "USD".into() }
 }

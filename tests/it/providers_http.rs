@@ -324,7 +324,14 @@ async fn missing_api_key_is_a_config_rejection_naming_the_variable() {
     let h = Harness::start().await;
     let cfg =
         ProviderConfig { api_key_env: Some("TALLY_TEST_NO_SUCH_KEY".into()), ..h.config(ProviderKind::OpenaiImages) };
-    let err = providers::build(&cfg).unwrap().submit(&request("x")).await.unwrap_err();
+    let p = providers::build(&cfg).unwrap();
+    // Found by the preflight, before the engine records `calling`: nothing can be charged.
+    let early = p.preflight(&request("x")).await.unwrap_err();
+    assert!(
+        matches!(&early, CallError::Rejected { message, config: true } if message.contains("TALLY_TEST_NO_SUCH_KEY")),
+        "{early:?}"
+    );
+    let err = p.submit(&request("x")).await.unwrap_err();
     match &err {
         CallError::Rejected { message, config: true } => assert!(message.contains("TALLY_TEST_NO_SUCH_KEY")),
         other => panic!("{other:?}"),

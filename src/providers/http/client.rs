@@ -138,6 +138,13 @@ impl HttpClient {
         }
     }
 
+    /// Check, before anything is sent, that the API key can be read (its environment variable
+    /// is set and usable in a header): a missing key is a configuration problem found before
+    /// the paid call, so nothing is sent and nothing can be charged.
+    pub fn check_key(&self) -> Result<(), CallError> {
+        self.auth_header().map(|_| ())
+    }
+
     /// Start a request to `url` with credentials and, when `idempotency_key` is given and a
     /// header is configured, the idempotency header. Fails before sending when the key's
     /// environment variable is missing, or when `url` is not on `base_url`'s origin (the key

@@ -110,6 +110,7 @@ impl FalQueue {
     }
 
     fn check(&self, req: &CallRequest) -> Result<(), CallError> {
+        self.http.check_key()?;
         check_output_format(&req.params, STORABLE_FORMATS)?;
         if !req.references.is_empty() && self.reference_input.is_none() {
             return Err(CallError::Rejected {

@@ -141,7 +141,10 @@ impl Provider for OpenaiImages {
     }
 
     fn preflight<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<(), CallError>> {
-        Box::pin(async move { check_output_format(&req.params, STORABLE_FORMATS) })
+        Box::pin(async move {
+            self.http.check_key()?;
+            check_output_format(&req.params, STORABLE_FORMATS)
+        })
     }
 
     fn submit<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<Submitted, CallError>> {

@@ -381,6 +381,7 @@ impl Provider for Replicate {
 
     fn preflight<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<(), CallError>> {
         Box::pin(async move {
+            self.http.check_key()?;
             let schema = self.schema().await?;
             self.build_input(req, &schema).map(|_| ())
         })
