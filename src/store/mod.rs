@@ -39,6 +39,7 @@ mod blobs;
 mod migrate;
 mod open;
 mod ops;
+pub mod pg;
 mod prune;
 mod read;
 mod sets;
