@@ -20,6 +20,8 @@ mod engine;
 mod limits;
 mod money;
 mod onefile;
+#[cfg(feature = "failpoints")]
+mod powerloss;
 mod providers_daemon;
 mod providers_fal;
 mod providers_hostile;
