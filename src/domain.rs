@@ -44,6 +44,7 @@ macro_rules! string_enum {
 
 string_enum! {
     /// A task's status: the only status a user sees. Derived from the task row alone.
+    #[derive(utoipa::ToSchema)]
     TaskStatus {
         /// Submitted, not yet started. Moved out by a worker's claim or by cancel.
         Queued = "queued",

@@ -6,7 +6,7 @@ use axum::Json;
 use axum::extract::rejection::{BytesRejection, JsonRejection, QueryRejection};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use serde::Serialize;
 
 use crate::engine::EngineError;
 use crate::store::StoreError;
@@ -59,9 +59,25 @@ impl ApiError {
     }
 }
 
+/// The body of every error answer: `{"error": {"code", "message"}}`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+/// What went wrong, for a program (`code`) and for a person (`message`).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    /// A stable, machine-readable code such as `not_found`, `unauthorized`,
+    /// `idempotency_conflict` or `cost_acknowledgement_required`.
+    pub code: String,
+    /// Plain words for a person.
+    pub message: String,
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({ "error": { "code": self.code, "message": self.message } });
+        let body = ErrorBody { error: ErrorDetail { code: self.code.to_string(), message: self.message } };
         (self.status, Json(body)).into_response()
     }
 }

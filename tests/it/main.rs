@@ -18,6 +18,7 @@ mod disks;
 mod engine;
 mod limits;
 mod onefile;
+mod openapi;
 mod providers_daemon;
 mod providers_fal;
 mod providers_hostile;
