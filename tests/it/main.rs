@@ -19,6 +19,8 @@ mod engine;
 mod limits;
 mod onefile;
 mod openapi;
+#[cfg(feature = "failpoints")]
+mod powerloss;
 mod providers_daemon;
 mod providers_fal;
 mod providers_hostile;
