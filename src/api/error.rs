@@ -20,12 +20,15 @@ pub struct ApiError {
     pub code: &'static str,
     /// Plain words for a person.
     pub message: String,
+    /// The task a retry refusal is about (`{"id", "status"}`), so a client can name it in
+    /// its own words (`retry_in_progress`, `already_retried`).
+    pub retried_as: Option<serde_json::Value>,
 }
 
 impl ApiError {
     /// An error with the given status, code and message.
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        ApiError { status, code, message: message.into() }
+        ApiError { status, code, message: message.into(), retried_as: None }
     }
 
     /// 400: the request is malformed.
@@ -73,11 +76,17 @@ pub struct ErrorDetail {
     pub code: String,
     /// Plain words for a person.
     pub message: String,
+    /// With `retry_in_progress` and `already_retried`: the task the earlier retry made,
+    /// `{"id", "status"}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<super::tasks::RetriedAsJson>)]
+    pub retried_as: Option<serde_json::Value>,
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = ErrorBody { error: ErrorDetail { code: self.code.to_string(), message: self.message } };
+        let error = ErrorDetail { code: self.code.to_string(), message: self.message, retried_as: self.retried_as };
+        let body = ErrorBody { error };
         (self.status, Json(body)).into_response()
     }
 }

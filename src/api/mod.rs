@@ -16,6 +16,7 @@ pub mod images;
 pub mod openapi;
 pub mod prune;
 pub mod sets;
+pub mod spend;
 pub mod tasks;
 pub mod thumbnail;
 
@@ -126,6 +127,8 @@ pub fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(download::set_zip))
         .routes(routes!(prune::prune))
         .routes(routes!(providers))
+        .routes(routes!(spend::spend))
+        .routes(routes!(spend::requests))
         .routes(routes!(web::session))
         .routes(routes!(web::sign_in_url))
         .routes(routes!(web::stream::stream))
@@ -190,6 +193,8 @@ async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
     let engine = state.engine();
     let counts = engine.status_counts().await?;
     engine.metrics().set_task_counts(&counts);
+    let charges = engine.store().charge_totals().await?;
+    engine.metrics().observe_charges(&charges);
     let text = engine.metrics().encode();
     Ok(([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response())
 }

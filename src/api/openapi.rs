@@ -176,6 +176,18 @@ fn add_layer_answers(method: HttpMethod, op: &mut Operation) {
     }
 }
 
+/// The schema of a query value that is one of `T`'s names or empty: the list handlers read
+/// `?status=` or `?group=` as absent.
+pub fn or_empty<T: PartialSchema>() -> RefOr<openapi::schema::Schema> {
+    let mut schema = T::schema();
+    if let RefOr::T(openapi::schema::Schema::Object(o)) = &mut schema
+        && let Some(values) = o.enum_values.as_mut()
+    {
+        values.push("".into());
+    }
+    schema
+}
+
 /// The whole `/v1` document, built from the same route list the server uses.
 pub fn document() -> OpenApi {
     use utoipa::OpenApi as _;

@@ -78,6 +78,7 @@ async fn router() -> (TempDir, axum::Router, String) {
         providers: vec![ProviderEntry::new("demo", Arc::new(Demo::new(Duration::ZERO, 8)), 2)],
         data_dir: dir.path().to_path_buf(),
         metrics: Arc::new(tally::metrics::Metrics::new()),
+        limits: Vec::new(),
     })
     .await
     .expect("start engine");
