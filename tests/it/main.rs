@@ -20,6 +20,7 @@ mod engine;
 mod limits;
 mod money;
 mod onefile;
+mod openapi;
 #[cfg(feature = "failpoints")]
 mod powerloss;
 mod providers_daemon;
