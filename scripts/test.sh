@@ -8,16 +8,20 @@
 # (scripts/install-sdk-venv.sh), and the PostgreSQL tests Debian's PostgreSQL binaries: all are
 # installed first (a no-op when they are already there). scripts/with-postgres.sh starts a
 # throw-away PostgreSQL server for the whole run and stops it at the end; without it the
-# PostgreSQL tests fail, never skip. The soak runs last, uncaptured, so its summary line is
-# printed.
+# PostgreSQL tests fail, never skip. The power-loss test needs LazyFS (built from
+# ../shared/vendor/lazyfs by scripts/install-lazyfs.sh; FUSE, as root). The soak and the
+# power-loss run go last, uncaptured, so their summary lines are printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-browser.sh
 bash scripts/install-axe.sh
 bash scripts/install-sdk-venv.sh
 bash scripts/install-postgres.sh
+TALLY_LAZYFS="$(bash scripts/install-lazyfs.sh)"
+export TALLY_LAZYFS
 exec bash scripts/with-postgres.sh bash -c '
     set -euo pipefail
-    cargo test --all-targets --features failpoints -- --skip soak::
+    cargo test --all-targets --features failpoints -- --skip soak:: --skip powerloss::
     cargo test --features failpoints --test it soak:: -- --nocapture
+    cargo test --features failpoints --test it powerloss:: -- --nocapture --test-threads=1
 '
