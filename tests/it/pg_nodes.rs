@@ -243,7 +243,7 @@ fn chaos_two_nodes_on_one_postgres() {
     let mock = Mock::start(&["--latency-ms", "100", "--job-duration-ms", "400"]);
     let engine = "workers = 4\nlease_secs = 3\nheartbeat_secs = 1\ndispatch_grace_secs = 1\nmax_attempts = 3\nbackoff_base_ms = 50\nbackoff_max_ms = 400\nrecovery_deadline_secs = 20";
     let providers = format!("{}\n{}", replicate(&mock, 3), openai(&mock, 3));
-    let mut nodes = vec![node(&db, "node-a", engine, &providers), node(&db, "node-b", engine, &providers)];
+    let mut nodes = [node(&db, "node-a", engine, &providers), node(&db, "node-b", engine, &providers)];
     let seed = uuid::Uuid::new_v4().as_u128() as u64 | 1;
     eprintln!("pg chaos: seed {seed}");
     let mut rng = seed;
@@ -280,7 +280,7 @@ fn chaos_two_nodes_on_one_postgres() {
             // Resend the ones whose answer was lost, with the same key, to a live node.
             for (prompt, (key, id)) in accepted.iter_mut().filter(|(_, (_, id))| id.is_none()) {
                 let n: usize = prompt.trim_start_matches("chaos ").parse().unwrap_or(0);
-                let kind = if n % 2 == 0 { "replicate" } else { "openai" };
+                let kind = if n.is_multiple_of(2) { "replicate" } else { "openai" };
                 if let Some(d) = nodes.iter().find(|d| d.child.is_some())
                     && let Some((code, got)) = submit(d, kind, prompt, key)
                     && (code == 200 || code == 201)
