@@ -110,8 +110,9 @@ fn two_nodes_never_run_more_calls_at_once_than_one_accounts_max_concurrency() {
     let db = database(&url);
     const LATENCY: i64 = 300;
     let mock = Mock::start(&["--latency-ms", &LATENCY.to_string()]);
-    let a = node(&db, "node-a", "workers = 4\nlease_secs = 3\nheartbeat_secs = 1", &openai(&mock, 2));
-    let b = node(&db, "node-b", "workers = 4\nlease_secs = 3\nheartbeat_secs = 1", &openai(&mock, 2));
+    // Leases long enough that a loaded machine's late heartbeat never hands a call to the peer.
+    let a = node(&db, "node-a", "workers = 4\nlease_secs = 15\nheartbeat_secs = 2", &openai(&mock, 2));
+    let b = node(&db, "node-b", "workers = 4\nlease_secs = 15\nheartbeat_secs = 2", &openai(&mock, 2));
     let mut ids = Vec::new();
     for i in 0..12 {
         let d = if i % 2 == 0 { &a } else { &b };
@@ -134,14 +135,8 @@ fn two_nodes_never_run_more_calls_at_once_than_one_accounts_max_concurrency() {
     for w in creates.windows(3) {
         assert!(w[2] - w[0] >= LATENCY - 40, "three requests at once at the provider: arrivals {w:?}");
     }
-    let by_node: Vec<(String, i64)> = sql(&db, |c| {
-        c.query("SELECT node_id, count(*) FROM executions GROUP BY node_id ORDER BY node_id", &[])
-            .expect("query")
-            .iter()
-            .map(|r| (r.get(0), r.get(1)))
-            .collect()
-    });
-    assert_eq!(by_node.len(), 2, "both nodes called the provider: {by_node:?}");
+    // (Which node ran how many is up to who dispatches first; without the shared cap the
+    // second node would start calls of its own while the first has two at the provider.)
 }
 
 /// A task submitted on a node with no free worker is picked up by the other node at once (a
@@ -151,23 +146,31 @@ fn a_task_submitted_on_a_busy_node_is_run_by_another_and_served_by_both() {
     let Some(url) = pg_url() else { return };
     let db = database(&url);
     let mock = Mock::start(&["--latency-ms", "2000"]);
-    let a = node(&db, "node-a", "workers = 1\nlease_secs = 3\nheartbeat_secs = 1", &openai(&mock, 4));
-    let b = node(&db, "node-b", "workers = 1\nlease_secs = 3\nheartbeat_secs = 1", &openai(&mock, 4));
+    let a = node(&db, "node-a", "workers = 1\nlease_secs = 15\nheartbeat_secs = 2", &openai(&mock, 4));
+    let b = node(&db, "node-b", "workers = 1\nlease_secs = 15\nheartbeat_secs = 2", &openai(&mock, 4));
     let (_, slow) = submit(&a, "openai", "slow one", "k-slow").expect("submitted");
-    wait_for(Duration::from_secs(10), || status(&a, &slow).filter(|s| s == "running")).expect("a runs the slow one");
+    wait_for(Duration::from_secs(10), || status(&a, &slow).filter(|s| s == "running")).expect("the slow one runs");
+    // Either node may have taken it (both were idle): the busy one is whichever runs it.
+    let busy: String = {
+        let s = slow.clone();
+        sql(&db, move |c| c.query_one("SELECT node_id FROM executions WHERE task_id = $1", &[&s]).expect("row").get(0))
+    };
+    let (busy_node, other, other_name) = if busy == "node-a" { (&a, &b, "node-b") } else { (&b, &a, "node-a") };
+    // The slow request must be at the provider (sleeping its 2 s) before the latency drops.
+    wait_for(Duration::from_secs(10), || (mock.count("slow one").0 > 0).then_some(())).expect("slow request arrived");
     mock.behave(serde_json::json!({"latency_ms": 0}));
     let started = Instant::now();
-    let (_, quick) = submit(&a, "openai", "quick one", "k-quick").expect("submitted");
-    let done = wait_for(Duration::from_secs(10), || status(&b, &quick).filter(|s| settled(s)));
+    let (_, quick) = submit(busy_node, "openai", "quick one", "k-quick").expect("submitted");
+    let done = wait_for(Duration::from_secs(10), || status(other, &quick).filter(|s| settled(s)));
     assert_eq!(done.as_deref(), Some("succeeded"));
     let took = started.elapsed();
     let ran_on: String = {
         let q = quick.clone();
         sql(&db, move |c| c.query_one("SELECT node_id FROM executions WHERE task_id = $1", &[&q]).expect("row").get(0))
     };
-    assert_eq!(ran_on, "node-b", "node a had no free worker");
+    assert_eq!(ran_on, other_name, "the node it was submitted on had no free worker");
     assert!(took < Duration::from_millis(1900), "picked up while a's only worker was still busy ({took:?})");
-    let t = b.call("GET", &format!("/v1/tasks/{quick}"), None).json();
+    let t = other.call("GET", &format!("/v1/tasks/{quick}"), None).json();
     let url = t["artifacts"][0]["url"].as_str().expect("artifact url").to_string();
     let path = &url[url.find("/v1/").expect("path")..];
     for d in [&a, &b] {
@@ -208,7 +211,12 @@ fn a_killed_node_is_recovered_by_its_peer_long_before_its_leases_expire() {
     let killed = Instant::now();
     for id in &ids {
         let s = wait_for(Duration::from_secs(10), || status(&b, id).filter(|s| s != "running"));
-        assert!(s.is_some(), "{id} still running on the dead node after {:?}", killed.elapsed());
+        assert!(
+            s.is_some(),
+            "{id} still running on the dead node after {:?}; the peer's log:\n{}",
+            killed.elapsed(),
+            b.stderr()
+        );
     }
     let took = killed.elapsed();
     assert!(took < Duration::from_secs(25), "recovered by expiry, not by the lock ({took:?})");
@@ -306,7 +314,7 @@ fn chaos_two_nodes_on_one_postgres() {
                     let n: i64 = sql(&db, move |c| {
                         c.query_one(
                             "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-                             WHERE application_name = $1 AND pid <> pg_backend_pid()) t",
+                             WHERE application_name = $1 AND datname = current_database() AND pid <> pg_backend_pid()) t",
                             &[&app],
                         )
                         .expect("terminate")
