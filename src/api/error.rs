@@ -6,7 +6,7 @@ use axum::Json;
 use axum::extract::rejection::{BytesRejection, JsonRejection, QueryRejection};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use serde::Serialize;
 
 use crate::engine::EngineError;
 use crate::store::StoreError;
@@ -20,12 +20,15 @@ pub struct ApiError {
     pub code: &'static str,
     /// Plain words for a person.
     pub message: String,
+    /// The task a retry refusal is about (`{"id", "status"}`), so a client can name it in
+    /// its own words (`retry_in_progress`, `already_retried`).
+    pub retried_as: Option<serde_json::Value>,
 }
 
 impl ApiError {
     /// An error with the given status, code and message.
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        ApiError { status, code, message: message.into() }
+        ApiError { status, code, message: message.into(), retried_as: None }
     }
 
     /// 400: the request is malformed.
@@ -59,9 +62,31 @@ impl ApiError {
     }
 }
 
+/// The body of every error answer: `{"error": {"code", "message"}}`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+/// What went wrong, for a program (`code`) and for a person (`message`).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    /// A stable, machine-readable code such as `not_found`, `unauthorized`,
+    /// `idempotency_conflict` or `cost_acknowledgement_required`.
+    pub code: String,
+    /// Plain words for a person.
+    pub message: String,
+    /// With `retry_in_progress` and `already_retried`: the task the earlier retry made,
+    /// `{"id", "status"}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<super::tasks::RetriedAsJson>)]
+    pub retried_as: Option<serde_json::Value>,
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({ "error": { "code": self.code, "message": self.message } });
+        let error = ErrorDetail { code: self.code.to_string(), message: self.message, retried_as: self.retried_as };
+        let body = ErrorBody { error };
         (self.status, Json(body)).into_response()
     }
 }

@@ -23,6 +23,7 @@ use std::path::Path;
 use rusqlite::Connection;
 
 use super::pg::PgStore;
+use super::spend::{BudgetUse, Group, Limit, PaidRequest, SpendReport};
 use super::*;
 use crate::config::Durability;
 use crate::domain::{Millis, TaskStatus};
@@ -41,6 +42,15 @@ macro_rules! each {
             Store::Postgres($s) => $body,
         }
     };
+}
+
+/// The error the spend and budget reads give on PostgreSQL until they are ported.
+fn money_not_yet() -> StoreError {
+    StoreError::Invalid(
+        "spend reports and budgets are not available on the PostgreSQL backend yet (charge evidence per request is \
+         kept on SQLite only so far)"
+            .into(),
+    )
 }
 
 /// The error a SQLite-only call gives on PostgreSQL.
@@ -211,9 +221,15 @@ impl Store {
         each!(self, s => s.claim(h, lease, boot, now, lease_ms).await)
     }
 
-    /// Durably record phase `calling`.
-    pub async fn record_calling(&self, exec: String, lease: String, now: Millis) -> Result<(), StoreError> {
-        each!(self, s => s.record_calling(exec, lease, now).await)
+    /// Durably record phase `calling` (or hold the call back for a budget, on SQLite).
+    pub async fn record_calling(
+        &self,
+        exec: String,
+        lease: String,
+        now: Millis,
+        facts: CallingFacts,
+    ) -> Result<CallingOutcome, StoreError> {
+        each!(self, s => s.record_calling(exec, lease, now, facts).await)
     }
 
     /// Persist an accepted job id.
@@ -269,11 +285,11 @@ impl Store {
     pub async fn retry(
         &self,
         task: String,
-        acknowledged: bool,
+        ack: RetryAck,
         key: Option<String>,
         now: Millis,
     ) -> Result<RetryOutcome, StoreError> {
-        each!(self, s => s.retry(task, acknowledged, key, now).await)
+        each!(self, s => s.retry(task, ack, key, now).await)
     }
 
     /// Resolve an `unknown` task by hand.
@@ -345,11 +361,53 @@ impl Store {
     /// Tasks newest first.
     pub async fn list_tasks(
         &self,
-        status: Option<TaskStatus>,
+        filter: TaskFilter,
         before: Option<String>,
         limit: usize,
     ) -> Result<Vec<TaskView>, StoreError> {
-        each!(self, s => s.list_tasks(status, before, limit).await)
+        each!(self, s => s.list_tasks(filter, before, limit).await)
+    }
+
+    // ---- money (charge evidence, spend, budgets): SQLite only so far ----
+
+    /// Settled requests by provider and charge, for `/metrics` (none on PostgreSQL yet).
+    pub async fn charge_totals(&self) -> Result<Vec<crate::metrics::ChargeTotal>, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.charge_totals().await,
+            Store::Postgres(_) => Ok(Vec::new()),
+        }
+    }
+
+    /// Tasks held back by a budget check it again (none are held on PostgreSQL yet).
+    pub async fn release_budget_holds(&self, now: Millis) -> Result<usize, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.release_budget_holds(now).await,
+            Store::Postgres(_) => Ok(0),
+        }
+    }
+
+    /// The spend report (SQLite only so far).
+    pub async fn spend(&self, from: Millis, to: Millis, group: Group) -> Result<SpendReport, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.spend(from, to, group).await,
+            Store::Postgres(_) => Err(money_not_yet()),
+        }
+    }
+
+    /// How much of each budget is used (SQLite only so far).
+    pub async fn budget_use(&self, limits: Vec<Limit>, now: Millis) -> Result<Vec<BudgetUse>, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.budget_use(limits, now).await,
+            Store::Postgres(_) => Err(money_not_yet()),
+        }
+    }
+
+    /// The requests that may have cost money (SQLite only so far).
+    pub async fn paid_requests(&self, from: Millis, to: Millis) -> Result<Vec<PaidRequest>, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.paid_requests(from, to).await,
+            Store::Postgres(_) => Err(money_not_yet()),
+        }
     }
 
     /// A task's timeline.

@@ -9,6 +9,7 @@
 
 mod api;
 mod browser;
+mod charges;
 mod cli;
 mod common;
 mod conformance;
@@ -17,7 +18,9 @@ mod crash;
 mod disks;
 mod engine;
 mod limits;
+mod money;
 mod onefile;
+mod openapi;
 mod pg_nodes;
 #[cfg(feature = "failpoints")]
 mod powerloss;

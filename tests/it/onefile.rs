@@ -536,9 +536,15 @@ mod retention {
             store: store.clone(),
             config: EngineConfig { workers: 2, retention, ..EngineConfig::default() },
             clock,
-            providers: vec![ProviderEntry::new("fake", provider, 2)],
+            // A provider that never bills: what retention keeps for this month's spend is
+            // `charges::prune_keeps_tasks_whose_requests_count_toward_this_months_spend`.
+            providers: vec![
+                ProviderEntry::new("fake", provider, 2)
+                    .with_money(tally::engine::money::ProviderMoney { billable: false, ..Default::default() }),
+            ],
             data_dir: dir.clone(),
             metrics: Arc::new(Metrics::new()),
+            limits: Vec::new(),
         })
         .await
         .expect("engine");
@@ -619,7 +625,12 @@ mod retention {
         clock.advance(100 * DAY);
         let recent = s.task("recent", Step::Succeed).await;
         s.fake.script([Step::Succeed]);
-        let retry = match s.engine.retry(&retried, true, None).await.expect("retry") {
+        let retry = match s
+            .engine
+            .retry(&retried, tally::store::RetryAck { possible_charge: true, retried_as: None }, None)
+            .await
+            .expect("retry")
+        {
             tally::store::RetryOutcome::Created(id) => id,
             other => panic!("{other:?}"),
         };
@@ -737,4 +748,23 @@ fn prune_works_through_a_running_daemon_and_on_the_file() {
     assert!(check.status.success() && text(&check.stdout).contains("0 image(s) verified"), "{}", text(&check.stdout));
     d.spawn();
     assert_eq!(count(&d), Some(0));
+}
+
+/// Regression: `POST /v1/prune` answered `dry_run` and `cutoff` twice (the store's report was
+/// flattened into the answer after the API's own fields), so a JSON parser kept the second
+/// `cutoff`, a number of milliseconds, and `tally prune` printed "all settled before ?". Found
+/// by checking the answer against the OpenAPI document.
+#[test]
+fn prune_answers_each_field_once_with_its_cutoff_as_a_time() {
+    let d = crate::common::Daemon::start(crate::common::FAST_DEMO);
+    let r = d.call("POST", "/v1/prune", Some(&serde_json::json!({"older_than": "1h", "dry_run": true})));
+    assert_eq!(r.status, 200);
+    let body = text(&r.body);
+    for key in ["\"cutoff\"", "\"dry_run\"", "\"tasks\""] {
+        assert_eq!(body.matches(key).count(), 1, "{key} in {body}");
+    }
+    assert!(r.json()["cutoff"].as_str().is_some_and(|c| c.starts_with("20")), "{body}");
+    let out = d.cli(&["prune", "--older-than", "1h", "--dry-run"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!text(&out.stdout).contains("before ?"), "{}", text(&out.stdout));
 }
