@@ -126,9 +126,15 @@ pub fn charge_of(c: &Connection, task: &str) -> Result<ChargeSummary, StoreError
     let rows = stmt.query_map([task], |r| {
         Ok((r.get::<_, String>(0)?, r.get::<_, Option<Micros>>(1)?, r.get::<_, Option<String>>(2)?))
     })?;
+    summarize_charges(rows.collect::<Result<Vec<_>, _>>()?)
+}
+
+/// A task's [`ChargeSummary`] from its executions' (charge, cost, currency), on either backend.
+pub(in crate::store) fn summarize_charges(
+    rows: Vec<(String, Option<Micros>, Option<String>)>,
+) -> Result<ChargeSummary, StoreError> {
     let mut sum = ChargeSummary::default();
-    for row in rows {
-        let (charge, cost, currency) = row?;
+    for (charge, cost, currency) in rows {
         let charge = Charge::parse(&charge).unwrap_or(Charge::Possible);
         if charge == Charge::None {
             continue;

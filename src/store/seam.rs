@@ -17,6 +17,10 @@
 //! | earlier runs are dead | the data-directory lock | the node's session advisory lock (`pg::node`) |
 //! | lease expiry clock | the engine's clock | the database's clock (`db_clock`) |
 //! | no transaction across a network call | sync closures on the writer thread | sync closures on the store's own threads |
+//! | a budget holds before the money leaves | the check and `calling` in one writer operation (`ops::exec::record_calling`) | the same transaction under the budget advisory lock (`pg::spend::check`), so nodes check one at a time |
+//! | money is evidence (a charge needs a call) | `ops::settle_charge` + table CHECK | `pg::ops::settle_charge` + table CHECK |
+//! | one live retry per task and shot | single writer (`ops::user::retry`) | the original's envelope lock, then its set row (`pg::ops::user::retry`) |
+//! | provider capacity across the cluster | one process's slots | the capped dispatch under an advisory lock (`pg::ops::intake::dispatch_capped`) |
 
 use std::path::Path;
 
@@ -42,15 +46,6 @@ macro_rules! each {
             Store::Postgres($s) => $body,
         }
     };
-}
-
-/// The error the spend and budget reads give on PostgreSQL until they are ported.
-fn money_not_yet() -> StoreError {
-    StoreError::Invalid(
-        "spend reports and budgets are not available on the PostgreSQL backend yet (charge evidence per request is \
-         kept on SQLite only so far)"
-            .into(),
-    )
 }
 
 /// The error a SQLite-only call gives on PostgreSQL.
@@ -221,7 +216,7 @@ impl Store {
         each!(self, s => s.claim(h, lease, boot, now, lease_ms).await)
     }
 
-    /// Durably record phase `calling` (or hold the call back for a budget, on SQLite).
+    /// Durably record phase `calling`, or hold the call back for a budget.
     pub async fn record_calling(
         &self,
         exec: String,
@@ -368,46 +363,31 @@ impl Store {
         each!(self, s => s.list_tasks(filter, before, limit).await)
     }
 
-    // ---- money (charge evidence, spend, budgets): SQLite only so far ----
+    // ---- money (charge evidence, spend, budgets) ----
 
-    /// Settled requests by provider and charge, for `/metrics` (none on PostgreSQL yet).
+    /// Settled requests by provider and charge, for `/metrics`.
     pub async fn charge_totals(&self) -> Result<Vec<crate::metrics::ChargeTotal>, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.charge_totals().await,
-            Store::Postgres(_) => Ok(Vec::new()),
-        }
+        each!(self, s => s.charge_totals().await)
     }
 
-    /// Tasks held back by a budget check it again (none are held on PostgreSQL yet).
+    /// Tasks held back by a budget check it again.
     pub async fn release_budget_holds(&self, now: Millis) -> Result<usize, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.release_budget_holds(now).await,
-            Store::Postgres(_) => Ok(0),
-        }
+        each!(self, s => s.release_budget_holds(now).await)
     }
 
-    /// The spend report (SQLite only so far).
+    /// The spend report.
     pub async fn spend(&self, from: Millis, to: Millis, group: Group) -> Result<SpendReport, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.spend(from, to, group).await,
-            Store::Postgres(_) => Err(money_not_yet()),
-        }
+        each!(self, s => s.spend(from, to, group).await)
     }
 
-    /// How much of each budget is used (SQLite only so far).
+    /// How much of each budget is used.
     pub async fn budget_use(&self, limits: Vec<Limit>, now: Millis) -> Result<Vec<BudgetUse>, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.budget_use(limits, now).await,
-            Store::Postgres(_) => Err(money_not_yet()),
-        }
+        each!(self, s => s.budget_use(limits, now).await)
     }
 
-    /// The requests that may have cost money (SQLite only so far).
+    /// The requests that may have cost money.
     pub async fn paid_requests(&self, from: Millis, to: Millis) -> Result<Vec<PaidRequest>, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.paid_requests(from, to).await,
-            Store::Postgres(_) => Err(money_not_yet()),
-        }
+        each!(self, s => s.paid_requests(from, to).await)
     }
 
     /// A task's timeline.

@@ -395,3 +395,55 @@ fn chaos_two_nodes_on_one_postgres() {
     assert!(kills > 0 && fences > 0 && stops > 0, "the run exercised every kind of chaos");
     let _ = TcpStream::connect(("127.0.0.1", nodes[0].port));
 }
+
+/// Two nodes with one daily budget on one account: together they send exactly as many paid
+/// requests as the budget allows (the mock's ledger counts them), hold the rest back as
+/// `waiting` with the budget's words and no attempt counted, and either node's
+/// `GET /v1/spend` reports what both sent. (Each node checks the budget in the transaction
+/// that records `calling`, under the cluster-wide budget lock; without it the two could each
+/// see the same last room.)
+#[test]
+fn two_nodes_together_never_overshoot_a_budget_and_both_report_the_spend() {
+    let Some(url) = pg_url() else { return };
+    let db = database(&url);
+    let mock = Mock::start(&["--latency-ms", "50"]);
+    // $0.04 an image, $0.17 a day: four requests fit, the fifth would not.
+    let priced = format!("{}price_per_image = 0.04\n", openai(&mock, 8));
+    let engine = "workers = 8\nlease_secs = 15\nheartbeat_secs = 2\n\n[budget]\ndaily = 0.17\n";
+    let a = node(&db, "node-a", engine, &priced);
+    let b = node(&db, "node-b", engine, &priced);
+    let mut ids = Vec::new();
+    for i in 0..10 {
+        let d = if i % 2 == 0 { &a } else { &b };
+        let (code, id) = submit(d, "openai", &format!("budget {i}"), &format!("budget-{i}")).expect("submitted");
+        assert_eq!(code, 201);
+        ids.push(id);
+    }
+    let task = |d: &Daemon, id: &str| d.call("GET", &format!("/v1/tasks/{id}"), None).json();
+    let quiet = wait_for(Duration::from_secs(60), || {
+        let all: Vec<serde_json::Value> = ids.iter().map(|id| task(&a, id)).collect();
+        let done = all.iter().filter(|t| t["status"] == "succeeded").count();
+        let held = all
+            .iter()
+            .filter(|t| t["status"] == "waiting" && t["reason"].as_str().is_some_and(|r| r.contains("budget")))
+            .count();
+        (done + held == ids.len()).then_some((done, held, all))
+    });
+    let (done, held, all) = quiet.expect("every task succeeded or is held by the budget");
+    assert_eq!((done, held), (4, 6), "four fit in the budget");
+    for t in all.iter().filter(|t| t["status"] == "waiting") {
+        assert_eq!(t["attempts"], 0, "a held task counted no attempt: {t}");
+        assert_eq!(t["charge"]["state"], "none", "nothing was sent for it: {t}");
+    }
+    let charged = mock.lines().iter().filter(|l| l["charged"] == true).count();
+    assert_eq!(charged, 4, "the ledger: exactly what the budget allows reached the provider");
+    for d in [&a, &b] {
+        let spend = d.call("GET", "/v1/spend?group=provider", None);
+        assert_eq!(spend.status, 200, "{}", String::from_utf8_lossy(&spend.body));
+        let totals = &spend.json()["totals"];
+        assert_eq!(totals["charged"]["count"], 4, "{totals}");
+        assert!((totals["charged"]["amount"].as_f64().unwrap_or(0.0) - 0.16).abs() < 1e-9, "{totals}");
+        let budgets = spend.json()["budgets"].clone();
+        assert!(budgets.to_string().contains("0.16"), "the budget's use counts both nodes: {budgets}");
+    }
+}

@@ -386,19 +386,31 @@ pub(in crate::store) fn settle_charge(
         .optional()?;
     let Some((stored, called, cost, currency)) = row else { return Ok((Charge::None, String::new())) };
     let stored = Charge::parse(&stored).unwrap_or(Charge::Possible);
+    Ok((stored, charge_words(called, stored, charge, cost, currency.as_deref())))
+}
+
+/// The timeline's words about money for a settled charge (both backends): `stored` as the
+/// store recorded it, `asked` as the outcome claimed it, `called` whether `calling` had been
+/// recorded. Empty when nothing was sent.
+pub(in crate::store) fn charge_words(
+    called: bool,
+    stored: Charge,
+    asked: Charge,
+    cost: Option<Micros>,
+    currency: Option<&str>,
+) -> String {
     let about = match (cost, currency) {
-        (Some(m), Some(cur)) => format!(" (about {})", crate::domain::money(m, &cur)),
+        (Some(m), Some(cur)) => format!(" (about {})", crate::domain::money(m, cur)),
         _ => String::new(),
     };
-    let words = match (called, stored) {
+    match (called, stored) {
         (false, _) => String::new(),
-        (true, Charge::None) if charge == Charge::None => "nothing reached the provider, so nothing was charged".into(),
+        (true, Charge::None) if asked == Charge::None => "nothing reached the provider, so nothing was charged".into(),
         (true, Charge::None) => "this provider never charges".into(),
         (true, Charge::Refused) => "a definite refusal, which the provider does not charge for".into(),
         (true, Charge::Possible) => format!("it may have been charged{about}"),
         (true, Charge::Charged) => format!("charged{about}"),
-    };
-    Ok((stored, words))
+    }
 }
 
 /// `text`, then `words` after a dash when there are any.

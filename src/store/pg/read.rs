@@ -16,12 +16,8 @@ fn task_row(r: &Row) -> TaskView {
         reason: r.get(2),
         failure_kind: r.get(3),
         attempts: r.get(4),
-        // Charge evidence per execution is not mirrored in this backend yet: its old flag
-        // ("calling was reached") is the most it can say.
-        charge: crate::store::ChargeSummary {
-            state: if r.get::<_, bool>(5) { crate::domain::Charge::Possible } else { crate::domain::Charge::None },
-            ..Default::default()
-        },
+        // Derived from the executions by `with_artifacts` (column 5 is unused since schema 2).
+        charge: crate::store::ChargeSummary::default(),
         retried_as: None,
         cancel_requested: r.get(6),
         provider: r.get(7),
@@ -58,7 +54,19 @@ fn with_artifacts(tx: &mut Tx<'_, '_>, mut t: TaskView) -> Result<TaskView, Stor
         .iter()
         .map(artifact_row)
         .collect();
+    t.charge = charge_of(tx, &t.id)?;
+    t.retried_as = super::ops::latest_retry(tx, &t.id)?;
     Ok(t)
+}
+
+/// A task's charge, from its executions (as `store::read::charge_of`).
+pub(super) fn charge_of(tx: &mut Tx<'_, '_>, task: &str) -> Result<crate::store::ChargeSummary, StoreError> {
+    let rows = tx
+        .rows("SELECT charge, cost_micros, currency FROM executions WHERE task_id = $1", &[&task])?
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    crate::store::read::summarize_charges(rows)
 }
 
 /// One task with its artifacts.

@@ -8,8 +8,10 @@
 //! database clock).
 
 pub mod backend;
+mod money;
 mod multi;
 mod pg;
+mod pg_migrate;
 mod races;
 mod single;
 

@@ -9,6 +9,7 @@ use tally::domain::TaskStatus;
 use tally::store::*;
 
 use super::backend::{Backend, pg_options, pg_url, schema, sqlite};
+use super::money::nodes_together_never_overshoot_a_budget;
 use super::single::{GRACE, LEASE, T0, artifact, handoff, submit, task};
 use tally::store::pg::PgStore;
 
@@ -57,6 +58,7 @@ nodes!(
     nodes_dispatching_at_once_hand_out_disjoint_envelopes(3),
     a_submit_replayed_on_another_node_is_the_same_task(2),
     several_nodes_running_and_recovering_keep_every_rule(3),
+    nodes_together_never_overshoot_a_budget(3),
 );
 
 async fn two_claims_of_one_hand_off_give_one_execution<B: Backend>(n: Vec<B>) {
