@@ -72,6 +72,8 @@ pub struct Download {
     pub idle_rss_mb: Option<f64>,
     /// The daemon's peak RSS (VmHWM) after the downloads, over its whole life.
     pub peak_rss_mb: Option<f64>,
+    /// `tally serve` start until it listened (its start-up check hashes every image).
+    pub startup_secs: Option<f64>,
 }
 
 /// `tally backup` of the large database.
@@ -159,12 +161,15 @@ pub async fn run(out: &Path, quick: bool) -> Result<Images, String> {
         "images: {} images: db {:.0} MB; pruned {} in {:.1} s, gave back {:.0} MB: db {:.0} MB",
         storage.images, storage.db_mb, storage.pruned, storage.prune_secs, storage.freed_mb, storage.db_after_prune_mb
     ));
+    let started = Instant::now();
     let daemon = super::http::Daemon::start_on(out, &dir)?;
+    let startup_secs = started.elapsed().as_secs_f64();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle_rss = daemon.rss_mb();
-    let download =
+    let mut download =
         download(&daemon.base_url, &daemon.token, Some(daemon.pid()), 8, if quick { 3.0 } else { 10.0 }, idle_rss)
             .await?;
+    download.startup_secs = Some(startup_secs);
     super::progress(&format!(
         "images: downloads, 8 clients: {:.0} MB/s; daemon RSS idle {:.1} MB, peak {:.1} MB",
         download.mb_per_s,
@@ -305,6 +310,7 @@ pub async fn download(
         image_mb: if n > 0 { mb(total) / n as f64 } else { 0.0 },
         idle_rss_mb,
         peak_rss_mb: pid.and_then(|p| super::sys::peak_rss_mb_of(&format!("/proc/{p}/status"))),
+        startup_secs: None,
     })
 }
 

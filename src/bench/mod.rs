@@ -560,6 +560,12 @@ fn render_images(t: &mut String, im: &images::Images) {
             rss(d.idle_rss_mb),
             rss(d.peak_rss_mb)
         );
+        if let Some(s) = d.startup_secs {
+            let _ = writeln!(
+                t,
+                "   tally serve on that database listened after {s:.1} s (its start-up check hashes every image)"
+            );
+        }
     }
     if let Some(b) = &im.backup {
         let _ = writeln!(

@@ -67,6 +67,12 @@ const MIGRATIONS: &[&str] = &[
      CREATE INDEX tasks_settled_by_age ON tasks(updated_at) WHERE status IN ('succeeded', 'failed', 'canceled');",
 ];
 
+/// The writer's automatic (PASSIVE) checkpoint runs once the WAL holds this many pages
+/// (32 MiB of 4 KiB pages; SQLite's default is 1000). Measured with 1.5 MB images: about a
+/// third more tasks/s than the default, for a WAL that peaks near 45 MB instead of 25 MB
+/// (checkpoint policy: `store::mod`).
+pub const AUTOCHECKPOINT_PAGES: i64 = 8192;
+
 /// The WAL is truncated back to this size after a checkpoint reset it (`journal_size_limit`),
 /// so a burst of large images does not leave a large WAL file behind (checkpoint policy:
 /// `store::mod`).
@@ -228,6 +234,7 @@ pub(crate) fn open_write(path: &Path, durability: Durability) -> Result<(Connect
     set_and_check(&conn, "foreign_keys", "ON", "1")?;
     set_and_check(&conn, "journal_size_limit", &WAL_SIZE_LIMIT.to_string(), &WAL_SIZE_LIMIT.to_string())?;
     stable_plans(&conn)?;
+    set_and_check(&conn, "wal_autocheckpoint", &AUTOCHECKPOINT_PAGES.to_string(), &AUTOCHECKPOINT_PAGES.to_string())?;
 
     let mut notes = Vec::new();
     if tables == 0 {
