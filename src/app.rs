@@ -2,15 +2,12 @@
 //! token, the engine and its providers, the HTTP listener, logging, and clean shutdown
 //! (stop accepting → engine shutdown → store close with a WAL checkpoint).
 
-use std::future::IntoFuture;
 use std::io::{Seek, Write};
 use std::net::SocketAddr;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-
-use tokio::sync::Notify;
 
 use crate::api::{self, AppState, auth};
 use crate::cli::Failure;
@@ -166,6 +163,12 @@ async fn stop_signal() -> Result<(), Failure> {
 
 /// `tally serve`: run the daemon until SIGINT/SIGTERM, then stop cleanly.
 pub async fn serve(cfg: Config) -> Result<(), Failure> {
+    if let crate::config::Backend::Postgres(_) = cfg.storage.backend {
+        return Err(Failure::error(
+            "storage.backend = \"postgres\": the PostgreSQL store exists (and passes the store conformance suite) \
+             but `tally serve` does not run on it yet; use the default SQLite backend for now",
+        ));
+    }
     let dir = cfg.storage.data_dir.clone();
     create_data_dir(&dir)?;
     let _lock = lock_data_dir(&dir)?;
@@ -202,8 +205,7 @@ pub async fn serve(cfg: Config) -> Result<(), Failure> {
     let token = auth::load_or_create_token(&token_path)
         .map_err(|e| Failure::error(format!("cannot create or read the API token {}: {e}", token_path.display())))
         .map_err(before_engine)?;
-    let listener = tokio::net::TcpListener::bind(cfg.server.listen)
-        .await
+    let listener = crate::server::listen(cfg.server.listen)
         .map_err(|e| Failure::error(format!("cannot listen on {}: {e}", cfg.server.listen)))
         .map_err(before_engine)?;
     let local = listener
@@ -241,10 +243,9 @@ pub async fn serve(cfg: Config) -> Result<(), Failure> {
         let _ = out.flush();
     }
 
-    let stopping = Arc::new(Notify::new());
     let signal_result = Arc::new(std::sync::Mutex::new(None));
     let shutdown = {
-        let (stopping, signal_result, state) = (stopping.clone(), signal_result.clone(), state.clone());
+        let (signal_result, state) = (signal_result.clone(), state.clone());
         let failed = engine.clone();
         async move {
             // A signal, or the engine gave up on its database (read-only, corrupt): either way
@@ -261,24 +262,16 @@ pub async fn serve(cfg: Config) -> Result<(), Failure> {
             }
             // Open event streams would otherwise keep their connections (and the stop) waiting.
             state.close_streams();
-            stopping.notify_one();
         }
     };
-    let server = axum::serve(listener, api::app(state)).with_graceful_shutdown(shutdown);
-    let served = tokio::select! {
-        r = server.into_future() => r.map_err(|e| format!("the HTTP server failed: {e}")),
-        _ = async { stopping.notified().await; tokio::time::sleep(HTTP_DRAIN).await } => {
-            tracing::warn!("open HTTP connections did not finish in time; stopping without them");
-            Ok(())
-        }
-    };
+    crate::server::serve(listener, api::app(state), crate::server::Limits::for_this_process(), shutdown, HTTP_DRAIN)
+        .await;
 
     // Stop the engine and checkpoint the database whatever happened to the HTTP server.
     engine.shutdown().await;
     let closed = engine.store().close();
     let _ = std::fs::remove_file(dir.join(ADDRESS_FILE));
     tracing::info!("stopped");
-    served.map_err(Failure::error)?;
     if let Some(e) = signal_result.lock().unwrap_or_else(|e| e.into_inner()).take() {
         return Err(e);
     }

@@ -37,6 +37,9 @@ fn inside_data_dir(cfg: &Config, path: &Path) -> bool {
 /// `tally backup DEST`: one self-contained, checked copy of the database (images included),
 /// made while the daemon may be running.
 pub(super) fn backup(cfg: &Config, dest: &Path) -> Result<ExitCode, Failure> {
+    if let crate::config::Backend::Postgres(pg) = &cfg.storage.backend {
+        return Err(Failure::error(pg_backup_advice(&pg.url, dest)));
+    }
     let src = cfg.db_path();
     if !src.is_file() {
         return Err(Failure::error(format!("there is no database at {}", src.display())));
@@ -71,6 +74,20 @@ pub(super) fn backup(cfg: &Config, dest: &Path) -> Result<ExitCode, Failure> {
         );
     }
     Ok(Exit::Ok.into())
+}
+
+/// What `tally backup` says on PostgreSQL: the database server makes consistent copies
+/// itself, so use its tools (the URL is shown without its password).
+fn pg_backup_advice(url: &str, dest: &Path) -> String {
+    format!(
+        "tally backup copies the SQLite file; this configuration keeps its data in PostgreSQL, \
+         which makes consistent copies itself while tally runs. Use pg_dump, e.g.\n  \
+         pg_dump --format=custom --file={} '{}'\n\
+         and restore into an empty database with pg_restore --dbname=URL FILE (stop every tally node first). \
+         For point-in-time recovery use PostgreSQL's continuous archiving (pg_basebackup plus WAL archiving).",
+        dest.display(),
+        crate::config::redact_url(url)
+    )
 }
 
 /// `tally check [DB]`: verify a database, every stored image against its sha256 included.

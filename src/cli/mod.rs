@@ -178,6 +178,8 @@ pub enum Command {
     /// its sha256) under a temporary name and only then renamed to DEST. DEST must be outside
     /// the data directory. Without the daemon, copying tally.db after `tally serve` has stopped
     /// is just as good: a clean stop leaves it one self-contained file.
+    ///
+    /// With `[storage] backend = "postgres"` it copies nothing and says how to use pg_dump.
     #[command(verbatim_doc_comment)]
     Backup {
         /// Where to write the copy (a file, or a directory to put `tally.db` in); replaced if

@@ -41,6 +41,7 @@ mod blobs;
 mod migrate;
 mod open;
 mod ops;
+pub mod pg;
 mod prune;
 mod read;
 mod sets;

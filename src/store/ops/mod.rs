@@ -46,7 +46,7 @@ pub struct ShotRef {
 }
 
 impl NewTask {
-    fn hash(&self) -> String {
+    pub(in crate::store) fn hash(&self) -> String {
         request_hash(&self.provider, &self.prompt, &self.params, "")
     }
 }

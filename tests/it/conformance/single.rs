@@ -1,0 +1,590 @@
+//! Group A: every single-operation rule of the store, on both backends. Times are explicit
+//! (`T0` and offsets), never the wall clock.
+
+use serde_json::json;
+use tally::domain::{FailureKind, Phase, TaskStatus};
+use tally::store::*;
+
+use super::backend::Backend;
+use super::both;
+
+pub const T0: i64 = 1_000_000;
+pub const LEASE: i64 = 30_000;
+pub const GRACE: i64 = 10_000;
+
+pub fn task(prompt: &str) -> NewTask {
+    NewTask { provider: "p".into(), prompt: prompt.into(), ..NewTask::default() }
+}
+
+pub async fn submit<B: Backend>(s: &B, prompt: &str) -> String {
+    s.submit(task(prompt), T0).await.expect("submit").task_id().to_string()
+}
+
+/// Dispatch everything due at `now` and return the hand-off of `id`.
+pub async fn handoff<B: Backend>(s: &B, id: &str, now: i64, boot: &str) -> Handoff {
+    let batch = s.dispatch_due(now, 100, GRACE, boot).await.expect("dispatch");
+    batch.handoffs.into_iter().find(|h| h.task_id == id).expect("handed off")
+}
+
+/// Hand off and claim `id`; returns the claim.
+pub async fn claimed<B: Backend>(s: &B, id: &str, now: i64, boot: &str) -> Claim {
+    let h = handoff(s, id, now, boot).await;
+    claim_it(s, h, now, boot).await
+}
+
+/// Claim a hand-off that must be claimable.
+pub async fn claim_it<B: Backend>(s: &B, h: Handoff, now: i64, boot: &str) -> Claim {
+    match s.claim(h, uuid::Uuid::new_v4().to_string(), boot.into(), now, LEASE).await.expect("claim") {
+        ClaimOutcome::Claimed(c) => *c,
+        ClaimOutcome::Lost => panic!("claim lost"),
+    }
+}
+
+pub async fn status<B: Backend>(s: &B, id: &str) -> TaskStatus {
+    s.get_task(id.into()).await.expect("get").expect("exists").status
+}
+
+pub async fn kinds<B: Backend>(s: &B, id: &str) -> Vec<String> {
+    s.events(id.into()).await.expect("events").into_iter().map(|e| e.kind).collect()
+}
+
+/// A small "image" (the PNG signature and some distinct bytes: what the store checks).
+pub fn png(tag: &str) -> Vec<u8> {
+    let mut b = b"\x89PNG\r\n\x1a\n".to_vec();
+    b.extend_from_slice(tag.as_bytes());
+    b.extend_from_slice(&[0u8; 64]);
+    b
+}
+
+/// A verified artifact made from [`png`]`(tag)`.
+pub fn artifact(tag: &str) -> NewArtifact {
+    NewArtifact::new(NewImage::verify(png(tag)).expect("a png"))
+}
+
+both!(
+    submit_writes_task_envelope_and_event_at_once,
+    same_key_same_request_is_existing_and_different_is_conflict,
+    dispatch_hands_out_at_most_the_limit_in_due_order_and_reports_the_next_due,
+    a_claim_must_name_the_exact_hand_off_and_claims_once,
+    a_busy_release_takes_the_hand_off_back_and_counts_no_attempt,
+    calling_is_recorded_once_from_claimed_and_counts_the_attempt,
+    accepted_job_id_is_kept_and_a_resumed_claim_adopts_the_execution,
+    every_post_claim_write_is_fenced_after_a_requeue,
+    finish_succeeded_attaches_the_artifact_and_consumes_the_envelope,
+    finish_failed_unknown_and_canceled_settle_the_task,
+    retry_later_requeues_until_attempts_are_used_up,
+    late_result_resolves_only_an_unknown_execution,
+    cancel_is_immediate_before_sending_and_a_request_while_running,
+    retry_needs_acknowledgement_after_a_possible_charge_and_makes_a_new_task,
+    resolve_only_an_unknown_task,
+    leftovers_are_expired_leases_and_leases_of_earlier_runs,
+    recovery_applies_each_decision_and_skips_what_changed,
+    sets_run_one_shot_at_a_time_and_cancel_the_unsent,
+    uploads_are_deduplicated_by_content,
+    lists_page_by_id_and_count_by_status,
+    an_idle_store_runs_no_statements,
+);
+
+async fn submit_writes_task_envelope_and_event_at_once<B: Backend>(s: B) {
+    let (out, view) = s.submit_and_get(task("one"), T0).await.expect("submit");
+    let SubmitOutcome::Created(id) = out else { panic!("not created: {out:?}") };
+    let view = view.expect("view read in the same operation");
+    assert_eq!((view.status, view.attempts, view.may_have_charged), (TaskStatus::Queued, 0, false));
+    assert_eq!((view.created_at, view.updated_at), (T0, T0));
+    assert_eq!(kinds(&s, &id).await, ["submitted"]);
+    assert_eq!(s.int("SELECT count(*) FROM envelopes WHERE status = 'pending'").await, 1);
+    assert_eq!(s.next_sent_deadline().await.expect("deadline"), None);
+}
+
+async fn same_key_same_request_is_existing_and_different_is_conflict<B: Backend>(s: B) {
+    let keyed = |prompt: &str| NewTask { idempotency_key: Some("k-1".into()), ..task(prompt) };
+    let SubmitOutcome::Created(id) = s.submit(keyed("a"), T0).await.expect("first") else { panic!() };
+    assert_eq!(s.submit(keyed("a"), T0 + 1).await.expect("again"), SubmitOutcome::Existing(id.clone()));
+    assert_eq!(s.submit(keyed("b"), T0 + 2).await.expect("other"), SubmitOutcome::Conflict(id.clone()));
+    let with_params = NewTask { params: json!({"size": "512x512"}), ..keyed("a") };
+    assert_eq!(s.submit(with_params, T0 + 3).await.expect("params"), SubmitOutcome::Conflict(id));
+    assert_eq!(s.int("SELECT count(*) FROM tasks").await, 1);
+}
+
+async fn dispatch_hands_out_at_most_the_limit_in_due_order_and_reports_the_next_due<B: Backend>(s: B) {
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        ids.push(s.submit(task(&format!("t{i}")), T0 + i).await.expect("submit").task_id().to_string());
+    }
+    let b = s.dispatch_due(T0 + 1, 1, GRACE, "boot").await.expect("dispatch");
+    assert_eq!(b.handoffs.iter().map(|h| h.task_id.as_str()).collect::<Vec<_>>(), [ids[0].as_str()]);
+    let h = &b.handoffs[0];
+    assert_eq!((h.send_count, h.due_at, h.provider.as_str()), (1, T0, "p"));
+    assert_eq!(b.next_due, Some(T0 + 1), "the next pending envelope");
+    let b = s.dispatch_due(T0 + 1, 10, GRACE, "boot").await.expect("dispatch");
+    assert_eq!(b.handoffs.len(), 1, "only what is due");
+    assert_eq!(b.next_due, Some(T0 + 2));
+    assert_eq!(s.next_sent_deadline().await.expect("deadline"), Some(T0 + 1 + GRACE));
+    let b = s.dispatch_due(T0 + 5, 0, GRACE, "boot").await.expect("dispatch");
+    assert!(b.handoffs.is_empty(), "limit 0 hands out nothing");
+    assert_eq!(b.next_due, Some(T0 + 2));
+}
+
+async fn a_claim_must_name_the_exact_hand_off_and_claims_once<B: Backend>(s: B) {
+    let id = submit(&s, "claim").await;
+    let h = handoff(&s, &id, T0, "boot").await;
+    let stale = Handoff { send_count: h.send_count + 1, ..h.clone() };
+    assert!(matches!(s.claim(stale, "L0".into(), "boot".into(), T0, LEASE).await.expect("claim"), ClaimOutcome::Lost));
+    let ClaimOutcome::Claimed(c) = s.claim(h.clone(), "L1".into(), "boot".into(), T0, LEASE).await.expect("claim")
+    else {
+        panic!("the exact hand-off claims")
+    };
+    assert_eq!((c.attempt, c.phase, c.resumed, c.lease_token.as_str()), (1, Phase::Claimed, false, "L1"));
+    assert_eq!(c.idempotency_key, provider_key(&id, 1), "the key is derived from the task and attempt");
+    assert!(matches!(s.claim(h, "L2".into(), "boot".into(), T0, LEASE).await.expect("claim"), ClaimOutcome::Lost));
+    assert_eq!(status(&s, &id).await, TaskStatus::Running);
+    assert_eq!(s.int("SELECT count(*) FROM executions").await, 1);
+    assert_eq!(s.next_sent_deadline().await.expect("deadline"), Some(T0 + LEASE));
+}
+
+async fn a_busy_release_takes_the_hand_off_back_and_counts_no_attempt<B: Backend>(s: B) {
+    let id = submit(&s, "busy").await;
+    for round in 0..3 {
+        let h = handoff(&s, &id, T0 + round * 1000, "boot").await;
+        assert_eq!(h.send_count, 1, "round {round}: a release gave the hand-off back");
+        assert!(s.release_busy(h.clone(), T0 + round * 1000 + 500, "no slot".into(), T0).await.expect("release"));
+        assert!(!s.release_busy(h, T0, "again".into(), T0).await.expect("release"), "a second release changes nothing");
+    }
+    let t = s.get_task(id.clone()).await.expect("get").expect("task");
+    assert_eq!((t.status, t.attempts, t.reason.as_deref()), (TaskStatus::Waiting, 0, Some("no slot")));
+    assert_eq!(kinds(&s, &id).await, ["submitted", "busy"], "one busy event while it keeps waiting");
+    assert_eq!(s.int("SELECT count(*) FROM executions").await, 0);
+}
+
+async fn calling_is_recorded_once_from_claimed_and_counts_the_attempt<B: Backend>(s: B) {
+    let id = submit(&s, "calling").await;
+    let c = claimed(&s, &id, T0, "boot").await;
+    s.record_calling(c.execution_token.clone(), c.lease_token.clone(), T0 + 1).await.expect("calling");
+    let again = s.record_calling(c.execution_token.clone(), c.lease_token.clone(), T0 + 2).await;
+    assert!(matches!(again, Err(StoreError::Fenced)), "calling only from claimed: {again:?}");
+    let t = s.get_task(id.clone()).await.expect("get").expect("task");
+    assert_eq!((t.attempts, t.may_have_charged), (1, true));
+    assert_eq!(kinds(&s, &id).await, ["submitted", "claimed", "calling"]);
+    let wrong = s.record_calling(c.execution_token.clone(), "not-my-lease".into(), T0 + 3).await;
+    assert!(matches!(wrong, Err(StoreError::Fenced)));
+    let nobody = s.record_calling("no-such-token".into(), c.lease_token, T0 + 3).await;
+    assert!(matches!(nobody, Err(StoreError::Fenced)));
+}
+
+async fn accepted_job_id_is_kept_and_a_resumed_claim_adopts_the_execution<B: Backend>(s: B) {
+    let id = submit(&s, "accepted").await;
+    let c = claimed(&s, &id, T0, "boot-1").await;
+    s.record_calling(c.execution_token.clone(), c.lease_token.clone(), T0 + 1).await.expect("calling");
+    let handle = Some(r#"{"status_url":"https://queue.example/s/7"}"#.to_string());
+    s.record_accepted_with(c.execution_token.clone(), c.lease_token.clone(), "job-7".into(), handle.clone(), T0 + 2)
+        .await
+        .expect("accepted");
+    // The run dies; a later run recovers by resuming the same execution.
+    let rows = s.leftovers(T0 + 3, "boot-2").await.expect("leftovers");
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].execution, Some((c.execution_token.clone(), Phase::Accepted)));
+    let applied = s.apply_recovery(vec![(rows[0].clone(), Recovery::Resume)], T0 + 4).await.expect("apply");
+    assert_eq!(applied, [(id.clone(), TaskStatus::Waiting)]);
+    let again = claimed(&s, &id, T0 + 5, "boot-2").await;
+    assert_eq!(again.execution_token, c.execution_token, "the same execution, not a new attempt");
+    assert_eq!((again.phase, again.resumed, again.attempt), (Phase::Accepted, true, 1));
+    assert_eq!(again.job_id.as_deref(), Some("job-7"));
+    assert_eq!(again.job_handle, handle, "the adapter's handle comes back with the job id");
+    assert_eq!(c.job_handle, None);
+    assert_eq!(again.calling_at, Some(T0 + 1));
+    assert_eq!(again.idempotency_key, c.idempotency_key);
+    assert_eq!(s.int("SELECT count(*) FROM executions").await, 1);
+    assert_eq!(kinds(&s, &id).await.last().map(String::as_str), Some("resumed"));
+}
+
+async fn every_post_claim_write_is_fenced_after_a_requeue<B: Backend>(s: B) {
+    let id = submit(&s, "fenced").await;
+    let c = claimed(&s, &id, T0, "boot").await;
+    let rows = s.leftovers(T0 + LEASE + 1, "boot").await.expect("leftovers");
+    assert_eq!(rows.len(), 1, "the lease expired");
+    s.apply_recovery(vec![(rows[0].clone(), Recovery::Abandon)], T0 + LEASE + 1).await.expect("abandon");
+    let (x, l) = (c.execution_token.clone(), c.lease_token.clone());
+    assert!(matches!(s.record_calling(x.clone(), l.clone(), T0 + LEASE + 2).await, Err(StoreError::Fenced)));
+    assert!(matches!(
+        s.record_accepted(x.clone(), l.clone(), "j".into(), T0 + LEASE + 2).await,
+        Err(StoreError::Fenced)
+    ));
+    assert!(matches!(s.heartbeat(x.clone(), l.clone(), T0 + LEASE + 2, LEASE).await, Err(StoreError::Fenced)));
+    let f = Finish::Succeeded(artifact(&x));
+    assert!(matches!(s.finish(x.clone(), l, f, T0 + LEASE + 2).await, Err(StoreError::Fenced)));
+    assert_eq!(s.int("SELECT count(*) FROM artifacts").await, 0, "a fenced write writes nothing");
+    assert_eq!(status(&s, &id).await, TaskStatus::Waiting);
+    assert_eq!(s.int("SELECT count(*) FROM executions WHERE status = 'abandoned'").await, 1);
+}
+
+async fn finish_succeeded_attaches_the_artifact_and_consumes_the_envelope<B: Backend>(s: B) {
+    let id = submit(&s, "ok").await;
+    let c = claimed(&s, &id, T0, "boot").await;
+    s.record_calling(c.execution_token.clone(), c.lease_token.clone(), T0 + 1).await.expect("calling");
+    s.heartbeat(c.execution_token.clone(), c.lease_token.clone(), T0 + 2, LEASE).await.expect("heartbeat");
+    assert_eq!(s.next_sent_deadline().await.expect("deadline"), Some(T0 + 2 + LEASE), "the heartbeat moved the lease");
+    let a = artifact(&c.execution_token);
+    let st = s.finish(c.execution_token.clone(), c.lease_token.clone(), Finish::Succeeded(a.clone()), T0 + 3).await;
+    assert_eq!(st.expect("finish"), TaskStatus::Succeeded);
+    let t = s.get_task(id.clone()).await.expect("get").expect("task");
+    assert_eq!(t.status, TaskStatus::Succeeded);
+    assert_eq!(t.artifacts.len(), 1);
+    assert_eq!((t.artifacts[0].sha256.as_str(), t.artifacts[0].bytes), (a.image.sha256(), a.image.len()));
+    let got = s.artifact(a.id.clone()).await.expect("artifact").expect("exists");
+    assert_eq!((got.task_id.as_str(), got.media_type.as_str()), (id.as_str(), "image/png"));
+    let (meta, bytes) = s.read_image_bytes(a.id.clone()).await.expect("read").expect("stored");
+    assert_eq!(bytes, png(&c.execution_token), "the bytes committed with the finish");
+    assert_eq!((meta.sha256.as_str(), meta.bytes), (a.image.sha256(), a.image.len()));
+    assert_eq!(s.int("SELECT count(*) FROM envelopes WHERE status = 'consumed'").await, 1);
+    assert_eq!(s.next_sent_deadline().await.expect("deadline"), None);
+    let again = s.finish(c.execution_token, c.lease_token, Finish::Succeeded(artifact("x")), T0 + 4).await;
+    assert!(matches!(again, Err(StoreError::Fenced)), "an execution finishes once");
+}
+
+async fn finish_failed_unknown_and_canceled_settle_the_task<B: Backend>(s: B) {
+    let cases = [
+        (Finish::Failed { kind: FailureKind::Rejected, reason: "bad prompt".into() }, TaskStatus::Failed, "failed"),
+        (Finish::Unknown { reason: "timed out".into() }, TaskStatus::Unknown, "unknown"),
+        (Finish::CanceledBeforeCall, TaskStatus::Canceled, "canceled"),
+    ];
+    for (i, (f, want, kind)) in cases.into_iter().enumerate() {
+        let id = submit(&s, &format!("settle {i}")).await;
+        let c = claimed(&s, &id, T0 + i as i64, "boot").await;
+        let st = s.finish(c.execution_token, c.lease_token, f, T0 + 10).await.expect("finish");
+        assert_eq!(st, want);
+        assert_eq!(status(&s, &id).await, want);
+        assert_eq!(kinds(&s, &id).await.last().map(String::as_str), Some(kind));
+    }
+    let t = s.list_tasks(Some(TaskStatus::Failed), None, 10).await.expect("list");
+    assert_eq!(t[0].failure_kind.as_deref(), Some("rejected"));
+    assert_eq!(s.int("SELECT count(*) FROM envelopes WHERE status = 'consumed'").await, 3);
+}
+
+async fn retry_later_requeues_until_attempts_are_used_up<B: Backend>(s: B) {
+    let id = submit(&s, "retry later").await;
+    for attempt in 1..=2i64 {
+        let now = T0 + attempt * 10_000;
+        let c = claimed(&s, &id, now, "boot").await;
+        assert_eq!(c.attempt, attempt);
+        s.record_calling(c.execution_token.clone(), c.lease_token.clone(), now).await.expect("calling");
+        let f = Finish::RetryLater {
+            due_at: now + 5_000,
+            kind: FailureKind::RateLimited,
+            reason: "429".into(),
+            max_attempts: 2,
+        };
+        let st = s.finish(c.execution_token, c.lease_token, f, now + 1).await.expect("finish");
+        if attempt == 1 {
+            assert_eq!(st, TaskStatus::Waiting);
+            let b = s.dispatch_due(now + 4_999, 10, GRACE, "boot").await.expect("dispatch");
+            assert!(b.handoffs.is_empty(), "not before its due time");
+            assert_eq!(b.next_due, Some(now + 5_000));
+        } else {
+            assert_eq!(st, TaskStatus::Failed, "attempts used up");
+        }
+    }
+    let t = s.get_task(id.clone()).await.expect("get").expect("task");
+    assert_eq!((t.status, t.attempts, t.failure_kind.as_deref()), (TaskStatus::Failed, 2, Some("rate_limited")));
+    assert!(kinds(&s, &id).await.contains(&"retry_scheduled".to_string()));
+}
+
+async fn late_result_resolves_only_an_unknown_execution<B: Backend>(s: B) {
+    let id = submit(&s, "late").await;
+    let c = claimed(&s, &id, T0, "boot").await;
+    assert!(
+        !s.late_result(c.execution_token.clone(), artifact(&c.execution_token), T0 + 1).await.expect("late"),
+        "running"
+    );
+    s.record_calling(c.execution_token.clone(), c.lease_token.clone(), T0 + 1).await.expect("calling");
+    s.finish(c.execution_token.clone(), c.lease_token, Finish::Unknown { reason: "lost".into() }, T0 + 2)
+        .await
+        .expect("unknown");
+    assert!(!s.late_result("other-token".into(), artifact("other"), T0 + 3).await.expect("late"));
+    assert!(s.late_result(c.execution_token.clone(), artifact(&c.execution_token), T0 + 3).await.expect("late"));
+    assert_eq!(status(&s, &id).await, TaskStatus::Succeeded);
+    assert!(!s.late_result(c.execution_token.clone(), artifact("again"), T0 + 4).await.expect("late"), "only once");
+    assert_eq!(s.int("SELECT count(*) FROM artifacts").await, 1);
+}
+
+async fn cancel_is_immediate_before_sending_and_a_request_while_running<B: Backend>(s: B) {
+    let queued = submit(&s, "queued").await;
+    assert_eq!(s.cancel(queued.clone(), T0 + 1).await.expect("cancel"), CancelOutcome::Canceled);
+    assert_eq!(status(&s, &queued).await, TaskStatus::Canceled);
+    assert!(s.dispatch_due(T0 + 2, 10, GRACE, "boot").await.expect("dispatch").handoffs.is_empty());
+    let running = submit(&s, "running").await;
+    let c = claimed(&s, &running, T0 + 3, "boot").await;
+    assert_eq!(s.cancel(running.clone(), T0 + 4).await.expect("cancel"), CancelOutcome::Requested);
+    let t = s.get_task(running.clone()).await.expect("get").expect("task");
+    assert!(t.cancel_requested);
+    s.finish(c.execution_token.clone(), c.lease_token, Finish::Succeeded(artifact(&c.execution_token)), T0 + 5)
+        .await
+        .expect("finish");
+    let t = s.get_task(running.clone()).await.expect("get").expect("task");
+    assert_eq!(t.status, TaskStatus::Succeeded, "the paid result is kept");
+    assert!(t.reason.is_some_and(|r| r.contains("cancel was requested")));
+    assert_eq!(s.cancel(running, T0 + 6).await.expect("cancel"), CancelOutcome::Settled(TaskStatus::Succeeded));
+    assert_eq!(s.cancel("no-such-task".into(), T0 + 6).await.expect("cancel"), CancelOutcome::NotFound);
+}
+
+async fn retry_needs_acknowledgement_after_a_possible_charge_and_makes_a_new_task<B: Backend>(s: B) {
+    let id = submit(&s, "retry me").await;
+    assert_eq!(
+        s.retry(id.clone(), false, None, T0).await.expect("retry"),
+        RetryOutcome::NotRetryable(TaskStatus::Queued)
+    );
+    let c = claimed(&s, &id, T0, "boot").await;
+    s.record_calling(c.execution_token.clone(), c.lease_token.clone(), T0 + 1).await.expect("calling");
+    s.finish(c.execution_token, c.lease_token, Finish::Unknown { reason: "lost".into() }, T0 + 2)
+        .await
+        .expect("unknown");
+    assert_eq!(s.retry(id.clone(), false, None, T0 + 3).await.expect("retry"), RetryOutcome::NeedsAcknowledgement);
+    let RetryOutcome::Created(new) = s.retry(id.clone(), true, Some("r-1".into()), T0 + 4).await.expect("retry") else {
+        panic!("acknowledged retry creates a task")
+    };
+    assert_eq!(
+        s.retry(id.clone(), true, Some("r-1".into()), T0 + 5).await.expect("retry"),
+        RetryOutcome::Existing(new.clone())
+    );
+    let t = s.get_task(new.clone()).await.expect("get").expect("task");
+    assert_eq!(
+        (t.retry_of.as_deref(), t.status, t.prompt.as_str()),
+        (Some(id.as_str()), TaskStatus::Queued, "retry me")
+    );
+    assert_eq!(kinds(&s, &id).await.last().map(String::as_str), Some("retried"));
+    assert_eq!(s.retry("nope".into(), true, None, T0).await.expect("retry"), RetryOutcome::NotFound);
+}
+
+async fn resolve_only_an_unknown_task<B: Backend>(s: B) {
+    let a = submit(&s, "resolve a").await;
+    assert_eq!(
+        s.resolve(a.clone(), Resolution::Failed, String::new(), T0).await.expect("resolve"),
+        ResolveOutcome::NotUnknown(TaskStatus::Queued)
+    );
+    let b = submit(&s, "resolve b").await;
+    for h in s.dispatch_due(T0, 10, GRACE, "boot").await.expect("dispatch").handoffs {
+        let c = claim_it(&s, h, T0, "boot").await;
+        s.finish(c.execution_token, c.lease_token, Finish::Unknown { reason: "lost".into() }, T0)
+            .await
+            .expect("unknown");
+    }
+    assert_eq!(
+        s.resolve(a.clone(), Resolution::Failed, "checked".into(), T0 + 2).await.expect("resolve"),
+        ResolveOutcome::Resolved
+    );
+    let t = s.get_task(a.clone()).await.expect("get").expect("task");
+    assert_eq!((t.status, t.failure_kind.as_deref()), (TaskStatus::Failed, Some("operator")));
+    let img = Resolution::Succeeded(artifact("resolved-b"));
+    assert_eq!(s.resolve(b.clone(), img, String::new(), T0 + 3).await.expect("resolve"), ResolveOutcome::Resolved);
+    let t = s.get_task(b).await.expect("get").expect("task");
+    assert_eq!((t.status, t.artifacts.len()), (TaskStatus::Succeeded, 1));
+    assert_eq!(
+        s.resolve("nope".into(), Resolution::Failed, String::new(), T0).await.expect("resolve"),
+        ResolveOutcome::NotFound
+    );
+}
+
+async fn leftovers_are_expired_leases_and_leases_of_earlier_runs<B: Backend>(s: B) {
+    let unclaimed = submit(&s, "unclaimed").await;
+    let h = handoff(&s, &unclaimed, T0, "boot-1").await;
+    let running = submit(&s, "running").await;
+    let c = claimed(&s, &running, T0 + 1, "boot-1").await;
+    assert!(s.leftovers(T0 + 2, "boot-1").await.expect("leftovers").is_empty(), "live leases of this run");
+    let rows = s.leftovers(T0 + GRACE, "boot-1").await.expect("leftovers");
+    assert_eq!(
+        rows.iter().map(|r| r.task_id.as_str()).collect::<Vec<_>>(),
+        [unclaimed.as_str()],
+        "hand-off past its grace"
+    );
+    assert_eq!((rows[0].send_count, rows[0].lease_token.as_deref(), &rows[0].execution), (h.send_count, None, &None));
+    let mut rows = s.leftovers(T0 + 2, "boot-2").await.expect("leftovers");
+    rows.sort_by(|a, b| a.task_id.cmp(&b.task_id));
+    assert_eq!(rows.len(), 2, "every lease of an earlier run counts as expired at once");
+    let r = rows.iter().find(|r| r.task_id == running).expect("running leftover");
+    assert_eq!(r.lease_token.as_deref(), Some(c.lease_token.as_str()));
+    assert_eq!(r.execution, Some((c.execution_token.clone(), Phase::Claimed)));
+    assert_eq!(r.provider, "p");
+}
+
+async fn recovery_applies_each_decision_and_skips_what_changed<B: Backend>(s: B) {
+    // One task per decision, all claimed (or handed off) by an earlier run.
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        ids.push(submit(&s, &format!("recover {i}")).await);
+    }
+    let _ = s.dispatch_due(T0, 100, GRACE, "old").await.expect("dispatch");
+    let mut claims = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        if i == 0 {
+            continue; // stays an unclaimed hand-off
+        }
+        let rows = s.leftovers(T0, "x").await.expect("rows");
+        let r = rows.iter().find(|r| &r.task_id == id).expect("sent");
+        let h = Handoff {
+            envelope_id: r.envelope_id.clone(),
+            task_id: id.clone(),
+            provider: "p".into(),
+            send_count: r.send_count,
+            due_at: T0,
+        };
+        let ClaimOutcome::Claimed(c) = s.claim(h, format!("L{i}"), "old".into(), T0, LEASE).await.expect("claim")
+        else {
+            panic!()
+        };
+        if i >= 3 {
+            s.record_calling(c.execution_token.clone(), c.lease_token.clone(), T0 + 1).await.expect("calling");
+        }
+        claims.push(*c);
+    }
+    let rows = s.leftovers(T0 + 2, "new").await.expect("leftovers");
+    assert_eq!(rows.len(), 6);
+    let row = |id: &str| rows.iter().find(|r| r.task_id == id).cloned().expect("row");
+    let decisions = vec![
+        (row(&ids[0]), Recovery::Requeue),
+        (row(&ids[1]), Recovery::Abandon),
+        (row(&ids[2]), Recovery::GiveUp),
+        (row(&ids[3]), Recovery::Unknown),
+        (row(&ids[4]), Recovery::Resume),
+        (row(&ids[5]), Recovery::Resume),
+    ];
+    // Something changes after the read: task 2's worker finishes first (still holding its lease).
+    let c1 = &claims[1];
+    s.finish(
+        c1.execution_token.clone(),
+        c1.lease_token.clone(),
+        Finish::Failed { kind: FailureKind::Rejected, reason: "no".into() },
+        T0 + 3,
+    )
+    .await
+    .expect("finish");
+    let mut applied = s.apply_recovery(decisions, T0 + 4).await.expect("apply");
+    applied.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut want = vec![
+        (ids[0].clone(), TaskStatus::Queued),
+        (ids[1].clone(), TaskStatus::Waiting),
+        (ids[3].clone(), TaskStatus::Unknown),
+        (ids[4].clone(), TaskStatus::Waiting),
+        (ids[5].clone(), TaskStatus::Waiting),
+    ];
+    want.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(applied, want, "the finished task's decision is skipped");
+    assert_eq!(status(&s, &ids[2]).await, TaskStatus::Failed, "its own outcome stands");
+    assert_eq!(kinds(&s, &ids[0]).await.last().map(String::as_str), Some("requeued"));
+    assert_eq!(kinds(&s, &ids[1]).await.last().map(String::as_str), Some("abandoned"));
+    assert_eq!(kinds(&s, &ids[5]).await.last().map(String::as_str), Some("recovering"));
+    assert_eq!(s.int("SELECT count(*) FROM executions WHERE status = 'abandoned'").await, 1);
+    assert_eq!(s.int("SELECT count(*) FROM executions WHERE status = 'unknown'").await, 1);
+    assert_eq!(s.int("SELECT count(*) FROM executions WHERE status = 'running'").await, 2, "the resumed ones");
+    // GiveUp on a fresh leftover fails the task as undeliverable.
+    let id = submit(&s, "give up").await;
+    let _ = handoff(&s, &id, T0 + 5, "old").await;
+    let r = s.leftovers(T0 + 5, "new").await.expect("rows").into_iter().find(|r| r.task_id == id).expect("row");
+    assert_eq!(
+        s.apply_recovery(vec![(r, Recovery::GiveUp)], T0 + 6).await.expect("apply"),
+        [(id.clone(), TaskStatus::Failed)]
+    );
+    let t = s.get_task(id).await.expect("get").expect("task");
+    assert_eq!(t.failure_kind.as_deref(), Some("undeliverable"));
+    assert_eq!(s.int("SELECT count(*) FROM envelopes WHERE status = 'dead'").await, 1);
+}
+
+async fn sets_run_one_shot_at_a_time_and_cancel_the_unsent<B: Backend>(s: B) {
+    let up = s.save_upload(NewImage::verify(png("product photo")).expect("png"), T0).await.expect("upload");
+    let shot = |role: &str| NewShot { role: role.into(), prompt: format!("{role} shot"), params: json!({}) };
+    let set = NewSet {
+        product: "mug".into(),
+        style: Some("bright".into()),
+        provider: "p".into(),
+        references: vec![up.id.clone()],
+        shots: vec![shot("main"), shot("selling_point"), shot("scene")],
+        idempotency_key: Some("set-1".into()),
+    };
+    let SubmitOutcome::Created(sid) = s.create_set(set.clone(), T0).await.expect("create") else { panic!() };
+    assert_eq!(s.create_set(set.clone(), T0 + 1).await.expect("again"), SubmitOutcome::Existing(sid.clone()));
+    let bad = NewSet { references: vec!["no-such-upload".into()], idempotency_key: None, ..set };
+    assert!(matches!(s.create_set(bad, T0).await, Err(StoreError::Invalid(_))));
+    let b = s.dispatch_due(T0 + 1, 10, GRACE, "boot").await.expect("dispatch");
+    assert_eq!(b.handoffs.len(), 1, "one shot at a time");
+    assert_eq!(b.next_due, None, "the others are unscheduled");
+    let view = s.get_set(sid.clone()).await.expect("get").expect("set");
+    assert_eq!(view.shots.len(), 3);
+    assert_eq!(view.references.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), [up.id.as_str()]);
+    let first = &b.handoffs[0];
+    assert_eq!(first.task_id, view.shots[0].id);
+    let ClaimOutcome::Claimed(c) =
+        s.claim(first.clone(), "L".into(), "boot".into(), T0 + 1, LEASE).await.expect("claim")
+    else {
+        panic!()
+    };
+    assert_eq!(c.references.len(), 1, "the set's references travel with the claim");
+    s.finish(c.execution_token.clone(), c.lease_token, Finish::Succeeded(artifact(&c.execution_token)), T0 + 2)
+        .await
+        .expect("finish");
+    let b = s.dispatch_due(T0 + 3, 10, GRACE, "boot").await.expect("dispatch");
+    assert_eq!(
+        b.handoffs.iter().map(|h| h.task_id.as_str()).collect::<Vec<_>>(),
+        [view.shots[1].id.as_str()],
+        "the next shot"
+    );
+    assert_eq!(kinds(&s, &view.shots[1].id).await.last().map(String::as_str), Some("scheduled"));
+    // The second shot is handed out but not claimed: nothing was sent, so it cancels too.
+    assert_eq!(s.cancel_set(sid.clone(), T0 + 4).await.expect("cancel"), Some(2), "every shot not yet sent");
+    let view = s.get_set(sid.clone()).await.expect("get").expect("set");
+    assert!(view.canceled);
+    let st: Vec<TaskStatus> = view.shots.iter().map(|t| t.status).collect();
+    assert_eq!(st, [TaskStatus::Succeeded, TaskStatus::Canceled, TaskStatus::Canceled]);
+    assert_eq!(s.list_sets(None, 10).await.expect("list").len(), 1);
+    assert_eq!(s.cancel_set("nope".into(), T0).await.expect("cancel"), None);
+}
+
+async fn uploads_are_deduplicated_by_content<B: Backend>(s: B) {
+    let img = || NewImage::verify(png("the same photo")).expect("png");
+    let first = s.save_upload(img(), T0).await.expect("save");
+    let second = s.save_upload(img(), T0 + 1).await.expect("save");
+    assert_eq!(first.id, second.id, "the same content is one upload");
+    assert_eq!((first.created_at, first.bytes), (T0, img().len()));
+    let (meta, bytes) = s.read_image_bytes(first.id.clone()).await.expect("read").expect("stored");
+    assert_eq!((bytes, meta.media_type.as_str()), (png("the same photo"), "image/png"));
+    let other = s.save_upload(NewImage::verify(png("another photo")).expect("png"), T0).await.expect("save");
+    assert_ne!(other.id, first.id);
+    assert!(s.upload(first.id.clone()).await.expect("get").is_some());
+    assert!(s.upload("no-such-upload".into()).await.expect("get").is_none());
+    let (u, product) = s.upload_for_download(first.id).await.expect("get").expect("exists");
+    assert_eq!((u.sha256.as_str(), product), (meta.sha256.as_str(), None), "no set uses it yet");
+    assert_eq!(s.int("SELECT count(*) FROM blobs").await, 2);
+}
+
+async fn lists_page_by_id_and_count_by_status<B: Backend>(s: B) {
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        ids.push(s.submit(task(&format!("list {i}")), T0 + i).await.expect("submit").task_id().to_string());
+    }
+    let c = claimed(&s, &ids[0], T0 + 10, "boot").await;
+    let _ = c;
+    let page = s.list_tasks(None, None, 2).await.expect("list");
+    assert_eq!(
+        page.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(),
+        [ids[4].as_str(), ids[3].as_str()],
+        "newest first"
+    );
+    let next = s.list_tasks(None, Some(ids[3].clone()), 10).await.expect("list");
+    assert_eq!(
+        next.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(),
+        [ids[2].as_str(), ids[1].as_str(), ids[0].as_str()]
+    );
+    let running = s.list_tasks(Some(TaskStatus::Running), None, 10).await.expect("list");
+    assert_eq!(running.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), [ids[0].as_str()]);
+    let mut counts = s.status_counts().await.expect("counts");
+    counts.sort_by_key(|(s, _)| s.as_str());
+    assert_eq!(counts, [(TaskStatus::Queued, 4), (TaskStatus::Running, 1)]);
+    assert!(s.get_task("nope".into()).await.expect("get").is_none());
+}
+
+async fn an_idle_store_runs_no_statements<B: Backend>(s: B) {
+    let id = submit(&s, "idle").await;
+    let _ = claimed(&s, &id, T0, "boot").await;
+    let before = s.statements();
+    // The measurement period: nothing is asked of the store, and nothing must happen.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(s.statements(), before, "no statement without a caller");
+    assert!(before > 0, "the counter counts");
+}
