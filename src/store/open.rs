@@ -68,10 +68,12 @@ const MIGRATIONS: &[&str] = &[
 ];
 
 /// The writer's automatic (PASSIVE) checkpoint runs once the WAL holds this many pages
-/// (32 MiB of 4 KiB pages; SQLite's default is 1000). Measured with 1.5 MB images: about a
-/// third more tasks/s than the default, for a WAL that peaks near 45 MB instead of 25 MB
-/// (checkpoint policy: `store::mod`).
-pub const AUTOCHECKPOINT_PAGES: i64 = 8192;
+/// (SQLite's default, about 4 MiB of 4 KiB pages), set and read back so it is not left to
+/// chance. 8192 pages (32 MiB) measured about a third faster with 1.5 MB images, but then the
+/// WAL needs up to ~50 MB of free disk before a checkpoint can reuse it: after a full disk
+/// frees up, the WAL alone filled a small one again (`disks` tests) and stored images could
+/// not be stored. Free space is worth more than the speed (BENCHMARKS.md, session 3).
+pub const AUTOCHECKPOINT_PAGES: i64 = 1000;
 
 /// The WAL is truncated back to this size after a checkpoint reset it (`journal_size_limit`),
 /// so a burst of large images does not leave a large WAL file behind (checkpoint policy:
