@@ -5,7 +5,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 
 use super::*;
-use crate::domain::{Actor, Millis, Phase, TaskStatus};
+use crate::domain::{Actor, Charge, Millis, Phase, TaskStatus};
 
 /// What a claim reads of its task: (status, prompt, params, attempts, cancel_requested,
 /// created_at, set_id).
@@ -123,30 +123,65 @@ pub(in crate::store) fn claim(
     Ok(ClaimOutcome::Claimed(Box::new(claim)))
 }
 
-/// Durably record "about to call the provider". From here on, no automatic path calls the
-/// provider again for this task unless the adapter can prove it is safe.
-pub(in crate::store) fn record_calling(c: &Connection, exec: &str, lease: &str, now: Millis) -> Result<(), StoreError> {
+/// Durably record "about to call the provider", with the request's price, model and
+/// whether the provider bills. From here on, no automatic path calls the provider again for
+/// this task unless the adapter can prove it is safe.
+///
+/// First, in the same operation, the budget check (see `store::spend`): a call that would
+/// take a period's spend over a limit is not recorded; the execution is abandoned, the
+/// envelope waits until the period ends (its hand-off taken back, as a busy release does),
+/// and the task is `waiting` with the reason. Nothing was sent and no attempt is counted.
+pub(in crate::store) fn record_calling(
+    c: &Connection,
+    exec: &str,
+    lease: &str,
+    now: Millis,
+    facts: &CallingFacts,
+) -> Result<CallingOutcome, StoreError> {
     let task = fence(c, exec, lease, now)?;
+    if let (true, Some(cost), false) = (facts.billable, facts.cost_micros, facts.limits.is_empty()) {
+        let provider: String =
+            c.prepare_cached("SELECT provider FROM tasks WHERE id = ?1")?.query_row([&task], |r| r.get(0))?;
+        if let Some((due_at, reason)) = crate::store::spend::over_limit(c, &provider, cost, &facts.limits, now)? {
+            c.prepare_cached(
+                "UPDATE executions SET status = 'abandoned', finished_at = ?2, error = ?3 WHERE token = ?1 AND phase = 'claimed'",
+            )?
+            .execute(params![exec, now, reason])?;
+            c.prepare_cached(
+                "UPDATE envelopes SET status = 'pending', due_at = ?2, send_count = send_count - 1, lease_token = NULL,
+                        lease_expires_at = NULL, lease_boot = NULL, budget_hold = 1, last_error = 'budget'
+                 WHERE task_id = ?1",
+            )?
+            .execute(params![task, due_at])?;
+            set_task(c, &task, TaskStatus::Waiting, Some(&reason), None, now)?;
+            event(c, &task, now, Actor::Worker, "budget", &reason, Some(exec))?;
+            return Ok(CallingOutcome::Held { due_at, reason });
+        }
+    }
+    let charge = if facts.billable { Charge::Possible } else { Charge::None };
     let n = c
         .prepare_cached(
-            "UPDATE executions SET phase = 'calling', calling_at = ?2 WHERE token = ?1 AND phase = 'claimed'",
+            "UPDATE executions SET phase = 'calling', calling_at = ?2, charge = ?3, billable = ?4, cost_micros = ?5,
+                    currency = ?6, model = ?7
+             WHERE token = ?1 AND phase = 'claimed'",
         )?
-        .execute(params![exec, now])?;
+        .execute(params![exec, now, charge.as_str(), facts.billable, facts.cost_micros, facts.currency, facts.model])?;
     if n == 0 {
         return Err(StoreError::Fenced);
     }
-    c.prepare_cached("UPDATE tasks SET attempts = attempts + 1, may_have_charged = 1, updated_at = ?2 WHERE id = ?1")?
+    c.prepare_cached("UPDATE envelopes SET budget_hold = 0 WHERE task_id = ?1 AND budget_hold = 1")?
+        .execute([&task])?;
+    c.prepare_cached("UPDATE tasks SET attempts = attempts + 1, updated_at = ?2 WHERE id = ?1")?
         .execute(params![task, now])?;
-    event(
-        c,
-        &task,
-        now,
-        Actor::Worker,
-        "calling",
-        "sending the request to the provider; from now on it may be charged",
-        Some(exec),
-    )?;
-    Ok(())
+    // The timeline says only what is true now: the request is leaving. What it cost is
+    // said by the outcome's line, from the evidence.
+    let price = match (facts.billable, facts.cost_micros, &facts.currency) {
+        (false, _, _) => " (this provider never charges)".to_string(),
+        (true, Some(m), Some(cur)) => format!(" (its price: about {})", crate::domain::money(m, cur)),
+        _ => String::new(),
+    };
+    event(c, &task, now, Actor::Worker, "calling", &format!("sending the request to the provider{price}"), Some(exec))?;
+    Ok(CallingOutcome::Calling)
 }
 
 /// Persist the provider's job id (and the adapter's handle for polling it, JSON) the moment
@@ -197,6 +232,7 @@ pub(in crate::store) fn finish(
         Ok(())
     };
     let ex = Some(exec);
+    let (charge, words) = settle_charge(c, exec, f.charge())?;
     let status = match f {
         Finish::Succeeded(a) => {
             set_exec("succeeded", None)?;
@@ -204,39 +240,38 @@ pub(in crate::store) fn finish(
             let canceled: bool = c
                 .prepare_cached("SELECT cancel_requested FROM tasks WHERE id = ?1")?
                 .query_row([&task], |r| r.get(0))?;
-            let reason = canceled.then_some(
-                "A cancel was requested after the request had been sent; the image was kept because it may have been charged.",
-            );
+            let reason = match (canceled, charge) {
+                (false, _) => None,
+                (true, Charge::Charged) => Some(
+                    "A cancel was requested after the request had been sent; the image was kept because the provider \
+                     charges for it.",
+                ),
+                (true, _) => Some("A cancel was requested after the request had been sent; the image was kept."),
+            };
             set_task(c, &task, TaskStatus::Succeeded, reason, None, now)?;
             consume_envelope(c, &task, "consumed", None)?;
-            event(
-                c,
-                &task,
-                now,
-                Actor::Worker,
-                "succeeded",
-                &format!("image stored ({} bytes, sha256 {})", a.image.len(), a.image.sha256()),
-                ex,
-            )?;
+            let saved = format!("image stored ({} bytes, sha256 {})", a.image.len(), a.image.sha256());
+            event(c, &task, now, Actor::Worker, "succeeded", &with_money(&saved, &words), ex)?;
             // Crash matrix: the image and `succeeded` are written but not committed.
             crate::failpoint::crash("before-finish-commit");
             TaskStatus::Succeeded
         }
-        Finish::Failed { kind, reason } => {
+        Finish::Failed { kind, reason, .. } => {
             set_exec("failed", Some(reason))?;
             set_task(c, &task, TaskStatus::Failed, Some(reason), Some(*kind), now)?;
             consume_envelope(c, &task, "consumed", Some(reason))?;
-            event(c, &task, now, Actor::Worker, "failed", reason, ex)?;
+            event(c, &task, now, Actor::Worker, "failed", &with_money(reason, &words), ex)?;
             TaskStatus::Failed
         }
         Finish::Unknown { reason } => {
             set_exec("unknown", Some(reason))?;
             set_task(c, &task, TaskStatus::Unknown, Some(reason), None, now)?;
             consume_envelope(c, &task, "consumed", Some(reason))?;
-            event(c, &task, now, Actor::Worker, "unknown", &format!("{reason}; automatic retries stopped"), ex)?;
+            let line = format!("{reason}; automatic retries stopped");
+            event(c, &task, now, Actor::Worker, "unknown", &with_money(&line, &words), ex)?;
             TaskStatus::Unknown
         }
-        Finish::RetryLater { due_at, kind, reason, max_attempts } => {
+        Finish::RetryLater { due_at, kind, reason, max_attempts, .. } => {
             set_exec("failed", Some(reason))?;
             let attempts: i64 =
                 c.prepare_cached("SELECT attempts FROM tasks WHERE id = ?1")?.query_row([&task], |r| r.get(0))?;
@@ -244,14 +279,14 @@ pub(in crate::store) fn finish(
                 let why = format!("gave up after {attempts} attempts; the last one: {reason}");
                 set_task(c, &task, TaskStatus::Failed, Some(&why), Some(*kind), now)?;
                 consume_envelope(c, &task, "consumed", Some(reason))?;
-                event(c, &task, now, Actor::Worker, "failed", &why, ex)?;
+                event(c, &task, now, Actor::Worker, "failed", &with_money(&why, &words), ex)?;
                 TaskStatus::Failed
             } else {
                 let secs = (due_at - now).max(0) as f64 / 1000.0;
                 let why = format!("attempt {attempts} did not go through ({reason}); trying again in {secs:.1} s");
                 set_task(c, &task, TaskStatus::Waiting, Some(&why), None, now)?;
                 requeue_envelope(c, &task, *due_at, Some(reason))?;
-                event(c, &task, now, Actor::Worker, "retry_scheduled", &why, ex)?;
+                event(c, &task, now, Actor::Worker, "retry_scheduled", &with_money(&why, &words), ex)?;
                 return Ok(TaskStatus::Waiting);
             }
         }
@@ -286,6 +321,7 @@ pub(in crate::store) fn late_result(
         .query_row(params![exec, now], |r| r.get(0))
         .optional()?;
     let Some(task) = task else { return Ok(false) };
+    let (_, words) = settle_charge(c, exec, Charge::Charged)?;
     insert_artifact(c, &task, exec, a, now)?;
     set_task(
         c,
@@ -301,7 +337,7 @@ pub(in crate::store) fn late_result(
         now,
         Actor::Worker,
         "late_result",
-        "a late answer from the same execution resolved the unknown outcome",
+        &with_money("a late answer from the same execution resolved the unknown outcome", &words),
         Some(exec),
     )?;
     Ok(true)
@@ -322,9 +358,15 @@ impl Store {
         self.write_ordered(move |c| claim(c, &h, &lease, &boot, now, lease_ms)).await
     }
 
-    /// Durably record phase `calling`.
-    pub async fn record_calling(&self, exec: String, lease: String, now: Millis) -> Result<(), StoreError> {
-        self.write(move |c| record_calling(c, &exec, &lease, now)).await
+    /// Check the budgets and durably record phase `calling` (see [`record_calling`]).
+    pub async fn record_calling(
+        &self,
+        exec: String,
+        lease: String,
+        now: Millis,
+        facts: CallingFacts,
+    ) -> Result<CallingOutcome, StoreError> {
+        self.write(move |c| record_calling(c, &exec, &lease, now, &facts)).await
     }
 
     /// Persist an accepted job id.
