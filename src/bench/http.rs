@@ -149,7 +149,7 @@ impl Daemon {
             .map_err(|e| format!("cannot start tally serve: {e}"))?;
         let pid = child.id();
         let mut d = Daemon { child, pid, base_url: format!("http://127.0.0.1:{port}"), token: String::new() };
-        // Start-up checks the database (every image against its sha256): allow for a large one.
+        // Start-up checks the database (SQLite reads every page): allow for a large one.
         let deadline = Instant::now() + Duration::from_secs(300);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             if Instant::now() > deadline {

@@ -72,7 +72,7 @@ pub struct Download {
     pub idle_rss_mb: Option<f64>,
     /// The daemon's peak RSS (VmHWM) after the downloads, over its whole life.
     pub peak_rss_mb: Option<f64>,
-    /// `tally serve` start until it listened (its start-up check hashes every image).
+    /// `tally serve` start until it listened (its start-up check reads the whole database).
     pub startup_secs: Option<f64>,
 }
 

@@ -563,7 +563,7 @@ fn render_images(t: &mut String, im: &images::Images) {
         if let Some(s) = d.startup_secs {
             let _ = writeln!(
                 t,
-                "   tally serve on that database listened after {s:.1} s (its start-up check hashes every image)"
+                "   tally serve on that database listened after {s:.1} s (its start-up check reads the whole database)"
             );
         }
     }
