@@ -192,7 +192,8 @@ pub async fn run(out: &Path, quick: bool) -> Result<Images, String> {
     })
 }
 
-/// Prune the older half of the tasks in `dir` and measure the files around it.
+/// Prune the older half of the tasks in `dir` (moved two months back first) and measure the
+/// files around it.
 async fn prune_half(dir: &Path, n: u64, wal_peak: u64, wal_end: u64, db: u64) -> Result<Storage, String> {
     let e = |e: crate::store::StoreError| e.to_string();
     let store = Store::open(&dir.join("tally.db"), Durability::Full).map_err(e)?;
@@ -203,6 +204,26 @@ async fn prune_half(dir: &Path, n: u64, wal_peak: u64, wal_end: u64, db: u64) ->
                 [n as i64 / 2],
                 |r| r.get(0),
             )?)
+        })
+        .await
+        .map_err(e)?;
+    // Retention keeps every request of the cutoff's calendar month (it counts toward the
+    // month's spend and budgets), and these were all just made: move the older half 62 days
+    // back, so the prune measures images going, not that rule.
+    const SHIFT: i64 = 62 * 86_400_000;
+    store
+        .write(move |c| {
+            c.execute(
+                "UPDATE executions SET started_at = started_at - ?2, heartbeat_at = heartbeat_at - ?2,
+                    calling_at = calling_at - ?2, finished_at = finished_at - ?2
+                 WHERE task_id IN (SELECT id FROM tasks WHERE updated_at < ?1)",
+                [cutoff, SHIFT],
+            )?;
+            c.execute(
+                "UPDATE tasks SET created_at = created_at - ?2, updated_at = updated_at - ?2 WHERE updated_at < ?1",
+                [cutoff, SHIFT],
+            )?;
+            Ok(())
         })
         .await
         .map_err(e)?;
