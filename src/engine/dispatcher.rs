@@ -27,7 +27,7 @@ pub(super) async fn run(shared: Arc<Shared>) {
         if free > 0 {
             let now = shared.now();
             let grace = Shared::ms(shared.cfg.dispatch_grace);
-            match shared.store.dispatch_due(now, free, grace, &shared.boot).await {
+            match shared.store.dispatch_due(now, free, grace, &shared.boot()).await {
                 Ok(batch) => {
                     trouble.ok();
                     if !batch.handoffs.is_empty() {

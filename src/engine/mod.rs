@@ -13,6 +13,7 @@
 
 mod dispatcher;
 pub mod money;
+mod nodes;
 mod reconciler;
 mod retention;
 mod trouble;
@@ -123,7 +124,7 @@ impl ProviderEntry {
 }
 
 /// A configured provider as surfaces show it (`GET /v1/providers`).
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 pub struct ProviderInfo {
     /// The configured name (what a submit names).
     pub name: String,
@@ -138,7 +139,7 @@ pub struct ProviderInfo {
 }
 
 /// What a provider can prove after an ambiguous outcome.
-#[derive(Debug, Clone, Copy, serde::Serialize)]
+#[derive(Debug, Clone, Copy, serde::Serialize, utoipa::ToSchema)]
 pub struct CapabilitiesInfo {
     /// Resending with the same key returns the original result and charges once.
     pub idempotent_create: bool,
@@ -164,8 +165,13 @@ pub(crate) struct Shared {
     clock: Arc<dyn Clock>,
     providers: HashMap<String, Arc<ProviderEntry>>,
     data_dir: PathBuf,
-    /// The id of this run of the process: leases of other runs are expired at start-up.
-    boot: String,
+    /// The id of this run of the engine: leases of other runs are expired at start-up. A new
+    /// one replaces it when a PostgreSQL node fenced itself and restarted its services
+    /// (`engine::nodes`).
+    boot: Mutex<String>,
+    /// Reconcile at the next wake-up even if no deadline passed: a peer node's lock freed, so
+    /// its leases are leftovers now (`engine::nodes`).
+    force_reconcile: std::sync::atomic::AtomicBool,
     /// Worker capacity: a permit per free worker.
     workers: Arc<Semaphore>,
     wake_dispatcher: Notify,
@@ -194,6 +200,11 @@ impl Shared {
 
     fn now(&self) -> Millis {
         self.clock.now()
+    }
+
+    /// The id of the current run of this engine.
+    fn boot(&self) -> String {
+        self.boot.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     fn ms(d: Duration) -> Millis {
@@ -269,7 +280,20 @@ pub struct EngineParts {
 /// [`Engine::shutdown`] (clean) or [`Engine::kill`] (tests: as if the process died).
 pub struct Engine {
     shared: Arc<Shared>,
-    services: Mutex<Vec<JoinHandle<()>>>,
+    /// The dispatcher, reconciler and retention timer (replaced after a self-fence).
+    services: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    /// PostgreSQL only: the wake-up bridge and the node-lock guard (`engine::nodes`).
+    node_tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// Start the dispatcher, the reconciler and (if configured) the retention timer.
+fn spawn_services(shared: &Arc<Shared>) -> Vec<JoinHandle<()>> {
+    let mut services =
+        vec![tokio::spawn(dispatcher::run(shared.clone())), tokio::spawn(reconciler::run(shared.clone()))];
+    if let Some(age) = shared.cfg.retention {
+        services.push(tokio::spawn(retention::run(shared.clone(), age)));
+    }
+    services
 }
 
 impl Engine {
@@ -283,7 +307,8 @@ impl Engine {
             clock: parts.clock,
             providers,
             data_dir: parts.data_dir,
-            boot: uuid::Uuid::new_v4().to_string(),
+            boot: Mutex::new(uuid::Uuid::new_v4().to_string()),
+            force_reconcile: std::sync::atomic::AtomicBool::new(false),
             wake_dispatcher: Notify::new(),
             wake_reconciler: Notify::new(),
             settles: watch::channel(0).0,
@@ -295,17 +320,18 @@ impl Engine {
             changes: broadcast::channel(4096).0,
             limits: RwLock::new(parts.limits),
         });
+        // On PostgreSQL, other nodes' wake-ups feed this engine's services (before the
+        // start-up recovery, so nothing that happens meanwhile is missed).
+        let bridge = nodes::bridge(&shared);
         // Start-up recovery runs to completion before anything new is dispatched.
         reconciler::run_once(&shared).await?;
         // Limits may have changed while tally was stopped: tasks held by a budget check it
         // again now (and wait again if it still holds them back).
         shared.store.release_budget_holds(shared.now()).await?;
-        let mut services =
-            vec![tokio::spawn(dispatcher::run(shared.clone())), tokio::spawn(reconciler::run(shared.clone()))];
-        if let Some(age) = shared.cfg.retention {
-            services.push(tokio::spawn(retention::run(shared.clone(), age)));
-        }
-        Ok(Engine { shared, services: Mutex::new(services) })
+        let services = Arc::new(Mutex::new(spawn_services(&shared)));
+        let guard = nodes::guard(&shared, &services);
+        let node_tasks = Mutex::new(bridge.into_iter().chain(guard).collect());
+        Ok(Engine { shared, services, node_tasks })
     }
 
     /// The store this engine writes through.
@@ -597,6 +623,9 @@ impl Engine {
     /// Stop every background service at once, as if the process had died (tests).
     pub fn kill(&self) {
         self.shared.shutdown.send_replace(true);
+        for h in self.node_tasks.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+            h.abort();
+        }
         for h in self.services.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
             h.abort();
         }

@@ -64,7 +64,7 @@ async fn deliver(shared: &Arc<Shared>, h: Handoff) {
     };
     let lease = uuid::Uuid::new_v4().to_string();
     let lease_ms = Shared::ms(shared.cfg.lease);
-    let claim = match shared.store.claim(h, lease, shared.boot.clone(), shared.now(), lease_ms).await {
+    let claim = match shared.store.claim(h, lease, shared.boot(), shared.now(), lease_ms).await {
         Ok(ClaimOutcome::Claimed(c)) => {
             shared.changed(&c.task_id, crate::domain::TaskStatus::Running);
             c
@@ -125,7 +125,7 @@ async fn claim_for_missing_provider(shared: &Arc<Shared>, h: Handoff) {
     let provider = h.provider.clone();
     let lease = uuid::Uuid::new_v4().to_string();
     let Ok(ClaimOutcome::Claimed(c)) =
-        shared.store.claim(h, lease, shared.boot.clone(), shared.now(), Shared::ms(shared.cfg.lease)).await
+        shared.store.claim(h, lease, shared.boot(), shared.now(), Shared::ms(shared.cfg.lease)).await
     else {
         return;
     };

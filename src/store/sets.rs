@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::blobs::{NewImage, insert_blob};
 use super::ops::{NewTask, ShotRef, SubmitOutcome, event, new_id, replay_of, submit};
 use super::read::{TaskView, get_task};
-use super::{Store, StoreError};
+use super::{SqliteStore, StoreError};
 use crate::domain::{Actor, Millis, TaskStatus, request_hash};
 
 /// The shot roles a set may list.
@@ -318,7 +318,7 @@ pub fn list_sets(c: &Connection, before: Option<&str>, limit: usize) -> Result<V
 }
 
 /// A set's status, derived from its current shots.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SetStatus {
     Running,
@@ -368,7 +368,7 @@ pub fn set_summary(set: &SetView) -> (SetStatus, String, String) {
     (status, progress, message)
 }
 
-impl Store {
+impl SqliteStore {
     /// Store an uploaded image (deduplicated by content): its row and bytes in one commit.
     pub async fn save_upload(&self, img: NewImage, now: Millis) -> Result<UploadView, StoreError> {
         self.write_images(img.len() as usize, move |c| save_upload(c, &img, now)).await

@@ -20,6 +20,8 @@ mod engine;
 mod limits;
 mod money;
 mod onefile;
+mod openapi;
+mod pg_nodes;
 #[cfg(feature = "failpoints")]
 mod powerloss;
 mod providers_daemon;

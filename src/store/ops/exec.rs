@@ -343,7 +343,7 @@ pub(in crate::store) fn late_result(
     Ok(true)
 }
 
-impl Store {
+impl SqliteStore {
     /// Claim a handed-off envelope. An ordered commit: nothing leaves for the provider before
     /// the next durable one (`record_calling`, whose fsync covers the claim as well); a resumed
     /// execution's `calling` or `accepted` record is already durable.
@@ -380,7 +380,7 @@ impl Store {
         self.write(move |c| record_accepted(c, &exec, &lease, &job, None, now)).await
     }
 
-    /// Like [`Store::record_accepted`], with the adapter's handle for polling the job
+    /// Like [`SqliteStore::record_accepted`], with the adapter's handle for polling the job
     /// (`executions.provider_handle`, JSON).
     pub async fn record_accepted_with(
         &self,

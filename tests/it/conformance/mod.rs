@@ -22,7 +22,7 @@ macro_rules! both {
                 async fn $name() {
                     let s = $crate::conformance::backend::sqlite();
                     super::$name(s.clone()).await;
-                    let _ = s.close();
+                    $crate::conformance::backend::remove_sqlite(&s);
                 }
             )*
         }

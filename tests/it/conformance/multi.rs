@@ -32,7 +32,7 @@ macro_rules! nodes {
                 async fn $name() {
                     let n = super::sqlite_nodes($k);
                     super::$name(n.clone()).await;
-                    let _ = n[0].close();
+                    super::super::backend::remove_sqlite(&n[0]);
                 }
             )*
         }

@@ -73,7 +73,11 @@ fn dispatch_due(
     grace_ms: Millis,
     node: &str,
     boot: &str,
+    caps: &[(String, i64)],
 ) -> Result<DispatchBatch, StoreError> {
+    if !caps.is_empty() {
+        return dispatch_capped(tx, now, limit, grace_ms, node, boot, caps);
+    }
     let mut batch = DispatchBatch::default();
     if limit > 0 {
         let rows = tx.rows(
@@ -101,6 +105,78 @@ fn dispatch_due(
     }
     batch.next_due =
         tx.one("SELECT min(due_at) FROM envelopes WHERE status = 'pending' AND due_at IS NOT NULL", &[])?.get(0);
+    Ok(batch)
+}
+
+fn handoffs(rows: &[postgres::Row]) -> Vec<Handoff> {
+    let mut handoffs: Vec<Handoff> = rows
+        .iter()
+        .map(|r| Handoff {
+            envelope_id: r.get(0),
+            task_id: r.get(1),
+            provider: r.get(2),
+            send_count: r.get(3),
+            due_at: r.get(4),
+        })
+        .collect();
+    handoffs.sort_by(|a, b| (a.due_at, &a.envelope_id).cmp(&(b.due_at, &b.envelope_id)));
+    handoffs
+}
+
+/// [`dispatch_due`] with provider capacity held across every node: each capped provider gets
+/// at most `cap − (its envelopes already sent anywhere)` new hand-offs, and `next_due` leaves
+/// out providers that are full (a slot freeing on any node sends a `tally_due` hint, so the
+/// dispatcher is woken then instead of spinning). Dispatches of all nodes are serialized by a
+/// transaction-level advisory lock so that two of them never both count the same free slot.
+/// Each provider's due envelopes are picked in a lateral subquery of their own, so a full
+/// provider at the head of the queue never blocks the others (the pg-boss#756 trap).
+fn dispatch_capped(
+    tx: &mut Tx<'_, '_>,
+    now: Millis,
+    limit: usize,
+    grace_ms: Millis,
+    node: &str,
+    boot: &str,
+    caps: &[(String, i64)],
+) -> Result<DispatchBatch, StoreError> {
+    let names: Vec<&str> = caps.iter().map(|(p, _)| p.as_str()).collect();
+    let cap: Vec<i64> = caps.iter().map(|(_, n)| *n).collect();
+    tx.exec("SELECT pg_advisory_xact_lock($1, 1)", &[&crate::store::pg::LOCK_CLASS])?;
+    let mut batch = DispatchBatch::default();
+    if limit > 0 {
+        let rows = tx.rows(
+            "WITH lim AS (SELECT * FROM unnest($6::text[], $7::bigint[]) AS l(provider, cap)),
+             busy AS (SELECT provider, count(*) AS n FROM envelopes WHERE status = 'sent' GROUP BY provider),
+             provs AS (SELECT DISTINCT provider FROM envelopes
+                       WHERE status = 'pending' AND due_at IS NOT NULL AND due_at <= $1),
+             room AS (SELECT p.provider, CASE WHEN l.cap IS NULL THEN $2
+                                              ELSE greatest(l.cap - coalesce(b.n, 0), 0) END AS n
+                      FROM provs p LEFT JOIN lim l USING (provider) LEFT JOIN busy b USING (provider)),
+             cand AS MATERIALIZED (
+                SELECT x.id, x.due_at FROM room r CROSS JOIN LATERAL (
+                    SELECT id, due_at FROM envelopes e
+                    WHERE e.status = 'pending' AND e.due_at IS NOT NULL AND e.due_at <= $1 AND e.provider = r.provider
+                    ORDER BY e.due_at LIMIT least(r.n, $2) FOR UPDATE SKIP LOCKED) x
+                WHERE r.n > 0),
+             picked AS (SELECT id FROM cand ORDER BY due_at, id LIMIT $2)
+             UPDATE envelopes e SET status = 'sent', sent_at = $1, send_count = e.send_count + 1,
+                    lease_expires_at = $1 + $3, lease_node = $4, lease_boot = $5
+             FROM picked WHERE e.id = picked.id AND e.status = 'pending'
+             RETURNING e.id, e.task_id, e.provider, e.send_count, e.due_at",
+            &[&now, &(limit as i64), &grace_ms, &node, &boot, &names, &cap],
+        )?;
+        batch.handoffs = handoffs(&rows);
+    }
+    batch.next_due = tx
+        .one(
+            "WITH lim AS (SELECT * FROM unnest($1::text[], $2::bigint[]) AS l(provider, cap)),
+             full_ AS (SELECT l.provider FROM lim l
+                       WHERE l.cap <= (SELECT count(*) FROM envelopes s WHERE s.status = 'sent' AND s.provider = l.provider))
+             SELECT min(due_at) FROM envelopes
+             WHERE status = 'pending' AND due_at IS NOT NULL AND provider NOT IN (SELECT provider FROM full_)",
+            &[&names, &cap],
+        )?
+        .get(0);
     Ok(batch)
 }
 
@@ -160,10 +236,10 @@ impl PgStore {
         grace_ms: Millis,
         boot: &str,
     ) -> Result<DispatchBatch, StoreError> {
-        let (boot, node) = (boot.to_string(), self.node().to_string());
+        let (boot, node, caps) = (boot.to_string(), self.node().to_string(), self.provider_limits());
         self.write_ordered(move |tx| {
             let now = tx.now(now)?;
-            dispatch_due(tx, now, limit, grace_ms, &node, &boot)
+            dispatch_due(tx, now, limit, grace_ms, &node, &boot, &caps)
         })
         .await
     }
