@@ -45,7 +45,7 @@ fn task(i: u64, key: Option<String>) -> NewTask {
 
 /// A fresh, empty directory for one run. Runs leave their databases in place until the whole
 /// benchmark ends, so that freeing one run's disk space is not charged to the next.
-fn fresh_dir(out: &Path, name: &str) -> Result<PathBuf, String> {
+pub(super) fn fresh_dir(out: &Path, name: &str) -> Result<PathBuf, String> {
     let d = out.join(name);
     if d.exists() {
         return Err(format!("{} already exists; pass an empty --out directory", d.display()));
@@ -133,8 +133,23 @@ async fn wait_succeeded(
 pub async fn e2e(out: &Path, n: u64, workers: usize, durability: Durability, concurrent: bool) -> Result<E2e, String> {
     let method = if concurrent { "concurrent" } else { "sequential" };
     let dir = fresh_dir(out, &format!("e2e-{method}-{workers}-{}", durability_name(durability)))?;
-    let store = Store::open(&dir.join("tally.db"), durability).map_err(s)?;
     let provider = Arc::new(InstantProvider::new(false));
+    Ok(e2e_in(&dir, n, workers, durability, concurrent, provider).await?.0)
+}
+
+/// [`e2e`] in `dir` (which keeps the database, closed) with `provider`; also returns the size
+/// of the WAL file just before the store closed.
+pub(super) async fn e2e_in(
+    dir: &Path,
+    n: u64,
+    workers: usize,
+    durability: Durability,
+    concurrent: bool,
+    provider: Arc<InstantProvider>,
+) -> Result<(E2e, u64), String> {
+    let method = if concurrent { "concurrent" } else { "sequential" };
+    let dir = dir.to_path_buf();
+    let store = Store::open(&dir.join("tally.db"), durability).map_err(s)?;
     let clock = SystemClock;
     let (commits0, stmts0) = (store.commits(), store.statements());
     let timeout = Duration::from_secs(600);
@@ -187,8 +202,9 @@ pub async fn e2e(out: &Path, n: u64, workers: usize, durability: Durability, con
     let store = engine.store().clone();
     let (commits, stmts) = (store.commits() - commits0, store.statements() - stmts0);
     let calls = provider.calls();
+    let wal = std::fs::metadata(dir.join("tally.db-wal")).map(|m| m.len()).unwrap_or(0);
     stop(engine).await?;
-    Ok(E2e {
+    let e2e = E2e {
         workers,
         durability: durability_name(durability).into(),
         tasks: n,
@@ -200,7 +216,8 @@ pub async fn e2e(out: &Path, n: u64, workers: usize, durability: Durability, con
         commits_per_task: commits as f64 / n as f64,
         statements_per_task: stmts as f64 / n as f64,
         calls_per_task: calls as f64 / n as f64,
-    })
+    };
+    Ok((e2e, wal))
 }
 
 /// Submit one task at a time on an idle engine, with random 5–105 ms gaps; returns the
