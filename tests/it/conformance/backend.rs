@@ -162,7 +162,12 @@ pub trait Backend: Clone + Send + Sync + 'static {
         before: Option<String>,
         limit: usize,
     ) -> impl Future<Output = Result<Vec<TaskView>, StoreError>> + Send;
-    fn spend(&self, from: Millis, to: Millis, group: Group) -> impl Future<Output = Result<SpendReport, StoreError>> + Send;
+    fn spend(
+        &self,
+        from: Millis,
+        to: Millis,
+        group: Group,
+    ) -> impl Future<Output = Result<SpendReport, StoreError>> + Send;
     fn budget_use(
         &self,
         limits: Vec<Limit>,

@@ -32,7 +32,13 @@ const DAY: i64 = 86_400_000;
 
 /// A billed request at `cost` micros, checked against `limits`.
 pub fn priced(cost: i64, limits: Vec<Limit>) -> CallingFacts {
-    CallingFacts { billable: true, cost_micros: Some(cost), currency: Some(USD.into()), model: Some("m1".into()), limits }
+    CallingFacts {
+        billable: true,
+        cost_micros: Some(cost),
+        currency: Some(USD.into()),
+        model: Some("m1".into()),
+        limits,
+    }
 }
 
 /// A daily limit for the whole cluster.
@@ -70,7 +76,10 @@ async fn each_outcome_records_the_charge_its_evidence_proves<B: Backend>(s: B) {
     let c = calling(&s, &ok, T0, price()).await;
     finish(&s, &c, Finish::Succeeded(artifact("ok")), T0 + 1).await;
     let sum = charge(&s, &ok).await;
-    assert_eq!((sum.state, sum.requests, sum.cost_micros, sum.currency.as_deref()), (Charge::Charged, 1, Some(40_000), Some(USD)));
+    assert_eq!(
+        (sum.state, sum.requests, sum.cost_micros, sum.currency.as_deref()),
+        (Charge::Charged, 1, Some(40_000), Some(USD))
+    );
     assert!(last_event(&s, &ok).await.ends_with("— charged (about $0.04)"), "{}", last_event(&s, &ok).await);
 
     let refused = submit(&s, "refused").await;
@@ -114,7 +123,10 @@ async fn each_outcome_records_the_charge_its_evidence_proves<B: Backend>(s: B) {
         let id = submit(&s, tag).await;
         let c = calling(&s, &id, T0, price()).await;
         finish(&s, &c, Finish::Unknown { reason: "lost".into() }, T0 + 1).await;
-        assert_eq!(s.resolve(id.clone(), r, "checked".into(), T0 + 2).await.expect("resolve"), ResolveOutcome::Resolved);
+        assert_eq!(
+            s.resolve(id.clone(), r, "checked".into(), T0 + 2).await.expect("resolve"),
+            ResolveOutcome::Resolved
+        );
         assert_eq!(charge(&s, &id).await.state, want, "{tag}");
     }
     let gone = s.list_filtered(TaskFilter::default(), None, 50).await.expect("list");
@@ -174,7 +186,7 @@ async fn a_second_retry_needs_the_first_settled_and_named<B: Backend>(s: B) {
     let listed = |s: B| async move {
         s.list_filtered(attention, None, 50).await.expect("list").into_iter().map(|t| t.id).collect::<Vec<_>>()
     };
-    assert_eq!(listed(s.clone()).await, [a.clone()]);
+    assert_eq!(listed(s.clone()).await, std::slice::from_ref(&a));
     let not_unknown = TaskFilter { status: Some(TaskStatus::Failed), needs_attention: true };
     assert!(s.list_filtered(not_unknown, None, 50).await.expect("list").is_empty());
     assert_eq!(retry(&s, &a, RetryAck::default(), None).await, RetryOutcome::NeedsAcknowledgement);
@@ -252,7 +264,8 @@ async fn concurrent_retries_of_one_failed_shot_make_one_task<B: Backend>(s: B) {
     let (x, y) = tokio::join!(retry(&s, &shot, acked(Some(&first)), None), retry(&s, &first, acked(None), None));
     let made = [&x, &y].iter().filter(|o| matches!(o, RetryOutcome::Created(_))).count();
     assert_eq!(made, 1, "{x:?} {y:?}");
-    let live = s.int("SELECT count(*) FROM tasks WHERE set_position = 0 AND status IN ('queued', 'waiting', 'running')");
+    let live =
+        s.int("SELECT count(*) FROM tasks WHERE set_position = 0 AND status IN ('queued', 'waiting', 'running')");
     assert_eq!(live.await, 1);
 }
 
@@ -283,7 +296,10 @@ async fn concurrent_calls_never_overshoot_a_budget<B: Backend>(s: B) {
             Err(e) => panic!("{e}"),
         }
     }
-    assert_eq!(s.int("SELECT CAST(coalesce(sum(cost_micros), 0) AS bigint) FROM executions WHERE charge <> 'none'").await, 200_000);
+    assert_eq!(
+        s.int("SELECT CAST(coalesce(sum(cost_micros), 0) AS bigint) FROM executions WHERE charge <> 'none'").await,
+        200_000
+    );
 }
 
 async fn a_held_call_waits_for_its_period_and_checks_again_when_released<B: Backend>(s: B) {
@@ -314,7 +330,12 @@ async fn a_held_call_waits_for_its_period_and_checks_again_when_released<B: Back
     let c = claimed(&s, &second, T0 + 3_600_001, "boot").await;
     assert_eq!(c.attempt, 1, "the held execution counted no attempt");
     let out = s
-        .calling_with(c.execution_token.clone(), c.lease_token.clone(), T0 + 3_600_002, priced(40_000, vec![daily(80_000)]))
+        .calling_with(
+            c.execution_token.clone(),
+            c.lease_token.clone(),
+            T0 + 3_600_002,
+            priced(40_000, vec![daily(80_000)]),
+        )
         .await
         .expect("calling");
     assert_eq!(out, CallingOutcome::Calling);
@@ -357,7 +378,10 @@ async fn spend_reads_count_what_reached_the_provider<B: Backend>(s: B) {
     assert_eq!(only_day2.totals.charged.count, 2, "`from` bounds the report");
 
     let reqs = s.paid_requests(day1 - 1_000, day2 + DAY).await.expect("requests");
-    assert_eq!(reqs.iter().map(|r| r.task_id.as_str()).collect::<Vec<_>>(), ids.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(
+        reqs.iter().map(|r| r.task_id.as_str()).collect::<Vec<_>>(),
+        ids.iter().map(String::as_str).collect::<Vec<_>>()
+    );
     assert_eq!(
         reqs.iter().map(|r| (r.charge, r.cost_micros, r.model.as_deref())).collect::<Vec<_>>(),
         [
@@ -369,7 +393,10 @@ async fn spend_reads_count_what_reached_the_provider<B: Backend>(s: B) {
         ]
     );
 
-    let limits = vec![daily(100_000), Limit { period: Period::Month, provider: Some("q".into()), micros: 1, currency: USD.into() }];
+    let limits = vec![
+        daily(100_000),
+        Limit { period: Period::Month, provider: Some("q".into()), micros: 1, currency: USD.into() },
+    ];
     let used = s.budget_use(limits, day1 + 5).await.expect("budget use");
     assert_eq!(used.iter().map(|u| (u.period, u.spent)).collect::<Vec<_>>(), [("daily", 0.06), ("monthly", 0.05)]);
 
@@ -401,7 +428,12 @@ pub async fn nodes_together_never_overshoot_a_budget<B: Backend>(n: Vec<B>) {
     }
     let limit = daily(7 * 25_000 + 24_999);
     let outcomes = join_all(claims.iter().map(|(k, c)| {
-        n[*k].calling_with(c.execution_token.clone(), c.lease_token.clone(), T0 + 5, priced(25_000, vec![limit.clone()]))
+        n[*k].calling_with(
+            c.execution_token.clone(),
+            c.lease_token.clone(),
+            T0 + 5,
+            priced(25_000, vec![limit.clone()]),
+        )
     }))
     .await;
     let calls = outcomes.iter().filter(|o| matches!(o, Ok(CallingOutcome::Calling))).count();

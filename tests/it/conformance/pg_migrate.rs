@@ -119,10 +119,8 @@ fn a_version_1_database_migrates_to_the_catalog_of_a_new_one() {
         "a migrated schema differs from a new one (did schema-pg.sql change without a migration?)\n\
          only after migrating: {only_old:#?}\nonly in a new database: {only_new:#?}"
     );
-    let version: i32 = c
-        .query_one(&format!("SELECT max(version) FROM {old}.tally_schema"), &[])
-        .expect("version")
-        .get(0);
+    let version: i32 =
+        c.query_one(&format!("SELECT max(version) FROM {old}.tally_schema"), &[]).expect("version").get(0);
     assert_eq!(version, PG_SCHEMA_VERSION);
     // Version 1 knew only "calling was reached": a success is charged, anything else after
     // `calling` possible (never guessed to be refused), an execution that never called none.
@@ -163,12 +161,14 @@ fn a_migration_waits_until_no_other_node_runs() {
         Err(e) => panic!("wrong error: {e}"),
         Ok(_) => panic!("migrated while another node runs"),
     }
-    let version: i32 =
-        c.query_one(&format!("SELECT max(version) FROM {s}.tally_schema"), &[]).expect("version").get(0);
+    let version: i32 = c.query_one(&format!("SELECT max(version) FROM {s}.tally_schema"), &[]).expect("version").get(0);
     assert_eq!(version, 1, "nothing was migrated");
     // The old node stops (its lock is given back): now the migration runs.
     let _: bool = holder.query_one("SELECT pg_advisory_unlock($1, $2)", &[&LOCK_CLASS, &key]).expect("unlock").get(0);
-    PgStore::open(pg_options(&url, &s, "node-new")).expect("migrates once the old node is gone").close().expect("close");
+    PgStore::open(pg_options(&url, &s, "node-new"))
+        .expect("migrates once the old node is gone")
+        .close()
+        .expect("close");
 }
 
 #[test]
@@ -179,7 +179,9 @@ fn a_newer_schema_is_refused() {
     let mut c = connect(&url);
     c.execute(&format!("INSERT INTO {s}.tally_schema (version, installed_at) VALUES (99, 1)"), &[]).expect("bump");
     match PgStore::open(pg_options(&url, &s, "node-a")) {
-        Err(StoreError::TooNew { found, supported, .. }) => assert_eq!((found, supported), (99, PG_SCHEMA_VERSION.into())),
+        Err(StoreError::TooNew { found, supported, .. }) => {
+            assert_eq!((found, supported), (99, PG_SCHEMA_VERSION.into()))
+        }
         Err(e) => panic!("wrong error: {e}"),
         Ok(_) => panic!("a newer schema was opened"),
     }

@@ -61,9 +61,8 @@ fn retry(
         crate::store::pg::sets::lock_set(tx, &s.set_id)?;
     }
     if let Some(k) = key {
-        let made: Option<String> = tx
-            .opt("SELECT id FROM tasks WHERE retry_of = $1 AND retry_key = $2", &[&task, &k])?
-            .map(|r| r.get(0));
+        let made: Option<String> =
+            tx.opt("SELECT id FROM tasks WHERE retry_of = $1 AND retry_key = $2", &[&task, &k])?.map(|r| r.get(0));
         if let Some(id) = made {
             return Ok(RetryOutcome::Existing(id));
         }
