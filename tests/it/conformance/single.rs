@@ -614,8 +614,8 @@ async fn a_search_finds_a_prompt_or_a_sets_product_in_any_case<B: Backend>(s: B)
     let SubmitOutcome::Created(sid) = s.create_set(set, T0 + 2).await.expect("create") else { panic!() };
     let shots: Vec<String> = s.get_set(sid).await.expect("get").expect("set").shots.into_iter().map(|t| t.id).collect();
     let ids = |ts: Vec<TaskView>| ts.into_iter().map(|t| t.id).collect::<Vec<_>>();
-    assert_eq!(ids(s.search_tasks("SNEAKER", 10).await.expect("search")), [red.clone()], "a prompt, any case");
-    assert_eq!(ids(s.search_tasks("mug on", 10).await.expect("search")), [mug.clone()]);
+    assert_eq!(ids(s.search_tasks("SNEAKER", 10).await.expect("search")), [red], "a prompt, any case");
+    assert_eq!(ids(s.search_tasks("mug on", 10).await.expect("search")), [mug]);
     let mut by_product = ids(s.search_tasks("canvas tote", 10).await.expect("search"));
     by_product.sort();
     let mut want = shots.clone();
