@@ -85,7 +85,7 @@ pub(super) fn get_task(tx: &mut Tx<'_, '_>, id: &str) -> Result<Option<TaskView>
 /// Tasks newest first, optionally of one status, after the cursor `before` (a task id).
 fn list_tasks(
     tx: &mut Tx<'_, '_>,
-    filter: crate::store::TaskFilter,
+    filter: &crate::store::TaskFilter,
     before: Option<&str>,
     limit: usize,
 ) -> Result<Vec<TaskView>, StoreError> {
@@ -94,23 +94,18 @@ fn list_tasks(
         return Ok(Vec::new());
     }
     let status = if filter.needs_attention { Some(TaskStatus::Unknown) } else { filter.status };
-    let unretried = filter.needs_attention;
-    let rows = match status {
-        Some(s) => tx.rows(
-            "SELECT id, status, reason, failure_kind, attempts, may_have_charged, cancel_requested, provider,
-                    prompt, params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role
-             FROM tasks WHERE status = $1 AND id < $2
-               AND (NOT $4 OR NOT EXISTS (SELECT 1 FROM tasks r WHERE r.retry_of = tasks.id))
-             ORDER BY id DESC LIMIT $3",
-            &[&s.as_str(), &before, &(limit as i64), &unretried],
-        )?,
-        None => tx.rows(
-            "SELECT id, status, reason, failure_kind, attempts, may_have_charged, cancel_requested, provider,
-                    prompt, params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role
-             FROM tasks WHERE id < $1 ORDER BY id DESC LIMIT $2",
-            &[&before, &(limit as i64)],
-        )?,
-    };
+    // One statement for every filter: an absent filter is a NULL that matches everything.
+    let rows = tx.rows(
+        "SELECT id, status, reason, failure_kind, attempts, may_have_charged, cancel_requested, provider,
+                prompt, params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role
+         FROM tasks WHERE id < $1
+           AND ($3::text IS NULL OR status = $3)
+           AND (NOT $4 OR NOT EXISTS (SELECT 1 FROM tasks r WHERE r.retry_of = tasks.id))
+           AND ($5::text IS NULL OR strpos(lower(prompt), lower($5)) > 0
+                OR set_id IN (SELECT id FROM sets WHERE strpos(lower(product), lower($5)) > 0))
+         ORDER BY id DESC LIMIT $2",
+        &[&before, &(limit as i64), &status.map(|s| s.as_str()), &filter.needs_attention, &filter.search],
+    )?;
     rows.iter().map(|r| with_artifacts(tx, task_row(r))).collect()
 }
 
@@ -166,7 +161,7 @@ impl PgStore {
         before: Option<String>,
         limit: usize,
     ) -> Result<Vec<TaskView>, StoreError> {
-        self.read(move |tx| list_tasks(tx, filter, before.as_deref(), limit)).await
+        self.read(move |tx| list_tasks(tx, &filter, before.as_deref(), limit)).await
     }
 
     /// A task's timeline.

@@ -135,6 +135,8 @@ pub trait Backend: Clone + Send + Sync + 'static {
         before: Option<String>,
         limit: usize,
     ) -> impl Future<Output = Result<Vec<TaskView>, StoreError>> + Send;
+    /// Tasks whose prompt or set product contains `text`, newest first.
+    fn search_tasks(&self, text: &str, limit: usize) -> impl Future<Output = Result<Vec<TaskView>, StoreError>> + Send;
     fn events(&self, task: String) -> impl Future<Output = Result<Vec<EventView>, StoreError>> + Send;
     fn artifact(&self, id: String) -> impl Future<Output = Result<Option<ArtifactView>, StoreError>> + Send;
     fn status_counts(&self) -> impl Future<Output = Result<Vec<(TaskStatus, i64)>, StoreError>> + Send;
@@ -382,8 +384,16 @@ macro_rules! forward {
                 before: Option<String>,
                 limit: usize,
             ) -> impl Future<Output = Result<Vec<TaskView>, StoreError>> + Send {
-                let filter = tally::store::TaskFilter { status, needs_attention: false };
+                let filter = tally::store::TaskFilter { status, ..Default::default() };
                 <$ty>::list_tasks(self, filter, before, limit)
+            }
+            fn search_tasks(
+                &self,
+                text: &str,
+                limit: usize,
+            ) -> impl Future<Output = Result<Vec<TaskView>, StoreError>> + Send {
+                let filter = tally::store::TaskFilter { search: Some(text.to_string()), ..Default::default() };
+                <$ty>::list_tasks(self, filter, None, limit)
             }
             fn events(&self, task: String) -> impl Future<Output = Result<Vec<EventView>, StoreError>> + Send {
                 <$ty>::events(self, task)
