@@ -183,11 +183,14 @@ async fn a_second_retry_needs_the_first_settled_and_named<B: Backend>(s: B) {
     let c = calling(&s, &a, T0, CallingFacts::billed()).await;
     finish(&s, &c, Finish::Unknown { reason: "lost".into() }, T0 + 1).await;
     let attention = TaskFilter { needs_attention: true, ..TaskFilter::default() };
-    let listed = |s: B| async move {
-        s.list_filtered(attention, None, 50).await.expect("list").into_iter().map(|t| t.id).collect::<Vec<_>>()
+    let listed = |s: B| {
+        let attention = attention.clone();
+        async move {
+            s.list_filtered(attention, None, 50).await.expect("list").into_iter().map(|t| t.id).collect::<Vec<_>>()
+        }
     };
     assert_eq!(listed(s.clone()).await, std::slice::from_ref(&a));
-    let not_unknown = TaskFilter { status: Some(TaskStatus::Failed), needs_attention: true };
+    let not_unknown = TaskFilter { status: Some(TaskStatus::Failed), needs_attention: true, ..TaskFilter::default() };
     assert!(s.list_filtered(not_unknown, None, 50).await.expect("list").is_empty());
     assert_eq!(retry(&s, &a, RetryAck::default(), None).await, RetryOutcome::NeedsAcknowledgement);
 
