@@ -21,6 +21,7 @@
 //! | money is evidence (a charge needs a call) | `ops::settle_charge` + table CHECK | `pg::ops::settle_charge` + table CHECK |
 //! | one live retry per task and shot | single writer (`ops::user::retry`) | the original's envelope lock, then its set row (`pg::ops::user::retry`) |
 //! | provider capacity across the cluster | one process's slots | the capped dispatch under an advisory lock (`pg::ops::intake::dispatch_capped`) |
+//! | retention keeps what someone still needs | the plan re-checked per delete on the writer (`prune`) | the same plan (`prune::choose`), each delete re-checked under the task's envelope, set or photo lock (`pg::prune`) |
 
 use std::path::Path;
 
@@ -327,23 +328,14 @@ impl Store {
         each!(self, s => s.cancel_set(id, now).await)
     }
 
-    /// Retention: delete what settled before `cutoff` (SQLite only so far).
+    /// Retention: delete what settled before `cutoff` (`store::prune`, `pg::prune`).
     pub async fn prune(&self, cutoff: Millis, dry_run: bool) -> Result<PruneReport, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.prune(cutoff, dry_run).await,
-            Store::Postgres(_) => Err(StoreError::Invalid(
-                "retention (tally prune) is not available on the PostgreSQL backend yet; delete old rows with SQL"
-                    .into(),
-            )),
-        }
+        each!(self, s => s.prune(cutoff, dry_run).await)
     }
 
-    /// When the oldest prunable task settled (none on PostgreSQL until retention is ported).
+    /// When the oldest settled task changed at or after `since` last changed.
     pub async fn next_prunable(&self, since: Millis) -> Result<Option<Millis>, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.next_prunable(since).await,
-            Store::Postgres(_) => Ok(None),
-        }
+        each!(self, s => s.next_prunable(since).await)
     }
 
     // ---- reads ----

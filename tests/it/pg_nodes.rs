@@ -447,3 +447,59 @@ fn two_nodes_together_never_overshoot_a_budget_and_both_report_the_spend() {
         assert!(budgets.to_string().contains("0.16"), "the budget's use counts both nodes: {budgets}");
     }
 }
+
+/// `tally prune` on PostgreSQL: through node A's daemon (its data dir is locked, so it goes
+/// through `POST /v1/prune`), what it deleted is gone on node B too (tasks and images: B
+/// answers 404), and with A stopped the CLI prunes the shared database as node A while B
+/// runs; `tally check` is clean after. (A provider that never bills: what retention keeps
+/// for this month's spend is the conformance suite's `prune` group.)
+#[test]
+fn tally_prune_works_on_postgres_through_a_node_and_as_a_node_while_another_runs() {
+    let Some(url) = pg_url() else { return };
+    let db = database(&url);
+    let engine = "workers = 2\nlease_secs = 15\nheartbeat_secs = 2\n";
+    let mut a = node(&db, "node-a", engine, crate::common::FAST_DEMO);
+    let b = node(&db, "node-b", engine, crate::common::FAST_DEMO);
+    let mut ids = Vec::new();
+    for (i, d) in [&a, &b, &a].into_iter().enumerate() {
+        let (code, id) = submit(d, "demo", &format!("to prune {i}"), &format!("prune-{i}")).expect("submitted");
+        assert_eq!(code, 201);
+        ids.push(id);
+    }
+    let tasks: Vec<serde_json::Value> = ids.iter().map(|id| b.wait_status(id, &["succeeded"])).collect();
+    let image = tasks[1]["artifacts"][0]["url"].as_str().expect("artifact url").to_string();
+    assert_eq!(b.call("GET", &image, None).status, 200);
+    let out = a.cli(&["prune", "--older-than", "0s", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(
+        (r["tasks"].as_u64(), r["images"].as_u64(), r["freed_bytes"].as_i64()),
+        (Some(3), Some(3), Some(0)),
+        "{r}"
+    );
+    for id in &ids {
+        assert_eq!(b.call("GET", &format!("/v1/tasks/{id}"), None).status, 404, "{id} is still there on node B");
+    }
+    assert_eq!(b.call("GET", &image, None).status, 404, "the image went with its task");
+
+    // Node A stopped: the CLI connects as node A, while node B runs.
+    let (code, late) = submit(&b, "demo", "pruned by the CLI", "prune-late").expect("submitted");
+    assert_eq!(code, 201);
+    b.wait_status(&late, &["succeeded"]);
+    assert!(a.term().success());
+    let dry = a.cli(&["prune", "--older-than", "0s", "--dry-run", "--json"]);
+    assert!(dry.status.success(), "{}", String::from_utf8_lossy(&dry.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&dry.stdout).expect("JSON");
+    assert_eq!((r["dry_run"].as_bool(), r["tasks"].as_u64()), (Some(true), Some(1)), "{r}");
+    assert_eq!(b.call("GET", &format!("/v1/tasks/{late}"), None).status, 200, "a dry run deleted it");
+    let out = a.cli(&["prune", "--older-than", "0s"]);
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success() && said.contains("deleted 1 job(s)"),
+        "{said} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(b.call("GET", &format!("/v1/tasks/{late}"), None).status, 404);
+    let check = b.cli(&["check"]);
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stdout));
+}

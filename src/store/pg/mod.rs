@@ -31,6 +31,7 @@ mod check;
 mod conn;
 mod node;
 mod ops;
+mod prune;
 mod read;
 mod sets;
 pub mod spend;

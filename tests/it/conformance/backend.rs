@@ -182,6 +182,8 @@ pub trait Backend: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Vec<PaidRequest>, StoreError>> + Send;
     fn charge_totals(&self) -> impl Future<Output = Result<Vec<tally::metrics::ChargeTotal>, StoreError>> + Send;
     fn release_budget_holds(&self, now: Millis) -> impl Future<Output = Result<usize, StoreError>> + Send;
+    fn prune(&self, cutoff: Millis, dry_run: bool) -> impl Future<Output = Result<PruneReport, StoreError>> + Send;
+    fn next_prunable(&self, since: Millis) -> impl Future<Output = Result<Option<Millis>, StoreError>> + Send;
     fn statements(&self) -> u64;
     fn close(&self) -> Result<(), StoreError>;
     /// An integer from one SQL query written so both dialects accept it (test inspection).
@@ -462,6 +464,16 @@ macro_rules! forward {
             }
             fn release_budget_holds(&self, now: Millis) -> impl Future<Output = Result<usize, StoreError>> + Send {
                 <$ty>::release_budget_holds(self, now)
+            }
+            fn prune(
+                &self,
+                cutoff: Millis,
+                dry_run: bool,
+            ) -> impl Future<Output = Result<PruneReport, StoreError>> + Send {
+                <$ty>::prune(self, cutoff, dry_run)
+            }
+            fn next_prunable(&self, since: Millis) -> impl Future<Output = Result<Option<Millis>, StoreError>> + Send {
+                <$ty>::next_prunable(self, since)
             }
             fn statements(&self) -> u64 {
                 <$ty>::statements(self)

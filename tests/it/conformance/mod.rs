@@ -12,6 +12,7 @@ mod money;
 mod multi;
 mod pg;
 mod pg_migrate;
+mod prune;
 mod races;
 mod single;
 

@@ -47,7 +47,7 @@ pub fn daily(micros: i64) -> Limit {
 }
 
 /// Claim `id` and record `calling` with `facts`, which must go through; returns the claim.
-async fn calling<B: Backend>(s: &B, id: &str, now: i64, facts: CallingFacts) -> Claim {
+pub async fn calling<B: Backend>(s: &B, id: &str, now: i64, facts: CallingFacts) -> Claim {
     let c = claimed(s, id, now, "boot").await;
     let out = s.calling_with(c.execution_token.clone(), c.lease_token.clone(), now, facts).await.expect("calling");
     assert_eq!(out, CallingOutcome::Calling);
