@@ -16,19 +16,7 @@ use crate::conformance::backend::pg_url;
 
 /// A fresh database on the test server; its URL.
 fn database(url: &str) -> String {
-    let name = format!("t_{}", uuid::Uuid::new_v4().simple());
-    let admin = url.to_string();
-    let n = name.clone();
-    std::thread::spawn(move || {
-        let mut c = postgres::Client::connect(&admin, postgres::NoTls).expect("connect");
-        c.batch_execute(&format!("CREATE DATABASE {n}")).expect("create database");
-    })
-    .join()
-    .expect("create database thread");
-    match url.rsplit_once('/') {
-        Some((base, _)) => format!("{base}/{name}"),
-        None => panic!("odd URL {url}"),
-    }
+    crate::common::pg_database(url)
 }
 
 /// Run one query on the database (off the async threads: these tests are synchronous).
