@@ -4,11 +4,13 @@
 //! Sections: end-to-end throughput (two methods), pickup latency on an idle engine, idle
 //! cost, latency with a large finished history, restart recovery, HTTP submit throughput
 //! (when a server is given), idle RSS, and images in the database (`images`: large images end
-//! to end, WAL and database size, prune, downloads, backup). See BENCHMARKS.md for results and
+//! to end, WAL and database size, prune, downloads, backup). With `--backend postgres`, the
+//! PostgreSQL backend beside SQLite instead (`pg.rs`). See BENCHMARKS.md for results and
 //! method.
 
 pub mod http;
 pub mod images;
+pub mod pg;
 pub mod populate;
 pub mod provider;
 mod sections;
@@ -51,6 +53,22 @@ pub struct BenchArgs {
     /// Run only these sections (comma-separated); the others are reported as null.
     #[arg(long, value_enum, value_delimiter = ',')]
     pub only: Vec<Section>,
+    /// `postgres`: measure the PostgreSQL backend (e2e with 1 and 2 nodes, pickup on one node
+    /// and across nodes, two idle nodes) beside SQLite in the same run, instead of the
+    /// sections above. Needs --postgres-url.
+    #[arg(long, value_enum, default_value = "sqlite")]
+    pub backend: BenchBackend,
+    /// The PostgreSQL database for `--backend postgres` (each run makes and drops its own
+    /// schema there; the user needs CREATE on the database).
+    #[arg(long, value_name = "URL", env = "TALLY_BENCH_POSTGRES_URL", hide_env_values = true)]
+    pub postgres_url: Option<String>,
+}
+
+/// The store `tally bench` measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BenchBackend {
+    Sqlite,
+    Postgres,
 }
 
 /// A benchmark section, for `--only`.
@@ -187,6 +205,8 @@ pub struct Results {
     /// Images in the database (section 7, `--only images`): large images end to end, WAL and
     /// database size, prune, downloads, backup.
     pub images: Option<images::Images>,
+    /// `--backend postgres`: the PostgreSQL backend beside SQLite (`null` otherwise).
+    pub postgres: Option<pg::PgBench>,
     pub total_secs: f64,
 }
 
@@ -290,6 +310,29 @@ async fn run_all(args: &BenchArgs, out: &Path) -> Result<Results, String> {
                 download: Some(d),
                 backup: None,
             }),
+            postgres: None,
+            total_secs: t0.elapsed().as_secs_f64(),
+        });
+    }
+
+    if args.backend == BenchBackend::Postgres {
+        let url = args.postgres_url.as_deref().ok_or("--backend postgres needs --postgres-url URL")?;
+        let pg = pg::run(url, out, args.quick).await?;
+        return Ok(Results {
+            version: env!("CARGO_PKG_VERSION").into(),
+            quick: args.quick,
+            machine,
+            e2e: Vec::new(),
+            pickup_ms: None,
+            idle: None,
+            scale: None,
+            recovery_ms: None,
+            recovery: None,
+            http_submit_per_s: None,
+            http: None,
+            idle_rss_mb: None,
+            images: None,
+            postgres: Some(pg),
             total_secs: t0.elapsed().as_secs_f64(),
         });
     }
@@ -378,6 +421,7 @@ async fn run_all(args: &BenchArgs, out: &Path) -> Result<Results, String> {
         http,
         idle_rss_mb,
         images,
+        postgres: None,
         total_secs: t0.elapsed().as_secs_f64(),
     })
 }
@@ -396,6 +440,11 @@ fn render_table(r: &Results) -> String {
         m.fs,
         m.kernel
     );
+    if let Some(pg) = &r.postgres {
+        pg::render(&mut t, pg);
+        let _ = writeln!(t, "\ntotal {:.1} s", r.total_secs);
+        return t;
+    }
     let _ = writeln!(t, "\n1. end-to-end throughput (submit → succeeded), instant provider");
     let _ = writeln!(
         t,
@@ -647,6 +696,7 @@ mod tests {
             http: None,
             idle_rss_mb: Some(10.0),
             images: None,
+            postgres: None,
             total_secs: 60.0,
         }
     }

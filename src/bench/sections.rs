@@ -33,7 +33,7 @@ fn durability_name(d: Durability) -> &'static str {
     }
 }
 
-fn task(i: u64, key: Option<String>) -> NewTask {
+pub(super) fn task(i: u64, key: Option<String>) -> NewTask {
     NewTask {
         provider: PROVIDER.into(),
         prompt: format!("bench task {i}: a red sneaker on a white background"),
@@ -223,7 +223,7 @@ pub(super) async fn e2e_in(
 /// Submit one task at a time on an idle engine, with random 5–105 ms gaps; returns the
 /// samples (submit call ms, submit call start → provider call start ms). `warmup` extra
 /// tasks run first and are not counted.
-async fn latency_samples(
+pub(super) async fn latency_samples(
     engine: &Engine,
     provider: &InstantProvider,
     samples: usize,

@@ -144,6 +144,59 @@ fn bench_quick_json_smoke() {
     assert!(v["idle_rss_mb"].as_f64().is_some_and(|mb| mb > 1.0), "{v}");
 }
 
+/// `tally bench --backend postgres --quick --json` against the test server: SQLite and
+/// PostgreSQL (1 and 2 nodes) in one run, each e2e run made exactly one provider call per
+/// task, every pickup series has its samples, two idle nodes ran no statement, and the
+/// benchmark's schemas are gone afterwards. Without a URL it says what it needs.
+#[test]
+fn bench_backend_postgres_measures_both_stores_in_one_run() {
+    let no_url = Command::new(EXE)
+        .args(["bench", "--backend", "postgres", "--quick"])
+        .env_remove("TALLY_BENCH_POSTGRES_URL")
+        .output()
+        .expect("run tally bench");
+    assert!(!no_url.status.success() && text(&no_url.stderr).contains("--postgres-url"), "{}", text(&no_url.stderr));
+    let Some(url) = crate::conformance::backend::pg_url() else { return };
+    let tmp = TempDir::new();
+    let out = Command::new(EXE)
+        .args(["bench", "--backend", "postgres", "--quick", "--json", "--postgres-url", &url, "--out"])
+        .arg(tmp.path())
+        .output()
+        .expect("run tally bench");
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "tally bench failed:\n{stderr}");
+    assert!(stderr.contains("beside SQLite, same run"), "the table goes to stderr:\n{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is one JSON object");
+    let pg = &v["postgres"];
+    let runs: Vec<(String, u64)> = pg["e2e"]
+        .as_array()
+        .expect("e2e runs")
+        .iter()
+        .map(|r| (r["store"].as_str().unwrap_or("").to_string(), r["nodes"].as_u64().unwrap_or(0)))
+        .collect();
+    assert_eq!(runs, [("sqlite".to_string(), 1), ("postgres".to_string(), 1), ("postgres".to_string(), 2)]);
+    for r in pg["e2e"].as_array().into_iter().flatten() {
+        assert_eq!(r["calls_per_task"], 1.0, "one provider call per task: {r}");
+        assert!(r["tasks_per_s"].as_f64().is_some_and(|t| t > 0.0), "{r}");
+    }
+    let paths: Vec<&str> = pg["pickup"].as_array().expect("pickup").iter().filter_map(|p| p["path"].as_str()).collect();
+    assert_eq!(paths, ["same node", "same node", "other node"]);
+    for p in pg["pickup"].as_array().into_iter().flatten() {
+        assert_eq!(p["samples"], 50, "{p}");
+        assert!(p["p99"].as_f64().unwrap_or(0.0) >= p["p50"].as_f64().unwrap_or(f64::MAX), "{p}");
+    }
+    assert_eq!(pg["idle"]["sql_statements"], 0, "idle nodes ran SQL: {}", pg["idle"]);
+    let left = std::thread::spawn(move || {
+        let mut c = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
+        c.query_one("SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'tally_bench_%'", &[])
+            .expect("schemas")
+            .get::<_, i64>(0)
+    })
+    .join()
+    .expect("query thread");
+    assert_eq!(left, 0, "the benchmark's schemas were left behind");
+}
+
 /// On PostgreSQL `tally backup` copies nothing itself: it says to use pg_dump, and how,
 /// without showing the URL's password.
 #[test]
