@@ -7,7 +7,8 @@
 # whatever happened. `initdb` refuses root, so as root every server command runs as the
 # `postgres` user. The command sees TALLY_TEST_PG_URL=postgres://postgres@127.0.0.1:PORT/postgres;
 # the tests give each store its own schema in that database. fsync is off: the tests kill
-# tally, never this server, so what PostgreSQL's own durability would add is not under test.
+# tally, never this server, so what PostgreSQL's own durability would add is not under test
+# (TALLY_PG_FSYNC=on turns it on, for benchmarks that compare commit costs).
 set -euo pipefail
 if [ "$#" -eq 0 ]; then
     echo "usage: $0 COMMAND [ARGS...]" >&2
@@ -51,7 +52,7 @@ for _ in $(seq 1 20); do
     candidate=$((20000 + RANDOM % 40000))
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null; then
         port=$candidate
-        opts="-p $port -k $root/sock -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=300"
+        opts="-p $port -k $root/sock -c listen_addresses=127.0.0.1 -c fsync=${TALLY_PG_FSYNC:-off} -c max_connections=300"
         opts="$opts -c shared_buffers=32MB"
         if "${as_server[@]}" "$bindir/pg_ctl" -D "$root/data" -l "$root/server.log" -w -t 30 -o "$opts" start >/dev/null 2>&1; then
             break

@@ -10,8 +10,8 @@
 //! - **pickup**: submit call start → provider call start on an idle engine, one task at a
 //!   time: SQLite; PostgreSQL on the same node; PostgreSQL submitted on one node and picked
 //!   up by another (the NOTIFY wake-up).
-//! - **idle**: two nodes that ran a task, then a window of nothing: the statements their
-//!   stores ran (client side, exact) and the transactions PostgreSQL counted on the database
+//! - **idle**: two nodes that ran a task, then two windows of nothing: the statements their
+//!   stores ran in each (client side, exact) and the transactions PostgreSQL counted on the database
 //!   (`pg_stat_database`, server side: other sessions on the same database count too, and
 //!   this benchmark's own reading of the counter).
 //!
@@ -86,9 +86,12 @@ pub struct PgIdle {
     pub secs: f64,
     /// Statements both nodes' stores ran in the window.
     pub sql_statements: u64,
-    /// Transactions PostgreSQL counted on the database in the window (`xact_commit +
-    /// xact_rollback`, read 11 s after it, since the server reports an idle session's counts
-    /// up to 10 s late), this benchmark's own reading of the counter included.
+    /// The same over a second window right after (a deadline armed before the nodes went
+    /// idle, such as a lease's expiry, fires once and finds nothing).
+    pub second_window_sql_statements: u64,
+    /// Transactions PostgreSQL counted on the database over both windows (`xact_commit +
+    /// xact_rollback`, read 11 s after them, since the server reports an idle session's
+    /// counts up to 10 s late), this benchmark's own reading of the counter included.
     pub server_transactions: i64,
 }
 
@@ -317,16 +320,25 @@ async fn idle_pg(url: &str, out: &Path, secs: f64) -> Result<PgIdle, String> {
     // counts when it goes idle, but an idle session's last counts up to 10 s later
     // (PostgreSQL 15's `PGSTAT_IDLE_INTERVAL`), so 12 s.
     tokio::time::sleep(Duration::from_secs(12)).await;
-    let st0: u64 = engines.iter().map(|e| e.store().statements()).sum();
+    let statements = |engines: &[Engine]| engines.iter().map(|e| e.store().statements()).sum::<u64>();
+    let st0 = statements(&engines);
     let x0 = server_transactions(url).await?;
     tokio::time::sleep(Duration::from_secs_f64(secs)).await;
-    let st1: u64 = engines.iter().map(|e| e.store().statements()).sum();
-    // The same 10 s delay for whatever the window did, so the counter is read 11 s later.
+    let st1 = statements(&engines);
+    tokio::time::sleep(Duration::from_secs_f64(secs)).await;
+    let st2 = statements(&engines);
+    // The same 10 s delay for whatever the windows did, so the counter is read 11 s later.
     tokio::time::sleep(Duration::from_secs(11)).await;
     let x1 = server_transactions(url).await?;
     stop(engines).await?;
     drop_schema(url, schema).await?;
-    Ok(PgIdle { nodes: 2, secs, sql_statements: st1 - st0, server_transactions: x1 - x0 })
+    Ok(PgIdle {
+        nodes: 2,
+        secs,
+        sql_statements: st1 - st0,
+        second_window_sql_statements: st2 - st1,
+        server_transactions: x1 - x0,
+    })
 }
 
 /// Run every `--backend postgres` section against `url`.
@@ -374,7 +386,7 @@ pub async fn run(url: &str, out: &Path, quick: bool) -> Result<PgBench, String> 
         super::progress(&format!("pickup {} {}: p50 {:.2} ms, p99 {:.2} ms", p.store, p.path, p.p50, p.p99));
     }
 
-    super::progress(&format!("postgres idle: two nodes, {idle_secs} s"));
+    super::progress(&format!("postgres idle: two nodes, 2 × {idle_secs} s"));
     let idle = idle_pg(url, out, idle_secs).await?;
     Ok(PgBench { server_version, fsync, synchronous_commit, e2e, pickup, idle })
 }
@@ -416,7 +428,11 @@ pub fn render(t: &mut String, r: &PgBench) {
     }
     let _ = writeln!(
         t,
-        "idle: {} nodes for {} s: {} statements from the nodes, {} transactions counted by the server",
-        r.idle.nodes, r.idle.secs, r.idle.sql_statements, r.idle.server_transactions
+        "idle: {} nodes, 2 windows of {} s: {} and {} statements from the nodes, {} transactions counted by the server",
+        r.idle.nodes,
+        r.idle.secs,
+        r.idle.sql_statements,
+        r.idle.second_window_sql_statements,
+        r.idle.server_transactions
     );
 }
