@@ -164,7 +164,11 @@ pub async fn serve(cfg: Config) -> Result<(), Failure> {
     let mut entries = Vec::new();
     for p in &cfg.providers {
         let provider = crate::providers::build(p).map_err(|e| Failure::error(format!("provider `{}`: {e}", p.name)))?;
-        entries.push(ProviderEntry::new(p.name.clone(), provider, p.max_concurrency).with_kind(p.kind.as_str()));
+        entries.push(
+            ProviderEntry::new(p.name.clone(), provider, p.max_concurrency)
+                .with_kind(p.kind.as_str())
+                .with_reserve(p.reserve),
+        );
     }
     let default_provider = cfg.providers.first().map(|p| p.name.clone()).unwrap_or_else(|| "demo".into());
 

@@ -358,7 +358,8 @@ pub async fn scale(out: &Path, rows: u64, samples: usize, empty: &Pickup) -> Res
     let populate_secs = t0.elapsed().as_secs_f64();
     let db_mb = std::fs::metadata(&db).map(|m| m.len() as f64 / 1048576.0).unwrap_or(0.0);
     let store = Store::open(&db, Durability::Full).map_err(s)?;
-    let plans = query_plans(&store).await.unwrap_or_else(|e| vec![format!("EXPLAIN failed: {e}")]);
+    let mut plans = query_plans(&store).await.unwrap_or_else(|e| vec![format!("EXPLAIN failed: {e}")]);
+    plans.extend(store.dispatch_plans().await.unwrap_or_else(|e| vec![format!("EXPLAIN failed: {e}")]));
     let provider = Arc::new(InstantProvider::new(true));
     let t1 = Instant::now();
     let engine = start(store, &dir, 1, provider.clone(), 1).await?;
@@ -386,10 +387,23 @@ async fn query_plans(store: &Store) -> Result<Vec<String>, StoreError> {
     const QUERIES: &[(&str, &str)] = &[
         ("submit: key lookup", "SELECT id, request_hash FROM tasks WHERE idempotency_key = 'x'"),
         (
-            "dispatch: due",
-            "SELECT id FROM envelopes WHERE status = 'pending' AND due_at IS NOT NULL AND due_at <= 1 ORDER BY due_at LIMIT 8",
+            "dispatch: ready, one lane",
+            "SELECT id FROM envelopes WHERE status = 'pending' AND pass IS NOT NULL AND provider = 'bench'
+             AND lane = 'fresh' ORDER BY pass, id LIMIT 8",
         ),
-        ("dispatch: next due", "SELECT min(due_at) FROM envelopes WHERE status = 'pending' AND due_at IS NOT NULL"),
+        (
+            "dispatch: slots in use",
+            "SELECT count(*) FROM envelopes WHERE status = 'sent' AND provider = 'bench' AND lane = 'recovery'",
+        ),
+        (
+            "dispatch: next waiting due",
+            "SELECT min(due_at) FROM envelopes WHERE status = 'pending' AND pass IS NULL AND due_at IS NOT NULL",
+        ),
+        (
+            "submit: a key's last place",
+            "SELECT max(pass) FROM envelopes WHERE status = 'pending' AND pass IS NOT NULL AND provider = 'bench'
+             AND lane = 'fresh' AND fair_key = ''",
+        ),
         ("reconciler: next deadline", "SELECT min(lease_expires_at) FROM envelopes WHERE status = 'sent'"),
         (
             "reconciler: leftovers",

@@ -2,8 +2,9 @@
 //! from crashes from evidence only.
 //!
 //! Three background services share one [`Shared`] state:
-//! - the dispatcher (`dispatcher.rs`) hands due envelopes to workers;
-//! - workers (`worker.rs`) claim, record phases, call providers and finish, fenced;
+//! - the dispatcher (`dispatcher.rs`) claims ready envelopes for free provider slots in the
+//!   store and hands each claim to a worker;
+//! - workers (`worker.rs`) record phases, call providers and finish, fenced;
 //! - the reconciler (`reconciler.rs`) acts on leases that ran out (DESIGN §6).
 //!
 //! None of them polls on a fixed interval: each sleeps until the next time something can
@@ -29,8 +30,8 @@ use crate::domain::{Millis, TaskStatus};
 use crate::metrics::Metrics;
 use crate::providers::{Image, Provider};
 use crate::store::{
-    CancelOutcome, NewArtifact, NewImage, NewSet, NewTask, Resolution, ResolveOutcome, RetryOutcome, SHOT_ROLES, Store,
-    StoreError, SubmitOutcome, TaskView, UploadView,
+    CancelOutcome, NewArtifact, NewImage, NewSet, NewTask, ProviderSlots, Resolution, ResolveOutcome, RetryOutcome,
+    SHOT_ROLES, Store, StoreError, SubmitOutcome, TaskView, UploadView,
 };
 
 /// The largest prompt tally accepts, in bytes.
@@ -70,24 +71,28 @@ pub struct TaskChange {
     pub status: TaskStatus,
 }
 
-/// A configured provider: the adapter, its capacity slots and its circuit breaker.
+/// A configured provider: the adapter, its slots (counted in the store, see
+/// `store::ops::dispatch`) and its circuit breaker.
 pub struct ProviderEntry {
     pub name: String,
     pub provider: Arc<dyn Provider>,
     /// The adapter kind as configured (`demo`, `openai_images`, …), for display.
     kind: String,
-    slots: Arc<Semaphore>,
+    max_concurrency: usize,
+    reserve: usize,
     breaker: Mutex<Breaker>,
 }
 
 impl ProviderEntry {
-    /// Wrap an adapter with `max_concurrency` slots.
+    /// Wrap an adapter with `max_concurrency` slots (and the default reserve of one slot that
+    /// the recovery lane leaves to fresh work).
     pub fn new(name: impl Into<String>, provider: Arc<dyn Provider>, max_concurrency: usize) -> Self {
         ProviderEntry {
             name: name.into(),
             provider,
             kind: "custom".into(),
-            slots: Arc::new(Semaphore::new(max_concurrency.max(1))),
+            max_concurrency: max_concurrency.max(1),
+            reserve: 1,
             breaker: Mutex::new(Breaker::default()),
         }
     }
@@ -96,6 +101,24 @@ impl ProviderEntry {
     pub fn with_kind(mut self, kind: impl Into<String>) -> Self {
         self.kind = kind.into();
         self
+    }
+
+    /// Set the slots the recovery lane leaves free (0: purely work-conserving).
+    pub fn with_reserve(mut self, reserve: usize) -> Self {
+        self.reserve = reserve;
+        self
+    }
+
+    /// The provider's row for the dispatcher.
+    fn slots(&self, cfg: &EngineConfig) -> ProviderSlots {
+        ProviderSlots {
+            name: self.name.clone(),
+            max_concurrency: self.max_concurrency,
+            reserve: self.reserve,
+            fresh_weight: cfg.fresh_weight,
+            recovery_weight: cfg.recovery_weight,
+            order: cfg.dispatch_order,
+        }
     }
 }
 
@@ -198,18 +221,22 @@ impl Shared {
         (b.open_until > now).then_some(b.open_until)
     }
 
-    fn breaker_record(&self, p: &ProviderEntry, ok: bool) {
+    /// Count a call's outcome; when the circuit opens, returns until when (the caller records
+    /// the pause in the store, where the dispatcher reads it).
+    fn breaker_record(&self, p: &ProviderEntry, ok: bool) -> Option<Millis> {
         let mut b = p.breaker.lock().unwrap_or_else(|e| e.into_inner());
         if ok {
             b.failures = 0;
-            return;
+            return None;
         }
         b.failures += 1;
         if b.failures >= self.cfg.circuit_failures {
             b.open_until = self.now() + Self::ms(self.cfg.circuit_pause);
             b.failures = 0;
             tracing::warn!(provider = %p.name, pause = ?self.cfg.circuit_pause, "provider circuit opened after repeated failures");
+            return Some(b.open_until);
         }
+        None
     }
 }
 
@@ -252,7 +279,10 @@ impl Engine {
             running: Mutex::new(JoinSet::new()),
             changes: broadcast::channel(4096).0,
         });
-        // Start-up recovery runs to completion before anything new is dispatched.
+        // The dispatcher's view of the providers, then start-up recovery, both before anything
+        // new is dispatched.
+        let slots = shared.providers.values().map(|p| p.slots(&shared.cfg)).collect();
+        shared.store.configure_providers(slots).await?;
         reconciler::run_once(&shared).await?;
         let services =
             vec![tokio::spawn(dispatcher::run(shared.clone())), tokio::spawn(reconciler::run(shared.clone()))];

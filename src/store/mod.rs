@@ -117,6 +117,8 @@ struct Inner {
     readers: Mutex<Vec<Connection>>,
     statements: Arc<AtomicU64>,
     commits: AtomicU64,
+    /// Commits that changed at least one row.
+    writes: AtomicU64,
     /// What opening did to an older database, in plain words.
     migration: Vec<String>,
 }
@@ -138,6 +140,7 @@ impl Store {
             readers: Mutex::new(Vec::new()),
             statements,
             commits: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
             migration,
         });
         let weak = Arc::downgrade(&inner);
@@ -169,6 +172,13 @@ impl Store {
     /// Transactions committed by the writer so far.
     pub fn commits(&self) -> u64 {
         self.inner.commits.load(Ordering::Relaxed)
+    }
+
+    /// Transactions committed by the writer so far that changed at least one row (a
+    /// transaction that only read — a dispatch that found nothing to claim — writes nothing to
+    /// the WAL and is not counted).
+    pub fn writes(&self) -> u64 {
+        self.inner.writes.load(Ordering::Relaxed)
     }
 
     /// Run a write operation on the writer thread, grouped with whatever else is waiting,
@@ -356,6 +366,9 @@ fn writer_loop(conn: Connection, rx: mpsc::Receiver<Op>, inner: std::sync::Weak<
         // not on every failure: a full disk must not turn the log into a flood (the callers
         // say what they do about it). A transaction that only read commits even then.
         let wrote = conn.total_changes() > changes_before;
+        if let (None, true, Some(inner)) = (&err, wrote, inner.upgrade()) {
+            inner.writes.fetch_add(1, Ordering::Relaxed);
+        }
         match &err {
             Some(e) if failing == 0 => tracing::error!(error = %e, "a write transaction failed to commit"),
             Some(e) => tracing::debug!(error = %e, failing, "a write transaction failed to commit again"),

@@ -106,7 +106,116 @@ pub fn get_task(c: &Connection, id: &str) -> Result<Option<TaskView>, StoreError
         .prepare_cached(&format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = ?1"))?
         .query_row([id], task_row)
         .optional()?;
-    t.map(|t| with_artifacts(c, t)).transpose()
+    t.map(|t| with_wait(c, with_artifacts(c, t)?)).transpose()
+}
+
+/// For a task that waits to be dispatched (`queued` or `waiting`), say why in plain words, from
+/// where it stands now: its provider paused, no free slot, the recovery lane's share used up,
+/// earlier tasks of its set or group ahead of it. This replaces the stored reason only when the
+/// dispatch order explains the wait; a retry's "trying again in …" stays while its time has not
+/// come. (A wait is a place in the dispatch order, not a state written per task: nothing is
+/// written while a task waits.)
+fn with_wait(c: &Connection, mut t: TaskView) -> Result<TaskView, StoreError> {
+    if !matches!(t.status, TaskStatus::Queued | TaskStatus::Waiting) {
+        return Ok(t);
+    }
+    if let Some(why) = wait_reason(c, &t)? {
+        t.reason = Some(why);
+    }
+    Ok(t)
+}
+
+/// Where a pending envelope stands (see [`with_wait`]).
+#[allow(clippy::type_complexity)]
+fn wait_reason(c: &Connection, t: &TaskView) -> Result<Option<String>, StoreError> {
+    let row: Option<(Option<i64>, Option<Millis>, String, String, Option<Millis>, Option<i64>, Option<i64>, i64, i64, i64, i64)> = c
+        .prepare_cached(
+            "SELECT e.pass, e.due_at, e.lane, e.fair_key, p.paused_until, p.max_concurrency, p.reserve,
+                    (SELECT count(*) FROM envelopes s WHERE s.status = 'sent' AND s.provider = e.provider),
+                    (SELECT count(*) FROM envelopes s WHERE s.status = 'sent' AND s.provider = e.provider
+                     AND s.lane = 'recovery'),
+                    CASE WHEN e.pass IS NULL THEN 0 ELSE (SELECT count(*) FROM (SELECT 1 FROM envelopes r
+                        WHERE r.status = 'pending' AND r.pass IS NOT NULL AND r.provider = e.provider AND r.lane = e.lane
+                          AND r.fair_key = e.fair_key AND (r.pass, r.id) < (e.pass, e.id) LIMIT 10000)) END,
+                    CASE WHEN e.pass IS NULL THEN 0 ELSE (SELECT count(*) FROM (SELECT 1 FROM envelopes r
+                        WHERE r.status = 'pending' AND r.pass IS NOT NULL AND r.provider = e.provider AND r.lane = e.lane
+                          AND (r.pass, r.id) < (e.pass, e.id) LIMIT 10000)) END
+             FROM envelopes e LEFT JOIN providers p ON p.name = e.provider
+             WHERE e.task_id = ?1 AND e.status = 'pending'",
+        )?
+        .query_row([&t.id], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+                r.get(6)?,
+                r.get(7)?,
+                r.get(8)?,
+                r.get(9)?,
+                r.get(10)?,
+            ))
+        })
+        .optional()?;
+    let Some((pass, due, lane, key, paused, max, reserve, busy, busy_recovery, ahead_key, ahead)) = row else {
+        return Ok(None);
+    };
+    let provider = &t.provider;
+    if let Some(until) = paused {
+        return Ok(Some(format!(
+            "Provider `{provider}` failed several times in a row; tally has paused new calls to it until {}.",
+            crate::clock::rfc3339(until)
+        )));
+    }
+    if due.is_none() {
+        let earlier: i64 = c
+            .prepare_cached(
+                "SELECT count(*) FROM tasks WHERE set_id = ?1 AND set_position < ?2
+                 AND status IN ('queued', 'waiting', 'running')",
+            )?
+            .query_row(params![t.set_id, t.set_position], |r| r.get(0))?;
+        return Ok(Some(match earlier {
+            0 => "Waits until the set's current shot is settled (a set runs one shot at a time).".to_string(),
+            n => format!("Queued behind {n} earlier shot{} of this set (a set runs one shot at a time).", plural(n)),
+        }));
+    }
+    if pass.is_none() {
+        return Ok(None); // waiting for its due time: the stored reason says until when
+    }
+    let whose = if key.starts_with("set:") {
+        " of this set"
+    } else if key.starts_with("group:") {
+        " of this group"
+    } else {
+        ""
+    };
+    let queue = match (ahead_key, ahead) {
+        (0, 0) => None,
+        (0, n) => Some(format!("Queued behind {n} earlier task{}.", plural(n))),
+        (k, _) => Some(format!("Queued behind {k} earlier task{}{whose}.", plural(k))),
+    };
+    let max = max.unwrap_or(1);
+    let slot = if busy >= max {
+        Some(format!("Waiting for a free slot at provider `{provider}` (all {max} of its slots are in use)."))
+    } else if lane == "recovery" && busy_recovery >= (max - reserve.unwrap_or(1)).max(1) {
+        let cap = (max - reserve.unwrap_or(1)).max(1);
+        Some(format!(
+            "Waiting for a free slot at provider `{provider}`: tasks tally retries or recovers may use {cap} of its \
+             {max} slots, so that new tasks are not held up."
+        ))
+    } else {
+        None
+    };
+    Ok(match (slot, queue) {
+        (Some(s), Some(q)) => Some(format!("{s} {q}")),
+        (s, q) => s.or(q),
+    })
+}
+
+fn plural(n: i64) -> &'static str {
+    if n == 1 { "" } else { "s" }
 }
 
 /// Tasks newest first, optionally of one status, after the cursor `before` (a task id).
@@ -129,7 +238,7 @@ pub fn list_tasks(
             .query_map(params![before, limit as i64], task_row)?
             .collect::<Result<_, _>>()?,
     };
-    rows.into_iter().map(|t| with_artifacts(c, t)).collect()
+    rows.into_iter().map(|t| with_wait(c, with_artifacts(c, t)?)).collect()
 }
 
 /// A task's timeline, oldest first.

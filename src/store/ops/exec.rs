@@ -1,18 +1,14 @@
-//! The worker's operations, from claim to finish. Everything after the claim starts with
-//! [`fence`](super::fence): a write is applied only while the worker still holds both tokens.
+//! The worker's operations, from `calling` to finish (the claim itself is the dispatcher's, in
+//! `store::ops::dispatch`). Every write after the claim is fenced on both tokens: it applies
+//! only while the execution is `running` with the worker's token and the envelope still carries
+//! the worker's lease token — by [`fence`](super::fence), or by the same predicate inside the
+//! operation's first statement (`record_calling`, `finish`), with zero rows meaning
+//! [`StoreError::Fenced`] and nothing written.
 
 use rusqlite::{Connection, OptionalExtension, params};
-use serde_json::Value;
 
 use super::*;
-use crate::domain::{Actor, Millis, Phase, TaskStatus};
-
-/// What a claim reads of its task: (status, prompt, params, attempts, cancel_requested,
-/// created_at, set_id).
-type TaskRow = (String, String, String, i64, bool, Millis, Option<String>);
-
-/// A running execution's (token, phase, job id, idempotency key, calling_at, attempt).
-type RunningRow = (String, String, Option<String>, String, Option<Millis>, i64);
+use crate::domain::{Actor, Millis, TaskStatus};
 
 /// The idempotency key sent to the provider for `attempt` of `task`: derived from the task
 /// and the attempt, never from the execution row's random token. `attempts` counts the
@@ -26,126 +22,26 @@ pub fn provider_key(task: &str, attempt: i64) -> String {
     format!("tally-{task}-{attempt}")
 }
 
-/// Claim a handed-off envelope: take its lease and open (or adopt) an execution.
-pub(in crate::store) fn claim(
-    c: &Connection,
-    h: &Handoff,
-    lease: &str,
-    boot: &str,
-    now: Millis,
-    lease_ms: Millis,
-) -> Result<ClaimOutcome, StoreError> {
-    let n = c
-        .prepare_cached(
-            "UPDATE envelopes SET lease_token = ?3, lease_expires_at = ?4, lease_boot = ?5
-             WHERE id = ?1 AND status = 'sent' AND lease_token IS NULL AND send_count = ?2",
-        )?
-        .execute(params![h.envelope_id, h.send_count, lease, now + lease_ms, boot])?;
-    if n == 0 {
-        return Ok(ClaimOutcome::Lost);
-    }
-    let (status, prompt, params_text, attempts, cancel_requested, created_at, set_id): TaskRow = c
-        .prepare_cached(
-            "SELECT status, prompt, params, attempts, cancel_requested, created_at, set_id FROM tasks WHERE id = ?1",
-        )?
-        .query_row([&h.task_id], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?))
-        })?;
-    let status = TaskStatus::parse(&status).unwrap_or(TaskStatus::Failed);
-    if status.is_settled() {
-        consume_envelope(c, &h.task_id, "consumed", None)?;
-        return Ok(ClaimOutcome::Lost);
-    }
-    let params: Value = serde_json::from_str(&params_text).unwrap_or(Value::Null);
-    let references = match &set_id {
-        Some(set) => crate::store::sets::references_of_set(c, set)?,
-        None => Vec::new(),
-    };
-    let running: Option<RunningRow> = c
-        .prepare_cached(
-            "SELECT token, phase, provider_job_id, idempotency_key, calling_at, attempt
-             FROM executions WHERE task_id = ?1 AND status = 'running'",
-        )?
-        .query_row([&h.task_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))
-        .optional()?;
-    let (execution_token, phase, job_id, idempotency_key, calling_at, attempt, resumed) = match running {
-        Some((token, phase, job_id, key, calling_at, attempt)) => {
-            c.prepare_cached("UPDATE executions SET boot_id = ?2, heartbeat_at = ?3 WHERE token = ?1")?
-                .execute(params![token, boot, now])?;
-            let phase = Phase::parse(&phase).unwrap_or(Phase::Calling);
-            let how = match phase {
-                Phase::Accepted => "polling the job the provider already accepted, instead of sending again",
-                _ => "recovering the earlier call without blindly sending it again",
-            };
-            let msg = format!("attempt {attempt} resumed: {how}");
-            event(c, &h.task_id, now, Actor::Worker, "resumed", &msg, Some(&token))?;
-            (token, phase, job_id, key, calling_at, attempt, true)
-        }
-        None => {
-            let token = uuid::Uuid::new_v4().to_string();
-            let attempt = attempts + 1;
-            let key = provider_key(&h.task_id, attempt);
-            c.prepare_cached(
-                "INSERT INTO executions (token, task_id, attempt, status, phase, idempotency_key, boot_id, heartbeat_at, started_at)
-                 VALUES (?1, ?2, ?3, 'running', 'claimed', ?4, ?5, ?6, ?6)",
-            )?
-            .execute(params![token, h.task_id, attempt, key, boot, now])?;
-            event(c, &h.task_id, now, Actor::Worker, "claimed", &format!("attempt {attempt} started"), Some(&token))?;
-            (token, Phase::Claimed, None, key, None, attempt, false)
-        }
-    };
-    // The handle an adapter persisted with the job id (fal's status/response URLs), if any.
-    let job_handle: Option<String> = match phase {
-        Phase::Accepted => c
-            .prepare_cached("SELECT provider_handle FROM executions WHERE token = ?1")?
-            .query_row([&execution_token], |r| r.get(0))?,
-        _ => None,
-    };
-    let claim = Claim {
-        job_handle,
-        execution_token,
-        lease_token: lease.into(),
-        task_id: h.task_id.clone(),
-        provider: h.provider.clone(),
-        prompt,
-        params,
-        attempt,
-        phase,
-        job_id,
-        idempotency_key,
-        calling_at,
-        resumed,
-        cancel_requested,
-        created_at,
-        references,
-    };
-    set_task(c, &h.task_id, TaskStatus::Running, None, None, now)?;
-    Ok(ClaimOutcome::Claimed(Box::new(claim)))
-}
-
 /// Durably record "about to call the provider". From here on, no automatic path calls the
 /// provider again for this task unless the adapter can prove it is safe.
 pub(in crate::store) fn record_calling(c: &Connection, exec: &str, lease: &str, now: Millis) -> Result<(), StoreError> {
-    let task = fence(c, exec, lease, now)?;
-    let n = c
+    // The fence (module docs) and the phase change in one statement: only a `claimed`
+    // execution that still holds both tokens moves to `calling`.
+    let (task, attempt): (String, i64) = c
         .prepare_cached(
-            "UPDATE executions SET phase = 'calling', calling_at = ?2 WHERE token = ?1 AND phase = 'claimed'",
+            "UPDATE executions SET phase = 'calling', calling_at = ?3, heartbeat_at = ?3
+             WHERE token = ?1 AND status = 'running' AND phase = 'claimed'
+               AND EXISTS (SELECT 1 FROM envelopes e WHERE e.task_id = executions.task_id
+                           AND e.status = 'sent' AND e.lease_token = ?2)
+             RETURNING task_id, attempt",
         )?
-        .execute(params![exec, now])?;
-    if n == 0 {
-        return Err(StoreError::Fenced);
-    }
+        .query_row(params![exec, lease, now], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?
+        .ok_or(StoreError::Fenced)?;
     c.prepare_cached("UPDATE tasks SET attempts = attempts + 1, may_have_charged = 1, updated_at = ?2 WHERE id = ?1")?
         .execute(params![task, now])?;
-    event(
-        c,
-        &task,
-        now,
-        Actor::Worker,
-        "calling",
-        "sending the request to the provider; from now on it may be charged",
-        Some(exec),
-    )?;
+    let msg = format!("attempt {attempt}: sending the request to the provider; from now on it may be charged");
+    event(c, &task, now, Actor::Worker, "calling", &msg, Some(exec))?;
     Ok(())
 }
 
@@ -190,24 +86,42 @@ pub(in crate::store) fn finish(
     f: &Finish,
     now: Millis,
 ) -> Result<TaskStatus, StoreError> {
-    let task = fence(c, exec, lease, now)?;
-    let set_exec = |status: &str, error: Option<&str>| -> Result<(), StoreError> {
-        c.prepare_cached("UPDATE executions SET status = ?2, finished_at = ?3, error = ?4 WHERE token = ?1")?
-            .execute(params![exec, status, now, error])?;
-        Ok(())
+    let (exec_status, error) = match f {
+        Finish::Succeeded(_) => ("succeeded", None),
+        Finish::Failed { reason, .. } | Finish::RetryLater { reason, .. } => ("failed", Some(reason.as_str())),
+        Finish::Unknown { reason } => ("unknown", Some(reason.as_str())),
+        Finish::CanceledBeforeCall => ("abandoned", Some("canceled before the call")),
     };
+    // The fence and the execution's end in one statement.
+    let task: String = c
+        .prepare_cached(
+            "UPDATE executions SET status = ?3, finished_at = ?4, heartbeat_at = ?4, error = ?5
+             WHERE token = ?1 AND status = 'running'
+               AND EXISTS (SELECT 1 FROM envelopes e WHERE e.task_id = executions.task_id
+                           AND e.status = 'sent' AND e.lease_token = ?2)
+             RETURNING task_id",
+        )?
+        .query_row(params![exec, lease, exec_status, now, error], |r| r.get(0))
+        .optional()?
+        .ok_or(StoreError::Fenced)?;
     let ex = Some(exec);
-    let status = match f {
+    let (status, set) = match f {
         Finish::Succeeded(a) => {
-            set_exec("succeeded", None)?;
             insert_artifact(c, &task, exec, a, now)?;
-            let canceled: bool = c
-                .prepare_cached("SELECT cancel_requested FROM tasks WHERE id = ?1")?
-                .query_row([&task], |r| r.get(0))?;
-            let reason = canceled.then_some(
-                "A cancel was requested after the request had been sent; the image was kept because it may have been charged.",
-            );
-            set_task(c, &task, TaskStatus::Succeeded, reason, None, now)?;
+            let set: Option<String> = c
+                .prepare_cached(
+                    "UPDATE tasks SET status = 'succeeded', failure_kind = NULL, updated_at = ?2,
+                            reason = CASE WHEN cancel_requested = 1 THEN ?3 END
+                     WHERE id = ?1 RETURNING set_id",
+                )?
+                .query_row(
+                    params![
+                        task,
+                        now,
+                        "A cancel was requested after the request had been sent; the image was kept because it may have been charged."
+                    ],
+                    |r| r.get(0),
+                )?;
             consume_envelope(c, &task, "consumed", None)?;
             event(
                 c,
@@ -220,24 +134,21 @@ pub(in crate::store) fn finish(
             )?;
             // Crash matrix: the image and `succeeded` are written but not committed.
             crate::failpoint::crash("before-finish-commit");
-            TaskStatus::Succeeded
+            (TaskStatus::Succeeded, set)
         }
         Finish::Failed { kind, reason } => {
-            set_exec("failed", Some(reason))?;
             set_task(c, &task, TaskStatus::Failed, Some(reason), Some(*kind), now)?;
             consume_envelope(c, &task, "consumed", Some(reason))?;
             event(c, &task, now, Actor::Worker, "failed", reason, ex)?;
-            TaskStatus::Failed
+            (TaskStatus::Failed, set_of(c, &task)?)
         }
         Finish::Unknown { reason } => {
-            set_exec("unknown", Some(reason))?;
             set_task(c, &task, TaskStatus::Unknown, Some(reason), None, now)?;
             consume_envelope(c, &task, "consumed", Some(reason))?;
             event(c, &task, now, Actor::Worker, "unknown", &format!("{reason}; automatic retries stopped"), ex)?;
-            TaskStatus::Unknown
+            (TaskStatus::Unknown, set_of(c, &task)?)
         }
         Finish::RetryLater { due_at, kind, reason, max_attempts } => {
-            set_exec("failed", Some(reason))?;
             let attempts: i64 =
                 c.prepare_cached("SELECT attempts FROM tasks WHERE id = ?1")?.query_row([&task], |r| r.get(0))?;
             if attempts >= *max_attempts {
@@ -245,26 +156,35 @@ pub(in crate::store) fn finish(
                 set_task(c, &task, TaskStatus::Failed, Some(&why), Some(*kind), now)?;
                 consume_envelope(c, &task, "consumed", Some(reason))?;
                 event(c, &task, now, Actor::Worker, "failed", &why, ex)?;
-                TaskStatus::Failed
+                (TaskStatus::Failed, set_of(c, &task)?)
             } else {
                 let secs = (due_at - now).max(0) as f64 / 1000.0;
                 let why = format!("attempt {attempts} did not go through ({reason}); trying again in {secs:.1} s");
                 set_task(c, &task, TaskStatus::Waiting, Some(&why), None, now)?;
-                requeue_envelope(c, &task, *due_at, Some(reason))?;
+                requeue_envelope(c, &task, *due_at, Some(reason), now)?;
                 event(c, &task, now, Actor::Worker, "retry_scheduled", &why, ex)?;
                 return Ok(TaskStatus::Waiting);
             }
         }
         Finish::CanceledBeforeCall => {
-            set_exec("abandoned", Some("canceled before the call"))?;
             set_task(c, &task, TaskStatus::Canceled, Some("Nothing was sent to the provider."), None, now)?;
             consume_envelope(c, &task, "consumed", None)?;
             event(c, &task, now, Actor::Worker, "canceled", "canceled before anything was sent", ex)?;
-            TaskStatus::Canceled
+            (TaskStatus::Canceled, set_of(c, &task)?)
         }
     };
-    on_settled(c, &task, now)?;
+    if let Some(set) = set {
+        crate::store::sets::schedule_next_shot_of(c, &set, now)?;
+    }
     Ok(status)
+}
+
+/// The image set a task belongs to, if any.
+fn set_of(c: &Connection, task: &str) -> Result<Option<String>, StoreError> {
+    Ok(c.prepare_cached("SELECT set_id FROM tasks WHERE id = ?1")?
+        .query_row([task], |r| r.get(0))
+        .optional()?
+        .flatten())
 }
 
 /// A result that arrived after the task was marked `unknown`, from the same execution: it is
@@ -308,20 +228,6 @@ pub(in crate::store) fn late_result(
 }
 
 impl Store {
-    /// Claim a handed-off envelope. An ordered commit: nothing leaves for the provider before
-    /// the next durable one (`record_calling`, whose fsync covers the claim as well); a resumed
-    /// execution's `calling` or `accepted` record is already durable.
-    pub async fn claim(
-        &self,
-        h: Handoff,
-        lease: String,
-        boot: String,
-        now: Millis,
-        lease_ms: Millis,
-    ) -> Result<ClaimOutcome, StoreError> {
-        self.write_ordered(move |c| claim(c, &h, &lease, &boot, now, lease_ms)).await
-    }
-
     /// Durably record phase `calling`.
     pub async fn record_calling(&self, exec: String, lease: String, now: Millis) -> Result<(), StoreError> {
         self.write(move |c| record_calling(c, &exec, &lease, now)).await

@@ -43,11 +43,13 @@ pub(in crate::store) fn retry(
     key: Option<&str>,
     now: Millis,
 ) -> Result<RetryOutcome, StoreError> {
-    let row: Option<(String, String, String, String, bool)> = c
-        .prepare_cached("SELECT status, provider, prompt, params, may_have_charged FROM tasks WHERE id = ?1")?
-        .query_row([task], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
+    let row: Option<(String, String, String, String, bool, Option<String>)> = c
+        .prepare_cached(
+            "SELECT status, provider, prompt, params, may_have_charged, group_key FROM tasks WHERE id = ?1",
+        )?
+        .query_row([task], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))
         .optional()?;
-    let Some((status, provider, prompt, params_text, charged)) = row else { return Ok(RetryOutcome::NotFound) };
+    let Some((status, provider, prompt, params_text, charged, group)) = row else { return Ok(RetryOutcome::NotFound) };
     let status = TaskStatus::parse(&status).unwrap_or(TaskStatus::Failed);
     if !matches!(status, TaskStatus::Failed | TaskStatus::Unknown | TaskStatus::Canceled) {
         return Ok(RetryOutcome::NotRetryable(status));
@@ -62,6 +64,7 @@ pub(in crate::store) fn retry(
         idempotency_key: key.map(str::to_string),
         retry_of: Some(task.to_string()),
         shot: crate::store::sets::shot_of(c, task)?,
+        group,
     };
     Ok(match submit(c, &new, now)? {
         SubmitOutcome::Created(id) => {
