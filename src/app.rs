@@ -2,15 +2,12 @@
 //! token, the engine and its providers, the HTTP listener, logging, and clean shutdown
 //! (stop accepting → engine shutdown → store close with a WAL checkpoint).
 
-use std::future::IntoFuture;
-use std::io::{Read, Seek, Write};
+use std::io::{Seek, Write};
 use std::net::SocketAddr;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-
-use tokio::sync::Notify;
 
 use crate::api::{self, AppState, auth};
 use crate::cli::Failure;
@@ -87,6 +84,23 @@ pub struct DataDirLock {
 /// Take the data dir's lock and write this process's pid into it; if another process holds
 /// it, fail naming that process.
 pub fn lock_data_dir(dir: &Path) -> Result<DataDirLock, Failure> {
+    match try_lock_data_dir(dir)? {
+        Some(lock) => Ok(lock),
+        None => {
+            let holder = std::fs::read_to_string(dir.join(LOCK_FILE)).unwrap_or_default();
+            let holder = holder.trim();
+            let who = if holder.is_empty() { "another process".to_string() } else { format!("pid {holder}") };
+            Err(Failure::error(format!(
+                "another tally serve ({who}) is already using the data directory {}; stop it first",
+                dir.display()
+            )))
+        }
+    }
+}
+
+/// Take the data dir's lock if no other process holds it (`None`: a daemon is running there),
+/// and write this process's pid into it.
+pub fn try_lock_data_dir(dir: &Path) -> Result<Option<DataDirLock>, Failure> {
     let path = dir.join(LOCK_FILE);
     let mut file = std::fs::OpenOptions::new()
         .read(true)
@@ -97,16 +111,7 @@ pub fn lock_data_dir(dir: &Path) -> Result<DataDirLock, Failure> {
         .map_err(|e| Failure::error(format!("cannot open the lock file {}: {e}", path.display())))?;
     match file.try_lock() {
         Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
-            let mut holder = String::new();
-            let _ = file.read_to_string(&mut holder);
-            let holder = holder.trim();
-            let who = if holder.is_empty() { "another process".to_string() } else { format!("pid {holder}") };
-            return Err(Failure::error(format!(
-                "another tally serve ({who}) is already using the data directory {}; stop it first",
-                dir.display()
-            )));
-        }
+        Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
         Err(std::fs::TryLockError::Error(e)) => {
             return Err(Failure::error(format!("cannot lock {}: {e}", path.display())));
         }
@@ -118,7 +123,7 @@ pub fn lock_data_dir(dir: &Path) -> Result<DataDirLock, Failure> {
         file.sync_all()
     };
     write(&mut file).map_err(|e| Failure::error(format!("cannot write the lock file {}: {e}", path.display())))?;
-    Ok(DataDirLock { _file: file })
+    Ok(Some(DataDirLock { _file: file }))
 }
 
 /// The base URL clients use for a listen address (an unspecified address means loopback).
@@ -158,6 +163,12 @@ async fn stop_signal() -> Result<(), Failure> {
 
 /// `tally serve`: run the daemon until SIGINT/SIGTERM, then stop cleanly.
 pub async fn serve(cfg: Config) -> Result<(), Failure> {
+    if let crate::config::Backend::Postgres(_) = cfg.storage.backend {
+        return Err(Failure::error(
+            "storage.backend = \"postgres\": the PostgreSQL store exists (and passes the store conformance suite) \
+             but `tally serve` does not run on it yet; use the default SQLite backend for now",
+        ));
+    }
     let dir = cfg.storage.data_dir.clone();
     create_data_dir(&dir)?;
     let _lock = lock_data_dir(&dir)?;
@@ -198,8 +209,7 @@ pub async fn serve(cfg: Config) -> Result<(), Failure> {
     let token = auth::load_or_create_token(&token_path)
         .map_err(|e| Failure::error(format!("cannot create or read the API token {}: {e}", token_path.display())))
         .map_err(before_engine)?;
-    let listener = tokio::net::TcpListener::bind(cfg.server.listen)
-        .await
+    let listener = crate::server::listen(cfg.server.listen)
         .map_err(|e| Failure::error(format!("cannot listen on {}: {e}", cfg.server.listen)))
         .map_err(before_engine)?;
     let local = listener
@@ -237,10 +247,9 @@ pub async fn serve(cfg: Config) -> Result<(), Failure> {
         let _ = out.flush();
     }
 
-    let stopping = Arc::new(Notify::new());
     let signal_result = Arc::new(std::sync::Mutex::new(None));
     let shutdown = {
-        let (stopping, signal_result, state) = (stopping.clone(), signal_result.clone(), state.clone());
+        let (signal_result, state) = (signal_result.clone(), state.clone());
         let failed = engine.clone();
         async move {
             // A signal, or the engine gave up on its database (read-only, corrupt): either way
@@ -257,24 +266,16 @@ pub async fn serve(cfg: Config) -> Result<(), Failure> {
             }
             // Open event streams would otherwise keep their connections (and the stop) waiting.
             state.close_streams();
-            stopping.notify_one();
         }
     };
-    let server = axum::serve(listener, api::app(state)).with_graceful_shutdown(shutdown);
-    let served = tokio::select! {
-        r = server.into_future() => r.map_err(|e| format!("the HTTP server failed: {e}")),
-        _ = async { stopping.notified().await; tokio::time::sleep(HTTP_DRAIN).await } => {
-            tracing::warn!("open HTTP connections did not finish in time; stopping without them");
-            Ok(())
-        }
-    };
+    crate::server::serve(listener, api::app(state), crate::server::Limits::for_this_process(), shutdown, HTTP_DRAIN)
+        .await;
 
     // Stop the engine and checkpoint the database whatever happened to the HTTP server.
     engine.shutdown().await;
     let closed = engine.store().close();
     let _ = std::fs::remove_file(dir.join(ADDRESS_FILE));
     tracing::info!("stopped");
-    served.map_err(Failure::error)?;
     if let Some(e) = signal_result.lock().unwrap_or_else(|e| e.into_inner()).take() {
         return Err(e);
     }

@@ -29,7 +29,11 @@ struct RawConfig {
     #[serde(default)]
     storage: RawStorage,
     #[serde(default)]
+    node: RawNode,
+    #[serde(default)]
     engine: RawEngine,
+    #[serde(default)]
+    retention: RawRetention,
     #[serde(default)]
     providers: Vec<RawProvider>,
 }
@@ -48,6 +52,18 @@ struct RawServer {
 struct RawStorage {
     data_dir: Option<PathBuf>,
     durability: Option<String>,
+    backend: Option<String>,
+    postgres_url: Option<String>,
+    postgres_url_env: Option<String>,
+    postgres_connections: Option<i64>,
+    postgres_wakeups: Option<String>,
+    postgres_poll_ms: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNode {
+    name: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -76,6 +92,12 @@ struct RawEngine {
     /// files to sweep); accepted so that an older configuration still starts, with a warning.
     orphan_grace_secs: Option<f64>,
     shutdown_deadline_secs: Option<f64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRetention {
+    older_than: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -110,6 +132,71 @@ pub enum Durability {
     Normal,
 }
 
+/// Which database holds tally's records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backend {
+    /// One SQLite file in the data dir (the default): one daemon per data dir.
+    Sqlite,
+    /// A PostgreSQL database shared by several daemons (nodes).
+    Postgres(PostgresConfig),
+}
+
+/// How a PostgreSQL node learns that something became due on another node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wakeups {
+    /// LISTEN/NOTIFY on the node's own connection: idle nodes run no SQL.
+    Notify,
+    /// Poll every interval instead (for connection poolers in transaction mode, which
+    /// cannot deliver notifications). Degraded: idle nodes run SQL on every tick.
+    Poll(Duration),
+}
+
+/// `[storage] backend = "postgres"`: where the database is and how a node talks to it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PostgresConfig {
+    /// The connection URL (`postgres://user:password@host:port/db?…`), credentials included:
+    /// never logged or shown (see the `Debug` impl).
+    pub url: String,
+    /// Connections for store operations, besides the node's own lock-and-listen connection.
+    pub connections: usize,
+    pub wakeups: Wakeups,
+}
+
+impl std::fmt::Debug for PostgresConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresConfig")
+            .field("url", &redact_url(&self.url))
+            .field("connections", &self.connections)
+            .field("wakeups", &self.wakeups)
+            .finish()
+    }
+}
+
+/// A connection URL with its password replaced by `***`, for messages.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return "***".into() };
+    let (authority, tail) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split(':').next().unwrap_or("");
+            let user = if userinfo.contains(':') { format!("{user}:***") } else { user.to_string() };
+            format!("{scheme}://{user}@{host}{tail}")
+        }
+        None => url.to_string(),
+    }
+}
+
+/// `[node]`: this daemon's identity among several sharing one PostgreSQL database.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// Stable per machine: a restart under the same name recovers its own earlier run's
+    /// work at once; two running daemons must never share a name.
+    pub name: String,
+}
+
 /// The resolved configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -118,6 +205,7 @@ pub struct Config {
     pub warnings: Vec<String>,
     pub server: ServerConfig,
     pub storage: StorageConfig,
+    pub node: NodeConfig,
     pub engine: EngineConfig,
     pub providers: Vec<ProviderConfig>,
 }
@@ -138,6 +226,7 @@ pub struct ServerConfig {
 pub struct StorageConfig {
     pub data_dir: PathBuf,
     pub durability: Durability,
+    pub backend: Backend,
 }
 
 /// `[engine]`: workers, leases and retry policy.
@@ -164,6 +253,9 @@ pub struct EngineConfig {
     /// Weights of the fresh and the recovery lane (default 4 : 1).
     pub fresh_weight: u32,
     pub recovery_weight: u32,
+    /// `[retention] older_than`: settled work older than this is pruned on a timer (`None`:
+    /// only by `tally prune`).
+    pub retention: Option<Duration>,
 }
 
 impl Default for EngineConfig {
@@ -183,8 +275,19 @@ impl Default for EngineConfig {
             dispatch_order: DispatchOrder::Fair,
             fresh_weight: 4,
             recovery_weight: 1,
+            retention: None,
         }
     }
+}
+
+/// A retention age such as `90d`, `12h` or `30m` (humantime's units), at least one second.
+pub fn retention_age(text: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(text.trim())
+        .map_err(|e| format!("`{text}` is not an age like 90d, 12h or 30m ({e})"))?;
+    if d < Duration::from_secs(1) {
+        return Err(format!("`{text}` is shorter than one second"));
+    }
+    Ok(d)
 }
 
 /// The kinds of provider adapters tally ships.
@@ -340,7 +443,17 @@ fn resolve(raw: RawConfig, origin: &str) -> Result<Config, ConfigError> {
         "normal" => Durability::Normal,
         other => return Err(bad("storage.durability", format!("`{other}` must be \"full\" or \"normal\""))),
     };
+    let backend = resolve_backend(&raw.storage, &bad)?;
     let data_dir = raw.storage.data_dir.unwrap_or_else(default_data_dir);
+    let node = NodeConfig {
+        name: match raw.node.name {
+            Some(n) => {
+                check_node_name(&n).map_err(|r| bad("node.name", r))?;
+                n
+            }
+            None => default_node_name(),
+        },
+    };
 
     let d = EngineConfig::default();
     let e = raw.engine;
@@ -381,6 +494,10 @@ fn resolve(raw: RawConfig, origin: &str) -> Result<Config, ConfigError> {
         },
         fresh_weight: count("engine.fresh_weight", e.fresh_weight, d.fresh_weight as u64, 1, 1000)? as u32,
         recovery_weight: count("engine.recovery_weight", e.recovery_weight, d.recovery_weight as u64, 1, 1000)? as u32,
+        retention: match raw.retention.older_than.as_deref() {
+            None => None,
+            Some(t) => Some(retention_age(t).map_err(|e| bad("retention.older_than", e))?),
+        },
     };
     if engine.heartbeat >= engine.lease {
         return Err(bad("engine.heartbeat_secs", "must be shorter than engine.lease_secs".into()));
@@ -421,10 +538,108 @@ fn resolve(raw: RawConfig, origin: &str) -> Result<Config, ConfigError> {
     Ok(Config {
         warnings,
         server: ServerConfig { listen, allowed_hosts, allow_non_loopback, max_body_bytes },
-        storage: StorageConfig { data_dir, durability },
+        storage: StorageConfig { data_dir, durability, backend },
+        node,
         engine,
         providers,
     })
+}
+
+/// The `[storage]` backend keys: `backend`, and for PostgreSQL where the database is.
+fn resolve_backend(s: &RawStorage, bad: &dyn Fn(&str, String) -> ConfigError) -> Result<Backend, ConfigError> {
+    let pg_only = [
+        ("storage.postgres_url", s.postgres_url.is_some()),
+        ("storage.postgres_url_env", s.postgres_url_env.is_some()),
+        ("storage.postgres_connections", s.postgres_connections.is_some()),
+        ("storage.postgres_wakeups", s.postgres_wakeups.is_some()),
+        ("storage.postgres_poll_ms", s.postgres_poll_ms.is_some()),
+    ];
+    match s.backend.as_deref().unwrap_or("sqlite") {
+        "sqlite" => {
+            if let Some((key, _)) = pg_only.iter().find(|(_, set)| *set) {
+                return Err(bad(key, "is only used with storage.backend = \"postgres\"".into()));
+            }
+            Ok(Backend::Sqlite)
+        }
+        "postgres" => {
+            let url = match (&s.postgres_url, &s.postgres_url_env) {
+                (Some(_), Some(_)) => {
+                    return Err(bad(
+                        "storage.postgres_url_env",
+                        "give either postgres_url or postgres_url_env, not both".into(),
+                    ));
+                }
+                (Some(u), None) => u.clone(),
+                (None, Some(var)) => {
+                    if var.is_empty() || var.contains('=') {
+                        return Err(bad("storage.postgres_url_env", "must name an environment variable".into()));
+                    }
+                    std::env::var(var).map_err(|_| {
+                        bad("storage.postgres_url_env", format!("the environment variable {var} is not set"))
+                    })?
+                }
+                (None, None) => {
+                    return Err(bad(
+                        "storage.postgres_url",
+                        "is required with storage.backend = \"postgres\" (or name an environment variable in postgres_url_env)".into(),
+                    ));
+                }
+            };
+            let key = if s.postgres_url.is_some() { "storage.postgres_url" } else { "storage.postgres_url_env" };
+            if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+                return Err(bad(key, format!("`{}` must start with postgres:// or postgresql://", redact_url(&url))));
+            }
+            if let Err(e) = url.parse::<postgres::Config>() {
+                return Err(bad(key, format!("`{}` is not a PostgreSQL connection URL: {e}", redact_url(&url))));
+            }
+            let connections = match s.postgres_connections {
+                None => 4,
+                Some(n) if (1..=64).contains(&n) => n as usize,
+                Some(n) => return Err(bad("storage.postgres_connections", format!("{n} must be between 1 and 64"))),
+            };
+            let wakeups = match (s.postgres_wakeups.as_deref().unwrap_or("notify"), s.postgres_poll_ms) {
+                ("notify", None) => Wakeups::Notify,
+                ("notify", Some(_)) => {
+                    return Err(bad(
+                        "storage.postgres_poll_ms",
+                        "is only used with postgres_wakeups = \"poll\"".into(),
+                    ));
+                }
+                ("poll", ms) => match ms.unwrap_or(1000) {
+                    n @ 10..=60_000 => Wakeups::Poll(Duration::from_millis(n as u64)),
+                    n => return Err(bad("storage.postgres_poll_ms", format!("{n} must be between 10 and 60000"))),
+                },
+                (other, _) => {
+                    return Err(bad("storage.postgres_wakeups", format!("`{other}` must be \"notify\" or \"poll\"")));
+                }
+            };
+            Ok(Backend::Postgres(PostgresConfig { url, connections, wakeups }))
+        }
+        other => Err(bad("storage.backend", format!("`{other}` must be \"sqlite\" or \"postgres\""))),
+    }
+}
+
+/// A node name: 1 to 64 letters, digits, '-', '_' or '.'.
+fn check_node_name(n: &str) -> Result<(), String> {
+    if n.is_empty() || n.len() > 64 || !n.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')) {
+        return Err(format!("`{n}` must be 1 to 64 letters, digits, '-', '_' or '.'"));
+    }
+    Ok(())
+}
+
+/// The default node name: this machine's host name (cleaned to a valid name), or `tally`.
+pub fn default_node_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_default();
+    let clean: String = host
+        .trim()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '-' })
+        .take(64)
+        .collect();
+    if clean.is_empty() { "tally".into() } else { clean }
 }
 
 /// Hosts of image APIs that document no idempotency header (OpenAI, Replicate, fal and fal's
@@ -580,6 +795,57 @@ mod tests {
         let e =
             Config::from_toml("[[providers]]\nname = \"x\"\nkind = \"dalle\"\n", "my.toml").unwrap_err().to_string();
         assert!(e.contains("providers[0].kind"), "{e}");
+    }
+
+    #[test]
+    fn backend_defaults_to_sqlite_and_node_to_the_host_name() {
+        let c = Config::from_toml("", "t").unwrap();
+        assert_eq!(c.storage.backend, Backend::Sqlite);
+        assert_eq!(c.node.name, default_node_name());
+        assert!(check_node_name(&c.node.name).is_ok(), "{}", c.node.name);
+    }
+
+    #[test]
+    fn postgres_backend_keys_are_validated() {
+        let pg = "[storage]\nbackend = \"postgres\"\npostgres_url = \"postgres://u:secret@db:5432/tally\"\n[node]\nname = \"shop-1\"\n";
+        let c = Config::from_toml(pg, "t").unwrap();
+        let Backend::Postgres(p) = &c.storage.backend else { panic!("not postgres: {:?}", c.storage.backend) };
+        assert_eq!((p.connections, p.wakeups), (4, Wakeups::Notify));
+        assert_eq!(c.node.name, "shop-1");
+        assert!(!format!("{c:?}").contains("secret"), "the password must not appear in Debug output");
+        for (text, key) in [
+            ("[storage]\nbackend = \"mysql\"\n", "storage.backend"),
+            ("[storage]\nbackend = \"postgres\"\n", "storage.postgres_url"),
+            ("[storage]\npostgres_url = \"postgres://x/y\"\n", "storage.postgres_url"),
+            ("[storage]\nbackend = \"postgres\"\npostgres_url = \"mysql://x/y\"\n", "storage.postgres_url"),
+            (
+                "[storage]\nbackend = \"postgres\"\npostgres_url_env = \"TALLY_TEST_SURELY_UNSET_VAR\"\n",
+                "storage.postgres_url_env",
+            ),
+            (
+                "[storage]\nbackend = \"postgres\"\npostgres_url = \"postgres://x/y\"\npostgres_wakeups = \"sometimes\"\n",
+                "storage.postgres_wakeups",
+            ),
+            (
+                "[storage]\nbackend = \"postgres\"\npostgres_url = \"postgres://x/y\"\npostgres_poll_ms = 100\n",
+                "storage.postgres_poll_ms",
+            ),
+            ("[node]\nname = \"two words\"\n", "node.name"),
+        ] {
+            let e = Config::from_toml(text, "t").unwrap_err().to_string();
+            assert!(e.contains(key), "{text:?} should name {key}: {e}");
+        }
+        let poll = format!("{pg}postgres_wakeups = \"poll\"\npostgres_poll_ms = 250\n")
+            .replace("[node]\nname = \"shop-1\"\n", "");
+        let Backend::Postgres(p) = Config::from_toml(&poll, "t").unwrap().storage.backend else { panic!() };
+        assert_eq!(p.wakeups, Wakeups::Poll(Duration::from_millis(250)));
+    }
+
+    #[test]
+    fn a_url_password_is_redacted() {
+        assert_eq!(redact_url("postgres://u:pw@h:5/db?x=1"), "postgres://u:***@h:5/db?x=1");
+        assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(redact_url("postgres://h/db"), "postgres://h/db");
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! - [`mock`]: the mock provider server (`tally mock-provider`) and its ledger.
 //! - [`render`]: placeholder PNG rendering for the demo and mock providers.
 //! - [`api`]: the HTTP API; [`web`]: the web page, its sign-in sessions and live event stream; [`app`]: `tally serve` wiring; [`cli`] and [`client`]: the command line.
+//! - [`server`]: the HTTP listener with its connection cap and header and body deadlines.
 //! - [`bench`]: `tally bench`, the end-to-end benchmark.
 
 pub mod api;
@@ -23,5 +24,6 @@ pub mod metrics;
 pub mod mock;
 pub mod providers;
 pub mod render;
+pub mod server;
 pub mod store;
 pub mod web;

@@ -12,6 +12,7 @@ pub mod auth;
 pub mod download;
 pub mod error;
 pub mod images;
+pub mod prune;
 pub mod sets;
 pub mod tasks;
 pub mod thumbnail;
@@ -114,6 +115,7 @@ pub fn app(state: AppState) -> Router {
         .route("/sets/{id}", get(sets::get_one))
         .route("/sets/{id}/cancel", post(sets::cancel))
         .route("/sets/{id}/download", get(download::set_zip))
+        .route("/prune", post(prune::prune))
         .route("/providers", get(providers))
         .route("/session", get(web::session))
         .route("/session/sign-in-url", post(web::sign_in_url))

@@ -37,6 +37,9 @@ fn inside_data_dir(cfg: &Config, path: &Path) -> bool {
 /// `tally backup DEST`: one self-contained, checked copy of the database (images included),
 /// made while the daemon may be running.
 pub(super) fn backup(cfg: &Config, dest: &Path) -> Result<ExitCode, Failure> {
+    if let crate::config::Backend::Postgres(pg) = &cfg.storage.backend {
+        return Err(Failure::error(pg_backup_advice(&pg.url, dest)));
+    }
     let src = cfg.db_path();
     if !src.is_file() {
         return Err(Failure::error(format!("there is no database at {}", src.display())));
@@ -71,6 +74,20 @@ pub(super) fn backup(cfg: &Config, dest: &Path) -> Result<ExitCode, Failure> {
         );
     }
     Ok(Exit::Ok.into())
+}
+
+/// What `tally backup` says on PostgreSQL: the database server makes consistent copies
+/// itself, so use its tools (the URL is shown without its password).
+fn pg_backup_advice(url: &str, dest: &Path) -> String {
+    format!(
+        "tally backup copies the SQLite file; this configuration keeps its data in PostgreSQL, \
+         which makes consistent copies itself while tally runs. Use pg_dump, e.g.\n  \
+         pg_dump --format=custom --file={} '{}'\n\
+         and restore into an empty database with pg_restore --dbname=URL FILE (stop every tally node first). \
+         For point-in-time recovery use PostgreSQL's continuous archiving (pg_basebackup plus WAL archiving).",
+        dest.display(),
+        crate::config::redact_url(url)
+    )
 }
 
 /// `tally check [DB]`: verify a database, every stored image against its sha256 included.
@@ -126,5 +143,65 @@ pub(super) fn token(cfg: &Config) -> Result<ExitCode, Failure> {
         }
     })?;
     println!("{t}");
+    Ok(Exit::Ok.into())
+}
+
+/// `tally prune --older-than AGE [--dry-run]`: delete settled work last changed more than AGE
+/// ago, with its images (never an `unknown` job nobody has resolved, never a shot of a set
+/// still in progress). Through the daemon's API while `tally serve` holds the data directory;
+/// on the file directly (holding the lock meanwhile) when it does not.
+pub(super) fn prune(cfg: &Config, older_than: &str, dry_run: bool, json: bool) -> Result<ExitCode, Failure> {
+    let age = crate::api::prune::parse_age(older_than)
+        .map_err(|e| Failure { exit: Exit::Usage, message: format!("--older-than: {e}") })?;
+    let db = cfg.db_path();
+    if !db.is_file() {
+        return Err(Failure::error(format!("there is no database at {}", db.display())));
+    }
+    let report: Value = match app::try_lock_data_dir(&cfg.storage.data_dir)? {
+        None => super::runtime()?.block_on(async {
+            let client = crate::client::Client::new(cfg)?;
+            let body = serde_json::json!({ "older_than": older_than.trim(), "dry_run": dry_run });
+            client.post("/v1/prune", &body).await?.into_ok()
+        })?,
+        Some(_lock) => {
+            let store = crate::store::Store::open(&db, cfg.storage.durability)
+                .map_err(|e| Failure::error(format!("cannot open the database {}: {e}", db.display())))?;
+            let cutoff = crate::clock::Clock::now(&crate::clock::SystemClock) - age.as_millis() as i64;
+            let done = super::runtime()?.block_on(store.prune(cutoff, dry_run));
+            let closed = store.close();
+            let r = done.map_err(|e| Failure::error(format!("prune failed: {e}")))?;
+            closed.map_err(|e| Failure::error(format!("the database did not close cleanly: {e}")))?;
+            serde_json::to_value(crate::api::prune::PruneJson::new(older_than.trim(), r))
+                .map_err(|e| Failure::error(format!("cannot show the result: {e}")))?
+        }
+    };
+    if json {
+        print_json(&report);
+        return Ok(Exit::Ok.into());
+    }
+    let n = |k: &str| report.get(k).and_then(Value::as_i64).unwrap_or(0);
+    let verb = if dry_run { "would delete" } else { "deleted" };
+    println!(
+        "{verb} {} job(s) (with {} whole set(s)), {} image(s) and {} reference photo(s), {:.1} MB, all settled before {}",
+        n("tasks"),
+        n("sets"),
+        n("images"),
+        n("uploads"),
+        n("image_bytes") as f64 / 1e6,
+        report.get("cutoff").and_then(Value::as_str).unwrap_or("?")
+    );
+    let kept = [
+        (n("kept_unknown"), "unknown job(s) nobody has resolved"),
+        (n("kept_in_sets"), "shot(s) of sets not finished or not old enough"),
+        (n("kept_retried"), "job(s) a kept job is a retry of"),
+    ];
+    for (k, what) in kept {
+        if k > 0 {
+            println!("kept {k} {what}");
+        }
+    }
+    if !dry_run {
+        println!("the database gave back {:.1} MB", n("freed_bytes") as f64 / 1e6);
+    }
     Ok(Exit::Ok.into())
 }

@@ -18,7 +18,7 @@ mod files;
 mod sets;
 mod tasks;
 
-use files::{backup, check, restore, token};
+use files::{backup, check, prune, restore, token};
 use tasks::client_command;
 
 use crate::app::{self, LogFormat};
@@ -178,6 +178,8 @@ pub enum Command {
     /// its sha256) under a temporary name and only then renamed to DEST. DEST must be outside
     /// the data directory. Without the daemon, copying tally.db after `tally serve` has stopped
     /// is just as good: a clean stop leaves it one self-contained file.
+    ///
+    /// With `[storage] backend = "postgres"` it copies nothing and says how to use pg_dump.
     #[command(verbatim_doc_comment)]
     Backup {
         /// Where to write the copy (a file, or a directory to put `tally.db` in); replaced if
@@ -202,6 +204,22 @@ pub enum Command {
     Restore {
         /// The backup file (made by `tally backup`, or a tally.db copied after a clean stop).
         src: PathBuf,
+    },
+    /// Delete settled jobs older than an age, with their images, executions and events.
+    ///
+    /// Never a job whose outcome is unknown and that nobody has resolved, never a shot of a
+    /// set that is still in progress (a set goes whole or not at all), never a job a kept job
+    /// is a retry of. Age is when a job last changed (settled, resolved). Works while `tally
+    /// serve` runs (through its API) and without it (on the file). The freed space is given
+    /// back to the file system. Make a `tally backup` first if you may want the images again.
+    #[command(verbatim_doc_comment)]
+    Prune {
+        /// The age: `90d`, `12h`, `30m`, `0s` (everything settled).
+        #[arg(long, value_name = "AGE")]
+        older_than: String,
+        /// Only say what would be deleted.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Print the API token.
     Token,
@@ -311,6 +329,7 @@ pub fn run() -> Result<ExitCode, Failure> {
         Command::Backup { dest } => backup(&cfg, &dest),
         Command::Check { db } => check(&cfg, db.as_deref()),
         Command::Restore { src } => restore(&cfg, &src),
+        Command::Prune { older_than, dry_run } => prune(&cfg, &older_than, dry_run, json),
         Command::Token => token(&cfg),
         Command::Serve { listen, log_format } => {
             let mut cfg = cfg;
@@ -365,7 +384,7 @@ where
     Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut cmd))
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+pub(super) fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

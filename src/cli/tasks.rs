@@ -137,6 +137,7 @@ pub(super) async fn client_command(cfg: &Config, cmd: Command, json: bool) -> Re
         | Command::Backup { .. }
         | Command::Check { .. }
         | Command::Restore { .. }
+        | Command::Prune { .. }
         | Command::Token
         | Command::MockProvider(_)
         | Command::Bench(_) => Err(Failure::error("internal: not a client command")),

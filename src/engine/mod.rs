@@ -1,17 +1,20 @@
 //! The engine: turns submitted tasks into provider calls and settled results, and recovers
 //! from crashes from evidence only.
 //!
-//! Three background services share one [`Shared`] state:
+//! The background services share one [`Shared`] state:
 //! - the dispatcher (`dispatcher.rs`) claims ready envelopes for free provider slots in the
 //!   store and hands each claim to a worker;
 //! - workers (`worker.rs`) record phases, call providers and finish, fenced;
-//! - the reconciler (`reconciler.rs`) acts on leases that ran out (DESIGN §6).
+//! - the reconciler (`reconciler.rs`) acts on leases that ran out (DESIGN §6);
+//! - with `[retention]`, the retention timer (`retention.rs`) prunes settled work once it is
+//!   old enough.
 //!
 //! None of them polls on a fixed interval: each sleeps until the next time something can
 //! happen (a due time, a lease deadline) or until another service wakes it.
 
 mod dispatcher;
 mod reconciler;
+mod retention;
 mod trouble;
 mod worker;
 
@@ -30,8 +33,8 @@ use crate::domain::{Millis, TaskStatus};
 use crate::metrics::Metrics;
 use crate::providers::{Image, Provider};
 use crate::store::{
-    CancelOutcome, NewArtifact, NewImage, NewSet, NewTask, ProviderSlots, Resolution, ResolveOutcome, RetryOutcome,
-    SHOT_ROLES, Store, StoreError, SubmitOutcome, TaskView, UploadView,
+    CancelOutcome, NewArtifact, NewImage, NewSet, NewTask, ProviderSlots, PruneReport, Resolution, ResolveOutcome,
+    RetryOutcome, SHOT_ROLES, Store, StoreError, SubmitOutcome, TaskView, UploadView,
 };
 
 /// The largest prompt tally accepts, in bytes.
@@ -167,6 +170,9 @@ pub(crate) struct Shared {
     workers: Arc<Semaphore>,
     wake_dispatcher: Notify,
     wake_reconciler: Notify,
+    /// Counts settles (only with retention on): the retention timer waits for a change when
+    /// nothing is due.
+    settles: watch::Sender<u64>,
     /// When the reconciler will next wake on its own (`Millis::MAX`: not until woken).
     reconciler_at: AtomicI64,
     shutdown: watch::Sender<bool>,
@@ -189,6 +195,9 @@ impl Shared {
 
     /// Tell subscribers that a task's status changed (nobody listening is fine).
     fn changed(&self, task_id: &str, status: TaskStatus) {
+        if status.is_settled() && self.cfg.retention.is_some() {
+            self.settles.send_modify(|n| *n += 1);
+        }
         if self.changes.receiver_count() > 0 {
             let _ = self.changes.send(TaskChange { task_id: task_id.to_string(), status });
         }
@@ -272,6 +281,7 @@ impl Engine {
             boot: uuid::Uuid::new_v4().to_string(),
             wake_dispatcher: Notify::new(),
             wake_reconciler: Notify::new(),
+            settles: watch::channel(0).0,
             reconciler_at: AtomicI64::new(Millis::MAX),
             shutdown: watch::channel(false).0,
             fatal: watch::channel(None).0,
@@ -284,8 +294,11 @@ impl Engine {
         let slots = shared.providers.values().map(|p| p.slots(&shared.cfg)).collect();
         shared.store.configure_providers(slots).await?;
         reconciler::run_once(&shared).await?;
-        let services =
+        let mut services =
             vec![tokio::spawn(dispatcher::run(shared.clone())), tokio::spawn(reconciler::run(shared.clone()))];
+        if let Some(age) = shared.cfg.retention {
+            services.push(tokio::spawn(retention::run(shared.clone(), age)));
+        }
         Ok(Engine { shared, services: Mutex::new(services) })
     }
 
@@ -453,6 +466,10 @@ impl Engine {
     pub async fn cancel_set(&self, id: &str) -> Result<Option<usize>, EngineError> {
         let out = self.shared.store.cancel_set(id.into(), self.shared.now()).await?;
         self.shared.wake_dispatcher.notify_one();
+        // Its canceled shots are settled (the retention timer may be waiting for one).
+        if self.shared.cfg.retention.is_some() {
+            self.shared.settles.send_modify(|n| *n += 1);
+        }
         Ok(out)
     }
 
@@ -552,6 +569,14 @@ impl Engine {
         }
         self.shared.workers.close();
         self.shared.running.lock().unwrap_or_else(|e| e.into_inner()).abort_all();
+    }
+
+    /// Delete settled work last changed more than `older_than` ago, with its images (never
+    /// an `unknown` task, never a shot of a set still in progress; see `Store::prune`), or
+    /// with `dry_run` only say what would go.
+    pub async fn prune(&self, older_than: Duration, dry_run: bool) -> Result<PruneReport, EngineError> {
+        let cutoff = self.shared.now() - Shared::ms(older_than);
+        Ok(self.shared.store.prune(cutoff, dry_run).await?)
     }
 
     /// A read-only view of the current tasks count by status (metrics).

@@ -18,7 +18,13 @@ use super::{ProviderEntry, Shared};
 use crate::domain::{FailureKind, Millis, Phase, backoff};
 use crate::failpoint::crash;
 use crate::providers::{CallError, CallRequest, Image, JobHandle, JobState, Submitted};
-use crate::store::{Claim, Finish, NewArtifact, NewImage, StoreError};
+use crate::store::{Claim, Finish, NewArtifact, NewImage, Severity, StoreError};
+
+/// The first wait before storing an image again after the store failed; it doubles up to
+/// [`STORE_RETRY_MAX`] (kept short: the worker should store the image before the reconciler,
+/// also waiting for the disk, decides the lease ran out).
+const STORE_RETRY_FIRST: Duration = Duration::from_millis(250);
+const STORE_RETRY_MAX: Duration = Duration::from_secs(2);
 
 /// Run a claim on its own task, holding a worker permit until done.
 pub(super) fn spawn(shared: Arc<Shared>, claim: Claim, permit: OwnedSemaphorePermit) {
@@ -509,19 +515,39 @@ impl Run<'_> {
                     .await;
             }
         };
-        match self.finish(Finish::Succeeded(art.clone())).await {
-            Err(StoreError::Fenced) => {
-                if self.shared.store.late_result(c.execution_token.clone(), art, self.now()).await? {
-                    tracing::info!("a late result resolved the unknown outcome");
-                    self.shared.changed(&c.task_id, crate::domain::TaskStatus::Succeeded);
+        // The image is in hand and probably paid for: a failure to *store* it (a full or
+        // failing disk, a busy database) is retried, never turned into `unknown`, for as long
+        // as the engine runs (a stop waits `shutdown_deadline` for this, then recovery decides
+        // from the recorded phase). Only a fence ends it: then the result is still evidence.
+        let mut failures = 0u32;
+        loop {
+            match self.finish(Finish::Succeeded(art.clone())).await {
+                Err(StoreError::Fenced) => {
+                    if self.shared.store.late_result(c.execution_token.clone(), art, self.now()).await? {
+                        tracing::info!("a late result resolved the unknown outcome");
+                        self.shared.changed(&c.task_id, crate::domain::TaskStatus::Succeeded);
+                    }
+                    return Ok(());
                 }
-                Ok(())
+                Ok(()) => {
+                    if failures > 0 {
+                        tracing::info!(failures, "the image was stored after all");
+                    }
+                    crash("after-finish");
+                    return Ok(());
+                }
+                Err(e) if matches!(e.severity(), Severity::Resource | Severity::Transient) => {
+                    failures += 1;
+                    let wait = STORE_RETRY_FIRST.saturating_mul(1 << (failures - 1).min(4)).min(STORE_RETRY_MAX);
+                    if failures == 1 {
+                        tracing::error!(error = %e, retry_in = ?wait, "storing the image failed; keeping it and trying again");
+                    } else {
+                        tracing::debug!(error = %e, failures, "storing the image failed again");
+                    }
+                    tokio::time::sleep(wait).await;
+                }
+                Err(e) => return Err(e),
             }
-            Ok(()) => {
-                crash("after-finish");
-                Ok(())
-            }
-            other => other,
         }
     }
 }

@@ -39,6 +39,8 @@ mod blobs;
 mod migrate;
 mod open;
 mod ops;
+pub mod pg;
+mod prune;
 mod read;
 mod sets;
 mod startup;
@@ -48,6 +50,7 @@ pub use open::{
     BackupReport, CheckReport, SCHEMA_VERSION, Severity, StoreError, WAL_SIZE_LIMIT, backup, check, restore,
 };
 pub use ops::*;
+pub use prune::PruneReport;
 pub use read::*;
 pub use sets::*;
 pub use startup::{UsedEvidence, open_for_serve};

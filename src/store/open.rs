@@ -102,6 +102,8 @@ pub const WAL_SIZE_LIMIT: i64 = 64 << 20;
 pub enum StoreError {
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    #[error("PostgreSQL error: {0}")]
+    Postgres(#[from] postgres::Error),
     #[error("{path} is not a tally database: {reason}")]
     NotTally { path: PathBuf, reason: String },
     #[error(
@@ -165,6 +167,18 @@ impl StoreError {
             | StoreError::TooNew { .. }
             | StoreError::Pragma { .. }
             | StoreError::Unusable { .. } => Severity::Fatal,
+            StoreError::Postgres(e) => {
+                use postgres::error::SqlState as S;
+                match e.code() {
+                    Some(c) if [S::DISK_FULL, S::IO_ERROR, S::OUT_OF_MEMORY].contains(c) => Severity::Resource,
+                    Some(c)
+                        if [S::DATA_CORRUPTED, S::READ_ONLY_SQL_TRANSACTION, S::INSUFFICIENT_PRIVILEGE].contains(c) =>
+                    {
+                        Severity::Fatal
+                    }
+                    _ => Severity::Transient,
+                }
+            }
             _ => match self.code() {
                 Some(DiskFull | SystemIoFailure) => Severity::Resource,
                 Some(DatabaseCorrupt | ReadOnly | NotADatabase | CannotOpen) => Severity::Fatal,

@@ -125,82 +125,100 @@ fn with_wait(c: &Connection, mut t: TaskView) -> Result<TaskView, StoreError> {
     Ok(t)
 }
 
-/// Where a pending envelope stands (see [`with_wait`]).
-#[allow(clippy::type_complexity)]
+/// Where a pending envelope stands: what [`wait_words`] explains a wait from (both backends
+/// read the same facts).
+#[derive(Debug, Clone, Default)]
+pub(in crate::store) struct WaitFacts {
+    pub pass: Option<i64>,
+    pub due: Option<Millis>,
+    pub lane: String,
+    pub key: String,
+    pub paused: Option<Millis>,
+    pub max: Option<i64>,
+    pub reserve: Option<i64>,
+    /// Envelopes claimed for the provider, all lanes / the recovery lane.
+    pub busy: i64,
+    pub busy_recovery: i64,
+    /// Ready envelopes ahead of this one in its lane: of its fairness key / of any key.
+    pub ahead_key: i64,
+    pub ahead: i64,
+    /// Earlier shots of its set that are not settled (for a shot not scheduled yet).
+    pub earlier_shots: i64,
+}
+
+/// The facts for one task, in one statement (0 rows: its envelope is not pending).
+pub(in crate::store) const WAIT_FACTS: &str =
+    "SELECT e.pass, e.due_at, e.lane, e.fair_key, p.paused_until, p.max_concurrency, p.reserve,
+        (SELECT count(*) FROM envelopes s WHERE s.status = 'sent' AND s.provider = e.provider),
+        (SELECT count(*) FROM envelopes s WHERE s.status = 'sent' AND s.provider = e.provider AND s.lane = 'recovery'),
+        CASE WHEN e.pass IS NULL THEN 0 ELSE (SELECT count(*) FROM (SELECT 1 FROM envelopes r
+            WHERE r.status = 'pending' AND r.pass IS NOT NULL AND r.provider = e.provider AND r.lane = e.lane
+              AND r.fair_key = e.fair_key AND (r.pass, r.id) < (e.pass, e.id) LIMIT 10000) k) END,
+        CASE WHEN e.pass IS NULL THEN 0 ELSE (SELECT count(*) FROM (SELECT 1 FROM envelopes r
+            WHERE r.status = 'pending' AND r.pass IS NOT NULL AND r.provider = e.provider AND r.lane = e.lane
+              AND (r.pass, r.id) < (e.pass, e.id) LIMIT 10000) a) END,
+        CASE WHEN t.set_id IS NULL OR e.due_at IS NOT NULL THEN 0 ELSE (SELECT count(*) FROM tasks s
+            WHERE s.set_id = t.set_id AND s.set_position < t.set_position
+              AND s.status IN ('queued', 'waiting', 'running')) END
+ FROM envelopes e JOIN tasks t ON t.id = e.task_id LEFT JOIN providers p ON p.name = e.provider
+ WHERE e.task_id = ?1 AND e.status = 'pending'";
+
 fn wait_reason(c: &Connection, t: &TaskView) -> Result<Option<String>, StoreError> {
-    let row: Option<(Option<i64>, Option<Millis>, String, String, Option<Millis>, Option<i64>, Option<i64>, i64, i64, i64, i64)> = c
-        .prepare_cached(
-            "SELECT e.pass, e.due_at, e.lane, e.fair_key, p.paused_until, p.max_concurrency, p.reserve,
-                    (SELECT count(*) FROM envelopes s WHERE s.status = 'sent' AND s.provider = e.provider),
-                    (SELECT count(*) FROM envelopes s WHERE s.status = 'sent' AND s.provider = e.provider
-                     AND s.lane = 'recovery'),
-                    CASE WHEN e.pass IS NULL THEN 0 ELSE (SELECT count(*) FROM (SELECT 1 FROM envelopes r
-                        WHERE r.status = 'pending' AND r.pass IS NOT NULL AND r.provider = e.provider AND r.lane = e.lane
-                          AND r.fair_key = e.fair_key AND (r.pass, r.id) < (e.pass, e.id) LIMIT 10000)) END,
-                    CASE WHEN e.pass IS NULL THEN 0 ELSE (SELECT count(*) FROM (SELECT 1 FROM envelopes r
-                        WHERE r.status = 'pending' AND r.pass IS NOT NULL AND r.provider = e.provider AND r.lane = e.lane
-                          AND (r.pass, r.id) < (e.pass, e.id) LIMIT 10000)) END
-             FROM envelopes e LEFT JOIN providers p ON p.name = e.provider
-             WHERE e.task_id = ?1 AND e.status = 'pending'",
-        )?
+    let facts = c
+        .prepare_cached(WAIT_FACTS)?
         .query_row([&t.id], |r| {
-            Ok((
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                r.get(4)?,
-                r.get(5)?,
-                r.get(6)?,
-                r.get(7)?,
-                r.get(8)?,
-                r.get(9)?,
-                r.get(10)?,
-            ))
+            Ok(WaitFacts {
+                pass: r.get(0)?,
+                due: r.get(1)?,
+                lane: r.get(2)?,
+                key: r.get(3)?,
+                paused: r.get(4)?,
+                max: r.get(5)?,
+                reserve: r.get(6)?,
+                busy: r.get(7)?,
+                busy_recovery: r.get(8)?,
+                ahead_key: r.get(9)?,
+                ahead: r.get(10)?,
+                earlier_shots: r.get(11)?,
+            })
         })
         .optional()?;
-    let Some((pass, due, lane, key, paused, max, reserve, busy, busy_recovery, ahead_key, ahead)) = row else {
-        return Ok(None);
-    };
-    let provider = &t.provider;
-    if let Some(until) = paused {
-        return Ok(Some(format!(
+    Ok(facts.and_then(|f| wait_words(&t.provider, &f)))
+}
+
+/// Why a pending task waits, in plain words, or `None` when the dispatch order does not
+/// explain it (it waits for its due time, whose reason is stored, or it is next).
+pub(in crate::store) fn wait_words(provider: &str, f: &WaitFacts) -> Option<String> {
+    if let Some(until) = f.paused {
+        return Some(format!(
             "Provider `{provider}` failed several times in a row; tally has paused new calls to it until {}.",
             crate::clock::rfc3339(until)
-        )));
+        ));
     }
-    if due.is_none() {
-        let earlier: i64 = c
-            .prepare_cached(
-                "SELECT count(*) FROM tasks WHERE set_id = ?1 AND set_position < ?2
-                 AND status IN ('queued', 'waiting', 'running')",
-            )?
-            .query_row(params![t.set_id, t.set_position], |r| r.get(0))?;
-        return Ok(Some(match earlier {
+    if f.due.is_none() {
+        return Some(match f.earlier_shots {
             0 => "Waits until the set's current shot is settled (a set runs one shot at a time).".to_string(),
             n => format!("Queued behind {n} earlier shot{} of this set (a set runs one shot at a time).", plural(n)),
-        }));
+        });
     }
-    if pass.is_none() {
-        return Ok(None); // waiting for its due time: the stored reason says until when
-    }
-    let whose = if key.starts_with("set:") {
+    f.pass?; // waiting for its due time: the stored reason says until when
+    let whose = if f.key.starts_with("set:") {
         " of this set"
-    } else if key.starts_with("group:") {
+    } else if f.key.starts_with("group:") {
         " of this group"
     } else {
         ""
     };
-    let queue = match (ahead_key, ahead) {
+    let queue = match (f.ahead_key, f.ahead) {
         (0, 0) => None,
         (0, n) => Some(format!("Queued behind {n} earlier task{}.", plural(n))),
         (k, _) => Some(format!("Queued behind {k} earlier task{}{whose}.", plural(k))),
     };
-    let max = max.unwrap_or(1);
-    let slot = if busy >= max {
+    let max = f.max.unwrap_or(1);
+    let cap = (max - f.reserve.unwrap_or(1)).max(1);
+    let slot = if f.busy >= max {
         Some(format!("Waiting for a free slot at provider `{provider}` (all {max} of its slots are in use)."))
-    } else if lane == "recovery" && busy_recovery >= (max - reserve.unwrap_or(1)).max(1) {
-        let cap = (max - reserve.unwrap_or(1)).max(1);
+    } else if f.lane == "recovery" && f.busy_recovery >= cap {
         Some(format!(
             "Waiting for a free slot at provider `{provider}`: tasks tally retries or recovers may use {cap} of its \
              {max} slots, so that new tasks are not held up."
@@ -208,10 +226,10 @@ fn wait_reason(c: &Connection, t: &TaskView) -> Result<Option<String>, StoreErro
     } else {
         None
     };
-    Ok(match (slot, queue) {
+    match (slot, queue) {
         (Some(s), Some(q)) => Some(format!("{s} {q}")),
         (s, q) => s.or(q),
-    })
+    }
 }
 
 fn plural(n: i64) -> &'static str {

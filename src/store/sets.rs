@@ -50,7 +50,7 @@ pub struct NewSet {
 }
 
 impl NewSet {
-    fn hash(&self) -> String {
+    pub(in crate::store) fn hash(&self) -> String {
         let shots: Vec<Value> = self
             .shots
             .iter()

@@ -143,3 +143,24 @@ fn bench_quick_json_smoke() {
     assert_eq!(v["http"]["errors"], 0, "{v}");
     assert!(v["idle_rss_mb"].as_f64().is_some_and(|mb| mb > 1.0), "{v}");
 }
+
+/// On PostgreSQL `tally backup` copies nothing itself: it says to use pg_dump, and how,
+/// without showing the URL's password.
+#[test]
+fn backup_on_postgres_says_to_use_pg_dump_without_the_password() {
+    let dir = TempDir::new();
+    let cfg = dir.path().join("tally.toml");
+    std::fs::write(
+        &cfg,
+        "[storage]\nbackend = \"postgres\"\npostgres_url = \"postgres://shop:s3cret@db.local:5432/tally\"\n[node]\nname = \"a\"\n",
+    )
+    .expect("config");
+    let dest = dir.path().join("copy.dump");
+    let out = Command::new(EXE).args(["backup", "--config"]).arg(&cfg).arg(&dest).output().expect("run");
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "nothing was backed up, so it must not say it was");
+    assert!(err.contains("pg_dump --format=custom") && err.contains("pg_restore"), "{err}");
+    assert!(err.contains("postgres://shop:***@db.local:5432/tally"), "{err}");
+    assert!(!err.contains("s3cret"), "{err}");
+    assert!(!dest.exists());
+}

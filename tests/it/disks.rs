@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
-use crate::common::{Daemon, EXE, FAST_DEMO, TempDir, wait_for};
+use crate::common::{Daemon, EXE, FAST_DEMO, Mock, TempDir, providers, wait_for};
 
 /// Start `tally serve` on `d`'s config and report how it ended: `Err(())` if it came up and
 /// listened (it is killed then), else its exit status and stderr.
@@ -189,15 +189,18 @@ fn log_lines(d: &Daemon, level: &str) -> usize {
 }
 
 #[test]
-fn disk_full_logged_errors_without_backing_off_and_sigterm_exited_1() {
+fn disk_full_logged_errors_without_backing_off_lost_images_in_hand_and_sigterm_exited_1() {
     if !can_mount("the full-disk test") {
         return;
     }
     let disk = TempDir::new();
     run(Command::new("mount").args(["-t", "tmpfs", "-o", "size=24m", "tmpfs"]).arg(disk.path()));
     let _m = Mounted(disk.path().to_path_buf());
-    let providers = "[[providers]]\nname = \"demo\"\nkind = \"demo\"\nmax_concurrency = 4\ndelay_ms = 1500\n";
-    let mut d = Daemon::configure(providers);
+    // A provider that can prove nothing after a lost answer (openai_images): an image that
+    // was not stored could only end `unknown`.
+    let mock = Mock::start(&["--latency-ms", "1500"]);
+    let mut d = Daemon::configure(&providers(&mock));
+    d.env.push(("TALLY_TEST_KEY".into(), "sk-test-disk".into()));
     let data = disk.path().join("data");
     let text = std::fs::read_to_string(&d.config).expect("config");
     std::fs::write(&d.config, text.replace(&d.data.display().to_string(), &data.display().to_string())).expect("cfg");
@@ -205,7 +208,8 @@ fn disk_full_logged_errors_without_backing_off_and_sigterm_exited_1() {
     d.spawn();
     let mut ids = Vec::new();
     for i in 0..3 {
-        let r = d.call("POST", "/v1/tasks", Some(&serde_json::json!({"prompt": format!("full {i}")})));
+        let body = serde_json::json!({"prompt": format!("full {i}"), "provider": "openai"});
+        let r = d.call("POST", "/v1/tasks", Some(&body));
         assert_eq!(r.status, 201);
         ids.push(r.json()["id"].as_str().expect("id").to_string());
     }
@@ -213,7 +217,7 @@ fn disk_full_logged_errors_without_backing_off_and_sigterm_exited_1() {
     // their leases run out (3 s), and recovery cannot write either.
     let filler = fill(disk.path());
     let full_at = Instant::now();
-    let r = d.call("POST", "/v1/tasks", Some(&serde_json::json!({"prompt": "refused"})));
+    let r = d.call("POST", "/v1/tasks", Some(&serde_json::json!({"prompt": "refused", "provider": "openai"})));
     assert_eq!(r.status, 503, "a submit on a full disk: {}", String::from_utf8_lossy(&r.body));
     // Watch the log for a while: the services back off (1 s, 2 s, 4 s, …) instead of
     // logging every second. The window is what is measured here, not a synchronisation.
@@ -229,16 +233,31 @@ fn disk_full_logged_errors_without_backing_off_and_sigterm_exited_1() {
     let health = d.call("GET", "/healthz", None);
     assert_eq!(health.status, 200, "reads still work on a full disk");
 
+    // Space again, without a restart: the images the workers kept in hand are stored (they
+    // were paid for), never turned into `unknown`.
+    std::fs::remove_file(&filler).expect("free the disk");
+    for id in &ids {
+        let t = d.wait_status(id, &["succeeded", "failed", "unknown"]);
+        assert_eq!(t["status"], "succeeded", "an image in hand was not stored once the disk had room: {t}");
+        let art = &t["artifacts"][0];
+        let img = d.call("GET", art["url"].as_str().expect("url"), None);
+        assert_eq!(crate::common::sha256_hex(&img.body), art["sha256"].as_str().expect("sha"));
+    }
+
+    for i in 0..3 {
+        assert_eq!(mock.count(&format!("full {i}")).1, 1, "full {i}: charged once");
+    }
+
+    // Full again, and stopped: SIGTERM ends with 0.
+    let filler = fill(disk.path());
+    let r = d.call("POST", "/v1/tasks", Some(&serde_json::json!({"prompt": "refused again", "provider": "openai"})));
+    assert_eq!(r.status, 503);
     let status = d.term();
     assert!(status.success(), "SIGTERM on a full disk: {status}\n{}", d.stderr());
 
-    // Space again: every task the daemon accepted is settled after a restart, and the
-    // database passes its check.
+    // A restart with room again: the database passes its check.
     std::fs::remove_file(filler).expect("free the disk");
     d.spawn();
-    for id in &ids {
-        d.wait_status(id, &["succeeded", "failed", "unknown"]);
-    }
     assert!(d.term().success());
     let check = Command::new(EXE).args(["check", "--config"]).arg(&d.config).output().expect("check");
     assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stdout));

@@ -4,17 +4,22 @@
 //! interleavings on the store with explicit times; `api` and `cli` drive the real binary;
 //! `web` drives the web page over HTTP and in headless Chromium; `crash` and `soak` kill it
 //! where it hurts and read the mock provider's ledger; `disks` empties, flips, write-protects
-//! and fills the disk under the real binary.
+//! and fills the disk under the real binary; `limits` floods it with idle and unfinished
+//! connections.
 
 mod api;
 mod browser;
 mod cli;
 mod common;
+mod conformance;
 #[cfg(feature = "failpoints")]
 mod crash;
 mod disks;
 mod engine;
+mod limits;
 mod onefile;
+#[cfg(feature = "failpoints")]
+mod powerloss;
 mod providers_daemon;
 mod providers_fal;
 mod providers_hostile;

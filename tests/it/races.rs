@@ -222,6 +222,49 @@ async fn unknown_after_finish_is_not_applied() {
     assert!(s.check().is_empty(), "{:?}", s.check());
 }
 
+/// A claim lost before calling past `max_sends` is decided `GiveUp`; the still-live worker
+/// records `calling` first: the task must not be failed as undeliverable (its request left).
+#[tokio::test]
+async fn give_up_after_calling_is_not_applied() {
+    let s = Script::new("give-up-vs-calling").await;
+    let a = s.worker(T0).await;
+    let late = T0 + LEASE;
+    let row = s.leftover(late).await;
+    let left = Leftover::of(row.execution.as_ref().map(|(_, p)| *p), row.send_count as u32);
+    assert_eq!(decide(&left, Some(NONE), 1), Decision::GiveUp, "one dispatch lost, max_sends 1");
+    s.calling(&a, late + 1).await.expect("the worker's lease was not taken back yet");
+    assert_eq!(s.apply(row, Recovery::GiveUp, late + 2).await, 0, "gave up a call that left");
+    assert_eq!(s.status().await, TaskStatus::Running);
+}
+
+/// A claim handed back (its provider paused) and the reconciler's abandon of the same claim:
+/// whichever commits first wins, the other changes nothing.
+#[tokio::test]
+async fn a_claim_handed_back_and_an_abandon_exclude_each_other() {
+    // The worker hands back first: the abandon decided before is not applied.
+    let s = Script::new("release-then-abandon").await;
+    let a = s.worker(T0).await;
+    let late = T0 + LEASE;
+    let row = s.leftover(late).await;
+    let why = "Provider `p` paused.".to_string();
+    s.store
+        .release_claim(a.execution_token.clone(), a.lease_token.clone(), late + 10, why.clone(), late + 1)
+        .await
+        .expect("hand back");
+    assert_eq!(s.apply(row, Recovery::Abandon, late + 2).await, 0, "abandoned a claim already handed back");
+    assert_eq!(s.kinds().await.iter().filter(|k| *k == "abandoned").count(), 0);
+    // The reconciler first: the hand-back is fenced.
+    let s = Script::new("abandon-then-release").await;
+    let b = s.worker(T0).await;
+    let row = s.leftover(late).await;
+    assert_eq!(s.apply(row, Recovery::Abandon, late).await, 1);
+    fenced(
+        s.store.release_claim(b.execution_token.clone(), b.lease_token.clone(), late + 10, why, late + 1).await,
+        "release_claim",
+    );
+    assert_eq!(s.status().await, TaskStatus::Waiting);
+}
+
 // ---- recovery applies first: the worker's lease is taken back and every write is fenced ----
 
 #[tokio::test]

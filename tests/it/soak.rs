@@ -1,6 +1,7 @@
 //! The chaos soak (DESIGN §9): a client submits tasks across every provider kind while the
 //! mock provider turns slow, fails and drops answers, and a driver SIGKILLs the daemon at
-//! random moments and restarts it. A submit whose answer was lost is retried with the same
+//! random moments and restarts it, or freezes it (SIGSTOP) for longer than a lease and lets
+//! it go on (SIGCONT), so its workers return after the reconciler may have taken their leases. A submit whose answer was lost is retried with the same
 //! idempotency key. At the end every task the client saw accepted must be settled (terminal
 //! or `unknown`), and the mock's ledger must show no prompt charged twice.
 //!
@@ -38,6 +39,17 @@ fn kill(d: &mut Daemon) {
     }
 }
 
+/// At most this many freezes per soak (each lasts longer than a lease).
+const MAX_PAUSES: usize = 3;
+
+/// SIGSTOP the daemon, wait `how_long` (the freeze itself, not a synchronisation), SIGCONT.
+fn pause(d: &Daemon, how_long: Duration) {
+    let pid = d.child.as_ref().expect("running").id().to_string();
+    assert!(std::process::Command::new("kill").args(["-STOP", &pid]).status().expect("kill").success());
+    std::thread::sleep(how_long);
+    assert!(std::process::Command::new("kill").args(["-CONT", &pid]).status().expect("kill").success());
+}
+
 #[test]
 fn chaos_soak() {
     let tasks = env_or("TALLY_SOAK_TASKS", 300) as usize;
@@ -56,6 +68,7 @@ fn chaos_soak() {
     let mut accepted: HashMap<String, (String, String, Option<String>)> = HashMap::new();
     let mut unanswered: Vec<String> = Vec::new();
     let mut kills = 0;
+    let mut pauses = 0;
     let started = Instant::now();
     let mut next_kill = Instant::now() + Duration::from_millis(500 + rng.below(1500));
     let mut submitted = 0;
@@ -89,9 +102,16 @@ fn chaos_soak() {
             }
         }
         if Instant::now() >= next_kill {
-            kill(&mut d);
-            kills += 1;
-            d.spawn();
+            if pauses == 0 || (pauses < MAX_PAUSES && rng.below(3) == 0) {
+                // Freeze the daemon for longer than a lease (3 s), then let it go on: its
+                // workers come back after their leases ran out, racing the reconciler.
+                pause(&d, Duration::from_millis(3500 + rng.below(1500)));
+                pauses += 1;
+            } else {
+                kill(&mut d);
+                kills += 1;
+                d.spawn();
+            }
             next_kill = Instant::now() + Duration::from_millis(300 + rng.below(1000));
         }
         std::thread::sleep(Duration::from_millis(rng.below(40)));
@@ -156,10 +176,11 @@ fn chaos_soak() {
         .output()
         .expect("check runs");
     println!(
-        "soak: tasks={} kills={kills} lost={lost} duplicate_charges={duplicate_charges} unknown={unknown} succeeded={succeeded} failed={failed}",
+        "soak: tasks={} kills={kills} pauses={pauses} lost={lost} duplicate_charges={duplicate_charges} unknown={unknown} succeeded={succeeded} failed={failed}",
         accepted.len()
     );
     eprintln!("soak: create requests the mock did not charge (idempotent replays, refusals): {idem_replays}");
+    assert!(pauses > 0, "the soak never froze the daemon");
     assert_eq!(lost, 0, "tasks were lost");
     assert_eq!(duplicate_charges, 0, "a prompt was charged twice");
     assert!(status.success(), "clean stop failed");

@@ -323,6 +323,7 @@ fn the_page_in_a_real_browser() {
         // Retry demands the cost confirmation: confirm stays disabled until the box is ticked.
         b.click("#retry-task").await;
         b.until("the retry dialog", 5, "document.getElementById('retry-dialog').open").await;
+        b.assert_accessible("the retry dialog").await;
         let confirm = b.c().find(Locator::Css("#retry-confirm")).await.expect("confirm");
         assert!(!confirm.is_enabled().await.expect("enabled?"), "confirm must start disabled");
         let dialog = b.js("document.getElementById('retry-dialog').innerText").await;

@@ -33,7 +33,7 @@ use super::*;
 use crate::domain::{Actor, Millis, Phase};
 
 /// The distance between two consecutive ready envelopes of one fairness key.
-pub(super) const STRIDE: i64 = 1000;
+pub(in crate::store) const STRIDE: i64 = 1000;
 
 /// The lane stride: a lane of weight `w` advances by this ÷ `w` per dispatch.
 const LANE_STRIDE: i64 = 1_000_000;
@@ -108,33 +108,67 @@ static PROMOTE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     )
 });
 
-/// One provider's row of [`PROVIDERS_STATE`].
+/// One provider's dispatch state (a row of [`PROVIDERS_STATE`]; the PostgreSQL backend reads
+/// the same). The decisions on it ([`plan_provider`]) are shared by both backends.
 #[derive(Debug, Clone)]
-struct State {
-    name: String,
-    max: i64,
-    reserve: i64,
-    fresh_weight: i64,
-    recovery_weight: i64,
-    fifo: bool,
-    paused_until: Option<Millis>,
-    recovery_limit: Option<i64>,
-    fresh_pass: i64,
-    recovery_pass: i64,
-    in_fresh: i64,
-    in_recovery: i64,
-    ready: bool,
+pub(in crate::store) struct State {
+    pub name: String,
+    pub max: i64,
+    pub reserve: i64,
+    pub fresh_weight: i64,
+    pub recovery_weight: i64,
+    pub fifo: bool,
+    pub paused_until: Option<Millis>,
+    pub recovery_limit: Option<i64>,
+    pub fresh_pass: i64,
+    pub recovery_pass: i64,
+    pub in_fresh: i64,
+    pub in_recovery: i64,
+    pub ready: bool,
 }
 
 /// A ready envelope offered to the lane interleave.
 #[derive(Debug, Clone)]
-struct Candidate {
-    id: String,
-    task_id: String,
-    lane: Lane,
-    pass: i64,
-    due_at: Millis,
-    resumed: bool,
+pub(in crate::store) struct Candidate {
+    pub id: String,
+    pub task_id: String,
+    pub lane: Lane,
+    pub pass: i64,
+    pub due_at: Millis,
+    pub resumed: bool,
+}
+
+/// What one provider may be given now: how many ready envelopes to ask for from each lane
+/// (`None`: nothing — paused, saturated or nothing ready), after applying a circuit that
+/// closed (the slow start begins). Extends `next_due` with the end of a pause that holds ready
+/// work back.
+pub(in crate::store) fn plan_provider(
+    s: &mut State,
+    now: Millis,
+    left: usize,
+    next_due: &mut Option<Millis>,
+) -> Option<(i64, i64)> {
+    match s.paused_until {
+        Some(until) if until > now => {
+            if s.ready {
+                *next_due = Some(next_due.map_or(until, |d| d.min(until)));
+            }
+            return None;
+        }
+        // The circuit closed: the recovery lane starts again at one call.
+        Some(_) => {
+            s.paused_until = None;
+            s.recovery_limit = Some(1);
+        }
+        None => {}
+    }
+    let free = s.max - s.in_fresh - s.in_recovery;
+    if !s.ready || free <= 0 || left == 0 {
+        return None;
+    }
+    let n = free.min(left as i64);
+    let rec_room = if s.fifo { n } else { (recovery_cap(s) - s.in_recovery).clamp(0, n) };
+    Some((n, rec_room))
 }
 
 fn states(c: &Connection) -> Result<(Vec<State>, Option<Millis>), StoreError> {
@@ -165,7 +199,7 @@ fn states(c: &Connection) -> Result<(Vec<State>, Option<Millis>), StoreError> {
 
 /// The most slots the recovery lane may hold: all but the reserve (always at least one),
 /// and during a slow start no more than its current limit.
-fn recovery_cap(s: &State) -> i64 {
+pub(in crate::store) fn recovery_cap(s: &State) -> i64 {
     let cap = (s.max - s.reserve).max(1);
     match s.recovery_limit {
         Some(l) => cap.min(l.max(1)),
@@ -173,16 +207,25 @@ fn recovery_cap(s: &State) -> i64 {
     }
 }
 
-/// Pick up to `n` of the candidates: by due time for a FIFO provider; otherwise the lane whose
-/// place is lower goes next (ties to fresh) and advances by its stride. A lane that runs out of
-/// candidates keeps no credit: its place moves up to the other lane's. Updates the places.
-fn interleave(s: &mut State, fresh: Vec<Candidate>, recovery: Vec<Candidate>, n: usize) -> Vec<Candidate> {
+/// Pick up to `n` of the candidates (each lane's first ready envelopes, asked for `n` of each
+/// and given fewer when that lane has no more, or is at its cap): by due time for a FIFO
+/// provider; otherwise the lane whose place is lower goes next (ties to fresh) and advances by
+/// its stride. A lane that had nothing more to offer keeps no credit: its place moves up to the
+/// other lane's. Updates the places.
+pub(in crate::store) fn interleave(
+    s: &mut State,
+    fresh: Vec<Candidate>,
+    recovery: Vec<Candidate>,
+    n: usize,
+) -> Vec<Candidate> {
     if s.fifo {
         let mut all: Vec<Candidate> = fresh.into_iter().chain(recovery).collect();
         all.sort_by(|a, b| (a.pass, &a.id).cmp(&(b.pass, &b.id)));
         all.truncate(n);
         return all;
     }
+    // A lane given fewer than asked for has no more (or is capped) beyond these.
+    let (fresh_more, recovery_more) = (fresh.len() >= n, recovery.len() >= n);
     let (inc_f, inc_r) = (LANE_STRIDE / s.fresh_weight, LANE_STRIDE / s.recovery_weight);
     let (mut f, mut r) = (fresh.into_iter().peekable(), recovery.into_iter().peekable());
     let mut out = Vec::with_capacity(n);
@@ -201,10 +244,10 @@ fn interleave(s: &mut State, fresh: Vec<Candidate>, recovery: Vec<Candidate>, n:
             s.recovery_pass += inc_r;
         }
     }
-    if f.peek().is_none() {
+    if f.peek().is_none() && !fresh_more {
         s.fresh_pass = s.fresh_pass.max(s.recovery_pass);
     }
-    if r.peek().is_none() {
+    if r.peek().is_none() && !recovery_more {
         s.recovery_pass = s.recovery_pass.max(s.fresh_pass);
     }
     let low = s.fresh_pass.min(s.recovery_pass);
@@ -228,7 +271,7 @@ fn candidates(c: &Connection, provider: &str, fresh: i64, recovery: i64) -> Resu
     rows.map(|r| r.map_err(StoreError::from)).collect()
 }
 
-fn json_ids<'a>(ids: impl Iterator<Item = &'a str>) -> String {
+pub(in crate::store) fn json_ids<'a>(ids: impl Iterator<Item = &'a str>) -> String {
     Value::Array(ids.map(|s| Value::String(s.to_string())).collect()).to_string()
 }
 
@@ -253,24 +296,7 @@ pub(in crate::store) fn dispatch_due(
     let mut slow_start: Vec<String> = Vec::new();
     for mut s in provs {
         let before = (s.paused_until, s.recovery_limit, s.fresh_pass, s.recovery_pass);
-        match s.paused_until {
-            Some(until) if until > now => {
-                if s.ready {
-                    next_due = Some(next_due.map_or(until, |d| d.min(until)));
-                }
-                continue;
-            }
-            // The circuit closed: the recovery lane starts again at one call.
-            Some(_) => {
-                s.paused_until = None;
-                s.recovery_limit = Some(1);
-            }
-            None => {}
-        }
-        let free = s.max - s.in_fresh - s.in_recovery;
-        if s.ready && free > 0 && left > 0 {
-            let n = free.min(left as i64);
-            let rec_room = if s.fifo { n } else { (recovery_cap(&s) - s.in_recovery).clamp(0, n) };
+        if let Some((n, rec_room)) = plan_provider(&mut s, now, left, &mut next_due) {
             let (fresh, recovery): (Vec<_>, Vec<_>) =
                 candidates(c, &s.name, n, rec_room)?.into_iter().partition(|x| x.lane == Lane::Fresh);
             let chosen = interleave(&mut s, fresh, recovery, n as usize);

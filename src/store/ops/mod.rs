@@ -23,7 +23,7 @@ mod user;
 use crate::domain::{Actor, FailureKind, Millis, Phase, TaskStatus, request_hash};
 #[cfg(test)]
 use dispatch::{CANDIDATES, PROVIDERS_STATE};
-pub(in crate::store) use dispatch::{fair_key, pass_sql};
+pub(in crate::store) use dispatch::{Candidate, STRIDE, State, fair_key, interleave, pass_sql, plan_provider};
 pub use exec::provider_key;
 pub(in crate::store) use intake::submit;
 pub(in crate::store) use user::cancel;
@@ -52,7 +52,7 @@ pub struct ShotRef {
 }
 
 impl NewTask {
-    fn hash(&self) -> String {
+    pub(in crate::store) fn hash(&self) -> String {
         request_hash(&self.provider, &self.prompt, &self.params, self.group.as_deref().unwrap_or(""))
     }
 }

@@ -118,11 +118,20 @@ window.tally = (function () {
     return amount ? "about " + amount : null;
   }
 
-  /** The price of one image at a provider, when the daemon knows it. */
+  /** The price of one image at a provider, when the daemon knows it: `price` is
+      `{billable, price_per_image, currency}` (null price: not configured). */
   function providerPrice(p) {
-    if (!p) return null;
-    const amount = money(p.estimated_cost !== undefined ? p.estimated_cost : p.price_per_image, p.currency);
+    const price = p && p.price;
+    if (!price) return null;
+    if (price.billable === false) return "free";
+    const amount = money(price.price_per_image, price.currency);
     return amount ? "about " + amount + " per image" : null;
+  }
+
+  /** The price of one image as an amount ("$0.04"), or null. */
+  function providerAmount(p) {
+    const price = p && p.price;
+    return price && price.billable !== false ? money(price.price_per_image, price.currency) : null;
   }
 
   // ---------------------------------------------------------------- errors where they happen
@@ -215,9 +224,22 @@ window.tally = (function () {
 
   // ---------------------------------------------------------------- views
 
+  /** The view the address names now: a view that finishes loading after the owner went
+      elsewhere must not draw itself over the new one. */
+  function routeName() {
+    const hash = location.hash || "#/";
+    if (/^#\/tasks\/[^/]+$/.test(hash)) return "task";
+    if (hash === "#/sets/new") return "new-set";
+    if (/^#\/sets\/[^/]+$/.test(hash)) return "set";
+    if (hash === "#/sets") return "sets";
+    if (hash === "#/spend") return "spend";
+    return "jobs";
+  }
+
   /** Put a view on the page: an <h1> (its text is also the document title), then `content`.
       On navigation (`fresh`) focus moves to the heading; a live refresh leaves focus alone. */
   function setView(name, id, title, content, fresh) {
+    if (routeName() !== name) return false;
     const same = view.name === name && view.id === id;
     view.name = name;
     view.id = id;
@@ -232,6 +254,7 @@ window.tally = (function () {
       else a.removeAttribute("aria-current");
     }
     if (fresh || !same) h1.focus();
+    return true;
   }
 
   /** The panel after the daemon restarted or the session ended: what to do, in words. */
@@ -305,6 +328,15 @@ window.tally = (function () {
     });
   }
 
+  /** The retry request's body: a fresh idempotency key, and, once the job was retried
+      before, the id of that retry (the daemon asks for it, so a second retry is on purpose). */
+  function retryBody(t, key, ack) {
+    const body = { idempotency_key: key };
+    if (ack) body.acknowledge_possible_charge = true;
+    if (t.retried_as && t.retried_as.id) body.acknowledge_retried_as = t.retried_as.id;
+    return body;
+  }
+
   /** Retry a job: at once when nothing can have been charged, else after the cost
       confirmation (the box must be ticked). Resolves with the new job, or null. */
   function retry(t, button, slot) {
@@ -312,7 +344,7 @@ window.tally = (function () {
     if (!needsAck) {
       let made = null;
       return busy(button, slot, async () => {
-        made = await api("POST", "/v1/tasks/" + encodeURIComponent(t.id) + "/retry", { idempotency_key: newKey() });
+        made = await api("POST", "/v1/tasks/" + encodeURIComponent(t.id) + "/retry", retryBody(t, newKey(), false));
       }).then(() => made);
     }
     const d = document.getElementById("retry-dialog");
@@ -341,8 +373,7 @@ window.tally = (function () {
       confirm.onclick = () => {
         if (!ack.checked) return;
         busy(confirm, err, async () => {
-          result = await api("POST", "/v1/tasks/" + encodeURIComponent(t.id) + "/retry",
-            { acknowledge_possible_charge: true, idempotency_key: key });
+          result = await api("POST", "/v1/tasks/" + encodeURIComponent(t.id) + "/retry", retryBody(t, key, true));
           d.close();
         }).then(() => { confirm.disabled = !ack.checked; });
       };
@@ -466,7 +497,7 @@ window.tally = (function () {
 
   return {
     CSRF, SETTLED, ROLES, view, h, time, badge, roleWords, jobTitle, shotWords, money, chargeSentence, retryCost,
-    providerPrice, ApiError, api, showError, errorSlot, busy, newKey, setView, signedOut, thumb, enlargeable,
+    providerPrice, providerAmount, retryBody, routeName, ApiError, api, showError, errorSlot, busy, newKey, setView, signedOut, thumb, enlargeable,
     openImage, confirmDialog, retry, resolveForm, resolveDialog, connect, main, errorBox,
   };
 })();

@@ -153,7 +153,7 @@
   async function showJobs(fresh) {
     try { await loadProviders(); } catch (e) { if (e.code === "signed_out") return; T.showError(null, e.message); }
     if (T.view.signedOut) return;
-    T.setView("jobs", null, "Jobs", [newJobForm(), listSection()], fresh);
+    if (!T.setView("jobs", null, "Jobs", [newJobForm(), listSection()], fresh)) return;
     T.view.onTask = (id) => refresh(id);
     T.view.onResync = () => load();
     await load();
@@ -327,7 +327,7 @@
       try { const r = await api("GET", "/v1/tasks/" + encodeURIComponent(retriedId)); retried = { id: r.id, status: r.status }; } catch (e) { retried = { id: retriedId }; }
     }
     const focused = document.activeElement && document.activeElement.id;
-    T.setView("task", id, T.jobTitle(t, product), taskView(t, ev.events || [], product, retried), fresh);
+    if (!T.setView("task", id, T.jobTitle(t, product), taskView(t, ev.events || [], product, retried), fresh)) return;
     T.view.onTask = (changed) => {
       if (changed === id || changed === retriedId) showTask(id, false);
     };
@@ -417,7 +417,7 @@
     }
     if (t.status === "succeeded") {
       const p = providers.find((x) => x.name === t.provider);
-      const price = T.providerPrice(p);
+      const price = T.providerAmount(p);
       const another = h("button", { type: "button", id: "generate-another" }, "Generate another like this");
       const key = T.newKey();
       another.addEventListener("click", () => busy(another, err, async () => {
@@ -427,8 +427,8 @@
       box.append(another);
       return h("div", { class: "next" }, box,
         h("p", { id: "retry-hint", class: "hint" }, "Generating another is a new job with the same prompt; " + t.provider +
-          (price ? " may charge " + price.replace(" per image", "") + " for it." : " may charge for it.") +
-          (p && p.billing_note ? " " + p.billing_note : "")), err);
+          (p && p.price && p.price.billable === false ? " never charges." : price ? " may charge about " + price + " for it." : " may charge for it.") +
+          ""), err);
     }
     return h("div", { class: "next" }, box, err);
   }

@@ -21,9 +21,10 @@
     }
     const sets = page.sets || [];
     const make = h("p", {}, h("a", { href: "#/sets/new", class: "button primary", id: "new-set-link" }, "New image set"));
-    T.setView("sets", null, "Image sets", [make,
+    const shown = T.setView("sets", null, "Image sets", [make,
       sets.length ? h("ul", { id: "set-list", class: "tasks" }, sets.map(setRow))
         : h("p", { class: "hint" }, "No image sets yet. Make one with “New image set”: a product, its photos and the shots you want.")], fresh);
+    if (!shown) return;
     T.view.onTask = () => showSets(false);
     T.view.onResync = () => showSets(false);
   }
@@ -53,7 +54,7 @@
     }
     if (location.hash !== "#/sets/" + encodeURIComponent(id) && location.hash !== "#/sets/" + id) return;
     const focused = document.activeElement && document.activeElement.id;
-    T.setView("set", id, s.product, setView(s), fresh);
+    if (!T.setView("set", id, s.product, setView(s), fresh)) return;
     const ids = new Set((s.shots || []).map((x) => x.id));
     /* A change to one of its shots, or a new job that is a shot of this set (a retry). */
     T.view.onTask = async (changed) => {
@@ -95,7 +96,7 @@
       resume.addEventListener("click", () => busy(resume, err, async () => {
         for (const shot of canceled) {
           if (shot.retry.requires_cost_acknowledgement) continue;
-          await api("POST", "/v1/tasks/" + encodeURIComponent(shot.id) + "/retry", { idempotency_key: "resume-" + shot.id });
+          await api("POST", "/v1/tasks/" + encodeURIComponent(shot.id) + "/retry", T.retryBody(shot, "resume-" + shot.id, false));
         }
         await showSet(s.id, false);
       }));
@@ -223,7 +224,7 @@
     const price = h("p", { id: "set-price", class: "hint" });
     const showPrice = () => {
       const p = info.providers.find((x) => x.name === provider.value);
-      const each = p && T.money(p.estimated_cost !== undefined ? p.estimated_cost : p.price_per_image, p.currency);
+      const each = T.providerAmount(p);
       const count = shots.children.length;
       price.textContent = (p ? "How " + p.name + " bills: " + p.billing_note : "") +
         (each ? " " + count + " shot" + (count === 1 ? "" : "s") + " at about " + each + " each." : "");
@@ -286,25 +287,27 @@
       }
       const cur = r.currency;
       const rows = r.rows || [];
-      const cell = (count, amount) => (count || 0) + (money(amount, cur) ? " (" + money(amount, cur) + ")" : "");
-      out.replaceChildren(rows.length ? h("table", { class: "spend" },
+      /* A row: {key, charged: {count, amount}, possibly_charged: {count, amount}, refused}. */
+      const cell = (a) => {
+        const n = (a && a.count) || 0;
+        const m = a && a.amount ? money(a.amount, cur) : null;
+        return n + (m ? " (about " + m + ")" : "");
+      };
+      const line = (row, head) => h("tr", {}, h("th", { scope: "row" }, head),
+        h("td", {}, cell(row.charged)), h("td", {}, cell(row.possibly_charged)), h("td", {}, String(row.refused || 0)));
+      out.replaceChildren(rows.length ? h("table", { class: "spend", id: "spend-rows" },
         h("caption", {}, "Requests that reached a provider"),
         h("thead", {}, h("tr", {}, ["", "Charged", "Possibly charged", "Refused (not charged)"].map((c) => h("th", { scope: "col" }, c)))),
-        h("tbody", {}, rows.map((row) => h("tr", {}, h("th", { scope: "row" }, String(row.key || row.period || row.provider || "")),
-          h("td", {}, cell(row.charged_count, row.charged_amount)),
-          h("td", {}, cell(row.possibly_charged_count, row.possibly_charged_amount)),
-          h("td", {}, String(row.refused_count || 0))))),
-        r.totals ? h("tfoot", {}, h("tr", {}, h("th", { scope: "row" }, "Total"),
-          h("td", {}, cell(r.totals.charged_count, r.totals.charged_amount)),
-          h("td", {}, cell(r.totals.possibly_charged_count, r.totals.possibly_charged_amount)),
-          h("td", {}, String(r.totals.refused_count || 0)))) : null)
-        : h("p", { class: "hint" }, "Nothing has been charged yet."));
+        h("tbody", {}, rows.map((row) => line(row, String(row.key)))),
+        r.totals ? h("tfoot", {}, line(r.totals, "Total")) : null)
+        : h("p", { class: "hint" }, "Nothing has reached a provider in this period."));
     };
     const money = T.money;
     group.addEventListener("change", load);
-    T.setView("spend", null, "Spend", [h("p", { class: "hint" },
+    const shown = T.setView("spend", null, "Spend", [h("p", { class: "hint" },
       "What tally knows about charges: requests a provider charged, requests that may have been charged (their answer was lost), and requests it refused."),
     h("p", { class: "filter" }, h("label", { for: "spend-group" }, "Show"), group), out], fresh);
+    if (!shown) return;
     T.view.onResync = load;
     await load();
   }

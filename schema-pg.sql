@@ -1,0 +1,217 @@
+-- tally's schema on PostgreSQL: the same records as schema.sql (read that file's comments for
+-- what each column means), for several daemons ("nodes") sharing one database.
+-- Embedded in the binary with include_str! and applied by store::pg::open; the version lives
+-- in tally_schema. Times are bigint milliseconds since the Unix epoch, UTC, as on SQLite.
+-- Ids are text in the "C" collation so that they sort exactly as SQLite sorts them (UUIDv7
+-- ids sort by creation; list cursors compare ids).
+--
+-- What differs from schema.sql, and why:
+--   nodes                      one row per node name: its advisory-lock key and current run
+--   envelopes.lease_node       which node holds the lease (lease_boot: which run of it)
+--   executions.node_id         which node drives the execution (boot_id: which run)
+--   booleans are boolean, events.id is an identity column, blobs.data is bytea.
+--   notify triggers            wake-ups for other nodes (hints carrying a due time, never data)
+
+CREATE TABLE tally_schema (
+    version          integer NOT NULL,
+    installed_at     bigint NOT NULL
+);
+
+-- The nodes that ever ran on this database. A node holds the session advisory lock
+-- (class 'taly', lock_key) on its own connection while it runs: whoever holds a node's lock
+-- owns that node's leftovers.
+CREATE TABLE nodes (
+    name             text COLLATE "C" PRIMARY KEY,
+    lock_key         integer NOT NULL UNIQUE,     -- a stable 32-bit hash of name, computed by tally
+    boot_id          text,                        -- the run that holds the lock now (or last did)
+    host             text,
+    pid              integer,
+    started_at       bigint
+);
+
+CREATE TABLE sets (
+    id               text COLLATE "C" PRIMARY KEY,
+    idempotency_key  text UNIQUE,
+    request_hash     text NOT NULL,
+    product          text NOT NULL,
+    style            text,
+    provider         text NOT NULL,
+    canceled         boolean NOT NULL DEFAULT false,
+    created_at       bigint NOT NULL,
+    updated_at       bigint NOT NULL
+);
+
+CREATE TABLE tasks (
+    id               text COLLATE "C" PRIMARY KEY,
+    idempotency_key  text UNIQUE,
+    request_hash     text NOT NULL,
+    provider         text NOT NULL,
+    prompt           text NOT NULL,
+    params           text NOT NULL DEFAULT '{}',
+    status           text NOT NULL CHECK (status IN
+                       ('queued', 'waiting', 'running', 'succeeded', 'failed', 'unknown', 'canceled')),
+    reason           text,
+    failure_kind     text CHECK (failure_kind IN
+                       ('rejected', 'configuration', 'not_sent', 'rate_limited', 'undeliverable', 'expired', 'operator', 'invalid_result')),
+    attempts         bigint NOT NULL DEFAULT 0,
+    may_have_charged boolean NOT NULL DEFAULT false,
+    cancel_requested boolean NOT NULL DEFAULT false,
+    retry_of         text COLLATE "C" REFERENCES tasks(id),
+    set_id           text COLLATE "C" REFERENCES sets(id),
+    set_position     bigint,
+    created_at       bigint NOT NULL,
+    updated_at       bigint NOT NULL,
+    shot_role        text CHECK (shot_role IN ('main', 'selling_point', 'scene')),
+    group_key        text                         -- the submitter's optional `group` (a fairness key)
+);
+CREATE INDEX tasks_by_status ON tasks(status, id);
+CREATE INDEX tasks_by_set ON tasks(set_id, set_position) WHERE set_id IS NOT NULL;
+CREATE INDEX tasks_by_retry_of ON tasks(retry_of) WHERE retry_of IS NOT NULL;
+CREATE INDEX tasks_settled_by_age ON tasks(updated_at) WHERE status IN ('succeeded', 'failed', 'canceled');
+
+CREATE TABLE envelopes (
+    id               text COLLATE "C" PRIMARY KEY,
+    task_id          text COLLATE "C" NOT NULL UNIQUE REFERENCES tasks(id),
+    provider         text NOT NULL,
+    status           text NOT NULL CHECK (status IN ('pending', 'sent', 'consumed', 'dead')),
+    due_at           bigint,
+    send_count       bigint NOT NULL DEFAULT 0,
+    sent_at          bigint,
+    last_error       text,
+    lease_token      text,
+    lease_expires_at bigint,
+    lease_node       text,                        -- node that took the lease
+    lease_boot       text,                        -- run of that node
+    -- The dispatch order, as on SQLite (schema.sql, store::ops::dispatch): lane, fairness key,
+    -- and the place while ready (NULL while waiting).
+    lane             text NOT NULL DEFAULT 'fresh' CHECK (lane IN ('fresh', 'recovery')),
+    fair_key         text COLLATE "C" NOT NULL DEFAULT '',
+    pass             bigint,
+    CHECK (status <> 'sent' OR lease_expires_at IS NOT NULL),
+    CHECK (lease_token IS NULL OR status = 'sent'),
+    CHECK (pass IS NULL OR status = 'pending')
+) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.01);
+CREATE INDEX envelopes_waiting ON envelopes(due_at) WHERE status = 'pending' AND pass IS NULL AND due_at IS NOT NULL;
+CREATE INDEX envelopes_ready ON envelopes(provider, lane, pass, id) WHERE status = 'pending' AND pass IS NOT NULL;
+CREATE INDEX envelopes_ready_key ON envelopes(provider, lane, fair_key, pass) WHERE status = 'pending' AND pass IS NOT NULL;
+CREATE INDEX envelopes_in_flight ON envelopes(provider, lane) WHERE status = 'sent';
+CREATE INDEX envelopes_sent ON envelopes(lease_expires_at) WHERE status = 'sent';
+
+-- The providers as every node's dispatcher sees them (as on SQLite). A dispatch locks their
+-- rows first, so nodes dispatching at once count the same slots in use.
+CREATE TABLE providers (
+    name             text COLLATE "C" PRIMARY KEY,
+    max_concurrency  bigint NOT NULL CHECK (max_concurrency >= 1),
+    reserve          bigint NOT NULL DEFAULT 1 CHECK (reserve >= 0),
+    fresh_weight     bigint NOT NULL DEFAULT 4 CHECK (fresh_weight >= 1),
+    recovery_weight  bigint NOT NULL DEFAULT 1 CHECK (recovery_weight >= 1),
+    fifo             boolean NOT NULL DEFAULT false,
+    configured       boolean NOT NULL DEFAULT true,
+    paused_until     bigint,
+    recovery_limit   bigint,
+    fresh_pass       bigint NOT NULL DEFAULT 0,
+    recovery_pass    bigint NOT NULL DEFAULT 0
+);
+
+CREATE TABLE executions (
+    token            text COLLATE "C" PRIMARY KEY,
+    task_id          text COLLATE "C" NOT NULL REFERENCES tasks(id),
+    attempt          bigint NOT NULL,
+    status           text NOT NULL CHECK (status IN ('running', 'succeeded', 'failed', 'unknown', 'abandoned')),
+    phase            text NOT NULL CHECK (phase IN ('claimed', 'calling', 'accepted')),
+    idempotency_key  text NOT NULL,
+    provider_job_id  text,
+    provider_handle  text,                        -- the adapter's JSON for polling that job, if any
+    node_id          text NOT NULL,
+    boot_id          text NOT NULL,
+    heartbeat_at     bigint NOT NULL,
+    started_at       bigint NOT NULL,
+    calling_at       bigint,
+    finished_at      bigint,
+    error            text,
+    CHECK (phase <> 'accepted' OR provider_job_id IS NOT NULL)
+) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.01);
+CREATE INDEX executions_by_task ON executions(task_id);
+CREATE INDEX executions_running ON executions(task_id) WHERE status = 'running';
+
+CREATE TABLE artifacts (
+    id               text COLLATE "C" PRIMARY KEY,
+    task_id          text COLLATE "C" NOT NULL REFERENCES tasks(id),
+    execution_token  text COLLATE "C" NOT NULL UNIQUE REFERENCES executions(token),
+    sha256           text NOT NULL,
+    bytes            bigint NOT NULL CHECK (bytes > 0),
+    media_type       text NOT NULL CHECK (media_type IN ('image/png', 'image/jpeg', 'image/webp')),
+    created_at       bigint NOT NULL
+);
+CREATE INDEX artifacts_by_task ON artifacts(task_id);
+
+CREATE TABLE events (
+    id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    task_id          text COLLATE "C" NOT NULL REFERENCES tasks(id),
+    at               bigint NOT NULL,
+    actor            text NOT NULL CHECK (actor IN ('api', 'dispatcher', 'worker', 'reconciler', 'operator')),
+    kind             text NOT NULL,
+    message          text NOT NULL,
+    execution_token  text
+);
+CREATE INDEX events_by_task ON events(task_id, id);
+
+CREATE TABLE uploads (
+    id               text COLLATE "C" PRIMARY KEY,
+    sha256           text NOT NULL UNIQUE,
+    bytes            bigint NOT NULL CHECK (bytes > 0),
+    media_type       text NOT NULL CHECK (media_type IN ('image/png', 'image/jpeg', 'image/webp')),
+    created_at       bigint NOT NULL
+);
+
+CREATE TABLE set_references (
+    set_id           text COLLATE "C" NOT NULL REFERENCES sets(id),
+    position         bigint NOT NULL,
+    upload_id        text COLLATE "C" NOT NULL REFERENCES uploads(id),
+    PRIMARY KEY (set_id, position)
+);
+
+-- The bytes of every image (generated ones keyed by their artifact's id, uploads by their
+-- upload's id), written only in the transaction that commits the row they belong to, so
+-- any node serves any image. A table of its own: task rows never carry image pages.
+CREATE TABLE blobs (
+    id               text COLLATE "C" PRIMARY KEY,
+    sha256           text NOT NULL,
+    bytes            bigint NOT NULL CHECK (bytes > 0),
+    media_type       text NOT NULL CHECK (media_type IN ('image/png', 'image/jpeg', 'image/webp')),
+    data             bytea NOT NULL CHECK (length(data) = bytes)
+);
+
+-- Wake-ups for the other nodes. A NOTIFY is delivered at commit (dropped on rollback;
+-- identical ones in one transaction are sent once) and is only ever a hint: a listener
+-- re-reads the table. Channel tally_due carries the due time of an envelope that became
+-- pending (or 0: a provider slot freed, look now); tally_lease the deadline of an envelope
+-- that was handed out, so every node's reconciler knows the earliest deadline in the cluster.
+CREATE FUNCTION tally_envelope_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.status = 'pending' AND NEW.due_at IS NOT NULL
+       AND (TG_OP = 'INSERT' OR OLD.status IS DISTINCT FROM 'pending' OR OLD.due_at IS DISTINCT FROM NEW.due_at) THEN
+        PERFORM pg_notify('tally_due', NEW.due_at::text);
+    END IF;
+    IF TG_OP = 'UPDATE' AND OLD.status = 'sent' AND NEW.status <> 'sent' THEN
+        PERFORM pg_notify('tally_due', '0');
+    END IF;
+    IF NEW.status = 'sent' AND (TG_OP = 'INSERT' OR OLD.status IS DISTINCT FROM 'sent') THEN
+        PERFORM pg_notify('tally_lease', NEW.lease_expires_at::text);
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER envelopes_notify AFTER INSERT OR UPDATE ON envelopes
+    FOR EACH ROW EXECUTE FUNCTION tally_envelope_notify();
+
+-- tally_task carries "<task id>:<status>" whenever a task's status changes, so a node's live
+-- views (the web page's event stream) see changes made by any node.
+CREATE FUNCTION tally_task_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' OR OLD.status IS DISTINCT FROM NEW.status THEN
+        PERFORM pg_notify('tally_task', NEW.id || ':' || NEW.status);
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER tasks_notify AFTER INSERT OR UPDATE OF status ON tasks
+    FOR EACH ROW EXECUTE FUNCTION tally_task_notify();

@@ -1,0 +1,583 @@
+//! The PostgreSQL backend: the same store operations as the SQLite backend, for several tally
+//! daemons ("nodes") sharing one database.
+//!
+//! Shape: a few dedicated OS threads each own one synchronous `postgres::Client` and take
+//! operations from one queue. An operation is a synchronous closure over one transaction
+//! ([`Tx`]), so, exactly as on SQLite, **no transaction spans a network call**: a closure cannot
+//! await a provider. Callers get the result through a oneshot once `COMMIT` returned. The
+//! node's own connection (`node.rs`) holds the node's advisory lock and listens for wake-ups.
+//!
+//! Rules every operation here keeps (they replace SQLite's single writer):
+//! - **L — lock first, then look.** Under READ COMMITTED, an operation on a task first locks
+//!   the task's envelope row (`SELECT … FOR UPDATE`; a set operation locks the set row first):
+//!   one writer per task. Each later statement takes a fresh snapshot, so after the lock it
+//!   sees every commit that preceded it. Lock order: set → envelope → execution.
+//! - **E — evidence under the lock.** A decision made in an earlier transaction (the
+//!   reconciler's leftovers) is re-verified after L; if anything changed it is skipped.
+//! - **G — guarded writes.** Every UPDATE still carries its own predicate and its row count
+//!   is checked.
+//! - **C — commit class.** [`Commit::Ordered`] operations commit with
+//!   `synchronous_commit = off` (the server's WAL is one ordered stream, so the next durable
+//!   commit's flush covers them); durable ones with the server's setting (`on` unless the
+//!   server is configured otherwise).
+//! - **A — ambiguous commit.** A connection lost during `COMMIT` is reported as
+//!   [`StoreError::Commit`]: the caller must act as if it may or may not have committed.
+//! - **T — time.** With `db_clock`, every operation reads the database's clock at its start
+//!   and uses it instead of the caller's `now`, so leases of all nodes expire on one clock.
+//! - Deadlocks and serialization failures are retried (the closure is `FnMut`: operations
+//!   are pure database functions, so running one again is safe).
+
+mod node;
+mod ops;
+mod read;
+mod sets;
+
+pub use node::NodeState;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread;
+use std::time::Duration;
+
+use postgres::error::SqlState;
+use postgres::types::ToSql;
+use postgres::{Client, IsolationLevel, NoTls, Row, Statement};
+use tokio::sync::oneshot;
+
+use super::{Commit, StoreError};
+use crate::config::Durability;
+use crate::domain::Millis;
+
+/// The full current PostgreSQL schema.
+const SCHEMA: &str = include_str!("../../../schema-pg.sql");
+
+/// The PostgreSQL schema version this build writes (independent of SQLite's
+/// `SCHEMA_VERSION`). Older databases are migrated by [`MIGRATIONS`]; newer ones refused.
+pub const PG_SCHEMA_VERSION: i32 = 2;
+
+/// Migrations from version `n` to `n + 1`, indexed by `n - 1`.
+const MIGRATIONS: &[&str] = &[
+    // 1 → 2: dispatch by lanes and fairness keys for free provider slots (as SQLite's 4 → 5).
+    "ALTER TABLE tasks ADD COLUMN group_key text;
+     ALTER TABLE envelopes ADD COLUMN lane text NOT NULL DEFAULT 'fresh' CHECK (lane IN ('fresh', 'recovery'));
+     ALTER TABLE envelopes ADD COLUMN fair_key text COLLATE \"C\" NOT NULL DEFAULT '';
+     ALTER TABLE envelopes ADD COLUMN pass bigint CHECK (pass IS NULL OR status = 'pending');
+     UPDATE envelopes SET lane = 'recovery' WHERE task_id IN (SELECT id FROM tasks WHERE status = 'waiting' OR attempts > 0);
+     UPDATE envelopes e SET fair_key = 'set:' || t.set_id FROM tasks t WHERE t.id = e.task_id AND t.set_id IS NOT NULL;
+     DROP INDEX envelopes_due;
+     DROP INDEX envelopes_sent_by_provider;
+     CREATE INDEX envelopes_waiting ON envelopes(due_at) WHERE status = 'pending' AND pass IS NULL AND due_at IS NOT NULL;
+     CREATE INDEX envelopes_ready ON envelopes(provider, lane, pass, id) WHERE status = 'pending' AND pass IS NOT NULL;
+     CREATE INDEX envelopes_ready_key ON envelopes(provider, lane, fair_key, pass) WHERE status = 'pending' AND pass IS NOT NULL;
+     CREATE INDEX envelopes_in_flight ON envelopes(provider, lane) WHERE status = 'sent';
+     CREATE TABLE providers (
+        name text COLLATE \"C\" PRIMARY KEY, max_concurrency bigint NOT NULL CHECK (max_concurrency >= 1),
+        reserve bigint NOT NULL DEFAULT 1 CHECK (reserve >= 0),
+        fresh_weight bigint NOT NULL DEFAULT 4 CHECK (fresh_weight >= 1),
+        recovery_weight bigint NOT NULL DEFAULT 1 CHECK (recovery_weight >= 1),
+        fifo boolean NOT NULL DEFAULT false, configured boolean NOT NULL DEFAULT true,
+        paused_until bigint, recovery_limit bigint,
+        fresh_pass bigint NOT NULL DEFAULT 0, recovery_pass bigint NOT NULL DEFAULT 0);",
+];
+
+/// The advisory-lock class of tally's locks ("taly"): the first key of the two-key form, so
+/// tally's keys never clash with another application's single-key locks.
+pub(super) const LOCK_CLASS: i32 = 0x7461_6c79;
+
+/// How to open a PostgreSQL store.
+#[derive(Clone)]
+pub struct PgOptions {
+    /// The connection URL (credentials included; never logged).
+    pub url: String,
+    /// This node's stable name (`[node] name`).
+    pub node: String,
+    /// Operation connections (threads).
+    pub connections: usize,
+    pub durability: Durability,
+    /// A schema to create and use instead of the URL's default (the tests give every store
+    /// its own). It also salts the node-lock key, so nodes of different schemas never meet.
+    pub schema: Option<String>,
+    /// Use the database's clock for every operation's `now` (production); off, operations
+    /// use the `now` their caller passes (tests with a manual clock).
+    pub db_clock: bool,
+    /// LISTEN for other nodes' wake-ups on the node connection.
+    pub listen: bool,
+}
+
+impl std::fmt::Debug for PgOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgOptions")
+            .field("url", &crate::config::redact_url(&self.url))
+            .field("node", &self.node)
+            .field("schema", &self.schema)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What other nodes told this one (through LISTEN), for the engine to act on. Every signal
+/// is a hint: the receiver re-reads the database.
+#[derive(Default)]
+pub struct Signals {
+    /// An envelope became due (or a provider slot freed): the dispatcher should look.
+    pub due: tokio::sync::Notify,
+    /// An envelope was handed out somewhere: the reconciler should re-read its next deadline.
+    pub lease: tokio::sync::Notify,
+    /// Task status changes made by any node: `(task id, status)`.
+    pub tasks: Mutex<Option<tokio::sync::broadcast::Sender<(String, String)>>>,
+}
+
+/// A handle to a PostgreSQL-backed store. Cheap to clone.
+#[derive(Clone)]
+pub struct PgStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    opts: PgOptions,
+    config: postgres::Config,
+    lock_key: i32,
+    sender: Mutex<Option<mpsc::Sender<Job>>>,
+    threads: Mutex<Vec<thread::JoinHandle<()>>>,
+    shared: Arc<Shared>,
+    node: Mutex<Option<node::Node>>,
+    signals: Arc<Signals>,
+}
+
+/// Counters and settings every operation thread reads.
+struct Shared {
+    statements: AtomicU64,
+    commits: AtomicU64,
+    durability: Durability,
+    db_clock: bool,
+    closed: AtomicBool,
+}
+
+/// What kind of transaction an operation needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Write(Commit),
+    /// A read-only REPEATABLE READ transaction: one snapshot for every statement in it.
+    Read,
+}
+
+/// An operation queued for the operation threads.
+type Job = Box<dyn FnOnce(&mut Conn) + Send>;
+
+impl PgStore {
+    /// Connect, create or migrate the schema, take this node's advisory lock (refusing to
+    /// start when another live process holds it) and start the operation threads.
+    ///
+    /// Must not be called from a thread that runs a tokio runtime's tasks only if blocking
+    /// is forbidden there: all PostgreSQL work happens on threads this store owns.
+    pub fn open(opts: PgOptions) -> Result<PgStore, StoreError> {
+        let mut config: postgres::Config =
+            opts.url.parse().map_err(|e| StoreError::Fatal(format!("bad PostgreSQL URL: {e}")))?;
+        config
+            .application_name(&format!("tally {}", opts.node))
+            .connect_timeout(Duration::from_secs(10))
+            .keepalives(true)
+            .keepalives_idle(Duration::from_secs(10))
+            .keepalives_interval(Duration::from_secs(5))
+            .keepalives_retries(3);
+        if let Some(schema) = &opts.schema {
+            if !schema.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return Err(StoreError::Invalid(format!("bad schema name {schema}")));
+            }
+            config.options(&format!("-c search_path={schema}"));
+        }
+        let lock_key = node::lock_key(opts.schema.as_deref().unwrap_or(""), &opts.node);
+        let shared = Arc::new(Shared {
+            statements: AtomicU64::new(0),
+            commits: AtomicU64::new(0),
+            durability: opts.durability,
+            db_clock: opts.db_clock,
+            closed: AtomicBool::new(false),
+        });
+        // The schema is created or migrated on a thread of its own: the client must never
+        // run on a thread that drives a tokio runtime.
+        {
+            let (config, schema) = (config.clone(), opts.schema.clone());
+            thread::spawn(move || migrate(&config, schema.as_deref()))
+                .join()
+                .map_err(|_| StoreError::Fatal("the migration thread panicked".into()))??;
+        }
+        let signals = Arc::new(Signals::default());
+        let node = node::Node::start(&config, &opts, lock_key, signals.clone())?;
+        let (tx, rx) = mpsc::channel::<Job>();
+        let rx = Arc::new(Mutex::new(rx));
+        let mut threads = Vec::new();
+        for i in 0..opts.connections.max(1) {
+            let (rx, config, shared) = (rx.clone(), config.clone(), shared.clone());
+            let h = thread::Builder::new()
+                .name(format!("tally-pg-{i}"))
+                .spawn(move || op_loop(rx, config, shared))
+                .map_err(|e| StoreError::Fatal(format!("cannot start a PostgreSQL thread: {e}")))?;
+            threads.push(h);
+        }
+        Ok(PgStore {
+            inner: Arc::new(Inner {
+                opts,
+                config,
+                lock_key,
+                sender: Mutex::new(Some(tx)),
+                threads: Mutex::new(threads),
+                shared,
+                node: Mutex::new(Some(node)),
+                signals,
+            }),
+        })
+    }
+
+    /// This node's name.
+    pub fn node(&self) -> &str {
+        &self.inner.opts.node
+    }
+
+    /// SQL statements sent so far by this store's operation connections (idle checks).
+    pub fn statements(&self) -> u64 {
+        self.inner.shared.statements.load(Ordering::Relaxed)
+    }
+
+    /// Transactions committed so far.
+    pub fn commits(&self) -> u64 {
+        self.inner.shared.commits.load(Ordering::Relaxed)
+    }
+
+    /// Wake-ups from other nodes.
+    pub fn signals(&self) -> &Arc<Signals> {
+        &self.inner.signals
+    }
+
+    /// The state of this node's lock connection; it changes to `Lost` when the connection
+    /// drops, and the owner must then stop its workers (self-fencing).
+    pub fn node_state(&self) -> Option<tokio::sync::watch::Receiver<NodeState>> {
+        lock(&self.inner.node).as_ref().map(|n| n.state())
+    }
+
+    /// The server process id of the node connection (tests terminate it to force a fence).
+    pub fn node_backend_pid(&self) -> Option<i32> {
+        lock(&self.inner.node).as_ref().map(|n| n.backend_pid())
+    }
+
+    /// Take the node lock again after it was lost (a new lock connection). Fails while
+    /// another live process holds it.
+    pub fn relock(&self) -> Result<(), StoreError> {
+        let old = lock(&self.inner.node).take();
+        if let Some(n) = old {
+            n.stop();
+        }
+        let n =
+            node::Node::start(&self.inner.config, &self.inner.opts, self.inner.lock_key, self.inner.signals.clone())?;
+        *lock(&self.inner.node) = Some(n);
+        Ok(())
+    }
+
+    /// Run a write operation and return its result once committed (durably).
+    pub(crate) async fn write<R, F>(&self, f: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnMut(&mut Tx<'_, '_>) -> Result<R, StoreError> + Send + 'static,
+    {
+        self.run(Kind::Write(Commit::Durable), f).await
+    }
+
+    /// [`PgStore::write`] for bookkeeping that needs no flush of its own.
+    pub(crate) async fn write_ordered<R, F>(&self, f: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnMut(&mut Tx<'_, '_>) -> Result<R, StoreError> + Send + 'static,
+    {
+        self.run(Kind::Write(Commit::Ordered), f).await
+    }
+
+    /// Run a read in one snapshot.
+    pub(crate) async fn read<R, F>(&self, f: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnMut(&mut Tx<'_, '_>) -> Result<R, StoreError> + Send + 'static,
+    {
+        self.run(Kind::Read, f).await
+    }
+
+    async fn run<R, F>(&self, kind: Kind, f: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnMut(&mut Tx<'_, '_>) -> Result<R, StoreError> + Send + 'static,
+    {
+        self.send(kind, f)?.await.map_err(|_| StoreError::Closed)?
+    }
+
+    fn send<R, F>(&self, kind: Kind, mut f: F) -> Result<oneshot::Receiver<Result<R, StoreError>>, StoreError>
+    where
+        R: Send + 'static,
+        F: FnMut(&mut Tx<'_, '_>) -> Result<R, StoreError> + Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        let job: Job = Box::new(move |conn: &mut Conn| {
+            let _ = tx.send(conn.run(kind, &mut f));
+        });
+        let sender = lock(&self.inner.sender).clone().ok_or(StoreError::Closed)?;
+        sender.send(job).map_err(|_| StoreError::Closed)?;
+        Ok(rx)
+    }
+
+    /// Run a closure on an operation thread's client outside any transaction (tests and
+    /// tools: e.g. `pg_terminate_backend`).
+    pub async fn raw<R, F>(&self, f: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&mut Client) -> Result<R, StoreError> + Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        let job: Job = Box::new(move |conn: &mut Conn| {
+            let r = conn.client().and_then(f);
+            let _ = tx.send(r);
+        });
+        let sender = lock(&self.inner.sender).clone().ok_or(StoreError::Closed)?;
+        sender.send(job).map_err(|_| StoreError::Closed)?;
+        rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Stop after the operations already queued: release the node lock and close every
+    /// connection. Blocks until the threads are gone.
+    pub fn close(&self) -> Result<(), StoreError> {
+        self.inner.shared.closed.store(true, Ordering::Relaxed);
+        lock(&self.inner.sender).take();
+        for h in lock(&self.inner.threads).drain(..) {
+            let _ = h.join();
+        }
+        if let Some(n) = lock(&self.inner.node).take() {
+            n.stop();
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        lock(&self.sender).take();
+        if let Some(n) = lock(&self.node).take() {
+            n.stop();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Create the schema (and, for tests, the schema namespace) or migrate it, under a
+/// transaction-level advisory lock so that nodes starting together do it once.
+fn migrate(config: &postgres::Config, schema: Option<&str>) -> Result<(), StoreError> {
+    let mut client = config.connect(NoTls)?;
+    if let Some(s) = schema {
+        client.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {s}"))?;
+    }
+    let mut t = client.transaction()?;
+    t.execute("SELECT pg_advisory_xact_lock($1, 0)", &[&LOCK_CLASS])?;
+    let installed: bool = t.query_one("SELECT to_regclass('tally_schema') IS NOT NULL", &[])?.get(0);
+    if !installed {
+        let tables: i64 =
+            t.query_one("SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()", &[])?.get(0);
+        if tables > 0 {
+            return Err(StoreError::NotTally {
+                path: "the PostgreSQL schema".into(),
+                reason: "it holds another application's tables (no tally_schema table)".into(),
+            });
+        }
+        t.batch_execute(SCHEMA)?;
+        t.execute(
+            "INSERT INTO tally_schema (version, installed_at) VALUES ($1, (extract(epoch from clock_timestamp()) * 1000)::bigint)",
+            &[&PG_SCHEMA_VERSION],
+        )?;
+    } else {
+        let version: i32 = t.query_one("SELECT max(version) FROM tally_schema", &[])?.get(0);
+        if version > PG_SCHEMA_VERSION {
+            return Err(StoreError::TooNew {
+                path: "the PostgreSQL database".into(),
+                found: version.into(),
+                supported: PG_SCHEMA_VERSION.into(),
+            });
+        }
+        for v in version..PG_SCHEMA_VERSION {
+            let step = MIGRATIONS.get((v - 1) as usize).ok_or_else(|| StoreError::NotTally {
+                path: "the PostgreSQL database".into(),
+                reason: format!("no migration from schema version {v}"),
+            })?;
+            t.batch_execute(step)?;
+            t.execute(
+                "INSERT INTO tally_schema (version, installed_at) VALUES ($1, (extract(epoch from clock_timestamp()) * 1000)::bigint)",
+                &[&(v + 1)],
+            )?;
+        }
+    }
+    t.commit()?;
+    Ok(())
+}
+
+/// An operation thread: take jobs until the store closes.
+fn op_loop(rx: Arc<Mutex<mpsc::Receiver<Job>>>, config: postgres::Config, shared: Arc<Shared>) {
+    let mut conn = Conn { config, client: None, cache: HashMap::new(), shared };
+    loop {
+        let job = match lock(&rx).recv() {
+            Ok(job) => job,
+            Err(_) => break,
+        };
+        job(&mut conn);
+    }
+}
+
+/// One operation connection with its statement cache (the `postgres` crate has none).
+pub(crate) struct Conn {
+    config: postgres::Config,
+    client: Option<Client>,
+    cache: HashMap<&'static str, Statement>,
+    shared: Arc<Shared>,
+}
+
+/// How many times a deadlock or serialization failure is retried.
+const RETRIES: usize = 8;
+
+fn retryable(e: &postgres::Error) -> bool {
+    matches!(
+        e.code(),
+        Some(&SqlState::T_R_DEADLOCK_DETECTED)
+            | Some(&SqlState::T_R_SERIALIZATION_FAILURE)
+            | Some(&SqlState::UNIQUE_VIOLATION)
+    )
+}
+
+impl Conn {
+    /// The connected client, reconnecting (with an empty statement cache) if the last
+    /// connection was lost.
+    fn client(&mut self) -> Result<&mut Client, StoreError> {
+        if self.client.as_ref().is_some_and(|c| c.is_closed()) {
+            self.client = None;
+        }
+        if self.client.is_none() {
+            self.cache.clear();
+            let mut c = self.config.connect(NoTls)?;
+            // Short transactions only: a stuck one must not pin the vacuum horizon.
+            c.batch_execute("SET idle_in_transaction_session_timeout = '60s'; SET statement_timeout = '60s'")?;
+            self.client = Some(c);
+        }
+        self.client.as_mut().ok_or(StoreError::Closed)
+    }
+
+    fn run<R>(
+        &mut self,
+        kind: Kind,
+        f: &mut dyn FnMut(&mut Tx<'_, '_>) -> Result<R, StoreError>,
+    ) -> Result<R, StoreError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            self.client()?;
+            let Conn { client, cache, shared, .. } = self;
+            let client = client.as_mut().ok_or(StoreError::Closed)?;
+            let mut t = match kind {
+                Kind::Read => client
+                    .build_transaction()
+                    .isolation_level(IsolationLevel::RepeatableRead)
+                    .read_only(true)
+                    .start()?,
+                Kind::Write(_) => client.transaction()?,
+            };
+            shared.statements.fetch_add(1, Ordering::Relaxed);
+            let relaxed = kind == Kind::Write(Commit::Ordered) || shared.durability == Durability::Normal;
+            if relaxed && kind != Kind::Read {
+                t.batch_execute("SET LOCAL synchronous_commit = off")?;
+                shared.statements.fetch_add(1, Ordering::Relaxed);
+            }
+            let mut tx = Tx { t: &mut t, cache, shared };
+            let result = f(&mut tx);
+            match result {
+                Ok(r) => {
+                    shared.statements.fetch_add(1, Ordering::Relaxed);
+                    return match t.commit() {
+                        Ok(()) => {
+                            shared.commits.fetch_add(1, Ordering::Relaxed);
+                            Ok(r)
+                        }
+                        Err(e) if retryable(&e) && attempt < RETRIES => continue,
+                        Err(e) if e.is_closed() || e.code().is_none() => Err(StoreError::Commit {
+                            message: format!(
+                                "the connection was lost during COMMIT; it may or may not have committed: {e}"
+                            ),
+                            code: None,
+                        }),
+                        Err(e) => Err(StoreError::Commit { message: e.to_string(), code: None }),
+                    };
+                }
+                Err(StoreError::Postgres(e)) if retryable(&e) && attempt < RETRIES => {
+                    drop(t);
+                    continue;
+                }
+                Err(e) => {
+                    drop(t);
+                    return Err(e);
+                }
+            }
+        }
+    }
+}
+
+/// One transaction of an operation, with cached statements and counting.
+pub(crate) struct Tx<'a, 'b> {
+    t: &'a mut postgres::Transaction<'b>,
+    cache: &'a mut HashMap<&'static str, Statement>,
+    shared: &'a Shared,
+}
+
+/// Parameters of a statement.
+pub(crate) type Params<'p> = [&'p (dyn ToSql + Sync)];
+
+impl Tx<'_, '_> {
+    fn stmt(&mut self, sql: &'static str) -> Result<Statement, StoreError> {
+        if let Some(s) = self.cache.get(sql) {
+            return Ok(s.clone());
+        }
+        let s = self.t.prepare(sql)?;
+        self.cache.insert(sql, s.clone());
+        Ok(s)
+    }
+
+    /// Execute a statement; the number of rows it changed.
+    pub(crate) fn exec(&mut self, sql: &'static str, p: &Params<'_>) -> Result<u64, StoreError> {
+        let s = self.stmt(sql)?;
+        self.shared.statements.fetch_add(1, Ordering::Relaxed);
+        Ok(self.t.execute(&s, p)?)
+    }
+
+    /// Every row of a query.
+    pub(crate) fn rows(&mut self, sql: &'static str, p: &Params<'_>) -> Result<Vec<Row>, StoreError> {
+        let s = self.stmt(sql)?;
+        self.shared.statements.fetch_add(1, Ordering::Relaxed);
+        Ok(self.t.query(&s, p)?)
+    }
+
+    /// At most one row.
+    pub(crate) fn opt(&mut self, sql: &'static str, p: &Params<'_>) -> Result<Option<Row>, StoreError> {
+        let s = self.stmt(sql)?;
+        self.shared.statements.fetch_add(1, Ordering::Relaxed);
+        Ok(self.t.query_opt(&s, p)?)
+    }
+
+    /// Exactly one row.
+    pub(crate) fn one(&mut self, sql: &'static str, p: &Params<'_>) -> Result<Row, StoreError> {
+        let s = self.stmt(sql)?;
+        self.shared.statements.fetch_add(1, Ordering::Relaxed);
+        Ok(self.t.query_one(&s, p)?)
+    }
+
+    /// The database's clock, in milliseconds since the epoch.
+    pub(crate) fn db_ms(&mut self) -> Result<Millis, StoreError> {
+        Ok(self.one("SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint", &[])?.get(0))
+    }
+
+    /// The `now` an operation uses: the database's clock with `db_clock`, else the caller's.
+    pub(crate) fn now(&mut self, given: Millis) -> Result<Millis, StoreError> {
+        if self.shared.db_clock { self.db_ms() } else { Ok(given) }
+    }
+}

@@ -1,0 +1,237 @@
+//! The node connection: one PostgreSQL session per running node that holds the node's
+//! session advisory lock and listens for other nodes' wake-ups.
+//!
+//! **Liveness.** The lock (class [`LOCK_CLASS`], key [`lock_key`] of the node name) is held for
+//! as long as this session lives, so "the lock is free" proves that no process of that node
+//! is connected: its leases can be recovered at once (what the data-directory lock proves on
+//! SQLite). The session runs no query after taking the lock and starting to listen — a
+//! session busy in a statement would keep its lock after its client died until the statement
+//! ends — it only waits for notifications.
+//!
+//! **Self-fencing.** When the session ends (the server terminated it, the network dropped,
+//! the server restarted), the state changes to [`NodeState::Lost`]: from then on another node
+//! may recover this node's work, so the owner must stop its own workers before anything else.
+//!
+//! Wake-ups (`tally_due`, `tally_lease`, `tally_task`) are hints, never data: each only makes
+//! the engine re-read the database. A lost session is also a lost listener; whoever restarts
+//! the node re-reads once.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use postgres::fallible_iterator::FallibleIterator;
+use postgres::{Client, NoTls};
+use tokio::sync::watch;
+
+use super::{LOCK_CLASS, PgOptions, Signals, StoreError};
+
+/// The state of a node's lock connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeState {
+    /// The lock is held: this process is the node.
+    Held,
+    /// The lock connection ended (why): stop the workers; another node may now recover
+    /// this node's work.
+    Lost(String),
+    /// The store closed and released the lock.
+    Released,
+}
+
+/// A stable 31-bit key for a node name (FNV-1a), salted with the schema so that nodes of
+/// different schemas in one database (the tests) never share a lock.
+pub(super) fn lock_key(schema: &str, name: &str) -> i32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in schema.bytes().chain([b'/']).chain(name.bytes()) {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    (h & 0x7fff_ffff) as i32
+}
+
+/// A running node connection.
+pub(super) struct Node {
+    stop: Arc<AtomicBool>,
+    state: watch::Receiver<NodeState>,
+    pid: Arc<AtomicI32>,
+    config: postgres::Config,
+    key: i32,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+/// How long a node start waits for its own lock when another session holds it: a peer may
+/// hold it for an instant, and the session of a process that just died may take a moment
+/// to end on the server.
+const LOCK_WAIT: Duration = Duration::from_secs(3);
+
+impl Node {
+    /// Connect, take the lock, record the node, start listening. Fails with a clear message
+    /// when another live process holds the lock.
+    pub(super) fn start(
+        config: &postgres::Config,
+        opts: &PgOptions,
+        key: i32,
+        signals: Arc<Signals>,
+    ) -> Result<Node, StoreError> {
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<i32, StoreError>>();
+        let (state_tx, state) = watch::channel(NodeState::Held);
+        let stop = Arc::new(AtomicBool::new(false));
+        let pid = Arc::new(AtomicI32::new(0));
+        let (cfg, name, listen, stop2, pid2) =
+            (config.clone(), opts.node.clone(), opts.listen, stop.clone(), pid.clone());
+        let thread = thread::Builder::new()
+            .name("tally-pg-node".into())
+            .spawn(move || {
+                let mut client = match take_lock(&cfg, &name, key, listen) {
+                    Ok((c, backend)) => {
+                        pid2.store(backend, Ordering::Relaxed);
+                        let _ = ready_tx.send(Ok(backend));
+                        c
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                let why = wait(&mut client, &stop2, &signals);
+                if stop2.load(Ordering::Relaxed) {
+                    // A clean stop: give the lock back before the session ends.
+                    let _ = client.execute("SELECT pg_advisory_unlock($1, $2)", &[&LOCK_CLASS, &key]);
+                    let _ = state_tx.send(NodeState::Released);
+                } else {
+                    tracing::error!(reason = %why, "lost the node's lock connection to PostgreSQL");
+                    let _ = state_tx.send(NodeState::Lost(why));
+                }
+            })
+            .map_err(|e| StoreError::Fatal(format!("cannot start the node thread: {e}")))?;
+        match ready_rx.recv() {
+            Ok(Ok(_)) => Ok(Node { stop, state, pid, config: config.clone(), key, thread: Some(thread) }),
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                Err(e)
+            }
+            Err(_) => {
+                let _ = thread.join();
+                Err(StoreError::Fatal("the node thread ended before taking the lock".into()))
+            }
+        }
+    }
+
+    pub(super) fn state(&self) -> watch::Receiver<NodeState> {
+        self.state.clone()
+    }
+
+    pub(super) fn backend_pid(&self) -> i32 {
+        self.pid.load(Ordering::Relaxed)
+    }
+
+    /// Release the lock and end the session: wake the waiting thread with a notification on
+    /// its private channel (from a short-lived connection), then join it.
+    pub(super) fn stop(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let (config, key) = (self.config.clone(), self.key);
+        let woke = thread::spawn(move || -> Result<(), StoreError> {
+            let mut c = config.connect(NoTls)?;
+            c.batch_execute(&format!("NOTIFY tally_ctl_{key}"))?;
+            Ok(())
+        })
+        .join();
+        // If the database is unreachable the thread ends with its session instead.
+        if let Some(t) = self.thread.take()
+            && (matches!(woke, Ok(Ok(()))) || t.is_finished())
+        {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Connect and take the lock (waiting up to [`LOCK_WAIT`] while someone else holds it), record
+/// the node's row, and LISTEN. Returns the client and its backend pid.
+fn take_lock(config: &postgres::Config, name: &str, key: i32, listen: bool) -> Result<(Client, i32), StoreError> {
+    let mut client = config.connect(NoTls)?;
+    let start = std::time::Instant::now();
+    loop {
+        let got: bool = client.query_one("SELECT pg_try_advisory_lock($1, $2)", &[&LOCK_CLASS, &key])?.get(0);
+        if got {
+            break;
+        }
+        if start.elapsed() >= LOCK_WAIT {
+            let holder: Option<i32> = client
+                .query_opt(
+                    "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = $1::bigint::oid
+                       AND objid = $2::bigint::oid AND objsubid = 2 AND granted LIMIT 1",
+                    &[&i64::from(LOCK_CLASS), &i64::from(key)],
+                )?
+                .map(|r| r.get(0));
+            let who = holder.map(|p| format!(" (its database session is server process {p})")).unwrap_or_default();
+            return Err(StoreError::Invalid(format!(
+                "another tally serve with node name `{name}` is already connected to this database{who}; \
+                 stop it first, or give this machine its own [node] name"
+            )));
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    let host = crate::config::default_node_name();
+    let pid = std::process::id() as i32;
+    let row = client.query_opt(
+        "INSERT INTO nodes (name, lock_key, host, pid, started_at)
+         VALUES ($1, $2, $3, $4, (extract(epoch from clock_timestamp()) * 1000)::bigint)
+         ON CONFLICT (name) DO UPDATE SET host = excluded.host, pid = excluded.pid, started_at = excluded.started_at
+         WHERE nodes.lock_key = excluded.lock_key
+         RETURNING name",
+        &[&name, &key, &host, &pid],
+    );
+    match row {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            return Err(StoreError::Fatal(format!(
+                "the nodes row of `{name}` has another lock key; it was written by an incompatible tally"
+            )));
+        }
+        Err(e) if e.code() == Some(&postgres::error::SqlState::UNIQUE_VIOLATION) => {
+            return Err(StoreError::Invalid(format!(
+                "node name `{name}` hashes to the same lock key as another node's name; choose another [node] name"
+            )));
+        }
+        Err(e) => return Err(e.into()),
+    }
+    let mut listen_sql = format!("LISTEN tally_ctl_{key};");
+    if listen {
+        listen_sql.push_str(" LISTEN tally_due; LISTEN tally_lease; LISTEN tally_task;");
+    }
+    client.batch_execute(&listen_sql)?;
+    let backend: i32 = client.query_one("SELECT pg_backend_pid()", &[])?.get(0);
+    Ok((client, backend))
+}
+
+/// Wait for notifications until the session ends or a stop is asked for; returns why the
+/// wait ended.
+fn wait(client: &mut Client, stop: &AtomicBool, signals: &Signals) -> String {
+    let mut notes = client.notifications();
+    let mut it = notes.blocking_iter();
+    loop {
+        match it.next() {
+            Ok(Some(n)) => {
+                if stop.load(Ordering::Relaxed) {
+                    return "stopped".into();
+                }
+                match n.channel() {
+                    "tally_due" => signals.due.notify_one(),
+                    "tally_lease" => signals.lease.notify_one(),
+                    "tally_task" => {
+                        if let Some((task, status)) = n.payload().rsplit_once(':')
+                            && let Some(tx) = super::lock(&signals.tasks).as_ref()
+                        {
+                            let _ = tx.send((task.to_string(), status.to_string()));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            Ok(None) => return "the server closed the connection".into(),
+            Err(e) => return format!("the connection failed: {e}"),
+        }
+    }
+}

@@ -1,0 +1,247 @@
+//! Read queries on PostgreSQL: task views, timelines, artifacts, counts and the
+//! reconciler's next deadline, each in one read-only snapshot. Same answers as `store::read`.
+
+use postgres::Row;
+
+use super::{PgStore, Tx};
+use crate::domain::{Millis, TaskStatus};
+use crate::store::{ArtifactView, BlobMeta, CHUNK, EventView, StoreError, TaskView};
+
+fn task_row(r: &Row) -> TaskView {
+    let status: String = r.get(1);
+    let params: String = r.get(9);
+    TaskView {
+        id: r.get(0),
+        status: TaskStatus::parse(&status).unwrap_or(TaskStatus::Failed),
+        reason: r.get(2),
+        failure_kind: r.get(3),
+        attempts: r.get(4),
+        may_have_charged: r.get(5),
+        cancel_requested: r.get(6),
+        provider: r.get(7),
+        prompt: r.get(8),
+        params: serde_json::from_str(&params).unwrap_or(serde_json::Value::Null),
+        idempotency_key: r.get(10),
+        retry_of: r.get(11),
+        set_id: r.get(12),
+        set_position: r.get(13),
+        created_at: r.get(14),
+        updated_at: r.get(15),
+        shot_role: r.get(16),
+        artifacts: Vec::new(),
+    }
+}
+
+fn artifact_row(r: &Row) -> ArtifactView {
+    ArtifactView {
+        id: r.get(0),
+        task_id: r.get(1),
+        sha256: r.get(2),
+        bytes: r.get(3),
+        media_type: r.get(4),
+        created_at: r.get(5),
+    }
+}
+
+fn with_artifacts(tx: &mut Tx<'_, '_>, mut t: TaskView) -> Result<TaskView, StoreError> {
+    t.artifacts = tx
+        .rows(
+            "SELECT id, task_id, sha256, bytes, media_type, created_at FROM artifacts WHERE task_id = $1 ORDER BY created_at",
+            &[&t.id],
+        )?
+        .iter()
+        .map(artifact_row)
+        .collect();
+    Ok(t)
+}
+
+/// One task with its artifacts.
+pub(super) fn get_task(tx: &mut Tx<'_, '_>, id: &str) -> Result<Option<TaskView>, StoreError> {
+    let t = tx
+        .opt(
+            "SELECT id, status, reason, failure_kind, attempts, may_have_charged, cancel_requested, provider,
+                    prompt, params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role
+             FROM tasks WHERE id = $1",
+            &[&id],
+        )?
+        .map(|r| task_row(&r));
+    t.map(|t| with_artifacts(tx, t).and_then(|t| with_wait(tx, t))).transpose()
+}
+
+/// A queued or waiting task's reason says why it waits (as `store::read::with_wait`).
+fn with_wait(tx: &mut Tx<'_, '_>, mut t: TaskView) -> Result<TaskView, StoreError> {
+    if !matches!(t.status, TaskStatus::Queued | TaskStatus::Waiting) {
+        return Ok(t);
+    }
+    static SQL: std::sync::LazyLock<String> =
+        std::sync::LazyLock::new(|| crate::store::read::WAIT_FACTS.replace("?1", "$1"));
+    if let Some(r) = tx.opt(SQL.as_str(), &[&t.id])? {
+        let f = crate::store::read::WaitFacts {
+            pass: r.get(0),
+            due: r.get(1),
+            lane: r.get(2),
+            key: r.get(3),
+            paused: r.get(4),
+            max: r.get(5),
+            reserve: r.get(6),
+            busy: r.get(7),
+            busy_recovery: r.get(8),
+            ahead_key: r.get(9),
+            ahead: r.get(10),
+            earlier_shots: r.get(11),
+        };
+        if let Some(why) = crate::store::read::wait_words(&t.provider, &f) {
+            t.reason = Some(why);
+        }
+    }
+    Ok(t)
+}
+
+/// Tasks newest first, optionally of one status, after the cursor `before` (a task id).
+fn list_tasks(
+    tx: &mut Tx<'_, '_>,
+    status: Option<TaskStatus>,
+    before: Option<&str>,
+    limit: usize,
+) -> Result<Vec<TaskView>, StoreError> {
+    let before = before.unwrap_or("\u{10ffff}");
+    let rows = match status {
+        Some(s) => tx.rows(
+            "SELECT id, status, reason, failure_kind, attempts, may_have_charged, cancel_requested, provider,
+                    prompt, params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role
+             FROM tasks WHERE status = $1 AND id < $2 ORDER BY id DESC LIMIT $3",
+            &[&s.as_str(), &before, &(limit as i64)],
+        )?,
+        None => tx.rows(
+            "SELECT id, status, reason, failure_kind, attempts, may_have_charged, cancel_requested, provider,
+                    prompt, params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role
+             FROM tasks WHERE id < $1 ORDER BY id DESC LIMIT $2",
+            &[&before, &(limit as i64)],
+        )?,
+    };
+    rows.iter().map(|r| with_artifacts(tx, task_row(r)).and_then(|t| with_wait(tx, t))).collect()
+}
+
+/// A task's timeline, oldest first.
+fn events(tx: &mut Tx<'_, '_>, task: &str) -> Result<Vec<EventView>, StoreError> {
+    Ok(tx
+        .rows(
+            "SELECT id, at, actor, kind, message, execution_token FROM events WHERE task_id = $1 ORDER BY id",
+            &[&task],
+        )?
+        .iter()
+        .map(|r| EventView {
+            id: r.get(0),
+            at: r.get(1),
+            actor: r.get(2),
+            kind: r.get(3),
+            message: r.get(4),
+            execution_token: r.get(5),
+        })
+        .collect())
+}
+
+fn artifact(tx: &mut Tx<'_, '_>, id: &str) -> Result<Option<ArtifactView>, StoreError> {
+    Ok(tx
+        .opt("SELECT id, task_id, sha256, bytes, media_type, created_at FROM artifacts WHERE id = $1", &[&id])?
+        .map(|r| artifact_row(&r)))
+}
+
+fn next_sent_deadline(tx: &mut Tx<'_, '_>) -> Result<Option<Millis>, StoreError> {
+    Ok(tx.one("SELECT min(lease_expires_at) FROM envelopes WHERE status = 'sent'", &[])?.get(0))
+}
+
+fn status_counts(tx: &mut Tx<'_, '_>) -> Result<Vec<(TaskStatus, i64)>, StoreError> {
+    let mut out = Vec::new();
+    for r in tx.rows("SELECT status, count(*) FROM tasks GROUP BY status", &[])? {
+        if let Some(s) = TaskStatus::parse(r.get(0)) {
+            out.push((s, r.get(1)));
+        }
+    }
+    Ok(out)
+}
+
+impl PgStore {
+    /// One task with its artifacts.
+    pub async fn get_task(&self, id: String) -> Result<Option<TaskView>, StoreError> {
+        self.read(move |tx| get_task(tx, &id)).await
+    }
+
+    /// Tasks newest first.
+    pub async fn list_tasks(
+        &self,
+        status: Option<TaskStatus>,
+        before: Option<String>,
+        limit: usize,
+    ) -> Result<Vec<TaskView>, StoreError> {
+        self.read(move |tx| list_tasks(tx, status, before.as_deref(), limit)).await
+    }
+
+    /// A task's timeline.
+    pub async fn events(&self, task: String) -> Result<Vec<EventView>, StoreError> {
+        self.read(move |tx| events(tx, &task)).await
+    }
+
+    /// One artifact.
+    pub async fn artifact(&self, id: String) -> Result<Option<ArtifactView>, StoreError> {
+        self.read(move |tx| artifact(tx, &id)).await
+    }
+
+    /// Number of tasks per status.
+    pub async fn status_counts(&self) -> Result<Vec<(TaskStatus, i64)>, StoreError> {
+        self.read(status_counts).await
+    }
+
+    /// The reconciler's next deadline (the earliest of every node's sent envelopes).
+    pub async fn next_sent_deadline(&self) -> Result<Option<Millis>, StoreError> {
+        self.read(next_sent_deadline).await
+    }
+}
+
+/// What is recorded about the image stored under `id`.
+fn blob_meta(tx: &mut Tx<'_, '_>, id: &str) -> Result<Option<BlobMeta>, StoreError> {
+    Ok(tx.opt("SELECT id, sha256, bytes, media_type FROM blobs WHERE id = $1", &[&id])?.map(|r| BlobMeta {
+        id: r.get(0),
+        sha256: r.get(1),
+        bytes: r.get(2),
+        media_type: r.get(3),
+    }))
+}
+
+impl PgStore {
+    /// What is recorded about the image stored under `id` (an artifact's or an upload's id).
+    pub async fn blob_meta(&self, id: String) -> Result<Option<BlobMeta>, StoreError> {
+        self.read(move |tx| blob_meta(tx, &id)).await
+    }
+
+    /// Up to `len` bytes of image `id` from offset `pos`, in one short read transaction
+    /// (`None`: no such image any more). Streaming readers call it chunk by chunk, so no
+    /// request holds a whole image or a long transaction.
+    pub async fn read_blob_chunk(&self, id: String, pos: usize, len: usize) -> Result<Option<Vec<u8>>, StoreError> {
+        let (from, n) = (pos as i64 + 1, len.min(CHUNK) as i64);
+        self.read(move |tx| {
+            Ok(tx
+                .opt(
+                    "SELECT substring(data FROM $2::bigint::int FOR $3::bigint::int) FROM blobs WHERE id = $1",
+                    &[&id, &from, &n],
+                )?
+                .map(|r| r.get(0)))
+        })
+        .await
+    }
+
+    /// The whole image stored under `id`, for small uses that need all of it at once
+    /// (references sent to a provider, thumbnails).
+    pub async fn read_image_bytes(&self, id: String) -> Result<Option<(BlobMeta, Vec<u8>)>, StoreError> {
+        let Some(meta) = self.blob_meta(id.clone()).await? else { return Ok(None) };
+        let mut out = Vec::with_capacity(meta.bytes.max(0) as usize);
+        while (out.len() as i64) < meta.bytes {
+            match self.read_blob_chunk(id.clone(), out.len(), CHUNK).await? {
+                Some(chunk) if !chunk.is_empty() => out.extend_from_slice(&chunk),
+                Some(_) => return Err(StoreError::Fatal(format!("image {id} is shorter than its recorded size"))),
+                None => return Err(StoreError::Invalid(format!("image {id} is no longer stored"))),
+            }
+        }
+        Ok(Some((meta, out)))
+    }
+}

@@ -1,0 +1,155 @@
+//! What only the PostgreSQL backend has: the node lock (a second process with the same node
+//! name is refused; a new run recovers its own earlier run's leases at once; a peer whose
+//! lock connection is gone is recovered at once; a node whose lock connection drops is told
+//! to fence itself), wake-ups through LISTEN/NOTIFY, and the database clock.
+
+use std::time::Duration;
+
+use tally::domain::TaskStatus;
+use tally::store::pg::{NodeState, PgOptions, PgStore};
+use tally::store::*;
+
+use super::backend::{pg_options, pg_url, schema};
+use super::single::{LEASE, T0, claimed, task};
+
+/// Two nodes on one fresh schema (`None` when skipping).
+fn two_nodes() -> Option<(String, String, PgStore, PgStore)> {
+    let url = pg_url()?;
+    let schema = schema();
+    let a = PgStore::open(pg_options(&url, &schema, "node-a")).expect("open a");
+    let b = PgStore::open(pg_options(&url, &schema, "node-b")).expect("open b");
+    Some((url, schema, a, b))
+}
+
+/// Terminate a node's lock connection from another store, as an operator (or a network
+/// failure) would.
+async fn terminate_node_connection(victim: &PgStore, by: &PgStore) {
+    let pid = victim.node_backend_pid().expect("node connection");
+    let done: bool =
+        by.raw(move |c| Ok(c.query_one("SELECT pg_terminate_backend($1)", &[&pid])?.get(0))).await.expect("terminate");
+    assert!(done, "the node connection was terminated");
+}
+
+async fn wait_state(s: &PgStore, want: fn(&NodeState) -> bool) -> NodeState {
+    let mut rx = s.node_state().expect("state");
+    let got = tokio::time::timeout(Duration::from_secs(10), rx.wait_for(want)).await;
+    got.expect("state change in time").expect("state channel").clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_process_with_the_same_node_name_is_refused() {
+    let Some(url) = pg_url() else { return };
+    let schema = schema();
+    let a = PgStore::open(pg_options(&url, &schema, "shop-1")).expect("open");
+    let err = PgStore::open(pg_options(&url, &schema, "shop-1")).err().expect("refused");
+    let msg = err.to_string();
+    assert!(msg.contains("node name `shop-1`") && msg.contains("already connected"), "{msg}");
+    // Another name on the same database is fine, and the first one's lock frees on close.
+    let b = PgStore::open(pg_options(&url, &schema, "shop-2")).expect("another node");
+    a.close().expect("close");
+    let again = PgStore::open(pg_options(&url, &schema, "shop-1")).expect("the name is free again");
+    for s in [b, again] {
+        s.close().expect("close");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_whose_lock_is_gone_is_recovered_at_once_and_is_told_to_fence_itself() {
+    let Some((_, _, a, b)) = two_nodes() else { return };
+    let id = a.submit(task("peer"), T0).await.expect("submit").task_id().to_string();
+    a.configure_providers(super::backend::provider_p()).await.expect("configure");
+    let c = claimed(&a, &id, T0, "a-run-1").await;
+    assert!(
+        b.leftovers(T0 + 1, "b-run-1").await.expect("leftovers").is_empty(),
+        "a live peer's lease is not b's to take"
+    );
+    terminate_node_connection(&a, &b).await;
+    let state = wait_state(&a, |s| matches!(s, NodeState::Lost(_))).await;
+    assert!(matches!(state, NodeState::Lost(_)), "{state:?}");
+    // The server releases the lock as the terminated session exits, a moment after the
+    // client saw the connection close: wait for that (bounded), at the caller's same `now`.
+    let start = std::time::Instant::now();
+    let rows = loop {
+        let rows = b.leftovers(T0 + 1, "b-run-1").await.expect("leftovers");
+        if !rows.is_empty() || start.elapsed() > Duration::from_secs(5) {
+            break rows;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(
+        rows.iter().map(|r| r.task_id.as_str()).collect::<Vec<_>>(),
+        [id.as_str()],
+        "recoverable at once, long before the lease runs out"
+    );
+    let applied = b.apply_recovery(vec![(rows[0].clone(), Recovery::Abandon)], T0 + 2).await.expect("apply");
+    assert_eq!(applied, [(id.clone(), TaskStatus::Waiting)]);
+    // The fenced node's worker can no longer start the paid call.
+    let late = a.record_calling(c.execution_token, c.lease_token, T0 + 3).await;
+    assert!(matches!(late, Err(StoreError::Fenced)), "{late:?}");
+    // Once it takes its lock again it is a node like any other.
+    a.relock().expect("relock");
+    assert_eq!(*a.node_state().expect("state").borrow(), NodeState::Held);
+    for s in [a, b] {
+        s.close().expect("close");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_node_recovers_its_earlier_runs_leases_at_once_but_not_a_live_peers() {
+    let Some((url, schema, a, b)) = two_nodes() else { return };
+    let mine = a.submit(task("mine"), T0).await.expect("submit").task_id().to_string();
+    a.configure_providers(super::backend::provider_p()).await.expect("configure");
+    let _ = claimed(&a, &mine, T0, "a-run-1").await;
+    let theirs = b.submit(task("theirs"), T0).await.expect("submit").task_id().to_string();
+    let _ = claimed(&b, &theirs, T0, "b-run-1").await;
+    a.close().expect("close a");
+    let a2 = PgStore::open(pg_options(&url, &schema, "node-a")).expect("restart a");
+    let rows = a2.leftovers(T0 + 1, "a-run-2").await.expect("leftovers");
+    assert_eq!(rows.iter().map(|r| r.task_id.as_str()).collect::<Vec<_>>(), [mine.as_str()]);
+    // b's lease is someone else's live work until it expires.
+    let later = a2.leftovers(T0 + LEASE, "a-run-2").await.expect("leftovers");
+    assert_eq!(later.len(), 2, "by expiry, anyone may recover it");
+    for s in [a2, b] {
+        s.close().expect("close");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submit_on_one_node_wakes_the_others_dispatcher_and_reconciler() {
+    let Some((_, _, a, b)) = two_nodes() else { return };
+    let (due, lease) = (b.signals().clone(), b.signals().clone());
+    let woke_due = tokio::spawn(async move { due.due.notified().await });
+    let woke_lease = tokio::spawn(async move { lease.lease.notified().await });
+    let (tasks_tx, mut tasks) = tokio::sync::broadcast::channel(16);
+    *b.signals().tasks.lock().expect("lock") = Some(tasks_tx);
+    let id = a.submit(task("wake"), T0).await.expect("submit").task_id().to_string();
+    tokio::time::timeout(Duration::from_secs(5), woke_due).await.expect("b's dispatcher woken").expect("task");
+    let (task_id, status) =
+        tokio::time::timeout(Duration::from_secs(5), tasks.recv()).await.expect("change").expect("recv");
+    assert_eq!((task_id.as_str(), status.as_str()), (id.as_str(), "queued"), "b's live views see a's change");
+    a.configure_providers(super::backend::provider_p()).await.expect("configure");
+    a.dispatch_due(T0, 10, LEASE, "a-run").await.expect("dispatch");
+    tokio::time::timeout(Duration::from_secs(5), woke_lease).await.expect("b's reconciler woken").expect("task");
+    for s in [a, b] {
+        s.close().expect("close");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_database_clock_leases_expire_on_the_servers_time_not_the_callers() {
+    let Some(url) = pg_url() else { return };
+    let opts = PgOptions { db_clock: true, ..pg_options(&url, &schema(), "clocked") };
+    let s = PgStore::open(opts).expect("open");
+    let wall = tally::clock::Clock::now(&tally::clock::SystemClock);
+    // The caller's clocks are wildly wrong; the server's is used for every time written.
+    let id = s.submit(task("clock"), 5).await.expect("submit").task_id().to_string();
+    let t = s.get_task(id.clone()).await.expect("get").expect("task");
+    assert!((t.created_at - wall).abs() < 60_000, "created_at {} is the server's time (wall {wall})", t.created_at);
+    s.configure_providers(super::backend::provider_p()).await.expect("configure");
+    let _ = claimed(&s, &id, 7, "run-1").await;
+    let rows = s.leftovers(i64::MAX / 2, "run-1").await.expect("leftovers");
+    assert!(rows.is_empty(), "a caller far in the future does not expire a lease the server says is live");
+    let deadline = s.next_sent_deadline().await.expect("deadline").expect("one");
+    assert!((deadline - wall - LEASE).abs() < 60_000, "the lease runs {LEASE} ms from the server's now");
+    s.close().expect("close");
+}
