@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds LazyFS (a FUSE file system that keeps writes in its own cache until fsync and drops
 # everything unsynced on `lazyfs::clear-cache`) for the power-loss test, from the vendored
-# source in ../shared/vendor/lazyfs (offline; its build.sh installs the Debian packages it
+# source in vendor/lazyfs (a copy of ../shared/vendor/lazyfs, MIT, kept in the repository so a
+# fresh clone builds it wherever it is checked out; offline; its build.sh installs the Debian packages it
 # needs: g++, cmake, fuse3, libfuse3-dev, libtoml11-dev, libspdlog-dev). About a minute the
 # first time; a no-op when the binary is already built. Prints the binary's path.
 #
@@ -17,11 +18,11 @@ if [ -x "$bin" ] && command -v fusermount3 >/dev/null; then
   exit 0
 fi
 vendor=""
-for d in ../shared/vendor/lazyfs /work/shared/vendor/lazyfs; do
+for d in vendor/lazyfs ../shared/vendor/lazyfs; do
   if [ -f "$d/build.sh" ]; then vendor="$(cd "$d" && pwd)"; break; fi
 done
 if [ -z "$vendor" ]; then
-  echo "install-lazyfs: the vendored LazyFS (../shared/vendor/lazyfs) is not there" >&2
+  echo "install-lazyfs: the vendored LazyFS (vendor/lazyfs) is not there" >&2
   exit 1
 fi
 # A partial earlier build would make build.sh's copy fail: start clean.

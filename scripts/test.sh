@@ -9,7 +9,7 @@
 # installed first (a no-op when they are already there). scripts/with-postgres.sh starts a
 # throw-away PostgreSQL server for the whole run and stops it at the end; without it the
 # PostgreSQL tests fail, never skip. The power-loss test needs LazyFS (built from
-# ../shared/vendor/lazyfs by scripts/install-lazyfs.sh; FUSE, as root). The soak and the
+# vendor/lazyfs by scripts/install-lazyfs.sh; FUSE, as root). The soak and the
 # power-loss run go last, uncaptured, so their summary lines are printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."

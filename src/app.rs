@@ -147,22 +147,37 @@ pub fn create_data_dir(dir: &Path) -> Result<(), Failure> {
         .map_err(|e| Failure::error(format!("cannot create the data directory {}: {e}", dir.display())))
 }
 
-/// Wait for SIGINT or SIGTERM.
-async fn stop_signal() -> Result<(), Failure> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term =
-        signal(SignalKind::terminate()).map_err(|e| Failure::error(format!("cannot listen for SIGTERM: {e}")))?;
-    let mut int =
-        signal(SignalKind::interrupt()).map_err(|e| Failure::error(format!("cannot listen for SIGINT: {e}")))?;
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: stopping"),
-        _ = int.recv() => tracing::info!("SIGINT: stopping"),
+/// SIGINT and SIGTERM, caught from the moment this is made: a signal that arrives while the
+/// daemon is still starting (opening and checking the database) is kept, and the daemon then
+/// stops cleanly as soon as it is up, instead of dying from the signal's default action.
+struct StopSignals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn install() -> Result<StopSignals, Failure> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let term =
+            signal(SignalKind::terminate()).map_err(|e| Failure::error(format!("cannot listen for SIGTERM: {e}")))?;
+        let int =
+            signal(SignalKind::interrupt()).map_err(|e| Failure::error(format!("cannot listen for SIGINT: {e}")))?;
+        Ok(StopSignals { term, int })
     }
-    Ok(())
+
+    /// Wait for SIGINT or SIGTERM.
+    async fn recv(mut self) -> Result<(), Failure> {
+        tokio::select! {
+            _ = self.term.recv() => tracing::info!("SIGTERM: stopping"),
+            _ = self.int.recv() => tracing::info!("SIGINT: stopping"),
+        }
+        Ok(())
+    }
 }
 
 /// `tally serve`: run the daemon until SIGINT/SIGTERM, then stop cleanly.
 pub async fn serve(cfg: Config) -> Result<(), Failure> {
+    let signals = StopSignals::install()?;
     if let crate::config::Backend::Postgres(_) = cfg.storage.backend {
         return Err(Failure::error(
             "storage.backend = \"postgres\": the PostgreSQL store exists (and passes the store conformance suite) \
@@ -255,7 +270,7 @@ pub async fn serve(cfg: Config) -> Result<(), Failure> {
             // A signal, or the engine gave up on its database (read-only, corrupt): either way
             // stop the same clean way; the second ends with exit code 1 and says why.
             let r = tokio::select! {
-                r = stop_signal() => r,
+                r = signals.recv() => r,
                 why = failed.failure() => {
                     tracing::error!(reason = %why, "stopping: the database cannot be used any more");
                     Err(Failure::error(format!("tally stopped because its database cannot be used any more: {why}")))

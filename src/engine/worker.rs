@@ -20,11 +20,11 @@ use crate::failpoint::crash;
 use crate::providers::{CallError, CallRequest, Image, JobHandle, JobState, Submitted};
 use crate::store::{Claim, Finish, NewArtifact, NewImage, Severity, StoreError};
 
-/// The first wait before storing an image again after the store failed; it doubles up to
-/// [`STORE_RETRY_MAX`] (kept short: the worker should store the image before the reconciler,
-/// also waiting for the disk, decides the lease ran out).
-const STORE_RETRY_FIRST: Duration = Duration::from_millis(250);
-const STORE_RETRY_MAX: Duration = Duration::from_secs(2);
+/// The wait before storing an image again after the store failed. Short and flat: when the
+/// disk has room again the worker should store its image before the reconciler (backing off
+/// up to 30 s) decides the lease that ran out meanwhile. If the reconciler still wins, its
+/// `unknown` is resolved by the worker's late result of the same execution.
+const STORE_RETRY: Duration = Duration::from_millis(250);
 
 /// Run a claim on its own task, holding a worker permit until done.
 pub(super) fn spawn(shared: Arc<Shared>, claim: Claim, permit: OwnedSemaphorePermit) {
@@ -538,7 +538,7 @@ impl Run<'_> {
                 }
                 Err(e) if matches!(e.severity(), Severity::Resource | Severity::Transient) => {
                     failures += 1;
-                    let wait = STORE_RETRY_FIRST.saturating_mul(1 << (failures - 1).min(4)).min(STORE_RETRY_MAX);
+                    let wait = STORE_RETRY;
                     if failures == 1 {
                         tracing::error!(error = %e, retry_in = ?wait, "storing the image failed; keeping it and trying again");
                     } else {

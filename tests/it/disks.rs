@@ -236,9 +236,17 @@ fn disk_full_logged_errors_without_backing_off_lost_images_in_hand_and_sigterm_e
     // Space again, without a restart: the images the workers kept in hand are stored (they
     // were paid for), never turned into `unknown`.
     std::fs::remove_file(&filler).expect("free the disk");
+    // (If the reconciler wins the race for a lease that ran out while the disk was full, the
+    // task is `unknown` for a moment until the worker's late result of the same execution
+    // resolves it; the end is the same.)
     for id in &ids {
-        let t = d.wait_status(id, &["succeeded", "failed", "unknown"]);
-        assert_eq!(t["status"], "succeeded", "an image in hand was not stored once the disk had room: {t}");
+        let t = d.wait_status(id, &["succeeded", "failed"]);
+        assert_eq!(
+            t["status"],
+            "succeeded",
+            "an image in hand was not stored once the disk had room: {t}\n{}",
+            d.stderr()
+        );
         let art = &t["artifacts"][0];
         let img = d.call("GET", art["url"].as_str().expect("url"), None);
         assert_eq!(crate::common::sha256_hex(&img.body), art["sha256"].as_str().expect("sha"));
@@ -258,7 +266,8 @@ fn disk_full_logged_errors_without_backing_off_lost_images_in_hand_and_sigterm_e
     // A restart with room again: the database passes its check.
     std::fs::remove_file(filler).expect("free the disk");
     d.spawn();
-    assert!(d.term().success());
+    let status = d.term();
+    assert!(status.success(), "clean stop after the restart: {status}\n{}", d.stderr());
     let check = Command::new(EXE).args(["check", "--config"]).arg(&d.config).output().expect("check");
     assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stdout));
 }

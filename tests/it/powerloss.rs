@@ -184,7 +184,19 @@ fn start(d: &mut Daemon) -> bool {
         std::net::TcpStream::connect(("127.0.0.1", port)).ok().map(|_| true)
     });
     if up != Some(true) {
-        d.child = None;
+        let how = match d.child.take() {
+            Some(mut c) => match c.try_wait() {
+                Ok(Some(s)) => format!("it exited ({s})"),
+                _ => {
+                    // Hung: take a stack-less look at where, then end it.
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    "it neither listened nor exited within 30 s".to_string()
+                }
+            },
+            None => "it was not running".into(),
+        };
+        eprintln!("powerloss: the daemon did not start: {how}; stderr:\n{}", d.stderr());
         return false;
     }
     true
@@ -212,6 +224,11 @@ fn status_of(d: &Daemon, id: &str) -> Option<String> {
         404 => Some("missing".into()),
         _ => None,
     }
+}
+
+/// Complete lines in the mock's ledger (read while it may be appending one).
+fn ledger_lines(mock: &Mock) -> usize {
+    std::fs::read(&mock.ledger).map(|b| b.iter().filter(|c| **c == b'\n').count()).unwrap_or(0)
 }
 
 fn charged_by_prompt(mock: &Mock) -> HashMap<String, usize> {
@@ -247,6 +264,13 @@ fn run(durability: &str, cuts: usize, bin: &Path) -> Report {
     let mut tasks: Vec<(String, Tracked)> = Vec::new();
     let mut report = Report::default();
     let mut n = 0;
+    // One clean stop first: its checkpoint fsyncs the database file whatever the durability,
+    // so the `normal` control shows what a cut loses of a shop that exists (not only that a
+    // never-synced database is gone, which start-up then refuses).
+    let first = submit(&d, "openai", "power warm-up", "warm-up").map(|(_, id)| id).expect("warm-up answered");
+    d.wait_status(&first, SETTLED);
+    assert!(d.term().success(), "clean stop");
+    assert!(start(&mut d), "restart after a clean stop:\n{}", d.stderr());
     'cuts: for _ in 0..cuts {
         // A burst of submits.
         for _ in 0..1 + rng.below(4) {
@@ -262,8 +286,8 @@ fn run(durability: &str, cuts: usize, bin: &Path) -> Report {
             0 => std::thread::sleep(Duration::from_millis(rng.below(600))),
             1 => {
                 // Right after a paid request reached the provider.
-                let before = mock.lines().len();
-                wait_for(Duration::from_secs(3), || (mock.lines().len() > before).then_some(()));
+                let before = ledger_lines(&mock);
+                wait_for(Duration::from_secs(3), || (ledger_lines(&mock) > before).then_some(()));
             }
             _ => {}
         }
