@@ -24,7 +24,7 @@ CREATE TABLE tasks (
     failure_kind     TEXT CHECK (failure_kind IN
                        ('rejected', 'configuration', 'not_sent', 'rate_limited', 'undeliverable', 'expired', 'operator', 'invalid_result')),
     attempts         INTEGER NOT NULL DEFAULT 0,  -- executions that reached phase 'calling'
-    may_have_charged INTEGER NOT NULL DEFAULT 0 CHECK (may_have_charged IN (0, 1)),
+    may_have_charged INTEGER NOT NULL DEFAULT 0 CHECK (may_have_charged IN (0, 1)), -- unused since v5: see executions.charge
     cancel_requested INTEGER NOT NULL DEFAULT 0 CHECK (cancel_requested IN (0, 1)),
     retry_of         TEXT REFERENCES tasks(id),
     set_id           TEXT REFERENCES sets(id),    -- the image set this task is a shot of
@@ -32,11 +32,13 @@ CREATE TABLE tasks (
     created_at       INTEGER NOT NULL,
     updated_at       INTEGER NOT NULL,
     shot_role        TEXT CHECK (shot_role IN ('main', 'selling_point', 'scene')),
+    retry_key        TEXT,                        -- a retry's idempotency key: unique per original task (retry_of)
     group_key        TEXT                         -- the submitter's optional `group` (a fairness key)
 ) STRICT;
 CREATE INDEX tasks_by_status ON tasks(status, id);
 CREATE INDEX tasks_by_set ON tasks(set_id, set_position) WHERE set_id IS NOT NULL;
 CREATE INDEX tasks_by_retry_of ON tasks(retry_of) WHERE retry_of IS NOT NULL;
+CREATE UNIQUE INDEX tasks_by_retry_key ON tasks(retry_of, retry_key) WHERE retry_key IS NOT NULL;
 -- Retention (tally prune, [retention]): settled tasks by age. Partial, so live rows never
 -- carry it.
 CREATE INDEX tasks_settled_by_age ON tasks(updated_at) WHERE status IN ('succeeded', 'failed', 'canceled');
@@ -64,6 +66,7 @@ CREATE TABLE envelopes (
     lease_token      TEXT,                        -- the consume lease; set with 'sent'
     lease_expires_at INTEGER,
     lease_boot       TEXT,                        -- process run that took the lease
+    budget_hold      INTEGER NOT NULL DEFAULT 0 CHECK (budget_hold IN (0, 1)), -- pending because a budget was reached
     lane             TEXT NOT NULL DEFAULT 'fresh' CHECK (lane IN ('fresh', 'recovery')),
     fair_key         TEXT NOT NULL DEFAULT '',    -- 'set:<id>', 'group:<name>', or '' (shared)
     pass             INTEGER,                     -- place in its lane while ready; NULL otherwise
@@ -114,10 +117,21 @@ CREATE TABLE executions (
     calling_at       INTEGER,
     finished_at      INTEGER,
     error            TEXT,
-    CHECK (phase <> 'accepted' OR provider_job_id IS NOT NULL)
+    -- What the evidence says about money for this request (domain::Charge). 'none' until
+    -- 'calling' is recorded, and always 'none' when the provider never bills (billable = 0);
+    -- 'possible' while the request is in flight; settled by the outcome.
+    charge           TEXT NOT NULL DEFAULT 'none' CHECK (charge IN ('none', 'refused', 'possible', 'charged')),
+    billable         INTEGER NOT NULL DEFAULT 1 CHECK (billable IN (0, 1)),
+    cost_micros      INTEGER,                     -- the configured price when 'calling' was recorded (millionths)
+    currency         TEXT,                        -- of cost_micros
+    model            TEXT,                        -- the model the request named, for the spend report
+    CHECK (phase <> 'accepted' OR provider_job_id IS NOT NULL),
+    CHECK (charge = 'none' OR (calling_at IS NOT NULL AND billable = 1))
 ) STRICT;
 CREATE INDEX executions_by_task ON executions(task_id);
 CREATE INDEX executions_running ON executions(task_id) WHERE status = 'running';
+-- Spend and budgets: requests that reached the provider, by when they left.
+CREATE INDEX executions_paid ON executions(calling_at) WHERE charge <> 'none';
 
 -- A produced image. A task is 'succeeded' only with one of these; its bytes are the blob with
 -- the same id, committed in the same transaction (the fenced finish, a late result, an

@@ -175,8 +175,38 @@ impl StopSignals {
     }
 }
 
-/// `tally serve`: run the daemon until SIGINT/SIGTERM, then stop cleanly.
-pub async fn serve(cfg: Config) -> Result<(), Failure> {
+/// Re-read the budget limits from `path` on every SIGHUP: a raised limit lets held tasks go
+/// at once, without a restart. Only `[budget]` and the providers' `budget_daily` /
+/// `budget_monthly` are taken; other changes need a restart (said in the log).
+async fn reload_budgets_on_sighup(engine: Arc<Engine>, path: PathBuf) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot listen for SIGHUP; budget changes need a restart");
+        return;
+    };
+    while hup.recv().await.is_some() {
+        match Config::load(&path) {
+            Ok(cfg) => {
+                let limits = crate::engine::money::limits(&cfg);
+                let n = limits.len();
+                match engine.set_limits(limits).await {
+                    Ok(held) => tracing::info!(
+                        limits = n,
+                        held_tasks_checking_again = held,
+                        "SIGHUP: budget limits re-read from {} (other settings need a restart)",
+                        path.display()
+                    ),
+                    Err(e) => tracing::error!(error = %e, "SIGHUP: could not apply the budget limits"),
+                }
+            }
+            Err(e) => tracing::error!("SIGHUP: the configuration has an error, budgets unchanged: {e}"),
+        }
+    }
+}
+
+/// `tally serve`: run the daemon until SIGINT/SIGTERM, then stop cleanly. `config_path` is
+/// the file `cfg` came from (re-read for budget limits on SIGHUP).
+pub async fn serve(cfg: Config, config_path: Option<PathBuf>) -> Result<(), Failure> {
     let signals = StopSignals::install()?;
     if let crate::config::Backend::Postgres(_) = cfg.storage.backend {
         return Err(Failure::error(
@@ -184,17 +214,18 @@ pub async fn serve(cfg: Config) -> Result<(), Failure> {
              but `tally serve` does not run on it yet; use the default SQLite backend for now",
         ));
     }
+    // Said at start-up, not discovered at the first task: a provider whose key is missing
+    // fails every task (before sending anything).
+    for w in crate::engine::money::warnings(&cfg) {
+        tracing::warn!("{w}");
+    }
     let dir = cfg.storage.data_dir.clone();
     create_data_dir(&dir)?;
     let _lock = lock_data_dir(&dir)?;
     let mut entries = Vec::new();
     for p in &cfg.providers {
         let provider = crate::providers::build(p).map_err(|e| Failure::error(format!("provider `{}`: {e}", p.name)))?;
-        entries.push(
-            ProviderEntry::new(p.name.clone(), provider, p.max_concurrency)
-                .with_kind(p.kind.as_str())
-                .with_reserve(p.reserve),
-        );
+        entries.push(ProviderEntry::new(p.name.clone(), provider, p.max_concurrency).with_config(p));
     }
     let default_provider = cfg.providers.first().map(|p| p.name.clone()).unwrap_or_else(|| "demo".into());
 
@@ -241,6 +272,7 @@ pub async fn serve(cfg: Config) -> Result<(), Failure> {
         providers: entries,
         data_dir: dir.clone(),
         metrics: Arc::new(Metrics::new()),
+        limits: crate::engine::money::limits(&cfg),
     })
     .await
     {
@@ -262,6 +294,7 @@ pub async fn serve(cfg: Config) -> Result<(), Failure> {
         let _ = out.flush();
     }
 
+    let _reload = config_path.map(|p| AbortOnDrop(tokio::spawn(reload_budgets_on_sighup(engine.clone(), p))));
     let signal_result = Arc::new(std::sync::Mutex::new(None));
     let shutdown = {
         let (signal_result, state) = (signal_result.clone(), state.clone());
@@ -308,6 +341,15 @@ pub async fn serve(cfg: Config) -> Result<(), Failure> {
             Ok(())
         }
         Err(e) => Err(Failure::error(format!("the database did not close cleanly: {e}"))),
+    }
+}
+
+/// Aborts a spawned task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -92,6 +92,20 @@ impl Client {
         Ok(Answer { status, body })
     }
 
+    /// `GET path` whose successful answer is text (CSV); an error answer becomes its
+    /// `{"error"}` message.
+    pub async fn get_text(&self, path: &str) -> Result<String, Failure> {
+        let req = self.http.get(format!("{}{path}", self.base)).bearer_auth(&self.token);
+        let resp = req.send().await.map_err(|e| self.send_error(e))?;
+        let status = resp.status();
+        let text = resp.text().await.map_err(|e| Failure::error(format!("cannot read the daemon's answer: {e}")))?;
+        if status.is_success() {
+            return Ok(text);
+        }
+        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+        Answer { status, body }.into_ok().map(|_| String::new())
+    }
+
     /// `GET path` for bytes that are not JSON (a set's zip): the answer's status, its
     /// `Content-Disposition` file name if any, and the body; `timeout` bounds the whole
     /// download. An error answer is turned into a failure with the API's message.

@@ -36,6 +36,15 @@ struct RawConfig {
     retention: RawRetention,
     #[serde(default)]
     providers: Vec<RawProvider>,
+    #[serde(default)]
+    budget: RawBudget,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBudget {
+    daily: Option<f64>,
+    monthly: Option<f64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -119,6 +128,11 @@ struct RawProvider {
     max_response_bytes: Option<i64>,
     billing_note: Option<String>,
     delay_ms: Option<i64>,
+    price_per_image: Option<f64>,
+    price_per_size: Option<std::collections::BTreeMap<String, f64>>,
+    currency: Option<String>,
+    budget_daily: Option<f64>,
+    budget_monthly: Option<f64>,
 }
 
 /// How durable each commit is (DESIGN §7).
@@ -208,6 +222,37 @@ pub struct Config {
     pub node: NodeConfig,
     pub engine: EngineConfig,
     pub providers: Vec<ProviderConfig>,
+    pub budget: BudgetConfig,
+}
+
+/// `[budget]`: spending limits for the whole daemon, in the providers' currency (amounts in
+/// millionths, see [`crate::domain::Micros`]). Per-provider limits live on each provider.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BudgetConfig {
+    pub daily: Option<crate::domain::Micros>,
+    pub monthly: Option<crate::domain::Micros>,
+    /// The one currency every price and limit is in (`None` when nothing has a price).
+    pub currency: Option<String>,
+}
+
+/// A provider's prices (millionths of `currency`): `per_size` first, then `per_image`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pricing {
+    pub per_image: Option<crate::domain::Micros>,
+    pub per_size: std::collections::BTreeMap<String, crate::domain::Micros>,
+    pub currency: String,
+}
+
+impl Pricing {
+    /// The price of one image of `size`, if one is configured.
+    pub fn price(&self, size: &str) -> Option<crate::domain::Micros> {
+        self.per_size.get(size).copied().or(self.per_image)
+    }
+
+    /// Whether any price is configured.
+    pub fn is_priced(&self) -> bool {
+        self.per_image.is_some() || !self.per_size.is_empty()
+    }
 }
 
 /// `[server]`: where the HTTP API listens and which Host headers it answers.
@@ -345,6 +390,10 @@ pub struct ProviderConfig {
     pub billing_note: Option<String>,
     /// Demo only: how long a render takes.
     pub delay: Duration,
+    pub pricing: Pricing,
+    /// This provider's own limits (millionths of its currency).
+    pub budget_daily: Option<crate::domain::Micros>,
+    pub budget_monthly: Option<crate::domain::Micros>,
 }
 
 impl ProviderConfig {
@@ -367,6 +416,9 @@ impl ProviderConfig {
             max_response_bytes: 64 << 20,
             billing_note: None,
             delay: Duration::from_millis(300),
+            pricing: Pricing { currency: DEFAULT_CURRENCY.into(), ..Pricing::default() },
+            budget_daily: None,
+            budget_monthly: None,
         }
     }
 }
@@ -377,6 +429,9 @@ pub fn default_data_dir() -> PathBuf {
         .map(|d| d.data_dir().to_path_buf())
         .unwrap_or_else(|| PathBuf::from("tally-data"))
 }
+
+/// The currency of prices and budgets when none is configured.
+pub const DEFAULT_CURRENCY: &str = "USD";
 
 /// The default listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7700";
@@ -518,6 +573,7 @@ fn resolve(raw: RawConfig, origin: &str) -> Result<Config, ConfigError> {
             return Err(bad(&format!("providers[{i}].name"), format!("`{}` is configured twice", p.name)));
         }
     }
+    let budget = resolve_budget(raw.budget, &providers, origin)?;
     let mut warnings = Vec::new();
     for (key, set) in
         [("dispatch_grace_secs", e.dispatch_grace_secs.is_some()), ("busy_delay_ms", e.busy_delay_ms.is_some())]
@@ -542,7 +598,50 @@ fn resolve(raw: RawConfig, origin: &str) -> Result<Config, ConfigError> {
         node,
         engine,
         providers,
+        budget,
     })
+}
+
+/// `[budget]` and the currency rule: tally adds spend up without converting currencies, so
+/// every priced provider must use one currency; a limit needs something priced to count.
+fn resolve_budget(raw: RawBudget, providers: &[ProviderConfig], origin: &str) -> Result<BudgetConfig, ConfigError> {
+    let bad = |key: &str, reason: String| ConfigError::Invalid { path: origin.into(), key: key.into(), reason };
+    let mut currency: Option<(usize, &str)> = None;
+    for (i, p) in providers.iter().enumerate() {
+        if !p.pricing.is_priced() {
+            continue;
+        }
+        match currency {
+            None => currency = Some((i, &p.pricing.currency)),
+            Some((j, c)) if c != p.pricing.currency => {
+                return Err(bad(
+                    &format!("providers[{i}].currency"),
+                    format!(
+                        "`{}` differs from providers[{j}].currency `{c}`; tally adds spend up in one currency and \
+                         does not convert",
+                        p.pricing.currency
+                    ),
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    let limit = |key: &str, v: Option<f64>| -> Result<Option<crate::domain::Micros>, ConfigError> {
+        match v {
+            None => Ok(None),
+            Some(x) if x.is_finite() && (0.0..1e12).contains(&x) => Ok(Some(crate::domain::to_micros(x))),
+            Some(x) => Err(bad(key, format!("{x} must be an amount of money, 0 or more"))),
+        }
+    };
+    let daily = limit("budget.daily", raw.daily)?;
+    let monthly = limit("budget.monthly", raw.monthly)?;
+    if (daily.is_some() || monthly.is_some()) && currency.is_none() {
+        return Err(bad(
+            "budget",
+            "a budget needs prices to count: set price_per_image (or price_per_size) on the paid providers".into(),
+        ));
+    }
+    Ok(BudgetConfig { daily, monthly, currency: currency.map(|(_, c)| c.to_string()) })
 }
 
 /// The `[storage]` backend keys: `backend`, and for PostgreSQL where the database is.
@@ -745,7 +844,41 @@ fn resolve_provider(p: RawProvider, i: usize, origin: &str) -> Result<ProviderCo
         Some(n) if (1024..=1 << 30).contains(&n) => n as usize,
         Some(n) => return Err(bad("max_response_bytes", format!("{n} must be between 1024 and 1073741824"))),
     };
+    let money = |k: &str, v: f64| -> Result<crate::domain::Micros, ConfigError> {
+        if v.is_finite() && (0.0..1e9).contains(&v) {
+            Ok(crate::domain::to_micros(v))
+        } else {
+            Err(bad(k, format!("{v} must be an amount of money, 0 or more")))
+        }
+    };
+    let per_image = p.price_per_image.map(|v| money("price_per_image", v)).transpose()?;
+    let mut per_size = std::collections::BTreeMap::new();
+    for (size, v) in p.price_per_size.unwrap_or_default() {
+        if crate::providers::http::parse_size(&size).is_none() {
+            return Err(bad("price_per_size", format!("`{size}` is not a size like 1024x1024")));
+        }
+        per_size.insert(size, money("price_per_size", v)?);
+    }
+    let currency = p.currency.unwrap_or_else(|| DEFAULT_CURRENCY.into());
+    if currency.len() != 3 || !currency.bytes().all(|b| b.is_ascii_uppercase()) {
+        return Err(bad("currency", format!("`{currency}` must be a three-letter code such as USD or EUR")));
+    }
+    let pricing = Pricing { per_image, per_size, currency };
+    if kind == ProviderKind::Demo && pricing.is_priced() {
+        return Err(bad("price_per_image", "the demo provider never charges, so it takes no price".into()));
+    }
+    let budget_daily = p.budget_daily.map(|v| money("budget_daily", v)).transpose()?;
+    let budget_monthly = p.budget_monthly.map(|v| money("budget_monthly", v)).transpose()?;
+    if (budget_daily.is_some() || budget_monthly.is_some()) && !pricing.is_priced() {
+        return Err(bad(
+            if budget_daily.is_some() { "budget_daily" } else { "budget_monthly" },
+            "a budget needs a price to count: set price_per_image (or price_per_size)".into(),
+        ));
+    }
     Ok(ProviderConfig {
+        pricing,
+        budget_daily,
+        budget_monthly,
         name,
         kind,
         max_concurrency,
@@ -795,6 +928,34 @@ mod tests {
         let e =
             Config::from_toml("[[providers]]\nname = \"x\"\nkind = \"dalle\"\n", "my.toml").unwrap_err().to_string();
         assert!(e.contains("providers[0].kind"), "{e}");
+    }
+
+    #[test]
+    fn prices_and_budgets_are_checked() {
+        let paid = "[[providers]]\nname = \"a\"\nkind = \"openai_images\"\nbase_url = \"http://x\"\n";
+        let c = Config::from_toml(
+            &format!(
+                "[budget]\ndaily = 5\n{paid}price_per_image = 0.04\nprice_per_size = {{ \"1536x1024\" = 0.06 }}\n"
+            ),
+            "t",
+        )
+        .unwrap();
+        let p = &c.providers[0].pricing;
+        assert_eq!((p.price("1024x1024"), p.price("1536x1024")), (Some(40_000), Some(60_000)));
+        assert_eq!((c.budget.daily, c.budget.currency.as_deref()), (Some(5_000_000), Some("USD")));
+        let e = Config::from_toml(&format!("[budget]\ndaily = 5\n{paid}"), "t").unwrap_err().to_string();
+        assert!(e.contains("budget") && e.contains("price_per_image"), "{e}");
+        let e = Config::from_toml(&format!("{paid}price_per_image = -1\n"), "t").unwrap_err().to_string();
+        assert!(e.contains("providers[0].price_per_image"), "{e}");
+        let two = format!(
+            "{paid}price_per_image = 1\n[[providers]]\nname = \"b\"\nkind = \"openai_images\"\nbase_url = \"http://y\"\nprice_per_image = 1\ncurrency = \"EUR\"\n"
+        );
+        let e = Config::from_toml(&two, "t").unwrap_err().to_string();
+        assert!(e.contains("providers[1].currency"), "{e}");
+        let e = Config::from_toml("[[providers]]\nname = \"d\"\nkind = \"demo\"\nprice_per_image = 1\n", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("never charges"), "{e}");
     }
 
     #[test]

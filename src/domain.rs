@@ -81,6 +81,86 @@ string_enum! {
 }
 
 string_enum! {
+    /// What the evidence says about money for one request (an execution), and, taken over
+    /// all of a task's requests, for the task. Ordered by weight: a task's state is the
+    /// heaviest of its requests'. Every surface derives its money wording from this, never
+    /// from a phase or a status alone.
+    Charge {
+        /// Nothing reached the provider (a local check failed, the connection was never
+        /// made, canceled before sending), or the provider never bills (`demo`).
+        None = "none",
+        /// The provider gave a definite refusal (400/401/403/404/422, or a 429/503 "not
+        /// now"): not charged by the provider's own rules.
+        Refused = "refused",
+        /// A request left and its outcome cannot be proven (lost answer, a 5xx, a crash
+        /// mid-call, or still in flight). Counts against budgets, as it may have cost money.
+        Possible = "possible",
+        /// A result was delivered (or the provider reported the job done): charged.
+        Charged = "charged",
+    }
+}
+
+// `string_enum!` does not derive `Default`; nothing is what an execution starts with.
+#[allow(clippy::derivable_impls)]
+impl Default for Charge {
+    fn default() -> Self {
+        Charge::None
+    }
+}
+
+impl Charge {
+    /// Whether a retry of a task whose requests reached this state must acknowledge that it
+    /// may be charged again (and whether the request counts as spend).
+    pub fn may_cost(self) -> bool {
+        matches!(self, Charge::Possible | Charge::Charged)
+    }
+
+    /// The weight used to combine several requests: `charged > possible > refused > none`.
+    fn weight(self) -> u8 {
+        match self {
+            Charge::None => 0,
+            Charge::Refused => 1,
+            Charge::Possible => 2,
+            Charge::Charged => 3,
+        }
+    }
+
+    /// The heavier of two states.
+    pub fn max(self, other: Charge) -> Charge {
+        if other.weight() > self.weight() { other } else { self }
+    }
+}
+
+/// An amount of money in millionths of the currency unit: budgets and spend add up in
+/// integers, so `3 × 0.04` is exactly `0.12`.
+pub type Micros = i64;
+
+/// A price from the configuration (a decimal number of currency units) in [`Micros`].
+pub fn to_micros(amount: f64) -> Micros {
+    (amount * 1_000_000.0).round() as Micros
+}
+
+/// [`Micros`] as a decimal number of currency units, for JSON.
+pub fn from_micros(m: Micros) -> f64 {
+    m as f64 / 1_000_000.0
+}
+
+/// An amount for people: `$0.04`, `€1.50`, or `0.04 CHF` for other currencies. At least two
+/// decimals; more only when the amount has them (`$0.0125`).
+pub fn money(m: Micros, currency: &str) -> String {
+    let mut digits = format!("{:.6}", from_micros(m));
+    while digits.ends_with('0') && digits.len() > digits.find('.').map_or(0, |i| i + 3) {
+        digits.pop();
+    }
+    match currency {
+        "USD" => format!("${digits}"),
+        "EUR" => format!("€{digits}"),
+        "GBP" => format!("£{digits}"),
+        other => format!("{digits} {other}"),
+    }
+}
+
+string_enum! {
     /// Why a task failed.
     FailureKind {
         Rejected = "rejected",
@@ -117,34 +197,58 @@ impl Actor {
     }
 }
 
-/// The honest wording for `unknown` (DESIGN §4), shown wherever the status is.
-pub const UNKNOWN_MESSAGE: &str = "The result cannot be confirmed: the request reached the provider, but its answer was \
-     lost. Automatic retries have stopped. Generating again is a new operation that may be charged again.";
+/// The honest wording for `unknown` (DESIGN §4) when no cause was recorded.
+pub const UNKNOWN_MESSAGE: &str = "The result cannot be confirmed: the request may have reached the provider, and \
+     nothing can prove what happened to it. Automatic retries have stopped. Generating again is a new operation that may \
+     be charged again.";
 
 /// A plain-words message for a task's status, for a shop owner. `reason` is the stored
-/// detail (why it failed, what it waits for).
-pub fn status_message(status: TaskStatus, reason: Option<&str>, cancel_requested: bool) -> String {
+/// detail (why it failed, what it waits for, why its outcome is unknown); `charge` is what
+/// the evidence says about money, so the wording never claims a charge that cannot be.
+pub fn status_message(status: TaskStatus, reason: Option<&str>, cancel_requested: bool, charge: Charge) -> String {
+    let reason = reason.filter(|r| !r.trim().is_empty());
     let detail = |base: &str| match reason {
-        Some(r) if !r.is_empty() => format!("{base} {r}"),
-        _ => base.to_string(),
+        Some(r) => format!("{base} {r}"),
+        None => base.to_string(),
     };
     match status {
         TaskStatus::Queued => match reason {
-            Some(r) if !r.is_empty() => format!("{r} Nothing has been sent to the provider yet."),
-            _ => "Queued; nothing has been sent to the provider yet.".into(),
+            Some(r) => format!("{} Nothing has been sent to the provider yet.", capitalized(r)),
+            None => "Queued; nothing has been sent to the provider yet.".into(),
         },
-        TaskStatus::Waiting => detail("Waiting to try again."),
-        TaskStatus::Running if cancel_requested => "Cancel requested, but the provider is already working on it; \
-             the result will be kept if it arrives, because it may be charged."
+        // The reason says what it waits for (a retry, a slot, the budget); it is not always a
+        // second try, so no prefix claims one.
+        TaskStatus::Waiting => match reason {
+            Some(r) => capitalized(r),
+            None => "Waiting to try again.".into(),
+        },
+        TaskStatus::Running if cancel_requested && charge.may_cost() => "Cancel requested, but the provider is \
+             already working on it; the result will be kept if it arrives, because it may be charged."
             .into(),
+        TaskStatus::Running if cancel_requested => {
+            "Cancel requested, but the provider is already working on it; the result will be kept if it arrives.".into()
+        }
         TaskStatus::Running => "Generating: the provider is working on it.".into(),
         TaskStatus::Succeeded => detail("Done: the image is ready."),
         TaskStatus::Failed => detail("Failed:"),
         TaskStatus::Unknown => match reason {
-            Some(r) if !r.is_empty() => format!("{UNKNOWN_MESSAGE} ({r})"),
-            _ => UNKNOWN_MESSAGE.into(),
+            Some(r) => format!(
+                "The result cannot be confirmed: {}. Automatic retries have stopped. Generating again is a new \
+                 operation that may be charged again.",
+                r.trim_end_matches('.')
+            ),
+            None => UNKNOWN_MESSAGE.into(),
         },
         TaskStatus::Canceled => detail("Canceled."),
+    }
+}
+
+/// `text` with its first letter in upper case.
+fn capitalized(text: &str) -> String {
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
     }
 }
 
@@ -291,8 +395,32 @@ mod tests {
 
     #[test]
     fn unknown_message_is_honest() {
-        let m = status_message(TaskStatus::Unknown, None, false);
+        let m = status_message(TaskStatus::Unknown, None, false, Charge::Possible);
         assert!(m.contains("cannot be confirmed") && m.contains("retries have stopped") && m.contains("charged"));
+        let m = status_message(TaskStatus::Unknown, Some("the answer was lost."), false, Charge::Possible);
+        assert!(m.starts_with("The result cannot be confirmed: the answer was lost. Automatic"), "{m}");
+    }
+
+    #[test]
+    fn charges_combine_by_weight_and_money_reads_plainly() {
+        assert_eq!(Charge::None.max(Charge::Refused), Charge::Refused);
+        assert_eq!(Charge::Charged.max(Charge::Possible), Charge::Charged);
+        assert_eq!(Charge::Possible.max(Charge::Refused), Charge::Possible);
+        assert!(Charge::Possible.may_cost() && Charge::Charged.may_cost());
+        assert!(!Charge::None.may_cost() && !Charge::Refused.may_cost());
+        assert_eq!(to_micros(0.04) * 3, to_micros(0.12), "integer sums are exact");
+        assert_eq!(money(to_micros(5.0), "USD"), "$5.00");
+        assert_eq!(money(to_micros(0.04), "USD"), "$0.04");
+        assert_eq!(money(to_micros(0.0125), "EUR"), "€0.0125");
+        assert_eq!(money(to_micros(1.5), "CHF"), "1.50 CHF");
+    }
+
+    #[test]
+    fn a_running_cancel_claims_a_charge_only_when_one_may_exist() {
+        let free = status_message(TaskStatus::Running, None, true, Charge::None);
+        assert!(!free.contains("charged"), "{free}");
+        let paid = status_message(TaskStatus::Running, None, true, Charge::Possible);
+        assert!(paid.contains("may be charged"), "{paid}");
     }
 
     #[test]

@@ -1,4 +1,14 @@
 //! Prometheus metrics: one registry per engine (no global), encoded as text by `GET /metrics`.
+//!
+//! The money counters are read from the database at each scrape (the executions are the
+//! evidence): requests that reached a provider and settled, by charge state, and their
+//! estimated cost. Each counter adds the growth of its database count since the last scrape,
+//! so it only goes up; a request settled as `possible` and later proven `charged` (a late
+//! answer, an operator's image) is counted under both, once each.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -17,7 +27,15 @@ pub struct Metrics {
     tasks: Family<Labels, Gauge>,
     dispatch_seconds: Histogram,
     pickup_seconds: Histogram,
+    requests: Family<Labels, Counter>,
+    spend: Family<Labels, Counter<f64, AtomicU64>>,
+    /// The database counts seen at the last scrape, per label set: (requests, micros).
+    seen: Mutex<HashMap<Labels, (i64, i64)>>,
 }
+
+/// One group of settled requests from the database: provider, charge state, currency,
+/// how many, and their estimated cost in millionths.
+pub type ChargeTotal = (String, crate::domain::Charge, Option<String>, i64, i64);
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -47,7 +65,29 @@ impl Metrics {
             "Time from a task's creation to the start of its first provider call",
             pickup_seconds.clone(),
         );
-        Metrics { registry, provider_calls, recoveries, tasks, dispatch_seconds, pickup_seconds }
+        let requests = Family::<Labels, Counter>::default();
+        let spend = Family::<Labels, Counter<f64, AtomicU64>>::default();
+        registry.register(
+            "tally_provider_requests",
+            "Requests that reached a provider and settled, by provider and charge state (refused, possible, charged)",
+            requests.clone(),
+        );
+        registry.register(
+            "tally_estimated_spend",
+            "Estimated cost of settled requests from the configured prices, by provider, currency and charge state",
+            spend.clone(),
+        );
+        Metrics {
+            registry,
+            provider_calls,
+            recoveries,
+            tasks,
+            dispatch_seconds,
+            pickup_seconds,
+            requests,
+            spend,
+            seen: Mutex::new(HashMap::new()),
+        }
     }
 
     /// Count a provider call's outcome.
@@ -75,6 +115,28 @@ impl Metrics {
         for s in crate::domain::TaskStatus::ALL {
             let n = counts.iter().find(|(c, _)| c == s).map(|(_, n)| *n).unwrap_or(0);
             self.tasks.get_or_create(&vec![("status", s.as_str().into())]).set(n);
+        }
+    }
+
+    /// Bring the money counters up to the database's totals (see the module docs).
+    pub fn observe_charges(&self, totals: &[ChargeTotal]) {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        for (provider, charge, currency, n, micros) in totals {
+            let labels: Labels = vec![("provider", provider.clone()), ("charge", charge.as_str().into())];
+            let last = seen.entry(labels.clone()).or_insert((0, 0));
+            let counter = self.requests.get_or_create(&labels);
+            if *n > last.0 {
+                counter.inc_by((n - last.0) as u64);
+            }
+            if charge.may_cost() {
+                let mut with_cur = labels.clone();
+                with_cur.push(("currency", currency.clone().unwrap_or_default()));
+                let spent = self.spend.get_or_create(&with_cur);
+                if *micros > last.1 {
+                    spent.inc_by(crate::domain::from_micros(micros - last.1));
+                }
+            }
+            *last = (*n, *micros);
         }
     }
 

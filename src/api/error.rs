@@ -20,12 +20,15 @@ pub struct ApiError {
     pub code: &'static str,
     /// Plain words for a person.
     pub message: String,
+    /// The task a retry refusal is about (`{"id", "status"}`), so a client can name it in
+    /// its own words (`retry_in_progress`, `already_retried`).
+    pub retried_as: Option<serde_json::Value>,
 }
 
 impl ApiError {
     /// An error with the given status, code and message.
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        ApiError { status, code, message: message.into() }
+        ApiError { status, code, message: message.into(), retried_as: None }
     }
 
     /// 400: the request is malformed.
@@ -61,7 +64,10 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({ "error": { "code": self.code, "message": self.message } });
+        let mut body = json!({ "error": { "code": self.code, "message": self.message } });
+        if let Some(r) = self.retried_as {
+            body["error"]["retried_as"] = r;
+        }
         (self.status, Json(body)).into_response()
     }
 }

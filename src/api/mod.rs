@@ -14,6 +14,7 @@ pub mod error;
 pub mod images;
 pub mod prune;
 pub mod sets;
+pub mod spend;
 pub mod tasks;
 pub mod thumbnail;
 
@@ -117,6 +118,8 @@ pub fn app(state: AppState) -> Router {
         .route("/sets/{id}/download", get(download::set_zip))
         .route("/prune", post(prune::prune))
         .route("/providers", get(providers))
+        .route("/spend", get(spend::spend))
+        .route("/spend/requests", get(spend::requests))
         .route("/session", get(web::session))
         .route("/session/sign-in-url", post(web::sign_in_url))
         .route("/stream", get(web::stream::stream))
@@ -159,6 +162,8 @@ async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
     let engine = state.engine();
     let counts = engine.status_counts().await?;
     engine.metrics().set_task_counts(&counts);
+    let charges = engine.store().charge_totals().await?;
+    engine.metrics().observe_charges(&charges);
     let text = engine.metrics().encode();
     Ok(([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response())
 }

@@ -14,10 +14,12 @@ use serde_json::{Value, json};
 use super::error::ApiError;
 use super::{AppState, JsonBody, OptionalJsonBody, json_response};
 use crate::clock::rfc3339;
-use crate::domain::{TaskStatus, status_message};
+use crate::domain::{Charge, TaskStatus, from_micros, money, status_message};
 use crate::engine::Engine;
 use crate::providers::{Image, sniff_image};
-use crate::store::{ArtifactView, CancelOutcome, NewTask, ResolveOutcome, RetryOutcome, SubmitOutcome, TaskView};
+use crate::store::{
+    ArtifactView, CancelOutcome, NewTask, ResolveOutcome, RetryAck, RetryOutcome, SubmitOutcome, TaskFilter, TaskView,
+};
 
 /// The default page size of `GET /v1/tasks`.
 pub const DEFAULT_LIMIT: usize = 50;
@@ -43,6 +45,12 @@ pub struct TaskJson {
     pub artifacts: Vec<ArtifactJson>,
     pub retry: RetryJson,
     pub retry_of: Option<String>,
+    /// What the evidence says about money for this task's requests.
+    pub charge: ChargeJson,
+    /// The latest retry of this task, if it was retried.
+    pub retried_as: Option<RetriedAsJson>,
+    /// `unknown` and neither resolved nor retried yet: the owner's to-do list.
+    pub needs_attention: bool,
     /// The image set this job is a shot of, and the shot's role (`main`, `selling_point`,
     /// `scene`); null for a job of its own.
     pub set_id: Option<String>,
@@ -67,35 +75,101 @@ pub struct ArtifactJson {
     pub url: String,
 }
 
+/// What the evidence says about money for a task (see `domain::Charge`).
+#[derive(Debug, Serialize)]
+pub struct ChargeJson {
+    /// `none`, `refused`, `possible` or `charged`: the heaviest of its requests.
+    pub state: Charge,
+    /// Requests that reached (or may have reached) the provider.
+    pub requests: i64,
+    /// The configured prices of its possibly charged and charged requests (`null`: no price).
+    pub estimated_cost: Option<f64>,
+    pub currency: Option<String>,
+}
+
+/// A task's latest retry.
+#[derive(Debug, Serialize)]
+pub struct RetriedAsJson {
+    pub id: String,
+    pub status: TaskStatus,
+}
+
 /// Whether a task can be retried and what that may cost.
 #[derive(Debug, Serialize)]
 pub struct RetryJson {
     /// True for `failed`, `unknown` and `canceled` tasks.
     pub allowed: bool,
-    /// True when a request for this task may already have been charged: a retry must then
-    /// acknowledge that generating again may be charged again.
+    /// True exactly when a request of this task was possibly charged or charged: a retry
+    /// must then acknowledge that generating again may be charged again.
     pub requires_cost_acknowledgement: bool,
+    /// What one more request is estimated to cost (`null`: no price, or free).
+    pub estimated_cost: Option<f64>,
+    pub currency: Option<String>,
     pub note: String,
 }
 
-fn retry_json(t: &TaskView) -> RetryJson {
+fn retry_json(engine: &Engine, t: &TaskView) -> RetryJson {
     let allowed = matches!(t.status, TaskStatus::Failed | TaskStatus::Unknown | TaskStatus::Canceled);
-    let note = match (allowed, t.may_have_charged, t.status) {
-        (false, _, TaskStatus::Succeeded) => {
-            "This task succeeded. Generating again would be a new task, which the provider may charge for.".to_string()
+    let price = engine.price_of(&t.provider, &t.params);
+    let about = price.as_ref().map(|(m, c)| format!(" about {}", money(*m, c))).unwrap_or_default();
+    let paren = price.as_ref().map(|(m, c)| format!(" (about {})", money(*m, c))).unwrap_or_default();
+    let billed = engine.provider_bills(&t.provider);
+    let state = t.charge.state;
+    let note = if !allowed && t.status == TaskStatus::Succeeded {
+        if billed {
+            format!("This task succeeded. Generating again would be a new task, which the provider charges for{about}.")
+        } else {
+            "This task succeeded. Generating again would be a new task; this provider never charges.".to_string()
         }
-        (false, _, _) => {
-            "This task has not finished; it can be retried once it has failed, been canceled or its outcome is unknown."
-                .to_string()
+    } else if !allowed {
+        "This task has not finished; it can be retried once it has failed, been canceled or its outcome is unknown."
+            .to_string()
+    } else if let Some((id, status)) = &t.retried_as {
+        if status.is_settled() {
+            format!(
+                "This task was already retried as task {id} ({status}). Retrying it again makes another new task; \
+                 the retry must name task {id} to show it is meant."
+            )
+        } else {
+            format!("This task was already retried as task {id}, which is still {status}; wait for it to finish.")
         }
-        (true, true, _) => "A request for this task reached the provider, so it may already have been charged. \
-             Retrying creates a new task: generating again is a new operation that may be charged again."
-            .to_string(),
-        (true, false, _) => "Nothing for this task was sent to the provider, so retrying creates a new task \
-             without the risk of paying twice for this one."
-            .to_string(),
+    } else {
+        match state {
+            Charge::None => {
+                "Nothing for this task reached the provider, so retrying cannot make you pay twice for it.".to_string()
+            }
+            Charge::Refused => format!(
+                "The provider refused this task's request, and does not charge for a refusal. Retrying sends a new \
+                 request, charged{about} if it goes through."
+            ),
+            Charge::Possible => format!(
+                "A request for this task reached the provider and its outcome cannot be proven, so it may have been \
+                 charged. Retrying creates a new task: generating again is a new operation that may be charged \
+                 again{paren}."
+            ),
+            Charge::Charged => format!(
+                "This task's request was charged. Retrying creates a new task: generating again is a new operation \
+                 that is charged again{paren}."
+            ),
+        }
     };
-    RetryJson { allowed, requires_cost_acknowledgement: t.may_have_charged, note }
+    RetryJson {
+        allowed,
+        requires_cost_acknowledgement: state.may_cost(),
+        estimated_cost: price.as_ref().map(|(m, _)| from_micros(*m)),
+        currency: price.map(|(_, c)| c),
+        note,
+    }
+}
+
+fn charge_json(engine: &Engine, t: &TaskView) -> ChargeJson {
+    let c = &t.charge;
+    ChargeJson {
+        state: c.state,
+        requests: c.requests,
+        estimated_cost: c.cost_micros.map(from_micros),
+        currency: c.currency.clone().or_else(|| engine.price_of(&t.provider, &t.params).map(|(_, cur)| cur)),
+    }
 }
 
 fn artifact_json(a: &ArtifactView) -> ArtifactJson {
@@ -113,7 +187,7 @@ pub fn task_json(engine: &Engine, t: &TaskView) -> TaskJson {
     TaskJson {
         id: t.id.clone(),
         status: t.status,
-        message: status_message(t.status, t.reason.as_deref(), t.cancel_requested),
+        message: status_message(t.status, t.reason.as_deref(), t.cancel_requested, t.charge.state),
         attempts: t.attempts,
         provider: t.provider.clone(),
         prompt: t.prompt.clone(),
@@ -122,8 +196,11 @@ pub fn task_json(engine: &Engine, t: &TaskView) -> TaskJson {
         created_at: rfc3339(t.created_at),
         updated_at: rfc3339(t.updated_at),
         artifacts: t.artifacts.iter().map(artifact_json).collect(),
-        retry: retry_json(t),
+        retry: retry_json(engine, t),
         retry_of: t.retry_of.clone(),
+        charge: charge_json(engine, t),
+        retried_as: t.retried_as.as_ref().map(|(id, status)| RetriedAsJson { id: id.clone(), status: *status }),
+        needs_attention: t.status == TaskStatus::Unknown && t.retried_as.is_none(),
         set_id: t.set_id.clone(),
         shot_role: t.shot_role.clone(),
         cancel_requested: t.cancel_requested,
@@ -224,9 +301,12 @@ pub struct ListQuery {
     /// A task id: list tasks created before it.
     pub before: Option<String>,
     pub limit: Option<usize>,
+    /// Only `unknown` tasks not yet resolved or retried.
+    pub needs_attention: Option<bool>,
 }
 
-/// `GET /v1/tasks?status=&before=&limit=`: newest first, `next` is the cursor of the next page.
+/// `GET /v1/tasks?status=&needs_attention=&before=&limit=`: newest first, `next` is the cursor
+/// of the next page.
 pub async fn list(
     State(state): State<AppState>,
     query: Result<Query<ListQuery>, QueryRejection>,
@@ -240,7 +320,8 @@ pub async fn list(
         })?),
     };
     let limit = page_limit(q.limit, DEFAULT_LIMIT)?;
-    let mut rows = state.engine().store().list_tasks(status, q.before.filter(|b| !b.is_empty()), limit + 1).await?;
+    let filter = TaskFilter { status, needs_attention: q.needs_attention.unwrap_or(false) };
+    let mut rows = state.engine().store().list_tasks(filter, q.before.filter(|b| !b.is_empty()), limit + 1).await?;
     let next = next_cursor(&mut rows, limit, |t| &t.id);
     let tasks: Vec<TaskJson> = rows.iter().map(|t| task_json(state.engine(), t)).collect();
     Ok(json_response(StatusCode::OK, &json!({ "tasks": tasks, "next": next })))
@@ -313,14 +394,21 @@ pub async fn cancel(State(state): State<AppState>, Path(id): Path<String>) -> Re
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RetryBody {
-    /// Must be true when the original may have been charged.
+    /// Must be true when a request of the original was possibly charged or charged.
     #[serde(default)]
     pub acknowledge_possible_charge: bool,
+    /// Once the task was retried, another retry must name its latest retry (`retried_as.id`).
+    pub acknowledge_retried_as: Option<String>,
+    /// Makes resending this retry safe; scoped to this task (another task's retry with the
+    /// same key is a different retry).
     pub idempotency_key: Option<String>,
 }
 
-/// `POST /v1/tasks/{id}/retry`: 201 with the new task; 409 `cost_acknowledgement_required`
-/// when the original may have been charged and the body does not acknowledge it.
+/// `POST /v1/tasks/{id}/retry`: 201 with the new task (200 for a replay of the same key);
+/// 409 `cost_acknowledgement_required` when a request of the original may have been charged
+/// and the body does not acknowledge it, `retry_in_progress` while a retry of it (or of its
+/// shot) is live, `already_retried` when it was retried and the body does not name that
+/// retry.
 pub async fn retry(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -333,20 +421,66 @@ pub async fn retry(
     {
         return Err(ApiError::invalid("the idempotency key must be 1 to 256 characters"));
     }
-    match state.engine().retry(&id, body.acknowledge_possible_charge, key).await? {
+    let ack = RetryAck { possible_charge: body.acknowledge_possible_charge, retried_as: body.acknowledge_retried_as };
+    match state.engine().retry(&id, ack, key).await? {
         RetryOutcome::Created(new_id) => task_response(&state, StatusCode::CREATED, &new_id).await,
         RetryOutcome::Existing(new_id) => task_response(&state, StatusCode::OK, &new_id).await,
-        RetryOutcome::NeedsAcknowledgement => Err(ApiError::conflict(
-            "cost_acknowledgement_required",
-            "The first request may already have been charged. Generating again is a new operation that may be \
-             charged again; send {\"acknowledge_possible_charge\": true} to retry anyway.",
+        RetryOutcome::NeedsAcknowledgement => {
+            let t = load(&state, &id).await?;
+            let again = match state.engine().price_of(&t.provider, &t.params) {
+                Some((m, c)) => format!("may be charged again (about {})", money(m, &c)),
+                None => "may be charged again".into(),
+            };
+            let first = if t.charge.state == Charge::Charged {
+                "The first request was charged."
+            } else {
+                "The first request may already have been charged: its outcome cannot be proven."
+            };
+            Err(ApiError::conflict(
+                "cost_acknowledgement_required",
+                format!(
+                    "{first} Generating again is a new operation that {again}; send \
+                     {{\"acknowledge_possible_charge\": true}} to retry anyway."
+                ),
+            ))
+        }
+        RetryOutcome::RetryInProgress { id: live, status } => Err(retried_as(
+            ApiError::conflict(
+                "retry_in_progress",
+                format!(
+                    "task {live}, a retry of this task or of its shot, is still {status}; a task (and a set's shot) \
+                     has at most one live retry. Wait for it to finish, or cancel it, first."
+                ),
+            ),
+            &live,
+            status,
         )),
+        RetryOutcome::AlreadyRetried { id: made, status } => {
+            let t = load(&state, &id).await?;
+            let cost = if t.charge.state.may_cost() { ", which may be charged again" } else { "" };
+            Err(retried_as(
+                ApiError::conflict(
+                    "already_retried",
+                    format!(
+                        "this task was already retried as task {made} ({status}). Retrying it again makes another new \
+                         task{cost}; to do it anyway, name that retry: send {{\"acknowledge_retried_as\": \"{made}\"}}."
+                    ),
+                ),
+                &made,
+                status,
+            ))
+        }
         RetryOutcome::NotRetryable(s) => Err(ApiError::conflict(
             "not_retryable",
             format!("a {s} task cannot be retried; only failed, unknown or canceled tasks can"),
         )),
         RetryOutcome::NotFound => Err(ApiError::not_found("task")),
     }
+}
+
+fn retried_as(mut e: ApiError, id: &str, status: TaskStatus) -> ApiError {
+    e.retried_as = Some(json!({ "id": id, "status": status }));
+    e
 }
 
 /// How an operator resolves an `unknown` task.

@@ -68,6 +68,7 @@ async fn start(
         providers: vec![ProviderEntry::new(PROVIDER, provider, max_concurrency)],
         data_dir: dir.to_path_buf(),
         metrics: Arc::new(Metrics::new()),
+        limits: Vec::new(),
     })
     .await
     .map_err(|e| format!("engine start: {e}"))

@@ -16,6 +16,7 @@ use serde_json::Value;
 
 mod files;
 mod sets;
+mod spend;
 mod tasks;
 
 use files::{backup, check, prune, restore, token};
@@ -136,6 +137,9 @@ pub enum Command {
         /// Only jobs created before this job id (the `more:` line of a previous page).
         #[arg(long, value_name = "ID")]
         before: Option<String>,
+        /// Only the tasks that need you: unknown, and neither resolved nor retried yet.
+        #[arg(long)]
+        needs_attention: bool,
     },
     /// Cancel a job that has not finished (one already sent to the provider finishes and is kept).
     Cancel {
@@ -146,10 +150,14 @@ pub enum Command {
     Retry {
         /// The id of the job to generate again.
         id: String,
-        /// Accept that generating again may be charged again (needed when the first request
-        /// may have been charged).
+        /// Accept that generating again may be charged again (needed when a request of the
+        /// task was possibly charged or charged).
         #[arg(long)]
         accept_possible_charge: bool,
+        /// Retry a task that was already retried: name its latest retry, to show you mean a
+        /// second new task (needed once the task has a retry).
+        #[arg(long, value_name = "RETRY_ID")]
+        acknowledge_retried_as: Option<String>,
     },
     /// Resolve an `unknown` job by hand, as failed or with the image you found.
     #[command(group(ArgGroup::new("outcome").required(true).args(["failed", "image"])))]
@@ -170,6 +178,23 @@ pub enum Command {
     Events {
         /// The job's id.
         id: String,
+    },
+    /// What was spent: charged and possibly charged requests with their estimated cost,
+    /// refusals, and how much of each budget is used.
+    Spend {
+        /// From this UTC date (2026-12-01) or RFC 3339 time; default: the beginning.
+        #[arg(long, value_name = "DATE")]
+        from: Option<String>,
+        /// Up to this UTC date (included) or RFC 3339 time (excluded); default: now.
+        #[arg(long, value_name = "DATE")]
+        to: Option<String>,
+        /// Rows per day, month or provider.
+        #[arg(long, value_enum, default_value_t = spend::By::Day)]
+        by: spend::By,
+        /// Print every paid request as CSV (time, task, provider, model, state, estimated
+        /// cost, currency), for the accounts.
+        #[arg(long)]
+        csv: bool,
     },
     /// Write one self-contained copy of the shop's work: every job, image and reference photo.
     ///
@@ -341,7 +366,7 @@ pub fn run() -> Result<ExitCode, Failure> {
             #[cfg(feature = "failpoints")]
             let _failpoints = fail::FailScenario::setup();
             app::init_logging(log_format);
-            runtime()?.block_on(app::serve(cfg))?;
+            runtime()?.block_on(app::serve(cfg, cli.config.clone()))?;
             Ok(Exit::Ok.into())
         }
         other => runtime()?.block_on(client_command(&cfg, other, json)),

@@ -32,15 +32,19 @@ pub(super) async fn client_command(cfg: &Config, cmd: Command, json: bool) -> Re
             wait_for(&client, task, json).await
         }
         Command::Set(cmd) => set_command(&client, cmd, json).await,
+        Command::Spend { from, to, by, csv } => super::spend::spend(&client, from, to, by, csv, json).await,
         Command::Status { id } => {
             let task = client.get(&format!("/v1/tasks/{}", seg(&id))).await?.into_ok()?;
             show_task(&client, &task, json);
             Ok(Exit::Ok.into())
         }
-        Command::List { status, limit, before } => {
+        Command::List { status, limit, before, needs_attention } => {
             let mut q = Vec::new();
             if let Some(s) = status {
                 q.push(format!("status={}", seg(&s)));
+            }
+            if needs_attention {
+                q.push("needs_attention=true".to_string());
             }
             if let Some(n) = limit {
                 q.push(format!("limit={n}"));
@@ -55,7 +59,7 @@ pub(super) async fn client_command(cfg: &Config, cmd: Command, json: bool) -> Re
             } else {
                 let tasks = page.get("tasks").and_then(Value::as_array).cloned().unwrap_or_default();
                 if tasks.is_empty() {
-                    println!("no jobs");
+                    println!("{}", if needs_attention { "nothing needs your attention" } else { "no jobs" });
                 }
                 for t in &tasks {
                     println!(
@@ -77,14 +81,14 @@ pub(super) async fn client_command(cfg: &Config, cmd: Command, json: bool) -> Re
             show_task(&client, &task, json);
             Ok(Exit::Ok.into())
         }
-        Command::Retry { id, accept_possible_charge } => {
-            let body = json!({ "acknowledge_possible_charge": accept_possible_charge });
+        Command::Retry { id, accept_possible_charge, acknowledge_retried_as } => {
+            let mut body = json!({ "acknowledge_possible_charge": accept_possible_charge });
+            if let Some(r) = &acknowledge_retried_as {
+                body["acknowledge_retried_as"] = json!(r);
+            }
             let answer = client.post(&format!("/v1/tasks/{}/retry", seg(&id)), &body).await?;
-            if answer.error_code() == Some("cost_acknowledgement_required") {
-                return Err(Failure::error(
-                    "the first request may already have been charged, and generating again is a new request that \
-                     may be charged again.\nRun again with --accept-possible-charge to retry anyway.",
-                ));
+            if let Some(msg) = retry_refusal(&answer, &id, accept_possible_charge) {
+                return Err(Failure::error(msg));
             }
             let task = answer.into_ok()?;
             if !json {
@@ -144,6 +148,31 @@ pub(super) async fn client_command(cfg: &Config, cmd: Command, json: bool) -> Re
     }
 }
 
+/// A refused retry in the CLI's own words (its flags, not the API's JSON fields).
+fn retry_refusal(answer: &crate::client::Answer, id: &str, accepted: bool) -> Option<String> {
+    let body = &answer.body;
+    let named = |v: &Value| (s(v, "id").to_string(), s(v, "status").to_string());
+    let (other, status) = body.pointer("/error/retried_as").map(named).unwrap_or_default();
+    let flag = if accepted { " --accept-possible-charge" } else { "" };
+    match answer.error_code()? {
+        "cost_acknowledgement_required" => {
+            // The API's own instruction names its JSON field; say the CLI's flag instead.
+            let msg = s(body.get("error")?, "message");
+            let what = msg.split("; send ").next().unwrap_or(msg).trim_end_matches('.');
+            Some(format!("{what}.\nTo retry anyway: tally retry {id} --accept-possible-charge"))
+        }
+        "retry_in_progress" => Some(format!(
+            "task {other}, a retry of this task or of its shot, is still {status}; a task has at most one live retry.\n\
+             Follow it with: tally status {other}"
+        )),
+        "already_retried" => Some(format!(
+            "this task was already retried as task {other} ({status}).\nTo make another new task anyway: \
+             tally retry {id}{flag} --acknowledge-retried-as {other}\n(or retry the retry: tally retry {other})"
+        )),
+        _ => None,
+    }
+}
+
 /// `text` cut to at most `max` characters at a word boundary, with "…" when it was cut.
 pub(super) fn shorten(text: &str, max: usize) -> String {
     if text.chars().count() <= max {
@@ -174,6 +203,12 @@ pub(super) fn show_task(client: &Client, t: &Value, json: bool) {
     println!("updated   {}", st(t, "updated_at"));
     if let Some(r) = t.get("retry_of").and_then(Value::as_str) {
         println!("retry of  {}", term_safe(r));
+    }
+    if let Some(c) = t.get("charge") {
+        println!("charge    {}", charge_words(c));
+    }
+    if let Some(r) = t.get("retried_as").filter(|r| r.is_object()) {
+        println!("retried   as → task {} ({})", st(r, "id"), st(r, "status"));
     }
     for a in t.get("artifacts").and_then(Value::as_array).cloned().unwrap_or_default() {
         print_artifact(client, &a);
@@ -271,4 +306,23 @@ pub(super) async fn wait_for(client: &Client, mut task: Value, json: bool) -> Re
             } => task = next?.into_ok()?,
         }
     }
+}
+
+/// A task's `charge` in plain words: `charged (1 request, about $0.04)`.
+fn charge_words(c: &Value) -> String {
+    let state = match s(c, "state") {
+        "none" => "none: nothing reached the provider",
+        "refused" => "refused: the provider said no, and does not charge for that",
+        "possible" => "possibly charged: the outcome cannot be proven",
+        "charged" => "charged",
+        other => other,
+    };
+    let n = c.get("requests").and_then(Value::as_i64).unwrap_or(0);
+    let mut out = format!("{state} ({n} request{}", if n == 1 { "" } else { "s" });
+    if let Some(cost) = c.get("estimated_cost").and_then(Value::as_f64) {
+        let cur = c.get("currency").and_then(Value::as_str).unwrap_or("");
+        out.push_str(&format!(", about {}", crate::domain::money(crate::domain::to_micros(cost), cur)));
+    }
+    out.push(')');
+    out
 }

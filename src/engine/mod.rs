@@ -13,6 +13,7 @@
 //! happen (a due time, a lease deadline) or until another service wakes it.
 
 mod dispatcher;
+pub mod money;
 mod reconciler;
 mod retention;
 mod trouble;
@@ -21,7 +22,7 @@ mod worker;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicI64;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use tokio::sync::{Notify, Semaphore, broadcast, watch};
@@ -32,10 +33,12 @@ use crate::config::EngineConfig;
 use crate::domain::{Millis, TaskStatus};
 use crate::metrics::Metrics;
 use crate::providers::{Image, Provider};
+use crate::store::spend::Limit;
 use crate::store::{
     CancelOutcome, NewArtifact, NewImage, NewSet, NewTask, ProviderSlots, PruneReport, Resolution, ResolveOutcome,
-    RetryOutcome, SHOT_ROLES, Store, StoreError, SubmitOutcome, TaskView, UploadView,
+    RetryAck, RetryOutcome, SHOT_ROLES, Store, StoreError, SubmitOutcome, TaskView, UploadView,
 };
+use money::ProviderMoney;
 
 /// The largest prompt tally accepts, in bytes.
 pub const MAX_PROMPT_BYTES: usize = 8 * 1024;
@@ -81,6 +84,8 @@ pub struct ProviderEntry {
     pub provider: Arc<dyn Provider>,
     /// The adapter kind as configured (`demo`, `openai_images`, …), for display.
     kind: String,
+    /// Whether it bills, its prices, and what must hold before a request may leave.
+    money: ProviderMoney,
     max_concurrency: usize,
     reserve: usize,
     breaker: Mutex<Breaker>,
@@ -94,6 +99,7 @@ impl ProviderEntry {
             name: name.into(),
             provider,
             kind: "custom".into(),
+            money: ProviderMoney::default(),
             max_concurrency: max_concurrency.max(1),
             reserve: 1,
             breaker: Mutex::new(Breaker::default()),
@@ -123,6 +129,21 @@ impl ProviderEntry {
             order: cfg.dispatch_order,
         }
     }
+
+    /// Take the kind and the money facts (billing, prices, API key variable, model, size)
+    /// from the provider's configuration.
+    pub fn with_config(mut self, cfg: &crate::config::ProviderConfig) -> Self {
+        self.kind = cfg.kind.as_str().into();
+        self.money = ProviderMoney::of(cfg);
+        self.reserve = cfg.reserve;
+        self
+    }
+
+    /// Set the money facts directly (tests: a scriptable provider with a price).
+    pub fn with_money(mut self, money: ProviderMoney) -> Self {
+        self.money = money;
+        self
+    }
 }
 
 /// A configured provider as surfaces show it (`GET /v1/providers`).
@@ -135,6 +156,9 @@ pub struct ProviderInfo {
     pub capabilities: CapabilitiesInfo,
     /// How this provider bills, in plain words.
     pub billing_note: String,
+    /// Whether it bills, and its configured prices.
+    #[serde(flatten)]
+    pub price: money::PriceInfo,
 }
 
 /// What a provider can prove after an ambiguous outcome.
@@ -182,9 +206,16 @@ pub(crate) struct Shared {
     /// Running workers, so that `kill` can stop them as a crash would.
     running: Mutex<JoinSet<()>>,
     changes: broadcast::Sender<TaskChange>,
+    /// The budget limits `record_calling` checks; replaced by [`Engine::set_limits`].
+    limits: RwLock<Vec<Limit>>,
 }
 
 impl Shared {
+    /// The budget limits in force now.
+    fn limits(&self) -> Vec<Limit> {
+        self.limits.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     fn now(&self) -> Millis {
         self.clock.now()
     }
@@ -258,6 +289,8 @@ pub struct EngineParts {
     /// The data directory (the database holds the images; this is for display and tools).
     pub data_dir: PathBuf,
     pub metrics: Arc<Metrics>,
+    /// Budget limits (see [`money::limits`]); empty for none.
+    pub limits: Vec<Limit>,
 }
 
 /// A running engine. Dropping it does not stop the background services; call
@@ -288,12 +321,16 @@ impl Engine {
             metrics: parts.metrics,
             running: Mutex::new(JoinSet::new()),
             changes: broadcast::channel(4096).0,
+            limits: RwLock::new(parts.limits),
         });
         // The dispatcher's view of the providers, then start-up recovery, both before anything
         // new is dispatched.
         let slots = shared.providers.values().map(|p| p.slots(&shared.cfg)).collect();
         shared.store.configure_providers(slots).await?;
         reconciler::run_once(&shared).await?;
+        // Limits may have changed while tally was stopped: tasks held by a budget check it
+        // again now (and wait again if it still holds them back).
+        shared.store.release_budget_holds(shared.now()).await?;
         let mut services =
             vec![tokio::spawn(dispatcher::run(shared.clone())), tokio::spawn(reconciler::run(shared.clone()))];
         if let Some(age) = shared.cfg.retention {
@@ -353,11 +390,43 @@ impl Engine {
                         finds_lost_creates: caps.lookup && p.provider.finds_lost_creates(),
                     },
                     billing_note: p.provider.billing_note().to_string(),
+                    price: p.money.info(),
                 }
             })
             .collect();
         v.sort_by(|a, b| a.name.cmp(&b.name));
         v
+    }
+
+    /// What one more request of `provider` with `params` is estimated to cost: (amount,
+    /// currency), `None` when the provider has no price or never bills.
+    pub fn price_of(&self, provider: &str, params: &serde_json::Value) -> Option<(crate::domain::Micros, String)> {
+        let p = self.shared.providers.get(provider)?;
+        p.money.price(params).map(|m| (m, p.money.pricing.currency.clone()))
+    }
+
+    /// Whether `provider` bills for requests (false for `demo`, and for unknown names).
+    pub fn provider_bills(&self, provider: &str) -> bool {
+        self.shared.providers.get(provider).is_some_and(|p| p.money.billable)
+    }
+
+    /// The budget limits in force.
+    pub fn limits(&self) -> Vec<Limit> {
+        self.shared.limits()
+    }
+
+    /// The current time by the engine's clock.
+    pub fn now(&self) -> Millis {
+        self.shared.now()
+    }
+
+    /// Replace the budget limits (a raised limit takes effect at once): tasks held by a
+    /// budget are due again now, and check it again before anything is sent.
+    pub async fn set_limits(&self, limits: Vec<Limit>) -> Result<usize, EngineError> {
+        *self.shared.limits.write().unwrap_or_else(|e| e.into_inner()) = limits;
+        let n = self.shared.store.release_budget_holds(self.shared.now()).await?;
+        self.shared.wake_dispatcher.notify_one();
+        Ok(n)
     }
 
     /// Validate and durably submit a task (task + envelope in one transaction), then wake
@@ -487,13 +556,8 @@ impl Engine {
     }
 
     /// Retry a task as a new one (see [`RetryOutcome`]).
-    pub async fn retry(
-        &self,
-        task: &str,
-        acknowledged: bool,
-        key: Option<String>,
-    ) -> Result<RetryOutcome, EngineError> {
-        let out = self.shared.store.retry(task.into(), acknowledged, key, self.shared.now()).await?;
+    pub async fn retry(&self, task: &str, ack: RetryAck, key: Option<String>) -> Result<RetryOutcome, EngineError> {
+        let out = self.shared.store.retry(task.into(), ack, key, self.shared.now()).await?;
         if let RetryOutcome::Created(id) = &out {
             self.shared.changed(id, TaskStatus::Queued);
             self.shared.wake_dispatcher.notify_one();

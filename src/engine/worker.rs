@@ -15,10 +15,10 @@ use std::time::Duration;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::{ProviderEntry, Shared};
-use crate::domain::{FailureKind, Millis, Phase, backoff};
+use crate::domain::{Charge, FailureKind, Millis, Phase, backoff};
 use crate::failpoint::crash;
 use crate::providers::{CallError, CallRequest, Image, JobHandle, JobState, Submitted};
-use crate::store::{Claim, Finish, NewArtifact, NewImage, Severity, StoreError};
+use crate::store::{CallingOutcome, Claim, Finish, NewArtifact, NewImage, Severity, StoreError};
 
 /// The wait before storing an image again after the store failed. Short and flat: when the
 /// disk has room again the worker should store its image before the reconciler (backing off
@@ -109,7 +109,8 @@ async fn settle_for_missing_provider(shared: &Arc<Shared>, c: Claim) {
     let finish = if c.phase == Phase::Claimed {
         Finish::Failed {
             kind: FailureKind::Configuration,
-            reason: format!("provider `{provider}` is not configured any more"),
+            reason: format!("provider `{provider}` is not configured any more; nothing was sent to it"),
+            charge: Charge::None,
         }
     } else {
         Finish::Unknown {
@@ -232,7 +233,10 @@ impl Run<'_> {
             _ => match self.references().await {
                 Ok(r) => r,
                 Err(e) if c.phase == Phase::Claimed => {
-                    return self.finish(Finish::Failed { kind: FailureKind::InvalidResult, reason: e }).await;
+                    let reason = format!("{e}; nothing was sent to the provider");
+                    return self
+                        .finish(Finish::Failed { kind: FailureKind::NotSent, reason, charge: Charge::None })
+                        .await;
                 }
                 // A resumed call is not failed for this (the first request may have left);
                 // lookups need no references.
@@ -245,11 +249,26 @@ impl Run<'_> {
                 if c.cancel_requested {
                     return self.finish(Finish::CanceledBeforeCall).await;
                 }
+                // Every local check passes before `calling` is recorded: a request that cannot
+                // leave must never look as if it may have been charged.
+                if let Err(reason) = self.entry.money.preflight(name, &c.params) {
+                    let kind = FailureKind::Configuration;
+                    return self.finish(Finish::Failed { kind, reason, charge: Charge::None }).await;
+                }
                 if let Some(refused) = self.preflight(&references).await {
                     return self.finish(refused).await;
                 }
                 calling_at = self.now();
-                store.record_calling(c.execution_token.clone(), c.lease_token.clone(), calling_at).await?;
+                let facts = self.entry.money.facts(&c.params, self.shared.limits());
+                let recorded =
+                    store.record_calling(c.execution_token.clone(), c.lease_token.clone(), calling_at, facts).await?;
+                if let CallingOutcome::Held { due_at, reason } = recorded {
+                    tracing::info!(until = %crate::clock::rfc3339(due_at), "held back by a budget: {reason}");
+                    self.shared.changed(&c.task_id, crate::domain::TaskStatus::Waiting);
+                    // The dispatcher re-reads the earliest due time (the period's end).
+                    self.shared.wake_dispatcher.notify_one();
+                    return Ok(());
+                }
                 crash("after-calling");
                 self.shared.metrics.picked_up((calling_at - c.created_at).max(0) as f64 / 1000.0);
                 let result = self.entry.provider.submit(&self.request(calling_at, &references)).await;
@@ -271,7 +290,9 @@ impl Run<'_> {
             }
             Phase::Calling => {
                 tracing::info!("resuming an execution whose call may have reached the provider");
-                self.recover_call(calling_at, &references, "the worker was interrupted during the call".into()).await
+                let why = "tally was interrupted during the call, so the request may have reached the provider and \
+                           its answer was lost";
+                self.recover_call(calling_at, &references, why.into()).await
             }
             Phase::Accepted => match &c.job_id {
                 Some(job) => Next::Job(JobHandle {
@@ -350,6 +371,7 @@ impl Run<'_> {
                     return Some(Finish::Failed {
                         kind: if config { FailureKind::Configuration } else { FailureKind::Rejected },
                         reason: format!("refused before sending anything (nothing was charged): {message}"),
+                        charge: Charge::None,
                     });
                 }
                 Err(e) => last = e.to_string(),
@@ -358,6 +380,7 @@ impl Run<'_> {
         Some(Finish::Failed {
             kind: FailureKind::NotSent,
             reason: format!("could not check the request with the provider, so nothing was sent: {last}"),
+            charge: Charge::None,
         })
     }
 
@@ -371,12 +394,14 @@ impl Run<'_> {
                 kind: FailureKind::NotSent,
                 reason: format!("the request never reached the provider: {m}"),
                 max_attempts,
+                charge: Charge::None,
             }),
             CallError::RetryAfter { after, message } => Next::Settle(Finish::RetryLater {
                 due_at: self.now() + Shared::ms(after.max(self.retry_delay(attempt))),
                 kind: FailureKind::RateLimited,
                 reason: format!("the provider asked to wait {:.1} s: {message}", after.as_secs_f64()),
                 max_attempts,
+                charge: Charge::Refused,
             }),
             CallError::Rejected { message, config } => Next::Settle(Finish::Failed {
                 kind: if config { FailureKind::Configuration } else { FailureKind::Rejected },
@@ -385,8 +410,9 @@ impl Run<'_> {
                 } else {
                     format!("the provider rejected the request: {message}")
                 },
+                charge: Charge::Refused,
             }),
-            CallError::Ambiguous(m) => self.recover_call(calling_at, references, m).await,
+            CallError::Ambiguous(m) => self.recover_call(calling_at, references, ambiguous_cause(&m)).await,
             // The provider answered 2xx but tally cannot use the answer. An asynchronous
             // create's unusable answer is a lost job id: search for the job as for a lost
             // answer. Otherwise the image was made and probably charged, and is not usable.
@@ -416,9 +442,12 @@ impl Run<'_> {
                     Ok(Submitted::Done(img)) => return Next::Image(img),
                     Ok(Submitted::Accepted(job)) => return Next::Job(job),
                     Err(CallError::Rejected { message, .. }) => {
+                        // The replay was refused, but the first request's outcome is still
+                        // unproven: it may have run.
                         return Next::Settle(Finish::Failed {
                             kind: FailureKind::Rejected,
                             reason: format!("the provider rejected the replay: {message}"),
+                            charge: Charge::Possible,
                         });
                     }
                     Err(CallError::Unusable(m)) => return Next::Settle(unusable(&m)),
@@ -470,15 +499,19 @@ impl Run<'_> {
                 Ok(JobState::Running) => {}
                 Ok(JobState::Done(img)) => return Next::Image(img),
                 Ok(JobState::Failed(m)) => {
+                    // The provider accepted the job and worked on it: whether a failed job is
+                    // billed is the provider's rule, which tally cannot see.
                     return Next::Settle(Finish::Failed {
                         kind: FailureKind::Rejected,
                         reason: format!("the provider reports that job {job} failed: {m}"),
+                        charge: Charge::Possible,
                     });
                 }
                 Ok(JobState::Expired) => {
                     return Next::Settle(Finish::Failed {
                         kind: FailureKind::Expired,
-                        reason: "generated and probably charged, but the image expired at the provider".into(),
+                        reason: "generated and charged, but the image expired at the provider".into(),
+                        charge: Charge::Charged,
                     });
                 }
                 Err(CallError::Rejected { message, .. }) => {
@@ -511,6 +544,8 @@ impl Run<'_> {
                     .finish(Finish::Failed {
                         kind: FailureKind::InvalidResult,
                         reason: format!("the provider answered, but not with an image ({e})"),
+                        // It answered with a result: by its rules, delivered and billed.
+                        charge: Charge::Charged,
                     })
                     .await;
             }
@@ -552,6 +587,17 @@ impl Run<'_> {
     }
 }
 
+/// Plain words for an ambiguous outcome, from what the adapter saw: an HTTP error status
+/// (the adapters' messages start with `HTTP <code>`) means the provider answered with an
+/// error and cannot say whether it ran; anything else means the answer never arrived.
+pub(super) fn ambiguous_cause(message: &str) -> String {
+    if message.starts_with("HTTP ") {
+        format!("the provider answered with an error ({message}) and cannot say whether it ran")
+    } else {
+        format!("the request reached the provider, but its answer was lost ({message})")
+    }
+}
+
 /// The finish for an answer the provider gave (and probably charged for) that tally cannot
 /// use: failed, never "rejected" and never "not sent".
 fn unusable(message: &str) -> Finish {
@@ -560,6 +606,8 @@ fn unusable(message: &str) -> Finish {
         reason: format!(
             "the provider accepted the request and probably charged for it, but its answer is unusable: {message}"
         ),
+        // It answered with a result (2xx): by its rules, delivered and billed.
+        charge: Charge::Charged,
     }
 }
 
@@ -570,5 +618,23 @@ fn outcome_label(e: &CallError) -> &'static str {
         CallError::Rejected { .. } => "rejected",
         CallError::RetryAfter { .. } => "retry_after",
         CallError::Ambiguous(_) => "ambiguous",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The wording depends on the adapters' message format; pin it to the classifier.
+    #[test]
+    fn an_error_answer_is_not_described_as_a_lost_one() {
+        let status = reqwest::StatusCode::INTERNAL_SERVER_ERROR;
+        let CallError::Ambiguous(m) = crate::providers::http::client::classify_status(status, None, "boom") else {
+            panic!("a 500 is ambiguous");
+        };
+        let words = ambiguous_cause(&m);
+        assert!(words.contains("answered with an error") && words.contains("HTTP 500"), "{words}");
+        assert!(!words.contains("lost"), "{words}");
+        assert!(ambiguous_cause("timed out after sending: x").contains("answer was lost"));
     }
 }

@@ -43,6 +43,7 @@ pub mod pg;
 mod prune;
 mod read;
 mod sets;
+pub mod spend;
 mod startup;
 
 pub use blobs::*;

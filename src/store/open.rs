@@ -13,7 +13,7 @@ use rusqlite::{Connection, OpenFlags, trace::TraceEventCodes};
 use crate::config::Durability;
 
 /// The schema version this build writes. Older databases are migrated; newer ones refused.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// `PRAGMA application_id` of tally databases ("taly").
 const APPLICATION_ID: i64 = 0x7461_6c79;
@@ -65,7 +65,24 @@ const MIGRATIONS: &[&str] = &[
      CREATE INDEX artifacts_by_task ON artifacts(task_id);
      ALTER TABLE uploads DROP COLUMN path;
      CREATE INDEX tasks_settled_by_age ON tasks(updated_at) WHERE status IN ('succeeded', 'failed', 'canceled');",
-    // 4 → 5: dispatch by lanes and fairness keys for free provider slots (store::ops::dispatch).
+    // 4 → 5: charge evidence per execution, prices, budget holds, retry keys per original.
+    // Earlier versions recorded only "calling was reached", so an old request that did not
+    // succeed is backfilled as 'possible' (what tally told the user then), never 'refused'.
+    // (The table CHECK tying `charge` to `calling_at` cannot be added by ALTER TABLE; new
+    // databases have it, and `check` tests the rule on every version.)
+    "ALTER TABLE executions ADD COLUMN charge TEXT NOT NULL DEFAULT 'none'
+        CHECK (charge IN ('none', 'refused', 'possible', 'charged'));
+     ALTER TABLE executions ADD COLUMN billable INTEGER NOT NULL DEFAULT 1 CHECK (billable IN (0, 1));
+     ALTER TABLE executions ADD COLUMN cost_micros INTEGER;
+     ALTER TABLE executions ADD COLUMN currency TEXT;
+     ALTER TABLE executions ADD COLUMN model TEXT;
+     UPDATE executions SET charge = CASE WHEN calling_at IS NULL THEN 'none'
+                                         WHEN status = 'succeeded' THEN 'charged' ELSE 'possible' END;
+     CREATE INDEX executions_paid ON executions(calling_at) WHERE charge <> 'none';
+     ALTER TABLE envelopes ADD COLUMN budget_hold INTEGER NOT NULL DEFAULT 0 CHECK (budget_hold IN (0, 1));
+     ALTER TABLE tasks ADD COLUMN retry_key TEXT;
+     CREATE UNIQUE INDEX tasks_by_retry_key ON tasks(retry_of, retry_key) WHERE retry_key IS NOT NULL;",
+    // 5 → 6: dispatch by lanes and fairness keys for free provider slots (store::ops::dispatch).
     // Pending envelopes start waiting (pass NULL) and become ready at the next dispatch; what
     // the system had put back (a task waiting or with attempts) is in the recovery lane.
     "ALTER TABLE tasks ADD COLUMN group_key TEXT;
@@ -432,6 +449,10 @@ pub fn check(db: &Path) -> Result<CheckReport, StoreError> {
         (
             "task with more than one running execution",
             "SELECT task_id FROM executions WHERE status = 'running' GROUP BY task_id HAVING count(*) > 1",
+        ),
+        (
+            "execution with a charge but no recorded call",
+            "SELECT token FROM executions WHERE charge <> 'none' AND (calling_at IS NULL OR billable = 0)",
         ),
         (
             "unknown task without an unknown execution",

@@ -8,7 +8,10 @@
 //! - every shot of a set that has any such task (a set is pruned whole or not at all, so a set
 //!   is never shown with shots missing);
 //! - a task that a kept task retries (`retry_of` keeps pointing at something);
-//! - a reference photo a kept set uses, or one uploaded after the cutoff.
+//! - a reference photo a kept set uses, or one uploaded after the cutoff;
+//! - a task with a possibly charged or charged request in the calendar month (UTC) of the
+//!   cutoff or later: budgets and the month's spend are summed from those requests, so
+//!   deleting them early would free budget room that was really spent (`PAID_RECENTLY`).
 //!
 //! Age is a task's `updated_at`: when it last changed (settled, resolved). Deletes run in
 //! bounded batches (each its own writer operation, so other writes interleave), then
@@ -49,6 +52,8 @@ pub struct PruneReport {
     pub kept_in_sets: u64,
     /// Old enough, but a kept task is a retry of it.
     pub kept_retried: u64,
+    /// Old enough, but a request of it counts toward this month's spend and budgets.
+    pub kept_for_spend: u64,
     /// Bytes the database file gave back (`incremental_vacuum`; 0 for a dry run).
     pub freed_bytes: i64,
 }
@@ -66,12 +71,37 @@ struct Plan {
 
 const SETTLED: &str = "status IN ('succeeded', 'failed', 'canceled')";
 
+/// Task `t` has a request that counts as spend from `?N` on (see the module docs); `{N}` is
+/// the parameter holding the start of the cutoff's month.
+const PAID_RECENTLY: &str = "EXISTS (SELECT 1 FROM executions x WHERE x.task_id = t.id
+     AND x.charge IN ('possible', 'charged') AND x.calling_at >= ?{N})";
+
+/// [`PAID_RECENTLY`] with its parameter number.
+fn paid_recently(n: u8) -> String {
+    PAID_RECENTLY.replace("{N}", &n.to_string())
+}
+
+/// The start of the month (UTC) the cutoff falls in: requests from then on are kept.
+fn spend_floor(cutoff: Millis) -> Millis {
+    crate::store::spend::Period::Month.bounds(cutoff).0
+}
+
 fn plan(c: &Connection, cutoff: Millis) -> Result<Plan, StoreError> {
     let mut report = PruneReport { cutoff, ..PruneReport::default() };
     let rows: Vec<(String, Option<String>)> = c
-        .prepare_cached(&format!("SELECT id, set_id FROM tasks WHERE {SETTLED} AND updated_at < ?1"))?
-        .query_map([cutoff], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .prepare_cached(&format!(
+            "SELECT id, set_id FROM tasks t WHERE {SETTLED} AND updated_at < ?1 AND NOT {}",
+            paid_recently(2)
+        ))?
+        .query_map(params![cutoff, spend_floor(cutoff)], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<Result<_, _>>()?;
+    report.kept_for_spend = c
+        .prepare_cached(&format!(
+            "SELECT count(*) FROM tasks t WHERE {SETTLED} AND updated_at < ?1 AND {}",
+            paid_recently(2)
+        ))?
+        .query_row(params![cutoff, spend_floor(cutoff)], |r| r.get::<_, i64>(0))?
+        .max(0) as u64;
     report.kept_unknown = c
         .prepare_cached("SELECT count(*) FROM tasks WHERE status = 'unknown' AND updated_at < ?1")?
         .query_row([cutoff], |r| r.get::<_, i64>(0))?
@@ -190,9 +220,10 @@ fn delete_singles(c: &Connection, ids: &[String], cutoff: Millis, r: &mut PruneR
         let still: Option<()> = c
             .prepare_cached(&format!(
                 "SELECT 1 FROM tasks t WHERE t.id = ?1 AND t.set_id IS NULL AND {SETTLED} AND t.updated_at < ?2
-                 AND NOT EXISTS (SELECT 1 FROM tasks x WHERE x.retry_of = t.id)"
+                 AND NOT EXISTS (SELECT 1 FROM tasks x WHERE x.retry_of = t.id) AND NOT {}",
+                paid_recently(3)
             ))?
-            .query_row(params![id, cutoff], |_| Ok(()))
+            .query_row(params![id, cutoff, spend_floor(cutoff)], |_| Ok(()))
             .optional()?;
         if still.is_none() {
             continue;
@@ -211,9 +242,10 @@ fn delete_set(c: &Connection, set: &str, cutoff: Millis, r: &mut PruneReport) ->
     let blocking: i64 = c
         .prepare_cached(&format!(
             "SELECT count(*) FROM tasks t WHERE t.set_id = ?1 AND (NOT ({SETTLED}) OR t.updated_at >= ?2
-               OR EXISTS (SELECT 1 FROM tasks x WHERE x.retry_of = t.id AND x.set_id IS NOT ?1))"
+               OR EXISTS (SELECT 1 FROM tasks x WHERE x.retry_of = t.id AND x.set_id IS NOT ?1) OR {})",
+            paid_recently(3)
         ))?
-        .query_row(params![set, cutoff], |row| row.get(0))?;
+        .query_row(params![set, cutoff, spend_floor(cutoff)], |row| row.get(0))?;
     if blocking > 0 {
         return Ok(());
     }
@@ -317,6 +349,7 @@ impl Store {
         done.kept_unknown = plan.report.kept_unknown;
         done.kept_in_sets = plan.report.kept_in_sets;
         done.kept_retried = plan.report.kept_retried;
+        done.kept_for_spend = plan.report.kept_for_spend;
         Ok(done)
     }
 

@@ -5,7 +5,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::Serialize;
 
 use super::{Store, StoreError};
-use crate::domain::{Millis, TaskStatus};
+use crate::domain::{Charge, Micros, Millis, TaskStatus};
 
 /// A task as the API and CLI show it.
 #[derive(Debug, Clone, Serialize)]
@@ -15,7 +15,10 @@ pub struct TaskView {
     pub reason: Option<String>,
     pub failure_kind: Option<String>,
     pub attempts: i64,
-    pub may_have_charged: bool,
+    /// What the evidence says about money, over all of the task's requests.
+    pub charge: ChargeSummary,
+    /// The task's latest retry (a new task with `retry_of` = this one) and its status.
+    pub retried_as: Option<(String, TaskStatus)>,
     pub cancel_requested: bool,
     pub provider: String,
     pub prompt: String,
@@ -28,6 +31,20 @@ pub struct TaskView {
     pub created_at: Millis,
     pub updated_at: Millis,
     pub artifacts: Vec<ArtifactView>,
+}
+
+/// What the evidence says about money for a task, derived from its executions.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ChargeSummary {
+    /// The heaviest state of its requests (`none` when nothing reached the provider).
+    pub state: Charge,
+    /// Requests that reached (or may have reached) the provider: `refused`, `possible` or
+    /// `charged` ones.
+    pub requests: i64,
+    /// The configured prices of its `possible` and `charged` requests, summed; `None` when
+    /// none of them had a price.
+    pub cost_micros: Option<Micros>,
+    pub currency: Option<String>,
 }
 
 /// A stored artifact.
@@ -52,30 +69,31 @@ pub struct EventView {
     pub execution_token: Option<String>,
 }
 
-const TASK_COLUMNS: &str = "id, status, reason, failure_kind, attempts, may_have_charged, cancel_requested, provider, \
-     prompt, params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role";
+const TASK_COLUMNS: &str = "id, status, reason, failure_kind, attempts, cancel_requested, provider, prompt, \
+     params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role";
 
 fn task_row(r: &Row<'_>) -> rusqlite::Result<TaskView> {
     let status: String = r.get(1)?;
-    let params: String = r.get(9)?;
+    let params: String = r.get(8)?;
     Ok(TaskView {
         id: r.get(0)?,
         status: TaskStatus::parse(&status).unwrap_or(TaskStatus::Failed),
         reason: r.get(2)?,
         failure_kind: r.get(3)?,
         attempts: r.get(4)?,
-        may_have_charged: r.get(5)?,
-        cancel_requested: r.get(6)?,
-        provider: r.get(7)?,
-        prompt: r.get(8)?,
+        charge: ChargeSummary::default(),
+        retried_as: None,
+        cancel_requested: r.get(5)?,
+        provider: r.get(6)?,
+        prompt: r.get(7)?,
         params: serde_json::from_str(&params).unwrap_or(serde_json::Value::Null),
-        idempotency_key: r.get(10)?,
-        retry_of: r.get(11)?,
-        set_id: r.get(12)?,
-        set_position: r.get(13)?,
-        created_at: r.get(14)?,
-        updated_at: r.get(15)?,
-        shot_role: r.get(16)?,
+        idempotency_key: r.get(9)?,
+        retry_of: r.get(10)?,
+        set_id: r.get(11)?,
+        set_position: r.get(12)?,
+        created_at: r.get(13)?,
+        updated_at: r.get(14)?,
+        shot_role: r.get(15)?,
         artifacts: Vec::new(),
     })
 }
@@ -97,7 +115,43 @@ fn with_artifacts(c: &Connection, mut t: TaskView) -> Result<TaskView, StoreErro
     let mut stmt =
         c.prepare_cached(&format!("SELECT {ARTIFACT_COLUMNS} FROM artifacts WHERE task_id = ?1 ORDER BY created_at"))?;
     t.artifacts = stmt.query_map([&t.id], artifact_row)?.collect::<Result<_, _>>()?;
+    t.charge = charge_of(c, &t.id)?;
+    t.retried_as = crate::store::latest_retry(c, &t.id)?;
     Ok(t)
+}
+
+/// A task's charge, from its executions (the only record of what reached the provider).
+pub fn charge_of(c: &Connection, task: &str) -> Result<ChargeSummary, StoreError> {
+    let mut stmt = c.prepare_cached("SELECT charge, cost_micros, currency FROM executions WHERE task_id = ?1")?;
+    let rows = stmt.query_map([task], |r| {
+        Ok((r.get::<_, String>(0)?, r.get::<_, Option<Micros>>(1)?, r.get::<_, Option<String>>(2)?))
+    })?;
+    let mut sum = ChargeSummary::default();
+    for row in rows {
+        let (charge, cost, currency) = row?;
+        let charge = Charge::parse(&charge).unwrap_or(Charge::Possible);
+        if charge == Charge::None {
+            continue;
+        }
+        sum.requests += 1;
+        sum.state = sum.state.max(charge);
+        if charge.may_cost()
+            && let Some(m) = cost
+        {
+            sum.cost_micros = Some(sum.cost_micros.unwrap_or(0) + m);
+            sum.currency = sum.currency.or(currency);
+        }
+    }
+    Ok(sum)
+}
+
+/// Which tasks a list shows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TaskFilter {
+    /// Only tasks with this status.
+    pub status: Option<TaskStatus>,
+    /// Only tasks that need the owner: `unknown`, and neither resolved nor retried yet.
+    pub needs_attention: bool,
 }
 
 /// One task with its artifacts.
@@ -236,18 +290,24 @@ fn plural(n: i64) -> &'static str {
     if n == 1 { "" } else { "s" }
 }
 
-/// Tasks newest first, optionally of one status, after the cursor `before` (a task id).
+/// Tasks newest first, filtered, after the cursor `before` (a task id).
 pub fn list_tasks(
     c: &Connection,
-    status: Option<TaskStatus>,
+    filter: TaskFilter,
     before: Option<&str>,
     limit: usize,
 ) -> Result<Vec<TaskView>, StoreError> {
     let before = before.unwrap_or("\u{10ffff}");
+    let status = if filter.needs_attention { Some(TaskStatus::Unknown) } else { filter.status };
+    if filter.needs_attention && filter.status.is_some_and(|s| s != TaskStatus::Unknown) {
+        return Ok(Vec::new());
+    }
+    let unretried =
+        if filter.needs_attention { "AND NOT EXISTS (SELECT 1 FROM tasks r WHERE r.retry_of = tasks.id)" } else { "" };
     let rows: Vec<TaskView> = match status {
         Some(s) => c
             .prepare_cached(&format!(
-                "SELECT {TASK_COLUMNS} FROM tasks WHERE status = ?1 AND id < ?2 ORDER BY id DESC LIMIT ?3"
+                "SELECT {TASK_COLUMNS} FROM tasks WHERE status = ?1 AND id < ?2 {unretried} ORDER BY id DESC LIMIT ?3"
             ))?
             .query_map(params![s.as_str(), before, limit as i64], task_row)?
             .collect::<Result<_, _>>()?,
@@ -313,11 +373,11 @@ impl Store {
     /// Tasks newest first.
     pub async fn list_tasks(
         &self,
-        status: Option<TaskStatus>,
+        filter: TaskFilter,
         before: Option<String>,
         limit: usize,
     ) -> Result<Vec<TaskView>, StoreError> {
-        self.read(move |c| list_tasks(c, status, before.as_deref(), limit)).await
+        self.read(move |c| list_tasks(c, filter, before.as_deref(), limit)).await
     }
 
     /// A task's timeline.

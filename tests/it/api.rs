@@ -193,6 +193,7 @@ impl InProcess {
             providers: vec![ProviderEntry::new("fake", Arc::new(fake), 2)],
             data_dir: dir.path().to_path_buf(),
             metrics: Arc::new(tally::metrics::Metrics::new()),
+            limits: Vec::new(),
         })
         .await
         .expect("start engine");

@@ -15,8 +15,8 @@ use tally::metrics::Metrics;
 use tally::providers::fake::{Counts, Fake, Step};
 use tally::providers::{CallRequest, Capabilities, Image, Provider};
 use tally::store::{
-    CancelOutcome, Claim, NewTask, ProviderSlots, ResolveOutcome, RetryOutcome, Store, StoreError, SubmitOutcome,
-    TaskView,
+    CallingFacts, CancelOutcome, Claim, NewTask, ProviderSlots, ResolveOutcome, RetryAck, RetryOutcome, Store,
+    StoreError, SubmitOutcome, TaskView,
 };
 
 const NONE: Capabilities = Capabilities { idempotent_create: false, lookup: false };
@@ -114,6 +114,7 @@ async fn start(
         providers: vec![ProviderEntry::new("fake", provider, max_concurrency)],
         data_dir: dir.to_path_buf(),
         metrics: Arc::new(Metrics::new()),
+        limits: Vec::new(),
     })
     .await
     .expect("engine starts")
@@ -245,8 +246,8 @@ async fn ambiguous_without_capability_is_unknown_and_never_resent() {
     let id = h.submit("lost answer").await;
     let t = h.settle(&id).await;
     assert_eq!(t.status, TaskStatus::Unknown);
-    assert!(t.may_have_charged);
-    let msg = tally::domain::status_message(t.status, t.reason.as_deref(), false);
+    assert_eq!(t.charge.state, tally::domain::Charge::Possible);
+    let msg = tally::domain::status_message(t.status, t.reason.as_deref(), false, t.charge.state);
     assert!(msg.contains("cannot be confirmed") && msg.contains("may be charged again"), "{msg}");
     // Give any (wrong) automatic retry a chance to happen before counting.
     h.engine.poke();
@@ -422,7 +423,7 @@ async fn recovery_abandons_an_execution_that_never_called() {
 async fn recovery_after_calling_without_capability_is_unknown() {
     let (dir, store, id) = store_with_task("mid-call crash").await;
     let (exec, lease, _) = claimed(&store, &id).await;
-    store.record_calling(exec, lease, SystemClock.now()).await.expect("calling");
+    store.record_calling(exec, lease, SystemClock.now(), CallingFacts::billed()).await.expect("calling");
     let h = engine_on(&dir, &store, Fake::new(NONE), config()).await;
     let t = h.settle(&id).await;
     assert_eq!(t.status, TaskStatus::Unknown);
@@ -449,7 +450,7 @@ fn request(prompt: &str, key: &str) -> CallRequest {
 async fn recovery_after_calling_with_idempotent_create_replays_uncharged() {
     let (dir, store, id) = store_with_task("idempotent crash").await;
     let (exec, lease, key) = claimed(&store, &id).await;
-    store.record_calling(exec, lease, SystemClock.now()).await.expect("calling");
+    store.record_calling(exec, lease, SystemClock.now(), CallingFacts::billed()).await.expect("calling");
     let fake = Fake::new(IDEMPOTENT);
     fake.script([Step::AcceptAndLose]);
     // The earlier run's request reached the provider and was charged; then the run died.
@@ -466,7 +467,7 @@ async fn recovery_after_calling_with_idempotent_create_replays_uncharged() {
 async fn recovery_after_calling_with_lookup_finds_the_job() {
     let (dir, store, id) = store_with_task("lookup crash").await;
     let (exec, lease, key) = claimed(&store, &id).await;
-    store.record_calling(exec, lease, SystemClock.now()).await.expect("calling");
+    store.record_calling(exec, lease, SystemClock.now(), CallingFacts::billed()).await.expect("calling");
     let fake = Fake::asynchronous(1);
     fake.script([Step::AcceptAndLose]);
     assert!(fake.submit(&request("lookup crash", &key)).await.is_err());
@@ -482,7 +483,10 @@ async fn recovery_after_calling_with_lookup_finds_the_job() {
 async fn recovery_of_an_accepted_job_polls_it() {
     let (dir, store, id) = store_with_task("accepted crash").await;
     let (exec, lease, key) = claimed(&store, &id).await;
-    store.record_calling(exec.clone(), lease.clone(), SystemClock.now()).await.expect("calling");
+    store
+        .record_calling(exec.clone(), lease.clone(), SystemClock.now(), CallingFacts::billed())
+        .await
+        .expect("calling");
     let fake = Fake::asynchronous(1);
     let job = match fake.submit(&request("accepted crash", &key)).await {
         Ok(tally::providers::Submitted::Accepted(job)) => job,
@@ -505,7 +509,7 @@ async fn recovery_of_an_accepted_job_polls_it() {
 async fn a_crash_before_the_finish_commit_stores_nothing_and_ends_unknown() {
     let (dir, store, id) = store_with_task("answered, not committed").await;
     let (exec, lease, _) = claimed(&store, &id).await;
-    store.record_calling(exec, lease, SystemClock.now()).await.expect("calling");
+    store.record_calling(exec, lease, SystemClock.now(), CallingFacts::billed()).await.expect("calling");
     let h = engine_on(&dir, &store, Fake::new(NONE), config()).await;
     let t = h.settle(&id).await;
     assert_eq!(t.status, TaskStatus::Unknown);
@@ -520,7 +524,7 @@ async fn a_crash_before_the_finish_commit_stores_nothing_and_ends_unknown() {
 async fn a_crash_before_the_finish_commit_is_recovered_by_a_replay_that_stores_the_image() {
     let (dir, store, id) = store_with_task("answered, replayed").await;
     let (exec, lease, key) = claimed(&store, &id).await;
-    store.record_calling(exec, lease, SystemClock.now()).await.expect("calling");
+    store.record_calling(exec, lease, SystemClock.now(), CallingFacts::billed()).await.expect("calling");
     let fake = Fake::new(IDEMPOTENT);
     assert!(fake.submit(&request("answered, replayed", &key)).await.is_ok(), "the first call was charged");
     let h = engine_on(&dir, &store, fake, config()).await;
@@ -634,7 +638,8 @@ async fn cancel_of_a_running_task_keeps_the_paid_result() {
     h.fake.release();
     let t = h.settle(&id).await;
     assert_eq!(t.status, TaskStatus::Succeeded);
-    assert!(t.reason.as_deref().unwrap_or("").contains("may have been charged"), "{:?}", t.reason);
+    assert!(t.reason.as_deref().unwrap_or("").contains("the provider charges for it"), "{:?}", t.reason);
+    assert_eq!(t.charge.state, tally::domain::Charge::Charged);
     assert!(h.kinds(&id).await.contains(&"cancel_requested".to_string()));
 }
 
@@ -644,8 +649,15 @@ async fn retry_after_unknown_needs_acknowledgement_and_makes_a_new_task() {
     h.fake.script([Step::AcceptAndLose]);
     let id = h.submit("retry").await;
     assert_eq!(h.settle(&id).await.status, TaskStatus::Unknown);
-    assert_eq!(h.engine.retry(&id, false, None).await.expect("retry"), RetryOutcome::NeedsAcknowledgement);
-    let RetryOutcome::Created(new) = h.engine.retry(&id, true, None).await.expect("retry") else { panic!("no retry") };
+    assert_eq!(
+        h.engine.retry(&id, RetryAck::default(), None).await.expect("retry"),
+        RetryOutcome::NeedsAcknowledgement
+    );
+    let RetryOutcome::Created(new) =
+        h.engine.retry(&id, RetryAck { possible_charge: true, retried_as: None }, None).await.expect("retry")
+    else {
+        panic!("no retry")
+    };
     assert_ne!(new, id);
     let t = h.settle(&new).await;
     assert_eq!((t.status, t.retry_of.as_deref()), (TaskStatus::Succeeded, Some(id.as_str())));
@@ -736,7 +748,7 @@ async fn bad_input_is_refused_and_stores_nothing() {
     for t in cases {
         assert!(matches!(h.engine.submit(t).await, Err(EngineError::Invalid(_))));
     }
-    assert!(h.store.list_tasks(None, None, 10).await.expect("list").is_empty());
+    assert!(h.store.list_tasks(Default::default(), None, 10).await.expect("list").is_empty());
 }
 
 #[test]

@@ -9,6 +9,7 @@
 
 mod api;
 mod browser;
+mod charges;
 mod cli;
 mod common;
 mod conformance;
@@ -17,6 +18,7 @@ mod crash;
 mod disks;
 mod engine;
 mod limits;
+mod money;
 mod onefile;
 #[cfg(feature = "failpoints")]
 mod powerloss;

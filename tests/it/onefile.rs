@@ -536,9 +536,15 @@ mod retention {
             store: store.clone(),
             config: EngineConfig { workers: 2, retention, ..EngineConfig::default() },
             clock,
-            providers: vec![ProviderEntry::new("fake", provider, 2)],
+            // A provider that never bills: what retention keeps for this month's spend is
+            // `charges::prune_keeps_tasks_whose_requests_count_toward_this_months_spend`.
+            providers: vec![
+                ProviderEntry::new("fake", provider, 2)
+                    .with_money(tally::engine::money::ProviderMoney { billable: false, ..Default::default() }),
+            ],
             data_dir: dir.clone(),
             metrics: Arc::new(Metrics::new()),
+            limits: Vec::new(),
         })
         .await
         .expect("engine");
@@ -619,7 +625,12 @@ mod retention {
         clock.advance(100 * DAY);
         let recent = s.task("recent", Step::Succeed).await;
         s.fake.script([Step::Succeed]);
-        let retry = match s.engine.retry(&retried, true, None).await.expect("retry") {
+        let retry = match s
+            .engine
+            .retry(&retried, tally::store::RetryAck { possible_charge: true, retried_as: None }, None)
+            .await
+            .expect("retry")
+        {
             tally::store::RetryOutcome::Created(id) => id,
             other => panic!("{other:?}"),
         };

@@ -187,12 +187,10 @@ fn an_expired_result_says_so() {
     let t = w.run("replicate", &prompt);
     assert_eq!((t["status"].as_str(), t["failure_kind"].as_str()), (Some("failed"), Some("expired")), "{t}");
     assert!(
-        t["message"]
-            .as_str()
-            .unwrap_or("")
-            .contains("generated and probably charged, but the image expired at the provider"),
+        t["message"].as_str().unwrap_or("").contains("generated and charged, but the image expired at the provider"),
         "{t}"
     );
+    assert_eq!(t["charge"]["state"], "charged", "{t}");
     assert_eq!(w.mock.count(&prompt), (1, 1));
 }
 

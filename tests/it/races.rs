@@ -93,7 +93,8 @@ impl Script {
     }
 
     async fn calling(&self, c: &Claim, now: Millis) -> Result<(), StoreError> {
-        self.store.record_calling(c.execution_token.clone(), c.lease_token.clone(), now).await
+        let facts = tally::store::CallingFacts::billed();
+        self.store.record_calling(c.execution_token.clone(), c.lease_token.clone(), now, facts).await.map(|_| ())
     }
 
     async fn heartbeat(&self, c: &Claim, now: Millis) -> Result<(), StoreError> {
@@ -114,7 +115,7 @@ impl Script {
 }
 
 fn failed() -> Finish {
-    Finish::Failed { kind: FailureKind::Rejected, reason: "no".into() }
+    Finish::Failed { kind: FailureKind::Rejected, reason: "no".into(), charge: tally::domain::Charge::Refused }
 }
 
 fn fenced<T: std::fmt::Debug>(r: Result<T, StoreError>, what: &str) {

@@ -88,6 +88,7 @@ async fn setup(dir: &Path, store: Store, rec: Arc<Recorder>) -> Setup {
         providers: vec![ProviderEntry::new("rec", provider, 8)],
         data_dir: dir.to_path_buf(),
         metrics: Arc::new(Metrics::new()),
+        limits: Vec::new(),
     })
     .await
     .expect("engine");
@@ -228,7 +229,12 @@ async fn a_retried_shot_takes_the_old_ones_place() {
     let id = create(&s, set).await;
     let set = wait_settled(&s, &id).await;
     let old = set.shots[0].id.clone();
-    let tally::store::RetryOutcome::Created(new) = s.engine.retry(&old, true, None).await.expect("retry") else {
+    let tally::store::RetryOutcome::Created(new) = s
+        .engine
+        .retry(&old, tally::store::RetryAck { possible_charge: true, retried_as: None }, None)
+        .await
+        .expect("retry")
+    else {
         panic!("retry refused")
     };
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -339,7 +339,7 @@ fn claim_picked(
     let tasks = json_ids(picked.iter().map(|p| p.task_id.as_str()));
     c.prepare_cached(
         "UPDATE envelopes SET status = 'sent', sent_at = ?1, send_count = send_count + 1, lease_token = ?2,
-                lease_expires_at = ?1 + ?3, lease_boot = ?4, pass = NULL
+                lease_expires_at = ?1 + ?3, lease_boot = ?4, pass = NULL, budget_hold = 0
          WHERE id IN (SELECT value FROM json_each(?5)) AND status = 'pending'",
     )?
     .execute(params![now, lease, lease_ms, boot, envelopes])?;

@@ -8,7 +8,7 @@
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::*;
-use crate::domain::{Actor, Millis, TaskStatus};
+use crate::domain::{Actor, Charge, Millis, TaskStatus};
 
 /// The idempotency key sent to the provider for `attempt` of `task`: derived from the task
 /// and the attempt, never from the execution row's random token. `attempts` counts the
@@ -22,27 +22,78 @@ pub fn provider_key(task: &str, attempt: i64) -> String {
     format!("tally-{task}-{attempt}")
 }
 
-/// Durably record "about to call the provider". From here on, no automatic path calls the
-/// provider again for this task unless the adapter can prove it is safe.
-pub(in crate::store) fn record_calling(c: &Connection, exec: &str, lease: &str, now: Millis) -> Result<(), StoreError> {
-    // The fence (module docs) and the phase change in one statement: only a `claimed`
-    // execution that still holds both tokens moves to `calling`.
+/// Durably record "about to call the provider", with the request's price, model and
+/// whether the provider bills. From here on, no automatic path calls the provider again for
+/// this task unless the adapter can prove it is safe.
+///
+/// First, in the same operation, the budget check (see `store::spend`): a call that would
+/// take a period's spend over a limit is not recorded; the execution is abandoned, the
+/// envelope waits in the recovery lane until the period ends (its dispatch not counted as a
+/// lost one), and the task is `waiting` with the reason. Nothing was sent and no attempt is
+/// counted. Both outcomes are fenced on both tokens in their first write (module docs).
+pub(in crate::store) fn record_calling(
+    c: &Connection,
+    exec: &str,
+    lease: &str,
+    now: Millis,
+    facts: &CallingFacts,
+) -> Result<CallingOutcome, StoreError> {
+    if let (true, Some(cost), false) = (facts.billable, facts.cost_micros, facts.limits.is_empty()) {
+        let provider: Option<String> = c
+            .prepare_cached("SELECT t.provider FROM executions x JOIN tasks t ON t.id = x.task_id WHERE x.token = ?1")?
+            .query_row([exec], |r| r.get(0))
+            .optional()?;
+        let Some(provider) = provider else { return Err(StoreError::Fenced) };
+        if let Some((due_at, reason)) = crate::store::spend::over_limit(c, &provider, cost, &facts.limits, now)? {
+            let task: String = c
+                .prepare_cached(
+                    "UPDATE executions SET status = 'abandoned', finished_at = ?3, error = ?4
+                     WHERE token = ?1 AND status = 'running' AND phase = 'claimed'
+                       AND EXISTS (SELECT 1 FROM envelopes e WHERE e.task_id = executions.task_id
+                                   AND e.status = 'sent' AND e.lease_token = ?2)
+                     RETURNING task_id",
+                )?
+                .query_row(params![exec, lease, now, reason], |r| r.get(0))
+                .optional()?
+                .ok_or(StoreError::Fenced)?;
+            requeue_envelope(c, &task, due_at, Some("budget"), now)?;
+            c.prepare_cached("UPDATE envelopes SET send_count = send_count - 1, budget_hold = 1 WHERE task_id = ?1")?
+                .execute([&task])?;
+            set_task(c, &task, TaskStatus::Waiting, Some(&reason), None, now)?;
+            event(c, &task, now, Actor::Worker, "budget", &reason, Some(exec))?;
+            return Ok(CallingOutcome::Held { due_at, reason });
+        }
+    }
+    let charge = if facts.billable { Charge::Possible } else { Charge::None };
+    // The fence and the phase change in one statement: only a `claimed` execution that still
+    // holds both tokens moves to `calling`.
     let (task, attempt): (String, i64) = c
         .prepare_cached(
-            "UPDATE executions SET phase = 'calling', calling_at = ?3, heartbeat_at = ?3
+            "UPDATE executions SET phase = 'calling', calling_at = ?3, heartbeat_at = ?3, charge = ?4, billable = ?5,
+                    cost_micros = ?6, currency = ?7, model = ?8
              WHERE token = ?1 AND status = 'running' AND phase = 'claimed'
                AND EXISTS (SELECT 1 FROM envelopes e WHERE e.task_id = executions.task_id
                            AND e.status = 'sent' AND e.lease_token = ?2)
              RETURNING task_id, attempt",
         )?
-        .query_row(params![exec, lease, now], |r| Ok((r.get(0)?, r.get(1)?)))
+        .query_row(
+            params![exec, lease, now, charge.as_str(), facts.billable, facts.cost_micros, facts.currency, facts.model],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
         .optional()?
         .ok_or(StoreError::Fenced)?;
-    c.prepare_cached("UPDATE tasks SET attempts = attempts + 1, may_have_charged = 1, updated_at = ?2 WHERE id = ?1")?
+    c.prepare_cached("UPDATE tasks SET attempts = attempts + 1, updated_at = ?2 WHERE id = ?1")?
         .execute(params![task, now])?;
-    let msg = format!("attempt {attempt}: sending the request to the provider; from now on it may be charged");
+    // The timeline says only what is true now: the request is leaving. What it cost is
+    // said by the outcome's line, from the evidence.
+    let price = match (facts.billable, facts.cost_micros, &facts.currency) {
+        (false, _, _) => " (this provider never charges)".to_string(),
+        (true, Some(m), Some(cur)) => format!(" (its price: about {})", crate::domain::money(m, cur)),
+        _ => String::new(),
+    };
+    let msg = format!("attempt {attempt}: sending the request to the provider{price}");
     event(c, &task, now, Actor::Worker, "calling", &msg, Some(exec))?;
-    Ok(())
+    Ok(CallingOutcome::Calling)
 }
 
 /// Persist the provider's job id (and the adapter's handle for polling it, JSON) the moment
@@ -92,77 +143,78 @@ pub(in crate::store) fn finish(
         Finish::Unknown { reason } => ("unknown", Some(reason.as_str())),
         Finish::CanceledBeforeCall => ("abandoned", Some("canceled before the call")),
     };
-    // The fence and the execution's end in one statement.
-    let task: String = c
-        .prepare_cached(
-            "UPDATE executions SET status = ?3, finished_at = ?4, heartbeat_at = ?4, error = ?5
+    // The fence, the execution's end and its charge evidence (see `settle_charge`) in one
+    // statement.
+    let wanted = f.charge();
+    let (task, stored, called, cost, currency): (String, String, bool, Option<crate::domain::Micros>, Option<String>) =
+        c.prepare_cached(
+            "UPDATE executions SET status = ?3, finished_at = ?4, heartbeat_at = ?4, error = ?5,
+                    charge = CASE WHEN calling_at IS NULL OR billable = 0 THEN 'none' ELSE ?6 END
              WHERE token = ?1 AND status = 'running'
                AND EXISTS (SELECT 1 FROM envelopes e WHERE e.task_id = executions.task_id
                            AND e.status = 'sent' AND e.lease_token = ?2)
-             RETURNING task_id",
+             RETURNING task_id, charge, calling_at IS NOT NULL, cost_micros, currency",
         )?
-        .query_row(params![exec, lease, exec_status, now, error], |r| r.get(0))
+        .query_row(params![exec, lease, exec_status, now, error, wanted.as_str()], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })
         .optional()?
         .ok_or(StoreError::Fenced)?;
+    let charge = Charge::parse(&stored).unwrap_or(Charge::Possible);
+    let words = charge_words(wanted, charge, called, cost, currency.as_deref());
     let ex = Some(exec);
     let (status, set) = match f {
         Finish::Succeeded(a) => {
             insert_artifact(c, &task, exec, a, now)?;
+            let reason = match charge {
+                Charge::Charged => {
+                    "A cancel was requested after the request had been sent; the image was kept because the provider \
+                     charges for it."
+                }
+                _ => "A cancel was requested after the request had been sent; the image was kept.",
+            };
             let set: Option<String> = c
                 .prepare_cached(
                     "UPDATE tasks SET status = 'succeeded', failure_kind = NULL, updated_at = ?2,
                             reason = CASE WHEN cancel_requested = 1 THEN ?3 END
                      WHERE id = ?1 RETURNING set_id",
                 )?
-                .query_row(
-                    params![
-                        task,
-                        now,
-                        "A cancel was requested after the request had been sent; the image was kept because it may have been charged."
-                    ],
-                    |r| r.get(0),
-                )?;
+                .query_row(params![task, now, reason], |r| r.get(0))?;
             consume_envelope(c, &task, "consumed", None)?;
-            event(
-                c,
-                &task,
-                now,
-                Actor::Worker,
-                "succeeded",
-                &format!("image stored ({} bytes, sha256 {})", a.image.len(), a.image.sha256()),
-                ex,
-            )?;
+            let saved = format!("image stored ({} bytes, sha256 {})", a.image.len(), a.image.sha256());
+            event(c, &task, now, Actor::Worker, "succeeded", &with_money(&saved, &words), ex)?;
             // Crash matrix: the image and `succeeded` are written but not committed.
             crate::failpoint::crash("before-finish-commit");
             (TaskStatus::Succeeded, set)
         }
-        Finish::Failed { kind, reason } => {
+        Finish::Failed { kind, reason, .. } => {
             set_task(c, &task, TaskStatus::Failed, Some(reason), Some(*kind), now)?;
             consume_envelope(c, &task, "consumed", Some(reason))?;
-            event(c, &task, now, Actor::Worker, "failed", reason, ex)?;
+            event(c, &task, now, Actor::Worker, "failed", &with_money(reason, &words), ex)?;
             (TaskStatus::Failed, set_of(c, &task)?)
         }
         Finish::Unknown { reason } => {
             set_task(c, &task, TaskStatus::Unknown, Some(reason), None, now)?;
             consume_envelope(c, &task, "consumed", Some(reason))?;
-            event(c, &task, now, Actor::Worker, "unknown", &format!("{reason}; automatic retries stopped"), ex)?;
+            let line = format!("{reason}; automatic retries stopped");
+            event(c, &task, now, Actor::Worker, "unknown", &with_money(&line, &words), ex)?;
             (TaskStatus::Unknown, set_of(c, &task)?)
         }
-        Finish::RetryLater { due_at, kind, reason, max_attempts } => {
+        Finish::RetryLater { due_at, kind, reason, max_attempts, .. } => {
             let attempts: i64 =
                 c.prepare_cached("SELECT attempts FROM tasks WHERE id = ?1")?.query_row([&task], |r| r.get(0))?;
             if attempts >= *max_attempts {
                 let why = format!("gave up after {attempts} attempts; the last one: {reason}");
                 set_task(c, &task, TaskStatus::Failed, Some(&why), Some(*kind), now)?;
                 consume_envelope(c, &task, "consumed", Some(reason))?;
-                event(c, &task, now, Actor::Worker, "failed", &why, ex)?;
+                event(c, &task, now, Actor::Worker, "failed", &with_money(&why, &words), ex)?;
                 (TaskStatus::Failed, set_of(c, &task)?)
             } else {
                 let secs = (due_at - now).max(0) as f64 / 1000.0;
                 let why = format!("attempt {attempts} did not go through ({reason}); trying again in {secs:.1} s");
                 set_task(c, &task, TaskStatus::Waiting, Some(&why), None, now)?;
                 requeue_envelope(c, &task, *due_at, Some(reason), now)?;
-                event(c, &task, now, Actor::Worker, "retry_scheduled", &why, ex)?;
+                event(c, &task, now, Actor::Worker, "retry_scheduled", &with_money(&why, &words), ex)?;
                 return Ok(TaskStatus::Waiting);
             }
         }
@@ -206,6 +258,7 @@ pub(in crate::store) fn late_result(
         .query_row(params![exec, now], |r| r.get(0))
         .optional()?;
     let Some(task) = task else { return Ok(false) };
+    let (_, words) = settle_charge(c, exec, Charge::Charged)?;
     insert_artifact(c, &task, exec, a, now)?;
     set_task(
         c,
@@ -221,16 +274,22 @@ pub(in crate::store) fn late_result(
         now,
         Actor::Worker,
         "late_result",
-        "a late answer from the same execution resolved the unknown outcome",
+        &with_money("a late answer from the same execution resolved the unknown outcome", &words),
         Some(exec),
     )?;
     Ok(true)
 }
 
 impl Store {
-    /// Durably record phase `calling`.
-    pub async fn record_calling(&self, exec: String, lease: String, now: Millis) -> Result<(), StoreError> {
-        self.write(move |c| record_calling(c, &exec, &lease, now)).await
+    /// Check the budgets and durably record phase `calling` (see [`record_calling`]).
+    pub async fn record_calling(
+        &self,
+        exec: String,
+        lease: String,
+        now: Millis,
+        facts: CallingFacts,
+    ) -> Result<CallingOutcome, StoreError> {
+        self.write(move |c| record_calling(c, &exec, &lease, now, &facts)).await
     }
 
     /// Persist an accepted job id.

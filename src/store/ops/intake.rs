@@ -20,8 +20,8 @@ pub(in crate::store) fn submit(c: &Connection, t: &NewTask, now: Millis) -> Resu
     };
     c.prepare_cached(
         "INSERT INTO tasks (id, idempotency_key, request_hash, provider, prompt, params, status, retry_of,
-                            set_id, set_position, shot_role, group_key, created_at, updated_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'queued', ?7, ?8, ?9, ?10, ?11, ?12, ?12)",
+                            set_id, set_position, shot_role, created_at, updated_at, retry_key, group_key)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'queued', ?7, ?8, ?9, ?10, ?11, ?11, ?12, ?13)",
     )?
     .execute(params![
         id,
@@ -34,8 +34,9 @@ pub(in crate::store) fn submit(c: &Connection, t: &NewTask, now: Millis) -> Resu
         set_id,
         position,
         role,
-        t.group,
-        now
+        now,
+        t.retry_key,
+        t.group
     ])?;
     // A shot waits (due_at NULL) while another shot of its set is scheduled: one at a time.
     let due = match set_id {

@@ -20,13 +20,13 @@ mod recovery;
 mod slots;
 mod user;
 
-use crate::domain::{Actor, FailureKind, Millis, Phase, TaskStatus, request_hash};
+use crate::domain::{Actor, Charge, FailureKind, Micros, Millis, Phase, TaskStatus, request_hash};
 #[cfg(test)]
 use dispatch::{CANDIDATES, PROVIDERS_STATE};
 pub(in crate::store) use dispatch::{Candidate, STRIDE, State, fair_key, interleave, pass_sql, plan_provider};
 pub use exec::provider_key;
 pub(in crate::store) use intake::submit;
-pub(in crate::store) use user::cancel;
+pub(in crate::store) use user::{cancel, latest_retry};
 
 /// A task to create.
 #[derive(Debug, Clone, Default)]
@@ -36,6 +36,9 @@ pub struct NewTask {
     pub params: Value,
     pub idempotency_key: Option<String>,
     pub retry_of: Option<String>,
+    /// A retry's idempotency key, unique per original task (`retry_of`): the same key on
+    /// another task's retry names a different operation.
+    pub retry_key: Option<String>,
     /// Set when the task is a shot of an image set.
     pub shot: Option<ShotRef>,
     /// The submitter's group: tasks of one group share a fairness key (a set's shots use
@@ -187,20 +190,71 @@ pub struct Claim {
     pub references: Vec<crate::store::UploadView>,
 }
 
-/// How an execution ends (or pauses).
+/// How an execution ends (or pauses). Each outcome carries what it proves about money; the
+/// store records it on the execution, except that an execution that never recorded
+/// `calling`, or whose provider never bills, is always [`Charge::None`] (enforced in
+/// `finish`, not trusted from the caller).
 #[derive(Debug, Clone)]
 pub enum Finish {
-    /// The provider answered with this verified image: its bytes commit with the finish.
+    /// The provider answered with this verified image: its bytes commit with the finish;
+    /// charged.
     Succeeded(NewArtifact),
     /// A definite failure: not retried.
-    Failed { kind: FailureKind, reason: String },
-    /// Nothing can prove what happened: automatic retries stop.
+    Failed { kind: FailureKind, reason: String, charge: Charge },
+    /// Nothing can prove what happened: automatic retries stop; possibly charged.
     Unknown { reason: String },
-    /// Try again at `due_at`. When `counted` and the attempts are used up, the task fails
-    /// with `kind` instead.
-    RetryLater { due_at: Millis, kind: FailureKind, reason: String, max_attempts: i64 },
+    /// Try again at `due_at`; when the attempts are used up, the task fails with `kind`
+    /// instead.
+    RetryLater { due_at: Millis, kind: FailureKind, reason: String, max_attempts: i64, charge: Charge },
     /// A cancel arrived before anything was sent.
     CanceledBeforeCall,
+}
+
+impl Finish {
+    /// What this outcome proves about money, before the store's own rule (see [`Finish`]).
+    pub fn charge(&self) -> Charge {
+        match self {
+            Finish::Succeeded(_) => Charge::Charged,
+            Finish::Failed { charge, .. } | Finish::RetryLater { charge, .. } => *charge,
+            Finish::Unknown { .. } => Charge::Possible,
+            Finish::CanceledBeforeCall => Charge::None,
+        }
+    }
+}
+
+/// What `record_calling` needs besides the tokens: the money facts recorded with the call,
+/// and the limits the call must fit in.
+#[derive(Debug, Clone, Default)]
+pub struct CallingFacts {
+    /// False for a provider that never bills (`demo`): its requests are always
+    /// [`Charge::None`].
+    pub billable: bool,
+    /// The configured price of this request, if the provider has one.
+    pub cost_micros: Option<Micros>,
+    pub currency: Option<String>,
+    /// The model the request names (for the spend report).
+    pub model: Option<String>,
+    /// Budgets this call must fit in; checked in the same transaction that records
+    /// `calling`, so concurrent workers cannot together overshoot one.
+    pub limits: Vec<crate::store::spend::Limit>,
+}
+
+impl CallingFacts {
+    /// A billed request with no price and no limits (tests, scriptable providers).
+    pub fn billed() -> Self {
+        CallingFacts { billable: true, ..CallingFacts::default() }
+    }
+}
+
+/// The result of `record_calling`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallingOutcome {
+    /// `calling` is recorded: the request may leave now.
+    Calling,
+    /// A budget would be exceeded: nothing was recorded as sent, the execution is
+    /// abandoned, and the task waits (no attempt counted) until `due_at`, the start of the
+    /// next period, or until the limit is raised.
+    Held { due_at: Millis, reason: String },
 }
 
 /// What the reconciler does with one leftover, as applied to the database.
@@ -243,13 +297,35 @@ pub enum CancelOutcome {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RetryOutcome {
     Created(String),
-    /// The idempotency key names a retry already made.
+    /// The idempotency key names a retry of this same task already made.
     Existing(String),
     /// The original may have been charged: the caller must acknowledge possible extra cost.
     NeedsAcknowledgement,
+    /// A retry of this task (or another task for the same shot of its set) is still live:
+    /// a task and a shot have at most one live retry.
+    RetryInProgress {
+        id: String,
+        status: TaskStatus,
+    },
+    /// This task was already retried as `id` (settled): another retry needs its own
+    /// acknowledgement naming `id`.
+    AlreadyRetried {
+        id: String,
+        status: TaskStatus,
+    },
     /// The task is not in a state that can be retried.
     NotRetryable(TaskStatus),
     NotFound,
+}
+
+/// What a user retry acknowledges.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RetryAck {
+    /// That generating again may be charged again (needed when a request of the original
+    /// may have been, or was, charged).
+    pub possible_charge: bool,
+    /// The id of the task's latest retry, when retrying it again (needed once it has one).
+    pub retried_as: Option<String>,
 }
 
 /// An operator's resolution of an `unknown` task.
@@ -362,6 +438,55 @@ pub(super) fn insert_artifact(
     )?
     .execute(params![a.id, task, exec, a.image.sha256(), a.image.len(), a.image.media_type(), now])?;
     Ok(())
+}
+
+/// Record what an outcome proves about money on an execution, under the store's rule: an
+/// execution that never recorded `calling` (`calling_at` NULL), or whose provider never
+/// bills, is [`Charge::None`] whatever the caller says. Returns the charge recorded and the
+/// words for the timeline (empty when nothing was sent).
+pub(in crate::store) fn settle_charge(
+    c: &Connection,
+    exec: &str,
+    charge: Charge,
+) -> Result<(Charge, String), StoreError> {
+    let row: Option<(String, bool, Option<Micros>, Option<String>)> = c
+        .prepare_cached(
+            "UPDATE executions SET charge = CASE WHEN calling_at IS NULL OR billable = 0 THEN 'none' ELSE ?2 END
+             WHERE token = ?1 RETURNING charge, calling_at IS NOT NULL, cost_micros, currency",
+        )?
+        .query_row(params![exec, charge.as_str()], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .optional()?;
+    let Some((stored, called, cost, currency)) = row else { return Ok((Charge::None, String::new())) };
+    let stored = Charge::parse(&stored).unwrap_or(Charge::Possible);
+    Ok((stored, charge_words(charge, stored, called, cost, currency.as_deref())))
+}
+
+/// What a settled charge means, in plain words for the timeline: `wanted` is what the outcome
+/// said, `stored` what the evidence allowed (`settle_charge`, or `finish`'s own statement).
+pub(in crate::store) fn charge_words(
+    charge: Charge,
+    stored: Charge,
+    called: bool,
+    cost: Option<Micros>,
+    currency: Option<&str>,
+) -> String {
+    let about = match (cost, currency) {
+        (Some(m), Some(cur)) => format!(" (about {})", crate::domain::money(m, cur)),
+        _ => String::new(),
+    };
+    match (called, stored) {
+        (false, _) => String::new(),
+        (true, Charge::None) if charge == Charge::None => "nothing reached the provider, so nothing was charged".into(),
+        (true, Charge::None) => "this provider never charges".into(),
+        (true, Charge::Refused) => "a definite refusal, which the provider does not charge for".into(),
+        (true, Charge::Possible) => format!("it may have been charged{about}"),
+        (true, Charge::Charged) => format!("charged{about}"),
+    }
+}
+
+/// `text`, then `words` after a dash when there are any.
+pub(in crate::store) fn with_money(text: &str, words: &str) -> String {
+    if words.is_empty() { text.to_string() } else { format!("{text} — {words}") }
 }
 
 /// Called in every transaction that settles a task (terminal or unknown): schedules what

@@ -4,7 +4,7 @@
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::*;
-use crate::domain::{Actor, FailureKind, Millis, Phase, TaskStatus};
+use crate::domain::{Actor, Charge, FailureKind, Millis, Phase, TaskStatus};
 
 /// Sent envelopes past their deadline, or leased by an earlier run of the process.
 pub(in crate::store) fn leftovers(c: &Connection, now: Millis, boot: &str) -> Result<Vec<LeftoverRow>, StoreError> {
@@ -175,11 +175,24 @@ pub(in crate::store) fn apply_recovery(
                 applied.push((row.task_id.clone(), TaskStatus::Waiting));
             }
             Recovery::Unknown => {
-                let why = "interrupted after the request may have left, and this provider cannot prove what happened";
+                let why = "tally was interrupted after the request may have left, and this provider cannot prove \
+                           whether it ran";
                 set_exec("unknown", why)?;
+                let words = match exec {
+                    Some(token) => settle_charge(c, token, Charge::Possible)?.1,
+                    None => String::new(),
+                };
                 consume_envelope(c, task, "consumed", Some(why))?;
                 set_task(c, task, TaskStatus::Unknown, Some(why), None, now)?;
-                event(c, task, now, r, "unknown", &format!("{why}; automatic retries stopped"), exec)?;
+                event(
+                    c,
+                    task,
+                    now,
+                    r,
+                    "unknown",
+                    &with_money(&format!("{why}; automatic retries stopped"), &words),
+                    exec,
+                )?;
                 on_settled(c, task, now)?;
                 applied.push((row.task_id.clone(), TaskStatus::Unknown));
             }

@@ -3,7 +3,7 @@
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::*;
-use crate::domain::{Actor, FailureKind, Millis, TaskStatus};
+use crate::domain::{Actor, Charge, FailureKind, Millis, TaskStatus};
 
 /// Cancel a task: at once if nothing was sent, else mark it cancel-requested.
 pub(in crate::store) fn cancel(c: &Connection, task: &str, now: Millis) -> Result<CancelOutcome, StoreError> {
@@ -34,41 +34,85 @@ pub(in crate::store) fn cancel(c: &Connection, task: &str, now: Millis) -> Resul
     }
 }
 
-/// A user-initiated retry: a **new** task linked by `retry_of`. When the original may have
-/// been charged, refused unless `acknowledged`.
+/// A user-initiated retry: a **new** task linked by `retry_of`.
+///
+/// Rules, checked in this one operation (so concurrent retries are decided one by one):
+/// - the same `key` on the same original returns the retry it made (`Existing`); a key is
+///   scoped to its original, so another task's retry with that key is a different one;
+/// - a task, and a shot position of a set, has at most one live retry: while one is queued,
+///   waiting or running, another is refused (`RetryInProgress`);
+/// - once a task was retried, retrying it again needs an acknowledgement that names its
+///   latest retry (`AlreadyRetried` otherwise), so a double click or a second terminal cannot
+///   make a second paid task by accident;
+/// - when a request of the original may have been, or was, charged, the caller must
+///   acknowledge that generating again may be charged again (`NeedsAcknowledgement`).
 pub(in crate::store) fn retry(
     c: &Connection,
     task: &str,
-    acknowledged: bool,
+    ack: &RetryAck,
     key: Option<&str>,
     now: Millis,
 ) -> Result<RetryOutcome, StoreError> {
-    let row: Option<(String, String, String, String, bool, Option<String>)> = c
-        .prepare_cached(
-            "SELECT status, provider, prompt, params, may_have_charged, group_key FROM tasks WHERE id = ?1",
-        )?
-        .query_row([task], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))
+    let row: Option<(String, String, String, String, Option<String>)> = c
+        .prepare_cached("SELECT status, provider, prompt, params, group_key FROM tasks WHERE id = ?1")?
+        .query_row([task], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
         .optional()?;
-    let Some((status, provider, prompt, params_text, charged, group)) = row else { return Ok(RetryOutcome::NotFound) };
+    let Some((status, provider, prompt, params_text, group)) = row else { return Ok(RetryOutcome::NotFound) };
+    if let Some(k) = key {
+        let made: Option<String> = c
+            .prepare_cached("SELECT id FROM tasks WHERE retry_of = ?1 AND retry_key = ?2")?
+            .query_row(params![task, k], |r| r.get(0))
+            .optional()?;
+        if let Some(id) = made {
+            return Ok(RetryOutcome::Existing(id));
+        }
+    }
     let status = TaskStatus::parse(&status).unwrap_or(TaskStatus::Failed);
     if !matches!(status, TaskStatus::Failed | TaskStatus::Unknown | TaskStatus::Canceled) {
         return Ok(RetryOutcome::NotRetryable(status));
     }
-    if charged && !acknowledged {
+    let shot = crate::store::sets::shot_of(c, task)?;
+    if let Some(s) = &shot {
+        let live: Option<(String, String)> = c
+            .prepare_cached(
+                "SELECT id, status FROM tasks WHERE set_id = ?1 AND set_position = ?2 AND id <> ?3
+                   AND status IN ('queued', 'waiting', 'running')
+                 ORDER BY id DESC LIMIT 1",
+            )?
+            .query_row(params![s.set_id, s.position, task], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?;
+        if let Some((id, st)) = live {
+            return Ok(RetryOutcome::RetryInProgress {
+                id,
+                status: TaskStatus::parse(&st).unwrap_or(TaskStatus::Queued),
+            });
+        }
+    }
+    if let Some((id, st)) = latest_retry(c, task)? {
+        if !st.is_settled() {
+            return Ok(RetryOutcome::RetryInProgress { id, status: st });
+        }
+        if ack.retried_as.as_deref() != Some(id.as_str()) {
+            return Ok(RetryOutcome::AlreadyRetried { id, status: st });
+        }
+    }
+    let charge = crate::store::charge_of(c, task)?.state;
+    if charge.may_cost() && !ack.possible_charge {
         return Ok(RetryOutcome::NeedsAcknowledgement);
     }
     let new = NewTask {
         provider,
         prompt,
         params: serde_json::from_str(&params_text).unwrap_or(Value::Null),
-        idempotency_key: key.map(str::to_string),
+        idempotency_key: None,
         retry_of: Some(task.to_string()),
-        shot: crate::store::sets::shot_of(c, task)?,
+        retry_key: key.map(str::to_string),
+        shot,
         group,
     };
     Ok(match submit(c, &new, now)? {
         SubmitOutcome::Created(id) => {
-            let msg = if charged {
+            let msg = if charge.may_cost() {
                 format!("retried as task {id}; the user acknowledged that it may be charged again")
             } else {
                 format!("retried as task {id}")
@@ -79,6 +123,15 @@ pub(in crate::store) fn retry(
         SubmitOutcome::Existing(id) => RetryOutcome::Existing(id),
         SubmitOutcome::Conflict(_) => RetryOutcome::NotRetryable(status),
     })
+}
+
+/// The newest retry of `task` and its status.
+pub(in crate::store) fn latest_retry(c: &Connection, task: &str) -> Result<Option<(String, TaskStatus)>, StoreError> {
+    let row: Option<(String, String)> = c
+        .prepare_cached("SELECT id, status FROM tasks WHERE retry_of = ?1 ORDER BY id DESC LIMIT 1")?
+        .query_row([task], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    Ok(row.map(|(id, s)| (id, TaskStatus::parse(&s).unwrap_or(TaskStatus::Failed))))
 }
 
 /// An operator resolves an `unknown` task by hand.
@@ -103,6 +156,8 @@ pub(in crate::store) fn resolve(
         Resolution::Succeeded(a) => {
             c.prepare_cached("UPDATE executions SET status = 'succeeded', finished_at = ?2 WHERE token = ?1")?
                 .execute(params![exec, now])?;
+            // The operator found the image: the request delivered, so it was charged.
+            let (_, words) = settle_charge(c, &exec, Charge::Charged)?;
             insert_artifact(c, task, &exec, a, now)?;
             let why = format!("Resolved by an operator{note_text}");
             set_task(c, task, TaskStatus::Succeeded, Some(&why), None, now)?;
@@ -112,7 +167,7 @@ pub(in crate::store) fn resolve(
                 now,
                 Actor::Operator,
                 "resolved",
-                &format!("resolved as succeeded with an image{note_text}"),
+                &with_money(&format!("resolved as succeeded with an image{note_text}"), &words),
                 Some(&exec),
             )?;
         }
@@ -121,7 +176,13 @@ pub(in crate::store) fn resolve(
                 .execute(params![exec, now])?;
             let why = format!("an operator confirmed it failed{note_text}");
             set_task(c, task, TaskStatus::Failed, Some(&why), Some(FailureKind::Operator), now)?;
-            event(c, task, now, Actor::Operator, "resolved", &format!("resolved as failed{note_text}"), Some(&exec))?;
+            // "It failed" is the operator's word about the image, not about the bill: the
+            // request left and nothing proves it was free, so its charge stays `possible`.
+            let line = format!(
+                "resolved as failed{note_text} — the request still counts as possibly charged, since nothing proves \
+                 the provider did not bill it"
+            );
+            event(c, task, now, Actor::Operator, "resolved", &line, Some(&exec))?;
         }
     }
     Ok(ResolveOutcome::Resolved)
@@ -137,11 +198,11 @@ impl Store {
     pub async fn retry(
         &self,
         task: String,
-        acknowledged: bool,
+        ack: RetryAck,
         key: Option<String>,
         now: Millis,
     ) -> Result<RetryOutcome, StoreError> {
-        self.write(move |c| retry(c, &task, acknowledged, key.as_deref(), now)).await
+        self.write(move |c| retry(c, &task, &ack, key.as_deref(), now)).await
     }
 
     /// Resolve an `unknown` task by hand (an image's bytes commit with the resolution).

@@ -16,7 +16,13 @@ fn task_row(r: &Row) -> TaskView {
         reason: r.get(2),
         failure_kind: r.get(3),
         attempts: r.get(4),
-        may_have_charged: r.get(5),
+        // Charge evidence per execution is not mirrored in this backend yet: its old flag
+        // ("calling was reached") is the most it can say.
+        charge: crate::store::ChargeSummary {
+            state: if r.get::<_, bool>(5) { crate::domain::Charge::Possible } else { crate::domain::Charge::None },
+            ..Default::default()
+        },
+        retried_as: None,
         cancel_requested: r.get(6),
         provider: r.get(7),
         prompt: r.get(8),
@@ -100,17 +106,24 @@ fn with_wait(tx: &mut Tx<'_, '_>, mut t: TaskView) -> Result<TaskView, StoreErro
 /// Tasks newest first, optionally of one status, after the cursor `before` (a task id).
 fn list_tasks(
     tx: &mut Tx<'_, '_>,
-    status: Option<TaskStatus>,
+    filter: crate::store::TaskFilter,
     before: Option<&str>,
     limit: usize,
 ) -> Result<Vec<TaskView>, StoreError> {
     let before = before.unwrap_or("\u{10ffff}");
+    if filter.needs_attention && filter.status.is_some_and(|s| s != TaskStatus::Unknown) {
+        return Ok(Vec::new());
+    }
+    let status = if filter.needs_attention { Some(TaskStatus::Unknown) } else { filter.status };
+    let unretried = filter.needs_attention;
     let rows = match status {
         Some(s) => tx.rows(
             "SELECT id, status, reason, failure_kind, attempts, may_have_charged, cancel_requested, provider,
                     prompt, params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role
-             FROM tasks WHERE status = $1 AND id < $2 ORDER BY id DESC LIMIT $3",
-            &[&s.as_str(), &before, &(limit as i64)],
+             FROM tasks WHERE status = $1 AND id < $2
+               AND (NOT $4 OR NOT EXISTS (SELECT 1 FROM tasks r WHERE r.retry_of = tasks.id))
+             ORDER BY id DESC LIMIT $3",
+            &[&s.as_str(), &before, &(limit as i64), &unretried],
         )?,
         None => tx.rows(
             "SELECT id, status, reason, failure_kind, attempts, may_have_charged, cancel_requested, provider,
@@ -170,11 +183,11 @@ impl PgStore {
     /// Tasks newest first.
     pub async fn list_tasks(
         &self,
-        status: Option<TaskStatus>,
+        filter: crate::store::TaskFilter,
         before: Option<String>,
         limit: usize,
     ) -> Result<Vec<TaskView>, StoreError> {
-        self.read(move |tx| list_tasks(tx, status, before.as_deref(), limit)).await
+        self.read(move |tx| list_tasks(tx, filter, before.as_deref(), limit)).await
     }
 
     /// A task's timeline.

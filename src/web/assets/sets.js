@@ -297,7 +297,7 @@
         h("td", {}, cell(row.charged)), h("td", {}, cell(row.possibly_charged)), h("td", {}, String(row.refused || 0)));
       out.replaceChildren(rows.length ? h("table", { class: "spend", id: "spend-rows" },
         h("caption", {}, "Requests that reached a provider"),
-        h("thead", {}, h("tr", {}, ["", "Charged", "Possibly charged", "Refused (not charged)"].map((c) => h("th", { scope: "col" }, c)))),
+        h("thead", {}, h("tr", {}, [({ month: "Month", day: "Day", provider: "Provider" })[group.value] || "Row", "Charged", "Possibly charged", "Refused (not charged)"].map((c) => h("th", { scope: "col" }, c)))),
         h("tbody", {}, rows.map((row) => line(row, String(row.key)))),
         r.totals ? h("tfoot", {}, line(r.totals, "Total")) : null)
         : h("p", { class: "hint" }, "Nothing has reached a provider in this period."));

@@ -203,7 +203,8 @@ macro_rules! forward {
                 lease: String,
                 now: Millis,
             ) -> impl Future<Output = Result<(), StoreError>> + Send {
-                <$ty>::record_calling(self, exec, lease, now)
+                let calling = <$ty>::record_calling(self, exec, lease, now, tally::store::CallingFacts::billed());
+                async move { calling.await.map(|_| ()) }
             }
             fn record_accepted(
                 &self,
@@ -264,7 +265,8 @@ macro_rules! forward {
                 key: Option<String>,
                 now: Millis,
             ) -> impl Future<Output = Result<RetryOutcome, StoreError>> + Send {
-                <$ty>::retry(self, task, acknowledged, key, now)
+                let ack = tally::store::RetryAck { possible_charge: acknowledged, retried_as: None };
+                <$ty>::retry(self, task, ack, key, now)
             }
             fn resolve(
                 &self,
@@ -345,7 +347,8 @@ macro_rules! forward {
                 before: Option<String>,
                 limit: usize,
             ) -> impl Future<Output = Result<Vec<TaskView>, StoreError>> + Send {
-                <$ty>::list_tasks(self, status, before, limit)
+                let filter = tally::store::TaskFilter { status, needs_attention: false };
+                <$ty>::list_tasks(self, filter, before, limit)
             }
             fn events(&self, task: String) -> impl Future<Output = Result<Vec<EventView>, StoreError>> + Send {
                 <$ty>::events(self, task)

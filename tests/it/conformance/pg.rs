@@ -84,7 +84,7 @@ async fn a_peer_whose_lock_is_gone_is_recovered_at_once_and_is_told_to_fence_its
     let applied = b.apply_recovery(vec![(rows[0].clone(), Recovery::Abandon)], T0 + 2).await.expect("apply");
     assert_eq!(applied, [(id.clone(), TaskStatus::Waiting)]);
     // The fenced node's worker can no longer start the paid call.
-    let late = a.record_calling(c.execution_token, c.lease_token, T0 + 3).await;
+    let late = a.record_calling(c.execution_token, c.lease_token, T0 + 3, tally::store::CallingFacts::billed()).await;
     assert!(matches!(late, Err(StoreError::Fenced)), "{late:?}");
     // Once it takes its lock again it is a node like any other.
     a.relock().expect("relock");

@@ -92,7 +92,7 @@ impl<B: Backend> Script<B> {
 }
 
 fn failed() -> Finish {
-    Finish::Failed { kind: FailureKind::Rejected, reason: "no".into() }
+    Finish::Failed { kind: FailureKind::Rejected, reason: "no".into(), charge: tally::domain::Charge::Refused }
 }
 
 fn fenced<T: std::fmt::Debug>(r: Result<T, StoreError>, what: &str) {

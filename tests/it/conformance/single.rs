@@ -82,7 +82,7 @@ async fn submit_writes_task_envelope_and_event_at_once<B: Backend>(s: B) {
     let (out, view) = s.submit_and_get(task("one"), T0).await.expect("submit");
     let SubmitOutcome::Created(id) = out else { panic!("not created: {out:?}") };
     let view = view.expect("view read in the same operation");
-    assert_eq!((view.status, view.attempts, view.may_have_charged), (TaskStatus::Queued, 0, false));
+    assert_eq!((view.status, view.attempts, view.charge.state), (TaskStatus::Queued, 0, tally::domain::Charge::None));
     assert_eq!((view.created_at, view.updated_at), (T0, T0));
     assert_eq!(kinds(&s, &id).await, ["submitted"]);
     assert_eq!(s.int("SELECT count(*) FROM envelopes WHERE status = 'pending'").await, 1);
@@ -277,7 +277,7 @@ async fn calling_is_recorded_once_from_claimed_and_counts_the_attempt<B: Backend
     let again = s.record_calling(c.execution_token.clone(), c.lease_token.clone(), T0 + 2).await;
     assert!(matches!(again, Err(StoreError::Fenced)), "calling only from claimed: {again:?}");
     let t = s.get_task(id.clone()).await.expect("get").expect("task");
-    assert_eq!((t.attempts, t.may_have_charged), (1, true));
+    assert_eq!((t.attempts, t.charge.state), (1, tally::domain::Charge::Possible));
     assert_eq!(kinds(&s, &id).await, ["submitted", "calling"]);
     let wrong = s.record_calling(c.execution_token.clone(), "not-my-lease".into(), T0 + 3).await;
     assert!(matches!(wrong, Err(StoreError::Fenced)));
@@ -357,7 +357,15 @@ async fn finish_succeeded_attaches_the_artifact_and_consumes_the_envelope<B: Bac
 
 async fn finish_failed_unknown_and_canceled_settle_the_task<B: Backend>(s: B) {
     let cases = [
-        (Finish::Failed { kind: FailureKind::Rejected, reason: "bad prompt".into() }, TaskStatus::Failed, "failed"),
+        (
+            Finish::Failed {
+                kind: FailureKind::Rejected,
+                reason: "bad prompt".into(),
+                charge: tally::domain::Charge::Refused,
+            },
+            TaskStatus::Failed,
+            "failed",
+        ),
         (Finish::Unknown { reason: "timed out".into() }, TaskStatus::Unknown, "unknown"),
         (Finish::CanceledBeforeCall, TaskStatus::Canceled, "canceled"),
     ];
@@ -386,6 +394,7 @@ async fn retry_later_requeues_until_attempts_are_used_up<B: Backend>(s: B) {
             kind: FailureKind::RateLimited,
             reason: "429".into(),
             max_attempts: 2,
+            charge: tally::domain::Charge::Refused,
         };
         let st = s.finish(c.execution_token, c.lease_token, f, now + 1).await.expect("finish");
         if attempt == 1 {
@@ -547,7 +556,7 @@ async fn recovery_applies_each_decision_and_skips_what_changed<B: Backend>(s: B)
     s.finish(
         c1.execution_token.clone(),
         c1.lease_token.clone(),
-        Finish::Failed { kind: FailureKind::Rejected, reason: "no".into() },
+        Finish::Failed { kind: FailureKind::Rejected, reason: "no".into(), charge: tally::domain::Charge::Refused },
         T0 + 3,
     )
     .await

@@ -99,7 +99,7 @@ fn finish(tx: &mut Tx<'_, '_>, exec: &str, lease: &str, f: &Finish, now: Millis)
             crate::failpoint::crash("before-finish-commit");
             TaskStatus::Succeeded
         }
-        Finish::Failed { kind, reason } => {
+        Finish::Failed { kind, reason, .. } => {
             set_exec(tx, exec, "failed", now, Some(reason))?;
             set_task(tx, &task, TaskStatus::Failed, Some(reason), Some(*kind), now)?;
             consume_envelope(tx, &task, "consumed", Some(reason))?;
@@ -113,7 +113,7 @@ fn finish(tx: &mut Tx<'_, '_>, exec: &str, lease: &str, f: &Finish, now: Millis)
             event(tx, &task, now, Actor::Worker, "unknown", &format!("{reason}; automatic retries stopped"), ex)?;
             TaskStatus::Unknown
         }
-        Finish::RetryLater { due_at, kind, reason, max_attempts } => {
+        Finish::RetryLater { due_at, kind, reason, max_attempts, .. } => {
             set_exec(tx, exec, "failed", now, Some(reason))?;
             let attempts: i64 = tx.one("SELECT attempts FROM tasks WHERE id = $1", &[&task])?.get(0);
             if attempts >= *max_attempts {
@@ -180,12 +180,23 @@ fn late_result(tx: &mut Tx<'_, '_>, exec: &str, a: &NewArtifact, now: Millis) ->
 
 impl PgStore {
     /// Durably record phase `calling`.
-    pub async fn record_calling(&self, exec: String, lease: String, now: Millis) -> Result<(), StoreError> {
+    /// Durably record phase `calling`. Not mirrored yet from the SQLite store: the money facts
+    /// (`facts`: price, billable, budget limits) are ignored here, so this backend never holds
+    /// a call back for a budget; it always answers `Calling`.
+    pub async fn record_calling(
+        &self,
+        exec: String,
+        lease: String,
+        now: Millis,
+        facts: crate::store::CallingFacts,
+    ) -> Result<crate::store::CallingOutcome, StoreError> {
+        let _ = facts;
         self.write(move |tx| {
             let now = tx.now(now)?;
             record_calling(tx, &exec, &lease, now)
         })
         .await
+        .map(|()| crate::store::CallingOutcome::Calling)
     }
 
     /// Persist an accepted job id.

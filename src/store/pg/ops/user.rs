@@ -72,6 +72,7 @@ fn retry(
         params: serde_json::from_str(&params_text).unwrap_or(Value::Null),
         idempotency_key: key.map(str::to_string),
         retry_of: Some(task.to_string()),
+        retry_key: None,
         shot: crate::store::pg::sets::shot_of(tx, task)?,
         group,
     };
@@ -147,13 +148,16 @@ impl PgStore {
     }
 
     /// Retry a task as a new one.
+    /// A user retry. Not mirrored yet from the SQLite store: only `ack.possible_charge` is
+    /// checked (no one-live-retry rule, no naming of an earlier retry, key not scoped).
     pub async fn retry(
         &self,
         task: String,
-        acknowledged: bool,
+        ack: crate::store::RetryAck,
         key: Option<String>,
         now: Millis,
     ) -> Result<RetryOutcome, StoreError> {
+        let acknowledged = ack.possible_charge;
         self.write(move |tx| {
             let now = tx.now(now)?;
             retry(tx, &task, acknowledged, key.as_deref(), now)
