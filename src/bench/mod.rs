@@ -5,6 +5,7 @@
 //! cost, latency with a large finished history, restart recovery, HTTP submit throughput
 //! (when a server is given) and idle RSS. See BENCHMARKS.md for results and method.
 
+pub mod fairness;
 pub mod http;
 pub mod populate;
 pub mod provider;
@@ -55,6 +56,7 @@ pub enum Section {
     Scale,
     Recovery,
     Http,
+    Fairness,
 }
 
 /// The machine the numbers come from.
@@ -176,6 +178,8 @@ pub struct Results {
     pub http: Option<http::HttpResult>,
     /// VmRSS after the idle section (which runs first, in a fresh process).
     pub idle_rss_mb: Option<f64>,
+    /// Fresh tasks against a recovered backlog (issue #18), with the FIFO baseline.
+    pub fairness: Option<fairness::Fairness>,
     pub total_secs: f64,
 }
 
@@ -188,6 +192,7 @@ struct Sizes {
     scale_rows: u64,
     recovery_tasks: u64,
     http_secs: f64,
+    fairness_backlog: usize,
 }
 
 impl Sizes {
@@ -200,6 +205,7 @@ impl Sizes {
                 scale_rows: 100_000,
                 recovery_tasks: 1_000,
                 http_secs: 2.0,
+                fairness_backlog: 2_000,
             }
         } else {
             Sizes {
@@ -209,6 +215,7 @@ impl Sizes {
                 scale_rows: 1_000_000,
                 recovery_tasks: 10_000,
                 http_secs: 5.0,
+                fairness_backlog: 10_000,
             }
         }
     }
@@ -296,6 +303,18 @@ async fn run_all(args: &BenchArgs, out: &Path) -> Result<Results, String> {
         recovery = Some(sections::recovery(out, sizes.recovery_tasks).await?);
     }
 
+    let mut fair = None;
+    if on(Section::Fairness) {
+        progress(&format!(
+            "fairness: {} recovered tasks, {} slots, S = {} ms, fresh at {:.0}/s; fair, then FIFO",
+            sizes.fairness_backlog,
+            fairness::SLOTS,
+            fairness::SERVICE_MS,
+            2000.0 / fairness::SERVICE_MS as f64
+        ));
+        fair = Some(fairness::fairness(out, sizes.fairness_backlog).await?);
+    }
+
     // HTTP: against `--http` if given, else against a real `tally serve` started here. The
     // daemon's own RSS, measured idle before the load, is the idle RSS reported.
     let http = match (&args.http, &args.token) {
@@ -330,6 +349,7 @@ async fn run_all(args: &BenchArgs, out: &Path) -> Result<Results, String> {
         http_submit_per_s: http.as_ref().map(|h| h.submits_per_s),
         http,
         idle_rss_mb,
+        fairness: fair,
         total_secs: t0.elapsed().as_secs_f64(),
     })
 }
@@ -469,6 +489,32 @@ fn render_table(r: &Results) -> String {
         "   idle RSS: {}",
         r.idle_rss_mb.map(|m| format!("{m:.1} MB")).unwrap_or_else(|| "unavailable".into())
     );
+    if let Some(f) = &r.fairness {
+        let _ = writeln!(
+            t,
+            "\n7. fairness ({} recovered tasks, {} slots, S = {} ms ± 50 %, fresh at {:.0}/s): fresh pickup p50 {:.1} ms, \
+             p95 {:.1} ms, p99 {:.1} ms ({} tasks); recovery share while both lanes waited {:.2}; drained in {:.0} ms",
+            f.backlog,
+            f.slots,
+            f.service_ms,
+            f.fresh_per_s,
+            f.fresh_pickup_ms.p50,
+            f.fresh_pickup_ms.p95,
+            f.fresh_pickup_ms.p99,
+            f.fresh_pickup_ms.samples,
+            f.recovery_share,
+            f.drain_ms
+        );
+        let _ = writeln!(
+            t,
+            "   FIFO baseline: fresh pickup p50 {:.1} ms, p95 {:.1} ms, p99 {:.1} ms; recovery share {:.2}; drained in {:.0} ms",
+            f.fifo_fresh_pickup_ms.p50,
+            f.fifo_fresh_pickup_ms.p95,
+            f.fifo_fresh_pickup_ms.p99,
+            f.fifo_recovery_share,
+            f.fifo_drain_ms
+        );
+    }
     let _ = writeln!(t, "\ntotal {:.1} s", r.total_secs);
     t
 }
@@ -543,6 +589,7 @@ mod tests {
             http_submit_per_s: None,
             http: None,
             idle_rss_mb: Some(10.0),
+            fairness: None,
             total_secs: 60.0,
         }
     }

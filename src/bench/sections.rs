@@ -45,7 +45,7 @@ fn task(i: u64, key: Option<String>) -> NewTask {
 
 /// A fresh, empty directory for one run. Runs leave their databases in place until the whole
 /// benchmark ends, so that freeing one run's disk space is not charged to the next.
-fn fresh_dir(out: &Path, name: &str) -> Result<PathBuf, String> {
+pub(super) fn fresh_dir(out: &Path, name: &str) -> Result<PathBuf, String> {
     let d = out.join(name);
     if d.exists() {
         return Err(format!("{} already exists; pass an empty --out directory", d.display()));

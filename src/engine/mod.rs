@@ -46,6 +46,8 @@ pub const MAX_PROMPT_BYTES: usize = 8 * 1024;
 pub const MAX_PARAMS_BYTES: usize = 16 * 1024;
 /// The largest reference image tally accepts, in bytes.
 pub const MAX_UPLOAD_BYTES: usize = 10 * 1024 * 1024;
+/// The longest submit `group` tally accepts, in bytes.
+pub const MAX_GROUP_BYTES: usize = 128;
 /// The most shots one image set may list.
 pub const MAX_SHOTS: usize = 50;
 /// The most reference images one image set may carry.
@@ -475,6 +477,13 @@ impl Engine {
         }
         if t.params.to_string().len() > MAX_PARAMS_BYTES {
             return Err(EngineError::Invalid(format!("params are larger than {MAX_PARAMS_BYTES} bytes")));
+        }
+        if let Some(g) = &t.group
+            && (g.is_empty() || g.len() > MAX_GROUP_BYTES || g.chars().any(char::is_control))
+        {
+            return Err(EngineError::Invalid(format!(
+                "the group must be 1 to {MAX_GROUP_BYTES} bytes without control characters"
+            )));
         }
         validate_key(t.idempotency_key.as_deref())
     }

@@ -31,6 +31,11 @@ pub struct TaskView {
     pub created_at: Millis,
     pub updated_at: Millis,
     pub artifacts: Vec<ArtifactView>,
+    /// The submitter's group (a fairness key), if one was given.
+    pub group: Option<String>,
+    /// For a task waiting to be dispatched: why, in plain words, from where it stands in the
+    /// dispatch order (also put into `reason`); `None` otherwise.
+    pub waiting_for: Option<String>,
 }
 
 /// What the evidence says about money for a task, derived from its executions.
@@ -70,7 +75,7 @@ pub struct EventView {
 }
 
 const TASK_COLUMNS: &str = "id, status, reason, failure_kind, attempts, cancel_requested, provider, prompt, \
-     params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role";
+     params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role, group_key";
 
 fn task_row(r: &Row<'_>) -> rusqlite::Result<TaskView> {
     let status: String = r.get(1)?;
@@ -95,6 +100,8 @@ fn task_row(r: &Row<'_>) -> rusqlite::Result<TaskView> {
         updated_at: r.get(14)?,
         shot_role: r.get(15)?,
         artifacts: Vec::new(),
+        group: r.get(16)?,
+        waiting_for: None,
     })
 }
 
@@ -174,7 +181,8 @@ fn with_wait(c: &Connection, mut t: TaskView) -> Result<TaskView, StoreError> {
         return Ok(t);
     }
     if let Some(why) = wait_reason(c, &t)? {
-        t.reason = Some(why);
+        t.reason = Some(why.clone());
+        t.waiting_for = Some(why);
     }
     Ok(t)
 }
@@ -245,7 +253,7 @@ fn wait_reason(c: &Connection, t: &TaskView) -> Result<Option<String>, StoreErro
 pub(in crate::store) fn wait_words(provider: &str, f: &WaitFacts) -> Option<String> {
     if let Some(until) = f.paused {
         return Some(format!(
-            "Provider `{provider}` failed several times in a row; tally has paused new calls to it until {}.",
+            "{provider} failed several times in a row; tally has paused new calls to it until {}.",
             crate::clock::rfc3339(until)
         ));
     }
@@ -271,11 +279,11 @@ pub(in crate::store) fn wait_words(provider: &str, f: &WaitFacts) -> Option<Stri
     let max = f.max.unwrap_or(1);
     let cap = (max - f.reserve.unwrap_or(1)).max(1);
     let slot = if f.busy >= max {
-        Some(format!("Waiting for a free slot at provider `{provider}` (all {max} of its slots are in use)."))
+        Some(format!("Waiting for a free slot at {provider} (all {max} of its slots are in use)."))
     } else if f.lane == "recovery" && f.busy_recovery >= cap {
         Some(format!(
-            "Waiting for a free slot at provider `{provider}`: tasks tally retries or recovers may use {cap} of its \
-             {max} slots, so that new tasks are not held up."
+            "Waiting for a free slot at {provider}: tasks tally retries or recovers may use {cap} of its {max} \
+             slots, so that new tasks are not held up."
         ))
     } else {
         None

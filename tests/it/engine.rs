@@ -172,7 +172,11 @@ async fn a_busy_provider_is_not_dispatched_to_and_the_task_says_why_it_waits() {
     let second = h.submit("second").await;
     let t = h.task(&second).await;
     assert_eq!((t.status, t.attempts), (TaskStatus::Queued, 0), "waiting for a slot is not failure");
-    assert!(t.reason.as_deref().unwrap_or("").contains("free slot at provider `fake`"), "{:?}", t.reason);
+    assert!(
+        t.reason.as_deref().unwrap_or("").contains("free slot at fake (all 1 of its slots are in use)"),
+        "{:?}",
+        t.reason
+    );
     // Wake the dispatcher a few times: a saturated provider costs no commit and no event.
     let (commits, writes) = (h.store.commits(), h.store.writes());
     for _ in 0..5 {

@@ -244,6 +244,7 @@ async fn run(order: DispatchOrder, seed: u64) -> Figures {
         providers: vec![ProviderEntry::new(PROVIDER, dyn_provider, SLOTS)],
         data_dir: dir.clone(),
         metrics: Arc::new(Metrics::new()),
+        limits: Vec::new(),
     })
     .await
     .expect("engine");
@@ -260,7 +261,7 @@ async fn run(order: DispatchOrder, seed: u64) -> Figures {
     let mut closed_at: Option<Millis> = None;
     let mut successes_since_close = 0usize;
     let mut slow_start = Vec::new();
-    let mut drained_at = None;
+    let drained_at: Millis;
     let (mut backlog_left, mut fresh_left) = (BACKLOG, 0usize);
     let mut changes = engine.subscribe();
     let wall = Instant::now();
@@ -307,7 +308,7 @@ async fn run(order: DispatchOrder, seed: u64) -> Figures {
             slow_start.push((successes_since_close, snap.sent_recovery));
         }
         if !snap.live && backlog_left == 0 {
-            drained_at = Some(now);
+            drained_at = now;
             break;
         }
         // The outage: once the circuit opened, the provider comes back; fresh arrivals start
@@ -375,8 +376,7 @@ async fn run(order: DispatchOrder, seed: u64) -> Figures {
         .read(move |c| {
             let mut redispatched = 0;
             for id in &fresh_ids {
-                let n: i64 =
-                    c.query_row("SELECT send_count FROM envelopes WHERE task_id = ?1", [id], |r| r.get(0))?;
+                let n: i64 = c.query_row("SELECT send_count FROM envelopes WHERE task_id = ?1", [id], |r| r.get(0))?;
                 redispatched += usize::from(n != 1);
             }
             let paused: i64 = c.query_row(
@@ -397,7 +397,7 @@ async fn run(order: DispatchOrder, seed: u64) -> Figures {
         both_busy_recovery,
         slow_start,
         during_batch,
-        drained_at: drained_at.unwrap_or(0) - T0,
+        drained_at: drained_at - T0,
         fresh_redispatched,
         paused_events_after_close,
     }

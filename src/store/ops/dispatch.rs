@@ -209,9 +209,12 @@ pub(in crate::store) fn recovery_cap(s: &State) -> i64 {
 
 /// Pick up to `n` of the candidates (each lane's first ready envelopes, asked for `n` of each
 /// and given fewer when that lane has no more, or is at its cap): by due time for a FIFO
-/// provider; otherwise the lane whose place is lower goes next (ties to fresh) and advances by
-/// its stride. A lane that had nothing more to offer keeps no credit: its place moves up to the
-/// other lane's. Updates the places.
+/// provider; otherwise the lane whose place is lower goes next and advances by its stride. On a
+/// tie the recovery lane goes first: a lane that had nothing more to offer keeps no credit (its
+/// place moves up to the other lane's), so a task arriving in an empty fresh lane ties, waits
+/// for one recovery dispatch at most, and from then on the lanes share 4 : 1 — the recovery
+/// lane gets its share at every moment both lanes have work, not only under a sustained burst.
+/// Updates the places.
 pub(in crate::store) fn interleave(
     s: &mut State,
     fresh: Vec<Candidate>,
@@ -234,7 +237,7 @@ pub(in crate::store) fn interleave(
             (false, false) => break,
             (true, false) => true,
             (false, true) => false,
-            (true, true) => s.fresh_pass <= s.recovery_pass,
+            (true, true) => s.fresh_pass < s.recovery_pass,
         };
         if take_fresh {
             out.extend(f.next());

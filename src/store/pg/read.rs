@@ -35,6 +35,8 @@ fn task_row(r: &Row) -> TaskView {
         updated_at: r.get(15),
         shot_role: r.get(16),
         artifacts: Vec::new(),
+        group: r.get(17),
+        waiting_for: None,
     }
 }
 
@@ -66,7 +68,7 @@ pub(super) fn get_task(tx: &mut Tx<'_, '_>, id: &str) -> Result<Option<TaskView>
     let t = tx
         .opt(
             "SELECT id, status, reason, failure_kind, attempts, may_have_charged, cancel_requested, provider,
-                    prompt, params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role
+                    prompt, params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role, group_key
              FROM tasks WHERE id = $1",
             &[&id],
         )?
@@ -97,7 +99,8 @@ fn with_wait(tx: &mut Tx<'_, '_>, mut t: TaskView) -> Result<TaskView, StoreErro
             earlier_shots: r.get(11),
         };
         if let Some(why) = crate::store::read::wait_words(&t.provider, &f) {
-            t.reason = Some(why);
+            t.reason = Some(why.clone());
+            t.waiting_for = Some(why);
         }
     }
     Ok(t)
@@ -119,7 +122,7 @@ fn list_tasks(
     let rows = match status {
         Some(s) => tx.rows(
             "SELECT id, status, reason, failure_kind, attempts, may_have_charged, cancel_requested, provider,
-                    prompt, params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role
+                    prompt, params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role, group_key
              FROM tasks WHERE status = $1 AND id < $2
                AND (NOT $4 OR NOT EXISTS (SELECT 1 FROM tasks r WHERE r.retry_of = tasks.id))
              ORDER BY id DESC LIMIT $3",
@@ -127,7 +130,7 @@ fn list_tasks(
         )?,
         None => tx.rows(
             "SELECT id, status, reason, failure_kind, attempts, may_have_charged, cancel_requested, provider,
-                    prompt, params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role
+                    prompt, params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role, group_key
              FROM tasks WHERE id < $1 ORDER BY id DESC LIMIT $2",
             &[&before, &(limit as i64)],
         )?,

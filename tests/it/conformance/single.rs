@@ -141,7 +141,11 @@ async fn a_saturated_or_paused_provider_is_not_dispatched_to_and_nothing_is_writ
     }
     let t = s.get_task(second.clone()).await.expect("get").expect("task");
     assert_eq!((t.status, t.attempts), (TaskStatus::Queued, 0));
-    assert!(t.reason.as_deref().unwrap_or("").contains("free slot at provider `p`"), "{:?}", t.reason);
+    assert!(
+        t.reason.as_deref().unwrap_or("").contains("free slot at p (all 1 of its slots are in use)"),
+        "{:?}",
+        t.reason
+    );
     assert_eq!(kinds(&s, &second).await, ["submitted"]);
     assert_eq!(s.int("SELECT send_count FROM envelopes WHERE status = 'pending'").await, 0);
     // The slot frees while the provider is paused: still nothing, until the pause ends.
@@ -191,7 +195,7 @@ async fn lanes_interleave_by_weight_and_keys_take_turns<B: Backend>(s: B) {
         f.push(s.submit(task(&format!("fresh {i}")), T0 + 2).await.expect("submit").task_id().to_string());
     }
     let got = order_of(&s, 10, T0 + 3).await;
-    let want = [&f[0], &r[0], &f[1], &f[2], &f[3], &f[4], &r[1], &r[2], &r[3], &r[4]];
+    let want = [&r[0], &f[0], &f[1], &f[2], &f[3], &r[1], &f[4], &r[2], &r[3], &r[4]];
     assert_eq!(got.iter().collect::<Vec<_>>(), want, "fresh 4 : recovery 1, never starved");
     // Within a lane, fairness keys take turns: a group's batch does not hold back another's task.
     let grouped = |g: &str, i: usize| NewTask { group: Some(g.into()), ..task(&format!("{g} {i}")) };
