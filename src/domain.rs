@@ -44,6 +44,7 @@ macro_rules! string_enum {
 
 string_enum! {
     /// A task's status: the only status a user sees. Derived from the task row alone.
+    #[derive(utoipa::ToSchema)]
     TaskStatus {
         /// Submitted, not yet started. Moved out by a worker's claim or by cancel.
         Queued = "queued",
@@ -85,6 +86,7 @@ string_enum! {
     /// all of a task's requests, for the task. Ordered by weight: a task's state is the
     /// heaviest of its requests'. Every surface derives its money wording from this, never
     /// from a phase or a status alone.
+    #[derive(utoipa::ToSchema)]
     Charge {
         /// Nothing reached the provider (a local check failed, the connection was never
         /// made, canceled before sending), or the provider never bills (`demo`).

@@ -188,6 +188,22 @@ struct Entry {
 /// `GET /v1/sets/{id}/download`: the set's finished images as one zip (`application/zip`,
 /// `attachment; filename="<product>.zip"`), one stored entry per image in shot order, named
 /// by [`set_file_names`]. 409 `no_images` when no shot has an image yet.
+#[utoipa::path(
+    get,
+    path = "/sets/{id}/download",
+    operation_id = "download_set",
+    tag = "sets",
+    params(super::sets::SetId),
+    responses(
+        (status = 200, description = "The set's finished images as one zip, `<product>_<role>.png` each.",
+            content(("application/zip")),
+            headers(("Content-Disposition" = String, description = "`attachment; filename=\"<product>.zip\"`"))),
+        (status = 409, description = "None of the set's shots has a finished image yet (`no_images`).",
+            body = super::error::ErrorBody),
+        super::openapi::NotFound,
+        super::openapi::StoreFailure,
+    )
+)]
 pub async fn set_zip(State(state): State<AppState>, UrlPath(id): UrlPath<String>) -> Result<Response, ApiError> {
     let set = state.engine().store().get_set(id).await?.ok_or_else(|| ApiError::not_found("set"))?;
     let files = set_file_names(&set);

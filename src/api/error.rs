@@ -6,7 +6,7 @@ use axum::Json;
 use axum::extract::rejection::{BytesRejection, JsonRejection, QueryRejection};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use serde::Serialize;
 
 use crate::engine::EngineError;
 use crate::store::StoreError;
@@ -62,12 +62,31 @@ impl ApiError {
     }
 }
 
+/// The body of every error answer: `{"error": {"code", "message"}}`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+/// What went wrong, for a program (`code`) and for a person (`message`).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    /// A stable, machine-readable code such as `not_found`, `unauthorized`,
+    /// `idempotency_conflict` or `cost_acknowledgement_required`.
+    pub code: String,
+    /// Plain words for a person.
+    pub message: String,
+    /// With `retry_in_progress` and `already_retried`: the task the earlier retry made,
+    /// `{"id", "status"}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<super::tasks::RetriedAsJson>)]
+    pub retried_as: Option<serde_json::Value>,
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut body = json!({ "error": { "code": self.code, "message": self.message } });
-        if let Some(r) = self.retried_as {
-            body["error"]["retried_as"] = r;
-        }
+        let error = ErrorDetail { code: self.code.to_string(), message: self.message, retried_as: self.retried_as };
+        let body = ErrorBody { error };
         (self.status, Json(body)).into_response()
     }
 }

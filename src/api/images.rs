@@ -20,10 +20,46 @@ use futures_util::stream;
 use super::AppState;
 use super::download::{artifact_file_name, content_disposition, slug, with_short_id};
 use super::error::ApiError;
+use super::openapi::{NotFound, StoreFailure};
 use crate::store::{BlobReader, CHUNK, Store};
+
+/// The `{id}` of an artifact in a path.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct ArtifactId {
+    /// An artifact's id (a task's `artifacts[].id`).
+    #[allow(dead_code)]
+    id: String,
+}
+
+/// The `{id}` of an upload in a path.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct UploadId {
+    /// An upload's id (from `POST /v1/uploads`, or a set's `references[].id`).
+    #[allow(dead_code)]
+    id: String,
+}
 
 /// `GET /v1/artifacts/{id}`: the image, named after its set's product and the shot's role (or
 /// the job's prompt), and a short id.
+#[utoipa::path(
+    get,
+    path = "/artifacts/{id}",
+    operation_id = "get_artifact",
+    tag = "images",
+    params(ArtifactId),
+    responses(
+        (status = 200, description = "The image's bytes, as stored (sha256 in `ETag`).",
+            content(("image/png"), ("image/jpeg"), ("image/webp")),
+            headers(
+                ("Content-Disposition" = String, description = "`inline; filename=\"<product>_<role>_<short id>.png\"`"),
+                ("ETag" = String, description = "The image's sha256, quoted"),
+            )),
+        NotFound,
+        StoreFailure,
+    )
+)]
 pub async fn artifact(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
     let store = state.engine().store();
     let a = store.artifact(id).await?.ok_or_else(|| ApiError::not_found("artifact"))?;
@@ -41,6 +77,23 @@ pub async fn artifact(State(state): State<AppState>, Path(id): Path<String>) -> 
 
 /// `GET /v1/uploads/{id}`: the reference photo, named after the product of the first set that
 /// uses it: `red-sneaker_reference_5c1d9e2f.png` (else `reference-photo_…`).
+#[utoipa::path(
+    get,
+    path = "/uploads/{id}",
+    operation_id = "get_upload",
+    tag = "images",
+    params(UploadId),
+    responses(
+        (status = 200, description = "The reference photo's bytes, as uploaded (sha256 in `ETag`).",
+            content(("image/png"), ("image/jpeg"), ("image/webp")),
+            headers(
+                ("Content-Disposition" = String, description = "`inline; filename=\"<product>_reference_<short id>.png\"`"),
+                ("ETag" = String, description = "The image's sha256, quoted"),
+            )),
+        NotFound,
+        StoreFailure,
+    )
+)]
 pub async fn upload(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
     let store = state.engine().store();
     let (u, product) = store.upload_for_download(id).await?.ok_or_else(|| ApiError::not_found("upload"))?;

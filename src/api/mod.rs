@@ -6,12 +6,14 @@
 //! needs the bearer token or a web session cookie (with its CSRF token on state-changing
 //! requests). The web page's own routes (`/`, `/login`, `/assets/…`, `/v1/session`,
 //! `/v1/stream`) live in [`crate::web`]. [`app`] builds the router without a socket, so tests
-//! can drive it with `tower::ServiceExt::oneshot`.
+//! can drive it with `tower::ServiceExt::oneshot`. The `/v1` routes are listed once, in
+//! [`v1_routes`], which also yields their OpenAPI document ([`openapi`]).
 
 pub mod auth;
 pub mod download;
 pub mod error;
 pub mod images;
+pub mod openapi;
 pub mod prune;
 pub mod sets;
 pub mod spend;
@@ -20,18 +22,22 @@ pub mod thumbnail;
 
 use std::sync::Arc;
 
-use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::from_fn_with_state;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::config::ServerConfig;
-use crate::engine::Engine;
+use crate::engine::{Engine, ProviderInfo};
 use crate::web::{self, sessions::Sessions};
 use error::{ApiError, unsupported_media_type};
 
@@ -97,32 +103,43 @@ impl AppState {
     }
 }
 
+/// Every `/v1` route, each registered with `routes!` so that the handler and its
+/// `#[utoipa::path]` annotation go into the router and into the OpenAPI document in one call
+/// ([`openapi`]). Register nothing here any other way: `tests/it/openapi.rs` fails if a route
+/// is added with `.route(…)`, `.nest(…)` or `.merge(…)`. Handlers that share a path go into one
+/// `routes!` (one axum `MethodRouter` per path).
+pub fn v1_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(tasks::submit, tasks::list))
+        .routes(routes!(tasks::get_one))
+        .routes(routes!(tasks::events))
+        .routes(routes!(tasks::cancel))
+        .routes(routes!(tasks::retry))
+        .routes(routes!(tasks::resolve))
+        .routes(routes!(images::artifact))
+        .routes(routes!(thumbnail::artifact))
+        .routes(routes!(sets::upload))
+        .routes(routes!(images::upload))
+        .routes(routes!(thumbnail::upload))
+        .routes(routes!(sets::create, sets::list))
+        .routes(routes!(sets::get_one))
+        .routes(routes!(sets::cancel))
+        .routes(routes!(download::set_zip))
+        .routes(routes!(prune::prune))
+        .routes(routes!(providers))
+        .routes(routes!(spend::spend))
+        .routes(routes!(spend::requests))
+        .routes(routes!(web::session))
+        .routes(routes!(web::sign_in_url))
+        .routes(routes!(web::stream::stream))
+        .routes(routes!(openapi::openapi_json))
+}
+
 /// The whole API as a router (no socket).
 pub fn app(state: AppState) -> Router {
     let limit = usize::try_from(state.inner.max_body_bytes).unwrap_or(usize::MAX);
-    let v1 = Router::new()
-        .route("/tasks", post(tasks::submit).get(tasks::list))
-        .route("/tasks/{id}", get(tasks::get_one))
-        .route("/tasks/{id}/events", get(tasks::events))
-        .route("/tasks/{id}/cancel", post(tasks::cancel))
-        .route("/tasks/{id}/retry", post(tasks::retry))
-        .route("/tasks/{id}/resolve", post(tasks::resolve))
-        .route("/artifacts/{id}", get(images::artifact))
-        .route("/artifacts/{id}/thumbnail", get(thumbnail::artifact))
-        .route("/uploads", post(sets::upload))
-        .route("/uploads/{id}", get(images::upload))
-        .route("/uploads/{id}/thumbnail", get(thumbnail::upload))
-        .route("/sets", post(sets::create).get(sets::list))
-        .route("/sets/{id}", get(sets::get_one))
-        .route("/sets/{id}/cancel", post(sets::cancel))
-        .route("/sets/{id}/download", get(download::set_zip))
-        .route("/prune", post(prune::prune))
-        .route("/providers", get(providers))
-        .route("/spend", get(spend::spend))
-        .route("/spend/requests", get(spend::requests))
-        .route("/session", get(web::session))
-        .route("/session/sign-in-url", post(web::sign_in_url))
-        .route("/stream", get(web::stream::stream))
+    let (v1, _) = v1_routes().split_for_parts();
+    let v1 = v1
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(from_fn_with_state(state.clone(), auth::require_token));
@@ -147,11 +164,25 @@ async fn method_not_allowed() -> ApiError {
     ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "this route does not accept that method")
 }
 
+/// `GET /v1/providers` answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ProvidersJson {
+    pub providers: Vec<ProviderInfo>,
+    /// The provider a submit that names none uses.
+    pub default: String,
+}
+
 /// `GET /v1/providers`: the configured providers, what each can prove after a lost answer,
 /// and how each bills.
-async fn providers(State(state): State<AppState>) -> Response {
-    axum::Json(serde_json::json!({ "providers": state.engine().provider_list(), "default": state.default_provider() }))
-        .into_response()
+#[utoipa::path(
+    get,
+    path = "/providers",
+    operation_id = "list_providers",
+    tag = "providers",
+    responses((status = 200, description = "The configured providers.", body = ProvidersJson))
+)]
+pub async fn providers(State(state): State<AppState>) -> Json<ProvidersJson> {
+    Json(ProvidersJson { providers: state.engine().provider_list(), default: state.default_provider().to_string() })
 }
 
 async fn healthz() -> Response {
@@ -191,8 +222,8 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
     }
 }
 
-/// An optional JSON body: an empty body means `T::default()`; a non-empty one is checked
-/// like [`JsonBody`].
+/// An optional JSON body: an empty body (or a JSON `null`) means `T::default()`; any other
+/// is checked like [`JsonBody`].
 pub struct OptionalJsonBody<T>(pub T);
 
 impl<T: DeserializeOwned + Default, S: Send + Sync> FromRequest<S> for OptionalJsonBody<T> {
@@ -207,7 +238,10 @@ impl<T: DeserializeOwned + Default, S: Send + Sync> FromRequest<S> for OptionalJ
         if !declared_json {
             return Err(unsupported_media_type());
         }
-        Ok(OptionalJsonBody(axum::Json::<T>::from_bytes(&bytes)?.0))
+        match axum::Json::<Option<T>>::from_bytes(&bytes)?.0 {
+            Some(body) => Ok(OptionalJsonBody(body)),
+            None => Ok(OptionalJsonBody(T::default())),
+        }
     }
 }
 

@@ -9,18 +9,20 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use utoipa::{IntoParams, ToSchema};
 
-use super::error::ApiError;
-use super::tasks::{DEFAULT_LIMIT, TaskJson, idempotency_key, next_cursor, page_limit, task_json};
+use super::error::{ApiError, ErrorBody};
+use super::openapi::{JsonRejected, NotFound, StoreFailure};
+use super::tasks::{DEFAULT_LIMIT, IdempotencyKey, TaskJson, idempotency_key, next_cursor, page_limit, task_json};
 use super::{AppState, JsonBody, json_response};
 use crate::clock::rfc3339;
-use crate::store::{NewSet, NewShot, SetStatus, SetView, SubmitOutcome, UploadView, set_summary};
+use crate::store::{NewSet, NewShot, SHOT_ROLES, SetStatus, SetView, SubmitOutcome, UploadView, set_summary};
 
 /// The content types `POST /v1/uploads` accepts (the bytes are checked too).
 pub const UPLOAD_TYPES: &[&str] = &["image/png", "image/jpeg", "image/webp", "application/octet-stream"];
 
 /// An upload as the API shows it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct UploadJson {
     pub id: String,
     pub sha256: String,
@@ -28,6 +30,7 @@ pub struct UploadJson {
     pub media_type: String,
     /// Where to download it: `/v1/uploads/{id}`.
     pub url: String,
+    /// RFC 3339, UTC.
     pub created_at: String,
 }
 
@@ -43,7 +46,7 @@ fn upload_json(u: &UploadView) -> UploadJson {
 }
 
 /// A shot: its task plus its place in the set.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct ShotJson {
     pub position: i64,
     pub role: Option<String>,
@@ -52,7 +55,7 @@ pub struct ShotJson {
 }
 
 /// A set as the API shows it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct SetJson {
     pub id: String,
     pub product: String,
@@ -100,6 +103,24 @@ pub fn set_json(state: &AppState, s: &SetView) -> SetJson {
 }
 
 /// `POST /v1/uploads`: the raw image bytes (PNG, JPEG or WebP, checked from the bytes).
+#[utoipa::path(
+    post,
+    path = "/uploads",
+    operation_id = "upload_reference",
+    tag = "sets",
+    request_body(
+        description = "The image's bytes (PNG, JPEG or WebP; checked from the bytes, not the declared type).",
+        content(("image/png"), ("image/jpeg"), ("image/webp"), ("application/octet-stream"))
+    ),
+    responses(
+        (status = 201, description = "The stored reference photo (the same one again for the same bytes).",
+            body = UploadJson),
+        (status = 400, description = "An empty body (`bad_request`).", body = ErrorBody),
+        (status = 422, description = "Not a PNG, JPEG or WebP image, or too large (`invalid_request`).",
+            body = ErrorBody),
+        StoreFailure,
+    )
+)]
 pub async fn upload(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
     if body.is_empty() {
         return Err(ApiError::bad_request("send the image bytes as the request body"));
@@ -109,29 +130,65 @@ pub async fn upload(State(state): State<AppState>, body: Bytes) -> Result<Respon
 }
 
 /// One shot of `POST /v1/sets`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ShotBody {
+    #[schema(schema_with = shot_role)]
     pub role: String,
+    #[schema(min_length = 1)]
     pub prompt: String,
+    /// Provider parameters for this shot.
+    #[schema(value_type = Option<Object>)]
     pub params: Option<Value>,
 }
 
+/// The schema of a shot's role: one of [`SHOT_ROLES`].
+fn shot_role() -> utoipa::openapi::schema::Object {
+    utoipa::openapi::schema::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .enum_values(Some(SHOT_ROLES.iter().copied()))
+        .build()
+}
+
 /// `POST /v1/sets` body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SetBody {
+    /// The product's name (not blank).
+    #[schema(min_length = 1)]
     pub product: String,
+    /// Upload ids (`POST /v1/uploads`).
     #[serde(default)]
     pub references: Vec<String>,
     pub style: Option<String>,
+    /// A configured provider's name; the default one when absent.
     pub provider: Option<String>,
+    /// One task per shot, run one at a time.
+    #[schema(min_items = 1)]
     pub shots: Vec<ShotBody>,
+    /// Makes resending this request safe (1 to 256 bytes; or the `Idempotency-Key` header).
+    #[schema(min_length = 1)]
     pub idempotency_key: Option<String>,
 }
 
 /// `POST /v1/sets`: 201 when new, 200 for a replay of the same key and body, 409 for the
 /// same key with a different body.
+#[utoipa::path(
+    post,
+    path = "/sets",
+    operation_id = "create_set",
+    tag = "sets",
+    params(IdempotencyKey),
+    request_body = SetBody,
+    responses(
+        (status = 201, description = "A new set; its first shot is queued.", body = SetJson),
+        (status = 200, description = "The set this idempotency key made, for the same request.", body = SetJson),
+        (status = 409, description = "The idempotency key was used for a different set \
+            (`idempotency_conflict`).", body = ErrorBody),
+        JsonRejected,
+        StoreFailure,
+    )
+)]
 pub async fn create(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -168,20 +225,63 @@ async fn load(state: &AppState, id: &str) -> Result<SetView, ApiError> {
     state.engine().store().get_set(id.to_string()).await?.ok_or_else(|| ApiError::not_found("set"))
 }
 
+/// The `{id}` of a set in a path.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct SetId {
+    /// A set's id (from `POST /v1/sets` or `GET /v1/sets`).
+    #[allow(dead_code)]
+    id: String,
+}
+
 /// `GET /v1/sets/{id}`.
+#[utoipa::path(
+    get,
+    path = "/sets/{id}",
+    operation_id = "get_set",
+    tag = "sets",
+    params(SetId),
+    responses((status = 200, description = "The set and its shots.", body = SetJson), NotFound, StoreFailure)
+)]
 pub async fn get_one(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
     let s = load(&state, &id).await?;
     Ok(json_response(StatusCode::OK, &set_json(&state, &s)))
 }
 
 /// `GET /v1/sets` query.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
+    /// A set id (a page's `next`): list sets created before it.
     pub before: Option<String>,
+    /// The page size: 1 to 500 (larger values give 500); 20 when absent.
+    #[param(minimum = 1)]
     pub limit: Option<usize>,
 }
 
+/// One page of `GET /v1/sets`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SetList {
+    /// Newest first.
+    pub sets: Vec<SetJson>,
+    /// The `before` of the next page; null on the last page.
+    pub next: Option<String>,
+}
+
 /// `GET /v1/sets?before=&limit=`: newest first, with a `next` cursor.
+#[utoipa::path(
+    get,
+    path = "/sets",
+    operation_id = "list_sets",
+    tag = "sets",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "One page of sets, newest first.", body = SetList),
+        (status = 400, description = "A bad query string: a limit of 0 or not a number (`bad_request`).",
+            body = ErrorBody),
+        StoreFailure,
+    )
+)]
 pub async fn list(
     State(state): State<AppState>,
     query: Result<Query<ListQuery>, QueryRejection>,
@@ -191,10 +291,22 @@ pub async fn list(
     let mut rows = state.engine().store().list_sets(q.before.filter(|b| !b.is_empty()), limit + 1).await?;
     let next = next_cursor(&mut rows, limit, |s| &s.id);
     let sets: Vec<SetJson> = rows.iter().map(|s| set_json(&state, s)).collect();
-    Ok(json_response(StatusCode::OK, &json!({ "sets": sets, "next": next })))
+    Ok(json_response(StatusCode::OK, &SetList { sets, next }))
 }
 
 /// `POST /v1/sets/{id}/cancel`: cancels shots not yet sent; a running shot finishes honestly.
+#[utoipa::path(
+    post,
+    path = "/sets/{id}/cancel",
+    operation_id = "cancel_set",
+    tag = "sets",
+    params(SetId),
+    responses(
+        (status = 200, description = "The set, its unsent shots canceled.", body = SetJson),
+        NotFound,
+        StoreFailure,
+    )
+)]
 pub async fn cancel(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
     state.engine().cancel_set(&id).await?.ok_or_else(|| ApiError::not_found("set"))?;
     let s = load(&state, &id).await?;

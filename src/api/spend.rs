@@ -7,39 +7,117 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
+use super::openapi::StoreFailure;
 use super::{AppState, json_response};
 use crate::clock::rfc3339;
 use crate::domain::{Charge, Millis, from_micros};
-use crate::store::spend::{Group, PaidRequest, parse_day};
+use crate::store::spend::{Group, PaidRequest, SpendRow, parse_day};
 
 /// Milliseconds in a day.
 const DAY_MS: Millis = 86_400_000;
 
-/// The query of both routes.
-#[derive(Debug, Deserialize)]
+/// The query of `GET /v1/spend`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct SpendQuery {
     /// Start: a UTC date (`2026-12-01`) or an RFC 3339 time; default: the beginning.
     pub from: Option<String>,
     /// End: a UTC date (that whole day is included) or an RFC 3339 time (excluded);
     /// default: now.
     pub to: Option<String>,
-    /// `day` (default), `month` or `provider`.
+    /// `day` (default; also when empty), `month` or `provider`.
+    #[param(schema_with = super::openapi::or_empty::<Group>)]
     pub group: Option<String>,
-    /// `/v1/spend/requests` only: `json` (default) or `csv`.
+}
+
+/// The query of `GET /v1/spend/requests`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct RequestsQuery {
+    /// Start: a UTC date (`2026-12-01`) or an RFC 3339 time; default: the beginning.
+    pub from: Option<String>,
+    /// End: a UTC date (that whole day is included) or an RFC 3339 time (excluded);
+    /// default: now.
+    pub to: Option<String>,
+    /// `json` (default) or `csv`.
+    #[param(schema_with = request_format)]
     pub format: Option<String>,
 }
 
+/// The schema of `format`: `json` or `csv`.
+fn request_format() -> utoipa::openapi::schema::Object {
+    utoipa::openapi::schema::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .enum_values(Some(["json", "csv"]))
+        .build()
+}
+
+/// `GET /v1/spend` answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SpendJson {
+    /// The start of the range (RFC 3339).
+    pub from: String,
+    /// The end of the range, excluded (RFC 3339).
+    pub to: String,
+    pub group: Group,
+    /// The currency of the amounts (`null`: no price is configured).
+    pub currency: Option<String>,
+    /// One row per day, month or provider that had a request.
+    pub rows: Vec<SpendRow>,
+    /// The whole range (`key` is `total`).
+    pub totals: SpendRow,
+    /// How much of each configured budget its current period has used.
+    pub budgets: Vec<BudgetJson>,
+}
+
+/// One budget and how much of it the current period has used.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BudgetJson {
+    /// `daily` or `monthly`.
+    pub period: String,
+    /// `null` for the whole daemon, else the provider the limit is for.
+    pub provider: Option<String>,
+    pub limit: f64,
+    /// Possibly charged and charged requests in the current period (what the check counts).
+    pub spent: f64,
+    pub currency: String,
+    /// When the current period ends (RFC 3339).
+    pub resets_at: String,
+}
+
+/// One paid request (possibly charged or charged) of `GET /v1/spend/requests`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PaidRequestJson {
+    /// When it was about to be sent (RFC 3339).
+    pub time: String,
+    pub task_id: String,
+    pub provider: String,
+    pub model: Option<String>,
+    /// `possible` or `charged`.
+    pub state: Charge,
+    /// Its configured price (`null`: none).
+    pub estimated_cost: Option<f64>,
+    pub currency: Option<String>,
+}
+
+/// `GET /v1/spend/requests` answer (JSON).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PaidRequestList {
+    /// Oldest first.
+    pub requests: Vec<PaidRequestJson>,
+}
+
 /// `from`/`to` as milliseconds: `[from, to)`.
-fn range(q: &SpendQuery, now: Millis) -> Result<(Millis, Millis), ApiError> {
-    let from = match q.from.as_deref().filter(|s| !s.is_empty()) {
+fn range(from: Option<&str>, to: Option<&str>, now: Millis) -> Result<(Millis, Millis), ApiError> {
+    let from = match from.filter(|s| !s.is_empty()) {
         None => 0,
         Some(s) => instant(s, false).ok_or_else(|| bad_time("from", s))?,
     };
-    let to = match q.to.as_deref().filter(|s| !s.is_empty()) {
+    let to = match to.filter(|s| !s.is_empty()) {
         None => now + 1,
         Some(s) => instant(s, true).ok_or_else(|| bad_time("to", s))?,
     };
@@ -65,6 +143,19 @@ fn bad_time(key: &str, s: &str) -> ApiError {
 /// `GET /v1/spend?from=&to=&group=day|month|provider`: per row the charged count and
 /// amount, the possibly charged count and amount and the refused count; totals; currency;
 /// and how much of each budget the current period has used.
+#[utoipa::path(
+    get,
+    path = "/spend",
+    operation_id = "spend",
+    tag = "money",
+    params(SpendQuery),
+    responses(
+        (status = 200, description = "What was spent in the range, grouped.", body = SpendJson),
+        (status = 400, description = "A bad `from`, `to` or `group`, or `to` not after `from` (`bad_request`).",
+            body = ErrorBody),
+        StoreFailure,
+    )
+)]
 pub async fn spend(
     State(state): State<AppState>,
     query: Result<Query<SpendQuery>, QueryRejection>,
@@ -72,71 +163,88 @@ pub async fn spend(
     let Query(q) = query?;
     let engine = state.engine();
     let now = engine.now();
-    let (from, to) = range(&q, now)?;
+    let (from, to) = range(q.from.as_deref(), q.to.as_deref(), now)?;
     let group = match q.group.as_deref().filter(|s| !s.is_empty()) {
         None => Group::Day,
         Some(g) => Group::parse(g)
             .ok_or_else(|| ApiError::bad_request(format!("`group` = `{g}` must be day, month or provider")))?,
     };
     let report = engine.store().spend(from, to, group).await?;
-    let budgets: Vec<serde_json::Value> = engine
+    let budgets: Vec<BudgetJson> = engine
         .store()
         .budget_use(engine.limits(), now)
         .await?
         .into_iter()
-        .map(|b| {
-            let resets_at = rfc3339(b.resets_at_ms);
-            let mut v = serde_json::to_value(&b).unwrap_or_default();
-            v["resets_at"] = json!(resets_at);
-            v
+        .map(|b| BudgetJson {
+            period: b.period.to_string(),
+            provider: b.provider,
+            limit: b.limit,
+            spent: b.spent,
+            currency: b.currency,
+            resets_at: rfc3339(b.resets_at_ms),
         })
         .collect();
     let currency = report.currency.clone().or_else(|| engine.limits().first().map(|l| l.currency.clone()));
     Ok(json_response(
         StatusCode::OK,
-        &json!({
-            "from": rfc3339(from),
-            "to": rfc3339(to),
-            "group": group,
-            "currency": currency,
-            "rows": report.rows,
-            "totals": report.totals,
-            "budgets": budgets,
-        }),
+        &SpendJson {
+            from: rfc3339(from),
+            to: rfc3339(to),
+            group,
+            currency,
+            rows: report.rows,
+            totals: report.totals,
+            budgets,
+        },
     ))
 }
 
 /// `GET /v1/spend/requests?from=&to=&format=json|csv`: every paid request (possibly charged
 /// or charged), oldest first: time, task, provider, model, state, estimated cost, currency.
+#[utoipa::path(
+    get,
+    path = "/spend/requests",
+    operation_id = "spend_requests",
+    tag = "money",
+    params(RequestsQuery),
+    responses(
+        (status = 200, description = "Every paid request in the range, oldest first: JSON, or with \
+            `format=csv` as CSV (`time,task,provider,model,state,estimated_cost,currency`).",
+            content((PaidRequestList = "application/json"), (String = "text/csv"))),
+        (status = 400, description = "A bad `from`, `to` or `format`, or `to` not after `from` (`bad_request`).",
+            body = ErrorBody),
+        StoreFailure,
+    )
+)]
 pub async fn requests(
     State(state): State<AppState>,
-    query: Result<Query<SpendQuery>, QueryRejection>,
+    query: Result<Query<RequestsQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(q) = query?;
     let engine = state.engine();
-    let (from, to) = range(&q, engine.now())?;
+    let (from, to) = range(q.from.as_deref(), q.to.as_deref(), engine.now())?;
     let paid: Vec<PaidRequest> =
         engine.store().paid_requests(from, to).await?.into_iter().filter(|r| r.charge.may_cost()).collect();
     match q.format.as_deref().unwrap_or("json") {
         "json" => {
-            let rows: Vec<serde_json::Value> = paid.iter().map(request_json).collect();
-            Ok(json_response(StatusCode::OK, &json!({ "requests": rows })))
+            let requests: Vec<PaidRequestJson> = paid.iter().map(request_json).collect();
+            Ok(json_response(StatusCode::OK, &PaidRequestList { requests }))
         }
         "csv" => Ok(([(header::CONTENT_TYPE, "text/csv; charset=utf-8")], csv(&paid)).into_response()),
         other => Err(ApiError::bad_request(format!("`format` = `{other}` must be json or csv"))),
     }
 }
 
-fn request_json(r: &PaidRequest) -> serde_json::Value {
-    json!({
-        "time": rfc3339(r.at),
-        "task_id": r.task_id,
-        "provider": r.provider,
-        "model": r.model,
-        "state": r.charge,
-        "estimated_cost": r.cost_micros.map(from_micros),
-        "currency": r.currency,
-    })
+fn request_json(r: &PaidRequest) -> PaidRequestJson {
+    PaidRequestJson {
+        time: rfc3339(r.at),
+        task_id: r.task_id.clone(),
+        provider: r.provider.clone(),
+        model: r.model.clone(),
+        state: r.charge,
+        estimated_cost: r.cost_micros.map(from_micros),
+        currency: r.currency.clone(),
+    }
 }
 
 /// The requests as CSV (RFC 4180: fields with commas, quotes or line breaks are quoted).

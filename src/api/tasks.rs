@@ -10,8 +10,10 @@ use base64::Engine as _;
 use base64::prelude::BASE64_STANDARD;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use utoipa::{IntoParams, ToSchema};
 
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
+use super::openapi::{JsonRejected, NotFound, StoreFailure};
 use super::{AppState, JsonBody, OptionalJsonBody, json_response};
 use crate::clock::rfc3339;
 use crate::domain::{Charge, TaskStatus, from_micros, money, status_message};
@@ -29,7 +31,7 @@ pub const MAX_LIMIT: usize = 500;
 const MAX_NOTE_BYTES: usize = 2000;
 
 /// A task as the API shows it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct TaskJson {
     pub id: String,
     pub status: TaskStatus,
@@ -38,9 +40,13 @@ pub struct TaskJson {
     pub attempts: i64,
     pub provider: String,
     pub prompt: String,
+    /// The provider parameters the task was submitted with (`{}` for none).
+    #[schema(value_type = Object)]
     pub params: Value,
     pub idempotency_key: Option<String>,
+    /// RFC 3339, UTC.
     pub created_at: String,
+    /// RFC 3339, UTC.
     pub updated_at: String,
     pub artifacts: Vec<ArtifactJson>,
     pub retry: RetryJson,
@@ -71,7 +77,7 @@ pub struct TaskJson {
 }
 
 /// An artifact as the API shows it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct ArtifactJson {
     pub id: String,
     pub sha256: String,
@@ -82,7 +88,7 @@ pub struct ArtifactJson {
 }
 
 /// What the evidence says about money for a task (see `domain::Charge`).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct ChargeJson {
     /// `none`, `refused`, `possible` or `charged`: the heaviest of its requests.
     pub state: Charge,
@@ -94,14 +100,14 @@ pub struct ChargeJson {
 }
 
 /// A task's latest retry.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct RetriedAsJson {
     pub id: String,
     pub status: TaskStatus,
 }
 
 /// Whether a task can be retried and what that may cost.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct RetryJson {
     /// True for `failed`, `unknown` and `canceled` tasks.
     pub allowed: bool,
@@ -260,12 +266,20 @@ pub(crate) fn idempotency_key(headers: &HeaderMap, body: Option<String>) -> Resu
 }
 
 /// `POST /v1/tasks` body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitBody {
+    /// What to generate (not blank; at most 8 KiB).
+    #[schema(min_length = 1, example = "red sneaker on a white background")]
     pub prompt: String,
+    /// A configured provider's name (`GET /v1/providers`); the default one when absent.
     pub provider: Option<String>,
+    /// Provider parameters, e.g. `{"size": "1024x1024"}`.
+    #[schema(value_type = Option<Object>)]
     pub params: Option<Value>,
+    /// Makes resending this request safe: the same key with the same request returns the same
+    /// task (1 to 256 bytes; or send the `Idempotency-Key` header).
+    #[schema(min_length = 1)]
     pub idempotency_key: Option<String>,
     /// Jobs with the same group share a fairness key: a big batch in one group takes turns
     /// with other groups' jobs instead of holding them back.
@@ -274,6 +288,23 @@ pub struct SubmitBody {
 
 /// `POST /v1/tasks`: 201 when new, 200 for a replay of the same key and body, 409 for the
 /// same key with a different body.
+#[utoipa::path(
+    post,
+    path = "/tasks",
+    operation_id = "submit_task",
+    tag = "tasks",
+    params(IdempotencyKey),
+    request_body = SubmitBody,
+    responses(
+        (status = 201, description = "A new task.", body = TaskJson,
+            headers(("Location" = String, description = "`/v1/tasks/{id}`"))),
+        (status = 200, description = "The task this idempotency key made, for the same request.", body = TaskJson),
+        (status = 409, description = "The idempotency key was used for a different request \
+            (`idempotency_conflict`).", body = ErrorBody),
+        JsonRejected,
+        StoreFailure,
+    )
+)]
 pub async fn submit(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -307,24 +338,78 @@ pub async fn submit(
     }
 }
 
+/// The `Idempotency-Key` header (the same key may instead be sent in the body).
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Header)]
+pub struct IdempotencyKey {
+    /// The same as the body's `idempotency_key` (both may be sent if they are equal).
+    #[param(rename = "Idempotency-Key", min_length = 1)]
+    #[allow(dead_code)]
+    key: Option<String>,
+}
+
+/// The `{id}` of a task in a path.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct TaskId {
+    /// A task's id (from `POST /v1/tasks` or `GET /v1/tasks`).
+    #[allow(dead_code)]
+    id: String,
+}
+
 /// `GET /v1/tasks/{id}`.
+#[utoipa::path(
+    get,
+    path = "/tasks/{id}",
+    operation_id = "get_task",
+    tag = "tasks",
+    params(TaskId),
+    responses((status = 200, description = "The task.", body = TaskJson), NotFound, StoreFailure)
+)]
 pub async fn get_one(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
     task_response(&state, StatusCode::OK, &id).await
 }
 
 /// `GET /v1/tasks` query.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
+    /// Only tasks with this status (empty: all).
+    #[param(schema_with = super::openapi::or_empty::<TaskStatus>)]
     pub status: Option<String>,
-    /// A task id: list tasks created before it.
+    /// A task id (a page's `next`): list tasks created before it.
     pub before: Option<String>,
+    /// The page size: 1 to 500 (larger values give 500); 50 when absent.
+    #[param(minimum = 1)]
     pub limit: Option<usize>,
     /// Only `unknown` tasks not yet resolved or retried.
     pub needs_attention: Option<bool>,
 }
 
+/// One page of `GET /v1/tasks`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TaskList {
+    /// Newest first.
+    pub tasks: Vec<TaskJson>,
+    /// The `before` of the next page; null on the last page.
+    pub next: Option<String>,
+}
+
 /// `GET /v1/tasks?status=&needs_attention=&before=&limit=`: newest first, `next` is the cursor
 /// of the next page.
+#[utoipa::path(
+    get,
+    path = "/tasks",
+    operation_id = "list_tasks",
+    tag = "tasks",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "One page of tasks, newest first.", body = TaskList),
+        (status = 400, description = "A bad query string: an unknown status, a limit of 0, or a value \
+            that is not a number or a boolean (`bad_request`).", body = ErrorBody),
+        StoreFailure,
+    )
+)]
 pub async fn list(
     State(state): State<AppState>,
     query: Result<Query<ListQuery>, QueryRejection>,
@@ -342,7 +427,7 @@ pub async fn list(
     let mut rows = state.engine().store().list_tasks(filter, q.before.filter(|b| !b.is_empty()), limit + 1).await?;
     let next = next_cursor(&mut rows, limit, |t| &t.id);
     let tasks: Vec<TaskJson> = rows.iter().map(|t| task_json(state.engine(), t)).collect();
-    Ok(json_response(StatusCode::OK, &json!({ "tasks": tasks, "next": next })))
+    Ok(json_response(StatusCode::OK, &TaskList { tasks, next }))
 }
 
 /// The page size of a list request: `default` when absent, at most [`MAX_LIMIT`], never 0.
@@ -365,8 +450,9 @@ pub(crate) fn next_cursor<T>(rows: &mut Vec<T>, limit: usize, id: impl Fn(&T) ->
 }
 
 /// One timeline entry as the API shows it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct EventJson {
+    /// RFC 3339, UTC.
     pub at: String,
     pub actor: String,
     pub kind: String,
@@ -375,7 +461,22 @@ pub struct EventJson {
     pub execution: Option<String>,
 }
 
+/// `GET /v1/tasks/{id}/events` answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EventList {
+    /// Oldest first.
+    pub events: Vec<EventJson>,
+}
+
 /// `GET /v1/tasks/{id}/events`: the task's timeline, oldest first.
+#[utoipa::path(
+    get,
+    path = "/tasks/{id}/events",
+    operation_id = "task_events",
+    tag = "tasks",
+    params(TaskId),
+    responses((status = 200, description = "The task's timeline.", body = EventList), NotFound, StoreFailure)
+)]
 pub async fn events(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
     load(&state, &id).await?;
     let events: Vec<EventJson> = state
@@ -392,11 +493,26 @@ pub async fn events(State(state): State<AppState>, Path(id): Path<String>) -> Re
             execution: e.execution_token,
         })
         .collect();
-    Ok(json_response(StatusCode::OK, &json!({ "events": events })))
+    Ok(json_response(StatusCode::OK, &EventList { events }))
 }
 
 /// `POST /v1/tasks/{id}/cancel`: 200 when canceled at once, 202 when the provider is already
 /// working on it (cancel requested; a result that arrives is kept), 409 when settled.
+#[utoipa::path(
+    post,
+    path = "/tasks/{id}/cancel",
+    operation_id = "cancel_task",
+    tag = "tasks",
+    params(TaskId),
+    responses(
+        (status = 200, description = "Canceled: nothing had been sent.", body = TaskJson),
+        (status = 202, description = "Cancel requested: the provider is already working on it; a result \
+            that arrives is kept, since it may have been charged.", body = TaskJson),
+        (status = 409, description = "The task is already settled (`already_settled`).", body = ErrorBody),
+        NotFound,
+        StoreFailure,
+    )
+)]
 pub async fn cancel(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
     match state.engine().cancel(&id).await? {
         CancelOutcome::Canceled => task_response(&state, StatusCode::OK, &id).await,
@@ -409,7 +525,7 @@ pub async fn cancel(State(state): State<AppState>, Path(id): Path<String>) -> Re
 }
 
 /// `POST /v1/tasks/{id}/retry` body.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RetryBody {
     /// Must be true when a request of the original was possibly charged or charged.
@@ -418,7 +534,8 @@ pub struct RetryBody {
     /// Once the task was retried, another retry must name its latest retry (`retried_as.id`).
     pub acknowledge_retried_as: Option<String>,
     /// Makes resending this retry safe; scoped to this task (another task's retry with the
-    /// same key is a different retry).
+    /// same key is a different retry). 1 to 256 bytes; or the `Idempotency-Key` header.
+    #[schema(min_length = 1)]
     pub idempotency_key: Option<String>,
 }
 
@@ -427,6 +544,27 @@ pub struct RetryBody {
 /// and the body does not acknowledge it, `retry_in_progress` while a retry of it (or of its
 /// shot) is live, `already_retried` when it was retried and the body does not name that
 /// retry.
+#[utoipa::path(
+    post,
+    path = "/tasks/{id}/retry",
+    operation_id = "retry_task",
+    tag = "tasks",
+    params(TaskId, IdempotencyKey),
+    request_body(content = Option<RetryBody>, description = "Optional: an empty body (or `null`) is `{}`."),
+    responses(
+        (status = 201, description = "The new task, linked to the original by `retry_of`.", body = TaskJson,
+            headers(("Location" = String, description = "`/v1/tasks/{id}` of the new task"))),
+        (status = 200, description = "The retry this idempotency key made before.", body = TaskJson),
+        (status = 409, description = "A request of the original may have been charged and the body does not \
+            acknowledge it (`cost_acknowledgement_required`); a retry of it is still live (`retry_in_progress`, \
+            with `retried_as`); it was retried and the body does not name that retry (`already_retried`, with \
+            `retried_as`); or the task cannot be retried (`not_retryable`).",
+            body = ErrorBody),
+        NotFound,
+        JsonRejected,
+        StoreFailure,
+    )
+)]
 pub async fn retry(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -502,7 +640,7 @@ fn retried_as(mut e: ApiError, id: &str, status: TaskStatus) -> ApiError {
 }
 
 /// How an operator resolves an `unknown` task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ResolveAs {
     Succeeded,
@@ -510,16 +648,33 @@ pub enum ResolveAs {
 }
 
 /// `POST /v1/tasks/{id}/resolve` body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResolveBody {
     pub outcome: ResolveAs,
+    /// What the operator found (at most 2000 bytes).
     pub note: Option<String>,
     /// The image found at the provider (required with `succeeded`).
     pub image_base64: Option<String>,
 }
 
 /// `POST /v1/tasks/{id}/resolve`: an operator settles an `unknown` task by hand.
+#[utoipa::path(
+    post,
+    path = "/tasks/{id}/resolve",
+    operation_id = "resolve_task",
+    tag = "tasks",
+    params(TaskId),
+    request_body = ResolveBody,
+    responses(
+        (status = 200, description = "The task, settled as the operator recorded.", body = TaskJson),
+        (status = 409, description = "Only an unknown task can be resolved by hand (`not_unknown`).",
+            body = ErrorBody),
+        NotFound,
+        JsonRejected,
+        StoreFailure,
+    )
+)]
 pub async fn resolve(
     State(state): State<AppState>,
     Path(id): Path<String>,

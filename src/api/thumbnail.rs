@@ -132,6 +132,20 @@ async fn answer(store: &Store, key: String, id: String, what: String) -> Result<
 }
 
 /// `GET /v1/artifacts/{id}/thumbnail`.
+#[utoipa::path(
+    get,
+    path = "/artifacts/{id}/thumbnail",
+    operation_id = "get_artifact_thumbnail",
+    tag = "images",
+    params(super::images::ArtifactId),
+    responses(
+        (status = 200, description = "A JPEG at most 256 px on a side.", content(("image/jpeg"))),
+        (status = 422, description = "The stored image cannot be decoded into a thumbnail (`no_thumbnail`).",
+            body = super::error::ErrorBody),
+        super::openapi::NotFound,
+        super::openapi::StoreFailure,
+    )
+)]
 pub async fn artifact(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
     let store = state.engine().store();
     let a = store.artifact(id).await?.ok_or_else(|| ApiError::not_found("artifact"))?;
@@ -139,6 +153,20 @@ pub async fn artifact(State(state): State<AppState>, Path(id): Path<String>) -> 
 }
 
 /// `GET /v1/uploads/{id}/thumbnail`.
+#[utoipa::path(
+    get,
+    path = "/uploads/{id}/thumbnail",
+    operation_id = "get_upload_thumbnail",
+    tag = "images",
+    params(super::images::UploadId),
+    responses(
+        (status = 200, description = "A JPEG at most 256 px on a side.", content(("image/jpeg"))),
+        (status = 422, description = "The stored image cannot be decoded into a thumbnail (`no_thumbnail`).",
+            body = super::error::ErrorBody),
+        super::openapi::NotFound,
+        super::openapi::StoreFailure,
+    )
+)]
 pub async fn upload(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
     let store = state.engine().store();
     let u = store.upload(id).await?.ok_or_else(|| ApiError::not_found("upload"))?;

@@ -149,7 +149,7 @@ impl ProviderEntry {
 }
 
 /// A configured provider as surfaces show it (`GET /v1/providers`).
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 pub struct ProviderInfo {
     /// The configured name (what a submit names).
     pub name: String,
@@ -164,7 +164,7 @@ pub struct ProviderInfo {
 }
 
 /// What a provider can prove after an ambiguous outcome.
-#[derive(Debug, Clone, Copy, serde::Serialize)]
+#[derive(Debug, Clone, Copy, serde::Serialize, utoipa::ToSchema)]
 pub struct CapabilitiesInfo {
     /// Resending with the same key returns the original result and charges once.
     pub idempotent_create: bool,

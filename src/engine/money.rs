@@ -131,7 +131,7 @@ fn missing_key(provider: &str, var: &str) -> String {
 }
 
 /// A provider's prices as surfaces show them.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct PriceInfo {
     /// False for a provider that never charges (`demo`).
     pub billable: bool,

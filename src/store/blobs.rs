@@ -171,6 +171,8 @@ pub struct BlobReader {
     store: Store,
     meta: BlobMeta,
     pos: usize,
+    /// The sha256 of the bytes read so far, compared with the recorded one at the end.
+    hasher: Sha256,
 }
 
 impl BlobReader {
@@ -200,7 +202,14 @@ impl BlobReader {
         if n == 0 && pos < self.meta.bytes as usize {
             return Err(StoreError::Fatal(format!("image {id} is shorter than its recorded size")));
         }
+        self.hasher.update(&buf[..n]);
         self.pos += n;
+        if self.pos >= self.meta.bytes.max(0) as usize && hex(&self.hasher.clone().finalize()) != self.meta.sha256 {
+            return Err(StoreError::Fatal(format!(
+                "stored image {id} does not match its recorded sha256 (the database is damaged; `tally check` lists \
+                 what is affected)"
+            )));
+        }
         Ok(n)
     }
 }
@@ -220,7 +229,7 @@ impl Store {
     /// id); `None` if there is none. Blocking: call it off the async threads.
     pub fn open_blob(&self, id: &str) -> Result<Option<BlobReader>, StoreError> {
         let meta = self.read_blocking(|c| blob_meta(c, id))?;
-        Ok(meta.map(|meta| BlobReader { store: self.clone(), meta, pos: 0 }))
+        Ok(meta.map(|meta| BlobReader { store: self.clone(), meta, pos: 0, hasher: Sha256::new() }))
     }
 
     /// The whole image stored under `id`, for small uses that need all of it at once
@@ -258,8 +267,9 @@ pub struct BlobCheck {
 /// Verify every stored image: that every artifact and upload has its bytes, every stored
 /// image belongs to one, their recorded sizes, hashes and types agree, and the bytes
 /// themselves match the recorded size and sha256 (read in [`CHUNK`]s, so memory stays
-/// bounded). Call it inside one read transaction for a consistent view.
-pub fn verify_all(c: &Connection) -> Result<BlobCheck, StoreError> {
+/// bounded) — the last only when `hash` is true. Call it inside one read transaction for a
+/// consistent view.
+pub fn verify_all(c: &Connection, hash: bool) -> Result<BlobCheck, StoreError> {
     let mut out = BlobCheck::default();
     let missing: &[(&str, &str)] = &[
         (
@@ -291,6 +301,9 @@ pub fn verify_all(c: &Connection) -> Result<BlobCheck, StoreError> {
         for id in stmt.query_map([], |r| r.get::<_, String>(0))? {
             out.problems.push(format!("{what}: {}", id?));
         }
+    }
+    if !hash {
+        return Ok(out);
     }
     let mut stmt = c.prepare(
         "SELECT b.rowid, b.id, b.sha256, b.bytes, EXISTS (SELECT 1 FROM uploads u WHERE u.id = b.id) FROM blobs b",
@@ -337,5 +350,46 @@ mod tests {
         assert_eq!(img.media_type(), "image/png");
         assert_eq!(img.len(), png.len() as i64);
         assert_eq!(img.sha256(), hex(&Sha256::digest(&png)));
+    }
+
+    /// A stored image whose bytes no longer match their recorded sha256 (a damaged page) is
+    /// never read whole: the reader withholds the last chunk and fails. `tally serve`'s start-up
+    /// check relies on this instead of hashing every image.
+    #[tokio::test]
+    async fn damaged_bytes_are_never_read_whole() {
+        let dir = std::env::temp_dir().join(format!("tally-blob-{}", uuid::Uuid::new_v4()));
+        let store = Store::open(&dir.join("tally.db"), crate::config::Durability::Normal).expect("open");
+        let png = crate::render::placeholder_png("damaged", 64);
+        let img = NewImage::verify(png.clone()).expect("a png");
+        let up = store.save_upload(img, 1_000).await.expect("upload");
+        let (_, whole) = store.read_image_bytes(up.id.clone()).await.expect("read").expect("stored");
+        assert_eq!(whole, png, "intact bytes read back whole");
+        let id = up.id.clone();
+        store
+            .write(move |c| {
+                // Flip one byte of the stored data, keeping the recorded sha256.
+                let rowid: i64 = c.query_row("SELECT rowid FROM blobs WHERE id = ?1", [&id], |r| r.get(0))?;
+                let mut b = c.blob_open(rusqlite::MAIN_DB, c"blobs", c"data", rowid, false)?;
+                let mut one = [0u8; 1];
+                b.read_at_exact(&mut one, 40)?;
+                b.write_at(&[one[0] ^ 0x5a], 40)?;
+                Ok(())
+            })
+            .await
+            .expect("damage");
+        let err = store.read_image_bytes(up.id.clone()).await.expect_err("a damaged image is not read whole");
+        assert!(err.to_string().contains("does not match its recorded sha256"), "{err}");
+        let mut r = store.open_blob(&up.id).expect("open").expect("stored");
+        let mut got = 0;
+        loop {
+            match r.next_chunk(16) {
+                Ok(Some(c)) => got += c.len(),
+                Ok(None) => panic!("the damaged image was read to its end"),
+                Err(_) => break,
+            }
+        }
+        assert!(got < png.len(), "the last chunk is withheld ({got} of {} bytes)", png.len());
+        store.close().expect("close");
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -48,7 +48,8 @@ mod startup;
 
 pub use blobs::*;
 pub use open::{
-    BackupReport, CheckReport, SCHEMA_VERSION, Severity, StoreError, WAL_SIZE_LIMIT, backup, check, restore,
+    BackupReport, CheckDepth, CheckReport, SCHEMA_VERSION, Severity, StoreError, WAL_SIZE_LIMIT, backup, check,
+    check_with, restore,
 };
 pub use ops::*;
 pub use prune::PruneReport;

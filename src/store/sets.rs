@@ -332,7 +332,7 @@ pub fn list_sets(c: &Connection, before: Option<&str>, limit: usize) -> Result<V
 }
 
 /// A set's status, derived from its current shots.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SetStatus {
     Running,

@@ -123,7 +123,7 @@ pub(in crate::store) fn over_limit(
 }
 
 /// How `GET /v1/spend` groups its rows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Group {
     Day,
@@ -145,7 +145,7 @@ impl Group {
 
 /// A count of requests and what they are estimated to have cost: the sum of the configured
 /// prices of those requests (requests without a price add 0).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Amount {
     pub count: i64,
     pub amount: f64,
@@ -162,7 +162,7 @@ impl Amount {
 }
 
 /// One row of the spend report, or its totals.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct SpendRow {
     /// The day (`2026-12-01`), month (`2026-12`) or provider name; `total` for the totals.
     pub key: String,

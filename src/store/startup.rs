@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, OpenFlags};
 
-use super::{Store, StoreError, check};
+use super::{CheckDepth, Store, StoreError, check_with};
 use crate::config::Durability;
 
 /// What shows that a data directory was used before: the files to look for besides the
@@ -61,9 +61,10 @@ fn emptiness(db: &Path) -> Result<Option<String>, StoreError> {
 }
 
 /// Open the database for `tally serve`: refuse one that holds no shop where `evidence` shows
-/// the data directory was used, refuse one that cannot be written, and refuse one that `tally
-/// check` rejects (SQLite's integrity check, tally's invariants, every image against its
-/// sha256), each with what to do. Images an interrupted migration has not moved in yet are not a
+/// the data directory was used, refuse one that cannot be written, and refuse one that fails
+/// `tally check` at [`CheckDepth::Startup`] (SQLite's integrity check, tally's invariants,
+/// every image row with its bytes; the bytes themselves are hashed as they are served, not at
+/// every start), each with what to do. Images an interrupted migration has not moved in yet are not a
 /// reason to refuse: start-up has said which files they are.
 pub fn open_for_serve(db: &Path, durability: Durability, evidence: &UsedEvidence) -> Result<Store, StoreError> {
     let restore = format!(
@@ -93,7 +94,7 @@ pub fn open_for_serve(db: &Path, durability: Durability, evidence: &UsedEvidence
         }
         _ => e,
     })?;
-    let problems = match check(db) {
+    let problems = match check_with(db, CheckDepth::Startup) {
         Ok(report) => report.problems,
         Err(e) => vec![e.to_string()],
     };

@@ -18,12 +18,12 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Json};
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use crate::api::AppState;
 use crate::api::auth::{Credential, SESSION_COOKIE, session_cookie};
-use crate::api::error::ApiError;
+use crate::api::error::{ApiError, ErrorBody};
 use sessions::CODE_LIFETIME;
 
 const INDEX_HTML: &str = include_str!("assets/index.html");
@@ -167,11 +167,29 @@ fn forbidden_page() -> String {
         .to_string()
 }
 
+/// `GET /v1/session` answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SessionJson {
+    /// Send it in `X-CSRF-Token` with every state-changing request.
+    pub csrf_token: String,
+}
+
 /// `GET /v1/session`: the CSRF token of the calling browser session (cookie only).
+#[utoipa::path(
+    get,
+    path = "/session",
+    operation_id = "get_session",
+    tag = "session",
+    responses(
+        (status = 200, description = "The calling browser session's CSRF token.", body = SessionJson),
+        (status = 404, description = "The request was not made with a session cookie (`no_session`).",
+            body = ErrorBody),
+    )
+)]
 pub async fn session(State(state): State<AppState>, credential: Option<Extension<Credential>>) -> Response {
     match credential.map(|Extension(c)| c) {
         Some(Credential::Session(id)) => match state.sessions().get(&id) {
-            Some(s) => Json(json!({ "csrf_token": s.csrf_token })).into_response(),
+            Some(s) => Json(SessionJson { csrf_token: s.csrf_token }).into_response(),
             None => no_session().into_response(),
         },
         _ => no_session().into_response(),
@@ -188,6 +206,18 @@ fn no_session() -> ApiError {
 
 /// `POST /v1/session/sign-in-url`: a fresh one-time sign-in URL (bearer token only: a
 /// browser session cannot mint more sessions). The URL names the host the request used.
+#[utoipa::path(
+    post,
+    path = "/session/sign-in-url",
+    operation_id = "create_sign_in_url",
+    tag = "session",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "A one-time sign-in URL, valid for 15 minutes.", body = SignInUrlJson),
+        (status = 403, description = "Only a request with the API token can make a sign-in URL \
+            (`bearer_token_required`).", body = ErrorBody),
+    )
+)]
 pub async fn sign_in_url(
     State(state): State<AppState>,
     credential: Option<Extension<Credential>>,
@@ -203,5 +233,12 @@ pub async fn sign_in_url(
     // The Host check already accepted this header, so it names this server.
     let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("127.0.0.1");
     let code = state.sessions().new_code(Some(CODE_LIFETIME));
-    Ok(Json(json!({ "url": login_url(&format!("http://{host}"), &code) })).into_response())
+    Ok(Json(SignInUrlJson { url: login_url(&format!("http://{host}"), &code) }).into_response())
+}
+
+/// `POST /v1/session/sign-in-url` answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SignInUrlJson {
+    /// `http://<host>/login?code=…`; opening it once signs a browser in.
+    pub url: String,
 }

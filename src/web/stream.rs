@@ -20,6 +20,15 @@ use crate::api::AppState;
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// `GET /v1/stream`: the event stream (ends when the server stops).
+#[utoipa::path(
+    get,
+    path = "/stream",
+    operation_id = "stream_events",
+    tag = "session",
+    responses((status = 200, description = "Server-sent events: `task` with data `{\"id\", \"status\"}` for every \
+        task status change; `resync` (data `{}`) on connect and when the client fell behind (re-read what you \
+        show); a `keep-alive` comment every 15 s. Ends when the server stops.", content(("text/event-stream"))))
+)]
 pub async fn stream(State(state): State<AppState>) -> Response {
     let changes = state.engine().subscribe();
     let closing = state.closing();

@@ -21,6 +21,7 @@ mod fairness;
 mod limits;
 mod money;
 mod onefile;
+mod openapi;
 #[cfg(feature = "failpoints")]
 mod powerloss;
 mod providers_daemon;

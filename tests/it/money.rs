@@ -256,3 +256,86 @@ fn serve_warns_about_an_unset_api_key_at_start_up() {
     assert!(err.contains("TALLY_MONEY_TEST_SURELY_UNSET") && err.contains("nokey"), "{err}");
     assert!(!err.contains(&format!("variable {KEY_ENV} is not set")), "{err}");
 }
+
+/// The CLI says what the API says, in its own words: `submit --wait` ending unknown names
+/// both next steps, `list --needs-attention` is the to-do list, a retry refusal names the
+/// CLI's flags (not the API's JSON fields), a second retry needs `--acknowledge-retried-as`,
+/// and `status` shows "retried as → task X".
+#[test]
+fn the_cli_guides_an_unknown_job_to_one_retry() {
+    let w = world("", "0.04", 4);
+    w.mock.behave(serde_json::json!({"drop_response": true}));
+    let p = tag("cli lost");
+    let out = w.daemon.cli(&["submit", &p, "--provider", "oa", "--wait"]);
+    w.mock.behave(serde_json::json!({"drop_response": false}));
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(4), "{text}");
+    assert!(text.contains("tally resolve") && text.contains("tally retry"), "both next steps: {text}");
+    let id = text
+        .split_whitespace()
+        .map(|w| w.trim_end_matches(':'))
+        .find(|w| w.len() == 36 && w.matches('-').count() == 4)
+        .expect("an id")
+        .to_string();
+
+    let out = w.daemon.cli(&["list", "--needs-attention"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&id), "the unknown job needs attention");
+
+    let out = w.daemon.cli(&["retry", &id]);
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("--accept-possible-charge") && !err.contains("acknowledge_possible_charge"), "{err}");
+    assert!(err.contains("about $0.04"), "the retry says what it may cost: {err}");
+
+    let out = w.daemon.cli(&["--json", "retry", &id, "--accept-possible-charge"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let first: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let first = first["id"].as_str().expect("retry id").to_string();
+    w.daemon.wait_status(&first, SETTLED);
+    assert_eq!(w.mock.count(&p), (2, 2), "the original and its one retry");
+
+    let out = w.daemon.cli(&["list", "--needs-attention"]);
+    assert!(!String::from_utf8_lossy(&out.stdout).contains(&id), "a retried job leaves the to-do list");
+    let out = w.daemon.cli(&["status", &id]);
+    let status = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(status.contains(&format!("as → task {first} (succeeded)")), "{status}");
+
+    let out = w.daemon.cli(&["retry", &id, "--accept-possible-charge"]);
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(1), "a second retry is not made by accident: {err}");
+    assert!(err.contains(&format!("--acknowledge-retried-as {first}")), "{err}");
+    assert_eq!(w.mock.count(&p), (2, 2), "nothing more was sent");
+    let out = w.daemon.cli(&["retry", &id, "--accept-possible-charge", "--acknowledge-retried-as", &first]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// `/v1/providers` shows prices; `/metrics` counts settled requests by charge and their
+/// estimated spend, from the database.
+#[test]
+fn providers_show_prices_and_metrics_count_requests_by_charge() {
+    let w = world("", "0.04", 4);
+    w.run("oa", &tag("metrics ok"));
+    w.mock.behave(serde_json::json!({"reject_status": 400}));
+    w.run("oa", &tag("metrics refused"));
+    w.mock.behave(serde_json::json!({"reject_status": null}));
+    let p = w.daemon.call("GET", "/v1/providers", None).json();
+    let oa = p["providers"].as_array().expect("providers").iter().find(|p| p["name"] == "oa").expect("oa").clone();
+    assert_eq!(
+        (oa["price_per_image"].as_f64(), oa["currency"].as_str(), oa["billable"].as_bool()),
+        (Some(0.04), Some("USD"), Some(true))
+    );
+    let nokey = p["providers"].as_array().unwrap().iter().find(|p| p["name"] == "nokey").expect("nokey").clone();
+    assert!(nokey["price_per_image"].is_null(), "{nokey}");
+    let r = crate::common::request(w.daemon.port, "GET", "/metrics", &[], None);
+    let text = String::from_utf8_lossy(&r.body).to_string();
+    let line = |needle: &[&str]| {
+        text.lines()
+            .find(|l| needle.iter().all(|n| l.contains(n)))
+            .unwrap_or_else(|| panic!("no {needle:?} in\n{text}"))
+            .to_string()
+    };
+    assert!(line(&["tally_provider_requests_total", "charge=\"charged\"", "provider=\"oa\""]).ends_with(" 1"));
+    assert!(line(&["tally_provider_requests_total", "charge=\"refused\"", "provider=\"oa\""]).ends_with(" 1"));
+    let spend = line(&["tally_estimated_spend_total", "charge=\"charged\"", "currency=\"USD\""]);
+    assert!(spend.ends_with(" 0.04"), "{spend}");
+}

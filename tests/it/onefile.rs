@@ -749,3 +749,22 @@ fn prune_works_through_a_running_daemon_and_on_the_file() {
     d.spawn();
     assert_eq!(count(&d), Some(0));
 }
+
+/// Regression: `POST /v1/prune` answered `dry_run` and `cutoff` twice (the store's report was
+/// flattened into the answer after the API's own fields), so a JSON parser kept the second
+/// `cutoff`, a number of milliseconds, and `tally prune` printed "all settled before ?". Found
+/// by checking the answer against the OpenAPI document.
+#[test]
+fn prune_answers_each_field_once_with_its_cutoff_as_a_time() {
+    let d = crate::common::Daemon::start(crate::common::FAST_DEMO);
+    let r = d.call("POST", "/v1/prune", Some(&serde_json::json!({"older_than": "1h", "dry_run": true})));
+    assert_eq!(r.status, 200);
+    let body = text(&r.body);
+    for key in ["\"cutoff\"", "\"dry_run\"", "\"tasks\""] {
+        assert_eq!(body.matches(key).count(), 1, "{key} in {body}");
+    }
+    assert!(r.json()["cutoff"].as_str().is_some_and(|c| c.starts_with("20")), "{body}");
+    let out = d.cli(&["prune", "--older-than", "1h", "--dry-run"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!text(&out.stdout).contains("before ?"), "{}", text(&out.stdout));
+}
