@@ -90,6 +90,21 @@ pub struct E2e {
     pub statements_per_task: f64,
     /// Provider calls per task (must be 1).
     pub calls_per_task: f64,
+    /// The task's own path, per task: SQL statements, commits, and the fsynced commits a task
+    /// waits for after its submit is answered (`calling`, the finish; a submit's own fsync is
+    /// the client's wait, `submit_fsync_waits`). `fsyncs` is the commits actually fsynced per
+    /// task (group commit shares one among many operations).
+    pub per_task: PerTask,
+}
+
+/// Per-task costs of an e2e run.
+#[derive(Debug, Clone, Serialize)]
+pub struct PerTask {
+    pub statements: f64,
+    pub commits: f64,
+    pub fsync_waits: f64,
+    pub submit_fsync_waits: f64,
+    pub fsyncs: f64,
 }
 
 /// Pickup latency: submit call start → provider call start, on an idle engine.
@@ -371,7 +386,7 @@ fn render_table(r: &Results) -> String {
     let _ = writeln!(t, "\n1. end-to-end throughput (submit → succeeded), instant provider");
     let _ = writeln!(
         t,
-        "{:<11} {:>7} {:>10} {:>7} {:>10} {:>10} {:>10} {:>9} {:>9} {:>7}",
+        "{:<11} {:>7} {:>10} {:>7} {:>10} {:>10} {:>10} {:>9} {:>9} {:>7} {:>9} {:>8}",
         "method",
         "workers",
         "durability",
@@ -381,13 +396,15 @@ fn render_table(r: &Results) -> String {
         "drain/s",
         "commits/t",
         "stmts/t",
-        "calls/t"
+        "calls/t",
+        "fsyncwt/t",
+        "fsyncs/t"
     );
     for e in &r.e2e {
         let drain = e.drain_per_s.map(|d| format!("{d:.0}")).unwrap_or_else(|| "-".into());
         let _ = writeln!(
             t,
-            "{:<11} {:>7} {:>10} {:>7} {:>10.0} {:>10.0} {:>10} {:>9.2} {:>9.1} {:>7.2}",
+            "{:<11} {:>7} {:>10} {:>7} {:>10.0} {:>10.0} {:>10} {:>9.2} {:>9.1} {:>7.2} {:>9.2} {:>8.2}",
             e.method,
             e.workers,
             e.durability,
@@ -397,7 +414,9 @@ fn render_table(r: &Results) -> String {
             drain,
             e.commits_per_task,
             e.statements_per_task,
-            e.calls_per_task
+            e.calls_per_task,
+            e.per_task.fsync_waits,
+            e.per_task.fsyncs
         );
     }
     let _ = writeln!(
@@ -540,6 +559,13 @@ mod tests {
                 commits_per_task: 1.0,
                 statements_per_task: 1.0,
                 calls_per_task: 1.0,
+                per_task: PerTask {
+                    statements: 1.0,
+                    commits: 1.0,
+                    fsync_waits: 2.0,
+                    submit_fsync_waits: 1.0,
+                    fsyncs: 0.5,
+                },
             }],
             pickup_ms: Some(Pickup {
                 p50: 1.0,
@@ -604,6 +630,9 @@ mod tests {
         let e = &v["e2e"][0];
         for key in ["workers", "durability", "tasks", "tasks_per_s", "method"] {
             assert!(e.get(key).is_some(), "missing e2e key {key}");
+        }
+        for key in ["statements", "commits", "fsync_waits"] {
+            assert!(e["per_task"].get(key).is_some(), "missing e2e per_task key {key}");
         }
         for key in ["p50", "p99"] {
             assert!(v["pickup_ms"].get(key).is_some(), "missing pickup_ms key {key}");

@@ -136,7 +136,8 @@ pub async fn e2e(out: &Path, n: u64, workers: usize, durability: Durability, con
     let store = Store::open(&dir.join("tally.db"), durability).map_err(s)?;
     let provider = Arc::new(InstantProvider::new(false));
     let clock = SystemClock;
-    let (commits0, stmts0) = (store.commits(), store.statements());
+    let (commits0, stmts0, fsyncs0, waits0) =
+        (store.commits(), store.statements(), store.fsyncs(), store.durable_waits());
     let timeout = Duration::from_secs(600);
     let (secs, enqueue_secs, drain_secs, engine);
     if concurrent {
@@ -186,6 +187,7 @@ pub async fn e2e(out: &Path, n: u64, workers: usize, durability: Durability, con
     }
     let store = engine.store().clone();
     let (commits, stmts) = (store.commits() - commits0, store.statements() - stmts0);
+    let (fsyncs, waits) = (store.fsyncs() - fsyncs0, store.durable_waits() - waits0);
     let calls = provider.calls();
     stop(engine).await?;
     Ok(E2e {
@@ -200,6 +202,16 @@ pub async fn e2e(out: &Path, n: u64, workers: usize, durability: Durability, con
         commits_per_task: commits as f64 / n as f64,
         statements_per_task: stmts as f64 / n as f64,
         calls_per_task: calls as f64 / n as f64,
+        per_task: super::PerTask {
+            statements: stmts as f64 / n as f64,
+            commits: commits as f64 / n as f64,
+            // Each task's submit is one durable operation (the client's fsync wait); the rest
+            // of the durable operations are on the task's path after it (calling, finish).
+            fsync_waits: (waits as f64 - if durability == Durability::Full { n as f64 } else { 0.0 }).max(0.0)
+                / n as f64,
+            submit_fsync_waits: if durability == Durability::Full { 1.0 } else { 0.0 },
+            fsyncs: fsyncs as f64 / n as f64,
+        },
     })
 }
 
