@@ -11,11 +11,14 @@ use std::time::Duration;
 
 use crate::api::{self, AppState, auth};
 use crate::cli::Failure;
+use crate::clock::OffsetClock;
 use crate::clock::SystemClock;
 use crate::config::Config;
+use crate::config::{Backend, PostgresConfig, Wakeups, redact_url};
 use crate::engine::{Engine, EngineParts, ProviderEntry};
 use crate::metrics::Metrics;
-use crate::store::{Severity, UsedEvidence, open_for_serve};
+use crate::store::pg::{PgOptions, PgStore};
+use crate::store::{Severity, Store, UsedEvidence, open_for_serve};
 
 /// The lock file inside the data dir (never the database file: closing any handle on the
 /// database would drop SQLite's own locks).
@@ -208,12 +211,6 @@ async fn reload_budgets_on_sighup(engine: Arc<Engine>, path: PathBuf) {
 /// the file `cfg` came from (re-read for budget limits on SIGHUP).
 pub async fn serve(cfg: Config, config_path: Option<PathBuf>) -> Result<(), Failure> {
     let signals = StopSignals::install()?;
-    if let crate::config::Backend::Postgres(_) = cfg.storage.backend {
-        return Err(Failure::error(
-            "storage.backend = \"postgres\": the PostgreSQL store exists (and passes the store conformance suite) \
-             but `tally serve` does not run on it yet; use the default SQLite backend for now",
-        ));
-    }
     // Said at start-up, not discovered at the first task: a provider whose key is missing
     // fails every task (before sending anything).
     for w in crate::engine::money::warnings(&cfg) {
@@ -239,8 +236,19 @@ pub async fn serve(cfg: Config, config_path: Option<PathBuf>) -> Result<(), Fail
     let token_path = cfg.token_path();
     // An older version kept images as files in these directories (before the migration).
     let evidence = UsedEvidence { token: token_path.clone(), dirs: vec![dir.join("artifacts"), dir.join("uploads")] };
-    let store = open_for_serve(&db, cfg.storage.durability, &evidence)
-        .map_err(|e| Failure::error(format!("cannot open the database {}: {e}", db.display())))?;
+    let (store, clock) = match &cfg.storage.backend {
+        Backend::Sqlite => {
+            let store = open_for_serve(&db, cfg.storage.durability, &evidence)
+                .map_err(|e| Failure::error(format!("cannot open the database {}: {e}", db.display())))?;
+            (Store::Sqlite(store), Arc::new(SystemClock) as Arc<dyn crate::clock::Clock>)
+        }
+        Backend::Postgres(pg) => {
+            let store = open_postgres(&cfg, pg)?;
+            tracing::info!(node = %cfg.node.name, database = %redact_url(&pg.url), "running as a node on PostgreSQL");
+            let clock = Arc::new(OffsetClock::new(store.clock_offset_ms())) as Arc<dyn crate::clock::Clock>;
+            (Store::Postgres(store), clock)
+        }
+    };
     if !store.migration_notes().is_empty() {
         let mut out = std::io::stdout().lock();
         for note in store.migration_notes() {
@@ -268,7 +276,7 @@ pub async fn serve(cfg: Config, config_path: Option<PathBuf>) -> Result<(), Fail
     let engine = match Engine::start(EngineParts {
         store: store.clone(),
         config: cfg.engine.clone(),
-        clock: Arc::new(SystemClock),
+        clock,
         providers: entries,
         data_dir: dir.clone(),
         metrics: Arc::new(Metrics::new()),
@@ -342,6 +350,27 @@ pub async fn serve(cfg: Config, config_path: Option<PathBuf>) -> Result<(), Fail
         }
         Err(e) => Err(Failure::error(format!("the database did not close cleanly: {e}"))),
     }
+}
+
+/// Connect to PostgreSQL as this node (`[node] name`): the schema is created or migrated,
+/// and the node's lock is taken (refused while another live process holds it).
+pub fn open_postgres(cfg: &Config, pg: &PostgresConfig) -> Result<PgStore, Failure> {
+    let opts = PgOptions {
+        url: pg.url.clone(),
+        node: cfg.node.name.clone(),
+        connections: pg.connections,
+        durability: cfg.storage.durability,
+        schema: None,
+        db_clock: true,
+        listen: pg.wakeups == Wakeups::Notify,
+        poll: match pg.wakeups {
+            Wakeups::Poll(every) => Some(every),
+            Wakeups::Notify => None,
+        },
+        watch_peers: true,
+    };
+    PgStore::open(opts)
+        .map_err(|e| Failure::error(format!("cannot use the PostgreSQL database {}: {e}", redact_url(&pg.url))))
 }
 
 /// Aborts a spawned task when dropped.

@@ -21,6 +21,27 @@ impl Clock for SystemClock {
     }
 }
 
+/// The system's wall clock shifted by a fixed offset: on PostgreSQL, this machine's clock
+/// corrected to the database's (measured when the store opened), so the engine's timers agree
+/// with the clock that decides leases and due times.
+#[derive(Debug, Clone, Copy)]
+pub struct OffsetClock {
+    offset: Millis,
+}
+
+impl OffsetClock {
+    /// The system clock plus `offset` milliseconds.
+    pub fn new(offset: Millis) -> Self {
+        OffsetClock { offset }
+    }
+}
+
+impl Clock for OffsetClock {
+    fn now(&self) -> Millis {
+        SystemClock.now() + self.offset
+    }
+}
+
 /// A clock that only moves when told to (tests).
 #[derive(Debug)]
 pub struct ManualClock(AtomicI64);

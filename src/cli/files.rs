@@ -92,6 +92,20 @@ fn pg_backup_advice(url: &str, dest: &Path) -> String {
 
 /// `tally check [DB]`: verify a database, every stored image against its sha256 included.
 pub(super) fn check(cfg: &Config, db: Option<&Path>) -> Result<ExitCode, Failure> {
+    if let (crate::config::Backend::Postgres(pg), None) = (&cfg.storage.backend, db) {
+        let name = crate::config::redact_url(&pg.url);
+        let report =
+            crate::store::pg::check(&pg.url, None).map_err(|e| Failure::error(format!("cannot check {name}: {e}")))?;
+        if report.problems.is_empty() {
+            println!("ok: the PostgreSQL database {name} passed every check: {}", report.summary());
+            return Ok(Exit::Ok.into());
+        }
+        for p in &report.problems {
+            println!("problem: {p}");
+        }
+        let n = report.problems.len();
+        return Err(Failure { exit: Exit::Problems, message: format!("{n} problem(s) found in {name}") });
+    }
     let db = db.map(Path::to_path_buf).unwrap_or_else(|| cfg.db_path());
     if !db.is_file() {
         return Err(Failure::error(format!("there is no database at {}", db.display())));
@@ -112,6 +126,14 @@ pub(super) fn check(cfg: &Config, db: Option<&Path>) -> Result<ExitCode, Failure
 /// daemon uses the data directory (its lock is held for the whole restore, so none can start
 /// meanwhile); SRC must pass `tally check` first.
 pub(super) fn restore(cfg: &Config, src: &Path) -> Result<ExitCode, Failure> {
+    if let crate::config::Backend::Postgres(pg) = &cfg.storage.backend {
+        return Err(Failure::error(format!(
+            "tally restore replaces the SQLite file; this configuration keeps its data in PostgreSQL. Stop every \
+             tally node, then restore a pg_dump copy into an empty database with\n  pg_restore --dbname='{}' {}",
+            crate::config::redact_url(&pg.url),
+            src.display()
+        )));
+    }
     if !src.is_file() {
         return Err(Failure::error(format!("there is no file at {}", src.display())));
     }

@@ -30,7 +30,7 @@ pub(super) async fn run(shared: Arc<Shared>) {
         if free > 0 {
             let now = shared.now();
             let lease = Shared::ms(shared.cfg.lease);
-            match shared.store.dispatch_due(now, free, lease, &shared.boot).await {
+            match shared.store.dispatch_due(now, free, lease, &shared.boot()).await {
                 Ok(batch) => {
                     trouble.ok();
                     if !batch.claims.is_empty() {

@@ -14,6 +14,7 @@
 
 mod dispatcher;
 pub mod money;
+mod nodes;
 mod reconciler;
 mod retention;
 mod trouble;
@@ -190,8 +191,13 @@ pub(crate) struct Shared {
     clock: Arc<dyn Clock>,
     providers: HashMap<String, Arc<ProviderEntry>>,
     data_dir: PathBuf,
-    /// The id of this run of the process: leases of other runs are expired at start-up.
-    boot: String,
+    /// The id of this run of the engine: leases of other runs are expired at start-up. A new
+    /// one replaces it when a PostgreSQL node fenced itself and restarted its services
+    /// (`engine::nodes`).
+    boot: Mutex<String>,
+    /// Reconcile at the next wake-up even if no deadline passed: a peer node's lock freed, so
+    /// its leases are leftovers now (`engine::nodes`).
+    force_reconcile: std::sync::atomic::AtomicBool,
     /// Worker capacity: a permit per free worker.
     workers: Arc<Semaphore>,
     wake_dispatcher: Notify,
@@ -220,6 +226,11 @@ impl Shared {
 
     fn now(&self) -> Millis {
         self.clock.now()
+    }
+
+    /// The id of the current run of this engine.
+    fn boot(&self) -> String {
+        self.boot.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     fn ms(d: Duration) -> Millis {
@@ -299,7 +310,20 @@ pub struct EngineParts {
 /// [`Engine::shutdown`] (clean) or [`Engine::kill`] (tests: as if the process died).
 pub struct Engine {
     shared: Arc<Shared>,
-    services: Mutex<Vec<JoinHandle<()>>>,
+    /// The dispatcher, reconciler and retention timer (replaced after a self-fence).
+    services: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    /// PostgreSQL only: the wake-up bridge and the node-lock guard (`engine::nodes`).
+    node_tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// Start the dispatcher, the reconciler and (if configured) the retention timer.
+fn spawn_services(shared: &Arc<Shared>) -> Vec<JoinHandle<()>> {
+    let mut services =
+        vec![tokio::spawn(dispatcher::run(shared.clone())), tokio::spawn(reconciler::run(shared.clone()))];
+    if let Some(age) = shared.cfg.retention {
+        services.push(tokio::spawn(retention::run(shared.clone(), age)));
+    }
+    services
 }
 
 impl Engine {
@@ -313,7 +337,8 @@ impl Engine {
             clock: parts.clock,
             providers,
             data_dir: parts.data_dir,
-            boot: uuid::Uuid::new_v4().to_string(),
+            boot: Mutex::new(uuid::Uuid::new_v4().to_string()),
+            force_reconcile: std::sync::atomic::AtomicBool::new(false),
             wake_dispatcher: Notify::new(),
             wake_reconciler: Notify::new(),
             settles: watch::channel(0).0,
@@ -325,6 +350,9 @@ impl Engine {
             changes: broadcast::channel(4096).0,
             limits: RwLock::new(parts.limits),
         });
+        // On PostgreSQL, other nodes' wake-ups feed this engine's services (before the
+        // start-up recovery, so nothing that happens meanwhile is missed).
+        let bridge = nodes::bridge(&shared);
         // The dispatcher's view of the providers, then start-up recovery, both before anything
         // new is dispatched.
         let slots = shared.providers.values().map(|p| p.slots(&shared.cfg)).collect();
@@ -333,12 +361,10 @@ impl Engine {
         // Limits may have changed while tally was stopped: tasks held by a budget check it
         // again now (and wait again if it still holds them back).
         shared.store.release_budget_holds(shared.now()).await?;
-        let mut services =
-            vec![tokio::spawn(dispatcher::run(shared.clone())), tokio::spawn(reconciler::run(shared.clone()))];
-        if let Some(age) = shared.cfg.retention {
-            services.push(tokio::spawn(retention::run(shared.clone(), age)));
-        }
-        Ok(Engine { shared, services: Mutex::new(services) })
+        let services = Arc::new(Mutex::new(spawn_services(&shared)));
+        let guard = nodes::guard(&shared, &services);
+        let node_tasks = Mutex::new(bridge.into_iter().chain(guard).collect());
+        Ok(Engine { shared, services, node_tasks })
     }
 
     /// The store this engine writes through.
@@ -637,6 +663,9 @@ impl Engine {
     /// Stop every background service at once, as if the process had died (tests).
     pub fn kill(&self) {
         self.shared.shutdown.send_replace(true);
+        for h in self.node_tasks.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+            h.abort();
+        }
         for h in self.services.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
             h.abort();
         }

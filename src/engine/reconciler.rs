@@ -22,7 +22,11 @@ pub(super) async fn run(shared: Arc<Shared>) {
             return;
         }
         let result = match shared.store.next_sent_deadline().await {
-            Ok(next) if next.is_some_and(|t| t <= shared.now()) => run_once(&shared).await.map(|_| None),
+            Ok(next)
+                if next.is_some_and(|t| t <= shared.now()) || shared.force_reconcile.swap(false, Ordering::Relaxed) =>
+            {
+                run_once(&shared).await.map(|_| None)
+            }
             Ok(next) => Ok(Some(next)),
             Err(e) => Err(e.into()),
         };
@@ -65,7 +69,7 @@ pub(super) async fn run(shared: Arc<Shared>) {
 /// One pass: find leftovers, decide each from evidence, apply the decisions fenced.
 pub(super) async fn run_once(shared: &Arc<Shared>) -> Result<usize, EngineError> {
     let now = shared.now();
-    let rows = shared.store.leftovers(now, &shared.boot).await?;
+    let rows = shared.store.leftovers(now, &shared.boot()).await?;
     if rows.is_empty() {
         return Ok(0);
     }

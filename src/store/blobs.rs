@@ -19,7 +19,7 @@
 //!   [`StoreError::Invalid`]).
 //!
 //! For small uses that need the whole image (references sent to a provider, thumbnails),
-//! [`Store::read_image_bytes`]. Everything outside the store reaches image bytes through these
+//! [`SqliteStore::read_image_bytes`]. Everything outside the store reaches image bytes through these
 //! functions, never through SQL, so another backend can keep them elsewhere (`bytea`).
 
 use std::sync::Arc;
@@ -27,7 +27,7 @@ use std::sync::Arc;
 use rusqlite::{Connection, OptionalExtension, params};
 use sha2::{Digest, Sha256};
 
-use super::{Store, StoreError};
+use super::{SqliteStore, StoreError};
 use crate::domain::hex;
 
 /// The most bytes one [`BlobReader`] read returns (and holds in memory).
@@ -168,14 +168,25 @@ fn read_at(c: &Connection, id: &str, pos: usize, buf: &mut [u8]) -> Result<Optio
 /// A streaming reader of one stored image: each read is one short read transaction of at most
 /// [`CHUNK`] bytes (see the module docs). Blocking: use it off the async threads.
 pub struct BlobReader {
-    store: Store,
+    source: Source,
     meta: BlobMeta,
     pos: usize,
     /// The sha256 of the bytes read so far, compared with the recorded one at the end.
     hasher: Sha256,
 }
 
+/// Where a [`BlobReader`] reads from.
+enum Source {
+    Sqlite(SqliteStore),
+    Postgres(super::pg::PgStore),
+}
+
 impl BlobReader {
+    /// A reader of an image stored in PostgreSQL (`bytea`, read chunk by chunk).
+    pub(in crate::store) fn postgres(store: super::pg::PgStore, meta: BlobMeta) -> BlobReader {
+        BlobReader { source: Source::Postgres(store), meta, pos: 0, hasher: Sha256::new() }
+    }
+
     /// What is recorded about the image (size, media type, sha256).
     pub fn meta(&self) -> &BlobMeta {
         &self.meta
@@ -195,10 +206,15 @@ impl BlobReader {
 
     fn read_into(&mut self, buf: &mut [u8]) -> Result<usize, StoreError> {
         let (id, pos) = (self.meta.id.clone(), self.pos);
-        let n = self
-            .store
-            .read_blocking(|c| read_at(c, &id, pos, buf))?
-            .ok_or_else(|| StoreError::Invalid(format!("image {id} is no longer stored")))?;
+        let n = match &self.source {
+            Source::Sqlite(store) => store.read_blocking(|c| read_at(c, &id, pos, buf))?,
+            Source::Postgres(store) => store.read_blob_chunk_blocking(&id, pos, buf.len())?.map(|chunk| {
+                let n = chunk.len().min(buf.len());
+                buf[..n].copy_from_slice(&chunk[..n]);
+                n
+            }),
+        }
+        .ok_or_else(|| StoreError::Invalid(format!("image {id} is no longer stored")))?;
         if n == 0 && pos < self.meta.bytes as usize {
             return Err(StoreError::Fatal(format!("image {id} is shorter than its recorded size")));
         }
@@ -224,17 +240,17 @@ impl std::io::Read for BlobReader {
     }
 }
 
-impl Store {
+impl SqliteStore {
     /// Open a streaming reader of the image stored under `id` (an artifact's or an upload's
     /// id); `None` if there is none. Blocking: call it off the async threads.
     pub fn open_blob(&self, id: &str) -> Result<Option<BlobReader>, StoreError> {
         let meta = self.read_blocking(|c| blob_meta(c, id))?;
-        Ok(meta.map(|meta| BlobReader { store: self.clone(), meta, pos: 0, hasher: Sha256::new() }))
+        Ok(meta.map(|meta| BlobReader { source: Source::Sqlite(self.clone()), meta, pos: 0, hasher: Sha256::new() }))
     }
 
     /// The whole image stored under `id`, for small uses that need all of it at once
     /// (references sent to a provider, thumbnails). Serving a download should stream with
-    /// [`Store::open_blob`] instead.
+    /// [`SqliteStore::open_blob`] instead.
     pub async fn read_image_bytes(&self, id: String) -> Result<Option<(BlobMeta, Vec<u8>)>, StoreError> {
         let store = self.clone();
         tokio::task::spawn_blocking(move || store.read_image_bytes_blocking(&id))
@@ -242,7 +258,7 @@ impl Store {
             .map_err(|e| StoreError::Fatal(format!("reader task failed: {e}")))?
     }
 
-    /// [`Store::read_image_bytes`] on the current thread.
+    /// [`SqliteStore::read_image_bytes`] on the current thread.
     pub fn read_image_bytes_blocking(&self, id: &str) -> Result<Option<(BlobMeta, Vec<u8>)>, StoreError> {
         let Some(mut r) = self.open_blob(id)? else { return Ok(None) };
         let mut out = Vec::with_capacity(r.meta.bytes.max(0) as usize);
@@ -358,7 +374,7 @@ mod tests {
     #[tokio::test]
     async fn damaged_bytes_are_never_read_whole() {
         let dir = std::env::temp_dir().join(format!("tally-blob-{}", uuid::Uuid::new_v4()));
-        let store = Store::open(&dir.join("tally.db"), crate::config::Durability::Normal).expect("open");
+        let store = SqliteStore::open(&dir.join("tally.db"), crate::config::Durability::Normal).expect("open");
         let png = crate::render::placeholder_png("damaged", 64);
         let img = NewImage::verify(png.clone()).expect("a png");
         let up = store.save_upload(img, 1_000).await.expect("upload");

@@ -44,6 +44,7 @@ mod ops;
 pub mod pg;
 mod prune;
 mod read;
+mod seam;
 mod sets;
 pub mod spend;
 mod startup;
@@ -56,6 +57,7 @@ pub use open::{
 pub use ops::*;
 pub use prune::PruneReport;
 pub use read::*;
+pub use seam::Store;
 pub use sets::*;
 pub use startup::{UsedEvidence, open_for_serve};
 
@@ -140,7 +142,7 @@ fn sync_level(durability: Durability, any_durable: bool) -> &'static str {
 
 /// A handle to tally's database. Cheap to clone.
 #[derive(Clone)]
-pub struct Store {
+pub struct SqliteStore {
     inner: Arc<Inner>,
 }
 
@@ -161,9 +163,9 @@ struct Inner {
     migration: Vec<String>,
 }
 
-impl Store {
+impl SqliteStore {
     /// Open (creating or migrating) the database at `path` and start the writer thread.
-    pub fn open(path: &Path, durability: Durability) -> Result<Store, StoreError> {
+    pub fn open(path: &Path, durability: Durability) -> Result<SqliteStore, StoreError> {
         let statements = Arc::new(AtomicU64::new(0));
         let (mut conn, migration) = open::open_write(path, durability)?;
         for note in &migration {
@@ -189,7 +191,7 @@ impl Store {
             .spawn(move || writer_loop(conn, rx, weak, durability))
             .map_err(|e| StoreError::Fatal(format!("cannot start the writer thread: {e}")))?;
         *lock(&inner.writer_thread) = Some(handle);
-        Ok(Store { inner })
+        Ok(SqliteStore { inner })
     }
 
     /// What opening did to an older database (schema migration, image files moved in), in
@@ -242,7 +244,7 @@ impl Store {
         self.send(Commit::Durable, 0, f)?.await.map_err(|_| StoreError::Closed)?
     }
 
-    /// [`Store::write`] for an operation that stores `bytes` of images, so that one commit
+    /// [`SqliteStore::write`] for an operation that stores `bytes` of images, so that one commit
     /// carries a bounded amount of them ([`MAX_BATCH_BYTES`]).
     pub(crate) async fn write_images<R, F>(&self, bytes: usize, f: F) -> Result<R, StoreError>
     where
@@ -252,7 +254,7 @@ impl Store {
         self.send(Commit::Durable, bytes, f)?.await.map_err(|_| StoreError::Closed)?
     }
 
-    /// [`Store::write`] for bookkeeping that needs no fsync of its own ([`Commit::Ordered`]).
+    /// [`SqliteStore::write`] for bookkeeping that needs no fsync of its own ([`Commit::Ordered`]).
     pub async fn write_ordered<R, F>(&self, f: F) -> Result<R, StoreError>
     where
         R: Send + 'static,
@@ -445,14 +447,14 @@ mod tests {
         Ok(c.query_row("PRAGMA synchronous", [], |r| r.get(0))?)
     }
 
-    fn store(durability: Durability) -> (Store, PathBuf) {
+    fn store(durability: Durability) -> (SqliteStore, PathBuf) {
         let dir = std::env::temp_dir().join(format!("tally-commit-{}", uuid::Uuid::new_v4()));
-        (Store::open(&dir.join("tally.db"), durability).expect("open"), dir)
+        (SqliteStore::open(&dir.join("tally.db"), durability).expect("open"), dir)
     }
 
     /// Run `kinds` as one batch — queued while the writer is held inside an earlier operation,
     /// so they share the next transaction — and return the `synchronous` level each saw.
-    async fn one_batch(store: &Store, kinds: &[Commit]) -> Vec<i64> {
+    async fn one_batch(store: &SqliteStore, kinds: &[Commit]) -> Vec<i64> {
         let (release, held) = mpsc::channel::<()>();
         let (entered_tx, entered) = mpsc::channel::<()>();
         let holding = store

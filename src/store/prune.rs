@@ -23,7 +23,7 @@ use std::collections::{HashMap, HashSet};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
-use super::{Store, StoreError};
+use super::{SqliteStore, StoreError};
 use crate::domain::Millis;
 
 /// Tasks deleted per writer operation.
@@ -300,7 +300,7 @@ fn db_bytes(c: &Connection) -> Result<i64, StoreError> {
     Ok(pages * size)
 }
 
-impl Store {
+impl SqliteStore {
     /// Delete settled work older than `cutoff` (see the module docs), or with `dry_run` only
     /// say what would go. Deletes in bounded batches, each re-checking what it deletes, then
     /// gives the freed pages back.

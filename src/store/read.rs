@@ -4,7 +4,7 @@
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::Serialize;
 
-use super::{Store, StoreError};
+use super::{SqliteStore, StoreError};
 use crate::domain::{Charge, Micros, Millis, TaskStatus};
 
 /// A task as the API and CLI show it.
@@ -372,7 +372,7 @@ pub fn status_counts(c: &Connection) -> Result<Vec<(TaskStatus, i64)>, StoreErro
     Ok(out)
 }
 
-impl Store {
+impl SqliteStore {
     /// One task with its artifacts.
     pub async fn get_task(&self, id: String) -> Result<Option<TaskView>, StoreError> {
         self.read(move |c| get_task(c, &id)).await

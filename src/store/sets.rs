@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::blobs::{NewImage, insert_blob};
 use super::ops::{NewTask, ShotRef, SubmitOutcome, event, new_id, replay_of, submit};
 use super::read::{TaskView, get_task};
-use super::{Store, StoreError};
+use super::{SqliteStore, StoreError};
 use crate::domain::{Actor, Millis, TaskStatus, request_hash};
 
 /// The shot roles a set may list.
@@ -382,7 +382,7 @@ pub fn set_summary(set: &SetView) -> (SetStatus, String, String) {
     (status, progress, message)
 }
 
-impl Store {
+impl SqliteStore {
     /// Store an uploaded image (deduplicated by content): its row and bytes in one commit.
     pub async fn save_upload(&self, img: NewImage, now: Millis) -> Result<UploadView, StoreError> {
         self.write_images(img.len() as usize, move |c| save_upload(c, &img, now)).await

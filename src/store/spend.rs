@@ -13,7 +13,7 @@
 use rusqlite::{Connection, params};
 use serde::Serialize;
 
-use super::{Store, StoreError};
+use super::{SqliteStore, StoreError};
 use crate::domain::{Charge, Micros, Millis, money};
 
 /// Milliseconds in a day.
@@ -370,7 +370,7 @@ pub fn charge_totals(c: &Connection) -> Result<Vec<crate::metrics::ChargeTotal>,
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
-impl Store {
+impl SqliteStore {
     /// Settled requests by provider and charge, for the metrics.
     pub async fn charge_totals(&self) -> Result<Vec<crate::metrics::ChargeTotal>, StoreError> {
         self.read(charge_totals).await

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, OpenFlags};
 
-use super::{CheckDepth, Store, StoreError, check_with};
+use super::{CheckDepth, SqliteStore, StoreError, check_with};
 use crate::config::Durability;
 
 /// What shows that a data directory was used before: the files to look for besides the
@@ -66,7 +66,7 @@ fn emptiness(db: &Path) -> Result<Option<String>, StoreError> {
 /// every image row with its bytes; the bytes themselves are hashed as they are served, not at
 /// every start), each with what to do. Images an interrupted migration has not moved in yet are not a
 /// reason to refuse: start-up has said which files they are.
-pub fn open_for_serve(db: &Path, durability: Durability, evidence: &UsedEvidence) -> Result<Store, StoreError> {
+pub fn open_for_serve(db: &Path, durability: Durability, evidence: &UsedEvidence) -> Result<SqliteStore, StoreError> {
     let restore = format!(
         "Restore it from a backup (a copy made by `tally backup`): stop tally, copy the backup to {}, delete any {}-wal \
          and {}-shm beside it, and start again",
@@ -88,7 +88,7 @@ pub fn open_for_serve(db: &Path, durability: Durability, evidence: &UsedEvidence
             });
         }
     }
-    let store = Store::open(db, durability).map_err(|e| match e.code() {
+    let store = SqliteStore::open(db, durability).map_err(|e| match e.code() {
         Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase) => {
             StoreError::Unusable { path: db.into(), reason: format!("the database is damaged ({e}). {restore}.") }
         }

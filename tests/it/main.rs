@@ -22,6 +22,7 @@ mod limits;
 mod money;
 mod onefile;
 mod openapi;
+mod pg_nodes;
 #[cfg(feature = "failpoints")]
 mod powerloss;
 mod providers_daemon;

@@ -445,7 +445,7 @@ fn claim_picked(
     Ok(out)
 }
 
-impl Store {
+impl SqliteStore {
     /// Claim ready envelopes for free provider slots (see the module docs). An ordered commit
     /// ([`super::Commit::Ordered`]): nothing leaves for a provider before the next durable one
     /// (`record_calling`, whose fsync covers the claim too); if a power loss erases it, the
@@ -482,7 +482,7 @@ pub fn dispatch_plans(c: &Connection) -> Result<Vec<String>, StoreError> {
     Ok(out)
 }
 
-impl Store {
+impl SqliteStore {
     /// [`dispatch_plans`] on a reader connection.
     pub async fn dispatch_plans(&self) -> Result<Vec<String>, StoreError> {
         self.read(dispatch_plans).await
@@ -493,9 +493,9 @@ impl Store {
 mod tests {
     use super::*;
 
-    async fn store_with(backlog: usize) -> (Store, std::path::PathBuf) {
+    async fn store_with(backlog: usize) -> (SqliteStore, std::path::PathBuf) {
         let dir = std::env::temp_dir().join(format!("tally-dispatch-{}", uuid::Uuid::new_v4()));
-        let store = Store::open(&dir.join("tally.db"), crate::config::Durability::Normal).expect("open");
+        let store = SqliteStore::open(&dir.join("tally.db"), crate::config::Durability::Normal).expect("open");
         store.configure_providers(vec![ProviderSlots::new("p", 8)]).await.expect("configure");
         store
             .write(move |c| {
@@ -512,7 +512,7 @@ mod tests {
     }
 
     /// The VM steps a dispatch of one claim takes, summed over its statements.
-    async fn steps_of_one_dispatch(store: &Store, now: Millis) -> i64 {
+    async fn steps_of_one_dispatch(store: &SqliteStore, now: Millis) -> i64 {
         let t = NewTask { provider: "p".into(), prompt: format!("fresh {now}"), ..NewTask::default() };
         store.submit(t, now).await.expect("submit");
         store

@@ -280,7 +280,7 @@ pub(in crate::store) fn late_result(
     Ok(true)
 }
 
-impl Store {
+impl SqliteStore {
     /// Check the budgets and durably record phase `calling` (see [`record_calling`]).
     pub async fn record_calling(
         &self,
@@ -303,7 +303,7 @@ impl Store {
         self.write(move |c| record_accepted(c, &exec, &lease, &job, None, now)).await
     }
 
-    /// Like [`Store::record_accepted`], with the adapter's handle for polling the job
+    /// Like [`SqliteStore::record_accepted`], with the adapter's handle for polling the job
     /// (`executions.provider_handle`, JSON).
     pub async fn record_accepted_with(
         &self,

@@ -66,13 +66,13 @@ pub(in crate::store) fn submit(c: &Connection, t: &NewTask, now: Millis) -> Resu
     Ok(SubmitOutcome::Created(id))
 }
 
-impl Store {
+impl SqliteStore {
     /// Insert a task and its envelope in one transaction.
     pub async fn submit(&self, t: NewTask, now: Millis) -> Result<SubmitOutcome, StoreError> {
         self.write(move |c| submit(c, &t, now)).await
     }
 
-    /// Like [`Store::submit`], and also read the task back in the same operation (saves the
+    /// Like [`SqliteStore::submit`], and also read the task back in the same operation (saves the
     /// API a separate read after each submit).
     pub async fn submit_and_get(
         &self,

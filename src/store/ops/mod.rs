@@ -11,7 +11,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 
 use super::blobs::{NewArtifact, insert_blob};
-use super::{Store, StoreError};
+use super::{SqliteStore, StoreError};
 
 mod dispatch;
 mod exec;
@@ -536,7 +536,7 @@ mod tests {
     #[tokio::test]
     async fn hot_statements_are_prepared_once() {
         let dir = std::env::temp_dir().join(format!("tally-qpsg-{}", uuid::Uuid::new_v4()));
-        let store = Store::open(&dir.join("tally.db"), crate::config::Durability::Normal).expect("open");
+        let store = SqliteStore::open(&dir.join("tally.db"), crate::config::Durability::Normal).expect("open");
         store.configure_providers(vec![ProviderSlots::new("p", 8)]).await.expect("configure");
         for i in 0..3i64 {
             let t = NewTask { provider: "p".into(), prompt: format!("t{i}"), ..NewTask::default() };

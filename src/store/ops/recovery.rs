@@ -201,7 +201,7 @@ pub(in crate::store) fn apply_recovery(
     Ok(applied)
 }
 
-impl Store {
+impl SqliteStore {
     /// Leftovers for the reconciler (read through the writer so it sees every commit; writes
     /// nothing, so it does not ask for an fsync).
     pub async fn leftovers(&self, now: Millis, boot: &str) -> Result<Vec<LeftoverRow>, StoreError> {

@@ -91,7 +91,7 @@ pub(in crate::store) fn release_claim(
     Ok(())
 }
 
-impl Store {
+impl SqliteStore {
     /// Write the configured providers (engine start).
     pub async fn configure_providers(&self, list: Vec<ProviderSlots>) -> Result<(), StoreError> {
         self.write(move |c| configure_providers(c, &list)).await

@@ -188,7 +188,7 @@ pub(in crate::store) fn resolve(
     Ok(ResolveOutcome::Resolved)
 }
 
-impl Store {
+impl SqliteStore {
     /// Cancel a task.
     pub async fn cancel(&self, task: String, now: Millis) -> Result<CancelOutcome, StoreError> {
         self.write(move |c| cancel(c, &task, now)).await

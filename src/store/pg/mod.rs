@@ -27,27 +27,29 @@
 //! - Deadlocks and serialization failures are retried (the closure is `FnMut`: operations
 //!   are pure database functions, so running one again is safe).
 
+mod check;
+mod conn;
 mod node;
 mod ops;
 mod read;
 mod sets;
+mod watch;
 
+pub use check::check;
+use conn::op_loop;
+pub(crate) use conn::{Conn, Tx};
 pub use node::NodeState;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 use std::time::Duration;
 
-use postgres::error::SqlState;
-use postgres::types::ToSql;
-use postgres::{Client, IsolationLevel, NoTls, Row, Statement};
+use postgres::{Client, NoTls};
 use tokio::sync::oneshot;
 
 use super::{Commit, StoreError};
 use crate::config::Durability;
-use crate::domain::Millis;
 
 /// The full current PostgreSQL schema.
 const SCHEMA: &str = include_str!("../../../schema-pg.sql");
@@ -83,7 +85,7 @@ const MIGRATIONS: &[&str] = &[
 
 /// The advisory-lock class of tally's locks ("taly"): the first key of the two-key form, so
 /// tally's keys never clash with another application's single-key locks.
-pub(super) const LOCK_CLASS: i32 = 0x7461_6c79;
+pub const LOCK_CLASS: i32 = 0x7461_6c79;
 
 /// How to open a PostgreSQL store.
 #[derive(Clone)]
@@ -101,8 +103,13 @@ pub struct PgOptions {
     /// Use the database's clock for every operation's `now` (production); off, operations
     /// use the `now` their caller passes (tests with a manual clock).
     pub db_clock: bool,
-    /// LISTEN for other nodes' wake-ups on the node connection.
+    /// LISTEN for other nodes' wake-ups on the node connection; `false` with `poll` set is
+    /// the degraded poll-only mode.
     pub listen: bool,
+    /// Poll-only mode: how often the engine looks for work without being told.
+    pub poll: Option<Duration>,
+    /// Watch a peer node's lock to recover its work the moment it dies (`watch.rs`).
+    pub watch_peers: bool,
 }
 
 impl std::fmt::Debug for PgOptions {
@@ -125,6 +132,13 @@ pub struct Signals {
     pub lease: tokio::sync::Notify,
     /// Task status changes made by any node: `(task id, status)`.
     pub tasks: Mutex<Option<tokio::sync::broadcast::Sender<(String, String)>>>,
+    /// Another node's lock freed (its process is gone): its leases are leftovers now.
+    pub peer_gone: tokio::sync::Notify,
+    /// Steers the peer watcher (a node started: it picks its target again).
+    pub(in crate::store::pg) watch_ctl: Mutex<Option<Arc<watch::WatchCtl>>>,
+    /// Server process ids of this store's own operation connections: hints sent by this node
+    /// itself are not echoed back to it (its engine already woke itself).
+    pub(in crate::store::pg) own_pids: Mutex<std::collections::HashSet<i32>>,
 }
 
 /// A handle to a PostgreSQL-backed store. Cheap to clone.
@@ -141,11 +155,15 @@ struct Inner {
     threads: Mutex<Vec<thread::JoinHandle<()>>>,
     shared: Arc<Shared>,
     node: Mutex<Option<node::Node>>,
+    watcher: Mutex<Option<watch::Watcher>>,
     signals: Arc<Signals>,
+    /// The database clock minus this machine's, measured at open (ms).
+    clock_offset: i64,
 }
 
 /// Counters and settings every operation thread reads.
 struct Shared {
+    signals: Arc<Signals>,
     statements: AtomicU64,
     commits: AtomicU64,
     durability: Durability,
@@ -187,7 +205,9 @@ impl PgStore {
             config.options(&format!("-c search_path={schema}"));
         }
         let lock_key = node::lock_key(opts.schema.as_deref().unwrap_or(""), &opts.node);
+        let signals = Arc::new(Signals::default());
         let shared = Arc::new(Shared {
+            signals: signals.clone(),
             statements: AtomicU64::new(0),
             commits: AtomicU64::new(0),
             durability: opts.durability,
@@ -196,14 +216,22 @@ impl PgStore {
         });
         // The schema is created or migrated on a thread of its own: the client must never
         // run on a thread that drives a tokio runtime.
-        {
+        let clock_offset = {
             let (config, schema) = (config.clone(), opts.schema.clone());
             thread::spawn(move || migrate(&config, schema.as_deref()))
                 .join()
-                .map_err(|_| StoreError::Fatal("the migration thread panicked".into()))??;
+                .map_err(|_| StoreError::Fatal("the migration thread panicked".into()))??
+        };
+        if clock_offset.abs() > 2_000 {
+            tracing::warn!(
+                offset_ms = clock_offset,
+                "this machine's clock differs from the database's by more than 2 s; tally uses the database's clock for leases and due times, but fix the clock (NTP)"
+            );
         }
-        let signals = Arc::new(Signals::default());
         let node = node::Node::start(&config, &opts, lock_key, signals.clone())?;
+        let watcher = opts
+            .watch_peers
+            .then(|| watch::Watcher::start(config.clone(), opts.node.clone(), lock_key, signals.clone()));
         let (tx, rx) = mpsc::channel::<Job>();
         let rx = Arc::new(Mutex::new(rx));
         let mut threads = Vec::new();
@@ -224,7 +252,9 @@ impl PgStore {
                 threads: Mutex::new(threads),
                 shared,
                 node: Mutex::new(Some(node)),
+                watcher: Mutex::new(watcher),
                 signals,
+                clock_offset,
             }),
         })
     }
@@ -247,6 +277,24 @@ impl PgStore {
     /// Wake-ups from other nodes.
     pub fn signals(&self) -> &Arc<Signals> {
         &self.inner.signals
+    }
+
+    /// This node's advisory-lock key (class [`LOCK_CLASS`] "taly"), for diagnostics: the
+    /// `objid` of its row in `pg_locks`.
+    pub fn node_lock_key(&self) -> i32 {
+        self.inner.lock_key
+    }
+
+    /// Poll-only mode's interval (`None`: wake-ups come through LISTEN/NOTIFY).
+    pub fn poll_interval(&self) -> Option<Duration> {
+        self.inner.opts.poll
+    }
+
+    /// The database's clock minus this machine's, measured when the store opened (ms). The
+    /// engine's clock on PostgreSQL is this machine's plus this offset, so its timers agree
+    /// with the database's clock that decides leases and due times.
+    pub fn clock_offset_ms(&self) -> i64 {
+        self.inner.clock_offset
     }
 
     /// The state of this node's lock connection; it changes to `Lost` when the connection
@@ -300,6 +348,16 @@ impl PgStore {
         self.run(Kind::Read, f).await
     }
 
+    /// Run a read and wait for it on the current thread (never on an async thread: this
+    /// blocks it).
+    pub(crate) fn read_blocking<R, F>(&self, f: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnMut(&mut Tx<'_, '_>) -> Result<R, StoreError> + Send + 'static,
+    {
+        self.send(Kind::Read, f)?.blocking_recv().map_err(|_| StoreError::Closed)?
+    }
+
     async fn run<R, F>(&self, kind: Kind, f: F) -> Result<R, StoreError>
     where
         R: Send + 'static,
@@ -347,6 +405,9 @@ impl PgStore {
         for h in lock(&self.inner.threads).drain(..) {
             let _ = h.join();
         }
+        if let Some(w) = lock(&self.inner.watcher).take() {
+            w.stop();
+        }
         if let Some(n) = lock(&self.inner.node).take() {
             n.stop();
         }
@@ -357,6 +418,9 @@ impl PgStore {
 impl Drop for Inner {
     fn drop(&mut self) {
         lock(&self.sender).take();
+        if let Some(w) = lock(&self.watcher).take() {
+            w.stop();
+        }
         if let Some(n) = lock(&self.node).take() {
             n.stop();
         }
@@ -369,8 +433,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Create the schema (and, for tests, the schema namespace) or migrate it, under a
 /// transaction-level advisory lock so that nodes starting together do it once.
-fn migrate(config: &postgres::Config, schema: Option<&str>) -> Result<(), StoreError> {
+fn migrate(config: &postgres::Config, schema: Option<&str>) -> Result<i64, StoreError> {
     let mut client = config.connect(NoTls)?;
+    let before = crate::clock::Clock::now(&crate::clock::SystemClock);
+    let db: i64 = client.query_one("SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint", &[])?.get(0);
+    let after = crate::clock::Clock::now(&crate::clock::SystemClock);
+    let offset = db - (before + after) / 2;
     if let Some(s) = schema {
         client.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {s}"))?;
     }
@@ -413,171 +481,25 @@ fn migrate(config: &postgres::Config, schema: Option<&str>) -> Result<(), StoreE
         }
     }
     t.commit()?;
+    Ok(offset)
+}
+
+/// For `tally check`: the schema must be tally's, and not newer than this build.
+fn migrate_check(t: &mut postgres::Transaction<'_>) -> Result<(), StoreError> {
+    let installed: bool = t.query_one("SELECT to_regclass('tally_schema') IS NOT NULL", &[])?.get(0);
+    if !installed {
+        return Err(StoreError::NotTally {
+            path: "the PostgreSQL schema".into(),
+            reason: "it has no tally_schema table".into(),
+        });
+    }
+    let version: i32 = t.query_one("SELECT max(version) FROM tally_schema", &[])?.get(0);
+    if version > PG_SCHEMA_VERSION {
+        return Err(StoreError::TooNew {
+            path: "the PostgreSQL database".into(),
+            found: version.into(),
+            supported: PG_SCHEMA_VERSION.into(),
+        });
+    }
     Ok(())
-}
-
-/// An operation thread: take jobs until the store closes.
-fn op_loop(rx: Arc<Mutex<mpsc::Receiver<Job>>>, config: postgres::Config, shared: Arc<Shared>) {
-    let mut conn = Conn { config, client: None, cache: HashMap::new(), shared };
-    loop {
-        let job = match lock(&rx).recv() {
-            Ok(job) => job,
-            Err(_) => break,
-        };
-        job(&mut conn);
-    }
-}
-
-/// One operation connection with its statement cache (the `postgres` crate has none).
-pub(crate) struct Conn {
-    config: postgres::Config,
-    client: Option<Client>,
-    cache: HashMap<&'static str, Statement>,
-    shared: Arc<Shared>,
-}
-
-/// How many times a deadlock or serialization failure is retried.
-const RETRIES: usize = 8;
-
-fn retryable(e: &postgres::Error) -> bool {
-    matches!(
-        e.code(),
-        Some(&SqlState::T_R_DEADLOCK_DETECTED)
-            | Some(&SqlState::T_R_SERIALIZATION_FAILURE)
-            | Some(&SqlState::UNIQUE_VIOLATION)
-    )
-}
-
-impl Conn {
-    /// The connected client, reconnecting (with an empty statement cache) if the last
-    /// connection was lost.
-    fn client(&mut self) -> Result<&mut Client, StoreError> {
-        if self.client.as_ref().is_some_and(|c| c.is_closed()) {
-            self.client = None;
-        }
-        if self.client.is_none() {
-            self.cache.clear();
-            let mut c = self.config.connect(NoTls)?;
-            // Short transactions only: a stuck one must not pin the vacuum horizon.
-            c.batch_execute("SET idle_in_transaction_session_timeout = '60s'; SET statement_timeout = '60s'")?;
-            self.client = Some(c);
-        }
-        self.client.as_mut().ok_or(StoreError::Closed)
-    }
-
-    fn run<R>(
-        &mut self,
-        kind: Kind,
-        f: &mut dyn FnMut(&mut Tx<'_, '_>) -> Result<R, StoreError>,
-    ) -> Result<R, StoreError> {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            self.client()?;
-            let Conn { client, cache, shared, .. } = self;
-            let client = client.as_mut().ok_or(StoreError::Closed)?;
-            let mut t = match kind {
-                Kind::Read => client
-                    .build_transaction()
-                    .isolation_level(IsolationLevel::RepeatableRead)
-                    .read_only(true)
-                    .start()?,
-                Kind::Write(_) => client.transaction()?,
-            };
-            shared.statements.fetch_add(1, Ordering::Relaxed);
-            let relaxed = kind == Kind::Write(Commit::Ordered) || shared.durability == Durability::Normal;
-            if relaxed && kind != Kind::Read {
-                t.batch_execute("SET LOCAL synchronous_commit = off")?;
-                shared.statements.fetch_add(1, Ordering::Relaxed);
-            }
-            let mut tx = Tx { t: &mut t, cache, shared };
-            let result = f(&mut tx);
-            match result {
-                Ok(r) => {
-                    shared.statements.fetch_add(1, Ordering::Relaxed);
-                    return match t.commit() {
-                        Ok(()) => {
-                            shared.commits.fetch_add(1, Ordering::Relaxed);
-                            Ok(r)
-                        }
-                        Err(e) if retryable(&e) && attempt < RETRIES => continue,
-                        Err(e) if e.is_closed() || e.code().is_none() => Err(StoreError::Commit {
-                            message: format!(
-                                "the connection was lost during COMMIT; it may or may not have committed: {e}"
-                            ),
-                            code: None,
-                        }),
-                        Err(e) => Err(StoreError::Commit { message: e.to_string(), code: None }),
-                    };
-                }
-                Err(StoreError::Postgres(e)) if retryable(&e) && attempt < RETRIES => {
-                    drop(t);
-                    continue;
-                }
-                Err(e) => {
-                    drop(t);
-                    return Err(e);
-                }
-            }
-        }
-    }
-}
-
-/// One transaction of an operation, with cached statements and counting.
-pub(crate) struct Tx<'a, 'b> {
-    t: &'a mut postgres::Transaction<'b>,
-    cache: &'a mut HashMap<&'static str, Statement>,
-    shared: &'a Shared,
-}
-
-/// Parameters of a statement.
-pub(crate) type Params<'p> = [&'p (dyn ToSql + Sync)];
-
-impl Tx<'_, '_> {
-    fn stmt(&mut self, sql: &'static str) -> Result<Statement, StoreError> {
-        if let Some(s) = self.cache.get(sql) {
-            return Ok(s.clone());
-        }
-        let s = self.t.prepare(sql)?;
-        self.cache.insert(sql, s.clone());
-        Ok(s)
-    }
-
-    /// Execute a statement; the number of rows it changed.
-    pub(crate) fn exec(&mut self, sql: &'static str, p: &Params<'_>) -> Result<u64, StoreError> {
-        let s = self.stmt(sql)?;
-        self.shared.statements.fetch_add(1, Ordering::Relaxed);
-        Ok(self.t.execute(&s, p)?)
-    }
-
-    /// Every row of a query.
-    pub(crate) fn rows(&mut self, sql: &'static str, p: &Params<'_>) -> Result<Vec<Row>, StoreError> {
-        let s = self.stmt(sql)?;
-        self.shared.statements.fetch_add(1, Ordering::Relaxed);
-        Ok(self.t.query(&s, p)?)
-    }
-
-    /// At most one row.
-    pub(crate) fn opt(&mut self, sql: &'static str, p: &Params<'_>) -> Result<Option<Row>, StoreError> {
-        let s = self.stmt(sql)?;
-        self.shared.statements.fetch_add(1, Ordering::Relaxed);
-        Ok(self.t.query_opt(&s, p)?)
-    }
-
-    /// Exactly one row.
-    pub(crate) fn one(&mut self, sql: &'static str, p: &Params<'_>) -> Result<Row, StoreError> {
-        let s = self.stmt(sql)?;
-        self.shared.statements.fetch_add(1, Ordering::Relaxed);
-        Ok(self.t.query_one(&s, p)?)
-    }
-
-    /// The database's clock, in milliseconds since the epoch.
-    pub(crate) fn db_ms(&mut self) -> Result<Millis, StoreError> {
-        Ok(self.one("SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint", &[])?.get(0))
-    }
-
-    /// The `now` an operation uses: the database's clock with `db_clock`, else the caller's.
-    pub(crate) fn now(&mut self, given: Millis) -> Result<Millis, StoreError> {
-        if self.shared.db_clock { self.db_ms() } else { Ok(given) }
-    }
 }

@@ -201,6 +201,8 @@ fn take_lock(config: &postgres::Config, name: &str, key: i32, listen: bool) -> R
     if listen {
         listen_sql.push_str(" LISTEN tally_due; LISTEN tally_lease; LISTEN tally_task;");
     }
+    // Peers' watchers re-choose whom to watch when a node starts.
+    listen_sql.push_str(" LISTEN tally_node; NOTIFY tally_node;");
     client.batch_execute(&listen_sql)?;
     let backend: i32 = client.query_one("SELECT pg_backend_pid()", &[])?.get(0);
     Ok((client, backend))
@@ -217,7 +219,16 @@ fn wait(client: &mut Client, stop: &AtomicBool, signals: &Signals) -> String {
                 if stop.load(Ordering::Relaxed) {
                     return "stopped".into();
                 }
+                if super::lock(&signals.own_pids).contains(&n.process_id()) {
+                    continue; // this node's own hint: its engine already woke itself
+                }
                 match n.channel() {
+                    "tally_node" => {
+                        let ctl = super::lock(&signals.watch_ctl).clone();
+                        if let Some(ctl) = ctl {
+                            ctl.retarget();
+                        }
+                    }
                     "tally_due" => signals.due.notify_one(),
                     "tally_lease" => signals.lease.notify_one(),
                     "tally_task" => {

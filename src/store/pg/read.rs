@@ -246,6 +246,25 @@ impl PgStore {
         .await
     }
 
+    /// [`PgStore::blob_meta`] on the current thread (off the async threads).
+    pub fn blob_meta_blocking(&self, id: &str) -> Result<Option<BlobMeta>, StoreError> {
+        let id = id.to_string();
+        self.read_blocking(move |tx| blob_meta(tx, &id))
+    }
+
+    /// [`PgStore::read_blob_chunk`] on the current thread (off the async threads).
+    pub fn read_blob_chunk_blocking(&self, id: &str, pos: usize, len: usize) -> Result<Option<Vec<u8>>, StoreError> {
+        let (id, from, n) = (id.to_string(), pos as i64 + 1, len.min(CHUNK) as i64);
+        self.read_blocking(move |tx| {
+            Ok(tx
+                .opt(
+                    "SELECT substring(data FROM $2::bigint::int FOR $3::bigint::int) FROM blobs WHERE id = $1",
+                    &[&id, &from, &n],
+                )?
+                .map(|r| r.get(0)))
+        })
+    }
+
     /// The whole image stored under `id`, for small uses that need all of it at once
     /// (references sent to a provider, thumbnails).
     pub async fn read_image_bytes(&self, id: String) -> Result<Option<(BlobMeta, Vec<u8>)>, StoreError> {

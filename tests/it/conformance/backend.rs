@@ -390,7 +390,14 @@ trait Inspect {
 impl Inspect for Store {
     fn inspect(&self, sql: &'static str) -> impl Future<Output = i64> + Send {
         let s = self.clone();
-        async move { s.read(move |c| Ok(c.query_row(sql, [], |r| r.get::<_, i64>(0))?)).await.expect(sql) }
+        async move {
+            match &s {
+                Store::Sqlite(_) => {
+                    s.read(move |c| Ok(c.query_row(sql, [], |r| r.get::<_, i64>(0))?)).await.expect(sql)
+                }
+                Store::Postgres(p) => p.inspect(sql).await,
+            }
+        }
     }
 }
 
@@ -411,6 +418,14 @@ pub fn provider_p() -> Vec<ProviderSlots> {
 pub fn sqlite() -> Store {
     let dir = std::env::temp_dir().join(format!("tally-conf-{}", uuid::Uuid::new_v4()));
     Store::open(&dir.join("tally.db"), Durability::Full).expect("open sqlite")
+}
+
+/// Close a store made by [`sqlite`] and remove its directory.
+pub fn remove_sqlite(s: &Store) {
+    let _ = s.close();
+    if let Some(dir) = s.path().and_then(|p| p.parent()) {
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
 
 /// The test server's URL, or why there is none (a failure unless skipping is allowed).
@@ -445,11 +460,14 @@ pub fn pg_options(url: &str, schema: &str, node: &str) -> PgOptions {
         schema: Some(schema.to_string()),
         db_clock: false,
         listen: true,
+        poll: None,
+        watch_peers: true,
     }
 }
 
-/// A fresh PostgreSQL store (node `node-a`) in its own schema; `None` only when skipping.
-pub fn postgres() -> Option<PgStore> {
+/// A fresh PostgreSQL store (node `node-a`) in its own schema, behind the seam (`Store`) as the
+/// engine holds it; `None` only when skipping.
+pub fn postgres() -> Option<Store> {
     let url = pg_url()?;
-    Some(PgStore::open(pg_options(&url, &schema(), "node-a")).expect("open postgres"))
+    Some(Store::open_postgres(pg_options(&url, &schema(), "node-a")).expect("open postgres"))
 }

@@ -23,7 +23,7 @@ macro_rules! both {
                     let s = $crate::conformance::backend::sqlite();
                     s.configure_providers($crate::conformance::backend::provider_p()).await.expect("configure");
                     super::$name(s.clone()).await;
-                    let _ = s.close();
+                    $crate::conformance::backend::remove_sqlite(&s);
                 }
             )*
         }

@@ -33,7 +33,7 @@ macro_rules! nodes {
                     let n = super::sqlite_nodes($k);
                     n[0].configure_providers(super::provider_p()).await.expect("configure");
                     super::$name(n.clone()).await;
-                    let _ = n[0].close();
+                    super::super::backend::remove_sqlite(&n[0]);
                 }
             )*
         }

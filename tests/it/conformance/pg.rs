@@ -12,6 +12,38 @@ use tally::store::*;
 use super::backend::{pg_options, pg_url, schema};
 use super::single::{LEASE, T0, claimed, task};
 
+/// Test-only counts read straight from the database.
+trait Counts {
+    async fn int_sent(&self, provider: &'static str) -> i64;
+    async fn int_lock_waiters(&self) -> i64;
+}
+
+impl Counts for PgStore {
+    async fn int_sent(&self, provider: &'static str) -> i64 {
+        self.raw(move |c| {
+            Ok(c.query_one("SELECT count(*) FROM envelopes WHERE status = 'sent' AND provider = $1", &[&provider])?
+                .get(0))
+        })
+        .await
+        .expect("count")
+    }
+
+    /// Sessions waiting for this node's lock (a peer's watcher blocked on it).
+    async fn int_lock_waiters(&self) -> i64 {
+        let key = i64::from(self.node_lock_key());
+        self.raw(move |c| {
+            Ok(c.query_one(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1952541817::bigint::oid
+                   AND objid = $1::bigint::oid AND objsubid = 2 AND NOT granted",
+                &[&key],
+            )?
+            .get(0))
+        })
+        .await
+        .expect("count")
+    }
+}
+
 /// Two nodes on one fresh schema (`None` when skipping).
 fn two_nodes() -> Option<(String, String, PgStore, PgStore)> {
     let url = pg_url()?;
@@ -152,4 +184,76 @@ async fn with_the_database_clock_leases_expire_on_the_servers_time_not_the_calle
     let deadline = s.next_sent_deadline().await.expect("deadline").expect("one");
     assert!((deadline - wall - LEASE).abs() < 60_000, "the lease runs {LEASE} ms from the server's now");
     s.close().expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_capacity_holds_across_nodes_and_a_full_provider_blocks_no_other() {
+    let Some((_, _, a, b)) = two_nodes() else { return };
+    a.configure_providers(vec![
+        ProviderSlots { reserve: 0, ..ProviderSlots::new("p", 2) },
+        ProviderSlots { reserve: 0, ..ProviderSlots::new("q", 5) },
+    ])
+    .await
+    .expect("configure");
+    let mut p_tasks = Vec::new();
+    for i in 0..5 {
+        p_tasks.push(a.submit(task(&format!("p{i}")), T0 + i).await.expect("submit").task_id().to_string());
+    }
+    // A task for another provider, submitted after all of p's: p being full must not hold it back.
+    let q = NewTask { provider: "q".into(), ..task("q0") };
+    let q_task = b.submit(q, T0 + 10).await.expect("submit").task_id().to_string();
+    let first = a.dispatch_due(T0 + 20, 10, LEASE, "a-run").await.expect("dispatch");
+    let mut got: Vec<&str> = first.claims.iter().map(|c| c.task_id.as_str()).collect();
+    got.sort();
+    let mut want = vec![p_tasks[0].as_str(), p_tasks[1].as_str(), q_task.as_str()];
+    want.sort();
+    assert_eq!(got, want, "two of p (its cap) and q's");
+    let second = b.dispatch_due(T0 + 20, 10, LEASE, "b-run").await.expect("dispatch");
+    assert!(second.claims.is_empty(), "the other node sees p full: {:?}", second.claims);
+    assert_eq!(second.next_due, None, "a full provider's ready work is not 'due' (the dispatcher would spin)");
+    // A slot frees on node a; node b may now claim exactly one more.
+    let c = first.claims.iter().find(|c| c.task_id == p_tasks[0]).expect("p0").clone();
+    a.finish(
+        c.execution_token,
+        c.lease_token,
+        Finish::Failed {
+            kind: tally::domain::FailureKind::Rejected,
+            reason: "no".into(),
+            charge: tally::domain::Charge::Refused,
+        },
+        T0 + 22,
+    )
+    .await
+    .expect("finish");
+    let third = b.dispatch_due(T0 + 23, 10, LEASE, "b-run").await.expect("dispatch");
+    assert_eq!(third.claims.iter().map(|c| c.task_id.as_str()).collect::<Vec<_>>(), [p_tasks[2].as_str()]);
+    assert_eq!(a.int_sent("p").await, 2, "never more than the cap in flight");
+    for s in [a, b] {
+        s.close().expect("close");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_dies_is_noticed_at_once_without_any_polling() {
+    let Some((_, _, a, b)) = two_nodes() else { return };
+    let gone = b.signals().clone();
+    let noticed = tokio::spawn(async move { gone.peer_gone.notified().await });
+    // Let b's watcher settle on a (it blocks in a lock wait: no statement runs meanwhile).
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_secs(5) {
+        let waiting = a.int_lock_waiters().await;
+        if waiting > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(a.int_lock_waiters().await > 0, "b watches a");
+    let t0 = std::time::Instant::now();
+    terminate_node_connection(&a, &b).await;
+    tokio::time::timeout(Duration::from_secs(5), noticed).await.expect("b noticed a's death").expect("task");
+    let took = t0.elapsed();
+    assert!(took < Duration::from_secs(2), "noticed after {took:?}");
+    for s in [a, b] {
+        s.close().expect("close");
+    }
 }

@@ -1,0 +1,112 @@
+//! What the engine does only when it is one node of several on PostgreSQL (nothing at all on
+//! SQLite):
+//!
+//! - **The bridge** turns other nodes' hints into this engine's wake-ups: an envelope became
+//!   due (or a provider slot freed) → the dispatcher looks; an envelope was handed out
+//!   somewhere → the reconciler re-reads its next deadline; a peer's lock freed → the
+//!   reconciler runs now (that peer's leases are leftovers at once); a task changed on another
+//!   node → subscribers (the web page's event stream) hear of it. Hints carry no data: each
+//!   only makes a service re-read the database. In poll mode (`postgres_wakeups = "poll"`)
+//!   a timer stands in for the hints, and idle nodes then run SQL on every tick.
+//! - **The guard** is the self-fence. When this node's lock connection ends, another node may
+//!   recover this node's work at once; so before anything else the guard stops every
+//!   service and aborts every worker (as `Engine::kill` does), then takes the lock again,
+//!   starts a new run (a new boot id, so this node's own earlier leases count as expired),
+//!   recovers, and restarts the services. A worker's write that was already on its way is
+//!   fenced by its lease, or seen by the recovery that follows; a request already sent is
+//!   covered by its durable `calling` record, exactly as after a crash.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+
+use super::{Shared, TaskChange, reconciler, spawn_services};
+use crate::domain::TaskStatus;
+use crate::store::pg::NodeState;
+
+/// Start the bridge when the store is PostgreSQL.
+pub(super) fn bridge(shared: &Arc<Shared>) -> Option<JoinHandle<()>> {
+    let pg = shared.store.postgres()?.clone();
+    let signals = pg.signals().clone();
+    let (tx, mut tasks) = tokio::sync::broadcast::channel::<(String, String)>(1024);
+    *signals.tasks.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
+    let poll = pg.poll_interval();
+    let shared = shared.clone();
+    Some(tokio::spawn(async move {
+        let mut tick = poll.map(tokio::time::interval);
+        /// The poll timer's next tick, or never without one.
+        async fn next_tick(t: &mut Option<tokio::time::Interval>) {
+            match t {
+                Some(t) => {
+                    t.tick().await;
+                }
+                None => std::future::pending().await,
+            }
+        }
+        loop {
+            tokio::select! {
+                _ = signals.due.notified() => shared.wake_dispatcher.notify_one(),
+                _ = signals.lease.notified() => shared.wake_reconciler.notify_one(),
+                _ = signals.peer_gone.notified() => {
+                    shared.force_reconcile.store(true, std::sync::atomic::Ordering::Relaxed);
+                    shared.wake_reconciler.notify_one();
+                }
+                change = tasks.recv() => match change {
+                    Ok((task, status)) => {
+                        if let Some(status) = TaskStatus::parse(&status)
+                            && shared.changes.receiver_count() > 0
+                        {
+                            let _ = shared.changes.send(TaskChange { task_id: task, status });
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                },
+                _ = next_tick(&mut tick) => {
+                    shared.wake_dispatcher.notify_one();
+                    shared.wake_reconciler.notify_one();
+                }
+            }
+        }
+    }))
+}
+
+/// Start the guard when the store is PostgreSQL.
+pub(super) fn guard(shared: &Arc<Shared>, services: &Arc<Mutex<Vec<JoinHandle<()>>>>) -> Option<JoinHandle<()>> {
+    let pg = shared.store.postgres()?.clone();
+    let (shared, services) = (shared.clone(), services.clone());
+    Some(tokio::spawn(async move {
+        loop {
+            let Some(mut state) = pg.node_state() else { return };
+            let lost =
+                state.wait_for(|s| matches!(s, NodeState::Lost(_) | NodeState::Released)).await.map(|s| s.clone());
+            if !matches!(lost, Ok(NodeState::Lost(_))) || shared.stopping() {
+                return;
+            }
+            tracing::error!(node = %pg.node(), "lost the node lock: stopping every worker of this node (self-fence)");
+            for h in services.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+                h.abort();
+            }
+            shared.running.lock().unwrap_or_else(|e| e.into_inner()).abort_all();
+            loop {
+                if shared.stopping() {
+                    return;
+                }
+                let p = pg.clone();
+                match tokio::task::spawn_blocking(move || p.relock()).await {
+                    Ok(Ok(())) => break,
+                    Ok(Err(e)) => tracing::warn!(error = %e, "cannot take the node lock again yet"),
+                    Err(e) => tracing::warn!(error = %e, "relock task failed"),
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            *shared.boot.lock().unwrap_or_else(|e| e.into_inner()) = uuid::Uuid::new_v4().to_string();
+            if let Err(e) = reconciler::run_once(&shared).await {
+                tracing::error!(error = %e, "recovery after the self-fence failed; the reconciler retries");
+            }
+            *services.lock().unwrap_or_else(|e| e.into_inner()) = spawn_services(&shared);
+            tracing::info!(node = %pg.node(), "took the node lock again; running under a new boot");
+        }
+    }))
+}

@@ -1,0 +1,102 @@
+//! `tally check` on PostgreSQL: tally's invariants (the same queries as on SQLite,
+//! `store::open::check`) and every stored image against its recorded size and sha256 (hashed
+//! by the server, `sha256(bytea)`), in one REPEATABLE READ snapshot, so it is consistent while
+//! nodes write. It uses a plain connection of its own: it takes no node lock, so it runs while
+//! every node is up.
+
+use postgres::{IsolationLevel, NoTls};
+
+use super::migrate_check;
+use crate::store::{CheckReport, StoreError};
+
+/// Verify the tally schema the URL (and its `search_path`) points at.
+pub fn check(url: &str, schema: Option<&str>) -> Result<CheckReport, StoreError> {
+    let mut config: postgres::Config =
+        url.parse().map_err(|e| StoreError::Fatal(format!("bad PostgreSQL URL: {e}")))?;
+    if let Some(s) = schema {
+        config.options(&format!("-c search_path={s}"));
+    }
+    std::thread::spawn(move || run(&config))
+        .join()
+        .map_err(|_| StoreError::Fatal("the check thread panicked".into()))?
+}
+
+fn run(config: &postgres::Config) -> Result<CheckReport, StoreError> {
+    let mut client = config.connect(NoTls)?;
+    let mut t = client.build_transaction().isolation_level(IsolationLevel::RepeatableRead).read_only(true).start()?;
+    migrate_check(&mut t)?;
+    let tasks = t.query_one("SELECT count(*) FROM tasks", &[])?.get::<_, i64>(0).max(0) as u64;
+    let mut report = CheckReport { tasks, ..CheckReport::default() };
+    let invariants: &[(&str, &str)] = &[
+        (
+            "succeeded task without an artifact",
+            "SELECT id FROM tasks t WHERE status = 'succeeded' AND NOT EXISTS (SELECT 1 FROM artifacts a WHERE a.task_id = t.id)",
+        ),
+        (
+            "running execution whose envelope is not live",
+            "SELECT x.token FROM executions x WHERE x.status = 'running' AND NOT EXISTS
+               (SELECT 1 FROM envelopes e WHERE e.task_id = x.task_id AND e.status IN ('pending', 'sent'))",
+        ),
+        (
+            "envelope consumed for a task that is still queued or waiting",
+            "SELECT e.id FROM envelopes e JOIN tasks t ON t.id = e.task_id WHERE e.status = 'consumed' AND t.status IN ('queued', 'waiting', 'running')",
+        ),
+        (
+            "settled task whose envelope is still live",
+            "SELECT t.id FROM tasks t JOIN envelopes e ON e.task_id = t.id WHERE t.status IN ('succeeded', 'failed', 'unknown', 'canceled') AND e.status IN ('pending', 'sent')",
+        ),
+        (
+            "task without an envelope",
+            "SELECT id FROM tasks t WHERE NOT EXISTS (SELECT 1 FROM envelopes e WHERE e.task_id = t.id)",
+        ),
+        (
+            "task with more than one running execution",
+            "SELECT task_id FROM executions WHERE status = 'running' GROUP BY task_id HAVING count(*) > 1",
+        ),
+        (
+            "unknown task without an unknown execution",
+            "SELECT id FROM tasks t WHERE status = 'unknown' AND NOT EXISTS (SELECT 1 FROM executions x WHERE x.task_id = t.id AND x.status = 'unknown')",
+        ),
+        (
+            "artifact without its stored image",
+            "SELECT a.id FROM artifacts a LEFT JOIN blobs b ON b.id = a.id WHERE b.id IS NULL",
+        ),
+        (
+            "upload without its stored image",
+            "SELECT u.id FROM uploads u LEFT JOIN blobs b ON b.id = u.id WHERE b.id IS NULL",
+        ),
+        (
+            "stored image that no artifact or upload points to",
+            "SELECT b.id FROM blobs b WHERE NOT EXISTS (SELECT 1 FROM artifacts a WHERE a.id = b.id)
+               AND NOT EXISTS (SELECT 1 FROM uploads u WHERE u.id = b.id)",
+        ),
+        (
+            "artifact whose recorded size, sha256 or type differs from its stored image",
+            "SELECT a.id FROM artifacts a JOIN blobs b ON b.id = a.id
+             WHERE a.sha256 <> b.sha256 OR a.bytes <> b.bytes OR a.media_type <> b.media_type",
+        ),
+        (
+            "upload whose recorded size, sha256 or type differs from its stored image",
+            "SELECT u.id FROM uploads u JOIN blobs b ON b.id = u.id
+             WHERE u.sha256 <> b.sha256 OR u.bytes <> b.bytes OR u.media_type <> b.media_type",
+        ),
+        (
+            "stored image whose bytes do not match its recorded size and sha256",
+            "SELECT id FROM blobs WHERE length(data) <> bytes OR encode(sha256(data), 'hex') <> sha256",
+        ),
+    ];
+    for (what, sql) in invariants {
+        for row in t.query(*sql, &[])? {
+            report.problems.push(format!("{what}: {}", row.get::<_, String>(0)));
+        }
+    }
+    let ok = "length(b.data) = b.bytes AND encode(sha256(b.data), 'hex') = b.sha256";
+    report.artifacts = t
+        .query_one(&format!("SELECT count(*) FROM blobs b JOIN artifacts a ON a.id = b.id WHERE {ok}"), &[])?
+        .get::<_, i64>(0) as u64;
+    report.uploads = t
+        .query_one(&format!("SELECT count(*) FROM blobs b JOIN uploads u ON u.id = b.id WHERE {ok}"), &[])?
+        .get::<_, i64>(0) as u64;
+    t.commit()?;
+    Ok(report)
+}

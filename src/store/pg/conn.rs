@@ -1,0 +1,185 @@
+//! The operation threads of the PostgreSQL store: each owns one synchronous client and its
+//! statement cache, runs one operation per transaction ([`Tx`]), retries deadlocks and
+//! serialization failures, reconnects after a lost connection, and reports a connection lost
+//! during `COMMIT` as an ambiguous commit (rule A in `store::pg`).
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, mpsc};
+
+use postgres::error::SqlState;
+use postgres::types::ToSql;
+use postgres::{Client, IsolationLevel, NoTls, Row, Statement};
+
+use super::{Job, Kind, Shared, lock};
+use crate::config::Durability;
+use crate::domain::Millis;
+use crate::store::{Commit, StoreError};
+
+/// An operation thread: take jobs until the store closes.
+pub(super) fn op_loop(rx: Arc<Mutex<mpsc::Receiver<Job>>>, config: postgres::Config, shared: Arc<Shared>) {
+    let mut conn = Conn { config, client: None, cache: HashMap::new(), shared };
+    loop {
+        let job = match lock(&rx).recv() {
+            Ok(job) => job,
+            Err(_) => break,
+        };
+        job(&mut conn);
+    }
+}
+
+/// One operation connection with its statement cache (the `postgres` crate has none).
+pub(crate) struct Conn {
+    config: postgres::Config,
+    client: Option<Client>,
+    cache: HashMap<&'static str, Statement>,
+    shared: Arc<Shared>,
+}
+
+/// How many times a deadlock or serialization failure is retried.
+const RETRIES: usize = 8;
+
+fn retryable(e: &postgres::Error) -> bool {
+    matches!(
+        e.code(),
+        Some(&SqlState::T_R_DEADLOCK_DETECTED)
+            | Some(&SqlState::T_R_SERIALIZATION_FAILURE)
+            | Some(&SqlState::UNIQUE_VIOLATION)
+    )
+}
+
+impl Conn {
+    /// The connected client, reconnecting (with an empty statement cache) if the last
+    /// connection was lost.
+    pub(super) fn client(&mut self) -> Result<&mut Client, StoreError> {
+        if self.client.as_ref().is_some_and(|c| c.is_closed()) {
+            self.client = None;
+        }
+        if self.client.is_none() {
+            self.cache.clear();
+            let mut c = self.config.connect(NoTls)?;
+            // Short transactions only: a stuck one must not pin the vacuum horizon.
+            c.batch_execute("SET idle_in_transaction_session_timeout = '60s'; SET statement_timeout = '60s'")?;
+            let pid: i32 = c.query_one("SELECT pg_backend_pid()", &[])?.get(0);
+            lock(&self.shared.signals.own_pids).insert(pid);
+            self.client = Some(c);
+        }
+        self.client.as_mut().ok_or(StoreError::Closed)
+    }
+
+    pub(super) fn run<R>(
+        &mut self,
+        kind: Kind,
+        f: &mut dyn FnMut(&mut Tx<'_, '_>) -> Result<R, StoreError>,
+    ) -> Result<R, StoreError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            self.client()?;
+            let Conn { client, cache, shared, .. } = self;
+            let client = client.as_mut().ok_or(StoreError::Closed)?;
+            let mut t = match kind {
+                Kind::Read => client
+                    .build_transaction()
+                    .isolation_level(IsolationLevel::RepeatableRead)
+                    .read_only(true)
+                    .start()?,
+                Kind::Write(_) => client.transaction()?,
+            };
+            shared.statements.fetch_add(1, Ordering::Relaxed);
+            let relaxed = kind == Kind::Write(Commit::Ordered) || shared.durability == Durability::Normal;
+            if relaxed && kind != Kind::Read {
+                t.batch_execute("SET LOCAL synchronous_commit = off")?;
+                shared.statements.fetch_add(1, Ordering::Relaxed);
+            }
+            let mut tx = Tx { t: &mut t, cache, shared };
+            let result = f(&mut tx);
+            match result {
+                Ok(r) => {
+                    shared.statements.fetch_add(1, Ordering::Relaxed);
+                    return match t.commit() {
+                        Ok(()) => {
+                            shared.commits.fetch_add(1, Ordering::Relaxed);
+                            Ok(r)
+                        }
+                        Err(e) if retryable(&e) && attempt < RETRIES => continue,
+                        Err(e) if e.is_closed() || e.code().is_none() => Err(StoreError::Commit {
+                            message: format!(
+                                "the connection was lost during COMMIT; it may or may not have committed: {e}"
+                            ),
+                            code: None,
+                        }),
+                        Err(e) => Err(StoreError::Commit { message: e.to_string(), code: None }),
+                    };
+                }
+                Err(StoreError::Postgres(e)) if retryable(&e) && attempt < RETRIES => {
+                    drop(t);
+                    continue;
+                }
+                Err(e) => {
+                    drop(t);
+                    return Err(e);
+                }
+            }
+        }
+    }
+}
+
+/// One transaction of an operation, with cached statements and counting.
+pub(crate) struct Tx<'a, 'b> {
+    t: &'a mut postgres::Transaction<'b>,
+    cache: &'a mut HashMap<&'static str, Statement>,
+    shared: &'a Shared,
+}
+
+/// Parameters of a statement.
+pub(crate) type Params<'p> = [&'p (dyn ToSql + Sync)];
+
+impl Tx<'_, '_> {
+    fn stmt(&mut self, sql: &'static str) -> Result<Statement, StoreError> {
+        if let Some(s) = self.cache.get(sql) {
+            return Ok(s.clone());
+        }
+        let s = self.t.prepare(sql)?;
+        self.cache.insert(sql, s.clone());
+        Ok(s)
+    }
+
+    /// Execute a statement; the number of rows it changed.
+    pub(crate) fn exec(&mut self, sql: &'static str, p: &Params<'_>) -> Result<u64, StoreError> {
+        let s = self.stmt(sql)?;
+        self.shared.statements.fetch_add(1, Ordering::Relaxed);
+        Ok(self.t.execute(&s, p)?)
+    }
+
+    /// Every row of a query.
+    pub(crate) fn rows(&mut self, sql: &'static str, p: &Params<'_>) -> Result<Vec<Row>, StoreError> {
+        let s = self.stmt(sql)?;
+        self.shared.statements.fetch_add(1, Ordering::Relaxed);
+        Ok(self.t.query(&s, p)?)
+    }
+
+    /// At most one row.
+    pub(crate) fn opt(&mut self, sql: &'static str, p: &Params<'_>) -> Result<Option<Row>, StoreError> {
+        let s = self.stmt(sql)?;
+        self.shared.statements.fetch_add(1, Ordering::Relaxed);
+        Ok(self.t.query_opt(&s, p)?)
+    }
+
+    /// Exactly one row.
+    pub(crate) fn one(&mut self, sql: &'static str, p: &Params<'_>) -> Result<Row, StoreError> {
+        let s = self.stmt(sql)?;
+        self.shared.statements.fetch_add(1, Ordering::Relaxed);
+        Ok(self.t.query_one(&s, p)?)
+    }
+
+    /// The database's clock, in milliseconds since the epoch.
+    pub(crate) fn db_ms(&mut self) -> Result<Millis, StoreError> {
+        Ok(self.one("SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint", &[])?.get(0))
+    }
+
+    /// The `now` an operation uses: the database's clock with `db_clock`, else the caller's.
+    pub(crate) fn now(&mut self, given: Millis) -> Result<Millis, StoreError> {
+        if self.shared.db_clock { self.db_ms() } else { Ok(given) }
+    }
+}

@@ -1,0 +1,519 @@
+//! The seam: [`Store`] is what the engine, the API and the web page hold, an enum over the two
+//! backends — [`SqliteStore`] (one file, one writer thread; the default) and [`PgStore`]
+//! (several nodes on one PostgreSQL database). Every operation keeps its name and signature;
+//! each arm calls the backend's function of the same name, and the store conformance suite
+//! (`tests/it/conformance`) holds the two to one meaning. An enum, not a trait object: one
+//! `match` per operation, no boxing, so the SQLite path costs what it did.
+//!
+//! Where each backend keeps each rule (stated once here, kept in the named functions):
+//!
+//! | rule | SQLite | PostgreSQL |
+//! |---|---|---|
+//! | one writer per task (check-then-act is atomic) | the single writer thread (`store::mod`) | the task's envelope row lock first (`pg::ops::lock_task`), set row first for set decisions |
+//! | fencing | `ops::fence` inside the writer | `pg::ops::fence`: lock, then the same guarded update |
+//! | recovery on current evidence | `ops::recovery::evidence_holds` | `pg::ops::recovery::evidence_holds` under the envelope lock |
+//! | a claim goes to one worker, only for a free slot | single writer | the providers rows locked first, then `FOR UPDATE SKIP LOCKED` in `dispatch_due` |
+//! | `calling` durable before the request | `synchronous = FULL` for durable batches | `synchronous_commit` on for durable ops (off for ordered ones) |
+//! | earlier runs are dead | the data-directory lock | the node's session advisory lock (`pg::node`) |
+//! | lease expiry clock | the engine's clock | the database's clock (`db_clock`) |
+//! | no transaction across a network call | sync closures on the writer thread | sync closures on the store's own threads |
+
+use std::path::Path;
+
+use rusqlite::Connection;
+
+use super::pg::PgStore;
+use super::spend::{BudgetUse, Group, Limit, PaidRequest, SpendReport};
+use super::*;
+use crate::config::Durability;
+use crate::domain::{Millis, TaskStatus};
+
+/// tally's store, on either backend. Cheap to clone.
+#[derive(Clone)]
+pub enum Store {
+    Sqlite(SqliteStore),
+    Postgres(PgStore),
+}
+
+macro_rules! each {
+    ($self:expr, $s:ident => $body:expr) => {
+        match $self {
+            Store::Sqlite($s) => $body,
+            Store::Postgres($s) => $body,
+        }
+    };
+}
+
+/// The error the spend and budget reads give on PostgreSQL until they are ported.
+fn money_not_yet() -> StoreError {
+    StoreError::Invalid(
+        "spend reports and budgets are not available on the PostgreSQL backend yet (charge evidence per request is \
+         kept on SQLite only so far)"
+            .into(),
+    )
+}
+
+/// The error a SQLite-only call gives on PostgreSQL.
+fn sqlite_only(what: &str) -> StoreError {
+    StoreError::Invalid(format!("{what} works on the SQLite backend only"))
+}
+
+impl From<SqliteStore> for Store {
+    fn from(s: SqliteStore) -> Self {
+        Store::Sqlite(s)
+    }
+}
+
+impl From<PgStore> for Store {
+    fn from(s: PgStore) -> Self {
+        Store::Postgres(s)
+    }
+}
+
+impl Store {
+    /// Open (creating or migrating) the SQLite database at `path`.
+    pub fn open(path: &Path, durability: Durability) -> Result<Store, StoreError> {
+        SqliteStore::open(path, durability).map(Store::Sqlite)
+    }
+
+    /// Connect to PostgreSQL as one node (see [`pg::PgStore::open`]).
+    pub fn open_postgres(opts: pg::PgOptions) -> Result<Store, StoreError> {
+        PgStore::open(opts).map(Store::Postgres)
+    }
+
+    /// The SQLite store, when that is the backend.
+    pub fn sqlite(&self) -> Option<&SqliteStore> {
+        match self {
+            Store::Sqlite(s) => Some(s),
+            Store::Postgres(_) => None,
+        }
+    }
+
+    /// The PostgreSQL store, when that is the backend.
+    pub fn postgres(&self) -> Option<&PgStore> {
+        match self {
+            Store::Postgres(s) => Some(s),
+            Store::Sqlite(_) => None,
+        }
+    }
+
+    /// `sqlite` or `postgres`.
+    pub fn backend_name(&self) -> &'static str {
+        match self {
+            Store::Sqlite(_) => "sqlite",
+            Store::Postgres(_) => "postgres",
+        }
+    }
+
+    /// The SQLite database file (SQLite only).
+    pub fn path(&self) -> Option<&Path> {
+        self.sqlite().map(SqliteStore::path)
+    }
+
+    /// What opening did to an older database, in plain words.
+    pub fn migration_notes(&self) -> &[String] {
+        match self {
+            Store::Sqlite(s) => s.migration_notes(),
+            Store::Postgres(_) => &[],
+        }
+    }
+
+    /// SQL statements executed so far (idle checks, benchmarks).
+    pub fn statements(&self) -> u64 {
+        each!(self, s => s.statements())
+    }
+
+    /// Transactions committed so far.
+    pub fn commits(&self) -> u64 {
+        each!(self, s => s.commits())
+    }
+
+    /// Transactions that changed a row (SQLite; on PostgreSQL the commits).
+    pub fn writes(&self) -> u64 {
+        match self {
+            Store::Sqlite(s) => s.writes(),
+            Store::Postgres(s) => s.commits(),
+        }
+    }
+
+    /// Fsynced commits (SQLite; 0 on PostgreSQL, whose server groups its own flushes).
+    pub fn fsyncs(&self) -> u64 {
+        match self {
+            Store::Sqlite(s) => s.fsyncs(),
+            Store::Postgres(_) => 0,
+        }
+    }
+
+    /// Durable operations answered after an fsynced commit (SQLite; 0 on PostgreSQL).
+    pub fn durable_waits(&self) -> u64 {
+        match self {
+            Store::Sqlite(s) => s.durable_waits(),
+            Store::Postgres(_) => 0,
+        }
+    }
+
+    /// Stop the store's threads (SQLite: and checkpoint the WAL into the file).
+    pub fn close(&self) -> Result<(), StoreError> {
+        each!(self, s => s.close())
+    }
+
+    /// A raw write on the SQLite writer (benchmarks and tests; SQLite only).
+    pub async fn write<R, F>(&self, f: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnMut(&Connection) -> Result<R, StoreError> + Send + 'static,
+    {
+        match self {
+            Store::Sqlite(s) => s.write(f).await,
+            Store::Postgres(_) => Err(sqlite_only("a raw SQLite write")),
+        }
+    }
+
+    /// A raw ordered write on the SQLite writer (SQLite only).
+    pub async fn write_ordered<R, F>(&self, f: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnMut(&Connection) -> Result<R, StoreError> + Send + 'static,
+    {
+        match self {
+            Store::Sqlite(s) => s.write_ordered(f).await,
+            Store::Postgres(_) => Err(sqlite_only("a raw SQLite write")),
+        }
+    }
+
+    /// A raw read on a SQLite reader connection (SQLite only).
+    pub async fn read<R, F>(&self, f: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> Result<R, StoreError> + Send + 'static,
+    {
+        match self {
+            Store::Sqlite(s) => s.read(f).await,
+            Store::Postgres(_) => Err(sqlite_only("a raw SQLite read")),
+        }
+    }
+
+    /// A raw read on the current thread (SQLite only).
+    pub fn read_blocking<R>(&self, f: impl FnOnce(&Connection) -> Result<R, StoreError>) -> Result<R, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.read_blocking(f),
+            Store::Postgres(_) => Err(sqlite_only("a raw SQLite read")),
+        }
+    }
+
+    // ---- write operations ----
+
+    /// Insert a task and its envelope in one transaction (the outbox write).
+    pub async fn submit(&self, t: NewTask, now: Millis) -> Result<SubmitOutcome, StoreError> {
+        each!(self, s => s.submit(t, now).await)
+    }
+
+    /// Submit and read the task back in the same operation.
+    pub async fn submit_and_get(
+        &self,
+        t: NewTask,
+        now: Millis,
+    ) -> Result<(SubmitOutcome, Option<TaskView>), StoreError> {
+        each!(self, s => s.submit_and_get(t, now).await)
+    }
+
+    /// Claim ready envelopes for free provider slots, in lane and fairness order
+    /// (`ops::dispatch`), and say when to look again.
+    pub async fn dispatch_due(
+        &self,
+        now: Millis,
+        limit: usize,
+        lease_ms: Millis,
+        boot: &str,
+    ) -> Result<DispatchBatch, StoreError> {
+        each!(self, s => s.dispatch_due(now, limit, lease_ms, boot).await)
+    }
+
+    /// Write the configured providers for the dispatcher (engine start).
+    pub async fn configure_providers(&self, list: Vec<ProviderSlots>) -> Result<(), StoreError> {
+        each!(self, s => s.configure_providers(list).await)
+    }
+
+    /// Pause dispatching to a provider until `until` (its circuit opened).
+    pub async fn pause_provider(&self, provider: String, until: Millis) -> Result<(), StoreError> {
+        each!(self, s => s.pause_provider(provider, until).await)
+    }
+
+    /// A call's outcome while the provider's recovery lane is in its slow start.
+    pub async fn slow_start_feedback(&self, provider: String, ok: bool) -> Result<(), StoreError> {
+        each!(self, s => s.slow_start_feedback(provider, ok).await)
+    }
+
+    /// Hand a claim back before anything was sent (its provider's circuit is open).
+    pub async fn release_claim(
+        &self,
+        exec: String,
+        lease: String,
+        due_at: Millis,
+        why: String,
+        now: Millis,
+    ) -> Result<(), StoreError> {
+        each!(self, s => s.release_claim(exec, lease, due_at, why, now).await)
+    }
+
+    /// The dispatch statements' query plans (SQLite only; the benchmark report).
+    pub async fn dispatch_plans(&self) -> Result<Vec<String>, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.dispatch_plans().await,
+            Store::Postgres(_) => Err(sqlite_only("the dispatch plans")),
+        }
+    }
+
+    /// Durably record phase `calling` (or hold the call back for a budget, on SQLite).
+    pub async fn record_calling(
+        &self,
+        exec: String,
+        lease: String,
+        now: Millis,
+        facts: CallingFacts,
+    ) -> Result<CallingOutcome, StoreError> {
+        each!(self, s => s.record_calling(exec, lease, now, facts).await)
+    }
+
+    /// Persist an accepted job id.
+    pub async fn record_accepted(
+        &self,
+        exec: String,
+        lease: String,
+        job: String,
+        now: Millis,
+    ) -> Result<(), StoreError> {
+        each!(self, s => s.record_accepted(exec, lease, job, now).await)
+    }
+
+    /// Persist an accepted job id with the adapter's handle for polling it.
+    pub async fn record_accepted_with(
+        &self,
+        exec: String,
+        lease: String,
+        job: String,
+        handle: Option<String>,
+        now: Millis,
+    ) -> Result<(), StoreError> {
+        each!(self, s => s.record_accepted_with(exec, lease, job, handle, now).await)
+    }
+
+    /// Extend a lease.
+    pub async fn heartbeat(
+        &self,
+        exec: String,
+        lease: String,
+        now: Millis,
+        lease_ms: Millis,
+    ) -> Result<(), StoreError> {
+        each!(self, s => s.heartbeat(exec, lease, now, lease_ms).await)
+    }
+
+    /// End or pause an execution.
+    pub async fn finish(&self, exec: String, lease: String, f: Finish, now: Millis) -> Result<TaskStatus, StoreError> {
+        each!(self, s => s.finish(exec, lease, f, now).await)
+    }
+
+    /// Attach a late result to an `unknown` execution.
+    pub async fn late_result(&self, exec: String, a: NewArtifact, now: Millis) -> Result<bool, StoreError> {
+        each!(self, s => s.late_result(exec, a, now).await)
+    }
+
+    /// Cancel a task.
+    pub async fn cancel(&self, task: String, now: Millis) -> Result<CancelOutcome, StoreError> {
+        each!(self, s => s.cancel(task, now).await)
+    }
+
+    /// Retry a task as a new one.
+    pub async fn retry(
+        &self,
+        task: String,
+        ack: RetryAck,
+        key: Option<String>,
+        now: Millis,
+    ) -> Result<RetryOutcome, StoreError> {
+        each!(self, s => s.retry(task, ack, key, now).await)
+    }
+
+    /// Resolve an `unknown` task by hand.
+    pub async fn resolve(
+        &self,
+        task: String,
+        r: Resolution,
+        note: String,
+        now: Millis,
+    ) -> Result<ResolveOutcome, StoreError> {
+        each!(self, s => s.resolve(task, r, note, now).await)
+    }
+
+    /// Leftovers for the reconciler.
+    pub async fn leftovers(&self, now: Millis, boot: &str) -> Result<Vec<LeftoverRow>, StoreError> {
+        each!(self, s => s.leftovers(now, boot).await)
+    }
+
+    /// Apply reconciler decisions.
+    pub async fn apply_recovery(
+        &self,
+        items: Vec<(LeftoverRow, Recovery)>,
+        now: Millis,
+    ) -> Result<Vec<(String, TaskStatus)>, StoreError> {
+        each!(self, s => s.apply_recovery(items, now).await)
+    }
+
+    /// Store an uploaded image (deduplicated by content).
+    pub async fn save_upload(&self, img: NewImage, now: Millis) -> Result<UploadView, StoreError> {
+        each!(self, s => s.save_upload(img, now).await)
+    }
+
+    /// Create a set with its shots.
+    pub async fn create_set(&self, set: NewSet, now: Millis) -> Result<SubmitOutcome, StoreError> {
+        each!(self, s => s.create_set(set, now).await)
+    }
+
+    /// Cancel a set's unsent shots.
+    pub async fn cancel_set(&self, id: String, now: Millis) -> Result<Option<usize>, StoreError> {
+        each!(self, s => s.cancel_set(id, now).await)
+    }
+
+    /// Retention: delete what settled before `cutoff` (SQLite only so far).
+    pub async fn prune(&self, cutoff: Millis, dry_run: bool) -> Result<PruneReport, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.prune(cutoff, dry_run).await,
+            Store::Postgres(_) => Err(StoreError::Invalid(
+                "retention (tally prune) is not available on the PostgreSQL backend yet; delete old rows with SQL"
+                    .into(),
+            )),
+        }
+    }
+
+    /// When the oldest prunable task settled (none on PostgreSQL until retention is ported).
+    pub async fn next_prunable(&self, since: Millis) -> Result<Option<Millis>, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.next_prunable(since).await,
+            Store::Postgres(_) => Ok(None),
+        }
+    }
+
+    // ---- reads ----
+
+    /// One task with its artifacts.
+    pub async fn get_task(&self, id: String) -> Result<Option<TaskView>, StoreError> {
+        each!(self, s => s.get_task(id).await)
+    }
+
+    /// Tasks newest first.
+    pub async fn list_tasks(
+        &self,
+        filter: TaskFilter,
+        before: Option<String>,
+        limit: usize,
+    ) -> Result<Vec<TaskView>, StoreError> {
+        each!(self, s => s.list_tasks(filter, before, limit).await)
+    }
+
+    // ---- money (charge evidence, spend, budgets): SQLite only so far ----
+
+    /// Settled requests by provider and charge, for `/metrics` (none on PostgreSQL yet).
+    pub async fn charge_totals(&self) -> Result<Vec<crate::metrics::ChargeTotal>, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.charge_totals().await,
+            Store::Postgres(_) => Ok(Vec::new()),
+        }
+    }
+
+    /// Tasks held back by a budget check it again (none are held on PostgreSQL yet).
+    pub async fn release_budget_holds(&self, now: Millis) -> Result<usize, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.release_budget_holds(now).await,
+            Store::Postgres(_) => Ok(0),
+        }
+    }
+
+    /// The spend report (SQLite only so far).
+    pub async fn spend(&self, from: Millis, to: Millis, group: Group) -> Result<SpendReport, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.spend(from, to, group).await,
+            Store::Postgres(_) => Err(money_not_yet()),
+        }
+    }
+
+    /// How much of each budget is used (SQLite only so far).
+    pub async fn budget_use(&self, limits: Vec<Limit>, now: Millis) -> Result<Vec<BudgetUse>, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.budget_use(limits, now).await,
+            Store::Postgres(_) => Err(money_not_yet()),
+        }
+    }
+
+    /// The requests that may have cost money (SQLite only so far).
+    pub async fn paid_requests(&self, from: Millis, to: Millis) -> Result<Vec<PaidRequest>, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.paid_requests(from, to).await,
+            Store::Postgres(_) => Err(money_not_yet()),
+        }
+    }
+
+    /// A task's timeline.
+    pub async fn events(&self, task: String) -> Result<Vec<EventView>, StoreError> {
+        each!(self, s => s.events(task).await)
+    }
+
+    /// One artifact.
+    pub async fn artifact(&self, id: String) -> Result<Option<ArtifactView>, StoreError> {
+        each!(self, s => s.artifact(id).await)
+    }
+
+    /// Number of tasks per status.
+    pub async fn status_counts(&self) -> Result<Vec<(TaskStatus, i64)>, StoreError> {
+        each!(self, s => s.status_counts().await)
+    }
+
+    /// The reconciler's next deadline.
+    pub async fn next_sent_deadline(&self) -> Result<Option<Millis>, StoreError> {
+        each!(self, s => s.next_sent_deadline().await)
+    }
+
+    /// A set with its current shots.
+    pub async fn get_set(&self, id: String) -> Result<Option<SetView>, StoreError> {
+        each!(self, s => s.get_set(id).await)
+    }
+
+    /// Sets newest first.
+    pub async fn list_sets(&self, before: Option<String>, limit: usize) -> Result<Vec<SetView>, StoreError> {
+        each!(self, s => s.list_sets(before, limit).await)
+    }
+
+    /// An upload by id.
+    pub async fn upload(&self, id: String) -> Result<Option<UploadView>, StoreError> {
+        each!(self, s => s.upload(id).await)
+    }
+
+    /// An upload with the product its download is named after.
+    pub async fn upload_for_download(&self, id: String) -> Result<Option<(UploadView, Option<String>)>, StoreError> {
+        each!(self, s => s.upload_for_download(id).await)
+    }
+
+    /// The whole image stored under `id`, for small uses.
+    pub async fn read_image_bytes(&self, id: String) -> Result<Option<(BlobMeta, Vec<u8>)>, StoreError> {
+        each!(self, s => s.read_image_bytes(id).await)
+    }
+
+    /// A streaming reader of the image stored under `id`. Blocking: call it off the async
+    /// threads.
+    pub fn open_blob(&self, id: &str) -> Result<Option<BlobReader>, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.open_blob(id),
+            Store::Postgres(p) => Ok(p.blob_meta_blocking(id)?.map(|meta| BlobReader::postgres(p.clone(), meta))),
+        }
+    }
+
+    /// [`Store::read_image_bytes`] on the current thread (off the async threads).
+    pub fn read_image_bytes_blocking(&self, id: &str) -> Result<Option<(BlobMeta, Vec<u8>)>, StoreError> {
+        let Some(mut r) = self.open_blob(id)? else { return Ok(None) };
+        let mut out = Vec::with_capacity(r.meta().bytes.max(0) as usize);
+        while let Some(chunk) = r.next_chunk(CHUNK)? {
+            out.extend_from_slice(&chunk);
+        }
+        Ok(Some((r.meta().clone(), out)))
+    }
+}
