@@ -36,6 +36,36 @@ pub fn placeholder_png(prompt: &str, size: u32) -> Vec<u8> {
     out
 }
 
+/// A `width`×`height` RGB PNG that compresses like a photograph: a smooth gradient with
+/// `noise_bits` of deterministic noise in every channel (xorshift from `seed`). The benchmark
+/// uses it as a realistic large image (896×896 with 4 noise bits is about 1.5 MB).
+pub fn photo_like_png(width: u32, height: u32, noise_bits: u32, seed: u64) -> Vec<u8> {
+    let (width, height) = (width.clamp(1, 8192), height.clamp(1, 8192));
+    let mask = (1u32 << noise_bits.min(8)) - 1;
+    let mut x = seed | 1;
+    let mut pixels = Vec::with_capacity((width * height * 3) as usize);
+    for row in 0..height {
+        for col in 0..width {
+            for c in 0..3u32 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let base = row * (60 + 40 * c) / height + col * (90 - 20 * c) / width + 40 * c;
+                pixels.push(((base & !mask) | (x as u32 & mask)).min(255) as u8);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut encoder = png::Encoder::new(&mut out, width, height);
+    encoder.set_color(png::ColorType::Rgb);
+    encoder.set_depth(png::BitDepth::Eight);
+    let ok = encoder.write_header().and_then(|mut w| w.write_image_data(&pixels).and_then(|_| w.finish()));
+    if ok.is_err() {
+        return Vec::new();
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -46,5 +76,13 @@ mod tests {
         assert!(a.starts_with(b"\x89PNG\r\n\x1a\n"));
         assert_eq!(a, placeholder_png("red sneaker", 32));
         assert_ne!(a, placeholder_png("blue sneaker", 32));
+    }
+
+    #[test]
+    fn a_photo_like_png_is_about_one_and_a_half_megabytes() {
+        let png = photo_like_png(896, 896, 4, 7);
+        assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"));
+        assert!((1_200_000..1_900_000).contains(&png.len()), "{} bytes", png.len());
+        assert_eq!(png, photo_like_png(896, 896, 4, 7), "deterministic");
     }
 }

@@ -111,16 +111,30 @@ impl Daemon {
     /// `demo` provider named `provider` whose single worker holds its first task (so the
     /// measurement is the submit path, not image rendering).
     pub fn start(dir: &std::path::Path, provider: &str) -> Result<Daemon, String> {
+        let providers = format!(
+            "[engine]\nworkers = 1\n\n[[providers]]\nname = \"{provider}\"\nkind = \"demo\"\nmax_concurrency = 1\n\
+             delay_ms = 600000\n"
+        );
+        Daemon::spawn(dir, &dir.join("http-daemon"), &providers)
+    }
+
+    /// Start this executable as `tally serve` on the existing data dir `data` (config written
+    /// under `dir`), with a quick `demo` provider (for downloads and a backup under load).
+    pub fn start_on(dir: &std::path::Path, data: &std::path::Path) -> Result<Daemon, String> {
+        let providers = "[engine]\nworkers = 4\n\n[[providers]]\nname = \"demo\"\nkind = \"demo\"\nmax_concurrency = 4\n\
+                         delay_ms = 20\n";
+        Daemon::spawn(dir, data, providers)
+    }
+
+    fn spawn(dir: &std::path::Path, data: &std::path::Path, rest: &str) -> Result<Daemon, String> {
         let exe = std::env::current_exe().map_err(|e| format!("cannot find the tally executable: {e}"))?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
             .map_err(|e| format!("no free port: {e}"))?;
-        let data = dir.join("http-daemon");
-        let config = dir.join("http-daemon.toml");
+        let config = dir.join(format!("daemon-{port}.toml"));
         let text = format!(
-            "[server]\nlisten = \"127.0.0.1:{port}\"\n\n[storage]\ndata_dir = \"{}\"\n\n[engine]\nworkers = 1\n\n\
-             [[providers]]\nname = \"{provider}\"\nkind = \"demo\"\nmax_concurrency = 1\ndelay_ms = 600000\n",
+            "[server]\nlisten = \"127.0.0.1:{port}\"\n\n[storage]\ndata_dir = \"{}\"\n\n{rest}",
             data.display()
         );
         std::fs::write(&config, text).map_err(|e| format!("cannot write {}: {e}", config.display()))?;
@@ -135,10 +149,11 @@ impl Daemon {
             .map_err(|e| format!("cannot start tally serve: {e}"))?;
         let pid = child.id();
         let mut d = Daemon { child, pid, base_url: format!("http://127.0.0.1:{port}"), token: String::new() };
-        let deadline = Instant::now() + Duration::from_secs(30);
+        // Start-up checks the database (SQLite reads every page): allow for a large one.
+        let deadline = Instant::now() + Duration::from_secs(300);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             if Instant::now() > deadline {
-                return Err("tally serve did not listen within 30 s".into());
+                return Err("tally serve did not listen within 300 s".into());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -147,6 +162,11 @@ impl Daemon {
             .trim()
             .to_string();
         Ok(d)
+    }
+
+    /// The daemon's process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
     }
 
     /// The daemon's resident set size in MB.

@@ -3,10 +3,13 @@
 //!
 //! Sections: end-to-end throughput (two methods), pickup latency on an idle engine, idle
 //! cost, latency with a large finished history, restart recovery, HTTP submit throughput
-//! (when a server is given) and idle RSS. See BENCHMARKS.md for results and method.
+//! (when a server is given), idle RSS, and images in the database (`images`: large images end
+//! to end, WAL and database size, prune, downloads, backup). See BENCHMARKS.md for results and
+//! method.
 
 pub mod fairness;
 pub mod http;
+pub mod images;
 pub mod populate;
 pub mod provider;
 mod sections;
@@ -42,6 +45,10 @@ pub struct BenchArgs {
     /// Provider name to submit to over `--http`.
     #[arg(long, default_value = "demo")]
     pub http_provider: String,
+    /// The process id of the `--http` daemon, to report its RSS (with `--only images`, which
+    /// then measures only downloads from that daemon).
+    #[arg(long, value_name = "PID")]
+    pub http_pid: Option<u32>,
     /// Run only these sections (comma-separated); the others are reported as null.
     #[arg(long, value_enum, value_delimiter = ',')]
     pub only: Vec<Section>,
@@ -56,6 +63,7 @@ pub enum Section {
     Scale,
     Recovery,
     Http,
+    Images,
     Fairness,
 }
 
@@ -193,6 +201,9 @@ pub struct Results {
     pub http: Option<http::HttpResult>,
     /// VmRSS after the idle section (which runs first, in a fresh process).
     pub idle_rss_mb: Option<f64>,
+    /// Images in the database (section 7, `--only images`): large images end to end, WAL and
+    /// database size, prune, downloads, backup.
+    pub images: Option<images::Images>,
     /// Fresh tasks against a recovered backlog (issue #18), with the FIFO baseline.
     pub fairness: Option<fairness::Fairness>,
     pub total_secs: f64,
@@ -275,6 +286,37 @@ async fn run_all(args: &BenchArgs, out: &Path) -> Result<Results, String> {
 
     let on = |x: Section| args.only.is_empty() || args.only.contains(&x);
 
+    // Against another daemon (`--http`), the images section measures only its downloads.
+    if let (Some(url), Some(token), true) = (&args.http, &args.token, args.only.contains(&Section::Images)) {
+        progress(&format!("images: downloads from {url}"));
+        let rss = args.http_pid.and_then(|p| sys::rss_mb_of(&format!("/proc/{p}/status")));
+        let d = images::download(url, token, args.http_pid, 8, if args.quick { 3.0 } else { 10.0 }, rss).await?;
+        progress(&format!("images: {:.0} MB/s, peak RSS {:?} MB", d.mb_per_s, d.peak_rss_mb));
+        return Ok(Results {
+            version: env!("CARGO_PKG_VERSION").into(),
+            quick: args.quick,
+            machine,
+            e2e: Vec::new(),
+            pickup_ms: None,
+            idle: None,
+            scale: None,
+            recovery_ms: None,
+            recovery: None,
+            http_submit_per_s: None,
+            http: None,
+            idle_rss_mb: None,
+            images: Some(images::Images {
+                image_bytes: 0,
+                e2e: Vec::new(),
+                storage: None,
+                download: Some(d),
+                backup: None,
+            }),
+            fairness: None,
+            total_secs: t0.elapsed().as_secs_f64(),
+        });
+    }
+
     // Idle first: a fresh process, so its RSS reflects an idle engine, not the history of the
     // other sections (freed memory is not always returned to the OS).
     let (mut idle, mut idle_rss_mb) = (None, None);
@@ -351,6 +393,12 @@ async fn run_all(args: &BenchArgs, out: &Path) -> Result<Results, String> {
         _ => None,
     };
 
+    let mut images = None;
+    if on(Section::Images) {
+        progress("images: large images end to end, storage, prune, downloads, backup");
+        images = Some(images::run(out, args.quick).await?);
+    }
+
     Ok(Results {
         version: env!("CARGO_PKG_VERSION").into(),
         quick: args.quick,
@@ -364,6 +412,7 @@ async fn run_all(args: &BenchArgs, out: &Path) -> Result<Results, String> {
         http_submit_per_s: http.as_ref().map(|h| h.submits_per_s),
         http,
         idle_rss_mb,
+        images,
         fairness: fair,
         total_secs: t0.elapsed().as_secs_f64(),
     })
@@ -508,10 +557,13 @@ fn render_table(r: &Results) -> String {
         "   idle RSS: {}",
         r.idle_rss_mb.map(|m| format!("{m:.1} MB")).unwrap_or_else(|| "unavailable".into())
     );
+    if let Some(im) = &r.images {
+        render_images(&mut t, im);
+    }
     if let Some(f) = &r.fairness {
         let _ = writeln!(
             t,
-            "\n7. fairness ({} recovered tasks, {} slots, S = {} ms ± 50 %, fresh at {:.0}/s): fresh pickup p50 {:.1} ms, \
+            "\n8. fairness ({} recovered tasks, {} slots, S = {} ms ± 50 %, fresh at {:.0}/s): fresh pickup p50 {:.1} ms, \
              p95 {:.1} ms, p99 {:.1} ms ({} tasks); recovery share while both lanes waited {:.2}; drained in {:.0} ms",
             f.backlog,
             f.slots,
@@ -536,6 +588,58 @@ fn render_table(r: &Results) -> String {
     }
     let _ = writeln!(t, "\ntotal {:.1} s", r.total_secs);
     t
+}
+
+fn render_images(t: &mut String, im: &images::Images) {
+    use std::fmt::Write as _;
+    let _ = writeln!(t, "\n7. images in the database (large image {:.2} MB)", im.image_bytes as f64 / 1e6);
+    for e in &im.e2e {
+        let _ = writeln!(
+            t,
+            "   e2e {:<10} {} tasks, 16 workers, {}: {:.0} tasks/s ({:.2} commits/task)",
+            e.method, e.tasks, e.durability, e.tasks_per_s, e.commits_per_task
+        );
+    }
+    if let Some(s) = &im.storage {
+        let _ = writeln!(
+            t,
+            "   after {} large images: WAL peak {:.1} MB, at the end {:.1} MB; tally.db {:.0} MB after a clean stop",
+            s.images, s.wal_peak_mb, s.wal_end_mb, s.db_mb
+        );
+        let _ = writeln!(
+            t,
+            "   prune of the older half: {} tasks in {:.1} s, {:.0} MB given back; WAL {:.1} MB; tally.db {:.0} MB after a clean stop",
+            s.pruned, s.prune_secs, s.freed_mb, s.wal_after_prune_mb, s.db_after_prune_mb
+        );
+    }
+    if let Some(d) = &im.download {
+        let rss = |v: Option<f64>| v.map(|m| format!("{m:.1} MB")).unwrap_or_else(|| "?".into());
+        let _ = writeln!(
+            t,
+            "   downloads: {} clients, {:.1} s, {} images of {:.2} MB ({} errors): {:.0} MB/s; daemon RSS idle {}, peak {}",
+            d.clients,
+            d.secs,
+            d.requests,
+            d.image_mb,
+            d.errors,
+            d.mb_per_s,
+            rss(d.idle_rss_mb),
+            rss(d.peak_rss_mb)
+        );
+        if let Some(s) = d.startup_secs {
+            let _ = writeln!(
+                t,
+                "   tally serve on that database listened after {s:.1} s (its start-up check reads the whole database)"
+            );
+        }
+    }
+    if let Some(b) = &im.backup {
+        let _ = writeln!(
+            t,
+            "   tally backup of {:.0} MB: {:.2} s idle, {:.2} s while 2 clients submitted ({} tasks)",
+            b.db_mb, b.idle_secs, b.under_load_secs, b.submitted_during
+        );
+    }
 }
 
 #[cfg(test)]
@@ -615,6 +719,7 @@ mod tests {
             http_submit_per_s: None,
             http: None,
             idle_rss_mb: Some(10.0),
+            images: None,
             fairness: None,
             total_secs: 60.0,
         }

@@ -29,6 +29,11 @@ impl InstantProvider {
         }
     }
 
+    /// A provider that answers every call with `png` (the large-image runs).
+    pub fn with_image(png: Vec<u8>) -> Self {
+        InstantProvider { png, calls: AtomicU64::new(0), starts: Mutex::new(None) }
+    }
+
     /// Calls received so far.
     pub fn calls(&self) -> u64 {
         self.calls.load(Ordering::Relaxed)

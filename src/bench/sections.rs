@@ -133,8 +133,23 @@ async fn wait_succeeded(
 pub async fn e2e(out: &Path, n: u64, workers: usize, durability: Durability, concurrent: bool) -> Result<E2e, String> {
     let method = if concurrent { "concurrent" } else { "sequential" };
     let dir = fresh_dir(out, &format!("e2e-{method}-{workers}-{}", durability_name(durability)))?;
-    let store = Store::open(&dir.join("tally.db"), durability).map_err(s)?;
     let provider = Arc::new(InstantProvider::new(false));
+    Ok(e2e_in(&dir, n, workers, durability, concurrent, provider).await?.0)
+}
+
+/// [`e2e`] in `dir` (which keeps the database, closed) with `provider`; also returns the size
+/// of the WAL file just before the store closed.
+pub(super) async fn e2e_in(
+    dir: &Path,
+    n: u64,
+    workers: usize,
+    durability: Durability,
+    concurrent: bool,
+    provider: Arc<InstantProvider>,
+) -> Result<(E2e, u64), String> {
+    let method = if concurrent { "concurrent" } else { "sequential" };
+    let dir = dir.to_path_buf();
+    let store = Store::open(&dir.join("tally.db"), durability).map_err(s)?;
     let clock = SystemClock;
     let (commits0, stmts0, fsyncs0, waits0) =
         (store.commits(), store.statements(), store.fsyncs(), store.durable_waits());
@@ -189,8 +204,9 @@ pub async fn e2e(out: &Path, n: u64, workers: usize, durability: Durability, con
     let (commits, stmts) = (store.commits() - commits0, store.statements() - stmts0);
     let (fsyncs, waits) = (store.fsyncs() - fsyncs0, store.durable_waits() - waits0);
     let calls = provider.calls();
+    let wal = std::fs::metadata(dir.join("tally.db-wal")).map(|m| m.len()).unwrap_or(0);
     stop(engine).await?;
-    Ok(E2e {
+    let e2e = E2e {
         workers,
         durability: durability_name(durability).into(),
         tasks: n,
@@ -212,7 +228,8 @@ pub async fn e2e(out: &Path, n: u64, workers: usize, durability: Durability, con
             submit_fsync_waits: if durability == Durability::Full { 1.0 } else { 0.0 },
             fsyncs: fsyncs as f64 / n as f64,
         },
-    })
+    };
+    Ok((e2e, wal))
 }
 
 /// Submit one task at a time on an idle engine, with random 5–105 ms gaps; returns the

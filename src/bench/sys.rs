@@ -78,6 +78,13 @@ pub fn rss_mb_of(status_file: &str) -> Option<f64> {
     Some(kb / 1024.0)
 }
 
+/// Peak resident set size in MB (VmHWM) from a `/proc/<pid>/status` file.
+pub fn peak_rss_mb_of(status_file: &str) -> Option<f64> {
+    let s = std::fs::read_to_string(status_file).ok()?;
+    let kb: f64 = s.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.split_whitespace().next()?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
 /// The machine: logical CPUs, CPU model, kernel, and the filesystem holding `dir`.
 pub fn machine(dir: &std::path::Path) -> super::Machine {
     let nproc = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);

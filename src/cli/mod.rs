@@ -341,6 +341,9 @@ pub fn run() -> Result<ExitCode, Failure> {
             return Ok(if e.use_stderr() { Exit::Usage.into() } else { Exit::Ok.into() });
         }
     };
+    if !matches!(cli.command, Command::Serve { .. } | Command::MockProvider(_)) {
+        end_quietly_on_closed_pipe();
+    }
     if let Command::Bench(args) = cli.command {
         crate::bench::run(args).map_err(Failure::error)?;
         return Ok(Exit::Ok.into());
@@ -411,6 +414,18 @@ where
     let mut cmd = command();
     let matches = cmd.try_get_matches_from_mut(args)?;
     Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut cmd))
+}
+
+/// A command whose output goes to a pipe that closed (`tally list | head -1`) ends quietly, as
+/// Unix tools do, instead of panicking in `println!`: the Rust runtime ignores `SIGPIPE`, so a
+/// write to a closed pipe fails and `println!` panics on that failure. Not for `serve` (and the
+/// mock provider), whose sockets must never end the process when a client goes away.
+fn end_quietly_on_closed_pipe() {
+    // SAFETY: setting a signal's disposition to the default, before any other thread of this
+    // process exists, has no memory-safety requirements.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
 }
 
 pub(super) fn runtime() -> Result<tokio::runtime::Runtime, Failure> {

@@ -554,24 +554,39 @@ impl Run<'_> {
         // failing disk, a busy database) is retried, never turned into `unknown`, for as long
         // as the engine runs (a stop waits `shutdown_deadline` for this, then recovery decides
         // from the recorded phase). Only a fence ends it: then the result is still evidence.
+        match self.until_stored(|| self.finish(Finish::Succeeded(art.clone()))).await {
+            Err(StoreError::Fenced) => {
+                let late = || self.shared.store.late_result(c.execution_token.clone(), art.clone(), self.now());
+                if self.until_stored(late).await? {
+                    tracing::info!("a late result resolved the unknown outcome");
+                    self.shared.changed(&c.task_id, crate::domain::TaskStatus::Succeeded);
+                }
+                Ok(())
+            }
+            Ok(()) => {
+                crash("after-finish");
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Run `store`, a write of an image tally holds (the fenced finish, or a late result after
+    /// a fence), again and again while it fails for a full or failing disk or a busy database:
+    /// the bytes are in hand and probably paid for, so such a failure is waited out, never
+    /// turned into `unknown`. Any other answer (success, a fence, a fatal error) ends it.
+    async fn until_stored<T, F, Fut>(&self, mut store: F) -> Result<T, StoreError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, StoreError>>,
+    {
         let mut failures = 0u32;
         loop {
-            match self.finish(Finish::Succeeded(art.clone())).await {
-                Err(StoreError::Fenced) => {
-                    if self.shared.store.late_result(c.execution_token.clone(), art, self.now()).await? {
-                        tracing::info!("a late result resolved the unknown outcome");
-                        self.shared.changed(&c.task_id, crate::domain::TaskStatus::Succeeded);
-                    }
-                    return Ok(());
-                }
-                Ok(()) => {
-                    if failures > 0 {
-                        tracing::info!(failures, "the image was stored after all");
-                    }
-                    crash("after-finish");
-                    return Ok(());
-                }
-                Err(e) if matches!(e.severity(), Severity::Resource | Severity::Transient) => {
+            match store().await {
+                Err(e)
+                    if !matches!(e, StoreError::Fenced)
+                        && matches!(e.severity(), Severity::Resource | Severity::Transient) =>
+                {
                     failures += 1;
                     let wait = STORE_RETRY;
                     if failures == 1 {
@@ -581,7 +596,12 @@ impl Run<'_> {
                     }
                     tokio::time::sleep(wait).await;
                 }
-                Err(e) => return Err(e),
+                other => {
+                    if failures > 0 && other.is_ok() {
+                        tracing::info!(failures, "the image was stored after all");
+                    }
+                    return other;
+                }
             }
         }
     }

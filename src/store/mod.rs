@@ -23,10 +23,11 @@
 //!   transaction.
 //!
 //! **Checkpoint policy** (the WAL must not grow without bound under large images). SQLite's
-//! automatic checkpoint stays on (`wal_autocheckpoint` = 1000 pages, about 4 MiB): after a
-//! commit leaves the WAL above that, the committing connection — always the writer thread —
-//! runs a PASSIVE checkpoint, which copies what no reader still needs into the database file
-//! and never waits for readers. The WAL file is reused from its start once a checkpoint has
+//! automatic checkpoint stays on, at [`open::AUTOCHECKPOINT_PAGES`] (SQLite's 1000 pages,
+//! about 4 MiB, set and read back; a larger threshold was faster with large images but needs
+//! that much more free disk, see there): after a commit leaves the WAL above that, the
+//! committing connection — always the writer thread — runs a PASSIVE checkpoint, which copies
+//! what no reader still needs into the database file and never waits for readers. The WAL file is reused from its start once a checkpoint has
 //! copied everything and no reader still reads from it, and `journal_size_limit`
 //! ([`open::WAL_SIZE_LIMIT`], 64 MiB) truncates it back after such a reset. What keeps that
 //! reset possible is that no reader holds a snapshot for long: downloads read an image one

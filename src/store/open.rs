@@ -109,6 +109,14 @@ const MIGRATIONS: &[&str] = &[
         fresh_pass INTEGER NOT NULL DEFAULT 0, recovery_pass INTEGER NOT NULL DEFAULT 0) STRICT;",
 ];
 
+/// The writer's automatic (PASSIVE) checkpoint runs once the WAL holds this many pages
+/// (SQLite's default, about 4 MiB of 4 KiB pages), set and read back so it is not left to
+/// chance. 8192 pages (32 MiB) measured about a third faster with 1.5 MB images, but then the
+/// WAL needs up to ~50 MB of free disk before a checkpoint can reuse it: after a full disk
+/// frees up, the WAL alone filled a small one again (`disks` tests) and stored images could
+/// not be stored. Free space is worth more than the speed (BENCHMARKS.md, session 3).
+pub const AUTOCHECKPOINT_PAGES: i64 = 1000;
+
 /// The WAL is truncated back to this size after a checkpoint reset it (`journal_size_limit`),
 /// so a burst of large images does not leave a large WAL file behind (checkpoint policy:
 /// `store::mod`).
@@ -284,6 +292,7 @@ pub(crate) fn open_write(path: &Path, durability: Durability) -> Result<(Connect
     set_and_check(&conn, "foreign_keys", "ON", "1")?;
     set_and_check(&conn, "journal_size_limit", &WAL_SIZE_LIMIT.to_string(), &WAL_SIZE_LIMIT.to_string())?;
     stable_plans(&conn)?;
+    set_and_check(&conn, "wal_autocheckpoint", &AUTOCHECKPOINT_PAGES.to_string(), &AUTOCHECKPOINT_PAGES.to_string())?;
 
     let mut notes = Vec::new();
     if tables == 0 {

@@ -164,3 +164,24 @@ fn backup_on_postgres_says_to_use_pg_dump_without_the_password() {
     assert!(!err.contains("s3cret"), "{err}");
     assert!(!dest.exists());
 }
+
+/// Output into a pipe that closed (`tally token | head -c0`, `tally list | head -1`) ends the
+/// command quietly, like any Unix tool, instead of a panic ("failed printing to stdout").
+#[test]
+fn the_cli_panicked_when_its_output_pipe_closed() {
+    let d = Daemon::start(FAST_DEMO);
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let out = std::process::Command::new(EXE)
+        .args(["token", "--config"])
+        .arg(&d.config)
+        .env_remove("TALLY_DATA_DIR")
+        .env_remove("TALLY_CONFIG")
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("run tally token");
+    let stderr = text(&out.stderr);
+    assert!(!stderr.contains("panicked"), "tally panicked on a closed pipe: {stderr}");
+    assert_ne!(out.status.code(), Some(101), "exit 101 is a panic: {stderr}");
+}

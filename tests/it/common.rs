@@ -389,6 +389,9 @@ pub fn submit(d: &Daemon, provider: &str, prompt: &str, key: &str) -> Option<(u1
         &[("Authorization", auth.as_str()), ("Content-Type", "application/json")],
         Some(body.as_bytes()),
     )?;
-    let id = r.json()["id"].as_str()?.to_string();
-    Some((r.status, id))
+    let id = r.json()["id"].as_str().map(str::to_string);
+    if id.is_none() {
+        eprintln!("submit answered {} without a task id: {}", r.status, String::from_utf8_lossy(&r.body));
+    }
+    Some((r.status, id?))
 }

@@ -61,7 +61,9 @@ pub fn crash_case(point: &str, kind: &str) {
     d.env.retain(|(k, _)| k != "FAILPOINTS");
     d.spawn();
     // The client retries a submit whose answer it may have lost, with the same key.
-    let (code, id) = submit(&d, kind, &prompt, &key).expect("the restarted daemon answers");
+    let (code, id) = submit(&d, kind, &prompt, &key).unwrap_or_else(|| {
+        panic!("{point}/{kind}: the restarted daemon gave no task for the resubmit; its stderr:\n{}", d.stderr())
+    });
     assert_eq!(code, 200, "{point}/{kind}: resubmitting with the same key must return the existing task");
     if let Some((_, first_id)) = first {
         assert_eq!(first_id, id, "{point}/{kind}: the same key named another task");
@@ -297,7 +299,9 @@ fn resumed_hand_off_case(kind: &str, first_point: &str) {
     crash_at(&mut d, "after-sent", &what);
 
     d.spawn();
-    let (code, id) = submit(&d, kind, &prompt, &key).expect("the restarted daemon answers");
+    let (code, id) = submit(&d, kind, &prompt, &key).unwrap_or_else(|| {
+        panic!("{what}: the restarted daemon gave no task for the resubmit; its stderr:\n{}", d.stderr())
+    });
     assert_eq!(code, 200, "{what}: the same key must name the existing task");
     let task = d.wait_status(&id, &["succeeded", "failed", "unknown", "canceled"]);
     assert_eq!(task["status"], "succeeded", "{what}: {task}");

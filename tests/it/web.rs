@@ -342,6 +342,28 @@ fn the_page_in_a_real_browser() {
         let new_task = d.call("GET", &format!("/v1/tasks/{new_id}"), None).json();
         assert_eq!(new_task["retry_of"], unknown_id.as_str(), "{new_task}");
 
+        // Money words follow the evidence on the page too: a definite refusal (HTTP 400) says
+        // nothing of a possible charge anywhere, and an HTTP 500 is worded as an error answer,
+        // not as a lost one.
+        let maybe = "/may\\s+(be|have\\s+been|already\\s+have\\s+been)\\s+charged/i.test(document.querySelector('main').innerText)";
+        mock.behave(json!({ "reject_status": 400 }));
+        let refused = d.call("POST", "/v1/tasks", Some(&json!({ "prompt": "refused mug", "provider": "openai" }))).json();
+        let refused_id = refused["id"].as_str().expect("id").to_string();
+        d.wait_status(&refused_id, &["failed"]);
+        mock.behave(json!({ "reject_status": null, "fail_status": 500 }));
+        let erred = d.call("POST", "/v1/tasks", Some(&json!({ "prompt": "erred mug", "provider": "openai" }))).json();
+        let erred_id = erred["id"].as_str().expect("id").to_string();
+        d.wait_status(&erred_id, &["unknown"]);
+        mock.behave(json!({ "fail_status": null }));
+        b.js(&format!("(location.hash = '#/tasks/{refused_id}')")).await;
+        b.until("the refused job", 10, "document.querySelector('article.detail')?.dataset.status === 'failed'").await;
+        b.until("its history", 10, "document.getElementById('timeline')?.innerText.includes('Sent to')").await;
+        assert_eq!(b.js(maybe).await, false, "a refused job's page speaks of a possible charge");
+        b.js(&format!("(location.hash = '#/tasks/{erred_id}')")).await;
+        let text = b.until("the explainer", 10, "document.getElementById('unknown-explainer')?.innerText").await;
+        let text = text.as_str().unwrap_or("");
+        assert!(text.contains("answered with an error") && !text.contains("answer was lost"), "{text}");
+
         // Cancel a queued job: the slow provider has one slot, so the second job waits.
         let running = d.call("POST", "/v1/tasks", Some(&json!({ "prompt": "slow first", "provider": "slow" }))).json();
         let running_id = running["id"].as_str().expect("id").to_string();

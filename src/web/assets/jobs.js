@@ -70,12 +70,23 @@
       case "succeeded": return t.failure_kind === "operator" || /resolved/i.test(t.reason || "")
         ? "Done: you recorded the image you found." : "Done: the image is ready.";
       case "failed": return "Failed: " + failureWords(t);
-      case "unknown": return "The outcome is unknown: the answer was lost, so it may have been charged.";
+      case "unknown": return "The outcome is unknown: " + unknownCause(t) + ", so it may have been charged.";
       case "canceled": return "Canceled.";
       default: return t.message || t.status;
     }
   }
   T.sentence = sentence;
+
+  /** Why nothing can prove an unknown job's outcome, in plain words, from the reason the API
+   * recorded (its raw error text stays under "Technical details"). An error answer (a 5xx) is
+   * not a lost answer, and neither is an interruption of tally itself. */
+  function unknownCause(t) {
+    const r = t.reason || "";
+    if (/answered with an error/.test(r)) return t.provider + " answered with an error and could not say whether it ran";
+    if (/interrupted/.test(r)) return "tally was interrupted while " + t.provider + " had the request";
+    if (/answer was lost|answer never arrived/.test(r)) return "the request reached " + t.provider + ", but its answer was lost";
+    return "nothing can prove what happened to the request at " + t.provider;
+  }
 
   function failureWords(t) {
     switch (t.failure_kind) {
@@ -352,7 +363,7 @@
     return h("section", { id: "unknown-explainer", class: "unknown-box", "aria-labelledby": "unknown-title" },
       h("h2", { id: "unknown-title" }, h("span", { class: "icon", "aria-hidden": "true" }, "?"), " The outcome is unknown"),
       h("ul", {},
-        h("li", {}, "The result cannot be confirmed: the request reached the provider, but its answer was lost."),
+        h("li", {}, "The result cannot be confirmed: " + unknownCause(t) + "."),
         h("li", {}, "Automatic retries have stopped: tally will not send this job again on its own."),
         h("li", {}, "Generating again is a new operation that may be charged again.")),
       t.billing_note ? h("p", { id: "billing-note" }, h("strong", {}, "How " + t.provider + " bills: "), t.billing_note) : null,
@@ -447,11 +458,11 @@
       case "busy": return "Waited for " + who + " to have room.";
       case "claimed": { const n = /attempt (\d+)/.exec(m); return n && n[1] !== "1" ? "Started try " + n[1] + "." : "Started."; }
       case "resumed": return "tally picked it up again after an interruption.";
-      case "calling": return "Sent to " + who + "; from here it may be charged.";
+      case "calling": return "Sent to " + who + ".";
       case "accepted": return who + " accepted it and is working on it.";
       case "succeeded": return "The image arrived and was saved.";
       case "failed": return "It failed: " + failureWords(t);
-      case "unknown": return "The answer was lost — it may have been charged.";
+      case "unknown": return "The outcome cannot be proven: " + unknownCause(t) + " — it may have been charged.";
       case "retry_scheduled": return "It will be tried again automatically.";
       case "canceled": return "Canceled before anything was sent.";
       case "cancel_requested": return "You asked to cancel; " + who + " was already working on it.";

@@ -305,7 +305,7 @@
     const money = T.money;
     group.addEventListener("change", load);
     const shown = T.setView("spend", null, "Spend", [h("p", { class: "hint" },
-      "What tally knows about charges: requests a provider charged, requests that may have been charged (their answer was lost), and requests it refused."),
+      "What tally knows about charges: requests a provider charged, requests that may have been charged (nothing could prove what happened to them), and requests it refused."),
     h("p", { class: "filter" }, h("label", { for: "spend-group" }, "Show"), group), out], fresh);
     if (!shown) return;
     T.view.onResync = load;
