@@ -10,6 +10,8 @@
 --   envelopes.lease_node       which node holds the lease (lease_boot: which run of it)
 --   executions.node_id         which node drives the execution (boot_id: which run)
 --   booleans are boolean, events.id is an identity column, blobs.data is bytea.
+--   columns added by a migration sit at the end of their table, here as after the
+--   migration (a migrated database and a new one have the same catalog: tests/it/conformance/pg_migrate.rs)
 --   notify triggers            wake-ups for other nodes (hints carrying a due time, never data)
 
 CREATE TABLE tally_schema (
@@ -54,7 +56,7 @@ CREATE TABLE tasks (
     failure_kind     text CHECK (failure_kind IN
                        ('rejected', 'configuration', 'not_sent', 'rate_limited', 'undeliverable', 'expired', 'operator', 'invalid_result')),
     attempts         bigint NOT NULL DEFAULT 0,
-    may_have_charged boolean NOT NULL DEFAULT false,
+    may_have_charged boolean NOT NULL DEFAULT false, -- unused since schema 2: see executions.charge
     cancel_requested boolean NOT NULL DEFAULT false,
     retry_of         text COLLATE "C" REFERENCES tasks(id),
     set_id           text COLLATE "C" REFERENCES sets(id),
@@ -62,11 +64,13 @@ CREATE TABLE tasks (
     created_at       bigint NOT NULL,
     updated_at       bigint NOT NULL,
     shot_role        text CHECK (shot_role IN ('main', 'selling_point', 'scene')),
+    retry_key        text,                        -- a retry's idempotency key: unique per original task (retry_of)
     group_key        text                         -- the submitter's optional `group` (a fairness key)
 );
 CREATE INDEX tasks_by_status ON tasks(status, id);
 CREATE INDEX tasks_by_set ON tasks(set_id, set_position) WHERE set_id IS NOT NULL;
 CREATE INDEX tasks_by_retry_of ON tasks(retry_of) WHERE retry_of IS NOT NULL;
+CREATE UNIQUE INDEX tasks_by_retry_key ON tasks(retry_of, retry_key) WHERE retry_key IS NOT NULL;
 CREATE INDEX tasks_settled_by_age ON tasks(updated_at) WHERE status IN ('succeeded', 'failed', 'canceled');
 
 CREATE TABLE envelopes (
@@ -82,6 +86,7 @@ CREATE TABLE envelopes (
     lease_expires_at bigint,
     lease_node       text,                        -- node that took the lease
     lease_boot       text,                        -- run of that node
+    budget_hold      boolean NOT NULL DEFAULT false, -- pending because a budget was reached
     -- The dispatch order, as on SQLite (schema.sql, store::ops::dispatch): lane, fairness key,
     -- and the place while ready (NULL while waiting).
     lane             text NOT NULL DEFAULT 'fresh' CHECK (lane IN ('fresh', 'recovery')),
@@ -129,10 +134,21 @@ CREATE TABLE executions (
     calling_at       bigint,
     finished_at      bigint,
     error            text,
-    CHECK (phase <> 'accepted' OR provider_job_id IS NOT NULL)
+    -- What the evidence says about money for this request (domain::Charge), as on SQLite:
+    -- 'none' until 'calling' is recorded, and always 'none' when the provider never bills;
+    -- 'possible' while the request is in flight; settled by the outcome.
+    charge           text NOT NULL DEFAULT 'none' CHECK (charge IN ('none', 'refused', 'possible', 'charged')),
+    billable         boolean NOT NULL DEFAULT true,
+    cost_micros      bigint,                      -- the configured price when 'calling' was recorded (millionths)
+    currency         text,                        -- of cost_micros
+    model            text,                        -- the model the request named, for the spend report
+    CHECK (phase <> 'accepted' OR provider_job_id IS NOT NULL),
+    CONSTRAINT executions_charge_needs_a_call CHECK (charge = 'none' OR (calling_at IS NOT NULL AND billable))
 ) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.01);
 CREATE INDEX executions_by_task ON executions(task_id);
 CREATE INDEX executions_running ON executions(task_id) WHERE status = 'running';
+-- Spend and budgets: requests that reached the provider, by when they left.
+CREATE INDEX executions_paid ON executions(calling_at) WHERE charge <> 'none';
 
 CREATE TABLE artifacts (
     id               text COLLATE "C" PRIMARY KEY,

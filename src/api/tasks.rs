@@ -384,6 +384,9 @@ pub struct ListQuery {
     pub limit: Option<usize>,
     /// Only `unknown` tasks not yet resolved or retried.
     pub needs_attention: Option<bool>,
+    /// Only tasks whose prompt, or whose image set's product, contains this text (at most 200
+    /// bytes; ASCII letters match either case; empty: all).
+    pub q: Option<String>,
 }
 
 /// One page of `GET /v1/tasks`.
@@ -395,8 +398,11 @@ pub struct TaskList {
     pub next: Option<String>,
 }
 
-/// `GET /v1/tasks?status=&needs_attention=&before=&limit=`: newest first, `next` is the cursor
-/// of the next page.
+/// The longest search text `GET /v1/tasks?q=` takes.
+const MAX_SEARCH_BYTES: usize = 200;
+
+/// `GET /v1/tasks?status=&needs_attention=&q=&before=&limit=`: newest first, `next` is the
+/// cursor of the next page.
 #[utoipa::path(
     get,
     path = "/tasks",
@@ -405,8 +411,8 @@ pub struct TaskList {
     params(ListQuery),
     responses(
         (status = 200, description = "One page of tasks, newest first.", body = TaskList),
-        (status = 400, description = "A bad query string: an unknown status, a limit of 0, or a value \
-            that is not a number or a boolean (`bad_request`).", body = ErrorBody),
+        (status = 400, description = "A bad query string: an unknown status, a limit of 0, a search text \
+            over 200 bytes, or a value that is not a number or a boolean (`bad_request`).", body = ErrorBody),
         StoreFailure,
     )
 )]
@@ -423,7 +429,11 @@ pub async fn list(
         })?),
     };
     let limit = page_limit(q.limit, DEFAULT_LIMIT)?;
-    let filter = TaskFilter { status, needs_attention: q.needs_attention.unwrap_or(false) };
+    let search = q.q.map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
+    if search.as_ref().is_some_and(|s| s.len() > MAX_SEARCH_BYTES) {
+        return Err(ApiError::bad_request(format!("q is longer than {MAX_SEARCH_BYTES} bytes")));
+    }
+    let filter = TaskFilter { status, needs_attention: q.needs_attention.unwrap_or(false), search };
     let mut rows = state.engine().store().list_tasks(filter, q.before.filter(|b| !b.is_empty()), limit + 1).await?;
     let next = next_cursor(&mut rows, limit, |t| &t.id);
     let tasks: Vec<TaskJson> = rows.iter().map(|t| task_json(state.engine(), t)).collect();

@@ -171,12 +171,18 @@ pub(super) fn token(cfg: &Config) -> Result<ExitCode, Failure> {
 /// `tally prune --older-than AGE [--dry-run]`: delete settled work last changed more than AGE
 /// ago, with its images (never an `unknown` job nobody has resolved, never a shot of a set
 /// still in progress). Through the daemon's API while `tally serve` holds the data directory;
-/// on the file directly (holding the lock meanwhile) when it does not.
+/// on the file directly (holding the lock meanwhile) when it does not. On PostgreSQL the same:
+/// through this machine's daemon, else on the shared database as this node (other nodes may
+/// run meanwhile: each delete re-checks under its locks, `store::pg::prune`).
 pub(super) fn prune(cfg: &Config, older_than: &str, dry_run: bool, json: bool) -> Result<ExitCode, Failure> {
     let age = crate::api::prune::parse_age(older_than)
         .map_err(|e| Failure { exit: Exit::Usage, message: format!("--older-than: {e}") })?;
     let db = cfg.db_path();
-    if !db.is_file() {
+    let pg = match &cfg.storage.backend {
+        crate::config::Backend::Postgres(pg) => Some(pg),
+        crate::config::Backend::Sqlite => None,
+    };
+    if pg.is_none() && !db.is_file() {
         return Err(Failure::error(format!("there is no database at {}", db.display())));
     }
     let report: Value = match app::try_lock_data_dir(&cfg.storage.data_dir)? {
@@ -186,8 +192,11 @@ pub(super) fn prune(cfg: &Config, older_than: &str, dry_run: bool, json: bool) -
             client.post("/v1/prune", &body).await?.into_ok()
         })?,
         Some(_lock) => {
-            let store = crate::store::Store::open(&db, cfg.storage.durability)
-                .map_err(|e| Failure::error(format!("cannot open the database {}: {e}", db.display())))?;
+            let store = match pg {
+                Some(pg) => crate::store::Store::Postgres(app::open_postgres(cfg, pg)?),
+                None => crate::store::Store::open(&db, cfg.storage.durability)
+                    .map_err(|e| Failure::error(format!("cannot open the database {}: {e}", db.display())))?,
+            };
             let cutoff = crate::clock::Clock::now(&crate::clock::SystemClock) - age.as_millis() as i64;
             let done = super::runtime()?.block_on(store.prune(cutoff, dry_run));
             let closed = store.close();

@@ -144,6 +144,9 @@ pub enum Command {
         /// Only the tasks that need you: unknown, and neither resolved nor retried yet.
         #[arg(long)]
         needs_attention: bool,
+        /// Only jobs whose prompt, or whose image set's product, contains TEXT.
+        #[arg(long, value_name = "TEXT")]
+        search: Option<String>,
     },
     /// Cancel a job that has not finished (one already sent to the provider finishes and is kept).
     Cancel {

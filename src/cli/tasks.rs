@@ -41,8 +41,11 @@ pub(super) async fn client_command(cfg: &Config, cmd: Command, json: bool) -> Re
             show_task(&client, &task, json);
             Ok(Exit::Ok.into())
         }
-        Command::List { status, limit, before, needs_attention } => {
+        Command::List { status, limit, before, needs_attention, search } => {
             let mut q = Vec::new();
+            if let Some(text) = search {
+                q.push(format!("q={}", seg(&text)));
+            }
             if let Some(s) = status {
                 q.push(format!("status={}", seg(&s)));
             }

@@ -69,7 +69,7 @@ struct Plan {
     report: PruneReport,
 }
 
-const SETTLED: &str = "status IN ('succeeded', 'failed', 'canceled')";
+pub(in crate::store) const SETTLED: &str = "status IN ('succeeded', 'failed', 'canceled')";
 
 /// Task `t` has a request that counts as spend from `?N` on (see the module docs); `{N}` is
 /// the parameter holding the start of the cutoff's month.
@@ -82,8 +82,74 @@ fn paid_recently(n: u8) -> String {
 }
 
 /// The start of the month (UTC) the cutoff falls in: requests from then on are kept.
-fn spend_floor(cutoff: Millis) -> Millis {
+pub(in crate::store) fn spend_floor(cutoff: Millis) -> Millis {
     crate::store::spend::Period::Month.bounds(cutoff).0
+}
+
+/// Which old-enough settled tasks may go, given the sets they belong to and every retry
+/// link (both backends decide with this): a set goes whole or not at all, and the original
+/// of a kept task is kept (and with it its whole set).
+pub(in crate::store) struct Choice {
+    /// Every task that goes, shots of pruned sets included.
+    pub prunable: HashSet<String>,
+    /// Tasks outside sets, newest first (a retry is newer than what it retries, so it goes
+    /// first and its original is no longer pointed at when its turn comes).
+    pub singles: Vec<String>,
+    /// Sets that go whole.
+    pub sets: Vec<String>,
+    /// Old enough, but a kept task retries it.
+    pub kept_retried: u64,
+    /// Old enough, but a shot of a kept set.
+    pub kept_in_sets: u64,
+}
+
+/// [`Choice`] from `rows` (the old-enough settled tasks with their set), `members` (every
+/// task of each of those sets) and `links` (every (retry, original) pair).
+pub(in crate::store) fn choose(
+    rows: &[(String, Option<String>)],
+    members: &HashMap<String, Vec<String>>,
+    links: &[(String, String)],
+) -> Choice {
+    let mut prunable: HashSet<String> = rows.iter().map(|(id, _)| id.clone()).collect();
+    let set_of: HashMap<String, String> =
+        rows.iter().filter_map(|(id, set)| set.clone().map(|s| (id.clone(), s))).collect();
+    let mut kept_sets: HashSet<String> = HashSet::new();
+    for (set, ids) in members {
+        if !ids.iter().all(|id| prunable.contains(id)) {
+            kept_sets.insert(set.clone());
+        }
+    }
+    let mut retried: HashSet<String> = HashSet::new();
+    loop {
+        for set in &kept_sets {
+            for id in members.get(set).into_iter().flatten() {
+                prunable.remove(id);
+            }
+        }
+        let mut changed = false;
+        for (child, parent) in links {
+            if !prunable.contains(child) && prunable.remove(parent) {
+                retried.insert(parent.clone());
+                if let Some(set) = set_of.get(parent) {
+                    kept_sets.insert(set.clone());
+                }
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    let kept_in_sets = rows
+        .iter()
+        .filter(|(id, set)| set.as_ref().is_some_and(|s| kept_sets.contains(s)) && !retried.contains(id))
+        .count() as u64;
+    let mut singles: Vec<String> =
+        rows.iter().filter(|(id, set)| set.is_none() && prunable.contains(id)).map(|(id, _)| id.clone()).collect();
+    singles.sort_unstable_by(|a, b| b.cmp(a));
+    let mut sets: Vec<String> = members.keys().filter(|s| !kept_sets.contains(*s)).cloned().collect();
+    sets.sort();
+    Choice { prunable, singles, sets, kept_retried: retried.len() as u64, kept_in_sets }
 }
 
 fn plan(c: &Connection, cutoff: Millis) -> Result<Plan, StoreError> {
@@ -106,60 +172,22 @@ fn plan(c: &Connection, cutoff: Millis) -> Result<Plan, StoreError> {
         .prepare_cached("SELECT count(*) FROM tasks WHERE status = 'unknown' AND updated_at < ?1")?
         .query_row([cutoff], |r| r.get::<_, i64>(0))?
         .max(0) as u64;
-    let mut prunable: HashSet<String> = rows.iter().map(|(id, _)| id.clone()).collect();
-    let set_of: HashMap<String, String> =
-        rows.iter().filter_map(|(id, set)| set.clone().map(|s| (id.clone(), s))).collect();
-    // A set goes whole or not at all.
+    let set_ids: HashSet<&String> = rows.iter().filter_map(|(_, set)| set.as_ref()).collect();
     let mut members: HashMap<String, Vec<String>> = HashMap::new();
-    for set in set_of.values().collect::<HashSet<_>>() {
+    for set in set_ids {
         let ids: Vec<String> = c
             .prepare_cached("SELECT id FROM tasks WHERE set_id = ?1")?
             .query_map([set], |r| r.get(0))?
             .collect::<Result<_, _>>()?;
         members.insert(set.clone(), ids);
     }
-    let mut kept_sets: HashSet<String> = HashSet::new();
-    for (set, ids) in &members {
-        if !ids.iter().all(|id| prunable.contains(id)) {
-            kept_sets.insert(set.clone());
-        }
-    }
-    // Retry links: the original of a kept task is kept (and with it its whole set).
     let links: Vec<(String, String)> = c
         .prepare_cached("SELECT id, retry_of FROM tasks WHERE retry_of IS NOT NULL")?
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<Result<_, _>>()?;
-    let mut retried: HashSet<String> = HashSet::new();
-    loop {
-        for set in &kept_sets {
-            for id in members.get(set).into_iter().flatten() {
-                prunable.remove(id);
-            }
-        }
-        let mut changed = false;
-        for (child, parent) in &links {
-            if !prunable.contains(child) && prunable.remove(parent) {
-                retried.insert(parent.clone());
-                if let Some(set) = set_of.get(parent) {
-                    kept_sets.insert(set.clone());
-                }
-                changed = true;
-            }
-        }
-        if !changed {
-            break;
-        }
-    }
-    report.kept_retried = retried.len() as u64;
-    report.kept_in_sets = rows
-        .iter()
-        .filter(|(id, set)| set.as_ref().is_some_and(|s| kept_sets.contains(s)) && !retried.contains(id))
-        .count() as u64;
-    let mut singles: Vec<String> =
-        rows.iter().filter(|(id, set)| set.is_none() && prunable.contains(id)).map(|(id, _)| id.clone()).collect();
-    singles.sort_unstable_by(|a, b| b.cmp(a));
-    let mut sets: Vec<String> = members.keys().filter(|s| !kept_sets.contains(*s)).cloned().collect();
-    sets.sort();
+    let Choice { prunable, singles, sets, kept_retried, kept_in_sets } = choose(&rows, &members, &links);
+    report.kept_retried = kept_retried;
+    report.kept_in_sets = kept_in_sets;
     for id in prunable.iter() {
         let (n, bytes): (i64, i64) = c
             .prepare_cached("SELECT count(*), coalesce(sum(bytes), 0) FROM artifacts WHERE task_id = ?1")?
@@ -364,7 +392,7 @@ impl SqliteStore {
     }
 }
 
-fn add(total: &mut PruneReport, r: &PruneReport) {
+pub(in crate::store) fn add(total: &mut PruneReport, r: &PruneReport) {
     total.tasks += r.tasks;
     total.sets += r.sets;
     total.images += r.images;

@@ -1,7 +1,7 @@
 //! Read queries: task views, timelines, artifacts, counts, and the reconciler's deadlines.
 //! They run on reader connections and never write.
 
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use rusqlite::{Connection, OptionalExtension, Row};
 use serde::Serialize;
 
 use super::{SqliteStore, StoreError};
@@ -133,9 +133,15 @@ pub fn charge_of(c: &Connection, task: &str) -> Result<ChargeSummary, StoreError
     let rows = stmt.query_map([task], |r| {
         Ok((r.get::<_, String>(0)?, r.get::<_, Option<Micros>>(1)?, r.get::<_, Option<String>>(2)?))
     })?;
+    summarize_charges(rows.collect::<Result<Vec<_>, _>>()?)
+}
+
+/// A task's [`ChargeSummary`] from its executions' (charge, cost, currency), on either backend.
+pub(in crate::store) fn summarize_charges(
+    rows: Vec<(String, Option<Micros>, Option<String>)>,
+) -> Result<ChargeSummary, StoreError> {
     let mut sum = ChargeSummary::default();
-    for row in rows {
-        let (charge, cost, currency) = row?;
+    for (charge, cost, currency) in rows {
         let charge = Charge::parse(&charge).unwrap_or(Charge::Possible);
         if charge == Charge::None {
             continue;
@@ -153,12 +159,16 @@ pub fn charge_of(c: &Connection, task: &str) -> Result<ChargeSummary, StoreError
 }
 
 /// Which tasks a list shows.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TaskFilter {
     /// Only tasks with this status.
     pub status: Option<TaskStatus>,
     /// Only tasks that need the owner: `unknown`, and neither resolved nor retried yet.
     pub needs_attention: bool,
+    /// Only tasks whose prompt, or whose image set's product, contains this text (case does
+    /// not matter for ASCII letters). A scan of the newest tasks until a page is full, not an
+    /// index: fine for a shop's history, and `limit` bounds what one page returns.
+    pub search: Option<String>,
 }
 
 /// One task with its artifacts.
@@ -310,20 +320,32 @@ pub fn list_tasks(
     if filter.needs_attention && filter.status.is_some_and(|s| s != TaskStatus::Unknown) {
         return Ok(Vec::new());
     }
-    let unretried =
-        if filter.needs_attention { "AND NOT EXISTS (SELECT 1 FROM tasks r WHERE r.retry_of = tasks.id)" } else { "" };
-    let rows: Vec<TaskView> = match status {
-        Some(s) => c
-            .prepare_cached(&format!(
-                "SELECT {TASK_COLUMNS} FROM tasks WHERE status = ?1 AND id < ?2 {unretried} ORDER BY id DESC LIMIT ?3"
-            ))?
-            .query_map(params![s.as_str(), before, limit as i64], task_row)?
-            .collect::<Result<_, _>>()?,
-        None => c
-            .prepare_cached(&format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id < ?1 ORDER BY id DESC LIMIT ?2"))?
-            .query_map(params![before, limit as i64], task_row)?
-            .collect::<Result<_, _>>()?,
-    };
+    let mut sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id < ?1");
+    if status.is_some() {
+        sql.push_str(" AND status = ?3");
+    }
+    if filter.needs_attention {
+        sql.push_str(" AND NOT EXISTS (SELECT 1 FROM tasks r WHERE r.retry_of = tasks.id)");
+    }
+    if filter.search.is_some() {
+        sql.push_str(
+            " AND (instr(lower(prompt), lower(?4)) > 0
+                   OR set_id IN (SELECT id FROM sets WHERE instr(lower(product), lower(?4)) > 0))",
+        );
+    }
+    sql.push_str(" ORDER BY id DESC LIMIT ?2");
+    let mut stmt = c.prepare_cached(&sql)?;
+    let limit = limit as i64;
+    let status_text = status.map(|s| s.as_str());
+    // Numbered parameters bound by name ("?N"): only those the statement uses.
+    let mut bind: Vec<(&str, &dyn rusqlite::ToSql)> = vec![("?1", &before), ("?2", &limit)];
+    if let Some(s) = &status_text {
+        bind.push(("?3", s));
+    }
+    if let Some(s) = &filter.search {
+        bind.push(("?4", s));
+    }
+    let rows: Vec<TaskView> = stmt.query_map(bind.as_slice(), task_row)?.collect::<Result<_, _>>()?;
     rows.into_iter().map(|t| with_wait(c, with_artifacts(c, t)?)).collect()
 }
 

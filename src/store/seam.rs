@@ -17,6 +17,11 @@
 //! | earlier runs are dead | the data-directory lock | the node's session advisory lock (`pg::node`) |
 //! | lease expiry clock | the engine's clock | the database's clock (`db_clock`) |
 //! | no transaction across a network call | sync closures on the writer thread | sync closures on the store's own threads |
+//! | a budget holds before the money leaves | the check and `calling` in one writer operation (`ops::exec::record_calling`) | the same transaction under the budget advisory lock (`pg::spend::check`), so nodes check one at a time |
+//! | money is evidence (a charge needs a call) | `ops::settle_charge` + table CHECK | `pg::ops::settle_charge` + table CHECK |
+//! | one live retry per task and shot | single writer (`ops::user::retry`) | the original's envelope lock, then its set row (`pg::ops::user::retry`) |
+//! | provider capacity across the cluster | one process's slots | the capped dispatch under an advisory lock (`pg::ops::intake::dispatch_capped`) |
+//! | retention keeps what someone still needs | the plan re-checked per delete on the writer (`prune`) | the same plan (`prune::choose`), each delete re-checked under the task's envelope, set or photo lock (`pg::prune`) |
 
 use std::path::Path;
 
@@ -42,15 +47,6 @@ macro_rules! each {
             Store::Postgres($s) => $body,
         }
     };
-}
-
-/// The error the spend and budget reads give on PostgreSQL until they are ported.
-fn money_not_yet() -> StoreError {
-    StoreError::Invalid(
-        "spend reports and budgets are not available on the PostgreSQL backend yet (charge evidence per request is \
-         kept on SQLite only so far)"
-            .into(),
-    )
 }
 
 /// The error a SQLite-only call gives on PostgreSQL.
@@ -264,7 +260,7 @@ impl Store {
         }
     }
 
-    /// Durably record phase `calling` (or hold the call back for a budget, on SQLite).
+    /// Durably record phase `calling`, or hold the call back for a budget.
     pub async fn record_calling(
         &self,
         exec: String,
@@ -375,23 +371,14 @@ impl Store {
         each!(self, s => s.cancel_set(id, now).await)
     }
 
-    /// Retention: delete what settled before `cutoff` (SQLite only so far).
+    /// Retention: delete what settled before `cutoff` (`store::prune`, `pg::prune`).
     pub async fn prune(&self, cutoff: Millis, dry_run: bool) -> Result<PruneReport, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.prune(cutoff, dry_run).await,
-            Store::Postgres(_) => Err(StoreError::Invalid(
-                "retention (tally prune) is not available on the PostgreSQL backend yet; delete old rows with SQL"
-                    .into(),
-            )),
-        }
+        each!(self, s => s.prune(cutoff, dry_run).await)
     }
 
-    /// When the oldest prunable task settled (none on PostgreSQL until retention is ported).
+    /// When the oldest settled task changed at or after `since` last changed.
     pub async fn next_prunable(&self, since: Millis) -> Result<Option<Millis>, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.next_prunable(since).await,
-            Store::Postgres(_) => Ok(None),
-        }
+        each!(self, s => s.next_prunable(since).await)
     }
 
     // ---- reads ----
@@ -411,46 +398,31 @@ impl Store {
         each!(self, s => s.list_tasks(filter, before, limit).await)
     }
 
-    // ---- money (charge evidence, spend, budgets): SQLite only so far ----
+    // ---- money (charge evidence, spend, budgets) ----
 
-    /// Settled requests by provider and charge, for `/metrics` (none on PostgreSQL yet).
+    /// Settled requests by provider and charge, for `/metrics`.
     pub async fn charge_totals(&self) -> Result<Vec<crate::metrics::ChargeTotal>, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.charge_totals().await,
-            Store::Postgres(_) => Ok(Vec::new()),
-        }
+        each!(self, s => s.charge_totals().await)
     }
 
-    /// Tasks held back by a budget check it again (none are held on PostgreSQL yet).
+    /// Tasks held back by a budget check it again.
     pub async fn release_budget_holds(&self, now: Millis) -> Result<usize, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.release_budget_holds(now).await,
-            Store::Postgres(_) => Ok(0),
-        }
+        each!(self, s => s.release_budget_holds(now).await)
     }
 
-    /// The spend report (SQLite only so far).
+    /// The spend report.
     pub async fn spend(&self, from: Millis, to: Millis, group: Group) -> Result<SpendReport, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.spend(from, to, group).await,
-            Store::Postgres(_) => Err(money_not_yet()),
-        }
+        each!(self, s => s.spend(from, to, group).await)
     }
 
-    /// How much of each budget is used (SQLite only so far).
+    /// How much of each budget is used.
     pub async fn budget_use(&self, limits: Vec<Limit>, now: Millis) -> Result<Vec<BudgetUse>, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.budget_use(limits, now).await,
-            Store::Postgres(_) => Err(money_not_yet()),
-        }
+        each!(self, s => s.budget_use(limits, now).await)
     }
 
-    /// The requests that may have cost money (SQLite only so far).
+    /// The requests that may have cost money.
     pub async fn paid_requests(&self, from: Millis, to: Millis) -> Result<Vec<PaidRequest>, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.paid_requests(from, to).await,
-            Store::Postgres(_) => Err(money_not_yet()),
-        }
+        each!(self, s => s.paid_requests(from, to).await)
     }
 
     /// A task's timeline.

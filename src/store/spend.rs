@@ -77,13 +77,8 @@ pub(in crate::store) fn over_limit(
     limits: &[Limit],
     now: Millis,
 ) -> Result<Option<(Millis, String)>, StoreError> {
-    let mut held: Option<(Millis, String)> = None;
-    for l in limits {
-        if l.provider.as_deref().is_some_and(|p| p != provider) {
-            continue;
-        }
-        let (start, end) = l.period.bounds(now);
-        let spent: Micros = match &l.provider {
+    first_limit_hit(provider, cost, limits, now, |l, start, end| {
+        Ok(match &l.provider {
             None => c
                 .prepare_cached(
                     "SELECT coalesce(sum(cost_micros), 0) FROM executions
@@ -97,7 +92,27 @@ pub(in crate::store) fn over_limit(
                        AND t.provider = ?3",
                 )?
                 .query_row(params![start, end, p], |r| r.get(0))?,
-        };
+        })
+    })
+}
+
+/// The decision of [`over_limit`], on either backend: `spent(limit, start, end)` sums the
+/// period's `possible` and `charged` requests that count toward `limit` (all, or its
+/// provider's). Returns when the call can next fit and the words for the owner, or `None`.
+pub(in crate::store) fn first_limit_hit(
+    provider: &str,
+    cost: Micros,
+    limits: &[Limit],
+    now: Millis,
+    mut spent: impl FnMut(&Limit, Millis, Millis) -> Result<Micros, StoreError>,
+) -> Result<Option<(Millis, String)>, StoreError> {
+    let mut held: Option<(Millis, String)> = None;
+    for l in limits {
+        if l.provider.as_deref().is_some_and(|p| p != provider) {
+            continue;
+        }
+        let (start, end) = l.period.bounds(now);
+        let spent: Micros = spent(l, start, end)?;
         if spent + cost <= l.micros {
             continue;
         }
@@ -238,8 +253,13 @@ pub fn requests(c: &Connection, from: Millis, to: Millis) -> Result<Vec<PaidRequ
 
 /// The spend report over `[from, to)`, grouped.
 pub fn report(c: &Connection, from: Millis, to: Millis, group: Group) -> Result<SpendReport, StoreError> {
+    Ok(group_requests(requests(c, from, to)?, group))
+}
+
+/// The spend report of `requests` (oldest first), grouped: the same on either backend.
+pub(in crate::store) fn group_requests(requests: Vec<PaidRequest>, group: Group) -> SpendReport {
     let mut out = SpendReport { totals: SpendRow { key: "total".into(), ..SpendRow::default() }, ..Default::default() };
-    for r in requests(c, from, to)? {
+    for r in requests {
         let key = match group {
             Group::Day => day_key(r.at),
             Group::Month => day_key(r.at)[..7].to_string(),
@@ -259,7 +279,7 @@ pub fn report(c: &Connection, from: Millis, to: Millis, group: Group) -> Result<
         }
     }
     out.rows.sort_by(|a, b| a.key.cmp(&b.key));
-    Ok(out)
+    out
 }
 
 /// The UTC date of a time: `2026-12-01`.
@@ -324,16 +344,26 @@ pub struct BudgetUse {
 
 /// How much of each limit the period containing `now` has used.
 pub fn budget_use(c: &Connection, limits: &[Limit], now: Millis) -> Result<Vec<BudgetUse>, StoreError> {
+    budget_use_with(limits, now, |l, start, end| {
+        Ok(c.prepare_cached(
+            "SELECT coalesce(sum(x.cost_micros), 0) FROM executions x JOIN tasks t ON t.id = x.task_id
+             WHERE x.charge IN ('possible', 'charged') AND x.calling_at >= ?1 AND x.calling_at < ?2
+               AND (?3 IS NULL OR t.provider = ?3)",
+        )?
+        .query_row(params![start, end, l.provider], |r| r.get(0))?)
+    })
+}
+
+/// [`budget_use`] on either backend, with `spent` as in [`first_limit_hit`].
+pub(in crate::store) fn budget_use_with(
+    limits: &[Limit],
+    now: Millis,
+    mut spent: impl FnMut(&Limit, Millis, Millis) -> Result<Micros, StoreError>,
+) -> Result<Vec<BudgetUse>, StoreError> {
     let mut out = Vec::new();
     for l in limits {
         let (start, end) = l.period.bounds(now);
-        let spent: Micros = c
-            .prepare_cached(
-                "SELECT coalesce(sum(x.cost_micros), 0) FROM executions x JOIN tasks t ON t.id = x.task_id
-                 WHERE x.charge IN ('possible', 'charged') AND x.calling_at >= ?1 AND x.calling_at < ?2
-                   AND (?3 IS NULL OR t.provider = ?3)",
-            )?
-            .query_row(params![start, end, l.provider], |r| r.get(0))?;
+        let spent: Micros = spent(l, start, end)?;
         out.push(BudgetUse {
             period: l.period.adjective(),
             provider: l.provider.clone(),

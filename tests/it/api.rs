@@ -43,6 +43,29 @@ fn idempotent_submit_gives_201_then_200_then_409() {
     assert_eq!(request(d.port, "POST", "/v1/tasks", &hdrs, Some(both)).status, 400);
 }
 
+/// `GET /v1/tasks?q=` searches every job, not a page of them, and `tally list --search` with it;
+/// an empty `q` lists everything and an overlong one is refused.
+#[test]
+fn search_finds_jobs_by_prompt_through_the_api_and_the_cli() {
+    let d = Daemon::start(FAST_DEMO);
+    for p in ["red sneaker on white", "blue mug", "Red SNEAKER at dusk", "green hat"] {
+        assert_eq!(d.call("POST", "/v1/tasks", Some(&json!({ "prompt": p }))).status, 201);
+    }
+    let prompts = |path: &str| -> Vec<String> {
+        let r = d.call("GET", path, None);
+        assert_eq!(r.status, 200, "{path}: {:?}", r.json());
+        r.json()["tasks"].as_array().expect("tasks").iter().map(|t| t["prompt"].as_str().unwrap_or("").into()).collect()
+    };
+    assert_eq!(prompts("/v1/tasks?q=sneaker"), ["Red SNEAKER at dusk", "red sneaker on white"]);
+    assert_eq!(prompts("/v1/tasks?q=sneaker&limit=1").len(), 1);
+    assert_eq!(prompts("/v1/tasks?q=").len(), 4, "an empty search is no search");
+    let long = "x".repeat(201);
+    assert_eq!(d.call("GET", &format!("/v1/tasks?q={long}"), None).status, 400);
+    let out = d.cli(&["list", "--search", "MUG"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains("blue mug") && !text.contains("sneaker"), "{text}");
+}
+
 #[test]
 fn demo_task_succeeds_with_a_verified_png() {
     let d = Daemon::start(FAST_DEMO);

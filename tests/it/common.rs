@@ -395,3 +395,34 @@ pub fn submit(d: &Daemon, provider: &str, prompt: &str, key: &str) -> Option<(u1
     }
     Some((r.status, id?))
 }
+
+/// A fresh database on the test PostgreSQL server (`TALLY_TEST_PG_URL`); its URL.
+pub fn pg_database(url: &str) -> String {
+    let name = format!("t_{}", uuid::Uuid::new_v4().simple());
+    let (admin, n) = (url.to_string(), name.clone());
+    // The sync client runs a runtime of its own: off any async thread.
+    std::thread::spawn(move || {
+        let mut c = postgres::Client::connect(&admin, postgres::NoTls).expect("connect");
+        c.batch_execute(&format!("CREATE DATABASE {n}")).expect("create database");
+    })
+    .join()
+    .expect("create database thread");
+    match url.rsplit_once('/') {
+        Some((base, _)) => format!("{base}/{name}"),
+        None => panic!("odd URL {url}"),
+    }
+}
+
+impl Daemon {
+    /// Keep this (configured, not yet started) daemon's data in a fresh PostgreSQL database
+    /// instead of its SQLite file, as node `node`. `None` when the PostgreSQL tests are skipped.
+    pub fn on_postgres(&mut self, node: &str) -> Option<()> {
+        let url = crate::conformance::backend::pg_url()?;
+        let db = pg_database(&url);
+        let text = std::fs::read_to_string(&self.config).expect("read config");
+        let storage = format!("[storage]\nbackend = \"postgres\"\npostgres_url = \"{db}\"\n");
+        let text = format!("{}\n[node]\nname = \"{node}\"\n", text.replacen("[storage]\n", &storage, 1));
+        std::fs::write(&self.config, text).expect("write config");
+        Some(())
+    }
+}

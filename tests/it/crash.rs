@@ -5,7 +5,9 @@
 //! sha256), `tally check` (every stored image verified), and the recovery in the timeline.
 //! The finish is covered on both sides of its commit: `before-finish-commit` (the image and
 //! `succeeded` written in the open transaction) and `after-finish` (committed). The migration
-//! of an older data dir's image files is covered by `migration_*` (see `onefile`).
+//! of an older data dir's image files is covered by `migration_*` (see `onefile`). Every
+//! cell runs twice: on SQLite, and (`crash::pg::*`) with the daemon's data on a fresh
+//! PostgreSQL database, restarted under the same node name.
 //!
 //! Needs a binary built with `--features failpoints` (the README's test command does that).
 
@@ -42,10 +44,26 @@ fn engine_section() -> &'static str {
     "dispatch_grace_secs = 1\nmax_attempts = 3\nbackoff_base_ms = 50\nbackoff_max_ms = 500\n"
 }
 
-/// One cell of the matrix.
+/// Where a cell keeps its data: the SQLite file, or a fresh PostgreSQL database (one node
+/// that restarts under its name, so it recovers its own earlier run at once).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum On {
+    Sqlite,
+    Postgres,
+}
+
+/// One cell of the matrix, on SQLite.
 pub fn crash_case(point: &str, kind: &str) {
+    crash_case_on(point, kind, On::Sqlite)
+}
+
+/// One cell of the matrix on `on`.
+fn crash_case_on(point: &str, kind: &str, on: On) {
     let mock = Mock::start(&["--job-duration-ms", "50", "--honor-idempotency-key"]);
     let mut d = Daemon::configure_with(engine_section(), &providers(&mock));
+    if on == On::Postgres && d.on_postgres("crash-node").is_none() {
+        return;
+    }
     d.env.push(("TALLY_TEST_KEY".into(), "sk-test-crash".into()));
     d.env.push(("FAILPOINTS".into(), format!("{point}=return")));
     d.spawn();
@@ -99,11 +117,21 @@ pub fn crash_case(point: &str, kind: &str) {
     assert!(check.status.success(), "{point}/{kind}: tally check failed:\n{out}");
     let images = if want == "succeeded" { 1 } else { 0 };
     assert!(out.contains(&format!("{images} image(s) verified")), "{point}/{kind}: {out}");
+    if on == On::Postgres {
+        assert!(out.contains("PostgreSQL"), "{point}/{kind}: not checked on PostgreSQL: {out}");
+        assert!(!d.data.join("tally.db").exists(), "{point}/{kind}: a SQLite file was made");
+    }
 }
 
+/// Each cell on SQLite (`crash::NAME`) and on PostgreSQL (`crash::pg::NAME`: the store's
+/// side — `pg::ops`, recovery under the envelope lock, the node lock at restart — is what
+/// differs).
 macro_rules! matrix {
     ($($name:ident: $point:literal, $kind:literal;)*) => {
         $(#[test] fn $name() { crash_case($point, $kind); })*
+        mod pg {
+            $(#[test] fn $name() { super::crash_case_on($point, $kind, super::On::Postgres); })*
+        }
     };
 }
 

@@ -16,19 +16,7 @@ use crate::conformance::backend::pg_url;
 
 /// A fresh database on the test server; its URL.
 fn database(url: &str) -> String {
-    let name = format!("t_{}", uuid::Uuid::new_v4().simple());
-    let admin = url.to_string();
-    let n = name.clone();
-    std::thread::spawn(move || {
-        let mut c = postgres::Client::connect(&admin, postgres::NoTls).expect("connect");
-        c.batch_execute(&format!("CREATE DATABASE {n}")).expect("create database");
-    })
-    .join()
-    .expect("create database thread");
-    match url.rsplit_once('/') {
-        Some((base, _)) => format!("{base}/{name}"),
-        None => panic!("odd URL {url}"),
-    }
+    crate::common::pg_database(url)
 }
 
 /// Run one query on the database (off the async threads: these tests are synchronous).
@@ -394,4 +382,112 @@ fn chaos_two_nodes_on_one_postgres() {
     );
     assert!(kills > 0 && fences > 0 && stops > 0, "the run exercised every kind of chaos");
     let _ = TcpStream::connect(("127.0.0.1", nodes[0].port));
+}
+
+/// Two nodes with one daily budget on one account: together they send exactly as many paid
+/// requests as the budget allows (the mock's ledger counts them), hold the rest back as
+/// `waiting` with the budget's words and no attempt counted, and either node's
+/// `GET /v1/spend` reports what both sent. (Each node checks the budget in the transaction
+/// that records `calling`, under the cluster-wide budget lock; without it the two could each
+/// see the same last room.)
+#[test]
+fn two_nodes_together_never_overshoot_a_budget_and_both_report_the_spend() {
+    let Some(url) = pg_url() else { return };
+    let db = database(&url);
+    let mock = Mock::start(&["--latency-ms", "50"]);
+    // $0.04 an image, $0.17 a day: four requests fit, the fifth would not.
+    let priced = format!("{}price_per_image = 0.04\n", openai(&mock, 8));
+    let engine = "workers = 8\nlease_secs = 15\nheartbeat_secs = 2\n\n[budget]\ndaily = 0.17\n";
+    let a = node(&db, "node-a", engine, &priced);
+    let b = node(&db, "node-b", engine, &priced);
+    let mut ids = Vec::new();
+    for i in 0..10 {
+        let d = if i % 2 == 0 { &a } else { &b };
+        let (code, id) = submit(d, "openai", &format!("budget {i}"), &format!("budget-{i}")).expect("submitted");
+        assert_eq!(code, 201);
+        ids.push(id);
+    }
+    let task = |d: &Daemon, id: &str| d.call("GET", &format!("/v1/tasks/{id}"), None).json();
+    let quiet = wait_for(Duration::from_secs(60), || {
+        let all: Vec<serde_json::Value> = ids.iter().map(|id| task(&a, id)).collect();
+        let done = all.iter().filter(|t| t["status"] == "succeeded").count();
+        let held = all
+            .iter()
+            .filter(|t| t["status"] == "waiting" && t["reason"].as_str().is_some_and(|r| r.contains("budget")))
+            .count();
+        (done + held == ids.len()).then_some((done, held, all))
+    });
+    let (done, held, all) = quiet.expect("every task succeeded or is held by the budget");
+    assert_eq!((done, held), (4, 6), "four fit in the budget");
+    for t in all.iter().filter(|t| t["status"] == "waiting") {
+        assert_eq!(t["attempts"], 0, "a held task counted no attempt: {t}");
+        assert_eq!(t["charge"]["state"], "none", "nothing was sent for it: {t}");
+    }
+    let charged = mock.lines().iter().filter(|l| l["charged"] == true).count();
+    assert_eq!(charged, 4, "the ledger: exactly what the budget allows reached the provider");
+    for d in [&a, &b] {
+        let spend = d.call("GET", "/v1/spend?group=provider", None);
+        assert_eq!(spend.status, 200, "{}", String::from_utf8_lossy(&spend.body));
+        let totals = &spend.json()["totals"];
+        assert_eq!(totals["charged"]["count"], 4, "{totals}");
+        assert!((totals["charged"]["amount"].as_f64().unwrap_or(0.0) - 0.16).abs() < 1e-9, "{totals}");
+        let budgets = spend.json()["budgets"].clone();
+        assert!(budgets.to_string().contains("0.16"), "the budget's use counts both nodes: {budgets}");
+    }
+}
+
+/// `tally prune` on PostgreSQL: through node A's daemon (its data dir is locked, so it goes
+/// through `POST /v1/prune`), what it deleted is gone on node B too (tasks and images: B
+/// answers 404), and with A stopped the CLI prunes the shared database as node A while B
+/// runs; `tally check` is clean after. (A provider that never bills: what retention keeps
+/// for this month's spend is the conformance suite's `prune` group.)
+#[test]
+fn tally_prune_works_on_postgres_through_a_node_and_as_a_node_while_another_runs() {
+    let Some(url) = pg_url() else { return };
+    let db = database(&url);
+    let engine = "workers = 2\nlease_secs = 15\nheartbeat_secs = 2\n";
+    let mut a = node(&db, "node-a", engine, crate::common::FAST_DEMO);
+    let b = node(&db, "node-b", engine, crate::common::FAST_DEMO);
+    let mut ids = Vec::new();
+    for (i, d) in [&a, &b, &a].into_iter().enumerate() {
+        let (code, id) = submit(d, "demo", &format!("to prune {i}"), &format!("prune-{i}")).expect("submitted");
+        assert_eq!(code, 201);
+        ids.push(id);
+    }
+    let tasks: Vec<serde_json::Value> = ids.iter().map(|id| b.wait_status(id, &["succeeded"])).collect();
+    let image = tasks[1]["artifacts"][0]["url"].as_str().expect("artifact url").to_string();
+    assert_eq!(b.call("GET", &image, None).status, 200);
+    let out = a.cli(&["prune", "--older-than", "0s", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(
+        (r["tasks"].as_u64(), r["images"].as_u64(), r["freed_bytes"].as_i64()),
+        (Some(3), Some(3), Some(0)),
+        "{r}"
+    );
+    for id in &ids {
+        assert_eq!(b.call("GET", &format!("/v1/tasks/{id}"), None).status, 404, "{id} is still there on node B");
+    }
+    assert_eq!(b.call("GET", &image, None).status, 404, "the image went with its task");
+
+    // Node A stopped: the CLI connects as node A, while node B runs.
+    let (code, late) = submit(&b, "demo", "pruned by the CLI", "prune-late").expect("submitted");
+    assert_eq!(code, 201);
+    b.wait_status(&late, &["succeeded"]);
+    assert!(a.term().success());
+    let dry = a.cli(&["prune", "--older-than", "0s", "--dry-run", "--json"]);
+    assert!(dry.status.success(), "{}", String::from_utf8_lossy(&dry.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&dry.stdout).expect("JSON");
+    assert_eq!((r["dry_run"].as_bool(), r["tasks"].as_u64()), (Some(true), Some(1)), "{r}");
+    assert_eq!(b.call("GET", &format!("/v1/tasks/{late}"), None).status, 200, "a dry run deleted it");
+    let out = a.cli(&["prune", "--older-than", "0s"]);
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success() && said.contains("deleted 1 job(s)"),
+        "{said} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(b.call("GET", &format!("/v1/tasks/{late}"), None).status, 404);
+    let check = b.cli(&["check"]);
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stdout));
 }

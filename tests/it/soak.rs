@@ -5,7 +5,9 @@
 //! idempotency key. At the end every task the client saw accepted must be settled (terminal
 //! or `unknown`), and the mock's ledger must show no prompt charged twice.
 //!
-//! Bounded for CI; `TALLY_SOAK_TASKS=2000 TALLY_SOAK_SECS=600` runs a long one.
+//! Runs on SQLite (`chaos_soak`) and with the daemon's data on PostgreSQL
+//! (`chaos_soak_postgres`). Bounded for CI; `TALLY_SOAK_TASKS=2000 TALLY_SOAK_SECS=600` runs a
+//! long one.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -53,13 +55,30 @@ fn pause(d: &Daemon, how_long: Duration) {
 #[test]
 fn chaos_soak() {
     let tasks = env_or("TALLY_SOAK_TASKS", 300) as usize;
-    let budget = Duration::from_secs(env_or("TALLY_SOAK_SECS", 90));
+    soak(tasks, Duration::from_secs(env_or("TALLY_SOAK_SECS", 90)), false);
+}
+
+/// The same soak with the daemon's data on PostgreSQL (one node that restarts under its name:
+/// it recovers its own earlier run at once through its node lock). The
+/// two-node chaos run (`pg_nodes::chaos_two_nodes_on_one_postgres`) covers peers.
+#[test]
+fn chaos_soak_postgres() {
+    let tasks = env_or("TALLY_SOAK_TASKS", 300) as usize;
+    soak(tasks, Duration::from_secs(env_or("TALLY_SOAK_SECS", 60)), true);
+}
+
+/// One soak of at most `tasks` tasks and `budget` of submitting.
+fn soak(tasks: usize, budget: Duration, postgres: bool) {
     let seed = env_or("TALLY_SOAK_SEED", uuid::Uuid::new_v4().as_u128() as u64 | 1);
     eprintln!("soak: seed={seed} (TALLY_SOAK_SEED to rerun)");
     let mut rng = Rng(seed);
     let mock = Mock::start(&["--job-duration-ms", "100", "--honor-idempotency-key"]);
     let engine = "dispatch_grace_secs = 1\nmax_attempts = 3\nbackoff_base_ms = 50\nbackoff_max_ms = 400\nrecovery_deadline_secs = 20\n";
     let mut d = Daemon::configure_with(engine, &providers(&mock));
+    if postgres && d.on_postgres("soak-node").is_none() {
+        return;
+    }
+    let on = if postgres { "postgres" } else { "sqlite" };
     d.env.push(("TALLY_TEST_KEY".into(), "sk-test-soak".into()));
     d.spawn();
 
@@ -176,11 +195,12 @@ fn chaos_soak() {
         .output()
         .expect("check runs");
     println!(
-        "soak: tasks={} kills={kills} pauses={pauses} lost={lost} duplicate_charges={duplicate_charges} unknown={unknown} succeeded={succeeded} failed={failed}",
+        "soak {on}: tasks={} kills={kills} pauses={pauses} lost={lost} duplicate_charges={duplicate_charges} unknown={unknown} succeeded={succeeded} failed={failed}",
         accepted.len()
     );
     eprintln!("soak: create requests the mock did not charge (idempotent replays, refusals): {idem_replays}");
     assert!(pauses > 0, "the soak never froze the daemon");
+    assert!(kills > 1, "the soak never killed the daemon mid-flight");
     assert_eq!(lost, 0, "tasks were lost");
     assert_eq!(duplicate_charges, 0, "a prompt was charged twice");
     assert!(status.success(), "clean stop failed");

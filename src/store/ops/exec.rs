@@ -161,7 +161,7 @@ pub(in crate::store) fn finish(
         .optional()?
         .ok_or(StoreError::Fenced)?;
     let charge = Charge::parse(&stored).unwrap_or(Charge::Possible);
-    let words = charge_words(wanted, charge, called, cost, currency.as_deref());
+    let words = charge_words(called, charge, wanted, cost, currency.as_deref());
     let ex = Some(exec);
     let (status, set) = match f {
         Finish::Succeeded(a) => {

@@ -458,15 +458,16 @@ pub(in crate::store) fn settle_charge(
         .optional()?;
     let Some((stored, called, cost, currency)) = row else { return Ok((Charge::None, String::new())) };
     let stored = Charge::parse(&stored).unwrap_or(Charge::Possible);
-    Ok((stored, charge_words(charge, stored, called, cost, currency.as_deref())))
+    Ok((stored, charge_words(called, stored, charge, cost, currency.as_deref())))
 }
 
-/// What a settled charge means, in plain words for the timeline: `wanted` is what the outcome
-/// said, `stored` what the evidence allowed (`settle_charge`, or `finish`'s own statement).
+/// The timeline's words about money for a settled charge (both backends): `stored` as the
+/// store recorded it, `asked` as the outcome claimed it, `called` whether `calling` had been
+/// recorded. Empty when nothing was sent.
 pub(in crate::store) fn charge_words(
-    charge: Charge,
-    stored: Charge,
     called: bool,
+    stored: Charge,
+    asked: Charge,
     cost: Option<Micros>,
     currency: Option<&str>,
 ) -> String {
@@ -476,7 +477,7 @@ pub(in crate::store) fn charge_words(
     };
     match (called, stored) {
         (false, _) => String::new(),
-        (true, Charge::None) if charge == Charge::None => "nothing reached the provider, so nothing was charged".into(),
+        (true, Charge::None) if asked == Charge::None => "nothing reached the provider, so nothing was charged".into(),
         (true, Charge::None) => "this provider never charges".into(),
         (true, Charge::Refused) => "a definite refusal, which the provider does not charge for".into(),
         (true, Charge::Possible) => format!("it may have been charged{about}"),

@@ -31,8 +31,10 @@ mod check;
 mod conn;
 mod node;
 mod ops;
+mod prune;
 mod read;
 mod sets;
+pub mod spend;
 mod watch;
 
 pub use check::check;
@@ -56,11 +58,33 @@ const SCHEMA: &str = include_str!("../../../schema-pg.sql");
 
 /// The PostgreSQL schema version this build writes (independent of SQLite's
 /// `SCHEMA_VERSION`). Older databases are migrated by [`MIGRATIONS`]; newer ones refused.
-pub const PG_SCHEMA_VERSION: i32 = 2;
+pub const PG_SCHEMA_VERSION: i32 = 3;
 
-/// Migrations from version `n` to `n + 1`, indexed by `n - 1`.
+/// Migrations from version `n` to `n + 1`, indexed by `n - 1`. Each runs in the transaction
+/// that records the new version, under the migration lock, and only while no other node of
+/// this database is running (an older build would go on writing rows without what the
+/// migration adds). Columns are appended, so a migrated schema has the same catalog as a new
+/// one (`tests/it/conformance/pg_migrate.rs` compares them, from `tests/fixtures/pg-schema-v1.sql`).
 const MIGRATIONS: &[&str] = &[
-    // 1 → 2: dispatch by lanes and fairness keys for free provider slots (as SQLite's 4 → 5).
+    // 1 → 2: charge evidence per execution, prices, budget holds, retry keys per original
+    // (as SQLite's 4 → 5). Version 1 recorded only "calling was reached", so an old request
+    // that did not succeed is backfilled as 'possible' (what tally told the user then),
+    // never 'refused'.
+    "ALTER TABLE tasks ADD COLUMN retry_key text;
+     CREATE UNIQUE INDEX tasks_by_retry_key ON tasks(retry_of, retry_key) WHERE retry_key IS NOT NULL;
+     ALTER TABLE envelopes ADD COLUMN budget_hold boolean NOT NULL DEFAULT false;
+     ALTER TABLE executions ADD COLUMN charge text NOT NULL DEFAULT 'none'
+        CHECK (charge IN ('none', 'refused', 'possible', 'charged'));
+     ALTER TABLE executions ADD COLUMN billable boolean NOT NULL DEFAULT true;
+     ALTER TABLE executions ADD COLUMN cost_micros bigint;
+     ALTER TABLE executions ADD COLUMN currency text;
+     ALTER TABLE executions ADD COLUMN model text;
+     UPDATE executions SET charge = CASE WHEN calling_at IS NULL THEN 'none'
+                                         WHEN status = 'succeeded' THEN 'charged' ELSE 'possible' END;
+     ALTER TABLE executions ADD CONSTRAINT executions_charge_needs_a_call
+        CHECK (charge = 'none' OR (calling_at IS NOT NULL AND billable));
+     CREATE INDEX executions_paid ON executions(calling_at) WHERE charge <> 'none';",
+    // 2 → 3: dispatch by lanes and fairness keys for free provider slots (as SQLite's 5 → 6).
     "ALTER TABLE tasks ADD COLUMN group_key text;
      ALTER TABLE envelopes ADD COLUMN lane text NOT NULL DEFAULT 'fresh' CHECK (lane IN ('fresh', 'recovery'));
      ALTER TABLE envelopes ADD COLUMN fair_key text COLLATE \"C\" NOT NULL DEFAULT '';
@@ -468,6 +492,9 @@ fn migrate(config: &postgres::Config, schema: Option<&str>) -> Result<i64, Store
                 supported: PG_SCHEMA_VERSION.into(),
             });
         }
+        if version < PG_SCHEMA_VERSION {
+            refuse_with_live_nodes(&mut t, version)?;
+        }
         for v in version..PG_SCHEMA_VERSION {
             let step = MIGRATIONS.get((v - 1) as usize).ok_or_else(|| StoreError::NotTally {
                 path: "the PostgreSQL database".into(),
@@ -482,6 +509,31 @@ fn migrate(config: &postgres::Config, schema: Option<&str>) -> Result<i64, Store
     }
     t.commit()?;
     Ok(offset)
+}
+
+/// A migration runs only while no node of this database runs: a node of an older build would
+/// go on writing rows without what the migration adds (a call recorded with no charge
+/// evidence, say). Live nodes are those whose advisory lock is held now.
+fn refuse_with_live_nodes(t: &mut postgres::Transaction<'_>, version: i32) -> Result<(), StoreError> {
+    let live: Vec<String> = t
+        .query(
+            "SELECT n.name FROM nodes n WHERE n.lock_key::bigint IN (
+                SELECT objid::bigint FROM pg_locks WHERE locktype = 'advisory' AND classid = $1::bigint::oid
+                  AND objsubid = 2 AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))
+             ORDER BY n.name",
+            &[&i64::from(LOCK_CLASS)],
+        )?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    if live.is_empty() {
+        return Ok(());
+    }
+    Err(StoreError::Invalid(format!(
+        "the database has tally schema version {version} and this build needs {PG_SCHEMA_VERSION}: it migrates the \
+         schema only while no other node runs, and these do: {}. Stop every node, then start this one first",
+        live.join(", ")
+    )))
 }
 
 /// For `tally check`: the schema must be tally's, and not newer than this build.

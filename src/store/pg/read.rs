@@ -16,12 +16,8 @@ fn task_row(r: &Row) -> TaskView {
         reason: r.get(2),
         failure_kind: r.get(3),
         attempts: r.get(4),
-        // Charge evidence per execution is not mirrored in this backend yet: its old flag
-        // ("calling was reached") is the most it can say.
-        charge: crate::store::ChargeSummary {
-            state: if r.get::<_, bool>(5) { crate::domain::Charge::Possible } else { crate::domain::Charge::None },
-            ..Default::default()
-        },
+        // Derived from the executions by `with_artifacts` (column 5 is unused since schema 2).
+        charge: crate::store::ChargeSummary::default(),
         retried_as: None,
         cancel_requested: r.get(6),
         provider: r.get(7),
@@ -60,7 +56,19 @@ fn with_artifacts(tx: &mut Tx<'_, '_>, mut t: TaskView) -> Result<TaskView, Stor
         .iter()
         .map(artifact_row)
         .collect();
+    t.charge = charge_of(tx, &t.id)?;
+    t.retried_as = super::ops::latest_retry(tx, &t.id)?;
     Ok(t)
+}
+
+/// A task's charge, from its executions (as `store::read::charge_of`).
+pub(super) fn charge_of(tx: &mut Tx<'_, '_>, task: &str) -> Result<crate::store::ChargeSummary, StoreError> {
+    let rows = tx
+        .rows("SELECT charge, cost_micros, currency FROM executions WHERE task_id = $1", &[&task])?
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    crate::store::read::summarize_charges(rows)
 }
 
 /// One task with its artifacts.
@@ -109,7 +117,7 @@ fn with_wait(tx: &mut Tx<'_, '_>, mut t: TaskView) -> Result<TaskView, StoreErro
 /// Tasks newest first, optionally of one status, after the cursor `before` (a task id).
 fn list_tasks(
     tx: &mut Tx<'_, '_>,
-    filter: crate::store::TaskFilter,
+    filter: &crate::store::TaskFilter,
     before: Option<&str>,
     limit: usize,
 ) -> Result<Vec<TaskView>, StoreError> {
@@ -118,23 +126,18 @@ fn list_tasks(
         return Ok(Vec::new());
     }
     let status = if filter.needs_attention { Some(TaskStatus::Unknown) } else { filter.status };
-    let unretried = filter.needs_attention;
-    let rows = match status {
-        Some(s) => tx.rows(
-            "SELECT id, status, reason, failure_kind, attempts, may_have_charged, cancel_requested, provider,
-                    prompt, params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role, group_key
-             FROM tasks WHERE status = $1 AND id < $2
-               AND (NOT $4 OR NOT EXISTS (SELECT 1 FROM tasks r WHERE r.retry_of = tasks.id))
-             ORDER BY id DESC LIMIT $3",
-            &[&s.as_str(), &before, &(limit as i64), &unretried],
-        )?,
-        None => tx.rows(
-            "SELECT id, status, reason, failure_kind, attempts, may_have_charged, cancel_requested, provider,
-                    prompt, params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role, group_key
-             FROM tasks WHERE id < $1 ORDER BY id DESC LIMIT $2",
-            &[&before, &(limit as i64)],
-        )?,
-    };
+    // One statement for every filter: an absent filter is a NULL that matches everything.
+    let rows = tx.rows(
+        "SELECT id, status, reason, failure_kind, attempts, may_have_charged, cancel_requested, provider,
+                prompt, params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role, group_key
+         FROM tasks WHERE id < $1
+           AND ($3::text IS NULL OR status = $3)
+           AND (NOT $4 OR NOT EXISTS (SELECT 1 FROM tasks r WHERE r.retry_of = tasks.id))
+           AND ($5::text IS NULL OR strpos(lower(prompt), lower($5)) > 0
+                OR set_id IN (SELECT id FROM sets WHERE strpos(lower(product), lower($5)) > 0))
+         ORDER BY id DESC LIMIT $2",
+        &[&before, &(limit as i64), &status.map(|s| s.as_str()), &filter.needs_attention, &filter.search],
+    )?;
     rows.iter().map(|r| with_artifacts(tx, task_row(r)).and_then(|t| with_wait(tx, t))).collect()
 }
 
@@ -190,7 +193,7 @@ impl PgStore {
         before: Option<String>,
         limit: usize,
     ) -> Result<Vec<TaskView>, StoreError> {
-        self.read(move |tx| list_tasks(tx, filter, before.as_deref(), limit)).await
+        self.read(move |tx| list_tasks(tx, &filter, before.as_deref(), limit)).await
     }
 
     /// A task's timeline.

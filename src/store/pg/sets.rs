@@ -151,8 +151,11 @@ fn create_set(tx: &mut Tx<'_, '_>, s: &NewSet, now: Millis) -> Result<SubmitOutc
     if let Some(seen) = set_replay(tx, s.idempotency_key.as_deref(), &hash)? {
         return Ok(seen);
     }
+    // Each named photo is locked (`FOR KEY SHARE`, which only a delete conflicts with) before
+    // it is checked: a prune deleting it either finished first (then it is gone, said
+    // plainly) or waits until this set, which keeps it, is committed (`pg::prune`).
     for r in &s.references {
-        if upload(tx, r)?.is_none() {
+        if tx.opt("SELECT 1 FROM uploads WHERE id = $1 FOR KEY SHARE", &[r])?.is_none() {
             return Err(StoreError::Invalid(format!("no upload with id {r}")));
         }
     }

@@ -151,7 +151,15 @@
     filter.addEventListener("change", () => { list.filter = filter.value; load(); });
     const search = h("input", { type: "search", id: "search", value: list.search, placeholder: "prompt or product",
       autocomplete: "off" });
-    search.addEventListener("input", () => { list.search = search.value; render(); });
+    // The daemon searches every job (prompt or product), not only the ones loaded; a short
+    // pause after typing keeps it to one request per word.
+    let typing = null;
+    search.addEventListener("input", () => {
+      list.search = search.value;
+      render();
+      clearTimeout(typing);
+      typing = setTimeout(() => load(), 250);
+    });
     const more = h("button", { type: "button", id: "more", class: "more", hidden: true }, "Show older jobs");
     const moreErr = errorSlot("more-error");
     more.addEventListener("click", () => busy(more, moreErr, () => load(true)));
@@ -162,7 +170,7 @@
           h("span", { class: "filter" }, h("label", { for: "status-filter" }, "Show"), filter))),
       h("ul", { id: "task-list", class: "tasks" }),
       h("p", { id: "empty", class: "hint", hidden: true }, "No jobs here yet."),
-      h("p", { id: "search-note", class: "hint", hidden: true }), more, moreErr);
+      more, moreErr);
   }
 
   async function showJobs(fresh) {
@@ -179,9 +187,12 @@
     const f = FILTERS.find(([v]) => v === list.filter) || FILTERS[0];
     const q = new URLSearchParams(f[2]);
     if (older && list.next) q.set("before", list.next);
+    if (list.search.trim()) q.set("q", list.search.trim());
     try {
       const page = await api("GET", "/v1/tasks" + (q.toString() ? "?" + q : ""));
       const got = (page.tasks || []).filter(f[3]);
+      // The daemon found these for this search (perhaps by their set's product).
+      for (const x of got) x.foundBy = list.search.trim();
       list.tasks = older ? list.tasks.concat(got) : got;
       list.next = page.next;
       render();
@@ -190,9 +201,11 @@
     }
   }
 
+  /** Whether a job belongs in the list for the search typed (the daemon's rule, applied to a
+      row that changed live; products not known yet count as not matching). */
   function matchesSearch(t) {
     const q = list.search.trim().toLowerCase();
-    if (!q) return true;
+    if (!q || t.foundBy === list.search.trim()) return true;
     return String(t.prompt).toLowerCase().includes(q) || String(products.get(t.set_id) || "").toLowerCase().includes(q);
   }
 
@@ -277,9 +290,6 @@
     }
     document.getElementById("empty").hidden = shown.length > 0;
     document.getElementById("more").hidden = !list.next;
-    const note = document.getElementById("search-note");
-    note.hidden = !(list.search.trim() && list.next);
-    note.textContent = "The search looks through the jobs loaded so far; show older jobs to search further back.";
   }
 
   /** Put a fresh copy of a job into the list (or drop it when it no longer matches). */
@@ -288,7 +298,7 @@
     const f = FILTERS.find(([v]) => v === list.filter) || FILTERS[0];
     const i = list.tasks.findIndex((x) => x.id === t.id);
     const matches = f[3](t);
-    if (i >= 0 && matches) list.tasks[i] = t;
+    if (i >= 0 && matches) { t.foundBy = list.tasks[i].foundBy; list.tasks[i] = t; }
     else if (i >= 0) list.tasks.splice(i, 1);
     else if (matches) {
       list.tasks.unshift(t);

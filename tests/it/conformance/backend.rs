@@ -15,6 +15,7 @@ use std::future::Future;
 use tally::config::Durability;
 use tally::domain::{Millis, TaskStatus};
 use tally::store::pg::{PgOptions, PgStore};
+use tally::store::spend::{BudgetUse, Group, Limit, PaidRequest, SpendReport};
 use tally::store::*;
 
 /// Every store operation the engine, API and web page call, by name.
@@ -130,10 +131,55 @@ pub trait Backend: Clone + Send + Sync + 'static {
         before: Option<String>,
         limit: usize,
     ) -> impl Future<Output = Result<Vec<TaskView>, StoreError>> + Send;
+    /// Tasks whose prompt or set product contains `text`, newest first.
+    fn search_tasks(&self, text: &str, limit: usize) -> impl Future<Output = Result<Vec<TaskView>, StoreError>> + Send;
     fn events(&self, task: String) -> impl Future<Output = Result<Vec<EventView>, StoreError>> + Send;
     fn artifact(&self, id: String) -> impl Future<Output = Result<Option<ArtifactView>, StoreError>> + Send;
     fn status_counts(&self) -> impl Future<Output = Result<Vec<(TaskStatus, i64)>, StoreError>> + Send;
     fn next_sent_deadline(&self) -> impl Future<Output = Result<Option<Millis>, StoreError>> + Send;
+    /// `record_calling` with its money facts (price, billable, limits).
+    fn calling_with(
+        &self,
+        exec: String,
+        lease: String,
+        now: Millis,
+        facts: CallingFacts,
+    ) -> impl Future<Output = Result<CallingOutcome, StoreError>> + Send;
+    /// `retry` with the whole acknowledgement.
+    fn retry_ack(
+        &self,
+        task: String,
+        ack: RetryAck,
+        key: Option<String>,
+        now: Millis,
+    ) -> impl Future<Output = Result<RetryOutcome, StoreError>> + Send;
+    /// `list_tasks` with the whole filter.
+    fn list_filtered(
+        &self,
+        filter: TaskFilter,
+        before: Option<String>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<TaskView>, StoreError>> + Send;
+    fn spend(
+        &self,
+        from: Millis,
+        to: Millis,
+        group: Group,
+    ) -> impl Future<Output = Result<SpendReport, StoreError>> + Send;
+    fn budget_use(
+        &self,
+        limits: Vec<Limit>,
+        now: Millis,
+    ) -> impl Future<Output = Result<Vec<BudgetUse>, StoreError>> + Send;
+    fn paid_requests(
+        &self,
+        from: Millis,
+        to: Millis,
+    ) -> impl Future<Output = Result<Vec<PaidRequest>, StoreError>> + Send;
+    fn charge_totals(&self) -> impl Future<Output = Result<Vec<tally::metrics::ChargeTotal>, StoreError>> + Send;
+    fn release_budget_holds(&self, now: Millis) -> impl Future<Output = Result<usize, StoreError>> + Send;
+    fn prune(&self, cutoff: Millis, dry_run: bool) -> impl Future<Output = Result<PruneReport, StoreError>> + Send;
+    fn next_prunable(&self, since: Millis) -> impl Future<Output = Result<Option<Millis>, StoreError>> + Send;
     fn statements(&self) -> u64;
     fn close(&self) -> Result<(), StoreError>;
     /// An integer from one SQL query written so both dialects accept it (test inspection).
@@ -347,8 +393,16 @@ macro_rules! forward {
                 before: Option<String>,
                 limit: usize,
             ) -> impl Future<Output = Result<Vec<TaskView>, StoreError>> + Send {
-                let filter = tally::store::TaskFilter { status, needs_attention: false };
+                let filter = tally::store::TaskFilter { status, ..Default::default() };
                 <$ty>::list_tasks(self, filter, before, limit)
+            }
+            fn search_tasks(
+                &self,
+                text: &str,
+                limit: usize,
+            ) -> impl Future<Output = Result<Vec<TaskView>, StoreError>> + Send {
+                let filter = tally::store::TaskFilter { search: Some(text.to_string()), ..Default::default() };
+                <$ty>::list_tasks(self, filter, None, limit)
             }
             fn events(&self, task: String) -> impl Future<Output = Result<Vec<EventView>, StoreError>> + Send {
                 <$ty>::events(self, task)
@@ -361,6 +415,72 @@ macro_rules! forward {
             }
             fn next_sent_deadline(&self) -> impl Future<Output = Result<Option<Millis>, StoreError>> + Send {
                 <$ty>::next_sent_deadline(self)
+            }
+            fn calling_with(
+                &self,
+                exec: String,
+                lease: String,
+                now: Millis,
+                facts: CallingFacts,
+            ) -> impl Future<Output = Result<CallingOutcome, StoreError>> + Send {
+                <$ty>::record_calling(self, exec, lease, now, facts)
+            }
+            fn retry_ack(
+                &self,
+                task: String,
+                ack: RetryAck,
+                key: Option<String>,
+                now: Millis,
+            ) -> impl Future<Output = Result<RetryOutcome, StoreError>> + Send {
+                <$ty>::retry(self, task, ack, key, now)
+            }
+            fn list_filtered(
+                &self,
+                filter: TaskFilter,
+                before: Option<String>,
+                limit: usize,
+            ) -> impl Future<Output = Result<Vec<TaskView>, StoreError>> + Send {
+                <$ty>::list_tasks(self, filter, before, limit)
+            }
+            fn spend(
+                &self,
+                from: Millis,
+                to: Millis,
+                group: Group,
+            ) -> impl Future<Output = Result<SpendReport, StoreError>> + Send {
+                <$ty>::spend(self, from, to, group)
+            }
+            fn budget_use(
+                &self,
+                limits: Vec<Limit>,
+                now: Millis,
+            ) -> impl Future<Output = Result<Vec<BudgetUse>, StoreError>> + Send {
+                <$ty>::budget_use(self, limits, now)
+            }
+            fn paid_requests(
+                &self,
+                from: Millis,
+                to: Millis,
+            ) -> impl Future<Output = Result<Vec<PaidRequest>, StoreError>> + Send {
+                <$ty>::paid_requests(self, from, to)
+            }
+            fn charge_totals(
+                &self,
+            ) -> impl Future<Output = Result<Vec<tally::metrics::ChargeTotal>, StoreError>> + Send {
+                <$ty>::charge_totals(self)
+            }
+            fn release_budget_holds(&self, now: Millis) -> impl Future<Output = Result<usize, StoreError>> + Send {
+                <$ty>::release_budget_holds(self, now)
+            }
+            fn prune(
+                &self,
+                cutoff: Millis,
+                dry_run: bool,
+            ) -> impl Future<Output = Result<PruneReport, StoreError>> + Send {
+                <$ty>::prune(self, cutoff, dry_run)
+            }
+            fn next_prunable(&self, since: Millis) -> impl Future<Output = Result<Option<Millis>, StoreError>> + Send {
+                <$ty>::next_prunable(self, since)
             }
             fn statements(&self) -> u64 {
                 <$ty>::statements(self)

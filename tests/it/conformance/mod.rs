@@ -8,8 +8,11 @@
 //! database clock).
 
 pub mod backend;
+mod money;
 mod multi;
 mod pg;
+mod pg_migrate;
+mod prune;
 mod races;
 mod single;
 

@@ -75,6 +75,7 @@ both!(
     sets_run_one_shot_at_a_time_and_cancel_the_unsent,
     uploads_are_deduplicated_by_content,
     lists_page_by_id_and_count_by_status,
+    a_search_finds_a_prompt_or_a_sets_product_in_any_case,
     an_idle_store_runs_no_statements,
 );
 
@@ -697,4 +698,31 @@ async fn an_idle_store_runs_no_statements<B: Backend>(s: B) {
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert_eq!(s.statements(), before, "no statement without a caller");
     assert!(before > 0, "the counter counts");
+}
+
+async fn a_search_finds_a_prompt_or_a_sets_product_in_any_case<B: Backend>(s: B) {
+    let red = s.submit(task("Red sneaker on white"), T0).await.expect("submit").task_id().to_string();
+    let mug = s.submit(task("blue mug on a table"), T0 + 1).await.expect("submit").task_id().to_string();
+    let shot = |role: &str| NewShot { role: role.into(), prompt: format!("{role} shot"), params: json!({}) };
+    let set = NewSet {
+        product: "Canvas Tote".into(),
+        style: None,
+        provider: "p".into(),
+        references: Vec::new(),
+        shots: vec![shot("main"), shot("scene")],
+        idempotency_key: None,
+    };
+    let SubmitOutcome::Created(sid) = s.create_set(set, T0 + 2).await.expect("create") else { panic!() };
+    let shots: Vec<String> = s.get_set(sid).await.expect("get").expect("set").shots.into_iter().map(|t| t.id).collect();
+    let ids = |ts: Vec<TaskView>| ts.into_iter().map(|t| t.id).collect::<Vec<_>>();
+    assert_eq!(ids(s.search_tasks("SNEAKER", 10).await.expect("search")), [red], "a prompt, any case");
+    assert_eq!(ids(s.search_tasks("mug on", 10).await.expect("search")), [mug]);
+    let mut by_product = ids(s.search_tasks("canvas tote", 10).await.expect("search"));
+    by_product.sort();
+    let mut want = shots.clone();
+    want.sort();
+    assert_eq!(by_product, want, "a set's product finds its shots, whose prompts do not name it");
+    assert_eq!(ids(s.search_tasks("scene", 10).await.expect("search")), [shots[1].clone()]);
+    assert!(s.search_tasks("% _ nothing like this", 10).await.expect("search").is_empty(), "no wildcards");
+    assert_eq!(s.search_tasks("on", 1).await.expect("search").len(), 1, "the limit holds");
 }

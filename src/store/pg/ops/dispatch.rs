@@ -151,7 +151,8 @@ fn claim_picked(
     let tasks: Vec<String> = picked.iter().map(|p| p.task_id.clone()).collect();
     tx.exec(
         "UPDATE envelopes SET status = 'sent', sent_at = $1, send_count = send_count + 1, lease_token = $2,
-                lease_expires_at = $1::bigint + $3::bigint, lease_node = $4, lease_boot = $5, pass = NULL
+                lease_expires_at = $1::bigint + $3::bigint, lease_node = $4, lease_boot = $5, pass = NULL,
+                budget_hold = false
          WHERE id = ANY($6) AND status = 'pending'",
         &[&now, &lease, &lease_ms, &node, &boot, &envelopes],
     )?;

@@ -19,8 +19,8 @@ pub(in crate::store::pg) fn submit(tx: &mut Tx<'_, '_>, t: &NewTask, now: Millis
     };
     tx.exec(
         "INSERT INTO tasks (id, idempotency_key, request_hash, provider, prompt, params, status, retry_of,
-                            set_id, set_position, shot_role, group_key, created_at, updated_at)
-         VALUES ($1, $2, $3, $4, $5, $6, 'queued', $7, $8, $9, $10, $12, $11, $11)",
+                            set_id, set_position, shot_role, group_key, created_at, updated_at, retry_key)
+         VALUES ($1, $2, $3, $4, $5, $6, 'queued', $7, $8, $9, $10, $12, $11, $11, $13)",
         &[
             &id,
             &t.idempotency_key,
@@ -34,6 +34,7 @@ pub(in crate::store::pg) fn submit(tx: &mut Tx<'_, '_>, t: &NewTask, now: Millis
             &role,
             &now,
             &t.group,
+            &t.retry_key,
         ],
     )?;
     // A shot waits (due_at NULL) while another shot of its set is scheduled: one at a time.

@@ -16,10 +16,10 @@ mod recovery;
 mod user;
 
 pub(super) use intake::submit;
-pub(super) use user::cancel;
+pub(super) use user::{cancel, latest_retry};
 
 use super::Tx;
-use crate::domain::{Actor, FailureKind, Millis, TaskStatus};
+use crate::domain::{Actor, Charge, FailureKind, Millis, TaskStatus};
 use crate::store::{NewArtifact, NewImage, StoreError, SubmitOutcome};
 
 pub(super) fn new_id() -> String {
@@ -146,6 +146,22 @@ pub(super) fn insert_artifact(
         &[&a.id, &task, &exec, &a.image.sha256(), &a.image.len(), &a.image.media_type(), &now],
     )?;
     Ok(())
+}
+
+/// Record what an outcome proves about money on an execution, under the store's rule (as
+/// `store::ops::settle_charge`): an execution that never recorded `calling`, or whose provider
+/// never bills, is [`Charge::None`] whatever the caller says. Returns the charge recorded and
+/// the words for the timeline (empty when nothing was sent).
+pub(super) fn settle_charge(tx: &mut Tx<'_, '_>, exec: &str, charge: Charge) -> Result<(Charge, String), StoreError> {
+    let row = tx.opt(
+        "UPDATE executions SET charge = CASE WHEN calling_at IS NULL OR NOT billable THEN 'none' ELSE $2 END
+         WHERE token = $1 RETURNING charge, calling_at IS NOT NULL, cost_micros, currency",
+        &[&exec, &charge.as_str()],
+    )?;
+    let Some(r) = row else { return Ok((Charge::None, String::new())) };
+    let stored = Charge::parse(r.get(0)).unwrap_or(Charge::Possible);
+    let (called, cost, currency): (bool, Option<i64>, Option<String>) = (r.get(1), r.get(2), r.get(3));
+    Ok((stored, crate::store::ops::charge_words(called, stored, charge, cost, currency.as_deref())))
 }
 
 /// Called in every transaction that settles a task (terminal or unknown): schedules what

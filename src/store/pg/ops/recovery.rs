@@ -3,7 +3,7 @@
 //! under the envelope's row lock.
 
 use super::*;
-use crate::domain::{Actor, FailureKind, Millis, Phase, TaskStatus};
+use crate::domain::{Actor, Charge, FailureKind, Millis, Phase, TaskStatus};
 use crate::store::pg::{LOCK_CLASS, PgStore};
 use crate::store::{LeftoverRow, Recovery};
 
@@ -189,11 +189,17 @@ fn apply_recovery(
                 applied.push((row.task_id.clone(), TaskStatus::Waiting));
             }
             Recovery::Unknown => {
-                let why = "interrupted after the request may have left, and this provider cannot prove what happened";
+                let why = "tally was interrupted after the request may have left, and this provider cannot prove \
+                           whether it ran";
                 set_exec(tx, "unknown", why)?;
+                let words = match exec {
+                    Some(token) => settle_charge(tx, token, Charge::Possible)?.1,
+                    None => String::new(),
+                };
                 consume_envelope(tx, task, "consumed", Some(why))?;
                 set_task(tx, task, TaskStatus::Unknown, Some(why), None, now)?;
-                event(tx, task, now, r, "unknown", &format!("{why}; automatic retries stopped"), exec)?;
+                let line = crate::store::ops::with_money(&format!("{why}; automatic retries stopped"), &words);
+                event(tx, task, now, r, "unknown", &line, exec)?;
                 on_settled(tx, task, now)?;
                 applied.push((row.task_id.clone(), TaskStatus::Unknown));
             }

@@ -4,9 +4,10 @@
 use serde_json::Value;
 
 use super::*;
-use crate::domain::{Actor, FailureKind, Millis, TaskStatus};
+use crate::domain::{Actor, Charge, FailureKind, Millis, TaskStatus};
+use crate::store::ops::with_money;
 use crate::store::pg::PgStore;
-use crate::store::{CancelOutcome, NewTask, Resolution, ResolveOutcome, RetryOutcome};
+use crate::store::{CancelOutcome, NewTask, Resolution, ResolveOutcome, RetryAck, RetryOutcome};
 
 /// Cancel a task: at once if nothing was sent, else mark it cancel-requested.
 pub(in crate::store::pg) fn cancel(tx: &mut Tx<'_, '_>, task: &str, now: Millis) -> Result<CancelOutcome, StoreError> {
@@ -37,48 +38,78 @@ pub(in crate::store::pg) fn cancel(tx: &mut Tx<'_, '_>, task: &str, now: Millis)
     }
 }
 
-/// A user-initiated retry: a **new** task linked by `retry_of`.
+/// A user-initiated retry: a **new** task linked by `retry_of`, under the rules of
+/// `store::ops::user::retry` (a key scoped to its original; at most one live retry per task
+/// and per shot position; a second retry names the latest one; a possible charge is
+/// acknowledged). Concurrent retries are decided one by one: the original's envelope is
+/// locked first, and a shot's set row too (so retries of two different tasks of one shot
+/// position — the shot and its earlier retry — are ordered as well).
 fn retry(
     tx: &mut Tx<'_, '_>,
     task: &str,
-    acknowledged: bool,
+    ack: &RetryAck,
     key: Option<&str>,
     now: Millis,
 ) -> Result<RetryOutcome, StoreError> {
     lock_task(tx, task)?;
-    let row = tx.opt(
-        "SELECT status, provider, prompt, params, may_have_charged, group_key FROM tasks WHERE id = $1",
-        &[&task],
-    )?;
+    let row = tx.opt("SELECT status, provider, prompt, params, group_key FROM tasks WHERE id = $1", &[&task])?;
     let Some(row) = row else { return Ok(RetryOutcome::NotFound) };
-    let (status, provider, prompt, params_text, charged, group): (
-        String,
-        String,
-        String,
-        String,
-        bool,
-        Option<String>,
-    ) = (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4), row.get(5));
+    let (status, provider, prompt, params_text, group): (String, String, String, String, Option<String>) =
+        (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
+    let shot = crate::store::pg::sets::shot_of(tx, task)?;
+    if let Some(s) = &shot {
+        crate::store::pg::sets::lock_set(tx, &s.set_id)?;
+    }
+    if let Some(k) = key {
+        let made: Option<String> =
+            tx.opt("SELECT id FROM tasks WHERE retry_of = $1 AND retry_key = $2", &[&task, &k])?.map(|r| r.get(0));
+        if let Some(id) = made {
+            return Ok(RetryOutcome::Existing(id));
+        }
+    }
     let status = TaskStatus::parse(&status).unwrap_or(TaskStatus::Failed);
     if !matches!(status, TaskStatus::Failed | TaskStatus::Unknown | TaskStatus::Canceled) {
         return Ok(RetryOutcome::NotRetryable(status));
     }
-    if charged && !acknowledged {
+    if let Some(s) = &shot {
+        let live = tx.opt(
+            "SELECT id, status FROM tasks WHERE set_id = $1 AND set_position = $2 AND id <> $3
+               AND status IN ('queued', 'waiting', 'running')
+             ORDER BY id DESC LIMIT 1",
+            &[&s.set_id, &s.position, &task],
+        )?;
+        if let Some(r) = live {
+            return Ok(RetryOutcome::RetryInProgress {
+                id: r.get(0),
+                status: TaskStatus::parse(r.get(1)).unwrap_or(TaskStatus::Queued),
+            });
+        }
+    }
+    if let Some((id, st)) = latest_retry(tx, task)? {
+        if !st.is_settled() {
+            return Ok(RetryOutcome::RetryInProgress { id, status: st });
+        }
+        if ack.retried_as.as_deref() != Some(id.as_str()) {
+            return Ok(RetryOutcome::AlreadyRetried { id, status: st });
+        }
+    }
+    let charge = crate::store::pg::read::charge_of(tx, task)?.state;
+    if charge.may_cost() && !ack.possible_charge {
         return Ok(RetryOutcome::NeedsAcknowledgement);
     }
     let new = NewTask {
         provider,
         prompt,
         params: serde_json::from_str(&params_text).unwrap_or(Value::Null),
-        idempotency_key: key.map(str::to_string),
+        idempotency_key: None,
         retry_of: Some(task.to_string()),
-        retry_key: None,
-        shot: crate::store::pg::sets::shot_of(tx, task)?,
+        retry_key: key.map(str::to_string),
+        shot,
         group,
     };
     Ok(match submit(tx, &new, now)? {
         SubmitOutcome::Created(id) => {
-            let msg = if charged {
+            let msg = if charge.may_cost() {
                 format!("retried as task {id}; the user acknowledged that it may be charged again")
             } else {
                 format!("retried as task {id}")
@@ -89,6 +120,16 @@ fn retry(
         SubmitOutcome::Existing(id) => RetryOutcome::Existing(id),
         SubmitOutcome::Conflict(_) => RetryOutcome::NotRetryable(status),
     })
+}
+
+/// The newest retry of `task` and its status.
+pub(in crate::store::pg) fn latest_retry(
+    tx: &mut Tx<'_, '_>,
+    task: &str,
+) -> Result<Option<(String, TaskStatus)>, StoreError> {
+    Ok(tx
+        .opt("SELECT id, status FROM tasks WHERE retry_of = $1 ORDER BY id DESC LIMIT 1", &[&task])?
+        .map(|r| (r.get(0), TaskStatus::parse(r.get(1)).unwrap_or(TaskStatus::Failed))))
 }
 
 /// An operator resolves an `unknown` task by hand.
@@ -114,6 +155,8 @@ fn resolve(
     match r {
         Resolution::Succeeded(a) => {
             tx.exec("UPDATE executions SET status = 'succeeded', finished_at = $2 WHERE token = $1", &[&exec, &now])?;
+            // The operator found the image: the request delivered, so it was charged.
+            let (_, words) = settle_charge(tx, &exec, Charge::Charged)?;
             insert_artifact(tx, task, &exec, a, now)?;
             let why = format!("Resolved by an operator{note_text}");
             set_task(tx, task, TaskStatus::Succeeded, Some(&why), None, now)?;
@@ -123,7 +166,7 @@ fn resolve(
                 now,
                 Actor::Operator,
                 "resolved",
-                &format!("resolved as succeeded with an image{note_text}"),
+                &with_money(&format!("resolved as succeeded with an image{note_text}"), &words),
                 Some(&exec),
             )?;
         }
@@ -131,7 +174,13 @@ fn resolve(
             tx.exec("UPDATE executions SET status = 'failed', finished_at = $2 WHERE token = $1", &[&exec, &now])?;
             let why = format!("an operator confirmed it failed{note_text}");
             set_task(tx, task, TaskStatus::Failed, Some(&why), Some(FailureKind::Operator), now)?;
-            event(tx, task, now, Actor::Operator, "resolved", &format!("resolved as failed{note_text}"), Some(&exec))?;
+            // "It failed" is the operator's word about the image, not about the bill: the
+            // request left and nothing proves it was free, so its charge stays `possible`.
+            let line = format!(
+                "resolved as failed{note_text} — the request still counts as possibly charged, since nothing proves \
+                 the provider did not bill it"
+            );
+            event(tx, task, now, Actor::Operator, "resolved", &line, Some(&exec))?;
         }
     }
     Ok(ResolveOutcome::Resolved)
@@ -147,20 +196,17 @@ impl PgStore {
         .await
     }
 
-    /// Retry a task as a new one.
-    /// A user retry. Not mirrored yet from the SQLite store: only `ack.possible_charge` is
-    /// checked (no one-live-retry rule, no naming of an earlier retry, key not scoped).
+    /// Retry a task as a new one (see [`retry`]).
     pub async fn retry(
         &self,
         task: String,
-        ack: crate::store::RetryAck,
+        ack: RetryAck,
         key: Option<String>,
         now: Millis,
     ) -> Result<RetryOutcome, StoreError> {
-        let acknowledged = ack.possible_charge;
         self.write(move |tx| {
             let now = tx.now(now)?;
-            retry(tx, &task, acknowledged, key.as_deref(), now)
+            retry(tx, &task, &ack, key.as_deref(), now)
         })
         .await
     }
