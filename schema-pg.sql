@@ -64,7 +64,8 @@ CREATE TABLE tasks (
     created_at       bigint NOT NULL,
     updated_at       bigint NOT NULL,
     shot_role        text CHECK (shot_role IN ('main', 'selling_point', 'scene')),
-    retry_key        text                         -- a retry's idempotency key: unique per original task (retry_of)
+    retry_key        text,                        -- a retry's idempotency key: unique per original task (retry_of)
+    group_key        text                         -- the submitter's optional `group` (a fairness key)
 );
 CREATE INDEX tasks_by_status ON tasks(status, id);
 CREATE INDEX tasks_by_set ON tasks(set_id, set_position) WHERE set_id IS NOT NULL;
@@ -86,12 +87,36 @@ CREATE TABLE envelopes (
     lease_node       text,                        -- node that took the lease
     lease_boot       text,                        -- run of that node
     budget_hold      boolean NOT NULL DEFAULT false, -- pending because a budget was reached
+    -- The dispatch order, as on SQLite (schema.sql, store::ops::dispatch): lane, fairness key,
+    -- and the place while ready (NULL while waiting).
+    lane             text NOT NULL DEFAULT 'fresh' CHECK (lane IN ('fresh', 'recovery')),
+    fair_key         text COLLATE "C" NOT NULL DEFAULT '',
+    pass             bigint,
     CHECK (status <> 'sent' OR lease_expires_at IS NOT NULL),
-    CHECK (lease_token IS NULL OR status = 'sent')
+    CHECK (lease_token IS NULL OR status = 'sent'),
+    CHECK (pass IS NULL OR status = 'pending')
 ) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.01);
-CREATE INDEX envelopes_due ON envelopes(due_at) WHERE status = 'pending' AND due_at IS NOT NULL;
+CREATE INDEX envelopes_waiting ON envelopes(due_at) WHERE status = 'pending' AND pass IS NULL AND due_at IS NOT NULL;
+CREATE INDEX envelopes_ready ON envelopes(provider, lane, pass, id) WHERE status = 'pending' AND pass IS NOT NULL;
+CREATE INDEX envelopes_ready_key ON envelopes(provider, lane, fair_key, pass) WHERE status = 'pending' AND pass IS NOT NULL;
+CREATE INDEX envelopes_in_flight ON envelopes(provider, lane) WHERE status = 'sent';
 CREATE INDEX envelopes_sent ON envelopes(lease_expires_at) WHERE status = 'sent';
-CREATE INDEX envelopes_sent_by_provider ON envelopes(provider) WHERE status = 'sent';
+
+-- The providers as every node's dispatcher sees them (as on SQLite). A dispatch locks their
+-- rows first, so nodes dispatching at once count the same slots in use.
+CREATE TABLE providers (
+    name             text COLLATE "C" PRIMARY KEY,
+    max_concurrency  bigint NOT NULL CHECK (max_concurrency >= 1),
+    reserve          bigint NOT NULL DEFAULT 1 CHECK (reserve >= 0),
+    fresh_weight     bigint NOT NULL DEFAULT 4 CHECK (fresh_weight >= 1),
+    recovery_weight  bigint NOT NULL DEFAULT 1 CHECK (recovery_weight >= 1),
+    fifo             boolean NOT NULL DEFAULT false,
+    configured       boolean NOT NULL DEFAULT true,
+    paused_until     bigint,
+    recovery_limit   bigint,
+    fresh_pass       bigint NOT NULL DEFAULT 0,
+    recovery_pass    bigint NOT NULL DEFAULT 0
+);
 
 CREATE TABLE executions (
     token            text COLLATE "C" PRIMARY KEY,

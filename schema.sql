@@ -32,7 +32,8 @@ CREATE TABLE tasks (
     created_at       INTEGER NOT NULL,
     updated_at       INTEGER NOT NULL,
     shot_role        TEXT CHECK (shot_role IN ('main', 'selling_point', 'scene')),
-    retry_key        TEXT                         -- a retry's idempotency key: unique per original task (retry_of)
+    retry_key        TEXT,                        -- a retry's idempotency key: unique per original task (retry_of)
+    group_key        TEXT                         -- the submitter's optional `group` (a fairness key)
 ) STRICT;
 CREATE INDEX tasks_by_status ON tasks(status, id);
 CREATE INDEX tasks_by_set ON tasks(set_id, set_position) WHERE set_id IS NOT NULL;
@@ -43,29 +44,62 @@ CREATE UNIQUE INDEX tasks_by_retry_key ON tasks(retry_of, retry_key) WHERE retry
 CREATE INDEX tasks_settled_by_age ON tasks(updated_at) WHERE status IN ('succeeded', 'failed', 'canceled');
 
 -- The outbox: one logical delivery of a task to the executor, written in the submit
--- transaction. 'sent' means "handed to the in-process transport, must be reconciled".
--- While sent, lease_expires_at is the deadline by which the envelope must be claimed (or,
--- once claimed, heart-beaten); the reconciler acts on envelopes past it.
+-- transaction. 'pending' waits to be dispatched; 'sent' means "claimed by a worker of this
+-- process in the dispatcher's statement": it always carries a lease (lease_token, the deadline
+-- lease_expires_at, the process run lease_boot) and the task's running execution was opened in
+-- the same transaction. The reconciler acts on sent envelopes past their deadline.
+--
+-- Dispatch order (store::ops::dispatch): a pending envelope is either *waiting* (pass NULL:
+-- due_at in the future, or NULL for a later shot of a set) or *ready* (pass set). Ready rows are
+-- served per provider, lane by lane in proportion to the lanes' weights, and within a lane in
+-- (pass, id) order: stride scheduling over fairness keys (fair_key), so each key's next task is
+-- one stride after its previous one and a new key starts at the front.
 CREATE TABLE envelopes (
     id               TEXT PRIMARY KEY,
     task_id          TEXT NOT NULL UNIQUE REFERENCES tasks(id),
     provider         TEXT NOT NULL,
     status           TEXT NOT NULL CHECK (status IN ('pending', 'sent', 'consumed', 'dead')),
     due_at           INTEGER,                     -- NULL: not scheduled (a later shot of a set)
-    send_count       INTEGER NOT NULL DEFAULT 0,
+    send_count       INTEGER NOT NULL DEFAULT 0,  -- dispatches that claimed it
     sent_at          INTEGER,
     last_error       TEXT,
-    lease_token      TEXT,                        -- the consume lease; NULL while unclaimed
+    lease_token      TEXT,                        -- the consume lease; set with 'sent'
     lease_expires_at INTEGER,
     lease_boot       TEXT,                        -- process run that took the lease
     budget_hold      INTEGER NOT NULL DEFAULT 0 CHECK (budget_hold IN (0, 1)), -- pending because a budget was reached
+    lane             TEXT NOT NULL DEFAULT 'fresh' CHECK (lane IN ('fresh', 'recovery')),
+    fair_key         TEXT NOT NULL DEFAULT '',    -- 'set:<id>', 'group:<name>', or '' (shared)
+    pass             INTEGER,                     -- place in its lane while ready; NULL otherwise
     CHECK (status <> 'sent' OR lease_expires_at IS NOT NULL),
-    CHECK (lease_token IS NULL OR status = 'sent')
+    CHECK (lease_token IS NULL OR status = 'sent'),
+    CHECK (pass IS NULL OR status = 'pending')
 ) STRICT;
--- The dispatcher's query: due pending envelopes. Partial, so finished rows never slow it.
-CREATE INDEX envelopes_due ON envelopes(due_at) WHERE status = 'pending' AND due_at IS NOT NULL;
--- The reconciler's query: sent envelopes by deadline.
+-- Waiting envelopes by due time: the dispatcher's next wake-up and the promotion to ready.
+CREATE INDEX envelopes_waiting ON envelopes(due_at) WHERE status = 'pending' AND pass IS NULL AND due_at IS NOT NULL;
+-- Ready envelopes in dispatch order, and each fairness key's last place. Partial: only rows
+-- that wait to be dispatched now are in them.
+CREATE INDEX envelopes_ready ON envelopes(provider, lane, pass, id) WHERE status = 'pending' AND pass IS NOT NULL;
+CREATE INDEX envelopes_ready_key ON envelopes(provider, lane, fair_key, pass) WHERE status = 'pending' AND pass IS NOT NULL;
+-- Claimed envelopes: the provider slots in use (per lane), and the reconciler's deadlines.
+CREATE INDEX envelopes_in_flight ON envelopes(provider, lane) WHERE status = 'sent';
 CREATE INDEX envelopes_sent ON envelopes(lease_expires_at) WHERE status = 'sent';
+
+-- The configured providers as the dispatcher sees them: slots, the recovery lane's share,
+-- and the circuit. Written at engine start (configure_providers) and by the circuit breaker;
+-- read by every dispatch, so that every decision about who goes next is made in the store.
+CREATE TABLE providers (
+    name             TEXT PRIMARY KEY,
+    max_concurrency  INTEGER NOT NULL CHECK (max_concurrency >= 1),
+    reserve          INTEGER NOT NULL DEFAULT 1 CHECK (reserve >= 0), -- slots the recovery lane leaves free
+    fresh_weight     INTEGER NOT NULL DEFAULT 4 CHECK (fresh_weight >= 1),
+    recovery_weight  INTEGER NOT NULL DEFAULT 1 CHECK (recovery_weight >= 1),
+    fifo             INTEGER NOT NULL DEFAULT 0 CHECK (fifo IN (0, 1)), -- 1: by due time only (no lanes, keys, caps)
+    configured       INTEGER NOT NULL DEFAULT 1 CHECK (configured IN (0, 1)), -- 0: named by old tasks only
+    paused_until     INTEGER,                     -- circuit open until then
+    recovery_limit   INTEGER,                     -- slow start after the circuit closed; NULL: none
+    fresh_pass       INTEGER NOT NULL DEFAULT 0,  -- the lanes' places (stride between lanes)
+    recovery_pass    INTEGER NOT NULL DEFAULT 0
+) STRICT;
 
 -- One business run of a task. The token fences every write after the claim.
 CREATE TABLE executions (

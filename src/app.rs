@@ -244,7 +244,6 @@ pub async fn serve(cfg: Config, config_path: Option<PathBuf>) -> Result<(), Fail
         }
         Backend::Postgres(pg) => {
             let store = open_postgres(&cfg, pg)?;
-            store.set_provider_limits(cfg.providers.iter().map(|p| (p.name.clone(), p.max_concurrency)).collect());
             tracing::info!(node = %cfg.node.name, database = %redact_url(&pg.url), "running as a node on PostgreSQL");
             let clock = Arc::new(OffsetClock::new(store.clock_offset_ms())) as Arc<dyn crate::clock::Clock>;
             (Store::Postgres(store), clock)

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use crate::store::DispatchOrder;
+
 /// A configuration error: which file, which key, and why.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -79,12 +81,19 @@ struct RawEngine {
     workers: Option<i64>,
     lease_secs: Option<f64>,
     heartbeat_secs: Option<f64>,
+    /// No longer has any effect (the dispatcher claims in the statement that hands out, so
+    /// there is no hand-off left waiting for a claim); accepted with a warning.
     dispatch_grace_secs: Option<f64>,
     max_attempts: Option<i64>,
     backoff_base_ms: Option<i64>,
     backoff_max_ms: Option<i64>,
     max_sends: Option<i64>,
+    /// No longer has any effect (a provider without a free slot is simply not dispatched to);
+    /// accepted with a warning.
     busy_delay_ms: Option<i64>,
+    dispatch_order: Option<String>,
+    fresh_weight: Option<i64>,
+    recovery_weight: Option<i64>,
     recovery_deadline_secs: Option<f64>,
     circuit_failures: Option<i64>,
     circuit_pause_secs: Option<f64>,
@@ -106,6 +115,7 @@ struct RawProvider {
     name: Option<String>,
     kind: Option<String>,
     max_concurrency: Option<i64>,
+    reserve: Option<i64>,
     base_url: Option<String>,
     api_key_env: Option<String>,
     model: Option<String>,
@@ -270,15 +280,12 @@ pub struct EngineConfig {
     pub workers: usize,
     pub lease: Duration,
     pub heartbeat: Duration,
-    pub dispatch_grace: Duration,
     pub max_attempts: u32,
     pub backoff_base: Duration,
     pub backoff_max: Duration,
-    /// Lost hand-offs of one envelope (never claimed) before it is declared dead; busy
-    /// releases do not count.
+    /// Dispatches of one envelope lost before anything was sent (the process died each time
+    /// between the claim and `calling`) before it is declared undeliverable.
     pub max_sends: u32,
-    /// How long an envelope waits when its provider had no free slot.
-    pub busy_delay: Duration,
     /// How long replays, lookups and polls may go on for one execution before `unknown`.
     pub recovery_deadline: Duration,
     /// Consecutive failed calls that open a provider's circuit.
@@ -286,6 +293,11 @@ pub struct EngineConfig {
     pub circuit_pause: Duration,
     /// How long a clean shutdown waits for in-flight calls.
     pub shutdown_deadline: Duration,
+    /// Fair (lanes by weight, fairness keys, reserve, slow start) or FIFO by due time.
+    pub dispatch_order: DispatchOrder,
+    /// Weights of the fresh and the recovery lane (default 4 : 1).
+    pub fresh_weight: u32,
+    pub recovery_weight: u32,
     /// `[retention] older_than`: settled work older than this is pruned on a timer (`None`:
     /// only by `tally prune`).
     pub retention: Option<Duration>,
@@ -297,16 +309,17 @@ impl Default for EngineConfig {
             workers: 8,
             lease: Duration::from_secs(30),
             heartbeat: Duration::from_secs(10),
-            dispatch_grace: Duration::from_secs(10),
             max_attempts: 3,
             backoff_base: Duration::from_millis(1000),
             backoff_max: Duration::from_millis(60_000),
             max_sends: 10,
-            busy_delay: Duration::from_millis(250),
             recovery_deadline: Duration::from_secs(3600),
             circuit_failures: 5,
             circuit_pause: Duration::from_secs(30),
             shutdown_deadline: Duration::from_secs(10),
+            dispatch_order: DispatchOrder::Fair,
+            fresh_weight: 4,
+            recovery_weight: 1,
             retention: None,
         }
     }
@@ -360,6 +373,8 @@ pub struct ProviderConfig {
     pub name: String,
     pub kind: ProviderKind,
     pub max_concurrency: usize,
+    /// Slots the recovery lane leaves free for fresh work (default 1; it may always use one).
+    pub reserve: usize,
     pub base_url: Option<String>,
     pub api_key_env: Option<String>,
     pub model: Option<String>,
@@ -388,6 +403,7 @@ impl ProviderConfig {
             name: "demo".into(),
             kind: ProviderKind::Demo,
             max_concurrency: 4,
+            reserve: 1,
             base_url: None,
             api_key_env: None,
             model: None,
@@ -517,17 +533,22 @@ fn resolve(raw: RawConfig, origin: &str) -> Result<Config, ConfigError> {
         workers: count("engine.workers", e.workers, d.workers as u64, 1, 1024)? as usize,
         lease: secs("engine.lease_secs", e.lease_secs, d.lease)?,
         heartbeat: secs("engine.heartbeat_secs", e.heartbeat_secs, d.heartbeat)?,
-        dispatch_grace: secs("engine.dispatch_grace_secs", e.dispatch_grace_secs, d.dispatch_grace)?,
         max_attempts: count("engine.max_attempts", e.max_attempts, d.max_attempts as u64, 1, 100)? as u32,
         backoff_base: ms("engine.backoff_base_ms", e.backoff_base_ms, d.backoff_base)?,
         backoff_max: ms("engine.backoff_max_ms", e.backoff_max_ms, d.backoff_max)?,
         max_sends: count("engine.max_sends", e.max_sends, d.max_sends as u64, 1, 1000)? as u32,
-        busy_delay: ms("engine.busy_delay_ms", e.busy_delay_ms, d.busy_delay)?,
         recovery_deadline: secs("engine.recovery_deadline_secs", e.recovery_deadline_secs, d.recovery_deadline)?,
         circuit_failures: count("engine.circuit_failures", e.circuit_failures, d.circuit_failures as u64, 1, 1000)?
             as u32,
         circuit_pause: secs("engine.circuit_pause_secs", e.circuit_pause_secs, d.circuit_pause)?,
         shutdown_deadline: secs("engine.shutdown_deadline_secs", e.shutdown_deadline_secs, d.shutdown_deadline)?,
+        dispatch_order: match e.dispatch_order.as_deref() {
+            None | Some("fair") => DispatchOrder::Fair,
+            Some("fifo") => DispatchOrder::Fifo,
+            Some(o) => return Err(bad("engine.dispatch_order", format!("`{o}` is not one of fair, fifo"))),
+        },
+        fresh_weight: count("engine.fresh_weight", e.fresh_weight, d.fresh_weight as u64, 1, 1000)? as u32,
+        recovery_weight: count("engine.recovery_weight", e.recovery_weight, d.recovery_weight as u64, 1, 1000)? as u32,
         retention: match raw.retention.older_than.as_deref() {
             None => None,
             Some(t) => Some(retention_age(t).map_err(|e| bad("retention.older_than", e))?),
@@ -554,6 +575,16 @@ fn resolve(raw: RawConfig, origin: &str) -> Result<Config, ConfigError> {
     }
     let budget = resolve_budget(raw.budget, &providers, origin)?;
     let mut warnings = Vec::new();
+    for (key, set) in
+        [("dispatch_grace_secs", e.dispatch_grace_secs.is_some()), ("busy_delay_ms", e.busy_delay_ms.is_some())]
+    {
+        if set {
+            warnings.push(format!(
+                "{origin}: key `engine.{key}` no longer has any effect (the dispatcher claims work only for free \
+                 provider slots, in the same statement that hands it out); remove it"
+            ));
+        }
+    }
     if e.orphan_grace_secs.is_some() {
         warnings.push(format!(
             "{origin}: key `engine.orphan_grace_secs` no longer has any effect (images are stored in the database); \
@@ -767,6 +798,11 @@ fn resolve_provider(p: RawProvider, i: usize, origin: &str) -> Result<ProviderCo
         Some(n) if (1..=1024).contains(&n) => n as usize,
         Some(n) => return Err(bad("max_concurrency", format!("{n} must be between 1 and 1024"))),
     };
+    let reserve = match p.reserve {
+        None => 1,
+        Some(n) if (0..=1024).contains(&n) => n as usize,
+        Some(n) => return Err(bad("reserve", format!("{n} must be between 0 and 1024"))),
+    };
     if kind != ProviderKind::Demo {
         let url = p.base_url.as_deref().ok_or_else(|| bad("base_url", format!("is required for kind {kind_text}")))?;
         if !(url.starts_with("http://") || url.starts_with("https://")) {
@@ -846,6 +882,7 @@ fn resolve_provider(p: RawProvider, i: usize, origin: &str) -> Result<ProviderCo
         name,
         kind,
         max_concurrency,
+        reserve,
         base_url: p.base_url.map(|u| u.trim_end_matches('/').to_string()),
         api_key_env: p.api_key_env,
         model: p.model,

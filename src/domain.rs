@@ -214,7 +214,10 @@ pub fn status_message(status: TaskStatus, reason: Option<&str>, cancel_requested
         None => base.to_string(),
     };
     match status {
-        TaskStatus::Queued => "Waiting for a free worker; nothing has been sent to the provider yet.".into(),
+        TaskStatus::Queued => match reason {
+            Some(r) => format!("{} Nothing has been sent to the provider yet.", capitalized(r)),
+            None => "Queued; nothing has been sent to the provider yet.".into(),
+        },
         // The reason says what it waits for (a retry, a slot, the budget); it is not always a
         // second try, so no prefix claims one.
         TaskStatus::Waiting => match reason {
@@ -283,11 +286,12 @@ pub fn backoff(attempt: u32, base: Duration, max: Duration, jitter: f64) -> Dura
 /// belongs to an earlier run of the process).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Leftover {
-    /// Handed to the transport but never claimed, and no execution is running.
+    /// Sent without any running execution: only an older version's hand-off that was never
+    /// claimed (today's dispatcher claims in the same statement that sends).
     Unclaimed { send_count: u32 },
-    /// Claimed, but the worker stopped before recording `calling` (or a lost hand-off of
-    /// such an execution).
-    BeforeCalling,
+    /// Claimed, but the worker stopped before recording `calling`: nothing was sent.
+    /// `send_count` is how many dispatches of the envelope there were.
+    BeforeCalling { send_count: u32 },
     /// The execution recorded `calling` (a request may have left).
     Calling,
     /// The provider accepted the job and its id is persisted.
@@ -296,15 +300,13 @@ pub enum Leftover {
 
 impl Leftover {
     /// Classify a leftover from its evidence: the task's running execution (if any) and its
-    /// phase decide, whether or not the envelope still carries a lease. A `sent` envelope with
-    /// no lease and no execution is a hand-off that was never claimed; one with no lease but a
-    /// running execution is the hand-off of an execution being *resumed* (a crash between its
-    /// dispatch and its claim), and it is decided from that execution's phase, never counted
-    /// as an undelivered hand-off: its request may already have been sent and charged.
+    /// phase decide. A call that reached `calling` or `accepted` is decided from that phase
+    /// alone, never counted as an undelivered dispatch, however often it was handed out: its
+    /// request may already have been sent and charged.
     pub fn of(execution: Option<Phase>, send_count: u32) -> Leftover {
         match execution {
             None => Leftover::Unclaimed { send_count },
-            Some(Phase::Claimed) => Leftover::BeforeCalling,
+            Some(Phase::Claimed) => Leftover::BeforeCalling { send_count },
             Some(Phase::Calling) => Leftover::Calling,
             Some(Phase::Accepted) => Leftover::Accepted,
         }
@@ -316,7 +318,8 @@ impl Leftover {
 pub enum Decision {
     /// Back to `pending`, due now: nothing was sent.
     Requeue,
-    /// Too many hand-offs: the envelope is `dead` and the task `failed`.
+    /// Too many dispatches lost before anything was sent (a crash every time): the envelope is
+    /// `dead` and the task `failed`.
     GiveUp,
     /// Execution `abandoned`, envelope `pending`: nothing was sent.
     Abandon,
@@ -334,7 +337,8 @@ pub fn decide(leftover: &Leftover, caps: Option<Capabilities>, max_sends: u32) -
     match leftover {
         Leftover::Unclaimed { send_count } if *send_count >= max_sends => Decision::GiveUp,
         Leftover::Unclaimed { .. } => Decision::Requeue,
-        Leftover::BeforeCalling => Decision::Abandon,
+        Leftover::BeforeCalling { send_count } if *send_count >= max_sends => Decision::GiveUp,
+        Leftover::BeforeCalling { .. } => Decision::Abandon,
         Leftover::Accepted if caps.is_some_and(|c| c.lookup) => Decision::Resume,
         Leftover::Calling if caps.is_some_and(|c| c.idempotent_create || c.lookup) => Decision::Resume,
         // An accepted job on a provider that is no longer configured, or a call that
@@ -357,7 +361,8 @@ mod tests {
         let cases = [
             (Leftover::Unclaimed { send_count: 1 }, Some(NONE), Requeue),
             (Leftover::Unclaimed { send_count: 10 }, Some(NONE), GiveUp),
-            (Leftover::BeforeCalling, Some(NONE), Abandon),
+            (Leftover::BeforeCalling { send_count: 1 }, Some(NONE), Abandon),
+            (Leftover::BeforeCalling { send_count: 10 }, Some(NONE), GiveUp),
             (Leftover::Calling, Some(IDEM), Resume),
             (Leftover::Calling, Some(LOOKUP), Resume),
             (Leftover::Accepted, Some(LOOKUP), Resume),
@@ -375,7 +380,7 @@ mod tests {
     #[test]
     fn leftovers_are_classified_by_the_running_execution() {
         assert_eq!(Leftover::of(None, 3), Leftover::Unclaimed { send_count: 3 });
-        assert_eq!(Leftover::of(Some(Phase::Claimed), 99), Leftover::BeforeCalling);
+        assert_eq!(Leftover::of(Some(Phase::Claimed), 99), Leftover::BeforeCalling { send_count: 99 });
         assert_eq!(Leftover::of(Some(Phase::Calling), 99), Leftover::Calling);
         assert_eq!(Leftover::of(Some(Phase::Accepted), 99), Leftover::Accepted);
         assert_eq!(decide(&Leftover::of(Some(Phase::Accepted), 99), Some(LOOKUP), 1), Decision::Resume);

@@ -65,6 +65,12 @@ pub struct TaskJson {
     pub failure_kind: Option<String>,
     /// The stored detail behind the message (why it failed, what it waits for).
     pub reason: Option<String>,
+    /// The submitter's group: jobs of one group take turns with other groups' jobs.
+    pub group: Option<String>,
+    /// While the job waits to be sent: why, in plain words ("Queued behind 2 earlier tasks of
+    /// this set.", "Waiting for a free slot at openai (all 2 of its slots are in use)."); null
+    /// otherwise.
+    pub waiting_for: Option<String>,
     /// For `unknown` tasks: how the provider bills, in plain words.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub billing_note: Option<String>,
@@ -212,6 +218,8 @@ pub fn task_json(engine: &Engine, t: &TaskView) -> TaskJson {
         cancel_requested: t.cancel_requested,
         failure_kind: t.failure_kind.clone(),
         reason: t.reason.clone(),
+        group: t.group.clone(),
+        waiting_for: t.waiting_for.clone(),
         billing_note: if t.status == TaskStatus::Unknown { engine.billing_note(&t.provider) } else { None },
     }
 }
@@ -273,6 +281,9 @@ pub struct SubmitBody {
     /// task (1 to 256 bytes; or send the `Idempotency-Key` header).
     #[schema(min_length = 1)]
     pub idempotency_key: Option<String>,
+    /// Jobs with the same group share a fairness key: a big batch in one group takes turns
+    /// with other groups' jobs instead of holding them back.
+    pub group: Option<String>,
 }
 
 /// `POST /v1/tasks`: 201 when new, 200 for a replay of the same key and body, 409 for the
@@ -305,7 +316,14 @@ pub async fn submit(
         Some(p) => p,
     };
     let provider = body.provider.unwrap_or_else(|| state.default_provider().to_string());
-    let t = NewTask { provider, prompt: body.prompt, params, idempotency_key: key, ..NewTask::default() };
+    let t = NewTask {
+        provider,
+        prompt: body.prompt,
+        params,
+        idempotency_key: key,
+        group: body.group,
+        ..NewTask::default()
+    };
     let (outcome, view) = state.engine().submit_and_get(t).await?;
     match (outcome, view) {
         (SubmitOutcome::Created(id), Some(t)) => Ok(created(&state, &id, &t)),

@@ -8,6 +8,7 @@
 //! PostgreSQL backend beside SQLite instead (`pg.rs`). See BENCHMARKS.md for results and
 //! method.
 
+pub mod fairness;
 pub mod http;
 pub mod images;
 pub mod pg;
@@ -81,6 +82,7 @@ pub enum Section {
     Recovery,
     Http,
     Images,
+    Fairness,
 }
 
 /// The machine the numbers come from.
@@ -114,6 +116,21 @@ pub struct E2e {
     pub statements_per_task: f64,
     /// Provider calls per task (must be 1).
     pub calls_per_task: f64,
+    /// The task's own path, per task: SQL statements, commits, and the fsynced commits a task
+    /// waits for after its submit is answered (`calling`, the finish; a submit's own fsync is
+    /// the client's wait, `submit_fsync_waits`). `fsyncs` is the commits actually fsynced per
+    /// task (group commit shares one among many operations).
+    pub per_task: PerTask,
+}
+
+/// Per-task costs of an e2e run.
+#[derive(Debug, Clone, Serialize)]
+pub struct PerTask {
+    pub statements: f64,
+    pub commits: f64,
+    pub fsync_waits: f64,
+    pub submit_fsync_waits: f64,
+    pub fsyncs: f64,
 }
 
 /// Pickup latency: submit call start → provider call start, on an idle engine.
@@ -205,6 +222,8 @@ pub struct Results {
     /// Images in the database (section 7, `--only images`): large images end to end, WAL and
     /// database size, prune, downloads, backup.
     pub images: Option<images::Images>,
+    /// Fresh tasks against a recovered backlog (issue #18), with the FIFO baseline.
+    pub fairness: Option<fairness::Fairness>,
     /// `--backend postgres`: the PostgreSQL backend beside SQLite (`null` otherwise).
     pub postgres: Option<pg::PgBench>,
     pub total_secs: f64,
@@ -219,6 +238,7 @@ struct Sizes {
     scale_rows: u64,
     recovery_tasks: u64,
     http_secs: f64,
+    fairness_backlog: usize,
 }
 
 impl Sizes {
@@ -231,6 +251,7 @@ impl Sizes {
                 scale_rows: 100_000,
                 recovery_tasks: 1_000,
                 http_secs: 2.0,
+                fairness_backlog: 2_000,
             }
         } else {
             Sizes {
@@ -240,6 +261,7 @@ impl Sizes {
                 scale_rows: 1_000_000,
                 recovery_tasks: 10_000,
                 http_secs: 5.0,
+                fairness_backlog: 10_000,
             }
         }
     }
@@ -310,6 +332,7 @@ async fn run_all(args: &BenchArgs, out: &Path) -> Result<Results, String> {
                 download: Some(d),
                 backup: None,
             }),
+            fairness: None,
             postgres: None,
             total_secs: t0.elapsed().as_secs_f64(),
         });
@@ -332,6 +355,7 @@ async fn run_all(args: &BenchArgs, out: &Path) -> Result<Results, String> {
             http: None,
             idle_rss_mb: None,
             images: None,
+            fairness: None,
             postgres: Some(pg),
             total_secs: t0.elapsed().as_secs_f64(),
         });
@@ -380,6 +404,18 @@ async fn run_all(args: &BenchArgs, out: &Path) -> Result<Results, String> {
         recovery = Some(sections::recovery(out, sizes.recovery_tasks).await?);
     }
 
+    let mut fair = None;
+    if on(Section::Fairness) {
+        progress(&format!(
+            "fairness: {} recovered tasks, {} slots, S = {} ms, fresh at {:.0}/s; fair, then FIFO",
+            sizes.fairness_backlog,
+            fairness::SLOTS,
+            fairness::SERVICE_MS,
+            2000.0 / fairness::SERVICE_MS as f64
+        ));
+        fair = Some(fairness::fairness(out, sizes.fairness_backlog).await?);
+    }
+
     // HTTP: against `--http` if given, else against a real `tally serve` started here. The
     // daemon's own RSS, measured idle before the load, is the idle RSS reported.
     let http = match (&args.http, &args.token) {
@@ -421,6 +457,7 @@ async fn run_all(args: &BenchArgs, out: &Path) -> Result<Results, String> {
         http,
         idle_rss_mb,
         images,
+        fairness: fair,
         postgres: None,
         total_secs: t0.elapsed().as_secs_f64(),
     })
@@ -448,7 +485,7 @@ fn render_table(r: &Results) -> String {
     let _ = writeln!(t, "\n1. end-to-end throughput (submit → succeeded), instant provider");
     let _ = writeln!(
         t,
-        "{:<11} {:>7} {:>10} {:>7} {:>10} {:>10} {:>10} {:>9} {:>9} {:>7}",
+        "{:<11} {:>7} {:>10} {:>7} {:>10} {:>10} {:>10} {:>9} {:>9} {:>7} {:>9} {:>8}",
         "method",
         "workers",
         "durability",
@@ -458,13 +495,15 @@ fn render_table(r: &Results) -> String {
         "drain/s",
         "commits/t",
         "stmts/t",
-        "calls/t"
+        "calls/t",
+        "fsyncwt/t",
+        "fsyncs/t"
     );
     for e in &r.e2e {
         let drain = e.drain_per_s.map(|d| format!("{d:.0}")).unwrap_or_else(|| "-".into());
         let _ = writeln!(
             t,
-            "{:<11} {:>7} {:>10} {:>7} {:>10.0} {:>10.0} {:>10} {:>9.2} {:>9.1} {:>7.2}",
+            "{:<11} {:>7} {:>10} {:>7} {:>10.0} {:>10.0} {:>10} {:>9.2} {:>9.1} {:>7.2} {:>9.2} {:>8.2}",
             e.method,
             e.workers,
             e.durability,
@@ -474,7 +513,9 @@ fn render_table(r: &Results) -> String {
             drain,
             e.commits_per_task,
             e.statements_per_task,
-            e.calls_per_task
+            e.calls_per_task,
+            e.per_task.fsync_waits,
+            e.per_task.fsyncs
         );
     }
     let _ = writeln!(
@@ -569,6 +610,32 @@ fn render_table(r: &Results) -> String {
     if let Some(im) = &r.images {
         render_images(&mut t, im);
     }
+    if let Some(f) = &r.fairness {
+        let _ = writeln!(
+            t,
+            "\n8. fairness ({} recovered tasks, {} slots, S = {} ms ± 50 %, fresh at {:.0}/s): fresh pickup p50 {:.1} ms, \
+             p95 {:.1} ms, p99 {:.1} ms ({} tasks); recovery share while both lanes waited {:.2}; drained in {:.0} ms",
+            f.backlog,
+            f.slots,
+            f.service_ms,
+            f.fresh_per_s,
+            f.fresh_pickup_ms.p50,
+            f.fresh_pickup_ms.p95,
+            f.fresh_pickup_ms.p99,
+            f.fresh_pickup_ms.samples,
+            f.recovery_share,
+            f.drain_ms
+        );
+        let _ = writeln!(
+            t,
+            "   FIFO baseline: fresh pickup p50 {:.1} ms, p95 {:.1} ms, p99 {:.1} ms; recovery share {:.2}; drained in {:.0} ms",
+            f.fifo_fresh_pickup_ms.p50,
+            f.fifo_fresh_pickup_ms.p95,
+            f.fifo_fresh_pickup_ms.p99,
+            f.fifo_recovery_share,
+            f.fifo_drain_ms
+        );
+    }
     let _ = writeln!(t, "\ntotal {:.1} s", r.total_secs);
     t
 }
@@ -646,6 +713,13 @@ mod tests {
                 commits_per_task: 1.0,
                 statements_per_task: 1.0,
                 calls_per_task: 1.0,
+                per_task: PerTask {
+                    statements: 1.0,
+                    commits: 1.0,
+                    fsync_waits: 2.0,
+                    submit_fsync_waits: 1.0,
+                    fsyncs: 0.5,
+                },
             }],
             pickup_ms: Some(Pickup {
                 p50: 1.0,
@@ -696,6 +770,7 @@ mod tests {
             http: None,
             idle_rss_mb: Some(10.0),
             images: None,
+            fairness: None,
             postgres: None,
             total_secs: 60.0,
         }
@@ -711,6 +786,9 @@ mod tests {
         let e = &v["e2e"][0];
         for key in ["workers", "durability", "tasks", "tasks_per_s", "method"] {
             assert!(e.get(key).is_some(), "missing e2e key {key}");
+        }
+        for key in ["statements", "commits", "fsync_waits"] {
+            assert!(e["per_task"].get(key).is_some(), "missing e2e per_task key {key}");
         }
         for key in ["p50", "p99"] {
             assert!(v["pickup_ms"].get(key).is_some(), "missing pickup_ms key {key}");

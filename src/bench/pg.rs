@@ -113,7 +113,6 @@ fn open(url: &str, schema: &str, node: &str) -> Result<PgStore, String> {
         watch_peers: true,
     })
     .map_err(|e| format!("cannot use PostgreSQL ({}): {e}", crate::config::redact_url(url)))?;
-    store.set_provider_limits(vec![(PROVIDER.into(), WORKERS)]);
     Ok(store)
 }
 

@@ -151,7 +151,8 @@ pub(super) async fn e2e_in(
     let dir = dir.to_path_buf();
     let store = Store::open(&dir.join("tally.db"), durability).map_err(s)?;
     let clock = SystemClock;
-    let (commits0, stmts0) = (store.commits(), store.statements());
+    let (commits0, stmts0, fsyncs0, waits0) =
+        (store.commits(), store.statements(), store.fsyncs(), store.durable_waits());
     let timeout = Duration::from_secs(600);
     let (secs, enqueue_secs, drain_secs, engine);
     if concurrent {
@@ -201,6 +202,7 @@ pub(super) async fn e2e_in(
     }
     let store = engine.store().clone();
     let (commits, stmts) = (store.commits() - commits0, store.statements() - stmts0);
+    let (fsyncs, waits) = (store.fsyncs() - fsyncs0, store.durable_waits() - waits0);
     let calls = provider.calls();
     let wal = std::fs::metadata(dir.join("tally.db-wal")).map(|m| m.len()).unwrap_or(0);
     stop(engine).await?;
@@ -216,6 +218,16 @@ pub(super) async fn e2e_in(
         commits_per_task: commits as f64 / n as f64,
         statements_per_task: stmts as f64 / n as f64,
         calls_per_task: calls as f64 / n as f64,
+        per_task: super::PerTask {
+            statements: stmts as f64 / n as f64,
+            commits: commits as f64 / n as f64,
+            // Each task's submit is one durable operation (the client's fsync wait); the rest
+            // of the durable operations are on the task's path after it (calling, finish).
+            fsync_waits: (waits as f64 - if durability == Durability::Full { n as f64 } else { 0.0 }).max(0.0)
+                / n as f64,
+            submit_fsync_waits: if durability == Durability::Full { 1.0 } else { 0.0 },
+            fsyncs: fsyncs as f64 / n as f64,
+        },
     };
     Ok((e2e, wal))
 }
@@ -376,7 +388,8 @@ pub async fn scale(out: &Path, rows: u64, samples: usize, empty: &Pickup) -> Res
     let populate_secs = t0.elapsed().as_secs_f64();
     let db_mb = std::fs::metadata(&db).map(|m| m.len() as f64 / 1048576.0).unwrap_or(0.0);
     let store = Store::open(&db, Durability::Full).map_err(s)?;
-    let plans = query_plans(&store).await.unwrap_or_else(|e| vec![format!("EXPLAIN failed: {e}")]);
+    let mut plans = query_plans(&store).await.unwrap_or_else(|e| vec![format!("EXPLAIN failed: {e}")]);
+    plans.extend(store.dispatch_plans().await.unwrap_or_else(|e| vec![format!("EXPLAIN failed: {e}")]));
     let provider = Arc::new(InstantProvider::new(true));
     let t1 = Instant::now();
     let engine = start(store, &dir, 1, provider.clone(), 1).await?;
@@ -404,10 +417,23 @@ async fn query_plans(store: &Store) -> Result<Vec<String>, StoreError> {
     const QUERIES: &[(&str, &str)] = &[
         ("submit: key lookup", "SELECT id, request_hash FROM tasks WHERE idempotency_key = 'x'"),
         (
-            "dispatch: due",
-            "SELECT id FROM envelopes WHERE status = 'pending' AND due_at IS NOT NULL AND due_at <= 1 ORDER BY due_at LIMIT 8",
+            "dispatch: ready, one lane",
+            "SELECT id FROM envelopes WHERE status = 'pending' AND pass IS NOT NULL AND provider = 'bench'
+             AND lane = 'fresh' ORDER BY pass, id LIMIT 8",
         ),
-        ("dispatch: next due", "SELECT min(due_at) FROM envelopes WHERE status = 'pending' AND due_at IS NOT NULL"),
+        (
+            "dispatch: slots in use",
+            "SELECT count(*) FROM envelopes WHERE status = 'sent' AND provider = 'bench' AND lane = 'recovery'",
+        ),
+        (
+            "dispatch: next waiting due",
+            "SELECT min(due_at) FROM envelopes WHERE status = 'pending' AND pass IS NULL AND due_at IS NOT NULL",
+        ),
+        (
+            "submit: a key's last place",
+            "SELECT max(pass) FROM envelopes WHERE status = 'pending' AND pass IS NOT NULL AND provider = 'bench'
+             AND lane = 'fresh' AND fair_key = ''",
+        ),
         ("reconciler: next deadline", "SELECT min(lease_expires_at) FROM envelopes WHERE status = 'sent'"),
         (
             "reconciler: leftovers",

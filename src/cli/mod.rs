@@ -117,6 +117,10 @@ pub enum Command {
         /// Makes resubmitting safe: the same key and prompt return the same job.
         #[arg(long, value_name = "KEY")]
         idempotency_key: Option<String>,
+        /// Jobs of one group take turns with other jobs: a big batch submitted with a group
+        /// does not hold back a single job submitted meanwhile.
+        #[arg(long, value_name = "NAME")]
+        group: Option<String>,
         /// Wait for the result, showing progress; exit 0 only if the image is ready.
         #[arg(long)]
         wait: bool,

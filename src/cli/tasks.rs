@@ -16,8 +16,11 @@ use crate::config::Config;
 pub(super) async fn client_command(cfg: &Config, cmd: Command, json: bool) -> Result<ExitCode, Failure> {
     let client = Client::new(cfg)?;
     match cmd {
-        Command::Submit { prompt, provider, idempotency_key, wait } => {
+        Command::Submit { prompt, provider, idempotency_key, group, wait } => {
             let mut body = json!({ "prompt": prompt });
+            if let Some(g) = group {
+                body["group"] = json!(g);
+            }
             if let Some(p) = provider {
                 body["provider"] = json!(p);
             }

@@ -1,10 +1,13 @@
-//! The dispatcher: hands due envelopes to free workers.
+//! The dispatcher: claims ready envelopes for free provider slots and hands each claim to a
+//! free worker.
 //!
-//! It marks envelopes `sent` in a committed transaction *before* handing their ids to a
-//! worker, and never more than there are free workers. It sleeps until the earliest due time
-//! or until woken (a submit, a finished worker, a rescheduled envelope); it never polls on a
-//! fixed interval, so an idle engine does no database work. A failing database makes it wait
-//! and try again (`trouble`), never exit while the daemon serves.
+//! Who goes next is decided by the store (`Store::dispatch_due`: free slots per provider,
+//! lanes, fairness keys, reserve, slow start), which claims — lease and execution — in the same
+//! committed transaction *before* the dispatcher spawns a worker for it, and never more than
+//! there are free workers. It sleeps until the earliest due time (or the end of a provider's
+//! pause) or until woken (a submit, a finished worker, a rescheduled envelope); it never polls
+//! on a fixed interval, so an idle engine does no database work. A failing database makes it
+//! wait and try again (`trouble`), never exit while the daemon serves.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -26,24 +29,25 @@ pub(super) async fn run(shared: Arc<Shared>) {
         let mut next_due: Option<Millis> = None;
         if free > 0 {
             let now = shared.now();
-            let grace = Shared::ms(shared.cfg.dispatch_grace);
-            match shared.store.dispatch_due(now, free, grace, &shared.boot()).await {
+            let lease = Shared::ms(shared.cfg.lease);
+            match shared.store.dispatch_due(now, free, lease, &shared.boot()).await {
                 Ok(batch) => {
                     trouble.ok();
-                    if !batch.handoffs.is_empty() {
+                    if !batch.claims.is_empty() {
                         crate::failpoint::crash("after-sent");
-                        // The reconciler must watch these hand-offs' deadlines.
-                        if shared.reconciler_at.load(Ordering::Relaxed) > now + grace {
+                        // The reconciler must watch these leases' deadlines.
+                        if shared.reconciler_at.load(Ordering::Relaxed) > now + lease {
                             shared.wake_reconciler.notify_one();
                         }
                     }
-                    let full = batch.handoffs.len() == free;
-                    for h in batch.handoffs {
-                        shared.metrics.dispatched((now - h.due_at).max(0) as f64 / 1000.0);
+                    let full = batch.claims.len() == free;
+                    for claim in batch.claims {
+                        shared.metrics.dispatched((now - claim.due_at).max(0) as f64 / 1000.0);
+                        shared.changed(&claim.task_id, crate::domain::TaskStatus::Running);
                         match shared.workers.clone().try_acquire_owned() {
-                            Ok(permit) => worker::spawn(shared.clone(), h, permit),
-                            // Only this loop takes permits, so one is free for each hand-off;
-                            // if not (closed at shutdown), the reconciler requeues it.
+                            Ok(permit) => worker::spawn(shared.clone(), claim, permit),
+                            // Only this loop takes permits, so one is free for each claim; if
+                            // not (closed at shutdown), the reconciler recovers it.
                             Err(_) => break,
                         }
                     }

@@ -2,8 +2,9 @@
 //! from crashes from evidence only.
 //!
 //! The background services share one [`Shared`] state:
-//! - the dispatcher (`dispatcher.rs`) hands due envelopes to workers;
-//! - workers (`worker.rs`) claim, record phases, call providers and finish, fenced;
+//! - the dispatcher (`dispatcher.rs`) claims ready envelopes for free provider slots in the
+//!   store and hands each claim to a worker;
+//! - workers (`worker.rs`) record phases, call providers and finish, fenced;
 //! - the reconciler (`reconciler.rs`) acts on leases that ran out (DESIGN §6);
 //! - with `[retention]`, the retention timer (`retention.rs`) prunes settled work once it is
 //!   old enough.
@@ -35,8 +36,8 @@ use crate::metrics::Metrics;
 use crate::providers::{Image, Provider};
 use crate::store::spend::Limit;
 use crate::store::{
-    CancelOutcome, NewArtifact, NewImage, NewSet, NewTask, PruneReport, Resolution, ResolveOutcome, RetryAck,
-    RetryOutcome, SHOT_ROLES, Store, StoreError, SubmitOutcome, TaskView, UploadView,
+    CancelOutcome, NewArtifact, NewImage, NewSet, NewTask, ProviderSlots, PruneReport, Resolution, ResolveOutcome,
+    RetryAck, RetryOutcome, SHOT_ROLES, Store, StoreError, SubmitOutcome, TaskView, UploadView,
 };
 use money::ProviderMoney;
 
@@ -46,6 +47,8 @@ pub const MAX_PROMPT_BYTES: usize = 8 * 1024;
 pub const MAX_PARAMS_BYTES: usize = 16 * 1024;
 /// The largest reference image tally accepts, in bytes.
 pub const MAX_UPLOAD_BYTES: usize = 10 * 1024 * 1024;
+/// The longest submit `group` tally accepts, in bytes.
+pub const MAX_GROUP_BYTES: usize = 128;
 /// The most shots one image set may list.
 pub const MAX_SHOTS: usize = 50;
 /// The most reference images one image set may carry.
@@ -77,7 +80,8 @@ pub struct TaskChange {
     pub status: TaskStatus,
 }
 
-/// A configured provider: the adapter, its capacity slots and its circuit breaker.
+/// A configured provider: the adapter, its slots (counted in the store, see
+/// `store::ops::dispatch`) and its circuit breaker.
 pub struct ProviderEntry {
     pub name: String,
     pub provider: Arc<dyn Provider>,
@@ -85,19 +89,22 @@ pub struct ProviderEntry {
     kind: String,
     /// Whether it bills, its prices, and what must hold before a request may leave.
     money: ProviderMoney,
-    slots: Arc<Semaphore>,
+    max_concurrency: usize,
+    reserve: usize,
     breaker: Mutex<Breaker>,
 }
 
 impl ProviderEntry {
-    /// Wrap an adapter with `max_concurrency` slots.
+    /// Wrap an adapter with `max_concurrency` slots (and the default reserve of one slot that
+    /// the recovery lane leaves to fresh work).
     pub fn new(name: impl Into<String>, provider: Arc<dyn Provider>, max_concurrency: usize) -> Self {
         ProviderEntry {
             name: name.into(),
             provider,
             kind: "custom".into(),
             money: ProviderMoney::default(),
-            slots: Arc::new(Semaphore::new(max_concurrency.max(1))),
+            max_concurrency: max_concurrency.max(1),
+            reserve: 1,
             breaker: Mutex::new(Breaker::default()),
         }
     }
@@ -108,11 +115,30 @@ impl ProviderEntry {
         self
     }
 
+    /// Set the slots the recovery lane leaves free (0: purely work-conserving).
+    pub fn with_reserve(mut self, reserve: usize) -> Self {
+        self.reserve = reserve;
+        self
+    }
+
+    /// The provider's row for the dispatcher.
+    fn slots(&self, cfg: &EngineConfig) -> ProviderSlots {
+        ProviderSlots {
+            name: self.name.clone(),
+            max_concurrency: self.max_concurrency,
+            reserve: self.reserve,
+            fresh_weight: cfg.fresh_weight,
+            recovery_weight: cfg.recovery_weight,
+            order: cfg.dispatch_order,
+        }
+    }
+
     /// Take the kind and the money facts (billing, prices, API key variable, model, size)
     /// from the provider's configuration.
     pub fn with_config(mut self, cfg: &crate::config::ProviderConfig) -> Self {
         self.kind = cfg.kind.as_str().into();
         self.money = ProviderMoney::of(cfg);
+        self.reserve = cfg.reserve;
         self
     }
 
@@ -248,18 +274,22 @@ impl Shared {
         (b.open_until > now).then_some(b.open_until)
     }
 
-    fn breaker_record(&self, p: &ProviderEntry, ok: bool) {
+    /// Count a call's outcome; when the circuit opens, returns until when (the caller records
+    /// the pause in the store, where the dispatcher reads it).
+    fn breaker_record(&self, p: &ProviderEntry, ok: bool) -> Option<Millis> {
         let mut b = p.breaker.lock().unwrap_or_else(|e| e.into_inner());
         if ok {
             b.failures = 0;
-            return;
+            return None;
         }
         b.failures += 1;
         if b.failures >= self.cfg.circuit_failures {
             b.open_until = self.now() + Self::ms(self.cfg.circuit_pause);
             b.failures = 0;
             tracing::warn!(provider = %p.name, pause = ?self.cfg.circuit_pause, "provider circuit opened after repeated failures");
+            return Some(b.open_until);
         }
+        None
     }
 }
 
@@ -323,7 +353,10 @@ impl Engine {
         // On PostgreSQL, other nodes' wake-ups feed this engine's services (before the
         // start-up recovery, so nothing that happens meanwhile is missed).
         let bridge = nodes::bridge(&shared);
-        // Start-up recovery runs to completion before anything new is dispatched.
+        // The dispatcher's view of the providers, then start-up recovery, both before anything
+        // new is dispatched.
+        let slots = shared.providers.values().map(|p| p.slots(&shared.cfg)).collect();
+        shared.store.configure_providers(slots).await?;
         reconciler::run_once(&shared).await?;
         // Limits may have changed while tally was stopped: tasks held by a budget check it
         // again now (and wait again if it still holds them back).
@@ -470,6 +503,13 @@ impl Engine {
         }
         if t.params.to_string().len() > MAX_PARAMS_BYTES {
             return Err(EngineError::Invalid(format!("params are larger than {MAX_PARAMS_BYTES} bytes")));
+        }
+        if let Some(g) = &t.group
+            && (g.is_empty() || g.len() > MAX_GROUP_BYTES || g.chars().any(char::is_control))
+        {
+            return Err(EngineError::Invalid(format!(
+                "the group must be 1 to {MAX_GROUP_BYTES} bytes without control characters"
+            )));
         }
         validate_key(t.idempotency_key.as_deref())
     }

@@ -1,7 +1,8 @@
-//! A worker: runs one handed-off envelope from claim to a settled (or rescheduled) task.
+//! A worker: runs one claim from the dispatcher to a settled (or rescheduled) task.
 //!
-//! The order is the protocol (DESIGN §3): take a provider slot (none free: release the
-//! envelope, nothing counted) → claim (lease + execution token) → durably record `calling`
+//! The order is the protocol (DESIGN §3): the dispatcher's claim (lease + execution token, for
+//! a free provider slot) → the local checks (references readable, the adapter's preflight) →
+//! durably record `calling`
 //! → call the provider outside any transaction while heartbeating → persist a job id the
 //! moment it arrives → verify the image (type and sha256, before the writer sees it) → finish
 //! in one transaction fenced on both tokens, which also stores the image's bytes. After an ambiguous outcome it calls again only if the provider can prove that is
@@ -17,7 +18,7 @@ use super::{ProviderEntry, Shared};
 use crate::domain::{Charge, FailureKind, Millis, Phase, backoff};
 use crate::failpoint::crash;
 use crate::providers::{CallError, CallRequest, Image, JobHandle, JobState, Submitted};
-use crate::store::{CallingOutcome, Claim, ClaimOutcome, Finish, Handoff, NewArtifact, NewImage, Severity, StoreError};
+use crate::store::{CallingOutcome, Claim, Finish, NewArtifact, NewImage, Severity, StoreError};
 
 /// The wait before storing an image again after the store failed. Short and flat: when the
 /// disk has room again the worker should store its image before the reconciler (backing off
@@ -25,14 +26,14 @@ use crate::store::{CallingOutcome, Claim, ClaimOutcome, Finish, Handoff, NewArti
 /// `unknown` is resolved by the worker's late result of the same execution.
 const STORE_RETRY: Duration = Duration::from_millis(250);
 
-/// Run a hand-off on its own task, holding a worker permit until done.
-pub(super) fn spawn(shared: Arc<Shared>, h: Handoff, permit: OwnedSemaphorePermit) {
+/// Run a claim on its own task, holding a worker permit until done.
+pub(super) fn spawn(shared: Arc<Shared>, claim: Claim, permit: OwnedSemaphorePermit) {
     let mut running = shared.running.lock().unwrap_or_else(|e| e.into_inner());
     // Reap finished workers so the set only holds live ones.
     while running.try_join_next().is_some() {}
     let task_shared = shared.clone();
     running.spawn(async move {
-        deliver(&task_shared, h).await;
+        deliver(&task_shared, claim).await;
         drop(permit);
         task_shared.wake_dispatcher.notify_one();
         // The last busy worker is done: the reconciler's timer may be set for a lease that
@@ -43,35 +44,31 @@ pub(super) fn spawn(shared: Arc<Shared>, h: Handoff, permit: OwnedSemaphorePermi
     });
 }
 
-async fn deliver(shared: &Arc<Shared>, h: Handoff) {
+async fn deliver(shared: &Arc<Shared>, claim: Claim) {
     let now = shared.now();
-    let Some(entry) = shared.providers.get(&h.provider).cloned() else {
-        return claim_for_missing_provider(shared, h).await;
+    let Some(entry) = shared.providers.get(&claim.provider).cloned() else {
+        return settle_for_missing_provider(shared, claim).await;
     };
-    if let Some(until) = shared.breaker_open_until(&entry, now) {
+    // The dispatcher does not claim for a paused provider; a claim made just before the
+    // circuit opened is handed back untouched (nothing sent, no attempt counted).
+    if claim.phase == Phase::Claimed
+        && let Some(until) = shared.breaker_open_until(&entry, now)
+    {
         let why = format!(
             "Provider `{}` failed several times in a row; tally has paused new calls to it until {}.",
             entry.name,
             crate::clock::rfc3339(until)
         );
-        return release(shared, h, until, why).await;
-    }
-    let Ok(slot) = entry.slots.clone().try_acquire_owned() else {
-        let delay = Shared::ms(shared.cfg.busy_delay).max(1);
-        let due = now + delay + (delay as f64 * Shared::jitter()) as Millis;
-        let why = format!("Waiting for a free slot at provider `{}` (its max_concurrency is reached).", entry.name);
-        return release(shared, h, due, why).await;
-    };
-    let lease = uuid::Uuid::new_v4().to_string();
-    let lease_ms = Shared::ms(shared.cfg.lease);
-    let claim = match shared.store.claim(h, lease, shared.boot(), shared.now(), lease_ms).await {
-        Ok(ClaimOutcome::Claimed(c)) => {
-            shared.changed(&c.task_id, crate::domain::TaskStatus::Running);
-            c
+        let c = &claim;
+        match shared.store.release_claim(c.execution_token.clone(), c.lease_token.clone(), until, why, now).await {
+            Ok(()) => {
+                shared.changed(&c.task_id, crate::domain::TaskStatus::Waiting);
+                shared.wake_dispatcher.notify_one();
+            }
+            Err(e) => tracing::error!(error = %e, "handing a claim back failed"),
         }
-        Ok(ClaimOutcome::Lost) => return,
-        Err(e) => return tracing::error!(error = %e, "claim failed"),
-    };
+        return;
+    }
     let span = tracing::info_span!("execution", task = %claim.task_id, execution = %claim.execution_token, attempt = claim.attempt);
     let lost = Arc::new(AtomicBool::new(false));
     // Aborted when this worker ends in any way, including being aborted itself (a kill).
@@ -95,7 +92,6 @@ async fn deliver(shared: &Arc<Shared>, h: Handoff) {
             }
         }
     }
-    drop(slot);
 }
 
 /// Aborts a spawned task when dropped.
@@ -107,28 +103,9 @@ impl Drop for AbortOnDrop {
     }
 }
 
-async fn release(shared: &Arc<Shared>, h: Handoff, due: Millis, why: String) {
-    let task = h.task_id.clone();
-    match shared.store.release_busy(h, due, why, shared.now()).await {
-        Ok(released) => {
-            if released {
-                shared.changed(&task, crate::domain::TaskStatus::Waiting);
-            }
-            shared.wake_dispatcher.notify_one()
-        }
-        Err(e) => tracing::error!(error = %e, "releasing a busy envelope failed"),
-    }
-}
-
-/// The task names a provider that is no longer configured: claim it and settle it honestly.
-async fn claim_for_missing_provider(shared: &Arc<Shared>, h: Handoff) {
-    let provider = h.provider.clone();
-    let lease = uuid::Uuid::new_v4().to_string();
-    let Ok(ClaimOutcome::Claimed(c)) =
-        shared.store.claim(h, lease, shared.boot(), shared.now(), Shared::ms(shared.cfg.lease)).await
-    else {
-        return;
-    };
+/// The task names a provider that is no longer configured: settle it honestly.
+async fn settle_for_missing_provider(shared: &Arc<Shared>, c: Claim) {
+    let provider = c.provider.clone();
     let finish = if c.phase == Phase::Claimed {
         Finish::Failed {
             kind: FailureKind::Configuration,
@@ -295,8 +272,7 @@ impl Run<'_> {
                 crash("after-calling");
                 self.shared.metrics.picked_up((calling_at - c.created_at).max(0) as f64 / 1000.0);
                 let result = self.entry.provider.submit(&self.request(calling_at, &references)).await;
-                self.shared
-                    .breaker_record(self.entry, !matches!(&result, Err(e) if !matches!(e, CallError::Rejected { .. })));
+                self.after_call(&result).await;
                 match result {
                     Ok(Submitted::Done(img)) => {
                         self.shared.metrics.provider_call(name, "answered");
@@ -349,6 +325,31 @@ impl Run<'_> {
             Next::Image(img) => self.save_and_finish(img).await,
             Next::Settle(f) => self.finish(f).await,
             Next::Job(_) | Next::Stop => Ok(()),
+        }
+    }
+
+    /// After a first call: count it for the circuit breaker (record the pause in the store
+    /// when it opens), and during a slow start tell the store how the provider answered.
+    async fn after_call(&self, result: &Result<Submitted, CallError>) {
+        let failed = matches!(result, Err(e) if !matches!(e, CallError::Rejected { .. }));
+        let store = &self.shared.store;
+        if let Some(until) = self.shared.breaker_record(self.entry, !failed)
+            && let Err(e) = store.pause_provider(self.entry.name.clone(), until).await
+        {
+            tracing::warn!(error = %e, "recording the provider's pause failed");
+        }
+        if self.claim.slow_start {
+            let verdict = match result {
+                Ok(_) => Some(true),
+                Err(CallError::RetryAfter { .. }) => Some(false),
+                Err(CallError::Ambiguous(m)) if m.starts_with("HTTP 5") => Some(false),
+                Err(_) => None,
+            };
+            if let Some(ok) = verdict
+                && let Err(e) = store.slow_start_feedback(self.entry.name.clone(), ok).await
+            {
+                tracing::warn!(error = %e, "recording the slow start's progress failed");
+            }
         }
     }
 

@@ -3,9 +3,11 @@
 //! Invariants enforced here:
 //! - **One writer.** Only the writer thread holds a write connection. Callers send it
 //!   operations; it groups all operations waiting at that moment into one transaction (group
-//!   commit), runs each inside its own savepoint (one alone needs none), commits once, and only
-//!   then answers each caller. An operation that fails rolls back its own savepoint and nothing
-//!   else.
+//!   commit), runs them one after the other, commits once, and only then answers each caller.
+//!   An operation that fails undoes its own writes and nothing else: one that failed before
+//!   changing a row has nothing to undo (a failed statement undoes itself), and if one fails
+//!   after changing rows the batch is rolled back and run again with a savepoint per
+//!   operation. (Savepoints on every batch cost two statements per operation.)
 //! - **Fsync what a promise depends on.** With `durability = "full"`, a transaction holding
 //!   any [`Commit::Durable`] operation commits with `synchronous = FULL` (the WAL is fsynced
 //!   before anyone is answered). A transaction of [`Commit::Ordered`] operations only commits
@@ -76,18 +78,45 @@ const MAX_BATCH: usize = 256;
 /// commits alone): a burst of large images reaches the WAL in bounded commits.
 const MAX_BATCH_BYTES: usize = 32 << 20;
 
-/// A reply to send once the batch's commit finished; `Some(error)` if the commit failed.
-type Reply = Box<dyn FnOnce(Option<&StoreError>) + Send>;
-/// The work of an operation: runs on the write connection inside a savepoint and says
-/// whether it succeeded (so its savepoint is kept) plus how to answer its caller.
-type Work = Box<dyn FnOnce(&Connection) -> (bool, Reply) + Send>;
+/// The work of an operation: run on the write connection (possibly twice: see the writer's
+/// batches), keeping its latest result, and answered once the batch's commit finished.
+trait Job: Send {
+    /// Run (again) on the write connection; true if the operation succeeded.
+    fn run(&mut self, conn: &Connection) -> bool;
+    /// Answer the caller: the latest result, or `Some(error)` if the commit failed.
+    fn answer(self: Box<Self>, commit_error: Option<&StoreError>);
+}
+
+struct JobOf<R, F> {
+    f: F,
+    result: Option<Result<R, StoreError>>,
+    tx: oneshot::Sender<Result<R, StoreError>>,
+}
+
+impl<R: Send, F: FnMut(&Connection) -> Result<R, StoreError> + Send> Job for JobOf<R, F> {
+    fn run(&mut self, conn: &Connection) -> bool {
+        let r = (self.f)(conn);
+        let ok = r.is_ok();
+        self.result = Some(r);
+        ok
+    }
+
+    fn answer(self: Box<Self>, commit_error: Option<&StoreError>) {
+        let result = match (commit_error, self.result) {
+            (Some(e), _) => Err(e.as_commit_failure()),
+            (None, Some(r)) => r,
+            (None, None) => Err(StoreError::Closed),
+        };
+        let _ = self.tx.send(result);
+    }
+}
 
 /// An operation for the writer.
 struct Op {
     commit: Commit,
     /// Image bytes the operation writes (for [`MAX_BATCH_BYTES`]).
     weight: usize,
-    work: Work,
+    job: Box<dyn Job>,
 }
 
 /// What an operation needs from its commit before its caller is answered.
@@ -125,6 +154,12 @@ struct Inner {
     readers: Mutex<Vec<Connection>>,
     statements: Arc<AtomicU64>,
     commits: AtomicU64,
+    /// Commits that changed at least one row.
+    writes: AtomicU64,
+    /// Of those, the ones fsynced (`synchronous = FULL`), and the durable operations that
+    /// waited for them.
+    fsyncs: AtomicU64,
+    durable_waits: AtomicU64,
     /// What opening did to an older database, in plain words.
     migration: Vec<String>,
 }
@@ -146,6 +181,9 @@ impl SqliteStore {
             readers: Mutex::new(Vec::new()),
             statements,
             commits: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
+            fsyncs: AtomicU64::new(0),
+            durable_waits: AtomicU64::new(0),
             migration,
         });
         let weak = Arc::downgrade(&inner);
@@ -179,12 +217,30 @@ impl SqliteStore {
         self.inner.commits.load(Ordering::Relaxed)
     }
 
+    /// Transactions committed by the writer so far that changed at least one row (a
+    /// transaction that only read — a dispatch that found nothing to claim — writes nothing to
+    /// the WAL and is not counted).
+    pub fn writes(&self) -> u64 {
+        self.inner.writes.load(Ordering::Relaxed)
+    }
+
+    /// Commits fsynced so far (`durability = "full"` and a durable operation in them).
+    pub fn fsyncs(&self) -> u64 {
+        self.inner.fsyncs.load(Ordering::Relaxed)
+    }
+
+    /// Durable operations answered after an fsynced commit so far: each one an fsync its
+    /// caller waited for (shared with the others in its commit).
+    pub fn durable_waits(&self) -> u64 {
+        self.inner.durable_waits.load(Ordering::Relaxed)
+    }
+
     /// Run a write operation on the writer thread, grouped with whatever else is waiting,
     /// and return its result once its transaction is durably committed.
     pub async fn write<R, F>(&self, f: F) -> Result<R, StoreError>
     where
         R: Send + 'static,
-        F: FnOnce(&Connection) -> Result<R, StoreError> + Send + 'static,
+        F: FnMut(&Connection) -> Result<R, StoreError> + Send + 'static,
     {
         self.send(Commit::Durable, 0, f)?.await.map_err(|_| StoreError::Closed)?
     }
@@ -194,7 +250,7 @@ impl SqliteStore {
     pub(crate) async fn write_images<R, F>(&self, bytes: usize, f: F) -> Result<R, StoreError>
     where
         R: Send + 'static,
-        F: FnOnce(&Connection) -> Result<R, StoreError> + Send + 'static,
+        F: FnMut(&Connection) -> Result<R, StoreError> + Send + 'static,
     {
         self.send(Commit::Durable, bytes, f)?.await.map_err(|_| StoreError::Closed)?
     }
@@ -203,12 +259,14 @@ impl SqliteStore {
     pub async fn write_ordered<R, F>(&self, f: F) -> Result<R, StoreError>
     where
         R: Send + 'static,
-        F: FnOnce(&Connection) -> Result<R, StoreError> + Send + 'static,
+        F: FnMut(&Connection) -> Result<R, StoreError> + Send + 'static,
     {
         self.send(Commit::Ordered, 0, f)?.await.map_err(|_| StoreError::Closed)?
     }
 
     /// Queue an operation for the writer now; the receiver yields its result after the commit.
+    /// The operation may run twice (the second time after its batch was rolled back, see
+    /// `writer_loop`): it must be a function of the database alone, as every store operation is.
     fn send<R, F>(
         &self,
         commit: Commit,
@@ -217,22 +275,12 @@ impl SqliteStore {
     ) -> Result<oneshot::Receiver<Result<R, StoreError>>, StoreError>
     where
         R: Send + 'static,
-        F: FnOnce(&Connection) -> Result<R, StoreError> + Send + 'static,
+        F: FnMut(&Connection) -> Result<R, StoreError> + Send + 'static,
     {
         let (tx, rx) = oneshot::channel();
-        let work: Work = Box::new(move |conn| {
-            let result = f(conn);
-            let ok = result.is_ok();
-            let reply: Reply = Box::new(move |commit_error| {
-                let _ = tx.send(match commit_error {
-                    None => result,
-                    Some(e) => Err(e.as_commit_failure()),
-                });
-            });
-            (ok, reply)
-        });
+        let job: Box<dyn Job> = Box::new(JobOf { f, result: None, tx });
         let sender = lock(&self.inner.writer).clone().ok_or(StoreError::Closed)?;
-        sender.send(Op { commit, weight, work }).map_err(|_| StoreError::Closed)?;
+        sender.send(Op { commit, weight, job }).map_err(|_| StoreError::Closed)?;
         Ok(rx)
     }
 
@@ -315,47 +363,48 @@ fn writer_loop(conn: Connection, rx: mpsc::Receiver<Op>, inner: std::sync::Weak<
                 Err(_) => break,
             }
         }
-        let mut replies = Vec::with_capacity(batch.len());
         let changes_before = conn.total_changes();
-        let want = sync_level(durability, batch.iter().any(|op| op.commit == Commit::Durable));
+        let durable = batch.iter().filter(|op| op.commit == Commit::Durable).count();
+        let want = sync_level(durability, durable > 0);
         let commit = (|| -> Result<(), StoreError> {
             if want != level {
                 conn.prepare_cached(want)?.execute([])?;
                 level = want;
             }
             conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
-            // One operation alone needs no savepoint: if it fails, the whole transaction
-            // is rolled back below instead.
-            let alone = batch.len() == 1;
-            let mut failed_alone = false;
-            for op in batch.drain(..) {
-                if !alone {
-                    conn.prepare_cached("SAVEPOINT op")?.execute([])?;
+            // Optimistically without savepoints: an operation that fails having changed no row
+            // leaves nothing to undo (a failed statement undoes itself). Only if one fails
+            // after it changed rows is the batch rolled back and run again, each operation in
+            // its own savepoint, so that only the failing one's writes are undone.
+            let mut clean = true;
+            for op in batch.iter_mut() {
+                let before = conn.total_changes();
+                let ok = op.job.run(&conn);
+                if conn.is_autocommit() {
+                    return Err(StoreError::Fatal("the write transaction ended inside an operation".into()));
                 }
-                let (ok, reply) = (op.work)(&conn);
-                replies.push(reply);
-                if alone {
-                    failed_alone = !ok;
-                } else if ok {
-                    conn.prepare_cached("RELEASE op")?.execute([])?;
-                } else {
-                    conn.prepare_cached("ROLLBACK TO op")?.execute([])?;
-                    conn.prepare_cached("RELEASE op")?.execute([])?;
+                if !ok && conn.total_changes() != before {
+                    clean = false;
+                    break;
                 }
             }
-            if failed_alone {
+            if !clean {
                 conn.prepare_cached("ROLLBACK")?.execute([])?;
-            } else {
-                conn.prepare_cached("COMMIT")?.execute([])?;
+                conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+                for op in batch.iter_mut() {
+                    conn.prepare_cached("SAVEPOINT op")?.execute([])?;
+                    if !op.job.run(&conn) {
+                        conn.prepare_cached("ROLLBACK TO op")?.execute([])?;
+                    }
+                    conn.prepare_cached("RELEASE op")?.execute([])?;
+                }
             }
+            conn.prepare_cached("COMMIT")?.execute([])?;
             Ok(())
         })();
         if commit.is_err() && !conn.is_autocommit() {
             let _ = conn.execute_batch("ROLLBACK");
         }
-        // Operations that never ran (the batch failed before them) are answered by dropping
-        // their closures: their callers see `Closed`-like errors through the dropped sender.
-        drop(batch);
         if let Some(inner) = inner.upgrade() {
             inner.commits.fetch_add(1, Ordering::Relaxed);
         }
@@ -364,6 +413,13 @@ fn writer_loop(conn: Connection, rx: mpsc::Receiver<Op>, inner: std::sync::Weak<
         // not on every failure: a full disk must not turn the log into a flood (the callers
         // say what they do about it). A transaction that only read commits even then.
         let wrote = conn.total_changes() > changes_before;
+        if let (None, true, Some(inner)) = (&err, wrote, inner.upgrade()) {
+            inner.writes.fetch_add(1, Ordering::Relaxed);
+            if want == "PRAGMA synchronous = FULL" {
+                inner.fsyncs.fetch_add(1, Ordering::Relaxed);
+                inner.durable_waits.fetch_add(durable as u64, Ordering::Relaxed);
+            }
+        }
         match &err {
             Some(e) if failing == 0 => tracing::error!(error = %e, "a write transaction failed to commit"),
             Some(e) => tracing::debug!(error = %e, failing, "a write transaction failed to commit again"),
@@ -375,8 +431,10 @@ fn writer_loop(conn: Connection, rx: mpsc::Receiver<Op>, inner: std::sync::Weak<
         } else if wrote {
             failing = 0;
         }
-        for reply in replies {
-            reply(err.as_ref());
+        // Operations that never ran (the batch failed before them) are answered with the
+        // commit's error.
+        for op in batch {
+            op.job.answer(err.as_ref());
         }
     }
     drop(conn);
@@ -435,6 +493,55 @@ mod tests {
             [1, 1],
             "ordered ops alone are not fsynced"
         );
+        store.close().expect("close");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// An operation that fails after it wrote is undone alone: the others of its batch
+    /// commit, each with its own result (the batch is run again with savepoints).
+    #[tokio::test]
+    async fn a_failing_operation_is_undone_alone_and_its_batch_commits() {
+        let (store, dir) = store(Durability::Full);
+        store.write(|c| Ok(c.execute_batch("CREATE TABLE t (v INTEGER)")?)).await.expect("table");
+        let (release, held) = mpsc::channel::<()>();
+        let (entered_tx, entered) = mpsc::channel::<()>();
+        let holding = store
+            .send(Commit::Ordered, 0, move |_| {
+                let _ = entered_tx.send(());
+                let _ = held.recv();
+                Ok(())
+            })
+            .expect("send");
+        entered.recv_timeout(std::time::Duration::from_secs(10)).expect("the writer runs the holding operation");
+        let insert = |v: i64, fail: bool| {
+            move |c: &Connection| -> Result<i64, StoreError> {
+                c.execute("INSERT INTO t (v) VALUES (?1)", [v])?;
+                if fail {
+                    return Err(StoreError::Invalid("after a write".into()));
+                }
+                Ok(v)
+            }
+        };
+        let a = store.send(Commit::Durable, 0, insert(1, false)).expect("send");
+        let b = store.send(Commit::Durable, 0, insert(2, true)).expect("send");
+        let fenced =
+            store.send(Commit::Durable, 0, |_: &Connection| -> Result<(), StoreError> { Err(StoreError::Fenced) });
+        let c = store.send(Commit::Durable, 0, insert(3, false)).expect("send");
+        drop(release);
+        holding.await.expect("reply").expect("holding op");
+        assert_eq!(a.await.expect("reply").expect("a"), 1);
+        assert!(matches!(b.await.expect("reply"), Err(StoreError::Invalid(_))));
+        assert!(matches!(fenced.expect("send").await.expect("reply"), Err(StoreError::Fenced)));
+        assert_eq!(c.await.expect("reply").expect("c"), 3);
+        let rows: Vec<i64> = store
+            .read(|c| {
+                let mut st = c.prepare("SELECT v FROM t ORDER BY v")?;
+                let v = st.query_map([], |r| r.get(0))?.collect::<Result<Vec<i64>, _>>()?;
+                Ok(v)
+            })
+            .await
+            .expect("read");
+        assert_eq!(rows, [1, 3], "the failed operation's write is gone, the others' kept");
         store.close().expect("close");
         let _ = std::fs::remove_dir_all(dir);
     }

@@ -13,7 +13,7 @@ use rusqlite::{Connection, OpenFlags, trace::TraceEventCodes};
 use crate::config::Durability;
 
 /// The schema version this build writes. Older databases are migrated; newer ones refused.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// `PRAGMA application_id` of tally databases ("taly").
 const APPLICATION_ID: i64 = 0x7461_6c79;
@@ -82,6 +82,31 @@ const MIGRATIONS: &[&str] = &[
      ALTER TABLE envelopes ADD COLUMN budget_hold INTEGER NOT NULL DEFAULT 0 CHECK (budget_hold IN (0, 1));
      ALTER TABLE tasks ADD COLUMN retry_key TEXT;
      CREATE UNIQUE INDEX tasks_by_retry_key ON tasks(retry_of, retry_key) WHERE retry_key IS NOT NULL;",
+    // 5 → 6: dispatch by lanes and fairness keys for free provider slots (store::ops::dispatch).
+    // Pending envelopes start waiting (pass NULL) and become ready at the next dispatch; what
+    // the system had put back (a task waiting or with attempts) is in the recovery lane.
+    "ALTER TABLE tasks ADD COLUMN group_key TEXT;
+     ALTER TABLE envelopes ADD COLUMN lane TEXT NOT NULL DEFAULT 'fresh' CHECK (lane IN ('fresh', 'recovery'));
+     ALTER TABLE envelopes ADD COLUMN fair_key TEXT NOT NULL DEFAULT '';
+     ALTER TABLE envelopes ADD COLUMN pass INTEGER CHECK (pass IS NULL OR status = 'pending');
+     UPDATE envelopes SET lane = 'recovery'
+      WHERE task_id IN (SELECT id FROM tasks WHERE status = 'waiting' OR attempts > 0);
+     UPDATE envelopes SET fair_key = 'set:' || (SELECT set_id FROM tasks t WHERE t.id = envelopes.task_id)
+      WHERE (SELECT set_id FROM tasks t WHERE t.id = envelopes.task_id) IS NOT NULL;
+     DROP INDEX envelopes_due;
+     CREATE INDEX envelopes_waiting ON envelopes(due_at) WHERE status = 'pending' AND pass IS NULL AND due_at IS NOT NULL;
+     CREATE INDEX envelopes_ready ON envelopes(provider, lane, pass, id) WHERE status = 'pending' AND pass IS NOT NULL;
+     CREATE INDEX envelopes_ready_key ON envelopes(provider, lane, fair_key, pass) WHERE status = 'pending' AND pass IS NOT NULL;
+     CREATE INDEX envelopes_in_flight ON envelopes(provider, lane) WHERE status = 'sent';
+     CREATE TABLE providers (
+        name TEXT PRIMARY KEY, max_concurrency INTEGER NOT NULL CHECK (max_concurrency >= 1),
+        reserve INTEGER NOT NULL DEFAULT 1 CHECK (reserve >= 0),
+        fresh_weight INTEGER NOT NULL DEFAULT 4 CHECK (fresh_weight >= 1),
+        recovery_weight INTEGER NOT NULL DEFAULT 1 CHECK (recovery_weight >= 1),
+        fifo INTEGER NOT NULL DEFAULT 0 CHECK (fifo IN (0, 1)),
+        configured INTEGER NOT NULL DEFAULT 1 CHECK (configured IN (0, 1)),
+        paused_until INTEGER, recovery_limit INTEGER,
+        fresh_pass INTEGER NOT NULL DEFAULT 0, recovery_pass INTEGER NOT NULL DEFAULT 0) STRICT;",
 ];
 
 /// The writer's automatic (PASSIVE) checkpoint runs once the WAL holds this many pages

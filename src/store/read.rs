@@ -31,6 +31,11 @@ pub struct TaskView {
     pub created_at: Millis,
     pub updated_at: Millis,
     pub artifacts: Vec<ArtifactView>,
+    /// The submitter's group (a fairness key), if one was given.
+    pub group: Option<String>,
+    /// For a task waiting to be dispatched: why, in plain words, from where it stands in the
+    /// dispatch order (also put into `reason`); `None` otherwise.
+    pub waiting_for: Option<String>,
 }
 
 /// What the evidence says about money for a task, derived from its executions.
@@ -70,7 +75,7 @@ pub struct EventView {
 }
 
 const TASK_COLUMNS: &str = "id, status, reason, failure_kind, attempts, cancel_requested, provider, prompt, \
-     params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role";
+     params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role, group_key";
 
 fn task_row(r: &Row<'_>) -> rusqlite::Result<TaskView> {
     let status: String = r.get(1)?;
@@ -95,6 +100,8 @@ fn task_row(r: &Row<'_>) -> rusqlite::Result<TaskView> {
         updated_at: r.get(14)?,
         shot_role: r.get(15)?,
         artifacts: Vec::new(),
+        group: r.get(16)?,
+        waiting_for: None,
     })
 }
 
@@ -170,7 +177,135 @@ pub fn get_task(c: &Connection, id: &str) -> Result<Option<TaskView>, StoreError
         .prepare_cached(&format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = ?1"))?
         .query_row([id], task_row)
         .optional()?;
-    t.map(|t| with_artifacts(c, t)).transpose()
+    t.map(|t| with_wait(c, with_artifacts(c, t)?)).transpose()
+}
+
+/// For a task that waits to be dispatched (`queued` or `waiting`), say why in plain words, from
+/// where it stands now: its provider paused, no free slot, the recovery lane's share used up,
+/// earlier tasks of its set or group ahead of it. This replaces the stored reason only when the
+/// dispatch order explains the wait; a retry's "trying again in …" stays while its time has not
+/// come. (A wait is a place in the dispatch order, not a state written per task: nothing is
+/// written while a task waits.)
+fn with_wait(c: &Connection, mut t: TaskView) -> Result<TaskView, StoreError> {
+    if !matches!(t.status, TaskStatus::Queued | TaskStatus::Waiting) {
+        return Ok(t);
+    }
+    if let Some(why) = wait_reason(c, &t)? {
+        t.reason = Some(why.clone());
+        t.waiting_for = Some(why);
+    }
+    Ok(t)
+}
+
+/// Where a pending envelope stands: what [`wait_words`] explains a wait from (both backends
+/// read the same facts).
+#[derive(Debug, Clone, Default)]
+pub(in crate::store) struct WaitFacts {
+    pub pass: Option<i64>,
+    pub due: Option<Millis>,
+    pub lane: String,
+    pub key: String,
+    pub paused: Option<Millis>,
+    pub max: Option<i64>,
+    pub reserve: Option<i64>,
+    /// Envelopes claimed for the provider, all lanes / the recovery lane.
+    pub busy: i64,
+    pub busy_recovery: i64,
+    /// Ready envelopes ahead of this one in its lane: of its fairness key / of any key.
+    pub ahead_key: i64,
+    pub ahead: i64,
+    /// Earlier shots of its set that are not settled (for a shot not scheduled yet).
+    pub earlier_shots: i64,
+}
+
+/// The facts for one task, in one statement (0 rows: its envelope is not pending).
+pub(in crate::store) const WAIT_FACTS: &str =
+    "SELECT e.pass, e.due_at, e.lane, e.fair_key, p.paused_until, p.max_concurrency, p.reserve,
+        (SELECT count(*) FROM envelopes s WHERE s.status = 'sent' AND s.provider = e.provider),
+        (SELECT count(*) FROM envelopes s WHERE s.status = 'sent' AND s.provider = e.provider AND s.lane = 'recovery'),
+        CASE WHEN e.pass IS NULL THEN 0 ELSE (SELECT count(*) FROM (SELECT 1 FROM envelopes r
+            WHERE r.status = 'pending' AND r.pass IS NOT NULL AND r.provider = e.provider AND r.lane = e.lane
+              AND r.fair_key = e.fair_key AND (r.pass, r.id) < (e.pass, e.id) LIMIT 10000) k) END,
+        CASE WHEN e.pass IS NULL THEN 0 ELSE (SELECT count(*) FROM (SELECT 1 FROM envelopes r
+            WHERE r.status = 'pending' AND r.pass IS NOT NULL AND r.provider = e.provider AND r.lane = e.lane
+              AND (r.pass, r.id) < (e.pass, e.id) LIMIT 10000) a) END,
+        CASE WHEN t.set_id IS NULL OR e.due_at IS NOT NULL THEN 0 ELSE (SELECT count(*) FROM tasks s
+            WHERE s.set_id = t.set_id AND s.set_position < t.set_position
+              AND s.status IN ('queued', 'waiting', 'running')) END
+ FROM envelopes e JOIN tasks t ON t.id = e.task_id LEFT JOIN providers p ON p.name = e.provider
+ WHERE e.task_id = ?1 AND e.status = 'pending'";
+
+fn wait_reason(c: &Connection, t: &TaskView) -> Result<Option<String>, StoreError> {
+    let facts = c
+        .prepare_cached(WAIT_FACTS)?
+        .query_row([&t.id], |r| {
+            Ok(WaitFacts {
+                pass: r.get(0)?,
+                due: r.get(1)?,
+                lane: r.get(2)?,
+                key: r.get(3)?,
+                paused: r.get(4)?,
+                max: r.get(5)?,
+                reserve: r.get(6)?,
+                busy: r.get(7)?,
+                busy_recovery: r.get(8)?,
+                ahead_key: r.get(9)?,
+                ahead: r.get(10)?,
+                earlier_shots: r.get(11)?,
+            })
+        })
+        .optional()?;
+    Ok(facts.and_then(|f| wait_words(&t.provider, &f)))
+}
+
+/// Why a pending task waits, in plain words, or `None` when the dispatch order does not
+/// explain it (it waits for its due time, whose reason is stored, or it is next).
+pub(in crate::store) fn wait_words(provider: &str, f: &WaitFacts) -> Option<String> {
+    if let Some(until) = f.paused {
+        return Some(format!(
+            "{provider} failed several times in a row; tally has paused new calls to it until {}.",
+            crate::clock::rfc3339(until)
+        ));
+    }
+    if f.due.is_none() {
+        return Some(match f.earlier_shots {
+            0 => "Waits until the set's current shot is settled (a set runs one shot at a time).".to_string(),
+            n => format!("Queued behind {n} earlier shot{} of this set (a set runs one shot at a time).", plural(n)),
+        });
+    }
+    f.pass?; // waiting for its due time: the stored reason says until when
+    let whose = if f.key.starts_with("set:") {
+        " of this set"
+    } else if f.key.starts_with("group:") {
+        " of this group"
+    } else {
+        ""
+    };
+    let queue = match (f.ahead_key, f.ahead) {
+        (0, 0) => None,
+        (0, n) => Some(format!("Queued behind {n} earlier task{}.", plural(n))),
+        (k, _) => Some(format!("Queued behind {k} earlier task{}{whose}.", plural(k))),
+    };
+    let max = f.max.unwrap_or(1);
+    let cap = (max - f.reserve.unwrap_or(1)).max(1);
+    let slot = if f.busy >= max {
+        Some(format!("Waiting for a free slot at {provider} (all {max} of its slots are in use)."))
+    } else if f.lane == "recovery" && f.busy_recovery >= cap {
+        Some(format!(
+            "Waiting for a free slot at {provider}: tasks tally retries or recovers may use {cap} of its {max} \
+             slots, so that new tasks are not held up."
+        ))
+    } else {
+        None
+    };
+    match (slot, queue) {
+        (Some(s), Some(q)) => Some(format!("{s} {q}")),
+        (s, q) => s.or(q),
+    }
+}
+
+fn plural(n: i64) -> &'static str {
+    if n == 1 { "" } else { "s" }
 }
 
 /// Tasks newest first, filtered, after the cursor `before` (a task id).
@@ -211,7 +346,7 @@ pub fn list_tasks(
         bind.push(("?4", s));
     }
     let rows: Vec<TaskView> = stmt.query_map(bind.as_slice(), task_row)?.collect::<Result<_, _>>()?;
-    rows.into_iter().map(|t| with_artifacts(c, t)).collect()
+    rows.into_iter().map(|t| with_wait(c, with_artifacts(c, t)?)).collect()
 }
 
 /// A task's timeline, oldest first.

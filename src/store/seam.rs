@@ -12,7 +12,7 @@
 //! | one writer per task (check-then-act is atomic) | the single writer thread (`store::mod`) | the task's envelope row lock first (`pg::ops::lock_task`), set row first for set decisions |
 //! | fencing | `ops::fence` inside the writer | `pg::ops::fence`: lock, then the same guarded update |
 //! | recovery on current evidence | `ops::recovery::evidence_holds` | `pg::ops::recovery::evidence_holds` under the envelope lock |
-//! | a hand-off goes to one worker | single writer | `FOR UPDATE SKIP LOCKED` in `dispatch_due` |
+//! | a claim goes to one worker, only for a free slot | single writer | the providers rows locked first, then `FOR UPDATE SKIP LOCKED` in `dispatch_due` |
 //! | `calling` durable before the request | `synchronous = FULL` for durable batches | `synchronous_commit` on for durable ops (off for ordered ones) |
 //! | earlier runs are dead | the data-directory lock | the node's session advisory lock (`pg::node`) |
 //! | lease expiry clock | the engine's clock | the database's clock (`db_clock`) |
@@ -124,6 +124,30 @@ impl Store {
         each!(self, s => s.commits())
     }
 
+    /// Transactions that changed a row (SQLite; on PostgreSQL the commits).
+    pub fn writes(&self) -> u64 {
+        match self {
+            Store::Sqlite(s) => s.writes(),
+            Store::Postgres(s) => s.commits(),
+        }
+    }
+
+    /// Fsynced commits (SQLite; 0 on PostgreSQL, whose server groups its own flushes).
+    pub fn fsyncs(&self) -> u64 {
+        match self {
+            Store::Sqlite(s) => s.fsyncs(),
+            Store::Postgres(_) => 0,
+        }
+    }
+
+    /// Durable operations answered after an fsynced commit (SQLite; 0 on PostgreSQL).
+    pub fn durable_waits(&self) -> u64 {
+        match self {
+            Store::Sqlite(s) => s.durable_waits(),
+            Store::Postgres(_) => 0,
+        }
+    }
+
     /// Stop the store's threads (SQLite: and checkpoint the WAL into the file).
     pub fn close(&self) -> Result<(), StoreError> {
         each!(self, s => s.close())
@@ -133,7 +157,7 @@ impl Store {
     pub async fn write<R, F>(&self, f: F) -> Result<R, StoreError>
     where
         R: Send + 'static,
-        F: FnOnce(&Connection) -> Result<R, StoreError> + Send + 'static,
+        F: FnMut(&Connection) -> Result<R, StoreError> + Send + 'static,
     {
         match self {
             Store::Sqlite(s) => s.write(f).await,
@@ -145,7 +169,7 @@ impl Store {
     pub async fn write_ordered<R, F>(&self, f: F) -> Result<R, StoreError>
     where
         R: Send + 'static,
-        F: FnOnce(&Connection) -> Result<R, StoreError> + Send + 'static,
+        F: FnMut(&Connection) -> Result<R, StoreError> + Send + 'static,
     {
         match self {
             Store::Sqlite(s) => s.write_ordered(f).await,
@@ -189,32 +213,51 @@ impl Store {
         each!(self, s => s.submit_and_get(t, now).await)
     }
 
-    /// Mark due envelopes `sent` and return them with the next due time.
+    /// Claim ready envelopes for free provider slots, in lane and fairness order
+    /// (`ops::dispatch`), and say when to look again.
     pub async fn dispatch_due(
         &self,
         now: Millis,
         limit: usize,
-        grace_ms: Millis,
+        lease_ms: Millis,
         boot: &str,
     ) -> Result<DispatchBatch, StoreError> {
-        each!(self, s => s.dispatch_due(now, limit, grace_ms, boot).await)
+        each!(self, s => s.dispatch_due(now, limit, lease_ms, boot).await)
     }
 
-    /// Put a handed-off envelope back because its provider had no free slot.
-    pub async fn release_busy(&self, h: Handoff, due_at: Millis, why: String, now: Millis) -> Result<bool, StoreError> {
-        each!(self, s => s.release_busy(h, due_at, why, now).await)
+    /// Write the configured providers for the dispatcher (engine start).
+    pub async fn configure_providers(&self, list: Vec<ProviderSlots>) -> Result<(), StoreError> {
+        each!(self, s => s.configure_providers(list).await)
     }
 
-    /// Claim a handed-off envelope.
-    pub async fn claim(
+    /// Pause dispatching to a provider until `until` (its circuit opened).
+    pub async fn pause_provider(&self, provider: String, until: Millis) -> Result<(), StoreError> {
+        each!(self, s => s.pause_provider(provider, until).await)
+    }
+
+    /// A call's outcome while the provider's recovery lane is in its slow start.
+    pub async fn slow_start_feedback(&self, provider: String, ok: bool) -> Result<(), StoreError> {
+        each!(self, s => s.slow_start_feedback(provider, ok).await)
+    }
+
+    /// Hand a claim back before anything was sent (its provider's circuit is open).
+    pub async fn release_claim(
         &self,
-        h: Handoff,
+        exec: String,
         lease: String,
-        boot: String,
+        due_at: Millis,
+        why: String,
         now: Millis,
-        lease_ms: Millis,
-    ) -> Result<ClaimOutcome, StoreError> {
-        each!(self, s => s.claim(h, lease, boot, now, lease_ms).await)
+    ) -> Result<(), StoreError> {
+        each!(self, s => s.release_claim(exec, lease, due_at, why, now).await)
+    }
+
+    /// The dispatch statements' query plans (SQLite only; the benchmark report).
+    pub async fn dispatch_plans(&self) -> Result<Vec<String>, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.dispatch_plans().await,
+            Store::Postgres(_) => Err(sqlite_only("the dispatch plans")),
+        }
     }
 
     /// Durably record phase `calling`, or hold the call back for a budget.

@@ -120,8 +120,16 @@ pub(super) fn schedule_next_shot(c: &Connection, task: &str, now: Millis) -> Res
         .query_row([task], |r| r.get(0))
         .optional()?
         .flatten();
-    let Some(set) = set else { return Ok(()) };
-    if set_has_live_shot(c, &set)? {
+    match set {
+        Some(set) => schedule_next_shot_of(c, &set, now),
+        None => Ok(()),
+    }
+}
+
+/// After a shot of `set` settled: if no shot of it is live, schedule the next unscheduled one
+/// now (ready at once, with its place in the fresh lane).
+pub(super) fn schedule_next_shot_of(c: &Connection, set: &str, now: Millis) -> Result<(), StoreError> {
+    if set_has_live_shot(c, set)? {
         return Ok(());
     }
     let next: Option<String> = c
@@ -130,10 +138,16 @@ pub(super) fn schedule_next_shot(c: &Connection, task: &str, now: Millis) -> Res
              WHERE t.set_id = ?1 AND e.status = 'pending' AND e.due_at IS NULL
              ORDER BY t.set_position, t.id LIMIT 1",
         )?
-        .query_row([&set], |r| r.get(0))
+        .query_row([set], |r| r.get(0))
         .optional()?;
     if let Some(next) = next {
-        c.prepare_cached("UPDATE envelopes SET due_at = ?2 WHERE task_id = ?1")?.execute(params![next, now])?;
+        static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+            format!(
+                "UPDATE envelopes SET due_at = ?2, pass = {} WHERE task_id = ?1",
+                crate::store::ops::pass_sql("envelopes.provider", "envelopes.lane", "envelopes.fair_key", "?2", "?2")
+            )
+        });
+        c.prepare_cached(&SQL)?.execute(params![next, now])?;
         event(
             c,
             &next,

@@ -16,8 +16,7 @@ use tally::providers::fake::{Fake, Step};
 use tally::providers::{Capabilities, Provider};
 use tally::store::spend::{Limit, Period};
 use tally::store::{
-    CallingFacts, CallingOutcome, ClaimOutcome, Finish, NewSet, NewShot, NewTask, RetryAck, RetryOutcome, Store,
-    TaskFilter,
+    CallingFacts, CallingOutcome, Finish, NewSet, NewShot, NewTask, RetryAck, RetryOutcome, Store, TaskFilter,
 };
 
 use crate::engine::temp_dir;
@@ -30,16 +29,13 @@ fn store() -> Store {
     Store::open(&temp_dir("charges").join("tally.db"), Durability::Normal).expect("open")
 }
 
-/// Hand off and claim `id`; returns (execution token, lease token).
+/// Dispatch (claim) `id`; returns (execution token, lease token).
 async fn claim(store: &Store, id: &str) -> (String, String) {
-    let now = SystemClock.now();
-    let batch = store.dispatch_due(now, 1000, 10_000, "boot").await.expect("dispatch");
-    let h = batch.handoffs.into_iter().find(|h| h.task_id == id).expect("handed off");
-    let lease = uuid::Uuid::new_v4().to_string();
-    match store.claim(h, lease.clone(), "boot".into(), now, 30_000).await.expect("claim") {
-        ClaimOutcome::Claimed(c) => (c.execution_token, lease),
-        ClaimOutcome::Lost => panic!("claim lost"),
-    }
+    let slots = tally::store::ProviderSlots { reserve: 0, ..tally::store::ProviderSlots::new("fake", 1000) };
+    store.configure_providers(vec![slots]).await.expect("configure");
+    let batch = store.dispatch_due(SystemClock.now(), 1000, 30_000, "boot").await.expect("dispatch");
+    let c = batch.claims.into_iter().find(|c| c.task_id == id).expect("claimed");
+    (c.execution_token, c.lease_token)
 }
 
 /// Run `id` to a failure whose request reached the provider with `charge`.

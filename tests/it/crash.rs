@@ -22,7 +22,8 @@ fn expected(point: &str, kind: &str) -> (&'static str, usize, Option<&'static st
     let sync = kind == "openai";
     match point {
         "after-submit" => ("succeeded", 1, None),
-        "after-sent" => ("succeeded", 1, Some("requeued")),
+        // The dispatch claimed (lease and execution) and committed; nothing was sent.
+        "after-sent" => ("succeeded", 1, Some("abandoned")),
         "after-claim" => ("succeeded", 1, Some("abandoned")),
         // `calling` committed, nothing sent: only a replay with the same key may send it;
         // a listing that shows nothing proves nothing, so lookup kinds end unknown too.
@@ -301,12 +302,12 @@ fn crash_at(d: &mut Daemon, point: &str, what: &str) {
     d.env.retain(|(k, _)| k != "FAILPOINTS");
 }
 
-/// A crash during a resumable call, then a second crash between the resumed execution's
-/// hand-off and its claim, leaves a `sent` envelope with no lease whose execution is past
-/// `claimed`. With `max_sends = 2` that hand-off is the last one allowed: it used to be
-/// counted as undelivered and the task failed "could not be delivered" although the provider
-/// had accepted (and charged) it, with the execution left `running` so `tally check` failed.
-/// Now it is resumed from its phase: one charge, the image, a clean check.
+/// A crash during a resumable call, then a second crash right after start-up recovery's
+/// requeue was dispatched again (the resumed execution claimed, nothing run yet), leaves a
+/// `sent` envelope whose execution is past `claimed`. With `max_sends = 2` that dispatch is the
+/// last one allowed: a version that counted it as undelivered failed the task "could not be
+/// delivered" although the provider had accepted (and charged) it. It is resumed from its
+/// phase: one charge, the image, a clean check.
 fn resumed_hand_off_case(kind: &str, first_point: &str) {
     let what = format!("resumed hand-off {kind}");
     let mock = Mock::start(&["--job-duration-ms", "50", "--honor-idempotency-key"]);
@@ -321,7 +322,8 @@ fn resumed_hand_off_case(kind: &str, first_point: &str) {
     let exited = wait_for(Duration::from_secs(30), || d.child.as_mut().and_then(|c| c.try_wait().ok().flatten()));
     assert!(exited.is_some_and(|s| !s.success()), "{what}: {first_point} never fired; stderr:\n{}", d.stderr());
     d.child = None;
-    // Start-up recovery resumes the execution and hands it off; the process dies before the claim.
+    // Start-up recovery requeues the execution and the dispatcher claims it; the process dies
+    // before the worker runs.
     crash_at(&mut d, "after-sent", &what);
 
     d.spawn();
@@ -352,11 +354,11 @@ fn resumed_hand_off_case(kind: &str, first_point: &str) {
 }
 
 #[test]
-fn resumed_hand_off_lost_before_its_claim_failed_a_charged_task_replicate() {
+fn a_lost_dispatch_of_a_resumed_call_does_not_fail_a_charged_task_replicate() {
     resumed_hand_off_case("replicate", "after-accepted");
 }
 
 #[test]
-fn resumed_hand_off_lost_before_its_claim_failed_a_charged_task_idem() {
+fn a_lost_dispatch_of_a_resumed_call_does_not_fail_a_charged_task_idem() {
     resumed_hand_off_case("idem", "after-answer");
 }

@@ -15,8 +15,8 @@ use tally::metrics::Metrics;
 use tally::providers::fake::{Counts, Fake, Step};
 use tally::providers::{CallRequest, Capabilities, Image, Provider};
 use tally::store::{
-    CallingFacts, CancelOutcome, ClaimOutcome, NewTask, ResolveOutcome, RetryAck, RetryOutcome, Store, StoreError,
-    SubmitOutcome, TaskView,
+    CallingFacts, CancelOutcome, Claim, NewTask, ProviderSlots, ResolveOutcome, RetryAck, RetryOutcome, Store,
+    StoreError, SubmitOutcome, TaskView,
 };
 
 const NONE: Capabilities = Capabilities { idempotent_create: false, lookup: false };
@@ -34,11 +34,9 @@ fn config() -> EngineConfig {
         workers: 4,
         lease: Duration::from_secs(30),
         heartbeat: Duration::from_secs(10),
-        dispatch_grace: Duration::from_secs(10),
         max_attempts: 3,
         backoff_base: Duration::from_millis(5),
         backoff_max: Duration::from_millis(50),
-        busy_delay: Duration::from_millis(20),
         ..EngineConfig::default()
     }
 }
@@ -159,22 +157,36 @@ async fn succeeded_saves_a_verified_artifact_and_calls_once() {
     assert_eq!(t.attempts, 1);
     assert_artifact_verifies(&h, &t).await;
     assert_eq!(h.counts(), Counts { received: 1, charged: 1, polls: 0, finds: 0 });
-    assert_eq!(h.kinds(&id).await, ["submitted", "claimed", "calling", "succeeded"]);
+    assert_eq!(h.kinds(&id).await, ["submitted", "calling", "succeeded"]);
 }
 
+/// A provider with no free slot is not dispatched to at all: the waiting task stays queued with
+/// its place (no hand-off that is only released again, no attempt, nothing written while it
+/// waits), the API says why it waits, and it runs once a slot is free.
 #[tokio::test]
-async fn busy_provider_releases_without_counting_an_attempt() {
+async fn a_busy_provider_is_not_dispatched_to_and_the_task_says_why_it_waits() {
     let h = Harness::with(Fake::new(NONE), config(), Arc::new(SystemClock), 1).await;
     h.fake.script([Step::Hang]);
     let first = h.submit("first").await;
     h.fake.wait_received(1).await;
     let second = h.submit("second").await;
-    let t = h.wait(&second, &[TaskStatus::Waiting]).await;
-    assert_eq!(t.attempts, 0, "a busy release counts no attempt");
-    assert!(t.reason.as_deref().unwrap_or("").contains("free slot"), "{:?}", t.reason);
-    assert_eq!(h.counts().received, 1, "nothing was sent for the busy task");
-    let kinds = h.kinds(&second).await;
-    assert!(kinds.contains(&"busy".to_string()) && !kinds.contains(&"failed".to_string()), "{kinds:?}");
+    let t = h.task(&second).await;
+    assert_eq!((t.status, t.attempts), (TaskStatus::Queued, 0), "waiting for a slot is not failure");
+    assert!(
+        t.reason.as_deref().unwrap_or("").contains("free slot at fake (all 1 of its slots are in use)"),
+        "{:?}",
+        t.reason
+    );
+    // Wake the dispatcher a few times: a saturated provider costs no commit and no event.
+    let (commits, writes) = (h.store.commits(), h.store.writes());
+    for _ in 0..5 {
+        h.engine.poke();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(h.store.commits() > commits, "the dispatcher looked");
+    assert_eq!(h.store.writes(), writes, "a dispatch that finds no free slot must not write");
+    assert_eq!(h.counts().received, 1, "nothing was sent for the waiting task");
+    assert_eq!(h.kinds(&second).await, ["submitted"]);
     h.fake.release();
     assert_eq!(h.settle(&first).await.status, TaskStatus::Succeeded);
     let t = h.settle(&second).await;
@@ -245,7 +257,7 @@ async fn ambiguous_without_capability_is_unknown_and_never_resent() {
     h.engine.poke();
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(h.counts(), Counts { received: 1, charged: 1, polls: 0, finds: 0 });
-    assert_eq!(h.kinds(&id).await, ["submitted", "claimed", "calling", "unknown"]);
+    assert_eq!(h.kinds(&id).await, ["submitted", "calling", "unknown"]);
 }
 
 #[tokio::test]
@@ -280,7 +292,7 @@ async fn async_job_id_is_persisted_then_polled() {
     assert_artifact_verifies(&h, &t).await;
     let c = h.counts();
     assert_eq!((c.received, c.charged, c.polls), (1, 1, 4));
-    assert_eq!(h.kinds(&id).await, ["submitted", "claimed", "calling", "accepted", "succeeded"]);
+    assert_eq!(h.kinds(&id).await, ["submitted", "calling", "accepted", "succeeded"]);
 }
 
 #[tokio::test]
@@ -306,21 +318,17 @@ async fn circuit_opens_after_repeated_failures_and_pauses_new_calls() {
 
 // ---- DESIGN §6: recovery from evidence ----
 
-/// Hand an envelope off as an earlier process run would have, and return it.
-async fn handed_off(store: &Store, id: &str) -> tally::store::Handoff {
-    let now = SystemClock.now();
-    let batch = store.dispatch_due(now, 100, 10_000, "earlier-boot").await.expect("dispatch");
-    batch.handoffs.into_iter().find(|h| h.task_id == id).expect("handed off")
+/// Dispatch (claim) a task as an earlier process run would have, and return the claim.
+async fn dispatched(store: &Store, id: &str) -> Claim {
+    store.configure_providers(vec![ProviderSlots::new("fake", 4)]).await.expect("configure");
+    let batch = store.dispatch_due(SystemClock.now(), 100, 30_000, "earlier-boot").await.expect("dispatch");
+    batch.claims.into_iter().find(|c| c.task_id == id).expect("claimed")
 }
 
-/// Claim as an earlier run would have; returns (execution token, lease token).
+/// Claim as an earlier run would have; returns (execution token, lease token, provider key).
 async fn claimed(store: &Store, id: &str) -> (String, String, String) {
-    let h = handed_off(store, id).await;
-    let lease = uuid::Uuid::new_v4().to_string();
-    match store.claim(h, lease.clone(), "earlier-boot".into(), SystemClock.now(), 30_000).await.expect("claim") {
-        ClaimOutcome::Claimed(c) => (c.execution_token, lease, c.idempotency_key),
-        ClaimOutcome::Lost => panic!("claim lost"),
-    }
+    let c = dispatched(store, id).await;
+    (c.execution_token, c.lease_token, c.idempotency_key)
 }
 
 /// A store with one submitted task and no engine running yet.
@@ -337,10 +345,23 @@ async fn engine_on(dir: &Path, store: &Store, fake: Fake, cfg: EngineConfig) -> 
     Harness { store: store.clone(), fake, engine }
 }
 
+/// An older version left an envelope `sent` without a claim (its dispatcher marked before it
+/// claimed): recovery still puts it back, and it runs once.
 #[tokio::test]
-async fn recovery_requeues_a_hand_off_that_was_never_claimed() {
+async fn recovery_requeues_an_older_versions_unclaimed_hand_off() {
     let (dir, store, id) = store_with_task("lost hand-off").await;
-    handed_off(&store, &id).await;
+    let task = id.clone();
+    store
+        .write(move |c| {
+            c.execute(
+                "UPDATE envelopes SET status = 'sent', send_count = 1, pass = NULL, lease_expires_at = 1, lease_boot = 'old'
+                 WHERE task_id = ?1",
+                [&task],
+            )?;
+            Ok(())
+        })
+        .await
+        .expect("an old hand-off");
     let h = engine_on(&dir, &store, Fake::new(NONE), config()).await;
     let t = h.settle(&id).await;
     assert_eq!(t.status, TaskStatus::Succeeded);
@@ -348,32 +369,45 @@ async fn recovery_requeues_a_hand_off_that_was_never_claimed() {
     assert!(h.kinds(&id).await.contains(&"requeued".to_string()));
 }
 
+/// A claim lost before anything was sent, `max_sends` times (here once): the task is failed as
+/// undeliverable instead of being dispatched into the same crash for ever.
 #[tokio::test]
-async fn recovery_gives_up_after_too_many_hand_offs() {
+async fn recovery_gives_up_after_too_many_lost_dispatches() {
     let (dir, store, id) = store_with_task("undeliverable").await;
-    handed_off(&store, &id).await;
+    dispatched(&store, &id).await;
     let h = engine_on(&dir, &store, Fake::new(NONE), EngineConfig { max_sends: 1, ..config() }).await;
     let t = h.settle(&id).await;
     assert_eq!((t.status, t.failure_kind.as_deref()), (TaskStatus::Failed, Some("undeliverable")));
     assert_eq!(h.counts().received, 0);
 }
 
-/// A busy release hands the envelope back: it is not a lost hand-off. A task that waited for
-/// a slot through more busy releases than `max_sends`, and was then caught by a crash between
-/// its next hand-off and the claim, is re-queued at start-up and runs once, instead of being
-/// failed as an undeliverable envelope.
+/// Waiting for a slot is not a lost dispatch: however often the dispatcher looks while the
+/// provider is saturated, the waiting envelope is never claimed, so its dispatch count stays 0
+/// and a crash then cannot fail it as undeliverable.
 #[tokio::test]
-async fn busy_releases_do_not_count_as_lost_hand_offs() {
-    let (dir, store, id) = store_with_task("patient").await;
-    let cfg = config();
-    for _ in 0..cfg.max_sends + 2 {
-        let h = handed_off(&store, &id).await;
-        let now = SystemClock.now();
-        assert!(store.release_busy(h, now, "no free slot".into(), now).await.expect("release"));
+async fn waiting_for_a_slot_does_not_count_as_a_lost_dispatch() {
+    let (dir, store, first) = store_with_task("holds the slot").await;
+    let second = store.submit(task("patient"), SystemClock.now()).await.expect("submit").task_id().to_string();
+    store.configure_providers(vec![ProviderSlots::new("fake", 1)]).await.expect("configure");
+    let cfg = EngineConfig { max_sends: 1, ..config() };
+    let mut claimed = Vec::new();
+    for _ in 0..cfg.max_sends + 3 {
+        let batch = store.dispatch_due(SystemClock.now(), 100, 30_000, "earlier-boot").await.expect("dispatch");
+        claimed.extend(batch.claims.into_iter().map(|c| c.task_id));
     }
-    handed_off(&store, &id).await; // the process dies here, before any claim
+    assert_eq!(claimed, std::slice::from_ref(&first), "only the first task had a slot");
+    let waiting = second.clone();
+    let sends: i64 = store
+        .read(
+            move |c| Ok(c.query_row("SELECT send_count FROM envelopes WHERE task_id = ?1", [&waiting], |r| r.get(0))?),
+        )
+        .await
+        .expect("read");
+    assert_eq!(sends, 0);
+    // The process dies here; the first task's claim is lost (max_sends 1: undeliverable), and
+    // the second, never dispatched, runs once.
     let h = engine_on(&dir, &store, Fake::new(NONE), cfg).await;
-    let t = h.settle(&id).await;
+    let t = h.settle(&second).await;
     assert_eq!((t.status, t.reason.as_deref()), (TaskStatus::Succeeded, None), "{t:?}");
     assert_eq!(h.counts(), Counts { received: 1, charged: 1, polls: 0, finds: 0 });
 }
@@ -557,29 +591,27 @@ async fn late_result_of_the_same_execution_resolves_unknown() {
     assert_eq!(h.counts().received, 1);
 }
 
+/// Concurrent dispatches claim an envelope once: the claim is a conditional update of a
+/// `pending` envelope, and only one dispatch can find it so.
 #[tokio::test]
-async fn duplicate_delivery_is_claimed_by_exactly_one_worker() {
+async fn concurrent_dispatches_claim_a_task_exactly_once() {
     let (dir, store, id) = store_with_task("duplicate").await;
-    let hand = handed_off(&store, &id).await;
-    let mut claims = Vec::new();
+    store.configure_providers(vec![ProviderSlots::new("fake", 4)]).await.expect("configure");
+    let mut runs = Vec::new();
     for _ in 0..8 {
-        let (s, hand) = (store.clone(), hand.clone());
-        claims.push(tokio::spawn(async move {
-            s.claim(hand, uuid::Uuid::new_v4().to_string(), "earlier-boot".into(), SystemClock.now(), 30_000).await
-        }));
+        let s = store.clone();
+        runs.push(tokio::spawn(async move { s.dispatch_due(SystemClock.now(), 10, 30_000, "earlier-boot").await }));
     }
     let mut won = 0;
-    for c in claims {
-        if let ClaimOutcome::Claimed(_) = c.await.expect("join").expect("claim") {
-            won += 1;
-        }
+    for r in runs {
+        won += r.await.expect("join").expect("dispatch").claims.iter().filter(|c| c.task_id == id).count();
     }
     assert_eq!(won, 1);
     // The winner's run died before calling: recovery runs the task once.
     let h = engine_on(&dir, &store, Fake::new(NONE), config()).await;
     assert_eq!(h.settle(&id).await.status, TaskStatus::Succeeded);
     assert_eq!(h.counts().received, 1);
-    assert_eq!(count(&h.kinds(&id).await, "claimed"), 2, "the duplicate claim and the recovery run");
+    assert_eq!(count(&h.kinds(&id).await, "abandoned"), 1, "the lost claim, abandoned once");
 }
 
 // ---- Cancel, retry, resolve ----

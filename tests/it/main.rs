@@ -17,6 +17,7 @@ mod conformance;
 mod crash;
 mod disks;
 mod engine;
+mod fairness;
 mod limits;
 mod money;
 mod onefile;

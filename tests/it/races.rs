@@ -10,9 +10,7 @@ use std::path::PathBuf;
 use tally::config::Durability;
 use tally::domain::{Decision, FailureKind, Leftover, Millis, Phase, TaskStatus, decide};
 use tally::providers::Capabilities;
-use tally::store::{
-    Claim, ClaimOutcome, Finish, Handoff, LeftoverRow, NewTask, Recovery, Store, StoreError, provider_key,
-};
+use tally::store::{Claim, Finish, LeftoverRow, NewTask, ProviderSlots, Recovery, Store, StoreError, provider_key};
 
 /// The lease and hand-off grace the scripts use.
 const LEASE: Millis = 30_000;
@@ -41,29 +39,22 @@ impl Script {
     async fn new(tag: &str) -> Script {
         let dir = crate::engine::temp_dir(&format!("race-{tag}"));
         let store = Store::open(&dir.join("tally.db"), Durability::Full).expect("open");
+        store.configure_providers(vec![ProviderSlots::new("p", 4)]).await.expect("configure");
         let t = NewTask { provider: "p".into(), prompt: tag.into(), ..NewTask::default() };
         let task = store.submit(t, T0).await.expect("submit").task_id().to_string();
         Script { dir, store, task }
     }
 
-    /// The dispatcher hands the envelope off at `now` (None: nothing was due).
-    async fn dispatch(&self, now: Millis) -> Option<Handoff> {
+    /// The dispatcher claims the envelope at `now` (None: nothing was due): a worker holding
+    /// a fresh lease.
+    async fn dispatch(&self, now: Millis) -> Option<Claim> {
         let batch = self.store.dispatch_due(now, 10, LEASE, BOOT).await.expect("dispatch");
-        batch.handoffs.into_iter().find(|h| h.task_id == self.task)
+        batch.claims.into_iter().find(|c| c.task_id == self.task)
     }
 
-    async fn claim(&self, h: Handoff, now: Millis) -> Option<Claim> {
-        let lease = uuid::Uuid::new_v4().to_string();
-        match self.store.claim(h, lease, BOOT.into(), now, LEASE).await.expect("claim") {
-            ClaimOutcome::Claimed(c) => Some(*c),
-            ClaimOutcome::Lost => None,
-        }
-    }
-
-    /// Dispatch and claim at `now`: a worker holding a fresh lease.
+    /// Dispatch at `now`: a worker holding a fresh lease.
     async fn worker(&self, now: Millis) -> Claim {
-        let h = self.dispatch(now).await.expect("handed off");
-        self.claim(h, now).await.expect("claimed")
+        self.dispatch(now).await.expect("claimed")
     }
 
     /// The reconciler's read at `now`: this task's leftover (it must be one).
@@ -232,20 +223,47 @@ async fn unknown_after_finish_is_not_applied() {
     assert!(s.check().is_empty(), "{:?}", s.check());
 }
 
-/// A late claim of a hand-off the reconciler read as never claimed: the claim stands.
+/// A claim lost before calling past `max_sends` is decided `GiveUp`; the still-live worker
+/// records `calling` first: the task must not be failed as undeliverable (its request left).
 #[tokio::test]
-async fn requeue_or_give_up_after_a_late_claim_is_not_applied() {
-    for decision in [Recovery::Requeue, Recovery::GiveUp] {
-        let s = Script::new("requeue-vs-claim").await;
-        let h = s.dispatch(T0).await.expect("handed off");
-        let late = T0 + LEASE;
-        let row = s.leftover(late).await;
-        assert!(row.execution.is_none() && row.lease_token.is_none());
-        let a = s.claim(h, late + 1).await.expect("a late claim still works");
-        assert_eq!(s.apply(row, decision.clone(), late + 2).await, 0, "{decision:?} applied over a claim");
-        s.calling(&a, late + 3).await.expect("the claimer holds the lease");
-        assert_eq!(s.status().await, TaskStatus::Running);
-    }
+async fn give_up_after_calling_is_not_applied() {
+    let s = Script::new("give-up-vs-calling").await;
+    let a = s.worker(T0).await;
+    let late = T0 + LEASE;
+    let row = s.leftover(late).await;
+    let left = Leftover::of(row.execution.as_ref().map(|(_, p)| *p), row.send_count as u32);
+    assert_eq!(decide(&left, Some(NONE), 1), Decision::GiveUp, "one dispatch lost, max_sends 1");
+    s.calling(&a, late + 1).await.expect("the worker's lease was not taken back yet");
+    assert_eq!(s.apply(row, Recovery::GiveUp, late + 2).await, 0, "gave up a call that left");
+    assert_eq!(s.status().await, TaskStatus::Running);
+}
+
+/// A claim handed back (its provider paused) and the reconciler's abandon of the same claim:
+/// whichever commits first wins, the other changes nothing.
+#[tokio::test]
+async fn a_claim_handed_back_and_an_abandon_exclude_each_other() {
+    // The worker hands back first: the abandon decided before is not applied.
+    let s = Script::new("release-then-abandon").await;
+    let a = s.worker(T0).await;
+    let late = T0 + LEASE;
+    let row = s.leftover(late).await;
+    let why = "Provider `p` paused.".to_string();
+    s.store
+        .release_claim(a.execution_token.clone(), a.lease_token.clone(), late + 10, why.clone(), late + 1)
+        .await
+        .expect("hand back");
+    assert_eq!(s.apply(row, Recovery::Abandon, late + 2).await, 0, "abandoned a claim already handed back");
+    assert_eq!(s.kinds().await.iter().filter(|k| *k == "abandoned").count(), 0);
+    // The reconciler first: the hand-back is fenced.
+    let s = Script::new("abandon-then-release").await;
+    let b = s.worker(T0).await;
+    let row = s.leftover(late).await;
+    assert_eq!(s.apply(row, Recovery::Abandon, late).await, 1);
+    fenced(
+        s.store.release_claim(b.execution_token.clone(), b.lease_token.clone(), late + 10, why, late + 1).await,
+        "release_claim",
+    );
+    assert_eq!(s.status().await, TaskStatus::Waiting);
 }
 
 // ---- recovery applies first: the worker's lease is taken back and every write is fenced ----
@@ -304,21 +322,22 @@ async fn after_unknown_the_old_worker_is_fenced() {
 
 // ---- a resumed hand-off lost between its dispatch and its claim ----
 
-/// A crash between a resumed execution's hand-off and its claim leaves a `sent` envelope with
-/// no lease and a `calling` execution. It is decided from the phase (resumed, or `unknown`),
-/// never as a hand-off that "sent nothing", and `tally check` accepts the state.
+/// A crash right after a resumed execution was dispatched again leaves a `sent` envelope whose
+/// lease ran out and a `calling` execution. It is decided from the phase (resumed, or
+/// `unknown`), never as a dispatch that "sent nothing", and `tally check` accepts the state.
 #[tokio::test]
-async fn a_lost_hand_off_of_a_resumed_execution_is_decided_from_its_phase() {
+async fn a_lost_dispatch_of_a_resumed_execution_is_decided_from_its_phase() {
     let s = Script::new("resumed-hand-off").await;
     let a = s.worker(T0).await;
     s.calling(&a, T0 + 1).await.expect("calling");
     let late = T0 + 1 + LEASE;
     let row = s.leftover(late).await;
     assert_eq!(s.apply(row, Recovery::Resume, late).await, 1);
-    s.dispatch(late + 1).await.expect("handed off again"); // … and the process dies here
+    let again = s.dispatch(late + 1).await.expect("dispatched again"); // … and the process dies here
+    assert!(again.resumed && again.execution_token == a.execution_token);
     assert!(s.check().is_empty(), "tally check flags a state recovery handles: {:?}", s.check());
     let row = s.leftover(late + 1 + LEASE).await;
-    assert!(row.lease_token.is_none());
+    assert_eq!(row.lease_token.as_deref(), Some(again.lease_token.as_str()));
     assert!(matches!(row.execution, Some((_, Phase::Calling))));
     // Past max_sends too: never "undeliverable" for a call that may have been charged.
     let left = Leftover::of(Some(Phase::Calling), 99);
@@ -361,11 +380,7 @@ async fn a_lost_calling_record_resends_with_a_new_idempotency_key() {
     let row = rows[0].clone();
     assert!(matches!(Script::decision(&row, IDEM), Recovery::Abandon));
     assert_eq!(store.apply_recovery(vec![(row, Recovery::Abandon)], T0 + 2).await.expect("apply").len(), 1);
-    let h = store.dispatch_due(T0 + 3, 10, LEASE, "after-power-loss").await.expect("dispatch").handoffs;
-    let b = match store.claim(h[0].clone(), "l2".into(), "after-power-loss".into(), T0 + 3, LEASE).await {
-        Ok(ClaimOutcome::Claimed(c)) => c,
-        other => panic!("{other:?}"),
-    };
+    let b = store.dispatch_due(T0 + 3, 10, LEASE, "after-power-loss").await.expect("dispatch").claims.remove(0);
     assert_eq!(b.attempt, 1);
     assert_eq!(b.idempotency_key, a.idempotency_key, "the resend carries a new key: a second charge");
     let _ = store.close();

@@ -12,7 +12,7 @@ use tally::domain::TaskStatus;
 use tally::engine::{Engine, EngineParts, ProviderEntry};
 use tally::metrics::Metrics;
 use tally::providers::{BoxFuture, CallError, CallRequest, Capabilities, Image, Provider, Submitted};
-use tally::store::{ClaimOutcome, NewSet, NewShot, NewTask, SetStatus, SetView, Store, SubmitOutcome, set_summary};
+use tally::store::{NewSet, NewShot, NewTask, SetStatus, SetView, Store, SubmitOutcome, set_summary};
 
 use crate::engine::temp_dir;
 
@@ -260,11 +260,9 @@ async fn a_set_resumes_after_a_crash_without_charging_a_shot_twice() {
         other => panic!("{other:?}"),
     };
     // An earlier run handed out and claimed the first shot, then died before calling.
-    let batch = store.dispatch_due(SystemClock.now(), 10, 10_000, "earlier").await.expect("dispatch");
-    assert_eq!(batch.handoffs.len(), 1, "only the first shot is due");
-    let h = batch.handoffs[0].clone();
-    let claim = store.claim(h, "lease".into(), "earlier".into(), SystemClock.now(), 30_000).await.expect("claim");
-    assert!(matches!(claim, ClaimOutcome::Claimed(_)));
+    store.configure_providers(vec![tally::store::ProviderSlots::new("rec", 8)]).await.expect("configure");
+    let batch = store.dispatch_due(SystemClock.now(), 10, 30_000, "earlier").await.expect("dispatch");
+    assert_eq!(batch.claims.len(), 1, "only the first shot is due");
     let s = setup(&dir, store, Recorder::new(Duration::from_millis(5))).await;
     let set = wait_settled(&s, &id).await;
     assert_eq!(set_summary(&set).0, SetStatus::Done);

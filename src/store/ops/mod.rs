@@ -13,15 +13,18 @@ use serde_json::Value;
 use super::blobs::{NewArtifact, insert_blob};
 use super::{SqliteStore, StoreError};
 
+mod dispatch;
 mod exec;
 mod intake;
 mod recovery;
+mod slots;
 mod user;
 
 use crate::domain::{Actor, Charge, FailureKind, Micros, Millis, Phase, TaskStatus, request_hash};
-pub use exec::provider_key;
 #[cfg(test)]
-use intake::DISPATCH_DUE;
+use dispatch::{CANDIDATES, PROVIDERS_STATE};
+pub(in crate::store) use dispatch::{Candidate, STRIDE, State, fair_key, interleave, pass_sql, plan_provider};
+pub use exec::provider_key;
 pub(in crate::store) use intake::submit;
 pub(in crate::store) use user::{cancel, latest_retry};
 
@@ -38,6 +41,9 @@ pub struct NewTask {
     pub retry_key: Option<String>,
     /// Set when the task is a shot of an image set.
     pub shot: Option<ShotRef>,
+    /// The submitter's group: tasks of one group share a fairness key (a set's shots use
+    /// the set instead).
+    pub group: Option<String>,
 }
 
 /// Where a task sits in an image set.
@@ -50,7 +56,7 @@ pub struct ShotRef {
 
 impl NewTask {
     pub(in crate::store) fn hash(&self) -> String {
-        request_hash(&self.provider, &self.prompt, &self.params, "")
+        request_hash(&self.provider, &self.prompt, &self.params, self.group.as_deref().unwrap_or(""))
     }
 }
 
@@ -74,30 +80,90 @@ impl SubmitOutcome {
     }
 }
 
-/// An envelope handed to the in-process transport.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Handoff {
-    pub envelope_id: String,
-    pub task_id: String,
-    pub provider: String,
-    /// Which hand-off this is: a claim must name it, so a stale hand-off cannot claim.
-    pub send_count: i64,
-    /// When the envelope fell due (for the dispatch-delay metric).
-    pub due_at: Millis,
+/// Which lane an envelope is dispatched from (see `store::ops::dispatch`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    /// A task's first dispatch: what a person (or a client) just asked for.
+    Fresh,
+    /// What the system put back: recovery decisions, retries after errors, resumes, releases
+    /// because a circuit was open, budget holds.
+    Recovery,
 }
 
-/// What the dispatcher marked `sent`, and when the next pending envelope falls due.
+impl Lane {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Lane::Fresh => "fresh",
+            Lane::Recovery => "recovery",
+        }
+    }
+
+    /// Parse a stored name (anything unknown is the recovery lane).
+    pub fn parse(s: &str) -> Lane {
+        if s == "fresh" { Lane::Fresh } else { Lane::Recovery }
+    }
+}
+
+/// How the dispatcher orders ready envelopes of one provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DispatchOrder {
+    /// Lanes interleaved by weight, fairness keys by stride scheduling, the recovery lane capped
+    /// by the reserve and by the slow start after a circuit closed.
+    #[default]
+    Fair,
+    /// By due time only (the order before lanes existed; kept as the benchmarks' baseline).
+    Fifo,
+}
+
+/// A provider as the dispatcher sees it (`providers` table): its slots and its lanes' weights.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderSlots {
+    pub name: String,
+    /// Calls to this provider at the same time, across both lanes.
+    pub max_concurrency: usize,
+    /// Slots the recovery lane leaves free for fresh work (it always may use at least one).
+    pub reserve: usize,
+    pub fresh_weight: u32,
+    pub recovery_weight: u32,
+    pub order: DispatchOrder,
+}
+
+impl ProviderSlots {
+    /// A provider with the default reserve (1) and weights (fresh 4 : recovery 1).
+    pub fn new(name: impl Into<String>, max_concurrency: usize) -> Self {
+        ProviderSlots {
+            name: name.into(),
+            max_concurrency: max_concurrency.max(1),
+            reserve: 1,
+            fresh_weight: 4,
+            recovery_weight: 1,
+            order: DispatchOrder::Fair,
+        }
+    }
+}
+
+/// What the dispatcher claimed, and when it should look again on its own.
 #[derive(Debug, Clone, Default)]
 pub struct DispatchBatch {
-    pub handoffs: Vec<Handoff>,
+    pub claims: Vec<Claim>,
+    /// The earliest time something not dispatchable now becomes dispatchable: a waiting
+    /// envelope's due time, or the end of a provider's pause while ready work waits for it.
+    /// `None`: nothing until something else happens (a submit, a finished call).
     pub next_due: Option<Millis>,
 }
 
-/// A claimed execution: everything a worker needs to run it.
+/// A claimed execution: everything a worker needs to run it. Made by the dispatcher's
+/// statement ([`Store::dispatch_due`]), which takes the envelope's lease and opens (or, for
+/// a resumed call, adopts) the execution in the same transaction.
 #[derive(Debug, Clone)]
 pub struct Claim {
     pub execution_token: String,
     pub lease_token: String,
+    pub envelope_id: String,
+    /// Which dispatch of the envelope this is.
+    pub send_count: i64,
+    pub lane: Lane,
     pub task_id: String,
     pub provider: String,
     pub prompt: String,
@@ -115,16 +181,13 @@ pub struct Claim {
     pub cancel_requested: bool,
     /// When the task was submitted.
     pub created_at: Millis,
+    /// When the envelope fell due (for the dispatch-delay metric).
+    pub due_at: Millis,
+    /// The provider's recovery lane was in its slow start when this was dispatched: the
+    /// worker reports the call's outcome ([`Store::slow_start_feedback`]).
+    pub slow_start: bool,
     /// Reference images to send (an image set's product photos).
     pub references: Vec<crate::store::UploadView>,
-}
-
-/// The result of a claim.
-#[derive(Debug, Clone)]
-pub enum ClaimOutcome {
-    Claimed(Box<Claim>),
-    /// Someone else owns the envelope, or the task no longer needs running.
-    Lost,
 }
 
 /// How an execution ends (or pauses). Each outcome carries what it proves about money; the
@@ -328,25 +391,34 @@ pub(super) fn consume_envelope(
     error: Option<&str>,
 ) -> Result<(), StoreError> {
     c.prepare_cached(
-        "UPDATE envelopes SET status = ?2, lease_token = NULL, lease_expires_at = NULL, last_error = coalesce(?3, last_error)
+        "UPDATE envelopes SET status = ?2, lease_token = NULL, lease_expires_at = NULL, pass = NULL,
+                last_error = coalesce(?3, last_error)
          WHERE task_id = ?1",
     )?
     .execute(params![task, status, error])?;
     Ok(())
 }
 
+/// Put an envelope back for another dispatch, in the recovery lane (what the system puts back
+/// never jumps ahead of fresh work by its due time alone): ready at once with its place in the
+/// lane when `due_at` has come, else waiting until then (the dispatcher promotes it).
 pub(super) fn requeue_envelope(
     c: &Connection,
     task: &str,
     due_at: Millis,
     error: Option<&str>,
+    now: Millis,
 ) -> Result<(), StoreError> {
-    c.prepare_cached(
-        "UPDATE envelopes SET status = 'pending', due_at = ?2, lease_token = NULL, lease_expires_at = NULL,
-                lease_boot = NULL, last_error = ?3
-         WHERE task_id = ?1",
-    )?
-    .execute(params![task, due_at, error])?;
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "UPDATE envelopes SET status = 'pending', due_at = ?2, lease_token = NULL, lease_expires_at = NULL,
+                    lease_boot = NULL, last_error = ?3, lane = 'recovery',
+                    pass = {}
+             WHERE task_id = ?1",
+            pass_sql("envelopes.provider", "'recovery'", "envelopes.fair_key", "?2", "?4")
+        )
+    });
+    c.prepare_cached(&SQL)?.execute(params![task, due_at, error, now])?;
     Ok(())
 }
 
@@ -459,28 +531,38 @@ pub(in crate::store) fn replay_of(
 mod tests {
     use super::*;
 
-    /// The store turns on SQLite's query-planner stability guarantee: without it the
-    /// dispatcher's statement (a `LIMIT ?` and a `due_at <= ?` beside a partial index) is
+    /// The store turns on SQLite's query-planner stability guarantee: without it a statement
+    /// with a `LIMIT ?` or a `due_at <= ?` beside a partial index (the dispatcher's) is
     /// re-prepared on every run with new values, which tripled its cost.
     #[tokio::test]
     async fn hot_statements_are_prepared_once() {
         let dir = std::env::temp_dir().join(format!("tally-qpsg-{}", uuid::Uuid::new_v4()));
         let store = SqliteStore::open(&dir.join("tally.db"), crate::config::Durability::Normal).expect("open");
+        store.configure_providers(vec![ProviderSlots::new("p", 8)]).await.expect("configure");
         for i in 0..3i64 {
             let t = NewTask { provider: "p".into(), prompt: format!("t{i}"), ..NewTask::default() };
             store.submit(t, 1_000 + i).await.expect("submit");
             let batch = store.dispatch_due(1_000 + i, 1 + i as usize, 50, "boot").await.expect("dispatch");
-            assert_eq!(batch.handoffs.len(), 1, "run {i} hands off the task just submitted");
+            assert_eq!(batch.claims.len(), 1, "run {i} claims the task just submitted");
         }
-        let (runs, reprepares) = store
+        let stats = store
             .write(|c| {
-                let st = c.prepare_cached(DISPATCH_DUE)?;
-                Ok((st.get_status(rusqlite::StatementStatus::Run), st.get_status(rusqlite::StatementStatus::RePrepare)))
+                let mut out = Vec::new();
+                for sql in [PROVIDERS_STATE, CANDIDATES] {
+                    let st = c.prepare_cached(sql)?;
+                    out.push((
+                        st.get_status(rusqlite::StatementStatus::Run),
+                        st.get_status(rusqlite::StatementStatus::RePrepare),
+                    ));
+                }
+                Ok(out)
             })
             .await
             .expect("status");
-        assert_eq!(runs, 3, "the cached statement is the one the dispatcher ran");
-        assert_eq!(reprepares, 0, "new bound values must not re-prepare the statement");
+        for (runs, reprepares) in stats {
+            assert_eq!(runs, 3, "the cached statement is the one the dispatcher ran");
+            assert_eq!(reprepares, 0, "new bound values must not re-prepare the statement");
+        }
         store.close().expect("close");
         let _ = std::fs::remove_dir_all(dir);
     }

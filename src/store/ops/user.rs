@@ -53,11 +53,11 @@ pub(in crate::store) fn retry(
     key: Option<&str>,
     now: Millis,
 ) -> Result<RetryOutcome, StoreError> {
-    let row: Option<(String, String, String, String)> = c
-        .prepare_cached("SELECT status, provider, prompt, params FROM tasks WHERE id = ?1")?
-        .query_row([task], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+    let row: Option<(String, String, String, String, Option<String>)> = c
+        .prepare_cached("SELECT status, provider, prompt, params, group_key FROM tasks WHERE id = ?1")?
+        .query_row([task], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
         .optional()?;
-    let Some((status, provider, prompt, params_text)) = row else { return Ok(RetryOutcome::NotFound) };
+    let Some((status, provider, prompt, params_text, group)) = row else { return Ok(RetryOutcome::NotFound) };
     if let Some(k) = key {
         let made: Option<String> = c
             .prepare_cached("SELECT id FROM tasks WHERE retry_of = ?1 AND retry_key = ?2")?
@@ -108,6 +108,7 @@ pub(in crate::store) fn retry(
         retry_of: Some(task.to_string()),
         retry_key: key.map(str::to_string),
         shot,
+        group,
     };
     Ok(match submit(c, &new, now)? {
         SubmitOutcome::Created(id) => {

@@ -58,7 +58,7 @@ const SCHEMA: &str = include_str!("../../../schema-pg.sql");
 
 /// The PostgreSQL schema version this build writes (independent of SQLite's
 /// `SCHEMA_VERSION`). Older databases are migrated by [`MIGRATIONS`]; newer ones refused.
-pub const PG_SCHEMA_VERSION: i32 = 2;
+pub const PG_SCHEMA_VERSION: i32 = 3;
 
 /// Migrations from version `n` to `n + 1`, indexed by `n - 1`. Each runs in the transaction
 /// that records the new version, under the migration lock, and only while no other node of
@@ -84,6 +84,27 @@ const MIGRATIONS: &[&str] = &[
      ALTER TABLE executions ADD CONSTRAINT executions_charge_needs_a_call
         CHECK (charge = 'none' OR (calling_at IS NOT NULL AND billable));
      CREATE INDEX executions_paid ON executions(calling_at) WHERE charge <> 'none';",
+    // 2 → 3: dispatch by lanes and fairness keys for free provider slots (as SQLite's 5 → 6).
+    "ALTER TABLE tasks ADD COLUMN group_key text;
+     ALTER TABLE envelopes ADD COLUMN lane text NOT NULL DEFAULT 'fresh' CHECK (lane IN ('fresh', 'recovery'));
+     ALTER TABLE envelopes ADD COLUMN fair_key text COLLATE \"C\" NOT NULL DEFAULT '';
+     ALTER TABLE envelopes ADD COLUMN pass bigint CHECK (pass IS NULL OR status = 'pending');
+     UPDATE envelopes SET lane = 'recovery' WHERE task_id IN (SELECT id FROM tasks WHERE status = 'waiting' OR attempts > 0);
+     UPDATE envelopes e SET fair_key = 'set:' || t.set_id FROM tasks t WHERE t.id = e.task_id AND t.set_id IS NOT NULL;
+     DROP INDEX envelopes_due;
+     DROP INDEX envelopes_sent_by_provider;
+     CREATE INDEX envelopes_waiting ON envelopes(due_at) WHERE status = 'pending' AND pass IS NULL AND due_at IS NOT NULL;
+     CREATE INDEX envelopes_ready ON envelopes(provider, lane, pass, id) WHERE status = 'pending' AND pass IS NOT NULL;
+     CREATE INDEX envelopes_ready_key ON envelopes(provider, lane, fair_key, pass) WHERE status = 'pending' AND pass IS NOT NULL;
+     CREATE INDEX envelopes_in_flight ON envelopes(provider, lane) WHERE status = 'sent';
+     CREATE TABLE providers (
+        name text COLLATE \"C\" PRIMARY KEY, max_concurrency bigint NOT NULL CHECK (max_concurrency >= 1),
+        reserve bigint NOT NULL DEFAULT 1 CHECK (reserve >= 0),
+        fresh_weight bigint NOT NULL DEFAULT 4 CHECK (fresh_weight >= 1),
+        recovery_weight bigint NOT NULL DEFAULT 1 CHECK (recovery_weight >= 1),
+        fifo boolean NOT NULL DEFAULT false, configured boolean NOT NULL DEFAULT true,
+        paused_until bigint, recovery_limit bigint,
+        fresh_pass bigint NOT NULL DEFAULT 0, recovery_pass bigint NOT NULL DEFAULT 0);",
 ];
 
 /// The advisory-lock class of tally's locks ("taly"): the first key of the two-key form, so
@@ -160,8 +181,6 @@ struct Inner {
     node: Mutex<Option<node::Node>>,
     watcher: Mutex<Option<watch::Watcher>>,
     signals: Arc<Signals>,
-    /// Per-provider caps on envelopes handed out at once, across every node (`max_concurrency`).
-    limits: Mutex<Arc<Vec<(String, i64)>>>,
     /// The database clock minus this machine's, measured at open (ms).
     clock_offset: i64,
 }
@@ -259,7 +278,6 @@ impl PgStore {
                 node: Mutex::new(Some(node)),
                 watcher: Mutex::new(watcher),
                 signals,
-                limits: Mutex::new(Arc::new(Vec::new())),
                 clock_offset,
             }),
         })
@@ -301,18 +319,6 @@ impl PgStore {
     /// with the database's clock that decides leases and due times.
     pub fn clock_offset_ms(&self) -> i64 {
         self.inner.clock_offset
-    }
-
-    /// Cap how many envelopes of each provider may be handed out at once across every node
-    /// (each provider's `max_concurrency`): two nodes with `max_concurrency = 2` never run
-    /// four calls on one account. Providers not listed are not capped here.
-    pub fn set_provider_limits(&self, limits: Vec<(String, usize)>) {
-        let limits = limits.into_iter().map(|(p, n)| (p, n as i64)).collect();
-        *lock(&self.inner.limits) = Arc::new(limits);
-    }
-
-    pub(crate) fn provider_limits(&self) -> Arc<Vec<(String, i64)>> {
-        lock(&self.inner.limits).clone()
     }
 
     /// The state of this node's lock connection; it changes to `Lost` when the connection

@@ -31,6 +31,8 @@ fn task_row(r: &Row) -> TaskView {
         updated_at: r.get(15),
         shot_role: r.get(16),
         artifacts: Vec::new(),
+        group: r.get(17),
+        waiting_for: None,
     }
 }
 
@@ -74,12 +76,42 @@ pub(super) fn get_task(tx: &mut Tx<'_, '_>, id: &str) -> Result<Option<TaskView>
     let t = tx
         .opt(
             "SELECT id, status, reason, failure_kind, attempts, may_have_charged, cancel_requested, provider,
-                    prompt, params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role
+                    prompt, params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role, group_key
              FROM tasks WHERE id = $1",
             &[&id],
         )?
         .map(|r| task_row(&r));
-    t.map(|t| with_artifacts(tx, t)).transpose()
+    t.map(|t| with_artifacts(tx, t).and_then(|t| with_wait(tx, t))).transpose()
+}
+
+/// A queued or waiting task's reason says why it waits (as `store::read::with_wait`).
+fn with_wait(tx: &mut Tx<'_, '_>, mut t: TaskView) -> Result<TaskView, StoreError> {
+    if !matches!(t.status, TaskStatus::Queued | TaskStatus::Waiting) {
+        return Ok(t);
+    }
+    static SQL: std::sync::LazyLock<String> =
+        std::sync::LazyLock::new(|| crate::store::read::WAIT_FACTS.replace("?1", "$1"));
+    if let Some(r) = tx.opt(SQL.as_str(), &[&t.id])? {
+        let f = crate::store::read::WaitFacts {
+            pass: r.get(0),
+            due: r.get(1),
+            lane: r.get(2),
+            key: r.get(3),
+            paused: r.get(4),
+            max: r.get(5),
+            reserve: r.get(6),
+            busy: r.get(7),
+            busy_recovery: r.get(8),
+            ahead_key: r.get(9),
+            ahead: r.get(10),
+            earlier_shots: r.get(11),
+        };
+        if let Some(why) = crate::store::read::wait_words(&t.provider, &f) {
+            t.reason = Some(why.clone());
+            t.waiting_for = Some(why);
+        }
+    }
+    Ok(t)
 }
 
 /// Tasks newest first, optionally of one status, after the cursor `before` (a task id).
@@ -97,7 +129,7 @@ fn list_tasks(
     // One statement for every filter: an absent filter is a NULL that matches everything.
     let rows = tx.rows(
         "SELECT id, status, reason, failure_kind, attempts, may_have_charged, cancel_requested, provider,
-                prompt, params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role
+                prompt, params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role, group_key
          FROM tasks WHERE id < $1
            AND ($3::text IS NULL OR status = $3)
            AND (NOT $4 OR NOT EXISTS (SELECT 1 FROM tasks r WHERE r.retry_of = tasks.id))
@@ -106,7 +138,7 @@ fn list_tasks(
          ORDER BY id DESC LIMIT $2",
         &[&before, &(limit as i64), &status.map(|s| s.as_str()), &filter.needs_attention, &filter.search],
     )?;
-    rows.iter().map(|r| with_artifacts(tx, task_row(r))).collect()
+    rows.iter().map(|r| with_artifacts(tx, task_row(r)).and_then(|t| with_wait(tx, t))).collect()
 }
 
 /// A task's timeline, oldest first.

@@ -53,7 +53,19 @@ pub(super) fn schedule_next_shot(tx: &mut Tx<'_, '_>, task: &str, now: Millis) -
         )?
         .map(|r| r.get(0));
     if let Some(next) = next {
-        tx.exec("UPDATE envelopes SET due_at = $2 WHERE task_id = $1", &[&next, &now])?;
+        static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+            format!(
+                "UPDATE envelopes SET due_at = $2, pass = {} WHERE task_id = $1",
+                super::ops::pass_sql(
+                    "envelopes.provider",
+                    "envelopes.lane",
+                    "envelopes.fair_key",
+                    "$2::bigint",
+                    "$2::bigint"
+                )
+            )
+        });
+        tx.exec(SQL.as_str(), &[&next, &now])?;
         event(
             tx,
             &next,

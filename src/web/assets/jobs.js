@@ -58,8 +58,12 @@
   /** What a job's state means, in one sentence, without internal words. */
   function sentence(t) {
     switch (t.status) {
-      case "queued": return t.set_id ? "Waiting for its turn in the set; nothing has been sent yet." : "Waiting its turn; nothing has been sent yet.";
-      case "waiting": return "Waiting to try again; tally will send it when " + t.provider + " has room.";
+      case "queued":
+        if (t.waiting_for) return t.waiting_for + " Nothing has been sent yet.";
+        return t.set_id ? "Waiting for its turn in the set; nothing has been sent yet." : "Waiting its turn; nothing has been sent yet.";
+      case "waiting":
+        if (t.waiting_for) return t.waiting_for;
+        return "Waiting to try again; tally will send it when " + t.provider + " has room.";
       case "running": return t.cancel_requested
         ? "You asked to cancel, but " + t.provider + " was already working on it; the image will be kept if it arrives."
         : "Generating: " + t.provider + " is working on it.";

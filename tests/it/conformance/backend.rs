@@ -30,24 +30,20 @@ pub trait Backend: Clone + Send + Sync + 'static {
         &self,
         now: Millis,
         limit: usize,
-        grace_ms: Millis,
+        lease_ms: Millis,
         boot: &str,
     ) -> impl Future<Output = Result<DispatchBatch, StoreError>> + Send;
-    fn release_busy(
+    fn configure_providers(&self, list: Vec<ProviderSlots>) -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn pause_provider(&self, provider: String, until: Millis) -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn slow_start_feedback(&self, provider: String, ok: bool) -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn release_claim(
         &self,
-        h: Handoff,
+        exec: String,
+        lease: String,
         due_at: Millis,
         why: String,
         now: Millis,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
-    fn claim(
-        &self,
-        h: Handoff,
-        lease: String,
-        boot: String,
-        now: Millis,
-        lease_ms: Millis,
-    ) -> impl Future<Output = Result<ClaimOutcome, StoreError>> + Send;
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
     fn record_calling(
         &self,
         exec: String,
@@ -211,30 +207,41 @@ macro_rules! forward {
                 &self,
                 now: Millis,
                 limit: usize,
-                grace_ms: Millis,
+                lease_ms: Millis,
                 boot: &str,
             ) -> impl Future<Output = Result<DispatchBatch, StoreError>> + Send {
                 let (s, boot) = (self.clone(), boot.to_string());
-                async move { <$ty>::dispatch_due(&s, now, limit, grace_ms, &boot).await }
+                async move { <$ty>::dispatch_due(&s, now, limit, lease_ms, &boot).await }
             }
-            fn release_busy(
+            fn configure_providers(
                 &self,
-                h: Handoff,
+                list: Vec<ProviderSlots>,
+            ) -> impl Future<Output = Result<(), StoreError>> + Send {
+                <$ty>::configure_providers(self, list)
+            }
+            fn pause_provider(
+                &self,
+                provider: String,
+                until: Millis,
+            ) -> impl Future<Output = Result<(), StoreError>> + Send {
+                <$ty>::pause_provider(self, provider, until)
+            }
+            fn slow_start_feedback(
+                &self,
+                provider: String,
+                ok: bool,
+            ) -> impl Future<Output = Result<(), StoreError>> + Send {
+                <$ty>::slow_start_feedback(self, provider, ok)
+            }
+            fn release_claim(
+                &self,
+                exec: String,
+                lease: String,
                 due_at: Millis,
                 why: String,
                 now: Millis,
-            ) -> impl Future<Output = Result<bool, StoreError>> + Send {
-                <$ty>::release_busy(self, h, due_at, why, now)
-            }
-            fn claim(
-                &self,
-                h: Handoff,
-                lease: String,
-                boot: String,
-                now: Millis,
-                lease_ms: Millis,
-            ) -> impl Future<Output = Result<ClaimOutcome, StoreError>> + Send {
-                <$ty>::claim(self, h, lease, boot, now, lease_ms)
+            ) -> impl Future<Output = Result<(), StoreError>> + Send {
+                <$ty>::release_claim(self, exec, lease, due_at, why, now)
             }
             fn record_calling(
                 &self,
@@ -519,6 +526,12 @@ impl Inspect for PgStore {
         let s = self.clone();
         async move { s.raw(move |c| Ok(c.query_one(sql, &[])?.get::<_, i64>(0))).await.expect(sql) }
     }
+}
+
+/// The provider every conformance test submits to: plenty of slots, no reserve (the tests of
+/// slots and lanes configure their own).
+pub fn provider_p() -> Vec<ProviderSlots> {
+    vec![ProviderSlots { reserve: 0, ..ProviderSlots::new("p", 100) }]
 }
 
 /// A fresh SQLite store in its own temp dir.

@@ -24,6 +24,7 @@ macro_rules! both {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     let s = $crate::conformance::backend::sqlite();
+                    s.configure_providers($crate::conformance::backend::provider_p()).await.expect("configure");
                     super::$name(s.clone()).await;
                     $crate::conformance::backend::remove_sqlite(&s);
                 }
@@ -34,6 +35,7 @@ macro_rules! both {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     if let Some(s) = $crate::conformance::backend::postgres() {
+                        s.configure_providers($crate::conformance::backend::provider_p()).await.expect("configure");
                         super::$name(s.clone()).await;
                         let _ = s.close();
                     }

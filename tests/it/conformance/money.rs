@@ -326,7 +326,7 @@ async fn a_held_call_waits_for_its_period_and_checks_again_when_released<B: Back
     assert_eq!(s.int("SELECT max(send_count) FROM envelopes WHERE budget_hold").await, 0);
     // Later the same day it is not due; the dispatcher's next due time is the period's end.
     let b = s.dispatch_due(T0 + 3_600_000, 10, 10_000, "boot").await.expect("dispatch");
-    assert!(b.handoffs.is_empty());
+    assert!(b.claims.is_empty());
     assert_eq!(b.next_due, Some(tomorrow));
     // A release (a raised limit, SIGHUP) makes it due now, and it checks the limits in force.
     assert_eq!(s.release_budget_holds(T0 + 3_600_000).await.expect("release"), 1);
@@ -352,6 +352,8 @@ async fn spend_reads_count_what_reached_the_provider<B: Backend>(s: B) {
     let day1 = 20 * DAY + 1_000;
     let day2 = day1 + DAY;
     let on = |p: &str, prompt: &str| NewTask { provider: p.into(), ..task(prompt) };
+    let slots = |p: &str| ProviderSlots { reserve: 0, ..ProviderSlots::new(p, 100) };
+    s.configure_providers(vec![slots("p"), slots("q")]).await.expect("configure");
     let mut ids = Vec::new();
     for (provider, at, outcome, cost) in [
         ("p", day1, Finish::Succeeded(artifact("s1")), Some(30_000)),

@@ -8,9 +8,9 @@ use std::collections::{HashMap, HashSet};
 use tally::domain::TaskStatus;
 use tally::store::*;
 
-use super::backend::{Backend, pg_options, pg_url, schema, sqlite};
+use super::backend::{Backend, pg_options, pg_url, provider_p, schema, sqlite};
 use super::money::nodes_together_never_overshoot_a_budget;
-use super::single::{GRACE, LEASE, T0, artifact, handoff, submit, task};
+use super::single::{LEASE, T0, artifact, submit, task};
 use tally::store::pg::PgStore;
 
 /// `k` handles on one fresh store of each backend (`None` when PostgreSQL is skipped).
@@ -32,6 +32,7 @@ macro_rules! nodes {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     let n = super::sqlite_nodes($k);
+                    n[0].configure_providers(super::provider_p()).await.expect("configure");
                     super::$name(n.clone()).await;
                     super::super::backend::remove_sqlite(&n[0]);
                 }
@@ -42,6 +43,7 @@ macro_rules! nodes {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     if let Some(n) = super::pg_nodes($k) {
+                        n[0].configure_providers(super::provider_p()).await.expect("configure");
                         super::$name(n.clone()).await;
                         for s in &n {
                             let _ = s.close();
@@ -54,29 +56,24 @@ macro_rules! nodes {
 }
 
 nodes!(
-    two_claims_of_one_hand_off_give_one_execution(2),
-    nodes_dispatching_at_once_hand_out_disjoint_envelopes(3),
+    two_dispatches_at_once_claim_a_task_once(2),
+    nodes_dispatching_at_once_claim_disjoint_envelopes(3),
+    nodes_dispatching_at_once_never_exceed_the_providers_slots(3),
     a_submit_replayed_on_another_node_is_the_same_task(2),
     several_nodes_running_and_recovering_keep_every_rule(3),
     nodes_together_never_overshoot_a_budget(3),
 );
 
-async fn two_claims_of_one_hand_off_give_one_execution<B: Backend>(n: Vec<B>) {
+async fn two_dispatches_at_once_claim_a_task_once<B: Backend>(n: Vec<B>) {
     let id = submit(&n[0], "twice").await;
-    let h = handoff(&n[0], &id, T0, "boot-0").await;
-    let (a, b) = tokio::join!(
-        n[0].claim(h.clone(), "LA".into(), "boot-0".into(), T0, LEASE),
-        n[1].claim(h, "LB".into(), "boot-1".into(), T0, LEASE),
-    );
-    let won = [a.expect("claim a"), b.expect("claim b")]
-        .into_iter()
-        .filter(|o| matches!(o, ClaimOutcome::Claimed(_)))
-        .count();
-    assert_eq!(won, 1, "exactly one claim wins");
+    let (a, b) = tokio::join!(n[0].dispatch_due(T0, 10, LEASE, "boot-0"), n[1].dispatch_due(T0, 10, LEASE, "boot-1"));
+    let won = a.expect("dispatch a").claims.len() + b.expect("dispatch b").claims.len();
+    assert_eq!(won, 1, "exactly one dispatch claims it");
     assert_eq!(n[0].int("SELECT count(*) FROM executions").await, 1);
+    let _ = id;
 }
 
-async fn nodes_dispatching_at_once_hand_out_disjoint_envelopes<B: Backend>(n: Vec<B>) {
+async fn nodes_dispatching_at_once_claim_disjoint_envelopes<B: Backend>(n: Vec<B>) {
     for i in 0..60 {
         n[i % n.len()].submit(task(&format!("d{i}")), T0).await.expect("submit");
     }
@@ -86,11 +83,11 @@ async fn nodes_dispatching_at_once_hand_out_disjoint_envelopes<B: Backend>(n: Ve
         handles.push(tokio::spawn(async move {
             let mut mine = Vec::new();
             loop {
-                let b = s.dispatch_due(T0, 7, GRACE, &format!("boot-{i}")).await.expect("dispatch");
-                if b.handoffs.is_empty() {
+                let b = s.dispatch_due(T0, 7, LEASE, &format!("boot-{i}")).await.expect("dispatch");
+                if b.claims.is_empty() {
                     break;
                 }
-                mine.extend(b.handoffs.into_iter().map(|h| h.envelope_id));
+                mine.extend(b.claims.into_iter().map(|c| c.envelope_id));
             }
             mine
         }));
@@ -100,9 +97,39 @@ async fn nodes_dispatching_at_once_hand_out_disjoint_envelopes<B: Backend>(n: Ve
         all.extend(h.await.expect("dispatcher"));
     }
     let distinct: HashSet<_> = all.iter().collect();
-    assert_eq!(all.len(), 60, "every envelope handed out");
-    assert_eq!(distinct.len(), 60, "none handed out twice");
+    assert_eq!(all.len(), 60, "every envelope claimed");
+    assert_eq!(distinct.len(), 60, "none claimed twice");
     assert_eq!(n[0].int("SELECT count(*) FROM envelopes WHERE status = 'sent' AND send_count = 1").await, 60);
+    assert_eq!(n[0].int("SELECT count(*) FROM executions WHERE status = 'running'").await, 60);
+}
+
+/// The slots are the provider's, not a node's: nodes dispatching at once claim no more than
+/// `max_concurrency` between them (each dispatch counts the claimed envelopes under a lock of
+/// the provider's row on PostgreSQL, under the one writer on SQLite).
+async fn nodes_dispatching_at_once_never_exceed_the_providers_slots<B: Backend>(n: Vec<B>) {
+    n[0].configure_providers(vec![ProviderSlots { reserve: 0, ..ProviderSlots::new("p", 5) }])
+        .await
+        .expect("configure");
+    for i in 0..30 {
+        n[i % n.len()].submit(task(&format!("s{i}")), T0).await.expect("submit");
+    }
+    let mut handles = Vec::new();
+    for (i, s) in n.iter().enumerate() {
+        let s = s.clone();
+        handles.push(tokio::spawn(async move {
+            let mut got = 0;
+            for _ in 0..5 {
+                got += s.dispatch_due(T0, 4, LEASE, &format!("boot-{i}")).await.expect("dispatch").claims.len();
+            }
+            got
+        }));
+    }
+    let mut total = 0;
+    for h in handles {
+        total += h.await.expect("dispatcher");
+    }
+    assert_eq!(total, 5, "all slots used, none twice");
+    assert_eq!(n[0].int("SELECT count(*) FROM envelopes WHERE status = 'sent'").await, 5);
 }
 
 async fn a_submit_replayed_on_another_node_is_the_same_task<B: Backend>(n: Vec<B>) {
@@ -145,13 +172,8 @@ async fn several_nodes_running_and_recovering_keep_every_rule<B: Backend>(n: Vec
         for (k, s) in n.iter().enumerate() {
             let (s, boot) = (s.clone(), format!("boot-{k}-{round}"));
             handles.push(tokio::spawn(async move {
-                let b = s.dispatch_due(round_now, 5, GRACE, &boot).await.expect("dispatch");
-                for (j, h) in b.handoffs.into_iter().enumerate() {
-                    let lease = uuid::Uuid::new_v4().to_string();
-                    let c = match s.claim(h, lease, boot.clone(), round_now, LEASE).await.expect("claim") {
-                        ClaimOutcome::Claimed(c) => c,
-                        ClaimOutcome::Lost => continue,
-                    };
+                let b = s.dispatch_due(round_now, 5, LEASE, &boot).await.expect("dispatch");
+                for (j, c) in b.claims.into_iter().enumerate() {
                     // Workers crash in the first rounds only, so the run ends.
                     let crash = if round < 4 { (j + k + round) % 4 } else { 3 };
                     if crash == 0 {
@@ -172,7 +194,7 @@ async fn several_nodes_running_and_recovering_keep_every_rule<B: Backend>(n: Vec
             h.await.expect("node");
         }
         // Every crashed lease has run out; each node reconciles at once, racing the others.
-        round_now += LEASE + GRACE + 1;
+        round_now += LEASE + 1;
         let mut recs = Vec::new();
         for (k, s) in n.iter().enumerate() {
             let (s, boot) = (s.clone(), format!("boot-{k}-{}", round + 1));

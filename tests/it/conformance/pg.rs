@@ -10,7 +10,7 @@ use tally::store::pg::{NodeState, PgOptions, PgStore};
 use tally::store::*;
 
 use super::backend::{pg_options, pg_url, schema};
-use super::single::{GRACE, LEASE, T0, claimed, task};
+use super::single::{LEASE, T0, claimed, task};
 
 /// Test-only counts read straight from the database.
 trait Counts {
@@ -89,6 +89,7 @@ async fn a_second_process_with_the_same_node_name_is_refused() {
 async fn a_peer_whose_lock_is_gone_is_recovered_at_once_and_is_told_to_fence_itself() {
     let Some((_, _, a, b)) = two_nodes() else { return };
     let id = a.submit(task("peer"), T0).await.expect("submit").task_id().to_string();
+    a.configure_providers(super::backend::provider_p()).await.expect("configure");
     let c = claimed(&a, &id, T0, "a-run-1").await;
     assert!(
         b.leftovers(T0 + 1, "b-run-1").await.expect("leftovers").is_empty(),
@@ -129,6 +130,7 @@ async fn a_peer_whose_lock_is_gone_is_recovered_at_once_and_is_told_to_fence_its
 async fn a_restarted_node_recovers_its_earlier_runs_leases_at_once_but_not_a_live_peers() {
     let Some((url, schema, a, b)) = two_nodes() else { return };
     let mine = a.submit(task("mine"), T0).await.expect("submit").task_id().to_string();
+    a.configure_providers(super::backend::provider_p()).await.expect("configure");
     let _ = claimed(&a, &mine, T0, "a-run-1").await;
     let theirs = b.submit(task("theirs"), T0).await.expect("submit").task_id().to_string();
     let _ = claimed(&b, &theirs, T0, "b-run-1").await;
@@ -157,7 +159,8 @@ async fn a_submit_on_one_node_wakes_the_others_dispatcher_and_reconciler() {
     let (task_id, status) =
         tokio::time::timeout(Duration::from_secs(5), tasks.recv()).await.expect("change").expect("recv");
     assert_eq!((task_id.as_str(), status.as_str()), (id.as_str(), "queued"), "b's live views see a's change");
-    a.dispatch_due(T0, 10, GRACE, "a-run").await.expect("dispatch");
+    a.configure_providers(super::backend::provider_p()).await.expect("configure");
+    a.dispatch_due(T0, 10, LEASE, "a-run").await.expect("dispatch");
     tokio::time::timeout(Duration::from_secs(5), woke_lease).await.expect("b's reconciler woken").expect("task");
     for s in [a, b] {
         s.close().expect("close");
@@ -174,6 +177,7 @@ async fn with_the_database_clock_leases_expire_on_the_servers_time_not_the_calle
     let id = s.submit(task("clock"), 5).await.expect("submit").task_id().to_string();
     let t = s.get_task(id.clone()).await.expect("get").expect("task");
     assert!((t.created_at - wall).abs() < 60_000, "created_at {} is the server's time (wall {wall})", t.created_at);
+    s.configure_providers(super::backend::provider_p()).await.expect("configure");
     let _ = claimed(&s, &id, 7, "run-1").await;
     let rows = s.leftovers(i64::MAX / 2, "run-1").await.expect("leftovers");
     assert!(rows.is_empty(), "a caller far in the future does not expire a lease the server says is live");
@@ -185,30 +189,30 @@ async fn with_the_database_clock_leases_expire_on_the_servers_time_not_the_calle
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn provider_capacity_holds_across_nodes_and_a_full_provider_blocks_no_other() {
     let Some((_, _, a, b)) = two_nodes() else { return };
-    for s in [&a, &b] {
-        s.set_provider_limits(vec![("p".into(), 2), ("q".into(), 5)]);
-    }
+    a.configure_providers(vec![
+        ProviderSlots { reserve: 0, ..ProviderSlots::new("p", 2) },
+        ProviderSlots { reserve: 0, ..ProviderSlots::new("q", 5) },
+    ])
+    .await
+    .expect("configure");
     let mut p_tasks = Vec::new();
     for i in 0..5 {
         p_tasks.push(a.submit(task(&format!("p{i}")), T0 + i).await.expect("submit").task_id().to_string());
     }
-    // A task for another provider, due after all of p's: p being full must not hold it back.
+    // A task for another provider, submitted after all of p's: p being full must not hold it back.
     let q = NewTask { provider: "q".into(), ..task("q0") };
     let q_task = b.submit(q, T0 + 10).await.expect("submit").task_id().to_string();
-    let first = a.dispatch_due(T0 + 20, 10, GRACE, "a-run").await.expect("dispatch");
-    let mut got: Vec<&str> = first.handoffs.iter().map(|h| h.task_id.as_str()).collect();
+    let first = a.dispatch_due(T0 + 20, 10, LEASE, "a-run").await.expect("dispatch");
+    let mut got: Vec<&str> = first.claims.iter().map(|c| c.task_id.as_str()).collect();
     got.sort();
     let mut want = vec![p_tasks[0].as_str(), p_tasks[1].as_str(), q_task.as_str()];
     want.sort();
     assert_eq!(got, want, "two of p (its cap) and q's");
-    let second = b.dispatch_due(T0 + 20, 10, GRACE, "b-run").await.expect("dispatch");
-    assert!(second.handoffs.is_empty(), "the other node sees p full: {:?}", second.handoffs);
-    assert_eq!(second.next_due, None, "a full provider's due work is not 'due' (the dispatcher would spin)");
-    // A slot frees on node a; node b may now hand out exactly one more.
-    let h = first.handoffs.iter().find(|h| h.task_id == p_tasks[0]).expect("p0").clone();
-    let ClaimOutcome::Claimed(c) = a.claim(h, "L".into(), "a-run".into(), T0 + 21, LEASE).await.expect("claim") else {
-        panic!()
-    };
+    let second = b.dispatch_due(T0 + 20, 10, LEASE, "b-run").await.expect("dispatch");
+    assert!(second.claims.is_empty(), "the other node sees p full: {:?}", second.claims);
+    assert_eq!(second.next_due, None, "a full provider's ready work is not 'due' (the dispatcher would spin)");
+    // A slot frees on node a; node b may now claim exactly one more.
+    let c = first.claims.iter().find(|c| c.task_id == p_tasks[0]).expect("p0").clone();
     a.finish(
         c.execution_token,
         c.lease_token,
@@ -221,8 +225,8 @@ async fn provider_capacity_holds_across_nodes_and_a_full_provider_blocks_no_othe
     )
     .await
     .expect("finish");
-    let third = b.dispatch_due(T0 + 23, 10, GRACE, "b-run").await.expect("dispatch");
-    assert_eq!(third.handoffs.iter().map(|h| h.task_id.as_str()).collect::<Vec<_>>(), [p_tasks[2].as_str()]);
+    let third = b.dispatch_due(T0 + 23, 10, LEASE, "b-run").await.expect("dispatch");
+    assert_eq!(third.claims.iter().map(|c| c.task_id.as_str()).collect::<Vec<_>>(), [p_tasks[2].as_str()]);
     assert_eq!(a.int_sent("p").await, 2, "never more than the cap in flight");
     for s in [a, b] {
         s.close().expect("close");

@@ -239,7 +239,7 @@ mod pg_locks {
     use tally::store::pg::PgStore;
     use tally::store::*;
 
-    use super::super::backend::{pg_options, pg_url, schema};
+    use super::super::backend::{pg_options, pg_url, provider_p, schema};
     use super::super::single::{T0, png, submit};
     use super::{DAY, exists, rejected, run};
 
@@ -302,6 +302,7 @@ mod pg_locks {
         let Some(url) = pg_url() else { return };
         let schema = schema();
         let s = PgStore::open(pg_options(&url, &schema, "node-a")).expect("open");
+        s.configure_providers(provider_p()).await.expect("configure");
         let cutoff = T0 + 90 * DAY;
         let id = submit(&s, "old").await;
         run(&s, &id, T0, rejected()).await;

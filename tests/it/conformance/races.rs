@@ -32,22 +32,14 @@ impl<B: Backend> Script<B> {
         Script { store, task }
     }
 
-    async fn dispatch(&self, now: Millis) -> Option<Handoff> {
+    /// The dispatcher claims the task at `now` (None: not ready): a worker holding a lease.
+    async fn dispatch(&self, now: Millis) -> Option<Claim> {
         let batch = self.store.dispatch_due(now, 10, LEASE, BOOT).await.expect("dispatch");
-        batch.handoffs.into_iter().find(|h| h.task_id == self.task)
-    }
-
-    async fn claim(&self, h: Handoff, now: Millis) -> Option<Claim> {
-        let lease = uuid::Uuid::new_v4().to_string();
-        match self.store.claim(h, lease, BOOT.into(), now, LEASE).await.expect("claim") {
-            ClaimOutcome::Claimed(c) => Some(*c),
-            ClaimOutcome::Lost => None,
-        }
+        batch.claims.into_iter().find(|c| c.task_id == self.task)
     }
 
     async fn worker(&self, now: Millis) -> Claim {
-        let h = self.dispatch(now).await.expect("handed off");
-        self.claim(h, now).await.expect("claimed")
+        self.dispatch(now).await.expect("claimed")
     }
 
     async fn leftover(&self, now: Millis) -> LeftoverRow {
@@ -114,11 +106,12 @@ both!(
     a_decision_is_not_applied_after_the_lease_was_renewed_even_if_it_ran_out_again,
     unknown_after_record_accepted_is_not_applied,
     unknown_after_finish_is_not_applied,
-    requeue_or_give_up_after_a_late_claim_is_not_applied,
+    give_up_after_calling_is_not_applied,
+    a_claim_handed_back_and_an_abandon_exclude_each_other,
     after_abandon_the_old_worker_is_fenced,
     after_resume_the_old_worker_is_fenced,
     after_unknown_the_old_worker_is_fenced,
-    a_lost_hand_off_of_a_resumed_execution_is_decided_from_its_phase,
+    a_lost_dispatch_of_a_resumed_execution_is_decided_from_its_phase,
 );
 
 async fn abandon_on_stale_evidence_would_send_a_second_paid_request<B: Backend>(store: B) {
@@ -199,20 +192,6 @@ async fn unknown_after_finish_is_not_applied<B: Backend>(store: B) {
     assert_eq!(s.status().await, TaskStatus::Failed);
 }
 
-async fn requeue_or_give_up_after_a_late_claim_is_not_applied<B: Backend>(store: B) {
-    for decision in [Recovery::Requeue, Recovery::GiveUp] {
-        let s = Script::new(store.clone(), &format!("requeue-vs-claim {decision:?}")).await;
-        let h = s.dispatch(T0).await.expect("handed off");
-        let late = T0 + LEASE;
-        let row = s.leftover(late).await;
-        assert!(row.execution.is_none() && row.lease_token.is_none());
-        let a = s.claim(h, late + 1).await.expect("a late claim still works");
-        assert_eq!(s.apply(row, decision.clone(), late + 2).await, 0, "{decision:?} applied over a claim");
-        s.calling(&a, late + 3).await.expect("the claimer holds the lease");
-        assert_eq!(s.status().await, TaskStatus::Running);
-    }
-}
-
 async fn after_abandon_the_old_worker_is_fenced<B: Backend>(store: B) {
     let s = Script::new(store, "abandon-then-worker").await;
     let a = s.worker(T0).await;
@@ -260,16 +239,16 @@ async fn after_unknown_the_old_worker_is_fenced<B: Backend>(store: B) {
     assert!(s.dispatch(late + 2).await.is_none(), "an unknown task is never sent again");
 }
 
-async fn a_lost_hand_off_of_a_resumed_execution_is_decided_from_its_phase<B: Backend>(store: B) {
+async fn a_lost_dispatch_of_a_resumed_execution_is_decided_from_its_phase<B: Backend>(store: B) {
     let s = Script::new(store, "resumed-hand-off").await;
     let a = s.worker(T0).await;
     s.calling(&a, T0 + 1).await.expect("calling");
     let late = T0 + 1 + LEASE;
     let row = s.leftover(late).await;
     assert_eq!(s.apply(row, Recovery::Resume, late).await, 1);
-    s.dispatch(late + 1).await.expect("handed off again");
+    let again = s.dispatch(late + 1).await.expect("dispatched again");
     let row = s.leftover(late + 1 + LEASE).await;
-    assert!(row.lease_token.is_none());
+    assert_eq!(row.lease_token.as_deref(), Some(again.lease_token.as_str()));
     assert!(matches!(row.execution, Some((_, Phase::Calling))));
     assert!(matches!(Script::<B>::decision(&row, IDEM), Recovery::Resume));
     let refused = s.store.apply_recovery(vec![(row.clone(), Recovery::GiveUp)], late + 2 + LEASE).await;
@@ -279,4 +258,45 @@ async fn a_lost_hand_off_of_a_resumed_execution_is_decided_from_its_phase<B: Bac
     assert!(b.resumed && b.execution_token == a.execution_token);
     let kinds = s.kinds().await;
     assert!(!kinds.iter().any(|k| k == "requeued" || k == "failed"), "{kinds:?}");
+}
+
+/// A claim lost before calling past `max_sends` is decided `GiveUp`; the still-live worker
+/// records `calling` first: the task must not be failed as undeliverable (its request left).
+async fn give_up_after_calling_is_not_applied<B: Backend>(store: B) {
+    let s = Script::new(store, "give-up-vs-calling").await;
+    let a = s.worker(T0).await;
+    let late = T0 + LEASE;
+    let row = s.leftover(late).await;
+    let left = Leftover::of(row.execution.as_ref().map(|(_, p)| *p), row.send_count as u32);
+    assert_eq!(decide(&left, Some(NONE), 1), Decision::GiveUp, "one dispatch lost, max_sends 1");
+    s.calling(&a, late + 1).await.expect("the worker's lease was not taken back yet");
+    assert_eq!(s.apply(row, Recovery::GiveUp, late + 2).await, 0, "gave up a call that left");
+    assert_eq!(s.status().await, TaskStatus::Running);
+}
+
+/// A claim handed back (its provider paused) and the reconciler's abandon of the same claim:
+/// whichever commits first wins, the other changes nothing.
+async fn a_claim_handed_back_and_an_abandon_exclude_each_other<B: Backend>(store: B) {
+    // The worker hands back first: the abandon decided before is not applied.
+    let s = Script::new(store.clone(), "release-then-abandon").await;
+    let a = s.worker(T0).await;
+    let late = T0 + LEASE;
+    let row = s.leftover(late).await;
+    let why = "Provider `p` paused.".to_string();
+    s.store
+        .release_claim(a.execution_token.clone(), a.lease_token.clone(), late + 10, why.clone(), late + 1)
+        .await
+        .expect("hand back");
+    assert_eq!(s.apply(row, Recovery::Abandon, late + 2).await, 0, "abandoned a claim already handed back");
+    assert_eq!(s.kinds().await.iter().filter(|k| *k == "abandoned").count(), 0);
+    // The reconciler first: the hand-back is fenced.
+    let s = Script::new(store, "abandon-then-release").await;
+    let b = s.worker(T0).await;
+    let row = s.leftover(late).await;
+    assert_eq!(s.apply(row, Recovery::Abandon, late).await, 1);
+    fenced(
+        s.store.release_claim(b.execution_token.clone(), b.lease_token.clone(), late + 10, why, late + 1).await,
+        "release_claim",
+    );
+    assert_eq!(s.status().await, TaskStatus::Waiting);
 }

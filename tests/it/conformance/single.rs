@@ -10,7 +10,6 @@ use super::both;
 
 pub const T0: i64 = 1_000_000;
 pub const LEASE: i64 = 30_000;
-pub const GRACE: i64 = 10_000;
 
 pub fn task(prompt: &str) -> NewTask {
     NewTask { provider: "p".into(), prompt: prompt.into(), ..NewTask::default() }
@@ -20,24 +19,15 @@ pub async fn submit<B: Backend>(s: &B, prompt: &str) -> String {
     s.submit(task(prompt), T0).await.expect("submit").task_id().to_string()
 }
 
-/// Dispatch everything due at `now` and return the hand-off of `id`.
-pub async fn handoff<B: Backend>(s: &B, id: &str, now: i64, boot: &str) -> Handoff {
-    let batch = s.dispatch_due(now, 100, GRACE, boot).await.expect("dispatch");
-    batch.handoffs.into_iter().find(|h| h.task_id == id).expect("handed off")
-}
-
-/// Hand off and claim `id`; returns the claim.
+/// Dispatch everything ready at `now` (as process run `boot`) and return the claim of `id`.
 pub async fn claimed<B: Backend>(s: &B, id: &str, now: i64, boot: &str) -> Claim {
-    let h = handoff(s, id, now, boot).await;
-    claim_it(s, h, now, boot).await
+    let batch = s.dispatch_due(now, 100, LEASE, boot).await.expect("dispatch");
+    batch.claims.into_iter().find(|c| c.task_id == id).expect("claimed")
 }
 
-/// Claim a hand-off that must be claimable.
-pub async fn claim_it<B: Backend>(s: &B, h: Handoff, now: i64, boot: &str) -> Claim {
-    match s.claim(h, uuid::Uuid::new_v4().to_string(), boot.into(), now, LEASE).await.expect("claim") {
-        ClaimOutcome::Claimed(c) => *c,
-        ClaimOutcome::Lost => panic!("claim lost"),
-    }
+/// The task ids a dispatch claimed, in order.
+pub fn ids(b: &DispatchBatch) -> Vec<&str> {
+    b.claims.iter().map(|c| c.task_id.as_str()).collect()
 }
 
 pub async fn status<B: Backend>(s: &B, id: &str) -> TaskStatus {
@@ -64,9 +54,12 @@ pub fn artifact(tag: &str) -> NewArtifact {
 both!(
     submit_writes_task_envelope_and_event_at_once,
     same_key_same_request_is_existing_and_different_is_conflict,
-    dispatch_hands_out_at_most_the_limit_in_due_order_and_reports_the_next_due,
-    a_claim_must_name_the_exact_hand_off_and_claims_once,
-    a_busy_release_takes_the_hand_off_back_and_counts_no_attempt,
+    dispatch_claims_at_most_the_limit_in_order_and_reports_the_next_due,
+    a_dispatch_claims_once_with_a_lease_and_a_new_execution,
+    a_saturated_or_paused_provider_is_not_dispatched_to_and_nothing_is_written,
+    lanes_interleave_by_weight_and_keys_take_turns,
+    the_recovery_lane_keeps_the_reserve_free_and_slow_starts_after_a_pause,
+    a_claim_handed_back_before_calling_counts_nothing,
     calling_is_recorded_once_from_claimed_and_counts_the_attempt,
     accepted_job_id_is_kept_and_a_resumed_claim_adopts_the_execution,
     every_post_claim_write_is_fenced_after_a_requeue,
@@ -107,54 +100,179 @@ async fn same_key_same_request_is_existing_and_different_is_conflict<B: Backend>
     assert_eq!(s.int("SELECT count(*) FROM tasks").await, 1);
 }
 
-async fn dispatch_hands_out_at_most_the_limit_in_due_order_and_reports_the_next_due<B: Backend>(s: B) {
-    let mut ids = Vec::new();
+async fn dispatch_claims_at_most_the_limit_in_order_and_reports_the_next_due<B: Backend>(s: B) {
+    let mut ids_ = Vec::new();
     for i in 0..3 {
-        ids.push(s.submit(task(&format!("t{i}")), T0 + i).await.expect("submit").task_id().to_string());
+        ids_.push(s.submit(task(&format!("t{i}")), T0 + i).await.expect("submit").task_id().to_string());
     }
-    let b = s.dispatch_due(T0 + 1, 1, GRACE, "boot").await.expect("dispatch");
-    assert_eq!(b.handoffs.iter().map(|h| h.task_id.as_str()).collect::<Vec<_>>(), [ids[0].as_str()]);
-    let h = &b.handoffs[0];
-    assert_eq!((h.send_count, h.due_at, h.provider.as_str()), (1, T0, "p"));
-    assert_eq!(b.next_due, Some(T0 + 1), "the next pending envelope");
-    let b = s.dispatch_due(T0 + 1, 10, GRACE, "boot").await.expect("dispatch");
-    assert_eq!(b.handoffs.len(), 1, "only what is due");
-    assert_eq!(b.next_due, Some(T0 + 2));
-    assert_eq!(s.next_sent_deadline().await.expect("deadline"), Some(T0 + 1 + GRACE));
-    let b = s.dispatch_due(T0 + 5, 0, GRACE, "boot").await.expect("dispatch");
-    assert!(b.handoffs.is_empty(), "limit 0 hands out nothing");
-    assert_eq!(b.next_due, Some(T0 + 2));
+    let b = s.dispatch_due(T0 + 2, 1, LEASE, "boot").await.expect("dispatch");
+    assert_eq!(ids(&b), [ids_[0].as_str()]);
+    let c = &b.claims[0];
+    assert_eq!((c.send_count, c.due_at, c.provider.as_str(), c.lane), (1, T0, "p", Lane::Fresh));
+    assert_eq!(b.next_due, None, "nothing waits for a time: the rest is ready");
+    let b = s.dispatch_due(T0 + 2, 10, LEASE, "boot").await.expect("dispatch");
+    assert_eq!(ids(&b), [ids_[1].as_str(), ids_[2].as_str()], "in submit order");
+    assert_eq!(s.next_sent_deadline().await.expect("deadline"), Some(T0 + 2 + LEASE));
+    let b = s.dispatch_due(T0 + 5, 0, LEASE, "boot").await.expect("dispatch");
+    assert!(b.claims.is_empty(), "limit 0 claims nothing");
 }
 
-async fn a_claim_must_name_the_exact_hand_off_and_claims_once<B: Backend>(s: B) {
+async fn a_dispatch_claims_once_with_a_lease_and_a_new_execution<B: Backend>(s: B) {
     let id = submit(&s, "claim").await;
-    let h = handoff(&s, &id, T0, "boot").await;
-    let stale = Handoff { send_count: h.send_count + 1, ..h.clone() };
-    assert!(matches!(s.claim(stale, "L0".into(), "boot".into(), T0, LEASE).await.expect("claim"), ClaimOutcome::Lost));
-    let ClaimOutcome::Claimed(c) = s.claim(h.clone(), "L1".into(), "boot".into(), T0, LEASE).await.expect("claim")
-    else {
-        panic!("the exact hand-off claims")
-    };
-    assert_eq!((c.attempt, c.phase, c.resumed, c.lease_token.as_str()), (1, Phase::Claimed, false, "L1"));
+    let c = claimed(&s, &id, T0, "boot").await;
+    assert_eq!((c.attempt, c.phase, c.resumed), (1, Phase::Claimed, false));
     assert_eq!(c.idempotency_key, provider_key(&id, 1), "the key is derived from the task and attempt");
-    assert!(matches!(s.claim(h, "L2".into(), "boot".into(), T0, LEASE).await.expect("claim"), ClaimOutcome::Lost));
+    assert!(!c.lease_token.is_empty() && !c.execution_token.is_empty());
+    assert!(s.dispatch_due(T0, 10, LEASE, "boot").await.expect("dispatch").claims.is_empty(), "claimed once");
     assert_eq!(status(&s, &id).await, TaskStatus::Running);
     assert_eq!(s.int("SELECT count(*) FROM executions").await, 1);
     assert_eq!(s.next_sent_deadline().await.expect("deadline"), Some(T0 + LEASE));
+    assert_eq!(kinds(&s, &id).await, ["submitted"], "a claim writes no timeline event");
 }
 
-async fn a_busy_release_takes_the_hand_off_back_and_counts_no_attempt<B: Backend>(s: B) {
-    let id = submit(&s, "busy").await;
-    for round in 0..3 {
-        let h = handoff(&s, &id, T0 + round * 1000, "boot").await;
-        assert_eq!(h.send_count, 1, "round {round}: a release gave the hand-off back");
-        assert!(s.release_busy(h.clone(), T0 + round * 1000 + 500, "no slot".into(), T0).await.expect("release"));
-        assert!(!s.release_busy(h, T0, "again".into(), T0).await.expect("release"), "a second release changes nothing");
+async fn a_saturated_or_paused_provider_is_not_dispatched_to_and_nothing_is_written<B: Backend>(s: B) {
+    s.configure_providers(vec![ProviderSlots::new("p", 1)]).await.expect("configure");
+    let first = submit(&s, "first").await;
+    let second = submit(&s, "second").await;
+    let c = claimed(&s, &first, T0, "boot").await;
+    for round in 1..=3 {
+        let b = s.dispatch_due(T0 + round, 10, LEASE, "boot").await.expect("dispatch");
+        assert!(b.claims.is_empty(), "round {round}: no free slot, nothing claimed");
+        assert_eq!(b.next_due, None, "a finished call wakes the dispatcher, not a timer");
     }
+    let t = s.get_task(second.clone()).await.expect("get").expect("task");
+    assert_eq!((t.status, t.attempts), (TaskStatus::Queued, 0));
+    assert!(
+        t.reason.as_deref().unwrap_or("").contains("free slot at p (all 1 of its slots are in use)"),
+        "{:?}",
+        t.reason
+    );
+    assert_eq!(kinds(&s, &second).await, ["submitted"]);
+    assert_eq!(s.int("SELECT send_count FROM envelopes WHERE status = 'pending'").await, 0);
+    // The slot frees while the provider is paused: still nothing, until the pause ends.
+    s.pause_provider("p".into(), T0 + 5_000).await.expect("pause");
+    s.finish(c.execution_token, c.lease_token, Finish::CanceledBeforeCall, T0 + 10).await.expect("finish");
+    let b = s.dispatch_due(T0 + 20, 10, LEASE, "boot").await.expect("dispatch");
+    assert!(b.claims.is_empty(), "paused");
+    assert_eq!(b.next_due, Some(T0 + 5_000), "the dispatcher wakes when the pause ends");
+    let t = s.get_task(second.clone()).await.expect("get").expect("task");
+    assert!(t.reason.as_deref().unwrap_or("").contains("paused new calls"), "{:?}", t.reason);
+    let b = s.dispatch_due(T0 + 5_000, 10, LEASE, "boot").await.expect("dispatch");
+    assert_eq!(ids(&b), [second.as_str()]);
+}
+
+/// Fill the recovery lane: `n` tasks claimed by an earlier run and abandoned by recovery
+/// (with the default provider `p`; the caller configures its own afterwards).
+async fn recovered<B: Backend>(s: &B, n: usize, tag: &str) -> Vec<String> {
+    s.configure_providers(super::backend::provider_p()).await.expect("configure");
+    let mut out = Vec::new();
+    for i in 0..n {
+        out.push(submit(s, &format!("{tag} {i}")).await);
+    }
+    s.dispatch_due(T0, 1000, LEASE, "old").await.expect("dispatch");
+    let rows = s.leftovers(T0 + 1, "new").await.expect("leftovers");
+    let items: Vec<_> = rows.into_iter().map(|r| (r, Recovery::Abandon)).collect();
+    assert_eq!(s.apply_recovery(items, T0 + 1).await.expect("apply").len(), n);
+    out
+}
+
+/// Claim one at a time (a provider with one slot) and finish each: the dispatch order.
+async fn order_of<B: Backend>(s: &B, n: usize, now: i64) -> Vec<String> {
+    let mut out = Vec::new();
+    for i in 0..n {
+        let b = s.dispatch_due(now + i as i64, 1, LEASE, "new").await.expect("dispatch");
+        let Some(c) = b.claims.into_iter().next() else { break };
+        out.push(c.task_id.clone());
+        s.finish(c.execution_token, c.lease_token, Finish::CanceledBeforeCall, now + i as i64).await.expect("finish");
+    }
+    out
+}
+
+async fn lanes_interleave_by_weight_and_keys_take_turns<B: Backend>(s: B) {
+    let r = recovered(&s, 5, "recovered").await;
+    s.configure_providers(vec![ProviderSlots { reserve: 0, ..ProviderSlots::new("p", 1) }]).await.expect("configure");
+    let mut f = Vec::new();
+    for i in 0..5 {
+        f.push(s.submit(task(&format!("fresh {i}")), T0 + 2).await.expect("submit").task_id().to_string());
+    }
+    let got = order_of(&s, 10, T0 + 3).await;
+    let want = [&r[0], &f[0], &f[1], &f[2], &f[3], &r[1], &f[4], &r[2], &r[3], &r[4]];
+    assert_eq!(got.iter().collect::<Vec<_>>(), want, "fresh 4 : recovery 1, never starved");
+    // Within a lane, fairness keys take turns: a group's batch does not hold back another's task.
+    let grouped = |g: &str, i: usize| NewTask { group: Some(g.into()), ..task(&format!("{g} {i}")) };
+    let mut a = Vec::new();
+    for i in 0..3 {
+        a.push(s.submit(grouped("a", i), T0 + 20).await.expect("submit").task_id().to_string());
+    }
+    let b = s.submit(grouped("b", 0), T0 + 21).await.expect("submit").task_id().to_string();
+    let t = s.get_task(a[2].clone()).await.expect("get").expect("task");
+    assert!(
+        t.reason.as_deref().unwrap_or("").contains("Queued behind 2 earlier tasks of this group"),
+        "{:?}",
+        t.reason
+    );
+    assert_eq!(order_of(&s, 4, T0 + 30).await, [a[0].clone(), b, a[1].clone(), a[2].clone()]);
+}
+
+async fn the_recovery_lane_keeps_the_reserve_free_and_slow_starts_after_a_pause<B: Backend>(s: B) {
+    recovered(&s, 30, "backlog").await;
+    s.configure_providers(vec![ProviderSlots { reserve: 2, ..ProviderSlots::new("p", 8) }]).await.expect("configure");
+    let b = s.dispatch_due(T0 + 2, 100, LEASE, "new").await.expect("dispatch");
+    assert_eq!(b.claims.len(), 6, "8 slots minus the reserve of 2");
+    assert!(b.claims.iter().all(|c| c.lane == Lane::Recovery && !c.slow_start));
+    let fresh = s.submit(task("clicked just now"), T0 + 3).await.expect("submit").task_id().to_string();
+    assert_eq!(ids(&s.dispatch_due(T0 + 3, 100, LEASE, "new").await.expect("dispatch")), [fresh.as_str()]);
+    for c in b.claims {
+        s.finish(c.execution_token, c.lease_token, Finish::CanceledBeforeCall, T0 + 4).await.expect("finish");
+    }
+    // An outage: the circuit opens; when it closes, the recovery lane starts at one call and
+    // grows with each success (1, 2, 4, …), halving on an overload answer.
+    s.pause_provider("p".into(), T0 + 10_000).await.expect("pause");
+    let mut rounds = Vec::new();
+    let mut now = T0 + 10_000;
+    for round in 0..4 {
+        let b = s.dispatch_due(now, 100, LEASE, "new").await.expect("dispatch");
+        assert!(b.claims.iter().all(|c| c.lane == Lane::Recovery));
+        assert!(round == 3 || b.claims.iter().all(|c| c.slow_start), "round {round} is in the slow start");
+        rounds.push(b.claims.len());
+        for c in b.claims {
+            if c.slow_start {
+                s.slow_start_feedback("p".into(), true).await.expect("feedback");
+            }
+            s.finish(c.execution_token, c.lease_token, Finish::CanceledBeforeCall, now).await.expect("finish");
+        }
+        now += 1;
+    }
+    assert_eq!(rounds, [1, 2, 4, 6], "1, 2, 4, then the cap (8 − reserve 2)");
+    s.pause_provider("p".into(), now + 10).await.expect("pause");
+    let b = s.dispatch_due(now + 10, 100, LEASE, "new").await.expect("dispatch");
+    assert_eq!(b.claims.len(), 1);
+    s.slow_start_feedback("p".into(), true).await.expect("feedback"); // limit 2
+    s.slow_start_feedback("p".into(), true).await.expect("feedback"); // limit 3
+    s.slow_start_feedback("p".into(), true).await.expect("feedback"); // limit 4
+    s.slow_start_feedback("p".into(), false).await.expect("feedback"); // a 429: 2
+    let b2 = s.dispatch_due(now + 11, 100, LEASE, "new").await.expect("dispatch");
+    assert_eq!(b2.claims.len(), 1, "halved to 2, one of them still in flight");
+}
+
+async fn a_claim_handed_back_before_calling_counts_nothing<B: Backend>(s: B) {
+    let id = submit(&s, "paused after the dispatch").await;
+    let c = claimed(&s, &id, T0, "boot").await;
+    let why = "Provider `p` paused.".to_string();
+    s.release_claim(c.execution_token.clone(), c.lease_token.clone(), T0 + 5_000, why.clone(), T0 + 1)
+        .await
+        .expect("release");
+    let again = s.release_claim(c.execution_token.clone(), c.lease_token.clone(), T0 + 5_000, why, T0 + 2).await;
+    assert!(matches!(again, Err(StoreError::Fenced)), "{again:?}");
+    assert!(matches!(s.record_calling(c.execution_token, c.lease_token, T0 + 2).await, Err(StoreError::Fenced)));
     let t = s.get_task(id.clone()).await.expect("get").expect("task");
-    assert_eq!((t.status, t.attempts, t.reason.as_deref()), (TaskStatus::Waiting, 0, Some("no slot")));
-    assert_eq!(kinds(&s, &id).await, ["submitted", "busy"], "one busy event while it keeps waiting");
-    assert_eq!(s.int("SELECT count(*) FROM executions").await, 0);
+    assert_eq!((t.status, t.attempts), (TaskStatus::Waiting, 0));
+    assert_eq!(s.int("SELECT send_count FROM envelopes").await, 0, "not a lost dispatch");
+    let b = s.dispatch_due(T0 + 4_999, 10, LEASE, "boot").await.expect("dispatch");
+    assert!(b.claims.is_empty());
+    assert_eq!(b.next_due, Some(T0 + 5_000));
+    let c = claimed(&s, &id, T0 + 5_000, "boot").await;
+    assert_eq!((c.lane, c.attempt, c.resumed), (Lane::Recovery, 1, false));
 }
 
 async fn calling_is_recorded_once_from_claimed_and_counts_the_attempt<B: Backend>(s: B) {
@@ -165,7 +283,7 @@ async fn calling_is_recorded_once_from_claimed_and_counts_the_attempt<B: Backend
     assert!(matches!(again, Err(StoreError::Fenced)), "calling only from claimed: {again:?}");
     let t = s.get_task(id.clone()).await.expect("get").expect("task");
     assert_eq!((t.attempts, t.charge.state), (1, tally::domain::Charge::Possible));
-    assert_eq!(kinds(&s, &id).await, ["submitted", "claimed", "calling"]);
+    assert_eq!(kinds(&s, &id).await, ["submitted", "calling"]);
     let wrong = s.record_calling(c.execution_token.clone(), "not-my-lease".into(), T0 + 3).await;
     assert!(matches!(wrong, Err(StoreError::Fenced)));
     let nobody = s.record_calling("no-such-token".into(), c.lease_token, T0 + 3).await;
@@ -286,8 +404,8 @@ async fn retry_later_requeues_until_attempts_are_used_up<B: Backend>(s: B) {
         let st = s.finish(c.execution_token, c.lease_token, f, now + 1).await.expect("finish");
         if attempt == 1 {
             assert_eq!(st, TaskStatus::Waiting);
-            let b = s.dispatch_due(now + 4_999, 10, GRACE, "boot").await.expect("dispatch");
-            assert!(b.handoffs.is_empty(), "not before its due time");
+            let b = s.dispatch_due(now + 4_999, 10, LEASE, "boot").await.expect("dispatch");
+            assert!(b.claims.is_empty(), "not before its due time");
             assert_eq!(b.next_due, Some(now + 5_000));
         } else {
             assert_eq!(st, TaskStatus::Failed, "attempts used up");
@@ -320,7 +438,7 @@ async fn cancel_is_immediate_before_sending_and_a_request_while_running<B: Backe
     let queued = submit(&s, "queued").await;
     assert_eq!(s.cancel(queued.clone(), T0 + 1).await.expect("cancel"), CancelOutcome::Canceled);
     assert_eq!(status(&s, &queued).await, TaskStatus::Canceled);
-    assert!(s.dispatch_due(T0 + 2, 10, GRACE, "boot").await.expect("dispatch").handoffs.is_empty());
+    assert!(s.dispatch_due(T0 + 2, 10, LEASE, "boot").await.expect("dispatch").claims.is_empty());
     let running = submit(&s, "running").await;
     let c = claimed(&s, &running, T0 + 3, "boot").await;
     assert_eq!(s.cancel(running.clone(), T0 + 4).await.expect("cancel"), CancelOutcome::Requested);
@@ -371,8 +489,7 @@ async fn resolve_only_an_unknown_task<B: Backend>(s: B) {
         ResolveOutcome::NotUnknown(TaskStatus::Queued)
     );
     let b = submit(&s, "resolve b").await;
-    for h in s.dispatch_due(T0, 10, GRACE, "boot").await.expect("dispatch").handoffs {
-        let c = claim_it(&s, h, T0, "boot").await;
+    for c in s.dispatch_due(T0, 10, LEASE, "boot").await.expect("dispatch").claims {
         s.finish(c.execution_token, c.lease_token, Finish::Unknown { reason: "lost".into() }, T0)
             .await
             .expect("unknown");
@@ -394,18 +511,17 @@ async fn resolve_only_an_unknown_task<B: Backend>(s: B) {
 }
 
 async fn leftovers_are_expired_leases_and_leases_of_earlier_runs<B: Backend>(s: B) {
-    let unclaimed = submit(&s, "unclaimed").await;
-    let h = handoff(&s, &unclaimed, T0, "boot-1").await;
+    let early = submit(&s, "early").await;
+    let a = claimed(&s, &early, T0, "boot-1").await;
     let running = submit(&s, "running").await;
     let c = claimed(&s, &running, T0 + 1, "boot-1").await;
     assert!(s.leftovers(T0 + 2, "boot-1").await.expect("leftovers").is_empty(), "live leases of this run");
-    let rows = s.leftovers(T0 + GRACE, "boot-1").await.expect("leftovers");
+    let rows = s.leftovers(T0 + LEASE, "boot-1").await.expect("leftovers");
+    assert_eq!(rows.iter().map(|r| r.task_id.as_str()).collect::<Vec<_>>(), [early.as_str()], "a lease that ran out");
     assert_eq!(
-        rows.iter().map(|r| r.task_id.as_str()).collect::<Vec<_>>(),
-        [unclaimed.as_str()],
-        "hand-off past its grace"
+        (rows[0].send_count, rows[0].lease_token.as_deref(), &rows[0].execution),
+        (1, Some(a.lease_token.as_str()), &Some((a.execution_token.clone(), Phase::Claimed)))
     );
-    assert_eq!((rows[0].send_count, rows[0].lease_token.as_deref(), &rows[0].execution), (h.send_count, None, &None));
     let mut rows = s.leftovers(T0 + 2, "boot-2").await.expect("leftovers");
     rows.sort_by(|a, b| a.task_id.cmp(&b.task_id));
     assert_eq!(rows.len(), 2, "every lease of an earlier run counts as expired at once");
@@ -416,47 +532,31 @@ async fn leftovers_are_expired_leases_and_leases_of_earlier_runs<B: Backend>(s: 
 }
 
 async fn recovery_applies_each_decision_and_skips_what_changed<B: Backend>(s: B) {
-    // One task per decision, all claimed (or handed off) by an earlier run.
+    // One task per decision, all claimed by an earlier run; the last three reached `calling`.
     let mut ids = Vec::new();
-    for i in 0..6 {
+    for i in 0..5 {
         ids.push(submit(&s, &format!("recover {i}")).await);
     }
-    let _ = s.dispatch_due(T0, 100, GRACE, "old").await.expect("dispatch");
-    let mut claims = Vec::new();
-    for (i, id) in ids.iter().enumerate() {
-        if i == 0 {
-            continue; // stays an unclaimed hand-off
-        }
-        let rows = s.leftovers(T0, "x").await.expect("rows");
-        let r = rows.iter().find(|r| &r.task_id == id).expect("sent");
-        let h = Handoff {
-            envelope_id: r.envelope_id.clone(),
-            task_id: id.clone(),
-            provider: "p".into(),
-            send_count: r.send_count,
-            due_at: T0,
-        };
-        let ClaimOutcome::Claimed(c) = s.claim(h, format!("L{i}"), "old".into(), T0, LEASE).await.expect("claim")
-        else {
-            panic!()
-        };
-        if i >= 3 {
-            s.record_calling(c.execution_token.clone(), c.lease_token.clone(), T0 + 1).await.expect("calling");
-        }
-        claims.push(*c);
+    let mut claims: Vec<Claim> = s.dispatch_due(T0, 100, LEASE, "old").await.expect("dispatch").claims;
+    claims.sort_by_key(|c| ids.iter().position(|i| *i == c.task_id));
+    assert_eq!(
+        claims.iter().map(|c| c.task_id.as_str()).collect::<Vec<_>>(),
+        ids.iter().map(String::as_str).collect::<Vec<_>>()
+    );
+    for c in &claims[2..] {
+        s.record_calling(c.execution_token.clone(), c.lease_token.clone(), T0 + 1).await.expect("calling");
     }
     let rows = s.leftovers(T0 + 2, "new").await.expect("leftovers");
-    assert_eq!(rows.len(), 6);
+    assert_eq!(rows.len(), 5);
     let row = |id: &str| rows.iter().find(|r| r.task_id == id).cloned().expect("row");
     let decisions = vec![
-        (row(&ids[0]), Recovery::Requeue),
-        (row(&ids[1]), Recovery::Abandon),
-        (row(&ids[2]), Recovery::GiveUp),
-        (row(&ids[3]), Recovery::Unknown),
+        (row(&ids[0]), Recovery::Abandon),
+        (row(&ids[1]), Recovery::GiveUp),
+        (row(&ids[2]), Recovery::Unknown),
+        (row(&ids[3]), Recovery::Resume),
         (row(&ids[4]), Recovery::Resume),
-        (row(&ids[5]), Recovery::Resume),
     ];
-    // Something changes after the read: task 2's worker finishes first (still holding its lease).
+    // Something changes after the read: task 1's worker finishes first (still holding its lease).
     let c1 = &claims[1];
     s.finish(
         c1.execution_token.clone(),
@@ -469,24 +569,27 @@ async fn recovery_applies_each_decision_and_skips_what_changed<B: Backend>(s: B)
     let mut applied = s.apply_recovery(decisions, T0 + 4).await.expect("apply");
     applied.sort_by(|a, b| a.0.cmp(&b.0));
     let mut want = vec![
-        (ids[0].clone(), TaskStatus::Queued),
-        (ids[1].clone(), TaskStatus::Waiting),
-        (ids[3].clone(), TaskStatus::Unknown),
+        (ids[0].clone(), TaskStatus::Waiting),
+        (ids[2].clone(), TaskStatus::Unknown),
+        (ids[3].clone(), TaskStatus::Waiting),
         (ids[4].clone(), TaskStatus::Waiting),
-        (ids[5].clone(), TaskStatus::Waiting),
     ];
     want.sort_by(|a, b| a.0.cmp(&b.0));
     assert_eq!(applied, want, "the finished task's decision is skipped");
-    assert_eq!(status(&s, &ids[2]).await, TaskStatus::Failed, "its own outcome stands");
-    assert_eq!(kinds(&s, &ids[0]).await.last().map(String::as_str), Some("requeued"));
-    assert_eq!(kinds(&s, &ids[1]).await.last().map(String::as_str), Some("abandoned"));
-    assert_eq!(kinds(&s, &ids[5]).await.last().map(String::as_str), Some("recovering"));
+    assert_eq!(status(&s, &ids[1]).await, TaskStatus::Failed, "its own outcome stands");
+    assert_eq!(kinds(&s, &ids[0]).await.last().map(String::as_str), Some("abandoned"));
+    assert_eq!(kinds(&s, &ids[4]).await.last().map(String::as_str), Some("recovering"));
     assert_eq!(s.int("SELECT count(*) FROM executions WHERE status = 'abandoned'").await, 1);
     assert_eq!(s.int("SELECT count(*) FROM executions WHERE status = 'unknown'").await, 1);
     assert_eq!(s.int("SELECT count(*) FROM executions WHERE status = 'running'").await, 2, "the resumed ones");
-    // GiveUp on a fresh leftover fails the task as undeliverable.
+    // What recovery puts back is in the recovery lane.
+    assert_eq!(s.int("SELECT count(*) FROM envelopes WHERE status = 'pending' AND lane = 'recovery'").await, 3);
+    // A call that may have left is never given up as undelivered.
+    let r = s.leftovers(T0 + 2, "new").await.expect("rows");
+    assert!(r.is_empty(), "{r:?}");
+    // GiveUp on a claim lost before calling fails the task as undeliverable.
     let id = submit(&s, "give up").await;
-    let _ = handoff(&s, &id, T0 + 5, "old").await;
+    let _ = claimed(&s, &id, T0 + 5, "old").await;
     let r = s.leftovers(T0 + 5, "new").await.expect("rows").into_iter().find(|r| r.task_id == id).expect("row");
     assert_eq!(
         s.apply_recovery(vec![(r, Recovery::GiveUp)], T0 + 6).await.expect("apply"),
@@ -512,36 +615,30 @@ async fn sets_run_one_shot_at_a_time_and_cancel_the_unsent<B: Backend>(s: B) {
     assert_eq!(s.create_set(set.clone(), T0 + 1).await.expect("again"), SubmitOutcome::Existing(sid.clone()));
     let bad = NewSet { references: vec!["no-such-upload".into()], idempotency_key: None, ..set };
     assert!(matches!(s.create_set(bad, T0).await, Err(StoreError::Invalid(_))));
-    let b = s.dispatch_due(T0 + 1, 10, GRACE, "boot").await.expect("dispatch");
-    assert_eq!(b.handoffs.len(), 1, "one shot at a time");
+    let b = s.dispatch_due(T0 + 1, 10, LEASE, "boot").await.expect("dispatch");
+    assert_eq!(b.claims.len(), 1, "one shot at a time");
     assert_eq!(b.next_due, None, "the others are unscheduled");
     let view = s.get_set(sid.clone()).await.expect("get").expect("set");
     assert_eq!(view.shots.len(), 3);
     assert_eq!(view.references.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), [up.id.as_str()]);
-    let first = &b.handoffs[0];
-    assert_eq!(first.task_id, view.shots[0].id);
-    let ClaimOutcome::Claimed(c) =
-        s.claim(first.clone(), "L".into(), "boot".into(), T0 + 1, LEASE).await.expect("claim")
-    else {
-        panic!()
-    };
+    let c = &b.claims[0];
+    assert_eq!(c.task_id, view.shots[0].id);
     assert_eq!(c.references.len(), 1, "the set's references travel with the claim");
-    s.finish(c.execution_token.clone(), c.lease_token, Finish::Succeeded(artifact(&c.execution_token)), T0 + 2)
+    let t = s.get_task(view.shots[2].id.clone()).await.expect("get").expect("task");
+    assert!(t.reason.as_deref().unwrap_or("").contains("behind 2 earlier shots of this set"), "{:?}", t.reason);
+    s.finish(c.execution_token.clone(), c.lease_token.clone(), Finish::Succeeded(artifact(&c.execution_token)), T0 + 2)
         .await
         .expect("finish");
-    let b = s.dispatch_due(T0 + 3, 10, GRACE, "boot").await.expect("dispatch");
-    assert_eq!(
-        b.handoffs.iter().map(|h| h.task_id.as_str()).collect::<Vec<_>>(),
-        [view.shots[1].id.as_str()],
-        "the next shot"
-    );
+    let b = s.dispatch_due(T0 + 3, 10, LEASE, "boot").await.expect("dispatch");
+    assert_eq!(ids(&b), [view.shots[1].id.as_str()], "the next shot");
     assert_eq!(kinds(&s, &view.shots[1].id).await.last().map(String::as_str), Some("scheduled"));
-    // The second shot is handed out but not claimed: nothing was sent, so it cancels too.
-    assert_eq!(s.cancel_set(sid.clone(), T0 + 4).await.expect("cancel"), Some(2), "every shot not yet sent");
+    // The second shot is claimed (running, nothing sent yet): it finishes honestly; the third,
+    // not yet scheduled, cancels.
+    assert_eq!(s.cancel_set(sid.clone(), T0 + 4).await.expect("cancel"), Some(1), "every shot not yet claimed");
     let view = s.get_set(sid.clone()).await.expect("get").expect("set");
     assert!(view.canceled);
     let st: Vec<TaskStatus> = view.shots.iter().map(|t| t.status).collect();
-    assert_eq!(st, [TaskStatus::Succeeded, TaskStatus::Canceled, TaskStatus::Canceled]);
+    assert_eq!(st, [TaskStatus::Succeeded, TaskStatus::Running, TaskStatus::Canceled]);
     assert_eq!(s.list_sets(None, 10).await.expect("list").len(), 1);
     assert_eq!(s.cancel_set("nope".into(), T0).await.expect("cancel"), None);
 }
@@ -563,13 +660,17 @@ async fn uploads_are_deduplicated_by_content<B: Backend>(s: B) {
     assert_eq!(s.int("SELECT count(*) FROM blobs").await, 2);
 }
 
+fn ids_of(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
 async fn lists_page_by_id_and_count_by_status<B: Backend>(s: B) {
     let mut ids = Vec::new();
     for i in 0..5 {
         ids.push(s.submit(task(&format!("list {i}")), T0 + i).await.expect("submit").task_id().to_string());
     }
-    let c = claimed(&s, &ids[0], T0 + 10, "boot").await;
-    let _ = c;
+    let b = s.dispatch_due(T0 + 10, 1, LEASE, "boot").await.expect("dispatch");
+    assert_eq!(self::ids(&b), ids_of(&ids[..1]));
     let page = s.list_tasks(None, None, 2).await.expect("list");
     assert_eq!(
         page.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(),

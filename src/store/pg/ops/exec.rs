@@ -1,122 +1,12 @@
-//! The worker's operations on PostgreSQL, from claim to finish. The claim locks the
-//! envelope row before its conditional update; everything after it starts with
+//! The worker's operations on PostgreSQL, from `calling` to finish (the claim is the
+//! dispatcher's, in `dispatch.rs`). Everything after the claim starts with
 //! [`fence`](super::fence).
 
-use serde_json::Value;
-
 use super::*;
-use crate::domain::{Actor, Charge, Millis, Phase, TaskStatus};
+use crate::domain::{Actor, Charge, Millis, TaskStatus};
 use crate::store::ops::with_money;
 use crate::store::pg::PgStore;
-use crate::store::{CallingFacts, CallingOutcome, Claim, ClaimOutcome, Finish, Handoff, NewArtifact};
-
-/// Claim a handed-off envelope: take its lease and open (or adopt) an execution.
-fn claim(
-    tx: &mut Tx<'_, '_>,
-    h: &Handoff,
-    lease: &str,
-    node: &str,
-    boot: &str,
-    now: Millis,
-    lease_ms: Millis,
-) -> Result<ClaimOutcome, StoreError> {
-    lock_task(tx, &h.task_id)?;
-    let n = tx.exec(
-        "UPDATE envelopes SET lease_token = $3, lease_expires_at = $4, lease_node = $5, lease_boot = $6
-         WHERE id = $1 AND status = 'sent' AND lease_token IS NULL AND send_count = $2",
-        &[&h.envelope_id, &h.send_count, &lease, &(now + lease_ms), &node, &boot],
-    )?;
-    if n == 0 {
-        return Ok(ClaimOutcome::Lost);
-    }
-    let t = tx.one(
-        "SELECT status, prompt, params, attempts, cancel_requested, created_at, set_id FROM tasks WHERE id = $1",
-        &[&h.task_id],
-    )?;
-    let status = TaskStatus::parse(t.get(0)).unwrap_or(TaskStatus::Failed);
-    if status.is_settled() {
-        consume_envelope(tx, &h.task_id, "consumed", None)?;
-        return Ok(ClaimOutcome::Lost);
-    }
-    let (prompt, params_text, attempts, cancel_requested, created_at, set_id): (
-        String,
-        String,
-        i64,
-        bool,
-        Millis,
-        Option<String>,
-    ) = (t.get(1), t.get(2), t.get(3), t.get(4), t.get(5), t.get(6));
-    let params: Value = serde_json::from_str(&params_text).unwrap_or(Value::Null);
-    let references = match &set_id {
-        Some(set) => crate::store::pg::sets::references_of_set(tx, set)?,
-        None => Vec::new(),
-    };
-    let running = tx.opt(
-        "SELECT token, phase, provider_job_id, idempotency_key, calling_at, attempt, provider_handle
-         FROM executions WHERE task_id = $1 AND status = 'running'",
-        &[&h.task_id],
-    )?;
-    let mut handle: Option<String> = None;
-    let (execution_token, phase, job_id, idempotency_key, calling_at, attempt, resumed) = match running {
-        Some(r) => {
-            handle = r.get(6);
-            let (token, phase, job_id, key, calling_at, attempt): (
-                String,
-                String,
-                Option<String>,
-                String,
-                Option<Millis>,
-                i64,
-            ) = (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5));
-            tx.exec(
-                "UPDATE executions SET node_id = $2, boot_id = $3, heartbeat_at = $4 WHERE token = $1",
-                &[&token, &node, &boot, &now],
-            )?;
-            let phase = Phase::parse(&phase).unwrap_or(Phase::Calling);
-            let how = match phase {
-                Phase::Accepted => "polling the job the provider already accepted, instead of sending again",
-                _ => "recovering the earlier call without blindly sending it again",
-            };
-            let msg = format!("attempt {attempt} resumed: {how}");
-            event(tx, &h.task_id, now, Actor::Worker, "resumed", &msg, Some(&token))?;
-            (token, phase, job_id, key, calling_at, attempt, true)
-        }
-        None => {
-            let token = uuid::Uuid::new_v4().to_string();
-            let attempt = attempts + 1;
-            let key = crate::store::provider_key(&h.task_id, attempt);
-            tx.exec(
-                "INSERT INTO executions (token, task_id, attempt, status, phase, idempotency_key, node_id, boot_id, heartbeat_at, started_at)
-                 VALUES ($1, $2, $3, 'running', 'claimed', $4, $5, $6, $7, $7)",
-                &[&token, &h.task_id, &attempt, &key, &node, &boot, &now],
-            )?;
-            event(tx, &h.task_id, now, Actor::Worker, "claimed", &format!("attempt {attempt} started"), Some(&token))?;
-            (token, Phase::Claimed, None, key, None, attempt, false)
-        }
-    };
-    // The handle an adapter persisted with the job id (fal's status/response URLs), if any.
-    let job_handle = if phase == Phase::Accepted { handle } else { None };
-    let claim = Claim {
-        job_handle,
-        execution_token,
-        lease_token: lease.into(),
-        task_id: h.task_id.clone(),
-        provider: h.provider.clone(),
-        prompt,
-        params,
-        attempt,
-        phase,
-        job_id,
-        idempotency_key,
-        calling_at,
-        resumed,
-        cancel_requested,
-        created_at,
-        references,
-    };
-    set_task(tx, &h.task_id, TaskStatus::Running, None, None, now)?;
-    Ok(ClaimOutcome::Claimed(Box::new(claim)))
-}
+use crate::store::{CallingFacts, CallingOutcome, Finish, NewArtifact};
 
 /// Durably record "about to call the provider", with the request's price, model and whether
 /// the provider bills (as `store::ops::exec::record_calling`). First, in the same
@@ -135,16 +25,18 @@ fn record_calling(
     if let (true, Some(cost)) = (facts.billable, facts.cost_micros) {
         let provider: String = tx.one("SELECT provider FROM tasks WHERE id = $1", &[&task])?.get(0);
         if let Some((due_at, reason)) = crate::store::pg::spend::check(tx, &provider, cost, &facts.limits, now)? {
-            tx.exec(
+            let n = tx.exec(
                 "UPDATE executions SET status = 'abandoned', finished_at = $2, error = $3 WHERE token = $1 AND phase = 'claimed'",
                 &[&exec, &now, &reason],
             )?;
+            if n == 0 {
+                return Err(StoreError::Fenced);
+            }
+            // Back to the recovery lane, waiting until the period ends (as a busy release).
+            requeue_envelope(tx, &task, due_at, Some("budget"), now)?;
             tx.exec(
-                "UPDATE envelopes SET status = 'pending', due_at = $2, send_count = send_count - 1, lease_token = NULL,
-                        lease_expires_at = NULL, lease_node = NULL, lease_boot = NULL, budget_hold = true,
-                        last_error = 'budget'
-                 WHERE task_id = $1",
-                &[&task, &due_at],
+                "UPDATE envelopes SET send_count = send_count - 1, budget_hold = true WHERE task_id = $1",
+                &[&task],
             )?;
             set_task(tx, &task, TaskStatus::Waiting, Some(&reason), None, now)?;
             event(tx, &task, now, Actor::Worker, "budget", &reason, Some(exec))?;
@@ -152,16 +44,17 @@ fn record_calling(
         }
     }
     let charge = if facts.billable { Charge::Possible } else { Charge::None };
-    let n = tx.exec(
-        "UPDATE executions SET phase = 'calling', calling_at = $2, charge = $3, billable = $4, cost_micros = $5,
-                currency = $6, model = $7
-         WHERE token = $1 AND phase = 'claimed'",
-        &[&exec, &now, &charge.as_str(), &facts.billable, &facts.cost_micros, &facts.currency, &facts.model],
-    )?;
-    if n == 0 {
-        return Err(StoreError::Fenced);
-    }
-    tx.exec("UPDATE envelopes SET budget_hold = false WHERE task_id = $1 AND budget_hold", &[&task])?;
+    let attempt: i64 = tx
+        .opt(
+            "UPDATE executions SET phase = 'calling', calling_at = $2, charge = $3, billable = $4, cost_micros = $5,
+                    currency = $6, model = $7
+             WHERE token = $1 AND phase = 'claimed'
+             RETURNING attempt",
+            &[&exec, &now, &charge.as_str(), &facts.billable, &facts.cost_micros, &facts.currency, &facts.model],
+        )?
+        .map(|r| r.get(0))
+        .ok_or(StoreError::Fenced)?;
+    // The dispatch claim already cleared any budget hold (`dispatch::claim_picked`).
     tx.exec("UPDATE tasks SET attempts = attempts + 1, updated_at = $2 WHERE id = $1", &[&task, &now])?;
     // The timeline says only what is true now: the request is leaving. What it cost is said
     // by the outcome's line, from the evidence.
@@ -170,7 +63,7 @@ fn record_calling(
         (true, Some(m), Some(cur)) => format!(" (its price: about {})", crate::domain::money(m, cur)),
         _ => String::new(),
     };
-    let msg = format!("sending the request to the provider{price}");
+    let msg = format!("attempt {attempt}: sending the request to the provider{price}");
     event(tx, &task, now, Actor::Worker, "calling", &msg, Some(exec))?;
     Ok(CallingOutcome::Calling)
 }
@@ -268,7 +161,7 @@ fn finish(tx: &mut Tx<'_, '_>, exec: &str, lease: &str, f: &Finish, now: Millis)
                 let secs = (due_at - now).max(0) as f64 / 1000.0;
                 let why = format!("attempt {attempts} did not go through ({reason}); trying again in {secs:.1} s");
                 set_task(tx, &task, TaskStatus::Waiting, Some(&why), None, now)?;
-                requeue_envelope(tx, &task, *due_at, Some(reason))?;
+                requeue_envelope(tx, &task, *due_at, Some(reason), now)?;
                 event(tx, &task, now, Actor::Worker, "retry_scheduled", &with_money(&why, &words), ex)?;
                 return Ok(TaskStatus::Waiting);
             }
@@ -323,23 +216,6 @@ fn late_result(tx: &mut Tx<'_, '_>, exec: &str, a: &NewArtifact, now: Millis) ->
 }
 
 impl PgStore {
-    /// Claim a handed-off envelope (ordered commit, as on SQLite).
-    pub async fn claim(
-        &self,
-        h: Handoff,
-        lease: String,
-        boot: String,
-        now: Millis,
-        lease_ms: Millis,
-    ) -> Result<ClaimOutcome, StoreError> {
-        let node = self.node().to_string();
-        self.write_ordered(move |tx| {
-            let now = tx.now(now)?;
-            claim(tx, &h, &lease, &node, &boot, now, lease_ms)
-        })
-        .await
-    }
-
     /// Check the budgets and durably record phase `calling` (see [`record_calling`]).
     pub async fn record_calling(
         &self,

@@ -9,6 +9,7 @@
 //! the worker's lease token. Zero rows means the worker lost its right; the operation
 //! returns [`StoreError::Fenced`] and writes nothing.
 
+mod dispatch;
 mod exec;
 mod intake;
 mod recovery;
@@ -74,26 +75,49 @@ pub(super) fn consume_envelope(
     error: Option<&str>,
 ) -> Result<(), StoreError> {
     tx.exec(
-        "UPDATE envelopes SET status = $2, lease_token = NULL, lease_expires_at = NULL, last_error = coalesce($3, last_error)
+        "UPDATE envelopes SET status = $2, lease_token = NULL, lease_expires_at = NULL, pass = NULL,
+                last_error = coalesce($3, last_error)
          WHERE task_id = $1",
         &[&task, &status, &error],
     )?;
     Ok(())
 }
 
+/// Put an envelope back for another dispatch, in the recovery lane: ready at once with its
+/// place when `due_at` has come, else waiting (as `store::ops::requeue_envelope`).
 pub(super) fn requeue_envelope(
     tx: &mut Tx<'_, '_>,
     task: &str,
     due_at: Millis,
     error: Option<&str>,
+    now: Millis,
 ) -> Result<(), StoreError> {
-    tx.exec(
-        "UPDATE envelopes SET status = 'pending', due_at = $2, lease_token = NULL, lease_expires_at = NULL,
-                lease_node = NULL, lease_boot = NULL, last_error = $3
-         WHERE task_id = $1",
-        &[&task, &due_at, &error],
-    )?;
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "UPDATE envelopes SET status = 'pending', due_at = $2, lease_token = NULL, lease_expires_at = NULL,
+                    lease_node = NULL, lease_boot = NULL, last_error = $3, lane = 'recovery',
+                    pass = {}
+             WHERE task_id = $1",
+            pass_sql("envelopes.provider", "'recovery'", "envelopes.fair_key", "$2::bigint", "$4::bigint")
+        )
+    });
+    tx.exec(SQL.as_str(), &[&task, &due_at, &error, &now])?;
     Ok(())
+}
+
+/// The PostgreSQL spelling of `store::ops::pass_sql`: the place of an envelope that becomes
+/// ready, NULL while it waits.
+pub(super) fn pass_sql(provider: &str, lane: &str, key: &str, due: &str, now: &str) -> String {
+    let stride = crate::store::ops::STRIDE;
+    format!(
+        "CASE WHEN {due} IS NULL OR {due} > {now} THEN NULL
+              WHEN coalesce((SELECT pp.fifo FROM providers pp WHERE pp.name = {provider}), false) THEN {due}
+              ELSE greatest(coalesce((SELECT min(r.pass) FROM envelopes r WHERE r.status = 'pending' AND r.pass IS NOT NULL
+                                      AND r.provider = {provider} AND r.lane = {lane}), 0),
+                            coalesce((SELECT max(r.pass) FROM envelopes r WHERE r.status = 'pending' AND r.pass IS NOT NULL
+                                      AND r.provider = {provider} AND r.lane = {lane} AND r.fair_key = {key}) + {stride}, 0))
+         END"
+    )
 }
 
 /// Store an image's bytes under `id`, inside the operation that commits the row they belong

@@ -89,11 +89,17 @@ fn apply_recovery(
         if !evidence_holds(tx, row)? {
             continue;
         }
-        if row.execution.is_some() && matches!(decision, Recovery::Requeue | Recovery::GiveUp) {
-            // A live execution is decided from its phase, never as an undelivered hand-off
-            // (`domain::Leftover::of`); refuse a caller that says otherwise.
+        let sent_nothing = matches!(row.execution, None | Some((_, Phase::Claimed)));
+        let undelivered = match decision {
+            Recovery::Requeue => row.execution.is_none(),
+            Recovery::GiveUp => sent_nothing,
+            _ => true,
+        };
+        if !undelivered {
+            // A call that may have left is decided from its phase, never as an undelivered
+            // dispatch (`domain::Leftover::of`); refuse a caller that says otherwise.
             return Err(StoreError::Invalid(format!(
-                "task {}: a hand-off with a running execution cannot be requeued or given up as undelivered",
+                "task {}: a dispatch whose execution may have called cannot be requeued or given up as undelivered",
                 row.task_id
             )));
         }
@@ -111,7 +117,7 @@ fn apply_recovery(
         let r = Actor::Reconciler;
         match decision {
             Recovery::Requeue => {
-                requeue_envelope(tx, task, now, Some("handed off but never claimed"))?;
+                requeue_envelope(tx, task, now, Some("handed off but never claimed"), now)?;
                 event(
                     tx,
                     task,
@@ -124,7 +130,11 @@ fn apply_recovery(
                 applied.push((row.task_id.clone(), task_status(tx, task)?.unwrap_or(TaskStatus::Queued)));
             }
             Recovery::GiveUp => {
-                let why = format!("could not be delivered to a worker after {} hand-offs", row.send_count);
+                let why = format!(
+                    "could not be delivered to a worker after {} dispatches (each one lost before anything was sent)",
+                    row.send_count
+                );
+                set_exec(tx, "abandoned", &why)?;
                 consume_envelope(tx, task, "dead", Some(&why))?;
                 set_task(tx, task, TaskStatus::Failed, Some(&why), Some(FailureKind::Undeliverable), now)?;
                 event(tx, task, now, r, "failed", &why, None)?;
@@ -133,7 +143,7 @@ fn apply_recovery(
             }
             Recovery::Abandon => {
                 set_exec(tx, "abandoned", "the worker stopped before calling the provider")?;
-                requeue_envelope(tx, task, now, Some("worker lost before calling"))?;
+                requeue_envelope(tx, task, now, Some("worker lost before calling"), now)?;
                 set_task(
                     tx,
                     task,
@@ -166,7 +176,7 @@ fn apply_recovery(
                         "the execution being recovered was handed to a worker that never started; handing it over again to look up or replay, not to resend",
                     ),
                 };
-                requeue_envelope(tx, task, now, Some(error))?;
+                requeue_envelope(tx, task, now, Some(error), now)?;
                 set_task(
                     tx,
                     task,

@@ -52,10 +52,10 @@ fn retry(
     now: Millis,
 ) -> Result<RetryOutcome, StoreError> {
     lock_task(tx, task)?;
-    let row = tx.opt("SELECT status, provider, prompt, params FROM tasks WHERE id = $1", &[&task])?;
+    let row = tx.opt("SELECT status, provider, prompt, params, group_key FROM tasks WHERE id = $1", &[&task])?;
     let Some(row) = row else { return Ok(RetryOutcome::NotFound) };
-    let (status, provider, prompt, params_text): (String, String, String, String) =
-        (row.get(0), row.get(1), row.get(2), row.get(3));
+    let (status, provider, prompt, params_text, group): (String, String, String, String, Option<String>) =
+        (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
     let shot = crate::store::pg::sets::shot_of(tx, task)?;
     if let Some(s) = &shot {
         crate::store::pg::sets::lock_set(tx, &s.set_id)?;
@@ -105,6 +105,7 @@ fn retry(
         retry_of: Some(task.to_string()),
         retry_key: key.map(str::to_string),
         shot,
+        group,
     };
     Ok(match submit(tx, &new, now)? {
         SubmitOutcome::Created(id) => {
