@@ -9,6 +9,45 @@ use rusqlite::{Connection, OpenFlags};
 
 use super::open::{APPLICATION_ID, SCHEMA_VERSION, StoreError, checkpoint_truncate, not_tally};
 
+/// The invariants of tasks, envelopes and executions that `tally check` asks of every backend:
+/// (what is wrong, a query listing the ids it is wrong for). The SQL is the same on SQLite and
+/// PostgreSQL; each backend adds its own checks of stored images (and SQLite the charge rule
+/// that PostgreSQL enforces with a `CHECK` constraint).
+pub(crate) const TASK_INVARIANTS: &[(&str, &str)] = &[
+    (
+        "succeeded task without an artifact",
+        "SELECT id FROM tasks t WHERE status = 'succeeded' AND NOT EXISTS (SELECT 1 FROM artifacts a WHERE a.task_id = t.id)",
+    ),
+    // A running execution's envelope is leased, or waiting to be handed over again
+    // (`pending`), or handed over and not yet claimed (`sent` without a lease: recovery
+    // resumes it from the execution's phase). Anything else strands the execution.
+    (
+        "running execution whose envelope is not live",
+        "SELECT x.token FROM executions x WHERE x.status = 'running' AND NOT EXISTS
+           (SELECT 1 FROM envelopes e WHERE e.task_id = x.task_id AND e.status IN ('pending', 'sent'))",
+    ),
+    (
+        "envelope consumed for a task that is still queued or waiting",
+        "SELECT e.id FROM envelopes e JOIN tasks t ON t.id = e.task_id WHERE e.status = 'consumed' AND t.status IN ('queued', 'waiting', 'running')",
+    ),
+    (
+        "settled task whose envelope is still live",
+        "SELECT t.id FROM tasks t JOIN envelopes e ON e.task_id = t.id WHERE t.status IN ('succeeded', 'failed', 'unknown', 'canceled') AND e.status IN ('pending', 'sent')",
+    ),
+    (
+        "task without an envelope",
+        "SELECT id FROM tasks t WHERE NOT EXISTS (SELECT 1 FROM envelopes e WHERE e.task_id = t.id)",
+    ),
+    (
+        "task with more than one running execution",
+        "SELECT task_id FROM executions WHERE status = 'running' GROUP BY task_id HAVING count(*) > 1",
+    ),
+    (
+        "unknown task without an unknown execution",
+        "SELECT id FROM tasks t WHERE status = 'unknown' AND NOT EXISTS (SELECT 1 FROM executions x WHERE x.task_id = t.id AND x.status = 'unknown')",
+    ),
+];
+
 /// What `tally check` found.
 #[derive(Debug, Clone, Default)]
 pub struct CheckReport {
@@ -93,45 +132,11 @@ pub fn check_with(db: &Path, depth: CheckDepth) -> Result<CheckReport, StoreErro
         return Ok(report);
     }
     report.tasks = conn.query_row("SELECT count(*) FROM tasks", [], |r| r.get::<_, i64>(0))?.max(0) as u64;
-    let invariants: &[(&str, &str)] = &[
-        (
-            "succeeded task without an artifact",
-            "SELECT id FROM tasks t WHERE status = 'succeeded' AND NOT EXISTS (SELECT 1 FROM artifacts a WHERE a.task_id = t.id)",
-        ),
-        // A running execution's envelope is leased, or waiting to be handed over again
-        // (`pending`), or handed over and not yet claimed (`sent` without a lease: recovery
-        // resumes it from the execution's phase). Anything else strands the execution.
-        (
-            "running execution whose envelope is not live",
-            "SELECT x.token FROM executions x WHERE x.status = 'running' AND NOT EXISTS
-               (SELECT 1 FROM envelopes e WHERE e.task_id = x.task_id AND e.status IN ('pending', 'sent'))",
-        ),
-        (
-            "envelope consumed for a task that is still queued or waiting",
-            "SELECT e.id FROM envelopes e JOIN tasks t ON t.id = e.task_id WHERE e.status = 'consumed' AND t.status IN ('queued', 'waiting', 'running')",
-        ),
-        (
-            "settled task whose envelope is still live",
-            "SELECT t.id FROM tasks t JOIN envelopes e ON e.task_id = t.id WHERE t.status IN ('succeeded', 'failed', 'unknown', 'canceled') AND e.status IN ('pending', 'sent')",
-        ),
-        (
-            "task without an envelope",
-            "SELECT id FROM tasks t WHERE NOT EXISTS (SELECT 1 FROM envelopes e WHERE e.task_id = t.id)",
-        ),
-        (
-            "task with more than one running execution",
-            "SELECT task_id FROM executions WHERE status = 'running' GROUP BY task_id HAVING count(*) > 1",
-        ),
-        (
-            "execution with a charge but no recorded call",
-            "SELECT token FROM executions WHERE charge <> 'none' AND (calling_at IS NULL OR billable = 0)",
-        ),
-        (
-            "unknown task without an unknown execution",
-            "SELECT id FROM tasks t WHERE status = 'unknown' AND NOT EXISTS (SELECT 1 FROM executions x WHERE x.task_id = t.id AND x.status = 'unknown')",
-        ),
-    ];
-    for (what, sql) in invariants {
+    let sqlite_only: &[(&str, &str)] = &[(
+        "execution with a charge but no recorded call",
+        "SELECT token FROM executions WHERE charge <> 'none' AND (calling_at IS NULL OR billable = 0)",
+    )];
+    for (what, sql) in TASK_INVARIANTS.iter().chain(sqlite_only) {
         let mut stmt = conn.prepare(sql)?;
         for id in stmt.query_map([], |r| r.get::<_, String>(0))? {
             report.problems.push(format!("{what}: {}", id?));
