@@ -308,6 +308,7 @@ async fn run_all(args: &BenchArgs, out: &Path) -> Result<Results, String> {
             images: Some(images::Images {
                 image_bytes: 0,
                 e2e: Vec::new(),
+                physical_per_s: Vec::new(),
                 storage: None,
                 download: Some(d),
                 backup: None,
@@ -598,6 +599,14 @@ fn render_images(t: &mut String, im: &images::Images) {
             t,
             "   e2e {:<10} {} tasks, 16 workers, {}: {:.0} tasks/s ({:.2} commits/task)",
             e.method, e.tasks, e.durability, e.tasks_per_s, e.commits_per_task
+        );
+    }
+    if !im.physical_per_s.is_empty() {
+        let each: Vec<String> = im.physical_per_s.iter().map(|v| format!("{v:.0}")).collect();
+        let _ = writeln!(
+            t,
+            "   physical limit (16 threads writing the large image to files and fsyncing each): {} files/s (before · after)",
+            each.join(" · ")
         );
     }
     if let Some(s) = &im.storage {
