@@ -1,6 +1,5 @@
-//! The `/v1` task handlers, and the task JSON every surface shows: status, a
-//! plain-words message, attempts, artifacts, and whether a retry is possible and what it
-//! may cost.
+//! The `/v1` task handlers: submit, list and search, one task, its events, cancel, retry and
+//! resolve. The task JSON they answer with is in [`super::task_json`].
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
@@ -14,13 +13,13 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::error::{ApiError, ErrorBody};
 use super::openapi::{JsonRejected, NotFound, StoreFailure};
+pub use super::task_json::*;
 use super::{AppState, JsonBody, OptionalJsonBody, json_response};
 use crate::clock::rfc3339;
-use crate::domain::{Charge, TaskStatus, from_micros, money, status_message};
-use crate::engine::Engine;
+use crate::domain::{Charge, TaskStatus, money};
 use crate::providers::{Image, sniff_image};
 use crate::store::{
-    ArtifactView, CancelOutcome, NewTask, ResolveOutcome, RetryAck, RetryOutcome, SubmitOutcome, TaskFilter, TaskView,
+    CancelOutcome, NewTask, ResolveOutcome, RetryAck, RetryOutcome, SubmitOutcome, TaskFilter, TaskView,
 };
 
 /// The default page size of `GET /v1/tasks`.
@@ -29,200 +28,6 @@ pub const DEFAULT_LIMIT: usize = 50;
 pub const MAX_LIMIT: usize = 500;
 /// The longest operator note accepted by resolve, in bytes.
 const MAX_NOTE_BYTES: usize = 2000;
-
-/// A task as the API shows it.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct TaskJson {
-    pub id: String,
-    pub status: TaskStatus,
-    /// Plain words for the status (the honest wording for `unknown`).
-    pub message: String,
-    pub attempts: i64,
-    pub provider: String,
-    pub prompt: String,
-    /// The provider parameters the task was submitted with (`{}` for none).
-    #[schema(value_type = Object)]
-    pub params: Value,
-    pub idempotency_key: Option<String>,
-    /// RFC 3339, UTC.
-    pub created_at: String,
-    /// RFC 3339, UTC.
-    pub updated_at: String,
-    pub artifacts: Vec<ArtifactJson>,
-    pub retry: RetryJson,
-    pub retry_of: Option<String>,
-    /// What the evidence says about money for this task's requests.
-    pub charge: ChargeJson,
-    /// The latest retry of this task, if it was retried.
-    pub retried_as: Option<RetriedAsJson>,
-    /// `unknown` and neither resolved nor retried yet: the owner's to-do list.
-    pub needs_attention: bool,
-    /// The image set this job is a shot of, and the shot's role (`main`, `selling_point`,
-    /// `scene`); null for a job of its own.
-    pub set_id: Option<String>,
-    pub shot_role: Option<String>,
-    pub cancel_requested: bool,
-    pub failure_kind: Option<String>,
-    /// The stored detail behind the message (why it failed, what it waits for).
-    pub reason: Option<String>,
-    /// The submitter's group: jobs of one group take turns with other groups' jobs.
-    pub group: Option<String>,
-    /// While the job waits to be sent: why, in plain words ("Queued behind 2 earlier tasks of
-    /// this set.", "Waiting for a free slot at openai (all 2 of its slots are in use)."); null
-    /// otherwise.
-    pub waiting_for: Option<String>,
-    /// For `unknown` tasks: how the provider bills, in plain words.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub billing_note: Option<String>,
-}
-
-/// An artifact as the API shows it.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ArtifactJson {
-    pub id: String,
-    pub sha256: String,
-    pub bytes: i64,
-    pub media_type: String,
-    /// Where to download it: `/v1/artifacts/{id}`.
-    pub url: String,
-}
-
-/// What the evidence says about money for a task (see `domain::Charge`).
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ChargeJson {
-    /// `none`, `refused`, `possible` or `charged`: the heaviest of its requests.
-    pub state: Charge,
-    /// Requests that reached (or may have reached) the provider.
-    pub requests: i64,
-    /// The configured prices of its possibly charged and charged requests (`null`: no price).
-    pub estimated_cost: Option<f64>,
-    pub currency: Option<String>,
-}
-
-/// A task's latest retry.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct RetriedAsJson {
-    pub id: String,
-    pub status: TaskStatus,
-}
-
-/// Whether a task can be retried and what that may cost.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct RetryJson {
-    /// True for `failed`, `unknown` and `canceled` tasks.
-    pub allowed: bool,
-    /// True exactly when a request of this task was possibly charged or charged: a retry
-    /// must then acknowledge that generating again may be charged again.
-    pub requires_cost_acknowledgement: bool,
-    /// What one more request is estimated to cost (`null`: no price, or free).
-    pub estimated_cost: Option<f64>,
-    pub currency: Option<String>,
-    pub note: String,
-}
-
-fn retry_json(engine: &Engine, t: &TaskView) -> RetryJson {
-    let allowed = matches!(t.status, TaskStatus::Failed | TaskStatus::Unknown | TaskStatus::Canceled);
-    let price = engine.price_of(&t.provider, &t.params);
-    let about = price.as_ref().map(|(m, c)| format!(" about {}", money(*m, c))).unwrap_or_default();
-    let paren = price.as_ref().map(|(m, c)| format!(" (about {})", money(*m, c))).unwrap_or_default();
-    let billed = engine.provider_bills(&t.provider);
-    let state = t.charge.state;
-    let note = if !allowed && t.status == TaskStatus::Succeeded {
-        if billed {
-            format!("This task succeeded. Generating again would be a new task, which the provider charges for{about}.")
-        } else {
-            "This task succeeded. Generating again would be a new task; this provider never charges.".to_string()
-        }
-    } else if !allowed {
-        "This task has not finished; it can be retried once it has failed, been canceled or its outcome is unknown."
-            .to_string()
-    } else if let Some((id, status)) = &t.retried_as {
-        if status.is_settled() {
-            format!(
-                "This task was already retried as task {id} ({status}). Retrying it again makes another new task; \
-                 the retry must name task {id} to show it is meant."
-            )
-        } else {
-            format!("This task was already retried as task {id}, which is still {status}; wait for it to finish.")
-        }
-    } else {
-        match state {
-            Charge::None => {
-                "Nothing for this task reached the provider, so retrying cannot make you pay twice for it.".to_string()
-            }
-            Charge::Refused => format!(
-                "The provider refused this task's request, and does not charge for a refusal. Retrying sends a new \
-                 request, charged{about} if it goes through."
-            ),
-            Charge::Possible => format!(
-                "A request for this task reached the provider and its outcome cannot be proven, so it may have been \
-                 charged. Retrying creates a new task: generating again is a new operation that may be charged \
-                 again{paren}."
-            ),
-            Charge::Charged => format!(
-                "This task's request was charged. Retrying creates a new task: generating again is a new operation \
-                 that is charged again{paren}."
-            ),
-        }
-    };
-    RetryJson {
-        allowed,
-        requires_cost_acknowledgement: state.may_cost(),
-        estimated_cost: price.as_ref().map(|(m, _)| from_micros(*m)),
-        currency: price.map(|(_, c)| c),
-        note,
-    }
-}
-
-fn charge_json(engine: &Engine, t: &TaskView) -> ChargeJson {
-    let c = &t.charge;
-    ChargeJson {
-        state: c.state,
-        requests: c.requests,
-        estimated_cost: c.cost_micros.map(from_micros),
-        currency: c.currency.clone().or_else(|| engine.price_of(&t.provider, &t.params).map(|(_, cur)| cur)),
-    }
-}
-
-fn artifact_json(a: &ArtifactView) -> ArtifactJson {
-    ArtifactJson {
-        id: a.id.clone(),
-        sha256: a.sha256.clone(),
-        bytes: a.bytes,
-        media_type: a.media_type.clone(),
-        url: format!("/v1/artifacts/{}", a.id),
-    }
-}
-
-/// The API's view of a task.
-pub fn task_json(engine: &Engine, t: &TaskView) -> TaskJson {
-    TaskJson {
-        id: t.id.clone(),
-        status: t.status,
-        message: status_message(t.status, t.reason.as_deref(), t.cancel_requested, t.charge.state),
-        attempts: t.attempts,
-        provider: t.provider.clone(),
-        prompt: t.prompt.clone(),
-        params: t.params.clone(),
-        idempotency_key: t.idempotency_key.clone(),
-        created_at: rfc3339(t.created_at),
-        updated_at: rfc3339(t.updated_at),
-        artifacts: t.artifacts.iter().map(artifact_json).collect(),
-        retry: retry_json(engine, t),
-        retry_of: t.retry_of.clone(),
-        charge: charge_json(engine, t),
-        retried_as: t.retried_as.as_ref().map(|(id, status)| RetriedAsJson { id: id.clone(), status: *status }),
-        needs_attention: t.status == TaskStatus::Unknown && t.retried_as.is_none(),
-        set_id: t.set_id.clone(),
-        shot_role: t.shot_role.clone(),
-        cancel_requested: t.cancel_requested,
-        failure_kind: t.failure_kind.clone(),
-        reason: t.reason.clone(),
-        group: t.group.clone(),
-        waiting_for: t.waiting_for.clone(),
-        billing_note: if t.status == TaskStatus::Unknown { engine.billing_note(&t.provider) } else { None },
-    }
-}
 
 /// Load a task or answer 404.
 async fn load(state: &AppState, id: &str) -> Result<TaskView, ApiError> {

@@ -2,11 +2,14 @@
 //!
 //! The order is the protocol (DESIGN §3): the dispatcher's claim (lease + execution token, for
 //! a free provider slot) → the local checks (references readable, the adapter's preflight) →
-//! durably record `calling`
-//! → call the provider outside any transaction while heartbeating → persist a job id the
-//! moment it arrives → verify the image (type and sha256, before the writer sees it) → finish
-//! in one transaction fenced on both tokens, which also stores the image's bytes. After an ambiguous outcome it calls again only if the provider can prove that is
-//! safe (same idempotency key, or lookup by id); otherwise the task becomes `unknown`.
+//! durably record `calling` → call the provider outside any transaction while heartbeating →
+//! persist a job id the moment it arrives → verify the image (type and sha256, before the
+//! writer sees it) → finish in one transaction fenced on both tokens, which also stores the
+//! image's bytes. After an ambiguous outcome it calls again only if the provider can prove that
+//! is safe (same idempotency key, or lookup by id); otherwise the task becomes `unknown`.
+//!
+//! Longer than 600 lines on purpose: `Run` is the protocol above, one step per method in the
+//! order they happen, and reads best as one file; the helpers around it are small.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -49,18 +49,17 @@ mod seam;
 mod sets;
 pub mod spend;
 mod startup;
+mod whole;
 
 pub use blobs::*;
-pub use open::{
-    BackupReport, CheckDepth, CheckReport, SCHEMA_VERSION, Severity, StoreError, WAL_SIZE_LIMIT, backup, check,
-    check_with, restore,
-};
+pub use open::{SCHEMA_VERSION, Severity, StoreError, WAL_SIZE_LIMIT};
 pub use ops::*;
 pub use prune::PruneReport;
 pub use read::*;
 pub use seam::Store;
 pub use sets::*;
 pub use startup::{UsedEvidence, open_for_serve};
+pub use whole::{BackupReport, CheckDepth, CheckReport, backup, check, check_with, restore};
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};

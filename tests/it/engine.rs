@@ -2,6 +2,9 @@
 //! stale worker, duplicate delivery, cancel, retry, resolve, idle and bad input. Each test
 //! asserts the task status, the timeline, **and** what the fake provider received: a system
 //! can resend and still write a correct-looking status.
+//!
+//! Longer than 600 lines: one test per row of those tables, sharing the fixtures above them;
+//! split by table only if it grows further.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -8,6 +8,7 @@
 //! connections.
 
 mod api;
+mod backup;
 mod browser;
 mod charges;
 mod cli;

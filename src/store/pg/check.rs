@@ -1,5 +1,5 @@
 //! `tally check` on PostgreSQL: tally's invariants (the same queries as on SQLite,
-//! `store::open::check`) and every stored image against its recorded size and sha256 (hashed
+//! `store::whole::check`) and every stored image against its recorded size and sha256 (hashed
 //! by the server, `sha256(bytea)`), in one REPEATABLE READ snapshot, so it is consistent while
 //! nodes write. It uses a plain connection of its own: it takes no node lock, so it runs while
 //! every node is up.
@@ -7,6 +7,7 @@
 use postgres::{IsolationLevel, NoTls};
 
 use super::migrate_check;
+use crate::store::whole::TASK_INVARIANTS;
 use crate::store::{CheckReport, StoreError};
 
 /// Verify the tally schema the URL (and its `search_path`) points at.
@@ -27,36 +28,7 @@ fn run(config: &postgres::Config) -> Result<CheckReport, StoreError> {
     migrate_check(&mut t)?;
     let tasks = t.query_one("SELECT count(*) FROM tasks", &[])?.get::<_, i64>(0).max(0) as u64;
     let mut report = CheckReport { tasks, ..CheckReport::default() };
-    let invariants: &[(&str, &str)] = &[
-        (
-            "succeeded task without an artifact",
-            "SELECT id FROM tasks t WHERE status = 'succeeded' AND NOT EXISTS (SELECT 1 FROM artifacts a WHERE a.task_id = t.id)",
-        ),
-        (
-            "running execution whose envelope is not live",
-            "SELECT x.token FROM executions x WHERE x.status = 'running' AND NOT EXISTS
-               (SELECT 1 FROM envelopes e WHERE e.task_id = x.task_id AND e.status IN ('pending', 'sent'))",
-        ),
-        (
-            "envelope consumed for a task that is still queued or waiting",
-            "SELECT e.id FROM envelopes e JOIN tasks t ON t.id = e.task_id WHERE e.status = 'consumed' AND t.status IN ('queued', 'waiting', 'running')",
-        ),
-        (
-            "settled task whose envelope is still live",
-            "SELECT t.id FROM tasks t JOIN envelopes e ON e.task_id = t.id WHERE t.status IN ('succeeded', 'failed', 'unknown', 'canceled') AND e.status IN ('pending', 'sent')",
-        ),
-        (
-            "task without an envelope",
-            "SELECT id FROM tasks t WHERE NOT EXISTS (SELECT 1 FROM envelopes e WHERE e.task_id = t.id)",
-        ),
-        (
-            "task with more than one running execution",
-            "SELECT task_id FROM executions WHERE status = 'running' GROUP BY task_id HAVING count(*) > 1",
-        ),
-        (
-            "unknown task without an unknown execution",
-            "SELECT id FROM tasks t WHERE status = 'unknown' AND NOT EXISTS (SELECT 1 FROM executions x WHERE x.task_id = t.id AND x.status = 'unknown')",
-        ),
+    let image_invariants: &[(&str, &str)] = &[
         (
             "artifact without its stored image",
             "SELECT a.id FROM artifacts a LEFT JOIN blobs b ON b.id = a.id WHERE b.id IS NULL",
@@ -85,7 +57,7 @@ fn run(config: &postgres::Config) -> Result<CheckReport, StoreError> {
             "SELECT id FROM blobs WHERE length(data) <> bytes OR encode(sha256(data), 'hex') <> sha256",
         ),
     ];
-    for (what, sql) in invariants {
+    for (what, sql) in TASK_INVARIANTS.iter().chain(image_invariants) {
         for row in t.query(*sql, &[])? {
             report.problems.push(format!("{what}: {}", row.get::<_, String>(0)));
         }

@@ -1,5 +1,8 @@
 //! Group A: every single-operation rule of the store, on both backends. Times are explicit
 //! (`T0` and offsets), never the wall clock.
+//!
+//! Longer than 600 lines: one short test per store rule, all run on both backends through the
+//! same `both!` list; keeping them together keeps that list complete.
 
 use serde_json::json;
 use tally::domain::{FailureKind, Phase, TaskStatus};

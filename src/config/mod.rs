@@ -1,0 +1,471 @@
+//! Configuration in two steps: [`RawConfig`] is only parsed (TOML, unknown keys refused), then
+//! [`Config`] has defaults applied and every value checked, with the file and key named in
+//! each error. `config.example.toml` documents every key; keep the two in step.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+pub use crate::store::DispatchOrder;
+
+mod provider;
+mod storage;
+#[cfg(test)]
+mod tests;
+
+use provider::resolve_provider;
+pub use provider::*;
+use storage::resolve_backend;
+pub use storage::*;
+
+/// A configuration error: which file, which key, and why.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("{path}: key `{key}`: {reason}")]
+    Invalid { path: String, key: String, reason: String },
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    server: RawServer,
+    #[serde(default)]
+    storage: RawStorage,
+    #[serde(default)]
+    node: RawNode,
+    #[serde(default)]
+    engine: RawEngine,
+    #[serde(default)]
+    retention: RawRetention,
+    #[serde(default)]
+    providers: Vec<RawProvider>,
+    #[serde(default)]
+    budget: RawBudget,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBudget {
+    daily: Option<f64>,
+    monthly: Option<f64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    listen: Option<String>,
+    allowed_hosts: Option<Vec<String>>,
+    allow_non_loopback: Option<bool>,
+    max_body_bytes: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStorage {
+    data_dir: Option<PathBuf>,
+    durability: Option<String>,
+    backend: Option<String>,
+    postgres_url: Option<String>,
+    postgres_url_env: Option<String>,
+    postgres_connections: Option<i64>,
+    postgres_wakeups: Option<String>,
+    postgres_poll_ms: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNode {
+    name: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEngine {
+    workers: Option<i64>,
+    lease_secs: Option<f64>,
+    heartbeat_secs: Option<f64>,
+    /// No longer has any effect (the dispatcher claims in the statement that hands out, so
+    /// there is no hand-off left waiting for a claim); accepted with a warning.
+    dispatch_grace_secs: Option<f64>,
+    max_attempts: Option<i64>,
+    backoff_base_ms: Option<i64>,
+    backoff_max_ms: Option<i64>,
+    max_sends: Option<i64>,
+    /// No longer has any effect (a provider without a free slot is simply not dispatched to);
+    /// accepted with a warning.
+    busy_delay_ms: Option<i64>,
+    dispatch_order: Option<String>,
+    fresh_weight: Option<i64>,
+    recovery_weight: Option<i64>,
+    recovery_deadline_secs: Option<f64>,
+    circuit_failures: Option<i64>,
+    circuit_pause_secs: Option<f64>,
+    /// No longer has any effect (images are stored in the database, so there are no orphan
+    /// files to sweep); accepted so that an older configuration still starts, with a warning.
+    orphan_grace_secs: Option<f64>,
+    shutdown_deadline_secs: Option<f64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRetention {
+    older_than: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProvider {
+    name: Option<String>,
+    kind: Option<String>,
+    max_concurrency: Option<i64>,
+    reserve: Option<i64>,
+    base_url: Option<String>,
+    api_key_env: Option<String>,
+    model: Option<String>,
+    size: Option<String>,
+    connect_timeout_ms: Option<i64>,
+    request_timeout_ms: Option<i64>,
+    poll_interval_ms: Option<i64>,
+    idempotency_header: Option<String>,
+    reference_input: Option<String>,
+    max_response_bytes: Option<i64>,
+    billing_note: Option<String>,
+    delay_ms: Option<i64>,
+    price_per_image: Option<f64>,
+    price_per_size: Option<std::collections::BTreeMap<String, f64>>,
+    currency: Option<String>,
+    budget_daily: Option<f64>,
+    budget_monthly: Option<f64>,
+}
+
+/// The resolved configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Things in the file worth telling the user about that do not stop start-up (a key
+    /// that no longer has any effect).
+    pub warnings: Vec<String>,
+    pub server: ServerConfig,
+    pub storage: StorageConfig,
+    pub node: NodeConfig,
+    pub engine: EngineConfig,
+    pub providers: Vec<ProviderConfig>,
+    pub budget: BudgetConfig,
+}
+
+/// `[budget]`: spending limits for the whole daemon, in the providers' currency (amounts in
+/// millionths, see [`crate::domain::Micros`]). Per-provider limits live on each provider.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BudgetConfig {
+    pub daily: Option<crate::domain::Micros>,
+    pub monthly: Option<crate::domain::Micros>,
+    /// The one currency every price and limit is in (`None` when nothing has a price).
+    pub currency: Option<String>,
+}
+
+/// `[server]`: where the HTTP API listens and which Host headers it answers.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    /// Extra Host names (exact match, any port) accepted besides the loopback names.
+    pub allowed_hosts: Vec<String>,
+    /// Must be true to listen on a non-loopback address.
+    pub allow_non_loopback: bool,
+    pub max_body_bytes: u64,
+}
+
+/// `[storage]`: where the data lives and how durable commits are.
+#[derive(Debug, Clone)]
+pub struct StorageConfig {
+    pub data_dir: PathBuf,
+    pub durability: Durability,
+    pub backend: Backend,
+}
+
+/// `[engine]`: workers, leases and retry policy.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub workers: usize,
+    pub lease: Duration,
+    pub heartbeat: Duration,
+    pub max_attempts: u32,
+    pub backoff_base: Duration,
+    pub backoff_max: Duration,
+    /// Dispatches of one envelope lost before anything was sent (the process died each time
+    /// between the claim and `calling`) before it is declared undeliverable.
+    pub max_sends: u32,
+    /// How long replays, lookups and polls may go on for one execution before `unknown`.
+    pub recovery_deadline: Duration,
+    /// Consecutive failed calls that open a provider's circuit.
+    pub circuit_failures: u32,
+    pub circuit_pause: Duration,
+    /// How long a clean shutdown waits for in-flight calls.
+    pub shutdown_deadline: Duration,
+    /// Fair (lanes by weight, fairness keys, reserve, slow start) or FIFO by due time.
+    pub dispatch_order: DispatchOrder,
+    /// Weights of the fresh and the recovery lane (default 4 : 1).
+    pub fresh_weight: u32,
+    pub recovery_weight: u32,
+    /// `[retention] older_than`: settled work older than this is pruned on a timer (`None`:
+    /// only by `tally prune`).
+    pub retention: Option<Duration>,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            workers: 8,
+            lease: Duration::from_secs(30),
+            heartbeat: Duration::from_secs(10),
+            max_attempts: 3,
+            backoff_base: Duration::from_millis(1000),
+            backoff_max: Duration::from_millis(60_000),
+            max_sends: 10,
+            recovery_deadline: Duration::from_secs(3600),
+            circuit_failures: 5,
+            circuit_pause: Duration::from_secs(30),
+            shutdown_deadline: Duration::from_secs(10),
+            dispatch_order: DispatchOrder::Fair,
+            fresh_weight: 4,
+            recovery_weight: 1,
+            retention: None,
+        }
+    }
+}
+
+/// A retention age such as `90d`, `12h` or `30m` (humantime's units), at least one second.
+pub fn retention_age(text: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(text.trim())
+        .map_err(|e| format!("`{text}` is not an age like 90d, 12h or 30m ({e})"))?;
+    if d < Duration::from_secs(1) {
+        return Err(format!("`{text}` is shorter than one second"));
+    }
+    Ok(d)
+}
+
+/// The default data directory: the platform's data dir for tally, or `./tally-data`.
+pub fn default_data_dir() -> PathBuf {
+    directories::ProjectDirs::from("", "", "tally")
+        .map(|d| d.data_dir().to_path_buf())
+        .unwrap_or_else(|| PathBuf::from("tally-data"))
+}
+
+/// The currency of prices and budgets when none is configured.
+pub const DEFAULT_CURRENCY: &str = "USD";
+
+/// The default listen address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7700";
+
+/// Parse a listen address (`server.listen` or `tally serve --listen`): an IP and a port, on
+/// loopback unless `allow_non_loopback` (`server.allow_non_loopback`) is true.
+pub fn listen_address(text: &str, allow_non_loopback: bool) -> Result<SocketAddr, String> {
+    let listen: SocketAddr =
+        text.trim().parse().map_err(|_| format!("`{text}` is not an address like 127.0.0.1:7700"))?;
+    if !listen.ip().is_loopback() && !allow_non_loopback {
+        return Err(format!(
+            "{listen} is not a loopback address; set server.allow_non_loopback = true to expose tally on the network"
+        ));
+    }
+    Ok(listen)
+}
+
+impl Config {
+    /// Defaults for everything: the demo provider, loopback, the platform data dir.
+    pub fn defaults() -> Self {
+        Config::from_toml("", "<defaults>").unwrap_or_else(|_| unreachable!("empty config is valid"))
+    }
+
+    /// Read and resolve a config file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        Config::from_toml(&text, &path.display().to_string())
+    }
+
+    /// Parse and resolve config text; `origin` names the file in errors.
+    pub fn from_toml(text: &str, origin: &str) -> Result<Self, ConfigError> {
+        let raw: RawConfig =
+            toml::from_str(text).map_err(|e| ConfigError::Parse { path: origin.into(), message: e.to_string() })?;
+        resolve(raw, origin)
+    }
+
+    /// The SQLite database file inside the data dir.
+    pub fn db_path(&self) -> PathBuf {
+        self.storage.data_dir.join("tally.db")
+    }
+
+    /// The API token file inside the data dir.
+    pub fn token_path(&self) -> PathBuf {
+        self.storage.data_dir.join("api-token")
+    }
+}
+
+fn resolve(raw: RawConfig, origin: &str) -> Result<Config, ConfigError> {
+    let bad = |key: &str, reason: String| ConfigError::Invalid { path: origin.into(), key: key.into(), reason };
+
+    let listen_text = raw.server.listen.unwrap_or_else(|| DEFAULT_LISTEN.into());
+    let allow_non_loopback = raw.server.allow_non_loopback.unwrap_or(false);
+    let listen = listen_address(&listen_text, allow_non_loopback).map_err(|e| bad("server.listen", e))?;
+    let allowed_hosts = raw.server.allowed_hosts.unwrap_or_default();
+    for h in &allowed_hosts {
+        if h.is_empty() || h.contains('*') || h.contains('/') {
+            return Err(bad("server.allowed_hosts", format!("`{h}` must be an exact host name (no wildcards)")));
+        }
+    }
+    let max_body_bytes = raw.server.max_body_bytes.unwrap_or(16 << 20);
+
+    let durability = match raw.storage.durability.as_deref().unwrap_or("full") {
+        "full" => Durability::Full,
+        "normal" => Durability::Normal,
+        other => return Err(bad("storage.durability", format!("`{other}` must be \"full\" or \"normal\""))),
+    };
+    let backend = resolve_backend(&raw.storage, &bad)?;
+    let data_dir = raw.storage.data_dir.unwrap_or_else(default_data_dir);
+    let node = NodeConfig {
+        name: match raw.node.name {
+            Some(n) => {
+                check_node_name(&n).map_err(|r| bad("node.name", r))?;
+                n
+            }
+            None => default_node_name(),
+        },
+    };
+
+    let d = EngineConfig::default();
+    let e = raw.engine;
+    let secs = |key: &str, v: Option<f64>, default: Duration| -> Result<Duration, ConfigError> {
+        match v {
+            None => Ok(default),
+            Some(s) if s.is_finite() && s > 0.0 && s < 1e7 => Ok(Duration::from_secs_f64(s)),
+            Some(s) => Err(bad(key, format!("{s} must be a positive number of seconds"))),
+        }
+    };
+    let count = |key: &str, v: Option<i64>, default: u64, min: i64, max: i64| -> Result<u64, ConfigError> {
+        match v {
+            None => Ok(default),
+            Some(n) if n >= min && n <= max => Ok(n as u64),
+            Some(n) => Err(bad(key, format!("{n} must be between {min} and {max}"))),
+        }
+    };
+    let ms = |key: &str, v: Option<i64>, default: Duration| -> Result<Duration, ConfigError> {
+        count(key, v, default.as_millis() as u64, 1, 86_400_000).map(Duration::from_millis)
+    };
+    let engine = EngineConfig {
+        workers: count("engine.workers", e.workers, d.workers as u64, 1, 1024)? as usize,
+        lease: secs("engine.lease_secs", e.lease_secs, d.lease)?,
+        heartbeat: secs("engine.heartbeat_secs", e.heartbeat_secs, d.heartbeat)?,
+        max_attempts: count("engine.max_attempts", e.max_attempts, d.max_attempts as u64, 1, 100)? as u32,
+        backoff_base: ms("engine.backoff_base_ms", e.backoff_base_ms, d.backoff_base)?,
+        backoff_max: ms("engine.backoff_max_ms", e.backoff_max_ms, d.backoff_max)?,
+        max_sends: count("engine.max_sends", e.max_sends, d.max_sends as u64, 1, 1000)? as u32,
+        recovery_deadline: secs("engine.recovery_deadline_secs", e.recovery_deadline_secs, d.recovery_deadline)?,
+        circuit_failures: count("engine.circuit_failures", e.circuit_failures, d.circuit_failures as u64, 1, 1000)?
+            as u32,
+        circuit_pause: secs("engine.circuit_pause_secs", e.circuit_pause_secs, d.circuit_pause)?,
+        shutdown_deadline: secs("engine.shutdown_deadline_secs", e.shutdown_deadline_secs, d.shutdown_deadline)?,
+        dispatch_order: match e.dispatch_order.as_deref() {
+            None | Some("fair") => DispatchOrder::Fair,
+            Some("fifo") => DispatchOrder::Fifo,
+            Some(o) => return Err(bad("engine.dispatch_order", format!("`{o}` is not one of fair, fifo"))),
+        },
+        fresh_weight: count("engine.fresh_weight", e.fresh_weight, d.fresh_weight as u64, 1, 1000)? as u32,
+        recovery_weight: count("engine.recovery_weight", e.recovery_weight, d.recovery_weight as u64, 1, 1000)? as u32,
+        retention: match raw.retention.older_than.as_deref() {
+            None => None,
+            Some(t) => Some(retention_age(t).map_err(|e| bad("retention.older_than", e))?),
+        },
+    };
+    if engine.heartbeat >= engine.lease {
+        return Err(bad("engine.heartbeat_secs", "must be shorter than engine.lease_secs".into()));
+    }
+    if engine.backoff_base > engine.backoff_max {
+        return Err(bad("engine.backoff_base_ms", "must not exceed engine.backoff_max_ms".into()));
+    }
+
+    let mut providers = Vec::new();
+    for (i, p) in raw.providers.into_iter().enumerate() {
+        providers.push(resolve_provider(p, i, origin)?);
+    }
+    if providers.is_empty() {
+        providers.push(ProviderConfig::demo());
+    }
+    for (i, p) in providers.iter().enumerate() {
+        if providers[..i].iter().any(|q| q.name == p.name) {
+            return Err(bad(&format!("providers[{i}].name"), format!("`{}` is configured twice", p.name)));
+        }
+    }
+    let budget = resolve_budget(raw.budget, &providers, origin)?;
+    let mut warnings = Vec::new();
+    for (key, set) in
+        [("dispatch_grace_secs", e.dispatch_grace_secs.is_some()), ("busy_delay_ms", e.busy_delay_ms.is_some())]
+    {
+        if set {
+            warnings.push(format!(
+                "{origin}: key `engine.{key}` no longer has any effect (the dispatcher claims work only for free \
+                 provider slots, in the same statement that hands it out); remove it"
+            ));
+        }
+    }
+    if e.orphan_grace_secs.is_some() {
+        warnings.push(format!(
+            "{origin}: key `engine.orphan_grace_secs` no longer has any effect (images are stored in the database); \
+             remove it"
+        ));
+    }
+    Ok(Config {
+        warnings,
+        server: ServerConfig { listen, allowed_hosts, allow_non_loopback, max_body_bytes },
+        storage: StorageConfig { data_dir, durability, backend },
+        node,
+        engine,
+        providers,
+        budget,
+    })
+}
+
+/// `[budget]` and the currency rule: tally adds spend up without converting currencies, so
+/// every priced provider must use one currency; a limit needs something priced to count.
+fn resolve_budget(raw: RawBudget, providers: &[ProviderConfig], origin: &str) -> Result<BudgetConfig, ConfigError> {
+    let bad = |key: &str, reason: String| ConfigError::Invalid { path: origin.into(), key: key.into(), reason };
+    let mut currency: Option<(usize, &str)> = None;
+    for (i, p) in providers.iter().enumerate() {
+        if !p.pricing.is_priced() {
+            continue;
+        }
+        match currency {
+            None => currency = Some((i, &p.pricing.currency)),
+            Some((j, c)) if c != p.pricing.currency => {
+                return Err(bad(
+                    &format!("providers[{i}].currency"),
+                    format!(
+                        "`{}` differs from providers[{j}].currency `{c}`; tally adds spend up in one currency and \
+                         does not convert",
+                        p.pricing.currency
+                    ),
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    let limit = |key: &str, v: Option<f64>| -> Result<Option<crate::domain::Micros>, ConfigError> {
+        match v {
+            None => Ok(None),
+            Some(x) if x.is_finite() && (0.0..1e12).contains(&x) => Ok(Some(crate::domain::to_micros(x))),
+            Some(x) => Err(bad(key, format!("{x} must be an amount of money, 0 or more"))),
+        }
+    };
+    let daily = limit("budget.daily", raw.daily)?;
+    let monthly = limit("budget.monthly", raw.monthly)?;
+    if (daily.is_some() || monthly.is_some()) && currency.is_none() {
+        return Err(bad(
+            "budget",
+            "a budget needs prices to count: set price_per_image (or price_per_size) on the paid providers".into(),
+        ));
+    }
+    Ok(BudgetConfig { daily, monthly, currency: currency.map(|(_, c)| c.to_string()) })
+}

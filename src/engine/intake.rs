@@ -1,0 +1,142 @@
+//! Intake: the checks a new task, upload or image set must pass before it is durably stored
+//! (sizes, provider, parameters, references, keys), and the calls that store it and wake the
+//! dispatcher.
+
+use super::{Engine, EngineError};
+use crate::domain::TaskStatus;
+use crate::store::{NewImage, NewSet, NewTask, SHOT_ROLES, SubmitOutcome, TaskView, UploadView};
+
+/// The largest prompt tally accepts, in bytes.
+pub const MAX_PROMPT_BYTES: usize = 8 * 1024;
+/// The largest `params` object tally accepts, serialised, in bytes.
+pub const MAX_PARAMS_BYTES: usize = 16 * 1024;
+/// The largest reference image tally accepts, in bytes.
+pub const MAX_UPLOAD_BYTES: usize = 10 * 1024 * 1024;
+/// The longest submit `group` tally accepts, in bytes.
+pub const MAX_GROUP_BYTES: usize = 128;
+/// The most shots one image set may list.
+pub const MAX_SHOTS: usize = 50;
+/// The most reference images one image set may carry.
+pub const MAX_REFERENCES: usize = 8;
+/// The longest idempotency key tally accepts, in bytes (tasks and sets alike).
+pub const MAX_KEY_CHARS: usize = 256;
+
+/// A client's idempotency key, for a task or a set: 1 to [`MAX_KEY_CHARS`] characters.
+fn validate_key(key: Option<&str>) -> Result<(), EngineError> {
+    match key {
+        Some(k) if k.is_empty() || k.len() > MAX_KEY_CHARS => {
+            Err(EngineError::Invalid(format!("the idempotency key must be 1 to {MAX_KEY_CHARS} characters")))
+        }
+        _ => Ok(()),
+    }
+}
+
+impl Engine {
+    /// Validate and durably submit a task (task + envelope in one transaction), then wake
+    /// the dispatcher.
+    pub async fn submit(&self, t: NewTask) -> Result<SubmitOutcome, EngineError> {
+        self.validate(&t)?;
+        let out = self.shared.store.submit(t, self.shared.now()).await?;
+        self.submitted(&out);
+        Ok(out)
+    }
+
+    /// [`Engine::submit`], also returning the task as committed (read in the same write, for
+    /// the API's answer).
+    pub async fn submit_and_get(&self, t: NewTask) -> Result<(SubmitOutcome, Option<TaskView>), EngineError> {
+        self.validate(&t)?;
+        let (out, view) = self.shared.store.submit_and_get(t, self.shared.now()).await?;
+        self.submitted(&out);
+        Ok((out, view))
+    }
+
+    /// After a submit committed: the crash point, the change feed, the dispatcher.
+    fn submitted(&self, out: &SubmitOutcome) {
+        if let SubmitOutcome::Created(id) = out {
+            crate::failpoint::crash("after-submit");
+            self.shared.changed(id, TaskStatus::Queued);
+            self.shared.wake_dispatcher.notify_one();
+        }
+    }
+
+    fn validate(&self, t: &NewTask) -> Result<(), EngineError> {
+        if !self.shared.providers.contains_key(&t.provider) {
+            return Err(EngineError::Invalid(format!(
+                "unknown provider `{}`; configured: {}",
+                t.provider,
+                self.provider_names().join(", ")
+            )));
+        }
+        if t.prompt.trim().is_empty() {
+            return Err(EngineError::Invalid("the prompt is empty".into()));
+        }
+        if t.prompt.len() > MAX_PROMPT_BYTES {
+            return Err(EngineError::Invalid(format!("the prompt is longer than {MAX_PROMPT_BYTES} bytes")));
+        }
+        if !(t.params.is_object() || t.params.is_null()) {
+            return Err(EngineError::Invalid("params must be a JSON object".into()));
+        }
+        if t.params.to_string().len() > MAX_PARAMS_BYTES {
+            return Err(EngineError::Invalid(format!("params are larger than {MAX_PARAMS_BYTES} bytes")));
+        }
+        if let Some(g) = &t.group
+            && (g.is_empty() || g.len() > MAX_GROUP_BYTES || g.chars().any(char::is_control))
+        {
+            return Err(EngineError::Invalid(format!(
+                "the group must be 1 to {MAX_GROUP_BYTES} bytes without control characters"
+            )));
+        }
+        validate_key(t.idempotency_key.as_deref())
+    }
+
+    /// Store a reference image (PNG, JPEG or WebP, checked from its bytes), deduplicated by
+    /// content.
+    pub async fn upload(&self, bytes: Vec<u8>) -> Result<UploadView, EngineError> {
+        if bytes.len() > MAX_UPLOAD_BYTES {
+            return Err(EngineError::Invalid(format!("the image is larger than {MAX_UPLOAD_BYTES} bytes")));
+        }
+        let img = NewImage::verify_async(bytes)
+            .await
+            .map_err(|_| EngineError::Invalid("the upload is not a PNG, JPEG or WebP image".into()))?;
+        Ok(self.shared.store.save_upload(img, self.shared.now()).await?)
+    }
+
+    /// Validate and durably create an image set: one task per shot, run one at a time.
+    pub async fn create_set(&self, set: NewSet) -> Result<SubmitOutcome, EngineError> {
+        validate_key(set.idempotency_key.as_deref())?;
+        if set.product.trim().is_empty() {
+            return Err(EngineError::Invalid("the product name is empty".into()));
+        }
+        if set.shots.is_empty() || set.shots.len() > MAX_SHOTS {
+            return Err(EngineError::Invalid(format!("a set needs 1 to {MAX_SHOTS} shots")));
+        }
+        if set.references.len() > MAX_REFERENCES {
+            return Err(EngineError::Invalid(format!("a set takes at most {MAX_REFERENCES} reference images")));
+        }
+        for (i, shot) in set.shots.iter().enumerate() {
+            if !SHOT_ROLES.contains(&shot.role.as_str()) {
+                return Err(EngineError::Invalid(format!(
+                    "shot {}: role `{}` is not one of {}",
+                    i + 1,
+                    shot.role,
+                    SHOT_ROLES.join(", ")
+                )));
+            }
+            let t = NewTask {
+                provider: set.provider.clone(),
+                prompt: set.shot_prompt(shot),
+                params: shot.params.clone(),
+                ..NewTask::default()
+            };
+            self.validate(&t).map_err(|e| EngineError::Invalid(format!("shot {}: {e}", i + 1)))?;
+            if shot.prompt.trim().is_empty() {
+                return Err(EngineError::Invalid(format!("shot {}: the prompt is empty", i + 1)));
+            }
+        }
+        let out = self.shared.store.create_set(set, self.shared.now()).await?;
+        if matches!(out, SubmitOutcome::Created(_)) {
+            self.shared.wake_dispatcher.notify_one();
+        }
+        Ok(out)
+    }
+}
