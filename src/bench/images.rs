@@ -1,7 +1,9 @@
 //! `tally bench --only images`: what keeping images in the database costs and gives
 //! (BENCHMARKS.md, "Images in the database"):
 //! - end-to-end throughput with the tiny bench PNG and with a realistic 1.5 MB PNG (16 workers,
-//!   `durability = "full"`, both methods of section 1);
+//!   `durability = "full"`, both methods of section 1), beside the physical limit measured in
+//!   the same run (issue #16: the large image written to a file of its own and fsynced, by as
+//!   many threads in parallel as there are workers; measured before and after the large runs);
 //! - the WAL's peak and final size while 1,000 (quick: 200) 1.5 MB images are stored, the
 //!   database's size after them, and after pruning the older half (`Store::prune`, pages given
 //!   back);
@@ -33,6 +35,10 @@ pub struct Images {
     pub image_bytes: u64,
     /// Tiny and large image, 16 workers, durability full, sequential and concurrent.
     pub e2e: Vec<E2e>,
+    /// The physical limit for the large image: files/s when 16 threads each write it to a new
+    /// file and fsync it ([`physical_limit`]), measured just before and just after the
+    /// large-image runs.
+    pub physical_per_s: Vec<f64>,
     pub storage: Option<Storage>,
     pub download: Option<Download>,
     pub backup: Option<Backup>,
@@ -102,6 +108,46 @@ fn large_image() -> Result<Vec<u8>, String> {
     }
 }
 
+/// The physical limit of storing `image` durably `n` times with `threads` in parallel: each
+/// thread writes it to a new file of its own and fsyncs it (no directory fsync, no database),
+/// files/s. The files are removed afterwards.
+async fn physical_limit(out: &Path, image: &[u8], n: u64, threads: usize) -> Result<f64, String> {
+    let dir = sections::fresh_dir(out, "images-physical")?;
+    let image = Arc::new(image.to_vec());
+    let next = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let (dir, image, next) = (dir.clone(), image.clone(), next.clone());
+            std::thread::spawn(move || -> std::io::Result<()> {
+                use std::io::Write as _;
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= n {
+                        return Ok(());
+                    }
+                    let mut f = std::fs::File::create(dir.join(format!("{i}.png")))?;
+                    f.write_all(&image)?;
+                    f.sync_all()?;
+                }
+            })
+        })
+        .collect();
+    let joined: std::io::Result<()> = tokio::task::spawn_blocking(move || {
+        handles.into_iter().try_for_each(|h| h.join().unwrap_or_else(|_| Err(std::io::Error::other("panicked"))))
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    let secs = started.elapsed().as_secs_f64();
+    let _ = std::fs::remove_dir_all(&dir);
+    joined.map_err(|e| format!("physical limit: {e}"))?;
+    let per_s = n as f64 / secs;
+    super::progress(&format!(
+        "images: physical limit, {threads} threads writing and fsyncing the image: {per_s:.0} files/s"
+    ));
+    Ok(per_s)
+}
+
 /// Run the section; `quick` uses 200 large images instead of 1,000.
 pub async fn run(out: &Path, quick: bool) -> Result<Images, String> {
     let big = large_image()?;
@@ -117,6 +163,7 @@ pub async fn run(out: &Path, quick: bool) -> Result<Images, String> {
         e2e.push(r);
         let _ = std::fs::remove_dir_all(&dir);
     }
+    let mut physical_per_s = vec![physical_limit(out, &big, n_big, 16).await?];
     let mut storage_dir = None;
     let mut storage = None;
     for concurrent in [false, true] {
@@ -152,6 +199,7 @@ pub async fn run(out: &Path, quick: bool) -> Result<Images, String> {
             let _ = std::fs::remove_dir_all(&dir);
         }
     }
+    physical_per_s.push(physical_limit(out, &big, n_big, 16).await?);
     let (dir, (wal_peak, wal_end, db)) = match (storage_dir, storage) {
         (Some(d), Some(s)) => (d, s),
         _ => return Err("the large-image run left no database".into()),
@@ -184,6 +232,7 @@ pub async fn run(out: &Path, quick: bool) -> Result<Images, String> {
     drop(daemon);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(Images {
+        physical_per_s,
         image_bytes: big.len() as u64,
         e2e,
         storage: Some(storage),

@@ -330,6 +330,7 @@ async fn run_all(args: &BenchArgs, out: &Path) -> Result<Results, String> {
             images: Some(images::Images {
                 image_bytes: 0,
                 e2e: Vec::new(),
+                physical_per_s: Vec::new(),
                 storage: None,
                 download: Some(d),
                 backup: None,

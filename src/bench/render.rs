@@ -190,6 +190,14 @@ fn render_images(t: &mut String, im: &images::Images) {
             e.method, e.tasks, e.durability, e.tasks_per_s, e.commits_per_task
         );
     }
+    if !im.physical_per_s.is_empty() {
+        let each: Vec<String> = im.physical_per_s.iter().map(|v| format!("{v:.0}")).collect();
+        let _ = writeln!(
+            t,
+            "   physical limit (16 threads writing the large image to files and fsyncing each): {} files/s (before · after)",
+            each.join(" · ")
+        );
+    }
     if let Some(s) = &im.storage {
         let _ = writeln!(
             t,

@@ -218,17 +218,24 @@ pub(in crate::store) struct WaitFacts {
     pub earlier_shots: i64,
 }
 
-/// The facts for one task, in one statement (0 rows: its envelope is not pending).
+/// At most this many earlier tasks are counted for a wait reason ("Queued behind 100 or more
+/// earlier tasks."): counting walks the index one entry per task, and this read runs for every
+/// queued task shown (each submit's answer, every listed job), so an uncapped count made each
+/// of them cost as much as the queue is long. Must match the `LIMIT`s in [`WAIT_FACTS`].
+pub(in crate::store) const WAIT_COUNT_CAP: i64 = 100;
+
+/// The facts for one task, in one statement (0 rows: its envelope is not pending). The counts
+/// of earlier tasks stop at [`WAIT_COUNT_CAP`].
 pub(in crate::store) const WAIT_FACTS: &str =
     "SELECT e.pass, e.due_at, e.lane, e.fair_key, p.paused_until, p.max_concurrency, p.reserve,
         (SELECT count(*) FROM envelopes s WHERE s.status = 'sent' AND s.provider = e.provider),
         (SELECT count(*) FROM envelopes s WHERE s.status = 'sent' AND s.provider = e.provider AND s.lane = 'recovery'),
         CASE WHEN e.pass IS NULL THEN 0 ELSE (SELECT count(*) FROM (SELECT 1 FROM envelopes r
             WHERE r.status = 'pending' AND r.pass IS NOT NULL AND r.provider = e.provider AND r.lane = e.lane
-              AND r.fair_key = e.fair_key AND (r.pass, r.id) < (e.pass, e.id) LIMIT 10000) k) END,
+              AND r.fair_key = e.fair_key AND (r.pass, r.id) < (e.pass, e.id) LIMIT 100) k) END,
         CASE WHEN e.pass IS NULL THEN 0 ELSE (SELECT count(*) FROM (SELECT 1 FROM envelopes r
             WHERE r.status = 'pending' AND r.pass IS NOT NULL AND r.provider = e.provider AND r.lane = e.lane
-              AND (r.pass, r.id) < (e.pass, e.id) LIMIT 10000) a) END,
+              AND (r.pass, r.id) < (e.pass, e.id) LIMIT 100) a) END,
         CASE WHEN t.set_id IS NULL OR e.due_at IS NOT NULL THEN 0 ELSE (SELECT count(*) FROM tasks s
             WHERE s.set_id = t.set_id AND s.set_position < t.set_position
               AND s.status IN ('queued', 'waiting', 'running')) END
@@ -281,10 +288,17 @@ pub(in crate::store) fn wait_words(provider: &str, f: &WaitFacts) -> Option<Stri
     } else {
         ""
     };
+    let count = |n: i64| {
+        if n >= WAIT_COUNT_CAP {
+            format!("{WAIT_COUNT_CAP} or more earlier tasks")
+        } else {
+            format!("{n} earlier task{}", plural(n))
+        }
+    };
     let queue = match (f.ahead_key, f.ahead) {
         (0, 0) => None,
-        (0, n) => Some(format!("Queued behind {n} earlier task{}.", plural(n))),
-        (k, _) => Some(format!("Queued behind {k} earlier task{}{whose}.", plural(k))),
+        (0, n) => Some(format!("Queued behind {}.", count(n))),
+        (k, _) => Some(format!("Queued behind {}{whose}.", count(k))),
     };
     let max = f.max.unwrap_or(1);
     let cap = (max - f.reserve.unwrap_or(1)).max(1);
@@ -428,5 +442,15 @@ impl SqliteStore {
     /// The reconciler's next deadline.
     pub async fn next_sent_deadline(&self) -> Result<Option<Millis>, StoreError> {
         self.read(next_sent_deadline).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_counts_of_earlier_tasks_stop_at_the_cap() {
+        assert_eq!(WAIT_FACTS.matches(&format!("LIMIT {WAIT_COUNT_CAP})")).count(), 2);
     }
 }
