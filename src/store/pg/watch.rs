@@ -61,13 +61,19 @@ impl Watcher {
         Watcher { ctl, thread: Mutex::new(thread) }
     }
 
+    /// Stop the watcher and wait for its thread. A cancel reaches only a query that is
+    /// running: one sent while the watcher is between statements is lost, and the watcher
+    /// may then block in its next `pg_advisory_lock` (on a live peer: for ever, which hung a
+    /// `tally prune` on close once). So the cancel is repeated until the thread has ended.
     pub(super) fn stop(&self) {
         self.ctl.stop.store(true, Ordering::Relaxed);
         super::lock(&self.ctl.poke).take();
-        cancel_wait(&self.ctl.cancel);
-        if let Some(t) = super::lock(&self.thread).take() {
-            let _ = t.join();
+        let Some(t) = super::lock(&self.thread).take() else { return };
+        while !t.is_finished() {
+            cancel_wait(&self.ctl.cancel);
+            thread::sleep(Duration::from_millis(20));
         }
+        let _ = t.join();
     }
 }
 
