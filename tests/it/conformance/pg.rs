@@ -257,3 +257,25 @@ async fn a_peer_that_dies_is_noticed_at_once_without_any_polling() {
         s.close().expect("close");
     }
 }
+
+/// Regression: closing a store right after it opened, while a peer runs, hung for ever when
+/// the stop's cancel reached the peer watcher between two statements (it then blocked in
+/// `pg_advisory_lock` on the live peer). Each close must return, 20 times in a row.
+#[test]
+fn a_store_closed_while_its_watcher_starts_never_hangs() {
+    let Some(url) = pg_url() else { return };
+    let schema = schema();
+    let peer = PgStore::open(pg_options(&url, &schema, "peer")).expect("open the peer");
+    for i in 0..20 {
+        let s = PgStore::open(pg_options(&url, &schema, "brief")).expect("open");
+        let (done, closed) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = done.send(s.close());
+        });
+        match closed.recv_timeout(Duration::from_secs(10)) {
+            Ok(r) => r.expect("close"),
+            Err(_) => panic!("close {i} hung (the watcher was left waiting on the peer's lock)"),
+        }
+    }
+    peer.close().expect("close the peer");
+}
