@@ -307,9 +307,14 @@ async fn idle_pg(url: &str, out: &Path, secs: f64) -> Result<PgIdle, String> {
         engines.push(e);
         providers.push(provider);
     }
-    // Either node may run either task.
+    // Either node may run either task; wait until both have succeeded.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while providers.iter().map(|p| p.calls()).sum::<u64>() < 2 {
+    let succeeded = |counts: Vec<(TaskStatus, i64)>| {
+        counts.iter().filter(|(st, _)| *st == TaskStatus::Succeeded).map(|(_, c)| *c).sum::<i64>()
+    };
+    while providers.iter().map(|p| p.calls()).sum::<u64>() < 2
+        || succeeded(engines[0].status_counts().await.map_err(s)?) < 2
+    {
         if Instant::now() >= deadline {
             return Err("idle: the first tasks were never called".into());
         }
