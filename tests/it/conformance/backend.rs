@@ -184,11 +184,17 @@ pub trait Backend: Clone + Send + Sync + 'static {
     fn close(&self) -> Result<(), StoreError>;
     /// An integer from one SQL query written so both dialects accept it (test inspection).
     fn int(&self, sql: &'static str) -> impl Future<Output = i64> + Send;
+    /// What `tally check` finds in the store's database file (SQLite; a PostgreSQL store has
+    /// no file here and answers nothing: its check is tested through `tally check` on a node).
+    fn file_problems(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 macro_rules! forward {
-    ($ty:ty) => {
+    ($ty:ty $(; $($extra:tt)*)?) => {
         impl Backend for $ty {
+            $($($extra)*)?
             fn submit(
                 &self,
                 t: NewTask,
@@ -495,7 +501,11 @@ macro_rules! forward {
     };
 }
 
-forward!(Store);
+forward!(Store;
+    fn file_problems(&self) -> Vec<String> {
+        self.path().map(|p| tally::store::check(p).expect("check runs").problems).unwrap_or_default()
+    }
+);
 forward!(PgStore);
 
 async fn int_of<B: Inspect>(b: B, sql: &'static str) -> i64 {

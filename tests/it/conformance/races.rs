@@ -1,9 +1,10 @@
 //! Group B on both backends: the scripted interleavings of the reconciler and a worker that
-//! is still alive (ported from `tests/it/races.rs`, which pins them on SQLite with its file-
-//! level checks). Each reads a leftover as the reconciler would, lets the worker commit one
+//! is still alive. Each reads a leftover as the reconciler would, lets the worker commit one
 //! operation, then applies the decision: a decision made on evidence that changed is not
-//! applied, and a worker whose lease was taken back is fenced. On PostgreSQL the same
-//! scripts exercise rule E (evidence re-checked under the envelope's row lock).
+//! applied, and a worker whose lease was taken back is fenced. On SQLite, `tally check` runs on
+//! the file where a state must be one recovery handles; on PostgreSQL the same scripts exercise
+//! rule E (evidence re-checked under the envelope's row lock). `tests/it/races.rs` keeps what
+//! only a SQLite file can show (a power loss made exact by copying the file).
 
 use tally::domain::{Decision, FailureKind, Leftover, Millis, Phase, TaskStatus, decide};
 use tally::providers::Capabilities;
@@ -89,6 +90,10 @@ impl<B: Backend> Script<B> {
     async fn finish(&self, c: &Claim, f: Finish, now: Millis) -> Result<TaskStatus, StoreError> {
         self.store.finish(c.execution_token.clone(), c.lease_token.clone(), f, now).await
     }
+    /// What `tally check` finds in the database file (SQLite; nothing on PostgreSQL).
+    fn check(&self) -> Vec<String> {
+        self.store.file_problems()
+    }
 }
 
 fn failed() -> Finish {
@@ -140,6 +145,7 @@ async fn abandon_after_a_heartbeat_is_not_applied<B: Backend>(store: B) {
     assert_eq!(s.apply(row, Recovery::Abandon, late + 2).await, 0, "abandoned a worker that heart-beat");
     s.calling(&a, late + 3).await.expect("the worker still holds its lease");
     assert_eq!(s.finish(&a, failed(), late + 4).await.expect("finish"), TaskStatus::Failed);
+    assert!(s.check().is_empty(), "{:?}", s.check());
 }
 
 async fn resume_after_a_heartbeat_is_not_applied<B: Backend>(store: B) {
@@ -190,6 +196,7 @@ async fn unknown_after_finish_is_not_applied<B: Backend>(store: B) {
     assert_eq!(s.finish(&a, failed(), late + 1).await.expect("finish"), TaskStatus::Failed);
     assert_eq!(s.apply(row, Recovery::Unknown, late + 2).await, 0);
     assert_eq!(s.status().await, TaskStatus::Failed);
+    assert!(s.check().is_empty(), "{:?}", s.check());
 }
 
 async fn after_abandon_the_old_worker_is_fenced<B: Backend>(store: B) {
@@ -246,11 +253,18 @@ async fn a_lost_dispatch_of_a_resumed_execution_is_decided_from_its_phase<B: Bac
     let late = T0 + 1 + LEASE;
     let row = s.leftover(late).await;
     assert_eq!(s.apply(row, Recovery::Resume, late).await, 1);
-    let again = s.dispatch(late + 1).await.expect("dispatched again");
+    let again = s.dispatch(late + 1).await.expect("dispatched again"); // … and the process dies here
+    assert!(again.resumed && again.execution_token == a.execution_token);
+    assert!(s.check().is_empty(), "tally check flags a state recovery handles: {:?}", s.check());
     let row = s.leftover(late + 1 + LEASE).await;
     assert_eq!(row.lease_token.as_deref(), Some(again.lease_token.as_str()));
     assert!(matches!(row.execution, Some((_, Phase::Calling))));
+    // Past max_sends too: never "undeliverable" for a call that may have been charged.
+    let left = Leftover::of(Some(Phase::Calling), 99);
+    assert_eq!(decide(&left, Some(IDEM), 2), Decision::Resume);
+    assert_eq!(decide(&left, Some(NONE), 2), Decision::Unknown);
     assert!(matches!(Script::<B>::decision(&row, IDEM), Recovery::Resume));
+    // The store refuses to count it as undelivered.
     let refused = s.store.apply_recovery(vec![(row.clone(), Recovery::GiveUp)], late + 2 + LEASE).await;
     assert!(refused.is_err(), "gave up a running execution as undeliverable");
     assert_eq!(s.apply(row, Recovery::Resume, late + 2 + LEASE).await, 1);
