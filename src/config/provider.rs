@@ -31,6 +31,8 @@ pub enum ProviderKind {
     OpenaiImages,
     Replicate,
     FalQueue,
+    /// Alibaba Cloud Model Studio (DashScope): Wan and Qwen-Image asynchronous tasks.
+    Dashscope,
 }
 
 impl ProviderKind {
@@ -40,6 +42,7 @@ impl ProviderKind {
             "openai_images" => ProviderKind::OpenaiImages,
             "replicate" => ProviderKind::Replicate,
             "fal_queue" => ProviderKind::FalQueue,
+            "dashscope" => ProviderKind::Dashscope,
             _ => return None,
         })
     }
@@ -51,6 +54,7 @@ impl ProviderKind {
             ProviderKind::OpenaiImages => "openai_images",
             ProviderKind::Replicate => "replicate",
             ProviderKind::FalQueue => "fal_queue",
+            ProviderKind::Dashscope => "dashscope",
         }
     }
 }
@@ -113,8 +117,8 @@ impl ProviderConfig {
 }
 
 /// Hosts of image APIs that document no idempotency header (OpenAI, Replicate, fal and fal's
-/// backup domains): `idempotency_header` is refused for them, because a blind resend there
-/// is a second charge.
+/// backup domains, DashScope's international and mainland endpoints): `idempotency_header` is
+/// refused for them, because a blind resend there is a second charge.
 pub const HOSTS_WITHOUT_IDEMPOTENCY: &[&str] = &[
     "api.openai.com",
     "api.replicate.com",
@@ -123,6 +127,8 @@ pub const HOSTS_WITHOUT_IDEMPOTENCY: &[&str] = &[
     "queue.falrun.com",
     "falrun.com",
     "api.fal.ai",
+    "dashscope.aliyuncs.com",
+    "dashscope-intl.aliyuncs.com",
 ];
 
 /// The documented host `base_url` points at, if it is one of [`HOSTS_WITHOUT_IDEMPOTENCY`].
@@ -154,8 +160,9 @@ pub(super) fn resolve_provider(p: RawProvider, i: usize, origin: &str) -> Result
         return Err(bad("name", format!("`{name}` must be letters, digits, '-' or '_'")));
     }
     let kind_text = p.kind.ok_or_else(|| bad("kind", "is required".into()))?;
-    let kind = ProviderKind::parse(&kind_text)
-        .ok_or_else(|| bad("kind", format!("`{kind_text}` is not one of demo, openai_images, replicate, fal_queue")))?;
+    let kind = ProviderKind::parse(&kind_text).ok_or_else(|| {
+        bad("kind", format!("`{kind_text}` is not one of demo, openai_images, replicate, fal_queue, dashscope"))
+    })?;
     let demo = ProviderConfig::demo();
     let ms = |k: &str, v: Option<i64>, default: Duration| -> Result<Duration, ConfigError> {
         match v {
@@ -174,8 +181,13 @@ pub(super) fn resolve_provider(p: RawProvider, i: usize, origin: &str) -> Result
         Some(n) if (0..=1024).contains(&n) => n as usize,
         Some(n) => return Err(bad("reserve", format!("{n} must be between 0 and 1024"))),
     };
+    // DashScope's endpoint is known: the international one unless base_url says otherwise.
+    let base_url = match (kind, p.base_url) {
+        (ProviderKind::Dashscope, None) => Some(crate::providers::http::dashscope::DEFAULT_BASE_URL.to_string()),
+        (_, url) => url,
+    };
     if kind != ProviderKind::Demo {
-        let url = p.base_url.as_deref().ok_or_else(|| bad("base_url", format!("is required for kind {kind_text}")))?;
+        let url = base_url.as_deref().ok_or_else(|| bad("base_url", format!("is required for kind {kind_text}")))?;
         if !(url.starts_with("http://") || url.starts_with("https://")) {
             return Err(bad("base_url", format!("`{url}` must start with http:// or https://")));
         }
@@ -194,7 +206,7 @@ pub(super) fn resolve_provider(p: RawProvider, i: usize, origin: &str) -> Result
         return Err(bad("idempotency_header", format!("`{h}` is not a valid header name")));
     }
     if p.idempotency_header.is_some()
-        && let Some(host) = p.base_url.as_deref().and_then(documented_without_idempotency)
+        && let Some(host) = base_url.as_deref().and_then(documented_without_idempotency)
     {
         return Err(bad(
             "idempotency_header",
@@ -254,8 +266,9 @@ pub(super) fn resolve_provider(p: RawProvider, i: usize, origin: &str) -> Result
         kind,
         max_concurrency,
         reserve,
-        base_url: p.base_url.map(|u| u.trim_end_matches('/').to_string()),
-        api_key_env: p.api_key_env,
+        base_url: base_url.map(|u| u.trim_end_matches('/').to_string()),
+        // DashScope's key has a documented variable (the official SDK reads it too).
+        api_key_env: p.api_key_env.or_else(|| (kind == ProviderKind::Dashscope).then(|| "DASHSCOPE_API_KEY".into())),
         model: p.model,
         size: p.size.unwrap_or(demo.size),
         connect_timeout: ms("connect_timeout_ms", p.connect_timeout_ms, demo.connect_timeout)?,

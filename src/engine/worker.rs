@@ -503,11 +503,14 @@ impl Run<'_> {
                 Ok(JobState::Done(img)) => return Next::Image(img),
                 Ok(JobState::Failed(m)) => {
                     // The provider accepted the job and worked on it: whether a failed job is
-                    // billed is the provider's rule, which tally cannot see.
+                    // billed is the provider's rule, which tally sees only where the adapter
+                    // knows it (DashScope bills successful images only).
+                    let charge =
+                        if self.entry.provider.bills_failed_jobs() { Charge::Possible } else { Charge::Refused };
                     return Next::Settle(Finish::Failed {
                         kind: FailureKind::Rejected,
                         reason: format!("the provider reports that job {job} failed: {m}"),
-                        charge: Charge::Possible,
+                        charge,
                     });
                 }
                 Ok(JobState::Expired) => {

@@ -54,7 +54,7 @@ pub struct Behavior {
     pub latency_ms: u64,
     /// Answer creates with this 5xx (not charged).
     pub fail_status: Option<u16>,
-    /// Answer creates with this 4xx and an OpenAI-style error body (not charged).
+    /// Answer creates with this 4xx and an error body in the API style's shape (not charged).
     pub reject_status: Option<u16>,
     /// Answer creates with 429 and `Retry-After: <n>` (not charged).
     pub retry_after_s: Option<u64>,
@@ -85,6 +85,9 @@ pub struct Behavior {
     /// OpenAI-style answers carry `data[0].url` instead of `b64_json`, as many
     /// OpenAI-compatible gateways answer.
     pub openai_url_answers: bool,
+    /// The error code `reject_status` answers carry (e.g. DashScope's `Arrearage` or
+    /// `DataInspectionFailed`); by default each style's generic refusal code.
+    pub error_code: Option<String>,
 }
 
 impl Default for Behavior {
@@ -104,6 +107,7 @@ impl Default for Behavior {
             job_error: None,
             error_echoes_key: false,
             openai_url_answers: false,
+            error_code: None,
         }
     }
 }
@@ -122,6 +126,11 @@ impl Behavior {
         }
         if self.latency_ms > 600_000 || self.job_duration_ms > 3_600_000 {
             return Err("latency_ms and job_duration_ms must be at most 600000 and 3600000".into());
+        }
+        if let Some(c) = self.error_code.as_deref().filter(|c| {
+            c.is_empty() || c.len() > 100 || !c.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+        }) {
+            return Err(format!("error_code `{c}` must be 1 to 100 letters, digits, '.', '_' or '-'"));
         }
         if !matches!(self.unknown_inputs.as_str(), "strip" | "reject") {
             return Err(format!("unknown_inputs `{}` must be \"strip\" or \"reject\"", self.unknown_inputs));
@@ -179,6 +188,7 @@ impl Behavior {
                 "job_error" => next.job_error = if null { start.job_error.clone() } else { Some(text()?) },
                 "error_echoes_key" => next.error_echoes_key = if null { start.error_echoes_key } else { flag()? },
                 "openai_url_answers" => next.openai_url_answers = if null { start.openai_url_answers } else { flag()? },
+                "error_code" => next.error_code = if null { start.error_code.clone() } else { Some(text()?) },
                 other => return Err(format!("unknown field `{other}`")),
             }
         }

@@ -11,12 +11,15 @@
 //!
 //! Routes: `/v1/images/{generations,edits}` (OpenAI); `/v1/models/{owner}/{name}[/predictions
 //! |/versions/{id}]`, `/v1/predictions[/{id}[/cancel]]` (Replicate); `/fal/{app}` (submit) and
-//! `/fal/{owner}/{alias}/requests/{id}[/status|/cancel]` (fal); `/files/{id}.png` (result
+//! `/fal/{owner}/{alias}/requests/{id}[/status|/cancel]` (fal);
+//! `/dashscope/api/v1/services/aigc/{text2image|image2image}/image-synthesis`,
+//! `/dashscope/api/v1/tasks[/{id}[/cancel]]` (DashScope); `/files/{id}.png` (result
 //! downloads); and the control routes `/_mock/behavior` (GET, PUT) and `/_mock/ledger` (GET).
 //! Control routes and downloads are not in the ledger and need no `Authorization` header;
 //! every API route does.
 
 pub mod behavior;
+mod dashscope;
 mod fal;
 mod ledger;
 mod models;
@@ -96,6 +99,9 @@ pub struct MockArgs {
     /// of `b64_json`.
     #[arg(long)]
     pub openai_url_answers: bool,
+    /// The error code refusals (--reject-status) carry, e.g. DashScope's `Arrearage`.
+    #[arg(long)]
+    pub error_code: Option<String>,
 }
 
 impl MockArgs {
@@ -118,6 +124,7 @@ impl MockArgs {
             retired_models: None,
             job_error: None,
             openai_url_answers: false,
+            error_code: None,
         }
     }
 
@@ -141,6 +148,7 @@ impl MockArgs {
             job_error: self.job_error.clone(),
             error_echoes_key: false,
             openai_url_answers: self.openai_url_answers,
+            error_code: self.error_code.clone(),
         }
     }
 }
@@ -166,6 +174,11 @@ impl MockServer {
     /// `http://<addr>/fal`: the `base_url` for `fal_queue` providers.
     pub fn fal_url(&self) -> String {
         format!("http://{}/fal", self.addr)
+    }
+
+    /// `http://<addr>/dashscope`: the `base_url` for `dashscope` providers.
+    pub fn dashscope_url(&self) -> String {
+        format!("http://{}/dashscope", self.addr)
     }
 }
 
@@ -193,7 +206,8 @@ pub async fn run(args: MockArgs) -> std::io::Result<()> {
     let addr = listener.local_addr()?;
     tracing::info!(%addr, ledger = %args.ledger.display(), "mock provider listening");
     eprintln!(
-        "tally mock provider on http://{addr} (fal style under http://{addr}/fal), ledger {}",
+        "tally mock provider on http://{addr} (fal style under http://{addr}/fal, DashScope under \
+         http://{addr}/dashscope), ledger {}",
         args.ledger.display()
     );
     axum::serve(listener, router).await
@@ -224,6 +238,7 @@ fn router(state: Arc<Mock>) -> Router {
         .route("/v1/predictions/{id}", get(replicate::get))
         .route("/v1/predictions/{id}/cancel", post(replicate::cancel))
         .route("/fal/{*path}", post(fal::submit).get(fal::get).put(fal::cancel))
+        .nest("/dashscope", dashscope::routes())
         .route("/files/{file}", get(serve::download))
         .route("/_mock/behavior", get(get_behavior).put(put_behavior))
         .route("/_mock/ledger", get(get_ledger))
@@ -258,6 +273,7 @@ enum Api {
     OpenaiImages,
     Replicate,
     FalQueue,
+    DashScope,
 }
 
 impl Api {
@@ -266,6 +282,16 @@ impl Api {
             Api::OpenaiImages => "openai_images",
             Api::Replicate => "replicate",
             Api::FalQueue => "fal_queue",
+            Api::DashScope => "dashscope",
+        }
+    }
+
+    /// An error answer in this style's documented shape (`code` is the shared path's
+    /// generic code, or the one `error_code` names).
+    fn error(self, status: StatusCode, message: &str, code: &str) -> Answer {
+        match self {
+            Api::DashScope => dashscope::error(status, message, code),
+            _ => Answer::error(status, message, code),
         }
     }
 }
@@ -279,6 +305,8 @@ struct Jobs {
     replays: HashMap<(&'static str, String), Answer>,
     /// Replicate models looked up or run so far (so their version ids are known).
     known_models: Vec<(String, String)>,
+    /// DashScope task queries in the last second (its documented rate limit).
+    dashscope_queries: dashscope::Queries,
 }
 
 impl Jobs {
@@ -303,9 +331,10 @@ enum Phase {
 struct Job {
     id: String,
     api: Api,
-    /// OpenAI model, Replicate `owner/name`, or fal app id (`fal-ai/flux/dev`).
+    /// OpenAI model, Replicate `owner/name`, fal app id (`fal-ai/flux/dev`), or DashScope model.
     model: String,
-    /// Replicate only: the version id, or `"hidden"` for an official model's create.
+    /// Replicate: the version id, or `"hidden"` for an official model's create. DashScope:
+    /// the service the task was created on (`text2image` or `image2image`).
     version: Option<String>,
     prompt: String,
     /// The create's input as the API stores it (unknown inputs stripped, reference images

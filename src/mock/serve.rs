@@ -98,7 +98,7 @@ pub(super) async fn serve(mock: Arc<Mock>, req: ApiRequest, work: Work) -> Respo
 /// Credentials, configured failures, idempotent replays (only when honoured), then the work.
 fn decide(mock: &Mock, req: &ApiRequest, b: &Behavior, work: Work) -> Answer {
     let Some(auth) = &req.authorization else {
-        return Answer::error(StatusCode::UNAUTHORIZED, "missing Authorization header", "invalid_api_key");
+        return req.api.error(StatusCode::UNAUTHORIZED, "missing Authorization header", "invalid_api_key");
     };
     let create = req.scope == Scope::Create;
     if create {
@@ -109,16 +109,16 @@ fn decide(mock: &Mock, req: &ApiRequest, b: &Behavior, work: Work) -> Answer {
             } else {
                 "the mock rejects this request (reject_status)".to_string()
             };
-            return Answer::error(status, &message, "rejected");
+            return req.api.error(status, &message, b.error_code.as_deref().unwrap_or("rejected"));
         }
         if let Some(after) = b.retry_after_s {
-            let mut a = Answer::error(StatusCode::TOO_MANY_REQUESTS, "rate limited by the mock", "rate_limit_exceeded");
+            let mut a = req.api.error(StatusCode::TOO_MANY_REQUESTS, "rate limited by the mock", "rate_limit_exceeded");
             a.retry_after = Some(after);
             return a;
         }
         if let Some(s) = b.fail_status {
             let status = StatusCode::from_u16(s).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            return Answer::error(status, "the mock failed (fail_status)", "server_error");
+            return req.api.error(status, "the mock failed (fail_status)", "server_error");
         }
     }
     let mut jobs = lock(&mock.jobs);

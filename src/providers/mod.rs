@@ -138,6 +138,14 @@ pub trait Provider: Send + Sync + 'static {
         Duration::from_millis(1000)
     }
 
+    /// Whether a job the provider reports as failed ([`JobState::Failed`]) may have been
+    /// billed. By default yes (tally cannot see the provider's rule); an adapter whose
+    /// provider documents that only successful results are billed (DashScope) says `false`,
+    /// and such a failure is recorded as not charged.
+    fn bills_failed_jobs(&self) -> bool {
+        true
+    }
+
     /// Whether a create whose answer was lost can be searched for (a listing of recent jobs).
     /// By default the same as `lookup`; an adapter whose jobs can be polled by id but not
     /// listed (fal) says `false`, and the engine then says so instead of searching.
@@ -183,6 +191,7 @@ pub fn build(cfg: &ProviderConfig) -> Result<Arc<dyn Provider>, String> {
         ProviderKind::OpenaiImages => Arc::new(http::openai_images::OpenaiImages::new(cfg)?),
         ProviderKind::Replicate => Arc::new(http::replicate::Replicate::new(cfg)?),
         ProviderKind::FalQueue => Arc::new(http::fal_queue::FalQueue::new(cfg)?),
+        ProviderKind::Dashscope => Arc::new(http::dashscope::Dashscope::new(cfg)?),
     };
     Ok(match &cfg.billing_note {
         Some(note) => Arc::new(WithBillingNote { inner, note: note.clone() }),
@@ -207,6 +216,10 @@ impl Provider for WithBillingNote {
 
     fn poll_interval(&self) -> Duration {
         self.inner.poll_interval()
+    }
+
+    fn bills_failed_jobs(&self) -> bool {
+        self.inner.bills_failed_jobs()
     }
 
     fn finds_lost_creates(&self) -> bool {

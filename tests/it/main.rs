@@ -27,6 +27,7 @@ mod pg_nodes;
 #[cfg(feature = "failpoints")]
 mod powerloss;
 mod providers_daemon;
+mod providers_dashscope;
 mod providers_fal;
 mod providers_hostile;
 mod providers_http;

@@ -50,6 +50,7 @@ impl Harness {
         let (base_url, model) = match kind {
             ProviderKind::FalQueue => (self.mock.fal_url(), "fal-ai/flux/dev"),
             ProviderKind::Replicate => (self.mock.base_url(), "black-forest-labs/flux-schnell"),
+            ProviderKind::Dashscope => (self.mock.dashscope_url(), "wan2.2-t2i-flash"),
             _ => (self.mock.base_url(), OPENAI_MODEL),
         };
         ProviderConfig {
@@ -60,7 +61,8 @@ impl Harness {
             model: Some(model.into()),
             connect_timeout: Duration::from_secs(2),
             request_timeout: Duration::from_secs(10),
-            poll_interval: Duration::from_millis(20),
+            // DashScope allows 20 task queries a second (the mock enforces it).
+            poll_interval: Duration::from_millis(if kind == ProviderKind::Dashscope { 100 } else { 20 }),
             ..ProviderConfig::demo()
         }
     }

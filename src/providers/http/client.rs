@@ -372,7 +372,7 @@ pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 }
 
 /// The human message from an error body: OpenAI's `error.message`, Replicate's `detail`,
-/// fal's `detail`, or the start of the text.
+/// fal's `detail`, DashScope's `code: message`, or the start of the text.
 fn error_message(body: &[u8]) -> String {
     if let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) {
         let found = v.pointer("/error/message").or_else(|| v.get("detail")).or_else(|| v.get("error"));
@@ -383,6 +383,12 @@ fn error_message(body: &[u8]) -> String {
                 return other.to_string().chars().take(500).collect();
             }
             _ => {}
+        }
+        // DashScope: a top-level `code` (e.g. `Arrearage`) and `message`.
+        if let (Some(serde_json::Value::String(c)), Some(serde_json::Value::String(m))) =
+            (v.get("code"), v.get("message"))
+        {
+            return format!("{c}: {m}").chars().take(500).collect();
         }
     }
     String::from_utf8_lossy(body).chars().take(200).collect::<String>().trim().to_string()
@@ -422,6 +428,10 @@ mod tests {
         assert_eq!(error_message(br#"{"error":{"message":"bad prompt","type":"x","code":"y"}}"#), "bad prompt");
         assert_eq!(error_message(br#"{"detail":"nope"}"#), "nope");
         assert_eq!(error_message(b"plain text"), "plain text");
+        assert_eq!(
+            error_message(br#"{"request_id":"r","code":"Arrearage","message":"Access denied."}"#),
+            "Arrearage: Access denied."
+        );
     }
 
     #[test]

@@ -6,8 +6,11 @@
 //!   by listing recent predictions.
 //! - [`fal_queue`]: fal's queue API: submit and poll the URLs fal returns (no listing to
 //!   search for a lost create).
+//! - [`dashscope`]: Alibaba Cloud Model Studio's asynchronous image tasks: submit, poll the
+//!   task id, and find a lost create in the account's task listing.
 
 pub mod client;
+pub mod dashscope;
 pub mod fal_queue;
 pub mod openai_images;
 pub mod replicate;

@@ -1,0 +1,569 @@
+//! The `dashscope` adapter: Alibaba Cloud Model Studio (DashScope) image synthesis — Wan
+//! (`wan2.2-t2i-flash`, `wan2.5-i2i-preview`, `wanx2.1-imageedit`) and Qwen-Image — as
+//! asynchronous tasks.
+//!
+//! - Create: `POST {base_url}/api/v1/services/aigc/text2image/image-synthesis` (text-to-image
+//!   models), or `…/image2image/image-synthesis` for the editing models (a name containing
+//!   `i2i` or `imageedit`, as the official SDK decides), with `X-DashScope-Async: enable` and
+//!   `Authorization: Bearer <key>`; body `{model, input: {prompt, …}, parameters: {size:
+//!   "W*H", n: 1, …}}`. DashScope answers `output.task_id` with `task_status: PENDING`
+//!   before any work; the id is the job handle, persisted at `accepted`.
+//! - Poll: `GET {base_url}/api/v1/tasks/{task_id}`: `PENDING`/`RUNNING` (running),
+//!   `SUCCEEDED` (`output.results[].url`, downloaded at once: results and task data are
+//!   kept 24 hours), `FAILED`/`CANCELED` (failed; DashScope bills only successful images, so
+//!   [`Provider::bills_failed_jobs`] is false), `UNKNOWN` (the task id is not known, or its
+//!   data was deleted after the 24 hours: nothing can be proven).
+//! - Find a lost create: the documented batch task query `GET {base_url}/api/v1/tasks` with
+//!   `start_time`/`end_time` (`YYYYMMDDhhmmss`), `model_name`, `page_no`, `page_size`. The
+//!   listing shows no prompt, so a task is matched by model and creation time (`gmt_create`,
+//!   milliseconds); each candidate is then read by id, and one whose results show another
+//!   `orig_prompt` is excluded. Exactly one remaining candidate is the lost create; none or
+//!   several prove nothing (`unknown`). The query's time zone is not documented in what we
+//!   could read: the window sent covers both UTC and China Standard Time readings, and the
+//!   exact window is applied to `gmt_create`.
+//! - No idempotency key; errors are `{code, message}` JSON: `InvalidApiKey` (401),
+//!   `DataInspectionFailed` (400, content inspection: a refusal), `Throttling*` (429: not
+//!   now), `Arrearage` (the account is out of credit: a configuration problem, failed at
+//!   once).
+//! - Reference photos go to `input.images` (1 to 3, as data URIs) on `i2i` models, and to
+//!   `input.base_image_url` (one photo, with `params.function`) on `imageedit` models; a
+//!   text-to-image model refuses them before anything is sent. `params.n` other than 1 is
+//!   refused before sending too (a task stores one image).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use reqwest::Method;
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use super::client::{AuthScheme, Download, HttpClient};
+use super::{data_uri, parse_size};
+use crate::config::ProviderConfig;
+use crate::providers::{BoxFuture, CallError, CallRequest, Capabilities, JobHandle, JobState, Provider, Submitted};
+
+/// The international (Singapore) endpoint, the default `base_url`; the mainland one is
+/// `https://dashscope.aliyuncs.com`.
+pub const DEFAULT_BASE_URL: &str = "https://dashscope-intl.aliyuncs.com";
+
+/// How long DashScope keeps a task's data and its result images.
+pub const RETENTION: Duration = Duration::from_secs(24 * 3600);
+
+/// Tolerated clock difference between tally and the provider around the calling time.
+const CLOCK_SKEW: Duration = Duration::from_secs(60);
+
+/// Tasks per page of the listing (the most the Model Studio listings document).
+const PAGE_SIZE: u64 = 100;
+
+/// How many pages of the listing `find` reads.
+const FIND_MAX_PAGES: u64 = 10;
+
+/// How many candidates `find` reads by id to tell them apart.
+const FIND_MAX_CANDIDATES: usize = 20;
+
+/// China Standard Time, the zone of DashScope's `submit_time`/`end_time` strings.
+const CST: Duration = Duration::from_secs(8 * 3600);
+
+/// Keys of `params` the adapter owns (the prompt and the reference images come from the task).
+const RESERVED: &[&str] = &["prompt", "images", "base_image_url", "mask_image_url", "ref_img", "sketch_image_url"];
+
+/// Keys of `params` that belong in `input` rather than `parameters`.
+const INPUT_KEYS: &[&str] = &["negative_prompt", "function"];
+
+/// What a model does with reference photos.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Text to image: no reference photos.
+    Text,
+    /// `…-i2i-…` (wan2.5-i2i-preview): `input.images`, 1 to 3.
+    Images,
+    /// `…imageedit` (wanx2.1-imageedit): one `input.base_image_url` and an `input.function`.
+    Edit,
+}
+
+impl Mode {
+    fn of(model: &str) -> Mode {
+        if model.contains("imageedit") {
+            Mode::Edit
+        } else if model.contains("i2i") {
+            Mode::Images
+        } else {
+            Mode::Text
+        }
+    }
+
+    fn task(self) -> &'static str {
+        match self {
+            Mode::Text => "text2image",
+            Mode::Images | Mode::Edit => "image2image",
+        }
+    }
+}
+
+/// DashScope image synthesis for one model.
+#[derive(Debug)]
+pub struct Dashscope {
+    http: HttpClient,
+    model: String,
+    mode: Mode,
+    size: String,
+    request_timeout: Duration,
+    poll_interval: Duration,
+}
+
+#[derive(Deserialize, Default)]
+struct TaskAnswer {
+    #[serde(default)]
+    output: TaskOutput,
+    #[serde(default)]
+    usage: Value,
+}
+
+#[derive(Deserialize, Default)]
+struct TaskOutput {
+    #[serde(default)]
+    task_id: String,
+    #[serde(default)]
+    task_status: String,
+    code: Option<String>,
+    message: Option<String>,
+    #[serde(default)]
+    results: Vec<TaskResult>,
+    end_time: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct TaskResult {
+    url: Option<String>,
+    code: Option<String>,
+    message: Option<String>,
+    orig_prompt: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct TaskPage {
+    #[serde(default)]
+    data: Vec<ListedTask>,
+    total_page: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct ListedTask {
+    #[serde(default)]
+    task_id: String,
+    model_name: Option<String>,
+    gmt_create: Option<Value>,
+    start_time: Option<Value>,
+}
+
+fn rejected(message: String) -> CallError {
+    CallError::Rejected { message: format!("{message}; nothing was sent"), config: false }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+/// `YYYYMMDDhhmmss` of `ms` (since the epoch) in the zone `offset` east of UTC.
+pub fn query_time(ms: i64, offset: Duration) -> String {
+    let t = UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64) + offset;
+    humantime::format_rfc3339_seconds(t).to_string().chars().filter(char::is_ascii_digit).collect()
+}
+
+/// Milliseconds since the epoch of a `2025-01-08 16:04:10.123` time in China Standard Time.
+fn cst_ms(text: &str) -> Option<i64> {
+    let head = text.trim().split('.').next()?.replace(' ', "T");
+    let t = humantime::parse_rfc3339_weak(&head).ok()?;
+    let ms = t.duration_since(UNIX_EPOCH).ok()?.as_millis() as i64;
+    Some(ms - CST.as_millis() as i64)
+}
+
+/// A listing time: milliseconds as a number or a numeric string.
+fn listed_ms(v: &Value) -> Option<i64> {
+    v.as_i64().or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
+}
+
+/// The DashScope error code in a classified message (`HTTP 400: Arrearage: …`).
+fn error_code(message: &str) -> Option<&str> {
+    let rest = message.strip_prefix("HTTP ")?.split_once(": ")?.1;
+    let (code, _) = rest.split_once(':')?;
+    (!code.is_empty() && code.chars().all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '_')).then_some(code)
+}
+
+/// Re-read a classified error by DashScope's documented codes.
+fn reclassify(e: CallError) -> CallError {
+    let code = match &e {
+        CallError::Rejected { message, .. } | CallError::RetryAfter { message, .. } => error_code(message),
+        _ => None,
+    };
+    let Some(code) = code.map(str::to_string) else { return e };
+    let message = match &e {
+        CallError::Rejected { message, .. } | CallError::RetryAfter { message, .. } => message.clone(),
+        _ => return e,
+    };
+    if code.starts_with("Arrearage") {
+        return CallError::Rejected {
+            message: format!(
+                "{message} (the Alibaba Cloud account is out of credit or overdue: no request can succeed until \
+                 credit is added; nothing was charged)"
+            ),
+            config: true,
+        };
+    }
+    if code == "DataInspectionFailed" || code.starts_with("DataInspection") {
+        return CallError::Rejected {
+            message: format!("{message} (DashScope's content inspection refused the prompt or an input image)"),
+            config: false,
+        };
+    }
+    if matches!(code.as_str(), "InvalidApiKey" | "ModelNotFound" | "Model.AccessDenied")
+        || code.starts_with("AccessDenied")
+    {
+        return match e {
+            CallError::Rejected { message, .. } => CallError::Rejected { message, config: true },
+            other => other,
+        };
+    }
+    e
+}
+
+impl Dashscope {
+    /// Build the adapter; `model` is a DashScope model name (`wan2.2-t2i-flash`, `qwen-image`).
+    pub fn new(cfg: &ProviderConfig) -> Result<Self, String> {
+        let model = cfg.model.clone().unwrap_or_default();
+        if model.is_empty() || !model.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+            return Err(format!(
+                "provider `{}`: model `{model}` must be a DashScope model name like wan2.2-t2i-flash",
+                cfg.name
+            ));
+        }
+        let mut cfg = cfg.clone();
+        // The official SDK's base URL ends in `/api/v1`; both spellings work.
+        if let Some(url) = cfg.base_url.as_mut() {
+            let trimmed = url.trim_end_matches('/');
+            *url = trimmed.strip_suffix("/api/v1").unwrap_or(trimmed).to_string();
+        }
+        Ok(Dashscope {
+            http: HttpClient::new(&cfg, AuthScheme::Bearer)?,
+            mode: Mode::of(&model),
+            model,
+            size: cfg.size.clone(),
+            request_timeout: cfg.request_timeout,
+            poll_interval: cfg.poll_interval,
+        })
+    }
+
+    fn api(&self, path: &str) -> String {
+        format!("{}/api/v1/{path}", self.http.base_url())
+    }
+
+    /// The create body; `Rejected` (before anything is sent) for what the model cannot take.
+    fn body(&self, req: &CallRequest) -> Result<Value, CallError> {
+        let model = &self.model;
+        let mut input = Map::new();
+        let mut parameters = Map::new();
+        if let Some((w, h)) = parse_size(&self.size) {
+            parameters.insert("size".into(), format!("{w}*{h}").into());
+        }
+        parameters.insert("n".into(), 1.into());
+        if let Value::Object(params) = &req.params {
+            for (k, v) in params {
+                match k.as_str() {
+                    k if RESERVED.contains(&k) => {
+                        return Err(rejected(format!(
+                            "`{k}` is set by tally from the task (its prompt and reference photos), not by params"
+                        )));
+                    }
+                    "n" if v.as_u64() == Some(1) => {}
+                    "n" => {
+                        return Err(rejected(format!(
+                            "params.n = {v}: a tally task stores one image, so n must be 1 (submit one task per image)"
+                        )));
+                    }
+                    "size" => {
+                        let text = v.as_str().unwrap_or_default();
+                        let size = match parse_size(text) {
+                            Some((w, h)) => format!("{w}*{h}"),
+                            None if text.contains('*') => text.to_string(),
+                            None => return Err(rejected(format!("params.size {v} is not a size like 1024*1024"))),
+                        };
+                        parameters.insert("size".into(), size.into());
+                    }
+                    k if INPUT_KEYS.contains(&k) => {
+                        input.insert(k.to_string(), v.clone());
+                    }
+                    _ => {
+                        parameters.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        input.insert("prompt".into(), req.prompt.clone().into());
+        let photos = req.references.len();
+        match self.mode {
+            Mode::Text if photos > 0 => {
+                return Err(rejected(format!(
+                    "the model `{model}` is a text-to-image model and takes no reference photos, so this shot's \
+                     {photos} photo(s) would be dropped; use an image-editing model such as wan2.5-i2i-preview"
+                )));
+            }
+            Mode::Text => {}
+            Mode::Images => {
+                if !(1..=3).contains(&photos) {
+                    return Err(rejected(format!(
+                        "the model `{model}` edits 1 to 3 reference photos; this shot has {photos}"
+                    )));
+                }
+                let uris: Vec<Value> = req.references.iter().map(|r| data_uri(r).into()).collect();
+                input.insert("images".into(), uris.into());
+            }
+            Mode::Edit => {
+                if photos != 1 {
+                    return Err(rejected(format!(
+                        "the model `{model}` edits exactly one reference photo; this shot has {photos}"
+                    )));
+                }
+                if !input.contains_key("function") {
+                    return Err(rejected(format!(
+                        "the model `{model}` needs params.function (for example description_edit)"
+                    )));
+                }
+                input.insert("base_image_url".into(), data_uri(&req.references[0]).into());
+            }
+        }
+        Ok(json!({"model": model, "input": input, "parameters": parameters}))
+    }
+
+    /// Read one task by id.
+    async fn task(&self, id: &str) -> Result<TaskAnswer, CallError> {
+        if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+            return Err(CallError::Rejected { message: format!("`{id}` is not a DashScope task id"), config: false });
+        }
+        let rb = self.http.request(Method::GET, &self.api(&format!("tasks/{id}")), None)?;
+        self.http.send_json(rb).await.map_err(reclassify)
+    }
+
+    /// Download a succeeded task's image; within the 24-hour retention a missing file is
+    /// asked for again (the next poll), after it the image has expired.
+    async fn download(&self, id: &str, url: &str, end_ms: Option<i64>) -> Result<JobState, CallError> {
+        let past_retention = end_ms.is_some_and(|t| now_ms() - t > RETENTION.as_millis() as i64);
+        match self.http.download(url).await {
+            Ok(Download::Image(image)) => Ok(JobState::Done(image)),
+            Ok(Download::Gone) if past_retention => Ok(JobState::Expired),
+            Ok(Download::Gone) => Err(CallError::Ambiguous(format!(
+                "task {id} succeeded, but its image answered 404/410 within DashScope's 24-hour retention; asking again"
+            ))),
+            // An expired signed result URL answers 403 at Alibaba Cloud OSS.
+            Err(CallError::Rejected { .. }) if past_retention => Ok(JobState::Expired),
+            Err(CallError::Rejected { message, .. }) => Err(CallError::Unusable(format!(
+                "task {id} succeeded (charged) but its image could not be downloaded: {message}"
+            ))),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Read the listing pages around the calling time: the candidates' task ids.
+    async fn candidates(&self, req: &CallRequest) -> Result<Vec<String>, CallError> {
+        let skew = CLOCK_SKEW.as_millis() as i64;
+        let window = (req.calling_at_ms - skew, req.calling_at_ms + self.request_timeout.as_millis() as i64 + skew);
+        let upper = window.1.min(now_ms() + skew).max(window.0 + 1000);
+        // The earlier reading of the start (UTC) and the later reading of the end (CST): the
+        // query covers the window whichever zone the service reads them in.
+        let (start, end) = (query_time(window.0, Duration::ZERO), query_time(upper, CST));
+        let mut found = Vec::new();
+        for page_no in 1..=FIND_MAX_PAGES {
+            let url = format!(
+                "{}?start_time={start}&end_time={end}&model_name={}&page_no={page_no}&page_size={PAGE_SIZE}",
+                self.api("tasks"),
+                self.model
+            );
+            let rb = self.http.request(Method::GET, &url, None)?;
+            let page: TaskPage = self.http.send_json(rb).await.map_err(reclassify)?;
+            let last = page.data.len() < PAGE_SIZE as usize;
+            for t in page.data {
+                if t.task_id.is_empty() || t.model_name.as_deref().is_some_and(|m| m != self.model) {
+                    continue;
+                }
+                let created =
+                    t.gmt_create.as_ref().and_then(listed_ms).or_else(|| t.start_time.as_ref().and_then(listed_ms));
+                // A task with no time in the listing cannot be excluded.
+                if created.is_none_or(|c| (window.0..=window.1).contains(&c)) && !found.contains(&t.task_id) {
+                    found.push(t.task_id);
+                }
+            }
+            let pages = page.total_page.as_ref().and_then(listed_ms).unwrap_or(0);
+            if last || page_no as i64 >= pages {
+                break;
+            }
+        }
+        Ok(found)
+    }
+}
+
+impl Provider for Dashscope {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { idempotent_create: self.http.sends_idempotency_key(), lookup: true }
+    }
+
+    fn billing_note(&self) -> &str {
+        "Alibaba Cloud Model Studio bills only images that were generated successfully: a task that fails or is \
+         canceled is not charged."
+    }
+
+    fn poll_interval(&self) -> Duration {
+        self.poll_interval
+    }
+
+    fn bills_failed_jobs(&self) -> bool {
+        false
+    }
+
+    fn preflight<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<(), CallError>> {
+        Box::pin(async move {
+            self.http.check_key()?;
+            self.body(req).map(|_| ())
+        })
+    }
+
+    fn submit<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<Submitted, CallError>> {
+        Box::pin(async move {
+            let body = self.body(req)?;
+            let url = self.api(&format!("services/aigc/{}/image-synthesis", self.mode.task()));
+            let rb = self
+                .http
+                .request(Method::POST, &url, Some(&req.idempotency_key))?
+                .header("X-DashScope-Async", "enable")
+                .json(&body);
+            let answer: TaskAnswer = self.http.send_json(rb).await.map_err(reclassify)?;
+            if answer.output.task_id.is_empty() {
+                return Err(CallError::Ambiguous("DashScope accepted the request without a task_id".into()));
+            }
+            Ok(Submitted::Accepted(JobHandle::id(answer.output.task_id)))
+        })
+    }
+
+    fn poll<'a>(&'a self, job: &'a JobHandle) -> BoxFuture<'a, Result<JobState, CallError>> {
+        Box::pin(async move {
+            let id = job.id.as_str();
+            let answer = self.task(id).await?;
+            let out = answer.output;
+            let why = |code: &Option<String>, message: &Option<String>| match (code, message) {
+                (Some(c), Some(m)) => format!("{c}: {m}"),
+                (Some(c), None) => c.clone(),
+                (None, Some(m)) => m.clone(),
+                (None, None) => String::new(),
+            };
+            match out.task_status.as_str() {
+                "PENDING" | "RUNNING" => Ok(JobState::Running),
+                "SUCCEEDED" => {
+                    let end_ms = out.end_time.as_deref().and_then(cst_ms);
+                    if let Some(url) = out.results.iter().find_map(|r| r.url.as_deref()) {
+                        return self.download(id, url, end_ms).await;
+                    }
+                    // Succeeded without one image: nothing was generated, so nothing billed.
+                    let first = out.results.first();
+                    let detail = first.map(|r| why(&r.code, &r.message)).filter(|d| !d.is_empty());
+                    let count = answer.usage.get("image_count").and_then(Value::as_u64).unwrap_or(0);
+                    Ok(JobState::Failed(self.http.redact(&format!(
+                        "task {id} finished without an image ({}; {count} image(s) billed)",
+                        detail.unwrap_or_else(|| "no result URL".into())
+                    ))))
+                }
+                "FAILED" => {
+                    let detail = why(&out.code, &out.message);
+                    Ok(JobState::Failed(self.http.redact(&format!(
+                        "{} (DashScope bills only successful images: not charged)",
+                        if detail.is_empty() { "task failed".into() } else { detail }
+                    ))))
+                }
+                "CANCELED" => {
+                    Ok(JobState::Failed(format!("task {id} was canceled at the provider before it ran (not charged)")))
+                }
+                "UNKNOWN" => Err(CallError::Rejected {
+                    message: format!(
+                        "DashScope reports task {id} as UNKNOWN: it does not know the id, or deleted the task's data \
+                         after its 24-hour retention"
+                    ),
+                    config: false,
+                }),
+                other => Err(CallError::Ambiguous(format!("task {id} has unknown status `{other}`"))),
+            }
+        })
+    }
+
+    fn find<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<Option<JobHandle>, CallError>> {
+        Box::pin(async move {
+            // What this execution would have sent; a request it could not have sent was not.
+            if self.body(req).is_err() {
+                return Ok(None);
+            }
+            let candidates = self.candidates(req).await?;
+            if candidates.len() > FIND_MAX_CANDIDATES {
+                tracing::info!(candidates = candidates.len(), "too many DashScope tasks match the lost create");
+                return Ok(None);
+            }
+            // The listing shows no prompt: read each candidate and drop those whose results
+            // name another prompt. One that shows no prompt (still pending, failed) stays.
+            let mut left = Vec::new();
+            for id in candidates {
+                let task = self.task(&id).await?;
+                let prompts: Vec<&str> = task.output.results.iter().filter_map(|r| r.orig_prompt.as_deref()).collect();
+                if prompts.is_empty() || prompts.contains(&req.prompt.as_str()) {
+                    left.push(id);
+                }
+            }
+            match left.as_slice() {
+                [one] => Ok(Some(JobHandle::id(one.clone()))),
+                [] => Ok(None),
+                many => {
+                    tracing::info!(
+                        candidates = many.len(),
+                        "several DashScope tasks match the lost create; proving nothing"
+                    );
+                    Ok(None)
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn models_pick_their_path() {
+        assert_eq!(Mode::of("wan2.2-t2i-flash"), Mode::Text);
+        assert_eq!(Mode::of("qwen-image"), Mode::Text);
+        assert_eq!(Mode::of("wan2.5-i2i-preview"), Mode::Images);
+        assert_eq!(Mode::of("wanx2.1-imageedit"), Mode::Edit);
+        assert_eq!(Mode::Images.task(), "image2image");
+    }
+
+    #[test]
+    fn query_times_and_provider_times() {
+        // 2026-12-01T10:00:00Z
+        let ms = 1_796_119_200_000;
+        assert_eq!(query_time(ms, Duration::ZERO), "20261201100000");
+        assert_eq!(query_time(ms, CST), "20261201180000");
+        assert_eq!(cst_ms("2026-12-01 18:00:00.123"), Some(ms));
+        assert_eq!(listed_ms(&json!(5)), Some(5));
+        assert_eq!(listed_ms(&json!("6")), Some(6));
+    }
+
+    #[test]
+    fn documented_codes_are_classified() {
+        let r = |status: u16, m: &str| {
+            super::super::client::classify_status(reqwest::StatusCode::from_u16(status).unwrap(), None, m)
+        };
+        assert_eq!(error_code("HTTP 400: Arrearage: Access denied"), Some("Arrearage"));
+        assert_eq!(error_code("HTTP 400"), None);
+        assert!(matches!(reclassify(r(400, "Arrearage: Access denied")), CallError::Rejected { config: true, .. }));
+        assert!(matches!(
+            reclassify(r(400, "DataInspectionFailed: Input data may contain inappropriate content.")),
+            CallError::Rejected { config: false, message } if message.contains("content inspection")
+        ));
+        assert!(matches!(reclassify(r(429, "Throttling.RateQuota: slow down")), CallError::RetryAfter { .. }));
+        assert!(matches!(reclassify(r(404, "ModelNotFound: no")), CallError::Rejected { config: true, .. }));
+        assert!(matches!(reclassify(r(400, "InvalidParameter: bad size")), CallError::Rejected { config: false, .. }));
+    }
+}

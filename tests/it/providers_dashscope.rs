@@ -1,0 +1,236 @@
+//! The `dashscope` adapter against the in-process strict mock (DashScope style under
+//! `/dashscope`): asynchronous tasks created with `X-DashScope-Async: enable`, polled by
+//! task id, a lost create found through the batch task query, only successful images
+//! charged, the documented error codes, reference photos where the model takes them.
+
+use serde_json::{Value, json};
+use tally::config::{ProviderConfig, ProviderKind};
+use tally::providers::{self, CallError, JobState, Provider, Submitted};
+
+use crate::providers_http::{Harness, accepted, assert_png, poll_until_settled, reference, request};
+
+fn dashscope(h: &Harness, model: &str) -> std::sync::Arc<dyn Provider> {
+    providers::build(&ProviderConfig { model: Some(model.into()), ..h.config(ProviderKind::Dashscope) }).unwrap()
+}
+
+#[tokio::test]
+async fn a_task_is_created_polled_and_charged_once() {
+    let h = Harness::start().await;
+    let p = h.provider(ProviderKind::Dashscope);
+    assert!(p.capabilities().lookup && !p.capabilities().idempotent_create);
+    assert!(p.finds_lost_creates(), "the batch task query can find a lost create");
+    assert!(!p.bills_failed_jobs(), "DashScope bills successful images only");
+    let job = accepted(p.submit(&request("blue kettle")).await.unwrap());
+    match poll_until_settled(p.as_ref(), &job).await {
+        JobState::Done(img) => assert_png(&img),
+        other => panic!("{other:?}"),
+    }
+    let ledger = h.ledger();
+    assert_eq!(ledger[0]["api"], "dashscope");
+    assert_eq!(ledger[0]["endpoint"], "POST /dashscope/api/v1/services/aigc/{task}/image-synthesis");
+    assert_eq!(ledger[0]["prompt"], "blue kettle");
+    assert_eq!(ledger[0]["job_id"], job.id.as_str());
+    assert_eq!(ledger.last().unwrap()["endpoint"], "GET /dashscope/api/v1/tasks/{task_id}");
+    assert_eq!(h.charged(), 1);
+    // What the mock stored: the size in DashScope's `W*H`, n = 1, the prompt in the results.
+    let task = h.api_get(&format!("/dashscope/api/v1/tasks/{}", job.id)).await;
+    assert_eq!(task["output"]["task_status"], "SUCCEEDED", "{task}");
+    assert_eq!(task["output"]["results"][0]["orig_prompt"], "blue kettle");
+    assert_eq!(task["usage"]["image_count"], 1);
+    // The official SDK's base URL (ending in /api/v1) works too.
+    let cfg = ProviderConfig {
+        base_url: Some(format!("{}/api/v1", h.mock.dashscope_url())),
+        ..h.config(ProviderKind::Dashscope)
+    };
+    accepted(providers::build(&cfg).unwrap().submit(&request("sdk base url")).await.unwrap());
+    assert_eq!(h.charged(), 2);
+}
+
+#[tokio::test]
+async fn a_create_without_the_async_header_is_refused_and_not_charged() {
+    let h = Harness::start().await;
+    let url = format!("{}/api/v1/services/aigc/text2image/image-synthesis", h.mock.dashscope_url());
+    let body = json!({"model": "wan2.2-t2i-flash", "input": {"prompt": "sync please"}});
+    let r = h.http.post(url).bearer_auth("sk-x").json(&body).send().await.unwrap();
+    assert_eq!(r.status(), 403);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["code"], "AccessDenied", "{v}");
+    assert_eq!(h.charged(), 0);
+}
+
+#[tokio::test]
+async fn a_failed_task_is_failed_and_not_charged() {
+    let h = Harness::start_with(|a| {
+        a.job_error = Some("DataInspectionFailed: Output data may contain inappropriate content.".into())
+    })
+    .await;
+    let p = h.provider(ProviderKind::Dashscope);
+    let job = accepted(p.submit(&request("doomed")).await.unwrap());
+    match poll_until_settled(p.as_ref(), &job).await {
+        JobState::Failed(why) => {
+            assert!(why.contains("DataInspectionFailed") && why.contains("not charged"), "{why}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let line = h.ledger().into_iter().find(|l| l["prompt"] == "doomed").unwrap();
+    assert_eq!(line["charged"], false, "only successful images are billed: {line}");
+}
+
+/// A create whose answer was lost is found in the batch task query: by model and time, and
+/// among several candidates by the prompt its results show.
+#[tokio::test]
+async fn a_lost_create_is_found_by_listing_when_exactly_one_task_matches() {
+    let h = Harness::start().await;
+    let p = h.provider(ProviderKind::Dashscope);
+    // Another task of the same model in the same window, finished: told apart by its prompt.
+    let other = accepted(p.submit(&request("someone else's lamp")).await.unwrap());
+    poll_until_settled(p.as_ref(), &other).await;
+    h.behave(json!({"drop_response": true, "drop_on": "create"})).await;
+    let req = request("the lost lamp");
+    let err = p.submit(&req).await.unwrap_err();
+    assert!(matches!(err, CallError::Ambiguous(_)), "{err:?}");
+    h.behave(json!({"drop_response": null})).await;
+    let lost = h.ledger().into_iter().find(|l| l["prompt"] == "the lost lamp").unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+    let found = p.find(&req).await.unwrap().expect("exactly one task matches");
+    assert_eq!(found.id, lost["job_id"].as_str().unwrap());
+    assert!(matches!(poll_until_settled(p.as_ref(), &found).await, JobState::Done(_)));
+    assert_eq!(h.charged(), 2, "found, never resent");
+    // The listing was asked with the documented filters.
+    let listed = h.ledger().into_iter().filter(|l| l["endpoint"] == "GET /dashscope/api/v1/tasks").count();
+    assert!(listed >= 1);
+}
+
+#[tokio::test]
+async fn several_tasks_with_the_same_prompt_prove_nothing() {
+    let h = Harness::start().await;
+    let p = h.provider(ProviderKind::Dashscope);
+    let req = request("twice the same");
+    for _ in 0..2 {
+        accepted(p.submit(&req).await.unwrap());
+    }
+    assert_eq!(p.find(&req).await.unwrap(), None);
+    // Another model's tasks never match; nor does a window with no task.
+    let qwen = dashscope(&h, "qwen-image");
+    assert_eq!(qwen.find(&req).await.unwrap(), None);
+    let mut later = request("nothing sent");
+    later.calling_at_ms += 3_600_000;
+    assert_eq!(p.find(&later).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn documented_error_codes_are_classified() {
+    let h = Harness::start().await;
+    let p = h.provider(ProviderKind::Dashscope);
+    let cases: [(Value, fn(&CallError) -> bool); 5] = [
+        (
+            json!({"reject_status": 400, "error_code": "Arrearage"}),
+            |e| matches!(e, CallError::Rejected { config: true, message } if message.contains("out of credit")),
+        ),
+        (
+            json!({"reject_status": 400, "error_code": "DataInspectionFailed"}),
+            |e| matches!(e, CallError::Rejected { config: false, message } if message.contains("content inspection")),
+        ),
+        (
+            json!({"reject_status": 401, "error_code": null}),
+            |e| matches!(e, CallError::Rejected { config: true, message } if message.contains("InvalidApiKey")),
+        ),
+        (json!({"reject_status": null, "retry_after_s": 2}), |e| matches!(e, CallError::RetryAfter { .. })),
+        (json!({"retry_after_s": null, "fail_status": 500}), |e| matches!(e, CallError::Ambiguous(_))),
+    ];
+    for (patch, want) in cases {
+        assert!(h.behave(patch.clone()).await.status().is_success());
+        let err = p.submit(&request("refused")).await.unwrap_err();
+        assert!(want(&err), "{patch}: {err:?}");
+    }
+    assert_eq!(h.charged(), 0);
+}
+
+#[tokio::test]
+async fn reference_photos_go_where_the_model_takes_them() {
+    let h = Harness::start().await;
+    let mut req = request("two photos");
+    req.references = vec![reference(), reference()];
+    // A text-to-image model takes none: refused before anything is sent, in plain words.
+    let err = h.provider(ProviderKind::Dashscope).preflight(&req).await.unwrap_err();
+    assert!(
+        matches!(&err, CallError::Rejected { message, .. } if message.contains("text-to-image") && message.contains("nothing was sent")),
+        "{err:?}"
+    );
+    // wan2.5-i2i-preview: `input.images` on the image2image service.
+    let i2i = dashscope(&h, "wan2.5-i2i-preview");
+    i2i.preflight(&req).await.unwrap();
+    let job = accepted(i2i.submit(&req).await.unwrap());
+    assert!(matches!(poll_until_settled(i2i.as_ref(), &job).await, JobState::Done(_)));
+    let line = h.ledger().into_iter().find(|l| l["prompt"] == "two photos").unwrap();
+    assert_eq!((line["reference_images"].as_u64(), line["charged"].as_bool()), (Some(2), Some(true)));
+    // wanx2.1-imageedit: one photo and a function.
+    let edit = dashscope(&h, "wanx2.1-imageedit");
+    assert!(edit.preflight(&req).await.is_err(), "two photos for a one-photo model");
+    req.references.truncate(1);
+    assert!(edit.preflight(&req).await.is_err(), "no function");
+    req.params = json!({"function": "description_edit"});
+    edit.preflight(&req).await.unwrap();
+    accepted(edit.submit(&req).await.unwrap());
+    // An editing model without photos is refused too.
+    assert!(i2i.preflight(&request("no photos")).await.is_err());
+}
+
+#[tokio::test]
+async fn n_other_than_one_is_refused_before_sending() {
+    let h = Harness::start().await;
+    let p = h.provider(ProviderKind::Dashscope);
+    let mut req = request("two images");
+    req.params = json!({"n": 2});
+    let err = p.preflight(&req).await.unwrap_err();
+    assert!(matches!(&err, CallError::Rejected { message, .. } if message.contains("n must be 1")), "{err:?}");
+    req.params = json!({"n": 1, "size": "1280x720", "prompt_extend": false});
+    p.preflight(&req).await.unwrap();
+    let job = accepted(p.submit(&req).await.unwrap());
+    let task = h.api_get(&format!("/dashscope/api/v1/tasks/{}", job.id)).await;
+    assert_eq!(task["output"]["task_id"], job.id.as_str(), "{task}");
+    assert_eq!(h.ledger().len(), 2, "nothing was sent for the refused n");
+}
+
+/// After the retention the task's data is gone: the service answers UNKNOWN, which proves
+/// nothing about the result (the engine ends such a task `unknown`).
+#[tokio::test]
+async fn a_task_past_its_retention_is_unknown_to_the_service() {
+    let h = Harness::start_with(|a| a.result_ttl_s = 0).await;
+    let p = h.provider(ProviderKind::Dashscope);
+    let job = accepted(p.submit(&request("gone soon")).await.unwrap());
+    tokio::time::sleep(std::time::Duration::from_millis(120)).await;
+    let err = p.poll(&job).await.unwrap_err();
+    assert!(matches!(&err, CallError::Rejected { message, .. } if message.contains("UNKNOWN")), "{err:?}");
+    let listed = h.api_get("/dashscope/api/v1/tasks").await;
+    assert_eq!(listed["total"], 0, "deleted tasks are not listed: {listed}");
+}
+
+#[tokio::test]
+async fn the_task_query_is_rate_limited_and_paged() {
+    let h = Harness::start_with(|a| a.job_duration_ms = 0).await;
+    let p = h.provider(ProviderKind::Dashscope);
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        match p.submit(&request(&format!("paged {i}"))).await.unwrap() {
+            Submitted::Accepted(j) => ids.push(j.id),
+            Submitted::Done(_) => panic!("asynchronous"),
+        }
+    }
+    let page = h.api_get("/dashscope/api/v1/tasks?model_name=wan2.2-t2i-flash&status=SUCCEEDED&page_size=2").await;
+    assert_eq!((page["total"].as_u64(), page["total_page"].as_u64()), (Some(3), Some(2)), "{page}");
+    assert_eq!(page["data"][0]["task_id"], ids[2].as_str(), "newest first");
+    assert!(page["data"][0]["gmt_create"].is_i64());
+    let bad = h.api_get("/dashscope/api/v1/tasks?start_time=2026-12-01").await;
+    assert_eq!(bad["code"], "InvalidParameter");
+    // 20 task queries a second at most: a burst meets 429 Throttling, classified "not now".
+    let job = tally::providers::JobHandle::id(ids[0].clone());
+    let mut throttled = 0;
+    for _ in 0..30 {
+        if let Err(CallError::RetryAfter { message, .. }) = p.poll(&job).await {
+            assert!(message.contains("Throttling"), "{message}");
+            throttled += 1;
+        }
+    }
+    assert!(throttled > 0, "no query was throttled");
+}
