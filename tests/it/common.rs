@@ -364,17 +364,20 @@ impl Drop for Mock {
 /// refuses it as the real API does).
 pub const OPENAI_MODEL: &str = "gpt-image-2.5-flare";
 
-/// The four provider kinds against one mock, named after their kind: the README's example
-/// models (a FLUX model on Replicate, `fal-ai/flux/dev`). `idem` models a gateway that honours
+/// The provider kinds against one mock, named after their kind: the README's example
+/// models (a FLUX model on Replicate, `fal-ai/flux/dev`, `wan2.2-t2i-flash` on DashScope). `idem` models a gateway that honours
 /// `Idempotency-Key`, so its mock must be started with `--honor-idempotency-key`.
 pub fn providers(mock: &Mock) -> String {
     let base = mock.base();
     let common = "api_key_env = \"TALLY_TEST_KEY\"\nmax_concurrency = 4\npoll_interval_ms = 50\nrequest_timeout_ms = 5000\nconnect_timeout_ms = 1000\n";
+    // DashScope allows 20 task queries a second per account (the mock enforces it).
+    let dashscope = common.replace("poll_interval_ms = 50", "poll_interval_ms = 100");
     format!(
         "[[providers]]\nname = \"openai\"\nkind = \"openai_images\"\nbase_url = \"{base}\"\nmodel = \"{OPENAI_MODEL}\"\n{common}\n\
          [[providers]]\nname = \"replicate\"\nkind = \"replicate\"\nbase_url = \"{base}\"\nmodel = \"black-forest-labs/flux-schnell\"\n{common}\n\
          [[providers]]\nname = \"fal\"\nkind = \"fal_queue\"\nbase_url = \"{base}/fal\"\nmodel = \"fal-ai/flux/dev\"\n{common}\n\
-         [[providers]]\nname = \"idem\"\nkind = \"openai_images\"\nbase_url = \"{base}\"\nmodel = \"{OPENAI_MODEL}\"\nidempotency_header = \"Idempotency-Key\"\n{common}\n"
+         [[providers]]\nname = \"idem\"\nkind = \"openai_images\"\nbase_url = \"{base}\"\nmodel = \"{OPENAI_MODEL}\"\nidempotency_header = \"Idempotency-Key\"\n{common}\n\
+         [[providers]]\nname = \"dashscope\"\nkind = \"dashscope\"\nbase_url = \"{base}/dashscope\"\nmodel = \"wan2.2-t2i-flash\"\n{dashscope}\n"
     )
 }
 

@@ -166,6 +166,16 @@ matrix! {
     after_finish_replicate: "after-finish", "replicate";
     after_finish_fal: "after-finish", "fal";
     after_finish_idem: "after-finish", "idem";
+    // DashScope: a task id before the work, and a lost create searched in the task listing
+    // (after-calling: nothing was sent, so the listing shows nothing and the task is unknown).
+    after_submit_dashscope: "after-submit", "dashscope";
+    after_sent_dashscope: "after-sent", "dashscope";
+    after_claim_dashscope: "after-claim", "dashscope";
+    after_calling_dashscope: "after-calling", "dashscope";
+    after_accepted_dashscope: "after-accepted", "dashscope";
+    after_answer_dashscope: "after-answer", "dashscope";
+    before_finish_commit_dashscope: "before-finish-commit", "dashscope";
+    after_finish_dashscope: "after-finish", "dashscope";
 }
 
 /// Ledger lines of a tag that started a paid generation, oldest first.

@@ -55,7 +55,7 @@ impl World {
 #[test]
 fn every_kind_succeeds_with_exactly_one_charge() {
     let w = world(&["--job-duration-ms", "50"], "");
-    for kind in ["openai", "replicate", "fal", "idem"] {
+    for kind in ["openai", "replicate", "fal", "idem", "dashscope"] {
         let prompt = tag(kind);
         let t = w.run(kind, &prompt);
         assert_eq!(t["status"], "succeeded", "{kind}: {t}");
@@ -118,7 +118,7 @@ fn a_lost_answer_from_openai_images_is_unknown_with_one_charge() {
 
 #[test]
 fn a_lost_poll_answer_is_recovered_by_polling_again() {
-    for kind in ["replicate", "fal"] {
+    for kind in ["replicate", "fal", "dashscope"] {
         let w = world(&["--job-duration-ms", "50"], "");
         w.mock.behave(serde_json::json!({"drop_response": true, "drop_on": "poll"}));
         let prompt = tag(kind);
@@ -139,7 +139,7 @@ fn a_lost_poll_answer_is_recovered_by_polling_again() {
 
 #[test]
 fn a_lost_create_answer_is_found_by_listing_or_honestly_unknown() {
-    for (kind, want) in [("replicate", "succeeded"), ("fal", "unknown")] {
+    for (kind, want) in [("replicate", "succeeded"), ("fal", "unknown"), ("dashscope", "succeeded")] {
         let w = world(&["--job-duration-ms", "50"], "");
         w.mock.behave(serde_json::json!({"drop_response": true, "drop_on": "create"}));
         let prompt = tag(kind);
@@ -322,4 +322,37 @@ fn providers_say_which_can_find_a_lost_create() {
         (Some(true), Some(false))
     );
     assert_eq!(caps("openai")["finds_lost_creates"], false);
+    assert_eq!(
+        (caps("dashscope")["lookup"].as_bool(), caps("dashscope")["finds_lost_creates"].as_bool()),
+        (Some(true), Some(true))
+    );
+    let ds = list["providers"].as_array().expect("providers").iter().find(|p| p["name"] == "dashscope").cloned();
+    let ds = ds.expect("dashscope");
+    assert_eq!(ds["kind"], "dashscope");
+    assert!(ds["billing_note"].as_str().unwrap_or("").contains("only images that were generated successfully"), "{ds}");
+}
+
+/// DashScope bills successful images only: a task it reports FAILED ends `failed` and is
+/// recorded as not charged; an account out of credit (`Arrearage`) fails at once as a
+/// configuration problem, not retried.
+#[test]
+fn dashscope_failures_say_what_they_cost() {
+    let w = world(&["--job-duration-ms", "50"], "");
+    w.mock.behave(
+        serde_json::json!({"job_error": "DataInspectionFailed: Output data may contain inappropriate content."}),
+    );
+    let prompt = tag("dashscope failed");
+    let t = w.run("dashscope", &prompt);
+    assert_eq!((t["status"].as_str(), t["failure_kind"].as_str()), (Some("failed"), Some("rejected")), "{t}");
+    assert!(t.to_string().contains("DataInspectionFailed"), "{t}");
+    assert_ne!(t["charge"]["state"], "possible", "a failed DashScope task is not billed: {t}");
+    assert_ne!(t["charge"]["state"], "charged", "{t}");
+    assert_eq!(w.mock.count(&prompt), (1, 0), "sent once, not charged");
+
+    w.mock.behave(serde_json::json!({"job_error": null, "reject_status": 400, "error_code": "Arrearage"}));
+    let prompt = tag("dashscope arrears");
+    let t = w.run("dashscope", &prompt);
+    assert_eq!((t["status"].as_str(), t["failure_kind"].as_str()), (Some("failed"), Some("configuration")), "{t}");
+    assert!(t.to_string().contains("out of credit"), "{t}");
+    assert_eq!(w.mock.count(&prompt), (1, 0), "not retried: it cannot succeed until credit is added");
 }
