@@ -92,9 +92,21 @@ pub enum JobState {
     /// Queued or rendering at the provider.
     Running,
     Done(Image),
-    /// The provider says the job failed (a definite answer).
+    /// The provider says the job failed (a definite answer). Whether it billed the job is its
+    /// rule, which tally cannot see (possibly charged).
     Failed(String),
-    /// The job finished but its output is no longer downloadable.
+    /// The provider says the job failed, and documents that such a failure is not billed
+    /// (fal: a request that ends in a server error). Not charged.
+    FailedNotCharged(String),
+    /// The job was canceled at the provider (not by tally) before it finished. Providers that
+    /// bill by run time (Replicate) bill the time it ran: possibly charged.
+    Canceled(String),
+    /// The job finished (and was probably charged) but its result could not be fetched yet
+    /// (its file host answered 404 or 5xx, the connection failed), while the provider's
+    /// documented retention has not passed: poll again later. Never "expired".
+    ResultUnavailable(String),
+    /// The job finished but its output is no longer kept: the provider's documented retention
+    /// passed, or the provider says it removed the data (Replicate's `data_removed`).
     Expired,
 }
 
@@ -109,7 +121,11 @@ pub enum CallError {
     /// `config` marks refusals caused by tally's own configuration (401/403).
     #[error("rejected: {message}")]
     Rejected { message: String, config: bool },
-    /// The provider said "not now" (429, 503 with Retry-After): retry after the hint.
+    /// The provider said "not now" (429 rate limit, 503 with Retry-After, 408, 409): it did not
+    /// take the request, so the engine waits `after` (the whole wait the answer's headers ask
+    /// for, see `http::client::not_now_wait`) and sends again with the same idempotency key,
+    /// without counting an attempt. An account out of credit is never this (it is
+    /// `Rejected { config: true }`).
     #[error("provider asked to retry after {after:?}: {message}")]
     RetryAfter { after: Duration, message: String },
     /// Sent, but the outcome cannot be proven (timeout after connecting, reset mid-answer,
