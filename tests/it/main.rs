@@ -28,6 +28,7 @@ mod pg_nodes;
 mod powerloss;
 mod providers_daemon;
 mod providers_fal;
+mod providers_fidelity;
 mod providers_hostile;
 mod providers_http;
 mod providers_replicate;

@@ -403,8 +403,9 @@ impl Replicate {
             "canceled" => {
                 let logs = p.logs.as_deref().and_then(logs_tail).map(|t| format!("; its last log lines: {t}"));
                 Ok(JobState::Canceled(self.http.redact(&format!(
-                    "prediction {} was canceled at Replicate, which bills the time a prediction ran before it was \
-                     canceled{}",
+                    "prediction {} was canceled at Replicate (by someone with access to the account, or because it \
+                     passed its deadline), not by tally; Replicate bills the compute time a prediction used before it \
+                     was canceled{}",
                     p.id,
                     logs.unwrap_or_default()
                 ))))
