@@ -348,7 +348,7 @@ async fn create(
             }
             let will_succeed = job.error.is_none();
             let body = json!({"request_id": request_id(), "output": {"task_id": id, "task_status": "PENDING"}});
-            Answer { status: StatusCode::OK, body, retry_after: None, charged: will_succeed, job_id: Some(id) }
+            Answer { charged: will_succeed, job_id: Some(id), ..Answer::ok(body) }
         }),
     )
     .await

@@ -92,9 +92,21 @@ pub enum JobState {
     /// Queued or rendering at the provider.
     Running,
     Done(Image),
-    /// The provider says the job failed (a definite answer).
+    /// The provider says the job failed (a definite answer). Whether it billed the job is its
+    /// rule, which tally cannot see (possibly charged).
     Failed(String),
-    /// The job finished but its output is no longer downloadable.
+    /// The provider says the job failed, and documents that such a failure is not billed
+    /// (fal: a request that ends in a server error; DashScope: any failed task). Not charged.
+    FailedNotCharged(String),
+    /// The job was canceled at the provider (not by tally) before it finished. Providers that
+    /// bill by run time (Replicate) bill the time it ran: possibly charged.
+    Canceled(String),
+    /// The job finished (and was probably charged) but its result could not be fetched yet
+    /// (its file host answered 404 or 5xx, the connection failed), while the provider's
+    /// documented retention has not passed: poll again later. Never "expired".
+    ResultUnavailable(String),
+    /// The job finished but its output is no longer kept: the provider's documented retention
+    /// passed, or the provider says it removed the data (Replicate's `data_removed`).
     Expired,
 }
 
@@ -109,7 +121,11 @@ pub enum CallError {
     /// `config` marks refusals caused by tally's own configuration (401/403).
     #[error("rejected: {message}")]
     Rejected { message: String, config: bool },
-    /// The provider said "not now" (429, 503 with Retry-After): retry after the hint.
+    /// The provider said "not now" (429 rate limit, 503 with Retry-After, 408, 409): it did not
+    /// take the request, so the engine waits `after` (the whole wait the answer's headers ask
+    /// for, see `http::client::not_now_wait`) and sends again with the same idempotency key,
+    /// without counting an attempt. An account out of credit is never this (it is
+    /// `Rejected { config: true }`).
     #[error("provider asked to retry after {after:?}: {message}")]
     RetryAfter { after: Duration, message: String },
     /// Sent, but the outcome cannot be proven (timeout after connecting, reset mid-answer,
@@ -136,14 +152,6 @@ pub trait Provider: Send + Sync + 'static {
     /// How long to wait between polls of an accepted job.
     fn poll_interval(&self) -> Duration {
         Duration::from_millis(1000)
-    }
-
-    /// Whether a job the provider reports as failed ([`JobState::Failed`]) may have been
-    /// billed. By default yes (tally cannot see the provider's rule); an adapter whose
-    /// provider documents that only successful results are billed (DashScope) says `false`,
-    /// and such a failure is recorded as not charged.
-    fn bills_failed_jobs(&self) -> bool {
-        true
     }
 
     /// Whether a create whose answer was lost can be searched for (a listing of recent jobs).
@@ -216,10 +224,6 @@ impl Provider for WithBillingNote {
 
     fn poll_interval(&self) -> Duration {
         self.inner.poll_interval()
-    }
-
-    fn bills_failed_jobs(&self) -> bool {
-        self.inner.bills_failed_jobs()
     }
 
     fn finds_lost_creates(&self) -> bool {

@@ -19,7 +19,7 @@ async fn a_task_is_created_polled_and_charged_once() {
     let p = h.provider(ProviderKind::Dashscope);
     assert!(p.capabilities().lookup && !p.capabilities().idempotent_create);
     assert!(p.finds_lost_creates(), "the batch task query can find a lost create");
-    assert!(!p.bills_failed_jobs(), "DashScope bills successful images only");
+
     let job = accepted(p.submit(&request("blue kettle")).await.unwrap());
     match poll_until_settled(p.as_ref(), &job).await {
         JobState::Done(img) => assert_png(&img),
@@ -67,8 +67,8 @@ async fn a_failed_task_is_failed_and_not_charged() {
     let p = h.provider(ProviderKind::Dashscope);
     let job = accepted(p.submit(&request("doomed")).await.unwrap());
     match poll_until_settled(p.as_ref(), &job).await {
-        JobState::Failed(why) => {
-            assert!(why.contains("DataInspectionFailed") && why.contains("not charged"), "{why}")
+        JobState::FailedNotCharged(why) => {
+            assert!(why.contains("DataInspectionFailed") && why.contains("bills only successful"), "{why}")
         }
         other => panic!("{other:?}"),
     }
@@ -233,4 +233,32 @@ async fn the_task_query_is_rate_limited_and_paged() {
         }
     }
     assert!(throttled > 0, "no query was throttled");
+}
+
+/// Defect 1 for DashScope: a result download that fails (404 from the file host) within the
+/// 24-hour retention is tried again, and never called "expired".
+#[tokio::test]
+async fn a_missing_result_within_the_retention_is_not_expired() {
+    let h = Harness::start().await;
+    let p = h.provider(ProviderKind::Dashscope);
+    let job = accepted(p.submit(&request("slow cdn")).await.unwrap());
+    tokio::time::sleep(std::time::Duration::from_millis(120)).await;
+    // Two failing downloads: retried within one poll, then the image.
+    h.behave(json!({"result_fetch_failures": 2, "result_fetch_status": 404})).await;
+    assert!(matches!(poll_until_settled(p.as_ref(), &job).await, JobState::Done(_)));
+    // Many: the poll reports the result unavailable (try later), not expired.
+    h.behave(json!({"result_fetch_failures": 1000, "result_fetch_status": 503})).await;
+    match p.poll(&job).await.unwrap() {
+        JobState::ResultUnavailable(why) => assert!(why.contains("24 hours"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn an_account_out_of_credit_is_a_configuration_refusal() {
+    let h = Harness::start().await;
+    h.behave(json!({"out_of_credit": true})).await;
+    let err = h.provider(ProviderKind::Dashscope).submit(&request("no credit")).await.unwrap_err();
+    assert!(matches!(&err, CallError::Rejected { config: true, message } if message.contains("Arrearage")), "{err:?}");
+    assert_eq!(h.charged(), 0);
 }

@@ -9,10 +9,11 @@
 //!   "W*H", n: 1, …}}`. DashScope answers `output.task_id` with `task_status: PENDING`
 //!   before any work; the id is the job handle, persisted at `accepted`.
 //! - Poll: `GET {base_url}/api/v1/tasks/{task_id}`: `PENDING`/`RUNNING` (running),
-//!   `SUCCEEDED` (`output.results[].url`, downloaded at once: results and task data are
-//!   kept 24 hours), `FAILED`/`CANCELED` (failed; DashScope bills only successful images, so
-//!   [`Provider::bills_failed_jobs`] is false), `UNKNOWN` (the task id is not known, or its
-//!   data was deleted after the 24 hours: nothing can be proven).
+//!   `SUCCEEDED` (`output.results[].url`, downloaded at once and retried within the 24 hours
+//!   results and task data are kept: "expired" only after them), `FAILED`/`CANCELED`
+//!   ([`JobState::FailedNotCharged`]: DashScope bills only successful images), `UNKNOWN`
+//!   (the task id is not known, or its data was deleted after the 24 hours: nothing can be
+//!   proven).
 //! - Find a lost create: the documented batch task query `GET {base_url}/api/v1/tasks` with
 //!   `start_time`/`end_time` (`YYYYMMDDhhmmss`), `model_name`, `page_no`, `page_size`. The
 //!   listing shows no prompt, so a task is matched by model and creation time (`gmt_create`,
@@ -30,13 +31,13 @@
 //!   text-to-image model refuses them before anything is sent. `params.n` other than 1 is
 //!   refused before sending too (a task stores one image).
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use reqwest::Method;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::client::{AuthScheme, Download, HttpClient};
+use super::client::{AuthScheme, HttpClient, ResultFetch, Retention, now_ms};
 use super::{data_uri, parse_size};
 use crate::config::ProviderConfig;
 use crate::providers::{BoxFuture, CallError, CallRequest, Capabilities, JobHandle, JobState, Provider, Submitted};
@@ -46,7 +47,14 @@ use crate::providers::{BoxFuture, CallError, CallRequest, Capabilities, JobHandl
 pub const DEFAULT_BASE_URL: &str = "https://dashscope-intl.aliyuncs.com";
 
 /// How long DashScope keeps a task's data and its result images.
-pub const RETENTION: Duration = Duration::from_secs(24 * 3600);
+pub const RETENTION: Retention = Retention {
+    keep: Duration::from_secs(24 * 3600),
+    words: "DashScope keeps a task and its result images for 24 hours",
+};
+
+/// How long one poll keeps trying to download a succeeded task's image before it reports
+/// `ResultUnavailable` (the worker then polls again, with backoff).
+const DOWNLOAD_BUDGET: Duration = Duration::from_secs(8);
 
 /// Tolerated clock difference between tally and the provider around the calling time.
 const CLOCK_SKEW: Duration = Duration::from_secs(60);
@@ -159,10 +167,6 @@ fn rejected(message: String) -> CallError {
     CallError::Rejected { message: format!("{message}; nothing was sent"), config: false }
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
-}
-
 /// `YYYYMMDDhhmmss` of `ms` (since the epoch) in the zone `offset` east of UTC.
 pub fn query_time(ms: i64, offset: Duration) -> String {
     let t = UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64) + offset;
@@ -189,7 +193,8 @@ fn error_code(message: &str) -> Option<&str> {
     (!code.is_empty() && code.chars().all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '_')).then_some(code)
 }
 
-/// Re-read a classified error by DashScope's documented codes.
+/// Re-read a classified error by DashScope's documented codes: content inspection is a
+/// refusal of the request, a bad key or an unknown model is tally's configuration.
 fn reclassify(e: CallError) -> CallError {
     let code = match &e {
         CallError::Rejected { message, .. } | CallError::RetryAfter { message, .. } => error_code(message),
@@ -200,15 +205,7 @@ fn reclassify(e: CallError) -> CallError {
         CallError::Rejected { message, .. } | CallError::RetryAfter { message, .. } => message.clone(),
         _ => return e,
     };
-    if code.starts_with("Arrearage") {
-        return CallError::Rejected {
-            message: format!(
-                "{message} (the Alibaba Cloud account is out of credit or overdue: no request can succeed until \
-                 credit is added; nothing was charged)"
-            ),
-            config: true,
-        };
-    }
+    // `Arrearage` (out of credit) is read by the shared classification (`is_out_of_credit`).
     if code == "DataInspectionFailed" || code.starts_with("DataInspection") {
         return CallError::Rejected {
             message: format!("{message} (DashScope's content inspection refused the prompt or an input image)"),
@@ -342,22 +339,24 @@ impl Dashscope {
         self.http.send_json(rb).await.map_err(reclassify)
     }
 
-    /// Download a succeeded task's image; within the 24-hour retention a missing file is
-    /// asked for again (the next poll), after it the image has expired.
+    /// Download a succeeded task's image, retried within the 24-hour retention; only after it
+    /// is a missing image expired.
     async fn download(&self, id: &str, url: &str, end_ms: Option<i64>) -> Result<JobState, CallError> {
-        let past_retention = end_ms.is_some_and(|t| now_ms() - t > RETENTION.as_millis() as i64);
-        match self.http.download(url).await {
-            Ok(Download::Image(image)) => Ok(JobState::Done(image)),
-            Ok(Download::Gone) if past_retention => Ok(JobState::Expired),
-            Ok(Download::Gone) => Err(CallError::Ambiguous(format!(
-                "task {id} succeeded, but its image answered 404/410 within DashScope's 24-hour retention; asking again"
+        let past_retention = end_ms.is_some_and(|t| RETENTION.passed(t, now_ms()));
+        match self.http.download_retrying(url, DOWNLOAD_BUDGET).await {
+            ResultFetch::Image(image) => Ok(JobState::Done(image)),
+            ResultFetch::NotYet { .. } if past_retention => Ok(JobState::Expired),
+            ResultFetch::NotYet { tries, last, .. } => Ok(JobState::ResultUnavailable(format!(
+                "task {id} succeeded, but its image could not be downloaded yet ({tries} tries; the last: {last}); {}, \
+                 so tally tries again",
+                RETENTION.words
             ))),
             // An expired signed result URL answers 403 at Alibaba Cloud OSS.
-            Err(CallError::Rejected { .. }) if past_retention => Ok(JobState::Expired),
-            Err(CallError::Rejected { message, .. }) => Err(CallError::Unusable(format!(
+            ResultFetch::Failed(CallError::Rejected { .. }) if past_retention => Ok(JobState::Expired),
+            ResultFetch::Failed(CallError::Rejected { message, .. }) => Err(CallError::Unusable(format!(
                 "task {id} succeeded (charged) but its image could not be downloaded: {message}"
             ))),
-            Err(e) => Err(e),
+            ResultFetch::Failed(e) => Err(e),
         }
     }
 
@@ -413,10 +412,6 @@ impl Provider for Dashscope {
         self.poll_interval
     }
 
-    fn bills_failed_jobs(&self) -> bool {
-        false
-    }
-
     fn preflight<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<(), CallError>> {
         Box::pin(async move {
             self.http.check_key()?;
@@ -463,21 +458,22 @@ impl Provider for Dashscope {
                     let first = out.results.first();
                     let detail = first.map(|r| why(&r.code, &r.message)).filter(|d| !d.is_empty());
                     let count = answer.usage.get("image_count").and_then(Value::as_u64).unwrap_or(0);
-                    Ok(JobState::Failed(self.http.redact(&format!(
+                    Ok(JobState::FailedNotCharged(self.http.redact(&format!(
                         "task {id} finished without an image ({}; {count} image(s) billed)",
                         detail.unwrap_or_else(|| "no result URL".into())
                     ))))
                 }
                 "FAILED" => {
                     let detail = why(&out.code, &out.message);
-                    Ok(JobState::Failed(self.http.redact(&format!(
-                        "{} (DashScope bills only successful images: not charged)",
+                    Ok(JobState::FailedNotCharged(self.http.redact(&format!(
+                        "{} (DashScope bills only successful images)",
                         if detail.is_empty() { "task failed".into() } else { detail }
                     ))))
                 }
-                "CANCELED" => {
-                    Ok(JobState::Failed(format!("task {id} was canceled at the provider before it ran (not charged)")))
-                }
+                // DashScope cancels only tasks still PENDING: nothing ran, nothing is billed.
+                "CANCELED" => Ok(JobState::FailedNotCharged(format!(
+                    "task {id} was canceled at the provider (not by tally) before it ran"
+                ))),
                 "UNKNOWN" => Err(CallError::Rejected {
                     message: format!(
                         "DashScope reports task {id} as UNKNOWN: it does not know the id, or deleted the task's data \
@@ -552,12 +548,24 @@ mod tests {
 
     #[test]
     fn documented_codes_are_classified() {
+        // The shared classification of an answer with DashScope's `{code, message}` body.
         let r = |status: u16, m: &str| {
-            super::super::client::classify_status(reqwest::StatusCode::from_u16(status).unwrap(), None, m)
+            let (code, message) = m.split_once(": ").unwrap();
+            let body = json!({"request_id": "r", "code": code, "message": message}).to_string();
+            super::super::client::classify_answer(
+                reqwest::StatusCode::from_u16(status).unwrap(),
+                &reqwest::header::HeaderMap::new(),
+                body.as_bytes(),
+                m,
+                std::time::SystemTime::now(),
+            )
         };
         assert_eq!(error_code("HTTP 400: Arrearage: Access denied"), Some("Arrearage"));
         assert_eq!(error_code("HTTP 400"), None);
-        assert!(matches!(reclassify(r(400, "Arrearage: Access denied")), CallError::Rejected { config: true, .. }));
+        assert!(matches!(
+            reclassify(r(400, "Arrearage: Access denied")),
+            CallError::Rejected { config: true, message } if message.contains("out of credit")
+        ));
         assert!(matches!(
             reclassify(r(400, "DataInspectionFailed: Input data may contain inappropriate content.")),
             CallError::Rejected { config: false, message } if message.contains("content inspection")
