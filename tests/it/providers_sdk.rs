@@ -1,4 +1,4 @@
-//! Contract tests with the official SDKs: the pinned `openai`, `replicate` and `fal-client`
+//! Contract tests with the official SDKs: the pinned `openai`, `replicate`, `fal-client` and `dashscope`
 //! Python packages (`tests/sdk/requirements.txt`, installed into `target/sdk-venv` by
 //! `scripts/install-sdk-venv.sh`, which `scripts/test.sh` runs first) drive a real
 //! `tally mock-provider` process through create, poll/status, result, list, cancel and edits

@@ -55,7 +55,7 @@ def reset():
     behave(**{k: None for k in (
         "latency_ms", "fail_status", "reject_status", "retry_after_s", "drop_response", "drop_on",
         "job_duration_ms", "result_ttl_s", "honor_idempotency_key", "unknown_inputs", "retired_models",
-        "job_error", "error_echoes_key", "openai_url_answers")})
+        "job_error", "error_echoes_key", "openai_url_answers", "error_code", "out_of_credit")})
     behave(job_duration_ms=150)
 
 
@@ -365,6 +365,108 @@ def _():
         assert e.status_code == 500, e.status_code
     else:
         raise AssertionError("a failed request's result was served")
+
+
+# ---------------------------------------------------------------- DashScope (dashscope)
+import dashscope  # noqa: E402
+from dashscope import ImageSynthesis  # noqa: E402
+
+# The SDK reads its base URL at call time (env DASHSCOPE_HTTP_BASE_URL sets it at import).
+dashscope.base_http_api_url = BASE + "/dashscope/api/v1"
+dashscope.api_key = "sk-test-dashscope"
+DS_MODEL = "wan2.2-t2i-flash"
+
+
+def cst_stamp(t):
+    """YYYYMMDDhhmmss in China Standard Time, the mock's reading of the listing filters."""
+    return time.strftime("%Y%m%d%H%M%S", time.gmtime(t + 8 * 3600))
+
+
+@check("dashscope ImageSynthesis.async_call → PENDING task id; fetch parses; wait → SUCCEEDED; image downloads")
+def _():
+    reset()
+    behave(job_duration_ms=600)
+    rsp = ImageSynthesis.async_call(model=DS_MODEL, prompt="ds async", n=1, size="1024*1024")
+    assert rsp.status_code == 200, rsp
+    assert rsp.output.task_id and rsp.output.task_status == "PENDING", rsp.output
+    early = ImageSynthesis.fetch(rsp)
+    assert early.status_code == 200 and early.output.task_status in ("PENDING", "RUNNING"), early
+    done = ImageSynthesis.wait(rsp)
+    assert done.status_code == 200 and done.output.task_status == "SUCCEEDED", done
+    assert done.usage.image_count == 1, done.usage
+    result = done.output.results[0]
+    assert result.orig_prompt == "ds async" and result.url, result
+    is_png(httpx.get(result.url).content)
+    assert charged("ds async") == 1
+
+
+@check("dashscope ImageSynthesis.call (async create + wait) on the image2image service with images")
+def _():
+    reset()
+    rsp = ImageSynthesis.call(model="wan2.5-i2i-preview", prompt="ds edit", images=[DATA_URI, DATA_URI])
+    assert rsp.status_code == 200 and rsp.output.task_status == "SUCCEEDED", rsp
+    line = [l for l in ledger() if l.get("prompt") == "ds edit"]
+    assert line and line[0]["reference_images"] == 2 and "image-synthesis" in line[0]["endpoint"], line
+
+
+@check("dashscope ImageSynthesis.list: start_time/end_time/model_name/status filters and paging")
+def _():
+    reset()
+    behave(job_duration_ms=0)
+    before = time.time() - 5
+    ids = [ImageSynthesis.async_call(model=DS_MODEL, prompt=f"ds list {i}").output.task_id for i in range(3)]
+    after = time.time() + 5
+    got = ImageSynthesis.list(start_time=cst_stamp(before), end_time=cst_stamp(after), model_name=DS_MODEL,
+                              status="SUCCEEDED", page_no=1, page_size=2)
+    assert got.status_code == 200, got
+    out = got.output
+    assert out["total"] >= 3 and out["page_size"] == 2 and out["total_page"] >= 2, out
+    assert out["data"][0]["task_id"] == ids[2] and isinstance(out["data"][0]["gmt_create"], int), out["data"][0]
+    page2 = ImageSynthesis.list(start_time=cst_stamp(before), end_time=cst_stamp(after), model_name=DS_MODEL,
+                                page_no=2, page_size=2)
+    assert ids[0] in [t["task_id"] for t in page2.output["data"]], page2.output
+    none = ImageSynthesis.list(model_name="qwen-image", start_time=cst_stamp(before), end_time=cst_stamp(after))
+    assert none.output["data"] == [] and none.output["total"] == 0, none.output
+    later = ImageSynthesis.list(start_time=cst_stamp(after + 60), end_time=cst_stamp(after + 120))
+    assert later.output["total"] == 0, later.output
+
+
+@check("dashscope ImageSynthesis.cancel of a PENDING task → CANCELED; of a finished one → UnsupportedOperation")
+def _():
+    reset()
+    behave(job_duration_ms=60000)
+    rsp = ImageSynthesis.async_call(model=DS_MODEL, prompt="ds cancel")
+    c = ImageSynthesis.cancel(rsp)
+    assert c.status_code == 200, c
+    assert ImageSynthesis.fetch(rsp).output.task_status == "CANCELED"
+    again = ImageSynthesis.cancel(rsp)
+    assert again.status_code == 400 and again.code == "UnsupportedOperation", again
+
+
+@check("dashscope: a FAILED task carries code/message and is not charged; an unknown id is UNKNOWN")
+def _():
+    reset()
+    behave(job_duration_ms=0, job_error="DataInspectionFailed: Output data may contain inappropriate content.")
+    rsp = ImageSynthesis.async_call(model=DS_MODEL, prompt="ds failed")
+    done = ImageSynthesis.wait(rsp)
+    assert done.output.task_status == "FAILED" and done.output.code == "DataInspectionFailed", done.output
+    assert charged("ds failed") == 0, "only successful images are billed"
+    unknown = ImageSynthesis.fetch("00000000-0000-0000-0000-000000000000")
+    assert unknown.status_code == 200 and unknown.output.task_status == "UNKNOWN", unknown
+
+
+@check("dashscope: errors in the SDK's code/message (InvalidParameter, Throttling, Arrearage, DataInspectionFailed)")
+def _():
+    for patch, status, code in (({}, 400, "InvalidParameter"),
+                                ({"retry_after_s": 2}, 429, "Throttling.RateQuota"),
+                                ({"out_of_credit": True}, 400, "Arrearage"),
+                                ({"reject_status": 400, "error_code": "DataInspectionFailed"}, 400, "DataInspectionFailed")):
+        reset()
+        behave(**patch)
+        model = "no-such-model" if not patch else DS_MODEL
+        rsp = ImageSynthesis.async_call(model=model, prompt="ds err")
+        assert rsp.status_code == status and rsp.code == code, (patch, rsp)
+    assert charged("ds err") == 0
 
 
 reset()
