@@ -146,3 +146,23 @@ fn non_loopback_listen_needs_confirmation() {
     let ok = "[server]\nlisten = \"0.0.0.0:7700\"\nallow_non_loopback = true\n";
     assert!(Config::from_toml(ok, "t").is_ok());
 }
+
+#[test]
+fn dashscope_defaults_to_the_international_endpoint_and_its_key_variable() {
+    let c =
+        Config::from_toml("[[providers]]\nname = \"wan\"\nkind = \"dashscope\"\nmodel = \"wan2.2-t2i-flash\"\n", "t")
+            .unwrap();
+    let p = &c.providers[0];
+    assert_eq!(p.kind, ProviderKind::Dashscope);
+    assert_eq!(p.base_url.as_deref(), Some("https://dashscope-intl.aliyuncs.com"));
+    assert_eq!(p.api_key_env.as_deref(), Some("DASHSCOPE_API_KEY"));
+    let mainland = "[[providers]]\nname = \"wan\"\nkind = \"dashscope\"\nmodel = \"qwen-image\"\n\
+                    base_url = \"https://dashscope.aliyuncs.com\"\napi_key_env = \"DS_KEY\"\n";
+    let c = Config::from_toml(mainland, "t").unwrap();
+    assert_eq!(c.providers[0].base_url.as_deref(), Some("https://dashscope.aliyuncs.com"));
+    assert_eq!(c.providers[0].api_key_env.as_deref(), Some("DS_KEY"));
+    let e = Config::from_toml(&format!("{mainland}idempotency_header = \"Idempotency-Key\"\n"), "t").unwrap_err();
+    assert!(e.to_string().contains("dashscope.aliyuncs.com"), "{e}");
+    let e = Config::from_toml("[[providers]]\nname = \"wan\"\nkind = \"dashscope\"\n", "t").unwrap_err();
+    assert!(e.to_string().contains("providers[0].model"), "{e}");
+}
