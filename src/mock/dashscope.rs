@@ -271,10 +271,10 @@ fn check_create(group: &str, body: &Value) -> Result<(String, String, usize), An
         0
     };
     let parameters = body.get("parameters").cloned().unwrap_or(json!({}));
-    if let Some(n) = parameters.get("n") {
-        if !n.as_u64().is_some_and(|n| (1..=4).contains(&n)) {
-            return Err(invalid("parameters.n must be an integer from 1 to 4"));
-        }
+    if let Some(n) = parameters.get("n")
+        && !n.as_u64().is_some_and(|n| (1..=4).contains(&n))
+    {
+        return Err(invalid("parameters.n must be an integer from 1 to 4"));
     }
     if let Some(size) = parameters.get("size") {
         let ok = size.as_str().and_then(|s| s.split_once('*')).is_some_and(|(w, h)| {

@@ -122,7 +122,8 @@ async fn several_tasks_with_the_same_prompt_prove_nothing() {
 async fn documented_error_codes_are_classified() {
     let h = Harness::start().await;
     let p = h.provider(ProviderKind::Dashscope);
-    let cases: [(Value, fn(&CallError) -> bool); 5] = [
+    type Want = fn(&CallError) -> bool;
+    let cases: [(Value, Want); 5] = [
         (
             json!({"reject_status": 400, "error_code": "Arrearage"}),
             |e| matches!(e, CallError::Rejected { config: true, message } if message.contains("out of credit")),
