@@ -334,7 +334,7 @@ impl Run<'_> {
     /// After a first call: count it for the circuit breaker (record the pause in the store
     /// when it opens), and during a slow start tell the store how the provider answered.
     async fn after_call(&self, result: &Result<Submitted, CallError>) {
-        let failed = matches!(result, Err(e) if !matches!(e, CallError::Rejected { .. }));
+        let failed = matches!(result, Err(e) if !matches!(e, CallError::Rejected { .. } | CallError::Blocked(_)));
         let store = &self.shared.store;
         if let Some(until) = self.shared.breaker_record(self.entry, !failed)
             && let Err(e) = store.pause_provider(self.entry.name.clone(), until).await
@@ -423,6 +423,7 @@ impl Run<'_> {
                 self.recover_call(calling_at, references, format!("the provider's answer could not be used: {m}")).await
             }
             CallError::Unusable(m) => Next::Settle(unusable(&m)),
+            CallError::Blocked(m) => Next::Settle(blocked(&m)),
         })
     }
 
@@ -454,6 +455,7 @@ impl Run<'_> {
                         });
                     }
                     Err(CallError::Unusable(m)) => return Next::Settle(unusable(&m)),
+                    Err(CallError::Blocked(m)) => return Next::Settle(blocked(&m)),
                     Err(e) => tracing::info!(error = %e, "replay with the same idempotency key did not answer yet"),
                 }
                 if self.now() >= deadline {
@@ -492,7 +494,12 @@ impl Run<'_> {
     /// Poll an accepted job until it settles, the recovery deadline passes, or the run stops.
     async fn poll(&self, handle: &JobHandle, calling_at: Millis) -> Next {
         let job = handle.id.as_str();
-        let deadline = self.deadline(calling_at);
+        // A provider whose jobs may take longer than the recovery deadline (a Gemini batch)
+        // says so; it is polled that long.
+        let deadline = match self.entry.provider.job_deadline() {
+            Some(d) => self.deadline(calling_at).max(calling_at + Shared::ms(d)),
+            None => self.deadline(calling_at),
+        };
         let interval = self.entry.provider.poll_interval();
         loop {
             if self.should_stop() {
@@ -510,6 +517,13 @@ impl Run<'_> {
                         charge: Charge::Possible,
                     });
                 }
+                Ok(JobState::Refused(m)) => {
+                    return Next::Settle(Finish::Failed {
+                        kind: FailureKind::Rejected,
+                        reason: format!("the provider refused job {job}: {m}"),
+                        charge: Charge::Refused,
+                    });
+                }
                 Ok(JobState::Expired) => {
                     return Next::Settle(Finish::Failed {
                         kind: FailureKind::Expired,
@@ -523,6 +537,7 @@ impl Run<'_> {
                     });
                 }
                 Err(CallError::Unusable(m)) => return Next::Settle(unusable(&m)),
+                Err(CallError::Blocked(m)) => return Next::Settle(blocked(&m)),
                 Err(e) => tracing::info!(error = %e, "poll did not answer; polling again"),
             }
             if self.now() >= deadline {
@@ -634,8 +649,19 @@ fn unusable(message: &str) -> Finish {
     }
 }
 
+/// The provider answered but its safety filter declined to make the image: a definite
+/// refusal, not retried, which the provider may still bill (see [`CallError::Blocked`]).
+fn blocked(message: &str) -> Finish {
+    Finish::Failed {
+        kind: FailureKind::Rejected,
+        reason: format!("the provider declined to make this image: {message}"),
+        charge: Charge::Possible,
+    }
+}
+
 fn outcome_label(e: &CallError) -> &'static str {
     match e {
+        CallError::Blocked(_) => "blocked",
         CallError::Unusable(_) => "unusable",
         CallError::NotSent(_) => "not_sent",
         CallError::Rejected { .. } => "rejected",

@@ -85,6 +85,8 @@ pub struct Behavior {
     /// OpenAI-style answers carry `data[0].url` instead of `b64_json`, as many
     /// OpenAI-compatible gateways answer.
     pub openai_url_answers: bool,
+    /// Gemini and BFL moderation: `"prompt"` blocks the prompt, `"output"` the image.
+    pub moderation: Option<String>,
 }
 
 impl Default for Behavior {
@@ -104,6 +106,7 @@ impl Default for Behavior {
             job_error: None,
             error_echoes_key: false,
             openai_url_answers: false,
+            moderation: None,
         }
     }
 }
@@ -122,6 +125,9 @@ impl Behavior {
         }
         if self.latency_ms > 600_000 || self.job_duration_ms > 3_600_000 {
             return Err("latency_ms and job_duration_ms must be at most 600000 and 3600000".into());
+        }
+        if let Some(m) = self.moderation.as_deref().filter(|m| !matches!(*m, "prompt" | "output")) {
+            return Err(format!("moderation `{m}` must be \"prompt\" or \"output\""));
         }
         if !matches!(self.unknown_inputs.as_str(), "strip" | "reject") {
             return Err(format!("unknown_inputs `{}` must be \"strip\" or \"reject\"", self.unknown_inputs));
@@ -179,6 +185,7 @@ impl Behavior {
                 "job_error" => next.job_error = if null { start.job_error.clone() } else { Some(text()?) },
                 "error_echoes_key" => next.error_echoes_key = if null { start.error_echoes_key } else { flag()? },
                 "openai_url_answers" => next.openai_url_answers = if null { start.openai_url_answers } else { flag()? },
+                "moderation" => next.moderation = if null { start.moderation.clone() } else { Some(text()?) },
                 other => return Err(format!("unknown field `{other}`")),
             }
         }

@@ -45,7 +45,11 @@ impl ApiRequest {
             idempotency_key: text("idempotency-key"),
             job_id: None,
             reference_images: 0,
-            authorization: text("authorization").filter(|a| !a.trim().is_empty()),
+            // Gemini's and BFL's keys come in headers of their own.
+            authorization: text("authorization")
+                .or_else(|| text("x-goog-api-key"))
+                .or_else(|| text("x-key"))
+                .filter(|a| !a.trim().is_empty()),
             base: format!("http://{}", text("host").unwrap_or_else(|| "127.0.0.1".into())),
         }
     }
@@ -146,7 +150,7 @@ pub(super) struct NewJob<'a> {
 /// Record a new charged generation; its duration, retention and failure come from `b`.
 pub(super) fn new_job(jobs: &mut Jobs, new: NewJob<'_>, b: &Behavior) -> String {
     let id = uuid::Uuid::new_v4().simple().to_string();
-    let asynchronous = new.api != Api::OpenaiImages;
+    let asynchronous = !matches!(new.api, Api::OpenaiImages | Api::Gemini);
     let job = Job {
         id: id.clone(),
         api: new.api,
