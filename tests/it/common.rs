@@ -174,6 +174,14 @@ impl Daemon {
         }
     }
 
+    /// SIGKILL the daemon (no clean stop) and reap it.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
     /// Poll a task until its status is one of `want`.
     pub fn wait_status(&self, id: &str, want: &[&str]) -> serde_json::Value {
         let path = format!("/v1/tasks/{id}");
