@@ -2,6 +2,9 @@
 //! written from the API reference (ai.google.dev/api/generate-content, /api/batch-api) and
 //! held to the official `google-genai` client by `tests/sdk/contract.py`:
 //!
+//! Every route answers under both API versions, `v1beta` (the batch docs' and tally's) and
+//! `v1` (google-genai 3.3.0's default); another version is 404.
+//!
 //! - `POST /gemini/v1beta/models/{model}:generateContent`: synchronous; the image in
 //!   `candidates[0].content.parts[].inlineData{mimeType,data}`, with `usageMetadata`. With
 //!   behaviour `moderation = "prompt"` the answer is a 200 with `promptFeedback.blockReason`
@@ -188,27 +191,37 @@ fn generate_response(model: &str, prompt: &str, wants_image: bool, moderation: O
     })
 }
 
-/// `POST /gemini/v1beta/models/{model}:{generateContent|batchGenerateContent}`.
+/// Whether `version` is an API version the Gemini API serves.
+fn known_version(version: &str) -> bool {
+    matches!(version, "v1beta" | "v1")
+}
+
+fn no_route() -> Response {
+    google_error(StatusCode::NOT_FOUND, "Method not found.").into_response()
+}
+
+/// `POST /gemini/{version}/models/{model}:{generateContent|batchGenerateContent}`.
 pub(super) async fn models(
     State(mock): State<Arc<Mock>>,
-    Path(spec): Path<String>,
+    Path((version, spec)): Path<(String, String)>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let Some((model, action)) = spec.split_once(':') else {
-        return google_error(StatusCode::NOT_FOUND, "Method not found.").into_response();
-    };
+    if !known_version(&version) {
+        return no_route();
+    }
+    let Some((model, action)) = spec.split_once(':') else { return no_route() };
     let model = model.to_string();
     let batch = match action {
         "generateContent" => false,
         "batchGenerateContent" => true,
-        _ => return google_error(StatusCode::NOT_FOUND, "Method not found.").into_response(),
+        _ => return no_route(),
     };
     let input: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let (api, endpoint) = if batch {
-        (Api::GeminiBatch, "POST /gemini/v1beta/models/{model}:batchGenerateContent")
+        (Api::GeminiBatch, "POST /gemini/{version}/models/{model}:batchGenerateContent")
     } else {
-        (Api::Gemini, "POST /gemini/v1beta/models/{model}:generateContent")
+        (Api::Gemini, "POST /gemini/{version}/models/{model}:generateContent")
     };
     let mut req = ApiRequest::new(api, endpoint, Scope::Create, &headers);
     // For the ledger: the (first) request's prompt and its images.
@@ -344,9 +357,16 @@ fn operation(job: &Job) -> Value {
     op
 }
 
-/// `GET /gemini/v1beta/batches/{id}`.
-pub(super) async fn get(State(mock): State<Arc<Mock>>, Path(id): Path<String>, headers: HeaderMap) -> Response {
-    let mut req = ApiRequest::new(Api::GeminiBatch, "GET /gemini/v1beta/batches/{id}", Scope::Poll, &headers);
+/// `GET /gemini/{version}/batches/{id}`.
+pub(super) async fn get(
+    State(mock): State<Arc<Mock>>,
+    Path((version, id)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    if !known_version(&version) {
+        return no_route();
+    }
+    let mut req = ApiRequest::new(Api::GeminiBatch, "GET /gemini/{version}/batches/{id}", Scope::Poll, &headers);
     req.job_id = Some(id.clone());
     serve(
         mock,
@@ -367,9 +387,17 @@ pub(super) struct ListQuery {
     page_token: Option<String>,
 }
 
-/// `GET /gemini/v1beta/batches`: newest first, `pageSize` (default 50, at most 1000) per page.
-pub(super) async fn list(State(mock): State<Arc<Mock>>, Query(q): Query<ListQuery>, headers: HeaderMap) -> Response {
-    let req = ApiRequest::new(Api::GeminiBatch, "GET /gemini/v1beta/batches", Scope::List, &headers);
+/// `GET /gemini/{version}/batches`: newest first, `pageSize` (default 50, at most 1000) per page.
+pub(super) async fn list(
+    State(mock): State<Arc<Mock>>,
+    Path(version): Path<String>,
+    Query(q): Query<ListQuery>,
+    headers: HeaderMap,
+) -> Response {
+    if !known_version(&version) {
+        return no_route();
+    }
+    let req = ApiRequest::new(Api::GeminiBatch, "GET /gemini/{version}/batches", Scope::List, &headers);
     serve(
         mock,
         req,

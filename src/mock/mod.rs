@@ -12,8 +12,8 @@
 //! Routes: `/v1/images/{generations,edits}` (OpenAI); `/v1/models/{owner}/{name}[/predictions
 //! |/versions/{id}]`, `/v1/predictions[/{id}[/cancel]]` (Replicate); `/fal/{app}` (submit) and
 //! `/fal/{owner}/{alias}/requests/{id}[/status|/cancel]` (fal);
-//! `/gemini/v1beta/models/{model}:{generateContent|batchGenerateContent}` and
-//! `/gemini/v1beta/batches[/{id}]` (Gemini, key in `x-goog-api-key`); `/bfl/v1/{model}`,
+//! `/gemini/{v1beta|v1}/models/{model}:{generateContent|batchGenerateContent}` and
+//! `/gemini/{v1beta|v1}/batches[/{id}]` (Gemini, key in `x-goog-api-key`); `/bfl/v1/{model}`,
 //! `/bfl/v1/get_result?id=` and `/bfl/delivery/{id}.png` (BFL, key in `x-key`; delivery
 //! URLs are signed for 10 minutes); `/files/{id}.png` (result downloads); and the control routes `/_mock/behavior` (GET, PUT) and `/_mock/ledger` (GET).
 //! Control routes and downloads are not in the ledger and need no `Authorization` header;
@@ -246,9 +246,9 @@ fn router(state: Arc<Mock>) -> Router {
         .route("/v1/predictions/{id}", get(replicate::get))
         .route("/v1/predictions/{id}/cancel", post(replicate::cancel))
         .route("/fal/{*path}", post(fal::submit).get(fal::get).put(fal::cancel))
-        .route("/gemini/v1beta/models/{spec}", post(gemini::models))
-        .route("/gemini/v1beta/batches", get(gemini::list))
-        .route("/gemini/v1beta/batches/{id}", get(gemini::get))
+        .route("/gemini/{version}/models/{spec}", post(gemini::models))
+        .route("/gemini/{version}/batches", get(gemini::list))
+        .route("/gemini/{version}/batches/{id}", get(gemini::get))
         .route("/bfl/v1/get_result", get(bfl::get_result))
         .route("/bfl/v1/{model}", post(bfl::create))
         .route("/bfl/delivery/{file}", get(bfl::delivery))

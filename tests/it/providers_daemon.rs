@@ -364,7 +364,7 @@ fn a_lost_gemini_or_bfl_create_is_found_by_listing_batches_or_unknown_without_a_
         std::thread::sleep(Duration::from_millis(300));
         assert_eq!(w.mock.count(&prompt), (1, 1), "{kind}: sent once, charged once, never resent");
         let lines = w.mock.lines();
-        let listed = lines.iter().filter(|l| l["endpoint"] == "GET /gemini/v1beta/batches").count();
+        let listed = lines.iter().filter(|l| l["endpoint"] == "GET /gemini/{version}/batches").count();
         if kind == "gembatch" {
             assert!(listed >= 1, "found by listing batches");
             assert!(w.events(&id).contains(&"accepted".to_string()));

@@ -26,7 +26,7 @@ async fn generate_content_answers_the_image_inline_with_one_charge() {
     }
     let ledger = h.ledger();
     assert_eq!(ledger.len(), 1);
-    assert_eq!(ledger[0]["endpoint"], "POST /gemini/v1beta/models/{model}:generateContent");
+    assert_eq!(ledger[0]["endpoint"], "POST /gemini/{version}/models/{model}:generateContent");
     assert_eq!(ledger[0]["api"], "gemini");
     assert_eq!(ledger[0]["prompt"], "blue teapot");
     assert_eq!(ledger[0]["reference_images"], 1, "the reference photo went as an inlineData part");
@@ -84,8 +84,8 @@ async fn a_batch_is_named_before_any_work_and_polled_to_its_inline_result() {
         other => panic!("{other:?}"),
     }
     let ledger = h.ledger();
-    assert_eq!(ledger[0]["endpoint"], "POST /gemini/v1beta/models/{model}:batchGenerateContent");
-    assert_eq!(ledger.last().unwrap()["endpoint"], "GET /gemini/v1beta/batches/{id}");
+    assert_eq!(ledger[0]["endpoint"], "POST /gemini/{version}/models/{model}:batchGenerateContent");
+    assert_eq!(ledger.last().unwrap()["endpoint"], "GET /gemini/{version}/batches/{id}");
     assert_eq!(h.charged(), 1);
     // The display name is the execution's key, so a listing can find it.
     let listed = h
@@ -118,7 +118,10 @@ async fn a_lost_batch_create_is_found_by_listing_batches_across_pages() {
     }
     let lines = h.ledger();
     assert_eq!(lines.iter().filter(|l| l["prompt"] == "lost batch" && l["charged"] == true).count(), 1, "never resent");
-    assert!(lines.iter().filter(|l| l["endpoint"] == "GET /gemini/v1beta/batches").count() >= 2, "read a second page");
+    assert!(
+        lines.iter().filter(|l| l["endpoint"] == "GET /gemini/{version}/batches").count() >= 2,
+        "read a second page"
+    );
     // A display name nobody used proves nothing.
     assert!(p.find(&request("never sent")).await.unwrap().is_none());
 }
