@@ -57,6 +57,11 @@ pub struct CallRequest {
     /// When the execution first recorded `calling` (ms since the epoch): a job found by
     /// listing must have been created after this moment.
     pub calling_at_ms: i64,
+    /// When the engine stops waiting for this call (ms since the epoch: `calling_at_ms` plus
+    /// the recovery deadline). An adapter that downloads a paid result inside `submit` (a
+    /// synchronous answer with a URL) may retry it until then, within the provider's
+    /// retention; polled jobs are retried by the engine's poll loop instead.
+    pub deadline_ms: i64,
 }
 
 /// A job an asynchronous provider accepted: its id and, where the provider returned them,
