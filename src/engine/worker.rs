@@ -346,6 +346,15 @@ impl Run<'_> {
     /// After a first call: count it for the circuit breaker (record the pause in the store
     /// when it opens), and during a slow start tell the store how the provider answered.
     async fn after_call(&self, result: &Result<Submitted, CallError>) {
+        // The provider's rate-limit headers say a quota is used up: hold its dispatch until the
+        // reset, so the next request is not a certain 429.
+        if let Some(hold) = self.entry.provider.rate_limit_hold() {
+            let until = self.now() + Shared::ms(hold);
+            self.shared.hold_provider(self.entry, until);
+            if let Err(e) = self.shared.store.pause_provider(self.entry.name.clone(), until).await {
+                tracing::warn!(error = %e, "recording the provider's rate-limit hold failed");
+            }
+        }
         // A refusal or a "not now" (paced by its own hold) is not an outage.
         let failed =
             matches!(result, Err(e) if !matches!(e, CallError::Rejected { .. } | CallError::RetryAfter { .. }));
@@ -535,6 +544,7 @@ impl Run<'_> {
         let interval = self.entry.provider.poll_interval();
         let mut unavailable: Option<String> = None;
         let mut misses = 0u32;
+        let mut not_now = Duration::ZERO;
         loop {
             if self.should_stop() {
                 return Next::Stop;
@@ -591,6 +601,10 @@ impl Run<'_> {
                     });
                 }
                 Err(CallError::Unusable(m)) => return Next::Settle(unusable(&m)),
+                Err(CallError::RetryAfter { after, message }) => {
+                    tracing::info!(wait = ?after, "the provider asked to wait before polling again: {message}");
+                    not_now = after;
+                }
                 Err(e) => tracing::info!(error = %e, "poll did not answer; polling again"),
             }
             if self.now() >= deadline {
@@ -609,7 +623,7 @@ impl Run<'_> {
                 });
             }
             let wait = if misses > 0 { self.retry_delay(misses).max(interval) } else { interval };
-            tokio::time::sleep(wait).await;
+            tokio::time::sleep(wait.max(std::mem::take(&mut not_now))).await;
         }
     }
 

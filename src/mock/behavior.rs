@@ -116,6 +116,9 @@ pub struct Behavior {
     pub job_canceled: bool,
     /// Replicate: asynchronous jobs fail with `error: null` and these `logs`.
     pub job_failure_logs: Option<String>,
+    /// Successful creates carry `x-ratelimit-remaining-requests: 0` with a reset of this many
+    /// milliseconds (the quota is used up: the next create within it would be a 429).
+    pub ratelimit_exhausted_ms: Option<u64>,
 }
 
 impl Default for Behavior {
@@ -145,6 +148,7 @@ impl Default for Behavior {
             fal_result_not_retryable: false,
             job_canceled: false,
             job_failure_logs: None,
+            ratelimit_exhausted_ms: None,
         }
     }
 }
@@ -254,6 +258,9 @@ impl Behavior {
                     next.fal_result_not_retryable = if null { start.fal_result_not_retryable } else { flag()? }
                 }
                 "job_canceled" => next.job_canceled = if null { start.job_canceled } else { flag()? },
+                "ratelimit_exhausted_ms" => {
+                    next.ratelimit_exhausted_ms = if null { start.ratelimit_exhausted_ms } else { Some(num()?) }
+                }
                 "job_failure_logs" => {
                     next.job_failure_logs = if null { start.job_failure_logs.clone() } else { Some(text()?) }
                 }

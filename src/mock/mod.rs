@@ -151,6 +151,7 @@ impl MockArgs {
             fal_result_not_retryable: d.fal_result_not_retryable,
             job_canceled: d.job_canceled,
             job_failure_logs: d.job_failure_logs,
+            ratelimit_exhausted_ms: d.ratelimit_exhausted_ms,
         }
     }
 }

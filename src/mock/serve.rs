@@ -130,7 +130,12 @@ fn decide(mock: &Mock, req: &ApiRequest, b: &Behavior, work: Work) -> Answer {
     if let Some(original) = replay_key.as_ref().and_then(|key| jobs.replays.get(key)) {
         return Answer { charged: false, ..original.clone() };
     }
-    let answer = work(&mut jobs, b, &req.base);
+    let mut answer = work(&mut jobs, b, &req.base);
+    if let Some(ms) = b.ratelimit_exhausted_ms.filter(|_| create && answer.charged) {
+        answer.headers.push(("x-ratelimit-limit-requests", "60".into()));
+        answer.headers.push(("x-ratelimit-remaining-requests", "0".into()));
+        answer.headers.push(("x-ratelimit-reset-requests", format!("{}s", ms as f64 / 1000.0)));
+    }
     if let Some(key) = replay_key.filter(|_| answer.charged) {
         jobs.replays.insert(key, answer.clone());
     }

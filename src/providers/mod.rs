@@ -159,6 +159,14 @@ pub trait Provider: Send + Sync + 'static {
         Duration::from_millis(1000)
     }
 
+    /// How long the provider's rate-limit headers on its latest answers asked that nothing new
+    /// be sent (a used-up quota until its reset); `None` when a quota remains or the adapter
+    /// does not read them. HTTP adapters return `HttpClient::rate_limit_hold`. The engine
+    /// reads it after each call and holds the provider's dispatch until then.
+    fn rate_limit_hold(&self) -> Option<Duration> {
+        None
+    }
+
     /// Whether a create whose answer was lost can be searched for (a listing of recent jobs).
     /// By default the same as `lookup`; an adapter whose jobs can be polled by id but not
     /// listed (fal) says `false`, and the engine then says so instead of searching.
@@ -232,6 +240,10 @@ impl Provider for WithBillingNote {
 
     fn finds_lost_creates(&self) -> bool {
         self.inner.finds_lost_creates()
+    }
+
+    fn rate_limit_hold(&self) -> Option<Duration> {
+        self.inner.rate_limit_hold()
     }
 
     fn preflight<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<(), CallError>> {

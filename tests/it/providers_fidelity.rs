@@ -180,6 +180,23 @@ fn a_lasting_rate_limit_waits_instead_of_failing() {
     assert_eq!(w.mock.count(&prompt), (7, 1), "six refusals, one charged success");
 }
 
+/// Defect 4: a success whose headers say the request quota is used up
+/// (`x-ratelimit-remaining-requests: 0`, reset 1.5 s) holds the provider: the next task's
+/// create waits for the reset instead of being sent into a certain 429.
+#[test]
+fn a_used_up_quota_holds_the_provider_until_its_reset() {
+    let w = world("");
+    w.mock.behave(json!({"ratelimit_exhausted_ms": 1500}));
+    let first = tag("quota first");
+    assert_eq!(w.run("openai", &first)["status"], "succeeded");
+    let second = tag("quota second");
+    let t = w.run("openai", &second);
+    assert_eq!((t["status"].as_str(), t["attempts"].as_i64()), (Some("succeeded"), Some(1)), "{t}");
+    assert_eq!(w.mock.count(&second), (1, 1), "no 429: the create waited for the reset");
+    let gap = ts(&w.lines(&second)[0]).duration_since(ts(&w.lines(&first)[0])).expect("ordered");
+    assert!(gap >= Duration::from_millis(1500), "sent {gap:?} after the used-up quota, before its reset");
+}
+
 /// Defect 4: `Retry-After` in each documented form — fractional seconds, an HTTP date,
 /// `retry-after-ms`, and only the used-up rate-limit headers — is waited out in full.
 #[test]

@@ -16,7 +16,8 @@
 //! and says what its outcome proves.
 //!
 //! Shared helpers for every adapter (use these rather than reading headers by hand):
-//! - "not now": [`retry_after_at`] (`Retry-After` as seconds, fractional seconds or an HTTP
+//! - "not now": [`HttpClient::rate_limit_hold`] (a used-up quota any answer reported; an
+//!   adapter returns it from `Provider::rate_limit_hold`), [`retry_after_at`] (`Retry-After` as seconds, fractional seconds or an HTTP
 //!   date, and `retry-after-ms`), [`rate_limit_reset`] (used-up `x-ratelimit-*` /
 //!   `ratelimit-*` quotas), [`not_now_wait`] (both), [`jittered`];
 //! - answers that mean more than their status: [`is_out_of_credit`] / [`out_of_credit`]
@@ -29,6 +30,7 @@
 //!   [`classify_answer`], the classification every error answer goes through.
 
 use std::fmt;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
@@ -75,6 +77,9 @@ pub struct HttpClient {
     api_key_env: Option<String>,
     idempotency_header: Option<HeaderName>,
     max_response_bytes: usize,
+    /// Until when the provider's rate-limit headers (on any answer, a success too) said a
+    /// quota is used up: see [`HttpClient::rate_limit_hold`].
+    paced_until: Arc<Mutex<Option<SystemTime>>>,
 }
 
 /// What a download of a result URL found.
@@ -123,7 +128,29 @@ impl HttpClient {
             api_key_env: cfg.api_key_env.clone(),
             idempotency_header,
             max_response_bytes: cfg.max_response_bytes,
+            paced_until: Arc::new(Mutex::new(None)),
         })
+    }
+
+    /// How long the provider asked, through its rate-limit headers on the latest answers
+    /// (`x-ratelimit-remaining-*: 0` with its reset, see [`rate_limit_reset`]), that no new
+    /// request be sent; `None` when a quota remains. Read by the engine after a call to hold
+    /// the provider's dispatch until the reset, so the next request is not a certain 429.
+    pub fn rate_limit_hold(&self) -> Option<Duration> {
+        let until = (*self.paced_until.lock().unwrap_or_else(|e| e.into_inner()))?;
+        until.duration_since(SystemTime::now()).ok().filter(|d| !d.is_zero())
+    }
+
+    /// Remember a used-up quota an API answer's headers report.
+    fn note_rate_limits(&self, resp: &Response) {
+        let now = SystemTime::now();
+        if let Some(reset) = rate_limit_reset(resp.headers(), now) {
+            let mut until = self.paced_until.lock().unwrap_or_else(|e| e.into_inner());
+            let at = now + reset;
+            if until.is_none_or(|u| u < at) {
+                *until = Some(at);
+            }
+        }
     }
 
     /// The base URL without a trailing slash.
@@ -213,6 +240,7 @@ impl HttpClient {
     /// Send one request and classify the outcome; only a 2xx answer comes back as `Ok`.
     pub async fn send(&self, rb: RequestBuilder) -> Result<Response, CallError> {
         let resp = rb.send().await.map_err(|e| self.transport(e))?;
+        self.note_rate_limits(&resp);
         self.check_status(resp).await
     }
 
@@ -229,6 +257,7 @@ impl HttpClient {
     /// asked for is gone (an expired result), which is a definite answer.
     pub async fn send_json_or_gone<T: DeserializeOwned>(&self, rb: RequestBuilder) -> Result<Option<T>, CallError> {
         let resp = rb.send().await.map_err(|e| self.transport(e))?;
+        self.note_rate_limits(&resp);
         if matches!(resp.status(), StatusCode::NOT_FOUND | StatusCode::GONE) {
             return Ok(None);
         }
@@ -277,7 +306,9 @@ impl HttpClient {
     /// still classified): for an adapter that reads an error answer's headers itself before
     /// classifying it with [`HttpClient::error_of`].
     pub async fn send_unchecked(&self, rb: RequestBuilder) -> Result<Response, CallError> {
-        rb.send().await.map_err(|e| self.transport(e))
+        let resp = rb.send().await.map_err(|e| self.transport(e))?;
+        self.note_rate_limits(&resp);
+        Ok(resp)
     }
 
     /// Classify a non-2xx answer ([`classify_answer`]), its message read from a bounded body

@@ -135,6 +135,10 @@ impl Provider for OpenaiImages {
         Capabilities { idempotent_create: self.http.sends_idempotency_key(), lookup: false }
     }
 
+    fn rate_limit_hold(&self) -> Option<Duration> {
+        self.http.rate_limit_hold()
+    }
+
     fn poll_interval(&self) -> Duration {
         self.poll_interval
     }
