@@ -55,13 +55,24 @@ async fn deliver(shared: &Arc<Shared>, claim: Claim) {
     // The dispatcher does not claim for a paused provider; a claim made just before the
     // circuit opened is handed back untouched (nothing sent, no attempt counted).
     if claim.phase == Phase::Claimed
-        && let Some(until) = shared.breaker_open_until(&entry, now)
+        && let Some((until, rate_limited)) = shared.breaker_open_until(&entry, now)
     {
-        let why = format!(
-            "Provider `{}` failed several times in a row; tally has paused new calls to it until {}.",
-            entry.name,
-            crate::clock::rfc3339(until)
-        );
+        let why = if rate_limited {
+            format!(
+                "Provider `{}` asked tally to wait (rate limited); new calls to it are held until {}. Nothing was \
+                 sent for this task yet.",
+                entry.name,
+                crate::clock::rfc3339(until)
+            )
+        } else {
+            format!(
+                "Provider `{}` failed several times in a row; tally has paused new calls to it until {}.",
+                entry.name,
+                crate::clock::rfc3339(until)
+            )
+        };
+        // Spread the claims handed back so they do not all return at the same instant.
+        let until = until + Shared::ms(crate::providers::http::client::jittered(Duration::ZERO, Shared::jitter()));
         let c = &claim;
         match shared.store.release_claim(c.execution_token.clone(), c.lease_token.clone(), until, why, now).await {
             Ok(()) => {
@@ -184,6 +195,7 @@ impl Run<'_> {
             idempotency_key: self.claim.idempotency_key.clone(),
             references: references.to_vec(),
             calling_at_ms: calling_at,
+            deadline_ms: self.deadline(calling_at),
         }
     }
 
@@ -334,7 +346,17 @@ impl Run<'_> {
     /// After a first call: count it for the circuit breaker (record the pause in the store
     /// when it opens), and during a slow start tell the store how the provider answered.
     async fn after_call(&self, result: &Result<Submitted, CallError>) {
-        let failed = matches!(result, Err(e) if !matches!(e, CallError::Rejected { .. } | CallError::Blocked(_)));
+        // The provider's rate-limit headers say a quota is used up: hold its dispatch until the
+        // reset, so the next request is not a certain 429.
+        if let Some(hold) = self.entry.provider.rate_limit_hold() {
+            let until = self.now() + Shared::ms(hold);
+            self.shared.hold_provider(self.entry, until);
+            if let Err(e) = self.shared.store.pause_provider(self.entry.name.clone(), until).await {
+                tracing::warn!(error = %e, "recording the provider's rate-limit hold failed");
+            }
+        }
+        // A refusal or a "not now" (paced by its own hold) is not an outage.
+        let failed = matches!(result, Err(e) if !matches!(e, CallError::Rejected { .. } | CallError::RetryAfter { .. } | CallError::Blocked(_)));
         let store = &self.shared.store;
         if let Some(until) = self.shared.breaker_record(self.entry, !failed)
             && let Err(e) = store.pause_provider(self.entry.name.clone(), until).await
@@ -398,18 +420,39 @@ impl Run<'_> {
                 reason: format!("the request never reached the provider: {m}"),
                 max_attempts,
                 charge: Charge::None,
+                counted: true,
             }),
-            CallError::RetryAfter { after, message } => Next::Settle(Finish::RetryLater {
-                due_at: self.now() + Shared::ms(after.max(self.retry_delay(attempt))),
-                kind: FailureKind::RateLimited,
-                reason: format!("the provider asked to wait {:.1} s: {message}", after.as_secs_f64()),
-                max_attempts,
-                charge: Charge::Refused,
-            }),
+            CallError::RetryAfter { after, message } => {
+                // "Not now": the provider did not take the request. Hold the whole provider
+                // until the wait is over (the dispatcher claims nothing for it meanwhile, and a
+                // claim made just before is handed back untouched), and come back after it with
+                // jitter, so jobs told the same wait do not return at the same instant. Not an
+                // attempt: the next one reuses this attempt's idempotency key, which is right,
+                // since the provider refused this request.
+                let until = self.now() + Shared::ms(after);
+                self.shared.hold_provider(self.entry, until);
+                if let Err(e) = self.shared.store.pause_provider(self.entry.name.clone(), until).await {
+                    tracing::warn!(error = %e, "recording the provider's rate-limit hold failed");
+                }
+                let wait = crate::providers::http::client::jittered(after, Shared::jitter());
+                Next::Settle(Finish::RetryLater {
+                    due_at: self.now() + Shared::ms(wait),
+                    kind: FailureKind::RateLimited,
+                    reason: format!(
+                        "the provider asked to wait {:.1} s (not counted as an attempt): {message}",
+                        after.as_secs_f64()
+                    ),
+                    max_attempts,
+                    charge: Charge::Refused,
+                    counted: false,
+                })
+            }
             CallError::Rejected { message, config } => Next::Settle(Finish::Failed {
                 kind: if config { FailureKind::Configuration } else { FailureKind::Rejected },
                 reason: if config {
-                    format!("the provider refused tally's configuration (check the API key and model): {message}")
+                    format!(
+                        "the provider refused the request because of tally's setup or the provider account: {message}"
+                    )
                 } else {
                     format!("the provider rejected the request: {message}")
                 },
@@ -492,6 +535,10 @@ impl Run<'_> {
     }
 
     /// Poll an accepted job until it settles, the recovery deadline passes, or the run stops.
+    /// A finished job whose result cannot be fetched yet (`ResultUnavailable`: its file host
+    /// answered 404 or 5xx within the provider's retention) is polled again with backoff, the
+    /// worker holding no transaction meanwhile (its heartbeat keeps the lease); at the deadline
+    /// it fails as "could not be downloaded", never as "expired".
     async fn poll(&self, handle: &JobHandle, calling_at: Millis) -> Next {
         let job = handle.id.as_str();
         // A provider whose jobs may take longer than the recovery deadline (a Gemini batch)
@@ -501,6 +548,9 @@ impl Run<'_> {
             None => self.deadline(calling_at),
         };
         let interval = self.entry.provider.poll_interval();
+        let mut unavailable: Option<String> = None;
+        let mut misses = 0u32;
+        let mut not_now = Duration::ZERO;
         loop {
             if self.should_stop() {
                 return Next::Stop;
@@ -524,6 +574,33 @@ impl Run<'_> {
                         charge: Charge::Refused,
                     });
                 }
+                Ok(JobState::FailedNotCharged(m)) => {
+                    return Next::Settle(Finish::Failed {
+                        kind: FailureKind::Rejected,
+                        reason: format!(
+                            "the provider reports that job {job} failed with a server error, which it documents it \
+                             does not charge for: {m}"
+                        ),
+                        charge: Charge::Refused,
+                    });
+                }
+                Ok(JobState::Canceled(m)) => {
+                    // Not a tally cancel: the request left and ran for a while; a provider that
+                    // bills by run time bills that time.
+                    return Next::Settle(Finish::Failed {
+                        kind: FailureKind::Rejected,
+                        reason: format!(
+                            "job {job} was canceled at the provider (not by tally) before it finished, so there is no \
+                             image: {m}"
+                        ),
+                        charge: Charge::Possible,
+                    });
+                }
+                Ok(JobState::ResultUnavailable(m)) => {
+                    misses += 1;
+                    tracing::info!(misses, "the job is done but its result could not be fetched yet: {m}");
+                    unavailable = Some(m);
+                }
                 Ok(JobState::Expired) => {
                     return Next::Settle(Finish::Failed {
                         kind: FailureKind::Expired,
@@ -538,14 +615,29 @@ impl Run<'_> {
                 }
                 Err(CallError::Unusable(m)) => return Next::Settle(unusable(&m)),
                 Err(CallError::Blocked(m)) => return Next::Settle(blocked(&m)),
+                Err(CallError::RetryAfter { after, message }) => {
+                    tracing::info!(wait = ?after, "the provider asked to wait before polling again: {message}");
+                    not_now = after;
+                }
                 Err(e) => tracing::info!(error = %e, "poll did not answer; polling again"),
             }
             if self.now() >= deadline {
-                return Next::Settle(Finish::Unknown {
-                    reason: format!("job {job} did not finish before the recovery deadline"),
+                return Next::Settle(match unavailable {
+                    Some(m) => Finish::Failed {
+                        kind: FailureKind::InvalidResult,
+                        reason: format!(
+                            "generated and charged, but its image could not be downloaded from the provider before \
+                             the recovery deadline ({m}); it had not expired"
+                        ),
+                        charge: Charge::Charged,
+                    },
+                    None => {
+                        Finish::Unknown { reason: format!("job {job} did not finish before the recovery deadline") }
+                    }
                 });
             }
-            tokio::time::sleep(interval).await;
+            let wait = if misses > 0 { self.retry_delay(misses).max(interval) } else { interval };
+            tokio::time::sleep(wait.max(std::mem::take(&mut not_now))).await;
         }
     }
 

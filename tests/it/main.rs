@@ -29,6 +29,7 @@ mod powerloss;
 mod providers_bfl;
 mod providers_daemon;
 mod providers_fal;
+mod providers_fidelity;
 mod providers_gemini;
 mod providers_hostile;
 mod providers_http;

@@ -85,14 +85,17 @@ async fn references_go_only_to_models_that_take_them() {
 async fn out_of_credits_is_a_configuration_problem_and_too_many_tasks_is_not_now() {
     let h = Harness::start_with(|a| a.job_duration_ms = 60_000).await;
     let p = h.provider(ProviderKind::Bfl);
-    h.behave(json!({"reject_status": 402})).await;
+    h.behave(json!({"out_of_credit": true})).await;
     match p.submit(&request("no credits")).await {
         Err(CallError::Rejected { message, config: true }) => {
-            assert!(message.contains("out of credits") && message.contains("Nothing was charged"), "{message}")
+            assert!(
+                message.contains("out of credit") && message.contains("nothing was generated or charged"),
+                "{message}"
+            )
         }
         other => panic!("{other:?}"),
     }
-    h.behave(json!({"reject_status": null})).await;
+    h.behave(json!({"out_of_credit": null})).await;
     for i in 0..24 {
         assert!(matches!(p.submit(&request(&format!("active {i}"))).await, Ok(Submitted::Accepted(_))));
     }

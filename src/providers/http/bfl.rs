@@ -10,8 +10,9 @@
 //! 10 minutes: downloaded at once), `Error`/`Failed`, `Request Moderated`/`Content Moderated`
 //! (BFL does not charge moderated requests), `Task not found`.
 //!
-//! A sample that cannot be downloaded is tried again on the next poll; "expired" is said only
-//! once 10 minutes have passed since the result's `end_time` (or a 404/410 that late). BFL
+//! A sample that cannot be downloaded is tried again on the next poll
+//! ([`JobState::ResultUnavailable`]); "expired" is said only once 10 minutes have passed since
+//! the result's `end_time` ([`SAMPLE_RETENTION`]); without an `end_time`, never. BFL
 //! has no listing and no idempotency key, so a create whose answer was lost cannot be found:
 //! the task is `unknown` ([`Provider::finds_lost_creates`] is false). A 429 means too many
 //! active tasks (24; 6 for `flux-kontext-max`): "not now". A 402 means the account is out of
@@ -21,20 +22,21 @@
 //! FLUX.2 models up to 8, base64; other models take none, and a shot with references is
 //! refused before anything is sent.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use base64::Engine as _;
 use reqwest::Method;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::client::{AuthScheme, Download, HttpClient};
+use super::client::{AuthScheme, Download, HttpClient, Retention, now_ms};
 use super::{api_root, check_output_format, merge_params, parse_size};
 use crate::config::ProviderConfig;
 use crate::providers::{BoxFuture, CallError, CallRequest, Capabilities, JobHandle, JobState, Provider, Submitted};
 
-/// How long BFL signs a result URL for.
-pub const SAMPLE_VALIDITY: Duration = Duration::from_secs(600);
+/// How long BFL signs a result URL for, counted from the result's `end_time`.
+pub const SAMPLE_RETENTION: Retention =
+    Retention { keep: Duration::from_secs(600), words: "BFL signs a result's URL for 10 minutes" };
 
 /// BFL's API for one model.
 #[derive(Debug)]
@@ -170,10 +172,10 @@ impl Bfl {
         let Some(url) = result.get("sample").and_then(Value::as_str) else {
             return Err(CallError::Unusable(format!("task {id} is Ready without result.sample")));
         };
-        let window_over = result.get("end_time").and_then(Value::as_f64).is_some_and(|end| {
-            let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
-            now > end + SAMPLE_VALIDITY.as_secs_f64()
-        });
+        let window_over = result
+            .get("end_time")
+            .and_then(Value::as_f64)
+            .is_some_and(|end| SAMPLE_RETENTION.passed((end * 1000.0) as i64, now_ms()));
         let failed = match self.http.download(url).await {
             Ok(Download::Image(image)) => return Ok(JobState::Done(image)),
             Ok(Download::Gone) => "the result URL answered 404/410".to_string(),
@@ -185,8 +187,9 @@ impl Bfl {
         if window_over {
             return Ok(JobState::Expired);
         }
-        Err(CallError::Ambiguous(format!(
-            "task {id} is Ready but its image did not download yet ({failed}); trying again within its 10 minutes"
+        Ok(JobState::ResultUnavailable(format!(
+            "task {id} is Ready but its image did not download yet ({failed}); {}, so it is tried again",
+            SAMPLE_RETENTION.words
         )))
     }
 }
@@ -195,15 +198,10 @@ fn gcd(a: u32, b: u32) -> u32 {
     if b == 0 { a } else { gcd(b, a % b) }
 }
 
-/// BFL's error for a status code it documents, in plain words.
+/// BFL's "not now" in plain words (a 402, out of credits, is already a configuration
+/// refusal: `client::is_out_of_credit`).
 fn bfl_error(e: CallError) -> CallError {
     match e {
-        CallError::Rejected { message, .. } if message.starts_with("HTTP 402") => CallError::Rejected {
-            message: format!(
-                "the BFL account is out of credits ({message}); add credits at BFL, then retry. Nothing was charged"
-            ),
-            config: true,
-        },
         CallError::RetryAfter { after, message } if message.starts_with("HTTP 429") => CallError::RetryAfter {
             after,
             message: format!("BFL has too many active tasks for this account (at most 24): {message}"),
