@@ -1,5 +1,5 @@
-//! The mock provider server (`tally mock-provider`): speaks the OpenAI images, Replicate and
-//! fal queue API styles on loopback, and appends every API request it receives to a ledger
+//! The mock provider server (`tally mock-provider`): speaks the OpenAI images, Replicate,
+//! fal queue, Gemini and BFL API styles on loopback, and appends every API request it receives to a ledger
 //! file (one fsync'd JSON line each) so tests and users can count what was charged.
 //!
 //! It is held to the official clients, not to tally: every answer has the schema the real API
