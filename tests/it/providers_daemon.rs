@@ -342,7 +342,7 @@ fn gemini_and_bfl_succeed_with_exactly_one_charge() {
         assert_eq!(t["artifacts"].as_array().map(Vec::len), Some(1), "{kind}: {t}");
         assert_eq!(w.mock.count(&prompt).1, 1, "{kind}: charged lines");
         if kind != "gemini" {
-            assert!(w.events(&t["id"].as_str().unwrap_or("")).contains(&"accepted".to_string()), "{kind}");
+            assert!(w.events(t["id"].as_str().unwrap_or("")).contains(&"accepted".to_string()), "{kind}");
         }
     }
 }
