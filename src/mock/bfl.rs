@@ -13,7 +13,7 @@
 //!   Moderated` (behaviour `moderation`, not charged: BFL charges only `Ready`
 //!   generations); `Task not found` for an unknown id or once `result_ttl_s` has passed.
 //! - `GET /bfl/delivery/{id}.png`: the image, no key needed; 403 once the 10 minutes of its
-//!   signature are over (or `result_ttl_s`, if shorter).
+//!   signature are over (or `result_ttl_s`, if shorter); `result_fetch_failures` blips it.
 
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
@@ -205,6 +205,21 @@ pub(super) async fn get_result(
 /// `GET /bfl/delivery/{id}.png`: the signed result URL (no key), 403 once its signature ran out.
 pub(super) async fn delivery(State(mock): State<Arc<Mock>>, Path(file): Path<String>) -> Response {
     let id = file.strip_suffix(".png").unwrap_or(&file);
+    // A delivery blip (behaviour `result_fetch_failures`), as for `/files`.
+    let blip = {
+        let mut b = lock(&mock.behavior);
+        (b.result_fetch_failures > 0).then(|| {
+            b.result_fetch_failures -= 1;
+            b.result_fetch_status
+        })
+    };
+    if let Some(status) = blip {
+        return (
+            StatusCode::from_u16(status).unwrap_or(StatusCode::NOT_FOUND),
+            "the delivery host could not serve this file right now",
+        )
+            .into_response();
+    }
     let prompt = {
         let jobs = lock(&mock.jobs);
         match jobs.by_id.get(id).filter(|j| j.api == Api::Bfl) {

@@ -116,3 +116,28 @@ async fn a_lost_bfl_create_cannot_be_found() {
     assert!(p.find(&req).await.unwrap().is_none());
     assert_eq!(h.charged(), 1);
 }
+
+/// The sample URL is downloaded at once; a download that fails inside its 10 minutes is a
+/// result not fetched *yet* (tried again on the next poll), never "expired".
+#[tokio::test]
+async fn a_sample_that_fails_to_download_is_tried_again_not_called_expired() {
+    let h = Harness::start().await;
+    let p = h.provider(ProviderKind::Bfl);
+    let job = accepted(p.submit(&request("blip")).await.unwrap());
+    h.behave(json!({"result_fetch_failures": 2, "result_fetch_status": 404})).await;
+    let mut unavailable = 0;
+    let img = loop {
+        match p.poll(&job).await.unwrap() {
+            JobState::Running => tokio::time::sleep(p.poll_interval()).await,
+            JobState::ResultUnavailable(why) => {
+                assert!(why.contains("10 minutes"), "{why}");
+                unavailable += 1;
+            }
+            JobState::Done(img) => break img,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_png(&img);
+    assert_eq!(unavailable, 2, "each failed download said so, and the next poll tried again");
+    assert_eq!(h.charged(), 1);
+}
