@@ -130,7 +130,7 @@ fn several_images_per_task_are_refused_before_anything_is_sent() {
         let prompt = tag("two images");
         let body = json!({"prompt": prompt, "provider": provider, "params": params});
         let r = w.daemon.call("POST", "/v1/tasks", Some(&body));
-        assert!(matches!(r.status, 400 | 422), "{provider}: {} {}", r.status, String::from_utf8_lossy(&r.body));
+        assert_eq!(r.status, 422, "{provider}: {}", String::from_utf8_lossy(&r.body));
         let text = String::from_utf8_lossy(&r.body).to_string();
         assert!(text.contains("exactly one image"), "{text}");
         assert_eq!(w.mock.count(&prompt), (0, 0), "nothing sent");
