@@ -284,3 +284,18 @@ pub(super) async fn download(State(mock): State<Arc<Mock>>, Path(file): Path<Str
     };
     ([(header::CONTENT_TYPE, "image/png")], placeholder_png(&prompt, IMAGE_SIZE)).into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The mock's HTTP dates are what RFC 9110 senders write, and read back to the second.
+    #[test]
+    fn http_dates_round_trip() {
+        let t = humantime::parse_rfc3339("2026-10-21T07:28:00Z").unwrap();
+        assert_eq!(http_date(t), "Wed, 21 Oct 2026 07:28:00 GMT");
+        let now = SystemTime::now();
+        let back = crate::providers::http::client::parse_http_date(&http_date(now)).unwrap();
+        assert!(now.duration_since(back).unwrap() < Duration::from_secs(1));
+    }
+}
