@@ -175,6 +175,14 @@ enum Next {
     Stop,
 }
 
+/// Why a preflight stopped a claim before anything was sent.
+enum Stop {
+    /// Settle the task so (a refusal; a preflight that could not reach the provider).
+    Finish(Finish),
+    /// The provider said "not now": the claim was handed back, due after the wait.
+    HandedBack,
+}
+
 struct Run<'a> {
     shared: &'a Arc<Shared>,
     entry: &'a ProviderEntry,
@@ -270,8 +278,10 @@ impl Run<'_> {
                     let kind = FailureKind::Configuration;
                     return self.finish(Finish::Failed { kind, reason, charge: Charge::None }).await;
                 }
-                if let Some(refused) = self.preflight(&references).await {
-                    return self.finish(refused).await;
+                match self.preflight(&references).await? {
+                    None => {}
+                    Some(Stop::Finish(refused)) => return self.finish(refused).await,
+                    Some(Stop::HandedBack) => return Ok(()),
                 }
                 calling_at = self.now();
                 let facts = self.entry.money.facts(&c.params, self.shared.limits());
@@ -384,7 +394,7 @@ impl Run<'_> {
     /// not be sent; nothing was sent and nothing charged, so no attempt is counted. A
     /// preflight that cannot reach the provider (its schema read failed) is tried a few
     /// times here, then the task fails as "not sent".
-    async fn preflight(&self, references: &[Image]) -> Option<Finish> {
+    async fn preflight(&self, references: &[Image]) -> Result<Option<Stop>, StoreError> {
         let req = self.request(self.now(), references);
         let mut last = String::new();
         for n in 0..3 {
@@ -392,22 +402,45 @@ impl Run<'_> {
                 tokio::time::sleep(self.retry_delay(n)).await;
             }
             match self.entry.provider.preflight(&req).await {
-                Ok(()) => return None,
+                Ok(()) => return Ok(None),
                 Err(CallError::Rejected { message, config }) => {
-                    return Some(Finish::Failed {
+                    return Ok(Some(Stop::Finish(Finish::Failed {
                         kind: if config { FailureKind::Configuration } else { FailureKind::Rejected },
                         reason: format!("refused before sending anything (nothing was charged): {message}"),
                         charge: Charge::None,
-                    });
+                    })));
+                }
+                // "Not now" on a free metadata read (a schema): hold the provider and hand the
+                // claim back untouched, due after the wait (nothing sent, no attempt).
+                Err(CallError::RetryAfter { after, message }) => {
+                    let c = self.claim;
+                    let now = self.now();
+                    let until = now + Shared::ms(after);
+                    self.shared.hold_provider(self.entry, until);
+                    if let Err(e) = self.shared.store.pause_provider(self.entry.name.clone(), until).await {
+                        tracing::warn!(error = %e, "recording the provider's rate-limit hold failed");
+                    }
+                    let due = now + Shared::ms(crate::providers::http::client::jittered(after, Shared::jitter()));
+                    let why = format!(
+                        "Provider `{}` asked tally to wait {:.1} s before it checks the request (rate limited: \
+                         {message}); nothing was sent for this task yet.",
+                        self.entry.name,
+                        after.as_secs_f64()
+                    );
+                    let (exec, lease) = (c.execution_token.clone(), c.lease_token.clone());
+                    self.shared.store.release_claim(exec, lease, due, why, now).await?;
+                    self.shared.changed(&c.task_id, crate::domain::TaskStatus::Waiting);
+                    self.shared.wake_dispatcher.notify_one();
+                    return Ok(Some(Stop::HandedBack));
                 }
                 Err(e) => last = e.to_string(),
             }
         }
-        Some(Finish::Failed {
+        Ok(Some(Stop::Finish(Finish::Failed {
             kind: FailureKind::NotSent,
             reason: format!("could not check the request with the provider, so nothing was sent: {last}"),
             charge: Charge::None,
-        })
+        })))
     }
 
     /// Classify a failed first call (DESIGN §4).

@@ -101,6 +101,13 @@ fn decide(mock: &Mock, req: &ApiRequest, b: &Behavior, work: Work) -> Answer {
         return Answer::error(StatusCode::UNAUTHORIZED, "missing Authorization header", "invalid_api_key");
     };
     let create = req.scope == Scope::Create;
+    if req.scope == Scope::Meta
+        && b.rate_limit_meta
+        && let Some(wait_ms) = b.rate_limit_wait_ms()
+        && take_rate_limit(mock)
+    {
+        return rate_limited(wait_ms, b);
+    }
     if create {
         if let Some(s) = b.reject_status {
             let status = StatusCode::from_u16(s).unwrap_or(StatusCode::BAD_REQUEST);
@@ -114,7 +121,7 @@ fn decide(mock: &Mock, req: &ApiRequest, b: &Behavior, work: Work) -> Answer {
         if b.out_of_credit {
             return out_of_credit(req.api);
         }
-        if let Some(wait_ms) = b.rate_limit_wait_ms()
+        if let Some(wait_ms) = b.rate_limit_wait_ms().filter(|_| !b.rate_limit_meta)
             && take_rate_limit(mock)
         {
             return rate_limited(wait_ms, b);

@@ -197,6 +197,20 @@ fn a_used_up_quota_holds_the_provider_until_its_reset() {
     assert!(gap >= Duration::from_millis(1500), "sent {gap:?} after the used-up quota, before its reset");
 }
 
+/// Defect 4: a "not now" on the free schema read Replicate needs before a create hands the
+/// claim back (nothing sent, no attempt, due after the wait) instead of failing the task as
+/// "not sent" after three quick tries.
+#[test]
+fn a_rate_limited_schema_read_waits_instead_of_failing() {
+    let w = world("");
+    w.mock.behave(json!({"retry_after_ms": 400, "rate_limit_meta": true, "rate_limit_times": 3}));
+    let prompt = tag("schema 429");
+    let t = w.run("replicate", &prompt);
+    assert_eq!((t["status"].as_str(), t["attempts"].as_i64()), (Some("succeeded"), Some(1)), "{t}");
+    assert_eq!(w.mock.count(&prompt), (1, 1), "one create, charged once");
+    assert_eq!(w.mock.behavior()["rate_limit_times"], 0, "the three 429s were given");
+}
+
 /// Defect 4: `Retry-After` in each documented form — fractional seconds, an HTTP date,
 /// `retry-after-ms`, and only the used-up rate-limit headers — is waited out in full.
 #[test]
