@@ -30,13 +30,13 @@ use crate::store::{CallingOutcome, Claim, Finish, NewArtifact, NewImage, Severit
 const STORE_RETRY: Duration = Duration::from_millis(250);
 
 /// Run a claim on its own task, holding a worker permit until done.
-pub(super) fn spawn(shared: Arc<Shared>, claim: Claim, permit: OwnedSemaphorePermit) {
+pub(super) fn spawn(shared: Arc<Shared>, claim: Claim, permit: OwnedSemaphorePermit, fence: u64) {
     let mut running = shared.running.lock().unwrap_or_else(|e| e.into_inner());
     // Reap finished workers so the set only holds live ones.
     while running.try_join_next().is_some() {}
     let task_shared = shared.clone();
     running.spawn(async move {
-        deliver(&task_shared, claim).await;
+        deliver(&task_shared, claim, fence).await;
         drop(permit);
         task_shared.wake_dispatcher.notify_one();
         // The last busy worker is done: the reconciler's timer may be set for a lease that
@@ -47,7 +47,7 @@ pub(super) fn spawn(shared: Arc<Shared>, claim: Claim, permit: OwnedSemaphorePer
     });
 }
 
-async fn deliver(shared: &Arc<Shared>, claim: Claim) {
+async fn deliver(shared: &Arc<Shared>, claim: Claim, fence: u64) {
     let now = shared.now();
     let Some(entry) = shared.providers.get(&claim.provider).cloned() else {
         return settle_for_missing_provider(shared, claim).await;
@@ -80,8 +80,9 @@ async fn deliver(shared: &Arc<Shared>, claim: Claim) {
         claim.execution_token.clone(),
         claim.lease_token.clone(),
         lost.clone(),
+        fence,
     )));
-    let run = Run { shared, entry: &entry, claim: &claim, lost: &lost };
+    let run = Run { shared, entry: &entry, claim: &claim, lost: &lost, fence };
     if let Err(e) = tracing::Instrument::instrument(run.drive(), span).await {
         match e {
             StoreError::Fenced => tracing::info!("lost the lease; stopping without writing"),
@@ -125,14 +126,18 @@ async fn settle_for_missing_provider(shared: &Arc<Shared>, c: Claim) {
     }
 }
 
-/// Extend the lease every heartbeat interval; on a fenced heartbeat, mark the run lost.
-async fn heartbeat(shared: Arc<Shared>, exec: String, lease: String, lost: Arc<AtomicBool>) {
+/// Extend the lease every heartbeat interval; on a fenced heartbeat, mark the run lost. After
+/// this node fenced itself it extends nothing: the lease is left to run out (or to recovery).
+async fn heartbeat(shared: Arc<Shared>, exec: String, lease: String, lost: Arc<AtomicBool>, fence: u64) {
     let lease_ms = Shared::ms(shared.cfg.lease);
     // Failed heartbeats in a row: the first is logged, the rest only at debug level (a full
     // disk fails every one of them; the reconciler deals with the lease if it runs out).
     let mut failing = 0u32;
     loop {
         tokio::time::sleep(shared.cfg.heartbeat).await;
+        if shared.fence() != fence {
+            return;
+        }
         match shared.store.heartbeat(exec.clone(), lease.clone(), shared.now(), lease_ms).await {
             Ok(()) => failing = 0,
             Err(StoreError::Fenced) => {
@@ -169,6 +174,9 @@ struct Run<'a> {
     entry: &'a ProviderEntry,
     claim: &'a Claim,
     lost: &'a AtomicBool,
+    /// `Shared::fences` when the claim was made: a different count means this node fenced
+    /// itself since, so this run starts no new call.
+    fence: u64,
 }
 
 impl Run<'_> {
@@ -219,10 +227,15 @@ impl Run<'_> {
         backoff(attempt, self.shared.cfg.backoff_base, self.shared.cfg.backoff_max, Shared::jitter())
     }
 
-    /// Stop if the lease was lost or the engine is stopping (state is recorded; recovery
-    /// resumes it).
+    /// Stop if the lease was lost, the node fenced itself, or the engine is stopping (state
+    /// is recorded; recovery resumes it).
     fn should_stop(&self) -> bool {
-        self.lost.load(Ordering::SeqCst) || self.shared.stopping()
+        self.lost.load(Ordering::SeqCst) || self.fenced() || self.shared.stopping()
+    }
+
+    /// This node fenced itself (lost its node lock) after the claim was made.
+    fn fenced(&self) -> bool {
+        self.shared.fence() != self.fence
     }
 
     async fn drive(self) -> Result<(), StoreError> {
@@ -260,6 +273,12 @@ impl Run<'_> {
                 }
                 if let Some(refused) = self.preflight(&references).await {
                     return self.finish(refused).await;
+                }
+                // The last moment to stop sending: once `calling` is durable the request
+                // leaves, and lands fenced whatever happens to this node meanwhile.
+                if self.fenced() {
+                    tracing::info!("this node fenced itself before the call; nothing was sent, recovery requeues it");
+                    return Ok(());
                 }
                 calling_at = self.now();
                 let facts = self.entry.money.facts(&c.params, self.shared.limits());

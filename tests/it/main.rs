@@ -23,6 +23,7 @@ mod limits;
 mod money;
 mod onefile;
 mod openapi;
+mod pg_fence;
 mod pg_nodes;
 #[cfg(feature = "failpoints")]
 mod powerloss;
