@@ -191,9 +191,13 @@ pub(crate) struct Shared {
     /// its leases are leftovers now (`engine::nodes`).
     force_reconcile: std::sync::atomic::AtomicBool,
     /// PostgreSQL: how many times this node fenced itself (lost its node lock). A worker
-    /// whose claim was made before the latest fence starts no new paid call and extends no
-    /// lease; a call already sent still finishes and lands fenced (`engine::nodes`).
+    /// whose claim was made before the latest fence starts no new paid call; a call already
+    /// sent still finishes and lands fenced (`engine::nodes`).
     fences: std::sync::atomic::AtomicU64,
+    /// Execution tokens of the workers running in this process. After a self-fence the new
+    /// run's recovery leaves their leases alone while those have not run out: the calls are
+    /// alive here, not interrupted (`reconciler::run_once`).
+    live: Mutex<std::collections::HashSet<String>>,
     /// Worker capacity: a permit per free worker.
     workers: Arc<Semaphore>,
     wake_dispatcher: Notify,
@@ -341,6 +345,7 @@ impl Engine {
             boot: Mutex::new(uuid::Uuid::new_v4().to_string()),
             force_reconcile: std::sync::atomic::AtomicBool::new(false),
             fences: std::sync::atomic::AtomicU64::new(0),
+            live: Mutex::new(std::collections::HashSet::new()),
             wake_dispatcher: Notify::new(),
             wake_reconciler: Notify::new(),
             settles: watch::channel(0).0,

@@ -35,7 +35,9 @@ pub(super) fn spawn(shared: Arc<Shared>, claim: Claim, permit: OwnedSemaphorePer
     // Reap finished workers so the set only holds live ones.
     while running.try_join_next().is_some() {}
     let task_shared = shared.clone();
+    let live = Live::new(&shared, &claim.execution_token);
     running.spawn(async move {
+        let _live = live;
         deliver(&task_shared, claim, fence).await;
         drop(permit);
         task_shared.wake_dispatcher.notify_one();
@@ -80,7 +82,6 @@ async fn deliver(shared: &Arc<Shared>, claim: Claim, fence: u64) {
         claim.execution_token.clone(),
         claim.lease_token.clone(),
         lost.clone(),
-        fence,
     )));
     let run = Run { shared, entry: &entry, claim: &claim, lost: &lost, fence };
     if let Err(e) = tracing::Instrument::instrument(run.drive(), span).await {
@@ -95,6 +96,22 @@ async fn deliver(shared: &Arc<Shared>, claim: Claim, fence: u64) {
                 }
             }
         }
+    }
+}
+
+/// A worker's entry in `Shared::live`, removed when the worker ends in any way.
+struct Live(Arc<Shared>, String);
+
+impl Live {
+    fn new(shared: &Arc<Shared>, token: &str) -> Live {
+        shared.live.lock().unwrap_or_else(|e| e.into_inner()).insert(token.to_string());
+        Live(shared.clone(), token.to_string())
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.0.live.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.1);
     }
 }
 
@@ -126,18 +143,17 @@ async fn settle_for_missing_provider(shared: &Arc<Shared>, c: Claim) {
     }
 }
 
-/// Extend the lease every heartbeat interval; on a fenced heartbeat, mark the run lost. After
-/// this node fenced itself it extends nothing: the lease is left to run out (or to recovery).
-async fn heartbeat(shared: Arc<Shared>, exec: String, lease: String, lost: Arc<AtomicBool>, fence: u64) {
+/// Extend the lease every heartbeat interval; on a fenced heartbeat, mark the run lost. The
+/// heartbeat is fenced on both tokens: after a self-fence it extends the lease only while
+/// nobody took it over, so a call still in flight keeps it while the node holds its lock
+/// again.
+async fn heartbeat(shared: Arc<Shared>, exec: String, lease: String, lost: Arc<AtomicBool>) {
     let lease_ms = Shared::ms(shared.cfg.lease);
     // Failed heartbeats in a row: the first is logged, the rest only at debug level (a full
     // disk fails every one of them; the reconciler deals with the lease if it runs out).
     let mut failing = 0u32;
     loop {
         tokio::time::sleep(shared.cfg.heartbeat).await;
-        if shared.fence() != fence {
-            return;
-        }
         match shared.store.heartbeat(exec.clone(), lease.clone(), shared.now(), lease_ms).await {
             Ok(()) => failing = 0,
             Err(StoreError::Fenced) => {
@@ -227,15 +243,26 @@ impl Run<'_> {
         backoff(attempt, self.shared.cfg.backoff_base, self.shared.cfg.backoff_max, Shared::jitter())
     }
 
-    /// Stop if the lease was lost, the node fenced itself, or the engine is stopping (state
-    /// is recorded; recovery resumes it).
+    /// Stop if the lease was lost or the engine is stopping (state is recorded; recovery
+    /// resumes it).
     fn should_stop(&self) -> bool {
-        self.lost.load(Ordering::SeqCst) || self.fenced() || self.shared.stopping()
+        self.lost.load(Ordering::SeqCst) || self.shared.stopping()
     }
 
-    /// This node fenced itself (lost its node lock) after the claim was made.
+    /// This node fenced itself (lost its node lock) after the claim was made: start no new
+    /// call (a first request, or a replay). Polling a job and looking a request up send
+    /// nothing that costs, and go on.
     fn fenced(&self) -> bool {
         self.shared.fence() != self.fence
+    }
+
+    /// Stop a fenced run without calling: recovery (this node's own once it holds its lock
+    /// again, or a peer's) decides from what is recorded, as soon as it runs.
+    fn stop_fenced(&self) -> Next {
+        tracing::info!("this node fenced itself: no new call for this execution; recovery takes it over");
+        self.shared.force_reconcile.store(true, Ordering::Relaxed);
+        self.shared.wake_reconciler.notify_one();
+        Next::Stop
     }
 
     async fn drive(self) -> Result<(), StoreError> {
@@ -277,7 +304,20 @@ impl Run<'_> {
                 // The last moment to stop sending: once `calling` is durable the request
                 // leaves, and lands fenced whatever happens to this node meanwhile.
                 if self.fenced() {
-                    tracing::info!("this node fenced itself before the call; nothing was sent, recovery requeues it");
+                    let why = "This node lost its lock on the database before sending; handed back (nothing was sent).";
+                    tracing::info!("this node fenced itself before the call: handing the claim back, nothing was sent");
+                    let (e, l) = (c.execution_token.clone(), c.lease_token.clone());
+                    // Fenced on both tokens: it lands only while the claim is still this one.
+                    // If it cannot, recovery requeues the claim (nothing was sent either way).
+                    match store.release_claim(e, l, self.now(), why.into(), self.now()).await {
+                        Ok(()) => {
+                            self.shared.changed(&c.task_id, crate::domain::TaskStatus::Waiting);
+                            self.shared.wake_dispatcher.notify_one();
+                        }
+                        Err(_) => {
+                            let _ = self.stop_fenced();
+                        }
+                    }
                     return Ok(());
                 }
                 calling_at = self.now();
@@ -460,6 +500,9 @@ impl Run<'_> {
                     return Next::Stop;
                 }
                 tokio::time::sleep(self.retry_delay(n)).await;
+                if self.fenced() {
+                    return self.stop_fenced();
+                }
                 match self.entry.provider.submit(&req).await {
                     Ok(Submitted::Done(img)) => return Next::Image(img),
                     Ok(Submitted::Accepted(job)) => return Next::Job(job),

@@ -128,9 +128,7 @@ impl Node {
             })
             .map_err(|e| StoreError::Fatal(format!("cannot start the node thread: {e}")))?;
         match ready_rx.recv() {
-            Ok(Ok(_)) => {
-                Ok(Node { stop, state, pid, config: config.clone(), key, connect_wait, thread: Some(thread) })
-            }
+            Ok(Ok(_)) => Ok(Node { stop, state, pid, config: config.clone(), key, connect_wait, thread: Some(thread) }),
             Ok(Err(e)) => {
                 let _ = thread.join();
                 Err(e)
