@@ -14,14 +14,16 @@
 //!   service: nothing is claimed or reconciled by this node until it holds its lock again.
 //!   Workers are not aborted: a worker whose call already left lets it finish, because the
 //!   provider makes and charges the image either way, and lands its answer through the fenced
-//!   finish — or, when recovery (a peer's, or this node's own after the relock) already marked
-//!   the task `unknown`, through the late result of the same execution, exactly as a node
-//!   paused past its lease does. A fenced worker starts no new paid call (it stops before
-//!   recording `calling`, and before any replay or lookup) and extends no lease; every write
-//!   it still makes is fenced on its execution token and lease in the transaction. Then the
-//!   guard takes the lock again, starts a new run (a new boot id, so this node's own earlier
-//!   leases count as expired), recovers, and restarts the services. A request already sent
-//!   is covered by its durable `calling` record, exactly as after a crash.
+//!   finish — or, when a peer's recovery already marked the task `unknown`, through the late
+//!   result of the same execution, exactly as a node paused past its lease does. A fenced
+//!   worker starts no new paid call: it hands its claim back before recording `calling`, and
+//!   stops before any replay. Every write it still makes (heartbeats included) is fenced on
+//!   its execution token and lease in the transaction, so it lands only while nobody took the
+//!   task over. Then the guard takes the lock again, starts a new run (a new boot id, so this
+//!   node's own earlier leases count as expired — except those of workers still running here
+//!   whose leases have not run out: `Shared::live`), recovers, and restarts the services. A
+//!   request already sent is covered by its durable `calling` record, exactly as after a
+//!   crash.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

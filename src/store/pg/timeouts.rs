@@ -7,12 +7,12 @@
 //!
 //! | what | value | why |
 //! |---|---|---|
-//! | lock-session liveness check, when idle | every `L/6`, answer within `L/6` | a cut-off node fences itself within `L/3` of the last answer, before a peer can take its leases (at `L`); this is the one check that also sees a dead path behind a TCP proxy or load balancer that keeps the node's own TCP connection alive |
+//! | lock-session liveness check, when idle | every `L/6`, answer within `L/6` (each at least 1 s) | a cut-off node fences itself within `L/3` of the last answer (2 s for leases under 6 s), before a peer can take its leases (at `L`); this is the one check that also sees a dead path behind a TCP proxy or load balancer that keeps the node's own TCP connection alive |
 //! | client TCP keepalive | idle `L/6`, then every `L/12`, 3 probes | a silent direct path is dropped by the kernel after about `5L/12` |
 //! | client and server `tcp_user_timeout` | `L/3` | data unacknowledged that long (a query sent into a black hole) ends the connection instead of retransmitting for ~15 minutes |
 //! | server `tcp_keepalives_*` (per session) | as the client's | the server ends a vanished node's sessions — and releases its node lock, so peers recover its work at once — instead of after two hours |
 //! | connect timeout | `L/3` | a reconnect into a partition gives up within the lease |
-//! | `lock_timeout` | `L/3` | no operation waits longer for a row that a stuck transaction holds: the caller gets an error (503) and tries again |
+//! | `lock_timeout` | `L` | no operation waits longer than a lease for a row lock: the caller gets an error (503) and tries again |
 //! | `idle_in_transaction_session_timeout` | `L/2` | a transaction whose client vanished between two statements releases its row locks within half a lease |
 //! | `statement_timeout` | `2L` | no statement runs for longer than two leases |
 //!
@@ -48,15 +48,15 @@ impl Timeouts {
     pub fn from_lease(lease: Duration) -> Timeouts {
         let sixth = lease / 6;
         Timeouts {
-            probe_every: clamp(sixth, 250, 10_000),
-            probe_timeout: clamp(sixth, 250, 10_000),
+            probe_every: clamp(sixth, 1_000, 10_000),
+            probe_timeout: clamp(sixth, 1_000, 10_000),
             connect: clamp(lease / 3, 1_000, 20_000),
             // The kernel counts keepalive times in whole seconds.
             keepalive_idle: clamp(sixth, 1_000, 10_000),
             keepalive_interval: clamp(lease / 12, 1_000, 5_000),
             keepalive_retries: 3,
             tcp_user_timeout: clamp(lease / 3, 1_000, 20_000),
-            lock_timeout: clamp(lease / 3, 1_000, 20_000),
+            lock_timeout: clamp(lease, 2_000, 60_000),
             idle_in_transaction: clamp(lease / 2, 2_000, 60_000),
             statement: clamp(lease * 2, 10_000, 120_000),
         }
@@ -117,7 +117,7 @@ mod tests {
             let lease = Duration::from_secs(secs);
             let t = Timeouts::from_lease(lease);
             if secs >= 3 {
-                assert!(t.probe_every + t.probe_timeout <= lease / 2, "{secs}: {t:?}");
+                assert!(t.probe_every + t.probe_timeout <= lease * 2 / 3, "{secs}: {t:?}");
                 assert!(t.idle_in_transaction < lease, "{secs}: {t:?}");
             }
             assert!(t.keepalive_idle >= Duration::from_secs(1) && t.keepalive_interval >= Duration::from_secs(1));

@@ -7,7 +7,7 @@
 //! ends (process killed, connection terminated): the watcher releases the lock at once (a
 //! restarting node waits for its own lock for a moment, see `node::LOCK_WAIT`), raises
 //! [`Signals::peer_gone`](super::Signals) so the engine runs its reconciler, and picks its
-//! next target. A blocked lock wait executes no statement: an idle cluster stays idle. When a
+//! next target. A blocked lock wait executes no further statement. When a
 //! node starts (`tally_node` notification) the wait is cancelled and the target re-chosen.
 //!
 //! Correctness never depends on the watcher: recovery re-checks its evidence under row
