@@ -305,3 +305,62 @@ fn disk_full_logged_errors_without_backing_off_lost_images_in_hand_and_sigterm_e
     let check = Command::new(EXE).args(["check", "--config"]).arg(&d.config).output().expect("check");
     assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stdout));
 }
+
+/// Regression (issue 24, finding 4): `tally backup` onto a full disk left
+/// `.tally.db.partial-journal` (and could leave the partial copy) behind. A backup onto a small
+/// file system with less room than it needs fails at whatever step the room runs out (the
+/// copy, the journal-mode change, the fsync), and every time leaves nothing but what was there
+/// before; with room enough it succeeds and leaves only the checked copy.
+#[test]
+fn a_backup_onto_a_full_disk_leaves_no_stray_file() {
+    if !can_mount("the full-disk backup test") {
+        return;
+    }
+    let d = Daemon::start(FAST_DEMO);
+    for i in 0..12 {
+        assert!(d.cli(&["submit", &format!("kept {i}"), "--wait"]).status.success());
+    }
+    // How large a copy is (measured on the ordinary disk).
+    let measure = TempDir::new();
+    let out = d.cli(&["backup", measure.path().join("tally.db").to_str().expect("utf-8")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let size = std::fs::metadata(measure.path().join("tally.db")).expect("copy").len() as usize;
+    let disk = TempDir::new();
+    let kb = (size * 3) / 1024 + 256;
+    run(Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={kb}k"), "tmpfs"]).arg(disk.path()));
+    let _m = Mounted(disk.path().to_path_buf());
+    let dest = disk.path().join("tally.db");
+    let (mut failed, mut succeeded) = (0, 0);
+    // Room for 0 % to 300 % of the copy (tmpfs counts whole 4 KiB pages).
+    for pct in [0usize, 10, 30, 50, 70, 90, 99, 101, 130, 180, 300] {
+        let _ = std::fs::remove_file(&dest);
+        let filler = disk.path().join("filler");
+        let _ = std::fs::remove_file(&filler);
+        let full = fill(disk.path());
+        let room = size * pct / 100;
+        let len = std::fs::metadata(&full).expect("filler").len() as usize;
+        let f = std::fs::OpenOptions::new().write(true).open(&full).expect("filler");
+        f.set_len(len.saturating_sub(room) as u64).expect("make room");
+        drop(f);
+        let out = d.cli(&["backup", dest.to_str().expect("utf-8")]);
+        let mut left: Vec<String> = std::fs::read_dir(disk.path())
+            .expect("dir")
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n != "filler")
+            .collect();
+        left.sort();
+        if out.status.success() {
+            succeeded += 1;
+            assert_eq!(left, ["tally.db"], "room {pct} %: a successful backup left {left:?}");
+            let check = d.cli(&["check", dest.to_str().expect("utf-8")]);
+            assert!(check.status.success(), "room {pct} %: {}", String::from_utf8_lossy(&check.stdout));
+        } else {
+            failed += 1;
+            let err = String::from_utf8_lossy(&out.stderr).to_string();
+            assert!(left.is_empty(), "room {pct} %: a failed backup left {left:?}: {err}");
+            assert!(err.contains("backup failed"), "room {pct} %: {err}");
+        }
+    }
+    eprintln!("backup onto a full disk: {failed} failed cleanly, {succeeded} succeeded (copy {size} bytes)");
+    assert!(failed >= 3 && succeeded >= 1, "{failed} failed, {succeeded} succeeded");
+}
