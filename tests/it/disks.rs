@@ -320,6 +320,22 @@ fn a_backup_onto_a_full_disk_leaves_no_stray_file() {
     for i in 0..12 {
         assert!(d.cli(&["submit", &format!("kept {i}"), "--wait"]).status.success());
     }
+    // And a few MB of reference photos, more than SQLite keeps in its page cache, so the copy
+    // spills pages while it is written.
+    let auth = format!("Bearer {}", d.token());
+    for i in 0..3u64 {
+        let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ i;
+        while png.len() < 2 << 20 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            png.extend_from_slice(&x.to_le_bytes());
+        }
+        let headers = [("Authorization", auth.as_str()), ("Content-Type", "image/png")];
+        let r = crate::common::request(d.port, "POST", "/v1/uploads", &headers, Some(&png));
+        assert!(r.status < 300, "upload: {}", String::from_utf8_lossy(&r.body));
+    }
     // How large a copy is (measured on the ordinary disk).
     let measure = TempDir::new();
     let out = d.cli(&["backup", measure.path().join("tally.db").to_str().expect("utf-8")]);
@@ -331,13 +347,16 @@ fn a_backup_onto_a_full_disk_leaves_no_stray_file() {
     let _m = Mounted(disk.path().to_path_buf());
     let dest = disk.path().join("tally.db");
     let (mut failed, mut succeeded) = (0, 0);
-    // Room for 0 % to 300 % of the copy (tmpfs counts whole 4 KiB pages).
-    for pct in [0usize, 10, 30, 50, 70, 90, 99, 101, 130, 180, 300] {
+    // Room for 0 % to 300 % of the copy, and page by page (tmpfs counts whole 4 KiB pages)
+    // around the copy's own size, where the copy fits and what SQLite writes next does not.
+    let mut rooms: Vec<(String, usize)> =
+        [0usize, 10, 50, 90, 130, 300].iter().map(|p| (format!("{p} %"), size * p / 100)).collect();
+    for k in -3i64..=8 {
+        rooms.push((format!("copy {k:+} pages"), (size as i64 + k * 4096).max(0) as usize));
+    }
+    for (pct, room) in rooms {
         let _ = std::fs::remove_file(&dest);
-        let filler = disk.path().join("filler");
-        let _ = std::fs::remove_file(&filler);
         let full = fill(disk.path());
-        let room = size * pct / 100;
         let len = std::fs::metadata(&full).expect("filler").len() as usize;
         let f = std::fs::OpenOptions::new().write(true).open(&full).expect("filler");
         f.set_len(len.saturating_sub(room) as u64).expect("make room");
@@ -351,14 +370,14 @@ fn a_backup_onto_a_full_disk_leaves_no_stray_file() {
         left.sort();
         if out.status.success() {
             succeeded += 1;
-            assert_eq!(left, ["tally.db"], "room {pct} %: a successful backup left {left:?}");
+            assert_eq!(left, ["tally.db"], "room {pct}: a successful backup left {left:?}");
             let check = d.cli(&["check", dest.to_str().expect("utf-8")]);
-            assert!(check.status.success(), "room {pct} %: {}", String::from_utf8_lossy(&check.stdout));
+            assert!(check.status.success(), "room {pct}: {}", String::from_utf8_lossy(&check.stdout));
         } else {
             failed += 1;
             let err = String::from_utf8_lossy(&out.stderr).to_string();
-            assert!(left.is_empty(), "room {pct} %: a failed backup left {left:?}: {err}");
-            assert!(err.contains("backup failed"), "room {pct} %: {err}");
+            assert!(left.is_empty(), "room {pct}: a failed backup left {left:?}: {err}");
+            assert!(err.contains("backup failed"), "room {pct}: {err}");
         }
     }
     eprintln!("backup onto a full disk: {failed} failed cleanly, {succeeded} succeeded (copy {size} bytes)");
