@@ -48,7 +48,10 @@ impl Backend {
                 let data: Vec<u8> =
                     c.query_row("SELECT data FROM blobs WHERE id = ?1", [id], |r| r.get(0)).expect("stored");
                 let bad = damaged(&data, how);
-                assert_eq!(c.execute("UPDATE blobs SET data = ?1 WHERE id = ?2", rusqlite::params![bad, id]).expect("damage"), 1);
+                assert_eq!(
+                    c.execute("UPDATE blobs SET data = ?1 WHERE id = ?2", rusqlite::params![bad, id]).expect("damage"),
+                    1
+                );
             }
             Backend::Postgres(url) => {
                 let (url, id) = (url.clone(), id.to_string());
@@ -178,7 +181,8 @@ fn big_png(n: usize) -> Vec<u8> {
 
 fn upload(d: &Daemon, bytes: &[u8]) -> String {
     let auth = format!("Bearer {}", d.token());
-    let r = request(d.port, "POST", "/v1/uploads", &[("Authorization", &auth), ("Content-Type", "image/png")], Some(bytes));
+    let r =
+        request(d.port, "POST", "/v1/uploads", &[("Authorization", &auth), ("Content-Type", "image/png")], Some(bytes));
     assert!(r.status < 300, "upload: {} {}", r.status, text(&r.body));
     r.json()["id"].as_str().expect("upload id").to_string()
 }
@@ -265,7 +269,8 @@ fn damaged_images_are_errors_that_say_so(pg: bool) {
     let z = raw_get(&d, &format!("/v1/sets/{set_id}/download"));
     assert!(z.status == 200 && z.complete, "{} {}", z.status, text(&z.body));
     let mut zip = zip::ZipArchive::new(std::io::Cursor::new(z.body.clone())).expect("a readable zip");
-    let names: Vec<String> = (0..zip.len()).map(|i| zip.by_index(i).expect("entry").name().expect("name").to_string()).collect();
+    let names: Vec<String> =
+        (0..zip.len()).map(|i| zip.by_index(i).expect("entry").name().expect("name").to_string()).collect();
     assert_eq!(names.len(), 2, "{names:?}");
     let mut first = Vec::new();
     zip.by_index(0).expect("entry").read_to_end(&mut first).expect("read");
