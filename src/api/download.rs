@@ -274,9 +274,12 @@ pub async fn set_zip(State(state): State<AppState>, UrlPath(id): UrlPath<String>
     Ok(r)
 }
 
+/// Images a set zip leaves out, each with why.
+type LeftOut = Vec<(Entry, String)>;
+
 /// Split the entries into the images that read back intact and those left out, with why
 /// (damaged, or not stored). Any other store failure ends the request.
-fn sort_damaged(store: &Store, entries: Vec<Entry>) -> Result<(Vec<Entry>, Vec<(Entry, String)>), StoreError> {
+fn sort_damaged(store: &Store, entries: Vec<Entry>) -> Result<(Vec<Entry>, LeftOut), StoreError> {
     let (mut good, mut bad) = (Vec::new(), Vec::new());
     for e in entries {
         let checked = match store.open_blob(&e.id)? {

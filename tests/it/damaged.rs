@@ -311,3 +311,46 @@ fn damaged_images_are_errors_that_say_so_on_sqlite() {
 fn damaged_images_are_errors_that_say_so_on_postgres() {
     damaged_images_are_errors_that_say_so(true);
 }
+
+/// The page says so too: in headless Chromium, the set page shows a damaged shot's image as
+/// "Damaged image: … left out of the set's zip" in place of its thumbnail (the intact one
+/// keeps its thumbnail), and stays accessible (axe-core).
+#[test]
+fn the_set_page_shows_a_damaged_image_as_damaged() {
+    let mut d = Daemon::configure(FAST_DEMO);
+    d.spawn();
+    let url = crate::web::printed_sign_in_url(&d);
+    let r = d.call(
+        "POST",
+        "/v1/sets",
+        Some(&json!({ "product": "Green Vase", "provider": "demo", "shots": [
+            { "role": "main", "prompt": "on white" },
+            { "role": "scene", "prompt": "on a shelf" } ] })),
+    );
+    assert_eq!(r.status, 201, "{}", text(&r.body));
+    let set_id = r.json()["id"].as_str().expect("set id").to_string();
+    let set = wait_for(Duration::from_secs(30), || {
+        let s = d.call("GET", &format!("/v1/sets/{set_id}"), None).json();
+        (s["status"] != "running").then_some(s)
+    })
+    .expect("the set settled");
+    let damaged_id = set["shots"][1]["artifacts"][0]["id"].as_str().expect("artifact").to_string();
+    Backend::Sqlite(d.data.join("tally.db")).damage(&damaged_id, Damage::Flip { from_end: 100 });
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let b = crate::browser::Browser::start().await;
+        b.c().goto(&url).await.expect("sign in");
+        b.c().goto(&format!("http://127.0.0.1:{}/#/sets/{set_id}", d.port)).await.expect("the set page");
+        b.until("the damaged image marked", 20, "document.querySelector('#shots .thumb.damaged') !== null").await;
+        let marked = b.js("Array.from(document.querySelectorAll('#shots .thumb.damaged')).map(e => e.innerText)").await;
+        let marked = marked.as_array().cloned().unwrap_or_default();
+        assert_eq!(marked.len(), 1, "{marked:?}");
+        assert!(marked[0].as_str().unwrap_or("").contains("left out of the set's zip"), "{marked:?}");
+        let loaded = "Array.from(document.querySelectorAll('#shots img.thumb')) \
+            .filter(i => i.complete && i.naturalWidth > 0).length";
+        b.until("the intact thumbnail loaded", 20, &format!("{loaded} > 0")).await;
+        assert_eq!(b.js(loaded).await, 1, "the intact shot keeps its thumbnail");
+        b.assert_accessible("a set page with a damaged image").await;
+        b.close().await;
+    });
+}
