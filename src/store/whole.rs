@@ -1,6 +1,8 @@
 //! The whole-file operations that work on a path rather than through the writer: `tally check`
 //! (integrity, invariants, every image against its sha256), `tally backup` (one
-//! self-contained copy, safe under load) and `tally restore`.
+//! self-contained copy, safe under load; one per destination at a time, and no temporary file
+//! left on any failure) and `tally restore` (which keeps every database it replaces under a
+//! name of its own).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

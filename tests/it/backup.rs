@@ -1,6 +1,8 @@
 //! Backup, restore and prune through the real binary: the README tour's backup and restore of
-//! every image, the refusals that keep a backup or a restore from losing anything, and prune
-//! through a running daemon and on the file.
+//! every image, the refusals that keep a backup or a restore from losing anything (a second
+//! restore keeps what the first kept; a second backup to one destination is refused while the
+//! first runs), and prune through a running daemon and on the file. (A little over 600 lines:
+//! backup and restore share the file helpers at the top; retention is its own module below.)
 
 use std::path::Path;
 

@@ -92,7 +92,7 @@ fn an_empty_or_missing_database_started_as_a_new_shop() {
 /// `tally serve` from starting (four of sixteen such flips used to start and serve) — except a
 /// flip inside an image's bytes, which the start-up check does not hash (it would make every
 /// start as slow as hashing the whole shop): then the daemon may start, but that image must
-/// never be served whole (its download ends short), and every other image still is.
+/// never be served whole (a small one is answered `image_damaged`), and every other image still is.
 #[test]
 fn byte_flips_that_check_rejects_started_and_served() {
     let mut d = used_shop(6);
@@ -138,6 +138,12 @@ fn byte_flips_that_check_rejects_started_and_served() {
                                 && r.header("content-length").and_then(|v| v.parse().ok()) == Some(r.body.len())
                         });
                         assert!(!whole, "flip at byte {at}: damaged image {id} was served whole");
+                        // Small enough to be checked before the first byte: the error says so.
+                        let said = r.as_ref().map(|r| (r.status, String::from_utf8_lossy(&r.body).into_owned()));
+                        assert!(
+                            said.as_ref().is_some_and(|(st, b)| *st == 500 && b.contains("\"image_damaged\"")),
+                            "flip at byte {at}: damaged image {id}: {said:?}"
+                        );
                     }
                     if let Some(mut c) = d.child.take() {
                         let _ = c.kill();
