@@ -283,6 +283,13 @@ pub fn restore(src: &Path, db: &Path) -> Result<RestoreReport, StoreError> {
         // it is being replaced), its WAL is kept beside it under the matching name instead, so
         // opening the kept file still sees that work.
         let folded = checkpoint_truncate(db).is_ok();
+        if folded {
+            // And in rollback-journal mode, so opening the kept file (`tally check`, `sqlite3`)
+            // makes no -wal and -shm beside it; `tally serve` turns WAL on again if it is ever
+            // restored. Best effort: a kept file in WAL mode is just as complete.
+            let _ = Connection::open(db)
+                .and_then(|c| c.query_row("PRAGMA journal_mode = DELETE", [], |r| r.get::<_, String>(0)));
+        }
         let keep = || -> std::io::Result<()> {
             std::fs::rename(db, &name)?;
             let wal = db.with_file_name(format!("{}-wal", file_name(db)));

@@ -217,7 +217,11 @@ fn kept_databases(data: &Path) -> Vec<std::path::PathBuf> {
     let mut kept: Vec<_> = std::fs::read_dir(data)
         .expect("data dir")
         .map(|e| e.expect("entry").path())
-        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("tally.db.before-restore")))
+        .filter(|p| {
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+                n.starts_with("tally.db.before-restore") && !["-wal", "-shm", "-journal"].iter().any(|s| n.ends_with(s))
+            })
+        })
         .collect();
     kept.sort();
     kept
@@ -278,6 +282,30 @@ fn restore_twice_keeps_both_replaced_databases() {
         let check = d.cli(&["check", p.to_str().expect("utf-8")]);
         assert!(check.status.success(), "{}: {}", p.display(), text(&check.stdout));
     }
+    assert_eq!(prompts_in(&d.data.join("tally.db")), ["in the backup"]);
+
+    // A daemon killed with its newest work only in tally.db-wal: the kept file alone (its WAL
+    // folded in, no -wal beside it) still has that work, and the stale -wal is gone.
+    d.spawn();
+    assert!(d.cli(&["submit", "only in the WAL", "--wait"]).status.success());
+    let mut child = d.child.take().expect("running");
+    child.kill().expect("kill -9");
+    let _ = child.wait();
+    assert!(d.data.join("tally.db-wal").exists(), "the kill left a WAL");
+    let out = d.cli(&["restore", backup.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "{}{}", text(&out.stdout), text(&out.stderr));
+    let third: Vec<_> = kept_databases(&d.data).into_iter().filter(|p| *p != first && *p != second).collect();
+    assert_eq!(third.len(), 1, "{third:?}");
+    assert!(!d.data.join("tally.db-wal").exists(), "the stale WAL was removed");
+    let companions: Vec<_> = ["-wal", "-shm", "-journal"]
+        .iter()
+        .map(|s| std::path::PathBuf::from(format!("{}{s}", third[0].display())))
+        .filter(|p| p.exists())
+        .collect();
+    assert!(companions.is_empty(), "the kept file is one file: {companions:?}");
+    let lone = d.dir.path().join("lone.db");
+    std::fs::copy(&third[0], &lone).expect("copy the kept file alone");
+    assert_eq!(prompts_in(&lone), ["in the backup", "only in the WAL"]);
     assert_eq!(prompts_in(&d.data.join("tally.db")), ["in the backup"]);
 }
 
