@@ -4,7 +4,8 @@
 //! first byte when the image is small enough to check first, and a large one that has started
 //! ends without its last bytes (fewer than its `Content-Length`: no client takes it for
 //! complete); a thumbnail answers `image_damaged`; the set zip leaves the damaged images out
-//! with a note inside it naming them, and `tally set download` saves the rest and says so.
+//! with a note inside it naming them, and `tally set download` saves the rest and says so; the
+//! web page (headless Chromium) shows "Damaged image" in place of the thumbnail.
 //!
 //! The damage is done the way a bad disk or a careless edit would: on SQLite, the daemon's
 //! file is opened directly while it runs; on PostgreSQL, the `bytea` is changed with SQL.
