@@ -74,7 +74,8 @@ impl ApiError {
             "image_damaged",
             format!(
                 "the stored image {id} is damaged ({why}), so tally will not send it; run `tally check` on the \
-                 daemon's machine to list every damaged image, then restore a backup or retry the job"
+                 daemon's machine to list every damaged image, then restore a backup that has it, or make it again \
+                 (retry the job, or upload the photo again)"
             ),
         )
     }
