@@ -408,13 +408,40 @@ impl PgStore {
     }
 
     /// Run a read and wait for it on the current thread (never on an async thread: this
-    /// blocks it).
-    pub(crate) fn read_blocking<R, F>(&self, f: F) -> Result<R, StoreError>
+    /// blocks it). Like [`PgStore::run`], it gives up with [`StoreError::Unreachable`] (within
+    /// a tenth of a second) once the node finds the database unreachable, and a read nobody
+    /// waits for any more is not run.
+    pub(crate) fn read_blocking<R, F>(&self, mut f: F) -> Result<R, StoreError>
     where
         R: Send + 'static,
         F: FnMut(&mut Tx<'_, '_>) -> Result<R, StoreError> + Send + 'static,
     {
-        self.send(Kind::Read, f)?.blocking_recv().map_err(|_| StoreError::Closed)?
+        let unreachable = || self.inner.shared.down.borrow().clone().map(StoreError::Unreachable);
+        if let Some(e) = unreachable() {
+            return Err(e);
+        }
+        let (tx, rx) = mpsc::channel();
+        let gone = Arc::new(AtomicBool::new(false));
+        let g = gone.clone();
+        let job: Job = Box::new(move |conn: &mut Conn| {
+            if !g.load(Ordering::Relaxed) {
+                let _ = tx.send(conn.run(Kind::Read, &mut f));
+            }
+        });
+        let sender = lock(&self.inner.sender).clone().ok_or(StoreError::Closed)?;
+        sender.send(job).map_err(|_| StoreError::Closed)?;
+        loop {
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(r) => return r,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if let Some(e) = unreachable() {
+                        gone.store(true, Ordering::Relaxed);
+                        return Err(e);
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => return Err(StoreError::Closed),
+            }
+        }
     }
 
     /// Run an operation and wait for its result, or until the node finds it cannot reach the
