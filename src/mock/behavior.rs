@@ -101,6 +101,9 @@ pub struct Behavior {
     /// Only this many more creates are answered 429 (then they go through); `None`: every
     /// create while a wait is set. Counts down.
     pub rate_limit_times: Option<u64>,
+    /// The 429s (with `rate_limit_times`) answer Replicate's model and version reads (the
+    /// schema tally reads before a create) instead of creates.
+    pub rate_limit_meta: bool,
     /// Creates are refused because the account is out of credit, as each API documents it:
     /// OpenAI 429 `insufficient_quota`, Replicate 402, fal 403 "Exhausted balance" (not
     /// charged).
@@ -145,6 +148,7 @@ impl Default for Behavior {
             retry_after_form: "seconds".into(),
             ratelimit_headers: false,
             rate_limit_times: None,
+            rate_limit_meta: false,
             out_of_credit: false,
             result_fetch_failures: 0,
             result_fetch_status: 404,
@@ -254,6 +258,7 @@ impl Behavior {
                 }
                 "ratelimit_headers" => next.ratelimit_headers = if null { start.ratelimit_headers } else { flag()? },
                 "rate_limit_times" => next.rate_limit_times = if null { start.rate_limit_times } else { Some(num()?) },
+                "rate_limit_meta" => next.rate_limit_meta = if null { start.rate_limit_meta } else { flag()? },
                 "out_of_credit" => next.out_of_credit = if null { start.out_of_credit } else { flag()? },
                 "result_fetch_failures" => {
                     next.result_fetch_failures = if null { start.result_fetch_failures } else { num()? }

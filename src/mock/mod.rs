@@ -157,6 +157,7 @@ impl MockArgs {
             retry_after_form: d.retry_after_form,
             ratelimit_headers: d.ratelimit_headers,
             rate_limit_times: d.rate_limit_times,
+            rate_limit_meta: d.rate_limit_meta,
             out_of_credit: d.out_of_credit,
             result_fetch_failures: d.result_fetch_failures,
             result_fetch_status: d.result_fetch_status,

@@ -105,6 +105,13 @@ fn decide(mock: &Mock, req: &ApiRequest, b: &Behavior, work: Work) -> Answer {
         return Answer::error(StatusCode::UNAUTHORIZED, "missing Authorization header", "invalid_api_key");
     };
     let create = req.scope == Scope::Create;
+    if req.scope == Scope::Meta
+        && b.rate_limit_meta
+        && let Some(wait_ms) = b.rate_limit_wait_ms()
+        && take_rate_limit(mock)
+    {
+        return rate_limited(wait_ms, b);
+    }
     if create {
         if let Some(s) = b.reject_status {
             let status = StatusCode::from_u16(s).unwrap_or(StatusCode::BAD_REQUEST);
@@ -118,7 +125,7 @@ fn decide(mock: &Mock, req: &ApiRequest, b: &Behavior, work: Work) -> Answer {
         if b.out_of_credit {
             return out_of_credit(req.api);
         }
-        if let Some(wait_ms) = b.rate_limit_wait_ms()
+        if let Some(wait_ms) = b.rate_limit_wait_ms().filter(|_| !b.rate_limit_meta)
             && take_rate_limit(mock)
         {
             return rate_limited(wait_ms, b);
@@ -291,4 +298,19 @@ pub(super) async fn download(State(mock): State<Arc<Mock>>, Path(file): Path<Str
         }
     };
     ([(header::CONTENT_TYPE, "image/png")], placeholder_png(&prompt, IMAGE_SIZE)).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The mock's HTTP dates are what RFC 9110 senders write, and read back to the second.
+    #[test]
+    fn http_dates_round_trip() {
+        let t = humantime::parse_rfc3339("2026-10-21T07:28:00Z").unwrap();
+        assert_eq!(http_date(t), "Wed, 21 Oct 2026 07:28:00 GMT");
+        let now = SystemTime::now();
+        let back = crate::providers::http::client::parse_http_date(&http_date(now)).unwrap();
+        assert!(now.duration_since(back).unwrap() < Duration::from_secs(1));
+    }
 }

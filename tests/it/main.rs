@@ -16,6 +16,7 @@ mod common;
 mod conformance;
 #[cfg(feature = "failpoints")]
 mod crash;
+mod damaged;
 mod disks;
 mod engine;
 mod fairness;
@@ -23,6 +24,7 @@ mod limits;
 mod money;
 mod onefile;
 mod openapi;
+mod pg_fence;
 mod pg_nodes;
 #[cfg(feature = "failpoints")]
 mod powerloss;

@@ -61,7 +61,7 @@ def reset():
     behave(**{k: None for k in (
         "retry_after_ms", "retry_after_form", "ratelimit_headers", "rate_limit_times", "out_of_credit",
         "result_fetch_failures", "result_fetch_status", "fal_result_not_retryable", "job_canceled",
-        "job_failure_logs")})
+        "job_failure_logs", "rate_limit_meta", "ratelimit_exhausted_ms")})
     behave(job_duration_ms=150)
 
 
