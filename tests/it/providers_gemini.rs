@@ -67,6 +67,11 @@ async fn what_gemini_cannot_do_is_refused_before_sending() {
     let mut ratio = request("wide");
     ratio.params = json!({"aspect_ratio": "16:9"});
     assert!(odd.preflight(&ratio).await.is_ok(), "an aspect ratio in params stands in for the size");
+    let mut unknown = request("unknown param");
+    unknown.params = json!({"output_format": "png"});
+    assert!(
+        matches!(p.preflight(&unknown).await, Err(CallError::Rejected { message, .. }) if message.contains("params.output_format"))
+    );
     assert!(h.ledger().is_empty(), "nothing was sent");
 }
 

@@ -31,7 +31,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::client::{AuthScheme, HttpClient, image_from_bytes};
-use super::{check_output_format, parse_size};
+use super::parse_size;
 use crate::config::ProviderConfig;
 use crate::providers::{
     BoxFuture, CallError, CallRequest, Capabilities, Image, JobHandle, JobState, Provider, Submitted,
@@ -39,6 +39,10 @@ use crate::providers::{
 
 /// The aspect ratios Gemini's `imageConfig.aspectRatio` takes.
 const ASPECT_RATIOS: &[&str] = &["1:1", "2:3", "3:2", "3:4", "4:3", "4:5", "5:4", "9:16", "16:9", "21:9"];
+
+/// The task parameters sent to Gemini (`n` only as 1): `aspect_ratio` as
+/// `imageConfig.aspectRatio`, the others into `generationConfig`.
+const PARAMS: &[&str] = &["n", "aspect_ratio", "temperature", "seed", "top_p", "topP"];
 
 /// How long a batch may stay pending or running before Gemini expires it.
 const BATCH_LIFETIME: Duration = Duration::from_secs(48 * 3600);
@@ -226,8 +230,16 @@ impl Gemini {
     /// Everything refused before anything is sent.
     fn check(&self, req: &CallRequest) -> Result<(), CallError> {
         self.http.check_key()?;
-        check_output_format(&req.params, &["png", "jpeg", "webp"])?;
         let refuse = |message: String| Err(CallError::Rejected { message, config: false });
+        // Every task parameter is sent or refused, never dropped silently.
+        if let Some(k) =
+            req.params.as_object().into_iter().flatten().map(|(k, _)| k).find(|k| !PARAMS.contains(&k.as_str()))
+        {
+            return refuse(format!(
+                "params.{k} is not a Gemini parameter tally sends (it sends {}); nothing was sent",
+                PARAMS.join(", ")
+            ));
+        }
         if let Some(n) = req.params.get("n").filter(|n| n.as_u64() != Some(1)) {
             return refuse(format!(
                 "params.n = {n}: a Gemini request makes one image, and tally does not change a parameter silently; \
