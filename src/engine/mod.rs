@@ -192,6 +192,14 @@ pub(crate) struct Shared {
     /// Reconcile at the next wake-up even if no deadline passed: a peer node's lock freed, so
     /// its leases are leftovers now (`engine::nodes`).
     force_reconcile: std::sync::atomic::AtomicBool,
+    /// PostgreSQL: how many times this node fenced itself (lost its node lock). A worker
+    /// whose claim was made before the latest fence starts no new paid call; a call already
+    /// sent still finishes and lands fenced (`engine::nodes`).
+    fences: std::sync::atomic::AtomicU64,
+    /// Execution tokens of the workers running in this process. After a self-fence the new
+    /// run's recovery leaves their leases alone while those have not run out: the calls are
+    /// alive here, not interrupted (`reconciler::run_once`).
+    live: Mutex<std::collections::HashSet<String>>,
     /// Worker capacity: a permit per free worker.
     workers: Arc<Semaphore>,
     wake_dispatcher: Notify,
@@ -220,6 +228,11 @@ impl Shared {
 
     fn now(&self) -> Millis {
         self.clock.now()
+    }
+
+    /// How many times this node fenced itself so far (see `fences`).
+    fn fence(&self) -> u64 {
+        self.fences.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The id of the current run of this engine.
@@ -348,6 +361,8 @@ impl Engine {
             data_dir: parts.data_dir,
             boot: Mutex::new(uuid::Uuid::new_v4().to_string()),
             force_reconcile: std::sync::atomic::AtomicBool::new(false),
+            fences: std::sync::atomic::AtomicU64::new(0),
+            live: Mutex::new(std::collections::HashSet::new()),
             wake_dispatcher: Notify::new(),
             wake_reconciler: Notify::new(),
             settles: watch::channel(0).0,

@@ -85,6 +85,8 @@ pub struct Behavior {
     /// OpenAI-style answers carry `data[0].url` instead of `b64_json`, as many
     /// OpenAI-compatible gateways answer.
     pub openai_url_answers: bool,
+    /// Gemini and BFL moderation: `"prompt"` blocks the prompt, `"output"` the image.
+    pub moderation: Option<String>,
     /// Answer creates with 429 and this wait in milliseconds (not charged), in the form
     /// `retry_after_form` gives; takes precedence over `retry_after_s`.
     pub retry_after_ms: Option<u64>,
@@ -99,6 +101,9 @@ pub struct Behavior {
     /// Only this many more creates are answered 429 (then they go through); `None`: every
     /// create while a wait is set. Counts down.
     pub rate_limit_times: Option<u64>,
+    /// The 429s (with `rate_limit_times`) answer Replicate's model and version reads (the
+    /// schema tally reads before a create) instead of creates.
+    pub rate_limit_meta: bool,
     /// Creates are refused because the account is out of credit, as each API documents it:
     /// OpenAI 429 `insufficient_quota`, Replicate 402, fal 403 "Exhausted balance" (not
     /// charged).
@@ -119,6 +124,9 @@ pub struct Behavior {
     /// The error code `reject_status` answers carry (e.g. DashScope's `Arrearage` or
     /// `DataInspectionFailed`); by default each style's generic refusal code.
     pub error_code: Option<String>,
+    /// Successful creates carry `x-ratelimit-remaining-requests: 0` with a reset of this many
+    /// milliseconds (the quota is used up: the next create within it would be a 429).
+    pub ratelimit_exhausted_ms: Option<u64>,
 }
 
 impl Default for Behavior {
@@ -138,10 +146,12 @@ impl Default for Behavior {
             job_error: None,
             error_echoes_key: false,
             openai_url_answers: false,
+            moderation: None,
             retry_after_ms: None,
             retry_after_form: "seconds".into(),
             ratelimit_headers: false,
             rate_limit_times: None,
+            rate_limit_meta: false,
             out_of_credit: false,
             result_fetch_failures: 0,
             result_fetch_status: 404,
@@ -149,6 +159,7 @@ impl Default for Behavior {
             job_canceled: false,
             job_failure_logs: None,
             error_code: None,
+            ratelimit_exhausted_ms: None,
         }
     }
 }
@@ -172,6 +183,9 @@ impl Behavior {
             c.is_empty() || c.len() > 100 || !c.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
         }) {
             return Err(format!("error_code `{c}` must be 1 to 100 letters, digits, '.', '_' or '-'"));
+        }
+        if let Some(m) = self.moderation.as_deref().filter(|m| !matches!(*m, "prompt" | "output")) {
+            return Err(format!("moderation `{m}` must be \"prompt\" or \"output\""));
         }
         if !matches!(
             self.retry_after_form.as_str(),
@@ -246,12 +260,14 @@ impl Behavior {
                 "job_error" => next.job_error = if null { start.job_error.clone() } else { Some(text()?) },
                 "error_echoes_key" => next.error_echoes_key = if null { start.error_echoes_key } else { flag()? },
                 "openai_url_answers" => next.openai_url_answers = if null { start.openai_url_answers } else { flag()? },
+                "moderation" => next.moderation = if null { start.moderation.clone() } else { Some(text()?) },
                 "retry_after_ms" => next.retry_after_ms = if null { start.retry_after_ms } else { Some(num()?) },
                 "retry_after_form" => {
                     next.retry_after_form = if null { start.retry_after_form.clone() } else { text()? }
                 }
                 "ratelimit_headers" => next.ratelimit_headers = if null { start.ratelimit_headers } else { flag()? },
                 "rate_limit_times" => next.rate_limit_times = if null { start.rate_limit_times } else { Some(num()?) },
+                "rate_limit_meta" => next.rate_limit_meta = if null { start.rate_limit_meta } else { flag()? },
                 "out_of_credit" => next.out_of_credit = if null { start.out_of_credit } else { flag()? },
                 "result_fetch_failures" => {
                     next.result_fetch_failures = if null { start.result_fetch_failures } else { num()? }
@@ -263,6 +279,9 @@ impl Behavior {
                     next.fal_result_not_retryable = if null { start.fal_result_not_retryable } else { flag()? }
                 }
                 "job_canceled" => next.job_canceled = if null { start.job_canceled } else { flag()? },
+                "ratelimit_exhausted_ms" => {
+                    next.ratelimit_exhausted_ms = if null { start.ratelimit_exhausted_ms } else { Some(num()?) }
+                }
                 "job_failure_logs" => {
                     next.job_failure_logs = if null { start.job_failure_logs.clone() } else { Some(text()?) }
                 }

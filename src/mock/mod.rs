@@ -1,5 +1,5 @@
-//! The mock provider server (`tally mock-provider`): speaks the OpenAI images, Replicate and
-//! fal queue API styles on loopback, and appends every API request it receives to a ledger
+//! The mock provider server (`tally mock-provider`): speaks the OpenAI images, Replicate,
+//! fal queue, Gemini and BFL API styles on loopback, and appends every API request it receives to a ledger
 //! file (one fsync'd JSON line each) so tests and users can count what was charged.
 //!
 //! It is held to the official clients, not to tally: every answer has the schema the real API
@@ -13,14 +13,19 @@
 //! |/versions/{id}]`, `/v1/predictions[/{id}[/cancel]]` (Replicate); `/fal/{app}` (submit) and
 //! `/fal/{owner}/{alias}/requests/{id}[/status|/cancel]` (fal);
 //! `/dashscope/api/v1/services/aigc/{text2image|image2image}/image-synthesis`,
-//! `/dashscope/api/v1/tasks[/{id}[/cancel]]` (DashScope); `/files/{id}.png` (result
-//! downloads); and the control routes `/_mock/behavior` (GET, PUT) and `/_mock/ledger` (GET).
+//! `/dashscope/api/v1/tasks[/{id}[/cancel]]` (DashScope);
+//! `/gemini/{v1beta|v1}/models/{model}:{generateContent|batchGenerateContent}` and
+//! `/gemini/{v1beta|v1}/batches[/{id}]` (Gemini, key in `x-goog-api-key`); `/bfl/v1/{model}`,
+//! `/bfl/v1/get_result?id=` and `/bfl/delivery/{id}.png` (BFL, key in `x-key`; delivery
+//! URLs are signed for 10 minutes); `/files/{id}.png` (result downloads); and the control routes `/_mock/behavior` (GET, PUT) and `/_mock/ledger` (GET).
 //! Control routes and downloads are not in the ledger and need no `Authorization` header;
 //! every API route does.
 
 pub mod behavior;
+mod bfl;
 mod dashscope;
 mod fal;
+mod gemini;
 mod ledger;
 mod models;
 mod openai;
@@ -102,6 +107,11 @@ pub struct MockArgs {
     /// The error code refusals (--reject-status) carry, e.g. DashScope's `Arrearage`.
     #[arg(long)]
     pub error_code: Option<String>,
+    /// Gemini and BFL moderation: "prompt" blocks every prompt (Gemini `promptFeedback`,
+    /// BFL `Request Moderated`), "output" every image (Gemini `IMAGE_SAFETY`, BFL `Content
+    /// Moderated`).
+    #[arg(long)]
+    pub moderation: Option<String>,
 }
 
 impl MockArgs {
@@ -125,6 +135,7 @@ impl MockArgs {
             job_error: None,
             openai_url_answers: false,
             error_code: None,
+            moderation: None,
         }
     }
 
@@ -148,10 +159,12 @@ impl MockArgs {
             job_error: self.job_error.clone(),
             error_echoes_key: false,
             openai_url_answers: self.openai_url_answers,
+            moderation: self.moderation.clone(),
             retry_after_ms: d.retry_after_ms,
             retry_after_form: d.retry_after_form,
             ratelimit_headers: d.ratelimit_headers,
             rate_limit_times: d.rate_limit_times,
+            rate_limit_meta: d.rate_limit_meta,
             out_of_credit: d.out_of_credit,
             result_fetch_failures: d.result_fetch_failures,
             result_fetch_status: d.result_fetch_status,
@@ -159,6 +172,7 @@ impl MockArgs {
             job_canceled: d.job_canceled,
             job_failure_logs: d.job_failure_logs,
             error_code: self.error_code.clone(),
+            ratelimit_exhausted_ms: d.ratelimit_exhausted_ms,
         }
     }
 }
@@ -190,6 +204,16 @@ impl MockServer {
     pub fn dashscope_url(&self) -> String {
         format!("http://{}/dashscope", self.addr)
     }
+
+    /// `http://<addr>/gemini`: the `base_url` for `gemini` providers.
+    pub fn gemini_url(&self) -> String {
+        format!("http://{}/gemini", self.addr)
+    }
+
+    /// `http://<addr>/bfl`: the `base_url` for `bfl` providers.
+    pub fn bfl_url(&self) -> String {
+        format!("http://{}/bfl", self.addr)
+    }
 }
 
 impl Drop for MockServer {
@@ -216,8 +240,8 @@ pub async fn run(args: MockArgs) -> std::io::Result<()> {
     let addr = listener.local_addr()?;
     tracing::info!(%addr, ledger = %args.ledger.display(), "mock provider listening");
     eprintln!(
-        "tally mock provider on http://{addr} (fal style under http://{addr}/fal, DashScope under \
-         http://{addr}/dashscope), ledger {}",
+        "tally mock provider on http://{addr} (fal, gemini, bfl and DashScope styles under http://{addr}/fal, \
+         /gemini, /bfl, /dashscope), ledger {}",
         args.ledger.display()
     );
     axum::serve(listener, router).await
@@ -249,6 +273,12 @@ fn router(state: Arc<Mock>) -> Router {
         .route("/v1/predictions/{id}/cancel", post(replicate::cancel))
         .route("/fal/{*path}", post(fal::submit).get(fal::get).put(fal::cancel))
         .nest("/dashscope", dashscope::routes())
+        .route("/gemini/{version}/models/{spec}", post(gemini::models))
+        .route("/gemini/{version}/batches", get(gemini::list))
+        .route("/gemini/{version}/batches/{id}", get(gemini::get))
+        .route("/bfl/v1/get_result", get(bfl::get_result))
+        .route("/bfl/v1/{model}", post(bfl::create))
+        .route("/bfl/delivery/{file}", get(bfl::delivery))
         .route("/files/{file}", get(serve::download))
         .route("/_mock/behavior", get(get_behavior).put(put_behavior))
         .route("/_mock/ledger", get(get_ledger))
@@ -284,6 +314,11 @@ enum Api {
     Replicate,
     FalQueue,
     DashScope,
+    /// Gemini's synchronous `generateContent`.
+    Gemini,
+    /// Gemini's Batch API (`batchGenerateContent`): an asynchronous job.
+    GeminiBatch,
+    Bfl,
 }
 
 impl Api {
@@ -292,6 +327,8 @@ impl Api {
             Api::OpenaiImages => "openai_images",
             Api::Replicate => "replicate",
             Api::FalQueue => "fal_queue",
+            Api::Gemini | Api::GeminiBatch => "gemini",
+            Api::Bfl => "bfl",
             Api::DashScope => "dashscope",
         }
     }

@@ -45,7 +45,11 @@ impl ApiRequest {
             idempotency_key: text("idempotency-key"),
             job_id: None,
             reference_images: 0,
-            authorization: text("authorization").filter(|a| !a.trim().is_empty()),
+            // Gemini's and BFL's keys come in headers of their own.
+            authorization: text("authorization")
+                .or_else(|| text("x-goog-api-key"))
+                .or_else(|| text("x-key"))
+                .filter(|a| !a.trim().is_empty()),
             base: format!("http://{}", text("host").unwrap_or_else(|| "127.0.0.1".into())),
         }
     }
@@ -101,6 +105,13 @@ fn decide(mock: &Mock, req: &ApiRequest, b: &Behavior, work: Work) -> Answer {
         return req.api.error(StatusCode::UNAUTHORIZED, "missing Authorization header", "invalid_api_key");
     };
     let create = req.scope == Scope::Create;
+    if req.scope == Scope::Meta
+        && b.rate_limit_meta
+        && let Some(wait_ms) = b.rate_limit_wait_ms()
+        && take_rate_limit(mock)
+    {
+        return rate_limited(req.api, wait_ms, b);
+    }
     if create {
         if let Some(s) = b.reject_status {
             let status = StatusCode::from_u16(s).unwrap_or(StatusCode::BAD_REQUEST);
@@ -114,7 +125,7 @@ fn decide(mock: &Mock, req: &ApiRequest, b: &Behavior, work: Work) -> Answer {
         if b.out_of_credit {
             return out_of_credit(req.api);
         }
-        if let Some(wait_ms) = b.rate_limit_wait_ms()
+        if let Some(wait_ms) = b.rate_limit_wait_ms().filter(|_| !b.rate_limit_meta)
             && take_rate_limit(mock)
         {
             return rate_limited(req.api, wait_ms, b);
@@ -130,7 +141,12 @@ fn decide(mock: &Mock, req: &ApiRequest, b: &Behavior, work: Work) -> Answer {
     if let Some(original) = replay_key.as_ref().and_then(|key| jobs.replays.get(key)) {
         return Answer { charged: false, ..original.clone() };
     }
-    let answer = work(&mut jobs, b, &req.base);
+    let mut answer = work(&mut jobs, b, &req.base);
+    if let Some(ms) = b.ratelimit_exhausted_ms.filter(|_| create && answer.charged) {
+        answer.headers.push(("x-ratelimit-limit-requests", "60".into()));
+        answer.headers.push(("x-ratelimit-remaining-requests", "0".into()));
+        answer.headers.push(("x-ratelimit-reset-requests", format!("{}s", ms as f64 / 1000.0)));
+    }
     if let Some(key) = replay_key.filter(|_| answer.charged) {
         jobs.replays.insert(key, answer.clone());
     }
@@ -201,6 +217,10 @@ fn out_of_credit(api: Api) -> Answer {
         .with_status(StatusCode::FORBIDDEN),
         // DashScope: 400 `Arrearage` (the account is overdue).
         Api::DashScope => api.error(StatusCode::BAD_REQUEST, "", "Arrearage"),
+        // BFL: 402 when the account is out of credits (docs.bfl.ai, "Errors").
+        Api::Bfl => Answer::ok(serde_json::json!({
+            "detail": "Insufficient credits. Add credits at https://dashboard.bfl.ai to continue using the API."}))
+        .with_status(StatusCode::PAYMENT_REQUIRED),
         // Replicate (and, by default, any other style): 402 Payment Required.
         _ => Answer::ok(serde_json::json!({"title": "Insufficient credit", "status": 402,
             "detail": "You have insufficient credit to run this model. Go to https://replicate.com/account/billing to purchase credit."}))
@@ -220,7 +240,7 @@ pub(super) struct NewJob<'a> {
 /// Record a new charged generation; its duration, retention and failure come from `b`.
 pub(super) fn new_job(jobs: &mut Jobs, new: NewJob<'_>, b: &Behavior) -> String {
     let id = uuid::Uuid::new_v4().simple().to_string();
-    let asynchronous = new.api != Api::OpenaiImages;
+    let asynchronous = !matches!(new.api, Api::OpenaiImages | Api::Gemini);
     let job = Job {
         id: id.clone(),
         api: new.api,
@@ -280,4 +300,19 @@ pub(super) async fn download(State(mock): State<Arc<Mock>>, Path(file): Path<Str
         }
     };
     ([(header::CONTENT_TYPE, "image/png")], placeholder_png(&prompt, IMAGE_SIZE)).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The mock's HTTP dates are what RFC 9110 senders write, and read back to the second.
+    #[test]
+    fn http_dates_round_trip() {
+        let t = humantime::parse_rfc3339("2026-10-21T07:28:00Z").unwrap();
+        assert_eq!(http_date(t), "Wed, 21 Oct 2026 07:28:00 GMT");
+        let now = SystemTime::now();
+        let back = crate::providers::http::client::parse_http_date(&http_date(now)).unwrap();
+        assert!(now.duration_since(back).unwrap() < Duration::from_secs(1));
+    }
 }

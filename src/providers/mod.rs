@@ -57,6 +57,11 @@ pub struct CallRequest {
     /// When the execution first recorded `calling` (ms since the epoch): a job found by
     /// listing must have been created after this moment.
     pub calling_at_ms: i64,
+    /// When the engine stops waiting for this call (ms since the epoch: `calling_at_ms` plus
+    /// the recovery deadline). An adapter that downloads a paid result inside `submit` (a
+    /// synchronous answer with a URL) may retry it until then, within the provider's
+    /// retention; polled jobs are retried by the engine's poll loop instead.
+    pub deadline_ms: i64,
 }
 
 /// A job an asynchronous provider accepted: its id and, where the provider returned them,
@@ -108,6 +113,10 @@ pub enum JobState {
     /// The job finished but its output is no longer kept: the provider's documented retention
     /// passed, or the provider says it removed the data (Replicate's `data_removed`).
     Expired,
+    /// The provider refused the job (its moderation flagged the prompt or the output) and
+    /// documents that it does not bill such a job (BFL's `Request Moderated`/`Content
+    /// Moderated`): a definite refusal, not charged.
+    Refused(String),
 }
 
 /// Why a call did not produce an answer, classified by what it proves (DESIGN §4).
@@ -137,6 +146,12 @@ pub enum CallError {
     /// image URL that could not be downloaded. Never a refusal, never "not sent".
     #[error("answered, but unusable: {0}")]
     Unusable(String),
+    /// The provider answered (2xx) but declined to make the image: its safety filter blocked
+    /// the prompt or the output (Gemini's `promptFeedback.blockReason`, a `finishReason` such
+    /// as `IMAGE_SAFETY`). A definite answer, never retried; the provider may still bill the
+    /// request (Gemini bills the prompt's tokens of an answered request).
+    #[error("blocked by the provider: {0}")]
+    Blocked(String),
 }
 
 /// An image provider adapter.
@@ -152,6 +167,21 @@ pub trait Provider: Send + Sync + 'static {
     /// How long to wait between polls of an accepted job.
     fn poll_interval(&self) -> Duration {
         Duration::from_millis(1000)
+    }
+
+    /// The longest an accepted job may take before tally stops polling it and says `unknown`,
+    /// when that is longer than the engine's recovery deadline (Gemini's Batch API targets a
+    /// 24-hour turnaround). `None`: the recovery deadline applies.
+    fn job_deadline(&self) -> Option<Duration> {
+        None
+    }
+
+    /// How long the provider's rate-limit headers on its latest answers asked that nothing new
+    /// be sent (a used-up quota until its reset); `None` when a quota remains or the adapter
+    /// does not read them. HTTP adapters return `HttpClient::rate_limit_hold`. The engine
+    /// reads it after each call and holds the provider's dispatch until then.
+    fn rate_limit_hold(&self) -> Option<Duration> {
+        None
     }
 
     /// Whether a create whose answer was lost can be searched for (a listing of recent jobs).
@@ -200,6 +230,8 @@ pub fn build(cfg: &ProviderConfig) -> Result<Arc<dyn Provider>, String> {
         ProviderKind::Replicate => Arc::new(http::replicate::Replicate::new(cfg)?),
         ProviderKind::FalQueue => Arc::new(http::fal_queue::FalQueue::new(cfg)?),
         ProviderKind::Dashscope => Arc::new(http::dashscope::Dashscope::new(cfg)?),
+        ProviderKind::Gemini => Arc::new(http::gemini::Gemini::new(cfg)?),
+        ProviderKind::Bfl => Arc::new(http::bfl::Bfl::new(cfg)?),
     };
     Ok(match &cfg.billing_note {
         Some(note) => Arc::new(WithBillingNote { inner, note: note.clone() }),
@@ -228,6 +260,14 @@ impl Provider for WithBillingNote {
 
     fn finds_lost_creates(&self) -> bool {
         self.inner.finds_lost_creates()
+    }
+
+    fn job_deadline(&self) -> Option<Duration> {
+        self.inner.job_deadline()
+    }
+
+    fn rate_limit_hold(&self) -> Option<Duration> {
+        self.inner.rate_limit_hold()
     }
 
     fn preflight<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<(), CallError>> {

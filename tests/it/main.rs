@@ -16,6 +16,7 @@ mod common;
 mod conformance;
 #[cfg(feature = "failpoints")]
 mod crash;
+mod damaged;
 mod disks;
 mod engine;
 mod fairness;
@@ -23,13 +24,16 @@ mod limits;
 mod money;
 mod onefile;
 mod openapi;
+mod pg_fence;
 mod pg_nodes;
 #[cfg(feature = "failpoints")]
 mod powerloss;
+mod providers_bfl;
 mod providers_daemon;
 mod providers_dashscope;
 mod providers_fal;
 mod providers_fidelity;
+mod providers_gemini;
 mod providers_hostile;
 mod providers_http;
 mod providers_replicate;

@@ -130,7 +130,7 @@ fn several_images_per_task_are_refused_before_anything_is_sent() {
         let prompt = tag("two images");
         let body = json!({"prompt": prompt, "provider": provider, "params": params});
         let r = w.daemon.call("POST", "/v1/tasks", Some(&body));
-        assert!(matches!(r.status, 400 | 422), "{provider}: {} {}", r.status, String::from_utf8_lossy(&r.body));
+        assert_eq!(r.status, 422, "{provider}: {}", String::from_utf8_lossy(&r.body));
         let text = String::from_utf8_lossy(&r.body).to_string();
         assert!(text.contains("exactly one image"), "{text}");
         assert_eq!(w.mock.count(&prompt), (0, 0), "nothing sent");
@@ -178,6 +178,37 @@ fn a_lasting_rate_limit_waits_instead_of_failing() {
     let t = w.run("openai", &prompt);
     assert_eq!((t["status"].as_str(), t["attempts"].as_i64()), (Some("succeeded"), Some(1)), "{t}");
     assert_eq!(w.mock.count(&prompt), (7, 1), "six refusals, one charged success");
+}
+
+/// Defect 4: a success whose headers say the request quota is used up
+/// (`x-ratelimit-remaining-requests: 0`, reset 1.5 s) holds the provider: the next task's
+/// create waits for the reset instead of being sent into a certain 429.
+#[test]
+fn a_used_up_quota_holds_the_provider_until_its_reset() {
+    let w = world("");
+    w.mock.behave(json!({"ratelimit_exhausted_ms": 1500}));
+    let first = tag("quota first");
+    assert_eq!(w.run("openai", &first)["status"], "succeeded");
+    let second = tag("quota second");
+    let t = w.run("openai", &second);
+    assert_eq!((t["status"].as_str(), t["attempts"].as_i64()), (Some("succeeded"), Some(1)), "{t}");
+    assert_eq!(w.mock.count(&second), (1, 1), "no 429: the create waited for the reset");
+    let gap = ts(&w.lines(&second)[0]).duration_since(ts(&w.lines(&first)[0])).expect("ordered");
+    assert!(gap >= Duration::from_millis(1500), "sent {gap:?} after the used-up quota, before its reset");
+}
+
+/// Defect 4: a "not now" on the free schema read Replicate needs before a create hands the
+/// claim back (nothing sent, no attempt, due after the wait) instead of failing the task as
+/// "not sent" after three quick tries.
+#[test]
+fn a_rate_limited_schema_read_waits_instead_of_failing() {
+    let w = world("");
+    w.mock.behave(json!({"retry_after_ms": 400, "rate_limit_meta": true, "rate_limit_times": 3}));
+    let prompt = tag("schema 429");
+    let t = w.run("replicate", &prompt);
+    assert_eq!((t["status"].as_str(), t["attempts"].as_i64()), (Some("succeeded"), Some(1)), "{t}");
+    assert_eq!(w.mock.count(&prompt), (1, 1), "one create, charged once");
+    assert_eq!(w.mock.behavior()["rate_limit_times"], 0, "the three 429s were given");
 }
 
 /// Defect 4: `Retry-After` in each documented form — fractional seconds, an HTTP date,

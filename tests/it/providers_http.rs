@@ -1,7 +1,7 @@
 //! End-to-end tests of the HTTP provider adapters against the in-process mock provider:
 //! each asserts both what the adapter returned and what the mock's ledger recorded. This file
 //! holds the shared [`Harness`] and the OpenAI-style and cross-kind tests; `providers_replicate`,
-//! `providers_fal` and `providers_hostile` (servers that misbehave on purpose) hold the rest.
+//! `providers_fal`, `providers_gemini`, `providers_bfl` and `providers_hostile` (servers that misbehave on purpose) hold the rest.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Once};
@@ -51,6 +51,8 @@ impl Harness {
             ProviderKind::FalQueue => (self.mock.fal_url(), "fal-ai/flux/dev"),
             ProviderKind::Replicate => (self.mock.base_url(), "black-forest-labs/flux-schnell"),
             ProviderKind::Dashscope => (self.mock.dashscope_url(), "wan2.2-t2i-flash"),
+            ProviderKind::Gemini => (self.mock.gemini_url(), "gemini-2.5-flash-image"),
+            ProviderKind::Bfl => (self.mock.bfl_url(), "flux-pro-1.1"),
             _ => (self.mock.base_url(), OPENAI_MODEL),
         };
         ProviderConfig {
@@ -116,6 +118,8 @@ pub fn request(prompt: &str) -> CallRequest {
         idempotency_key: format!("exec-{}", uuid::Uuid::new_v4()),
         references: Vec::new(),
         calling_at_ms: now_ms(),
+        // Result downloads inside `submit` are retried until here (a blip is not final).
+        deadline_ms: now_ms() + 20_000,
     }
 }
 

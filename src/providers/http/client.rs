@@ -16,7 +16,8 @@
 //! and says what its outcome proves.
 //!
 //! Shared helpers for every adapter (use these rather than reading headers by hand):
-//! - "not now": [`retry_after_at`] (`Retry-After` as seconds, fractional seconds or an HTTP
+//! - "not now": [`HttpClient::rate_limit_hold`] (a used-up quota any answer reported; an
+//!   adapter returns it from `Provider::rate_limit_hold`), [`retry_after_at`] (`Retry-After` as seconds, fractional seconds or an HTTP
 //!   date, and `retry-after-ms`), [`rate_limit_reset`] (used-up `x-ratelimit-*` /
 //!   `ratelimit-*` quotas), [`not_now_wait`] (both), [`jittered`];
 //! - answers that mean more than their status: [`is_out_of_credit`] / [`out_of_credit`]
@@ -29,14 +30,23 @@
 //!   [`classify_answer`], the classification every error answer goes through.
 
 use std::fmt;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde::de::DeserializeOwned;
 
 use crate::config::ProviderConfig;
 use crate::providers::{CallError, Image, sniff_image};
+
+// The shared helpers live in their own files (`notnow`, `results`) and are re-exported here,
+// so every adapter reaches them as `client::…`.
+pub use super::notnow::{
+    OUT_OF_CREDIT_CODES, is_out_of_credit, jittered, marked_not_retryable, not_now_wait, out_of_credit,
+    parse_http_date, rate_limit_reset, retry_after, retry_after_at,
+};
+pub use super::results::{ResultFetch, Retention, now_ms, rand_unit};
 
 /// How long to wait after a 429 that carries no `Retry-After` hint.
 pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(5);
@@ -51,6 +61,8 @@ pub enum AuthScheme {
     Bearer,
     /// `Authorization: Key <key>` (fal).
     Key,
+    /// The bare key in a header of its own: `x-goog-api-key` (Gemini), `x-key` (BFL).
+    Header(&'static str),
 }
 
 /// An API key. Its `Debug` never shows the value.
@@ -75,6 +87,9 @@ pub struct HttpClient {
     api_key_env: Option<String>,
     idempotency_header: Option<HeaderName>,
     max_response_bytes: usize,
+    /// Until when the provider's rate-limit headers (on any answer, a success too) said a
+    /// quota is used up: see [`HttpClient::rate_limit_hold`].
+    paced_until: Arc<Mutex<Option<SystemTime>>>,
 }
 
 /// What a download of a result URL found.
@@ -123,7 +138,29 @@ impl HttpClient {
             api_key_env: cfg.api_key_env.clone(),
             idempotency_header,
             max_response_bytes: cfg.max_response_bytes,
+            paced_until: Arc::new(Mutex::new(None)),
         })
+    }
+
+    /// How long the provider asked, through its rate-limit headers on the latest answers
+    /// (`x-ratelimit-remaining-*: 0` with its reset, see [`rate_limit_reset`]), that no new
+    /// request be sent; `None` when a quota remains. Read by the engine after a call to hold
+    /// the provider's dispatch until the reset, so the next request is not a certain 429.
+    pub fn rate_limit_hold(&self) -> Option<Duration> {
+        let until = (*self.paced_until.lock().unwrap_or_else(|e| e.into_inner()))?;
+        until.duration_since(SystemTime::now()).ok().filter(|d| !d.is_zero())
+    }
+
+    /// Remember a used-up quota an API answer's headers report.
+    fn note_rate_limits(&self, resp: &Response) {
+        let now = SystemTime::now();
+        if let Some(reset) = rate_limit_reset(resp.headers(), now) {
+            let mut until = self.paced_until.lock().unwrap_or_else(|e| e.into_inner());
+            let at = now + reset;
+            if until.is_none_or(|u| u < at) {
+                *until = Some(at);
+            }
+        }
     }
 
     /// The base URL without a trailing slash.
@@ -177,7 +214,7 @@ impl HttpClient {
         }
         let mut headers = HeaderMap::new();
         if let Some(auth) = self.auth_header()? {
-            headers.insert(reqwest::header::AUTHORIZATION, auth);
+            headers.insert(self.auth_header_name(), auth);
         }
         if let (Some(name), Some(key)) = (&self.idempotency_header, idempotency_key) {
             let value = HeaderValue::from_str(key)
@@ -198,11 +235,12 @@ impl HttpClient {
                 });
             }
         };
-        let prefix = match self.scheme {
-            AuthScheme::Bearer => "Bearer",
-            AuthScheme::Key => "Key",
+        let text = match self.scheme {
+            AuthScheme::Bearer => format!("Bearer {}", key.0),
+            AuthScheme::Key => format!("Key {}", key.0),
+            AuthScheme::Header(_) => key.0.clone(),
         };
-        let mut value = HeaderValue::from_str(&format!("{prefix} {}", key.0)).map_err(|_| CallError::Rejected {
+        let mut value = HeaderValue::from_str(&text).map_err(|_| CallError::Rejected {
             message: format!("the API key in {var} contains characters not allowed in a header"),
             config: true,
         })?;
@@ -210,9 +248,18 @@ impl HttpClient {
         Ok(Some(value))
     }
 
+    /// The header the key goes in: `Authorization`, or the provider's own header.
+    fn auth_header_name(&self) -> HeaderName {
+        match self.scheme {
+            AuthScheme::Header(name) => HeaderName::from_static(name),
+            _ => reqwest::header::AUTHORIZATION,
+        }
+    }
+
     /// Send one request and classify the outcome; only a 2xx answer comes back as `Ok`.
     pub async fn send(&self, rb: RequestBuilder) -> Result<Response, CallError> {
         let resp = rb.send().await.map_err(|e| self.transport(e))?;
+        self.note_rate_limits(&resp);
         self.check_status(resp).await
     }
 
@@ -229,6 +276,7 @@ impl HttpClient {
     /// asked for is gone (an expired result), which is a definite answer.
     pub async fn send_json_or_gone<T: DeserializeOwned>(&self, rb: RequestBuilder) -> Result<Option<T>, CallError> {
         let resp = rb.send().await.map_err(|e| self.transport(e))?;
+        self.note_rate_limits(&resp);
         if matches!(resp.status(), StatusCode::NOT_FOUND | StatusCode::GONE) {
             return Ok(None);
         }
@@ -245,7 +293,7 @@ impl HttpClient {
         if self.same_origin(url)
             && let Some(auth) = self.auth_header()?
         {
-            rb = rb.header(reqwest::header::AUTHORIZATION, auth);
+            rb = rb.header(self.auth_header_name(), auth);
         }
         let resp = rb.send().await.map_err(|e| self.transport(e))?;
         if matches!(resp.status(), StatusCode::NOT_FOUND | StatusCode::GONE) {
@@ -277,7 +325,9 @@ impl HttpClient {
     /// still classified): for an adapter that reads an error answer's headers itself before
     /// classifying it with [`HttpClient::error_of`].
     pub async fn send_unchecked(&self, rb: RequestBuilder) -> Result<Response, CallError> {
-        rb.send().await.map_err(|e| self.transport(e))
+        let resp = rb.send().await.map_err(|e| self.transport(e))?;
+        self.note_rate_limits(&resp);
+        Ok(resp)
     }
 
     /// Classify a non-2xx answer ([`classify_answer`]), its message read from a bounded body
@@ -475,253 +525,6 @@ fn validation_sentences(items: &[serde_json::Value]) -> String {
     if text.is_empty() { "the provider found the input invalid".into() } else { text.join("; ") }
 }
 
-// ---------------------------------------------------------------------------------------
-// "Not now": Retry-After in every documented form, and the rate-limit headers.
-// ---------------------------------------------------------------------------------------
-
-/// The wait a "not now" answer asks for, read from `Retry-After` in every form the HTTP spec
-/// and the providers document, at `now` (for the HTTP-date form):
-/// - `retry-after-ms: 1500` (milliseconds, possibly fractional; OpenAI's SDKs read it first);
-/// - `Retry-After: 2` (whole seconds) or `Retry-After: 1.5` (fractional seconds, as some
-///   gateways send);
-/// - `Retry-After: Wed, 21 Oct 2026 07:28:00 GMT` (an HTTP date; a date in the past is no wait).
-///
-/// Garbage and negative values count as no hint (`None`).
-pub fn retry_after_at(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
-    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
-    if let Some(ms) = text("retry-after-ms").and_then(|t| t.parse::<f64>().ok()).filter(|m| m.is_finite() && *m >= 0.0)
-    {
-        return Some(Duration::from_secs_f64(ms.min(1e12) / 1000.0));
-    }
-    let value = text(RETRY_AFTER.as_str())?;
-    if let Ok(secs) = value.parse::<f64>() {
-        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs.min(1e9)));
-    }
-    let at = parse_http_date(value)?;
-    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
-}
-
-/// [`retry_after_at`] at the current time.
-pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    retry_after_at(headers, SystemTime::now())
-}
-
-/// An HTTP date (RFC 9110 §5.6.7: `Sun, 06 Nov 1994 08:49:37 GMT`, the only form senders may
-/// generate; the obsolete RFC 850 and asctime forms are not read).
-pub fn parse_http_date(text: &str) -> Option<SystemTime> {
-    let parts: Vec<&str> = text.split_whitespace().collect();
-    let [_, day, month, year, time, "GMT"] = parts.as_slice() else { return None };
-    const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
-    let month = MONTHS.iter().position(|m| m == month)? + 1;
-    let (day, year): (u32, u32) = (day.parse().ok()?, year.parse().ok()?);
-    humantime::parse_rfc3339(&format!("{year:04}-{month:02}-{day:02}T{time}Z")).ok()
-}
-
-/// How long until the provider's rate-limit window resets, when its headers say the quota is
-/// used up (a remaining count of 0); `None` while requests remain or without such headers.
-/// Read, per quota (`requests`, `tokens`, `images`, …):
-/// - OpenAI's `x-ratelimit-remaining-<q>` with `x-ratelimit-reset-<q>` as a Go-style
-///   duration (`1s`, `6m0s`, `1h2m3.5s`, `120ms`) or plain seconds;
-/// - the IETF draft's `ratelimit-remaining` with `ratelimit-reset` (seconds);
-/// - `x-ratelimit-remaining` with `x-ratelimit-reset` (seconds, or a Unix time in seconds).
-///
-/// With several exhausted quotas, the longest reset wins.
-pub fn rate_limit_reset(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
-    let mut longest: Option<Duration> = None;
-    for (name, value) in headers {
-        let name = name.as_str();
-        let Some(quota) =
-            name.strip_prefix("x-ratelimit-remaining").or_else(|| name.strip_prefix("ratelimit-remaining"))
-        else {
-            continue;
-        };
-        if value.to_str().ok().map(str::trim).and_then(|v| v.parse::<f64>().ok()) != Some(0.0) {
-            continue;
-        }
-        let reset_name = if name.starts_with("x-") {
-            format!("x-ratelimit-reset{quota}")
-        } else {
-            format!("ratelimit-reset{quota}")
-        };
-        let Some(reset) = headers.get(reset_name.as_str()).and_then(|v| v.to_str().ok()) else { continue };
-        if let Some(d) = parse_reset(reset.trim(), now) {
-            longest = Some(longest.map_or(d, |l| l.max(d)));
-        }
-    }
-    longest
-}
-
-/// A reset value: a Go-style duration (`6m0s`, `1.5s`, `20ms`), plain seconds, or (above
-/// 10^9) a Unix time in seconds.
-fn parse_reset(text: &str, now: SystemTime) -> Option<Duration> {
-    if let Ok(n) = text.parse::<f64>() {
-        if !n.is_finite() || n < 0.0 {
-            return None;
-        }
-        if n > 1e9 {
-            let at = std::time::UNIX_EPOCH + Duration::from_secs_f64(n);
-            return Some(at.duration_since(now).unwrap_or(Duration::ZERO));
-        }
-        return Some(Duration::from_secs_f64(n));
-    }
-    // Go's time.Duration format: numbers each followed by h, m, s, ms, us/µs or ns.
-    let mut total = 0.0f64;
-    let mut rest = text;
-    while !rest.is_empty() {
-        let digits = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
-        let n: f64 = rest[..digits].parse().ok()?;
-        rest = &rest[digits..];
-        let (unit, scale) =
-            [("ms", 1e-3), ("us", 1e-6), ("µs", 1e-6), ("ns", 1e-9), ("h", 3600.0), ("m", 60.0), ("s", 1.0)]
-                .into_iter()
-                .find(|(u, _)| rest.starts_with(u))?;
-        total += n * scale;
-        rest = &rest[unit.len()..];
-    }
-    (total.is_finite() && total <= 1e9).then(|| Duration::from_secs_f64(total))
-}
-
-/// The whole wait a "not now" answer asks for: the longer of its `Retry-After` (any form)
-/// and the reset of a used-up rate-limit quota; `None` when the answer gives neither.
-pub fn not_now_wait(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
-    match (retry_after_at(headers, now), rate_limit_reset(headers, now)) {
-        (Some(a), Some(b)) => Some(a.max(b)),
-        (a, b) => a.or(b),
-    }
-}
-
-/// Add jitter to a wait: up to half of it again, and at least up to 250 ms, so that jobs
-/// told the same `Retry-After` do not all come back at the same instant. `unit` is a random
-/// value in [0, 1).
-pub fn jittered(wait: Duration, unit: f64) -> Duration {
-    let spread = (wait / 2).max(Duration::from_millis(250));
-    wait + spread.mul_f64(unit.clamp(0.0, 1.0))
-}
-
-// ---------------------------------------------------------------------------------------
-// Answers that say more than their status: out of credit, final server errors.
-// ---------------------------------------------------------------------------------------
-
-/// Error codes (OpenAI `error.code`/`type`, DashScope `code`, others' `error_type`) that say
-/// the account has no credit left or reached its billing limit: nothing will succeed until a
-/// person adds credit, so they are configuration problems, never "try later".
-pub const OUT_OF_CREDIT_CODES: &[&str] =
-    &["insufficient_quota", "billing_hard_limit_reached", "insufficient_credits", "Arrearage", "insufficient_balance"];
-
-/// Whether an error answer says the provider account is out of credit: HTTP 402 (Payment
-/// Required: Replicate, Black Forest Labs), an [`OUT_OF_CREDIT_CODES`] code in the body, or
-/// fal's "Exhausted balance" lock (a 403).
-pub fn is_out_of_credit(status: StatusCode, body: &[u8]) -> bool {
-    if status == StatusCode::PAYMENT_REQUIRED {
-        return true;
-    }
-    let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else { return false };
-    let codes = ["/error/code", "/error/type", "/code", "/error_type", "/type", "/error/status"];
-    if codes.iter().filter_map(|p| v.pointer(p).and_then(|c| c.as_str())).any(|c| OUT_OF_CREDIT_CODES.contains(&c)) {
-        return true;
-    }
-    let text = v.get("detail").and_then(|d| d.as_str()).unwrap_or_default().to_ascii_lowercase();
-    text.contains("exhausted balance")
-}
-
-/// The plain-words refusal for an account out of credit (see [`is_out_of_credit`]).
-pub fn out_of_credit(message: &str) -> CallError {
-    CallError::Rejected {
-        message: format!(
-            "{message} (the provider says the account is out of credit or over its billing limit, so nothing was \
-             generated or charged; add credit or raise the limit with the provider, then retry)"
-        ),
-        config: true,
-    }
-}
-
-/// Whether an answer carries fal's `X-Fal-Retryable: false`: the provider marks this error as
-/// final (retrying cannot help). fal documents that requests failing with a server error
-/// (5xx) are not billed.
-pub fn marked_not_retryable(headers: &HeaderMap) -> bool {
-    headers
-        .get("x-fal-retryable")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "false" | "0" | "no"))
-}
-
-// ---------------------------------------------------------------------------------------
-// Paid results: how long a provider keeps them, and downloads retried within that time.
-// ---------------------------------------------------------------------------------------
-
-/// How long a provider documents that it keeps a finished result (its file, or its output),
-/// counted from when the result was made; with the words to show a person.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Retention {
-    /// How long the result is kept at least.
-    pub keep: Duration,
-    /// Who keeps what, for messages ("fal keeps generated media for at least 7 days").
-    pub words: &'static str,
-}
-
-impl Retention {
-    /// Whether the retention has passed at `now_ms` for a result made at `made_ms` (ms since the
-    /// epoch). Only then may a missing result be called expired.
-    pub fn passed(&self, made_ms: i64, now_ms: i64) -> bool {
-        now_ms.saturating_sub(made_ms) > self.keep.as_millis() as i64
-    }
-}
-
-/// The current time in ms since the epoch (for retention checks in adapters).
-pub fn now_ms() -> i64 {
-    SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
-}
-
-/// What [`HttpClient::download_retrying`] found.
-#[derive(Debug)]
-pub enum ResultFetch {
-    /// The bytes, checked to be an image.
-    Image(Image),
-    /// Every try failed in a way a later try may fix (404/410 from the file host, a 5xx, a
-    /// 429, a connection problem): the result may still be there. `tries` were made; the
-    /// message says what the last one found. Never proof that the result expired.
-    NotYet { tries: u32, last: String, gone: bool },
-    /// A try failed in a way trying again cannot fix (a refusal other than 404/410, or an
-    /// answer that is not an image or is too large).
-    Failed(CallError),
-}
-
-impl HttpClient {
-    /// Download a paid result, trying again with backoff (0.5 s, 1 s, 2 s, … at most 30 s, with
-    /// jitter) while the file host answers 404/410 (a CDN that has not got the file yet, or a
-    /// blip), a 5xx or 429, or the connection fails, for at most `budget` in all. A provider
-    /// that made the result keeps it for its documented [`Retention`]; the caller decides,
-    /// from that retention and the provider's own word (Replicate's `data_removed`), whether a
-    /// result that is still missing has expired: this function never says so.
-    pub async fn download_retrying(&self, url: &str, budget: Duration) -> ResultFetch {
-        let start = std::time::Instant::now();
-        let mut tries = 0u32;
-        loop {
-            tries += 1;
-            let (last, gone) = match self.download(url).await {
-                Ok(Download::Image(image)) => return ResultFetch::Image(image),
-                Ok(Download::Gone) => ("the result's file host answered 404/410".to_string(), true),
-                Err(e @ (CallError::NotSent(_) | CallError::Ambiguous(_) | CallError::RetryAfter { .. })) => {
-                    (e.to_string(), false)
-                }
-                Err(e) => return ResultFetch::Failed(e),
-            };
-            let wait =
-                jittered(Duration::from_millis(250u64 << tries.min(7)).min(Duration::from_secs(30)), rand_unit());
-            if start.elapsed() + wait > budget {
-                return ResultFetch::NotYet { tries, last, gone };
-            }
-            tracing::info!(tries, retry_in = ?wait, "downloading a paid result failed; trying again: {last}");
-            tokio::time::sleep(wait).await;
-        }
-    }
-}
-
-/// A random value in [0, 1) from the OS random source (jitter).
-pub fn rand_unit() -> f64 {
-    (uuid::Uuid::new_v4().as_u128() as u64 >> 11) as f64 / (1u64 << 53) as f64
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -768,55 +571,6 @@ mod tests {
             h.insert(HeaderName::from_bytes(k.as_bytes()).unwrap(), HeaderValue::from_str(v).unwrap());
         }
         h
-    }
-
-    #[test]
-    fn retry_after_is_read_in_every_documented_form() {
-        let now = humantime::parse_rfc3339("2026-10-21T07:28:00Z").unwrap();
-        let at = |pairs: &[(&str, &str)]| retry_after_at(&headers(pairs), now);
-        assert_eq!(at(&[("retry-after", "2")]), Some(Duration::from_secs(2)));
-        assert_eq!(at(&[("retry-after", "1.5")]), Some(Duration::from_millis(1500)));
-        assert_eq!(at(&[("retry-after", "Wed, 21 Oct 2026 07:28:03 GMT")]), Some(Duration::from_secs(3)));
-        assert_eq!(at(&[("retry-after", "Wed, 21 Oct 2026 07:27:00 GMT")]), Some(Duration::ZERO), "a past date");
-        assert_eq!(at(&[("retry-after-ms", "250.5"), ("retry-after", "9")]), Some(Duration::from_micros(250_500)));
-        assert_eq!(at(&[("retry-after", "soon")]), None);
-        assert_eq!(at(&[("retry-after", "-1")]), None);
-        assert_eq!(at(&[]), None);
-    }
-
-    #[test]
-    fn used_up_rate_limits_give_their_reset() {
-        let now = SystemTime::now();
-        let reset = |pairs: &[(&str, &str)]| rate_limit_reset(&headers(pairs), now);
-        let openai = [("x-ratelimit-remaining-requests", "0"), ("x-ratelimit-reset-requests", "6m0s")];
-        assert_eq!(reset(&openai), Some(Duration::from_secs(360)));
-        let tokens = [
-            ("x-ratelimit-remaining-requests", "3"),
-            ("x-ratelimit-reset-requests", "1s"),
-            ("x-ratelimit-remaining-tokens", "0"),
-            ("x-ratelimit-reset-tokens", "1m2.5s"),
-        ];
-        assert_eq!(reset(&tokens), Some(Duration::from_millis(62_500)), "only the used-up quota counts");
-        assert_eq!(
-            reset(&[("x-ratelimit-remaining-requests", "0"), ("x-ratelimit-reset-requests", "120ms")]),
-            Some(Duration::from_millis(120))
-        );
-        assert_eq!(reset(&[("ratelimit-remaining", "0"), ("ratelimit-reset", "7")]), Some(Duration::from_secs(7)));
-        assert_eq!(reset(&[("x-ratelimit-remaining-requests", "5"), ("x-ratelimit-reset-requests", "9s")]), None);
-        let epoch =
-            (now + Duration::from_secs(30)).duration_since(std::time::UNIX_EPOCH).unwrap().as_secs().to_string();
-        let unix = reset(&[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", &epoch)]).unwrap();
-        assert!(unix <= Duration::from_secs(30) && unix >= Duration::from_secs(28), "{unix:?}");
-        let both = headers(&[("retry-after", "2"), openai[0], openai[1]]);
-        assert_eq!(not_now_wait(&both, now), Some(Duration::from_secs(360)), "the longer wait wins");
-    }
-
-    #[test]
-    fn jitter_spreads_but_never_shortens() {
-        let w = Duration::from_secs(2);
-        assert_eq!(jittered(w, 0.0), w);
-        assert_eq!(jittered(w, 0.999_999).as_millis(), 2999);
-        assert_eq!(jittered(Duration::ZERO, 0.5), Duration::from_millis(125));
     }
 
     #[test]

@@ -150,6 +150,10 @@ impl Provider for FalQueue {
         false
     }
 
+    fn rate_limit_hold(&self) -> Option<Duration> {
+        self.http.rate_limit_hold()
+    }
+
     fn poll_interval(&self) -> Duration {
         self.poll_interval
     }

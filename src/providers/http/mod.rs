@@ -8,12 +8,21 @@
 //!   search for a lost create).
 //! - [`dashscope`]: Alibaba Cloud Model Studio's asynchronous image tasks: submit, poll the
 //!   task id, and find a lost create in the account's task listing.
+//! - [`gemini`]: the Gemini API's synchronous `generateContent`, or its Batch API (a named
+//!   batch, found again by listing batches by the display name tally gave it).
+//! - [`bfl`]: Black Forest Labs' FLUX API: submit, then poll the `polling_url` it returned.
+//! - `notnow` and `results` (re-exported by [`client`]): the "not now" and out-of-credit
+//!   readings of an answer, and paid-result retention and retried downloads.
 
+pub mod bfl;
 pub mod client;
 pub mod dashscope;
 pub mod fal_queue;
+pub mod gemini;
+mod notnow;
 pub mod openai_images;
 pub mod replicate;
+mod results;
 
 use base64::Engine as _;
 use serde_json::{Map, Value};

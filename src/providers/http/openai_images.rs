@@ -108,11 +108,14 @@ impl OpenaiImages {
     }
 
     /// Download the image the provider answered with by URL, retrying within the URL's
-    /// documented validity (counted from `calling_at_ms`, before the answer). The create was
-    /// answered, so every failure here is `Unusable` (probably charged), never `NotSent`.
-    async fn fetch_result(&self, url: &str, calling_at_ms: i64) -> Result<Image, CallError> {
+    /// documented validity (counted from `calling_at_ms`, before the answer) and until the
+    /// engine's deadline for the call, whichever comes first. The create was answered, so
+    /// every failure here is `Unusable` (probably charged), never `NotSent`.
+    async fn fetch_result(&self, url: &str, req: &CallRequest) -> Result<Image, CallError> {
+        let calling_at_ms = req.calling_at_ms;
         let elapsed = Duration::from_millis(now_ms().saturating_sub(calling_at_ms).max(0) as u64);
-        let budget = OPENAI_URLS.keep.saturating_sub(elapsed);
+        let until_deadline = Duration::from_millis(req.deadline_ms.saturating_sub(now_ms()).max(0) as u64);
+        let budget = OPENAI_URLS.keep.saturating_sub(elapsed).min(until_deadline);
         let what = match self.http.download_retrying(url, budget).await {
             ResultFetch::Image(image) => return Ok(image),
             ResultFetch::NotYet { tries, last, gone } if gone && OPENAI_URLS.passed(calling_at_ms, now_ms()) => {
@@ -130,6 +133,10 @@ impl OpenaiImages {
 impl Provider for OpenaiImages {
     fn capabilities(&self) -> Capabilities {
         Capabilities { idempotent_create: self.http.sends_idempotency_key(), lookup: false }
+    }
+
+    fn rate_limit_hold(&self) -> Option<Duration> {
+        self.http.rate_limit_hold()
     }
 
     fn poll_interval(&self) -> Duration {
@@ -156,7 +163,7 @@ impl Provider for OpenaiImages {
                     .map_err(|e| CallError::Unusable(format!("the provider's b64_json is not base64: {e}")))?;
                 image_from_bytes(bytes)?
             } else if let Some(url) = first.url {
-                self.fetch_result(&url, req.calling_at_ms).await?
+                self.fetch_result(&url, req).await?
             } else {
                 return Err(CallError::Unusable("the provider's answer has neither b64_json nor url".into()));
             };

@@ -375,16 +375,24 @@ impl Replicate {
                     Value::Array(items) => items.iter().find_map(Value::as_str),
                     _ => None,
                 };
+                let completed = p.completed_at.as_deref().and_then(parse_time_ms);
+                let retention_passed = completed.is_some_and(|at| REPLICATE_OUTPUTS.passed(at, now_ms()));
                 let Some(url) = url.filter(|_| !p.data_removed) else {
                     // Replicate removes outputs after its retention time (`output: null`,
-                    // `data_removed: true`): generated, probably charged, gone.
-                    return Ok(JobState::Expired);
+                    // `data_removed: true`): generated, probably charged, gone. Without that
+                    // word, and within the retention, an empty output is not an expiry.
+                    if p.data_removed || retention_passed || completed.is_none() {
+                        return Ok(JobState::Expired);
+                    }
+                    return Ok(JobState::ResultUnavailable(format!(
+                        "prediction {} succeeded without an output yet; {}, so tally asks again",
+                        p.id, REPLICATE_OUTPUTS.words
+                    )));
                 };
                 match self.http.download_retrying(url, DOWNLOAD_BUDGET).await {
                     ResultFetch::Image(image) => Ok(JobState::Done(image)),
                     ResultFetch::NotYet { tries, last, .. } => {
-                        let completed = p.completed_at.as_deref().and_then(parse_time_ms);
-                        if completed.is_some_and(|at| REPLICATE_OUTPUTS.passed(at, now_ms())) {
+                        if retention_passed {
                             return Ok(JobState::Expired);
                         }
                         Ok(JobState::ResultUnavailable(format!(
@@ -432,6 +440,10 @@ impl Replicate {
 impl Provider for Replicate {
     fn capabilities(&self) -> Capabilities {
         Capabilities { idempotent_create: self.http.sends_idempotency_key(), lookup: true }
+    }
+
+    fn rate_limit_hold(&self) -> Option<Duration> {
+        self.http.rate_limit_hold()
     }
 
     fn poll_interval(&self) -> Duration {
