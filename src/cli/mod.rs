@@ -15,6 +15,7 @@ use clap::{ArgGroup, Parser, Subcommand};
 use serde_json::Value;
 
 mod files;
+mod held;
 mod sets;
 mod spend;
 mod tasks;
@@ -141,7 +142,8 @@ pub enum Command {
         /// Only jobs created before this job id (the `more:` line of a previous page).
         #[arg(long, value_name = "ID")]
         before: Option<String>,
-        /// Only the tasks that need you: unknown, and neither resolved nor retried yet.
+        /// Only the tasks that need you: unknown and neither resolved nor retried yet, or held
+        /// (`tally held list`).
         #[arg(long)]
         needs_attention: bool,
         /// Only jobs whose prompt, or whose image set's product, contains TEXT.
@@ -260,6 +262,11 @@ pub enum Command {
     /// A product's image set: reference photos, a shot list, one image at a time.
     #[command(subcommand)]
     Set(SetCommand),
+    /// Jobs held, not sent, because the database was older than what this data directory had
+    /// seen (a restored backup, a copy taken while tally ran, a deleted tally.db-wal): each may
+    /// have been sent already by the daemon the copy came from.
+    #[command(subcommand)]
+    Held(held::HeldCommand),
     /// Run the mock image provider (all three API styles) with its ledger of charges.
     MockProvider(crate::mock::MockArgs),
     /// Measure the engine end to end (see BENCHMARKS.md).
