@@ -172,7 +172,8 @@ pub enum Older {
     /// The file says a daemon was running it, and this data directory never saw it: a copy
     /// taken while tally ran, without its newest commits.
     CopiedWhileRunning,
-    /// Written by `tally backup` (at this time), and this data directory never saw it.
+    /// Written by `tally backup` (at this time), and older than what this data directory saw, or
+    /// never seen here.
     Backup { at: Millis },
 }
 
@@ -221,7 +222,14 @@ impl Older {
 /// data directory has seen? See the module docs for why each case is what it is.
 pub fn judge(db: &DbState, seen: Option<&Seen>) -> Option<Older> {
     if let Some(s) = seen.and_then(|s| s.get(&db.lineage)) {
-        return (db.seq < s).then_some(Older::Behind { seen: s, has: db.seq });
+        if db.seq >= s {
+            return None;
+        }
+        // Older than this directory's own history; a backup says so more exactly.
+        return Some(match db.backup_at {
+            Some(at) => Older::Backup { at },
+            None => Older::Behind { seen: s, has: db.seq },
+        });
     }
     if db.running {
         return Some(Older::CopiedWhileRunning);
@@ -404,7 +412,8 @@ mod tests {
         assert_eq!(judge(&db("a", 11, false, None), Some(&here)), None);
         // A deleted WAL, a restored copy of this directory's own database.
         assert_eq!(judge(&db("a", 7, true, None), Some(&here)), Some(Older::Behind { seen: 10, has: 7 }));
-        assert_eq!(judge(&db("b", 3, false, Some(5)), Some(&here)), Some(Older::Behind { seen: 4, has: 3 }));
+        assert_eq!(judge(&db("b", 3, false, None), Some(&here)), Some(Older::Behind { seen: 4, has: 3 }));
+        assert_eq!(judge(&db("b", 3, false, Some(5)), Some(&here)), Some(Older::Backup { at: 5 }));
         // A backup of exactly what this directory saw last.
         assert_eq!(judge(&db("b", 4, false, Some(5)), Some(&here)), None);
         // Never seen here: copied while running, or a backup, or a copy of a stopped daemon.
