@@ -234,6 +234,16 @@ pub enum Command {
     /// Refused while a daemon uses the data directory. Copying a backup to tally.db by hand
     /// also works, after `tally serve` has stopped, if you delete tally.db-wal and
     /// tally.db-shm beside it.
+    ///
+    /// Queued and in-flight work: a backup is older than the daemon it came from, which may
+    /// have sent its queued jobs since. When `tally serve` starts on a restored backup (or on
+    /// any copy older than what this data directory has seen, tally.db.seen), nothing that was
+    /// not settled in it is sent on its own: queued jobs, and jobs claimed but not yet sent,
+    /// are held (`tally held list`; `tally held release ID...` or `--all` sends them, each
+    /// possibly a second charge); jobs whose request had already left are recovered as after
+    /// a crash (replayed with their idempotency key or looked up where the provider can,
+    /// otherwise unknown), never sent blind. This command prints how many jobs would be held.
+    /// A tally.db copied after a clean stop, never seen here, holds nothing.
     #[command(verbatim_doc_comment)]
     Restore {
         /// The backup file (made by `tally backup`, or a tally.db copied after a clean stop).

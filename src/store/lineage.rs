@@ -346,7 +346,7 @@ impl super::SqliteStore {
             Ok(s) => (s, None),
             Err(e) => (None, Some(e)),
         };
-        let Some(state) = self.write_ordered(|c| read_state(c)).await? else {
+        let Some(state) = self.write_ordered(read_state).await? else {
             return Ok(ServeStart { sidecar_problem, ..ServeStart::default() });
         };
         let older = judge(&state, seen.as_ref());
@@ -365,7 +365,7 @@ impl super::SqliteStore {
                 .await?;
             lineage = fork;
         }
-        let seq = self.write_ordered(|c| read_state(c)).await?.map(|s| s.seq).unwrap_or(0);
+        let seq = self.write_ordered(read_state).await?.map(|s| s.seq).unwrap_or(0);
         let mut seen = seen.unwrap_or_default();
         seen.record(&lineage, seq);
         let tracker = Tracker::start(&path, seen)?;

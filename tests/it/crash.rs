@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use crate::common::{Daemon, EXE, Mock, providers, submit, wait_for};
 
-mod oldcopy;
+pub(crate) mod oldcopy;
 
 /// What a crash at `point` must end in for a provider `kind`, and how many charged ledger
 /// lines are allowed (DESIGN §6).

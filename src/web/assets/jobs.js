@@ -429,6 +429,19 @@
       }));
       box.append(cancel);
     }
+    if (t.held) {
+      /* Held because the database was an older copy: the owner decides, knowing the cost. */
+      const send = h("button", { type: "button", id: "release-held", class: "danger" }, "Send it again…");
+      send.addEventListener("click", async () => {
+        const yes = await T.confirmDialog("Send this job again?", t.held.reason + " " + t.held.note, "Send it again");
+        if (!yes) return;
+        await busy(send, err, async () => {
+          await api("POST", "/v1/held/release", { ids: [t.id] });
+          await showTask(t.id, false);
+        });
+      });
+      box.append(send);
+    }
     if (t.retry && t.retry.allowed) {
       const ack = t.retry.requires_cost_acknowledgement;
       const again = retried && retried.id ? " again" : "";
@@ -485,6 +498,8 @@
       case "recovering": return "tally was interrupted and is finding out what happened.";
       case "late_result": return "A late answer arrived and settled the unknown outcome.";
       case "requeued": return "tally was interrupted before sending; it will start again (nothing was sent).";
+      case "held": return "Held, not sent: the database was an older copy, and this job may have been sent already. " + m;
+      case "released": return "You asked to send it again.";
       default: return "tally updated this job.";
     }
   }

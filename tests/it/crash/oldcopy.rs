@@ -48,7 +48,7 @@ fn submit_jobs(d: &Daemon, tag: &str, n: usize) -> Vec<(String, String)> {
 
 /// Copy everything the WAL holds into the main database file, as SQLite's automatic
 /// checkpoint does, from a connection of the test's own.
-fn checkpoint(db: &Path) {
+pub(crate) fn checkpoint(db: &Path) {
     let c = rusqlite::Connection::open(db).expect("open the live database");
     c.busy_timeout(Duration::from_secs(5)).expect("busy timeout");
     let done = wait_for(Duration::from_secs(20), || {
@@ -101,6 +101,43 @@ fn held_explained(tasks: &[Value], why: &str) -> Vec<String> {
         held.push(t["id"].as_str().unwrap_or("").to_string());
     }
     held
+}
+
+/// Serve an older copy of a soak's database — `prepare` puts it into the new daemon's data
+/// directory — against the same mock, wait until each of its jobs is settled or held, and
+/// check every held one is explained. Returns (jobs, held). Used by the chaos soak.
+pub(crate) fn serve_older_copy(mut c: Daemon, prepare: impl FnOnce(&Daemon)) -> (usize, usize) {
+    std::fs::create_dir_all(&c.data).expect("data dir");
+    prepare(&c);
+    c.spawn();
+    let mut tasks: Vec<Value> = Vec::new();
+    let done = wait_for(Duration::from_secs(120), || {
+        tasks.clear();
+        let mut before = String::new();
+        loop {
+            let page = c.call("GET", &format!("/v1/tasks?limit=500{before}"), None).json();
+            tasks.extend(page["tasks"].as_array().cloned().unwrap_or_default());
+            match page["next"].as_str() {
+                Some(n) => before = format!("&before={n}"),
+                None => break,
+            }
+        }
+        tasks
+            .iter()
+            .all(|t| {
+                !t["held"].is_null()
+                    || ["succeeded", "failed", "unknown", "canceled"].contains(&t["status"].as_str().unwrap_or(""))
+            })
+            .then_some(())
+    });
+    assert!(done.is_some(), "the copy's jobs kept moving; stderr:\n{}", c.stderr());
+    let held = tasks.iter().filter(|t| !t["held"].is_null()).count();
+    for t in tasks.iter().filter(|t| !t["held"].is_null()) {
+        assert!(t["held"]["reason"].as_str().is_some_and(|r| r.contains("Send it again?")), "unexplained hold: {t}");
+        assert_eq!(t["needs_attention"], true, "{t}");
+    }
+    assert!(c.term().success(), "the copy's daemon did not stop cleanly");
+    (tasks.len(), held)
 }
 
 fn held_ids(d: &Daemon) -> Vec<String> {
