@@ -427,6 +427,18 @@ mod tests {
         assert!(cfg.is_ok(), "{:?}", cfg.err());
     }
 
+    /// Regression (issue 24, finding 7): the example said `tally serve` refuses
+    /// `backend = "postgres"`; it runs on it (`app::serve`, `open_postgres`).
+    #[test]
+    fn example_config_does_not_say_serve_refuses_postgres() {
+        let text = include_str!("../config.example.toml");
+        let storage = text.split("[node]").next().unwrap_or(text);
+        for stale in ["does not run on it yet", "refuses this setting"] {
+            assert!(!storage.contains(stale), "config.example.toml still says `{stale}`");
+        }
+        assert!(storage.contains("tally serve"), "the backend text says what `tally serve` does with it");
+    }
+
     #[test]
     fn second_lock_names_the_holder() {
         let dir = std::env::temp_dir().join(format!("tally-lock-{}", uuid::Uuid::new_v4()));

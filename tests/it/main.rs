@@ -16,6 +16,7 @@ mod common;
 mod conformance;
 #[cfg(feature = "failpoints")]
 mod crash;
+mod damaged;
 mod disks;
 mod engine;
 mod fairness;
