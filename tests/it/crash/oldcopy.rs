@@ -314,3 +314,97 @@ fn a_wal_deleted_after_a_kill_is_noticed() {
     assert!(charged.iter().all(|&c| c <= 1), "nothing charged twice: {charged:?}");
     assert!(a.term().success());
 }
+
+/// The owner's side in a real browser: a copy served elsewhere holds its queued jobs; the page
+/// lists them under "Needs your attention" with a banner, each held job says why and offers
+/// "Send it again…" (the cost stated before anything is sent), and "Send all held jobs again…"
+/// releases the rest. axe-core finds nothing on the two views.
+#[test]
+fn held_jobs_in_the_web_page() {
+    // The original: one slot, a job that takes ten minutes, so the others stay queued.
+    let slow = "[[providers]]\nname = \"demo\"\nkind = \"demo\"\nmax_concurrency = 1\ndelay_ms = 600000\n";
+    let mut a = Daemon::configure(slow);
+    a.spawn();
+    let tag = uuid::Uuid::new_v4().to_string();
+    let jobs: Vec<String> = (0..3)
+        .map(|i| {
+            let (code, id) =
+                submit(&a, "demo", &format!("web held {tag} {i}"), &format!("{tag}-{i}")).expect("submit answered");
+            assert_eq!(code, 201);
+            id
+        })
+        .collect();
+    checkpoint(&a.data.join("tally.db"));
+    let mut b = Daemon::configure(crate::common::FAST_DEMO);
+    std::fs::create_dir_all(&b.data).expect("data dir");
+    std::fs::copy(a.data.join("tally.db"), b.data.join("tally.db")).expect("copy tally.db alone");
+    drop(a);
+    b.spawn();
+    let held = held_ids(&b);
+    assert!(held.len() >= 2, "the queued jobs are held: {held:?} of {jobs:?}");
+    let url = crate::web::printed_sign_in_url(&b);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let br = crate::browser::Browser::start().await;
+        br.c().goto(&url).await.expect("sign in");
+        br.until("the jobs page", 15, "document.getElementById('new-task') !== null").await;
+        br.c()
+            .find(fantoccini::Locator::Css("#status-filter"))
+            .await
+            .expect("filter")
+            .select_by_value("attention")
+            .await
+            .expect("pick");
+        let text = br
+            .until(
+                "the held banner",
+                15,
+                "(() => { const b = document.getElementById('held-banner'); \
+                  return b && !b.hidden ? b.innerText : null; })()",
+            )
+            .await;
+        assert!(text.as_str().unwrap_or("").contains(&format!("{} jobs are held", held.len())), "{text}");
+        for id in &held {
+            br.until("a held job in the list", 10, &format!("document.querySelector(\"li[data-task-id='{id}']\") !== null"))
+                .await;
+        }
+        br.assert_accessible("needs your attention, with held jobs").await;
+
+        // One job: why it is held, then "Send it again…", the cost said before it goes.
+        let first = &held[0];
+        br.js(&format!("(location.hash = '#/tasks/{first}')")).await;
+        br.until("the held job", 15, "document.getElementById('release-held') !== null").await;
+        let page = br.js("document.querySelector('main').innerText").await;
+        assert!(page.as_str().unwrap_or("").contains("copy of the database taken while tally was running"), "{page}");
+        br.assert_accessible("a held job").await;
+        br.click("#release-held").await;
+        let ask = br.until("the confirmation", 10, "document.getElementById('confirm-dialog').open ? document.getElementById('confirm-text').textContent : null").await;
+        assert!(ask.as_str().unwrap_or("").contains("never charges"), "the cost is stated: {ask}");
+        br.click("#confirm-yes").await;
+        let t = b.wait_status(first, &["succeeded"]);
+        assert!(t["held"].is_null(), "{t}");
+
+        // The rest, all together.
+        br.js("(location.hash = '#/')").await;
+        br.until("the jobs page", 15, "document.getElementById('new-task') !== null").await;
+        br.c()
+            .find(fantoccini::Locator::Css("#status-filter"))
+            .await
+            .expect("filter")
+            .select_by_value("attention")
+            .await
+            .expect("pick");
+        br.until("the held banner", 15, "(() => { const b = document.getElementById('held-banner'); return b && !b.hidden; })()")
+            .await;
+        br.click("#release-all-held").await;
+        br.until("the confirmation", 10, "document.getElementById('confirm-dialog').open").await;
+        br.click("#confirm-yes").await;
+        br.until("the banner gone", 15, "document.getElementById('held-banner').hidden").await;
+        br.close().await;
+    });
+    for id in &held[1..] {
+        b.wait_status(id, &["succeeded"]);
+    }
+    assert!(held_ids(&b).is_empty());
+    assert!(b.term().success());
+}
