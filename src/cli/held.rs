@@ -13,7 +13,8 @@ pub enum HeldCommand {
     /// List the held jobs, each with why it is held and what sending it again may cost.
     List,
     /// Send held jobs again: those named, or all with --all. Each makes a new request to its
-    /// provider, which is a second charge if the daemon the copy came from sent it already.
+    /// provider, which may be charged a second time if the daemon the copy came from sent it
+    /// already.
     #[command(group(ArgGroup::new("which").required(true).args(["ids", "all"])))]
     Release {
         /// The ids of the held jobs to send again.
