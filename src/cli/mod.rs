@@ -281,7 +281,7 @@ pub enum Command {
     /// have been sent already by the daemon the copy came from.
     #[command(subcommand)]
     Held(held::HeldCommand),
-    /// Run the mock image provider (all three API styles) with its ledger of charges.
+    /// Run the mock image provider (the OpenAI, Replicate, fal, Gemini and BFL API styles) with its ledger of charges.
     MockProvider(crate::mock::MockArgs),
     /// Measure the engine end to end (see BENCHMARKS.md).
     Bench(crate::bench::BenchArgs),
