@@ -184,6 +184,7 @@ impl Run<'_> {
             idempotency_key: self.claim.idempotency_key.clone(),
             references: references.to_vec(),
             calling_at_ms: calling_at,
+            candidate: self.claim.candidate,
         }
     }
 

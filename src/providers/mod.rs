@@ -57,6 +57,9 @@ pub struct CallRequest {
     /// When the execution first recorded `calling` (ms since the epoch): a job found by
     /// listing must have been created after this moment.
     pub calling_at_ms: i64,
+    /// Which candidate of its shot the task is (0 for the first, and for a task of its own):
+    /// the demo provider draws a different placeholder for each.
+    pub candidate: i64,
 }
 
 /// A job an asynchronous provider accepted: its id and, where the provider returned them,

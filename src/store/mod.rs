@@ -39,6 +39,7 @@
 //! (`BENCHMARKS.md`, "images in the database").
 
 mod blobs;
+mod choice;
 mod migrate;
 mod open;
 mod ops;
@@ -52,6 +53,10 @@ mod startup;
 mod whole;
 
 pub use blobs::*;
+pub use choice::{
+    AddOutcome, ChoiceOutcome, MAX_CANDIDATES, MAX_SHOT_CANDIDATES, SetEventView, delivery_blocking, role_label,
+    shot_label,
+};
 pub use open::{SCHEMA_VERSION, Severity, StoreError, WAL_SIZE_LIMIT};
 pub use ops::*;
 pub use prune::PruneReport;

@@ -450,6 +450,28 @@ impl Store {
         each!(self, s => s.get_set(id).await)
     }
 
+    /// Add `count` candidates to shot `position` of a set (`store::choice`).
+    pub async fn add_candidates(
+        &self,
+        set: String,
+        position: i64,
+        count: u32,
+        now: Millis,
+    ) -> Result<AddOutcome, StoreError> {
+        each!(self, s => s.add_candidates(set, position, count, now).await)
+    }
+
+    /// Choose (or, with `None`, clear) the image of shot `position` of a set.
+    pub async fn choose(
+        &self,
+        set: String,
+        position: i64,
+        artifact: Option<String>,
+        now: Millis,
+    ) -> Result<ChoiceOutcome, StoreError> {
+        each!(self, s => s.choose(set, position, artifact, now).await)
+    }
+
     /// Sets newest first.
     pub async fn list_sets(&self, before: Option<String>, limit: usize) -> Result<Vec<SetView>, StoreError> {
         each!(self, s => s.list_sets(before, limit).await)

@@ -114,6 +114,7 @@ pub fn request(prompt: &str) -> CallRequest {
         idempotency_key: format!("exec-{}", uuid::Uuid::new_v4()),
         references: Vec::new(),
         calling_at_ms: now_ms(),
+        candidate: 0,
     }
 }
 
