@@ -8,6 +8,7 @@
 //! database clock).
 
 pub mod backend;
+mod choice;
 mod money;
 mod multi;
 mod pg;
