@@ -177,3 +177,73 @@ fn more_candidates_of_a_billing_provider_need_the_cost_acknowledgement() {
     assert_eq!(mock.count(&tag), (3, 3), "each acknowledged candidate is one charged request");
     assert!(candidates(&s["shots"][0]).iter().all(|c| c["charge"]["state"] == "charged"));
 }
+
+/// In a real browser: a shot's candidates side by side, "Use this one", the chosen image
+/// marked and the delivery line, "Generate another like this" adding a candidate, the set
+/// list's count of chosen shots; axe-core finds nothing on the set page.
+#[test]
+fn the_owner_chooses_a_candidate_in_the_page() {
+    let d = Daemon::start(FAST_DEMO);
+    let url = crate::web::printed_sign_in_url(&d);
+    let site = format!("http://127.0.0.1:{}", d.port);
+    let tag = uuid::Uuid::new_v4().simple().to_string();
+    let body = json!({"product": "green teapot", "shots": [
+        {"role": "main", "prompt": format!("on white {tag}"), "candidates": 2},
+        {"role": "scene", "prompt": format!("on a shelf {tag}")}]});
+    let r = d.call("POST", "/v1/sets", Some(&body));
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let id = r.json()["id"].as_str().expect("id").to_string();
+    let s = settled(&d, &id);
+    let (second, _) = art(&candidates(&s["shots"][0])[1]);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let b = crate::browser::Browser::start().await;
+        b.c().goto(&url).await.expect("sign in");
+        b.until("the jobs page", 15, "document.getElementById('new-task') !== null").await;
+        b.c().goto(&format!("{site}/#/sets/{id}")).await.expect("open the set");
+        b.until(
+            "two candidates side by side",
+            15,
+            "document.querySelectorAll('#candidates-0 .candidate').length === 2",
+        )
+        .await;
+        let line = b.js("document.getElementById('set-delivery').textContent").await;
+        assert_eq!(line, "2 shots have no chosen image: Main photo, Lifestyle scene");
+        b.assert_accessible("the set page with candidates").await;
+        // Use the second candidate: it is marked chosen, through the API too.
+        b.click("#use-0-1").await;
+        b.until(
+            "the second candidate marked chosen",
+            15,
+            &format!("document.querySelector('#candidates-0 .candidate.chosen')?.dataset.artifactId === '{second}'"),
+        )
+        .await;
+        let mark = b.js("document.querySelector('#candidates-0 .candidate.chosen').textContent").await;
+        assert!(mark.as_str().unwrap_or("").contains("Chosen"), "{mark}");
+        assert_eq!(set_of(&d, &id)["shots"][0]["chosen"], json!(second));
+        // The single-candidate shot: "Use this one", then the set is ready.
+        b.click("#use-1-0").await;
+        b.until("ready to deliver", 15, "document.getElementById('set-delivery').dataset.ready === 'true'").await;
+        b.assert_accessible("the set page with every shot chosen").await;
+        // "Generate another like this" adds a candidate to the shot (the demo is free: no question).
+        b.click("#shot-more-1").await;
+        b.until(
+            "a second candidate for shot 2",
+            30,
+            "document.querySelectorAll('#candidates-1 .candidate').length === 2",
+        )
+        .await;
+        assert_eq!(candidates(&set_of(&d, &id)["shots"][1]).len(), 2);
+        // The set list says how many shots are chosen.
+        b.c().goto(&format!("{site}/#/sets")).await.expect("open the list");
+        let count = b
+            .until(
+                "the chosen count",
+                15,
+                &format!("document.querySelector(\"li[data-set-id='{id}'] .chosen-count\")?.textContent"),
+            )
+            .await;
+        assert_eq!(count, "2 of 2 shots chosen");
+        b.close().await;
+    });
+}
