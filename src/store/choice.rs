@@ -240,7 +240,9 @@ pub(super) fn choose(
         }
         return Ok(ChoiceOutcome::Cleared { previous });
     };
-    let owner: Option<(String, Option<String>, Option<i64>, i64, String)> = c
+    /// The artifact's task: id, set, position, candidate, status.
+    type Owner = (String, Option<String>, Option<i64>, i64, String);
+    let owner: Option<Owner> = c
         .prepare_cached(
             "SELECT t.id, t.set_id, t.set_position, t.candidate, t.status FROM artifacts a JOIN tasks t ON t.id = a.task_id
              WHERE a.id = ?1",

@@ -155,7 +155,9 @@ pub(super) fn set_has_live_shot(c: &Connection, set: &str) -> Result<bool, Store
 
 /// The set position of a task, for a retry that takes its place.
 pub(super) fn shot_of(c: &Connection, task: &str) -> Result<Option<ShotRef>, StoreError> {
-    let row: Option<(Option<String>, Option<i64>, Option<String>, i64)> = c
+    /// A task's set, position, role and candidate.
+    type Place = (Option<String>, Option<i64>, Option<String>, i64);
+    let row: Option<Place> = c
         .prepare_cached("SELECT set_id, set_position, shot_role, candidate FROM tasks WHERE id = ?1")?
         .query_row([task], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
         .optional()?;
