@@ -368,6 +368,7 @@ pub fn open_postgres(cfg: &Config, pg: &PostgresConfig) -> Result<PgStore, Failu
             Wakeups::Notify => None,
         },
         watch_peers: true,
+        lease: cfg.engine.lease,
     };
     PgStore::open(opts)
         .map_err(|e| Failure::error(format!("cannot use the PostgreSQL database {}: {e}", redact_url(&pg.url))))

@@ -160,6 +160,11 @@ pub enum StoreError {
     Fenced,
     #[error("the store is closed")]
     Closed,
+    /// PostgreSQL: this node cannot reach the database now (it fenced itself); the
+    /// operation was not run, or, if it was already running, may still commit once the
+    /// network heals. Try again (another node may answer meanwhile).
+    #[error("this node cannot reach its PostgreSQL database now ({0}); try again")]
+    Unreachable(String),
     /// The database must not be opened for serving: empty where the data directory shows it
     /// was used, read-only, or failing its check. `reason` says what to do.
     #[error("{path}: {reason}")]

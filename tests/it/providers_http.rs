@@ -115,6 +115,8 @@ pub fn request(prompt: &str) -> CallRequest {
         references: Vec::new(),
         calling_at_ms: now_ms(),
         candidate: 0,
+        // Result downloads inside `submit` are retried until here (a blip is not final).
+        deadline_ms: now_ms() + 20_000,
     }
 }
 
