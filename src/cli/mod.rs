@@ -264,7 +264,7 @@ pub enum Command {
     /// A product's image set: reference photos, a shot list, one image at a time.
     #[command(subcommand)]
     Set(SetCommand),
-    /// Run the mock image provider (all three API styles) with its ledger of charges.
+    /// Run the mock image provider (the OpenAI, Replicate, fal, Gemini and BFL API styles) with its ledger of charges.
     MockProvider(crate::mock::MockArgs),
     /// Measure the engine end to end (see BENCHMARKS.md).
     Bench(crate::bench::BenchArgs),
