@@ -65,7 +65,8 @@ CREATE TABLE tasks (
     updated_at       bigint NOT NULL,
     shot_role        text CHECK (shot_role IN ('main', 'selling_point', 'scene')),
     retry_key        text,                        -- a retry's idempotency key: unique per original task (retry_of)
-    group_key        text                         -- the submitter's optional `group` (a fairness key)
+    group_key        text,                        -- the submitter's optional `group` (a fairness key)
+    candidate        bigint NOT NULL DEFAULT 0 CHECK (candidate >= 0) -- which candidate of its shot, from 0
 );
 CREATE INDEX tasks_by_status ON tasks(status, id);
 CREATE INDEX tasks_by_set ON tasks(set_id, set_position) WHERE set_id IS NOT NULL;
@@ -184,6 +185,25 @@ CREATE TABLE uploads (
     media_type       text NOT NULL CHECK (media_type IN ('image/png', 'image/jpeg', 'image/webp')),
     created_at       bigint NOT NULL
 );
+
+-- The owner's choice of one candidate image per shot (as on SQLite, store::choice).
+CREATE TABLE set_choices (
+    set_id           text COLLATE "C" NOT NULL REFERENCES sets(id),
+    position         bigint NOT NULL,
+    artifact_id      text COLLATE "C" NOT NULL REFERENCES artifacts(id),
+    chosen_at        bigint NOT NULL,
+    PRIMARY KEY (set_id, position)
+);
+
+-- A set's own timeline (as on SQLite).
+CREATE TABLE set_events (
+    id               bigserial PRIMARY KEY,
+    set_id           text COLLATE "C" NOT NULL REFERENCES sets(id),
+    at               bigint NOT NULL,
+    kind             text NOT NULL,
+    message          text NOT NULL
+);
+CREATE INDEX set_events_by_set ON set_events(set_id, id);
 
 CREATE TABLE set_references (
     set_id           text COLLATE "C" NOT NULL REFERENCES sets(id),

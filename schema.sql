@@ -33,7 +33,8 @@ CREATE TABLE tasks (
     updated_at       INTEGER NOT NULL,
     shot_role        TEXT CHECK (shot_role IN ('main', 'selling_point', 'scene')),
     retry_key        TEXT,                        -- a retry's idempotency key: unique per original task (retry_of)
-    group_key        TEXT                         -- the submitter's optional `group` (a fairness key)
+    group_key        TEXT,                        -- the submitter's optional `group` (a fairness key)
+    candidate        INTEGER NOT NULL DEFAULT 0 CHECK (candidate >= 0) -- which candidate of its shot (set_position), from 0
 ) STRICT;
 CREATE INDEX tasks_by_status ON tasks(status, id);
 CREATE INDEX tasks_by_set ON tasks(set_id, set_position) WHERE set_id IS NOT NULL;
@@ -189,6 +190,26 @@ CREATE TABLE sets (
     created_at       INTEGER NOT NULL,
     updated_at       INTEGER NOT NULL
 ) STRICT;
+
+-- The owner's choice of one candidate image per shot (store::choice): one row per chosen shot;
+-- no row means no image is chosen for that shot.
+CREATE TABLE set_choices (
+    set_id           TEXT NOT NULL REFERENCES sets(id),
+    position         INTEGER NOT NULL,            -- the shot's set_position
+    artifact_id      TEXT NOT NULL REFERENCES artifacts(id),
+    chosen_at        INTEGER NOT NULL,
+    PRIMARY KEY (set_id, position)
+) STRICT;
+
+-- A set's own timeline (choices made and cleared, candidates added), oldest first.
+CREATE TABLE set_events (
+    id               INTEGER PRIMARY KEY,
+    set_id           TEXT NOT NULL REFERENCES sets(id),
+    at               INTEGER NOT NULL,
+    kind             TEXT NOT NULL,
+    message          TEXT NOT NULL
+) STRICT;
+CREATE INDEX set_events_by_set ON set_events(set_id, id);
 
 CREATE TABLE set_references (
     set_id           TEXT NOT NULL REFERENCES sets(id),

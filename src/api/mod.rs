@@ -10,6 +10,7 @@
 //! [`v1_routes`], which also yields their OpenAPI document ([`openapi`]).
 
 pub mod auth;
+pub mod choice;
 pub mod download;
 pub mod error;
 pub mod held;
@@ -126,6 +127,8 @@ pub fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(sets::create, sets::list))
         .routes(routes!(sets::get_one))
         .routes(routes!(sets::cancel))
+        .routes(routes!(choice::add))
+        .routes(routes!(choice::choose, choice::clear))
         .routes(routes!(download::set_zip))
         .routes(routes!(prune::prune))
         .routes(routes!(held::list))

@@ -46,6 +46,10 @@ pub struct TaskJson {
     /// `scene`); null for a job of its own.
     pub set_id: Option<String>,
     pub shot_role: Option<String>,
+    /// The shot's index in its set's `shots` (from 0), and which candidate of it this job is;
+    /// null for a job of its own.
+    pub shot_index: Option<i64>,
+    pub candidate: Option<i64>,
     pub cancel_requested: bool,
     pub failure_kind: Option<String>,
     /// The stored detail behind the message (why it failed, what it waits for).
@@ -237,6 +241,8 @@ pub fn task_json(engine: &Engine, t: &TaskView) -> TaskJson {
         held: held_json(engine, t),
         set_id: t.set_id.clone(),
         shot_role: t.shot_role.clone(),
+        shot_index: t.set_id.as_ref().and(t.set_position),
+        candidate: t.set_id.as_ref().map(|_| t.candidate),
         cancel_requested: t.cancel_requested,
         failure_kind: t.failure_kind.clone(),
         reason: t.reason.clone(),

@@ -307,6 +307,10 @@ pub enum SetCommand {
         /// Style notes shared by every shot.
         #[arg(long)]
         style: Option<String>,
+        /// How many candidate images to make per shot, 1 to 4 (each is its own job; choose
+        /// one per shot with `tally set choose`).
+        #[arg(long, value_name = "N", default_value_t = 1)]
+        candidates: u32,
         /// Provider name (default: the first configured).
         #[arg(long, value_name = "NAME")]
         provider: Option<String>,
@@ -346,6 +350,36 @@ pub enum SetCommand {
     Cancel {
         /// The set's id.
         id: String,
+    },
+    /// Ask for more candidate images of one shot (new jobs, run one at a time with the set's).
+    More {
+        /// The set's id.
+        id: String,
+        /// The shot: its number in the set from 0 (as `tally set status` lists it, minus one),
+        /// or its role when only one shot has it (main, selling_point, scene).
+        shot: String,
+        /// How many more candidates, 1 to 4.
+        #[arg(long, value_name = "K", default_value_t = 1)]
+        count: u32,
+        /// Accept that each new candidate is charged (needed when the provider bills).
+        #[arg(long)]
+        accept_possible_charge: bool,
+    },
+    /// Choose one candidate's image for a shot (the image delivered and zipped for it).
+    Choose {
+        /// The set's id.
+        id: String,
+        /// The shot: its number from 0, or its role when only one shot has it.
+        shot: String,
+        /// The artifact id of the image (from `tally set status`).
+        artifact: String,
+    },
+    /// Clear a shot's choice (no image chosen for it).
+    Unchoose {
+        /// The set's id.
+        id: String,
+        /// The shot: its number from 0, or its role when only one shot has it.
+        shot: String,
     },
 }
 

@@ -41,6 +41,7 @@
 mod blobs;
 pub mod held;
 pub mod lineage;
+mod choice;
 mod migrate;
 mod open;
 mod ops;
@@ -54,6 +55,10 @@ mod startup;
 mod whole;
 
 pub use blobs::*;
+pub use choice::{
+    AddOutcome, ChoiceOutcome, MAX_CANDIDATES, MAX_SHOT_CANDIDATES, SetEventView, delivery_blocking, role_label,
+    shot_label,
+};
 pub use open::{SCHEMA_VERSION, Severity, StoreError, WAL_SIZE_LIMIT};
 pub use ops::*;
 pub use prune::PruneReport;

@@ -13,7 +13,7 @@ use rusqlite::{Connection, OpenFlags, trace::TraceEventCodes};
 use crate::config::Durability;
 
 /// The schema version this build writes. Older databases are migrated; newer ones refused.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// `PRAGMA application_id` of tally databases ("taly").
 pub(super) const APPLICATION_ID: i64 = 0x7461_6c79;
@@ -116,6 +116,17 @@ const MIGRATIONS: &[&str] = &[
         id INTEGER PRIMARY KEY CHECK (id = 1), lineage TEXT NOT NULL, seq INTEGER NOT NULL DEFAULT 0,
         running INTEGER NOT NULL DEFAULT 0 CHECK (running IN (0, 1)), backup_at INTEGER) STRICT;
      INSERT INTO lineage (id, lineage) VALUES (1, lower(hex(randomblob(16))));",
+    // 7 → 8: candidates per shot, the owner's choice per shot, and a set's own timeline
+    // (store::choice). Every existing shot task is its shot's candidate 0.
+    "ALTER TABLE tasks ADD COLUMN candidate INTEGER NOT NULL DEFAULT 0 CHECK (candidate >= 0);
+     CREATE TABLE set_choices (
+        set_id TEXT NOT NULL REFERENCES sets(id), position INTEGER NOT NULL,
+        artifact_id TEXT NOT NULL REFERENCES artifacts(id), chosen_at INTEGER NOT NULL,
+        PRIMARY KEY (set_id, position)) STRICT;
+     CREATE TABLE set_events (
+        id INTEGER PRIMARY KEY, set_id TEXT NOT NULL REFERENCES sets(id), at INTEGER NOT NULL,
+        kind TEXT NOT NULL, message TEXT NOT NULL) STRICT;
+     CREATE INDEX set_events_by_set ON set_events(set_id, id);",
 ];
 
 /// The writer's automatic (PASSIVE) checkpoint runs once the WAL holds this many pages

@@ -28,6 +28,8 @@ pub struct TaskView {
     pub set_id: Option<String>,
     pub set_position: Option<i64>,
     pub shot_role: Option<String>,
+    /// Which candidate of its shot this task is (0 for the first, and for a job of its own).
+    pub candidate: i64,
     pub created_at: Millis,
     pub updated_at: Millis,
     pub artifacts: Vec<ArtifactView>,
@@ -78,7 +80,7 @@ pub struct EventView {
 }
 
 const TASK_COLUMNS: &str = "id, status, reason, failure_kind, attempts, cancel_requested, provider, prompt, \
-     params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role, group_key";
+     params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role, group_key, candidate";
 
 fn task_row(r: &Row<'_>) -> rusqlite::Result<TaskView> {
     let status: String = r.get(1)?;
@@ -104,6 +106,7 @@ fn task_row(r: &Row<'_>) -> rusqlite::Result<TaskView> {
         shot_role: r.get(15)?,
         artifacts: Vec::new(),
         group: r.get(16)?,
+        candidate: r.get(17)?,
         waiting_for: None,
         held: None,
     })

@@ -75,7 +75,12 @@ async fn ten_concurrent_acknowledged_retries_of_one_failed_shot_make_one_task() 
         style: None,
         provider: "fake".into(),
         references: Vec::new(),
-        shots: vec![NewShot { role: "main".into(), prompt: "on white".into(), params: serde_json::json!({}) }],
+        shots: vec![NewShot {
+            role: "main".into(),
+            prompt: "on white".into(),
+            params: serde_json::json!({}),
+            candidates: 1,
+        }],
         idempotency_key: None,
     };
     let set_id = store.create_set(set, SystemClock.now()).await.expect("set").task_id().to_string();

@@ -451,6 +451,7 @@ fn request(prompt: &str, key: &str) -> CallRequest {
         idempotency_key: key.into(),
         references: vec![],
         calling_at_ms: 0,
+        candidate: 0,
         deadline_ms: 0,
     }
 }

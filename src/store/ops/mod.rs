@@ -52,6 +52,8 @@ pub struct ShotRef {
     pub set_id: String,
     pub position: i64,
     pub role: String,
+    /// Which candidate of the shot this task is (0 for the first).
+    pub candidate: i64,
 }
 
 impl NewTask {
@@ -168,6 +170,8 @@ pub struct Claim {
     pub provider: String,
     pub prompt: String,
     pub params: Value,
+    /// Which candidate of its shot the task is (0 for a task of its own).
+    pub candidate: i64,
     pub attempt: i64,
     pub phase: Phase,
     pub job_id: Option<String>,

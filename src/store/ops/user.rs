@@ -75,11 +75,11 @@ pub(in crate::store) fn retry(
     if let Some(s) = &shot {
         let live: Option<(String, String)> = c
             .prepare_cached(
-                "SELECT id, status FROM tasks WHERE set_id = ?1 AND set_position = ?2 AND id <> ?3
+                "SELECT id, status FROM tasks WHERE set_id = ?1 AND set_position = ?2 AND candidate = ?4 AND id <> ?3
                    AND status IN ('queued', 'waiting', 'running')
                  ORDER BY id DESC LIMIT 1",
             )?
-            .query_row(params![s.set_id, s.position, task], |r| Ok((r.get(0)?, r.get(1)?)))
+            .query_row(params![s.set_id, s.position, task, s.candidate], |r| Ok((r.get(0)?, r.get(1)?)))
             .optional()?;
         if let Some((id, st)) = live {
             return Ok(RetryOutcome::RetryInProgress {

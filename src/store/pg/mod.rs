@@ -28,6 +28,7 @@
 //!   are pure database functions, so running one again is safe).
 
 mod check;
+mod choice;
 mod conn;
 mod held;
 mod node;
@@ -61,7 +62,7 @@ const SCHEMA: &str = include_str!("../../../schema-pg.sql");
 
 /// The PostgreSQL schema version this build writes (independent of SQLite's
 /// `SCHEMA_VERSION`). Older databases are migrated by [`MIGRATIONS`]; newer ones refused.
-pub const PG_SCHEMA_VERSION: i32 = 4;
+pub const PG_SCHEMA_VERSION: i32 = 5;
 
 /// Migrations from version `n` to `n + 1`, indexed by `n - 1`. Each runs in the transaction
 /// that records the new version, under the migration lock, and only while no other node of
@@ -113,6 +114,16 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE envelopes ADD COLUMN held_at bigint;
      ALTER TABLE envelopes ADD COLUMN held_reason text;
      CREATE INDEX envelopes_held ON envelopes(held_at) WHERE status = 'pending' AND held_at IS NOT NULL;",
+    // 4 → 5: candidates per shot, the owner's choice, a set's timeline (as SQLite's 7 → 8).
+    "ALTER TABLE tasks ADD COLUMN candidate bigint NOT NULL DEFAULT 0 CHECK (candidate >= 0);
+     CREATE TABLE set_choices (
+        set_id text COLLATE \"C\" NOT NULL REFERENCES sets(id), position bigint NOT NULL,
+        artifact_id text COLLATE \"C\" NOT NULL REFERENCES artifacts(id), chosen_at bigint NOT NULL,
+        PRIMARY KEY (set_id, position));
+     CREATE TABLE set_events (
+        id bigserial PRIMARY KEY, set_id text COLLATE \"C\" NOT NULL REFERENCES sets(id), at bigint NOT NULL,
+        kind text NOT NULL, message text NOT NULL);
+     CREATE INDEX set_events_by_set ON set_events(set_id, id);",
 ];
 
 /// The advisory-lock class of tally's locks ("taly"): the first key of the two-key form, so

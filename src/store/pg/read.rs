@@ -32,6 +32,7 @@ fn task_row(r: &Row) -> TaskView {
         shot_role: r.get(16),
         artifacts: Vec::new(),
         group: r.get(17),
+        candidate: r.get(18),
         waiting_for: None,
         held: None,
     }
@@ -77,7 +78,7 @@ pub(super) fn get_task(tx: &mut Tx<'_, '_>, id: &str) -> Result<Option<TaskView>
     let t = tx
         .opt(
             "SELECT id, status, reason, failure_kind, attempts, may_have_charged, cancel_requested, provider,
-                    prompt, params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role, group_key
+                    prompt, params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role, group_key, candidate
              FROM tasks WHERE id = $1",
             &[&id],
         )?
@@ -137,7 +138,7 @@ fn list_tasks(
     // One statement for every filter: an absent filter is a NULL that matches everything.
     let rows = tx.rows(
         "SELECT id, status, reason, failure_kind, attempts, may_have_charged, cancel_requested, provider,
-                prompt, params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role, group_key
+                prompt, params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role, group_key, candidate
          FROM tasks WHERE id < $1
            AND ($3::text IS NULL OR status = $3)
            AND (NOT $4 OR id IN (SELECT u.id FROM tasks u WHERE u.status = 'unknown'

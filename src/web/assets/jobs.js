@@ -496,10 +496,26 @@
       const price = T.providerAmount(p);
       const another = h("button", { type: "button", id: "generate-another" }, "Generate another like this");
       const key = T.newKey();
-      another.addEventListener("click", () => busy(another, err, async () => {
-        const n = await api("POST", "/v1/tasks", { prompt: t.prompt, provider: t.provider, idempotency_key: key });
-        location.hash = "#/tasks/" + encodeURIComponent(n.id);
-      }));
+      const shot = t.set_id && t.shot_index !== null && t.shot_index !== undefined;
+      another.addEventListener("click", async () => {
+        // A shot's image: one more candidate of that shot (it stays in the set and its zip).
+        let ack = false;
+        if (shot && price && !(p && p.price && p.price.billable === false)) {
+          ack = await T.confirmDialog("Generate another candidate?",
+            t.provider + " charges for each image: one more candidate costs about " + price + ".", "Generate it");
+          if (!ack) return;
+        }
+        busy(another, err, async () => {
+          if (shot) {
+            await api("POST", "/v1/sets/" + encodeURIComponent(t.set_id) + "/shots/" + t.shot_index + "/candidates",
+              { count: 1, acknowledge_possible_charge: ack });
+            location.hash = "#/sets/" + encodeURIComponent(t.set_id);
+            return;
+          }
+          const n = await api("POST", "/v1/tasks", { prompt: t.prompt, provider: t.provider, idempotency_key: key });
+          location.hash = "#/tasks/" + encodeURIComponent(n.id);
+        });
+      });
       box.append(another);
       return h("div", { class: "next" }, box,
         h("p", { id: "retry-hint", class: "hint" }, "Generating another is a new job with the same prompt; " + t.provider +

@@ -118,6 +118,20 @@ pub trait Backend: Clone + Send + Sync + 'static {
     fn create_set(&self, s: NewSet, now: Millis) -> impl Future<Output = Result<SubmitOutcome, StoreError>> + Send;
     fn cancel_set(&self, id: String, now: Millis) -> impl Future<Output = Result<Option<usize>, StoreError>> + Send;
     fn get_set(&self, id: String) -> impl Future<Output = Result<Option<SetView>, StoreError>> + Send;
+    fn add_candidates(
+        &self,
+        set: String,
+        position: i64,
+        count: u32,
+        now: Millis,
+    ) -> impl Future<Output = Result<AddOutcome, StoreError>> + Send;
+    fn choose(
+        &self,
+        set: String,
+        position: i64,
+        artifact: Option<String>,
+        now: Millis,
+    ) -> impl Future<Output = Result<ChoiceOutcome, StoreError>> + Send;
     fn list_sets(
         &self,
         before: Option<String>,
@@ -391,6 +405,24 @@ macro_rules! forward {
             }
             fn get_set(&self, id: String) -> impl Future<Output = Result<Option<SetView>, StoreError>> + Send {
                 <$ty>::get_set(self, id)
+            }
+            fn add_candidates(
+                &self,
+                set: String,
+                position: i64,
+                count: u32,
+                now: Millis,
+            ) -> impl Future<Output = Result<AddOutcome, StoreError>> + Send {
+                <$ty>::add_candidates(self, set, position, count, now)
+            }
+            fn choose(
+                &self,
+                set: String,
+                position: i64,
+                artifact: Option<String>,
+                now: Millis,
+            ) -> impl Future<Output = Result<ChoiceOutcome, StoreError>> + Send {
+                <$ty>::choose(self, set, position, artifact, now)
             }
             fn list_sets(
                 &self,

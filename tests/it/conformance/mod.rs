@@ -10,6 +10,7 @@
 
 pub mod backend;
 mod held;
+mod choice;
 mod money;
 mod multi;
 mod pg;

@@ -243,7 +243,12 @@ async fn concurrent_retries_of_one_failed_shot_make_one_task<B: Backend>(s: B) {
         style: None,
         provider: "p".into(),
         references: Vec::new(),
-        shots: vec![NewShot { role: "main".into(), prompt: "on white".into(), params: serde_json::json!({}) }],
+        shots: vec![NewShot {
+            role: "main".into(),
+            prompt: "on white".into(),
+            params: serde_json::json!({}),
+            candidates: 1,
+        }],
         idempotency_key: None,
     };
     let set_id = s.create_set(set, T0).await.expect("set").task_id().to_string();

@@ -73,10 +73,10 @@ fn retry(
     }
     if let Some(s) = &shot {
         let live = tx.opt(
-            "SELECT id, status FROM tasks WHERE set_id = $1 AND set_position = $2 AND id <> $3
+            "SELECT id, status FROM tasks WHERE set_id = $1 AND set_position = $2 AND candidate = $4 AND id <> $3
                AND status IN ('queued', 'waiting', 'running')
              ORDER BY id DESC LIMIT 1",
-            &[&s.set_id, &s.position, &task],
+            &[&s.set_id, &s.position, &task, &s.candidate],
         )?;
         if let Some(r) = live {
             return Ok(RetryOutcome::RetryInProgress {
