@@ -39,6 +39,7 @@ mod soak;
 mod surface;
 mod tour;
 mod web;
+mod web_money;
 mod web_surface;
 
 /// The crash matrix and the soak need crash points compiled into the binary; say so loudly

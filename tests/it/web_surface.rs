@@ -230,6 +230,11 @@ fn a_shop_owner_makes_a_set_in_the_page_and_downloads_every_image() {
         b.assert_accessible("a finished job").await;
         shoot(&b, "job", "document.getElementById('task-image')?.complete").await;
         b.click("#generate-another").await;
+        // It asks first, naming the price (the demo is free).
+        b.until("the confirmation", 5, "document.getElementById('confirm-dialog').open").await;
+        let ask = b.js("document.getElementById('confirm-dialog').innerText").await;
+        assert!(ask.as_str().unwrap_or("").contains("free"), "{ask}");
+        b.click("#confirm-yes").await;
         let again = b.until("another job", 10, &format!("location.hash.startsWith('#/tasks/') && !location.hash.endsWith('{slow_id}') && location.hash")).await;
         let again_id = again.as_str().unwrap().trim_start_matches("#/tasks/").to_string();
         let again = d.call("GET", &format!("/v1/tasks/{again_id}"), None).json();

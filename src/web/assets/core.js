@@ -118,20 +118,35 @@ window.tally = (function () {
     return amount ? "about " + amount : null;
   }
 
-  /** The price of one image at a provider, when the daemon knows it: `price` is
-      `{billable, price_per_image, currency}` (null price: not configured). */
+  /** The price of `n` images (1 by default) at provider `p` of `GET /v1/providers`, whose
+      money fields are on the provider itself (`billable`, `price_per_image`,
+      `price_per_size`, `currency`): "about $0.12 (3 × $0.04)", "free" for a provider that
+      never charges, "price not configured" when tally does not know it. */
+  function priceWords(p, n) {
+    if (!p) return null;
+    const count = n === undefined ? 1 : n;
+    if (p.billable === false) return "free";
+    const each = Number(p.price_per_image);
+    if (p.price_per_image === null || p.price_per_image === undefined || isNaN(each)) {
+      const sizes = p.price_per_size && Object.keys(p.price_per_size).length;
+      return sizes ? "price depends on the image size" : "price not configured";
+    }
+    const one = money(each, p.currency);
+    if (count === 1) return "about " + one;
+    const total = money(Math.round(each * count * 1e6) / 1e6, p.currency);
+    return "about " + total + " (" + count + " × " + one + ")";
+  }
+
+  /** The price of one image at a provider, for the line beside a button: "about $0.04 per
+      image", "free", "price not configured". */
   function providerPrice(p) {
-    const price = p && p.price;
-    if (!price) return null;
-    if (price.billable === false) return "free";
-    const amount = money(price.price_per_image, price.currency);
-    return amount ? "about " + amount + " per image" : null;
+    const w = priceWords(p, 1);
+    return w && w.startsWith("about ") ? w + " per image" : w;
   }
 
   /** The price of one image as an amount ("$0.04"), or null. */
   function providerAmount(p) {
-    const price = p && p.price;
-    return price && price.billable !== false ? money(price.price_per_image, price.currency) : null;
+    return p && p.billable !== false ? money(p.price_per_image, p.currency) : null;
   }
 
   // ---------------------------------------------------------------- errors where they happen
@@ -498,6 +513,6 @@ window.tally = (function () {
   return {
     CSRF, SETTLED, ROLES, view, h, time, badge, roleWords, jobTitle, shotWords, money, chargeSentence, retryCost,
     providerPrice, providerAmount, retryBody, routeName, ApiError, api, showError, errorSlot, busy, newKey, setView, signedOut, thumb, enlargeable,
-    openImage, confirmDialog, retry, resolveForm, resolveDialog, connect, main, errorBox,
+    openImage, confirmDialog, retry, priceWords, resolveForm, resolveDialog, connect, main, errorBox,
   };
 })();

@@ -114,7 +114,7 @@
     const showNote = () => {
       const p = providers.find((x) => x.name === select.value);
       note.textContent = p ? "How " + p.name + " bills: " + p.billing_note : "";
-      price.textContent = T.providerPrice(p) || "";
+      price.textContent = p ? "Price: " + T.providerPrice(p) : "";
     };
     select.addEventListener("change", showNote);
     showNote();
@@ -429,6 +429,10 @@
       }));
       box.append(cancel);
     }
+    const p = providers.find((x) => x.name === t.provider);
+    /* The price of one more request, in words, shown before any button that sends one. */
+    const cost = T.priceWords(p, 1) || "price not configured";
+    let hint = null;
     if (t.retry && t.retry.allowed) {
       const ack = t.retry.requires_cost_acknowledgement;
       const again = retried && retried.id ? " again" : "";
@@ -439,22 +443,31 @@
         if (n && n.id) location.hash = "#/tasks/" + encodeURIComponent(n.id);
       });
       box.append(retry);
+      hint = h("p", { id: "retry-price", class: "hint" }, "Trying again sends a new request to " + t.provider +
+        ": " + (cost === "free" ? "free, " + t.provider + " never charges." : cost + "."));
     }
     if (t.status === "succeeded") {
-      const p = providers.find((x) => x.name === t.provider);
-      const price = T.providerAmount(p);
-      const another = h("button", { type: "button", id: "generate-another" }, "Generate another like this");
+      const another = h("button", { type: "button", id: "generate-another" }, "Generate another like this…");
       const key = T.newKey();
-      another.addEventListener("click", () => busy(another, err, async () => {
-        const n = await api("POST", "/v1/tasks", { prompt: t.prompt, provider: t.provider, idempotency_key: key });
-        location.hash = "#/tasks/" + encodeURIComponent(n.id);
-      }));
+      const free = cost === "free";
+      another.addEventListener("click", async () => {
+        /* A new job is a new request that may cost money: say what, and ask first (like retry). */
+        const yes = await T.confirmDialog("Generate another like this?",
+          "This is a new job with the same prompt. " + (free ? t.provider + " never charges: it is free."
+            : cost.startsWith("about ") ? t.provider + " will charge " + cost + " for it."
+              : t.provider + " may charge for it; tally does not know how much (" + cost + ")."),
+          free ? "Generate" : "Generate (" + cost + ")");
+        if (!yes) return;
+        busy(another, err, async () => {
+          const n = await api("POST", "/v1/tasks", { prompt: t.prompt, provider: t.provider, idempotency_key: key });
+          location.hash = "#/tasks/" + encodeURIComponent(n.id);
+        });
+      });
       box.append(another);
-      return h("div", { class: "next" }, box,
-        h("p", { id: "retry-hint", class: "hint" }, "Generating another is a new job with the same prompt; " + t.provider +
-          (p && p.price && p.price.billable === false ? " never charges." : price ? " may charge about " + price + " for it." : " may charge for it.") +
-          ""), err);
+      hint = h("p", { id: "retry-hint", class: "hint" }, "Generating another is a new job with the same prompt: " +
+        (free ? "free, " + t.provider + " never charges." : cost + "."));
     }
+    if (hint) return h("div", { class: "next" }, box, hint, err);
     return h("div", { class: "next" }, box, err);
   }
 

@@ -224,13 +224,15 @@
     const price = h("p", { id: "set-price", class: "hint" });
     const showPrice = () => {
       const p = info.providers.find((x) => x.name === provider.value);
-      const each = T.providerAmount(p);
       const count = shots.children.length;
-      price.textContent = (p ? "How " + p.name + " bills: " + p.billing_note : "") +
-        (each ? " " + count + " shot" + (count === 1 ? "" : "s") + " at about " + each + " each." : "");
+      const cost = T.priceWords(p, count);
+      price.textContent = p ? count + " shot" + (count === 1 ? "" : "s") + " at " + p.name + ": " +
+        (cost === "free" ? "free." : cost + ".") + " How " + p.name + " bills: " + p.billing_note : "";
     };
     provider.addEventListener("change", showPrice);
     add.addEventListener("click", showPrice);
+    /* Removing a shot changes the total too. */
+    new MutationObserver(showPrice).observe(shots, { childList: true });
     showPrice();
     const create = h("button", { type: "submit", id: "create-set", class: "primary" }, "Create the set");
     const err = errorSlot("create-set-error");

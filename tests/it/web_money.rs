@@ -1,0 +1,121 @@
+//! Money where it is spent, in a real browser (headless Chromium, axe-core on each view): the
+//! price before every button that sends a request (New job, Create the set, Retry, Generate
+//! another), "Generate another" asking first, and the budget in the page.
+
+use std::time::Duration;
+
+use fantoccini::Locator;
+use serde_json::json;
+
+use crate::browser::Browser;
+use crate::common::{Daemon, Mock, wait_for};
+use crate::web::printed_sign_in_url;
+
+/// A paid provider with a price, one without, and the free demo.
+fn money_providers(mock: &Mock) -> String {
+    let base = mock.base();
+    format!(
+        "[[providers]]\nname = \"paid\"\nkind = \"openai_images\"\nbase_url = \"{base}\"\nmodel = \"gpt-image-1\"\n\
+         api_key_env = \"TALLY_TEST_KEY\"\nmax_concurrency = 2\nrequest_timeout_ms = 5000\nconnect_timeout_ms = 1000\n\
+         price_per_image = 0.04\n\n\
+         [[providers]]\nname = \"unpriced\"\nkind = \"openai_images\"\nbase_url = \"{base}\"\nmodel = \"gpt-image-1\"\n\
+         api_key_env = \"TALLY_TEST_KEY\"\nmax_concurrency = 2\nrequest_timeout_ms = 5000\nconnect_timeout_ms = 1000\n\n\
+         [[providers]]\nname = \"demo\"\nkind = \"demo\"\ndelay_ms = 20\n"
+    )
+}
+
+fn task_count(d: &Daemon) -> usize {
+    d.call("GET", "/v1/tasks?limit=200", None).json()["tasks"].as_array().map_or(0, Vec::len)
+}
+
+#[test]
+fn the_price_is_shown_before_each_spending_button() {
+    let mock = Mock::start(&["--job-duration-ms", "20"]);
+    let mut d = Daemon::configure(&money_providers(&mock));
+    d.env.push(("TALLY_TEST_KEY".into(), "sk-test-web".into()));
+    d.spawn();
+    let url = printed_sign_in_url(&d);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let b = Browser::start().await;
+        b.c().goto(&url).await.expect("sign in");
+        b.until("the jobs page", 15, "document.getElementById('new-task') !== null").await;
+
+        // New job: the price beside Generate, for each kind of provider.
+        let select = b.c().find(Locator::Css("#provider")).await.expect("provider");
+        select.select_by_value("paid").await.expect("pick");
+        let price = b.js("document.getElementById('generate-price').textContent").await;
+        assert!(price.as_str().unwrap_or("").contains("$0.04"), "price beside Generate: {price}");
+        select.select_by_value("unpriced").await.expect("pick");
+        let price = b.js("document.getElementById('generate-price').textContent").await;
+        assert!(price.as_str().unwrap_or("").contains("price not configured"), "{price}");
+        select.select_by_value("demo").await.expect("pick");
+        let price = b.js("document.getElementById('generate-price').textContent").await;
+        assert!(price.as_str().unwrap_or("").contains("free"), "{price}");
+        b.assert_accessible("the jobs page with a price").await;
+
+        // Create the set: shots × the price.
+        b.js("(location.hash = '#/sets/new')").await;
+        b.until("the new-set form", 10, "document.getElementById('set-provider') !== null").await;
+        b.c()
+            .find(Locator::Css("#set-provider"))
+            .await
+            .expect("set provider")
+            .select_by_value("paid")
+            .await
+            .expect("pick");
+        let price = b.js("document.getElementById('set-price').textContent").await;
+        assert!(
+            price.as_str().unwrap_or("").contains("$0.12") && price.as_str().unwrap_or("").contains("3 ×"),
+            "{price}"
+        );
+        b.click("#add-shot").await;
+        let price = b.js("document.getElementById('set-price').textContent").await;
+        assert!(price.as_str().unwrap_or("").contains("$0.16"), "four shots: {price}");
+        b.assert_accessible("the new-set form with a price").await;
+
+        // A finished paid job: "Generate another" names the price and asks first.
+        let r = d.call("POST", "/v1/tasks", Some(&json!({"prompt": "priced mug", "provider": "paid"})));
+        assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+        let id = r.json()["id"].as_str().expect("id").to_string();
+        let done = wait_for(Duration::from_secs(30), || {
+            (d.call("GET", &format!("/v1/tasks/{id}"), None).json()["status"] == "succeeded").then_some(())
+        });
+        assert!(done.is_some(), "the paid job did not succeed");
+        b.js(&format!("(location.hash = '#/tasks/{id}')")).await;
+        b.until("the job's page", 10, "document.getElementById('generate-another') !== null").await;
+        let hint = b.js("document.getElementById('retry-hint').textContent").await;
+        assert!(hint.as_str().unwrap_or("").contains("$0.04"), "{hint}");
+        let before = task_count(&d);
+        b.click("#generate-another").await;
+        b.until("the confirmation", 5, "document.getElementById('confirm-dialog').open").await;
+        let ask = b.js("document.getElementById('confirm-dialog').innerText").await;
+        assert!(ask.as_str().unwrap_or("").contains("$0.04"), "the question names the price: {ask}");
+        b.assert_accessible("the generate-another question").await;
+        b.click("#confirm-no").await;
+        b.until("the dialog closed", 5, "!document.getElementById('confirm-dialog').open").await;
+        assert_eq!(task_count(&d), before, "saying no spent nothing");
+        b.click("#generate-another").await;
+        b.until("the confirmation", 5, "document.getElementById('confirm-dialog').open").await;
+        b.click("#confirm-yes").await;
+        b.until("another job", 10, &format!("location.hash.startsWith('#/tasks/') && !location.hash.endsWith('{id}')"))
+            .await;
+        assert_eq!(task_count(&d), before + 1, "saying yes made one new job");
+
+        // An unknown job: the price beside Retry.
+        mock.behave(json!({ "drop_response": true }));
+        let r = d.call("POST", "/v1/tasks", Some(&json!({"prompt": "lost mug", "provider": "paid"})));
+        let lost = r.json()["id"].as_str().expect("id").to_string();
+        let unknown = wait_for(Duration::from_secs(30), || {
+            (d.call("GET", &format!("/v1/tasks/{lost}"), None).json()["status"] == "unknown").then_some(())
+        });
+        mock.behave(json!({ "drop_response": false }));
+        assert!(unknown.is_some(), "the lost job did not become unknown");
+        b.js(&format!("(location.hash = '#/tasks/{lost}')")).await;
+        b.until("the unknown job", 10, "document.getElementById('retry-price') !== null").await;
+        let price = b.js("document.getElementById('retry-price').textContent").await;
+        assert!(price.as_str().unwrap_or("").contains("$0.04"), "price beside Retry: {price}");
+        b.assert_accessible("an unknown job with a price").await;
+        b.close().await;
+    });
+}
