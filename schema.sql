@@ -125,6 +125,7 @@ CREATE TABLE executions (
     cost_micros      INTEGER,                     -- the configured price when 'calling' was recorded (millionths)
     currency         TEXT,                        -- of cost_micros
     model            TEXT,                        -- the model the request named, for the spend report
+    charge_recorded_at INTEGER,                   -- when the owner recorded `charge` by hand (resolve), else NULL
     CHECK (phase <> 'accepted' OR provider_job_id IS NOT NULL),
     CHECK (charge = 'none' OR (calling_at IS NOT NULL AND billable = 1))
 ) STRICT;
@@ -201,4 +202,22 @@ CREATE TABLE blobs (
     bytes            INTEGER NOT NULL CHECK (bytes > 0),
     media_type       TEXT NOT NULL CHECK (media_type IN ('image/png', 'image/jpeg', 'image/webp')),
     data             BLOB NOT NULL CHECK (length(data) = bytes)
+) STRICT;
+
+-- A budget set from the page, the CLI or PUT /v1/budget: every limit in force, as JSON (a list
+-- of {period, provider, micros, currency}). While this row exists it replaces the config's
+-- [budget] and budget_daily / budget_monthly; without it the config's limits apply.
+CREATE TABLE budget_setting (
+    id               INTEGER PRIMARY KEY CHECK (id = 1),
+    limits           TEXT NOT NULL,
+    set_at           INTEGER NOT NULL
+) STRICT;
+
+-- Web page sessions (web::sessions): the sha256 of the cookie's value (never the value
+-- itself), its CSRF token, and when it was last used (it expires 30 days after that).
+CREATE TABLE web_sessions (
+    id_hash          TEXT PRIMARY KEY,
+    csrf             TEXT NOT NULL,
+    created_at       INTEGER NOT NULL,
+    last_used_at     INTEGER NOT NULL
 ) STRICT;

@@ -149,4 +149,14 @@ impl Client {
     pub async fn post(&self, path: &str, body: &Value) -> Result<Answer, Failure> {
         self.send(self.http.post(format!("{}{path}", self.base)).json(body)).await
     }
+
+    /// `PUT path` with a JSON body.
+    pub async fn put(&self, path: &str, body: &Value) -> Result<Answer, Failure> {
+        self.send(self.http.put(format!("{}{path}", self.base)).json(body)).await
+    }
+
+    /// `DELETE path`.
+    pub async fn delete(&self, path: &str) -> Result<Answer, Failure> {
+        self.send(self.http.delete(format!("{}{path}", self.base))).await
+    }
 }

@@ -10,6 +10,7 @@
 //! [`v1_routes`], which also yields their OpenAPI document ([`openapi`]).
 
 pub mod auth;
+pub mod budget;
 pub mod download;
 pub mod error;
 pub mod images;
@@ -130,6 +131,7 @@ pub fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(providers))
         .routes(routes!(spend::spend))
         .routes(routes!(spend::requests))
+        .routes(routes!(budget::get_budget, budget::set_budget, budget::reset_budget))
         .routes(routes!(web::session))
         .routes(routes!(web::sign_in_url))
         .routes(routes!(web::stream::stream))

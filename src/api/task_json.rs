@@ -48,7 +48,8 @@ pub struct TaskJson {
     /// The submitter's group: jobs of one group take turns with other groups' jobs.
     pub group: Option<String>,
     /// While the job waits to be sent: why, in plain words ("Queued behind 2 earlier tasks of
-    /// this set.", "Waiting for a free slot at openai (all 2 of its slots are in use)."); null
+    /// this set.", "Waiting for a free slot at openai (all 2 of its slots are in use).",
+    /// "Held: today's budget of $0.40 is spent — raise it or wait until tomorrow …"); null
     /// otherwise.
     pub waiting_for: Option<String>,
     /// For `unknown` tasks: how the provider bills, in plain words.
@@ -199,7 +200,14 @@ pub fn task_json(engine: &Engine, t: &TaskView) -> TaskJson {
         failure_kind: t.failure_kind.clone(),
         reason: t.reason.clone(),
         group: t.group.clone(),
-        waiting_for: t.waiting_for.clone(),
+        // What it waits for: where it stands in the dispatch order, else the stored reason
+        // (a budget hold, a retry's backoff), so no surface has to guess.
+        waiting_for: match t.status {
+            TaskStatus::Queued | TaskStatus::Waiting => {
+                t.waiting_for.clone().or_else(|| t.reason.clone().filter(|r| !r.trim().is_empty()))
+            }
+            _ => None,
+        },
         billing_note: if t.status == TaskStatus::Unknown { engine.billing_note(&t.provider) } else { None },
     }
 }

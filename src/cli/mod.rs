@@ -203,6 +203,9 @@ pub enum Command {
         #[arg(long)]
         csv: bool,
     },
+    /// Show or change the budget: daily and monthly limits, for all providers or one.
+    #[command(subcommand)]
+    Budget(BudgetCommand),
     /// Write one self-contained copy of the shop's work: every job, image and reference photo.
     ///
     /// Works while `tally serve` runs: the copy is one consistent snapshot (SQLite's `VACUUM
@@ -264,6 +267,32 @@ pub enum Command {
     MockProvider(crate::mock::MockArgs),
     /// Measure the engine end to end (see BENCHMARKS.md).
     Bench(crate::bench::BenchArgs),
+}
+
+/// `tally budget …`.
+#[derive(Debug, Subcommand)]
+pub enum BudgetCommand {
+    /// The limits in force, where they come from (the config file or set here), and what
+    /// today and this month have used.
+    Show,
+    /// Set, raise or remove limits, at once and kept across restarts (they replace the config
+    /// file's `[budget]` until `tally budget reset`). AMOUNT is a number in the budget's
+    /// currency, or `none` to remove that limit.
+    #[command(group(ArgGroup::new("limit").required(true).multiple(true).args(["daily", "monthly"])))]
+    Set {
+        /// The daily limit (UTC days), or `none`.
+        #[arg(long, value_name = "AMOUNT")]
+        daily: Option<String>,
+        /// The monthly limit (UTC months), or `none`.
+        #[arg(long, value_name = "AMOUNT")]
+        monthly: Option<String>,
+        /// Only this provider's limits (default: the whole daemon's).
+        #[arg(long, value_name = "NAME")]
+        provider: Option<String>,
+    },
+    /// Forget the limits set with `tally budget set` (or in the page): the config file's
+    /// `[budget]` applies again.
+    Reset,
 }
 
 /// `tally set …`.

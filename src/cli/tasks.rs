@@ -35,6 +35,7 @@ pub(super) async fn client_command(cfg: &Config, cmd: Command, json: bool) -> Re
             wait_for(&client, task, json).await
         }
         Command::Set(cmd) => set_command(&client, cmd, json).await,
+        Command::Budget(cmd) => super::spend::budget(&client, cmd, json).await,
         Command::Spend { from, to, by, csv } => super::spend::spend(&client, from, to, by, csv, json).await,
         Command::Status { id } => {
             let task = client.get(&format!("/v1/tasks/{}", seg(&id))).await?.into_ok()?;

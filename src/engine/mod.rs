@@ -12,6 +12,7 @@
 //! None of them polls on a fixed interval: each sleeps until the next time something can
 //! happen (a due time, a lease deadline) or until another service wakes it.
 
+pub mod budget;
 mod dispatcher;
 mod intake;
 pub mod money;
@@ -208,6 +209,12 @@ pub(crate) struct Shared {
     changes: broadcast::Sender<TaskChange>,
     /// The budget limits `record_calling` checks; replaced by [`Engine::set_limits`].
     limits: RwLock<Vec<Limit>>,
+    /// The configuration's limits (the default when no budget is set at run time).
+    config_limits: RwLock<Vec<Limit>>,
+    /// Where `limits` come from (`engine::budget`).
+    budget_source: RwLock<budget::BudgetSource>,
+    /// Budget changes one at a time (each reads, changes and stores the whole budget).
+    budget_lock: tokio::sync::Mutex<()>,
 }
 
 impl Shared {
@@ -340,8 +347,16 @@ impl Engine {
             metrics: parts.metrics,
             running: Mutex::new(JoinSet::new()),
             changes: broadcast::channel(4096).0,
+            config_limits: RwLock::new(parts.limits.clone()),
+            budget_source: RwLock::new(budget::BudgetSource::Config),
+            budget_lock: tokio::sync::Mutex::new(()),
             limits: RwLock::new(parts.limits),
         });
+        // A budget set at run time replaces the config's, before anything is dispatched.
+        if let Some(stored) = Engine::stored_limits(&shared.store).await? {
+            *shared.limits.write().unwrap_or_else(|e| e.into_inner()) = stored;
+            *shared.budget_source.write().unwrap_or_else(|e| e.into_inner()) = budget::BudgetSource::Set;
+        }
         // On PostgreSQL, other nodes' wake-ups feed this engine's services (before the
         // start-up recovery, so nothing that happens meanwhile is missed).
         let bridge = nodes::bridge(&shared);

@@ -47,6 +47,7 @@ mod prune;
 mod read;
 mod seam;
 mod sets;
+pub mod settings;
 pub mod spend;
 mod startup;
 mod whole;

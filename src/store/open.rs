@@ -13,7 +13,7 @@ use rusqlite::{Connection, OpenFlags, trace::TraceEventCodes};
 use crate::config::Durability;
 
 /// The schema version this build writes. Older databases are migrated; newer ones refused.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// `PRAGMA application_id` of tally databases ("taly").
 pub(super) const APPLICATION_ID: i64 = 0x7461_6c79;
@@ -107,6 +107,14 @@ const MIGRATIONS: &[&str] = &[
         configured INTEGER NOT NULL DEFAULT 1 CHECK (configured IN (0, 1)),
         paused_until INTEGER, recovery_limit INTEGER,
         fresh_pass INTEGER NOT NULL DEFAULT 0, recovery_pass INTEGER NOT NULL DEFAULT 0) STRICT;",
+    // 6 → 7: the owner's record of a charge, budgets set from the page or CLI, and web
+    // sessions that survive a restart.
+    "ALTER TABLE executions ADD COLUMN charge_recorded_at INTEGER;
+     CREATE TABLE budget_setting (
+        id INTEGER PRIMARY KEY CHECK (id = 1), limits TEXT NOT NULL, set_at INTEGER NOT NULL) STRICT;
+     CREATE TABLE web_sessions (
+        id_hash TEXT PRIMARY KEY, csrf TEXT NOT NULL, created_at INTEGER NOT NULL,
+        last_used_at INTEGER NOT NULL) STRICT;",
 ];
 
 /// The writer's automatic (PASSIVE) checkpoint runs once the WAL holds this many pages

@@ -55,6 +55,22 @@ impl Period {
             Period::Month => "next month (the 1st, 00:00 UTC)",
         }
     }
+
+    /// "today's" / "this month's", as the held task's words say it.
+    fn this(self) -> &'static str {
+        match self {
+            Period::Day => "today's",
+            Period::Month => "this month's",
+        }
+    }
+
+    /// "today" / "this month".
+    fn now_words(self) -> &'static str {
+        match self {
+            Period::Day => "today",
+            Period::Month => "this month",
+        }
+    }
 }
 
 /// One spending limit: for the whole daemon (`provider: None`) or one provider.
@@ -124,13 +140,14 @@ pub(in crate::store) fn first_limit_hit(
             Some(p) => format!(" for provider `{p}`"),
         };
         let reason = format!(
-            "Held back by the budget: the {} budget{whose} of {} is reached ({} spent or possibly spent, and this \
-             request would cost about {}); nothing was sent. It resumes {} or when you raise the limit.",
-            l.period.adjective(),
+            "Held: {} budget{whose} of {} is spent — raise it or wait until {}. {} is spent or possibly spent {} \
+             and this request would cost about {}; nothing was sent.",
+            l.period.this(),
             money(l.micros, &l.currency),
-            money(spent, &l.currency),
-            money(cost, &l.currency),
             l.period.when_next(),
+            money(spent, &l.currency),
+            l.period.now_words(),
+            money(cost, &l.currency),
         );
         held = Some((end, reason));
     }

@@ -33,6 +33,7 @@ const ASSETS: &[(&str, &str, &str)] = &[
     ("core.js", "text/javascript; charset=utf-8", include_str!("assets/core.js")),
     ("jobs.js", "text/javascript; charset=utf-8", include_str!("assets/jobs.js")),
     ("sets.js", "text/javascript; charset=utf-8", include_str!("assets/sets.js")),
+    ("budget.js", "text/javascript; charset=utf-8", include_str!("assets/budget.js")),
     ("app.js", "text/javascript; charset=utf-8", include_str!("assets/app.js")),
     ("app.css", "text/css; charset=utf-8", include_str!("assets/app.css")),
     ("favicon.svg", "image/svg+xml", include_str!("assets/favicon.svg")),

@@ -10,6 +10,7 @@
 mod api;
 mod backup;
 mod browser;
+mod budget;
 mod charges;
 mod cli;
 mod common;

@@ -119,3 +119,61 @@ fn the_price_is_shown_before_each_spending_button() {
         b.close().await;
     });
 }
+
+#[test]
+fn the_owner_sets_a_budget_in_the_page_and_a_held_job_says_so() {
+    let mock = Mock::start(&["--job-duration-ms", "20"]);
+    let mut d = Daemon::configure(&money_providers(&mock));
+    d.env.push(("TALLY_TEST_KEY".into(), "sk-test-web".into()));
+    d.spawn();
+    let url = printed_sign_in_url(&d);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let b = Browser::start().await;
+        b.c().goto(&url).await.expect("sign in");
+        b.until("the jobs page", 15, "document.getElementById('new-task') !== null").await;
+        assert_eq!(b.js("document.getElementById('budget-line') === null").await, true, "no budget, no line");
+
+        // Set a daily budget of one image in the Spend view.
+        b.js("(location.hash = '#/spend')").await;
+        b.until("the budget form", 10, "document.getElementById('budget-form') !== null").await;
+        let source = b.js("document.getElementById('budget-source').textContent").await;
+        assert!(source.as_str().unwrap_or("").contains("configuration file"), "{source}");
+        b.c().find(Locator::Css("#budget-daily")).await.expect("daily").send_keys("0.04").await.expect("type");
+        b.click("#budget-save").await;
+        b.until("the budget saved", 10, "document.getElementById('budget-reset') !== null").await;
+        let set = d.call("GET", "/v1/budget", None).json();
+        assert_eq!((set["daily"].as_f64(), set["source"].as_str()), (Some(0.04), Some("set")), "{set}");
+        let summary = b.js("document.getElementById('budget-all').textContent").await;
+        assert!(summary.as_str().unwrap_or("").contains("Today $0.00 of $0.04"), "{summary}");
+        b.assert_accessible("the spend view with the budget").await;
+
+        // One job fits; the second is held, and the page says it is the budget.
+        let first = d.call("POST", "/v1/tasks", Some(&json!({"prompt": "budget one", "provider": "paid"}))).json();
+        d.wait_status(first["id"].as_str().expect("id"), &["succeeded"]);
+        let second = d.call("POST", "/v1/tasks", Some(&json!({"prompt": "budget two", "provider": "paid"}))).json();
+        let id = second["id"].as_str().expect("id").to_string();
+        d.wait_status(&id, &["waiting"]);
+        b.js("(location.hash = '#/')").await;
+        let line = b.until("the budget line", 10, "document.getElementById('budget-line')?.textContent").await;
+        assert!(line.as_str().unwrap_or("").contains("Today $0.04 of $0.04"), "{line}");
+        let row = b
+            .until("the held job", 10, "Array.from(document.querySelectorAll('#task-list li')).find(li => li.textContent.includes('budget two'))?.textContent")
+            .await;
+        let row = row.as_str().unwrap_or("");
+        assert!(row.contains("Held: today's budget of $0.04 is spent — raise it or wait until tomorrow"), "{row}");
+        assert!(!row.contains("has room"), "not the wrong reason: {row}");
+        b.assert_accessible("the jobs page with a held job").await;
+
+        // Raise it in the page: the held job goes at once.
+        b.js("(location.hash = '#/spend')").await;
+        b.until("the budget form", 10, "document.getElementById('budget-daily') !== null").await;
+        b.js("(document.getElementById('budget-daily').value = '')").await;
+        b.c().find(Locator::Css("#budget-daily")).await.expect("daily").send_keys("1").await.expect("type");
+        b.click("#budget-save").await;
+        let done = d.wait_status(&id, &["succeeded", "failed", "unknown", "canceled"]);
+        assert_eq!(done["status"], "succeeded", "{done}");
+        b.until("the new limit shown", 10, "document.getElementById('budget-all')?.textContent.includes('of $1')").await;
+        b.close().await;
+    });
+}

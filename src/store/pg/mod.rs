@@ -34,6 +34,7 @@ mod ops;
 mod prune;
 mod read;
 mod sets;
+mod settings;
 pub mod spend;
 mod watch;
 
@@ -58,7 +59,7 @@ const SCHEMA: &str = include_str!("../../../schema-pg.sql");
 
 /// The PostgreSQL schema version this build writes (independent of SQLite's
 /// `SCHEMA_VERSION`). Older databases are migrated by [`MIGRATIONS`]; newer ones refused.
-pub const PG_SCHEMA_VERSION: i32 = 3;
+pub const PG_SCHEMA_VERSION: i32 = 4;
 
 /// Migrations from version `n` to `n + 1`, indexed by `n - 1`. Each runs in the transaction
 /// that records the new version, under the migration lock, and only while no other node of
@@ -105,6 +106,14 @@ const MIGRATIONS: &[&str] = &[
         fifo boolean NOT NULL DEFAULT false, configured boolean NOT NULL DEFAULT true,
         paused_until bigint, recovery_limit bigint,
         fresh_pass bigint NOT NULL DEFAULT 0, recovery_pass bigint NOT NULL DEFAULT 0);",
+    // 3 → 4: the owner's record of a charge, budgets set from the page or CLI, and web
+    // sessions that survive a restart (as SQLite's 6 → 7).
+    "ALTER TABLE executions ADD COLUMN charge_recorded_at bigint;
+     CREATE TABLE budget_setting (
+        id integer PRIMARY KEY CHECK (id = 1), limits text NOT NULL, set_at bigint NOT NULL);
+     CREATE TABLE web_sessions (
+        id_hash text COLLATE \"C\" PRIMARY KEY, csrf text NOT NULL, created_at bigint NOT NULL,
+        last_used_at bigint NOT NULL);",
 ];
 
 /// The advisory-lock class of tally's locks ("taly"): the first key of the two-key form, so

@@ -262,7 +262,7 @@ window.tally = (function () {
     view.onResync = null;
     document.title = title + " · tally";
     const h1 = h("h1", { id: "view-title", tabindex: "-1" }, title);
-    main.replaceChildren(h1, ...[content].flat());
+    main.replaceChildren(h1, ...[content].flat().filter((c) => c !== null && c !== undefined));
     for (const [nav, names] of [["nav-jobs", ["jobs", "task"]], ["nav-sets", ["sets", "set", "new-set"]], ["nav-spend", ["spend"]]]) {
       const a = document.getElementById(nav);
       if (names.includes(name)) a.setAttribute("aria-current", "page");

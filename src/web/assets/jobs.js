@@ -62,6 +62,7 @@
         if (t.waiting_for) return t.waiting_for + " Nothing has been sent yet.";
         return t.set_id ? "Waiting for its turn in the set; nothing has been sent yet." : "Waiting its turn; nothing has been sent yet.";
       case "waiting":
+        /* The daemon says what it waits for (a budget, a retry's time, a free slot). */
         if (t.waiting_for) return t.waiting_for;
         return "Waiting to try again; tally will send it when " + t.provider + " has room.";
       case "running": return t.cancel_requested
@@ -176,7 +177,9 @@
   async function showJobs(fresh) {
     try { await loadProviders(); } catch (e) { if (e.code === "signed_out") return; T.showError(null, e.message); }
     if (T.view.signedOut) return;
-    if (!T.setView("jobs", null, "Jobs", [newJobForm(), listSection()], fresh)) return;
+    const budget = await T.budgetLine();
+    if (T.view.signedOut) return;
+    if (!T.setView("jobs", null, "Jobs", [budget, newJobForm(), listSection()], fresh)) return;
     T.view.onTask = (id) => refresh(id);
     T.view.onResync = () => load();
     await load();

@@ -306,7 +306,9 @@
     };
     const money = T.money;
     group.addEventListener("change", load);
-    const shown = T.setView("spend", null, "Spend", [h("p", { class: "hint" },
+    const budget = await T.budgetSection(() => showSpend(false));
+    if (T.view.signedOut) return;
+    const shown = T.setView("spend", null, "Spend", [budget, h("p", { class: "hint" },
       "What tally knows about charges: requests a provider charged, requests that may have been charged (nothing could prove what happened to them), and requests it refused."),
     h("p", { class: "filter" }, h("label", { for: "spend-group" }, "Show"), group), out], fresh);
     if (!shown) return;

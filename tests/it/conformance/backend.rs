@@ -178,6 +178,29 @@ pub trait Backend: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Vec<PaidRequest>, StoreError>> + Send;
     fn charge_totals(&self) -> impl Future<Output = Result<Vec<tally::metrics::ChargeTotal>, StoreError>> + Send;
     fn release_budget_holds(&self, now: Millis) -> impl Future<Output = Result<usize, StoreError>> + Send;
+    fn budget_setting(&self) -> impl Future<Output = Result<Option<String>, StoreError>> + Send;
+    fn set_budget_setting(
+        &self,
+        limits: Option<String>,
+        now: Millis,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn insert_session(
+        &self,
+        id_hash: String,
+        csrf: String,
+        now: Millis,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn session(
+        &self,
+        id_hash: String,
+    ) -> impl Future<Output = Result<Option<tally::store::settings::StoredSession>, StoreError>> + Send;
+    fn touch_session(
+        &self,
+        id_hash: String,
+        now: Millis,
+        expired_before: Millis,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn delete_sessions(&self, id_hash: Option<String>) -> impl Future<Output = Result<usize, StoreError>> + Send;
     fn prune(&self, cutoff: Millis, dry_run: bool) -> impl Future<Output = Result<PruneReport, StoreError>> + Send;
     fn next_prunable(&self, since: Millis) -> impl Future<Output = Result<Option<Millis>, StoreError>> + Send;
     fn statements(&self) -> u64;
@@ -477,6 +500,41 @@ macro_rules! forward {
             }
             fn release_budget_holds(&self, now: Millis) -> impl Future<Output = Result<usize, StoreError>> + Send {
                 <$ty>::release_budget_holds(self, now)
+            }
+            fn budget_setting(&self) -> impl Future<Output = Result<Option<String>, StoreError>> + Send {
+                <$ty>::budget_setting(self)
+            }
+            fn set_budget_setting(
+                &self,
+                limits: Option<String>,
+                now: Millis,
+            ) -> impl Future<Output = Result<(), StoreError>> + Send {
+                <$ty>::set_budget_setting(self, limits, now)
+            }
+            fn insert_session(
+                &self,
+                id_hash: String,
+                csrf: String,
+                now: Millis,
+            ) -> impl Future<Output = Result<(), StoreError>> + Send {
+                <$ty>::insert_session(self, id_hash, csrf, now)
+            }
+            fn session(
+                &self,
+                id_hash: String,
+            ) -> impl Future<Output = Result<Option<tally::store::settings::StoredSession>, StoreError>> + Send {
+                <$ty>::session(self, id_hash)
+            }
+            fn touch_session(
+                &self,
+                id_hash: String,
+                now: Millis,
+                expired_before: Millis,
+            ) -> impl Future<Output = Result<(), StoreError>> + Send {
+                <$ty>::touch_session(self, id_hash, now, expired_before)
+            }
+            fn delete_sessions(&self, id_hash: Option<String>) -> impl Future<Output = Result<usize, StoreError>> + Send {
+                <$ty>::delete_sessions(self, id_hash)
             }
             fn prune(
                 &self,

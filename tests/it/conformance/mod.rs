@@ -14,6 +14,7 @@ mod pg;
 mod pg_migrate;
 mod prune;
 mod races;
+mod settings;
 mod single;
 
 /// Run each named generic test on both backends: `sqlite::NAME` and `postgres::NAME`.
