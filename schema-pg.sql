@@ -150,6 +150,8 @@ CREATE INDEX executions_by_task ON executions(task_id);
 CREATE INDEX executions_running ON executions(task_id) WHERE status = 'running';
 -- Spend and budgets: requests that reached the provider, by when they left.
 CREATE INDEX executions_paid ON executions(calling_at) WHERE charge <> 'none';
+-- Requests whose charge the owner recorded by hand (the spend CSV lists them, even as 'none').
+CREATE INDEX executions_recorded ON executions(calling_at) WHERE charge_recorded_at IS NOT NULL;
 
 CREATE TABLE artifacts (
     id               text COLLATE "C" PRIMARY KEY,

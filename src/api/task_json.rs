@@ -78,6 +78,9 @@ pub struct ChargeJson {
     /// The configured prices of its possibly charged and charged requests (`null`: no price).
     pub estimated_cost: Option<f64>,
     pub currency: Option<String>,
+    /// The owner recorded the charge by hand (resolving an unknown with what the provider's
+    /// dashboard showed): `state` is their record, not tally's evidence.
+    pub recorded_by_hand: bool,
 }
 
 /// A task's latest retry.
@@ -162,6 +165,7 @@ fn charge_json(engine: &Engine, t: &TaskView) -> ChargeJson {
         requests: c.requests,
         estimated_cost: c.cost_micros.map(from_micros),
         currency: c.currency.clone().or_else(|| engine.price_of(&t.provider, &t.params).map(|(_, cur)| cur)),
+        recorded_by_hand: c.recorded_by_hand,
     }
 }
 

@@ -177,6 +177,10 @@ pub enum Command {
         /// The image you found at the provider: the job becomes succeeded.
         #[arg(long, value_name = "FILE")]
         image: Option<PathBuf>,
+        /// What the provider's dashboard shows about the charge: the job's charge, `tally
+        /// spend` and the CSV then follow your record (marked as recorded by hand).
+        #[arg(long, value_enum, value_name = "CHARGE")]
+        charge: Option<ChargeRecord>,
         /// A note for the timeline.
         #[arg(long)]
         note: Option<String>,
@@ -267,6 +271,28 @@ pub enum Command {
     MockProvider(crate::mock::MockArgs),
     /// Measure the engine end to end (see BENCHMARKS.md).
     Bench(crate::bench::BenchArgs),
+}
+
+/// `tally resolve --charge`: what the provider's dashboard shows about the charge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ChargeRecord {
+    /// The dashboard shows a charge.
+    Charged,
+    /// The dashboard shows no charge.
+    NotCharged,
+    /// You could not tell (the default: it stays possibly charged).
+    Unknown,
+}
+
+impl ChargeRecord {
+    /// The API's word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChargeRecord::Charged => "charged",
+            ChargeRecord::NotCharged => "not_charged",
+            ChargeRecord::Unknown => "unknown",
+        }
+    }
 }
 
 /// `tally budget …`.

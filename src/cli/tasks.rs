@@ -104,8 +104,11 @@ pub(super) async fn client_command(cfg: &Config, cmd: Command, json: bool) -> Re
             show_task(&client, &task, json);
             Ok(Exit::Ok.into())
         }
-        Command::Resolve { id, failed, image, note } => {
+        Command::Resolve { id, failed, image, charge, note } => {
             let mut body = json!({ "outcome": if failed { "failed" } else { "succeeded" } });
+            if let Some(c) = charge {
+                body["charge"] = json!(c.as_str());
+            }
             if let Some(path) = image {
                 let bytes = std::fs::read(&path)
                     .map_err(|e| Failure::error(format!("cannot read the image {}: {e}", path.display())))?;

@@ -38,8 +38,8 @@ use crate::metrics::Metrics;
 use crate::providers::{Image, Provider};
 use crate::store::spend::Limit;
 use crate::store::{
-    CancelOutcome, NewArtifact, NewImage, ProviderSlots, PruneReport, Resolution, ResolveOutcome, RetryAck,
-    RetryOutcome, Store, StoreError,
+    CancelOutcome, NewArtifact, NewImage, OwnerCharge, ProviderSlots, PruneReport, Resolution, ResolveOutcome,
+    RetryAck, RetryOutcome, Store, StoreError,
 };
 use money::ProviderMoney;
 
@@ -500,8 +500,15 @@ impl Engine {
     }
 
     /// An operator resolves an `unknown` task: as failed, or as succeeded with the image
-    /// they found (its bytes are verified, and stored in the transaction of the resolution).
-    pub async fn resolve(&self, task: &str, image: Option<Image>, note: &str) -> Result<ResolveOutcome, EngineError> {
+    /// they found (its bytes are verified, and stored in the transaction of the resolution),
+    /// and with what the provider's dashboard shows about the charge (`owner`).
+    pub async fn resolve(
+        &self,
+        task: &str,
+        image: Option<Image>,
+        owner: OwnerCharge,
+        note: &str,
+    ) -> Result<ResolveOutcome, EngineError> {
         let resolution = match image {
             None => Resolution::Failed,
             Some(img) => {
@@ -512,7 +519,7 @@ impl Engine {
             }
         };
         let succeeded = matches!(resolution, Resolution::Succeeded(_));
-        let out = self.shared.store.resolve(task.into(), resolution, note.into(), self.shared.now()).await?;
+        let out = self.shared.store.resolve(task.into(), resolution, owner, note.into(), self.shared.now()).await?;
         if out == ResolveOutcome::Resolved {
             self.shared.changed(task, if succeeded { TaskStatus::Succeeded } else { TaskStatus::Failed });
         }

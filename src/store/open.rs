@@ -110,6 +110,7 @@ const MIGRATIONS: &[&str] = &[
     // 6 → 7: the owner's record of a charge, budgets set from the page or CLI, and web
     // sessions that survive a restart.
     "ALTER TABLE executions ADD COLUMN charge_recorded_at INTEGER;
+     CREATE INDEX executions_recorded ON executions(calling_at) WHERE charge_recorded_at IS NOT NULL;
      CREATE TABLE budget_setting (
         id INTEGER PRIMARY KEY CHECK (id = 1), limits TEXT NOT NULL, set_at INTEGER NOT NULL) STRICT;
      CREATE TABLE web_sessions (

@@ -336,10 +336,11 @@ impl Store {
         &self,
         task: String,
         r: Resolution,
+        owner: OwnerCharge,
         note: String,
         now: Millis,
     ) -> Result<ResolveOutcome, StoreError> {
-        each!(self, s => s.resolve(task, r, note, now).await)
+        each!(self, s => s.resolve(task, r, owner, note, now).await)
     }
 
     /// Leftovers for the reconciler.

@@ -119,3 +119,59 @@ fn a_budget_set_over_the_api_holds_survives_a_restart_and_releases_when_raised()
     d.spawn();
     assert_eq!(budget(&d)["source"], "config", "the removal is kept too");
 }
+
+#[test]
+fn resolving_with_a_charge_record_changes_the_task_spend_and_the_csv() {
+    let mock = Mock::start(&["--job-duration-ms", "20"]);
+    let mut d = priced_daemon(&mock);
+    d.spawn();
+    mock.behave(json!({ "drop_response": true }));
+    let lost: Vec<String> = (0..2)
+        .map(|i| {
+            let r = d.call("POST", "/v1/tasks", Some(&json!({"prompt": format!("lost {i}"), "provider": "oa"})));
+            r.json()["id"].as_str().expect("id").to_string()
+        })
+        .collect();
+    for id in &lost {
+        assert_eq!(d.wait_status(id, SETTLED)["status"], "unknown");
+    }
+    mock.behave(json!({ "drop_response": false }));
+    let spent_before = budget(&d)["spent_today"].as_f64().unwrap_or(0.0);
+    assert!((spent_before - 0.08).abs() < 1e-9, "two possibly charged: {spent_before}");
+
+    // A bad record is refused; then the API with not_charged, the CLI with charged.
+    let r = d.call(
+        "POST",
+        &format!("/v1/tasks/{}/resolve", lost[0]),
+        Some(&json!({"outcome": "failed", "charge": "maybe"})),
+    );
+    assert_eq!(r.status, 422);
+    let r = d.call(
+        "POST",
+        &format!("/v1/tasks/{}/resolve", lost[0]),
+        Some(&json!({"outcome": "failed", "charge": "not_charged", "note": "not in the dashboard"})),
+    );
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let t = r.json();
+    assert_eq!((t["charge"]["state"].as_str(), t["charge"]["recorded_by_hand"].as_bool()), (Some("none"), Some(true)));
+    assert_eq!(t["retry"]["requires_cost_acknowledgement"], false, "nothing to acknowledge once recorded as free");
+    let out = d.cli(&["resolve", &lost[1], "--failed", "--charge", "charged"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let t = d.call("GET", &format!("/v1/tasks/{}", lost[1]), None).json();
+    assert_eq!(
+        (t["charge"]["state"].as_str(), t["charge"]["recorded_by_hand"].as_bool()),
+        (Some("charged"), Some(true))
+    );
+
+    // Spend and the budget follow the record; the CSV says it was by hand.
+    let spend = d.call("GET", "/v1/spend", None).json();
+    assert_eq!(spend["totals"]["charged"]["count"], 1, "{spend}");
+    assert_eq!(spend["totals"]["possibly_charged"]["count"], 0, "{spend}");
+    assert_eq!(spend["totals"]["recorded_by_hand"], 2, "{spend}");
+    assert!((budget(&d)["spent_today"].as_f64().unwrap_or(0.0) - 0.04).abs() < 1e-9);
+    let out = d.cli(&["spend", "--csv"]);
+    let csv = String::from_utf8_lossy(&out.stdout).to_string();
+    let line = |id: &str| csv.lines().find(|l| l.contains(id)).unwrap_or_default().to_string();
+    assert!(line(&lost[0]).contains(",none,") && line(&lost[0]).ends_with(",by hand"), "{csv}");
+    assert!(line(&lost[1]).contains(",charged,") && line(&lost[1]).ends_with(",by hand"), "{csv}");
+}

@@ -177,3 +177,39 @@ fn the_owner_sets_a_budget_in_the_page_and_a_held_job_says_so() {
         b.close().await;
     });
 }
+
+#[test]
+fn recording_what_the_dashboard_shows_changes_the_job_and_spend() {
+    let mock = Mock::start(&["--job-duration-ms", "20"]);
+    let mut d = Daemon::configure(&money_providers(&mock));
+    d.env.push(("TALLY_TEST_KEY".into(), "sk-test-web".into()));
+    d.spawn();
+    let url = printed_sign_in_url(&d);
+    mock.behave(json!({ "drop_response": true }));
+    let lost = d.call("POST", "/v1/tasks", Some(&json!({"prompt": "lost vase", "provider": "paid"}))).json();
+    let id = lost["id"].as_str().expect("id").to_string();
+    d.wait_status(&id, &["unknown"]);
+    mock.behave(json!({ "drop_response": false }));
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let b = Browser::start().await;
+        b.c().goto(&url).await.expect("sign in");
+        b.until("the jobs page", 15, "document.getElementById('new-task') !== null").await;
+        b.js(&format!("(location.hash = '#/tasks/{id}')")).await;
+        b.until("the resolve form", 10, "document.getElementById('resolve-form') !== null").await;
+        b.click("#resolve-failed").await;
+        b.click("#resolve-not-charged").await;
+        b.assert_accessible("the resolve form with the charge record").await;
+        b.click("#resolve-submit").await;
+        let t = d.wait_status(&id, &["failed"]);
+        assert_eq!((t["charge"]["state"].as_str(), t["charge"]["recorded_by_hand"].as_bool()), (Some("none"), Some(true)));
+        let words = b
+            .until("the job's charge words", 10, "document.querySelector('main')?.innerText.includes('you recorded that the provider') && document.querySelector('main').innerText")
+            .await;
+        assert!(words.as_str().unwrap_or("").contains("Not charged: you recorded that the provider's dashboard shows no charge."), "{words}");
+        b.js("(location.hash = '#/spend')").await;
+        let by_hand = b.until("the by-hand note", 10, "document.getElementById('spend-by-hand')?.textContent").await;
+        assert!(by_hand.as_str().unwrap_or("").contains("1 of these requests"), "{by_hand}");
+        b.close().await;
+    });
+}

@@ -109,6 +109,7 @@ const MIGRATIONS: &[&str] = &[
     // 3 → 4: the owner's record of a charge, budgets set from the page or CLI, and web
     // sessions that survive a restart (as SQLite's 6 → 7).
     "ALTER TABLE executions ADD COLUMN charge_recorded_at bigint;
+     CREATE INDEX executions_recorded ON executions(calling_at) WHERE charge_recorded_at IS NOT NULL;
      CREATE TABLE budget_setting (
         id integer PRIMARY KEY CHECK (id = 1), limits text NOT NULL, set_at bigint NOT NULL);
      CREATE TABLE web_sessions (

@@ -98,6 +98,8 @@ window.tally = (function () {
     if (c && c.state) {
       const amount = money(c.estimated_cost, c.currency);
       const about = amount ? " (about " + amount + ")" : "";
+      if (c.recorded_by_hand && c.state === "none") return "Not charged: you recorded that the provider's dashboard shows no charge.";
+      if (c.recorded_by_hand && c.state === "charged") return "Charged" + about + ": you recorded this from the provider's dashboard.";
       switch (c.state) {
         case "none": return "Nothing was charged: no request reached the provider.";
         case "refused": return "Not charged: the provider refused the request.";
@@ -404,6 +406,9 @@ window.tally = (function () {
     const failed = h("input", { type: "radio", name: id("outcome"), id: id("failed"), value: "failed" });
     const file = h("input", { type: "file", id: id("file"), accept: "image/png,image/jpeg,image/webp" });
     const note = h("textarea", { id: id("note"), rows: 2, maxlength: 2000 });
+    const charged = h("input", { type: "radio", name: id("charge"), id: id("charged"), value: "charged" });
+    const notCharged = h("input", { type: "radio", name: id("charge"), id: id("not-charged"), value: "not_charged" });
+    const chargeUnknown = h("input", { type: "radio", name: id("charge"), id: id("charge-unknown"), value: "unknown", checked: true });
     const submit = h("button", { type: "submit", id: id("submit"), class: "primary" }, "Record what I found");
     const err = errorSlot(id("error"));
     const form = h("form", { id: id("form"), class: "card resolve" },
@@ -414,6 +419,11 @@ window.tally = (function () {
           h("div", { class: "sub" }, h("label", { for: id("file") }, "Upload the image you found (PNG, JPEG or WebP)"), file)),
         h("div", { class: "choice" },
           h("label", { class: "check", for: id("failed") }, failed, " It is not there: it failed")),
+        h("fieldset", { class: "charge-record" },
+          h("legend", {}, "What does the provider's dashboard show about the charge?"),
+          h("label", { class: "check", for: id("charged") }, charged, " It was charged"),
+          h("label", { class: "check", for: id("not-charged") }, notCharged, " It was not charged"),
+          h("label", { class: "check", for: id("charge-unknown") }, chargeUnknown, " I cannot tell")),
         h("label", { for: id("note") }, "A note for the history (optional)"), note,
         h("div", { class: "actions" }, submit), err));
     file.addEventListener("change", () => { if (file.files.length) found.checked = true; });
@@ -421,6 +431,8 @@ window.tally = (function () {
       ev.preventDefault();
       busy(submit, err, async () => {
         const body = { note: note.value };
+        /* What the dashboard shows about the charge: Spend and the CSV follow this record. */
+        body.charge = charged.checked ? "charged" : notCharged.checked ? "not_charged" : "unknown";
         if (found.checked) {
           if (!file.files.length) throw new Error("Choose the image file you found at the provider.");
           body.outcome = "succeeded";

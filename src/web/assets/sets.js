@@ -302,7 +302,10 @@
         h("thead", {}, h("tr", {}, [({ month: "Month", day: "Day", provider: "Provider" })[group.value] || "Row", "Charged", "Possibly charged", "Refused (not charged)"].map((c) => h("th", { scope: "col" }, c)))),
         h("tbody", {}, rows.map((row) => line(row, String(row.key)))),
         r.totals ? h("tfoot", {}, line(r.totals, "Total")) : null)
-        : h("p", { class: "hint" }, "Nothing has reached a provider in this period."));
+        : h("p", { class: "hint" }, "Nothing has reached a provider in this period."),
+      r.totals && r.totals.recorded_by_hand
+        ? h("p", { id: "spend-by-hand", class: "hint" }, r.totals.recorded_by_hand + " of these requests are counted as you recorded them by hand from the provider's dashboard.")
+        : null);
     };
     const money = T.money;
     group.addEventListener("change", load);

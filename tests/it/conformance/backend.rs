@@ -100,6 +100,15 @@ pub trait Backend: Clone + Send + Sync + 'static {
         note: String,
         now: Millis,
     ) -> impl Future<Output = Result<ResolveOutcome, StoreError>> + Send;
+    /// A resolution with the owner's record of the charge.
+    fn resolve_with_charge(
+        &self,
+        task: String,
+        r: Resolution,
+        owner: OwnerCharge,
+        note: String,
+        now: Millis,
+    ) -> impl Future<Output = Result<ResolveOutcome, StoreError>> + Send;
     fn leftovers(&self, now: Millis, boot: &str) -> impl Future<Output = Result<Vec<LeftoverRow>, StoreError>> + Send;
     fn apply_recovery(
         &self,
@@ -350,7 +359,17 @@ macro_rules! forward {
                 note: String,
                 now: Millis,
             ) -> impl Future<Output = Result<ResolveOutcome, StoreError>> + Send {
-                <$ty>::resolve(self, task, r, note, now)
+                <$ty>::resolve(self, task, r, OwnerCharge::Unknown, note, now)
+            }
+            fn resolve_with_charge(
+                &self,
+                task: String,
+                r: Resolution,
+                owner: OwnerCharge,
+                note: String,
+                now: Millis,
+            ) -> impl Future<Output = Result<ResolveOutcome, StoreError>> + Send {
+                <$ty>::resolve(self, task, r, owner, note, now)
             }
             fn leftovers(
                 &self,
