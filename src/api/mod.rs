@@ -56,7 +56,7 @@ struct Inner {
     max_body_bytes: u64,
     /// The first configured provider: used when a submit names none.
     default_provider: String,
-    /// The web page's sign-in codes and sessions (in memory).
+    /// The web page's sign-in codes (in memory) and sessions (in the database).
     sessions: Arc<Sessions>,
     /// Set to true when the server stops, so that open event streams end.
     closing: watch::Sender<bool>,
@@ -65,6 +65,7 @@ struct Inner {
 impl AppState {
     /// State for an engine, the API token, the `[server]` settings and the default provider.
     pub fn new(engine: Arc<Engine>, token: String, server: &ServerConfig, default_provider: String) -> Self {
+        let sessions = Arc::new(Sessions::stored(engine.store().clone()));
         AppState {
             inner: Arc::new(Inner {
                 engine,
@@ -72,7 +73,7 @@ impl AppState {
                 allowed_hosts: server.allowed_hosts.clone(),
                 max_body_bytes: server.max_body_bytes,
                 default_provider,
-                sessions: Arc::new(Sessions::new()),
+                sessions,
                 closing: watch::channel(false).0,
             }),
         }
@@ -134,6 +135,7 @@ pub fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(budget::get_budget, budget::set_budget, budget::reset_budget))
         .routes(routes!(web::session))
         .routes(routes!(web::sign_in_url))
+        .routes(routes!(web::sign_out))
         .routes(routes!(web::stream::stream))
         .routes(routes!(openapi::openapi_json))
 }

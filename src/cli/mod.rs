@@ -263,7 +263,15 @@ pub enum Command {
     /// Print the API token.
     Token,
     /// Print a new one-time URL that signs a browser in to the web page (valid 15 minutes).
+    /// A browser stays signed in across restarts of the daemon, until 30 days without use.
     SignIn,
+    /// Sign browsers out of the web page.
+    #[command(group(ArgGroup::new("whom").required(true).args(["all"])))]
+    SignOut {
+        /// End every browser's session (each then needs a new link from `tally sign-in`).
+        #[arg(long)]
+        all: bool,
+    },
     /// A product's image set: reference photos, a shot list, one image at a time.
     #[command(subcommand)]
     Set(SetCommand),

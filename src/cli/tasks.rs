@@ -121,6 +121,19 @@ pub(super) async fn client_command(cfg: &Config, cmd: Command, json: bool) -> Re
             show_task(&client, &task, json);
             Ok(Exit::Ok.into())
         }
+        Command::SignOut { all } => {
+            let answer = client.post("/v1/session/sign-out", &json!({ "all": all })).await?.into_ok()?;
+            if json {
+                print_json(&answer);
+            } else {
+                let n = answer.get("ended").and_then(Value::as_u64).unwrap_or(0);
+                println!(
+                    "signed out {n} browser session{}; `tally sign-in` prints a new link",
+                    if n == 1 { "" } else { "s" }
+                );
+            }
+            Ok(Exit::Ok.into())
+        }
         Command::SignIn => {
             let answer = client.post("/v1/session/sign-in-url", &json!({})).await?.into_ok()?;
             if json {

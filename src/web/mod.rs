@@ -95,7 +95,11 @@ fn html(status: StatusCode, body: String) -> Response {
 /// `GET /`: the page for a signed-in browser (with its CSRF token embedded), else a short
 /// page saying how to sign in.
 async fn index(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    match session_cookie(&headers).and_then(|id| state.sessions().get(&id)) {
+    let session = match session_cookie(&headers) {
+        Some(id) => state.sessions().get(&id).await,
+        None => None,
+    };
+    match session {
         Some(s) => html(StatusCode::OK, INDEX_HTML.replace(CSRF_PLACEHOLDER, &s.csrf_token)),
         None => html(StatusCode::OK, SIGNED_OUT_HTML.replace(ADDRESS_PLACEHOLDER, &escape_html(&page_base(&headers)))),
     }
@@ -129,8 +133,17 @@ async fn login(
     query: Result<Query<LoginQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
     let code = query.ok().and_then(|Query(q)| q.code).unwrap_or_default();
-    let Some(session) = (!code.is_empty()).then(|| state.sessions().redeem(&code)).flatten() else {
-        return html(StatusCode::FORBIDDEN, forbidden_page());
+    let redeemed = if code.is_empty() { Ok(None) } else { state.sessions().redeem(&code).await };
+    let session = match redeemed {
+        Ok(Some(s)) => s,
+        Ok(None) => return html(StatusCode::FORBIDDEN, forbidden_page()),
+        Err(e) => {
+            tracing::error!(error = %e, "could not store a web session");
+            return html(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "tally could not store the sign-in; try `tally sign-in` again".into(),
+            );
+        }
     };
     // tally itself only serves plain HTTP, so the cookie cannot be `Secure` here; the flag
     // goes on as soon as the daemon answers over HTTPS.
@@ -151,7 +164,8 @@ async fn login(
 /// only when the page is served over HTTPS.
 pub fn session_cookie_header(id: &str, secure: bool) -> String {
     let secure = if secure { "; Secure" } else { "" };
-    format!("{SESSION_COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/{secure}")
+    let max_age = sessions::IDLE_LIFETIME.as_secs();
+    format!("{SESSION_COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={max_age}{secure}")
 }
 
 fn forbidden_page() -> String {
@@ -189,7 +203,7 @@ pub struct SessionJson {
 )]
 pub async fn session(State(state): State<AppState>, credential: Option<Extension<Credential>>) -> Response {
     match credential.map(|Extension(c)| c) {
-        Some(Credential::Session(id)) => match state.sessions().get(&id) {
+        Some(Credential::Session(id)) => match state.sessions().get(&id).await {
             Some(s) => Json(SessionJson { csrf_token: s.csrf_token }).into_response(),
             None => no_session().into_response(),
         },
@@ -242,4 +256,54 @@ pub async fn sign_in_url(
 pub struct SignInUrlJson {
     /// `http://<host>/login?code=…`; opening it once signs a browser in.
     pub url: String,
+}
+
+/// `POST /v1/session/sign-out` body.
+#[derive(Debug, Default, serde::Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SignOutBody {
+    /// End every browser session (`tally sign-out --all`), not only the calling one. A request
+    /// with the API token must say `true`: it has no session of its own.
+    #[serde(default)]
+    pub all: bool,
+}
+
+/// `POST /v1/session/sign-out` answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SignOutJson {
+    /// How many sessions ended.
+    pub ended: usize,
+}
+
+/// `POST /v1/session/sign-out`: end the calling browser's session, or with `"all": true`
+/// every session (each browser then needs a new sign-in link).
+#[utoipa::path(
+    post,
+    path = "/session/sign-out",
+    operation_id = "sign_out",
+    tag = "session",
+    request_body(content = Option<SignOutBody>, description = "Optional; `{\"all\": true}` ends every session."),
+    responses(
+        (status = 200, description = "The sessions ended.", body = SignOutJson),
+        (status = 422, description = "With the API token, only `{\"all\": true}` makes sense (`invalid_request`), \
+            or the body has the wrong shape.", body = ErrorBody),
+        crate::api::openapi::JsonRejected,
+        crate::api::openapi::StoreFailure,
+    )
+)]
+pub async fn sign_out(
+    State(state): State<AppState>,
+    credential: Option<Extension<Credential>>,
+    crate::api::OptionalJsonBody(body): crate::api::OptionalJsonBody<SignOutBody>,
+) -> Result<Response, ApiError> {
+    let ended = match (credential.map(|Extension(c)| c), body.all) {
+        (_, true) => state.sessions().end(None).await?,
+        (Some(Credential::Session(id)), false) => state.sessions().end(Some(&id)).await?,
+        _ => {
+            return Err(ApiError::invalid(
+                "a request with the API token has no session of its own: send {\"all\": true} to end every session",
+            ));
+        }
+    };
+    Ok(Json(SignOutJson { ended }).into_response())
 }

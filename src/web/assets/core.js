@@ -284,7 +284,7 @@ window.tally = (function () {
     showError(null, "");
     const h1 = h("h1", { id: "view-title", tabindex: "-1" }, "Sign in again");
     main.replaceChildren(h1, h("section", { id: "signed-out", class: "card panel" },
-      h("p", {}, "This browser is no longer signed in to tally. That happens when tally restarts: sign-ins last until then."),
+      h("p", {}, "This browser is no longer signed in to tally. That happens after 30 days without using the page, or when someone ran tally sign-out --all."),
       h("p", {}, "To sign in again, run this on the computer where tally runs, and open the link it prints:"),
       h("pre", {}, h("code", {}, "tally sign-in")),
       h("p", { class: "hint" }, "Nothing you saved is lost; jobs keep running while you are signed out.")));
