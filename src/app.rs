@@ -295,6 +295,9 @@ pub async fn serve(cfg: Config, config_path: Option<PathBuf>) -> Result<(), Fail
     let base = base_url(local);
     tracing::info!(listen = %local, data_dir = %dir.display(), providers = ?engine.provider_names(), "tally is running");
     let state = AppState::new(engine.clone(), token, &cfg.server, default_provider);
+    if let Some(lang) = cfg.ui.language {
+        state.set_ui_language(lang);
+    }
     {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "tally is listening on {base}");

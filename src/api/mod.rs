@@ -60,6 +60,8 @@ struct Inner {
     sessions: Arc<Sessions>,
     /// Set to true when the server stops, so that open event streams end.
     closing: watch::Sender<bool>,
+    /// `ui.language`: the page's language unless the browser's switch chose one.
+    ui_language: std::sync::OnceLock<web::i18n::Lang>,
 }
 
 impl AppState {
@@ -75,8 +77,19 @@ impl AppState {
                 default_provider,
                 sessions,
                 closing: watch::channel(false).0,
+                ui_language: std::sync::OnceLock::new(),
             }),
         }
+    }
+
+    /// Set the page's configured language (`ui.language`; once, at start-up).
+    pub fn set_ui_language(&self, lang: web::i18n::Lang) {
+        let _ = self.inner.ui_language.set(lang);
+    }
+
+    /// The page's configured language, if one is configured.
+    pub fn ui_language(&self) -> Option<web::i18n::Lang> {
+        self.inner.ui_language.get().copied()
     }
 
     /// The provider used when a request names none.

@@ -9,6 +9,7 @@
 //! session's CSRF token (embedded in the HTML) in `X-CSRF-Token` on every state-changing
 //! request.
 
+pub mod i18n;
 pub mod sessions;
 pub mod stream;
 
@@ -99,10 +100,18 @@ async fn index(State(state): State<AppState>, headers: HeaderMap) -> Response {
         Some(id) => state.sessions().get(&id).await,
         None => None,
     };
-    match session {
-        Some(s) => html(StatusCode::OK, INDEX_HTML.replace(CSRF_PLACEHOLDER, &s.csrf_token)),
-        None => html(StatusCode::OK, SIGNED_OUT_HTML.replace(ADDRESS_PLACEHOLDER, &escape_html(&page_base(&headers)))),
-    }
+    // The page's language (the switch's cookie, `ui.language`, Accept-Language), and a Vary
+    // so that a cache never serves one language for another.
+    let lang = i18n::choose(&headers, state.ui_language());
+    let mut r = match session {
+        Some(s) => html(StatusCode::OK, i18n::render(&INDEX_HTML.replace(CSRF_PLACEHOLDER, &s.csrf_token), lang)),
+        None => html(
+            StatusCode::OK,
+            i18n::render(&SIGNED_OUT_HTML.replace(ADDRESS_PLACEHOLDER, &escape_html(&page_base(&headers))), lang),
+        ),
+    };
+    r.headers_mut().insert(header::VARY, HeaderValue::from_static("Accept-Language, Cookie"));
+    r
 }
 
 /// The placeholder in `signed-out.html` replaced by the address this page was opened at.

@@ -213,3 +213,57 @@ fn recording_what_the_dashboard_shows_changes_the_job_and_spend() {
         b.close().await;
     });
 }
+
+#[test]
+fn the_main_views_in_simplified_chinese_are_axe_clean_and_the_switch_changes_the_language() {
+    // Served by Accept-Language even before signing in (the signed-out page).
+    let mock = Mock::start(&["--job-duration-ms", "20"]);
+    let mut d = Daemon::configure(&money_providers(&mock));
+    d.env.push(("TALLY_TEST_KEY".into(), "sk-test-web".into()));
+    d.spawn();
+    let r = crate::common::request(d.port, "GET", "/", &[("Accept-Language", "zh-CN,zh;q=0.9,en;q=0.8")], None);
+    let page = String::from_utf8_lossy(&r.body).to_string();
+    assert!(page.contains("<html lang=\"zh-CN\">") && page.contains("登录 tally"), "{page}");
+    let r = crate::common::request(d.port, "GET", "/", &[("Accept-Language", "en-GB,en;q=0.9")], None);
+    assert!(String::from_utf8_lossy(&r.body).contains("<html lang=\"en\">"));
+    drop(d);
+
+    // ui.language = "zh-CN": the page in Chinese, whatever the browser asks.
+    let mut d = Daemon::configure(&format!("[ui]\nlanguage = \"zh-CN\"\n\n{}", money_providers(&mock)));
+    d.env.push(("TALLY_TEST_KEY".into(), "sk-test-web".into()));
+    d.spawn();
+    let url = printed_sign_in_url(&d);
+    let done = d.call("POST", "/v1/tasks", Some(&json!({"prompt": "红色运动鞋", "provider": "demo"}))).json();
+    d.wait_status(done["id"].as_str().expect("id"), &["succeeded"]);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let b = Browser::start().await;
+        b.c().goto(&url).await.expect("sign in");
+        b.until("the jobs page", 15, "document.getElementById('new-task') !== null").await;
+        assert_eq!(b.js("document.documentElement.lang").await, "zh-CN");
+        assert_eq!(b.js("document.getElementById('nav-jobs').textContent").await, "任务");
+        assert_eq!(b.js("document.querySelector('h1').textContent").await, "任务");
+        assert_eq!(b.js("document.getElementById('submit-task').textContent").await, "生成");
+        b.assert_accessible("the jobs page in Chinese").await;
+        for (hash, ready, view) in [
+            ("#/spend", "document.getElementById('budget-form') !== null", "spend"),
+            ("#/sets", "document.getElementById('new-set-link') !== null", "image sets"),
+            ("#/sets/new", "document.getElementById('create-set') !== null", "new set"),
+        ] {
+            b.js(&format!("(location.hash = '{hash}')")).await;
+            b.until(view, 10, ready).await;
+            b.assert_accessible(&format!("the {view} view in Chinese")).await;
+        }
+        assert_eq!(b.js("document.getElementById('create-set').textContent").await, "创建图片组");
+        // The switch: English, kept across a reload.
+        b.c().find(Locator::Css("#language")).await.expect("switch").select_by_value("en").await.expect("pick");
+        b.until(
+            "the page in English",
+            15,
+            "document.documentElement.lang === 'en' && document.getElementById('nav-jobs')?.textContent === 'Jobs'",
+        )
+        .await;
+        b.assert_accessible("the page switched to English").await;
+        b.close().await;
+    });
+}

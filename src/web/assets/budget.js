@@ -9,12 +9,12 @@
   /** "$0.38 of $0.40" or "$0.38 (no limit)". */
   function used(spent, limit, cur) {
     const s = T.money(spent || 0, cur);
-    return limit === null || limit === undefined ? s + " (no limit)" : s + " of " + T.money(limit, cur);
+    return limit === null || limit === undefined ? s + " " + T.t("budget.no_limit") : s + " " + T.t("budget.of") + " " + T.money(limit, cur);
   }
 
   /** The whole daemon's line: "Today $0.38 of $0.40 · this month $3.10 of $20". */
   function line(b) {
-    return "Today " + used(b.spent_today, b.daily, b.currency) + " · this month " + used(b.spent_this_month, b.monthly, b.currency);
+    return T.t("budget.today") + " " + used(b.spent_today, b.daily, b.currency) + " · " + T.t("budget.this_month") + " " + used(b.spent_this_month, b.monthly, b.currency);
   }
 
   /** Where the limits in force come from, in words. */
@@ -32,7 +32,7 @@
       const any = b.daily !== null || b.monthly !== null ||
         Object.values(b.providers || {}).some((x) => x.daily !== null || x.monthly !== null);
       if (!any) return null;
-      p.append("Budget: " + line(b) + " ", h("a", { href: "#/spend" }, "Change the budget"));
+      p.append("Budget: " + line(b) + " ", h("a", { href: "#/spend" }, T.t("budget.change")));
       return p;
     } catch (e) {
       return null;
@@ -58,7 +58,7 @@
         " · this month " + used(p.spent_this_month, p.monthly, p.currency)));
     }
     const scope = h("select", { id: "budget-scope" },
-      h("option", { value: "" }, "All providers together"), names.map((n) => h("option", { value: n }, n)));
+      h("option", { value: "" }, T.t("budget.all")), names.map((n) => h("option", { value: n }, n)));
     const daily = h("input", { id: "budget-daily", type: "number", min: "0", step: "0.01", inputmode: "decimal" });
     const monthly = h("input", { id: "budget-monthly", type: "number", min: "0", step: "0.01", inputmode: "decimal" });
     const fill = () => {
@@ -68,7 +68,7 @@
     };
     scope.addEventListener("change", fill);
     fill();
-    const save = h("button", { type: "submit", id: "budget-save", class: "primary" }, "Save the budget");
+    const save = h("button", { type: "submit", id: "budget-save", class: "primary" }, T.t("budget.save"));
     const err = T.errorSlot("budget-error");
     const amount = (input, what) => {
       const v = input.value.trim();
@@ -78,10 +78,10 @@
       return n;
     };
     const form = h("form", { id: "budget-form", novalidate: true },
-      h("label", { for: "budget-scope" }, "Applies to"), scope,
+      h("label", { for: "budget-scope" }, T.t("budget.scope")), scope,
       h("div", { class: "inline" },
-        h("span", { class: "grow" }, h("label", { for: "budget-daily" }, "Daily limit (" + b.currency + ", empty: none)"), daily),
-        h("span", { class: "grow" }, h("label", { for: "budget-monthly" }, "Monthly limit (" + b.currency + ", empty: none)"), monthly)),
+        h("span", { class: "grow" }, h("label", { for: "budget-daily" }, T.t("budget.daily") + " (" + b.currency + ", " + T.t("budget.empty_none") + ")"), daily),
+        h("span", { class: "grow" }, h("label", { for: "budget-monthly" }, T.t("budget.monthly") + " (" + b.currency + ", " + T.t("budget.empty_none") + ")"), monthly)),
       h("div", { class: "actions" }, save), err);
     form.addEventListener("submit", (ev) => {
       ev.preventDefault();
@@ -92,7 +92,7 @@
         await reload();
       });
     });
-    const parts = [h("h2", { id: "budget-title" }, "Budget"), h("ul", { id: "budget-summary", class: "plain" }, rows),
+    const parts = [h("h2", { id: "budget-title" }, T.t("budget.title")), h("ul", { id: "budget-summary", class: "plain" }, rows),
       h("p", { id: "budget-source", class: "hint" }, sourceWords(b)),
       h("p", { class: "hint" }, "Charged and possibly charged requests count, at their configured prices; days and months are UTC. A job that would go over a limit waits, and nothing is sent, until you raise it or the period ends."),
       form];

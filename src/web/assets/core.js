@@ -33,6 +33,27 @@ window.tally = (function () {
   // ---------------------------------------------------------------- building the page
 
   /** Build an element: h("p", {class: "x"}, "text", child, …). Strings become text nodes. */
+  /** The page's messages in its language (`web::i18n` puts them in the page). */
+  const MESSAGES = (() => {
+    try { return JSON.parse(document.getElementById("messages").textContent) || {}; } catch (e) { return {}; }
+  })();
+
+  /** One message of the catalogue (`assets/messages.json`) in the page's language. */
+  function t(key) {
+    return Object.prototype.hasOwnProperty.call(MESSAGES, key) ? MESSAGES[key] : key;
+  }
+
+  /** The language switch: remember the choice (a cookie the daemon reads) and reload. */
+  function languageSwitch() {
+    const sel = document.getElementById("language");
+    if (!sel) return;
+    sel.value = document.documentElement.lang === "zh-CN" ? "zh-CN" : "en";
+    sel.addEventListener("change", () => {
+      document.cookie = "tally_lang=" + encodeURIComponent(sel.value) + "; Path=/; SameSite=Strict; Max-Age=31536000";
+      location.reload();
+    });
+  }
+
   function h(tag, attrs, ...children) {
     const el = document.createElement(tag);
     for (const [k, v] of Object.entries(attrs || {})) {
@@ -523,7 +544,7 @@ window.tally = (function () {
   }
 
   return {
-    CSRF, SETTLED, ROLES, view, h, time, badge, roleWords, jobTitle, shotWords, money, chargeSentence, retryCost,
+    CSRF, SETTLED, ROLES, view, t, languageSwitch, h, time, badge, roleWords, jobTitle, shotWords, money, chargeSentence, retryCost,
     providerPrice, providerAmount, retryBody, routeName, ApiError, api, showError, errorSlot, busy, newKey, setView, signedOut, thumb, enlargeable,
     openImage, confirmDialog, retry, priceWords, resolveForm, resolveDialog, connect, main, errorBox,
   };

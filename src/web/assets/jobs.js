@@ -115,21 +115,21 @@
     const showNote = () => {
       const p = providers.find((x) => x.name === select.value);
       note.textContent = p ? "How " + p.name + " bills: " + p.billing_note : "";
-      price.textContent = p ? "Price: " + T.providerPrice(p) : "";
+      price.textContent = p ? T.t("job.price") + " " + T.providerPrice(p) : "";
     };
     select.addEventListener("change", showNote);
     showNote();
-    const submit = h("button", { type: "submit", id: "submit-task", class: "primary" }, "Generate");
+    const submit = h("button", { type: "submit", id: "submit-task", class: "primary" }, T.t("job.generate"));
     const err = errorSlot("prompt-error");
     /* One key per job the user means to create: resending after a lost answer is then safe. */
     let key = null;
     prompt.addEventListener("input", () => { key = null; });
     select.addEventListener("change", () => { key = null; });
     const form = h("form", { id: "new-task", class: "card", novalidate: true },
-      h("h2", {}, "New job"),
-      h("label", { for: "prompt" }, "What should the image show?"), prompt,
+      h("h2", {}, T.t("job.new")),
+      h("label", { for: "prompt" }, T.t("job.prompt")), prompt,
       h("div", { class: "inline" },
-        h("span", { class: "grow" }, h("label", { for: "provider" }, "Provider"), select),
+        h("span", { class: "grow" }, h("label", { for: "provider" }, T.t("job.provider")), select),
         h("div", { class: "actions" }, submit, price)),
       note, err);
     form.addEventListener("submit", (ev) => {
@@ -179,7 +179,7 @@
     if (T.view.signedOut) return;
     const budget = await T.budgetLine();
     if (T.view.signedOut) return;
-    if (!T.setView("jobs", null, "Jobs", [budget, newJobForm(), listSection()], fresh)) return;
+    if (!T.setView("jobs", null, T.t("view.jobs"), [budget, newJobForm(), listSection()], fresh)) return;
     T.view.onTask = (id) => refresh(id);
     T.view.onResync = () => load();
     await load();

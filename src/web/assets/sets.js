@@ -16,12 +16,12 @@
       page = await api("GET", "/v1/sets");
     } catch (e) {
       if (e.code === "signed_out") return;
-      T.setView("sets", null, "Image sets", h("p", {}, e.message), fresh);
+      T.setView("sets", null, T.t("view.sets"), h("p", {}, e.message), fresh);
       return;
     }
     const sets = page.sets || [];
-    const make = h("p", {}, h("a", { href: "#/sets/new", class: "button primary", id: "new-set-link" }, "New image set"));
-    const shown = T.setView("sets", null, "Image sets", [make,
+    const make = h("p", {}, h("a", { href: "#/sets/new", class: "button primary", id: "new-set-link" }, T.t("set.new")));
+    const shown = T.setView("sets", null, T.t("view.sets"), [make,
       sets.length ? h("ul", { id: "set-list", class: "tasks" }, sets.map(setRow))
         : h("p", { class: "hint" }, "No image sets yet. Make one with “New image set”: a product, its photos and the shots you want.")], fresh);
     if (!shown) return;
@@ -234,7 +234,7 @@
     /* Removing a shot changes the total too. */
     new MutationObserver(showPrice).observe(shots, { childList: true });
     showPrice();
-    const create = h("button", { type: "submit", id: "create-set", class: "primary" }, "Create the set");
+    const create = h("button", { type: "submit", id: "create-set", class: "primary" }, T.t("set.create"));
     const err = errorSlot("create-set-error");
     let key = null;
     const form = h("form", { id: "new-set", class: "card", novalidate: true },
@@ -267,7 +267,7 @@
         location.hash = "#/sets/" + encodeURIComponent(s.id);
       });
     });
-    T.setView("new-set", null, "New image set", form, fresh);
+    T.setView("new-set", null, T.t("view.new_set"), form, fresh);
   }
 
   // ---------------------------------------------------------------- spend
@@ -311,7 +311,7 @@
     group.addEventListener("change", load);
     const budget = await T.budgetSection(() => showSpend(false));
     if (T.view.signedOut) return;
-    const shown = T.setView("spend", null, "Spend", [budget, h("p", { class: "hint" },
+    const shown = T.setView("spend", null, T.t("view.spend"), [budget, h("p", { class: "hint" },
       "What tally knows about charges: requests a provider charged, requests that may have been charged (nothing could prove what happened to them), and requests it refused."),
     h("p", { class: "filter" }, h("label", { for: "spend-group" }, "Show"), group), out], fresh);
     if (!shown) return;
