@@ -372,6 +372,7 @@ pub fn open_postgres(cfg: &Config, pg: &PostgresConfig) -> Result<PgStore, Failu
             Wakeups::Notify => None,
         },
         watch_peers: true,
+        lease: cfg.engine.lease,
     };
     PgStore::open(opts)
         .map_err(|e| Failure::error(format!("cannot use the PostgreSQL database {}: {e}", redact_url(&pg.url))))
@@ -400,6 +401,18 @@ mod tests {
     fn example_config_parses() {
         let cfg = Config::from_toml(include_str!("../config.example.toml"), "config.example.toml");
         assert!(cfg.is_ok(), "{:?}", cfg.err());
+    }
+
+    /// Regression (issue 24, finding 7): the example said `tally serve` refuses
+    /// `backend = "postgres"`; it runs on it (`app::serve`, `open_postgres`).
+    #[test]
+    fn example_config_does_not_say_serve_refuses_postgres() {
+        let text = include_str!("../config.example.toml");
+        let storage = text.split("[node]").next().unwrap_or(text);
+        for stale in ["does not run on it yet", "refuses this setting"] {
+            assert!(!storage.contains(stale), "config.example.toml still says `{stale}`");
+        }
+        assert!(storage.contains("tally serve"), "the backend text says what `tally serve` does with it");
     }
 
     #[test]

@@ -31,3 +31,15 @@ pub fn crash(name: &'static str) {
     #[cfg(not(feature = "failpoints"))]
     let _ = name;
 }
+
+/// A point where a test can hold this process for a while (`FAILPOINTS=name=sleep(ms)`), to
+/// keep an operation in a known state while it checks another (e.g. a second backup while the
+/// first holds its lock: `backup-before-rename`). Nothing happens without the `failpoints`
+/// feature, or when the point is not enabled.
+#[inline]
+pub fn pause(name: &'static str) {
+    #[cfg(feature = "failpoints")]
+    fail::fail_point!(name);
+    #[cfg(not(feature = "failpoints"))]
+    let _ = name;
+}

@@ -6,8 +6,10 @@
 //! The zip holds stored entries (PNG, JPEG and WebP are compressed already), one per image,
 //! written on a blocking thread into a bounded channel that feeds the response body, so a
 //! large set never sits in memory whole. Each image is read from the database in chunks
-//! ([`crate::store::BlobReader`]) and checked against its recorded sha256 while it is copied:
-//! damaged bytes end the download with an error instead of going out under a trusted name.
+//! ([`crate::store::BlobReader`]) and checked against its recorded sha256 before the answer
+//! starts: a damaged one is left out, and a note in the zip (`NOT-INCLUDED.txt`) names it
+//! ([`set_zip`]). The copy checks each image again, so bytes damaged in between end the
+//! download with an error instead of going out under a trusted name.
 
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
@@ -23,7 +25,7 @@ use super::AppState;
 use super::error::ApiError;
 use crate::domain::hex;
 use crate::providers::extension;
-use crate::store::{ArtifactView, SetView, Store, TaskView, blob_meta};
+use crate::store::{ArtifactView, SetView, Store, StoreError, TaskView};
 
 /// The longest file-name stem made from a prompt or product, in characters.
 const MAX_STEM: usize = 48;
@@ -185,9 +187,22 @@ struct Entry {
     created_at: crate::domain::Millis,
 }
 
+/// The name of the note a set zip carries when it leaves damaged images out.
+pub const LEFT_OUT_NOTE: &str = "NOT-INCLUDED.txt";
+/// The response header saying how many of the set's images the zip leaves out (damaged).
+pub const LEFT_OUT_HEADER: &str = "tally-images-left-out";
+
 /// `GET /v1/sets/{id}/download`: the set's finished images as one zip (`application/zip`,
 /// `attachment; filename="<product>.zip"`), one stored entry per image in shot order, named
 /// by [`set_file_names`]. 409 `no_images` when no shot has an image yet.
+///
+/// Damaged images are left out, not sent: before the answer starts, every image is read once
+/// and checked against its recorded sha256 (on a blocking thread, in chunks; the copy into the
+/// zip reads it again). One that fails (or is not stored) gets no entry; the zip ends with
+/// [`LEFT_OUT_NOTE`] naming each one left out and why, and [`LEFT_OUT_HEADER`] counts them.
+/// When every image is damaged the answer is 500 `image_damaged` instead of a zip. Should an
+/// image change between the check and its copy, the copy's own check ends the transfer with
+/// an error (an incomplete download, never a complete-looking zip).
 #[utoipa::path(
     get,
     path = "/sets/{id}/download",
@@ -195,11 +210,19 @@ struct Entry {
     tag = "sets",
     params(super::sets::SetId),
     responses(
-        (status = 200, description = "The set's finished images as one zip, `<product>_<role>.png` each.",
+        (status = 200, description = "The set's finished images as one zip, `<product>_<role>.png` each. Damaged \
+            images are left out; then the zip's last entry is `NOT-INCLUDED.txt`, naming each one left out and \
+            why, and `Tally-Images-Left-Out` counts them.",
             content(("application/zip")),
-            headers(("Content-Disposition" = String, description = "`attachment; filename=\"<product>.zip\"`"))),
+            headers(
+                ("Content-Disposition" = String, description = "`attachment; filename=\"<product>.zip\"`"),
+                ("Tally-Images-Left-Out" = u32, description = "How many damaged images the zip leaves out \
+                    (only when it leaves some out)"),
+            )),
         (status = 409, description = "None of the set's shots has a finished image yet (`no_images`).",
             body = super::error::ErrorBody),
+        (status = 500, description = "Every image of the set is damaged (`image_damaged`); `tally check` \
+            lists them.", body = super::error::ErrorBody),
         super::openapi::NotFound,
         super::openapi::StoreFailure,
     )
@@ -214,28 +237,25 @@ pub async fn set_zip(State(state): State<AppState>, UrlPath(id): UrlPath<String>
         .into_iter()
         .map(|(a, name)| Entry { id: a.id, name, sha256: a.sha256, created_at: a.created_at })
         .collect();
-    // A missing image is an error answer now, not a zip cut off half-way.
-    let ids: Vec<String> = entries.iter().map(|e| e.id.clone()).collect();
-    let missing = state
-        .engine()
-        .store()
-        .read(move |c| {
-            for id in ids {
-                if blob_meta(c, &id)?.is_none() {
-                    return Ok(Some(id));
-                }
-            }
-            Ok(None)
-        })
-        .await?;
-    if let Some(id) = missing {
-        return Err(ApiError::unavailable(&format!("artifact {id}: its image is not stored")));
+    // Check every image first (both backends: through the store's blob reader).
+    let store = state.engine().store().clone();
+    let (good, left_out) = tokio::task::spawn_blocking(move || sort_damaged(&store, entries))
+        .await
+        .map_err(|e| ApiError::unavailable(&e))??;
+    if good.is_empty() {
+        let (first, why) = &left_out[0];
+        return Err(ApiError::damaged(
+            &first.id,
+            &format!("{why}; every image of this set is damaged ({} of them)", left_out.len()),
+        ));
     }
+    let note = (!left_out.is_empty()).then(|| left_out_note(&left_out));
     let store = state.engine().store().clone();
     let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(4);
     tokio::task::spawn_blocking(move || {
         let errors = tx.clone();
-        if let Err(e) = write_zip(&store, &entries, ChannelWriter { tx, buf: Vec::with_capacity(CHUNK) }) {
+        let out = ChannelWriter { tx, buf: Vec::with_capacity(CHUNK) };
+        if let Err(e) = write_zip(&store, &good, note.as_deref(), out) {
             tracing::warn!(error = %e, "a set download ended early");
             let _ = errors.blocking_send(Err(e));
         }
@@ -248,12 +268,59 @@ pub async fn set_zip(State(state): State<AppState>, UrlPath(id): UrlPath<String>
     h.insert(header::CONTENT_DISPOSITION, content_disposition("attachment", &name));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    if !left_out.is_empty() {
+        h.insert(LEFT_OUT_HEADER, HeaderValue::from(left_out.len()));
+    }
     Ok(r)
 }
 
+/// Images a set zip leaves out, each with why.
+type LeftOut = Vec<(Entry, String)>;
+
+/// Split the entries into the images that read back intact and those left out, with why
+/// (damaged, or not stored). Any other store failure ends the request.
+fn sort_damaged(store: &Store, entries: Vec<Entry>) -> Result<(Vec<Entry>, LeftOut), StoreError> {
+    let (mut good, mut bad) = (Vec::new(), Vec::new());
+    for e in entries {
+        let checked = match store.open_blob(&e.id)? {
+            None => Err("its image is not stored".to_string()),
+            Some(r) if r.meta().sha256 != e.sha256 => {
+                Err("its stored image does not match the sha256 the set records".to_string())
+            }
+            Some(mut r) => match r.verify_rest() {
+                Ok(()) => Ok(()),
+                Err(StoreError::Damaged { why, .. }) => Err(why),
+                Err(other) => return Err(other),
+            },
+        };
+        match checked {
+            Ok(()) => good.push(e),
+            Err(why) => {
+                tracing::error!(image = %e.id, %why, "a set download leaves a damaged image out");
+                bad.push((e, why));
+            }
+        }
+    }
+    Ok((good, bad))
+}
+
+/// The text of [`LEFT_OUT_NOTE`]: which images the zip leaves out, and why.
+fn left_out_note(left_out: &[(Entry, String)]) -> String {
+    let mut t = format!(
+        "{} image(s) of this set are NOT in this zip: their bytes in tally's database are damaged.\n\
+         Run `tally check` on the daemon's machine to list every damaged image; restore a backup that has them, \
+         or retry the shots to make them again.\n\n",
+        left_out.len()
+    );
+    for (e, why) in left_out {
+        t.push_str(&format!("{}  (artifact {}): {why}\n", e.name, e.id));
+    }
+    t
+}
+
 /// Write the zip: each image read from the database in chunks into a stored entry, its sha256
-/// checked before the next entry starts.
-fn write_zip(store: &Store, entries: &[Entry], out: ChannelWriter) -> std::io::Result<()> {
+/// checked before the next entry starts; then `note`, if any, as [`LEFT_OUT_NOTE`].
+fn write_zip(store: &Store, entries: &[Entry], note: Option<&str>, out: ChannelWriter) -> std::io::Result<()> {
     use zip::write::SimpleFileOptions;
     let mut zip = zip::ZipWriter::new_stream(out);
     for e in entries {
@@ -282,6 +349,12 @@ fn write_zip(store: &Store, entries: &[Entry], out: ChannelWriter) -> std::io::R
                 e.id
             )));
         }
+    }
+    if let Some(note) = note {
+        let opts =
+            SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored).unix_permissions(0o644);
+        zip.start_file(LEFT_OUT_NOTE, opts).map_err(std::io::Error::other)?;
+        zip.write_all(note.as_bytes())?;
     }
     let mut out = zip.finish().map_err(std::io::Error::other)?.into_inner();
     out.flush()

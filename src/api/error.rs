@@ -1,6 +1,8 @@
 //! The API's one error type: every failure becomes `{"error": {"code", "message"}}` with a
 //! fitting status. Client errors keep their message; store failures become a generic 503 and
-//! are logged here, so no internal detail (or secret) reaches a response.
+//! are logged here, so no internal detail (or secret) reaches a response. A damaged stored
+//! image is the exception: 500 `image_damaged`, naming the image, because trying again cannot
+//! help.
 
 use axum::Json;
 use axum::extract::rejection::{BytesRejection, JsonRejection, QueryRejection};
@@ -62,6 +64,23 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// 500 `image_damaged`: the stored image `id` no longer matches its recorded size or
+    /// sha256. Not a passing problem, so not 503: asking again gives the same damaged bytes.
+    pub fn damaged(id: &str, why: &str) -> Self {
+        tracing::error!(image = %id, %why, "a stored image is damaged");
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "image_damaged",
+            format!(
+                "the stored image {id} is damaged ({why}), so tally will not send it; run `tally check` on the \
+                 daemon's machine to list every damaged image, then restore a backup that has it, or make it again \
+                 (retry the job, or upload the photo again)"
+            ),
+        )
+    }
+}
+
 /// The body of every error answer: `{"error": {"code", "message"}}`.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ErrorBody {
@@ -93,7 +112,10 @@ impl IntoResponse for ApiError {
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
-        ApiError::unavailable(&e)
+        match e {
+            StoreError::Damaged { id, why } => ApiError::damaged(&id, &why),
+            e => ApiError::unavailable(&e),
+        }
     }
 }
 

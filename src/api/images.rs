@@ -1,8 +1,10 @@
 //! Image downloads: `GET /v1/artifacts/{id}` (a generated image) and `GET /v1/uploads/{id}`
-//! (a reference photo). The bytes stream from the database ([`crate::store::BlobReader`]):
-//! one chunk at a time, each read in its own short read transaction on a blocking thread, so a
-//! request never holds a whole image in memory and a slow client never holds a snapshot
-//! open. `Content-Length` comes from the recorded size, `ETag` from the recorded sha256, and
+//! (a reference photo). The bytes come from the database ([`crate::store::BlobReader`]) one
+//! chunk at a time, each read in its own short read transaction on a blocking thread, so a
+//! slow client never holds a snapshot open. Images up to [`VERIFY_FIRST_BYTES`] are read whole
+//! and checked against their sha256 before the answer starts (a damaged one is 500
+//! `image_damaged`); larger ones stream, so no request holds a large image in memory, and a
+//! damaged one ends its transfer incomplete. `Content-Length` comes from the recorded size, `ETag` from the recorded sha256, and
 //! `Content-Disposition` gives a name a person recognises: the product and role of a set's
 //! shot, or the job's prompt ([`super::download::artifact_file_name`]), then a short id, e.g.
 //! `red-sneaker_main_5c1d9e2f.png`.
@@ -20,7 +22,7 @@ use futures_util::stream;
 use super::AppState;
 use super::download::{artifact_file_name, content_disposition, slug, with_short_id};
 use super::error::ApiError;
-use super::openapi::{NotFound, StoreFailure};
+use super::openapi::{ImageDamaged, NotFound, StoreFailure};
 use crate::store::{BlobReader, CHUNK, Store};
 
 /// The `{id}` of an artifact in a path.
@@ -57,6 +59,7 @@ pub struct UploadId {
                 ("ETag" = String, description = "The image's sha256, quoted"),
             )),
         NotFound,
+        ImageDamaged,
         StoreFailure,
     )
 )]
@@ -91,6 +94,7 @@ pub async fn artifact(State(state): State<AppState>, Path(id): Path<String>) -> 
                 ("ETag" = String, description = "The image's sha256, quoted"),
             )),
         NotFound,
+        ImageDamaged,
         StoreFailure,
     )
 )]
@@ -105,19 +109,33 @@ pub async fn upload(State(state): State<AppState>, Path(id): Path<String>) -> Re
     image_response(store, &u.id, &with_short_id(&name, &u.id)).await
 }
 
-/// A 200 response streaming the image stored under `id`, offered (inline) as `filename`. 404
-/// if nothing is stored there.
+/// Images up to this size are read whole and checked against their sha256 before the first
+/// byte is sent, so a damaged one is answered `image_damaged` instead of a started transfer
+/// (a few milliseconds and at most this much memory per download). Larger ones stream, and
+/// a damaged one ends its transfer short of its `Content-Length` (see [`chunks`]).
+pub const VERIFY_FIRST_BYTES: i64 = 4 << 20;
+
+/// A 200 response with the image stored under `id`, offered (inline) as `filename`. 404 if
+/// nothing is stored there; 500 `image_damaged` if its bytes are damaged and it is small
+/// enough to check first ([`VERIFY_FIRST_BYTES`]).
 pub async fn image_response(store: &Store, id: &str, filename: &str) -> Result<Response, ApiError> {
     let opening = store.clone();
     let key = id.to_string();
-    let reader = tokio::task::spawn_blocking(move || opening.open_blob(&key))
-        .await
-        .map_err(|e| ApiError::unavailable(&e))??
-        .ok_or_else(|| ApiError::not_found("image"))?;
-    let meta = reader.meta().clone();
+    let (meta, body) = tokio::task::spawn_blocking(move || -> Result<_, crate::store::StoreError> {
+        let Some(mut reader) = opening.open_blob(&key)? else { return Ok(None) };
+        let meta = reader.meta().clone();
+        if meta.bytes <= VERIFY_FIRST_BYTES {
+            let whole = reader.read_all()?;
+            return Ok(Some((meta, Body::from(whole))));
+        }
+        Ok(Some((meta, Body::from_stream(chunks(reader)))))
+    })
+    .await
+    .map_err(|e| ApiError::unavailable(&e))??
+    .ok_or_else(|| ApiError::not_found("image"))?;
     let disposition = content_disposition("inline", filename);
     let etag = HeaderValue::from_str(&format!("\"{}\"", meta.sha256)).ok();
-    let mut response = Body::from_stream(chunks(reader)).into_response();
+    let mut response = body.into_response();
     let h = response.headers_mut();
     if let Ok(v) = HeaderValue::from_str(&meta.media_type) {
         h.insert(header::CONTENT_TYPE, v);
@@ -132,9 +150,12 @@ pub async fn image_response(store: &Store, id: &str, filename: &str) -> Result<R
     Ok(response)
 }
 
-/// The image as a stream of chunks, each read on a blocking thread. An error (the image was
-/// pruned mid-download, the database failed) ends the body early, so the client sees a
-/// response shorter than its `Content-Length`, never other bytes.
+/// The image as a stream of chunks, each read on a blocking thread. An error (damaged bytes,
+/// whose last chunk [`BlobReader`] withholds; the image pruned mid-download; the database
+/// failed) ends the body with an error: hyper then closes the connection without the rest,
+/// so the client sees a transfer shorter than its `Content-Length` (an incomplete download,
+/// which curl, browsers and HTTP libraries report as an error), never other bytes and never a
+/// complete-looking file.
 fn chunks(reader: BlobReader) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
     stream::unfold(Some(reader), |state| async move {
         let mut reader = state?;

@@ -11,7 +11,8 @@
 //!   a bad `Content-Length`'s 400) and which credentials it accepts are added here, by
 //!   [`Layers`], to every operation, because the same layers wrap every route;
 //! - error answers a handler can give are named in its annotation with the types below
-//!   ([`NotFound`], [`StoreFailure`], [`JsonRejected`]), which all describe [`ErrorBody`].
+//!   ([`NotFound`], [`StoreFailure`], [`ImageDamaged`], [`JsonRejected`]), which all describe
+//!   [`ErrorBody`].
 //!
 //! schemathesis checks the running daemon against the document (`tests/it/openapi.rs`).
 
@@ -65,6 +66,17 @@ error_set! {
     /// 503: the store failed (`unavailable`); the detail is in the daemon's log.
     StoreFailure {
         "503" => "tally could not read or write its database (`unavailable`); try again, and see the daemon's log."
+    }
+}
+
+error_set! {
+    /// 500: a stored image is damaged (`image_damaged`): its bytes no longer match their
+    /// recorded size or sha256; asking again gives the same answer.
+    ImageDamaged {
+        "500" => "The stored image is damaged (`image_damaged`): its bytes do not match their recorded size or \
+                  sha256, so tally does not send it. Not a passing problem: `tally check` lists every damaged \
+                  image. A download larger than 4 MiB that has already started ends instead with a transfer \
+                  shorter than its `Content-Length`."
     }
 }
 

@@ -79,7 +79,9 @@ pub struct SubmitBody {
     pub prompt: String,
     /// A configured provider's name (`GET /v1/providers`); the default one when absent.
     pub provider: Option<String>,
-    /// Provider parameters, e.g. `{"size": "1024x1024"}`.
+    /// Provider parameters, e.g. `{"size": "1024x1024"}`. A task makes one image: `n`,
+    /// `num_outputs`, `num_images`, `sampleCount` or `number_of_images` other than 1 is refused
+    /// (422 `invalid_request`), before anything is sent.
     #[schema(value_type = Option<Object>)]
     pub params: Option<Value>,
     /// Makes resending this request safe: the same key with the same request returns the same

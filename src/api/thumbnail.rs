@@ -102,6 +102,8 @@ pub fn make(bytes: &[u8], size: u32) -> Result<Vec<u8>, String> {
 
 /// A cached or freshly made thumbnail of the image stored under `id`, answered as
 /// `image/jpeg`. The image is read whole (`Store::read_image_bytes`): decoding needs it all.
+/// The read checks it against its sha256 on both backends, so a damaged image is 500
+/// `image_damaged` (through `ApiError::from`), never a thumbnail of damaged bytes.
 async fn answer(store: &Store, key: String, id: String, what: String) -> Result<Response, ApiError> {
     let cached = cache().lock().unwrap_or_else(|e| e.into_inner()).get(&key);
     let jpeg = match cached {
@@ -143,6 +145,7 @@ async fn answer(store: &Store, key: String, id: String, what: String) -> Result<
         (status = 422, description = "The stored image cannot be decoded into a thumbnail (`no_thumbnail`).",
             body = super::error::ErrorBody),
         super::openapi::NotFound,
+        super::openapi::ImageDamaged,
         super::openapi::StoreFailure,
     )
 )]
@@ -164,6 +167,7 @@ pub async fn artifact(State(state): State<AppState>, Path(id): Path<String>) -> 
         (status = 422, description = "The stored image cannot be decoded into a thumbnail (`no_thumbnail`).",
             body = super::error::ErrorBody),
         super::openapi::NotFound,
+        super::openapi::ImageDamaged,
         super::openapi::StoreFailure,
     )
 )]

@@ -111,6 +111,7 @@ fn open(url: &str, schema: &str, node: &str) -> Result<PgStore, String> {
         listen: true,
         poll: None,
         watch_peers: true,
+        lease: EngineConfig::default().lease,
     })
     .map_err(|e| format!("cannot use PostgreSQL ({}): {e}", crate::config::redact_url(url)))?;
     Ok(store)

@@ -144,11 +144,13 @@ pub(super) fn restore(cfg: &Config, src: &Path) -> Result<ExitCode, Failure> {
     let dir = &cfg.storage.data_dir;
     app::create_data_dir(dir)?;
     let _lock = app::lock_data_dir(dir)?;
-    let replacing = db.exists();
     let report = crate::store::restore(src, &db).map_err(|e| Failure::error(format!("restore failed: {e}")))?;
-    println!("restored {} as {}: {}", src.display(), db.display(), report.summary());
-    if replacing {
-        println!("the database it replaced was kept as {}.before-restore", db.display());
+    println!("restored {} as {}: {}", src.display(), db.display(), report.check.summary());
+    if let Some(kept) = &report.kept {
+        println!(
+            "the database it replaced was kept as {} (every restore keeps its own; delete them when no longer needed)",
+            kept.display()
+        );
     }
     println!("start `tally serve` to use it");
     Ok(Exit::Ok.into())

@@ -215,7 +215,9 @@ pub enum Command {
     /// Works while `tally serve` runs: the copy is one consistent snapshot (SQLite's `VACUUM
     /// INTO`, which does not start over when the daemon commits), checked (every image against
     /// its sha256) under a temporary name and only then renamed to DEST. DEST must be outside
-    /// the data directory. Without the daemon, copying tally.db after `tally serve` has stopped
+    /// the data directory. One backup to DEST at a time: a second one is refused ("another
+    /// backup to DEST is running"). On any failure (a full disk included) no temporary file
+    /// is left beside DEST. Without the daemon, copying tally.db after `tally serve` has stopped
     /// is just as good: a clean stop leaves it one self-contained file.
     ///
     /// With `[storage] backend = "postgres"` it copies nothing and says how to use pg_dump.
@@ -234,8 +236,10 @@ pub enum Command {
     /// Make a backup this data directory's database (stop `tally serve` first).
     ///
     /// Checks SRC like `tally check` first and changes nothing if it fails. Then copies it in
-    /// as one file, keeps a database already there as tally.db.before-restore, and removes
-    /// stale tally.db-wal and tally.db-shm files (an old WAL must never meet a new database).
+    /// as one file, keeps a database already there (its WAL folded in) as
+    /// tally.db.before-restore-<UTC time>, e.g. tally.db.before-restore-20261201T224512Z (every
+    /// restore keeps its own, never overwriting one; it prints the name), and removes stale
+    /// tally.db-wal and tally.db-shm files (an old WAL must never meet a new database).
     /// Refused while a daemon uses the data directory. Copying a backup to tally.db by hand
     /// also works, after `tally serve` has stopped, if you delete tally.db-wal and
     /// tally.db-shm beside it.
@@ -374,6 +378,10 @@ pub enum SetCommand {
         id: String,
     },
     /// Save every finished image of a set into a folder, named like `red-sneaker_main.png`.
+    ///
+    /// Each image is checked against the sha256 the set records. Images the daemon found
+    /// damaged are left out of its zip: their names are printed, a NOT-INCLUDED.txt is saved
+    /// with the rest, and the exit code is 5.
     Download {
         /// The set's id.
         id: String,
@@ -424,7 +432,12 @@ pub fn run() -> Result<ExitCode, Failure> {
     let cfg = app::load_config(config.as_deref(), data_dir.as_deref())?;
     let json = cli.json;
     match cli.command {
-        Command::Backup { dest } => backup(&cfg, &dest),
+        Command::Backup { dest } => {
+            // A test holds a backup at a known step with FAILPOINTS (`failpoint::pause`).
+            #[cfg(feature = "failpoints")]
+            let _failpoints = fail::FailScenario::setup();
+            backup(&cfg, &dest)
+        }
         Command::Check { db } => check(&cfg, db.as_deref()),
         Command::Restore { src } => restore(&cfg, &src),
         Command::Prune { older_than, dry_run } => prune(&cfg, &older_than, dry_run, json),

@@ -130,7 +130,8 @@ async fn wait_for_set(client: &Client, mut set: Value, json_out: bool) -> Result
 /// `tally set download ID [DIR]`: fetch the set's zip and write its images into `DIR` (default:
 /// a new folder named after the product). Each image is checked against the sha256 the set
 /// reports; a file already there with the same bytes is left alone, one with other bytes is
-/// never overwritten.
+/// never overwritten. Images the daemon left out as damaged are named in the zip's note, which
+/// is saved beside them and printed; the exit code is then 5.
 async fn download(client: &Client, id: &str, dir: Option<PathBuf>, json_out: bool) -> Result<ExitCode, Failure> {
     let set = client.get(&format!("/v1/sets/{}", seg(id))).await?.into_ok()?;
     let (zip_name, bytes) =
@@ -150,6 +151,8 @@ async fn download(client: &Client, id: &str, dir: Option<PathBuf>, json_out: boo
     let mut archive = zip::ZipArchive::new(std::io::Cursor::new(bytes))
         .map_err(|e| Failure::error(format!("the daemon's zip cannot be read: {e}")))?;
     let mut written = Vec::new();
+    // The daemon's note naming damaged images it left out (`api::download::LEFT_OUT_NOTE`).
+    let mut note = None;
     for i in 0..archive.len() {
         let mut entry =
             archive.by_index(i).map_err(|e| Failure::error(format!("the daemon's zip cannot be read: {e}")))?;
@@ -161,7 +164,10 @@ async fn download(client: &Client, id: &str, dir: Option<PathBuf>, json_out: boo
         std::io::Read::read_to_end(&mut entry, &mut data)
             .map_err(|e| Failure::error(format!("{}: the zip entry is damaged: {e}", term_safe(&name))))?;
         let sha = crate::domain::hex(&<sha2::Sha256 as sha2::Digest>::digest(&data));
-        if !expected.contains(&sha) {
+        let is_note = name == crate::api::download::LEFT_OUT_NOTE;
+        if is_note {
+            note = Some(String::from_utf8_lossy(&data).into_owned());
+        } else if !expected.contains(&sha) {
             return Err(Failure::error(format!("{}: its bytes match no image of the set", term_safe(&name))));
         }
         let path = dir.join(&name);
@@ -180,11 +186,17 @@ async fn download(client: &Client, id: &str, dir: Option<PathBuf>, json_out: boo
                     .map_err(|e| Failure::error(format!("cannot write {}: {e}", path.display())))?;
             }
         }
-        written.push(path);
+        if !is_note {
+            written.push(path);
+        }
     }
     if json_out {
         let files: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
-        print_json(&json!({ "set": id, "dir": dir.display().to_string(), "files": files }));
+        let mut out = json!({ "set": id, "dir": dir.display().to_string(), "files": files });
+        if let Some(n) = &note {
+            out["left_out"] = json!(n);
+        }
+        print_json(&out);
     } else {
         println!(
             "saved {} image(s) of {} in {}:",
@@ -195,6 +207,17 @@ async fn download(client: &Client, id: &str, dir: Option<PathBuf>, json_out: boo
         for p in &written {
             println!("  {}", term_safe(&p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()));
         }
+    }
+    if let Some(n) = note {
+        let note_path = dir.join(crate::api::download::LEFT_OUT_NOTE);
+        return Err(Failure {
+            exit: Exit::Problems,
+            message: format!(
+                "some images of the set were left out because they are damaged (the note is saved as {}):\n{}",
+                note_path.display(),
+                crate::cli::term_safe_lines(n.trim_end())
+            ),
+        });
     }
     Ok(Exit::Ok.into())
 }

@@ -28,7 +28,8 @@ pub enum Backend {
 /// How a PostgreSQL node learns that something became due on another node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wakeups {
-    /// LISTEN/NOTIFY on the node's own connection: idle nodes run no SQL.
+    /// LISTEN/NOTIFY on the node's own connection: idle nodes run no SQL statements (the
+    /// lock connection's empty liveness query aside, `store::pg::timeouts`).
     Notify,
     /// Poll every interval instead (for connection poolers in transaction mode, which
     /// cannot deliver notifications). Degraded: idle nodes run SQL on every tick.

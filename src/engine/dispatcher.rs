@@ -30,6 +30,8 @@ pub(super) async fn run(shared: Arc<Shared>) {
         if free > 0 {
             let now = shared.now();
             let lease = Shared::ms(shared.cfg.lease);
+            // Read before claiming: a fence after this point fences these claims' workers.
+            let fence = shared.fence();
             match shared.store.dispatch_due(now, free, lease, &shared.boot()).await {
                 Ok(batch) => {
                     trouble.ok();
@@ -45,7 +47,7 @@ pub(super) async fn run(shared: Arc<Shared>) {
                         shared.metrics.dispatched((now - claim.due_at).max(0) as f64 / 1000.0);
                         shared.changed(&claim.task_id, crate::domain::TaskStatus::Running);
                         match shared.workers.clone().try_acquire_owned() {
-                            Ok(permit) => worker::spawn(shared.clone(), claim, permit),
+                            Ok(permit) => worker::spawn(shared.clone(), claim, permit, fence),
                             // Only this loop takes permits, so one is free for each claim; if
                             // not (closed at shutdown), the reconciler recovers it.
                             Err(_) => break,

@@ -21,6 +21,31 @@ pub const MAX_REFERENCES: usize = 8;
 /// The longest idempotency key tally accepts, in bytes (tasks and sets alike).
 pub const MAX_KEY_CHARS: usize = 256;
 
+/// The parameters that ask a provider for several images in one request (OpenAI and
+/// DashScope `n`, Replicate's `num_outputs`, fal's `num_images`, Gemini/Imagen
+/// `sampleCount`/`number_of_images`). A task stores one image, so a value other than 1 is
+/// refused at submit, before anything is sent, rather than sent changed or answered with
+/// images dropped.
+pub const IMAGE_COUNT_PARAMS: &[&str] = &["n", "num_outputs", "num_images", "sampleCount", "number_of_images"];
+
+/// Refuse a request for several images per task (see [`IMAGE_COUNT_PARAMS`]).
+fn validate_image_count(params: &serde_json::Value) -> Result<(), EngineError> {
+    for name in IMAGE_COUNT_PARAMS {
+        match params.get(*name) {
+            None => {}
+            Some(v) if v.as_u64() == Some(1) || v.as_f64() == Some(1.0) => {}
+            Some(v) => {
+                return Err(EngineError::Invalid(format!(
+                    "params.{name} = {v}: a tally task makes exactly one image, so it refuses to ask the provider for \
+                     another number (it would not change the parameter silently); submit one task per image, or an \
+                     image set with one shot per image"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A client's idempotency key, for a task or a set: 1 to [`MAX_KEY_CHARS`] characters.
 fn validate_key(key: Option<&str>) -> Result<(), EngineError> {
     match key {
@@ -79,6 +104,7 @@ impl Engine {
         if t.params.to_string().len() > MAX_PARAMS_BYTES {
             return Err(EngineError::Invalid(format!("params are larger than {MAX_PARAMS_BYTES} bytes")));
         }
+        validate_image_count(&t.params)?;
         if let Some(g) = &t.group
             && (g.is_empty() || g.len() > MAX_GROUP_BYTES || g.chars().any(char::is_control))
         {

@@ -175,6 +175,8 @@ pub struct CapabilitiesInfo {
 struct Breaker {
     failures: u32,
     open_until: Millis,
+    /// The pause is a rate-limit hold (the provider said "not now"), not an opened circuit.
+    rate_limited: bool,
 }
 
 /// State shared by the dispatcher, workers and reconciler.
@@ -191,6 +193,14 @@ pub(crate) struct Shared {
     /// Reconcile at the next wake-up even if no deadline passed: a peer node's lock freed, so
     /// its leases are leftovers now (`engine::nodes`).
     force_reconcile: std::sync::atomic::AtomicBool,
+    /// PostgreSQL: how many times this node fenced itself (lost its node lock). A worker
+    /// whose claim was made before the latest fence starts no new paid call; a call already
+    /// sent still finishes and lands fenced (`engine::nodes`).
+    fences: std::sync::atomic::AtomicU64,
+    /// Execution tokens of the workers running in this process. After a self-fence the new
+    /// run's recovery leaves their leases alone while those have not run out: the calls are
+    /// alive here, not interrupted (`reconciler::run_once`).
+    live: Mutex<std::collections::HashSet<String>>,
     /// Worker capacity: a permit per free worker.
     workers: Arc<Semaphore>,
     wake_dispatcher: Notify,
@@ -225,6 +235,11 @@ impl Shared {
 
     fn now(&self) -> Millis {
         self.clock.now()
+    }
+
+    /// How many times this node fenced itself so far (see `fences`).
+    fn fence(&self) -> u64 {
+        self.fences.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The id of the current run of this engine.
@@ -268,9 +283,23 @@ impl Shared {
         (uuid::Uuid::new_v4().as_u128() as u64 >> 11) as f64 / (1u64 << 53) as f64
     }
 
-    fn breaker_open_until(&self, p: &ProviderEntry, now: Millis) -> Option<Millis> {
+    /// Until when new calls to `p` are held back, and whether by a rate limit (else by an
+    /// opened circuit); `None` when calls may go.
+    fn breaker_open_until(&self, p: &ProviderEntry, now: Millis) -> Option<(Millis, bool)> {
         let b = p.breaker.lock().unwrap_or_else(|e| e.into_inner());
-        (b.open_until > now).then_some(b.open_until)
+        (b.open_until > now).then_some((b.open_until, b.rate_limited))
+    }
+
+    /// The provider said "not now" until `until` (its `Retry-After`, or the reset of a
+    /// used-up rate-limit quota): hold every new call to it until then. The caller also
+    /// records the hold in the store (`pause_provider`), where the dispatcher reads it; this
+    /// copy hands back claims made just before.
+    fn hold_provider(&self, p: &ProviderEntry, until: Millis) {
+        let mut b = p.breaker.lock().unwrap_or_else(|e| e.into_inner());
+        if until > b.open_until {
+            b.open_until = until;
+            b.rate_limited = true;
+        }
     }
 
     /// Count a call's outcome; when the circuit opens, returns until when (the caller records
@@ -284,6 +313,7 @@ impl Shared {
         b.failures += 1;
         if b.failures >= self.cfg.circuit_failures {
             b.open_until = self.now() + Self::ms(self.cfg.circuit_pause);
+            b.rate_limited = false;
             b.failures = 0;
             tracing::warn!(provider = %p.name, pause = ?self.cfg.circuit_pause, "provider circuit opened after repeated failures");
             return Some(b.open_until);
@@ -338,6 +368,8 @@ impl Engine {
             data_dir: parts.data_dir,
             boot: Mutex::new(uuid::Uuid::new_v4().to_string()),
             force_reconcile: std::sync::atomic::AtomicBool::new(false),
+            fences: std::sync::atomic::AtomicU64::new(0),
+            live: Mutex::new(std::collections::HashSet::new()),
             wake_dispatcher: Notify::new(),
             wake_reconciler: Notify::new(),
             settles: watch::channel(0).0,

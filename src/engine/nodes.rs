@@ -8,13 +8,22 @@
 //!   node → subscribers (the web page's event stream) hear of it. Hints carry no data: each
 //!   only makes a service re-read the database. In poll mode (`postgres_wakeups = "poll"`)
 //!   a timer stands in for the hints, and idle nodes then run SQL on every tick.
-//! - **The guard** is the self-fence. When this node's lock connection ends, another node may
-//!   recover this node's work at once; so before anything else the guard stops every
-//!   service and aborts every worker (as `Engine::kill` does), then takes the lock again,
-//!   starts a new run (a new boot id, so this node's own earlier leases count as expired),
-//!   recovers, and restarts the services. A worker's write that was already on its way is
-//!   fenced by its lease, or seen by the recovery that follows; a request already sent is
-//!   covered by its durable `calling` record, exactly as after a crash.
+//! - **The guard** is the self-fence. When this node's lock connection ends (or its liveness
+//!   check goes unanswered: `store::pg::node`), another node may recover this node's work at
+//!   once; so before anything else the guard counts a fence (`Shared::fences`) and stops every
+//!   service: nothing is claimed or reconciled by this node until it holds its lock again.
+//!   Workers are not aborted: a worker whose call already left lets it finish, because the
+//!   provider makes and charges the image either way, and lands its answer through the fenced
+//!   finish — or, when a peer's recovery already marked the task `unknown`, through the late
+//!   result of the same execution, exactly as a node paused past its lease does. A fenced
+//!   worker starts no new paid call: it hands its claim back before recording `calling`, and
+//!   stops before any replay. Every write it still makes (heartbeats included) is fenced on
+//!   its execution token and lease in the transaction, so it lands only while nobody took the
+//!   task over. Then the guard takes the lock again, starts a new run (a new boot id, so this
+//!   node's own earlier leases count as expired — except those of workers still running here
+//!   whose leases have not run out: `Shared::live`), recovers, and restarts the services. A
+//!   request already sent is covered by its durable `calling` record, exactly as after a
+//!   crash.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -84,11 +93,15 @@ pub(super) fn guard(shared: &Arc<Shared>, services: &Arc<Mutex<Vec<JoinHandle<()
             if !matches!(lost, Ok(NodeState::Lost(_))) || shared.stopping() {
                 return;
             }
-            tracing::error!(node = %pg.node(), "lost the node lock: stopping every worker of this node (self-fence)");
+            // First: no worker of a claim made before now starts a paid call from here on.
+            shared.fences.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tracing::error!(
+                node = %pg.node(),
+                "lost the node lock (self-fence): claiming nothing and starting no new call; calls already sent finish and land fenced"
+            );
             for h in services.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
                 h.abort();
             }
-            shared.running.lock().unwrap_or_else(|e| e.into_inner()).abort_all();
             loop {
                 if shared.stopping() {
                     return;

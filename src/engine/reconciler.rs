@@ -69,7 +69,20 @@ pub(super) async fn run(shared: Arc<Shared>) {
 /// One pass: find leftovers, decide each from evidence, apply the decisions fenced.
 pub(super) async fn run_once(shared: &Arc<Shared>) -> Result<usize, EngineError> {
     let now = shared.now();
-    let rows = shared.store.leftovers(now, &shared.boot()).await?;
+    let mut rows = shared.store.leftovers(now, &shared.boot()).await?;
+    // After a self-fence (PostgreSQL), this node's earlier run counts as gone; but its
+    // workers that still run here are not interrupted: while their leases run, they finish
+    // (fenced) themselves. Everything else of that run — and any lease that ran out — is
+    // recovered as usual (a later answer still lands as a late result).
+    {
+        let live = shared.live.lock().unwrap_or_else(|e| e.into_inner());
+        if !live.is_empty() {
+            rows.retain(|r| {
+                let running_here = r.execution.as_ref().is_some_and(|(token, _)| live.contains(token));
+                !(running_here && r.lease_expires_at.is_some_and(|t| t > now))
+            });
+        }
+    }
     if rows.is_empty() {
         return Ok(0);
     }

@@ -30,13 +30,15 @@ use crate::store::{CallingOutcome, Claim, Finish, NewArtifact, NewImage, Severit
 const STORE_RETRY: Duration = Duration::from_millis(250);
 
 /// Run a claim on its own task, holding a worker permit until done.
-pub(super) fn spawn(shared: Arc<Shared>, claim: Claim, permit: OwnedSemaphorePermit) {
+pub(super) fn spawn(shared: Arc<Shared>, claim: Claim, permit: OwnedSemaphorePermit, fence: u64) {
     let mut running = shared.running.lock().unwrap_or_else(|e| e.into_inner());
     // Reap finished workers so the set only holds live ones.
     while running.try_join_next().is_some() {}
     let task_shared = shared.clone();
+    let live = Live::new(&shared, &claim.execution_token);
     running.spawn(async move {
-        deliver(&task_shared, claim).await;
+        let _live = live;
+        deliver(&task_shared, claim, fence).await;
         drop(permit);
         task_shared.wake_dispatcher.notify_one();
         // The last busy worker is done: the reconciler's timer may be set for a lease that
@@ -47,7 +49,7 @@ pub(super) fn spawn(shared: Arc<Shared>, claim: Claim, permit: OwnedSemaphorePer
     });
 }
 
-async fn deliver(shared: &Arc<Shared>, claim: Claim) {
+async fn deliver(shared: &Arc<Shared>, claim: Claim, fence: u64) {
     let now = shared.now();
     let Some(entry) = shared.providers.get(&claim.provider).cloned() else {
         return settle_for_missing_provider(shared, claim).await;
@@ -55,13 +57,24 @@ async fn deliver(shared: &Arc<Shared>, claim: Claim) {
     // The dispatcher does not claim for a paused provider; a claim made just before the
     // circuit opened is handed back untouched (nothing sent, no attempt counted).
     if claim.phase == Phase::Claimed
-        && let Some(until) = shared.breaker_open_until(&entry, now)
+        && let Some((until, rate_limited)) = shared.breaker_open_until(&entry, now)
     {
-        let why = format!(
-            "Provider `{}` failed several times in a row; tally has paused new calls to it until {}.",
-            entry.name,
-            crate::clock::rfc3339(until)
-        );
+        let why = if rate_limited {
+            format!(
+                "Provider `{}` asked tally to wait (rate limited); new calls to it are held until {}. Nothing was \
+                 sent for this task yet.",
+                entry.name,
+                crate::clock::rfc3339(until)
+            )
+        } else {
+            format!(
+                "Provider `{}` failed several times in a row; tally has paused new calls to it until {}.",
+                entry.name,
+                crate::clock::rfc3339(until)
+            )
+        };
+        // Spread the claims handed back so they do not all return at the same instant.
+        let until = until + Shared::ms(crate::providers::http::client::jittered(Duration::ZERO, Shared::jitter()));
         let c = &claim;
         match shared.store.release_claim(c.execution_token.clone(), c.lease_token.clone(), until, why, now).await {
             Ok(()) => {
@@ -81,7 +94,7 @@ async fn deliver(shared: &Arc<Shared>, claim: Claim) {
         claim.lease_token.clone(),
         lost.clone(),
     )));
-    let run = Run { shared, entry: &entry, claim: &claim, lost: &lost };
+    let run = Run { shared, entry: &entry, claim: &claim, lost: &lost, fence };
     if let Err(e) = tracing::Instrument::instrument(run.drive(), span).await {
         match e {
             StoreError::Fenced => tracing::info!("lost the lease; stopping without writing"),
@@ -94,6 +107,22 @@ async fn deliver(shared: &Arc<Shared>, claim: Claim) {
                 }
             }
         }
+    }
+}
+
+/// A worker's entry in `Shared::live`, removed when the worker ends in any way.
+struct Live(Arc<Shared>, String);
+
+impl Live {
+    fn new(shared: &Arc<Shared>, token: &str) -> Live {
+        shared.live.lock().unwrap_or_else(|e| e.into_inner()).insert(token.to_string());
+        Live(shared.clone(), token.to_string())
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.0.live.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.1);
     }
 }
 
@@ -125,7 +154,10 @@ async fn settle_for_missing_provider(shared: &Arc<Shared>, c: Claim) {
     }
 }
 
-/// Extend the lease every heartbeat interval; on a fenced heartbeat, mark the run lost.
+/// Extend the lease every heartbeat interval; on a fenced heartbeat, mark the run lost. The
+/// heartbeat is fenced on both tokens: after a self-fence it extends the lease only while
+/// nobody took it over, so a call still in flight keeps it while the node holds its lock
+/// again.
 async fn heartbeat(shared: Arc<Shared>, exec: String, lease: String, lost: Arc<AtomicBool>) {
     let lease_ms = Shared::ms(shared.cfg.lease);
     // Failed heartbeats in a row: the first is logged, the rest only at debug level (a full
@@ -164,11 +196,22 @@ enum Next {
     Stop,
 }
 
+/// Why a preflight stopped a claim before anything was sent.
+enum Stop {
+    /// Settle the task so (a refusal; a preflight that could not reach the provider).
+    Finish(Finish),
+    /// The provider said "not now": the claim was handed back, due after the wait.
+    HandedBack,
+}
+
 struct Run<'a> {
     shared: &'a Arc<Shared>,
     entry: &'a ProviderEntry,
     claim: &'a Claim,
     lost: &'a AtomicBool,
+    /// `Shared::fences` when the claim was made: a different count means this node fenced
+    /// itself since, so this run starts no new call.
+    fence: u64,
 }
 
 impl Run<'_> {
@@ -184,6 +227,7 @@ impl Run<'_> {
             idempotency_key: self.claim.idempotency_key.clone(),
             references: references.to_vec(),
             calling_at_ms: calling_at,
+            deadline_ms: self.deadline(calling_at),
         }
     }
 
@@ -225,6 +269,22 @@ impl Run<'_> {
         self.lost.load(Ordering::SeqCst) || self.shared.stopping()
     }
 
+    /// This node fenced itself (lost its node lock) after the claim was made: start no new
+    /// call (a first request, or a replay). Polling a job and looking a request up send
+    /// nothing that costs, and go on.
+    fn fenced(&self) -> bool {
+        self.shared.fence() != self.fence
+    }
+
+    /// Stop a fenced run without calling: recovery (this node's own once it holds its lock
+    /// again, or a peer's) decides from what is recorded, as soon as it runs.
+    fn stop_fenced(&self) -> Next {
+        tracing::info!("this node fenced itself: no new call for this execution; recovery takes it over");
+        self.shared.force_reconcile.store(true, Ordering::Relaxed);
+        self.shared.wake_reconciler.notify_one();
+        Next::Stop
+    }
+
     async fn drive(self) -> Result<(), StoreError> {
         let c = self.claim;
         let store = &self.shared.store;
@@ -258,8 +318,29 @@ impl Run<'_> {
                     let kind = FailureKind::Configuration;
                     return self.finish(Finish::Failed { kind, reason, charge: Charge::None }).await;
                 }
-                if let Some(refused) = self.preflight(&references).await {
-                    return self.finish(refused).await;
+                match self.preflight(&references).await? {
+                    None => {}
+                    Some(Stop::Finish(refused)) => return self.finish(refused).await,
+                    Some(Stop::HandedBack) => return Ok(()),
+                }
+                // The last moment to stop sending: once `calling` is durable the request
+                // leaves, and lands fenced whatever happens to this node meanwhile.
+                if self.fenced() {
+                    let why = "This node lost its lock on the database before sending; handed back (nothing was sent).";
+                    tracing::info!("this node fenced itself before the call: handing the claim back, nothing was sent");
+                    let (e, l) = (c.execution_token.clone(), c.lease_token.clone());
+                    // Fenced on both tokens: it lands only while the claim is still this one.
+                    // If it cannot, recovery requeues the claim (nothing was sent either way).
+                    match store.release_claim(e, l, self.now(), why.into(), self.now()).await {
+                        Ok(()) => {
+                            self.shared.changed(&c.task_id, crate::domain::TaskStatus::Waiting);
+                            self.shared.wake_dispatcher.notify_one();
+                        }
+                        Err(_) => {
+                            let _ = self.stop_fenced();
+                        }
+                    }
+                    return Ok(());
                 }
                 calling_at = self.now();
                 let facts = self.entry.money.facts(&c.params, self.shared.limits());
@@ -334,7 +415,18 @@ impl Run<'_> {
     /// After a first call: count it for the circuit breaker (record the pause in the store
     /// when it opens), and during a slow start tell the store how the provider answered.
     async fn after_call(&self, result: &Result<Submitted, CallError>) {
-        let failed = matches!(result, Err(e) if !matches!(e, CallError::Rejected { .. }));
+        // The provider's rate-limit headers say a quota is used up: hold its dispatch until the
+        // reset, so the next request is not a certain 429.
+        if let Some(hold) = self.entry.provider.rate_limit_hold() {
+            let until = self.now() + Shared::ms(hold);
+            self.shared.hold_provider(self.entry, until);
+            if let Err(e) = self.shared.store.pause_provider(self.entry.name.clone(), until).await {
+                tracing::warn!(error = %e, "recording the provider's rate-limit hold failed");
+            }
+        }
+        // A refusal or a "not now" (paced by its own hold) is not an outage.
+        let failed =
+            matches!(result, Err(e) if !matches!(e, CallError::Rejected { .. } | CallError::RetryAfter { .. }));
         let store = &self.shared.store;
         if let Some(until) = self.shared.breaker_record(self.entry, !failed)
             && let Err(e) = store.pause_provider(self.entry.name.clone(), until).await
@@ -361,7 +453,7 @@ impl Run<'_> {
     /// not be sent; nothing was sent and nothing charged, so no attempt is counted. A
     /// preflight that cannot reach the provider (its schema read failed) is tried a few
     /// times here, then the task fails as "not sent".
-    async fn preflight(&self, references: &[Image]) -> Option<Finish> {
+    async fn preflight(&self, references: &[Image]) -> Result<Option<Stop>, StoreError> {
         let req = self.request(self.now(), references);
         let mut last = String::new();
         for n in 0..3 {
@@ -369,22 +461,45 @@ impl Run<'_> {
                 tokio::time::sleep(self.retry_delay(n)).await;
             }
             match self.entry.provider.preflight(&req).await {
-                Ok(()) => return None,
+                Ok(()) => return Ok(None),
                 Err(CallError::Rejected { message, config }) => {
-                    return Some(Finish::Failed {
+                    return Ok(Some(Stop::Finish(Finish::Failed {
                         kind: if config { FailureKind::Configuration } else { FailureKind::Rejected },
                         reason: format!("refused before sending anything (nothing was charged): {message}"),
                         charge: Charge::None,
-                    });
+                    })));
+                }
+                // "Not now" on a free metadata read (a schema): hold the provider and hand the
+                // claim back untouched, due after the wait (nothing sent, no attempt).
+                Err(CallError::RetryAfter { after, message }) => {
+                    let c = self.claim;
+                    let now = self.now();
+                    let until = now + Shared::ms(after);
+                    self.shared.hold_provider(self.entry, until);
+                    if let Err(e) = self.shared.store.pause_provider(self.entry.name.clone(), until).await {
+                        tracing::warn!(error = %e, "recording the provider's rate-limit hold failed");
+                    }
+                    let due = now + Shared::ms(crate::providers::http::client::jittered(after, Shared::jitter()));
+                    let why = format!(
+                        "Provider `{}` asked tally to wait {:.1} s before it checks the request (rate limited: \
+                         {message}); nothing was sent for this task yet.",
+                        self.entry.name,
+                        after.as_secs_f64()
+                    );
+                    let (exec, lease) = (c.execution_token.clone(), c.lease_token.clone());
+                    self.shared.store.release_claim(exec, lease, due, why, now).await?;
+                    self.shared.changed(&c.task_id, crate::domain::TaskStatus::Waiting);
+                    self.shared.wake_dispatcher.notify_one();
+                    return Ok(Some(Stop::HandedBack));
                 }
                 Err(e) => last = e.to_string(),
             }
         }
-        Some(Finish::Failed {
+        Ok(Some(Stop::Finish(Finish::Failed {
             kind: FailureKind::NotSent,
             reason: format!("could not check the request with the provider, so nothing was sent: {last}"),
             charge: Charge::None,
-        })
+        })))
     }
 
     /// Classify a failed first call (DESIGN §4).
@@ -398,18 +513,39 @@ impl Run<'_> {
                 reason: format!("the request never reached the provider: {m}"),
                 max_attempts,
                 charge: Charge::None,
+                counted: true,
             }),
-            CallError::RetryAfter { after, message } => Next::Settle(Finish::RetryLater {
-                due_at: self.now() + Shared::ms(after.max(self.retry_delay(attempt))),
-                kind: FailureKind::RateLimited,
-                reason: format!("the provider asked to wait {:.1} s: {message}", after.as_secs_f64()),
-                max_attempts,
-                charge: Charge::Refused,
-            }),
+            CallError::RetryAfter { after, message } => {
+                // "Not now": the provider did not take the request. Hold the whole provider
+                // until the wait is over (the dispatcher claims nothing for it meanwhile, and a
+                // claim made just before is handed back untouched), and come back after it with
+                // jitter, so jobs told the same wait do not return at the same instant. Not an
+                // attempt: the next one reuses this attempt's idempotency key, which is right,
+                // since the provider refused this request.
+                let until = self.now() + Shared::ms(after);
+                self.shared.hold_provider(self.entry, until);
+                if let Err(e) = self.shared.store.pause_provider(self.entry.name.clone(), until).await {
+                    tracing::warn!(error = %e, "recording the provider's rate-limit hold failed");
+                }
+                let wait = crate::providers::http::client::jittered(after, Shared::jitter());
+                Next::Settle(Finish::RetryLater {
+                    due_at: self.now() + Shared::ms(wait),
+                    kind: FailureKind::RateLimited,
+                    reason: format!(
+                        "the provider asked to wait {:.1} s (not counted as an attempt): {message}",
+                        after.as_secs_f64()
+                    ),
+                    max_attempts,
+                    charge: Charge::Refused,
+                    counted: false,
+                })
+            }
             CallError::Rejected { message, config } => Next::Settle(Finish::Failed {
                 kind: if config { FailureKind::Configuration } else { FailureKind::Rejected },
                 reason: if config {
-                    format!("the provider refused tally's configuration (check the API key and model): {message}")
+                    format!(
+                        "the provider refused the request because of tally's setup or the provider account: {message}"
+                    )
                 } else {
                     format!("the provider rejected the request: {message}")
                 },
@@ -441,6 +577,9 @@ impl Run<'_> {
                     return Next::Stop;
                 }
                 tokio::time::sleep(self.retry_delay(n)).await;
+                if self.fenced() {
+                    return self.stop_fenced();
+                }
                 match self.entry.provider.submit(&req).await {
                     Ok(Submitted::Done(img)) => return Next::Image(img),
                     Ok(Submitted::Accepted(job)) => return Next::Job(job),
@@ -490,10 +629,17 @@ impl Run<'_> {
     }
 
     /// Poll an accepted job until it settles, the recovery deadline passes, or the run stops.
+    /// A finished job whose result cannot be fetched yet (`ResultUnavailable`: its file host
+    /// answered 404 or 5xx within the provider's retention) is polled again with backoff, the
+    /// worker holding no transaction meanwhile (its heartbeat keeps the lease); at the deadline
+    /// it fails as "could not be downloaded", never as "expired".
     async fn poll(&self, handle: &JobHandle, calling_at: Millis) -> Next {
         let job = handle.id.as_str();
         let deadline = self.deadline(calling_at);
         let interval = self.entry.provider.poll_interval();
+        let mut unavailable: Option<String> = None;
+        let mut misses = 0u32;
+        let mut not_now = Duration::ZERO;
         loop {
             if self.should_stop() {
                 return Next::Stop;
@@ -510,6 +656,33 @@ impl Run<'_> {
                         charge: Charge::Possible,
                     });
                 }
+                Ok(JobState::FailedNotCharged(m)) => {
+                    return Next::Settle(Finish::Failed {
+                        kind: FailureKind::Rejected,
+                        reason: format!(
+                            "the provider reports that job {job} failed with a server error, which it documents it \
+                             does not charge for: {m}"
+                        ),
+                        charge: Charge::Refused,
+                    });
+                }
+                Ok(JobState::Canceled(m)) => {
+                    // Not a tally cancel: the request left and ran for a while; a provider that
+                    // bills by run time bills that time.
+                    return Next::Settle(Finish::Failed {
+                        kind: FailureKind::Rejected,
+                        reason: format!(
+                            "job {job} was canceled at the provider (not by tally) before it finished, so there is no \
+                             image: {m}"
+                        ),
+                        charge: Charge::Possible,
+                    });
+                }
+                Ok(JobState::ResultUnavailable(m)) => {
+                    misses += 1;
+                    tracing::info!(misses, "the job is done but its result could not be fetched yet: {m}");
+                    unavailable = Some(m);
+                }
                 Ok(JobState::Expired) => {
                     return Next::Settle(Finish::Failed {
                         kind: FailureKind::Expired,
@@ -523,14 +696,29 @@ impl Run<'_> {
                     });
                 }
                 Err(CallError::Unusable(m)) => return Next::Settle(unusable(&m)),
+                Err(CallError::RetryAfter { after, message }) => {
+                    tracing::info!(wait = ?after, "the provider asked to wait before polling again: {message}");
+                    not_now = after;
+                }
                 Err(e) => tracing::info!(error = %e, "poll did not answer; polling again"),
             }
             if self.now() >= deadline {
-                return Next::Settle(Finish::Unknown {
-                    reason: format!("job {job} did not finish before the recovery deadline"),
+                return Next::Settle(match unavailable {
+                    Some(m) => Finish::Failed {
+                        kind: FailureKind::InvalidResult,
+                        reason: format!(
+                            "generated and charged, but its image could not be downloaded from the provider before \
+                             the recovery deadline ({m}); it had not expired"
+                        ),
+                        charge: Charge::Charged,
+                    },
+                    None => {
+                        Finish::Unknown { reason: format!("job {job} did not finish before the recovery deadline") }
+                    }
                 });
             }
-            tokio::time::sleep(interval).await;
+            let wait = if misses > 0 { self.retry_delay(misses).max(interval) } else { interval };
+            tokio::time::sleep(wait.max(std::mem::take(&mut not_now))).await;
         }
     }
 

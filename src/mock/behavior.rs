@@ -85,6 +85,43 @@ pub struct Behavior {
     /// OpenAI-style answers carry `data[0].url` instead of `b64_json`, as many
     /// OpenAI-compatible gateways answer.
     pub openai_url_answers: bool,
+    /// Answer creates with 429 and this wait in milliseconds (not charged), in the form
+    /// `retry_after_form` gives; takes precedence over `retry_after_s`.
+    pub retry_after_ms: Option<u64>,
+    /// How a 429's wait is written: `"seconds"` (`Retry-After: 2`, whole seconds rounded up),
+    /// `"fractional"` (`Retry-After: 1.5`), `"http_date"` (`Retry-After` as an HTTP date),
+    /// `"retry_after_ms"` (only `retry-after-ms`), or `"reset"` (no `Retry-After`; only the
+    /// used-up `x-ratelimit-*-requests` headers).
+    pub retry_after_form: String,
+    /// A 429 also carries OpenAI's rate-limit headers: `x-ratelimit-limit-requests`,
+    /// `x-ratelimit-remaining-requests: 0` and `x-ratelimit-reset-requests` (the wait).
+    pub ratelimit_headers: bool,
+    /// Only this many more creates are answered 429 (then they go through); `None`: every
+    /// create while a wait is set. Counts down.
+    pub rate_limit_times: Option<u64>,
+    /// The 429s (with `rate_limit_times`) answer Replicate's model and version reads (the
+    /// schema tally reads before a create) instead of creates.
+    pub rate_limit_meta: bool,
+    /// Creates are refused because the account is out of credit, as each API documents it:
+    /// OpenAI 429 `insufficient_quota`, Replicate 402, fal 403 "Exhausted balance" (not
+    /// charged).
+    pub out_of_credit: bool,
+    /// This many more result downloads (`/files/…`) fail with `result_fetch_status` before
+    /// they work again (a CDN blip). Counts down.
+    pub result_fetch_failures: u64,
+    /// The status of a failing result download: 404 (the default) or a 5xx.
+    pub result_fetch_status: u16,
+    /// fal: the result of a `COMPLETED` request answers 500 with `X-Fal-Retryable: false`
+    /// (a final server error, which fal does not bill).
+    pub fal_result_not_retryable: bool,
+    /// Replicate: asynchronous jobs are canceled at the provider before they finish
+    /// (`status: canceled`), as a cancel from the account or a passed deadline does.
+    pub job_canceled: bool,
+    /// Replicate: asynchronous jobs fail with `error: null` and these `logs`.
+    pub job_failure_logs: Option<String>,
+    /// Successful creates carry `x-ratelimit-remaining-requests: 0` with a reset of this many
+    /// milliseconds (the quota is used up: the next create within it would be a 429).
+    pub ratelimit_exhausted_ms: Option<u64>,
 }
 
 impl Default for Behavior {
@@ -104,6 +141,18 @@ impl Default for Behavior {
             job_error: None,
             error_echoes_key: false,
             openai_url_answers: false,
+            retry_after_ms: None,
+            retry_after_form: "seconds".into(),
+            ratelimit_headers: false,
+            rate_limit_times: None,
+            rate_limit_meta: false,
+            out_of_credit: false,
+            result_fetch_failures: 0,
+            result_fetch_status: 404,
+            fal_result_not_retryable: false,
+            job_canceled: false,
+            job_failure_logs: None,
+            ratelimit_exhausted_ms: None,
         }
     }
 }
@@ -123,10 +172,27 @@ impl Behavior {
         if self.latency_ms > 600_000 || self.job_duration_ms > 3_600_000 {
             return Err("latency_ms and job_duration_ms must be at most 600000 and 3600000".into());
         }
+        if !matches!(
+            self.retry_after_form.as_str(),
+            "seconds" | "fractional" | "http_date" | "retry_after_ms" | "reset"
+        ) {
+            return Err(format!(
+                "retry_after_form `{}` must be \"seconds\", \"fractional\", \"http_date\", \"retry_after_ms\" or \"reset\"",
+                self.retry_after_form
+            ));
+        }
+        if self.result_fetch_status != 404 && !(500..=599).contains(&self.result_fetch_status) {
+            return Err(format!("result_fetch_status {} must be 404 or a 5xx status", self.result_fetch_status));
+        }
         if !matches!(self.unknown_inputs.as_str(), "strip" | "reject") {
             return Err(format!("unknown_inputs `{}` must be \"strip\" or \"reject\"", self.unknown_inputs));
         }
         Ok(())
+    }
+
+    /// The wait a create is told with a 429 now, in milliseconds, if it is rate limited.
+    pub fn rate_limit_wait_ms(&self) -> Option<u64> {
+        self.retry_after_ms.or(self.retry_after_s.map(|s| s.saturating_mul(1000)))
     }
 
     /// Whether a request of this scope is answered by closing the connection.
@@ -179,6 +245,30 @@ impl Behavior {
                 "job_error" => next.job_error = if null { start.job_error.clone() } else { Some(text()?) },
                 "error_echoes_key" => next.error_echoes_key = if null { start.error_echoes_key } else { flag()? },
                 "openai_url_answers" => next.openai_url_answers = if null { start.openai_url_answers } else { flag()? },
+                "retry_after_ms" => next.retry_after_ms = if null { start.retry_after_ms } else { Some(num()?) },
+                "retry_after_form" => {
+                    next.retry_after_form = if null { start.retry_after_form.clone() } else { text()? }
+                }
+                "ratelimit_headers" => next.ratelimit_headers = if null { start.ratelimit_headers } else { flag()? },
+                "rate_limit_times" => next.rate_limit_times = if null { start.rate_limit_times } else { Some(num()?) },
+                "rate_limit_meta" => next.rate_limit_meta = if null { start.rate_limit_meta } else { flag()? },
+                "out_of_credit" => next.out_of_credit = if null { start.out_of_credit } else { flag()? },
+                "result_fetch_failures" => {
+                    next.result_fetch_failures = if null { start.result_fetch_failures } else { num()? }
+                }
+                "result_fetch_status" => {
+                    next.result_fetch_status = if null { start.result_fetch_status } else { status()? }
+                }
+                "fal_result_not_retryable" => {
+                    next.fal_result_not_retryable = if null { start.fal_result_not_retryable } else { flag()? }
+                }
+                "job_canceled" => next.job_canceled = if null { start.job_canceled } else { flag()? },
+                "ratelimit_exhausted_ms" => {
+                    next.ratelimit_exhausted_ms = if null { start.ratelimit_exhausted_ms } else { Some(num()?) }
+                }
+                "job_failure_logs" => {
+                    next.job_failure_logs = if null { start.job_failure_logs.clone() } else { Some(text()?) }
+                }
                 other => return Err(format!("unknown field `{other}`")),
             }
         }

@@ -90,6 +90,23 @@ fn count_images(input: &Value) -> usize {
     })
 }
 
+/// fal's validation answer (FastAPI's shape: 422 with `detail` a list of `{loc, msg, type}`)
+/// for an input out of its documented range; `num_inference_steps` takes 1 to 50 on the
+/// FLUX models. Not charged.
+fn validation_error(input: &Value) -> Option<Answer> {
+    let steps = input.get("num_inference_steps")?;
+    if steps.as_u64().is_some_and(|n| (1..=50).contains(&n)) {
+        return None;
+    }
+    let detail = json!([{
+        "loc": ["body", "num_inference_steps"],
+        "msg": "Input should be less than or equal to 50 and greater than or equal to 1",
+        "type": "value_error",
+        "input": steps,
+    }]);
+    Some(Answer::ok(json!({"detail": detail})).with_status(StatusCode::UNPROCESSABLE_ENTITY))
+}
+
 /// `POST /fal/{app}`: queue a request (charged).
 pub(super) async fn submit(
     State(mock): State<Arc<Mock>>,
@@ -110,6 +127,9 @@ pub(super) async fn submit(
         req,
         Box::new(move |jobs, b, base| {
             let Some(p) = prompt else { return missing_prompt() };
+            if let Some(invalid) = validation_error(&input) {
+                return invalid;
+            }
             let stored = match input {
                 Value::Object(mut o) => {
                     // Keep references as a count, not their (large) bytes.
@@ -172,7 +192,7 @@ pub(super) async fn get(
     serve(
         mock,
         req,
-        Box::new(move |jobs, _, base| {
+        Box::new(move |jobs, b, base| {
             let found = jobs.by_id.get(&id).filter(|j| j.api == Api::FalQueue && app_prefix(&j.model) == Some(prefix.clone()));
             let Some(job) = found else {
                 return Answer::ok(json!({"detail": "Request not found"})).with_status(StatusCode::NOT_FOUND);
@@ -189,6 +209,12 @@ pub(super) async fn get(
                 Phase::Done => match &job.error {
                     Some(e) => Answer::ok(json!({"detail": e, "error_type": "internal_error"}))
                         .with_status(StatusCode::INTERNAL_SERVER_ERROR),
+                    None if b.fal_result_not_retryable => {
+                        let mut a = Answer::ok(json!({"detail": "Internal server error", "error_type": "internal_server_error"}))
+                            .with_status(StatusCode::INTERNAL_SERVER_ERROR);
+                        a.headers.push(("x-fal-retryable", "false".into()));
+                        a
+                    }
                     None if job.expired() => {
                         Answer::ok(json!({"detail": "Request result expired"})).with_status(StatusCode::NOT_FOUND)
                     }

@@ -141,6 +141,18 @@ impl MockArgs {
             job_error: self.job_error.clone(),
             error_echoes_key: false,
             openai_url_answers: self.openai_url_answers,
+            retry_after_ms: d.retry_after_ms,
+            retry_after_form: d.retry_after_form,
+            ratelimit_headers: d.ratelimit_headers,
+            rate_limit_times: d.rate_limit_times,
+            rate_limit_meta: d.rate_limit_meta,
+            out_of_credit: d.out_of_credit,
+            result_fetch_failures: d.result_fetch_failures,
+            result_fetch_status: d.result_fetch_status,
+            fal_result_not_retryable: d.fal_result_not_retryable,
+            job_canceled: d.job_canceled,
+            job_failure_logs: d.job_failure_logs,
+            ratelimit_exhausted_ms: d.ratelimit_exhausted_ms,
         }
     }
 }
@@ -319,6 +331,8 @@ struct Job {
     error: Option<String>,
     /// When a cancel arrived before the job finished.
     canceled: Option<Duration>,
+    /// Replicate: the job fails with `error: null` and these logs (`job_failure_logs`).
+    failure_logs: Option<String>,
 }
 
 impl Job {
@@ -342,7 +356,7 @@ impl Job {
 
     /// Succeeded, and its result still downloadable.
     fn has_result(&self) -> bool {
-        self.finished() && self.error.is_none() && !self.expired()
+        self.finished() && self.error.is_none() && self.failure_logs.is_none() && !self.expired()
     }
 
     fn expired(&self) -> bool {
@@ -373,17 +387,26 @@ struct Answer {
     status: StatusCode,
     body: Value,
     retry_after: Option<u64>,
+    /// Further headers (rate-limit headers, another form of `Retry-After`, `X-Fal-Retryable`).
+    headers: Vec<(&'static str, String)>,
     charged: bool,
     job_id: Option<String>,
 }
 
 impl Answer {
     fn ok(body: Value) -> Self {
-        Answer { status: StatusCode::OK, body, retry_after: None, charged: false, job_id: None }
+        Answer { status: StatusCode::OK, body, retry_after: None, headers: Vec::new(), charged: false, job_id: None }
     }
 
     fn charged(body: Value, job_id: String) -> Self {
-        Answer { status: StatusCode::OK, body, retry_after: None, charged: true, job_id: Some(job_id) }
+        Answer {
+            status: StatusCode::OK,
+            body,
+            retry_after: None,
+            headers: Vec::new(),
+            charged: true,
+            job_id: Some(job_id),
+        }
     }
 
     fn error(status: StatusCode, message: &str, code: &str) -> Self {
@@ -399,6 +422,11 @@ impl Answer {
         let mut resp = (self.status, axum::Json(self.body)).into_response();
         if let Some(s) = self.retry_after {
             resp.headers_mut().insert(axum::http::header::RETRY_AFTER, s.into());
+        }
+        for (name, value) in self.headers {
+            if let Ok(v) = axum::http::HeaderValue::from_str(&value) {
+                resp.headers_mut().insert(name, v);
+            }
         }
         resp
     }

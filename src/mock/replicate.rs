@@ -32,7 +32,7 @@ fn prediction(job: &Job, base: &str) -> Value {
         Phase::Queued => "starting",
         Phase::Running => "processing",
         Phase::Canceled => "canceled",
-        Phase::Done if job.error.is_some() => "failed",
+        Phase::Done if job.error.is_some() || job.failure_logs.is_some() => "failed",
         Phase::Done => "succeeded",
     };
     let removed = phase == Phase::Done && job.expired();
@@ -47,7 +47,11 @@ fn prediction(job: &Job, base: &str) -> Value {
         "model": job.model,
         "version": job.version.clone().unwrap_or_else(|| "hidden".into()),
         "input": if removed { json!({}) } else { job.input.clone() },
-        "logs": if removed || phase == Phase::Queued { "" } else { "Using seed: 42\n" },
+        "logs": match (&job.failure_logs, removed || phase == Phase::Queued) {
+            (_, true) => String::new(),
+            (Some(logs), false) if status == "failed" => format!("Using seed: 42\n{logs}"),
+            _ => "Using seed: 42\n".to_string(),
+        },
         "output": output,
         "data_removed": removed,
         "error": if status == "failed" { job.error.clone().map(Value::String).unwrap_or(Value::Null) } else { Value::Null },

@@ -101,6 +101,13 @@ fn decide(mock: &Mock, req: &ApiRequest, b: &Behavior, work: Work) -> Answer {
         return Answer::error(StatusCode::UNAUTHORIZED, "missing Authorization header", "invalid_api_key");
     };
     let create = req.scope == Scope::Create;
+    if req.scope == Scope::Meta
+        && b.rate_limit_meta
+        && let Some(wait_ms) = b.rate_limit_wait_ms()
+        && take_rate_limit(mock)
+    {
+        return rate_limited(wait_ms, b);
+    }
     if create {
         if let Some(s) = b.reject_status {
             let status = StatusCode::from_u16(s).unwrap_or(StatusCode::BAD_REQUEST);
@@ -111,10 +118,13 @@ fn decide(mock: &Mock, req: &ApiRequest, b: &Behavior, work: Work) -> Answer {
             };
             return Answer::error(status, &message, "rejected");
         }
-        if let Some(after) = b.retry_after_s {
-            let mut a = Answer::error(StatusCode::TOO_MANY_REQUESTS, "rate limited by the mock", "rate_limit_exceeded");
-            a.retry_after = Some(after);
-            return a;
+        if b.out_of_credit {
+            return out_of_credit(req.api);
+        }
+        if let Some(wait_ms) = b.rate_limit_wait_ms().filter(|_| !b.rate_limit_meta)
+            && take_rate_limit(mock)
+        {
+            return rate_limited(wait_ms, b);
         }
         if let Some(s) = b.fail_status {
             let status = StatusCode::from_u16(s).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -127,11 +137,85 @@ fn decide(mock: &Mock, req: &ApiRequest, b: &Behavior, work: Work) -> Answer {
     if let Some(original) = replay_key.as_ref().and_then(|key| jobs.replays.get(key)) {
         return Answer { charged: false, ..original.clone() };
     }
-    let answer = work(&mut jobs, b, &req.base);
+    let mut answer = work(&mut jobs, b, &req.base);
+    if let Some(ms) = b.ratelimit_exhausted_ms.filter(|_| create && answer.charged) {
+        answer.headers.push(("x-ratelimit-limit-requests", "60".into()));
+        answer.headers.push(("x-ratelimit-remaining-requests", "0".into()));
+        answer.headers.push(("x-ratelimit-reset-requests", format!("{}s", ms as f64 / 1000.0)));
+    }
     if let Some(key) = replay_key.filter(|_| answer.charged) {
         jobs.replays.insert(key, answer.clone());
     }
     answer
+}
+
+/// Whether this create is still rate limited (`rate_limit_times` counts down; `None` is
+/// every create).
+fn take_rate_limit(mock: &Mock) -> bool {
+    let mut b = lock(&mock.behavior);
+    match b.rate_limit_times {
+        None => true,
+        Some(0) => false,
+        Some(n) => {
+            b.rate_limit_times = Some(n - 1);
+            true
+        }
+    }
+}
+
+/// A 429 "not now" with the wait written in the configured form (see
+/// `Behavior::retry_after_form`), and OpenAI's rate-limit headers when asked for.
+fn rate_limited(wait_ms: u64, b: &Behavior) -> Answer {
+    let mut a = Answer::error(StatusCode::TOO_MANY_REQUESTS, "rate limited by the mock", "rate_limit_exceeded");
+    let secs = wait_ms as f64 / 1000.0;
+    match b.retry_after_form.as_str() {
+        "fractional" => a.headers.push(("retry-after", format!("{secs}"))),
+        "http_date" => {
+            // An HTTP date has whole seconds: the next whole second after the wait.
+            let at = SystemTime::now() + Duration::from_millis(wait_ms) + Duration::from_secs(1);
+            a.headers.push(("retry-after", http_date(at)));
+        }
+        "retry_after_ms" => a.headers.push(("retry-after-ms", wait_ms.to_string())),
+        "reset" => {}
+        _ => a.retry_after = Some(wait_ms.div_ceil(1000)),
+    }
+    if b.ratelimit_headers || b.retry_after_form == "reset" {
+        a.headers.push(("x-ratelimit-limit-requests", "60".into()));
+        a.headers.push(("x-ratelimit-remaining-requests", "0".into()));
+        a.headers.push(("x-ratelimit-reset-requests", format!("{secs}s")));
+    }
+    a
+}
+
+/// `t` as an HTTP date (`Sun, 06 Nov 1994 08:49:37 GMT`).
+pub(super) fn http_date(t: SystemTime) -> String {
+    let secs = t.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let stamp = humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_secs(secs)).to_string();
+    // 1970-01-01 was a Thursday.
+    let day = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"][((secs / 86_400) % 7) as usize];
+    const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+    let (date, time) = stamp.trim_end_matches('Z').split_once('T').unwrap_or(("1970-01-01", "00:00:00"));
+    let mut parts = date.split('-');
+    let (y, m, d) = (parts.next().unwrap_or("1970"), parts.next().unwrap_or("01"), parts.next().unwrap_or("01"));
+    let month = m.parse::<usize>().ok().and_then(|m| MONTHS.get(m.wrapping_sub(1))).unwrap_or(&"Jan");
+    format!("{day}, {d} {month} {y} {time} GMT")
+}
+
+/// An account out of credit, as each API documents it (not charged).
+fn out_of_credit(api: Api) -> Answer {
+    match api {
+        Api::OpenaiImages => Answer::ok(serde_json::json!({"error": {
+            "message": "You exceeded your current quota, please check your plan and billing details.",
+            "type": "insufficient_quota", "param": null, "code": "insufficient_quota"}}))
+        .with_status(StatusCode::TOO_MANY_REQUESTS),
+        Api::FalQueue => Answer::ok(serde_json::json!({
+            "detail": "User is locked. Reason: Exhausted balance. Top up your balance at fal.ai/dashboard/billing."}))
+        .with_status(StatusCode::FORBIDDEN),
+        // Replicate (and, by default, any other style): 402 Payment Required.
+        _ => Answer::ok(serde_json::json!({"title": "Insufficient credit", "status": 402,
+            "detail": "You have insufficient credit to run this model. Go to https://replicate.com/account/billing to purchase credit."}))
+        .with_status(StatusCode::PAYMENT_REQUIRED),
+    }
 }
 
 /// What a new charged generation is.
@@ -159,7 +243,9 @@ pub(super) fn new_job(jobs: &mut Jobs, new: NewJob<'_>, b: &Behavior) -> String 
         duration: if asynchronous { Duration::from_millis(b.job_duration_ms) } else { Duration::ZERO },
         ttl: Duration::from_secs(b.result_ttl_s),
         error: b.job_error.clone().filter(|_| asynchronous),
-        canceled: None,
+        // Canceled at the provider halfway (`job_canceled`): from the start, it reads canceled.
+        canceled: (asynchronous && b.job_canceled).then(|| Duration::from_millis(b.job_duration_ms) / 2),
+        failure_logs: b.job_failure_logs.clone().filter(|_| asynchronous),
     };
     jobs.by_id.insert(id.clone(), job);
     jobs.order.push(id.clone());
@@ -179,9 +265,20 @@ pub(super) fn rfc3339(t: SystemTime) -> String {
 }
 
 /// `GET /files/{id}.png`: 404 until the job finishes (or when it failed), 410 once its
-/// result expired.
+/// result expired; the next `result_fetch_failures` downloads answer `result_fetch_status`.
 pub(super) async fn download(State(mock): State<Arc<Mock>>, Path(file): Path<String>) -> Response {
     let id = file.strip_suffix(".png").unwrap_or(&file);
+    let blip = {
+        let mut b = lock(&mock.behavior);
+        (b.result_fetch_failures > 0).then(|| {
+            b.result_fetch_failures -= 1;
+            b.result_fetch_status
+        })
+    };
+    if let Some(status) = blip {
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::NOT_FOUND);
+        return error(status, "the file host could not serve this file right now", "blip");
+    }
     let prompt = {
         let jobs = lock(&mock.jobs);
         match jobs.by_id.get(id) {
@@ -193,4 +290,19 @@ pub(super) async fn download(State(mock): State<Arc<Mock>>, Path(file): Path<Str
         }
     };
     ([(header::CONTENT_TYPE, "image/png")], placeholder_png(&prompt, IMAGE_SIZE)).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The mock's HTTP dates are what RFC 9110 senders write, and read back to the second.
+    #[test]
+    fn http_dates_round_trip() {
+        let t = humantime::parse_rfc3339("2026-10-21T07:28:00Z").unwrap();
+        assert_eq!(http_date(t), "Wed, 21 Oct 2026 07:28:00 GMT");
+        let now = SystemTime::now();
+        let back = crate::providers::http::client::parse_http_date(&http_date(now)).unwrap();
+        assert!(now.duration_since(back).unwrap() < Duration::from_secs(1));
+    }
 }

@@ -57,6 +57,11 @@ pub struct CallRequest {
     /// When the execution first recorded `calling` (ms since the epoch): a job found by
     /// listing must have been created after this moment.
     pub calling_at_ms: i64,
+    /// When the engine stops waiting for this call (ms since the epoch: `calling_at_ms` plus
+    /// the recovery deadline). An adapter that downloads a paid result inside `submit` (a
+    /// synchronous answer with a URL) may retry it until then, within the provider's
+    /// retention; polled jobs are retried by the engine's poll loop instead.
+    pub deadline_ms: i64,
 }
 
 /// A job an asynchronous provider accepted: its id and, where the provider returned them,
@@ -92,9 +97,21 @@ pub enum JobState {
     /// Queued or rendering at the provider.
     Running,
     Done(Image),
-    /// The provider says the job failed (a definite answer).
+    /// The provider says the job failed (a definite answer). Whether it billed the job is its
+    /// rule, which tally cannot see (possibly charged).
     Failed(String),
-    /// The job finished but its output is no longer downloadable.
+    /// The provider says the job failed, and documents that such a failure is not billed
+    /// (fal: a request that ends in a server error). Not charged.
+    FailedNotCharged(String),
+    /// The job was canceled at the provider (not by tally) before it finished. Providers that
+    /// bill by run time (Replicate) bill the time it ran: possibly charged.
+    Canceled(String),
+    /// The job finished (and was probably charged) but its result could not be fetched yet
+    /// (its file host answered 404 or 5xx, the connection failed), while the provider's
+    /// documented retention has not passed: poll again later. Never "expired".
+    ResultUnavailable(String),
+    /// The job finished but its output is no longer kept: the provider's documented retention
+    /// passed, or the provider says it removed the data (Replicate's `data_removed`).
     Expired,
 }
 
@@ -109,7 +126,11 @@ pub enum CallError {
     /// `config` marks refusals caused by tally's own configuration (401/403).
     #[error("rejected: {message}")]
     Rejected { message: String, config: bool },
-    /// The provider said "not now" (429, 503 with Retry-After): retry after the hint.
+    /// The provider said "not now" (429 rate limit, 503 with Retry-After, 408, 409): it did not
+    /// take the request, so the engine waits `after` (the whole wait the answer's headers ask
+    /// for, see `http::client::not_now_wait`) and sends again with the same idempotency key,
+    /// without counting an attempt. An account out of credit is never this (it is
+    /// `Rejected { config: true }`).
     #[error("provider asked to retry after {after:?}: {message}")]
     RetryAfter { after: Duration, message: String },
     /// Sent, but the outcome cannot be proven (timeout after connecting, reset mid-answer,
@@ -136,6 +157,14 @@ pub trait Provider: Send + Sync + 'static {
     /// How long to wait between polls of an accepted job.
     fn poll_interval(&self) -> Duration {
         Duration::from_millis(1000)
+    }
+
+    /// How long the provider's rate-limit headers on its latest answers asked that nothing new
+    /// be sent (a used-up quota until its reset); `None` when a quota remains or the adapter
+    /// does not read them. HTTP adapters return `HttpClient::rate_limit_hold`. The engine
+    /// reads it after each call and holds the provider's dispatch until then.
+    fn rate_limit_hold(&self) -> Option<Duration> {
+        None
     }
 
     /// Whether a create whose answer was lost can be searched for (a listing of recent jobs).
@@ -211,6 +240,10 @@ impl Provider for WithBillingNote {
 
     fn finds_lost_creates(&self) -> bool {
         self.inner.finds_lost_creates()
+    }
+
+    fn rate_limit_hold(&self) -> Option<Duration> {
+        self.inner.rate_limit_hold()
     }
 
     fn preflight<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<(), CallError>> {

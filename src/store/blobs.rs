@@ -192,6 +192,24 @@ impl BlobReader {
         &self.meta
     }
 
+    /// The rest of the image, whole, checked against its recorded size and sha256
+    /// ([`StoreError::Damaged`] otherwise). For images small enough to hold in memory: a
+    /// download checks these before its first byte (`api::images`).
+    pub fn read_all(&mut self) -> Result<Vec<u8>, StoreError> {
+        let mut out = Vec::with_capacity((self.meta.bytes.max(0) as usize).saturating_sub(self.pos));
+        while let Some(chunk) = self.next_chunk(CHUNK)? {
+            out.extend_from_slice(&chunk);
+        }
+        Ok(out)
+    }
+
+    /// Read the rest of the image without keeping it, only to check it against its recorded
+    /// size and sha256 (the set zip does this before it names an image in the zip).
+    pub fn verify_rest(&mut self) -> Result<(), StoreError> {
+        while self.next_chunk(CHUNK)?.is_some() {}
+        Ok(())
+    }
+
     /// The next chunk (at most `max` bytes, capped at [`CHUNK`]); `None` at the end.
     pub fn next_chunk(&mut self, max: usize) -> Result<Option<Vec<u8>>, StoreError> {
         let left = (self.meta.bytes.max(0) as usize).saturating_sub(self.pos);
@@ -216,15 +234,15 @@ impl BlobReader {
         }
         .ok_or_else(|| StoreError::Invalid(format!("image {id} is no longer stored")))?;
         if n == 0 && pos < self.meta.bytes as usize {
-            return Err(StoreError::Fatal(format!("image {id} is shorter than its recorded size")));
+            return Err(StoreError::Damaged {
+                id,
+                why: format!("it is shorter ({pos} bytes) than its recorded size ({} bytes)", self.meta.bytes),
+            });
         }
         self.hasher.update(&buf[..n]);
         self.pos += n;
         if self.pos >= self.meta.bytes.max(0) as usize && hex(&self.hasher.clone().finalize()) != self.meta.sha256 {
-            return Err(StoreError::Fatal(format!(
-                "stored image {id} does not match its recorded sha256 (the database is damaged; `tally check` lists \
-                 what is affected)"
-            )));
+            return Err(StoreError::Damaged { id, why: "its bytes do not match their recorded sha256".into() });
         }
         Ok(n)
     }
@@ -394,7 +412,8 @@ mod tests {
             .await
             .expect("damage");
         let err = store.read_image_bytes(up.id.clone()).await.expect_err("a damaged image is not read whole");
-        assert!(err.to_string().contains("does not match its recorded sha256"), "{err}");
+        assert!(matches!(err, StoreError::Damaged { .. }), "{err}");
+        assert!(err.to_string().contains("do not match their recorded sha256"), "{err}");
         let mut r = store.open_blob(&up.id).expect("open").expect("stored");
         let mut got = 0;
         loop {

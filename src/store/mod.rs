@@ -60,7 +60,7 @@ pub use read::*;
 pub use seam::Store;
 pub use sets::*;
 pub use startup::{UsedEvidence, open_for_serve};
-pub use whole::{BackupReport, CheckDepth, CheckReport, backup, check, check_with, restore};
+pub use whole::{BackupReport, CheckDepth, CheckReport, RestoreReport, backup, check, check_with, kept_name, restore};
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};

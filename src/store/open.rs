@@ -158,10 +158,20 @@ pub enum StoreError {
     Fenced,
     #[error("the store is closed")]
     Closed,
+    /// PostgreSQL: this node cannot reach the database now (it fenced itself); the
+    /// operation was not run, or, if it was already running, may still commit once the
+    /// network heals. Try again (another node may answer meanwhile).
+    #[error("this node cannot reach its PostgreSQL database now ({0}); try again")]
+    Unreachable(String),
     /// The database must not be opened for serving: empty where the data directory shows it
     /// was used, read-only, or failing its check. `reason` says what to do.
     #[error("{path}: {reason}")]
     Unusable { path: PathBuf, reason: String },
+    /// A stored image's bytes do not match their recorded size or sha256 (a damaged page, a
+    /// bad disk, an edit by hand). Not a passing problem: reading it again gives the same
+    /// bytes. The API answers it as `image_damaged`; `tally check` lists every such image.
+    #[error("stored image {id} is damaged: {why}; `tally check` lists every damaged image")]
+    Damaged { id: String, why: String },
     #[error("{0}")]
     Fatal(String),
 }
@@ -196,7 +206,10 @@ impl StoreError {
         use rusqlite::ErrorCode::*;
         match self {
             StoreError::Closed => Severity::Closed,
+            // Retrying will not help; the one service that reads images (a worker sending
+            // reference photos) turns it into the task's error, not into a stop.
             StoreError::Fatal(_)
+            | StoreError::Damaged { .. }
             | StoreError::NotTally { .. }
             | StoreError::TooNew { .. }
             | StoreError::Pragma { .. }

@@ -1,6 +1,8 @@
 //! The whole-file operations that work on a path rather than through the writer: `tally check`
 //! (integrity, invariants, every image against its sha256), `tally backup` (one
-//! self-contained copy, safe under load) and `tally restore`.
+//! self-contained copy, safe under load; one per destination at a time, and no temporary file
+//! left on any failure) and `tally restore` (which keeps every database it replaces under a
+//! name of its own).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -179,11 +181,19 @@ pub struct BackupReport {
 /// beside `dest`, is checked ([`check`]: every image against its sha256), fsynced, and only
 /// then renamed into place (and the directory fsynced), so `dest` is always either the old
 /// file or a complete, checked copy.
+///
+/// One backup to a destination at a time: an exclusive lock on `.<name>.backup-lock` beside
+/// `dest` (held for the whole backup, removed after) refuses a second one at once with
+/// "another backup to DEST is running". The temporary name is unique to the run
+/// (`.<name>.partial-<pid>-<random>`), and on every failure it is removed together with the
+/// `-journal`, `-wal` and `-shm` SQLite may have made beside it; temporary files a killed
+/// earlier backup left are removed under the lock (no other backup can be using them).
 pub fn backup(src: &Path, dest: &Path) -> Result<BackupReport, StoreError> {
+    let _lock = BackupLock::take(dest)?;
+    remove_stale_partials(dest);
     let from = Connection::open_with_flags(src, OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(|e| not_tally(src, e))?;
     from.busy_timeout(Duration::from_secs(5))?;
     let tmp = partial_name(dest);
-    let _ = std::fs::remove_file(&tmp);
     let tmp_text =
         tmp.to_str().ok_or_else(|| StoreError::Invalid(format!("{} is not a UTF-8 path", tmp.display())))?.to_string();
     let copied = (|| -> Result<BackupReport, StoreError> {
@@ -207,27 +217,37 @@ pub fn backup(src: &Path, dest: &Path) -> Result<BackupReport, StoreError> {
         let file = std::fs::File::open(&tmp).map_err(|e| io_fatal("cannot reopen the copy", e))?;
         file.sync_all().map_err(|e| io_fatal("cannot fsync the copy", e))?;
         let bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
+        crate::failpoint::pause("backup-before-rename");
+        std::fs::rename(&tmp, dest).map_err(|e| io_fatal("cannot rename the copy into place", e))?;
         Ok(BackupReport { bytes, check })
     })();
-    let report = match copied {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e);
-        }
-    };
-    std::fs::rename(&tmp, dest).map_err(|e| io_fatal("cannot rename the copy into place", e))?;
+    drop(from);
+    // Whatever happened, nothing of this run's temporary copy stays (after a rename `tmp`
+    // is gone, and SQLite's files beside it are stray either way).
+    remove_with_sqlite_files(&tmp, copied.is_err());
+    let report = copied?;
     sync_dir_of(dest)?;
     Ok(report)
+}
+
+/// What a restore did.
+#[derive(Debug, Clone)]
+pub struct RestoreReport {
+    /// The check of the restored copy.
+    pub check: CheckReport,
+    /// Where the database it replaced was kept (`None`: there was none).
+    pub kept: Option<PathBuf>,
 }
 
 /// Put the database file `src` (a backup) in place as `db`, whose daemon is stopped (the
 /// caller holds the data directory's lock). `src` is checked first ([`check`]); the copy is
 /// made with `VACUUM INTO` (so a `-wal` beside `src` is included, and the result is one
-/// file), fsynced under a temporary name; then a database already at `db` is kept as
-/// `<db>.before-restore`, the stale `-wal` and `-shm` of `db` are removed (SQLite would
+/// file), fsynced under a temporary name; then a database already at `db` is made
+/// self-contained (its WAL checkpointed into it) and kept as
+/// `<db>.before-restore-<UTC time>` ([`kept_name`]: never an existing name, so every restore
+/// keeps what it replaced), the stale `-wal` and `-shm` of `db` are removed (SQLite would
 /// otherwise apply an old WAL to the new file), and the copy is renamed into place.
-pub fn restore(src: &Path, db: &Path) -> Result<CheckReport, StoreError> {
+pub fn restore(src: &Path, db: &Path) -> Result<RestoreReport, StoreError> {
     let report = check(src)?;
     let problems: Vec<&String> = report.problems.iter().chain(&report.unmoved).collect();
     if let Some(first) = problems.first() {
@@ -237,8 +257,8 @@ pub fn restore(src: &Path, db: &Path) -> Result<CheckReport, StoreError> {
             problems.len()
         )));
     }
+    remove_stale_partials(db);
     let tmp = partial_name(db);
-    let _ = std::fs::remove_file(&tmp);
     let tmp_text =
         tmp.to_str().ok_or_else(|| StoreError::Invalid(format!("{} is not a UTF-8 path", tmp.display())))?.to_string();
     let made = (|| -> Result<(), StoreError> {
@@ -251,14 +271,38 @@ pub fn restore(src: &Path, db: &Path) -> Result<CheckReport, StoreError> {
         std::fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(|e| io_fatal("cannot fsync the copy", e))
     })();
     if let Err(e) = made {
-        let _ = std::fs::remove_file(&tmp);
+        remove_with_sqlite_files(&tmp, true);
         return Err(e);
     }
+    remove_with_sqlite_files(&tmp, false);
+    let mut kept = None;
     if db.exists() {
-        // Make the old database self-contained before keeping it.
-        let _ = checkpoint_truncate(db);
-        let kept = db.with_file_name(format!("{}.before-restore", file_name(db)));
-        std::fs::rename(db, &kept).map_err(|e| io_fatal("cannot keep the database being replaced", e))?;
+        let name = kept_name(db, crate::clock::Clock::now(&crate::clock::SystemClock));
+        // Make the old database self-contained before keeping it: its WAL (the newest work)
+        // goes into the file. When that cannot be done (the file is damaged, which may be why
+        // it is being replaced), its WAL is kept beside it under the matching name instead, so
+        // opening the kept file still sees that work.
+        let folded = checkpoint_truncate(db).is_ok();
+        if folded {
+            // And in rollback-journal mode, so opening the kept file (`tally check`, `sqlite3`)
+            // makes no -wal and -shm beside it; `tally serve` turns WAL on again if it is ever
+            // restored. Best effort: a kept file in WAL mode is just as complete.
+            let _ = Connection::open(db)
+                .and_then(|c| c.query_row("PRAGMA journal_mode = DELETE", [], |r| r.get::<_, String>(0)));
+        }
+        let keep = || -> std::io::Result<()> {
+            std::fs::rename(db, &name)?;
+            let wal = db.with_file_name(format!("{}-wal", file_name(db)));
+            if !folded && wal.exists() {
+                std::fs::rename(&wal, name.with_file_name(format!("{}-wal", file_name(&name))))?;
+            }
+            Ok(())
+        };
+        if let Err(e) = keep() {
+            remove_with_sqlite_files(&tmp, true);
+            return Err(io_fatal("cannot keep the database being replaced", e));
+        }
+        kept = Some(name);
     }
     for suffix in ["-wal", "-shm"] {
         let stale = db.with_file_name(format!("{}{suffix}", file_name(db)));
@@ -270,16 +314,133 @@ pub fn restore(src: &Path, db: &Path) -> Result<CheckReport, StoreError> {
     }
     std::fs::rename(&tmp, db).map_err(|e| io_fatal("cannot rename the restored database into place", e))?;
     sync_dir_of(db)?;
-    Ok(report)
+    Ok(RestoreReport { check: report, kept })
+}
+
+/// The name a restore keeps the replaced database `db` under:
+/// `<db>.before-restore-<YYYYMMDDTHHMMSSZ>` (UTC, so names sort by time), with `-2`, `-3`, …
+/// added when that name exists already. Only restores make these names, and a restore holds
+/// the data directory's lock, so the name found free is still free at the rename.
+pub fn kept_name(db: &Path, now: crate::domain::Millis) -> PathBuf {
+    let stamp = crate::clock::rfc3339(now.div_euclid(1000) * 1000);
+    // 2026-12-01T22:45:12.000Z → 20261201T224512Z
+    let stamp: String = stamp.split('.').next().unwrap_or(&stamp).chars().filter(|c| *c != '-' && *c != ':').collect();
+    let base = format!("{}.before-restore-{stamp}Z", file_name(db));
+    let mut name = db.with_file_name(&base);
+    let mut n = 2;
+    while name.symlink_metadata().is_ok() {
+        name = db.with_file_name(format!("{base}-{n}"));
+        n += 1;
+    }
+    name
+}
+
+/// An exclusive lock on one backup destination, held for the whole backup; the lock file is
+/// removed when it is dropped.
+struct BackupLock {
+    path: PathBuf,
+    file: std::fs::File,
+}
+
+impl BackupLock {
+    /// Take the lock of backups to `dest`, or fail at once naming the running one.
+    fn take(dest: &Path) -> Result<BackupLock, StoreError> {
+        use std::io::{Seek, Write};
+        let path = dest.with_file_name(format!(".{}.backup-lock", file_name(dest)));
+        loop {
+            let mut file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .map_err(|e| io_fatal(&format!("cannot open the backup lock {}", path.display()), e))?;
+            match file.try_lock() {
+                Ok(()) => {}
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    let holder = std::fs::read_to_string(&path).unwrap_or_default();
+                    let who = match holder.trim() {
+                        "" => String::new(),
+                        pid => format!(" (pid {pid})"),
+                    };
+                    return Err(StoreError::Invalid(format!(
+                        "another backup to {} is running{who}; wait for it to finish, or choose another destination",
+                        dest.display()
+                    )));
+                }
+                Err(std::fs::TryLockError::Error(e)) => {
+                    return Err(io_fatal(&format!("cannot lock {}", path.display()), e));
+                }
+            }
+            // The holder before us may have removed the file between our open and our lock:
+            // then we hold a lock on a file nobody else will find. Take the one at the path.
+            if !same_inode(&file, &path) {
+                continue;
+            }
+            let _ = file.set_len(0).and_then(|_| file.rewind()).and_then(|_| writeln!(file, "{}", std::process::id()));
+            return Ok(BackupLock { path, file });
+        }
+    }
+}
+
+impl Drop for BackupLock {
+    fn drop(&mut self) {
+        // Remove while still holding the lock (see the inode check in `take`).
+        let _ = std::fs::remove_file(&self.path);
+        let _ = self.file.unlock();
+    }
+}
+
+/// Whether the open `file` is the file at `path` now.
+fn same_inode(file: &std::fs::File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), std::fs::metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+/// Remove `path`'s SQLite companions (`-journal`, `-wal`, `-shm`), and `path` itself when
+/// `also_file` (best effort: this runs on the way out of a failure).
+fn remove_with_sqlite_files(path: &Path, also_file: bool) {
+    let name = file_name(path);
+    let mut doomed: Vec<PathBuf> =
+        ["-journal", "-wal", "-shm"].iter().map(|s| path.with_file_name(format!("{name}{s}"))).collect();
+    if also_file {
+        doomed.push(path.to_path_buf());
+    }
+    for p in doomed {
+        match std::fs::remove_file(&p) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!(file = %p.display(), error = %e, "could not remove a temporary file"),
+        }
+    }
+}
+
+/// Remove the temporary copies (and their SQLite files) an earlier, killed backup or restore
+/// to `dest` left beside it. Called only with that destination's lock held (a backup's own,
+/// or the data directory's for a restore), so none of them is in use.
+fn remove_stale_partials(dest: &Path) {
+    let prefix = format!(".{}.partial", file_name(dest));
+    let dir = dest.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        if e.file_name().to_str().is_some_and(|n| n.starts_with(&prefix)) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 fn file_name(p: &Path) -> String {
     p.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_else(|| "tally.db".into())
 }
 
-/// A temporary name beside `dest` (same directory, so the final rename is atomic).
+/// A temporary name beside `dest` (same directory, so the final rename is atomic), unique to
+/// this run: `.<name>.partial-<pid>-<random>`.
 fn partial_name(dest: &Path) -> PathBuf {
-    dest.with_file_name(format!(".{}.partial", file_name(dest)))
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    dest.with_file_name(format!(".{}.partial-{}-{}", file_name(dest), std::process::id(), &random[..8]))
 }
 
 fn io_fatal(what: &str, e: std::io::Error) -> StoreError {

@@ -15,7 +15,7 @@ pub mod stream;
 
 use axum::Router;
 use axum::extract::{Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Json};
@@ -137,10 +137,18 @@ struct LoginQuery {
 
 /// `GET /login?code=…`: consume the one-time code, start a session, and send the browser to
 /// `/` with the session cookie; a plain 403 page for an unknown, used or expired code.
+///
+/// Only a GET consumes the code. axum answers HEAD with the GET handler, and link previews
+/// (chat apps, mail scanners) send HEAD to a link before anyone opens it: a HEAD (or any other
+/// method that reaches here) gets a plain 200 page with no cookie and leaves the code unused.
 async fn login(
+    method: Method,
     State(state): State<AppState>,
     query: Result<Query<LoginQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
+    if method != Method::GET {
+        return html(StatusCode::OK, sign_in_link_page());
+    }
     let code = query.ok().and_then(|Query(q)| q.code).unwrap_or_default();
     let redeemed = if code.is_empty() { Ok(None) } else { state.sessions().redeem(&code).await };
     let session = match redeemed {
@@ -175,6 +183,14 @@ pub fn session_cookie_header(id: &str, secure: bool) -> String {
     let secure = if secure { "; Secure" } else { "" };
     let max_age = sessions::IDLE_LIFETIME.as_secs();
     format!("{SESSION_COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={max_age}{secure}")
+}
+
+/// What a HEAD of the sign-in link gets (the body is never sent for HEAD; for any other
+/// method it says what to do).
+fn sign_in_link_page() -> String {
+    "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Sign in · tally</title></head>\
+     <body><main><h1>Open this sign-in link in a browser to sign in</h1></main></body></html>\n"
+        .to_string()
 }
 
 fn forbidden_page() -> String {

@@ -351,6 +351,11 @@ impl Mock {
         .expect("mock answers");
         assert!(r.status < 300, "mock refused behaviour: {}", String::from_utf8_lossy(&r.body));
     }
+
+    /// The mock's behaviour now (`GET /_mock/behavior`: knobs that count down show what is left).
+    pub fn behavior(&self) -> serde_json::Value {
+        try_request(self.port, "GET", "/_mock/behavior", &[], None).expect("mock answers").json()
+    }
 }
 
 impl Drop for Mock {

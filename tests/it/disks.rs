@@ -92,7 +92,7 @@ fn an_empty_or_missing_database_started_as_a_new_shop() {
 /// `tally serve` from starting (four of sixteen such flips used to start and serve) — except a
 /// flip inside an image's bytes, which the start-up check does not hash (it would make every
 /// start as slow as hashing the whole shop): then the daemon may start, but that image must
-/// never be served whole (its download ends short), and every other image still is.
+/// never be served whole (a small one is answered `image_damaged`), and every other image still is.
 #[test]
 fn byte_flips_that_check_rejects_started_and_served() {
     let mut d = used_shop(6);
@@ -138,6 +138,12 @@ fn byte_flips_that_check_rejects_started_and_served() {
                                 && r.header("content-length").and_then(|v| v.parse().ok()) == Some(r.body.len())
                         });
                         assert!(!whole, "flip at byte {at}: damaged image {id} was served whole");
+                        // Small enough to be checked before the first byte: the error says so.
+                        let said = r.as_ref().map(|r| (r.status, String::from_utf8_lossy(&r.body).into_owned()));
+                        assert!(
+                            said.as_ref().is_some_and(|(st, b)| *st == 500 && b.contains("\"image_damaged\"")),
+                            "flip at byte {at}: damaged image {id}: {said:?}"
+                        );
                     }
                     if let Some(mut c) = d.child.take() {
                         let _ = c.kill();
@@ -304,4 +310,82 @@ fn disk_full_logged_errors_without_backing_off_lost_images_in_hand_and_sigterm_e
     assert!(status.success(), "clean stop after the restart: {status}\n{}", d.stderr());
     let check = Command::new(EXE).args(["check", "--config"]).arg(&d.config).output().expect("check");
     assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stdout));
+}
+
+/// Regression (issue 24, finding 4): `tally backup` onto a full disk left
+/// `.tally.db.partial-journal` (and could leave the partial copy) behind. A backup onto a small
+/// file system with less room than it needs fails at whatever step the room runs out (the
+/// copy, the journal-mode change, the fsync), and every time leaves nothing but what was there
+/// before; with room enough it succeeds and leaves only the checked copy.
+#[test]
+fn a_backup_onto_a_full_disk_leaves_no_stray_file() {
+    if !can_mount("the full-disk backup test") {
+        return;
+    }
+    let d = Daemon::start(FAST_DEMO);
+    for i in 0..12 {
+        assert!(d.cli(&["submit", &format!("kept {i}"), "--wait"]).status.success());
+    }
+    // And a few MB of reference photos, more than SQLite keeps in its page cache, so the copy
+    // spills pages while it is written.
+    let auth = format!("Bearer {}", d.token());
+    for i in 0..3u64 {
+        let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ i;
+        while png.len() < 2 << 20 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            png.extend_from_slice(&x.to_le_bytes());
+        }
+        let headers = [("Authorization", auth.as_str()), ("Content-Type", "image/png")];
+        let r = crate::common::request(d.port, "POST", "/v1/uploads", &headers, Some(&png));
+        assert!(r.status < 300, "upload: {}", String::from_utf8_lossy(&r.body));
+    }
+    // How large a copy is (measured on the ordinary disk).
+    let measure = TempDir::new();
+    let out = d.cli(&["backup", measure.path().join("tally.db").to_str().expect("utf-8")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let size = std::fs::metadata(measure.path().join("tally.db")).expect("copy").len() as usize;
+    let disk = TempDir::new();
+    let kb = (size * 3) / 1024 + 256;
+    run(Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={kb}k"), "tmpfs"]).arg(disk.path()));
+    let _m = Mounted(disk.path().to_path_buf());
+    let dest = disk.path().join("tally.db");
+    let (mut failed, mut succeeded) = (0, 0);
+    // Room for 0 % to 300 % of the copy, and page by page (tmpfs counts whole 4 KiB pages)
+    // around the copy's own size, where the copy fits and what SQLite writes next does not.
+    let mut rooms: Vec<(String, usize)> =
+        [0usize, 10, 50, 90, 130, 300].iter().map(|p| (format!("{p} %"), size * p / 100)).collect();
+    for k in -3i64..=8 {
+        rooms.push((format!("copy {k:+} pages"), (size as i64 + k * 4096).max(0) as usize));
+    }
+    for (pct, room) in rooms {
+        let _ = std::fs::remove_file(&dest);
+        let full = fill(disk.path());
+        let len = std::fs::metadata(&full).expect("filler").len() as usize;
+        let f = std::fs::OpenOptions::new().write(true).open(&full).expect("filler");
+        f.set_len(len.saturating_sub(room) as u64).expect("make room");
+        drop(f);
+        let out = d.cli(&["backup", dest.to_str().expect("utf-8")]);
+        let mut left: Vec<String> = std::fs::read_dir(disk.path())
+            .expect("dir")
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n != "filler")
+            .collect();
+        left.sort();
+        if out.status.success() {
+            succeeded += 1;
+            assert_eq!(left, ["tally.db"], "room {pct}: a successful backup left {left:?}");
+            let check = d.cli(&["check", dest.to_str().expect("utf-8")]);
+            assert!(check.status.success(), "room {pct}: {}", String::from_utf8_lossy(&check.stdout));
+        } else {
+            failed += 1;
+            let err = String::from_utf8_lossy(&out.stderr).to_string();
+            assert!(left.is_empty(), "room {pct}: a failed backup left {left:?}: {err}");
+            assert!(err.contains("backup failed"), "room {pct}: {err}");
+        }
+    }
+    eprintln!("backup onto a full disk: {failed} failed cleanly, {succeeded} succeeded (copy {size} bytes)");
+    assert!(failed >= 3 && succeeded >= 1, "{failed} failed, {succeeded} succeeded");
 }

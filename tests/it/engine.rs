@@ -241,7 +241,8 @@ async fn retry_after_is_honoured() {
     let id = h.submit("slow down").await;
     let t = h.settle(&id).await;
     assert!(started.elapsed() >= Duration::from_millis(300), "retried before the hint");
-    assert_eq!((t.status, t.attempts), (TaskStatus::Succeeded, 2));
+    // A "not now" is not an attempt (issue 25): the success is attempt 1.
+    assert_eq!((t.status, t.attempts), (TaskStatus::Succeeded, 1));
     assert_eq!(h.counts(), Counts { received: 2, charged: 1, polls: 0, finds: 0 });
     assert_eq!(count(&h.kinds(&id).await, "retry_scheduled"), 1);
 }
@@ -450,6 +451,7 @@ fn request(prompt: &str, key: &str) -> CallRequest {
         idempotency_key: key.into(),
         references: vec![],
         calling_at_ms: 0,
+        deadline_ms: 0,
     }
 }
 

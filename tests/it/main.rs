@@ -17,6 +17,7 @@ mod common;
 mod conformance;
 #[cfg(feature = "failpoints")]
 mod crash;
+mod damaged;
 mod disks;
 mod engine;
 mod fairness;
@@ -24,11 +25,13 @@ mod limits;
 mod money;
 mod onefile;
 mod openapi;
+mod pg_fence;
 mod pg_nodes;
 #[cfg(feature = "failpoints")]
 mod powerloss;
 mod providers_daemon;
 mod providers_fal;
+mod providers_fidelity;
 mod providers_hostile;
 mod providers_http;
 mod providers_replicate;

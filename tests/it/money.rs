@@ -107,12 +107,10 @@ fn each_outcome_has_the_charge_the_ledger_shows() {
     assert_eq!(t["status"], "failed", "{t}");
     w.assert_not_charged(&t, "none", "connection refused");
 
-    // Definite refusals: 400 and 401, and 429 until the attempts are used up.
-    for (status, behave) in [
-        ("400", serde_json::json!({"reject_status": 400})),
-        ("401", serde_json::json!({"reject_status": 401})),
-        ("429", serde_json::json!({"retry_after_s": 0})),
-    ] {
+    // Definite refusals: 400 and 401.
+    for (status, behave) in
+        [("400", serde_json::json!({"reject_status": 400})), ("401", serde_json::json!({"reject_status": 401}))]
+    {
         w.mock.behave(behave);
         let p = tag(&format!("refused {status}"));
         let t = w.run("oa", &p);
@@ -123,6 +121,16 @@ fn each_outcome_has_the_charge_the_ledger_shows() {
         assert!(sent >= 1 && charged == 0, "{status}: the ledger shows {sent} requests, {charged} charged");
         assert_eq!(t["charge"]["requests"], sent as i64, "{status}: one request per ledger line");
     }
+
+    // Two 429s ("not now"): refused, so not charged and not attempts; then the task goes
+    // through, charged once.
+    w.mock.behave(serde_json::json!({"retry_after_s": 0, "rate_limit_times": 2}));
+    let p = tag("refused 429");
+    let t = w.run("oa", &p);
+    w.mock.behave(serde_json::json!({"retry_after_s": null, "rate_limit_times": null}));
+    assert_eq!((t["status"].as_str(), t["attempts"].as_i64()), (Some("succeeded"), Some(1)), "{t}");
+    assert_eq!(t["charge"]["state"], "charged", "{t}");
+    assert_eq!(w.mock.count(&p), (3, 1), "two refused 429s, one charged success");
 
     // A lost answer: possibly charged (the ledger: charged once), worded as lost.
     w.mock.behave(serde_json::json!({"drop_response": true}));

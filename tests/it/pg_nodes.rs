@@ -15,12 +15,12 @@ use crate::common::{Daemon, Mock, OPENAI_MODEL, TempDir, free_port, submit, wait
 use crate::conformance::backend::pg_url;
 
 /// A fresh database on the test server; its URL.
-fn database(url: &str) -> String {
+pub(crate) fn database(url: &str) -> String {
     crate::common::pg_database(url)
 }
 
 /// Run one query on the database (off the async threads: these tests are synchronous).
-fn sql<T: Send + 'static>(url: &str, f: impl FnOnce(&mut postgres::Client) -> T + Send + 'static) -> T {
+pub(crate) fn sql<T: Send + 'static>(url: &str, f: impl FnOnce(&mut postgres::Client) -> T + Send + 'static) -> T {
     let url = url.to_string();
     std::thread::spawn(move || {
         let mut c = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
@@ -31,7 +31,7 @@ fn sql<T: Send + 'static>(url: &str, f: impl FnOnce(&mut postgres::Client) -> T 
 }
 
 /// A node: a daemon with `[storage] backend = "postgres"` and its own name and data dir.
-fn node(db: &str, name: &str, engine: &str, providers: &str) -> Daemon {
+pub(crate) fn node(db: &str, name: &str, engine: &str, providers: &str) -> Daemon {
     let dir = TempDir::new();
     let port = free_port();
     let data = dir.path().join("data");
@@ -48,7 +48,7 @@ fn node(db: &str, name: &str, engine: &str, providers: &str) -> Daemon {
     d
 }
 
-fn openai(mock: &Mock, max_concurrency: usize) -> String {
+pub(crate) fn openai(mock: &Mock, max_concurrency: usize) -> String {
     format!(
         "[[providers]]\nname = \"openai\"\nkind = \"openai_images\"\nbase_url = \"{}\"\nmodel = \"{OPENAI_MODEL}\"\n\
          api_key_env = \"TALLY_TEST_KEY\"\nmax_concurrency = {max_concurrency}\nrequest_timeout_ms = 5000\nconnect_timeout_ms = 1000\n",
@@ -64,7 +64,7 @@ fn replicate(mock: &Mock, max_concurrency: usize) -> String {
     )
 }
 
-fn status(d: &Daemon, id: &str) -> Option<String> {
+pub(crate) fn status(d: &Daemon, id: &str) -> Option<String> {
     let r = crate::common::try_request(
         d.port,
         "GET",
@@ -75,7 +75,7 @@ fn status(d: &Daemon, id: &str) -> Option<String> {
     r.json()["status"].as_str().map(str::to_string)
 }
 
-fn settled(s: &str) -> bool {
+pub(crate) fn settled(s: &str) -> bool {
     matches!(s, "succeeded" | "failed" | "canceled" | "unknown")
 }
 

@@ -96,11 +96,22 @@ async fn fal_reference_photos_need_a_named_input() {
     assert_eq!((line["reference_images"].as_u64(), line["charged"].as_bool()), (Some(1), Some(true)));
 }
 
+/// Issue 25, defect 1: a result that answers 404 is "expired" only once fal's documented
+/// media retention (at least 7 days from the accepted create) has passed; before that it is a
+/// blip to poll again (`ResultUnavailable`), never a paid image written off.
 #[tokio::test]
-async fn an_expired_fal_result_is_expired() {
+async fn a_missing_fal_result_is_expired_only_after_fals_retention() {
     let h = Harness::start_with(|a| a.result_ttl_s = 0).await;
     let p = h.provider(ProviderKind::FalQueue);
     let job = accepted(p.submit(&request("gone soon")).await.unwrap());
     let state = poll_until_settled(p.as_ref(), &job).await;
-    assert!(matches!(state, JobState::Expired), "{state:?}");
+    match &state {
+        JobState::ResultUnavailable(why) => assert!(why.contains("at least 7 days"), "{why}"),
+        other => panic!("a fresh result answering 404 is not expired: {other:?}"),
+    }
+    let mut old = job.clone();
+    let eight_days = 8 * 24 * 3600 * 1000;
+    old.data.as_mut().expect("handle")["accepted_at_ms"] = json!(tally::providers::http::client::now_ms() - eight_days);
+    let state = poll_until_settled(p.as_ref(), &old).await;
+    assert!(matches!(state, JobState::Expired), "past fal's retention: {state:?}");
 }

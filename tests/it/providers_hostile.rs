@@ -122,7 +122,12 @@ async fn a_download_after_the_create_answer_is_never_not_sent() {
     let (base, seen) =
         gateway(json!({"created": 1, "data": [{"url": format!("http://127.0.0.1:{dead}/image.png")}]})).await;
     let p = providers::build(&config(ProviderKind::OpenaiImages, &base, "gpt-image-2.5-flare")).expect("adapter");
-    let err = p.submit(&request("download fails")).await.unwrap_err();
+    // The download is retried (a blip is not final) until the engine's deadline for the call.
+    let req = tally::providers::CallRequest {
+        deadline_ms: crate::providers_http::now_ms() + 1500,
+        ..request("download fails")
+    };
+    let err = p.submit(&req).await.unwrap_err();
     assert!(matches!(err, CallError::Unusable(_)), "{err:?}");
     assert_eq!(seen.lock().unwrap().len(), 1, "one create, never sent again");
 }
@@ -154,7 +159,9 @@ fn a_paid_create_whose_image_cannot_be_downloaded_is_never_sent_again() {
         "[[providers]]\nname = \"gw\"\nkind = \"openai_images\"\nbase_url = \"{base}\"\napi_key_env = \"TALLY_TEST_KEY\"\n\
          model = \"gpt-image-2.5-flare\"\nconnect_timeout_ms = 500\n"
     );
-    let mut d = Daemon::configure_with("max_attempts = 3\nbackoff_base_ms = 50\nbackoff_max_ms = 100\n", &providers);
+    // The download is retried until the recovery deadline (a blip is not final): keep it short.
+    let engine = "max_attempts = 3\nbackoff_base_ms = 50\nbackoff_max_ms = 100\nrecovery_deadline_secs = 2\n";
+    let mut d = Daemon::configure_with(engine, &providers);
     d.env.push(("TALLY_TEST_KEY".into(), KEY_VALUE.into()));
     d.spawn();
     let (code, id) = crate::common::submit(&d, "gw", "unreachable image", "k-1").expect("submit");

@@ -114,6 +114,27 @@ fn sign_in_sets_a_strict_http_only_cookie_and_a_code_works_once() {
     sign_in(&d, &cli_url);
 }
 
+/// Regression (issue 24, finding 8): a link preview that sends `HEAD /login?code=…` burned the
+/// one-time sign-in link. HEAD (and any other method but GET) answers without consuming the
+/// code or starting a session; the GET after it still signs in, once.
+#[test]
+fn head_on_the_sign_in_link_does_not_consume_the_code() {
+    let d = Daemon::start(FAST_DEMO);
+    let url = new_sign_in_url(&d);
+    let path = path_of(&d, &url);
+    for _ in 0..2 {
+        let head = request(d.port, "HEAD", &path, &[], None);
+        assert_ne!(head.status, 303, "HEAD signed in");
+        assert!(head.header("set-cookie").is_none(), "HEAD started a session");
+    }
+    let post = request(d.port, "POST", &path, &[], None);
+    assert!(post.header("set-cookie").is_none(), "POST started a session: {}", post.status);
+    let first = request(d.port, "GET", &path, &[], None);
+    assert_eq!(first.status, 303, "the GET after a HEAD: {}", String::from_utf8_lossy(&first.body));
+    assert!(first.header("set-cookie").is_some_and(|c| c.starts_with("tally_session=")));
+    assert_eq!(request(d.port, "GET", &path, &[], None).status, 403, "the code still works only once");
+}
+
 #[test]
 fn the_cookie_needs_the_csrf_token_for_changes() {
     let d = Daemon::start(FAST_DEMO);

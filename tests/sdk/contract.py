@@ -56,6 +56,11 @@ def reset():
         "latency_ms", "fail_status", "reject_status", "retry_after_s", "drop_response", "drop_on",
         "job_duration_ms", "result_ttl_s", "honor_idempotency_key", "unknown_inputs", "retired_models",
         "job_error", "error_echoes_key", "openai_url_answers")})
+    # Issue 25's knobs (documented but less common answers).
+    behave(**{k: None for k in (
+        "retry_after_ms", "retry_after_form", "ratelimit_headers", "rate_limit_times", "out_of_credit",
+        "result_fetch_failures", "result_fetch_status", "fal_result_not_retryable", "job_canceled",
+        "job_failure_logs", "rate_limit_meta", "ratelimit_exhausted_ms")})
     behave(job_duration_ms=150)
 
 
@@ -366,6 +371,95 @@ def _():
     else:
         raise AssertionError("a failed request's result was served")
 
+
+
+# ---------------------------------------------------------------- issue 25: less common answers
+@check("openai: an account out of credit is a 429 RateLimitError with code insufficient_quota")
+def _():
+    reset()
+    behave(out_of_credit=True)
+    try:
+        oa.images.generate(model=MODEL, prompt="oa broke")
+    except openai.RateLimitError as e:
+        assert e.code == "insufficient_quota", e.code
+    else:
+        raise AssertionError("out of credit did not raise RateLimitError")
+    assert charged("oa broke") == 0
+
+
+@check("openai: 429s in each Retry-After form and with rate-limit headers parse as RateLimitError")
+def _():
+    for form in ("seconds", "fractional", "http_date", "retry_after_ms", "reset"):
+        reset()
+        behave(retry_after_ms=1500, retry_after_form=form, ratelimit_headers=True)
+        try:
+            oa.images.generate(model=MODEL, prompt="oa 429 " + form)
+        except openai.RateLimitError as e:
+            assert e.response.headers.get("x-ratelimit-remaining-requests") == "0", dict(e.response.headers)
+        else:
+            raise AssertionError(f"{form}: no RateLimitError")
+
+
+@check("replicate: out of credit is a 402 ReplicateError; canceled and silent failures parse")
+def _():
+    reset()
+    behave(out_of_credit=True)
+    try:
+        rc.models.predictions.create(model="black-forest-labs/flux-schnell", input={"prompt": "rep broke"})
+    except ReplicateError as e:
+        assert e.status == 402, e.status
+    else:
+        raise AssertionError("out of credit was accepted")
+    reset()
+    behave(job_canceled=True, job_duration_ms=400)
+    p = rc.models.predictions.create(model="black-forest-labs/flux-schnell", input={"prompt": "rep canceled"})
+    p.wait()
+    assert p.status == "canceled" and p.error is None, p
+    reset()
+    behave(job_duration_ms=0, job_failure_logs="CUDA error: out of memory")
+    p = rc.models.predictions.create(model="black-forest-labs/flux-schnell", input={"prompt": "rep silent"})
+    p.wait()
+    assert p.status == "failed" and p.error is None and "out of memory" in (p.logs or ""), p
+
+
+@check("files: the result host answers 404/503 for the first downloads, then the image")
+def _():
+    reset()
+    behave(openai_url_answers=True)
+    r = oa.images.generate(model=MODEL, prompt="oa blip")
+    behave(result_fetch_failures=2, result_fetch_status=503)
+    codes = [httpx.get(r.data[0].url).status_code for _ in range(3)]
+    assert codes == [503, 503, 200], codes
+
+
+@check("fal: a final server error on the result, out of credit, and a 422 validation list")
+def _():
+    reset()
+    behave(job_duration_ms=0, fal_result_not_retryable=True)
+    h = fc.submit("fal-ai/flux/dev", arguments={"prompt": "fal final"})
+    assert isinstance(h.status(), fal_client.Completed)
+    try:
+        h.get()
+    except fal_client.client.FalClientHTTPError as e:
+        assert e.status_code == 500 and e.response.headers.get("x-fal-retryable") == "false", e
+    else:
+        raise AssertionError("a final server error's result was served")
+    reset()
+    behave(out_of_credit=True)
+    try:
+        fc.submit("fal-ai/flux/dev", arguments={"prompt": "fal broke"})
+    except fal_client.client.FalClientHTTPError as e:
+        assert e.status_code == 403 and "Exhausted balance" in e.message, e
+    else:
+        raise AssertionError("out of credit was accepted")
+    reset()
+    try:
+        fc.submit("fal-ai/flux/dev", arguments={"prompt": "fal 422", "num_inference_steps": 0})
+    except fal_client.client.FalClientHTTPError as e:
+        assert e.status_code == 422, e
+    else:
+        raise AssertionError("an out-of-range input was accepted")
+    assert charged("fal broke") == 0 and charged("fal 422") == 0
 
 reset()
 failed = [n for n, e in results if e is not None]

@@ -11,18 +11,42 @@
 //! - a 2xx answer that is too large or not an image is [`CallError::Unusable`] (accepted,
 //!   probably charged), never a refusal.
 //!
-//! Nothing here retries: each method sends at most one request and says what its outcome
-//! proves.
+//! Nothing here retries, except [`HttpClient::download_retrying`] (a paid result's free GET,
+//! tried again within a budget the caller gives): each other method sends at most one request
+//! and says what its outcome proves.
+//!
+//! Shared helpers for every adapter (use these rather than reading headers by hand):
+//! - "not now": [`HttpClient::rate_limit_hold`] (a used-up quota any answer reported; an
+//!   adapter returns it from `Provider::rate_limit_hold`), [`retry_after_at`] (`Retry-After` as seconds, fractional seconds or an HTTP
+//!   date, and `retry-after-ms`), [`rate_limit_reset`] (used-up `x-ratelimit-*` /
+//!   `ratelimit-*` quotas), [`not_now_wait`] (both), [`jittered`];
+//! - answers that mean more than their status: [`is_out_of_credit`] / [`out_of_credit`]
+//!   (402, `insufficient_quota`, fal's exhausted balance: a configuration problem, nothing
+//!   charged), [`marked_not_retryable`] (fal's `X-Fal-Retryable: false`);
+//! - paid results: [`Retention`] (how long a provider keeps a result) and
+//!   [`HttpClient::download_retrying`] ([`ResultFetch`]: never says "expired" itself);
+//! - [`HttpClient::send_unchecked`] / [`HttpClient::error_of`] / [`HttpClient::json_of`] for an
+//!   adapter that must look at an error answer's headers before classifying it, and
+//!   [`classify_answer`], the classification every error answer goes through.
 
 use std::fmt;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde::de::DeserializeOwned;
 
 use crate::config::ProviderConfig;
 use crate::providers::{CallError, Image, sniff_image};
+
+// The shared helpers live in their own files (`notnow`, `results`) and are re-exported here,
+// so every adapter reaches them as `client::…`.
+pub use super::notnow::{
+    OUT_OF_CREDIT_CODES, is_out_of_credit, jittered, marked_not_retryable, not_now_wait, out_of_credit,
+    parse_http_date, rate_limit_reset, retry_after, retry_after_at,
+};
+pub use super::results::{ResultFetch, Retention, now_ms, rand_unit};
 
 /// How long to wait after a 429 that carries no `Retry-After` hint.
 pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(5);
@@ -61,6 +85,9 @@ pub struct HttpClient {
     api_key_env: Option<String>,
     idempotency_header: Option<HeaderName>,
     max_response_bytes: usize,
+    /// Until when the provider's rate-limit headers (on any answer, a success too) said a
+    /// quota is used up: see [`HttpClient::rate_limit_hold`].
+    paced_until: Arc<Mutex<Option<SystemTime>>>,
 }
 
 /// What a download of a result URL found.
@@ -109,7 +136,29 @@ impl HttpClient {
             api_key_env: cfg.api_key_env.clone(),
             idempotency_header,
             max_response_bytes: cfg.max_response_bytes,
+            paced_until: Arc::new(Mutex::new(None)),
         })
+    }
+
+    /// How long the provider asked, through its rate-limit headers on the latest answers
+    /// (`x-ratelimit-remaining-*: 0` with its reset, see [`rate_limit_reset`]), that no new
+    /// request be sent; `None` when a quota remains. Read by the engine after a call to hold
+    /// the provider's dispatch until the reset, so the next request is not a certain 429.
+    pub fn rate_limit_hold(&self) -> Option<Duration> {
+        let until = (*self.paced_until.lock().unwrap_or_else(|e| e.into_inner()))?;
+        until.duration_since(SystemTime::now()).ok().filter(|d| !d.is_zero())
+    }
+
+    /// Remember a used-up quota an API answer's headers report.
+    fn note_rate_limits(&self, resp: &Response) {
+        let now = SystemTime::now();
+        if let Some(reset) = rate_limit_reset(resp.headers(), now) {
+            let mut until = self.paced_until.lock().unwrap_or_else(|e| e.into_inner());
+            let at = now + reset;
+            if until.is_none_or(|u| u < at) {
+                *until = Some(at);
+            }
+        }
     }
 
     /// The base URL without a trailing slash.
@@ -199,6 +248,7 @@ impl HttpClient {
     /// Send one request and classify the outcome; only a 2xx answer comes back as `Ok`.
     pub async fn send(&self, rb: RequestBuilder) -> Result<Response, CallError> {
         let resp = rb.send().await.map_err(|e| self.transport(e))?;
+        self.note_rate_limits(&resp);
         self.check_status(resp).await
     }
 
@@ -215,6 +265,7 @@ impl HttpClient {
     /// asked for is gone (an expired result), which is a definite answer.
     pub async fn send_json_or_gone<T: DeserializeOwned>(&self, rb: RequestBuilder) -> Result<Option<T>, CallError> {
         let resp = rb.send().await.map_err(|e| self.transport(e))?;
+        self.note_rate_limits(&resp);
         if matches!(resp.status(), StatusCode::NOT_FOUND | StatusCode::GONE) {
             return Ok(None);
         }
@@ -253,13 +304,37 @@ impl HttpClient {
     /// Pass a 2xx answer through; turn any other status into its classified error, with the
     /// key redacted from the provider's message.
     async fn check_status(&self, resp: Response) -> Result<Response, CallError> {
-        let status = resp.status();
-        if status.is_success() {
+        if resp.status().is_success() {
             return Ok(resp);
         }
-        let hint = retry_after(resp.headers());
+        Err(self.error_of(resp).await)
+    }
+
+    /// Send one request and return its answer whatever its status (a transport failure is
+    /// still classified): for an adapter that reads an error answer's headers itself before
+    /// classifying it with [`HttpClient::error_of`].
+    pub async fn send_unchecked(&self, rb: RequestBuilder) -> Result<Response, CallError> {
+        let resp = rb.send().await.map_err(|e| self.transport(e))?;
+        self.note_rate_limits(&resp);
+        Ok(resp)
+    }
+
+    /// Classify a non-2xx answer ([`classify_answer`]), its message read from a bounded body
+    /// with the key redacted.
+    pub async fn error_of(&self, resp: Response) -> CallError {
+        let status = resp.status();
+        let headers = resp.headers().clone();
         let body = self.read_limited(resp, ERROR_BODY_LIMIT, true).await.unwrap_or_default();
-        Err(classify_status(status, hint, &self.redact(&error_message(&body))))
+        let message = self.redact(&error_message(&body));
+        classify_answer(status, &headers, &body, &message, SystemTime::now())
+    }
+
+    /// Decode a 2xx JSON answer (as [`HttpClient::send_json`] does after sending).
+    pub async fn json_of<T: DeserializeOwned>(&self, resp: Response) -> Result<T, CallError> {
+        let resp = self.check_status(resp).await?;
+        let body = self.read_limited(resp, self.max_response_bytes, false).await?;
+        serde_json::from_slice(&body)
+            .map_err(|e| CallError::Ambiguous(format!("undecodable answer from provider: {e}")))
     }
 
     /// Read a body in chunks, stopping at `limit` bytes. With `truncate`, a longer body is
@@ -365,10 +440,30 @@ pub fn classify_status(status: StatusCode, retry_after: Option<Duration>, messag
     }
 }
 
-/// Parse `Retry-After` given in seconds; an HTTP date or garbage counts as no hint.
-pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let text = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
-    text.parse::<u64>().ok().map(Duration::from_secs)
+/// Classify a non-2xx answer from its status, headers and body; `message` is the provider's
+/// message (already redacted). An account out of credit ([`is_out_of_credit`]) is a
+/// configuration refusal whatever its status; a 5xx the provider marks as final
+/// ([`marked_not_retryable`]) is a definite failure (`Rejected`, not retried); otherwise
+/// [`classify_status`] with the whole "not now" wait ([`not_now_wait`]).
+pub fn classify_answer(
+    status: StatusCode,
+    headers: &HeaderMap,
+    body: &[u8],
+    message: &str,
+    now: SystemTime,
+) -> CallError {
+    let code = status.as_u16();
+    let text = if message.is_empty() { format!("HTTP {code}") } else { format!("HTTP {code}: {message}") };
+    if is_out_of_credit(status, body) {
+        return out_of_credit(&text);
+    }
+    if status.is_server_error() && marked_not_retryable(headers) {
+        return CallError::Rejected {
+            message: format!("{text} (the provider marked this server error as final: X-Fal-Retryable: false)"),
+            config: false,
+        };
+    }
+    classify_status(status, not_now_wait(headers, now), message)
 }
 
 /// The human message from an error body: OpenAI's `error.message`, Replicate's `detail`,
@@ -378,14 +473,39 @@ fn error_message(body: &[u8]) -> String {
         let found = v.pointer("/error/message").or_else(|| v.get("detail")).or_else(|| v.get("error"));
         match found {
             Some(serde_json::Value::String(m)) => return m.chars().take(500).collect(),
-            // fal's validation errors: `detail` is a list of {loc, msg, type}.
-            Some(other @ (serde_json::Value::Array(_) | serde_json::Value::Object(_))) => {
-                return other.to_string().chars().take(500).collect();
-            }
+            // fal's (FastAPI's) validation errors: `detail` is a list of {loc, msg, type}.
+            Some(serde_json::Value::Array(items)) => return validation_sentences(items).chars().take(500).collect(),
+            Some(other @ serde_json::Value::Object(_)) => return other.to_string().chars().take(500).collect(),
             _ => {}
         }
     }
     String::from_utf8_lossy(body).chars().take(200).collect::<String>().trim().to_string()
+}
+
+/// A validation error list (`[{"loc": ["body", "prompt"], "msg": "field required"}, …]`) as
+/// sentences: "`prompt`: field required; `image_size.width`: …". Items of another shape are
+/// shown as their JSON.
+fn validation_sentences(items: &[serde_json::Value]) -> String {
+    let one = |item: &serde_json::Value| {
+        let msg = item.get("msg").or_else(|| item.get("message")).and_then(|m| m.as_str());
+        let loc: Vec<String> = item
+            .get("loc")
+            .and_then(|l| l.as_array())
+            .map(|l| {
+                l.iter()
+                    .filter(|p| p.as_str() != Some("body"))
+                    .map(|p| p.as_str().map(str::to_string).unwrap_or_else(|| p.to_string()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        match (msg, loc.is_empty()) {
+            (Some(m), false) => format!("`{}`: {m}", loc.join(".")),
+            (Some(m), true) => m.to_string(),
+            (None, _) => item.to_string(),
+        }
+    };
+    let text: Vec<String> = items.iter().map(one).collect();
+    if text.is_empty() { "the provider found the input invalid".into() } else { text.join("; ") }
 }
 
 #[cfg(test)]
@@ -422,6 +542,55 @@ mod tests {
         assert_eq!(error_message(br#"{"error":{"message":"bad prompt","type":"x","code":"y"}}"#), "bad prompt");
         assert_eq!(error_message(br#"{"detail":"nope"}"#), "nope");
         assert_eq!(error_message(b"plain text"), "plain text");
+    }
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(HeaderName::from_bytes(k.as_bytes()).unwrap(), HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn an_account_out_of_credit_is_a_configuration_refusal() {
+        let s = |c: u16| StatusCode::from_u16(c).unwrap();
+        let quota = br#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}}"#;
+        let e = classify_answer(s(429), &HeaderMap::new(), quota, "You exceeded your current quota", SystemTime::now());
+        assert!(
+            matches!(&e, CallError::Rejected { config: true, message } if message.contains("out of credit") && message.contains("nothing was")),
+            "{e:?}"
+        );
+        let e = classify_answer(s(402), &HeaderMap::new(), b"{}", "", SystemTime::now());
+        assert!(matches!(e, CallError::Rejected { config: true, .. }), "{e:?}");
+        let fal = br#"{"detail":"User is locked. Reason: Exhausted balance. Top up your balance at fal.ai/dashboard/billing."}"#;
+        assert!(is_out_of_credit(s(403), fal));
+        let rate = br#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#;
+        assert!(!is_out_of_credit(s(429), rate));
+        let h = headers(&[("retry-after", "1.5")]);
+        let e = classify_answer(s(429), &h, rate, "Rate limit reached", SystemTime::now());
+        assert!(matches!(e, CallError::RetryAfter { after, .. } if after == Duration::from_millis(1500)), "{e:?}");
+    }
+
+    #[test]
+    fn a_server_error_marked_final_is_a_definite_failure() {
+        let s = StatusCode::INTERNAL_SERVER_ERROR;
+        let h = headers(&[("x-fal-retryable", "false")]);
+        assert!(matches!(
+            classify_answer(s, &h, b"", "boom", SystemTime::now()),
+            CallError::Rejected { config: false, .. }
+        ));
+        let h = headers(&[("x-fal-retryable", "true")]);
+        assert!(matches!(classify_answer(s, &h, b"", "boom", SystemTime::now()), CallError::Ambiguous(_)));
+    }
+
+    #[test]
+    fn validation_lists_read_as_sentences() {
+        let body = br#"{"detail":[{"loc":["body","prompt"],"msg":"field required","type":"value_error.missing"},{"loc":["body","image_size","width"],"msg":"ensure this value is less than or equal to 14142","type":"x"}]}"#;
+        assert_eq!(
+            error_message(body),
+            "`prompt`: field required; `image_size.width`: ensure this value is less than or equal to 14142"
+        );
     }
 
     #[test]

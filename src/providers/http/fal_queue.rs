@@ -10,6 +10,12 @@
 //! ([`Provider::finds_lost_creates`] is false): only a create whose answer arrived (and whose
 //! handle was persisted) can be recovered; otherwise the task is `unknown` and says why.
 //!
+//! A paid result is never called expired before fal's documented media retention (at least 7
+//! days, counted from the accepted create, whose time is kept in the job's handle): a result
+//! fetch or image download that answers 404 or 5xx within it is `ResultUnavailable`, polled
+//! again. A result fetch answering a 5xx marked `X-Fal-Retryable: false` is a failed request
+//! fal does not bill (its docs: server errors are not charged).
+//!
 //! Reference images go to the input named by `reference_input` (models differ: `image_urls`,
 //! `image_url`, …); without it, a shot with reference photos is refused before any call.
 
@@ -19,13 +25,21 @@ use reqwest::Method;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::client::{AuthScheme, Download, HttpClient};
+use super::client::{AuthScheme, HttpClient, ResultFetch, Retention, marked_not_retryable, now_ms};
 use super::{check_output_format, data_uri, merge_params, parse_size};
 use crate::config::ProviderConfig;
 use crate::providers::{BoxFuture, CallError, CallRequest, Capabilities, JobHandle, JobState, Provider, Submitted};
 
 /// App namespaces whose ids have three parts before the subpath (as fal-client's `AppId`).
 const NAMESPACES: &[&str] = &["workflows", "comfy"];
+
+/// fal's documented retention of generated media (its CDN files): at least 7 days.
+pub const FAL_MEDIA: Retention =
+    Retention { keep: Duration::from_secs(7 * 24 * 3600), words: "fal keeps generated media for at least 7 days" };
+
+/// How long one poll keeps trying to download a finished request's image before it reports
+/// `ResultUnavailable` (the worker then polls again, with backoff, until its deadline).
+const DOWNLOAD_BUDGET: Duration = Duration::from_secs(8);
 
 /// Output formats tally can store, as fal models name them.
 const STORABLE_FORMATS: &[&str] = &["png", "jpeg", "jpg", "webp"];
@@ -136,6 +150,10 @@ impl Provider for FalQueue {
         false
     }
 
+    fn rate_limit_hold(&self) -> Option<Duration> {
+        self.http.rate_limit_hold()
+    }
+
     fn poll_interval(&self) -> Duration {
         self.poll_interval
     }
@@ -170,6 +188,9 @@ impl Provider for FalQueue {
                 "status_url": q.status_url,
                 "response_url": q.response_url,
                 "cancel_url": q.cancel_url,
+                // When fal accepted it: its media retention is counted from here (at most
+                // the run time later than fal's own clock, so never too early).
+                "accepted_at_ms": now_ms(),
             });
             Ok(Submitted::Accepted(JobHandle { id: q.request_id, data: Some(data) }))
         })
@@ -192,25 +213,49 @@ impl Provider for FalQueue {
                 let kind = status.error_type.map(|t| format!(" ({t})")).unwrap_or_default();
                 return Ok(JobState::Failed(self.http.redact(&format!("{error}{kind}"))));
             }
-            // Completed without an error: a result that is gone has expired; one whose fetch is
-            // refused (4xx) failed at the provider; a 5xx is asked again.
-            let rb = self.http.request(Method::GET, &response_url, None)?;
-            let result: FalResult = match self.http.send_json_or_gone(rb).await {
-                Ok(Some(result)) => result,
-                Ok(None) => return Ok(JobState::Expired),
+            // Completed without an error. The result and its image are kept for fal's media
+            // retention: until it passed, a 404 or 5xx is a blip to poll again, not an expiry.
+            let accepted_at = job.data.as_ref().and_then(|d| d.get("accepted_at_ms")).and_then(Value::as_i64);
+            let expired = || accepted_at.is_some_and(|at| FAL_MEDIA.passed(at, now_ms()));
+            let not_yet = |what: &str| {
+                if expired() {
+                    JobState::Expired
+                } else {
+                    JobState::ResultUnavailable(format!(
+                        "request {id} completed, but {what}; {}, so tally tries again",
+                        FAL_MEDIA.words
+                    ))
+                }
+            };
+            let resp = self.http.send_unchecked(self.http.request(Method::GET, &response_url, None)?).await?;
+            let status = resp.status();
+            let final_error = status.is_server_error() && marked_not_retryable(resp.headers());
+            let result: FalResult = match self.http.json_of(resp).await {
+                Ok(result) => result,
+                // fal marked the server error final: the request failed, and fal does not
+                // bill requests that fail with a server error.
+                Err(CallError::Rejected { message, .. }) if final_error => {
+                    return Ok(JobState::FailedNotCharged(message));
+                }
+                Err(_) if status == reqwest::StatusCode::NOT_FOUND || status == reqwest::StatusCode::GONE => {
+                    return Ok(not_yet(&format!("its result answered HTTP {}", status.as_u16())));
+                }
                 Err(CallError::Rejected { message, config: false }) => return Ok(JobState::Failed(message)),
+                Err(CallError::Ambiguous(m)) => return Ok(not_yet(&format!("its result could not be read ({m})"))),
                 Err(e) => return Err(e),
             };
             let Some(first) = result.images.first() else {
                 return Ok(JobState::Failed(format!("request {id} completed without images")));
             };
-            match self.http.download(&first.url).await {
-                Ok(Download::Image(image)) => Ok(JobState::Done(image)),
-                Ok(Download::Gone) => Ok(JobState::Expired),
-                Err(CallError::Rejected { message, .. }) => Err(CallError::Unusable(format!(
+            match self.http.download_retrying(&first.url, DOWNLOAD_BUDGET).await {
+                ResultFetch::Image(image) => Ok(JobState::Done(image)),
+                ResultFetch::NotYet { tries, last, .. } => {
+                    Ok(not_yet(&format!("its image could not be downloaded yet ({tries} tries; the last: {last})")))
+                }
+                ResultFetch::Failed(CallError::Rejected { message, .. }) => Err(CallError::Unusable(format!(
                     "request {id} completed (probably charged) but its image could not be downloaded: {message}"
                 ))),
-                Err(e) => Err(e),
+                ResultFetch::Failed(e) => Err(e),
             }
         })
     }

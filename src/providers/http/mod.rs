@@ -6,11 +6,15 @@
 //!   by listing recent predictions.
 //! - [`fal_queue`]: fal's queue API: submit and poll the URLs fal returns (no listing to
 //!   search for a lost create).
+//! - `notnow` and `results` (re-exported by [`client`]): the "not now" and out-of-credit
+//!   readings of an answer, and paid-result retention and retried downloads.
 
 pub mod client;
 pub mod fal_queue;
+mod notnow;
 pub mod openai_images;
 pub mod replicate;
+mod results;
 
 use base64::Engine as _;
 use serde_json::{Map, Value};

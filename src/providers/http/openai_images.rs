@@ -8,6 +8,10 @@
 //! unknown — unless the endpoint honours the configured idempotency header (never
 //! api.openai.com: refused at start-up), in which case a resend with the same key is safe.
 //!
+//! An image answered by URL is downloaded with retries (a 404 or 5xx from the file host is a
+//! blip) for as long as OpenAI documents that such URLs stay valid: 60 minutes from the answer
+//! (less what has passed since the call); only after that is it called expired.
+//!
 //! Anything that goes wrong after the create's answer arrived (a result URL that cannot be
 //! downloaded, bytes that are not an image) is [`CallError::Unusable`]: the request was
 //! accepted and probably charged, so it is never "not sent" and never sent again.
@@ -20,7 +24,7 @@ use reqwest::multipart::{Form, Part};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::client::{AuthScheme, Download, HttpClient, image_from_bytes};
+use super::client::{AuthScheme, HttpClient, ResultFetch, Retention, image_from_bytes, now_ms};
 use super::{api_root, check_output_format, merge_params};
 use crate::config::ProviderConfig;
 use crate::providers::{BoxFuture, CallError, CallRequest, Capabilities, Image, Provider, Submitted, extension};
@@ -28,8 +32,9 @@ use crate::providers::{BoxFuture, CallError, CallRequest, Capabilities, Image, P
 /// Output formats tally can store, as OpenAI names them (`output_format`).
 const STORABLE_FORMATS: &[&str] = &["png", "jpeg", "webp"];
 
-/// Downloads of a result URL tried before giving up (downloads are free GETs).
-const DOWNLOAD_TRIES: u32 = 3;
+/// OpenAI's documented validity of an image URL answer: 60 minutes.
+pub const OPENAI_URLS: Retention =
+    Retention { keep: Duration::from_secs(3600), words: "OpenAI image URLs are valid for 60 minutes" };
 
 /// An OpenAI-compatible synchronous images endpoint.
 #[derive(Debug)]
@@ -102,31 +107,25 @@ impl OpenaiImages {
         Ok(self.http.request(Method::POST, &url, Some(&req.idempotency_key))?.multipart(form))
     }
 
-    /// Download the image the provider answered with by URL. The create was answered, so
+    /// Download the image the provider answered with by URL, retrying within the URL's
+    /// documented validity (counted from `calling_at_ms`, before the answer) and until the
+    /// engine's deadline for the call, whichever comes first. The create was answered, so
     /// every failure here is `Unusable` (probably charged), never `NotSent`.
-    async fn fetch_result(&self, url: &str) -> Result<Image, CallError> {
-        let mut last = String::new();
-        for n in 0..DOWNLOAD_TRIES {
-            if n > 0 {
-                tokio::time::sleep(Duration::from_millis(500 << n)).await;
+    async fn fetch_result(&self, url: &str, req: &CallRequest) -> Result<Image, CallError> {
+        let calling_at_ms = req.calling_at_ms;
+        let elapsed = Duration::from_millis(now_ms().saturating_sub(calling_at_ms).max(0) as u64);
+        let until_deadline = Duration::from_millis(req.deadline_ms.saturating_sub(now_ms()).max(0) as u64);
+        let budget = OPENAI_URLS.keep.saturating_sub(elapsed).min(until_deadline);
+        let what = match self.http.download_retrying(url, budget).await {
+            ResultFetch::Image(image) => return Ok(image),
+            ResultFetch::NotYet { tries, last, gone } if gone && OPENAI_URLS.passed(calling_at_ms, now_ms()) => {
+                format!("it expired ({}; {tries} tries, the last: {last})", OPENAI_URLS.words)
             }
-            match self.http.download(url).await {
-                Ok(Download::Image(image)) => return Ok(image),
-                Ok(Download::Gone) => {
-                    last = "the result URL answered 404/410 (already gone)".into();
-                    break;
-                }
-                Err(e @ (CallError::NotSent(_) | CallError::Ambiguous(_) | CallError::RetryAfter { .. })) => {
-                    last = e.to_string();
-                }
-                Err(e) => {
-                    last = e.to_string();
-                    break;
-                }
-            }
-        }
+            ResultFetch::NotYet { tries, last, .. } => format!("{tries} tries; the last: {last}"),
+            ResultFetch::Failed(e) => e.to_string(),
+        };
         Err(CallError::Unusable(format!(
-            "the provider generated the image (probably charged) but its result URL could not be downloaded: {last}"
+            "the provider generated the image (probably charged) but its result URL could not be downloaded: {what}"
         )))
     }
 }
@@ -134,6 +133,10 @@ impl OpenaiImages {
 impl Provider for OpenaiImages {
     fn capabilities(&self) -> Capabilities {
         Capabilities { idempotent_create: self.http.sends_idempotency_key(), lookup: false }
+    }
+
+    fn rate_limit_hold(&self) -> Option<Duration> {
+        self.http.rate_limit_hold()
     }
 
     fn poll_interval(&self) -> Duration {
@@ -160,7 +163,7 @@ impl Provider for OpenaiImages {
                     .map_err(|e| CallError::Unusable(format!("the provider's b64_json is not base64: {e}")))?;
                 image_from_bytes(bytes)?
             } else if let Some(url) = first.url {
-                self.fetch_result(&url).await?
+                self.fetch_result(&url, req).await?
             } else {
                 return Err(CallError::Unusable("the provider's answer has neither b64_json nor url".into()));
             };

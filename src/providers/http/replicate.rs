@@ -18,7 +18,12 @@
 //!   none or several prove nothing. Replicate removes inputs after about an hour, so a lookup
 //!   later than that cannot match (and the task stays `unknown`).
 //! - `succeeded` with `output: null` or `data_removed: true` is expired: generated and
-//!   probably charged, but the image is gone.
+//!   probably charged, but the image is gone. An output file that answers 404 or 5xx while
+//!   Replicate's retention (an hour for predictions made through the API, from
+//!   `completed_at`) has not passed is `ResultUnavailable`, polled again: never "expired".
+//! - `canceled` is a cancel at Replicate (tally never cancels a prediction it started):
+//!   Replicate bills the time a prediction ran, so it is reported in those words; a `failed`
+//!   prediction whose `error` is null is explained by the last lines of its `logs`.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -29,7 +34,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use sha2::Digest;
 
-use super::client::{AuthScheme, Download, HttpClient};
+use super::client::{AuthScheme, HttpClient, ResultFetch, Retention, now_ms};
 use super::{api_root, check_output_format, data_uri, parse_size};
 use crate::config::ProviderConfig;
 use crate::providers::{BoxFuture, CallError, CallRequest, Capabilities, JobHandle, JobState, Provider, Submitted};
@@ -42,6 +47,19 @@ const CLOCK_SKEW: Duration = Duration::from_secs(60);
 
 /// How long a read schema is reused (an official model's latest version can change).
 const SCHEMA_TTL: Duration = Duration::from_secs(3600);
+
+/// Replicate's documented retention of a prediction's output made through the API: an hour.
+pub const REPLICATE_OUTPUTS: Retention = Retention {
+    keep: Duration::from_secs(3600),
+    words: "Replicate keeps the output of predictions made through the API for an hour",
+};
+
+/// How long one poll keeps trying to download a succeeded prediction's output before it
+/// reports `ResultUnavailable` (the worker then polls again, with backoff).
+const DOWNLOAD_BUDGET: Duration = Duration::from_secs(8);
+
+/// The most log lines shown for a prediction that failed without an error message.
+const LOG_LINES: usize = 5;
 
 /// Output formats tally can store, as Replicate models name them.
 const STORABLE_FORMATS: &[&str] = &["png", "jpg", "jpeg", "webp"];
@@ -131,6 +149,17 @@ struct Prediction {
     #[serde(default)]
     data_removed: bool,
     created_at: Option<String>,
+    completed_at: Option<String>,
+    #[serde(default)]
+    logs: Option<String>,
+}
+
+/// The last few non-empty lines of a prediction's logs, for a failure without an error.
+fn logs_tail(logs: &str) -> Option<String> {
+    let lines: Vec<&str> = logs.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let tail = &lines[lines.len().saturating_sub(LOG_LINES)..];
+    let text: String = tail.join(" / ").chars().take(600).collect();
+    (!text.is_empty()).then_some(text)
 }
 
 #[derive(Deserialize)]
@@ -346,23 +375,61 @@ impl Replicate {
                     Value::Array(items) => items.iter().find_map(Value::as_str),
                     _ => None,
                 };
+                let completed = p.completed_at.as_deref().and_then(parse_time_ms);
+                let retention_passed = completed.is_some_and(|at| REPLICATE_OUTPUTS.passed(at, now_ms()));
                 let Some(url) = url.filter(|_| !p.data_removed) else {
                     // Replicate removes outputs after its retention time (`output: null`,
-                    // `data_removed: true`): generated, probably charged, gone.
-                    return Ok(JobState::Expired);
+                    // `data_removed: true`): generated, probably charged, gone. Without that
+                    // word, and within the retention, an empty output is not an expiry.
+                    if p.data_removed || retention_passed || completed.is_none() {
+                        return Ok(JobState::Expired);
+                    }
+                    return Ok(JobState::ResultUnavailable(format!(
+                        "prediction {} succeeded without an output yet; {}, so tally asks again",
+                        p.id, REPLICATE_OUTPUTS.words
+                    )));
                 };
-                match self.http.download(url).await {
-                    Ok(Download::Image(image)) => Ok(JobState::Done(image)),
-                    Ok(Download::Gone) => Ok(JobState::Expired),
-                    Err(CallError::Rejected { message, .. }) => Err(CallError::Unusable(format!(
+                match self.http.download_retrying(url, DOWNLOAD_BUDGET).await {
+                    ResultFetch::Image(image) => Ok(JobState::Done(image)),
+                    ResultFetch::NotYet { tries, last, .. } => {
+                        if retention_passed {
+                            return Ok(JobState::Expired);
+                        }
+                        Ok(JobState::ResultUnavailable(format!(
+                            "prediction {} succeeded, but its output could not be downloaded yet ({tries} tries; the \
+                             last: {last}); {}, so tally tries again",
+                            p.id, REPLICATE_OUTPUTS.words
+                        )))
+                    }
+                    ResultFetch::Failed(CallError::Rejected { message, .. }) => Err(CallError::Unusable(format!(
                         "prediction {} succeeded (probably charged) but its output could not be downloaded: {message}",
                         p.id
                     ))),
-                    Err(e) => Err(e),
+                    ResultFetch::Failed(e) => Err(e),
                 }
             }
-            "failed" | "canceled" | "aborted" => {
-                let why = p.error.as_str().map(str::to_string).unwrap_or_else(|| format!("prediction {}", p.status));
+            "canceled" => {
+                let logs = p.logs.as_deref().and_then(logs_tail).map(|t| format!("; its last log lines: {t}"));
+                Ok(JobState::Canceled(self.http.redact(&format!(
+                    "prediction {} was canceled at Replicate (by someone with access to the account, or because it \
+                     passed its deadline), not by tally; Replicate bills the compute time a prediction used before it \
+                     was canceled{}",
+                    p.id,
+                    logs.unwrap_or_default()
+                ))))
+            }
+            "failed" | "aborted" => {
+                let why =
+                    match (p.error.as_str().filter(|e| !e.trim().is_empty()), p.logs.as_deref().and_then(logs_tail)) {
+                        (Some(e), _) => e.to_string(),
+                        (None, Some(tail)) => {
+                            format!(
+                                "prediction {} {} without an error message; its last log lines: {tail}",
+                                p.id, p.status
+                            )
+                        }
+                        (None, None) => format!("prediction {} {} without an error message or logs", p.id, p.status),
+                    };
                 Ok(JobState::Failed(self.http.redact(&why)))
             }
             other => Err(CallError::Ambiguous(format!("prediction {} has unknown status `{other}`", p.id))),
@@ -373,6 +440,10 @@ impl Replicate {
 impl Provider for Replicate {
     fn capabilities(&self) -> Capabilities {
         Capabilities { idempotent_create: self.http.sends_idempotency_key(), lookup: true }
+    }
+
+    fn rate_limit_hold(&self) -> Option<Duration> {
+        self.http.rate_limit_hold()
     }
 
     fn poll_interval(&self) -> Duration {

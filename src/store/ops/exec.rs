@@ -200,10 +200,16 @@ pub(in crate::store) fn finish(
             event(c, &task, now, Actor::Worker, "unknown", &with_money(&line, &words), ex)?;
             (TaskStatus::Unknown, set_of(c, &task)?)
         }
-        Finish::RetryLater { due_at, kind, reason, max_attempts, .. } => {
+        Finish::RetryLater { due_at, kind, reason, max_attempts, counted, .. } => {
+            if !*counted {
+                // A "not now": the provider refused this request, so it is not an attempt.
+                c.prepare_cached("UPDATE tasks SET attempts = max(0, attempts - 1) WHERE id = ?1")?.execute([&task])?;
+                c.prepare_cached("UPDATE envelopes SET send_count = max(0, send_count - 1) WHERE task_id = ?1")?
+                    .execute([&task])?;
+            }
             let attempts: i64 =
                 c.prepare_cached("SELECT attempts FROM tasks WHERE id = ?1")?.query_row([&task], |r| r.get(0))?;
-            if attempts >= *max_attempts {
+            if *counted && attempts >= *max_attempts {
                 let why = format!("gave up after {attempts} attempts; the last one: {reason}");
                 set_task(c, &task, TaskStatus::Failed, Some(&why), Some(*kind), now)?;
                 consume_envelope(c, &task, "consumed", Some(reason))?;
@@ -211,7 +217,11 @@ pub(in crate::store) fn finish(
                 (TaskStatus::Failed, set_of(c, &task)?)
             } else {
                 let secs = (due_at - now).max(0) as f64 / 1000.0;
-                let why = format!("attempt {attempts} did not go through ({reason}); trying again in {secs:.1} s");
+                let why = if *counted {
+                    format!("attempt {attempts} did not go through ({reason}); trying again in {secs:.1} s")
+                } else {
+                    format!("the provider did not take the request yet ({reason}); trying again in {secs:.1} s")
+                };
                 set_task(c, &task, TaskStatus::Waiting, Some(&why), None, now)?;
                 requeue_envelope(c, &task, *due_at, Some(reason), now)?;
                 event(c, &task, now, Actor::Worker, "retry_scheduled", &with_money(&why, &words), ex)?;

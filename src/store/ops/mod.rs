@@ -204,8 +204,11 @@ pub enum Finish {
     /// Nothing can prove what happened: automatic retries stop; possibly charged.
     Unknown { reason: String },
     /// Try again at `due_at`; when the attempts are used up, the task fails with `kind`
-    /// instead.
-    RetryLater { due_at: Millis, kind: FailureKind, reason: String, max_attempts: i64, charge: Charge },
+    /// instead. With `counted: false` (the provider said "not now": it refused the request)
+    /// the attempt is not counted — the task's `attempts` and the envelope's `send_count` go
+    /// back by one, so the next execution has the same attempt number and idempotency key —
+    /// and `max_attempts` does not apply.
+    RetryLater { due_at: Millis, kind: FailureKind, reason: String, max_attempts: i64, charge: Charge, counted: bool },
     /// A cancel arrived before anything was sent.
     CanceledBeforeCall,
 }

@@ -58,8 +58,12 @@ impl Conn {
         if self.client.is_none() {
             self.cache.clear();
             let mut c = self.config.connect(NoTls)?;
-            // Short transactions only: a stuck one must not pin the vacuum horizon.
-            c.batch_execute("SET idle_in_transaction_session_timeout = '60s'; SET statement_timeout = '60s'")?;
+            // Short transactions only: a stuck one must not pin the vacuum horizon, nor hold
+            // row locks past the lease; no wait for a row lock outlasts a third of a lease
+            // (`timeouts`).
+            let t = self.shared.timeouts;
+            c.batch_execute(&t.statement_sql())?;
+            super::timeouts::apply_server_tcp(&mut c, &t);
             let pid: i32 = c.query_one("SELECT pg_backend_pid()", &[])?.get(0);
             lock(&self.shared.signals.own_pids).insert(pid);
             self.client = Some(c);

@@ -36,12 +36,14 @@ mod read;
 mod sets;
 mod settings;
 pub mod spend;
+mod timeouts;
 mod watch;
 
 pub use check::check;
 use conn::op_loop;
 pub(crate) use conn::{Conn, Tx};
 pub use node::NodeState;
+pub use timeouts::Timeouts;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
@@ -144,6 +146,9 @@ pub struct PgOptions {
     pub poll: Option<Duration>,
     /// Watch a peer node's lock to recover its work the moment it dies (`watch.rs`).
     pub watch_peers: bool,
+    /// The engine's lease (`[engine] lease_secs`): every network and statement timeout of
+    /// this node's connections is derived from it ([`Timeouts`]).
+    pub lease: Duration,
 }
 
 impl std::fmt::Debug for PgOptions {
@@ -203,6 +208,12 @@ struct Shared {
     durability: Durability,
     db_clock: bool,
     closed: AtomicBool,
+    timeouts: Timeouts,
+    /// Why this node cannot reach the database now, while it cannot: its lock session's
+    /// liveness check went unanswered, or taking the lock again failed to connect. Meanwhile
+    /// every operation fails at once with [`StoreError::Unreachable`] (the API answers 503)
+    /// instead of queueing behind connections that hang; cleared when the lock is held again.
+    down: tokio::sync::watch::Sender<Option<String>>,
 }
 
 /// What kind of transaction an operation needs.
@@ -225,13 +236,9 @@ impl PgStore {
     pub fn open(opts: PgOptions) -> Result<PgStore, StoreError> {
         let mut config: postgres::Config =
             opts.url.parse().map_err(|e| StoreError::Fatal(format!("bad PostgreSQL URL: {e}")))?;
-        config
-            .application_name(&format!("tally {}", opts.node))
-            .connect_timeout(Duration::from_secs(10))
-            .keepalives(true)
-            .keepalives_idle(Duration::from_secs(10))
-            .keepalives_interval(Duration::from_secs(5))
-            .keepalives_retries(3);
+        let timeouts = Timeouts::from_lease(opts.lease);
+        config.application_name(&format!("tally {}", opts.node));
+        timeouts.configure(&mut config);
         if let Some(schema) = &opts.schema {
             if !schema.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
                 return Err(StoreError::Invalid(format!("bad schema name {schema}")));
@@ -247,6 +254,8 @@ impl PgStore {
             durability: opts.durability,
             db_clock: opts.db_clock,
             closed: AtomicBool::new(false),
+            timeouts,
+            down: tokio::sync::watch::channel(None).0,
         });
         // The schema is created or migrated on a thread of its own: the client must never
         // run on a thread that drives a tokio runtime.
@@ -262,10 +271,10 @@ impl PgStore {
                 "this machine's clock differs from the database's by more than 2 s; tally uses the database's clock for leases and due times, but fix the clock (NTP)"
             );
         }
-        let node = node::Node::start(&config, &opts, lock_key, signals.clone())?;
+        let node = node::Node::start(&config, &opts, lock_key, shared.clone())?;
         let watcher = opts
             .watch_peers
-            .then(|| watch::Watcher::start(config.clone(), opts.node.clone(), lock_key, signals.clone()));
+            .then(|| watch::Watcher::start(config.clone(), opts.node.clone(), lock_key, signals.clone(), timeouts));
         let (tx, rx) = mpsc::channel::<Job>();
         let rx = Arc::new(Mutex::new(rx));
         let mut threads = Vec::new();
@@ -343,16 +352,42 @@ impl PgStore {
     }
 
     /// Take the node lock again after it was lost (a new lock connection). Fails while
-    /// another live process holds it.
+    /// another live process holds it, or while the database cannot be reached (then every
+    /// operation fails at once until a later try succeeds: [`PgStore::unreachable`]).
     pub fn relock(&self) -> Result<(), StoreError> {
         let old = lock(&self.inner.node).take();
         if let Some(n) = old {
             n.stop();
         }
-        let n =
-            node::Node::start(&self.inner.config, &self.inner.opts, self.inner.lock_key, self.inner.signals.clone())?;
-        *lock(&self.inner.node) = Some(n);
-        Ok(())
+        let shared = &self.inner.shared;
+        match node::Node::start(&self.inner.config, &self.inner.opts, self.inner.lock_key, shared.clone()) {
+            Ok(n) => {
+                *lock(&self.inner.node) = Some(n);
+                if shared.down.send_replace(None).is_some() {
+                    tracing::info!(node = %self.node(), "PostgreSQL can be reached again");
+                }
+                Ok(())
+            }
+            Err(e) => {
+                if let StoreError::Postgres(pe) = &e
+                    && pe.code().is_none()
+                {
+                    shared.down.send_replace(Some(format!("cannot connect to PostgreSQL: {pe}")));
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Why this node cannot reach the database now (`None`: it can, as far as it knows).
+    /// Meanwhile every operation fails at once with [`StoreError::Unreachable`].
+    pub fn unreachable(&self) -> Option<String> {
+        self.inner.shared.down.borrow().clone()
+    }
+
+    /// The timeouts of this node's connections (derived from the lease).
+    pub fn timeouts(&self) -> Timeouts {
+        self.inner.shared.timeouts
     }
 
     /// Run a write operation and return its result once committed (durably).
@@ -383,21 +418,60 @@ impl PgStore {
     }
 
     /// Run a read and wait for it on the current thread (never on an async thread: this
-    /// blocks it).
-    pub(crate) fn read_blocking<R, F>(&self, f: F) -> Result<R, StoreError>
+    /// blocks it). Like [`PgStore::run`], it gives up with [`StoreError::Unreachable`] (within
+    /// a tenth of a second) once the node finds the database unreachable, and a read nobody
+    /// waits for any more is not run.
+    pub(crate) fn read_blocking<R, F>(&self, mut f: F) -> Result<R, StoreError>
     where
         R: Send + 'static,
         F: FnMut(&mut Tx<'_, '_>) -> Result<R, StoreError> + Send + 'static,
     {
-        self.send(Kind::Read, f)?.blocking_recv().map_err(|_| StoreError::Closed)?
+        let unreachable = || self.inner.shared.down.borrow().clone().map(StoreError::Unreachable);
+        if let Some(e) = unreachable() {
+            return Err(e);
+        }
+        let (tx, rx) = mpsc::channel();
+        let gone = Arc::new(AtomicBool::new(false));
+        let g = gone.clone();
+        let job: Job = Box::new(move |conn: &mut Conn| {
+            if !g.load(Ordering::Relaxed) {
+                let _ = tx.send(conn.run(Kind::Read, &mut f));
+            }
+        });
+        let sender = lock(&self.inner.sender).clone().ok_or(StoreError::Closed)?;
+        sender.send(job).map_err(|_| StoreError::Closed)?;
+        loop {
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(r) => return r,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if let Some(e) = unreachable() {
+                        gone.store(true, Ordering::Relaxed);
+                        return Err(e);
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => return Err(StoreError::Closed),
+            }
+        }
     }
 
+    /// Run an operation and wait for its result, or until the node finds it cannot reach the
+    /// database: then the caller gets [`StoreError::Unreachable`] at once, and the operation,
+    /// if no thread has started it yet, is dropped unrun (one already running may still
+    /// commit when the network heals: the caller must treat the error as "maybe").
     async fn run<R, F>(&self, kind: Kind, f: F) -> Result<R, StoreError>
     where
         R: Send + 'static,
         F: FnMut(&mut Tx<'_, '_>) -> Result<R, StoreError> + Send + 'static,
     {
-        self.send(kind, f)?.await.map_err(|_| StoreError::Closed)?
+        let mut down = self.inner.shared.down.subscribe();
+        let rx = self.send(kind, f)?;
+        tokio::select! {
+            r = rx => r.map_err(|_| StoreError::Closed)?,
+            why = down.wait_for(Option::is_some) => Err(match why {
+                Ok(why) => StoreError::Unreachable(why.clone().unwrap_or_default()),
+                Err(_) => StoreError::Closed,
+            }),
+        }
     }
 
     fn send<R, F>(&self, kind: Kind, mut f: F) -> Result<oneshot::Receiver<Result<R, StoreError>>, StoreError>
@@ -405,8 +479,16 @@ impl PgStore {
         R: Send + 'static,
         F: FnMut(&mut Tx<'_, '_>) -> Result<R, StoreError> + Send + 'static,
     {
+        if let Some(why) = self.inner.shared.down.borrow().clone() {
+            return Err(StoreError::Unreachable(why));
+        }
         let (tx, rx) = oneshot::channel();
         let job: Job = Box::new(move |conn: &mut Conn| {
+            // Its caller stopped waiting (the node found the database unreachable): an
+            // operation nobody waits for is not run late.
+            if tx.is_closed() {
+                return;
+            }
             let _ = tx.send(conn.run(kind, &mut f));
         });
         let sender = lock(&self.inner.sender).clone().ok_or(StoreError::Closed)?;

@@ -4,13 +4,20 @@
 //! **Liveness.** The lock (class [`LOCK_CLASS`], key [`lock_key`] of the node name) is held for
 //! as long as this session lives, so "the lock is free" proves that no process of that node
 //! is connected: its leases can be recovered at once (what the data-directory lock proves on
-//! SQLite). The session runs no query after taking the lock and starting to listen — a
+//! SQLite). The session runs no statement after taking the lock and starting to listen — a
 //! session busy in a statement would keep its lock after its client died until the statement
-//! ends — it only waits for notifications.
+//! ends — it waits for notifications, and after every quiet `probe_every` sends an empty query
+//! that must answer within `probe_timeout` ([`Timeouts`], derived from the lease). The session
+//! also asks the server for short TCP keepalives and `tcp_user_timeout`, so that the server
+//! ends the session of a node that vanished (and frees its lock) within about a third of a
+//! lease instead of the server's two-hour default.
 //!
 //! **Self-fencing.** When the session ends (the server terminated it, the network dropped,
-//! the server restarted), the state changes to [`NodeState::Lost`]: from then on another node
-//! may recover this node's work, so the owner must stop its own workers before anything else.
+//! the server restarted) or its liveness check goes unanswered (packets dropped without a
+//! reset; a proxy between node and server whose far side is dead), the state changes to
+//! [`NodeState::Lost`]: from then on another node may recover this node's work, so the owner
+//! must stop starting work of its own before anything else (`engine::nodes`). An unanswered
+//! check also marks the store unreachable: its operations then fail at once.
 //!
 //! Wake-ups (`tally_due`, `tally_lease`, `tally_task`) are hints, never data: each only makes
 //! the engine re-read the database. A lost session is also a lost listener; whoever restarts
@@ -26,7 +33,7 @@ use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, NoTls};
 use tokio::sync::watch;
 
-use super::{LOCK_CLASS, PgOptions, Signals, StoreError};
+use super::{LOCK_CLASS, PgOptions, Shared, Signals, StoreError, Timeouts, timeouts};
 
 /// The state of a node's lock connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,6 +65,8 @@ pub(super) struct Node {
     pid: Arc<AtomicI32>,
     config: postgres::Config,
     key: i32,
+    /// How long a stop waits to reach the server (to wake the waiting thread).
+    connect_wait: Duration,
     thread: Option<thread::JoinHandle<()>>,
 }
 
@@ -73,7 +82,7 @@ impl Node {
         config: &postgres::Config,
         opts: &PgOptions,
         key: i32,
-        signals: Arc<Signals>,
+        shared: Arc<Shared>,
     ) -> Result<Node, StoreError> {
         let (ready_tx, ready_rx) = mpsc::channel::<Result<i32, StoreError>>();
         let (state_tx, state) = watch::channel(NodeState::Held);
@@ -81,10 +90,12 @@ impl Node {
         let pid = Arc::new(AtomicI32::new(0));
         let (cfg, name, listen, stop2, pid2) =
             (config.clone(), opts.node.clone(), opts.listen, stop.clone(), pid.clone());
+        let connect_wait = shared.timeouts.connect;
         let thread = thread::Builder::new()
             .name("tally-pg-node".into())
             .spawn(move || {
-                let mut client = match take_lock(&cfg, &name, key, listen) {
+                let t = shared.timeouts;
+                let mut client = match take_lock(&cfg, &name, key, listen, &t) {
                     Ok((c, backend)) => {
                         pid2.store(backend, Ordering::Relaxed);
                         let _ = ready_tx.send(Ok(backend));
@@ -95,19 +106,29 @@ impl Node {
                         return;
                     }
                 };
-                let why = wait(&mut client, &stop2, &signals);
-                if stop2.load(Ordering::Relaxed) {
+                let ended = wait(&mut client, &stop2, &shared.signals, &t);
+                if stop2.load(Ordering::Relaxed) && !matches!(ended, Ended::Unreachable(_)) {
                     // A clean stop: give the lock back before the session ends.
                     let _ = client.execute("SELECT pg_advisory_unlock($1, $2)", &[&LOCK_CLASS, &key]);
                     let _ = state_tx.send(NodeState::Released);
-                } else {
-                    tracing::error!(reason = %why, "lost the node's lock connection to PostgreSQL");
-                    let _ = state_tx.send(NodeState::Lost(why));
+                    return;
                 }
+                let why = match ended {
+                    Ended::Unreachable(why) => {
+                        // Before the state changes: the guard's first look must see it.
+                        shared.down.send_replace(Some(why.clone()));
+                        why
+                    }
+                    Ended::Failed(why) => why,
+                };
+                tracing::error!(reason = %why, "lost the node's lock connection to PostgreSQL");
+                let _ = state_tx.send(NodeState::Lost(why));
+                // Dropping the client closes the socket; a server that cannot be reached
+                // ends the session by its own keepalive settings (set in `take_lock`).
             })
             .map_err(|e| StoreError::Fatal(format!("cannot start the node thread: {e}")))?;
         match ready_rx.recv() {
-            Ok(Ok(_)) => Ok(Node { stop, state, pid, config: config.clone(), key, thread: Some(thread) }),
+            Ok(Ok(_)) => Ok(Node { stop, state, pid, config: config.clone(), key, connect_wait, thread: Some(thread) }),
             Ok(Err(e)) => {
                 let _ = thread.join();
                 Err(e)
@@ -128,20 +149,28 @@ impl Node {
     }
 
     /// Release the lock and end the session: wake the waiting thread with a notification on
-    /// its private channel (from a short-lived connection), then join it.
+    /// its private channel (from a short-lived connection), then join it. A thread that
+    /// already ended (the session was lost) is only joined. If the server cannot be reached
+    /// within the connect timeout, the thread is left to end at its next liveness check.
     pub(super) fn stop(mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        let Some(t) = self.thread.take() else { return };
+        if t.is_finished() {
+            let _ = t.join();
+            return;
+        }
         let (config, key) = (self.config.clone(), self.key);
-        let woke = thread::spawn(move || -> Result<(), StoreError> {
-            let mut c = config.connect(NoTls)?;
-            c.batch_execute(&format!("NOTIFY tally_ctl_{key}"))?;
-            Ok(())
-        })
-        .join();
-        // If the database is unreachable the thread ends with its session instead.
-        if let Some(t) = self.thread.take()
-            && (matches!(woke, Ok(Ok(()))) || t.is_finished())
-        {
+        let (tx, rx) = mpsc::channel();
+        let _ = thread::Builder::new().name("tally-pg-node-stop".into()).spawn(move || {
+            let woke = (|| -> Result<(), StoreError> {
+                let mut c = config.connect(NoTls)?;
+                c.batch_execute(&format!("NOTIFY tally_ctl_{key}"))?;
+                Ok(())
+            })();
+            let _ = tx.send(woke.is_ok());
+        });
+        let wait = self.connect_wait * 2;
+        if matches!(rx.recv_timeout(wait), Ok(true)) || t.is_finished() {
             let _ = t.join();
         }
     }
@@ -149,8 +178,16 @@ impl Node {
 
 /// Connect and take the lock (waiting up to [`LOCK_WAIT`] while someone else holds it), record
 /// the node's row, and LISTEN. Returns the client and its backend pid.
-fn take_lock(config: &postgres::Config, name: &str, key: i32, listen: bool) -> Result<(Client, i32), StoreError> {
+fn take_lock(
+    config: &postgres::Config,
+    name: &str,
+    key: i32,
+    listen: bool,
+    t: &Timeouts,
+) -> Result<(Client, i32), StoreError> {
     let mut client = config.connect(NoTls)?;
+    // The server must notice when this node vanishes, and free its lock, within the lease.
+    timeouts::apply_server_tcp(&mut client, t);
     let start = std::time::Instant::now();
     loop {
         let got: bool = client.query_one("SELECT pg_try_advisory_lock($1, $2)", &[&LOCK_CLASS, &key])?.get(0);
@@ -208,16 +245,41 @@ fn take_lock(config: &postgres::Config, name: &str, key: i32, listen: bool) -> R
     Ok((client, backend))
 }
 
-/// Wait for notifications until the session ends or a stop is asked for; returns why the
-/// wait ended.
-fn wait(client: &mut Client, stop: &AtomicBool, signals: &Signals) -> String {
-    let mut notes = client.notifications();
-    let mut it = notes.blocking_iter();
+/// Why the lock session's wait ended.
+enum Ended {
+    /// The session ended or failed (or a stop was asked for).
+    Failed(String),
+    /// The liveness check went unanswered: the database cannot be reached.
+    Unreachable(String),
+}
+
+/// Wait for notifications until the session ends, its liveness check goes unanswered, or a
+/// stop is asked for; returns why the wait ended.
+fn wait(client: &mut Client, stop: &AtomicBool, signals: &Signals, t: &Timeouts) -> Ended {
     loop {
-        match it.next() {
+        let next = client.notifications().timeout_iter(t.probe_every).next();
+        match next {
+            Ok(None) => {
+                if stop.load(Ordering::Relaxed) {
+                    return Ended::Failed("stopped".into());
+                }
+                if client.is_closed() {
+                    return Ended::Failed("the server closed the connection".into());
+                }
+                // Quiet for `probe_every`: is the server still there?
+                if let Err(e) = client.is_valid(t.probe_timeout) {
+                    if client.is_closed() || e.code().is_some() {
+                        return Ended::Failed(format!("the connection failed: {e}"));
+                    }
+                    return Ended::Unreachable(format!(
+                        "PostgreSQL did not answer the node's liveness check within {} ms ({e})",
+                        t.probe_timeout.as_millis()
+                    ));
+                }
+            }
             Ok(Some(n)) => {
                 if stop.load(Ordering::Relaxed) {
-                    return "stopped".into();
+                    return Ended::Failed("stopped".into());
                 }
                 if super::lock(&signals.own_pids).contains(&n.process_id()) {
                     continue; // this node's own hint: its engine already woke itself
@@ -241,8 +303,7 @@ fn wait(client: &mut Client, stop: &AtomicBool, signals: &Signals) -> String {
                     _ => {}
                 }
             }
-            Ok(None) => return "the server closed the connection".into(),
-            Err(e) => return format!("the connection failed: {e}"),
+            Err(e) => return Ended::Failed(format!("the connection failed: {e}")),
         }
     }
 }

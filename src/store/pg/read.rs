@@ -279,9 +279,26 @@ impl PgStore {
         while (out.len() as i64) < meta.bytes {
             match self.read_blob_chunk(id.clone(), out.len(), CHUNK).await? {
                 Some(chunk) if !chunk.is_empty() => out.extend_from_slice(&chunk),
-                Some(_) => return Err(StoreError::Fatal(format!("image {id} is shorter than its recorded size"))),
+                Some(_) => {
+                    let why =
+                        format!("it is shorter ({} bytes) than its recorded size ({} bytes)", out.len(), meta.bytes);
+                    return Err(StoreError::Damaged { id, why });
+                }
                 None => return Err(StoreError::Invalid(format!("image {id} is no longer stored"))),
             }
+        }
+        // As `BlobReader` does on SQLite: damaged bytes never leave the store as an image
+        // (thumbnails, reference photos sent to a provider).
+        out.truncate(meta.bytes.max(0) as usize);
+        let sha = meta.sha256.clone();
+        let (out, intact) = tokio::task::spawn_blocking(move || {
+            let intact = crate::domain::hex(&<sha2::Sha256 as sha2::Digest>::digest(&out)) == sha;
+            (out, intact)
+        })
+        .await
+        .map_err(|e| StoreError::Fatal(format!("hashing task failed: {e}")))?;
+        if !intact {
+            return Err(StoreError::Damaged { id, why: "its bytes do not match their recorded sha256".into() });
         }
         Ok(Some((meta, out)))
     }

@@ -7,7 +7,7 @@
 //! ends (process killed, connection terminated): the watcher releases the lock at once (a
 //! restarting node waits for its own lock for a moment, see `node::LOCK_WAIT`), raises
 //! [`Signals::peer_gone`](super::Signals) so the engine runs its reconciler, and picks its
-//! next target. A blocked lock wait executes no statement: an idle cluster stays idle. When a
+//! next target. A blocked lock wait executes no further statement. When a
 //! node starts (`tally_node` notification) the wait is cancelled and the target re-chosen.
 //!
 //! Correctness never depends on the watcher: recovery re-checks its evidence under row
@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use postgres::{CancelToken, Client, NoTls};
 
-use super::{LOCK_CLASS, Signals, StoreError};
+use super::{LOCK_CLASS, Signals, StoreError, Timeouts, timeouts};
 
 /// A running watcher.
 pub(super) struct Watcher {
@@ -48,7 +48,13 @@ impl WatchCtl {
 }
 
 impl Watcher {
-    pub(super) fn start(config: postgres::Config, me: String, my_key: i32, signals: Arc<Signals>) -> Watcher {
+    pub(super) fn start(
+        config: postgres::Config,
+        me: String,
+        my_key: i32,
+        signals: Arc<Signals>,
+        t: Timeouts,
+    ) -> Watcher {
         let (tx, rx) = mpsc::channel();
         let ctl =
             Arc::new(WatchCtl { stop: AtomicBool::new(false), poke: Mutex::new(Some(tx)), cancel: Mutex::new(None) });
@@ -56,7 +62,7 @@ impl Watcher {
         let ctl2 = ctl.clone();
         let thread = thread::Builder::new()
             .name("tally-pg-watch".into())
-            .spawn(move || run(config, me, my_key, signals, ctl2, rx))
+            .spawn(move || run(config, me, my_key, signals, ctl2, rx, t))
             .ok();
         Watcher { ctl, thread: Mutex::new(thread) }
     }
@@ -92,13 +98,17 @@ fn run(
     signals: Arc<Signals>,
     ctl: Arc<WatchCtl>,
     poke: mpsc::Receiver<()>,
+    t: Timeouts,
 ) {
     let (stop, cancel) = (&ctl.stop, &ctl.cancel);
     let mut client: Option<Client> = None;
     while !stop.load(Ordering::Relaxed) {
         if client.as_ref().is_none_or(|c| c.is_closed()) {
             match config.connect(NoTls) {
-                Ok(c) => {
+                Ok(mut c) => {
+                    // A lock this session wins for a node that then vanished must be freed by
+                    // the server within the lease, or the peer it watched could not restart.
+                    timeouts::apply_server_tcp(&mut c, &t);
                     *super::lock(cancel) = Some(c.cancel_token());
                     client = Some(c);
                 }

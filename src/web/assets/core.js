@@ -319,10 +319,25 @@ window.tally = (function () {
 
   // ---------------------------------------------------------------- images
 
-  /** A small, lazy-loaded thumbnail of an artifact or upload (`url` is its /v1 URL). */
+  /** A small, lazy-loaded thumbnail of an artifact or upload (`url` is its /v1 URL). If it does
+      not load because the stored image is damaged (`image_damaged`), it says so in its place:
+      such an image is not downloaded and is left out of a set's zip. */
   function thumb(url, alt, size) {
-    return h("img", { class: "thumb" + (size ? " " + size : ""), src: url + "/thumbnail", alt, loading: "lazy",
-      decoding: "async", width: 96, height: 96 });
+    const cls = "thumb" + (size ? " " + size : "");
+    const img = h("img", { class: cls, src: url + "/thumbnail", alt, loading: "lazy", decoding: "async",
+      width: 96, height: 96 });
+    img.addEventListener("error", async () => {
+      try {
+        await api("GET", url + "/thumbnail");
+      } catch (e) {
+        if (e.code !== "image_damaged") return;
+        // A damaged image cannot be enlarged either: the note takes the button's place too.
+        const button = img.parentElement && img.parentElement.classList.contains("thumb-button");
+        (button ? img.parentElement : img).replaceWith(h("span", { class: cls + " damaged", title: e.message },
+          "Damaged image: not downloadable and left out of the set's zip. Run tally check."));
+      }
+    }, { once: true });
+    return img;
   }
 
   /** A button showing a thumbnail that opens the full image. */

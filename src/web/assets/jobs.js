@@ -92,13 +92,17 @@
   function failureWords(t) {
     switch (t.failure_kind) {
       case "rejected": return t.provider + " refused the request.";
-      case "configuration": return "tally's settings for " + t.provider + " are not right (check the API key and model).";
+      case "configuration":
+        if (/out of credit/.test(t.reason || "")) return t.provider + " says the account is out of credit; nothing was charged. Add credit there, then retry.";
+        return "tally's settings for " + t.provider + " are not right (check the API key and model).";
       case "not_sent": return "the request never reached " + t.provider + ".";
       case "rate_limited": return t.provider + " was too busy and kept refusing.";
       case "undeliverable": return "tally could not start it.";
       case "expired": return "it was made, but the image expired at " + t.provider + " before tally could fetch it.";
       case "operator": return "you recorded that it failed.";
-      case "invalid_result": return t.provider + " answered with something that is not an image.";
+      case "invalid_result":
+        if (/could not be downloaded/.test(t.reason || "")) return "it was made (and charged), but tally could not download the image from " + t.provider + " in time; it had not expired there.";
+        return t.provider + " answered with something that is not an image.";
       default: return "see the technical details.";
     }
   }

@@ -669,6 +669,7 @@ pub fn pg_options(url: &str, schema: &str, node: &str) -> PgOptions {
         listen: true,
         poll: None,
         watch_peers: true,
+        lease: std::time::Duration::from_secs(30),
     }
 }
 

@@ -109,6 +109,7 @@ async fn each_outcome_records_the_charge_its_evidence_proves<B: Backend>(s: B) {
         reason: "429".into(),
         max_attempts: 3,
         charge: Charge::Refused,
+        counted: true,
     };
     assert_eq!(finish(&s, &c, again, T0 + 1).await, TaskStatus::Waiting);
     let c = calling(&s, &twice, T0 + 10, price()).await;

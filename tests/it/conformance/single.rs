@@ -70,6 +70,7 @@ both!(
     finish_succeeded_attaches_the_artifact_and_consumes_the_envelope,
     finish_failed_unknown_and_canceled_settle_the_task,
     retry_later_requeues_until_attempts_are_used_up,
+    a_not_now_is_not_an_attempt_and_reuses_its_key,
     late_result_resolves_only_an_unknown_execution,
     cancel_is_immediate_before_sending_and_a_request_while_running,
     retry_needs_acknowledgement_after_a_possible_charge_and_makes_a_new_task,
@@ -422,6 +423,7 @@ async fn retry_later_requeues_until_attempts_are_used_up<B: Backend>(s: B) {
             reason: "429".into(),
             max_attempts: 2,
             charge: tally::domain::Charge::Refused,
+            counted: true,
         };
         let st = s.finish(c.execution_token, c.lease_token, f, now + 1).await.expect("finish");
         if attempt == 1 {
@@ -436,6 +438,36 @@ async fn retry_later_requeues_until_attempts_are_used_up<B: Backend>(s: B) {
     let t = s.get_task(id.clone()).await.expect("get").expect("task");
     assert_eq!((t.status, t.attempts, t.failure_kind.as_deref()), (TaskStatus::Failed, 2, Some("rate_limited")));
     assert!(kinds(&s, &id).await.contains(&"retry_scheduled".to_string()));
+}
+
+/// A "not now" (a 429 the provider refused) is not an attempt: three of them with
+/// `max_attempts = 2` leave the task waiting, at attempt 1 with the same idempotency key each
+/// time (the refused request's key, which is right to reuse), and no dispatch counted as lost.
+async fn a_not_now_is_not_an_attempt_and_reuses_its_key<B: Backend>(s: B) {
+    let id = submit(&s, "not now").await;
+    for round in 1..=3i64 {
+        let now = T0 + round * 10_000;
+        let c = claimed(&s, &id, now, "boot").await;
+        assert_eq!((c.attempt, c.idempotency_key.as_str()), (1, provider_key(&id, 1).as_str()), "round {round}");
+        s.record_calling(c.execution_token.clone(), c.lease_token.clone(), now).await.expect("calling");
+        let f = Finish::RetryLater {
+            due_at: now + 5_000,
+            kind: FailureKind::RateLimited,
+            reason: "HTTP 429: slow down".into(),
+            max_attempts: 2,
+            charge: tally::domain::Charge::Refused,
+            counted: false,
+        };
+        let st = s.finish(c.execution_token, c.lease_token, f, now + 1).await.expect("finish");
+        assert_eq!(st, TaskStatus::Waiting, "round {round}: a not-now never uses up the attempts");
+        assert_eq!(s.int("SELECT send_count FROM envelopes").await, 0, "not a lost dispatch");
+    }
+    let t = s.get_task(id.clone()).await.expect("get").expect("task");
+    assert_eq!((t.status, t.attempts), (TaskStatus::Waiting, 0));
+    assert!(t.reason.as_deref().unwrap_or("").contains("did not take the request yet"), "{:?}", t.reason);
+    // Then it goes through, still as attempt 1.
+    let c = claimed(&s, &id, T0 + 50_000, "boot").await;
+    assert_eq!(c.attempt, 1);
 }
 
 async fn late_result_resolves_only_an_unknown_execution<B: Backend>(s: B) {

@@ -148,10 +148,15 @@ fn finish(tx: &mut Tx<'_, '_>, exec: &str, lease: &str, f: &Finish, now: Millis)
             event(tx, &task, now, Actor::Worker, "unknown", &with_money(&line, &words), ex)?;
             TaskStatus::Unknown
         }
-        Finish::RetryLater { due_at, kind, reason, max_attempts, .. } => {
+        Finish::RetryLater { due_at, kind, reason, max_attempts, counted, .. } => {
             set_exec(tx, exec, "failed", now, Some(reason))?;
+            if !*counted {
+                // A "not now": the provider refused this request, so it is not an attempt.
+                tx.exec("UPDATE tasks SET attempts = greatest(0, attempts - 1) WHERE id = $1", &[&task])?;
+                tx.exec("UPDATE envelopes SET send_count = greatest(0, send_count - 1) WHERE task_id = $1", &[&task])?;
+            }
             let attempts: i64 = tx.one("SELECT attempts FROM tasks WHERE id = $1", &[&task])?.get(0);
-            if attempts >= *max_attempts {
+            if *counted && attempts >= *max_attempts {
                 let why = format!("gave up after {attempts} attempts; the last one: {reason}");
                 set_task(tx, &task, TaskStatus::Failed, Some(&why), Some(*kind), now)?;
                 consume_envelope(tx, &task, "consumed", Some(reason))?;
@@ -159,7 +164,11 @@ fn finish(tx: &mut Tx<'_, '_>, exec: &str, lease: &str, f: &Finish, now: Millis)
                 TaskStatus::Failed
             } else {
                 let secs = (due_at - now).max(0) as f64 / 1000.0;
-                let why = format!("attempt {attempts} did not go through ({reason}); trying again in {secs:.1} s");
+                let why = if *counted {
+                    format!("attempt {attempts} did not go through ({reason}); trying again in {secs:.1} s")
+                } else {
+                    format!("the provider did not take the request yet ({reason}); trying again in {secs:.1} s")
+                };
                 set_task(tx, &task, TaskStatus::Waiting, Some(&why), None, now)?;
                 requeue_envelope(tx, &task, *due_at, Some(reason), now)?;
                 event(tx, &task, now, Actor::Worker, "retry_scheduled", &with_money(&why, &words), ex)?;
