@@ -92,6 +92,10 @@ CREATE TABLE envelopes (
     lane             text NOT NULL DEFAULT 'fresh' CHECK (lane IN ('fresh', 'recovery')),
     fair_key         text COLLATE "C" NOT NULL DEFAULT '',
     pass             bigint,
+    -- Held, as on SQLite (schema.sql, store::held): pending with due_at and pass NULL until the
+    -- owner releases it. PostgreSQL is not copied by hand, but the state and its release exist.
+    held_at          bigint,
+    held_reason      text,
     CHECK (status <> 'sent' OR lease_expires_at IS NOT NULL),
     CHECK (lease_token IS NULL OR status = 'sent'),
     CHECK (pass IS NULL OR status = 'pending')
@@ -101,6 +105,7 @@ CREATE INDEX envelopes_ready ON envelopes(provider, lane, pass, id) WHERE status
 CREATE INDEX envelopes_ready_key ON envelopes(provider, lane, fair_key, pass) WHERE status = 'pending' AND pass IS NOT NULL;
 CREATE INDEX envelopes_in_flight ON envelopes(provider, lane) WHERE status = 'sent';
 CREATE INDEX envelopes_sent ON envelopes(lease_expires_at) WHERE status = 'sent';
+CREATE INDEX envelopes_held ON envelopes(held_at) WHERE status = 'pending' AND held_at IS NOT NULL;
 
 -- The providers as every node's dispatcher sees them (as on SQLite). A dispatch locks their
 -- rows first, so nodes dispatching at once count the same slots in use.

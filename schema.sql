@@ -70,6 +70,12 @@ CREATE TABLE envelopes (
     lane             TEXT NOT NULL DEFAULT 'fresh' CHECK (lane IN ('fresh', 'recovery')),
     fair_key         TEXT NOT NULL DEFAULT '',    -- 'set:<id>', 'group:<name>', or '' (shared)
     pass             INTEGER,                     -- place in its lane while ready; NULL otherwise
+    -- Held (store::held): the database turned out older than what its data directory had seen
+    -- (a restored backup, a copy taken while tally ran, a deleted WAL), so this unsettled job
+    -- may have been sent since by the daemon the copy came from. A held envelope is pending
+    -- with due_at and pass NULL: the dispatcher never sees it until the owner releases it.
+    held_at          INTEGER,
+    held_reason      TEXT,
     CHECK (status <> 'sent' OR lease_expires_at IS NOT NULL),
     CHECK (lease_token IS NULL OR status = 'sent'),
     CHECK (pass IS NULL OR status = 'pending')
@@ -83,6 +89,8 @@ CREATE INDEX envelopes_ready_key ON envelopes(provider, lane, fair_key, pass) WH
 -- Claimed envelopes: the provider slots in use (per lane), and the reconciler's deadlines.
 CREATE INDEX envelopes_in_flight ON envelopes(provider, lane) WHERE status = 'sent';
 CREATE INDEX envelopes_sent ON envelopes(lease_expires_at) WHERE status = 'sent';
+-- Held envelopes (the owner's list; empty on almost every database).
+CREATE INDEX envelopes_held ON envelopes(held_at) WHERE status = 'pending' AND held_at IS NOT NULL;
 
 -- The configured providers as the dispatcher sees them: slots, the recovery lane's share,
 -- and the circuit. Written at engine start (configure_providers) and by the circuit breaker;
@@ -205,6 +213,21 @@ CREATE TABLE blobs (
     media_type       TEXT NOT NULL CHECK (media_type IN ('image/png', 'image/jpeg', 'image/webp')),
     data             BLOB NOT NULL CHECK (length(data) = bytes)
 ) STRICT;
+
+-- Where this database stands in its history (store::lineage), one row. `lineage` is random per
+-- database history (a new one when a copy turned out older and forked off); `seq` grows by one
+-- in every write transaction that holds a durable operation (store::mod's writer); `running` is
+-- 1 while a `tally serve` serves it (set at start, cleared at a clean stop); `backup_at` is set
+-- in a copy written by `tally backup`. The data directory keeps the highest `seq` it has seen
+-- per lineage in the file tally.db.seen, so an older copy put in its place is noticed.
+CREATE TABLE lineage (
+    id               INTEGER PRIMARY KEY CHECK (id = 1),
+    lineage          TEXT NOT NULL,
+    seq              INTEGER NOT NULL DEFAULT 0,
+    running          INTEGER NOT NULL DEFAULT 0 CHECK (running IN (0, 1)),
+    backup_at        INTEGER
+) STRICT;
+INSERT INTO lineage (id, lineage) VALUES (1, lower(hex(randomblob(16))));
 
 -- A budget set from the page, the CLI or PUT /v1/budget: every limit in force, as JSON (a list
 -- of {period, provider, micros, currency}). While this row exists it replaces the config's

@@ -241,6 +241,16 @@ pub async fn serve(cfg: Config, config_path: Option<PathBuf>) -> Result<(), Fail
         Backend::Sqlite => {
             let store = open_for_serve(&db, cfg.storage.durability, &evidence)
                 .map_err(|e| Failure::error(format!("cannot open the database {}: {e}", db.display())))?;
+            // Before start-up recovery: an older copy of the database holds what it would send
+            // again (`store::lineage`, `store::held`).
+            let start = match store.begin_serving(crate::clock::Clock::now(&SystemClock)).await {
+                Ok(s) => s,
+                Err(e) => {
+                    let _ = store.close();
+                    return Err(Failure::error(format!("cannot start serving {}: {e}", db.display())));
+                }
+            };
+            say_held(&start);
             (Store::Sqlite(store), Arc::new(SystemClock) as Arc<dyn crate::clock::Clock>)
         }
         Backend::Postgres(pg) => {
@@ -354,6 +364,25 @@ pub async fn serve(cfg: Config, config_path: Option<PathBuf>) -> Result<(), Fail
         }
         Err(e) => Err(Failure::error(format!("the database did not close cleanly: {e}"))),
     }
+}
+
+/// Tell the owner what start-up noticed about an older database (stdout and the log).
+fn say_held(start: &crate::store::lineage::ServeStart) {
+    if let Some(p) = &start.sidecar_problem {
+        tracing::warn!("{p}; judging the database by its own marks only");
+    }
+    let Some(older) = &start.older else { return };
+    let text = format!(
+        "{}. So that nothing is paid for twice, {} job(s) that were not settled in it are held, not sent: each may \
+         have been sent since by the daemon this copy came from. See them with `tally held list` (or under \
+         \"Needs your attention\" in the web page) and send them again with `tally held release`.",
+        older.explain(),
+        start.held
+    );
+    tracing::warn!("{text}");
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "older database: {text}");
+    let _ = out.flush();
 }
 
 /// Connect to PostgreSQL as this node (`[node] name`): the schema is created or migrated,

@@ -13,6 +13,7 @@ pub mod auth;
 pub mod budget;
 pub mod download;
 pub mod error;
+pub mod held;
 pub mod images;
 pub mod openapi;
 pub mod prune;
@@ -142,6 +143,8 @@ pub fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(sets::cancel))
         .routes(routes!(download::set_zip))
         .routes(routes!(prune::prune))
+        .routes(routes!(held::list))
+        .routes(routes!(held::release))
         .routes(routes!(providers))
         .routes(routes!(spend::spend))
         .routes(routes!(spend::requests))

@@ -35,8 +35,13 @@ pub struct TaskJson {
     pub charge: ChargeJson,
     /// The latest retry of this task, if it was retried.
     pub retried_as: Option<RetriedAsJson>,
-    /// `unknown` and neither resolved nor retried yet: the owner's to-do list.
+    /// The owner's to-do list: `unknown` and neither resolved nor retried yet, or held.
     pub needs_attention: bool,
+    /// Held, not sent: the database turned out older than what was served (a restored backup,
+    /// a copy taken while tally ran, a deleted WAL), and this job may have been sent since by
+    /// the daemon the copy came from. Null when not held. Release it with
+    /// `POST /v1/held/release`.
+    pub held: Option<HeldJson>,
     /// The image set this job is a shot of, and the shot's role (`main`, `selling_point`,
     /// `scene`); null for a job of its own.
     pub set_id: Option<String>,
@@ -55,6 +60,42 @@ pub struct TaskJson {
     /// For `unknown` tasks: how the provider bills, in plain words.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub billing_note: Option<String>,
+}
+
+/// Why a job is held, and what sending it again may cost.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct HeldJson {
+    /// Plain words: why it is held and what the owner is asked.
+    pub reason: String,
+    /// Held since (RFC 3339, UTC).
+    pub since: String,
+    /// What sending it again is estimated to cost (`null`: no price, or free).
+    pub estimated_cost: Option<f64>,
+    pub currency: Option<String>,
+    /// What releasing it does, with the possible cost, in plain words.
+    pub note: String,
+}
+
+/// The held object of a task, if it is held.
+fn held_json(engine: &Engine, t: &TaskView) -> Option<HeldJson> {
+    let h = t.held.as_ref()?;
+    let price = engine.price_of(&t.provider, &t.params);
+    let note = if !engine.provider_bills(&t.provider) {
+        "Sending it again is free: this provider never charges.".to_string()
+    } else {
+        let about = price.as_ref().map(|(m, c)| format!(" (about {})", money(*m, c))).unwrap_or_default();
+        format!(
+            "Sending it again makes a new request, which the provider charges for{about} — a second charge if the \
+             daemon the copy came from sent it already."
+        )
+    };
+    Some(HeldJson {
+        reason: h.reason.clone(),
+        since: rfc3339(h.since),
+        estimated_cost: price.as_ref().map(|(m, _)| from_micros(*m)),
+        currency: price.map(|(_, c)| c),
+        note,
+    })
 }
 
 /// An artifact as the API shows it.
@@ -197,7 +238,8 @@ pub fn task_json(engine: &Engine, t: &TaskView) -> TaskJson {
         retry_of: t.retry_of.clone(),
         charge: charge_json(engine, t),
         retried_as: t.retried_as.as_ref().map(|(id, status)| RetriedAsJson { id: id.clone(), status: *status }),
-        needs_attention: t.status == TaskStatus::Unknown && t.retried_as.is_none(),
+        needs_attention: (t.status == TaskStatus::Unknown && t.retried_as.is_none()) || t.held.is_some(),
+        held: held_json(engine, t),
         set_id: t.set_id.clone(),
         shot_role: t.shot_role.clone(),
         cancel_requested: t.cancel_requested,

@@ -189,7 +189,8 @@ pub struct ListQuery {
     /// The page size: 1 to 500 (larger values give 500); 50 when absent.
     #[param(minimum = 1)]
     pub limit: Option<usize>,
-    /// Only `unknown` tasks not yet resolved or retried.
+    /// Only tasks that need the owner: `unknown` ones not yet resolved or retried, and held ones
+    /// (see `GET /v1/held`).
     pub needs_attention: Option<bool>,
     /// Only tasks whose prompt, or whose image set's product, contains this text (at most 200
     /// bytes; ASCII letters match either case; empty: all).

@@ -15,6 +15,7 @@ use clap::{ArgGroup, Parser, Subcommand};
 use serde_json::Value;
 
 mod files;
+mod held;
 mod sets;
 mod spend;
 mod tasks;
@@ -141,7 +142,8 @@ pub enum Command {
         /// Only jobs created before this job id (the `more:` line of a previous page).
         #[arg(long, value_name = "ID")]
         before: Option<String>,
-        /// Only the tasks that need you: unknown, and neither resolved nor retried yet.
+        /// Only the tasks that need you: unknown and neither resolved nor retried yet, or held
+        /// (`tally held list`).
         #[arg(long)]
         needs_attention: bool,
         /// Only jobs whose prompt, or whose image set's product, contains TEXT.
@@ -243,6 +245,16 @@ pub enum Command {
     /// Refused while a daemon uses the data directory. Copying a backup to tally.db by hand
     /// also works, after `tally serve` has stopped, if you delete tally.db-wal and
     /// tally.db-shm beside it.
+    ///
+    /// Queued and in-flight work: a backup is older than the daemon it came from, which may
+    /// have sent its queued jobs since. When `tally serve` starts on a restored backup (or on
+    /// any copy older than what this data directory has seen, tally.db.seen), nothing that was
+    /// not settled in it is sent on its own: queued jobs, and jobs claimed but not yet sent,
+    /// are held (`tally held list`; `tally held release ID...` or `--all` sends them, each
+    /// possibly a second charge); jobs whose request had already left are recovered as after
+    /// a crash (replayed with their idempotency key or looked up where the provider can,
+    /// otherwise unknown), never sent blind. This command prints how many jobs would be held.
+    /// A tally.db copied after a clean stop, never seen here, holds nothing.
     #[command(verbatim_doc_comment)]
     Restore {
         /// The backup file (made by `tally backup`, or a tally.db copied after a clean stop).
@@ -279,7 +291,12 @@ pub enum Command {
     /// A product's image set: reference photos, a shot list, one image at a time.
     #[command(subcommand)]
     Set(SetCommand),
-    /// Run the mock image provider (all three API styles) with its ledger of charges.
+    /// Jobs held, not sent, because the database was older than what this data directory had
+    /// seen (a restored backup, a copy taken while tally ran, a deleted tally.db-wal): each may
+    /// have been sent already by the daemon the copy came from.
+    #[command(subcommand)]
+    Held(held::HeldCommand),
+    /// Run the mock image provider (the OpenAI, Replicate, fal, Gemini and BFL API styles) with its ledger of charges.
     MockProvider(crate::mock::MockArgs),
     /// Measure the engine end to end (see BENCHMARKS.md).
     Bench(crate::bench::BenchArgs),

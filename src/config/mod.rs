@@ -143,6 +143,7 @@ struct RawProvider {
     poll_interval_ms: Option<i64>,
     idempotency_header: Option<String>,
     reference_input: Option<String>,
+    batch: Option<bool>,
     max_response_bytes: Option<i64>,
     billing_note: Option<String>,
     delay_ms: Option<i64>,

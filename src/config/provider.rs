@@ -31,6 +31,8 @@ pub enum ProviderKind {
     OpenaiImages,
     Replicate,
     FalQueue,
+    Gemini,
+    Bfl,
 }
 
 impl ProviderKind {
@@ -40,6 +42,8 @@ impl ProviderKind {
             "openai_images" => ProviderKind::OpenaiImages,
             "replicate" => ProviderKind::Replicate,
             "fal_queue" => ProviderKind::FalQueue,
+            "gemini" => ProviderKind::Gemini,
+            "bfl" => ProviderKind::Bfl,
             _ => return None,
         })
     }
@@ -51,6 +55,8 @@ impl ProviderKind {
             ProviderKind::OpenaiImages => "openai_images",
             ProviderKind::Replicate => "replicate",
             ProviderKind::FalQueue => "fal_queue",
+            ProviderKind::Gemini => "gemini",
+            ProviderKind::Bfl => "bfl",
         }
     }
 }
@@ -75,6 +81,8 @@ pub struct ProviderConfig {
     /// The model input that takes the reference images (Replicate: found in the model's
     /// schema when not set; fal: required for shots with reference images).
     pub reference_input: Option<String>,
+    /// Gemini only: send each image through the Batch API (half price, not urgent).
+    pub batch: bool,
     pub max_response_bytes: usize,
     pub billing_note: Option<String>,
     /// Demo only: how long a render takes.
@@ -102,6 +110,7 @@ impl ProviderConfig {
             poll_interval: Duration::from_millis(1_000),
             idempotency_header: None,
             reference_input: None,
+            batch: false,
             max_response_bytes: 64 << 20,
             billing_note: None,
             delay: Duration::from_millis(300),
@@ -113,7 +122,7 @@ impl ProviderConfig {
 }
 
 /// Hosts of image APIs that document no idempotency header (OpenAI, Replicate, fal and fal's
-/// backup domains): `idempotency_header` is refused for them, because a blind resend there
+/// backup domains, the Gemini API, Black Forest Labs' global and regional endpoints): `idempotency_header` is refused for them, because a blind resend there
 /// is a second charge.
 pub const HOSTS_WITHOUT_IDEMPOTENCY: &[&str] = &[
     "api.openai.com",
@@ -123,6 +132,12 @@ pub const HOSTS_WITHOUT_IDEMPOTENCY: &[&str] = &[
     "queue.falrun.com",
     "falrun.com",
     "api.fal.ai",
+    "generativelanguage.googleapis.com",
+    "api.bfl.ai",
+    "api.bfl.ml",
+    "api.eu.bfl.ai",
+    "api.us.bfl.ai",
+    "api.us1.bfl.ai",
 ];
 
 /// The documented host `base_url` points at, if it is one of [`HOSTS_WITHOUT_IDEMPOTENCY`].
@@ -141,7 +156,7 @@ pub(super) fn documented_without_idempotency(base_url: &str) -> Option<&'static 
 /// (submit, poll, list) answer quickly.
 pub fn default_request_timeout(kind: ProviderKind) -> Duration {
     match kind {
-        ProviderKind::OpenaiImages => Duration::from_secs(600),
+        ProviderKind::OpenaiImages | ProviderKind::Gemini => Duration::from_secs(600),
         _ => Duration::from_secs(120),
     }
 }
@@ -154,8 +169,9 @@ pub(super) fn resolve_provider(p: RawProvider, i: usize, origin: &str) -> Result
         return Err(bad("name", format!("`{name}` must be letters, digits, '-' or '_'")));
     }
     let kind_text = p.kind.ok_or_else(|| bad("kind", "is required".into()))?;
-    let kind = ProviderKind::parse(&kind_text)
-        .ok_or_else(|| bad("kind", format!("`{kind_text}` is not one of demo, openai_images, replicate, fal_queue")))?;
+    let kind = ProviderKind::parse(&kind_text).ok_or_else(|| {
+        bad("kind", format!("`{kind_text}` is not one of demo, openai_images, replicate, fal_queue, gemini, bfl"))
+    })?;
     let demo = ProviderConfig::demo();
     let ms = |k: &str, v: Option<i64>, default: Duration| -> Result<Duration, ConfigError> {
         match v {
@@ -210,6 +226,9 @@ pub(super) fn resolve_provider(p: RawProvider, i: usize, origin: &str) -> Result
     {
         return Err(bad("reference_input", format!("`{r}` is not an input name (letters, digits, '_')")));
     }
+    if p.batch == Some(true) && kind != ProviderKind::Gemini {
+        return Err(bad("batch", format!("kind {kind_text} has no batch API tally uses (only gemini)")));
+    }
     let max_response_bytes = match p.max_response_bytes {
         None => demo.max_response_bytes,
         Some(n) if (1024..=1 << 30).contains(&n) => n as usize,
@@ -263,6 +282,7 @@ pub(super) fn resolve_provider(p: RawProvider, i: usize, origin: &str) -> Result
         poll_interval: ms("poll_interval_ms", p.poll_interval_ms, demo.poll_interval)?,
         idempotency_header: p.idempotency_header,
         reference_input: p.reference_input,
+        batch: p.batch.unwrap_or(false),
         max_response_bytes,
         billing_note: p.billing_note,
         delay: match p.delay_ms {

@@ -558,6 +558,22 @@ impl Engine {
         Ok(out)
     }
 
+    /// Release held jobs (`store::held`): each is queued to be sent again, which may be
+    /// charged again (the owner asked for it).
+    pub async fn release_held(
+        &self,
+        which: crate::store::held::Release,
+    ) -> Result<crate::store::held::ReleaseReport, EngineError> {
+        let out = self.shared.store.release_held(which, self.shared.now()).await?;
+        for id in &out.released {
+            self.shared.changed(id, TaskStatus::Waiting);
+        }
+        if !out.released.is_empty() {
+            self.shared.wake_dispatcher.notify_one();
+        }
+        Ok(out)
+    }
+
     /// Resolves when a service found the database unusable (read-only, corrupt), with the
     /// reason; the daemon should then stop cleanly. Never resolves otherwise.
     pub async fn failure(&self) -> String {

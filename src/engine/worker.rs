@@ -425,8 +425,7 @@ impl Run<'_> {
             }
         }
         // A refusal or a "not now" (paced by its own hold) is not an outage.
-        let failed =
-            matches!(result, Err(e) if !matches!(e, CallError::Rejected { .. } | CallError::RetryAfter { .. }));
+        let failed = matches!(result, Err(e) if !matches!(e, CallError::Rejected { .. } | CallError::RetryAfter { .. } | CallError::Blocked(_)));
         let store = &self.shared.store;
         if let Some(until) = self.shared.breaker_record(self.entry, !failed)
             && let Err(e) = store.pause_provider(self.entry.name.clone(), until).await
@@ -559,6 +558,7 @@ impl Run<'_> {
                 self.recover_call(calling_at, references, format!("the provider's answer could not be used: {m}")).await
             }
             CallError::Unusable(m) => Next::Settle(unusable(&m)),
+            CallError::Blocked(m) => Next::Settle(blocked(&m)),
         })
     }
 
@@ -593,6 +593,7 @@ impl Run<'_> {
                         });
                     }
                     Err(CallError::Unusable(m)) => return Next::Settle(unusable(&m)),
+                    Err(CallError::Blocked(m)) => return Next::Settle(blocked(&m)),
                     Err(e) => tracing::info!(error = %e, "replay with the same idempotency key did not answer yet"),
                 }
                 if self.now() >= deadline {
@@ -635,7 +636,12 @@ impl Run<'_> {
     /// it fails as "could not be downloaded", never as "expired".
     async fn poll(&self, handle: &JobHandle, calling_at: Millis) -> Next {
         let job = handle.id.as_str();
-        let deadline = self.deadline(calling_at);
+        // A provider whose jobs may take longer than the recovery deadline (a Gemini batch)
+        // says so; it is polled that long.
+        let deadline = match self.entry.provider.job_deadline() {
+            Some(d) => self.deadline(calling_at).max(calling_at + Shared::ms(d)),
+            None => self.deadline(calling_at),
+        };
         let interval = self.entry.provider.poll_interval();
         let mut unavailable: Option<String> = None;
         let mut misses = 0u32;
@@ -654,6 +660,13 @@ impl Run<'_> {
                         kind: FailureKind::Rejected,
                         reason: format!("the provider reports that job {job} failed: {m}"),
                         charge: Charge::Possible,
+                    });
+                }
+                Ok(JobState::Refused(m)) => {
+                    return Next::Settle(Finish::Failed {
+                        kind: FailureKind::Rejected,
+                        reason: format!("the provider refused job {job}: {m}"),
+                        charge: Charge::Refused,
                     });
                 }
                 Ok(JobState::FailedNotCharged(m)) => {
@@ -696,6 +709,7 @@ impl Run<'_> {
                     });
                 }
                 Err(CallError::Unusable(m)) => return Next::Settle(unusable(&m)),
+                Err(CallError::Blocked(m)) => return Next::Settle(blocked(&m)),
                 Err(CallError::RetryAfter { after, message }) => {
                     tracing::info!(wait = ?after, "the provider asked to wait before polling again: {message}");
                     not_now = after;
@@ -822,8 +836,19 @@ fn unusable(message: &str) -> Finish {
     }
 }
 
+/// The provider answered but its safety filter declined to make the image: a definite
+/// refusal, not retried, which the provider may still bill (see [`CallError::Blocked`]).
+fn blocked(message: &str) -> Finish {
+    Finish::Failed {
+        kind: FailureKind::Rejected,
+        reason: format!("the provider declined to make this image: {message}"),
+        charge: Charge::Possible,
+    }
+}
+
 fn outcome_label(e: &CallError) -> &'static str {
     match e {
+        CallError::Blocked(_) => "blocked",
         CallError::Unusable(_) => "unusable",
         CallError::NotSent(_) => "not_sent",
         CallError::Rejected { .. } => "rejected",

@@ -85,6 +85,8 @@ pub struct Behavior {
     /// OpenAI-style answers carry `data[0].url` instead of `b64_json`, as many
     /// OpenAI-compatible gateways answer.
     pub openai_url_answers: bool,
+    /// Gemini and BFL moderation: `"prompt"` blocks the prompt, `"output"` the image.
+    pub moderation: Option<String>,
     /// Answer creates with 429 and this wait in milliseconds (not charged), in the form
     /// `retry_after_form` gives; takes precedence over `retry_after_s`.
     pub retry_after_ms: Option<u64>,
@@ -141,6 +143,7 @@ impl Default for Behavior {
             job_error: None,
             error_echoes_key: false,
             openai_url_answers: false,
+            moderation: None,
             retry_after_ms: None,
             retry_after_form: "seconds".into(),
             ratelimit_headers: false,
@@ -171,6 +174,9 @@ impl Behavior {
         }
         if self.latency_ms > 600_000 || self.job_duration_ms > 3_600_000 {
             return Err("latency_ms and job_duration_ms must be at most 600000 and 3600000".into());
+        }
+        if let Some(m) = self.moderation.as_deref().filter(|m| !matches!(*m, "prompt" | "output")) {
+            return Err(format!("moderation `{m}` must be \"prompt\" or \"output\""));
         }
         if !matches!(
             self.retry_after_form.as_str(),
@@ -245,6 +251,7 @@ impl Behavior {
                 "job_error" => next.job_error = if null { start.job_error.clone() } else { Some(text()?) },
                 "error_echoes_key" => next.error_echoes_key = if null { start.error_echoes_key } else { flag()? },
                 "openai_url_answers" => next.openai_url_answers = if null { start.openai_url_answers } else { flag()? },
+                "moderation" => next.moderation = if null { start.moderation.clone() } else { Some(text()?) },
                 "retry_after_ms" => next.retry_after_ms = if null { start.retry_after_ms } else { Some(num()?) },
                 "retry_after_form" => {
                     next.retry_after_form = if null { start.retry_after_form.clone() } else { text()? }

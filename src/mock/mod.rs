@@ -1,5 +1,5 @@
-//! The mock provider server (`tally mock-provider`): speaks the OpenAI images, Replicate and
-//! fal queue API styles on loopback, and appends every API request it receives to a ledger
+//! The mock provider server (`tally mock-provider`): speaks the OpenAI images, Replicate,
+//! fal queue, Gemini and BFL API styles on loopback, and appends every API request it receives to a ledger
 //! file (one fsync'd JSON line each) so tests and users can count what was charged.
 //!
 //! It is held to the official clients, not to tally: every answer has the schema the real API
@@ -11,13 +11,18 @@
 //!
 //! Routes: `/v1/images/{generations,edits}` (OpenAI); `/v1/models/{owner}/{name}[/predictions
 //! |/versions/{id}]`, `/v1/predictions[/{id}[/cancel]]` (Replicate); `/fal/{app}` (submit) and
-//! `/fal/{owner}/{alias}/requests/{id}[/status|/cancel]` (fal); `/files/{id}.png` (result
-//! downloads); and the control routes `/_mock/behavior` (GET, PUT) and `/_mock/ledger` (GET).
+//! `/fal/{owner}/{alias}/requests/{id}[/status|/cancel]` (fal);
+//! `/gemini/{v1beta|v1}/models/{model}:{generateContent|batchGenerateContent}` and
+//! `/gemini/{v1beta|v1}/batches[/{id}]` (Gemini, key in `x-goog-api-key`); `/bfl/v1/{model}`,
+//! `/bfl/v1/get_result?id=` and `/bfl/delivery/{id}.png` (BFL, key in `x-key`; delivery
+//! URLs are signed for 10 minutes); `/files/{id}.png` (result downloads); and the control routes `/_mock/behavior` (GET, PUT) and `/_mock/ledger` (GET).
 //! Control routes and downloads are not in the ledger and need no `Authorization` header;
 //! every API route does.
 
 pub mod behavior;
+mod bfl;
 mod fal;
+mod gemini;
 mod ledger;
 mod models;
 mod openai;
@@ -96,6 +101,11 @@ pub struct MockArgs {
     /// of `b64_json`.
     #[arg(long)]
     pub openai_url_answers: bool,
+    /// Gemini and BFL moderation: "prompt" blocks every prompt (Gemini `promptFeedback`,
+    /// BFL `Request Moderated`), "output" every image (Gemini `IMAGE_SAFETY`, BFL `Content
+    /// Moderated`).
+    #[arg(long)]
+    pub moderation: Option<String>,
 }
 
 impl MockArgs {
@@ -118,6 +128,7 @@ impl MockArgs {
             retired_models: None,
             job_error: None,
             openai_url_answers: false,
+            moderation: None,
         }
     }
 
@@ -141,6 +152,7 @@ impl MockArgs {
             job_error: self.job_error.clone(),
             error_echoes_key: false,
             openai_url_answers: self.openai_url_answers,
+            moderation: self.moderation.clone(),
             retry_after_ms: d.retry_after_ms,
             retry_after_form: d.retry_after_form,
             ratelimit_headers: d.ratelimit_headers,
@@ -179,6 +191,16 @@ impl MockServer {
     pub fn fal_url(&self) -> String {
         format!("http://{}/fal", self.addr)
     }
+
+    /// `http://<addr>/gemini`: the `base_url` for `gemini` providers.
+    pub fn gemini_url(&self) -> String {
+        format!("http://{}/gemini", self.addr)
+    }
+
+    /// `http://<addr>/bfl`: the `base_url` for `bfl` providers.
+    pub fn bfl_url(&self) -> String {
+        format!("http://{}/bfl", self.addr)
+    }
 }
 
 impl Drop for MockServer {
@@ -205,7 +227,7 @@ pub async fn run(args: MockArgs) -> std::io::Result<()> {
     let addr = listener.local_addr()?;
     tracing::info!(%addr, ledger = %args.ledger.display(), "mock provider listening");
     eprintln!(
-        "tally mock provider on http://{addr} (fal style under http://{addr}/fal), ledger {}",
+        "tally mock provider on http://{addr} (fal, gemini and bfl styles under http://{addr}/fal, /gemini, /bfl), ledger {}",
         args.ledger.display()
     );
     axum::serve(listener, router).await
@@ -236,6 +258,12 @@ fn router(state: Arc<Mock>) -> Router {
         .route("/v1/predictions/{id}", get(replicate::get))
         .route("/v1/predictions/{id}/cancel", post(replicate::cancel))
         .route("/fal/{*path}", post(fal::submit).get(fal::get).put(fal::cancel))
+        .route("/gemini/{version}/models/{spec}", post(gemini::models))
+        .route("/gemini/{version}/batches", get(gemini::list))
+        .route("/gemini/{version}/batches/{id}", get(gemini::get))
+        .route("/bfl/v1/get_result", get(bfl::get_result))
+        .route("/bfl/v1/{model}", post(bfl::create))
+        .route("/bfl/delivery/{file}", get(bfl::delivery))
         .route("/files/{file}", get(serve::download))
         .route("/_mock/behavior", get(get_behavior).put(put_behavior))
         .route("/_mock/ledger", get(get_ledger))
@@ -270,6 +298,11 @@ enum Api {
     OpenaiImages,
     Replicate,
     FalQueue,
+    /// Gemini's synchronous `generateContent`.
+    Gemini,
+    /// Gemini's Batch API (`batchGenerateContent`): an asynchronous job.
+    GeminiBatch,
+    Bfl,
 }
 
 impl Api {
@@ -278,6 +311,8 @@ impl Api {
             Api::OpenaiImages => "openai_images",
             Api::Replicate => "replicate",
             Api::FalQueue => "fal_queue",
+            Api::Gemini | Api::GeminiBatch => "gemini",
+            Api::Bfl => "bfl",
         }
     }
 }

@@ -45,7 +45,11 @@ impl ApiRequest {
             idempotency_key: text("idempotency-key"),
             job_id: None,
             reference_images: 0,
-            authorization: text("authorization").filter(|a| !a.trim().is_empty()),
+            // Gemini's and BFL's keys come in headers of their own.
+            authorization: text("authorization")
+                .or_else(|| text("x-goog-api-key"))
+                .or_else(|| text("x-key"))
+                .filter(|a| !a.trim().is_empty()),
             base: format!("http://{}", text("host").unwrap_or_else(|| "127.0.0.1".into())),
         }
     }
@@ -211,6 +215,10 @@ fn out_of_credit(api: Api) -> Answer {
         Api::FalQueue => Answer::ok(serde_json::json!({
             "detail": "User is locked. Reason: Exhausted balance. Top up your balance at fal.ai/dashboard/billing."}))
         .with_status(StatusCode::FORBIDDEN),
+        // BFL: 402 when the account is out of credits (docs.bfl.ai, "Errors").
+        Api::Bfl => Answer::ok(serde_json::json!({
+            "detail": "Insufficient credits. Add credits at https://dashboard.bfl.ai to continue using the API."}))
+        .with_status(StatusCode::PAYMENT_REQUIRED),
         // Replicate (and, by default, any other style): 402 Payment Required.
         _ => Answer::ok(serde_json::json!({"title": "Insufficient credit", "status": 402,
             "detail": "You have insufficient credit to run this model. Go to https://replicate.com/account/billing to purchase credit."}))
@@ -230,7 +238,7 @@ pub(super) struct NewJob<'a> {
 /// Record a new charged generation; its duration, retention and failure come from `b`.
 pub(super) fn new_job(jobs: &mut Jobs, new: NewJob<'_>, b: &Behavior) -> String {
     let id = uuid::Uuid::new_v4().simple().to_string();
-    let asynchronous = new.api != Api::OpenaiImages;
+    let asynchronous = !matches!(new.api, Api::OpenaiImages | Api::Gemini);
     let job = Job {
         id: id.clone(),
         api: new.api,

@@ -113,6 +113,10 @@ pub enum JobState {
     /// The job finished but its output is no longer kept: the provider's documented retention
     /// passed, or the provider says it removed the data (Replicate's `data_removed`).
     Expired,
+    /// The provider refused the job (its moderation flagged the prompt or the output) and
+    /// documents that it does not bill such a job (BFL's `Request Moderated`/`Content
+    /// Moderated`): a definite refusal, not charged.
+    Refused(String),
 }
 
 /// Why a call did not produce an answer, classified by what it proves (DESIGN §4).
@@ -142,6 +146,12 @@ pub enum CallError {
     /// image URL that could not be downloaded. Never a refusal, never "not sent".
     #[error("answered, but unusable: {0}")]
     Unusable(String),
+    /// The provider answered (2xx) but declined to make the image: its safety filter blocked
+    /// the prompt or the output (Gemini's `promptFeedback.blockReason`, a `finishReason` such
+    /// as `IMAGE_SAFETY`). A definite answer, never retried; the provider may still bill the
+    /// request (Gemini bills the prompt's tokens of an answered request).
+    #[error("blocked by the provider: {0}")]
+    Blocked(String),
 }
 
 /// An image provider adapter.
@@ -157,6 +167,13 @@ pub trait Provider: Send + Sync + 'static {
     /// How long to wait between polls of an accepted job.
     fn poll_interval(&self) -> Duration {
         Duration::from_millis(1000)
+    }
+
+    /// The longest an accepted job may take before tally stops polling it and says `unknown`,
+    /// when that is longer than the engine's recovery deadline (Gemini's Batch API targets a
+    /// 24-hour turnaround). `None`: the recovery deadline applies.
+    fn job_deadline(&self) -> Option<Duration> {
+        None
     }
 
     /// How long the provider's rate-limit headers on its latest answers asked that nothing new
@@ -212,6 +229,8 @@ pub fn build(cfg: &ProviderConfig) -> Result<Arc<dyn Provider>, String> {
         ProviderKind::OpenaiImages => Arc::new(http::openai_images::OpenaiImages::new(cfg)?),
         ProviderKind::Replicate => Arc::new(http::replicate::Replicate::new(cfg)?),
         ProviderKind::FalQueue => Arc::new(http::fal_queue::FalQueue::new(cfg)?),
+        ProviderKind::Gemini => Arc::new(http::gemini::Gemini::new(cfg)?),
+        ProviderKind::Bfl => Arc::new(http::bfl::Bfl::new(cfg)?),
     };
     Ok(match &cfg.billing_note {
         Some(note) => Arc::new(WithBillingNote { inner, note: note.clone() }),
@@ -240,6 +259,10 @@ impl Provider for WithBillingNote {
 
     fn finds_lost_creates(&self) -> bool {
         self.inner.finds_lost_creates()
+    }
+
+    fn job_deadline(&self) -> Option<Duration> {
+        self.inner.job_deadline()
     }
 
     fn rate_limit_hold(&self) -> Option<Duration> {

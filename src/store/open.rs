@@ -13,7 +13,7 @@ use rusqlite::{Connection, OpenFlags, trace::TraceEventCodes};
 use crate::config::Durability;
 
 /// The schema version this build writes. Older databases are migrated; newer ones refused.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// `PRAGMA application_id` of tally databases ("taly").
 pub(super) const APPLICATION_ID: i64 = 0x7461_6c79;
@@ -107,7 +107,16 @@ const MIGRATIONS: &[&str] = &[
         configured INTEGER NOT NULL DEFAULT 1 CHECK (configured IN (0, 1)),
         paused_until INTEGER, recovery_limit INTEGER,
         fresh_pass INTEGER NOT NULL DEFAULT 0, recovery_pass INTEGER NOT NULL DEFAULT 0) STRICT;",
-    // 6 → 7: the owner's record of a charge, budgets set from the page or CLI, and web
+    // 6 → 7: noticing an older copy of the database (store::lineage) and holding what it would
+    // otherwise send again (store::held). An upgraded database starts a lineage of its own, at 0.
+    "ALTER TABLE envelopes ADD COLUMN held_at INTEGER;
+     ALTER TABLE envelopes ADD COLUMN held_reason TEXT;
+     CREATE INDEX envelopes_held ON envelopes(held_at) WHERE status = 'pending' AND held_at IS NOT NULL;
+     CREATE TABLE lineage (
+        id INTEGER PRIMARY KEY CHECK (id = 1), lineage TEXT NOT NULL, seq INTEGER NOT NULL DEFAULT 0,
+        running INTEGER NOT NULL DEFAULT 0 CHECK (running IN (0, 1)), backup_at INTEGER) STRICT;
+     INSERT INTO lineage (id, lineage) VALUES (1, lower(hex(randomblob(16))));",
+    // 7 → 8: the owner's record of a charge, budgets set from the page or CLI, and web
     // sessions that survive a restart.
     "ALTER TABLE executions ADD COLUMN charge_recorded_at INTEGER;
      CREATE INDEX executions_recorded ON executions(calling_at) WHERE charge_recorded_at IS NOT NULL;

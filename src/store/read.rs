@@ -36,6 +36,9 @@ pub struct TaskView {
     /// For a task waiting to be dispatched: why, in plain words, from where it stands in the
     /// dispatch order (also put into `reason`); `None` otherwise.
     pub waiting_for: Option<String>,
+    /// Held because the database turned out older than what was served (`store::held`):
+    /// why, and since when. Released only by the owner.
+    pub held: Option<crate::store::held::Held>,
 }
 
 /// What the evidence says about money for a task, derived from its executions.
@@ -105,6 +108,7 @@ fn task_row(r: &Row<'_>) -> rusqlite::Result<TaskView> {
         artifacts: Vec::new(),
         group: r.get(16)?,
         waiting_for: None,
+        held: None,
     })
 }
 
@@ -174,7 +178,8 @@ pub(in crate::store) fn summarize_charges(
 pub struct TaskFilter {
     /// Only tasks with this status.
     pub status: Option<TaskStatus>,
-    /// Only tasks that need the owner: `unknown`, and neither resolved nor retried yet.
+    /// Only tasks that need the owner: `unknown` and neither resolved nor retried yet, or held
+    /// (`store::held`).
     pub needs_attention: bool,
     /// Only tasks whose prompt, or whose image set's product, contains this text (case does
     /// not matter for ASCII letters). A scan of the newest tasks until a page is full, not an
@@ -199,6 +204,12 @@ pub fn get_task(c: &Connection, id: &str) -> Result<Option<TaskView>, StoreError
 /// written while a task waits.)
 fn with_wait(c: &Connection, mut t: TaskView) -> Result<TaskView, StoreError> {
     if !matches!(t.status, TaskStatus::Queued | TaskStatus::Waiting) {
+        return Ok(t);
+    }
+    if let Some(h) = crate::store::held::held_of(c, &t.id)? {
+        t.reason = Some(h.reason.clone());
+        t.waiting_for = Some(h.reason.clone());
+        t.held = Some(h);
         return Ok(t);
     }
     if let Some(why) = wait_reason(c, &t)? {
@@ -341,8 +352,9 @@ pub fn list_tasks(
     limit: usize,
 ) -> Result<Vec<TaskView>, StoreError> {
     let before = before.unwrap_or("\u{10ffff}");
-    let status = if filter.needs_attention { Some(TaskStatus::Unknown) } else { filter.status };
-    if filter.needs_attention && filter.status.is_some_and(|s| s != TaskStatus::Unknown) {
+    let status = filter.status;
+    if filter.needs_attention && filter.status.is_some_and(|s| !matches!(s, TaskStatus::Unknown | TaskStatus::Waiting))
+    {
         return Ok(Vec::new());
     }
     let mut sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id < ?1");
@@ -350,7 +362,13 @@ pub fn list_tasks(
         sql.push_str(" AND status = ?3");
     }
     if filter.needs_attention {
-        sql.push_str(" AND NOT EXISTS (SELECT 1 FROM tasks r WHERE r.retry_of = tasks.id)");
+        // `unknown` and not retried (by the status index), or held (by the held index).
+        sql.push_str(
+            " AND id IN (SELECT u.id FROM tasks u WHERE u.status = 'unknown'
+                           AND NOT EXISTS (SELECT 1 FROM tasks r WHERE r.retry_of = u.id)
+                         UNION ALL
+                         SELECT h.task_id FROM envelopes h WHERE h.status = 'pending' AND h.held_at IS NOT NULL)",
+        );
     }
     if filter.search.is_some() {
         sql.push_str(

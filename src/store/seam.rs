@@ -21,6 +21,7 @@
 //! | money is evidence (a charge needs a call) | `ops::settle_charge` + table CHECK | `pg::ops::settle_charge` + table CHECK |
 //! | one live retry per task and shot | single writer (`ops::user::retry`) | the original's envelope lock, then its set row (`pg::ops::user::retry`) |
 //! | provider capacity across the cluster | one process's slots | the capped dispatch under an advisory lock (`pg::ops::intake::dispatch_capped`) |
+//! | an older copy sends nothing unsettled on its own | `lineage::judge` at start-up, then `held::hold_unsettled`; held envelopes have no due time or place | no copies by file (no lineage); the same held state and release (`pg::held`) |
 //! | retention keeps what someone still needs | the plan re-checked per delete on the writer (`prune`) | the same plan (`prune::choose`), each delete re-checked under the task's envelope, set or photo lock (`pg::prune`) |
 
 use std::path::Path;
@@ -380,6 +381,24 @@ impl Store {
     /// When the oldest settled task changed at or after `since` last changed.
     pub async fn next_prunable(&self, since: Millis) -> Result<Option<Millis>, StoreError> {
         each!(self, s => s.next_prunable(since).await)
+    }
+
+    // ---- held jobs (an older copy of the database: `store::held`, `store::lineage`) ----
+
+    /// Hold every unsettled job whose request did not leave, with `reason` (SQLite: at the
+    /// start-up of an older database, claims included; PostgreSQL: pending jobs only).
+    pub async fn hold_unsettled(&self, reason: String, now: Millis) -> Result<Vec<String>, StoreError> {
+        each!(self, s => s.hold_unsettled(reason, now).await)
+    }
+
+    /// Release held jobs: each is queued to be sent again.
+    pub async fn release_held(&self, which: held::Release, now: Millis) -> Result<held::ReleaseReport, StoreError> {
+        each!(self, s => s.release_held(which, now).await)
+    }
+
+    /// Held jobs (at most `limit`), and how many there are.
+    pub async fn held_tasks(&self, limit: usize) -> Result<(i64, Vec<TaskView>), StoreError> {
+        each!(self, s => s.held_tasks(limit).await)
     }
 
     // ---- reads ----

@@ -135,7 +135,7 @@ pub(super) fn schedule_next_shot_of(c: &Connection, set: &str, now: Millis) -> R
     let next: Option<String> = c
         .prepare_cached(
             "SELECT t.id FROM tasks t JOIN envelopes e ON e.task_id = t.id
-             WHERE t.set_id = ?1 AND e.status = 'pending' AND e.due_at IS NULL
+             WHERE t.set_id = ?1 AND e.status = 'pending' AND e.due_at IS NULL AND e.held_at IS NULL
              ORDER BY t.set_position, t.id LIMIT 1",
         )?
         .query_row([set], |r| r.get(0))

@@ -174,6 +174,14 @@ impl Daemon {
         }
     }
 
+    /// SIGKILL the daemon (no clean stop) and reap it.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
     /// Poll a task until its status is one of `want`.
     pub fn wait_status(&self, id: &str, want: &[&str]) -> serde_json::Value {
         let path = format!("/v1/tasks/{id}");
@@ -369,8 +377,9 @@ impl Drop for Mock {
 /// refuses it as the real API does).
 pub const OPENAI_MODEL: &str = "gpt-image-2.5-flare";
 
-/// The four provider kinds against one mock, named after their kind: the README's example
-/// models (a FLUX model on Replicate, `fal-ai/flux/dev`). `idem` models a gateway that honours
+/// The provider kinds against one mock, named after their kind: the README's example
+/// models (a FLUX model on Replicate, `fal-ai/flux/dev`, `gemini-2.5-flash-image` directly and
+/// through the Batch API as `gembatch`, BFL's `flux-pro-1.1`). `idem` models a gateway that honours
 /// `Idempotency-Key`, so its mock must be started with `--honor-idempotency-key`.
 pub fn providers(mock: &Mock) -> String {
     let base = mock.base();
@@ -379,7 +388,10 @@ pub fn providers(mock: &Mock) -> String {
         "[[providers]]\nname = \"openai\"\nkind = \"openai_images\"\nbase_url = \"{base}\"\nmodel = \"{OPENAI_MODEL}\"\n{common}\n\
          [[providers]]\nname = \"replicate\"\nkind = \"replicate\"\nbase_url = \"{base}\"\nmodel = \"black-forest-labs/flux-schnell\"\n{common}\n\
          [[providers]]\nname = \"fal\"\nkind = \"fal_queue\"\nbase_url = \"{base}/fal\"\nmodel = \"fal-ai/flux/dev\"\n{common}\n\
-         [[providers]]\nname = \"idem\"\nkind = \"openai_images\"\nbase_url = \"{base}\"\nmodel = \"{OPENAI_MODEL}\"\nidempotency_header = \"Idempotency-Key\"\n{common}\n"
+         [[providers]]\nname = \"idem\"\nkind = \"openai_images\"\nbase_url = \"{base}\"\nmodel = \"{OPENAI_MODEL}\"\nidempotency_header = \"Idempotency-Key\"\n{common}\n\
+         [[providers]]\nname = \"gemini\"\nkind = \"gemini\"\nbase_url = \"{base}/gemini\"\nmodel = \"gemini-2.5-flash-image\"\n{common}\n\
+         [[providers]]\nname = \"gembatch\"\nkind = \"gemini\"\nbase_url = \"{base}/gemini\"\nmodel = \"gemini-2.5-flash-image\"\nbatch = true\n{common}\n\
+         [[providers]]\nname = \"bfl\"\nkind = \"bfl\"\nbase_url = \"{base}/bfl\"\nmodel = \"flux-pro-1.1\"\n{common}\n"
     )
 }
 

@@ -16,10 +16,12 @@ use std::time::Duration;
 
 use crate::common::{Daemon, EXE, Mock, providers, submit, wait_for};
 
+pub(crate) mod oldcopy;
+
 /// What a crash at `point` must end in for a provider `kind`, and how many charged ledger
 /// lines are allowed (DESIGN §6).
 fn expected(point: &str, kind: &str) -> (&'static str, usize, Option<&'static str>) {
-    let sync = kind == "openai";
+    let sync = kind == "openai" || kind == "gemini";
     match point {
         "after-submit" => ("succeeded", 1, None),
         // The dispatch claimed (lease and execution) and committed; nothing was sent.
@@ -166,6 +168,29 @@ matrix! {
     after_finish_replicate: "after-finish", "replicate";
     after_finish_fal: "after-finish", "fal";
     after_finish_idem: "after-finish", "idem";
+    after_submit_gemini: "after-submit", "gemini";
+    after_submit_gembatch: "after-submit", "gembatch";
+    after_submit_bfl: "after-submit", "bfl";
+    after_sent_gemini: "after-sent", "gemini";
+    after_sent_gembatch: "after-sent", "gembatch";
+    after_sent_bfl: "after-sent", "bfl";
+    after_claim_gemini: "after-claim", "gemini";
+    after_claim_gembatch: "after-claim", "gembatch";
+    after_claim_bfl: "after-claim", "bfl";
+    after_calling_gemini: "after-calling", "gemini";
+    after_calling_gembatch: "after-calling", "gembatch";
+    after_calling_bfl: "after-calling", "bfl";
+    after_accepted_gembatch: "after-accepted", "gembatch";
+    after_accepted_bfl: "after-accepted", "bfl";
+    after_answer_gemini: "after-answer", "gemini";
+    after_answer_gembatch: "after-answer", "gembatch";
+    after_answer_bfl: "after-answer", "bfl";
+    before_finish_commit_gemini: "before-finish-commit", "gemini";
+    before_finish_commit_gembatch: "before-finish-commit", "gembatch";
+    before_finish_commit_bfl: "before-finish-commit", "bfl";
+    after_finish_gemini: "after-finish", "gemini";
+    after_finish_gembatch: "after-finish", "gembatch";
+    after_finish_bfl: "after-finish", "bfl";
 }
 
 /// Ledger lines of a tag that started a paid generation, oldest first.

@@ -29,9 +29,11 @@ mod pg_fence;
 mod pg_nodes;
 #[cfg(feature = "failpoints")]
 mod powerloss;
+mod providers_bfl;
 mod providers_daemon;
 mod providers_fal;
 mod providers_fidelity;
+mod providers_gemini;
 mod providers_hostile;
 mod providers_http;
 mod providers_replicate;

@@ -322,4 +322,106 @@ fn providers_say_which_can_find_a_lost_create() {
         (Some(true), Some(false))
     );
     assert_eq!(caps("openai")["finds_lost_creates"], false);
+    assert_eq!(caps("gemini")["finds_lost_creates"], false);
+    assert_eq!(caps("gembatch")["finds_lost_creates"], true);
+    assert_eq!(
+        (caps("bfl")["lookup"].as_bool(), caps("bfl")["finds_lost_creates"].as_bool()),
+        (Some(true), Some(false))
+    );
+}
+
+/// The Gemini and BFL kinds (`gemini`, `gembatch` = Gemini's Batch API, `bfl`): one image and
+/// one charge each, through the real daemon.
+#[test]
+fn gemini_and_bfl_succeed_with_exactly_one_charge() {
+    let w = world(&["--job-duration-ms", "50"], "");
+    for kind in ["gemini", "gembatch", "bfl"] {
+        let prompt = tag(kind);
+        let t = w.run(kind, &prompt);
+        assert_eq!(t["status"], "succeeded", "{kind}: {t}");
+        assert_eq!(t["artifacts"].as_array().map(Vec::len), Some(1), "{kind}: {t}");
+        assert_eq!(w.mock.count(&prompt).1, 1, "{kind}: charged lines");
+        if kind != "gemini" {
+            assert!(w.events(t["id"].as_str().unwrap_or("")).contains(&"accepted".to_string()), "{kind}");
+        }
+    }
+}
+
+/// A lost create answer: a Gemini batch is found by listing batches by its display name and
+/// finishes; a lost `generateContent` answer and a lost BFL create cannot be found, so they end
+/// `unknown` — each with exactly one charge and no resend.
+#[test]
+fn a_lost_gemini_or_bfl_create_is_found_by_listing_batches_or_unknown_without_a_resend() {
+    for (kind, want) in [("gembatch", "succeeded"), ("gemini", "unknown"), ("bfl", "unknown")] {
+        let w = world(&["--job-duration-ms", "50"], "");
+        w.mock.behave(serde_json::json!({"drop_response": true, "drop_on": "create"}));
+        let prompt = tag(kind);
+        let id = w.start(kind, &prompt);
+        w.wait_lines(&prompt, 1);
+        w.mock.behave(serde_json::json!({"drop_response": null, "drop_on": null}));
+        let t = w.daemon.wait_status(&id, SETTLED);
+        assert_eq!(t["status"], want, "{kind}: {t}");
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(w.mock.count(&prompt), (1, 1), "{kind}: sent once, charged once, never resent");
+        let lines = w.mock.lines();
+        let listed = lines.iter().filter(|l| l["endpoint"] == "GET /gemini/{version}/batches").count();
+        if kind == "gembatch" {
+            assert!(listed >= 1, "found by listing batches");
+            assert!(w.events(&id).contains(&"accepted".to_string()));
+        } else {
+            assert_eq!(listed, 0, "{kind}: nothing to list");
+            assert!(t["message"].as_str().unwrap_or("").contains("may be charged again"), "{kind}: {t}");
+        }
+    }
+}
+
+/// Refusals in plain words, with honest charge evidence: Gemini's blocked prompt was answered
+/// (its prompt tokens may be billed); BFL documents that it does not charge moderated requests.
+#[test]
+fn blocked_and_moderated_prompts_are_refusals_with_honest_charges() {
+    let w = world(&["--job-duration-ms", "50", "--moderation", "prompt"], "");
+    for (kind, charge, words) in [
+        ("gemini", "possible", "Gemini blocked the prompt"),
+        ("gembatch", "possible", "Gemini blocked the prompt"),
+        ("bfl", "refused", "moderation"),
+    ] {
+        let prompt = tag(kind);
+        let t = w.run(kind, &prompt);
+        assert_eq!(
+            (t["status"].as_str(), t["failure_kind"].as_str()),
+            (Some("failed"), Some("rejected")),
+            "{kind}: {t}"
+        );
+        assert_eq!(t["charge"]["state"], charge, "{kind}: {t}");
+        assert!(t.to_string().contains(words), "{kind}: {t}");
+        assert_eq!(t["attempts"], 1, "{kind}: not retried: {t}");
+    }
+}
+
+/// A BFL job accepted before a crash is polled after the restart (its id and polling_url
+/// were persisted at `accepted`) and its image fetched within the 10 minutes the sample URL is
+/// signed for: succeeded, one charge.
+#[test]
+fn a_bfl_result_is_fetched_after_a_restart() {
+    let mut w = world(&["--job-duration-ms", "3000"], "");
+    let prompt = tag("bfl restart");
+    let id = w.start("bfl", &prompt);
+    let accepted = wait_for(Duration::from_secs(20), || w.events(&id).contains(&"accepted".to_string()).then_some(()));
+    assert!(accepted.is_some(), "the job was never accepted");
+    w.daemon.kill();
+    // The job finishes at BFL while tally is down.
+    std::thread::sleep(Duration::from_millis(3200));
+    w.daemon.spawn();
+    let t = w.daemon.wait_status(&id, SETTLED);
+    assert_eq!(t["status"], "succeeded", "{t}");
+    assert_eq!(w.mock.count(&prompt), (1, 1), "created once");
+    let job = w.mock.lines().into_iter().find(|l| l["prompt"].as_str() == Some(prompt.as_str())).expect("create line");
+    let polls_after = w
+        .mock
+        .lines()
+        .iter()
+        .filter(|l| l["job_id"] == job["job_id"] && l["endpoint"] == "GET /bfl/v1/get_result")
+        .count();
+    assert!(polls_after >= 1, "polled by the persisted handle");
+    assert!(w.events(&id).iter().any(|e| e == "resumed"), "{:?}", w.events(&id));
 }

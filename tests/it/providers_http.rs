@@ -1,7 +1,7 @@
 //! End-to-end tests of the HTTP provider adapters against the in-process mock provider:
 //! each asserts both what the adapter returned and what the mock's ledger recorded. This file
 //! holds the shared [`Harness`] and the OpenAI-style and cross-kind tests; `providers_replicate`,
-//! `providers_fal` and `providers_hostile` (servers that misbehave on purpose) hold the rest.
+//! `providers_fal`, `providers_gemini`, `providers_bfl` and `providers_hostile` (servers that misbehave on purpose) hold the rest.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Once};
@@ -50,6 +50,8 @@ impl Harness {
         let (base_url, model) = match kind {
             ProviderKind::FalQueue => (self.mock.fal_url(), "fal-ai/flux/dev"),
             ProviderKind::Replicate => (self.mock.base_url(), "black-forest-labs/flux-schnell"),
+            ProviderKind::Gemini => (self.mock.gemini_url(), "gemini-2.5-flash-image"),
+            ProviderKind::Bfl => (self.mock.bfl_url(), "flux-pro-1.1"),
             _ => (self.mock.base_url(), OPENAI_MODEL),
         };
         ProviderConfig {

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Contract test: the official Python SDKs (pinned in tests/sdk/requirements.txt) against a
-running `tally mock-provider`.
+"""Contract test: the official Python SDKs (pinned in tests/sdk/requirements.txt: openai,
+replicate, fal-client, google-genai) against a running `tally mock-provider`; BFL publishes no
+official client, so its style is checked over plain HTTP against its documented shapes.
 
 Usage: contract.py BASE_URL   (e.g. http://127.0.0.1:7800; the mock must have been started
 without behaviour flags, its ledger empty).
@@ -55,7 +56,7 @@ def reset():
     behave(**{k: None for k in (
         "latency_ms", "fail_status", "reject_status", "retry_after_s", "drop_response", "drop_on",
         "job_duration_ms", "result_ttl_s", "honor_idempotency_key", "unknown_inputs", "retired_models",
-        "job_error", "error_echoes_key", "openai_url_answers")})
+        "job_error", "error_echoes_key", "openai_url_answers", "moderation")})
     # Issue 25's knobs (documented but less common answers).
     behave(**{k: None for k in (
         "retry_after_ms", "retry_after_form", "ratelimit_headers", "rate_limit_times", "out_of_credit",
@@ -370,6 +371,137 @@ def _():
         assert e.status_code == 500, e.status_code
     else:
         raise AssertionError("a failed request's result was served")
+
+
+# ---------------------------------------------------------------- Gemini (google-genai)
+from google import genai  # noqa: E402
+from google.genai import types as gtypes  # noqa: E402
+
+# google-genai 3.3.0 calls API version v1 by default; tally's adapter calls v1beta (the Batch
+# API's documented version): the mock serves both, and both are checked.
+gm = genai.Client(api_key="gm-test", http_options=gtypes.HttpOptions(base_url=BASE + "/gemini"))
+gm_beta = genai.Client(api_key="gm-test", http_options=gtypes.HttpOptions(base_url=BASE + "/gemini", api_version="v1beta"))
+GEMINI = "gemini-2.5-flash-image"
+
+
+def gemini_image(resp):
+    parts = resp.candidates[0].content.parts
+    blobs = [p.inline_data for p in parts if p.inline_data is not None]
+    assert blobs and blobs[0].mime_type == "image/png", parts
+    is_png(blobs[0].data)
+
+
+@check("gemini generate_content: the image inline (inline_data), usage_metadata, with a reference photo")
+def _():
+    reset()
+    r = gm.models.generate_content(
+        model=GEMINI,
+        contents=["gm generate", gtypes.Part.from_bytes(data=PNG, mime_type="image/png")],
+        config=gtypes.GenerateContentConfig(response_modalities=["TEXT", "IMAGE"],
+                                            image_config=gtypes.ImageConfig(aspect_ratio="1:1")),
+    )
+    gemini_image(r)
+    assert r.candidates[0].finish_reason == gtypes.FinishReason.STOP, r.candidates[0].finish_reason
+    assert r.usage_metadata.prompt_token_count > 0 and r.usage_metadata.total_token_count > 0
+    assert charged("gm generate") == 1
+    assert [l["reference_images"] for l in ledger() if l.get("prompt") == "gm generate"] == [1]
+    gemini_image(gm_beta.models.generate_content(model=GEMINI, contents="gm generate v1beta"))
+
+
+@check("gemini: a blocked prompt (prompt_feedback.block_reason) and a blocked image (IMAGE_SAFETY)")
+def _():
+    reset()
+    behave(moderation="prompt")
+    r = gm.models.generate_content(model=GEMINI, contents="gm blocked")
+    assert not r.candidates and r.prompt_feedback.block_reason == gtypes.BlockedReason.SAFETY, r
+    behave(moderation="output")
+    r = gm.models.generate_content(model=GEMINI, contents="gm unsafe image")
+    assert r.candidates[0].finish_reason == gtypes.FinishReason.IMAGE_SAFETY, r.candidates[0]
+    assert not (r.candidates[0].content and r.candidates[0].content.parts), r.candidates[0]
+
+
+@check("gemini: an unknown model is 404 NOT_FOUND, an unknown field 400 INVALID_ARGUMENT (not charged)")
+def _():
+    reset()
+    try:
+        gm.models.generate_content(model="imagine-9", contents="gm no model")
+    except genai.errors.ClientError as e:
+        assert e.code == 404 and e.status == "NOT_FOUND", (e.code, e.status)
+    else:
+        raise AssertionError("an unknown model was accepted")
+    r = httpx.post(BASE + "/gemini/v1beta/models/" + GEMINI + ":generateContent", headers={"x-goog-api-key": "k"},
+                   json={"contents": [{"parts": [{"text": "gm bad field"}]}], "prompt": "x"})
+    assert r.status_code == 400 and r.json()["error"]["status"] == "INVALID_ARGUMENT", r.text
+    assert charged("gm no model") == 0 and charged("gm bad field") == 0
+
+
+@check("gemini batches: create (named before any work), get until SUCCEEDED with the answer inline, list pages")
+def _():
+    reset()
+    behave(job_duration_ms=200)
+    names = []
+    for i in range(3):
+        job = gm.batches.create(
+            model=GEMINI,
+            src=[{"contents": [{"parts": [{"text": f"gm batch {i}"}], "role": "user"}]}],
+            config={"display_name": f"tally-contract-{i}"},
+        )
+        assert job.name.startswith("batches/") and job.display_name == f"tally-contract-{i}", job
+        assert job.state == gtypes.JobState.JOB_STATE_PENDING, job.state
+        names.append(job.name)
+    for _ in range(100):
+        job = gm.batches.get(name=names[0])
+        if job.done:
+            break
+        time.sleep(0.05)
+    assert job.state == gtypes.JobState.JOB_STATE_SUCCEEDED, job.state
+    gemini_image(job.dest.inlined_responses[0].response)
+    listed = [j.display_name for j in gm.batches.list(config={"page_size": 2})]
+    assert listed[:3] == ["tally-contract-2", "tally-contract-1", "tally-contract-0"], listed
+    assert sum(charged(f"gm batch {i}") for i in range(3)) == 3
+
+
+# ---------------------------------------------------------------- BFL (no official client: its documented HTTP)
+BFL = BASE + "/bfl"
+
+
+@check("bfl: POST /v1/{model} with x-key → id + polling_url; poll it: Pending, then Ready with result.sample")
+def _():
+    reset()
+    behave(job_duration_ms=200)
+    r = httpx.post(BFL + "/v1/flux-pro-1.1", headers={"x-key": "bfl-test"},
+                   json={"prompt": "bfl plain", "width": 1024, "height": 768})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["id"] and body["polling_url"].startswith(BFL + "/v1/get_result?id="), body
+    seen = set()
+    for _ in range(100):
+        p = httpx.get(body["polling_url"], headers={"x-key": "bfl-test"}).json()
+        seen.add(p["status"])
+        if p["status"] != "Pending":
+            break
+        time.sleep(0.05)
+    assert p["status"] == "Ready" and "Pending" in seen, (p, seen)
+    img = httpx.get(p["result"]["sample"])
+    assert img.status_code == 200
+    is_png(img.content)
+    assert charged("bfl plain") == 1
+
+
+@check("bfl: moderation statuses (not charged), Task not found, 401 without x-key, 422 bad width, 404 unknown model")
+def _():
+    reset()
+    behave(job_duration_ms=0, moderation="prompt")
+    r = httpx.post(BFL + "/v1/flux-kontext-pro", headers={"x-key": "k"}, json={"prompt": "bfl moderated"}).json()
+    p = httpx.get(r["polling_url"], headers={"x-key": "k"}).json()
+    assert p["status"] == "Request Moderated" and p["result"] is None, p
+    assert charged("bfl moderated") == 0
+    p = httpx.get(BFL + "/v1/get_result?id=nope", headers={"x-key": "k"}).json()
+    assert p["status"] == "Task not found", p
+    assert httpx.post(BFL + "/v1/flux-pro-1.1", json={"prompt": "bfl no key"}).status_code == 401
+    assert httpx.post(BFL + "/v1/flux-pro-1.1", headers={"x-key": "k"},
+                      json={"prompt": "bfl bad", "width": 1000}).status_code == 422
+    assert httpx.post(BFL + "/v1/flux-imaginary", headers={"x-key": "k"}, json={"prompt": "x"}).status_code == 404
 
 
 

@@ -61,6 +61,8 @@ pub enum AuthScheme {
     Bearer,
     /// `Authorization: Key <key>` (fal).
     Key,
+    /// The bare key in a header of its own: `x-goog-api-key` (Gemini), `x-key` (BFL).
+    Header(&'static str),
 }
 
 /// An API key. Its `Debug` never shows the value.
@@ -212,7 +214,7 @@ impl HttpClient {
         }
         let mut headers = HeaderMap::new();
         if let Some(auth) = self.auth_header()? {
-            headers.insert(reqwest::header::AUTHORIZATION, auth);
+            headers.insert(self.auth_header_name(), auth);
         }
         if let (Some(name), Some(key)) = (&self.idempotency_header, idempotency_key) {
             let value = HeaderValue::from_str(key)
@@ -233,16 +235,25 @@ impl HttpClient {
                 });
             }
         };
-        let prefix = match self.scheme {
-            AuthScheme::Bearer => "Bearer",
-            AuthScheme::Key => "Key",
+        let text = match self.scheme {
+            AuthScheme::Bearer => format!("Bearer {}", key.0),
+            AuthScheme::Key => format!("Key {}", key.0),
+            AuthScheme::Header(_) => key.0.clone(),
         };
-        let mut value = HeaderValue::from_str(&format!("{prefix} {}", key.0)).map_err(|_| CallError::Rejected {
+        let mut value = HeaderValue::from_str(&text).map_err(|_| CallError::Rejected {
             message: format!("the API key in {var} contains characters not allowed in a header"),
             config: true,
         })?;
         value.set_sensitive(true);
         Ok(Some(value))
+    }
+
+    /// The header the key goes in: `Authorization`, or the provider's own header.
+    fn auth_header_name(&self) -> HeaderName {
+        match self.scheme {
+            AuthScheme::Header(name) => HeaderName::from_static(name),
+            _ => reqwest::header::AUTHORIZATION,
+        }
     }
 
     /// Send one request and classify the outcome; only a 2xx answer comes back as `Ok`.
@@ -282,7 +293,7 @@ impl HttpClient {
         if self.same_origin(url)
             && let Some(auth) = self.auth_header()?
         {
-            rb = rb.header(reqwest::header::AUTHORIZATION, auth);
+            rb = rb.header(self.auth_header_name(), auth);
         }
         let resp = rb.send().await.map_err(|e| self.transport(e))?;
         if matches!(resp.status(), StatusCode::NOT_FOUND | StatusCode::GONE) {

@@ -6,11 +6,16 @@
 //!   by listing recent predictions.
 //! - [`fal_queue`]: fal's queue API: submit and poll the URLs fal returns (no listing to
 //!   search for a lost create).
+//! - [`gemini`]: the Gemini API's synchronous `generateContent`, or its Batch API (a named
+//!   batch, found again by listing batches by the display name tally gave it).
+//! - [`bfl`]: Black Forest Labs' FLUX API: submit, then poll the `polling_url` it returned.
 //! - `notnow` and `results` (re-exported by [`client`]): the "not now" and out-of-credit
 //!   readings of an answer, and paid-result retention and retried downloads.
 
+pub mod bfl;
 pub mod client;
 pub mod fal_queue;
+pub mod gemini;
 mod notnow;
 pub mod openai_images;
 pub mod replicate;

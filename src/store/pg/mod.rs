@@ -29,6 +29,7 @@
 
 mod check;
 mod conn;
+mod held;
 mod node;
 mod ops;
 mod prune;
@@ -61,7 +62,7 @@ const SCHEMA: &str = include_str!("../../../schema-pg.sql");
 
 /// The PostgreSQL schema version this build writes (independent of SQLite's
 /// `SCHEMA_VERSION`). Older databases are migrated by [`MIGRATIONS`]; newer ones refused.
-pub const PG_SCHEMA_VERSION: i32 = 4;
+pub const PG_SCHEMA_VERSION: i32 = 5;
 
 /// Migrations from version `n` to `n + 1`, indexed by `n - 1`. Each runs in the transaction
 /// that records the new version, under the migration lock, and only while no other node of
@@ -108,8 +109,13 @@ const MIGRATIONS: &[&str] = &[
         fifo boolean NOT NULL DEFAULT false, configured boolean NOT NULL DEFAULT true,
         paused_until bigint, recovery_limit bigint,
         fresh_pass bigint NOT NULL DEFAULT 0, recovery_pass bigint NOT NULL DEFAULT 0);",
-    // 3 → 4: the owner's record of a charge, budgets set from the page or CLI, and web
-    // sessions that survive a restart (as SQLite's 6 → 7).
+    // 3 → 4: held envelopes (as SQLite's 6 → 7; `store::held`). PostgreSQL has no lineage:
+    // it is not copied as a file, so only the hold and its release exist here.
+    "ALTER TABLE envelopes ADD COLUMN held_at bigint;
+     ALTER TABLE envelopes ADD COLUMN held_reason text;
+     CREATE INDEX envelopes_held ON envelopes(held_at) WHERE status = 'pending' AND held_at IS NOT NULL;",
+    // 4 → 5: the owner's record of a charge, budgets set from the page or CLI, and web
+    // sessions that survive a restart (as SQLite's 7 → 8).
     "ALTER TABLE executions ADD COLUMN charge_recorded_at bigint;
      CREATE INDEX executions_recorded ON executions(calling_at) WHERE charge_recorded_at IS NOT NULL;
      CREATE TABLE budget_setting (

@@ -33,6 +33,7 @@ fn task_row(r: &Row) -> TaskView {
         artifacts: Vec::new(),
         group: r.get(17),
         waiting_for: None,
+        held: None,
     }
 }
 
@@ -92,6 +93,12 @@ fn with_wait(tx: &mut Tx<'_, '_>, mut t: TaskView) -> Result<TaskView, StoreErro
     if !matches!(t.status, TaskStatus::Queued | TaskStatus::Waiting) {
         return Ok(t);
     }
+    if let Some(h) = super::held::held_of(tx, &t.id)? {
+        t.reason = Some(h.reason.clone());
+        t.waiting_for = Some(h.reason.clone());
+        t.held = Some(h);
+        return Ok(t);
+    }
     static SQL: std::sync::LazyLock<String> =
         std::sync::LazyLock::new(|| crate::store::read::WAIT_FACTS.replace("?1", "$1"));
     if let Some(r) = tx.opt(SQL.as_str(), &[&t.id])? {
@@ -125,17 +132,21 @@ fn list_tasks(
     limit: usize,
 ) -> Result<Vec<TaskView>, StoreError> {
     let before = before.unwrap_or("\u{10ffff}");
-    if filter.needs_attention && filter.status.is_some_and(|s| s != TaskStatus::Unknown) {
+    if filter.needs_attention && filter.status.is_some_and(|s| !matches!(s, TaskStatus::Unknown | TaskStatus::Waiting))
+    {
         return Ok(Vec::new());
     }
-    let status = if filter.needs_attention { Some(TaskStatus::Unknown) } else { filter.status };
+    let status = filter.status;
     // One statement for every filter: an absent filter is a NULL that matches everything.
     let rows = tx.rows(
         "SELECT id, status, reason, failure_kind, attempts, may_have_charged, cancel_requested, provider,
                 prompt, params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role, group_key
          FROM tasks WHERE id < $1
            AND ($3::text IS NULL OR status = $3)
-           AND (NOT $4 OR NOT EXISTS (SELECT 1 FROM tasks r WHERE r.retry_of = tasks.id))
+           AND (NOT $4 OR id IN (SELECT u.id FROM tasks u WHERE u.status = 'unknown'
+                                   AND NOT EXISTS (SELECT 1 FROM tasks r WHERE r.retry_of = u.id)
+                                 UNION ALL
+                                 SELECT h.task_id FROM envelopes h WHERE h.status = 'pending' AND h.held_at IS NOT NULL))
            AND ($5::text IS NULL OR strpos(lower(prompt), lower($5)) > 0
                 OR set_id IN (SELECT id FROM sets WHERE strpos(lower(product), lower($5)) > 0))
          ORDER BY id DESC LIMIT $2",

@@ -47,7 +47,7 @@ pub(super) fn schedule_next_shot(tx: &mut Tx<'_, '_>, task: &str, now: Millis) -
     let next: Option<String> = tx
         .opt(
             "SELECT t.id FROM tasks t JOIN envelopes e ON e.task_id = t.id
-             WHERE t.set_id = $1 AND e.status = 'pending' AND e.due_at IS NULL
+             WHERE t.set_id = $1 AND e.status = 'pending' AND e.due_at IS NULL AND e.held_at IS NULL
              ORDER BY t.set_position, t.id LIMIT 1",
             &[&set],
         )?

@@ -173,9 +173,42 @@
         h("div", { class: "tools" },
           h("span", { class: "filter" }, h("label", { for: "search" }, "Search"), search),
           h("span", { class: "filter" }, h("label", { for: "status-filter" }, "Show"), filter))),
+      heldBanner(),
       h("ul", { id: "task-list", class: "tasks" }),
       h("p", { id: "empty", class: "hint", hidden: true }, "No jobs here yet."),
       more, moreErr);
+  }
+
+  /** Jobs held because the database was an older copy (shown with "Needs your attention"):
+      how many, and sending them all again after saying what that may cost. */
+  function heldBanner() {
+    const text = h("p", { id: "held-text" });
+    const send = h("button", { type: "button", id: "release-all-held", class: "danger" }, "Send all held jobs again…");
+    const err = errorSlot("held-error");
+    send.addEventListener("click", async () => {
+      const yes = await T.confirmDialog("Send every held job again?",
+        "Each held job may have been sent already by the daemon the database was copied from. Sending them again " +
+        "makes a new request for each, which the provider may charge a second time.", "Send them all again");
+      if (!yes) return;
+      await busy(send, err, async () => {
+        await api("POST", "/v1/held/release", { all: true });
+        await load();
+      });
+    });
+    return h("div", { id: "held-banner", class: "warn", hidden: true }, text, send, err);
+  }
+
+  /** Show the held banner when the owner's list is shown and something is held. */
+  async function loadHeld() {
+    const banner = document.getElementById("held-banner");
+    if (!banner) return;
+    if (list.filter !== "attention") { banner.hidden = true; return; }
+    const r = await api("GET", "/v1/held?limit=1");
+    const n = r.total || 0;
+    document.getElementById("held-text").textContent = n === 1
+      ? "1 job is held, not sent: the database was an older copy, and it may have been sent already."
+      : n + " jobs are held, not sent: the database was an older copy, and they may have been sent already.";
+    banner.hidden = n === 0;
   }
 
   async function showJobs(fresh) {
@@ -203,6 +236,7 @@
       list.tasks = older ? list.tasks.concat(got) : got;
       list.next = page.next;
       render();
+      if (!older) await loadHeld();
     } catch (e) {
       if (e.code !== "signed_out") T.showError(null, e.message);
     }
@@ -436,6 +470,19 @@
       }));
       box.append(cancel);
     }
+    if (t.held) {
+      /* Held because the database was an older copy: the owner decides, knowing the cost. */
+      const send = h("button", { type: "button", id: "release-held", class: "danger" }, "Send it again…");
+      send.addEventListener("click", async () => {
+        const yes = await T.confirmDialog("Send this job again?", t.held.reason + " " + t.held.note, "Send it again");
+        if (!yes) return;
+        await busy(send, err, async () => {
+          await api("POST", "/v1/held/release", { ids: [t.id] });
+          await showTask(t.id, false);
+        });
+      });
+      box.append(send);
+    }
     const p = providers.find((x) => x.name === t.provider);
     /* The price of one more request, in words, shown before any button that sends one. */
     const cost = T.priceWords(p, 1) || "price not configured";
@@ -505,6 +552,8 @@
       case "recovering": return "tally was interrupted and is finding out what happened.";
       case "late_result": return "A late answer arrived and settled the unknown outcome.";
       case "requeued": return "tally was interrupted before sending; it will start again (nothing was sent).";
+      case "held": return "Held, not sent: the database was an older copy, and this job may have been sent already. " + m;
+      case "released": return "You asked to send it again.";
       default: return "tally updated this job.";
     }
   }

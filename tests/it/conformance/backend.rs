@@ -145,6 +145,18 @@ pub trait Backend: Clone + Send + Sync + 'static {
     fn events(&self, task: String) -> impl Future<Output = Result<Vec<EventView>, StoreError>> + Send;
     fn artifact(&self, id: String) -> impl Future<Output = Result<Option<ArtifactView>, StoreError>> + Send;
     fn status_counts(&self) -> impl Future<Output = Result<Vec<(TaskStatus, i64)>, StoreError>> + Send;
+    /// Held jobs (`store::held`): hold what is unsettled, release, list.
+    fn hold_unsettled(
+        &self,
+        reason: String,
+        now: Millis,
+    ) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
+    fn release_held(
+        &self,
+        which: held::Release,
+        now: Millis,
+    ) -> impl Future<Output = Result<held::ReleaseReport, StoreError>> + Send;
+    fn held_tasks(&self, limit: usize) -> impl Future<Output = Result<(i64, Vec<TaskView>), StoreError>> + Send;
     fn next_sent_deadline(&self) -> impl Future<Output = Result<Option<Millis>, StoreError>> + Send;
     /// `record_calling` with its money facts (price, billable, limits).
     fn calling_with(
@@ -460,6 +472,23 @@ macro_rules! forward {
             }
             fn status_counts(&self) -> impl Future<Output = Result<Vec<(TaskStatus, i64)>, StoreError>> + Send {
                 <$ty>::status_counts(self)
+            }
+            fn hold_unsettled(
+                &self,
+                reason: String,
+                now: Millis,
+            ) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send {
+                <$ty>::hold_unsettled(self, reason, now)
+            }
+            fn release_held(
+                &self,
+                which: held::Release,
+                now: Millis,
+            ) -> impl Future<Output = Result<held::ReleaseReport, StoreError>> + Send {
+                <$ty>::release_held(self, which, now)
+            }
+            fn held_tasks(&self, limit: usize) -> impl Future<Output = Result<(i64, Vec<TaskView>), StoreError>> + Send {
+                <$ty>::held_tasks(self, limit)
             }
             fn next_sent_deadline(&self) -> impl Future<Output = Result<Option<Millis>, StoreError>> + Send {
                 <$ty>::next_sent_deadline(self)

@@ -5,9 +5,11 @@
 //! to one meaning. Groups: `single` (every single-operation rule), `multi` (scripted
 //! interleavings and several nodes at once, with an invariant checker over the event log),
 //! `pg` (what only the PostgreSQL backend has: node lock and self-fencing, wake-ups, the
-//! database clock).
+//! database clock), `held` (jobs held because the database was older than what was served,
+//! and their release).
 
 pub mod backend;
+mod held;
 mod money;
 mod multi;
 mod pg;
