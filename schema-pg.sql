@@ -148,6 +148,7 @@ CREATE TABLE executions (
     cost_micros      bigint,                      -- the configured price when 'calling' was recorded (millionths)
     currency         text,                        -- of cost_micros
     model            text,                        -- the model the request named, for the spend report
+    charge_recorded_at bigint,                    -- when the owner recorded `charge` by hand (resolve), else NULL
     CHECK (phase <> 'accepted' OR provider_job_id IS NOT NULL),
     CONSTRAINT executions_charge_needs_a_call CHECK (charge = 'none' OR (calling_at IS NOT NULL AND billable))
 ) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.01);
@@ -155,6 +156,8 @@ CREATE INDEX executions_by_task ON executions(task_id);
 CREATE INDEX executions_running ON executions(task_id) WHERE status = 'running';
 -- Spend and budgets: requests that reached the provider, by when they left.
 CREATE INDEX executions_paid ON executions(calling_at) WHERE charge <> 'none';
+-- Requests whose charge the owner recorded by hand (the spend CSV lists them, even as 'none').
+CREATE INDEX executions_recorded ON executions(calling_at) WHERE charge_recorded_at IS NOT NULL;
 
 CREATE TABLE artifacts (
     id               text COLLATE "C" PRIMARY KEY,
@@ -221,6 +224,23 @@ CREATE TABLE blobs (
     bytes            bigint NOT NULL CHECK (bytes > 0),
     media_type       text NOT NULL CHECK (media_type IN ('image/png', 'image/jpeg', 'image/webp')),
     data             bytea NOT NULL CHECK (length(data) = bytes)
+);
+
+-- A budget set from the page, the CLI or PUT /v1/budget (as on SQLite): every limit in force,
+-- as JSON; while this row exists it replaces the config's limits on every node.
+CREATE TABLE budget_setting (
+    id               integer PRIMARY KEY CHECK (id = 1),
+    limits           text NOT NULL,
+    set_at           bigint NOT NULL
+);
+
+-- Web page sessions (as on SQLite): the sha256 of the cookie's value, its CSRF token, and when
+-- it was last used; any node accepts a session another node started.
+CREATE TABLE web_sessions (
+    id_hash          text COLLATE "C" PRIMARY KEY,
+    csrf             text NOT NULL,
+    created_at       bigint NOT NULL,
+    last_used_at     bigint NOT NULL
 );
 
 -- Wake-ups for the other nodes. A NOTIFY is delivered at commit (dropped on rollback;

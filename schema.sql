@@ -134,6 +134,7 @@ CREATE TABLE executions (
     cost_micros      INTEGER,                     -- the configured price when 'calling' was recorded (millionths)
     currency         TEXT,                        -- of cost_micros
     model            TEXT,                        -- the model the request named, for the spend report
+    charge_recorded_at INTEGER,                   -- when the owner recorded `charge` by hand (resolve), else NULL
     CHECK (phase <> 'accepted' OR provider_job_id IS NOT NULL),
     CHECK (charge = 'none' OR (calling_at IS NOT NULL AND billable = 1))
 ) STRICT;
@@ -141,6 +142,8 @@ CREATE INDEX executions_by_task ON executions(task_id);
 CREATE INDEX executions_running ON executions(task_id) WHERE status = 'running';
 -- Spend and budgets: requests that reached the provider, by when they left.
 CREATE INDEX executions_paid ON executions(calling_at) WHERE charge <> 'none';
+-- Requests whose charge the owner recorded by hand (the spend CSV lists them, even as 'none').
+CREATE INDEX executions_recorded ON executions(calling_at) WHERE charge_recorded_at IS NOT NULL;
 
 -- A produced image. A task is 'succeeded' only with one of these; its bytes are the blob with
 -- the same id, committed in the same transaction (the fenced finish, a late result, an
@@ -246,3 +249,21 @@ CREATE TABLE lineage (
     backup_at        INTEGER
 ) STRICT;
 INSERT INTO lineage (id, lineage) VALUES (1, lower(hex(randomblob(16))));
+
+-- A budget set from the page, the CLI or PUT /v1/budget: every limit in force, as JSON (a list
+-- of {period, provider, micros, currency}). While this row exists it replaces the config's
+-- [budget] and budget_daily / budget_monthly; without it the config's limits apply.
+CREATE TABLE budget_setting (
+    id               INTEGER PRIMARY KEY CHECK (id = 1),
+    limits           TEXT NOT NULL,
+    set_at           INTEGER NOT NULL
+) STRICT;
+
+-- Web page sessions (web::sessions): the sha256 of the cookie's value (never the value
+-- itself), its CSRF token, and when it was last used (it expires 30 days after that).
+CREATE TABLE web_sessions (
+    id_hash          TEXT PRIMARY KEY,
+    csrf             TEXT NOT NULL,
+    created_at       INTEGER NOT NULL,
+    last_used_at     INTEGER NOT NULL
+) STRICT;

@@ -180,7 +180,8 @@ impl StopSignals {
 
 /// Re-read the budget limits from `path` on every SIGHUP: a raised limit lets held tasks go
 /// at once, without a restart. Only `[budget]` and the providers' `budget_daily` /
-/// `budget_monthly` are taken; other changes need a restart (said in the log).
+/// `budget_monthly` are taken; other changes need a restart (said in the log). A budget set
+/// at run time (`PUT /v1/budget`) stays in force over the file's; it is re-read too.
 async fn reload_budgets_on_sighup(engine: Arc<Engine>, path: PathBuf) {
     use tokio::signal::unix::{SignalKind, signal};
     let Ok(mut hup) = signal(SignalKind::hangup()) else {
@@ -192,7 +193,7 @@ async fn reload_budgets_on_sighup(engine: Arc<Engine>, path: PathBuf) {
             Ok(cfg) => {
                 let limits = crate::engine::money::limits(&cfg);
                 let n = limits.len();
-                match engine.set_limits(limits).await {
+                match engine.reload_config_limits(limits).await {
                     Ok(held) => tracing::info!(
                         limits = n,
                         held_tasks_checking_again = held,
@@ -304,6 +305,9 @@ pub async fn serve(cfg: Config, config_path: Option<PathBuf>) -> Result<(), Fail
     let base = base_url(local);
     tracing::info!(listen = %local, data_dir = %dir.display(), providers = ?engine.provider_names(), "tally is running");
     let state = AppState::new(engine.clone(), token, &cfg.server, default_provider);
+    if let Some(lang) = cfg.ui.language {
+        state.set_ui_language(lang);
+    }
     {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "tally is listening on {base}");

@@ -42,7 +42,13 @@ impl Answer {
             .and_then(Value::as_str)
             .map(str::to_string)
             .unwrap_or_else(|| format!("the daemon answered {}", self.status));
-        Err(Failure::error(message))
+        // Say what to do next where the daemon's words cannot (it does not know the CLI).
+        let hint = match (self.error_code(), message.as_str()) {
+            (Some("not_found"), "task not found") => "; `tally list` shows the jobs' ids (the first column)",
+            (Some("not_found"), "set not found") => "; `tally set list` shows the sets' ids (the first column)",
+            _ => "",
+        };
+        Err(Failure::error(format!("{message}{hint}")))
     }
 }
 

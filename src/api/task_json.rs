@@ -57,7 +57,8 @@ pub struct TaskJson {
     /// The submitter's group: jobs of one group take turns with other groups' jobs.
     pub group: Option<String>,
     /// While the job waits to be sent: why, in plain words ("Queued behind 2 earlier tasks of
-    /// this set.", "Waiting for a free slot at openai (all 2 of its slots are in use)."); null
+    /// this set.", "Waiting for a free slot at openai (all 2 of its slots are in use).",
+    /// "Held: today's budget of $0.40 is spent — raise it or wait until tomorrow …"); null
     /// otherwise.
     pub waiting_for: Option<String>,
     /// For `unknown` tasks: how the provider bills, in plain words.
@@ -122,6 +123,9 @@ pub struct ChargeJson {
     /// The configured prices of its possibly charged and charged requests (`null`: no price).
     pub estimated_cost: Option<f64>,
     pub currency: Option<String>,
+    /// The owner recorded the charge by hand (resolving an unknown with what the provider's
+    /// dashboard showed): `state` is their record, not tally's evidence.
+    pub recorded_by_hand: bool,
 }
 
 /// A task's latest retry.
@@ -206,6 +210,7 @@ fn charge_json(engine: &Engine, t: &TaskView) -> ChargeJson {
         requests: c.requests,
         estimated_cost: c.cost_micros.map(from_micros),
         currency: c.currency.clone().or_else(|| engine.price_of(&t.provider, &t.params).map(|(_, cur)| cur)),
+        recorded_by_hand: c.recorded_by_hand,
     }
 }
 
@@ -247,7 +252,14 @@ pub fn task_json(engine: &Engine, t: &TaskView) -> TaskJson {
         failure_kind: t.failure_kind.clone(),
         reason: t.reason.clone(),
         group: t.group.clone(),
-        waiting_for: t.waiting_for.clone(),
+        // What it waits for: where it stands in the dispatch order, else the stored reason
+        // (a budget hold, a retry's backoff), so no surface has to guess.
+        waiting_for: match t.status {
+            TaskStatus::Queued | TaskStatus::Waiting => {
+                t.waiting_for.clone().or_else(|| t.reason.clone().filter(|r| !r.trim().is_empty()))
+            }
+            _ => None,
+        },
         billing_note: if t.status == TaskStatus::Unknown { engine.billing_note(&t.provider) } else { None },
     }
 }

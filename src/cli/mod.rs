@@ -179,6 +179,10 @@ pub enum Command {
         /// The image you found at the provider: the job becomes succeeded.
         #[arg(long, value_name = "FILE")]
         image: Option<PathBuf>,
+        /// What the provider's dashboard shows about the charge: the job's charge, `tally
+        /// spend` and the CSV then follow your record (marked as recorded by hand).
+        #[arg(long, value_enum, value_name = "CHARGE")]
+        charge: Option<ChargeRecord>,
         /// A note for the timeline.
         #[arg(long)]
         note: Option<String>,
@@ -205,6 +209,9 @@ pub enum Command {
         #[arg(long)]
         csv: bool,
     },
+    /// Show or change the budget: daily and monthly limits, for all providers or one.
+    #[command(subcommand)]
+    Budget(BudgetCommand),
     /// Write one self-contained copy of the shop's work: every job, image and reference photo.
     ///
     /// Works while `tally serve` runs: the copy is one consistent snapshot (SQLite's `VACUUM
@@ -272,7 +279,15 @@ pub enum Command {
     /// Print the API token.
     Token,
     /// Print a new one-time URL that signs a browser in to the web page (valid 15 minutes).
+    /// A browser stays signed in across restarts of the daemon, until 30 days without use.
     SignIn,
+    /// Sign browsers out of the web page.
+    #[command(group(ArgGroup::new("whom").required(true).args(["all"])))]
+    SignOut {
+        /// End every browser's session (each then needs a new link from `tally sign-in`).
+        #[arg(long)]
+        all: bool,
+    },
     /// A product's image set: reference photos, a shot list, one image at a time.
     #[command(subcommand)]
     Set(SetCommand),
@@ -285,6 +300,54 @@ pub enum Command {
     MockProvider(crate::mock::MockArgs),
     /// Measure the engine end to end (see BENCHMARKS.md).
     Bench(crate::bench::BenchArgs),
+}
+
+/// `tally resolve --charge`: what the provider's dashboard shows about the charge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ChargeRecord {
+    /// The dashboard shows a charge.
+    Charged,
+    /// The dashboard shows no charge.
+    NotCharged,
+    /// You could not tell (the default: it stays possibly charged).
+    Unknown,
+}
+
+impl ChargeRecord {
+    /// The API's word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChargeRecord::Charged => "charged",
+            ChargeRecord::NotCharged => "not_charged",
+            ChargeRecord::Unknown => "unknown",
+        }
+    }
+}
+
+/// `tally budget …`.
+#[derive(Debug, Subcommand)]
+pub enum BudgetCommand {
+    /// The limits in force, where they come from (the config file or set here), and what
+    /// today and this month have used.
+    Show,
+    /// Set, raise or remove limits, at once and kept across restarts (they replace the config
+    /// file's `[budget]` until `tally budget reset`). AMOUNT is a number in the budget's
+    /// currency, or `none` to remove that limit.
+    #[command(group(ArgGroup::new("limit").required(true).multiple(true).args(["daily", "monthly"])))]
+    Set {
+        /// The daily limit (UTC days), or `none`.
+        #[arg(long, value_name = "AMOUNT")]
+        daily: Option<String>,
+        /// The monthly limit (UTC months), or `none`.
+        #[arg(long, value_name = "AMOUNT")]
+        monthly: Option<String>,
+        /// Only this provider's limits (default: the whole daemon's).
+        #[arg(long, value_name = "NAME")]
+        provider: Option<String>,
+    },
+    /// Forget the limits set with `tally budget set` (or in the page): the config file's
+    /// `[budget]` applies again.
+    Reset,
 }
 
 /// `tally set …`.

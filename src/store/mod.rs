@@ -39,9 +39,9 @@
 //! (`BENCHMARKS.md`, "images in the database").
 
 mod blobs;
+mod choice;
 pub mod held;
 pub mod lineage;
-mod choice;
 mod migrate;
 mod open;
 mod ops;
@@ -50,6 +50,7 @@ mod prune;
 mod read;
 mod seam;
 mod sets;
+pub mod settings;
 pub mod spend;
 mod startup;
 mod whole;

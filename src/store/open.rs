@@ -127,6 +127,15 @@ const MIGRATIONS: &[&str] = &[
         id INTEGER PRIMARY KEY, set_id TEXT NOT NULL REFERENCES sets(id), at INTEGER NOT NULL,
         kind TEXT NOT NULL, message TEXT NOT NULL) STRICT;
      CREATE INDEX set_events_by_set ON set_events(set_id, id);",
+    // 8 → 9: the owner's record of a charge, budgets set from the page or CLI, and web
+    // sessions that survive a restart.
+    "ALTER TABLE executions ADD COLUMN charge_recorded_at INTEGER;
+     CREATE INDEX executions_recorded ON executions(calling_at) WHERE charge_recorded_at IS NOT NULL;
+     CREATE TABLE budget_setting (
+        id INTEGER PRIMARY KEY CHECK (id = 1), limits TEXT NOT NULL, set_at INTEGER NOT NULL) STRICT;
+     CREATE TABLE web_sessions (
+        id_hash TEXT PRIMARY KEY, csrf TEXT NOT NULL, created_at INTEGER NOT NULL,
+        last_used_at INTEGER NOT NULL) STRICT;",
 ];
 
 /// The writer's automatic (PASSIVE) checkpoint runs once the WAL holds this many pages

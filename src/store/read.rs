@@ -55,6 +55,9 @@ pub struct ChargeSummary {
     /// none of them had a price.
     pub cost_micros: Option<Micros>,
     pub currency: Option<String>,
+    /// The owner recorded the charge by hand (resolving an unknown with what the provider's
+    /// dashboard showed), so `state` is their record, not tally's evidence.
+    pub recorded_by_hand: bool,
 }
 
 /// A stored artifact.
@@ -136,19 +139,27 @@ fn with_artifacts(c: &Connection, mut t: TaskView) -> Result<TaskView, StoreErro
 
 /// A task's charge, from its executions (the only record of what reached the provider).
 pub fn charge_of(c: &Connection, task: &str) -> Result<ChargeSummary, StoreError> {
-    let mut stmt = c.prepare_cached("SELECT charge, cost_micros, currency FROM executions WHERE task_id = ?1")?;
+    let mut stmt = c.prepare_cached(
+        "SELECT charge, cost_micros, currency, charge_recorded_at IS NOT NULL FROM executions WHERE task_id = ?1",
+    )?;
     let rows = stmt.query_map([task], |r| {
-        Ok((r.get::<_, String>(0)?, r.get::<_, Option<Micros>>(1)?, r.get::<_, Option<String>>(2)?))
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, Option<Micros>>(1)?,
+            r.get::<_, Option<String>>(2)?,
+            r.get::<_, bool>(3)?,
+        ))
     })?;
     summarize_charges(rows.collect::<Result<Vec<_>, _>>()?)
 }
 
 /// A task's [`ChargeSummary`] from its executions' (charge, cost, currency), on either backend.
 pub(in crate::store) fn summarize_charges(
-    rows: Vec<(String, Option<Micros>, Option<String>)>,
+    rows: Vec<(String, Option<Micros>, Option<String>, bool)>,
 ) -> Result<ChargeSummary, StoreError> {
     let mut sum = ChargeSummary::default();
-    for (charge, cost, currency) in rows {
+    for (charge, cost, currency, by_hand) in rows {
+        sum.recorded_by_hand |= by_hand;
         let charge = Charge::parse(&charge).unwrap_or(Charge::Possible);
         if charge == Charge::None {
             continue;

@@ -338,10 +338,11 @@ impl Store {
         &self,
         task: String,
         r: Resolution,
+        owner: OwnerCharge,
         note: String,
         now: Millis,
     ) -> Result<ResolveOutcome, StoreError> {
-        each!(self, s => s.resolve(task, r, note, now).await)
+        each!(self, s => s.resolve(task, r, owner, note, now).await)
     }
 
     /// Leftovers for the reconciler.
@@ -428,6 +429,38 @@ impl Store {
     /// Tasks held back by a budget check it again.
     pub async fn release_budget_holds(&self, now: Millis) -> Result<usize, StoreError> {
         each!(self, s => s.release_budget_holds(now).await)
+    }
+
+    /// The budget set at run time (its JSON), if one is set.
+    pub async fn budget_setting(&self) -> Result<Option<String>, StoreError> {
+        each!(self, s => s.budget_setting().await)
+    }
+
+    /// Store the budget in force, or remove it (the config's applies again).
+    pub async fn set_budget_setting(&self, limits: Option<String>, now: Millis) -> Result<(), StoreError> {
+        each!(self, s => s.set_budget_setting(limits, now).await)
+    }
+
+    // ---- web sessions ----
+
+    /// Record a new web session (the hash of its cookie value and its CSRF token).
+    pub async fn insert_session(&self, id_hash: String, csrf: String, now: Millis) -> Result<(), StoreError> {
+        each!(self, s => s.insert_session(id_hash, csrf, now).await)
+    }
+
+    /// A web session by the hash of its cookie value.
+    pub async fn session(&self, id_hash: String) -> Result<Option<settings::StoredSession>, StoreError> {
+        each!(self, s => s.session(id_hash).await)
+    }
+
+    /// Note a session's use; delete those unused since `expired_before`.
+    pub async fn touch_session(&self, id_hash: String, now: Millis, expired_before: Millis) -> Result<(), StoreError> {
+        each!(self, s => s.touch_session(id_hash, now, expired_before).await)
+    }
+
+    /// End one web session, or all (`None`); how many ended.
+    pub async fn delete_sessions(&self, id_hash: Option<String>) -> Result<usize, StoreError> {
+        each!(self, s => s.delete_sessions(id_hash).await)
     }
 
     /// The spend report.

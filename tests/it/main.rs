@@ -10,6 +10,7 @@
 mod api;
 mod backup;
 mod browser;
+mod budget;
 mod candidates;
 mod charges;
 mod cli;
@@ -45,6 +46,7 @@ mod soak;
 mod surface;
 mod tour;
 mod web;
+mod web_money;
 mod web_surface;
 
 /// The crash matrix and the soak need crash points compiled into the binary; say so loudly

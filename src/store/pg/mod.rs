@@ -36,6 +36,7 @@ mod ops;
 mod prune;
 mod read;
 mod sets;
+mod settings;
 pub mod spend;
 mod timeouts;
 mod watch;
@@ -124,6 +125,15 @@ const MIGRATIONS: &[&str] = &[
         id bigserial PRIMARY KEY, set_id text COLLATE \"C\" NOT NULL REFERENCES sets(id), at bigint NOT NULL,
         kind text NOT NULL, message text NOT NULL);
      CREATE INDEX set_events_by_set ON set_events(set_id, id);",
+    // 5 → 6: the owner's record of a charge, budgets set from the page or CLI, and web
+    // sessions that survive a restart (as SQLite's 8 → 9).
+    "ALTER TABLE executions ADD COLUMN charge_recorded_at bigint;
+     CREATE INDEX executions_recorded ON executions(calling_at) WHERE charge_recorded_at IS NOT NULL;
+     CREATE TABLE budget_setting (
+        id integer PRIMARY KEY CHECK (id = 1), limits text NOT NULL, set_at bigint NOT NULL);
+     CREATE TABLE web_sessions (
+        id_hash text COLLATE \"C\" PRIMARY KEY, csrf text NOT NULL, created_at bigint NOT NULL,
+        last_used_at bigint NOT NULL);",
 ];
 
 /// The advisory-lock class of tally's locks ("taly"): the first key of the two-key form, so

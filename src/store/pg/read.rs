@@ -66,9 +66,12 @@ fn with_artifacts(tx: &mut Tx<'_, '_>, mut t: TaskView) -> Result<TaskView, Stor
 /// A task's charge, from its executions (as `store::read::charge_of`).
 pub(super) fn charge_of(tx: &mut Tx<'_, '_>, task: &str) -> Result<crate::store::ChargeSummary, StoreError> {
     let rows = tx
-        .rows("SELECT charge, cost_micros, currency FROM executions WHERE task_id = $1", &[&task])?
+        .rows(
+            "SELECT charge, cost_micros, currency, charge_recorded_at IS NOT NULL FROM executions WHERE task_id = $1",
+            &[&task],
+        )?
         .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
         .collect();
     crate::store::read::summarize_charges(rows)
 }

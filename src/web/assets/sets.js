@@ -16,12 +16,12 @@
       page = await api("GET", "/v1/sets");
     } catch (e) {
       if (e.code === "signed_out") return;
-      T.setView("sets", null, "Image sets", h("p", {}, e.message), fresh);
+      T.setView("sets", null, T.t("view.sets"), h("p", {}, e.message), fresh);
       return;
     }
     const sets = page.sets || [];
-    const make = h("p", {}, h("a", { href: "#/sets/new", class: "button primary", id: "new-set-link" }, "New image set"));
-    const shown = T.setView("sets", null, "Image sets", [make,
+    const make = h("p", {}, h("a", { href: "#/sets/new", class: "button primary", id: "new-set-link" }, T.t("set.new")));
+    const shown = T.setView("sets", null, T.t("view.sets"), [make,
       sets.length ? h("ul", { id: "set-list", class: "tasks" }, sets.map(setRow))
         : h("p", { class: "hint" }, "No image sets yet. Make one with “New image set”: a product, its photos and the shots you want.")], fresh);
     if (!shown) return;
@@ -312,16 +312,20 @@
     const price = h("p", { id: "set-price", class: "hint" });
     const showPrice = () => {
       const p = info.providers.find((x) => x.name === provider.value);
-      const each = T.providerAmount(p);
-      const count = shots.children.length * Number(candidates.value || 1);
-      price.textContent = (p ? "How " + p.name + " bills: " + p.billing_note : "") +
-        (each ? " " + count + " image" + (count === 1 ? "" : "s") + " at about " + each + " each." : "");
+      const per = Number(candidates.value || 1);
+      const count = shots.children.length * per;
+      const cost = T.priceWords(p, count);
+      price.textContent = p ? shots.children.length + " shot" + (shots.children.length === 1 ? "" : "s") +
+        (per > 1 ? " × " + per + " candidates" : "") + " at " + p.name + ": " +
+        (cost === "free" ? "free." : cost + ".") + " How " + p.name + " bills: " + p.billing_note : "";
     };
     provider.addEventListener("change", showPrice);
     candidates.addEventListener("change", showPrice);
     add.addEventListener("click", showPrice);
+    /* Removing a shot changes the total too. */
+    new MutationObserver(showPrice).observe(shots, { childList: true });
     showPrice();
-    const create = h("button", { type: "submit", id: "create-set", class: "primary" }, "Create the set");
+    const create = h("button", { type: "submit", id: "create-set", class: "primary" }, T.t("set.create"));
     const err = errorSlot("create-set-error");
     let key = null;
     const form = h("form", { id: "new-set", class: "card", novalidate: true },
@@ -356,7 +360,7 @@
         location.hash = "#/sets/" + encodeURIComponent(s.id);
       });
     });
-    T.setView("new-set", null, "New image set", form, fresh);
+    T.setView("new-set", null, T.t("view.new_set"), form, fresh);
   }
 
   // ---------------------------------------------------------------- spend
@@ -391,11 +395,16 @@
         h("thead", {}, h("tr", {}, [({ month: "Month", day: "Day", provider: "Provider" })[group.value] || "Row", "Charged", "Possibly charged", "Refused (not charged)"].map((c) => h("th", { scope: "col" }, c)))),
         h("tbody", {}, rows.map((row) => line(row, String(row.key)))),
         r.totals ? h("tfoot", {}, line(r.totals, "Total")) : null)
-        : h("p", { class: "hint" }, "Nothing has reached a provider in this period."));
+        : h("p", { class: "hint" }, "Nothing has reached a provider in this period."),
+      r.totals && r.totals.recorded_by_hand
+        ? h("p", { id: "spend-by-hand", class: "hint" }, r.totals.recorded_by_hand + " of these requests are counted as you recorded them by hand from the provider's dashboard.")
+        : null);
     };
     const money = T.money;
     group.addEventListener("change", load);
-    const shown = T.setView("spend", null, "Spend", [h("p", { class: "hint" },
+    const budget = await T.budgetSection(() => showSpend(false));
+    if (T.view.signedOut) return;
+    const shown = T.setView("spend", null, T.t("view.spend"), [budget, h("p", { class: "hint" },
       "What tally knows about charges: requests a provider charged, requests that may have been charged (nothing could prove what happened to them), and requests it refused."),
     h("p", { class: "filter" }, h("label", { for: "spend-group" }, "Show"), group), out], fresh);
     if (!shown) return;

@@ -100,6 +100,15 @@ pub trait Backend: Clone + Send + Sync + 'static {
         note: String,
         now: Millis,
     ) -> impl Future<Output = Result<ResolveOutcome, StoreError>> + Send;
+    /// A resolution with the owner's record of the charge.
+    fn resolve_with_charge(
+        &self,
+        task: String,
+        r: Resolution,
+        owner: OwnerCharge,
+        note: String,
+        now: Millis,
+    ) -> impl Future<Output = Result<ResolveOutcome, StoreError>> + Send;
     fn leftovers(&self, now: Millis, boot: &str) -> impl Future<Output = Result<Vec<LeftoverRow>, StoreError>> + Send;
     fn apply_recovery(
         &self,
@@ -204,6 +213,29 @@ pub trait Backend: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Vec<PaidRequest>, StoreError>> + Send;
     fn charge_totals(&self) -> impl Future<Output = Result<Vec<tally::metrics::ChargeTotal>, StoreError>> + Send;
     fn release_budget_holds(&self, now: Millis) -> impl Future<Output = Result<usize, StoreError>> + Send;
+    fn budget_setting(&self) -> impl Future<Output = Result<Option<String>, StoreError>> + Send;
+    fn set_budget_setting(
+        &self,
+        limits: Option<String>,
+        now: Millis,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn insert_session(
+        &self,
+        id_hash: String,
+        csrf: String,
+        now: Millis,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn session(
+        &self,
+        id_hash: String,
+    ) -> impl Future<Output = Result<Option<tally::store::settings::StoredSession>, StoreError>> + Send;
+    fn touch_session(
+        &self,
+        id_hash: String,
+        now: Millis,
+        expired_before: Millis,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn delete_sessions(&self, id_hash: Option<String>) -> impl Future<Output = Result<usize, StoreError>> + Send;
     fn prune(&self, cutoff: Millis, dry_run: bool) -> impl Future<Output = Result<PruneReport, StoreError>> + Send;
     fn next_prunable(&self, since: Millis) -> impl Future<Output = Result<Option<Millis>, StoreError>> + Send;
     fn statements(&self) -> u64;
@@ -353,7 +385,17 @@ macro_rules! forward {
                 note: String,
                 now: Millis,
             ) -> impl Future<Output = Result<ResolveOutcome, StoreError>> + Send {
-                <$ty>::resolve(self, task, r, note, now)
+                <$ty>::resolve(self, task, r, OwnerCharge::Unknown, note, now)
+            }
+            fn resolve_with_charge(
+                &self,
+                task: String,
+                r: Resolution,
+                owner: OwnerCharge,
+                note: String,
+                now: Millis,
+            ) -> impl Future<Output = Result<ResolveOutcome, StoreError>> + Send {
+                <$ty>::resolve(self, task, r, owner, note, now)
             }
             fn leftovers(
                 &self,
@@ -538,6 +580,41 @@ macro_rules! forward {
             }
             fn release_budget_holds(&self, now: Millis) -> impl Future<Output = Result<usize, StoreError>> + Send {
                 <$ty>::release_budget_holds(self, now)
+            }
+            fn budget_setting(&self) -> impl Future<Output = Result<Option<String>, StoreError>> + Send {
+                <$ty>::budget_setting(self)
+            }
+            fn set_budget_setting(
+                &self,
+                limits: Option<String>,
+                now: Millis,
+            ) -> impl Future<Output = Result<(), StoreError>> + Send {
+                <$ty>::set_budget_setting(self, limits, now)
+            }
+            fn insert_session(
+                &self,
+                id_hash: String,
+                csrf: String,
+                now: Millis,
+            ) -> impl Future<Output = Result<(), StoreError>> + Send {
+                <$ty>::insert_session(self, id_hash, csrf, now)
+            }
+            fn session(
+                &self,
+                id_hash: String,
+            ) -> impl Future<Output = Result<Option<tally::store::settings::StoredSession>, StoreError>> + Send {
+                <$ty>::session(self, id_hash)
+            }
+            fn touch_session(
+                &self,
+                id_hash: String,
+                now: Millis,
+                expired_before: Millis,
+            ) -> impl Future<Output = Result<(), StoreError>> + Send {
+                <$ty>::touch_session(self, id_hash, now, expired_before)
+            }
+            fn delete_sessions(&self, id_hash: Option<String>) -> impl Future<Output = Result<usize, StoreError>> + Send {
+                <$ty>::delete_sessions(self, id_hash)
             }
             fn prune(
                 &self,

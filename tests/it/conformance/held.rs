@@ -65,8 +65,12 @@ async fn held_jobs_wait_for_the_owner_and_go_when_released<B: Backend>(s: B) {
 }
 
 async fn a_held_set_still_runs_one_shot_at_a_time<B: Backend>(s: B) {
-    let shot =
-        |role: &str| NewShot { role: role.into(), prompt: format!("{role} shot"), params: serde_json::json!({}), candidates: 1 };
+    let shot = |role: &str| NewShot {
+        role: role.into(),
+        prompt: format!("{role} shot"),
+        params: serde_json::json!({}),
+        candidates: 1,
+    };
     let set = NewSet {
         product: "mug".into(),
         style: None,

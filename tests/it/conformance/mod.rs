@@ -9,14 +9,15 @@
 //! and their release).
 
 pub mod backend;
-mod held;
 mod choice;
+mod held;
 mod money;
 mod multi;
 mod pg;
 mod pg_migrate;
 mod prune;
 mod races;
+mod settings;
 mod single;
 
 /// Run each named generic test on both backends: `sqlite::NAME` and `postgres::NAME`.
