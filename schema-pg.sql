@@ -65,7 +65,8 @@ CREATE TABLE tasks (
     updated_at       bigint NOT NULL,
     shot_role        text CHECK (shot_role IN ('main', 'selling_point', 'scene')),
     retry_key        text,                        -- a retry's idempotency key: unique per original task (retry_of)
-    group_key        text                         -- the submitter's optional `group` (a fairness key)
+    group_key        text,                        -- the submitter's optional `group` (a fairness key)
+    candidate        bigint NOT NULL DEFAULT 0 CHECK (candidate >= 0) -- which candidate of its shot, from 0
 );
 CREATE INDEX tasks_by_status ON tasks(status, id);
 CREATE INDEX tasks_by_set ON tasks(set_id, set_position) WHERE set_id IS NOT NULL;
@@ -92,6 +93,10 @@ CREATE TABLE envelopes (
     lane             text NOT NULL DEFAULT 'fresh' CHECK (lane IN ('fresh', 'recovery')),
     fair_key         text COLLATE "C" NOT NULL DEFAULT '',
     pass             bigint,
+    -- Held, as on SQLite (schema.sql, store::held): pending with due_at and pass NULL until the
+    -- owner releases it. PostgreSQL is not copied by hand, but the state and its release exist.
+    held_at          bigint,
+    held_reason      text,
     CHECK (status <> 'sent' OR lease_expires_at IS NOT NULL),
     CHECK (lease_token IS NULL OR status = 'sent'),
     CHECK (pass IS NULL OR status = 'pending')
@@ -101,6 +106,7 @@ CREATE INDEX envelopes_ready ON envelopes(provider, lane, pass, id) WHERE status
 CREATE INDEX envelopes_ready_key ON envelopes(provider, lane, fair_key, pass) WHERE status = 'pending' AND pass IS NOT NULL;
 CREATE INDEX envelopes_in_flight ON envelopes(provider, lane) WHERE status = 'sent';
 CREATE INDEX envelopes_sent ON envelopes(lease_expires_at) WHERE status = 'sent';
+CREATE INDEX envelopes_held ON envelopes(held_at) WHERE status = 'pending' AND held_at IS NOT NULL;
 
 -- The providers as every node's dispatcher sees them (as on SQLite). A dispatch locks their
 -- rows first, so nodes dispatching at once count the same slots in use.
@@ -142,6 +148,7 @@ CREATE TABLE executions (
     cost_micros      bigint,                      -- the configured price when 'calling' was recorded (millionths)
     currency         text,                        -- of cost_micros
     model            text,                        -- the model the request named, for the spend report
+    charge_recorded_at bigint,                    -- when the owner recorded `charge` by hand (resolve), else NULL
     CHECK (phase <> 'accepted' OR provider_job_id IS NOT NULL),
     CONSTRAINT executions_charge_needs_a_call CHECK (charge = 'none' OR (calling_at IS NOT NULL AND billable))
 ) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.01);
@@ -149,6 +156,8 @@ CREATE INDEX executions_by_task ON executions(task_id);
 CREATE INDEX executions_running ON executions(task_id) WHERE status = 'running';
 -- Spend and budgets: requests that reached the provider, by when they left.
 CREATE INDEX executions_paid ON executions(calling_at) WHERE charge <> 'none';
+-- Requests whose charge the owner recorded by hand (the spend CSV lists them, even as 'none').
+CREATE INDEX executions_recorded ON executions(calling_at) WHERE charge_recorded_at IS NOT NULL;
 
 CREATE TABLE artifacts (
     id               text COLLATE "C" PRIMARY KEY,
@@ -180,6 +189,25 @@ CREATE TABLE uploads (
     created_at       bigint NOT NULL
 );
 
+-- The owner's choice of one candidate image per shot (as on SQLite, store::choice).
+CREATE TABLE set_choices (
+    set_id           text COLLATE "C" NOT NULL REFERENCES sets(id),
+    position         bigint NOT NULL,
+    artifact_id      text COLLATE "C" NOT NULL REFERENCES artifacts(id),
+    chosen_at        bigint NOT NULL,
+    PRIMARY KEY (set_id, position)
+);
+
+-- A set's own timeline (as on SQLite).
+CREATE TABLE set_events (
+    id               bigserial PRIMARY KEY,
+    set_id           text COLLATE "C" NOT NULL REFERENCES sets(id),
+    at               bigint NOT NULL,
+    kind             text NOT NULL,
+    message          text NOT NULL
+);
+CREATE INDEX set_events_by_set ON set_events(set_id, id);
+
 CREATE TABLE set_references (
     set_id           text COLLATE "C" NOT NULL REFERENCES sets(id),
     position         bigint NOT NULL,
@@ -196,6 +224,23 @@ CREATE TABLE blobs (
     bytes            bigint NOT NULL CHECK (bytes > 0),
     media_type       text NOT NULL CHECK (media_type IN ('image/png', 'image/jpeg', 'image/webp')),
     data             bytea NOT NULL CHECK (length(data) = bytes)
+);
+
+-- A budget set from the page, the CLI or PUT /v1/budget (as on SQLite): every limit in force,
+-- as JSON; while this row exists it replaces the config's limits on every node.
+CREATE TABLE budget_setting (
+    id               integer PRIMARY KEY CHECK (id = 1),
+    limits           text NOT NULL,
+    set_at           bigint NOT NULL
+);
+
+-- Web page sessions (as on SQLite): the sha256 of the cookie's value, its CSRF token, and when
+-- it was last used; any node accepts a session another node started.
+CREATE TABLE web_sessions (
+    id_hash          text COLLATE "C" PRIMARY KEY,
+    csrf             text NOT NULL,
+    created_at       bigint NOT NULL,
+    last_used_at     bigint NOT NULL
 );
 
 -- Wake-ups for the other nodes. A NOTIFY is delivered at commit (dropped on rollback;

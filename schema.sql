@@ -33,7 +33,8 @@ CREATE TABLE tasks (
     updated_at       INTEGER NOT NULL,
     shot_role        TEXT CHECK (shot_role IN ('main', 'selling_point', 'scene')),
     retry_key        TEXT,                        -- a retry's idempotency key: unique per original task (retry_of)
-    group_key        TEXT                         -- the submitter's optional `group` (a fairness key)
+    group_key        TEXT,                        -- the submitter's optional `group` (a fairness key)
+    candidate        INTEGER NOT NULL DEFAULT 0 CHECK (candidate >= 0) -- which candidate of its shot (set_position), from 0
 ) STRICT;
 CREATE INDEX tasks_by_status ON tasks(status, id);
 CREATE INDEX tasks_by_set ON tasks(set_id, set_position) WHERE set_id IS NOT NULL;
@@ -70,6 +71,12 @@ CREATE TABLE envelopes (
     lane             TEXT NOT NULL DEFAULT 'fresh' CHECK (lane IN ('fresh', 'recovery')),
     fair_key         TEXT NOT NULL DEFAULT '',    -- 'set:<id>', 'group:<name>', or '' (shared)
     pass             INTEGER,                     -- place in its lane while ready; NULL otherwise
+    -- Held (store::held): the database turned out older than what its data directory had seen
+    -- (a restored backup, a copy taken while tally ran, a deleted WAL), so this unsettled job
+    -- may have been sent since by the daemon the copy came from. A held envelope is pending
+    -- with due_at and pass NULL: the dispatcher never sees it until the owner releases it.
+    held_at          INTEGER,
+    held_reason      TEXT,
     CHECK (status <> 'sent' OR lease_expires_at IS NOT NULL),
     CHECK (lease_token IS NULL OR status = 'sent'),
     CHECK (pass IS NULL OR status = 'pending')
@@ -83,6 +90,8 @@ CREATE INDEX envelopes_ready_key ON envelopes(provider, lane, fair_key, pass) WH
 -- Claimed envelopes: the provider slots in use (per lane), and the reconciler's deadlines.
 CREATE INDEX envelopes_in_flight ON envelopes(provider, lane) WHERE status = 'sent';
 CREATE INDEX envelopes_sent ON envelopes(lease_expires_at) WHERE status = 'sent';
+-- Held envelopes (the owner's list; empty on almost every database).
+CREATE INDEX envelopes_held ON envelopes(held_at) WHERE status = 'pending' AND held_at IS NOT NULL;
 
 -- The configured providers as the dispatcher sees them: slots, the recovery lane's share,
 -- and the circuit. Written at engine start (configure_providers) and by the circuit breaker;
@@ -125,6 +134,7 @@ CREATE TABLE executions (
     cost_micros      INTEGER,                     -- the configured price when 'calling' was recorded (millionths)
     currency         TEXT,                        -- of cost_micros
     model            TEXT,                        -- the model the request named, for the spend report
+    charge_recorded_at INTEGER,                   -- when the owner recorded `charge` by hand (resolve), else NULL
     CHECK (phase <> 'accepted' OR provider_job_id IS NOT NULL),
     CHECK (charge = 'none' OR (calling_at IS NOT NULL AND billable = 1))
 ) STRICT;
@@ -132,6 +142,8 @@ CREATE INDEX executions_by_task ON executions(task_id);
 CREATE INDEX executions_running ON executions(task_id) WHERE status = 'running';
 -- Spend and budgets: requests that reached the provider, by when they left.
 CREATE INDEX executions_paid ON executions(calling_at) WHERE charge <> 'none';
+-- Requests whose charge the owner recorded by hand (the spend CSV lists them, even as 'none').
+CREATE INDEX executions_recorded ON executions(calling_at) WHERE charge_recorded_at IS NOT NULL;
 
 -- A produced image. A task is 'succeeded' only with one of these; its bytes are the blob with
 -- the same id, committed in the same transaction (the fenced finish, a late result, an
@@ -182,6 +194,26 @@ CREATE TABLE sets (
     updated_at       INTEGER NOT NULL
 ) STRICT;
 
+-- The owner's choice of one candidate image per shot (store::choice): one row per chosen shot;
+-- no row means no image is chosen for that shot.
+CREATE TABLE set_choices (
+    set_id           TEXT NOT NULL REFERENCES sets(id),
+    position         INTEGER NOT NULL,            -- the shot's set_position
+    artifact_id      TEXT NOT NULL REFERENCES artifacts(id),
+    chosen_at        INTEGER NOT NULL,
+    PRIMARY KEY (set_id, position)
+) STRICT;
+
+-- A set's own timeline (choices made and cleared, candidates added), oldest first.
+CREATE TABLE set_events (
+    id               INTEGER PRIMARY KEY,
+    set_id           TEXT NOT NULL REFERENCES sets(id),
+    at               INTEGER NOT NULL,
+    kind             TEXT NOT NULL,
+    message          TEXT NOT NULL
+) STRICT;
+CREATE INDEX set_events_by_set ON set_events(set_id, id);
+
 CREATE TABLE set_references (
     set_id           TEXT NOT NULL REFERENCES sets(id),
     position         INTEGER NOT NULL,
@@ -201,4 +233,37 @@ CREATE TABLE blobs (
     bytes            INTEGER NOT NULL CHECK (bytes > 0),
     media_type       TEXT NOT NULL CHECK (media_type IN ('image/png', 'image/jpeg', 'image/webp')),
     data             BLOB NOT NULL CHECK (length(data) = bytes)
+) STRICT;
+
+-- Where this database stands in its history (store::lineage), one row. `lineage` is random per
+-- database history (a new one when a copy turned out older and forked off); `seq` grows by one
+-- in every write transaction that holds a durable operation (store::mod's writer); `running` is
+-- 1 while a `tally serve` serves it (set at start, cleared at a clean stop); `backup_at` is set
+-- in a copy written by `tally backup`. The data directory keeps the highest `seq` it has seen
+-- per lineage in the file tally.db.seen, so an older copy put in its place is noticed.
+CREATE TABLE lineage (
+    id               INTEGER PRIMARY KEY CHECK (id = 1),
+    lineage          TEXT NOT NULL,
+    seq              INTEGER NOT NULL DEFAULT 0,
+    running          INTEGER NOT NULL DEFAULT 0 CHECK (running IN (0, 1)),
+    backup_at        INTEGER
+) STRICT;
+INSERT INTO lineage (id, lineage) VALUES (1, lower(hex(randomblob(16))));
+
+-- A budget set from the page, the CLI or PUT /v1/budget: every limit in force, as JSON (a list
+-- of {period, provider, micros, currency}). While this row exists it replaces the config's
+-- [budget] and budget_daily / budget_monthly; without it the config's limits apply.
+CREATE TABLE budget_setting (
+    id               INTEGER PRIMARY KEY CHECK (id = 1),
+    limits           TEXT NOT NULL,
+    set_at           INTEGER NOT NULL
+) STRICT;
+
+-- Web page sessions (web::sessions): the sha256 of the cookie's value (never the value
+-- itself), its CSRF token, and when it was last used (it expires 30 days after that).
+CREATE TABLE web_sessions (
+    id_hash          TEXT PRIMARY KEY,
+    csrf             TEXT NOT NULL,
+    created_at       INTEGER NOT NULL,
+    last_used_at     INTEGER NOT NULL
 ) STRICT;

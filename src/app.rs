@@ -180,7 +180,8 @@ impl StopSignals {
 
 /// Re-read the budget limits from `path` on every SIGHUP: a raised limit lets held tasks go
 /// at once, without a restart. Only `[budget]` and the providers' `budget_daily` /
-/// `budget_monthly` are taken; other changes need a restart (said in the log).
+/// `budget_monthly` are taken; other changes need a restart (said in the log). A budget set
+/// at run time (`PUT /v1/budget`) stays in force over the file's; it is re-read too.
 async fn reload_budgets_on_sighup(engine: Arc<Engine>, path: PathBuf) {
     use tokio::signal::unix::{SignalKind, signal};
     let Ok(mut hup) = signal(SignalKind::hangup()) else {
@@ -192,7 +193,7 @@ async fn reload_budgets_on_sighup(engine: Arc<Engine>, path: PathBuf) {
             Ok(cfg) => {
                 let limits = crate::engine::money::limits(&cfg);
                 let n = limits.len();
-                match engine.set_limits(limits).await {
+                match engine.reload_config_limits(limits).await {
                     Ok(held) => tracing::info!(
                         limits = n,
                         held_tasks_checking_again = held,
@@ -240,6 +241,16 @@ pub async fn serve(cfg: Config, config_path: Option<PathBuf>) -> Result<(), Fail
         Backend::Sqlite => {
             let store = open_for_serve(&db, cfg.storage.durability, &evidence)
                 .map_err(|e| Failure::error(format!("cannot open the database {}: {e}", db.display())))?;
+            // Before start-up recovery: an older copy of the database holds what it would send
+            // again (`store::lineage`, `store::held`).
+            let start = match store.begin_serving(crate::clock::Clock::now(&SystemClock)).await {
+                Ok(s) => s,
+                Err(e) => {
+                    let _ = store.close();
+                    return Err(Failure::error(format!("cannot start serving {}: {e}", db.display())));
+                }
+            };
+            say_held(&start);
             (Store::Sqlite(store), Arc::new(SystemClock) as Arc<dyn crate::clock::Clock>)
         }
         Backend::Postgres(pg) => {
@@ -294,6 +305,9 @@ pub async fn serve(cfg: Config, config_path: Option<PathBuf>) -> Result<(), Fail
     let base = base_url(local);
     tracing::info!(listen = %local, data_dir = %dir.display(), providers = ?engine.provider_names(), "tally is running");
     let state = AppState::new(engine.clone(), token, &cfg.server, default_provider);
+    if let Some(lang) = cfg.ui.language {
+        state.set_ui_language(lang);
+    }
     {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "tally is listening on {base}");
@@ -350,6 +364,25 @@ pub async fn serve(cfg: Config, config_path: Option<PathBuf>) -> Result<(), Fail
         }
         Err(e) => Err(Failure::error(format!("the database did not close cleanly: {e}"))),
     }
+}
+
+/// Tell the owner what start-up noticed about an older database (stdout and the log).
+fn say_held(start: &crate::store::lineage::ServeStart) {
+    if let Some(p) = &start.sidecar_problem {
+        tracing::warn!("{p}; judging the database by its own marks only");
+    }
+    let Some(older) = &start.older else { return };
+    let text = format!(
+        "{}. So that nothing is paid for twice, {} job(s) that were not settled in it are held, not sent: each may \
+         have been sent since by the daemon this copy came from. See them with `tally held list` (or under \
+         \"Needs your attention\" in the web page) and send them again with `tally held release`.",
+        older.explain(),
+        start.held
+    );
+    tracing::warn!("{text}");
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "older database: {text}");
+    let _ = out.flush();
 }
 
 /// Connect to PostgreSQL as this node (`[node] name`): the schema is created or migrated,

@@ -42,7 +42,13 @@ impl Answer {
             .and_then(Value::as_str)
             .map(str::to_string)
             .unwrap_or_else(|| format!("the daemon answered {}", self.status));
-        Err(Failure::error(message))
+        // Say what to do next where the daemon's words cannot (it does not know the CLI).
+        let hint = match (self.error_code(), message.as_str()) {
+            (Some("not_found"), "task not found") => "; `tally list` shows the jobs' ids (the first column)",
+            (Some("not_found"), "set not found") => "; `tally set list` shows the sets' ids (the first column)",
+            _ => "",
+        };
+        Err(Failure::error(format!("{message}{hint}")))
     }
 }
 
@@ -143,6 +149,16 @@ impl Client {
     pub async fn post_bytes(&self, path: &str, content_type: &str, bytes: Vec<u8>) -> Result<Answer, Failure> {
         let req = self.http.post(format!("{}{path}", self.base)).header(reqwest::header::CONTENT_TYPE, content_type);
         self.send(req.body(bytes)).await
+    }
+
+    /// `PUT path` with a JSON body.
+    pub async fn put(&self, path: &str, body: &Value) -> Result<Answer, Failure> {
+        self.send(self.http.put(format!("{}{path}", self.base)).json(body)).await
+    }
+
+    /// `DELETE path`.
+    pub async fn delete(&self, path: &str) -> Result<Answer, Failure> {
+        self.send(self.http.delete(format!("{}{path}", self.base))).await
     }
 
     /// `POST path` with a JSON body.

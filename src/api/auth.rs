@@ -115,7 +115,11 @@ pub async fn require_token(State(state): State<AppState>, mut req: Request, next
         req.extensions_mut().insert(Credential::Bearer);
         return next.run(req).await;
     }
-    if let Some(session) = session_cookie(req.headers()).and_then(|id| state.sessions().get(&id)) {
+    let session = match session_cookie(req.headers()) {
+        Some(id) => state.sessions().get(&id).await,
+        None => None,
+    };
+    if let Some(session) = session {
         let safe = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
         let csrf_ok = req
             .headers()

@@ -68,8 +68,23 @@ fn role_stem(role: Option<&str>) -> String {
 
 /// The file names of a set's finished images, in shot order: `red-sneaker_main.png`,
 /// `red-sneaker_scene-1.png` and `red-sneaker_scene-2.png` when a role repeats, `-2` after
-/// a shot's second image. Names are unique within the set.
+/// a shot's second image. Names are unique within the set. A shot with a chosen image
+/// contributes that image only; a shot without one, every candidate's image.
 pub fn set_file_names(set: &SetView) -> Vec<(ArtifactView, String)> {
+    let mut names = all_file_names(set);
+    names.retain(|(a, _)| {
+        let shot = set.candidates.iter().position(|c| c.iter().any(|t| t.id == a.task_id));
+        match shot.and_then(|i| set.chosen.get(i).cloned().flatten()) {
+            Some(chosen) => chosen == a.id,
+            None => true,
+        }
+    });
+    names
+}
+
+/// Every finished image of a set with its file name (what a single image is named after,
+/// chosen or not), in shot and candidate order.
+fn all_file_names(set: &SetView) -> Vec<(ArtifactView, String)> {
     let product = slug(&set.product, MAX_STEM).unwrap_or_else(|| "image-set".into());
     let mut per_role: HashMap<String, usize> = HashMap::new();
     for shot in &set.shots {
@@ -78,7 +93,7 @@ pub fn set_file_names(set: &SetView) -> Vec<(ArtifactView, String)> {
     let mut seen_role: HashMap<String, usize> = HashMap::new();
     let mut taken: HashSet<String> = HashSet::new();
     let mut out = Vec::new();
-    for shot in &set.shots {
+    for (shot, cands) in set.shots.iter().zip(&set.candidates) {
         let role = role_stem(shot.shot_role.as_deref());
         let n = seen_role.entry(role.clone()).or_default();
         *n += 1;
@@ -87,7 +102,7 @@ pub fn set_file_names(set: &SetView) -> Vec<(ArtifactView, String)> {
         } else {
             format!("{product}_{role}")
         };
-        for (i, a) in shot.artifacts.iter().enumerate() {
+        for (i, a) in cands.iter().flat_map(|t| &t.artifacts).enumerate() {
             let mut name = if i == 0 { stem.clone() } else { format!("{stem}-{}", i + 1) };
             while taken.contains(&name) {
                 name.push('x');
@@ -103,7 +118,7 @@ pub fn set_file_names(set: &SetView) -> Vec<(ArtifactView, String)> {
 /// shot, else from its prompt.
 pub fn artifact_file_name(task: &TaskView, set: Option<&SetView>, artifact: &ArtifactView) -> String {
     if let Some(set) = set
-        && let Some((_, name)) = set_file_names(set).into_iter().find(|(a, _)| a.id == artifact.id)
+        && let Some((_, name)) = all_file_names(set).into_iter().find(|(a, _)| a.id == artifact.id)
     {
         return name;
     }

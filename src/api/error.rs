@@ -25,12 +25,15 @@ pub struct ApiError {
     /// The task a retry refusal is about (`{"id", "status"}`), so a client can name it in
     /// its own words (`retry_in_progress`, `already_retried`).
     pub retried_as: Option<serde_json::Value>,
+    /// What the refused request is estimated to cost (`cost_acknowledgement_required` of more
+    /// candidates): `{"amount", "currency", "images"}`.
+    pub estimated_cost: Option<serde_json::Value>,
 }
 
 impl ApiError {
     /// An error with the given status, code and message.
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        ApiError { status, code, message: message.into(), retried_as: None }
+        ApiError { status, code, message: message.into(), retried_as: None, estimated_cost: None }
     }
 
     /// 400: the request is malformed.
@@ -100,11 +103,31 @@ pub struct ErrorDetail {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<super::tasks::RetriedAsJson>)]
     pub retried_as: Option<serde_json::Value>,
+    /// With `cost_acknowledgement_required` from `POST /v1/sets/{id}/shots/{index}/candidates`:
+    /// what the new candidates are estimated to cost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<EstimatedCost>)]
+    pub estimated_cost: Option<serde_json::Value>,
+}
+
+/// What a refused request is estimated to cost.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct EstimatedCost {
+    /// The configured price times `images`; null when the provider bills but has no price.
+    pub amount: Option<f64>,
+    pub currency: Option<String>,
+    /// How many new images (generations) the request asks for.
+    pub images: u32,
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let error = ErrorDetail { code: self.code.to_string(), message: self.message, retried_as: self.retried_as };
+        let error = ErrorDetail {
+            code: self.code.to_string(),
+            message: self.message,
+            retried_as: self.retried_as,
+            estimated_cost: self.estimated_cost,
+        };
         let body = ErrorBody { error };
         (self.status, Json(body)).into_response()
     }

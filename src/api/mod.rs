@@ -10,8 +10,11 @@
 //! [`v1_routes`], which also yields their OpenAPI document ([`openapi`]).
 
 pub mod auth;
+pub mod budget;
+pub mod choice;
 pub mod download;
 pub mod error;
+pub mod held;
 pub mod images;
 pub mod openapi;
 pub mod prune;
@@ -55,15 +58,18 @@ struct Inner {
     max_body_bytes: u64,
     /// The first configured provider: used when a submit names none.
     default_provider: String,
-    /// The web page's sign-in codes and sessions (in memory).
+    /// The web page's sign-in codes (in memory) and sessions (in the database).
     sessions: Arc<Sessions>,
     /// Set to true when the server stops, so that open event streams end.
     closing: watch::Sender<bool>,
+    /// `ui.language`: the page's language unless the browser's switch chose one.
+    ui_language: std::sync::OnceLock<web::i18n::Lang>,
 }
 
 impl AppState {
     /// State for an engine, the API token, the `[server]` settings and the default provider.
     pub fn new(engine: Arc<Engine>, token: String, server: &ServerConfig, default_provider: String) -> Self {
+        let sessions = Arc::new(Sessions::stored(engine.store().clone()));
         AppState {
             inner: Arc::new(Inner {
                 engine,
@@ -71,10 +77,21 @@ impl AppState {
                 allowed_hosts: server.allowed_hosts.clone(),
                 max_body_bytes: server.max_body_bytes,
                 default_provider,
-                sessions: Arc::new(Sessions::new()),
+                sessions,
                 closing: watch::channel(false).0,
+                ui_language: std::sync::OnceLock::new(),
             }),
         }
+    }
+
+    /// Set the page's configured language (`ui.language`; once, at start-up).
+    pub fn set_ui_language(&self, lang: web::i18n::Lang) {
+        let _ = self.inner.ui_language.set(lang);
+    }
+
+    /// The page's configured language, if one is configured.
+    pub fn ui_language(&self) -> Option<web::i18n::Lang> {
+        self.inner.ui_language.get().copied()
     }
 
     /// The provider used when a request names none.
@@ -125,13 +142,19 @@ pub fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(sets::create, sets::list))
         .routes(routes!(sets::get_one))
         .routes(routes!(sets::cancel))
+        .routes(routes!(choice::add))
+        .routes(routes!(choice::choose, choice::clear))
         .routes(routes!(download::set_zip))
         .routes(routes!(prune::prune))
+        .routes(routes!(held::list))
+        .routes(routes!(held::release))
         .routes(routes!(providers))
         .routes(routes!(spend::spend))
         .routes(routes!(spend::requests))
+        .routes(routes!(budget::get_budget, budget::set_budget, budget::reset_budget))
         .routes(routes!(web::session))
         .routes(routes!(web::sign_in_url))
+        .routes(routes!(web::sign_out))
         .routes(routes!(web::stream::stream))
         .routes(routes!(openapi::openapi_json))
 }

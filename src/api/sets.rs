@@ -13,10 +13,17 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::error::{ApiError, ErrorBody};
 use super::openapi::{JsonRejected, NotFound, StoreFailure};
-use super::tasks::{DEFAULT_LIMIT, IdempotencyKey, TaskJson, idempotency_key, next_cursor, page_limit, task_json};
+use super::tasks::{
+    ArtifactJson, ChargeJson, DEFAULT_LIMIT, IdempotencyKey, TaskJson, idempotency_key, next_cursor, page_limit,
+    task_json,
+};
 use super::{AppState, JsonBody, json_response};
 use crate::clock::rfc3339;
-use crate::store::{NewSet, NewShot, SHOT_ROLES, SetStatus, SetView, SubmitOutcome, UploadView, set_summary};
+use crate::domain::TaskStatus;
+use crate::store::{
+    MAX_CANDIDATES, NewSet, NewShot, SHOT_ROLES, SetStatus, SetView, SubmitOutcome, TaskView, UploadView,
+    delivery_blocking, set_summary,
+};
 
 /// The content types `POST /v1/uploads` accepts (the bytes are checked too).
 pub const UPLOAD_TYPES: &[&str] = &["image/png", "image/jpeg", "image/webp", "application/octet-stream"];
@@ -45,13 +52,53 @@ fn upload_json(u: &UploadView) -> UploadJson {
     }
 }
 
-/// A shot: its task plus its place in the set.
+/// A shot: its place in the set, its candidates, the chosen image, and (flattened, as before
+/// candidates existed) its first candidate's task.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ShotJson {
     pub position: i64,
     pub role: Option<String>,
+    /// Every current candidate of the shot (a retried candidate replaced by its retry), in
+    /// the order they were asked for.
+    pub candidates: Vec<CandidateJson>,
+    /// The chosen image's artifact id; null while none is chosen.
+    pub chosen: Option<String>,
     #[serde(flatten)]
     pub task: TaskJson,
+}
+
+/// One candidate image of a shot: its task's id, status, image and charge.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CandidateJson {
+    /// Its number within the shot, from 0.
+    pub candidate: i64,
+    pub task_id: String,
+    pub status: TaskStatus,
+    /// Plain words for the status.
+    pub message: String,
+    /// Its image once it succeeded, else null.
+    pub artifact: Option<ArtifactJson>,
+    pub charge: ChargeJson,
+    /// Whether this candidate's image is the shot's chosen one.
+    pub chosen: bool,
+}
+
+/// Whether a set can be delivered, and if not, why in plain words.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeliveryJson {
+    pub ready: bool,
+    /// E.g. "2 shots have no chosen image: Lifestyle scene, Selling point".
+    pub blocking: Vec<String>,
+}
+
+/// One entry of a set's own timeline.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SetEventJson {
+    /// RFC 3339, UTC.
+    pub at: String,
+    /// `created`, `candidates_added`, `chosen` or `choice_cleared`.
+    pub kind: String,
+    pub message: String,
 }
 
 /// A set as the API shows it.
@@ -70,8 +117,27 @@ pub struct SetJson {
     pub updated_at: String,
     pub references: Vec<UploadJson>,
     pub shots: Vec<ShotJson>,
-    /// Tasks of retried shots, replaced in `shots` by their retries.
+    /// How many shots have a chosen image.
+    pub shots_chosen: usize,
+    pub delivery: DeliveryJson,
+    /// Tasks of retried shots and candidates, replaced by their retries.
     pub replaced: Vec<String>,
+    /// The set's own timeline (created, candidates added, choices), oldest first.
+    pub timeline: Vec<SetEventJson>,
+}
+
+fn candidate_json(state: &AppState, t: &TaskView, chosen: Option<&str>) -> CandidateJson {
+    let j = task_json(state.engine(), t);
+    let artifact = if t.status == TaskStatus::Succeeded { j.artifacts.into_iter().next() } else { None };
+    CandidateJson {
+        candidate: t.candidate,
+        task_id: j.id,
+        status: j.status,
+        message: j.message,
+        chosen: artifact.as_ref().is_some_and(|a| Some(a.id.as_str()) == chosen),
+        artifact,
+        charge: j.charge,
+    }
 }
 
 /// The API's view of a set.
@@ -92,13 +158,35 @@ pub fn set_json(state: &AppState, s: &SetView) -> SetJson {
         shots: s
             .shots
             .iter()
-            .map(|t| ShotJson {
-                position: t.set_position.unwrap_or(0),
-                role: t.shot_role.clone(),
-                task: task_json(state.engine(), t),
+            .enumerate()
+            .map(|(i, t)| {
+                let chosen = s.chosen.get(i).cloned().flatten();
+                ShotJson {
+                    position: t.set_position.unwrap_or(0),
+                    role: t.shot_role.clone(),
+                    candidates: s
+                        .candidates
+                        .get(i)
+                        .into_iter()
+                        .flatten()
+                        .map(|c| candidate_json(state, c, chosen.as_deref()))
+                        .collect(),
+                    chosen,
+                    task: task_json(state.engine(), t),
+                }
             })
             .collect(),
+        shots_chosen: s.chosen.iter().filter(|c| c.is_some()).count(),
+        delivery: {
+            let blocking = delivery_blocking(s);
+            DeliveryJson { ready: blocking.is_empty(), blocking }
+        },
         replaced: s.replaced.clone(),
+        timeline: s
+            .timeline
+            .iter()
+            .map(|e| SetEventJson { at: rfc3339(e.at), kind: e.kind.clone(), message: e.message.clone() })
+            .collect(),
     }
 }
 
@@ -140,6 +228,10 @@ pub struct ShotBody {
     /// Provider parameters for this shot.
     #[schema(value_type = Option<Object>)]
     pub params: Option<Value>,
+    /// How many candidate images to make for this shot, 1 to 4 (default 1); each is its own
+    /// task, generated (and, by a billing provider, charged) separately.
+    #[schema(minimum = 1, maximum = 4)]
+    pub candidates: Option<i64>,
 }
 
 /// The schema of a shot's role: one of [`SHOT_ROLES`].
@@ -195,6 +287,19 @@ pub async fn create(
     JsonBody(body): JsonBody<SetBody>,
 ) -> Result<Response, ApiError> {
     let key = idempotency_key(&headers, body.idempotency_key)?;
+    let mut counts = Vec::with_capacity(body.shots.len());
+    for (i, s) in body.shots.iter().enumerate() {
+        match s.candidates {
+            None => counts.push(1),
+            Some(n) if (1..=i64::from(MAX_CANDIDATES)).contains(&n) => counts.push(n as u32),
+            Some(n) => {
+                return Err(ApiError::bad_request(format!(
+                    "shot {}: candidates must be 1 to {MAX_CANDIDATES}, not {n}",
+                    i + 1
+                )));
+            }
+        }
+    }
     let set = NewSet {
         product: body.product,
         style: body.style,
@@ -203,7 +308,13 @@ pub async fn create(
         shots: body
             .shots
             .into_iter()
-            .map(|s| NewShot { role: s.role, prompt: s.prompt, params: s.params.unwrap_or_else(|| json!({})) })
+            .zip(counts)
+            .map(|(s, candidates)| NewShot {
+                role: s.role,
+                prompt: s.prompt,
+                params: s.params.unwrap_or_else(|| json!({})),
+                candidates,
+            })
             .collect(),
         idempotency_key: key,
     };
@@ -221,7 +332,7 @@ pub async fn create(
     Ok(json_response(status, &set_json(&state, &s)))
 }
 
-async fn load(state: &AppState, id: &str) -> Result<SetView, ApiError> {
+pub(super) async fn load(state: &AppState, id: &str) -> Result<SetView, ApiError> {
     state.engine().store().get_set(id.to_string()).await?.ok_or_else(|| ApiError::not_found("set"))
 }
 

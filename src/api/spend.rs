@@ -102,6 +102,9 @@ pub struct PaidRequestJson {
     /// Its configured price (`null`: none).
     pub estimated_cost: Option<f64>,
     pub currency: Option<String>,
+    /// The owner recorded its charge by hand (resolving an unknown): `state` is their record
+    /// (`charged`, or `none` for "the dashboard shows no charge").
+    pub recorded_by_hand: bool,
 }
 
 /// `GET /v1/spend/requests` answer (JSON).
@@ -200,7 +203,8 @@ pub async fn spend(
 }
 
 /// `GET /v1/spend/requests?from=&to=&format=json|csv`: every paid request (possibly charged
-/// or charged), oldest first: time, task, provider, model, state, estimated cost, currency.
+/// or charged, and any whose charge the owner recorded by hand), oldest first: time, task,
+/// provider, model, state, estimated cost, currency, recorded (`by hand` or empty).
 #[utoipa::path(
     get,
     path = "/spend/requests",
@@ -209,7 +213,8 @@ pub async fn spend(
     params(RequestsQuery),
     responses(
         (status = 200, description = "Every paid request in the range, oldest first: JSON, or with \
-            `format=csv` as CSV (`time,task,provider,model,state,estimated_cost,currency`).",
+            `format=csv` as CSV (`time,task,provider,model,state,estimated_cost,currency,recorded`; \
+            `recorded` is `by hand` when the owner recorded the charge).",
             content((PaidRequestList = "application/json"), (String = "text/csv"))),
         (status = 400, description = "A bad `from`, `to` or `format`, or `to` not after `from` (`bad_request`).",
             body = ErrorBody),
@@ -223,8 +228,13 @@ pub async fn requests(
     let Query(q) = query?;
     let engine = state.engine();
     let (from, to) = range(q.from.as_deref(), q.to.as_deref(), engine.now())?;
-    let paid: Vec<PaidRequest> =
-        engine.store().paid_requests(from, to).await?.into_iter().filter(|r| r.charge.may_cost()).collect();
+    let paid: Vec<PaidRequest> = engine
+        .store()
+        .paid_requests(from, to)
+        .await?
+        .into_iter()
+        .filter(|r| r.charge.may_cost() || r.by_hand)
+        .collect();
     match q.format.as_deref().unwrap_or("json") {
         "json" => {
             let requests: Vec<PaidRequestJson> = paid.iter().map(request_json).collect();
@@ -244,12 +254,13 @@ fn request_json(r: &PaidRequest) -> PaidRequestJson {
         state: r.charge,
         estimated_cost: r.cost_micros.map(from_micros),
         currency: r.currency.clone(),
+        recorded_by_hand: r.by_hand,
     }
 }
 
 /// The requests as CSV (RFC 4180: fields with commas, quotes or line breaks are quoted).
 pub fn csv(rows: &[PaidRequest]) -> String {
-    let mut out = String::from("time,task,provider,model,state,estimated_cost,currency\r\n");
+    let mut out = String::from("time,task,provider,model,state,estimated_cost,currency,recorded\r\n");
     for r in rows {
         let cost = r.cost_micros.map(|m| format!("{}", from_micros(m))).unwrap_or_default();
         let state = match r.charge {
@@ -266,6 +277,7 @@ pub fn csv(rows: &[PaidRequest]) -> String {
             state.to_string(),
             cost,
             r.currency.clone().unwrap_or_default(),
+            if r.by_hand { "by hand".to_string() } else { String::new() },
         ];
         let line: Vec<String> = fields.iter().map(|f| field(f)).collect();
         out.push_str(&line.join(","));
@@ -292,9 +304,11 @@ mod tests {
             charge: Charge::Possible,
             cost_micros: Some(40_000),
             currency: Some("USD".into()),
+            by_hand: false,
         };
-        let text = csv(&[r]);
-        assert_eq!(text.lines().nth(1), Some("1970-01-01T00:00:00.000Z,t,p,\"a,\"\"b\"\"\",possible,0.04,USD"));
+        let text = csv(&[r.clone(), PaidRequest { charge: Charge::None, by_hand: true, ..r }]);
+        assert_eq!(text.lines().nth(1), Some("1970-01-01T00:00:00.000Z,t,p,\"a,\"\"b\"\"\",possible,0.04,USD,"));
+        assert_eq!(text.lines().nth(2), Some("1970-01-01T00:00:00.000Z,t,p,\"a,\"\"b\"\"\",none,0.04,USD,by hand"));
     }
 
     #[test]

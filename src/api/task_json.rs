@@ -35,12 +35,21 @@ pub struct TaskJson {
     pub charge: ChargeJson,
     /// The latest retry of this task, if it was retried.
     pub retried_as: Option<RetriedAsJson>,
-    /// `unknown` and neither resolved nor retried yet: the owner's to-do list.
+    /// The owner's to-do list: `unknown` and neither resolved nor retried yet, or held.
     pub needs_attention: bool,
+    /// Held, not sent: the database turned out older than what was served (a restored backup,
+    /// a copy taken while tally ran, a deleted WAL), and this job may have been sent since by
+    /// the daemon the copy came from. Null when not held. Release it with
+    /// `POST /v1/held/release`.
+    pub held: Option<HeldJson>,
     /// The image set this job is a shot of, and the shot's role (`main`, `selling_point`,
     /// `scene`); null for a job of its own.
     pub set_id: Option<String>,
     pub shot_role: Option<String>,
+    /// The shot's index in its set's `shots` (from 0), and which candidate of it this job is;
+    /// null for a job of its own.
+    pub shot_index: Option<i64>,
+    pub candidate: Option<i64>,
     pub cancel_requested: bool,
     pub failure_kind: Option<String>,
     /// The stored detail behind the message (why it failed, what it waits for).
@@ -48,12 +57,49 @@ pub struct TaskJson {
     /// The submitter's group: jobs of one group take turns with other groups' jobs.
     pub group: Option<String>,
     /// While the job waits to be sent: why, in plain words ("Queued behind 2 earlier tasks of
-    /// this set.", "Waiting for a free slot at openai (all 2 of its slots are in use)."); null
+    /// this set.", "Waiting for a free slot at openai (all 2 of its slots are in use).",
+    /// "Held: today's budget of $0.40 is spent — raise it or wait until tomorrow …"); null
     /// otherwise.
     pub waiting_for: Option<String>,
     /// For `unknown` tasks: how the provider bills, in plain words.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub billing_note: Option<String>,
+}
+
+/// Why a job is held, and what sending it again may cost.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct HeldJson {
+    /// Plain words: why it is held and what the owner is asked.
+    pub reason: String,
+    /// Held since (RFC 3339, UTC).
+    pub since: String,
+    /// What sending it again is estimated to cost (`null`: no price, or free).
+    pub estimated_cost: Option<f64>,
+    pub currency: Option<String>,
+    /// What releasing it does, with the possible cost, in plain words.
+    pub note: String,
+}
+
+/// The held object of a task, if it is held.
+fn held_json(engine: &Engine, t: &TaskView) -> Option<HeldJson> {
+    let h = t.held.as_ref()?;
+    let price = engine.price_of(&t.provider, &t.params);
+    let note = if !engine.provider_bills(&t.provider) {
+        "Sending it again is free: this provider never charges.".to_string()
+    } else {
+        let about = price.as_ref().map(|(m, c)| format!(" (about {})", money(*m, c))).unwrap_or_default();
+        format!(
+            "Sending it again makes a new request, which the provider charges for{about} — a second charge if the \
+             daemon the copy came from sent it already."
+        )
+    };
+    Some(HeldJson {
+        reason: h.reason.clone(),
+        since: rfc3339(h.since),
+        estimated_cost: price.as_ref().map(|(m, _)| from_micros(*m)),
+        currency: price.map(|(_, c)| c),
+        note,
+    })
 }
 
 /// An artifact as the API shows it.
@@ -77,6 +123,9 @@ pub struct ChargeJson {
     /// The configured prices of its possibly charged and charged requests (`null`: no price).
     pub estimated_cost: Option<f64>,
     pub currency: Option<String>,
+    /// The owner recorded the charge by hand (resolving an unknown with what the provider's
+    /// dashboard showed): `state` is their record, not tally's evidence.
+    pub recorded_by_hand: bool,
 }
 
 /// A task's latest retry.
@@ -161,6 +210,7 @@ fn charge_json(engine: &Engine, t: &TaskView) -> ChargeJson {
         requests: c.requests,
         estimated_cost: c.cost_micros.map(from_micros),
         currency: c.currency.clone().or_else(|| engine.price_of(&t.provider, &t.params).map(|(_, cur)| cur)),
+        recorded_by_hand: c.recorded_by_hand,
     }
 }
 
@@ -192,14 +242,24 @@ pub fn task_json(engine: &Engine, t: &TaskView) -> TaskJson {
         retry_of: t.retry_of.clone(),
         charge: charge_json(engine, t),
         retried_as: t.retried_as.as_ref().map(|(id, status)| RetriedAsJson { id: id.clone(), status: *status }),
-        needs_attention: t.status == TaskStatus::Unknown && t.retried_as.is_none(),
+        needs_attention: (t.status == TaskStatus::Unknown && t.retried_as.is_none()) || t.held.is_some(),
+        held: held_json(engine, t),
         set_id: t.set_id.clone(),
         shot_role: t.shot_role.clone(),
+        shot_index: t.set_id.as_ref().and(t.set_position),
+        candidate: t.set_id.as_ref().map(|_| t.candidate),
         cancel_requested: t.cancel_requested,
         failure_kind: t.failure_kind.clone(),
         reason: t.reason.clone(),
         group: t.group.clone(),
-        waiting_for: t.waiting_for.clone(),
+        // What it waits for: where it stands in the dispatch order, else the stored reason
+        // (a budget hold, a retry's backoff), so no surface has to guess.
+        waiting_for: match t.status {
+            TaskStatus::Queued | TaskStatus::Waiting => {
+                t.waiting_for.clone().or_else(|| t.reason.clone().filter(|r| !r.trim().is_empty()))
+            }
+            _ => None,
+        },
         billing_note: if t.status == TaskStatus::Unknown { engine.billing_note(&t.provider) } else { None },
     }
 }

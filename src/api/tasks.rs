@@ -19,7 +19,7 @@ use crate::clock::rfc3339;
 use crate::domain::{Charge, TaskStatus, money};
 use crate::providers::{Image, sniff_image};
 use crate::store::{
-    CancelOutcome, NewTask, ResolveOutcome, RetryAck, RetryOutcome, SubmitOutcome, TaskFilter, TaskView,
+    CancelOutcome, NewTask, OwnerCharge, ResolveOutcome, RetryAck, RetryOutcome, SubmitOutcome, TaskFilter, TaskView,
 };
 
 /// The default page size of `GET /v1/tasks`.
@@ -189,7 +189,8 @@ pub struct ListQuery {
     /// The page size: 1 to 500 (larger values give 500); 50 when absent.
     #[param(minimum = 1)]
     pub limit: Option<usize>,
-    /// Only `unknown` tasks not yet resolved or retried.
+    /// Only tasks that need the owner: `unknown` ones not yet resolved or retried, and held ones
+    /// (see `GET /v1/held`).
     pub needs_attention: Option<bool>,
     /// Only tasks whose prompt, or whose image set's product, contains this text (at most 200
     /// bytes; ASCII letters match either case; empty: all).
@@ -464,11 +465,26 @@ pub enum ResolveAs {
     Failed,
 }
 
+/// What the provider's dashboard shows about the charge, recorded with a resolution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ResolveCharge {
+    /// The dashboard shows a charge: the task's unproven requests become `charged`.
+    Charged,
+    /// The dashboard shows no charge: they become `none`.
+    NotCharged,
+    /// Not known (the default): the evidence's charge stays.
+    Unknown,
+}
+
 /// `POST /v1/tasks/{id}/resolve` body.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResolveBody {
     pub outcome: ResolveAs,
+    /// What the provider's dashboard shows about the charge; the task's `charge`, Spend and
+    /// the CSV then follow this record and say it was recorded by hand.
+    pub charge: Option<ResolveCharge>,
     /// What the operator found (at most 2000 bytes).
     pub note: Option<String>,
     /// The image found at the provider (required with `succeeded`).
@@ -523,7 +539,12 @@ pub async fn resolve(
     if t.status != TaskStatus::Unknown {
         return Err(not_unknown(t.status));
     }
-    match state.engine().resolve(&id, image, &note).await? {
+    let owner = match body.charge {
+        None | Some(ResolveCharge::Unknown) => OwnerCharge::Unknown,
+        Some(ResolveCharge::Charged) => OwnerCharge::Charged,
+        Some(ResolveCharge::NotCharged) => OwnerCharge::NotCharged,
+    };
+    match state.engine().resolve(&id, image, owner, &note).await? {
         ResolveOutcome::Resolved => task_response(&state, StatusCode::OK, &id).await,
         ResolveOutcome::NotUnknown(s) => Err(not_unknown(s)),
         ResolveOutcome::NotFound => Err(ApiError::not_found("task")),

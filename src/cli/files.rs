@@ -111,10 +111,13 @@ pub(super) fn check(cfg: &Config, db: Option<&Path>) -> Result<ExitCode, Failure
         return Err(Failure::error(format!("there is no database at {}", db.display())));
     }
     let report = crate::store::check(&db).map_err(|e| Failure::error(format!("cannot check {}: {e}", db.display())))?;
+    let forecast = held_forecast(cfg, &db);
     if report.problems.is_empty() && report.unmoved.is_empty() {
         println!("ok: {} passed every check: {}", db.display(), report.summary());
+        println!("{forecast}");
         return Ok(Exit::Ok.into());
     }
+    println!("{forecast}");
     for p in report.problems.iter().chain(&report.unmoved) {
         println!("problem: {p}");
     }
@@ -144,6 +147,8 @@ pub(super) fn restore(cfg: &Config, src: &Path) -> Result<ExitCode, Failure> {
     let dir = &cfg.storage.data_dir;
     app::create_data_dir(dir)?;
     let _lock = app::lock_data_dir(dir)?;
+    // Judged against what this data directory has seen, before the restore replaces anything.
+    let forecast = held_forecast(cfg, src);
     let report = crate::store::restore(src, &db).map_err(|e| Failure::error(format!("restore failed: {e}")))?;
     println!("restored {} as {}: {}", src.display(), db.display(), report.check.summary());
     if let Some(kept) = &report.kept {
@@ -152,8 +157,40 @@ pub(super) fn restore(cfg: &Config, src: &Path) -> Result<ExitCode, Failure> {
             kept.display()
         );
     }
+    println!("{forecast}");
     println!("start `tally serve` to use it");
     Ok(Exit::Ok.into())
+}
+
+/// What serving the database file `db` in this data directory would hold (`store::lineage`),
+/// in one or two lines for `tally check` and `tally restore`.
+fn held_forecast(cfg: &Config, db: &Path) -> String {
+    let f = match crate::store::lineage::forecast(db, &cfg.db_path()) {
+        Ok(f) => f,
+        Err(e) => return format!("held: cannot tell whether serving it would hold jobs: {e}"),
+    };
+    let mut out = match &f.older {
+        None => format!(
+            "held: serving it in {} holds nothing new: it is not older than what this data directory has seen",
+            cfg.storage.data_dir.display()
+        ),
+        Some(o) => format!(
+            "held: serving it in {} would hold {} job(s) instead of sending them, because {}. Queued jobs, and jobs \
+             claimed but not yet sent, wait for you (`tally held list`, `tally held release`); jobs whose request \
+             had left go through the usual recovery (looked up or replayed with the same key where the provider \
+             can, else unknown), never sent blind",
+            cfg.storage.data_dir.display(),
+            f.would_hold,
+            o.explain()
+        ),
+    };
+    if f.held > 0 {
+        out.push_str(&format!("\nheld: {} job(s) in it are held already", f.held));
+    }
+    if let Some(p) = f.sidecar_problem {
+        out.push_str(&format!("\nwarning: {p}; judged by the database's own marks only"));
+    }
+    out
 }
 
 /// `tally token`: print the API token.

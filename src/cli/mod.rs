@@ -15,6 +15,7 @@ use clap::{ArgGroup, Parser, Subcommand};
 use serde_json::Value;
 
 mod files;
+mod held;
 mod sets;
 mod spend;
 mod tasks;
@@ -141,7 +142,8 @@ pub enum Command {
         /// Only jobs created before this job id (the `more:` line of a previous page).
         #[arg(long, value_name = "ID")]
         before: Option<String>,
-        /// Only the tasks that need you: unknown, and neither resolved nor retried yet.
+        /// Only the tasks that need you: unknown and neither resolved nor retried yet, or held
+        /// (`tally held list`).
         #[arg(long)]
         needs_attention: bool,
         /// Only jobs whose prompt, or whose image set's product, contains TEXT.
@@ -177,6 +179,10 @@ pub enum Command {
         /// The image you found at the provider: the job becomes succeeded.
         #[arg(long, value_name = "FILE")]
         image: Option<PathBuf>,
+        /// What the provider's dashboard shows about the charge: the job's charge, `tally
+        /// spend` and the CSV then follow your record (marked as recorded by hand).
+        #[arg(long, value_enum, value_name = "CHARGE")]
+        charge: Option<ChargeRecord>,
         /// A note for the timeline.
         #[arg(long)]
         note: Option<String>,
@@ -203,6 +209,9 @@ pub enum Command {
         #[arg(long)]
         csv: bool,
     },
+    /// Show or change the budget: daily and monthly limits, for all providers or one.
+    #[command(subcommand)]
+    Budget(BudgetCommand),
     /// Write one self-contained copy of the shop's work: every job, image and reference photo.
     ///
     /// Works while `tally serve` runs: the copy is one consistent snapshot (SQLite's `VACUUM
@@ -236,6 +245,16 @@ pub enum Command {
     /// Refused while a daemon uses the data directory. Copying a backup to tally.db by hand
     /// also works, after `tally serve` has stopped, if you delete tally.db-wal and
     /// tally.db-shm beside it.
+    ///
+    /// Queued and in-flight work: a backup is older than the daemon it came from, which may
+    /// have sent its queued jobs since. When `tally serve` starts on a restored backup (or on
+    /// any copy older than what this data directory has seen, tally.db.seen), nothing that was
+    /// not settled in it is sent on its own: queued jobs, and jobs claimed but not yet sent,
+    /// are held (`tally held list`; `tally held release ID...` or `--all` sends them, each
+    /// possibly a second charge); jobs whose request had already left are recovered as after
+    /// a crash (replayed with their idempotency key or looked up where the provider can,
+    /// otherwise unknown), never sent blind. This command prints how many jobs would be held.
+    /// A tally.db copied after a clean stop, never seen here, holds nothing.
     #[command(verbatim_doc_comment)]
     Restore {
         /// The backup file (made by `tally backup`, or a tally.db copied after a clean stop).
@@ -260,14 +279,75 @@ pub enum Command {
     /// Print the API token.
     Token,
     /// Print a new one-time URL that signs a browser in to the web page (valid 15 minutes).
+    /// A browser stays signed in across restarts of the daemon, until 30 days without use.
     SignIn,
+    /// Sign browsers out of the web page.
+    #[command(group(ArgGroup::new("whom").required(true).args(["all"])))]
+    SignOut {
+        /// End every browser's session (each then needs a new link from `tally sign-in`).
+        #[arg(long)]
+        all: bool,
+    },
     /// A product's image set: reference photos, a shot list, one image at a time.
     #[command(subcommand)]
     Set(SetCommand),
+    /// Jobs held, not sent, because the database was older than what this data directory had
+    /// seen (a restored backup, a copy taken while tally ran, a deleted tally.db-wal): each may
+    /// have been sent already by the daemon the copy came from.
+    #[command(subcommand)]
+    Held(held::HeldCommand),
     /// Run the mock image provider (the OpenAI, Replicate, fal, Gemini and BFL API styles) with its ledger of charges.
     MockProvider(crate::mock::MockArgs),
     /// Measure the engine end to end (see BENCHMARKS.md).
     Bench(crate::bench::BenchArgs),
+}
+
+/// `tally resolve --charge`: what the provider's dashboard shows about the charge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ChargeRecord {
+    /// The dashboard shows a charge.
+    Charged,
+    /// The dashboard shows no charge.
+    NotCharged,
+    /// You could not tell (the default: it stays possibly charged).
+    Unknown,
+}
+
+impl ChargeRecord {
+    /// The API's word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChargeRecord::Charged => "charged",
+            ChargeRecord::NotCharged => "not_charged",
+            ChargeRecord::Unknown => "unknown",
+        }
+    }
+}
+
+/// `tally budget …`.
+#[derive(Debug, Subcommand)]
+pub enum BudgetCommand {
+    /// The limits in force, where they come from (the config file or set here), and what
+    /// today and this month have used.
+    Show,
+    /// Set, raise or remove limits, at once and kept across restarts (they replace the config
+    /// file's `[budget]` until `tally budget reset`). AMOUNT is a number in the budget's
+    /// currency, or `none` to remove that limit.
+    #[command(group(ArgGroup::new("limit").required(true).multiple(true).args(["daily", "monthly"])))]
+    Set {
+        /// The daily limit (UTC days), or `none`.
+        #[arg(long, value_name = "AMOUNT")]
+        daily: Option<String>,
+        /// The monthly limit (UTC months), or `none`.
+        #[arg(long, value_name = "AMOUNT")]
+        monthly: Option<String>,
+        /// Only this provider's limits (default: the whole daemon's).
+        #[arg(long, value_name = "NAME")]
+        provider: Option<String>,
+    },
+    /// Forget the limits set with `tally budget set` (or in the page): the config file's
+    /// `[budget]` applies again.
+    Reset,
 }
 
 /// `tally set …`.
@@ -290,6 +370,10 @@ pub enum SetCommand {
         /// Style notes shared by every shot.
         #[arg(long)]
         style: Option<String>,
+        /// How many candidate images to make per shot, 1 to 4 (each is its own job; choose
+        /// one per shot with `tally set choose`).
+        #[arg(long, value_name = "N", default_value_t = 1)]
+        candidates: u32,
         /// Provider name (default: the first configured).
         #[arg(long, value_name = "NAME")]
         provider: Option<String>,
@@ -329,6 +413,36 @@ pub enum SetCommand {
     Cancel {
         /// The set's id.
         id: String,
+    },
+    /// Ask for more candidate images of one shot (new jobs, run one at a time with the set's).
+    More {
+        /// The set's id.
+        id: String,
+        /// The shot: its number in the set from 0 (as `tally set status` lists it, minus one),
+        /// or its role when only one shot has it (main, selling_point, scene).
+        shot: String,
+        /// How many more candidates, 1 to 4.
+        #[arg(long, value_name = "K", default_value_t = 1)]
+        count: u32,
+        /// Accept that each new candidate is charged (needed when the provider bills).
+        #[arg(long)]
+        accept_possible_charge: bool,
+    },
+    /// Choose one candidate's image for a shot (the image delivered and zipped for it).
+    Choose {
+        /// The set's id.
+        id: String,
+        /// The shot: its number from 0, or its role when only one shot has it.
+        shot: String,
+        /// The artifact id of the image (from `tally set status`).
+        artifact: String,
+    },
+    /// Clear a shot's choice (no image chosen for it).
+    Unchoose {
+        /// The set's id.
+        id: String,
+        /// The shot: its number from 0, or its role when only one shot has it.
+        shot: String,
     },
 }
 

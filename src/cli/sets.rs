@@ -15,8 +15,13 @@ pub(super) fn parse_shot(s: &str) -> Result<Value, Failure> {
 
 pub(super) async fn set_command(client: &Client, cmd: SetCommand, json_out: bool) -> Result<ExitCode, Failure> {
     match cmd {
-        SetCommand::Create { product, refs, shots, style, provider, idempotency_key, wait } => {
-            let shots = shots.iter().map(|s| parse_shot(s)).collect::<Result<Vec<_>, _>>()?;
+        SetCommand::Create { product, refs, shots, style, candidates, provider, idempotency_key, wait } => {
+            let mut shots = shots.iter().map(|s| parse_shot(s)).collect::<Result<Vec<_>, _>>()?;
+            if candidates != 1 {
+                for s in &mut shots {
+                    s["candidates"] = json!(candidates);
+                }
+            }
             let mut references = Vec::new();
             for path in &refs {
                 let bytes =
@@ -83,6 +88,62 @@ pub(super) async fn set_command(client: &Client, cmd: SetCommand, json_out: bool
             show_set(client, &set, json_out);
             Ok(Exit::Ok.into())
         }
+        SetCommand::More { id, shot, count, accept_possible_charge } => {
+            let index = shot_index(client, &id, &shot).await?;
+            let body = json!({ "count": count, "acknowledge_possible_charge": accept_possible_charge });
+            let answer = client.post(&format!("/v1/sets/{}/shots/{index}/candidates", seg(&id)), &body).await?;
+            if answer.error_code() == Some("cost_acknowledgement_required") {
+                let message = answer.body.pointer("/error/message").and_then(Value::as_str).unwrap_or_default();
+                return Err(Failure::error(format!("{message} (with the CLI: add --accept-possible-charge)")));
+            }
+            let set = answer.into_ok()?;
+            show_set(client, &set, json_out);
+            Ok(Exit::Ok.into())
+        }
+        SetCommand::Choose { id, shot, artifact } => {
+            let index = shot_index(client, &id, &shot).await?;
+            let body = json!({ "artifact_id": artifact });
+            let set = client.put(&format!("/v1/sets/{}/shots/{index}/choice", seg(&id)), &body).await?.into_ok()?;
+            show_set(client, &set, json_out);
+            Ok(Exit::Ok.into())
+        }
+        SetCommand::Unchoose { id, shot } => {
+            let index = shot_index(client, &id, &shot).await?;
+            let set = client.delete(&format!("/v1/sets/{}/shots/{index}/choice", seg(&id))).await?.into_ok()?;
+            show_set(client, &set, json_out);
+            Ok(Exit::Ok.into())
+        }
+    }
+}
+
+/// A shot named on the command line: its index from 0, or a role only one shot has.
+async fn shot_index(client: &Client, id: &str, shot: &str) -> Result<usize, Failure> {
+    if let Ok(i) = shot.trim().parse::<usize>() {
+        return Ok(i);
+    }
+    let set = client.get(&format!("/v1/sets/{}", seg(id))).await?.into_ok()?;
+    let roles: Vec<String> = set["shots"].as_array().into_iter().flatten().map(|s| st(s, "role")).collect();
+    let want = shot.trim().replace('-', "_");
+    let hits: Vec<usize> = roles.iter().enumerate().filter(|(_, r)| **r == want).map(|(i, _)| i).collect();
+    match hits.as_slice() {
+        [i] => Ok(*i),
+        [] => Err(Failure {
+            exit: Exit::Usage,
+            message: format!(
+                "no shot of this set has the role `{}`; name the shot by its number from 0 (roles: {})",
+                term_safe(shot),
+                roles.join(", ")
+            ),
+        }),
+        many => Err(Failure {
+            exit: Exit::Usage,
+            message: format!(
+                "{} shots have the role `{}`; name the shot by its number from 0 ({})",
+                many.len(),
+                term_safe(shot),
+                many.iter().map(usize::to_string).collect::<Vec<_>>().join(", ")
+            ),
+        }),
     }
 }
 
@@ -90,7 +151,9 @@ pub(super) async fn set_command(client: &Client, cmd: SetCommand, json_out: bool
 /// else 3 (a shot failed or was canceled).
 pub(super) fn set_exit(set: &Value) -> Exit {
     let shots = set["shots"].as_array().cloned().unwrap_or_default();
-    if shots.iter().any(|s| s["status"] == "unknown") {
+    let candidate_unknown =
+        |s: &Value| s["candidates"].as_array().is_some_and(|c| c.iter().any(|c| c["status"] == "unknown"));
+    if shots.iter().any(|s| s["status"] == "unknown" || candidate_unknown(s)) {
         Exit::Unknown
     } else if set["status"] == "done" {
         Exit::Ok
@@ -145,8 +208,8 @@ async fn download(client: &Client, id: &str, dir: Option<PathBuf>, json_out: boo
         .as_array()
         .into_iter()
         .flatten()
-        .flat_map(|s| s["artifacts"].as_array().cloned().unwrap_or_default())
-        .filter_map(|a| a["sha256"].as_str().map(str::to_string))
+        .flat_map(|s| s["candidates"].as_array().cloned().unwrap_or_default())
+        .filter_map(|c| c["artifact"]["sha256"].as_str().map(str::to_string))
         .collect();
     let mut archive = zip::ZipArchive::new(std::io::Cursor::new(bytes))
         .map_err(|e| Failure::error(format!("the daemon's zip cannot be read: {e}")))?;
@@ -254,19 +317,45 @@ pub(super) fn show_set(client: &Client, set: &Value, json_out: bool) {
     println!("  {}", st(set, "progress"));
     println!("  {}", st(set, "message"));
     for s in set["shots"].as_array().into_iter().flatten() {
-        let art = s["artifacts"][0]["url"]
-            .as_str()
-            .map(|u| format!("  {}{}", client.base(), term_safe(u)))
-            .unwrap_or_default();
+        let cands = s["candidates"].as_array().cloned().unwrap_or_default();
+        if cands.len() <= 1 {
+            let art = s["artifacts"][0]["url"]
+                .as_str()
+                .map(|u| format!("  {}{}", client.base(), term_safe(u)))
+                .unwrap_or_default();
+            let chosen = if s["chosen"].is_string() { "  (chosen)" } else { "" };
+            println!(
+                "  {:>2}. {:<13} {:<9} {}{art}{chosen}",
+                s["position"].as_i64().unwrap_or(0) + 1,
+                st(s, "role"),
+                st(s, "status"),
+                st(s, "id")
+            );
+            if s["status"] == "unknown" {
+                println!("      {}", st(s, "message"));
+            }
+            continue;
+        }
+        let chosen = s["chosen"].as_str().map(|a| format!("chosen: image {}", term_safe(a)));
         println!(
-            "  {:>2}. {:<13} {:<9} {}{art}",
+            "  {:>2}. {:<13} {} candidates, {}",
             s["position"].as_i64().unwrap_or(0) + 1,
             st(s, "role"),
-            st(s, "status"),
-            st(s, "id")
+            cands.len(),
+            chosen.unwrap_or_else(|| "none chosen yet".into())
         );
-        if s["status"] == "unknown" {
-            println!("      {}", st(s, "message"));
+        for c in &cands {
+            let art = c["artifact"]["id"].as_str().map(|a| format!("  image {}", term_safe(a))).unwrap_or_default();
+            let mark = if c["chosen"] == true { "  (chosen)" } else { "" };
+            println!("      {:<9} {}{art}{mark}", st(c, "status"), st(c, "task_id"));
+            if c["status"] == "unknown" {
+                println!("      {}", st(c, "message"));
+            }
+        }
+    }
+    if let Some(reasons) = set["delivery"]["blocking"].as_array().filter(|b| !b.is_empty()) {
+        for r in reasons {
+            println!("  not ready to deliver: {}", term_safe(r.as_str().unwrap_or_default()));
         }
     }
     if set["shots"].as_array().into_iter().flatten().any(|s| !s["artifacts"].as_array().is_none_or(Vec::is_empty)) {

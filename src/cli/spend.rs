@@ -1,5 +1,6 @@
 //! `tally spend`: what was spent, from the daemon's `GET /v1/spend` (a table, or its JSON)
-//! and `GET /v1/spend/requests?format=csv` (every paid request, for the accounts).
+//! and `GET /v1/spend/requests?format=csv` (every paid request, for the accounts); and
+//! `tally budget show | set | reset` over `GET`, `PUT` and `DELETE /v1/budget`.
 
 use serde_json::Value;
 
@@ -90,5 +91,84 @@ pub(super) async fn spend(
             st(&b, "resets_at")
         );
     }
+    Ok(Exit::Ok.into())
+}
+
+/// An AMOUNT of `tally budget set`: a number, or `none` (remove the limit).
+fn limit_arg(flag: &str, v: &str) -> Result<Value, Failure> {
+    let v = v.trim();
+    if v.eq_ignore_ascii_case("none") {
+        return Ok(Value::Null);
+    }
+    match v.trim_start_matches('$').parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 0.0 => Ok(serde_json::json!(x)),
+        _ => Err(Failure {
+            exit: Exit::Usage,
+            message: format!("--{flag} {v}: give an amount like 0.40 (0 or more), or `none` to remove the limit"),
+        }),
+    }
+}
+
+/// "$0.38 of $0.40" / "$0.38 (no limit)".
+fn used(spent: Option<f64>, limit: Option<f64>, currency: &str) -> String {
+    let spent = money(to_micros(spent.unwrap_or(0.0)), currency);
+    match limit {
+        Some(l) => format!("{spent} of {}", money(to_micros(l), currency)),
+        None => format!("{spent} (no limit)"),
+    }
+}
+
+/// Run `tally budget …`.
+pub(super) async fn budget(client: &Client, cmd: BudgetCommand, json: bool) -> Result<ExitCode, Failure> {
+    let b = match cmd {
+        BudgetCommand::Show => client.get("/v1/budget").await?.into_ok()?,
+        BudgetCommand::Reset => client.delete("/v1/budget").await?.into_ok()?,
+        BudgetCommand::Set { daily, monthly, provider } => {
+            let mut limits = serde_json::Map::new();
+            if let Some(d) = &daily {
+                limits.insert("daily".into(), limit_arg("daily", d)?);
+            }
+            if let Some(m) = &monthly {
+                limits.insert("monthly".into(), limit_arg("monthly", m)?);
+            }
+            let body = match &provider {
+                None => Value::Object(limits),
+                Some(p) => serde_json::json!({ "providers": { p: Value::Object(limits) } }),
+            };
+            client.put("/v1/budget", &body).await?.into_ok()?
+        }
+    };
+    if json {
+        print_json(&b);
+        return Ok(Exit::Ok.into());
+    }
+    let cur = b.get("currency").and_then(Value::as_str).unwrap_or("USD").to_string();
+    let f = |v: &Value, k: &str| v.get(k).and_then(Value::as_f64);
+    println!(
+        "today {} · this month {}",
+        used(f(&b, "spent_today"), f(&b, "daily"), &cur),
+        used(f(&b, "spent_this_month"), f(&b, "monthly"), &cur)
+    );
+    if let Some(ps) = b.get("providers").and_then(Value::as_object) {
+        for (name, p) in ps {
+            let pc = p.get("currency").and_then(Value::as_str).unwrap_or(&cur).to_string();
+            println!(
+                "  {}: today {} · this month {}",
+                term_safe(name),
+                used(f(p, "spent_today"), f(p, "daily"), &pc),
+                used(f(p, "spent_this_month"), f(p, "monthly"), &pc)
+            );
+        }
+    }
+    println!(
+        "{}",
+        match s(&b, "source") {
+            "set" =>
+                "in force: set with `tally budget set` or in the page (kept in the database; `tally budget reset` \
+                      goes back to the config file's [budget])",
+            _ => "in force: the config file's [budget] (change it here with `tally budget set`)",
+        }
+    );
+    println!("spend counts charged and possibly charged requests at their configured prices; days and months are UTC");
     Ok(Exit::Ok.into())
 }

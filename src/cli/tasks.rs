@@ -35,6 +35,8 @@ pub(super) async fn client_command(cfg: &Config, cmd: Command, json: bool) -> Re
             wait_for(&client, task, json).await
         }
         Command::Set(cmd) => set_command(&client, cmd, json).await,
+        Command::Budget(cmd) => super::spend::budget(&client, cmd, json).await,
+        Command::Held(cmd) => super::held::held_command(&client, cmd, json).await,
         Command::Spend { from, to, by, csv } => super::spend::spend(&client, from, to, by, csv, json).await,
         Command::Status { id } => {
             let task = client.get(&format!("/v1/tasks/{}", seg(&id))).await?.into_ok()?;
@@ -103,8 +105,11 @@ pub(super) async fn client_command(cfg: &Config, cmd: Command, json: bool) -> Re
             show_task(&client, &task, json);
             Ok(Exit::Ok.into())
         }
-        Command::Resolve { id, failed, image, note } => {
+        Command::Resolve { id, failed, image, charge, note } => {
             let mut body = json!({ "outcome": if failed { "failed" } else { "succeeded" } });
+            if let Some(c) = charge {
+                body["charge"] = json!(c.as_str());
+            }
             if let Some(path) = image {
                 let bytes = std::fs::read(&path)
                     .map_err(|e| Failure::error(format!("cannot read the image {}: {e}", path.display())))?;
@@ -115,6 +120,19 @@ pub(super) async fn client_command(cfg: &Config, cmd: Command, json: bool) -> Re
             }
             let task = client.post(&format!("/v1/tasks/{}/resolve", seg(&id)), &body).await?.into_ok()?;
             show_task(&client, &task, json);
+            Ok(Exit::Ok.into())
+        }
+        Command::SignOut { all } => {
+            let answer = client.post("/v1/session/sign-out", &json!({ "all": all })).await?.into_ok()?;
+            if json {
+                print_json(&answer);
+            } else {
+                let n = answer.get("ended").and_then(Value::as_u64).unwrap_or(0);
+                println!(
+                    "signed out {n} browser session{}; `tally sign-in` prints a new link",
+                    if n == 1 { "" } else { "s" }
+                );
+            }
             Ok(Exit::Ok.into())
         }
         Command::SignIn => {

@@ -48,6 +48,14 @@ struct RawConfig {
     providers: Vec<RawProvider>,
     #[serde(default)]
     budget: RawBudget,
+    #[serde(default)]
+    ui: RawUi,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawUi {
+    language: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -158,6 +166,15 @@ pub struct Config {
     pub engine: EngineConfig,
     pub providers: Vec<ProviderConfig>,
     pub budget: BudgetConfig,
+    pub ui: UiConfig,
+}
+
+/// `[ui]`: the web page.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UiConfig {
+    /// `language`: `en` or `zh-CN`; `None` (`auto`, the default) follows the browser's
+    /// `Accept-Language`. The page's own switch wins over both.
+    pub language: Option<crate::web::i18n::Lang>,
 }
 
 /// `[budget]`: spending limits for the whole daemon, in the providers' currency (amounts in
@@ -418,6 +435,16 @@ fn resolve(raw: RawConfig, origin: &str) -> Result<Config, ConfigError> {
              remove it"
         ));
     }
+    let ui = UiConfig {
+        language: match raw.ui.language.as_deref().map(str::trim) {
+            None | Some("auto") | Some("") => None,
+            Some(l) => Some(crate::web::i18n::Lang::parse(l).ok_or_else(|| ConfigError::Invalid {
+                path: origin.into(),
+                key: "ui.language".into(),
+                reason: format!("`{l}` is not one the page has: use \"en\", \"zh-CN\" or \"auto\""),
+            })?),
+        },
+    };
     Ok(Config {
         warnings,
         server: ServerConfig { listen, allowed_hosts, allow_non_loopback, max_body_bytes },
@@ -426,6 +453,7 @@ fn resolve(raw: RawConfig, origin: &str) -> Result<Config, ConfigError> {
         engine,
         providers,
         budget,
+        ui,
     })
 }
 

@@ -4,7 +4,10 @@
 
 use super::{Engine, EngineError};
 use crate::domain::TaskStatus;
-use crate::store::{NewImage, NewSet, NewTask, SHOT_ROLES, SubmitOutcome, TaskView, UploadView};
+use crate::store::{
+    AddOutcome, ChoiceOutcome, MAX_CANDIDATES, NewImage, NewSet, NewTask, SHOT_ROLES, SubmitOutcome, TaskView,
+    UploadView,
+};
 
 /// The largest prompt tally accepts, in bytes.
 pub const MAX_PROMPT_BYTES: usize = 8 * 1024;
@@ -158,11 +161,41 @@ impl Engine {
             if shot.prompt.trim().is_empty() {
                 return Err(EngineError::Invalid(format!("shot {}: the prompt is empty", i + 1)));
             }
+            if !(1..=MAX_CANDIDATES).contains(&shot.candidates) {
+                return Err(EngineError::Invalid(format!(
+                    "shot {}: candidates must be 1 to {MAX_CANDIDATES}, not {}",
+                    i + 1,
+                    shot.candidates
+                )));
+            }
         }
         let out = self.shared.store.create_set(set, self.shared.now()).await?;
         if matches!(out, SubmitOutcome::Created(_)) {
             self.shared.wake_dispatcher.notify_one();
         }
         Ok(out)
+    }
+
+    /// Durably add `count` (1 to [`MAX_CANDIDATES`]) candidates to shot `position` of a set.
+    /// Whether the caller acknowledged a possible charge is the API's to check first.
+    pub async fn add_candidates(&self, set: &str, position: i64, count: u32) -> Result<AddOutcome, EngineError> {
+        if !(1..=MAX_CANDIDATES).contains(&count) {
+            return Err(EngineError::Invalid(format!("count must be 1 to {MAX_CANDIDATES}, not {count}")));
+        }
+        let out = self.shared.store.add_candidates(set.into(), position, count, self.shared.now()).await?;
+        if matches!(out, AddOutcome::Added(_)) {
+            self.shared.wake_dispatcher.notify_one();
+        }
+        Ok(out)
+    }
+
+    /// Choose (or, with `None`, clear) the image of shot `position` of a set.
+    pub async fn choose(
+        &self,
+        set: &str,
+        position: i64,
+        artifact: Option<String>,
+    ) -> Result<ChoiceOutcome, EngineError> {
+        Ok(self.shared.store.choose(set.into(), position, artifact, self.shared.now()).await?)
     }
 }

@@ -12,6 +12,7 @@
 //! None of them polls on a fixed interval: each sleeps until the next time something can
 //! happen (a due time, a lease deadline) or until another service wakes it.
 
+pub mod budget;
 mod dispatcher;
 mod intake;
 pub mod money;
@@ -37,8 +38,8 @@ use crate::metrics::Metrics;
 use crate::providers::{Image, Provider};
 use crate::store::spend::Limit;
 use crate::store::{
-    CancelOutcome, NewArtifact, NewImage, ProviderSlots, PruneReport, Resolution, ResolveOutcome, RetryAck,
-    RetryOutcome, Store, StoreError,
+    CancelOutcome, NewArtifact, NewImage, OwnerCharge, ProviderSlots, PruneReport, Resolution, ResolveOutcome,
+    RetryAck, RetryOutcome, Store, StoreError,
 };
 use money::ProviderMoney;
 
@@ -218,6 +219,12 @@ pub(crate) struct Shared {
     changes: broadcast::Sender<TaskChange>,
     /// The budget limits `record_calling` checks; replaced by [`Engine::set_limits`].
     limits: RwLock<Vec<Limit>>,
+    /// The configuration's limits (the default when no budget is set at run time).
+    config_limits: RwLock<Vec<Limit>>,
+    /// Where `limits` come from (`engine::budget`).
+    budget_source: RwLock<budget::BudgetSource>,
+    /// Budget changes one at a time (each reads, changes and stores the whole budget).
+    budget_lock: tokio::sync::Mutex<()>,
 }
 
 impl Shared {
@@ -372,8 +379,16 @@ impl Engine {
             metrics: parts.metrics,
             running: Mutex::new(JoinSet::new()),
             changes: broadcast::channel(4096).0,
+            config_limits: RwLock::new(parts.limits.clone()),
+            budget_source: RwLock::new(budget::BudgetSource::Config),
+            budget_lock: tokio::sync::Mutex::new(()),
             limits: RwLock::new(parts.limits),
         });
+        // A budget set at run time replaces the config's, before anything is dispatched.
+        if let Some(stored) = Engine::stored_limits(&shared.store).await? {
+            *shared.limits.write().unwrap_or_else(|e| e.into_inner()) = stored;
+            *shared.budget_source.write().unwrap_or_else(|e| e.into_inner()) = budget::BudgetSource::Set;
+        }
         // On PostgreSQL, other nodes' wake-ups feed this engine's services (before the
         // start-up recovery, so nothing that happens meanwhile is missed).
         let bridge = nodes::bridge(&shared);
@@ -517,8 +532,15 @@ impl Engine {
     }
 
     /// An operator resolves an `unknown` task: as failed, or as succeeded with the image
-    /// they found (its bytes are verified, and stored in the transaction of the resolution).
-    pub async fn resolve(&self, task: &str, image: Option<Image>, note: &str) -> Result<ResolveOutcome, EngineError> {
+    /// they found (its bytes are verified, and stored in the transaction of the resolution),
+    /// and with what the provider's dashboard shows about the charge (`owner`).
+    pub async fn resolve(
+        &self,
+        task: &str,
+        image: Option<Image>,
+        owner: OwnerCharge,
+        note: &str,
+    ) -> Result<ResolveOutcome, EngineError> {
         let resolution = match image {
             None => Resolution::Failed,
             Some(img) => {
@@ -529,9 +551,25 @@ impl Engine {
             }
         };
         let succeeded = matches!(resolution, Resolution::Succeeded(_));
-        let out = self.shared.store.resolve(task.into(), resolution, note.into(), self.shared.now()).await?;
+        let out = self.shared.store.resolve(task.into(), resolution, owner, note.into(), self.shared.now()).await?;
         if out == ResolveOutcome::Resolved {
             self.shared.changed(task, if succeeded { TaskStatus::Succeeded } else { TaskStatus::Failed });
+        }
+        Ok(out)
+    }
+
+    /// Release held jobs (`store::held`): each is queued to be sent again, which may be
+    /// charged again (the owner asked for it).
+    pub async fn release_held(
+        &self,
+        which: crate::store::held::Release,
+    ) -> Result<crate::store::held::ReleaseReport, EngineError> {
+        let out = self.shared.store.release_held(which, self.shared.now()).await?;
+        for id in &out.released {
+            self.shared.changed(id, TaskStatus::Waiting);
+        }
+        if !out.released.is_empty() {
+            self.shared.wake_dispatcher.notify_one();
         }
         Ok(out)
     }

@@ -227,6 +227,7 @@ impl Run<'_> {
             idempotency_key: self.claim.idempotency_key.clone(),
             references: references.to_vec(),
             calling_at_ms: calling_at,
+            candidate: self.claim.candidate,
             deadline_ms: self.deadline(calling_at),
         }
     }

@@ -36,7 +36,12 @@ impl Provider for Demo {
             if !self.delay.is_zero() {
                 tokio::time::sleep(self.delay).await;
             }
-            let bytes = crate::render::placeholder_png(&req.prompt, self.size);
+            // Each candidate of a shot gets its own colours, so choosing can be tried for free.
+            let bytes = if req.candidate == 0 {
+                crate::render::placeholder_png(&req.prompt, self.size)
+            } else {
+                crate::render::placeholder_png(&format!("{} (candidate {})", req.prompt, req.candidate + 1), self.size)
+            };
             Ok(Submitted::Done(Image { bytes, media_type: "image/png".into() }))
         })
     }

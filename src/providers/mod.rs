@@ -57,6 +57,9 @@ pub struct CallRequest {
     /// When the execution first recorded `calling` (ms since the epoch): a job found by
     /// listing must have been created after this moment.
     pub calling_at_ms: i64,
+    /// Which candidate of its shot the task is (0 for the first, and for a task of its own):
+    /// the demo provider draws a different placeholder for each.
+    pub candidate: i64,
     /// When the engine stops waiting for this call (ms since the epoch: `calling_at_ms` plus
     /// the recovery deadline). An adapter that downloads a paid result inside `submit` (a
     /// synchronous answer with a URL) may retry it until then, within the provider's

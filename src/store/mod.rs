@@ -39,6 +39,9 @@
 //! (`BENCHMARKS.md`, "images in the database").
 
 mod blobs;
+mod choice;
+pub mod held;
+pub mod lineage;
 mod migrate;
 mod open;
 mod ops;
@@ -47,11 +50,16 @@ mod prune;
 mod read;
 mod seam;
 mod sets;
+pub mod settings;
 pub mod spend;
 mod startup;
 mod whole;
 
 pub use blobs::*;
+pub use choice::{
+    AddOutcome, ChoiceOutcome, MAX_CANDIDATES, MAX_SHOT_CANDIDATES, SetEventView, delivery_blocking, role_label,
+    shot_label,
+};
 pub use open::{SCHEMA_VERSION, Severity, StoreError, WAL_SIZE_LIMIT};
 pub use ops::*;
 pub use prune::PruneReport;
@@ -66,7 +74,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 
-use rusqlite::Connection;
+use rusqlite::{Connection, OptionalExtension};
 use tokio::sync::oneshot;
 
 use crate::config::Durability;
@@ -161,6 +169,9 @@ struct Inner {
     durable_waits: AtomicU64,
     /// What opening did to an older database, in plain words.
     migration: Vec<String>,
+    /// Set while `tally serve` serves the database: the data directory's sidecar, noted after
+    /// every durable commit (`store::lineage`).
+    tracker: std::sync::OnceLock<lineage::Tracker>,
 }
 
 impl SqliteStore {
@@ -184,6 +195,7 @@ impl SqliteStore {
             fsyncs: AtomicU64::new(0),
             durable_waits: AtomicU64::new(0),
             migration,
+            tracker: std::sync::OnceLock::new(),
         });
         let weak = Arc::downgrade(&inner);
         let handle = thread::Builder::new()
@@ -322,7 +334,14 @@ impl SqliteStore {
             let _ = h.join();
         }
         lock(&self.inner.readers).clear();
-        open::checkpoint_truncate(&self.inner.path)
+        // A served database: `running` cleared (fsynced) before the checkpoint, the sidecar
+        // saved durably after it (`store::lineage`).
+        let ended = self.inner.tracker.get().map(|t| lineage::end_serving(&self.inner.path, t));
+        let checkpoint = open::checkpoint_truncate(&self.inner.path);
+        if let Some(Err(e)) = ended {
+            tracing::warn!(error = %e, "cannot record the clean stop in the database and its sidecar");
+        }
+        checkpoint
     }
 }
 
@@ -365,7 +384,7 @@ fn writer_loop(conn: Connection, rx: mpsc::Receiver<Op>, inner: std::sync::Weak<
         let changes_before = conn.total_changes();
         let durable = batch.iter().filter(|op| op.commit == Commit::Durable).count();
         let want = sync_level(durability, durable > 0);
-        let commit = (|| -> Result<(), StoreError> {
+        let commit = (|| -> Result<Option<i64>, StoreError> {
             if want != level {
                 conn.prepare_cached(want)?.execute([])?;
                 level = want;
@@ -398,8 +417,17 @@ fn writer_loop(conn: Connection, rx: mpsc::Receiver<Op>, inner: std::sync::Weak<
                     conn.prepare_cached("RELEASE op")?.execute([])?;
                 }
             }
+            // One statement per batch that holds a durable operation and wrote something: the
+            // database's commit sequence (`store::lineage`), noted in the sidecar after COMMIT.
+            let seq = if durable > 0 && conn.total_changes() > changes_before {
+                conn.prepare_cached("UPDATE lineage SET seq = seq + 1 RETURNING seq")?
+                    .query_row([], |r| r.get::<_, i64>(0))
+                    .optional()?
+            } else {
+                None
+            };
             conn.prepare_cached("COMMIT")?.execute([])?;
-            Ok(())
+            Ok(seq)
         })();
         if commit.is_err() && !conn.is_autocommit() {
             let _ = conn.execute_batch("ROLLBACK");
@@ -407,7 +435,15 @@ fn writer_loop(conn: Connection, rx: mpsc::Receiver<Op>, inner: std::sync::Weak<
         if let Some(inner) = inner.upgrade() {
             inner.commits.fetch_add(1, Ordering::Relaxed);
         }
-        let err = commit.err();
+        let (seq, err) = match commit {
+            Ok(seq) => (seq, None),
+            Err(e) => (None, Some(e)),
+        };
+        if let (Some(seq), Some(inner)) = (seq, inner.upgrade())
+            && let Some(t) = inner.tracker.get()
+        {
+            t.note(seq);
+        }
         // Logged when commits start failing and when one that wrote something works again,
         // not on every failure: a full disk must not turn the log into a flood (the callers
         // say what they do about it). A transaction that only read commits even then.

@@ -13,7 +13,7 @@ use rusqlite::{Connection, OpenFlags, trace::TraceEventCodes};
 use crate::config::Durability;
 
 /// The schema version this build writes. Older databases are migrated; newer ones refused.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// `PRAGMA application_id` of tally databases ("taly").
 pub(super) const APPLICATION_ID: i64 = 0x7461_6c79;
@@ -107,6 +107,35 @@ const MIGRATIONS: &[&str] = &[
         configured INTEGER NOT NULL DEFAULT 1 CHECK (configured IN (0, 1)),
         paused_until INTEGER, recovery_limit INTEGER,
         fresh_pass INTEGER NOT NULL DEFAULT 0, recovery_pass INTEGER NOT NULL DEFAULT 0) STRICT;",
+    // 6 → 7: noticing an older copy of the database (store::lineage) and holding what it would
+    // otherwise send again (store::held). An upgraded database starts a lineage of its own, at 0.
+    "ALTER TABLE envelopes ADD COLUMN held_at INTEGER;
+     ALTER TABLE envelopes ADD COLUMN held_reason TEXT;
+     CREATE INDEX envelopes_held ON envelopes(held_at) WHERE status = 'pending' AND held_at IS NOT NULL;
+     CREATE TABLE lineage (
+        id INTEGER PRIMARY KEY CHECK (id = 1), lineage TEXT NOT NULL, seq INTEGER NOT NULL DEFAULT 0,
+        running INTEGER NOT NULL DEFAULT 0 CHECK (running IN (0, 1)), backup_at INTEGER) STRICT;
+     INSERT INTO lineage (id, lineage) VALUES (1, lower(hex(randomblob(16))));",
+    // 7 → 8: candidates per shot, the owner's choice per shot, and a set's own timeline
+    // (store::choice). Every existing shot task is its shot's candidate 0.
+    "ALTER TABLE tasks ADD COLUMN candidate INTEGER NOT NULL DEFAULT 0 CHECK (candidate >= 0);
+     CREATE TABLE set_choices (
+        set_id TEXT NOT NULL REFERENCES sets(id), position INTEGER NOT NULL,
+        artifact_id TEXT NOT NULL REFERENCES artifacts(id), chosen_at INTEGER NOT NULL,
+        PRIMARY KEY (set_id, position)) STRICT;
+     CREATE TABLE set_events (
+        id INTEGER PRIMARY KEY, set_id TEXT NOT NULL REFERENCES sets(id), at INTEGER NOT NULL,
+        kind TEXT NOT NULL, message TEXT NOT NULL) STRICT;
+     CREATE INDEX set_events_by_set ON set_events(set_id, id);",
+    // 8 → 9: the owner's record of a charge, budgets set from the page or CLI, and web
+    // sessions that survive a restart.
+    "ALTER TABLE executions ADD COLUMN charge_recorded_at INTEGER;
+     CREATE INDEX executions_recorded ON executions(calling_at) WHERE charge_recorded_at IS NOT NULL;
+     CREATE TABLE budget_setting (
+        id INTEGER PRIMARY KEY CHECK (id = 1), limits TEXT NOT NULL, set_at INTEGER NOT NULL) STRICT;
+     CREATE TABLE web_sessions (
+        id_hash TEXT PRIMARY KEY, csrf TEXT NOT NULL, created_at INTEGER NOT NULL,
+        last_used_at INTEGER NOT NULL) STRICT;",
 ];
 
 /// The writer's automatic (PASSIVE) checkpoint runs once the WAL holds this many pages

@@ -283,6 +283,8 @@ fn delete_set(c: &Connection, set: &str, cutoff: Millis, r: &mut PruneReport) ->
         .collect::<Result<_, _>>()?;
     // Retries inside the set point at shots of the same set: unlink them first.
     c.prepare_cached("UPDATE tasks SET retry_of = NULL WHERE set_id = ?1")?.execute([set])?;
+    // A choice names an artifact of the set: it goes before the artifacts do.
+    c.prepare_cached("DELETE FROM set_choices WHERE set_id = ?1")?.execute([set])?;
     for id in &ids {
         let (images, bytes) = delete_task(c, id)?;
         r.tasks += 1;
@@ -290,6 +292,7 @@ fn delete_set(c: &Connection, set: &str, cutoff: Millis, r: &mut PruneReport) ->
         r.image_bytes += bytes;
     }
     c.prepare_cached("DELETE FROM set_references WHERE set_id = ?1")?.execute([set])?;
+    c.prepare_cached("DELETE FROM set_events WHERE set_id = ?1")?.execute([set])?;
     c.prepare_cached("DELETE FROM sets WHERE id = ?1")?.execute([set])?;
     r.sets += 1;
     Ok(())

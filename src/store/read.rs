@@ -28,6 +28,8 @@ pub struct TaskView {
     pub set_id: Option<String>,
     pub set_position: Option<i64>,
     pub shot_role: Option<String>,
+    /// Which candidate of its shot this task is (0 for the first, and for a job of its own).
+    pub candidate: i64,
     pub created_at: Millis,
     pub updated_at: Millis,
     pub artifacts: Vec<ArtifactView>,
@@ -36,6 +38,9 @@ pub struct TaskView {
     /// For a task waiting to be dispatched: why, in plain words, from where it stands in the
     /// dispatch order (also put into `reason`); `None` otherwise.
     pub waiting_for: Option<String>,
+    /// Held because the database turned out older than what was served (`store::held`):
+    /// why, and since when. Released only by the owner.
+    pub held: Option<crate::store::held::Held>,
 }
 
 /// What the evidence says about money for a task, derived from its executions.
@@ -50,6 +55,9 @@ pub struct ChargeSummary {
     /// none of them had a price.
     pub cost_micros: Option<Micros>,
     pub currency: Option<String>,
+    /// The owner recorded the charge by hand (resolving an unknown with what the provider's
+    /// dashboard showed), so `state` is their record, not tally's evidence.
+    pub recorded_by_hand: bool,
 }
 
 /// A stored artifact.
@@ -75,7 +83,7 @@ pub struct EventView {
 }
 
 const TASK_COLUMNS: &str = "id, status, reason, failure_kind, attempts, cancel_requested, provider, prompt, \
-     params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role, group_key";
+     params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role, group_key, candidate";
 
 fn task_row(r: &Row<'_>) -> rusqlite::Result<TaskView> {
     let status: String = r.get(1)?;
@@ -101,7 +109,9 @@ fn task_row(r: &Row<'_>) -> rusqlite::Result<TaskView> {
         shot_role: r.get(15)?,
         artifacts: Vec::new(),
         group: r.get(16)?,
+        candidate: r.get(17)?,
         waiting_for: None,
+        held: None,
     })
 }
 
@@ -129,19 +139,27 @@ fn with_artifacts(c: &Connection, mut t: TaskView) -> Result<TaskView, StoreErro
 
 /// A task's charge, from its executions (the only record of what reached the provider).
 pub fn charge_of(c: &Connection, task: &str) -> Result<ChargeSummary, StoreError> {
-    let mut stmt = c.prepare_cached("SELECT charge, cost_micros, currency FROM executions WHERE task_id = ?1")?;
+    let mut stmt = c.prepare_cached(
+        "SELECT charge, cost_micros, currency, charge_recorded_at IS NOT NULL FROM executions WHERE task_id = ?1",
+    )?;
     let rows = stmt.query_map([task], |r| {
-        Ok((r.get::<_, String>(0)?, r.get::<_, Option<Micros>>(1)?, r.get::<_, Option<String>>(2)?))
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, Option<Micros>>(1)?,
+            r.get::<_, Option<String>>(2)?,
+            r.get::<_, bool>(3)?,
+        ))
     })?;
     summarize_charges(rows.collect::<Result<Vec<_>, _>>()?)
 }
 
 /// A task's [`ChargeSummary`] from its executions' (charge, cost, currency), on either backend.
 pub(in crate::store) fn summarize_charges(
-    rows: Vec<(String, Option<Micros>, Option<String>)>,
+    rows: Vec<(String, Option<Micros>, Option<String>, bool)>,
 ) -> Result<ChargeSummary, StoreError> {
     let mut sum = ChargeSummary::default();
-    for (charge, cost, currency) in rows {
+    for (charge, cost, currency, by_hand) in rows {
+        sum.recorded_by_hand |= by_hand;
         let charge = Charge::parse(&charge).unwrap_or(Charge::Possible);
         if charge == Charge::None {
             continue;
@@ -163,7 +181,8 @@ pub(in crate::store) fn summarize_charges(
 pub struct TaskFilter {
     /// Only tasks with this status.
     pub status: Option<TaskStatus>,
-    /// Only tasks that need the owner: `unknown`, and neither resolved nor retried yet.
+    /// Only tasks that need the owner: `unknown` and neither resolved nor retried yet, or held
+    /// (`store::held`).
     pub needs_attention: bool,
     /// Only tasks whose prompt, or whose image set's product, contains this text (case does
     /// not matter for ASCII letters). A scan of the newest tasks until a page is full, not an
@@ -188,6 +207,12 @@ pub fn get_task(c: &Connection, id: &str) -> Result<Option<TaskView>, StoreError
 /// written while a task waits.)
 fn with_wait(c: &Connection, mut t: TaskView) -> Result<TaskView, StoreError> {
     if !matches!(t.status, TaskStatus::Queued | TaskStatus::Waiting) {
+        return Ok(t);
+    }
+    if let Some(h) = crate::store::held::held_of(c, &t.id)? {
+        t.reason = Some(h.reason.clone());
+        t.waiting_for = Some(h.reason.clone());
+        t.held = Some(h);
         return Ok(t);
     }
     if let Some(why) = wait_reason(c, &t)? {
@@ -330,8 +355,9 @@ pub fn list_tasks(
     limit: usize,
 ) -> Result<Vec<TaskView>, StoreError> {
     let before = before.unwrap_or("\u{10ffff}");
-    let status = if filter.needs_attention { Some(TaskStatus::Unknown) } else { filter.status };
-    if filter.needs_attention && filter.status.is_some_and(|s| s != TaskStatus::Unknown) {
+    let status = filter.status;
+    if filter.needs_attention && filter.status.is_some_and(|s| !matches!(s, TaskStatus::Unknown | TaskStatus::Waiting))
+    {
         return Ok(Vec::new());
     }
     let mut sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id < ?1");
@@ -339,7 +365,13 @@ pub fn list_tasks(
         sql.push_str(" AND status = ?3");
     }
     if filter.needs_attention {
-        sql.push_str(" AND NOT EXISTS (SELECT 1 FROM tasks r WHERE r.retry_of = tasks.id)");
+        // `unknown` and not retried (by the status index), or held (by the held index).
+        sql.push_str(
+            " AND id IN (SELECT u.id FROM tasks u WHERE u.status = 'unknown'
+                           AND NOT EXISTS (SELECT 1 FROM tasks r WHERE r.retry_of = u.id)
+                         UNION ALL
+                         SELECT h.task_id FROM envelopes h WHERE h.status = 'pending' AND h.held_at IS NOT NULL)",
+        );
     }
     if filter.search.is_some() {
         sql.push_str(

@@ -19,8 +19,10 @@
 //! | no transaction across a network call | sync closures on the writer thread | sync closures on the store's own threads |
 //! | a budget holds before the money leaves | the check and `calling` in one writer operation (`ops::exec::record_calling`) | the same transaction under the budget advisory lock (`pg::spend::check`), so nodes check one at a time |
 //! | money is evidence (a charge needs a call) | `ops::settle_charge` + table CHECK | `pg::ops::settle_charge` + table CHECK |
-//! | one live retry per task and shot | single writer (`ops::user::retry`) | the original's envelope lock, then its set row (`pg::ops::user::retry`) |
+//! | one live retry per task and shot candidate | single writer (`ops::user::retry`) | the original's envelope lock, then its set row (`pg::ops::user::retry`) |
+//! | a choice names a succeeded candidate of its shot; more candidates join the set's one-at-a-time order | single writer (`choice::choose`, `choice::add_candidates`) | the set row locked first (`pg::choice`) |
 //! | provider capacity across the cluster | one process's slots | the capped dispatch under an advisory lock (`pg::ops::intake::dispatch_capped`) |
+//! | an older copy sends nothing unsettled on its own | `lineage::judge` at start-up, then `held::hold_unsettled`; held envelopes have no due time or place | no copies by file (no lineage); the same held state and release (`pg::held`) |
 //! | retention keeps what someone still needs | the plan re-checked per delete on the writer (`prune`) | the same plan (`prune::choose`), each delete re-checked under the task's envelope, set or photo lock (`pg::prune`) |
 
 use std::path::Path;
@@ -336,10 +338,11 @@ impl Store {
         &self,
         task: String,
         r: Resolution,
+        owner: OwnerCharge,
         note: String,
         now: Millis,
     ) -> Result<ResolveOutcome, StoreError> {
-        each!(self, s => s.resolve(task, r, note, now).await)
+        each!(self, s => s.resolve(task, r, owner, note, now).await)
     }
 
     /// Leftovers for the reconciler.
@@ -381,6 +384,24 @@ impl Store {
         each!(self, s => s.next_prunable(since).await)
     }
 
+    // ---- held jobs (an older copy of the database: `store::held`, `store::lineage`) ----
+
+    /// Hold every unsettled job whose request did not leave, with `reason` (SQLite: at the
+    /// start-up of an older database, claims included; PostgreSQL: pending jobs only).
+    pub async fn hold_unsettled(&self, reason: String, now: Millis) -> Result<Vec<String>, StoreError> {
+        each!(self, s => s.hold_unsettled(reason, now).await)
+    }
+
+    /// Release held jobs: each is queued to be sent again.
+    pub async fn release_held(&self, which: held::Release, now: Millis) -> Result<held::ReleaseReport, StoreError> {
+        each!(self, s => s.release_held(which, now).await)
+    }
+
+    /// Held jobs (at most `limit`), and how many there are.
+    pub async fn held_tasks(&self, limit: usize) -> Result<(i64, Vec<TaskView>), StoreError> {
+        each!(self, s => s.held_tasks(limit).await)
+    }
+
     // ---- reads ----
 
     /// One task with its artifacts.
@@ -408,6 +429,38 @@ impl Store {
     /// Tasks held back by a budget check it again.
     pub async fn release_budget_holds(&self, now: Millis) -> Result<usize, StoreError> {
         each!(self, s => s.release_budget_holds(now).await)
+    }
+
+    /// The budget set at run time (its JSON), if one is set.
+    pub async fn budget_setting(&self) -> Result<Option<String>, StoreError> {
+        each!(self, s => s.budget_setting().await)
+    }
+
+    /// Store the budget in force, or remove it (the config's applies again).
+    pub async fn set_budget_setting(&self, limits: Option<String>, now: Millis) -> Result<(), StoreError> {
+        each!(self, s => s.set_budget_setting(limits, now).await)
+    }
+
+    // ---- web sessions ----
+
+    /// Record a new web session (the hash of its cookie value and its CSRF token).
+    pub async fn insert_session(&self, id_hash: String, csrf: String, now: Millis) -> Result<(), StoreError> {
+        each!(self, s => s.insert_session(id_hash, csrf, now).await)
+    }
+
+    /// A web session by the hash of its cookie value.
+    pub async fn session(&self, id_hash: String) -> Result<Option<settings::StoredSession>, StoreError> {
+        each!(self, s => s.session(id_hash).await)
+    }
+
+    /// Note a session's use; delete those unused since `expired_before`.
+    pub async fn touch_session(&self, id_hash: String, now: Millis, expired_before: Millis) -> Result<(), StoreError> {
+        each!(self, s => s.touch_session(id_hash, now, expired_before).await)
+    }
+
+    /// End one web session, or all (`None`); how many ended.
+    pub async fn delete_sessions(&self, id_hash: Option<String>) -> Result<usize, StoreError> {
+        each!(self, s => s.delete_sessions(id_hash).await)
     }
 
     /// The spend report.
@@ -448,6 +501,28 @@ impl Store {
     /// A set with its current shots.
     pub async fn get_set(&self, id: String) -> Result<Option<SetView>, StoreError> {
         each!(self, s => s.get_set(id).await)
+    }
+
+    /// Add `count` candidates to shot `position` of a set (`store::choice`).
+    pub async fn add_candidates(
+        &self,
+        set: String,
+        position: i64,
+        count: u32,
+        now: Millis,
+    ) -> Result<AddOutcome, StoreError> {
+        each!(self, s => s.add_candidates(set, position, count, now).await)
+    }
+
+    /// Choose (or, with `None`, clear) the image of shot `position` of a set.
+    pub async fn choose(
+        &self,
+        set: String,
+        position: i64,
+        artifact: Option<String>,
+        now: Millis,
+    ) -> Result<ChoiceOutcome, StoreError> {
+        each!(self, s => s.choose(set, position, artifact, now).await)
     }
 
     /// Sets newest first.

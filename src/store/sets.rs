@@ -35,6 +35,8 @@ pub struct NewShot {
     pub role: String,
     pub prompt: String,
     pub params: Value,
+    /// How many candidate images to make (1 to [`super::choice::MAX_CANDIDATES`]).
+    pub candidates: u32,
 }
 
 /// A set to create.
@@ -54,10 +56,23 @@ impl NewSet {
         let shots: Vec<Value> = self
             .shots
             .iter()
-            .map(|s| serde_json::json!({"role": s.role, "prompt": s.prompt, "params": s.params}))
+            .map(|s| {
+                // A shot of one candidate hashes as before candidates existed (keys stay valid).
+                if s.candidates == 1 {
+                    serde_json::json!({"role": s.role, "prompt": s.prompt, "params": s.params})
+                } else {
+                    serde_json::json!({"role": s.role, "prompt": s.prompt, "params": s.params, "candidates": s.candidates})
+                }
+            })
             .collect();
         let extra = serde_json::json!({"style": self.style, "references": self.references, "shots": shots});
         request_hash(&self.provider, &self.product, &Value::Null, &extra.to_string())
+    }
+
+    /// The first entry of a new set's timeline.
+    pub(in crate::store) fn created_message(&self) -> String {
+        let tasks: u32 = self.shots.iter().map(|s| s.candidates.max(1)).sum();
+        format!("set created with {} shot(s), {tasks} image(s) to generate", self.shots.len())
     }
 
     /// The prompt a shot's task sends: the shot's own words plus the product and style.
@@ -71,7 +86,9 @@ impl NewSet {
 }
 
 /// A set as the API shows it: its current shots (a retried shot replaced by its retry) and
-/// the ids of the tasks they replaced.
+/// the ids of the tasks they replaced. `shots[i]` is shot i's first candidate (what a shot
+/// was before candidates); `candidates[i]` all of its current candidates, the first included;
+/// `chosen[i]` the artifact chosen for it.
 #[derive(Debug, Clone, Serialize)]
 pub struct SetView {
     pub id: String,
@@ -83,8 +100,46 @@ pub struct SetView {
     pub updated_at: Millis,
     pub references: Vec<UploadView>,
     pub shots: Vec<TaskView>,
-    /// Earlier tasks of retried shots, oldest first.
+    /// Per shot, its current candidates (the first is `shots[i]`).
+    pub candidates: Vec<Vec<TaskView>>,
+    /// Per shot, the chosen artifact's id.
+    pub chosen: Vec<Option<String>>,
+    /// Earlier tasks of retried shots and candidates, oldest first.
     pub replaced: Vec<String>,
+    /// The set's own timeline (choices, candidates added), oldest first.
+    pub timeline: Vec<super::choice::SetEventView>,
+}
+
+impl SetView {
+    /// Every current task of the set: each shot's candidates, in shot order.
+    pub fn tasks(&self) -> impl Iterator<Item = &TaskView> {
+        self.candidates.iter().flatten()
+    }
+
+    /// Fill `shots`, `candidates`, `chosen` and `replaced` from the current candidates' ids
+    /// (`store::choice::current_candidates`), loading each task with `load`.
+    pub(crate) fn fill<E>(
+        &mut self,
+        rows: &[(String, i64, i64)],
+        choices: &[(i64, String)],
+        mut load: impl FnMut(&str) -> Result<Option<TaskView>, E>,
+    ) -> Result<(), E> {
+        let (shots, replaced) = super::choice::current_candidates(rows);
+        self.replaced = replaced;
+        for (pos, ids) in shots {
+            let mut cands = Vec::with_capacity(ids.len());
+            for id in ids {
+                if let Some(t) = load(&id)? {
+                    cands.push(t);
+                }
+            }
+            let Some(first) = cands.first() else { continue };
+            self.shots.push(first.clone());
+            self.candidates.push(cands);
+            self.chosen.push(choices.iter().find(|(p, _)| *p == pos).map(|(_, a)| a.clone()));
+        }
+        Ok(())
+    }
 }
 
 /// Whether any shot of the set is scheduled or handed out.
@@ -100,13 +155,15 @@ pub(super) fn set_has_live_shot(c: &Connection, set: &str) -> Result<bool, Store
 
 /// The set position of a task, for a retry that takes its place.
 pub(super) fn shot_of(c: &Connection, task: &str) -> Result<Option<ShotRef>, StoreError> {
-    let row: Option<(Option<String>, Option<i64>, Option<String>)> = c
-        .prepare_cached("SELECT set_id, set_position, shot_role FROM tasks WHERE id = ?1")?
-        .query_row([task], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+    /// A task's set, position, role and candidate.
+    type Place = (Option<String>, Option<i64>, Option<String>, i64);
+    let row: Option<Place> = c
+        .prepare_cached("SELECT set_id, set_position, shot_role, candidate FROM tasks WHERE id = ?1")?
+        .query_row([task], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
         .optional()?;
     Ok(match row {
-        Some((Some(set_id), Some(position), role)) => {
-            Some(ShotRef { set_id, position, role: role.unwrap_or_else(|| "scene".into()) })
+        Some((Some(set_id), Some(position), role, candidate)) => {
+            Some(ShotRef { set_id, position, role: role.unwrap_or_else(|| "scene".into()), candidate })
         }
         _ => None,
     })
@@ -135,7 +192,7 @@ pub(super) fn schedule_next_shot_of(c: &Connection, set: &str, now: Millis) -> R
     let next: Option<String> = c
         .prepare_cached(
             "SELECT t.id FROM tasks t JOIN envelopes e ON e.task_id = t.id
-             WHERE t.set_id = ?1 AND e.status = 'pending' AND e.due_at IS NULL
+             WHERE t.set_id = ?1 AND e.status = 'pending' AND e.due_at IS NULL AND e.held_at IS NULL
              ORDER BY t.set_position, t.id LIMIT 1",
         )?
         .query_row([set], |r| r.get(0))
@@ -246,15 +303,23 @@ pub(super) fn create_set(c: &Connection, s: &NewSet, now: Millis) -> Result<Subm
             .execute(params![id, i as i64, r])?;
     }
     for (i, shot) in s.shots.iter().enumerate() {
-        let t = NewTask {
-            provider: s.provider.clone(),
-            prompt: s.shot_prompt(shot),
-            params: shot.params.clone(),
-            shot: Some(ShotRef { set_id: id.clone(), position: i as i64, role: shot.role.clone() }),
-            ..NewTask::default()
-        };
-        submit(c, &t, now)?;
+        for k in 0..shot.candidates.max(1) {
+            let t = NewTask {
+                provider: s.provider.clone(),
+                prompt: s.shot_prompt(shot),
+                params: shot.params.clone(),
+                shot: Some(ShotRef {
+                    set_id: id.clone(),
+                    position: i as i64,
+                    role: shot.role.clone(),
+                    candidate: i64::from(k),
+                }),
+                ..NewTask::default()
+            };
+            submit(c, &t, now)?;
+        }
     }
+    super::choice::set_event(c, &id, now, "created", &s.created_message())?;
     Ok(SubmitOutcome::Created(id))
 }
 
@@ -295,24 +360,24 @@ pub fn get_set(c: &Connection, id: &str) -> Result<Option<SetView>, StoreError> 
                 updated_at: r.get(6)?,
                 references: Vec::new(),
                 shots: Vec::new(),
+                candidates: Vec::new(),
+                chosen: Vec::new(),
                 replaced: Vec::new(),
+                timeline: Vec::new(),
             })
         })
         .optional()?;
     let Some(mut set) = row else { return Ok(None) };
     set.references = references_of_set(c, id)?;
-    let tasks: Vec<(String, i64)> = c
-        .prepare_cached("SELECT id, set_position FROM tasks WHERE set_id = ?1 ORDER BY set_position, id")?
-        .query_map([id], |r| Ok((r.get(0)?, r.get(1)?)))?
+    let rows: Vec<(String, i64, i64)> = c
+        .prepare_cached(
+            "SELECT id, set_position, candidate FROM tasks WHERE set_id = ?1 ORDER BY set_position, candidate, id",
+        )?
+        .query_map([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
         .collect::<Result<_, _>>()?;
-    for (i, (task, pos)) in tasks.iter().enumerate() {
-        // The newest task of a position (ids sort by creation) is the shot; older ones were retried.
-        if tasks.get(i + 1).is_some_and(|(_, next)| next == pos) {
-            set.replaced.push(task.clone());
-        } else if let Some(t) = get_task(c, task)? {
-            set.shots.push(t);
-        }
-    }
+    let choices = super::choice::choices(c, id)?;
+    set.fill(&rows, &choices, |t| get_task(c, t))?;
+    set.timeline = super::choice::set_events(c, id)?;
     Ok(Some(set))
 }
 
@@ -343,8 +408,8 @@ pub enum SetStatus {
 
 /// Derive a set's status, progress line and plain-words message from its shots.
 pub fn set_summary(set: &SetView) -> (SetStatus, String, String) {
-    let n = set.shots.len();
-    let count = |s: TaskStatus| set.shots.iter().filter(|t| t.status == s).count();
+    let n = set.tasks().count();
+    let count = |s: TaskStatus| set.tasks().filter(|t| t.status == s).count();
     let (done, unknown, failed, canceled) = (
         count(TaskStatus::Succeeded),
         count(TaskStatus::Unknown),

@@ -55,6 +55,22 @@ impl Period {
             Period::Month => "next month (the 1st, 00:00 UTC)",
         }
     }
+
+    /// "today's" / "this month's", as the held task's words say it.
+    fn this(self) -> &'static str {
+        match self {
+            Period::Day => "today's",
+            Period::Month => "this month's",
+        }
+    }
+
+    /// "today" / "this month".
+    fn now_words(self) -> &'static str {
+        match self {
+            Period::Day => "today",
+            Period::Month => "this month",
+        }
+    }
 }
 
 /// One spending limit: for the whole daemon (`provider: None`) or one provider.
@@ -124,13 +140,14 @@ pub(in crate::store) fn first_limit_hit(
             Some(p) => format!(" for provider `{p}`"),
         };
         let reason = format!(
-            "Held back by the budget: the {} budget{whose} of {} is reached ({} spent or possibly spent, and this \
-             request would cost about {}); nothing was sent. It resumes {} or when you raise the limit.",
-            l.period.adjective(),
+            "Held: {} budget{whose} of {} is spent — raise it or wait until {}. {} is spent or possibly spent {} \
+             and this request would cost about {}; nothing was sent.",
+            l.period.this(),
             money(l.micros, &l.currency),
-            money(spent, &l.currency),
-            money(cost, &l.currency),
             l.period.when_next(),
+            money(spent, &l.currency),
+            l.period.now_words(),
+            money(cost, &l.currency),
         );
         held = Some((end, reason));
     }
@@ -189,6 +206,9 @@ pub struct SpendRow {
     pub refused: i64,
     /// Charged or possibly charged requests of providers without a configured price.
     pub unpriced: i64,
+    /// Requests whose charge the owner recorded by hand (resolving an unknown with what the
+    /// provider's dashboard showed): counted as they recorded, not as the evidence left them.
+    pub recorded_by_hand: i64,
 }
 
 impl SpendRow {
@@ -216,6 +236,8 @@ pub struct PaidRequest {
     pub charge: Charge,
     pub cost_micros: Option<Micros>,
     pub currency: Option<String>,
+    /// The owner recorded its charge by hand (resolving an unknown).
+    pub by_hand: bool,
 }
 
 /// The spend report over `[from, to)`.
@@ -227,14 +249,19 @@ pub struct SpendReport {
     pub currency: Option<String>,
 }
 
-/// Every request that reached a provider (charge other than `none`) in `[from, to)`, oldest
-/// first.
+/// Every request that reached a provider (charge other than `none`, or one whose charge the
+/// owner recorded by hand) in `[from, to)`, oldest first.
 pub fn requests(c: &Connection, from: Millis, to: Millis) -> Result<Vec<PaidRequest>, StoreError> {
     let mut stmt = c.prepare_cached(
-        "SELECT x.calling_at, x.task_id, t.provider, x.model, x.charge, x.cost_micros, x.currency
+        "SELECT x.calling_at, x.task_id, t.provider, x.model, x.charge, x.cost_micros, x.currency,
+                x.charge_recorded_at IS NOT NULL, x.token
          FROM executions x JOIN tasks t ON t.id = x.task_id
          WHERE x.charge <> 'none' AND x.calling_at >= ?1 AND x.calling_at < ?2
-         ORDER BY x.calling_at, x.token",
+         UNION ALL
+         SELECT x.calling_at, x.task_id, t.provider, x.model, x.charge, x.cost_micros, x.currency, true, x.token
+         FROM executions x JOIN tasks t ON t.id = x.task_id
+         WHERE x.charge = 'none' AND x.charge_recorded_at IS NOT NULL AND x.calling_at >= ?1 AND x.calling_at < ?2
+         ORDER BY 1, 9",
     )?;
     let rows = stmt.query_map(params![from, to], |r| {
         let charge: String = r.get(4)?;
@@ -246,6 +273,7 @@ pub fn requests(c: &Connection, from: Millis, to: Millis) -> Result<Vec<PaidRequ
             charge: Charge::parse(&charge).unwrap_or(Charge::Possible),
             cost_micros: r.get(5)?,
             currency: r.get(6)?,
+            by_hand: r.get(7)?,
         })
     })?;
     Ok(rows.collect::<Result<_, _>>()?)
@@ -274,6 +302,10 @@ pub(in crate::store) fn group_requests(requests: Vec<PaidRequest>, group: Group)
         };
         row.add(r.charge, r.cost_micros);
         out.totals.add(r.charge, r.cost_micros);
+        if r.by_hand {
+            row.recorded_by_hand += 1;
+            out.totals.recorded_by_hand += 1;
+        }
         if out.currency.is_none() {
             out.currency = r.currency.clone();
         }

@@ -205,6 +205,8 @@ pub fn backup(src: &Path, dest: &Path) -> Result<BackupReport, StoreError> {
             if mode != "delete" {
                 return Err(StoreError::Fatal(format!("the copy kept journal mode {mode}")));
             }
+            // Served later, it holds what it would send again (`store::lineage`).
+            super::lineage::mark_backup(&to, crate::clock::Clock::now(&crate::clock::SystemClock))?;
         }
         let check = check(&tmp)?;
         if !check.problems.is_empty() {

@@ -9,6 +9,7 @@
 //! session's CSRF token (embedded in the HTML) in `X-CSRF-Token` on every state-changing
 //! request.
 
+pub mod i18n;
 pub mod sessions;
 pub mod stream;
 
@@ -33,6 +34,7 @@ const ASSETS: &[(&str, &str, &str)] = &[
     ("core.js", "text/javascript; charset=utf-8", include_str!("assets/core.js")),
     ("jobs.js", "text/javascript; charset=utf-8", include_str!("assets/jobs.js")),
     ("sets.js", "text/javascript; charset=utf-8", include_str!("assets/sets.js")),
+    ("budget.js", "text/javascript; charset=utf-8", include_str!("assets/budget.js")),
     ("app.js", "text/javascript; charset=utf-8", include_str!("assets/app.js")),
     ("app.css", "text/css; charset=utf-8", include_str!("assets/app.css")),
     ("favicon.svg", "image/svg+xml", include_str!("assets/favicon.svg")),
@@ -94,10 +96,22 @@ fn html(status: StatusCode, body: String) -> Response {
 /// `GET /`: the page for a signed-in browser (with its CSRF token embedded), else a short
 /// page saying how to sign in.
 async fn index(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    match session_cookie(&headers).and_then(|id| state.sessions().get(&id)) {
-        Some(s) => html(StatusCode::OK, INDEX_HTML.replace(CSRF_PLACEHOLDER, &s.csrf_token)),
-        None => html(StatusCode::OK, SIGNED_OUT_HTML.replace(ADDRESS_PLACEHOLDER, &escape_html(&page_base(&headers)))),
-    }
+    let session = match session_cookie(&headers) {
+        Some(id) => state.sessions().get(&id).await,
+        None => None,
+    };
+    // The page's language (the switch's cookie, `ui.language`, Accept-Language), and a Vary
+    // so that a cache never serves one language for another.
+    let lang = i18n::choose(&headers, state.ui_language());
+    let mut r = match session {
+        Some(s) => html(StatusCode::OK, i18n::render(&INDEX_HTML.replace(CSRF_PLACEHOLDER, &s.csrf_token), lang)),
+        None => html(
+            StatusCode::OK,
+            i18n::render(&SIGNED_OUT_HTML.replace(ADDRESS_PLACEHOLDER, &escape_html(&page_base(&headers))), lang),
+        ),
+    };
+    r.headers_mut().insert(header::VARY, HeaderValue::from_static("Accept-Language, Cookie"));
+    r
 }
 
 /// The placeholder in `signed-out.html` replaced by the address this page was opened at.
@@ -136,8 +150,17 @@ async fn login(
         return html(StatusCode::OK, sign_in_link_page());
     }
     let code = query.ok().and_then(|Query(q)| q.code).unwrap_or_default();
-    let Some(session) = (!code.is_empty()).then(|| state.sessions().redeem(&code)).flatten() else {
-        return html(StatusCode::FORBIDDEN, forbidden_page());
+    let redeemed = if code.is_empty() { Ok(None) } else { state.sessions().redeem(&code).await };
+    let session = match redeemed {
+        Ok(Some(s)) => s,
+        Ok(None) => return html(StatusCode::FORBIDDEN, forbidden_page()),
+        Err(e) => {
+            tracing::error!(error = %e, "could not store a web session");
+            return html(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "tally could not store the sign-in; try `tally sign-in` again".into(),
+            );
+        }
     };
     // tally itself only serves plain HTTP, so the cookie cannot be `Secure` here; the flag
     // goes on as soon as the daemon answers over HTTPS.
@@ -158,7 +181,8 @@ async fn login(
 /// only when the page is served over HTTPS.
 pub fn session_cookie_header(id: &str, secure: bool) -> String {
     let secure = if secure { "; Secure" } else { "" };
-    format!("{SESSION_COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/{secure}")
+    let max_age = sessions::IDLE_LIFETIME.as_secs();
+    format!("{SESSION_COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={max_age}{secure}")
 }
 
 /// What a HEAD of the sign-in link gets (the body is never sent for HEAD; for any other
@@ -204,7 +228,7 @@ pub struct SessionJson {
 )]
 pub async fn session(State(state): State<AppState>, credential: Option<Extension<Credential>>) -> Response {
     match credential.map(|Extension(c)| c) {
-        Some(Credential::Session(id)) => match state.sessions().get(&id) {
+        Some(Credential::Session(id)) => match state.sessions().get(&id).await {
             Some(s) => Json(SessionJson { csrf_token: s.csrf_token }).into_response(),
             None => no_session().into_response(),
         },
@@ -257,4 +281,54 @@ pub async fn sign_in_url(
 pub struct SignInUrlJson {
     /// `http://<host>/login?code=…`; opening it once signs a browser in.
     pub url: String,
+}
+
+/// `POST /v1/session/sign-out` body.
+#[derive(Debug, Default, serde::Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SignOutBody {
+    /// End every browser session (`tally sign-out --all`), not only the calling one. A request
+    /// with the API token must say `true`: it has no session of its own.
+    #[serde(default)]
+    pub all: bool,
+}
+
+/// `POST /v1/session/sign-out` answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SignOutJson {
+    /// How many sessions ended.
+    pub ended: usize,
+}
+
+/// `POST /v1/session/sign-out`: end the calling browser's session, or with `"all": true`
+/// every session (each browser then needs a new sign-in link).
+#[utoipa::path(
+    post,
+    path = "/session/sign-out",
+    operation_id = "sign_out",
+    tag = "session",
+    request_body(content = Option<SignOutBody>, description = "Optional; `{\"all\": true}` ends every session."),
+    responses(
+        (status = 200, description = "The sessions ended.", body = SignOutJson),
+        (status = 422, description = "With the API token, only `{\"all\": true}` makes sense (`invalid_request`), \
+            or the body has the wrong shape.", body = ErrorBody),
+        crate::api::openapi::JsonRejected,
+        crate::api::openapi::StoreFailure,
+    )
+)]
+pub async fn sign_out(
+    State(state): State<AppState>,
+    credential: Option<Extension<Credential>>,
+    crate::api::OptionalJsonBody(body): crate::api::OptionalJsonBody<SignOutBody>,
+) -> Result<Response, ApiError> {
+    let ended = match (credential.map(|Extension(c)| c), body.all) {
+        (_, true) => state.sessions().end(None).await?,
+        (Some(Credential::Session(id)), false) => state.sessions().end(Some(&id)).await?,
+        _ => {
+            return Err(ApiError::invalid(
+                "a request with the API token has no session of its own: send {\"all\": true} to end every session",
+            ));
+        }
+    };
+    Ok(Json(SignOutJson { ended }).into_response())
 }

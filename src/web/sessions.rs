@@ -1,6 +1,13 @@
-//! Browser sessions for the web page, in memory only: one-time sign-in codes, and sessions
-//! (session id → CSRF token). Nothing here is written to disk, so a restart signs everyone
-//! out; `tally sign-in` prints a new URL.
+//! Browser sessions for the web page: one-time sign-in codes (in memory: a code is for the
+//! next few minutes, and the one printed at start-up is new at every start), and sessions
+//! (session id → CSRF token), kept in the database (`web_sessions`, the sha256 of the id,
+//! never the id itself) so that a restart of the daemon does not sign a browser out. A
+//! session ends after [`IDLE_LIFETIME`] without use, or with `tally sign-out --all`.
+//!
+//! Reads go through a small in-memory cache, re-checked against the database at most every
+//! [`RECHECK`] (so on PostgreSQL a session ended through another node ends here within that
+//! time), and a session's use is written at most every [`TOUCH_EVERY`]. Without a store
+//! ([`Sessions::new`], unit tests) sessions live in memory only.
 //!
 //! Codes and ids are 244 random bits from the OS (two v4 UUIDs), compared by exact match.
 
@@ -8,29 +15,54 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use sha2::{Digest, Sha256};
+
 use crate::api::auth::{constant_time_eq, new_token};
+use crate::clock::{Clock, SystemClock};
+use crate::domain::Millis;
+use crate::store::{Store, StoreError};
 
 /// How long a code made by `POST /v1/session/sign-in-url` stays usable. The code printed at
 /// start-up has no deadline (the user may open it hours later), but it is still one use.
 pub const CODE_LIFETIME: Duration = Duration::from_secs(15 * 60);
 
+/// A session not used for this long ends (its cookie's `Max-Age` too).
+pub const IDLE_LIFETIME: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// A cached session is checked against the database again after this long.
+const RECHECK: Duration = Duration::from_secs(30);
+/// A session's last use is written at most this often.
+const TOUCH_EVERY: Duration = Duration::from_secs(3600);
+
 /// At most this many unused codes are kept; making one more forgets the oldest.
 const MAX_CODES: usize = 64;
-/// At most this many sessions are kept; signing in once more ends the oldest.
+/// At most this many sessions are cached (and, without a store, kept); one more drops the
+/// oldest from the cache (a stored one is read again when used).
 const MAX_SESSIONS: usize = 256;
 
 /// One-time codes and sessions. Cheap to share behind an `Arc`.
 #[derive(Default)]
 pub struct Sessions {
     inner: Mutex<Inner>,
+    store: Option<Store>,
+}
+
+/// A cached session.
+#[derive(Debug, Clone)]
+struct Cached {
+    csrf: String,
+    /// When it was last read from (or written to) the database.
+    checked: Instant,
+    /// When its use was last written.
+    touched: Instant,
 }
 
 #[derive(Default)]
 struct Inner {
     /// Unused codes with their deadline (`None`: no deadline), oldest first.
     codes: VecDeque<(String, Option<Instant>)>,
-    /// Session id → CSRF token.
-    sessions: HashMap<String, String>,
+    /// Session id → its CSRF token and cache times.
+    sessions: HashMap<String, Cached>,
     /// Session ids, oldest first (for the cap).
     order: VecDeque<String>,
 }
@@ -44,10 +76,28 @@ pub struct Session {
     pub csrf_token: String,
 }
 
+/// What the database keeps of a session id.
+fn id_hash(id: &str) -> String {
+    Sha256::digest(id.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn now_ms() -> Millis {
+    SystemClock.now()
+}
+
+fn idle_ms() -> Millis {
+    IDLE_LIFETIME.as_millis() as Millis
+}
+
 impl Sessions {
-    /// An empty store.
+    /// An empty store, in memory only.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Sessions kept in `store`, so that they survive a restart.
+    pub fn stored(store: Store) -> Self {
+        Sessions { inner: Mutex::default(), store: Some(store) }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -68,29 +118,121 @@ impl Sessions {
         code
     }
 
-    /// Consume a code: a new session if the code is known, unused and not expired; `None`
-    /// otherwise. A code works once, whatever happens next.
-    pub fn redeem(&self, code: &str) -> Option<Session> {
+    /// Remember a session in the cache.
+    fn cache(&self, id: &str, csrf: &str) {
         let mut inner = self.lock();
-        let pos = inner.codes.iter().position(|(c, _)| constant_time_eq(c.as_bytes(), code.as_bytes()))?;
-        let (_, deadline) = inner.codes.remove(pos)?;
-        if deadline.is_some_and(|d| d <= Instant::now()) {
-            return None;
-        }
-        let session = Session { id: new_token(), csrf_token: new_token() };
         while inner.order.len() >= MAX_SESSIONS {
             if let Some(old) = inner.order.pop_front() {
                 inner.sessions.remove(&old);
             }
         }
-        inner.sessions.insert(session.id.clone(), session.csrf_token.clone());
-        inner.order.push_back(session.id.clone());
-        Some(session)
+        let now = Instant::now();
+        inner.sessions.insert(id.to_string(), Cached { csrf: csrf.to_string(), checked: now, touched: now });
+        inner.order.push_back(id.to_string());
     }
 
-    /// The session with this id, if it exists.
-    pub fn get(&self, id: &str) -> Option<Session> {
-        self.lock().sessions.get(id).map(|csrf| Session { id: id.to_string(), csrf_token: csrf.clone() })
+    fn forget(&self, id: &str) {
+        let mut inner = self.lock();
+        inner.sessions.remove(id);
+        inner.order.retain(|x| x != id);
+    }
+
+    /// Consume a code: a new session if the code is known, unused and not expired; `None`
+    /// otherwise. A code works once, whatever happens next. The session is stored before it
+    /// is handed out.
+    pub async fn redeem(&self, code: &str) -> Result<Option<Session>, StoreError> {
+        {
+            let mut inner = self.lock();
+            let Some(pos) = inner.codes.iter().position(|(c, _)| constant_time_eq(c.as_bytes(), code.as_bytes()))
+            else {
+                return Ok(None);
+            };
+            let Some((_, deadline)) = inner.codes.remove(pos) else { return Ok(None) };
+            if deadline.is_some_and(|d| d <= Instant::now()) {
+                return Ok(None);
+            }
+        }
+        let session = Session { id: new_token(), csrf_token: new_token() };
+        if let Some(store) = &self.store {
+            store.insert_session(id_hash(&session.id), session.csrf_token.clone(), now_ms()).await?;
+        }
+        self.cache(&session.id, &session.csrf_token);
+        Ok(Some(session))
+    }
+
+    /// The session with this id, if it exists and has not expired. A store error counts as
+    /// no session (the browser is asked to sign in again; nothing is lost).
+    pub async fn get(&self, id: &str) -> Option<Session> {
+        let cached = self.lock().sessions.get(id).cloned();
+        let Some(store) = &self.store else {
+            return cached.map(|c| Session { id: id.to_string(), csrf_token: c.csrf });
+        };
+        if let Some(c) = &cached
+            && c.checked.elapsed() < RECHECK
+        {
+            if c.touched.elapsed() >= TOUCH_EVERY {
+                self.touch(store, id).await;
+            }
+            return Some(Session { id: id.to_string(), csrf_token: c.csrf.clone() });
+        }
+        let found = match store.session(id_hash(id)).await {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read a web session; the browser is asked to sign in again");
+                return None;
+            }
+        };
+        match found {
+            Some(s) if s.last_used_at > now_ms() - idle_ms() => {
+                let touched = cached.map(|c| c.touched);
+                self.cache(id, &s.csrf);
+                if let Some(t) = touched
+                    && let Some(c) = self.lock().sessions.get_mut(id)
+                {
+                    c.touched = t;
+                }
+                if now_ms() - s.last_used_at >= TOUCH_EVERY.as_millis() as Millis {
+                    self.touch(store, id).await;
+                }
+                Some(Session { id: id.to_string(), csrf_token: s.csrf })
+            }
+            _ => {
+                self.forget(id);
+                None
+            }
+        }
+    }
+
+    /// Write a session's use (and drop expired ones); a failure is only logged.
+    async fn touch(&self, store: &Store, id: &str) {
+        let now = now_ms();
+        if let Err(e) = store.touch_session(id_hash(id), now, now - idle_ms()).await {
+            tracing::warn!(error = %e, "could not note a web session's use");
+            return;
+        }
+        if let Some(c) = self.lock().sessions.get_mut(id) {
+            c.touched = Instant::now();
+        }
+    }
+
+    /// End one session (`Some(id)`) or every session (`None`); how many ended.
+    pub async fn end(&self, id: Option<&str>) -> Result<usize, StoreError> {
+        let stored = match &self.store {
+            Some(store) => store.delete_sessions(id.map(id_hash)).await?,
+            None => 0,
+        };
+        let mut inner = self.lock();
+        let cached = match id {
+            Some(id) => {
+                inner.order.retain(|x| x != id);
+                usize::from(inner.sessions.remove(id).is_some())
+            }
+            None => {
+                inner.order.clear();
+                inner.sessions.drain().count()
+            }
+        };
+        Ok(if self.store.is_some() { stored } else { cached })
     }
 }
 
@@ -98,33 +240,53 @@ impl Sessions {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_code_works_once() {
+    #[tokio::test]
+    async fn a_code_works_once() {
         let s = Sessions::new();
         let code = s.new_code(None);
         assert!(code.len() >= 32);
-        let session = s.redeem(&code).expect("first use");
+        let session = s.redeem(&code).await.expect("redeem").expect("first use");
         assert_ne!(session.id, session.csrf_token);
-        assert_eq!(s.get(&session.id), Some(session));
-        assert!(s.redeem(&code).is_none(), "second use");
-        assert!(s.redeem("nope").is_none());
-        assert!(s.get("nope").is_none());
+        assert_eq!(s.get(&session.id).await, Some(session));
+        assert!(s.redeem(&code).await.expect("redeem").is_none(), "second use");
+        assert!(s.redeem("nope").await.expect("redeem").is_none());
+        assert!(s.get("nope").await.is_none());
     }
 
-    #[test]
-    fn an_expired_code_is_refused() {
+    #[tokio::test]
+    async fn an_expired_code_is_refused() {
         let s = Sessions::new();
         let code = s.new_code(Some(Duration::ZERO));
-        assert!(s.redeem(&code).is_none());
+        assert!(s.redeem(&code).await.expect("redeem").is_none());
     }
 
-    #[test]
-    fn old_sessions_are_dropped_at_the_cap() {
+    #[tokio::test]
+    async fn old_sessions_are_dropped_at_the_cap_and_ending_all_ends_them() {
         let s = Sessions::new();
-        let first = s.redeem(&s.new_code(None)).expect("session");
+        let first = s.redeem(&s.new_code(None)).await.expect("redeem").expect("session");
         for _ in 0..MAX_SESSIONS {
-            s.redeem(&s.new_code(None)).expect("session");
+            s.redeem(&s.new_code(None)).await.expect("redeem").expect("session");
         }
-        assert!(s.get(&first.id).is_none());
+        assert!(s.get(&first.id).await.is_none());
+        assert_eq!(s.end(None).await.expect("end"), MAX_SESSIONS);
+    }
+
+    #[tokio::test]
+    async fn a_stored_session_outlives_its_cache_and_ends_everywhere() {
+        let dir = std::env::temp_dir().join(format!("tally-sessions-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let store = Store::open(&dir.join("tally.db"), crate::config::Durability::Full).expect("store");
+        let a = Sessions::stored(store.clone());
+        let session = a.redeem(&a.new_code(None)).await.expect("redeem").expect("session");
+        // Another Sessions over the same database (a restarted daemon) knows it.
+        let b = Sessions::stored(store.clone());
+        assert_eq!(b.get(&session.id).await, Some(session.clone()));
+        let stored = store.session(id_hash(&session.id)).await.expect("read").expect("stored");
+        assert_eq!(stored.csrf, session.csrf_token);
+        assert!(store.session(session.id.clone()).await.expect("read").is_none(), "only the id's hash is stored");
+        assert_eq!(b.end(None).await.expect("end all"), 1);
+        assert!(Sessions::stored(store.clone()).get(&session.id).await.is_none());
+        let _ = store.close();
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

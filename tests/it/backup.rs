@@ -469,6 +469,7 @@ mod retention {
                     role: "scene".into(),
                     prompt: format!("{product} shot {i}"),
                     params: serde_json::json!({}),
+                    candidates: 1,
                 })
                 .collect();
             let set = NewSet {

@@ -75,7 +75,12 @@ async fn ten_concurrent_acknowledged_retries_of_one_failed_shot_make_one_task() 
         style: None,
         provider: "fake".into(),
         references: Vec::new(),
-        shots: vec![NewShot { role: "main".into(), prompt: "on white".into(), params: serde_json::json!({}) }],
+        shots: vec![NewShot {
+            role: "main".into(),
+            prompt: "on white".into(),
+            params: serde_json::json!({}),
+            candidates: 1,
+        }],
         idempotency_key: None,
     };
     let set_id = store.create_set(set, SystemClock.now()).await.expect("set").task_id().to_string();
@@ -213,7 +218,7 @@ async fn concurrent_calls_never_overshoot_a_budget() {
             Ok(CallingOutcome::Calling) => assert_eq!((t.attempts, t.charge.state), (1, Charge::Possible)),
             Ok(CallingOutcome::Held { due_at, reason }) => {
                 assert_eq!(*due_at, tomorrow, "it waits for the next day");
-                assert!(reason.contains("daily budget of $0.239999"), "{reason}");
+                assert!(reason.contains("Held: today's budget of $0.239999 is spent"), "{reason}");
                 assert_eq!((t.status, t.attempts, t.charge.state), (TaskStatus::Waiting, 0, Charge::None));
             }
             Err(e) => panic!("{e}"),

@@ -241,3 +241,15 @@ fn the_cli_panicked_when_its_output_pipe_closed() {
     assert!(!stderr.contains("panicked"), "tally panicked on a closed pipe: {stderr}");
     assert_ne!(out.status.code(), Some(101), "exit 101 is a panic: {stderr}");
 }
+
+#[test]
+fn an_unknown_id_says_where_the_ids_are() {
+    let d = Daemon::start(FAST_DEMO);
+    let out = d.cli(&["status", "no-such-job"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains("task not found; `tally list` shows the jobs' ids"), "{err}");
+    let out = d.cli(&["set", "status", "no-such-set"]);
+    let err = text(&out.stderr);
+    assert!(err.contains("set not found; `tally set list` shows the sets' ids"), "{err}");
+}

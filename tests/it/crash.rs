@@ -16,6 +16,8 @@ use std::time::Duration;
 
 use crate::common::{Daemon, EXE, Mock, providers, submit, wait_for};
 
+pub(crate) mod oldcopy;
+
 /// What a crash at `point` must end in for a provider `kind`, and how many charged ledger
 /// lines are allowed (DESIGN §6).
 fn expected(point: &str, kind: &str) -> (&'static str, usize, Option<&'static str>) {

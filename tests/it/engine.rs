@@ -18,8 +18,8 @@ use tally::metrics::Metrics;
 use tally::providers::fake::{Counts, Fake, Step};
 use tally::providers::{CallRequest, Capabilities, Image, Provider};
 use tally::store::{
-    CallingFacts, CancelOutcome, Claim, NewTask, ProviderSlots, ResolveOutcome, RetryAck, RetryOutcome, Store,
-    StoreError, SubmitOutcome, TaskView,
+    CallingFacts, CancelOutcome, Claim, NewTask, OwnerCharge, ProviderSlots, ResolveOutcome, RetryAck, RetryOutcome,
+    Store, StoreError, SubmitOutcome, TaskView,
 };
 
 const NONE: Capabilities = Capabilities { idempotent_create: false, lookup: false };
@@ -451,6 +451,7 @@ fn request(prompt: &str, key: &str) -> CallRequest {
         idempotency_key: key.into(),
         references: vec![],
         calling_at_ms: 0,
+        candidate: 0,
         deadline_ms: 0,
     }
 }
@@ -683,18 +684,21 @@ async fn operator_resolves_unknown_as_failed_or_with_an_image() {
     h.settle(&a).await;
     h.settle(&b).await;
     assert_eq!(
-        h.engine.resolve(&a, None, "provider dashboard shows an error").await.expect("resolve"),
+        h.engine.resolve(&a, None, OwnerCharge::Unknown, "provider dashboard shows an error").await.expect("resolve"),
         ResolveOutcome::Resolved
     );
     let img = Image { bytes: tally::render::placeholder_png("found", 8), media_type: "image/png".into() };
-    assert_eq!(h.engine.resolve(&b, Some(img), "found it").await.expect("resolve"), ResolveOutcome::Resolved);
+    assert_eq!(
+        h.engine.resolve(&b, Some(img), OwnerCharge::Unknown, "found it").await.expect("resolve"),
+        ResolveOutcome::Resolved
+    );
     let (ta, tb) = (h.task(&a).await, h.task(&b).await);
     assert_eq!((ta.status, ta.failure_kind.as_deref()), (TaskStatus::Failed, Some("operator")));
     assert_eq!(tb.status, TaskStatus::Succeeded);
     assert_artifact_verifies(&h, &tb).await;
     assert!(h.kinds(&a).await.contains(&"resolved".to_string()));
     let not_image = Image { bytes: b"hello".to_vec(), media_type: "image/png".into() };
-    assert!(h.engine.resolve(&a, Some(not_image), "").await.is_err());
+    assert!(h.engine.resolve(&a, Some(not_image), OwnerCharge::Unknown, "").await.is_err());
     assert_eq!(h.counts().received, 2);
 }
 

@@ -10,6 +10,8 @@
 mod api;
 mod backup;
 mod browser;
+mod budget;
+mod candidates;
 mod charges;
 mod cli;
 mod common;
@@ -45,6 +47,7 @@ mod soak;
 mod surface;
 mod tour;
 mod web;
+mod web_money;
 mod web_surface;
 
 /// The crash matrix and the soak need crash points compiled into the binary; say so loudly

@@ -185,7 +185,7 @@ fn the_spend_csv_lists_exactly_the_ledgers_charged_requests() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).expect("utf-8");
     let mut lines = text.lines();
-    assert_eq!(lines.next(), Some("time,task,provider,model,state,estimated_cost,currency"));
+    assert_eq!(lines.next(), Some("time,task,provider,model,state,estimated_cost,currency,recorded"));
     let rows: Vec<Vec<String>> = lines.map(|l| l.split(',').map(str::to_string).collect()).collect();
     assert_eq!(rows.len(), charged_lines.len(), "one CSV row per charged ledger line:\n{text}");
     // Match them one for one: each row's task asked the mock for one charged generation.

@@ -8,7 +8,8 @@
 //! it again on what the "disk" kept.
 //!
 //! With `durability = "full"` it asserts: no answered task is lost, no prompt is charged twice
-//! (mock ledger), no settled outcome a client saw changes, no task's final state contradicts
+//! (mock ledger), no restart holds a job as if the database were an older copy, no settled
+//! outcome a client saw changes, no task's final state contradicts
 //! the ledger, and `tally check` is clean. A `durability = "normal"` control run must lose
 //! something, proving that the harness really drops unsynced data.
 //!
@@ -169,6 +170,10 @@ struct Report {
     /// Restarts the daemon refused (a database it would not serve).
     refused_starts: usize,
     check_clean: bool,
+    /// Jobs held after a restart because the database looked older than its data directory
+    /// had seen (`store::lineage`): never with `durability = "full"`, where a power cut cannot
+    /// take back a commit the sidecar noted.
+    held: u64,
 }
 
 const SETTLED: &[&str] = &["succeeded", "failed", "unknown", "canceled"];
@@ -315,6 +320,7 @@ fn run(durability: &str, cuts: usize, bin: &Path) -> Report {
             report.refused_starts += 1;
             break 'cuts;
         }
+        report.held += d.call("GET", "/v1/held", None).json()["total"].as_u64().unwrap_or(0);
         // Nothing answered is gone, nothing settled has changed.
         for (prompt, t) in tasks.iter_mut() {
             let Some(id) = &t.id else { continue };
@@ -396,7 +402,7 @@ fn run(durability: &str, cuts: usize, bin: &Path) -> Report {
         }
     }
     println!(
-        "powerloss {durability}: cuts={} answered={} lost={} changed={} duplicate_charges={} contradictions={} refused_starts={} check_clean={}",
+        "powerloss {durability}: cuts={} answered={} lost={} changed={} duplicate_charges={} contradictions={} refused_starts={} check_clean={} held={}",
         report.cuts,
         report.answered,
         report.lost,
@@ -404,7 +410,8 @@ fn run(durability: &str, cuts: usize, bin: &Path) -> Report {
         report.duplicate_charges,
         report.contradictions.len(),
         report.refused_starts,
-        report.check_clean
+        report.check_clean,
+        report.held
     );
     report
 }
@@ -418,6 +425,7 @@ fn power_loss_with_full_durability_loses_and_double_charges_nothing() {
     assert_eq!(r.refused_starts, 0, "a restart refused the database a power cut left");
     assert_eq!(r.lost, 0, "answered tasks were lost");
     assert_eq!(r.changed, 0, "settled outcomes changed");
+    assert_eq!(r.held, 0, "a power cut with durability = full made the database look like an older copy");
     assert!(r.contradictions.is_empty(), "states the ledger contradicts: {:#?}", r.contradictions);
     assert_eq!(r.duplicate_charges, 0, "a prompt was charged twice");
     assert!(r.contradictions.is_empty(), "states the ledger contradicts: {:#?}", r.contradictions);

@@ -118,6 +118,7 @@ pub fn request(prompt: &str) -> CallRequest {
         idempotency_key: format!("exec-{}", uuid::Uuid::new_v4()),
         references: Vec::new(),
         calling_at_ms: now_ms(),
+        candidate: 0,
         // Result downloads inside `submit` are retried until here (a blip is not final).
         deadline_ms: now_ms() + 20_000,
     }

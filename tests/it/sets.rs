@@ -106,7 +106,12 @@ fn shots(tag: &str, roles: &[&str]) -> Vec<NewShot> {
     roles
         .iter()
         .enumerate()
-        .map(|(i, r)| NewShot { role: r.to_string(), prompt: format!("{r} {i} {tag}"), params: serde_json::json!({}) })
+        .map(|(i, r)| NewShot {
+            role: r.to_string(),
+            prompt: format!("{r} {i} {tag}"),
+            params: serde_json::json!({}),
+            candidates: 1,
+        })
         .collect()
 }
 

@@ -5,6 +5,12 @@
 //! idempotency key. At the end every task the client saw accepted must be settled (terminal
 //! or `unknown`), and the mock's ledger must show no prompt charged twice.
 //!
+//! On SQLite the soak also copies the database twice while it runs — `tally.db` by hand
+//! (without its `-wal`) and with `tally backup` — and, once the daemon settled everything, serves
+//! each copy in a new data directory against the same mock (the backup through `tally
+//! restore`): the ledger must still show no prompt charged twice, and every job the copies hold
+//! must say why (`crash::oldcopy::serve_older_copy`).
+//!
 //! Runs on SQLite (`chaos_soak`) and with the daemon's data on PostgreSQL
 //! (`chaos_soak_postgres`). Bounded for CI; `TALLY_SOAK_TASKS=2000 TALLY_SOAK_SECS=600` runs a
 //! long one.
@@ -91,6 +97,10 @@ fn soak(tasks: usize, budget: Duration, postgres: bool) {
     let started = Instant::now();
     let mut next_kill = Instant::now() + Duration::from_millis(500 + rng.below(1500));
     let mut submitted = 0;
+    // Older copies taken mid-soak (SQLite): a hand copy of tally.db alone, and a `tally backup`.
+    let copies = crate::common::TempDir::new();
+    let (hand_copy, backup) = (copies.path().join("hand-copy.db"), copies.path().join("backup.db"));
+    let mut copied = false;
     while submitted < tasks && started.elapsed() < budget {
         // Change the provider's mood now and then.
         if rng.below(10) == 0 {
@@ -133,6 +143,15 @@ fn soak(tasks: usize, budget: Duration, postgres: bool) {
             }
             next_kill = Instant::now() + Duration::from_millis(300 + rng.below(1000));
         }
+        if !postgres && !copied && submitted >= tasks / 3 {
+            // What SQLite's automatic checkpoint does, so the main file holds queued work; then
+            // the two copies, while the daemon works on.
+            crate::crash::oldcopy::checkpoint(&d.data.join("tally.db"));
+            std::fs::copy(d.data.join("tally.db"), &hand_copy).expect("copy tally.db by hand");
+            let b = d.cli(&["backup", backup.to_str().expect("utf-8")]);
+            assert!(b.status.success(), "tally backup: {}", String::from_utf8_lossy(&b.stderr));
+            copied = true;
+        }
         std::thread::sleep(Duration::from_millis(rng.below(40)));
     }
 
@@ -174,6 +193,22 @@ fn soak(tasks: usize, budget: Duration, postgres: bool) {
             }
         }
     }
+    let status = d.term();
+    let mut older = Vec::new();
+    if copied {
+        let fresh = || {
+            let mut c = Daemon::configure_with(engine, &providers(&mock));
+            c.env.push(("TALLY_TEST_KEY".into(), "sk-test-soak".into()));
+            c
+        };
+        older.push(crate::crash::oldcopy::serve_older_copy(fresh(), |c| {
+            std::fs::copy(&hand_copy, c.data.join("tally.db")).expect("put the hand copy in place");
+        }));
+        older.push(crate::crash::oldcopy::serve_older_copy(fresh(), |c| {
+            let r = c.cli(&["restore", backup.to_str().expect("utf-8")]);
+            assert!(r.status.success(), "tally restore: {}", String::from_utf8_lossy(&r.stderr));
+        }));
+    }
     std::thread::sleep(Duration::from_millis(300));
     let mut charged: HashMap<String, usize> = HashMap::new();
     let mut idem_replays = 0;
@@ -188,7 +223,6 @@ fn soak(tasks: usize, budget: Duration, postgres: bool) {
         }
     }
     let duplicate_charges: usize = charged.values().map(|n| n.saturating_sub(1)).sum();
-    let status = d.term();
     let check = std::process::Command::new(crate::common::EXE)
         .args(["check", "--config"])
         .arg(&d.config)
@@ -199,6 +233,8 @@ fn soak(tasks: usize, budget: Duration, postgres: bool) {
         accepted.len()
     );
     eprintln!("soak: create requests the mock did not charge (idempotent replays, refusals): {idem_replays}");
+    eprintln!("soak: older copies served (jobs, held): hand copy and restored backup {older:?}");
+    assert!(postgres || older.len() == 2, "the SQLite soak served both older copies");
     assert!(pauses > 0, "the soak never froze the daemon");
     assert!(kills > 1, "the soak never killed the daemon mid-flight");
     assert_eq!(lost, 0, "tasks were lost");

@@ -463,3 +463,33 @@ fn the_page_in_a_real_browser() {
         b.close().await;
     });
 }
+
+#[test]
+fn a_session_survives_a_restart_until_sign_out_all() {
+    let mut d = Daemon::start(FAST_DEMO);
+    let cookie = sign_in(&d, &printed_sign_in_url(&d));
+    let r = with_cookie(&d, "GET", "/v1/session", &cookie, None, None);
+    assert_eq!(r.status, 200);
+    let csrf = r.json()["csrf_token"].as_str().expect("csrf").to_string();
+    d.term();
+    d.spawn();
+    let r = with_cookie(&d, "GET", "/v1/session", &cookie, None, None);
+    assert_eq!(r.status, 200, "the session outlives the restart: {}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json()["csrf_token"], csrf.as_str(), "with the same CSRF token");
+    let page = with_cookie(&d, "GET", "/", &cookie, None, None);
+    assert!(String::from_utf8_lossy(&page.body).contains(&csrf), "the page is served signed in");
+    // The cookie lasts as long as the session may (30 days without use), not one browser run.
+    let set = request(d.port, "GET", &path_of(&d, &new_sign_in_url(&d)), &[], None);
+    assert!(set.header("set-cookie").is_some_and(|c| c.contains("Max-Age=2592000")), "{:?}", set.header("set-cookie"));
+
+    // A browser session ends only its own without "all"; the token must say "all".
+    let r = d.call("POST", "/v1/session/sign-out", Some(&json!({})));
+    assert_eq!(r.status, 422);
+    let out = d.cli(&["sign-out", "--all"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r = with_cookie(&d, "GET", "/v1/tasks", &cookie, None, None);
+    assert_eq!(r.status, 401, "signed out everywhere");
+    d.term();
+    d.spawn();
+    assert_eq!(with_cookie(&d, "GET", "/v1/tasks", &cookie, None, None).status, 401, "and it stays so");
+}

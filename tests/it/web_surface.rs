@@ -2,7 +2,8 @@
 //! the page (two reference photos, one by the file picker and one dropped, three shots in plain
 //! words), thumbnails in the lists, the reference photos on the set page, "Download all" as a
 //! zip holding every image under its recognisable name, keyboard focus kept while a row updates
-//! live, the "sign in again" panel after a restart, and axe-core clean on every view.
+//! live, staying signed in across a restart, the "sign in again" panel after `tally sign-out
+//! --all`, and axe-core clean on every view.
 //!
 //! With `TALLY_SCREENSHOTS_DIR` set (`scripts/screenshots.sh` does), the main views are also
 //! saved there at desktop (1280×800) and phone (390×844) width.
@@ -230,6 +231,11 @@ fn a_shop_owner_makes_a_set_in_the_page_and_downloads_every_image() {
         b.assert_accessible("a finished job").await;
         shoot(&b, "job", "document.getElementById('task-image')?.complete").await;
         b.click("#generate-another").await;
+        // It asks first, naming the price (the demo is free).
+        b.until("the confirmation", 5, "document.getElementById('confirm-dialog').open").await;
+        let ask = b.js("document.getElementById('confirm-dialog').innerText").await;
+        assert!(ask.as_str().unwrap_or("").contains("free"), "{ask}");
+        b.click("#confirm-yes").await;
         let again = b.until("another job", 10, &format!("location.hash.startsWith('#/tasks/') && !location.hash.endsWith('{slow_id}') && location.hash")).await;
         let again_id = again.as_str().unwrap().trim_start_matches("#/tasks/").to_string();
         let again = d.call("GET", &format!("/v1/tasks/{again_id}"), None).json();
@@ -255,7 +261,7 @@ fn a_shop_owner_makes_a_set_in_the_page_and_downloads_every_image() {
 }
 
 #[test]
-fn after_a_restart_the_page_says_sign_in_again_and_the_indicator_recovers() {
+fn a_restart_keeps_the_browser_signed_in_and_sign_out_all_ends_it() {
     let mut d = Daemon::start("[[providers]]\nname = \"demo\"\nkind = \"demo\"\ndelay_ms = 20\n");
     let url = printed_sign_in_url(&d);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
@@ -265,11 +271,25 @@ fn after_a_restart_the_page_says_sign_in_again_and_the_indicator_recovers() {
         b.until("the jobs page, live", 15, "document.getElementById('prompt') !== null && \
             document.getElementById('live').textContent === 'live'").await;
         b.c().find(Locator::Css("#prompt")).await.unwrap().send_keys("kept while tally restarts").await.unwrap();
+        let cookie = b.c().get_named_cookie("tally_session").await.expect("session cookie");
+        assert!(cookie.max_age().is_some() || cookie.expires().is_some(), "a cookie that outlives the browser window");
 
         let status = d.term();
         assert_eq!(status.code(), Some(0));
         b.until("reconnecting", 15, "document.getElementById('live').textContent === 'reconnecting…'").await;
         d.spawn();
+        // Back without signing in again: the session was kept in the database.
+        b.until("live again", 30, "document.getElementById('live').textContent === 'live'").await;
+        assert_eq!(b.js("document.getElementById('signed-out') === null").await, true, "still signed in");
+        assert_eq!(b.js("document.getElementById('prompt').value").await, "kept while tally restarts");
+        b.js("(location.hash = '#/spend')").await;
+        b.until("the spend view", 10, "document.getElementById('spend-table') !== null").await;
+
+        // `tally sign-out --all` ends it: the next request shows the sign-in-again panel.
+        let out = d.cli(&["sign-out", "--all"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("signed out 1 browser session"), "{out:?}");
+        b.js("(location.hash = '#/sets')").await;
         b.until("the sign-in-again panel", 30, "document.getElementById('signed-out') !== null").await;
         assert_eq!(b.js("document.querySelector('h1').innerText").await, "Sign in again");
         let panel = b.js("document.getElementById('signed-out').innerText").await;

@@ -376,7 +376,7 @@ fn claim_picked(
         let mut stmt = c.prepare_cached(
             "SELECT e.id, e.task_id, e.provider, e.send_count, e.lane, t.prompt, t.params, t.cancel_requested, t.created_at,
                     t.set_id, x.token, x.phase, x.provider_job_id, x.provider_handle, x.idempotency_key, x.calling_at,
-                    x.attempt
+                    x.attempt, t.candidate
              FROM envelopes e JOIN tasks t ON t.id = e.task_id
                   JOIN executions x ON x.task_id = e.task_id AND x.status = 'running'
              WHERE e.id IN (SELECT value FROM json_each(?1)) AND e.lease_token = ?2",
@@ -409,6 +409,7 @@ fn claim_picked(
                 provider,
                 prompt,
                 params: serde_json::from_str(&params_text).unwrap_or(Value::Null),
+                candidate: r.get(17)?,
                 attempt: r.get(16)?,
                 phase,
                 job_id: r.get(12)?,

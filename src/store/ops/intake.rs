@@ -14,14 +14,14 @@ pub(in crate::store) fn submit(c: &Connection, t: &NewTask, now: Millis) -> Resu
         return Ok(seen);
     }
     let id = new_id();
-    let (set_id, position, role) = match &t.shot {
-        Some(s) => (Some(s.set_id.as_str()), Some(s.position), Some(s.role.as_str())),
-        None => (None, None, None),
+    let (set_id, position, role, candidate) = match &t.shot {
+        Some(s) => (Some(s.set_id.as_str()), Some(s.position), Some(s.role.as_str()), s.candidate),
+        None => (None, None, None, 0),
     };
     c.prepare_cached(
         "INSERT INTO tasks (id, idempotency_key, request_hash, provider, prompt, params, status, retry_of,
-                            set_id, set_position, shot_role, created_at, updated_at, retry_key, group_key)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'queued', ?7, ?8, ?9, ?10, ?11, ?11, ?12, ?13)",
+                            set_id, set_position, shot_role, created_at, updated_at, retry_key, group_key, candidate)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'queued', ?7, ?8, ?9, ?10, ?11, ?11, ?12, ?13, ?14)",
     )?
     .execute(params![
         id,
@@ -36,7 +36,8 @@ pub(in crate::store) fn submit(c: &Connection, t: &NewTask, now: Millis) -> Resu
         role,
         now,
         t.retry_key,
-        t.group
+        t.group,
+        candidate
     ])?;
     // A shot waits (due_at NULL) while another shot of its set is scheduled: one at a time.
     let due = match set_id {
@@ -58,6 +59,9 @@ pub(in crate::store) fn submit(c: &Connection, t: &NewTask, now: Millis) -> Resu
     };
     if let Some(s) = &t.shot {
         msg.push_str(&format!(" as shot {} ({}) of set {}", s.position + 1, s.role, s.set_id));
+        if s.candidate > 0 {
+            msg.push_str(&format!(", its candidate {}", s.candidate + 1));
+        }
         if due.is_none() {
             msg.push_str("; it waits until the set's current shot is settled");
         }

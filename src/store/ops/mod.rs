@@ -52,6 +52,8 @@ pub struct ShotRef {
     pub set_id: String,
     pub position: i64,
     pub role: String,
+    /// Which candidate of the shot this task is (0 for the first).
+    pub candidate: i64,
 }
 
 impl NewTask {
@@ -168,6 +170,8 @@ pub struct Claim {
     pub provider: String,
     pub prompt: String,
     pub params: Value,
+    /// Which candidate of its shot the task is (0 for a task of its own).
+    pub candidate: i64,
     pub attempt: i64,
     pub phase: Phase,
     pub job_id: Option<String>,
@@ -338,6 +342,56 @@ pub enum Resolution {
     Succeeded(NewArtifact),
     /// Confirmed that it failed.
     Failed,
+}
+
+/// What the owner found about the charge when resolving an `unknown` task by hand (in the
+/// provider's dashboard or invoice): it replaces the `possible` the evidence left, and the
+/// request is marked as recorded by hand (`executions.charge_recorded_at`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OwnerCharge {
+    /// Not known (the default): the evidence's charge stays.
+    #[default]
+    Unknown,
+    /// The dashboard shows a charge.
+    Charged,
+    /// The dashboard shows no charge.
+    NotCharged,
+}
+
+impl OwnerCharge {
+    /// `charged`, `not_charged` or `unknown`.
+    pub fn parse(s: &str) -> Option<OwnerCharge> {
+        match s {
+            "charged" => Some(OwnerCharge::Charged),
+            "not_charged" => Some(OwnerCharge::NotCharged),
+            "unknown" => Some(OwnerCharge::Unknown),
+            _ => None,
+        }
+    }
+
+    /// The charge the owner's record gives the task's unproven requests, if any.
+    pub fn recorded(self) -> Option<Charge> {
+        match self {
+            OwnerCharge::Unknown => None,
+            OwnerCharge::Charged => Some(Charge::Charged),
+            OwnerCharge::NotCharged => Some(Charge::None),
+        }
+    }
+
+    /// The history's words about money after a resolution (`succeeded`: an image was found).
+    pub fn words(self, succeeded: bool) -> &'static str {
+        match (self, succeeded) {
+            (OwnerCharge::Charged, _) => " — you recorded that the provider's dashboard shows a charge",
+            (OwnerCharge::NotCharged, _) => {
+                " — you recorded that the provider's dashboard shows no charge, so it no longer counts as possibly \
+                 charged"
+            }
+            (OwnerCharge::Unknown, true) => "",
+            (OwnerCharge::Unknown, false) => {
+                " — the request still counts as possibly charged, since nothing proves the provider did not bill it"
+            }
+        }
+    }
 }
 
 /// The result of an operator resolution.

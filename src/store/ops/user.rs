@@ -75,11 +75,11 @@ pub(in crate::store) fn retry(
     if let Some(s) = &shot {
         let live: Option<(String, String)> = c
             .prepare_cached(
-                "SELECT id, status FROM tasks WHERE set_id = ?1 AND set_position = ?2 AND id <> ?3
+                "SELECT id, status FROM tasks WHERE set_id = ?1 AND set_position = ?2 AND candidate = ?4 AND id <> ?3
                    AND status IN ('queued', 'waiting', 'running')
                  ORDER BY id DESC LIMIT 1",
             )?
-            .query_row(params![s.set_id, s.position, task], |r| Ok((r.get(0)?, r.get(1)?)))
+            .query_row(params![s.set_id, s.position, task, s.candidate], |r| Ok((r.get(0)?, r.get(1)?)))
             .optional()?;
         if let Some((id, st)) = live {
             return Ok(RetryOutcome::RetryInProgress {
@@ -139,6 +139,7 @@ pub(in crate::store) fn resolve(
     c: &Connection,
     task: &str,
     r: &Resolution,
+    owner: OwnerCharge,
     note: &str,
     now: Millis,
 ) -> Result<ResolveOutcome, StoreError> {
@@ -167,7 +168,11 @@ pub(in crate::store) fn resolve(
                 now,
                 Actor::Operator,
                 "resolved",
-                &with_money(&format!("resolved as succeeded with an image{note_text}"), &words),
+                &format!(
+                    "{}{}",
+                    with_money(&format!("resolved as succeeded with an image{note_text}"), &words),
+                    owner.words(true)
+                ),
                 Some(&exec),
             )?;
         }
@@ -176,14 +181,20 @@ pub(in crate::store) fn resolve(
                 .execute(params![exec, now])?;
             let why = format!("an operator confirmed it failed{note_text}");
             set_task(c, task, TaskStatus::Failed, Some(&why), Some(FailureKind::Operator), now)?;
-            // "It failed" is the operator's word about the image, not about the bill: the
-            // request left and nothing proves it was free, so its charge stays `possible`.
-            let line = format!(
-                "resolved as failed{note_text} — the request still counts as possibly charged, since nothing proves \
-                 the provider did not bill it"
-            );
+            // "It failed" is the operator's word about the image, not about the bill: unless
+            // the owner also records what the dashboard shows, the charge stays `possible`.
+            let line = format!("resolved as failed{note_text}{}", owner.words(false));
             event(c, task, now, Actor::Operator, "resolved", &line, Some(&exec))?;
         }
+    }
+    // The owner's record of the charge: the task's unproven requests (and the one resolved)
+    // take it, marked as recorded by hand.
+    if let Some(charge) = owner.recorded() {
+        c.prepare_cached(
+            "UPDATE executions SET charge = ?3, charge_recorded_at = ?4
+             WHERE task_id = ?1 AND billable = 1 AND calling_at IS NOT NULL AND (charge = 'possible' OR token = ?2)",
+        )?
+        .execute(params![task, exec, charge.as_str(), now])?;
     }
     Ok(ResolveOutcome::Resolved)
 }
@@ -210,6 +221,7 @@ impl SqliteStore {
         &self,
         task: String,
         r: Resolution,
+        owner: OwnerCharge,
         note: String,
         now: Millis,
     ) -> Result<ResolveOutcome, StoreError> {
@@ -217,6 +229,6 @@ impl SqliteStore {
             Resolution::Succeeded(a) => a.image.len() as usize,
             Resolution::Failed => 0,
         };
-        self.write_images(bytes, move |c| resolve(c, &task, &r, &note, now)).await
+        self.write_images(bytes, move |c| resolve(c, &task, &r, owner, &note, now)).await
     }
 }

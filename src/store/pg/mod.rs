@@ -28,12 +28,15 @@
 //!   are pure database functions, so running one again is safe).
 
 mod check;
+mod choice;
 mod conn;
+mod held;
 mod node;
 mod ops;
 mod prune;
 mod read;
 mod sets;
+mod settings;
 pub mod spend;
 mod timeouts;
 mod watch;
@@ -60,7 +63,7 @@ const SCHEMA: &str = include_str!("../../../schema-pg.sql");
 
 /// The PostgreSQL schema version this build writes (independent of SQLite's
 /// `SCHEMA_VERSION`). Older databases are migrated by [`MIGRATIONS`]; newer ones refused.
-pub const PG_SCHEMA_VERSION: i32 = 3;
+pub const PG_SCHEMA_VERSION: i32 = 6;
 
 /// Migrations from version `n` to `n + 1`, indexed by `n - 1`. Each runs in the transaction
 /// that records the new version, under the migration lock, and only while no other node of
@@ -107,6 +110,30 @@ const MIGRATIONS: &[&str] = &[
         fifo boolean NOT NULL DEFAULT false, configured boolean NOT NULL DEFAULT true,
         paused_until bigint, recovery_limit bigint,
         fresh_pass bigint NOT NULL DEFAULT 0, recovery_pass bigint NOT NULL DEFAULT 0);",
+    // 3 → 4: held envelopes (as SQLite's 6 → 7; `store::held`). PostgreSQL has no lineage:
+    // it is not copied as a file, so only the hold and its release exist here.
+    "ALTER TABLE envelopes ADD COLUMN held_at bigint;
+     ALTER TABLE envelopes ADD COLUMN held_reason text;
+     CREATE INDEX envelopes_held ON envelopes(held_at) WHERE status = 'pending' AND held_at IS NOT NULL;",
+    // 4 → 5: candidates per shot, the owner's choice, a set's timeline (as SQLite's 7 → 8).
+    "ALTER TABLE tasks ADD COLUMN candidate bigint NOT NULL DEFAULT 0 CHECK (candidate >= 0);
+     CREATE TABLE set_choices (
+        set_id text COLLATE \"C\" NOT NULL REFERENCES sets(id), position bigint NOT NULL,
+        artifact_id text COLLATE \"C\" NOT NULL REFERENCES artifacts(id), chosen_at bigint NOT NULL,
+        PRIMARY KEY (set_id, position));
+     CREATE TABLE set_events (
+        id bigserial PRIMARY KEY, set_id text COLLATE \"C\" NOT NULL REFERENCES sets(id), at bigint NOT NULL,
+        kind text NOT NULL, message text NOT NULL);
+     CREATE INDEX set_events_by_set ON set_events(set_id, id);",
+    // 5 → 6: the owner's record of a charge, budgets set from the page or CLI, and web
+    // sessions that survive a restart (as SQLite's 8 → 9).
+    "ALTER TABLE executions ADD COLUMN charge_recorded_at bigint;
+     CREATE INDEX executions_recorded ON executions(calling_at) WHERE charge_recorded_at IS NOT NULL;
+     CREATE TABLE budget_setting (
+        id integer PRIMARY KEY CHECK (id = 1), limits text NOT NULL, set_at bigint NOT NULL);
+     CREATE TABLE web_sessions (
+        id_hash text COLLATE \"C\" PRIMARY KEY, csrf text NOT NULL, created_at bigint NOT NULL,
+        last_used_at bigint NOT NULL);",
 ];
 
 /// The advisory-lock class of tally's locks ("taly"): the first key of the two-key form, so

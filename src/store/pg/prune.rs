@@ -179,6 +179,8 @@ fn delete_set(tx: &mut Tx<'_, '_>, set: &str, cutoff: Millis) -> Result<PruneRep
         .collect();
     // Retries inside the set point at shots of the same set: unlink them first.
     tx.exec("UPDATE tasks SET retry_of = NULL WHERE set_id = $1 AND retry_of IS NOT NULL", &[&set])?;
+    // A choice names an artifact of the set: it goes before the artifacts do.
+    tx.exec("DELETE FROM set_choices WHERE set_id = $1", &[&set])?;
     for id in &ids {
         let (images, bytes) = delete_task(tx, id)?;
         r.tasks += 1;
@@ -186,6 +188,7 @@ fn delete_set(tx: &mut Tx<'_, '_>, set: &str, cutoff: Millis) -> Result<PruneRep
         r.image_bytes += bytes;
     }
     tx.exec("DELETE FROM set_references WHERE set_id = $1", &[&set])?;
+    tx.exec("DELETE FROM set_events WHERE set_id = $1", &[&set])?;
     tx.exec("DELETE FROM sets WHERE id = $1", &[&set])?;
     r.sets += 1;
     Ok(r)

@@ -32,7 +32,9 @@ fn task_row(r: &Row) -> TaskView {
         shot_role: r.get(16),
         artifacts: Vec::new(),
         group: r.get(17),
+        candidate: r.get(18),
         waiting_for: None,
+        held: None,
     }
 }
 
@@ -64,9 +66,12 @@ fn with_artifacts(tx: &mut Tx<'_, '_>, mut t: TaskView) -> Result<TaskView, Stor
 /// A task's charge, from its executions (as `store::read::charge_of`).
 pub(super) fn charge_of(tx: &mut Tx<'_, '_>, task: &str) -> Result<crate::store::ChargeSummary, StoreError> {
     let rows = tx
-        .rows("SELECT charge, cost_micros, currency FROM executions WHERE task_id = $1", &[&task])?
+        .rows(
+            "SELECT charge, cost_micros, currency, charge_recorded_at IS NOT NULL FROM executions WHERE task_id = $1",
+            &[&task],
+        )?
         .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
         .collect();
     crate::store::read::summarize_charges(rows)
 }
@@ -76,7 +81,7 @@ pub(super) fn get_task(tx: &mut Tx<'_, '_>, id: &str) -> Result<Option<TaskView>
     let t = tx
         .opt(
             "SELECT id, status, reason, failure_kind, attempts, may_have_charged, cancel_requested, provider,
-                    prompt, params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role, group_key
+                    prompt, params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role, group_key, candidate
              FROM tasks WHERE id = $1",
             &[&id],
         )?
@@ -87,6 +92,12 @@ pub(super) fn get_task(tx: &mut Tx<'_, '_>, id: &str) -> Result<Option<TaskView>
 /// A queued or waiting task's reason says why it waits (as `store::read::with_wait`).
 fn with_wait(tx: &mut Tx<'_, '_>, mut t: TaskView) -> Result<TaskView, StoreError> {
     if !matches!(t.status, TaskStatus::Queued | TaskStatus::Waiting) {
+        return Ok(t);
+    }
+    if let Some(h) = super::held::held_of(tx, &t.id)? {
+        t.reason = Some(h.reason.clone());
+        t.waiting_for = Some(h.reason.clone());
+        t.held = Some(h);
         return Ok(t);
     }
     static SQL: std::sync::LazyLock<String> =
@@ -122,17 +133,21 @@ fn list_tasks(
     limit: usize,
 ) -> Result<Vec<TaskView>, StoreError> {
     let before = before.unwrap_or("\u{10ffff}");
-    if filter.needs_attention && filter.status.is_some_and(|s| s != TaskStatus::Unknown) {
+    if filter.needs_attention && filter.status.is_some_and(|s| !matches!(s, TaskStatus::Unknown | TaskStatus::Waiting))
+    {
         return Ok(Vec::new());
     }
-    let status = if filter.needs_attention { Some(TaskStatus::Unknown) } else { filter.status };
+    let status = filter.status;
     // One statement for every filter: an absent filter is a NULL that matches everything.
     let rows = tx.rows(
         "SELECT id, status, reason, failure_kind, attempts, may_have_charged, cancel_requested, provider,
-                prompt, params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role, group_key
+                prompt, params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role, group_key, candidate
          FROM tasks WHERE id < $1
            AND ($3::text IS NULL OR status = $3)
-           AND (NOT $4 OR NOT EXISTS (SELECT 1 FROM tasks r WHERE r.retry_of = tasks.id))
+           AND (NOT $4 OR id IN (SELECT u.id FROM tasks u WHERE u.status = 'unknown'
+                                   AND NOT EXISTS (SELECT 1 FROM tasks r WHERE r.retry_of = u.id)
+                                 UNION ALL
+                                 SELECT h.task_id FROM envelopes h WHERE h.status = 'pending' AND h.held_at IS NOT NULL))
            AND ($5::text IS NULL OR strpos(lower(prompt), lower($5)) > 0
                 OR set_id IN (SELECT id FROM sets WHERE strpos(lower(product), lower($5)) > 0))
          ORDER BY id DESC LIMIT $2",

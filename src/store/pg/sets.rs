@@ -28,10 +28,15 @@ pub(super) fn set_has_live_shot(tx: &mut Tx<'_, '_>, set: &str) -> Result<bool, 
 
 /// The set position of a task, for a retry that takes its place.
 pub(super) fn shot_of(tx: &mut Tx<'_, '_>, task: &str) -> Result<Option<ShotRef>, StoreError> {
-    let row = tx.opt("SELECT set_id, set_position, shot_role FROM tasks WHERE id = $1", &[&task])?;
+    let row = tx.opt("SELECT set_id, set_position, shot_role, candidate FROM tasks WHERE id = $1", &[&task])?;
     Ok(row.and_then(|r| {
         let (set_id, position, role): (Option<String>, Option<i64>, Option<String>) = (r.get(0), r.get(1), r.get(2));
-        Some(ShotRef { set_id: set_id?, position: position?, role: role.unwrap_or_else(|| "scene".into()) })
+        Some(ShotRef {
+            set_id: set_id?,
+            position: position?,
+            role: role.unwrap_or_else(|| "scene".into()),
+            candidate: r.get(3),
+        })
     }))
 }
 
@@ -47,7 +52,7 @@ pub(super) fn schedule_next_shot(tx: &mut Tx<'_, '_>, task: &str, now: Millis) -
     let next: Option<String> = tx
         .opt(
             "SELECT t.id FROM tasks t JOIN envelopes e ON e.task_id = t.id
-             WHERE t.set_id = $1 AND e.status = 'pending' AND e.due_at IS NULL
+             WHERE t.set_id = $1 AND e.status = 'pending' AND e.due_at IS NULL AND e.held_at IS NULL
              ORDER BY t.set_position, t.id LIMIT 1",
             &[&set],
         )?
@@ -172,15 +177,23 @@ fn create_set(tx: &mut Tx<'_, '_>, s: &NewSet, now: Millis) -> Result<SubmitOutc
         )?;
     }
     for (i, shot) in s.shots.iter().enumerate() {
-        let t = NewTask {
-            provider: s.provider.clone(),
-            prompt: s.shot_prompt(shot),
-            params: shot.params.clone(),
-            shot: Some(ShotRef { set_id: id.clone(), position: i as i64, role: shot.role.clone() }),
-            ..NewTask::default()
-        };
-        submit(tx, &t, now)?;
+        for k in 0..shot.candidates.max(1) {
+            let t = NewTask {
+                provider: s.provider.clone(),
+                prompt: s.shot_prompt(shot),
+                params: shot.params.clone(),
+                shot: Some(ShotRef {
+                    set_id: id.clone(),
+                    position: i as i64,
+                    role: shot.role.clone(),
+                    candidate: i64::from(k),
+                }),
+                ..NewTask::default()
+            };
+            submit(tx, &t, now)?;
+        }
     }
+    super::choice::set_event(tx, &id, now, "created", &s.created_message())?;
     Ok(SubmitOutcome::Created(id))
 }
 
@@ -224,22 +237,23 @@ pub(super) fn get_set(tx: &mut Tx<'_, '_>, id: &str) -> Result<Option<SetView>, 
         updated_at: r.get(6),
         references: Vec::new(),
         shots: Vec::new(),
+        candidates: Vec::new(),
+        chosen: Vec::new(),
         replaced: Vec::new(),
+        timeline: Vec::new(),
     };
     set.references = references_of_set(tx, id)?;
-    let tasks: Vec<(String, i64)> = tx
-        .rows("SELECT id, set_position FROM tasks WHERE set_id = $1 ORDER BY set_position, id", &[&id])?
+    let rows: Vec<(String, i64, i64)> = tx
+        .rows(
+            "SELECT id, set_position, candidate FROM tasks WHERE set_id = $1 ORDER BY set_position, candidate, id",
+            &[&id],
+        )?
         .iter()
-        .map(|r| (r.get(0), r.get(1)))
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
         .collect();
-    for (i, (task, pos)) in tasks.iter().enumerate() {
-        // The newest task of a position (ids sort by creation) is the shot; older ones were retried.
-        if tasks.get(i + 1).is_some_and(|(_, next)| next == pos) {
-            set.replaced.push(task.clone());
-        } else if let Some(t) = super::read::get_task(tx, task)? {
-            set.shots.push(t);
-        }
-    }
+    let choices = super::choice::choices(tx, id)?;
+    set.fill(&rows, &choices, |t| super::read::get_task(tx, t))?;
+    set.timeline = super::choice::set_events(tx, id)?;
     Ok(Some(set))
 }
 

@@ -64,10 +64,15 @@ pub(super) fn check(
 fn requests(tx: &mut Tx<'_, '_>, from: Millis, to: Millis) -> Result<Vec<PaidRequest>, StoreError> {
     Ok(tx
         .rows(
-            "SELECT x.calling_at, x.task_id, t.provider, x.model, x.charge, x.cost_micros, x.currency
+            "SELECT x.calling_at, x.task_id, t.provider, x.model, x.charge, x.cost_micros, x.currency,
+                    x.charge_recorded_at IS NOT NULL, x.token
              FROM executions x JOIN tasks t ON t.id = x.task_id
              WHERE x.charge <> 'none' AND x.calling_at >= $1 AND x.calling_at < $2
-             ORDER BY x.calling_at, x.token",
+             UNION ALL
+             SELECT x.calling_at, x.task_id, t.provider, x.model, x.charge, x.cost_micros, x.currency, true, x.token
+             FROM executions x JOIN tasks t ON t.id = x.task_id
+             WHERE x.charge = 'none' AND x.charge_recorded_at IS NOT NULL AND x.calling_at >= $1 AND x.calling_at < $2
+             ORDER BY 1, 9",
             &[&from, &to],
         )?
         .iter()
@@ -79,6 +84,7 @@ fn requests(tx: &mut Tx<'_, '_>, from: Millis, to: Millis) -> Result<Vec<PaidReq
             charge: Charge::parse(r.get(4)).unwrap_or(Charge::Possible),
             cost_micros: r.get(5),
             currency: r.get(6),
+            by_hand: r.get(7),
         })
         .collect())
 }

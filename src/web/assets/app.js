@@ -22,6 +22,7 @@
   }
 
   window.addEventListener("hashchange", route);
+  T.languageSwitch();
   route();
   T.connect();
 })(window.tally);

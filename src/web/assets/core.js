@@ -33,6 +33,27 @@ window.tally = (function () {
   // ---------------------------------------------------------------- building the page
 
   /** Build an element: h("p", {class: "x"}, "text", child, …). Strings become text nodes. */
+  /** The page's messages in its language (`web::i18n` puts them in the page). */
+  const MESSAGES = (() => {
+    try { return JSON.parse(document.getElementById("messages").textContent) || {}; } catch (e) { return {}; }
+  })();
+
+  /** One message of the catalogue (`assets/messages.json`) in the page's language. */
+  function t(key) {
+    return Object.prototype.hasOwnProperty.call(MESSAGES, key) ? MESSAGES[key] : key;
+  }
+
+  /** The language switch: remember the choice (a cookie the daemon reads) and reload. */
+  function languageSwitch() {
+    const sel = document.getElementById("language");
+    if (!sel) return;
+    sel.value = document.documentElement.lang === "zh-CN" ? "zh-CN" : "en";
+    sel.addEventListener("change", () => {
+      document.cookie = "tally_lang=" + encodeURIComponent(sel.value) + "; Path=/; SameSite=Strict; Max-Age=31536000";
+      location.reload();
+    });
+  }
+
   function h(tag, attrs, ...children) {
     const el = document.createElement(tag);
     for (const [k, v] of Object.entries(attrs || {})) {
@@ -98,6 +119,8 @@ window.tally = (function () {
     if (c && c.state) {
       const amount = money(c.estimated_cost, c.currency);
       const about = amount ? " (about " + amount + ")" : "";
+      if (c.recorded_by_hand && c.state === "none") return "Not charged: you recorded that the provider's dashboard shows no charge.";
+      if (c.recorded_by_hand && c.state === "charged") return "Charged" + about + ": you recorded this from the provider's dashboard.";
       switch (c.state) {
         case "none": return "Nothing was charged: no request reached the provider.";
         case "refused": return "Not charged: the provider refused the request.";
@@ -118,20 +141,35 @@ window.tally = (function () {
     return amount ? "about " + amount : null;
   }
 
-  /** The price of one image at a provider, when the daemon knows it: `price` is
-      `{billable, price_per_image, currency}` (null price: not configured). */
+  /** The price of `n` images (1 by default) at provider `p` of `GET /v1/providers`, whose
+      money fields are on the provider itself (`billable`, `price_per_image`,
+      `price_per_size`, `currency`): "about $0.12 (3 × $0.04)", "free" for a provider that
+      never charges, "price not configured" when tally does not know it. */
+  function priceWords(p, n) {
+    if (!p) return null;
+    const count = n === undefined ? 1 : n;
+    if (p.billable === false) return "free";
+    const each = Number(p.price_per_image);
+    if (p.price_per_image === null || p.price_per_image === undefined || isNaN(each)) {
+      const sizes = p.price_per_size && Object.keys(p.price_per_size).length;
+      return sizes ? "price depends on the image size" : "price not configured";
+    }
+    const one = money(each, p.currency);
+    if (count === 1) return "about " + one;
+    const total = money(Math.round(each * count * 1e6) / 1e6, p.currency);
+    return "about " + total + " (" + count + " × " + one + ")";
+  }
+
+  /** The price of one image at a provider, for the line beside a button: "about $0.04 per
+      image", "free", "price not configured". */
   function providerPrice(p) {
-    const price = p && p.price;
-    if (!price) return null;
-    if (price.billable === false) return "free";
-    const amount = money(price.price_per_image, price.currency);
-    return amount ? "about " + amount + " per image" : null;
+    const w = priceWords(p, 1);
+    return w && w.startsWith("about ") ? w + " per image" : w;
   }
 
   /** The price of one image as an amount ("$0.04"), or null. */
   function providerAmount(p) {
-    const price = p && p.price;
-    return price && price.billable !== false ? money(price.price_per_image, price.currency) : null;
+    return p && p.billable !== false ? money(p.price_per_image, p.currency) : null;
   }
 
   // ---------------------------------------------------------------- errors where they happen
@@ -247,7 +285,7 @@ window.tally = (function () {
     view.onResync = null;
     document.title = title + " · tally";
     const h1 = h("h1", { id: "view-title", tabindex: "-1" }, title);
-    main.replaceChildren(h1, ...[content].flat());
+    main.replaceChildren(h1, ...[content].flat().filter((c) => c !== null && c !== undefined));
     for (const [nav, names] of [["nav-jobs", ["jobs", "task"]], ["nav-sets", ["sets", "set", "new-set"]], ["nav-spend", ["spend"]]]) {
       const a = document.getElementById(nav);
       if (names.includes(name)) a.setAttribute("aria-current", "page");
@@ -267,7 +305,7 @@ window.tally = (function () {
     showError(null, "");
     const h1 = h("h1", { id: "view-title", tabindex: "-1" }, "Sign in again");
     main.replaceChildren(h1, h("section", { id: "signed-out", class: "card panel" },
-      h("p", {}, "This browser is no longer signed in to tally. That happens when tally restarts: sign-ins last until then."),
+      h("p", {}, "This browser is no longer signed in to tally. That happens after 30 days without using the page, or when someone ran tally sign-out --all."),
       h("p", {}, "To sign in again, run this on the computer where tally runs, and open the link it prints:"),
       h("pre", {}, h("code", {}, "tally sign-in")),
       h("p", { class: "hint" }, "Nothing you saved is lost; jobs keep running while you are signed out.")));
@@ -404,6 +442,9 @@ window.tally = (function () {
     const failed = h("input", { type: "radio", name: id("outcome"), id: id("failed"), value: "failed" });
     const file = h("input", { type: "file", id: id("file"), accept: "image/png,image/jpeg,image/webp" });
     const note = h("textarea", { id: id("note"), rows: 2, maxlength: 2000 });
+    const charged = h("input", { type: "radio", name: id("charge"), id: id("charged"), value: "charged" });
+    const notCharged = h("input", { type: "radio", name: id("charge"), id: id("not-charged"), value: "not_charged" });
+    const chargeUnknown = h("input", { type: "radio", name: id("charge"), id: id("charge-unknown"), value: "unknown", checked: true });
     const submit = h("button", { type: "submit", id: id("submit"), class: "primary" }, "Record what I found");
     const err = errorSlot(id("error"));
     const form = h("form", { id: id("form"), class: "card resolve" },
@@ -414,6 +455,11 @@ window.tally = (function () {
           h("div", { class: "sub" }, h("label", { for: id("file") }, "Upload the image you found (PNG, JPEG or WebP)"), file)),
         h("div", { class: "choice" },
           h("label", { class: "check", for: id("failed") }, failed, " It is not there: it failed")),
+        h("fieldset", { class: "charge-record" },
+          h("legend", {}, "What does the provider's dashboard show about the charge?"),
+          h("label", { class: "check", for: id("charged") }, charged, " It was charged"),
+          h("label", { class: "check", for: id("not-charged") }, notCharged, " It was not charged"),
+          h("label", { class: "check", for: id("charge-unknown") }, chargeUnknown, " I cannot tell")),
         h("label", { for: id("note") }, "A note for the history (optional)"), note,
         h("div", { class: "actions" }, submit), err));
     file.addEventListener("change", () => { if (file.files.length) found.checked = true; });
@@ -421,6 +467,8 @@ window.tally = (function () {
       ev.preventDefault();
       busy(submit, err, async () => {
         const body = { note: note.value };
+        /* What the dashboard shows about the charge: Spend and the CSV follow this record. */
+        body.charge = charged.checked ? "charged" : notCharged.checked ? "not_charged" : "unknown";
         if (found.checked) {
           if (!file.files.length) throw new Error("Choose the image file you found at the provider.");
           body.outcome = "succeeded";
@@ -511,8 +559,8 @@ window.tally = (function () {
   }
 
   return {
-    CSRF, SETTLED, ROLES, view, h, time, badge, roleWords, jobTitle, shotWords, money, chargeSentence, retryCost,
+    CSRF, SETTLED, ROLES, view, t, languageSwitch, h, time, badge, roleWords, jobTitle, shotWords, money, chargeSentence, retryCost,
     providerPrice, providerAmount, retryBody, routeName, ApiError, api, showError, errorSlot, busy, newKey, setView, signedOut, thumb, enlargeable,
-    openImage, confirmDialog, retry, resolveForm, resolveDialog, connect, main, errorBox,
+    openImage, confirmDialog, retry, priceWords, resolveForm, resolveDialog, connect, main, errorBox,
   };
 })();

@@ -62,6 +62,7 @@
         if (t.waiting_for) return t.waiting_for + " Nothing has been sent yet.";
         return t.set_id ? "Waiting for its turn in the set; nothing has been sent yet." : "Waiting its turn; nothing has been sent yet.";
       case "waiting":
+        /* The daemon says what it waits for (a budget, a retry's time, a free slot). */
         if (t.waiting_for) return t.waiting_for;
         return "Waiting to try again; tally will send it when " + t.provider + " has room.";
       case "running": return t.cancel_requested
@@ -118,21 +119,21 @@
     const showNote = () => {
       const p = providers.find((x) => x.name === select.value);
       note.textContent = p ? "How " + p.name + " bills: " + p.billing_note : "";
-      price.textContent = T.providerPrice(p) || "";
+      price.textContent = p ? T.t("job.price") + " " + T.providerPrice(p) : "";
     };
     select.addEventListener("change", showNote);
     showNote();
-    const submit = h("button", { type: "submit", id: "submit-task", class: "primary" }, "Generate");
+    const submit = h("button", { type: "submit", id: "submit-task", class: "primary" }, T.t("job.generate"));
     const err = errorSlot("prompt-error");
     /* One key per job the user means to create: resending after a lost answer is then safe. */
     let key = null;
     prompt.addEventListener("input", () => { key = null; });
     select.addEventListener("change", () => { key = null; });
     const form = h("form", { id: "new-task", class: "card", novalidate: true },
-      h("h2", {}, "New job"),
-      h("label", { for: "prompt" }, "What should the image show?"), prompt,
+      h("h2", {}, T.t("job.new")),
+      h("label", { for: "prompt" }, T.t("job.prompt")), prompt,
       h("div", { class: "inline" },
-        h("span", { class: "grow" }, h("label", { for: "provider" }, "Provider"), select),
+        h("span", { class: "grow" }, h("label", { for: "provider" }, T.t("job.provider")), select),
         h("div", { class: "actions" }, submit, price)),
       note, err);
     form.addEventListener("submit", (ev) => {
@@ -172,15 +173,50 @@
         h("div", { class: "tools" },
           h("span", { class: "filter" }, h("label", { for: "search" }, "Search"), search),
           h("span", { class: "filter" }, h("label", { for: "status-filter" }, "Show"), filter))),
+      heldBanner(),
       h("ul", { id: "task-list", class: "tasks" }),
       h("p", { id: "empty", class: "hint", hidden: true }, "No jobs here yet."),
       more, moreErr);
   }
 
+  /** Jobs held because the database was an older copy (shown with "Needs your attention"):
+      how many, and sending them all again after saying what that may cost. */
+  function heldBanner() {
+    const text = h("p", { id: "held-text" });
+    const send = h("button", { type: "button", id: "release-all-held", class: "danger" }, "Send all held jobs again…");
+    const err = errorSlot("held-error");
+    send.addEventListener("click", async () => {
+      const yes = await T.confirmDialog("Send every held job again?",
+        "Each held job may have been sent already by the daemon the database was copied from. Sending them again " +
+        "makes a new request for each, which the provider may charge a second time.", "Send them all again");
+      if (!yes) return;
+      await busy(send, err, async () => {
+        await api("POST", "/v1/held/release", { all: true });
+        await load();
+      });
+    });
+    return h("div", { id: "held-banner", class: "warn", hidden: true }, text, send, err);
+  }
+
+  /** Show the held banner when the owner's list is shown and something is held. */
+  async function loadHeld() {
+    const banner = document.getElementById("held-banner");
+    if (!banner) return;
+    if (list.filter !== "attention") { banner.hidden = true; return; }
+    const r = await api("GET", "/v1/held?limit=1");
+    const n = r.total || 0;
+    document.getElementById("held-text").textContent = n === 1
+      ? "1 job is held, not sent: the database was an older copy, and it may have been sent already."
+      : n + " jobs are held, not sent: the database was an older copy, and they may have been sent already.";
+    banner.hidden = n === 0;
+  }
+
   async function showJobs(fresh) {
     try { await loadProviders(); } catch (e) { if (e.code === "signed_out") return; T.showError(null, e.message); }
     if (T.view.signedOut) return;
-    if (!T.setView("jobs", null, "Jobs", [newJobForm(), listSection()], fresh)) return;
+    const budget = await T.budgetLine();
+    if (T.view.signedOut) return;
+    if (!T.setView("jobs", null, T.t("view.jobs"), [budget, newJobForm(), listSection()], fresh)) return;
     T.view.onTask = (id) => refresh(id);
     T.view.onResync = () => load();
     await load();
@@ -200,6 +236,7 @@
       list.tasks = older ? list.tasks.concat(got) : got;
       list.next = page.next;
       render();
+      if (!older) await loadHeld();
     } catch (e) {
       if (e.code !== "signed_out") T.showError(null, e.message);
     }
@@ -433,6 +470,23 @@
       }));
       box.append(cancel);
     }
+    if (t.held) {
+      /* Held because the database was an older copy: the owner decides, knowing the cost. */
+      const send = h("button", { type: "button", id: "release-held", class: "danger" }, "Send it again…");
+      send.addEventListener("click", async () => {
+        const yes = await T.confirmDialog("Send this job again?", t.held.reason + " " + t.held.note, "Send it again");
+        if (!yes) return;
+        await busy(send, err, async () => {
+          await api("POST", "/v1/held/release", { ids: [t.id] });
+          await showTask(t.id, false);
+        });
+      });
+      box.append(send);
+    }
+    const p = providers.find((x) => x.name === t.provider);
+    /* The price of one more request, in words, shown before any button that sends one. */
+    const cost = T.priceWords(p, 1) || "price not configured";
+    let hint = null;
     if (t.retry && t.retry.allowed) {
       const ack = t.retry.requires_cost_acknowledgement;
       const again = retried && retried.id ? " again" : "";
@@ -443,22 +497,40 @@
         if (n && n.id) location.hash = "#/tasks/" + encodeURIComponent(n.id);
       });
       box.append(retry);
+      hint = h("p", { id: "retry-price", class: "hint" }, "Trying again sends a new request to " + t.provider +
+        ": " + (cost === "free" ? "free, " + t.provider + " never charges." : cost + "."));
     }
     if (t.status === "succeeded") {
-      const p = providers.find((x) => x.name === t.provider);
-      const price = T.providerAmount(p);
-      const another = h("button", { type: "button", id: "generate-another" }, "Generate another like this");
+      const another = h("button", { type: "button", id: "generate-another" }, "Generate another like this…");
       const key = T.newKey();
-      another.addEventListener("click", () => busy(another, err, async () => {
-        const n = await api("POST", "/v1/tasks", { prompt: t.prompt, provider: t.provider, idempotency_key: key });
-        location.hash = "#/tasks/" + encodeURIComponent(n.id);
-      }));
+      const free = cost === "free";
+      const shot = t.set_id && t.shot_index !== null && t.shot_index !== undefined;
+      another.addEventListener("click", async () => {
+        /* One more image may cost money: say what, and ask first (like retry). A shot's image gets
+           one more candidate of that shot (it stays in the set and its zip); a loose job a new job. */
+        const yes = await T.confirmDialog(shot ? "Generate another candidate?" : "Generate another like this?",
+          (shot ? "This adds one more candidate image to this shot of the set. "
+            : "This is a new job with the same prompt. ") + (free ? t.provider + " never charges: it is free."
+            : cost.startsWith("about ") ? t.provider + " will charge " + cost + " for it."
+              : t.provider + " may charge for it; tally does not know how much (" + cost + ")."),
+          free ? "Generate" : "Generate (" + cost + ")");
+        if (!yes) return;
+        busy(another, err, async () => {
+          if (shot) {
+            await api("POST", "/v1/sets/" + encodeURIComponent(t.set_id) + "/shots/" + t.shot_index + "/candidates",
+              { count: 1, acknowledge_possible_charge: true });
+            location.hash = "#/sets/" + encodeURIComponent(t.set_id);
+            return;
+          }
+          const n = await api("POST", "/v1/tasks", { prompt: t.prompt, provider: t.provider, idempotency_key: key });
+          location.hash = "#/tasks/" + encodeURIComponent(n.id);
+        });
+      });
       box.append(another);
-      return h("div", { class: "next" }, box,
-        h("p", { id: "retry-hint", class: "hint" }, "Generating another is a new job with the same prompt; " + t.provider +
-          (p && p.price && p.price.billable === false ? " never charges." : price ? " may charge about " + price + " for it." : " may charge for it.") +
-          ""), err);
+      hint = h("p", { id: "retry-hint", class: "hint" }, "Generating another is a new job with the same prompt: " +
+        (free ? "free, " + t.provider + " never charges." : cost + "."));
     }
+    if (hint) return h("div", { class: "next" }, box, hint, err);
     return h("div", { class: "next" }, box, err);
   }
 
@@ -489,6 +561,8 @@
       case "recovering": return "tally was interrupted and is finding out what happened.";
       case "late_result": return "A late answer arrived and settled the unknown outcome.";
       case "requeued": return "tally was interrupted before sending; it will start again (nothing was sent).";
+      case "held": return "Held, not sent: the database was an older copy, and this job may have been sent already. " + m;
+      case "released": return "You asked to send it again.";
       default: return "tally updated this job.";
     }
   }

@@ -16,12 +16,12 @@
       page = await api("GET", "/v1/sets");
     } catch (e) {
       if (e.code === "signed_out") return;
-      T.setView("sets", null, "Image sets", h("p", {}, e.message), fresh);
+      T.setView("sets", null, T.t("view.sets"), h("p", {}, e.message), fresh);
       return;
     }
     const sets = page.sets || [];
-    const make = h("p", {}, h("a", { href: "#/sets/new", class: "button primary", id: "new-set-link" }, "New image set"));
-    const shown = T.setView("sets", null, "Image sets", [make,
+    const make = h("p", {}, h("a", { href: "#/sets/new", class: "button primary", id: "new-set-link" }, T.t("set.new")));
+    const shown = T.setView("sets", null, T.t("view.sets"), [make,
       sets.length ? h("ul", { id: "set-list", class: "tasks" }, sets.map(setRow))
         : h("p", { class: "hint" }, "No image sets yet. Make one with “New image set”: a product, its photos and the shots you want.")], fresh);
     if (!shown) return;
@@ -38,7 +38,8 @@
         h("span", { class: "title" }, s.product),
         badge(s.status),
         h("span", { class: "message" }, s.progress + ". " + s.message)),
-      h("p", { class: "meta" }, s.provider + " · ", time(s.created_at)));
+      h("p", { class: "meta" }, s.provider + " · ", time(s.created_at),
+        " · ", h("span", { class: "chosen-count" }, (s.shots_chosen || 0) + " of " + (s.shots || []).length + " shots chosen")));
   }
 
   // ---------------------------------------------------------------- one set
@@ -53,9 +54,11 @@
       return;
     }
     if (location.hash !== "#/sets/" + encodeURIComponent(id) && location.hash !== "#/sets/" + id) return;
+    let info = { providers: [] };
+    try { info = await T.loadProviders(); } catch (e) { /* the price line then says less */ }
     const focused = document.activeElement && document.activeElement.id;
-    if (!T.setView("set", id, s.product, setView(s), fresh)) return;
-    const ids = new Set((s.shots || []).map((x) => x.id));
+    if (!T.setView("set", id, s.product, setView(s, info.providers.find((p) => p.name === s.provider)), fresh)) return;
+    const ids = new Set((s.shots || []).flatMap((x) => [x.id].concat((x.candidates || []).map((c) => c.task_id))));
     /* A change to one of its shots, or a new job that is a shot of this set (a retry). */
     T.view.onTask = async (changed) => {
       if (ids.has(changed)) return showSet(id, false);
@@ -68,7 +71,7 @@
     if (!fresh && focused && document.getElementById(focused)) document.getElementById(focused).focus();
   }
 
-  function setView(s) {
+  function setView(s, provider) {
     const err = errorSlot("set-error");
     const top = h("div", { class: "actions" });
     const done = (s.shots || []).some((x) => (x.artifacts || []).length);
@@ -114,11 +117,78 @@
       h("dl", { class: "facts" }, h("dt", {}, "Provider"), h("dd", {}, s.provider),
         s.style ? [h("dt", {}, "Style"), h("dd", {}, s.style)] : null,
         h("dt", {}, "Created"), h("dd", {}, time(s.created_at))),
+      deliveryLine(s),
       h("h2", {}, "Shots"),
-      h("ol", { class: "shots", id: "shots" }, (s.shots || []).map((shot) => shotCard(s, shot))));
+      h("ol", { class: "shots", id: "shots" }, (s.shots || []).map((shot) => shotCard(s, shot, provider))));
   }
 
-  function shotCard(s, shot) {
+  /** Whether every shot has a chosen image, and if not which do not, in plain words. */
+  function deliveryLine(s) {
+    const d = s.delivery || { ready: false, blocking: [] };
+    return h("p", { id: "set-delivery", class: "hint", "data-ready": String(!!d.ready) },
+      d.ready ? "Every shot has a chosen image." : (d.blocking || []).join(" "));
+  }
+
+  /** A shot's candidates side by side: each image, its state, "Use this one", the chosen one marked. */
+  function candidateList(s, shot) {
+    const role = T.roleWords(shot.role);
+    const err = errorSlot("choice-error-" + shot.position);
+    const path = "/v1/sets/" + encodeURIComponent(s.id) + "/shots/" + shot.position + "/choice";
+    const items = (shot.candidates || []).map((c, i) => {
+      const a = c.artifact;
+      const label = role + ", candidate " + (i + 1) + " of " + shot.candidates.length;
+      const chosen = !!(a && a.id === shot.chosen);
+      const act = h("div", { class: "actions" });
+      if (a && !chosen) {
+        const use = h("button", { type: "button", class: "use-this", id: "use-" + shot.position + "-" + i,
+          "aria-label": "Use this one: " + label }, "Use this one");
+        use.addEventListener("click", () => busy(use, err, async () => {
+          await api("PUT", path, { artifact_id: a.id });
+          await showSet(s.id, false);
+        }));
+        act.append(use);
+      }
+      if (chosen) {
+        const clear = h("button", { type: "button", class: "clear-choice", id: "unchoose-" + shot.position,
+          "aria-label": "Clear the choice: " + role }, "Clear the choice");
+        clear.addEventListener("click", () => busy(clear, err, async () => {
+          await api("DELETE", path);
+          await showSet(s.id, false);
+        }));
+        act.append(clear);
+      }
+      return h("li", { class: "candidate s-" + c.status + (chosen ? " chosen" : ""), "data-task-id": c.task_id,
+        "data-artifact-id": a ? a.id : "", "data-chosen": String(chosen) },
+        a ? T.enlargeable(a.url, label, null, "shot") : h("span", { class: "thumb none" }, "…"),
+        chosen ? h("strong", { class: "chosen-mark" }, "✓ Chosen") : badge(c.status),
+        act);
+    });
+    return [h("ul", { class: "candidates", id: "candidates-" + shot.position, "aria-label": "Candidates for " + role }, items), err];
+  }
+
+  /** "Generate another like this" for a shot: one more candidate, its price said first. */
+  function moreButton(s, shot, provider, err) {
+    const each = T.providerAmount(provider);
+    const billed = !(provider && provider.price && provider.price.billable === false) && !!provider && !!each;
+    const more = h("button", { type: "button", id: "shot-more-" + shot.position },
+      "Generate another like this" + (each ? " (about " + each + ")" : ""));
+    more.addEventListener("click", async () => {
+      let ack = false;
+      if (billed) {
+        ack = await T.confirmDialog("Generate another candidate?",
+          s.provider + " charges for each image: one more candidate costs about " + each + ".", "Generate it");
+        if (!ack) return;
+      }
+      busy(more, err, async () => {
+        await api("POST", "/v1/sets/" + encodeURIComponent(s.id) + "/shots/" + shot.position + "/candidates",
+          { count: 1, acknowledge_possible_charge: ack });
+        await showSet(s.id, false);
+      });
+    });
+    return more;
+  }
+
+  function shotCard(s, shot, provider) {
     const role = T.roleWords(shot.role);
     const err = errorSlot("shot-error-" + shot.position);
     const actions = h("div", { class: "actions" });
@@ -141,16 +211,32 @@
       });
       actions.append(retry);
     }
+    const several = (shot.candidates || []).length > 1;
+    if (!s.canceled) actions.append(moreButton(s, shot, provider, err));
     const charge = T.chargeSentence(shot);
-    return h("li", { class: "shot s-" + shot.status, "data-task-id": shot.id, "data-status": shot.status },
+    return h("li", { class: "shot s-" + shot.status, "data-task-id": shot.id, "data-status": shot.status,
+      "data-position": String(shot.position) },
       h("h3", {}, (shot.position + 1) + ". " + role),
       badge(shot.status),
-      art ? T.enlargeable(art.url, role + " of " + s.product, null, "shot") : null,
+      several ? candidateList(s, shot) : (art ? T.enlargeable(art.url, role + " of " + s.product, null, "shot") : null),
+      !several && art && shot.chosen !== art.id ? chooseOnly(s, shot, art, err) : null,
+      !several && art && shot.chosen === art.id ? h("strong", { class: "chosen-mark" }, "✓ Chosen") : null,
       h("p", { class: "message" }, T.sentence(shot)),
       charge ? h("p", { class: "charge" }, charge) : null,
       h("p", { class: "hint" }, T.shotWords(shot.prompt)),
       actions, err,
       h("a", { href: "#/tasks/" + encodeURIComponent(shot.id), class: "more-link" }, "Details and history"));
+  }
+
+  /** "Use this one" for a shot with a single candidate. */
+  function chooseOnly(s, shot, art, err) {
+    const use = h("button", { type: "button", class: "use-this", id: "use-" + shot.position + "-0",
+      "aria-label": "Use this one: " + T.roleWords(shot.role) }, "Use this one");
+    use.addEventListener("click", () => busy(use, err, async () => {
+      await api("PUT", "/v1/sets/" + encodeURIComponent(s.id) + "/shots/" + shot.position + "/choice", { artifact_id: art.id });
+      await showSet(s.id, false);
+    }));
+    return use;
   }
 
   // ---------------------------------------------------------------- a new set
@@ -219,20 +305,27 @@
     const add = h("button", { type: "button", id: "add-shot" }, "Add a shot");
     add.addEventListener("click", () => addShot("scene", "").focus());
     const style = h("textarea", { id: "set-style", rows: 2, placeholder: "soft studio light" });
+    const candidates = h("select", { id: "set-candidates" },
+      [1, 2, 3, 4].map((n) => h("option", { value: String(n), selected: n === 1 }, String(n))));
     const provider = h("select", { id: "set-provider" },
       info.providers.map((p) => h("option", { value: p.name, selected: p.name === info.defaultProvider }, p.name)));
     const price = h("p", { id: "set-price", class: "hint" });
     const showPrice = () => {
       const p = info.providers.find((x) => x.name === provider.value);
-      const each = T.providerAmount(p);
-      const count = shots.children.length;
-      price.textContent = (p ? "How " + p.name + " bills: " + p.billing_note : "") +
-        (each ? " " + count + " shot" + (count === 1 ? "" : "s") + " at about " + each + " each." : "");
+      const per = Number(candidates.value || 1);
+      const count = shots.children.length * per;
+      const cost = T.priceWords(p, count);
+      price.textContent = p ? shots.children.length + " shot" + (shots.children.length === 1 ? "" : "s") +
+        (per > 1 ? " × " + per + " candidates" : "") + " at " + p.name + ": " +
+        (cost === "free" ? "free." : cost + ".") + " How " + p.name + " bills: " + p.billing_note : "";
     };
     provider.addEventListener("change", showPrice);
+    candidates.addEventListener("change", showPrice);
     add.addEventListener("click", showPrice);
+    /* Removing a shot changes the total too. */
+    new MutationObserver(showPrice).observe(shots, { childList: true });
     showPrice();
-    const create = h("button", { type: "submit", id: "create-set", class: "primary" }, "Create the set");
+    const create = h("button", { type: "submit", id: "create-set", class: "primary" }, T.t("set.create"));
     const err = errorSlot("create-set-error");
     let key = null;
     const form = h("form", { id: "new-set", class: "card", novalidate: true },
@@ -241,6 +334,7 @@
       h("fieldset", {}, h("legend", {}, "Reference photos"), drop, previews, refErr),
       h("fieldset", {}, h("legend", {}, "Shots, in order"), shots, h("div", { class: "actions" }, add)),
       h("label", { for: "set-style" }, "Style notes for every shot (optional)"), style,
+      h("label", { for: "set-candidates" }, "Candidate images per shot (choose one of them later)"), candidates,
       h("label", { for: "set-provider" }, "Provider"), provider, price,
       h("div", { class: "actions" }, create), err);
     form.addEventListener("input", () => { key = null; });
@@ -249,7 +343,8 @@
       busy(create, err, async () => {
         if (!product.value.trim()) throw new Error("Give the product a name.");
         const list = Array.from(shots.querySelectorAll(".shot-row")).map((row) => ({
-          role: row.querySelector(".shot-role").value, prompt: row.querySelector(".shot-prompt").value.trim() }));
+          role: row.querySelector(".shot-role").value, prompt: row.querySelector(".shot-prompt").value.trim(),
+          candidates: Number(candidates.value || 1) }));
         if (!list.length) throw new Error("Add at least one shot.");
         const empty = list.findIndex((x) => !x.prompt);
         if (empty >= 0) throw new Error("Shot " + (empty + 1) + " needs a few words about what it should show.");
@@ -265,7 +360,7 @@
         location.hash = "#/sets/" + encodeURIComponent(s.id);
       });
     });
-    T.setView("new-set", null, "New image set", form, fresh);
+    T.setView("new-set", null, T.t("view.new_set"), form, fresh);
   }
 
   // ---------------------------------------------------------------- spend
@@ -300,11 +395,16 @@
         h("thead", {}, h("tr", {}, [({ month: "Month", day: "Day", provider: "Provider" })[group.value] || "Row", "Charged", "Possibly charged", "Refused (not charged)"].map((c) => h("th", { scope: "col" }, c)))),
         h("tbody", {}, rows.map((row) => line(row, String(row.key)))),
         r.totals ? h("tfoot", {}, line(r.totals, "Total")) : null)
-        : h("p", { class: "hint" }, "Nothing has reached a provider in this period."));
+        : h("p", { class: "hint" }, "Nothing has reached a provider in this period."),
+      r.totals && r.totals.recorded_by_hand
+        ? h("p", { id: "spend-by-hand", class: "hint" }, r.totals.recorded_by_hand + " of these requests are counted as you recorded them by hand from the provider's dashboard.")
+        : null);
     };
     const money = T.money;
     group.addEventListener("change", load);
-    const shown = T.setView("spend", null, "Spend", [h("p", { class: "hint" },
+    const budget = await T.budgetSection(() => showSpend(false));
+    if (T.view.signedOut) return;
+    const shown = T.setView("spend", null, T.t("view.spend"), [budget, h("p", { class: "hint" },
       "What tally knows about charges: requests a provider charged, requests that may have been charged (nothing could prove what happened to them), and requests it refused."),
     h("p", { class: "filter" }, h("label", { for: "spend-group" }, "Show"), group), out], fresh);
     if (!shown) return;

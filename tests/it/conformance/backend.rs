@@ -100,6 +100,15 @@ pub trait Backend: Clone + Send + Sync + 'static {
         note: String,
         now: Millis,
     ) -> impl Future<Output = Result<ResolveOutcome, StoreError>> + Send;
+    /// A resolution with the owner's record of the charge.
+    fn resolve_with_charge(
+        &self,
+        task: String,
+        r: Resolution,
+        owner: OwnerCharge,
+        note: String,
+        now: Millis,
+    ) -> impl Future<Output = Result<ResolveOutcome, StoreError>> + Send;
     fn leftovers(&self, now: Millis, boot: &str) -> impl Future<Output = Result<Vec<LeftoverRow>, StoreError>> + Send;
     fn apply_recovery(
         &self,
@@ -118,6 +127,20 @@ pub trait Backend: Clone + Send + Sync + 'static {
     fn create_set(&self, s: NewSet, now: Millis) -> impl Future<Output = Result<SubmitOutcome, StoreError>> + Send;
     fn cancel_set(&self, id: String, now: Millis) -> impl Future<Output = Result<Option<usize>, StoreError>> + Send;
     fn get_set(&self, id: String) -> impl Future<Output = Result<Option<SetView>, StoreError>> + Send;
+    fn add_candidates(
+        &self,
+        set: String,
+        position: i64,
+        count: u32,
+        now: Millis,
+    ) -> impl Future<Output = Result<AddOutcome, StoreError>> + Send;
+    fn choose(
+        &self,
+        set: String,
+        position: i64,
+        artifact: Option<String>,
+        now: Millis,
+    ) -> impl Future<Output = Result<ChoiceOutcome, StoreError>> + Send;
     fn list_sets(
         &self,
         before: Option<String>,
@@ -136,6 +159,18 @@ pub trait Backend: Clone + Send + Sync + 'static {
     fn events(&self, task: String) -> impl Future<Output = Result<Vec<EventView>, StoreError>> + Send;
     fn artifact(&self, id: String) -> impl Future<Output = Result<Option<ArtifactView>, StoreError>> + Send;
     fn status_counts(&self) -> impl Future<Output = Result<Vec<(TaskStatus, i64)>, StoreError>> + Send;
+    /// Held jobs (`store::held`): hold what is unsettled, release, list.
+    fn hold_unsettled(
+        &self,
+        reason: String,
+        now: Millis,
+    ) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
+    fn release_held(
+        &self,
+        which: held::Release,
+        now: Millis,
+    ) -> impl Future<Output = Result<held::ReleaseReport, StoreError>> + Send;
+    fn held_tasks(&self, limit: usize) -> impl Future<Output = Result<(i64, Vec<TaskView>), StoreError>> + Send;
     fn next_sent_deadline(&self) -> impl Future<Output = Result<Option<Millis>, StoreError>> + Send;
     /// `record_calling` with its money facts (price, billable, limits).
     fn calling_with(
@@ -178,6 +213,29 @@ pub trait Backend: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Vec<PaidRequest>, StoreError>> + Send;
     fn charge_totals(&self) -> impl Future<Output = Result<Vec<tally::metrics::ChargeTotal>, StoreError>> + Send;
     fn release_budget_holds(&self, now: Millis) -> impl Future<Output = Result<usize, StoreError>> + Send;
+    fn budget_setting(&self) -> impl Future<Output = Result<Option<String>, StoreError>> + Send;
+    fn set_budget_setting(
+        &self,
+        limits: Option<String>,
+        now: Millis,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn insert_session(
+        &self,
+        id_hash: String,
+        csrf: String,
+        now: Millis,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn session(
+        &self,
+        id_hash: String,
+    ) -> impl Future<Output = Result<Option<tally::store::settings::StoredSession>, StoreError>> + Send;
+    fn touch_session(
+        &self,
+        id_hash: String,
+        now: Millis,
+        expired_before: Millis,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn delete_sessions(&self, id_hash: Option<String>) -> impl Future<Output = Result<usize, StoreError>> + Send;
     fn prune(&self, cutoff: Millis, dry_run: bool) -> impl Future<Output = Result<PruneReport, StoreError>> + Send;
     fn next_prunable(&self, since: Millis) -> impl Future<Output = Result<Option<Millis>, StoreError>> + Send;
     fn statements(&self) -> u64;
@@ -327,7 +385,17 @@ macro_rules! forward {
                 note: String,
                 now: Millis,
             ) -> impl Future<Output = Result<ResolveOutcome, StoreError>> + Send {
-                <$ty>::resolve(self, task, r, note, now)
+                <$ty>::resolve(self, task, r, OwnerCharge::Unknown, note, now)
+            }
+            fn resolve_with_charge(
+                &self,
+                task: String,
+                r: Resolution,
+                owner: OwnerCharge,
+                note: String,
+                now: Millis,
+            ) -> impl Future<Output = Result<ResolveOutcome, StoreError>> + Send {
+                <$ty>::resolve(self, task, r, owner, note, now)
             }
             fn leftovers(
                 &self,
@@ -380,6 +448,24 @@ macro_rules! forward {
             fn get_set(&self, id: String) -> impl Future<Output = Result<Option<SetView>, StoreError>> + Send {
                 <$ty>::get_set(self, id)
             }
+            fn add_candidates(
+                &self,
+                set: String,
+                position: i64,
+                count: u32,
+                now: Millis,
+            ) -> impl Future<Output = Result<AddOutcome, StoreError>> + Send {
+                <$ty>::add_candidates(self, set, position, count, now)
+            }
+            fn choose(
+                &self,
+                set: String,
+                position: i64,
+                artifact: Option<String>,
+                now: Millis,
+            ) -> impl Future<Output = Result<ChoiceOutcome, StoreError>> + Send {
+                <$ty>::choose(self, set, position, artifact, now)
+            }
             fn list_sets(
                 &self,
                 before: Option<String>,
@@ -418,6 +504,23 @@ macro_rules! forward {
             }
             fn status_counts(&self) -> impl Future<Output = Result<Vec<(TaskStatus, i64)>, StoreError>> + Send {
                 <$ty>::status_counts(self)
+            }
+            fn hold_unsettled(
+                &self,
+                reason: String,
+                now: Millis,
+            ) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send {
+                <$ty>::hold_unsettled(self, reason, now)
+            }
+            fn release_held(
+                &self,
+                which: held::Release,
+                now: Millis,
+            ) -> impl Future<Output = Result<held::ReleaseReport, StoreError>> + Send {
+                <$ty>::release_held(self, which, now)
+            }
+            fn held_tasks(&self, limit: usize) -> impl Future<Output = Result<(i64, Vec<TaskView>), StoreError>> + Send {
+                <$ty>::held_tasks(self, limit)
             }
             fn next_sent_deadline(&self) -> impl Future<Output = Result<Option<Millis>, StoreError>> + Send {
                 <$ty>::next_sent_deadline(self)
@@ -477,6 +580,41 @@ macro_rules! forward {
             }
             fn release_budget_holds(&self, now: Millis) -> impl Future<Output = Result<usize, StoreError>> + Send {
                 <$ty>::release_budget_holds(self, now)
+            }
+            fn budget_setting(&self) -> impl Future<Output = Result<Option<String>, StoreError>> + Send {
+                <$ty>::budget_setting(self)
+            }
+            fn set_budget_setting(
+                &self,
+                limits: Option<String>,
+                now: Millis,
+            ) -> impl Future<Output = Result<(), StoreError>> + Send {
+                <$ty>::set_budget_setting(self, limits, now)
+            }
+            fn insert_session(
+                &self,
+                id_hash: String,
+                csrf: String,
+                now: Millis,
+            ) -> impl Future<Output = Result<(), StoreError>> + Send {
+                <$ty>::insert_session(self, id_hash, csrf, now)
+            }
+            fn session(
+                &self,
+                id_hash: String,
+            ) -> impl Future<Output = Result<Option<tally::store::settings::StoredSession>, StoreError>> + Send {
+                <$ty>::session(self, id_hash)
+            }
+            fn touch_session(
+                &self,
+                id_hash: String,
+                now: Millis,
+                expired_before: Millis,
+            ) -> impl Future<Output = Result<(), StoreError>> + Send {
+                <$ty>::touch_session(self, id_hash, now, expired_before)
+            }
+            fn delete_sessions(&self, id_hash: Option<String>) -> impl Future<Output = Result<usize, StoreError>> + Send {
+                <$ty>::delete_sessions(self, id_hash)
             }
             fn prune(
                 &self,

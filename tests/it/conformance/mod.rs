@@ -5,15 +5,19 @@
 //! to one meaning. Groups: `single` (every single-operation rule), `multi` (scripted
 //! interleavings and several nodes at once, with an invariant checker over the event log),
 //! `pg` (what only the PostgreSQL backend has: node lock and self-fencing, wake-ups, the
-//! database clock).
+//! database clock), `held` (jobs held because the database was older than what was served,
+//! and their release).
 
 pub mod backend;
+mod choice;
+mod held;
 mod money;
 mod multi;
 mod pg;
 mod pg_migrate;
 mod prune;
 mod races;
+mod settings;
 mod single;
 
 /// Run each named generic test on both backends: `sqlite::NAME` and `postgres::NAME`.

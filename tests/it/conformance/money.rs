@@ -24,6 +24,7 @@ both!(
     concurrent_calls_never_overshoot_a_budget,
     a_held_call_waits_for_its_period_and_checks_again_when_released,
     spend_reads_count_what_reached_the_provider,
+    the_owners_record_of_the_charge_replaces_possible_and_says_by_hand,
 );
 
 const USD: &str = "USD";
@@ -243,7 +244,12 @@ async fn concurrent_retries_of_one_failed_shot_make_one_task<B: Backend>(s: B) {
         style: None,
         provider: "p".into(),
         references: Vec::new(),
-        shots: vec![NewShot { role: "main".into(), prompt: "on white".into(), params: serde_json::json!({}) }],
+        shots: vec![NewShot {
+            role: "main".into(),
+            prompt: "on white".into(),
+            params: serde_json::json!({}),
+            candidates: 1,
+        }],
         idempotency_key: None,
     };
     let set_id = s.create_set(set, T0).await.expect("set").task_id().to_string();
@@ -294,7 +300,7 @@ async fn concurrent_calls_never_overshoot_a_budget<B: Backend>(s: B) {
             Ok(CallingOutcome::Calling) => assert_eq!((t.attempts, t.charge.state), (1, Charge::Possible)),
             Ok(CallingOutcome::Held { due_at, reason }) => {
                 assert_eq!(*due_at, tomorrow, "it waits for the next day");
-                assert!(reason.contains("daily budget of $0.239999"), "{reason}");
+                assert!(reason.contains("Held: today's budget of $0.239999 is spent"), "{reason}");
                 assert_eq!((t.status, t.attempts, t.charge.state), (TaskStatus::Waiting, 0, Charge::None));
             }
             Err(e) => panic!("{e}"),
@@ -449,4 +455,41 @@ pub async fn nodes_together_never_overshoot_a_budget<B: Backend>(n: Vec<B>) {
     assert_eq!(spent.await, 7 * 25_000);
     let waiting = n[0].int("SELECT count(*) FROM tasks WHERE status = 'waiting' AND attempts = 0");
     assert_eq!(waiting.await as usize, held);
+}
+
+async fn the_owners_record_of_the_charge_replaces_possible_and_says_by_hand<B: Backend>(s: B) {
+    let price = || priced(40_000, Vec::new());
+    // Three unknowns, resolved as failed with each record of the charge.
+    let mut ids = Vec::new();
+    for (tag, owner, want) in [
+        ("not-charged", OwnerCharge::NotCharged, Charge::None),
+        ("charged", OwnerCharge::Charged, Charge::Charged),
+        ("no-record", OwnerCharge::Unknown, Charge::Possible),
+    ] {
+        let id = submit(&s, tag).await;
+        let c = calling(&s, &id, T0, price()).await;
+        finish(&s, &c, Finish::Unknown { reason: "lost".into() }, T0 + 1).await;
+        let out = s.resolve_with_charge(id.clone(), Resolution::Failed, owner, "dashboard".into(), T0 + 2).await;
+        assert_eq!(out.expect("resolve"), ResolveOutcome::Resolved);
+        let sum = charge(&s, &id).await;
+        assert_eq!(sum.state, want, "{tag}");
+        assert_eq!(sum.recorded_by_hand, owner != OwnerCharge::Unknown, "{tag}");
+        ids.push((id, owner));
+    }
+    // The history says what was recorded.
+    assert!(last_event(&s, &ids[0].0).await.contains("shows no charge"));
+    assert!(last_event(&s, &ids[1].0).await.contains("shows a charge"));
+    // The requests list keeps the one recorded as not charged, marked by hand; the budget
+    // and the spend report count it as nothing.
+    let paid = s.paid_requests(0, T0 + 10).await.expect("paid");
+    let row = |id: &str| paid.iter().find(|r| r.task_id == id).cloned();
+    let none = row(&ids[0].0).expect("listed though not charged");
+    assert_eq!((none.charge, none.by_hand), (Charge::None, true));
+    assert_eq!(row(&ids[1].0).map(|r| (r.charge, r.by_hand)), Some((Charge::Charged, true)));
+    assert_eq!(row(&ids[2].0).map(|r| (r.charge, r.by_hand)), Some((Charge::Possible, false)));
+    let report = s.spend(0, T0 + 10, Group::Day).await.expect("spend");
+    assert_eq!((report.totals.charged.count, report.totals.possibly_charged.count), (1, 1));
+    assert_eq!(report.totals.recorded_by_hand, 2);
+    let used = s.budget_use(vec![daily(1_000_000)], T0 + 10).await.expect("use");
+    assert!((used[0].spent - 0.08).abs() < 1e-9, "charged + possible count, not the one recorded as free: {used:?}");
 }

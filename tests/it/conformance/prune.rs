@@ -50,7 +50,7 @@ fn lost() -> Finish {
 async fn set<B: Backend>(s: &B, product: &str, photo: &str, at: i64, ends: Vec<Finish>) -> (String, String) {
     let up = s.save_upload(NewImage::verify(png(photo)).expect("png"), at).await.expect("upload");
     let shots = (0..ends.len())
-        .map(|i| NewShot { role: "scene".into(), prompt: format!("{product} {i}"), params: json!({}) })
+        .map(|i| NewShot { role: "scene".into(), prompt: format!("{product} {i}"), params: json!({}), candidates: 1 })
         .collect();
     let new = NewSet {
         product: product.into(),
@@ -196,7 +196,7 @@ async fn a_prune_racing_a_new_set_keeps_the_photo_or_the_set_says_it_is_gone<B: 
                 style: None,
                 provider: "p".into(),
                 references: vec![photo],
-                shots: vec![NewShot { role: "main".into(), prompt: "main".into(), params: json!({}) }],
+                shots: vec![NewShot { role: "main".into(), prompt: "main".into(), params: json!({}), candidates: 1 }],
                 idempotency_key: None,
             };
             s.create_set(new, cutoff).await
@@ -342,7 +342,12 @@ mod pg_locks {
             style: None,
             provider: "p".into(),
             references: vec![photo],
-            shots: vec![NewShot { role: "main".into(), prompt: "main".into(), params: serde_json::json!({}) }],
+            shots: vec![NewShot {
+                role: "main".into(),
+                prompt: "main".into(),
+                params: serde_json::json!({}),
+                candidates: 1,
+            }],
             idempotency_key: None,
         };
         let created = s.create_set(new, T0 + 90 * DAY).await;

@@ -13,14 +13,14 @@ pub(in crate::store::pg) fn submit(tx: &mut Tx<'_, '_>, t: &NewTask, now: Millis
         return Ok(seen);
     }
     let id = new_id();
-    let (set_id, position, role) = match &t.shot {
-        Some(s) => (Some(s.set_id.as_str()), Some(s.position), Some(s.role.as_str())),
-        None => (None, None, None),
+    let (set_id, position, role, candidate) = match &t.shot {
+        Some(s) => (Some(s.set_id.as_str()), Some(s.position), Some(s.role.as_str()), s.candidate),
+        None => (None, None, None, 0),
     };
     tx.exec(
         "INSERT INTO tasks (id, idempotency_key, request_hash, provider, prompt, params, status, retry_of,
-                            set_id, set_position, shot_role, group_key, created_at, updated_at, retry_key)
-         VALUES ($1, $2, $3, $4, $5, $6, 'queued', $7, $8, $9, $10, $12, $11, $11, $13)",
+                            set_id, set_position, shot_role, group_key, created_at, updated_at, retry_key, candidate)
+         VALUES ($1, $2, $3, $4, $5, $6, 'queued', $7, $8, $9, $10, $12, $11, $11, $13, $14)",
         &[
             &id,
             &t.idempotency_key,
@@ -35,6 +35,7 @@ pub(in crate::store::pg) fn submit(tx: &mut Tx<'_, '_>, t: &NewTask, now: Millis
             &now,
             &t.group,
             &t.retry_key,
+            &candidate,
         ],
     )?;
     // A shot waits (due_at NULL) while another shot of its set is scheduled: one at a time.
@@ -61,6 +62,9 @@ pub(in crate::store::pg) fn submit(tx: &mut Tx<'_, '_>, t: &NewTask, now: Millis
     };
     if let Some(s) = &t.shot {
         msg.push_str(&format!(" as shot {} ({}) of set {}", s.position + 1, s.role, s.set_id));
+        if s.candidate > 0 {
+            msg.push_str(&format!(", its candidate {}", s.candidate + 1));
+        }
         if due.is_none() {
             msg.push_str("; it waits until the set's current shot is settled");
         }

@@ -7,7 +7,7 @@ use super::*;
 use crate::domain::{Actor, Charge, FailureKind, Millis, TaskStatus};
 use crate::store::ops::with_money;
 use crate::store::pg::PgStore;
-use crate::store::{CancelOutcome, NewTask, Resolution, ResolveOutcome, RetryAck, RetryOutcome};
+use crate::store::{CancelOutcome, NewTask, OwnerCharge, Resolution, ResolveOutcome, RetryAck, RetryOutcome};
 
 /// Cancel a task: at once if nothing was sent, else mark it cancel-requested.
 pub(in crate::store::pg) fn cancel(tx: &mut Tx<'_, '_>, task: &str, now: Millis) -> Result<CancelOutcome, StoreError> {
@@ -73,10 +73,10 @@ fn retry(
     }
     if let Some(s) = &shot {
         let live = tx.opt(
-            "SELECT id, status FROM tasks WHERE set_id = $1 AND set_position = $2 AND id <> $3
+            "SELECT id, status FROM tasks WHERE set_id = $1 AND set_position = $2 AND candidate = $4 AND id <> $3
                AND status IN ('queued', 'waiting', 'running')
              ORDER BY id DESC LIMIT 1",
-            &[&s.set_id, &s.position, &task],
+            &[&s.set_id, &s.position, &task, &s.candidate],
         )?;
         if let Some(r) = live {
             return Ok(RetryOutcome::RetryInProgress {
@@ -137,6 +137,7 @@ fn resolve(
     tx: &mut Tx<'_, '_>,
     task: &str,
     r: &Resolution,
+    owner: OwnerCharge,
     note: &str,
     now: Millis,
 ) -> Result<ResolveOutcome, StoreError> {
@@ -166,7 +167,11 @@ fn resolve(
                 now,
                 Actor::Operator,
                 "resolved",
-                &with_money(&format!("resolved as succeeded with an image{note_text}"), &words),
+                &format!(
+                    "{}{}",
+                    with_money(&format!("resolved as succeeded with an image{note_text}"), &words),
+                    owner.words(true)
+                ),
                 Some(&exec),
             )?;
         }
@@ -174,14 +179,19 @@ fn resolve(
             tx.exec("UPDATE executions SET status = 'failed', finished_at = $2 WHERE token = $1", &[&exec, &now])?;
             let why = format!("an operator confirmed it failed{note_text}");
             set_task(tx, task, TaskStatus::Failed, Some(&why), Some(FailureKind::Operator), now)?;
-            // "It failed" is the operator's word about the image, not about the bill: the
-            // request left and nothing proves it was free, so its charge stays `possible`.
-            let line = format!(
-                "resolved as failed{note_text} — the request still counts as possibly charged, since nothing proves \
-                 the provider did not bill it"
-            );
+            // "It failed" is the operator's word about the image, not about the bill: unless
+            // the owner also records what the dashboard shows, the charge stays `possible`.
+            let line = format!("resolved as failed{note_text}{}", owner.words(false));
             event(tx, task, now, Actor::Operator, "resolved", &line, Some(&exec))?;
         }
+    }
+    // The owner's record of the charge (as on SQLite), under the task's envelope lock.
+    if let Some(charge) = owner.recorded() {
+        tx.exec(
+            "UPDATE executions SET charge = $3, charge_recorded_at = $4
+             WHERE task_id = $1 AND billable AND calling_at IS NOT NULL AND (charge = 'possible' OR token = $2)",
+            &[&task, &exec, &charge.as_str(), &now],
+        )?;
     }
     Ok(ResolveOutcome::Resolved)
 }
@@ -216,12 +226,13 @@ impl PgStore {
         &self,
         task: String,
         r: Resolution,
+        owner: OwnerCharge,
         note: String,
         now: Millis,
     ) -> Result<ResolveOutcome, StoreError> {
         self.write(move |tx| {
             let now = tx.now(now)?;
-            resolve(tx, &task, &r, &note, now)
+            resolve(tx, &task, &r, owner, &note, now)
         })
         .await
     }

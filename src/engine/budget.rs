@@ -1,0 +1,297 @@
+//! The budget in force and where it comes from. The config's `[budget]` and each provider's
+//! `budget_daily` / `budget_monthly` are the default; a budget set at run time (the page,
+//! `tally budget set`, `PUT /v1/budget`) is stored in the database (`budget_setting`) and
+//! replaces them until it is removed, across restarts. Applying either goes through
+//! [`Engine::set_limits`], so a raised limit releases held tasks at once.
+//!
+//! On PostgreSQL the stored budget is shared; a node reads it at start-up, when it sets one
+//! itself, and on SIGHUP.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Engine, EngineError};
+use crate::domain::{Micros, from_micros, to_micros};
+use crate::store::spend::{Limit, Period};
+
+/// Where the limits in force come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum BudgetSource {
+    /// The configuration file (the default).
+    Config,
+    /// Set at run time and stored in the database.
+    Set,
+}
+
+/// The stored form of one limit.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct StoredLimit {
+    period: String,
+    provider: Option<String>,
+    micros: Micros,
+    currency: String,
+}
+
+/// The stored budget: every limit in force.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct StoredBudget {
+    limits: Vec<StoredLimit>,
+}
+
+/// Limits as the stored JSON.
+pub(crate) fn encode(limits: &[Limit]) -> String {
+    let doc = StoredBudget {
+        limits: limits
+            .iter()
+            .map(|l| StoredLimit {
+                period: l.period.adjective().into(),
+                provider: l.provider.clone(),
+                micros: l.micros,
+                currency: l.currency.clone(),
+            })
+            .collect(),
+    };
+    serde_json::to_string(&doc).unwrap_or_else(|_| "{\"limits\":[]}".into())
+}
+
+/// The stored JSON as limits; an error names what is wrong with it.
+pub(crate) fn decode(json: &str) -> Result<Vec<Limit>, String> {
+    let doc: StoredBudget =
+        serde_json::from_str(json).map_err(|e| format!("the stored budget is not readable: {e}"))?;
+    doc.limits
+        .into_iter()
+        .map(|l| {
+            let period = match l.period.as_str() {
+                "daily" => Period::Day,
+                "monthly" => Period::Month,
+                other => return Err(format!("the stored budget has a period `{other}`")),
+            };
+            Ok(Limit { period, provider: l.provider, micros: l.micros, currency: l.currency })
+        })
+        .collect()
+}
+
+/// A change to one limit: absent (leave it), `null` (remove it) or an amount.
+pub type Change = Option<Option<f64>>;
+
+/// What `PUT /v1/budget` asks for: the whole daemon's limits, and per provider.
+#[derive(Debug, Clone, Default)]
+pub struct BudgetChange {
+    pub daily: Change,
+    pub monthly: Change,
+    pub providers: BTreeMap<String, (Change, Change)>,
+}
+
+/// One budget line of `GET /v1/budget`.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ProviderBudget {
+    /// The provider's daily limit (`null`: none).
+    pub daily: Option<f64>,
+    pub monthly: Option<f64>,
+    /// Charged and possibly charged at this provider today / this month (UTC).
+    pub spent_today: f64,
+    pub spent_this_month: f64,
+    pub currency: String,
+}
+
+/// `GET /v1/budget`: the limits in force, where they come from and what is used.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct BudgetView {
+    /// The whole daemon's daily limit (`null`: none).
+    pub daily: Option<f64>,
+    pub monthly: Option<f64>,
+    /// Every paid provider, with its own limits (`null`: none) and its spend.
+    pub providers: BTreeMap<String, ProviderBudget>,
+    pub currency: String,
+    /// Charged and possibly charged today / this month (UTC), all providers: what the
+    /// budget check counts.
+    pub spent_today: f64,
+    pub spent_this_month: f64,
+    /// `config` (the configuration file's `[budget]`) or `set` (stored in the database).
+    pub source: BudgetSource,
+}
+
+fn find(limits: &[Limit], period: Period, provider: Option<&str>) -> Option<Micros> {
+    limits.iter().find(|l| l.period == period && l.provider.as_deref() == provider).map(|l| l.micros)
+}
+
+/// Check an amount from a request: 0 or more, finite.
+fn amount(what: &str, v: f64) -> Result<Micros, EngineError> {
+    if v.is_finite() && (0.0..1e12).contains(&v) {
+        Ok(to_micros(v))
+    } else {
+        Err(EngineError::Invalid(format!("{what} {v} must be an amount of money, 0 or more")))
+    }
+}
+
+impl Engine {
+    /// The currency budgets are counted in: the priced providers' (config checks they share
+    /// one), else the default.
+    pub fn budget_currency(&self) -> String {
+        let mut priced: Vec<_> = self.shared.providers.values().filter(|p| p.money.pricing.is_priced()).collect();
+        priced.sort_by(|a, b| a.name.cmp(&b.name));
+        priced.first().map_or_else(|| crate::config::DEFAULT_CURRENCY.to_string(), |p| p.money.pricing.currency.clone())
+    }
+
+    /// Where the limits in force come from.
+    pub fn budget_source(&self) -> BudgetSource {
+        *self.shared.budget_source.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The stored budget, if one is set and readable (start-up and SIGHUP). An unreadable one
+    /// is reported and the config's applies.
+    pub(super) async fn stored_limits(store: &crate::store::Store) -> Result<Option<Vec<Limit>>, EngineError> {
+        Ok(match store.budget_setting().await? {
+            None => None,
+            Some(json) => match decode(&json) {
+                Ok(l) => Some(l),
+                Err(e) => {
+                    tracing::error!("{e}; the configuration's budget applies until one is set again");
+                    None
+                }
+            },
+        })
+    }
+
+    /// The config's limits changed (SIGHUP): keep them as the default, and apply the stored
+    /// budget if one is set (re-read: another node may have set it), else them.
+    pub async fn reload_config_limits(&self, config: Vec<Limit>) -> Result<usize, EngineError> {
+        *self.shared.config_limits.write().unwrap_or_else(|e| e.into_inner()) = config.clone();
+        let stored = Engine::stored_limits(&self.shared.store).await?;
+        let source = if stored.is_some() { BudgetSource::Set } else { BudgetSource::Config };
+        *self.shared.budget_source.write().unwrap_or_else(|e| e.into_inner()) = source;
+        self.set_limits(stored.unwrap_or(config)).await
+    }
+
+    /// Apply a change to the limits in force and store the result, so it survives a restart
+    /// and replaces the config's budget. Checks every name and amount first.
+    pub async fn change_budget(&self, change: BudgetChange) -> Result<BudgetSource, EngineError> {
+        let _one_at_a_time = self.shared.budget_lock.lock().await;
+        let currency = self.budget_currency();
+        let mut limits = self.limits();
+        let mut apply =
+            |period: Period, provider: Option<&str>, c: &Change, currency: &str| -> Result<(), EngineError> {
+                let Some(c) = c else { return Ok(()) };
+                limits.retain(|l| !(l.period == period && l.provider.as_deref() == provider));
+                if let Some(v) = c {
+                    let what = match provider {
+                        None => format!("{} budget", period.adjective()),
+                        Some(p) => format!("{} budget of provider `{p}`", period.adjective()),
+                    };
+                    let micros = amount(&what, *v)?;
+                    limits.push(Limit {
+                        period,
+                        provider: provider.map(str::to_string),
+                        micros,
+                        currency: currency.into(),
+                    });
+                }
+                Ok(())
+            };
+        apply(Period::Day, None, &change.daily, &currency)?;
+        apply(Period::Month, None, &change.monthly, &currency)?;
+        for (name, (daily, monthly)) in &change.providers {
+            let Some(p) = self.shared.providers.get(name) else {
+                return Err(EngineError::Invalid(format!(
+                    "no provider is named `{name}`; GET /v1/providers (or the page's provider list) names them"
+                )));
+            };
+            let cur = p.money.pricing.currency.clone();
+            apply(Period::Day, Some(name), daily, &cur)?;
+            apply(Period::Month, Some(name), monthly, &cur)?;
+        }
+        let any_priced = self.shared.providers.values().any(|p| p.money.pricing.is_priced());
+        if !limits.is_empty() && !any_priced {
+            return Err(EngineError::Invalid(
+                "a budget needs prices to count: set price_per_image (or price_per_size) on the paid providers in \
+                 the configuration"
+                    .into(),
+            ));
+        }
+        limits.sort_by(|a, b| (&a.provider, a.period.adjective()).cmp(&(&b.provider, b.period.adjective())));
+        self.shared.store.set_budget_setting(Some(encode(&limits)), self.now()).await?;
+        *self.shared.budget_source.write().unwrap_or_else(|e| e.into_inner()) = BudgetSource::Set;
+        self.set_limits(limits).await?;
+        Ok(BudgetSource::Set)
+    }
+
+    /// Remove the budget set at run time: the config's applies again.
+    pub async fn reset_budget(&self) -> Result<(), EngineError> {
+        let _one_at_a_time = self.shared.budget_lock.lock().await;
+        self.shared.store.set_budget_setting(None, self.now()).await?;
+        *self.shared.budget_source.write().unwrap_or_else(|e| e.into_inner()) = BudgetSource::Config;
+        let config = self.shared.config_limits.read().unwrap_or_else(|e| e.into_inner()).clone();
+        self.set_limits(config).await?;
+        Ok(())
+    }
+
+    /// The budget as `GET /v1/budget` shows it.
+    pub async fn budget(&self) -> Result<BudgetView, EngineError> {
+        let limits = self.limits();
+        let currency = self.budget_currency();
+        let mut names: Vec<&str> =
+            self.shared.providers.values().filter(|p| p.money.billable).map(|p| p.name.as_str()).collect();
+        names.sort_unstable();
+        // One probe limit per period and scope: budget_use sums what each would count.
+        let mut probes = Vec::new();
+        for provider in std::iter::once(None).chain(names.iter().map(|n| Some(n.to_string()))) {
+            for period in [Period::Day, Period::Month] {
+                probes.push(Limit { period, provider: provider.clone(), micros: 0, currency: currency.clone() });
+            }
+        }
+        let used = self.shared.store.budget_use(probes.clone(), self.now()).await?;
+        let spent = |period: Period, provider: Option<&str>| {
+            probes
+                .iter()
+                .zip(&used)
+                .find(|(l, _)| l.period == period && l.provider.as_deref() == provider)
+                .map_or(0.0, |(_, u)| u.spent)
+        };
+        let providers = names
+            .iter()
+            .map(|n| {
+                let cur = self.shared.providers.get(*n).map_or(currency.clone(), |p| p.money.pricing.currency.clone());
+                (
+                    n.to_string(),
+                    ProviderBudget {
+                        daily: find(&limits, Period::Day, Some(n)).map(from_micros),
+                        monthly: find(&limits, Period::Month, Some(n)).map(from_micros),
+                        spent_today: spent(Period::Day, Some(n)),
+                        spent_this_month: spent(Period::Month, Some(n)),
+                        currency: cur,
+                    },
+                )
+            })
+            .collect();
+        Ok(BudgetView {
+            daily: find(&limits, Period::Day, None).map(from_micros),
+            monthly: find(&limits, Period::Month, None).map(from_micros),
+            providers,
+            currency,
+            spent_today: spent(Period::Day, None),
+            spent_this_month: spent(Period::Month, None),
+            source: self.budget_source(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_limits_round_trip_and_bad_ones_are_refused() {
+        let limits = vec![
+            Limit { period: Period::Day, provider: None, micros: 220_000, currency: "USD".into() },
+            Limit { period: Period::Month, provider: Some("oa".into()), micros: 20_000_000, currency: "USD".into() },
+        ];
+        assert_eq!(decode(&encode(&limits)).expect("decodes"), limits);
+        assert!(
+            decode("{\"limits\":[{\"period\":\"weekly\",\"provider\":null,\"micros\":1,\"currency\":\"USD\"}]}")
+                .is_err()
+        );
+        assert!(decode("not json").is_err());
+    }
+}

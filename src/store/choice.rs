@@ -1,0 +1,323 @@
+//! Candidates per shot and the owner's choice (SQLite; PostgreSQL in `store::pg::choice`).
+//!
+//! A shot (`tasks.set_position`) holds one or more **candidates** (`tasks.candidate`, from 0),
+//! each its own task with the whole protocol (outbox, lease, fencing, `calling` before the
+//! paid request, charge evidence, recovery). A retried candidate is replaced by its retry, as
+//! a retried shot was. Candidates are scheduled like shots: one task of a set at a time, in
+//! (position, creation) order (`store::sets::schedule_next_shot`), so a candidate added to
+//! shot 0 runs before the unscheduled tasks of later shots.
+//!
+//! The **choice** is one row per shot in `set_choices` naming a succeeded candidate's
+//! artifact; every change is written to the set's own timeline (`set_events`) in the same
+//! transaction.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+
+use super::ops::{NewTask, ShotRef, SubmitOutcome, submit};
+use super::{SqliteStore, StoreError};
+use crate::domain::{Millis, TaskStatus};
+
+/// The most candidates `POST /v1/sets` makes per shot, and the most one request adds.
+pub const MAX_CANDIDATES: u32 = 4;
+/// The most candidates a shot may hold in all (each is a generation, maybe a paid one).
+pub const MAX_SHOT_CANDIDATES: i64 = 16;
+
+/// One entry of a set's own timeline.
+#[derive(Debug, Clone, Serialize)]
+pub struct SetEventView {
+    pub at: Millis,
+    /// `created`, `candidates_added`, `chosen`, `choice_cleared`.
+    pub kind: String,
+    pub message: String,
+}
+
+/// What adding candidates to a shot did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AddOutcome {
+    /// The new candidates' task ids, in order.
+    Added(Vec<String>),
+    NoSet,
+    NoShot,
+    /// The set was canceled: nothing new is generated for it.
+    Canceled,
+    /// The shot would hold more than [`MAX_SHOT_CANDIDATES`].
+    TooMany {
+        has: i64,
+    },
+}
+
+/// What choosing (or clearing) a shot's image did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChoiceOutcome {
+    /// Chosen (`previous`: the artifact chosen before, if another).
+    Chosen {
+        previous: Option<String>,
+    },
+    /// Cleared (`previous`: what was chosen; `None` when nothing was).
+    Cleared {
+        previous: Option<String>,
+    },
+    NoSet,
+    NoShot,
+    NoArtifact,
+    /// The artifact is an image of another shot or set, or of no set.
+    OtherShot,
+    /// The candidate that made the artifact did not succeed (or was replaced).
+    NotSucceeded(TaskStatus),
+}
+
+/// The plain-words name of a shot role, as the page and the `blocking` reasons say it.
+pub fn role_label(role: Option<&str>) -> &'static str {
+    match role {
+        Some("main") => "Main photo",
+        Some("selling_point") => "Selling point",
+        _ => "Lifestyle scene",
+    }
+}
+
+/// A shot's name in a sentence: its role's label, with its number when the role repeats.
+pub fn shot_label(roles: &[Option<String>], position: usize) -> String {
+    let role = roles.get(position).and_then(|r| r.as_deref());
+    let label = role_label(role);
+    if roles.iter().filter(|r| r.as_deref() == role).count() > 1 {
+        format!("{label} (shot {})", position + 1)
+    } else {
+        label.to_string()
+    }
+}
+
+/// Why a set cannot be delivered yet, in plain words (empty: it can). Today: shots with no
+/// chosen image ("2 shots have no chosen image: Lifestyle scene, Selling point").
+pub fn delivery_blocking(set: &super::SetView) -> Vec<String> {
+    let roles: Vec<Option<String>> = set.shots.iter().map(|t| t.shot_role.clone()).collect();
+    let missing: Vec<String> = (0..set.shots.len())
+        .filter(|i| set.chosen.get(*i).is_none_or(Option::is_none))
+        .map(|i| shot_label(&roles, i))
+        .collect();
+    let mut out = Vec::new();
+    match missing.len() {
+        0 => {}
+        1 => out.push(format!("1 shot has no chosen image: {}", missing[0])),
+        n => out.push(format!("{n} shots have no chosen image: {}", missing.join(", "))),
+    }
+    out
+}
+
+/// Which of a set's tasks are current. `rows` are (task id, position, candidate) ordered by
+/// position, candidate, id; the newest task of a (position, candidate) is the candidate and
+/// older ones were retried. Returns, per position in order, its current candidates' ids, and
+/// the replaced ids.
+pub(crate) fn current_candidates(rows: &[(String, i64, i64)]) -> (Vec<(i64, Vec<String>)>, Vec<String>) {
+    let mut shots: Vec<(i64, Vec<String>)> = Vec::new();
+    let mut replaced = Vec::new();
+    for (i, (task, pos, cand)) in rows.iter().enumerate() {
+        if rows.get(i + 1).is_some_and(|(_, p, c)| p == pos && c == cand) {
+            replaced.push(task.clone());
+            continue;
+        }
+        match shots.last_mut() {
+            Some((p, ids)) if p == pos => ids.push(task.clone()),
+            _ => shots.push((*pos, vec![task.clone()])),
+        }
+    }
+    (shots, replaced)
+}
+
+/// Append an entry to a set's timeline.
+pub(super) fn set_event(c: &Connection, set: &str, now: Millis, kind: &str, message: &str) -> Result<(), StoreError> {
+    c.prepare_cached("INSERT INTO set_events (set_id, at, kind, message) VALUES (?1, ?2, ?3, ?4)")?
+        .execute(params![set, now, kind, message])?;
+    Ok(())
+}
+
+/// A set's timeline, oldest first.
+pub(super) fn set_events(c: &Connection, set: &str) -> Result<Vec<SetEventView>, StoreError> {
+    let mut stmt = c.prepare_cached("SELECT at, kind, message FROM set_events WHERE set_id = ?1 ORDER BY id")?;
+    Ok(stmt
+        .query_map([set], |r| Ok(SetEventView { at: r.get(0)?, kind: r.get(1)?, message: r.get(2)? }))?
+        .collect::<Result<_, _>>()?)
+}
+
+/// The chosen artifact of each chosen shot: (position, artifact id).
+pub(super) fn choices(c: &Connection, set: &str) -> Result<Vec<(i64, String)>, StoreError> {
+    let mut stmt = c.prepare_cached("SELECT position, artifact_id FROM set_choices WHERE set_id = ?1")?;
+    Ok(stmt.query_map([set], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?)
+}
+
+/// Add `count` candidates to shot `position` of `set`: new tasks with the prompt, parameters
+/// and role of the shot's first candidate, scheduled like shots. One transaction.
+pub(super) fn add_candidates(
+    c: &Connection,
+    set: &str,
+    position: i64,
+    count: u32,
+    now: Millis,
+) -> Result<AddOutcome, StoreError> {
+    let row: Option<(bool, String)> = c
+        .prepare_cached("SELECT canceled, provider FROM sets WHERE id = ?1")?
+        .query_row([set], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    let Some((canceled, provider)) = row else { return Ok(AddOutcome::NoSet) };
+    if canceled {
+        return Ok(AddOutcome::Canceled);
+    }
+    // The shot's first candidate's newest task carries the shot's request.
+    let first: Option<(String, String, Option<String>, Option<String>)> = c
+        .prepare_cached(
+            "SELECT prompt, params, shot_role, group_key FROM tasks WHERE set_id = ?1 AND set_position = ?2
+             ORDER BY candidate, id DESC LIMIT 1",
+        )?
+        .query_row(params![set, position], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .optional()?;
+    let Some((prompt, params_text, role, group)) = first else { return Ok(AddOutcome::NoShot) };
+    let (has, next): (i64, i64) = c
+        .prepare_cached(
+            "SELECT COUNT(DISTINCT candidate), COALESCE(MAX(candidate), -1) + 1 FROM tasks
+             WHERE set_id = ?1 AND set_position = ?2",
+        )?
+        .query_row(params![set, position], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    if has + i64::from(count) > MAX_SHOT_CANDIDATES {
+        return Ok(AddOutcome::TooMany { has });
+    }
+    let role = role.unwrap_or_else(|| "scene".into());
+    let mut ids = Vec::new();
+    for k in 0..i64::from(count) {
+        let t = NewTask {
+            provider: provider.clone(),
+            prompt: prompt.clone(),
+            params: serde_json::from_str(&params_text).unwrap_or(serde_json::Value::Null),
+            shot: Some(ShotRef { set_id: set.to_string(), position, role: role.clone(), candidate: next + k }),
+            group: group.clone(),
+            ..NewTask::default()
+        };
+        if let SubmitOutcome::Created(id) = submit(c, &t, now)? {
+            ids.push(id);
+        }
+    }
+    let label = role_label(Some(&role));
+    set_event(
+        c,
+        set,
+        now,
+        "candidates_added",
+        &format!("{} more candidate(s) asked for shot {} ({label}): {}", ids.len(), position + 1, ids.join(", ")),
+    )?;
+    c.prepare_cached("UPDATE sets SET updated_at = ?2 WHERE id = ?1")?.execute(params![set, now])?;
+    Ok(AddOutcome::Added(ids))
+}
+
+/// Choose `artifact` for shot `position` of `set`, or clear the choice (`None`). Checked in
+/// the transaction that writes it: the artifact must be the image of a succeeded, current
+/// candidate of that very shot.
+pub(super) fn choose(
+    c: &Connection,
+    set: &str,
+    position: i64,
+    artifact: Option<&str>,
+    now: Millis,
+) -> Result<ChoiceOutcome, StoreError> {
+    if c.prepare_cached("SELECT 1 FROM sets WHERE id = ?1")?.query_row([set], |_| Ok(())).optional()?.is_none() {
+        return Ok(ChoiceOutcome::NoSet);
+    }
+    let role: Option<Option<String>> = c
+        .prepare_cached("SELECT shot_role FROM tasks WHERE set_id = ?1 AND set_position = ?2 LIMIT 1")?
+        .query_row(params![set, position], |r| r.get(0))
+        .optional()?;
+    let Some(role) = role else { return Ok(ChoiceOutcome::NoShot) };
+    let previous: Option<String> = c
+        .prepare_cached("SELECT artifact_id FROM set_choices WHERE set_id = ?1 AND position = ?2")?
+        .query_row(params![set, position], |r| r.get(0))
+        .optional()?;
+    let label = format!("shot {} ({})", position + 1, role_label(role.as_deref()));
+    let Some(artifact) = artifact else {
+        if previous.is_some() {
+            c.prepare_cached("DELETE FROM set_choices WHERE set_id = ?1 AND position = ?2")?
+                .execute(params![set, position])?;
+            let msg =
+                format!("the choice for {label} was cleared (it was image {})", previous.as_deref().unwrap_or(""));
+            set_event(c, set, now, "choice_cleared", &msg)?;
+        }
+        return Ok(ChoiceOutcome::Cleared { previous });
+    };
+    /// The artifact's task: id, set, position, candidate, status.
+    type Owner = (String, Option<String>, Option<i64>, i64, String);
+    let owner: Option<Owner> = c
+        .prepare_cached(
+            "SELECT t.id, t.set_id, t.set_position, t.candidate, t.status FROM artifacts a JOIN tasks t ON t.id = a.task_id
+             WHERE a.id = ?1",
+        )?
+        .query_row([artifact], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
+        .optional()?;
+    let Some((task, owner_set, owner_pos, cand, status)) = owner else { return Ok(ChoiceOutcome::NoArtifact) };
+    if owner_set.as_deref() != Some(set) || owner_pos != Some(position) {
+        return Ok(ChoiceOutcome::OtherShot);
+    }
+    let status = TaskStatus::parse(&status).unwrap_or(TaskStatus::Failed);
+    if status != TaskStatus::Succeeded {
+        return Ok(ChoiceOutcome::NotSucceeded(status));
+    }
+    if previous.as_deref() == Some(artifact) {
+        return Ok(ChoiceOutcome::Chosen { previous: None });
+    }
+    c.prepare_cached(
+        "INSERT INTO set_choices (set_id, position, artifact_id, chosen_at) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (set_id, position) DO UPDATE SET artifact_id = excluded.artifact_id, chosen_at = excluded.chosen_at",
+    )?
+    .execute(params![set, position, artifact, now])?;
+    let msg = match &previous {
+        Some(p) => format!(
+            "image {artifact} (candidate {}, task {task}) is now the choice for {label}, instead of image {p}",
+            cand + 1
+        ),
+        None => format!("image {artifact} (candidate {}, task {task}) was chosen for {label}", cand + 1),
+    };
+    set_event(c, set, now, "chosen", &msg)?;
+    c.prepare_cached("UPDATE sets SET updated_at = ?2 WHERE id = ?1")?.execute(params![set, now])?;
+    Ok(ChoiceOutcome::Chosen { previous })
+}
+
+impl SqliteStore {
+    /// Add `count` candidates to one shot of a set.
+    pub async fn add_candidates(
+        &self,
+        set: String,
+        position: i64,
+        count: u32,
+        now: Millis,
+    ) -> Result<AddOutcome, StoreError> {
+        self.write(move |c| add_candidates(c, &set, position, count, now)).await
+    }
+
+    /// Choose (or, with `None`, clear) the image of one shot of a set.
+    pub async fn choose(
+        &self,
+        set: String,
+        position: i64,
+        artifact: Option<String>,
+        now: Millis,
+    ) -> Result<ChoiceOutcome, StoreError> {
+        self.write(move |c| choose(c, &set, position, artifact.as_deref(), now)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_newest_task_of_each_candidate_is_current() {
+        let row = |id: &str, p: i64, c: i64| (id.to_string(), p, c);
+        let rows = [row("a", 0, 0), row("b", 0, 0), row("c", 0, 1), row("d", 1, 0)];
+        let (shots, replaced) = current_candidates(&rows);
+        assert_eq!(shots, vec![(0, vec!["b".to_string(), "c".to_string()]), (1, vec!["d".to_string()])]);
+        assert_eq!(replaced, vec!["a".to_string()]);
+    }
+
+    #[test]
+    fn a_repeated_role_is_named_with_its_number() {
+        let roles = [Some("main".to_string()), Some("scene".to_string()), Some("scene".to_string())];
+        assert_eq!(shot_label(&roles, 0), "Main photo");
+        assert_eq!(shot_label(&roles, 2), "Lifestyle scene (shot 3)");
+    }
+}

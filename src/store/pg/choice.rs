@@ -1,0 +1,195 @@
+//! Candidates per shot and the owner's choice on PostgreSQL, with the SQLite semantics of
+//! `store::choice`. Both operations lock the set row first (rule L: set before envelope), so
+//! two nodes adding candidates or choosing for one set are decided one after the other.
+
+use super::ops::submit;
+use super::sets::lock_set;
+use super::{PgStore, Tx};
+use crate::domain::{Millis, TaskStatus};
+use crate::store::{
+    AddOutcome, ChoiceOutcome, MAX_SHOT_CANDIDATES, NewTask, SetEventView, ShotRef, StoreError, SubmitOutcome,
+    role_label,
+};
+
+/// Append an entry to a set's timeline.
+pub(super) fn set_event(tx: &mut Tx<'_, '_>, set: &str, now: Millis, kind: &str, msg: &str) -> Result<(), StoreError> {
+    tx.exec("INSERT INTO set_events (set_id, at, kind, message) VALUES ($1, $2, $3, $4)", &[&set, &now, &kind, &msg])?;
+    Ok(())
+}
+
+/// A set's timeline, oldest first.
+pub(super) fn set_events(tx: &mut Tx<'_, '_>, set: &str) -> Result<Vec<SetEventView>, StoreError> {
+    Ok(tx
+        .rows("SELECT at, kind, message FROM set_events WHERE set_id = $1 ORDER BY id", &[&set])?
+        .iter()
+        .map(|r| SetEventView { at: r.get(0), kind: r.get(1), message: r.get(2) })
+        .collect())
+}
+
+/// The chosen artifact of each chosen shot: (position, artifact id).
+pub(super) fn choices(tx: &mut Tx<'_, '_>, set: &str) -> Result<Vec<(i64, String)>, StoreError> {
+    Ok(tx
+        .rows("SELECT position, artifact_id FROM set_choices WHERE set_id = $1", &[&set])?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect())
+}
+
+/// Add `count` candidates to shot `position` of `set` (see `store::choice::add_candidates`).
+fn add_candidates(
+    tx: &mut Tx<'_, '_>,
+    set: &str,
+    position: i64,
+    count: u32,
+    now: Millis,
+) -> Result<AddOutcome, StoreError> {
+    if !lock_set(tx, set)? {
+        return Ok(AddOutcome::NoSet);
+    }
+    let Some(r) = tx.opt("SELECT canceled, provider FROM sets WHERE id = $1", &[&set])? else {
+        return Ok(AddOutcome::NoSet);
+    };
+    let (canceled, provider): (bool, String) = (r.get(0), r.get(1));
+    if canceled {
+        return Ok(AddOutcome::Canceled);
+    }
+    let Some(first) = tx.opt(
+        "SELECT prompt, params, shot_role, group_key FROM tasks WHERE set_id = $1 AND set_position = $2
+         ORDER BY candidate, id DESC LIMIT 1",
+        &[&set, &position],
+    )?
+    else {
+        return Ok(AddOutcome::NoShot);
+    };
+    let (prompt, params_text, role, group): (String, String, Option<String>, Option<String>) =
+        (first.get(0), first.get(1), first.get(2), first.get(3));
+    let r = tx.one(
+        "SELECT COUNT(DISTINCT candidate), COALESCE(MAX(candidate), -1) + 1 FROM tasks
+         WHERE set_id = $1 AND set_position = $2",
+        &[&set, &position],
+    )?;
+    let (has, next): (i64, i64) = (r.get(0), r.get(1));
+    if has + i64::from(count) > MAX_SHOT_CANDIDATES {
+        return Ok(AddOutcome::TooMany { has });
+    }
+    let role = role.unwrap_or_else(|| "scene".into());
+    let mut ids = Vec::new();
+    for k in 0..i64::from(count) {
+        let t = NewTask {
+            provider: provider.clone(),
+            prompt: prompt.clone(),
+            params: serde_json::from_str(&params_text).unwrap_or(serde_json::Value::Null),
+            shot: Some(ShotRef { set_id: set.to_string(), position, role: role.clone(), candidate: next + k }),
+            group: group.clone(),
+            ..NewTask::default()
+        };
+        if let SubmitOutcome::Created(id) = submit(tx, &t, now)? {
+            ids.push(id);
+        }
+    }
+    let label = role_label(Some(&role));
+    let msg = format!("{} more candidate(s) asked for shot {} ({label}): {}", ids.len(), position + 1, ids.join(", "));
+    set_event(tx, set, now, "candidates_added", &msg)?;
+    tx.exec("UPDATE sets SET updated_at = $2 WHERE id = $1", &[&set, &now])?;
+    Ok(AddOutcome::Added(ids))
+}
+
+/// Choose `artifact` for shot `position` of `set`, or clear the choice (see
+/// `store::choice::choose`).
+fn choose(
+    tx: &mut Tx<'_, '_>,
+    set: &str,
+    position: i64,
+    artifact: Option<&str>,
+    now: Millis,
+) -> Result<ChoiceOutcome, StoreError> {
+    if !lock_set(tx, set)? {
+        return Ok(ChoiceOutcome::NoSet);
+    }
+    let Some(r) =
+        tx.opt("SELECT shot_role FROM tasks WHERE set_id = $1 AND set_position = $2 LIMIT 1", &[&set, &position])?
+    else {
+        return Ok(ChoiceOutcome::NoShot);
+    };
+    let role: Option<String> = r.get(0);
+    let previous: Option<String> = tx
+        .opt("SELECT artifact_id FROM set_choices WHERE set_id = $1 AND position = $2", &[&set, &position])?
+        .map(|r| r.get(0));
+    let label = format!("shot {} ({})", position + 1, role_label(role.as_deref()));
+    let Some(artifact) = artifact else {
+        if previous.is_some() {
+            tx.exec("DELETE FROM set_choices WHERE set_id = $1 AND position = $2", &[&set, &position])?;
+            let msg =
+                format!("the choice for {label} was cleared (it was image {})", previous.as_deref().unwrap_or(""));
+            set_event(tx, set, now, "choice_cleared", &msg)?;
+        }
+        return Ok(ChoiceOutcome::Cleared { previous });
+    };
+    let Some(o) = tx.opt(
+        "SELECT t.id, t.set_id, t.set_position, t.candidate, t.status FROM artifacts a JOIN tasks t ON t.id = a.task_id
+         WHERE a.id = $1",
+        &[&artifact],
+    )?
+    else {
+        return Ok(ChoiceOutcome::NoArtifact);
+    };
+    let (task, owner_set, owner_pos, cand, status): (String, Option<String>, Option<i64>, i64, String) =
+        (o.get(0), o.get(1), o.get(2), o.get(3), o.get(4));
+    if owner_set.as_deref() != Some(set) || owner_pos != Some(position) {
+        return Ok(ChoiceOutcome::OtherShot);
+    }
+    let status = TaskStatus::parse(&status).unwrap_or(TaskStatus::Failed);
+    if status != TaskStatus::Succeeded {
+        return Ok(ChoiceOutcome::NotSucceeded(status));
+    }
+    if previous.as_deref() == Some(artifact) {
+        return Ok(ChoiceOutcome::Chosen { previous: None });
+    }
+    tx.exec(
+        "INSERT INTO set_choices (set_id, position, artifact_id, chosen_at) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (set_id, position) DO UPDATE SET artifact_id = excluded.artifact_id, chosen_at = excluded.chosen_at",
+        &[&set, &position, &artifact, &now],
+    )?;
+    let msg = match &previous {
+        Some(p) => format!(
+            "image {artifact} (candidate {}, task {task}) is now the choice for {label}, instead of image {p}",
+            cand + 1
+        ),
+        None => format!("image {artifact} (candidate {}, task {task}) was chosen for {label}", cand + 1),
+    };
+    set_event(tx, set, now, "chosen", &msg)?;
+    tx.exec("UPDATE sets SET updated_at = $2 WHERE id = $1", &[&set, &now])?;
+    Ok(ChoiceOutcome::Chosen { previous })
+}
+
+impl PgStore {
+    /// Add `count` candidates to one shot of a set.
+    pub async fn add_candidates(
+        &self,
+        set: String,
+        position: i64,
+        count: u32,
+        now: Millis,
+    ) -> Result<AddOutcome, StoreError> {
+        self.write(move |tx| {
+            let now = tx.now(now)?;
+            add_candidates(tx, &set, position, count, now)
+        })
+        .await
+    }
+
+    /// Choose (or, with `None`, clear) the image of one shot of a set.
+    pub async fn choose(
+        &self,
+        set: String,
+        position: i64,
+        artifact: Option<String>,
+        now: Millis,
+    ) -> Result<ChoiceOutcome, StoreError> {
+        self.write(move |tx| {
+            let now = tx.now(now)?;
+            choose(tx, &set, position, artifact.as_deref(), now)
+        })
+        .await
+    }
+}

@@ -1,0 +1,179 @@
+//! The page's language: English or Simplified Chinese, from one message catalogue
+//! (`assets/messages.json`, every key in both languages: a test checks it, and that every key
+//! the page uses exists). The language is, in order: the page's own switch (the `tally_lang`
+//! cookie), `ui.language` in the configuration, the browser's `Accept-Language`, English.
+//! The served HTML says which in `<html lang>`; its `{{t:KEY}}` placeholders are filled in
+//! here, and the chosen language's messages go into the page (a JSON block the scripts read
+//! through `tally.t(KEY)`).
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use axum::http::{HeaderMap, header};
+
+/// The catalogue, embedded.
+const MESSAGES: &str = include_str!("assets/messages.json");
+
+/// The cookie the page's language switch sets.
+pub const LANG_COOKIE: &str = "tally_lang";
+
+/// A language of the page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lang {
+    En,
+    ZhCn,
+}
+
+impl Lang {
+    /// The BCP 47 tag (`en`, `zh-CN`): `<html lang>` and the catalogue's key.
+    pub fn tag(self) -> &'static str {
+        match self {
+            Lang::En => "en",
+            Lang::ZhCn => "zh-CN",
+        }
+    }
+
+    /// `en` / `zh-CN` (also `zh`, `zh-Hans`, any case); `None` for others.
+    pub fn parse(s: &str) -> Option<Lang> {
+        let s = s.trim().to_ascii_lowercase();
+        if s == "en" || s.starts_with("en-") {
+            Some(Lang::En)
+        } else if s == "zh" || s.starts_with("zh-cn") || s.starts_with("zh-hans") || s == "zh-sg" {
+            Some(Lang::ZhCn)
+        } else {
+            None
+        }
+    }
+}
+
+type Catalogue = BTreeMap<String, BTreeMap<String, String>>;
+
+/// The parsed catalogue (`{}` if the embedded file were broken; the tests make sure it is not).
+fn catalogue() -> &'static Catalogue {
+    static C: OnceLock<Catalogue> = OnceLock::new();
+    C.get_or_init(|| serde_json::from_str(MESSAGES).unwrap_or_default())
+}
+
+/// One message in `lang` (English, then the key, when missing).
+pub fn t(lang: Lang, key: &str) -> String {
+    let c = catalogue();
+    c.get(lang.tag())
+        .and_then(|m| m.get(key))
+        .or_else(|| c.get("en").and_then(|m| m.get(key)))
+        .cloned()
+        .unwrap_or_else(|| key.to_string())
+}
+
+/// The first language of `Accept-Language` (by weight) that the page has.
+fn from_accept_language(value: &str) -> Option<Lang> {
+    let mut tags: Vec<(f32, usize, Lang)> = value
+        .split(',')
+        .enumerate()
+        .filter_map(|(i, part)| {
+            let mut bits = part.split(';');
+            let lang = Lang::parse(bits.next()?)?;
+            let q = bits
+                .find_map(|b| b.trim().strip_prefix("q=").and_then(|q| q.trim().parse::<f32>().ok()))
+                .unwrap_or(1.0);
+            (q > 0.0).then_some((q, i, lang))
+        })
+        .collect();
+    tags.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    tags.first().map(|t| t.2)
+}
+
+/// The language for a request: the switch's cookie, the configured one, `Accept-Language`.
+pub fn choose(headers: &HeaderMap, configured: Option<Lang>) -> Lang {
+    let cookie = headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|kv| kv.trim().strip_prefix(LANG_COOKIE).and_then(|r| r.strip_prefix('=')).and_then(Lang::parse));
+    cookie
+        .or(configured)
+        .or_else(|| headers.get(header::ACCEPT_LANGUAGE).and_then(|v| v.to_str().ok()).and_then(from_accept_language))
+        .unwrap_or(Lang::En)
+}
+
+/// `html` in `lang`: `{{LANG}}` → the tag, `{{t:KEY}}` → the message (HTML-escaped), and
+/// `{{MESSAGES}}` → the language's messages as JSON for the scripts.
+pub fn render(html: &str, lang: Lang) -> String {
+    let mut out = String::with_capacity(html.len() + 4096);
+    let mut rest = html;
+    while let Some(i) = rest.find("{{t:") {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 4..];
+        match after.find("}}") {
+            Some(j) => {
+                out.push_str(&super::escape_html(&t(lang, &after[..j])));
+                rest = &after[j + 2..];
+            }
+            None => {
+                out.push_str(&rest[i..]);
+                rest = "";
+            }
+        }
+    }
+    out.push_str(rest);
+    let messages = catalogue().get(lang.tag()).cloned().unwrap_or_default();
+    // `</` cannot end the JSON block early: it is escaped.
+    let json = serde_json::to_string(&messages).unwrap_or_else(|_| "{}".into()).replace("</", "<\\/");
+    out.replace("{{LANG}}", lang.tag()).replace("{{MESSAGES}}", &json)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_exists_in_both_languages_and_every_key_used_exists() {
+        let c: Catalogue = serde_json::from_str(MESSAGES).expect("messages.json is JSON");
+        let en: Vec<&String> = c["en"].keys().collect();
+        let zh: Vec<&String> = c["zh-CN"].keys().collect();
+        assert_eq!(en, zh, "the same keys in en and zh-CN");
+        assert!(c["zh-CN"].values().all(|v| !v.trim().is_empty()));
+        // Every key the page uses: {{t:KEY}} in the HTML, T.t("KEY") in the scripts.
+        let sources = [
+            include_str!("assets/index.html"),
+            include_str!("assets/signed-out.html"),
+            include_str!("assets/core.js"),
+            include_str!("assets/jobs.js"),
+            include_str!("assets/sets.js"),
+            include_str!("assets/budget.js"),
+            include_str!("assets/app.js"),
+        ];
+        let mut used = 0;
+        for src in sources {
+            for (open, close) in [("{{t:", "}}"), ("T.t(\"", "\"")] {
+                let mut rest = src;
+                while let Some(i) = rest.find(open) {
+                    let after = &rest[i + open.len()..];
+                    let Some(j) = after.find(close) else { break };
+                    let key = &after[..j];
+                    assert!(c["en"].contains_key(key), "`{key}` is used but not in the catalogue");
+                    used += 1;
+                    rest = &after[j..];
+                }
+            }
+        }
+        assert!(used > 20, "the page uses the catalogue ({used} uses found)");
+    }
+
+    #[test]
+    fn the_language_follows_the_switch_then_the_config_then_the_browser() {
+        let mut h = HeaderMap::new();
+        assert_eq!(choose(&h, None), Lang::En);
+        h.insert(header::ACCEPT_LANGUAGE, "zh-CN,zh;q=0.9,en;q=0.8".parse().expect("header"));
+        assert_eq!(choose(&h, None), Lang::ZhCn);
+        assert_eq!(choose(&h, Some(Lang::En)), Lang::En, "the configuration wins over the browser");
+        h.insert(header::COOKIE, "tally_session=x; tally_lang=zh-CN".parse().expect("header"));
+        assert_eq!(choose(&h, Some(Lang::En)), Lang::ZhCn, "the page's switch wins");
+        let mut h = HeaderMap::new();
+        h.insert(header::ACCEPT_LANGUAGE, "fr, en;q=0.5, zh;q=0.7".parse().expect("header"));
+        assert_eq!(choose(&h, None), Lang::ZhCn, "by weight");
+        assert_eq!(Lang::parse("de"), None);
+        let html = render("<html lang=\"{{LANG}}\"><a>{{t:nav.jobs}}</a><script>{{MESSAGES}}</script>", Lang::ZhCn);
+        assert!(html.starts_with("<html lang=\"zh-CN\"><a>任务</a>"), "{html}");
+    }
+}

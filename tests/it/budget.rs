@@ -1,0 +1,177 @@
+//! The budget over the API and the CLI, against the real daemon and the mock provider's ledger:
+//! the config's `[budget]` in force until one is set; a set one stored (it survives a restart),
+//! holding the request that does not fit with words that name the budget, and releasing it
+//! when raised; `null` removing a limit and `DELETE` going back to the config's.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::common::{Daemon, Mock, wait_for};
+
+const SETTLED: &[&str] = &["succeeded", "failed", "unknown", "canceled"];
+
+fn priced_daemon(mock: &Mock) -> Daemon {
+    let base = mock.base();
+    let mut d = Daemon::configure(&format!(
+        "[budget]\ndaily = 0.10\n\n[[providers]]\nname = \"oa\"\nkind = \"openai_images\"\nbase_url = \"{base}\"\n\
+         api_key_env = \"TALLY_TEST_KEY\"\nmodel = \"gpt-image-1\"\nmax_concurrency = 4\nrequest_timeout_ms = 5000\n\
+         price_per_image = 0.04\nbudget_monthly = 20\n"
+    ));
+    d.env.push(("TALLY_TEST_KEY".into(), "sk-test-budget".into()));
+    d
+}
+
+fn budget(d: &Daemon) -> Value {
+    let r = d.call("GET", "/v1/budget", None);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    r.json()
+}
+
+#[test]
+fn a_budget_set_over_the_api_holds_survives_a_restart_and_releases_when_raised() {
+    let mock = Mock::start(&["--job-duration-ms", "20"]);
+    let mut d = priced_daemon(&mock);
+    d.spawn();
+    let b = budget(&d);
+    assert_eq!((b["daily"].as_f64(), b["source"].as_str()), (Some(0.10), Some("config")), "{b}");
+    assert_eq!(b["providers"]["oa"]["monthly"].as_f64(), Some(20.0), "{b}");
+    assert_eq!(b["currency"], "USD");
+
+    // Bad input is refused and changes nothing.
+    for bad in [json!({"daily": -1}), json!({"providers": {"nobody": {"daily": 1}}}), json!({"weekly": 1})] {
+        let r = d.call("PUT", "/v1/budget", Some(&bad));
+        assert!((400..500).contains(&r.status), "{bad} answered {}", r.status);
+    }
+    assert_eq!(budget(&d)["source"], "config");
+
+    let r = d.call("PUT", "/v1/budget", Some(&json!({"daily": 0.22})));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let b = r.json();
+    assert_eq!((b["daily"].as_f64(), b["source"].as_str()), (Some(0.22), Some("set")), "{b}");
+    assert_eq!(b["providers"]["oa"]["monthly"].as_f64(), Some(20.0), "limits not named stay: {b}");
+
+    d.term();
+    d.spawn();
+    let b = budget(&d);
+    assert_eq!((b["daily"].as_f64(), b["source"].as_str()), (Some(0.22), Some("set")), "after a restart: {b}");
+
+    // 0.22 at 0.04 an image: five go, the sixth is held and says why.
+    let tag = uuid::Uuid::new_v4().simple().to_string();
+    let ids: Vec<String> = (0..6)
+        .map(|i| {
+            let r =
+                d.call("POST", "/v1/tasks", Some(&json!({"prompt": format!("budget {i} {tag}"), "provider": "oa"})));
+            assert_eq!(r.status, 201);
+            r.json()["id"].as_str().expect("id").to_string()
+        })
+        .collect();
+    let held = wait_for(Duration::from_secs(30), || {
+        let ts: Vec<Value> = ids.iter().map(|i| d.call("GET", &format!("/v1/tasks/{i}"), None).json()).collect();
+        let settled = ts.iter().filter(|t| SETTLED.contains(&t["status"].as_str().unwrap_or(""))).count();
+        let waiting: Vec<Value> = ts.into_iter().filter(|t| t["status"] == "waiting").collect();
+        (settled == 5 && waiting.len() == 1).then(|| waiting[0].clone())
+    })
+    .expect("five settle and one waits");
+    assert_eq!(mock.count(&tag).1, 5, "five charges reached the provider");
+    let words = held["waiting_for"].as_str().unwrap_or("");
+    assert!(words.starts_with("Held: today's budget of $0.22 is spent — raise it or wait until tomorrow"), "{held}");
+    assert!(held["message"].as_str().unwrap_or("").contains("budget"), "{held}");
+    let b = budget(&d);
+    assert!((b["spent_today"].as_f64().unwrap_or(0.0) - 0.20).abs() < 1e-9, "{b}");
+    assert!((b["providers"]["oa"]["spent_this_month"].as_f64().unwrap_or(0.0) - 0.20).abs() < 1e-9, "{b}");
+    // The CLI names it too.
+    let out = d.cli(&["status", held["id"].as_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("today's budget of $0.22 is spent"), "{out:?}");
+
+    // Raising it with the CLI lets the held one go at once.
+    let out = d.cli(&["budget", "set", "--daily", "0.40"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let done = d.wait_status(held["id"].as_str().unwrap(), SETTLED);
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert_eq!(mock.count(&tag).1, 6);
+    let out = d.cli(&["budget", "show"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("of $0.40") && text.contains("set with `tally budget set`"),
+        "{text}"
+    );
+
+    // A provider's limit, `none` removing one, and a bad amount.
+    let out = d.cli(&["budget", "set", "--monthly", "none", "--provider", "oa"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(budget(&d)["providers"]["oa"]["monthly"].is_null());
+    let out = d.cli(&["budget", "set", "--daily", "lots"]);
+    assert_eq!(out.status.code(), Some(2), "a bad amount is a usage error");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("none"), "it says what to type");
+
+    let r = d.call("PUT", "/v1/budget", Some(&json!({"daily": null})));
+    assert_eq!(r.status, 200);
+    let b = r.json();
+    assert!(b["daily"].is_null() && b["source"] == "set", "{b}");
+
+    // Back to the config's.
+    let r = d.call("DELETE", "/v1/budget", None);
+    assert_eq!(r.status, 200);
+    let b = r.json();
+    assert_eq!((b["daily"].as_f64(), b["source"].as_str()), (Some(0.10), Some("config")), "{b}");
+    d.term();
+    d.spawn();
+    assert_eq!(budget(&d)["source"], "config", "the removal is kept too");
+}
+
+#[test]
+fn resolving_with_a_charge_record_changes_the_task_spend_and_the_csv() {
+    let mock = Mock::start(&["--job-duration-ms", "20"]);
+    let mut d = priced_daemon(&mock);
+    d.spawn();
+    mock.behave(json!({ "drop_response": true }));
+    let lost: Vec<String> = (0..2)
+        .map(|i| {
+            let r = d.call("POST", "/v1/tasks", Some(&json!({"prompt": format!("lost {i}"), "provider": "oa"})));
+            r.json()["id"].as_str().expect("id").to_string()
+        })
+        .collect();
+    for id in &lost {
+        assert_eq!(d.wait_status(id, SETTLED)["status"], "unknown");
+    }
+    mock.behave(json!({ "drop_response": false }));
+    let spent_before = budget(&d)["spent_today"].as_f64().unwrap_or(0.0);
+    assert!((spent_before - 0.08).abs() < 1e-9, "two possibly charged: {spent_before}");
+
+    // A bad record is refused; then the API with not_charged, the CLI with charged.
+    let r = d.call(
+        "POST",
+        &format!("/v1/tasks/{}/resolve", lost[0]),
+        Some(&json!({"outcome": "failed", "charge": "maybe"})),
+    );
+    assert_eq!(r.status, 422);
+    let r = d.call(
+        "POST",
+        &format!("/v1/tasks/{}/resolve", lost[0]),
+        Some(&json!({"outcome": "failed", "charge": "not_charged", "note": "not in the dashboard"})),
+    );
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let t = r.json();
+    assert_eq!((t["charge"]["state"].as_str(), t["charge"]["recorded_by_hand"].as_bool()), (Some("none"), Some(true)));
+    assert_eq!(t["retry"]["requires_cost_acknowledgement"], false, "nothing to acknowledge once recorded as free");
+    let out = d.cli(&["resolve", &lost[1], "--failed", "--charge", "charged"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let t = d.call("GET", &format!("/v1/tasks/{}", lost[1]), None).json();
+    assert_eq!(
+        (t["charge"]["state"].as_str(), t["charge"]["recorded_by_hand"].as_bool()),
+        (Some("charged"), Some(true))
+    );
+
+    // Spend and the budget follow the record; the CSV says it was by hand.
+    let spend = d.call("GET", "/v1/spend", None).json();
+    assert_eq!(spend["totals"]["charged"]["count"], 1, "{spend}");
+    assert_eq!(spend["totals"]["possibly_charged"]["count"], 0, "{spend}");
+    assert_eq!(spend["totals"]["recorded_by_hand"], 2, "{spend}");
+    assert!((budget(&d)["spent_today"].as_f64().unwrap_or(0.0) - 0.04).abs() < 1e-9);
+    let out = d.cli(&["spend", "--csv"]);
+    let csv = String::from_utf8_lossy(&out.stdout).to_string();
+    let line = |id: &str| csv.lines().find(|l| l.contains(id)).unwrap_or_default().to_string();
+    assert!(line(&lost[0]).contains(",none,") && line(&lost[0]).ends_with(",by hand"), "{csv}");
+    assert!(line(&lost[1]).contains(",charged,") && line(&lost[1]).ends_with(",by hand"), "{csv}");
+}

@@ -1,0 +1,91 @@
+//! Held jobs on both backends (`store::held`): what an older copy of the database would send
+//! again is held — never dispatched, no wake-up armed for it — until the owner releases it,
+//! one by one or all together; a held shot of a set keeps its set to one shot at a time.
+
+use std::collections::BTreeSet;
+
+use tally::domain::TaskStatus;
+use tally::store::held::Release;
+use tally::store::*;
+
+use super::backend::Backend;
+use super::both;
+use super::single::{LEASE, T0, claimed, ids, submit};
+
+both!(held_jobs_wait_for_the_owner_and_go_when_released, a_held_set_still_runs_one_shot_at_a_time);
+
+fn set_of<I: IntoIterator<Item = S>, S: Into<String>>(v: I) -> BTreeSet<String> {
+    v.into_iter().map(Into::into).collect()
+}
+
+async fn held_jobs_wait_for_the_owner_and_go_when_released<B: Backend>(s: B) {
+    // c's request has left (phase `calling`): recovery decides it, a hold never touches it.
+    let c = submit(&s, "in flight c").await;
+    let claim = claimed(&s, &c, T0 + 1, "boot").await;
+    s.record_calling(claim.execution_token.clone(), claim.lease_token.clone(), T0 + 1).await.expect("calling");
+    let a = submit(&s, "held a").await;
+    let b = submit(&s, "held b").await;
+    let now = T0 + 2;
+    let held = s.hold_unsettled("queued when the backup was taken".into(), now).await.expect("hold");
+    assert_eq!(set_of(held.clone()), set_of([a.clone(), b.clone()]), "the queued jobs, not the one in flight");
+    for id in [&a, &b] {
+        let t = s.get_task(id.clone()).await.expect("get").expect("task");
+        assert_eq!(t.status, TaskStatus::Waiting);
+        let h = t.held.as_ref().expect("held");
+        assert_eq!((h.reason.as_str(), h.since), ("queued when the backup was taken", now));
+        assert_eq!(t.waiting_for.as_deref(), Some("queued when the backup was taken"), "the wait says why");
+    }
+    assert!(s.get_task(c.clone()).await.expect("get").expect("task").held.is_none());
+    let batch = s.dispatch_due(now + 1, 100, LEASE, "boot2").await.expect("dispatch");
+    assert!(ids(&batch).iter().all(|id| *id != a && *id != b), "a held job is never dispatched: {:?}", ids(&batch));
+    assert_eq!(batch.next_due, None, "and no wake-up is armed for it");
+    let (total, list) = s.held_tasks(10).await.expect("held list");
+    assert_eq!((total, set_of(list.iter().map(|t| t.id.clone()))), (2, set_of([a.clone(), b.clone()])));
+    let attention = s
+        .list_filtered(TaskFilter { needs_attention: true, ..TaskFilter::default() }, None, 10)
+        .await
+        .expect("attention");
+    assert_eq!(set_of(attention.iter().map(|t| t.id.clone())), set_of([a.clone(), b.clone()]), "they need the owner");
+    assert_eq!(s.hold_unsettled("again".into(), now + 1).await.expect("hold again"), Vec::<String>::new());
+
+    let r = s.release_held(Release::Ids(vec![a.clone(), "no-such-task".into()]), now + 2).await.expect("release");
+    assert_eq!((r.released, r.not_held), (vec![a.clone()], vec!["no-such-task".to_string()]));
+    let t = s.get_task(a.clone()).await.expect("get").expect("task");
+    assert!(t.held.is_none());
+    assert_eq!(ids(&s.dispatch_due(now + 2, 100, LEASE, "boot2").await.expect("dispatch")), [a.as_str()]);
+    let r = s.release_held(Release::All, now + 3).await.expect("release all");
+    assert_eq!((r.released, r.not_held.len()), (vec![b.clone()], 0));
+    assert_eq!(ids(&s.dispatch_due(now + 3, 100, LEASE, "boot2").await.expect("dispatch")), [b.as_str()]);
+    assert_eq!(s.held_tasks(10).await.expect("held list").0, 0);
+    let r = s.release_held(Release::Ids(vec![b.clone()]), now + 4).await.expect("release twice");
+    assert_eq!((r.released.len(), r.not_held), (0, vec![b.clone()]), "a released job is not held any more");
+    let kinds: Vec<String> = s.events(a).await.expect("events").into_iter().map(|e| e.kind).collect();
+    let (h, r) = (kinds.iter().position(|k| k == "held"), kinds.iter().position(|k| k == "released"));
+    assert!(h.is_some() && h < r, "the timeline says it was held, then released: {kinds:?}");
+}
+
+async fn a_held_set_still_runs_one_shot_at_a_time<B: Backend>(s: B) {
+    let shot = |role: &str| NewShot {
+        role: role.into(),
+        prompt: format!("{role} shot"),
+        params: serde_json::json!({}),
+        candidates: 1,
+    };
+    let set = NewSet {
+        product: "mug".into(),
+        style: None,
+        provider: "p".into(),
+        references: Vec::new(),
+        shots: vec![shot("main"), shot("scene")],
+        idempotency_key: None,
+    };
+    let SubmitOutcome::Created(sid) = s.create_set(set, T0).await.expect("create") else { panic!("not created") };
+    let shots: Vec<String> = s.get_set(sid).await.expect("get").expect("set").shots.into_iter().map(|t| t.id).collect();
+    let held = s.hold_unsettled("copied while running".into(), T0 + 1).await.expect("hold");
+    assert_eq!(set_of(held), set_of(shots.clone()), "the scheduled shot and the later one");
+    assert!(s.dispatch_due(T0 + 2, 100, LEASE, "boot").await.expect("dispatch").claims.is_empty());
+    let r = s.release_held(Release::All, T0 + 3).await.expect("release all");
+    assert_eq!(r.released.len(), 2);
+    let b = s.dispatch_due(T0 + 3, 100, LEASE, "boot").await.expect("dispatch");
+    assert_eq!(ids(&b), [shots[0].as_str()], "released together, the set still goes one shot at a time, in order");
+}

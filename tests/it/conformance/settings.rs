@@ -1,0 +1,39 @@
+//! Settings kept across restarts, on both backends: the budget set at run time (one row,
+//! replaced or removed whole) and the web page's sessions (found by the hash of the cookie,
+//! touched on use, expired after their idle time, ended one by one or all at once).
+
+use tally::store::settings::StoredSession;
+
+use super::backend::Backend;
+use super::both;
+use super::single::T0;
+
+both!(a_budget_set_at_run_time_is_kept_replaced_and_removed, sessions_are_kept_touched_expired_and_ended);
+
+async fn a_budget_set_at_run_time_is_kept_replaced_and_removed<B: Backend>(s: B) {
+    assert_eq!(s.budget_setting().await.expect("read"), None, "a new store has none: the config's applies");
+    s.set_budget_setting(Some("{\"limits\":[1]}".into()), T0).await.expect("set");
+    assert_eq!(s.budget_setting().await.expect("read").as_deref(), Some("{\"limits\":[1]}"));
+    s.set_budget_setting(Some("{\"limits\":[2]}".into()), T0 + 1).await.expect("replace");
+    assert_eq!(s.budget_setting().await.expect("read").as_deref(), Some("{\"limits\":[2]}"), "one row, replaced");
+    assert_eq!(s.int("SELECT count(*) FROM budget_setting").await, 1);
+    s.set_budget_setting(None, T0 + 2).await.expect("remove");
+    assert_eq!(s.budget_setting().await.expect("read"), None);
+}
+
+async fn sessions_are_kept_touched_expired_and_ended<B: Backend>(s: B) {
+    s.insert_session("h1".into(), "csrf1".into(), T0).await.expect("insert");
+    s.insert_session("h2".into(), "csrf2".into(), T0).await.expect("insert");
+    let got = s.session("h1".into()).await.expect("read");
+    assert_eq!(got, Some(StoredSession { csrf: "csrf1".into(), created_at: T0, last_used_at: T0 }));
+    assert_eq!(s.session("nope".into()).await.expect("read"), None);
+    // h1 is used later; h2 not: expiring everything unused since T0 + 5 keeps only h1.
+    s.touch_session("h1".into(), T0 + 10, T0 + 5).await.expect("touch");
+    assert_eq!(s.session("h1".into()).await.expect("read").map(|x| x.last_used_at), Some(T0 + 10));
+    assert_eq!(s.session("h2".into()).await.expect("read"), None, "an idle session expires");
+    s.insert_session("h3".into(), "csrf3".into(), T0 + 10).await.expect("insert");
+    assert_eq!(s.delete_sessions(Some("h1".into())).await.expect("end one"), 1);
+    assert_eq!(s.session("h1".into()).await.expect("read"), None);
+    assert_eq!(s.delete_sessions(None).await.expect("end all"), 1);
+    assert_eq!(s.session("h3".into()).await.expect("read"), None);
+}

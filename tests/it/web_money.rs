@@ -1,0 +1,269 @@
+//! Money where it is spent, in a real browser (headless Chromium, axe-core on each view): the
+//! price before every button that sends a request (New job, Create the set, Retry, Generate
+//! another), "Generate another" asking first, and the budget in the page.
+
+use std::time::Duration;
+
+use fantoccini::Locator;
+use serde_json::json;
+
+use crate::browser::Browser;
+use crate::common::{Daemon, Mock, wait_for};
+use crate::web::printed_sign_in_url;
+
+/// A paid provider with a price, one without, and the free demo.
+fn money_providers(mock: &Mock) -> String {
+    let base = mock.base();
+    format!(
+        "[[providers]]\nname = \"paid\"\nkind = \"openai_images\"\nbase_url = \"{base}\"\nmodel = \"gpt-image-1\"\n\
+         api_key_env = \"TALLY_TEST_KEY\"\nmax_concurrency = 2\nrequest_timeout_ms = 5000\nconnect_timeout_ms = 1000\n\
+         price_per_image = 0.04\n\n\
+         [[providers]]\nname = \"unpriced\"\nkind = \"openai_images\"\nbase_url = \"{base}\"\nmodel = \"gpt-image-1\"\n\
+         api_key_env = \"TALLY_TEST_KEY\"\nmax_concurrency = 2\nrequest_timeout_ms = 5000\nconnect_timeout_ms = 1000\n\n\
+         [[providers]]\nname = \"demo\"\nkind = \"demo\"\ndelay_ms = 20\n"
+    )
+}
+
+fn task_count(d: &Daemon) -> usize {
+    d.call("GET", "/v1/tasks?limit=200", None).json()["tasks"].as_array().map_or(0, Vec::len)
+}
+
+#[test]
+fn the_price_is_shown_before_each_spending_button() {
+    let mock = Mock::start(&["--job-duration-ms", "20"]);
+    let mut d = Daemon::configure(&money_providers(&mock));
+    d.env.push(("TALLY_TEST_KEY".into(), "sk-test-web".into()));
+    d.spawn();
+    let url = printed_sign_in_url(&d);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let b = Browser::start().await;
+        b.c().goto(&url).await.expect("sign in");
+        b.until("the jobs page", 15, "document.getElementById('new-task') !== null").await;
+
+        // New job: the price beside Generate, for each kind of provider.
+        let select = b.c().find(Locator::Css("#provider")).await.expect("provider");
+        select.select_by_value("paid").await.expect("pick");
+        let price = b.js("document.getElementById('generate-price').textContent").await;
+        assert!(price.as_str().unwrap_or("").contains("$0.04"), "price beside Generate: {price}");
+        select.select_by_value("unpriced").await.expect("pick");
+        let price = b.js("document.getElementById('generate-price').textContent").await;
+        assert!(price.as_str().unwrap_or("").contains("price not configured"), "{price}");
+        select.select_by_value("demo").await.expect("pick");
+        let price = b.js("document.getElementById('generate-price').textContent").await;
+        assert!(price.as_str().unwrap_or("").contains("free"), "{price}");
+        b.assert_accessible("the jobs page with a price").await;
+
+        // Create the set: shots × the price.
+        b.js("(location.hash = '#/sets/new')").await;
+        b.until("the new-set form", 10, "document.getElementById('set-provider') !== null").await;
+        b.c()
+            .find(Locator::Css("#set-provider"))
+            .await
+            .expect("set provider")
+            .select_by_value("paid")
+            .await
+            .expect("pick");
+        let price = b.js("document.getElementById('set-price').textContent").await;
+        assert!(
+            price.as_str().unwrap_or("").contains("$0.12") && price.as_str().unwrap_or("").contains("3 ×"),
+            "{price}"
+        );
+        b.click("#add-shot").await;
+        let price = b.js("document.getElementById('set-price').textContent").await;
+        assert!(price.as_str().unwrap_or("").contains("$0.16"), "four shots: {price}");
+        b.assert_accessible("the new-set form with a price").await;
+
+        // A finished paid job: "Generate another" names the price and asks first.
+        let r = d.call("POST", "/v1/tasks", Some(&json!({"prompt": "priced mug", "provider": "paid"})));
+        assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+        let id = r.json()["id"].as_str().expect("id").to_string();
+        let done = wait_for(Duration::from_secs(30), || {
+            (d.call("GET", &format!("/v1/tasks/{id}"), None).json()["status"] == "succeeded").then_some(())
+        });
+        assert!(done.is_some(), "the paid job did not succeed");
+        b.js(&format!("(location.hash = '#/tasks/{id}')")).await;
+        b.until("the job's page", 10, "document.getElementById('generate-another') !== null").await;
+        let hint = b.js("document.getElementById('retry-hint').textContent").await;
+        assert!(hint.as_str().unwrap_or("").contains("$0.04"), "{hint}");
+        let before = task_count(&d);
+        b.click("#generate-another").await;
+        b.until("the confirmation", 5, "document.getElementById('confirm-dialog').open").await;
+        let ask = b.js("document.getElementById('confirm-dialog').innerText").await;
+        assert!(ask.as_str().unwrap_or("").contains("$0.04"), "the question names the price: {ask}");
+        b.assert_accessible("the generate-another question").await;
+        b.click("#confirm-no").await;
+        b.until("the dialog closed", 5, "!document.getElementById('confirm-dialog').open").await;
+        assert_eq!(task_count(&d), before, "saying no spent nothing");
+        b.click("#generate-another").await;
+        b.until("the confirmation", 5, "document.getElementById('confirm-dialog').open").await;
+        b.click("#confirm-yes").await;
+        b.until("another job", 10, &format!("location.hash.startsWith('#/tasks/') && !location.hash.endsWith('{id}')"))
+            .await;
+        assert_eq!(task_count(&d), before + 1, "saying yes made one new job");
+
+        // An unknown job: the price beside Retry.
+        mock.behave(json!({ "drop_response": true }));
+        let r = d.call("POST", "/v1/tasks", Some(&json!({"prompt": "lost mug", "provider": "paid"})));
+        let lost = r.json()["id"].as_str().expect("id").to_string();
+        let unknown = wait_for(Duration::from_secs(30), || {
+            (d.call("GET", &format!("/v1/tasks/{lost}"), None).json()["status"] == "unknown").then_some(())
+        });
+        mock.behave(json!({ "drop_response": false }));
+        assert!(unknown.is_some(), "the lost job did not become unknown");
+        b.js(&format!("(location.hash = '#/tasks/{lost}')")).await;
+        b.until("the unknown job", 10, "document.getElementById('retry-price') !== null").await;
+        let price = b.js("document.getElementById('retry-price').textContent").await;
+        assert!(price.as_str().unwrap_or("").contains("$0.04"), "price beside Retry: {price}");
+        b.assert_accessible("an unknown job with a price").await;
+        b.close().await;
+    });
+}
+
+#[test]
+fn the_owner_sets_a_budget_in_the_page_and_a_held_job_says_so() {
+    let mock = Mock::start(&["--job-duration-ms", "20"]);
+    let mut d = Daemon::configure(&money_providers(&mock));
+    d.env.push(("TALLY_TEST_KEY".into(), "sk-test-web".into()));
+    d.spawn();
+    let url = printed_sign_in_url(&d);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let b = Browser::start().await;
+        b.c().goto(&url).await.expect("sign in");
+        b.until("the jobs page", 15, "document.getElementById('new-task') !== null").await;
+        assert_eq!(b.js("document.getElementById('budget-line') === null").await, true, "no budget, no line");
+
+        // Set a daily budget of one image in the Spend view.
+        b.js("(location.hash = '#/spend')").await;
+        b.until("the budget form", 10, "document.getElementById('budget-form') !== null").await;
+        let source = b.js("document.getElementById('budget-source').textContent").await;
+        assert!(source.as_str().unwrap_or("").contains("configuration file"), "{source}");
+        b.c().find(Locator::Css("#budget-daily")).await.expect("daily").send_keys("0.04").await.expect("type");
+        b.click("#budget-save").await;
+        b.until("the budget saved", 10, "document.getElementById('budget-reset') !== null").await;
+        let set = d.call("GET", "/v1/budget", None).json();
+        assert_eq!((set["daily"].as_f64(), set["source"].as_str()), (Some(0.04), Some("set")), "{set}");
+        let summary = b.js("document.getElementById('budget-all').textContent").await;
+        assert!(summary.as_str().unwrap_or("").contains("Today $0.00 of $0.04"), "{summary}");
+        b.assert_accessible("the spend view with the budget").await;
+
+        // One job fits; the second is held, and the page says it is the budget.
+        let first = d.call("POST", "/v1/tasks", Some(&json!({"prompt": "budget one", "provider": "paid"}))).json();
+        d.wait_status(first["id"].as_str().expect("id"), &["succeeded"]);
+        let second = d.call("POST", "/v1/tasks", Some(&json!({"prompt": "budget two", "provider": "paid"}))).json();
+        let id = second["id"].as_str().expect("id").to_string();
+        d.wait_status(&id, &["waiting"]);
+        b.js("(location.hash = '#/')").await;
+        let line = b.until("the budget line", 10, "document.getElementById('budget-line')?.textContent").await;
+        assert!(line.as_str().unwrap_or("").contains("Today $0.04 of $0.04"), "{line}");
+        let row = b
+            .until("the held job", 10, "Array.from(document.querySelectorAll('#task-list li')).find(li => li.textContent.includes('budget two'))?.textContent")
+            .await;
+        let row = row.as_str().unwrap_or("");
+        assert!(row.contains("Held: today's budget of $0.04 is spent — raise it or wait until tomorrow"), "{row}");
+        assert!(!row.contains("has room"), "not the wrong reason: {row}");
+        b.assert_accessible("the jobs page with a held job").await;
+
+        // Raise it in the page: the held job goes at once.
+        b.js("(location.hash = '#/spend')").await;
+        b.until("the budget form", 10, "document.getElementById('budget-daily') !== null").await;
+        b.js("(document.getElementById('budget-daily').value = '')").await;
+        b.c().find(Locator::Css("#budget-daily")).await.expect("daily").send_keys("1").await.expect("type");
+        b.click("#budget-save").await;
+        let done = d.wait_status(&id, &["succeeded", "failed", "unknown", "canceled"]);
+        assert_eq!(done["status"], "succeeded", "{done}");
+        b.until("the new limit shown", 10, "document.getElementById('budget-all')?.textContent.includes('of $1')").await;
+        b.close().await;
+    });
+}
+
+#[test]
+fn recording_what_the_dashboard_shows_changes_the_job_and_spend() {
+    let mock = Mock::start(&["--job-duration-ms", "20"]);
+    let mut d = Daemon::configure(&money_providers(&mock));
+    d.env.push(("TALLY_TEST_KEY".into(), "sk-test-web".into()));
+    d.spawn();
+    let url = printed_sign_in_url(&d);
+    mock.behave(json!({ "drop_response": true }));
+    let lost = d.call("POST", "/v1/tasks", Some(&json!({"prompt": "lost vase", "provider": "paid"}))).json();
+    let id = lost["id"].as_str().expect("id").to_string();
+    d.wait_status(&id, &["unknown"]);
+    mock.behave(json!({ "drop_response": false }));
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let b = Browser::start().await;
+        b.c().goto(&url).await.expect("sign in");
+        b.until("the jobs page", 15, "document.getElementById('new-task') !== null").await;
+        b.js(&format!("(location.hash = '#/tasks/{id}')")).await;
+        b.until("the resolve form", 10, "document.getElementById('resolve-form') !== null").await;
+        b.click("#resolve-failed").await;
+        b.click("#resolve-not-charged").await;
+        b.assert_accessible("the resolve form with the charge record").await;
+        b.click("#resolve-submit").await;
+        let t = d.wait_status(&id, &["failed"]);
+        assert_eq!((t["charge"]["state"].as_str(), t["charge"]["recorded_by_hand"].as_bool()), (Some("none"), Some(true)));
+        let words = b
+            .until("the job's charge words", 10, "document.querySelector('main')?.innerText.includes('you recorded that the provider') && document.querySelector('main').innerText")
+            .await;
+        assert!(words.as_str().unwrap_or("").contains("Not charged: you recorded that the provider's dashboard shows no charge."), "{words}");
+        b.js("(location.hash = '#/spend')").await;
+        let by_hand = b.until("the by-hand note", 10, "document.getElementById('spend-by-hand')?.textContent").await;
+        assert!(by_hand.as_str().unwrap_or("").contains("1 of these requests"), "{by_hand}");
+        b.close().await;
+    });
+}
+
+#[test]
+fn the_main_views_in_simplified_chinese_are_axe_clean_and_the_switch_changes_the_language() {
+    // Served by Accept-Language even before signing in (the signed-out page).
+    let mock = Mock::start(&["--job-duration-ms", "20"]);
+    let mut d = Daemon::configure(&money_providers(&mock));
+    d.env.push(("TALLY_TEST_KEY".into(), "sk-test-web".into()));
+    d.spawn();
+    let r = crate::common::request(d.port, "GET", "/", &[("Accept-Language", "zh-CN,zh;q=0.9,en;q=0.8")], None);
+    let page = String::from_utf8_lossy(&r.body).to_string();
+    assert!(page.contains("<html lang=\"zh-CN\">") && page.contains("登录 tally"), "{page}");
+    let r = crate::common::request(d.port, "GET", "/", &[("Accept-Language", "en-GB,en;q=0.9")], None);
+    assert!(String::from_utf8_lossy(&r.body).contains("<html lang=\"en\">"));
+    drop(d);
+
+    // ui.language = "zh-CN": the page in Chinese, whatever the browser asks.
+    let mut d = Daemon::configure(&format!("[ui]\nlanguage = \"zh-CN\"\n\n{}", money_providers(&mock)));
+    d.env.push(("TALLY_TEST_KEY".into(), "sk-test-web".into()));
+    d.spawn();
+    let url = printed_sign_in_url(&d);
+    let done = d.call("POST", "/v1/tasks", Some(&json!({"prompt": "红色运动鞋", "provider": "demo"}))).json();
+    d.wait_status(done["id"].as_str().expect("id"), &["succeeded"]);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let b = Browser::start().await;
+        b.c().goto(&url).await.expect("sign in");
+        b.until("the jobs page", 15, "document.getElementById('new-task') !== null").await;
+        assert_eq!(b.js("document.documentElement.lang").await, "zh-CN");
+        assert_eq!(b.js("document.getElementById('nav-jobs').textContent").await, "任务");
+        assert_eq!(b.js("document.querySelector('h1').textContent").await, "任务");
+        assert_eq!(b.js("document.getElementById('submit-task').textContent").await, "生成");
+        b.assert_accessible("the jobs page in Chinese").await;
+        for (hash, ready, view) in [
+            ("#/spend", "document.getElementById('budget-form') !== null", "spend"),
+            ("#/sets", "document.getElementById('new-set-link') !== null", "image sets"),
+            ("#/sets/new", "document.getElementById('create-set') !== null", "new set"),
+        ] {
+            b.js(&format!("(location.hash = '{hash}')")).await;
+            b.until(view, 10, ready).await;
+            b.assert_accessible(&format!("the {view} view in Chinese")).await;
+        }
+        assert_eq!(b.js("document.getElementById('create-set').textContent").await, "创建图片组");
+        // The switch: English, kept across a reload.
+        b.c().find(Locator::Css("#language")).await.expect("switch").select_by_value("en").await.expect("pick");
+        b.until(
+            "the page in English",
+            15,
+            "document.documentElement.lang === 'en' && document.getElementById('nav-jobs')?.textContent === 'Jobs'",
+        )
+        .await;
+        b.assert_accessible("the page switched to English").await;
+        b.close().await;
+    });
+}
