@@ -145,6 +145,46 @@ pub(super) fn choices(c: &Connection, set: &str) -> Result<Vec<(i64, String)>, S
     Ok(stmt.query_map([set], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?)
 }
 
+/// What a shot's first candidate asked for (its newest task), read by both backends'
+/// `add_candidates`: the prompt, the stored parameters (JSON text), the role and the group.
+pub(crate) struct ShotRequest {
+    pub prompt: String,
+    pub params: String,
+    pub role: Option<String>,
+    pub group: Option<String>,
+}
+
+/// The tasks that add candidates `next .. next + count` to shot `position` of `set`, each
+/// with the shot's request (one decision for both backends), and the shot's role.
+pub(crate) fn candidate_tasks(
+    provider: &str,
+    set: &str,
+    position: i64,
+    req: ShotRequest,
+    next: i64,
+    count: u32,
+) -> (String, Vec<NewTask>) {
+    let role = req.role.unwrap_or_else(|| "scene".into());
+    let params: serde_json::Value = serde_json::from_str(&req.params).unwrap_or(serde_json::Value::Null);
+    let tasks = (0..i64::from(count))
+        .map(|k| NewTask {
+            provider: provider.to_string(),
+            prompt: req.prompt.clone(),
+            params: params.clone(),
+            shot: Some(ShotRef { set_id: set.to_string(), position, role: role.clone(), candidate: next + k }),
+            group: req.group.clone(),
+            ..NewTask::default()
+        })
+        .collect();
+    (role, tasks)
+}
+
+/// The set timeline's line for candidates added to shot `position` (from 0).
+pub(crate) fn candidates_added_message(ids: &[String], position: i64, role: &str) -> String {
+    let label = role_label(Some(role));
+    format!("{} more candidate(s) asked for shot {} ({label}): {}", ids.len(), position + 1, ids.join(", "))
+}
+
 /// Add `count` candidates to shot `position` of `set`: new tasks with the prompt, parameters
 /// and role of the shot's first candidate, scheduled like shots. One transaction.
 pub(super) fn add_candidates(
@@ -170,7 +210,7 @@ pub(super) fn add_candidates(
         )?
         .query_row(params![set, position], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
         .optional()?;
-    let Some((prompt, params_text, role, group)) = first else { return Ok(AddOutcome::NoShot) };
+    let Some((prompt, params, role, group)) = first else { return Ok(AddOutcome::NoShot) };
     let (has, next): (i64, i64) = c
         .prepare_cached(
             "SELECT COUNT(DISTINCT candidate), COALESCE(MAX(candidate), -1) + 1 FROM tasks
@@ -180,29 +220,15 @@ pub(super) fn add_candidates(
     if has + i64::from(count) > MAX_SHOT_CANDIDATES {
         return Ok(AddOutcome::TooMany { has });
     }
-    let role = role.unwrap_or_else(|| "scene".into());
+    let req = ShotRequest { prompt, params, role, group };
+    let (role, tasks) = candidate_tasks(&provider, set, position, req, next, count);
     let mut ids = Vec::new();
-    for k in 0..i64::from(count) {
-        let t = NewTask {
-            provider: provider.clone(),
-            prompt: prompt.clone(),
-            params: serde_json::from_str(&params_text).unwrap_or(serde_json::Value::Null),
-            shot: Some(ShotRef { set_id: set.to_string(), position, role: role.clone(), candidate: next + k }),
-            group: group.clone(),
-            ..NewTask::default()
-        };
+    for t in tasks {
         if let SubmitOutcome::Created(id) = submit(c, &t, now)? {
             ids.push(id);
         }
     }
-    let label = role_label(Some(&role));
-    set_event(
-        c,
-        set,
-        now,
-        "candidates_added",
-        &format!("{} more candidate(s) asked for shot {} ({label}): {}", ids.len(), position + 1, ids.join(", ")),
-    )?;
+    set_event(c, set, now, "candidates_added", &candidates_added_message(&ids, position, &role))?;
     c.prepare_cached("UPDATE sets SET updated_at = ?2 WHERE id = ?1")?.execute(params![set, now])?;
     Ok(AddOutcome::Added(ids))
 }

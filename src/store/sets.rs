@@ -75,6 +75,29 @@ impl NewSet {
         format!("set created with {} shot(s), {tasks} image(s) to generate", self.shots.len())
     }
 
+    /// The tasks a new set starts with, in order: every candidate of every shot (one task
+    /// each, so each keeps the whole protocol). One list for both backends' `create_set`.
+    pub(in crate::store) fn shot_tasks(&self, set_id: &str) -> Vec<NewTask> {
+        let mut out = Vec::new();
+        for (i, shot) in self.shots.iter().enumerate() {
+            for k in 0..shot.candidates.max(1) {
+                out.push(NewTask {
+                    provider: self.provider.clone(),
+                    prompt: self.shot_prompt(shot),
+                    params: shot.params.clone(),
+                    shot: Some(ShotRef {
+                        set_id: set_id.to_string(),
+                        position: i as i64,
+                        role: shot.role.clone(),
+                        candidate: i64::from(k),
+                    }),
+                    ..NewTask::default()
+                });
+            }
+        }
+        out
+    }
+
     /// The prompt a shot's task sends: the shot's own words plus the product and style.
     pub fn shot_prompt(&self, shot: &NewShot) -> String {
         let mut p = format!("{} — product: {}", shot.prompt.trim(), self.product.trim());
@@ -302,22 +325,8 @@ pub(super) fn create_set(c: &Connection, s: &NewSet, now: Millis) -> Result<Subm
         c.prepare_cached("INSERT INTO set_references (set_id, position, upload_id) VALUES (?1, ?2, ?3)")?
             .execute(params![id, i as i64, r])?;
     }
-    for (i, shot) in s.shots.iter().enumerate() {
-        for k in 0..shot.candidates.max(1) {
-            let t = NewTask {
-                provider: s.provider.clone(),
-                prompt: s.shot_prompt(shot),
-                params: shot.params.clone(),
-                shot: Some(ShotRef {
-                    set_id: id.clone(),
-                    position: i as i64,
-                    role: shot.role.clone(),
-                    candidate: i64::from(k),
-                }),
-                ..NewTask::default()
-            };
-            submit(c, &t, now)?;
-        }
+    for t in s.shot_tasks(&id) {
+        submit(c, &t, now)?;
     }
     super::choice::set_event(c, &id, now, "created", &s.created_message())?;
     Ok(SubmitOutcome::Created(id))

@@ -6,9 +6,9 @@ use super::ops::submit;
 use super::sets::lock_set;
 use super::{PgStore, Tx};
 use crate::domain::{Millis, TaskStatus};
+use crate::store::choice::{ShotRequest, candidate_tasks, candidates_added_message};
 use crate::store::{
-    AddOutcome, ChoiceOutcome, MAX_SHOT_CANDIDATES, NewTask, SetEventView, ShotRef, StoreError, SubmitOutcome,
-    role_label,
+    AddOutcome, ChoiceOutcome, MAX_SHOT_CANDIDATES, SetEventView, StoreError, SubmitOutcome, role_label,
 };
 
 /// Append an entry to a set's timeline.
@@ -61,8 +61,7 @@ fn add_candidates(
     else {
         return Ok(AddOutcome::NoShot);
     };
-    let (prompt, params_text, role, group): (String, String, Option<String>, Option<String>) =
-        (first.get(0), first.get(1), first.get(2), first.get(3));
+    let req = ShotRequest { prompt: first.get(0), params: first.get(1), role: first.get(2), group: first.get(3) };
     let r = tx.one(
         "SELECT COUNT(DISTINCT candidate), COALESCE(MAX(candidate), -1) + 1 FROM tasks
          WHERE set_id = $1 AND set_position = $2",
@@ -72,24 +71,14 @@ fn add_candidates(
     if has + i64::from(count) > MAX_SHOT_CANDIDATES {
         return Ok(AddOutcome::TooMany { has });
     }
-    let role = role.unwrap_or_else(|| "scene".into());
+    let (role, tasks) = candidate_tasks(&provider, set, position, req, next, count);
     let mut ids = Vec::new();
-    for k in 0..i64::from(count) {
-        let t = NewTask {
-            provider: provider.clone(),
-            prompt: prompt.clone(),
-            params: serde_json::from_str(&params_text).unwrap_or(serde_json::Value::Null),
-            shot: Some(ShotRef { set_id: set.to_string(), position, role: role.clone(), candidate: next + k }),
-            group: group.clone(),
-            ..NewTask::default()
-        };
+    for t in tasks {
         if let SubmitOutcome::Created(id) = submit(tx, &t, now)? {
             ids.push(id);
         }
     }
-    let label = role_label(Some(&role));
-    let msg = format!("{} more candidate(s) asked for shot {} ({label}): {}", ids.len(), position + 1, ids.join(", "));
-    set_event(tx, set, now, "candidates_added", &msg)?;
+    set_event(tx, set, now, "candidates_added", &candidates_added_message(&ids, position, &role))?;
     tx.exec("UPDATE sets SET updated_at = $2 WHERE id = $1", &[&set, &now])?;
     Ok(AddOutcome::Added(ids))
 }

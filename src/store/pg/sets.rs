@@ -8,7 +8,7 @@ use postgres::Row;
 use super::ops::{event, new_id, set_replay, submit};
 use super::{PgStore, Tx};
 use crate::domain::{Actor, Millis};
-use crate::store::{NewImage, NewSet, NewTask, SetView, ShotRef, StoreError, SubmitOutcome, UploadView};
+use crate::store::{NewImage, NewSet, SetView, ShotRef, StoreError, SubmitOutcome, UploadView};
 
 /// Lock a set's row (rule L for set operations: set before envelope).
 pub(super) fn lock_set(tx: &mut Tx<'_, '_>, set: &str) -> Result<bool, StoreError> {
@@ -176,22 +176,8 @@ fn create_set(tx: &mut Tx<'_, '_>, s: &NewSet, now: Millis) -> Result<SubmitOutc
             &[&id, &(i as i64), r],
         )?;
     }
-    for (i, shot) in s.shots.iter().enumerate() {
-        for k in 0..shot.candidates.max(1) {
-            let t = NewTask {
-                provider: s.provider.clone(),
-                prompt: s.shot_prompt(shot),
-                params: shot.params.clone(),
-                shot: Some(ShotRef {
-                    set_id: id.clone(),
-                    position: i as i64,
-                    role: shot.role.clone(),
-                    candidate: i64::from(k),
-                }),
-                ..NewTask::default()
-            };
-            submit(tx, &t, now)?;
-        }
+    for t in s.shot_tasks(&id) {
+        submit(tx, &t, now)?;
     }
     super::choice::set_event(tx, &id, now, "created", &s.created_message())?;
     Ok(SubmitOutcome::Created(id))
