@@ -155,7 +155,8 @@ pub(crate) struct ShotRequest {
 }
 
 /// The tasks that add candidates `next .. next + count` to shot `position` of `set`, each
-/// with the shot's request (one decision for both backends), and the shot's role.
+/// with the shot's request (one decision for both backends), and the shot's role. Parameters
+/// that are not JSON any more (a damaged database) are an error, never silently dropped.
 pub(crate) fn candidate_tasks(
     provider: &str,
     set: &str,
@@ -163,9 +164,14 @@ pub(crate) fn candidate_tasks(
     req: ShotRequest,
     next: i64,
     count: u32,
-) -> (String, Vec<NewTask>) {
+) -> Result<(String, Vec<NewTask>), StoreError> {
     let role = req.role.unwrap_or_else(|| "scene".into());
-    let params: serde_json::Value = serde_json::from_str(&req.params).unwrap_or(serde_json::Value::Null);
+    let params: serde_json::Value = serde_json::from_str(&req.params).map_err(|e| {
+        StoreError::Fatal(format!(
+            "the stored parameters of shot {} of set {set} are not JSON ({e}); run `tally check`",
+            position + 1
+        ))
+    })?;
     let tasks = (0..i64::from(count))
         .map(|k| NewTask {
             provider: provider.to_string(),
@@ -176,7 +182,7 @@ pub(crate) fn candidate_tasks(
             ..NewTask::default()
         })
         .collect();
-    (role, tasks)
+    Ok((role, tasks))
 }
 
 /// The set timeline's line for candidates added to shot `position` (from 0).
@@ -221,7 +227,7 @@ pub(super) fn add_candidates(
         return Ok(AddOutcome::TooMany { has });
     }
     let req = ShotRequest { prompt, params, role, group };
-    let (role, tasks) = candidate_tasks(&provider, set, position, req, next, count);
+    let (role, tasks) = candidate_tasks(&provider, set, position, req, next, count)?;
     let mut ids = Vec::new();
     for t in tasks {
         if let SubmitOutcome::Created(id) = submit(c, &t, now)? {
@@ -330,6 +336,23 @@ impl SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn added_candidates_carry_the_shot_request_and_refuse_damaged_parameters() {
+        let req = |params: &str| ShotRequest {
+            prompt: "mug".into(),
+            params: params.into(),
+            role: None,
+            group: Some("g".into()),
+        };
+        let (role, tasks) = candidate_tasks("demo", "s1", 2, req(r#"{"size":"1024x1024"}"#), 3, 2).expect("valid");
+        assert_eq!(role, "scene");
+        let shots: Vec<_> = tasks.iter().map(|t| t.shot.as_ref().map(|s| (s.position, s.candidate))).collect();
+        assert_eq!(shots, vec![Some((2, 3)), Some((2, 4))]);
+        assert!(tasks.iter().all(|t| t.params["size"] == "1024x1024" && t.group.as_deref() == Some("g")));
+        let err = candidate_tasks("demo", "s1", 2, req("{not json"), 3, 1).err().expect("damaged parameters refused");
+        assert!(err.to_string().contains("shot 3 of set s1"), "{err}");
+    }
 
     #[test]
     fn the_newest_task_of_each_candidate_is_current() {

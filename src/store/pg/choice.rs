@@ -71,7 +71,7 @@ fn add_candidates(
     if has + i64::from(count) > MAX_SHOT_CANDIDATES {
         return Ok(AddOutcome::TooMany { has });
     }
-    let (role, tasks) = candidate_tasks(&provider, set, position, req, next, count);
+    let (role, tasks) = candidate_tasks(&provider, set, position, req, next, count)?;
     let mut ids = Vec::new();
     for t in tasks {
         if let SubmitOutcome::Created(id) = submit(tx, &t, now)? {
