@@ -350,7 +350,9 @@ mod tests {
         let shots: Vec<_> = tasks.iter().map(|t| t.shot.as_ref().map(|s| (s.position, s.candidate))).collect();
         assert_eq!(shots, vec![Some((2, 3)), Some((2, 4))]);
         assert!(tasks.iter().all(|t| t.params["size"] == "1024x1024" && t.group.as_deref() == Some("g")));
-        let err = candidate_tasks("demo", "s1", 2, req("{not json"), 3, 1).err().expect("damaged parameters refused");
+        let Err(err) = candidate_tasks("demo", "s1", 2, req("{not json"), 3, 1) else {
+            panic!("damaged parameters were accepted")
+        };
         assert!(err.to_string().contains("shot 3 of set s1"), "{err}");
     }
 
