@@ -7,6 +7,7 @@
 //! - [`mock`]: the mock provider server (`tally mock-provider`) and its ledger.
 //! - [`render`]: placeholder PNG rendering for the demo and mock providers.
 //! - [`api`]: the HTTP API; [`web`]: the web page, its sign-in sessions and live event stream; [`app`]: `tally serve` wiring; [`cli`] and [`client`]: the command line.
+//! - [`delivery`]: listing-ready files from chosen images (profiles) and where they go (targets).
 //! - [`server`]: the HTTP listener with its connection cap and header and body deadlines.
 //! - [`bench`]: `tally bench`, the end-to-end benchmark.
 
@@ -17,6 +18,7 @@ pub mod cli;
 pub mod client;
 pub mod clock;
 pub mod config;
+pub mod delivery;
 pub mod domain;
 pub mod engine;
 pub mod failpoint;
