@@ -47,3 +47,41 @@ pub enum TargetError {
     #[error("{0}")]
     Ambiguous(String),
 }
+
+/// One configured target (`[[delivery.targets]]`), resolved from the config file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetConfig {
+    /// The name a delivery names (`"target": NAME`, `--to NAME`).
+    pub name: String,
+    /// How long one item's write may take, in milliseconds (`timeout_ms`, default 30000).
+    pub timeout_ms: u64,
+    /// Where the files go.
+    pub kind: TargetKind,
+}
+
+/// The kinds of target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TargetKind {
+    /// A local directory (`kind = "folder"`, `path`).
+    Folder { path: std::path::PathBuf },
+    /// An S3-compatible bucket (`kind = "s3"`).
+    S3(S3Config),
+}
+
+/// The keys of an `s3` target. Credentials are read from the named environment variables when
+/// the target is used, never stored in the config or the database.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct S3Config {
+    /// The service's URL (`endpoint`); `None` means AWS itself for `region`.
+    pub endpoint: Option<String>,
+    /// `region`, e.g. `us-east-1`.
+    pub region: String,
+    /// `bucket`.
+    pub bucket: String,
+    /// `prefix` put before every file name (may be empty; a trailing `/` is not added for you).
+    pub prefix: String,
+    /// `access_key_id_env`: the environment variable holding the access key id.
+    pub access_key_id_env: String,
+    /// `secret_access_key_env`: the environment variable holding the secret key.
+    pub secret_access_key_env: String,
+}
