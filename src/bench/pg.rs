@@ -251,7 +251,7 @@ async fn pickup_pg(url: &str, out: &Path, samples: usize) -> Result<Vec<PgPickup
     let provider = Arc::new(InstantProvider::new(true));
     let worker = engine(open(url, &schema, "bench-worker")?, &dir, 1, provider.clone()).await?;
     let (_, same) = latency_samples(&worker, &provider, samples, 5, "pg-same").await?;
-    let submitter = open(url, &schema, "bench-submitter")?;
+    let submitter = Store::from(open(url, &schema, "bench-submitter")?);
     let mut rx = worker.subscribe();
     let mut other = Vec::with_capacity(samples);
     let mut rng: u64 = 0x9E37_79B9_7F4A_7C15;

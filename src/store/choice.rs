@@ -230,7 +230,7 @@ pub(super) fn add_candidates(
     let (role, tasks) = candidate_tasks(&provider, set, position, req, next, count)?;
     let mut ids = Vec::new();
     for t in tasks {
-        if let SubmitOutcome::Created(id) = submit(c, &t, now)? {
+        if let SubmitOutcome::Created(id) = submit(&mut crate::store::sqlite_tx::SqliteTx::new(c), &t, now)? {
             ids.push(id);
         }
     }

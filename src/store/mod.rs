@@ -52,7 +52,9 @@ mod seam;
 mod sets;
 pub mod settings;
 pub mod spend;
+mod sqlite_tx;
 mod startup;
+pub mod tx;
 mod whole;
 
 pub use blobs::*;

@@ -133,7 +133,7 @@ fn with_artifacts(c: &Connection, mut t: TaskView) -> Result<TaskView, StoreErro
         c.prepare_cached(&format!("SELECT {ARTIFACT_COLUMNS} FROM artifacts WHERE task_id = ?1 ORDER BY created_at"))?;
     t.artifacts = stmt.query_map([&t.id], artifact_row)?.collect::<Result<_, _>>()?;
     t.charge = charge_of(c, &t.id)?;
-    t.retried_as = crate::store::latest_retry(c, &t.id)?;
+    t.retried_as = crate::store::latest_retry(&mut crate::store::sqlite_tx::SqliteTx::new(c), &t.id)?;
     Ok(t)
 }
 

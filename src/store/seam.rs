@@ -31,6 +31,8 @@ use rusqlite::Connection;
 
 use super::pg::PgStore;
 use super::spend::{BudgetUse, Group, Limit, PaidRequest, SpendReport};
+use super::sqlite_tx::SqliteTx;
+use super::tx::Tx;
 use super::*;
 use crate::config::Durability;
 use crate::domain::{Millis, TaskStatus};
@@ -199,11 +201,48 @@ impl Store {
         }
     }
 
+    // ---- how an operation runs ----
+
+    /// Run one store operation (written once over [`Tx`], in `store::ops`) as a write: on
+    /// SQLite's writer thread in its group commit, or in its own PostgreSQL transaction; the
+    /// caller is answered once it is committed as `commit` asks. `weight` is the image bytes it
+    /// stores (SQLite bounds a commit's images by it). The operation may run more than once (a
+    /// batch re-run, a serialization retry): it must be a function of the database alone.
+    async fn op<R, F>(&self, commit: Commit, weight: usize, mut f: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnMut(&mut dyn Tx) -> Result<R, StoreError> + Send + 'static,
+    {
+        match self {
+            Store::Sqlite(s) => {
+                s.send(commit, weight, move |c| f(&mut SqliteTx::new(c)))?.await.map_err(|_| StoreError::Closed)?
+            }
+            Store::Postgres(p) => match commit {
+                Commit::Durable => p.write(move |tx| f(tx)).await,
+                Commit::Ordered => p.write_ordered(move |tx| f(tx)).await,
+            },
+        }
+    }
+
+    /// [`Store::op`] for an operation that takes the time: `now` is the caller's clock, or
+    /// the database's where the backend keeps time there (PostgreSQL with `db_clock`).
+    async fn op_at<R, F>(&self, commit: Commit, weight: usize, now: Millis, mut f: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnMut(&mut dyn Tx, Millis) -> Result<R, StoreError> + Send + 'static,
+    {
+        self.op(commit, weight, move |tx| {
+            let now = tx.now(now)?;
+            f(tx, now)
+        })
+        .await
+    }
+
     // ---- write operations ----
 
     /// Insert a task and its envelope in one transaction (the outbox write).
     pub async fn submit(&self, t: NewTask, now: Millis) -> Result<SubmitOutcome, StoreError> {
-        each!(self, s => s.submit(t, now).await)
+        self.op_at(Commit::Durable, 0, now, move |tx, now| ops::submit(tx, &t, now)).await
     }
 
     /// Submit and read the task back in the same operation.
@@ -212,7 +251,17 @@ impl Store {
         t: NewTask,
         now: Millis,
     ) -> Result<(SubmitOutcome, Option<TaskView>), StoreError> {
-        each!(self, s => s.submit_and_get(t, now).await)
+        match self {
+            Store::Sqlite(s) => {
+                s.write(move |c| {
+                    let out = ops::submit(&mut SqliteTx::new(c), &t, now)?;
+                    let view = super::get_task(c, out.task_id())?;
+                    Ok((out, view))
+                })
+                .await
+            }
+            Store::Postgres(p) => p.submit_and_get(t, now).await,
+        }
     }
 
     /// Claim ready envelopes for free provider slots, in lane and fairness order
@@ -319,7 +368,7 @@ impl Store {
 
     /// Cancel a task.
     pub async fn cancel(&self, task: String, now: Millis) -> Result<CancelOutcome, StoreError> {
-        each!(self, s => s.cancel(task, now).await)
+        self.op_at(Commit::Durable, 0, now, move |tx, now| ops::user::cancel(tx, &task, now)).await
     }
 
     /// Retry a task as a new one.
@@ -330,7 +379,7 @@ impl Store {
         key: Option<String>,
         now: Millis,
     ) -> Result<RetryOutcome, StoreError> {
-        each!(self, s => s.retry(task, ack, key, now).await)
+        self.op_at(Commit::Durable, 0, now, move |tx, now| ops::user::retry(tx, &task, &ack, key.as_deref(), now)).await
     }
 
     /// Resolve an `unknown` task by hand.
@@ -342,7 +391,12 @@ impl Store {
         note: String,
         now: Millis,
     ) -> Result<ResolveOutcome, StoreError> {
-        each!(self, s => s.resolve(task, r, owner, note, now).await)
+        let bytes = match &r {
+            Resolution::Succeeded(a) => a.image.len() as usize,
+            Resolution::Failed => 0,
+        };
+        self.op_at(Commit::Durable, bytes, now, move |tx, now| ops::user::resolve(tx, &task, &r, owner, &note, now))
+            .await
     }
 
     /// Leftovers for the reconciler.

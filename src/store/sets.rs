@@ -176,22 +176,6 @@ pub(super) fn set_has_live_shot(c: &Connection, set: &str) -> Result<bool, Store
     .is_some())
 }
 
-/// The set position of a task, for a retry that takes its place.
-pub(super) fn shot_of(c: &Connection, task: &str) -> Result<Option<ShotRef>, StoreError> {
-    /// A task's set, position, role and candidate.
-    type Place = (Option<String>, Option<i64>, Option<String>, i64);
-    let row: Option<Place> = c
-        .prepare_cached("SELECT set_id, set_position, shot_role, candidate FROM tasks WHERE id = ?1")?
-        .query_row([task], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
-        .optional()?;
-    Ok(match row {
-        Some((Some(set_id), Some(position), role, candidate)) => {
-            Some(ShotRef { set_id, position, role: role.unwrap_or_else(|| "scene".into()), candidate })
-        }
-        _ => None,
-    })
-}
-
 /// After `task` settled: if it belongs to a set with no live shot, schedule the set's next
 /// unscheduled shot now.
 pub(super) fn schedule_next_shot(c: &Connection, task: &str, now: Millis) -> Result<(), StoreError> {
@@ -326,7 +310,7 @@ pub(super) fn create_set(c: &Connection, s: &NewSet, now: Millis) -> Result<Subm
             .execute(params![id, i as i64, r])?;
     }
     for t in s.shot_tasks(&id) {
-        submit(c, &t, now)?;
+        submit(&mut crate::store::sqlite_tx::SqliteTx::new(c), &t, now)?;
     }
     super::choice::set_event(c, &id, now, "created", &s.created_message())?;
     Ok(SubmitOutcome::Created(id))
@@ -347,7 +331,7 @@ pub(super) fn cancel_set(c: &Connection, set: &str, now: Millis) -> Result<Optio
         .query_map([set], |r| r.get(0))?
         .collect::<Result<_, _>>()?;
     for t in &waiting {
-        super::ops::cancel(c, t, now)?;
+        super::ops::user::cancel(&mut crate::store::sqlite_tx::SqliteTx::new(c), t, now)?;
     }
     Ok(Some(waiting.len()))
 }

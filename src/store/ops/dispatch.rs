@@ -502,7 +502,7 @@ mod tests {
             .write(move |c| {
                 for i in 0..backlog {
                     let t = NewTask { provider: "p".into(), prompt: format!("r{i}"), ..NewTask::default() };
-                    super::super::submit(c, &t, 1_000)?;
+                    super::super::submit(&mut crate::store::sqlite_tx::SqliteTx::new(c), &t, 1_000)?;
                 }
                 c.execute("UPDATE envelopes SET lane = 'recovery'", [])?;
                 Ok(())
@@ -515,7 +515,10 @@ mod tests {
     /// The VM steps a dispatch of one claim takes, summed over its statements.
     async fn steps_of_one_dispatch(store: &SqliteStore, now: Millis) -> i64 {
         let t = NewTask { provider: "p".into(), prompt: format!("fresh {now}"), ..NewTask::default() };
-        store.submit(t, now).await.expect("submit");
+        store
+            .write(move |c| super::super::submit(&mut crate::store::sqlite_tx::SqliteTx::new(c), &t, now))
+            .await
+            .expect("submit");
         store
             .write(move |c| {
                 for sql in [PROVIDERS_STATE, CANDIDATES] {

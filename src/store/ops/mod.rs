@@ -13,20 +13,21 @@ use serde_json::Value;
 use super::blobs::{NewArtifact, insert_blob};
 use super::{SqliteStore, StoreError};
 
+pub(in crate::store) mod common;
 mod dispatch;
 mod exec;
-mod intake;
+pub(in crate::store) mod intake;
 mod recovery;
 mod slots;
-mod user;
+pub(in crate::store) mod user;
 
 use crate::domain::{Actor, Charge, FailureKind, Micros, Millis, Phase, TaskStatus, request_hash};
+pub(in crate::store) use common::latest_retry;
 #[cfg(test)]
 use dispatch::{CANDIDATES, PROVIDERS_STATE};
 pub(in crate::store) use dispatch::{Candidate, STRIDE, State, fair_key, interleave, pass_sql, plan_provider};
 pub use exec::provider_key;
 pub(in crate::store) use intake::submit;
-pub(in crate::store) use user::{cancel, latest_retry};
 
 /// A task to create.
 #[derive(Debug, Clone, Default)]
@@ -598,7 +599,10 @@ mod tests {
         store.configure_providers(vec![ProviderSlots::new("p", 8)]).await.expect("configure");
         for i in 0..3i64 {
             let t = NewTask { provider: "p".into(), prompt: format!("t{i}"), ..NewTask::default() };
-            store.submit(t, 1_000 + i).await.expect("submit");
+            store
+                .write(move |c| submit(&mut crate::store::sqlite_tx::SqliteTx::new(c), &t, 1_000 + i))
+                .await
+                .expect("submit");
             let batch = store.dispatch_due(1_000 + i, 1 + i as usize, 50, "boot").await.expect("dispatch");
             assert_eq!(batch.claims.len(), 1, "run {i} claims the task just submitted");
         }

@@ -1,26 +1,37 @@
 //! What a person does to a task: cancel it, retry it as a new task, resolve an `unknown` one.
+//! Each locks the task first ([`Tx::lock_task`]), so a person's action and a worker's never
+//! interleave on one task.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use serde_json::Value;
 
-use super::*;
+use super::common::{
+    charge_of, consume_envelope, event, insert_artifact, latest_retry, on_settled, set_task, settle_charge, shot_of,
+    task_status,
+};
+use super::intake::submit;
+use super::{
+    CancelOutcome, NewTask, OwnerCharge, Resolution, ResolveOutcome, RetryAck, RetryOutcome, SubmitOutcome, with_money,
+};
 use crate::domain::{Actor, Charge, FailureKind, Millis, TaskStatus};
+use crate::store::StoreError;
+use crate::store::tx::Tx;
 
 /// Cancel a task: at once if nothing was sent, else mark it cancel-requested.
-pub(in crate::store) fn cancel(c: &Connection, task: &str, now: Millis) -> Result<CancelOutcome, StoreError> {
-    let Some(status) = task_status(c, task)? else { return Ok(CancelOutcome::NotFound) };
+pub(in crate::store) fn cancel(tx: &mut dyn Tx, task: &str, now: Millis) -> Result<CancelOutcome, StoreError> {
+    tx.lock_task(task)?;
+    let Some(status) = task_status(tx, task)? else { return Ok(CancelOutcome::NotFound) };
     match status {
         TaskStatus::Queued | TaskStatus::Waiting => {
-            set_task(c, task, TaskStatus::Canceled, Some("Nothing was sent to the provider."), None, now)?;
-            consume_envelope(c, task, "consumed", Some("canceled"))?;
-            event(c, task, now, Actor::Api, "canceled", "canceled before anything was sent", None)?;
-            on_settled(c, task, now)?;
+            set_task(tx, task, TaskStatus::Canceled, Some("Nothing was sent to the provider."), None, now)?;
+            consume_envelope(tx, task, "consumed", Some("canceled"))?;
+            event(tx, task, now, Actor::Api, "canceled", "canceled before anything was sent", None)?;
+            on_settled(tx, task, now)?;
             Ok(CancelOutcome::Canceled)
         }
         TaskStatus::Running => {
-            c.prepare_cached("UPDATE tasks SET cancel_requested = 1, updated_at = ?2 WHERE id = ?1")?
-                .execute(params![task, now])?;
+            tx.exec("UPDATE tasks SET cancel_requested = true, updated_at = ?2 WHERE id = ?1", &[&task, &now])?;
             event(
-                c,
+                tx,
                 task,
                 now,
                 Actor::Api,
@@ -36,7 +47,9 @@ pub(in crate::store) fn cancel(c: &Connection, task: &str, now: Millis) -> Resul
 
 /// A user-initiated retry: a **new** task linked by `retry_of`.
 ///
-/// Rules, checked in this one operation (so concurrent retries are decided one by one):
+/// Rules, checked in this one operation (so concurrent retries are decided one by one: the
+/// original is locked first, and a shot's set row too, so retries of two different tasks of
+/// one shot position — the shot and its earlier retry — are ordered as well):
 /// - the same `key` on the same original returns the retry it made (`Existing`); a key is
 ///   scoped to its original, so another task's retry with that key is a different one;
 /// - a task, and a shot position of a set, has at most one live retry: while one is queued,
@@ -47,22 +60,26 @@ pub(in crate::store) fn cancel(c: &Connection, task: &str, now: Millis) -> Resul
 /// - when a request of the original may have been, or was, charged, the caller must
 ///   acknowledge that generating again may be charged again (`NeedsAcknowledgement`).
 pub(in crate::store) fn retry(
-    c: &Connection,
+    tx: &mut dyn Tx,
     task: &str,
     ack: &RetryAck,
     key: Option<&str>,
     now: Millis,
 ) -> Result<RetryOutcome, StoreError> {
-    let row: Option<(String, String, String, String, Option<String>)> = c
-        .prepare_cached("SELECT status, provider, prompt, params, group_key FROM tasks WHERE id = ?1")?
-        .query_row([task], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
-        .optional()?;
-    let Some((status, provider, prompt, params_text, group)) = row else { return Ok(RetryOutcome::NotFound) };
+    tx.lock_task(task)?;
+    let row = tx.opt("SELECT status, provider, prompt, params, group_key FROM tasks WHERE id = ?1", &[&task])?;
+    let Some(row) = row else { return Ok(RetryOutcome::NotFound) };
+    let (status, provider, prompt, params_text, group): (String, String, String, String, Option<String>) =
+        (row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?);
+    let shot = shot_of(tx, task)?;
+    if let Some(s) = &shot {
+        tx.lock_set(&s.set_id)?;
+    }
     if let Some(k) = key {
-        let made: Option<String> = c
-            .prepare_cached("SELECT id FROM tasks WHERE retry_of = ?1 AND retry_key = ?2")?
-            .query_row(params![task, k], |r| r.get(0))
-            .optional()?;
+        let made: Option<String> = tx
+            .opt("SELECT id FROM tasks WHERE retry_of = ?1 AND retry_key = ?2", &[&task, &k])?
+            .map(|r| r.get(0))
+            .transpose()?;
         if let Some(id) = made {
             return Ok(RetryOutcome::Existing(id));
         }
@@ -71,24 +88,21 @@ pub(in crate::store) fn retry(
     if !matches!(status, TaskStatus::Failed | TaskStatus::Unknown | TaskStatus::Canceled) {
         return Ok(RetryOutcome::NotRetryable(status));
     }
-    let shot = crate::store::sets::shot_of(c, task)?;
     if let Some(s) = &shot {
-        let live: Option<(String, String)> = c
-            .prepare_cached(
-                "SELECT id, status FROM tasks WHERE set_id = ?1 AND set_position = ?2 AND candidate = ?4 AND id <> ?3
-                   AND status IN ('queued', 'waiting', 'running')
-                 ORDER BY id DESC LIMIT 1",
-            )?
-            .query_row(params![s.set_id, s.position, task, s.candidate], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()?;
-        if let Some((id, st)) = live {
+        let live = tx.opt(
+            "SELECT id, status FROM tasks WHERE set_id = ?1 AND set_position = ?2 AND candidate = ?4 AND id <> ?3
+               AND status IN ('queued', 'waiting', 'running')
+             ORDER BY id DESC LIMIT 1",
+            &[&s.set_id, &s.position, &task, &s.candidate],
+        )?;
+        if let Some(r) = live {
             return Ok(RetryOutcome::RetryInProgress {
-                id,
-                status: TaskStatus::parse(&st).unwrap_or(TaskStatus::Queued),
+                id: r.get(0)?,
+                status: TaskStatus::parse(&r.get::<String>(1)?).unwrap_or(TaskStatus::Queued),
             });
         }
     }
-    if let Some((id, st)) = latest_retry(c, task)? {
+    if let Some((id, st)) = latest_retry(tx, task)? {
         if !st.is_settled() {
             return Ok(RetryOutcome::RetryInProgress { id, status: st });
         }
@@ -96,7 +110,7 @@ pub(in crate::store) fn retry(
             return Ok(RetryOutcome::AlreadyRetried { id, status: st });
         }
     }
-    let charge = crate::store::charge_of(c, task)?.state;
+    let charge = charge_of(tx, task)?.state;
     if charge.may_cost() && !ack.possible_charge {
         return Ok(RetryOutcome::NeedsAcknowledgement);
     }
@@ -110,14 +124,14 @@ pub(in crate::store) fn retry(
         shot,
         group,
     };
-    Ok(match submit(c, &new, now)? {
+    Ok(match submit(tx, &new, now)? {
         SubmitOutcome::Created(id) => {
             let msg = if charge.may_cost() {
                 format!("retried as task {id}; the user acknowledged that it may be charged again")
             } else {
                 format!("retried as task {id}")
             };
-            event(c, task, now, Actor::Api, "retried", &msg, None)?;
+            event(tx, task, now, Actor::Api, "retried", &msg, None)?;
             RetryOutcome::Created(id)
         }
         SubmitOutcome::Existing(id) => RetryOutcome::Existing(id),
@@ -125,45 +139,37 @@ pub(in crate::store) fn retry(
     })
 }
 
-/// The newest retry of `task` and its status.
-pub(in crate::store) fn latest_retry(c: &Connection, task: &str) -> Result<Option<(String, TaskStatus)>, StoreError> {
-    let row: Option<(String, String)> = c
-        .prepare_cached("SELECT id, status FROM tasks WHERE retry_of = ?1 ORDER BY id DESC LIMIT 1")?
-        .query_row([task], |r| Ok((r.get(0)?, r.get(1)?)))
-        .optional()?;
-    Ok(row.map(|(id, s)| (id, TaskStatus::parse(&s).unwrap_or(TaskStatus::Failed))))
-}
-
 /// An operator resolves an `unknown` task by hand.
 pub(in crate::store) fn resolve(
-    c: &Connection,
+    tx: &mut dyn Tx,
     task: &str,
     r: &Resolution,
     owner: OwnerCharge,
     note: &str,
     now: Millis,
 ) -> Result<ResolveOutcome, StoreError> {
-    let Some(status) = task_status(c, task)? else { return Ok(ResolveOutcome::NotFound) };
+    tx.lock_task(task)?;
+    let Some(status) = task_status(tx, task)? else { return Ok(ResolveOutcome::NotFound) };
     if status != TaskStatus::Unknown {
         return Ok(ResolveOutcome::NotUnknown(status));
     }
-    let exec: String = c
-        .prepare_cached(
+    let exec: String = tx
+        .one(
             "SELECT token FROM executions WHERE task_id = ?1 AND status = 'unknown' ORDER BY started_at DESC LIMIT 1",
+            &[&task],
         )?
-        .query_row([task], |r| r.get(0))?;
+        .get(0)?;
     let note_text = if note.is_empty() { String::new() } else { format!(": {note}") };
     match r {
         Resolution::Succeeded(a) => {
-            c.prepare_cached("UPDATE executions SET status = 'succeeded', finished_at = ?2 WHERE token = ?1")?
-                .execute(params![exec, now])?;
+            tx.exec("UPDATE executions SET status = 'succeeded', finished_at = ?2 WHERE token = ?1", &[&exec, &now])?;
             // The operator found the image: the request delivered, so it was charged.
-            let (_, words) = settle_charge(c, &exec, Charge::Charged)?;
-            insert_artifact(c, task, &exec, a, now)?;
+            let (_, words) = settle_charge(tx, &exec, Charge::Charged)?;
+            insert_artifact(tx, task, &exec, a, now)?;
             let why = format!("Resolved by an operator{note_text}");
-            set_task(c, task, TaskStatus::Succeeded, Some(&why), None, now)?;
+            set_task(tx, task, TaskStatus::Succeeded, Some(&why), None, now)?;
             event(
-                c,
+                tx,
                 task,
                 now,
                 Actor::Operator,
@@ -177,58 +183,23 @@ pub(in crate::store) fn resolve(
             )?;
         }
         Resolution::Failed => {
-            c.prepare_cached("UPDATE executions SET status = 'failed', finished_at = ?2 WHERE token = ?1")?
-                .execute(params![exec, now])?;
+            tx.exec("UPDATE executions SET status = 'failed', finished_at = ?2 WHERE token = ?1", &[&exec, &now])?;
             let why = format!("an operator confirmed it failed{note_text}");
-            set_task(c, task, TaskStatus::Failed, Some(&why), Some(FailureKind::Operator), now)?;
+            set_task(tx, task, TaskStatus::Failed, Some(&why), Some(FailureKind::Operator), now)?;
             // "It failed" is the operator's word about the image, not about the bill: unless
             // the owner also records what the dashboard shows, the charge stays `possible`.
             let line = format!("resolved as failed{note_text}{}", owner.words(false));
-            event(c, task, now, Actor::Operator, "resolved", &line, Some(&exec))?;
+            event(tx, task, now, Actor::Operator, "resolved", &line, Some(&exec))?;
         }
     }
     // The owner's record of the charge: the task's unproven requests (and the one resolved)
     // take it, marked as recorded by hand.
     if let Some(charge) = owner.recorded() {
-        c.prepare_cached(
+        tx.exec(
             "UPDATE executions SET charge = ?3, charge_recorded_at = ?4
-             WHERE task_id = ?1 AND billable = 1 AND calling_at IS NOT NULL AND (charge = 'possible' OR token = ?2)",
-        )?
-        .execute(params![task, exec, charge.as_str(), now])?;
+             WHERE task_id = ?1 AND billable AND calling_at IS NOT NULL AND (charge = 'possible' OR token = ?2)",
+            &[&task, &exec, &charge.as_str(), &now],
+        )?;
     }
     Ok(ResolveOutcome::Resolved)
-}
-
-impl SqliteStore {
-    /// Cancel a task.
-    pub async fn cancel(&self, task: String, now: Millis) -> Result<CancelOutcome, StoreError> {
-        self.write(move |c| cancel(c, &task, now)).await
-    }
-
-    /// Retry a task as a new one.
-    pub async fn retry(
-        &self,
-        task: String,
-        ack: RetryAck,
-        key: Option<String>,
-        now: Millis,
-    ) -> Result<RetryOutcome, StoreError> {
-        self.write(move |c| retry(c, &task, &ack, key.as_deref(), now)).await
-    }
-
-    /// Resolve an `unknown` task by hand (an image's bytes commit with the resolution).
-    pub async fn resolve(
-        &self,
-        task: String,
-        r: Resolution,
-        owner: OwnerCharge,
-        note: String,
-        now: Millis,
-    ) -> Result<ResolveOutcome, StoreError> {
-        let bytes = match &r {
-            Resolution::Succeeded(a) => a.image.len() as usize,
-            Resolution::Failed => 0,
-        };
-        self.write_images(bytes, move |c| resolve(c, &task, &r, owner, &note, now)).await
-    }
 }

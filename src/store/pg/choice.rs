@@ -2,7 +2,6 @@
 //! `store::choice`. Both operations lock the set row first (rule L: set before envelope), so
 //! two nodes adding candidates or choosing for one set are decided one after the other.
 
-use super::ops::submit;
 use super::sets::lock_set;
 use super::{PgStore, Tx};
 use crate::domain::{Millis, TaskStatus};
@@ -74,7 +73,7 @@ fn add_candidates(
     let (role, tasks) = candidate_tasks(&provider, set, position, req, next, count)?;
     let mut ids = Vec::new();
     for t in tasks {
-        if let SubmitOutcome::Created(id) = submit(tx, &t, now)? {
+        if let SubmitOutcome::Created(id) = crate::store::ops::submit(tx, &t, now)? {
             ids.push(id);
         }
     }

@@ -14,6 +14,7 @@ use postgres::{Client, IsolationLevel, NoTls, Row, Statement};
 use super::{Job, Kind, Shared, lock};
 use crate::config::Durability;
 use crate::domain::Millis;
+use crate::store::tx::{self, Dialect, Param, Value};
 use crate::store::{Commit, StoreError};
 
 /// An operation thread: take jobs until the store closes.
@@ -144,7 +145,8 @@ impl Tx<'_, '_> {
         if let Some(s) = self.cache.get(sql) {
             return Ok(s.clone());
         }
-        let s = self.t.prepare(sql)?;
+        // Operations shared with SQLite write `?N`; PostgreSQL's own SQL writes `$N` already.
+        let s = self.t.prepare(&crate::store::tx::dollar_placeholders(sql))?;
         self.cache.insert(sql, s.clone());
         Ok(s)
     }
@@ -186,4 +188,64 @@ impl Tx<'_, '_> {
     pub(crate) fn now(&mut self, given: Millis) -> Result<Millis, StoreError> {
         if self.shared.db_clock { self.db_ms() } else { Ok(given) }
     }
+}
+
+/// The backend-neutral transaction (`store::tx`): the same statements, cache and counting,
+/// with owned rows.
+impl crate::store::tx::Tx for Tx<'_, '_> {
+    fn dialect(&self) -> Dialect {
+        Dialect::Postgres
+    }
+
+    fn exec(&mut self, sql: &'static str, p: &[&dyn Param]) -> Result<u64, StoreError> {
+        let p: Vec<_> = p.iter().map(|x| x.pg()).collect();
+        Tx::exec(self, sql, &p)
+    }
+
+    fn rows(&mut self, sql: &'static str, p: &[&dyn Param]) -> Result<Vec<tx::Row>, StoreError> {
+        let p: Vec<_> = p.iter().map(|x| x.pg()).collect();
+        Tx::rows(self, sql, &p)?.iter().map(owned).collect()
+    }
+
+    fn opt(&mut self, sql: &'static str, p: &[&dyn Param]) -> Result<Option<tx::Row>, StoreError> {
+        let p: Vec<_> = p.iter().map(|x| x.pg()).collect();
+        Tx::opt(self, sql, &p)?.as_ref().map(owned).transpose()
+    }
+
+    fn now(&mut self, given: Millis) -> Result<Millis, StoreError> {
+        Tx::now(self, given)
+    }
+}
+
+/// A PostgreSQL row as owned values, by each column's type.
+fn owned(r: &Row) -> Result<tx::Row, StoreError> {
+    use postgres::types::Type;
+    let mut out = Vec::with_capacity(r.len());
+    for (i, col) in r.columns().iter().enumerate() {
+        let t = col.type_();
+        let v = if *t == Type::INT8 {
+            r.try_get::<_, Option<i64>>(i)?.map(Value::Int)
+        } else if *t == Type::INT4 {
+            r.try_get::<_, Option<i32>>(i)?.map(|v| Value::Int(v.into()))
+        } else if *t == Type::INT2 {
+            r.try_get::<_, Option<i16>>(i)?.map(|v| Value::Int(v.into()))
+        } else if *t == Type::BOOL {
+            r.try_get::<_, Option<bool>>(i)?.map(Value::Bool)
+        } else if *t == Type::FLOAT8 {
+            r.try_get::<_, Option<f64>>(i)?.map(Value::Real)
+        } else if *t == Type::FLOAT4 {
+            r.try_get::<_, Option<f32>>(i)?.map(|v| Value::Real(v.into()))
+        } else if *t == Type::BYTEA {
+            r.try_get::<_, Option<Vec<u8>>>(i)?.map(Value::Blob)
+        } else if [Type::TEXT, Type::VARCHAR, Type::BPCHAR, Type::NAME].contains(t) {
+            r.try_get::<_, Option<String>>(i)?.map(Value::Text)
+        } else {
+            return Err(StoreError::Invalid(format!(
+                "column {} is of PostgreSQL type {t}, which the store does not read",
+                col.name()
+            )));
+        };
+        out.push(v.unwrap_or(Value::Null));
+    }
+    Ok(tx::Row(out))
 }

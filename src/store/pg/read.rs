@@ -59,7 +59,7 @@ fn with_artifacts(tx: &mut Tx<'_, '_>, mut t: TaskView) -> Result<TaskView, Stor
         .map(artifact_row)
         .collect();
     t.charge = charge_of(tx, &t.id)?;
-    t.retried_as = super::ops::latest_retry(tx, &t.id)?;
+    t.retried_as = crate::store::ops::latest_retry(tx, &t.id)?;
     Ok(t)
 }
 
@@ -313,5 +313,22 @@ impl PgStore {
             return Err(StoreError::Damaged { id, why: "its bytes do not match their recorded sha256".into() });
         }
         Ok(Some((meta, out)))
+    }
+}
+
+impl PgStore {
+    /// Submit (`store::ops::submit`) and read the task back in the same operation.
+    pub(crate) async fn submit_and_get(
+        &self,
+        t: crate::store::NewTask,
+        now: crate::domain::Millis,
+    ) -> Result<(crate::store::SubmitOutcome, Option<TaskView>), StoreError> {
+        self.write(move |tx| {
+            let now = tx.now(now)?;
+            let out = crate::store::ops::submit(tx, &t, now)?;
+            let view = get_task(tx, out.task_id())?;
+            Ok((out, view))
+        })
+        .await
     }
 }

@@ -5,10 +5,10 @@
 
 use postgres::Row;
 
-use super::ops::{event, new_id, set_replay, submit};
+use super::ops::{event, new_id, set_replay};
 use super::{PgStore, Tx};
 use crate::domain::{Actor, Millis};
-use crate::store::{NewImage, NewSet, SetView, ShotRef, StoreError, SubmitOutcome, UploadView};
+use crate::store::{NewImage, NewSet, SetView, StoreError, SubmitOutcome, UploadView};
 
 /// Lock a set's row (rule L for set operations: set before envelope).
 pub(super) fn lock_set(tx: &mut Tx<'_, '_>, set: &str) -> Result<bool, StoreError> {
@@ -24,20 +24,6 @@ pub(super) fn set_has_live_shot(tx: &mut Tx<'_, '_>, set: &str) -> Result<bool, 
             &[&set],
         )?
         .is_some())
-}
-
-/// The set position of a task, for a retry that takes its place.
-pub(super) fn shot_of(tx: &mut Tx<'_, '_>, task: &str) -> Result<Option<ShotRef>, StoreError> {
-    let row = tx.opt("SELECT set_id, set_position, shot_role, candidate FROM tasks WHERE id = $1", &[&task])?;
-    Ok(row.and_then(|r| {
-        let (set_id, position, role): (Option<String>, Option<i64>, Option<String>) = (r.get(0), r.get(1), r.get(2));
-        Some(ShotRef {
-            set_id: set_id?,
-            position: position?,
-            role: role.unwrap_or_else(|| "scene".into()),
-            candidate: r.get(3),
-        })
-    }))
 }
 
 /// After `task` settled: if it belongs to a set with no live shot, schedule the set's next
@@ -177,7 +163,7 @@ fn create_set(tx: &mut Tx<'_, '_>, s: &NewSet, now: Millis) -> Result<SubmitOutc
         )?;
     }
     for t in s.shot_tasks(&id) {
-        submit(tx, &t, now)?;
+        crate::store::ops::submit(tx, &t, now)?;
     }
     super::choice::set_event(tx, &id, now, "created", &s.created_message())?;
     Ok(SubmitOutcome::Created(id))
@@ -201,7 +187,7 @@ fn cancel_set(tx: &mut Tx<'_, '_>, set: &str, now: Millis) -> Result<Option<usiz
     let mut canceled = 0;
     for t in &waiting {
         // Locked one by one: a shot that started meanwhile is left to finish honestly.
-        if super::ops::cancel(tx, t, now)? == crate::store::CancelOutcome::Canceled {
+        if crate::store::ops::user::cancel(tx, t, now)? == crate::store::CancelOutcome::Canceled {
             canceled += 1;
         }
     }

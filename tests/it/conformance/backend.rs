@@ -644,7 +644,6 @@ forward!(Store;
         self.path().map(|p| tally::store::check(p).expect("check runs").problems).unwrap_or_default()
     }
 );
-forward!(PgStore);
 
 async fn int_of<B: Inspect>(b: B, sql: &'static str) -> i64 {
     b.inspect(sql).await

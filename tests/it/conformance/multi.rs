@@ -19,10 +19,14 @@ fn sqlite_nodes(k: usize) -> Vec<Store> {
     (0..k).map(|_| s.clone()).collect()
 }
 
-fn pg_nodes(k: usize) -> Option<Vec<PgStore>> {
+fn pg_nodes(k: usize) -> Option<Vec<Store>> {
     let url = pg_url()?;
     let schema = schema();
-    Some((0..k).map(|i| PgStore::open(pg_options(&url, &schema, &format!("node-{i}"))).expect("open node")).collect())
+    Some(
+        (0..k)
+            .map(|i| Store::from(PgStore::open(pg_options(&url, &schema, &format!("node-{i}"))).expect("open node")))
+            .collect(),
+    )
 }
 
 macro_rules! nodes {

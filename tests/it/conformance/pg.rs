@@ -18,52 +18,61 @@ trait Counts {
     async fn int_lock_waiters(&self) -> i64;
 }
 
-impl Counts for PgStore {
+impl Counts for Store {
     async fn int_sent(&self, provider: &'static str) -> i64 {
-        self.raw(move |c| {
-            Ok(c.query_one("SELECT count(*) FROM envelopes WHERE status = 'sent' AND provider = $1", &[&provider])?
-                .get(0))
-        })
-        .await
-        .expect("count")
+        pg(self)
+            .raw(move |c| {
+                Ok(c.query_one("SELECT count(*) FROM envelopes WHERE status = 'sent' AND provider = $1", &[&provider])?
+                    .get(0))
+            })
+            .await
+            .expect("count")
     }
 
     /// Sessions waiting for this node's lock (a peer's watcher blocked on it).
     async fn int_lock_waiters(&self) -> i64 {
-        let key = i64::from(self.node_lock_key());
-        self.raw(move |c| {
-            Ok(c.query_one(
-                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1952541817::bigint::oid
+        let key = i64::from(pg(self).node_lock_key());
+        pg(self)
+            .raw(move |c| {
+                Ok(c.query_one(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1952541817::bigint::oid
                    AND objid = $1::bigint::oid AND objsubid = 2 AND NOT granted",
-                &[&key],
-            )?
-            .get(0))
-        })
-        .await
-        .expect("count")
+                    &[&key],
+                )?
+                .get(0))
+            })
+            .await
+            .expect("count")
     }
 }
 
 /// Two nodes on one fresh schema (`None` when skipping).
-fn two_nodes() -> Option<(String, String, PgStore, PgStore)> {
+/// The PostgreSQL store behind the seam, for what only that backend has.
+fn pg(s: &Store) -> &PgStore {
+    s.postgres().expect("a PostgreSQL store")
+}
+
+fn two_nodes() -> Option<(String, String, Store, Store)> {
     let url = pg_url()?;
     let schema = schema();
-    let a = PgStore::open(pg_options(&url, &schema, "node-a")).expect("open a");
-    let b = PgStore::open(pg_options(&url, &schema, "node-b")).expect("open b");
+    let a = Store::from(PgStore::open(pg_options(&url, &schema, "node-a")).expect("open a"));
+    let b = Store::from(PgStore::open(pg_options(&url, &schema, "node-b")).expect("open b"));
     Some((url, schema, a, b))
 }
 
 /// Terminate a node's lock connection from another store, as an operator (or a network
 /// failure) would.
-async fn terminate_node_connection(victim: &PgStore, by: &PgStore) {
-    let pid = victim.node_backend_pid().expect("node connection");
-    let done: bool =
-        by.raw(move |c| Ok(c.query_one("SELECT pg_terminate_backend($1)", &[&pid])?.get(0))).await.expect("terminate");
+async fn terminate_node_connection(victim: &Store, by: &Store) {
+    let pid = pg(victim).node_backend_pid().expect("node connection");
+    let done: bool = pg(by)
+        .raw(move |c| Ok(c.query_one("SELECT pg_terminate_backend($1)", &[&pid])?.get(0)))
+        .await
+        .expect("terminate");
     assert!(done, "the node connection was terminated");
 }
 
-async fn wait_state(s: &PgStore, want: fn(&NodeState) -> bool) -> NodeState {
-    let mut rx = s.node_state().expect("state");
+async fn wait_state(s: &Store, want: fn(&NodeState) -> bool) -> NodeState {
+    let mut rx = pg(s).node_state().expect("state");
     let got = tokio::time::timeout(Duration::from_secs(10), rx.wait_for(want)).await;
     got.expect("state change in time").expect("state channel").clone()
 }
@@ -119,8 +128,8 @@ async fn a_peer_whose_lock_is_gone_is_recovered_at_once_and_is_told_to_fence_its
     let late = a.record_calling(c.execution_token, c.lease_token, T0 + 3, tally::store::CallingFacts::billed()).await;
     assert!(matches!(late, Err(StoreError::Fenced)), "{late:?}");
     // Once it takes its lock again it is a node like any other.
-    a.relock().expect("relock");
-    assert_eq!(*a.node_state().expect("state").borrow(), NodeState::Held);
+    pg(&a).relock().expect("relock");
+    assert_eq!(*pg(&a).node_state().expect("state").borrow(), NodeState::Held);
     for s in [a, b] {
         s.close().expect("close");
     }
@@ -135,7 +144,7 @@ async fn a_restarted_node_recovers_its_earlier_runs_leases_at_once_but_not_a_liv
     let theirs = b.submit(task("theirs"), T0).await.expect("submit").task_id().to_string();
     let _ = claimed(&b, &theirs, T0, "b-run-1").await;
     a.close().expect("close a");
-    let a2 = PgStore::open(pg_options(&url, &schema, "node-a")).expect("restart a");
+    let a2 = Store::from(PgStore::open(pg_options(&url, &schema, "node-a")).expect("restart a"));
     let rows = a2.leftovers(T0 + 1, "a-run-2").await.expect("leftovers");
     assert_eq!(rows.iter().map(|r| r.task_id.as_str()).collect::<Vec<_>>(), [mine.as_str()]);
     // b's lease is someone else's live work until it expires.
@@ -149,11 +158,11 @@ async fn a_restarted_node_recovers_its_earlier_runs_leases_at_once_but_not_a_liv
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_submit_on_one_node_wakes_the_others_dispatcher_and_reconciler() {
     let Some((_, _, a, b)) = two_nodes() else { return };
-    let (due, lease) = (b.signals().clone(), b.signals().clone());
+    let (due, lease) = (pg(&b).signals().clone(), pg(&b).signals().clone());
     let woke_due = tokio::spawn(async move { due.due.notified().await });
     let woke_lease = tokio::spawn(async move { lease.lease.notified().await });
     let (tasks_tx, mut tasks) = tokio::sync::broadcast::channel(16);
-    *b.signals().tasks.lock().expect("lock") = Some(tasks_tx);
+    *pg(&b).signals().tasks.lock().expect("lock") = Some(tasks_tx);
     let id = a.submit(task("wake"), T0).await.expect("submit").task_id().to_string();
     tokio::time::timeout(Duration::from_secs(5), woke_due).await.expect("b's dispatcher woken").expect("task");
     let (task_id, status) =
@@ -171,7 +180,7 @@ async fn a_submit_on_one_node_wakes_the_others_dispatcher_and_reconciler() {
 async fn with_the_database_clock_leases_expire_on_the_servers_time_not_the_callers() {
     let Some(url) = pg_url() else { return };
     let opts = PgOptions { db_clock: true, ..pg_options(&url, &schema(), "clocked") };
-    let s = PgStore::open(opts).expect("open");
+    let s = Store::from(PgStore::open(opts).expect("open"));
     let wall = tally::clock::Clock::now(&tally::clock::SystemClock);
     // The caller's clocks are wildly wrong; the server's is used for every time written.
     let id = s.submit(task("clock"), 5).await.expect("submit").task_id().to_string();
@@ -236,7 +245,7 @@ async fn provider_capacity_holds_across_nodes_and_a_full_provider_blocks_no_othe
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_that_dies_is_noticed_at_once_without_any_polling() {
     let Some((_, _, a, b)) = two_nodes() else { return };
-    let gone = b.signals().clone();
+    let gone = pg(&b).signals().clone();
     let noticed = tokio::spawn(async move { gone.peer_gone.notified().await });
     // Let b's watcher settle on a (it blocks in a lock wait: no statement runs meanwhile).
     let start = std::time::Instant::now();

@@ -301,7 +301,7 @@ mod pg_locks {
     async fn a_prune_rechecks_a_task_under_its_envelope_lock() {
         let Some(url) = pg_url() else { return };
         let schema = schema();
-        let s = PgStore::open(pg_options(&url, &schema, "node-a")).expect("open");
+        let s = Store::from(PgStore::open(pg_options(&url, &schema, "node-a")).expect("open"));
         s.configure_providers(provider_p()).await.expect("configure");
         let cutoff = T0 + 90 * DAY;
         let id = submit(&s, "old").await;
@@ -328,7 +328,7 @@ mod pg_locks {
     async fn a_new_set_waits_for_a_photo_being_pruned_and_says_it_is_gone() {
         let Some(url) = pg_url() else { return };
         let schema = schema();
-        let s = PgStore::open(pg_options(&url, &schema, "node-a")).expect("open");
+        let s = Store::from(PgStore::open(pg_options(&url, &schema, "node-a")).expect("open"));
         let photo = s.save_upload(NewImage::verify(png("photo")).expect("png"), T0).await.expect("up").id;
         let (locked, other) = holding(
             &url,

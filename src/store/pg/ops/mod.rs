@@ -11,12 +11,7 @@
 
 mod dispatch;
 mod exec;
-mod intake;
 mod recovery;
-mod user;
-
-pub(super) use intake::submit;
-pub(super) use user::{cancel, latest_retry};
 
 use super::Tx;
 use crate::domain::{Actor, Charge, FailureKind, Millis, TaskStatus};
@@ -186,19 +181,6 @@ pub(super) fn fence(tx: &mut Tx<'_, '_>, exec: &str, lease: &str, now: Millis) -
     )?
     .map(|r| r.get(0))
     .ok_or(StoreError::Fenced)
-}
-
-/// If `key` was already used for a task: the same request (`Existing`) or a different one
-/// (`Conflict`). A concurrent insert of the same key on another node fails this
-/// transaction's insert with a unique violation; the retry then finds it here.
-pub(super) fn task_replay(
-    tx: &mut Tx<'_, '_>,
-    key: Option<&str>,
-    hash: &str,
-) -> Result<Option<SubmitOutcome>, StoreError> {
-    let Some(key) = key else { return Ok(None) };
-    let row = tx.opt("SELECT id, request_hash FROM tasks WHERE idempotency_key = $1", &[&key])?;
-    Ok(row.map(|r| replay(r.get(0), r.get::<_, String>(1) == hash)))
 }
 
 /// The same for image sets.
