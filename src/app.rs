@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::api::{self, AppState, auth};
-use crate::cli::Failure;
 use crate::clock::OffsetClock;
 use crate::clock::SystemClock;
 use crate::config::Config;
@@ -420,6 +419,45 @@ impl Drop for AbortOnDrop {
 pub fn same_file(a: &Path, b: &Path) -> bool {
     let canon = |p: &Path| -> PathBuf { std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()) };
     canon(a) == canon(b)
+}
+
+/// Every exit code tally uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Everything worked (and a waited-for task succeeded).
+    Ok = 0,
+    /// An error: bad input, unreachable daemon, refused request, locked data dir, …
+    Error = 1,
+    /// The command line could not be parsed.
+    Usage = 2,
+    /// A waited-for task failed or was canceled.
+    NotSucceeded = 3,
+    /// A waited-for task ended `unknown`: its outcome cannot be confirmed.
+    Unknown = 4,
+    /// `check` found problems.
+    Problems = 5,
+    /// `--wait` was stopped with Ctrl-C; the job or set keeps running in the daemon.
+    Interrupted = 130,
+}
+
+impl From<Exit> for std::process::ExitCode {
+    fn from(e: Exit) -> std::process::ExitCode {
+        std::process::ExitCode::from(e as u8)
+    }
+}
+
+/// A command that did not succeed: what to print and which exit code to use.
+#[derive(Debug)]
+pub struct Failure {
+    pub exit: Exit,
+    pub message: String,
+}
+
+impl Failure {
+    /// A plain error (exit code 1).
+    pub fn error(message: impl Into<String>) -> Self {
+        Failure { exit: Exit::Error, message: message.into() }
+    }
 }
 
 #[cfg(test)]

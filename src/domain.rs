@@ -7,8 +7,6 @@ use std::time::Duration;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::providers::Capabilities;
-
 /// Milliseconds since the Unix epoch, UTC: the one way tally stores time.
 pub type Millis = i64;
 
@@ -344,6 +342,83 @@ pub fn decide(leftover: &Leftover, caps: Option<Capabilities>, max_sends: u32) -
         // An accepted job on a provider that is no longer configured, or a call that
         // nothing can prove: stop, and say so.
         Leftover::Calling | Leftover::Accepted => Decision::Unknown,
+    }
+}
+
+/// What an adapter can prove after an ambiguous outcome (a lost answer, a crash mid-call).
+///
+/// The engine never calls the provider again for a task whose execution reached phase
+/// `calling` unless one of these says it is safe (DESIGN §3, "no blind resend").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Capabilities {
+    /// The provider honours a client idempotency key: resending with the same key returns
+    /// the original result and charges once.
+    pub idempotent_create: bool,
+    /// Submits return a job id that can be polled, and recent jobs can be listed to find one
+    /// whose create answer was lost (matched by the marker the adapter sends).
+    pub lookup: bool,
+}
+
+/// Sniff the media type of image bytes from their magic numbers; `None` if they are not a
+/// PNG, JPEG or WebP image.
+pub fn sniff_image(bytes: &[u8]) -> Option<&'static str> {
+    if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some("image/png")
+    } else if bytes.starts_with(&[0xff, 0xd8, 0xff]) {
+        Some("image/jpeg")
+    } else if bytes.len() >= 12 && &bytes[..4] == b"RIFF" && &bytes[8..12] == b"WEBP" {
+        Some("image/webp")
+    } else {
+        None
+    }
+}
+
+/// The file extension tally uses for a media type.
+pub fn extension(media_type: &str) -> &'static str {
+    match media_type {
+        "image/jpeg" => "jpg",
+        "image/webp" => "webp",
+        _ => "png",
+    }
+}
+
+/// How the dispatcher orders ready envelopes of one provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DispatchOrder {
+    /// Lanes interleaved by weight, fairness keys by stride scheduling, the recovery lane capped
+    /// by the reserve and by the slow start after a circuit closed.
+    #[default]
+    Fair,
+    /// By due time only (the order before lanes existed; kept as the benchmarks' baseline).
+    Fifo,
+}
+
+/// A language of the page and of the plain-words messages (the owner's language).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lang {
+    En,
+    ZhCn,
+}
+
+impl Lang {
+    /// The BCP 47 tag (`en`, `zh-CN`): `<html lang>` and the catalogue's key.
+    pub fn tag(self) -> &'static str {
+        match self {
+            Lang::En => "en",
+            Lang::ZhCn => "zh-CN",
+        }
+    }
+
+    /// `en` / `zh-CN` (also `zh`, `zh-Hans`, any case); `None` for others.
+    pub fn parse(s: &str) -> Option<Lang> {
+        let s = s.trim().to_ascii_lowercase();
+        if s == "en" || s.starts_with("en-") {
+            Some(Lang::En)
+        } else if s == "zh" || s.starts_with("zh-cn") || s.starts_with("zh-hans") || s == "zh-sg" {
+            Some(Lang::ZhCn)
+        } else {
+            None
+        }
     }
 }
 

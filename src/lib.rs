@@ -6,7 +6,7 @@
 //! - [`providers`]: the provider trait, its capabilities, and the adapters.
 //! - [`mock`]: the mock provider server (`tally mock-provider`) and its ledger.
 //! - [`render`]: placeholder PNG rendering for the demo and mock providers.
-//! - [`api`]: the HTTP API; [`web`]: the web page, its sign-in sessions and live event stream; [`app`]: `tally serve` wiring; [`cli`] and [`client`]: the command line.
+//! - [`api`]: the HTTP API; [`web`]: the web page, its sign-in sessions and live event stream; [`app`]: `tally serve` wiring; [`cli`]: the command line and its HTTP client.
 //! - [`delivery`]: listing-ready files from chosen images (profiles) and where they go (targets).
 //! - [`server`]: the HTTP listener with its connection cap and header and body deadlines.
 //! - [`bench`]: `tally bench`, the end-to-end benchmark.
@@ -15,7 +15,6 @@ pub mod api;
 pub mod app;
 pub mod bench;
 pub mod cli;
-pub mod client;
 pub mod clock;
 pub mod config;
 pub mod delivery;

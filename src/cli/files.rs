@@ -226,7 +226,7 @@ pub(super) fn prune(cfg: &Config, older_than: &str, dry_run: bool, json: bool) -
     }
     let report: Value = match app::try_lock_data_dir(&cfg.storage.data_dir)? {
         None => super::runtime()?.block_on(async {
-            let client = crate::client::Client::new(cfg)?;
+            let client = crate::cli::client::Client::new(cfg)?;
             let body = serde_json::json!({ "older_than": older_than.trim(), "dry_run": dry_run });
             client.post("/v1/prune", &body).await?.into_ok()
         })?,

@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use super::*;
-use crate::client::Client;
+use crate::cli::client::Client;
 
 /// `tally held …`.
 #[derive(Debug, Subcommand)]

@@ -1,6 +1,6 @@
 //! The command line: one binary, clap subcommands, exit codes mapped in one place
 //! ([`Exit`]), errors printed as `tally: <message>`. Client subcommands talk to the daemon
-//! over HTTP ([`crate::client`]); `backup`, `check`, `restore` and `token` work on the
+//! over HTTP ([`client`]); `backup`, `check`, `restore` and `token` work on the
 //! database file directly.
 //!
 //! Words: the CLI and the web page call the unit of work a **job** (the API's resource name
@@ -14,6 +14,7 @@ use std::time::Duration;
 use clap::{ArgGroup, Parser, Subcommand};
 use serde_json::Value;
 
+pub mod client;
 mod files;
 mod held;
 mod sets;
@@ -25,44 +26,7 @@ use tasks::client_command;
 
 use crate::app::{self, LogFormat};
 
-/// Every exit code tally uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Exit {
-    /// Everything worked (and a waited-for task succeeded).
-    Ok = 0,
-    /// An error: bad input, unreachable daemon, refused request, locked data dir, …
-    Error = 1,
-    /// The command line could not be parsed.
-    Usage = 2,
-    /// A waited-for task failed or was canceled.
-    NotSucceeded = 3,
-    /// A waited-for task ended `unknown`: its outcome cannot be confirmed.
-    Unknown = 4,
-    /// `check` found problems.
-    Problems = 5,
-    /// `--wait` was stopped with Ctrl-C; the job or set keeps running in the daemon.
-    Interrupted = 130,
-}
-
-impl From<Exit> for ExitCode {
-    fn from(e: Exit) -> ExitCode {
-        ExitCode::from(e as u8)
-    }
-}
-
-/// A command that did not succeed: what to print and which exit code to use.
-#[derive(Debug)]
-pub struct Failure {
-    pub exit: Exit,
-    pub message: String,
-}
-
-impl Failure {
-    /// A plain error (exit code 1).
-    pub fn error(message: impl Into<String>) -> Self {
-        Failure { exit: Exit::Error, message: message.into() }
-    }
-}
+pub use crate::app::{Exit, Failure};
 
 /// tally runs paid AI image generation jobs and never lets a retry pay twice without you
 /// knowing.

@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 
 use super::*;
-use crate::client::Client;
+use crate::cli::client::Client;
 
 /// Parse `ROLE:PROMPT`.
 pub(super) fn parse_shot(s: &str) -> Result<Value, Failure> {

@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use super::*;
-use crate::client::Client;
+use crate::cli::client::Client;
 use crate::domain::{money, to_micros};
 
 /// How `tally spend` groups its rows.

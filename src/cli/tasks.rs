@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::sets::set_command;
 use super::*;
-use crate::client::Client;
+use crate::cli::client::Client;
 use crate::config::Config;
 
 pub(super) async fn client_command(cfg: &Config, cmd: Command, json: bool) -> Result<ExitCode, Failure> {
@@ -173,7 +173,7 @@ pub(super) async fn client_command(cfg: &Config, cmd: Command, json: bool) -> Re
 }
 
 /// A refused retry in the CLI's own words (its flags, not the API's JSON fields).
-fn retry_refusal(answer: &crate::client::Answer, id: &str, accepted: bool) -> Option<String> {
+fn retry_refusal(answer: &crate::cli::client::Answer, id: &str, accepted: bool) -> Option<String> {
     let body = &answer.body;
     let named = |v: &Value| (s(v, "id").to_string(), s(v, "status").to_string());
     let (other, status) = body.pointer("/error/retried_as").map(named).unwrap_or_default();

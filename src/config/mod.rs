@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-pub use crate::store::DispatchOrder;
+pub use crate::domain::DispatchOrder;
 
 mod provider;
 mod storage;
@@ -174,7 +174,7 @@ pub struct Config {
 pub struct UiConfig {
     /// `language`: `en` or `zh-CN`; `None` (`auto`, the default) follows the browser's
     /// `Accept-Language`. The page's own switch wins over both.
-    pub language: Option<crate::web::i18n::Lang>,
+    pub language: Option<crate::domain::Lang>,
 }
 
 /// `[budget]`: spending limits for the whole daemon, in the providers' currency (amounts in
@@ -438,7 +438,7 @@ fn resolve(raw: RawConfig, origin: &str) -> Result<Config, ConfigError> {
     let ui = UiConfig {
         language: match raw.ui.language.as_deref().map(str::trim) {
             None | Some("auto") | Some("") => None,
-            Some(l) => Some(crate::web::i18n::Lang::parse(l).ok_or_else(|| ConfigError::Invalid {
+            Some(l) => Some(crate::domain::Lang::parse(l).ok_or_else(|| ConfigError::Invalid {
                 path: origin.into(),
                 key: "ui.language".into(),
                 reason: format!("`{l}` is not one the page has: use \"en\", \"zh-CN\" or \"auto\""),

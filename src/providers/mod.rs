@@ -19,19 +19,7 @@ use crate::config::{ProviderConfig, ProviderKind};
 /// A boxed, sendable future; the trait is used as `dyn Provider`, so its methods return these.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// What an adapter can prove after an ambiguous outcome (a lost answer, a crash mid-call).
-///
-/// The engine never calls the provider again for a task whose execution reached phase
-/// `calling` unless one of these says it is safe (DESIGN §3, "no blind resend").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Capabilities {
-    /// The provider honours a client idempotency key: resending with the same key returns
-    /// the original result and charges once.
-    pub idempotent_create: bool,
-    /// Submits return a job id that can be polled, and recent jobs can be listed to find one
-    /// whose create answer was lost (matched by the marker the adapter sends).
-    pub lookup: bool,
-}
+pub use crate::domain::Capabilities;
 
 /// An image as bytes plus its media type (`image/png`, `image/jpeg` or `image/webp`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -290,25 +278,4 @@ impl Provider for WithBillingNote {
     }
 }
 
-/// Sniff the media type of image bytes from their magic numbers; `None` if they are not a
-/// PNG, JPEG or WebP image.
-pub fn sniff_image(bytes: &[u8]) -> Option<&'static str> {
-    if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
-        Some("image/png")
-    } else if bytes.starts_with(&[0xff, 0xd8, 0xff]) {
-        Some("image/jpeg")
-    } else if bytes.len() >= 12 && &bytes[..4] == b"RIFF" && &bytes[8..12] == b"WEBP" {
-        Some("image/webp")
-    } else {
-        None
-    }
-}
-
-/// The file extension tally uses for a media type.
-pub fn extension(media_type: &str) -> &'static str {
-    match media_type {
-        "image/jpeg" => "jpg",
-        "image/webp" => "webp",
-        _ => "png",
-    }
-}
+pub use crate::domain::{extension, sniff_image};

@@ -62,7 +62,7 @@ impl NewImage {
     /// large image takes milliseconds: call this off the async threads for large inputs
     /// ([`NewImage::verify_async`]).
     pub fn verify(bytes: Vec<u8>) -> Result<NewImage, NotAnImage> {
-        let media_type = crate::providers::sniff_image(&bytes).ok_or(NotAnImage)?;
+        let media_type = crate::domain::sniff_image(&bytes).ok_or(NotAnImage)?;
         let sha256 = hex(&Sha256::digest(&bytes));
         Ok(NewImage { sha256, media_type, data: Arc::new(bytes) })
     }

@@ -214,7 +214,7 @@ fn saved_image(data_dir: &Path, token: &str) -> Option<(String, NewImage)> {
         let rel = format!("artifacts/{token}.{ext}");
         let data = std::fs::read(inside(data_dir, &rel)?).ok()?;
         let img = NewImage::verify(data).ok()?;
-        (crate::providers::extension(img.media_type()) == *ext).then_some((rel, img))
+        (crate::domain::extension(img.media_type()) == *ext).then_some((rel, img))
     })
 }
 

@@ -17,34 +17,7 @@ const MESSAGES: &str = include_str!("assets/messages.json");
 /// The cookie the page's language switch sets.
 pub const LANG_COOKIE: &str = "tally_lang";
 
-/// A language of the page.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lang {
-    En,
-    ZhCn,
-}
-
-impl Lang {
-    /// The BCP 47 tag (`en`, `zh-CN`): `<html lang>` and the catalogue's key.
-    pub fn tag(self) -> &'static str {
-        match self {
-            Lang::En => "en",
-            Lang::ZhCn => "zh-CN",
-        }
-    }
-
-    /// `en` / `zh-CN` (also `zh`, `zh-Hans`, any case); `None` for others.
-    pub fn parse(s: &str) -> Option<Lang> {
-        let s = s.trim().to_ascii_lowercase();
-        if s == "en" || s.starts_with("en-") {
-            Some(Lang::En)
-        } else if s == "zh" || s.starts_with("zh-cn") || s.starts_with("zh-hans") || s == "zh-sg" {
-            Some(Lang::ZhCn)
-        } else {
-            None
-        }
-    }
-}
+pub use crate::domain::Lang;
 
 type Catalogue = BTreeMap<String, BTreeMap<String, String>>;
 

@@ -108,16 +108,7 @@ impl Lane {
     }
 }
 
-/// How the dispatcher orders ready envelopes of one provider.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum DispatchOrder {
-    /// Lanes interleaved by weight, fairness keys by stride scheduling, the recovery lane capped
-    /// by the reserve and by the slow start after a circuit closed.
-    #[default]
-    Fair,
-    /// By due time only (the order before lanes existed; kept as the benchmarks' baseline).
-    Fifo,
-}
+pub use crate::domain::DispatchOrder;
 
 /// A provider as the dispatcher sees it (`providers` table): its slots and its lanes' weights.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,8 +8,8 @@ use reqwest::StatusCode;
 use serde_json::Value;
 
 use crate::api::auth::read_token;
+use crate::app::Failure;
 use crate::app::base_url;
-use crate::cli::Failure;
 use crate::config::Config;
 
 /// A client for one daemon.

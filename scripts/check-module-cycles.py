@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Fail when the crate's top-level modules import each other in a circle.
+
+The rooms of `src/` (ARCHITECTURE.md's code map) are layered: each may use the rooms below it and
+none above. This reads every `crate::ROOM` path in each file of `src/` (in `use` lines and inline
+paths alike, comments and strings aside), builds the graph of rooms, and prints every cycle it
+finds (exit 1) or the rooms in a valid order (exit 0). A standard-library script, so CI's first
+stage can run it before anything is built.
+"""
+import os
+import re
+import sys
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+PATH = re.compile(r"\bcrate::([a-z_][a-z0-9_]*)")
+# `use crate::{a, b::c}` groups
+GROUP = re.compile(r"\bcrate::\{([^}]*)\}", re.S)
+
+
+def room_of(rel):
+    """The top-level module a file belongs to (`lib.rs`/`main.rs` are the crate root)."""
+    first = rel.split(os.sep)[0]
+    if first in ("lib.rs", "main.rs"):
+        return None
+    return first[:-3] if first.endswith(".rs") else first
+
+
+def code_only(text):
+    """The text without comments and string literals (a crude but sufficient lexer)."""
+    text = re.sub(r"//[^\n]*", "", text)
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    text = re.sub(r'r#*"(?:.|\n)*?"#*', '""', text)
+    text = re.sub(r'"(?:\\.|[^"\\])*"', '""', text)
+    return text
+
+
+def graph():
+    edges = {}
+    for dirpath, _, files in os.walk(ROOT):
+        for f in files:
+            if not f.endswith(".rs"):
+                continue
+            path = os.path.join(dirpath, f)
+            rel = os.path.relpath(path, ROOT)
+            room = room_of(rel)
+            if room is None:
+                continue
+            with open(path, encoding="utf-8") as fh:
+                code = code_only(fh.read())
+            targets = set(PATH.findall(code))
+            for group in GROUP.findall(code):
+                for item in group.split(","):
+                    name = item.strip().split("::")[0].strip()
+                    if name:
+                        targets.add(name)
+            for t in targets:
+                if t != room and t not in ("self",):
+                    edges.setdefault(room, {}).setdefault(t, set()).add(rel)
+            edges.setdefault(room, {})
+    return edges
+
+
+def cycles(edges):
+    """Strongly connected components with more than one room (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+    counter = [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, {}):
+            if w not in edges:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    sys.setrecursionlimit(10000)
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def main():
+    edges = graph()
+    found = cycles(edges)
+    if not found:
+        print("module cycles: none among %d rooms" % len(edges))
+        return 0
+    for comp in found:
+        print("module cycle among: " + ", ".join(comp))
+        for a in comp:
+            for b in comp:
+                if b in edges.get(a, {}):
+                    files = sorted(edges[a][b])
+                    print("  %s -> %s  (%s)" % (a, b, ", ".join(files[:4]) + (" …" if len(files) > 4 else "")))
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
