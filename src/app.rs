@@ -337,8 +337,14 @@ pub async fn serve(cfg: Config, config_path: Option<PathBuf>) -> Result<(), Fail
             state.close_streams();
         }
     };
-    crate::server::serve(listener, api::app(state), crate::server::Limits::for_this_process(), shutdown, HTTP_DRAIN)
-        .await;
+    crate::server::serve(
+        listener,
+        api::app(state, crate::web::routes()),
+        crate::server::Limits::for_this_process(),
+        shutdown,
+        HTTP_DRAIN,
+    )
+    .await;
 
     // Stop the engine and checkpoint the database whatever happened to the HTTP server.
     engine.shutdown().await;

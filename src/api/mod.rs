@@ -18,8 +18,11 @@ pub mod held;
 pub mod images;
 pub mod openapi;
 pub mod prune;
+pub mod session;
+pub mod sessions;
 pub mod sets;
 pub mod spend;
+pub mod stream;
 pub mod task_json;
 pub mod tasks;
 pub mod thumbnail;
@@ -42,8 +45,8 @@ use utoipa_axum::routes;
 
 use crate::config::ServerConfig;
 use crate::engine::{Engine, ProviderInfo};
-use crate::web::{self, sessions::Sessions};
 use error::{ApiError, unsupported_media_type};
+use sessions::Sessions;
 
 /// What every handler shares. Cheap to clone.
 #[derive(Clone)]
@@ -63,7 +66,7 @@ struct Inner {
     /// Set to true when the server stops, so that open event streams end.
     closing: watch::Sender<bool>,
     /// `ui.language`: the page's language unless the browser's switch chose one.
-    ui_language: std::sync::OnceLock<web::i18n::Lang>,
+    ui_language: std::sync::OnceLock<crate::domain::Lang>,
 }
 
 impl AppState {
@@ -85,12 +88,12 @@ impl AppState {
     }
 
     /// Set the page's configured language (`ui.language`; once, at start-up).
-    pub fn set_ui_language(&self, lang: web::i18n::Lang) {
+    pub fn set_ui_language(&self, lang: crate::domain::Lang) {
         let _ = self.inner.ui_language.set(lang);
     }
 
     /// The page's configured language, if one is configured.
-    pub fn ui_language(&self) -> Option<web::i18n::Lang> {
+    pub fn ui_language(&self) -> Option<crate::domain::Lang> {
         self.inner.ui_language.get().copied()
     }
 
@@ -152,15 +155,17 @@ pub fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(spend::spend))
         .routes(routes!(spend::requests))
         .routes(routes!(budget::get_budget, budget::set_budget, budget::reset_budget))
-        .routes(routes!(web::session))
-        .routes(routes!(web::sign_in_url))
-        .routes(routes!(web::sign_out))
-        .routes(routes!(web::stream::stream))
+        .routes(routes!(session::session))
+        .routes(routes!(session::sign_in_url))
+        .routes(routes!(session::sign_out))
+        .routes(routes!(stream::stream))
         .routes(routes!(openapi::openapi_json))
 }
 
-/// The whole API as a router (no socket).
-pub fn app(state: AppState) -> Router {
+/// The whole API as a router (no socket), with `pages` (the web page's routes outside `/v1`,
+/// `web::routes`) behind the same Host and body checks. The API does not know the page: the
+/// caller (`app::serve`) hands its routes in.
+pub fn app(state: AppState, pages: Router<AppState>) -> Router {
     let limit = usize::try_from(state.inner.max_body_bytes).unwrap_or(usize::MAX);
     let (v1, _) = v1_routes().split_for_parts();
     let v1 = v1
@@ -169,7 +174,7 @@ pub fn app(state: AppState) -> Router {
         .layer(from_fn_with_state(state.clone(), auth::require_token));
     Router::new()
         .nest("/v1", v1)
-        .merge(web::routes())
+        .merge(pages)
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .fallback(not_found)

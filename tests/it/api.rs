@@ -222,7 +222,8 @@ impl InProcess {
         .expect("start engine");
         let engine = Arc::new(engine);
         let token = "t".repeat(64);
-        let router = app(AppState::new(engine.clone(), token.clone(), &cfg.server, "fake".into()));
+        let router =
+            app(AppState::new(engine.clone(), token.clone(), &cfg.server, "fake".into()), tally::web::routes());
         InProcess { _dir: dir, engine, router, token }
     }
 

@@ -83,7 +83,7 @@ async fn router() -> (TempDir, axum::Router, String) {
     .await
     .expect("start engine");
     let token = "t".repeat(64);
-    let router = app(AppState::new(Arc::new(engine), token.clone(), &cfg.server, "demo".into()));
+    let router = app(AppState::new(Arc::new(engine), token.clone(), &cfg.server, "demo".into()), tally::web::routes());
     (dir, router, token)
 }
 
