@@ -96,7 +96,16 @@ def cycles(edges):
     return out
 
 
+def self_test():
+    """The detector itself: a circle of three rooms is found, a layered graph is not."""
+    circle = {"a": {"b": {"a.rs"}}, "b": {"c": {"b.rs"}}, "c": {"a": {"c.rs"}}, "d": {"a": {"d.rs"}}}
+    layered = {"a": {"b": {"a.rs"}}, "b": {"c": {"b.rs"}}, "c": {}, "d": {"a": {"d.rs"}}}
+    assert cycles(circle) == [["a", "b", "c"]], cycles(circle)
+    assert cycles(layered) == [], cycles(layered)
+
+
 def main():
+    self_test()
     edges = graph()
     found = cycles(edges)
     if not found:
