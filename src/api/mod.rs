@@ -20,6 +20,7 @@ pub mod openapi;
 pub mod prune;
 pub mod sets;
 pub mod spend;
+pub mod task_help;
 pub mod task_json;
 pub mod tasks;
 pub mod thumbnail;

@@ -23,6 +23,12 @@ impl Demo {
 }
 
 impl Provider for Demo {
+    fn dashboard(&self) -> crate::providers::dashboard::Dashboard {
+        crate::providers::dashboard::Dashboard::none(
+            "The demo provider runs inside tally and never charges: there is no dashboard to look in.",
+        )
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities { idempotent_create: true, lookup: false }
     }

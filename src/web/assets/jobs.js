@@ -70,7 +70,9 @@
         : "Generating: " + t.provider + " is working on it.";
       case "succeeded": return t.failure_kind === "operator" || /resolved/i.test(t.reason || "")
         ? "Done: you recorded the image you found." : "Done: the image is ready.";
-      case "failed": return "Failed: " + failureWords(t);
+      case "failed":
+        if (t.refused_before_sending) return T.t("refused.not_sent") + " " + T.refusalWords(t.refused_before_sending).problem;
+        return "Failed: " + failureWords(t);
       case "unknown": return "The outcome is unknown: " + unknownCause(t) + ", so it may have been charged.";
       case "canceled": return "Canceled.";
       default: return t.message || t.status;
@@ -153,7 +155,7 @@
   function listSection() {
     const filter = h("select", { id: "status-filter" },
       FILTERS.map(([v, words]) => h("option", { value: v, selected: v === list.filter }, words)));
-    filter.addEventListener("change", () => { list.filter = filter.value; load(); });
+    filter.addEventListener("change", () => { list.filter = filter.value; drawApplied(); load(); });
     const search = h("input", { type: "search", id: "search", value: list.search, placeholder: "prompt or product",
       autocomplete: "off" });
     // The daemon searches every job (prompt or product), not only the ones loaded; a short
@@ -161,6 +163,7 @@
     let typing = null;
     search.addEventListener("input", () => {
       list.search = search.value;
+      drawApplied();
       render();
       clearTimeout(typing);
       typing = setTimeout(() => load(), 250);
@@ -173,10 +176,71 @@
         h("div", { class: "tools" },
           h("span", { class: "filter" }, h("label", { for: "search" }, "Search"), search),
           h("span", { class: "filter" }, h("label", { for: "status-filter" }, "Show"), filter))),
+      h("div", { id: "applied", class: "applied" }, appliedParts()),
       heldBanner(),
       h("ul", { id: "task-list", class: "tasks" }),
-      h("p", { id: "empty", class: "hint", hidden: true }, "No jobs here yet."),
+      h("div", { id: "empty", class: "empty", hidden: true }),
       more, moreErr);
+  }
+
+  /** The filter's words ("Needs your attention"). */
+  function filterWords() {
+    const f = FILTERS.find(([v]) => v === list.filter);
+    return f && f[0] ? f[1] : null;
+  }
+
+  /** What is applied to the list, always on screen: the filter and the search, each with a
+      button that removes it, and one that clears both. Empty when nothing is applied. */
+  function appliedParts() {
+    const words = filterWords();
+    const q = list.search.trim();
+    if (!words && !q) return [];
+    const chip = (id, text, label, clear) => {
+      const x = h("button", { type: "button", class: "chip-clear", id, "aria-label": label }, "✕");
+      x.addEventListener("click", clear);
+      return h("span", { class: "chip" }, text, x);
+    };
+    const all = h("button", { type: "button", id: "clear-filters", class: "link-button" }, T.t("filter.clear_all"));
+    all.addEventListener("click", clearAll);
+    return [h("span", { class: "applied-label" }, T.t("filter.applied")),
+      words ? chip("clear-filter", T.tf("filter.showing", { filter: words }), T.tf("filter.remove", { filter: words }), () => setFilter("", list.search)) : null,
+      q ? chip("clear-search", T.tf("filter.search", { q }), T.tf("filter.remove_search", { q }), () => setFilter(list.filter, "")) : null,
+      all].filter(Boolean);
+  }
+
+  function drawApplied() {
+    const box = document.getElementById("applied");
+    if (box) box.replaceChildren(...appliedParts());
+  }
+
+  /** Change the filter and the search together (the controls follow), and reload the list. */
+  function setFilter(filter, search) {
+    list.filter = filter;
+    list.search = search;
+    const sel = document.getElementById("status-filter");
+    const box = document.getElementById("search");
+    if (sel) sel.value = filter;
+    if (box) box.value = search;
+    drawApplied();
+    render();
+    load();
+    (box || sel || document.getElementById("view-title")).focus();
+  }
+
+  function clearAll() {
+    setFilter("", "");
+  }
+
+  /** Why the list is empty, with one click to clear what hides jobs. */
+  function emptyParts() {
+    const words = filterWords();
+    const q = list.search.trim();
+    if (!words && !q) return [h("p", { class: "hint" }, T.t("list.empty"))];
+    const text = words && q ? T.tf("list.empty_both", { q, filter: words })
+      : q ? T.tf("list.empty_search", { q }) : T.tf("list.empty_filter", { filter: words });
+    const clear = h("button", { type: "button", id: "empty-clear" }, T.t("filter.clear_all"));
+    clear.addEventListener("click", clearAll);
+    return [h("p", { id: "empty-text" }, text), clear];
   }
 
   /** Jobs held because the database was an older copy (shown with "Needs your attention"):
@@ -329,7 +393,12 @@
       }
       at = li.nextElementSibling;
     }
-    document.getElementById("empty").hidden = shown.length > 0;
+    const empty = document.getElementById("empty");
+    if (shown.length === 0) {
+      const sig = list.filter + "\u0000" + list.search.trim();
+      if (empty.dataset.sig !== sig || empty.hidden) { empty.replaceChildren(...emptyParts()); empty.dataset.sig = sig; }
+    }
+    empty.hidden = shown.length > 0;
     document.getElementById("more").hidden = !list.next;
   }
 
@@ -418,7 +487,19 @@
         h("li", {}, "Automatic retries have stopped: tally will not send this job again on its own."),
         h("li", {}, "Generating again is a new operation that may be charged again.")),
       t.billing_note ? h("p", { id: "billing-note" }, h("strong", {}, "How " + t.provider + " bills: "), t.billing_note) : null,
-      h("p", {}, "First look in " + t.provider + "'s dashboard and record below what you found. Only if the image is not there, generate again."));
+      h("p", {}, "First look in " + t.provider + "'s dashboard and record below what you found. Only if the image is not there, generate again."),
+      T.whereToLook(t, ""));
+  }
+
+  /** A job a check stopped before anything was sent: what was wrong, and the fix. */
+  function refusalBox(t) {
+    const r = t.refused_before_sending;
+    const words = T.refusalWords(r);
+    return h("section", { id: "refusal", class: "refusal-box", "aria-labelledby": "refusal-title" },
+      h("h2", { id: "refusal-title" }, T.t("refused.title")),
+      h("p", { id: "refusal-problem" }, words.problem.charAt(0).toUpperCase() + words.problem.slice(1)),
+      h("p", { id: "refusal-fix" }, h("strong", {}, T.t("refused.fix") + " "), words.fix),
+      r.retry_helps ? null : h("p", { class: "hint", id: "refusal-no-retry" }, T.t("refused.no_retry")));
   }
 
   function taskView(t, events, product, retried) {
@@ -434,6 +515,7 @@
         h("a", { href: "#/tasks/" + encodeURIComponent(retried.id) }, "the new job"),
         retried.status ? " (" + (retried.status === "succeeded" ? "ready" : retried.status) + ")" : ""));
     }
+    if (t.refused_before_sending) parts.push(refusalBox(t));
     if (t.status === "unknown") {
       parts.push(unknownExplainer(t));
       parts.push(T.resolveForm(t, "resolve-", () => showTask(t.id, false)));
@@ -487,7 +569,9 @@
     /* The price of one more request, in words, shown before any button that sends one. */
     const cost = T.priceWords(p, 1) || "price not configured";
     let hint = null;
-    if (t.retry && t.retry.allowed) {
+    /* A request refused before sending is refused the same way again: no retry that cannot help. */
+    const hopeless = t.refused_before_sending && !t.refused_before_sending.retry_helps;
+    if (t.retry && t.retry.allowed && !hopeless) {
       const ack = t.retry.requires_cost_acknowledgement;
       const again = retried && retried.id ? " again" : "";
       const retry = h("button", { type: "button", id: "retry-task", class: ack ? "danger" : "" },
@@ -547,7 +631,9 @@
       case "calling": return "Sent to " + who + ".";
       case "accepted": return who + " accepted it and is working on it.";
       case "succeeded": return "The image arrived and was saved.";
-      case "failed": return "It failed: " + failureWords(t);
+      case "failed": return t.refused_before_sending
+        ? T.t("refused.event") + " " + T.refusalWords(t.refused_before_sending).problem
+        : "It failed: " + failureWords(t);
       case "unknown": return "The outcome cannot be proven: " + unknownCause(t) + " — it may have been charged.";
       case "retry_scheduled": return "It will be tried again automatically.";
       case "canceled": return "Canceled before anything was sent.";

@@ -1,0 +1,157 @@
+//! Where the owner looks for a request at the provider when tally cannot prove what happened
+//! to it (an `unknown` job): the provider's own page for its kind, what that page shows, and
+//! whether a single request can be found there. The task JSON's `where_to_look` is built from
+//! this plus the details of the request (time sent, model, prompt, the provider's id for it).
+//!
+//! The addresses were checked against the providers' documentation and common use (December
+//! 2026); a provider that moves its page only makes the link land on its sign-in or home
+//! page, and the details to match by stay right.
+
+use serde::Serialize;
+use utoipa::ToSchema;
+
+/// A provider's page for finding one request, in plain words.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct Dashboard {
+    /// The page to open, signed in to the provider's account; `null` when the provider kind
+    /// offers no page that shows requests or charges.
+    pub url: Option<String>,
+    /// The page's name for people ("Replicate's list of predictions").
+    pub label: String,
+    /// What to look for there and what it can show, in plain words.
+    pub how: String,
+    /// True when the page lists single requests (so one can be matched); false when it shows
+    /// only totals per model and time, or when there is no page.
+    pub lists_requests: bool,
+    /// The model the provider was asked for, as configured (`null` when it has none).
+    pub model: Option<String>,
+}
+
+impl Dashboard {
+    /// No page: `why` says so in plain words.
+    pub fn none(why: &str) -> Dashboard {
+        Dashboard { url: None, label: "no dashboard".into(), how: why.into(), lists_requests: false, model: None }
+    }
+
+    /// The model to match by.
+    pub fn with_model(mut self, model: Option<&str>) -> Dashboard {
+        self.model = model.map(str::to_string);
+        self
+    }
+
+    /// OpenAI's usage page: images per model and time (UTC), not single requests.
+    pub fn openai() -> Dashboard {
+        Dashboard {
+            url: Some("https://platform.openai.com/usage".into()),
+            label: "OpenAI's usage page".into(),
+            how: "It counts images per model and time (in UTC), not single requests: look for an image of this \
+                  model at the time it was sent. Only the organization's owners (or people given usage access) \
+                  can see it."
+                .into(),
+            lists_requests: false,
+            model: None,
+        }
+    }
+
+    /// Replicate's list of the account's predictions.
+    pub fn replicate() -> Dashboard {
+        Dashboard {
+            url: Some("https://replicate.com/predictions".into()),
+            label: "Replicate's list of predictions".into(),
+            how: "Every prediction of the account is listed with its model, time and status; open the one sent \
+                  at this time with this prompt (or with the prediction id below) to see whether it succeeded."
+                .into(),
+            lists_requests: true,
+            model: None,
+        }
+    }
+
+    /// fal's request history.
+    pub fn fal() -> Dashboard {
+        Dashboard {
+            url: Some("https://fal.ai/dashboard/requests".into()),
+            label: "fal's request history".into(),
+            how: "Requests are listed by endpoint and time with their status; find the one with the request id \
+                  below, or the one sent at this time."
+                .into(),
+            lists_requests: true,
+            model: None,
+        }
+    }
+
+    /// Alibaba Cloud Model Studio (DashScope): the international console for the `-intl`
+    /// endpoint, the mainland one otherwise.
+    pub fn dashscope(base_url: Option<&str>) -> Dashboard {
+        let intl = base_url.is_some_and(|u| u.contains("dashscope-intl"));
+        Dashboard {
+            url: Some(if intl {
+                "https://modelstudio.console.alibabacloud.com/".into()
+            } else {
+                "https://bailian.console.aliyun.com/".into()
+            }),
+            label: "Alibaba Cloud Model Studio console".into(),
+            how: "Model Telemetry (模型观测) lists the calls per model with their time and status; bills show what \
+                  was charged. Match the task id below, or the model and the time it was sent."
+                .into(),
+            lists_requests: true,
+            model: None,
+        }
+    }
+
+    /// Google AI Studio: usage per model, and the logs of a project that turned them on.
+    pub fn gemini(batch: bool) -> Dashboard {
+        Dashboard {
+            url: Some("https://aistudio.google.com/usage".into()),
+            label: "Google AI Studio's usage page".into(),
+            how: if batch {
+                "It shows requests per model and day; the batch job below is listed under Batches of the same \
+                 project. A blocked or failed request can still be charged for its prompt."
+            } else {
+                "It shows requests per model and day; single requests appear under Logs only when logging is \
+                 turned on for the project. A blocked request can still be charged for its prompt."
+            }
+            .into(),
+            lists_requests: batch,
+            model: None,
+        }
+    }
+
+    /// Black Forest Labs' dashboard: credits and usage per project.
+    pub fn bfl() -> Dashboard {
+        Dashboard {
+            url: Some("https://dashboard.bfl.ai/".into()),
+            label: "the BFL dashboard".into(),
+            how: "It shows the credits used per project over time, not single requests: look for credits used \
+                  at the time it was sent. A result can also be fetched by its task id below for 10 minutes."
+                .into(),
+            lists_requests: false,
+            model: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_page_is_https_or_says_there_is_none() {
+        for d in [
+            Dashboard::openai(),
+            Dashboard::replicate(),
+            Dashboard::fal(),
+            Dashboard::dashscope(None),
+            Dashboard::dashscope(Some("https://dashscope-intl.aliyuncs.com/api/v1")),
+            Dashboard::gemini(false),
+            Dashboard::gemini(true),
+            Dashboard::bfl(),
+        ] {
+            assert!(d.url.as_deref().is_some_and(|u| u.starts_with("https://")), "{d:?}");
+            assert!(!d.label.is_empty() && !d.how.is_empty());
+        }
+        assert!(Dashboard::dashscope(Some("https://dashscope-intl.aliyuncs.com")).url.unwrap_or_default().contains("alibabacloud"));
+        let none = Dashboard::none("The demo provider runs inside tally; it has no dashboard.");
+        assert_eq!(none.url, None);
+        assert!(!none.lists_requests);
+    }
+}
