@@ -140,18 +140,12 @@ pub fn refused_before_sending(t: &TaskView) -> Option<RefusedBeforeSendingJson> 
         ),
         (true, Some(1), Some(n)) if n > 1 => (
             "too_many_references",
-            format!(
-                "This model takes one reference photo: remove {} of them, or choose another provider.",
-                n - 1
-            ),
+            format!("This model takes one reference photo: remove {} of them, or choose another provider.", n - 1),
             false,
         ),
         (true, Some(max), Some(n)) if n > max => (
             "too_many_references",
-            format!(
-                "This model takes at most {max} reference photos: remove {}, or choose another provider.",
-                n - max
-            ),
+            format!("This model takes at most {max} reference photos: remove {}, or choose another provider.", n - max),
             false,
         ),
         (true, _, Some(0)) if problem.contains(" edits ") => (
@@ -169,8 +163,7 @@ pub fn refused_before_sending(t: &TaskView) -> Option<RefusedBeforeSendingJson> 
         ),
         _ => (
             "request",
-            "Change the request, or choose another provider: sending it unchanged is refused the same way."
-                .to_string(),
+            "Change the request, or choose another provider: sending it unchanged is refused the same way.".to_string(),
             false,
         ),
     };

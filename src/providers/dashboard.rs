@@ -149,7 +149,12 @@ mod tests {
             assert!(d.url.as_deref().is_some_and(|u| u.starts_with("https://")), "{d:?}");
             assert!(!d.label.is_empty() && !d.how.is_empty());
         }
-        assert!(Dashboard::dashscope(Some("https://dashscope-intl.aliyuncs.com")).url.unwrap_or_default().contains("alibabacloud"));
+        assert!(
+            Dashboard::dashscope(Some("https://dashscope-intl.aliyuncs.com"))
+                .url
+                .unwrap_or_default()
+                .contains("alibabacloud")
+        );
         let none = Dashboard::none("The demo provider runs inside tally; it has no dashboard.");
         assert_eq!(none.url, None);
         assert!(!none.lists_requests);

@@ -146,7 +146,8 @@ mod tests {
         ];
         let mut used = 0;
         for src in sources {
-            for (open, close) in [("{{t:", "}}"), ("T.t(\"", "\""), ("T.tf(\"", "\""), (" t(\"", "\""), ("tf(\"", "\"")] {
+            for (open, close) in [("{{t:", "}}"), ("T.t(\"", "\""), ("T.tf(\"", "\""), (" t(\"", "\""), ("tf(\"", "\"")]
+            {
                 let mut rest = src;
                 while let Some(i) = rest.find(open) {
                     let after = &rest[i + open.len()..];

@@ -50,9 +50,16 @@ impl Browser {
         assert!(up.is_some(), "chromedriver did not listen on {port}");
         let profile = TempDir::new();
         let mut args: Vec<String> = [
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
-            "--no-first-run", "--disable-background-networking", "--disable-component-update",
-            "--disable-sync", "--no-proxy-server",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-proxy-server",
         ]
         .iter()
         .map(|a| a.to_string())
@@ -61,10 +68,7 @@ impl Browser {
         args.push("--window-size=1280,900".into());
         args.extend(extra.iter().map(|a| a.to_string()));
         let mut caps = serde_json::Map::new();
-        caps.insert(
-            "goog:chromeOptions".into(),
-            json!({ "binary": CHROMIUM, "args": args }),
-        );
+        caps.insert("goog:chromeOptions".into(), json!({ "binary": CHROMIUM, "args": args }));
         let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
             .capabilities(caps)
             .connect(&format!("http://127.0.0.1:{port}"))

@@ -115,10 +115,7 @@ async fn check_view(b: &Browser, name: &str) {
     b.js("(document.activeElement && document.activeElement.blur(), window.scrollTo(0, 0), true)").await;
     let scroll = b.js("[document.scrollingElement.scrollWidth, document.scrollingElement.clientWidth]").await;
     let wide = b.js(WIDE).await;
-    assert!(
-        scroll[0].as_u64() <= scroll[1].as_u64(),
-        "{name} scrolls sideways ({scroll}); sticking out: {wide}"
-    );
+    assert!(scroll[0].as_u64() <= scroll[1].as_u64(), "{name} scrolls sideways ({scroll}); sticking out: {wide}");
     let small = b.js(SMALL_TARGETS).await;
     assert_eq!(small, json!([]), "{name}: tap targets under 24 × 24 px");
     b.assert_accessible(name).await;
@@ -148,7 +145,11 @@ fn dark_mode_at_320_px_is_clean_on_every_main_view() {
                 "an unknown job",
                 "document.getElementById('where-to-look') !== null".into(),
             ),
-            (format!("#/tasks/{}", jobs.refused), "a refused job", "document.getElementById('refusal') !== null".into()),
+            (
+                format!("#/tasks/{}", jobs.refused),
+                "a refused job",
+                "document.getElementById('refusal') !== null".into(),
+            ),
             (format!("#/tasks/{}", jobs.ready), "a ready job", "document.getElementById('task-image') !== null".into()),
             ("#/sets".into(), "image sets", "document.getElementById('set-list') !== null".into()),
             (format!("#/sets/{}", jobs.set), "a set", "document.getElementById('shots') !== null".into()),
@@ -177,6 +178,12 @@ fn dark_mode_at_320_px_is_clean_on_every_main_view() {
         b.c().find(Locator::Css("#search")).await.expect("search").send_keys("teapot").await.expect("type");
         b.until("the empty result", 15, "document.getElementById('empty-text')?.textContent").await;
         check_view(&b, "an empty filtered list at 320 px in dark mode").await;
+        b.js("(document.getElementById('applied').scrollIntoView(), true)").await;
+        b.screenshot("dark-320-jobs-filtered.png").await;
+        b.js(&format!("(location.hash = '#/tasks/{}')", jobs.refused)).await;
+        b.until("the refused job", 10, "document.getElementById('refusal') !== null").await;
+        b.js("(document.getElementById('refusal').scrollIntoView(), true)").await;
+        b.screenshot("dark-320-refused.png").await;
 
         // A person looks at it: the new-set form at 320 px, dark.
         b.js("(location.hash = '#/sets/new')").await;
@@ -209,7 +216,8 @@ fn filters_show_what_is_applied_refusals_say_the_fix_and_unknowns_where_to_look(
     let t = d.call("GET", &format!("/v1/tasks/{}", jobs.unknown), None).json();
     let w = &t["where_to_look"];
     assert_eq!(w["url"], "https://platform.openai.com/usage", "{t}");
-    let what: Vec<&str> = w["match_by"].as_array().expect("match_by").iter().filter_map(|m| m["what"].as_str()).collect();
+    let what: Vec<&str> =
+        w["match_by"].as_array().expect("match_by").iter().filter_map(|m| m["what"].as_str()).collect();
     assert_eq!(what, ["sent_at", "model", "prompt"], "{w}");
     assert_eq!(w["match_by"][1]["value"], OPENAI_MODEL);
     let out = d.cli(&["status", &jobs.unknown]);

@@ -132,7 +132,8 @@ impl OpenaiImages {
 
 impl Provider for OpenaiImages {
     fn dashboard(&self) -> crate::providers::dashboard::Dashboard {
-        crate::providers::dashboard::Dashboard::openai().with_model(Some(self.model.as_deref().unwrap_or("gpt-image-1")))
+        crate::providers::dashboard::Dashboard::openai()
+            .with_model(Some(self.model.as_deref().unwrap_or("gpt-image-1")))
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -499,7 +499,8 @@ window.tally = (function () {
     const id = (s) => (prefix || "") + s;
     const link = w.url
       ? h("p", {}, h("a", { id: id("where-to-look-link"), class: "button", href: w.url, target: "_blank", rel: "noopener noreferrer" },
-        tf("where.open", { page: w.label }), h("span", { class: "visually-hidden" }, " " + t("where.new_tab"))))
+        tf("where.open", { page: w.label }), h("span", { "aria-hidden": "true" }, " ↗"),
+        h("span", { class: "visually-hidden" }, " " + t("where.new_tab"))))
       : h("p", { id: id("where-to-look-none") }, t("where.none"));
     const rows = (w.match_by || []).map((m) => [
       h("dt", {}, ({ request_id: t("match.request_id"), sent_at: t("match.sent_at"), model: t("match.model"),
