@@ -164,8 +164,23 @@ fn dark_mode_at_320_px_is_clean_on_every_main_view() {
                 check_view(&b, &format!("{name} at {width} px in dark mode")).await;
             }
         }
-        // The jobs list with a filter and a search applied, and empty.
+        // The dialogs, open, at 320 px: the retry's cost confirmation, "Generate another" asking
+        // first, and the resolve form of a shot.
         set_width(&b, 320).await;
+        b.js(&format!("(location.hash = '#/tasks/{}')", jobs.unknown)).await;
+        b.until("the unknown job", 10, "document.getElementById('retry-task') !== null").await;
+        b.click("#retry-task").await;
+        b.until("the retry dialog", 10, "document.getElementById('retry-dialog').open").await;
+        check_view(&b, "the retry dialog at 320 px in dark mode").await;
+        b.click("#retry-cancel").await;
+        b.js(&format!("(location.hash = '#/tasks/{}')", jobs.ready)).await;
+        b.until("the ready job", 10, "document.getElementById('generate-another') !== null").await;
+        b.click("#generate-another").await;
+        b.until("the confirmation", 10, "document.getElementById('confirm-dialog').open").await;
+        check_view(&b, "the confirmation dialog at 320 px in dark mode").await;
+        b.click("#confirm-no").await;
+
+        // The jobs list with a filter and a search applied, and empty.
         b.js("(location.hash = '#/')").await;
         b.until("the jobs page", 15, "document.getElementById('status-filter') !== null").await;
         b.c()
