@@ -226,6 +226,7 @@ fn filters_show_what_is_applied_refusals_say_the_fix_and_unknowns_where_to_look(
     assert_eq!(r["retry_helps"], false);
     assert!(r["fix"].as_str().unwrap_or("").contains("remove 1"), "{r}");
     assert_eq!(t["charge"]["state"], "none");
+    assert!(t["retry"]["note"].as_str().unwrap_or("").contains("refused the same way"), "{t}");
     assert_eq!(mock.count("the teapot on white").0, 0, "no request reached the provider");
     // Where to look, in the API and the CLI: the provider's page and the request's details.
     let t = d.call("GET", &format!("/v1/tasks/{}", jobs.unknown), None).json();
@@ -266,6 +267,7 @@ fn filters_show_what_is_applied_refusals_say_the_fix_and_unknowns_where_to_look(
         assert_eq!(empty, json!("No jobs match “teapot” in Needs your attention."), "why it is empty");
         let applied = b.js("document.getElementById('applied').innerText").await;
         assert!(applied.as_str().unwrap_or("").contains("Search: “teapot”"), "{applied}");
+        b.assert_accessible("the jobs list with a filter and a search, empty").await;
 
         // Leaving and coming back keeps them, shown, not silently.
         b.js("(location.hash = '#/sets')").await;
