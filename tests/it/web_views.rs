@@ -268,6 +268,8 @@ fn filters_show_what_is_applied_refusals_say_the_fix_and_unknowns_where_to_look(
         let applied = b.js("document.getElementById('applied').innerText").await;
         assert!(applied.as_str().unwrap_or("").contains("Search: “teapot”"), "{applied}");
         b.assert_accessible("the jobs list with a filter and a search, empty").await;
+        let more = b.js("getComputedStyle(document.getElementById('more')).display").await;
+        assert_eq!(more, json!("none"), "no \"Show older jobs\" under an empty result");
 
         // Leaving and coming back keeps them, shown, not silently.
         b.js("(location.hash = '#/sets')").await;
