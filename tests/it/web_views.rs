@@ -200,6 +200,26 @@ fn dark_mode_at_320_px_is_clean_on_every_main_view() {
         b.js("(document.getElementById('refusal').scrollIntoView(), true)").await;
         b.screenshot("dark-320-refused.png").await;
 
+        // The same views in Simplified Chinese (the page's switch is a cookie), 320 px, dark.
+        b.js("(document.cookie = 'tally_lang=zh-CN; Path=/; SameSite=Strict', location.hash = '#/', location.reload(), true)")
+            .await;
+        b.until("the page in Chinese", 15, "document.documentElement.lang === 'zh-CN' && document.getElementById('task-list') !== null")
+            .await;
+        for (hash, name, ready) in views.iter().filter(|(_, name, _)| name.contains("job") || name.contains("new-set")) {
+            b.js(&format!("(location.hash = '{hash}')")).await;
+            b.until(name, 15, ready).await;
+            check_view(&b, &format!("{name} at 320 px in dark mode, in Chinese")).await;
+        }
+        let refusal = b
+            .js(&format!("(location.hash = '#/tasks/{}', true)", jobs.refused))
+            .await;
+        assert_eq!(refusal, json!(true));
+        let problem = b.until("the refusal in Chinese", 15, "document.getElementById('refusal-problem')?.textContent").await;
+        assert_eq!(problem, json!("这个模型只接受一张参考照片,而这个任务有 2 张。"));
+        b.js("(document.cookie = 'tally_lang=en; Path=/; SameSite=Strict', location.reload(), true)").await;
+        b.until("the page in English", 15, "document.documentElement.lang === 'en' && document.getElementById('refusal') !== null")
+            .await;
+
         // A person looks at it: the new-set form at 320 px, dark.
         b.js("(location.hash = '#/sets/new')").await;
         b.until("the new-set form", 10, "document.getElementById('new-set') !== null").await;
