@@ -119,7 +119,9 @@ pub fn refused_before_sending(t: &TaskView) -> Option<RefusedBeforeSendingJson> 
     if !matches!(kind, "rejected" | "configuration") {
         return None;
     }
-    let settings = kind == "configuration";
+    // tally's own check of the request's parameters (`params.size`) is filed as configuration,
+    // but the fix is in the request, not in the settings.
+    let settings = kind == "configuration" && !problem.starts_with("params.");
     let given = count_after(problem, "this shot has ").or_else(|| count_after(problem, "this shot's "));
     let taken = references_taken(problem);
     let provider = &t.provider;
@@ -286,6 +288,13 @@ mod tests {
         );
         let r = refused_before_sending(&t).expect("a refusal");
         assert!(r.retry_helps && r.fix.contains("reference_input"), "{}", r.fix);
+        let t = failed(
+            "configuration",
+            "params.size \"huge\" is not a size like \"1024x1024\"; nothing was sent to the provider",
+        );
+        let r = refused_before_sending(&t).expect("a refusal");
+        assert_eq!(r.kind, "request");
+        assert!(!r.retry_helps);
         // The provider refused a request it received: not a refusal before sending.
         assert!(refused_before_sending(&failed("rejected", "the provider refused: 400 bad prompt")).is_none());
     }
