@@ -18,6 +18,10 @@ const PREFLIGHT_PREFIX: &str = "refused before sending anything (nothing was cha
 /// Where to look for an unknown job at the provider, and what to match it by.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct WhereToLookJson {
+    /// Which page (`openai_usage`, `replicate_predictions`, `fal_requests`, `model_studio`,
+    /// `ai_studio`, `ai_studio_batch`, `bfl_dashboard`, `demo`, `none`), for surfaces that word
+    /// `label` and `how` in another language.
+    pub page: String,
     /// The provider's page (open it signed in to the provider's account); `null` when this
     /// provider kind offers no such page (`how` then says so).
     pub url: Option<String>,
@@ -76,7 +80,14 @@ pub fn where_to_look(engine: &Engine, t: &TaskView) -> Option<WhereToLookJson> {
         match_by.push(detail("model", "Model", model));
     }
     match_by.push(detail("prompt", "Prompt", &t.prompt));
-    Some(WhereToLookJson { url: d.url, label: d.label, how: d.how, lists_requests: d.lists_requests, match_by })
+    Some(WhereToLookJson {
+        page: d.page,
+        url: d.url,
+        label: d.label,
+        how: d.how,
+        lists_requests: d.lists_requests,
+        match_by,
+    })
 }
 
 fn detail(what: &str, label: &str, value: &str) -> MatchByJson {
@@ -310,6 +321,7 @@ mod tests {
             execution_token: None,
         };
         let mut w = WhereToLookJson {
+            page: "none".into(),
             url: None,
             label: String::new(),
             how: String::new(),

@@ -13,6 +13,11 @@ use utoipa::ToSchema;
 /// A provider's page for finding one request, in plain words.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 pub struct Dashboard {
+    /// Which page this is (`openai_usage`, `replicate_predictions`, `fal_requests`,
+    /// `model_studio`, `ai_studio`, `ai_studio_batch`, `bfl_dashboard`, `demo`, `none`): the web
+    /// page shows `label` and `how` in its own language from its catalogue (`where.label.ID`,
+    /// `where.how.ID` in `web/assets/messages.json`, whose English matches the words here).
+    pub page: String,
     /// The page to open, signed in to the provider's account; `null` when the provider kind
     /// offers no page that shows requests or charges.
     pub url: Option<String>,
@@ -30,7 +35,24 @@ pub struct Dashboard {
 impl Dashboard {
     /// No page: `why` says so in plain words.
     pub fn none(why: &str) -> Dashboard {
-        Dashboard { url: None, label: "no dashboard".into(), how: why.into(), lists_requests: false, model: None }
+        Dashboard {
+            page: "none".into(),
+            url: None,
+            label: "no dashboard".into(),
+            how: why.into(),
+            lists_requests: false,
+            model: None,
+        }
+    }
+
+    /// The demo provider: no dashboard, and nothing to pay.
+    pub fn demo() -> Dashboard {
+        Dashboard {
+            page: "demo".into(),
+            ..Dashboard::none(
+                "The demo provider runs inside tally and never charges: there is no dashboard to look in.",
+            )
+        }
     }
 
     /// The model to match by.
@@ -42,6 +64,7 @@ impl Dashboard {
     /// OpenAI's usage page: images per model and time (UTC), not single requests.
     pub fn openai() -> Dashboard {
         Dashboard {
+            page: "openai_usage".into(),
             url: Some("https://platform.openai.com/usage".into()),
             label: "OpenAI's usage page".into(),
             how: "It counts images per model and time (in UTC), not single requests: look for an image of this \
@@ -56,6 +79,7 @@ impl Dashboard {
     /// Replicate's list of the account's predictions.
     pub fn replicate() -> Dashboard {
         Dashboard {
+            page: "replicate_predictions".into(),
             url: Some("https://replicate.com/predictions".into()),
             label: "Replicate's list of predictions".into(),
             how: "Every prediction of the account is listed with its model, time and status; open the one sent \
@@ -69,6 +93,7 @@ impl Dashboard {
     /// fal's request history.
     pub fn fal() -> Dashboard {
         Dashboard {
+            page: "fal_requests".into(),
             url: Some("https://fal.ai/dashboard/requests".into()),
             label: "fal's request history".into(),
             how: "Requests are listed by endpoint and time with their status; find the one with the request id \
@@ -84,6 +109,7 @@ impl Dashboard {
     pub fn dashscope(base_url: Option<&str>) -> Dashboard {
         let intl = base_url.is_some_and(|u| u.contains("dashscope-intl"));
         Dashboard {
+            page: "model_studio".into(),
             url: Some(if intl {
                 "https://modelstudio.console.alibabacloud.com/".into()
             } else {
@@ -101,11 +127,12 @@ impl Dashboard {
     /// Google AI Studio: usage per model, and the logs of a project that turned them on.
     pub fn gemini(batch: bool) -> Dashboard {
         Dashboard {
+            page: if batch { "ai_studio_batch" } else { "ai_studio" }.into(),
             url: Some("https://aistudio.google.com/usage".into()),
             label: "Google AI Studio's usage page".into(),
             how: if batch {
-                "It shows requests per model and day; the batch job below is listed under Batches of the same \
-                 project. A blocked or failed request can still be charged for its prompt."
+                "It shows requests per model and day; tally sent this one as a batch job, whose name is below. \
+                 A blocked or failed request can still be charged for its prompt."
             } else {
                 "It shows requests per model and day; single requests appear under Logs only when logging is \
                  turned on for the project. A blocked request can still be charged for its prompt."
@@ -119,10 +146,11 @@ impl Dashboard {
     /// Black Forest Labs' dashboard: credits and usage per project.
     pub fn bfl() -> Dashboard {
         Dashboard {
+            page: "bfl_dashboard".into(),
             url: Some("https://dashboard.bfl.ai/".into()),
             label: "the BFL dashboard".into(),
             how: "It shows the credits used per project over time, not single requests: look for credits used \
-                  at the time it was sent. A result can also be fetched by its task id below for 10 minutes."
+                  at the time it was sent."
                 .into(),
             lists_requests: false,
             model: None,
@@ -155,6 +183,25 @@ mod tests {
                 .unwrap_or_default()
                 .contains("alibabacloud")
         );
+        // The page words these from its catalogue: the English there is the same as here.
+        let c: serde_json::Value =
+            serde_json::from_str(include_str!("../web/assets/messages.json")).expect("messages.json");
+        for d in [
+            Dashboard::openai(),
+            Dashboard::replicate(),
+            Dashboard::fal(),
+            Dashboard::dashscope(None),
+            Dashboard::gemini(false),
+            Dashboard::gemini(true),
+            Dashboard::bfl(),
+            Dashboard::demo(),
+        ] {
+            for (what, text) in [("label", &d.label), ("how", &d.how)] {
+                let key = format!("where.{what}.{}", d.page);
+                assert_eq!(c["en"][&key].as_str(), Some(text.as_str()), "{key} in messages.json");
+                assert!(c["zh-CN"][&key].as_str().is_some_and(|z| !z.is_empty()), "{key} in Chinese");
+            }
+        }
         let none = Dashboard::none("The demo provider runs inside tally; it has no dashboard.");
         assert_eq!(none.url, None);
         assert!(!none.lists_requests);

@@ -24,9 +24,7 @@ impl Demo {
 
 impl Provider for Demo {
     fn dashboard(&self) -> crate::providers::dashboard::Dashboard {
-        crate::providers::dashboard::Dashboard::none(
-            "The demo provider runs inside tally and never charges: there is no dashboard to look in.",
-        )
+        crate::providers::dashboard::Dashboard::demo()
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -216,6 +216,11 @@ fn dark_mode_at_320_px_is_clean_on_every_main_view() {
         assert_eq!(refusal, json!(true));
         let problem = b.until("the refusal in Chinese", 15, "document.getElementById('refusal-problem')?.textContent").await;
         assert_eq!(problem, json!("这个模型只接受一张参考照片,而这个任务有 2 张。"));
+        b.js(&format!("(location.hash = '#/tasks/{}')", jobs.unknown)).await;
+        let link = b.until("where to look in Chinese", 15, "document.getElementById('where-to-look-link')?.textContent").await;
+        assert!(link.as_str().unwrap_or("").contains("打开OpenAI 的用量页面"), "{link}");
+        b.js(&format!("(location.hash = '#/tasks/{}')", jobs.refused)).await;
+        b.until("the refusal", 15, "document.getElementById('refusal') !== null").await;
         b.js("(document.cookie = 'tally_lang=en; Path=/; SameSite=Strict', location.reload(), true)").await;
         b.until("the page in English", 15, "document.documentElement.lang === 'en' && document.getElementById('refusal') !== null")
             .await;

@@ -497,9 +497,17 @@ window.tally = (function () {
     const w = task.where_to_look;
     if (!w) return null;
     const id = (s) => (prefix || "") + s;
+    /* The page's own words for a page it knows (its catalogue), else the API's. */
+    const known = (kind, fallback) => {
+      const key = "where." + kind + "." + w.page;
+      const v = t(key);
+      return v !== key ? v : fallback;
+    };
+    const label = known("label", w.label);
+    const how = known("how", w.how);
     const link = w.url
       ? h("p", {}, h("a", { id: id("where-to-look-link"), class: "button", href: w.url, target: "_blank", rel: "noopener noreferrer" },
-        tf("where.open", { page: w.label }), h("span", { "aria-hidden": "true" }, " ↗"),
+        tf("where.open", { page: label }), h("span", { "aria-hidden": "true" }, " ↗"),
         h("span", { class: "visually-hidden" }, " " + t("where.new_tab"))))
       : h("p", { id: id("where-to-look-none") }, t("where.none"));
     const rows = (w.match_by || []).map((m) => [
@@ -510,7 +518,7 @@ window.tally = (function () {
     return h("section", { id: id("where-to-look"), class: "where", "aria-labelledby": id("where-title") },
       h("h3", { id: id("where-title") }, t("where.title")),
       link,
-      h("p", { class: "hint" }, w.how),
+      h("p", { class: "hint" }, how),
       rows.length ? [h("p", { class: "hint" }, t("where.match")), h("dl", { class: "facts", id: id("match-by") }, rows)] : null);
   }
 
