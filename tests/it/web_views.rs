@@ -3,6 +3,9 @@
 //! at least 24 × 24 px; the jobs list always showing which filter and search are applied, with
 //! one click to clear, and an empty result saying why; a request refused before sending worded
 //! with its fix and no retry offered; and an unknown job naming where to look at the provider.
+//! The dark pass covers the jobs list, one job (unknown, refused, ready), the sets, a set, the
+//! new-set form, Spend, the retry and confirmation dialogs, the job views in Chinese, and the
+//! signed-out pages; it saves screenshots at 320 px into target/screenshots.
 
 use fantoccini::Locator;
 use serde_json::{Value, json};
@@ -234,6 +237,16 @@ fn dark_mode_at_320_px_is_clean_on_every_main_view() {
         b.until("the unknown job", 10, "document.getElementById('where-to-look') !== null").await;
         b.js("(document.getElementById('where-to-look').scrollIntoView(), true)").await;
         b.screenshot("dark-320-unknown.png").await;
+
+        // Signed out: the "sign in again" panel, then the page for a browser that is not signed in.
+        let out = d.cli(&["sign-out", "--all"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        b.js("(location.hash = '#/sets')").await;
+        b.until("the sign-in-again panel", 30, "document.getElementById('signed-out') !== null").await;
+        check_view(&b, "the sign-in-again panel at 320 px in dark mode").await;
+        b.c().goto(&format!("http://127.0.0.1:{}/", d.port)).await.expect("open");
+        b.until("the signed-out page", 10, "document.querySelector('h1')?.innerText.includes('Sign in')").await;
+        check_view(&b, "the signed-out page at 320 px in dark mode").await;
         b.close().await;
     });
 }
