@@ -140,6 +140,7 @@ mod tests {
             include_str!("assets/signed-out.html"),
             include_str!("assets/core.js"),
             include_str!("assets/jobs.js"),
+            include_str!("assets/job.js"),
             include_str!("assets/sets.js"),
             include_str!("assets/budget.js"),
             include_str!("assets/app.js"),

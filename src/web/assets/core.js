@@ -490,57 +490,12 @@ window.tally = (function () {
     return form;
   }
 
-  /** Where to look for an unknown job at the provider (the task's `where_to_look`): a link to
-      the provider's page (or that it has none), what the page shows, and the details to match
-      the request by. `prefix` keeps ids unique when a dialog shows it too. */
-  function whereToLook(task, prefix) {
-    const w = task.where_to_look;
-    if (!w) return null;
-    const id = (s) => (prefix || "") + s;
-    /* The page's own words for a page it knows (its catalogue), else the API's. */
-    const known = (kind, fallback) => {
-      const key = "where." + kind + "." + w.page;
-      const v = t(key);
-      return v !== key ? v : fallback;
-    };
-    const label = known("label", w.label);
-    const how = known("how", w.how);
-    const link = w.url
-      ? h("p", {}, h("a", { id: id("where-to-look-link"), class: "button", href: w.url, target: "_blank", rel: "noopener noreferrer" },
-        tf("where.open", { page: label }), h("span", { "aria-hidden": "true" }, " ↗"),
-        h("span", { class: "visually-hidden" }, " " + t("where.new_tab"))))
-      : h("p", { id: id("where-to-look-none") }, t("where.none"));
-    const rows = (w.match_by || []).map((m) => [
-      h("dt", {}, ({ request_id: t("match.request_id"), sent_at: t("match.sent_at"), model: t("match.model"),
-        prompt: t("match.prompt") })[m.what] || m.label),
-      h("dd", { "data-what": m.what }, m.what === "sent_at" ? [time(m.value), " (" + m.value + ")"]
-        : m.what === "request_id" ? h("code", {}, m.value) : m.value)]);
-    return h("section", { id: id("where-to-look"), class: "where", "aria-labelledby": id("where-title") },
-      h("h3", { id: id("where-title") }, t("where.title")),
-      link,
-      h("p", { class: "hint" }, how),
-      rows.length ? [h("p", { class: "hint" }, t("where.match")), h("dl", { class: "facts", id: id("match-by") }, rows)] : null);
-  }
-
-  /** A job refused before anything was sent (`refused_before_sending`): what was wrong and the
-      fix, in the page's language when tally knows the kind of refusal. */
-  function refusalWords(r) {
-    const taken = r.references_taken;
-    const given = r.references_given;
-    if (r.kind === "too_many_references" && !r.retry_helps && taken !== null && taken !== undefined && given) {
-      if (taken === 0) return { problem: tf("refused.takes_none", { given }), fix: t("refused.fix_remove_all") };
-      const problem = taken === 1 ? tf("refused.takes_one", { given }) : tf("refused.takes_max", { taken, given });
-      return { problem, fix: tf("refused.fix_remove", { n: given - taken }) };
-    }
-    if (r.kind === "needs_references") return { problem: t("refused.needs"), fix: t("refused.fix_add") };
-    return { problem: r.problem, fix: r.fix };
-  }
-
   /** Open the resolve form in a dialog (for a shot card). */
   function resolveDialog(t, onDone) {
     const d = document.getElementById("resolve-dialog");
     const body = document.getElementById("resolve-dialog-body");
-    body.replaceChildren(whereToLook(t, "dlg-") || "", resolveForm(t, "dlg-resolve-", async () => { d.close(); await onDone(); }));
+    /* Where to look (job.js) above the form, for an unknown shot. */
+    body.replaceChildren(window.tally.whereToLook(t, "dlg-") || "", resolveForm(t, "dlg-resolve-", async () => { d.close(); await onDone(); }));
     document.getElementById("resolve-dialog-close").onclick = () => d.close();
     d.showModal();
   }
@@ -610,7 +565,7 @@ window.tally = (function () {
   }
 
   return {
-    CSRF, SETTLED, ROLES, view, t, tf, whereToLook, refusalWords, languageSwitch, h, time, badge, roleWords, jobTitle, shotWords, money, chargeSentence, retryCost,
+    CSRF, SETTLED, ROLES, view, t, tf, languageSwitch, h, time, badge, roleWords, jobTitle, shotWords, money, chargeSentence, retryCost,
     providerPrice, providerAmount, retryBody, routeName, ApiError, api, showError, errorSlot, busy, newKey, setView, signedOut, thumb, enlargeable,
     openImage, confirmDialog, retry, priceWords, resolveForm, resolveDialog, connect, main, errorBox,
   };
