@@ -165,6 +165,9 @@ fn dark_mode_at_320_px_is_clean_on_every_main_view() {
                 b.js(&format!("(location.hash = '{hash}')")).await;
                 b.until(name, 15, ready).await;
                 check_view(&b, &format!("{name} at {width} px in dark mode")).await;
+                if width == 320 {
+                    b.screenshot(&format!("dark-320-{}.png", name.replace(' ', "-"))).await;
+                }
             }
         }
         // The dialogs, open, at 320 px: the retry's cost confirmation, "Generate another" asking
