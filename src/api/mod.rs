@@ -23,6 +23,7 @@ pub mod sessions;
 pub mod sets;
 pub mod spend;
 pub mod stream;
+pub mod task_help;
 pub mod task_json;
 pub mod tasks;
 pub mod thumbnail;

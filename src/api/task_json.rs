@@ -64,6 +64,12 @@ pub struct TaskJson {
     /// For `unknown` tasks: how the provider bills, in plain words.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub billing_note: Option<String>,
+    /// For `unknown` tasks: the provider's page to look for the request on (or that it has
+    /// none), and the details to match it by. Null otherwise.
+    pub where_to_look: Option<super::task_help::WhereToLookJson>,
+    /// For a `failed` task that a check stopped before anything was sent (nothing charged):
+    /// what was wrong, the fix, and whether retrying unchanged can help. Null otherwise.
+    pub refused_before_sending: Option<super::task_help::RefusedBeforeSendingJson>,
 }
 
 /// Why a job is held, and what sending it again may cost.
@@ -174,6 +180,13 @@ fn retry_json(engine: &Engine, t: &TaskView) -> RetryJson {
         } else {
             format!("This task was already retried as task {id}, which is still {status}; wait for it to finish.")
         }
+    } else if let Some(r) = super::task_help::refused_before_sending(t).filter(|r| !r.retry_helps) {
+        format!(
+            "Nothing was sent: tally refused this request before sending it ({}). Retrying it unchanged is refused \
+             the same way. {}",
+            r.problem.trim_end_matches('.'),
+            r.fix
+        )
     } else {
         match state {
             Charge::None => {
@@ -261,5 +274,7 @@ pub fn task_json(engine: &Engine, t: &TaskView) -> TaskJson {
             _ => None,
         },
         billing_note: if t.status == TaskStatus::Unknown { engine.billing_note(&t.provider) } else { None },
+        where_to_look: super::task_help::where_to_look(engine, t),
+        refused_before_sending: super::task_help::refused_before_sending(t),
     }
 }

@@ -39,7 +39,13 @@ async fn task_response(state: &AppState, status: StatusCode, id: &str) -> Result
     Ok(if status == StatusCode::CREATED {
         created(state, id, &t)
     } else {
-        json_response(status, &task_json(state.engine(), &t))
+        let mut j = task_json(state.engine(), &t);
+        // One job: its history adds when the request was sent and the provider's id for it.
+        if let Some(w) = j.where_to_look.as_mut() {
+            let events = state.engine().store().events(id.to_string()).await?;
+            super::task_help::add_request_details(w, &events);
+        }
+        json_response(status, &j)
     })
 }
 

@@ -243,6 +243,19 @@ pub(super) fn show_task(client: &Client, t: &Value, json: bool) {
     if t.pointer("/retry/allowed").and_then(Value::as_bool) == Some(true) {
         println!("retry     {}", term_safe(t.pointer("/retry/note").and_then(Value::as_str).unwrap_or("")));
     }
+    if let Some(r) = t.get("refused_before_sending").filter(|r| r.is_object()) {
+        println!("refused   before sending anything (nothing was charged): {}", st(r, "problem"));
+        println!("fix       {}", st(r, "fix"));
+    }
+    if let Some(w) = t.get("where_to_look").filter(|w| w.is_object()) {
+        match w.get("url").and_then(Value::as_str) {
+            Some(url) => println!("look      {}: {}", st(w, "label"), term_safe(url)),
+            None => println!("look      {}", st(w, "how")),
+        }
+        for m in w.get("match_by").and_then(Value::as_array).into_iter().flatten() {
+            println!("          {}: {}", st(m, "label"), shorten(&st(m, "value"), 200));
+        }
+    }
     if s(t, "status") == "unknown" {
         println!("next      check the provider's dashboard, then record what you found:");
         println!("          tally resolve {id} --image FILE   or   tally resolve {id} --failed --note \"…\"");

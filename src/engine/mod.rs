@@ -439,6 +439,11 @@ impl Engine {
         self.shared.providers.get(provider).map(|p| p.provider.billing_note().to_string())
     }
 
+    /// Where to look for `provider`'s requests (its dashboard page, or that it has none).
+    pub fn dashboard(&self, provider: &str) -> Option<crate::providers::dashboard::Dashboard> {
+        self.shared.providers.get(provider).map(|p| p.provider.dashboard())
+    }
+
     /// The configured providers, sorted by name, with their capabilities and billing notes
     /// (for the web page's provider choice; read-only).
     pub fn provider_list(&self) -> Vec<ProviderInfo> {

@@ -23,6 +23,10 @@ impl Demo {
 }
 
 impl Provider for Demo {
+    fn dashboard(&self) -> crate::providers::dashboard::Dashboard {
+        crate::providers::dashboard::Dashboard::demo()
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities { idempotent_create: true, lookup: false }
     }

@@ -5,6 +5,7 @@
 //! the engine records phases before and after each call, and decides retries from the
 //! [`Capabilities`] an adapter declares.
 
+pub mod dashboard;
 pub mod demo;
 pub mod fake;
 pub mod http;
@@ -155,6 +156,14 @@ pub trait Provider: Send + Sync + 'static {
         "This provider may charge for every generation request it receives."
     }
 
+    /// Where the owner looks for a request whose outcome tally cannot prove: the provider's
+    /// page for this kind, or plain words saying there is none.
+    fn dashboard(&self) -> dashboard::Dashboard {
+        dashboard::Dashboard::none(
+            "tally knows no dashboard page for this provider: look wherever its account shows requests and charges.",
+        )
+    }
+
     /// How long to wait between polls of an accepted job.
     fn poll_interval(&self) -> Duration {
         Duration::from_millis(1000)
@@ -243,6 +252,10 @@ impl Provider for WithBillingNote {
 
     fn billing_note(&self) -> &str {
         &self.note
+    }
+
+    fn dashboard(&self) -> dashboard::Dashboard {
+        self.inner.dashboard()
     }
 
     fn poll_interval(&self) -> Duration {

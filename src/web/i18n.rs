@@ -106,19 +106,22 @@ mod tests {
         let zh: Vec<&String> = c["zh-CN"].keys().collect();
         assert_eq!(en, zh, "the same keys in en and zh-CN");
         assert!(c["zh-CN"].values().all(|v| !v.trim().is_empty()));
-        // Every key the page uses: {{t:KEY}} in the HTML, T.t("KEY") in the scripts.
+        // Every key the page uses: {{t:KEY}} in the HTML, T.t("KEY") / T.tf("KEY", …) in the scripts
+        // (and t("KEY") / tf("KEY", …) inside core.js).
         let sources = [
             include_str!("assets/index.html"),
             include_str!("assets/signed-out.html"),
             include_str!("assets/core.js"),
             include_str!("assets/jobs.js"),
+            include_str!("assets/job.js"),
             include_str!("assets/sets.js"),
             include_str!("assets/budget.js"),
             include_str!("assets/app.js"),
         ];
         let mut used = 0;
         for src in sources {
-            for (open, close) in [("{{t:", "}}"), ("T.t(\"", "\"")] {
+            for (open, close) in [("{{t:", "}}"), ("T.t(\"", "\""), ("T.tf(\"", "\""), (" t(\"", "\""), ("tf(\"", "\"")]
+            {
                 let mut rest = src;
                 while let Some(i) = rest.find(open) {
                     let after = &rest[i + open.len()..];

@@ -32,6 +32,7 @@ const SIGNED_OUT_HTML: &str = include_str!("assets/signed-out.html");
 const ASSETS: &[(&str, &str, &str)] = &[
     ("core.js", "text/javascript; charset=utf-8", include_str!("assets/core.js")),
     ("jobs.js", "text/javascript; charset=utf-8", include_str!("assets/jobs.js")),
+    ("job.js", "text/javascript; charset=utf-8", include_str!("assets/job.js")),
     ("sets.js", "text/javascript; charset=utf-8", include_str!("assets/sets.js")),
     ("budget.js", "text/javascript; charset=utf-8", include_str!("assets/budget.js")),
     ("app.js", "text/javascript; charset=utf-8", include_str!("assets/app.js")),

@@ -26,6 +26,12 @@ pub struct Browser {
 
 impl Browser {
     pub async fn start() -> Browser {
+        Browser::start_with(&[]).await
+    }
+
+    /// A session with more Chromium switches (`--force-dark-mode` makes the page's
+    /// `prefers-color-scheme: dark` apply).
+    pub async fn start_with(extra: &[&str]) -> Browser {
         for exe in [CHROMIUM, CHROMEDRIVER] {
             assert!(
                 Path::new(exe).exists(),
@@ -43,19 +49,26 @@ impl Browser {
         let up = wait_for(Duration::from_secs(20), || TcpStream::connect(("127.0.0.1", port)).ok());
         assert!(up.is_some(), "chromedriver did not listen on {port}");
         let profile = TempDir::new();
+        let mut args: Vec<String> = [
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-proxy-server",
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+        args.push(format!("--user-data-dir={}", profile.path().display()));
+        args.push("--window-size=1280,900".into());
+        args.extend(extra.iter().map(|a| a.to_string()));
         let mut caps = serde_json::Map::new();
-        caps.insert(
-            "goog:chromeOptions".into(),
-            json!({
-                "binary": CHROMIUM,
-                "args": [
-                    "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
-                    "--no-first-run", "--disable-background-networking", "--disable-component-update",
-                    "--disable-sync", "--no-proxy-server",
-                    format!("--user-data-dir={}", profile.path().display()), "--window-size=1280,900",
-                ],
-            }),
-        );
+        caps.insert("goog:chromeOptions".into(), json!({ "binary": CHROMIUM, "args": args }));
         let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
             .capabilities(caps)
             .connect(&format!("http://127.0.0.1:{port}"))

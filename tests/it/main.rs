@@ -49,6 +49,7 @@ mod tour;
 mod web;
 mod web_money;
 mod web_surface;
+mod web_views;
 
 /// The crash matrix and the soak need crash points compiled into the binary; say so loudly
 /// instead of skipping silently when they are not.

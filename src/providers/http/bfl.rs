@@ -211,6 +211,10 @@ fn bfl_error(e: CallError) -> CallError {
 }
 
 impl Provider for Bfl {
+    fn dashboard(&self) -> crate::providers::dashboard::Dashboard {
+        crate::providers::dashboard::Dashboard::bfl().with_model(Some(&self.model))
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities { idempotent_create: self.http.sends_idempotency_key(), lookup: true }
     }

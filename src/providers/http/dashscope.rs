@@ -399,6 +399,10 @@ impl Dashscope {
 }
 
 impl Provider for Dashscope {
+    fn dashboard(&self) -> crate::providers::dashboard::Dashboard {
+        crate::providers::dashboard::Dashboard::dashscope(Some(self.http.base_url())).with_model(Some(&self.model))
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities { idempotent_create: self.http.sends_idempotency_key(), lookup: true }
     }

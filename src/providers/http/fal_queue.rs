@@ -142,6 +142,10 @@ impl FalQueue {
 }
 
 impl Provider for FalQueue {
+    fn dashboard(&self) -> crate::providers::dashboard::Dashboard {
+        crate::providers::dashboard::Dashboard::fal().with_model(Some(&self.model))
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities { idempotent_create: self.http.sends_idempotency_key(), lookup: true }
     }

@@ -410,6 +410,10 @@ fn urlencoding(s: &str) -> String {
 }
 
 impl Provider for Gemini {
+    fn dashboard(&self) -> crate::providers::dashboard::Dashboard {
+        crate::providers::dashboard::Dashboard::gemini(self.batch).with_model(Some(&self.model))
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities { idempotent_create: self.http.sends_idempotency_key(), lookup: self.batch }
     }

@@ -131,6 +131,11 @@ impl OpenaiImages {
 }
 
 impl Provider for OpenaiImages {
+    fn dashboard(&self) -> crate::providers::dashboard::Dashboard {
+        crate::providers::dashboard::Dashboard::openai()
+            .with_model(Some(self.model.as_deref().unwrap_or("gpt-image-1")))
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities { idempotent_create: self.http.sends_idempotency_key(), lookup: false }
     }

@@ -438,6 +438,10 @@ impl Replicate {
 }
 
 impl Provider for Replicate {
+    fn dashboard(&self) -> crate::providers::dashboard::Dashboard {
+        crate::providers::dashboard::Dashboard::replicate().with_model(Some(&self.model_name()))
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities { idempotent_create: self.http.sends_idempotency_key(), lookup: true }
     }

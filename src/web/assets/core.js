@@ -43,6 +43,11 @@ window.tally = (function () {
     return Object.prototype.hasOwnProperty.call(MESSAGES, key) ? MESSAGES[key] : key;
   }
 
+  /** A message with `{name}` placeholders filled from `vars` (as text). */
+  function tf(key, vars) {
+    return t(key).replace(/\{(\w+)\}/g, (m, k) => (vars && vars[k] !== undefined ? String(vars[k]) : m));
+  }
+
   /** The language switch: remember the choice (a cookie the daemon reads) and reload. */
   function languageSwitch() {
     const sel = document.getElementById("language");
@@ -489,7 +494,8 @@ window.tally = (function () {
   function resolveDialog(t, onDone) {
     const d = document.getElementById("resolve-dialog");
     const body = document.getElementById("resolve-dialog-body");
-    body.replaceChildren(resolveForm(t, "dlg-resolve-", async () => { d.close(); await onDone(); }));
+    /* Where to look (job.js) above the form, for an unknown shot. */
+    body.replaceChildren(window.tally.whereToLook(t, "dlg-") || "", resolveForm(t, "dlg-resolve-", async () => { d.close(); await onDone(); }));
     document.getElementById("resolve-dialog-close").onclick = () => d.close();
     d.showModal();
   }
@@ -559,7 +565,7 @@ window.tally = (function () {
   }
 
   return {
-    CSRF, SETTLED, ROLES, view, t, languageSwitch, h, time, badge, roleWords, jobTitle, shotWords, money, chargeSentence, retryCost,
+    CSRF, SETTLED, ROLES, view, t, tf, languageSwitch, h, time, badge, roleWords, jobTitle, shotWords, money, chargeSentence, retryCost,
     providerPrice, providerAmount, retryBody, routeName, ApiError, api, showError, errorSlot, busy, newKey, setView, signedOut, thumb, enlargeable,
     openImage, confirmDialog, retry, priceWords, resolveForm, resolveDialog, connect, main, errorBox,
   };

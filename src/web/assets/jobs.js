@@ -1,6 +1,7 @@
-/* tally's web page: the jobs list (new job, search, filters in plain words, thumbnails, rows
-   updated in place so focus and the pointer stay put) and one job (its image, what happened
-   as sentences, what to do next, and the technical details behind a disclosure). */
+/* tally's web page: the jobs list (new job, search, filters in plain words that always show
+   what is applied with one click to clear, thumbnails, rows updated in place so focus and the
+   pointer stay put, an empty list that says why) and the words for a job's state that the
+   one-job view (job.js) and the sets share. */
 "use strict";
 
 (function (T) {
@@ -70,7 +71,9 @@
         : "Generating: " + t.provider + " is working on it.";
       case "succeeded": return t.failure_kind === "operator" || /resolved/i.test(t.reason || "")
         ? "Done: you recorded the image you found." : "Done: the image is ready.";
-      case "failed": return "Failed: " + failureWords(t);
+      case "failed":
+        if (t.refused_before_sending) return T.t("refused.not_sent") + " " + T.refusalWords(t.refused_before_sending).problem;
+        return "Failed: " + failureWords(t);
       case "unknown": return "The outcome is unknown: " + unknownCause(t) + ", so it may have been charged.";
       case "canceled": return "Canceled.";
       default: return t.message || t.status;
@@ -153,7 +156,7 @@
   function listSection() {
     const filter = h("select", { id: "status-filter" },
       FILTERS.map(([v, words]) => h("option", { value: v, selected: v === list.filter }, words)));
-    filter.addEventListener("change", () => { list.filter = filter.value; load(); });
+    filter.addEventListener("change", () => { list.filter = filter.value; drawApplied(); load(); });
     const search = h("input", { type: "search", id: "search", value: list.search, placeholder: "prompt or product",
       autocomplete: "off" });
     // The daemon searches every job (prompt or product), not only the ones loaded; a short
@@ -161,6 +164,7 @@
     let typing = null;
     search.addEventListener("input", () => {
       list.search = search.value;
+      drawApplied();
       render();
       clearTimeout(typing);
       typing = setTimeout(() => load(), 250);
@@ -173,10 +177,71 @@
         h("div", { class: "tools" },
           h("span", { class: "filter" }, h("label", { for: "search" }, "Search"), search),
           h("span", { class: "filter" }, h("label", { for: "status-filter" }, "Show"), filter))),
+      h("div", { id: "applied", class: "applied" }, appliedParts()),
       heldBanner(),
       h("ul", { id: "task-list", class: "tasks" }),
-      h("p", { id: "empty", class: "hint", hidden: true }, "No jobs here yet."),
+      h("div", { id: "empty", class: "empty", hidden: true }),
       more, moreErr);
+  }
+
+  /** The filter's words ("Needs your attention"). */
+  function filterWords() {
+    const f = FILTERS.find(([v]) => v === list.filter);
+    return f && f[0] ? f[1] : null;
+  }
+
+  /** What is applied to the list, always on screen: the filter and the search, each with a
+      button that removes it, and one that clears both. Empty when nothing is applied. */
+  function appliedParts() {
+    const words = filterWords();
+    const q = list.search.trim();
+    if (!words && !q) return [];
+    const chip = (id, text, label, clear) => {
+      const x = h("button", { type: "button", class: "chip-clear", id, "aria-label": label }, "✕");
+      x.addEventListener("click", clear);
+      return h("span", { class: "chip" }, text, x);
+    };
+    const all = h("button", { type: "button", id: "clear-filters", class: "link-button" }, T.t("filter.clear_all"));
+    all.addEventListener("click", clearAll);
+    return [h("span", { class: "applied-label" }, T.t("filter.applied")),
+      words ? chip("clear-filter", T.tf("filter.showing", { filter: words }), T.tf("filter.remove", { filter: words }), () => setFilter("", list.search)) : null,
+      q ? chip("clear-search", T.tf("filter.search", { q }), T.tf("filter.remove_search", { q }), () => setFilter(list.filter, "")) : null,
+      all].filter(Boolean);
+  }
+
+  function drawApplied() {
+    const box = document.getElementById("applied");
+    if (box) box.replaceChildren(...appliedParts());
+  }
+
+  /** Change the filter and the search together (the controls follow), and reload the list. */
+  function setFilter(filter, search) {
+    list.filter = filter;
+    list.search = search;
+    const sel = document.getElementById("status-filter");
+    const box = document.getElementById("search");
+    if (sel) sel.value = filter;
+    if (box) box.value = search;
+    drawApplied();
+    render();
+    load();
+    (box || sel || document.getElementById("view-title")).focus();
+  }
+
+  function clearAll() {
+    setFilter("", "");
+  }
+
+  /** Why the list is empty, with one click to clear what hides jobs. */
+  function emptyParts() {
+    const words = filterWords();
+    const q = list.search.trim();
+    if (!words && !q) return [h("p", { class: "hint" }, T.t("list.empty"))];
+    const text = words && q ? T.tf("list.empty_both", { q, filter: words })
+      : q ? T.tf("list.empty_search", { q }) : T.tf("list.empty_filter", { filter: words });
+    const clear = h("button", { type: "button", id: "empty-clear" }, T.t("filter.clear_all"));
+    clear.addEventListener("click", clearAll);
+    return [h("p", { id: "empty-text" }, text), clear];
   }
 
   /** Jobs held because the database was an older copy (shown with "Needs your attention"):
@@ -329,7 +394,12 @@
       }
       at = li.nextElementSibling;
     }
-    document.getElementById("empty").hidden = shown.length > 0;
+    const empty = document.getElementById("empty");
+    if (shown.length === 0) {
+      const sig = list.filter + "\u0000" + list.search.trim();
+      if (empty.dataset.sig !== sig || empty.hidden) { empty.replaceChildren(...emptyParts()); empty.dataset.sig = sig; }
+    }
+    empty.hidden = shown.length > 0;
     document.getElementById("more").hidden = !list.next;
   }
 
@@ -370,224 +440,7 @@
     }
   }
 
-  // ---------------------------------------------------------------- one job
-
-  async function showTask(id, fresh) {
-    let t, ev;
-    try {
-      [t, ev] = await Promise.all([api("GET", "/v1/tasks/" + encodeURIComponent(id)),
-        api("GET", "/v1/tasks/" + encodeURIComponent(id) + "/events")]);
-    } catch (e) {
-      if (e.code === "signed_out") return;
-      T.setView("task", id, "Job not found", [h("p", {}, h("a", { href: "#/" }, "← All jobs")), h("p", {}, e.message)], fresh);
-      return;
-    }
-    if (location.hash !== "#/tasks/" + encodeURIComponent(id) && location.hash !== "#/tasks/" + id) return;
-    let product = null;
-    if (t.set_id) {
-      try { product = (await api("GET", "/v1/sets/" + encodeURIComponent(t.set_id))).product; } catch (e) { product = null; }
-    }
-    const retriedId = (t.retried_as && t.retried_as.id) || retriedFromEvents(ev.events || []);
-    let retried = t.retried_as || null;
-    if (retriedId && (!retried || !retried.status)) {
-      try { const r = await api("GET", "/v1/tasks/" + encodeURIComponent(retriedId)); retried = { id: r.id, status: r.status }; } catch (e) { retried = { id: retriedId }; }
-    }
-    const focused = document.activeElement && document.activeElement.id;
-    if (!T.setView("task", id, T.jobTitle(t, product), taskView(t, ev.events || [], product, retried), fresh)) return;
-    T.view.onTask = (changed) => {
-      if (changed === id || changed === retriedId) showTask(id, false);
-    };
-    T.view.onResync = () => showTask(id, false);
-    /* A live re-render keeps keyboard focus where it was. */
-    if (!fresh && focused && document.getElementById(focused)) document.getElementById(focused).focus();
-  }
-
-  function retriedFromEvents(events) {
-    for (const e of events.slice().reverse()) {
-      const m = e.kind === "retried" && /retried as task ([0-9a-f-]{20,})/.exec(e.message);
-      if (m) return m[1];
-    }
-    return null;
-  }
-
-  function unknownExplainer(t) {
-    return h("section", { id: "unknown-explainer", class: "unknown-box", "aria-labelledby": "unknown-title" },
-      h("h2", { id: "unknown-title" }, h("span", { class: "icon", "aria-hidden": "true" }, "?"), " The outcome is unknown"),
-      h("ul", {},
-        h("li", {}, "The result cannot be confirmed: " + unknownCause(t) + "."),
-        h("li", {}, "Automatic retries have stopped: tally will not send this job again on its own."),
-        h("li", {}, "Generating again is a new operation that may be charged again.")),
-      t.billing_note ? h("p", { id: "billing-note" }, h("strong", {}, "How " + t.provider + " bills: "), t.billing_note) : null,
-      h("p", {}, "First look in " + t.provider + "'s dashboard and record below what you found. Only if the image is not there, generate again."));
-  }
-
-  function taskView(t, events, product, retried) {
-    const parts = [];
-    parts.push(h("p", { class: "back" }, t.set_id
-      ? h("a", { href: "#/sets/" + encodeURIComponent(t.set_id), id: "back-to-set" }, "← Image set: " + (product || "back to the set"))
-      : h("a", { href: "#/" }, "← All jobs")));
-    const charge = T.chargeSentence(t);
-    parts.push(h("p", { class: "status-line" }, badge(t.status), " ", h("span", { id: "task-message" }, sentence(t)),
-      charge ? h("span", { id: "charge", class: "charge" }, charge) : null));
-    if (retried && retried.id) {
-      parts.push(h("p", { id: "retried-as", class: "note" }, "Retried as → ",
-        h("a", { href: "#/tasks/" + encodeURIComponent(retried.id) }, "the new job"),
-        retried.status ? " (" + (retried.status === "succeeded" ? "ready" : retried.status) + ")" : ""));
-    }
-    if (t.status === "unknown") {
-      parts.push(unknownExplainer(t));
-      parts.push(T.resolveForm(t, "resolve-", () => showTask(t.id, false)));
-    }
-    for (const a of t.artifacts || []) {
-      const alt = "Generated image: " + t.prompt;
-      const img = h("img", { id: "task-image", src: a.url, alt, loading: "lazy" });
-      const open = h("button", { type: "button", class: "image-button", "aria-label": "Enlarge the image" }, img);
-      open.addEventListener("click", () => T.openImage(a.url, alt, null));
-      parts.push(h("figure", { class: "image" }, open,
-        h("figcaption", {}, h("a", { href: a.url, download: "", class: "button", id: "download-image" }, "Download the image"))));
-    }
-    parts.push(h("dl", { class: "facts" },
-      h("dt", {}, "Prompt"), h("dd", { id: "task-prompt" }, t.prompt),
-      h("dt", {}, "Provider"), h("dd", {}, t.provider),
-      h("dt", {}, "Created"), h("dd", {}, time(t.created_at)),
-      t.retry_of ? [h("dt", {}, "Retry of"), h("dd", {}, h("a", { href: "#/tasks/" + encodeURIComponent(t.retry_of) }, "the earlier job"))] : null));
-    parts.push(actions(t, retried));
-    parts.push(h("section", { class: "timeline", "aria-labelledby": "timeline-title" },
-      h("h2", { id: "timeline-title" }, "What happened"),
-      h("ol", { id: "timeline" }, events.map((e) => h("li", { class: "ev ev-" + e.kind }, time(e.at), " ", h("span", {}, eventSentence(e, t)))))));
-    parts.push(technical(t, events));
-    return h("article", { class: "detail s-" + t.status, "data-task-id": t.id, "data-status": t.status }, parts);
-  }
-
-  function actions(t, retried) {
-    const box = h("div", { class: "actions" });
-    const err = errorSlot("task-action-error");
-    if (!T.SETTLED.includes(t.status) && !t.cancel_requested) {
-      const cancel = h("button", { type: "button", id: "cancel-task" }, "Cancel job");
-      cancel.addEventListener("click", () => busy(cancel, err, async () => {
-        await api("POST", "/v1/tasks/" + encodeURIComponent(t.id) + "/cancel", {});
-        await showTask(t.id, false);
-      }));
-      box.append(cancel);
-    }
-    if (t.held) {
-      /* Held because the database was an older copy: the owner decides, knowing the cost. */
-      const send = h("button", { type: "button", id: "release-held", class: "danger" }, "Send it again…");
-      send.addEventListener("click", async () => {
-        const yes = await T.confirmDialog("Send this job again?", t.held.reason + " " + t.held.note, "Send it again");
-        if (!yes) return;
-        await busy(send, err, async () => {
-          await api("POST", "/v1/held/release", { ids: [t.id] });
-          await showTask(t.id, false);
-        });
-      });
-      box.append(send);
-    }
-    const p = providers.find((x) => x.name === t.provider);
-    /* The price of one more request, in words, shown before any button that sends one. */
-    const cost = T.priceWords(p, 1) || "price not configured";
-    let hint = null;
-    if (t.retry && t.retry.allowed) {
-      const ack = t.retry.requires_cost_acknowledgement;
-      const again = retried && retried.id ? " again" : "";
-      const retry = h("button", { type: "button", id: "retry-task", class: ack ? "danger" : "" },
-        ack ? "Generate" + again + " as a new job…" : "Retry" + again);
-      retry.addEventListener("click", async () => {
-        const n = await T.retry(t, retry, err);
-        if (n && n.id) location.hash = "#/tasks/" + encodeURIComponent(n.id);
-      });
-      box.append(retry);
-      hint = h("p", { id: "retry-price", class: "hint" }, "Trying again sends a new request to " + t.provider +
-        ": " + (cost === "free" ? "free, " + t.provider + " never charges." : cost + "."));
-    }
-    if (t.status === "succeeded") {
-      const another = h("button", { type: "button", id: "generate-another" }, "Generate another like this…");
-      const key = T.newKey();
-      const free = cost === "free";
-      const shot = t.set_id && t.shot_index !== null && t.shot_index !== undefined;
-      another.addEventListener("click", async () => {
-        /* One more image may cost money: say what, and ask first (like retry). A shot's image gets
-           one more candidate of that shot (it stays in the set and its zip); a loose job a new job. */
-        const yes = await T.confirmDialog(shot ? "Generate another candidate?" : "Generate another like this?",
-          (shot ? "This adds one more candidate image to this shot of the set. "
-            : "This is a new job with the same prompt. ") + (free ? t.provider + " never charges: it is free."
-            : cost.startsWith("about ") ? t.provider + " will charge " + cost + " for it."
-              : t.provider + " may charge for it; tally does not know how much (" + cost + ")."),
-          free ? "Generate" : "Generate (" + cost + ")");
-        if (!yes) return;
-        busy(another, err, async () => {
-          if (shot) {
-            await api("POST", "/v1/sets/" + encodeURIComponent(t.set_id) + "/shots/" + t.shot_index + "/candidates",
-              { count: 1, acknowledge_possible_charge: true });
-            location.hash = "#/sets/" + encodeURIComponent(t.set_id);
-            return;
-          }
-          const n = await api("POST", "/v1/tasks", { prompt: t.prompt, provider: t.provider, idempotency_key: key });
-          location.hash = "#/tasks/" + encodeURIComponent(n.id);
-        });
-      });
-      box.append(another);
-      hint = h("p", { id: "retry-hint", class: "hint" }, "Generating another is a new job with the same prompt: " +
-        (free ? "free, " + t.provider + " never charges." : cost + "."));
-    }
-    if (hint) return h("div", { class: "next" }, box, hint, err);
-    return h("div", { class: "next" }, box, err);
-  }
-
-  /** One entry of the history as a sentence for people. */
-  function eventSentence(e, t) {
-    const m = e.message || "";
-    const who = t.provider;
-    switch (e.kind) {
-      case "submitted": return t.retry_of ? "You asked for it again, as a new job." : (t.set_id ? "Added as a shot of the image set." : "You asked for this image.");
-      case "scheduled": return "Its turn in the set came.";
-      case "busy": return "Waited for " + who + " to have room.";
-      case "claimed": { const n = /attempt (\d+)/.exec(m); return n && n[1] !== "1" ? "Started try " + n[1] + "." : "Started."; }
-      case "resumed": return "tally picked it up again after an interruption.";
-      case "calling": return "Sent to " + who + ".";
-      case "accepted": return who + " accepted it and is working on it.";
-      case "succeeded": return "The image arrived and was saved.";
-      case "failed": return "It failed: " + failureWords(t);
-      case "unknown": return "The outcome cannot be proven: " + unknownCause(t) + " — it may have been charged.";
-      case "retry_scheduled": return "It will be tried again automatically.";
-      case "canceled": return "Canceled before anything was sent.";
-      case "cancel_requested": return "You asked to cancel; " + who + " was already working on it.";
-      case "retried": return "You generated it again, as a new job.";
-      case "resolved": {
-        const note = /: (.*)$/.exec(m.replace(/^resolved as (succeeded with an image|failed)/, ""));
-        const what = /succeeded/.test(m) ? "You recorded: found the image." : "You recorded: it failed.";
-        return note ? what + " Your note: " + note[1] : what;
-      }
-      case "recovering": return "tally was interrupted and is finding out what happened.";
-      case "late_result": return "A late answer arrived and settled the unknown outcome.";
-      case "requeued": return "tally was interrupted before sending; it will start again (nothing was sent).";
-      case "held": return "Held, not sent: the database was an older copy, and this job may have been sent already. " + m;
-      case "released": return "You asked to send it again.";
-      default: return "tally updated this job.";
-    }
-  }
-
-  function technical(t, events) {
-    const rows = [["Job id", t.id], ["Status", t.status], ["Message", t.message]];
-    if (t.reason) rows.push(["Provider's or tally's words", t.reason]);
-    if (t.failure_kind) rows.push(["Failure kind", t.failure_kind]);
-    if (t.idempotency_key) rows.push(["Idempotency key", t.idempotency_key]);
-    if (t.set_id) rows.push(["Set id", t.set_id]);
-    rows.push(["Attempts", String(t.attempts)]);
-    for (const a of t.artifacts || []) {
-      rows.push(["Image id", a.id], ["sha256", a.sha256], ["Size", a.bytes + " bytes, " + a.media_type]);
-    }
-    return h("details", { class: "technical", id: "technical" },
-      h("summary", {}, "Technical details"),
-      h("dl", { class: "facts" }, rows.map(([k, v]) => [h("dt", {}, k), h("dd", {}, h("code", {}, v))])),
-      h("table", { class: "raw-events" },
-        h("caption", {}, "The raw timeline"),
-        h("thead", {}, h("tr", {}, ["Time", "Actor", "Kind", "Message", "Execution"].map((c) => h("th", { scope: "col" }, c)))),
-        h("tbody", {}, events.map((e) => h("tr", {}, h("td", {}, time(e.at)), h("td", {}, e.actor), h("td", {}, e.kind),
-          h("td", {}, e.message), h("td", {}, h("code", {}, e.execution || "")))))));
-  }
-
   T.showJobs = showJobs;
-  T.showTask = showTask;
-  T.eventSentence = eventSentence;
+  T.unknownCause = unknownCause;
+  T.failureWords = failureWords;
 })(window.tally);

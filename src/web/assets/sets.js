@@ -201,7 +201,8 @@
       rec.addEventListener("click", () => T.resolveDialog(shot, () => showSet(s.id, false)));
       actions.append(rec);
     }
-    if (shot.retry && shot.retry.allowed) {
+    const refused = shot.refused_before_sending;
+    if (shot.retry && shot.retry.allowed && !(refused && !refused.retry_helps)) {
       const ack = shot.retry.requires_cost_acknowledgement;
       const retry = h("button", { type: "button", id: "shot-retry-" + shot.position, class: ack ? "danger" : "" },
         ack ? "Generate again…" : "Retry");
@@ -222,6 +223,8 @@
       !several && art && shot.chosen !== art.id ? chooseOnly(s, shot, art, err) : null,
       !several && art && shot.chosen === art.id ? h("strong", { class: "chosen-mark" }, "✓ Chosen") : null,
       h("p", { class: "message" }, T.sentence(shot)),
+      refused ? h("p", { class: "fix", id: "shot-fix-" + shot.position }, h("strong", {}, T.t("refused.fix") + " "),
+        T.refusalWords(refused).fix) : null,
       charge ? h("p", { class: "charge" }, charge) : null,
       h("p", { class: "hint" }, T.shotWords(shot.prompt)),
       actions, err,

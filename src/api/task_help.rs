@@ -1,0 +1,340 @@
+//! What the owner can do about a job, beyond its status: where to look at the provider for a
+//! job whose outcome is unknown (`where_to_look`), and, for a job refused before anything was
+//! sent (`refused_before_sending`), what was wrong and the fix, and whether retrying unchanged
+//! can help. Both are derived from what the task JSON already has (the provider's dashboard,
+//! the stored reason, the history); nothing here changes a task.
+
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::clock::rfc3339;
+use crate::domain::{Charge, TaskStatus};
+use crate::engine::Engine;
+use crate::store::{EventView, TaskView};
+
+/// The prefix the worker puts before an adapter's preflight refusal (`engine::worker`).
+const PREFLIGHT_PREFIX: &str = "refused before sending anything (nothing was charged): ";
+
+/// Where to look for an unknown job at the provider, and what to match it by.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct WhereToLookJson {
+    /// Which page (`openai_usage`, `replicate_predictions`, `fal_requests`, `model_studio`,
+    /// `ai_studio`, `ai_studio_batch`, `bfl_dashboard`, `demo`, `none`), for surfaces that word
+    /// `label` and `how` in another language.
+    pub page: String,
+    /// The provider's page (open it signed in to the provider's account); `null` when this
+    /// provider kind offers no such page (`how` then says so).
+    pub url: Option<String>,
+    /// The page's name for people.
+    pub label: String,
+    /// What the page shows and how to find the request there, in plain words.
+    pub how: String,
+    /// True when the page lists single requests; false when it shows only totals (or there
+    /// is no page).
+    pub lists_requests: bool,
+    /// The details to match the request by, most telling first: `request_id` (the provider's
+    /// id, when it gave one), `sent_at` (when tally sent it, RFC 3339 UTC), `model`, `prompt`.
+    /// `sent_at` and `request_id` come from the job's history and are filled in by the answers
+    /// about one job (`GET /v1/tasks/{id}` and the actions on it), not in lists.
+    pub match_by: Vec<MatchByJson>,
+}
+
+/// One detail to match a request by.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MatchByJson {
+    /// `request_id`, `sent_at`, `model` or `prompt`.
+    pub what: String,
+    /// Its name for people ("Time sent").
+    pub label: String,
+    pub value: String,
+}
+
+/// A job refused before anything was sent, and what fixes it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RefusedBeforeSendingJson {
+    /// `too_many_references` (the model takes fewer reference photos than the job has),
+    /// `needs_references` (the model edits photos and the job has none), `settings` (tally's
+    /// configuration for the provider), or `request` (something else about the request).
+    pub kind: String,
+    /// What was wrong, in the provider adapter's or tally's words.
+    pub problem: String,
+    /// What fixes it, in plain words.
+    pub fix: String,
+    /// False when retrying the job unchanged is refused the same way (the fix is a different
+    /// request or provider); true when the fix is in tally's settings and a retry after it can
+    /// succeed.
+    pub retry_helps: bool,
+    /// The reference photos the model takes at most, and the job has (reference refusals only).
+    pub references_taken: Option<u32>,
+    pub references_given: Option<u32>,
+}
+
+/// `where_to_look` for an unknown job (null otherwise).
+pub fn where_to_look(engine: &Engine, t: &TaskView) -> Option<WhereToLookJson> {
+    if t.status != TaskStatus::Unknown {
+        return None;
+    }
+    let d = engine.dashboard(&t.provider)?;
+    let mut match_by = Vec::new();
+    if let Some(model) = d.model.as_deref().filter(|m| !m.is_empty()) {
+        match_by.push(detail("model", "Model", model));
+    }
+    match_by.push(detail("prompt", "Prompt", &t.prompt));
+    Some(WhereToLookJson {
+        page: d.page,
+        url: d.url,
+        label: d.label,
+        how: d.how,
+        lists_requests: d.lists_requests,
+        match_by,
+    })
+}
+
+fn detail(what: &str, label: &str, value: &str) -> MatchByJson {
+    MatchByJson { what: what.into(), label: label.into(), value: value.into() }
+}
+
+/// Add the time the request was last sent and the provider's id for it, from the job's
+/// history, in front of the other details.
+pub fn add_request_details(w: &mut WhereToLookJson, events: &[EventView]) {
+    let sent = events.iter().rev().find(|e| e.kind == "calling").map(|e| rfc3339(e.at));
+    let id = events
+        .iter()
+        .rev()
+        .find_map(|e| (e.kind == "accepted").then(|| e.message.strip_prefix("the provider accepted the job as "))?)
+        .map(str::trim)
+        .filter(|s| !s.is_empty());
+    let mut front = Vec::new();
+    if let Some(id) = id {
+        front.push(detail("request_id", "The provider's id for it", id));
+    }
+    if let Some(at) = sent {
+        front.push(detail("sent_at", "Time sent (UTC)", &at));
+    }
+    w.match_by.splice(0..0, front);
+}
+
+/// `refused_before_sending` for a failed job that a check before sending stopped (nothing
+/// was sent or charged): the adapter's preflight, or tally's own checks (an API key, a size).
+pub fn refused_before_sending(t: &TaskView) -> Option<RefusedBeforeSendingJson> {
+    if t.status != TaskStatus::Failed || t.charge.state != Charge::None {
+        return None;
+    }
+    let reason = t.reason.as_deref()?;
+    let kind = t.failure_kind.as_deref()?;
+    let (problem, adapter) = match reason.strip_prefix(PREFLIGHT_PREFIX) {
+        Some(p) => (p, true),
+        None if kind == "configuration" && reason.contains("nothing was sent to the provider") => (reason, false),
+        None => return None,
+    };
+    if !matches!(kind, "rejected" | "configuration") {
+        return None;
+    }
+    // tally's own check of the request's parameters (`params.size`) is filed as configuration,
+    // but the fix is in the request, not in the settings.
+    let settings = kind == "configuration" && !problem.starts_with("params.");
+    let given = count_after(problem, "this shot has ").or_else(|| count_after(problem, "this shot's "));
+    let taken = references_taken(problem);
+    let provider = &t.provider;
+    let (what, fix, helps) = match (adapter, taken, given) {
+        (true, Some(max), Some(n)) if n > max && problem.contains("reference_input") => (
+            "too_many_references",
+            format!(
+                "Provider {provider} is not set up for reference photos: set its reference_input in tally's \
+                 settings (the name of the model's image input) and reload them, then retry; or remove the \
+                 photos, or choose another provider."
+            ),
+            true,
+        ),
+        (true, Some(0), Some(_)) => (
+            "too_many_references",
+            "This model takes no reference photos: remove them, or choose another provider.".to_string(),
+            false,
+        ),
+        (true, Some(1), Some(n)) if n > 1 => (
+            "too_many_references",
+            format!("This model takes one reference photo: remove {} of them, or choose another provider.", n - 1),
+            false,
+        ),
+        (true, Some(max), Some(n)) if n > max => (
+            "too_many_references",
+            format!("This model takes at most {max} reference photos: remove {}, or choose another provider.", n - max),
+            false,
+        ),
+        (true, _, Some(0)) if problem.contains(" edits ") => (
+            "needs_references",
+            "This model edits reference photos: add one, or choose another provider.".to_string(),
+            false,
+        ),
+        _ if settings => (
+            "settings",
+            format!(
+                "Fix tally's settings for provider {provider} as said above, reload them (restart tally or \
+                 send it SIGHUP), then retry."
+            ),
+            true,
+        ),
+        _ => (
+            "request",
+            "Change the request, or choose another provider: sending it unchanged is refused the same way.".to_string(),
+            false,
+        ),
+    };
+    let refs = what.ends_with("references");
+    Some(RefusedBeforeSendingJson {
+        kind: what.into(),
+        problem: problem.to_string(),
+        fix,
+        retry_helps: helps,
+        references_taken: if refs { taken } else { None },
+        references_given: if refs { given } else { None },
+    })
+}
+
+/// The number right after `marker` in `text` ("this shot has 2" → 2).
+fn count_after(text: &str, marker: &str) -> Option<u32> {
+    let at = text.find(marker)? + marker.len();
+    let digits: String = text[at..].chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+/// How many reference photos the model takes, from the adapters' refusals (`providers::http`).
+fn references_taken(text: &str) -> Option<u32> {
+    if text.contains("takes no reference") || text.contains("takes no input image") {
+        return Some(0);
+    }
+    if text.contains("has no reference_input configured") {
+        return Some(0);
+    }
+    if text.contains("takes one reference") || text.contains("edits exactly one reference") {
+        return Some(1);
+    }
+    if let Some(n) = count_after(text, "takes at most ") {
+        return Some(n);
+    }
+    if text.contains("edits 1 to 3 reference") {
+        return Some(3);
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::ChargeSummary;
+
+    fn failed(kind: &str, reason: &str) -> TaskView {
+        TaskView {
+            id: "t".into(),
+            status: TaskStatus::Failed,
+            reason: Some(reason.into()),
+            failure_kind: Some(kind.into()),
+            attempts: 0,
+            charge: ChargeSummary::default(),
+            retried_as: None,
+            cancel_requested: false,
+            provider: "flux".into(),
+            prompt: "a mug".into(),
+            params: serde_json::json!({}),
+            idempotency_key: None,
+            retry_of: None,
+            set_id: None,
+            set_position: None,
+            shot_role: None,
+            candidate: 0,
+            created_at: 0,
+            updated_at: 0,
+            artifacts: Vec::new(),
+            group: None,
+            waiting_for: None,
+            held: None,
+        }
+    }
+
+    #[test]
+    fn reference_refusals_name_the_fix_and_say_retry_cannot_help() {
+        let t = failed(
+            "rejected",
+            "refused before sending anything (nothing was charged): the model `black-forest-labs/flux` takes one \
+             reference image (`input_image`); this shot has 2",
+        );
+        let r = refused_before_sending(&t).expect("a refusal");
+        assert_eq!(r.kind, "too_many_references");
+        assert_eq!((r.references_taken, r.references_given), (Some(1), Some(2)));
+        assert!(r.fix.contains("one reference photo") && r.fix.contains("remove 1"), "{}", r.fix);
+        assert!(!r.retry_helps);
+
+        let t = failed(
+            "rejected",
+            "refused before sending anything (nothing was charged): this shot has 5 reference photos, but BFL's \
+             flux-kontext-pro takes at most 4; nothing was sent",
+        );
+        let r = refused_before_sending(&t).expect("a refusal");
+        assert_eq!((r.references_taken, r.references_given), (Some(4), Some(5)));
+        assert!(r.fix.contains("at most 4") && r.fix.contains("remove 1"), "{}", r.fix);
+
+        let t = failed(
+            "rejected",
+            "refused before sending anything (nothing was charged): the model `wan2.5-i2i-preview` edits 1 to 3 \
+             reference photos; this shot has 0",
+        );
+        assert_eq!(refused_before_sending(&t).expect("a refusal").kind, "needs_references");
+    }
+
+    #[test]
+    fn settings_refusals_can_be_retried_after_the_fix_and_other_failures_are_not_refusals() {
+        let t = failed(
+            "configuration",
+            "the API key environment variable K is not set (api_key_env of provider `flux`), so nothing was sent \
+             to the provider; set it where `tally serve` runs and restart it",
+        );
+        let r = refused_before_sending(&t).expect("a refusal");
+        assert_eq!(r.kind, "settings");
+        assert!(r.retry_helps);
+        let t = failed(
+            "configuration",
+            "refused before sending anything (nothing was charged): this shot has 2 reference photo(s), but \
+             provider model `fal-ai/x` has no reference_input configured (the name of the model's image input, \
+             e.g. image_urls), so they would be dropped; nothing was sent",
+        );
+        let r = refused_before_sending(&t).expect("a refusal");
+        assert!(r.retry_helps && r.fix.contains("reference_input"), "{}", r.fix);
+        let t = failed(
+            "configuration",
+            "params.size \"huge\" is not a size like \"1024x1024\"; nothing was sent to the provider",
+        );
+        let r = refused_before_sending(&t).expect("a refusal");
+        assert_eq!(r.kind, "request");
+        assert!(!r.retry_helps);
+        // The provider refused a request it received: not a refusal before sending.
+        assert!(refused_before_sending(&failed("rejected", "the provider refused: 400 bad prompt")).is_none());
+    }
+
+    #[test]
+    fn the_request_details_come_from_the_history() {
+        let ev = |kind: &str, at: i64, message: &str| EventView {
+            id: at,
+            at,
+            actor: "worker".into(),
+            kind: kind.into(),
+            message: message.into(),
+            execution_token: None,
+        };
+        let mut w = WhereToLookJson {
+            page: "none".into(),
+            url: None,
+            label: String::new(),
+            how: String::new(),
+            lists_requests: true,
+            match_by: vec![detail("prompt", "Prompt", "a mug")],
+        };
+        add_request_details(
+            &mut w,
+            &[ev("calling", 1_000, "sent"), ev("accepted", 2_000, "the provider accepted the job as abc123")],
+        );
+        let what: Vec<&str> = w.match_by.iter().map(|m| m.what.as_str()).collect();
+        assert_eq!(what, ["request_id", "sent_at", "prompt"]);
+        assert_eq!(w.match_by[0].value, "abc123");
+        assert_eq!(w.match_by[1].value, rfc3339(1_000));
+    }
+}
