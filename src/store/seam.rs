@@ -10,7 +10,7 @@
 //! | rule | SQLite | PostgreSQL |
 //! |---|---|---|
 //! | one writer per task (check-then-act is atomic) | the single writer thread (`store::mod`) | the task's envelope row lock first (`pg::ops::lock_task`), set row first for set decisions |
-//! | fencing | `ops::fence` inside the writer | `pg::ops::fence`: lock, then the same guarded update |
+//! | fencing | `ops::common::fence` (or its predicate inside the first write: `ops::exec`) inside the writer | the same, after the task lock (`Tx::lock_task`); `pg::ops::fence` for what is not yet ported |
 //! | recovery on current evidence | `ops::recovery::evidence_holds` | `pg::ops::recovery::evidence_holds` under the envelope lock |
 //! | a claim goes to one worker, only for a free slot | single writer | the providers rows locked first, then `FOR UPDATE SKIP LOCKED` in `dispatch_due` |
 //! | `calling` durable before the request | `synchronous = FULL` for durable batches | `synchronous_commit` on for durable ops (off for ordered ones) |
