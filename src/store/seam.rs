@@ -10,14 +10,14 @@
 //! | rule | SQLite | PostgreSQL |
 //! |---|---|---|
 //! | one writer per task (check-then-act is atomic) | the single writer thread (`store::mod`) | the task's envelope row lock first (`pg::ops::lock_task`), set row first for set decisions |
-//! | fencing | `ops::fence` inside the writer | `pg::ops::fence`: lock, then the same guarded update |
+//! | fencing | `ops::common::fence` (or its predicate inside the first write: `ops::exec`) inside the writer | the same, after the task lock (`Tx::lock_task`); `pg::ops::fence` for what is not yet ported |
 //! | recovery on current evidence | `ops::recovery::evidence_holds` | `pg::ops::recovery::evidence_holds` under the envelope lock |
 //! | a claim goes to one worker, only for a free slot | single writer | the providers rows locked first, then `FOR UPDATE SKIP LOCKED` in `dispatch_due` |
 //! | `calling` durable before the request | `synchronous = FULL` for durable batches | `synchronous_commit` on for durable ops (off for ordered ones) |
 //! | earlier runs are dead | the data-directory lock | the node's session advisory lock (`pg::node`) |
 //! | lease expiry clock | the engine's clock | the database's clock (`db_clock`) |
 //! | no transaction across a network call | sync closures on the writer thread | sync closures on the store's own threads |
-//! | a budget holds before the money leaves | the check and `calling` in one writer operation (`ops::exec::record_calling`) | the same transaction under the budget advisory lock (`pg::spend::check`), so nodes check one at a time |
+//! | a budget holds before the money leaves | the check and `calling` in one writer operation (`ops::exec::record_calling`) | the same transaction under the budget advisory lock (`ops::exec::budget_lock`, taken where `Tx::locking`), so nodes check one at a time |
 //! | money is evidence (a charge needs a call) | `ops::settle_charge` + table CHECK | `pg::ops::settle_charge` + table CHECK |
 //! | one live retry per task and shot candidate | single writer (`ops::user::retry`) | the original's envelope lock, then its set row (`pg::ops::user::retry`) |
 //! | a choice names a succeeded candidate of its shot; more candidates join the set's one-at-a-time order | single writer (`choice::choose`, `choice::add_candidates`) | the set row locked first (`pg::choice`) |
@@ -319,7 +319,8 @@ impl Store {
         now: Millis,
         facts: CallingFacts,
     ) -> Result<CallingOutcome, StoreError> {
-        each!(self, s => s.record_calling(exec, lease, now, facts).await)
+        self.op_at(Commit::Durable, 0, now, move |tx, now| ops::exec::record_calling(tx, &exec, &lease, now, &facts))
+            .await
     }
 
     /// Persist an accepted job id.
@@ -330,10 +331,14 @@ impl Store {
         job: String,
         now: Millis,
     ) -> Result<(), StoreError> {
-        each!(self, s => s.record_accepted(exec, lease, job, now).await)
+        self.op_at(Commit::Durable, 0, now, move |tx, now| {
+            ops::exec::record_accepted(tx, &exec, &lease, &job, None, now)
+        })
+        .await
     }
 
-    /// Persist an accepted job id with the adapter's handle for polling it.
+    /// Persist an accepted job id with the adapter's handle for polling it
+    /// (`executions.provider_handle`, JSON).
     pub async fn record_accepted_with(
         &self,
         exec: String,
@@ -342,10 +347,13 @@ impl Store {
         handle: Option<String>,
         now: Millis,
     ) -> Result<(), StoreError> {
-        each!(self, s => s.record_accepted_with(exec, lease, job, handle, now).await)
+        self.op_at(Commit::Durable, 0, now, move |tx, now| {
+            ops::exec::record_accepted(tx, &exec, &lease, &job, handle.as_deref(), now)
+        })
+        .await
     }
 
-    /// Extend a lease.
+    /// Extend a lease (ordered commit: after a power loss every lease counts as expired).
     pub async fn heartbeat(
         &self,
         exec: String,
@@ -353,17 +361,23 @@ impl Store {
         now: Millis,
         lease_ms: Millis,
     ) -> Result<(), StoreError> {
-        each!(self, s => s.heartbeat(exec, lease, now, lease_ms).await)
+        self.op_at(Commit::Ordered, 0, now, move |tx, now| ops::exec::heartbeat(tx, &exec, &lease, now, lease_ms)).await
     }
 
-    /// End or pause an execution.
+    /// End or pause an execution; a `Succeeded` finish stores the image's bytes in the same
+    /// transaction.
     pub async fn finish(&self, exec: String, lease: String, f: Finish, now: Millis) -> Result<TaskStatus, StoreError> {
-        each!(self, s => s.finish(exec, lease, f, now).await)
+        let bytes = match &f {
+            Finish::Succeeded(a) => a.image.len() as usize,
+            _ => 0,
+        };
+        self.op_at(Commit::Durable, bytes, now, move |tx, now| ops::exec::finish(tx, &exec, &lease, &f, now)).await
     }
 
-    /// Attach a late result to an `unknown` execution.
+    /// Attach a late result (its bytes in the same transaction) to an `unknown` execution.
     pub async fn late_result(&self, exec: String, a: NewArtifact, now: Millis) -> Result<bool, StoreError> {
-        each!(self, s => s.late_result(exec, a, now).await)
+        let bytes = a.image.len() as usize;
+        self.op_at(Commit::Durable, bytes, now, move |tx, now| ops::exec::late_result(tx, &exec, &a, now)).await
     }
 
     /// Cancel a task.

@@ -82,39 +82,12 @@ pub struct Limit {
     pub currency: String,
 }
 
-/// Whether a request of `provider` costing `cost` fits every limit at `now`. `None` when it
-/// does; otherwise when it can next fit (the end of the latest full period) and the plain
-/// words for the owner. Counts `possible` and `charged` requests: a possibly charged request
-/// may have cost money.
-pub(in crate::store) fn over_limit(
-    c: &Connection,
-    provider: &str,
-    cost: Micros,
-    limits: &[Limit],
-    now: Millis,
-) -> Result<Option<(Millis, String)>, StoreError> {
-    first_limit_hit(provider, cost, limits, now, |l, start, end| {
-        Ok(match &l.provider {
-            None => c
-                .prepare_cached(
-                    "SELECT coalesce(sum(cost_micros), 0) FROM executions
-                     WHERE charge IN ('possible', 'charged') AND calling_at >= ?1 AND calling_at < ?2",
-                )?
-                .query_row(params![start, end], |r| r.get(0))?,
-            Some(p) => c
-                .prepare_cached(
-                    "SELECT coalesce(sum(x.cost_micros), 0) FROM executions x JOIN tasks t ON t.id = x.task_id
-                     WHERE x.charge IN ('possible', 'charged') AND x.calling_at >= ?1 AND x.calling_at < ?2
-                       AND t.provider = ?3",
-                )?
-                .query_row(params![start, end, p], |r| r.get(0))?,
-        })
-    })
-}
-
-/// The decision of [`over_limit`], on either backend: `spent(limit, start, end)` sums the
+/// Whether a request of `provider` costing `cost` fits every limit at `now`, on either
+/// backend (`ops::exec::record_calling`'s budget check): `spent(limit, start, end)` sums the
 /// period's `possible` and `charged` requests that count toward `limit` (all, or its
-/// provider's). Returns when the call can next fit and the words for the owner, or `None`.
+/// provider's) — a possibly charged request may have cost money. `None` when it fits;
+/// otherwise when it can next fit (the end of the latest full period) and the plain words for
+/// the owner.
 pub(in crate::store) fn first_limit_hit(
     provider: &str,
     cost: Micros,

@@ -1,14 +1,26 @@
 //! The worker's operations, from `calling` to finish (the claim itself is the dispatcher's, in
-//! `store::ops::dispatch`). Every write after the claim is fenced on both tokens: it applies
-//! only while the execution is `running` with the worker's token and the envelope still carries
-//! the worker's lease token — by [`fence`](super::fence), or by the same predicate inside the
-//! operation's first statement (`record_calling`, `finish`), with zero rows meaning
-//! [`StoreError::Fenced`] and nothing written.
+//! `store::ops::dispatch`), written once over [`Tx`] for both backends.
+//!
+//! **Fencing invariant.** Every write after the claim is fenced on both tokens: it applies only
+//! while the execution is `running` with the worker's token and the envelope still carries the
+//! worker's lease token — by [`fence`], or by the same predicate inside the operation's first
+//! write (`record_calling`, `finish`), with zero rows meaning [`StoreError::Fenced`] and
+//! nothing written. Where transactions run side by side (PostgreSQL, [`Tx::locking`]) the
+//! task's envelope is locked before that first write, so a recovery or a person's action on
+//! the task waits for the worker's write, or the worker's write sees theirs.
+//!
+//! How a finish that is not a success leaves its task (settled, or waiting for another
+//! attempt, and the words of its timeline line) is the pure [`ending`], unit-tested below.
 
-use rusqlite::{Connection, OptionalExtension, params};
-
-use super::*;
-use crate::domain::{Actor, Charge, Millis, TaskStatus};
+use super::common::{
+    consume_envelope, event, fence, insert_artifact, on_settled, requeue_envelope, schedule_next_shot_of, set_task,
+    settle_charge,
+};
+use super::{CallingFacts, CallingOutcome, Finish, NewArtifact, charge_words, with_money};
+use crate::domain::{Actor, Charge, FailureKind, Micros, Millis, TaskStatus};
+use crate::store::StoreError;
+use crate::store::spend::{Limit, first_limit_hit};
+use crate::store::tx::Tx;
 
 /// The idempotency key sent to the provider for `attempt` of `task`: derived from the task
 /// and the attempt, never from the execution row's random token. `attempts` counts the
@@ -22,68 +34,157 @@ pub fn provider_key(task: &str, attempt: i64) -> String {
     format!("tally-{task}-{attempt}")
 }
 
+/// Lock the task of execution `exec` where locks are real ([`Tx::locking`]); false when no
+/// such execution exists. (The lock needs the task id, which only the execution row knows.)
+fn lock_task_of(tx: &mut dyn Tx, exec: &str) -> Result<bool, StoreError> {
+    if !tx.locking() {
+        return Ok(true);
+    }
+    let task: Option<String> =
+        tx.opt("SELECT task_id FROM executions WHERE token = ?1", &[&exec])?.map(|r| r.get(0)).transpose()?;
+    match task {
+        Some(task) => tx.lock_task(&task).map(|_| true),
+        None => Ok(false),
+    }
+}
+
+/// **The budget lock** (PostgreSQL only; a named hook, see `store::seam`'s rule table). On
+/// SQLite one writer orders every budget check and `calling` record, so nothing is taken. On
+/// PostgreSQL several nodes record calls at once, so the check and the record run in one
+/// transaction under a transaction-level advisory lock (class `pg::LOCK_CLASS`, key
+/// `pg::spend::BUDGET_KEY`), released at commit: a call checked against limits (`exclusive`)
+/// takes it exclusively, so two nodes' checks run one after the other and each sees the
+/// other's committed call; a priced call that no limit covers takes it shared, so it can never
+/// commit between another node's check and that node's record.
+fn budget_lock(tx: &mut dyn Tx, exclusive: bool) -> Result<(), StoreError> {
+    if !tx.locking() {
+        return Ok(());
+    }
+    let (class, key) = (crate::store::pg::LOCK_CLASS, crate::store::pg::spend::BUDGET_KEY);
+    if exclusive {
+        tx.exec("SELECT pg_advisory_xact_lock(?1, ?2)", &[&class, &key])?;
+    } else {
+        tx.exec("SELECT pg_advisory_xact_lock_shared(?1, ?2)", &[&class, &key])?;
+    }
+    Ok(())
+}
+
+/// Sum of the `possible` and `charged` requests in `[start, end)` that count toward `l`.
+fn spent(tx: &mut dyn Tx, l: &Limit, start: Millis, end: Millis) -> Result<Micros, StoreError> {
+    let row = match &l.provider {
+        None => tx.one(
+            "SELECT CAST(coalesce(sum(cost_micros), 0) AS BIGINT) FROM executions
+             WHERE charge IN ('possible', 'charged') AND calling_at >= ?1 AND calling_at < ?2",
+            &[&start, &end],
+        )?,
+        Some(p) => tx.one(
+            "SELECT CAST(coalesce(sum(x.cost_micros), 0) AS BIGINT) FROM executions x JOIN tasks t ON t.id = x.task_id
+             WHERE x.charge IN ('possible', 'charged') AND x.calling_at >= ?1 AND x.calling_at < ?2
+               AND t.provider = ?3",
+            &[&start, &end, p],
+        )?,
+    };
+    row.get(0)
+}
+
+/// The budget check of a priced, billed call of execution `exec` costing `cost` (see
+/// `store::spend`): `None` when it fits every limit at `now`, else when it can next fit and
+/// why. Takes the [`budget_lock`] first.
+fn budget_check(
+    tx: &mut dyn Tx,
+    exec: &str,
+    cost: Micros,
+    limits: &[Limit],
+    now: Millis,
+) -> Result<Option<(Millis, String)>, StoreError> {
+    let provider: Option<String> = if limits.is_empty() {
+        None
+    } else {
+        let p = tx
+            .opt("SELECT t.provider FROM executions x JOIN tasks t ON t.id = x.task_id WHERE x.token = ?1", &[&exec])?
+            .map(|r| r.get(0))
+            .transpose()?;
+        Some(p.ok_or(StoreError::Fenced)?)
+    };
+    let applies = provider
+        .as_deref()
+        .is_some_and(|provider| limits.iter().any(|l| l.provider.as_deref().is_none_or(|p| p == provider)));
+    budget_lock(tx, applies)?;
+    match provider {
+        Some(provider) if applies => {
+            first_limit_hit(&provider, cost, limits, now, |l, start, end| spent(tx, l, start, end))
+        }
+        _ => Ok(None),
+    }
+}
+
 /// Durably record "about to call the provider", with the request's price, model and
 /// whether the provider bills. From here on, no automatic path calls the provider again for
 /// this task unless the adapter can prove it is safe.
 ///
-/// First, in the same operation, the budget check (see `store::spend`): a call that would
-/// take a period's spend over a limit is not recorded; the execution is abandoned, the
-/// envelope waits in the recovery lane until the period ends (its dispatch not counted as a
-/// lost one), and the task is `waiting` with the reason. Nothing was sent and no attempt is
-/// counted. Both outcomes are fenced on both tokens in their first write (module docs).
+/// First, in the same operation, the budget check ([`budget_check`], under the budget lock on
+/// PostgreSQL): a call that would take a period's spend over a limit is not recorded; the
+/// execution is abandoned, the envelope waits in the recovery lane until the period ends (its
+/// dispatch not counted as a lost one), and the task is `waiting` with the reason. Nothing was
+/// sent and no attempt is counted. Both outcomes are fenced on both tokens in their first
+/// write (module docs); on PostgreSQL the fence comes first of all, so a fenced worker never
+/// waits for the budget lock.
 pub(in crate::store) fn record_calling(
-    c: &Connection,
+    tx: &mut dyn Tx,
     exec: &str,
     lease: &str,
     now: Millis,
     facts: &CallingFacts,
 ) -> Result<CallingOutcome, StoreError> {
-    if let (true, Some(cost), false) = (facts.billable, facts.cost_micros, facts.limits.is_empty()) {
-        let provider: Option<String> = c
-            .prepare_cached("SELECT t.provider FROM executions x JOIN tasks t ON t.id = x.task_id WHERE x.token = ?1")?
-            .query_row([exec], |r| r.get(0))
-            .optional()?;
-        let Some(provider) = provider else { return Err(StoreError::Fenced) };
-        if let Some((due_at, reason)) = crate::store::spend::over_limit(c, &provider, cost, &facts.limits, now)? {
-            let task: String = c
-                .prepare_cached(
-                    "UPDATE executions SET status = 'abandoned', finished_at = ?3, error = ?4
-                     WHERE token = ?1 AND status = 'running' AND phase = 'claimed'
-                       AND EXISTS (SELECT 1 FROM envelopes e WHERE e.task_id = executions.task_id
-                                   AND e.status = 'sent' AND e.lease_token = ?2)
-                     RETURNING task_id",
-                )?
-                .query_row(params![exec, lease, now, reason], |r| r.get(0))
-                .optional()?
-                .ok_or(StoreError::Fenced)?;
-            requeue_envelope(c, &task, due_at, Some("budget"), now)?;
-            c.prepare_cached("UPDATE envelopes SET send_count = send_count - 1, budget_hold = 1 WHERE task_id = ?1")?
-                .execute([&task])?;
-            set_task(c, &task, TaskStatus::Waiting, Some(&reason), None, now)?;
-            event(c, &task, now, Actor::Worker, "budget", &reason, Some(exec))?;
-            return Ok(CallingOutcome::Held { due_at, reason });
-        }
+    if tx.locking() {
+        fence(tx, exec, lease, now)?;
+    }
+    if let (true, Some(cost)) = (facts.billable, facts.cost_micros)
+        && let Some((due_at, reason)) = budget_check(tx, exec, cost, &facts.limits, now)?
+    {
+        let task: String = tx
+            .opt(
+                "UPDATE executions SET status = 'abandoned', finished_at = ?3, error = ?4
+                 WHERE token = ?1 AND status = 'running' AND phase = 'claimed'
+                   AND EXISTS (SELECT 1 FROM envelopes e WHERE e.task_id = executions.task_id
+                               AND e.status = 'sent' AND e.lease_token = ?2)
+                 RETURNING task_id",
+                &[&exec, &lease, &now, &reason],
+            )?
+            .ok_or(StoreError::Fenced)?
+            .get(0)?;
+        requeue_envelope(tx, &task, due_at, Some("budget"), now)?;
+        tx.exec("UPDATE envelopes SET send_count = send_count - 1, budget_hold = true WHERE task_id = ?1", &[&task])?;
+        set_task(tx, &task, TaskStatus::Waiting, Some(&reason), None, now)?;
+        event(tx, &task, now, Actor::Worker, "budget", &reason, Some(exec))?;
+        return Ok(CallingOutcome::Held { due_at, reason });
     }
     let charge = if facts.billable { Charge::Possible } else { Charge::None };
     // The fence and the phase change in one statement: only a `claimed` execution that still
     // holds both tokens moves to `calling`.
-    let (task, attempt): (String, i64) = c
-        .prepare_cached(
+    let row = tx
+        .opt(
             "UPDATE executions SET phase = 'calling', calling_at = ?3, heartbeat_at = ?3, charge = ?4, billable = ?5,
                     cost_micros = ?6, currency = ?7, model = ?8
              WHERE token = ?1 AND status = 'running' AND phase = 'claimed'
                AND EXISTS (SELECT 1 FROM envelopes e WHERE e.task_id = executions.task_id
                            AND e.status = 'sent' AND e.lease_token = ?2)
              RETURNING task_id, attempt",
+            &[
+                &exec,
+                &lease,
+                &now,
+                &charge.as_str(),
+                &facts.billable,
+                &facts.cost_micros,
+                &facts.currency,
+                &facts.model,
+            ],
         )?
-        .query_row(
-            params![exec, lease, now, charge.as_str(), facts.billable, facts.cost_micros, facts.currency, facts.model],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .optional()?
         .ok_or(StoreError::Fenced)?;
-    c.prepare_cached("UPDATE tasks SET attempts = attempts + 1, updated_at = ?2 WHERE id = ?1")?
-        .execute(params![task, now])?;
+    let (task, attempt): (String, i64) = (row.get(0)?, row.get(1)?);
+    // The dispatch claim already cleared any budget hold (`dispatch`'s claim).
+    tx.exec("UPDATE tasks SET attempts = attempts + 1, updated_at = ?2 WHERE id = ?1", &[&task, &now])?;
     // The timeline says only what is true now: the request is leaving. What it cost is
     // said by the outcome's line, from the evidence.
     let price = match (facts.billable, facts.cost_micros, &facts.currency) {
@@ -92,46 +193,118 @@ pub(in crate::store) fn record_calling(
         _ => String::new(),
     };
     let msg = format!("attempt {attempt}: sending the request to the provider{price}");
-    event(c, &task, now, Actor::Worker, "calling", &msg, Some(exec))?;
+    event(tx, &task, now, Actor::Worker, "calling", &msg, Some(exec))?;
     Ok(CallingOutcome::Calling)
 }
 
 /// Persist the provider's job id (and the adapter's handle for polling it, JSON) the moment
 /// it arrives.
 pub(in crate::store) fn record_accepted(
-    c: &Connection,
+    tx: &mut dyn Tx,
     exec: &str,
     lease: &str,
     job: &str,
     handle: Option<&str>,
     now: Millis,
 ) -> Result<(), StoreError> {
-    let task = fence(c, exec, lease, now)?;
-    c.prepare_cached(
+    let task = fence(tx, exec, lease, now)?;
+    tx.exec(
         "UPDATE executions SET phase = 'accepted', provider_job_id = ?2, provider_handle = ?3 WHERE token = ?1",
-    )?
-    .execute(params![exec, job, handle])?;
-    event(c, &task, now, Actor::Worker, "accepted", &format!("the provider accepted the job as {job}"), Some(exec))?;
+        &[&exec, &job, &handle],
+    )?;
+    event(tx, &task, now, Actor::Worker, "accepted", &format!("the provider accepted the job as {job}"), Some(exec))?;
     Ok(())
 }
 
-/// Extend the worker's lease.
+/// Extend the worker's lease to `now + lease_ms`.
 pub(in crate::store) fn heartbeat(
-    c: &Connection,
+    tx: &mut dyn Tx,
     exec: &str,
     lease: &str,
     now: Millis,
     lease_ms: Millis,
 ) -> Result<(), StoreError> {
-    let task = fence(c, exec, lease, now)?;
-    c.prepare_cached("UPDATE envelopes SET lease_expires_at = ?2 WHERE task_id = ?1")?
-        .execute(params![task, now + lease_ms])?;
+    let task = fence(tx, exec, lease, now)?;
+    tx.exec("UPDATE envelopes SET lease_expires_at = ?2 WHERE task_id = ?1", &[&task, &(now + lease_ms)])?;
     Ok(())
 }
 
-/// End (or pause) an execution, fenced on both tokens.
+/// How a finish that is not a success leaves its task (the decision of [`finish`], pure).
+#[derive(Debug, Clone, PartialEq)]
+pub(in crate::store) enum Ending {
+    /// The task settles: its status, reason and failure kind; its envelope is consumed (with
+    /// `envelope_error` as its last error, if any); the timeline gets `line` as `event`.
+    Settle {
+        status: TaskStatus,
+        reason: String,
+        kind: Option<FailureKind>,
+        envelope_error: Option<String>,
+        event: &'static str,
+        line: String,
+    },
+    /// The task waits (reason `why`) for another attempt at `due_at`; its envelope goes back
+    /// to the recovery lane with `error`; the timeline gets `line` as `retry_scheduled`.
+    Retry { due_at: Millis, why: String, error: String, line: String },
+}
+
+/// The transition of a finish `f` that is not a success ([`None`] for
+/// [`Finish::Succeeded`], which stores its image instead). `attempts` is the task's count of
+/// attempts after this finish's own correction (a retry that is not `counted` gives its
+/// attempt back); `words` are the money words of the settled charge (`charge_words`), added
+/// to every line but a cancel's (nothing was sent).
+///
+/// The retry rule: a counted retry whose attempts reach `max_attempts` fails the task ("gave
+/// up after N attempts"); any other retry waits, saying when it tries again.
+pub(in crate::store) fn ending(f: &Finish, attempts: i64, words: &str, now: Millis) -> Option<Ending> {
+    let settle = |status, reason: &str, kind, envelope_error: Option<&str>, event, line: &str| Ending::Settle {
+        status,
+        reason: reason.to_string(),
+        kind,
+        envelope_error: envelope_error.map(str::to_string),
+        event,
+        line: with_money(line, words),
+    };
+    Some(match f {
+        Finish::Succeeded(_) => return None,
+        Finish::Failed { kind, reason, .. } => {
+            settle(TaskStatus::Failed, reason, Some(*kind), Some(reason), "failed", reason)
+        }
+        Finish::Unknown { reason } => {
+            let line = format!("{reason}; automatic retries stopped");
+            settle(TaskStatus::Unknown, reason, None, Some(reason), "unknown", &line)
+        }
+        Finish::RetryLater { due_at, kind, reason, max_attempts, counted, .. } => {
+            if *counted && attempts >= *max_attempts {
+                let why = format!("gave up after {attempts} attempts; the last one: {reason}");
+                settle(TaskStatus::Failed, &why, Some(*kind), Some(reason), "failed", &why)
+            } else {
+                let secs = (due_at - now).max(0) as f64 / 1000.0;
+                let why = if *counted {
+                    format!("attempt {attempts} did not go through ({reason}); trying again in {secs:.1} s")
+                } else {
+                    format!("the provider did not take the request yet ({reason}); trying again in {secs:.1} s")
+                };
+                let line = with_money(&why, words);
+                Ending::Retry { due_at: *due_at, why, error: reason.clone(), line }
+            }
+        }
+        Finish::CanceledBeforeCall => Ending::Settle {
+            status: TaskStatus::Canceled,
+            reason: "Nothing was sent to the provider.".into(),
+            kind: None,
+            envelope_error: None,
+            event: "canceled",
+            line: "canceled before anything was sent".into(),
+        },
+    })
+}
+
+/// End (or pause) an execution, fenced on both tokens, recording what its outcome proves
+/// about money (the rule of `settle_charge`, kept here in the same statement as the fence);
+/// then the task's transition ([`ending`], or the stored image of a success) and, when the
+/// task settled, the next shot of its set.
 pub(in crate::store) fn finish(
-    c: &Connection,
+    tx: &mut dyn Tx,
     exec: &str,
     lease: &str,
     f: &Finish,
@@ -143,135 +316,116 @@ pub(in crate::store) fn finish(
         Finish::Unknown { reason } => ("unknown", Some(reason.as_str())),
         Finish::CanceledBeforeCall => ("abandoned", Some("canceled before the call")),
     };
-    // The fence, the execution's end and its charge evidence (see `settle_charge`) in one
-    // statement.
+    if !lock_task_of(tx, exec)? {
+        return Err(StoreError::Fenced);
+    }
+    // The fence, the execution's end and its charge evidence in one statement.
     let wanted = f.charge();
-    let (task, stored, called, cost, currency): (String, String, bool, Option<crate::domain::Micros>, Option<String>) =
-        c.prepare_cached(
+    let row = tx
+        .opt(
             "UPDATE executions SET status = ?3, finished_at = ?4, heartbeat_at = ?4, error = ?5,
-                    charge = CASE WHEN calling_at IS NULL OR billable = 0 THEN 'none' ELSE ?6 END
+                    charge = CASE WHEN calling_at IS NULL OR NOT billable THEN 'none' ELSE ?6 END
              WHERE token = ?1 AND status = 'running'
                AND EXISTS (SELECT 1 FROM envelopes e WHERE e.task_id = executions.task_id
                            AND e.status = 'sent' AND e.lease_token = ?2)
              RETURNING task_id, charge, calling_at IS NOT NULL, cost_micros, currency",
+            &[&exec, &lease, &exec_status, &now, &error, &wanted.as_str()],
         )?
-        .query_row(params![exec, lease, exec_status, now, error, wanted.as_str()], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-        })
-        .optional()?
         .ok_or(StoreError::Fenced)?;
+    let (task, stored, called, cost, currency): (String, String, bool, Option<Micros>, Option<String>) =
+        (row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?);
     let charge = Charge::parse(&stored).unwrap_or(Charge::Possible);
     let words = charge_words(called, charge, wanted, cost, currency.as_deref());
     let ex = Some(exec);
-    let (status, set) = match f {
-        Finish::Succeeded(a) => {
-            insert_artifact(c, &task, exec, a, now)?;
-            let reason = match charge {
-                Charge::Charged => {
-                    "A cancel was requested after the request had been sent; the image was kept because the provider \
-                     charges for it."
-                }
-                _ => "A cancel was requested after the request had been sent; the image was kept.",
-            };
-            let set: Option<String> = c
-                .prepare_cached(
-                    "UPDATE tasks SET status = 'succeeded', failure_kind = NULL, updated_at = ?2,
-                            reason = CASE WHEN cancel_requested = 1 THEN ?3 END
-                     WHERE id = ?1 RETURNING set_id",
-                )?
-                .query_row(params![task, now, reason], |r| r.get(0))?;
-            consume_envelope(c, &task, "consumed", None)?;
-            let saved = format!("image stored ({} bytes, sha256 {})", a.image.len(), a.image.sha256());
-            event(c, &task, now, Actor::Worker, "succeeded", &with_money(&saved, &words), ex)?;
-            // Crash matrix: the image and `succeeded` are written but not committed.
-            crate::failpoint::crash("before-finish-commit");
-            (TaskStatus::Succeeded, set)
-        }
-        Finish::Failed { kind, reason, .. } => {
-            set_task(c, &task, TaskStatus::Failed, Some(reason), Some(*kind), now)?;
-            consume_envelope(c, &task, "consumed", Some(reason))?;
-            event(c, &task, now, Actor::Worker, "failed", &with_money(reason, &words), ex)?;
-            (TaskStatus::Failed, set_of(c, &task)?)
-        }
-        Finish::Unknown { reason } => {
-            set_task(c, &task, TaskStatus::Unknown, Some(reason), None, now)?;
-            consume_envelope(c, &task, "consumed", Some(reason))?;
-            let line = format!("{reason}; automatic retries stopped");
-            event(c, &task, now, Actor::Worker, "unknown", &with_money(&line, &words), ex)?;
-            (TaskStatus::Unknown, set_of(c, &task)?)
-        }
-        Finish::RetryLater { due_at, kind, reason, max_attempts, counted, .. } => {
-            if !*counted {
-                // A "not now": the provider refused this request, so it is not an attempt.
-                c.prepare_cached("UPDATE tasks SET attempts = max(0, attempts - 1) WHERE id = ?1")?.execute([&task])?;
-                c.prepare_cached("UPDATE envelopes SET send_count = max(0, send_count - 1) WHERE task_id = ?1")?
-                    .execute([&task])?;
+    if let Finish::Succeeded(a) = f {
+        insert_artifact(tx, &task, exec, a, now)?;
+        let reason = match charge {
+            Charge::Charged => {
+                "A cancel was requested after the request had been sent; the image was kept because the provider \
+                 charges for it."
             }
-            let attempts: i64 =
-                c.prepare_cached("SELECT attempts FROM tasks WHERE id = ?1")?.query_row([&task], |r| r.get(0))?;
-            if *counted && attempts >= *max_attempts {
-                let why = format!("gave up after {attempts} attempts; the last one: {reason}");
-                set_task(c, &task, TaskStatus::Failed, Some(&why), Some(*kind), now)?;
-                consume_envelope(c, &task, "consumed", Some(reason))?;
-                event(c, &task, now, Actor::Worker, "failed", &with_money(&why, &words), ex)?;
-                (TaskStatus::Failed, set_of(c, &task)?)
-            } else {
-                let secs = (due_at - now).max(0) as f64 / 1000.0;
-                let why = if *counted {
-                    format!("attempt {attempts} did not go through ({reason}); trying again in {secs:.1} s")
-                } else {
-                    format!("the provider did not take the request yet ({reason}); trying again in {secs:.1} s")
-                };
-                set_task(c, &task, TaskStatus::Waiting, Some(&why), None, now)?;
-                requeue_envelope(c, &task, *due_at, Some(reason), now)?;
-                event(c, &task, now, Actor::Worker, "retry_scheduled", &with_money(&why, &words), ex)?;
-                return Ok(TaskStatus::Waiting);
-            }
+            _ => "A cancel was requested after the request had been sent; the image was kept.",
+        };
+        let set: Option<String> = tx
+            .one(
+                "UPDATE tasks SET status = 'succeeded', failure_kind = NULL, updated_at = ?2,
+                        reason = CASE WHEN cancel_requested THEN ?3 END
+                 WHERE id = ?1 RETURNING set_id",
+                &[&task, &now, &reason],
+            )?
+            .get(0)?;
+        consume_envelope(tx, &task, "consumed", None)?;
+        let saved = format!("image stored ({} bytes, sha256 {})", a.image.len(), a.image.sha256());
+        event(tx, &task, now, Actor::Worker, "succeeded", &with_money(&saved, &words), ex)?;
+        // Crash matrix: the image and `succeeded` are written but not committed.
+        crate::failpoint::crash("before-finish-commit");
+        if let Some(set) = set {
+            schedule_next_shot_of(tx, &set, now)?;
         }
-        Finish::CanceledBeforeCall => {
-            set_task(c, &task, TaskStatus::Canceled, Some("Nothing was sent to the provider."), None, now)?;
-            consume_envelope(c, &task, "consumed", None)?;
-            event(c, &task, now, Actor::Worker, "canceled", "canceled before anything was sent", ex)?;
-            (TaskStatus::Canceled, set_of(c, &task)?)
-        }
-    };
-    if let Some(set) = set {
-        crate::store::sets::schedule_next_shot_of(c, &set, now)?;
+        return Ok(TaskStatus::Succeeded);
     }
-    Ok(status)
-}
-
-/// The image set a task belongs to, if any.
-fn set_of(c: &Connection, task: &str) -> Result<Option<String>, StoreError> {
-    Ok(c.prepare_cached("SELECT set_id FROM tasks WHERE id = ?1")?
-        .query_row([task], |r| r.get(0))
-        .optional()?
-        .flatten())
+    let mut attempts = 0;
+    if let Finish::RetryLater { counted, .. } = f {
+        if !*counted {
+            // A "not now": the provider refused this request, so it is not an attempt.
+            tx.exec(
+                "UPDATE tasks SET attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END WHERE id = ?1",
+                &[&task],
+            )?;
+            tx.exec(
+                "UPDATE envelopes SET send_count = CASE WHEN send_count > 0 THEN send_count - 1 ELSE 0 END
+                 WHERE task_id = ?1",
+                &[&task],
+            )?;
+        }
+        attempts = tx.one("SELECT attempts FROM tasks WHERE id = ?1", &[&task])?.get(0)?;
+    }
+    match ending(f, attempts, &words, now) {
+        Some(Ending::Settle { status, reason, kind, envelope_error, event: kind_of_event, line }) => {
+            set_task(tx, &task, status, Some(&reason), kind, now)?;
+            consume_envelope(tx, &task, "consumed", envelope_error.as_deref())?;
+            event(tx, &task, now, Actor::Worker, kind_of_event, &line, ex)?;
+            on_settled(tx, &task, now)?;
+            Ok(status)
+        }
+        Some(Ending::Retry { due_at, why, error, line }) => {
+            set_task(tx, &task, TaskStatus::Waiting, Some(&why), None, now)?;
+            requeue_envelope(tx, &task, due_at, Some(&error), now)?;
+            event(tx, &task, now, Actor::Worker, "retry_scheduled", &line, ex)?;
+            Ok(TaskStatus::Waiting)
+        }
+        None => Err(StoreError::Invalid("a success has no ending without its image".into())),
+    }
 }
 
 /// A result that arrived after the task was marked `unknown`, from the same execution: it is
-/// evidence, and resolves the task. Returns false if the execution is not `unknown` (then
-/// nothing is stored: the image bytes are dropped with the operation).
+/// evidence, resolves the task, and proves the request was charged. Returns false if the
+/// execution is not `unknown` (then nothing is stored: the image bytes are dropped with the
+/// operation).
 pub(in crate::store) fn late_result(
-    c: &Connection,
+    tx: &mut dyn Tx,
     exec: &str,
     a: &NewArtifact,
     now: Millis,
 ) -> Result<bool, StoreError> {
-    let task: Option<String> = c
-        .prepare_cached(
+    if !lock_task_of(tx, exec)? {
+        return Ok(false);
+    }
+    let task: Option<String> = tx
+        .opt(
             "UPDATE executions SET status = 'succeeded', finished_at = ?2
              WHERE token = ?1 AND status = 'unknown'
                AND EXISTS (SELECT 1 FROM tasks t WHERE t.id = executions.task_id AND t.status = 'unknown')
              RETURNING task_id",
+            &[&exec, &now],
         )?
-        .query_row(params![exec, now], |r| r.get(0))
-        .optional()?;
+        .map(|r| r.get(0))
+        .transpose()?;
     let Some(task) = task else { return Ok(false) };
-    let (_, words) = settle_charge(c, exec, Charge::Charged)?;
-    insert_artifact(c, &task, exec, a, now)?;
+    let (_, words) = settle_charge(tx, exec, Charge::Charged)?;
+    insert_artifact(tx, &task, exec, a, now)?;
     set_task(
-        c,
+        tx,
         &task,
         TaskStatus::Succeeded,
         Some("The answer arrived late, after the outcome had been marked unknown."),
@@ -279,7 +433,7 @@ pub(in crate::store) fn late_result(
         now,
     )?;
     event(
-        c,
+        tx,
         &task,
         now,
         Actor::Worker,
@@ -290,65 +444,83 @@ pub(in crate::store) fn late_result(
     Ok(true)
 }
 
-impl SqliteStore {
-    /// Check the budgets and durably record phase `calling` (see [`record_calling`]).
-    pub async fn record_calling(
-        &self,
-        exec: String,
-        lease: String,
-        now: Millis,
-        facts: CallingFacts,
-    ) -> Result<CallingOutcome, StoreError> {
-        self.write(move |c| record_calling(c, &exec, &lease, now, &facts)).await
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn retry(counted: bool, max_attempts: i64) -> Finish {
+        Finish::RetryLater {
+            due_at: 12_500,
+            kind: FailureKind::RateLimited,
+            reason: "HTTP 503".into(),
+            max_attempts,
+            charge: Charge::Refused,
+            counted,
+        }
     }
 
-    /// Persist an accepted job id.
-    pub async fn record_accepted(
-        &self,
-        exec: String,
-        lease: String,
-        job: String,
-        now: Millis,
-    ) -> Result<(), StoreError> {
-        self.write(move |c| record_accepted(c, &exec, &lease, &job, None, now)).await
+    #[test]
+    fn a_counted_retry_waits_until_the_attempts_are_used_up_then_fails() {
+        let now = 10_000;
+        assert_eq!(
+            ending(&retry(true, 3), 2, "", now),
+            Some(Ending::Retry {
+                due_at: 12_500,
+                why: "attempt 2 did not go through (HTTP 503); trying again in 2.5 s".into(),
+                error: "HTTP 503".into(),
+                line: "attempt 2 did not go through (HTTP 503); trying again in 2.5 s".into(),
+            })
+        );
+        let why = "gave up after 3 attempts; the last one: HTTP 503";
+        assert_eq!(
+            ending(&retry(true, 3), 3, "it may have been charged", now),
+            Some(Ending::Settle {
+                status: TaskStatus::Failed,
+                reason: why.into(),
+                kind: Some(FailureKind::RateLimited),
+                envelope_error: Some("HTTP 503".into()),
+                event: "failed",
+                line: format!("{why} — it may have been charged"),
+            })
+        );
     }
 
-    /// Like [`SqliteStore::record_accepted`], with the adapter's handle for polling the job
-    /// (`executions.provider_handle`, JSON).
-    pub async fn record_accepted_with(
-        &self,
-        exec: String,
-        lease: String,
-        job: String,
-        handle: Option<String>,
-        now: Millis,
-    ) -> Result<(), StoreError> {
-        self.write(move |c| record_accepted(c, &exec, &lease, &job, handle.as_deref(), now)).await
-    }
-
-    /// Extend a lease (ordered commit: after a power loss every lease counts as expired).
-    pub async fn heartbeat(
-        &self,
-        exec: String,
-        lease: String,
-        now: Millis,
-        lease_ms: Millis,
-    ) -> Result<(), StoreError> {
-        self.write_ordered(move |c| heartbeat(c, &exec, &lease, now, lease_ms)).await
-    }
-
-    /// End or pause an execution.
-    /// A `Succeeded` finish stores the image's bytes in the same transaction.
-    pub async fn finish(&self, exec: String, lease: String, f: Finish, now: Millis) -> Result<TaskStatus, StoreError> {
-        let bytes = match &f {
-            Finish::Succeeded(a) => a.image.len() as usize,
-            _ => 0,
+    #[test]
+    fn a_not_now_is_not_an_attempt_and_never_uses_them_up() {
+        let Some(Ending::Retry { why, line, .. }) = ending(&retry(false, 1), 5, "a definite refusal", 20_000) else {
+            panic!("a retry that is not counted always waits");
         };
-        self.write_images(bytes, move |c| finish(c, &exec, &lease, &f, now)).await
+        assert_eq!(why, "the provider did not take the request yet (HTTP 503); trying again in 0.0 s");
+        assert_eq!(line, format!("{why} — a definite refusal"), "a due time already past waits 0 s, not less");
     }
 
-    /// Attach a late result (its bytes in the same transaction) to an `unknown` execution.
-    pub async fn late_result(&self, exec: String, a: NewArtifact, now: Millis) -> Result<bool, StoreError> {
-        self.write_images(a.image.len() as usize, move |c| late_result(c, &exec, &a, now)).await
+    #[test]
+    fn settled_endings_say_what_happened_and_a_cancel_names_no_money() {
+        let unknown =
+            ending(&Finish::Unknown { reason: "the connection dropped".into() }, 0, "it may have been charged", 0);
+        assert_eq!(
+            unknown,
+            Some(Ending::Settle {
+                status: TaskStatus::Unknown,
+                reason: "the connection dropped".into(),
+                kind: None,
+                envelope_error: Some("the connection dropped".into()),
+                event: "unknown",
+                line: "the connection dropped; automatic retries stopped — it may have been charged".into(),
+            })
+        );
+        let failed =
+            Finish::Failed { kind: FailureKind::Rejected, reason: "prompt refused".into(), charge: Charge::Refused };
+        let Some(Ending::Settle { status, kind, line, .. }) = ending(&failed, 0, "", 0) else { panic!("settles") };
+        assert_eq!((status, kind, line.as_str()), (TaskStatus::Failed, Some(FailureKind::Rejected), "prompt refused"));
+        let Some(Ending::Settle { status, envelope_error, line, .. }) =
+            ending(&Finish::CanceledBeforeCall, 0, "ignored", 0)
+        else {
+            panic!("settles")
+        };
+        assert_eq!(
+            (status, envelope_error, line.as_str()),
+            (TaskStatus::Canceled, None, "canceled before anything was sent")
+        );
     }
 }

@@ -2,7 +2,7 @@
 //! thread inside its own savepoint (see `store::mod`), so each is atomic on its own.
 //!
 //! **Fencing invariant.** Every operation a worker performs after its claim starts with
-//! [`fence`]: a conditional UPDATE of the execution row that matches only if the execution
+//! [`common::fence`]: a conditional UPDATE of the execution row that matches only if the execution
 //! token is still `running` *and* the task's envelope still carries the worker's lease token.
 //! Zero rows means the worker lost its right; the operation returns [`StoreError::Fenced`]
 //! and writes nothing.
@@ -15,7 +15,7 @@ use super::{SqliteStore, StoreError};
 
 pub(in crate::store) mod common;
 mod dispatch;
-mod exec;
+pub(in crate::store) mod exec;
 pub(in crate::store) mod intake;
 mod recovery;
 mod slots;
@@ -543,21 +543,6 @@ pub(in crate::store) fn with_money(text: &str, words: &str) -> String {
 /// was waiting for it (the next shot of its image set), in the same transaction.
 pub(in crate::store) fn on_settled(c: &Connection, task: &str, now: Millis) -> Result<(), StoreError> {
     crate::store::sets::schedule_next_shot(c, task, now)
-}
-
-/// The fencing check (see module docs): mark the execution's row as still ours, or fail.
-/// Returns the task id.
-pub(super) fn fence(c: &Connection, exec: &str, lease: &str, now: Millis) -> Result<String, StoreError> {
-    c.prepare_cached(
-        "UPDATE executions SET heartbeat_at = ?3
-         WHERE token = ?1 AND status = 'running'
-           AND EXISTS (SELECT 1 FROM envelopes e WHERE e.task_id = executions.task_id
-                       AND e.status = 'sent' AND e.lease_token = ?2)
-         RETURNING task_id",
-    )?
-    .query_row(params![exec, lease, now], |r| r.get(0))
-    .optional()?
-    .ok_or(StoreError::Fenced)
 }
 
 /// If `key` was already used in `table` (`tasks` or `sets`): the same request (`Existing`) or

@@ -1,20 +1,21 @@
-//! Money on PostgreSQL: the budget check inside the transaction that records `calling`, and
-//! the spend reads, with the meaning of `store::spend` (whose pure parts — the limit
-//! decision and its words, the grouping of the report — both backends share).
+//! Money on PostgreSQL: the spend reads, with the meaning of `store::spend` (whose pure parts
+//! — the limit decision and its words, the grouping of the report — both backends share), and
+//! the key of the budget lock.
 //!
 //! **Budget invariant, across nodes.** A request whose price would take a period's spend
 //! (`possible` and `charged` requests whose `calling` falls in it) over a limit is never
 //! recorded as `calling`, so it is never sent — whichever node records it. On SQLite one
 //! writer orders the check and the record; here several nodes record calls at once, so the
 //! check and the record happen in one transaction under the **budget lock**, a
-//! transaction-level advisory lock (class `taly`, key [`BUDGET_KEY`]): a call checked against
+//! transaction-level advisory lock (class `taly`, key [`BUDGET_KEY`]) that
+//! `store::ops::exec::record_calling` takes (its `budget_lock` hook): a call checked against
 //! limits takes it exclusively, so two nodes' checks run one after the other and each sees
 //! the other's committed call; a priced call checked against no limit (a node configured
 //! without them, or a provider no limit covers) takes it shared, so it can never commit
 //! between another node's check and that node's record. Unpriced calls add nothing to any
 //! sum and take no lock. The lock is released at commit, a few milliseconds later.
 
-use super::{LOCK_CLASS, PgStore, Tx};
+use super::{PgStore, Tx};
 use crate::domain::{Charge, Micros, Millis};
 use crate::store::StoreError;
 use crate::store::spend::{BudgetUse, Group, Limit, PaidRequest, SpendReport};
@@ -39,24 +40,6 @@ fn spent(tx: &mut Tx<'_, '_>, l: &Limit, start: Millis, end: Millis) -> Result<M
         )?,
     };
     Ok(row.get(0))
-}
-
-/// Take the budget lock for a call of `provider` costing `cost` (see the module docs) and
-/// decide whether it fits `limits`: `None` when it does, else when it can next fit and why.
-pub(super) fn check(
-    tx: &mut Tx<'_, '_>,
-    provider: &str,
-    cost: Micros,
-    limits: &[Limit],
-    now: Millis,
-) -> Result<Option<(Millis, String)>, StoreError> {
-    let applies = limits.iter().any(|l| l.provider.as_deref().is_none_or(|p| p == provider));
-    if !applies {
-        tx.exec("SELECT pg_advisory_xact_lock_shared($1, $2)", &[&LOCK_CLASS, &BUDGET_KEY])?;
-        return Ok(None);
-    }
-    tx.exec("SELECT pg_advisory_xact_lock($1, $2)", &[&LOCK_CLASS, &BUDGET_KEY])?;
-    crate::store::spend::first_limit_hit(provider, cost, limits, now, |l, start, end| spent(tx, l, start, end))
 }
 
 /// Every request that reached a provider (charge other than `none`) in `[from, to)`, oldest

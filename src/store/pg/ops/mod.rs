@@ -10,12 +10,11 @@
 //! returns [`StoreError::Fenced`] and writes nothing.
 
 mod dispatch;
-mod exec;
 mod recovery;
 
 use super::Tx;
 use crate::domain::{Actor, Charge, FailureKind, Millis, TaskStatus};
-use crate::store::{NewArtifact, NewImage, StoreError, SubmitOutcome};
+use crate::store::{NewImage, StoreError, SubmitOutcome};
 
 pub(super) fn new_id() -> String {
     uuid::Uuid::now_v7().to_string()
@@ -121,24 +120,6 @@ pub(super) fn insert_blob(tx: &mut Tx<'_, '_>, id: &str, img: &NewImage) -> Resu
     tx.exec(
         "INSERT INTO blobs (id, sha256, bytes, media_type, data) VALUES ($1, $2, $3, $4, $5)",
         &[&id, &img.sha256(), &img.len(), &img.media_type(), &img.bytes()],
-    )?;
-    Ok(())
-}
-
-/// Attach a verified image to a task: its bytes and its artifact row, in the caller's
-/// transaction.
-pub(super) fn insert_artifact(
-    tx: &mut Tx<'_, '_>,
-    task: &str,
-    exec: &str,
-    a: &NewArtifact,
-    now: Millis,
-) -> Result<(), StoreError> {
-    insert_blob(tx, &a.id, &a.image)?;
-    tx.exec(
-        "INSERT INTO artifacts (id, task_id, execution_token, sha256, bytes, media_type, created_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)",
-        &[&a.id, &task, &exec, &a.image.sha256(), &a.image.len(), &a.image.media_type(), &now],
     )?;
     Ok(())
 }
