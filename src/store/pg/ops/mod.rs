@@ -11,7 +11,6 @@
 
 mod dispatch;
 mod exec;
-mod recovery;
 
 use super::Tx;
 use crate::domain::{Actor, Charge, FailureKind, Millis, TaskStatus};
@@ -56,11 +55,6 @@ pub(super) fn set_task(
         &[&task, &status.as_str(), &reason, &kind.map(|k| k.as_str()), &now],
     )?;
     Ok(())
-}
-
-pub(super) fn task_status(tx: &mut Tx<'_, '_>, task: &str) -> Result<Option<TaskStatus>, StoreError> {
-    let s: Option<String> = tx.opt("SELECT status FROM tasks WHERE id = $1", &[&task])?.map(|r| r.get(0));
-    Ok(s.and_then(|s| TaskStatus::parse(&s)))
 }
 
 pub(super) fn consume_envelope(
