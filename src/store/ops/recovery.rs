@@ -168,7 +168,7 @@ fn lock_envelopes(tx: &mut dyn Tx, items: &[(LeftoverRow, Recovery)]) -> Result<
     let ids = serde_json::to_string(&ids).map_err(|e| StoreError::Invalid(format!("envelope ids: {e}")))?;
     tx.rows(
         "SELECT id FROM envelopes
-         WHERE id IN (SELECT jsonb_array_elements_text(CAST(?1 AS jsonb))) ORDER BY id FOR UPDATE",
+         WHERE id IN (SELECT jsonb_array_elements_text(CAST(CAST(?1 AS TEXT) AS jsonb))) ORDER BY id FOR UPDATE",
         &[&ids],
     )?;
     Ok(())
