@@ -11,10 +11,10 @@
 //! |---|---|---|
 //! | one writer per task (check-then-act is atomic) | the single writer thread (`store::mod`) | the task's envelope row lock first (`pg::ops::lock_task`), set row first for set decisions |
 //! | fencing | `ops::common::fence` (or its predicate inside the first write: `ops::exec`) inside the writer | the same, after the task lock (`Tx::lock_task`); `pg::ops::fence` for what is not yet ported |
-//! | recovery on current evidence | `ops::recovery::evidence_holds` | `pg::ops::recovery::evidence_holds` under the envelope lock |
+//! | recovery on current evidence | `ops::recovery::apply_recovery` re-checks `evidence_holds` in the applying transaction | the same, after the hook `ops::recovery::lock_envelopes` (the batch's envelopes locked in id order) |
 //! | a claim goes to one worker, only for a free slot | single writer | the providers rows locked first, then `FOR UPDATE SKIP LOCKED` in `dispatch_due` |
 //! | `calling` durable before the request | `synchronous = FULL` for durable batches | `synchronous_commit` on for durable ops (off for ordered ones) |
-//! | earlier runs are dead | the data-directory lock | the node's session advisory lock (`pg::node`) |
+//! | earlier runs are dead | the data-directory lock (`ops::recovery::Liveness::Process`) | the node's session advisory lock (`pg::node`), read by `ops::recovery::Liveness::Nodes` |
 //! | lease expiry clock | the engine's clock | the database's clock (`db_clock`) |
 //! | no transaction across a network call | sync closures on the writer thread | sync closures on the store's own threads |
 //! | a budget holds before the money leaves | the check and `calling` in one writer operation (`ops::exec::record_calling`) | the same transaction under the budget advisory lock (`ops::exec::budget_lock`, taken where `Tx::locking`), so nodes check one at a time |
@@ -413,18 +413,39 @@ impl Store {
             .await
     }
 
-    /// Leftovers for the reconciler.
+    /// Leftovers for the reconciler (`ops::recovery::leftovers`; it writes nothing). SQLite
+    /// reads through the writer, so it sees every commit (ordered: no fsync of its own);
+    /// PostgreSQL reads in one read-only snapshot and names this node for its liveness hook.
     pub async fn leftovers(&self, now: Millis, boot: &str) -> Result<Vec<LeftoverRow>, StoreError> {
-        each!(self, s => s.leftovers(now, boot).await)
+        use ops::recovery::{Liveness, leftovers};
+        let boot = boot.to_string();
+        match self {
+            Store::Sqlite(_) => {
+                self.op_at(Commit::Ordered, 0, now, move |tx, now| {
+                    leftovers(tx, now, Liveness::Process { boot: &boot })
+                })
+                .await
+            }
+            Store::Postgres(p) => {
+                let node = p.node().to_string();
+                p.read(move |tx| {
+                    let now = tx.now(now)?;
+                    let alive = Liveness::Nodes { node: &node, boot: &boot, lock_class: pg::LOCK_CLASS };
+                    leftovers(tx, now, alive)
+                })
+                .await
+            }
+        }
     }
 
-    /// Apply reconciler decisions.
+    /// Apply reconciler decisions, each re-checked on the evidence it was made from
+    /// (`ops::recovery::apply_recovery`).
     pub async fn apply_recovery(
         &self,
         items: Vec<(LeftoverRow, Recovery)>,
         now: Millis,
     ) -> Result<Vec<(String, TaskStatus)>, StoreError> {
-        each!(self, s => s.apply_recovery(items, now).await)
+        self.op_at(Commit::Durable, 0, now, move |tx, now| ops::recovery::apply_recovery(tx, &items, now)).await
     }
 
     /// Store an uploaded image (deduplicated by content).

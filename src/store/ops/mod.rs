@@ -17,7 +17,7 @@ pub(in crate::store) mod common;
 mod dispatch;
 pub(in crate::store) mod exec;
 pub(in crate::store) mod intake;
-mod recovery;
+pub(in crate::store) mod recovery;
 mod slots;
 pub(in crate::store) mod user;
 
@@ -425,12 +425,6 @@ pub(in crate::store) fn set_task(
     c.prepare_cached("UPDATE tasks SET status = ?2, reason = ?3, failure_kind = ?4, updated_at = ?5 WHERE id = ?1")?
         .execute(params![task, status.as_str(), reason, kind.map(|k| k.as_str()), now])?;
     Ok(())
-}
-
-pub(super) fn task_status(c: &Connection, task: &str) -> Result<Option<TaskStatus>, StoreError> {
-    let s: Option<String> =
-        c.prepare_cached("SELECT status FROM tasks WHERE id = ?1")?.query_row([task], |r| r.get(0)).optional()?;
-    Ok(s.and_then(|s| TaskStatus::parse(&s)))
 }
 
 pub(super) fn consume_envelope(

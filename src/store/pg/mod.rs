@@ -13,7 +13,8 @@
 //!   one writer per task. Each later statement takes a fresh snapshot, so after the lock it
 //!   sees every commit that preceded it. Lock order: set → envelope → execution.
 //! - **E — evidence under the lock.** A decision made in an earlier transaction (the
-//!   reconciler's leftovers) is re-verified after L; if anything changed it is skipped.
+//!   reconciler's leftovers) is re-verified after L; if anything changed it is skipped
+//!   (`store::ops::recovery`: its `lock_envelopes` hook, then `evidence_holds`).
 //! - **G — guarded writes.** Every UPDATE still carries its own predicate and its row count
 //!   is checked.
 //! - **C — commit class.** [`Commit::Ordered`] operations commit with

@@ -10,7 +10,6 @@
 //! returns [`StoreError::Fenced`] and writes nothing.
 
 mod dispatch;
-mod recovery;
 
 use super::Tx;
 use crate::domain::{Actor, Charge, FailureKind, Millis, TaskStatus};
@@ -55,11 +54,6 @@ pub(super) fn set_task(
         &[&task, &status.as_str(), &reason, &kind.map(|k| k.as_str()), &now],
     )?;
     Ok(())
-}
-
-pub(super) fn task_status(tx: &mut Tx<'_, '_>, task: &str) -> Result<Option<TaskStatus>, StoreError> {
-    let s: Option<String> = tx.opt("SELECT status FROM tasks WHERE id = $1", &[&task])?.map(|r| r.get(0));
-    Ok(s.and_then(|s| TaskStatus::parse(&s)))
 }
 
 pub(super) fn consume_envelope(
