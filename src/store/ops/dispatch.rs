@@ -25,12 +25,27 @@
 //! halving on an overload answer ([`slow_start_feedback`]): 1, 2, 4, … calls per round. Every
 //! read is an index range bounded by the number of free slots, so the cost of a dispatch does
 //! not grow with the backlog (`dispatch_cost_is_flat_with_a_backlog` shows the plans).
+//!
+//! **Written once for both backends.** PostgreSQL runs dispatches of several nodes at once, and
+//! differs in three named places only: [`lock_providers`] (the cluster-wide capacity lock: the
+//! `providers` rows locked first, so nodes dispatching together count the same slots in use and
+//! advance the same lane places one after the other), [`candidates_sql`] (PostgreSQL takes the
+//! candidates `FOR UPDATE SKIP LOCKED`: a row another operation holds is skipped, never waited
+//! for), and the claim's statements (`LEASE`, `ADOPT`, `OPEN`, `RUNNING`, `READ`: how a list of ids is
+//! bound, the node a lease names, how an execution token is drawn). The decisions (`plan_provider`, `interleave`) are
+//! pure functions, so both backends decide alike.
 
-use rusqlite::{Connection, params};
+use std::collections::HashMap;
+
+use rusqlite::Connection;
 use serde_json::Value;
 
-use super::*;
+use super::common::{PerDialect, by_dialect, event};
+use super::{Claim, DispatchBatch, Lane, SqliteStore};
 use crate::domain::{Actor, Millis, Phase};
+use crate::store::StoreError;
+use crate::store::UploadView;
+use crate::store::tx::{Dialect, Param, Row, Tx};
 
 /// The distance between two consecutive ready envelopes of one fairness key.
 pub(in crate::store) const STRIDE: i64 = 1000;
@@ -87,26 +102,52 @@ pub(super) const CANDIDATES: &str = "SELECT id, task_id, lane, pass, due_at,
                       WHERE status = 'pending' AND pass IS NOT NULL AND provider = ?1 AND lane = 'recovery'
                       ORDER BY pass, id LIMIT ?3)) c";
 
+/// The first ready envelopes of each lane of one provider, on PostgreSQL: the same rows as
+/// [`CANDIDATES`], locked, skipping rows another operation holds (`FOR UPDATE SKIP LOCKED`,
+/// which needs each lane's scan materialized on its own).
+const PG_CANDIDATES: &str = "WITH f AS MATERIALIZED (
+        SELECT id, task_id, lane, pass, due_at FROM envelopes
+        WHERE status = 'pending' AND pass IS NOT NULL AND provider = ?1 AND lane = 'fresh'
+        ORDER BY pass, id LIMIT ?2 FOR UPDATE SKIP LOCKED),
+     r AS MATERIALIZED (
+        SELECT id, task_id, lane, pass, due_at FROM envelopes
+        WHERE status = 'pending' AND pass IS NOT NULL AND provider = ?1 AND lane = 'recovery'
+        ORDER BY pass, id LIMIT ?3 FOR UPDATE SKIP LOCKED)
+ SELECT c.id, c.task_id, c.lane, c.pass, c.due_at,
+        EXISTS (SELECT 1 FROM executions x WHERE x.task_id = c.task_id AND x.status = 'running')
+ FROM (SELECT * FROM f UNION ALL SELECT * FROM r) c";
+
 /// Give waiting envelopes whose due time has come their place, all at once: each fairness
 /// key's promoted envelopes one stride apart (by due time), after the key's last ready one and
 /// not before the lane's head.
-static PROMOTE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+static PROMOTE: PerDialect = PerDialect::new(promote_sql);
+
+fn promote_sql(d: Dialect) -> String {
     format!(
         "UPDATE envelopes SET pass = w.pass FROM (
-   SELECT id, CASE WHEN fifo = 1 THEN due_at
-                   ELSE max(base, coalesce(keymax + {STRIDE}, base)) + {STRIDE} * (rn - 1) END AS pass
+   SELECT id, CASE WHEN fifo THEN due_at
+                   ELSE {greatest}(base, coalesce(keymax + {STRIDE}, base)) + {STRIDE} * (rn - 1) END AS pass
    FROM (SELECT e.id, e.due_at,
-                coalesce((SELECT p.fifo FROM providers p WHERE p.name = e.provider), 0) AS fifo,
+                coalesce((SELECT p.fifo FROM providers p WHERE p.name = e.provider), false) AS fifo,
                 coalesce((SELECT min(r.pass) FROM envelopes r WHERE r.status = 'pending' AND r.pass IS NOT NULL
                           AND r.provider = e.provider AND r.lane = e.lane), 0) AS base,
                 (SELECT max(r.pass) FROM envelopes r WHERE r.status = 'pending' AND r.pass IS NOT NULL
                  AND r.provider = e.provider AND r.lane = e.lane AND r.fair_key = e.fair_key) AS keymax,
                 row_number() OVER (PARTITION BY e.provider, e.lane, e.fair_key ORDER BY e.due_at, e.id) AS rn
          FROM envelopes e
-         WHERE e.status = 'pending' AND e.pass IS NULL AND e.due_at IS NOT NULL AND e.due_at <= ?1)) w
- WHERE envelopes.id = w.id"
+         WHERE e.status = 'pending' AND e.pass IS NULL AND e.due_at IS NOT NULL AND e.due_at <= ?1) x) w
+ WHERE envelopes.id = w.id AND envelopes.status = 'pending' AND envelopes.pass IS NULL",
+        greatest = greatest(d)
     )
-});
+}
+
+/// SQLite's two-argument `max()` is PostgreSQL's `greatest()`.
+pub(super) fn greatest(d: Dialect) -> &'static str {
+    match d {
+        Dialect::Sqlite => "max",
+        Dialect::Postgres => "greatest",
+    }
+}
 
 /// One provider's dispatch state (a row of [`PROVIDERS_STATE`]; the PostgreSQL backend reads
 /// the same). The decisions on it ([`plan_provider`]) are shared by both backends.
@@ -171,32 +212,6 @@ pub(in crate::store) fn plan_provider(
     Some((n, rec_room))
 }
 
-fn states(c: &Connection) -> Result<(Vec<State>, Option<Millis>), StoreError> {
-    let mut next_waiting = None;
-    let mut out = Vec::new();
-    let mut stmt = c.prepare_cached(PROVIDERS_STATE)?;
-    let mut rows = stmt.query([])?;
-    while let Some(r) = rows.next()? {
-        next_waiting = r.get(13)?;
-        out.push(State {
-            name: r.get(0)?,
-            max: r.get(1)?,
-            reserve: r.get(2)?,
-            fresh_weight: r.get::<_, i64>(3)?.max(1),
-            recovery_weight: r.get::<_, i64>(4)?.max(1),
-            fifo: r.get(5)?,
-            paused_until: r.get(6)?,
-            recovery_limit: r.get(7)?,
-            fresh_pass: r.get(8)?,
-            recovery_pass: r.get(9)?,
-            in_fresh: r.get(10)?,
-            in_recovery: r.get(11)?,
-            ready: r.get(12)?,
-        });
-    }
-    Ok((out, next_waiting))
-}
-
 /// The most slots the recovery lane may hold: all but the reserve (always at least one),
 /// and during a slow start no more than its current limit.
 pub(in crate::store) fn recovery_cap(s: &State) -> i64 {
@@ -259,39 +274,100 @@ pub(in crate::store) fn interleave(
     out
 }
 
-fn candidates(c: &Connection, provider: &str, fresh: i64, recovery: i64) -> Result<Vec<Candidate>, StoreError> {
-    let mut stmt = c.prepare_cached(CANDIDATES)?;
-    let rows = stmt.query_map(params![provider, fresh, recovery], |r| {
-        Ok(Candidate {
-            id: r.get(0)?,
-            task_id: r.get(1)?,
-            lane: Lane::parse(&r.get::<_, String>(2)?),
-            pass: r.get(3)?,
-            due_at: r.get::<_, Option<Millis>>(4)?.unwrap_or(0),
-            resumed: r.get(5)?,
-        })
-    })?;
-    rows.map(|r| r.map_err(StoreError::from)).collect()
-}
-
-pub(in crate::store) fn json_ids<'a>(ids: impl Iterator<Item = &'a str>) -> String {
+/// A list of ids as one JSON array (bound as one parameter; see [`in_ids`]).
+fn json_ids<'a>(ids: impl Iterator<Item = &'a str>) -> String {
     Value::Array(ids.map(|s| Value::String(s.to_string())).collect()).to_string()
 }
 
+/// PostgreSQL's cluster-wide capacity lock (a hook; nothing under SQLite's single writer):
+/// every `providers` row, locked in name order before the slots in use are counted, so nodes
+/// dispatching at once count the same slots and advance the same lane places one after the
+/// other. Held to the end of the dispatch's transaction.
+fn lock_providers(tx: &mut dyn Tx) -> Result<(), StoreError> {
+    if tx.locking() {
+        tx.rows("SELECT name FROM providers ORDER BY name FOR UPDATE", &[])?;
+    }
+    Ok(())
+}
+
+/// The candidates statement of the dialect (a hook): [`CANDIDATES`] under SQLite's single
+/// writer; [`PG_CANDIDATES`] on PostgreSQL, whose rows are locked and skipped when another
+/// operation holds them, so no envelope is claimed twice and no dispatch waits on a row.
+fn candidates_sql(tx: &dyn Tx) -> &'static str {
+    by_dialect(tx, CANDIDATES, PG_CANDIDATES)
+}
+
+/// Every provider's dispatch state (rows of [`PROVIDERS_STATE`]) and the earliest waiting due
+/// time.
+fn states(tx: &mut dyn Tx) -> Result<(Vec<State>, Option<Millis>), StoreError> {
+    let mut next_waiting = None;
+    let mut out = Vec::new();
+    for r in tx.rows(PROVIDERS_STATE, &[])? {
+        next_waiting = r.get(13)?;
+        out.push(State {
+            name: r.get(0)?,
+            max: r.get(1)?,
+            reserve: r.get(2)?,
+            fresh_weight: r.get::<i64>(3)?.max(1),
+            recovery_weight: r.get::<i64>(4)?.max(1),
+            fifo: r.get(5)?,
+            paused_until: r.get(6)?,
+            recovery_limit: r.get(7)?,
+            fresh_pass: r.get(8)?,
+            recovery_pass: r.get(9)?,
+            in_fresh: r.get(10)?,
+            in_recovery: r.get(11)?,
+            ready: r.get(12)?,
+        });
+    }
+    Ok((out, next_waiting))
+}
+
+/// The first `fresh` ready envelopes of `provider`'s fresh lane and `recovery` of its recovery
+/// lane (locked on PostgreSQL), split by lane.
+fn candidates(
+    tx: &mut dyn Tx,
+    provider: &str,
+    fresh: i64,
+    recovery: i64,
+) -> Result<(Vec<Candidate>, Vec<Candidate>), StoreError> {
+    let sql = candidates_sql(tx);
+    let mut out = (Vec::new(), Vec::new());
+    for r in tx.rows(sql, &[&provider, &fresh, &recovery])? {
+        let c = Candidate {
+            id: r.get(0)?,
+            task_id: r.get(1)?,
+            lane: Lane::parse(&r.get::<String>(2)?),
+            pass: r.get(3)?,
+            due_at: r.get::<Option<Millis>>(4)?.unwrap_or(0),
+            resumed: r.get(5)?,
+        };
+        match c.lane {
+            Lane::Fresh => out.0.push(c),
+            Lane::Recovery => out.1.push(c),
+        }
+    }
+    Ok(out)
+}
+
 /// The dispatcher's operation (see the module docs): claim up to `limit` ready envelopes for
-/// free provider slots, each with a lease of `lease_ms` for process run `boot`, and say when to
-/// look again.
+/// free provider slots, each with a lease of `lease_ms` for process run `boot` of `node` (the
+/// PostgreSQL node taking the leases; `None` on SQLite, whose leases name only the run), and
+/// say when to look again.
 pub(in crate::store) fn dispatch_due(
-    c: &Connection,
+    tx: &mut dyn Tx,
     now: Millis,
     limit: usize,
     lease_ms: Millis,
     boot: &str,
+    node: Option<&str>,
 ) -> Result<DispatchBatch, StoreError> {
-    let (mut provs, mut next_waiting) = states(c)?;
+    lock_providers(tx)?;
+    let (mut provs, mut next_waiting) = states(tx)?;
     if next_waiting.is_some_and(|d| d <= now) {
-        c.prepare_cached(&PROMOTE)?.execute([now])?;
-        (provs, next_waiting) = states(c)?;
+        let sql = PROMOTE.get(tx);
+        tx.exec(sql, &[&now])?;
+        (provs, next_waiting) = states(tx)?;
     }
     let mut next_due = next_waiting;
     let mut left = limit;
@@ -300,8 +376,7 @@ pub(in crate::store) fn dispatch_due(
     for mut s in provs {
         let before = (s.paused_until, s.recovery_limit, s.fresh_pass, s.recovery_pass);
         if let Some((n, rec_room)) = plan_provider(&mut s, now, left, &mut next_due) {
-            let (fresh, recovery): (Vec<_>, Vec<_>) =
-                candidates(c, &s.name, n, rec_room)?.into_iter().partition(|x| x.lane == Lane::Fresh);
+            let (fresh, recovery) = candidates(tx, &s.name, n, rec_room)?;
             let chosen = interleave(&mut s, fresh, recovery, n as usize);
             left -= chosen.len();
             if s.recovery_limit.is_some() && !chosen.is_empty() {
@@ -310,157 +385,274 @@ pub(in crate::store) fn dispatch_due(
             picked.extend(chosen);
         }
         if (s.paused_until, s.recovery_limit, s.fresh_pass, s.recovery_pass) != before {
-            c.prepare_cached(
+            tx.exec(
                 "UPDATE providers SET paused_until = ?2, recovery_limit = ?3, fresh_pass = ?4, recovery_pass = ?5
                  WHERE name = ?1",
-            )?
-            .execute(params![s.name, s.paused_until, s.recovery_limit, s.fresh_pass, s.recovery_pass])?;
+                &[&s.name, &s.paused_until, &s.recovery_limit, &s.fresh_pass, &s.recovery_pass],
+            )?;
         }
     }
     if picked.is_empty() {
         return Ok(DispatchBatch { claims: Vec::new(), next_due });
     }
-    claim_picked(c, &picked, &slow_start, now, lease_ms, boot).map(|claims| DispatchBatch { claims, next_due })
+    let claims = claim_picked(tx, &picked, &slow_start, now, &Lease { ms: lease_ms, boot, node })?;
+    Ok(DispatchBatch { claims, next_due })
 }
 
-/// What a claim reads back per envelope.
-type ClaimRow = (String, String, String, i64, String, String, String, bool, Millis, Option<String>);
+/// Who takes the leases of one dispatch.
+struct Lease<'a> {
+    /// How long a lease lasts.
+    ms: Millis,
+    /// The process run taking them.
+    boot: &'a str,
+    /// The PostgreSQL node taking them (`None` on SQLite).
+    node: Option<&'a str>,
+}
 
-/// Claim the picked envelopes: lease them (one statement), adopt the running executions of
-/// resumed calls, open new executions for the rest (one statement), mark the tasks `running`
-/// (one statement), and read everything a worker needs back (one statement).
+// The claim's statements, built once per dialect. Where the two differ (a hook each): a list
+// of ids is bound as one JSON array, which SQLite reads with `json_each` and PostgreSQL turns
+// into an array for `= ANY` ([`in_ids`]); PostgreSQL's leases and executions also name the node
+// holding them (`lease_node`, `node_id`: bound as the last parameter, on PostgreSQL only —
+// [`node_sql`], [`with_node`]); and an execution token is drawn by each database's own random
+// function.
+
+/// Lease the picked envelopes: `?1` now, `?2` the lease token, `?3` its length, `?4` the run,
+/// `?5` the envelope ids (`?6` the node).
+static LEASE: PerDialect = PerDialect::new(lease_sql);
+
+fn lease_sql(d: Dialect) -> String {
+    format!(
+        "UPDATE envelopes SET status = 'sent', sent_at = ?1, send_count = send_count + 1, lease_token = ?2,
+                lease_expires_at = CAST(?1 AS BIGINT) + CAST(?3 AS BIGINT), lease_boot = ?4, pass = NULL,
+                budget_hold = false{node}
+         WHERE id {ids} AND status = 'pending'",
+        ids = in_ids(d, "?5"),
+        node = node_sql(d, ", lease_node = ?6"),
+    )
+}
+
+/// Adopt the running executions of resumed calls: `?1` now, `?2` the run, `?3` the task ids
+/// (`?4` the node).
+static ADOPT: PerDialect = PerDialect::new(adopt_sql);
+
+fn adopt_sql(d: Dialect) -> String {
+    format!(
+        "UPDATE executions SET boot_id = ?2, heartbeat_at = ?1{node}
+         WHERE status = 'running' AND task_id {ids}",
+        ids = in_ids(d, "?3"),
+        node = node_sql(d, ", node_id = ?4"),
+    )
+}
+
+/// Open an execution for each of the other tasks: `?1` now, `?2` the run, `?3` the task ids
+/// (`?4` the node). The provider key is `store::provider_key(task, attempt)`, written in SQL.
+static OPEN: PerDialect = PerDialect::new(open_sql);
+
+fn open_sql(d: Dialect) -> String {
+    format!(
+        "INSERT INTO executions (token, task_id, attempt, status, phase, idempotency_key, boot_id, heartbeat_at,
+                                 started_at{node_column})
+         SELECT {token}, t.id, t.attempts + 1, 'running', 'claimed',
+                'tally-' || t.id || '-' || (t.attempts + 1), ?2, ?1, ?1{node}
+         FROM tasks t WHERE t.id {ids}",
+        token = match d {
+            Dialect::Sqlite => "lower(hex(randomblob(16)))",
+            Dialect::Postgres => "CAST(gen_random_uuid() AS TEXT)",
+        },
+        ids = in_ids(d, "?3"),
+        node_column = node_sql(d, ", node_id"),
+        node = node_sql(d, ", ?4"),
+    )
+}
+
+/// Mark the tasks `running`: `?1` now, `?2` the task ids.
+static RUNNING: PerDialect = PerDialect::new(running_sql);
+
+fn running_sql(d: Dialect) -> String {
+    format!(
+        "UPDATE tasks SET status = 'running', reason = NULL, failure_kind = NULL, updated_at = ?1 WHERE id {ids}",
+        ids = in_ids(d, "?2")
+    )
+}
+
+/// Everything a worker needs, per claimed envelope: `?1` the envelope ids, `?2` the lease token.
+static READ: PerDialect = PerDialect::new(read_sql);
+
+fn read_sql(d: Dialect) -> String {
+    format!(
+        "SELECT e.id, e.task_id, e.provider, e.send_count, e.lane, t.prompt, t.params, t.cancel_requested,
+                t.created_at, t.set_id, x.token, x.phase, x.provider_job_id, x.provider_handle, x.idempotency_key,
+                x.calling_at, x.attempt, t.candidate
+         FROM envelopes e JOIN tasks t ON t.id = e.task_id
+              JOIN executions x ON x.task_id = e.task_id AND x.status = 'running'
+         WHERE e.id {ids} AND e.lease_token = ?2",
+        ids = in_ids(d, "?1")
+    )
+}
+
+/// `IN` a JSON array of ids bound as parameter `p`, in the dialect.
+fn in_ids(d: Dialect, p: &str) -> String {
+    match d {
+        Dialect::Sqlite => format!("IN (SELECT value FROM json_each({p}))"),
+        Dialect::Postgres => {
+            format!("= ANY (ARRAY(SELECT jsonb_array_elements_text(CAST(CAST({p} AS TEXT) AS jsonb))))")
+        }
+    }
+}
+
+/// `sql` on PostgreSQL (whose leases and executions name the node), nothing on SQLite.
+fn node_sql(d: Dialect, sql: &str) -> &str {
+    match d {
+        Dialect::Sqlite => "",
+        Dialect::Postgres => sql,
+    }
+}
+
+/// A statement's parameters, with the node last on PostgreSQL (whose leases name it).
+fn with_node<'a>(tx: &dyn Tx, p: &[&'a dyn Param], node: &'a Option<&'a str>) -> Vec<&'a dyn Param> {
+    let mut out = p.to_vec();
+    if tx.dialect() == Dialect::Postgres {
+        out.push(node);
+    }
+    out
+}
+
+/// Claim the picked envelopes (a few statements for the whole batch, however many it holds):
+/// take their leases and executions ([`lease_and_open`]), read back what their workers need
+/// ([`read_claims`]), and hand them out in the order they were picked, each resumed call noted
+/// on its task's timeline.
 fn claim_picked(
-    c: &Connection,
+    tx: &mut dyn Tx,
     picked: &[Candidate],
     slow_start: &[String],
     now: Millis,
-    lease_ms: Millis,
-    boot: &str,
+    lease: &Lease<'_>,
 ) -> Result<Vec<Claim>, StoreError> {
-    let lease = uuid::Uuid::new_v4().to_string();
+    let token = uuid::Uuid::new_v4().to_string();
     let envelopes = json_ids(picked.iter().map(|p| p.id.as_str()));
-    let tasks = json_ids(picked.iter().map(|p| p.task_id.as_str()));
-    c.prepare_cached(
-        "UPDATE envelopes SET status = 'sent', sent_at = ?1, send_count = send_count + 1, lease_token = ?2,
-                lease_expires_at = ?1 + ?3, lease_boot = ?4, pass = NULL, budget_hold = 0
-         WHERE id IN (SELECT value FROM json_each(?5)) AND status = 'pending'",
-    )?
-    .execute(params![now, lease, lease_ms, boot, envelopes])?;
-    let resumed: Vec<&Candidate> = picked.iter().filter(|p| p.resumed).collect();
-    if !resumed.is_empty() {
-        let ids = json_ids(resumed.iter().map(|p| p.task_id.as_str()));
-        c.prepare_cached(
-            "UPDATE executions SET boot_id = ?2, heartbeat_at = ?1
-             WHERE status = 'running' AND task_id IN (SELECT value FROM json_each(?3))",
-        )?
-        .execute(params![now, boot, ids])?;
-    }
-    if resumed.len() < picked.len() {
-        let ids = json_ids(picked.iter().filter(|p| !p.resumed).map(|p| p.task_id.as_str()));
-        // The provider key is `store::provider_key(task, attempt)`, written in SQL.
-        c.prepare_cached(
-            "INSERT INTO executions (token, task_id, attempt, status, phase, idempotency_key, boot_id, heartbeat_at, started_at)
-             SELECT lower(hex(randomblob(16))), t.id, t.attempts + 1, 'running', 'claimed',
-                    'tally-' || t.id || '-' || (t.attempts + 1), ?2, ?1, ?1
-             FROM tasks t WHERE t.id IN (SELECT value FROM json_each(?3))",
-        )?
-        .execute(params![now, boot, ids])?;
-    }
-    c.prepare_cached(
-        "UPDATE tasks SET status = 'running', reason = NULL, failure_kind = NULL, updated_at = ?1
-         WHERE id IN (SELECT value FROM json_each(?2))",
-    )?
-    .execute(params![now, tasks])?;
-    let mut by_task: std::collections::HashMap<String, Claim> = std::collections::HashMap::new();
-    {
-        let mut stmt = c.prepare_cached(
-            "SELECT e.id, e.task_id, e.provider, e.send_count, e.lane, t.prompt, t.params, t.cancel_requested, t.created_at,
-                    t.set_id, x.token, x.phase, x.provider_job_id, x.provider_handle, x.idempotency_key, x.calling_at,
-                    x.attempt, t.candidate
-             FROM envelopes e JOIN tasks t ON t.id = e.task_id
-                  JOIN executions x ON x.task_id = e.task_id AND x.status = 'running'
-             WHERE e.id IN (SELECT value FROM json_each(?1)) AND e.lease_token = ?2",
-        )?;
-        let mut rows = stmt.query(params![envelopes, lease])?;
-        while let Some(r) = rows.next()? {
-            let head: ClaimRow = (
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                r.get(4)?,
-                r.get(5)?,
-                r.get(6)?,
-                r.get(7)?,
-                r.get(8)?,
-                r.get(9)?,
-            );
-            let (envelope_id, task_id, provider, send_count, lane, prompt, params_text, cancel, created_at, set_id) =
-                head;
-            let phase = Phase::parse(&r.get::<_, String>(11)?).unwrap_or(Phase::Calling);
-            let claim = Claim {
-                execution_token: r.get(10)?,
-                lease_token: lease.clone(),
-                envelope_id,
-                send_count,
-                lane: Lane::parse(&lane),
-                slow_start: slow_start.contains(&provider),
-                task_id: task_id.clone(),
-                provider,
-                prompt,
-                params: serde_json::from_str(&params_text).unwrap_or(Value::Null),
-                candidate: r.get(17)?,
-                attempt: r.get(16)?,
-                phase,
-                job_id: r.get(12)?,
-                job_handle: if phase == Phase::Accepted { r.get(13)? } else { None },
-                idempotency_key: r.get(14)?,
-                calling_at: r.get(15)?,
-                resumed: phase != Phase::Claimed,
-                cancel_requested: cancel,
-                created_at,
-                due_at: 0,
-                references: Vec::new(),
-            };
-            let claim = match set_id {
-                Some(set) => Claim { references: crate::store::sets::references_of_set(c, &set)?, ..claim },
-                None => claim,
-            };
-            by_task.insert(task_id, claim);
-        }
-    }
+    lease_and_open(tx, picked, &envelopes, &token, now, lease)?;
+    let mut by_task = read_claims(tx, &envelopes, &token, slow_start)?;
     let mut out = Vec::with_capacity(picked.len());
     for p in picked {
         let Some(mut claim) = by_task.remove(&p.task_id) else { continue };
         claim.due_at = p.due_at;
         if claim.resumed {
-            let how = match claim.phase {
-                Phase::Accepted => "polling the job the provider already accepted, instead of sending again",
-                _ => "recovering the earlier call without blindly sending it again",
-            };
-            let msg = format!("attempt {} resumed: {how}", claim.attempt);
-            event(c, &claim.task_id, now, Actor::Worker, "resumed", &msg, Some(&claim.execution_token))?;
+            let msg = resumed_message(claim.attempt, claim.phase);
+            event(tx, &claim.task_id, now, Actor::Worker, "resumed", &msg, Some(&claim.execution_token))?;
         }
         out.push(claim);
     }
     Ok(out)
 }
 
-impl SqliteStore {
-    /// Claim ready envelopes for free provider slots (see the module docs). An ordered commit
-    /// ([`super::Commit::Ordered`]): nothing leaves for a provider before the next durable one
-    /// (`record_calling`, whose fsync covers the claim too); if a power loss erases it, the
-    /// envelopes are simply still `pending`.
-    pub async fn dispatch_due(
-        &self,
-        now: Millis,
-        limit: usize,
-        lease_ms: Millis,
-        boot: &str,
-    ) -> Result<DispatchBatch, StoreError> {
-        let boot = boot.to_string();
-        self.write_ordered(move |c| dispatch_due(c, now, limit, lease_ms, &boot)).await
+/// The writes of a claim: lease the envelopes (token `token`), adopt the running executions of
+/// resumed calls, open new executions for the rest, and mark the tasks `running` — one
+/// statement each.
+fn lease_and_open(
+    tx: &mut dyn Tx,
+    picked: &[Candidate],
+    envelopes: &str,
+    token: &str,
+    now: Millis,
+    lease: &Lease<'_>,
+) -> Result<(), StoreError> {
+    let (boot, node) = (lease.boot, &lease.node);
+    let sql = LEASE.get(tx);
+    let p = with_node(tx, &[&now, &token, &lease.ms, &boot, &envelopes], node);
+    tx.exec(sql, &p)?;
+    let (resumed, fresh): (Vec<&Candidate>, Vec<&Candidate>) = picked.iter().partition(|p| p.resumed);
+    for (group, statement) in [(&resumed, &ADOPT), (&fresh, &OPEN)] {
+        if !group.is_empty() {
+            let ids = json_ids(group.iter().map(|p| p.task_id.as_str()));
+            let sql = statement.get(tx);
+            let p = with_node(tx, &[&now, &boot, &ids], node);
+            tx.exec(sql, &p)?;
+        }
     }
+    let tasks = json_ids(picked.iter().map(|p| p.task_id.as_str()));
+    let sql = RUNNING.get(tx);
+    tx.exec(sql, &[&now, &tasks])?;
+    Ok(())
+}
+
+/// The claims leased with `token`, by task (`due_at` not yet set), with their set's reference
+/// images.
+fn read_claims(
+    tx: &mut dyn Tx,
+    envelopes: &str,
+    token: &str,
+    slow_start: &[String],
+) -> Result<HashMap<String, Claim>, StoreError> {
+    let sql = READ.get(tx);
+    let mut by_task = HashMap::new();
+    for r in tx.rows(sql, &[&envelopes, &token])? {
+        let mut claim = claim_of(&r, token, slow_start)?;
+        if let Some(set) = r.get::<Option<String>>(9)? {
+            claim.references = references_of_set(tx, &set)?;
+        }
+        by_task.insert(claim.task_id.clone(), claim);
+    }
+    Ok(by_task)
+}
+
+/// A claim from a row of [`READ`] (its references and due time left empty).
+fn claim_of(r: &Row, token: &str, slow_start: &[String]) -> Result<Claim, StoreError> {
+    let phase = Phase::parse(&r.get::<String>(11)?).unwrap_or(Phase::Calling);
+    let provider: String = r.get(2)?;
+    Ok(Claim {
+        execution_token: r.get(10)?,
+        lease_token: token.to_string(),
+        envelope_id: r.get(0)?,
+        send_count: r.get(3)?,
+        lane: Lane::parse(&r.get::<String>(4)?),
+        slow_start: slow_start.contains(&provider),
+        task_id: r.get(1)?,
+        provider,
+        prompt: r.get(5)?,
+        params: serde_json::from_str(&r.get::<String>(6)?).unwrap_or(Value::Null),
+        candidate: r.get(17)?,
+        attempt: r.get(16)?,
+        phase,
+        job_id: r.get(12)?,
+        job_handle: if phase == Phase::Accepted { r.get(13)? } else { None },
+        idempotency_key: r.get(14)?,
+        calling_at: r.get(15)?,
+        resumed: phase != Phase::Claimed,
+        cancel_requested: r.get(7)?,
+        created_at: r.get(8)?,
+        due_at: 0,
+        references: Vec::new(),
+    })
+}
+
+/// The timeline line of a claim that adopted an earlier worker's call of `attempt` in `phase`.
+fn resumed_message(attempt: i64, phase: Phase) -> String {
+    let how = match phase {
+        Phase::Accepted => "polling the job the provider already accepted, instead of sending again",
+        _ => "recovering the earlier call without blindly sending it again",
+    };
+    format!("attempt {attempt} resumed: {how}")
+}
+
+/// An image set's reference images, in order (what a claim of one of its shots sends). A local
+/// copy of `store::sets::references_of_set` over [`Tx`], until the sets family is ported.
+fn references_of_set(tx: &mut dyn Tx, set: &str) -> Result<Vec<UploadView>, StoreError> {
+    tx.rows(
+        "SELECT u.id, u.sha256, u.bytes, u.media_type, u.created_at
+         FROM set_references r JOIN uploads u ON u.id = r.upload_id WHERE r.set_id = ?1 ORDER BY r.position",
+        &[&set],
+    )?
+    .iter()
+    .map(|r| {
+        Ok(UploadView {
+            id: r.get(0)?,
+            sha256: r.get(1)?,
+            bytes: r.get(2)?,
+            media_type: r.get(3)?,
+            created_at: r.get(4)?,
+        })
+    })
+    .collect()
 }
 
 /// The dispatch statements' query plans (`EXPLAIN QUERY PLAN`), for the benchmark report and
@@ -471,7 +663,7 @@ pub fn dispatch_plans(c: &Connection) -> Result<Vec<String>, StoreError> {
         ("providers and slots in use", PROVIDERS_STATE.to_string()),
         ("ready envelopes of both lanes", CANDIDATES.replace("?1", "'p'").replace("?2", "8").replace("?3", "8")),
         ("a ready envelope's place", format!("SELECT {waiting}")),
-        ("promotion of due waiting envelopes", PROMOTE.replace("?1", "1")),
+        ("promotion of due waiting envelopes", promote_sql(Dialect::Sqlite).replace("?1", "1")),
     ];
     let mut out = Vec::new();
     for (name, q) in queries {
@@ -492,12 +684,16 @@ impl SqliteStore {
 
 #[cfg(test)]
 mod tests {
+    use super::super::{NewTask, ProviderSlots};
     use super::*;
 
     async fn store_with(backlog: usize) -> (SqliteStore, std::path::PathBuf) {
         let dir = std::env::temp_dir().join(format!("tally-dispatch-{}", uuid::Uuid::new_v4()));
         let store = SqliteStore::open(&dir.join("tally.db"), crate::config::Durability::Normal).expect("open");
-        store.configure_providers(vec![ProviderSlots::new("p", 8)]).await.expect("configure");
+        crate::store::Store::from(store.clone())
+            .configure_providers(vec![ProviderSlots::new("p", 8)])
+            .await
+            .expect("configure");
         store
             .write(move |c| {
                 for i in 0..backlog {
@@ -524,7 +720,7 @@ mod tests {
                 for sql in [PROVIDERS_STATE, CANDIDATES] {
                     c.prepare_cached(sql)?.reset_status(rusqlite::StatementStatus::VmStep);
                 }
-                let batch = dispatch_due(c, now, 1, 60_000, "b")?;
+                let batch = dispatch_due(&mut crate::store::sqlite_tx::SqliteTx::new(c), now, 1, 60_000, "b", None)?;
                 assert_eq!(batch.claims.len(), 1);
                 let mut steps = 0;
                 for sql in [PROVIDERS_STATE, CANDIDATES] {

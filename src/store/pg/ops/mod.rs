@@ -9,7 +9,6 @@
 //! the worker's lease token. Zero rows means the worker lost its right; the operation
 //! returns [`StoreError::Fenced`] and writes nothing.
 
-mod dispatch;
 mod exec;
 mod recovery;
 
