@@ -31,21 +31,18 @@
 //! `providers` rows locked first, so nodes dispatching together count the same slots in use and
 //! advance the same lane places one after the other), [`candidates_sql`] (PostgreSQL takes the
 //! candidates `FOR UPDATE SKIP LOCKED`: a row another operation holds is skipped, never waited
-//! for), and the claim's statements (`LEASE`, `ADOPT`, `OPEN`, `RUNNING`, `READ`: how a list of ids is
-//! bound, the node a lease names, how an execution token is drawn). The decisions (`plan_provider`, `interleave`) are
+//! for), and the claim's statements (`store::ops::claim`: how a list of ids is bound, the node a
+//! lease names, how an execution token is drawn). The decisions (`plan_provider`, `interleave`) are
 //! pure functions, so both backends decide alike.
 
-use std::collections::HashMap;
-
 use rusqlite::Connection;
-use serde_json::Value;
 
-use super::common::{PerDialect, by_dialect, event};
-use super::{Claim, DispatchBatch, Lane, SqliteStore};
-use crate::domain::{Actor, Millis, Phase};
+use super::claim::{self, Lease};
+use super::common::{PerDialect, by_dialect};
+use super::{DispatchBatch, Lane, SqliteStore};
+use crate::domain::Millis;
 use crate::store::StoreError;
-use crate::store::UploadView;
-use crate::store::tx::{Dialect, Param, Row, Tx};
+use crate::store::tx::{Dialect, Tx};
 
 /// The distance between two consecutive ready envelopes of one fairness key.
 pub(in crate::store) const STRIDE: i64 = 1000;
@@ -149,10 +146,10 @@ pub(super) fn greatest(d: Dialect) -> &'static str {
     }
 }
 
-/// One provider's dispatch state (a row of [`PROVIDERS_STATE`]; the PostgreSQL backend reads
-/// the same). The decisions on it ([`plan_provider`]) are shared by both backends.
+/// One provider's dispatch state (a row of [`PROVIDERS_STATE`]). The decisions on it
+/// ([`plan_provider`], [`interleave`]) are pure functions.
 #[derive(Debug, Clone)]
-pub(in crate::store) struct State {
+struct State {
     pub name: String,
     pub max: i64,
     pub reserve: i64,
@@ -170,7 +167,7 @@ pub(in crate::store) struct State {
 
 /// A ready envelope offered to the lane interleave.
 #[derive(Debug, Clone)]
-pub(in crate::store) struct Candidate {
+pub(super) struct Candidate {
     pub id: String,
     pub task_id: String,
     pub lane: Lane,
@@ -183,12 +180,7 @@ pub(in crate::store) struct Candidate {
 /// (`None`: nothing — paused, saturated or nothing ready), after applying a circuit that
 /// closed (the slow start begins). Extends `next_due` with the end of a pause that holds ready
 /// work back.
-pub(in crate::store) fn plan_provider(
-    s: &mut State,
-    now: Millis,
-    left: usize,
-    next_due: &mut Option<Millis>,
-) -> Option<(i64, i64)> {
+fn plan_provider(s: &mut State, now: Millis, left: usize, next_due: &mut Option<Millis>) -> Option<(i64, i64)> {
     match s.paused_until {
         Some(until) if until > now => {
             if s.ready {
@@ -214,7 +206,7 @@ pub(in crate::store) fn plan_provider(
 
 /// The most slots the recovery lane may hold: all but the reserve (always at least one),
 /// and during a slow start no more than its current limit.
-pub(in crate::store) fn recovery_cap(s: &State) -> i64 {
+fn recovery_cap(s: &State) -> i64 {
     let cap = (s.max - s.reserve).max(1);
     match s.recovery_limit {
         Some(l) => cap.min(l.max(1)),
@@ -230,12 +222,7 @@ pub(in crate::store) fn recovery_cap(s: &State) -> i64 {
 /// for one recovery dispatch at most, and from then on the lanes share 4 : 1 — the recovery
 /// lane gets its share at every moment both lanes have work, not only under a sustained burst.
 /// Updates the places.
-pub(in crate::store) fn interleave(
-    s: &mut State,
-    fresh: Vec<Candidate>,
-    recovery: Vec<Candidate>,
-    n: usize,
-) -> Vec<Candidate> {
+fn interleave(s: &mut State, fresh: Vec<Candidate>, recovery: Vec<Candidate>, n: usize) -> Vec<Candidate> {
     if s.fifo {
         let mut all: Vec<Candidate> = fresh.into_iter().chain(recovery).collect();
         all.sort_by(|a, b| (a.pass, &a.id).cmp(&(b.pass, &b.id)));
@@ -272,11 +259,6 @@ pub(in crate::store) fn interleave(
     s.fresh_pass -= low;
     s.recovery_pass -= low;
     out
-}
-
-/// A list of ids as one JSON array (bound as one parameter; see [`in_ids`]).
-fn json_ids<'a>(ids: impl Iterator<Item = &'a str>) -> String {
-    Value::Array(ids.map(|s| Value::String(s.to_string())).collect()).to_string()
 }
 
 /// PostgreSQL's cluster-wide capacity lock (a hook; nothing under SQLite's single writer):
@@ -395,264 +377,8 @@ pub(in crate::store) fn dispatch_due(
     if picked.is_empty() {
         return Ok(DispatchBatch { claims: Vec::new(), next_due });
     }
-    let claims = claim_picked(tx, &picked, &slow_start, now, &Lease { ms: lease_ms, boot, node })?;
+    let claims = claim::claim_picked(tx, &picked, &slow_start, now, &Lease { ms: lease_ms, boot, node })?;
     Ok(DispatchBatch { claims, next_due })
-}
-
-/// Who takes the leases of one dispatch.
-struct Lease<'a> {
-    /// How long a lease lasts.
-    ms: Millis,
-    /// The process run taking them.
-    boot: &'a str,
-    /// The PostgreSQL node taking them (`None` on SQLite).
-    node: Option<&'a str>,
-}
-
-// The claim's statements, built once per dialect. Where the two differ (a hook each): a list
-// of ids is bound as one JSON array, which SQLite reads with `json_each` and PostgreSQL turns
-// into an array for `= ANY` ([`in_ids`]); PostgreSQL's leases and executions also name the node
-// holding them (`lease_node`, `node_id`: bound as the last parameter, on PostgreSQL only —
-// [`node_sql`], [`with_node`]); and an execution token is drawn by each database's own random
-// function.
-
-/// Lease the picked envelopes: `?1` now, `?2` the lease token, `?3` its length, `?4` the run,
-/// `?5` the envelope ids (`?6` the node).
-static LEASE: PerDialect = PerDialect::new(lease_sql);
-
-fn lease_sql(d: Dialect) -> String {
-    format!(
-        "UPDATE envelopes SET status = 'sent', sent_at = ?1, send_count = send_count + 1, lease_token = ?2,
-                lease_expires_at = CAST(?1 AS BIGINT) + CAST(?3 AS BIGINT), lease_boot = ?4, pass = NULL,
-                budget_hold = false{node}
-         WHERE id {ids} AND status = 'pending'",
-        ids = in_ids(d, "?5"),
-        node = node_sql(d, ", lease_node = ?6"),
-    )
-}
-
-/// Adopt the running executions of resumed calls: `?1` now, `?2` the run, `?3` the task ids
-/// (`?4` the node).
-static ADOPT: PerDialect = PerDialect::new(adopt_sql);
-
-fn adopt_sql(d: Dialect) -> String {
-    format!(
-        "UPDATE executions SET boot_id = ?2, heartbeat_at = ?1{node}
-         WHERE status = 'running' AND task_id {ids}",
-        ids = in_ids(d, "?3"),
-        node = node_sql(d, ", node_id = ?4"),
-    )
-}
-
-/// Open an execution for each of the other tasks: `?1` now, `?2` the run, `?3` the task ids
-/// (`?4` the node). The provider key is `store::provider_key(task, attempt)`, written in SQL.
-static OPEN: PerDialect = PerDialect::new(open_sql);
-
-fn open_sql(d: Dialect) -> String {
-    format!(
-        "INSERT INTO executions (token, task_id, attempt, status, phase, idempotency_key, boot_id, heartbeat_at,
-                                 started_at{node_column})
-         SELECT {token}, t.id, t.attempts + 1, 'running', 'claimed',
-                'tally-' || t.id || '-' || (t.attempts + 1), ?2, ?1, ?1{node}
-         FROM tasks t WHERE t.id {ids}",
-        token = match d {
-            Dialect::Sqlite => "lower(hex(randomblob(16)))",
-            Dialect::Postgres => "CAST(gen_random_uuid() AS TEXT)",
-        },
-        ids = in_ids(d, "?3"),
-        node_column = node_sql(d, ", node_id"),
-        node = node_sql(d, ", ?4"),
-    )
-}
-
-/// Mark the tasks `running`: `?1` now, `?2` the task ids.
-static RUNNING: PerDialect = PerDialect::new(running_sql);
-
-fn running_sql(d: Dialect) -> String {
-    format!(
-        "UPDATE tasks SET status = 'running', reason = NULL, failure_kind = NULL, updated_at = ?1 WHERE id {ids}",
-        ids = in_ids(d, "?2")
-    )
-}
-
-/// Everything a worker needs, per claimed envelope: `?1` the envelope ids, `?2` the lease token.
-static READ: PerDialect = PerDialect::new(read_sql);
-
-fn read_sql(d: Dialect) -> String {
-    format!(
-        "SELECT e.id, e.task_id, e.provider, e.send_count, e.lane, t.prompt, t.params, t.cancel_requested,
-                t.created_at, t.set_id, x.token, x.phase, x.provider_job_id, x.provider_handle, x.idempotency_key,
-                x.calling_at, x.attempt, t.candidate
-         FROM envelopes e JOIN tasks t ON t.id = e.task_id
-              JOIN executions x ON x.task_id = e.task_id AND x.status = 'running'
-         WHERE e.id {ids} AND e.lease_token = ?2",
-        ids = in_ids(d, "?1")
-    )
-}
-
-/// `IN` a JSON array of ids bound as parameter `p`, in the dialect.
-fn in_ids(d: Dialect, p: &str) -> String {
-    match d {
-        Dialect::Sqlite => format!("IN (SELECT value FROM json_each({p}))"),
-        Dialect::Postgres => {
-            format!("= ANY (ARRAY(SELECT jsonb_array_elements_text(CAST(CAST({p} AS TEXT) AS jsonb))))")
-        }
-    }
-}
-
-/// `sql` on PostgreSQL (whose leases and executions name the node), nothing on SQLite.
-fn node_sql(d: Dialect, sql: &str) -> &str {
-    match d {
-        Dialect::Sqlite => "",
-        Dialect::Postgres => sql,
-    }
-}
-
-/// A statement's parameters, with the node last on PostgreSQL (whose leases name it).
-fn with_node<'a>(tx: &dyn Tx, p: &[&'a dyn Param], node: &'a Option<&'a str>) -> Vec<&'a dyn Param> {
-    let mut out = p.to_vec();
-    if tx.dialect() == Dialect::Postgres {
-        out.push(node);
-    }
-    out
-}
-
-/// Claim the picked envelopes (a few statements for the whole batch, however many it holds):
-/// take their leases and executions ([`lease_and_open`]), read back what their workers need
-/// ([`read_claims`]), and hand them out in the order they were picked, each resumed call noted
-/// on its task's timeline.
-fn claim_picked(
-    tx: &mut dyn Tx,
-    picked: &[Candidate],
-    slow_start: &[String],
-    now: Millis,
-    lease: &Lease<'_>,
-) -> Result<Vec<Claim>, StoreError> {
-    let token = uuid::Uuid::new_v4().to_string();
-    let envelopes = json_ids(picked.iter().map(|p| p.id.as_str()));
-    lease_and_open(tx, picked, &envelopes, &token, now, lease)?;
-    let mut by_task = read_claims(tx, &envelopes, &token, slow_start)?;
-    let mut out = Vec::with_capacity(picked.len());
-    for p in picked {
-        let Some(mut claim) = by_task.remove(&p.task_id) else { continue };
-        claim.due_at = p.due_at;
-        if claim.resumed {
-            let msg = resumed_message(claim.attempt, claim.phase);
-            event(tx, &claim.task_id, now, Actor::Worker, "resumed", &msg, Some(&claim.execution_token))?;
-        }
-        out.push(claim);
-    }
-    Ok(out)
-}
-
-/// The writes of a claim: lease the envelopes (token `token`), adopt the running executions of
-/// resumed calls, open new executions for the rest, and mark the tasks `running` — one
-/// statement each.
-fn lease_and_open(
-    tx: &mut dyn Tx,
-    picked: &[Candidate],
-    envelopes: &str,
-    token: &str,
-    now: Millis,
-    lease: &Lease<'_>,
-) -> Result<(), StoreError> {
-    let (boot, node) = (lease.boot, &lease.node);
-    let sql = LEASE.get(tx);
-    let p = with_node(tx, &[&now, &token, &lease.ms, &boot, &envelopes], node);
-    tx.exec(sql, &p)?;
-    let (resumed, fresh): (Vec<&Candidate>, Vec<&Candidate>) = picked.iter().partition(|p| p.resumed);
-    for (group, statement) in [(&resumed, &ADOPT), (&fresh, &OPEN)] {
-        if !group.is_empty() {
-            let ids = json_ids(group.iter().map(|p| p.task_id.as_str()));
-            let sql = statement.get(tx);
-            let p = with_node(tx, &[&now, &boot, &ids], node);
-            tx.exec(sql, &p)?;
-        }
-    }
-    let tasks = json_ids(picked.iter().map(|p| p.task_id.as_str()));
-    let sql = RUNNING.get(tx);
-    tx.exec(sql, &[&now, &tasks])?;
-    Ok(())
-}
-
-/// The claims leased with `token`, by task (`due_at` not yet set), with their set's reference
-/// images.
-fn read_claims(
-    tx: &mut dyn Tx,
-    envelopes: &str,
-    token: &str,
-    slow_start: &[String],
-) -> Result<HashMap<String, Claim>, StoreError> {
-    let sql = READ.get(tx);
-    let mut by_task = HashMap::new();
-    for r in tx.rows(sql, &[&envelopes, &token])? {
-        let mut claim = claim_of(&r, token, slow_start)?;
-        if let Some(set) = r.get::<Option<String>>(9)? {
-            claim.references = references_of_set(tx, &set)?;
-        }
-        by_task.insert(claim.task_id.clone(), claim);
-    }
-    Ok(by_task)
-}
-
-/// A claim from a row of [`READ`] (its references and due time left empty).
-fn claim_of(r: &Row, token: &str, slow_start: &[String]) -> Result<Claim, StoreError> {
-    let phase = Phase::parse(&r.get::<String>(11)?).unwrap_or(Phase::Calling);
-    let provider: String = r.get(2)?;
-    Ok(Claim {
-        execution_token: r.get(10)?,
-        lease_token: token.to_string(),
-        envelope_id: r.get(0)?,
-        send_count: r.get(3)?,
-        lane: Lane::parse(&r.get::<String>(4)?),
-        slow_start: slow_start.contains(&provider),
-        task_id: r.get(1)?,
-        provider,
-        prompt: r.get(5)?,
-        params: serde_json::from_str(&r.get::<String>(6)?).unwrap_or(Value::Null),
-        candidate: r.get(17)?,
-        attempt: r.get(16)?,
-        phase,
-        job_id: r.get(12)?,
-        job_handle: if phase == Phase::Accepted { r.get(13)? } else { None },
-        idempotency_key: r.get(14)?,
-        calling_at: r.get(15)?,
-        resumed: phase != Phase::Claimed,
-        cancel_requested: r.get(7)?,
-        created_at: r.get(8)?,
-        due_at: 0,
-        references: Vec::new(),
-    })
-}
-
-/// The timeline line of a claim that adopted an earlier worker's call of `attempt` in `phase`.
-fn resumed_message(attempt: i64, phase: Phase) -> String {
-    let how = match phase {
-        Phase::Accepted => "polling the job the provider already accepted, instead of sending again",
-        _ => "recovering the earlier call without blindly sending it again",
-    };
-    format!("attempt {attempt} resumed: {how}")
-}
-
-/// An image set's reference images, in order (what a claim of one of its shots sends). A local
-/// copy of `store::sets::references_of_set` over [`Tx`], until the sets family is ported.
-fn references_of_set(tx: &mut dyn Tx, set: &str) -> Result<Vec<UploadView>, StoreError> {
-    tx.rows(
-        "SELECT u.id, u.sha256, u.bytes, u.media_type, u.created_at
-         FROM set_references r JOIN uploads u ON u.id = r.upload_id WHERE r.set_id = ?1 ORDER BY r.position",
-        &[&set],
-    )?
-    .iter()
-    .map(|r| {
-        Ok(UploadView {
-            id: r.get(0)?,
-            sha256: r.get(1)?,
-            bytes: r.get(2)?,
-            media_type: r.get(3)?,
-            created_at: r.get(4)?,
-        })
-    })
-    .collect()
 }
 
 /// The dispatch statements' query plans (`EXPLAIN QUERY PLAN`), for the benchmark report and
@@ -706,6 +432,70 @@ mod tests {
             .await
             .expect("backlog");
         (store, dir)
+    }
+
+    fn state(max: i64, reserve: i64) -> State {
+        State {
+            name: "p".into(),
+            max,
+            reserve,
+            fresh_weight: 4,
+            recovery_weight: 1,
+            fifo: false,
+            paused_until: None,
+            recovery_limit: None,
+            fresh_pass: 0,
+            recovery_pass: 0,
+            in_fresh: 0,
+            in_recovery: 0,
+            ready: true,
+        }
+    }
+
+    fn candidates_of(lane: Lane, n: usize) -> Vec<Candidate> {
+        (0..n)
+            .map(|i| Candidate {
+                id: format!("{lane:?}-{i}"),
+                task_id: format!("t-{lane:?}-{i}"),
+                lane,
+                pass: i as i64,
+                due_at: 0,
+                resumed: false,
+            })
+            .collect()
+    }
+
+    /// A paused provider gets nothing and wakes the dispatcher when its pause ends; once the
+    /// pause is over its recovery lane starts again at one call; a full provider gets nothing.
+    #[test]
+    fn a_pause_holds_a_provider_and_its_end_starts_the_slow_start() {
+        let mut next_due = Some(9_000);
+        let mut s = State { paused_until: Some(5_000), ..state(4, 1) };
+        assert_eq!(plan_provider(&mut s, 1_000, 10, &mut next_due), None);
+        assert_eq!(next_due, Some(5_000), "the pause's end is the next look");
+        assert_eq!(plan_provider(&mut s, 5_000, 10, &mut next_due), Some((4, 1)));
+        assert_eq!((s.paused_until, s.recovery_limit), (None, Some(1)));
+        let mut full = State { in_fresh: 3, in_recovery: 1, ..state(4, 1) };
+        assert_eq!(plan_provider(&mut full, 5_000, 10, &mut next_due), None);
+        let mut capped = State { in_recovery: 2, ..state(8, 2) };
+        assert_eq!(plan_provider(&mut capped, 5_000, 3, &mut next_due), Some((3, 3)), "2 of 6 recovery slots used");
+    }
+
+    /// With both lanes full the lanes share by weight (fresh 4 : recovery 1), recovery first on
+    /// the tie; a FIFO provider takes its candidates by place alone.
+    #[test]
+    fn lanes_share_by_weight_and_fifo_goes_by_place() {
+        let mut s = state(10, 1);
+        let out = interleave(&mut s, candidates_of(Lane::Fresh, 10), candidates_of(Lane::Recovery, 10), 10);
+        let lanes: Vec<Lane> = out.iter().map(|c| c.lane).collect();
+        assert_eq!(lanes.iter().filter(|l| **l == Lane::Recovery).count(), 2, "{lanes:?}");
+        assert_eq!(lanes[0], Lane::Recovery, "the tie goes to the recovery lane");
+        let mut fifo = State { fifo: true, ..state(10, 1) };
+        let mut recovery = candidates_of(Lane::Recovery, 2);
+        recovery[0].pass = -1;
+        let out = interleave(&mut fifo, candidates_of(Lane::Fresh, 2), recovery, 3);
+        let passes: Vec<i64> = out.iter().map(|c| c.pass).collect();
+        assert_eq!(passes, [-1, 0, 1]);
     }
 
     /// The VM steps a dispatch of one claim takes, summed over its statements.

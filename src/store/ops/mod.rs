@@ -13,6 +13,7 @@ use serde_json::Value;
 use super::blobs::{NewArtifact, insert_blob};
 use super::{SqliteStore, StoreError};
 
+mod claim;
 pub(in crate::store) mod common;
 pub(in crate::store) mod dispatch;
 mod exec;
