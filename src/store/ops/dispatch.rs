@@ -14,7 +14,7 @@
 //! **Order: lanes, then fairness keys, as index order.** A pending envelope is *waiting*
 //! (`pass` NULL, in `envelopes_waiting` by due time) or *ready* (`pass` set, in
 //! `envelopes_ready` by `(provider, lane, pass, id)`). It becomes ready when its due time has
-//! come — at submit, at a requeue, or at the dispatcher's next wake-up ([`promote`]) — and gets
+//! come — at submit, at a requeue, or at the dispatcher's next wake-up ([`PROMOTE`]) — and gets
 //! its place then ([`pass_sql`]): one [`STRIDE`] after the last ready envelope of its fairness
 //! key, but never before the lane's current head, so a new key starts at the front and a key
 //! with a 10,000-task backlog spreads its tasks far ahead (stride scheduling, as Temporal does).
@@ -22,7 +22,7 @@
 //! per lane (`providers.fresh_pass`, `recovery_pass`); a lane that has nothing to offer keeps no
 //! credit. The recovery lane may hold at most `max_concurrency − reserve` slots (at least one),
 //! and after a circuit closes its share starts at one call and grows by one with each success,
-//! halving on an overload answer ([`slow_start_feedback`]): 1, 2, 4, … calls per round. Every
+//! halving on an overload answer (`ops::slots::slow_start_feedback`): 1, 2, 4, … calls per round. Every
 //! read is an index range bounded by the number of free slots, so the cost of a dispatch does
 //! not grow with the backlog (`dispatch_cost_is_flat_with_a_backlog` shows the plans).
 //!
@@ -31,9 +31,9 @@
 //! `providers` rows locked first, so nodes dispatching together count the same slots in use and
 //! advance the same lane places one after the other), [`candidates_sql`] (PostgreSQL takes the
 //! candidates `FOR UPDATE SKIP LOCKED`: a row another operation holds is skipped, never waited
-//! for), and the claim's statements (`store::ops::claim`: how a list of ids is bound, the node a
-//! lease names, how an execution token is drawn). The decisions (`plan_provider`, `interleave`) are
-//! pure functions, so both backends decide alike.
+//! for), and the claim's statements (`store::ops::claim`: how a list of ids is bound, the node
+//! a lease names, how an execution token is drawn). The decisions ([`plan_provider`],
+//! [`interleave`]) are pure functions, so both backends decide alike.
 
 use rusqlite::Connection;
 
