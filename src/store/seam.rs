@@ -12,7 +12,7 @@
 //! | one writer per task (check-then-act is atomic) | the single writer thread (`store::mod`) | the task's envelope row lock first (`pg::ops::lock_task`), set row first for set decisions |
 //! | fencing | `ops::common::fence` (or its predicate inside the first write: `ops::exec`) inside the writer | the same, after the task lock (`Tx::lock_task`); `pg::ops::fence` for what is not yet ported |
 //! | recovery on current evidence | `ops::recovery::apply_recovery` re-checks `evidence_holds` in the applying transaction | the same, after the hook `ops::recovery::lock_envelopes` (the batch's envelopes locked in id order) |
-//! | a claim goes to one worker, only for a free slot | single writer | the providers rows locked first, then `FOR UPDATE SKIP LOCKED` in `dispatch_due` |
+//! | a claim goes to one worker, only for a free slot | single writer | the providers rows locked first (`ops::dispatch::lock_providers`), then the candidates `FOR UPDATE SKIP LOCKED` (`ops::dispatch::candidates_sql`) |
 //! | `calling` durable before the request | `synchronous = FULL` for durable batches | `synchronous_commit` on for durable ops (off for ordered ones) |
 //! | earlier runs are dead | the data-directory lock (`ops::recovery::Liveness::Process`) | the node's session advisory lock (`pg::node`), read by `ops::recovery::Liveness::Nodes` |
 //! | lease expiry clock | the engine's clock | the database's clock (`db_clock`) |
@@ -21,7 +21,7 @@
 //! | money is evidence (a charge needs a call) | `ops::settle_charge` + table CHECK | `pg::ops::settle_charge` + table CHECK |
 //! | one live retry per task and shot candidate | single writer (`ops::user::retry`) | the original's envelope lock, then its set row (`pg::ops::user::retry`) |
 //! | a choice names a succeeded candidate of its shot; more candidates join the set's one-at-a-time order | single writer (`choice::choose`, `choice::add_candidates`) | the set row locked first (`pg::choice`) |
-//! | provider capacity across the cluster | one process's slots | the capped dispatch under an advisory lock (`pg::ops::intake::dispatch_capped`) |
+//! | provider capacity across the cluster | the slots counted by the single writer (`ops::dispatch::dispatch_due`) | every `providers` row locked before the slots in use are counted (`ops::dispatch::lock_providers`), so nodes count one after the other |
 //! | an older copy sends nothing unsettled on its own | `lineage::judge` at start-up, then `held::hold_unsettled`; held envelopes have no due time or place | no copies by file (no lineage); the same held state and release (`pg::held`) |
 //! | retention keeps what someone still needs | the plan re-checked per delete on the writer (`prune`) | the same plan (`prune::choose`), each delete re-checked under the task's envelope, set or photo lock (`pg::prune`) |
 
@@ -265,7 +265,9 @@ impl Store {
     }
 
     /// Claim ready envelopes for free provider slots, in lane and fairness order
-    /// (`ops::dispatch`), and say when to look again.
+    /// (`ops::dispatch`), and say when to look again. An ordered commit: nothing leaves for a
+    /// provider before the next durable one (`record_calling`, whose flush covers the claim
+    /// too); if a power loss erases it, the envelopes are simply still `pending`.
     pub async fn dispatch_due(
         &self,
         now: Millis,
@@ -273,22 +275,28 @@ impl Store {
         lease_ms: Millis,
         boot: &str,
     ) -> Result<DispatchBatch, StoreError> {
-        each!(self, s => s.dispatch_due(now, limit, lease_ms, boot).await)
+        let boot = boot.to_string();
+        let node = self.postgres().map(|p| p.node().to_string());
+        self.op_at(Commit::Ordered, 0, now, move |tx, now| {
+            ops::dispatch::dispatch_due(tx, now, limit, lease_ms, &boot, node.as_deref())
+        })
+        .await
     }
 
     /// Write the configured providers for the dispatcher (engine start).
     pub async fn configure_providers(&self, list: Vec<ProviderSlots>) -> Result<(), StoreError> {
-        each!(self, s => s.configure_providers(list).await)
+        self.op(Commit::Durable, 0, move |tx| ops::slots::configure_providers(tx, &list)).await
     }
 
-    /// Pause dispatching to a provider until `until` (its circuit opened).
+    /// Pause dispatching to a provider until `until` (its circuit opened). Ordered: if a power
+    /// loss erases it, the provider is simply not paused.
     pub async fn pause_provider(&self, provider: String, until: Millis) -> Result<(), StoreError> {
-        each!(self, s => s.pause_provider(provider, until).await)
+        self.op(Commit::Ordered, 0, move |tx| ops::slots::pause_provider(tx, &provider, until)).await
     }
 
     /// A call's outcome while the provider's recovery lane is in its slow start.
     pub async fn slow_start_feedback(&self, provider: String, ok: bool) -> Result<(), StoreError> {
-        each!(self, s => s.slow_start_feedback(provider, ok).await)
+        self.op(Commit::Ordered, 0, move |tx| ops::slots::slow_start_feedback(tx, &provider, ok)).await
     }
 
     /// Hand a claim back before anything was sent (its provider's circuit is open).
@@ -300,7 +308,10 @@ impl Store {
         why: String,
         now: Millis,
     ) -> Result<(), StoreError> {
-        each!(self, s => s.release_claim(exec, lease, due_at, why, now).await)
+        self.op_at(Commit::Durable, 0, now, move |tx, now| {
+            ops::slots::release_claim(tx, &exec, &lease, due_at, &why, now)
+        })
+        .await
     }
 
     /// The dispatch statements' query plans (SQLite only; the benchmark report).

@@ -14,7 +14,7 @@
 //! **Order: lanes, then fairness keys, as index order.** A pending envelope is *waiting*
 //! (`pass` NULL, in `envelopes_waiting` by due time) or *ready* (`pass` set, in
 //! `envelopes_ready` by `(provider, lane, pass, id)`). It becomes ready when its due time has
-//! come — at submit, at a requeue, or at the dispatcher's next wake-up ([`promote`]) — and gets
+//! come — at submit, at a requeue, or at the dispatcher's next wake-up ([`PROMOTE`]) — and gets
 //! its place then ([`pass_sql`]): one [`STRIDE`] after the last ready envelope of its fairness
 //! key, but never before the lane's current head, so a new key starts at the front and a key
 //! with a 10,000-task backlog spreads its tasks far ahead (stride scheduling, as Temporal does).
@@ -22,15 +22,27 @@
 //! per lane (`providers.fresh_pass`, `recovery_pass`); a lane that has nothing to offer keeps no
 //! credit. The recovery lane may hold at most `max_concurrency − reserve` slots (at least one),
 //! and after a circuit closes its share starts at one call and grows by one with each success,
-//! halving on an overload answer ([`slow_start_feedback`]): 1, 2, 4, … calls per round. Every
+//! halving on an overload answer (`ops::slots::slow_start_feedback`): 1, 2, 4, … calls per round. Every
 //! read is an index range bounded by the number of free slots, so the cost of a dispatch does
 //! not grow with the backlog (`dispatch_cost_is_flat_with_a_backlog` shows the plans).
+//!
+//! **Written once for both backends.** PostgreSQL runs dispatches of several nodes at once, and
+//! differs in three named places only: [`lock_providers`] (the cluster-wide capacity lock: the
+//! `providers` rows locked first, so nodes dispatching together count the same slots in use and
+//! advance the same lane places one after the other), [`candidates_sql`] (PostgreSQL takes the
+//! candidates `FOR UPDATE SKIP LOCKED`: a row another operation holds is skipped, never waited
+//! for), and the claim's statements (`store::ops::claim`: how a list of ids is bound, the node
+//! a lease names, how an execution token is drawn). The decisions ([`plan_provider`],
+//! [`interleave`]) are pure functions, so both backends decide alike.
 
-use rusqlite::{Connection, params};
-use serde_json::Value;
+use rusqlite::Connection;
 
-use super::*;
-use crate::domain::{Actor, Millis, Phase};
+use super::claim::{self, Lease};
+use super::common::{PerDialect, by_dialect};
+use super::{DispatchBatch, Lane, SqliteStore};
+use crate::domain::Millis;
+use crate::store::StoreError;
+use crate::store::tx::{Dialect, Tx};
 
 /// The distance between two consecutive ready envelopes of one fairness key.
 pub(in crate::store) const STRIDE: i64 = 1000;
@@ -87,31 +99,57 @@ pub(super) const CANDIDATES: &str = "SELECT id, task_id, lane, pass, due_at,
                       WHERE status = 'pending' AND pass IS NOT NULL AND provider = ?1 AND lane = 'recovery'
                       ORDER BY pass, id LIMIT ?3)) c";
 
+/// The first ready envelopes of each lane of one provider, on PostgreSQL: the same rows as
+/// [`CANDIDATES`], locked, skipping rows another operation holds (`FOR UPDATE SKIP LOCKED`,
+/// which needs each lane's scan materialized on its own).
+const PG_CANDIDATES: &str = "WITH f AS MATERIALIZED (
+        SELECT id, task_id, lane, pass, due_at FROM envelopes
+        WHERE status = 'pending' AND pass IS NOT NULL AND provider = ?1 AND lane = 'fresh'
+        ORDER BY pass, id LIMIT ?2 FOR UPDATE SKIP LOCKED),
+     r AS MATERIALIZED (
+        SELECT id, task_id, lane, pass, due_at FROM envelopes
+        WHERE status = 'pending' AND pass IS NOT NULL AND provider = ?1 AND lane = 'recovery'
+        ORDER BY pass, id LIMIT ?3 FOR UPDATE SKIP LOCKED)
+ SELECT c.id, c.task_id, c.lane, c.pass, c.due_at,
+        EXISTS (SELECT 1 FROM executions x WHERE x.task_id = c.task_id AND x.status = 'running')
+ FROM (SELECT * FROM f UNION ALL SELECT * FROM r) c";
+
 /// Give waiting envelopes whose due time has come their place, all at once: each fairness
 /// key's promoted envelopes one stride apart (by due time), after the key's last ready one and
 /// not before the lane's head.
-static PROMOTE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+static PROMOTE: PerDialect = PerDialect::new(promote_sql);
+
+fn promote_sql(d: Dialect) -> String {
     format!(
         "UPDATE envelopes SET pass = w.pass FROM (
-   SELECT id, CASE WHEN fifo = 1 THEN due_at
-                   ELSE max(base, coalesce(keymax + {STRIDE}, base)) + {STRIDE} * (rn - 1) END AS pass
+   SELECT id, CASE WHEN fifo THEN due_at
+                   ELSE {greatest}(base, coalesce(keymax + {STRIDE}, base)) + {STRIDE} * (rn - 1) END AS pass
    FROM (SELECT e.id, e.due_at,
-                coalesce((SELECT p.fifo FROM providers p WHERE p.name = e.provider), 0) AS fifo,
+                coalesce((SELECT p.fifo FROM providers p WHERE p.name = e.provider), false) AS fifo,
                 coalesce((SELECT min(r.pass) FROM envelopes r WHERE r.status = 'pending' AND r.pass IS NOT NULL
                           AND r.provider = e.provider AND r.lane = e.lane), 0) AS base,
                 (SELECT max(r.pass) FROM envelopes r WHERE r.status = 'pending' AND r.pass IS NOT NULL
                  AND r.provider = e.provider AND r.lane = e.lane AND r.fair_key = e.fair_key) AS keymax,
                 row_number() OVER (PARTITION BY e.provider, e.lane, e.fair_key ORDER BY e.due_at, e.id) AS rn
          FROM envelopes e
-         WHERE e.status = 'pending' AND e.pass IS NULL AND e.due_at IS NOT NULL AND e.due_at <= ?1)) w
- WHERE envelopes.id = w.id"
+         WHERE e.status = 'pending' AND e.pass IS NULL AND e.due_at IS NOT NULL AND e.due_at <= ?1) x) w
+ WHERE envelopes.id = w.id AND envelopes.status = 'pending' AND envelopes.pass IS NULL",
+        greatest = greatest(d)
     )
-});
+}
 
-/// One provider's dispatch state (a row of [`PROVIDERS_STATE`]; the PostgreSQL backend reads
-/// the same). The decisions on it ([`plan_provider`]) are shared by both backends.
+/// SQLite's two-argument `max()` is PostgreSQL's `greatest()`.
+pub(super) fn greatest(d: Dialect) -> &'static str {
+    match d {
+        Dialect::Sqlite => "max",
+        Dialect::Postgres => "greatest",
+    }
+}
+
+/// One provider's dispatch state (a row of [`PROVIDERS_STATE`]). The decisions on it
+/// ([`plan_provider`], [`interleave`]) are pure functions.
 #[derive(Debug, Clone)]
-pub(in crate::store) struct State {
+struct State {
     pub name: String,
     pub max: i64,
     pub reserve: i64,
@@ -129,7 +167,7 @@ pub(in crate::store) struct State {
 
 /// A ready envelope offered to the lane interleave.
 #[derive(Debug, Clone)]
-pub(in crate::store) struct Candidate {
+pub(super) struct Candidate {
     pub id: String,
     pub task_id: String,
     pub lane: Lane,
@@ -142,12 +180,7 @@ pub(in crate::store) struct Candidate {
 /// (`None`: nothing — paused, saturated or nothing ready), after applying a circuit that
 /// closed (the slow start begins). Extends `next_due` with the end of a pause that holds ready
 /// work back.
-pub(in crate::store) fn plan_provider(
-    s: &mut State,
-    now: Millis,
-    left: usize,
-    next_due: &mut Option<Millis>,
-) -> Option<(i64, i64)> {
+fn plan_provider(s: &mut State, now: Millis, left: usize, next_due: &mut Option<Millis>) -> Option<(i64, i64)> {
     match s.paused_until {
         Some(until) if until > now => {
             if s.ready {
@@ -171,35 +204,9 @@ pub(in crate::store) fn plan_provider(
     Some((n, rec_room))
 }
 
-fn states(c: &Connection) -> Result<(Vec<State>, Option<Millis>), StoreError> {
-    let mut next_waiting = None;
-    let mut out = Vec::new();
-    let mut stmt = c.prepare_cached(PROVIDERS_STATE)?;
-    let mut rows = stmt.query([])?;
-    while let Some(r) = rows.next()? {
-        next_waiting = r.get(13)?;
-        out.push(State {
-            name: r.get(0)?,
-            max: r.get(1)?,
-            reserve: r.get(2)?,
-            fresh_weight: r.get::<_, i64>(3)?.max(1),
-            recovery_weight: r.get::<_, i64>(4)?.max(1),
-            fifo: r.get(5)?,
-            paused_until: r.get(6)?,
-            recovery_limit: r.get(7)?,
-            fresh_pass: r.get(8)?,
-            recovery_pass: r.get(9)?,
-            in_fresh: r.get(10)?,
-            in_recovery: r.get(11)?,
-            ready: r.get(12)?,
-        });
-    }
-    Ok((out, next_waiting))
-}
-
 /// The most slots the recovery lane may hold: all but the reserve (always at least one),
 /// and during a slow start no more than its current limit.
-pub(in crate::store) fn recovery_cap(s: &State) -> i64 {
+fn recovery_cap(s: &State) -> i64 {
     let cap = (s.max - s.reserve).max(1);
     match s.recovery_limit {
         Some(l) => cap.min(l.max(1)),
@@ -215,12 +222,7 @@ pub(in crate::store) fn recovery_cap(s: &State) -> i64 {
 /// for one recovery dispatch at most, and from then on the lanes share 4 : 1 — the recovery
 /// lane gets its share at every moment both lanes have work, not only under a sustained burst.
 /// Updates the places.
-pub(in crate::store) fn interleave(
-    s: &mut State,
-    fresh: Vec<Candidate>,
-    recovery: Vec<Candidate>,
-    n: usize,
-) -> Vec<Candidate> {
+fn interleave(s: &mut State, fresh: Vec<Candidate>, recovery: Vec<Candidate>, n: usize) -> Vec<Candidate> {
     if s.fifo {
         let mut all: Vec<Candidate> = fresh.into_iter().chain(recovery).collect();
         all.sort_by(|a, b| (a.pass, &a.id).cmp(&(b.pass, &b.id)));
@@ -259,39 +261,95 @@ pub(in crate::store) fn interleave(
     out
 }
 
-fn candidates(c: &Connection, provider: &str, fresh: i64, recovery: i64) -> Result<Vec<Candidate>, StoreError> {
-    let mut stmt = c.prepare_cached(CANDIDATES)?;
-    let rows = stmt.query_map(params![provider, fresh, recovery], |r| {
-        Ok(Candidate {
-            id: r.get(0)?,
-            task_id: r.get(1)?,
-            lane: Lane::parse(&r.get::<_, String>(2)?),
-            pass: r.get(3)?,
-            due_at: r.get::<_, Option<Millis>>(4)?.unwrap_or(0),
-            resumed: r.get(5)?,
-        })
-    })?;
-    rows.map(|r| r.map_err(StoreError::from)).collect()
+/// PostgreSQL's cluster-wide capacity lock (a hook; nothing under SQLite's single writer):
+/// every `providers` row, locked in name order before the slots in use are counted, so nodes
+/// dispatching at once count the same slots and advance the same lane places one after the
+/// other. Held to the end of the dispatch's transaction.
+fn lock_providers(tx: &mut dyn Tx) -> Result<(), StoreError> {
+    if tx.locking() {
+        tx.rows("SELECT name FROM providers ORDER BY name FOR UPDATE", &[])?;
+    }
+    Ok(())
 }
 
-pub(in crate::store) fn json_ids<'a>(ids: impl Iterator<Item = &'a str>) -> String {
-    Value::Array(ids.map(|s| Value::String(s.to_string())).collect()).to_string()
+/// The candidates statement of the dialect (a hook): [`CANDIDATES`] under SQLite's single
+/// writer; [`PG_CANDIDATES`] on PostgreSQL, whose rows are locked and skipped when another
+/// operation holds them, so no envelope is claimed twice and no dispatch waits on a row.
+fn candidates_sql(tx: &dyn Tx) -> &'static str {
+    by_dialect(tx, CANDIDATES, PG_CANDIDATES)
+}
+
+/// Every provider's dispatch state (rows of [`PROVIDERS_STATE`]) and the earliest waiting due
+/// time.
+fn states(tx: &mut dyn Tx) -> Result<(Vec<State>, Option<Millis>), StoreError> {
+    let mut next_waiting = None;
+    let mut out = Vec::new();
+    for r in tx.rows(PROVIDERS_STATE, &[])? {
+        next_waiting = r.get(13)?;
+        out.push(State {
+            name: r.get(0)?,
+            max: r.get(1)?,
+            reserve: r.get(2)?,
+            fresh_weight: r.get::<i64>(3)?.max(1),
+            recovery_weight: r.get::<i64>(4)?.max(1),
+            fifo: r.get(5)?,
+            paused_until: r.get(6)?,
+            recovery_limit: r.get(7)?,
+            fresh_pass: r.get(8)?,
+            recovery_pass: r.get(9)?,
+            in_fresh: r.get(10)?,
+            in_recovery: r.get(11)?,
+            ready: r.get(12)?,
+        });
+    }
+    Ok((out, next_waiting))
+}
+
+/// The first `fresh` ready envelopes of `provider`'s fresh lane and `recovery` of its recovery
+/// lane (locked on PostgreSQL), split by lane.
+fn candidates(
+    tx: &mut dyn Tx,
+    provider: &str,
+    fresh: i64,
+    recovery: i64,
+) -> Result<(Vec<Candidate>, Vec<Candidate>), StoreError> {
+    let sql = candidates_sql(tx);
+    let mut out = (Vec::new(), Vec::new());
+    for r in tx.rows(sql, &[&provider, &fresh, &recovery])? {
+        let c = Candidate {
+            id: r.get(0)?,
+            task_id: r.get(1)?,
+            lane: Lane::parse(&r.get::<String>(2)?),
+            pass: r.get(3)?,
+            due_at: r.get::<Option<Millis>>(4)?.unwrap_or(0),
+            resumed: r.get(5)?,
+        };
+        match c.lane {
+            Lane::Fresh => out.0.push(c),
+            Lane::Recovery => out.1.push(c),
+        }
+    }
+    Ok(out)
 }
 
 /// The dispatcher's operation (see the module docs): claim up to `limit` ready envelopes for
-/// free provider slots, each with a lease of `lease_ms` for process run `boot`, and say when to
-/// look again.
+/// free provider slots, each with a lease of `lease_ms` for process run `boot` of `node` (the
+/// PostgreSQL node taking the leases; `None` on SQLite, whose leases name only the run), and
+/// say when to look again.
 pub(in crate::store) fn dispatch_due(
-    c: &Connection,
+    tx: &mut dyn Tx,
     now: Millis,
     limit: usize,
     lease_ms: Millis,
     boot: &str,
+    node: Option<&str>,
 ) -> Result<DispatchBatch, StoreError> {
-    let (mut provs, mut next_waiting) = states(c)?;
+    lock_providers(tx)?;
+    let (mut provs, mut next_waiting) = states(tx)?;
     if next_waiting.is_some_and(|d| d <= now) {
-        c.prepare_cached(&PROMOTE)?.execute([now])?;
-        (provs, next_waiting) = states(c)?;
+        let sql = PROMOTE.get(tx);
+        tx.exec(sql, &[&now])?;
+        (provs, next_waiting) = states(tx)?;
     }
     let mut next_due = next_waiting;
     let mut left = limit;
@@ -300,8 +358,7 @@ pub(in crate::store) fn dispatch_due(
     for mut s in provs {
         let before = (s.paused_until, s.recovery_limit, s.fresh_pass, s.recovery_pass);
         if let Some((n, rec_room)) = plan_provider(&mut s, now, left, &mut next_due) {
-            let (fresh, recovery): (Vec<_>, Vec<_>) =
-                candidates(c, &s.name, n, rec_room)?.into_iter().partition(|x| x.lane == Lane::Fresh);
+            let (fresh, recovery) = candidates(tx, &s.name, n, rec_room)?;
             let chosen = interleave(&mut s, fresh, recovery, n as usize);
             left -= chosen.len();
             if s.recovery_limit.is_some() && !chosen.is_empty() {
@@ -310,157 +367,18 @@ pub(in crate::store) fn dispatch_due(
             picked.extend(chosen);
         }
         if (s.paused_until, s.recovery_limit, s.fresh_pass, s.recovery_pass) != before {
-            c.prepare_cached(
+            tx.exec(
                 "UPDATE providers SET paused_until = ?2, recovery_limit = ?3, fresh_pass = ?4, recovery_pass = ?5
                  WHERE name = ?1",
-            )?
-            .execute(params![s.name, s.paused_until, s.recovery_limit, s.fresh_pass, s.recovery_pass])?;
+                &[&s.name, &s.paused_until, &s.recovery_limit, &s.fresh_pass, &s.recovery_pass],
+            )?;
         }
     }
     if picked.is_empty() {
         return Ok(DispatchBatch { claims: Vec::new(), next_due });
     }
-    claim_picked(c, &picked, &slow_start, now, lease_ms, boot).map(|claims| DispatchBatch { claims, next_due })
-}
-
-/// What a claim reads back per envelope.
-type ClaimRow = (String, String, String, i64, String, String, String, bool, Millis, Option<String>);
-
-/// Claim the picked envelopes: lease them (one statement), adopt the running executions of
-/// resumed calls, open new executions for the rest (one statement), mark the tasks `running`
-/// (one statement), and read everything a worker needs back (one statement).
-fn claim_picked(
-    c: &Connection,
-    picked: &[Candidate],
-    slow_start: &[String],
-    now: Millis,
-    lease_ms: Millis,
-    boot: &str,
-) -> Result<Vec<Claim>, StoreError> {
-    let lease = uuid::Uuid::new_v4().to_string();
-    let envelopes = json_ids(picked.iter().map(|p| p.id.as_str()));
-    let tasks = json_ids(picked.iter().map(|p| p.task_id.as_str()));
-    c.prepare_cached(
-        "UPDATE envelopes SET status = 'sent', sent_at = ?1, send_count = send_count + 1, lease_token = ?2,
-                lease_expires_at = ?1 + ?3, lease_boot = ?4, pass = NULL, budget_hold = 0
-         WHERE id IN (SELECT value FROM json_each(?5)) AND status = 'pending'",
-    )?
-    .execute(params![now, lease, lease_ms, boot, envelopes])?;
-    let resumed: Vec<&Candidate> = picked.iter().filter(|p| p.resumed).collect();
-    if !resumed.is_empty() {
-        let ids = json_ids(resumed.iter().map(|p| p.task_id.as_str()));
-        c.prepare_cached(
-            "UPDATE executions SET boot_id = ?2, heartbeat_at = ?1
-             WHERE status = 'running' AND task_id IN (SELECT value FROM json_each(?3))",
-        )?
-        .execute(params![now, boot, ids])?;
-    }
-    if resumed.len() < picked.len() {
-        let ids = json_ids(picked.iter().filter(|p| !p.resumed).map(|p| p.task_id.as_str()));
-        // The provider key is `store::provider_key(task, attempt)`, written in SQL.
-        c.prepare_cached(
-            "INSERT INTO executions (token, task_id, attempt, status, phase, idempotency_key, boot_id, heartbeat_at, started_at)
-             SELECT lower(hex(randomblob(16))), t.id, t.attempts + 1, 'running', 'claimed',
-                    'tally-' || t.id || '-' || (t.attempts + 1), ?2, ?1, ?1
-             FROM tasks t WHERE t.id IN (SELECT value FROM json_each(?3))",
-        )?
-        .execute(params![now, boot, ids])?;
-    }
-    c.prepare_cached(
-        "UPDATE tasks SET status = 'running', reason = NULL, failure_kind = NULL, updated_at = ?1
-         WHERE id IN (SELECT value FROM json_each(?2))",
-    )?
-    .execute(params![now, tasks])?;
-    let mut by_task: std::collections::HashMap<String, Claim> = std::collections::HashMap::new();
-    {
-        let mut stmt = c.prepare_cached(
-            "SELECT e.id, e.task_id, e.provider, e.send_count, e.lane, t.prompt, t.params, t.cancel_requested, t.created_at,
-                    t.set_id, x.token, x.phase, x.provider_job_id, x.provider_handle, x.idempotency_key, x.calling_at,
-                    x.attempt, t.candidate
-             FROM envelopes e JOIN tasks t ON t.id = e.task_id
-                  JOIN executions x ON x.task_id = e.task_id AND x.status = 'running'
-             WHERE e.id IN (SELECT value FROM json_each(?1)) AND e.lease_token = ?2",
-        )?;
-        let mut rows = stmt.query(params![envelopes, lease])?;
-        while let Some(r) = rows.next()? {
-            let head: ClaimRow = (
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                r.get(4)?,
-                r.get(5)?,
-                r.get(6)?,
-                r.get(7)?,
-                r.get(8)?,
-                r.get(9)?,
-            );
-            let (envelope_id, task_id, provider, send_count, lane, prompt, params_text, cancel, created_at, set_id) =
-                head;
-            let phase = Phase::parse(&r.get::<_, String>(11)?).unwrap_or(Phase::Calling);
-            let claim = Claim {
-                execution_token: r.get(10)?,
-                lease_token: lease.clone(),
-                envelope_id,
-                send_count,
-                lane: Lane::parse(&lane),
-                slow_start: slow_start.contains(&provider),
-                task_id: task_id.clone(),
-                provider,
-                prompt,
-                params: serde_json::from_str(&params_text).unwrap_or(Value::Null),
-                candidate: r.get(17)?,
-                attempt: r.get(16)?,
-                phase,
-                job_id: r.get(12)?,
-                job_handle: if phase == Phase::Accepted { r.get(13)? } else { None },
-                idempotency_key: r.get(14)?,
-                calling_at: r.get(15)?,
-                resumed: phase != Phase::Claimed,
-                cancel_requested: cancel,
-                created_at,
-                due_at: 0,
-                references: Vec::new(),
-            };
-            let claim = match set_id {
-                Some(set) => Claim { references: crate::store::sets::references_of_set(c, &set)?, ..claim },
-                None => claim,
-            };
-            by_task.insert(task_id, claim);
-        }
-    }
-    let mut out = Vec::with_capacity(picked.len());
-    for p in picked {
-        let Some(mut claim) = by_task.remove(&p.task_id) else { continue };
-        claim.due_at = p.due_at;
-        if claim.resumed {
-            let how = match claim.phase {
-                Phase::Accepted => "polling the job the provider already accepted, instead of sending again",
-                _ => "recovering the earlier call without blindly sending it again",
-            };
-            let msg = format!("attempt {} resumed: {how}", claim.attempt);
-            event(c, &claim.task_id, now, Actor::Worker, "resumed", &msg, Some(&claim.execution_token))?;
-        }
-        out.push(claim);
-    }
-    Ok(out)
-}
-
-impl SqliteStore {
-    /// Claim ready envelopes for free provider slots (see the module docs). An ordered commit
-    /// ([`super::Commit::Ordered`]): nothing leaves for a provider before the next durable one
-    /// (`record_calling`, whose fsync covers the claim too); if a power loss erases it, the
-    /// envelopes are simply still `pending`.
-    pub async fn dispatch_due(
-        &self,
-        now: Millis,
-        limit: usize,
-        lease_ms: Millis,
-        boot: &str,
-    ) -> Result<DispatchBatch, StoreError> {
-        let boot = boot.to_string();
-        self.write_ordered(move |c| dispatch_due(c, now, limit, lease_ms, &boot)).await
-    }
+    let claims = claim::claim_picked(tx, &picked, &slow_start, now, &Lease { ms: lease_ms, boot, node })?;
+    Ok(DispatchBatch { claims, next_due })
 }
 
 /// The dispatch statements' query plans (`EXPLAIN QUERY PLAN`), for the benchmark report and
@@ -471,7 +389,7 @@ pub fn dispatch_plans(c: &Connection) -> Result<Vec<String>, StoreError> {
         ("providers and slots in use", PROVIDERS_STATE.to_string()),
         ("ready envelopes of both lanes", CANDIDATES.replace("?1", "'p'").replace("?2", "8").replace("?3", "8")),
         ("a ready envelope's place", format!("SELECT {waiting}")),
-        ("promotion of due waiting envelopes", PROMOTE.replace("?1", "1")),
+        ("promotion of due waiting envelopes", promote_sql(Dialect::Sqlite).replace("?1", "1")),
     ];
     let mut out = Vec::new();
     for (name, q) in queries {
@@ -492,12 +410,16 @@ impl SqliteStore {
 
 #[cfg(test)]
 mod tests {
+    use super::super::{NewTask, ProviderSlots};
     use super::*;
 
     async fn store_with(backlog: usize) -> (SqliteStore, std::path::PathBuf) {
         let dir = std::env::temp_dir().join(format!("tally-dispatch-{}", uuid::Uuid::new_v4()));
         let store = SqliteStore::open(&dir.join("tally.db"), crate::config::Durability::Normal).expect("open");
-        store.configure_providers(vec![ProviderSlots::new("p", 8)]).await.expect("configure");
+        crate::store::Store::from(store.clone())
+            .configure_providers(vec![ProviderSlots::new("p", 8)])
+            .await
+            .expect("configure");
         store
             .write(move |c| {
                 for i in 0..backlog {
@@ -512,6 +434,70 @@ mod tests {
         (store, dir)
     }
 
+    fn state(max: i64, reserve: i64) -> State {
+        State {
+            name: "p".into(),
+            max,
+            reserve,
+            fresh_weight: 4,
+            recovery_weight: 1,
+            fifo: false,
+            paused_until: None,
+            recovery_limit: None,
+            fresh_pass: 0,
+            recovery_pass: 0,
+            in_fresh: 0,
+            in_recovery: 0,
+            ready: true,
+        }
+    }
+
+    fn candidates_of(lane: Lane, n: usize) -> Vec<Candidate> {
+        (0..n)
+            .map(|i| Candidate {
+                id: format!("{lane:?}-{i}"),
+                task_id: format!("t-{lane:?}-{i}"),
+                lane,
+                pass: i as i64,
+                due_at: 0,
+                resumed: false,
+            })
+            .collect()
+    }
+
+    /// A paused provider gets nothing and wakes the dispatcher when its pause ends; once the
+    /// pause is over its recovery lane starts again at one call; a full provider gets nothing.
+    #[test]
+    fn a_pause_holds_a_provider_and_its_end_starts_the_slow_start() {
+        let mut next_due = Some(9_000);
+        let mut s = State { paused_until: Some(5_000), ..state(4, 1) };
+        assert_eq!(plan_provider(&mut s, 1_000, 10, &mut next_due), None);
+        assert_eq!(next_due, Some(5_000), "the pause's end is the next look");
+        assert_eq!(plan_provider(&mut s, 5_000, 10, &mut next_due), Some((4, 1)));
+        assert_eq!((s.paused_until, s.recovery_limit), (None, Some(1)));
+        let mut full = State { in_fresh: 3, in_recovery: 1, ..state(4, 1) };
+        assert_eq!(plan_provider(&mut full, 5_000, 10, &mut next_due), None);
+        let mut capped = State { in_recovery: 2, ..state(8, 2) };
+        assert_eq!(plan_provider(&mut capped, 5_000, 3, &mut next_due), Some((3, 3)), "2 of 6 recovery slots used");
+    }
+
+    /// With both lanes full the lanes share by weight (fresh 4 : recovery 1), recovery first on
+    /// the tie; a FIFO provider takes its candidates by place alone.
+    #[test]
+    fn lanes_share_by_weight_and_fifo_goes_by_place() {
+        let mut s = state(10, 1);
+        let out = interleave(&mut s, candidates_of(Lane::Fresh, 10), candidates_of(Lane::Recovery, 10), 10);
+        let lanes: Vec<Lane> = out.iter().map(|c| c.lane).collect();
+        assert_eq!(lanes.iter().filter(|l| **l == Lane::Recovery).count(), 2, "{lanes:?}");
+        assert_eq!(lanes[0], Lane::Recovery, "the tie goes to the recovery lane");
+        let mut fifo = State { fifo: true, ..state(10, 1) };
+        let mut recovery = candidates_of(Lane::Recovery, 2);
+        recovery[0].pass = -1;
+        let out = interleave(&mut fifo, candidates_of(Lane::Fresh, 2), recovery, 3);
+        let passes: Vec<i64> = out.iter().map(|c| c.pass).collect();
+        assert_eq!(passes, [-1, 0, 1]);
+    }
+
     /// The VM steps a dispatch of one claim takes, summed over its statements.
     async fn steps_of_one_dispatch(store: &SqliteStore, now: Millis) -> i64 {
         let t = NewTask { provider: "p".into(), prompt: format!("fresh {now}"), ..NewTask::default() };
@@ -524,7 +510,7 @@ mod tests {
                 for sql in [PROVIDERS_STATE, CANDIDATES] {
                     c.prepare_cached(sql)?.reset_status(rusqlite::StatementStatus::VmStep);
                 }
-                let batch = dispatch_due(c, now, 1, 60_000, "b")?;
+                let batch = dispatch_due(&mut crate::store::sqlite_tx::SqliteTx::new(c), now, 1, 60_000, "b", None)?;
                 assert_eq!(batch.claims.len(), 1);
                 let mut steps = 0;
                 for sql in [PROVIDERS_STATE, CANDIDATES] {

@@ -13,19 +13,20 @@ use serde_json::Value;
 use super::blobs::{NewArtifact, insert_blob};
 use super::{SqliteStore, StoreError};
 
+mod claim;
 pub(in crate::store) mod common;
-mod dispatch;
+pub(in crate::store) mod dispatch;
 pub(in crate::store) mod exec;
 pub(in crate::store) mod intake;
 pub(in crate::store) mod recovery;
-mod slots;
+pub(in crate::store) mod slots;
 pub(in crate::store) mod user;
 
 use crate::domain::{Actor, Charge, FailureKind, Micros, Millis, Phase, TaskStatus, request_hash};
 pub(in crate::store) use common::latest_retry;
 #[cfg(test)]
 use dispatch::{CANDIDATES, PROVIDERS_STATE};
-pub(in crate::store) use dispatch::{Candidate, STRIDE, State, fair_key, interleave, pass_sql, plan_provider};
+pub(in crate::store) use dispatch::{STRIDE, fair_key, pass_sql};
 pub use exec::provider_key;
 pub(in crate::store) use intake::submit;
 
@@ -566,6 +567,7 @@ mod tests {
     async fn hot_statements_are_prepared_once() {
         let dir = std::env::temp_dir().join(format!("tally-qpsg-{}", uuid::Uuid::new_v4()));
         let store = SqliteStore::open(&dir.join("tally.db"), crate::config::Durability::Normal).expect("open");
+        let store = crate::store::Store::from(store);
         store.configure_providers(vec![ProviderSlots::new("p", 8)]).await.expect("configure");
         for i in 0..3i64 {
             let t = NewTask { provider: "p".into(), prompt: format!("t{i}"), ..NewTask::default() };

@@ -1,63 +1,80 @@
 //! The providers' side of dispatch: what the dispatcher knows about each provider (written at
 //! engine start), the circuit breaker's pause, the slow start after it, and the hand-back of a
 //! claim whose provider paused before it could call. See `store::ops::dispatch` for how these
-//! shape who goes next.
+//! shape who goes next. Written once for both backends; the `providers` rows these change are
+//! the ones a PostgreSQL dispatch locks first, so a change and a dispatch never interleave.
 
-use rusqlite::{Connection, OptionalExtension, params};
-
-use super::*;
-use crate::domain::{Actor, Millis};
+use super::common::{PerDialect, event, fence, requeue_envelope, set_task};
+use super::dispatch::greatest;
+use super::{DispatchOrder, ProviderSlots};
+use crate::domain::{Actor, Millis, TaskStatus};
+use crate::store::StoreError;
+use crate::store::tx::{Dialect, Tx};
 
 /// Write the configured providers for the dispatcher (at engine start): their slots, reserve,
 /// weights and order. Providers that live tasks still name but that are no longer configured
-/// stay dispatchable (`configured` 0), so that a worker can settle those tasks honestly. A
+/// stay dispatchable (`configured` false), so that a worker can settle those tasks honestly. A
 /// start forgets any pause and slow start (the circuit breaker is per process run).
-pub(in crate::store) fn configure_providers(c: &Connection, list: &[ProviderSlots]) -> Result<(), StoreError> {
-    c.prepare_cached("UPDATE providers SET configured = 0, paused_until = NULL, recovery_limit = NULL")?.execute([])?;
+pub(in crate::store) fn configure_providers(tx: &mut dyn Tx, list: &[ProviderSlots]) -> Result<(), StoreError> {
+    tx.exec("UPDATE providers SET configured = false, paused_until = NULL, recovery_limit = NULL", &[])?;
     for p in list {
-        c.prepare_cached(
+        tx.exec(
             "INSERT INTO providers (name, max_concurrency, reserve, fresh_weight, recovery_weight, fifo, configured)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, true)
              ON CONFLICT (name) DO UPDATE SET max_concurrency = excluded.max_concurrency, reserve = excluded.reserve,
                 fresh_weight = excluded.fresh_weight, recovery_weight = excluded.recovery_weight,
-                fifo = excluded.fifo, configured = 1",
-        )?
-        .execute(params![
-            p.name,
-            p.max_concurrency.max(1) as i64,
-            p.reserve as i64,
-            p.fresh_weight.max(1),
-            p.recovery_weight.max(1),
-            p.order == DispatchOrder::Fifo
-        ])?;
+                fifo = excluded.fifo, configured = true",
+            &[
+                &p.name,
+                &(p.max_concurrency.max(1) as i64),
+                &(p.reserve as i64),
+                &i64::from(p.fresh_weight.max(1)),
+                &i64::from(p.recovery_weight.max(1)),
+                &(p.order == DispatchOrder::Fifo),
+            ],
+        )?;
     }
-    c.prepare_cached(
+    tx.exec(
         "INSERT INTO providers (name, max_concurrency, configured)
-         SELECT DISTINCT provider, 16, 0 FROM envelopes WHERE status IN ('pending', 'sent')
+         SELECT DISTINCT provider, 16, false FROM envelopes WHERE status IN ('pending', 'sent')
          ON CONFLICT (name) DO NOTHING",
-    )?
-    .execute([])?;
+        &[],
+    )?;
     Ok(())
 }
 
-/// The circuit breaker opened: dispatch nothing to `provider` before `until`.
-pub(in crate::store) fn pause_provider(c: &Connection, provider: &str, until: Millis) -> Result<(), StoreError> {
-    c.prepare_cached("UPDATE providers SET paused_until = max(coalesce(paused_until, 0), ?2) WHERE name = ?1")?
-        .execute(params![provider, until])?;
+static PAUSE: PerDialect = PerDialect::new(pause_sql);
+
+fn pause_sql(d: Dialect) -> String {
+    format!("UPDATE providers SET paused_until = {}(coalesce(paused_until, 0), ?2) WHERE name = ?1", greatest(d))
+}
+
+/// The circuit breaker opened: dispatch nothing to `provider` before `until` (a pause already
+/// longer is kept).
+pub(in crate::store) fn pause_provider(tx: &mut dyn Tx, provider: &str, until: Millis) -> Result<(), StoreError> {
+    let sql = PAUSE.get(tx);
+    tx.exec(sql, &[&provider, &until])?;
     Ok(())
+}
+
+static SLOW_START: PerDialect = PerDialect::new(slow_start_sql);
+
+fn slow_start_sql(d: Dialect) -> String {
+    format!(
+        "UPDATE providers SET recovery_limit = CASE
+            WHEN ?2 AND recovery_limit + 1 >= {g}(1, max_concurrency - reserve) THEN NULL
+            WHEN ?2 THEN recovery_limit + 1
+            ELSE {g}(1, recovery_limit / 2) END
+         WHERE name = ?1 AND recovery_limit IS NOT NULL",
+        g = greatest(d)
+    )
 }
 
 /// A call's outcome during a slow start: a success lets the recovery lane hold one more slot
 /// (ending the slow start once it reaches its cap); an overload answer (429, 5xx) halves it.
-pub(in crate::store) fn slow_start_feedback(c: &Connection, provider: &str, ok: bool) -> Result<(), StoreError> {
-    c.prepare_cached(
-        "UPDATE providers SET recovery_limit = CASE
-            WHEN ?2 AND recovery_limit + 1 >= max(1, max_concurrency - reserve) THEN NULL
-            WHEN ?2 THEN recovery_limit + 1
-            ELSE max(1, recovery_limit / 2) END
-         WHERE name = ?1 AND recovery_limit IS NOT NULL",
-    )?
-    .execute(params![provider, ok])?;
+pub(in crate::store) fn slow_start_feedback(tx: &mut dyn Tx, provider: &str, ok: bool) -> Result<(), StoreError> {
+    let sql = SLOW_START.get(tx);
+    tx.exec(sql, &[&provider, &ok])?;
     Ok(())
 }
 
@@ -66,57 +83,27 @@ pub(in crate::store) fn slow_start_feedback(c: &Connection, provider: &str, ok: 
 /// attempt counted), the envelope waits in the recovery lane until `due_at`, and the dispatch
 /// is not counted as a lost one (`send_count` − 1).
 pub(in crate::store) fn release_claim(
-    c: &Connection,
+    tx: &mut dyn Tx,
     exec: &str,
     lease: &str,
     due_at: Millis,
     why: &str,
     now: Millis,
 ) -> Result<(), StoreError> {
-    let task: String = c
-        .prepare_cached(
-            "UPDATE executions SET status = 'abandoned', finished_at = ?3, error = ?4
-             WHERE token = ?1 AND status = 'running' AND phase = 'claimed'
-               AND EXISTS (SELECT 1 FROM envelopes e WHERE e.task_id = executions.task_id
-                           AND e.status = 'sent' AND e.lease_token = ?2)
-             RETURNING task_id",
-        )?
-        .query_row(params![exec, lease, now, why], |r| r.get(0))
-        .optional()?
-        .ok_or(StoreError::Fenced)?;
-    requeue_envelope(c, &task, due_at, Some(why), now)?;
-    c.prepare_cached("UPDATE envelopes SET send_count = send_count - 1 WHERE task_id = ?1")?.execute([&task])?;
-    set_task(c, &task, crate::domain::TaskStatus::Waiting, Some(why), None, now)?;
-    event(c, &task, now, Actor::Worker, "paused", why, Some(exec))?;
+    let task = fence(tx, exec, lease, now)?;
+    let n = tx.exec(
+        "UPDATE executions SET status = 'abandoned', finished_at = ?2, error = ?3
+         WHERE token = ?1 AND status = 'running' AND phase = 'claimed'",
+        &[&exec, &now, &why],
+    )?;
+    if n == 0 {
+        // A call already under way is not handed back; the fence's write is undone with the
+        // rest of this operation.
+        return Err(StoreError::Fenced);
+    }
+    requeue_envelope(tx, &task, due_at, Some(why), now)?;
+    tx.exec("UPDATE envelopes SET send_count = send_count - 1 WHERE task_id = ?1", &[&task])?;
+    set_task(tx, &task, TaskStatus::Waiting, Some(why), None, now)?;
+    event(tx, &task, now, Actor::Worker, "paused", why, Some(exec))?;
     Ok(())
-}
-
-impl SqliteStore {
-    /// Write the configured providers (engine start).
-    pub async fn configure_providers(&self, list: Vec<ProviderSlots>) -> Result<(), StoreError> {
-        self.write(move |c| configure_providers(c, &list)).await
-    }
-
-    /// Pause dispatching to a provider until `until` (its circuit opened). Ordered: if a power
-    /// loss erases it, the provider is simply not paused.
-    pub async fn pause_provider(&self, provider: String, until: Millis) -> Result<(), StoreError> {
-        self.write_ordered(move |c| pause_provider(c, &provider, until)).await
-    }
-
-    /// Report a call's outcome while the provider's recovery lane is in its slow start.
-    pub async fn slow_start_feedback(&self, provider: String, ok: bool) -> Result<(), StoreError> {
-        self.write_ordered(move |c| slow_start_feedback(c, &provider, ok)).await
-    }
-
-    /// Hand a claim back before anything was sent (its provider's circuit is open).
-    pub async fn release_claim(
-        &self,
-        exec: String,
-        lease: String,
-        due_at: Millis,
-        why: String,
-        now: Millis,
-    ) -> Result<(), StoreError> {
-        self.write(move |c| release_claim(c, &exec, &lease, due_at, &why, now)).await
-    }
 }

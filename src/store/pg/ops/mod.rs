@@ -9,7 +9,6 @@
 //! the worker's lease token. Zero rows means the worker lost its right; the operation
 //! returns [`StoreError::Fenced`] and writes nothing.
 
-mod dispatch;
 
 use super::Tx;
 use crate::domain::{Actor, Charge, FailureKind, Millis, TaskStatus};
