@@ -507,7 +507,9 @@ mod tests {
         let behind = WaitFacts { busy: 2, ahead_key: 1, ahead: 5, ..ready.clone() };
         assert_eq!(
             wait_words("p", &behind).as_deref(),
-            Some("Waiting for a free slot at p (all 2 of its slots are in use). Queued behind 1 earlier task of this set.")
+            Some(
+                "Waiting for a free slot at p (all 2 of its slots are in use). Queued behind 1 earlier task of this set."
+            )
         );
         let many = WaitFacts { key: "k".into(), ahead: WAIT_COUNT_CAP, ..ready.clone() };
         assert_eq!(wait_words("p", &many).as_deref(), Some("Queued behind 100 or more earlier tasks."));
