@@ -212,7 +212,7 @@ pub(super) fn token(cfg: &Config) -> Result<ExitCode, Failure> {
 /// still in progress). Through the daemon's API while `tally serve` holds the data directory;
 /// on the file directly (holding the lock meanwhile) when it does not. On PostgreSQL the same:
 /// through this machine's daemon, else on the shared database as this node (other nodes may
-/// run meanwhile: each delete re-checks under its locks, `store::pg::prune`).
+/// run meanwhile: each delete re-checks under its locks, `store::prune`).
 pub(super) fn prune(cfg: &Config, older_than: &str, dry_run: bool, json: bool) -> Result<ExitCode, Failure> {
     let age = crate::api::prune::parse_age(older_than)
         .map_err(|e| Failure { exit: Exit::Usage, message: format!("--older-than: {e}") })?;

@@ -132,15 +132,6 @@ pub(in crate::store) fn insert_blob(c: &Connection, id: &str, img: &NewImage) ->
     Ok(())
 }
 
-/// Delete the bytes stored under `id` (retention, in the transaction that deletes their row).
-/// Returns the bytes freed.
-pub(in crate::store) fn delete_blob(c: &Connection, id: &str) -> Result<i64, StoreError> {
-    Ok(c.prepare_cached("DELETE FROM blobs WHERE id = ?1 RETURNING bytes")?
-        .query_row([id], |r| r.get(0))
-        .optional()?
-        .unwrap_or(0))
-}
-
 /// What is recorded about the image stored under `id`.
 pub fn blob_meta(c: &Connection, id: &str) -> Result<Option<BlobMeta>, StoreError> {
     Ok(c.prepare_cached("SELECT id, sha256, bytes, media_type FROM blobs WHERE id = ?1")?

@@ -140,13 +140,14 @@ pub(crate) fn release_held(c: &Connection, which: &Release, now: Millis) -> Resu
     Ok(report)
 }
 
-/// The hold of one task, if it is held.
-pub(crate) fn held_of(c: &Connection, task: &str) -> Result<Option<Held>, StoreError> {
-    Ok(c.prepare_cached(
-        "SELECT held_reason, held_at FROM envelopes WHERE task_id = ?1 AND status = 'pending' AND held_at IS NOT NULL",
-    )?
-    .query_row([task], |r| Ok(Held { reason: r.get::<_, Option<String>>(0)?.unwrap_or_default(), since: r.get(1)? }))
-    .optional()?)
+/// The hold of one task, if it is held (either backend: the task views of `store::read`).
+pub(crate) fn held_of(tx: &mut dyn super::tx::Tx, task: &str) -> Result<Option<Held>, StoreError> {
+    let sql =
+        "SELECT held_reason, held_at FROM envelopes WHERE task_id = ?1 AND status = 'pending' AND held_at IS NOT NULL";
+    match tx.opt(sql, &[&task])? {
+        Some(r) => Ok(Some(Held { reason: r.get::<Option<String>>(0)?.unwrap_or_default(), since: r.get(1)? })),
+        None => Ok(None),
+    }
 }
 
 /// Held jobs, oldest task first, at most `limit` of them, and how many there are.

@@ -13,21 +13,39 @@
 //!   cutoff or later: budgets and the month's spend are summed from those requests, so
 //!   deleting them early would free budget room that was really spent (`PAID_RECENTLY`).
 //!
-//! Age is a task's `updated_at`: when it last changed (settled, resolved). Deletes run in
-//! bounded batches (each its own writer operation, so other writes interleave), then
-//! `PRAGMA incremental_vacuum` in bounded steps gives the freed pages back
-//! (`auto_vacuum = INCREMENTAL`, set by `store::open`).
+//! Age is a task's `updated_at`: when it last changed (settled, resolved). The plan is read
+//! once ([`plan`], decided by the pure [`choose`]); deletes run in bounded batches, each its
+//! own write operation so other writes interleave (`Store::prune` runs them), and each
+//! re-checks what it deletes. On SQLite `PRAGMA incremental_vacuum` in bounded steps then
+//! gives the freed pages back (`auto_vacuum = INCREMENTAL`, set by `store::open`); PostgreSQL
+//! gives the space of deleted rows back to its own free space (autovacuum), not to the file
+//! system, so `freed_bytes` is 0 there.
+//!
+//! **Several nodes at once (PostgreSQL).** Any node may prune while others retry, resolve and
+//! create sets, so where transactions run side by side ([`Tx::locking`]) every delete
+//! re-checks its evidence after taking the lock the competing operation takes first:
+//! - a task outside a set: its envelope row ([`Tx::lock_task`]), which a retry or a
+//!   resolution of it locks first — so a retry either commits before (the re-check sees it and
+//!   the task is kept) or runs after and finds no task;
+//! - a set: its shots' envelopes (in id order), then the set row ([`Tx::lock_set`]), which a
+//!   shot's retry locks too — so a retry made meanwhile is a live shot that keeps the set;
+//! - a reference photo: its `uploads` row, which a new set naming it locks `FOR KEY SHARE`
+//!   before checking it exists (`pg::sets`) — so either the set sees the photo gone and says
+//!   so, or the prune sees the set and keeps the photo.
+//!
+//! Under SQLite's single writer the same re-checks run with no lock.
 
 use std::collections::{HashMap, HashSet};
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::Connection;
 use serde::Serialize;
 
+use super::tx::Tx;
 use super::{SqliteStore, StoreError};
 use crate::domain::Millis;
 
-/// Tasks deleted per writer operation.
-const TASK_BATCH: usize = 200;
+/// Tasks deleted per write operation.
+pub(in crate::store) const TASK_BATCH: usize = 200;
 /// Pages given back per writer operation (8 MiB of 4 KiB pages).
 const VACUUM_PAGES: i64 = 2048;
 
@@ -58,27 +76,35 @@ pub struct PruneReport {
     pub freed_bytes: i64,
 }
 
-/// What a prune will delete, decided from one consistent read.
+/// What a prune will delete, decided from one read.
 #[derive(Debug, Default)]
-struct Plan {
+pub(in crate::store) struct Plan {
     /// Tasks outside sets, newest first (a retry is newer than what it retries, so it goes
     /// first and its original is no longer pointed at when its turn comes).
-    singles: Vec<String>,
-    sets: Vec<String>,
-    uploads: Vec<String>,
-    report: PruneReport,
+    pub singles: Vec<String>,
+    pub sets: Vec<String>,
+    pub uploads: Vec<String>,
+    pub report: PruneReport,
 }
 
-pub(in crate::store) const SETTLED: &str = "status IN ('succeeded', 'failed', 'canceled')";
+/// A task status that is settled and resolved (`unknown` is not).
+macro_rules! settled {
+    () => {
+        "status IN ('succeeded', 'failed', 'canceled')"
+    };
+}
 
-/// Task `t` has a request that counts as spend from `?N` on (see the module docs); `{N}` is
-/// the parameter holding the start of the cutoff's month.
-const PAID_RECENTLY: &str = "EXISTS (SELECT 1 FROM executions x WHERE x.task_id = t.id
-     AND x.charge IN ('possible', 'charged') AND x.calling_at >= ?{N})";
-
-/// [`PAID_RECENTLY`] with its parameter number.
-fn paid_recently(n: u8) -> String {
-    PAID_RECENTLY.replace("{N}", &n.to_string())
+/// Task `t` has a request that counts as spend from parameter `?N` on (see the module docs):
+/// `paid_recently!("N")`, with `?N` the start of the cutoff's month ([`spend_floor`]).
+macro_rules! paid_recently {
+    ($n:literal) => {
+        concat!(
+            "EXISTS (SELECT 1 FROM executions x WHERE x.task_id = t.id
+               AND x.charge IN ('possible', 'charged') AND x.calling_at >= ?",
+            $n,
+            ")"
+        )
+    };
 }
 
 /// The start of the month (UTC) the cutoff falls in: requests from then on are kept.
@@ -152,171 +178,245 @@ pub(in crate::store) fn choose(
     Choice { prunable, singles, sets, kept_retried: retried.len() as u64, kept_in_sets }
 }
 
-fn plan(c: &Connection, cutoff: Millis) -> Result<Plan, StoreError> {
+fn count(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
+/// What a prune of what settled before `cutoff` would delete, and what it keeps.
+pub(in crate::store) fn plan(tx: &mut dyn Tx, cutoff: Millis) -> Result<Plan, StoreError> {
+    let floor = spend_floor(cutoff);
     let mut report = PruneReport { cutoff, ..PruneReport::default() };
-    let rows: Vec<(String, Option<String>)> = c
-        .prepare_cached(&format!(
-            "SELECT id, set_id FROM tasks t WHERE {SETTLED} AND updated_at < ?1 AND NOT {}",
-            paid_recently(2)
-        ))?
-        .query_map(params![cutoff, spend_floor(cutoff)], |r| Ok((r.get(0)?, r.get(1)?)))?
-        .collect::<Result<_, _>>()?;
-    report.kept_for_spend = c
-        .prepare_cached(&format!(
-            "SELECT count(*) FROM tasks t WHERE {SETTLED} AND updated_at < ?1 AND {}",
-            paid_recently(2)
-        ))?
-        .query_row(params![cutoff, spend_floor(cutoff)], |r| r.get::<_, i64>(0))?
-        .max(0) as u64;
-    report.kept_unknown = c
-        .prepare_cached("SELECT count(*) FROM tasks WHERE status = 'unknown' AND updated_at < ?1")?
-        .query_row([cutoff], |r| r.get::<_, i64>(0))?
-        .max(0) as u64;
-    let set_ids: HashSet<&String> = rows.iter().filter_map(|(_, set)| set.as_ref()).collect();
+    let rows: Vec<(String, Option<String>)> = tx
+        .rows(
+            concat!(
+                "SELECT id, set_id FROM tasks t WHERE ",
+                settled!(),
+                " AND updated_at < ?1 AND NOT ",
+                paid_recently!("2")
+            ),
+            &[&cutoff, &floor],
+        )?
+        .iter()
+        .map(|r| Ok((r.get(0)?, r.get(1)?)))
+        .collect::<Result<_, StoreError>>()?;
+    report.kept_for_spend = count(
+        tx.one(
+            concat!(
+                "SELECT count(*) FROM tasks t WHERE ",
+                settled!(),
+                " AND updated_at < ?1 AND ",
+                paid_recently!("2")
+            ),
+            &[&cutoff, &floor],
+        )?
+        .get(0)?,
+    );
+    report.kept_unknown =
+        count(tx.one("SELECT count(*) FROM tasks WHERE status = 'unknown' AND updated_at < ?1", &[&cutoff])?.get(0)?);
+    // Every task of each set one of `rows` belongs to.
     let mut members: HashMap<String, Vec<String>> = HashMap::new();
-    for set in set_ids {
-        let ids: Vec<String> = c
-            .prepare_cached("SELECT id FROM tasks WHERE set_id = ?1")?
-            .query_map([set], |r| r.get(0))?
-            .collect::<Result<_, _>>()?;
-        members.insert(set.clone(), ids);
+    for r in tx.rows(
+        concat!(
+            "SELECT set_id, id FROM tasks WHERE set_id IN (SELECT t.set_id FROM tasks t WHERE ",
+            settled!(),
+            " AND updated_at < ?1 AND NOT ",
+            paid_recently!("2"),
+            ")"
+        ),
+        &[&cutoff, &floor],
+    )? {
+        members.entry(r.get(0)?).or_default().push(r.get(1)?);
     }
-    let links: Vec<(String, String)> = c
-        .prepare_cached("SELECT id, retry_of FROM tasks WHERE retry_of IS NOT NULL")?
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-        .collect::<Result<_, _>>()?;
+    let links: Vec<(String, String)> = tx
+        .rows("SELECT id, retry_of FROM tasks WHERE retry_of IS NOT NULL", &[])?
+        .iter()
+        .map(|r| Ok((r.get(0)?, r.get(1)?)))
+        .collect::<Result<_, StoreError>>()?;
     let Choice { prunable, singles, sets, kept_retried, kept_in_sets } = choose(&rows, &members, &links);
     report.kept_retried = kept_retried;
     report.kept_in_sets = kept_in_sets;
-    for id in prunable.iter() {
-        let (n, bytes): (i64, i64) = c
-            .prepare_cached("SELECT count(*), coalesce(sum(bytes), 0) FROM artifacts WHERE task_id = ?1")?
-            .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))?;
-        report.images += n.max(0) as u64;
-        report.image_bytes += bytes;
+    // The images of the old enough tasks, of which those of the prunable ones are counted.
+    for r in tx.rows(
+        concat!(
+            "SELECT task_id, count(*), CAST(coalesce(sum(bytes), 0) AS BIGINT) FROM artifacts
+             WHERE task_id IN (SELECT id FROM tasks t WHERE ",
+            settled!(),
+            " AND updated_at < ?1) GROUP BY task_id"
+        ),
+        &[&cutoff],
+    )? {
+        if prunable.contains(&r.get::<String>(0)?) {
+            report.images += count(r.get(1)?);
+            report.image_bytes += r.get::<i64>(2)?;
+        }
     }
     report.tasks = prunable.len() as u64;
     report.sets = sets.len() as u64;
-    // Reference photos no kept set uses, uploaded before the cutoff.
+    // Reference photos no kept set uses, uploaded before the cutoff: each with the sets that
+    // use it (none: one row with no set).
     let pruned_sets: HashSet<&String> = sets.iter().collect();
-    let old_uploads: Vec<(String, i64)> = c
-        .prepare_cached("SELECT id, bytes FROM uploads WHERE created_at < ?1")?
-        .query_map([cutoff], |r| Ok((r.get(0)?, r.get(1)?)))?
-        .collect::<Result<_, _>>()?;
-    let mut uploads = Vec::new();
-    for (id, bytes) in old_uploads {
-        let users: Vec<String> = c
-            .prepare_cached("SELECT set_id FROM set_references WHERE upload_id = ?1")?
-            .query_map([&id], |r| r.get(0))?
-            .collect::<Result<_, _>>()?;
-        if users.iter().all(|s| pruned_sets.contains(s)) {
-            report.image_bytes += bytes;
-            uploads.push(id);
+    let mut uploads: Vec<(String, i64, bool)> = Vec::new();
+    for r in tx.rows(
+        "SELECT u.id, u.bytes, r.set_id FROM uploads u LEFT JOIN set_references r ON r.upload_id = u.id
+         WHERE u.created_at < ?1 ORDER BY u.id",
+        &[&cutoff],
+    )? {
+        let (id, bytes, user): (String, i64, Option<String>) = (r.get(0)?, r.get(1)?, r.get(2)?);
+        let goes = user.is_none_or(|s| pruned_sets.contains(&s));
+        match uploads.last_mut() {
+            Some(last) if last.0 == id => last.2 &= goes,
+            _ => uploads.push((id, bytes, goes)),
         }
     }
+    let uploads: Vec<String> = uploads
+        .into_iter()
+        .filter(|(_, _, goes)| *goes)
+        .map(|(id, bytes, _)| {
+            report.image_bytes += bytes;
+            id
+        })
+        .collect();
     report.uploads = uploads.len() as u64;
     Ok(Plan { singles, sets, uploads, report })
 }
 
-/// Delete one task and everything that hangs off it (the caller has checked it may go).
-/// Returns (images, image bytes) deleted.
-fn delete_task(c: &Connection, id: &str) -> Result<(u64, i64), StoreError> {
-    let arts: Vec<String> = c
-        .prepare_cached("SELECT id FROM artifacts WHERE task_id = ?1")?
-        .query_map([id], |r| r.get(0))?
-        .collect::<Result<_, _>>()?;
-    let mut bytes = 0;
-    for a in &arts {
-        bytes += super::blobs::delete_blob(c, a)?;
+/// Delete one task and everything that hangs off it (the caller holds its locks and has
+/// re-checked that it may go). Adds what it deleted to `r`.
+fn delete_task(tx: &mut dyn Tx, id: &str, r: &mut PruneReport) -> Result<(), StoreError> {
+    let images =
+        tx.rows("DELETE FROM blobs WHERE id IN (SELECT id FROM artifacts WHERE task_id = ?1) RETURNING bytes", &[&id])?;
+    for row in &images {
+        r.image_bytes += row.get::<i64>(0)?;
     }
-    for sql in [
-        "DELETE FROM artifacts WHERE task_id = ?1",
-        "DELETE FROM events WHERE task_id = ?1",
-        "DELETE FROM executions WHERE task_id = ?1",
-        "DELETE FROM envelopes WHERE task_id = ?1",
-        "DELETE FROM tasks WHERE id = ?1",
-    ] {
-        c.prepare_cached(sql)?.execute([id])?;
-    }
-    Ok((arts.len() as u64, bytes))
-}
-
-/// Delete tasks outside sets, re-checking each: still settled (not `unknown`), still older
-/// than the cutoff, and no remaining task is a retry of it. Adds what it deleted to `r`.
-fn delete_singles(c: &Connection, ids: &[String], cutoff: Millis, r: &mut PruneReport) -> Result<(), StoreError> {
-    for id in ids {
-        let still: Option<()> = c
-            .prepare_cached(&format!(
-                "SELECT 1 FROM tasks t WHERE t.id = ?1 AND t.set_id IS NULL AND {SETTLED} AND t.updated_at < ?2
-                 AND NOT EXISTS (SELECT 1 FROM tasks x WHERE x.retry_of = t.id) AND NOT {}",
-                paid_recently(3)
-            ))?
-            .query_row(params![id, cutoff, spend_floor(cutoff)], |_| Ok(()))
-            .optional()?;
-        if still.is_none() {
-            continue;
-        }
-        let (images, bytes) = delete_task(c, id)?;
-        r.tasks += 1;
-        r.images += images;
-        r.image_bytes += bytes;
-    }
+    r.images += images.len() as u64;
+    tx.exec("DELETE FROM artifacts WHERE task_id = ?1", &[&id])?;
+    tx.exec("DELETE FROM events WHERE task_id = ?1", &[&id])?;
+    tx.exec("DELETE FROM executions WHERE task_id = ?1", &[&id])?;
+    tx.exec("DELETE FROM envelopes WHERE task_id = ?1", &[&id])?;
+    tx.exec("DELETE FROM tasks WHERE id = ?1", &[&id])?;
+    r.tasks += 1;
     Ok(())
 }
 
-/// Delete a whole set if, re-checked now, every one of its shots is settled (not `unknown`)
-/// and older than the cutoff and no task outside it retries one of them.
-fn delete_set(c: &Connection, set: &str, cutoff: Millis, r: &mut PruneReport) -> Result<(), StoreError> {
-    let blocking: i64 = c
-        .prepare_cached(&format!(
-            "SELECT count(*) FROM tasks t WHERE t.set_id = ?1 AND (NOT ({SETTLED}) OR t.updated_at >= ?2
-               OR EXISTS (SELECT 1 FROM tasks x WHERE x.retry_of = t.id AND x.set_id IS NOT ?1) OR {})",
-            paid_recently(3)
-        ))?
-        .query_row(params![set, cutoff, spend_floor(cutoff)], |row| row.get(0))?;
-    if blocking > 0 {
-        return Ok(());
+/// Delete tasks outside sets, each under its envelope lock and re-checked: still settled
+/// (not `unknown`), still older than the cutoff, not counted in the cutoff month's spend, and
+/// no task is a retry of it. What it deleted.
+pub(in crate::store) fn delete_singles(
+    tx: &mut dyn Tx,
+    ids: &[String],
+    cutoff: Millis,
+) -> Result<PruneReport, StoreError> {
+    let floor = spend_floor(cutoff);
+    let mut r = PruneReport::default();
+    for id in ids {
+        tx.lock_task(id)?;
+        let still = tx.opt(
+            concat!(
+                "SELECT 1 FROM tasks t WHERE t.id = ?1 AND t.set_id IS NULL AND t.",
+                settled!(),
+                " AND t.updated_at < ?2
+                   AND NOT EXISTS (SELECT 1 FROM tasks x WHERE x.retry_of = t.id) AND NOT ",
+                paid_recently!("3")
+            ),
+            &[&id, &cutoff, &floor],
+        )?;
+        if still.is_some() {
+            delete_task(tx, id, &mut r)?;
+        }
     }
-    let ids: Vec<String> = c
-        .prepare_cached("SELECT id FROM tasks WHERE set_id = ?1 ORDER BY id DESC")?
-        .query_map([set], |row| row.get(0))?
+    Ok(r)
+}
+
+/// Delete a whole set if, under its shots' envelope locks and its own row lock, every one of
+/// its shots is settled (not `unknown`), older than the cutoff and not counted in the cutoff
+/// month's spend, and no task outside it retries one of them. What it deleted.
+pub(in crate::store) fn delete_set(tx: &mut dyn Tx, set: &str, cutoff: Millis) -> Result<PruneReport, StoreError> {
+    let floor = spend_floor(cutoff);
+    let mut r = PruneReport::default();
+    if tx.locking() {
+        // Every shot's envelope, in id order (the order other operations lock more than one
+        // task in), before the set row.
+        tx.rows(
+            "SELECT 1 FROM envelopes WHERE task_id IN (SELECT id FROM tasks WHERE set_id = ?1) ORDER BY task_id FOR UPDATE",
+            &[&set],
+        )?;
+    }
+    tx.lock_set(set)?;
+    if tx.opt("SELECT 1 FROM sets WHERE id = ?1", &[&set])?.is_none() {
+        return Ok(r);
+    }
+    let blocking: i64 = tx
+        .one(
+            concat!(
+                "SELECT count(*) FROM tasks t WHERE t.set_id = ?1
+                   AND (NOT (t.",
+                settled!(),
+                ") OR t.updated_at >= ?2
+                        OR EXISTS (SELECT 1 FROM tasks x WHERE x.retry_of = t.id AND (x.set_id IS NULL OR x.set_id <> ?1))
+                        OR ",
+                paid_recently!("3"),
+                ")"
+            ),
+            &[&set, &cutoff, &floor],
+        )?
+        .get(0)?;
+    if blocking > 0 {
+        return Ok(r);
+    }
+    let ids: Vec<String> = tx
+        .rows("SELECT id FROM tasks WHERE set_id = ?1 ORDER BY id DESC", &[&set])?
+        .iter()
+        .map(|row| row.get(0))
         .collect::<Result<_, _>>()?;
     // Retries inside the set point at shots of the same set: unlink them first.
-    c.prepare_cached("UPDATE tasks SET retry_of = NULL WHERE set_id = ?1")?.execute([set])?;
+    tx.exec("UPDATE tasks SET retry_of = NULL WHERE set_id = ?1 AND retry_of IS NOT NULL", &[&set])?;
     // A choice names an artifact of the set: it goes before the artifacts do.
-    c.prepare_cached("DELETE FROM set_choices WHERE set_id = ?1")?.execute([set])?;
+    tx.exec("DELETE FROM set_choices WHERE set_id = ?1", &[&set])?;
     for id in &ids {
-        let (images, bytes) = delete_task(c, id)?;
-        r.tasks += 1;
-        r.images += images;
-        r.image_bytes += bytes;
+        delete_task(tx, id, &mut r)?;
     }
-    c.prepare_cached("DELETE FROM set_references WHERE set_id = ?1")?.execute([set])?;
-    c.prepare_cached("DELETE FROM set_events WHERE set_id = ?1")?.execute([set])?;
-    c.prepare_cached("DELETE FROM sets WHERE id = ?1")?.execute([set])?;
+    tx.exec("DELETE FROM set_references WHERE set_id = ?1", &[&set])?;
+    tx.exec("DELETE FROM set_events WHERE set_id = ?1", &[&set])?;
+    tx.exec("DELETE FROM sets WHERE id = ?1", &[&set])?;
     r.sets += 1;
-    Ok(())
+    Ok(r)
 }
 
-/// Delete reference photos that, now, no set uses and that were uploaded before the cutoff.
-fn delete_uploads(c: &Connection, ids: &[String], cutoff: Millis, r: &mut PruneReport) -> Result<(), StoreError> {
+/// Delete reference photos that, now (under their row lock where transactions run side by
+/// side), no set uses and that were uploaded before the cutoff. What it deleted.
+pub(in crate::store) fn delete_uploads(
+    tx: &mut dyn Tx,
+    ids: &[String],
+    cutoff: Millis,
+) -> Result<PruneReport, StoreError> {
+    let mut r = PruneReport::default();
     for id in ids {
-        let n = c
-            .prepare_cached(
-                "DELETE FROM uploads WHERE id = ?1 AND created_at < ?2
-                 AND NOT EXISTS (SELECT 1 FROM set_references WHERE upload_id = ?1)",
-            )?
-            .execute(params![id, cutoff])?;
+        if tx.locking() && tx.opt("SELECT 1 FROM uploads WHERE id = ?1 FOR UPDATE", &[&id])?.is_none() {
+            continue;
+        }
+        let n = tx.exec(
+            "DELETE FROM uploads WHERE id = ?1 AND created_at < ?2
+               AND NOT EXISTS (SELECT 1 FROM set_references WHERE upload_id = ?1)",
+            &[&id, &cutoff],
+        )?;
         if n > 0 {
             r.uploads += 1;
-            r.image_bytes += super::blobs::delete_blob(c, id)?;
+            if let Some(row) = tx.opt("DELETE FROM blobs WHERE id = ?1 RETURNING bytes", &[&id])? {
+                r.image_bytes += row.get::<i64>(0)?;
+            }
         }
     }
-    Ok(())
+    Ok(r)
 }
 
-/// Give back up to `pages` free pages; returns the free pages left. (Each step of the pragma
-/// frees one page: it is run to completion.)
+/// When the oldest settled task changed at or after `since` last changed (`None`: none did):
+/// the retention timer's next due time is that plus its age limit.
+pub(in crate::store) fn next_prunable(tx: &mut dyn Tx, since: Millis) -> Result<Option<Millis>, StoreError> {
+    tx.one(concat!("SELECT min(updated_at) FROM tasks WHERE ", settled!(), " AND updated_at >= ?1"), &[&since])?.get(0)
+}
+
+/// Give back up to `pages` free pages (SQLite); returns the free pages left. (Each step of the
+/// pragma frees one page: it is run to completion.)
 fn vacuum_step(c: &Connection, pages: i64) -> Result<i64, StoreError> {
     let mut stmt = c.prepare_cached(&format!("PRAGMA incremental_vacuum({pages})"))?;
     let mut rows = stmt.query([])?;
@@ -332,69 +432,20 @@ fn db_bytes(c: &Connection) -> Result<i64, StoreError> {
 }
 
 impl SqliteStore {
-    /// Delete settled work older than `cutoff` (see the module docs), or with `dry_run` only
-    /// say what would go. Deletes in bounded batches, each re-checking what it deletes, then
-    /// gives the freed pages back.
-    pub async fn prune(&self, cutoff: Millis, dry_run: bool) -> Result<PruneReport, StoreError> {
-        let plan = self.read(move |c| plan(c, cutoff)).await?;
-        if dry_run {
-            return Ok(PruneReport { dry_run: true, ..plan.report });
-        }
-        let before = self.read(db_bytes).await?;
-        let mut done = PruneReport { cutoff, ..PruneReport::default() };
-        for batch in plan.singles.chunks(TASK_BATCH) {
-            let ids = batch.to_vec();
-            let r = self
-                .write(move |c| {
-                    let mut r = PruneReport::default();
-                    delete_singles(c, &ids, cutoff, &mut r)?;
-                    Ok(r)
-                })
-                .await?;
-            add(&mut done, &r);
-        }
-        for set in plan.sets {
-            let r = self
-                .write(move |c| {
-                    let mut r = PruneReport::default();
-                    delete_set(c, &set, cutoff, &mut r)?;
-                    Ok(r)
-                })
-                .await?;
-            add(&mut done, &r);
-        }
-        let uploads = plan.uploads;
-        let r = self
-            .write(move |c| {
-                let mut r = PruneReport::default();
-                delete_uploads(c, &uploads, cutoff, &mut r)?;
-                Ok(r)
-            })
-            .await?;
-        add(&mut done, &r);
-        // Losing a vacuum step to a power cut leaves pages on the free list, nothing more:
-        // ordered commits are enough.
-        while self.write_ordered(|c| vacuum_step(c, VACUUM_PAGES)).await? > 0 {}
-        let after = self.read(db_bytes).await?;
-        done.freed_bytes = (before - after).max(0);
-        done.kept_unknown = plan.report.kept_unknown;
-        done.kept_in_sets = plan.report.kept_in_sets;
-        done.kept_retried = plan.report.kept_retried;
-        done.kept_for_spend = plan.report.kept_for_spend;
-        Ok(done)
+    /// The database file's size in bytes, by its pages (before and after a prune).
+    pub(in crate::store) async fn db_bytes(&self) -> Result<i64, StoreError> {
+        self.read(db_bytes).await
     }
 
-    /// When the oldest settled task changed at or after `since` last changed (`None`: none
-    /// did): the retention timer's next due time is that plus its age limit.
-    pub async fn next_prunable(&self, since: Millis) -> Result<Option<Millis>, StoreError> {
-        self.read(move |c| {
-            Ok(c.prepare_cached(&format!("SELECT min(updated_at) FROM tasks WHERE {SETTLED} AND updated_at >= ?1"))?
-                .query_row([since], |r| r.get(0))?)
-        })
-        .await
+    /// Give the free pages back to the file system, in bounded steps. Losing a step to a
+    /// power cut leaves pages on the free list, nothing more: ordered commits are enough.
+    pub(in crate::store) async fn vacuum(&self) -> Result<(), StoreError> {
+        while self.write_ordered(|c| vacuum_step(c, VACUUM_PAGES)).await? > 0 {}
+        Ok(())
     }
 }
 
+/// Add what one batch deleted to the totals.
 pub(in crate::store) fn add(total: &mut PruneReport, r: &PruneReport) {
     total.tasks += r.tasks;
     total.sets += r.sets;

@@ -1,10 +1,16 @@
-//! Read queries: task views, timelines, artifacts, counts, and the reconciler's deadlines.
-//! They run on reader connections and never write.
+//! Read queries: task views, timelines, artifacts, counts, and the reconciler's deadlines,
+//! written once over [`Tx`] for both backends (run by `Store::query`: a SQLite reader
+//! connection, or one read-only PostgreSQL snapshot). They never write.
 
-use rusqlite::{Connection, OptionalExtension, Row};
+use std::sync::OnceLock;
+
+use rusqlite::Connection;
 use serde::Serialize;
 
-use super::{SqliteStore, StoreError};
+use super::StoreError;
+use super::ops::common;
+use super::sqlite_tx::SqliteTx;
+use super::tx::{Dialect, Param, Row, Tx};
 use crate::domain::{Charge, Micros, Millis, TaskStatus};
 
 /// A task as the API and CLI show it.
@@ -82,10 +88,22 @@ pub struct EventView {
     pub execution_token: Option<String>,
 }
 
-const TASK_COLUMNS: &str = "id, status, reason, failure_kind, attempts, cancel_requested, provider, prompt, \
-     params, idempotency_key, retry_of, set_id, set_position, created_at, updated_at, shot_role, group_key, candidate";
+/// The columns of a task row, in the order [`task_row`] reads them.
+macro_rules! task_columns {
+    () => {
+        "id, status, reason, failure_kind, attempts, cancel_requested, provider, prompt, params, idempotency_key, \
+         retry_of, set_id, set_position, created_at, updated_at, shot_role, group_key, candidate"
+    };
+}
 
-fn task_row(r: &Row<'_>) -> rusqlite::Result<TaskView> {
+/// The columns of an artifact row, in the order [`artifact_row`] reads them.
+macro_rules! artifact_columns {
+    () => {
+        "id, task_id, sha256, bytes, media_type, created_at"
+    };
+}
+
+fn task_row(r: &Row) -> Result<TaskView, StoreError> {
     let status: String = r.get(1)?;
     let params: String = r.get(8)?;
     Ok(TaskView {
@@ -115,7 +133,7 @@ fn task_row(r: &Row<'_>) -> rusqlite::Result<TaskView> {
     })
 }
 
-fn artifact_row(r: &Row<'_>) -> rusqlite::Result<ArtifactView> {
+fn artifact_row(r: &Row) -> Result<ArtifactView, StoreError> {
     Ok(ArtifactView {
         id: r.get(0)?,
         task_id: r.get(1)?,
@@ -126,31 +144,25 @@ fn artifact_row(r: &Row<'_>) -> rusqlite::Result<ArtifactView> {
     })
 }
 
-const ARTIFACT_COLUMNS: &str = "id, task_id, sha256, bytes, media_type, created_at";
-
-fn with_artifacts(c: &Connection, mut t: TaskView) -> Result<TaskView, StoreError> {
-    let mut stmt =
-        c.prepare_cached(&format!("SELECT {ARTIFACT_COLUMNS} FROM artifacts WHERE task_id = ?1 ORDER BY created_at"))?;
-    t.artifacts = stmt.query_map([&t.id], artifact_row)?.collect::<Result<_, _>>()?;
-    t.charge = charge_of(c, &t.id)?;
-    t.retried_as = crate::store::latest_retry(&mut crate::store::sqlite_tx::SqliteTx::new(c), &t.id)?;
-    Ok(t)
+/// A task row made whole: its artifacts, its charge, its latest retry, and why it waits.
+fn complete(tx: &mut dyn Tx, mut t: TaskView) -> Result<TaskView, StoreError> {
+    t.artifacts = tx
+        .rows(
+            concat!("SELECT ", artifact_columns!(), " FROM artifacts WHERE task_id = ?1 ORDER BY created_at"),
+            &[&t.id],
+        )?
+        .iter()
+        .map(artifact_row)
+        .collect::<Result<_, _>>()?;
+    t.charge = common::charge_of(tx, &t.id)?;
+    t.retried_as = super::ops::latest_retry(tx, &t.id)?;
+    with_wait(tx, t)
 }
 
-/// A task's charge, from its executions (the only record of what reached the provider).
+/// A task's charge, from its executions (the only record of what reached the provider), on a
+/// SQLite connection.
 pub fn charge_of(c: &Connection, task: &str) -> Result<ChargeSummary, StoreError> {
-    let mut stmt = c.prepare_cached(
-        "SELECT charge, cost_micros, currency, charge_recorded_at IS NOT NULL FROM executions WHERE task_id = ?1",
-    )?;
-    let rows = stmt.query_map([task], |r| {
-        Ok((
-            r.get::<_, String>(0)?,
-            r.get::<_, Option<Micros>>(1)?,
-            r.get::<_, Option<String>>(2)?,
-            r.get::<_, bool>(3)?,
-        ))
-    })?;
-    summarize_charges(rows.collect::<Result<Vec<_>, _>>()?)
+    common::charge_of(&mut SqliteTx::new(c), task)
 }
 
 /// A task's [`ChargeSummary`] from its executions' (charge, cost, currency), on either backend.
@@ -190,13 +202,18 @@ pub struct TaskFilter {
     pub search: Option<String>,
 }
 
-/// One task with its artifacts.
+/// One task with its artifacts, on a SQLite connection (tools and tests; the store's own
+/// operations use [`task`]).
 pub fn get_task(c: &Connection, id: &str) -> Result<Option<TaskView>, StoreError> {
-    let t = c
-        .prepare_cached(&format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = ?1"))?
-        .query_row([id], task_row)
-        .optional()?;
-    t.map(|t| with_wait(c, with_artifacts(c, t)?)).transpose()
+    task(&mut SqliteTx::new(c), id)
+}
+
+/// One task with its artifacts, its charge, its latest retry and why it waits.
+pub(in crate::store) fn task(tx: &mut dyn Tx, id: &str) -> Result<Option<TaskView>, StoreError> {
+    match tx.opt(concat!("SELECT ", task_columns!(), " FROM tasks WHERE id = ?1"), &[&id])? {
+        Some(r) => complete(tx, task_row(&r)?).map(Some),
+        None => Ok(None),
+    }
 }
 
 /// For a task that waits to be dispatched (`queued` or `waiting`), say why in plain words, from
@@ -205,17 +222,17 @@ pub fn get_task(c: &Connection, id: &str) -> Result<Option<TaskView>, StoreError
 /// dispatch order explains the wait; a retry's "trying again in …" stays while its time has not
 /// come. (A wait is a place in the dispatch order, not a state written per task: nothing is
 /// written while a task waits.)
-fn with_wait(c: &Connection, mut t: TaskView) -> Result<TaskView, StoreError> {
+fn with_wait(tx: &mut dyn Tx, mut t: TaskView) -> Result<TaskView, StoreError> {
     if !matches!(t.status, TaskStatus::Queued | TaskStatus::Waiting) {
         return Ok(t);
     }
-    if let Some(h) = crate::store::held::held_of(c, &t.id)? {
+    if let Some(h) = crate::store::held::held_of(tx, &t.id)? {
         t.reason = Some(h.reason.clone());
         t.waiting_for = Some(h.reason.clone());
         t.held = Some(h);
         return Ok(t);
     }
-    if let Some(why) = wait_reason(c, &t)? {
+    if let Some(why) = wait_reason(tx, &t)? {
         t.reason = Some(why.clone());
         t.waiting_for = Some(why);
     }
@@ -267,27 +284,23 @@ pub(in crate::store) const WAIT_FACTS: &str =
  FROM envelopes e JOIN tasks t ON t.id = e.task_id LEFT JOIN providers p ON p.name = e.provider
  WHERE e.task_id = ?1 AND e.status = 'pending'";
 
-fn wait_reason(c: &Connection, t: &TaskView) -> Result<Option<String>, StoreError> {
-    let facts = c
-        .prepare_cached(WAIT_FACTS)?
-        .query_row([&t.id], |r| {
-            Ok(WaitFacts {
-                pass: r.get(0)?,
-                due: r.get(1)?,
-                lane: r.get(2)?,
-                key: r.get(3)?,
-                paused: r.get(4)?,
-                max: r.get(5)?,
-                reserve: r.get(6)?,
-                busy: r.get(7)?,
-                busy_recovery: r.get(8)?,
-                ahead_key: r.get(9)?,
-                ahead: r.get(10)?,
-                earlier_shots: r.get(11)?,
-            })
-        })
-        .optional()?;
-    Ok(facts.and_then(|f| wait_words(&t.provider, &f)))
+fn wait_reason(tx: &mut dyn Tx, t: &TaskView) -> Result<Option<String>, StoreError> {
+    let Some(r) = tx.opt(WAIT_FACTS, &[&t.id])? else { return Ok(None) };
+    let f = WaitFacts {
+        pass: r.get(0)?,
+        due: r.get(1)?,
+        lane: r.get(2)?,
+        key: r.get(3)?,
+        paused: r.get(4)?,
+        max: r.get(5)?,
+        reserve: r.get(6)?,
+        busy: r.get(7)?,
+        busy_recovery: r.get(8)?,
+        ahead_key: r.get(9)?,
+        ahead: r.get(10)?,
+        earlier_shots: r.get(11)?,
+    };
+    Ok(wait_words(&t.provider, &f))
 }
 
 /// Why a pending task waits, in plain words, or `None` when the dispatch order does not
@@ -347,60 +360,83 @@ fn plural(n: i64) -> &'static str {
     if n == 1 { "" } else { "s" }
 }
 
+/// The statement of a task list: one per combination of filters and dialect, built at first
+/// use. Parameters: `?1` the cursor, `?2` the limit, then the status (if filtered by it), then
+/// the search text (if searching), numbered without gaps (both drivers count parameters by
+/// the highest number).
+fn list_sql(tx: &dyn Tx, status: bool, attention: bool, search: bool) -> &'static str {
+    static BUILT: [OnceLock<String>; 16] = [const { OnceLock::new() }; 16];
+    let dialect = tx.dialect();
+    let i = usize::from(status)
+        | usize::from(attention) << 1
+        | usize::from(search) << 2
+        | usize::from(dialect == Dialect::Postgres) << 3;
+    BUILT[i].get_or_init(|| {
+        let mut sql = concat!("SELECT ", task_columns!(), " FROM tasks WHERE id < ?1").to_string();
+        let mut next = 3;
+        if status {
+            sql.push_str(&format!(" AND status = ?{next}"));
+            next += 1;
+        }
+        if attention {
+            // `unknown` and not retried (by the status index), or held (by the held index).
+            sql.push_str(
+                " AND id IN (SELECT u.id FROM tasks u WHERE u.status = 'unknown'
+                               AND NOT EXISTS (SELECT 1 FROM tasks r WHERE r.retry_of = u.id)
+                             UNION ALL
+                             SELECT h.task_id FROM envelopes h WHERE h.status = 'pending' AND h.held_at IS NOT NULL)",
+            );
+        }
+        if search {
+            // Where the text is found: SQLite's `instr`, PostgreSQL's `strpos` (1-based, 0 if not).
+            let find = match dialect {
+                Dialect::Sqlite => "instr",
+                Dialect::Postgres => "strpos",
+            };
+            sql.push_str(&format!(
+                " AND ({find}(lower(prompt), lower(CAST(?{next} AS TEXT))) > 0
+                       OR set_id IN (SELECT id FROM sets WHERE {find}(lower(product), lower(CAST(?{next} AS TEXT))) > 0))"
+            ));
+        }
+        sql.push_str(" ORDER BY id DESC LIMIT ?2");
+        sql
+    })
+}
+
 /// Tasks newest first, filtered, after the cursor `before` (a task id).
-pub fn list_tasks(
-    c: &Connection,
-    filter: TaskFilter,
+pub(in crate::store) fn list_tasks(
+    tx: &mut dyn Tx,
+    filter: &TaskFilter,
     before: Option<&str>,
     limit: usize,
 ) -> Result<Vec<TaskView>, StoreError> {
     let before = before.unwrap_or("\u{10ffff}");
-    let status = filter.status;
     if filter.needs_attention && filter.status.is_some_and(|s| !matches!(s, TaskStatus::Unknown | TaskStatus::Waiting))
     {
         return Ok(Vec::new());
     }
-    let mut sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id < ?1");
-    if status.is_some() {
-        sql.push_str(" AND status = ?3");
-    }
-    if filter.needs_attention {
-        // `unknown` and not retried (by the status index), or held (by the held index).
-        sql.push_str(
-            " AND id IN (SELECT u.id FROM tasks u WHERE u.status = 'unknown'
-                           AND NOT EXISTS (SELECT 1 FROM tasks r WHERE r.retry_of = u.id)
-                         UNION ALL
-                         SELECT h.task_id FROM envelopes h WHERE h.status = 'pending' AND h.held_at IS NOT NULL)",
-        );
-    }
-    if filter.search.is_some() {
-        sql.push_str(
-            " AND (instr(lower(prompt), lower(?4)) > 0
-                   OR set_id IN (SELECT id FROM sets WHERE instr(lower(product), lower(?4)) > 0))",
-        );
-    }
-    sql.push_str(" ORDER BY id DESC LIMIT ?2");
-    let mut stmt = c.prepare_cached(&sql)?;
-    let limit = limit as i64;
-    let status_text = status.map(|s| s.as_str());
-    // Numbered parameters bound by name ("?N"): only those the statement uses.
-    let mut bind: Vec<(&str, &dyn rusqlite::ToSql)> = vec![("?1", &before), ("?2", &limit)];
-    if let Some(s) = &status_text {
-        bind.push(("?3", s));
+    let sql = list_sql(tx, filter.status.is_some(), filter.needs_attention, filter.search.is_some());
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let status = filter.status.map(|s| s.as_str());
+    let mut params: Vec<&dyn Param> = vec![&before, &limit];
+    if let Some(s) = &status {
+        params.push(s);
     }
     if let Some(s) = &filter.search {
-        bind.push(("?4", s));
+        params.push(s);
     }
-    let rows: Vec<TaskView> = stmt.query_map(bind.as_slice(), task_row)?.collect::<Result<_, _>>()?;
-    rows.into_iter().map(|t| with_wait(c, with_artifacts(c, t)?)).collect()
+    let rows = tx.rows(sql, &params)?;
+    rows.iter().map(|r| complete(tx, task_row(r)?)).collect()
 }
 
 /// A task's timeline, oldest first.
-pub fn events(c: &Connection, task: &str) -> Result<Vec<EventView>, StoreError> {
-    let mut stmt = c.prepare_cached(
+pub(in crate::store) fn events(tx: &mut dyn Tx, task: &str) -> Result<Vec<EventView>, StoreError> {
+    tx.rows(
         "SELECT id, at, actor, kind, message, execution_token FROM events WHERE task_id = ?1 ORDER BY id",
-    )?;
-    let rows = stmt.query_map([task], |r| {
+        &[&task],
+    )?
+    .iter()
+    .map(|r| {
         Ok(EventView {
             id: r.get(0)?,
             at: r.get(1)?,
@@ -409,72 +445,32 @@ pub fn events(c: &Connection, task: &str) -> Result<Vec<EventView>, StoreError> 
             message: r.get(4)?,
             execution_token: r.get(5)?,
         })
-    })?;
-    Ok(rows.collect::<Result<_, _>>()?)
+    })
+    .collect()
 }
 
 /// One artifact.
-pub fn artifact(c: &Connection, id: &str) -> Result<Option<ArtifactView>, StoreError> {
-    Ok(c.prepare_cached(&format!("SELECT {ARTIFACT_COLUMNS} FROM artifacts WHERE id = ?1"))?
-        .query_row([id], artifact_row)
-        .optional()?)
+pub(in crate::store) fn artifact(tx: &mut dyn Tx, id: &str) -> Result<Option<ArtifactView>, StoreError> {
+    tx.opt(concat!("SELECT ", artifact_columns!(), " FROM artifacts WHERE id = ?1"), &[&id])?
+        .map(|r| artifact_row(&r))
+        .transpose()
 }
 
-/// The earliest deadline of a sent envelope: when the reconciler next has something to check.
-pub fn next_sent_deadline(c: &Connection) -> Result<Option<Millis>, StoreError> {
-    Ok(c.prepare_cached("SELECT min(lease_expires_at) FROM envelopes WHERE status = 'sent'")?
-        .query_row([], |r| r.get(0))?)
+/// The earliest deadline of a sent envelope (every node's, on PostgreSQL): when the reconciler
+/// next has something to check.
+pub(in crate::store) fn next_sent_deadline(tx: &mut dyn Tx) -> Result<Option<Millis>, StoreError> {
+    tx.one("SELECT min(lease_expires_at) FROM envelopes WHERE status = 'sent'", &[])?.get(0)
 }
 
 /// Number of tasks per status.
-pub fn status_counts(c: &Connection) -> Result<Vec<(TaskStatus, i64)>, StoreError> {
-    let mut stmt = c.prepare_cached("SELECT status, count(*) FROM tasks GROUP BY status")?;
-    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+pub(in crate::store) fn status_counts(tx: &mut dyn Tx) -> Result<Vec<(TaskStatus, i64)>, StoreError> {
     let mut out = Vec::new();
-    for row in rows {
-        let (s, n) = row?;
-        if let Some(s) = TaskStatus::parse(&s) {
-            out.push((s, n));
+    for r in tx.rows("SELECT status, count(*) FROM tasks GROUP BY status", &[])? {
+        if let Some(s) = TaskStatus::parse(&r.get::<String>(0)?) {
+            out.push((s, r.get(1)?));
         }
     }
     Ok(out)
-}
-
-impl SqliteStore {
-    /// One task with its artifacts.
-    pub async fn get_task(&self, id: String) -> Result<Option<TaskView>, StoreError> {
-        self.read(move |c| get_task(c, &id)).await
-    }
-
-    /// Tasks newest first.
-    pub async fn list_tasks(
-        &self,
-        filter: TaskFilter,
-        before: Option<String>,
-        limit: usize,
-    ) -> Result<Vec<TaskView>, StoreError> {
-        self.read(move |c| list_tasks(c, filter, before.as_deref(), limit)).await
-    }
-
-    /// A task's timeline.
-    pub async fn events(&self, task: String) -> Result<Vec<EventView>, StoreError> {
-        self.read(move |c| events(c, &task)).await
-    }
-
-    /// One artifact.
-    pub async fn artifact(&self, id: String) -> Result<Option<ArtifactView>, StoreError> {
-        self.read(move |c| artifact(c, &id)).await
-    }
-
-    /// Number of tasks per status.
-    pub async fn status_counts(&self) -> Result<Vec<(TaskStatus, i64)>, StoreError> {
-        self.read(status_counts).await
-    }
-
-    /// The reconciler's next deadline.
-    pub async fn next_sent_deadline(&self) -> Result<Option<Millis>, StoreError> {
-        self.read(next_sent_deadline).await
-    }
 }
 
 #[cfg(test)]
@@ -484,5 +480,42 @@ mod tests {
     #[test]
     fn both_counts_of_earlier_tasks_stop_at_the_cap() {
         assert_eq!(WAIT_FACTS.matches(&format!("LIMIT {WAIT_COUNT_CAP})")).count(), 2);
+    }
+
+    #[test]
+    fn a_wait_is_explained_from_where_the_task_stands() {
+        let ready = WaitFacts {
+            pass: Some(7),
+            due: Some(0),
+            lane: "new".into(),
+            key: "set:s1".into(),
+            max: Some(2),
+            reserve: Some(1),
+            ..WaitFacts::default()
+        };
+        assert_eq!(wait_words("p", &ready), None, "next in line, a slot free: nothing to explain");
+        let paused = WaitFacts { paused: Some(0), ..ready.clone() };
+        assert_eq!(
+            wait_words("p", &paused).as_deref(),
+            Some("p failed several times in a row; tally has paused new calls to it until 1970-01-01T00:00:00.000Z.")
+        );
+        let unscheduled = WaitFacts { due: None, earlier_shots: 2, ..ready.clone() };
+        assert_eq!(
+            wait_words("p", &unscheduled).as_deref(),
+            Some("Queued behind 2 earlier shots of this set (a set runs one shot at a time).")
+        );
+        let behind = WaitFacts { busy: 2, ahead_key: 1, ahead: 5, ..ready.clone() };
+        assert_eq!(
+            wait_words("p", &behind).as_deref(),
+            Some(
+                "Waiting for a free slot at p (all 2 of its slots are in use). Queued behind 1 earlier task of this set."
+            )
+        );
+        let many = WaitFacts { key: "k".into(), ahead: WAIT_COUNT_CAP, ..ready.clone() };
+        assert_eq!(wait_words("p", &many).as_deref(), Some("Queued behind 100 or more earlier tasks."));
+        let recovery = WaitFacts { lane: "recovery".into(), busy: 1, busy_recovery: 1, ..ready.clone() };
+        assert!(wait_words("p", &recovery).is_some_and(|w| w.contains("may use 1 of its 2 slots")));
+        let later = WaitFacts { pass: None, ..ready };
+        assert_eq!(wait_words("p", &later), None, "waiting for its due time: the stored reason says until when");
     }
 }

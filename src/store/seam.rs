@@ -17,13 +17,13 @@
 //! | earlier runs are dead | the data-directory lock (`ops::recovery::Liveness::Process`) | the node's session advisory lock (`pg::node`), read by `ops::recovery::Liveness::Nodes` |
 //! | lease expiry clock | the engine's clock | the database's clock (`db_clock`) |
 //! | no transaction across a network call | sync closures on the writer thread | sync closures on the store's own threads |
-//! | a budget holds before the money leaves | the check and `calling` in one writer operation (`ops::exec::record_calling`) | the same transaction under the budget advisory lock (`ops::exec::budget_lock`, taken where `Tx::locking`), so nodes check one at a time |
+//! | a budget holds before the money leaves | the check and `calling` in one writer operation (`ops::exec::record_calling`) | the same transaction under the budget advisory lock (`spend::budget_lock`, taken by `spend::budget_check`), so nodes check one at a time |
 //! | money is evidence (a charge needs a call) | `ops::settle_charge` + table CHECK | `pg::ops::settle_charge` + table CHECK |
 //! | one live retry per task and shot candidate | single writer (`ops::user::retry`) | the original's envelope lock, then its set row (`pg::ops::user::retry`) |
 //! | a choice names a succeeded candidate of its shot; more candidates join the set's one-at-a-time order | single writer (`choice::choose`, `choice::add_candidates`) | the set row locked first (`pg::choice`) |
 //! | provider capacity across the cluster | the slots counted by the single writer (`ops::dispatch::dispatch_due`) | every `providers` row locked before the slots in use are counted (`ops::dispatch::lock_providers`), so nodes count one after the other |
 //! | an older copy sends nothing unsettled on its own | `lineage::judge` at start-up, then `held::hold_unsettled`; held envelopes have no due time or place | no copies by file (no lineage); the same held state and release (`pg::held`) |
-//! | retention keeps what someone still needs | the plan re-checked per delete on the writer (`prune`) | the same plan (`prune::choose`), each delete re-checked under the task's envelope, set or photo lock (`pg::prune`) |
+//! | retention keeps what someone still needs | the plan re-checked per delete on the writer (`prune`) | the same plan and deletes (`prune`), each delete re-checked under the task's envelope, set or photo lock (`prune::delete_singles`, `delete_set`, `delete_uploads`) |
 
 use std::path::Path;
 
@@ -224,6 +224,19 @@ impl Store {
         }
     }
 
+    /// Run one read (written once over [`Tx`]): on a SQLite reader connection, or in one
+    /// read-only PostgreSQL snapshot. It never writes.
+    async fn query<R, F>(&self, mut f: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnMut(&mut dyn Tx) -> Result<R, StoreError> + Send + 'static,
+    {
+        match self {
+            Store::Sqlite(s) => s.read(move |c| f(&mut SqliteTx::new(c))).await,
+            Store::Postgres(p) => p.read(move |tx| f(tx)).await,
+        }
+    }
+
     /// [`Store::op`] for an operation that takes the time: `now` is the caller's clock, or
     /// the database's where the backend keeps time there (PostgreSQL with `db_clock`).
     async fn op_at<R, F>(&self, commit: Commit, weight: usize, now: Millis, mut f: F) -> Result<R, StoreError>
@@ -251,17 +264,12 @@ impl Store {
         t: NewTask,
         now: Millis,
     ) -> Result<(SubmitOutcome, Option<TaskView>), StoreError> {
-        match self {
-            Store::Sqlite(s) => {
-                s.write(move |c| {
-                    let out = ops::submit(&mut SqliteTx::new(c), &t, now)?;
-                    let view = super::get_task(c, out.task_id())?;
-                    Ok((out, view))
-                })
-                .await
-            }
-            Store::Postgres(p) => p.submit_and_get(t, now).await,
-        }
+        self.op_at(Commit::Durable, 0, now, move |tx, now| {
+            let out = ops::submit(tx, &t, now)?;
+            let view = read::task(tx, out.task_id())?;
+            Ok((out, view))
+        })
+        .await
     }
 
     /// Claim ready envelopes for free provider slots, in lane and fairness order
@@ -474,14 +482,48 @@ impl Store {
         each!(self, s => s.cancel_set(id, now).await)
     }
 
-    /// Retention: delete what settled before `cutoff` (`store::prune`, `pg::prune`).
+    /// Retention: delete what settled before `cutoff` (`store::prune`): the plan from one
+    /// read, then bounded batches of deletes, each its own write that re-checks what it
+    /// deletes; on SQLite the freed pages are then given back to the file system.
     pub async fn prune(&self, cutoff: Millis, dry_run: bool) -> Result<PruneReport, StoreError> {
-        each!(self, s => s.prune(cutoff, dry_run).await)
+        let plan = self.query(move |tx| prune::plan(tx, cutoff)).await?;
+        if dry_run {
+            return Ok(PruneReport { dry_run: true, ..plan.report });
+        }
+        let before = match self {
+            Store::Sqlite(s) => Some(s.db_bytes().await?),
+            Store::Postgres(_) => None,
+        };
+        let mut done = PruneReport { cutoff, ..PruneReport::default() };
+        for batch in plan.singles.chunks(prune::TASK_BATCH) {
+            let ids = batch.to_vec();
+            prune::add(
+                &mut done,
+                &self.op(Commit::Durable, 0, move |tx| prune::delete_singles(tx, &ids, cutoff)).await?,
+            );
+        }
+        for set in plan.sets {
+            prune::add(&mut done, &self.op(Commit::Durable, 0, move |tx| prune::delete_set(tx, &set, cutoff)).await?);
+        }
+        let uploads = plan.uploads;
+        prune::add(
+            &mut done,
+            &self.op(Commit::Durable, 0, move |tx| prune::delete_uploads(tx, &uploads, cutoff)).await?,
+        );
+        if let (Store::Sqlite(s), Some(before)) = (self, before) {
+            s.vacuum().await?;
+            done.freed_bytes = (before - s.db_bytes().await?).max(0);
+        }
+        done.kept_unknown = plan.report.kept_unknown;
+        done.kept_in_sets = plan.report.kept_in_sets;
+        done.kept_retried = plan.report.kept_retried;
+        done.kept_for_spend = plan.report.kept_for_spend;
+        Ok(done)
     }
 
     /// When the oldest settled task changed at or after `since` last changed.
     pub async fn next_prunable(&self, since: Millis) -> Result<Option<Millis>, StoreError> {
-        each!(self, s => s.next_prunable(since).await)
+        self.query(move |tx| prune::next_prunable(tx, since)).await
     }
 
     // ---- held jobs (an older copy of the database: `store::held`, `store::lineage`) ----
@@ -506,7 +548,7 @@ impl Store {
 
     /// One task with its artifacts.
     pub async fn get_task(&self, id: String) -> Result<Option<TaskView>, StoreError> {
-        each!(self, s => s.get_task(id).await)
+        self.query(move |tx| read::task(tx, &id)).await
     }
 
     /// Tasks newest first.
@@ -516,19 +558,19 @@ impl Store {
         before: Option<String>,
         limit: usize,
     ) -> Result<Vec<TaskView>, StoreError> {
-        each!(self, s => s.list_tasks(filter, before, limit).await)
+        self.query(move |tx| read::list_tasks(tx, &filter, before.as_deref(), limit)).await
     }
 
     // ---- money (charge evidence, spend, budgets) ----
 
     /// Settled requests by provider and charge, for `/metrics`.
     pub async fn charge_totals(&self) -> Result<Vec<crate::metrics::ChargeTotal>, StoreError> {
-        each!(self, s => s.charge_totals().await)
+        self.query(spend::charge_totals).await
     }
 
     /// Tasks held back by a budget check it again.
     pub async fn release_budget_holds(&self, now: Millis) -> Result<usize, StoreError> {
-        each!(self, s => s.release_budget_holds(now).await)
+        self.op_at(Commit::Ordered, 0, now, spend::release_budget_holds).await
     }
 
     /// The budget set at run time (its JSON), if one is set.
@@ -565,37 +607,41 @@ impl Store {
 
     /// The spend report.
     pub async fn spend(&self, from: Millis, to: Millis, group: Group) -> Result<SpendReport, StoreError> {
-        each!(self, s => s.spend(from, to, group).await)
+        self.query(move |tx| spend::report(tx, from, to, group)).await
     }
 
     /// How much of each budget is used.
     pub async fn budget_use(&self, limits: Vec<Limit>, now: Millis) -> Result<Vec<BudgetUse>, StoreError> {
-        each!(self, s => s.budget_use(limits, now).await)
+        self.query(move |tx| {
+            let now = tx.now(now)?;
+            spend::budget_use(tx, &limits, now)
+        })
+        .await
     }
 
     /// The requests that may have cost money.
     pub async fn paid_requests(&self, from: Millis, to: Millis) -> Result<Vec<PaidRequest>, StoreError> {
-        each!(self, s => s.paid_requests(from, to).await)
+        self.query(move |tx| spend::requests(tx, from, to)).await
     }
 
     /// A task's timeline.
     pub async fn events(&self, task: String) -> Result<Vec<EventView>, StoreError> {
-        each!(self, s => s.events(task).await)
+        self.query(move |tx| read::events(tx, &task)).await
     }
 
     /// One artifact.
     pub async fn artifact(&self, id: String) -> Result<Option<ArtifactView>, StoreError> {
-        each!(self, s => s.artifact(id).await)
+        self.query(move |tx| read::artifact(tx, &id)).await
     }
 
     /// Number of tasks per status.
     pub async fn status_counts(&self) -> Result<Vec<(TaskStatus, i64)>, StoreError> {
-        each!(self, s => s.status_counts().await)
+        self.query(read::status_counts).await
     }
 
     /// The reconciler's next deadline.
     pub async fn next_sent_deadline(&self) -> Result<Option<Millis>, StoreError> {
-        each!(self, s => s.next_sent_deadline().await)
+        self.query(read::next_sent_deadline).await
     }
 
     /// A set with its current shots.

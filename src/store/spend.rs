@@ -1,19 +1,30 @@
 //! Money in the store: budget limits checked inside the transaction that records `calling`,
-//! and the spend report read from the executions themselves.
+//! and the spend report read from the executions themselves, written once over [`Tx`] for
+//! both backends.
 //!
 //! **Budget invariant.** A request whose configured price would take the spend of a period
 //! (requests `possible` or `charged` whose `calling` falls in it) over a limit is never
-//! recorded as `calling`, so it is never sent. The check and the `calling` record are one
-//! writer operation (`ops::exec::record_calling`): operations run one after another on the
-//! writer thread, so two workers cannot both see room for the last slot. Requests of a
-//! provider without a price cost nothing here (nothing to add up); configuration warns.
+//! recorded as `calling`, so it is never sent. The check ([`budget_check`]) and the `calling`
+//! record are one operation (`record_calling`). On SQLite operations run one after another on
+//! the writer thread, so two workers cannot both see room for the last slot. On PostgreSQL
+//! several nodes record calls at once, so the check takes the **budget lock** first
+//! ([`budget_lock`], a hook that does nothing where [`Tx::locking`] is false): a
+//! transaction-level advisory lock (class `pg::LOCK_CLASS`, key `pg::spend::BUDGET_KEY`). A
+//! call checked against limits takes it exclusively, so two nodes' checks run one after the
+//! other and each sees the other's committed call; a priced call checked against no limit (a
+//! node configured without them, or a provider no limit covers) takes it shared, so it can
+//! never commit between another node's check and that node's record. The lock is released at
+//! commit. Requests of a provider without a price cost nothing here (nothing to add up);
+//! configuration warns.
 //!
 //! Periods are calendar days and months in UTC.
 
-use rusqlite::{Connection, params};
+use rusqlite::Connection;
 use serde::Serialize;
 
-use super::{SqliteStore, StoreError};
+use super::StoreError;
+use super::sqlite_tx::SqliteTx;
+use super::tx::{Row, Tx};
 use crate::domain::{Charge, Micros, Millis, money};
 
 /// Milliseconds in a day.
@@ -82,12 +93,62 @@ pub struct Limit {
     pub currency: String,
 }
 
-/// Whether a request of `provider` costing `cost` fits every limit at `now`, on either
-/// backend (`ops::exec::record_calling`'s budget check): `spent(limit, start, end)` sums the
+/// Sum of the `possible` and `charged` requests in `[start, end)` that count toward `l` (all
+/// of them, or its provider's).
+fn spent(tx: &mut dyn Tx, l: &Limit, start: Millis, end: Millis) -> Result<Micros, StoreError> {
+    let row = match &l.provider {
+        None => tx.one(
+            "SELECT CAST(coalesce(sum(cost_micros), 0) AS BIGINT) FROM executions
+             WHERE charge IN ('possible', 'charged') AND calling_at >= ?1 AND calling_at < ?2",
+            &[&start, &end],
+        )?,
+        Some(p) => tx.one(
+            "SELECT CAST(coalesce(sum(x.cost_micros), 0) AS BIGINT) FROM executions x JOIN tasks t ON t.id = x.task_id
+             WHERE x.charge IN ('possible', 'charged') AND x.calling_at >= ?1 AND x.calling_at < ?2
+               AND t.provider = ?3",
+            &[&start, &end, p],
+        )?,
+    };
+    row.get(0)
+}
+
+/// The budget lock (module docs), where transactions run side by side: exclusive for a call
+/// checked against limits, shared for a priced call no limit covers. Nothing on SQLite.
+fn budget_lock(tx: &mut dyn Tx, exclusive: bool) -> Result<(), StoreError> {
+    if tx.locking() {
+        use crate::store::pg::{LOCK_CLASS, spend::BUDGET_KEY};
+        let sql = if exclusive {
+            "SELECT pg_advisory_xact_lock(?1, ?2)"
+        } else {
+            "SELECT pg_advisory_xact_lock_shared(?1, ?2)"
+        };
+        tx.exec(sql, &[&LOCK_CLASS, &BUDGET_KEY])?;
+    }
+    Ok(())
+}
+
+/// Whether a request of `provider` costing `cost` fits every limit at `now`, under the budget
+/// lock. `None` when it does; otherwise when it can next fit (the end of the latest full
+/// period) and the plain words for the owner. Counts `possible` and `charged` requests: a
+/// possibly charged request may have cost money.
+pub(in crate::store) fn budget_check(
+    tx: &mut dyn Tx,
+    provider: &str,
+    cost: Micros,
+    limits: &[Limit],
+    now: Millis,
+) -> Result<Option<(Millis, String)>, StoreError> {
+    let applies = limits.iter().any(|l| l.provider.as_deref().is_none_or(|p| p == provider));
+    budget_lock(tx, applies)?;
+    if !applies {
+        return Ok(None);
+    }
+    first_limit_hit(provider, cost, limits, now, |l, start, end| spent(tx, l, start, end))
+}
+
+/// The decision of [`budget_check`]: `spent(limit, start, end)` sums the
 /// period's `possible` and `charged` requests that count toward `limit` (all, or its
-/// provider's) — a possibly charged request may have cost money. `None` when it fits;
-/// otherwise when it can next fit (the end of the latest full period) and the plain words for
-/// the owner.
+/// provider's). Returns when the call can next fit and the words for the owner, or `None`.
 pub(in crate::store) fn first_limit_hit(
     provider: &str,
     cost: Micros,
@@ -224,8 +285,8 @@ pub struct SpendReport {
 
 /// Every request that reached a provider (charge other than `none`, or one whose charge the
 /// owner recorded by hand) in `[from, to)`, oldest first.
-pub fn requests(c: &Connection, from: Millis, to: Millis) -> Result<Vec<PaidRequest>, StoreError> {
-    let mut stmt = c.prepare_cached(
+pub(in crate::store) fn requests(tx: &mut dyn Tx, from: Millis, to: Millis) -> Result<Vec<PaidRequest>, StoreError> {
+    tx.rows(
         "SELECT x.calling_at, x.task_id, t.provider, x.model, x.charge, x.cost_micros, x.currency,
                 x.charge_recorded_at IS NOT NULL, x.token
          FROM executions x JOIN tasks t ON t.id = x.task_id
@@ -235,30 +296,41 @@ pub fn requests(c: &Connection, from: Millis, to: Millis) -> Result<Vec<PaidRequ
          FROM executions x JOIN tasks t ON t.id = x.task_id
          WHERE x.charge = 'none' AND x.charge_recorded_at IS NOT NULL AND x.calling_at >= ?1 AND x.calling_at < ?2
          ORDER BY 1, 9",
-    )?;
-    let rows = stmt.query_map(params![from, to], |r| {
-        let charge: String = r.get(4)?;
+        &[&from, &to],
+    )?
+    .iter()
+    .map(|r| {
         Ok(PaidRequest {
             at: r.get(0)?,
             task_id: r.get(1)?,
             provider: r.get(2)?,
             model: r.get(3)?,
-            charge: Charge::parse(&charge).unwrap_or(Charge::Possible),
+            charge: charge_at(r, 4)?,
             cost_micros: r.get(5)?,
             currency: r.get(6)?,
             by_hand: r.get(7)?,
         })
-    })?;
-    Ok(rows.collect::<Result<_, _>>()?)
+    })
+    .collect()
+}
+
+/// Column `i` as a [`Charge`] (an unreadable one counts as `possible`: it may have cost money).
+fn charge_at(r: &Row, i: usize) -> Result<Charge, StoreError> {
+    Ok(Charge::parse(&r.get::<String>(i)?).unwrap_or(Charge::Possible))
 }
 
 /// The spend report over `[from, to)`, grouped.
-pub fn report(c: &Connection, from: Millis, to: Millis, group: Group) -> Result<SpendReport, StoreError> {
-    Ok(group_requests(requests(c, from, to)?, group))
+pub(in crate::store) fn report(
+    tx: &mut dyn Tx,
+    from: Millis,
+    to: Millis,
+    group: Group,
+) -> Result<SpendReport, StoreError> {
+    Ok(group_requests(requests(tx, from, to)?, group))
 }
 
 /// The spend report of `requests` (oldest first), grouped: the same on either backend.
-pub(in crate::store) fn group_requests(requests: Vec<PaidRequest>, group: Group) -> SpendReport {
+fn group_requests(requests: Vec<PaidRequest>, group: Group) -> SpendReport {
     let mut out = SpendReport { totals: SpendRow { key: "total".into(), ..SpendRow::default() }, ..Default::default() };
     for r in requests {
         let key = match group {
@@ -348,19 +420,16 @@ pub struct BudgetUse {
 }
 
 /// How much of each limit the period containing `now` has used.
-pub fn budget_use(c: &Connection, limits: &[Limit], now: Millis) -> Result<Vec<BudgetUse>, StoreError> {
-    budget_use_with(limits, now, |l, start, end| {
-        Ok(c.prepare_cached(
-            "SELECT coalesce(sum(x.cost_micros), 0) FROM executions x JOIN tasks t ON t.id = x.task_id
-             WHERE x.charge IN ('possible', 'charged') AND x.calling_at >= ?1 AND x.calling_at < ?2
-               AND (?3 IS NULL OR t.provider = ?3)",
-        )?
-        .query_row(params![start, end, l.provider], |r| r.get(0))?)
-    })
+pub(in crate::store) fn budget_use(
+    tx: &mut dyn Tx,
+    limits: &[Limit],
+    now: Millis,
+) -> Result<Vec<BudgetUse>, StoreError> {
+    budget_use_with(limits, now, |l, start, end| spent(tx, l, start, end))
 }
 
-/// [`budget_use`] on either backend, with `spent` as in [`first_limit_hit`].
-pub(in crate::store) fn budget_use_with(
+/// [`budget_use`], with `spent` as in [`first_limit_hit`].
+fn budget_use_with(
     limits: &[Limit],
     now: Millis,
     mut spent: impl FnMut(&Limit, Millis, Millis) -> Result<Micros, StoreError>,
@@ -383,54 +452,28 @@ pub(in crate::store) fn budget_use_with(
 
 /// Make every envelope held back by a budget due now, so each checks the limits in force
 /// again (a raised limit lets it go; an unchanged one holds it again). Returns how many.
-pub(in crate::store) fn release_budget_holds(c: &Connection, now: Millis) -> Result<usize, StoreError> {
-    Ok(c.prepare_cached(
-        "UPDATE envelopes SET due_at = ?1, budget_hold = 0 WHERE status = 'pending' AND budget_hold = 1",
-    )?
-    .execute([now])?)
+/// An ordered commit is enough: if a power loss erases it, the holds are released again at
+/// the next start.
+pub(in crate::store) fn release_budget_holds(tx: &mut dyn Tx, now: Millis) -> Result<usize, StoreError> {
+    let n = tx.exec(
+        "UPDATE envelopes SET due_at = ?1, budget_hold = false WHERE status = 'pending' AND budget_hold",
+        &[&now],
+    )?;
+    Ok(usize::try_from(n).unwrap_or(usize::MAX))
 }
 
 /// Settled requests that reached a provider, grouped for the metrics.
-pub fn charge_totals(c: &Connection) -> Result<Vec<crate::metrics::ChargeTotal>, StoreError> {
-    let mut stmt = c.prepare_cached(
-        "SELECT t.provider, x.charge, x.currency, count(*), coalesce(sum(x.cost_micros), 0)
+pub(in crate::store) fn charge_totals(tx: &mut dyn Tx) -> Result<Vec<crate::metrics::ChargeTotal>, StoreError> {
+    tx.rows(
+        "SELECT t.provider, x.charge, x.currency, count(*), CAST(coalesce(sum(x.cost_micros), 0) AS BIGINT)
          FROM executions x JOIN tasks t ON t.id = x.task_id
          WHERE x.charge <> 'none' AND x.status <> 'running'
          GROUP BY t.provider, x.charge, x.currency",
-    )?;
-    let rows = stmt.query_map([], |r| {
-        let charge: String = r.get(1)?;
-        Ok((r.get(0)?, Charge::parse(&charge).unwrap_or(Charge::Possible), r.get(2)?, r.get(3)?, r.get(4)?))
-    })?;
-    Ok(rows.collect::<Result<_, _>>()?)
-}
-
-impl SqliteStore {
-    /// Settled requests by provider and charge, for the metrics.
-    pub async fn charge_totals(&self) -> Result<Vec<crate::metrics::ChargeTotal>, StoreError> {
-        self.read(charge_totals).await
-    }
-
-    /// Release budget holds (see [`release_budget_holds`]). An ordered commit: if a power
-    /// loss erases it, the holds are released again at the next start.
-    pub async fn release_budget_holds(&self, now: Millis) -> Result<usize, StoreError> {
-        self.write_ordered(move |c| release_budget_holds(c, now)).await
-    }
-
-    /// The spend report over `[from, to)`.
-    pub async fn spend(&self, from: Millis, to: Millis, group: Group) -> Result<SpendReport, StoreError> {
-        self.read(move |c| report(c, from, to, group)).await
-    }
-
-    /// How much of each limit the current period has used.
-    pub async fn budget_use(&self, limits: Vec<Limit>, now: Millis) -> Result<Vec<BudgetUse>, StoreError> {
-        self.read(move |c| budget_use(c, &limits, now)).await
-    }
-
-    /// Every request that reached a provider in `[from, to)`.
-    pub async fn paid_requests(&self, from: Millis, to: Millis) -> Result<Vec<PaidRequest>, StoreError> {
-        self.read(move |c| requests(c, from, to)).await
-    }
+        &[],
+    )?
+    .iter()
+    .map(|r| Ok((r.get(0)?, charge_at(r, 1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
+    .collect()
 }
 
 #[cfg(test)]

@@ -48,48 +48,9 @@ fn lock_task_of(tx: &mut dyn Tx, exec: &str) -> Result<bool, StoreError> {
     }
 }
 
-/// **The budget lock** (PostgreSQL only; a named hook, see `store::seam`'s rule table). On
-/// SQLite one writer orders every budget check and `calling` record, so nothing is taken. On
-/// PostgreSQL several nodes record calls at once, so the check and the record run in one
-/// transaction under a transaction-level advisory lock (class `pg::LOCK_CLASS`, key
-/// `pg::spend::BUDGET_KEY`), released at commit: a call checked against limits (`exclusive`)
-/// takes it exclusively, so two nodes' checks run one after the other and each sees the
-/// other's committed call; a priced call that no limit covers takes it shared, so it can never
-/// commit between another node's check and that node's record.
-fn budget_lock(tx: &mut dyn Tx, exclusive: bool) -> Result<(), StoreError> {
-    if !tx.locking() {
-        return Ok(());
-    }
-    let (class, key) = (crate::store::pg::LOCK_CLASS, crate::store::pg::spend::BUDGET_KEY);
-    if exclusive {
-        tx.exec("SELECT pg_advisory_xact_lock(?1, ?2)", &[&class, &key])?;
-    } else {
-        tx.exec("SELECT pg_advisory_xact_lock_shared(?1, ?2)", &[&class, &key])?;
-    }
-    Ok(())
-}
-
-/// Sum of the `possible` and `charged` requests in `[start, end)` that count toward `l`.
-fn spent(tx: &mut dyn Tx, l: &Limit, start: Millis, end: Millis) -> Result<Micros, StoreError> {
-    let row = match &l.provider {
-        None => tx.one(
-            "SELECT CAST(coalesce(sum(cost_micros), 0) AS BIGINT) FROM executions
-             WHERE charge IN ('possible', 'charged') AND calling_at >= ?1 AND calling_at < ?2",
-            &[&start, &end],
-        )?,
-        Some(p) => tx.one(
-            "SELECT CAST(coalesce(sum(x.cost_micros), 0) AS BIGINT) FROM executions x JOIN tasks t ON t.id = x.task_id
-             WHERE x.charge IN ('possible', 'charged') AND x.calling_at >= ?1 AND x.calling_at < ?2
-               AND t.provider = ?3",
-            &[&start, &end, p],
-        )?,
-    };
-    row.get(0)
-}
-
 /// The budget check of a priced, billed call of execution `exec` costing `cost` (see
 /// `store::spend`): `None` when it fits every limit at `now`, else when it can next fit and
-/// why. Takes the [`budget_lock`] first.
+/// why. The check and its lock are `store::spend::budget_check`.
 fn budget_check(
     tx: &mut dyn Tx,
     exec: &str,
@@ -106,16 +67,9 @@ fn budget_check(
             .transpose()?;
         Some(p.ok_or(StoreError::Fenced)?)
     };
-    let applies = provider
-        .as_deref()
-        .is_some_and(|provider| limits.iter().any(|l| l.provider.as_deref().is_none_or(|p| p == provider)));
-    budget_lock(tx, applies)?;
-    match provider {
-        Some(provider) if applies => {
-            first_limit_hit(&provider, cost, limits, now, |l, start, end| spent(tx, l, start, end))
-        }
-        _ => Ok(None),
-    }
+    // With no limit configured the provider does not matter: the check only takes the
+    // budget lock, shared (`store::spend::budget_check`).
+    crate::store::spend::budget_check(tx, provider.as_deref().unwrap_or(""), cost, limits, now)
 }
 
 /// Durably record "about to call the provider", with the request's price, model and

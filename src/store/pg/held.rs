@@ -7,7 +7,7 @@
 use super::ops::{event, lock_task, requeue_envelope, set_task};
 use super::{PgStore, Tx};
 use crate::domain::{Actor, Millis, TaskStatus};
-use crate::store::held::{Held, Release, ReleaseReport};
+use crate::store::held::{Release, ReleaseReport};
 use crate::store::{StoreError, TaskView};
 
 /// Hold every pending job without an execution that recorded `calling`, with `reason`.
@@ -86,17 +86,6 @@ fn release_held(tx: &mut Tx<'_, '_>, which: &Release, now: Millis) -> Result<Rel
     Ok(report)
 }
 
-/// The hold of one task, if it is held.
-pub(super) fn held_of(tx: &mut Tx<'_, '_>, task: &str) -> Result<Option<Held>, StoreError> {
-    Ok(tx
-        .opt(
-            "SELECT held_reason, held_at FROM envelopes
-             WHERE task_id = $1 AND status = 'pending' AND held_at IS NOT NULL",
-            &[&task],
-        )?
-        .map(|r| Held { reason: r.get::<_, Option<String>>(0).unwrap_or_default(), since: r.get(1) }))
-}
-
 fn held_tasks(tx: &mut Tx<'_, '_>, limit: usize) -> Result<(i64, Vec<TaskView>), StoreError> {
     let total: i64 =
         tx.one("SELECT count(*) FROM envelopes WHERE status = 'pending' AND held_at IS NOT NULL", &[])?.get(0);
@@ -110,7 +99,7 @@ fn held_tasks(tx: &mut Tx<'_, '_>, limit: usize) -> Result<(i64, Vec<TaskView>),
         .collect();
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
-        if let Some(t) = super::read::get_task(tx, &id)? {
+        if let Some(t) = crate::store::read::task(tx, &id)? {
             out.push(t);
         }
     }

@@ -34,7 +34,6 @@ mod conn;
 mod held;
 mod node;
 mod ops;
-mod prune;
 mod read;
 mod sets;
 mod settings;

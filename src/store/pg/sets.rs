@@ -224,7 +224,7 @@ pub(super) fn get_set(tx: &mut Tx<'_, '_>, id: &str) -> Result<Option<SetView>, 
         .map(|r| (r.get(0), r.get(1), r.get(2)))
         .collect();
     let choices = super::choice::choices(tx, id)?;
-    set.fill(&rows, &choices, |t| super::read::get_task(tx, t))?;
+    set.fill(&rows, &choices, |t| crate::store::read::task(tx, t))?;
     set.timeline = super::choice::set_events(tx, id)?;
     Ok(Some(set))
 }
