@@ -13,11 +13,15 @@ use serde_json::Value;
 use super::blobs::{NewArtifact, insert_blob};
 use super::{SqliteStore, StoreError};
 
+pub(in crate::store) mod choice;
 pub(in crate::store) mod common;
 mod dispatch;
 mod exec;
+pub(in crate::store) mod held;
 pub(in crate::store) mod intake;
 mod recovery;
+pub(in crate::store) mod sets;
+pub(in crate::store) mod settings;
 mod slots;
 pub(in crate::store) mod user;
 
@@ -403,10 +407,6 @@ pub enum ResolveOutcome {
     NotFound,
 }
 
-pub(in crate::store) fn new_id() -> String {
-    uuid::Uuid::now_v7().to_string()
-}
-
 pub(in crate::store) fn event(
     c: &Connection,
     task: &str,
@@ -567,22 +567,6 @@ pub(super) fn fence(c: &Connection, exec: &str, lease: &str, now: Millis) -> Res
     .query_row(params![exec, lease, now], |r| r.get(0))
     .optional()?
     .ok_or(StoreError::Fenced)
-}
-
-/// If `key` was already used in `table` (`tasks` or `sets`): the same request (`Existing`) or
-/// a different one (`Conflict`).
-pub(in crate::store) fn replay_of(
-    c: &Connection,
-    table: &str,
-    key: Option<&str>,
-    hash: &str,
-) -> Result<Option<SubmitOutcome>, StoreError> {
-    let Some(key) = key else { return Ok(None) };
-    let existing: Option<(String, String)> = c
-        .prepare_cached(&format!("SELECT id, request_hash FROM {table} WHERE idempotency_key = ?1"))?
-        .query_row([key], |r| Ok((r.get(0)?, r.get(1)?)))
-        .optional()?;
-    Ok(existing.map(|(id, h)| if h == hash { SubmitOutcome::Existing(id) } else { SubmitOutcome::Conflict(id) }))
 }
 
 #[cfg(test)]

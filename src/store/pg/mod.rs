@@ -28,7 +28,6 @@
 //!   are pure database functions, so running one again is safe).
 
 mod check;
-mod choice;
 mod conn;
 mod held;
 mod node;
@@ -36,7 +35,6 @@ mod ops;
 mod prune;
 mod read;
 mod sets;
-mod settings;
 pub mod spend;
 mod timeouts;
 mod watch;

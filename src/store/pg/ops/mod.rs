@@ -15,11 +15,7 @@ mod recovery;
 
 use super::Tx;
 use crate::domain::{Actor, Charge, FailureKind, Millis, TaskStatus};
-use crate::store::{NewArtifact, NewImage, StoreError, SubmitOutcome};
-
-pub(super) fn new_id() -> String {
-    uuid::Uuid::now_v7().to_string()
-}
+use crate::store::{NewArtifact, NewImage, StoreError};
 
 /// Lock a task's envelope row (rule L): every operation on a task starts here, so two
 /// operations on one task never interleave. Returns whether the task has an envelope.
@@ -181,19 +177,4 @@ pub(super) fn fence(tx: &mut Tx<'_, '_>, exec: &str, lease: &str, now: Millis) -
     )?
     .map(|r| r.get(0))
     .ok_or(StoreError::Fenced)
-}
-
-/// The same for image sets.
-pub(super) fn set_replay(
-    tx: &mut Tx<'_, '_>,
-    key: Option<&str>,
-    hash: &str,
-) -> Result<Option<SubmitOutcome>, StoreError> {
-    let Some(key) = key else { return Ok(None) };
-    let row = tx.opt("SELECT id, request_hash FROM sets WHERE idempotency_key = $1", &[&key])?;
-    Ok(row.map(|r| replay(r.get(0), r.get::<_, String>(1) == hash)))
-}
-
-fn replay(id: String, same: bool) -> SubmitOutcome {
-    if same { SubmitOutcome::Existing(id) } else { SubmitOutcome::Conflict(id) }
 }
