@@ -22,7 +22,7 @@
 //! | one live retry per task and shot candidate | single writer (`ops::user::retry`) | the original's envelope lock, then its set row (`pg::ops::user::retry`) |
 //! | a choice names a succeeded candidate of its shot; more candidates join the set's one-at-a-time order | single writer (`ops::choice::choose`, `ops::choice::add_candidates`) | the same operations, the set row locked first (`Tx::lock_set`) |
 //! | provider capacity across the cluster | one process's slots | the capped dispatch under an advisory lock (`pg::ops::intake::dispatch_capped`) |
-//! | an older copy sends nothing unsettled on its own | `lineage::judge` at start-up, then `ops::held::hold_unsettled` (claimed envelopes too); held envelopes have no due time or place | no copies by file (no lineage); the same operations, holding pending envelopes only, each locked (`ops::held::holds_claims`) |
+//! | an older copy sends nothing unsettled on its own | `lineage::judge` at start-up, then `held::hold_unsettled`; held envelopes have no due time or place | no copies by file (no lineage); the same held state and release (`pg::held`) |
 //! | retention keeps what someone still needs | the plan re-checked per delete on the writer (`prune`) | the same plan (`prune::choose`), each delete re-checked under the task's envelope, set or photo lock (`pg::prune`) |
 
 use std::path::Path;
@@ -224,6 +224,19 @@ impl Store {
         }
     }
 
+    /// Run one read (written once over [`Tx`]): on a SQLite reader connection, or in one
+    /// read-only PostgreSQL snapshot. It never writes.
+    async fn query<R, F>(&self, mut f: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnMut(&mut dyn Tx) -> Result<R, StoreError> + Send + 'static,
+    {
+        match self {
+            Store::Sqlite(s) => s.read(move |c| f(&mut SqliteTx::new(c))).await,
+            Store::Postgres(p) => p.read(move |tx| f(tx)).await,
+        }
+    }
+
     /// [`Store::op`] for an operation that takes the time: `now` is the caller's clock, or
     /// the database's where the backend keeps time there (PostgreSQL with `db_clock`).
     async fn op_at<R, F>(&self, commit: Commit, weight: usize, now: Millis, mut f: F) -> Result<R, StoreError>
@@ -236,19 +249,6 @@ impl Store {
             f(tx, now)
         })
         .await
-    }
-
-    /// Run one store read (written once over [`Tx`], in `store::ops`): on a SQLite reader
-    /// connection, or in one PostgreSQL snapshot.
-    async fn query<R, F>(&self, mut f: F) -> Result<R, StoreError>
-    where
-        R: Send + 'static,
-        F: FnMut(&mut dyn Tx) -> Result<R, StoreError> + Send + 'static,
-    {
-        match self {
-            Store::Sqlite(s) => s.read(move |c| f(&mut SqliteTx::new(c))).await,
-            Store::Postgres(p) => p.read(move |tx| f(tx)).await,
-        }
     }
 
     // ---- write operations ----
