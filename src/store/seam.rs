@@ -20,7 +20,7 @@
 //! | a budget holds before the money leaves | the check and `calling` in one writer operation (`ops::exec::record_calling`) | the same transaction under the budget advisory lock (`pg::spend::check`), so nodes check one at a time |
 //! | money is evidence (a charge needs a call) | `ops::settle_charge` + table CHECK | `pg::ops::settle_charge` + table CHECK |
 //! | one live retry per task and shot candidate | single writer (`ops::user::retry`) | the original's envelope lock, then its set row (`pg::ops::user::retry`) |
-//! | a choice names a succeeded candidate of its shot; more candidates join the set's one-at-a-time order | single writer (`ops::choice::choose`, `ops::choice::add_candidates`) | the same operations, the set row locked first (`Tx::lock_set`) |
+//! | a choice names a succeeded candidate of its shot; more candidates join the set's one-at-a-time order | single writer (`choice::choose`, `choice::add_candidates`) | the set row locked first (`pg::choice`) |
 //! | provider capacity across the cluster | one process's slots | the capped dispatch under an advisory lock (`pg::ops::intake::dispatch_capped`) |
 //! | an older copy sends nothing unsettled on its own | `lineage::judge` at start-up, then `held::hold_unsettled`; held envelopes have no due time or place | no copies by file (no lineage); the same held state and release (`pg::held`) |
 //! | retention keeps what someone still needs | the plan re-checked per delete on the writer (`prune`) | the same plan (`prune::choose`), each delete re-checked under the task's envelope, set or photo lock (`pg::prune`) |

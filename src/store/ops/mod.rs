@@ -13,17 +13,18 @@ use serde_json::Value;
 use super::blobs::{NewArtifact, insert_blob};
 use super::{SqliteStore, StoreError};
 
-pub(in crate::store) mod choice;
 pub(in crate::store) mod common;
 mod dispatch;
 mod exec;
-pub(in crate::store) mod held;
 pub(in crate::store) mod intake;
 mod recovery;
-pub(in crate::store) mod sets;
-pub(in crate::store) mod settings;
 mod slots;
 pub(in crate::store) mod user;
+// The image-set family: sets and uploads, candidates and the choice, held jobs, settings.
+pub(in crate::store) mod choice;
+pub(in crate::store) mod held;
+pub(in crate::store) mod sets;
+pub(in crate::store) mod settings;
 
 use crate::domain::{Actor, Charge, FailureKind, Micros, Millis, Phase, TaskStatus, request_hash};
 pub(in crate::store) use common::latest_retry;
