@@ -386,7 +386,7 @@ mod tests {
         let store = SqliteStore::open(&dir.join("tally.db"), crate::config::Durability::Normal).expect("open");
         let png = crate::render::placeholder_png("damaged", 64);
         let img = NewImage::verify(png.clone()).expect("a png");
-        let up = store.save_upload(img, 1_000).await.expect("upload");
+        let up = crate::store::Store::from(store.clone()).save_upload(img, 1_000).await.expect("upload");
         let (_, whole) = store.read_image_bytes(up.id.clone()).await.expect("read").expect("stored");
         assert_eq!(whole, png, "intact bytes read back whole");
         let id = up.id.clone();

@@ -1,21 +1,21 @@
-//! Candidates per shot and the owner's choice (SQLite; PostgreSQL in `store::pg::choice`).
+//! Candidates per shot and the owner's choice: the outcomes, the pure decisions and the plain
+//! words (the operations, written once for both backends, are in `store::ops::choice`).
 //!
 //! A shot (`tasks.set_position`) holds one or more **candidates** (`tasks.candidate`, from 0),
 //! each its own task with the whole protocol (outbox, lease, fencing, `calling` before the
 //! paid request, charge evidence, recovery). A retried candidate is replaced by its retry, as
 //! a retried shot was. Candidates are scheduled like shots: one task of a set at a time, in
-//! (position, creation) order (`store::sets::schedule_next_shot`), so a candidate added to
+//! (position, creation) order (`store::ops::common::schedule_next_shot_of`), so a candidate added to
 //! shot 0 runs before the unscheduled tasks of later shots.
 //!
 //! The **choice** is one row per shot in `set_choices` naming a succeeded candidate's
 //! artifact; every change is written to the set's own timeline (`set_events`) in the same
 //! transaction.
 
-use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
-use super::ops::{NewTask, ShotRef, SubmitOutcome, submit};
-use super::{SqliteStore, StoreError};
+use super::StoreError;
+use super::ops::{NewTask, ShotRef};
 use crate::domain::{Millis, TaskStatus};
 
 /// The most candidates `POST /v1/sets` makes per shot, and the most one request adds.
@@ -124,27 +124,6 @@ pub(crate) fn current_candidates(rows: &[(String, i64, i64)]) -> (Vec<(i64, Vec<
     (shots, replaced)
 }
 
-/// Append an entry to a set's timeline.
-pub(super) fn set_event(c: &Connection, set: &str, now: Millis, kind: &str, message: &str) -> Result<(), StoreError> {
-    c.prepare_cached("INSERT INTO set_events (set_id, at, kind, message) VALUES (?1, ?2, ?3, ?4)")?
-        .execute(params![set, now, kind, message])?;
-    Ok(())
-}
-
-/// A set's timeline, oldest first.
-pub(super) fn set_events(c: &Connection, set: &str) -> Result<Vec<SetEventView>, StoreError> {
-    let mut stmt = c.prepare_cached("SELECT at, kind, message FROM set_events WHERE set_id = ?1 ORDER BY id")?;
-    Ok(stmt
-        .query_map([set], |r| Ok(SetEventView { at: r.get(0)?, kind: r.get(1)?, message: r.get(2)? }))?
-        .collect::<Result<_, _>>()?)
-}
-
-/// The chosen artifact of each chosen shot: (position, artifact id).
-pub(super) fn choices(c: &Connection, set: &str) -> Result<Vec<(i64, String)>, StoreError> {
-    let mut stmt = c.prepare_cached("SELECT position, artifact_id FROM set_choices WHERE set_id = ?1")?;
-    Ok(stmt.query_map([set], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?)
-}
-
 /// What a shot's first candidate asked for (its newest task), read by both backends'
 /// `add_candidates`: the prompt, the stored parameters (JSON text), the role and the group.
 pub(crate) struct ShotRequest {
@@ -189,148 +168,6 @@ pub(crate) fn candidate_tasks(
 pub(crate) fn candidates_added_message(ids: &[String], position: i64, role: &str) -> String {
     let label = role_label(Some(role));
     format!("{} more candidate(s) asked for shot {} ({label}): {}", ids.len(), position + 1, ids.join(", "))
-}
-
-/// Add `count` candidates to shot `position` of `set`: new tasks with the prompt, parameters
-/// and role of the shot's first candidate, scheduled like shots. One transaction.
-pub(super) fn add_candidates(
-    c: &Connection,
-    set: &str,
-    position: i64,
-    count: u32,
-    now: Millis,
-) -> Result<AddOutcome, StoreError> {
-    let row: Option<(bool, String)> = c
-        .prepare_cached("SELECT canceled, provider FROM sets WHERE id = ?1")?
-        .query_row([set], |r| Ok((r.get(0)?, r.get(1)?)))
-        .optional()?;
-    let Some((canceled, provider)) = row else { return Ok(AddOutcome::NoSet) };
-    if canceled {
-        return Ok(AddOutcome::Canceled);
-    }
-    // The shot's first candidate's newest task carries the shot's request.
-    let first: Option<(String, String, Option<String>, Option<String>)> = c
-        .prepare_cached(
-            "SELECT prompt, params, shot_role, group_key FROM tasks WHERE set_id = ?1 AND set_position = ?2
-             ORDER BY candidate, id DESC LIMIT 1",
-        )?
-        .query_row(params![set, position], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
-        .optional()?;
-    let Some((prompt, params, role, group)) = first else { return Ok(AddOutcome::NoShot) };
-    let (has, next): (i64, i64) = c
-        .prepare_cached(
-            "SELECT COUNT(DISTINCT candidate), COALESCE(MAX(candidate), -1) + 1 FROM tasks
-             WHERE set_id = ?1 AND set_position = ?2",
-        )?
-        .query_row(params![set, position], |r| Ok((r.get(0)?, r.get(1)?)))?;
-    if has + i64::from(count) > MAX_SHOT_CANDIDATES {
-        return Ok(AddOutcome::TooMany { has });
-    }
-    let req = ShotRequest { prompt, params, role, group };
-    let (role, tasks) = candidate_tasks(&provider, set, position, req, next, count)?;
-    let mut ids = Vec::new();
-    for t in tasks {
-        if let SubmitOutcome::Created(id) = submit(&mut crate::store::sqlite_tx::SqliteTx::new(c), &t, now)? {
-            ids.push(id);
-        }
-    }
-    set_event(c, set, now, "candidates_added", &candidates_added_message(&ids, position, &role))?;
-    c.prepare_cached("UPDATE sets SET updated_at = ?2 WHERE id = ?1")?.execute(params![set, now])?;
-    Ok(AddOutcome::Added(ids))
-}
-
-/// Choose `artifact` for shot `position` of `set`, or clear the choice (`None`). Checked in
-/// the transaction that writes it: the artifact must be the image of a succeeded, current
-/// candidate of that very shot.
-pub(super) fn choose(
-    c: &Connection,
-    set: &str,
-    position: i64,
-    artifact: Option<&str>,
-    now: Millis,
-) -> Result<ChoiceOutcome, StoreError> {
-    if c.prepare_cached("SELECT 1 FROM sets WHERE id = ?1")?.query_row([set], |_| Ok(())).optional()?.is_none() {
-        return Ok(ChoiceOutcome::NoSet);
-    }
-    let role: Option<Option<String>> = c
-        .prepare_cached("SELECT shot_role FROM tasks WHERE set_id = ?1 AND set_position = ?2 LIMIT 1")?
-        .query_row(params![set, position], |r| r.get(0))
-        .optional()?;
-    let Some(role) = role else { return Ok(ChoiceOutcome::NoShot) };
-    let previous: Option<String> = c
-        .prepare_cached("SELECT artifact_id FROM set_choices WHERE set_id = ?1 AND position = ?2")?
-        .query_row(params![set, position], |r| r.get(0))
-        .optional()?;
-    let label = format!("shot {} ({})", position + 1, role_label(role.as_deref()));
-    let Some(artifact) = artifact else {
-        if previous.is_some() {
-            c.prepare_cached("DELETE FROM set_choices WHERE set_id = ?1 AND position = ?2")?
-                .execute(params![set, position])?;
-            let msg =
-                format!("the choice for {label} was cleared (it was image {})", previous.as_deref().unwrap_or(""));
-            set_event(c, set, now, "choice_cleared", &msg)?;
-        }
-        return Ok(ChoiceOutcome::Cleared { previous });
-    };
-    /// The artifact's task: id, set, position, candidate, status.
-    type Owner = (String, Option<String>, Option<i64>, i64, String);
-    let owner: Option<Owner> = c
-        .prepare_cached(
-            "SELECT t.id, t.set_id, t.set_position, t.candidate, t.status FROM artifacts a JOIN tasks t ON t.id = a.task_id
-             WHERE a.id = ?1",
-        )?
-        .query_row([artifact], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
-        .optional()?;
-    let Some((task, owner_set, owner_pos, cand, status)) = owner else { return Ok(ChoiceOutcome::NoArtifact) };
-    if owner_set.as_deref() != Some(set) || owner_pos != Some(position) {
-        return Ok(ChoiceOutcome::OtherShot);
-    }
-    let status = TaskStatus::parse(&status).unwrap_or(TaskStatus::Failed);
-    if status != TaskStatus::Succeeded {
-        return Ok(ChoiceOutcome::NotSucceeded(status));
-    }
-    if previous.as_deref() == Some(artifact) {
-        return Ok(ChoiceOutcome::Chosen { previous: None });
-    }
-    c.prepare_cached(
-        "INSERT INTO set_choices (set_id, position, artifact_id, chosen_at) VALUES (?1, ?2, ?3, ?4)
-         ON CONFLICT (set_id, position) DO UPDATE SET artifact_id = excluded.artifact_id, chosen_at = excluded.chosen_at",
-    )?
-    .execute(params![set, position, artifact, now])?;
-    let msg = match &previous {
-        Some(p) => format!(
-            "image {artifact} (candidate {}, task {task}) is now the choice for {label}, instead of image {p}",
-            cand + 1
-        ),
-        None => format!("image {artifact} (candidate {}, task {task}) was chosen for {label}", cand + 1),
-    };
-    set_event(c, set, now, "chosen", &msg)?;
-    c.prepare_cached("UPDATE sets SET updated_at = ?2 WHERE id = ?1")?.execute(params![set, now])?;
-    Ok(ChoiceOutcome::Chosen { previous })
-}
-
-impl SqliteStore {
-    /// Add `count` candidates to one shot of a set.
-    pub async fn add_candidates(
-        &self,
-        set: String,
-        position: i64,
-        count: u32,
-        now: Millis,
-    ) -> Result<AddOutcome, StoreError> {
-        self.write(move |c| add_candidates(c, &set, position, count, now)).await
-    }
-
-    /// Choose (or, with `None`, clear) the image of one shot of a set.
-    pub async fn choose(
-        &self,
-        set: String,
-        position: i64,
-        artifact: Option<String>,
-        now: Millis,
-    ) -> Result<ChoiceOutcome, StoreError> {
-        self.write(move |c| choose(c, &set, position, artifact.as_deref(), now)).await
-    }
 }
 
 #[cfg(test)]

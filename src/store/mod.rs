@@ -258,16 +258,6 @@ impl SqliteStore {
         self.send(Commit::Durable, 0, f)?.await.map_err(|_| StoreError::Closed)?
     }
 
-    /// [`SqliteStore::write`] for an operation that stores `bytes` of images, so that one commit
-    /// carries a bounded amount of them ([`MAX_BATCH_BYTES`]).
-    pub(crate) async fn write_images<R, F>(&self, bytes: usize, f: F) -> Result<R, StoreError>
-    where
-        R: Send + 'static,
-        F: FnMut(&Connection) -> Result<R, StoreError> + Send + 'static,
-    {
-        self.send(Commit::Durable, bytes, f)?.await.map_err(|_| StoreError::Closed)?
-    }
-
     /// [`SqliteStore::write`] for bookkeeping that needs no fsync of its own ([`Commit::Ordered`]).
     pub async fn write_ordered<R, F>(&self, f: F) -> Result<R, StoreError>
     where

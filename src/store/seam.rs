@@ -469,17 +469,18 @@ impl Store {
 
     /// Store an uploaded image (deduplicated by content).
     pub async fn save_upload(&self, img: NewImage, now: Millis) -> Result<UploadView, StoreError> {
-        each!(self, s => s.save_upload(img, now).await)
+        let bytes = img.len() as usize;
+        self.op_at(Commit::Durable, bytes, now, move |tx, now| ops::sets::save_upload(tx, &img, now)).await
     }
 
     /// Create a set with its shots.
     pub async fn create_set(&self, set: NewSet, now: Millis) -> Result<SubmitOutcome, StoreError> {
-        each!(self, s => s.create_set(set, now).await)
+        self.op_at(Commit::Durable, 0, now, move |tx, now| ops::sets::create_set(tx, &set, now)).await
     }
 
     /// Cancel a set's unsent shots.
     pub async fn cancel_set(&self, id: String, now: Millis) -> Result<Option<usize>, StoreError> {
-        each!(self, s => s.cancel_set(id, now).await)
+        self.op_at(Commit::Durable, 0, now, move |tx, now| ops::sets::cancel_set(tx, &id, now)).await
     }
 
     /// Retention: delete what settled before `cutoff` (`store::prune`): the plan from one
@@ -531,17 +532,18 @@ impl Store {
     /// Hold every unsettled job whose request did not leave, with `reason` (SQLite: at the
     /// start-up of an older database, claims included; PostgreSQL: pending jobs only).
     pub async fn hold_unsettled(&self, reason: String, now: Millis) -> Result<Vec<String>, StoreError> {
-        each!(self, s => s.hold_unsettled(reason, now).await)
+        // The caller's clock on both backends, as before the operation was written once.
+        self.op(Commit::Durable, 0, move |tx| ops::held::hold_unsettled(tx, &reason, now)).await
     }
 
     /// Release held jobs: each is queued to be sent again.
     pub async fn release_held(&self, which: held::Release, now: Millis) -> Result<held::ReleaseReport, StoreError> {
-        each!(self, s => s.release_held(which, now).await)
+        self.op(Commit::Durable, 0, move |tx| ops::held::release_held(tx, &which, now)).await
     }
 
     /// Held jobs (at most `limit`), and how many there are.
     pub async fn held_tasks(&self, limit: usize) -> Result<(i64, Vec<TaskView>), StoreError> {
-        each!(self, s => s.held_tasks(limit).await)
+        self.query(move |tx| ops::held::held_tasks(tx, limit)).await
     }
 
     // ---- reads ----
@@ -575,34 +577,40 @@ impl Store {
 
     /// The budget set at run time (its JSON), if one is set.
     pub async fn budget_setting(&self) -> Result<Option<String>, StoreError> {
-        each!(self, s => s.budget_setting().await)
+        self.query(ops::settings::budget_setting).await
     }
 
     /// Store the budget in force, or remove it (the config's applies again).
     pub async fn set_budget_setting(&self, limits: Option<String>, now: Millis) -> Result<(), StoreError> {
-        each!(self, s => s.set_budget_setting(limits, now).await)
+        self.op_at(Commit::Durable, 0, now, move |tx, now| {
+            ops::settings::set_budget_setting(tx, limits.as_deref(), now)
+        })
+        .await
     }
 
     // ---- web sessions ----
 
     /// Record a new web session (the hash of its cookie value and its CSRF token).
     pub async fn insert_session(&self, id_hash: String, csrf: String, now: Millis) -> Result<(), StoreError> {
-        each!(self, s => s.insert_session(id_hash, csrf, now).await)
+        self.op_at(Commit::Durable, 0, now, move |tx, now| ops::settings::insert_session(tx, &id_hash, &csrf, now))
+            .await
     }
 
     /// A web session by the hash of its cookie value.
     pub async fn session(&self, id_hash: String) -> Result<Option<settings::StoredSession>, StoreError> {
-        each!(self, s => s.session(id_hash).await)
+        self.query(move |tx| ops::settings::session(tx, &id_hash)).await
     }
 
     /// Note a session's use; delete those unused since `expired_before`.
     pub async fn touch_session(&self, id_hash: String, now: Millis, expired_before: Millis) -> Result<(), StoreError> {
-        each!(self, s => s.touch_session(id_hash, now, expired_before).await)
+        // The caller's clock on both backends (an ordered write: losing it to a power cut only
+        // makes the session look older).
+        self.op(Commit::Ordered, 0, move |tx| ops::settings::touch_session(tx, &id_hash, now, expired_before)).await
     }
 
     /// End one web session, or all (`None`); how many ended.
     pub async fn delete_sessions(&self, id_hash: Option<String>) -> Result<usize, StoreError> {
-        each!(self, s => s.delete_sessions(id_hash).await)
+        self.op(Commit::Durable, 0, move |tx| ops::settings::delete_sessions(tx, id_hash.as_deref())).await
     }
 
     /// The spend report.
@@ -646,7 +654,7 @@ impl Store {
 
     /// A set with its current shots.
     pub async fn get_set(&self, id: String) -> Result<Option<SetView>, StoreError> {
-        each!(self, s => s.get_set(id).await)
+        self.query(move |tx| ops::sets::get_set(tx, &id)).await
     }
 
     /// Add `count` candidates to shot `position` of a set (`store::choice`).
@@ -657,7 +665,8 @@ impl Store {
         count: u32,
         now: Millis,
     ) -> Result<AddOutcome, StoreError> {
-        each!(self, s => s.add_candidates(set, position, count, now).await)
+        self.op_at(Commit::Durable, 0, now, move |tx, now| ops::choice::add_candidates(tx, &set, position, count, now))
+            .await
     }
 
     /// Choose (or, with `None`, clear) the image of shot `position` of a set.
@@ -668,22 +677,25 @@ impl Store {
         artifact: Option<String>,
         now: Millis,
     ) -> Result<ChoiceOutcome, StoreError> {
-        each!(self, s => s.choose(set, position, artifact, now).await)
+        self.op_at(Commit::Durable, 0, now, move |tx, now| {
+            ops::choice::choose(tx, &set, position, artifact.as_deref(), now)
+        })
+        .await
     }
 
     /// Sets newest first.
     pub async fn list_sets(&self, before: Option<String>, limit: usize) -> Result<Vec<SetView>, StoreError> {
-        each!(self, s => s.list_sets(before, limit).await)
+        self.query(move |tx| ops::sets::list_sets(tx, before.as_deref(), limit)).await
     }
 
     /// An upload by id.
     pub async fn upload(&self, id: String) -> Result<Option<UploadView>, StoreError> {
-        each!(self, s => s.upload(id).await)
+        self.query(move |tx| ops::sets::upload(tx, &id)).await
     }
 
     /// An upload with the product its download is named after.
     pub async fn upload_for_download(&self, id: String) -> Result<Option<(UploadView, Option<String>)>, StoreError> {
-        each!(self, s => s.upload_for_download(id).await)
+        self.query(move |tx| ops::sets::upload_for_download(tx, &id)).await
     }
 
     /// The whole image stored under `id`, for small uses.

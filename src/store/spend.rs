@@ -19,11 +19,9 @@
 //!
 //! Periods are calendar days and months in UTC.
 
-use rusqlite::Connection;
 use serde::Serialize;
 
 use super::StoreError;
-use super::sqlite_tx::SqliteTx;
 use super::tx::{Row, Tx};
 use crate::domain::{Charge, Micros, Millis, money};
 

@@ -17,13 +17,11 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::{Extension, Json};
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
+use serde::Deserialize;
 
 use crate::api::AppState;
-use crate::api::auth::{Credential, SESSION_COOKIE, session_cookie};
-use crate::api::error::{ApiError, ErrorBody};
+use crate::api::auth::session_cookie;
+use crate::api::error::ApiError;
 use crate::api::session::{login_url, session_cookie_header};
 
 const INDEX_HTML: &str = include_str!("assets/index.html");

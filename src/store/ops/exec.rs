@@ -19,7 +19,7 @@ use super::common::{
 use super::{CallingFacts, CallingOutcome, Finish, NewArtifact, charge_words, with_money};
 use crate::domain::{Actor, Charge, FailureKind, Micros, Millis, TaskStatus};
 use crate::store::StoreError;
-use crate::store::spend::{Limit, first_limit_hit};
+use crate::store::spend::Limit;
 use crate::store::tx::Tx;
 
 /// The idempotency key sent to the provider for `attempt` of `task`: derived from the task

@@ -7,7 +7,7 @@
 //! Zero rows means the worker lost its right; the operation returns [`StoreError::Fenced`]
 //! and writes nothing.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, params};
 use serde_json::Value;
 
 use super::blobs::{NewArtifact, insert_blob};
@@ -21,12 +21,17 @@ pub(in crate::store) mod intake;
 pub(in crate::store) mod recovery;
 pub(in crate::store) mod slots;
 pub(in crate::store) mod user;
+// The image-set family: sets and uploads, candidates and the choice, held jobs, settings.
+pub(in crate::store) mod choice;
+pub(in crate::store) mod held;
+pub(in crate::store) mod sets;
+pub(in crate::store) mod settings;
 
 use crate::domain::{Actor, Charge, FailureKind, Micros, Millis, Phase, TaskStatus, request_hash};
 pub(in crate::store) use common::latest_retry;
 #[cfg(test)]
 use dispatch::{CANDIDATES, PROVIDERS_STATE};
-pub(in crate::store) use dispatch::{STRIDE, fair_key, pass_sql};
+pub(in crate::store) use dispatch::{STRIDE, fair_key};
 pub use exec::provider_key;
 pub(in crate::store) use intake::submit;
 
@@ -395,10 +400,6 @@ pub enum ResolveOutcome {
     NotFound,
 }
 
-pub(in crate::store) fn new_id() -> String {
-    uuid::Uuid::now_v7().to_string()
-}
-
 pub(in crate::store) fn event(
     c: &Connection,
     task: &str,
@@ -443,29 +444,6 @@ pub(super) fn consume_envelope(
     Ok(())
 }
 
-/// Put an envelope back for another dispatch, in the recovery lane (what the system puts back
-/// never jumps ahead of fresh work by its due time alone): ready at once with its place in the
-/// lane when `due_at` has come, else waiting until then (the dispatcher promotes it).
-pub(super) fn requeue_envelope(
-    c: &Connection,
-    task: &str,
-    due_at: Millis,
-    error: Option<&str>,
-    now: Millis,
-) -> Result<(), StoreError> {
-    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-        format!(
-            "UPDATE envelopes SET status = 'pending', due_at = ?2, lease_token = NULL, lease_expires_at = NULL,
-                    lease_boot = NULL, last_error = ?3, lane = 'recovery',
-                    pass = {}
-             WHERE task_id = ?1",
-            pass_sql("envelopes.provider", "'recovery'", "envelopes.fair_key", "?2", "?4")
-        )
-    });
-    c.prepare_cached(&SQL)?.execute(params![task, due_at, error, now])?;
-    Ok(())
-}
-
 /// Attach a verified image to a task: its bytes and its artifact row, in the caller's
 /// transaction (so they commit with the status change that needs them).
 pub(super) fn insert_artifact(
@@ -482,27 +460,6 @@ pub(super) fn insert_artifact(
     )?
     .execute(params![a.id, task, exec, a.image.sha256(), a.image.len(), a.image.media_type(), now])?;
     Ok(())
-}
-
-/// Record what an outcome proves about money on an execution, under the store's rule: an
-/// execution that never recorded `calling` (`calling_at` NULL), or whose provider never
-/// bills, is [`Charge::None`] whatever the caller says. Returns the charge recorded and the
-/// words for the timeline (empty when nothing was sent).
-pub(in crate::store) fn settle_charge(
-    c: &Connection,
-    exec: &str,
-    charge: Charge,
-) -> Result<(Charge, String), StoreError> {
-    let row: Option<(String, bool, Option<Micros>, Option<String>)> = c
-        .prepare_cached(
-            "UPDATE executions SET charge = CASE WHEN calling_at IS NULL OR billable = 0 THEN 'none' ELSE ?2 END
-             WHERE token = ?1 RETURNING charge, calling_at IS NOT NULL, cost_micros, currency",
-        )?
-        .query_row(params![exec, charge.as_str()], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
-        .optional()?;
-    let Some((stored, called, cost, currency)) = row else { return Ok((Charge::None, String::new())) };
-    let stored = Charge::parse(&stored).unwrap_or(Charge::Possible);
-    Ok((stored, charge_words(called, stored, charge, cost, currency.as_deref())))
 }
 
 /// The timeline's words about money for a settled charge (both backends): `stored` as the
@@ -538,22 +495,6 @@ pub(in crate::store) fn with_money(text: &str, words: &str) -> String {
 /// was waiting for it (the next shot of its image set), in the same transaction.
 pub(in crate::store) fn on_settled(c: &Connection, task: &str, now: Millis) -> Result<(), StoreError> {
     crate::store::sets::schedule_next_shot(c, task, now)
-}
-
-/// If `key` was already used in `table` (`tasks` or `sets`): the same request (`Existing`) or
-/// a different one (`Conflict`).
-pub(in crate::store) fn replay_of(
-    c: &Connection,
-    table: &str,
-    key: Option<&str>,
-    hash: &str,
-) -> Result<Option<SubmitOutcome>, StoreError> {
-    let Some(key) = key else { return Ok(None) };
-    let existing: Option<(String, String)> = c
-        .prepare_cached(&format!("SELECT id, request_hash FROM {table} WHERE idempotency_key = ?1"))?
-        .query_row([key], |r| Ok((r.get(0)?, r.get(1)?)))
-        .optional()?;
-    Ok(existing.map(|(id, h)| if h == hash { SubmitOutcome::Existing(id) } else { SubmitOutcome::Conflict(id) }))
 }
 
 #[cfg(test)]

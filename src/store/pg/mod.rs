@@ -29,14 +29,9 @@
 //!   are pure database functions, so running one again is safe).
 
 mod check;
-mod choice;
 mod conn;
-mod held;
 mod node;
-mod ops;
 mod read;
-mod sets;
-mod settings;
 pub mod spend;
 mod timeouts;
 mod watch;

@@ -1,0 +1,166 @@
+//! Held jobs, written once over [`Tx`] (what holding means, and the types, are in
+//! `store::held`): hold what an older copy of the database would send again, release it on
+//! the owner's word, list it.
+//!
+//! **Where the backends differ** (one named hook, [`holds_claims`]): SQLite holds only at the
+//! start-up of an older database file, while no daemon serves it, so a claimed execution there
+//! is a leftover of an earlier run and is held too (abandoned, as recovery would). A
+//! PostgreSQL database is never copied as a file, and a claimed envelope may belong to a live
+//! node: there only *pending* envelopes are held, each locked (`FOR UPDATE`) as it is chosen.
+
+use super::common::{event, requeue_envelope, schedule_next_shot_of, set_task};
+use crate::domain::{Actor, Millis, TaskStatus};
+use crate::store::held::{Held, Release, ReleaseReport};
+use crate::store::tx::{Dialect, Tx};
+use crate::store::{StoreError, TaskView};
+
+/// Envelopes whose job [`hold_unsettled`] holds on SQLite: live, not held yet, and without an
+/// execution that recorded `calling` (those go through recovery). Shared with the start-up
+/// forecast's count (`store::held::count_holdable`).
+pub(in crate::store) const HOLDABLE: &str = "SELECT e.task_id FROM envelopes e
+     WHERE e.status IN ('pending', 'sent') AND e.held_at IS NULL
+       AND NOT EXISTS (SELECT 1 FROM executions x WHERE x.task_id = e.task_id AND x.status = 'running'
+                         AND x.phase IN ('calling', 'accepted'))
+     ORDER BY e.task_id";
+
+/// The same on PostgreSQL: pending envelopes only, each locked as it is chosen.
+const HOLDABLE_PENDING: &str = "SELECT e.task_id FROM envelopes e
+     WHERE e.status = 'pending' AND e.held_at IS NULL
+       AND NOT EXISTS (SELECT 1 FROM executions x WHERE x.task_id = e.task_id AND x.status = 'running'
+                         AND x.phase IN ('calling', 'accepted'))
+     ORDER BY e.task_id FOR UPDATE OF e";
+
+/// Whether holding takes claimed (sent) envelopes too: only on SQLite, where it runs while no
+/// daemon serves the database (see the module docs).
+fn holds_claims(d: Dialect) -> bool {
+    d == Dialect::Sqlite
+}
+
+/// Hold every job that was not settled and whose request did not leave (see the module docs
+/// and `store::held`), with `reason`. Returns the held task ids.
+pub(in crate::store) fn hold_unsettled(tx: &mut dyn Tx, reason: &str, now: Millis) -> Result<Vec<String>, StoreError> {
+    let claims = holds_claims(tx.dialect());
+    let ids = tx
+        .rows(if claims { HOLDABLE } else { HOLDABLE_PENDING }, &[])?
+        .iter()
+        .map(|r| r.get::<String>(0))
+        .collect::<Result<Vec<_>, _>>()?;
+    for task in &ids {
+        let abandoned: Option<String> = if claims {
+            tx.opt(
+                "UPDATE executions SET status = 'abandoned', finished_at = ?2, error = ?3
+                 WHERE task_id = ?1 AND status = 'running' AND phase = 'claimed' RETURNING token",
+                &[task, &now, &"held: the database is older than what was served"],
+            )?
+            .map(|r| r.get(0))
+            .transpose()?
+        } else {
+            None
+        };
+        // A pending envelope has no lease, so clearing it changes nothing there; a claimed one
+        // (SQLite only, above) goes back to pending without its lease.
+        tx.exec(
+            "UPDATE envelopes SET status = 'pending', due_at = NULL, pass = NULL, budget_hold = false,
+                    lease_token = NULL, lease_expires_at = NULL, lease_boot = NULL,
+                    held_at = ?2, held_reason = ?3
+             WHERE task_id = ?1",
+            &[task, &now, &reason],
+        )?;
+        set_task(tx, task, TaskStatus::Waiting, Some(reason), None, now)?;
+        event(tx, task, now, Actor::Reconciler, "held", reason, abandoned.as_deref())?;
+    }
+    Ok(ids)
+}
+
+/// Release held jobs: each is queued to be sent again (in the recovery lane); a shot of an
+/// image set goes when no other shot of its set is live (a set runs one shot at a time). Each
+/// task is locked before it is looked at.
+pub(in crate::store) fn release_held(
+    tx: &mut dyn Tx,
+    which: &Release,
+    now: Millis,
+) -> Result<ReleaseReport, StoreError> {
+    let ids: Vec<String> = match which {
+        Release::All => tx
+            .rows(
+                "SELECT task_id FROM envelopes WHERE status = 'pending' AND held_at IS NOT NULL ORDER BY task_id",
+                &[],
+            )?
+            .iter()
+            .map(|r| r.get(0))
+            .collect::<Result<_, _>>()?,
+        Release::Ids(ids) => ids.clone(),
+    };
+    let mut report = ReleaseReport::default();
+    for task in ids {
+        tx.lock_task(&task)?;
+        let row = tx.opt(
+            "SELECT t.set_id FROM envelopes e JOIN tasks t ON t.id = e.task_id
+             WHERE e.task_id = ?1 AND e.status = 'pending' AND e.held_at IS NOT NULL",
+            &[&task],
+        )?;
+        let Some(row) = row else {
+            if !report.not_held.contains(&task) {
+                report.not_held.push(task);
+            }
+            continue;
+        };
+        let set: Option<String> = row.get(0)?;
+        tx.exec("UPDATE envelopes SET held_at = NULL, held_reason = NULL WHERE task_id = ?1", &[&task])?;
+        let words = "Released by the owner: queued to be sent again (it may be charged again).";
+        set_task(tx, &task, TaskStatus::Waiting, Some(words), None, now)?;
+        match &set {
+            // Schedules the set's next unheld shot when none of its shots is live.
+            Some(set) => schedule_next_shot_of(tx, set, now)?,
+            None => requeue_envelope(tx, &task, now, None, now)?,
+        }
+        event(
+            tx,
+            &task,
+            now,
+            Actor::Operator,
+            "released",
+            "the owner released the held job: it is sent again, which may be charged again",
+            None,
+        )?;
+        report.released.push(task);
+    }
+    Ok(report)
+}
+
+/// The hold of one task, if it is held.
+pub(crate) fn held_of(tx: &mut dyn Tx, task: &str) -> Result<Option<Held>, StoreError> {
+    let Some(r) = tx.opt(
+        "SELECT held_reason, held_at FROM envelopes WHERE task_id = ?1 AND status = 'pending' AND held_at IS NOT NULL",
+        &[&task],
+    )?
+    else {
+        return Ok(None);
+    };
+    Ok(Some(Held { reason: r.get::<Option<String>>(0)?.unwrap_or_default(), since: r.get(1)? }))
+}
+
+/// How many jobs are held.
+pub(in crate::store) fn count_held(tx: &mut dyn Tx) -> Result<i64, StoreError> {
+    tx.one("SELECT count(*) FROM envelopes WHERE status = 'pending' AND held_at IS NOT NULL", &[])?.get(0)
+}
+
+/// Held jobs, oldest task first, at most `limit` of them, and how many there are.
+pub(in crate::store) fn held_tasks(tx: &mut dyn Tx, limit: usize) -> Result<(i64, Vec<TaskView>), StoreError> {
+    let total = count_held(tx)?;
+    let ids = tx
+        .rows(
+            "SELECT task_id FROM envelopes WHERE status = 'pending' AND held_at IS NOT NULL ORDER BY task_id LIMIT ?1",
+            &[&(limit as i64)],
+        )?
+        .iter()
+        .map(|r| r.get::<String>(0))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        if let Some(t) = crate::store::read::task(tx, &id)? {
+            out.push(t);
+        }
+    }
+    Ok((total, out))
+}

@@ -1,0 +1,208 @@
+//! Image sets and reference uploads, written once over [`Tx`] (the types, the set's hash and
+//! its summary are in `store::sets`).
+//!
+//! **One shot at a time per set.** Every decision about a set's schedule (a shot's submit or
+//! retry, a settled shot's successor, a cancel) first locks the set row ([`Tx::lock_set`]), so
+//! two PostgreSQL nodes never both see "no live shot"; under SQLite's single writer the lock
+//! costs nothing.
+
+use super::common::{Keyed, by_dialect, insert_blob, new_id, replay_of};
+use super::user::cancel;
+use super::{CancelOutcome, SubmitOutcome, submit};
+use crate::domain::Millis;
+use crate::store::tx::{Row, Tx};
+use crate::store::{NewImage, NewSet, SetView, StoreError, UploadView};
+
+fn upload_row(r: &Row) -> Result<UploadView, StoreError> {
+    Ok(UploadView { id: r.get(0)?, sha256: r.get(1)?, bytes: r.get(2)?, media_type: r.get(3)?, created_at: r.get(4)? })
+}
+
+/// Record an uploaded image (its row and its bytes, in one transaction), or return the
+/// existing upload with the same content (then nothing is stored). On PostgreSQL a concurrent
+/// insert of the same content on another node fails this insert on the unique `sha256`; the
+/// retry then finds it here.
+pub(in crate::store) fn save_upload(tx: &mut dyn Tx, img: &NewImage, now: Millis) -> Result<UploadView, StoreError> {
+    if let Some(existing) = upload_by_hash(tx, img.sha256())? {
+        return Ok(existing);
+    }
+    let u = UploadView {
+        id: new_id(),
+        sha256: img.sha256().to_string(),
+        bytes: img.len(),
+        media_type: img.media_type().to_string(),
+        created_at: now,
+    };
+    insert_blob(tx, &u.id, img)?;
+    tx.exec(
+        "INSERT INTO uploads (id, sha256, bytes, media_type, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+        &[&u.id, &u.sha256, &u.bytes, &u.media_type, &u.created_at],
+    )?;
+    Ok(u)
+}
+
+/// An upload by content hash.
+pub(in crate::store) fn upload_by_hash(tx: &mut dyn Tx, sha256: &str) -> Result<Option<UploadView>, StoreError> {
+    tx.opt("SELECT id, sha256, bytes, media_type, created_at FROM uploads WHERE sha256 = ?1", &[&sha256])?
+        .as_ref()
+        .map(upload_row)
+        .transpose()
+}
+
+/// An upload by id.
+pub(in crate::store) fn upload(tx: &mut dyn Tx, id: &str) -> Result<Option<UploadView>, StoreError> {
+    tx.opt("SELECT id, sha256, bytes, media_type, created_at FROM uploads WHERE id = ?1", &[&id])?
+        .as_ref()
+        .map(upload_row)
+        .transpose()
+}
+
+/// An upload with the product of the first set that uses it (what its download is named
+/// after).
+pub(in crate::store) fn upload_for_download(
+    tx: &mut dyn Tx,
+    id: &str,
+) -> Result<Option<(UploadView, Option<String>)>, StoreError> {
+    let Some(u) = upload(tx, id)? else { return Ok(None) };
+    let product = tx
+        .opt(
+            "SELECT s.product FROM set_references r JOIN sets s ON s.id = r.set_id WHERE r.upload_id = ?1
+             ORDER BY s.id LIMIT 1",
+            &[&id],
+        )?
+        .map(|r| r.get(0))
+        .transpose()?;
+    Ok(Some((u, product)))
+}
+
+/// The reference images of a set (sent with each of its shots), in order.
+pub(in crate::store) fn references_of_set(tx: &mut dyn Tx, set: &str) -> Result<Vec<UploadView>, StoreError> {
+    tx.rows(
+        "SELECT u.id, u.sha256, u.bytes, u.media_type, u.created_at
+         FROM set_references r JOIN uploads u ON u.id = r.upload_id WHERE r.set_id = ?1 ORDER BY r.position",
+        &[&set],
+    )?
+    .iter()
+    .map(upload_row)
+    .collect()
+}
+
+/// Create a set: the set row, its references, and one task (with its envelope) per candidate
+/// of each shot, the first due now and the rest unscheduled — all in one transaction.
+pub(in crate::store) fn create_set(tx: &mut dyn Tx, s: &NewSet, now: Millis) -> Result<SubmitOutcome, StoreError> {
+    let hash = s.hash();
+    if let Some(seen) = replay_of(tx, Keyed::Sets, s.idempotency_key.as_deref(), &hash)? {
+        return Ok(seen);
+    }
+    // Where transactions run side by side (PostgreSQL), each named photo is locked (`FOR KEY
+    // SHARE`, which only a delete conflicts with) before it is checked: a prune deleting it
+    // either finished first (then it is gone, said plainly) or waits until this set, which
+    // keeps it, is committed (`pg::prune`). SQLite's single writer needs no lock.
+    let photo =
+        by_dialect(tx, "SELECT 1 FROM uploads WHERE id = ?1", "SELECT 1 FROM uploads WHERE id = ?1 FOR KEY SHARE");
+    for r in &s.references {
+        if tx.opt(photo, &[r])?.is_none() {
+            return Err(StoreError::Invalid(format!("no upload with id {r}")));
+        }
+    }
+    let id = new_id();
+    tx.exec(
+        "INSERT INTO sets (id, idempotency_key, request_hash, product, style, provider, created_at, updated_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
+        &[&id, &s.idempotency_key, &hash, &s.product, &s.style, &s.provider, &now],
+    )?;
+    for (i, r) in s.references.iter().enumerate() {
+        tx.exec(
+            "INSERT INTO set_references (set_id, position, upload_id) VALUES (?1, ?2, ?3)",
+            &[&id, &(i as i64), r],
+        )?;
+    }
+    for t in s.shot_tasks(&id) {
+        submit(tx, &t, now)?;
+    }
+    super::choice::set_event(tx, &id, now, "created", &s.created_message())?;
+    Ok(SubmitOutcome::Created(id))
+}
+
+/// Cancel a set: every shot not yet called is canceled; a running shot finishes honestly.
+/// Returns how many shots were canceled, or `None` if there is no such set. The set row is
+/// locked first, then each shot's task one by one (`user::cancel`): a shot that started
+/// meanwhile on another node is left to finish.
+pub(in crate::store) fn cancel_set(tx: &mut dyn Tx, set: &str, now: Millis) -> Result<Option<usize>, StoreError> {
+    tx.lock_set(set)?;
+    if tx.exec("UPDATE sets SET canceled = true, updated_at = ?2 WHERE id = ?1", &[&set, &now])? == 0 {
+        return Ok(None);
+    }
+    let waiting = tx
+        .rows(
+            "SELECT id FROM tasks WHERE set_id = ?1 AND status IN ('queued', 'waiting') ORDER BY set_position",
+            &[&set],
+        )?
+        .iter()
+        .map(|r| r.get::<String>(0))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut canceled = 0;
+    for t in &waiting {
+        if cancel(tx, t, now)? == CancelOutcome::Canceled {
+            canceled += 1;
+        }
+    }
+    Ok(Some(canceled))
+}
+
+/// A set with its current shots.
+pub(in crate::store) fn get_set(tx: &mut dyn Tx, id: &str) -> Result<Option<SetView>, StoreError> {
+    let row = tx
+        .opt("SELECT id, product, style, provider, canceled, created_at, updated_at FROM sets WHERE id = ?1", &[&id])?;
+    let Some(r) = row else { return Ok(None) };
+    let mut set = SetView {
+        id: r.get(0)?,
+        product: r.get(1)?,
+        style: r.get(2)?,
+        provider: r.get(3)?,
+        canceled: r.get(4)?,
+        created_at: r.get(5)?,
+        updated_at: r.get(6)?,
+        references: Vec::new(),
+        shots: Vec::new(),
+        candidates: Vec::new(),
+        chosen: Vec::new(),
+        replaced: Vec::new(),
+        timeline: Vec::new(),
+    };
+    set.references = references_of_set(tx, id)?;
+    let rows = tx
+        .rows(
+            "SELECT id, set_position, candidate FROM tasks WHERE set_id = ?1 ORDER BY set_position, candidate, id",
+            &[&id],
+        )?
+        .iter()
+        .map(|r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .collect::<Result<Vec<(String, i64, i64)>, StoreError>>()?;
+    let choices = super::choice::choices(tx, id)?;
+    set.fill(&rows, &choices, |t| crate::store::read::task(tx, t))?;
+    set.timeline = super::choice::set_events(tx, id)?;
+    Ok(Some(set))
+}
+
+/// Sets newest first, after the cursor `before` (a set id).
+pub(in crate::store) fn list_sets(
+    tx: &mut dyn Tx,
+    before: Option<&str>,
+    limit: usize,
+) -> Result<Vec<SetView>, StoreError> {
+    let ids = tx
+        .rows(
+            "SELECT id FROM sets WHERE id < ?1 ORDER BY id DESC LIMIT ?2",
+            &[&before.unwrap_or("\u{10ffff}"), &(limit as i64)],
+        )?
+        .iter()
+        .map(|r| r.get::<String>(0))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        if let Some(s) = get_set(tx, &id)? {
+            out.push(s);
+        }
+    }
+    Ok(out)
+}
