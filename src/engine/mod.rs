@@ -11,6 +11,10 @@
 //!
 //! None of them polls on a fixed interval: each sleeps until the next time something can
 //! happen (a due time, a lease deadline) or until another service wakes it.
+//!
+//! Longer than 600 lines on purpose: the `Engine` handle and the state its services share
+//! (slots, breakers, the budget in force, the change feed) are one piece; each service lives in
+//! its own file.
 
 pub mod budget;
 mod dispatcher;

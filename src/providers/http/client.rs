@@ -28,6 +28,10 @@
 //! - [`HttpClient::send_unchecked`] / [`HttpClient::error_of`] / [`HttpClient::json_of`] for an
 //!   adapter that must look at an error answer's headers before classifying it, and
 //!   [`classify_answer`], the classification every error answer goes through.
+//!
+//! Longer than 600 lines on purpose: it is the one place where an HTTP answer becomes a
+//! classified outcome, so every adapter's reading of errors, waits and retained results is
+//! the same code.
 
 use std::fmt;
 use std::sync::{Arc, Mutex};

@@ -27,6 +27,10 @@
 //!   and uses it instead of the caller's `now`, so leases of all nodes expire on one clock.
 //! - Deadlocks and serialization failures are retried (the closure is `FnMut`: operations
 //!   are pure database functions, so running one again is safe).
+//!
+//! Longer than 600 lines on purpose: opening a node (connect, migrate, take the node lock,
+//! start the threads and the watcher) and the queue every operation goes through are one
+//! lifecycle; the operations themselves are `store::ops`, the threads' transactions `conn.rs`.
 
 mod check;
 mod conn;
