@@ -26,12 +26,42 @@ def room_of(rel):
 
 
 def code_only(text):
-    """The text without comments and string literals (a crude but sufficient lexer)."""
-    text = re.sub(r"//[^\n]*", "", text)
-    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
-    text = re.sub(r'r#*"(?:.|\n)*?"#*', '""', text)
-    text = re.sub(r'"(?:\\.|[^"\\])*"', '""', text)
-    return text
+    """The text with comments, string literals and char literals blanked out (a small lexer:
+    nested block comments, escapes, raw strings `r#"…"#`, and `'x'` told apart from lifetimes)."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+        elif text.startswith("/*", i):
+            depth, i = 1, i + 2
+            while i < n and depth:
+                if text.startswith("/*", i):
+                    depth, i = depth + 1, i + 2
+                elif text.startswith("*/", i):
+                    depth, i = depth - 1, i + 2
+                else:
+                    i += 1
+        elif c == "r" and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")) and \
+                re.match(r'r#*"', text[i:i + 40]):
+            hashes = len(re.match(r'r(#*)"', text[i:]).group(1))
+            end = text.find('"' + "#" * hashes, i + 2 + hashes)
+            i = n if end < 0 else end + 1 + hashes
+            out.append('""')
+        elif c == '"':
+            i += 1
+            while i < n and text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+            i += 1
+            out.append('""')
+        elif c == "'" and re.match(r"'(\\.[^']*|[^\\'])'", text[i:i + 12]):
+            i += len(re.match(r"'(\\.[^']*|[^\\'])'", text[i:i + 12]).group(0))
+            out.append("' '")
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
 
 
 def graph():
@@ -102,6 +132,8 @@ def self_test():
     layered = {"a": {"b": {"a.rs"}}, "b": {"c": {"b.rs"}}, "c": {}, "d": {"a": {"d.rs"}}}
     assert cycles(circle) == [["a", "b", "c"]], cycles(circle)
     assert cycles(layered) == [], cycles(layered)
+    code = code_only("let q = '\"'; // crate::x\nlet s = \"crate::y\"; crate::z::f(); let r = r#\"crate::w\"#;")
+    assert PATH.findall(code) == ["z"], PATH.findall(code)
 
 
 def main():

@@ -202,7 +202,7 @@ pub(super) fn resolve_provider(p: RawProvider, i: usize, origin: &str) -> Result
     };
     // DashScope's endpoint is known: the international one unless base_url says otherwise.
     let base_url = match (kind, p.base_url) {
-        (ProviderKind::Dashscope, None) => Some(crate::providers::http::dashscope::DEFAULT_BASE_URL.to_string()),
+        (ProviderKind::Dashscope, None) => Some(DASHSCOPE_BASE_URL.to_string()),
         (_, url) => url,
     };
     if kind != ProviderKind::Demo {
@@ -259,7 +259,7 @@ pub(super) fn resolve_provider(p: RawProvider, i: usize, origin: &str) -> Result
     let per_image = p.price_per_image.map(|v| money("price_per_image", v)).transpose()?;
     let mut per_size = std::collections::BTreeMap::new();
     for (size, v) in p.price_per_size.unwrap_or_default() {
-        if crate::providers::http::parse_size(&size).is_none() {
+        if parse_size(&size).is_none() {
             return Err(bad("price_per_size", format!("`{size}` is not a size like 1024x1024")));
         }
         per_size.insert(size, money("price_per_size", v)?);
@@ -308,3 +308,14 @@ pub(super) fn resolve_provider(p: RawProvider, i: usize, origin: &str) -> Result
         },
     })
 }
+
+/// Parse a `WIDTHxHEIGHT` size such as `1024x1024` (a provider's `size`, checked here and
+/// sent by the adapters).
+pub fn parse_size(size: &str) -> Option<(u32, u32)> {
+    let (w, h) = size.split_once(['x', 'X'])?;
+    Some((w.trim().parse().ok()?, h.trim().parse().ok()?))
+}
+
+/// DashScope's international (Singapore) endpoint, the default `base_url` of `kind =
+/// "dashscope"`; the mainland one is `https://dashscope.aliyuncs.com`.
+pub const DASHSCOPE_BASE_URL: &str = "https://dashscope-intl.aliyuncs.com";

@@ -298,6 +298,20 @@ impl Behavior {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The README's provider example names no model the real API has retired (the config
+    /// tests check the example parses; this one that its models still exist).
+    #[test]
+    fn the_readme_names_no_retired_model() {
+        let readme = include_str!("../../README.md");
+        let start = readme.find("```toml\n[[providers]]").expect("README has a provider example") + 8;
+        let end = start + readme[start..].find("```").expect("closed");
+        let c = crate::config::Config::from_toml(&readme[start..end], "README.md").expect("parses");
+        for p in &c.providers {
+            let m = p.model.as_deref().unwrap_or("");
+            assert!(!RETIRED_OPENAI_MODELS.contains(&m), "README names retired model {m}");
+        }
+    }
     use serde_json::json;
 
     fn map(v: Value) -> Map<String, Value> {

@@ -44,7 +44,7 @@ use crate::providers::{BoxFuture, CallError, CallRequest, Capabilities, JobHandl
 
 /// The international (Singapore) endpoint, the default `base_url`; the mainland one is
 /// `https://dashscope.aliyuncs.com`.
-pub const DEFAULT_BASE_URL: &str = "https://dashscope-intl.aliyuncs.com";
+pub use crate::config::DASHSCOPE_BASE_URL as DEFAULT_BASE_URL;
 
 /// How long DashScope keeps a task's data and its result images.
 pub const RETENTION: Retention = Retention {

@@ -63,11 +63,7 @@ pub fn data_uri(image: &Image) -> String {
     format!("data:{};base64,{}", image.media_type, base64::engine::general_purpose::STANDARD.encode(&image.bytes))
 }
 
-/// Parse a `WIDTHxHEIGHT` size such as `1024x1024`.
-pub fn parse_size(size: &str) -> Option<(u32, u32)> {
-    let (w, h) = size.split_once(['x', 'X'])?;
-    Some((w.trim().parse().ok()?, h.trim().parse().ok()?))
-}
+pub use crate::config::parse_size;
 
 /// Copy the task's free-form parameters into a request body, except keys the adapter owns
 /// (the prompt, the marker, the reference images), so a task cannot forge them.
