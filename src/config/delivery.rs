@@ -147,14 +147,17 @@ fn resolve_target(t: RawTarget) -> Result<TargetConfig, (&'static str, String)> 
     };
     let kind = match kind.trim() {
         "folder" => {
-            only("folder", &[
-                ("endpoint", t.endpoint.is_some()),
-                ("region", t.region.is_some()),
-                ("bucket", t.bucket.is_some()),
-                ("prefix", t.prefix.is_some()),
-                ("access_key_id_env", t.access_key_id_env.is_some()),
-                ("secret_access_key_env", t.secret_access_key_env.is_some()),
-            ])?;
+            only(
+                "folder",
+                &[
+                    ("endpoint", t.endpoint.is_some()),
+                    ("region", t.region.is_some()),
+                    ("bucket", t.bucket.is_some()),
+                    ("prefix", t.prefix.is_some()),
+                    ("access_key_id_env", t.access_key_id_env.is_some()),
+                    ("secret_access_key_env", t.secret_access_key_env.is_some()),
+                ],
+            )?;
             let path = t.path.ok_or(("path", "is required for a folder target (a local directory)".to_string()))?;
             if path.as_os_str().is_empty() {
                 return Err(("path", "is empty".into()));
@@ -178,7 +181,10 @@ fn resolve_target(t: RawTarget) -> Result<TargetConfig, (&'static str, String)> 
             let env_name = |key: &'static str, v: Option<String>| -> Result<String, (&'static str, String)> {
                 let v = required(key, v)?;
                 if v.contains('=') || v.chars().any(char::is_whitespace) {
-                    return Err((key, format!("`{v}` must name an environment variable (the secret itself stays out of the file)")));
+                    return Err((
+                        key,
+                        format!("`{v}` must name an environment variable (the secret itself stays out of the file)"),
+                    ));
                 }
                 Ok(v)
             };

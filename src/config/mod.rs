@@ -16,8 +16,8 @@ mod storage;
 #[cfg(test)]
 mod tests;
 
-use delivery::{RawDelivery, resolve_delivery};
 pub use delivery::DeliveryConfig;
+use delivery::{RawDelivery, resolve_delivery};
 use provider::resolve_provider;
 pub use provider::*;
 use storage::resolve_backend;

@@ -168,7 +168,7 @@ fn dashscope_defaults_to_the_international_endpoint_and_its_key_variable() {
 }
 
 /// The `[delivery]` part of /work/shared/acceptance/deliver.py's configuration.
-const ACCEPTANCE_DELIVERY: &str = r#"
+const ACCEPTANCE_DELIVERY: &str = r##"
 [[providers]]
 name = "demo"
 kind = "demo"
@@ -187,7 +187,7 @@ file_name = "{product}_{role}_{profile}.{ext}"
 name = "out"
 kind = "folder"
 path = "/tmp/bar-deliver-x/out"
-"#;
+"##;
 
 #[test]
 fn the_acceptance_delivery_config_loads() {
@@ -264,24 +264,49 @@ secret_access_key_env = "S3_SECRET"
 #[test]
 fn bad_delivery_config_names_the_key_and_why() {
     let folder = "[[delivery.targets]]\nname = \"out\"\nkind = \"folder\"\npath = \"/o\"\n";
-    let s3 = "kind = \"s3\"\nregion = \"r\"\nbucket = \"b\"\naccess_key_id_env = \"K\"\nsecret_access_key_env = \"S\"\n";
+    let s3 =
+        "kind = \"s3\"\nregion = \"r\"\nbucket = \"b\"\naccess_key_id_env = \"K\"\nsecret_access_key_env = \"S\"\n";
     let profile = "[[delivery.profiles]]\nname = \"p\"\nwidth = 10\nheight = 10\n";
     let cases: Vec<(String, &str, &str)> = vec![
-        ("[[delivery.targets]]\nname = \"x\"\nkind = \"ftp\"\n".into(), "delivery.targets[0].kind", "\"folder\" or \"s3\""),
+        (
+            "[[delivery.targets]]\nname = \"x\"\nkind = \"ftp\"\n".into(),
+            "delivery.targets[0].kind",
+            "\"folder\" or \"s3\"",
+        ),
         (format!("{folder}{folder}"), "delivery.targets[1].name", "configured twice"),
         (format!("[[delivery.targets]]\nname = \"exports\"\n{s3}"), "delivery.targets[0].name", "default local folder"),
         ("[[delivery.targets]]\nname = \"x\"\nkind = \"folder\"\n".into(), "delivery.targets[0].path", "required"),
         (format!("{folder}bucket = \"b\"\n"), "delivery.targets[0].bucket", "not a key of a `folder` target"),
         (format!("{folder}timeout_ms = 0\n"), "delivery.targets[0].timeout_ms", "between 1 and"),
-        (format!("[[delivery.targets]]\nname = \"b\"\n{s3}access_key_id_env = \"AKIA=1\"\n").replace("access_key_id_env = \"K\"\n", ""),
-            "delivery.targets[0].access_key_id_env", "environment variable"),
-        (format!("[[delivery.targets]]\nname = \"b\"\n{s3}endpoint = \"minio:9000\"\n"), "delivery.targets[0].endpoint", "http://"),
+        (
+            format!("[[delivery.targets]]\nname = \"b\"\n{s3}access_key_id_env = \"AKIA=1\"\n")
+                .replace("access_key_id_env = \"K\"\n", ""),
+            "delivery.targets[0].access_key_id_env",
+            "environment variable",
+        ),
+        (
+            format!("[[delivery.targets]]\nname = \"b\"\n{s3}endpoint = \"minio:9000\"\n"),
+            "delivery.targets[0].endpoint",
+            "http://",
+        ),
         (format!("{profile}{profile}"), "delivery.profiles[1].name", "configured twice"),
-        ("[[delivery.profiles]]\nname = \"amazon\"\nwidth = 10\nheight = 10\n".into(), "delivery.profiles[0].name", "built-in"),
+        (
+            "[[delivery.profiles]]\nname = \"amazon\"\nwidth = 10\nheight = 10\n".into(),
+            "delivery.profiles[0].name",
+            "built-in",
+        ),
         (format!("{profile}background = \"#fffff\"\n"), "delivery.profiles[0].background", "not a colour"),
-        ("[[delivery.profiles]]\nname = \"p\"\nwidth = 0\nheight = 10\n".into(), "delivery.profiles[0].width", "between 1 and"),
+        (
+            "[[delivery.profiles]]\nname = \"p\"\nwidth = 0\nheight = 10\n".into(),
+            "delivery.profiles[0].width",
+            "between 1 and",
+        ),
         (format!("{profile}format = \"gif\"\n"), "delivery.profiles[0].format", "\"jpeg\", \"png\" or \"webp\""),
-        (format!("{profile}file_name = \"{{product}}/{{role}}.{{ext}}\"\n"), "delivery.profiles[0].file_name", "path separator"),
+        (
+            format!("{profile}file_name = \"{{product}}/{{role}}.{{ext}}\"\n"),
+            "delivery.profiles[0].file_name",
+            "path separator",
+        ),
     ];
     for (text, key, words) in cases {
         let e = Config::from_toml(&text, "my.toml").expect_err(&text).to_string();

@@ -65,7 +65,9 @@ impl FolderTarget {
         match fs::symlink_metadata(&path) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Look::Absent),
             Err(e) => Err(classify(&e, &format!("cannot look at {}", path.display()))),
-            Ok(m) if !m.is_file() => Ok(Look::CannotTell(format!("{} is there but is not a regular file", path.display()))),
+            Ok(m) if !m.is_file() => {
+                Ok(Look::CannotTell(format!("{} is there but is not a regular file", path.display())))
+            }
             Ok(_) => match file_sha256(&path) {
                 Ok(sha256) => Ok(Look::Present { sha256 }),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Look::Absent),
@@ -84,6 +86,11 @@ impl FolderTarget {
     ) -> Result<Put, TargetError> {
         check_file_name(name)?;
         let dir = &self.path;
+        if let Ok(m) = fs::metadata(dir)
+            && !m.is_dir()
+        {
+            return Err(TargetError::Permanent(format!("{} is there but is not a folder", dir.display())));
+        }
         if !dir.is_dir() {
             fs::create_dir_all(dir)
                 .map_err(|e| classify(&e, &format!("cannot create the folder {}", dir.display())))?;
@@ -210,9 +217,8 @@ fn move_no_replace(from: &Path, to: &Path) -> io::Result<()> {
         let c = |p: &Path| CString::new(p.as_os_str().as_bytes()).map_err(io::Error::other);
         let (f, t) = (c(from)?, c(to)?);
         // SAFETY: both are valid NUL-terminated paths that live across the call.
-        let rc = unsafe {
-            libc::renameat2(libc::AT_FDCWD, f.as_ptr(), libc::AT_FDCWD, t.as_ptr(), libc::RENAME_NOREPLACE)
-        };
+        let rc =
+            unsafe { libc::renameat2(libc::AT_FDCWD, f.as_ptr(), libc::AT_FDCWD, t.as_ptr(), libc::RENAME_NOREPLACE) };
         if rc == 0 {
             return Ok(());
         }

@@ -126,7 +126,9 @@ impl Tmpfs {
         if rc != 0 {
             let e = io::Error::last_os_error();
             if std::env::var("CI").as_deref() == Ok("true") {
-                panic!("cannot mount a tmpfs for the full-disk test ({e}); CI must run tests as root with mount rights");
+                panic!(
+                    "cannot mount a tmpfs for the full-disk test ({e}); CI must run tests as root with mount rights"
+                );
             }
             eprintln!("NOT RUN: the full-disk/read-only folder test needs to mount a tmpfs ({e})");
             return None;

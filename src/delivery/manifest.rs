@@ -202,7 +202,8 @@ mod tests {
         assert_eq!(f["width"], 2000);
         assert_eq!(f["sha256"], "ab".repeat(32));
         let v: serde_json::Value =
-            serde_json::from_slice(&json(&[ManifestRow { cost_micros: None, currency: None, ..row("mug") }])).expect("json");
+            serde_json::from_slice(&json(&[ManifestRow { cost_micros: None, currency: None, ..row("mug") }]))
+                .expect("json");
         assert!(v["files"][0]["cost"].is_null());
     }
 

@@ -46,7 +46,9 @@ pub fn check_pattern(pattern: &str) -> Result<(), String> {
         return Err("is longer than 100 characters".into());
     }
     if let Some(c) = pattern.chars().find(|c| matches!(c, '/' | '\\') || c.is_control()) {
-        return Err(format!("`{pattern}` contains {c:?}: a file name cannot hold a path separator or control character"));
+        return Err(format!(
+            "`{pattern}` contains {c:?}: a file name cannot hold a path separator or control character"
+        ));
     }
     if pattern.starts_with('.') || pattern.contains("..") {
         return Err(format!("`{pattern}` must not start with '.' or contain \"..\""));
@@ -136,7 +138,8 @@ pub fn expand(pattern: &str, parts: &NameParts<'_>) -> String {
 fn safe(name: &str, ext: &str) -> String {
     let mut out = String::with_capacity(name.len());
     for c in name.chars() {
-        let c = if matches!(c, '/' | '\\' | ':' | '*' | '?' | '"' | '<' | '>' | '|') || c.is_control() { '-' } else { c };
+        let c =
+            if matches!(c, '/' | '\\' | ':' | '*' | '?' | '"' | '<' | '>' | '|') || c.is_control() { '-' } else { c };
         if c == '.' && out.ends_with('.') {
             continue;
         }
@@ -209,7 +212,10 @@ mod tests {
     fn the_acceptance_pattern_expands() {
         let p = "{product}_{role}_{profile}.{ext}";
         check_pattern(p).expect("valid");
-        let n = expand(p, &NameParts { product: "green teapot", role: Some("main"), index: 1, profile: "tall600", ext: "png" });
+        let n = expand(
+            p,
+            &NameParts { product: "green teapot", role: Some("main"), index: 1, profile: "tall600", ext: "png" },
+        );
         assert_eq!(n, "green-teapot_main_tall600.png");
         assert_eq!(
             expand(DEFAULT_FILE_NAME, &parts("Red Sneaker", Some("selling_point"), 3)),
@@ -232,7 +238,10 @@ mod tests {
     #[test]
     fn non_ascii_products_stay_readable_and_long_ones_are_cut() {
         assert_eq!(expand(DEFAULT_FILE_NAME, &parts("绿色 茶壶", Some("main"), 1)), "绿色-茶壶_main_1_amazon.jpg");
-        assert_eq!(expand(DEFAULT_FILE_NAME, &parts("Crème Brûlée Pot", Some("main"), 1)), "crème-brûlée-pot_main_1_amazon.jpg");
+        assert_eq!(
+            expand(DEFAULT_FILE_NAME, &parts("Crème Brûlée Pot", Some("main"), 1)),
+            "crème-brûlée-pot_main_1_amazon.jpg"
+        );
         let long = "茶".repeat(500);
         let n = expand("{product}{product}{product}{product}{product}_{role}.{ext}", &parts(&long, Some("main"), 1));
         assert!(n.len() <= MAX_NAME_BYTES && n.ends_with(".jpg"), "{} bytes: {n}", n.len());

@@ -192,7 +192,9 @@ impl Profile {
         if builtins().iter().any(|b| b.name == name) {
             return Err(err(
                 "name",
-                format!("`{name}` is a built-in profile (amazon, shopify, etsy, taobao, original); choose another name"),
+                format!(
+                    "`{name}` is a built-in profile (amazon, shopify, etsy, taobao, original); choose another name"
+                ),
             ));
         }
         let side = |key: &'static str, v: Option<i64>| -> Result<u32, ProfileError> {
@@ -215,8 +217,9 @@ impl Profile {
         };
         let format = match spec.format.as_deref() {
             None => Format::Jpeg,
-            Some(t) => Format::parse(t)
-                .ok_or_else(|| err("format", format!("`{t}` must be \"jpeg\", \"png\" or \"webp\"")))?,
+            Some(t) => {
+                Format::parse(t).ok_or_else(|| err("format", format!("`{t}` must be \"jpeg\", \"png\" or \"webp\"")))?
+            }
         };
         let quality = match (spec.quality, format) {
             (None, _) => DEFAULT_QUALITY,
@@ -363,14 +366,10 @@ mod tests {
     fn a_custom_profile_gets_defaults() {
         let p = Profile::custom(spec("tall600")).expect("valid");
         let r = p.render.expect("rendered");
-        assert_eq!((r.width, r.height, r.fit, r.background, r.format, r.quality), (
-            600,
-            800,
-            Fit::Pad,
-            Rgb::WHITE,
-            Format::Jpeg,
-            DEFAULT_QUALITY
-        ));
+        assert_eq!(
+            (r.width, r.height, r.fit, r.background, r.format, r.quality),
+            (600, 800, Fit::Pad, Rgb::WHITE, Format::Jpeg, DEFAULT_QUALITY)
+        );
         assert_eq!(p.file_name, DEFAULT_FILE_NAME);
         assert_eq!((p.max_bytes, p.min_source), (None, None));
     }

@@ -111,7 +111,10 @@ pub fn check(profile: &Profile, source: &[u8], subject: &str) -> Vec<Problem> {
         && w.min(h) < min
     {
         let side = if w <= h { format!("is {w} px wide") } else { format!("is {h} px high") };
-        out.push(problem(ProblemKind::TooSmall, format!("{subject} {side}; {} asks for at least {min} px", profile.name)));
+        out.push(problem(
+            ProblemKind::TooSmall,
+            format!("{subject} {side}; {} asks for at least {min} px", profile.name),
+        ));
     }
     if profile.is_original() && pixels.pixels().any(|p| p[3] < 255) {
         out.push(problem(
@@ -223,7 +226,8 @@ fn decode(source: &[u8]) -> Result<RgbaImage, RenderError> {
 fn to_srgb(rgba: &mut RgbaImage, icc: &[u8]) {
     use moxcms::{ColorProfile, Layout, TransformOptions};
     let Ok(src) = ColorProfile::new_from_slice(icc) else { return };
-    let Ok(t) = src.create_transform_8bit(Layout::Rgba, &ColorProfile::new_srgb(), Layout::Rgba, TransformOptions::default())
+    let Ok(t) =
+        src.create_transform_8bit(Layout::Rgba, &ColorProfile::new_srgb(), Layout::Rgba, TransformOptions::default())
     else {
         return;
     };
@@ -319,7 +323,11 @@ fn encode(profile: &Profile, spec: &Render, img: RgbImage) -> Result<Rendered, R
         }
         smallest = smallest.min(bytes.len() as u64);
     }
-    Err(RenderError::TooManyBytes { profile: profile.name.clone(), max_bytes: profile.max_bytes.unwrap_or(0), smallest })
+    Err(RenderError::TooManyBytes {
+        profile: profile.name.clone(),
+        max_bytes: profile.max_bytes.unwrap_or(0),
+        smallest,
+    })
 }
 
 /// One encoding. `attempt`: the JPEG quality; for PNG `Some(_)` asks for the strongest

@@ -170,7 +170,12 @@ fn jpeg_quality_steps_down_to_meet_max_bytes_or_says_it_cannot() {
         s.max_bytes = Some(limit);
     });
     let out = render(&capped, &source).expect("a lower quality fits");
-    assert!(out.bytes.len() as i64 <= limit && out.quality < Some(95), "{} bytes at {:?}", out.bytes.len(), out.quality);
+    assert!(
+        out.bytes.len() as i64 <= limit && out.quality < Some(95),
+        "{} bytes at {:?}",
+        out.bytes.len(),
+        out.quality
+    );
     let tiny = custom("tiny", 800, 800, |s| s.max_bytes = Some(2_000));
     match render(&tiny, &source) {
         Err(RenderError::TooManyBytes { max_bytes: 2_000, smallest, .. }) => assert!(smallest > 2_000),

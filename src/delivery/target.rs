@@ -184,7 +184,9 @@ impl Target {
                 match tokio::time::timeout(timeout, work).await {
                     Ok(Ok(answer)) => answer,
                     Ok(Err(e)) => Err(TargetError::Transient(format!("{what}: stopped unexpectedly ({e})"))),
-                    Err(_) => Err(TargetError::Transient(format!("{what} took longer than {} ms", timeout.as_millis()))),
+                    Err(_) => {
+                        Err(TargetError::Transient(format!("{what} took longer than {} ms", timeout.as_millis())))
+                    }
                 }
             }
         }
@@ -196,7 +198,11 @@ mod tests {
     use super::*;
 
     fn folder(name: &str, path: &std::path::Path) -> TargetConfig {
-        TargetConfig { name: name.into(), timeout_ms: DEFAULT_TIMEOUT_MS, kind: TargetKind::Folder { path: path.into() } }
+        TargetConfig {
+            name: name.into(),
+            timeout_ms: DEFAULT_TIMEOUT_MS,
+            kind: TargetKind::Folder { path: path.into() },
+        }
     }
 
     #[test]
