@@ -159,20 +159,25 @@ fn safe(name: &str, ext: &str) -> String {
 }
 
 /// The names of one delivery's files, in the order given, all distinct: each is
-/// [`expand`]ed, then names that clash get `-{index}` before the extension (two shots with
-/// one role and a pattern without `{index}`), and any clash left (two files of one shot) gets
-/// `-2`, `-3`, … in order.
+/// [`expand`]ed, then, when the pattern has no `{index}`, names that clash get `-{index}`
+/// before the extension (two shots with one role), and any clash left (two files of one
+/// shot) gets `-2`, `-3`, … in order.
 pub fn file_names(pattern: &str, parts: &[NameParts<'_>]) -> Vec<String> {
     let first: Vec<String> = parts.iter().map(|p| expand(pattern, p)).collect();
     let mut count: HashMap<&str, usize> = HashMap::new();
     for n in &first {
         *count.entry(n.as_str()).or_default() += 1;
     }
-    let second: Vec<String> = first
-        .iter()
-        .zip(parts)
-        .map(|(n, p)| if count[n.as_str()] > 1 { with_suffix(n, p.ext, &p.index.to_string()) } else { n.clone() })
-        .collect();
+    // Only a pattern without `{index}` can be told apart by the shot's number.
+    let by_index = !pattern.contains("{index}");
+    let second: Vec<String> =
+        first
+            .iter()
+            .zip(parts)
+            .map(|(n, p)| {
+                if by_index && count[n.as_str()] > 1 { with_suffix(n, p.ext, &p.index.to_string()) } else { n.clone() }
+            })
+            .collect();
     let mut taken: HashSet<String> = HashSet::new();
     let mut out = Vec::with_capacity(second.len());
     for (n, p) in second.into_iter().zip(parts) {
@@ -255,9 +260,12 @@ mod tests {
         // Two files of the same shot (every candidate): numbered in order.
         let ps = [parts("mug", Some("scene"), 1), parts("mug", Some("scene"), 1), parts("mug", Some("scene"), 1)];
         assert_eq!(file_names(p, &ps), ["mug_scene-1.jpg", "mug_scene-1-2.jpg", "mug_scene-1-3.jpg"]);
-        // With {index} nothing needs changing.
-        let ps = [parts("mug", Some("scene"), 1), parts("mug", Some("scene"), 2)];
-        assert_eq!(file_names(DEFAULT_FILE_NAME, &ps), ["mug_scene_1_amazon.jpg", "mug_scene_2_amazon.jpg"]);
+        // With {index} nothing needs changing, and two files of one shot are numbered.
+        let ps = [parts("mug", Some("scene"), 1), parts("mug", Some("scene"), 2), parts("mug", Some("scene"), 2)];
+        assert_eq!(
+            file_names(DEFAULT_FILE_NAME, &ps),
+            ["mug_scene_1_amazon.jpg", "mug_scene_2_amazon.jpg", "mug_scene_2_amazon-2.jpg"]
+        );
     }
 
     #[test]
