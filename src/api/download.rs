@@ -297,7 +297,8 @@ pub const LEFT_OUT_HEADER: &str = "tally-images-left-out";
             )),
         (status = 400, description = "An unknown `profile` (the message lists the known ones) or a `which` \
             other than `chosen` or `all` (`bad_request`).", body = super::error::ErrorBody),
-        (status = 409, description = "None of the set's shots has a finished image yet (`no_images`), or \
+        (status = 409, description = "None of the set's shots has a finished image yet (`no_images`), \
+            none of the picked images can be made with the profile (`cannot_make`, saying why), or \
             `which=chosen` and no shot has a chosen image (`nothing_chosen`).",
             body = super::error::ErrorBody),
         (status = 500, description = "Every image of the set is damaged (`image_damaged`); `tally check` \
