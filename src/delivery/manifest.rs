@@ -9,6 +9,17 @@ use serde::Serialize;
 pub const CSV_NAME: &str = "manifest.csv";
 pub const JSON_NAME: &str = "manifest.json";
 
+/// The manifest's names for one delivery, `manifest-TAG.csv` and `manifest-TAG.json` (TAG
+/// made file-name safe, e.g. a delivery's short id): a target never replaces a file, so a
+/// second delivery into the same folder needs its own names, or its `manifest.csv` would meet
+/// the first one's (`Put::Different`). An empty TAG gives [`CSV_NAME`] and [`JSON_NAME`].
+pub fn names_for(tag: &str) -> (String, String) {
+    match super::names::slug(tag, 40) {
+        Some(t) => (format!("manifest-{t}.csv"), format!("manifest-{t}.json")),
+        None => (CSV_NAME.to_string(), JSON_NAME.to_string()),
+    }
+}
+
 /// The CSV header, in column order (the JSON keys are the same).
 pub const COLUMNS: [&str; 13] = [
     "product",
@@ -205,6 +216,13 @@ mod tests {
             serde_json::from_slice(&json(&[ManifestRow { cost_micros: None, currency: None, ..row("mug") }]))
                 .expect("json");
         assert!(v["files"][0]["cost"].is_null());
+    }
+
+    #[test]
+    fn each_delivery_gets_its_own_manifest_names() {
+        assert_eq!(names_for("0193a1b2"), ("manifest-0193a1b2.csv".into(), "manifest-0193a1b2.json".into()));
+        assert_eq!(names_for("../x"), ("manifest-x.csv".into(), "manifest-x.json".into()));
+        assert_eq!(names_for(""), (CSV_NAME.into(), JSON_NAME.into()));
     }
 
     #[test]

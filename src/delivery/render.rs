@@ -265,10 +265,12 @@ fn fit(img: &RgbImage, spec: &Render) -> RgbImage {
         if spec.fit == Fit::Pad { n.min(bound) } else { n.max(bound) }
     };
     let (nw, nh) = (size(w, tw), size(h, th));
+    // Through `DynamicImage` (not the generic `imageops::resize`) so the resampling is
+    // compiled in the `image` crate, which the dev profile optimises (Cargo.toml).
     let scaled = if (nw, nh) == img.dimensions() {
         img.clone()
     } else {
-        image::imageops::resize(img, nw, nh, FilterType::CatmullRom)
+        DynamicImage::ImageRgb8(img.clone()).resize_exact(nw, nh, FilterType::CatmullRom).into_rgb8()
     };
     if (nw, nh) == (tw, th) {
         return scaled;
@@ -337,7 +339,7 @@ fn encode_once(format: Format, img: &RgbImage, attempt: Option<u8>) -> Result<Ve
     let mut out = Vec::new();
     let result = match format {
         Format::Jpeg => JpegEncoder::new_with_quality(&mut out, attempt.unwrap_or(super::profile::DEFAULT_QUALITY))
-            .encode_image(img),
+            .encode(img.as_raw(), img.width(), img.height(), image::ExtendedColorType::Rgb8),
         Format::Png => {
             let level = if attempt.is_some() { png::CompressionType::Best } else { png::CompressionType::Default };
             img.write_with_encoder(png::PngEncoder::new_with_quality(&mut out, level, png::FilterType::Adaptive))

@@ -61,7 +61,10 @@ fn every_builtin_marketplace_profile_makes_the_file_it_promises() {
     let source = photo(1200, 600);
     for p in builtins().into_iter().filter(|p| !p.is_original()) {
         let spec = p.render.expect("rendered");
+        let started = std::time::Instant::now();
         let out = render(&p, &source).unwrap_or_else(|e| panic!("{}: {e}", p.name));
+        // Seen with --nocapture: what one render costs in this build.
+        eprintln!("{}: {} bytes at quality {:?} in {:?}", p.name, out.bytes.len(), out.quality, started.elapsed());
         assert_eq!(image::guess_format(&out.bytes).expect("format"), ImageFormat::Jpeg, "{}", p.name);
         assert_eq!((out.media_type, out.ext), ("image/jpeg", "jpg"));
         let img = image::load_from_memory(&out.bytes).expect("decodes");
