@@ -307,6 +307,7 @@ pub async fn serve(cfg: Config, config_path: Option<PathBuf>) -> Result<(), Fail
     if let Some(lang) = cfg.ui.language {
         state.set_ui_language(lang);
     }
+    state.set_delivery_profiles(cfg.delivery.profiles.clone());
     {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "tally is listening on {base}");

@@ -10,16 +10,23 @@
 //! starts: a damaged one is left out, and a note in the zip (`NOT-INCLUDED.txt`) names it
 //! ([`set_zip`]). The copy checks each image again, so bytes damaged in between end the
 //! download with an error instead of going out under a trusted name.
+//!
+//! `?which=chosen|all` picks the images (default: the chosen image where a shot has one,
+//! else every candidate's) and `?profile=NAME` makes each one listing-ready with a delivery
+//! profile first (`super::download_profile`).
 
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path as UrlPath, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path as UrlPath, Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
+use utoipa::IntoParams;
 
 use super::AppState;
 use super::error::ApiError;
@@ -28,7 +35,7 @@ use crate::providers::extension;
 use crate::store::{ArtifactView, SetView, Store, StoreError, TaskView};
 
 /// The longest file-name stem made from a prompt or product, in characters.
-const MAX_STEM: usize = 48;
+pub(super) const MAX_STEM: usize = 48;
 /// The size of one chunk of a streamed zip.
 const CHUNK: usize = 64 * 1024;
 
@@ -194,6 +201,55 @@ pub fn plain_file_name(name: &str) -> Option<String> {
     ok.then(|| name.to_string())
 }
 
+/// `GET /v1/sets/{id}/download` query.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct DownloadQuery {
+    /// A delivery profile (`amazon`, `shopify`, `etsy`, `taobao`, `original` or one from
+    /// `[[delivery.profiles]]`): each image is made listing-ready with it (pixel size, fit,
+    /// background, format, byte limit), named by its `file_name` pattern, and the zip carries
+    /// `manifest.csv` and `manifest.json`. Absent: the images as generated.
+    pub profile: Option<String>,
+    /// `chosen`: only the shots' chosen images; `all`: every candidate's image. Absent: the
+    /// chosen image where a shot has one, else every candidate's.
+    pub which: Option<String>,
+}
+
+/// Which of a set's images a download holds (`?which=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Which {
+    /// No `which`: the chosen image where a shot has one, else every candidate's.
+    Default,
+    /// `chosen`: only chosen images.
+    Chosen,
+    /// `all`: every candidate's image.
+    All,
+}
+
+impl Which {
+    /// Parse `?which=`.
+    pub fn parse(v: Option<&str>) -> Result<Which, ApiError> {
+        match v.map(str::trim) {
+            None | Some("") => Ok(Which::Default),
+            Some("chosen") => Ok(Which::Chosen),
+            Some("all") => Ok(Which::All),
+            Some(o) => Err(ApiError::bad_request(format!("which=`{o}` must be \"chosen\" or \"all\""))),
+        }
+    }
+}
+
+/// A set's finished images with their download names, as `which` picks them.
+pub fn picked_file_names(set: &SetView, which: Which) -> Vec<(ArtifactView, String)> {
+    match which {
+        Which::Default => set_file_names(set),
+        Which::All => all_file_names(set),
+        Which::Chosen => {
+            let chosen: HashSet<&str> = set.chosen.iter().flatten().map(String::as_str).collect();
+            all_file_names(set).into_iter().filter(|(a, _)| chosen.contains(a.id.as_str())).collect()
+        }
+    }
+}
+
 /// What the zip writer needs of one image.
 struct Entry {
     id: String,
@@ -209,7 +265,9 @@ pub const LEFT_OUT_HEADER: &str = "tally-images-left-out";
 
 /// `GET /v1/sets/{id}/download`: the set's finished images as one zip (`application/zip`,
 /// `attachment; filename="<product>.zip"`), one stored entry per image in shot order, named
-/// by [`set_file_names`]. 409 `no_images` when no shot has an image yet.
+/// by [`set_file_names`]. 409 `no_images` when no shot has an image yet (`nothing_chosen`
+/// with `which=chosen` and no shot chosen). With `?profile=` the images are made with that
+/// delivery profile first (`super::download_profile::profile_zip`).
 ///
 /// Damaged images are left out, not sent: before the answer starts, every image is read once
 /// and checked against its recorded sha256 (on a blocking thread, in chunks; the copy into the
@@ -223,9 +281,12 @@ pub const LEFT_OUT_HEADER: &str = "tally-images-left-out";
     path = "/sets/{id}/download",
     operation_id = "download_set",
     tag = "sets",
-    params(super::sets::SetId),
+    params(super::sets::SetId, DownloadQuery),
     responses(
-        (status = 200, description = "The set's finished images as one zip, `<product>_<role>.png` each. Damaged \
+        (status = 200, description = "The set's finished images as one zip, `<product>_<role>.png` each (with \
+            `profile`: made with that delivery profile, named by its `file_name` pattern, with `manifest.csv` and \
+            `manifest.json`; an image the profile cannot be made from is left out and named in \
+            `NOT-INCLUDED.txt`). Damaged \
             images are left out; then the zip's last entry is `NOT-INCLUDED.txt`, naming each one left out and \
             why, and `Tally-Images-Left-Out` counts them.",
             content(("application/zip")),
@@ -234,7 +295,11 @@ pub const LEFT_OUT_HEADER: &str = "tally-images-left-out";
                 ("Tally-Images-Left-Out" = u32, description = "How many damaged images the zip leaves out \
                     (only when it leaves some out)"),
             )),
-        (status = 409, description = "None of the set's shots has a finished image yet (`no_images`).",
+        (status = 400, description = "An unknown `profile` (the message lists the known ones) or a `which` \
+            other than `chosen` or `all` (`bad_request`).", body = super::error::ErrorBody),
+        (status = 409, description = "None of the set's shots has a finished image yet (`no_images`), \
+            none of the picked images can be made with the profile (`cannot_make`, saying why), or \
+            `which=chosen` and no shot has a chosen image (`nothing_chosen`).",
             body = super::error::ErrorBody),
         (status = 500, description = "Every image of the set is damaged (`image_damaged`); `tally check` \
             lists them.", body = super::error::ErrorBody),
@@ -242,11 +307,34 @@ pub const LEFT_OUT_HEADER: &str = "tally-images-left-out";
         super::openapi::StoreFailure,
     )
 )]
-pub async fn set_zip(State(state): State<AppState>, UrlPath(id): UrlPath<String>) -> Result<Response, ApiError> {
+pub async fn set_zip(
+    State(state): State<AppState>,
+    UrlPath(id): UrlPath<String>,
+    query: Result<Query<DownloadQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(q) = query?;
+    let which = Which::parse(q.which.as_deref())?;
+    let profile = match q.profile.as_deref().map(str::trim).filter(|p| !p.is_empty()) {
+        None => None,
+        Some(name) => {
+            let all = state.delivery_profiles();
+            let found = all.iter().find(|p| p.name == name).cloned();
+            Some(found.ok_or_else(|| {
+                let known: Vec<&str> = all.iter().map(|p| p.name.as_str()).collect();
+                ApiError::bad_request(format!("profile `{name}` is not one tally has; use one of {}", known.join(", ")))
+            })?)
+        }
+    };
     let set = state.engine().store().get_set(id).await?.ok_or_else(|| ApiError::not_found("set"))?;
-    let files = set_file_names(&set);
+    let files = picked_file_names(&set, which);
     if files.is_empty() {
+        if which == Which::Chosen && !all_file_names(&set).is_empty() {
+            return Err(ApiError::conflict("nothing_chosen", "no shot of this set has a chosen image yet"));
+        }
         return Err(ApiError::conflict("no_images", "none of this set's shots has a finished image yet"));
+    }
+    if let Some(profile) = profile {
+        return super::download_profile::profile_zip(&state, &set, files, &profile).await;
     }
     let entries: Vec<Entry> = files
         .into_iter()
@@ -276,7 +364,7 @@ pub async fn set_zip(State(state): State<AppState>, UrlPath(id): UrlPath<String>
         }
     });
     let stream = futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) });
-    let name = format!("{}.zip", slug(&set.product, MAX_STEM).unwrap_or_else(|| "image-set".into()));
+    let name = zip_name(&set, None);
     let mut r = (StatusCode::OK, Body::from_stream(stream)).into_response();
     let h = r.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/zip"));
@@ -291,6 +379,15 @@ pub async fn set_zip(State(state): State<AppState>, UrlPath(id): UrlPath<String>
 
 /// Images a set zip leaves out, each with why.
 type LeftOut = Vec<(Entry, String)>;
+
+/// The set zip's name: `<product>.zip`, or `<product>_<profile>.zip` for a profile.
+pub(super) fn zip_name(set: &SetView, profile: Option<&str>) -> String {
+    let product = slug(&set.product, MAX_STEM).unwrap_or_else(|| "image-set".into());
+    match profile.and_then(|p| slug(p, MAX_STEM)) {
+        Some(p) => format!("{product}_{p}.zip"),
+        None => format!("{product}.zip"),
+    }
+}
 
 /// Split the entries into the images that read back intact and those left out, with why
 /// (damaged, or not stored). Any other store failure ends the request.
@@ -376,7 +473,7 @@ fn write_zip(store: &Store, entries: &[Entry], note: Option<&str>, out: ChannelW
 }
 
 /// A zip entry's time (UTC; zip has no zone) from milliseconds since the epoch.
-fn zip_time(ms: crate::domain::Millis) -> zip::DateTime {
+pub(super) fn zip_time(ms: crate::domain::Millis) -> zip::DateTime {
     let days = ms.div_euclid(86_400_000);
     let secs = ms.rem_euclid(86_400_000) / 1000;
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).

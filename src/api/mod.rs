@@ -13,6 +13,7 @@ pub mod auth;
 pub mod budget;
 pub mod choice;
 pub mod download;
+pub mod download_profile;
 pub mod error;
 pub mod held;
 pub mod images;
@@ -68,6 +69,8 @@ struct Inner {
     closing: watch::Sender<bool>,
     /// `ui.language`: the page's language unless the browser's switch chose one.
     ui_language: std::sync::OnceLock<crate::domain::Lang>,
+    /// The delivery profiles (`[delivery]`, built-ins included; once, at start-up).
+    delivery_profiles: std::sync::OnceLock<Vec<crate::delivery::profile::Profile>>,
 }
 
 impl AppState {
@@ -84,6 +87,7 @@ impl AppState {
                 sessions,
                 closing: watch::channel(false).0,
                 ui_language: std::sync::OnceLock::new(),
+                delivery_profiles: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -96,6 +100,17 @@ impl AppState {
     /// The page's configured language, if one is configured.
     pub fn ui_language(&self) -> Option<crate::domain::Lang> {
         self.inner.ui_language.get().copied()
+    }
+
+    /// Set the delivery profiles a request may name (`Config::delivery.profiles`, built-ins
+    /// included; once, at start-up).
+    pub fn set_delivery_profiles(&self, profiles: Vec<crate::delivery::profile::Profile>) {
+        let _ = self.inner.delivery_profiles.set(profiles);
+    }
+
+    /// The delivery profiles a request may name: those set at start-up, else the built-ins.
+    pub fn delivery_profiles(&self) -> Vec<crate::delivery::profile::Profile> {
+        self.inner.delivery_profiles.get().cloned().unwrap_or_else(crate::delivery::profile::builtins)
     }
 
     /// The provider used when a request names none.

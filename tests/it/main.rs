@@ -20,6 +20,7 @@ mod conformance;
 mod crash;
 mod damaged;
 mod disks;
+mod download_profiles;
 mod engine;
 mod fairness;
 mod limits;
