@@ -1,15 +1,25 @@
 //! tally: runs paid, slow, external jobs (AI image generation first) and never lets a retry
 //! spend money twice without the user knowing.
 //!
-//! Layout (see ARCHITECTURE.md for the map and the invariants):
+//! Layout (see ARCHITECTURE.md for the room guide and the invariants), from the bottom up —
+//! each module may use the ones above it, never the ones below (`scripts/check-module-cycles.py`):
+//! - [`domain`]: the vocabulary (statuses, phases, plain words, the recovery decision table).
+//!   Pure.
+//! - [`clock`] (the one way to read time), [`failpoint`] (crash points), [`metrics`],
+//!   [`render`] (placeholder PNGs for the demo and mock providers).
+//! - [`delivery`]: listing-ready files from chosen images (profiles) and where they go
+//!   (targets). Local work only.
 //! - [`config`]: raw TOML → resolved, validated configuration.
+//! - [`store`]: every SQL statement; [`store::Store`] is the seam, each operation written once
+//!   over [`store::tx::Tx`] for SQLite and PostgreSQL.
 //! - [`providers`]: the provider trait, its capabilities, and the adapters.
 //! - [`mock`]: the mock provider server (`tally mock-provider`) and its ledger.
-//! - [`render`]: placeholder PNG rendering for the demo and mock providers.
-//! - [`api`]: the HTTP API; [`web`]: the web page, its sign-in sessions and live event stream; [`app`]: `tally serve` wiring; [`cli`]: the command line and its HTTP client.
-//! - [`delivery`]: listing-ready files from chosen images (profiles) and where they go (targets).
-//! - [`server`]: the HTTP listener with its connection cap and header and body deadlines.
-//! - [`bench`]: `tally bench`, the end-to-end benchmark.
+//! - [`engine`]: intake, dispatcher, workers, reconciler: when each step happens.
+//! - [`api`]: the HTTP API (with the browser sessions and the event stream); [`web`]: the page.
+//! - [`server`]: the HTTP listener with its connection cap and header and body deadlines;
+//!   [`app`]: `tally serve` wiring and exit codes.
+//! - [`bench`]: `tally bench`, the end-to-end benchmark; [`cli`]: the command line and its
+//!   HTTP client.
 
 pub mod api;
 pub mod app;
