@@ -31,7 +31,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::StoreError;
 use super::blobs::{NewArtifact, NewImage};
-use super::ops::{consume_envelope, event, insert_artifact, on_settled, set_task};
+use super::ops::common::{consume_envelope, event, insert_artifact, on_settled, set_task};
+use super::sqlite_tx::SqliteTx;
 use crate::clock::Clock;
 use crate::domain::{Actor, TaskStatus};
 
@@ -237,20 +238,21 @@ fn recover_one(c: &Connection, token: &str, rel: &str, img: NewImage) -> Result<
         _ => return Ok(false),
     };
     c.execute("UPDATE executions SET status = 'succeeded', finished_at = ?2 WHERE token = ?1", params![token, now])?;
-    insert_artifact(c, &task, token, &art, now)?;
+    let tx = &mut SqliteTx::new(c);
+    insert_artifact(tx, &task, token, &art, now)?;
     if late {
         let why = "The answer arrived late, after the outcome had been marked unknown.";
-        set_task(c, &task, TaskStatus::Succeeded, Some(why), None, now)?;
+        set_task(tx, &task, TaskStatus::Succeeded, Some(why), None, now)?;
         let msg = "the image this execution had saved before tally was upgraded resolved the unknown outcome";
-        event(c, &task, now, Actor::Reconciler, "late_result", msg, Some(token))?;
+        event(tx, &task, now, Actor::Reconciler, "late_result", msg, Some(token))?;
     } else {
         let why = "Recovered the saved image after an interruption.";
-        set_task(c, &task, TaskStatus::Succeeded, Some(why), None, now)?;
-        consume_envelope(c, &task, "consumed", None)?;
+        set_task(tx, &task, TaskStatus::Succeeded, Some(why), None, now)?;
+        consume_envelope(tx, &task, "consumed", None)?;
         let msg = "found the image saved before the interruption, verified it and finished the task";
-        event(c, &task, now, Actor::Reconciler, "recovered", msg, Some(token))?;
+        event(tx, &task, now, Actor::Reconciler, "recovered", msg, Some(token))?;
     }
-    on_settled(c, &task, now)?;
+    on_settled(tx, &task, now)?;
     c.execute(
         "INSERT INTO legacy_files (id, path, sha256, bytes, media_type, moved) VALUES (?1, ?2, ?3, ?4, ?5, 1)",
         params![art.id, rel, art.image.sha256(), art.image.len(), art.image.media_type()],

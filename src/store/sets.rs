@@ -167,12 +167,6 @@ impl SetView {
     }
 }
 
-/// After `task` settled: schedule its set's next shot if none is live (for the SQLite
-/// callers not yet written over [`Tx`]; the one logic is `ops::common::on_settled`).
-pub(super) fn schedule_next_shot(c: &Connection, task: &str, now: Millis) -> Result<(), StoreError> {
-    super::ops::common::on_settled(&mut SqliteTx::new(c), task, now)
-}
-
 /// The reference images of a set (sent with each of its shots), in order, on a SQLite
 /// connection (`ops::sets::references_of_set` is the one logic).
 pub fn references_of_set(c: &Connection, set: &str) -> Result<Vec<UploadView>, StoreError> {

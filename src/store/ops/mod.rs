@@ -7,11 +7,10 @@
 //! Zero rows means the worker lost its right; the operation returns [`StoreError::Fenced`]
 //! and writes nothing.
 
-use rusqlite::{Connection, params};
 use serde_json::Value;
 
-use super::blobs::{NewArtifact, insert_blob};
-use super::{SqliteStore, StoreError};
+use super::SqliteStore;
+use super::blobs::NewArtifact;
 
 mod claim;
 pub(in crate::store) mod common;
@@ -27,7 +26,7 @@ pub(in crate::store) mod held;
 pub(in crate::store) mod sets;
 pub(in crate::store) mod settings;
 
-use crate::domain::{Actor, Charge, FailureKind, Micros, Millis, Phase, TaskStatus, request_hash};
+use crate::domain::{Charge, FailureKind, Micros, Millis, Phase, TaskStatus, request_hash};
 pub(in crate::store) use common::latest_retry;
 #[cfg(test)]
 use dispatch::{CANDIDATES, PROVIDERS_STATE};
@@ -400,68 +399,6 @@ pub enum ResolveOutcome {
     NotFound,
 }
 
-pub(in crate::store) fn event(
-    c: &Connection,
-    task: &str,
-    now: Millis,
-    actor: Actor,
-    kind: &str,
-    message: &str,
-    exec: Option<&str>,
-) -> Result<(), StoreError> {
-    c.prepare_cached(
-        "INSERT INTO events (task_id, at, actor, kind, message, execution_token) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )?
-    .execute(params![task, now, actor.as_str(), kind, message, exec])?;
-    Ok(())
-}
-
-pub(in crate::store) fn set_task(
-    c: &Connection,
-    task: &str,
-    status: TaskStatus,
-    reason: Option<&str>,
-    kind: Option<FailureKind>,
-    now: Millis,
-) -> Result<(), StoreError> {
-    c.prepare_cached("UPDATE tasks SET status = ?2, reason = ?3, failure_kind = ?4, updated_at = ?5 WHERE id = ?1")?
-        .execute(params![task, status.as_str(), reason, kind.map(|k| k.as_str()), now])?;
-    Ok(())
-}
-
-pub(super) fn consume_envelope(
-    c: &Connection,
-    task: &str,
-    status: &str,
-    error: Option<&str>,
-) -> Result<(), StoreError> {
-    c.prepare_cached(
-        "UPDATE envelopes SET status = ?2, lease_token = NULL, lease_expires_at = NULL, pass = NULL,
-                last_error = coalesce(?3, last_error)
-         WHERE task_id = ?1",
-    )?
-    .execute(params![task, status, error])?;
-    Ok(())
-}
-
-/// Attach a verified image to a task: its bytes and its artifact row, in the caller's
-/// transaction (so they commit with the status change that needs them).
-pub(super) fn insert_artifact(
-    c: &Connection,
-    task: &str,
-    exec: &str,
-    a: &NewArtifact,
-    now: Millis,
-) -> Result<(), StoreError> {
-    insert_blob(c, &a.id, &a.image)?;
-    c.prepare_cached(
-        "INSERT INTO artifacts (id, task_id, execution_token, sha256, bytes, media_type, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-    )?
-    .execute(params![a.id, task, exec, a.image.sha256(), a.image.len(), a.image.media_type(), now])?;
-    Ok(())
-}
-
 /// The timeline's words about money for a settled charge (both backends): `stored` as the
 /// store recorded it, `asked` as the outcome claimed it, `called` whether `calling` had been
 /// recorded. Empty when nothing was sent.
@@ -489,12 +426,6 @@ pub(in crate::store) fn charge_words(
 /// `text`, then `words` after a dash when there are any.
 pub(in crate::store) fn with_money(text: &str, words: &str) -> String {
     if words.is_empty() { text.to_string() } else { format!("{text} — {words}") }
-}
-
-/// Called in every transaction that settles a task (terminal or unknown): schedules what
-/// was waiting for it (the next shot of its image set), in the same transaction.
-pub(in crate::store) fn on_settled(c: &Connection, task: &str, now: Millis) -> Result<(), StoreError> {
-    crate::store::sets::schedule_next_shot(c, task, now)
 }
 
 #[cfg(test)]
