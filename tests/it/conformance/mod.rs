@@ -23,7 +23,7 @@ mod races;
 mod settings;
 mod single;
 
-/// Run each named generic test on both backends: `sqlite::NAME` and `postgres::NAME`.
+/// Run each named test (an `async fn(Store)`) on both backends: `sqlite::NAME` and `postgres::NAME`.
 macro_rules! both {
     ($($name:ident),* $(,)?) => {
         mod sqlite {

@@ -79,6 +79,7 @@ both!(
     recovery_applies_each_decision_and_skips_what_changed,
     sets_run_one_shot_at_a_time_and_cancel_the_unsent,
     uploads_are_deduplicated_by_content,
+    a_stored_image_streams_back_in_chunks_as_it_was_stored,
     lists_page_by_id_and_count_by_status,
     a_search_finds_a_prompt_or_a_sets_product_in_any_case,
     an_idle_store_runs_no_statements,
@@ -726,6 +727,32 @@ async fn sets_run_one_shot_at_a_time_and_cancel_the_unsent(s: Store) {
     assert_eq!(st, [TaskStatus::Succeeded, TaskStatus::Running, TaskStatus::Canceled]);
     assert_eq!(s.list_sets(None, 10).await.expect("list").len(), 1);
     assert_eq!(s.cancel_set("nope".into(), T0).await.expect("cancel"), None);
+}
+
+/// The blob family's blocking side (`Store::open_blob`, `read_image_bytes_blocking`: what
+/// downloads stream from), on each backend: an image larger than one chunk comes back whole,
+/// in more than one chunk, and an unknown id is `None`.
+async fn a_stored_image_streams_back_in_chunks_as_it_was_stored(s: Store) {
+    let mut big = png("a large photo");
+    big.extend((0..600_000u32).map(|i| (i % 251) as u8));
+    let up = s.save_upload(NewImage::verify(big.clone()).expect("png"), T0).await.expect("save");
+    let read = s.clone();
+    let (whole, chunks, missing) = tokio::task::spawn_blocking(move || {
+        let whole = read.read_image_bytes_blocking(&up.id).expect("read").expect("stored");
+        let mut r = read.open_blob(&up.id).expect("open").expect("stored");
+        let mut chunks = Vec::new();
+        while let Some(c) = r.next_chunk(CHUNK).expect("chunk") {
+            chunks.push(c);
+        }
+        (whole, chunks, read.open_blob("no-such-image").expect("open").is_none())
+    })
+    .await
+    .expect("join");
+    assert_eq!((whole.1.len(), whole.0.bytes), (big.len(), big.len() as i64));
+    assert!(whole.1 == big, "the bytes read back are the bytes stored");
+    assert!(chunks.len() > 1, "more than one chunk: {}", chunks.len());
+    assert!(chunks.concat() == big, "the chunks join to the stored bytes");
+    assert!(missing, "an unknown id is None");
 }
 
 async fn uploads_are_deduplicated_by_content(s: Store) {
