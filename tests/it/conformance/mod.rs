@@ -12,6 +12,7 @@
 //! node lock and self-fencing, wake-ups, the database clock), `pg_migrate`, `held` (jobs held
 //! because the database was older than what was served, and their release).
 
+mod choice;
 pub mod fixtures;
 mod held;
 mod money;
