@@ -1,23 +1,21 @@
-//! Charge evidence, retries and budgets through the store's public operations and an
-//! in-process engine: one live retry per task and per shot, retry keys scoped to their
-//! original, the needs-attention filter, a budget that concurrent `record_calling`s cannot
-//! overshoot, a held task that resumes when its period turns over, and the v5 migration's
-//! backfill.
+//! Budgets through an in-process engine and the v5 migration's backfill of charges: a task
+//! held by the budget resumes when its period turns over. The store-level money rules (one
+//! live retry per task and per shot, retry keys scoped to their original, the needs-attention
+//! filter, a budget that concurrent `record_calling`s cannot overshoot, prune keeping this
+//! month's spend) are tested on both backends in `conformance::money` and `conformance::prune`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tally::clock::{Clock, ManualClock, SystemClock};
 use tally::config::{Durability, EngineConfig};
-use tally::domain::{Charge, FailureKind, TaskStatus};
+use tally::domain::{Charge, TaskStatus};
 use tally::engine::{Engine, EngineParts, ProviderEntry, money::ProviderMoney};
 use tally::metrics::Metrics;
 use tally::providers::fake::{Fake, Step};
 use tally::providers::{Capabilities, Provider};
 use tally::store::spend::{Limit, Period};
-use tally::store::{
-    CallingFacts, CallingOutcome, Finish, NewSet, NewShot, NewTask, RetryAck, RetryOutcome, Store, TaskFilter,
-};
+use tally::store::{NewTask, Store};
 
 use crate::engine::temp_dir;
 
@@ -25,205 +23,8 @@ fn task(prompt: &str) -> NewTask {
     NewTask { provider: "fake".into(), prompt: prompt.into(), params: serde_json::json!({}), ..NewTask::default() }
 }
 
-fn store() -> Store {
-    Store::open(&temp_dir("charges").join("tally.db"), Durability::Normal).expect("open")
-}
-
-/// Dispatch (claim) `id`; returns (execution token, lease token).
-async fn claim(store: &Store, id: &str) -> (String, String) {
-    let slots = tally::store::ProviderSlots { reserve: 0, ..tally::store::ProviderSlots::new("fake", 1000) };
-    store.configure_providers(vec![slots]).await.expect("configure");
-    let batch = store.dispatch_due(SystemClock.now(), 1000, 30_000, "boot").await.expect("dispatch");
-    let c = batch.claims.into_iter().find(|c| c.task_id == id).expect("claimed");
-    (c.execution_token, c.lease_token)
-}
-
-/// Run `id` to a failure whose request reached the provider with `charge`.
-async fn fail(store: &Store, id: &str, charge: Charge) {
-    let (exec, lease) = claim(store, id).await;
-    let out = store.record_calling(exec.clone(), lease.clone(), SystemClock.now(), CallingFacts::billed()).await;
-    assert_eq!(out.expect("calling"), CallingOutcome::Calling);
-    let f = Finish::Failed { kind: FailureKind::Rejected, reason: "no".into(), charge };
-    store.finish(exec, lease, f, SystemClock.now()).await.expect("finish");
-}
-
-async fn unknown(store: &Store, id: &str) {
-    let (exec, lease) = claim(store, id).await;
-    store
-        .record_calling(exec.clone(), lease.clone(), SystemClock.now(), CallingFacts::billed())
-        .await
-        .expect("calling");
-    let f = Finish::Unknown { reason: "the answer was lost".into() };
-    store.finish(exec, lease, f, SystemClock.now()).await.expect("finish");
-}
-
-fn acked(retried_as: Option<&str>) -> RetryAck {
-    RetryAck { possible_charge: true, retried_as: retried_as.map(str::to_string) }
-}
-
-async fn retry(store: &Store, id: &str, ack: RetryAck, key: Option<&str>) -> RetryOutcome {
-    store.retry(id.into(), ack, key.map(str::to_string), SystemClock.now()).await.expect("retry")
-}
-
-/// Issue #15 item 7: ten concurrent acknowledged retries of one failed shot made ten paid
-/// tasks. A shot position has at most one live retry.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn ten_concurrent_acknowledged_retries_of_one_failed_shot_make_one_task() {
-    let store = store();
-    let set = NewSet {
-        product: "red sneaker".into(),
-        style: None,
-        provider: "fake".into(),
-        references: Vec::new(),
-        shots: vec![NewShot {
-            role: "main".into(),
-            prompt: "on white".into(),
-            params: serde_json::json!({}),
-            candidates: 1,
-        }],
-        idempotency_key: None,
-    };
-    let set_id = store.create_set(set, SystemClock.now()).await.expect("set").task_id().to_string();
-    let shot = store.get_set(set_id.clone()).await.expect("read").expect("set").shots[0].id.clone();
-    fail(&store, &shot, Charge::Possible).await;
-
-    let outcomes = futures_util::future::join_all((0..10).map(|_| retry(&store, &shot, acked(None), None))).await;
-    let created: Vec<&String> =
-        outcomes.iter().filter_map(|o| if let RetryOutcome::Created(id) = o { Some(id) } else { None }).collect();
-    assert_eq!(created.len(), 1, "{outcomes:?}");
-    for o in &outcomes {
-        match o {
-            RetryOutcome::Created(_) => {}
-            RetryOutcome::RetryInProgress { id, .. } => assert_eq!(id, created[0]),
-            other => panic!("unexpected {other:?}"),
-        }
-    }
-    let at_position = store
-        .read(move |c| {
-            Ok(c.query_row("SELECT count(*) FROM tasks WHERE set_id = ?1 AND set_position = 0", [&set_id], |r| {
-                r.get::<_, i64>(0)
-            })?)
-        })
-        .await
-        .expect("count");
-    assert_eq!(at_position, 2, "the failed shot and its one retry");
-}
-
-/// Issue #15 item 9: a retry idempotency key could return another task's retry.
-#[tokio::test]
-async fn a_retry_key_is_scoped_to_its_original_task() {
-    let store = store();
-    let a = store.submit(task("a"), SystemClock.now()).await.expect("a").task_id().to_string();
-    fail(&store, &a, Charge::Refused).await;
-    let b = store.submit(task("b"), SystemClock.now()).await.expect("b").task_id().to_string();
-    fail(&store, &b, Charge::Refused).await;
-    let RetryOutcome::Created(ra) = retry(&store, &a, RetryAck::default(), Some("k")).await else { panic!("a") };
-    let RetryOutcome::Created(rb) = retry(&store, &b, RetryAck::default(), Some("k")).await else {
-        panic!("the same key on another task must make that task's own retry")
-    };
-    assert_ne!(ra, rb);
-    assert_eq!(store.get_task(rb.clone()).await.expect("read").expect("rb").retry_of.as_deref(), Some(b.as_str()));
-    assert_eq!(retry(&store, &a, RetryAck::default(), Some("k")).await, RetryOutcome::Existing(ra));
-    // A retry key never collides with a submit key.
-    let mut t = task("c");
-    t.idempotency_key = Some("k".into());
-    assert!(matches!(
-        store.submit(t, SystemClock.now()).await.expect("submit"),
-        tally::store::SubmitOutcome::Created(_)
-    ));
-}
-
-#[tokio::test]
-async fn a_second_retry_needs_the_first_settled_and_named() {
-    let store = store();
-    let a = store.submit(task("twice"), SystemClock.now()).await.expect("a").task_id().to_string();
-    unknown(&store, &a).await;
-    let attention = |store: Store| async move {
-        let f = TaskFilter { needs_attention: true, ..TaskFilter::default() };
-        store.list_tasks(f, None, 50).await.expect("list").into_iter().map(|t| t.id).collect::<Vec<_>>()
-    };
-    assert_eq!(attention(store.clone()).await, vec![a.clone()]);
-    assert_eq!(retry(&store, &a, RetryAck::default(), None).await, RetryOutcome::NeedsAcknowledgement);
-
-    let RetryOutcome::Created(first) = retry(&store, &a, acked(None), None).await else { panic!("first retry") };
-    assert!(attention(store.clone()).await.is_empty(), "a retried unknown task leaves the to-do list");
-    let t = store.get_task(a.clone()).await.expect("read").expect("a");
-    assert_eq!(t.retried_as, Some((first.clone(), TaskStatus::Queued)));
-    assert_eq!(
-        retry(&store, &a, acked(Some(&first)), None).await,
-        RetryOutcome::RetryInProgress { id: first.clone(), status: TaskStatus::Queued },
-        "not while the first retry is live, even when named"
-    );
-    fail(&store, &first, Charge::Refused).await;
-    assert_eq!(
-        retry(&store, &a, acked(None), None).await,
-        RetryOutcome::AlreadyRetried { id: first.clone(), status: TaskStatus::Failed }
-    );
-    assert_eq!(
-        retry(&store, &a, acked(Some("some-other-task")), None).await,
-        RetryOutcome::AlreadyRetried { id: first.clone(), status: TaskStatus::Failed }
-    );
-    let RetryOutcome::Created(second) = retry(&store, &a, acked(Some(&first)), None).await else { panic!("second") };
-    let t = store.get_task(a).await.expect("read").expect("a");
-    assert_eq!(t.retried_as.map(|r| r.0), Some(second));
-}
-
-/// Retention must not delete requests that budgets and this month's spend still count, or a
-/// short `older_than` would free budget room that was really spent.
-#[tokio::test]
-async fn prune_keeps_tasks_whose_requests_count_toward_this_months_spend() {
-    let store = store();
-    let paid = store.submit(task("paid"), SystemClock.now()).await.expect("paid").task_id().to_string();
-    fail(&store, &paid, Charge::Charged).await;
-    let refused = store.submit(task("refused"), SystemClock.now()).await.expect("refused").task_id().to_string();
-    fail(&store, &refused, Charge::Refused).await;
-    let cutoff = SystemClock.now() + 1;
-    let report = store.prune(cutoff, false).await.expect("prune");
-    assert_eq!((report.tasks, report.kept_for_spend), (1, 1), "{report:?}");
-    assert!(store.get_task(paid).await.expect("read").is_some(), "the charged task is kept");
-    assert!(store.get_task(refused).await.expect("read").is_none(), "the refused one is not spend");
-}
-
 fn limit(micros: i64) -> Limit {
     Limit { period: Period::Day, provider: None, micros, currency: "USD".into() }
-}
-
-fn priced(cost: i64, limits: Vec<Limit>) -> CallingFacts {
-    CallingFacts { billable: true, cost_micros: Some(cost), currency: Some("USD".into()), model: None, limits }
-}
-
-/// The budget check and the `calling` record are one writer operation: twenty workers
-/// asking at once for room that only five requests fit in get five.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn concurrent_calls_never_overshoot_a_budget() {
-    let store = store();
-    let mut claims = Vec::new();
-    for i in 0..20 {
-        let id = store.submit(task(&format!("budget {i}")), SystemClock.now()).await.expect("submit");
-        let id = id.task_id().to_string();
-        let (exec, lease) = claim(&store, &id).await;
-        claims.push((id, exec, lease));
-    }
-    let now = SystemClock.now();
-    let outcomes = futures_util::future::join_all(claims.iter().map(|(_, exec, lease)| {
-        store.record_calling(exec.clone(), lease.clone(), now, priced(40_000, vec![limit(5 * 40_000 + 39_999)]))
-    }))
-    .await;
-    let calling = outcomes.iter().filter(|o| matches!(o, Ok(CallingOutcome::Calling))).count();
-    assert_eq!(calling, 5, "{outcomes:?}");
-    let tomorrow = (now / 86_400_000 + 1) * 86_400_000;
-    for ((id, _, _), out) in claims.iter().zip(&outcomes) {
-        let t = store.get_task(id.clone()).await.expect("read").expect("task");
-        match out {
-            Ok(CallingOutcome::Calling) => assert_eq!((t.attempts, t.charge.state), (1, Charge::Possible)),
-            Ok(CallingOutcome::Held { due_at, reason }) => {
-                assert_eq!(*due_at, tomorrow, "it waits for the next day");
-                assert!(reason.contains("Held: today's budget of $0.239999 is spent"), "{reason}");
-                assert_eq!((t.status, t.attempts, t.charge.state), (TaskStatus::Waiting, 0, Charge::None));
-            }
-            Err(e) => panic!("{e}"),
-        }
-    }
 }
 
 /// A held task resumes on its own when the period turns over: the dispatcher's due time is

@@ -156,7 +156,7 @@ fn bench_backend_postgres_measures_both_stores_in_one_run() {
         .output()
         .expect("run tally bench");
     assert!(!no_url.status.success() && text(&no_url.stderr).contains("--postgres-url"), "{}", text(&no_url.stderr));
-    let Some(url) = crate::conformance::backend::pg_url() else { return };
+    let Some(url) = crate::conformance::fixtures::pg_url() else { return };
     let tmp = TempDir::new();
     let out = Command::new(EXE)
         .args(["bench", "--backend", "postgres", "--quick", "--json", "--postgres-url", &url, "--out"])

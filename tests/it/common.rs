@@ -437,7 +437,7 @@ impl Daemon {
     /// Keep this (configured, not yet started) daemon's data in a fresh PostgreSQL database
     /// instead of its SQLite file, as node `node`. `None` when the PostgreSQL tests are skipped.
     pub fn on_postgres(&mut self, node: &str) -> Option<()> {
-        let url = crate::conformance::backend::pg_url()?;
+        let url = crate::conformance::fixtures::pg_url()?;
         let db = pg_database(&url);
         let text = std::fs::read_to_string(&self.config).expect("read config");
         let storage = format!("[storage]\nbackend = \"postgres\"\npostgres_url = \"{db}\"\n");

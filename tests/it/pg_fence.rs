@@ -18,7 +18,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::common::{Daemon, Mock, OPENAI_MODEL, sha256_hex, submit, wait_for};
-use crate::conformance::backend::pg_url;
+use crate::conformance::fixtures::pg_url;
 use crate::pg_nodes::{database, node, openai, settled, sql, status};
 
 /// The server process of node `name`'s lock session: the session holding its advisory lock.

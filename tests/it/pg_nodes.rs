@@ -12,7 +12,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use crate::common::{Daemon, Mock, OPENAI_MODEL, TempDir, free_port, submit, wait_for};
-use crate::conformance::backend::pg_url;
+use crate::conformance::fixtures::pg_url;
 
 /// A fresh database on the test server; its URL.
 pub(crate) fn database(url: &str) -> String {

@@ -7,8 +7,8 @@ use serde_json::json;
 use tally::domain::TaskStatus;
 use tally::store::*;
 
-use super::backend::Backend;
 use super::both;
+use super::fixtures::ack;
 use super::single::{LEASE, T0, artifact, ids};
 
 both!(
@@ -32,7 +32,7 @@ fn set(shots: Vec<NewShot>) -> NewSet {
 }
 
 /// Dispatch the one due task of the set and finish it with an image; its task id.
-async fn run_next<B: Backend>(s: &B, now: i64) -> String {
+async fn run_next(s: &Store, now: i64) -> String {
     let b = s.dispatch_due(now, 10, LEASE, "boot").await.expect("dispatch");
     assert_eq!(b.claims.len(), 1, "one task of a set at a time: {:?}", ids(&b));
     let c = &b.claims[0];
@@ -41,7 +41,7 @@ async fn run_next<B: Backend>(s: &B, now: i64) -> String {
     c.task_id.clone()
 }
 
-async fn candidates_are_tasks_scheduled_like_shots_and_more_can_be_added<B: Backend>(s: B) {
+async fn candidates_are_tasks_scheduled_like_shots_and_more_can_be_added(s: Store) {
     let SubmitOutcome::Created(sid) =
         s.create_set(set(vec![shot("main", 2), shot("scene", 1)]), T0).await.expect("create")
     else {
@@ -75,7 +75,7 @@ async fn candidates_are_tasks_scheduled_like_shots_and_more_can_be_added<B: Back
     // Cancel it while the other is still waiting: a retry of it is allowed (one live retry per
     // candidate, not per shot) and takes its place.
     assert_eq!(s.cancel(new[1].clone(), T0 + 102).await.expect("cancel"), CancelOutcome::Canceled);
-    let retry = s.retry(new[1].clone(), false, None, T0 + 103).await.expect("retry");
+    let retry = s.retry(new[1].clone(), ack(false), None, T0 + 103).await.expect("retry");
     let RetryOutcome::Created(again) = retry else { panic!("a retry of a canceled candidate: {retry:?}") };
     let view = s.get_set(sid.clone()).await.expect("get").expect("set");
     let now: Vec<&str> = view.candidates[1].iter().map(|t| t.id.as_str()).collect();
@@ -98,7 +98,7 @@ async fn candidates_are_tasks_scheduled_like_shots_and_more_can_be_added<B: Back
     assert_eq!(s.add_candidates(sid.clone(), 0, 1, T0 + 301).await.expect("add"), AddOutcome::Canceled);
 }
 
-async fn a_choice_names_only_a_succeeded_candidate_of_its_shot<B: Backend>(s: B) {
+async fn a_choice_names_only_a_succeeded_candidate_of_its_shot(s: Store) {
     let SubmitOutcome::Created(sid) =
         s.create_set(set(vec![shot("main", 2), shot("scene", 1)]), T0).await.expect("create")
     else {

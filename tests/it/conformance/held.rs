@@ -8,7 +8,6 @@ use tally::domain::TaskStatus;
 use tally::store::held::Release;
 use tally::store::*;
 
-use super::backend::Backend;
 use super::both;
 use super::single::{LEASE, T0, claimed, ids, submit};
 
@@ -18,11 +17,13 @@ fn set_of<I: IntoIterator<Item = S>, S: Into<String>>(v: I) -> BTreeSet<String> 
     v.into_iter().map(Into::into).collect()
 }
 
-async fn held_jobs_wait_for_the_owner_and_go_when_released<B: Backend>(s: B) {
+async fn held_jobs_wait_for_the_owner_and_go_when_released(s: Store) {
     // c's request has left (phase `calling`): recovery decides it, a hold never touches it.
     let c = submit(&s, "in flight c").await;
     let claim = claimed(&s, &c, T0 + 1, "boot").await;
-    s.record_calling(claim.execution_token.clone(), claim.lease_token.clone(), T0 + 1).await.expect("calling");
+    s.record_calling(claim.execution_token.clone(), claim.lease_token.clone(), T0 + 1, CallingFacts::billed())
+        .await
+        .expect("calling");
     let a = submit(&s, "held a").await;
     let b = submit(&s, "held b").await;
     let now = T0 + 2;
@@ -41,10 +42,8 @@ async fn held_jobs_wait_for_the_owner_and_go_when_released<B: Backend>(s: B) {
     assert_eq!(batch.next_due, None, "and no wake-up is armed for it");
     let (total, list) = s.held_tasks(10).await.expect("held list");
     assert_eq!((total, set_of(list.iter().map(|t| t.id.clone()))), (2, set_of([a.clone(), b.clone()])));
-    let attention = s
-        .list_filtered(TaskFilter { needs_attention: true, ..TaskFilter::default() }, None, 10)
-        .await
-        .expect("attention");
+    let attention =
+        s.list_tasks(TaskFilter { needs_attention: true, ..TaskFilter::default() }, None, 10).await.expect("attention");
     assert_eq!(set_of(attention.iter().map(|t| t.id.clone())), set_of([a.clone(), b.clone()]), "they need the owner");
     assert_eq!(s.hold_unsettled("again".into(), now + 1).await.expect("hold again"), Vec::<String>::new());
 
@@ -64,7 +63,7 @@ async fn held_jobs_wait_for_the_owner_and_go_when_released<B: Backend>(s: B) {
     assert!(h.is_some() && h < r, "the timeline says it was held, then released: {kinds:?}");
 }
 
-async fn a_held_set_still_runs_one_shot_at_a_time<B: Backend>(s: B) {
+async fn a_held_set_still_runs_one_shot_at_a_time(s: Store) {
     let shot = |role: &str| NewShot {
         role: role.into(),
         prompt: format!("{role} shot"),

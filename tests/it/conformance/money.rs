@@ -10,8 +10,8 @@ use tally::domain::{Charge, FailureKind, TaskStatus};
 use tally::store::spend::{Group, Limit, Period};
 use tally::store::*;
 
-use super::backend::Backend;
 use super::both;
+use super::fixtures::int;
 use super::single::{LEASE, T0, artifact, claimed, kinds, submit, task};
 
 both!(
@@ -48,22 +48,22 @@ pub fn daily(micros: i64) -> Limit {
 }
 
 /// Claim `id` and record `calling` with `facts`, which must go through; returns the claim.
-pub async fn calling<B: Backend>(s: &B, id: &str, now: i64, facts: CallingFacts) -> Claim {
+pub async fn calling(s: &Store, id: &str, now: i64, facts: CallingFacts) -> Claim {
     let c = claimed(s, id, now, "boot").await;
-    let out = s.calling_with(c.execution_token.clone(), c.lease_token.clone(), now, facts).await.expect("calling");
+    let out = s.record_calling(c.execution_token.clone(), c.lease_token.clone(), now, facts).await.expect("calling");
     assert_eq!(out, CallingOutcome::Calling);
     c
 }
 
-async fn finish<B: Backend>(s: &B, c: &Claim, f: Finish, now: i64) -> TaskStatus {
+async fn finish(s: &Store, c: &Claim, f: Finish, now: i64) -> TaskStatus {
     s.finish(c.execution_token.clone(), c.lease_token.clone(), f, now).await.expect("finish")
 }
 
-async fn charge<B: Backend>(s: &B, id: &str) -> ChargeSummary {
+async fn charge(s: &Store, id: &str) -> ChargeSummary {
     s.get_task(id.into()).await.expect("get").expect("task").charge
 }
 
-async fn last_event<B: Backend>(s: &B, id: &str) -> String {
+async fn last_event(s: &Store, id: &str) -> String {
     s.events(id.into()).await.expect("events").pop().expect("an event").message
 }
 
@@ -71,7 +71,7 @@ fn failed(charge: Charge) -> Finish {
     Finish::Failed { kind: FailureKind::Rejected, reason: "the provider said no".into(), charge }
 }
 
-async fn each_outcome_records_the_charge_its_evidence_proves<B: Backend>(s: B) {
+async fn each_outcome_records_the_charge_its_evidence_proves(s: Store) {
     let price = || priced(40_000, Vec::new());
     let ok = submit(&s, "ok").await;
     let c = calling(&s, &ok, T0, price()).await;
@@ -126,16 +126,16 @@ async fn each_outcome_records_the_charge_its_evidence_proves<B: Backend>(s: B) {
         let c = calling(&s, &id, T0, price()).await;
         finish(&s, &c, Finish::Unknown { reason: "lost".into() }, T0 + 1).await;
         assert_eq!(
-            s.resolve(id.clone(), r, "checked".into(), T0 + 2).await.expect("resolve"),
+            s.resolve(id.clone(), r, OwnerCharge::Unknown, "checked".into(), T0 + 2).await.expect("resolve"),
             ResolveOutcome::Resolved
         );
         assert_eq!(charge(&s, &id).await.state, want, "{tag}");
     }
-    let gone = s.list_filtered(TaskFilter::default(), None, 50).await.expect("list");
+    let gone = s.list_tasks(TaskFilter::default(), None, 50).await.expect("list");
     assert!(gone.iter().any(|t| t.prompt == "gone" && t.charge.state == Charge::Possible), "lists carry the charge");
 }
 
-async fn a_request_that_never_left_or_never_bills_costs_nothing<B: Backend>(s: B) {
+async fn a_request_that_never_left_or_never_bills_costs_nothing(s: Store) {
     // The caller claims a charge for a request that never recorded `calling`: the store says none.
     let early = submit(&s, "early").await;
     let c = claimed(&s, &early, T0, "boot").await;
@@ -151,10 +151,10 @@ async fn a_request_that_never_left_or_never_bills_costs_nothing<B: Backend>(s: B
     finish(&s, &c, Finish::Succeeded(artifact("free")), T0 + 1).await;
     assert_eq!(charge(&s, &free).await.state, Charge::None);
     assert!(last_event(&s, &free).await.ends_with("— this provider never charges"));
-    assert_eq!(s.int("SELECT count(*) FROM executions WHERE charge <> 'none'").await, 0);
+    assert_eq!(int(&s, "SELECT count(*) FROM executions WHERE charge <> 'none'").await, 0);
 }
 
-async fn an_unknown_recovered_after_a_crash_is_possibly_charged<B: Backend>(s: B) {
+async fn an_unknown_recovered_after_a_crash_is_possibly_charged(s: Store) {
     let id = submit(&s, "crash").await;
     let c = calling(&s, &id, T0, priced(10_000, Vec::new())).await;
     let rows = s.leftovers(T0 + LEASE + 1, "boot").await.expect("leftovers");
@@ -170,30 +170,28 @@ fn acked(retried_as: Option<&str>) -> RetryAck {
     RetryAck { possible_charge: true, retried_as: retried_as.map(str::to_string) }
 }
 
-async fn retry<B: Backend>(s: &B, id: &str, ack: RetryAck, key: Option<&str>) -> RetryOutcome {
-    s.retry_ack(id.into(), ack, key.map(str::to_string), T0 + 50).await.expect("retry")
+async fn retry(s: &Store, id: &str, ack: RetryAck, key: Option<&str>) -> RetryOutcome {
+    s.retry(id.into(), ack, key.map(str::to_string), T0 + 50).await.expect("retry")
 }
 
 /// Run `id` to a failure at `now` (after it is due) whose request reached the provider.
-async fn fail_it<B: Backend>(s: &B, id: &str, how: Charge, now: i64) {
+async fn fail_it(s: &Store, id: &str, how: Charge, now: i64) {
     let c = calling(s, id, now, CallingFacts::billed()).await;
     finish(s, &c, failed(how), now + 1).await;
 }
 
-async fn a_second_retry_needs_the_first_settled_and_named<B: Backend>(s: B) {
+async fn a_second_retry_needs_the_first_settled_and_named(s: Store) {
     let a = submit(&s, "twice").await;
     let c = calling(&s, &a, T0, CallingFacts::billed()).await;
     finish(&s, &c, Finish::Unknown { reason: "lost".into() }, T0 + 1).await;
     let attention = TaskFilter { needs_attention: true, ..TaskFilter::default() };
-    let listed = |s: B| {
+    let listed = |s: Store| {
         let attention = attention.clone();
-        async move {
-            s.list_filtered(attention, None, 50).await.expect("list").into_iter().map(|t| t.id).collect::<Vec<_>>()
-        }
+        async move { s.list_tasks(attention, None, 50).await.expect("list").into_iter().map(|t| t.id).collect::<Vec<_>>() }
     };
     assert_eq!(listed(s.clone()).await, std::slice::from_ref(&a));
     let not_unknown = TaskFilter { status: Some(TaskStatus::Failed), needs_attention: true, ..TaskFilter::default() };
-    assert!(s.list_filtered(not_unknown, None, 50).await.expect("list").is_empty());
+    assert!(s.list_tasks(not_unknown, None, 50).await.expect("list").is_empty());
     assert_eq!(retry(&s, &a, RetryAck::default(), None).await, RetryOutcome::NeedsAcknowledgement);
 
     let RetryOutcome::Created(first) = retry(&s, &a, acked(None), None).await else { panic!("first retry") };
@@ -220,7 +218,7 @@ async fn a_second_retry_needs_the_first_settled_and_named<B: Backend>(s: B) {
     assert!(kinds(&s, &a).await.iter().filter(|k| *k == "retried").count() == 2);
 }
 
-async fn a_retry_key_is_scoped_to_its_original_task<B: Backend>(s: B) {
+async fn a_retry_key_is_scoped_to_its_original_task(s: Store) {
     let a = submit(&s, "a").await;
     fail_it(&s, &a, Charge::Refused, T0 + 20).await;
     let b = submit(&s, "b").await;
@@ -238,7 +236,7 @@ async fn a_retry_key_is_scoped_to_its_original_task<B: Backend>(s: B) {
     assert!(matches!(s.submit(keyed, T0).await.expect("submit"), SubmitOutcome::Created(_)));
 }
 
-async fn concurrent_retries_of_one_failed_shot_make_one_task<B: Backend>(s: B) {
+async fn concurrent_retries_of_one_failed_shot_make_one_task(s: Store) {
     let set = NewSet {
         product: "red sneaker".into(),
         style: None,
@@ -266,7 +264,7 @@ async fn concurrent_retries_of_one_failed_shot_make_one_task<B: Backend>(s: B) {
             other => panic!("unexpected {other:?}"),
         }
     }
-    assert_eq!(s.int("SELECT count(*) FROM tasks WHERE set_position = 0").await, 2, "the shot and its one retry");
+    assert_eq!(int(&s, "SELECT count(*) FROM tasks WHERE set_position = 0").await, 2, "the shot and its one retry");
     // The failed shot's earlier retry settles; a retry of the shot and one of its retry at
     // once still make one live task at the position.
     let first = created[0].clone();
@@ -275,11 +273,11 @@ async fn concurrent_retries_of_one_failed_shot_make_one_task<B: Backend>(s: B) {
     let made = [&x, &y].iter().filter(|o| matches!(o, RetryOutcome::Created(_))).count();
     assert_eq!(made, 1, "{x:?} {y:?}");
     let live =
-        s.int("SELECT count(*) FROM tasks WHERE set_position = 0 AND status IN ('queued', 'waiting', 'running')");
+        int(&s, "SELECT count(*) FROM tasks WHERE set_position = 0 AND status IN ('queued', 'waiting', 'running')");
     assert_eq!(live.await, 1);
 }
 
-async fn concurrent_calls_never_overshoot_a_budget<B: Backend>(s: B) {
+async fn concurrent_calls_never_overshoot_a_budget(s: Store) {
     let mut claims = Vec::new();
     for i in 0..20 {
         let id = submit(&s, &format!("budget {i}")).await;
@@ -288,7 +286,7 @@ async fn concurrent_calls_never_overshoot_a_budget<B: Backend>(s: B) {
     let now = T0 + 5;
     let limit = daily(5 * 40_000 + 39_999);
     let outcomes = join_all(claims.iter().map(|(_, c)| {
-        s.calling_with(c.execution_token.clone(), c.lease_token.clone(), now, priced(40_000, vec![limit.clone()]))
+        s.record_calling(c.execution_token.clone(), c.lease_token.clone(), now, priced(40_000, vec![limit.clone()]))
     }))
     .await;
     let calls = outcomes.iter().filter(|o| matches!(o, Ok(CallingOutcome::Calling))).count();
@@ -307,19 +305,19 @@ async fn concurrent_calls_never_overshoot_a_budget<B: Backend>(s: B) {
         }
     }
     assert_eq!(
-        s.int("SELECT CAST(coalesce(sum(cost_micros), 0) AS bigint) FROM executions WHERE charge <> 'none'").await,
+        int(&s, "SELECT CAST(coalesce(sum(cost_micros), 0) AS bigint) FROM executions WHERE charge <> 'none'").await,
         200_000
     );
 }
 
-async fn a_held_call_waits_for_its_period_and_checks_again_when_released<B: Backend>(s: B) {
+async fn a_held_call_waits_for_its_period_and_checks_again_when_released(s: Store) {
     let limit = daily(50_000);
     let first = submit(&s, "first").await;
     calling(&s, &first, T0, priced(40_000, vec![limit.clone()])).await;
     let second = submit(&s, "second").await;
     let c = claimed(&s, &second, T0 + 1, "boot").await;
     let out = s
-        .calling_with(c.execution_token.clone(), c.lease_token.clone(), T0 + 2, priced(40_000, vec![limit.clone()]))
+        .record_calling(c.execution_token.clone(), c.lease_token.clone(), T0 + 2, priced(40_000, vec![limit.clone()]))
         .await
         .expect("calling");
     let CallingOutcome::Held { due_at, reason } = out else { panic!("not held: {out:?}") };
@@ -330,7 +328,7 @@ async fn a_held_call_waits_for_its_period_and_checks_again_when_released<B: Back
     assert_eq!((t.status, t.attempts, t.reason.as_deref()), (TaskStatus::Waiting, 0, Some(reason.as_str())));
     assert_eq!(kinds(&s, &second).await.last().map(String::as_str), Some("budget"));
     // Its hand-off was taken back: it does not count as a lost delivery.
-    assert_eq!(s.int("SELECT max(send_count) FROM envelopes WHERE budget_hold").await, 0);
+    assert_eq!(int(&s, "SELECT max(send_count) FROM envelopes WHERE budget_hold").await, 0);
     // Later the same day it is not due; the dispatcher's next due time is the period's end.
     let b = s.dispatch_due(T0 + 3_600_000, 10, 10_000, "boot").await.expect("dispatch");
     assert!(b.claims.is_empty());
@@ -340,7 +338,7 @@ async fn a_held_call_waits_for_its_period_and_checks_again_when_released<B: Back
     let c = claimed(&s, &second, T0 + 3_600_001, "boot").await;
     assert_eq!(c.attempt, 1, "the held execution counted no attempt");
     let out = s
-        .calling_with(
+        .record_calling(
             c.execution_token.clone(),
             c.lease_token.clone(),
             T0 + 3_600_002,
@@ -353,7 +351,7 @@ async fn a_held_call_waits_for_its_period_and_checks_again_when_released<B: Back
     assert_eq!((t.status, t.attempts, t.charge.state), (TaskStatus::Running, 1, Charge::Possible));
 }
 
-async fn spend_reads_count_what_reached_the_provider<B: Backend>(s: B) {
+async fn spend_reads_count_what_reached_the_provider(s: Store) {
     // Day 1: one charged, one refused, one possibly charged; day 2: one charged on provider q,
     // and one unpriced.
     let day1 = 20 * DAY + 1_000;
@@ -430,7 +428,7 @@ async fn spend_reads_count_what_reached_the_provider<B: Backend>(s: B) {
 /// exactly as many as the limit allows. Each node hands off and claims its own tasks, so
 /// every node's `record_calling` runs on its own connections and only the budget lock orders
 /// them.
-pub async fn nodes_together_never_overshoot_a_budget<B: Backend>(n: Vec<B>) {
+pub async fn nodes_together_never_overshoot_a_budget(n: Vec<Store>) {
     let mut claims = Vec::new();
     for (k, node) in n.iter().enumerate() {
         for i in 0..8 {
@@ -440,7 +438,7 @@ pub async fn nodes_together_never_overshoot_a_budget<B: Backend>(n: Vec<B>) {
     }
     let limit = daily(7 * 25_000 + 24_999);
     let outcomes = join_all(claims.iter().map(|(k, c)| {
-        n[*k].calling_with(
+        n[*k].record_calling(
             c.execution_token.clone(),
             c.lease_token.clone(),
             T0 + 5,
@@ -451,13 +449,14 @@ pub async fn nodes_together_never_overshoot_a_budget<B: Backend>(n: Vec<B>) {
     let calls = outcomes.iter().filter(|o| matches!(o, Ok(CallingOutcome::Calling))).count();
     let held = outcomes.iter().filter(|o| matches!(o, Ok(CallingOutcome::Held { .. }))).count();
     assert_eq!((calls, held), (7, claims.len() - 7), "{outcomes:?}");
-    let spent = n[0].int("SELECT CAST(coalesce(sum(cost_micros), 0) AS bigint) FROM executions WHERE charge <> 'none'");
+    let spent =
+        int(&n[0], "SELECT CAST(coalesce(sum(cost_micros), 0) AS bigint) FROM executions WHERE charge <> 'none'");
     assert_eq!(spent.await, 7 * 25_000);
-    let waiting = n[0].int("SELECT count(*) FROM tasks WHERE status = 'waiting' AND attempts = 0");
+    let waiting = int(&n[0], "SELECT count(*) FROM tasks WHERE status = 'waiting' AND attempts = 0");
     assert_eq!(waiting.await as usize, held);
 }
 
-async fn the_owners_record_of_the_charge_replaces_possible_and_says_by_hand<B: Backend>(s: B) {
+async fn the_owners_record_of_the_charge_replaces_possible_and_says_by_hand(s: Store) {
     let price = || priced(40_000, Vec::new());
     // Three unknowns, resolved as failed with each record of the charge.
     let mut ids = Vec::new();
@@ -469,7 +468,7 @@ async fn the_owners_record_of_the_charge_replaces_possible_and_says_by_hand<B: B
         let id = submit(&s, tag).await;
         let c = calling(&s, &id, T0, price()).await;
         finish(&s, &c, Finish::Unknown { reason: "lost".into() }, T0 + 1).await;
-        let out = s.resolve_with_charge(id.clone(), Resolution::Failed, owner, "dashboard".into(), T0 + 2).await;
+        let out = s.resolve(id.clone(), Resolution::Failed, owner, "dashboard".into(), T0 + 2).await;
         assert_eq!(out.expect("resolve"), ResolveOutcome::Resolved);
         let sum = charge(&s, &id).await;
         assert_eq!(sum.state, want, "{tag}");

@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use tally::domain::TaskStatus;
 use tally::store::*;
 
-use super::backend::{Backend, pg_options, pg_url, provider_p, schema, sqlite};
+use super::fixtures::{int, pg_options, pg_url, provider_p, schema, sqlite};
 use super::money::nodes_together_never_overshoot_a_budget;
 use super::single::{LEASE, T0, artifact, submit, task};
 use tally::store::pg::PgStore;
@@ -38,7 +38,7 @@ macro_rules! nodes {
                     let n = super::sqlite_nodes($k);
                     n[0].configure_providers(super::provider_p()).await.expect("configure");
                     super::$name(n.clone()).await;
-                    super::super::backend::remove_sqlite(&n[0]);
+                    super::super::fixtures::remove_sqlite(&n[0]);
                 }
             )*
         }
@@ -68,16 +68,16 @@ nodes!(
     nodes_together_never_overshoot_a_budget(3),
 );
 
-async fn two_dispatches_at_once_claim_a_task_once<B: Backend>(n: Vec<B>) {
+async fn two_dispatches_at_once_claim_a_task_once(n: Vec<Store>) {
     let id = submit(&n[0], "twice").await;
     let (a, b) = tokio::join!(n[0].dispatch_due(T0, 10, LEASE, "boot-0"), n[1].dispatch_due(T0, 10, LEASE, "boot-1"));
     let won = a.expect("dispatch a").claims.len() + b.expect("dispatch b").claims.len();
     assert_eq!(won, 1, "exactly one dispatch claims it");
-    assert_eq!(n[0].int("SELECT count(*) FROM executions").await, 1);
+    assert_eq!(int(&n[0], "SELECT count(*) FROM executions").await, 1);
     let _ = id;
 }
 
-async fn nodes_dispatching_at_once_claim_disjoint_envelopes<B: Backend>(n: Vec<B>) {
+async fn nodes_dispatching_at_once_claim_disjoint_envelopes(n: Vec<Store>) {
     for i in 0..60 {
         n[i % n.len()].submit(task(&format!("d{i}")), T0).await.expect("submit");
     }
@@ -103,14 +103,14 @@ async fn nodes_dispatching_at_once_claim_disjoint_envelopes<B: Backend>(n: Vec<B
     let distinct: HashSet<_> = all.iter().collect();
     assert_eq!(all.len(), 60, "every envelope claimed");
     assert_eq!(distinct.len(), 60, "none claimed twice");
-    assert_eq!(n[0].int("SELECT count(*) FROM envelopes WHERE status = 'sent' AND send_count = 1").await, 60);
-    assert_eq!(n[0].int("SELECT count(*) FROM executions WHERE status = 'running'").await, 60);
+    assert_eq!(int(&n[0], "SELECT count(*) FROM envelopes WHERE status = 'sent' AND send_count = 1").await, 60);
+    assert_eq!(int(&n[0], "SELECT count(*) FROM executions WHERE status = 'running'").await, 60);
 }
 
 /// The slots are the provider's, not a node's: nodes dispatching at once claim no more than
 /// `max_concurrency` between them (each dispatch counts the claimed envelopes under a lock of
 /// the provider's row on PostgreSQL, under the one writer on SQLite).
-async fn nodes_dispatching_at_once_never_exceed_the_providers_slots<B: Backend>(n: Vec<B>) {
+async fn nodes_dispatching_at_once_never_exceed_the_providers_slots(n: Vec<Store>) {
     n[0].configure_providers(vec![ProviderSlots { reserve: 0, ..ProviderSlots::new("p", 5) }])
         .await
         .expect("configure");
@@ -133,10 +133,10 @@ async fn nodes_dispatching_at_once_never_exceed_the_providers_slots<B: Backend>(
         total += h.await.expect("dispatcher");
     }
     assert_eq!(total, 5, "all slots used, none twice");
-    assert_eq!(n[0].int("SELECT count(*) FROM envelopes WHERE status = 'sent'").await, 5);
+    assert_eq!(int(&n[0], "SELECT count(*) FROM envelopes WHERE status = 'sent'").await, 5);
 }
 
-async fn a_submit_replayed_on_another_node_is_the_same_task<B: Backend>(n: Vec<B>) {
+async fn a_submit_replayed_on_another_node_is_the_same_task(n: Vec<Store>) {
     let keyed = |i: usize| NewTask { idempotency_key: Some(format!("key-{i}")), ..task(&format!("k{i}")) };
     let mut pairs = Vec::new();
     for i in 0..20 {
@@ -152,7 +152,7 @@ async fn a_submit_replayed_on_another_node_is_the_same_task<B: Backend>(n: Vec<B
         let created = [&x, &y].iter().filter(|o| matches!(o, SubmitOutcome::Created(_))).count();
         assert_eq!(created, 1, "{x:?} {y:?}");
     }
-    assert_eq!(n[0].int("SELECT count(*) FROM tasks").await, 20);
+    assert_eq!(int(&n[0], "SELECT count(*) FROM tasks").await, 20);
 }
 
 /// Several nodes submit, dispatch, claim, call and finish at once; some workers "crash"
@@ -161,7 +161,7 @@ async fn a_submit_replayed_on_another_node_is_the_same_task<B: Backend>(n: Vec<B
 /// the event log: every task settled or unknown, no task with two `calling` executions
 /// (the provider here has no capability, so a crash after `calling` must end `unknown`),
 /// and no execution claimed twice.
-async fn several_nodes_running_and_recovering_keep_every_rule<B: Backend>(n: Vec<B>) {
+async fn several_nodes_running_and_recovering_keep_every_rule(n: Vec<Store>) {
     const TASKS: usize = 45;
     let mut ids = Vec::new();
     for i in 0..TASKS {
@@ -169,7 +169,7 @@ async fn several_nodes_running_and_recovering_keep_every_rule<B: Backend>(n: Vec
     }
     let mut round_now = T0;
     for round in 0..30 {
-        if n[0].int("SELECT count(*) FROM envelopes WHERE status IN ('pending', 'sent')").await == 0 {
+        if int(&n[0], "SELECT count(*) FROM envelopes WHERE status IN ('pending', 'sent')").await == 0 {
             break;
         }
         let mut handles = Vec::new();
@@ -183,9 +183,14 @@ async fn several_nodes_running_and_recovering_keep_every_rule<B: Backend>(n: Vec
                     if crash == 0 {
                         continue; // crashed after the claim, before calling
                     }
-                    s.record_calling(c.execution_token.clone(), c.lease_token.clone(), round_now)
-                        .await
-                        .expect("calling");
+                    s.record_calling(
+                        c.execution_token.clone(),
+                        c.lease_token.clone(),
+                        round_now,
+                        CallingFacts::billed(),
+                    )
+                    .await
+                    .expect("calling");
                     if crash == 1 {
                         continue; // crashed during the call
                     }
@@ -249,9 +254,9 @@ async fn several_nodes_running_and_recovering_keep_every_rule<B: Backend>(n: Vec
         }
     }
     assert!(claimed_events.values().all(|&c| c == 1), "an execution is claimed once");
-    assert_eq!(n[0].int("SELECT count(*) FROM executions WHERE status = 'running'").await, 0);
-    assert_eq!(n[0].int("SELECT count(*) FROM envelopes WHERE status IN ('pending', 'sent')").await, 0);
-    let succeeded = n[0].int("SELECT count(*) FROM tasks WHERE status = 'succeeded'").await;
-    assert_eq!(succeeded, n[0].int("SELECT count(*) FROM artifacts").await, "one artifact per success");
+    assert_eq!(int(&n[0], "SELECT count(*) FROM executions WHERE status = 'running'").await, 0);
+    assert_eq!(int(&n[0], "SELECT count(*) FROM envelopes WHERE status IN ('pending', 'sent')").await, 0);
+    let succeeded = int(&n[0], "SELECT count(*) FROM tasks WHERE status = 'succeeded'").await;
+    assert_eq!(succeeded, int(&n[0], "SELECT count(*) FROM artifacts").await, "one artifact per success");
     assert!(succeeded > 0 && succeeded < TASKS as i64, "the run exercised both outcomes: {succeeded}");
 }

@@ -9,7 +9,7 @@ use tally::domain::TaskStatus;
 use tally::store::pg::{NodeState, PgOptions, PgStore};
 use tally::store::*;
 
-use super::backend::{pg_options, pg_url, schema};
+use super::fixtures::{pg_options, pg_url, schema};
 use super::single::{LEASE, T0, claimed, task};
 
 /// Test-only counts read straight from the database.
@@ -98,7 +98,7 @@ async fn a_second_process_with_the_same_node_name_is_refused() {
 async fn a_peer_whose_lock_is_gone_is_recovered_at_once_and_is_told_to_fence_itself() {
     let Some((_, _, a, b)) = two_nodes() else { return };
     let id = a.submit(task("peer"), T0).await.expect("submit").task_id().to_string();
-    a.configure_providers(super::backend::provider_p()).await.expect("configure");
+    a.configure_providers(super::fixtures::provider_p()).await.expect("configure");
     let c = claimed(&a, &id, T0, "a-run-1").await;
     assert!(
         b.leftovers(T0 + 1, "b-run-1").await.expect("leftovers").is_empty(),
@@ -139,7 +139,7 @@ async fn a_peer_whose_lock_is_gone_is_recovered_at_once_and_is_told_to_fence_its
 async fn a_restarted_node_recovers_its_earlier_runs_leases_at_once_but_not_a_live_peers() {
     let Some((url, schema, a, b)) = two_nodes() else { return };
     let mine = a.submit(task("mine"), T0).await.expect("submit").task_id().to_string();
-    a.configure_providers(super::backend::provider_p()).await.expect("configure");
+    a.configure_providers(super::fixtures::provider_p()).await.expect("configure");
     let _ = claimed(&a, &mine, T0, "a-run-1").await;
     let theirs = b.submit(task("theirs"), T0).await.expect("submit").task_id().to_string();
     let _ = claimed(&b, &theirs, T0, "b-run-1").await;
@@ -168,7 +168,7 @@ async fn a_submit_on_one_node_wakes_the_others_dispatcher_and_reconciler() {
     let (task_id, status) =
         tokio::time::timeout(Duration::from_secs(5), tasks.recv()).await.expect("change").expect("recv");
     assert_eq!((task_id.as_str(), status.as_str()), (id.as_str(), "queued"), "b's live views see a's change");
-    a.configure_providers(super::backend::provider_p()).await.expect("configure");
+    a.configure_providers(super::fixtures::provider_p()).await.expect("configure");
     a.dispatch_due(T0, 10, LEASE, "a-run").await.expect("dispatch");
     tokio::time::timeout(Duration::from_secs(5), woke_lease).await.expect("b's reconciler woken").expect("task");
     for s in [a, b] {
@@ -186,7 +186,7 @@ async fn with_the_database_clock_leases_expire_on_the_servers_time_not_the_calle
     let id = s.submit(task("clock"), 5).await.expect("submit").task_id().to_string();
     let t = s.get_task(id.clone()).await.expect("get").expect("task");
     assert!((t.created_at - wall).abs() < 60_000, "created_at {} is the server's time (wall {wall})", t.created_at);
-    s.configure_providers(super::backend::provider_p()).await.expect("configure");
+    s.configure_providers(super::fixtures::provider_p()).await.expect("configure");
     let _ = claimed(&s, &id, 7, "run-1").await;
     let rows = s.leftovers(i64::MAX / 2, "run-1").await.expect("leftovers");
     assert!(rows.is_empty(), "a caller far in the future does not expire a lease the server says is live");

@@ -11,7 +11,7 @@ use tally::domain::Charge;
 use tally::store::StoreError;
 use tally::store::pg::{LOCK_CLASS, PG_SCHEMA_VERSION, PgStore};
 
-use super::backend::{pg_options, pg_url, schema};
+use super::fixtures::{pg_options, pg_url, schema};
 
 /// A plain connection (these tests are synchronous: no runtime, so the sync client is fine).
 fn connect(url: &str) -> Client {

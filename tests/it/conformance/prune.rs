@@ -12,8 +12,8 @@ use serde_json::json;
 use tally::domain::{Charge, FailureKind, TaskStatus};
 use tally::store::*;
 
-use super::backend::Backend;
 use super::both;
+use super::fixtures::{ack, int};
 use super::money::priced;
 use super::single::{T0, artifact, claimed, png, submit};
 
@@ -27,9 +27,9 @@ both!(
 const DAY: i64 = 86_400_000;
 
 /// Run `id` (just submitted, the only task due) through one request ending in `end`, at `at`.
-async fn run<B: Backend>(s: &B, id: &str, at: i64, end: Finish) -> TaskStatus {
+async fn run(s: &Store, id: &str, at: i64, end: Finish) -> TaskStatus {
     let c = claimed(s, id, at, "boot").await;
-    let out = s.calling_with(c.execution_token.clone(), c.lease_token.clone(), at, priced(10_000, Vec::new())).await;
+    let out = s.record_calling(c.execution_token.clone(), c.lease_token.clone(), at, priced(10_000, Vec::new())).await;
     assert_eq!(out.expect("calling"), CallingOutcome::Calling);
     s.finish(c.execution_token.clone(), c.lease_token, end, at + 1).await.expect("finish")
 }
@@ -47,7 +47,7 @@ fn lost() -> Finish {
 }
 
 /// A set of `ends.len()` shots using a new photo `photo` uploaded at `at`, each run in turn.
-async fn set<B: Backend>(s: &B, product: &str, photo: &str, at: i64, ends: Vec<Finish>) -> (String, String) {
+async fn set(s: &Store, product: &str, photo: &str, at: i64, ends: Vec<Finish>) -> (String, String) {
     let up = s.save_upload(NewImage::verify(png(photo)).expect("png"), at).await.expect("upload");
     let shots = (0..ends.len())
         .map(|i| NewShot { role: "scene".into(), prompt: format!("{product} {i}"), params: json!({}), candidates: 1 })
@@ -69,11 +69,11 @@ async fn set<B: Backend>(s: &B, product: &str, photo: &str, at: i64, ends: Vec<F
     (sid, up.id)
 }
 
-async fn exists<B: Backend>(s: &B, id: &str) -> bool {
+async fn exists(s: &Store, id: &str) -> bool {
     s.get_task(id.into()).await.expect("get").is_some()
 }
 
-async fn a_prune_takes_old_settled_work_and_keeps_what_someone_still_needs<B: Backend>(s: B) {
+async fn a_prune_takes_old_settled_work_and_keeps_what_someone_still_needs(s: Store) {
     let cutoff = T0 + 90 * DAY;
     let recent = T0 + 100 * DAY;
     let old_ok = submit(&s, "old, succeeded").await;
@@ -92,12 +92,12 @@ async fn a_prune_takes_old_settled_work_and_keeps_what_someone_still_needs<B: Ba
     run(&s, &spent, cutoff - 600_000, ok("spent")).await;
     let fresh = submit(&s, "recent").await;
     run(&s, &fresh, recent, ok("recent")).await;
-    let RetryOutcome::Created(retry) = s.retry(retried.clone(), true, None, recent).await.expect("retry") else {
+    let RetryOutcome::Created(retry) = s.retry(retried.clone(), ack(true), None, recent).await.expect("retry") else {
         panic!("a retry")
     };
     let fresh_photo = s.save_upload(NewImage::verify(png("fresh")).expect("png"), recent).await.expect("up").id;
-    let tasks = || s.int("SELECT count(*) FROM tasks");
-    let blobs = || s.int("SELECT count(*) FROM blobs");
+    let tasks = || int(&s, "SELECT count(*) FROM tasks");
+    let blobs = || int(&s, "SELECT count(*) FROM blobs");
     let before = (tasks().await, blobs().await);
     assert_eq!(before, (11, 9), "11 tasks; 6 images and 3 photos");
 
@@ -134,7 +134,7 @@ async fn a_prune_takes_old_settled_work_and_keeps_what_someone_still_needs<B: Ba
             "SELECT count(*) FROM blobs WHERE id NOT IN (SELECT id FROM artifacts) AND id NOT IN (SELECT id FROM uploads)",
         ),
     ] {
-        assert_eq!(s.int(sql).await, 0, "{what} left behind");
+        assert_eq!(int(&s, sql).await, 0, "{what} left behind");
     }
     assert_eq!((tasks().await, blobs().await), (before.0 - 4, before.1 - 4));
     // The kept work still reads whole: the spend report still counts this month's request.
@@ -145,7 +145,7 @@ async fn a_prune_takes_old_settled_work_and_keeps_what_someone_still_needs<B: Ba
     assert_eq!(s.next_prunable(recent + 2).await.expect("next"), None);
 }
 
-async fn a_prune_racing_a_retry_of_its_task_keeps_the_original_or_the_retry_finds_nothing<B: Backend>(s: B) {
+async fn a_prune_racing_a_retry_of_its_task_keeps_the_original_or_the_retry_finds_nothing(s: Store) {
     let cutoff = T0 + 90 * DAY;
     let mut ids = Vec::new();
     for i in 0..12 {
@@ -155,7 +155,7 @@ async fn a_prune_racing_a_retry_of_its_task_keeps_the_original_or_the_retry_find
     }
     let retries = join_all(ids.iter().map(|id| {
         let (s, id) = (s.clone(), id.clone());
-        tokio::spawn(async move { s.retry(id, true, None, cutoff).await })
+        tokio::spawn(async move { s.retry(id, ack(true), None, cutoff).await })
     }));
     let prune = {
         let s = s.clone();
@@ -178,10 +178,10 @@ async fn a_prune_racing_a_retry_of_its_task_keeps_the_original_or_the_retry_find
     }
     assert_eq!(made + pruned.tasks as usize, ids.len(), "each task was either retried or pruned: {pruned:?}");
     let dangling = "SELECT count(*) FROM tasks WHERE retry_of IS NOT NULL AND retry_of NOT IN (SELECT id FROM tasks)";
-    assert_eq!(s.int(dangling).await, 0);
+    assert_eq!(int(&s, dangling).await, 0);
 }
 
-async fn a_prune_racing_a_new_set_keeps_the_photo_or_the_set_says_it_is_gone<B: Backend>(s: B) {
+async fn a_prune_racing_a_new_set_keeps_the_photo_or_the_set_says_it_is_gone(s: Store) {
     let cutoff = T0 + 90 * DAY;
     let mut photos = Vec::new();
     for i in 0..8 {
@@ -226,7 +226,7 @@ async fn a_prune_racing_a_new_set_keeps_the_photo_or_the_set_says_it_is_gone<B: 
     }
     assert_eq!(made + pruned.uploads as usize, photos.len(), "each photo was either used or pruned: {pruned:?}");
     let dangling = "SELECT count(*) FROM set_references WHERE upload_id NOT IN (SELECT id FROM uploads)";
-    assert_eq!(s.int(dangling).await, 0);
+    assert_eq!(int(&s, dangling).await, 0);
 }
 
 /// The two interleavings on PostgreSQL, forced: another session holds a row lock the way a
@@ -239,7 +239,7 @@ mod pg_locks {
     use tally::store::pg::PgStore;
     use tally::store::*;
 
-    use super::super::backend::{pg_options, pg_url, provider_p, schema};
+    use super::super::fixtures::{pg_options, pg_url, provider_p, schema};
     use super::super::single::{T0, png, submit};
     use super::{DAY, exists, rejected, run};
 

@@ -10,8 +10,8 @@ use tally::domain::{Decision, FailureKind, Leftover, Millis, Phase, TaskStatus, 
 use tally::providers::Capabilities;
 use tally::store::*;
 
-use super::backend::Backend;
 use super::both;
+use super::fixtures::file_problems;
 use super::single::task;
 
 const LEASE: Millis = 30_000;
@@ -22,13 +22,13 @@ const NONE: Capabilities = Capabilities { idempotent_create: false, lookup: fals
 const IDEM: Capabilities = Capabilities { idempotent_create: true, lookup: false };
 const LOOKUP: Capabilities = Capabilities { idempotent_create: false, lookup: true };
 
-struct Script<B: Backend> {
-    store: B,
+struct Script {
+    store: Store,
     task: String,
 }
 
-impl<B: Backend> Script<B> {
-    async fn new(store: B, tag: &str) -> Script<B> {
+impl Script {
+    async fn new(store: Store, tag: &str) -> Script {
         let task = store.submit(task(tag), T0).await.expect("submit").task_id().to_string();
         Script { store, task }
     }
@@ -76,7 +76,10 @@ impl<B: Backend> Script<B> {
     }
 
     async fn calling(&self, c: &Claim, now: Millis) -> Result<(), StoreError> {
-        self.store.record_calling(c.execution_token.clone(), c.lease_token.clone(), now).await
+        self.store
+            .record_calling(c.execution_token.clone(), c.lease_token.clone(), now, CallingFacts::billed())
+            .await
+            .map(|_| ())
     }
 
     async fn heartbeat(&self, c: &Claim, now: Millis) -> Result<(), StoreError> {
@@ -92,7 +95,7 @@ impl<B: Backend> Script<B> {
     }
     /// What `tally check` finds in the database file (SQLite; nothing on PostgreSQL).
     fn check(&self) -> Vec<String> {
-        self.store.file_problems()
+        file_problems(&self.store)
     }
 }
 
@@ -119,24 +122,24 @@ both!(
     a_lost_dispatch_of_a_resumed_execution_is_decided_from_its_phase,
 );
 
-async fn abandon_on_stale_evidence_would_send_a_second_paid_request<B: Backend>(store: B) {
+async fn abandon_on_stale_evidence_would_send_a_second_paid_request(store: Store) {
     let s = Script::new(store, "abandon-vs-calling").await;
     let a = s.worker(T0).await;
     let late = T0 + LEASE;
     let row = s.leftover(late).await;
     assert!(matches!(row.execution, Some((_, Phase::Claimed))));
-    assert!(matches!(Script::<B>::decision(&row, NONE), Recovery::Abandon));
+    assert!(matches!(Script::decision(&row, NONE), Recovery::Abandon));
     s.calling(&a, late + 1).await.expect("the worker's lease was not taken back yet");
     assert_eq!(s.apply(row, Recovery::Abandon, late + 2).await, 0, "abandoned a `calling` execution");
     assert!(s.dispatch(late + 3).await.is_none(), "the envelope was requeued: a second claim would call again");
     assert_eq!(s.attempts().await, 1);
     let row = s.leftover(late + 4).await;
     assert!(matches!(row.execution, Some((_, Phase::Calling))));
-    assert!(matches!(Script::<B>::decision(&row, NONE), Recovery::Unknown));
+    assert!(matches!(Script::decision(&row, NONE), Recovery::Unknown));
     assert!(!s.kinds().await.contains(&"abandoned".to_string()));
 }
 
-async fn abandon_after_a_heartbeat_is_not_applied<B: Backend>(store: B) {
+async fn abandon_after_a_heartbeat_is_not_applied(store: Store) {
     let s = Script::new(store, "abandon-vs-heartbeat").await;
     let a = s.worker(T0).await;
     let late = T0 + LEASE;
@@ -148,20 +151,20 @@ async fn abandon_after_a_heartbeat_is_not_applied<B: Backend>(store: B) {
     assert!(s.check().is_empty(), "{:?}", s.check());
 }
 
-async fn resume_after_a_heartbeat_is_not_applied<B: Backend>(store: B) {
+async fn resume_after_a_heartbeat_is_not_applied(store: Store) {
     let s = Script::new(store, "resume-vs-heartbeat").await;
     let a = s.worker(T0).await;
     s.calling(&a, T0 + 1).await.expect("calling");
     let late = T0 + 1 + LEASE;
     let row = s.leftover(late).await;
-    assert!(matches!(Script::<B>::decision(&row, IDEM), Recovery::Resume));
+    assert!(matches!(Script::decision(&row, IDEM), Recovery::Resume));
     s.heartbeat(&a, late + 1).await.expect("heartbeat");
     assert_eq!(s.apply(row, Recovery::Resume, late + 2).await, 0, "resumed a worker that heart-beat");
     assert!(s.dispatch(late + 3).await.is_none(), "no second worker gets the execution");
     s.heartbeat(&a, late + 4).await.expect("the worker still holds its lease");
 }
 
-async fn a_decision_is_not_applied_after_the_lease_was_renewed_even_if_it_ran_out_again<B: Backend>(store: B) {
+async fn a_decision_is_not_applied_after_the_lease_was_renewed_even_if_it_ran_out_again(store: Store) {
     let s = Script::new(store, "renewed-and-expired").await;
     let a = s.worker(T0).await;
     s.calling(&a, T0 + 1).await.expect("calling");
@@ -172,22 +175,22 @@ async fn a_decision_is_not_applied_after_the_lease_was_renewed_even_if_it_ran_ou
     assert_eq!(s.status().await, TaskStatus::Running);
 }
 
-async fn unknown_after_record_accepted_is_not_applied<B: Backend>(store: B) {
+async fn unknown_after_record_accepted_is_not_applied(store: Store) {
     let s = Script::new(store, "unknown-vs-accepted").await;
     let a = s.worker(T0).await;
     s.calling(&a, T0 + 1).await.expect("calling");
     let late = T0 + 1 + LEASE;
     let row = s.leftover(late).await;
-    assert!(matches!(Script::<B>::decision(&row, NONE), Recovery::Unknown));
+    assert!(matches!(Script::decision(&row, NONE), Recovery::Unknown));
     s.accepted(&a, late + 1).await.expect("accepted");
     assert_eq!(s.apply(row, Recovery::Unknown, late + 2).await, 0, "marked an accepted job unknown");
     assert_eq!(s.status().await, TaskStatus::Running);
     let row = s.leftover(late + 3).await;
     assert!(matches!(row.execution, Some((_, Phase::Accepted))));
-    assert!(matches!(Script::<B>::decision(&row, LOOKUP), Recovery::Resume));
+    assert!(matches!(Script::decision(&row, LOOKUP), Recovery::Resume));
 }
 
-async fn unknown_after_finish_is_not_applied<B: Backend>(store: B) {
+async fn unknown_after_finish_is_not_applied(store: Store) {
     let s = Script::new(store, "unknown-vs-finish").await;
     let a = s.worker(T0).await;
     s.calling(&a, T0 + 1).await.expect("calling");
@@ -199,7 +202,7 @@ async fn unknown_after_finish_is_not_applied<B: Backend>(store: B) {
     assert!(s.check().is_empty(), "{:?}", s.check());
 }
 
-async fn after_abandon_the_old_worker_is_fenced<B: Backend>(store: B) {
+async fn after_abandon_the_old_worker_is_fenced(store: Store) {
     let s = Script::new(store, "abandon-then-worker").await;
     let a = s.worker(T0).await;
     let late = T0 + LEASE;
@@ -215,7 +218,7 @@ async fn after_abandon_the_old_worker_is_fenced<B: Backend>(store: B) {
     fenced(s.calling(&a, late + 4).await, "record_calling after the new claim");
 }
 
-async fn after_resume_the_old_worker_is_fenced<B: Backend>(store: B) {
+async fn after_resume_the_old_worker_is_fenced(store: Store) {
     let s = Script::new(store, "resume-then-worker").await;
     let a = s.worker(T0).await;
     s.calling(&a, T0 + 1).await.expect("calling");
@@ -232,7 +235,7 @@ async fn after_resume_the_old_worker_is_fenced<B: Backend>(store: B) {
     assert_eq!(s.finish(&b, failed(), late + 5).await.expect("finish"), TaskStatus::Failed);
 }
 
-async fn after_unknown_the_old_worker_is_fenced<B: Backend>(store: B) {
+async fn after_unknown_the_old_worker_is_fenced(store: Store) {
     let s = Script::new(store, "unknown-then-worker").await;
     let a = s.worker(T0).await;
     s.calling(&a, T0 + 1).await.expect("calling");
@@ -246,7 +249,7 @@ async fn after_unknown_the_old_worker_is_fenced<B: Backend>(store: B) {
     assert!(s.dispatch(late + 2).await.is_none(), "an unknown task is never sent again");
 }
 
-async fn a_lost_dispatch_of_a_resumed_execution_is_decided_from_its_phase<B: Backend>(store: B) {
+async fn a_lost_dispatch_of_a_resumed_execution_is_decided_from_its_phase(store: Store) {
     let s = Script::new(store, "resumed-hand-off").await;
     let a = s.worker(T0).await;
     s.calling(&a, T0 + 1).await.expect("calling");
@@ -263,7 +266,7 @@ async fn a_lost_dispatch_of_a_resumed_execution_is_decided_from_its_phase<B: Bac
     let left = Leftover::of(Some(Phase::Calling), 99);
     assert_eq!(decide(&left, Some(IDEM), 2), Decision::Resume);
     assert_eq!(decide(&left, Some(NONE), 2), Decision::Unknown);
-    assert!(matches!(Script::<B>::decision(&row, IDEM), Recovery::Resume));
+    assert!(matches!(Script::decision(&row, IDEM), Recovery::Resume));
     // The store refuses to count it as undelivered.
     let refused = s.store.apply_recovery(vec![(row.clone(), Recovery::GiveUp)], late + 2 + LEASE).await;
     assert!(refused.is_err(), "gave up a running execution as undeliverable");
@@ -276,7 +279,7 @@ async fn a_lost_dispatch_of_a_resumed_execution_is_decided_from_its_phase<B: Bac
 
 /// A claim lost before calling past `max_sends` is decided `GiveUp`; the still-live worker
 /// records `calling` first: the task must not be failed as undeliverable (its request left).
-async fn give_up_after_calling_is_not_applied<B: Backend>(store: B) {
+async fn give_up_after_calling_is_not_applied(store: Store) {
     let s = Script::new(store, "give-up-vs-calling").await;
     let a = s.worker(T0).await;
     let late = T0 + LEASE;
@@ -290,7 +293,7 @@ async fn give_up_after_calling_is_not_applied<B: Backend>(store: B) {
 
 /// A claim handed back (its provider paused) and the reconciler's abandon of the same claim:
 /// whichever commits first wins, the other changes nothing.
-async fn a_claim_handed_back_and_an_abandon_exclude_each_other<B: Backend>(store: B) {
+async fn a_claim_handed_back_and_an_abandon_exclude_each_other(store: Store) {
     // The worker hands back first: the abandon decided before is not applied.
     let s = Script::new(store.clone(), "release-then-abandon").await;
     let a = s.worker(T0).await;

@@ -2,26 +2,27 @@
 //! replaced or removed whole) and the web page's sessions (found by the hash of the cookie,
 //! touched on use, expired after their idle time, ended one by one or all at once).
 
+use tally::store::Store;
 use tally::store::settings::StoredSession;
 
-use super::backend::Backend;
 use super::both;
+use super::fixtures::int;
 use super::single::T0;
 
 both!(a_budget_set_at_run_time_is_kept_replaced_and_removed, sessions_are_kept_touched_expired_and_ended);
 
-async fn a_budget_set_at_run_time_is_kept_replaced_and_removed<B: Backend>(s: B) {
+async fn a_budget_set_at_run_time_is_kept_replaced_and_removed(s: Store) {
     assert_eq!(s.budget_setting().await.expect("read"), None, "a new store has none: the config's applies");
     s.set_budget_setting(Some("{\"limits\":[1]}".into()), T0).await.expect("set");
     assert_eq!(s.budget_setting().await.expect("read").as_deref(), Some("{\"limits\":[1]}"));
     s.set_budget_setting(Some("{\"limits\":[2]}".into()), T0 + 1).await.expect("replace");
     assert_eq!(s.budget_setting().await.expect("read").as_deref(), Some("{\"limits\":[2]}"), "one row, replaced");
-    assert_eq!(s.int("SELECT count(*) FROM budget_setting").await, 1);
+    assert_eq!(int(&s, "SELECT count(*) FROM budget_setting").await, 1);
     s.set_budget_setting(None, T0 + 2).await.expect("remove");
     assert_eq!(s.budget_setting().await.expect("read"), None);
 }
 
-async fn sessions_are_kept_touched_expired_and_ended<B: Backend>(s: B) {
+async fn sessions_are_kept_touched_expired_and_ended(s: Store) {
     s.insert_session("h1".into(), "csrf1".into(), T0).await.expect("insert");
     s.insert_session("h2".into(), "csrf2".into(), T0).await.expect("insert");
     let got = s.session("h1".into()).await.expect("read");

@@ -8,8 +8,8 @@ use serde_json::json;
 use tally::domain::{FailureKind, Phase, TaskStatus};
 use tally::store::*;
 
-use super::backend::Backend;
 use super::both;
+use super::fixtures::{ack, int, search, with_status};
 
 pub const T0: i64 = 1_000_000;
 pub const LEASE: i64 = 30_000;
@@ -18,12 +18,12 @@ pub fn task(prompt: &str) -> NewTask {
     NewTask { provider: "p".into(), prompt: prompt.into(), ..NewTask::default() }
 }
 
-pub async fn submit<B: Backend>(s: &B, prompt: &str) -> String {
+pub async fn submit(s: &Store, prompt: &str) -> String {
     s.submit(task(prompt), T0).await.expect("submit").task_id().to_string()
 }
 
 /// Dispatch everything ready at `now` (as process run `boot`) and return the claim of `id`.
-pub async fn claimed<B: Backend>(s: &B, id: &str, now: i64, boot: &str) -> Claim {
+pub async fn claimed(s: &Store, id: &str, now: i64, boot: &str) -> Claim {
     let batch = s.dispatch_due(now, 100, LEASE, boot).await.expect("dispatch");
     batch.claims.into_iter().find(|c| c.task_id == id).expect("claimed")
 }
@@ -33,11 +33,11 @@ pub fn ids(b: &DispatchBatch) -> Vec<&str> {
     b.claims.iter().map(|c| c.task_id.as_str()).collect()
 }
 
-pub async fn status<B: Backend>(s: &B, id: &str) -> TaskStatus {
+pub async fn status(s: &Store, id: &str) -> TaskStatus {
     s.get_task(id.into()).await.expect("get").expect("exists").status
 }
 
-pub async fn kinds<B: Backend>(s: &B, id: &str) -> Vec<String> {
+pub async fn kinds(s: &Store, id: &str) -> Vec<String> {
     s.events(id.into()).await.expect("events").into_iter().map(|e| e.kind).collect()
 }
 
@@ -79,33 +79,34 @@ both!(
     recovery_applies_each_decision_and_skips_what_changed,
     sets_run_one_shot_at_a_time_and_cancel_the_unsent,
     uploads_are_deduplicated_by_content,
+    a_stored_image_streams_back_in_chunks_as_it_was_stored,
     lists_page_by_id_and_count_by_status,
     a_search_finds_a_prompt_or_a_sets_product_in_any_case,
     an_idle_store_runs_no_statements,
 );
 
-async fn submit_writes_task_envelope_and_event_at_once<B: Backend>(s: B) {
+async fn submit_writes_task_envelope_and_event_at_once(s: Store) {
     let (out, view) = s.submit_and_get(task("one"), T0).await.expect("submit");
     let SubmitOutcome::Created(id) = out else { panic!("not created: {out:?}") };
     let view = view.expect("view read in the same operation");
     assert_eq!((view.status, view.attempts, view.charge.state), (TaskStatus::Queued, 0, tally::domain::Charge::None));
     assert_eq!((view.created_at, view.updated_at), (T0, T0));
     assert_eq!(kinds(&s, &id).await, ["submitted"]);
-    assert_eq!(s.int("SELECT count(*) FROM envelopes WHERE status = 'pending'").await, 1);
+    assert_eq!(int(&s, "SELECT count(*) FROM envelopes WHERE status = 'pending'").await, 1);
     assert_eq!(s.next_sent_deadline().await.expect("deadline"), None);
 }
 
-async fn same_key_same_request_is_existing_and_different_is_conflict<B: Backend>(s: B) {
+async fn same_key_same_request_is_existing_and_different_is_conflict(s: Store) {
     let keyed = |prompt: &str| NewTask { idempotency_key: Some("k-1".into()), ..task(prompt) };
     let SubmitOutcome::Created(id) = s.submit(keyed("a"), T0).await.expect("first") else { panic!() };
     assert_eq!(s.submit(keyed("a"), T0 + 1).await.expect("again"), SubmitOutcome::Existing(id.clone()));
     assert_eq!(s.submit(keyed("b"), T0 + 2).await.expect("other"), SubmitOutcome::Conflict(id.clone()));
     let with_params = NewTask { params: json!({"size": "512x512"}), ..keyed("a") };
     assert_eq!(s.submit(with_params, T0 + 3).await.expect("params"), SubmitOutcome::Conflict(id));
-    assert_eq!(s.int("SELECT count(*) FROM tasks").await, 1);
+    assert_eq!(int(&s, "SELECT count(*) FROM tasks").await, 1);
 }
 
-async fn dispatch_claims_at_most_the_limit_in_order_and_reports_the_next_due<B: Backend>(s: B) {
+async fn dispatch_claims_at_most_the_limit_in_order_and_reports_the_next_due(s: Store) {
     let mut ids_ = Vec::new();
     for i in 0..3 {
         ids_.push(s.submit(task(&format!("t{i}")), T0 + i).await.expect("submit").task_id().to_string());
@@ -122,7 +123,7 @@ async fn dispatch_claims_at_most_the_limit_in_order_and_reports_the_next_due<B: 
     assert!(b.claims.is_empty(), "limit 0 claims nothing");
 }
 
-async fn a_dispatch_claims_once_with_a_lease_and_a_new_execution<B: Backend>(s: B) {
+async fn a_dispatch_claims_once_with_a_lease_and_a_new_execution(s: Store) {
     let id = submit(&s, "claim").await;
     let c = claimed(&s, &id, T0, "boot").await;
     assert_eq!((c.attempt, c.phase, c.resumed), (1, Phase::Claimed, false));
@@ -130,12 +131,12 @@ async fn a_dispatch_claims_once_with_a_lease_and_a_new_execution<B: Backend>(s: 
     assert!(!c.lease_token.is_empty() && !c.execution_token.is_empty());
     assert!(s.dispatch_due(T0, 10, LEASE, "boot").await.expect("dispatch").claims.is_empty(), "claimed once");
     assert_eq!(status(&s, &id).await, TaskStatus::Running);
-    assert_eq!(s.int("SELECT count(*) FROM executions").await, 1);
+    assert_eq!(int(&s, "SELECT count(*) FROM executions").await, 1);
     assert_eq!(s.next_sent_deadline().await.expect("deadline"), Some(T0 + LEASE));
     assert_eq!(kinds(&s, &id).await, ["submitted"], "a claim writes no timeline event");
 }
 
-async fn a_saturated_or_paused_provider_is_not_dispatched_to_and_nothing_is_written<B: Backend>(s: B) {
+async fn a_saturated_or_paused_provider_is_not_dispatched_to_and_nothing_is_written(s: Store) {
     s.configure_providers(vec![ProviderSlots::new("p", 1)]).await.expect("configure");
     let first = submit(&s, "first").await;
     let second = submit(&s, "second").await;
@@ -153,7 +154,7 @@ async fn a_saturated_or_paused_provider_is_not_dispatched_to_and_nothing_is_writ
         t.reason
     );
     assert_eq!(kinds(&s, &second).await, ["submitted"]);
-    assert_eq!(s.int("SELECT send_count FROM envelopes WHERE status = 'pending'").await, 0);
+    assert_eq!(int(&s, "SELECT send_count FROM envelopes WHERE status = 'pending'").await, 0);
     // The slot frees while the provider is paused: still nothing, until the pause ends.
     s.pause_provider("p".into(), T0 + 5_000).await.expect("pause");
     s.finish(c.execution_token, c.lease_token, Finish::CanceledBeforeCall, T0 + 10).await.expect("finish");
@@ -168,8 +169,8 @@ async fn a_saturated_or_paused_provider_is_not_dispatched_to_and_nothing_is_writ
 
 /// Fill the recovery lane: `n` tasks claimed by an earlier run and abandoned by recovery
 /// (with the default provider `p`; the caller configures its own afterwards).
-async fn recovered<B: Backend>(s: &B, n: usize, tag: &str) -> Vec<String> {
-    s.configure_providers(super::backend::provider_p()).await.expect("configure");
+async fn recovered(s: &Store, n: usize, tag: &str) -> Vec<String> {
+    s.configure_providers(super::fixtures::provider_p()).await.expect("configure");
     let mut out = Vec::new();
     for i in 0..n {
         out.push(submit(s, &format!("{tag} {i}")).await);
@@ -182,7 +183,7 @@ async fn recovered<B: Backend>(s: &B, n: usize, tag: &str) -> Vec<String> {
 }
 
 /// Claim one at a time (a provider with one slot) and finish each: the dispatch order.
-async fn order_of<B: Backend>(s: &B, n: usize, now: i64) -> Vec<String> {
+async fn order_of(s: &Store, n: usize, now: i64) -> Vec<String> {
     let mut out = Vec::new();
     for i in 0..n {
         let b = s.dispatch_due(now + i as i64, 1, LEASE, "new").await.expect("dispatch");
@@ -196,7 +197,7 @@ async fn order_of<B: Backend>(s: &B, n: usize, now: i64) -> Vec<String> {
 /// Regression (HTTP submit fell from ~7,600 to ~1,500 requests/s with a growing queue): a wait
 /// reason counted every earlier task, walking the index once per task for every submit's
 /// answer and every listed job. It counts at most 100 now, and says so.
-async fn a_long_queue_is_counted_only_up_to_100_in_a_wait_reason<B: Backend>(s: B) {
+async fn a_long_queue_is_counted_only_up_to_100_in_a_wait_reason(s: Store) {
     let mut ids = Vec::new();
     for i in 0..150 {
         let t = NewTask { group: Some("batch".into()), ..task(&format!("batch {i}")) };
@@ -211,7 +212,7 @@ async fn a_long_queue_is_counted_only_up_to_100_in_a_wait_reason<B: Backend>(s: 
     assert_eq!(reason(&ids[149]).await, "Queued behind 100 or more earlier tasks of this group.");
 }
 
-async fn lanes_interleave_by_weight_and_keys_take_turns<B: Backend>(s: B) {
+async fn lanes_interleave_by_weight_and_keys_take_turns(s: Store) {
     let r = recovered(&s, 5, "recovered").await;
     s.configure_providers(vec![ProviderSlots { reserve: 0, ..ProviderSlots::new("p", 1) }]).await.expect("configure");
     let mut f = Vec::new();
@@ -237,7 +238,7 @@ async fn lanes_interleave_by_weight_and_keys_take_turns<B: Backend>(s: B) {
     assert_eq!(order_of(&s, 4, T0 + 30).await, [a[0].clone(), b, a[1].clone(), a[2].clone()]);
 }
 
-async fn the_recovery_lane_keeps_the_reserve_free_and_slow_starts_after_a_pause<B: Backend>(s: B) {
+async fn the_recovery_lane_keeps_the_reserve_free_and_slow_starts_after_a_pause(s: Store) {
     recovered(&s, 30, "backlog").await;
     s.configure_providers(vec![ProviderSlots { reserve: 2, ..ProviderSlots::new("p", 8) }]).await.expect("configure");
     let b = s.dispatch_due(T0 + 2, 100, LEASE, "new").await.expect("dispatch");
@@ -278,7 +279,7 @@ async fn the_recovery_lane_keeps_the_reserve_free_and_slow_starts_after_a_pause<
     assert_eq!(b2.claims.len(), 1, "halved to 2, one of them still in flight");
 }
 
-async fn a_claim_handed_back_before_calling_counts_nothing<B: Backend>(s: B) {
+async fn a_claim_handed_back_before_calling_counts_nothing(s: Store) {
     let id = submit(&s, "paused after the dispatch").await;
     let c = claimed(&s, &id, T0, "boot").await;
     let why = "Provider `p` paused.".to_string();
@@ -287,10 +288,13 @@ async fn a_claim_handed_back_before_calling_counts_nothing<B: Backend>(s: B) {
         .expect("release");
     let again = s.release_claim(c.execution_token.clone(), c.lease_token.clone(), T0 + 5_000, why, T0 + 2).await;
     assert!(matches!(again, Err(StoreError::Fenced)), "{again:?}");
-    assert!(matches!(s.record_calling(c.execution_token, c.lease_token, T0 + 2).await, Err(StoreError::Fenced)));
+    assert!(matches!(
+        s.record_calling(c.execution_token, c.lease_token, T0 + 2, CallingFacts::billed()).await,
+        Err(StoreError::Fenced)
+    ));
     let t = s.get_task(id.clone()).await.expect("get").expect("task");
     assert_eq!((t.status, t.attempts), (TaskStatus::Waiting, 0));
-    assert_eq!(s.int("SELECT send_count FROM envelopes").await, 0, "not a lost dispatch");
+    assert_eq!(int(&s, "SELECT send_count FROM envelopes").await, 0, "not a lost dispatch");
     let b = s.dispatch_due(T0 + 4_999, 10, LEASE, "boot").await.expect("dispatch");
     assert!(b.claims.is_empty());
     assert_eq!(b.next_due, Some(T0 + 5_000));
@@ -298,25 +302,31 @@ async fn a_claim_handed_back_before_calling_counts_nothing<B: Backend>(s: B) {
     assert_eq!((c.lane, c.attempt, c.resumed), (Lane::Recovery, 1, false));
 }
 
-async fn calling_is_recorded_once_from_claimed_and_counts_the_attempt<B: Backend>(s: B) {
+async fn calling_is_recorded_once_from_claimed_and_counts_the_attempt(s: Store) {
     let id = submit(&s, "calling").await;
     let c = claimed(&s, &id, T0, "boot").await;
-    s.record_calling(c.execution_token.clone(), c.lease_token.clone(), T0 + 1).await.expect("calling");
-    let again = s.record_calling(c.execution_token.clone(), c.lease_token.clone(), T0 + 2).await;
+    s.record_calling(c.execution_token.clone(), c.lease_token.clone(), T0 + 1, CallingFacts::billed())
+        .await
+        .expect("calling");
+    let again =
+        s.record_calling(c.execution_token.clone(), c.lease_token.clone(), T0 + 2, CallingFacts::billed()).await;
     assert!(matches!(again, Err(StoreError::Fenced)), "calling only from claimed: {again:?}");
     let t = s.get_task(id.clone()).await.expect("get").expect("task");
     assert_eq!((t.attempts, t.charge.state), (1, tally::domain::Charge::Possible));
     assert_eq!(kinds(&s, &id).await, ["submitted", "calling"]);
-    let wrong = s.record_calling(c.execution_token.clone(), "not-my-lease".into(), T0 + 3).await;
+    let wrong =
+        s.record_calling(c.execution_token.clone(), "not-my-lease".into(), T0 + 3, CallingFacts::billed()).await;
     assert!(matches!(wrong, Err(StoreError::Fenced)));
-    let nobody = s.record_calling("no-such-token".into(), c.lease_token, T0 + 3).await;
+    let nobody = s.record_calling("no-such-token".into(), c.lease_token, T0 + 3, CallingFacts::billed()).await;
     assert!(matches!(nobody, Err(StoreError::Fenced)));
 }
 
-async fn accepted_job_id_is_kept_and_a_resumed_claim_adopts_the_execution<B: Backend>(s: B) {
+async fn accepted_job_id_is_kept_and_a_resumed_claim_adopts_the_execution(s: Store) {
     let id = submit(&s, "accepted").await;
     let c = claimed(&s, &id, T0, "boot-1").await;
-    s.record_calling(c.execution_token.clone(), c.lease_token.clone(), T0 + 1).await.expect("calling");
+    s.record_calling(c.execution_token.clone(), c.lease_token.clone(), T0 + 1, CallingFacts::billed())
+        .await
+        .expect("calling");
     let handle = Some(r#"{"status_url":"https://queue.example/s/7"}"#.to_string());
     s.record_accepted_with(c.execution_token.clone(), c.lease_token.clone(), "job-7".into(), handle.clone(), T0 + 2)
         .await
@@ -335,18 +345,21 @@ async fn accepted_job_id_is_kept_and_a_resumed_claim_adopts_the_execution<B: Bac
     assert_eq!(c.job_handle, None);
     assert_eq!(again.calling_at, Some(T0 + 1));
     assert_eq!(again.idempotency_key, c.idempotency_key);
-    assert_eq!(s.int("SELECT count(*) FROM executions").await, 1);
+    assert_eq!(int(&s, "SELECT count(*) FROM executions").await, 1);
     assert_eq!(kinds(&s, &id).await.last().map(String::as_str), Some("resumed"));
 }
 
-async fn every_post_claim_write_is_fenced_after_a_requeue<B: Backend>(s: B) {
+async fn every_post_claim_write_is_fenced_after_a_requeue(s: Store) {
     let id = submit(&s, "fenced").await;
     let c = claimed(&s, &id, T0, "boot").await;
     let rows = s.leftovers(T0 + LEASE + 1, "boot").await.expect("leftovers");
     assert_eq!(rows.len(), 1, "the lease expired");
     s.apply_recovery(vec![(rows[0].clone(), Recovery::Abandon)], T0 + LEASE + 1).await.expect("abandon");
     let (x, l) = (c.execution_token.clone(), c.lease_token.clone());
-    assert!(matches!(s.record_calling(x.clone(), l.clone(), T0 + LEASE + 2).await, Err(StoreError::Fenced)));
+    assert!(matches!(
+        s.record_calling(x.clone(), l.clone(), T0 + LEASE + 2, CallingFacts::billed()).await,
+        Err(StoreError::Fenced)
+    ));
     assert!(matches!(
         s.record_accepted(x.clone(), l.clone(), "j".into(), T0 + LEASE + 2).await,
         Err(StoreError::Fenced)
@@ -354,15 +367,17 @@ async fn every_post_claim_write_is_fenced_after_a_requeue<B: Backend>(s: B) {
     assert!(matches!(s.heartbeat(x.clone(), l.clone(), T0 + LEASE + 2, LEASE).await, Err(StoreError::Fenced)));
     let f = Finish::Succeeded(artifact(&x));
     assert!(matches!(s.finish(x.clone(), l, f, T0 + LEASE + 2).await, Err(StoreError::Fenced)));
-    assert_eq!(s.int("SELECT count(*) FROM artifacts").await, 0, "a fenced write writes nothing");
+    assert_eq!(int(&s, "SELECT count(*) FROM artifacts").await, 0, "a fenced write writes nothing");
     assert_eq!(status(&s, &id).await, TaskStatus::Waiting);
-    assert_eq!(s.int("SELECT count(*) FROM executions WHERE status = 'abandoned'").await, 1);
+    assert_eq!(int(&s, "SELECT count(*) FROM executions WHERE status = 'abandoned'").await, 1);
 }
 
-async fn finish_succeeded_attaches_the_artifact_and_consumes_the_envelope<B: Backend>(s: B) {
+async fn finish_succeeded_attaches_the_artifact_and_consumes_the_envelope(s: Store) {
     let id = submit(&s, "ok").await;
     let c = claimed(&s, &id, T0, "boot").await;
-    s.record_calling(c.execution_token.clone(), c.lease_token.clone(), T0 + 1).await.expect("calling");
+    s.record_calling(c.execution_token.clone(), c.lease_token.clone(), T0 + 1, CallingFacts::billed())
+        .await
+        .expect("calling");
     s.heartbeat(c.execution_token.clone(), c.lease_token.clone(), T0 + 2, LEASE).await.expect("heartbeat");
     assert_eq!(s.next_sent_deadline().await.expect("deadline"), Some(T0 + 2 + LEASE), "the heartbeat moved the lease");
     let a = artifact(&c.execution_token);
@@ -377,13 +392,13 @@ async fn finish_succeeded_attaches_the_artifact_and_consumes_the_envelope<B: Bac
     let (meta, bytes) = s.read_image_bytes(a.id.clone()).await.expect("read").expect("stored");
     assert_eq!(bytes, png(&c.execution_token), "the bytes committed with the finish");
     assert_eq!((meta.sha256.as_str(), meta.bytes), (a.image.sha256(), a.image.len()));
-    assert_eq!(s.int("SELECT count(*) FROM envelopes WHERE status = 'consumed'").await, 1);
+    assert_eq!(int(&s, "SELECT count(*) FROM envelopes WHERE status = 'consumed'").await, 1);
     assert_eq!(s.next_sent_deadline().await.expect("deadline"), None);
     let again = s.finish(c.execution_token, c.lease_token, Finish::Succeeded(artifact("x")), T0 + 4).await;
     assert!(matches!(again, Err(StoreError::Fenced)), "an execution finishes once");
 }
 
-async fn finish_failed_unknown_and_canceled_settle_the_task<B: Backend>(s: B) {
+async fn finish_failed_unknown_and_canceled_settle_the_task(s: Store) {
     let cases = [
         (
             Finish::Failed {
@@ -405,18 +420,20 @@ async fn finish_failed_unknown_and_canceled_settle_the_task<B: Backend>(s: B) {
         assert_eq!(status(&s, &id).await, want);
         assert_eq!(kinds(&s, &id).await.last().map(String::as_str), Some(kind));
     }
-    let t = s.list_tasks(Some(TaskStatus::Failed), None, 10).await.expect("list");
+    let t = s.list_tasks(with_status(Some(TaskStatus::Failed)), None, 10).await.expect("list");
     assert_eq!(t[0].failure_kind.as_deref(), Some("rejected"));
-    assert_eq!(s.int("SELECT count(*) FROM envelopes WHERE status = 'consumed'").await, 3);
+    assert_eq!(int(&s, "SELECT count(*) FROM envelopes WHERE status = 'consumed'").await, 3);
 }
 
-async fn retry_later_requeues_until_attempts_are_used_up<B: Backend>(s: B) {
+async fn retry_later_requeues_until_attempts_are_used_up(s: Store) {
     let id = submit(&s, "retry later").await;
     for attempt in 1..=2i64 {
         let now = T0 + attempt * 10_000;
         let c = claimed(&s, &id, now, "boot").await;
         assert_eq!(c.attempt, attempt);
-        s.record_calling(c.execution_token.clone(), c.lease_token.clone(), now).await.expect("calling");
+        s.record_calling(c.execution_token.clone(), c.lease_token.clone(), now, CallingFacts::billed())
+            .await
+            .expect("calling");
         let f = Finish::RetryLater {
             due_at: now + 5_000,
             kind: FailureKind::RateLimited,
@@ -443,13 +460,15 @@ async fn retry_later_requeues_until_attempts_are_used_up<B: Backend>(s: B) {
 /// A "not now" (a 429 the provider refused) is not an attempt: three of them with
 /// `max_attempts = 2` leave the task waiting, at attempt 1 with the same idempotency key each
 /// time (the refused request's key, which is right to reuse), and no dispatch counted as lost.
-async fn a_not_now_is_not_an_attempt_and_reuses_its_key<B: Backend>(s: B) {
+async fn a_not_now_is_not_an_attempt_and_reuses_its_key(s: Store) {
     let id = submit(&s, "not now").await;
     for round in 1..=3i64 {
         let now = T0 + round * 10_000;
         let c = claimed(&s, &id, now, "boot").await;
         assert_eq!((c.attempt, c.idempotency_key.as_str()), (1, provider_key(&id, 1).as_str()), "round {round}");
-        s.record_calling(c.execution_token.clone(), c.lease_token.clone(), now).await.expect("calling");
+        s.record_calling(c.execution_token.clone(), c.lease_token.clone(), now, CallingFacts::billed())
+            .await
+            .expect("calling");
         let f = Finish::RetryLater {
             due_at: now + 5_000,
             kind: FailureKind::RateLimited,
@@ -460,7 +479,7 @@ async fn a_not_now_is_not_an_attempt_and_reuses_its_key<B: Backend>(s: B) {
         };
         let st = s.finish(c.execution_token, c.lease_token, f, now + 1).await.expect("finish");
         assert_eq!(st, TaskStatus::Waiting, "round {round}: a not-now never uses up the attempts");
-        assert_eq!(s.int("SELECT send_count FROM envelopes").await, 0, "not a lost dispatch");
+        assert_eq!(int(&s, "SELECT send_count FROM envelopes").await, 0, "not a lost dispatch");
     }
     let t = s.get_task(id.clone()).await.expect("get").expect("task");
     assert_eq!((t.status, t.attempts), (TaskStatus::Waiting, 0));
@@ -470,14 +489,16 @@ async fn a_not_now_is_not_an_attempt_and_reuses_its_key<B: Backend>(s: B) {
     assert_eq!(c.attempt, 1);
 }
 
-async fn late_result_resolves_only_an_unknown_execution<B: Backend>(s: B) {
+async fn late_result_resolves_only_an_unknown_execution(s: Store) {
     let id = submit(&s, "late").await;
     let c = claimed(&s, &id, T0, "boot").await;
     assert!(
         !s.late_result(c.execution_token.clone(), artifact(&c.execution_token), T0 + 1).await.expect("late"),
         "running"
     );
-    s.record_calling(c.execution_token.clone(), c.lease_token.clone(), T0 + 1).await.expect("calling");
+    s.record_calling(c.execution_token.clone(), c.lease_token.clone(), T0 + 1, CallingFacts::billed())
+        .await
+        .expect("calling");
     s.finish(c.execution_token.clone(), c.lease_token, Finish::Unknown { reason: "lost".into() }, T0 + 2)
         .await
         .expect("unknown");
@@ -485,10 +506,10 @@ async fn late_result_resolves_only_an_unknown_execution<B: Backend>(s: B) {
     assert!(s.late_result(c.execution_token.clone(), artifact(&c.execution_token), T0 + 3).await.expect("late"));
     assert_eq!(status(&s, &id).await, TaskStatus::Succeeded);
     assert!(!s.late_result(c.execution_token.clone(), artifact("again"), T0 + 4).await.expect("late"), "only once");
-    assert_eq!(s.int("SELECT count(*) FROM artifacts").await, 1);
+    assert_eq!(int(&s, "SELECT count(*) FROM artifacts").await, 1);
 }
 
-async fn cancel_is_immediate_before_sending_and_a_request_while_running<B: Backend>(s: B) {
+async fn cancel_is_immediate_before_sending_and_a_request_while_running(s: Store) {
     let queued = submit(&s, "queued").await;
     assert_eq!(s.cancel(queued.clone(), T0 + 1).await.expect("cancel"), CancelOutcome::Canceled);
     assert_eq!(status(&s, &queued).await, TaskStatus::Canceled);
@@ -508,23 +529,26 @@ async fn cancel_is_immediate_before_sending_and_a_request_while_running<B: Backe
     assert_eq!(s.cancel("no-such-task".into(), T0 + 6).await.expect("cancel"), CancelOutcome::NotFound);
 }
 
-async fn retry_needs_acknowledgement_after_a_possible_charge_and_makes_a_new_task<B: Backend>(s: B) {
+async fn retry_needs_acknowledgement_after_a_possible_charge_and_makes_a_new_task(s: Store) {
     let id = submit(&s, "retry me").await;
     assert_eq!(
-        s.retry(id.clone(), false, None, T0).await.expect("retry"),
+        s.retry(id.clone(), ack(false), None, T0).await.expect("retry"),
         RetryOutcome::NotRetryable(TaskStatus::Queued)
     );
     let c = claimed(&s, &id, T0, "boot").await;
-    s.record_calling(c.execution_token.clone(), c.lease_token.clone(), T0 + 1).await.expect("calling");
+    s.record_calling(c.execution_token.clone(), c.lease_token.clone(), T0 + 1, CallingFacts::billed())
+        .await
+        .expect("calling");
     s.finish(c.execution_token, c.lease_token, Finish::Unknown { reason: "lost".into() }, T0 + 2)
         .await
         .expect("unknown");
-    assert_eq!(s.retry(id.clone(), false, None, T0 + 3).await.expect("retry"), RetryOutcome::NeedsAcknowledgement);
-    let RetryOutcome::Created(new) = s.retry(id.clone(), true, Some("r-1".into()), T0 + 4).await.expect("retry") else {
+    assert_eq!(s.retry(id.clone(), ack(false), None, T0 + 3).await.expect("retry"), RetryOutcome::NeedsAcknowledgement);
+    let RetryOutcome::Created(new) = s.retry(id.clone(), ack(true), Some("r-1".into()), T0 + 4).await.expect("retry")
+    else {
         panic!("acknowledged retry creates a task")
     };
     assert_eq!(
-        s.retry(id.clone(), true, Some("r-1".into()), T0 + 5).await.expect("retry"),
+        s.retry(id.clone(), ack(true), Some("r-1".into()), T0 + 5).await.expect("retry"),
         RetryOutcome::Existing(new.clone())
     );
     let t = s.get_task(new.clone()).await.expect("get").expect("task");
@@ -533,13 +557,13 @@ async fn retry_needs_acknowledgement_after_a_possible_charge_and_makes_a_new_tas
         (Some(id.as_str()), TaskStatus::Queued, "retry me")
     );
     assert_eq!(kinds(&s, &id).await.last().map(String::as_str), Some("retried"));
-    assert_eq!(s.retry("nope".into(), true, None, T0).await.expect("retry"), RetryOutcome::NotFound);
+    assert_eq!(s.retry("nope".into(), ack(true), None, T0).await.expect("retry"), RetryOutcome::NotFound);
 }
 
-async fn resolve_only_an_unknown_task<B: Backend>(s: B) {
+async fn resolve_only_an_unknown_task(s: Store) {
     let a = submit(&s, "resolve a").await;
     assert_eq!(
-        s.resolve(a.clone(), Resolution::Failed, String::new(), T0).await.expect("resolve"),
+        s.resolve(a.clone(), Resolution::Failed, OwnerCharge::Unknown, String::new(), T0).await.expect("resolve"),
         ResolveOutcome::NotUnknown(TaskStatus::Queued)
     );
     let b = submit(&s, "resolve b").await;
@@ -549,22 +573,27 @@ async fn resolve_only_an_unknown_task<B: Backend>(s: B) {
             .expect("unknown");
     }
     assert_eq!(
-        s.resolve(a.clone(), Resolution::Failed, "checked".into(), T0 + 2).await.expect("resolve"),
+        s.resolve(a.clone(), Resolution::Failed, OwnerCharge::Unknown, "checked".into(), T0 + 2)
+            .await
+            .expect("resolve"),
         ResolveOutcome::Resolved
     );
     let t = s.get_task(a.clone()).await.expect("get").expect("task");
     assert_eq!((t.status, t.failure_kind.as_deref()), (TaskStatus::Failed, Some("operator")));
     let img = Resolution::Succeeded(artifact("resolved-b"));
-    assert_eq!(s.resolve(b.clone(), img, String::new(), T0 + 3).await.expect("resolve"), ResolveOutcome::Resolved);
+    assert_eq!(
+        s.resolve(b.clone(), img, OwnerCharge::Unknown, String::new(), T0 + 3).await.expect("resolve"),
+        ResolveOutcome::Resolved
+    );
     let t = s.get_task(b).await.expect("get").expect("task");
     assert_eq!((t.status, t.artifacts.len()), (TaskStatus::Succeeded, 1));
     assert_eq!(
-        s.resolve("nope".into(), Resolution::Failed, String::new(), T0).await.expect("resolve"),
+        s.resolve("nope".into(), Resolution::Failed, OwnerCharge::Unknown, String::new(), T0).await.expect("resolve"),
         ResolveOutcome::NotFound
     );
 }
 
-async fn leftovers_are_expired_leases_and_leases_of_earlier_runs<B: Backend>(s: B) {
+async fn leftovers_are_expired_leases_and_leases_of_earlier_runs(s: Store) {
     let early = submit(&s, "early").await;
     let a = claimed(&s, &early, T0, "boot-1").await;
     let running = submit(&s, "running").await;
@@ -585,7 +614,7 @@ async fn leftovers_are_expired_leases_and_leases_of_earlier_runs<B: Backend>(s: 
     assert_eq!(r.provider, "p");
 }
 
-async fn recovery_applies_each_decision_and_skips_what_changed<B: Backend>(s: B) {
+async fn recovery_applies_each_decision_and_skips_what_changed(s: Store) {
     // One task per decision, all claimed by an earlier run; the last three reached `calling`.
     let mut ids = Vec::new();
     for i in 0..5 {
@@ -598,7 +627,9 @@ async fn recovery_applies_each_decision_and_skips_what_changed<B: Backend>(s: B)
         ids.iter().map(String::as_str).collect::<Vec<_>>()
     );
     for c in &claims[2..] {
-        s.record_calling(c.execution_token.clone(), c.lease_token.clone(), T0 + 1).await.expect("calling");
+        s.record_calling(c.execution_token.clone(), c.lease_token.clone(), T0 + 1, CallingFacts::billed())
+            .await
+            .expect("calling");
     }
     let rows = s.leftovers(T0 + 2, "new").await.expect("leftovers");
     assert_eq!(rows.len(), 5);
@@ -633,11 +664,11 @@ async fn recovery_applies_each_decision_and_skips_what_changed<B: Backend>(s: B)
     assert_eq!(status(&s, &ids[1]).await, TaskStatus::Failed, "its own outcome stands");
     assert_eq!(kinds(&s, &ids[0]).await.last().map(String::as_str), Some("abandoned"));
     assert_eq!(kinds(&s, &ids[4]).await.last().map(String::as_str), Some("recovering"));
-    assert_eq!(s.int("SELECT count(*) FROM executions WHERE status = 'abandoned'").await, 1);
-    assert_eq!(s.int("SELECT count(*) FROM executions WHERE status = 'unknown'").await, 1);
-    assert_eq!(s.int("SELECT count(*) FROM executions WHERE status = 'running'").await, 2, "the resumed ones");
+    assert_eq!(int(&s, "SELECT count(*) FROM executions WHERE status = 'abandoned'").await, 1);
+    assert_eq!(int(&s, "SELECT count(*) FROM executions WHERE status = 'unknown'").await, 1);
+    assert_eq!(int(&s, "SELECT count(*) FROM executions WHERE status = 'running'").await, 2, "the resumed ones");
     // What recovery puts back is in the recovery lane.
-    assert_eq!(s.int("SELECT count(*) FROM envelopes WHERE status = 'pending' AND lane = 'recovery'").await, 3);
+    assert_eq!(int(&s, "SELECT count(*) FROM envelopes WHERE status = 'pending' AND lane = 'recovery'").await, 3);
     // A call that may have left is never given up as undelivered.
     let r = s.leftovers(T0 + 2, "new").await.expect("rows");
     assert!(r.is_empty(), "{r:?}");
@@ -651,10 +682,10 @@ async fn recovery_applies_each_decision_and_skips_what_changed<B: Backend>(s: B)
     );
     let t = s.get_task(id).await.expect("get").expect("task");
     assert_eq!(t.failure_kind.as_deref(), Some("undeliverable"));
-    assert_eq!(s.int("SELECT count(*) FROM envelopes WHERE status = 'dead'").await, 1);
+    assert_eq!(int(&s, "SELECT count(*) FROM envelopes WHERE status = 'dead'").await, 1);
 }
 
-async fn sets_run_one_shot_at_a_time_and_cancel_the_unsent<B: Backend>(s: B) {
+async fn sets_run_one_shot_at_a_time_and_cancel_the_unsent(s: Store) {
     let up = s.save_upload(NewImage::verify(png("product photo")).expect("png"), T0).await.expect("upload");
     let shot =
         |role: &str| NewShot { role: role.into(), prompt: format!("{role} shot"), params: json!({}), candidates: 1 };
@@ -698,7 +729,33 @@ async fn sets_run_one_shot_at_a_time_and_cancel_the_unsent<B: Backend>(s: B) {
     assert_eq!(s.cancel_set("nope".into(), T0).await.expect("cancel"), None);
 }
 
-async fn uploads_are_deduplicated_by_content<B: Backend>(s: B) {
+/// The blob family's blocking side (`Store::open_blob`, `read_image_bytes_blocking`: what
+/// downloads stream from), on each backend: an image larger than one chunk comes back whole,
+/// in more than one chunk, and an unknown id is `None`.
+async fn a_stored_image_streams_back_in_chunks_as_it_was_stored(s: Store) {
+    let mut big = png("a large photo");
+    big.extend((0..600_000u32).map(|i| (i % 251) as u8));
+    let up = s.save_upload(NewImage::verify(big.clone()).expect("png"), T0).await.expect("save");
+    let read = s.clone();
+    let (whole, chunks, missing) = tokio::task::spawn_blocking(move || {
+        let whole = read.read_image_bytes_blocking(&up.id).expect("read").expect("stored");
+        let mut r = read.open_blob(&up.id).expect("open").expect("stored");
+        let mut chunks = Vec::new();
+        while let Some(c) = r.next_chunk(CHUNK).expect("chunk") {
+            chunks.push(c);
+        }
+        (whole, chunks, read.open_blob("no-such-image").expect("open").is_none())
+    })
+    .await
+    .expect("join");
+    assert_eq!((whole.1.len(), whole.0.bytes), (big.len(), big.len() as i64));
+    assert!(whole.1 == big, "the bytes read back are the bytes stored");
+    assert!(chunks.len() > 1, "more than one chunk: {}", chunks.len());
+    assert!(chunks.concat() == big, "the chunks join to the stored bytes");
+    assert!(missing, "an unknown id is None");
+}
+
+async fn uploads_are_deduplicated_by_content(s: Store) {
     let img = || NewImage::verify(png("the same photo")).expect("png");
     let first = s.save_upload(img(), T0).await.expect("save");
     let second = s.save_upload(img(), T0 + 1).await.expect("save");
@@ -712,32 +769,32 @@ async fn uploads_are_deduplicated_by_content<B: Backend>(s: B) {
     assert!(s.upload("no-such-upload".into()).await.expect("get").is_none());
     let (u, product) = s.upload_for_download(first.id).await.expect("get").expect("exists");
     assert_eq!((u.sha256.as_str(), product), (meta.sha256.as_str(), None), "no set uses it yet");
-    assert_eq!(s.int("SELECT count(*) FROM blobs").await, 2);
+    assert_eq!(int(&s, "SELECT count(*) FROM blobs").await, 2);
 }
 
 fn ids_of(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }
 
-async fn lists_page_by_id_and_count_by_status<B: Backend>(s: B) {
+async fn lists_page_by_id_and_count_by_status(s: Store) {
     let mut ids = Vec::new();
     for i in 0..5 {
         ids.push(s.submit(task(&format!("list {i}")), T0 + i).await.expect("submit").task_id().to_string());
     }
     let b = s.dispatch_due(T0 + 10, 1, LEASE, "boot").await.expect("dispatch");
     assert_eq!(self::ids(&b), ids_of(&ids[..1]));
-    let page = s.list_tasks(None, None, 2).await.expect("list");
+    let page = s.list_tasks(with_status(None), None, 2).await.expect("list");
     assert_eq!(
         page.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(),
         [ids[4].as_str(), ids[3].as_str()],
         "newest first"
     );
-    let next = s.list_tasks(None, Some(ids[3].clone()), 10).await.expect("list");
+    let next = s.list_tasks(with_status(None), Some(ids[3].clone()), 10).await.expect("list");
     assert_eq!(
         next.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(),
         [ids[2].as_str(), ids[1].as_str(), ids[0].as_str()]
     );
-    let running = s.list_tasks(Some(TaskStatus::Running), None, 10).await.expect("list");
+    let running = s.list_tasks(with_status(Some(TaskStatus::Running)), None, 10).await.expect("list");
     assert_eq!(running.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), [ids[0].as_str()]);
     let mut counts = s.status_counts().await.expect("counts");
     counts.sort_by_key(|(s, _)| s.as_str());
@@ -745,7 +802,7 @@ async fn lists_page_by_id_and_count_by_status<B: Backend>(s: B) {
     assert!(s.get_task("nope".into()).await.expect("get").is_none());
 }
 
-async fn an_idle_store_runs_no_statements<B: Backend>(s: B) {
+async fn an_idle_store_runs_no_statements(s: Store) {
     let id = submit(&s, "idle").await;
     let _ = claimed(&s, &id, T0, "boot").await;
     let before = s.statements();
@@ -755,7 +812,7 @@ async fn an_idle_store_runs_no_statements<B: Backend>(s: B) {
     assert!(before > 0, "the counter counts");
 }
 
-async fn a_search_finds_a_prompt_or_a_sets_product_in_any_case<B: Backend>(s: B) {
+async fn a_search_finds_a_prompt_or_a_sets_product_in_any_case(s: Store) {
     let red = s.submit(task("Red sneaker on white"), T0).await.expect("submit").task_id().to_string();
     let mug = s.submit(task("blue mug on a table"), T0 + 1).await.expect("submit").task_id().to_string();
     let shot =
@@ -771,14 +828,14 @@ async fn a_search_finds_a_prompt_or_a_sets_product_in_any_case<B: Backend>(s: B)
     let SubmitOutcome::Created(sid) = s.create_set(set, T0 + 2).await.expect("create") else { panic!() };
     let shots: Vec<String> = s.get_set(sid).await.expect("get").expect("set").shots.into_iter().map(|t| t.id).collect();
     let ids = |ts: Vec<TaskView>| ts.into_iter().map(|t| t.id).collect::<Vec<_>>();
-    assert_eq!(ids(s.search_tasks("SNEAKER", 10).await.expect("search")), [red], "a prompt, any case");
-    assert_eq!(ids(s.search_tasks("mug on", 10).await.expect("search")), [mug]);
-    let mut by_product = ids(s.search_tasks("canvas tote", 10).await.expect("search"));
+    assert_eq!(ids(search(&s, "SNEAKER", 10).await.expect("search")), [red], "a prompt, any case");
+    assert_eq!(ids(search(&s, "mug on", 10).await.expect("search")), [mug]);
+    let mut by_product = ids(search(&s, "canvas tote", 10).await.expect("search"));
     by_product.sort();
     let mut want = shots.clone();
     want.sort();
     assert_eq!(by_product, want, "a set's product finds its shots, whose prompts do not name it");
-    assert_eq!(ids(s.search_tasks("scene", 10).await.expect("search")), [shots[1].clone()]);
-    assert!(s.search_tasks("% _ nothing like this", 10).await.expect("search").is_empty(), "no wildcards");
-    assert_eq!(s.search_tasks("on", 1).await.expect("search").len(), 1, "the limit holds");
+    assert_eq!(ids(search(&s, "scene", 10).await.expect("search")), [shots[1].clone()]);
+    assert!(search(&s, "% _ nothing like this", 10).await.expect("search").is_empty(), "no wildcards");
+    assert_eq!(search(&s, "on", 1).await.expect("search").len(), 1, "the limit holds");
 }
