@@ -16,7 +16,7 @@ use crate::config::Config;
 use crate::config::{Backend, PostgresConfig, Wakeups, redact_url};
 use crate::engine::{Engine, EngineParts, ProviderEntry};
 use crate::metrics::Metrics;
-use crate::store::pg::{PgOptions, PgStore};
+use crate::store::postgres::{PgOptions, PgStore};
 use crate::store::{Severity, Store, UsedEvidence, open_for_serve};
 
 /// The lock file inside the data dir (never the database file: closing any handle on the

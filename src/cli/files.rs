@@ -94,8 +94,8 @@ fn pg_backup_advice(url: &str, dest: &Path) -> String {
 pub(super) fn check(cfg: &Config, db: Option<&Path>) -> Result<ExitCode, Failure> {
     if let (crate::config::Backend::Postgres(pg), None) = (&cfg.storage.backend, db) {
         let name = crate::config::redact_url(&pg.url);
-        let report =
-            crate::store::pg::check(&pg.url, None).map_err(|e| Failure::error(format!("cannot check {name}: {e}")))?;
+        let report = crate::store::postgres::check(&pg.url, None)
+            .map_err(|e| Failure::error(format!("cannot check {name}: {e}")))?;
         if report.problems.is_empty() {
             println!("ok: the PostgreSQL database {name} passed every check: {}", report.summary());
             return Ok(Exit::Ok.into());

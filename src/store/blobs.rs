@@ -169,12 +169,12 @@ pub struct BlobReader {
 /// Where a [`BlobReader`] reads from.
 enum Source {
     Sqlite(SqliteStore),
-    Postgres(super::pg::PgStore),
+    Postgres(super::postgres::PgStore),
 }
 
 impl BlobReader {
     /// A reader of an image stored in PostgreSQL (`bytea`, read chunk by chunk).
-    pub(in crate::store) fn postgres(store: super::pg::PgStore, meta: BlobMeta) -> BlobReader {
+    pub(in crate::store) fn postgres(store: super::postgres::PgStore, meta: BlobMeta) -> BlobReader {
         BlobReader { source: Source::Postgres(store), meta, pos: 0, hasher: Sha256::new() }
     }
 

@@ -45,7 +45,7 @@ pub mod lineage;
 mod migrate;
 mod open;
 mod ops;
-pub mod pg;
+pub mod postgres;
 mod prune;
 mod read;
 mod seam;

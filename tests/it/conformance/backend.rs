@@ -14,7 +14,7 @@ use std::future::Future;
 
 use tally::config::Durability;
 use tally::domain::{Millis, TaskStatus};
-use tally::store::pg::{PgOptions, PgStore};
+use tally::store::postgres::{PgOptions, PgStore};
 use tally::store::spend::{BudgetUse, Group, Limit, PaidRequest, SpendReport};
 use tally::store::*;
 

@@ -186,10 +186,10 @@ pub struct Signals {
     /// Another node's lock freed (its process is gone): its leases are leftovers now.
     pub peer_gone: tokio::sync::Notify,
     /// Steers the peer watcher (a node started: it picks its target again).
-    pub(in crate::store::pg) watch_ctl: Mutex<Option<Arc<watch::WatchCtl>>>,
+    pub(in crate::store::postgres) watch_ctl: Mutex<Option<Arc<watch::WatchCtl>>>,
     /// Server process ids of this store's own operation connections: hints sent by this node
     /// itself are not echoed back to it (its engine already woke itself).
-    pub(in crate::store::pg) own_pids: Mutex<std::collections::HashSet<i32>>,
+    pub(in crate::store::postgres) own_pids: Mutex<std::collections::HashSet<i32>>,
 }
 
 /// A handle to a PostgreSQL-backed store. Cheap to clone.
