@@ -372,7 +372,7 @@ pub async fn serve(cfg: Config, config_path: Option<PathBuf>) -> Result<(), Fail
 }
 
 /// Tell the owner what start-up noticed about an older database (stdout and the log).
-fn say_held(start: &crate::store::lineage::ServeStart) {
+fn say_held(start: &crate::store::sqlite::lineage::ServeStart) {
     if let Some(p) = &start.sidecar_problem {
         tracing::warn!("{p}; judging the database by its own marks only");
     }

@@ -165,7 +165,7 @@ pub(super) fn restore(cfg: &Config, src: &Path) -> Result<ExitCode, Failure> {
 /// What serving the database file `db` in this data directory would hold (`store::lineage`),
 /// in one or two lines for `tally check` and `tally restore`.
 fn held_forecast(cfg: &Config, db: &Path) -> String {
-    let f = match crate::store::lineage::forecast(db, &cfg.db_path()) {
+    let f = match crate::store::sqlite::lineage::forecast(db, &cfg.db_path()) {
         Ok(f) => f,
         Err(e) => return format!("held: cannot tell whether serving it would hold jobs: {e}"),
     };

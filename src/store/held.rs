@@ -22,7 +22,7 @@ use serde::Serialize;
 
 use super::StoreError;
 use super::ops::held::HOLDABLE;
-use super::sqlite_tx::SqliteTx;
+use super::sqlite::tx::SqliteTx;
 use crate::domain::Millis;
 
 /// Why a task is held, and since when.

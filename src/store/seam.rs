@@ -31,7 +31,7 @@ use rusqlite::Connection;
 
 use super::postgres::PgStore;
 use super::spend::{BudgetUse, Group, Limit, PaidRequest, SpendReport};
-use super::sqlite_tx::SqliteTx;
+use super::sqlite::tx::SqliteTx;
 use super::tx::Tx;
 use super::*;
 use crate::config::Durability;

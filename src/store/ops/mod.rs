@@ -513,7 +513,7 @@ mod tests {
         for i in 0..3i64 {
             let t = NewTask { provider: "p".into(), prompt: format!("t{i}"), ..NewTask::default() };
             store
-                .write(move |c| submit(&mut crate::store::sqlite_tx::SqliteTx::new(c), &t, 1_000 + i))
+                .write(move |c| submit(&mut crate::store::sqlite::tx::SqliteTx::new(c), &t, 1_000 + i))
                 .await
                 .expect("submit");
             let batch = store.dispatch_due(1_000 + i, 1 + i as usize, 50, "boot").await.expect("dispatch");

@@ -7,7 +7,7 @@
 use postgres::{IsolationLevel, NoTls};
 
 use super::migrate_check;
-use crate::store::whole::TASK_INVARIANTS;
+use crate::store::check::TASK_INVARIANTS;
 use crate::store::{CheckReport, StoreError};
 
 /// Verify the tally schema the URL (and its `search_path`) points at.

@@ -32,7 +32,6 @@ mod check;
 mod conn;
 mod node;
 mod read;
-pub mod spend;
 mod timeouts;
 mod watch;
 
@@ -131,9 +130,7 @@ const MIGRATIONS: &[&str] = &[
         last_used_at bigint NOT NULL);",
 ];
 
-/// The advisory-lock class of tally's locks ("taly"): the first key of the two-key form, so
-/// tally's keys never clash with another application's single-key locks.
-pub const LOCK_CLASS: i32 = 0x7461_6c79;
+pub use crate::store::locks::LOCK_CLASS;
 
 /// How to open a PostgreSQL store.
 #[derive(Clone)]

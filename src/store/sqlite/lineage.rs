@@ -262,8 +262,8 @@ pub fn forecast(db: &Path, live_db: &Path) -> Result<Forecast, StoreError> {
     c.execute_batch("BEGIN")?;
     let Some(state) = read_state(&c)? else { return Ok(Forecast { sidecar_problem, ..Forecast::default() }) };
     let older = judge(&state, seen.as_ref());
-    let would_hold = if older.is_some() { super::held::count_holdable(&c)? } else { 0 };
-    let held = super::held::count_held(&c)?;
+    let would_hold = if older.is_some() { crate::store::held::count_holdable(&c)? } else { 0 };
+    let held = crate::store::held::count_held(&c)?;
     c.execute_batch("COMMIT")?;
     Ok(Forecast { older, would_hold, held, sidecar_problem })
 }
@@ -358,7 +358,7 @@ impl super::SqliteStore {
             let f = fork.clone();
             held = self
                 .write(move |c| {
-                    let n = super::held::hold_unsettled(c, &reason, now)?.len();
+                    let n = crate::store::held::hold_unsettled(c, &reason, now)?.len();
                     c.prepare_cached("UPDATE lineage SET lineage = ?1, backup_at = NULL")?.execute([&f])?;
                     Ok(n)
                 })
