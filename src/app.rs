@@ -241,7 +241,7 @@ pub async fn serve(cfg: Config, config_path: Option<PathBuf>) -> Result<(), Fail
             let store = open_for_serve(&db, cfg.storage.durability, &evidence)
                 .map_err(|e| Failure::error(format!("cannot open the database {}: {e}", db.display())))?;
             // Before start-up recovery: an older copy of the database holds what it would send
-            // again (`store::lineage`, `store::held`).
+            // again (`store::sqlite::lineage`, `store::held`).
             let start = match store.begin_serving(crate::clock::Clock::now(&SystemClock)).await {
                 Ok(s) => s,
                 Err(e) => {

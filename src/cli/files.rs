@@ -162,7 +162,7 @@ pub(super) fn restore(cfg: &Config, src: &Path) -> Result<ExitCode, Failure> {
     Ok(Exit::Ok.into())
 }
 
-/// What serving the database file `db` in this data directory would hold (`store::lineage`),
+/// What serving the database file `db` in this data directory would hold (`store::sqlite::lineage`),
 /// in one or two lines for `tally check` and `tally restore`.
 fn held_forecast(cfg: &Config, db: &Path) -> String {
     let f = match crate::store::sqlite::lineage::forecast(db, &cfg.db_path()) {

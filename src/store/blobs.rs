@@ -14,7 +14,7 @@
 //!   short read transaction on a reader connection (incremental blob I/O). No request holds a
 //!   whole image in memory, and no download pins a WAL snapshot for longer than one chunk, so
 //!   the writer's checkpoints are not held back by slow clients (see the checkpoint policy in
-//!   `store::mod`). Each chunk looks the row up by its id again: ids are never reused, so a
+//!   `store::sqlite`). Each chunk looks the row up by its id again: ids are never reused, so a
 //!   chunk can only ever come from the same image (a pruned image ends the read with
 //!   [`StoreError::Invalid`]).
 //!

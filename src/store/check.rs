@@ -47,7 +47,7 @@ pub struct CheckReport {
     /// Everything that did not hold (empty when healthy).
     pub problems: Vec<String>,
     /// Images of an older data dir still in their files, waiting for the start-up migration
-    /// to move them in (`store::migrate`): not damage, but the database does not hold them.
+    /// to move them in (`store::sqlite::migrate`): not damage, but the database does not hold them.
     pub unmoved: Vec<String>,
     /// Generated images verified against their sha256.
     pub artifacts: u64,

@@ -17,7 +17,7 @@
 //! once ([`plan`], decided by the pure [`choose`]); deletes run in bounded batches, each its
 //! own write operation so other writes interleave (`Store::prune` runs them), and each
 //! re-checks what it deletes. On SQLite `PRAGMA incremental_vacuum` in bounded steps then
-//! gives the freed pages back (`auto_vacuum = INCREMENTAL`, set by `store::open`); PostgreSQL
+//! gives the freed pages back (`auto_vacuum = INCREMENTAL`, set by `store::sqlite::open`); PostgreSQL
 //! gives the space of deleted rows back to its own free space (autovacuum), not to the file
 //! system, so `freed_bytes` is 0 there.
 //!

@@ -1,5 +1,5 @@
 //! Write operations, one function each, named for what they do. Each runs on the writer
-//! thread inside its own savepoint (see `store::mod`), so each is atomic on its own.
+//! thread inside its own savepoint (see `store::sqlite`), so each is atomic on its own.
 //!
 //! **Fencing invariant.** Every operation a worker performs after its claim starts with
 //! [`common::fence`]: a conditional UPDATE of the execution row that matches only if the execution

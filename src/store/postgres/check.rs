@@ -1,5 +1,5 @@
 //! `tally check` on PostgreSQL: tally's invariants (the same queries as on SQLite,
-//! `store::whole::check`) and every stored image against its recorded size and sha256 (hashed
+//! `store::check::TASK_INVARIANTS`) and every stored image against its recorded size and sha256 (hashed
 //! by the server, `sha256(bytea)`), in one REPEATABLE READ snapshot, so it is consistent while
 //! nodes write. It uses a plain connection of its own: it takes no node lock, so it runs while
 //! every node is up.

@@ -6,7 +6,7 @@
 //! Two records, one in the database and one beside it:
 //! - the `lineage` row in the database: a random id for the database's history, `seq` (one
 //!   more in every write transaction that holds a durable operation — the writer's one extra
-//!   statement per such batch, `store::mod`), `running` (set while `tally serve` serves it,
+//!   statement per such batch, `store::sqlite`), `running` (set while `tally serve` serves it,
 //!   and checkpointed into the main file at start, so a copy of the file alone taken while it
 //!   runs says so) and `backup_at` (set in every copy `tally backup` writes);
 //! - the sidecar `tally.db.seen` in the data directory: per lineage, the highest `seq` this

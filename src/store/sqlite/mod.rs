@@ -133,7 +133,7 @@ struct Inner {
     /// What opening did to an older database, in plain words.
     migration: Vec<String>,
     /// Set while `tally serve` serves the database: the data directory's sidecar, noted after
-    /// every durable commit (`store::lineage`).
+    /// every durable commit (`store::sqlite::lineage`).
     tracker: std::sync::OnceLock<lineage::Tracker>,
 }
 
@@ -288,7 +288,7 @@ impl SqliteStore {
         }
         lock(&self.inner.readers).clear();
         // A served database: `running` cleared (fsynced) before the checkpoint, the sidecar
-        // saved durably after it (`store::lineage`).
+        // saved durably after it (`store::sqlite::lineage`).
         let ended = self.inner.tracker.get().map(|t| lineage::end_serving(&self.inner.path, t));
         let checkpoint = open::checkpoint_truncate(&self.inner.path);
         if let Some(Err(e)) = ended {
@@ -371,7 +371,7 @@ fn writer_loop(conn: Connection, rx: mpsc::Receiver<Op>, inner: std::sync::Weak<
                 }
             }
             // One statement per batch that holds a durable operation and wrote something: the
-            // database's commit sequence (`store::lineage`), noted in the sidecar after COMMIT.
+            // database's commit sequence (`store::sqlite::lineage`), noted in the sidecar after COMMIT.
             let seq = if durable > 0 && conn.total_changes() > changes_before {
                 conn.prepare_cached("UPDATE lineage SET seq = seq + 1 RETURNING seq")?
                     .query_row([], |r| r.get::<_, i64>(0))

@@ -1,7 +1,7 @@
 //! Opening the database: pragmas (set, then read back and asserted), schema creation and
 //! migration by `PRAGMA user_version` (and, from version 3, moving image files into the
-//! database: `store::migrate`). The whole-file operations (check, backup, restore) are in
-//! `store::whole`.
+//! database: `store::sqlite::migrate`). The whole-file operations (check, backup, restore) are in
+//! `store::sqlite::whole`.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -44,7 +44,7 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE executions ADD COLUMN provider_handle TEXT;",
     // 3 → 4: image bytes move into the database. The files' rows are listed in
     // `legacy_files` (with what they record), the tables lose their `path`, and
-    // `store::migrate` then moves each file in, verified, and drops `legacy_files` when done.
+    // `store::sqlite::migrate` then moves each file in, verified, and drops `legacy_files` when done.
     "CREATE TABLE blobs (
         id TEXT PRIMARY KEY, sha256 TEXT NOT NULL, bytes INTEGER NOT NULL CHECK (bytes > 0),
         media_type TEXT NOT NULL CHECK (media_type IN ('image/png', 'image/jpeg', 'image/webp')),
@@ -108,7 +108,7 @@ const MIGRATIONS: &[&str] = &[
         configured INTEGER NOT NULL DEFAULT 1 CHECK (configured IN (0, 1)),
         paused_until INTEGER, recovery_limit INTEGER,
         fresh_pass INTEGER NOT NULL DEFAULT 0, recovery_pass INTEGER NOT NULL DEFAULT 0) STRICT;",
-    // 6 → 7: noticing an older copy of the database (store::lineage) and holding what it would
+    // 6 → 7: noticing an older copy of the database (store::sqlite::lineage) and holding what it would
     // otherwise send again (store::held). An upgraded database starts a lineage of its own, at 0.
     "ALTER TABLE envelopes ADD COLUMN held_at INTEGER;
      ALTER TABLE envelopes ADD COLUMN held_reason TEXT;
@@ -149,7 +149,7 @@ pub const AUTOCHECKPOINT_PAGES: i64 = 1000;
 
 /// The WAL is truncated back to this size after a checkpoint reset it (`journal_size_limit`),
 /// so a burst of large images does not leave a large WAL file behind (checkpoint policy:
-/// `store::mod`).
+/// `store::sqlite`).
 pub const WAL_SIZE_LIMIT: i64 = 64 << 20;
 
 fn set_and_check(conn: &Connection, pragma: &'static str, value: &str, want: &str) -> Result<(), StoreError> {
@@ -179,7 +179,7 @@ pub(super) fn not_tally(path: &Path, e: rusqlite::Error) -> StoreError {
 
 /// Open the write connection: WAL, the chosen `synchronous`, foreign keys, a busy timeout,
 /// `auto_vacuum = INCREMENTAL` (so a prune can give pages back); create or migrate the schema,
-/// then move image files of an older version into the database (`store::migrate`). Returns
+/// then move image files of an older version into the database (`store::sqlite::migrate`). Returns
 /// the connection and what the migration did, in plain words (empty when nothing).
 pub(crate) fn open_write(path: &Path, durability: Durability) -> Result<(Connection, Vec<String>), StoreError> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {

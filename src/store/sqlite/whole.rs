@@ -140,7 +140,7 @@ pub fn backup(src: &Path, dest: &Path) -> Result<BackupReport, StoreError> {
             if mode != "delete" {
                 return Err(StoreError::Fatal(format!("the copy kept journal mode {mode}")));
             }
-            // Served later, it holds what it would send again (`store::lineage`).
+            // Served later, it holds what it would send again (`store::sqlite::lineage`).
             super::lineage::mark_backup(&to, crate::clock::Clock::now(&crate::clock::SystemClock))?;
         }
         let check = check(&tmp)?;
