@@ -6,7 +6,7 @@
 //! watcher, migrations, check); `seam.rs` the [`Store`] the engine holds, which runs each
 //! operation on either. Shared vocabulary: [`error`] ([`StoreError`]), [`check`] (what `tally
 //! check` asks of every backend), [`tx`], and the operations' own types (`ops`, `read`, `sets`,
-//! `choice`, `spend`). Invariant: neither backend folder imports from the other
+//! `choice`, `spend`; `types` for the operations' arguments and outcomes). Invariant: neither backend folder imports from the other
 //! (`scripts/check-module-cycles.py` checks it).
 
 mod blobs;
@@ -25,6 +25,7 @@ pub mod settings;
 pub mod spend;
 pub mod sqlite;
 pub mod tx;
+mod types;
 
 pub use blobs::*;
 pub use check::CheckReport;
