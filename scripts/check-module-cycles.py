@@ -6,6 +6,10 @@ none above. This reads every `crate::ROOM` path in each file of `src/` (in `use`
 paths alike, comments and strings aside), builds the graph of rooms, and prints every cycle it
 finds (exit 1) or the rooms in a valid order (exit 0). A standard-library script, so CI's first
 stage can run it before anything is built.
+
+A second rule keeps the store's two backends apart (issue #23): no file under `src/store/sqlite/`
+names `store::postgres`, and none under `src/store/postgres/` names `store::sqlite` (nor reaches
+the other through `super::super::`); what both need lives in the neutral `store` files.
 """
 import os
 import re
@@ -90,6 +94,35 @@ def graph():
     return edges
 
 
+# Backend folder -> the other backend's module name it must never name.
+BACKENDS = {os.path.join("store", "sqlite"): "postgres", os.path.join("store", "postgres"): "sqlite"}
+
+
+def backend_crossings(files):
+    """(file, other backend) for each file of one backend folder naming the other backend.
+
+    `files` maps a path relative to `src/` to its code (comments and strings removed)."""
+    out = []
+    for rel, code in sorted(files.items()):
+        for folder, other in BACKENDS.items():
+            if rel.startswith(folder + os.sep):
+                if re.search(r"\b(?:store|super::super)::%s\b" % other, code):
+                    out.append((rel, other))
+    return out
+
+
+def store_files():
+    files = {}
+    for folder in BACKENDS:
+        for dirpath, _, names in os.walk(os.path.join(ROOT, folder)):
+            for f in names:
+                if f.endswith(".rs"):
+                    path = os.path.join(dirpath, f)
+                    with open(path, encoding="utf-8") as fh:
+                        files[os.path.relpath(path, ROOT)] = code_only(fh.read())
+    return files
+
+
 def cycles(edges):
     """Strongly connected components with more than one room (Tarjan)."""
     index, low, stack, on, out = {}, {}, [], set(), []
@@ -134,15 +167,23 @@ def self_test():
     assert cycles(layered) == [], cycles(layered)
     code = code_only("let q = '\"'; // crate::x\nlet s = \"crate::y\"; crate::z::f(); let r = r#\"crate::w\"#;")
     assert PATH.findall(code) == ["z"], PATH.findall(code)
+    sq, pg = os.path.join("store", "sqlite", "x.rs"), os.path.join("store", "postgres", "y.rs")
+    crossing = {sq: "use crate::store::postgres::PgStore;", pg: "use crate::store::sqlite::tx::SqliteTx;"}
+    apart = {sq: "use crate::store::StoreError;", pg: "use postgres::Client; use crate::store::tx::Tx;"}
+    assert backend_crossings(crossing) == [(pg, "sqlite"), (sq, "postgres")], backend_crossings(crossing)
+    assert backend_crossings(apart) == [], backend_crossings(apart)
 
 
 def main():
     self_test()
+    crossings = backend_crossings(store_files())
+    for rel, other in crossings:
+        print("store backends: %s names store::%s (the backend folders never import each other)" % (rel, other))
     edges = graph()
     found = cycles(edges)
     if not found:
         print("module cycles: none among %d rooms" % len(edges))
-        return 0
+        return 1 if crossings else 0
     for comp in found:
         print("module cycle among: " + ", ".join(comp))
         for a in comp:

@@ -16,7 +16,7 @@ use crate::config::Config;
 use crate::config::{Backend, PostgresConfig, Wakeups, redact_url};
 use crate::engine::{Engine, EngineParts, ProviderEntry};
 use crate::metrics::Metrics;
-use crate::store::pg::{PgOptions, PgStore};
+use crate::store::postgres::{PgOptions, PgStore};
 use crate::store::{Severity, Store, UsedEvidence, open_for_serve};
 
 /// The lock file inside the data dir (never the database file: closing any handle on the
@@ -241,7 +241,7 @@ pub async fn serve(cfg: Config, config_path: Option<PathBuf>) -> Result<(), Fail
             let store = open_for_serve(&db, cfg.storage.durability, &evidence)
                 .map_err(|e| Failure::error(format!("cannot open the database {}: {e}", db.display())))?;
             // Before start-up recovery: an older copy of the database holds what it would send
-            // again (`store::lineage`, `store::held`).
+            // again (`store::sqlite::lineage`, `store::held`).
             let start = match store.begin_serving(crate::clock::Clock::now(&SystemClock)).await {
                 Ok(s) => s,
                 Err(e) => {
@@ -373,7 +373,7 @@ pub async fn serve(cfg: Config, config_path: Option<PathBuf>) -> Result<(), Fail
 }
 
 /// Tell the owner what start-up noticed about an older database (stdout and the log).
-fn say_held(start: &crate::store::lineage::ServeStart) {
+fn say_held(start: &crate::store::sqlite::lineage::ServeStart) {
     if let Some(p) = &start.sidecar_problem {
         tracing::warn!("{p}; judging the database by its own marks only");
     }

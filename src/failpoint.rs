@@ -17,7 +17,7 @@ pub const POINTS: &[&str] = &[
 ];
 
 /// The crash points of the start-up migration that moves an older data dir's image files into
-/// the database (`store::migrate`), in order.
+/// the database (`store::sqlite::migrate`), in order.
 pub const MIGRATION_POINTS: &[&str] = &["migrate-after-schema", "migrate-after-move", "migrate-after-remove"];
 
 /// Abort the process here if the named crash point is enabled.

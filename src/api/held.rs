@@ -1,5 +1,5 @@
 //! `GET /v1/held` and `POST /v1/held/release`: jobs held because the database turned out
-//! older than what was served (`store::held`, `store::lineage`), and the owner's "send it
+//! older than what was served (`store::held`, `store::sqlite::lineage`), and the owner's "send it
 //! again", one by one or all together.
 
 use axum::extract::rejection::QueryRejection;

@@ -32,7 +32,7 @@ use crate::config::{Durability, EngineConfig};
 use crate::domain::TaskStatus;
 use crate::engine::{Engine, EngineParts, ProviderEntry};
 use crate::metrics::Metrics;
-use crate::store::pg::{PgOptions, PgStore};
+use crate::store::postgres::{PgOptions, PgStore};
 use crate::store::{Store, SubmitOutcome};
 
 /// Workers (and the account's `max_concurrency`) per node in the e2e runs.

@@ -94,8 +94,8 @@ fn pg_backup_advice(url: &str, dest: &Path) -> String {
 pub(super) fn check(cfg: &Config, db: Option<&Path>) -> Result<ExitCode, Failure> {
     if let (crate::config::Backend::Postgres(pg), None) = (&cfg.storage.backend, db) {
         let name = crate::config::redact_url(&pg.url);
-        let report =
-            crate::store::pg::check(&pg.url, None).map_err(|e| Failure::error(format!("cannot check {name}: {e}")))?;
+        let report = crate::store::postgres::check(&pg.url, None)
+            .map_err(|e| Failure::error(format!("cannot check {name}: {e}")))?;
         if report.problems.is_empty() {
             println!("ok: the PostgreSQL database {name} passed every check: {}", report.summary());
             return Ok(Exit::Ok.into());
@@ -162,10 +162,10 @@ pub(super) fn restore(cfg: &Config, src: &Path) -> Result<ExitCode, Failure> {
     Ok(Exit::Ok.into())
 }
 
-/// What serving the database file `db` in this data directory would hold (`store::lineage`),
+/// What serving the database file `db` in this data directory would hold (`store::sqlite::lineage`),
 /// in one or two lines for `tally check` and `tally restore`.
 fn held_forecast(cfg: &Config, db: &Path) -> String {
-    let f = match crate::store::lineage::forecast(db, &cfg.db_path()) {
+    let f = match crate::store::sqlite::lineage::forecast(db, &cfg.db_path()) {
         Ok(f) => f,
         Err(e) => return format!("held: cannot tell whether serving it would hold jobs: {e}"),
     };

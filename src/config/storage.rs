@@ -29,7 +29,7 @@ pub enum Backend {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wakeups {
     /// LISTEN/NOTIFY on the node's own connection: idle nodes run no SQL statements (the
-    /// lock connection's empty liveness query aside, `store::pg::timeouts`).
+    /// lock connection's empty liveness query aside, `store::postgres::timeouts`).
     Notify,
     /// Poll every interval instead (for connection poolers in transaction mode, which
     /// cannot deliver notifications). Degraded: idle nodes run SQL on every tick.

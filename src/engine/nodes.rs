@@ -9,7 +9,7 @@
 //!   only makes a service re-read the database. In poll mode (`postgres_wakeups = "poll"`)
 //!   a timer stands in for the hints, and idle nodes then run SQL on every tick.
 //! - **The guard** is the self-fence. When this node's lock connection ends (or its liveness
-//!   check goes unanswered: `store::pg::node`), another node may recover this node's work at
+//!   check goes unanswered: `store::postgres::node`), another node may recover this node's work at
 //!   once; so before anything else the guard counts a fence (`Shared::fences`) and stops every
 //!   service: nothing is claimed or reconciled by this node until it holds its lock again.
 //!   Workers are not aborted: a worker whose call already left lets it finish, because the
@@ -32,7 +32,7 @@ use tokio::task::JoinHandle;
 
 use super::{Shared, TaskChange, reconciler, spawn_services};
 use crate::domain::TaskStatus;
-use crate::store::pg::NodeState;
+use crate::store::postgres::NodeState;
 
 /// Start the bridge when the store is PostgreSQL.
 pub(super) fn bridge(shared: &Arc<Shared>) -> Option<JoinHandle<()>> {

@@ -14,7 +14,7 @@
 //!   short read transaction on a reader connection (incremental blob I/O). No request holds a
 //!   whole image in memory, and no download pins a WAL snapshot for longer than one chunk, so
 //!   the writer's checkpoints are not held back by slow clients (see the checkpoint policy in
-//!   `store::mod`). Each chunk looks the row up by its id again: ids are never reused, so a
+//!   `store::sqlite`). Each chunk looks the row up by its id again: ids are never reused, so a
 //!   chunk can only ever come from the same image (a pruned image ends the read with
 //!   [`StoreError::Invalid`]).
 //!
@@ -169,12 +169,12 @@ pub struct BlobReader {
 /// Where a [`BlobReader`] reads from.
 enum Source {
     Sqlite(SqliteStore),
-    Postgres(super::pg::PgStore),
+    Postgres(super::postgres::PgStore),
 }
 
 impl BlobReader {
     /// A reader of an image stored in PostgreSQL (`bytea`, read chunk by chunk).
-    pub(in crate::store) fn postgres(store: super::pg::PgStore, meta: BlobMeta) -> BlobReader {
+    pub(in crate::store) fn postgres(store: super::postgres::PgStore, meta: BlobMeta) -> BlobReader {
         BlobReader { source: Source::Postgres(store), meta, pos: 0, hasher: Sha256::new() }
     }
 

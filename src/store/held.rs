@@ -1,5 +1,5 @@
 //! Held jobs: what an older copy of the database would otherwise send again
-//! (`store::lineage` decides when a database is older). The types are here; the operations,
+//! (`store::sqlite::lineage` decides when a database is older). The types are here; the operations,
 //! written once for both backends, are in `store::ops::held`.
 //!
 //! A held job's envelope is `pending` with `due_at` and `pass` NULL and `held_at` /
@@ -22,7 +22,7 @@ use serde::Serialize;
 
 use super::StoreError;
 use super::ops::held::HOLDABLE;
-use super::sqlite_tx::SqliteTx;
+use super::sqlite::tx::SqliteTx;
 use crate::domain::Millis;
 
 /// Why a task is held, and since when.
@@ -48,7 +48,7 @@ pub struct ReleaseReport {
     pub not_held: Vec<String>,
 }
 
-/// How many jobs `hold_unsettled` would hold (SQLite's start-up forecast, `store::lineage`).
+/// How many jobs `hold_unsettled` would hold (SQLite's start-up forecast, `store::sqlite::lineage`).
 pub(crate) fn count_holdable(c: &Connection) -> Result<i64, StoreError> {
     static SQL: LazyLock<String> = LazyLock::new(|| format!("SELECT count(*) FROM ({HOLDABLE})"));
     Ok(c.query_row(&SQL, [], |r| r.get(0))?)

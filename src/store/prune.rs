@@ -17,7 +17,7 @@
 //! once ([`plan`], decided by the pure [`choose`]); deletes run in bounded batches, each its
 //! own write operation so other writes interleave (`Store::prune` runs them), and each
 //! re-checks what it deletes. On SQLite `PRAGMA incremental_vacuum` in bounded steps then
-//! gives the freed pages back (`auto_vacuum = INCREMENTAL`, set by `store::open`); PostgreSQL
+//! gives the freed pages back (`auto_vacuum = INCREMENTAL`, set by `store::sqlite::open`); PostgreSQL
 //! gives the space of deleted rows back to its own free space (autovacuum), not to the file
 //! system, so `freed_bytes` is 0 there.
 //!
@@ -30,7 +30,7 @@
 //! - a set: its shots' envelopes (in id order), then the set row ([`Tx::lock_set`]), which a
 //!   shot's retry locks too — so a retry made meanwhile is a live shot that keeps the set;
 //! - a reference photo: its `uploads` row, which a new set naming it locks `FOR KEY SHARE`
-//!   before checking it exists (`pg::sets`) — so either the set sees the photo gone and says
+//!   before checking it exists (`ops::sets`) — so either the set sees the photo gone and says
 //!   so, or the prune sees the set and keeps the photo.
 //!
 //! Under SQLite's single writer the same re-checks run with no lock.

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::StoreError;
 use super::ops::common;
-use super::sqlite_tx::SqliteTx;
+use super::sqlite::tx::SqliteTx;
 use super::tx::{Dialect, Param, Row, Tx};
 use crate::domain::{Charge, Micros, Millis, TaskStatus};
 

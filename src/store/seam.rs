@@ -9,20 +9,20 @@
 //!
 //! | rule | SQLite | PostgreSQL |
 //! |---|---|---|
-//! | one writer per task (check-then-act is atomic) | the single writer thread (`store::mod`) | the task's envelope row lock first (`pg::ops::lock_task`), set row first for set decisions |
-//! | fencing | `ops::common::fence` (or its predicate inside the first write: `ops::exec`) inside the writer | the same, after the task lock (`Tx::lock_task`); `pg::ops::fence` for what is not yet ported |
+//! | one writer per task (check-then-act is atomic) | the single writer thread (`store::sqlite`) | the task's envelope row lock first (`Tx::lock_task`, `postgres::conn`), set row first for set decisions |
+//! | fencing | `ops::common::fence` (or its predicate inside the first write: `ops::exec`) inside the writer | the same, after the task lock (`Tx::lock_task`); the same `ops::common::fence` |
 //! | recovery on current evidence | `ops::recovery::apply_recovery` re-checks `evidence_holds` in the applying transaction | the same, after the hook `ops::recovery::lock_envelopes` (the batch's envelopes locked in id order) |
 //! | a claim goes to one worker, only for a free slot | single writer | the providers rows locked first (`ops::dispatch::lock_providers`), then the candidates `FOR UPDATE SKIP LOCKED` (`ops::dispatch::candidates_sql`) |
 //! | `calling` durable before the request | `synchronous = FULL` for durable batches | `synchronous_commit` on for durable ops (off for ordered ones) |
-//! | earlier runs are dead | the data-directory lock (`ops::recovery::Liveness::Process`) | the node's session advisory lock (`pg::node`), read by `ops::recovery::Liveness::Nodes` |
+//! | earlier runs are dead | the data-directory lock (`ops::recovery::Liveness::Process`) | the node's session advisory lock (`postgres::node`), read by `ops::recovery::Liveness::Nodes` |
 //! | lease expiry clock | the engine's clock | the database's clock (`db_clock`) |
 //! | no transaction across a network call | sync closures on the writer thread | sync closures on the store's own threads |
 //! | a budget holds before the money leaves | the check and `calling` in one writer operation (`ops::exec::record_calling`) | the same transaction under the budget advisory lock (`spend::budget_lock`, taken by `spend::budget_check`), so nodes check one at a time |
-//! | money is evidence (a charge needs a call) | `ops::settle_charge` + table CHECK | `pg::ops::settle_charge` + table CHECK |
-//! | one live retry per task and shot candidate | single writer (`ops::user::retry`) | the original's envelope lock, then its set row (`pg::ops::user::retry`) |
-//! | a choice names a succeeded candidate of its shot; more candidates join the set's one-at-a-time order | single writer (`choice::choose`, `choice::add_candidates`) | the set row locked first (`pg::choice`) |
+//! | money is evidence (a charge needs a call) | `ops::common::settle_charge` + table CHECK | the same `ops::common::settle_charge` + table CHECK |
+//! | one live retry per task and shot candidate | single writer (`ops::user::retry`) | the original's envelope lock, then its set row (`ops::user::retry` with `Tx::lock_task`, `Tx::lock_set`) |
+//! | a choice names a succeeded candidate of its shot; more candidates join the set's one-at-a-time order | single writer (`ops::choice::choose`, `ops::choice::add_candidates`) | the set row locked first (`choice`, `Tx::lock_set`) |
 //! | provider capacity across the cluster | the slots counted by the single writer (`ops::dispatch::dispatch_due`) | every `providers` row locked before the slots in use are counted (`ops::dispatch::lock_providers`), so nodes count one after the other |
-//! | an older copy sends nothing unsettled on its own | `lineage::judge` at start-up, then `held::hold_unsettled`; held envelopes have no due time or place | no copies by file (no lineage); the same held state and release (`pg::held`) |
+//! | an older copy sends nothing unsettled on its own | `sqlite::lineage::judge` at start-up, then `ops::held::hold_unsettled`; held envelopes have no due time or place | no copies by file (no lineage); the same held state and release (`held`) |
 //! | retention keeps what someone still needs | the plan re-checked per delete on the writer (`prune`) | the same plan and deletes (`prune`), each delete re-checked under the task's envelope, set or photo lock (`prune::delete_singles`, `delete_set`, `delete_uploads`) |
 //!
 //! Longer than 600 lines on purpose: it is the one list of every store operation (about sixty
@@ -33,9 +33,9 @@ use std::path::Path;
 
 use rusqlite::Connection;
 
-use super::pg::PgStore;
+use super::postgres::PgStore;
 use super::spend::{BudgetUse, Group, Limit, PaidRequest, SpendReport};
-use super::sqlite_tx::SqliteTx;
+use super::sqlite::tx::SqliteTx;
 use super::tx::Tx;
 use super::*;
 use crate::config::Durability;
@@ -80,8 +80,8 @@ impl Store {
         SqliteStore::open(path, durability).map(Store::Sqlite)
     }
 
-    /// Connect to PostgreSQL as one node (see [`pg::PgStore::open`]).
-    pub fn open_postgres(opts: pg::PgOptions) -> Result<Store, StoreError> {
+    /// Connect to PostgreSQL as one node (see [`postgres::PgStore::open`]).
+    pub fn open_postgres(opts: postgres::PgOptions) -> Result<Store, StoreError> {
         PgStore::open(opts).map(Store::Postgres)
     }
 
@@ -453,7 +453,7 @@ impl Store {
                 let node = p.node().to_string();
                 p.read(move |tx| {
                     let now = tx.now(now)?;
-                    let alive = Liveness::Nodes { node: &node, boot: &boot, lock_class: pg::LOCK_CLASS };
+                    let alive = Liveness::Nodes { node: &node, boot: &boot, lock_class: postgres::LOCK_CLASS };
                     leftovers(tx, now, alive)
                 })
                 .await
@@ -531,7 +531,7 @@ impl Store {
         self.query(move |tx| prune::next_prunable(tx, since)).await
     }
 
-    // ---- held jobs (an older copy of the database: `store::held`, `store::lineage`) ----
+    // ---- held jobs (an older copy of the database: `store::held`, `store::sqlite::lineage`) ----
 
     /// Hold every unsettled job whose request did not leave, with `reason` (SQLite: at the
     /// start-up of an older database, claims included; PostgreSQL: pending jobs only).

@@ -15,7 +15,7 @@ use serde_json::Value;
 use super::StoreError;
 use super::ops::{NewTask, ShotRef};
 use super::read::TaskView;
-use super::sqlite_tx::SqliteTx;
+use super::sqlite::tx::SqliteTx;
 use crate::domain::{Millis, TaskStatus, request_hash};
 
 /// The shot roles a set may list.

@@ -9,7 +9,7 @@
 //! the writer thread, so two workers cannot both see room for the last slot. On PostgreSQL
 //! several nodes record calls at once, so the check takes the **budget lock** first
 //! ([`budget_lock`], a hook that does nothing where [`Tx::locking`] is false): a
-//! transaction-level advisory lock (class `pg::LOCK_CLASS`, key `pg::spend::BUDGET_KEY`). A
+//! transaction-level advisory lock (class `store::locks::LOCK_CLASS`, key `store::locks::BUDGET_KEY`). A
 //! call checked against limits takes it exclusively, so two nodes' checks run one after the
 //! other and each sees the other's committed call; a priced call checked against no limit (a
 //! node configured without them, or a provider no limit covers) takes it shared, so it can
@@ -114,7 +114,7 @@ fn spent(tx: &mut dyn Tx, l: &Limit, start: Millis, end: Millis) -> Result<Micro
 /// checked against limits, shared for a priced call no limit covers. Nothing on SQLite.
 fn budget_lock(tx: &mut dyn Tx, exclusive: bool) -> Result<(), StoreError> {
     if tx.locking() {
-        use crate::store::pg::{LOCK_CLASS, spend::BUDGET_KEY};
+        use crate::store::locks::{BUDGET_KEY, LOCK_CLASS};
         let sql = if exclusive {
             "SELECT pg_advisory_xact_lock(?1, ?2)"
         } else {

@@ -263,7 +263,7 @@ fn a_set_made_with_the_cli_survives_a_kill_mid_set() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("3 of 4 done, 1 unknown"));
 }
 
-/// The start-up migration of an older data dir's image files (`store::migrate`), killed at
+/// The start-up migration of an older data dir's image files (`store::sqlite::migrate`), killed at
 /// each of its crash points: after the schema step, after a batch of images committed (files
 /// not yet removed), after their files were removed (rows not yet deleted). Restarted without
 /// crash points, every image downloads with its sha256, nothing is stored twice (`tally check`

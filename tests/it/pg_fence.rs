@@ -28,7 +28,7 @@ fn lock_session(db: &str, name: &'static str) -> Option<i32> {
             "SELECT l.pid FROM pg_locks l JOIN nodes n ON n.lock_key::bigint = l.objid::bigint
              WHERE l.locktype = 'advisory' AND l.classid = $1::bigint::oid AND l.objsubid = 2 AND l.granted
                AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND n.name = $2",
-            &[&i64::from(tally::store::pg::LOCK_CLASS), &name],
+            &[&i64::from(tally::store::postgres::LOCK_CLASS), &name],
         )
         .expect("query")
         .map(|r| r.get(0))

@@ -171,7 +171,7 @@ struct Report {
     refused_starts: usize,
     check_clean: bool,
     /// Jobs held after a restart because the database looked older than its data directory
-    /// had seen (`store::lineage`): never with `durability = "full"`, where a power cut cannot
+    /// had seen (`store::sqlite::lineage`): never with `durability = "full"`, where a power cut cannot
     /// take back a commit the sidecar noted.
     held: u64,
 }

@@ -424,7 +424,7 @@ mod tests {
             .write(move |c| {
                 for i in 0..backlog {
                     let t = NewTask { provider: "p".into(), prompt: format!("r{i}"), ..NewTask::default() };
-                    super::super::submit(&mut crate::store::sqlite_tx::SqliteTx::new(c), &t, 1_000)?;
+                    super::super::submit(&mut crate::store::sqlite::tx::SqliteTx::new(c), &t, 1_000)?;
                 }
                 c.execute("UPDATE envelopes SET lane = 'recovery'", [])?;
                 Ok(())
@@ -502,7 +502,7 @@ mod tests {
     async fn steps_of_one_dispatch(store: &SqliteStore, now: Millis) -> i64 {
         let t = NewTask { provider: "p".into(), prompt: format!("fresh {now}"), ..NewTask::default() };
         store
-            .write(move |c| super::super::submit(&mut crate::store::sqlite_tx::SqliteTx::new(c), &t, now))
+            .write(move |c| super::super::submit(&mut crate::store::sqlite::tx::SqliteTx::new(c), &t, now))
             .await
             .expect("submit");
         store
@@ -510,7 +510,7 @@ mod tests {
                 for sql in [PROVIDERS_STATE, CANDIDATES] {
                     c.prepare_cached(sql)?.reset_status(rusqlite::StatementStatus::VmStep);
                 }
-                let batch = dispatch_due(&mut crate::store::sqlite_tx::SqliteTx::new(c), now, 1, 60_000, "b", None)?;
+                let batch = dispatch_due(&mut crate::store::sqlite::tx::SqliteTx::new(c), now, 1, 60_000, "b", None)?;
                 assert_eq!(batch.claims.len(), 1);
                 let mut steps = 0;
                 for sql in [PROVIDERS_STATE, CANDIDATES] {

@@ -96,7 +96,7 @@ pub(in crate::store) fn create_set(tx: &mut dyn Tx, s: &NewSet, now: Millis) -> 
     // Where transactions run side by side (PostgreSQL), each named photo is locked (`FOR KEY
     // SHARE`, which only a delete conflicts with) before it is checked: a prune deleting it
     // either finished first (then it is gone, said plainly) or waits until this set, which
-    // keeps it, is committed (`pg::prune`). SQLite's single writer needs no lock.
+    // keeps it, is committed (`store::prune`). SQLite's single writer needs no lock.
     let photo =
         by_dialect(tx, "SELECT 1 FROM uploads WHERE id = ?1", "SELECT 1 FROM uploads WHERE id = ?1 FOR KEY SHARE");
     for r in &s.references {

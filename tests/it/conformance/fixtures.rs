@@ -16,7 +16,7 @@
 
 use tally::config::Durability;
 use tally::domain::TaskStatus;
-use tally::store::pg::PgOptions;
+use tally::store::postgres::PgOptions;
 use tally::store::*;
 
 /// An integer from one SQL query written so both dialects accept it (test inspection, read

@@ -11,7 +11,7 @@ use tally::store::*;
 use super::fixtures::{int, pg_options, pg_url, provider_p, schema, sqlite};
 use super::money::nodes_together_never_overshoot_a_budget;
 use super::single::{LEASE, T0, artifact, submit, task};
-use tally::store::pg::PgStore;
+use tally::store::postgres::PgStore;
 
 /// `k` handles on one fresh store of each backend (`None` when PostgreSQL is skipped).
 fn sqlite_nodes(k: usize) -> Vec<Store> {

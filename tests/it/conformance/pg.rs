@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use tally::domain::TaskStatus;
-use tally::store::pg::{NodeState, PgOptions, PgStore};
+use tally::store::postgres::{NodeState, PgOptions, PgStore};
 use tally::store::*;
 
 use super::fixtures::{pg_options, pg_url, schema};

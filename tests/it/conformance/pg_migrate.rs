@@ -2,14 +2,14 @@
 //! shipped it; a database made from it, with rows, must migrate to exactly the catalog a new
 //! database gets from `schema-pg.sql` (every column with its type, default and collation,
 //! every constraint and index, the notify triggers). So a later change to `schema-pg.sql`
-//! without a migration in `store::pg::MIGRATIONS` fails here: schema changes on PostgreSQL
+//! without a migration in `store::postgres::MIGRATIONS` fails here: schema changes on PostgreSQL
 //! are migrations, never edits. Also: a migration waits until no other node runs, and a
 //! newer schema is refused.
 
 use postgres::{Client, NoTls};
 use tally::domain::Charge;
 use tally::store::StoreError;
-use tally::store::pg::{LOCK_CLASS, PG_SCHEMA_VERSION, PgStore};
+use tally::store::postgres::{LOCK_CLASS, PG_SCHEMA_VERSION, PgStore};
 
 use super::fixtures::{pg_options, pg_url, schema};
 
@@ -134,7 +134,7 @@ fn a_version_1_database_migrates_to_the_catalog_of_a_new_one() {
     assert_eq!(charges, want.map(|(t, ch)| (t.to_string(), ch.as_str().to_string())));
     migrated.close().expect("close");
     fresh.close().expect("close");
-    let report = tally::store::pg::check(&url, Some(&old)).expect("check");
+    let report = tally::store::postgres::check(&url, Some(&old)).expect("check");
     assert!(report.problems.is_empty(), "{:?}", report.problems);
     // A second open finds nothing to do.
     let again = PgStore::open(pg_options(&url, &old, "node-a")).expect("reopen");

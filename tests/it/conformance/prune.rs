@@ -235,8 +235,8 @@ async fn a_prune_racing_a_new_set_keeps_the_photo_or_the_set_says_it_is_gone(s: 
 mod pg_locks {
     use std::time::{Duration, Instant};
 
-    use postgres::{Client, NoTls};
-    use tally::store::pg::PgStore;
+    use ::postgres::{Client, NoTls};
+    use tally::store::postgres::PgStore;
     use tally::store::*;
 
     use super::super::fixtures::{pg_options, pg_url, provider_p, schema};

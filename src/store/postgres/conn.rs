@@ -1,7 +1,7 @@
 //! The operation threads of the PostgreSQL store: each owns one synchronous client and its
 //! statement cache, runs one operation per transaction ([`Tx`]), retries deadlocks and
 //! serialization failures, reconnects after a lost connection, and reports a connection lost
-//! during `COMMIT` as an ambiguous commit (rule A in `store::pg`).
+//! during `COMMIT` as an ambiguous commit (rule A in `store::postgres`).
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;

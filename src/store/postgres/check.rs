@@ -1,5 +1,5 @@
 //! `tally check` on PostgreSQL: tally's invariants (the same queries as on SQLite,
-//! `store::whole::check`) and every stored image against its recorded size and sha256 (hashed
+//! `store::check::TASK_INVARIANTS`) and every stored image against its recorded size and sha256 (hashed
 //! by the server, `sha256(bytea)`), in one REPEATABLE READ snapshot, so it is consistent while
 //! nodes write. It uses a plain connection of its own: it takes no node lock, so it runs while
 //! every node is up.
@@ -7,7 +7,7 @@
 use postgres::{IsolationLevel, NoTls};
 
 use super::migrate_check;
-use crate::store::whole::TASK_INVARIANTS;
+use crate::store::check::TASK_INVARIANTS;
 use crate::store::{CheckReport, StoreError};
 
 /// Verify the tally schema the URL (and its `search_path`) points at.

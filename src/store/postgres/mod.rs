@@ -36,7 +36,6 @@ mod check;
 mod conn;
 mod node;
 mod read;
-pub mod spend;
 mod timeouts;
 mod watch;
 
@@ -135,9 +134,7 @@ const MIGRATIONS: &[&str] = &[
         last_used_at bigint NOT NULL);",
 ];
 
-/// The advisory-lock class of tally's locks ("taly"): the first key of the two-key form, so
-/// tally's keys never clash with another application's single-key locks.
-pub const LOCK_CLASS: i32 = 0x7461_6c79;
+pub use crate::store::locks::LOCK_CLASS;
 
 /// How to open a PostgreSQL store.
 #[derive(Clone)]
@@ -190,10 +187,10 @@ pub struct Signals {
     /// Another node's lock freed (its process is gone): its leases are leftovers now.
     pub peer_gone: tokio::sync::Notify,
     /// Steers the peer watcher (a node started: it picks its target again).
-    pub(in crate::store::pg) watch_ctl: Mutex<Option<Arc<watch::WatchCtl>>>,
+    pub(in crate::store::postgres) watch_ctl: Mutex<Option<Arc<watch::WatchCtl>>>,
     /// Server process ids of this store's own operation connections: hints sent by this node
     /// itself are not echoed back to it (its engine already woke itself).
-    pub(in crate::store::pg) own_pids: Mutex<std::collections::HashSet<i32>>,
+    pub(in crate::store::postgres) own_pids: Mutex<std::collections::HashSet<i32>>,
 }
 
 /// A handle to a PostgreSQL-backed store. Cheap to clone.

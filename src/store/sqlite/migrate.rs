@@ -30,11 +30,11 @@ use std::path::{Component, Path, PathBuf};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::StoreError;
-use super::blobs::{NewArtifact, NewImage};
-use super::ops::common::{consume_envelope, event, insert_artifact, on_settled, set_task};
-use super::sqlite_tx::SqliteTx;
 use crate::clock::Clock;
 use crate::domain::{Actor, TaskStatus};
+use crate::store::blobs::{NewArtifact, NewImage};
+use crate::store::ops::common::{consume_envelope, event, insert_artifact, on_settled, set_task};
+use crate::store::sqlite::tx::SqliteTx;
 
 /// At most this many bytes of files are read and committed per transaction.
 const BATCH_BYTES: i64 = 64 << 20;
@@ -118,7 +118,7 @@ pub(super) fn move_files_in(c: &Connection, data_dir: &Path) -> Result<Vec<Strin
             for (id, rel, sha, bytes) in &batch {
                 match read_verified(data_dir, rel, sha, *bytes) {
                     Ok(img) => {
-                        super::blobs::insert_blob(c, id, &img)?;
+                        crate::store::blobs::insert_blob(c, id, &img)?;
                         c.execute("UPDATE legacy_files SET moved = 1 WHERE id = ?1", [id])?;
                         if rel.starts_with("uploads/") {
                             uploads += 1;

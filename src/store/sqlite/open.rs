@@ -1,9 +1,9 @@
 //! Opening the database: pragmas (set, then read back and asserted), schema creation and
 //! migration by `PRAGMA user_version` (and, from version 3, moving image files into the
-//! database: `store::migrate`). The whole-file operations (check, backup, restore) are in
-//! `store::whole`.
+//! database: `store::sqlite::migrate`). The whole-file operations (check, backup, restore) are in
+//! `store::sqlite::whole`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -11,6 +11,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags, trace::TraceEventCodes};
 
 use crate::config::Durability;
+use crate::store::StoreError;
 
 /// The schema version this build writes. Older databases are migrated; newer ones refused.
 pub const SCHEMA_VERSION: i64 = 9;
@@ -19,7 +20,7 @@ pub const SCHEMA_VERSION: i64 = 9;
 pub(super) const APPLICATION_ID: i64 = 0x7461_6c79;
 
 /// The full current schema.
-const SCHEMA: &str = include_str!("../../schema.sql");
+const SCHEMA: &str = include_str!("../../../schema.sql");
 
 /// Migrations from version `n` to `n + 1`, indexed by `n - 1`. Each runs in the transaction
 /// that also bumps `user_version`.
@@ -43,7 +44,7 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE executions ADD COLUMN provider_handle TEXT;",
     // 3 → 4: image bytes move into the database. The files' rows are listed in
     // `legacy_files` (with what they record), the tables lose their `path`, and
-    // `store::migrate` then moves each file in, verified, and drops `legacy_files` when done.
+    // `store::sqlite::migrate` then moves each file in, verified, and drops `legacy_files` when done.
     "CREATE TABLE blobs (
         id TEXT PRIMARY KEY, sha256 TEXT NOT NULL, bytes INTEGER NOT NULL CHECK (bytes > 0),
         media_type TEXT NOT NULL CHECK (media_type IN ('image/png', 'image/jpeg', 'image/webp')),
@@ -107,7 +108,7 @@ const MIGRATIONS: &[&str] = &[
         configured INTEGER NOT NULL DEFAULT 1 CHECK (configured IN (0, 1)),
         paused_until INTEGER, recovery_limit INTEGER,
         fresh_pass INTEGER NOT NULL DEFAULT 0, recovery_pass INTEGER NOT NULL DEFAULT 0) STRICT;",
-    // 6 → 7: noticing an older copy of the database (store::lineage) and holding what it would
+    // 6 → 7: noticing an older copy of the database (store::sqlite::lineage) and holding what it would
     // otherwise send again (store::held). An upgraded database starts a lineage of its own, at 0.
     "ALTER TABLE envelopes ADD COLUMN held_at INTEGER;
      ALTER TABLE envelopes ADD COLUMN held_reason TEXT;
@@ -148,122 +149,8 @@ pub const AUTOCHECKPOINT_PAGES: i64 = 1000;
 
 /// The WAL is truncated back to this size after a checkpoint reset it (`journal_size_limit`),
 /// so a burst of large images does not leave a large WAL file behind (checkpoint policy:
-/// `store::mod`).
+/// `store::sqlite`).
 pub const WAL_SIZE_LIMIT: i64 = 64 << 20;
-
-/// Errors of the store.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("database error: {0}")]
-    Sqlite(#[from] rusqlite::Error),
-    #[error("PostgreSQL error: {0}")]
-    Postgres(#[from] postgres::Error),
-    #[error("{path} is not a tally database: {reason}")]
-    NotTally { path: PathBuf, reason: String },
-    #[error(
-        "{path} has schema version {found}, newer than this build of tally understands ({supported}); use a newer tally"
-    )]
-    TooNew { path: PathBuf, found: i64, supported: i64 },
-    #[error("SQLite did not accept the setting {pragma} (wanted {wanted}, got {got})")]
-    Pragma { pragma: &'static str, wanted: String, got: String },
-    /// The transaction holding the operation failed to commit; `code` keeps SQLite's
-    /// error code, so callers can tell a full disk from a corrupt file.
-    #[error("the commit failed: {message}")]
-    Commit { message: String, code: Option<rusqlite::ErrorCode> },
-    /// The request names something that does not exist or is malformed.
-    #[error("{0}")]
-    Invalid(String),
-    /// The writer lost its right to write (its lease or execution token no longer holds).
-    #[error("fenced: this worker no longer owns the task")]
-    Fenced,
-    #[error("the store is closed")]
-    Closed,
-    /// PostgreSQL: this node cannot reach the database now (it fenced itself); the
-    /// operation was not run, or, if it was already running, may still commit once the
-    /// network heals. Try again (another node may answer meanwhile).
-    #[error("this node cannot reach its PostgreSQL database now ({0}); try again")]
-    Unreachable(String),
-    /// The database must not be opened for serving: empty where the data directory shows it
-    /// was used, read-only, or failing its check. `reason` says what to do.
-    #[error("{path}: {reason}")]
-    Unusable { path: PathBuf, reason: String },
-    /// A stored image's bytes do not match their recorded size or sha256 (a damaged page, a
-    /// bad disk, an edit by hand). Not a passing problem: reading it again gives the same
-    /// bytes. The API answers it as `image_damaged`; `tally check` lists every such image.
-    #[error("stored image {id} is damaged: {why}; `tally check` lists every damaged image")]
-    Damaged { id: String, why: String },
-    #[error("{0}")]
-    Fatal(String),
-}
-
-/// What a background service should do about a store error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Severity {
-    /// Worth trying again soon: busy, or a conflict a retry resolves.
-    Transient,
-    /// The disk is full or failing: back off and try again later (reads may still work, and
-    /// the condition may clear). Logged once, not on every try.
-    Resource,
-    /// The database cannot be written or trusted (read-only, corrupt, not tally's): retrying
-    /// will not help; the daemon stops cleanly and says why.
-    Fatal,
-    /// The store was closed: the daemon is stopping.
-    Closed,
-}
-
-impl StoreError {
-    /// SQLite's error code, when SQLite produced the error (directly or at commit).
-    pub fn code(&self) -> Option<rusqlite::ErrorCode> {
-        match self {
-            StoreError::Sqlite(rusqlite::Error::SqliteFailure(e, _)) => Some(e.code),
-            StoreError::Commit { code, .. } => *code,
-            _ => None,
-        }
-    }
-
-    /// How serious the error is for a service that hit it (see [`Severity`]).
-    pub fn severity(&self) -> Severity {
-        use rusqlite::ErrorCode::*;
-        match self {
-            StoreError::Closed => Severity::Closed,
-            // Retrying will not help; the one service that reads images (a worker sending
-            // reference photos) turns it into the task's error, not into a stop.
-            StoreError::Fatal(_)
-            | StoreError::Damaged { .. }
-            | StoreError::NotTally { .. }
-            | StoreError::TooNew { .. }
-            | StoreError::Pragma { .. }
-            | StoreError::Unusable { .. } => Severity::Fatal,
-            StoreError::Postgres(e) => {
-                use postgres::error::SqlState as S;
-                match e.code() {
-                    Some(c) if [S::DISK_FULL, S::IO_ERROR, S::OUT_OF_MEMORY].contains(c) => Severity::Resource,
-                    Some(c)
-                        if [S::DATA_CORRUPTED, S::READ_ONLY_SQL_TRANSACTION, S::INSUFFICIENT_PRIVILEGE].contains(c) =>
-                    {
-                        Severity::Fatal
-                    }
-                    _ => Severity::Transient,
-                }
-            }
-            _ => match self.code() {
-                Some(DiskFull | SystemIoFailure) => Severity::Resource,
-                Some(DatabaseCorrupt | ReadOnly | NotADatabase | CannotOpen) => Severity::Fatal,
-                _ => Severity::Transient,
-            },
-        }
-    }
-
-    /// Read-only, corrupt, not a tally database: retrying will not help; stop cleanly.
-    pub fn is_fatal(&self) -> bool {
-        self.severity() == Severity::Fatal
-    }
-
-    /// The same error, as the commit failure every operation of a failed batch reports.
-    pub(crate) fn as_commit_failure(&self) -> StoreError {
-        StoreError::Commit { message: self.to_string(), code: self.code() }
-    }
-}
 
 fn set_and_check(conn: &Connection, pragma: &'static str, value: &str, want: &str) -> Result<(), StoreError> {
     conn.pragma_update(None, pragma, value)?;
@@ -292,7 +179,7 @@ pub(super) fn not_tally(path: &Path, e: rusqlite::Error) -> StoreError {
 
 /// Open the write connection: WAL, the chosen `synchronous`, foreign keys, a busy timeout,
 /// `auto_vacuum = INCREMENTAL` (so a prune can give pages back); create or migrate the schema,
-/// then move image files of an older version into the database (`store::migrate`). Returns
+/// then move image files of an older version into the database (`store::sqlite::migrate`). Returns
 /// the connection and what the migration did, in plain words (empty when nothing).
 pub(crate) fn open_write(path: &Path, durability: Durability) -> Result<(Connection, Vec<String>), StoreError> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {

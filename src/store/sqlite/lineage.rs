@@ -6,7 +6,7 @@
 //! Two records, one in the database and one beside it:
 //! - the `lineage` row in the database: a random id for the database's history, `seq` (one
 //!   more in every write transaction that holds a durable operation — the writer's one extra
-//!   statement per such batch, `store::mod`), `running` (set while `tally serve` serves it,
+//!   statement per such batch, `store::sqlite`), `running` (set while `tally serve` serves it,
 //!   and checkpointed into the main file at start, so a copy of the file alone taken while it
 //!   runs says so) and `backup_at` (set in every copy `tally backup` writes);
 //! - the sidecar `tally.db.seen` in the data directory: per lineage, the highest `seq` this
@@ -262,8 +262,8 @@ pub fn forecast(db: &Path, live_db: &Path) -> Result<Forecast, StoreError> {
     c.execute_batch("BEGIN")?;
     let Some(state) = read_state(&c)? else { return Ok(Forecast { sidecar_problem, ..Forecast::default() }) };
     let older = judge(&state, seen.as_ref());
-    let would_hold = if older.is_some() { super::held::count_holdable(&c)? } else { 0 };
-    let held = super::held::count_held(&c)?;
+    let would_hold = if older.is_some() { crate::store::held::count_holdable(&c)? } else { 0 };
+    let held = crate::store::held::count_held(&c)?;
     c.execute_batch("COMMIT")?;
     Ok(Forecast { older, would_hold, held, sidecar_problem })
 }
@@ -358,7 +358,7 @@ impl super::SqliteStore {
             let f = fork.clone();
             held = self
                 .write(move |c| {
-                    let n = super::held::hold_unsettled(c, &reason, now)?.len();
+                    let n = crate::store::held::hold_unsettled(c, &reason, now)?.len();
                     c.prepare_cached("UPDATE lineage SET lineage = ?1, backup_at = NULL")?.execute([&f])?;
                     Ok(n)
                 })

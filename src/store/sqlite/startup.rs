@@ -8,8 +8,10 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, OpenFlags};
 
-use super::{CheckDepth, SqliteStore, StoreError, check_with};
+use super::SqliteStore;
+use super::whole::{CheckDepth, check_with};
 use crate::config::Durability;
+use crate::store::StoreError;
 
 /// What shows that a data directory was used before: the files to look for besides the
 /// database. A first start creates none of them before the database exists.

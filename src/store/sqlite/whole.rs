@@ -9,74 +9,9 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 
-use super::open::{APPLICATION_ID, SCHEMA_VERSION, StoreError, checkpoint_truncate, not_tally};
-
-/// The invariants of tasks, envelopes and executions that `tally check` asks of every backend:
-/// (what is wrong, a query listing the ids it is wrong for). The SQL is the same on SQLite and
-/// PostgreSQL; each backend adds its own checks of stored images (and SQLite the charge rule
-/// that PostgreSQL enforces with a `CHECK` constraint).
-pub(crate) const TASK_INVARIANTS: &[(&str, &str)] = &[
-    (
-        "succeeded task without an artifact",
-        "SELECT id FROM tasks t WHERE status = 'succeeded' AND NOT EXISTS (SELECT 1 FROM artifacts a WHERE a.task_id = t.id)",
-    ),
-    // A running execution's envelope is leased, or waiting to be handed over again
-    // (`pending`), or handed over and not yet claimed (`sent` without a lease: recovery
-    // resumes it from the execution's phase). Anything else strands the execution.
-    (
-        "running execution whose envelope is not live",
-        "SELECT x.token FROM executions x WHERE x.status = 'running' AND NOT EXISTS
-           (SELECT 1 FROM envelopes e WHERE e.task_id = x.task_id AND e.status IN ('pending', 'sent'))",
-    ),
-    (
-        "envelope consumed for a task that is still queued or waiting",
-        "SELECT e.id FROM envelopes e JOIN tasks t ON t.id = e.task_id WHERE e.status = 'consumed' AND t.status IN ('queued', 'waiting', 'running')",
-    ),
-    (
-        "settled task whose envelope is still live",
-        "SELECT t.id FROM tasks t JOIN envelopes e ON e.task_id = t.id WHERE t.status IN ('succeeded', 'failed', 'unknown', 'canceled') AND e.status IN ('pending', 'sent')",
-    ),
-    (
-        "task without an envelope",
-        "SELECT id FROM tasks t WHERE NOT EXISTS (SELECT 1 FROM envelopes e WHERE e.task_id = t.id)",
-    ),
-    (
-        "task with more than one running execution",
-        "SELECT task_id FROM executions WHERE status = 'running' GROUP BY task_id HAVING count(*) > 1",
-    ),
-    (
-        "unknown task without an unknown execution",
-        "SELECT id FROM tasks t WHERE status = 'unknown' AND NOT EXISTS (SELECT 1 FROM executions x WHERE x.task_id = t.id AND x.status = 'unknown')",
-    ),
-];
-
-/// What `tally check` found.
-#[derive(Debug, Clone, Default)]
-pub struct CheckReport {
-    /// Everything that did not hold (empty when healthy).
-    pub problems: Vec<String>,
-    /// Images of an older data dir still in their files, waiting for the start-up migration
-    /// to move them in (`store::migrate`): not damage, but the database does not hold them.
-    pub unmoved: Vec<String>,
-    /// Generated images verified against their sha256.
-    pub artifacts: u64,
-    /// Uploaded reference photos verified against their sha256.
-    pub uploads: u64,
-    pub tasks: u64,
-}
-
-impl CheckReport {
-    /// One line for a person: what was verified.
-    pub fn summary(&self) -> String {
-        format!(
-            "{} task(s); {} image(s) verified against their sha256 ({} generated, {} uploaded)",
-            self.tasks,
-            self.artifacts + self.uploads,
-            self.artifacts,
-            self.uploads
-        )
-    }
-}
+use super::open::{APPLICATION_ID, SCHEMA_VERSION, checkpoint_truncate, not_tally};
+use crate::store::StoreError;
+use crate::store::check::{CheckReport, TASK_INVARIANTS};
 
 /// How deep [`check_with`] looks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,7 +90,7 @@ pub fn check_with(db: &Path, depth: CheckDepth) -> Result<CheckReport, StoreErro
             unmoved_ids.insert(id);
         }
     }
-    let blobs = super::blobs::verify_all(&conn, depth == CheckDepth::Full)?;
+    let blobs = crate::store::blobs::verify_all(&conn, depth == CheckDepth::Full)?;
     // An image still in its file is reported once, as unmoved, not also as missing.
     report.problems.extend(
         blobs.problems.into_iter().filter(|p| !p.rsplit(": ").next().is_some_and(|id| unmoved_ids.contains(id))),
@@ -205,7 +140,7 @@ pub fn backup(src: &Path, dest: &Path) -> Result<BackupReport, StoreError> {
             if mode != "delete" {
                 return Err(StoreError::Fatal(format!("the copy kept journal mode {mode}")));
             }
-            // Served later, it holds what it would send again (`store::lineage`).
+            // Served later, it holds what it would send again (`store::sqlite::lineage`).
             super::lineage::mark_backup(&to, crate::clock::Clock::now(&crate::clock::SystemClock))?;
         }
         let check = check(&tmp)?;

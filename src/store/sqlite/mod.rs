@@ -1,0 +1,546 @@
+//! The SQLite backend: one database file, one writer thread with group commit, pooled readers.
+//!
+//! Invariants enforced here:
+//! - **One writer.** Only the writer thread holds a write connection. Callers send it
+//!   operations; it groups all operations waiting at that moment into one transaction (group
+//!   commit), runs them one after the other, commits once, and only then answers each caller.
+//!   An operation that fails undoes its own writes and nothing else: one that failed before
+//!   changing a row has nothing to undo (a failed statement undoes itself), and if one fails
+//!   after changing rows the batch is rolled back and run again with a savepoint per
+//!   operation. (Savepoints on every batch cost two statements per operation.)
+//! - **Fsync what a promise depends on.** With `durability = "full"`, a transaction holding
+//!   any [`Commit::Durable`] operation commits with `synchronous = FULL` (the WAL is fsynced
+//!   before anyone is answered). A transaction of [`Commit::Ordered`] operations only commits
+//!   with `synchronous = NORMAL`: it is visible and survives a crash of the process, and the
+//!   next durable commit's fsync covers its WAL frames too (one file, written in order), so
+//!   nothing durable can ever depend on an ordered write that a power loss erased.
+//! - **Pragmas are set and then read back**, and opening fails if SQLite did not take them.
+//! - **No transaction spans a network call**: operations are synchronous closures run on the
+//!   writer thread; they cannot await anything.
+//! - Readers use their own connections and never write.
+//! - **Images live in the database** (`blobs`, see `store::blobs`): written only by the writer,
+//!   in the transaction of the row they belong to; read in chunks, each its own short read
+//!   transaction.
+//!
+//! **Checkpoint policy** (the WAL must not grow without bound under large images). SQLite's
+//! automatic checkpoint stays on, at [`open::AUTOCHECKPOINT_PAGES`] (SQLite's 1000 pages,
+//! about 4 MiB, set and read back; a larger threshold was faster with large images but needs
+//! that much more free disk, see there): after a commit leaves the WAL above that, the
+//! committing connection — always the writer thread — runs a PASSIVE checkpoint, which copies
+//! what no reader still needs into the database file and never waits for readers. The WAL file is reused from its start once a checkpoint has
+//! copied everything and no reader still reads from it, and `journal_size_limit`
+//! ([`open::WAL_SIZE_LIMIT`], 64 MiB) truncates it back after such a reset. What keeps that
+//! reset possible is that no reader holds a snapshot for long: downloads read an image one
+//! chunk per read transaction (`store::blobs`), so a slow client never pins the WAL. One commit
+//! carries at most about [`MAX_BATCH_BYTES`] (32 MiB) of images (a larger single image commits
+//! alone), which bounds what one group commit adds to the WAL; `tally backup` (`VACUUM INTO`)
+//! holds one snapshot for its length.
+//! A clean stop checkpoints with TRUNCATE (an empty WAL). Measured in `tally bench`
+//! (`BENCHMARKS.md`, "images in the database").
+
+pub mod lineage;
+mod migrate;
+pub(crate) mod open;
+pub(crate) mod startup;
+pub(crate) mod tx;
+pub(crate) mod whole;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread;
+
+use rusqlite::{Connection, OptionalExtension};
+use tokio::sync::oneshot;
+
+use crate::config::Durability;
+use crate::store::{Commit, StoreError};
+
+/// At most this many operations share one commit.
+const MAX_BATCH: usize = 256;
+/// At most about this many bytes of images share one commit (an operation larger than this
+/// commits alone): a burst of large images reaches the WAL in bounded commits.
+const MAX_BATCH_BYTES: usize = 32 << 20;
+
+/// The work of an operation: run on the write connection (possibly twice: see the writer's
+/// batches), keeping its latest result, and answered once the batch's commit finished.
+trait Job: Send {
+    /// Run (again) on the write connection; true if the operation succeeded.
+    fn run(&mut self, conn: &Connection) -> bool;
+    /// Answer the caller: the latest result, or `Some(error)` if the commit failed.
+    fn answer(self: Box<Self>, commit_error: Option<&StoreError>);
+}
+
+struct JobOf<R, F> {
+    f: F,
+    result: Option<Result<R, StoreError>>,
+    tx: oneshot::Sender<Result<R, StoreError>>,
+}
+
+impl<R: Send, F: FnMut(&Connection) -> Result<R, StoreError> + Send> Job for JobOf<R, F> {
+    fn run(&mut self, conn: &Connection) -> bool {
+        let r = (self.f)(conn);
+        let ok = r.is_ok();
+        self.result = Some(r);
+        ok
+    }
+
+    fn answer(self: Box<Self>, commit_error: Option<&StoreError>) {
+        let result = match (commit_error, self.result) {
+            (Some(e), _) => Err(e.as_commit_failure()),
+            (None, Some(r)) => r,
+            (None, None) => Err(StoreError::Closed),
+        };
+        let _ = self.tx.send(result);
+    }
+}
+
+/// An operation for the writer.
+struct Op {
+    commit: Commit,
+    /// Image bytes the operation writes (for [`MAX_BATCH_BYTES`]).
+    weight: usize,
+    job: Box<dyn Job>,
+}
+
+/// The `synchronous` level of the writer's next transaction.
+fn sync_level(durability: Durability, any_durable: bool) -> &'static str {
+    match durability {
+        Durability::Full if any_durable => "PRAGMA synchronous = FULL",
+        _ => "PRAGMA synchronous = NORMAL",
+    }
+}
+
+/// A handle to tally's database. Cheap to clone.
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    writer: Mutex<Option<mpsc::Sender<Op>>>,
+    writer_thread: Mutex<Option<thread::JoinHandle<()>>>,
+    readers: Mutex<Vec<Connection>>,
+    statements: Arc<AtomicU64>,
+    commits: AtomicU64,
+    /// Commits that changed at least one row.
+    writes: AtomicU64,
+    /// Of those, the ones fsynced (`synchronous = FULL`), and the durable operations that
+    /// waited for them.
+    fsyncs: AtomicU64,
+    durable_waits: AtomicU64,
+    /// What opening did to an older database, in plain words.
+    migration: Vec<String>,
+    /// Set while `tally serve` serves the database: the data directory's sidecar, noted after
+    /// every durable commit (`store::sqlite::lineage`).
+    tracker: std::sync::OnceLock<lineage::Tracker>,
+}
+
+impl SqliteStore {
+    /// Open (creating or migrating) the database at `path` and start the writer thread.
+    pub fn open(path: &Path, durability: Durability) -> Result<SqliteStore, StoreError> {
+        let statements = Arc::new(AtomicU64::new(0));
+        let (mut conn, migration) = open::open_write(path, durability)?;
+        for note in &migration {
+            tracing::info!("{note}");
+        }
+        open::count_statements(&mut conn, statements.clone())?;
+        let (tx, rx) = mpsc::channel::<Op>();
+        let inner = Arc::new(Inner {
+            path: path.to_path_buf(),
+            writer: Mutex::new(Some(tx)),
+            writer_thread: Mutex::new(None),
+            readers: Mutex::new(Vec::new()),
+            statements,
+            commits: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
+            fsyncs: AtomicU64::new(0),
+            durable_waits: AtomicU64::new(0),
+            migration,
+            tracker: std::sync::OnceLock::new(),
+        });
+        let weak = Arc::downgrade(&inner);
+        let handle = thread::Builder::new()
+            .name("tally-writer".into())
+            .spawn(move || writer_loop(conn, rx, weak, durability))
+            .map_err(|e| StoreError::Fatal(format!("cannot start the writer thread: {e}")))?;
+        *lock(&inner.writer_thread) = Some(handle);
+        Ok(SqliteStore { inner })
+    }
+
+    /// What opening did to an older database (schema migration, image files moved in), in
+    /// plain words; empty when the database was current.
+    pub fn migration_notes(&self) -> &[String] {
+        &self.inner.migration
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// SQL statements executed so far on every connection of this store (for idle checks
+    /// and benchmarks).
+    pub fn statements(&self) -> u64 {
+        self.inner.statements.load(Ordering::Relaxed)
+    }
+
+    /// Transactions committed by the writer so far.
+    pub fn commits(&self) -> u64 {
+        self.inner.commits.load(Ordering::Relaxed)
+    }
+
+    /// Transactions committed by the writer so far that changed at least one row (a
+    /// transaction that only read — a dispatch that found nothing to claim — writes nothing to
+    /// the WAL and is not counted).
+    pub fn writes(&self) -> u64 {
+        self.inner.writes.load(Ordering::Relaxed)
+    }
+
+    /// Commits fsynced so far (`durability = "full"` and a durable operation in them).
+    pub fn fsyncs(&self) -> u64 {
+        self.inner.fsyncs.load(Ordering::Relaxed)
+    }
+
+    /// Durable operations answered after an fsynced commit so far: each one an fsync its
+    /// caller waited for (shared with the others in its commit).
+    pub fn durable_waits(&self) -> u64 {
+        self.inner.durable_waits.load(Ordering::Relaxed)
+    }
+
+    /// Run a write operation on the writer thread, grouped with whatever else is waiting,
+    /// and return its result once its transaction is durably committed.
+    pub async fn write<R, F>(&self, f: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnMut(&Connection) -> Result<R, StoreError> + Send + 'static,
+    {
+        self.send(Commit::Durable, 0, f)?.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// [`SqliteStore::write`] for bookkeeping that needs no fsync of its own ([`Commit::Ordered`]).
+    pub async fn write_ordered<R, F>(&self, f: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnMut(&Connection) -> Result<R, StoreError> + Send + 'static,
+    {
+        self.send(Commit::Ordered, 0, f)?.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Queue an operation for the writer now; the receiver yields its result after the commit.
+    /// The operation may run twice (the second time after its batch was rolled back, see
+    /// `writer_loop`): it must be a function of the database alone, as every store operation is.
+    pub(in crate::store) fn send<R, F>(
+        &self,
+        commit: Commit,
+        weight: usize,
+        f: F,
+    ) -> Result<oneshot::Receiver<Result<R, StoreError>>, StoreError>
+    where
+        R: Send + 'static,
+        F: FnMut(&Connection) -> Result<R, StoreError> + Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        let job: Box<dyn Job> = Box::new(JobOf { f, result: None, tx });
+        let sender = lock(&self.inner.writer).clone().ok_or(StoreError::Closed)?;
+        sender.send(Op { commit, weight, job }).map_err(|_| StoreError::Closed)?;
+        Ok(rx)
+    }
+
+    /// Run a read on a reader connection (off the async threads).
+    pub async fn read<R, F>(&self, f: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> Result<R, StoreError> + Send + 'static,
+    {
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || store.read_blocking(f))
+            .await
+            .map_err(|e| StoreError::Fatal(format!("reader task failed: {e}")))?
+    }
+
+    /// Run a read on the current thread (for CLI tools and tests outside a runtime).
+    pub fn read_blocking<R>(&self, f: impl FnOnce(&Connection) -> Result<R, StoreError>) -> Result<R, StoreError> {
+        let conn = lock(&self.inner.readers).pop();
+        let conn = match conn {
+            Some(c) => c,
+            None => {
+                let mut c = open::open_read(&self.inner.path)?;
+                open::count_statements(&mut c, self.inner.statements.clone())?;
+                c
+            }
+        };
+        let result = f(&conn);
+        let mut pool = lock(&self.inner.readers);
+        if pool.len() < 8 {
+            pool.push(conn);
+        }
+        result
+    }
+
+    /// Stop the writer after the operations already sent, checkpoint the WAL into the
+    /// database file and truncate it, so the file alone is a complete copy.
+    pub fn close(&self) -> Result<(), StoreError> {
+        lock(&self.inner.writer).take();
+        if let Some(h) = lock(&self.inner.writer_thread).take() {
+            let _ = h.join();
+        }
+        lock(&self.inner.readers).clear();
+        // A served database: `running` cleared (fsynced) before the checkpoint, the sidecar
+        // saved durably after it (`store::sqlite::lineage`).
+        let ended = self.inner.tracker.get().map(|t| lineage::end_serving(&self.inner.path, t));
+        let checkpoint = open::checkpoint_truncate(&self.inner.path);
+        if let Some(Err(e)) = ended {
+            tracing::warn!(error = %e, "cannot record the clean stop in the database and its sidecar");
+        }
+        checkpoint
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The writer thread: take every operation waiting, run them in one transaction, commit,
+/// answer. Ends when every sender is gone.
+fn writer_loop(conn: Connection, rx: mpsc::Receiver<Op>, inner: std::sync::Weak<Inner>, durability: Durability) {
+    // `open_write` left the connection at the configured level.
+    let mut level = sync_level(durability, true);
+    // Commits that failed in a row.
+    let mut failing: u64 = 0;
+    // An operation taken from the channel that did not fit the last batch's byte budget.
+    let mut carried: Option<Op> = None;
+    loop {
+        let first = match carried.take() {
+            Some(op) => op,
+            None => match rx.recv() {
+                Ok(op) => op,
+                Err(_) => break,
+            },
+        };
+        let mut weight = first.weight;
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(op) if weight + op.weight > MAX_BATCH_BYTES => {
+                    carried = Some(op);
+                    break;
+                }
+                Ok(op) => {
+                    weight += op.weight;
+                    batch.push(op);
+                }
+                Err(_) => break,
+            }
+        }
+        let changes_before = conn.total_changes();
+        let durable = batch.iter().filter(|op| op.commit == Commit::Durable).count();
+        let want = sync_level(durability, durable > 0);
+        let commit = (|| -> Result<Option<i64>, StoreError> {
+            if want != level {
+                conn.prepare_cached(want)?.execute([])?;
+                level = want;
+            }
+            conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+            // Optimistically without savepoints: an operation that fails having changed no row
+            // leaves nothing to undo (a failed statement undoes itself). Only if one fails
+            // after it changed rows is the batch rolled back and run again, each operation in
+            // its own savepoint, so that only the failing one's writes are undone.
+            let mut clean = true;
+            for op in batch.iter_mut() {
+                let before = conn.total_changes();
+                let ok = op.job.run(&conn);
+                if conn.is_autocommit() {
+                    return Err(StoreError::Fatal("the write transaction ended inside an operation".into()));
+                }
+                if !ok && conn.total_changes() != before {
+                    clean = false;
+                    break;
+                }
+            }
+            if !clean {
+                conn.prepare_cached("ROLLBACK")?.execute([])?;
+                conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+                for op in batch.iter_mut() {
+                    conn.prepare_cached("SAVEPOINT op")?.execute([])?;
+                    if !op.job.run(&conn) {
+                        conn.prepare_cached("ROLLBACK TO op")?.execute([])?;
+                    }
+                    conn.prepare_cached("RELEASE op")?.execute([])?;
+                }
+            }
+            // One statement per batch that holds a durable operation and wrote something: the
+            // database's commit sequence (`store::sqlite::lineage`), noted in the sidecar after COMMIT.
+            let seq = if durable > 0 && conn.total_changes() > changes_before {
+                conn.prepare_cached("UPDATE lineage SET seq = seq + 1 RETURNING seq")?
+                    .query_row([], |r| r.get::<_, i64>(0))
+                    .optional()?
+            } else {
+                None
+            };
+            conn.prepare_cached("COMMIT")?.execute([])?;
+            Ok(seq)
+        })();
+        if commit.is_err() && !conn.is_autocommit() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        if let Some(inner) = inner.upgrade() {
+            inner.commits.fetch_add(1, Ordering::Relaxed);
+        }
+        let (seq, err) = match commit {
+            Ok(seq) => (seq, None),
+            Err(e) => (None, Some(e)),
+        };
+        if let (Some(seq), Some(inner)) = (seq, inner.upgrade())
+            && let Some(t) = inner.tracker.get()
+        {
+            t.note(seq);
+        }
+        // Logged when commits start failing and when one that wrote something works again,
+        // not on every failure: a full disk must not turn the log into a flood (the callers
+        // say what they do about it). A transaction that only read commits even then.
+        let wrote = conn.total_changes() > changes_before;
+        if let (None, true, Some(inner)) = (&err, wrote, inner.upgrade()) {
+            inner.writes.fetch_add(1, Ordering::Relaxed);
+            if want == "PRAGMA synchronous = FULL" {
+                inner.fsyncs.fetch_add(1, Ordering::Relaxed);
+                inner.durable_waits.fetch_add(durable as u64, Ordering::Relaxed);
+            }
+        }
+        match &err {
+            Some(e) if failing == 0 => tracing::error!(error = %e, "a write transaction failed to commit"),
+            Some(e) => tracing::debug!(error = %e, failing, "a write transaction failed to commit again"),
+            None if failing > 0 && wrote => tracing::info!(failed = failing, "write transactions commit again"),
+            None => {}
+        }
+        if err.is_some() {
+            failing += 1;
+        } else if wrote {
+            failing = 0;
+        }
+        // Operations that never ran (the batch failed before them) are answered with the
+        // commit's error.
+        for op in batch {
+            op.job.answer(err.as_ref());
+        }
+    }
+    drop(conn);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn level(c: &Connection) -> Result<i64, StoreError> {
+        Ok(c.query_row("PRAGMA synchronous", [], |r| r.get(0))?)
+    }
+
+    fn store(durability: Durability) -> (SqliteStore, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("tally-commit-{}", uuid::Uuid::new_v4()));
+        (SqliteStore::open(&dir.join("tally.db"), durability).expect("open"), dir)
+    }
+
+    /// Run `kinds` as one batch — queued while the writer is held inside an earlier operation,
+    /// so they share the next transaction — and return the `synchronous` level each saw.
+    async fn one_batch(store: &SqliteStore, kinds: &[Commit]) -> Vec<i64> {
+        let (release, held) = mpsc::channel::<()>();
+        let (entered_tx, entered) = mpsc::channel::<()>();
+        let holding = store
+            .send(Commit::Ordered, 0, move |_| {
+                let _ = entered_tx.send(());
+                let _ = held.recv();
+                Ok(())
+            })
+            .expect("send");
+        entered.recv_timeout(std::time::Duration::from_secs(10)).expect("the writer runs the holding operation");
+        let replies: Vec<_> = kinds.iter().map(|k| store.send(*k, 0, level).expect("send")).collect();
+        drop(release);
+        holding.await.expect("reply").expect("holding op");
+        let mut levels = Vec::new();
+        for r in replies {
+            levels.push(r.await.expect("reply").expect("op"));
+        }
+        levels
+    }
+
+    /// Which `synchronous` level each operation ran under: a transaction with any durable
+    /// operation is FULL (2), one with only ordered operations NORMAL (1).
+    #[tokio::test]
+    async fn a_batch_is_fsynced_when_any_operation_needs_it() {
+        let (store, dir) = store(Durability::Full);
+        assert_eq!(store.write(level).await.expect("durable"), 2, "a durable op alone commits FULL");
+        assert_eq!(store.write_ordered(level).await.expect("ordered"), 1, "an ordered op alone commits NORMAL");
+        assert_eq!(
+            one_batch(&store, &[Commit::Ordered, Commit::Durable]).await,
+            [2, 2],
+            "an ordered op batched with a durable one is fsynced with it"
+        );
+        assert_eq!(
+            one_batch(&store, &[Commit::Ordered, Commit::Ordered]).await,
+            [1, 1],
+            "ordered ops alone are not fsynced"
+        );
+        store.close().expect("close");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// An operation that fails after it wrote is undone alone: the others of its batch
+    /// commit, each with its own result (the batch is run again with savepoints).
+    #[tokio::test]
+    async fn a_failing_operation_is_undone_alone_and_its_batch_commits() {
+        let (store, dir) = store(Durability::Full);
+        store.write(|c| Ok(c.execute_batch("CREATE TABLE t (v INTEGER)")?)).await.expect("table");
+        let (release, held) = mpsc::channel::<()>();
+        let (entered_tx, entered) = mpsc::channel::<()>();
+        let holding = store
+            .send(Commit::Ordered, 0, move |_| {
+                let _ = entered_tx.send(());
+                let _ = held.recv();
+                Ok(())
+            })
+            .expect("send");
+        entered.recv_timeout(std::time::Duration::from_secs(10)).expect("the writer runs the holding operation");
+        let insert = |v: i64, fail: bool| {
+            move |c: &Connection| -> Result<i64, StoreError> {
+                c.execute("INSERT INTO t (v) VALUES (?1)", [v])?;
+                if fail {
+                    return Err(StoreError::Invalid("after a write".into()));
+                }
+                Ok(v)
+            }
+        };
+        let a = store.send(Commit::Durable, 0, insert(1, false)).expect("send");
+        let b = store.send(Commit::Durable, 0, insert(2, true)).expect("send");
+        let fenced =
+            store.send(Commit::Durable, 0, |_: &Connection| -> Result<(), StoreError> { Err(StoreError::Fenced) });
+        let c = store.send(Commit::Durable, 0, insert(3, false)).expect("send");
+        drop(release);
+        holding.await.expect("reply").expect("holding op");
+        assert_eq!(a.await.expect("reply").expect("a"), 1);
+        assert!(matches!(b.await.expect("reply"), Err(StoreError::Invalid(_))));
+        assert!(matches!(fenced.expect("send").await.expect("reply"), Err(StoreError::Fenced)));
+        assert_eq!(c.await.expect("reply").expect("c"), 3);
+        let rows: Vec<i64> = store
+            .read(|c| {
+                let mut st = c.prepare("SELECT v FROM t ORDER BY v")?;
+                let v = st.query_map([], |r| r.get(0))?.collect::<Result<Vec<i64>, _>>()?;
+                Ok(v)
+            })
+            .await
+            .expect("read");
+        assert_eq!(rows, [1, 3], "the failed operation's write is gone, the others' kept");
+        store.close().expect("close");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// With `durability = "normal"` nothing is fsynced per commit, whatever an op asks for.
+    #[tokio::test]
+    async fn normal_durability_never_fsyncs_a_commit() {
+        let (store, dir) = store(Durability::Normal);
+        assert_eq!(store.write(level).await.expect("durable"), 1);
+        assert_eq!(store.write_ordered(level).await.expect("ordered"), 1);
+        store.close().expect("close");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
