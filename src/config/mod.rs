@@ -10,11 +10,14 @@ use serde::Deserialize;
 
 pub use crate::domain::DispatchOrder;
 
+mod delivery;
 mod provider;
 mod storage;
 #[cfg(test)]
 mod tests;
 
+pub use delivery::DeliveryConfig;
+use delivery::{RawDelivery, resolve_delivery};
 use provider::resolve_provider;
 pub use provider::*;
 use storage::resolve_backend;
@@ -50,6 +53,8 @@ struct RawConfig {
     budget: RawBudget,
     #[serde(default)]
     ui: RawUi,
+    #[serde(default)]
+    delivery: RawDelivery,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -167,6 +172,9 @@ pub struct Config {
     pub providers: Vec<ProviderConfig>,
     pub budget: BudgetConfig,
     pub ui: UiConfig,
+    /// `[delivery]`: the profiles and targets a delivery may name (built-ins and `exports`
+    /// included).
+    pub delivery: DeliveryConfig,
 }
 
 /// `[ui]`: the web page.
@@ -317,6 +325,12 @@ impl Config {
         self.storage.data_dir.join("tally.db")
     }
 
+    /// Every delivery target, resolved against the data dir (`exports` included); see
+    /// [`DeliveryConfig::targets`].
+    pub fn delivery_targets(&self) -> Vec<crate::delivery::target::TargetConfig> {
+        self.delivery.targets(&self.storage.data_dir)
+    }
+
     /// The API token file inside the data dir.
     pub fn token_path(&self) -> PathBuf {
         self.storage.data_dir.join("api-token")
@@ -445,6 +459,7 @@ fn resolve(raw: RawConfig, origin: &str) -> Result<Config, ConfigError> {
             })?),
         },
     };
+    let delivery = resolve_delivery(raw.delivery, origin)?;
     Ok(Config {
         warnings,
         server: ServerConfig { listen, allowed_hosts, allow_non_loopback, max_body_bytes },
@@ -454,6 +469,7 @@ fn resolve(raw: RawConfig, origin: &str) -> Result<Config, ConfigError> {
         providers,
         budget,
         ui,
+        delivery,
     })
 }
 

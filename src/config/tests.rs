@@ -166,3 +166,152 @@ fn dashscope_defaults_to_the_international_endpoint_and_its_key_variable() {
     let e = Config::from_toml("[[providers]]\nname = \"wan\"\nkind = \"dashscope\"\n", "t").unwrap_err();
     assert!(e.to_string().contains("providers[0].model"), "{e}");
 }
+
+/// The `[delivery]` part of /work/shared/acceptance/deliver.py's configuration.
+const ACCEPTANCE_DELIVERY: &str = r##"
+[[providers]]
+name = "demo"
+kind = "demo"
+max_concurrency = 4
+
+[[delivery.profiles]]
+name = "tall600"
+width = 600
+height = 800
+fit = "pad"
+background = "#ffffff"
+format = "png"
+file_name = "{product}_{role}_{profile}.{ext}"
+
+[[delivery.targets]]
+name = "out"
+kind = "folder"
+path = "/tmp/bar-deliver-x/out"
+"##;
+
+#[test]
+fn the_acceptance_delivery_config_loads() {
+    use crate::delivery::profile::{Fit, Format, Rgb};
+    use crate::delivery::target::{TargetConfig, TargetKind};
+    let c = Config::from_toml(&format!("[storage]\ndata_dir = \"/data\"\n{ACCEPTANCE_DELIVERY}"), "t.toml").unwrap();
+    let p = c.delivery.profile("tall600").expect("configured");
+    let r = p.render.expect("rendered");
+    assert_eq!((r.width, r.height, r.fit, r.background, r.format), (600, 800, Fit::Pad, Rgb::WHITE, Format::Png));
+    assert_eq!(p.file_name, "{product}_{role}_{profile}.{ext}");
+    for b in ["amazon", "shopify", "etsy", "taobao", "original"] {
+        assert!(c.delivery.profile(b).is_some(), "{b}");
+    }
+    let folder = |name: &str, path: &str| TargetConfig {
+        name: name.into(),
+        timeout_ms: 30_000,
+        kind: TargetKind::Folder { path: path.into() },
+    };
+    assert_eq!(c.delivery_targets(), [folder("out", "/tmp/bar-deliver-x/out"), folder("exports", "/data/exports")]);
+    // `exports` follows the data dir when it is changed after loading (`--data-dir`).
+    assert_eq!(c.delivery.targets(std::path::Path::new("/d2"))[1], folder("exports", "/d2/exports"));
+}
+
+#[test]
+fn with_no_delivery_config_the_exports_folder_exists() {
+    let c = Config::from_toml("[storage]\ndata_dir = \"/data\"\n", "t.toml").unwrap();
+    let t = c.delivery.target("exports", &c.storage.data_dir).expect("default target");
+    assert_eq!(t.kind, crate::delivery::target::TargetKind::Folder { path: "/data/exports".into() });
+    assert_eq!(c.delivery.profiles.len(), 5, "the built-ins");
+}
+
+#[test]
+fn delivery_targets_resolve_per_kind() {
+    use crate::delivery::target::{S3Config, TargetKind};
+    let c = Config::from_toml(
+        r#"
+[storage]
+data_dir = "/data"
+[[delivery.targets]]
+name = "exports"
+kind = "folder"
+path = "shop-files"
+timeout_ms = 5000
+[[delivery.targets]]
+name = "bucket"
+kind = "s3"
+endpoint = "http://127.0.0.1:9000"
+region = "us-east-1"
+bucket = "listings"
+prefix = "tally/"
+access_key_id_env = "S3_KEY"
+secret_access_key_env = "S3_SECRET"
+"#,
+        "t.toml",
+    )
+    .unwrap();
+    let t = c.delivery_targets();
+    assert_eq!(t.len(), 2, "a configured folder `exports` replaces the default: {t:?}");
+    assert_eq!((t[0].name.as_str(), t[0].timeout_ms), ("exports", 5000));
+    assert_eq!(t[0].kind, TargetKind::Folder { path: "/data/shop-files".into() }, "relative paths are in the data dir");
+    assert_eq!(
+        t[1].kind,
+        TargetKind::S3(S3Config {
+            endpoint: Some("http://127.0.0.1:9000".into()),
+            region: "us-east-1".into(),
+            bucket: "listings".into(),
+            prefix: "tally/".into(),
+            access_key_id_env: "S3_KEY".into(),
+            secret_access_key_env: "S3_SECRET".into(),
+        })
+    );
+}
+
+#[test]
+fn bad_delivery_config_names_the_key_and_why() {
+    let folder = "[[delivery.targets]]\nname = \"out\"\nkind = \"folder\"\npath = \"/o\"\n";
+    let s3 =
+        "kind = \"s3\"\nregion = \"r\"\nbucket = \"b\"\naccess_key_id_env = \"K\"\nsecret_access_key_env = \"S\"\n";
+    let profile = "[[delivery.profiles]]\nname = \"p\"\nwidth = 10\nheight = 10\n";
+    let cases: Vec<(String, &str, &str)> = vec![
+        (
+            "[[delivery.targets]]\nname = \"x\"\nkind = \"ftp\"\n".into(),
+            "delivery.targets[0].kind",
+            "\"folder\" or \"s3\"",
+        ),
+        (format!("{folder}{folder}"), "delivery.targets[1].name", "configured twice"),
+        (format!("[[delivery.targets]]\nname = \"exports\"\n{s3}"), "delivery.targets[0].name", "default local folder"),
+        ("[[delivery.targets]]\nname = \"x\"\nkind = \"folder\"\n".into(), "delivery.targets[0].path", "required"),
+        (format!("{folder}bucket = \"b\"\n"), "delivery.targets[0].bucket", "not a key of a `folder` target"),
+        (format!("{folder}timeout_ms = 0\n"), "delivery.targets[0].timeout_ms", "between 1 and"),
+        (
+            format!("[[delivery.targets]]\nname = \"b\"\n{s3}access_key_id_env = \"AKIA=1\"\n")
+                .replace("access_key_id_env = \"K\"\n", ""),
+            "delivery.targets[0].access_key_id_env",
+            "environment variable",
+        ),
+        (
+            format!("[[delivery.targets]]\nname = \"b\"\n{s3}endpoint = \"minio:9000\"\n"),
+            "delivery.targets[0].endpoint",
+            "http://",
+        ),
+        (format!("{profile}{profile}"), "delivery.profiles[1].name", "configured twice"),
+        (
+            "[[delivery.profiles]]\nname = \"amazon\"\nwidth = 10\nheight = 10\n".into(),
+            "delivery.profiles[0].name",
+            "built-in",
+        ),
+        (format!("{profile}background = \"#fffff\"\n"), "delivery.profiles[0].background", "not a colour"),
+        (
+            "[[delivery.profiles]]\nname = \"p\"\nwidth = 0\nheight = 10\n".into(),
+            "delivery.profiles[0].width",
+            "between 1 and",
+        ),
+        (format!("{profile}format = \"gif\"\n"), "delivery.profiles[0].format", "\"jpeg\", \"png\" or \"webp\""),
+        (
+            format!("{profile}file_name = \"{{product}}/{{role}}.{{ext}}\"\n"),
+            "delivery.profiles[0].file_name",
+            "path separator",
+        ),
+    ];
+    for (text, key, words) in cases {
+        let e = Config::from_toml(&text, "my.toml").expect_err(&text).to_string();
+        assert!(e.contains("my.toml") && e.contains(key) && e.contains(words), "{text}\n→ {e}");
+    }
+    let e = Config::from_toml("[delivery]\nprofile = []\n", "my.toml").unwrap_err().to_string();
+    assert!(e.contains("profile"), "an unknown key under [delivery] is refused: {e}");
+}

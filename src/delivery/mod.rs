@@ -3,5 +3,20 @@
 //! no provider is called. The durable bookkeeping of a delivery (one item per file, recorded
 //! before it is attempted and confirmed after) lives in the store and the engine; this module
 //! only knows how to make a file and how to put it somewhere, and says plainly what happened.
+//!
+//! Layout:
+//! - [`profile`]: what file a marketplace wants ([`profile::Profile`], the built-ins).
+//! - [`render`]: making that file from a chosen image, and checking an image against a profile.
+//! - [`names`]: the files' names from a profile's `file_name` pattern, safe and distinct.
+//! - [`manifest`]: `manifest.csv` and `manifest.json`, written beside a delivery's files.
+//! - [`target`]: where files go ([`target::Target`]) and what a write answers.
+//! - [`folder`]: the `folder` target (a local directory, never overwriting).
+//!
+//! Invariant: nothing here touches the store, and nothing here overwrites a file at a target.
 
+pub mod folder;
+pub mod manifest;
+pub mod names;
+pub mod profile;
+pub mod render;
 pub mod target;

@@ -85,3 +85,168 @@ pub struct S3Config {
     /// `secret_access_key_env`: the environment variable holding the secret key.
     pub secret_access_key_env: String,
 }
+
+/// The name of the target that exists with no configuration: a folder `exports` in the data
+/// directory ([`default_targets`]).
+pub const DEFAULT_TARGET: &str = "exports";
+
+/// The default `timeout_ms` of a target: 30 seconds for one item's write.
+pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
+
+/// The targets a configuration gives, with `exports` added when it is not configured: a
+/// `folder` target named `exports` at `DATA_DIR/exports`. A configured target may take the
+/// name `exports` only as a folder (it then replaces the default, at its own `path`); the
+/// config refuses `exports` for another kind, so `--to exports` always means a local folder.
+pub fn default_targets(configured: &[TargetConfig], data_dir: &std::path::Path) -> Vec<TargetConfig> {
+    let mut out = configured.to_vec();
+    if !out.iter().any(|t| t.name == DEFAULT_TARGET) {
+        out.push(TargetConfig {
+            name: DEFAULT_TARGET.into(),
+            timeout_ms: DEFAULT_TIMEOUT_MS,
+            kind: TargetKind::Folder { path: data_dir.join(DEFAULT_TARGET) },
+        });
+    }
+    out
+}
+
+/// A target ready to write to, built from its [`TargetConfig`] ([`Target::from_config`]).
+/// `put` and `look` are async: the blocking work runs off the async runtime and one call may
+/// take at most the target's `timeout_ms`.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// A local directory ([`super::folder::FolderTarget`]).
+    Folder(super::folder::FolderTarget),
+}
+
+impl Target {
+    /// Build the target a config describes. An `s3` target is not available in this build
+    /// yet: a plain [`TargetError::Permanent`] says so.
+    pub fn from_config(config: &TargetConfig) -> Result<Target, TargetError> {
+        let timeout = std::time::Duration::from_millis(config.timeout_ms.max(1));
+        match &config.kind {
+            TargetKind::Folder { path } => Ok(Target::Folder(super::folder::FolderTarget {
+                name: config.name.clone(),
+                path: path.clone(),
+                timeout,
+            })),
+            TargetKind::S3(_) => Err(TargetError::Permanent(format!(
+                "target `{}` is an s3 target, and s3 targets are not available in this build yet",
+                config.name
+            ))),
+        }
+    }
+
+    /// The target's name.
+    pub fn name(&self) -> &str {
+        match self {
+            Target::Folder(f) => &f.name,
+        }
+    }
+
+    /// Where the files go, in words for the owner (a folder's path).
+    pub fn location(&self) -> String {
+        match self {
+            Target::Folder(f) => f.path.display().to_string(),
+        }
+    }
+
+    /// Write `bytes` (lowercase hex sha256 `sha256`) as `name`; never overwrites (see
+    /// [`Put`]). A write that takes longer than `timeout_ms` answers
+    /// [`TargetError::Ambiguous`]: it may still land, so look before writing again.
+    pub async fn put(&self, name: &str, bytes: Vec<u8>, sha256: &str) -> Result<Put, TargetError> {
+        match self {
+            Target::Folder(f) => {
+                let (f, name, sha256) = (f.clone(), name.to_string(), sha256.to_string());
+                let timeout = f.timeout;
+                let what = format!("writing {name} to {}", f.path.display());
+                let work = tokio::task::spawn_blocking(move || f.put(&name, &bytes, &sha256));
+                match tokio::time::timeout(timeout, work).await {
+                    Ok(Ok(answer)) => answer,
+                    Ok(Err(e)) => Err(TargetError::Ambiguous(format!("{what}: the write stopped unexpectedly ({e})"))),
+                    Err(_) => Err(TargetError::Ambiguous(format!(
+                        "{what} took longer than {} ms; it may still land — look before writing again",
+                        timeout.as_millis()
+                    ))),
+                }
+            }
+        }
+    }
+
+    /// What is at `name` (to settle a write whose answer was lost). Longer than `timeout_ms`
+    /// is [`TargetError::Transient`].
+    pub async fn look(&self, name: &str) -> Result<Look, TargetError> {
+        match self {
+            Target::Folder(f) => {
+                let (f, name) = (f.clone(), name.to_string());
+                let timeout = f.timeout;
+                let what = format!("looking for {name} in {}", f.path.display());
+                let work = tokio::task::spawn_blocking(move || f.look(&name));
+                match tokio::time::timeout(timeout, work).await {
+                    Ok(Ok(answer)) => answer,
+                    Ok(Err(e)) => Err(TargetError::Transient(format!("{what}: stopped unexpectedly ({e})"))),
+                    Err(_) => {
+                        Err(TargetError::Transient(format!("{what} took longer than {} ms", timeout.as_millis())))
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn folder(name: &str, path: &std::path::Path) -> TargetConfig {
+        TargetConfig {
+            name: name.into(),
+            timeout_ms: DEFAULT_TIMEOUT_MS,
+            kind: TargetKind::Folder { path: path.into() },
+        }
+    }
+
+    #[test]
+    fn exports_exists_with_no_configuration_and_a_configured_one_replaces_it() {
+        let data = std::path::Path::new("/data");
+        let t = default_targets(&[], data);
+        assert_eq!(t, [folder("exports", &data.join("exports"))]);
+        let mine = folder("exports", std::path::Path::new("/elsewhere"));
+        assert_eq!(default_targets(std::slice::from_ref(&mine), data), [mine]);
+        let out = folder("out", std::path::Path::new("/out"));
+        assert_eq!(default_targets(std::slice::from_ref(&out), data), [out, folder("exports", &data.join("exports"))]);
+    }
+
+    #[test]
+    fn an_s3_target_is_refused_plainly_for_now() {
+        let c = TargetConfig {
+            name: "bucket".into(),
+            timeout_ms: 1000,
+            kind: TargetKind::S3(S3Config {
+                endpoint: None,
+                region: "us-east-1".into(),
+                bucket: "b".into(),
+                prefix: String::new(),
+                access_key_id_env: "A".into(),
+                secret_access_key_env: "S".into(),
+            }),
+        };
+        match Target::from_config(&c) {
+            Err(TargetError::Permanent(why)) => assert!(why.contains("not available"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_async_target_writes_and_looks_at_the_disk() {
+        let dir = std::env::temp_dir().join(format!("tally-target-{}", uuid::Uuid::new_v4()));
+        let t = Target::from_config(&folder("out", &dir)).expect("folder");
+        assert_eq!(t.name(), "out");
+        let bytes = b"image".to_vec();
+        let sha = crate::delivery::render::sha256_hex(&bytes);
+        assert_eq!(t.put("a.png", bytes.clone(), &sha).await, Ok(Put::Written));
+        assert_eq!(std::fs::read(dir.join("a.png")).expect("on disk"), bytes);
+        assert_eq!(t.put("a.png", bytes, &sha).await, Ok(Put::AlreadyThere));
+        assert_eq!(t.look("a.png").await, Ok(Look::Present { sha256: sha }));
+        assert_eq!(t.look("b.png").await, Ok(Look::Absent));
+    }
+}

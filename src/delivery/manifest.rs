@@ -1,0 +1,218 @@
+//! A delivery's manifest: one row per file (product, shot role, profile, file name, sha256,
+//! pixel size, bytes, source task id, charge), as `manifest.csv` ([`csv`], RFC 4180 quoting)
+//! and `manifest.json` ([`json`]), written beside the files so whoever opens the folder can
+//! check each file against its sha256 and see what it cost. Pure: rows in, bytes out.
+
+use serde::Serialize;
+
+/// The manifest's file names.
+pub const CSV_NAME: &str = "manifest.csv";
+pub const JSON_NAME: &str = "manifest.json";
+
+/// The CSV header, in column order (the JSON keys are the same).
+pub const COLUMNS: [&str; 13] = [
+    "product",
+    "shot_role",
+    "profile",
+    "file_name",
+    "sha256",
+    "width",
+    "height",
+    "bytes",
+    "source_task_id",
+    "source_artifact_id",
+    "charge",
+    "cost",
+    "currency",
+];
+
+/// One delivered file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ManifestRow {
+    /// The set's product.
+    pub product: String,
+    /// The shot's role (`main`, `selling_point`, …; empty for none).
+    pub shot_role: String,
+    /// The profile the file was made with.
+    pub profile: String,
+    /// The file's name at the target.
+    pub file_name: String,
+    /// The file's lowercase hex sha256.
+    pub sha256: String,
+    /// Its pixel size.
+    pub width: u32,
+    pub height: u32,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// The task that generated the source image.
+    pub source_task_id: String,
+    /// The source image (artifact) it was made from.
+    pub source_artifact_id: String,
+    /// What the evidence says about money for that task (`none`, `possible`, `charged`,
+    /// `refused`, as the task's `charge.state`).
+    pub charge: String,
+    /// Its configured price in millionths of `currency` (`None`: not priced).
+    #[serde(skip)]
+    pub cost_micros: Option<i64>,
+    /// The currency of `cost`.
+    pub currency: Option<String>,
+}
+
+/// A price in millionths as a decimal string without trailing zeros: `40000` → `0.04`.
+pub fn decimal(micros: i64) -> String {
+    let sign = if micros < 0 { "-" } else { "" };
+    let m = micros.unsigned_abs();
+    let (whole, frac) = (m / 1_000_000, m % 1_000_000);
+    if frac == 0 {
+        return format!("{sign}{whole}");
+    }
+    let frac = format!("{frac:06}");
+    format!("{sign}{whole}.{}", frac.trim_end_matches('0'))
+}
+
+/// One CSV field, quoted when it holds a comma, quote, CR or LF (quotes doubled), and when it
+/// starts with a character a spreadsheet would run as a formula (`=`, `+`, `-`, `@`, tab):
+/// those get a leading `'` inside the quotes, so a product named `=HYPERLINK(…)` stays text.
+fn field(value: &str) -> String {
+    let formula = value.starts_with(['=', '+', '-', '@', '\t', '\r']);
+    let value = if formula { format!("'{value}") } else { value.to_string() };
+    if formula || value.contains([',', '"', '\r', '\n']) {
+        format!("\"{}\"", value.replace('"', "\"\""))
+    } else {
+        value
+    }
+}
+
+/// `manifest.csv`: a header line then one line per row, CRLF line ends (RFC 4180), UTF-8.
+pub fn csv(rows: &[ManifestRow]) -> Vec<u8> {
+    let mut out = COLUMNS.join(",");
+    out.push_str("\r\n");
+    for r in rows {
+        let cells = [
+            field(&r.product),
+            field(&r.shot_role),
+            field(&r.profile),
+            field(&r.file_name),
+            field(&r.sha256),
+            r.width.to_string(),
+            r.height.to_string(),
+            r.bytes.to_string(),
+            field(&r.source_task_id),
+            field(&r.source_artifact_id),
+            field(&r.charge),
+            r.cost_micros.map(decimal).unwrap_or_default(),
+            field(r.currency.as_deref().unwrap_or("")),
+        ];
+        out.push_str(&cells.join(","));
+        out.push_str("\r\n");
+    }
+    out.into_bytes()
+}
+
+/// `manifest.json`: `{"files": [ {row}, … ]}`, each row with the [`COLUMNS`] as keys (`cost`
+/// a decimal string such as `"0.04"`, or null), pretty-printed, ending in a newline.
+pub fn json(rows: &[ManifestRow]) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct Row<'a> {
+        #[serde(flatten)]
+        row: &'a ManifestRow,
+        cost: Option<String>,
+    }
+    #[derive(Serialize)]
+    struct Doc<'a> {
+        files: Vec<Row<'a>>,
+    }
+    let doc = Doc { files: rows.iter().map(|row| Row { row, cost: row.cost_micros.map(decimal) }).collect() };
+    // Serializing plain strings and numbers cannot fail.
+    let mut out = serde_json::to_vec_pretty(&doc).unwrap_or_else(|_| b"{\"files\":[]}".to_vec());
+    out.push(b'\n');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(product: &str) -> ManifestRow {
+        ManifestRow {
+            product: product.into(),
+            shot_role: "main".into(),
+            profile: "amazon".into(),
+            file_name: "x_main_1_amazon.jpg".into(),
+            sha256: "ab".repeat(32),
+            width: 2000,
+            height: 2000,
+            bytes: 123_456,
+            source_task_id: "task-1".into(),
+            source_artifact_id: "art-1".into(),
+            charge: "charged".into(),
+            cost_micros: Some(40_000),
+            currency: Some("USD".into()),
+        }
+    }
+
+    /// A small RFC 4180 reader, to read back what [`csv`] wrote.
+    fn parse(text: &str) -> Vec<Vec<String>> {
+        let (mut rows, mut row, mut cell) = (Vec::new(), Vec::new(), String::new());
+        let mut chars = text.chars().peekable();
+        let mut quoted = false;
+        while let Some(c) = chars.next() {
+            match (quoted, c) {
+                (true, '"') if chars.peek() == Some(&'"') => {
+                    chars.next();
+                    cell.push('"');
+                }
+                (true, '"') => quoted = false,
+                (true, c) => cell.push(c),
+                (false, '"') => quoted = true,
+                (false, ',') => row.push(std::mem::take(&mut cell)),
+                (false, '\r') => {}
+                (false, '\n') => {
+                    row.push(std::mem::take(&mut cell));
+                    rows.push(std::mem::take(&mut row));
+                }
+                (false, c) => cell.push(c),
+            }
+        }
+        rows
+    }
+
+    #[test]
+    fn csv_quotes_what_needs_quoting_and_reads_back() {
+        let awkward = "Teapot, \"green\"\nlarge 绿";
+        let text = String::from_utf8(csv(&[row(awkward), row("=cmd()")])).expect("utf-8");
+        let rows = parse(&text);
+        assert_eq!(rows[0], COLUMNS);
+        assert_eq!(rows.len(), 3);
+        assert_eq!(rows[1][0], awkward);
+        assert_eq!(rows[2][0], "'=cmd()", "a formula stays text");
+        assert_eq!(rows[1][5..8], ["2000", "2000", "123456"]);
+        assert_eq!(rows[1][10..], ["charged", "0.04", "USD"]);
+        assert!(text.ends_with("\r\n"));
+    }
+
+    #[test]
+    fn json_has_every_column_per_file() {
+        let v: serde_json::Value = serde_json::from_slice(&json(&[row("mug")])).expect("json");
+        let f = &v["files"][0];
+        for c in COLUMNS {
+            assert!(f.get(c).is_some(), "{c} missing in {f}");
+        }
+        assert_eq!(f["cost"], "0.04");
+        assert_eq!(f["width"], 2000);
+        assert_eq!(f["sha256"], "ab".repeat(32));
+        let v: serde_json::Value =
+            serde_json::from_slice(&json(&[ManifestRow { cost_micros: None, currency: None, ..row("mug") }]))
+                .expect("json");
+        assert!(v["files"][0]["cost"].is_null());
+    }
+
+    #[test]
+    fn prices_print_as_decimals() {
+        assert_eq!(decimal(40_000), "0.04");
+        assert_eq!(decimal(1_500_000), "1.5");
+        assert_eq!(decimal(2_000_000), "2");
+        assert_eq!(decimal(0), "0");
+        assert_eq!(decimal(-250_000), "-0.25");
+    }
+}
