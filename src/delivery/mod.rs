@@ -4,4 +4,5 @@
 //! before it is attempted and confirmed after) lives in the store and the engine; this module
 //! only knows how to make a file and how to put it somewhere, and says plainly what happened.
 
+pub mod s3;
 pub mod target;
