@@ -12,6 +12,10 @@
 //!   [`Put::Different`]; nothing there → [`TargetError::Transient`] (trying again is safe,
 //!   because the retry is a conditional create too: if the lost write lands late, the retry
 //!   finds it); the read-back failing as well → [`TargetError::Ambiguous`].
+//! - [`TargetError::Transient`] is said of a write only where trying again cannot write twice:
+//!   a 5xx (which on S3 means nothing was stored, and should it ever have been, the retry's
+//!   conditional create finds it and settles it by reading back), a connection that could not
+//!   be made, or a lost answer with nothing there.
 //! - `object_store`'s own retries are off: every attempt is one request, and whether to try
 //!   again is the engine's decision, made on the answer classified here.
 //!

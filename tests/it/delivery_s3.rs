@@ -478,7 +478,9 @@ async fn a_lost_answer_after_the_object_landed_is_settled_by_reading_back() {
 async fn a_timeout_after_sending_is_settled_by_reading_back() {
     let moto = Moto::start();
     let proxy = Proxy::start(moto.port, &[Mode::Hold]);
-    let t = moto.target_via(proxy.port, 1_500);
+    // Long enough that moto has stored the object before the client gives up, even on a
+    // loaded machine (moto answers in milliseconds; the proxy holds the answer back).
+    let t = moto.target_via(proxy.port, 5_000);
     let bytes = image("detail");
     let sha = sha256_hex(&bytes);
     assert_eq!(t.put("detail.png", bytes.clone(), &sha).await, Ok(Put::Written));
