@@ -188,6 +188,28 @@ impl S3Target {
         }
     }
 
+    /// Write `bytes` as `name`, replacing whatever is there: only for a delivery's manifest
+    /// (`manifest.csv`, `manifest.json`), which a later delivery to the same place rewrites.
+    /// Never used for an image.
+    pub async fn replace(&self, name: &str, bytes: Vec<u8>) -> Result<(), TargetError> {
+        let path = self.path(name)?;
+        let mut attributes = Attributes::new();
+        attributes.insert(Attribute::Metadata(SHA256_METADATA.into()), hex_sha256(&bytes).into());
+        if let Some(ct) = content_type(name) {
+            attributes.insert(Attribute::ContentType, ct.into());
+        }
+        let opts = PutOptions { mode: PutMode::Overwrite, attributes, ..PutOptions::default() };
+        match self.store.put_opts(&path, PutPayload::from(bytes), opts).await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(self.error(classify(&e), "writing", &path)),
+        }
+    }
+
+    /// Where files go, in words: `s3://bucket/prefix`.
+    pub fn location(&self) -> String {
+        format!("s3://{}/{}", self.bucket, self.prefix)
+    }
+
     /// What is at `name`: one HEAD, and the sha256 from the object's metadata; when an
     /// object has none (written by something other than tally), its bytes are read and hashed.
     /// A missing bucket reads as [`Look::Absent`] (a HEAD's 404 carries no body to tell the two

@@ -14,6 +14,7 @@ use super::blobs::{NewArtifact, insert_blob};
 use super::{SqliteStore, StoreError};
 
 pub(in crate::store) mod common;
+pub mod deliveries;
 mod dispatch;
 mod exec;
 pub(in crate::store) mod intake;
