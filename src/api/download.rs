@@ -194,6 +194,18 @@ pub fn plain_file_name(name: &str) -> Option<String> {
     ok.then(|| name.to_string())
 }
 
+/// `GET /v1/sets/{id}/download` query: `which=chosen` (only each shot's chosen image) or
+/// `which=all` (every candidate's image); without it, a shot's chosen image where it has one,
+/// else its candidates'. `profile` may only be `original` (the images as generated).
+#[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ZipQuery {
+    /// `chosen` or `all`.
+    pub which: Option<String>,
+    /// `original` (the only profile a zip takes; other profiles are delivered).
+    pub profile: Option<String>,
+}
+
 /// What the zip writer needs of one image.
 struct Entry {
     id: String,
@@ -223,7 +235,7 @@ pub const LEFT_OUT_HEADER: &str = "tally-images-left-out";
     path = "/sets/{id}/download",
     operation_id = "download_set",
     tag = "sets",
-    params(super::sets::SetId),
+    params(super::sets::SetId, ZipQuery),
     responses(
         (status = 200, description = "The set's finished images as one zip, `<product>_<role>.png` each. Damaged \
             images are left out; then the zip's last entry is `NOT-INCLUDED.txt`, naming each one left out and \
@@ -234,7 +246,11 @@ pub const LEFT_OUT_HEADER: &str = "tally-images-left-out";
                 ("Tally-Images-Left-Out" = u32, description = "How many damaged images the zip leaves out \
                     (only when it leaves some out)"),
             )),
+        (status = 400, description = "`which` is neither `chosen` nor `all` (`bad_request`).",
+            body = super::error::ErrorBody),
         (status = 409, description = "None of the set's shots has a finished image yet (`no_images`).",
+            body = super::error::ErrorBody),
+        (status = 422, description = "A `profile` other than `original` (`invalid_request`).",
             body = super::error::ErrorBody),
         (status = 500, description = "Every image of the set is damaged (`image_damaged`); `tally check` \
             lists them.", body = super::error::ErrorBody),
@@ -242,9 +258,28 @@ pub const LEFT_OUT_HEADER: &str = "tally-images-left-out";
         super::openapi::StoreFailure,
     )
 )]
-pub async fn set_zip(State(state): State<AppState>, UrlPath(id): UrlPath<String>) -> Result<Response, ApiError> {
+pub async fn set_zip(
+    State(state): State<AppState>,
+    UrlPath(id): UrlPath<String>,
+    axum::extract::Query(q): axum::extract::Query<ZipQuery>,
+) -> Result<Response, ApiError> {
+    if let Some(p) = q.profile.as_deref().filter(|p| *p != crate::delivery::profile::ORIGINAL) {
+        return Err(ApiError::invalid(format!(
+            "a set zip holds the images as generated (`profile=original`); for profile `{p}` make a delivery \
+             (POST /v1/sets/{{id}}/deliveries), which writes that profile's files to a target"
+        )));
+    }
     let set = state.engine().store().get_set(id).await?.ok_or_else(|| ApiError::not_found("set"))?;
-    let files = set_file_names(&set);
+    let files = match q.which.as_deref() {
+        None => set_file_names(&set),
+        Some("all") => all_file_names(&set),
+        Some("chosen") => {
+            let mut f = all_file_names(&set);
+            f.retain(|(a, _)| set.chosen.iter().flatten().any(|c| *c == a.id));
+            f
+        }
+        Some(o) => return Err(ApiError::bad_request(format!("which must be `chosen` or `all`, not `{o}`"))),
+    };
     if files.is_empty() {
         return Err(ApiError::conflict("no_images", "none of this set's shots has a finished image yet"));
     }

@@ -187,7 +187,9 @@ impl Target {
                 let work = tokio::task::spawn_blocking(move || f.replace(&name, &bytes));
                 match tokio::time::timeout(timeout, work).await {
                     Ok(Ok(answer)) => answer,
-                    Ok(Err(e)) => Err(TargetError::Transient(format!("writing the manifest stopped unexpectedly ({e})"))),
+                    Ok(Err(e)) => {
+                        Err(TargetError::Transient(format!("writing the manifest stopped unexpectedly ({e})")))
+                    }
                     Err(_) => Err(TargetError::Transient(format!(
                         "writing the manifest took longer than {} ms",
                         timeout.as_millis()

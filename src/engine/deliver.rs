@@ -360,7 +360,9 @@ async fn deliver_one(shared: &Shared, setup: &Setup, boot: &str, d: DeliveryView
             }
             (_, Err(why)) => {
                 let outcome = if item.state == ItemState::Writing {
-                    ItemOutcome::Unknown { why: format!("its write was interrupted and the target cannot be reached to look: {why}") }
+                    ItemOutcome::Unknown {
+                        why: format!("its write was interrupted and the target cannot be reached to look: {why}"),
+                    }
                 } else {
                     ItemOutcome::Failed { why: why.clone(), retry_safe: true }
                 };
@@ -395,14 +397,7 @@ async fn deliver_one(shared: &Shared, setup: &Setup, boot: &str, d: DeliveryView
             height: i64::from(file.height),
         };
         let held = store
-            .record_delivery_writing(
-                d.id.clone(),
-                item.position,
-                boot.to_string(),
-                facts,
-                shared.now(),
-                setup.lease_ms,
-            )
+            .record_delivery_writing(d.id.clone(), item.position, boot.to_string(), facts, shared.now(), setup.lease_ms)
             .await?;
         if !held {
             return Ok(());

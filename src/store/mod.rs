@@ -62,11 +62,11 @@ pub use choice::{
     AddOutcome, ChoiceOutcome, MAX_CANDIDATES, MAX_SHOT_CANDIDATES, SetEventView, delivery_blocking, role_label,
     shot_label,
 };
+pub use open::{SCHEMA_VERSION, Severity, StoreError, WAL_SIZE_LIMIT};
 pub use ops::deliveries::{
     CreateOutcome as DeliveryCreateOutcome, DeliveryItemView, DeliveryState, DeliveryView, FileFacts, ItemOutcome,
     ItemState, NewDelivery, NewDeliveryItem, RetryDeliveryOutcome,
 };
-pub use open::{SCHEMA_VERSION, Severity, StoreError, WAL_SIZE_LIMIT};
 pub use ops::*;
 pub use prune::PruneReport;
 pub use read::*;

@@ -267,10 +267,8 @@ impl Store {
         lease_ms: Millis,
         takeover: bool,
     ) -> Result<Option<DeliveryView>, StoreError> {
-        self.op_at(Commit::Durable, 0, now, move |tx, now| {
-            ops::deliveries::claim(tx, &runner, now, lease_ms, takeover)
-        })
-        .await
+        self.op_at(Commit::Durable, 0, now, move |tx, now| ops::deliveries::claim(tx, &runner, now, lease_ms, takeover))
+            .await
     }
 
     /// Durably record an item's write before it is attempted; `false` if `runner` lost the

@@ -356,10 +356,8 @@ pub(in crate::store) fn claim(
     lease_ms: Millis,
     takeover: bool,
 ) -> Result<Option<DeliveryView>, StoreError> {
-    let candidates = tx.rows(
-        "SELECT id FROM deliveries WHERE state IN ('queued', 'delivering') ORDER BY id LIMIT 16",
-        &[],
-    )?;
+    let candidates =
+        tx.rows("SELECT id FROM deliveries WHERE state IN ('queued', 'delivering') ORDER BY id LIMIT 16", &[])?;
     let until = now + lease_ms;
     for r in &candidates {
         let id: String = r.get(0)?;
