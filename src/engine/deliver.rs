@@ -12,8 +12,9 @@
 //! failed, never overwritten; the target cannot tell → unknown. So a crash at any point
 //! resumes without a silent half-delivery, under the condition that the target honours
 //! "create, never overwrite" (a local folder does; S3 when it honours `If-None-Match`).
-//! When a delivery ends, `manifest.csv` and `manifest.json` (its delivered files) are written
-//! beside the files, replacing an earlier delivery's.
+//! When every item is settled, `manifest.csv` and `manifest.json` (its delivered files) are
+//! written beside the files, replacing an earlier delivery's, and only then is the delivery's
+//! own state (`delivered`, …) recorded.
 //!
 //! Idle means idle: the runner sleeps until it is woken (a delivery made or retried), until
 //! the earliest lease of a delivery being delivered runs out (to take over one whose runner
@@ -30,8 +31,8 @@ use crate::delivery::render;
 use crate::delivery::target::{Look, Put, Target, TargetError};
 use crate::domain::Millis;
 use crate::store::{
-    DeliveryCreateOutcome, DeliveryItemView, DeliveryState, DeliveryView, FileFacts, ItemOutcome, ItemState,
-    NewDelivery, NewDeliveryItem, RetryDeliveryOutcome, SetView, Store, StoreError, delivery_blocking, shot_label,
+    DeliveryCreateOutcome, DeliveryItemView, DeliveryView, FileFacts, ItemOutcome, ItemState, NewDelivery,
+    NewDeliveryItem, RetryDeliveryOutcome, SetView, Store, StoreError, delivery_blocking, shot_label,
 };
 
 use super::{Engine, EngineError, Shared};
@@ -420,12 +421,12 @@ async fn deliver_one(shared: &Shared, setup: &Setup, boot: &str, d: DeliveryView
         }
         crate::failpoint::crash("deliver-after-confirm");
     }
-    // Every item is settled: the delivery's state (if a crash came between the last item and
-    // its own update), then its manifest.
-    store.settle_delivery(d.id.clone(), boot.to_string(), shared.now()).await?;
+    // Every item is settled: the manifest, then the delivery's state (so a delivery that says
+    // it ended has its manifest beside its files).
     if let Ok(target) = &target {
         write_manifest(shared, target, &d.id).await;
     }
+    store.settle_delivery(d.id.clone(), boot.to_string(), shared.now()).await?;
     Ok(())
 }
 
@@ -471,9 +472,6 @@ async fn write_manifest(shared: &Shared, target: &Target, id: &str) {
 /// The manifest's rows: each delivered item with its set's product and its task's charge.
 async fn manifest_rows(store: &Store, id: &str) -> Result<Vec<ManifestRow>, StoreError> {
     let Some(d) = store.delivery(id.into()).await? else { return Ok(Vec::new()) };
-    if d.state != DeliveryState::Delivered && d.state != DeliveryState::PartlyDelivered {
-        return Ok(Vec::new());
-    }
     let set = store.get_set(d.set_id.clone()).await?;
     let product = set.as_ref().map(|s| s.product.clone()).unwrap_or_default();
     let mut rows = Vec::new();

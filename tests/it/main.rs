@@ -20,6 +20,7 @@ mod conformance;
 #[cfg(feature = "failpoints")]
 mod crash;
 mod damaged;
+mod deliveries;
 mod delivery_s3;
 mod disks;
 mod engine;

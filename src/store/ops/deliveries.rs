@@ -11,8 +11,8 @@
 //!    size and pixels of the file about to be written; after it, [`confirm`] records
 //!    `delivered`, `failed` (why, and whether a retry is safe) or `unknown` (the target cannot
 //!    say). No transaction spans the write itself.
-//! 4. The delivery's state is derived from its items ([`derive_state`]) in the same
-//!    transaction that changes an item.
+//! 4. Once no item is open (and the runner wrote the manifest), [`settle`] writes the
+//!    delivery's state, derived from its items ([`derive_state`]).
 //!
 //! Invariants enforced here: only the run holding a delivery (its `runner`, state
 //! `delivering`) may change its items (`record_writing`/`confirm` match on it and change
@@ -430,8 +430,9 @@ pub(in crate::store) fn record_writing(
     Ok(n == 1)
 }
 
-/// Record how item `position` of delivery `id` ended, and the delivery's state derived from
-/// its items. `None` (nothing changed) when `runner` does not hold the delivery any more.
+/// Record how item `position` of delivery `id` ended; answers the state its items now give
+/// (the delivery itself stays `delivering` until [`settle`]). `None` (nothing changed) when
+/// `runner` does not hold the delivery any more.
 pub(in crate::store) fn confirm(
     tx: &mut dyn Tx,
     id: &str,
@@ -461,19 +462,13 @@ pub(in crate::store) fn confirm(
         .iter()
         .map(|r| ItemState::parse(&r.get::<String>(0)?))
         .collect::<Result<_, _>>()?;
-    let derived = derive_state(&states, true);
-    if derived.is_final() {
-        tx.exec(
-            "UPDATE deliveries SET state = ?2, runner = NULL, lease_until = NULL, updated_at = ?3 WHERE id = ?1",
-            &[&id, &derived.as_str(), &now],
-        )?;
-    }
-    Ok(Some(derived))
+    Ok(Some(derive_state(&states, true)))
 }
 
-/// Finish a delivery with no open item left (one whose items were all settled before a crash
-/// let the delivery's own state be written): its state from its items. `None` when `runner`
-/// does not hold it.
+/// Finish a delivery whose items are all settled: its state from its items, written once the
+/// runner has written the manifest (so a delivery that says it ended has its manifest beside
+/// its files; after a crash in between, the next run writes the manifest and then this).
+/// `None` when `runner` does not hold it.
 pub(in crate::store) fn settle(
     tx: &mut dyn Tx,
     id: &str,

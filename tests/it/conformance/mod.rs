@@ -10,6 +10,7 @@
 
 pub mod backend;
 mod choice;
+mod deliveries;
 mod held;
 mod money;
 mod multi;
