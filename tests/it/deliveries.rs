@@ -267,3 +267,38 @@ fn every_delivery_crash_point_is_named() {
         ["deliver-after-writing", "deliver-after-put", "deliver-after-confirm"]
     );
 }
+
+/// Schema 9 → 10 (SQLite): a database of the version before deliveries gains their tables and
+/// takes a delivery's rows (PostgreSQL's 6 → 7 is held to a new database's catalog by
+/// `conformance::pg_migrate`).
+#[tokio::test]
+async fn a_version_9_database_gains_the_delivery_tables() {
+    let dir = TempDir::new();
+    let db = dir.path().join("tally.db");
+    let durability = tally::config::Durability::Full;
+    tally::store::Store::open(&db, durability).expect("new").close().expect("close");
+    rusqlite::Connection::open(&db)
+        .and_then(|c| c.execute_batch("DROP TABLE delivery_items; DROP TABLE deliveries; PRAGMA user_version = 9;"))
+        .expect("make it version 9");
+    let store = tally::store::Store::open(&db, durability).expect("migrates");
+    let rows: i64 = store
+        .write(|c| {
+            c.execute_batch(
+                "INSERT INTO deliveries (id, set_id, profile, target, created_at, updated_at)
+                 VALUES ('d', 's', 'original', 'exports', 1, 1);
+                 INSERT INTO delivery_items (delivery_id, position, task_id, artifact_id, file_name, updated_at)
+                 VALUES ('d', 0, 't', 'a', 'x.png', 1);",
+            )?;
+            Ok(c.query_row("SELECT count(*) FROM delivery_items WHERE state = 'queued'", [], |r| r.get(0))?)
+        })
+        .await
+        .expect("the new tables take rows");
+    assert_eq!(rows, 1);
+    store.close().expect("close");
+    let version: i64 = rusqlite::Connection::open(&db)
+        .and_then(|c| c.query_row("PRAGMA user_version", [], |r| r.get(0)))
+        .expect("version");
+    assert_eq!(version, 10);
+    assert_eq!(tally::store::SCHEMA_VERSION, 10);
+    assert_eq!(tally::store::pg::PG_SCHEMA_VERSION, 7);
+}
