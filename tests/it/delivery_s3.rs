@@ -568,3 +568,57 @@ async fn a_missing_bucket_is_permanent() {
         "{err:?}"
     );
 }
+
+/// A delivery through the daemon's engine to an `s3` target (issue #26): every chosen image
+/// lands in the bucket under the prefix with its sha256, and the manifest beside them;
+/// delivering again finds the objects there and writes nothing over them.
+#[test]
+fn a_set_is_delivered_to_a_bucket_through_the_engine() {
+    use crate::common::{Daemon, FAST_DEMO};
+    use serde_json::json;
+    let moto = Moto::start();
+    let target = format!(
+        "{FAST_DEMO}\n[[delivery.targets]]\nname = \"shop\"\nkind = \"s3\"\nendpoint = \"{}\"\nregion = \"us-east-1\"\n\
+         bucket = \"{}\"\nprefix = \"shop/\"\naccess_key_id_env = \"TALLY_TEST_S3_KEY\"\n\
+         secret_access_key_env = \"TALLY_TEST_S3_SECRET\"\n",
+        moto.endpoint(),
+        moto.bucket
+    );
+    let mut d = Daemon::configure(&target);
+    d.env.push(("TALLY_TEST_S3_KEY".into(), moto.creds.access_key_id.clone()));
+    d.env.push(("TALLY_TEST_S3_SECRET".into(), moto.creds.secret_access_key.clone()));
+    d.spawn();
+    let body =
+        json!({"product": "green teapot", "shots": [{"role": "main", "prompt": uuid::Uuid::new_v4().to_string()}]});
+    let id = d.call("POST", "/v1/sets", Some(&body)).json()["id"].as_str().expect("set").to_string();
+    let art = wait_for(Duration::from_secs(60), || {
+        let s = d.call("GET", &format!("/v1/sets/{id}"), None).json();
+        let a = s["shots"][0]["candidates"][0]["artifact"].clone();
+        a["id"].is_string().then_some(a)
+    })
+    .expect("the shot's image");
+    let r = d.call("PUT", &format!("/v1/sets/{id}/shots/0/choice"), Some(&json!({"artifact_id": art["id"]})));
+    assert_eq!(r.status, 200);
+    for round in 0..2 {
+        let r = d.call(
+            "POST",
+            &format!("/v1/sets/{id}/deliveries"),
+            Some(&json!({"profile": "original", "target": "shop"})),
+        );
+        assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+        let did = r.json()["id"].as_str().expect("delivery").to_string();
+        let done = wait_for(Duration::from_secs(60), || {
+            let v = d.call("GET", &format!("/v1/deliveries/{did}"), None).json();
+            (!["queued", "delivering"].contains(&v["state"].as_str().unwrap_or("queued"))).then_some(v)
+        })
+        .expect("the delivery ended");
+        assert_eq!(done["state"], "delivered", "round {round}: {done}; daemon stderr:\n{}", d.stderr());
+        let name = done["items"][0]["file_name"].as_str().expect("name");
+        let (bytes, sha, _) = moto.object(&format!("shop/{name}")).expect("the object is in the bucket");
+        assert_eq!(sha256_hex(&bytes), art["sha256"].as_str().expect("sha"), "round {round}: the chosen image");
+        assert_eq!(sha.as_deref(), art["sha256"].as_str());
+        let (csv, _, _) = moto.object("shop/manifest.csv").expect("manifest.csv in the bucket");
+        assert!(String::from_utf8_lossy(&csv).contains(art["sha256"].as_str().expect("sha")));
+        assert_eq!(done["items"][0]["attempts"], 1);
+    }
+}
