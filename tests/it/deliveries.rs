@@ -261,6 +261,14 @@ fn a_crash_before_the_write_writes_it_after_looking() {
 }
 
 #[test]
+fn a_crash_after_the_confirm_sends_only_the_rest() {
+    let (done, _) = crash_during_delivery("deliver-after-confirm");
+    let attempts: Vec<i64> =
+        done["items"].as_array().expect("items").iter().filter_map(|i| i["attempts"].as_i64()).collect();
+    assert_eq!(attempts, [1, 1], "each file written once: {done}");
+}
+
+#[test]
 fn every_delivery_crash_point_is_named() {
     assert_eq!(
         tally::engine::deliver::DELIVERY_POINTS,
