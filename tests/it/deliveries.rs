@@ -24,13 +24,21 @@ fn delivery_config(out: &Path) -> String {
 
 /// A daemon with the delivery config; its `out` folder.
 fn daemon(env: &[(&str, &str)]) -> (Daemon, PathBuf) {
+    daemon_on(env, false).expect("a SQLite daemon")
+}
+
+/// [`daemon`], on PostgreSQL when `postgres` (`None` when the PostgreSQL tests are skipped).
+fn daemon_on(env: &[(&str, &str)], postgres: bool) -> Option<(Daemon, PathBuf)> {
     let tmp = TempDir::new();
     let out = tmp.path().join("out");
-    std::mem::forget(tmp); // the daemon's own temp dir outlives the test's checks; this one too
+    std::mem::forget(tmp); // the folder target outlives the test's checks
     let mut d = Daemon::configure(&delivery_config(&out));
+    if postgres {
+        d.on_postgres("deliver-node")?;
+    }
     d.env.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     d.spawn();
-    (d, out)
+    Some((d, out))
 }
 
 /// A settled two-shot set (main, scene), each shot's image chosen: (set id, [(artifact id, sha256)]).
@@ -258,6 +266,22 @@ fn a_crash_after_the_write_is_settled_by_looking_not_by_writing_again() {
 fn a_crash_before_the_write_writes_it_after_looking() {
     let (done, _) = crash_during_delivery("deliver-after-writing");
     assert_eq!(done["items"][0]["attempts"], 2, "nothing was there, so it was written: {done}");
+}
+
+/// The same through the engine on PostgreSQL: delivered, byte for byte, with the manifest.
+#[test]
+fn a_set_is_delivered_on_postgres() {
+    let Some((d, out)) = daemon_on(&[], true) else { return };
+    let (set, arts) = chosen_set(&d, true);
+    let done = ended(&d, &deliver(&d, &set, "original", "out", false));
+    assert_eq!(done["state"], "delivered", "{done}");
+    for (item, (_, sha)) in done["items"].as_array().expect("items").iter().zip(&arts) {
+        let bytes = std::fs::read(out.join(item["file_name"].as_str().expect("name"))).expect("file");
+        assert_eq!(&sha256_hex(&bytes), sha);
+    }
+    assert!(out.join("manifest.csv").is_file() && out.join("manifest.json").is_file());
+    let again = ended(&d, &deliver(&d, &set, "original", "out", false));
+    assert_eq!(again["state"], "delivered", "{again}");
 }
 
 #[test]
