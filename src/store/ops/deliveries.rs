@@ -356,8 +356,21 @@ pub(in crate::store) fn claim(
     lease_ms: Millis,
     takeover: bool,
 ) -> Result<Option<DeliveryView>, StoreError> {
-    let candidates =
-        tx.rows("SELECT id FROM deliveries WHERE state IN ('queued', 'delivering') ORDER BY id LIMIT 16", &[])?;
+    // Only what this run may take (so deliveries other runs hold never hide a queued one).
+    let candidates = if takeover {
+        tx.rows(
+            "SELECT id FROM deliveries
+             WHERE state = 'queued' OR (state = 'delivering' AND (runner IS NULL OR runner <> ?1))
+             ORDER BY id LIMIT 16",
+            &[&runner],
+        )?
+    } else {
+        tx.rows(
+            "SELECT id FROM deliveries WHERE state = 'queued' OR (state = 'delivering' AND lease_until < ?1)
+             ORDER BY id LIMIT 16",
+            &[&now],
+        )?
+    };
     let until = now + lease_ms;
     for r in &candidates {
         let id: String = r.get(0)?;
