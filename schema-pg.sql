@@ -243,6 +243,43 @@ CREATE TABLE web_sessions (
     last_used_at     bigint NOT NULL
 );
 
+-- Deliveries and their items (as on SQLite; store::ops::deliveries).
+CREATE TABLE deliveries (
+    id               text COLLATE "C" PRIMARY KEY,
+    set_id           text COLLATE "C" NOT NULL,
+    profile          text NOT NULL,
+    target           text NOT NULL,
+    forced           boolean NOT NULL DEFAULT false,
+    state            text NOT NULL DEFAULT 'queued'
+                     CHECK (state IN ('queued', 'delivering', 'delivered', 'partly_delivered', 'failed', 'unknown')),
+    runner           text,
+    lease_until      bigint,
+    created_at       bigint NOT NULL,
+    updated_at       bigint NOT NULL
+);
+CREATE INDEX deliveries_by_set ON deliveries(set_id, id);
+CREATE INDEX deliveries_open ON deliveries(id) WHERE state IN ('queued', 'delivering');
+
+CREATE TABLE delivery_items (
+    delivery_id      text COLLATE "C" NOT NULL REFERENCES deliveries(id),
+    position         bigint NOT NULL,
+    task_id          text COLLATE "C" NOT NULL,
+    artifact_id      text COLLATE "C" NOT NULL,
+    shot_role        text,
+    file_name        text NOT NULL,
+    state            text NOT NULL DEFAULT 'queued'
+                     CHECK (state IN ('queued', 'writing', 'delivered', 'failed', 'unknown')),
+    attempts         bigint NOT NULL DEFAULT 0,
+    sha256           text,
+    bytes            bigint,
+    width            bigint,
+    height           bigint,
+    why              text,
+    retry_safe       boolean,
+    updated_at       bigint NOT NULL,
+    PRIMARY KEY (delivery_id, position)
+);
+
 -- Wake-ups for the other nodes. A NOTIFY is delivered at commit (dropped on rollback;
 -- identical ones in one transaction are sent once) and is only ever a hint: a listener
 -- re-reads the table. Channel tally_due carries the due time of an envelope that became

@@ -267,3 +267,49 @@ CREATE TABLE web_sessions (
     created_at       INTEGER NOT NULL,
     last_used_at     INTEGER NOT NULL
 ) STRICT;
+
+-- Deliveries (issue #26; store::ops::deliveries): a set's chosen images made into a profile's
+-- files and written to a target, one item per shot. An item's write is recorded (`writing`,
+-- with the sha256 about to be written) before it is attempted and confirmed after; the
+-- delivery's `state` is derived from its items' states (`deliveries::derive_state`) in the
+-- transaction that changes them. `runner` and `lease_until` say which engine run is writing
+-- it: another takes it over only once the lease ran out (or at SQLite start-up, where the
+-- data-directory lock proves the earlier run dead). No foreign key to `sets`: a delivery's
+-- record outlives the set's retention.
+CREATE TABLE deliveries (
+    id               TEXT PRIMARY KEY,
+    set_id           TEXT NOT NULL,
+    profile          TEXT NOT NULL,
+    target           TEXT NOT NULL,
+    forced           INTEGER NOT NULL DEFAULT 0 CHECK (forced IN (0, 1)),
+    state            TEXT NOT NULL DEFAULT 'queued'
+                     CHECK (state IN ('queued', 'delivering', 'delivered', 'partly_delivered', 'failed', 'unknown')),
+    runner           TEXT,
+    lease_until      INTEGER,
+    created_at       INTEGER NOT NULL,
+    updated_at       INTEGER NOT NULL
+) STRICT;
+CREATE INDEX deliveries_by_set ON deliveries(set_id, id);
+CREATE INDEX deliveries_open ON deliveries(id) WHERE state IN ('queued', 'delivering');
+
+-- One file of a delivery: the chosen image of shot `position`, its file name (fixed when the
+-- delivery is made, so a resumed write looks at the same name), and what became of it.
+CREATE TABLE delivery_items (
+    delivery_id      TEXT NOT NULL REFERENCES deliveries(id),
+    position         INTEGER NOT NULL,
+    task_id          TEXT NOT NULL,
+    artifact_id      TEXT NOT NULL,
+    shot_role        TEXT,
+    file_name        TEXT NOT NULL,
+    state            TEXT NOT NULL DEFAULT 'queued'
+                     CHECK (state IN ('queued', 'writing', 'delivered', 'failed', 'unknown')),
+    attempts         INTEGER NOT NULL DEFAULT 0,
+    sha256           TEXT,
+    bytes            INTEGER,
+    width            INTEGER,
+    height           INTEGER,
+    why              TEXT,
+    retry_safe       INTEGER CHECK (retry_safe IN (0, 1)),
+    updated_at       INTEGER NOT NULL,
+    PRIMARY KEY (delivery_id, position)
+) STRICT;

@@ -6,8 +6,9 @@
 # against the real binary. The browser tests need Debian's Chromium and chromedriver, the SDK
 # contract tests the pinned official provider SDKs in target/sdk-venv
 # (scripts/install-sdk-venv.sh), the OpenAPI conformance test a pinned schemathesis in
-# target/schemathesis-venv (scripts/install-schemathesis.sh), and the PostgreSQL tests Debian's
-# PostgreSQL binaries: all are
+# target/schemathesis-venv (scripts/install-schemathesis.sh), the `s3` delivery target's tests a
+# pinned moto server in target/moto-venv (scripts/install-moto.sh), and the PostgreSQL tests
+# Debian's PostgreSQL binaries: all are
 # installed first (a no-op when they are already there). scripts/with-postgres.sh starts a
 # throw-away PostgreSQL server for the whole run and stops it at the end; without it the
 # PostgreSQL tests fail, never skip. The power-loss test needs LazyFS (built from
@@ -19,6 +20,7 @@ bash scripts/install-browser.sh
 bash scripts/install-axe.sh
 bash scripts/install-sdk-venv.sh
 bash scripts/install-schemathesis.sh
+bash scripts/install-moto.sh
 bash scripts/install-postgres.sh
 TALLY_LAZYFS="$(bash scripts/install-lazyfs.sh)"
 export TALLY_LAZYFS

@@ -302,6 +302,7 @@ pub async fn serve(cfg: Config, config_path: Option<PathBuf>) -> Result<(), Fail
     };
 
     let base = base_url(local);
+    engine.start_deliveries(cfg.delivery.clone());
     tracing::info!(listen = %local, data_dir = %dir.display(), providers = ?engine.provider_names(), "tally is running");
     let state = AppState::new(engine.clone(), token, &cfg.server, default_provider);
     if let Some(lang) = cfg.ui.language {

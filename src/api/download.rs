@@ -301,6 +301,8 @@ pub const LEFT_OUT_HEADER: &str = "tally-images-left-out";
             none of the picked images can be made with the profile (`cannot_make`, saying why), or \
             `which=chosen` and no shot has a chosen image (`nothing_chosen`).",
             body = super::error::ErrorBody),
+        (status = 422, description = "A `profile` other than `original` (`invalid_request`).",
+            body = super::error::ErrorBody),
         (status = 500, description = "Every image of the set is damaged (`image_damaged`); `tally check` \
             lists them.", body = super::error::ErrorBody),
         super::openapi::NotFound,

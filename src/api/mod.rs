@@ -12,6 +12,7 @@
 pub mod auth;
 pub mod budget;
 pub mod choice;
+pub mod deliveries;
 pub mod download;
 pub mod download_profile;
 pub mod error;
@@ -164,6 +165,9 @@ pub fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(choice::add))
         .routes(routes!(choice::choose, choice::clear))
         .routes(routes!(download::set_zip))
+        .routes(routes!(deliveries::create, deliveries::list))
+        .routes(routes!(deliveries::get_one))
+        .routes(routes!(deliveries::retry))
         .routes(routes!(prune::prune))
         .routes(routes!(held::list))
         .routes(routes!(held::release))

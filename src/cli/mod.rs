@@ -15,6 +15,7 @@ use clap::{ArgGroup, Parser, Subcommand};
 use serde_json::Value;
 
 pub mod client;
+mod deliveries;
 mod files;
 mod held;
 mod sets;
@@ -260,6 +261,9 @@ pub enum Command {
     /// have been sent already by the daemon the copy came from.
     #[command(subcommand)]
     Held(held::HeldCommand),
+    /// A set's delivery: its files at a target, each delivered, failed or unknown.
+    #[command(subcommand)]
+    Delivery(deliveries::DeliveryCommand),
     /// Run the mock image provider (the OpenAI, Replicate, fal, Gemini and BFL API styles) with its ledger of charges.
     MockProvider(crate::mock::MockArgs),
     /// Measure the engine end to end (see BENCHMARKS.md).
@@ -400,6 +404,27 @@ pub enum SetCommand {
         shot: String,
         /// The artifact id of the image (from `tally set status`).
         artifact: String,
+    },
+    /// Deliver the set's chosen images: make each shot's file with a profile and write it to
+    /// a target, with manifest.csv and manifest.json beside them.
+    #[command(after_help = "With --wait the exit code says how the delivery ended: 0 every file delivered; \
+                            3 a file failed (partly delivered or failed); 4 a file is unknown (the target could \
+                            not say); 130 Ctrl-C stopped waiting (the delivery goes on).")]
+    Deliver {
+        /// The set's id.
+        id: String,
+        /// The profile: amazon, shopify, etsy, taobao, original, or one of [[delivery.profiles]].
+        #[arg(long, value_name = "NAME")]
+        profile: String,
+        /// The target: one of [[delivery.targets]], or exports (a folder in the data directory).
+        #[arg(long = "to", value_name = "TARGET")]
+        to: String,
+        /// Deliver an image that does not meet the profile anyway.
+        #[arg(long)]
+        force: bool,
+        /// Wait until every file is delivered, failed or unknown.
+        #[arg(long)]
+        wait: bool,
     },
     /// Clear a shot's choice (no image chosen for it).
     Unchoose {

@@ -107,6 +107,9 @@ pub(super) async fn set_command(client: &Client, cmd: SetCommand, json_out: bool
             show_set(client, &set, json_out);
             Ok(Exit::Ok.into())
         }
+        SetCommand::Deliver { id, profile, to, force, wait } => {
+            super::deliveries::deliver(client, &id, &profile, &to, force, wait, json_out).await
+        }
         SetCommand::Unchoose { id, shot } => {
             let index = shot_index(client, &id, &shot).await?;
             let set = client.delete(&format!("/v1/sets/{}/shots/{index}/choice", seg(&id))).await?.into_ok()?;

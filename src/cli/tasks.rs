@@ -37,6 +37,7 @@ pub(super) async fn client_command(cfg: &Config, cmd: Command, json: bool) -> Re
         Command::Set(cmd) => set_command(&client, cmd, json).await,
         Command::Budget(cmd) => super::spend::budget(&client, cmd, json).await,
         Command::Held(cmd) => super::held::held_command(&client, cmd, json).await,
+        Command::Delivery(cmd) => super::deliveries::delivery_command(&client, cmd, json).await,
         Command::Spend { from, to, by, csv } => super::spend::spend(&client, from, to, by, csv, json).await,
         Command::Status { id } => {
             let task = client.get(&format!("/v1/tasks/{}", seg(&id))).await?.into_ok()?;

@@ -57,6 +57,27 @@ impl FolderTarget {
         self.put_inner(name, bytes, sha256, None)
     }
 
+    /// Write `bytes` as `name`, replacing whatever file is there (temporary name, fsync,
+    /// rename, fsync the directory): only for a delivery's manifest, which a later delivery to
+    /// the same folder rewrites. Never used for an image (those go through [`Self::put`]).
+    pub fn replace(&self, name: &str, bytes: &[u8]) -> Result<(), TargetError> {
+        check_file_name(name)?;
+        let dir = &self.path;
+        fs::create_dir_all(dir).map_err(|e| classify(&e, &format!("cannot create the folder {}", dir.display())))?;
+        let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let tmp = dir.join(format!(".{name}.tally-tmp-{}-{n}", std::process::id()));
+        let guard = TempGuard(Some(tmp.clone()));
+        let write = || -> io::Result<()> {
+            let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+            f.write_all(bytes)?;
+            f.sync_all()?;
+            fs::rename(&tmp, dir.join(name))
+        };
+        write().map_err(|e| classify(&e, &format!("cannot write {} in {}", name, dir.display())))?;
+        drop(guard);
+        sync_dir(dir).map_err(|e| classify(&e, &format!("cannot sync {}", dir.display())))
+    }
+
     /// What is at `name`: [`Look::Absent`], or [`Look::Present`] with the sha256 of its bytes.
     /// Something that is not a regular file (a directory) is [`Look::CannotTell`].
     pub fn look(&self, name: &str) -> Result<Look, TargetError> {

@@ -11,6 +11,7 @@
 //! - [`manifest`]: `manifest.csv` and `manifest.json`, written beside a delivery's files.
 //! - [`target`]: where files go ([`target::Target`]) and what a write answers.
 //! - [`folder`]: the `folder` target (a local directory, never overwriting).
+//! - [`s3`]: the `s3` target (any S3-compatible bucket, conditional create).
 //!
 //! Invariant: nothing here touches the store, and nothing here overwrites a file at a target.
 
@@ -19,4 +20,5 @@ pub mod manifest;
 pub mod names;
 pub mod profile;
 pub mod render;
+pub mod s3;
 pub mod target;

@@ -116,11 +116,13 @@ pub fn default_targets(configured: &[TargetConfig], data_dir: &std::path::Path) 
 pub enum Target {
     /// A local directory ([`super::folder::FolderTarget`]).
     Folder(super::folder::FolderTarget),
+    /// An S3-compatible bucket ([`super::s3::S3Target`]; its own requests carry `timeout_ms`).
+    S3 { name: String, target: std::sync::Arc<super::s3::S3Target> },
 }
 
 impl Target {
-    /// Build the target a config describes. An `s3` target is not available in this build
-    /// yet: a plain [`TargetError::Permanent`] says so.
+    /// Build the target a config describes. An `s3` target reads its credentials from the
+    /// environment variables it names now; a missing one is a [`TargetError::Permanent`].
     pub fn from_config(config: &TargetConfig) -> Result<Target, TargetError> {
         let timeout = std::time::Duration::from_millis(config.timeout_ms.max(1));
         match &config.kind {
@@ -129,10 +131,10 @@ impl Target {
                 path: path.clone(),
                 timeout,
             })),
-            TargetKind::S3(_) => Err(TargetError::Permanent(format!(
-                "target `{}` is an s3 target, and s3 targets are not available in this build yet",
-                config.name
-            ))),
+            TargetKind::S3(cfg) => Ok(Target::S3 {
+                name: config.name.clone(),
+                target: std::sync::Arc::new(super::s3::S3Target::new(cfg, config.timeout_ms)?),
+            }),
         }
     }
 
@@ -140,6 +142,7 @@ impl Target {
     pub fn name(&self) -> &str {
         match self {
             Target::Folder(f) => &f.name,
+            Target::S3 { name, .. } => name,
         }
     }
 
@@ -147,6 +150,7 @@ impl Target {
     pub fn location(&self) -> String {
         match self {
             Target::Folder(f) => f.path.display().to_string(),
+            Target::S3 { target, .. } => target.location(),
         }
     }
 
@@ -169,6 +173,30 @@ impl Target {
                     ))),
                 }
             }
+            Target::S3 { target, .. } => target.put(name, bytes, sha256).await,
+        }
+    }
+
+    /// Write a delivery's manifest (`manifest.csv`, `manifest.json`) as `name`, replacing an
+    /// earlier delivery's: the one kind of file a target overwrites.
+    pub async fn replace(&self, name: &str, bytes: Vec<u8>) -> Result<(), TargetError> {
+        match self {
+            Target::Folder(f) => {
+                let (f, name) = (f.clone(), name.to_string());
+                let timeout = f.timeout;
+                let work = tokio::task::spawn_blocking(move || f.replace(&name, &bytes));
+                match tokio::time::timeout(timeout, work).await {
+                    Ok(Ok(answer)) => answer,
+                    Ok(Err(e)) => {
+                        Err(TargetError::Transient(format!("writing the manifest stopped unexpectedly ({e})")))
+                    }
+                    Err(_) => Err(TargetError::Transient(format!(
+                        "writing the manifest took longer than {} ms",
+                        timeout.as_millis()
+                    ))),
+                }
+            }
+            Target::S3 { target, .. } => target.replace(name, bytes).await,
         }
     }
 
@@ -189,6 +217,7 @@ impl Target {
                     }
                 }
             }
+            Target::S3 { target, .. } => target.look(name).await,
         }
     }
 }
@@ -217,7 +246,7 @@ mod tests {
     }
 
     #[test]
-    fn an_s3_target_is_refused_plainly_for_now() {
+    fn an_s3_target_without_its_credentials_is_refused_plainly() {
         let c = TargetConfig {
             name: "bucket".into(),
             timeout_ms: 1000,
@@ -226,12 +255,12 @@ mod tests {
                 region: "us-east-1".into(),
                 bucket: "b".into(),
                 prefix: String::new(),
-                access_key_id_env: "A".into(),
-                secret_access_key_env: "S".into(),
+                access_key_id_env: "TALLY_TEST_TARGET_NO_SUCH_KEY".into(),
+                secret_access_key_env: "TALLY_TEST_TARGET_NO_SUCH_SECRET".into(),
             }),
         };
         match Target::from_config(&c) {
-            Err(TargetError::Permanent(why)) => assert!(why.contains("not available"), "{why}"),
+            Err(TargetError::Permanent(why)) => assert!(why.contains("TALLY_TEST_TARGET_NO_SUCH_KEY"), "{why}"),
             other => panic!("{other:?}"),
         }
     }

@@ -17,6 +17,7 @@
 //! its own file.
 
 pub mod budget;
+pub mod deliver;
 mod dispatcher;
 mod intake;
 pub mod money;
@@ -229,6 +230,10 @@ pub(crate) struct Shared {
     budget_source: RwLock<budget::BudgetSource>,
     /// Budget changes one at a time (each reads, changes and stores the whole budget).
     budget_lock: tokio::sync::Mutex<()>,
+    /// The delivery profiles and targets, once [`Engine::start_deliveries`] gave them.
+    delivery: std::sync::OnceLock<deliver::Setup>,
+    /// Wakes the delivery runner (a delivery was made or retried).
+    wake_deliveries: Notify,
 }
 
 impl Shared {
@@ -356,6 +361,9 @@ fn spawn_services(shared: &Arc<Shared>) -> Vec<JoinHandle<()>> {
     if let Some(age) = shared.cfg.retention {
         services.push(tokio::spawn(retention::run(shared.clone(), age)));
     }
+    if shared.delivery.get().is_some() {
+        services.push(tokio::spawn(deliver::run(shared.clone())));
+    }
     services
 }
 
@@ -387,6 +395,8 @@ impl Engine {
             budget_source: RwLock::new(budget::BudgetSource::Config),
             budget_lock: tokio::sync::Mutex::new(()),
             limits: RwLock::new(parts.limits),
+            delivery: std::sync::OnceLock::new(),
+            wake_deliveries: Notify::new(),
         });
         // A budget set at run time replaces the config's, before anything is dispatched.
         if let Some(stored) = Engine::stored_limits(&shared.store).await? {
@@ -601,6 +611,7 @@ impl Engine {
     pub fn poke(&self) {
         self.shared.wake_dispatcher.notify_one();
         self.shared.wake_reconciler.notify_one();
+        self.shared.wake_deliveries.notify_one();
     }
 
     /// Run the reconciler once now and return how many leftovers it acted on.
@@ -614,6 +625,7 @@ impl Engine {
         self.shared.shutdown.send_replace(true);
         self.shared.wake_dispatcher.notify_one();
         self.shared.wake_reconciler.notify_one();
+        self.shared.wake_deliveries.notify_one();
         let all = self.shared.cfg.workers as u32;
         let drained =
             tokio::time::timeout(self.shared.cfg.shutdown_deadline, self.shared.workers.acquire_many(all)).await;

@@ -34,6 +34,10 @@ pub use choice::{
     shot_label,
 };
 pub use error::{Severity, StoreError};
+pub use ops::deliveries::{
+    CreateOutcome as DeliveryCreateOutcome, DeliveryItemView, DeliveryState, DeliveryView, FileFacts, ItemOutcome,
+    ItemState, NewDelivery, NewDeliveryItem, RetryDeliveryOutcome,
+};
 pub use ops::*;
 pub use prune::PruneReport;
 pub use read::*;

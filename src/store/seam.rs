@@ -255,6 +255,88 @@ impl Store {
         .await
     }
 
+    // ---- deliveries (`ops::deliveries`) ----
+
+    /// Record a delivery and its queued items (each item's artifact re-checked as its shot's
+    /// choice under the set's lock).
+    pub async fn create_delivery(&self, d: NewDelivery, now: Millis) -> Result<DeliveryCreateOutcome, StoreError> {
+        self.op_at(Commit::Durable, 0, now, move |tx, now| ops::deliveries::create(tx, &d, now)).await
+    }
+
+    /// Hand the next delivery to the engine run `runner` (see `ops::deliveries::claim`).
+    pub async fn claim_delivery(
+        &self,
+        runner: String,
+        now: Millis,
+        lease_ms: Millis,
+        takeover: bool,
+    ) -> Result<Option<DeliveryView>, StoreError> {
+        self.op_at(Commit::Durable, 0, now, move |tx, now| ops::deliveries::claim(tx, &runner, now, lease_ms, takeover))
+            .await
+    }
+
+    /// Durably record an item's write before it is attempted; `false` if `runner` lost the
+    /// delivery.
+    pub async fn record_delivery_writing(
+        &self,
+        id: String,
+        position: i64,
+        runner: String,
+        file: FileFacts,
+        now: Millis,
+        lease_ms: Millis,
+    ) -> Result<bool, StoreError> {
+        self.op_at(Commit::Durable, 0, now, move |tx, now| {
+            ops::deliveries::record_writing(tx, &id, position, &runner, &file, now, lease_ms)
+        })
+        .await
+    }
+
+    /// Record how an item's write ended; the delivery's derived state (`None`: `runner` lost it).
+    pub async fn confirm_delivery_item(
+        &self,
+        id: String,
+        position: i64,
+        runner: String,
+        outcome: ItemOutcome,
+        now: Millis,
+    ) -> Result<Option<DeliveryState>, StoreError> {
+        self.op_at(Commit::Durable, 0, now, move |tx, now| {
+            ops::deliveries::confirm(tx, &id, position, &runner, &outcome, now)
+        })
+        .await
+    }
+
+    /// Write a held delivery's state from its items (none open).
+    pub async fn settle_delivery(
+        &self,
+        id: String,
+        runner: String,
+        now: Millis,
+    ) -> Result<Option<DeliveryState>, StoreError> {
+        self.op_at(Commit::Durable, 0, now, move |tx, now| ops::deliveries::settle(tx, &id, &runner, now)).await
+    }
+
+    /// Queue again what a finished delivery did not deliver.
+    pub async fn retry_delivery(&self, id: String, now: Millis) -> Result<RetryDeliveryOutcome, StoreError> {
+        self.op_at(Commit::Durable, 0, now, move |tx, now| ops::deliveries::retry(tx, &id, now)).await
+    }
+
+    /// One delivery with its items.
+    pub async fn delivery(&self, id: String) -> Result<Option<DeliveryView>, StoreError> {
+        self.query(move |tx| ops::deliveries::get(tx, &id)).await
+    }
+
+    /// A set's deliveries, oldest first.
+    pub async fn set_deliveries(&self, set: String) -> Result<Vec<DeliveryView>, StoreError> {
+        self.query(move |tx| ops::deliveries::list_for_set(tx, &set)).await
+    }
+
+    /// When the earliest lease of a delivery being delivered runs out.
+    pub async fn next_delivery_lease_end(&self) -> Result<Option<Millis>, StoreError> {
+        self.query(ops::deliveries::next_lease_end).await
+    }
+
     // ---- write operations ----
 
     /// Insert a task and its envelope in one transaction (the outbox write).

@@ -5,7 +5,8 @@
 //! `web` drives the web page over HTTP and in headless Chromium; `crash` and `soak` kill it
 //! where it hurts and read the mock provider's ledger; `disks` empties, flips, write-protects
 //! and fills the disk under the real binary; `limits` floods it with idle and unfinished
-//! connections.
+//! connections; `delivery_s3` puts files into a real S3-compatible server (moto) through a
+//! proxy that loses answers.
 
 mod api;
 mod backup;
@@ -19,6 +20,8 @@ mod conformance;
 #[cfg(feature = "failpoints")]
 mod crash;
 mod damaged;
+mod deliveries;
+mod delivery_s3;
 mod disks;
 mod download_profiles;
 mod engine;

@@ -12,6 +12,7 @@ use super::blobs::NewArtifact;
 
 mod claim;
 pub(in crate::store) mod common;
+pub mod deliveries;
 pub(in crate::store) mod dispatch;
 pub(in crate::store) mod exec;
 pub(in crate::store) mod intake;

@@ -61,7 +61,7 @@ const SCHEMA: &str = include_str!("../../../schema-pg.sql");
 
 /// The PostgreSQL schema version this build writes (independent of SQLite's
 /// `SCHEMA_VERSION`). Older databases are migrated by [`MIGRATIONS`]; newer ones refused.
-pub const PG_SCHEMA_VERSION: i32 = 6;
+pub const PG_SCHEMA_VERSION: i32 = 7;
 
 /// Migrations from version `n` to `n + 1`, indexed by `n - 1`. Each runs in the transaction
 /// that records the new version, under the migration lock, and only while no other node of
@@ -132,6 +132,42 @@ const MIGRATIONS: &[&str] = &[
      CREATE TABLE web_sessions (
         id_hash text COLLATE \"C\" PRIMARY KEY, csrf text NOT NULL, created_at bigint NOT NULL,
         last_used_at bigint NOT NULL);",
+    // 6 → 7: deliveries and their items (as SQLite's 9 → 10; store::ops::deliveries).
+    "CREATE TABLE deliveries (
+         id               text COLLATE \"C\" PRIMARY KEY,
+         set_id           text COLLATE \"C\" NOT NULL,
+         profile          text NOT NULL,
+         target           text NOT NULL,
+         forced           boolean NOT NULL DEFAULT false,
+         state            text NOT NULL DEFAULT 'queued'
+                          CHECK (state IN ('queued', 'delivering', 'delivered', 'partly_delivered', 'failed', 'unknown')),
+         runner           text,
+         lease_until      bigint,
+         created_at       bigint NOT NULL,
+         updated_at       bigint NOT NULL
+     );
+     CREATE INDEX deliveries_by_set ON deliveries(set_id, id);
+     CREATE INDEX deliveries_open ON deliveries(id) WHERE state IN ('queued', 'delivering');
+     
+     CREATE TABLE delivery_items (
+         delivery_id      text COLLATE \"C\" NOT NULL REFERENCES deliveries(id),
+         position         bigint NOT NULL,
+         task_id          text COLLATE \"C\" NOT NULL,
+         artifact_id      text COLLATE \"C\" NOT NULL,
+         shot_role        text,
+         file_name        text NOT NULL,
+         state            text NOT NULL DEFAULT 'queued'
+                          CHECK (state IN ('queued', 'writing', 'delivered', 'failed', 'unknown')),
+         attempts         bigint NOT NULL DEFAULT 0,
+         sha256           text,
+         bytes            bigint,
+         width            bigint,
+         height           bigint,
+         why              text,
+         retry_safe       boolean,
+         updated_at       bigint NOT NULL,
+         PRIMARY KEY (delivery_id, position)
+     );",
 ];
 
 pub use crate::store::locks::LOCK_CLASS;

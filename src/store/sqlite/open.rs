@@ -14,7 +14,7 @@ use crate::config::Durability;
 use crate::store::StoreError;
 
 /// The schema version this build writes. Older databases are migrated; newer ones refused.
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 
 /// `PRAGMA application_id` of tally databases ("taly").
 pub(super) const APPLICATION_ID: i64 = 0x7461_6c79;
@@ -137,6 +137,42 @@ const MIGRATIONS: &[&str] = &[
      CREATE TABLE web_sessions (
         id_hash TEXT PRIMARY KEY, csrf TEXT NOT NULL, created_at INTEGER NOT NULL,
         last_used_at INTEGER NOT NULL) STRICT;",
+    // 9 → 10: deliveries and their items (store::ops::deliveries).
+    "CREATE TABLE deliveries (
+         id               TEXT PRIMARY KEY,
+         set_id           TEXT NOT NULL,
+         profile          TEXT NOT NULL,
+         target           TEXT NOT NULL,
+         forced           INTEGER NOT NULL DEFAULT 0 CHECK (forced IN (0, 1)),
+         state            TEXT NOT NULL DEFAULT 'queued'
+                          CHECK (state IN ('queued', 'delivering', 'delivered', 'partly_delivered', 'failed', 'unknown')),
+         runner           TEXT,
+         lease_until      INTEGER,
+         created_at       INTEGER NOT NULL,
+         updated_at       INTEGER NOT NULL
+     ) STRICT;
+     CREATE INDEX deliveries_by_set ON deliveries(set_id, id);
+     CREATE INDEX deliveries_open ON deliveries(id) WHERE state IN ('queued', 'delivering');
+     
+     CREATE TABLE delivery_items (
+         delivery_id      TEXT NOT NULL REFERENCES deliveries(id),
+         position         INTEGER NOT NULL,
+         task_id          TEXT NOT NULL,
+         artifact_id      TEXT NOT NULL,
+         shot_role        TEXT,
+         file_name        TEXT NOT NULL,
+         state            TEXT NOT NULL DEFAULT 'queued'
+                          CHECK (state IN ('queued', 'writing', 'delivered', 'failed', 'unknown')),
+         attempts         INTEGER NOT NULL DEFAULT 0,
+         sha256           TEXT,
+         bytes            INTEGER,
+         width            INTEGER,
+         height           INTEGER,
+         why              TEXT,
+         retry_safe       INTEGER CHECK (retry_safe IN (0, 1)),
+         updated_at       INTEGER NOT NULL,
+         PRIMARY KEY (delivery_id, position)
+     ) STRICT;",
 ];
 
 /// The writer's automatic (PASSIVE) checkpoint runs once the WAL holds this many pages

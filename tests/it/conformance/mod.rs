@@ -13,6 +13,7 @@
 //! because the database was older than what was served, and their release).
 
 mod choice;
+mod deliveries;
 pub mod fixtures;
 mod held;
 mod money;

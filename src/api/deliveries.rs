@@ -1,0 +1,175 @@
+//! Deliveries (issue #26): `POST /v1/sets/{id}/deliveries` makes one (the set's chosen images
+//! with a profile to a target; 409 with the `blocking` reasons while it cannot be made),
+//! `GET /v1/deliveries/{id}` and `GET /v1/sets/{id}/deliveries` show them with every item,
+//! `POST /v1/deliveries/{id}/retry` sends again what was not delivered. The engine's delivery
+//! runner does the writing (`engine::deliver`); nothing here writes a file.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::error::{ApiError, ErrorBody};
+use super::openapi::{JsonRejected, StoreFailure};
+use super::{AppState, JsonBody, json_response};
+use crate::engine::deliver::DeliverOutcome;
+use crate::store::{DeliveryView, RetryDeliveryOutcome};
+
+/// `POST /v1/sets/{id}/deliveries` body.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeliverBody {
+    /// A profile's name: a built-in (`amazon`, `shopify`, `etsy`, `taobao`, `original`) or one
+    /// of `[[delivery.profiles]]`.
+    pub profile: String,
+    /// A target's name from `[[delivery.targets]]`, or `exports` (a folder in the data
+    /// directory, there with no configuration).
+    pub target: String,
+    /// Deliver although a chosen image does not meet the profile (a shot with no chosen image
+    /// is never delivered).
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// A 409 refusal with its reasons.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BlockedBody {
+    pub error: super::error::ErrorDetail,
+    /// Why the set cannot be delivered now, in plain words ("2 shots have no chosen image:
+    /// Lifestyle scene, Selling point").
+    pub blocking: Vec<String>,
+}
+
+/// A set's deliveries.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeliveryList {
+    /// Oldest first.
+    pub deliveries: Vec<DeliveryView>,
+}
+
+/// `POST /v1/sets/{id}/deliveries`: 201 with the delivery, queued for the runner.
+#[utoipa::path(
+    post,
+    path = "/sets/{id}/deliveries",
+    operation_id = "create_delivery",
+    tag = "deliveries",
+    params(("id" = String, Path, description = "A set's id.")),
+    request_body = DeliverBody,
+    responses(
+        (status = 201, description = "The delivery, queued: one item per shot.", body = DeliveryView),
+        (status = 404, description = "No such set (`not_found`).", body = ErrorBody),
+        (status = 409, description = "A shot has no chosen image, or (without `force`) a chosen image does not \
+            meet the profile (`not_ready`, with `blocking`).", body = BlockedBody),
+        (status = 422, description = "No profile or target of that name (`invalid_request`).", body = ErrorBody),
+        JsonRejected,
+        StoreFailure,
+    )
+)]
+pub async fn create(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<DeliverBody>,
+) -> Result<Response, ApiError> {
+    let out = state.engine().deliver(&id, &body.profile, &body.target, body.force).await?;
+    match out {
+        DeliverOutcome::Created(d) => Ok(json_response(StatusCode::CREATED, &d)),
+        DeliverOutcome::NoSet => Err(ApiError::not_found("set")),
+        DeliverOutcome::UnknownProfile(names) => Err(ApiError::invalid(format!(
+            "there is no delivery profile `{}`; the profiles are: {}",
+            body.profile,
+            names.join(", ")
+        ))),
+        DeliverOutcome::UnknownTarget(names) => Err(ApiError::invalid(format!(
+            "there is no delivery target `{}`; the targets are: {}",
+            body.target,
+            names.join(", ")
+        ))),
+        DeliverOutcome::Blocked(blocking) => {
+            let message = format!("this set cannot be delivered yet: {}", blocking.join("; "));
+            let body = BlockedBody {
+                error: super::error::ErrorDetail {
+                    code: "not_ready".into(),
+                    message,
+                    retried_as: None,
+                    estimated_cost: None,
+                },
+                blocking,
+            };
+            Ok(json_response(StatusCode::CONFLICT, &body))
+        }
+    }
+}
+
+/// `GET /v1/sets/{id}/deliveries`: the set's deliveries, oldest first, with their items.
+#[utoipa::path(
+    get,
+    path = "/sets/{id}/deliveries",
+    operation_id = "list_set_deliveries",
+    tag = "deliveries",
+    params(("id" = String, Path, description = "A set's id.")),
+    responses(
+        (status = 200, description = "The set's deliveries.", body = DeliveryList),
+        (status = 404, description = "No such set (`not_found`).", body = ErrorBody),
+        StoreFailure,
+    )
+)]
+pub async fn list(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let store = state.engine().store();
+    if store.get_set(id.clone()).await?.is_none() {
+        return Err(ApiError::not_found("set"));
+    }
+    let deliveries = store.set_deliveries(id).await?;
+    Ok(json_response(StatusCode::OK, &DeliveryList { deliveries }))
+}
+
+/// `GET /v1/deliveries/{id}`: a delivery's state and every item (state, file name, bytes,
+/// sha256, pixel size and, when it did not succeed, why).
+#[utoipa::path(
+    get,
+    path = "/deliveries/{id}",
+    operation_id = "get_delivery",
+    tag = "deliveries",
+    params(("id" = String, Path, description = "A delivery's id.")),
+    responses(
+        (status = 200, description = "The delivery.", body = DeliveryView),
+        (status = 404, description = "No such delivery (`not_found`).", body = ErrorBody),
+        StoreFailure,
+    )
+)]
+pub async fn get_one(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    match state.engine().store().delivery(id).await? {
+        Some(d) => Ok(json_response(StatusCode::OK, &d)),
+        None => Err(ApiError::not_found("delivery")),
+    }
+}
+
+/// `POST /v1/deliveries/{id}/retry`: send again every item that is not `delivered` (each is
+/// looked for at the target first when it was written before).
+#[utoipa::path(
+    post,
+    path = "/deliveries/{id}/retry",
+    operation_id = "retry_delivery",
+    tag = "deliveries",
+    params(("id" = String, Path, description = "A delivery's id.")),
+    responses(
+        (status = 200, description = "The delivery, queued again.", body = DeliveryView),
+        (status = 404, description = "No such delivery (`not_found`).", body = ErrorBody),
+        (status = 409, description = "It is still queued or being delivered (`delivery_in_progress`), or every \
+            item is delivered (`nothing_to_retry`).", body = ErrorBody),
+        StoreFailure,
+    )
+)]
+pub async fn retry(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    match state.engine().retry_delivery(&id).await? {
+        RetryDeliveryOutcome::Requeued(d, _) => Ok(json_response(StatusCode::OK, &d)),
+        RetryDeliveryOutcome::NoDelivery => Err(ApiError::not_found("delivery")),
+        RetryDeliveryOutcome::Busy(s) => Err(ApiError::conflict(
+            "delivery_in_progress",
+            format!("this delivery is {}; retry it once it has ended", s.as_str()),
+        )),
+        RetryDeliveryOutcome::NothingToRetry => {
+            Err(ApiError::conflict("nothing_to_retry", "every file of this delivery is delivered already"))
+        }
+    }
+}

@@ -1,0 +1,497 @@
+//! Deliveries through the engine (issue #26): making a delivery (checks, file names, the
+//! durable record) and the runner that writes its items to the target.
+//!
+//! The runner takes one delivery at a time ([`Store::claim_delivery`]) and, per item not yet
+//! delivered: renders the file with the profile (off the async threads), records the item
+//! `writing` with the file's sha256 (durable, before anything is written), writes it to the
+//! target (no transaction is open across the write), and confirms `delivered`, `failed` or
+//! `unknown`. An item that was recorded `writing` before (a crash, a retry of an `unknown`
+//! one) is settled by **looking** at the target first: the same sha256 there → delivered,
+//! nothing written; nothing there → written again (every target's write is a create that
+//! never overwrites, so a write that lands late is found, not doubled); another file there →
+//! failed, never overwritten; the target cannot tell → unknown. So a crash at any point
+//! resumes without a silent half-delivery, under the condition that the target honours
+//! "create, never overwrite" (a local folder does; S3 when it honours `If-None-Match`).
+//! When every item is settled, `manifest.csv` and `manifest.json` (its delivered files) are
+//! written beside the files, replacing an earlier delivery's, and only then is the delivery's
+//! own state (`delivered`, …) recorded.
+//!
+//! Idle means idle: the runner sleeps until it is woken (a delivery made or retried), until
+//! the earliest lease of a delivery being delivered runs out (to take over one whose runner
+//! died), or until shutdown. At start-up on SQLite it first takes over every delivery left
+//! `delivering` (the data-directory lock proves the earlier run dead).
+
+use std::sync::Arc;
+
+use crate::config::DeliveryConfig;
+use crate::delivery::manifest::{self, ManifestRow};
+use crate::delivery::names::{NameParts, file_names};
+use crate::delivery::profile::Profile;
+use crate::delivery::render;
+use crate::delivery::target::{Look, Put, Target, TargetError};
+use crate::domain::Millis;
+use crate::store::{
+    DeliveryCreateOutcome, DeliveryItemView, DeliveryView, FileFacts, ItemOutcome, ItemState, NewDelivery,
+    NewDeliveryItem, RetryDeliveryOutcome, SetView, Store, StoreError, delivery_blocking, shot_label,
+};
+
+use super::{Engine, EngineError, Shared};
+
+/// The crash points of a delivery item, in order (`--features failpoints`).
+pub const DELIVERY_POINTS: &[&str] = &["deliver-after-writing", "deliver-after-put", "deliver-after-confirm"];
+
+/// What the engine knows about deliveries: the profiles and targets a delivery may name.
+pub(crate) struct Setup {
+    config: DeliveryConfig,
+    data_dir: std::path::PathBuf,
+    /// The longest `timeout_ms` of any target: the lease is derived from it.
+    lease_ms: Millis,
+}
+
+impl Setup {
+    fn profile(&self, name: &str) -> Option<&Profile> {
+        self.config.profile(name)
+    }
+
+    fn target(&self, name: &str) -> Option<crate::delivery::target::TargetConfig> {
+        self.config.target(name, &self.data_dir)
+    }
+}
+
+/// What asking for a delivery did ([`Engine::deliver`]).
+#[derive(Debug, Clone)]
+pub enum DeliverOutcome {
+    /// Recorded and queued.
+    Created(DeliveryView),
+    NoSet,
+    /// No profile of that name (the names that exist).
+    UnknownProfile(Vec<String>),
+    /// No target of that name (the names that exist).
+    UnknownTarget(Vec<String>),
+    /// Not delivered: why, in plain words (no chosen image, or an image that does not meet the
+    /// profile without `force`).
+    Blocked(Vec<String>),
+}
+
+impl Engine {
+    /// Give the engine its delivery profiles and targets and start the delivery runner (once;
+    /// the daemon calls it right after [`Engine::start`]). Deliveries left `delivering` by an
+    /// earlier run are resumed by looking at their targets first.
+    pub fn start_deliveries(&self, config: DeliveryConfig) {
+        let lease_ms = config
+            .targets(&self.shared.data_dir)
+            .iter()
+            .map(|t| t.timeout_ms as Millis)
+            .max()
+            .unwrap_or(30_000)
+            .saturating_mul(2)
+            .saturating_add(60_000);
+        let setup = Setup { config, data_dir: self.shared.data_dir.clone(), lease_ms };
+        if self.shared.delivery.set(setup).is_ok() {
+            let h = tokio::spawn(run(self.shared.clone()));
+            self.services.lock().unwrap_or_else(|e| e.into_inner()).push(h);
+        }
+    }
+
+    fn setup(&self) -> Result<&Setup, EngineError> {
+        self.shared
+            .delivery
+            .get()
+            .ok_or_else(|| EngineError::Invalid("deliveries are not set up in this engine".into()))
+    }
+
+    /// The names of the profiles and targets a delivery may name.
+    pub fn delivery_names(&self) -> (Vec<String>, Vec<String>) {
+        match self.shared.delivery.get() {
+            Some(s) => (
+                s.config.profiles.iter().map(|p| p.name.clone()).collect(),
+                s.config.targets(&s.data_dir).into_iter().map(|t| t.name).collect(),
+            ),
+            None => (Vec::new(), Vec::new()),
+        }
+    }
+
+    /// Make a delivery of set `set_id`'s chosen images with `profile` to `target`: refused
+    /// with the reasons while a shot has no chosen image, or (unless `force`) while a chosen
+    /// image does not meet the profile; otherwise recorded with one queued item per shot and
+    /// handed to the runner.
+    pub async fn deliver(
+        &self,
+        set_id: &str,
+        profile: &str,
+        target: &str,
+        force: bool,
+    ) -> Result<DeliverOutcome, EngineError> {
+        let setup = self.setup()?;
+        let (profiles, targets) = self.delivery_names();
+        let Some(profile) = setup.profile(profile).cloned() else {
+            return Ok(DeliverOutcome::UnknownProfile(profiles));
+        };
+        if setup.target(target).is_none() {
+            return Ok(DeliverOutcome::UnknownTarget(targets));
+        }
+        let store = &self.shared.store;
+        let Some(set) = store.get_set(set_id.into()).await? else { return Ok(DeliverOutcome::NoSet) };
+        let blocking = delivery_blocking(&set);
+        if !blocking.is_empty() {
+            return Ok(DeliverOutcome::Blocked(blocking));
+        }
+        let chosen = chosen_images(&set)?;
+        if !force {
+            let mut problems = Vec::new();
+            for c in &chosen {
+                let subject = format!("the {}'s chosen image", shot_label(&c.roles, c.position as usize));
+                let (s, id, p) = (store.clone(), c.artifact_id.clone(), profile.clone());
+                let found = tokio::task::spawn_blocking(move || -> Result<Vec<String>, StoreError> {
+                    let Some((_, bytes)) = s.read_image_bytes_blocking(&id)? else {
+                        return Ok(vec![format!("{subject} is no longer stored")]);
+                    };
+                    Ok(render::check(&p, &bytes, &subject).into_iter().map(|p| p.message).collect())
+                })
+                .await
+                .map_err(|e| EngineError::Invalid(format!("checking the images stopped: {e}")))??;
+                problems.extend(found);
+            }
+            if !problems.is_empty() {
+                return Ok(DeliverOutcome::Blocked(problems));
+            }
+        }
+        let ext_of = |media_type: &str| match profile.render {
+            Some(r) => r.format.ext(),
+            None => crate::domain::extension(media_type),
+        };
+        let parts: Vec<NameParts<'_>> = chosen
+            .iter()
+            .map(|c| NameParts {
+                product: &set.product,
+                role: c.role.as_deref(),
+                index: c.position as usize + 1,
+                profile: &profile.name,
+                ext: ext_of(&c.media_type),
+            })
+            .collect();
+        let names = file_names(&profile.file_name, &parts);
+        let items = chosen
+            .iter()
+            .zip(names)
+            .map(|(c, file_name)| NewDeliveryItem {
+                position: c.position,
+                task_id: c.task_id.clone(),
+                artifact_id: c.artifact_id.clone(),
+                shot_role: c.role.clone(),
+                file_name,
+            })
+            .collect();
+        let d = NewDelivery {
+            set_id: set.id.clone(),
+            profile: profile.name.clone(),
+            target: target.into(),
+            forced: force,
+            items,
+        };
+        match store.create_delivery(d, self.shared.now()).await? {
+            DeliveryCreateOutcome::Created(view) => {
+                self.shared.wake_deliveries.notify_one();
+                Ok(DeliverOutcome::Created(view))
+            }
+            DeliveryCreateOutcome::NoSet => Ok(DeliverOutcome::NoSet),
+            DeliveryCreateOutcome::ChoiceChanged(why) => Ok(DeliverOutcome::Blocked(vec![why])),
+        }
+    }
+
+    /// Send again what a finished delivery did not deliver (see [`Store::retry_delivery`]).
+    pub async fn retry_delivery(&self, id: &str) -> Result<RetryDeliveryOutcome, EngineError> {
+        let out = self.shared.store.retry_delivery(id.into(), self.shared.now()).await?;
+        if matches!(out, RetryDeliveryOutcome::Requeued(..)) {
+            self.shared.wake_deliveries.notify_one();
+        }
+        Ok(out)
+    }
+}
+
+/// A shot's chosen image, with what its item and file name need.
+struct Chosen {
+    position: i64,
+    task_id: String,
+    artifact_id: String,
+    media_type: String,
+    role: Option<String>,
+    roles: Vec<Option<String>>,
+}
+
+/// Every shot's chosen image (the set has no blocking reason: each shot has one).
+fn chosen_images(set: &SetView) -> Result<Vec<Chosen>, EngineError> {
+    let roles: Vec<Option<String>> = set.shots.iter().map(|t| t.shot_role.clone()).collect();
+    let mut out = Vec::new();
+    for (i, shot) in set.shots.iter().enumerate() {
+        let Some(Some(artifact)) = set.chosen.get(i) else { continue };
+        let cands = set.candidates.get(i).map(Vec::as_slice).unwrap_or(&[]);
+        let found = cands.iter().find_map(|t| t.artifacts.iter().find(|a| &a.id == artifact).map(|a| (t, a)));
+        let Some((task, art)) = found else {
+            return Err(EngineError::Invalid(format!(
+                "the chosen image {artifact} of shot {} is not among its candidates",
+                i + 1
+            )));
+        };
+        out.push(Chosen {
+            position: shot.set_position.unwrap_or(i as i64),
+            task_id: task.id.clone(),
+            artifact_id: art.id.clone(),
+            media_type: art.media_type.clone(),
+            role: shot.shot_role.clone(),
+            roles: roles.clone(),
+        });
+    }
+    Ok(out)
+}
+
+/// The delivery runner (see the module docs).
+pub(crate) async fn run(shared: Arc<Shared>) {
+    let Some(setup) = shared.delivery.get() else { return };
+    let mut shutdown = shared.shutdown.subscribe();
+    // SQLite: one process serves the data directory, so what an earlier run left
+    // `delivering` is taken over at once; PostgreSQL waits for the other run's lease.
+    let mut takeover = matches!(shared.store, Store::Sqlite(_));
+    loop {
+        if shared.stopping() {
+            return;
+        }
+        let notified = shared.wake_deliveries.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let boot = shared.boot();
+        match shared.store.claim_delivery(boot.clone(), shared.now(), setup.lease_ms, takeover).await {
+            Ok(Some(d)) => {
+                if let Err(e) = deliver_one(&shared, setup, &boot, d).await {
+                    tracing::warn!(error = %e, "a delivery stopped; it is resumed once its lease runs out");
+                    if e.severity() == crate::store::Severity::Fatal {
+                        shared.give_up(e.to_string());
+                        return;
+                    }
+                }
+                continue;
+            }
+            Ok(None) => takeover = false,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not look for deliveries to make");
+                if e.severity() == crate::store::Severity::Fatal {
+                    shared.give_up(e.to_string());
+                    return;
+                }
+            }
+        }
+        let wait_ms = match shared.store.next_delivery_lease_end().await {
+            Ok(Some(end)) => Some((end - shared.now()).max(0) + 1),
+            Ok(None) => None,
+            // The store failed just now: look again in a while rather than never.
+            Err(_) => Some(1_000),
+        };
+        let sleep = async {
+            match wait_ms {
+                Some(ms) => tokio::time::sleep(std::time::Duration::from_millis(ms as u64)).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = notified => {}
+            _ = sleep => {}
+            _ = shutdown.changed() => {}
+        }
+    }
+}
+
+/// The file an item's image makes with `profile` (rendered off the async threads).
+async fn render_item(store: &Store, profile: &Profile, item: &DeliveryItemView) -> Result<render::Rendered, String> {
+    let (s, id, p) = (store.clone(), item.artifact_id.clone(), profile.clone());
+    tokio::task::spawn_blocking(move || {
+        let Some((_, bytes)) = s.read_image_bytes_blocking(&id).map_err(|e| e.to_string())? else {
+            return Err(format!("the chosen image {id} is no longer stored"));
+        };
+        render::render(&p, &bytes).map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| format!("making the file stopped unexpectedly: {e}"))?
+}
+
+fn different(name: &str, there: Option<&str>) -> ItemOutcome {
+    let sha = there.map(|s| format!(" (sha256 {s})")).unwrap_or_default();
+    ItemOutcome::Failed {
+        why: format!(
+            "another file named {name} is already at the target{sha}; it was left as it is, never overwritten — \
+             remove or rename it and retry"
+        ),
+        retry_safe: true,
+    }
+}
+
+/// A failed write in words: nothing was written, so a retry is safe (every write is a create
+/// that never overwrites).
+fn failed(e: TargetError) -> ItemOutcome {
+    ItemOutcome::Failed { why: e.to_string(), retry_safe: true }
+}
+
+/// Deliver the open items of a delivery this run holds, then write its manifest.
+async fn deliver_one(shared: &Shared, setup: &Setup, boot: &str, d: DeliveryView) -> Result<(), StoreError> {
+    let store = &shared.store;
+    let open: Vec<&DeliveryItemView> =
+        d.items.iter().filter(|i| matches!(i.state, ItemState::Queued | ItemState::Writing)).collect();
+    let confirm = |item: &DeliveryItemView, outcome: ItemOutcome| {
+        store.confirm_delivery_item(d.id.clone(), item.position, boot.to_string(), outcome, shared.now())
+    };
+    let profile = setup.profile(&d.profile).cloned();
+    let target = match setup.target(&d.target) {
+        None => Err(format!("the target `{}` is no longer configured", d.target)),
+        Some(cfg) => Target::from_config(&cfg).map_err(|e| e.to_string()),
+    };
+    for item in open {
+        let (profile, target) = match (&profile, &target) {
+            (Some(p), Ok(t)) => (p, t),
+            (None, _) => {
+                let why = format!("the profile `{}` is no longer configured", d.profile);
+                let outcome = if item.state == ItemState::Writing {
+                    settle_by_look(target.as_ref().ok(), item).await
+                } else {
+                    None
+                };
+                let outcome = outcome.unwrap_or(ItemOutcome::Failed { why, retry_safe: true });
+                if confirm(item, outcome).await?.is_none() {
+                    return Ok(());
+                }
+                continue;
+            }
+            (_, Err(why)) => {
+                let outcome = if item.state == ItemState::Writing {
+                    ItemOutcome::Unknown {
+                        why: format!("its write was interrupted and the target cannot be reached to look: {why}"),
+                    }
+                } else {
+                    ItemOutcome::Failed { why: why.clone(), retry_safe: true }
+                };
+                if confirm(item, outcome).await?.is_none() {
+                    return Ok(());
+                }
+                continue;
+            }
+        };
+        // Written (or maybe written) before: look first.
+        if item.sha256.is_some()
+            && let Some(outcome) = settle_by_look(Some(target), item).await
+        {
+            if confirm(item, outcome).await?.is_none() {
+                return Ok(());
+            }
+            continue;
+        }
+        let file = match render_item(store, profile, item).await {
+            Ok(f) => f,
+            Err(why) => {
+                if confirm(item, ItemOutcome::Failed { why, retry_safe: true }).await?.is_none() {
+                    return Ok(());
+                }
+                continue;
+            }
+        };
+        let facts = FileFacts {
+            sha256: file.sha256.clone(),
+            bytes: file.bytes.len() as i64,
+            width: i64::from(file.width),
+            height: i64::from(file.height),
+        };
+        let held = store
+            .record_delivery_writing(d.id.clone(), item.position, boot.to_string(), facts, shared.now(), setup.lease_ms)
+            .await?;
+        if !held {
+            return Ok(());
+        }
+        crate::failpoint::crash("deliver-after-writing");
+        let answer = target.put(&item.file_name, file.bytes, &file.sha256).await;
+        crate::failpoint::crash("deliver-after-put");
+        let outcome = match answer {
+            Ok(Put::Written | Put::AlreadyThere) => ItemOutcome::Delivered,
+            Ok(Put::Different { existing_sha256 }) => different(&item.file_name, existing_sha256.as_deref()),
+            Err(TargetError::Ambiguous(why)) => match target.look(&item.file_name).await {
+                Ok(Look::Present { sha256 }) if sha256.eq_ignore_ascii_case(&file.sha256) => ItemOutcome::Delivered,
+                Ok(Look::Present { sha256 }) => different(&item.file_name, Some(&sha256)),
+                _ => ItemOutcome::Unknown { why },
+            },
+            Err(e) => failed(e),
+        };
+        if confirm(item, outcome).await?.is_none() {
+            return Ok(());
+        }
+        crate::failpoint::crash("deliver-after-confirm");
+    }
+    // Every item is settled: the manifest, then the delivery's state (so a delivery that says
+    // it ended has its manifest beside its files).
+    if let Ok(target) = &target {
+        write_manifest(shared, target, &d.id).await;
+    }
+    store.settle_delivery(d.id.clone(), boot.to_string(), shared.now()).await?;
+    Ok(())
+}
+
+/// Settle an item that was recorded `writing` (or sent before) by looking at the target:
+/// `None` means nothing is there, so it is to be written.
+async fn settle_by_look(target: Option<&Target>, item: &DeliveryItemView) -> Option<ItemOutcome> {
+    let Some(target) = target else {
+        return Some(ItemOutcome::Unknown { why: "its write was interrupted and its target is not configured".into() });
+    };
+    let want = item.sha256.as_deref().unwrap_or("");
+    match target.look(&item.file_name).await {
+        Ok(Look::Present { sha256 }) if sha256.eq_ignore_ascii_case(want) => Some(ItemOutcome::Delivered),
+        Ok(Look::Present { sha256 }) => Some(different(&item.file_name, Some(&sha256))),
+        Ok(Look::Absent) => None,
+        Ok(Look::CannotTell(why)) => Some(ItemOutcome::Unknown { why }),
+        Err(e) => Some(ItemOutcome::Unknown {
+            why: format!("its write was interrupted and looking at the target failed: {e}"),
+        }),
+    }
+}
+
+/// Write `manifest.csv` and `manifest.json` for the delivered items of delivery `id`
+/// (replacing an earlier delivery's at that target). A failure is logged: the files are
+/// delivered either way.
+async fn write_manifest(shared: &Shared, target: &Target, id: &str) {
+    let rows = match manifest_rows(&shared.store, id).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(delivery = %id, error = %e, "could not read the delivery for its manifest");
+            return;
+        }
+    };
+    if rows.is_empty() {
+        return;
+    }
+    for (name, bytes) in [(manifest::CSV_NAME, manifest::csv(&rows)), (manifest::JSON_NAME, manifest::json(&rows))] {
+        if let Err(e) = target.replace(name, bytes).await {
+            tracing::warn!(delivery = %id, file = name, error = %e, "could not write the delivery's manifest");
+        }
+    }
+}
+
+/// The manifest's rows: each delivered item with its set's product and its task's charge.
+async fn manifest_rows(store: &Store, id: &str) -> Result<Vec<ManifestRow>, StoreError> {
+    let Some(d) = store.delivery(id.into()).await? else { return Ok(Vec::new()) };
+    let set = store.get_set(d.set_id.clone()).await?;
+    let product = set.as_ref().map(|s| s.product.clone()).unwrap_or_default();
+    let mut rows = Vec::new();
+    for it in d.items.iter().filter(|i| i.state == ItemState::Delivered) {
+        let task = set.as_ref().and_then(|s| s.tasks().find(|t| t.id == it.task_id));
+        rows.push(ManifestRow {
+            product: product.clone(),
+            shot_role: it.shot_role.clone().unwrap_or_default(),
+            profile: d.profile.clone(),
+            file_name: it.file_name.clone(),
+            sha256: it.sha256.clone().unwrap_or_default(),
+            width: it.width.unwrap_or(0).max(0) as u32,
+            height: it.height.unwrap_or(0).max(0) as u32,
+            bytes: it.bytes.unwrap_or(0).max(0) as u64,
+            source_task_id: it.task_id.clone(),
+            source_artifact_id: it.artifact_id.clone(),
+            charge: task.map(|t| t.charge.state.as_str().to_string()).unwrap_or_else(|| "none".into()),
+            cost_micros: task.and_then(|t| t.charge.cost_micros),
+            currency: task.and_then(|t| t.charge.currency.clone()),
+        });
+    }
+    Ok(rows)
+}
