@@ -39,34 +39,7 @@ pub(super) const MAX_STEM: usize = 48;
 /// The size of one chunk of a streamed zip.
 const CHUNK: usize = 64 * 1024;
 
-/// `text` as a file-name stem: lower-case letters and digits (any script), every other run
-/// of characters one `-`, at most `max` characters, cut at a word boundary when it can be;
-/// `None` when nothing is left.
-pub fn slug(text: &str, max: usize) -> Option<String> {
-    let mut out = String::new();
-    let mut dash = false;
-    for c in text.chars().flat_map(char::to_lowercase) {
-        if c.is_alphanumeric() {
-            if dash && !out.is_empty() {
-                out.push('-');
-            }
-            dash = false;
-            out.push(c);
-        } else {
-            dash = true;
-        }
-    }
-    if out.chars().count() > max {
-        let cut: String = out.chars().take(max).collect();
-        let at_boundary = out.chars().nth(max) == Some('-');
-        out = match cut.rfind('-') {
-            _ if at_boundary => cut,
-            Some(i) if i >= max / 2 => cut[..i].to_string(),
-            _ => cut,
-        };
-    }
-    (!out.is_empty()).then_some(out)
-}
+pub use crate::delivery::names::slug;
 
 /// A file name's stem for a shot role: `selling_point` → `selling-point`.
 fn role_stem(role: Option<&str>) -> String {

@@ -79,7 +79,8 @@ pub fn check_pattern(pattern: &str) -> Result<(), String> {
 
 /// `text` as a part of a file name: lower-case letters and digits of any script kept
 /// (`绿茶壶` stays `绿茶壶`), every other run of characters one `-`, at most `max`
-/// characters; `None` when nothing is left.
+/// characters, cut at a word boundary when it can be; `None` when nothing is left. The one
+/// slug of tally's file names (the set zip's and a delivery's).
 pub fn slug(text: &str, max: usize) -> Option<String> {
     let mut out = String::new();
     let mut dash = false;
@@ -93,12 +94,16 @@ pub fn slug(text: &str, max: usize) -> Option<String> {
         } else {
             dash = true;
         }
-        if out.chars().count() >= max {
-            break;
-        }
     }
-    let out: String = out.chars().take(max).collect();
-    let out = out.trim_end_matches('-').to_string();
+    if out.chars().count() > max {
+        let cut: String = out.chars().take(max).collect();
+        let at_boundary = out.chars().nth(max) == Some('-');
+        out = match cut.rfind('-') {
+            _ if at_boundary => cut,
+            Some(i) if i >= max / 2 => cut[..i].to_string(),
+            _ => cut,
+        };
+    }
     (!out.is_empty()).then_some(out)
 }
 
