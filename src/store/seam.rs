@@ -1,9 +1,10 @@
 //! The seam: [`Store`] is what the engine, the API and the web page hold, an enum over the two
 //! backends — [`SqliteStore`] (one file, one writer thread; the default) and [`PgStore`]
-//! (several nodes on one PostgreSQL database). Every operation keeps its name and signature;
-//! each arm calls the backend's function of the same name, and the store conformance suite
-//! (`tests/it/conformance`) holds the two to one meaning. An enum, not a trait object: one
-//! `match` per operation, no boxing, so the SQLite path costs what it did.
+//! (several nodes on one PostgreSQL database). Every operation is written once over
+//! [`Tx`] in `store::ops` and run here through [`Store::op`], `op_at` or `query`, which hand it
+//! the backend's transaction; the store conformance suite (`tests/it/conformance`) runs every
+//! test against this very type on both backends. An enum, not a trait object: one `match` per
+//! transaction, no boxing of the store.
 //!
 //! Where each backend keeps each rule (stated once here, kept in the named functions):
 //!
@@ -24,6 +25,7 @@
 //! | provider capacity across the cluster | the slots counted by the single writer (`ops::dispatch::dispatch_due`) | every `providers` row locked before the slots in use are counted (`ops::dispatch::lock_providers`), so nodes count one after the other |
 //! | an older copy sends nothing unsettled on its own | `sqlite::lineage::judge` at start-up, then `ops::held::hold_unsettled`; held envelopes have no due time or place | no copies by file (no lineage); the same held state and release (`held`) |
 //! | retention keeps what someone still needs | the plan re-checked per delete on the writer (`prune`) | the same plan and deletes (`prune`), each delete re-checked under the task's envelope, set or photo lock (`prune::delete_singles`, `delete_set`, `delete_uploads`) |
+//! | a delivery is worked by one run at a time; a file is never written twice where the target cannot tell | the claim, `writing` and every confirm check that this run holds the delivery, in one writer operation (`ops::deliveries`) | the same checks (`ops::deliveries::claim` takes a delivery only when queued or its lease ran out; a new delivery re-checks each shot's choice under `Tx::lock_set`); the holder check and its write are two statements with no row lock, so a takeover between them after a lease ran out is not excluded (issue #26's note) |
 //!
 //! Longer than 600 lines on purpose: it is the one list of every store operation (about sixty
 //! methods of a few lines each, each running its one implementation in `store::ops`), and an
