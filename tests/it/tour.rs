@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::common::{EXE, TempDir, free_port};
+use crate::common::{EXE, TempDir, free_port, sha256_hex};
 
 /// The indented lines of the first code block after `marker`, without their indentation.
 fn block_after<'a>(readme: &'a str, marker: &str) -> Vec<&'a str> {
@@ -70,15 +70,24 @@ fn the_readme_tour_runs_as_written() {
     }
     let (p1, p2, p3) = (free_port(), free_port(), free_port());
     let subst = |c: &str| {
-        c.replace("/tmp/", &format!("{}/tmp/", root.display()))
+        let c = c
+            .replace("/tmp/", &format!("{}/tmp/", root.display()))
             .replace("127.0.0.1:7700", &format!("127.0.0.1:{p1}"))
             .replace("127.0.0.1:7701", &format!("127.0.0.1:{p2}"))
             .replace("127.0.0.1:7800", &format!("127.0.0.1:{p3}"))
             .replace("<artifact-id>", "$(artifact_id)")
             .replace("<id>", "$(last_id)")
+            .replace("<set-id>", "$(set_id)");
+        // `tally set choose $(set_id) ROLE <image-id>`: the first image of that shot.
+        match c.split("$(set_id) ").nth(1).and_then(|rest| rest.split_whitespace().next()) {
+            Some(role) if c.contains("<image-id>") => c.replace("<image-id>", &format!("$(image_of {role})")),
+            _ => c,
+        }
     };
     let mut steps: Vec<String> = Vec::new();
-    for marker in ["## A two-minute tour", "With curl:", "### Try it at no cost against the mock provider"] {
+    for marker in
+        ["## A two-minute tour", "With curl:", "Deliver a set:", "### Try it at no cost against the mock provider"]
+    {
         steps.extend(commands(&block_after(&readme, marker)).iter().map(|c| subst(c)));
     }
     assert!(steps.iter().any(|s| s.contains("tally cancel")) && steps.iter().any(|s| s.contains("tally retry")));
@@ -89,6 +98,8 @@ fn the_readme_tour_runs_as_written() {
          cd {r}/work\ntrap 'kill -KILL $(jobs -p) 2>/dev/null' EXIT\n\
          last_id() {{ tally list --limit 1 | head -n1 | cut -d' ' -f1; }}\n\
          artifact_id() {{ tally status \"$(last_id)\" | sed -n 's/.*(artifact id \\([^)]*\\)).*/\\1/p' | head -n1; }}\n\
+         set_id() {{ tally set list | head -n1 | cut -d' ' -f1; }}\n\
+         image_of() {{ tally set status \"$(set_id)\" | awk -v r=\"$1\" '$1 ~ /^[0-9]+\\.$/ {{f=($2==r); next}} f && /image/ {{for(i=1;i<=NF;i++) if($i==\"image\") {{print $(i+1); exit}}}}'; }}\n\
          tally serve --listen 127.0.0.1:{p1} > {r}/serve1.log 2>&1 &\n\
          for i in $(seq 200); do tally list > /dev/null 2>&1 && break; sleep 0.05; done\n",
         r = root.display()
@@ -109,6 +120,18 @@ fn the_readme_tour_runs_as_written() {
     for (i, (s, code)) in steps.iter().zip(&codes).enumerate() {
         assert_eq!(*code, expected_code(s), "step {i} `{s}` exited {code}\n{said}");
     }
+    // The delivered set: each file in the manifest is on disk with its sha256, one per shot.
+    let exports = root.join("xdg/tally/exports");
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(exports.join("manifest.json")).unwrap_or_default()).unwrap_or_default();
+    let files = manifest["files"].as_array().cloned().unwrap_or_default();
+    assert_eq!(files.len(), 2, "one file per shot in the manifest: {manifest}\n{said}");
+    for f in &files {
+        let name = f["file_name"].as_str().unwrap_or_default();
+        let bytes = std::fs::read(exports.join(name)).unwrap_or_default();
+        assert_eq!(Some(sha256_hex(&bytes).as_str()), f["sha256"].as_str(), "{name} on disk matches the manifest");
+    }
+    assert!(exports.join("manifest.csv").is_file(), "manifest.csv beside the files");
     // The mock's ledger counts what was charged: the red, the lost blue, its retry, the green.
     let ledger = std::fs::read_to_string(root.join("tmp/ledger.jsonl")).unwrap_or_default();
     let charged = ledger.lines().filter(|l| l.contains("\"charged\":true")).count();
