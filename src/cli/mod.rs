@@ -386,7 +386,7 @@ pub enum SetCommand {
     More {
         /// The set's id.
         id: String,
-        /// The shot: its number in the set from 0 (as `tally set status` lists it, minus one),
+        /// The shot: its number in the set from 0 (`#0`, `#1`, … in `tally set status`),
         /// or its role when only one shot has it (main, selling_point, scene).
         shot: String,
         /// How many more candidates, 1 to 4.

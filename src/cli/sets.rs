@@ -328,8 +328,8 @@ pub(super) fn show_set(client: &Client, set: &Value, json_out: bool) {
                 .unwrap_or_default();
             let chosen = if s["chosen"].is_string() { "  (chosen)" } else { "" };
             println!(
-                "  {:>2}. {:<13} {:<9} {}{art}{chosen}",
-                s["position"].as_i64().unwrap_or(0) + 1,
+                "  #{:<2} {:<13} {:<9} {}{art}{chosen}",
+                s["position"].as_i64().unwrap_or(0),
                 st(s, "role"),
                 st(s, "status"),
                 st(s, "id")
@@ -341,8 +341,8 @@ pub(super) fn show_set(client: &Client, set: &Value, json_out: bool) {
         }
         let chosen = s["chosen"].as_str().map(|a| format!("chosen: image {}", term_safe(a)));
         println!(
-            "  {:>2}. {:<13} {} candidates, {}",
-            s["position"].as_i64().unwrap_or(0) + 1,
+            "  #{:<2} {:<13} {} candidates, {}",
+            s["position"].as_i64().unwrap_or(0),
             st(s, "role"),
             cands.len(),
             chosen.unwrap_or_else(|| "none chosen yet".into())

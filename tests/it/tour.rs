@@ -99,7 +99,7 @@ fn the_readme_tour_runs_as_written() {
          last_id() {{ tally list --limit 1 | head -n1 | cut -d' ' -f1; }}\n\
          artifact_id() {{ tally status \"$(last_id)\" | sed -n 's/.*(artifact id \\([^)]*\\)).*/\\1/p' | head -n1; }}\n\
          set_id() {{ tally set list | head -n1 | cut -d' ' -f1; }}\n\
-         image_of() {{ tally set status \"$(set_id)\" | awk -v r=\"$1\" '$1 ~ /^[0-9]+\\.$/ {{f=($2==r); next}} f && /image/ {{for(i=1;i<=NF;i++) if($i==\"image\") {{print $(i+1); exit}}}}'; }}\n\
+         image_of() {{ tally set status \"$(set_id)\" | awk -v r=\"$1\" '$1 ~ /^#[0-9]+$/ {{f=($2==r); next}} f && /image/ {{for(i=1;i<=NF;i++) if($i==\"image\") {{print $(i+1); exit}}}}'; }}\n\
          tally serve --listen 127.0.0.1:{p1} > {r}/serve1.log 2>&1 &\n\
          for i in $(seq 200); do tally list > /dev/null 2>&1 && break; sleep 0.05; done\n",
         r = root.display()
