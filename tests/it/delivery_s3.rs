@@ -12,6 +12,9 @@
 //! What is asserted is the bucket itself, read independently with boto3 (the bytes, the
 //! sha256 metadata), and moto's own request log (how many writes of a name it accepted).
 //! Run alone: `cargo test --features failpoints --test it delivery_s3::`.
+//!
+//! Longer than 600 lines on purpose: the harness (moto, its Python probes, the proxy) and the
+//! tests that use it read best in one place; `delivery_crash` reuses [`Moto`] from here.
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};

@@ -17,9 +17,9 @@
 //! Invariants enforced here: only the run holding a delivery (its `runner`, state
 //! `delivering`) may change its items or settle it (`record_writing`/`confirm`/`settle` check
 //! it with the guarded write of `hold`, which on PostgreSQL also locks the delivery's row to
-//! the end of the operation, and change nothing otherwise); a `delivered` item is never sent again ([`retry`] re-queues only the
-//! others); an item that was ever recorded `writing` keeps its sha256, so whoever sends it
-//! next looks at the target first.
+//! the end of the operation, and change nothing otherwise); a `delivered` item is never sent
+//! again ([`retry`] re-queues only the others); an item that was ever recorded `writing`
+//! keeps its sha256, so whoever sends it next looks at the target first.
 
 use serde::Serialize;
 
