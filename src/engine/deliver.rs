@@ -18,8 +18,11 @@
 //!
 //! Idle means idle: the runner sleeps until it is woken (a delivery made or retried), until
 //! the earliest lease of a delivery being delivered runs out (to take over one whose runner
-//! died), or until shutdown. At start-up on SQLite it first takes over every delivery left
-//! `delivering` (the data-directory lock proves the earlier run dead).
+//! died), or until shutdown. At start-up it first takes over, lease or not, every delivery
+//! left `delivering` by a run it knows is dead: on SQLite any earlier run (the data-directory
+//! lock proves it dead); on PostgreSQL this node's earlier runs (a run's id is
+//! `{node}/{boot}`, and the node's lock proves its earlier runs dead) — another node's wait
+//! for their lease.
 
 use std::sync::Arc;
 
@@ -37,8 +40,17 @@ use crate::store::{
 
 use super::{Engine, EngineError, Shared};
 
-/// The crash points of a delivery item, in order (`--features failpoints`).
-pub const DELIVERY_POINTS: &[&str] = &["deliver-after-writing", "deliver-after-put", "deliver-after-confirm"];
+/// The crash points of a delivery, in order (`--features failpoints`): once the run holds it
+/// (`deliver-after-claim`), around each item's write (`-after-writing`: recorded, nothing
+/// written; `-after-put`: written, not confirmed; `-after-confirm`), and once the manifest is
+/// written but the delivery's own state is not (`deliver-after-manifest`).
+pub const DELIVERY_POINTS: &[&str] = &[
+    "deliver-after-claim",
+    "deliver-after-writing",
+    "deliver-after-put",
+    "deliver-after-confirm",
+    "deliver-after-manifest",
+];
 
 /// What the engine knows about deliveries: the profiles and targets a delivery may name.
 pub(crate) struct Setup {
@@ -249,9 +261,12 @@ fn chosen_images(set: &SetView) -> Result<Vec<Chosen>, EngineError> {
 pub(crate) async fn run(shared: Arc<Shared>) {
     let Some(setup) = shared.delivery.get() else { return };
     let mut shutdown = shared.shutdown.subscribe();
-    // SQLite: one process serves the data directory, so what an earlier run left
-    // `delivering` is taken over at once; PostgreSQL waits for the other run's lease.
-    let mut takeover = matches!(shared.store, Store::Sqlite(_));
+    // What an earlier, dead run left `delivering` is taken over at once (see the module docs):
+    // on SQLite every other run; on PostgreSQL this node's own.
+    let mut takeover = Some(match &shared.store {
+        Store::Sqlite(_) => String::new(),
+        Store::Postgres(p) => format!("{}/", p.node()),
+    });
     loop {
         if shared.stopping() {
             return;
@@ -259,9 +274,10 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         let notified = shared.wake_deliveries.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        let boot = shared.boot();
-        match shared.store.claim_delivery(boot.clone(), shared.now(), setup.lease_ms, takeover).await {
+        let boot = runner_id(&shared);
+        match shared.store.claim_delivery(boot.clone(), shared.now(), setup.lease_ms, takeover.clone()).await {
             Ok(Some(d)) => {
+                crate::failpoint::crash("deliver-after-claim");
                 if let Err(e) = deliver_one(&shared, setup, &boot, d).await {
                     tracing::warn!(error = %e, "a delivery stopped; it is resumed once its lease runs out");
                     if e.severity() == crate::store::Severity::Fatal {
@@ -271,7 +287,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                 }
                 continue;
             }
-            Ok(None) => takeover = false,
+            Ok(None) => takeover = None,
             Err(e) => {
                 tracing::warn!(error = %e, "could not look for deliveries to make");
                 if e.severity() == crate::store::Severity::Fatal {
@@ -297,6 +313,16 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             _ = sleep => {}
             _ = shutdown.changed() => {}
         }
+    }
+}
+
+/// This run's id as a delivery's `runner`: the engine's boot id, prefixed on PostgreSQL with
+/// the node's name and `/` (node names have no `/`), so a restarted node knows its own
+/// earlier runs.
+fn runner_id(shared: &Shared) -> String {
+    match &shared.store {
+        Store::Sqlite(_) => shared.boot(),
+        Store::Postgres(p) => format!("{}/{}", p.node(), shared.boot()),
     }
 }
 
@@ -426,6 +452,7 @@ async fn deliver_one(shared: &Shared, setup: &Setup, boot: &str, d: DeliveryView
     if let Ok(target) = &target {
         write_manifest(shared, target, &d.id).await;
     }
+    crate::failpoint::crash("deliver-after-manifest");
     store.settle_delivery(d.id.clone(), boot.to_string(), shared.now()).await?;
     Ok(())
 }

@@ -25,7 +25,7 @@
 //! | provider capacity across the cluster | the slots counted by the single writer (`ops::dispatch::dispatch_due`) | every `providers` row locked before the slots in use are counted (`ops::dispatch::lock_providers`), so nodes count one after the other |
 //! | an older copy sends nothing unsettled on its own | `sqlite::lineage::judge` at start-up, then `ops::held::hold_unsettled`; held envelopes have no due time or place | no copies by file (no lineage); the same held state and release (`held`) |
 //! | retention keeps what someone still needs | the plan re-checked per delete on the writer (`prune`) | the same plan and deletes (`prune`), each delete re-checked under the task's envelope, set or photo lock (`prune::delete_singles`, `delete_set`, `delete_uploads`) |
-//! | a delivery is worked by one run at a time; a file is never written twice where the target cannot tell | the claim, `writing` and every confirm check that this run holds the delivery, in one writer operation (`ops::deliveries`) | the same checks (`ops::deliveries::claim` takes a delivery only when queued or its lease ran out; a new delivery re-checks each shot's choice under `Tx::lock_set`); the holder check and its write are two statements with no row lock, so a takeover between them after a lease ran out is not excluded (issue #26's note) |
+//! | a delivery is worked by one run at a time; a file is never written twice where the target cannot tell | the claim, `writing` and every confirm check that this run holds the delivery, in one writer operation (`ops::deliveries`) | the same checks, each the guarded `UPDATE` of the delivery's row itself (`ops::deliveries::hold`), which locks the row to the end of the transaction, so a takeover (`ops::deliveries::claim`, only when queued or its lease ran out, or of this node's own earlier runs at start-up) waits for it or is seen by it; a new delivery re-checks each shot's choice under `Tx::lock_set` |
 //!
 //! Longer than 600 lines on purpose: it is the one list of every store operation (about sixty
 //! methods of a few lines each, each running its one implementation in `store::ops`), and an
@@ -265,16 +265,19 @@ impl Store {
         self.op_at(Commit::Durable, 0, now, move |tx, now| ops::deliveries::create(tx, &d, now)).await
     }
 
-    /// Hand the next delivery to the engine run `runner` (see `ops::deliveries::claim`).
+    /// Hand the next delivery to the engine run `runner` (see `ops::deliveries::claim`;
+    /// `takeover`: the id prefix of dead runs whose deliveries it takes at once).
     pub async fn claim_delivery(
         &self,
         runner: String,
         now: Millis,
         lease_ms: Millis,
-        takeover: bool,
+        takeover: Option<String>,
     ) -> Result<Option<DeliveryView>, StoreError> {
-        self.op_at(Commit::Durable, 0, now, move |tx, now| ops::deliveries::claim(tx, &runner, now, lease_ms, takeover))
-            .await
+        self.op_at(Commit::Durable, 0, now, move |tx, now| {
+            ops::deliveries::claim(tx, &runner, now, lease_ms, takeover.as_deref())
+        })
+        .await
     }
 
     /// Durably record an item's write before it is attempted; `false` if `runner` lost the

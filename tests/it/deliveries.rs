@@ -3,7 +3,7 @@
 //! original bytes delivered byte for byte with a manifest, a padded custom profile decoded,
 //! delivering twice writing nothing twice, a file that is in the way failing that item only
 //! and a retry re-sending only it, `tally set deliver --wait` / `tally delivery retry --wait`
-//! exit codes, and a crash between `writing` and the confirm resumed by looking at the folder.
+//! exit codes. Crashes at every phase of a delivery are `delivery_crash`'s matrix.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -42,7 +42,7 @@ fn daemon_on(env: &[(&str, &str)], postgres: bool) -> Option<(Daemon, PathBuf)> 
 }
 
 /// A settled two-shot set (main, scene), each shot's image chosen: (set id, [(artifact id, sha256)]).
-fn chosen_set(d: &Daemon, choose: bool) -> (String, Vec<(String, String)>) {
+pub(crate) fn chosen_set(d: &Daemon, choose: bool) -> (String, Vec<(String, String)>) {
     let tag = uuid::Uuid::new_v4().simple().to_string();
     let body = json!({"product": "green teapot", "shots": [
         {"role": "main", "prompt": format!("on white {tag}")},
@@ -75,7 +75,7 @@ fn chosen_set(d: &Daemon, choose: bool) -> (String, Vec<(String, String)>) {
 }
 
 /// Make a delivery; its id.
-fn deliver(d: &Daemon, set: &str, profile: &str, target: &str, force: bool) -> String {
+pub(crate) fn deliver(d: &Daemon, set: &str, profile: &str, target: &str, force: bool) -> String {
     let body = json!({"profile": profile, "target": target, "force": force});
     let r = d.call("POST", &format!("/v1/sets/{set}/deliveries"), Some(&body));
     assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
@@ -83,7 +83,7 @@ fn deliver(d: &Daemon, set: &str, profile: &str, target: &str, force: bool) -> S
 }
 
 /// Wait until a delivery ends; it then.
-fn ended(d: &Daemon, id: &str) -> Value {
+pub(crate) fn ended(d: &Daemon, id: &str) -> Value {
     let mut last = Value::Null;
     wait_for(Duration::from_secs(60), || {
         last = d.call("GET", &format!("/v1/deliveries/{id}"), None).json();
@@ -93,7 +93,7 @@ fn ended(d: &Daemon, id: &str) -> Value {
     .unwrap_or_else(|| panic!("delivery {id} never ended: {last}; daemon stderr:\n{}", d.stderr()))
 }
 
-fn files(dir: &Path) -> Vec<String> {
+pub(crate) fn files(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
         .map(|r| r.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
         .unwrap_or_default();
@@ -234,40 +234,6 @@ fn a_file_in_the_way_fails_its_item_only_and_a_retry_resends_only_it() {
     assert_eq!((r.status, r.error_code()), (409, "nothing_to_retry".to_string()));
 }
 
-/// Kill the daemon at `point` during the first item, start it again: the delivery ends
-/// delivered; returns the first item's attempts (1: settled by looking; 2: written again).
-fn crash_during_delivery(point: &str) -> (Value, PathBuf) {
-    let (mut d, out) = daemon(&[("FAILPOINTS", &format!("{point}=return"))]);
-    let (set, arts) = chosen_set(&d, true);
-    let id = deliver(&d, &set, "original", "out", false);
-    let exited = wait_for(Duration::from_secs(30), || d.child.as_mut().and_then(|c| c.try_wait().ok().flatten()));
-    assert!(exited.is_some_and(|s| !s.success()), "{point}: the crash point never fired; stderr:\n{}", d.stderr());
-    d.child = None;
-    d.env.retain(|(k, _)| k != "FAILPOINTS");
-    d.spawn();
-    let done = ended(&d, &id);
-    assert_eq!(done["state"], "delivered", "{point}: {done}");
-    for (item, (_, sha)) in done["items"].as_array().expect("items").iter().zip(&arts) {
-        let bytes = std::fs::read(out.join(item["file_name"].as_str().expect("name"))).expect("file");
-        assert_eq!(&sha256_hex(&bytes), sha, "{point}: the file is the chosen image");
-    }
-    let left: Vec<String> = files(&out).into_iter().filter(|n| n.starts_with('.')).collect();
-    assert!(left.is_empty() || point == "deliver-after-writing", "{point}: temporary files left: {left:?}");
-    (done, out)
-}
-
-#[test]
-fn a_crash_after_the_write_is_settled_by_looking_not_by_writing_again() {
-    let (done, _) = crash_during_delivery("deliver-after-put");
-    assert_eq!(done["items"][0]["attempts"], 1, "found at the target by its sha256, not written again: {done}");
-}
-
-#[test]
-fn a_crash_before_the_write_writes_it_after_looking() {
-    let (done, _) = crash_during_delivery("deliver-after-writing");
-    assert_eq!(done["items"][0]["attempts"], 2, "nothing was there, so it was written: {done}");
-}
-
 /// The same through the engine on PostgreSQL: delivered, byte for byte, with the manifest.
 #[test]
 fn a_set_is_delivered_on_postgres() {
@@ -282,22 +248,6 @@ fn a_set_is_delivered_on_postgres() {
     assert!(out.join("manifest.csv").is_file() && out.join("manifest.json").is_file());
     let again = ended(&d, &deliver(&d, &set, "original", "out", false));
     assert_eq!(again["state"], "delivered", "{again}");
-}
-
-#[test]
-fn a_crash_after_the_confirm_sends_only_the_rest() {
-    let (done, _) = crash_during_delivery("deliver-after-confirm");
-    let attempts: Vec<i64> =
-        done["items"].as_array().expect("items").iter().filter_map(|i| i["attempts"].as_i64()).collect();
-    assert_eq!(attempts, [1, 1], "each file written once: {done}");
-}
-
-#[test]
-fn every_delivery_crash_point_is_named() {
-    assert_eq!(
-        tally::engine::deliver::DELIVERY_POINTS,
-        ["deliver-after-writing", "deliver-after-put", "deliver-after-confirm"]
-    );
 }
 
 /// Schema 9 → 10 (SQLite): a database of the version before deliveries gains their tables and

@@ -12,6 +12,9 @@
 //! What is asserted is the bucket itself, read independently with boto3 (the bytes, the
 //! sha256 metadata), and moto's own request log (how many writes of a name it accepted).
 //! Run alone: `cargo test --features failpoints --test it delivery_s3::`.
+//!
+//! Longer than 600 lines on purpose: the harness (moto, its Python probes, the proxy) and the
+//! tests that use it read best in one place; `delivery_crash` reuses [`Moto`] from here.
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -76,6 +79,21 @@ print(json.dumps({"found": True, "body": o["Body"].read().hex(), "metadata": o["
                   "content_type": o.get("ContentType")}))
 "#;
 
+/// Lists the objects under a prefix and prints them as JSON: key, body (hex), metadata.
+/// Arguments: endpoint, key id, secret, bucket, prefix.
+const LIST: &str = r#"
+import sys, json, boto3
+endpoint, kid, secret, bucket, prefix = sys.argv[1:6]
+s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                  aws_access_key_id=kid, aws_secret_access_key=secret)
+out = []
+for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+    for item in page.get("Contents", []):
+        o = s3.get_object(Bucket=bucket, Key=item["Key"])
+        out.append({"key": item["Key"], "body": o["Body"].read().hex(), "metadata": o["Metadata"]})
+print(json.dumps(out))
+"#;
+
 /// `line` without ANSI colour codes (werkzeug colours the request line of a 4xx).
 fn strip_ansi(line: &str) -> String {
     let mut out = String::with_capacity(line.len());
@@ -95,13 +113,14 @@ fn strip_ansi(line: &str) -> String {
     out
 }
 
-/// A running moto server with a bucket and a key that may write to it; killed on drop.
-struct Moto {
+/// A running moto server with a bucket and a key that may write to it; killed on drop (the
+/// delivery crash matrix, `delivery_crash`, runs the engine against it too).
+pub(crate) struct Moto {
     child: Child,
     venv: PathBuf,
     port: u16,
-    bucket: String,
-    creds: Credentials,
+    pub(crate) bucket: String,
+    pub(crate) creds: Credentials,
     /// moto's stderr so far: werkzeug's request log, one line per request.
     log: Arc<Mutex<String>>,
 }
@@ -109,7 +128,7 @@ struct Moto {
 impl Moto {
     /// Start moto on a free port (it binds port 0 and says which), wait until it accepts
     /// connections (bounded), and make the bucket and the key.
-    fn start() -> Moto {
+    pub(crate) fn start() -> Moto {
         let venv = match moto_venv() {
             Ok(v) => v,
             Err(why) if std::env::var("CI").is_ok_and(|v| v == "true") => panic!("{why}"),
@@ -169,7 +188,7 @@ impl Moto {
         moto
     }
 
-    fn endpoint(&self) -> String {
+    pub(crate) fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 
@@ -205,8 +224,24 @@ impl Moto {
         Some((bytes, sha, ct))
     }
 
+    /// Every object under `prefix`, by key: its bytes and its sha256 metadata (one listing
+    /// and read, in one run of the venv's Python).
+    pub(crate) fn objects(&self, prefix: &str) -> std::collections::BTreeMap<String, (Vec<u8>, Option<String>)> {
+        let c = &self.creds;
+        let v = self.python(LIST, &[&c.access_key_id, &c.secret_access_key, &self.bucket, prefix]);
+        let mut out = std::collections::BTreeMap::new();
+        for o in v.as_array().expect("a list") {
+            let hex = o["body"].as_str().expect("body");
+            let bytes =
+                (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex")).collect();
+            let sha = o["metadata"]["sha256"].as_str().map(str::to_string);
+            out.insert(o["key"].as_str().expect("key").to_string(), (bytes, sha));
+        }
+        out
+    }
+
     /// How many PUTs of `key` moto answered with `status` (from its request log).
-    fn puts(&self, key: &str, status: u16) -> usize {
+    pub(crate) fn puts(&self, key: &str, status: u16) -> usize {
         let needle = format!("\"PUT /{}/{key} HTTP/1.1\" {status} ", self.bucket);
         self.log.lock().unwrap().matches(&needle).count()
     }

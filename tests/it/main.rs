@@ -6,7 +6,7 @@
 //! where it hurts and read the mock provider's ledger; `disks` empties, flips, write-protects
 //! and fills the disk under the real binary; `limits` floods it with idle and unfinished
 //! connections; `delivery_s3` puts files into a real S3-compatible server (moto) through a
-//! proxy that loses answers.
+//! proxy that loses answers; `delivery_crash` kills it at every phase of a delivery.
 
 mod api;
 mod backup;
@@ -21,6 +21,8 @@ mod conformance;
 mod crash;
 mod damaged;
 mod deliveries;
+#[cfg(feature = "failpoints")]
+mod delivery_crash;
 mod delivery_s3;
 mod disks;
 mod download_profiles;

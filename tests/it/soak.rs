@@ -11,14 +11,26 @@
 //! restore`): the ledger must still show no prompt charged twice, and every job the copies hold
 //! must say why (`crash::oldcopy::serve_older_copy`).
 //!
+//! Deliveries run through the same chaos (issue #26): the client makes a few sets on the demo
+//! provider, chooses their images and delivers each set twice to a folder target of its own
+//! (with the `original` profile, and rendered to a large PNG so that writes are in flight when
+//! the daemon dies; a delivery just made is often met by the next kill or freeze at once),
+//! resending what lost its answer. At the end every item of every delivery must
+//! have ended `delivered` or say why; each folder must hold exactly the delivered files, each
+//! with its item's sha256 (for `original`, the chosen image's bytes), and its `manifest.csv`
+//! and `manifest.json` must list exactly those files.
+//!
 //! Runs on SQLite (`chaos_soak`) and with the daemon's data on PostgreSQL
 //! (`chaos_soak_postgres`). Bounded for CI; `TALLY_SOAK_TASKS=2000 TALLY_SOAK_SECS=600` runs a
 //! long one.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::common::{Daemon, Mock, providers, submit, wait_for};
+use serde_json::{Value, json};
+
+use crate::common::{Daemon, FAST_DEMO, Mock, providers, sha256_hex, submit, try_request, wait_for};
 
 /// A small deterministic random source (xorshift64*), seeded and printed for reruns.
 struct Rng(u64);
@@ -80,7 +92,9 @@ fn soak(tasks: usize, budget: Duration, postgres: bool) {
     let mut rng = Rng(seed);
     let mock = Mock::start(&["--job-duration-ms", "100", "--honor-idempotency-key"]);
     let engine = "dispatch_grace_secs = 1\nmax_attempts = 3\nbackoff_base_ms = 50\nbackoff_max_ms = 400\nrecovery_deadline_secs = 20\n";
-    let mut d = Daemon::configure_with(engine, &providers(&mock));
+    let out = crate::common::TempDir::new();
+    let mut shipments: Vec<Shipment> = (0..SHIPMENTS).map(|i| Shipment::new(i, out.path())).collect();
+    let mut d = Daemon::configure_with(engine, &format!("{}{}", providers(&mock), delivery_config(&shipments)));
     if postgres && d.on_postgres("soak-node").is_none() {
         return;
     }
@@ -94,6 +108,10 @@ fn soak(tasks: usize, budget: Duration, postgres: bool) {
     let mut unanswered: Vec<String> = Vec::new();
     let mut kills = 0;
     let mut pauses = 0;
+    // Kills and freezes that met a delivery queued or being delivered.
+    let (mut kills_mid_delivery, mut pauses_mid_delivery) = (0, 0);
+    // Kill at once (a delivery was just made).
+    let mut kill_now = false;
     let started = Instant::now();
     let mut next_kill = Instant::now() + Duration::from_millis(500 + rng.below(1500));
     let mut submitted = 0;
@@ -130,17 +148,35 @@ fn soak(tasks: usize, budget: Duration, postgres: bool) {
                 unanswered.push(prompt);
             }
         }
-        if Instant::now() >= next_kill {
-            if pauses == 0 || (pauses < MAX_PAUSES && rng.below(3) == 0) {
+        // Start the next shipment once its share of the tasks is submitted; move each on a step.
+        let started_shipments = shipments.iter().filter(|s| s.key.is_some()).count();
+        if started_shipments < SHIPMENTS && submitted * SHIPMENTS >= started_shipments * tasks {
+            shipments[started_shipments].key = Some(uuid::Uuid::new_v4().to_string());
+        }
+        if rng.below(3) == 0 {
+            for s in shipments.iter_mut().filter(|s| s.key.is_some()) {
+                // A delivery was just made: SIGKILL the daemon while it delivers (always until
+                // one kill met a delivery, then every other time).
+                if s.step(&d) && (kills_mid_delivery == 0 || rng.below(2) == 0) {
+                    kill_now = true;
+                }
+            }
+        }
+        if kill_now || Instant::now() >= next_kill {
+            let mid = shipments.iter().any(|s| s.open(&d));
+            if !kill_now && (pauses == 0 || (pauses < MAX_PAUSES && rng.below(3) == 0)) {
                 // Freeze the daemon for longer than a lease (3 s), then let it go on: its
                 // workers come back after their leases ran out, racing the reconciler.
                 pause(&d, Duration::from_millis(3500 + rng.below(1500)));
                 pauses += 1;
+                pauses_mid_delivery += usize::from(mid);
             } else {
                 kill(&mut d);
                 kills += 1;
+                kills_mid_delivery += usize::from(mid);
                 d.spawn();
             }
+            kill_now = false;
             next_kill = Instant::now() + Duration::from_millis(300 + rng.below(1000));
         }
         if !postgres && !copied && submitted >= tasks / 3 {
@@ -193,6 +229,19 @@ fn soak(tasks: usize, budget: Duration, postgres: bool) {
             }
         }
     }
+    // Every shipment made and delivered (on the calm daemon now), every delivery ended.
+    for s in shipments.iter_mut() {
+        s.key.get_or_insert_with(|| uuid::Uuid::new_v4().to_string());
+        let made = wait_for(Duration::from_secs(120), || {
+            s.step(&d);
+            (s.deliveries == s.profiles.len()).then_some(())
+        });
+        assert!(made.is_some(), "shipment {} never got a delivery: {s:?}", s.target);
+    }
+    let mut delivery_report = DeliveryReport::default();
+    for s in &shipments {
+        s.check(&d, &mut delivery_report);
+    }
     let status = d.term();
     let mut older = Vec::new();
     if copied {
@@ -228,9 +277,16 @@ fn soak(tasks: usize, budget: Duration, postgres: bool) {
         .arg(&d.config)
         .output()
         .expect("check runs");
+    let r = &delivery_report;
     println!(
-        "soak {on}: tasks={} kills={kills} pauses={pauses} lost={lost} duplicate_charges={duplicate_charges} unknown={unknown} succeeded={succeeded} failed={failed}",
-        accepted.len()
+        "soak {on}: tasks={} kills={kills} pauses={pauses} lost={lost} duplicate_charges={duplicate_charges} unknown={unknown} succeeded={succeeded} failed={failed} deliveries={} items={} delivered={} not_delivered={} written_again={} temp_files={} kills_mid_delivery={kills_mid_delivery} pauses_mid_delivery={pauses_mid_delivery}",
+        accepted.len(),
+        r.deliveries,
+        r.items,
+        r.delivered,
+        r.not_delivered,
+        r.written_again,
+        r.temp_files
     );
     eprintln!("soak: create requests the mock did not charge (idempotent replays, refusals): {idem_replays}");
     eprintln!("soak: older copies served (jobs, held): hand copy and restored backup {older:?}");
@@ -238,7 +294,220 @@ fn soak(tasks: usize, budget: Duration, postgres: bool) {
     assert!(pauses > 0, "the soak never froze the daemon");
     assert!(kills > 1, "the soak never killed the daemon mid-flight");
     assert_eq!(lost, 0, "tasks were lost");
+    assert!(kills_mid_delivery > 0, "the soak never killed the daemon while a delivery was open");
     assert_eq!(duplicate_charges, 0, "a prompt was charged twice");
     assert!(status.success(), "clean stop failed");
     assert!(check.status.success(), "tally check failed:\n{}", String::from_utf8_lossy(&check.stdout));
+}
+
+/// How many sets the soak delivers, each to a folder target of its own (`ship0`, …).
+const SHIPMENTS: usize = 6;
+
+/// The demo provider, the `soak` profile (a 1000×1000 PNG: rendering takes a while, so a kill
+/// can land during a delivery) and one folder target per shipment.
+fn delivery_config(shipments: &[Shipment]) -> String {
+    let mut c = format!(
+        "{FAST_DEMO}\n[[delivery.profiles]]\nname = \"soak\"\nwidth = 1000\nheight = 1000\nfit = \"pad\"\n\
+         background = \"#ffffff\"\nformat = \"png\"\nfile_name = \"{{product}}_{{role}}_{{profile}}.{{ext}}\"\n\n"
+    );
+    for s in shipments {
+        c.push_str(&format!(
+            "[[delivery.targets]]\nname = \"{}\"\nkind = \"folder\"\npath = \"{}\"\n\n",
+            s.target,
+            s.folder.display()
+        ));
+    }
+    c
+}
+
+/// A request that may find the daemon dead (`None`), with its JSON answer when it has one.
+fn try_call(d: &Daemon, method: &str, path: &str, body: Option<&Value>) -> Option<(u16, Value)> {
+    let auth = format!("Bearer {}", d.token());
+    let body = body.map(Value::to_string);
+    let mut headers = vec![("Authorization", auth.as_str())];
+    if body.is_some() {
+        headers.push(("Content-Type", "application/json"));
+    }
+    let r = try_request(d.port, method, path, &headers, body.as_deref().map(str::as_bytes))?;
+    Some((r.status, serde_json::from_slice(&r.body).unwrap_or(Value::Null)))
+}
+
+/// One set on its way to its folder: made (with an idempotency key, so a lost answer is
+/// resent safely), each shot's image chosen, delivered. Each step may meet a dead daemon; it
+/// is tried again later.
+#[derive(Debug)]
+struct Shipment {
+    /// The target's name, and the shipment's number in it.
+    target: String,
+    folder: PathBuf,
+    /// The profiles it is delivered with, one delivery each, in order.
+    profiles: [&'static str; 2],
+    /// Set once the shipment is started.
+    key: Option<String>,
+    set: Option<String>,
+    chosen: bool,
+    /// Deliveries this client saw made (a lost answer may have made one more: all of a set's
+    /// deliveries are checked at the end).
+    deliveries: usize,
+}
+
+impl Shipment {
+    fn new(i: usize, root: &Path) -> Shipment {
+        Shipment {
+            target: format!("ship{i}"),
+            folder: root.join(format!("ship{i}")),
+            // The first delivery made renders (slow: the forced kill meets it open).
+            profiles: if i.is_multiple_of(2) { ["soak", "original"] } else { ["original", "soak"] },
+            key: None,
+            set: None,
+            chosen: false,
+            deliveries: 0,
+        }
+    }
+
+    /// The next step, if the daemon answers; whether it made a delivery.
+    fn step(&mut self, d: &Daemon) -> bool {
+        let Some(key) = self.key.clone() else { return false };
+        let Some(set) = self.set.clone() else {
+            let body = json!({"product": format!("soak {}", self.target), "provider": "demo", "idempotency_key": key,
+                "shots": [{"role": "main", "prompt": format!("{key} on white")},
+                          {"role": "scene", "prompt": format!("{key} on a shelf")}]});
+            if let Some((200 | 201, v)) = try_call(d, "POST", "/v1/sets", Some(&body)) {
+                self.set = v["id"].as_str().map(str::to_string);
+            }
+            return false;
+        };
+        if !self.chosen {
+            let Some((200, v)) = try_call(d, "GET", &format!("/v1/sets/{set}"), None) else { return false };
+            let Some(shots) = v["shots"].as_array() else { return false };
+            let mut all = true;
+            for (i, shot) in shots.iter().enumerate() {
+                let cands = shot["candidates"].as_array().cloned().unwrap_or_default();
+                let ok = cands.iter().find(|c| c["status"] == "succeeded" && c["artifact"]["id"].is_string());
+                let open = cands.iter().any(|c| {
+                    !["succeeded", "failed", "unknown", "canceled"].contains(&c["status"].as_str().unwrap_or(""))
+                });
+                match ok {
+                    Some(c) => {
+                        let body = json!({"artifact_id": c["artifact"]["id"]});
+                        let r = try_call(d, "PUT", &format!("/v1/sets/{set}/shots/{i}/choice"), Some(&body));
+                        all &= matches!(r, Some((200, _)));
+                    }
+                    None => {
+                        all = false;
+                        if !open {
+                            // Every candidate ended without an image (a crash mid-call can end
+                            // one `unknown`): another one, free on the demo provider.
+                            let body = json!({"count": 1});
+                            let _ = try_call(d, "POST", &format!("/v1/sets/{set}/shots/{i}/candidates"), Some(&body));
+                        }
+                    }
+                }
+            }
+            self.chosen = all;
+            return false;
+        }
+        let Some(profile) = self.profiles.get(self.deliveries) else { return false };
+        let body = json!({"profile": profile, "target": self.target, "force": true});
+        match try_call(d, "POST", &format!("/v1/sets/{set}/deliveries"), Some(&body)) {
+            Some((201, _)) => {
+                self.deliveries += 1;
+                true
+            }
+            Some((409, v)) => panic!("{}: the delivery was refused: {v}", self.target),
+            _ => false,
+        }
+    }
+
+    /// Whether a delivery of the set is queued or being delivered (false if the daemon does
+    /// not answer).
+    fn open(&self, d: &Daemon) -> bool {
+        let Some(set) = &self.set else { return false };
+        let Some((200, v)) = try_call(d, "GET", &format!("/v1/sets/{set}/deliveries"), None) else { return false };
+        v["deliveries"]
+            .as_array()
+            .is_some_and(|ds| ds.iter().any(|x| ["queued", "delivering"].contains(&x["state"].as_str().unwrap_or(""))))
+    }
+
+    /// Wait until every delivery of the set ended, then check its items and its folder (see
+    /// the module docs), adding to `r`.
+    fn check(&self, d: &Daemon, r: &mut DeliveryReport) {
+        let set = self.set.as_deref().expect("made");
+        let path = format!("/v1/sets/{set}/deliveries");
+        let mut last = Value::Null;
+        let all = wait_for(Duration::from_secs(120), || {
+            last = d.call("GET", &path, None).json();
+            let ds = last["deliveries"].as_array()?.clone();
+            ds.iter()
+                .all(|x| !["queued", "delivering"].contains(&x["state"].as_str().unwrap_or("queued")))
+                .then_some(ds)
+        })
+        .unwrap_or_else(|| panic!("{}: deliveries never ended: {last}", self.target));
+        assert!(!all.is_empty(), "{}: no delivery", self.target);
+        r.deliveries += all.len();
+        // name → sha256 of every delivered item; each not delivered says why.
+        let mut delivered: BTreeMap<String, String> = BTreeMap::new();
+        for x in &all {
+            for item in x["items"].as_array().expect("items") {
+                r.items += 1;
+                r.written_again += usize::from(item["attempts"].as_i64().unwrap_or(0) > 1);
+                let name = item["file_name"].as_str().expect("name").to_string();
+                if item["state"] == "delivered" {
+                    r.delivered += 1;
+                    let sha = item["sha256"].as_str().expect("a delivered item's sha256").to_string();
+                    let before = delivered.insert(name.clone(), sha.clone());
+                    assert!(before.is_none_or(|b| b == sha), "{}: {name} delivered with two contents", self.target);
+                    if x["profile"] == "original" {
+                        let art = item["artifact_id"].as_str().expect("artifact");
+                        let a = d.call("GET", &format!("/v1/artifacts/{art}"), None);
+                        assert_eq!(sha256_hex(&a.body), sha, "{}: {name} is not the chosen image", self.target);
+                    }
+                } else {
+                    r.not_delivered += 1;
+                    let why = item["why"].as_str().unwrap_or("");
+                    assert!(!why.is_empty(), "{}: item {name} ended {} without saying why", self.target, item["state"]);
+                    eprintln!("soak: {} {name} not delivered: {why}", self.target);
+                }
+            }
+        }
+        let mut files = BTreeMap::new();
+        for e in std::fs::read_dir(&self.folder).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') {
+                // A write killed before its rename leaves its temporary name (never reused).
+                r.temp_files += 1;
+            } else {
+                files.insert(name, std::fs::read(e.path()).expect("read a delivered file"));
+            }
+        }
+        let mut want: BTreeSet<String> = delivered.keys().cloned().collect();
+        if !delivered.is_empty() {
+            want.extend(["manifest.csv".to_string(), "manifest.json".to_string()]);
+        }
+        assert_eq!(files.keys().cloned().collect::<BTreeSet<_>>(), want, "{}: the folder holds", self.target);
+        for (name, sha) in &delivered {
+            assert_eq!(&sha256_hex(&files[name]), sha, "{}: {name} is not what was delivered", self.target);
+        }
+        // The manifest is the last settled delivery's that delivered anything.
+        if let Some(newest) = all
+            .iter()
+            .filter(|x| x["items"].as_array().is_some_and(|i| i.iter().any(|i| i["state"] == "delivered")))
+            .max_by_key(|x| x["updated_at"].as_i64())
+        {
+            let items = newest["items"].as_array().expect("items").clone();
+            crate::delivery_crash::check_manifests(&self.target, &files, &items);
+        }
+    }
+}
+
+/// What the soak's deliveries came to.
+#[derive(Debug, Default)]
+struct DeliveryReport {
+    deliveries: usize,
+    items: usize,
+    delivered: usize,
+    not_delivered: usize,
+    /// Items whose write was recorded more than once (a kill between `writing` and the put).
+    written_again: usize,
+    temp_files: usize,
 }

@@ -15,10 +15,11 @@
 //!    delivery's state, derived from its items ([`derive_state`]).
 //!
 //! Invariants enforced here: only the run holding a delivery (its `runner`, state
-//! `delivering`) may change its items (`record_writing`/`confirm` match on it and change
-//! nothing otherwise); a `delivered` item is never sent again ([`retry`] re-queues only the
-//! others); an item that was ever recorded `writing` keeps its sha256, so whoever sends it
-//! next looks at the target first.
+//! `delivering`) may change its items or settle it (`record_writing`/`confirm`/`settle` check
+//! it with the guarded write of `hold`, which on PostgreSQL also locks the delivery's row to
+//! the end of the operation, and change nothing otherwise); a `delivered` item is never sent
+//! again ([`retry`] re-queues only the others); an item that was ever recorded `writing`
+//! keeps its sha256, so whoever sends it next looks at the target first.
 
 use serde::Serialize;
 
@@ -345,8 +346,12 @@ pub(in crate::store) fn create(tx: &mut dyn Tx, d: &NewDelivery, now: Millis) ->
 
 /// Hand the next delivery to the run `runner` until `now + lease_ms`: a queued one, or one
 /// being delivered whose lease ran out (its runner is gone or stuck; a holder renews the
-/// lease at every item) — or, with `takeover`, any delivery another run was delivering
-/// (SQLite at start-up: the data-directory lock proves that run dead).
+/// lease at every item) — or, with `takeover = Some(prefix)`, any delivery that another run
+/// whose id starts with `prefix` was delivering, lease or not. The engine passes it at
+/// start-up only, for runs it knows are dead: on SQLite every other run (prefix `""`: the
+/// data-directory lock proves them dead); on PostgreSQL this node's earlier runs (prefix
+/// `"{node}/"`: the node's lock proves them dead), while other nodes' deliveries wait for
+/// their leases.
 /// The oldest first. The conditional update re-checks under the row's lock, so two runs never
 /// both get it.
 pub(in crate::store) fn claim(
@@ -354,15 +359,16 @@ pub(in crate::store) fn claim(
     runner: &str,
     now: Millis,
     lease_ms: Millis,
-    takeover: bool,
+    takeover: Option<&str>,
 ) -> Result<Option<DeliveryView>, StoreError> {
     // Only what this run may take (so deliveries other runs hold never hide a queued one).
-    let candidates = if takeover {
+    let candidates = if let Some(prefix) = takeover {
         tx.rows(
             "SELECT id FROM deliveries
-             WHERE state = 'queued' OR (state = 'delivering' AND (runner IS NULL OR runner <> ?1))
+             WHERE state = 'queued' OR (state = 'delivering' AND (runner IS NULL OR lease_until < ?3
+                   OR (runner <> ?1 AND substr(runner, 1, length(?2)) = ?2)))
              ORDER BY id LIMIT 16",
-            &[&runner],
+            &[&runner, &prefix, &now],
         )?
     } else {
         tx.rows(
@@ -374,11 +380,12 @@ pub(in crate::store) fn claim(
     let until = now + lease_ms;
     for r in &candidates {
         let id: String = r.get(0)?;
-        let n = if takeover {
+        let n = if let Some(prefix) = takeover {
             tx.exec(
                 "UPDATE deliveries SET state = 'delivering', runner = ?2, lease_until = ?3, updated_at = ?4
-                 WHERE id = ?1 AND (state = 'queued' OR (state = 'delivering' AND (runner IS NULL OR runner <> ?2)))",
-                &[&id, &runner, &until, &now],
+                 WHERE id = ?1 AND (state = 'queued' OR (state = 'delivering' AND (runner IS NULL OR lease_until < ?4
+                       OR (runner <> ?2 AND substr(runner, 1, length(?5)) = ?5))))",
+                &[&id, &runner, &until, &now, &prefix],
             )?
         } else {
             tx.exec(
@@ -402,9 +409,18 @@ pub(in crate::store) fn next_lease_end(tx: &mut dyn Tx) -> Result<Option<Millis>
 }
 
 /// Whether the run `runner` holds delivery `id` (extending its lease to `until` when it does).
-fn hold(tx: &mut dyn Tx, id: &str, runner: &str, until: Millis, now: Millis) -> Result<bool, StoreError> {
+///
+/// **The holder check is the guarded write itself** (never a `SELECT` then a write): the
+/// delivery's row is updated only where `runner` still holds it, and the answer is the row
+/// count. On PostgreSQL the `UPDATE` takes the row's lock and re-reads the row once a
+/// concurrent writer committed, and the lock is kept to the end of the operation's
+/// transaction; a takeover ([`claim`]) updates the same row, so it waits for this operation
+/// or this operation sees it — a run whose delivery was taken over after its lease ran out
+/// changes nothing. On SQLite the single writer makes the check and the write atomic anyway.
+fn hold(tx: &mut dyn Tx, id: &str, runner: &str, until: Option<Millis>, now: Millis) -> Result<bool, StoreError> {
     Ok(tx.exec(
-        "UPDATE deliveries SET lease_until = ?3, updated_at = ?4 WHERE id = ?1 AND runner = ?2 AND state = 'delivering'",
+        "UPDATE deliveries SET lease_until = coalesce(?3, lease_until), updated_at = ?4
+         WHERE id = ?1 AND runner = ?2 AND state = 'delivering'",
         &[&id, &runner, &until, &now],
     )? == 1)
 }
@@ -431,7 +447,7 @@ pub(in crate::store) fn record_writing(
     now: Millis,
     lease_ms: Millis,
 ) -> Result<bool, StoreError> {
-    if !hold(tx, id, runner, now + lease_ms, now)? {
+    if !hold(tx, id, runner, Some(now + lease_ms), now)? {
         return Ok(false);
     }
     let n = tx.exec(
@@ -454,10 +470,7 @@ pub(in crate::store) fn confirm(
     outcome: &ItemOutcome,
     now: Millis,
 ) -> Result<Option<DeliveryState>, StoreError> {
-    if tx
-        .opt("SELECT 1 FROM deliveries WHERE id = ?1 AND runner = ?2 AND state = 'delivering'", &[&id, &runner])?
-        .is_none()
-    {
+    if !hold(tx, id, runner, None, now)? {
         return Ok(None);
     }
     let (state, why, safe) = match outcome {
@@ -488,10 +501,7 @@ pub(in crate::store) fn settle(
     runner: &str,
     now: Millis,
 ) -> Result<Option<DeliveryState>, StoreError> {
-    if tx
-        .opt("SELECT 1 FROM deliveries WHERE id = ?1 AND runner = ?2 AND state = 'delivering'", &[&id, &runner])?
-        .is_none()
-    {
+    if !hold(tx, id, runner, None, now)? {
         return Ok(None);
     }
     let states: Vec<ItemState> = tx
