@@ -279,13 +279,13 @@ fn soak(tasks: usize, budget: Duration, postgres: bool) {
         .expect("check runs");
     let r = &delivery_report;
     println!(
-        "soak {on}: tasks={} kills={kills} pauses={pauses} lost={lost} duplicate_charges={duplicate_charges} unknown={unknown} succeeded={succeeded} failed={failed} deliveries={} items={} delivered={} not_delivered={} written_again={} temp_files={} kills_mid_delivery={kills_mid_delivery} pauses_mid_delivery={pauses_mid_delivery}",
+        "soak {on}: tasks={} kills={kills} pauses={pauses} lost={lost} duplicate_charges={duplicate_charges} unknown={unknown} succeeded={succeeded} failed={failed} deliveries={} items={} delivered={} not_delivered={} attempted_again={} temp_files={} kills_mid_delivery={kills_mid_delivery} pauses_mid_delivery={pauses_mid_delivery}",
         accepted.len(),
         r.deliveries,
         r.items,
         r.delivered,
         r.not_delivered,
-        r.written_again,
+        r.attempted_again,
         r.temp_files
     );
     eprintln!("soak: create requests the mock did not charge (idempotent replays, refusals): {idem_replays}");
@@ -450,7 +450,7 @@ impl Shipment {
         for x in &all {
             for item in x["items"].as_array().expect("items") {
                 r.items += 1;
-                r.written_again += usize::from(item["attempts"].as_i64().unwrap_or(0) > 1);
+                r.attempted_again += usize::from(item["attempts"].as_i64().unwrap_or(0) > 1);
                 let name = item["file_name"].as_str().expect("name").to_string();
                 if item["state"] == "delivered" {
                     r.delivered += 1;
@@ -508,6 +508,6 @@ struct DeliveryReport {
     delivered: usize,
     not_delivered: usize,
     /// Items whose write was recorded more than once (a kill between `writing` and the put).
-    written_again: usize,
+    attempted_again: usize,
     temp_files: usize,
 }
