@@ -9,8 +9,8 @@
 //! node: there only *pending* envelopes are held, each locked (`FOR UPDATE`) as it is chosen.
 
 use super::common::{event, requeue_envelope, schedule_next_shot_of, set_task};
-use crate::domain::{Actor, Millis, TaskStatus};
 use crate::domain::Charge;
+use crate::domain::{Actor, Millis, TaskStatus};
 use crate::store::held::{Held, HeldLook, HeldSettle, LOOK_NOTE, Release, ReleaseReport, Settled};
 use crate::store::tx::{Dialect, Tx};
 use crate::store::{StoreError, TaskView};
