@@ -244,6 +244,24 @@ fn a_copy_taken_while_running_served_elsewhere_pays_nothing_twice() {
     assert!(b.term().success());
 }
 
+/// A copy of `tally.db` taken while a daemon sends `n` jobs to Replicate, checkpointed so it
+/// holds the queued ones, then the original finishes every job as `status` and stops: the
+/// copy's daemon (not started), the jobs, and the original's view of each.
+fn copy_while_running_at_replicate(mock: &Mock, n: usize, status: &str) -> (Daemon, Vec<(String, String)>, Vec<Value>) {
+    let mut a = replicate_daemon(mock);
+    a.spawn();
+    let tag = uuid::Uuid::new_v4().to_string();
+    let jobs = submit_jobs_to(&a, "replicate", &tag, n);
+    checkpoint(&a.data.join("tally.db"));
+    let b = replicate_daemon(mock);
+    std::fs::create_dir_all(&b.data).expect("new data dir");
+    std::fs::copy(a.data.join("tally.db"), b.data.join("tally.db")).expect("copy tally.db alone");
+    let originals: Vec<Value> = jobs.iter().map(|(id, _)| a.wait_status(id, &[status])).collect();
+    assert!(a.term().success());
+    assert_eq!(charges(mock, &jobs), vec![1; jobs.len()], "the original paid for each job once");
+    (b, jobs, originals)
+}
+
 /// The same copy against Replicate, which can show the requests it got: the copy's held jobs
 /// are looked up at start-up, each found as the prediction the original made (by the seed
 /// tally derives from the job's attempt key) and fetched from it. The mock's ledger shows one
@@ -252,21 +270,9 @@ fn a_copy_taken_while_running_served_elsewhere_pays_nothing_twice() {
 #[test]
 fn a_copy_settles_held_jobs_by_looking_them_up_at_replicate() {
     let mock = Mock::start(&["--latency-ms", "300"]);
-    let mut a = replicate_daemon(&mock);
-    a.spawn();
-    let tag = uuid::Uuid::new_v4().to_string();
-    let jobs = submit_jobs_to(&a, "replicate", &tag, 6);
-    checkpoint(&a.data.join("tally.db"));
-    let mut b = replicate_daemon(&mock);
-    std::fs::create_dir_all(&b.data).expect("new data dir");
-    std::fs::copy(a.data.join("tally.db"), b.data.join("tally.db")).expect("copy tally.db alone");
-    let originals: Vec<String> = jobs
-        .iter()
-        .map(|(id, _)| a.wait_status(id, &["succeeded"])["artifacts"][0]["sha256"].as_str().unwrap_or("").to_string())
-        .collect();
-    assert!(a.term().success());
-    assert_eq!(charges(&mock, &jobs), vec![1; jobs.len()], "the original paid for each job once");
-
+    let (mut b, jobs, originals) = copy_while_running_at_replicate(&mock, 6, "succeeded");
+    let originals: Vec<String> =
+        originals.iter().map(|t| t["artifacts"][0]["sha256"].as_str().unwrap_or("").to_string()).collect();
     b.spawn();
     assert!(b.stdout().contains("older database"), "start-up says what it noticed: {}", b.stdout());
     let mut found = 0;
@@ -291,6 +297,30 @@ fn a_copy_settles_held_jobs_by_looking_them_up_at_replicate() {
     assert!(held_ids(&b).is_empty(), "nothing is left held");
     let o = b.cli(&["check"]);
     assert!(o.status.success(), "tally check: {}", out(&o));
+    assert!(b.term().success());
+}
+
+/// A held job whose prediction failed at Replicate: the copy finds it and fails it with the
+/// provider's words and the same charge evidence the original had, sending nothing.
+#[test]
+fn a_copy_fails_a_held_job_that_failed_at_replicate() {
+    let mock = Mock::start(&["--latency-ms", "300"]);
+    mock.behave(json!({"job_error": "NSFW content detected"}));
+    let (mut b, jobs, originals) = copy_while_running_at_replicate(&mock, 4, "failed");
+    b.spawn();
+    let mut found = 0;
+    for ((id, _), original) in jobs.iter().zip(&originals) {
+        let t = b.wait_status(id, &["succeeded", "failed", "unknown"]);
+        assert_eq!(t["status"], "failed", "{t}\nstderr:\n{}", b.stderr());
+        assert!(t["reason"].as_str().unwrap_or("").contains("NSFW content detected"), "{t}");
+        assert_eq!(t["charge"], original["charge"], "the same evidence as the original's: {t}");
+        let events = b.call("GET", &format!("/v1/tasks/{id}/events"), None).json();
+        found +=
+            events["events"].as_array().expect("events").iter().filter(|e| e["kind"] == "found_at_provider").count();
+    }
+    assert!(found >= 1, "at least one queued job was held and found");
+    assert_eq!(charges(&mock, &jobs), vec![1; jobs.len()], "nothing sent again");
+    assert!(held_ids(&b).is_empty());
     assert!(b.term().success());
 }
 
