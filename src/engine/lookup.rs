@@ -20,10 +20,11 @@
 //!   decides, told what the provider showed.
 //!
 //! Which adapters can look: Replicate (a seed derived from the job's attempt keys, see
-//! `providers::http::replicate`). The others answer why not (fal learns its request id from the
+//! `providers::http::replicate`) and Gemini's Batch API (batches named by those keys). The
+//! others answer why not, and the job's reason says it: fal learns its request id from the
 //! submit answer, recorded after `calling`, so a copy older than that has no id to poll, and
-//! its adapter reads no listing; DashScope's task list shows no mark tally can tie to a job;
-//! OpenAI, Gemini's `generateContent` and BFL list nothing).
+//! its adapter reads no listing; DashScope's task list shows no prompt and no mark tally can
+//! tie to a job; OpenAI, Gemini's `generateContent` and BFL list nothing.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
