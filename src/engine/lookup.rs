@@ -151,8 +151,15 @@ async fn decide(shared: &Shared, entry: &ProviderEntry, t: &TaskView) -> HeldSet
 impl Engine {
     /// Look every held job up at its provider now (`tally held check`): a job found there is
     /// settled from what the provider shows, nothing is sent; the others stay held with what
-    /// the look found (see the module docs).
+    /// the look found (see the module docs). The look runs on a task of its own, so a caller
+    /// that stops waiting (an HTTP request that timed out) does not cut it short; each job's
+    /// decision is its own transaction either way.
     pub async fn look_up_held(&self) -> Result<LookReport, EngineError> {
-        look_up(&self.shared).await
+        let shared = self.shared.clone();
+        match tokio::spawn(async move { look_up(&shared).await }).await {
+            Ok(r) => r,
+            // Only a panic or the runtime shutting down ends the task early.
+            Err(_) => Err(EngineError::Store(crate::store::StoreError::Closed)),
+        }
     }
 }

@@ -237,6 +237,11 @@ fn a_copy_taken_while_running_served_elsewhere_pays_nothing_twice() {
     }
     let tasks = settled_or_held(&b, &jobs);
     let _ = held_explained(&tasks, "copy of the database taken while tally was running");
+    let o = b.cli(&["held", "check"]);
+    assert!(o.status.success(), "tally held check: {}", out(&o));
+    let want = format!("looked up {n} held job(s): 0 found at their provider", n = held.len());
+    assert!(out(&o).contains(&want) && out(&o).contains("tally held list"), "{}", out(&o));
+    assert_eq!(charges(&mock, &jobs), vec![1; jobs.len()], "a check sends nothing");
     let mut sorted = held.clone();
     sorted.sort();
     assert_eq!(held_ids(&b), sorted, "GET /v1/held lists exactly the held jobs");
