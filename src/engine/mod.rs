@@ -7,7 +7,9 @@
 //! - workers (`worker.rs`) record phases, call providers and finish, fenced;
 //! - the reconciler (`reconciler.rs`) acts on leases that ran out (DESIGN §6);
 //! - with `[retention]`, the retention timer (`retention.rs`) prunes settled work once it is
-//!   old enough.
+//!   old enough;
+//! - once at start-up, the look at the providers (`lookup.rs`) for jobs an older copy of the
+//!   database holds.
 //!
 //! None of them polls on a fixed interval: each sleeps until the next time something can
 //! happen (a due time, a lease deadline) or until another service wakes it.

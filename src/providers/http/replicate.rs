@@ -31,6 +31,9 @@
 //! - `canceled` is a cancel at Replicate (tally never cancels a prediction it started):
 //!   Replicate bills the time a prediction ran, so it is reported in those words; a `failed`
 //!   prediction whose `error` is null is explained by the last lines of its `logs`.
+//!
+//! Longer than 600 lines: the schema, the create, the poll and both listings (a lost create, a
+//! held job) read the same prediction type and the same inputs, so they stay in one file.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
