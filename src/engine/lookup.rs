@@ -12,6 +12,9 @@
 //!   `accepted`; recovery hands it to a worker that polls it, so a success stores its image
 //!   with the provider's record as charge evidence, and a failure at the provider fails the
 //!   job with that evidence (a retry is the owner's, as for any failure). Nothing is sent.
+//! - **found, but another shot of its image set is live** (a set runs one shot at a time): it
+//!   stays held, saying so, and the start-up look runs again each time a job settles, until
+//!   no found shot waits;
 //! - **anything else** — several found, none found, a provider that cannot be searched, a look
 //!   that failed — the job stays held and its reason says what the look found, naming the
 //!   provider. Even a listing that proves no request arrived does not release the job by
@@ -53,18 +56,43 @@ pub struct LookReport {
     pub looked: usize,
     /// Found at the provider: their result is fetched, nothing is sent.
     pub found: usize,
-    /// Still held, their reason saying what the look found.
+    /// Still held, their reason saying what the look found (those waiting for another shot of
+    /// their set included).
     pub kept: usize,
+    /// Found, but waiting until no other shot of their set is live.
+    pub set_busy: usize,
 }
 
-/// The start-up look: log what it did, and a failure (the jobs stay held either way).
+/// The start-up look: log what it did, and a failure (the jobs stay held either way). While a
+/// found shot waits for another shot of its set, it looks again each time a job settles.
 pub(super) async fn run(shared: Arc<Shared>) {
-    match look_up(&shared).await {
-        Ok(r) if r.looked > 0 => {
-            tracing::info!(looked = r.looked, found = r.found, kept = r.kept, "held jobs looked up at their providers")
+    let mut changes = shared.changes.subscribe();
+    loop {
+        let r = match look_up(&shared).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, "looking held jobs up failed; they stay held");
+                return;
+            }
+        };
+        if r.looked > 0 {
+            tracing::info!(looked = r.looked, found = r.found, kept = r.kept, "held jobs looked up at their providers");
         }
-        Ok(_) => {}
-        Err(e) => tracing::warn!(error = %e, "looking held jobs up failed; they stay held"),
+        if r.set_busy == 0 {
+            return;
+        }
+        // A found shot waits for its set: look again once some job has settled.
+        loop {
+            if shared.stopping() {
+                return;
+            }
+            match changes.recv().await {
+                Ok(c) if c.status.is_settled() => break,
+                Ok(_) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => break,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            }
+        }
     }
 }
 
@@ -97,7 +125,23 @@ pub(super) async fn look_up(shared: &Shared) -> Result<LookReport, EngineError> 
                 report.kept += 1;
                 shared.changed(&t.id, TaskStatus::Waiting);
             }
-            Settled::Changed | Settled::SetBusy => {}
+            Settled::SetBusy => {
+                report.set_busy += 1;
+                report.kept += 1;
+                let found = "it was found at the provider, sent by the daemon this copy came from; another shot of \
+                             its image set is being fetched first (a set goes one shot at a time), then tally fetches \
+                             this one."
+                    .to_string();
+                let keep = HeldLook {
+                    task: t.id.clone(),
+                    since: h.since,
+                    attempts: t.attempts,
+                    settle: HeldSettle::Keep { found },
+                };
+                shared.store.settle_held(keep, shared.now()).await?;
+                shared.changed(&t.id, TaskStatus::Waiting);
+            }
+            Settled::Changed => {}
         }
     }
     Ok(report)

@@ -19,7 +19,8 @@ both!(
     held_jobs_wait_for_the_owner_and_go_when_released,
     a_held_set_still_runs_one_shot_at_a_time,
     a_held_job_found_at_the_provider_is_polled_and_never_sent,
-    a_look_that_proves_nothing_keeps_the_job_held_and_says_what_it_found
+    a_look_that_proves_nothing_keeps_the_job_held_and_says_what_it_found,
+    a_found_shot_waits_while_another_shot_of_its_set_is_live
 );
 
 fn set_of<I: IntoIterator<Item = S>, S: Into<String>>(v: I) -> BTreeSet<String> {
@@ -178,4 +179,34 @@ async fn a_look_that_proves_nothing_keeps_the_job_held_and_says_what_it_found(s:
     assert!(s.dispatch_due(now + 4, 100, LEASE, "boot").await.expect("dispatch").claims.is_empty(), "still held");
     let r = s.release_held(Release::Ids(vec![b.clone()]), now + 5).await.expect("release");
     assert_eq!(r.released, vec![b.clone()], "the owner can still send it");
+}
+
+async fn a_found_shot_waits_while_another_shot_of_its_set_is_live(s: Store) {
+    let shot = |role: &str| NewShot {
+        role: role.into(),
+        prompt: format!("{role} shot"),
+        params: serde_json::json!({}),
+        candidates: 1,
+    };
+    let set = NewSet {
+        product: "lamp".into(),
+        style: None,
+        provider: "p".into(),
+        references: Vec::new(),
+        shots: vec![shot("main"), shot("scene")],
+        idempotency_key: None,
+    };
+    let SubmitOutcome::Created(sid) = s.create_set(set, T0).await.expect("create") else { panic!("not created") };
+    let shots: Vec<String> = s.get_set(sid).await.expect("get").expect("set").shots.into_iter().map(|t| t.id).collect();
+    let now = T0 + 1;
+    s.hold_unsettled("copied while running".into(), now).await.expect("hold");
+    assert_eq!(s.settle_held(adopt(&shots[0], now, 0, "job-main"), now + 1).await.expect("adopt"), Settled::Adopted);
+    assert_eq!(
+        s.settle_held(adopt(&shots[1], now, 0, "job-scene"), now + 2).await.expect("adopt"),
+        Settled::SetBusy,
+        "one shot of a set at a time, found ones too"
+    );
+    let t = s.get_task(shots[1].clone()).await.expect("get").expect("task");
+    assert_eq!(t.held.as_ref().map(|h| h.reason.as_str()), Some("copied while running"), "nothing written");
+    assert_eq!((t.status, t.attempts), (TaskStatus::Waiting, 0));
 }
