@@ -329,6 +329,53 @@ fn a_copy_fails_a_held_job_that_failed_at_replicate() {
     assert!(b.term().success());
 }
 
+/// An image set copied while its first shot runs at Replicate: the copy holds the later shots,
+/// finds each at Replicate, and fetches them one shot at a time (a found shot waits while
+/// another of its set is live, and the look runs again when it settles). One charge per shot.
+#[test]
+fn a_copy_settles_a_held_image_set_one_shot_at_a_time() {
+    let mock = Mock::start(&["--latency-ms", "300"]);
+    let mut a = replicate_daemon(&mock);
+    a.spawn();
+    let tag = uuid::Uuid::new_v4().to_string();
+    let body = json!({"product": "oldcopy lamp", "shots": [
+        {"role": "main", "prompt": format!("oldcopy set {tag} main")},
+        {"role": "scene", "prompt": format!("oldcopy set {tag} scene")},
+        {"role": "selling_point", "prompt": format!("oldcopy set {tag} detail")}]});
+    let r = a.call("POST", "/v1/sets", Some(&body));
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let shots: Vec<(String, String)> = r.json()["shots"]
+        .as_array()
+        .expect("shots")
+        .iter()
+        .map(|t| (t["id"].as_str().unwrap_or("").to_string(), t["prompt"].as_str().unwrap_or("").to_string()))
+        .collect();
+    assert_eq!(shots.len(), 3, "{shots:?}");
+    checkpoint(&a.data.join("tally.db"));
+    let mut b = replicate_daemon(&mock);
+    std::fs::create_dir_all(&b.data).expect("new data dir");
+    std::fs::copy(a.data.join("tally.db"), b.data.join("tally.db")).expect("copy tally.db alone");
+    for (id, _) in &shots {
+        a.wait_status(id, &["succeeded"]);
+    }
+    assert!(a.term().success());
+    assert_eq!(charges(&mock, &shots), vec![1; 3], "the original paid for each shot once");
+
+    b.spawn();
+    let mut found = 0;
+    for (id, _) in &shots {
+        let t = b.wait_status(id, &["succeeded", "failed", "unknown"]);
+        assert_eq!(t["status"], "succeeded", "{t}\nstderr:\n{}", b.stderr());
+        let events = b.call("GET", &format!("/v1/tasks/{id}/events"), None).json();
+        found +=
+            events["events"].as_array().expect("events").iter().filter(|e| e["kind"] == "found_at_provider").count();
+    }
+    assert!(found >= 2, "the later shots were held and found: {found}");
+    assert_eq!(charges(&mock, &shots), vec![1; 3], "nothing sent again");
+    assert!(held_ids(&b).is_empty());
+    assert!(b.term().success());
+}
+
 /// "Restore an older backup while work is queued / in flight": `tally backup` right after
 /// the submits, the original finishes (and pays for) everything, then the backup is restored
 /// into the same data directory and served. `tally restore` and `tally check` say how many
