@@ -7,7 +7,8 @@
 //! envelopes (`pass` set) and only promotes waiting ones with a due time, and the next shot of
 //! a set is only scheduled from unheld envelopes (`ops::common::schedule_next_shot_of`), so nothing
 //! dispatches a held envelope and nothing polls for it: it moves only when the owner releases
-//! it (`ops::held::release_held`) or cancels it.
+//! it (`ops::held::release_held`) or cancels it, or a look at its provider finds its request
+//! (below).
 //!
 //! What is held: every job that was not settled in the database and whose request did not
 //! leave in it — queued and waiting ones, and claimed executions that had not recorded
