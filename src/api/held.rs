@@ -1,6 +1,7 @@
 //! `GET /v1/held` and `POST /v1/held/release`: jobs held because the database turned out
 //! older than what was served (`store::held`, `store::sqlite::lineage`), and the owner's "send it
-//! again", one by one or all together.
+//! again", one by one or all together; `POST /v1/held/check` looks them up at their providers
+//! (`engine::lookup`).
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
@@ -106,4 +107,34 @@ pub async fn release(
     };
     let r = state.engine().release_held(which).await?;
     Ok(json_response(StatusCode::OK, &ReleaseJson { released: r.released, not_held: r.not_held }))
+}
+
+/// What `POST /v1/held/check` did.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CheckJson {
+    /// Held jobs looked at.
+    pub looked: usize,
+    /// Found at their provider: their result is fetched, nothing is sent again.
+    pub found: usize,
+    /// Still held; each one's `held.reason` says what the look found.
+    pub kept: usize,
+}
+
+/// `POST /v1/held/check`: look every held job up at its provider now (tally also does at
+/// start-up). A job the provider shows as sent already is settled from the provider's record —
+/// its result fetched, nothing sent again; the others stay held, and their reason says what the
+/// provider showed or why it cannot be asked. Nothing is released by a check.
+#[utoipa::path(
+    post,
+    path = "/held/check",
+    operation_id = "check_held",
+    tag = "tasks",
+    responses(
+        (status = 200, description = "How many held jobs were looked at, found and kept.", body = CheckJson),
+        StoreFailure,
+    )
+)]
+pub async fn check(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let r = state.engine().look_up_held().await?;
+    Ok(json_response(StatusCode::OK, &CheckJson { looked: r.looked, found: r.found, kept: r.kept }))
 }

@@ -171,6 +171,7 @@ pub fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(prune::prune))
         .routes(routes!(held::list))
         .routes(routes!(held::release))
+        .routes(routes!(held::check))
         .routes(routes!(providers))
         .routes(routes!(spend::spend))
         .routes(routes!(spend::requests))

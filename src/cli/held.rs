@@ -1,4 +1,4 @@
-//! `tally held list` and `tally held release`: the jobs held because the database turned out
+//! `tally held list`, `tally held check` and `tally held release`: the jobs held because the database turned out
 //! older than what was served (`store::held`), through the daemon's API. Everything printed
 //! that came from the daemon goes through `term_safe`.
 
@@ -12,6 +12,10 @@ use crate::cli::client::Client;
 pub enum HeldCommand {
     /// List the held jobs, each with why it is held and what sending it again may cost.
     List,
+    /// Look the held jobs up at their providers now (tally also does at start-up): a job the
+    /// provider shows as sent already is settled from its record, nothing sent again; the
+    /// others stay held, and `tally held list` shows what each look found.
+    Check,
     /// Send held jobs again: those named, or all with --all. Each makes a new request to its
     /// provider, which may be charged a second time if the daemon the copy came from sent it
     /// already.
@@ -50,6 +54,25 @@ pub(super) async fn held_command(client: &Client, cmd: HeldCommand, json: bool) 
                 println!("(the first {} are shown)", tasks.len());
             }
             println!("send one again: tally held release ID   all of them: tally held release --all");
+            Ok(Exit::Ok.into())
+        }
+        HeldCommand::Check => {
+            let answer = client.post("/v1/held/check", &json!({})).await?.into_ok()?;
+            if json {
+                print_json(&answer);
+                return Ok(Exit::Ok.into());
+            }
+            let n = |k: &str| answer.get(k).and_then(Value::as_u64).unwrap_or(0);
+            println!(
+                "looked up {} held job(s): {} found at their provider (its result is fetched, nothing is sent again), \
+                 {} still held",
+                n("looked"),
+                n("found"),
+                n("kept")
+            );
+            if n("kept") > 0 {
+                println!("what each look found: tally held list");
+            }
             Ok(Exit::Ok.into())
         }
         HeldCommand::Release { ids, all } => {

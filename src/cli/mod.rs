@@ -219,6 +219,9 @@ pub enum Command {
     /// possibly a second charge); jobs whose request had already left are recovered as after
     /// a crash (replayed with their idempotency key or looked up where the provider can,
     /// otherwise unknown), never sent blind. This command prints how many jobs would be held.
+    /// At start-up (and on `tally held check`) a held job is looked up at its provider where
+    /// the provider can show it (Replicate on a model with a seed, Gemini batches): one found
+    /// there is fetched, not sent again; the others stay held, saying what the look found.
     /// A tally.db copied after a clean stop, never seen here, holds nothing.
     #[command(verbatim_doc_comment)]
     Restore {

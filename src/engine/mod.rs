@@ -7,7 +7,9 @@
 //! - workers (`worker.rs`) record phases, call providers and finish, fenced;
 //! - the reconciler (`reconciler.rs`) acts on leases that ran out (DESIGN §6);
 //! - with `[retention]`, the retention timer (`retention.rs`) prunes settled work once it is
-//!   old enough.
+//!   old enough;
+//! - once at start-up, the look at the providers (`lookup.rs`) for jobs an older copy of the
+//!   database holds.
 //!
 //! None of them polls on a fixed interval: each sleeps until the next time something can
 //! happen (a due time, a lease deadline) or until another service wakes it.
@@ -20,6 +22,7 @@ pub mod budget;
 pub mod deliver;
 mod dispatcher;
 mod intake;
+pub mod lookup;
 pub mod money;
 mod nodes;
 mod reconciler;
@@ -414,7 +417,11 @@ impl Engine {
         // Limits may have changed while tally was stopped: tasks held by a budget check it
         // again now (and wait again if it still holds them back).
         shared.store.release_budget_holds(shared.now()).await?;
-        let services = Arc::new(Mutex::new(spawn_services(&shared)));
+        let mut started = spawn_services(&shared);
+        // Held jobs (an older copy of the database) are looked up at their providers once,
+        // beside the services: a look waits on the network, never on the start.
+        started.push(tokio::spawn(lookup::run(shared.clone())));
+        let services = Arc::new(Mutex::new(started));
         let guard = nodes::guard(&shared, &services);
         let node_tasks = Mutex::new(bridge.into_iter().chain(guard).collect());
         Ok(Engine { shared, services, node_tasks })

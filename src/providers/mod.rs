@@ -111,6 +111,37 @@ pub enum JobState {
     Refused(String),
 }
 
+/// A held job (`store::held`: an older copy of the database holds what it would send again)
+/// as a look at the provider needs it ([`Provider::find_held`]): what the daemon that made the
+/// copy would have sent for it, and since when.
+#[derive(Debug, Clone)]
+pub struct HeldQuery {
+    /// The request as the job's next attempt sends it (its key is that attempt's; no
+    /// reference images: a look compares no files).
+    pub request: CallRequest,
+    /// Every idempotency key a request of this job sent after the copy can carry: the keys
+    /// of its next attempts (`store::provider_key(task, k)`), derived from the task alone,
+    /// so the copy knows them without knowing what the other daemon did.
+    pub keys: Vec<String>,
+    /// No request of this job is older than this (the task's creation, ms since the epoch).
+    pub since_ms: i64,
+}
+
+/// What a look at the provider found for a held job ([`Provider::find_held`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeldLookup {
+    /// Exactly one request of this job, in a listing read to its end, with the key it
+    /// carried (which names its attempt).
+    Found { job: JobHandle, key: String },
+    /// The listing from `since_ms` until now, read to its end, shows no request that could be
+    /// this job's: why that is proof, in plain words. (Proof of the past only: a daemon that
+    /// still runs elsewhere may send it later.)
+    Absent(String),
+    /// Nothing proven either way: why, in plain words (the provider cannot be searched,
+    /// several requests match, the listing no longer shows inputs, …).
+    Unsure(String),
+}
+
 /// Why a call did not produce an answer, classified by what it proves (DESIGN §4).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CallError {
@@ -218,6 +249,18 @@ pub trait Provider: Send + Sync + 'static {
         let _ = req;
         Box::pin(async { Ok(None) })
     }
+
+    /// Look for a request an older copy's original daemon may have sent for a held job (see
+    /// [`HeldQuery`]). Only what the provider documents is used: an adapter that cannot tie a
+    /// request to the job answers [`HeldLookup::Unsure`] saying why (the default).
+    fn find_held<'a>(&'a self, q: &'a HeldQuery) -> BoxFuture<'a, Result<HeldLookup, CallError>> {
+        let _ = q;
+        Box::pin(async {
+            Ok(HeldLookup::Unsure(
+                "this kind of provider offers no listing of requests in which tally could find this job".into(),
+            ))
+        })
+    }
 }
 
 /// Build the adapter for one configured provider. Errors name the provider and the problem
@@ -288,6 +331,10 @@ impl Provider for WithBillingNote {
 
     fn find<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<Option<JobHandle>, CallError>> {
         self.inner.find(req)
+    }
+
+    fn find_held<'a>(&'a self, q: &'a HeldQuery) -> BoxFuture<'a, Result<HeldLookup, CallError>> {
+        self.inner.find_held(q)
     }
 }
 

@@ -7,13 +7,21 @@
 //! envelopes (`pass` set) and only promotes waiting ones with a due time, and the next shot of
 //! a set is only scheduled from unheld envelopes (`ops::common::schedule_next_shot_of`), so nothing
 //! dispatches a held envelope and nothing polls for it: it moves only when the owner releases
-//! it (`ops::held::release_held`) or cancels it.
+//! it (`ops::held::release_held`) or cancels it, or a look at its provider finds its request
+//! (below).
 //!
 //! What is held: every job that was not settled in the database and whose request did not
 //! leave in it — queued and waiting ones, and claimed executions that had not recorded
 //! `calling` (abandoned here, as recovery would). A job whose execution recorded `calling` or
 //! `accepted` is left to start-up recovery, which never sends it blind (a replay with the same
 //! key, a lookup, or `unknown`).
+//!
+//! **Settled by a look at the provider** (`engine::lookup` decides, `ops::held::settle_held`
+//! applies, re-checking in its transaction that the job is still held as it was read): a
+//! request of the job found at the provider becomes the job's execution in phase `accepted`,
+//! which recovery polls like any other (so its image and its charge evidence land through the
+//! worker's fenced finish, and nothing is sent); a look that proved nothing stays held and its
+//! reason says what the look found. Nothing is released by a look (see `engine::lookup`).
 
 use std::sync::LazyLock;
 
@@ -31,6 +39,56 @@ pub struct Held {
     pub reason: String,
     pub since: Millis,
 }
+
+/// What a look at the provider decided about one held job, applied by
+/// `Store::settle_held` only while the job is still held as [`HeldLook`] read it.
+#[derive(Debug, Clone)]
+pub enum HeldSettle {
+    /// The provider shows exactly one request of this job: it becomes the job's execution
+    /// (`attempt`, sent with `key`), in phase `accepted` with the provider's job id, on a lease
+    /// that has already run out, so recovery hands it to a worker that polls it.
+    Adopt {
+        job_id: String,
+        key: String,
+        attempt: i64,
+        /// What the request cost, as `record_calling` would have recorded it (no budget
+        /// check: the money was spent by the daemon that sent it).
+        facts: super::CallingFacts,
+    },
+    /// Nothing proven, or nothing the daemon may act on by itself: the job stays held, and
+    /// `found` (plain words) is added to its reason.
+    Keep { found: String },
+}
+
+/// One held job as a look read it, and what the look decided.
+#[derive(Debug, Clone)]
+pub struct HeldLook {
+    pub task: String,
+    /// When it was held (`Held::since`): a job released and held again is another hold.
+    pub since: Millis,
+    /// The task's attempts when it was read: nothing may have run since.
+    pub attempts: i64,
+    pub settle: HeldSettle,
+}
+
+/// What `Store::settle_held` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// The found request is the job's execution now; recovery polls it.
+    Adopted,
+    /// Still held, its reason saying what the look found.
+    Kept,
+    /// The job is not held as it was read any more (released, canceled, held again):
+    /// nothing was written.
+    Changed,
+    /// Another shot of its image set is running: nothing was written (a set runs one shot at
+    /// a time); the next look tries again.
+    SetBusy,
+}
+
+/// Words that start what a look at the provider found, inside a held job's reason; a later
+/// look replaces what follows them.
+pub const LOOK_NOTE: &str = " — Looked up at the provider: ";
 
 /// Which held jobs to release.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -632,6 +632,13 @@ impl Store {
         self.op(Commit::Durable, 0, move |tx| ops::held::release_held(tx, &which, now)).await
     }
 
+    /// Apply what a look at the provider decided about a held job, re-checked in its
+    /// transaction (`ops::held::settle_held`).
+    pub async fn settle_held(&self, look: held::HeldLook, now: Millis) -> Result<held::Settled, StoreError> {
+        let node = self.postgres().map(|p| p.node().to_string());
+        self.op(Commit::Durable, 0, move |tx| ops::held::settle_held(tx, &look, node.as_deref(), now)).await
+    }
+
     /// Held jobs (at most `limit`), and how many there are.
     pub async fn held_tasks(&self, limit: usize) -> Result<(i64, Vec<TaskView>), StoreError> {
         self.query(move |tx| ops::held::held_tasks(tx, limit)).await

@@ -7,7 +7,7 @@ use serde_json::json;
 use tally::config::{ProviderConfig, ProviderKind};
 use tally::providers::{self, CallError, JobState, Provider, Submitted};
 
-use crate::providers_http::{Harness, accepted, assert_png, poll_until_settled, reference, request};
+use crate::providers_http::{Harness, accepted, assert_png, now_ms, poll_until_settled, reference, request};
 
 fn batch_provider(h: &Harness) -> std::sync::Arc<dyn Provider> {
     providers::build(&ProviderConfig { batch: true, ..h.config(ProviderKind::Gemini) }).unwrap()
@@ -159,4 +159,29 @@ async fn a_blocked_batch_request_is_a_refusal() {
         }
     }
     assert!(matches!(last, Some(Err(CallError::Blocked(ref w))) if w.contains("blocked the prompt")), "{last:?}");
+}
+
+/// A held job (issue #24) on the Batch API: the batch named by a later attempt's key is found
+/// in the listing; a job with no such batch is absent; a look sends nothing paid.
+#[tokio::test]
+async fn a_held_job_is_found_by_the_batch_named_for_a_later_attempt() {
+    let h = Harness::start().await;
+    let p = batch_provider(&h);
+    let mut sent = request("held batch");
+    sent.task_id = "held-task".into();
+    sent.idempotency_key = tally::store::provider_key("held-task", 1);
+    let job = accepted(p.submit(&sent).await.unwrap());
+    p.submit(&request("held batch")).await.unwrap();
+    let keys: Vec<String> = (1..=4).map(|k| tally::store::provider_key("held-task", k)).collect();
+    let q = providers::HeldQuery { request: sent.clone(), keys, since_ms: now_ms() - 5_000 };
+    let found = p.find_held(&q).await.unwrap();
+    assert_eq!(found, providers::HeldLookup::Found { job, key: tally::store::provider_key("held-task", 1) });
+    let keys: Vec<String> = (1..=4).map(|k| tally::store::provider_key("never-sent", k)).collect();
+    let q = providers::HeldQuery { keys, ..q };
+    assert!(matches!(p.find_held(&q).await.unwrap(), providers::HeldLookup::Absent(_)));
+    let charged = h.ledger().into_iter().filter(|l| l["charged"] == true).count();
+    assert_eq!(charged, 2, "looks are free listings");
+    // Without the Batch API there is nothing to list.
+    let direct = h.provider(ProviderKind::Gemini);
+    assert!(matches!(direct.find_held(&q).await.unwrap(), providers::HeldLookup::Unsure(_)));
 }

@@ -205,3 +205,77 @@ async fn dropped_poll_is_ambiguous_and_polling_recovers() {
     assert!(matches!(poll_until_settled(p.as_ref(), &job).await, JobState::Done(_)));
     assert_eq!(h.charged(), 1);
 }
+
+/// A held job's query as `engine::lookup` makes it: the copy recorded `attempts` attempts of
+/// task `task`, so a request sent since carries the key of a later one.
+fn held_query(task: &str, prompt: &str, attempts: i64) -> providers::HeldQuery {
+    let keys: Vec<String> = (attempts + 1..=attempts + 4).map(|k| tally::store::provider_key(task, k)).collect();
+    let mut req = request(prompt);
+    req.task_id = task.into();
+    req.idempotency_key = keys[0].clone();
+    providers::HeldQuery { request: req, keys, since_ms: now_ms() - 5_000 }
+}
+
+/// What the daemon that made the copy sent: attempt `attempt` of `task`.
+fn sent_by_the_original(task: &str, prompt: &str, attempt: i64) -> providers::CallRequest {
+    let mut req = request(prompt);
+    req.task_id = task.into();
+    req.idempotency_key = tally::store::provider_key(task, attempt);
+    req
+}
+
+/// A held job (issue #24) is found by the seed derived from its next attempts' keys, among
+/// predictions with the same prompt from other jobs; looking sends nothing paid.
+#[tokio::test]
+async fn a_held_job_is_found_by_the_seed_of_a_later_attempt() {
+    let h = Harness::start().await;
+    let p = h.provider(ProviderKind::Replicate);
+    p.submit(&sent_by_the_original("other-task", "held chair", 1)).await.unwrap();
+    p.submit(&request("held chair")).await.unwrap();
+    let job = accepted(p.submit(&sent_by_the_original("held-task", "held chair", 2)).await.unwrap());
+    assert_eq!(h.charged(), 3);
+    let found = p.find_held(&held_query("held-task", "held chair", 1)).await.unwrap();
+    let key = tally::store::provider_key("held-task", 2);
+    assert_eq!(found, providers::HeldLookup::Found { job: job.clone(), key });
+    assert_eq!(h.charged(), 3, "a look is a free listing");
+    // The copy recorded attempt 2 already: a request of attempt 2 is not one sent since.
+    let later = p.find_held(&held_query("held-task", "held chair", 2)).await.unwrap();
+    assert!(matches!(&later, providers::HeldLookup::Unsure(w) if w.contains("without its mark")), "{later:?}");
+}
+
+/// None with the job's prompt, in a listing read to its end, proves the job did not reach
+/// this account; predictions with its prompt but not its mark, or two with its mark, prove
+/// nothing.
+#[tokio::test]
+async fn a_held_job_is_absent_only_when_no_prediction_could_be_it() {
+    let h = Harness::start_with(|a| a.job_duration_ms = 0).await;
+    let p = h.provider(ProviderKind::Replicate);
+    for i in 0..105 {
+        p.submit(&request(&format!("unrelated {i}"))).await.unwrap();
+    }
+    let absent = p.find_held(&held_query("t-absent", "never sent", 0)).await.unwrap();
+    assert!(matches!(&absent, providers::HeldLookup::Absent(w) if w.contains("read to its end")), "{absent:?}");
+    p.submit(&request("same prompt")).await.unwrap();
+    let unsure = p.find_held(&held_query("t-same", "same prompt", 0)).await.unwrap();
+    assert!(matches!(&unsure, providers::HeldLookup::Unsure(w) if w.contains("without its mark")), "{unsure:?}");
+    p.submit(&sent_by_the_original("t-twice", "twice", 1)).await.unwrap();
+    p.submit(&sent_by_the_original("t-twice", "twice", 2)).await.unwrap();
+    let two = p.find_held(&held_query("t-twice", "twice", 0)).await.unwrap();
+    assert!(matches!(&two, providers::HeldLookup::Unsure(w) if w.contains("2 predictions")), "{two:?}");
+}
+
+/// Replicate removes inputs after its retention: a prediction that no longer shows them may
+/// be the job's, so nothing is proven; a job that sets its own seed carries no mark.
+#[tokio::test]
+async fn a_held_job_stays_unsure_when_inputs_are_gone_or_it_sets_its_seed() {
+    let h = Harness::start_with(|a| a.result_ttl_s = 0).await;
+    let p = h.provider(ProviderKind::Replicate);
+    let job = accepted(p.submit(&sent_by_the_original("t-gone", "gone", 1)).await.unwrap());
+    assert!(matches!(poll_until_settled(p.as_ref(), &job).await, JobState::Expired));
+    let gone = p.find_held(&held_query("t-gone", "gone", 0)).await.unwrap();
+    assert!(matches!(&gone, providers::HeldLookup::Unsure(w) if w.contains("no longer show their inputs")), "{gone:?}");
+    let mut own = held_query("t-seed", "own seed", 0);
+    own.request.params = json!({"seed": 7});
+    let seeded = p.find_held(&own).await.unwrap();
+    assert!(matches!(&seeded, providers::HeldLookup::Unsure(w) if w.contains("sets its own `seed`")), "{seeded:?}");
+}

@@ -32,7 +32,9 @@ use serde_json::{Map, Value, json};
 use super::client::{AuthScheme, Download, HttpClient, Retention, now_ms};
 use super::{api_root, check_output_format, merge_params, parse_size};
 use crate::config::ProviderConfig;
-use crate::providers::{BoxFuture, CallError, CallRequest, Capabilities, JobHandle, JobState, Provider, Submitted};
+use crate::providers::{
+    BoxFuture, CallError, CallRequest, Capabilities, HeldLookup, HeldQuery, JobHandle, JobState, Provider, Submitted,
+};
 
 /// How long BFL signs a result URL for, counted from the result's `end_time`.
 pub const SAMPLE_RETENTION: Retention =
@@ -289,5 +291,16 @@ impl Provider for Bfl {
     fn find<'a>(&'a self, _req: &'a CallRequest) -> BoxFuture<'a, Result<Option<JobHandle>, CallError>> {
         // No listing and no idempotency key: nothing can be proven.
         Box::pin(async { Ok(None) })
+    }
+
+    /// BFL lists nothing a held job could be found in: unsure.
+    fn find_held<'a>(&'a self, _q: &'a HeldQuery) -> BoxFuture<'a, Result<HeldLookup, CallError>> {
+        Box::pin(async {
+            Ok(HeldLookup::Unsure(
+                "BFL gives a task id only in its answer to the submit, and lists no tasks in which tally could find \
+                 this job"
+                    .into(),
+            ))
+        })
     }
 }

@@ -40,7 +40,9 @@ use serde_json::{Map, Value, json};
 use super::client::{AuthScheme, HttpClient, ResultFetch, Retention, now_ms};
 use super::{data_uri, parse_size};
 use crate::config::ProviderConfig;
-use crate::providers::{BoxFuture, CallError, CallRequest, Capabilities, JobHandle, JobState, Provider, Submitted};
+use crate::providers::{
+    BoxFuture, CallError, CallRequest, Capabilities, HeldLookup, HeldQuery, JobHandle, JobState, Provider, Submitted,
+};
 
 /// The international (Singapore) endpoint, the default `base_url`; the mainland one is
 /// `https://dashscope.aliyuncs.com`.
@@ -522,6 +524,17 @@ impl Provider for Dashscope {
                     Ok(None)
                 }
             }
+        })
+    }
+
+    /// DashScope's listing carries no mark of the task (see the module docs): unsure.
+    fn find_held<'a>(&'a self, _q: &'a HeldQuery) -> BoxFuture<'a, Result<HeldLookup, CallError>> {
+        Box::pin(async {
+            Ok(HeldLookup::Unsure(
+                "DashScope's task list shows no prompt and no mark of tally's, so a task there is told apart only \
+                 by model and time, which every job of this model sent since shares"
+                    .into(),
+            ))
         })
     }
 }

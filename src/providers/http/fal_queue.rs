@@ -28,7 +28,9 @@ use serde_json::{Map, Value};
 use super::client::{AuthScheme, HttpClient, ResultFetch, Retention, marked_not_retryable, now_ms};
 use super::{check_output_format, data_uri, merge_params, parse_size};
 use crate::config::ProviderConfig;
-use crate::providers::{BoxFuture, CallError, CallRequest, Capabilities, JobHandle, JobState, Provider, Submitted};
+use crate::providers::{
+    BoxFuture, CallError, CallRequest, Capabilities, HeldLookup, HeldQuery, JobHandle, JobState, Provider, Submitted,
+};
 
 /// App namespaces whose ids have three parts before the subpath (as fal-client's `AppId`).
 const NAMESPACES: &[&str] = &["workflows", "comfy"];
@@ -267,6 +269,18 @@ impl Provider for FalQueue {
     fn find<'a>(&'a self, _req: &'a CallRequest) -> BoxFuture<'a, Result<Option<JobHandle>, CallError>> {
         // No listing this adapter can search: nothing can be proven.
         Box::pin(async { Ok(None) })
+    }
+
+    /// A held job has no request id (fal answers it only to the submit) and no listing is read: unsure.
+    fn find_held<'a>(&'a self, _q: &'a HeldQuery) -> BoxFuture<'a, Result<HeldLookup, CallError>> {
+        Box::pin(async {
+            Ok(HeldLookup::Unsure(
+                "fal gives a request id only in its answer to the submit, which tally records after sending, so a copy \
+                 taken before that answer has no id to ask about; and tally reads no list of fal's requests (its \
+                 Platform API lists them by endpoint, but not documented to show queued ones or tally's inputs)"
+                    .into(),
+            ))
+        })
     }
 }
 

@@ -22,6 +22,9 @@
 //! every page up to a bound) and matching the display name: exactly one match is the job,
 //! anything else proves nothing. Gemini ends batches still pending or running after 48 hours
 //! (`BATCH_STATE_EXPIRED`), so a batch is polled that long ([`Provider::job_deadline`]).
+//! A held job (an older copy of the database, `store::held`) is looked for the same way: its
+//! next attempts' keys are known to the copy, so exactly one batch named by one of them, in a
+//! listing read to its end, is the job's request. `generateContent` (no batch) lists nothing.
 
 use std::time::Duration;
 
@@ -34,7 +37,8 @@ use super::client::{AuthScheme, HttpClient, image_from_bytes};
 use super::parse_size;
 use crate::config::ProviderConfig;
 use crate::providers::{
-    BoxFuture, CallError, CallRequest, Capabilities, Image, JobHandle, JobState, Provider, Submitted,
+    BoxFuture, CallError, CallRequest, Capabilities, HeldLookup, HeldQuery, Image, JobHandle, JobState, Provider,
+    Submitted,
 };
 
 /// The aspect ratios Gemini's `imageConfig.aspectRatio` takes.
@@ -393,6 +397,59 @@ impl Gemini {
     }
 }
 
+impl Gemini {
+    /// Look for a held job's batch: one named by one of `q.keys` (see the module docs).
+    async fn held_batch(&self, q: &HeldQuery) -> Result<HeldLookup, CallError> {
+        if !self.batch {
+            return Ok(HeldLookup::Unsure(
+                "Gemini's generateContent answers at once and keeps no list of requests".into(),
+            ));
+        }
+        let mut found: Vec<(String, String)> = Vec::new();
+        let mut token: Option<String> = None;
+        let mut complete = false;
+        for _ in 0..LIST_PAGES {
+            let mut url = format!("{}/v1beta/batches?pageSize=100", self.root());
+            if let Some(t) = &token {
+                url.push_str("&pageToken=");
+                url.push_str(&urlencoding(t));
+            }
+            let page: BatchList = self.http.send_json(self.http.request(Method::GET, &url, None)?).await?;
+            for op in page.operations {
+                let name = op.metadata.get("displayName").and_then(Value::as_str).unwrap_or_default();
+                if let Some(key) = q.keys.iter().find(|k| k.as_str() == name)
+                    && valid_batch_name(&op.name)
+                {
+                    found.push((op.name, key.clone()));
+                }
+            }
+            match page.next_page_token.filter(|t| !t.is_empty()) {
+                Some(t) => token = Some(t),
+                None => {
+                    complete = true;
+                    break;
+                }
+            }
+        }
+        found.sort();
+        found.dedup();
+        Ok(match (found.as_slice(), complete) {
+            ([(name, key)], true) => HeldLookup::Found { job: JobHandle::id(name.clone()), key: key.clone() },
+            ([], true) => HeldLookup::Absent(
+                "Gemini's list of this key's batches (read to its end) shows none named for this job".into(),
+            ),
+            (_, false) => HeldLookup::Unsure(format!(
+                "Gemini lists more than {} batches, more than tally reads to be sure",
+                LIST_PAGES * 100
+            )),
+            (many, true) => HeldLookup::Unsure(format!(
+                "Gemini shows {} batches named for this job, so tally cannot tell which one counts",
+                many.len()
+            )),
+        })
+    }
+}
+
 /// `batches/{id}` with an id of URL-safe characters only (it becomes part of a path).
 fn valid_batch_name(name: &str) -> bool {
     name.strip_prefix("batches/")
@@ -459,6 +516,10 @@ impl Provider for Gemini {
 
     fn find<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<Option<JobHandle>, CallError>> {
         Box::pin(async move { if self.batch { self.find_batch(req).await } else { Ok(None) } })
+    }
+
+    fn find_held<'a>(&'a self, q: &'a HeldQuery) -> BoxFuture<'a, Result<HeldLookup, CallError>> {
+        Box::pin(self.held_batch(q))
     }
 }
 

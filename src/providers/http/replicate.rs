@@ -17,6 +17,13 @@
 //!   when the model takes one), and the time window. Exactly one candidate is a match;
 //!   none or several prove nothing. Replicate removes inputs after about an hour, so a lookup
 //!   later than that cannot match (and the task stays `unknown`).
+//! - A held job (an older copy of the database, `store::held`) is looked for by the same seed:
+//!   tally's request keys are `tally-{task}-{attempt}`, so the keys of the job's next attempts,
+//!   and their seeds, are known to the copy. The listing from the task's creation until now is
+//!   read to its end; exactly one prediction with the job's prompt and one of those seeds is
+//!   the job's request. None, with no prediction in the window showing the prompt or hiding
+//!   its inputs, proves it did not reach this account. A model without an integer `seed`, or
+//!   a job that sets its own, cannot be told apart (the job stays held).
 //! - `succeeded` with `output: null` or `data_removed: true` is expired: generated and
 //!   probably charged, but the image is gone. An output file that answers 404 or 5xx while
 //!   Replicate's retention (an hour for predictions made through the API, from
@@ -24,6 +31,9 @@
 //! - `canceled` is a cancel at Replicate (tally never cancels a prediction it started):
 //!   Replicate bills the time a prediction ran, so it is reported in those words; a `failed`
 //!   prediction whose `error` is null is explained by the last lines of its `logs`.
+//!
+//! Longer than 600 lines: the schema, the create, the poll and both listings (a lost create, a
+//! held job) read the same prediction type and the same inputs, so they stay in one file.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -37,10 +47,16 @@ use sha2::Digest;
 use super::client::{AuthScheme, HttpClient, ResultFetch, Retention, now_ms};
 use super::{api_root, check_output_format, data_uri, parse_size};
 use crate::config::ProviderConfig;
-use crate::providers::{BoxFuture, CallError, CallRequest, Capabilities, JobHandle, JobState, Provider, Submitted};
+use crate::providers::{
+    BoxFuture, CallError, CallRequest, Capabilities, HeldLookup, HeldQuery, JobHandle, JobState, Provider, Submitted,
+};
 
 /// How many pages (100 predictions each) of the time-bounded listing `find` reads.
 const FIND_MAX_PAGES: usize = 10;
+
+/// How many pages (100 predictions each) `find_held` reads before it gives up proving
+/// anything: its window runs from the task's creation until now.
+const HELD_MAX_PAGES: usize = 50;
 
 /// Tolerated clock difference between tally and the provider around the calling time.
 const CLOCK_SKEW: Duration = Duration::from_secs(60);
@@ -365,6 +381,85 @@ impl Replicate {
         sent.iter().filter(|(k, _)| !schema.is_file(k)).all(|(k, v)| stored.get(k) == Some(v))
     }
 
+    /// Look for the requests of a held job (see [`Provider::find_held`] and the module docs):
+    /// the listing from the task's creation until now, read to its end, where a prediction
+    /// is this job's when it shows the job's prompt and a seed derived from one of its keys.
+    async fn held(&self, q: &HeldQuery) -> Result<HeldLookup, CallError> {
+        let schema = self.schema().await?;
+        let params_seed = q.request.params.get("seed").is_some();
+        if schema.kind("seed") != Some("integer") || params_seed {
+            let why = if params_seed {
+                "the job sets its own `seed`, which is where tally puts the mark that ties a prediction to its job"
+            } else {
+                "the model takes no integer `seed`, which is where tally puts the mark that ties a prediction to its job"
+            };
+            return Ok(HeldLookup::Unsure(format!("Replicate cannot tell this job's predictions apart: {why}")));
+        }
+        let seeds: HashMap<i64, &str> = q.keys.iter().map(|k| (seed_for(k), k.as_str())).collect();
+        let skew = CLOCK_SKEW.as_millis() as i64;
+        let window = (q.since_ms - skew, now_ms() + skew);
+        let query = format!("created_after={}&created_before={}", rfc3339_ms(window.0), rfc3339_ms(window.1));
+        let mut url = format!("{}/v1/predictions?{}", self.http.base_url(), query.replace(':', "%3A"));
+        let (mut found, mut same_prompt, mut unreadable, mut complete) = (Vec::new(), 0usize, 0usize, false);
+        for _ in 0..HELD_MAX_PAGES {
+            let page: PredictionPage = self.http.send_json(self.http.request(Method::GET, &url, None)?).await?;
+            for p in &page.results {
+                let created = p.created_at.as_deref().and_then(parse_time_ms);
+                if created.is_some_and(|c| c < window.0 || c > window.1) {
+                    continue;
+                }
+                let input = p.input.as_object().filter(|i| !p.data_removed && !i.is_empty());
+                let Some(input) = input else {
+                    unreadable += 1;
+                    continue;
+                };
+                if input.get("prompt").and_then(Value::as_str) != Some(q.request.prompt.as_str()) {
+                    continue;
+                }
+                same_prompt += 1;
+                if let Some(key) = input.get("seed").and_then(Value::as_i64).and_then(|s| seeds.get(&s)) {
+                    found.push((p.id.clone(), key.to_string()));
+                }
+            }
+            match page.next {
+                Some(next) if self.http.same_origin(&next) => url = next,
+                Some(_) => break,
+                None => {
+                    complete = true;
+                    break;
+                }
+            }
+        }
+        let since = rfc3339_ms(q.since_ms);
+        if !complete {
+            return Ok(HeldLookup::Unsure(format!(
+                "Replicate lists more than {} predictions since {since}, more than tally reads to be sure",
+                HELD_MAX_PAGES * 100
+            )));
+        }
+        found.sort();
+        found.dedup();
+        Ok(match (found.as_slice(), same_prompt, unreadable) {
+            ([(id, key)], _, _) => HeldLookup::Found { job: JobHandle::id(id.clone()), key: key.clone() },
+            ([_, _, ..], _, _) => HeldLookup::Unsure(format!(
+                "Replicate shows {} predictions carrying this job's mark, so tally cannot tell which one counts",
+                found.len()
+            )),
+            ([], 0, 0) => HeldLookup::Absent(format!(
+                "Replicate's list of this account's predictions since {since} (read to its end) shows none with this \
+                 job's prompt"
+            )),
+            ([], 0, n) => HeldLookup::Unsure(format!(
+                "{n} of Replicate's predictions since {since} no longer show their inputs (Replicate removes them \
+                 after about an hour), so one of them may be this job's"
+            )),
+            ([], n, _) => HeldLookup::Unsure(format!(
+                "Replicate shows {n} prediction(s) since {since} with this job's prompt but without its mark (another \
+                 job with the same prompt, or a model version that did not take tally's seed)"
+            )),
+        })
+    }
+
     /// Turn a prediction into a job state, downloading its first output.
     async fn state(&self, p: Prediction) -> Result<JobState, CallError> {
         match p.status.as_str() {
@@ -492,6 +587,10 @@ impl Provider for Replicate {
             let p: Prediction = self.http.send_json(self.http.request(Method::GET, &url, None)?).await?;
             self.state(p).await
         })
+    }
+
+    fn find_held<'a>(&'a self, q: &'a HeldQuery) -> BoxFuture<'a, Result<HeldLookup, CallError>> {
+        Box::pin(self.held(q))
     }
 
     fn find<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<Option<JobHandle>, CallError>> {

@@ -9,8 +9,9 @@
 //! node: there only *pending* envelopes are held, each locked (`FOR UPDATE`) as it is chosen.
 
 use super::common::{event, requeue_envelope, schedule_next_shot_of, set_task};
+use crate::domain::Charge;
 use crate::domain::{Actor, Millis, TaskStatus};
-use crate::store::held::{Held, Release, ReleaseReport};
+use crate::store::held::{Held, HeldLook, HeldSettle, LOOK_NOTE, Release, ReleaseReport, Settled};
 use crate::store::tx::{Dialect, Tx};
 use crate::store::{StoreError, TaskView};
 
@@ -127,6 +128,132 @@ pub(in crate::store) fn release_held(
     }
     Ok(report)
 }
+
+/// Apply what a look at the provider decided about a held job (`store::held`), only while the
+/// job is still held as the look read it: the same hold (`since`), and no attempt since
+/// (`attempts`); else [`Settled::Changed`] and nothing is written. The task is locked first.
+///
+/// [`HeldSettle::Adopt`] writes the found request as the job's execution — `running`, phase
+/// `accepted` with the provider's job id, `calling` now with the request's price (charge
+/// `possible` until the poll proves more) — and its envelope `sent` on a lease that has run
+/// out and names no live run (`lease_boot` [`ADOPTED_BOOT`]), so recovery resumes it at once
+/// and a worker polls it: its image and charge evidence land through the fenced finish, and
+/// nothing is sent. `node` is the PostgreSQL node adopting it (its executions name one).
+pub(in crate::store) fn settle_held(
+    tx: &mut dyn Tx,
+    look: &HeldLook,
+    node: Option<&str>,
+    now: Millis,
+) -> Result<Settled, StoreError> {
+    let task = look.task.as_str();
+    tx.lock_task(task)?;
+    let Some(row) = tx.opt(
+        "SELECT e.held_at, e.held_reason, t.attempts, t.set_id FROM envelopes e JOIN tasks t ON t.id = e.task_id
+         WHERE e.task_id = ?1 AND e.status = 'pending' AND e.held_at IS NOT NULL",
+        &[&task],
+    )?
+    else {
+        return Ok(Settled::Changed);
+    };
+    let (since, reason, attempts, set): (Millis, Option<String>, i64, Option<String>) =
+        (row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?);
+    if since != look.since || attempts != look.attempts {
+        return Ok(Settled::Changed);
+    }
+    match &look.settle {
+        HeldSettle::Keep { found } => {
+            let base = reason.as_deref().unwrap_or_default();
+            let base = base.split(LOOK_NOTE).next().unwrap_or(base);
+            let words = format!("{base}{LOOK_NOTE}{found}");
+            if reason.as_deref() == Some(words.as_str()) {
+                return Ok(Settled::Kept);
+            }
+            tx.exec("UPDATE envelopes SET held_reason = ?2 WHERE task_id = ?1", &[&task, &words])?;
+            set_task(tx, task, TaskStatus::Waiting, Some(&words), None, now)?;
+            event(tx, task, now, Actor::Reconciler, "looked_up", &format!("looked up at the provider: {found}"), None)?;
+            Ok(Settled::Kept)
+        }
+        HeldSettle::Adopt { job_id, key, attempt, facts } => {
+            if *attempt <= attempts {
+                return Err(StoreError::Invalid(format!(
+                    "task {task}: a request found at the provider must be a later attempt than the {attempts} recorded"
+                )));
+            }
+            if let Some(set) = &set {
+                tx.lock_set(set)?;
+                if crate::store::ops::common::set_has_live_shot(tx, set)? {
+                    return Ok(Settled::SetBusy);
+                }
+            }
+            let token = uuid::Uuid::new_v4().to_string();
+            let lease = uuid::Uuid::new_v4().to_string();
+            let charge = if facts.billable { Charge::Possible } else { Charge::None }.as_str();
+            let pg = tx.dialect() == Dialect::Postgres;
+            let node = node.unwrap_or_default().to_string();
+            let mut params: Vec<&dyn crate::store::tx::Param> = vec![
+                &token,
+                &task,
+                attempt,
+                key,
+                job_id,
+                &ADOPTED_BOOT,
+                &now,
+                &charge,
+                &facts.billable,
+                &facts.cost_micros,
+                &facts.currency,
+                &facts.model,
+            ];
+            if pg {
+                params.push(&node);
+            }
+            tx.exec(if pg { ADOPT_EXECUTION_PG } else { ADOPT_EXECUTION }, &params)?;
+            tx.exec("UPDATE tasks SET attempts = ?2 WHERE id = ?1", &[&task, attempt])?;
+            let mut params: Vec<&dyn crate::store::tx::Param> = vec![&task, &lease, &now, &ADOPTED_BOOT];
+            if pg {
+                params.push(&node);
+            }
+            tx.exec(if pg { ADOPT_ENVELOPE_PG } else { ADOPT_ENVELOPE }, &params)?;
+            let words = format!(
+                "Found at the provider as job {job_id}: the daemon this copy came from had sent it. tally asks the \
+                 provider for its result; nothing is sent again."
+            );
+            set_task(tx, task, TaskStatus::Running, Some(&words), None, now)?;
+            let line = format!(
+                "the provider shows this job's request (attempt {attempt}) as job {job_id}, sent by the daemon the \
+                 copy came from: its result is fetched, nothing is sent again"
+            );
+            event(tx, task, now, Actor::Reconciler, "found_at_provider", &line, Some(&token))?;
+            Ok(Settled::Adopted)
+        }
+    }
+}
+
+/// The execution of a held job's request found at the provider (`settle_held`): `?1` token,
+/// `?2` task, `?3` attempt, `?4` key, `?5` job id, `?6` run, `?7` now, `?8` charge, `?9`
+/// billable, `?10`..`?12` cost, currency, model (PostgreSQL: `?13` the node).
+const ADOPT_EXECUTION: &str = "INSERT INTO executions (token, task_id, attempt, status, phase, idempotency_key,
+        provider_job_id, boot_id, heartbeat_at, started_at, calling_at, charge, billable, cost_micros, currency, model)
+     VALUES (?1, ?2, ?3, 'running', 'accepted', ?4, ?5, ?6, ?7, ?7, ?7, ?8, ?9, ?10, ?11, ?12)";
+const ADOPT_EXECUTION_PG: &str = "INSERT INTO executions (token, task_id, attempt, status, phase, idempotency_key,
+        provider_job_id, boot_id, heartbeat_at, started_at, calling_at, charge, billable, cost_micros, currency, model,
+        node_id)
+     VALUES (?1, ?2, ?3, 'running', 'accepted', ?4, ?5, ?6, ?7, ?7, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
+
+/// Its envelope, `sent` on a lease that ran out at once: `?1` task, `?2` lease token, `?3`
+/// now, `?4` the run (PostgreSQL: `?5` the node).
+const ADOPT_ENVELOPE: &str = "UPDATE envelopes SET status = 'sent', sent_at = ?3, send_count = send_count + 1,
+        lease_token = ?2, lease_expires_at = ?3, lease_boot = ?4, due_at = NULL, pass = NULL, budget_hold = false,
+        held_at = NULL, held_reason = NULL
+     WHERE task_id = ?1";
+const ADOPT_ENVELOPE_PG: &str = "UPDATE envelopes SET status = 'sent', sent_at = ?3, send_count = send_count + 1,
+        lease_token = ?2, lease_expires_at = ?3, lease_boot = ?4, due_at = NULL, pass = NULL, budget_hold = false,
+        held_at = NULL, held_reason = NULL, lease_node = ?5
+     WHERE task_id = ?1";
+
+/// The run named by the lease of a held job found at the provider: no process ever runs as
+/// it, so recovery takes the lease over at once.
+pub(in crate::store) const ADOPTED_BOOT: &str = "held-lookup";
 
 /// The hold of one task, if it is held.
 pub(crate) fn held_of(tx: &mut dyn Tx, task: &str) -> Result<Option<Held>, StoreError> {

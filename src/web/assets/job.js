@@ -220,6 +220,8 @@
       case "requeued": return "tally was interrupted before sending; it will start again (nothing was sent).";
       case "held": return "Held, not sent: the database was an older copy, and this job may have been sent already. " + m;
       case "released": return "You asked to send it again.";
+      case "found_at_provider": return who + " shows it was sent already (by the daemon the copy came from): tally fetches its result, nothing is sent again.";
+      case "looked_up": return "tally asked " + who + " whether it was sent already: " + m.replace(/^looked up at the provider: /, "");
       default: return "tally updated this job.";
     }
   }

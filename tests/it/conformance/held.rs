@@ -1,17 +1,27 @@
 //! Held jobs on both backends (`store::held`): what an older copy of the database would send
 //! again is held — never dispatched, no wake-up armed for it — until the owner releases it,
-//! one by one or all together; a held shot of a set keeps its set to one shot at a time.
+//! one by one or all together; a held shot of a set keeps its set to one shot at a time; a
+//! look at the provider (`Store::settle_held`) adopts a request found there as an accepted
+//! execution that recovery resumes and polls, or notes what it found, each only while the
+//! job is still held as the look read it.
 
 use std::collections::BTreeSet;
 
-use tally::domain::TaskStatus;
-use tally::store::held::Release;
+use tally::domain::{Charge, Phase, TaskStatus};
+use tally::store::held::{HeldLook, HeldSettle, LOOK_NOTE, Release, Settled};
 use tally::store::*;
 
 use super::both;
-use super::single::{LEASE, T0, claimed, ids, submit};
+use super::fixtures::file_problems;
+use super::single::{LEASE, T0, artifact, claimed, ids, kinds, submit};
 
-both!(held_jobs_wait_for_the_owner_and_go_when_released, a_held_set_still_runs_one_shot_at_a_time);
+both!(
+    held_jobs_wait_for_the_owner_and_go_when_released,
+    a_held_set_still_runs_one_shot_at_a_time,
+    a_held_job_found_at_the_provider_is_polled_and_never_sent,
+    a_look_that_proves_nothing_keeps_the_job_held_and_says_what_it_found,
+    a_found_shot_waits_while_another_shot_of_its_set_is_live
+);
 
 fn set_of<I: IntoIterator<Item = S>, S: Into<String>>(v: I) -> BTreeSet<String> {
     v.into_iter().map(Into::into).collect()
@@ -87,4 +97,116 @@ async fn a_held_set_still_runs_one_shot_at_a_time(s: Store) {
     assert_eq!(r.released.len(), 2);
     let b = s.dispatch_due(T0 + 3, 100, LEASE, "boot").await.expect("dispatch");
     assert_eq!(ids(&b), [shots[0].as_str()], "released together, the set still goes one shot at a time, in order");
+}
+
+fn adopt(task: &str, since: i64, attempts: i64, job: &str) -> HeldLook {
+    HeldLook {
+        task: task.into(),
+        since,
+        attempts,
+        settle: HeldSettle::Adopt {
+            job_id: job.into(),
+            key: provider_key(task, attempts + 1),
+            attempt: attempts + 1,
+            facts: CallingFacts { cost_micros: Some(40_000), currency: Some("USD".into()), ..CallingFacts::billed() },
+        },
+    }
+}
+
+async fn a_held_job_found_at_the_provider_is_polled_and_never_sent(s: Store) {
+    let a = submit(&s, "found at the provider").await;
+    let now = T0 + 2;
+    s.hold_unsettled("queued when the backup was taken".into(), now).await.expect("hold");
+    // A look that read another hold, or another attempt count, writes nothing.
+    for stale in [adopt(&a, now - 1, 0, "job-1"), adopt(&a, now, 1, "job-1")] {
+        assert_eq!(s.settle_held(stale, now + 1).await.expect("settle"), Settled::Changed);
+    }
+    assert!(s.get_task(a.clone()).await.expect("get").expect("task").held.is_some(), "still held");
+    assert_eq!(s.settle_held(adopt(&a, now, 0, "job-1"), now + 1).await.expect("settle"), Settled::Adopted);
+    let t = s.get_task(a.clone()).await.expect("get").expect("task");
+    assert_eq!((t.status, t.held.is_none(), t.attempts), (TaskStatus::Running, true, 1), "{t:?}");
+    assert_eq!((t.charge.state, t.charge.requests, t.charge.cost_micros), (Charge::Possible, 1, Some(40_000)));
+    assert_eq!(
+        s.settle_held(adopt(&a, now, 0, "job-2"), now + 2).await.expect("settle"),
+        Settled::Changed,
+        "applied once: the job is not held any more"
+    );
+    assert!(file_problems(&s).is_empty(), "tally check accepts it: {:?}", file_problems(&s));
+    // Nothing dispatches it as new work; recovery takes it over at once and resumes it.
+    assert!(s.dispatch_due(now + 2, 100, LEASE, "boot").await.expect("dispatch").claims.is_empty());
+    let rows = s.leftovers(now + 2, "boot").await.expect("leftovers");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0].execution.as_ref().map(|e| e.1), Some(Phase::Accepted));
+    s.apply_recovery(vec![(rows[0].clone(), Recovery::Resume)], now + 3).await.expect("resume");
+    let c = claimed(&s, &a, now + 4, "boot").await;
+    assert_eq!((c.phase, c.resumed, c.attempt), (Phase::Accepted, true, 1));
+    assert_eq!(c.job_id.as_deref(), Some("job-1"), "the worker polls the job the provider showed");
+    assert_eq!(c.idempotency_key, provider_key(&a, 1));
+    let f = Finish::Succeeded(artifact(&c.execution_token));
+    let done = s.finish(c.execution_token, c.lease_token, f, now + 5).await.expect("finish");
+    assert_eq!(done, TaskStatus::Succeeded);
+    let t = s.get_task(a.clone()).await.expect("get").expect("task");
+    assert_eq!((t.charge.state, t.charge.requests, t.artifacts.len()), (Charge::Charged, 1, 1), "{t:?}");
+    let k = kinds(&s, &a).await;
+    let (h, f) = (k.iter().position(|k| k == "held"), k.iter().position(|k| k == "found_at_provider"));
+    assert!(h.is_some() && h < f, "the timeline says it was held, then found: {k:?}");
+    assert!(!k.iter().any(|k| k == "calling"), "nothing was sent: {k:?}");
+}
+
+async fn a_look_that_proves_nothing_keeps_the_job_held_and_says_what_it_found(s: Store) {
+    let b = submit(&s, "kept").await;
+    let now = T0 + 2;
+    s.hold_unsettled("queued when the backup was taken".into(), now).await.expect("hold");
+    let keep = |found: &str| HeldLook {
+        task: b.clone(),
+        since: now,
+        attempts: 0,
+        settle: HeldSettle::Keep { found: found.into() },
+    };
+    assert_eq!(s.settle_held(keep("cannot list"), now + 1).await.expect("keep"), Settled::Kept);
+    assert_eq!(s.settle_held(keep("cannot list"), now + 2).await.expect("keep"), Settled::Kept);
+    assert_eq!(s.settle_held(keep("still cannot list"), now + 3).await.expect("keep"), Settled::Kept);
+    let t = s.get_task(b.clone()).await.expect("get").expect("task");
+    let want = format!("queued when the backup was taken{LOOK_NOTE}still cannot list");
+    assert_eq!(
+        t.held.as_ref().map(|h| (h.reason.as_str(), h.since)),
+        Some((want.as_str(), now)),
+        "replaced, not appended"
+    );
+    assert_eq!(t.waiting_for.as_deref(), Some(want.as_str()));
+    let looks = kinds(&s, &b).await.into_iter().filter(|k| k == "looked_up").count();
+    assert_eq!(looks, 2, "a look that found the same thing again writes nothing");
+    assert!(s.dispatch_due(now + 4, 100, LEASE, "boot").await.expect("dispatch").claims.is_empty(), "still held");
+    let r = s.release_held(Release::Ids(vec![b.clone()]), now + 5).await.expect("release");
+    assert_eq!(r.released, vec![b.clone()], "the owner can still send it");
+}
+
+async fn a_found_shot_waits_while_another_shot_of_its_set_is_live(s: Store) {
+    let shot = |role: &str| NewShot {
+        role: role.into(),
+        prompt: format!("{role} shot"),
+        params: serde_json::json!({}),
+        candidates: 1,
+    };
+    let set = NewSet {
+        product: "lamp".into(),
+        style: None,
+        provider: "p".into(),
+        references: Vec::new(),
+        shots: vec![shot("main"), shot("scene")],
+        idempotency_key: None,
+    };
+    let SubmitOutcome::Created(sid) = s.create_set(set, T0).await.expect("create") else { panic!("not created") };
+    let shots: Vec<String> = s.get_set(sid).await.expect("get").expect("set").shots.into_iter().map(|t| t.id).collect();
+    let now = T0 + 1;
+    s.hold_unsettled("copied while running".into(), now).await.expect("hold");
+    assert_eq!(s.settle_held(adopt(&shots[0], now, 0, "job-main"), now + 1).await.expect("adopt"), Settled::Adopted);
+    assert_eq!(
+        s.settle_held(adopt(&shots[1], now, 0, "job-scene"), now + 2).await.expect("adopt"),
+        Settled::SetBusy,
+        "one shot of a set at a time, found ones too"
+    );
+    let t = s.get_task(shots[1].clone()).await.expect("get").expect("task");
+    assert_eq!(t.held.as_ref().map(|h| h.reason.as_str()), Some("copied while running"), "nothing written");
+    assert_eq!((t.status, t.attempts), (TaskStatus::Waiting, 0));
 }

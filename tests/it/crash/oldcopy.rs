@@ -6,6 +6,9 @@
 //! twice by anything automatic, every job held is explained, and releasing one sends it (one
 //! more charge, as the owner asked).
 //!
+//! Where the provider can show the requests it got (Replicate), the copy looks its held jobs
+//! up there instead of asking (`engine::lookup`): one found is fetched, never sent again.
+//!
 //! The mock answers slowly (`--latency-ms`), so while the copy is taken some jobs are queued
 //! and some in flight. SQLite copies what its WAL holds into the main file every ~4 MB
 //! (automatic checkpoint); the tests run that checkpoint by hand from a connection of their own,
@@ -16,7 +19,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::common::{Daemon, Mock, OPENAI_MODEL, submit, wait_for};
+use crate::common::{Daemon, Mock, OPENAI_MODEL, sha256_hex, submit, wait_for};
 
 /// One OpenAI-style provider (no idempotency key, no lookup: a call that may have left can
 /// only become `unknown`) with two slots, against `mock`.
@@ -34,12 +37,30 @@ fn daemon(mock: &Mock) -> Daemon {
     d
 }
 
-/// Submit `n` jobs tagged `tag`; their ids and prompts.
+/// One Replicate provider (a FLUX model that takes a seed: held jobs can be looked up) with
+/// two slots, against `mock`.
+fn replicate_daemon(mock: &Mock) -> Daemon {
+    let mut d = Daemon::configure(&format!(
+        "[[providers]]\nname = \"replicate\"\nkind = \"replicate\"\nbase_url = \"{}\"\n\
+         model = \"black-forest-labs/flux-schnell\"\napi_key_env = \"TALLY_TEST_KEY\"\nmax_concurrency = 2\n\
+         poll_interval_ms = 50\nrequest_timeout_ms = 20000\nconnect_timeout_ms = 1000\n",
+        mock.base()
+    ));
+    d.env.push(("TALLY_TEST_KEY".into(), "r8-test-oldcopy".into()));
+    d
+}
+
+/// Submit `n` jobs tagged `tag` to provider `openai`; their ids and prompts.
 fn submit_jobs(d: &Daemon, tag: &str, n: usize) -> Vec<(String, String)> {
+    submit_jobs_to(d, "openai", tag, n)
+}
+
+/// Submit `n` jobs tagged `tag` to `provider`; their ids and prompts.
+fn submit_jobs_to(d: &Daemon, provider: &str, tag: &str, n: usize) -> Vec<(String, String)> {
     (0..n)
         .map(|i| {
             let prompt = format!("oldcopy {tag} job {i}");
-            let (code, id) = submit(d, "openai", &prompt, &format!("{tag}-{i}")).expect("submit answered");
+            let (code, id) = submit(d, provider, &prompt, &format!("{tag}-{i}")).expect("submit answered");
             assert_eq!(code, 201, "submit {i}");
             (id, prompt)
         })
@@ -203,10 +224,155 @@ fn a_copy_taken_while_running_served_elsewhere_pays_nothing_twice() {
     assert_eq!(charges(&mock, &jobs), vec![1; jobs.len()], "the copy sent nothing again");
     let held = held_explained(&tasks, "copy of the database taken while tally was running");
     assert!(!held.is_empty(), "the copy held queued jobs (else this test tested nothing): {tasks:?}");
+    // The start-up look at the provider: OpenAI lists no requests, so each held job stays held
+    // and says which provider could not settle it.
+    for id in &held {
+        let said = wait_for(Duration::from_secs(30), || {
+            let t = b.call("GET", &format!("/v1/tasks/{id}"), None).json();
+            let reason = t["held"]["reason"].as_str().unwrap_or("").to_string();
+            reason.contains("provider `openai` cannot settle it").then_some(reason)
+        });
+        let reason = said.unwrap_or_else(|| panic!("{id}: the look is not in its reason; stderr:\n{}", b.stderr()));
+        assert!(reason.contains("offers no listing") && reason.contains("Send it again?"), "{reason}");
+    }
+    let tasks = settled_or_held(&b, &jobs);
+    let _ = held_explained(&tasks, "copy of the database taken while tally was running");
+    let o = b.cli(&["held", "check"]);
+    assert!(o.status.success(), "tally held check: {}", out(&o));
+    let want = format!("looked up {n} held job(s): 0 found at their provider", n = held.len());
+    assert!(out(&o).contains(&want) && out(&o).contains("tally held list"), "{}", out(&o));
+    assert_eq!(charges(&mock, &jobs), vec![1; jobs.len()], "a check sends nothing");
     let mut sorted = held.clone();
     sorted.sort();
     assert_eq!(held_ids(&b), sorted, "GET /v1/held lists exactly the held jobs");
     release_one_is_charged_once_more(&b, &mock, &jobs, &held);
+    assert!(b.term().success());
+}
+
+/// A copy of `tally.db` taken while a daemon sends `n` jobs to Replicate, checkpointed so it
+/// holds the queued ones, then the original finishes every job as `status` and stops: the
+/// copy's daemon (not started), the jobs, and the original's view of each.
+fn copy_while_running_at_replicate(mock: &Mock, n: usize, status: &str) -> (Daemon, Vec<(String, String)>, Vec<Value>) {
+    let mut a = replicate_daemon(mock);
+    a.spawn();
+    let tag = uuid::Uuid::new_v4().to_string();
+    let jobs = submit_jobs_to(&a, "replicate", &tag, n);
+    checkpoint(&a.data.join("tally.db"));
+    let b = replicate_daemon(mock);
+    std::fs::create_dir_all(&b.data).expect("new data dir");
+    std::fs::copy(a.data.join("tally.db"), b.data.join("tally.db")).expect("copy tally.db alone");
+    let originals: Vec<Value> = jobs.iter().map(|(id, _)| a.wait_status(id, &[status])).collect();
+    assert!(a.term().success());
+    assert_eq!(charges(mock, &jobs), vec![1; jobs.len()], "the original paid for each job once");
+    (b, jobs, originals)
+}
+
+/// The same copy against Replicate, which can show the requests it got: the copy's held jobs
+/// are looked up at start-up, each found as the prediction the original made (by the seed
+/// tally derives from the job's attempt key) and fetched from it. The mock's ledger shows one
+/// charge per job, nothing is left held, and every image downloads with the sha256 the
+/// original stored.
+#[test]
+fn a_copy_settles_held_jobs_by_looking_them_up_at_replicate() {
+    let mock = Mock::start(&["--latency-ms", "300"]);
+    let (mut b, jobs, originals) = copy_while_running_at_replicate(&mock, 6, "succeeded");
+    let originals: Vec<String> =
+        originals.iter().map(|t| t["artifacts"][0]["sha256"].as_str().unwrap_or("").to_string()).collect();
+    b.spawn();
+    assert!(b.stdout().contains("older database"), "start-up says what it noticed: {}", b.stdout());
+    let mut found = 0;
+    for ((id, _), sha) in jobs.iter().zip(&originals) {
+        let t = b.wait_status(id, &["succeeded", "failed", "unknown"]);
+        assert_eq!(t["status"], "succeeded", "{t}\nstderr:\n{}", b.stderr());
+        assert!(t["held"].is_null(), "{t}");
+        assert_eq!(t["artifacts"][0]["sha256"].as_str(), Some(sha.as_str()), "the original's image: {t}");
+        let url = t["artifacts"][0]["url"].as_str().expect("artifact url");
+        let r = b.call("GET", url, None);
+        assert_eq!((r.status, sha256_hex(&r.body)), (200, sha.clone()), "{url} downloads whole");
+        let events = b.call("GET", &format!("/v1/tasks/{id}/events"), None).json();
+        let kinds: Vec<&str> =
+            events["events"].as_array().expect("events").iter().filter_map(|e| e["kind"].as_str()).collect();
+        if kinds.contains(&"found_at_provider") {
+            found += 1;
+            assert!(kinds.contains(&"held"), "found after being held: {kinds:?}");
+        }
+    }
+    assert!(found >= 1, "at least one queued job was held and found (else this tested nothing)");
+    assert_eq!(charges(&mock, &jobs), vec![1; jobs.len()], "looked up and fetched, never sent again");
+    assert!(held_ids(&b).is_empty(), "nothing is left held");
+    let o = b.cli(&["check"]);
+    assert!(o.status.success(), "tally check: {}", out(&o));
+    assert!(b.term().success());
+}
+
+/// A held job whose prediction failed at Replicate: the copy finds it and fails it with the
+/// provider's words and the same charge evidence the original had, sending nothing.
+#[test]
+fn a_copy_fails_a_held_job_that_failed_at_replicate() {
+    let mock = Mock::start(&["--latency-ms", "300"]);
+    mock.behave(json!({"job_error": "NSFW content detected"}));
+    let (mut b, jobs, originals) = copy_while_running_at_replicate(&mock, 4, "failed");
+    b.spawn();
+    let mut found = 0;
+    for ((id, _), original) in jobs.iter().zip(&originals) {
+        let t = b.wait_status(id, &["succeeded", "failed", "unknown"]);
+        assert_eq!(t["status"], "failed", "{t}\nstderr:\n{}", b.stderr());
+        assert!(t["reason"].as_str().unwrap_or("").contains("NSFW content detected"), "{t}");
+        assert_eq!(t["charge"], original["charge"], "the same evidence as the original's: {t}");
+        let events = b.call("GET", &format!("/v1/tasks/{id}/events"), None).json();
+        found +=
+            events["events"].as_array().expect("events").iter().filter(|e| e["kind"] == "found_at_provider").count();
+    }
+    assert!(found >= 1, "at least one queued job was held and found");
+    assert_eq!(charges(&mock, &jobs), vec![1; jobs.len()], "nothing sent again");
+    assert!(held_ids(&b).is_empty());
+    assert!(b.term().success());
+}
+
+/// An image set copied while its first shot runs at Replicate: the copy holds the later shots,
+/// finds each at Replicate, and fetches them one shot at a time (a found shot waits while
+/// another of its set is live, and the look runs again when it settles). One charge per shot.
+#[test]
+fn a_copy_settles_a_held_image_set_one_shot_at_a_time() {
+    let mock = Mock::start(&["--latency-ms", "300"]);
+    let mut a = replicate_daemon(&mock);
+    a.spawn();
+    let tag = uuid::Uuid::new_v4().to_string();
+    let body = json!({"product": "oldcopy lamp", "shots": [
+        {"role": "main", "prompt": format!("oldcopy set {tag} main")},
+        {"role": "scene", "prompt": format!("oldcopy set {tag} scene")},
+        {"role": "selling_point", "prompt": format!("oldcopy set {tag} detail")}]});
+    let r = a.call("POST", "/v1/sets", Some(&body));
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let shots: Vec<(String, String)> = r.json()["shots"]
+        .as_array()
+        .expect("shots")
+        .iter()
+        .map(|t| (t["id"].as_str().unwrap_or("").to_string(), t["prompt"].as_str().unwrap_or("").to_string()))
+        .collect();
+    assert_eq!(shots.len(), 3, "{shots:?}");
+    checkpoint(&a.data.join("tally.db"));
+    let mut b = replicate_daemon(&mock);
+    std::fs::create_dir_all(&b.data).expect("new data dir");
+    std::fs::copy(a.data.join("tally.db"), b.data.join("tally.db")).expect("copy tally.db alone");
+    for (id, _) in &shots {
+        a.wait_status(id, &["succeeded"]);
+    }
+    assert!(a.term().success());
+    assert_eq!(charges(&mock, &shots), vec![1; 3], "the original paid for each shot once");
+
+    b.spawn();
+    let mut found = 0;
+    for (id, _) in &shots {
+        let t = b.wait_status(id, &["succeeded", "failed", "unknown"]);
+        assert_eq!(t["status"], "succeeded", "{t}\nstderr:\n{}", b.stderr());
+        let events = b.call("GET", &format!("/v1/tasks/{id}/events"), None).json();
+        found +=
+            events["events"].as_array().expect("events").iter().filter(|e| e["kind"] == "found_at_provider").count();
+    }
+    assert!(found >= 2, "the later shots were held and found: {found}");
+    assert_eq!(charges(&mock, &shots), vec![1; 3], "nothing sent again");
+    assert!(held_ids(&b).is_empty());
     assert!(b.term().success());
 }
 
