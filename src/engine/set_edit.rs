@@ -24,6 +24,25 @@ impl Engine {
             shots: Vec::new(),
             idempotency_key: None,
         };
+        // The product and style go into every shot's request: each must stay acceptable.
+        let suffix = |s: &NewSet| {
+            s.shot_prompt(&NewShot {
+                role: String::new(),
+                prompt: String::new(),
+                params: serde_json::json!({}),
+                candidates: 1,
+            })
+        };
+        if edit.whole_set() {
+            let before = NewSet { product: set.product.clone(), style: set.style.clone(), ..whole.clone() };
+            let (old, new) = (suffix(&before), suffix(&whole));
+            for (i, t) in set.shots.iter().enumerate() {
+                let own = t.prompt.strip_suffix(old.as_str()).unwrap_or(&t.prompt);
+                let task =
+                    NewTask { provider: set.provider.clone(), prompt: format!("{own}{new}"), ..NewTask::default() };
+                self.validate(&task).map_err(|e| EngineError::Invalid(format!("shot {}: {e}", i + 1)))?;
+            }
+        }
         let mut seen = Vec::new();
         for s in &edit.shots {
             let n = s.position + 1;

@@ -45,6 +45,7 @@ mod providers_http;
 mod providers_replicate;
 mod providers_sdk;
 mod races;
+mod set_edit;
 mod sets;
 #[cfg(feature = "failpoints")]
 mod soak;
@@ -52,6 +53,7 @@ mod surface;
 mod tour;
 mod web;
 mod web_money;
+mod web_set_edit;
 mod web_surface;
 mod web_views;
 

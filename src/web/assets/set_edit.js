@@ -21,22 +21,49 @@
   }
 
   function roleSelect(id, value) {
-    return h("select", { id: id }, T.ROLES.map((r) => {
-      const o = h("option", { value: r }, T.roleWords(r));
-      if (r === value) o.selected = true;
-      return o;
-    }));
+    return h("select", { id: id }, T.ROLES.map(([v, words]) => h("option", { value: v, selected: v === value }, words)));
+  }
+
+  /* An open form's words, by "set id:shot position" (or "set id:set"), so that a live update
+     that draws the set again (another shot finishing) reopens the form as it was. */
+  const drafts = new Map();
+
+  /** Open `open(draft)` again after the view is drawn, when a form for `key` was open. */
+  function reopen(key, open) {
+    const draft = drafts.get(key);
+    if (draft) queueMicrotask(() => open(draft));
+  }
+
+  /** Note in `draft` whether one of `fields` has the focus (a redraw removes the field without
+      a blur, so a reopened form takes the focus back only when it had it). */
+  function watchFocus(fields, draft) {
+    for (const f of fields) {
+      f.addEventListener("focus", () => { draft.focus = true; });
+      f.addEventListener("blur", () => { draft.focus = false; });
+    }
+  }
+
+  /** Whether nothing on the page has the focus (a reopened form may then take it). */
+  function idle() {
+    return !document.activeElement || document.activeElement === document.body;
   }
 
   /** "Edit" for a shot nothing was sent for: opens a small form under the shot's actions. */
   function shotEditButton(s, shot, err, reload) {
     if (s.canceled || !unsent(shot)) return null;
     const p = shot.position;
+    const key = s.id + ":" + p;
     const edit = h("button", { type: "button", id: "shot-edit-" + p }, "Edit");
-    edit.addEventListener("click", () => {
-      const prompt = h("textarea", { id: "shot-edit-prompt-" + p, rows: "3", required: "" });
-      prompt.value = T.shotWords(shot.prompt);
-      const role = roleSelect("shot-edit-role-" + p, shot.role);
+    const open = (draft) => {
+      if (!edit.isConnected || document.getElementById("shot-edit-form-" + p)) return;
+      const prompt = h("textarea", { id: "shot-edit-prompt-" + p, rows: "3", required: true });
+      prompt.value = draft.prompt;
+      const role = roleSelect("shot-edit-role-" + p, draft.role);
+      const keep = () => { draft.prompt = prompt.value; draft.role = role.value; };
+      prompt.addEventListener("input", keep);
+      role.addEventListener("change", keep);
+      watchFocus([prompt, role], draft);
+      drafts.set(key, draft);
       const save = h("button", { type: "submit", class: "primary", id: "shot-edit-save-" + p }, "Save the shot");
       const cancel = h("button", { type: "button", id: "shot-edit-cancel-" + p }, "Keep it as it was");
       const form = h("form", { class: "edit-shot", id: "shot-edit-form-" + p },
@@ -49,14 +76,17 @@
         busy(save, err, async () => {
           await api("PATCH", "/v1/sets/" + encodeURIComponent(s.id),
             { shots: [{ position: p, prompt: prompt.value, role: role.value }] });
+          drafts.delete(key);
           await reload();
         });
       });
-      cancel.addEventListener("click", () => { form.remove(); edit.hidden = false; edit.focus(); });
+      cancel.addEventListener("click", () => { drafts.delete(key); form.remove(); edit.hidden = false; edit.focus(); });
       edit.hidden = true;
       edit.parentNode.after(form);
-      prompt.focus();
-    });
+      if (draft.focus || idle()) prompt.focus();
+    };
+    edit.addEventListener("click", () => open({ prompt: T.shotWords(shot.prompt), role: shot.role, focus: true }));
+    reopen(key, open);
     return edit;
   }
 
@@ -78,12 +108,19 @@
     const out = [];
     const shots = s.shots || [];
     if (!s.canceled && shots.length && shots.every(unsent)) {
+      const key = s.id + ":set";
       const edit = h("button", { type: "button", id: "set-edit" }, "Edit product and style");
-      edit.addEventListener("click", () => {
-        const product = h("input", { id: "set-edit-product", type: "text", required: "" });
-        product.value = s.product;
+      const open = (draft) => {
+        if (!edit.isConnected || document.getElementById("set-edit-form")) return;
+        const product = h("input", { id: "set-edit-product", type: "text", required: true });
+        product.value = draft.product;
         const style = h("textarea", { id: "set-edit-style", rows: "2" });
-        style.value = s.style || "";
+        style.value = draft.style;
+        const keep = () => { draft.product = product.value; draft.style = style.value; };
+        product.addEventListener("input", keep);
+        style.addEventListener("input", keep);
+        watchFocus([product, style], draft);
+        drafts.set(key, draft);
         const save = h("button", { type: "submit", class: "primary", id: "set-edit-save" }, "Save");
         const cancel = h("button", { type: "button", id: "set-edit-cancel" }, "Keep it as it was");
         const form = h("form", { class: "edit-set", id: "set-edit-form" },
@@ -95,14 +132,17 @@
           ev.preventDefault();
           busy(save, err, async () => {
             await api("PATCH", "/v1/sets/" + encodeURIComponent(s.id), { product: product.value, style: style.value });
+            drafts.delete(key);
             await reload();
           });
         });
-        cancel.addEventListener("click", () => { form.remove(); edit.hidden = false; edit.focus(); });
+        cancel.addEventListener("click", () => { drafts.delete(key); form.remove(); edit.hidden = false; edit.focus(); });
         edit.hidden = true;
         edit.parentNode.after(form);
-        product.focus();
-      });
+        if (draft.focus || idle()) product.focus();
+      };
+      edit.addEventListener("click", () => open({ product: s.product, style: s.style || "", focus: true }));
+      reopen(key, open);
       out.push(edit);
     }
     const dup = h("button", { type: "button", id: "duplicate-set" }, "Duplicate…");
