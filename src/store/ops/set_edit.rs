@@ -40,8 +40,11 @@ struct SetTask {
     called: i64,
 }
 
-/// The set row: product, style, provider, canceled.
-fn set_row(tx: &mut dyn Tx, set: &str) -> Result<Option<(String, Option<String>, String, bool)>, StoreError> {
+/// A set row: product, style, provider, canceled.
+type SetRow = (String, Option<String>, String, bool);
+
+/// The set row.
+fn set_row(tx: &mut dyn Tx, set: &str) -> Result<Option<SetRow>, StoreError> {
     tx.opt("SELECT product, style, provider, canceled FROM sets WHERE id = ?1", &[&set])?
         .map(|r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
         .transpose()
