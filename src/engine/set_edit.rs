@@ -45,7 +45,7 @@ impl Engine {
         }
         let mut seen = Vec::new();
         for s in &edit.shots {
-            let n = s.position + 1;
+            let n = s.position.saturating_add(1);
             if seen.contains(&s.position) {
                 return Err(EngineError::Invalid(format!("shot {n} is listed twice")));
             }

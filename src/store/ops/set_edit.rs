@@ -79,7 +79,7 @@ fn set_tasks(tx: &mut dyn Tx, set: &str) -> Result<Vec<SetTask>, StoreError> {
 
 /// "shot 2 (Main photo)".
 fn shot_name(position: i64, role: Option<&str>) -> String {
-    format!("shot {} ({})", position + 1, role_label(role))
+    format!("shot {} ({})", position.saturating_add(1), role_label(role))
 }
 
 /// Why this task's shot can no longer be changed, or `None` when nothing was sent for it and
