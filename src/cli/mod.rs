@@ -6,6 +6,10 @@
 //! Words: the CLI and the web page call the unit of work a **job** (the API's resource name
 //! for it is a *task*, `/v1/tasks`). Text that came from a prompt, a provider or the daemon is
 //! printed through [`term_safe`], so it cannot move the cursor or recolour the terminal.
+//!
+//! A little over 600 lines: the clap command tree (every subcommand with its flags and help) is
+//! declared here whole, so `tally --help` is read from one place; larger argument sets live
+//! beside their commands (`set_edit`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -18,7 +22,7 @@ pub mod client;
 mod deliveries;
 mod files;
 mod held;
-mod set_edit;
+pub mod set_edit;
 mod sets;
 mod spend;
 mod tasks;
@@ -386,49 +390,12 @@ pub enum SetCommand {
     /// Change a set before anything was sent for what the change touches: a shot's prompt or
     /// role, or the product, style and reference photos (those go into every shot, so they
     /// change only while nothing of the set was sent).
-    Edit {
-        /// The set's id.
-        id: String,
-        /// The shot to change: its number from 0, or its role when only one shot has it.
-        /// Needed with --prompt and --role.
-        shot: Option<String>,
-        /// The shot's new words (the product and style are added as at creation).
-        #[arg(long, value_name = "TEXT")]
-        prompt: Option<String>,
-        /// The shot's new role: main, selling_point or scene.
-        #[arg(long, value_name = "ROLE")]
-        role: Option<String>,
-        /// The product's new name.
-        #[arg(long, value_name = "NAME")]
-        product: Option<String>,
-        /// New style notes ("" removes them).
-        #[arg(long, value_name = "TEXT")]
-        style: Option<String>,
-        /// A new reference photo (PNG, JPEG or WebP); repeat for several. They replace the
-        /// set's reference photos.
-        #[arg(long = "ref", value_name = "FILE")]
-        refs: Vec<PathBuf>,
-        /// Remove every reference photo of the set.
-        #[arg(long, conflicts_with = "refs")]
-        no_refs: bool,
-    },
+    Edit(set_edit::EditArgs),
     /// Make a new set with the same product, style, reference photos and shots, queued.
-    Duplicate {
-        /// The set's id.
-        id: String,
-        /// Accept that every image of the copy is charged (needed when the provider bills).
-        #[arg(long)]
-        accept_possible_charge: bool,
-        /// Makes resending safe: the same key returns the same copy.
-        #[arg(long, value_name = "KEY")]
-        idempotency_key: Option<String>,
-    },
+    Duplicate(set_edit::DuplicateArgs),
     /// Delete a set whose every shot failed or was canceled. Jobs of it whose request reached
     /// the provider stay as jobs of their own, so `tally spend` still lists them.
-    Delete {
-        /// The set's id.
-        id: String,
-    },
+    Delete(set_edit::DeleteArgs),
     /// Ask for more candidate images of one shot (new jobs, run one at a time with the set's).
     More {
         /// The set's id.

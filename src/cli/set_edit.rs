@@ -5,21 +5,60 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use clap::Args;
 use serde_json::{Value, json};
 
 use super::sets::{shot_index, show_set};
 use super::{Exit, Failure, print_json, seg, st, term_safe};
 use crate::cli::client::{Answer, Client};
 
-/// What `tally set edit` was asked to change.
-pub(super) struct Edit {
+/// `tally set edit`'s arguments.
+#[derive(Debug, Args)]
+pub struct EditArgs {
+    /// The set's id.
+    pub id: String,
+    /// The shot to change: its number from 0, or its role when only one shot has it. Needed
+    /// with --prompt and --role.
     pub shot: Option<String>,
+    /// The shot's new words (the product and style are added as at creation).
+    #[arg(long, value_name = "TEXT")]
     pub prompt: Option<String>,
+    /// The shot's new role: main, selling_point or scene.
+    #[arg(long, value_name = "ROLE")]
     pub role: Option<String>,
+    /// The product's new name.
+    #[arg(long, value_name = "NAME")]
     pub product: Option<String>,
+    /// New style notes ("" removes them).
+    #[arg(long, value_name = "TEXT")]
     pub style: Option<String>,
+    /// A new reference photo (PNG, JPEG or WebP); repeat for several. They replace the set's
+    /// reference photos.
+    #[arg(long = "ref", value_name = "FILE")]
     pub refs: Vec<PathBuf>,
+    /// Remove every reference photo of the set.
+    #[arg(long, conflicts_with = "refs")]
     pub no_refs: bool,
+}
+
+/// `tally set duplicate`'s arguments.
+#[derive(Debug, Args)]
+pub struct DuplicateArgs {
+    /// The set's id.
+    pub id: String,
+    /// Accept that every image of the copy is charged (needed when the provider bills).
+    #[arg(long)]
+    pub accept_possible_charge: bool,
+    /// Makes resending safe: the same key returns the same copy.
+    #[arg(long, value_name = "KEY")]
+    pub idempotency_key: Option<String>,
+}
+
+/// `tally set delete`'s arguments.
+#[derive(Debug, Args)]
+pub struct DeleteArgs {
+    /// The set's id.
+    pub id: String,
 }
 
 /// The daemon's refusal with the CLI's next step added, or the body of a success.
@@ -35,7 +74,8 @@ fn answered(answer: Answer, id: &str) -> Result<Value, Failure> {
 }
 
 /// `tally set edit ID [SHOT] [--prompt] [--role] [--product] [--style] [--ref…|--no-refs]`.
-pub(super) async fn edit(client: &Client, id: &str, e: Edit, json_out: bool) -> Result<ExitCode, Failure> {
+pub(super) async fn edit(client: &Client, e: EditArgs, json_out: bool) -> Result<ExitCode, Failure> {
+    let id = e.id.as_str();
     let mut body = json!({});
     if e.prompt.is_some() || e.role.is_some() {
         let Some(shot) = &e.shot else {
@@ -91,15 +131,10 @@ pub(super) async fn edit(client: &Client, id: &str, e: Edit, json_out: bool) -> 
 }
 
 /// `tally set duplicate ID [--accept-possible-charge] [--idempotency-key KEY]`.
-pub(super) async fn duplicate(
-    client: &Client,
-    id: &str,
-    accept: bool,
-    key: Option<String>,
-    json_out: bool,
-) -> Result<ExitCode, Failure> {
-    let mut body = json!({ "acknowledge_possible_charge": accept });
-    if let Some(k) = key {
+pub(super) async fn duplicate(client: &Client, a: DuplicateArgs, json_out: bool) -> Result<ExitCode, Failure> {
+    let id = a.id.as_str();
+    let mut body = json!({ "acknowledge_possible_charge": a.accept_possible_charge });
+    if let Some(k) = a.idempotency_key.clone() {
         body["idempotency_key"] = json!(k);
     }
     let set = answered(client.post(&format!("/v1/sets/{}/duplicate", seg(id)), &body).await?, id)?;

@@ -88,14 +88,9 @@ pub(super) async fn set_command(client: &Client, cmd: SetCommand, json_out: bool
             show_set(client, &set, json_out);
             Ok(Exit::Ok.into())
         }
-        SetCommand::Edit { id, shot, prompt, role, product, style, refs, no_refs } => {
-            let edit = super::set_edit::Edit { shot, prompt, role, product, style, refs, no_refs };
-            super::set_edit::edit(client, &id, edit, json_out).await
-        }
-        SetCommand::Duplicate { id, accept_possible_charge, idempotency_key } => {
-            super::set_edit::duplicate(client, &id, accept_possible_charge, idempotency_key, json_out).await
-        }
-        SetCommand::Delete { id } => super::set_edit::delete(client, &id, json_out).await,
+        SetCommand::Edit(a) => super::set_edit::edit(client, a, json_out).await,
+        SetCommand::Duplicate(a) => super::set_edit::duplicate(client, a, json_out).await,
+        SetCommand::Delete(a) => super::set_edit::delete(client, &a.id, json_out).await,
         SetCommand::More { id, shot, count, accept_possible_charge } => {
             let index = shot_index(client, &id, &shot).await?;
             let body = json!({ "count": count, "acknowledge_possible_charge": accept_possible_charge });
