@@ -94,6 +94,8 @@ fn sent_or_held(t: &SetTask) -> Option<&'static str> {
         Some("is being generated now")
     } else if unsent {
         None
+    } else if t.called == 0 && matches!(t.status.as_str(), "failed" | "canceled") {
+        Some("has already finished (nothing was sent, but its outcome is recorded)")
     } else {
         Some("was already sent to the provider")
     }

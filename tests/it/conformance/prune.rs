@@ -232,7 +232,7 @@ async fn a_prune_racing_a_new_set_keeps_the_photo_or_the_set_says_it_is_gone(s: 
 /// The two interleavings on PostgreSQL, forced: another session holds a row lock the way a
 /// competing operation (or a prune) does, the store's operation is started and seen waiting
 /// for it, then the session commits its change.
-mod pg_locks {
+pub(super) mod pg_locks {
     use std::time::{Duration, Instant};
 
     use ::postgres::{Client, NoTls};
@@ -275,7 +275,7 @@ mod pg_locks {
     /// Another session, on a thread of its own (the sync client cannot run on the test's
     /// async threads): it runs `lock` in an open transaction, says so, waits until a session
     /// is blocked by it, then runs `change` (which commits).
-    fn holding(
+    pub(in crate::conformance) fn holding(
         url: &str,
         schema: &str,
         lock: String,
