@@ -1,6 +1,7 @@
 //! Set edit and duplicate in a real browser (issue #27's "Done when"; headless Chromium,
 //! axe-core on each view): a typo fixed in a queued shot through its Edit form (the daemon
-//! stores it, the card shows it), a running shot offering no Edit, a duplicate asked for with
+//! stores it, the card shows it), a running shot offering no Edit, the product and style of a
+//! set with nothing sent changed (every shot follows), a duplicate asked for with
 //! its price (a priced provider's question names the amount; saying no queues nothing) and
 //! opened, and a failed set deleted after a confirmation while Spend still lists its charge.
 
@@ -114,6 +115,30 @@ fn a_queued_shot_is_edited_a_set_duplicated_and_a_failed_set_deleted_in_the_page
         assert_eq!(copied["product"], "teapot");
         assert_eq!(copied["shots"][1]["prompt"], "in a kitchen — product: teapot", "the copy has the fix");
         b.assert_accessible("the duplicated set").await;
+        // Nothing of the copy was sent (the slow provider's one slot is busy): its product and
+        // style can change, and every shot follows.
+        b.until("the copy's set edit", 10, "document.getElementById('set-edit') !== null").await;
+        b.click("#set-edit").await;
+        b.until("the set's edit form", 5, "document.getElementById('set-edit-product') !== null").await;
+        b.assert_accessible("the set's edit form").await;
+        let field = b.c().find(Locator::Css("#set-edit-product")).await.expect("product");
+        field.clear().await.expect("clear");
+        field.send_keys("green teapot").await.expect("type");
+        b.c().find(Locator::Css("#set-edit-style")).await.expect("style").send_keys("soft light").await.expect("type");
+        b.click("#set-edit-save").await;
+        b.until("the new title", 10, "document.querySelector('h1') && document.querySelector('h1').innerText.includes('green teapot')")
+            .await;
+        let edited = d.call("GET", &format!("/v1/sets/{copy}"), None).json();
+        assert_eq!((edited["product"].clone(), edited["style"].clone()), (json!("green teapot"), json!("soft light")));
+        for shot in edited["shots"].as_array().expect("shots") {
+            let p = shot["prompt"].as_str().unwrap_or_default();
+            assert!(p.ends_with(" — product: green teapot; style: soft light"), "{p}");
+        }
+        assert_eq!(
+            d.call("GET", &format!("/v1/sets/{set}"), None).json()["product"],
+            "teapot",
+            "the original is untouched"
+        );
 
         // The failed set: no Edit, its duplicate priced (saying no queues nothing), Delete asks.
         b.js(&format!("(location.hash = '#/sets/{failed}')")).await;
