@@ -69,9 +69,10 @@ fn blocked(b: SetBlock) -> ApiError {
         (status = 400, description = "A shot position below 0 (`bad_request`).", body = ErrorBody),
         (status = 404, description = "No such set, or no shot at a position (`not_found`).", body = ErrorBody),
         (status = 409, description = "Something the edit touches was already sent or is being generated \
-            (`shot_already_sent`: the product, style and reference photos go into every shot, so they can be \
-            changed only while nothing of the set was sent), or the set was canceled (`set_canceled`). \
-            The message says what to do instead (duplicate the set).", body = ErrorBody),
+            (`shot_already_sent`: the product and style are in every shot's request, so they change only while \
+            nothing of the set was sent; the reference photos change while no request of the set left and no \
+            shot is being generated), or the set was canceled (`set_canceled`). The message says what to do \
+            instead (duplicate the set).", body = ErrorBody),
         (status = 422, description = "An empty product or prompt, an unknown role, too many reference photos, \
             or an upload id that does not exist (`invalid_request`).", body = ErrorBody),
         JsonRejected,

@@ -388,8 +388,8 @@ pub enum SetCommand {
         id: String,
     },
     /// Change a set before anything was sent for what the change touches: a shot's prompt or
-    /// role, or the product, style and reference photos (those go into every shot, so they
-    /// change only while nothing of the set was sent).
+    /// role; the product and style (in every shot's request: only while nothing of the set was
+    /// sent); the reference photos (only while no request of the set left).
     Edit(set_edit::EditArgs),
     /// Make a new set with the same product, style, reference photos and shots, queued.
     Duplicate(set_edit::DuplicateArgs),

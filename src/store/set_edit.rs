@@ -7,8 +7,12 @@
 //! - A shot's prompt and role can be changed only while *every* task of that shot (each
 //!   candidate, each retry) is `queued` or `waiting`, its envelope `pending` and not held, and
 //!   no execution of it ever recorded `calling`: nothing was sent for it and no worker holds
-//!   it. The set's product, style and reference photos go into every shot's request, so they
-//!   can be changed only while that holds for every shot of the set.
+//!   it. The set's product and style are written into every shot's request, so they can be
+//!   changed only while that holds for every shot of the set.
+//! - The reference photos are not written into any task: each claim reads them. So they can
+//!   be changed while no task of the set ever recorded `calling`, none is `running` and none is
+//!   held — a shot refused before sending (two photos on a one-photo model) or canceled does
+//!   not hold them back, and its retry then sends the new photos.
 //! - A duplicate is a new set with the same product, style, provider, reference photos and
 //!   shots (each with as many candidates as it has now): new tasks, queued like any new set.
 //! - A set can be deleted only when every one of its tasks is `failed` or `canceled` (nothing

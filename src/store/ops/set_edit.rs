@@ -101,6 +101,23 @@ fn sent_or_held(t: &SetTask) -> Option<&'static str> {
     }
 }
 
+/// Why the set's reference photos can no longer change because of this task, or `None`: no
+/// request of it ever left and no worker holds it. Unlike its words, a task that settled
+/// without sending anything (refused before sending, canceled) does not hold the photos back:
+/// they are read by each claim, so a retry of it sends the new ones, and its own record keeps
+/// what happened.
+fn photos_sent(t: &SetTask) -> Option<&'static str> {
+    if t.held {
+        Some("is held because the database was an older copy, so it may have been sent already")
+    } else if t.status == "running" {
+        Some("is being generated now")
+    } else if t.called > 0 {
+        Some("was already sent to the provider with the photos it had")
+    } else {
+        None
+    }
+}
+
 /// Edit a set before anything was sent for what the edit touches (rules: `store::set_edit`).
 /// One transaction: the set row, the prompt and role of every task of each changed shot (with
 /// their request hash), the reference photos, a line on each changed task's timeline and one
@@ -141,7 +158,9 @@ pub(in crate::store) fn edit_set(
         .map(|r| r.get(0))
         .collect::<Result<_, _>>()?;
     let refs_change = edit.references.as_ref().filter(|r| **r != old_refs);
-    let whole = new_product != product || new_style != style || refs_change.is_some();
+    // A change of the product or style rewrites every shot's request; one of the references
+    // changes what every later claim of the set sends, but no stored request.
+    let whole = new_product != product || new_style != style;
     // The shots whose request changes, with their new own words and role.
     let mut changes: BTreeMap<i64, (String, Option<String>)> = BTreeMap::new();
     for (pos, tasks) in &positions {
@@ -167,31 +186,42 @@ pub(in crate::store) fn edit_set(
             changes.insert(*pos, (own, role));
         }
     }
-    if changes.is_empty() && !whole {
+    if changes.is_empty() && !whole && refs_change.is_none() {
         return Ok(EditOutcome::Edited(Vec::new()));
     }
-    // Lock every task the edit decides on (all of the set's for a whole-set change), in id
-    // order, then decide on what is there now.
+    // Lock every task the edit decides on (all of the set's for a change of the product, style
+    // or references), in id order, then decide on what is there now.
+    let all = whole || refs_change.is_some();
     let ids: Vec<&str> =
-        listed.iter().filter(|t| whole || changes.contains_key(&t.position)).map(|t| t.id.as_str()).collect();
+        listed.iter().filter(|t| all || changes.contains_key(&t.position)).map(|t| t.id.as_str()).collect();
     for id in &ids {
         tx.lock_task(id)?;
     }
     let current = set_tasks(tx, set)?;
+    let refused = |t: &SetTask, why: &str, what: &str| {
+        Ok(EditOutcome::Blocked(SetBlock {
+            code: "shot_already_sent",
+            message: format!(
+                "{} {why}; {what}. Duplicate the set to make a new one with your changes.",
+                shot_name(t.position, t.role.as_deref())
+            ),
+        }))
+    };
     for t in current.iter().filter(|t| whole || changes.contains_key(&t.position)) {
         if let Some(why) = sent_or_held(t) {
-            let what = if whole && !changes.contains_key(&t.position) {
-                "the product, style and reference photos go into every shot, so they can no longer be changed"
+            let what = if whole {
+                "the product and style go into every shot's request, so they can no longer be changed"
             } else {
-                "so it can no longer be changed"
+                "so its words can no longer be changed"
             };
-            return Ok(EditOutcome::Blocked(SetBlock {
-                code: "shot_already_sent",
-                message: format!(
-                    "{} {why}; {what}. Duplicate the set to make a new one with your changes.",
-                    shot_name(t.position, t.role.as_deref())
-                ),
-            }));
+            return refused(t, why, what);
+        }
+    }
+    if refs_change.is_some() {
+        for t in &current {
+            if let Some(why) = photos_sent(t) {
+                return refused(t, why, "the reference photos go with every shot, so they can no longer be changed");
+            }
         }
     }
     // References first: a missing photo refuses the whole edit before anything is written.
@@ -244,7 +274,7 @@ pub(in crate::store) fn edit_set(
             what.push("role");
         }
         if whole {
-            what.push("the set's product, style or reference photos");
+            what.push("the set's product or style");
         }
         let msg = format!("edited before anything was sent: {}", what.join(", "));
         event(tx, &t.id, now, Actor::Api, "edited", &msg, None)?;

@@ -14,12 +14,13 @@ use tally::domain::{Charge, FailureKind, TaskStatus};
 use tally::store::*;
 
 use super::both;
-use super::fixtures::file_problems;
+use super::fixtures::{ack, file_problems};
 use super::money::priced;
 use super::single::{LEASE, T0, artifact, png};
 
 both!(
     a_queued_shot_is_edited_and_one_already_claimed_is_not,
+    the_photos_change_after_a_refusal_before_sending_and_the_retry_sends_the_new_ones,
     a_claim_racing_an_edit_sends_the_old_request_or_the_new_one,
     a_duplicate_is_a_new_set_of_the_same_shots_queued,
     a_failed_set_is_deleted_and_what_reached_the_provider_stays_in_spend,
@@ -131,6 +132,55 @@ async fn a_queued_shot_is_edited_and_one_already_claimed_is_not(s: Store) {
     assert!(set(&s, &other).await.references.is_empty(), "a refused edit writes nothing");
     s.cancel_set(other.clone(), T0 + 22).await.expect("cancel");
     assert_eq!(blocked(&s.edit_set(other, prompt_edit(0, "b"), T0 + 23).await.expect("edit")), "set_canceled");
+    assert!(file_problems(&s).is_empty(), "{:?}", file_problems(&s));
+}
+
+async fn the_photos_change_after_a_refusal_before_sending_and_the_retry_sends_the_new_ones(s: Store) {
+    let up = |tag: &'static str| {
+        let s = s.clone();
+        async move { s.save_upload(NewImage::verify(png(tag)).expect("png"), T0).await.expect("upload").id }
+    };
+    let (front, side) = (up("front").await, up("side").await);
+    let id = create(&s, vec![front.clone(), side.clone()], vec![shot("main", "on white", 1)], T0).await;
+    // The worker reads both photos with its claim, and its preflight refuses before sending
+    // (a one-photo model): nothing left, nothing charged.
+    let b = s.dispatch_due(T0 + 1, 10, LEASE, "boot").await.expect("dispatch");
+    let c = b.claims[0].clone();
+    assert_eq!(c.references.len(), 2);
+    let refused = Finish::Failed {
+        kind: FailureKind::NotSent,
+        reason: "this model takes one reference photo".into(),
+        charge: Charge::None,
+    };
+    s.finish(c.execution_token.clone(), c.lease_token.clone(), refused, T0 + 2).await.expect("finish");
+    // Its words are settled with it, but the photos, read by each claim, may change.
+    let product = SetEdit { product: Some("kettle".into()), ..SetEdit::default() };
+    let out = s.edit_set(id.clone(), product, T0 + 3).await.expect("edit");
+    let EditOutcome::Blocked(b) = &out else { panic!("the refused shot's request was rewritten: {out:?}") };
+    assert!(b.message.contains("has already finished"), "{}", b.message);
+    let one = SetEdit { references: Some(vec![front.clone()]), ..SetEdit::default() };
+    assert!(matches!(s.edit_set(id.clone(), one, T0 + 4).await.expect("edit"), EditOutcome::Edited(_)));
+    assert_eq!(set(&s, &id).await.references.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), [front.as_str()]);
+    // The retry sends the one photo left.
+    let RetryOutcome::Created(again) = s.retry(c.task_id.clone(), ack(false), None, T0 + 5).await.expect("retry")
+    else {
+        panic!("a retry of a refusal before sending")
+    };
+    let b = s.dispatch_due(T0 + 6, 10, LEASE, "boot").await.expect("dispatch");
+    let c = b.claims.iter().find(|c| c.task_id == again).expect("the retry is claimed").clone();
+    assert_eq!(c.references.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), [front.as_str()]);
+    // Claimed, then sent: the photos are held to what was sent.
+    let both = || SetEdit { references: Some(vec![front.clone(), side.clone()]), ..SetEdit::default() };
+    assert_eq!(blocked(&s.edit_set(id.clone(), both(), T0 + 7).await.expect("edit")), "shot_already_sent");
+    s.record_calling(c.execution_token.clone(), c.lease_token.clone(), T0 + 8, priced(40_000, vec![]))
+        .await
+        .expect("calling");
+    let failed = Finish::Failed { kind: FailureKind::Rejected, reason: "no".into(), charge: Charge::Refused };
+    s.finish(c.execution_token.clone(), c.lease_token.clone(), failed, T0 + 9).await.expect("finish");
+    let out = s.edit_set(id.clone(), both(), T0 + 10).await.expect("edit");
+    let EditOutcome::Blocked(b) = &out else { panic!("photos changed after a request left: {out:?}") };
+    assert!(b.message.contains("already sent to the provider"), "{}", b.message);
+    assert_eq!(set(&s, &id).await.references.len(), 1);
     assert!(file_problems(&s).is_empty(), "{:?}", file_problems(&s));
 }
 
