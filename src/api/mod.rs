@@ -22,6 +22,7 @@ pub mod openapi;
 pub mod prune;
 pub mod session;
 pub mod sessions;
+pub mod set_edit;
 pub mod sets;
 pub mod spend;
 pub mod stream;
@@ -160,7 +161,8 @@ pub fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(images::upload))
         .routes(routes!(thumbnail::upload))
         .routes(routes!(sets::create, sets::list))
-        .routes(routes!(sets::get_one))
+        .routes(routes!(sets::get_one, set_edit::edit, set_edit::delete))
+        .routes(routes!(set_edit::duplicate))
         .routes(routes!(sets::cancel))
         .routes(routes!(choice::add))
         .routes(routes!(choice::choose, choice::clear))

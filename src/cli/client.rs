@@ -156,6 +156,11 @@ impl Client {
         self.send(self.http.put(format!("{}{path}", self.base)).json(body)).await
     }
 
+    /// `PATCH path` with a JSON body.
+    pub async fn patch(&self, path: &str, body: &Value) -> Result<Answer, Failure> {
+        self.send(self.http.patch(format!("{}{path}", self.base)).json(body)).await
+    }
+
     /// `DELETE path`.
     pub async fn delete(&self, path: &str) -> Result<Answer, Failure> {
         self.send(self.http.delete(format!("{}{path}", self.base))).await

@@ -6,6 +6,10 @@
 //! Words: the CLI and the web page call the unit of work a **job** (the API's resource name
 //! for it is a *task*, `/v1/tasks`). Text that came from a prompt, a provider or the daemon is
 //! printed through [`term_safe`], so it cannot move the cursor or recolour the terminal.
+//!
+//! A little over 600 lines: the clap command tree (every subcommand with its flags and help) is
+//! declared here whole, so `tally --help` is read from one place; larger argument sets live
+//! beside their commands (`set_edit`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -18,6 +22,7 @@ pub mod client;
 mod deliveries;
 mod files;
 mod held;
+pub mod set_edit;
 mod sets;
 mod spend;
 mod tasks;
@@ -385,6 +390,15 @@ pub enum SetCommand {
         /// The set's id.
         id: String,
     },
+    /// Change a set before anything was sent for what the change touches: a shot's prompt or
+    /// role; the product and style (in every shot's request: only while nothing of the set was
+    /// sent); the reference photos (only while no request of the set left).
+    Edit(set_edit::EditArgs),
+    /// Make a new set with the same product, style, reference photos and shots, queued.
+    Duplicate(set_edit::DuplicateArgs),
+    /// Delete a set whose every shot failed or was canceled. Jobs of it whose request reached
+    /// the provider stay as jobs of their own, so `tally spend` still lists them.
+    Delete(set_edit::DeleteArgs),
     /// Ask for more candidate images of one shot (new jobs, run one at a time with the set's).
     More {
         /// The set's id.

@@ -88,6 +88,9 @@ pub(super) async fn set_command(client: &Client, cmd: SetCommand, json_out: bool
             show_set(client, &set, json_out);
             Ok(Exit::Ok.into())
         }
+        SetCommand::Edit(a) => super::set_edit::edit(client, a, json_out).await,
+        SetCommand::Duplicate(a) => super::set_edit::duplicate(client, a, json_out).await,
+        SetCommand::Delete(a) => super::set_edit::delete(client, &a.id, json_out).await,
         SetCommand::More { id, shot, count, accept_possible_charge } => {
             let index = shot_index(client, &id, &shot).await?;
             let body = json!({ "count": count, "acknowledge_possible_charge": accept_possible_charge });
@@ -120,7 +123,7 @@ pub(super) async fn set_command(client: &Client, cmd: SetCommand, json_out: bool
 }
 
 /// A shot named on the command line: its index from 0, or a role only one shot has.
-async fn shot_index(client: &Client, id: &str, shot: &str) -> Result<usize, Failure> {
+pub(super) async fn shot_index(client: &Client, id: &str, shot: &str) -> Result<usize, Failure> {
     if let Ok(i) = shot.trim().parse::<usize>() {
         return Ok(i);
     }

@@ -50,7 +50,7 @@ fn validate_image_count(params: &serde_json::Value) -> Result<(), EngineError> {
 }
 
 /// A client's idempotency key, for a task or a set: 1 to [`MAX_KEY_CHARS`] characters.
-fn validate_key(key: Option<&str>) -> Result<(), EngineError> {
+pub(super) fn validate_key(key: Option<&str>) -> Result<(), EngineError> {
     match key {
         Some(k) if k.is_empty() || k.len() > MAX_KEY_CHARS => {
             Err(EngineError::Invalid(format!("the idempotency key must be 1 to {MAX_KEY_CHARS} characters")))
@@ -87,7 +87,7 @@ impl Engine {
         }
     }
 
-    fn validate(&self, t: &NewTask) -> Result<(), EngineError> {
+    pub(super) fn validate(&self, t: &NewTask) -> Result<(), EngineError> {
         if !self.shared.providers.contains_key(&t.provider) {
             return Err(EngineError::Invalid(format!(
                 "unknown provider `{}`; configured: {}",

@@ -27,6 +27,7 @@ pub mod money;
 mod nodes;
 mod reconciler;
 mod retention;
+mod set_edit;
 mod trouble;
 mod worker;
 

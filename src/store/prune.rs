@@ -281,8 +281,9 @@ pub(in crate::store) fn plan(tx: &mut dyn Tx, cutoff: Millis) -> Result<Plan, St
 }
 
 /// Delete one task and everything that hangs off it (the caller holds its locks and has
-/// re-checked that it may go). Adds what it deleted to `r`.
-fn delete_task(tx: &mut dyn Tx, id: &str, r: &mut PruneReport) -> Result<(), StoreError> {
+/// re-checked that it may go). Adds what it deleted to `r`. Deleting a set
+/// (`ops::set_edit::delete_set`) deletes its unsent tasks with it too.
+pub(in crate::store) fn delete_task(tx: &mut dyn Tx, id: &str, r: &mut PruneReport) -> Result<(), StoreError> {
     let images =
         tx.rows("DELETE FROM blobs WHERE id IN (SELECT id FROM artifacts WHERE task_id = ?1) RETURNING bytes", &[&id])?;
     for row in &images {

@@ -22,6 +22,7 @@
 //! | money is evidence (a charge needs a call) | `ops::common::settle_charge` + table CHECK | the same `ops::common::settle_charge` + table CHECK |
 //! | one live retry per task and shot candidate | single writer (`ops::user::retry`) | the original's envelope lock, then its set row (`ops::user::retry` with `Tx::lock_task`, `Tx::lock_set`) |
 //! | a choice names a succeeded candidate of its shot; more candidates join the set's one-at-a-time order | single writer (`ops::choice::choose`, `ops::choice::add_candidates`) | the set row locked first (`choice`, `Tx::lock_set`) |
+//! | a shot is edited only while nothing was sent for it and no worker holds it (the set's photos: while no request of the set left); a set is deleted only when all of it failed or was canceled | single writer (`ops::set_edit`) | the set row, then each task's envelope in id order (`Tx::lock_set`, `Tx::lock_task`), re-read under the locks; a claim leases the envelope and marks the task `running` in one transaction |
 //! | provider capacity across the cluster | the slots counted by the single writer (`ops::dispatch::dispatch_due`) | every `providers` row locked before the slots in use are counted (`ops::dispatch::lock_providers`), so nodes count one after the other |
 //! | an older copy sends nothing unsettled on its own | `sqlite::lineage::judge` at start-up, then `ops::held::hold_unsettled`; held envelopes have no due time or place | no copies by file (no lineage); the same held state and release (`held`) |
 //! | retention keeps what someone still needs | the plan re-checked per delete on the writer (`prune`) | the same plan and deletes (`prune`), each delete re-checked under the task's envelope, set or photo lock (`prune::delete_singles`, `delete_set`, `delete_uploads`) |
@@ -572,6 +573,33 @@ impl Store {
     /// Cancel a set's unsent shots.
     pub async fn cancel_set(&self, id: String, now: Millis) -> Result<Option<usize>, StoreError> {
         self.op_at(Commit::Durable, 0, now, move |tx, now| ops::sets::cancel_set(tx, &id, now)).await
+    }
+
+    /// Edit a set before anything was sent for what the edit touches (`store::set_edit`).
+    pub async fn edit_set(&self, id: String, edit: SetEdit, now: Millis) -> Result<EditOutcome, StoreError> {
+        self.op_at(Commit::Durable, 0, now, move |tx, now| ops::set_edit::edit_set(tx, &id, &edit, now)).await
+    }
+
+    /// Duplicate a set as a new one, its tasks queued (`None`: no such set).
+    pub async fn duplicate_set(
+        &self,
+        id: String,
+        key: Option<String>,
+        now: Millis,
+    ) -> Result<Option<SubmitOutcome>, StoreError> {
+        self.op_at(Commit::Durable, 0, now, move |tx, now| ops::set_edit::duplicate_set(tx, &id, key.as_deref(), now))
+            .await
+    }
+
+    /// What a duplicate of a set would create (`None`: no such set): the API prices it first.
+    pub async fn set_as_new(&self, id: String) -> Result<Option<NewSet>, StoreError> {
+        self.query(move |tx| ops::set_edit::as_new_set(tx, &id, None)).await
+    }
+
+    /// Delete a set whose every task failed or was canceled, keeping as jobs of their own the
+    /// tasks whose request reached the provider (`store::set_edit`).
+    pub async fn delete_set(&self, id: String, now: Millis) -> Result<DeleteOutcome, StoreError> {
+        self.op_at(Commit::Durable, 0, now, move |tx, now| ops::set_edit::delete_set(tx, &id, now)).await
     }
 
     /// Retention: delete what settled before `cutoff` (`store::prune`): the plan from one

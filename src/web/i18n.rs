@@ -115,6 +115,7 @@ mod tests {
             include_str!("assets/jobs.js"),
             include_str!("assets/job.js"),
             include_str!("assets/sets.js"),
+            include_str!("assets/set_edit.js"),
             include_str!("assets/budget.js"),
             include_str!("assets/app.js"),
         ];

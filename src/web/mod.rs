@@ -32,6 +32,7 @@ const ASSETS: &[(&str, &str, &str)] = &[
     ("jobs.js", "text/javascript; charset=utf-8", include_str!("assets/jobs.js")),
     ("job.js", "text/javascript; charset=utf-8", include_str!("assets/job.js")),
     ("sets.js", "text/javascript; charset=utf-8", include_str!("assets/sets.js")),
+    ("set_edit.js", "text/javascript; charset=utf-8", include_str!("assets/set_edit.js")),
     ("budget.js", "text/javascript; charset=utf-8", include_str!("assets/budget.js")),
     ("app.js", "text/javascript; charset=utf-8", include_str!("assets/app.js")),
     ("app.css", "text/css; charset=utf-8", include_str!("assets/app.css")),

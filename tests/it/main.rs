@@ -47,6 +47,7 @@ mod providers_http;
 mod providers_replicate;
 mod providers_sdk;
 mod races;
+mod set_edit;
 mod sets;
 #[cfg(feature = "failpoints")]
 mod soak;
@@ -54,6 +55,7 @@ mod surface;
 mod tour;
 mod web;
 mod web_money;
+mod web_set_edit;
 mod web_surface;
 mod web_views;
 

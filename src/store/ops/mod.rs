@@ -22,6 +22,7 @@ pub(in crate::store) mod user;
 // The image-set family: sets and uploads, candidates and the choice, held jobs, settings.
 pub(in crate::store) mod choice;
 pub(in crate::store) mod held;
+pub(in crate::store) mod set_edit;
 pub(in crate::store) mod sets;
 pub(in crate::store) mod settings;
 

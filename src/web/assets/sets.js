@@ -2,7 +2,7 @@
    shot cards that carry their own retry, resolve and download, "Download all", cancel with a
    confirmation, resuming canceled shots together), creating a set in the page (product,
    reference photos by file picker or drag and drop, a shot list in plain words, style notes),
-   and what tally spent. */
+   and what tally spent. Editing, duplicating and deleting a set are in set_edit.js. */
 "use strict";
 
 (function (T) {
@@ -105,6 +105,7 @@
       }));
       top.append(resume);
     }
+    top.append(...T.setEditActions(s, provider, err, () => showSet(s.id, false)));
     const refs = s.references || [];
     return h("article", { class: "detail", "data-set-id": s.id, "data-status": s.status },
       h("p", { class: "back" }, h("a", { href: "#/sets" }, "← All image sets")),
@@ -214,6 +215,8 @@
     }
     const several = (shot.candidates || []).length > 1;
     if (!s.canceled) actions.append(moreButton(s, shot, provider, err));
+    const edit = T.shotEditButton(s, shot, err, () => showSet(s.id, false));
+    if (edit) actions.append(edit);
     const charge = T.chargeSentence(shot);
     return h("li", { class: "shot s-" + shot.status, "data-task-id": shot.id, "data-status": shot.status,
       "data-position": String(shot.position) },

@@ -1,0 +1,95 @@
+//! Editing, duplicating and deleting an image set: the checks an edit's words must pass (the
+//! same as a new set's), and the calls that store each change (`store::set_edit` states the
+//! rules, enforced in the store's transaction).
+
+use super::intake::{MAX_REFERENCES, validate_key};
+use super::{Engine, EngineError};
+use crate::store::{DeleteOutcome, EditOutcome, NewSet, NewShot, NewTask, SHOT_ROLES, SetEdit, SubmitOutcome};
+
+impl Engine {
+    /// Check and store an edit of set `id` (before anything was sent for what it touches).
+    pub async fn edit_set(&self, id: &str, edit: SetEdit) -> Result<EditOutcome, EngineError> {
+        let Some(set) = self.shared.store.get_set(id.to_string()).await? else { return Ok(EditOutcome::NoSet) };
+        if edit.product.as_deref().is_some_and(|p| p.trim().is_empty()) {
+            return Err(EngineError::Invalid("the product name is empty".into()));
+        }
+        if edit.references.as_ref().is_some_and(|r| r.len() > MAX_REFERENCES) {
+            return Err(EngineError::Invalid(format!("a set takes at most {MAX_REFERENCES} reference images")));
+        }
+        let whole = NewSet {
+            product: edit.product.clone().unwrap_or_else(|| set.product.clone()),
+            style: edit.style.clone().unwrap_or_else(|| set.style.clone()),
+            provider: set.provider.clone(),
+            references: Vec::new(),
+            shots: Vec::new(),
+            idempotency_key: None,
+        };
+        // The product and style go into every shot's request: each must stay acceptable.
+        let suffix = |s: &NewSet| {
+            s.shot_prompt(&NewShot {
+                role: String::new(),
+                prompt: String::new(),
+                params: serde_json::json!({}),
+                candidates: 1,
+            })
+        };
+        if edit.whole_set() {
+            let before = NewSet { product: set.product.clone(), style: set.style.clone(), ..whole.clone() };
+            let (old, new) = (suffix(&before), suffix(&whole));
+            for (i, t) in set.shots.iter().enumerate() {
+                let own = t.prompt.strip_suffix(old.as_str()).unwrap_or(&t.prompt);
+                let task =
+                    NewTask { provider: set.provider.clone(), prompt: format!("{own}{new}"), ..NewTask::default() };
+                self.validate(&task).map_err(|e| EngineError::Invalid(format!("shot {}: {e}", i + 1)))?;
+            }
+        }
+        let mut seen = Vec::new();
+        for s in &edit.shots {
+            let n = s.position.saturating_add(1);
+            if seen.contains(&s.position) {
+                return Err(EngineError::Invalid(format!("shot {n} is listed twice")));
+            }
+            seen.push(s.position);
+            if let Some(role) = &s.role
+                && !SHOT_ROLES.contains(&role.as_str())
+            {
+                return Err(EngineError::Invalid(format!(
+                    "shot {n}: role `{role}` is not one of {}",
+                    SHOT_ROLES.join(", ")
+                )));
+            }
+            if let Some(p) = &s.prompt {
+                if p.trim().is_empty() {
+                    return Err(EngineError::Invalid(format!("shot {n}: the prompt is empty")));
+                }
+                let shot =
+                    NewShot { role: String::new(), prompt: p.clone(), params: serde_json::json!({}), candidates: 1 };
+                let t =
+                    NewTask { provider: set.provider.clone(), prompt: whole.shot_prompt(&shot), ..NewTask::default() };
+                self.validate(&t).map_err(|e| EngineError::Invalid(format!("shot {n}: {e}")))?;
+            }
+        }
+        Ok(self.shared.store.edit_set(id.to_string(), edit, self.shared.now()).await?)
+    }
+
+    /// Duplicate set `id` as a new set, its tasks queued; `None` if there is no such set.
+    pub async fn duplicate_set(&self, id: &str, key: Option<String>) -> Result<Option<SubmitOutcome>, EngineError> {
+        validate_key(key.as_deref())?;
+        let out = self.shared.store.duplicate_set(id.to_string(), key, self.shared.now()).await?;
+        if matches!(out, Some(SubmitOutcome::Created(_))) {
+            self.shared.wake_dispatcher.notify_one();
+        }
+        Ok(out)
+    }
+
+    /// What a duplicate of set `id` would create (to price it before asking); `None` if there
+    /// is no such set.
+    pub async fn set_as_new(&self, id: &str) -> Result<Option<NewSet>, EngineError> {
+        Ok(self.shared.store.set_as_new(id.to_string()).await?)
+    }
+
+    /// Delete set `id` if every task of it failed or was canceled.
+    pub async fn delete_set(&self, id: &str) -> Result<DeleteOutcome, EngineError> {
+        Ok(self.shared.store.delete_set(id.to_string(), self.shared.now()).await?)
+    }
+}

@@ -1,0 +1,182 @@
+/* tally's web page: changing a set before anything was sent for it (a queued shot's prompt and
+   role; the product and style notes while no shot of the set was sent), duplicating a set
+   (asking first, with the price when tally knows it) and deleting a set whose every shot failed
+   or was canceled (asking first; jobs that reached the provider stay in Jobs and Spend).
+   sets.js calls T.setEditActions for the set's buttons and T.shotEditButton for each shot;
+   every change goes through the API (PATCH, POST …/duplicate, DELETE /v1/sets/{id}), whose
+   refusals are shown as they are worded. */
+"use strict";
+
+(function (T) {
+  const { h, api, busy } = T;
+
+  /** Every task of a shot (its candidates, or the shot itself), as {status}. */
+  function tasksOf(shot) {
+    return (shot.candidates && shot.candidates.length) ? shot.candidates : [shot];
+  }
+
+  /** Nothing was sent for this shot as far as the page can tell (the daemon decides). */
+  function unsent(shot) {
+    return tasksOf(shot).every((c) => c.status === "queued" || c.status === "waiting");
+  }
+
+  function roleSelect(id, value) {
+    return h("select", { id: id }, T.ROLES.map(([v, words]) => h("option", { value: v, selected: v === value }, words)));
+  }
+
+  /* An open form's words, by "set id:shot position" (or "set id:set"), so that a live update
+     that draws the set again (another shot finishing) reopens the form as it was. */
+  const drafts = new Map();
+
+  /** Open `open(draft)` again after the view is drawn, when a form for `key` was open. */
+  function reopen(key, open) {
+    const draft = drafts.get(key);
+    if (draft) queueMicrotask(() => open(draft));
+  }
+
+  /** Note in `draft` whether one of `fields` has the focus (a redraw removes the field without
+      a blur, so a reopened form takes the focus back only when it had it). */
+  function watchFocus(fields, draft) {
+    for (const f of fields) {
+      f.addEventListener("focus", () => { draft.focus = true; });
+      f.addEventListener("blur", () => { draft.focus = false; });
+    }
+  }
+
+  /** Whether nothing on the page has the focus (a reopened form may then take it). */
+  function idle() {
+    return !document.activeElement || document.activeElement === document.body;
+  }
+
+  /** "Edit" for a shot nothing was sent for: opens a small form under the shot's actions. */
+  function shotEditButton(s, shot, err, reload) {
+    if (s.canceled || !unsent(shot)) return null;
+    const p = shot.position;
+    const key = s.id + ":" + p;
+    const edit = h("button", { type: "button", id: "shot-edit-" + p }, "Edit");
+    const open = (draft) => {
+      if (!edit.isConnected || document.getElementById("shot-edit-form-" + p)) return;
+      const prompt = h("textarea", { id: "shot-edit-prompt-" + p, rows: "3", required: true });
+      prompt.value = draft.prompt;
+      const role = roleSelect("shot-edit-role-" + p, draft.role);
+      const keep = () => { draft.prompt = prompt.value; draft.role = role.value; };
+      prompt.addEventListener("input", keep);
+      role.addEventListener("change", keep);
+      watchFocus([prompt, role], draft);
+      drafts.set(key, draft);
+      const save = h("button", { type: "submit", class: "primary", id: "shot-edit-save-" + p }, "Save the shot");
+      const cancel = h("button", { type: "button", id: "shot-edit-cancel-" + p }, "Keep it as it was");
+      const form = h("form", { class: "edit-shot", id: "shot-edit-form-" + p },
+        h("p", { class: "hint" }, "Nothing was sent for this shot yet, so its words can still change."),
+        h("label", { for: "shot-edit-prompt-" + p }, "What this shot shows"), prompt,
+        h("label", { for: "shot-edit-role-" + p }, "Kind of shot"), role,
+        h("div", { class: "actions" }, save, cancel));
+      form.addEventListener("submit", (ev) => {
+        ev.preventDefault();
+        busy(save, err, async () => {
+          await api("PATCH", "/v1/sets/" + encodeURIComponent(s.id),
+            { shots: [{ position: p, prompt: prompt.value, role: role.value }] });
+          drafts.delete(key);
+          await reload();
+        });
+      });
+      cancel.addEventListener("click", () => { drafts.delete(key); form.remove(); edit.hidden = false; edit.focus(); });
+      edit.hidden = true;
+      edit.parentNode.after(form);
+      if (draft.focus || idle()) prompt.focus();
+    };
+    edit.addEventListener("click", () => open({ prompt: T.shotWords(shot.prompt), role: shot.role, focus: true }));
+    reopen(key, open);
+    return edit;
+  }
+
+  /** What a duplicate costs, in words: free, about an amount, or a price tally does not know. */
+  function duplicateWords(s, provider) {
+    const images = (s.shots || []).reduce((n, x) => n + tasksOf(x).length, 0);
+    const made = "A new set with the same product, photos and " + (s.shots || []).length + " shot(s) is made, and its " +
+      images + " image(s) are queued. ";
+    if (provider && provider.billable === false) return made + "Nothing is charged: " + s.provider + " is free.";
+    const price = provider && provider.price_per_image;
+    const total = (price !== null && price !== undefined && price !== "") ? T.money(Number(price) * images, provider.currency) : null;
+    return made + (total
+      ? s.provider + " charges for each image: the copy costs about " + total + "."
+      : s.provider + " charges for each image; its price is not configured, so tally cannot say how much.");
+  }
+
+  /** The set's own buttons: edit the product and style, duplicate, delete. */
+  function setEditActions(s, provider, err, reload) {
+    const out = [];
+    const shots = s.shots || [];
+    if (!s.canceled && shots.length && shots.every(unsent)) {
+      const key = s.id + ":set";
+      const edit = h("button", { type: "button", id: "set-edit" }, "Edit product and style");
+      const open = (draft) => {
+        if (!edit.isConnected || document.getElementById("set-edit-form")) return;
+        const product = h("input", { id: "set-edit-product", type: "text", required: true });
+        product.value = draft.product;
+        const style = h("textarea", { id: "set-edit-style", rows: "2" });
+        style.value = draft.style;
+        const keep = () => { draft.product = product.value; draft.style = style.value; };
+        product.addEventListener("input", keep);
+        style.addEventListener("input", keep);
+        watchFocus([product, style], draft);
+        drafts.set(key, draft);
+        const save = h("button", { type: "submit", class: "primary", id: "set-edit-save" }, "Save");
+        const cancel = h("button", { type: "button", id: "set-edit-cancel" }, "Keep it as it was");
+        const form = h("form", { class: "edit-set", id: "set-edit-form" },
+          h("p", { class: "hint" }, "Nothing of this set was sent yet, so the product and style notes can still change; every shot follows."),
+          h("label", { for: "set-edit-product" }, "Product"), product,
+          h("label", { for: "set-edit-style" }, "Style notes"), style,
+          h("div", { class: "actions" }, save, cancel));
+        form.addEventListener("submit", (ev) => {
+          ev.preventDefault();
+          busy(save, err, async () => {
+            await api("PATCH", "/v1/sets/" + encodeURIComponent(s.id), { product: product.value, style: style.value });
+            drafts.delete(key);
+            await reload();
+          });
+        });
+        cancel.addEventListener("click", () => { drafts.delete(key); form.remove(); edit.hidden = false; edit.focus(); });
+        edit.hidden = true;
+        edit.parentNode.after(form);
+        if (draft.focus || idle()) product.focus();
+      };
+      edit.addEventListener("click", () => open({ product: s.product, style: s.style || "", focus: true }));
+      reopen(key, open);
+      out.push(edit);
+    }
+    const dup = h("button", { type: "button", id: "duplicate-set" }, "Duplicate…");
+    dup.addEventListener("click", async () => {
+      const yes = await T.confirmDialog("Duplicate this set?", duplicateWords(s, provider), "Duplicate it");
+      if (!yes) return;
+      let made = null;
+      await busy(dup, err, async () => {
+        made = await api("POST", "/v1/sets/" + encodeURIComponent(s.id) + "/duplicate",
+          { acknowledge_possible_charge: true, idempotency_key: T.newKey() });
+      });
+      if (made) location.hash = "#/sets/" + encodeURIComponent(made.id);
+    });
+    out.push(dup);
+    const all = shots.flatMap(tasksOf);
+    if (s.status !== "running" && all.length && all.every((c) => c.status === "failed" || c.status === "canceled")) {
+      const del = h("button", { type: "button", id: "delete-set", class: "danger" }, "Delete…");
+      del.addEventListener("click", async () => {
+        const yes = await T.confirmDialog("Delete this set?",
+          "The set and its shots are deleted; this cannot be undone. Jobs of it that reached the provider stay in Jobs and in Spend, with what they may have cost.",
+          "Delete the set");
+        if (!yes) return;
+        let gone = false;
+        await busy(del, err, async () => {
+          await api("DELETE", "/v1/sets/" + encodeURIComponent(s.id));
+          gone = true;
+        });
+        if (gone) location.hash = "#/sets";
+      });
+      out.push(del);
+    }
+    return out;
+  }
+
+  T.shotEditButton = shotEditButton;
+  T.setEditActions = setEditActions;
+})(window.tally);
