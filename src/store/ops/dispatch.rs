@@ -267,6 +267,7 @@ fn interleave(s: &mut State, fresh: Vec<Candidate>, recovery: Vec<Candidate>, n:
 /// other. Held to the end of the dispatch's transaction.
 fn lock_providers(tx: &mut dyn Tx) -> Result<(), StoreError> {
     if tx.locking() {
+        let _t = crate::stages::span(crate::stages::Stage::LockStatement);
         tx.rows("SELECT name FROM providers ORDER BY name FOR UPDATE", &[])?;
     }
     Ok(())

@@ -532,11 +532,15 @@ impl PgStore {
             return Err(StoreError::Unreachable(why));
         }
         let (tx, rx) = oneshot::channel();
+        let queued = crate::stages::start();
         let job: Job = Box::new(move |conn: &mut Conn| {
             // Its caller stopped waiting (the node found the database unreachable): an
             // operation nobody waits for is not run late.
             if tx.is_closed() {
                 return;
+            }
+            if kind != Kind::Read {
+                crate::stages::record(crate::stages::Stage::StoreQueue, queued);
             }
             let _ = tx.send(conn.run(kind, &mut f));
         });
