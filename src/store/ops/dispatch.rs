@@ -41,8 +41,8 @@
 use rusqlite::Connection;
 
 use super::claim::{self, Lease};
-use super::slot_rows;
 use super::common::{PerDialect, by_dialect};
+use super::slot_rows;
 use super::{DispatchBatch, Lane, SqliteStore};
 use crate::domain::Millis;
 use crate::store::StoreError;

@@ -291,7 +291,11 @@ fn a_store_closed_while_its_watcher_starts_never_hangs() {
 
 /// A plain connection into `schema`, holding a transaction open on a thread of its own: it
 /// runs `sql` (locking what it names), says so, and rolls back when told (issue #28 tests).
-fn hold_locks(url: &str, schema: &str, sql: &'static str) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>) {
+fn hold_locks(
+    url: &str,
+    schema: &str,
+    sql: &'static str,
+) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>) {
     let (url, schema) = (url.to_string(), schema.to_string());
     let (held_tx, held_rx) = std::sync::mpsc::channel::<()>();
     let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
