@@ -37,6 +37,9 @@
 //! for), and the claim's statements (`store::ops::claim`: how a list of ids is bound, the node
 //! a lease names, how an execution token is drawn). The decisions ([`plan_provider`],
 //! [`interleave`]) are pure functions, so both backends decide alike.
+//!
+//! A little over 600 lines on purpose: the decisions, their statements in both dialects and
+//! the tests that pin their plans are read together; the slot rows live in `ops::slot_rows`.
 
 use rusqlite::Connection;
 
