@@ -6,7 +6,8 @@
 //! - [`domain`]: the vocabulary (statuses, phases, plain words, the recovery decision table).
 //!   Pure.
 //! - [`clock`] (the one way to read time), [`failpoint`] (crash points), [`metrics`],
-//!   [`render`] (placeholder PNGs for the demo and mock providers).
+//!   [`render`] (placeholder PNGs for the demo and mock providers), [`stages`] (per-stage
+//!   timings for `tally bench --profile`, one atomic load when off).
 //! - [`delivery`]: listing-ready files from chosen images (profiles) and where they go
 //!   (targets). Local work only.
 //! - [`config`]: raw TOML → resolved, validated configuration.
@@ -36,5 +37,6 @@ pub mod mock;
 pub mod providers;
 pub mod render;
 pub mod server;
+pub mod stages;
 pub mod store;
 pub mod web;

@@ -13,6 +13,7 @@ pub mod http;
 pub mod images;
 pub mod pg;
 pub mod populate;
+pub mod profile;
 pub mod provider;
 mod render;
 mod sections;
@@ -65,6 +66,11 @@ pub struct BenchArgs {
     /// schema there; the user needs CREATE on the database).
     #[arg(long, value_name = "URL", env = "TALLY_BENCH_POSTGRES_URL", hide_env_values = true)]
     pub postgres_url: Option<String>,
+    /// Time each stage of a task's path (store calls, the hand-off to the store's thread, SQL,
+    /// commits, lock statements, the image check and blob) in every end-to-end run, and print
+    /// the profile per task (`profile` in the JSON). Off, the stages cost one atomic load each.
+    #[arg(long)]
+    pub profile: bool,
 }
 
 /// The store `tally bench` measures.
@@ -123,6 +129,8 @@ pub struct E2e {
     /// the client's wait, `submit_fsync_waits`). `fsyncs` is the commits actually fsynced per
     /// task (group commit shares one among many operations).
     pub per_task: PerTask,
+    /// With `--profile`: where a task's time went, per stage (`null` otherwise).
+    pub profile: Option<profile::Profile>,
 }
 
 /// Per-task costs of an e2e run.
@@ -271,6 +279,7 @@ impl Sizes {
 
 /// Run the benchmark (builds its own multi-thread tokio runtime).
 pub fn run(args: BenchArgs) -> Result<(), String> {
+    crate::stages::enable(args.profile);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -494,6 +503,7 @@ mod tests {
                     submit_fsync_waits: 1.0,
                     fsyncs: 0.5,
                 },
+                profile: None,
             }],
             pickup_ms: Some(Pickup {
                 p50: 1.0,

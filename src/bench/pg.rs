@@ -65,7 +65,19 @@ pub struct PgE2e {
     pub statements_per_task: f64,
     /// Provider calls per task (must be 1).
     pub calls_per_task: f64,
+    /// Time the database's sessions spent waiting for a lock, per task, in milliseconds
+    /// (sampled: every [`LOCK_SAMPLE_MS`] the sessions of this database waiting for a row or
+    /// table lock — advisory locks aside, on which a node's watcher waits for its peer all
+    /// along — are counted, and each counts for one interval). `null` on SQLite.
+    pub lock_wait_ms_per_task: Option<f64>,
+    /// Of the samples, the share in which some session waited for a lock (`null` on SQLite).
+    pub lock_wait_share: Option<f64>,
+    /// With `--profile`: where a task's time went, per stage (all nodes together).
+    pub profile: Option<super::profile::Profile>,
 }
+
+/// How often the lock sampler looks at `pg_locks` during an e2e run.
+pub const LOCK_SAMPLE_MS: u64 = 5;
 
 /// One pickup series.
 #[derive(Debug, Clone, Serialize)]
@@ -179,6 +191,8 @@ async fn e2e_pg(url: &str, out: &Path, n: u64, nodes: usize) -> Result<PgE2e, St
         providers.push(provider);
     }
     let stmts0: u64 = engines.iter().map(|e| e.store().statements()).sum();
+    let sampler = LockSampler::start(url)?;
+    super::profile::begin();
     let t0 = Instant::now();
     let submitters = 16u64;
     let mut set = tokio::task::JoinSet::new();
@@ -209,6 +223,8 @@ async fn e2e_pg(url: &str, out: &Path, n: u64, nodes: usize) -> Result<PgE2e, St
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let secs = t0.elapsed().as_secs_f64();
+    let profile = super::profile::end(n);
+    let (samples, waiting, some_waiting) = sampler.stop().await?;
     while let Some(r) = set.join_next().await {
         r.map_err(s)??;
     }
@@ -229,7 +245,50 @@ async fn e2e_pg(url: &str, out: &Path, n: u64, nodes: usize) -> Result<PgE2e, St
         tasks_per_s: n as f64 / secs,
         statements_per_task: stmts as f64 / n as f64,
         calls_per_task: calls as f64 / n as f64,
+        lock_wait_ms_per_task: Some(waiting as f64 * LOCK_SAMPLE_MS as f64 / n as f64),
+        lock_wait_share: Some(if samples == 0 { 0.0 } else { some_waiting as f64 / samples as f64 }),
+        profile,
     })
+}
+
+/// Counts, on a connection of its own, the sessions of the database waiting for a lock,
+/// every [`LOCK_SAMPLE_MS`], until stopped.
+struct LockSampler {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    handle: tokio::task::JoinHandle<Result<(u64, u64, u64), String>>,
+}
+
+/// Sessions of this database waiting for a lock that is not advisory (row locks show as waits
+/// for the holder's transaction id, which names no database: hence the join).
+const LOCK_WAITERS: &str = "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+ WHERE NOT l.granted AND l.locktype <> 'advisory' AND a.datname = current_database()";
+
+impl LockSampler {
+    fn start(url: &str) -> Result<LockSampler, String> {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (url, flag) = (url.to_string(), stop.clone());
+        let handle = tokio::task::spawn_blocking(move || {
+            let mut c = postgres::Client::connect(&url, postgres::NoTls).map_err(s)?;
+            let st = c.prepare(LOCK_WAITERS).map_err(s)?;
+            let (mut samples, mut waiting, mut some) = (0u64, 0u64, 0u64);
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                let k: i64 = c.query_one(&st, &[]).map_err(s)?.get(0);
+                samples += 1;
+                waiting += k.max(0) as u64;
+                some += u64::from(k > 0);
+                // A sampling interval, not a wait for anything.
+                std::thread::sleep(Duration::from_millis(LOCK_SAMPLE_MS));
+            }
+            Ok((samples, waiting, some))
+        });
+        Ok(LockSampler { stop, handle })
+    }
+
+    /// Stop; (samples, waiting sessions summed over the samples, samples with a waiter).
+    async fn stop(self) -> Result<(u64, u64, u64), String> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.handle.await.map_err(s)?
+    }
 }
 
 fn series(store: &str, path: &str, sorted: &[f64]) -> PgPickup {
@@ -370,6 +429,9 @@ pub async fn run(url: &str, out: &Path, quick: bool) -> Result<PgBench, String> 
         tasks_per_s: sqlite.tasks_per_s,
         statements_per_task: sqlite.statements_per_task,
         calls_per_task: sqlite.calls_per_task,
+        lock_wait_ms_per_task: None,
+        lock_wait_share: None,
+        profile: sqlite.profile.clone(),
     });
     for nodes in [1, 2] {
         let r = e2e_pg(url, out, n, nodes).await?;
@@ -406,13 +468,14 @@ pub fn render(t: &mut String, r: &PgBench) {
     );
     let _ = writeln!(
         t,
-        "{:<9} {:>5} {:>8} {:>7} {:>8} {:>9} {:>8} {:>7}",
-        "store", "nodes", "workers", "tasks", "secs", "tasks/s", "stmts/t", "calls/t"
+        "{:<9} {:>5} {:>8} {:>7} {:>8} {:>9} {:>8} {:>7} {:>12} {:>10}",
+        "store", "nodes", "workers", "tasks", "secs", "tasks/s", "stmts/t", "calls/t", "lockwait ms/t", "lock share"
     );
     for e in &r.e2e {
+        let opt = |v: Option<f64>, d: usize| v.map(|v| format!("{v:.d$}")).unwrap_or_else(|| "-".into());
         let _ = writeln!(
             t,
-            "{:<9} {:>5} {:>8} {:>7} {:>8.2} {:>9.0} {:>8.1} {:>7.2}",
+            "{:<9} {:>5} {:>8} {:>7} {:>8.2} {:>9.0} {:>8.1} {:>7.2} {:>12} {:>10}",
             e.store,
             e.nodes,
             e.workers_per_node,
@@ -420,8 +483,19 @@ pub fn render(t: &mut String, r: &PgBench) {
             e.secs,
             e.tasks_per_s,
             e.statements_per_task,
-            e.calls_per_task
+            e.calls_per_task,
+            opt(e.lock_wait_ms_per_task, 3),
+            opt(e.lock_wait_share, 3)
         );
+    }
+    let _ = writeln!(
+        t,
+        "   lock waits: sessions of the database waiting for a row or table lock, sampled every {LOCK_SAMPLE_MS} ms"
+    );
+    for e in &r.e2e {
+        if let Some(p) = &e.profile {
+            super::profile::render(t, &format!("{} {} node(s)", e.store, e.nodes), p);
+        }
     }
     let _ = writeln!(t, "pickup (submit → provider call, idle engine), ms:");
     for p in &r.pickup {

@@ -64,6 +64,12 @@ pub(super) fn render_table(r: &Results) -> String {
     );
     let _ =
         writeln!(t, "   concurrent = 16 submitters while the workers drain; e2e = N / (first submit → last succeeded)");
+    for e in &r.e2e {
+        if let Some(p) = &e.profile {
+            let title = format!("{} {} workers {}", e.method, e.workers, e.durability);
+            super::profile::render(&mut t, &title, p);
+        }
+    }
     if let Some(p) = &r.pickup_ms {
         let _ = writeln!(
             t,

@@ -155,6 +155,7 @@ pub(super) async fn e2e_in(
         (store.commits(), store.statements(), store.fsyncs(), store.durable_waits());
     let timeout = Duration::from_secs(600);
     let (secs, enqueue_secs, drain_secs, engine);
+    super::profile::begin();
     if concurrent {
         let e = Arc::new(start(store, &dir, workers, provider.clone(), workers).await?);
         let mut rx = e.subscribe();
@@ -200,6 +201,7 @@ pub(super) async fn e2e_in(
         secs = enqueue_secs + drain_secs;
         engine = e;
     }
+    let profile = super::profile::end(n);
     let store = engine.store().clone();
     let (commits, stmts) = (store.commits() - commits0, store.statements() - stmts0);
     let (fsyncs, waits) = (store.fsyncs() - fsyncs0, store.durable_waits() - waits0);
@@ -228,6 +230,7 @@ pub(super) async fn e2e_in(
             submit_fsync_waits: if durability == Durability::Full { 1.0 } else { 0.0 },
             fsyncs: fsyncs as f64 / n as f64,
         },
+        profile,
     };
     Ok((e2e, wal))
 }

@@ -32,7 +32,10 @@ pub(super) async fn run(shared: Arc<Shared>) {
             let lease = Shared::ms(shared.cfg.lease);
             // Read before claiming: a fence after this point fences these claims' workers.
             let fence = shared.fence();
-            match shared.store.dispatch_due(now, free, lease, &shared.boot()).await {
+            let timed = crate::stages::start();
+            let dispatched = shared.store.dispatch_due(now, free, lease, &shared.boot()).await;
+            crate::stages::record(crate::stages::Stage::Dispatch, timed);
+            match dispatched {
                 Ok(batch) => {
                     trouble.ok();
                     if !batch.claims.is_empty() {

@@ -63,6 +63,7 @@ impl Engine {
     /// Validate and durably submit a task (task + envelope in one transaction), then wake
     /// the dispatcher.
     pub async fn submit(&self, t: NewTask) -> Result<SubmitOutcome, EngineError> {
+        let _t = crate::stages::span(crate::stages::Stage::Submit);
         self.validate(&t)?;
         let out = self.shared.store.submit(t, self.shared.now()).await?;
         self.submitted(&out);
@@ -72,6 +73,7 @@ impl Engine {
     /// [`Engine::submit`], also returning the task as committed (read in the same write, for
     /// the API's answer).
     pub async fn submit_and_get(&self, t: NewTask) -> Result<(SubmitOutcome, Option<TaskView>), EngineError> {
+        let _t = crate::stages::span(crate::stages::Stage::Submit);
         self.validate(&t)?;
         let (out, view) = self.shared.store.submit_and_get(t, self.shared.now()).await?;
         self.submitted(&out);

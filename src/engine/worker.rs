@@ -250,7 +250,10 @@ impl Run<'_> {
 
     async fn finish(&self, f: Finish) -> Result<(), StoreError> {
         let c = self.claim;
-        let status = self.shared.store.finish(c.execution_token.clone(), c.lease_token.clone(), f, self.now()).await?;
+        let timed = crate::stages::start();
+        let status = self.shared.store.finish(c.execution_token.clone(), c.lease_token.clone(), f, self.now()).await;
+        crate::stages::record(crate::stages::Stage::Finish, timed);
+        let status = status?;
         tracing::info!(%status, "execution finished");
         self.shared.changed(&c.task_id, status);
         Ok(())
@@ -345,8 +348,10 @@ impl Run<'_> {
                 }
                 calling_at = self.now();
                 let facts = self.entry.money.facts(&c.params, self.shared.limits());
+                let timed = crate::stages::start();
                 let recorded =
                     store.record_calling(c.execution_token.clone(), c.lease_token.clone(), calling_at, facts).await?;
+                crate::stages::record(crate::stages::Stage::Calling, timed);
                 if let CallingOutcome::Held { due_at, reason } = recorded {
                     tracing::info!(until = %crate::clock::rfc3339(due_at), "held back by a budget: {reason}");
                     self.shared.changed(&c.task_id, crate::domain::TaskStatus::Waiting);
@@ -356,7 +361,9 @@ impl Run<'_> {
                 }
                 crash("after-calling");
                 self.shared.metrics.picked_up((calling_at - c.created_at).max(0) as f64 / 1000.0);
+                let timed = crate::stages::start();
                 let result = self.entry.provider.submit(&self.request(calling_at, &references)).await;
+                crate::stages::record(crate::stages::Stage::ProviderCall, timed);
                 self.after_call(&result).await;
                 match result {
                     Ok(Submitted::Done(img)) => {
@@ -745,7 +752,10 @@ impl Run<'_> {
     async fn save_and_finish(&self, img: Image) -> Result<(), StoreError> {
         let c = self.claim;
         crash("after-answer");
-        let art = match NewImage::verify_async(img.bytes).await {
+        let timed = crate::stages::start();
+        let verified = NewImage::verify_async(img.bytes).await;
+        crate::stages::record(crate::stages::Stage::VerifyImage, timed);
+        let art = match verified {
             Ok(image) => NewArtifact::new(image),
             Err(e) => {
                 return self

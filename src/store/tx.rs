@@ -68,6 +68,7 @@ pub trait Tx {
     /// Every operation on one task locks it before it reads what it decides on.
     fn lock_task(&mut self, task: &str) -> Result<(), StoreError> {
         if self.locking() {
+            let _t = crate::stages::span(crate::stages::Stage::LockStatement);
             self.opt("SELECT 1 FROM envelopes WHERE task_id = ?1 FOR UPDATE", &[&task])?;
         }
         Ok(())
@@ -77,6 +78,7 @@ pub trait Tx {
     /// candidates, the choice), the same way.
     fn lock_set(&mut self, set: &str) -> Result<(), StoreError> {
         if self.locking() {
+            let _t = crate::stages::span(crate::stages::Stage::LockStatement);
             self.opt("SELECT 1 FROM sets WHERE id = ?1 FOR UPDATE", &[&set])?;
         }
         Ok(())

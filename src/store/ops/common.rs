@@ -172,6 +172,7 @@ pub(in crate::store) fn requeue_envelope(
 
 /// Store an image's bytes under `id`, inside the operation that commits the row they belong to.
 pub(in crate::store) fn insert_blob(tx: &mut dyn Tx, id: &str, img: &NewImage) -> Result<(), StoreError> {
+    let _t = crate::stages::span(crate::stages::Stage::BlobWrite);
     tx.exec(
         "INSERT INTO blobs (id, sha256, bytes, media_type, data) VALUES (?1, ?2, ?3, ?4, ?5)",
         &[&id, &img.sha256(), &img.len(), &img.media_type(), &img.bytes()],

@@ -27,18 +27,25 @@
 //! not grow with the backlog (`dispatch_cost_is_flat_with_a_backlog` shows the plans).
 //!
 //! **Written once for both backends.** PostgreSQL runs dispatches of several nodes at once, and
-//! differs in three named places only: [`lock_providers`] (the cluster-wide capacity lock: the
-//! `providers` rows locked first, so nodes dispatching together count the same slots in use and
-//! advance the same lane places one after the other), [`candidates_sql`] (PostgreSQL takes the
+//! differs in four named places only: the slot rows (`store::ops::slot_rows`: a dispatch takes
+//! free `provider_slots` rows `FOR UPDATE SKIP LOCKED` and claims no more envelopes than it got
+//! rows, so the capacity rule holds across nodes with no lock shared by all dispatches),
+//! [`lock_provider`] (one provider's row, locked only when this dispatch may change what the
+//! row holds — its lane places, pause or slow start — or take from its recovery lane, whose cap
+//! is counted: see [`needs_provider_lock`]), [`candidates_sql`] (PostgreSQL takes the
 //! candidates `FOR UPDATE SKIP LOCKED`: a row another operation holds is skipped, never waited
 //! for), and the claim's statements (`store::ops::claim`: how a list of ids is bound, the node
 //! a lease names, how an execution token is drawn). The decisions ([`plan_provider`],
 //! [`interleave`]) are pure functions, so both backends decide alike.
+//!
+//! A little over 600 lines on purpose: the decisions, their statements in both dialects and
+//! the tests that pin their plans are read together; the slot rows live in `ops::slot_rows`.
 
 use rusqlite::Connection;
 
 use super::claim::{self, Lease};
 use super::common::{PerDialect, by_dialect};
+use super::slot_rows;
 use super::{DispatchBatch, Lane, SqliteStore};
 use crate::domain::Millis;
 use crate::store::StoreError;
@@ -85,8 +92,18 @@ pub(super) const PROVIDERS_STATE: &str =
         (SELECT count(*) FROM envelopes e WHERE e.status = 'sent' AND e.provider = p.name AND e.lane = 'fresh'),
         (SELECT count(*) FROM envelopes e WHERE e.status = 'sent' AND e.provider = p.name AND e.lane = 'recovery'),
         EXISTS (SELECT 1 FROM envelopes e WHERE e.status = 'pending' AND e.pass IS NOT NULL AND e.provider = p.name),
-        (SELECT min(w.due_at) FROM envelopes w WHERE w.status = 'pending' AND w.pass IS NULL AND w.due_at IS NOT NULL)
+        (SELECT min(w.due_at) FROM envelopes w WHERE w.status = 'pending' AND w.pass IS NULL AND w.due_at IS NOT NULL),
+        EXISTS (SELECT 1 FROM envelopes e WHERE e.status = 'pending' AND e.pass IS NOT NULL AND e.provider = p.name
+                AND e.lane = 'recovery')
  FROM providers p ORDER BY p.name";
+
+/// One provider's row of [`PROVIDERS_STATE`] (`?1` its name), read again after
+/// [`lock_provider`] on PostgreSQL.
+static PROVIDER_STATE: PerDialect = PerDialect::new(provider_state_sql);
+
+fn provider_state_sql(_: Dialect) -> String {
+    PROVIDERS_STATE.replace("FROM providers p ORDER BY p.name", "FROM providers p WHERE p.name = ?1")
+}
 
 /// The first ready envelopes of each lane of one provider, in lane order.
 pub(super) const CANDIDATES: &str = "SELECT id, task_id, lane, pass, due_at,
@@ -116,7 +133,9 @@ const PG_CANDIDATES: &str = "WITH f AS MATERIALIZED (
 
 /// Give waiting envelopes whose due time has come their place, all at once: each fairness
 /// key's promoted envelopes one stride apart (by due time), after the key's last ready one and
-/// not before the lane's head.
+/// not before the lane's head. On PostgreSQL only the rows no other node's dispatch is
+/// promoting (`FOR UPDATE SKIP LOCKED`): two dispatches promoting at once never wait for each
+/// other.
 static PROMOTE: PerDialect = PerDialect::new(promote_sql);
 
 fn promote_sql(d: Dialect) -> String {
@@ -133,8 +152,15 @@ fn promote_sql(d: Dialect) -> String {
                 row_number() OVER (PARTITION BY e.provider, e.lane, e.fair_key ORDER BY e.due_at, e.id) AS rn
          FROM envelopes e
          WHERE e.status = 'pending' AND e.pass IS NULL AND e.due_at IS NOT NULL AND e.due_at <= ?1) x) w
- WHERE envelopes.id = w.id AND envelopes.status = 'pending' AND envelopes.pass IS NULL",
-        greatest = greatest(d)
+ WHERE envelopes.id = w.id AND envelopes.status = 'pending' AND envelopes.pass IS NULL{skip}",
+        greatest = greatest(d),
+        skip = match d {
+            Dialect::Sqlite => "",
+            Dialect::Postgres => {
+                " AND envelopes.id IN (SELECT s.id FROM envelopes s WHERE s.status = 'pending' AND s.pass IS NULL
+                    AND s.due_at IS NOT NULL AND s.due_at <= ?1 FOR UPDATE SKIP LOCKED)"
+            }
+        }
     )
 }
 
@@ -163,6 +189,8 @@ struct State {
     pub in_fresh: i64,
     pub in_recovery: i64,
     pub ready: bool,
+    /// Whether its recovery lane has ready envelopes.
+    pub recovery_ready: bool,
 }
 
 /// A ready envelope offered to the lane interleave.
@@ -261,15 +289,37 @@ fn interleave(s: &mut State, fresh: Vec<Candidate>, recovery: Vec<Candidate>, n:
     out
 }
 
-/// PostgreSQL's cluster-wide capacity lock (a hook; nothing under SQLite's single writer):
-/// every `providers` row, locked in name order before the slots in use are counted, so nodes
-/// dispatching at once count the same slots and advance the same lane places one after the
-/// other. Held to the end of the dispatch's transaction.
-fn lock_providers(tx: &mut dyn Tx) -> Result<(), StoreError> {
-    if tx.locking() {
-        tx.rows("SELECT name FROM providers ORDER BY name FOR UPDATE", &[])?;
+/// Whether a PostgreSQL dispatch at `now` must hold `s`'s row (see [`lock_provider`]): when
+/// what the row holds may change — a pause that ended, a slow start under way, lane places not
+/// level (both lanes had work) — or when it may take from the recovery lane, whose cap is a count of the
+/// recovery envelopes in flight that only dispatches holding the row change. Otherwise (the
+/// common case: fresh work only, places level) the dispatch takes fresh envelopes only and
+/// leaves the row as it is, so nodes dispatching at once share no lock; the capacity rule is
+/// kept by the slot rows either way.
+fn needs_provider_lock(s: &State, now: Millis) -> bool {
+    match s.paused_until {
+        // Still paused: nothing is dispatched to it and its row is left as it is.
+        Some(until) if until > now => false,
+        Some(_) => true,
+        None => s.recovery_limit.is_some() || s.fresh_pass != s.recovery_pass || s.recovery_ready,
     }
-    Ok(())
+}
+
+/// PostgreSQL's per-provider lock (a hook; nothing under SQLite's single writer): `provider`'s
+/// row, locked to the end of the dispatch's transaction, then its state read again (after
+/// every earlier holder committed), so dispatches that change the row or count the recovery
+/// lane's slots do so one after the other. Only one provider's row, and only when
+/// [`needs_provider_lock`] says so.
+fn lock_provider(tx: &mut dyn Tx, provider: &str) -> Result<Option<State>, StoreError> {
+    {
+        let _t = crate::stages::span(crate::stages::Stage::LockStatement);
+        tx.rows("SELECT name FROM providers WHERE name = ?1 FOR UPDATE", &[&provider])?;
+    }
+    let sql = PROVIDER_STATE.get(tx);
+    match tx.rows(sql, &[&provider])?.first() {
+        Some(r) => Ok(Some(state_of(r)?)),
+        None => Ok(None),
+    }
 }
 
 /// The candidates statement of the dialect (a hook): [`CANDIDATES`] under SQLite's single
@@ -286,23 +336,29 @@ fn states(tx: &mut dyn Tx) -> Result<(Vec<State>, Option<Millis>), StoreError> {
     let mut out = Vec::new();
     for r in tx.rows(PROVIDERS_STATE, &[])? {
         next_waiting = r.get(13)?;
-        out.push(State {
-            name: r.get(0)?,
-            max: r.get(1)?,
-            reserve: r.get(2)?,
-            fresh_weight: r.get::<i64>(3)?.max(1),
-            recovery_weight: r.get::<i64>(4)?.max(1),
-            fifo: r.get(5)?,
-            paused_until: r.get(6)?,
-            recovery_limit: r.get(7)?,
-            fresh_pass: r.get(8)?,
-            recovery_pass: r.get(9)?,
-            in_fresh: r.get(10)?,
-            in_recovery: r.get(11)?,
-            ready: r.get(12)?,
-        });
+        out.push(state_of(&r)?);
     }
     Ok((out, next_waiting))
+}
+
+/// A row of [`PROVIDERS_STATE`].
+fn state_of(r: &crate::store::tx::Row) -> Result<State, StoreError> {
+    Ok(State {
+        name: r.get(0)?,
+        max: r.get(1)?,
+        reserve: r.get(2)?,
+        fresh_weight: r.get::<i64>(3)?.max(1),
+        recovery_weight: r.get::<i64>(4)?.max(1),
+        fifo: r.get(5)?,
+        paused_until: r.get(6)?,
+        recovery_limit: r.get(7)?,
+        fresh_pass: r.get(8)?,
+        recovery_pass: r.get(9)?,
+        in_fresh: r.get(10)?,
+        in_recovery: r.get(11)?,
+        ready: r.get(12)?,
+        recovery_ready: r.get(14)?,
+    })
 }
 
 /// The first `fresh` ready envelopes of `provider`'s fresh lane and `recovery` of its recovery
@@ -344,7 +400,6 @@ pub(in crate::store) fn dispatch_due(
     boot: &str,
     node: Option<&str>,
 ) -> Result<DispatchBatch, StoreError> {
-    lock_providers(tx)?;
     let (mut provs, mut next_waiting) = states(tx)?;
     if next_waiting.is_some_and(|d| d <= now) {
         let sql = PROMOTE.get(tx);
@@ -356,10 +411,24 @@ pub(in crate::store) fn dispatch_due(
     let mut picked: Vec<Candidate> = Vec::new();
     let mut slow_start: Vec<String> = Vec::new();
     for mut s in provs {
+        // PostgreSQL: hold the provider's row only when this dispatch may change it or count
+        // its recovery lane; otherwise fresh envelopes only, and no shared lock.
+        let locked = tx.locking() && needs_provider_lock(&s, now);
+        if locked {
+            match lock_provider(tx, &s.name)? {
+                Some(again) => s = again,
+                None => continue,
+            }
+        }
         let before = (s.paused_until, s.recovery_limit, s.fresh_pass, s.recovery_pass);
         if let Some((n, rec_room)) = plan_provider(&mut s, now, left, &mut next_due) {
-            let (fresh, recovery) = candidates(tx, &s.name, n, rec_room)?;
+            // The slot rows bound what the (possibly stale) counts allowed, exactly.
+            let slots = slot_rows::take(tx, &s.name, n)?;
+            let n = slots.as_ref().map_or(n, |got| n.min(got.len() as i64));
+            let rec_room = if tx.locking() && !locked { 0 } else { rec_room.min(n) };
+            let (fresh, recovery) = if n > 0 { candidates(tx, &s.name, n, rec_room)? } else { Default::default() };
             let chosen = interleave(&mut s, fresh, recovery, n as usize);
+            slot_rows::fill(tx, &s.name, slots.as_deref(), &chosen)?;
             left -= chosen.len();
             if s.recovery_limit.is_some() && !chosen.is_empty() {
                 slow_start.push(s.name.clone());
@@ -449,6 +518,7 @@ mod tests {
             in_fresh: 0,
             in_recovery: 0,
             ready: true,
+            recovery_ready: false,
         }
     }
 

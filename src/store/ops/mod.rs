@@ -17,6 +17,7 @@ pub(in crate::store) mod dispatch;
 pub(in crate::store) mod exec;
 pub(in crate::store) mod intake;
 pub(in crate::store) mod recovery;
+mod slot_rows;
 pub(in crate::store) mod slots;
 pub(in crate::store) mod user;
 // The image-set family: sets and uploads, candidates and the choice, held jobs, settings.

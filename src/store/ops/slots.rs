@@ -1,8 +1,10 @@
 //! The providers' side of dispatch: what the dispatcher knows about each provider (written at
 //! engine start), the circuit breaker's pause, the slow start after it, and the hand-back of a
 //! claim whose provider paused before it could call. See `store::ops::dispatch` for how these
-//! shape who goes next. Written once for both backends; the `providers` rows these change are
-//! the ones a PostgreSQL dispatch locks first, so a change and a dispatch never interleave.
+//! shape who goes next. Written once for both backends. On PostgreSQL a dispatch that may change
+//! a provider's pause or slow start locks its row first (`ops::dispatch::lock_provider`), so
+//! such a change and that dispatch never interleave; writing a provider's `max_concurrency`
+//! sizes its `provider_slots` rows (a trigger, `ops::slot_rows`).
 
 use super::common::{PerDialect, event, fence, requeue_envelope, set_task};
 use super::dispatch::greatest;

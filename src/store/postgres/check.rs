@@ -57,7 +57,27 @@ fn run(config: &postgres::Config) -> Result<CheckReport, StoreError> {
             "SELECT id FROM blobs WHERE length(data) <> bytes OR encode(sha256(data), 'hex') <> sha256",
         ),
     ];
-    for (what, sql) in TASK_INVARIANTS.iter().chain(image_invariants) {
+    // The capacity rule's rows (`store::ops::slot_rows`): each call out holds one slot row of
+    // its provider, only calls out hold rows, and a provider has free rows only within its cap.
+    let slot_invariants: &[(&str, &str)] = &[
+        (
+            "envelope sent without a provider slot",
+            "SELECT e.id FROM envelopes e WHERE e.status = 'sent'
+               AND NOT EXISTS (SELECT 1 FROM provider_slots s WHERE s.envelope_id = e.id)",
+        ),
+        (
+            "provider slot held by an envelope that is not sent",
+            "SELECT s.provider || ' slot ' || s.slot FROM provider_slots s LEFT JOIN envelopes e ON e.id = s.envelope_id
+             WHERE s.envelope_id IS NOT NULL AND (e.id IS NULL OR e.status <> 'sent')",
+        ),
+        (
+            "provider with a free slot beyond its max_concurrency",
+            "SELECT p.name FROM providers p
+             WHERE (SELECT count(*) FROM provider_slots s WHERE s.provider = p.name) > p.max_concurrency
+               AND EXISTS (SELECT 1 FROM provider_slots s WHERE s.provider = p.name AND s.envelope_id IS NULL)",
+        ),
+    ];
+    for (what, sql) in TASK_INVARIANTS.iter().chain(image_invariants).chain(slot_invariants) {
         for row in t.query(*sql, &[])? {
             report.problems.push(format!("{what}: {}", row.get::<_, String>(0)));
         }

@@ -14,6 +14,7 @@ use postgres::{Client, IsolationLevel, NoTls, Row, Statement};
 use super::{Job, Kind, Shared, lock};
 use crate::config::Durability;
 use crate::domain::Millis;
+use crate::stages::{self, Stage};
 use crate::store::tx::{self, Dialect, Param, Value};
 use crate::store::{Commit, StoreError};
 
@@ -98,11 +99,20 @@ impl Conn {
                 shared.statements.fetch_add(1, Ordering::Relaxed);
             }
             let mut tx = Tx { t: &mut t, cache, shared };
+            let run = stages::start();
             let result = f(&mut tx);
+            if kind != Kind::Read {
+                stages::record(Stage::StoreRun, run);
+            }
             match result {
                 Ok(r) => {
                     shared.statements.fetch_add(1, Ordering::Relaxed);
-                    return match t.commit() {
+                    let commit = stages::start();
+                    let committed = t.commit();
+                    if kind != Kind::Read {
+                        stages::record(Stage::Commit, commit);
+                    }
+                    return match committed {
                         Ok(()) => {
                             shared.commits.fetch_add(1, Ordering::Relaxed);
                             Ok(r)
@@ -153,6 +163,7 @@ impl Tx<'_, '_> {
 
     /// Execute a statement; the number of rows it changed.
     pub(crate) fn exec(&mut self, sql: &'static str, p: &Params<'_>) -> Result<u64, StoreError> {
+        let _t = stages::span(Stage::Sql);
         let s = self.stmt(sql)?;
         self.shared.statements.fetch_add(1, Ordering::Relaxed);
         Ok(self.t.execute(&s, p)?)
@@ -160,6 +171,7 @@ impl Tx<'_, '_> {
 
     /// Every row of a query.
     pub(crate) fn rows(&mut self, sql: &'static str, p: &Params<'_>) -> Result<Vec<Row>, StoreError> {
+        let _t = stages::span(Stage::Sql);
         let s = self.stmt(sql)?;
         self.shared.statements.fetch_add(1, Ordering::Relaxed);
         Ok(self.t.query(&s, p)?)
@@ -167,6 +179,7 @@ impl Tx<'_, '_> {
 
     /// At most one row.
     pub(crate) fn opt(&mut self, sql: &'static str, p: &Params<'_>) -> Result<Option<Row>, StoreError> {
+        let _t = stages::span(Stage::Sql);
         let s = self.stmt(sql)?;
         self.shared.statements.fetch_add(1, Ordering::Relaxed);
         Ok(self.t.query_opt(&s, p)?)
@@ -174,6 +187,7 @@ impl Tx<'_, '_> {
 
     /// Exactly one row.
     pub(crate) fn one(&mut self, sql: &'static str, p: &Params<'_>) -> Result<Row, StoreError> {
+        let _t = stages::span(Stage::Sql);
         let s = self.stmt(sql)?;
         self.shared.statements.fetch_add(1, Ordering::Relaxed);
         Ok(self.t.query_one(&s, p)?)

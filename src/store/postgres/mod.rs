@@ -61,7 +61,7 @@ const SCHEMA: &str = include_str!("../../../schema-pg.sql");
 
 /// The PostgreSQL schema version this build writes (independent of SQLite's
 /// `SCHEMA_VERSION`). Older databases are migrated by [`MIGRATIONS`]; newer ones refused.
-pub const PG_SCHEMA_VERSION: i32 = 7;
+pub const PG_SCHEMA_VERSION: i32 = 8;
 
 /// Migrations from version `n` to `n + 1`, indexed by `n - 1`. Each runs in the transaction
 /// that records the new version, under the migration lock, and only while no other node of
@@ -168,6 +168,10 @@ const MIGRATIONS: &[&str] = &[
          updated_at       bigint NOT NULL,
          PRIMARY KEY (delivery_id, position)
      );",
+    // 7 → 8: provider slot rows, the capacity rule across nodes without a cluster-wide lock
+    // (issue #28, `store::ops::slot_rows`); PostgreSQL only. The last statement sizes every
+    // provider's rows, giving each envelope already `sent` one.
+    concat!(include_str!("slots-v8.sql"), "\nUPDATE providers SET max_concurrency = max_concurrency;"),
 ];
 
 pub use crate::store::locks::LOCK_CLASS;
@@ -532,11 +536,15 @@ impl PgStore {
             return Err(StoreError::Unreachable(why));
         }
         let (tx, rx) = oneshot::channel();
+        let queued = crate::stages::start();
         let job: Job = Box::new(move |conn: &mut Conn| {
             // Its caller stopped waiting (the node found the database unreachable): an
             // operation nobody waits for is not run late.
             if tx.is_closed() {
                 return;
+            }
+            if kind != Kind::Read {
+                crate::stages::record(crate::stages::Stage::StoreQueue, queued);
             }
             let _ = tx.send(conn.run(kind, &mut f));
         });

@@ -54,6 +54,7 @@ use rusqlite::{Connection, OptionalExtension};
 use tokio::sync::oneshot;
 
 use crate::config::Durability;
+use crate::stages::{self, Stage};
 use crate::store::{Commit, StoreError};
 
 /// At most this many operations share one commit.
@@ -98,6 +99,8 @@ impl<R: Send, F: FnMut(&Connection) -> Result<R, StoreError> + Send> Job for Job
 /// An operation for the writer.
 struct Op {
     commit: Commit,
+    /// When it was sent, while stages are timed (`tally bench --profile`).
+    queued: Option<std::time::Instant>,
     /// Image bytes the operation writes (for [`MAX_BATCH_BYTES`]).
     weight: usize,
     job: Box<dyn Job>,
@@ -244,7 +247,8 @@ impl SqliteStore {
         let (tx, rx) = oneshot::channel();
         let job: Box<dyn Job> = Box::new(JobOf { f, result: None, tx });
         let sender = lock(&self.inner.writer).clone().ok_or(StoreError::Closed)?;
-        sender.send(Op { commit, weight, job }).map_err(|_| StoreError::Closed)?;
+        let queued = crate::stages::start();
+        sender.send(Op { commit, weight, queued, job }).map_err(|_| StoreError::Closed)?;
         Ok(rx)
     }
 
@@ -334,6 +338,9 @@ fn writer_loop(conn: Connection, rx: mpsc::Receiver<Op>, inner: std::sync::Weak<
                 Err(_) => break,
             }
         }
+        for op in &batch {
+            stages::record(Stage::StoreQueue, op.queued);
+        }
         let changes_before = conn.total_changes();
         let durable = batch.iter().filter(|op| op.commit == Commit::Durable).count();
         let want = sync_level(durability, durable > 0);
@@ -350,7 +357,9 @@ fn writer_loop(conn: Connection, rx: mpsc::Receiver<Op>, inner: std::sync::Weak<
             let mut clean = true;
             for op in batch.iter_mut() {
                 let before = conn.total_changes();
+                let run = stages::start();
                 let ok = op.job.run(&conn);
+                stages::record(Stage::StoreRun, run);
                 if conn.is_autocommit() {
                     return Err(StoreError::Fatal("the write transaction ended inside an operation".into()));
                 }
@@ -379,6 +388,7 @@ fn writer_loop(conn: Connection, rx: mpsc::Receiver<Op>, inner: std::sync::Weak<
             } else {
                 None
             };
+            let _t = stages::span(Stage::Commit);
             conn.prepare_cached("COMMIT")?.execute([])?;
             Ok(seq)
         })();

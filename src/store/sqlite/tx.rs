@@ -6,6 +6,7 @@ use rusqlite::Connection;
 use rusqlite::types::ValueRef;
 
 use crate::domain::Millis;
+use crate::stages::{self, Stage};
 use crate::store::StoreError;
 use crate::store::tx::{Dialect, Param, Row, Tx, Value};
 
@@ -50,11 +51,13 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn exec(&mut self, sql: &'static str, p: &[&dyn Param]) -> Result<u64, StoreError> {
+        let _t = stages::span(Stage::Sql);
         let n = self.c.prepare_cached(sql)?.execute(rusqlite::params_from_iter(bind(p)))?;
         Ok(n as u64)
     }
 
     fn rows(&mut self, sql: &'static str, p: &[&dyn Param]) -> Result<Vec<Row>, StoreError> {
+        let _t = stages::span(Stage::Sql);
         let mut st = self.c.prepare_cached(sql)?;
         let n = st.column_count();
         let mut rows = st.query(rusqlite::params_from_iter(bind(p)))?;
@@ -66,6 +69,7 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn opt(&mut self, sql: &'static str, p: &[&dyn Param]) -> Result<Option<Row>, StoreError> {
+        let _t = stages::span(Stage::Sql);
         let mut st = self.c.prepare_cached(sql)?;
         let n = st.column_count();
         let mut rows = st.query(rusqlite::params_from_iter(bind(p)))?;

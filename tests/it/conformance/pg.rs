@@ -288,3 +288,126 @@ fn a_store_closed_while_its_watcher_starts_never_hangs() {
     }
     peer.close().expect("close the peer");
 }
+
+/// A plain connection into `schema`, holding a transaction open on a thread of its own: it
+/// runs `sql` (locking what it names), says so, and rolls back when told (issue #28 tests).
+fn hold_locks(
+    url: &str,
+    schema: &str,
+    sql: &'static str,
+) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>) {
+    let (url, schema) = (url.to_string(), schema.to_string());
+    let (held_tx, held_rx) = std::sync::mpsc::channel::<()>();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let h = std::thread::spawn(move || {
+        let mut c = ::postgres::Client::connect(&url, ::postgres::NoTls).expect("connect");
+        let mut t = c.transaction().expect("begin");
+        t.batch_execute(&format!("SET LOCAL search_path = {schema}; {sql}")).expect("lock");
+        held_tx.send(()).expect("held");
+        let _ = release_rx.recv();
+        t.rollback().expect("rollback");
+    });
+    held_rx.recv_timeout(Duration::from_secs(10)).expect("the locks are held");
+    (release_tx, h)
+}
+
+/// No cluster-wide lock on the dispatch path (issue #28): while another session holds every
+/// `providers` row and one of p's slot rows — what another node's dispatch held under the old
+/// provider-cap lock, and holds now while it claims — a dispatch of fresh work neither waits
+/// for it nor takes the held slot: it claims the other free slots at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatch_waits_for_no_other_dispatch_and_skips_the_slots_it_holds() {
+    let Some((url, schema, a, b)) = two_nodes() else { return };
+    a.configure_providers(vec![ProviderSlots { reserve: 0, ..ProviderSlots::new("p", 3) }]).await.expect("configure");
+    for i in 0..5 {
+        b.submit(task(&format!("f{i}")), T0 + i).await.expect("submit");
+    }
+    let (release, holder) = hold_locks(
+        &url,
+        &schema,
+        "SELECT name FROM providers FOR UPDATE;
+         SELECT slot FROM provider_slots WHERE provider = 'p' ORDER BY slot LIMIT 1 FOR UPDATE;",
+    );
+    let started = std::time::Instant::now();
+    let got = tokio::time::timeout(Duration::from_secs(5), a.dispatch_due(T0 + 10, 10, LEASE, "a-run"))
+        .await
+        .expect("the dispatch did not wait for the other session's locks")
+        .expect("dispatch");
+    assert_eq!(got.claims.len(), 2, "the two slots nobody holds, not the held one");
+    assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
+    release.send(()).expect("release");
+    holder.join().expect("holder");
+    let more = a.dispatch_due(T0 + 11, 10, LEASE, "a-run").await.expect("dispatch");
+    assert_eq!(more.claims.len(), 1, "the freed slot, and no more");
+    assert_eq!(a.int_sent("p").await, 3);
+    for s in [a, b] {
+        s.close().expect("close");
+    }
+}
+
+/// The slot rows in the database, for provider `p`: (rows, rows held by a `sent` envelope of p,
+/// rows held by anything else).
+async fn slot_rows(s: &Store) -> (i64, i64, i64) {
+    pg(s)
+        .raw(|c| {
+            let r = c.query_one(
+                "SELECT count(*),
+                        count(*) FILTER (WHERE e.status = 'sent' AND e.provider = 'p'),
+                        count(*) FILTER (WHERE s.envelope_id IS NOT NULL AND (e.id IS NULL OR e.status <> 'sent'))
+                 FROM provider_slots s LEFT JOIN envelopes e ON e.id = s.envelope_id WHERE s.provider = 'p'",
+                &[],
+            )?;
+            Ok((r.get(0), r.get(1), r.get(2)))
+        })
+        .await
+        .expect("slot rows")
+}
+
+/// A finished call gives its slot back in its own transaction; a cap lowered below the calls
+/// out holds from the next dispatch (each call ending removes its row until the cap is met),
+/// and a raised one adds free rows at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slot_rows_follow_the_cap_and_the_calls() {
+    let Some((url, schema, a, b)) = two_nodes() else { return };
+    let cap = |n| vec![ProviderSlots { reserve: 0, ..ProviderSlots::new("p", n) }];
+    a.configure_providers(cap(3)).await.expect("configure");
+    assert_eq!(slot_rows(&a).await, (3, 0, 0));
+    for i in 0..6 {
+        a.submit(task(&format!("c{i}")), T0 + i).await.expect("submit");
+    }
+    let mut out = a.dispatch_due(T0 + 10, 10, LEASE, "a-run").await.expect("dispatch").claims;
+    assert_eq!(out.len(), 3);
+    assert_eq!(slot_rows(&a).await, (3, 3, 0), "each sent envelope holds one row");
+    b.configure_providers(cap(1)).await.expect("lower the cap");
+    assert_eq!(slot_rows(&a).await, (3, 3, 0), "rows still held stay until their calls end");
+    let fail = || Finish::Failed {
+        kind: tally::domain::FailureKind::Rejected,
+        reason: "no".into(),
+        charge: tally::domain::Charge::Refused,
+    };
+    let mut now = T0 + 20;
+    for want in [(2, 2, 0), (1, 1, 0)] {
+        let c = out.remove(0);
+        b.finish(c.execution_token, c.lease_token, fail(), now).await.expect("finish");
+        assert_eq!(slot_rows(&a).await, want, "the row of an ended call goes while above the cap");
+        assert!(b.dispatch_due(now + 1, 10, LEASE, "b-run").await.expect("dispatch").claims.is_empty());
+        now += 10;
+    }
+    let c = out.remove(0);
+    a.finish(c.execution_token, c.lease_token, fail(), now).await.expect("finish");
+    assert_eq!(slot_rows(&a).await, (1, 0, 0), "at the cap the row is freed, not removed");
+    let one = b.dispatch_due(now + 1, 10, LEASE, "b-run").await.expect("dispatch").claims;
+    assert_eq!(one.len(), 1);
+    a.configure_providers(cap(4)).await.expect("raise the cap");
+    assert_eq!(slot_rows(&a).await, (4, 1, 0));
+    assert_eq!(a.dispatch_due(now + 2, 10, LEASE, "a-run").await.expect("dispatch").claims.len(), 2, "the rest");
+    assert_eq!(slot_rows(&a).await, (4, 3, 0));
+    for s in [a, b] {
+        s.close().expect("close");
+    }
+    let report = tokio::task::spawn_blocking(move || tally::store::postgres::check(&url, Some(&schema)))
+        .await
+        .expect("check thread")
+        .expect("check");
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+}

@@ -186,3 +186,53 @@ fn a_newer_schema_is_refused() {
         Ok(_) => panic!("a newer schema was opened"),
     }
 }
+
+/// Version 7 → 8 (issue #28): a database whose calls are out when it migrates gives each
+/// `sent` envelope a slot row of its provider, and the provider `max_concurrency` rows in all,
+/// so the calls already out count against the cap from the first dispatch.
+#[test]
+fn version_8_gives_the_calls_already_out_their_slots() {
+    use tally::store::{NewTask, ProviderSlots, Store};
+    let Some(url) = pg_url() else { return };
+    let s = schema();
+    // The sync client runs a runtime of its own: the store's async calls run in this one.
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let store = Store::from(PgStore::open(pg_options(&url, &s, "node-a")).expect("new"));
+    rt.block_on(async {
+        let slots = vec![ProviderSlots { reserve: 0, ..ProviderSlots::new("p", 3) }];
+        store.configure_providers(slots).await.expect("configure");
+        for i in 0..2 {
+            let t = NewTask { provider: "p".into(), prompt: format!("m{i}"), ..NewTask::default() };
+            store.submit(t, 1_000).await.expect("submit");
+        }
+        assert_eq!(store.dispatch_due(2_000, 10, 30_000, "run").await.expect("dispatch").claims.len(), 2);
+    });
+    store.close().expect("close");
+    // Back to version 7: what the migration adds, gone.
+    let mut c = connect(&url);
+    c.batch_execute(&format!(
+        "SET search_path = {s};
+         DROP TABLE provider_slots; DROP FUNCTION tally_slot_free() CASCADE; DROP FUNCTION tally_slot_size() CASCADE;
+         UPDATE tally_schema SET version = 7 WHERE version = 8; SET search_path = public;"
+    ))
+    .expect("back to version 7");
+    let store = Store::from(PgStore::open(pg_options(&url, &s, "node-a")).expect("migrates"));
+    let r = c
+        .query_one(
+            &format!(
+                "SELECT count(*), count(*) FILTER (WHERE e.status = 'sent')
+                 FROM {s}.provider_slots x LEFT JOIN {s}.envelopes e ON e.id = x.envelope_id WHERE x.provider = 'p'"
+            ),
+            &[],
+        )
+        .expect("slots");
+    let (rows, held): (i64, i64) = (r.get(0), r.get(1));
+    assert_eq!((rows, held), (3, 2), "three rows, the two calls out holding one each");
+    rt.block_on(async {
+        let t = NewTask { provider: "p".into(), prompt: "after".into(), ..NewTask::default() };
+        store.submit(t, 3_000).await.expect("submit");
+        let got = store.dispatch_due(3_000, 10, 30_000, "run2").await.expect("dispatch").claims.len();
+        assert_eq!(got, 1, "one slot left of three");
+    });
+    store.close().expect("close");
+}
