@@ -22,6 +22,7 @@ mod dispatcher;
 mod intake;
 pub mod money;
 mod nodes;
+pub mod readiness;
 mod reconciler;
 mod retention;
 mod trouble;

@@ -21,6 +21,7 @@ mod conformance;
 mod crash;
 mod damaged;
 mod deliveries;
+mod delivery_page;
 mod delivery_s3;
 mod disks;
 mod download_profiles;
