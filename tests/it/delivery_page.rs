@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use crate::browser::Browser;
 use crate::common::*;
 use crate::web::printed_sign_in_url;
+use crate::web_views::{check_view, set_width};
 
 /// `tall600` (600×800 PNG, no `min_source`), `tiny` (`min_source = 200`, which the demo's
 /// 256 px images meet), and a folder target `out`.
@@ -177,6 +178,10 @@ fn the_page_shows_blocking_reasons_delivers_to_a_folder_and_compares_candidates(
 
         // The Deliver control: amazon shows why not before the click; tall600 is ready.
         b.until("the deliver control", 15, "document.getElementById('deliver-profile') !== null").await;
+        // (The section was drawn before shot 1 was chosen through the API: pick another
+        // profile first, so the reasons below are read after that choice.)
+        b.js("(() => { const s = document.getElementById('deliver-profile'); s.value = 'tiny'; s.dispatchEvent(new Event('change')); return true; })()").await;
+        b.until("tiny checked", 15, "document.getElementById('deliver-blocking')?.dataset.profile === 'tiny'").await;
         b.js("(() => { const s = document.getElementById('deliver-profile'); s.value = 'amazon'; s.dispatchEvent(new Event('change')); return true; })()").await;
         let reasons = b.until("the reasons for amazon", 15,
             "(() => { const l = document.getElementById('deliver-blocking'); return l && l.dataset.profile === 'amazon' && l.children.length ? Array.from(l.children).map(x => x.textContent) : null; })()").await;
@@ -207,6 +212,27 @@ fn the_page_shows_blocking_reasons_delivers_to_a_folder_and_compares_candidates(
         }
         assert!(out.join("manifest.csv").exists());
         b.assert_accessible("a delivered delivery").await;
+        b.close().await;
+
+        // Dark mode at 320 px: the set with its Deliver section and a delivery, and the
+        // comparison open: axe-clean, no sideways scrolling, 24 px targets.
+        let b = Browser::start_with(&["--force-dark-mode"]).await;
+        let again = d.call("POST", "/v1/session/sign-in-url", Some(&json!({})));
+        assert_eq!(again.status, 200, "{}", String::from_utf8_lossy(&again.body));
+        b.c().goto(again.json()["url"].as_str().expect("url")).await.expect("sign in");
+        b.until("the jobs page", 15, "document.getElementById('new-task') !== null").await;
+        set_width(&b, 320).await;
+        b.js(&format!("(location.hash = '#/sets/{id}')")).await;
+        b.until("the delivery", 15, "document.getElementById('delivery-progress') !== null").await;
+        check_view(&b, "a set with a delivery at 320 px in dark mode").await;
+        b.js("(document.getElementById('deliver').scrollIntoView(), true)").await;
+        b.screenshot("dark-320-deliver.png").await;
+        b.click("#compare-0-0").await;
+        b.click("#compare-0-1").await;
+        b.click("#compare-open-0").await;
+        b.until("the comparison", 10, "document.getElementById('compare-dialog')?.open").await;
+        check_view(&b, "comparing two at 320 px in dark mode").await;
+        b.screenshot("dark-320-compare.png").await;
         b.close().await;
     });
 }

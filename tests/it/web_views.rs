@@ -101,7 +101,7 @@ const WIDE: &str = "(() => { const w = document.documentElement.clientWidth; con
   return out.slice(0, 15); })()";
 
 /// The viewport width by the page's own measure.
-async fn set_width(b: &Browser, w: u32) {
+pub(crate) async fn set_width(b: &Browser, w: u32) {
     b.c().set_window_size(w, 800).await.expect("resize");
     let inner = b.js("window.innerWidth").await.as_u64().unwrap_or(0) as u32;
     if inner != w {
@@ -114,7 +114,7 @@ async fn set_width(b: &Browser, w: u32) {
 
 /// The checks every main view passes at this width: axe-core clean, no sideways scrolling, no
 /// tap target under 24 × 24 px.
-async fn check_view(b: &Browser, name: &str) {
+pub(crate) async fn check_view(b: &Browser, name: &str) {
     b.js("(document.activeElement && document.activeElement.blur(), window.scrollTo(0, 0), true)").await;
     let scroll = b.js("[document.scrollingElement.scrollWidth, document.scrollingElement.clientWidth]").await;
     let wide = b.js(WIDE).await;

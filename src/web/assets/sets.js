@@ -68,6 +68,7 @@
       } catch (e) { /* the next event or resync re-reads */ }
     };
     T.view.onResync = () => showSet(id, false);
+    T.view.onDelivery = (delivery, setId) => T.deliveryChanged(id, delivery, setId);
     if (!fresh && focused && document.getElementById(focused)) document.getElementById(focused).focus();
   }
 
@@ -118,6 +119,7 @@
         s.style ? [h("dt", {}, "Style"), h("dd", {}, s.style)] : null,
         h("dt", {}, "Created"), h("dd", {}, time(s.created_at))),
       deliveryLine(s),
+      T.deliverSection(s),
       h("h2", {}, "Shots"),
       h("ol", { class: "shots", id: "shots" }, (s.shots || []).map((shot) => shotCard(s, shot, provider))));
   }
@@ -163,7 +165,9 @@
         chosen ? h("strong", { class: "chosen-mark" }, "✓ Chosen") : badge(c.status),
         act);
     });
-    return [h("ul", { class: "candidates", id: "candidates-" + shot.position, "aria-label": "Candidates for " + role }, items), err];
+    const ul = h("ul", { class: "candidates", id: "candidates-" + shot.position, "aria-label": "Candidates for " + role }, items);
+    /* Arrow keys, Enter and "Compare" (compare.js). */
+    return [ul, T.enhanceCandidates(s, shot, ul), err];
   }
 
   /** "Generate another like this" for a shot: one more candidate, its price said first. */
