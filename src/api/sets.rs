@@ -90,9 +90,11 @@ pub struct DeliveryJson {
     /// E.g. "2 shots have no chosen image: Lifestyle scene, Selling point"; with a profile
     /// also "the Main photo's chosen image is 256 px wide; amazon asks for at least 1000 px".
     pub blocking: Vec<String>,
-    /// The profile `blocking` was checked against (`?profile=`); null: only the choice was
+    /// The profile `blocking` was checked against (`?profile=`); absent: only the choice was
     /// checked. Reasons that need the file made (too many bytes at any quality, transparency
-    /// `original` keeps) are not checked here: a delivery's 409 lists them.
+    /// `original` keeps) are not checked here: a delivery's 409 lists them. Absent without
+    /// `?profile=`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,
 }
 
