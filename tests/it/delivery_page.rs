@@ -4,7 +4,8 @@
 //! 409 and in `tally set status --profile`, `GET /v1/delivery/profiles` and `/targets`, and in
 //! headless Chromium: the blocking reasons shown for the chosen profile, a delivery to a folder
 //! from the page with every file's progress ending `delivered` (the files on disk with the
-//! sha256 the page shows), and comparing two candidates, arrow keys and Enter choosing.
+//! sha256 the page shows; a file in the way fails with why, and "Send again" delivers it), and
+//! comparing two candidates, arrow keys and Enter choosing.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -191,10 +192,24 @@ fn the_page_shows_blocking_reasons_delivers_to_a_folder_and_compares_candidates(
         b.until("tall600 ready", 15, "document.getElementById('deliver-blocking')?.dataset.profile === 'tall600' && document.getElementById('deliver-blocking').children.length === 0").await;
         b.js("(() => { const s = document.getElementById('deliver-target'); s.value = 'out'; s.dispatchEvent(new Event('change')); return true; })()").await;
         b.js("(window.__sameDocument = true)").await;
-        b.click("#deliver-start").await;
-
-        // Every file's progress ends delivered, with where the files are; no reload.
+        // Another file is in the way of the scene's: that file fails, saying why, and the
+        // other is delivered.
         let names = ["blue-mug_main_1_tall600.png", "blue-mug_scene_2_tall600.png"];
+        std::fs::create_dir_all(&out).expect("out");
+        std::fs::write(out.join(names[1]), b"not this one").expect("a file in the way");
+        b.click("#deliver-start").await;
+        b.until("the partial delivery", 60, "document.getElementById('delivery-progress')?.dataset.state === 'partly_delivered'").await;
+        assert_eq!(b.js(&item_state(names[0])).await, json!("delivered"));
+        assert_eq!(b.js(&item_state(names[1])).await, json!("failed"));
+        let why = b.js(&format!("document.querySelector('#delivery-items li[data-file-name={:?}] .why')?.textContent", names[1])).await;
+        assert!(why.as_str().unwrap_or("").contains("never overwritten"), "{why}");
+        assert_eq!(std::fs::read(out.join(names[1])).expect("left as it was"), b"not this one");
+        check_view(&b, "a partly delivered delivery").await;
+
+        // Moved away, "Send again" delivers the rest: every file's progress ends delivered,
+        // with where the files are; no reload.
+        std::fs::remove_file(out.join(names[1])).expect("move it away");
+        b.click("#delivery-retry").await;
         for name in names {
             b.until(&format!("{name} delivered"), 60, &format!("{} === 'delivered'", item_state(name))).await;
         }
