@@ -151,7 +151,9 @@
     const box = document.getElementById("delivery-box");
     if (!box) return;
     if (box.dataset.deliveryId && box.dataset.deliveryId !== deliveryId) {
-      /* A newer delivery of this set (made elsewhere) takes the place of the one shown. */
+      /* A newer delivery of this set (made elsewhere, by the CLI say) takes the place of the
+         one shown; an older one's change is not drawn over it. Ids are UUIDv7, so a later
+         delivery's id sorts after an earlier one's. */
       if (deliveryId < box.dataset.deliveryId) return;
     }
     try {
