@@ -49,7 +49,13 @@
       h("h2", { id: "deliver-title" }, "Deliver"), h("p", { class: "hint" }, "Loading the delivery profiles…"));
     fill(sec, s).catch((e) => {
       if (e.code === "signed_out") return;
-      sec.replaceChildren(h("h2", { id: "deliver-title" }, "Deliver"), h("p", { class: "hint" }, e.message));
+      /* The view is drawn again by live updates, and this section fills in after it: keep
+       keyboard focus where it was in here. */
+    sec.addEventListener("focusin", (ev) => { mine.focus = ev.target.id || null; });
+    sec.addEventListener("focusout", (ev) => {
+      if (ev.relatedTarget && !sec.contains(ev.relatedTarget)) mine.focus = null;
+    });
+    sec.replaceChildren(h("h2", { id: "deliver-title" }, "Deliver"), h("p", { class: "hint" }, e.message));
     });
     return sec;
   }
@@ -103,6 +109,8 @@
       h("label", { class: "check", for: "deliver-force" }, force,
         " Deliver anyway, although a chosen image does not meet the profile"),
       h("div", { class: "actions" }, start), err, progress);
+    const lost = !document.activeElement || document.activeElement === document.body;
+    if (mine.focus && lost && document.getElementById(mine.focus)) document.getElementById(mine.focus).focus();
     await check();
     const list = await api("GET", "/v1/sets/" + encodeURIComponent(s.id) + "/deliveries");
     const all = list.deliveries || [];
