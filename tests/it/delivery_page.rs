@@ -10,6 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use fantoccini::key::Key;
 use serde_json::{Value, json};
 
 use crate::browser::Browser;
@@ -128,6 +129,12 @@ fn a_set_says_which_chosen_images_are_too_small_for_a_profile_before_a_delivery(
     assert!(t["targets"].as_array().expect("targets").iter().any(|x| x["name"] == "exports"), "{t}");
 }
 
+/// Press `key` (a real key press through WebDriver) on whatever has focus.
+async fn press(b: &Browser, key: Key) {
+    let el = b.c().active_element().await.expect("focused element");
+    el.send_keys(&key.to_string()).await.expect("press a key");
+}
+
 /// The JS for the page's delivery item of file `name`.
 fn item_state(name: &str) -> String {
     format!("document.querySelector('#delivery-items li[data-file-name={name:?}]')?.dataset.state")
@@ -160,12 +167,14 @@ fn the_page_shows_blocking_reasons_delivers_to_a_folder_and_compares_candidates(
 
         // Arrow keys move between the candidates, Enter uses the focused one.
         b.js("(document.querySelector('#candidates-0 .candidate').focus(), true)").await;
-        b.js("(document.activeElement.dispatchEvent(new KeyboardEvent('keydown', {key: 'ArrowRight', bubbles: true})), true)").await;
+        press(&b, Key::Right).await;
         let focused = b.js("document.activeElement.dataset.artifactId").await;
         assert_eq!(focused, cands[1]["artifact"]["id"], "ArrowRight moves to the second candidate");
-        b.js("(document.activeElement.dispatchEvent(new KeyboardEvent('keydown', {key: 'ArrowRight', bubbles: true})), true)").await;
-        b.js("(document.activeElement.dispatchEvent(new KeyboardEvent('keydown', {key: 'ArrowLeft', bubbles: true})), true)").await;
-        b.js("(document.activeElement.dispatchEvent(new KeyboardEvent('keydown', {key: 'Enter', bubbles: true})), true)").await;
+        let visible = b.js("getComputedStyle(document.activeElement).outlineStyle").await;
+        assert_eq!(visible, json!("solid"), "the focused candidate shows its focus");
+        press(&b, Key::Right).await;
+        press(&b, Key::Left).await;
+        press(&b, Key::Enter).await;
         let want = cands[1]["artifact"]["id"].as_str().expect("artifact").to_string();
         let chosen = wait_for(Duration::from_secs(15), || {
             let s = d.call("GET", &format!("/v1/sets/{id}"), None).json();
