@@ -1,7 +1,9 @@
 //! A set's delivery readiness before a delivery, and the page that delivers (issue #26):
 //! `GET /v1/sets/{id}?profile=` naming the chosen images too small for a profile (the demo
 //! provider makes 256 px images; `amazon` asks for 1000), the same reason in the delivery's
-//! 409 and in `tally set status --profile`, `GET /v1/delivery/profiles` and `/targets`, and in
+//! 409 and in `tally set status --profile`, `GET /v1/delivery/profiles` and `/targets`, the
+//! stream's `delivery` events (one per change: made, taken, each file written and confirmed,
+//! settled), and in
 //! headless Chromium: the blocking reasons shown for the chosen profile, a delivery to a folder
 //! from the page with every file's progress ending `delivered` (the files on disk with the
 //! sha256 the page shows; a file in the way fails with why, and "Send again" delivers it), and
@@ -15,7 +17,7 @@ use serde_json::{Value, json};
 
 use crate::browser::Browser;
 use crate::common::*;
-use crate::web::printed_sign_in_url;
+use crate::web::{printed_sign_in_url, read_until};
 use crate::web_views::{check_view, set_width};
 
 /// `tall600` (600×800 PNG, no `min_source`), `tiny` (`min_source = 200`, which the demo's
@@ -259,4 +261,34 @@ fn the_page_shows_blocking_reasons_delivers_to_a_folder_and_compares_candidates(
         b.screenshot("dark-320-compare.png").await;
         b.close().await;
     });
+}
+
+#[test]
+fn the_stream_says_when_a_delivery_and_each_of_its_files_change() {
+    use std::io::Write;
+    let (d, out, _tmp) = daemon();
+    let (id, set) = settled_set(&d, 1);
+    choose_all(&d, &id, &set);
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", d.port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_millis(200))).expect("timeout");
+    let head = format!(
+        "GET /v1/stream HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer {}\r\nAccept: text/event-stream\r\n\r\n",
+        d.port,
+        d.token()
+    );
+    s.write_all(head.as_bytes()).expect("send");
+    let mut seen = String::new();
+    assert!(read_until(&mut s, &mut seen, &|t| t.contains("event: resync"), Duration::from_secs(10)), "{seen}");
+    let r = d.call("POST", &format!("/v1/sets/{id}/deliveries"), Some(&json!({"profile": "tall600", "target": "out"})));
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let did = r.json()["id"].as_str().expect("id").to_string();
+    // Made, taken by the runner, each of the 2 files recorded `writing` and confirmed, settled:
+    // 7 events, each naming the delivery and its set.
+    let data = format!(r#"data: {{"id":"{did}","set_id":"{id}"}}"#);
+    let all = read_until(&mut s, &mut seen, &|t| t.matches(&data).count() >= 7, Duration::from_secs(30));
+    assert!(all, "fewer than 7 delivery events for {did}:\n{seen}");
+    assert_eq!(seen.matches("event: delivery").count(), seen.matches(&data).count(), "{seen}");
+    let v = d.call("GET", &format!("/v1/deliveries/{did}"), None).json();
+    assert_eq!(v["state"], "delivered", "the last event came once it was settled: {v}");
+    assert!(out.join("blue-mug_main_1_tall600.png").exists());
 }
