@@ -238,6 +238,8 @@ fn the_page_shows_blocking_reasons_delivers_to_a_folder_and_compares_candidates(
         }
         assert!(out.join("manifest.csv").exists());
         b.assert_accessible("a delivered delivery").await;
+        b.js("(document.getElementById('deliver').scrollIntoView(), true)").await;
+        b.screenshot("deliver-delivered.png").await;
         b.close().await;
 
         // Dark mode at 320 px: the set with its Deliver section and a delivery, and the

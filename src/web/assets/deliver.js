@@ -88,9 +88,11 @@
       const reasons = (r.delivery && r.delivery.blocking) || [];
       blocking.replaceChildren(...reasons.map((x) => h("li", {}, x)));
       blocking.dataset.profile = name;
+      const p = profiles.find((x) => x.name === name) || {};
       status.textContent = reasons.length
         ? "Not ready for " + name + ":"
-        : "Ready to deliver with " + name + ". (Whether each file fits the byte limit is checked when you deliver.)";
+        : "Ready to deliver with " + name + "." +
+          (p.max_bytes ? " Whether each file fits its byte limit is checked when you deliver." : "");
     };
     profile.addEventListener("change", () => { mine.profile = profile.value; check(); });
     target.addEventListener("change", () => { mine.target = target.value; });

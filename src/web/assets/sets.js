@@ -119,9 +119,9 @@
         s.style ? [h("dt", {}, "Style"), h("dd", {}, s.style)] : null,
         h("dt", {}, "Created"), h("dd", {}, time(s.created_at))),
       deliveryLine(s),
-      T.deliverSection(s),
       h("h2", {}, "Shots"),
-      h("ol", { class: "shots", id: "shots" }, (s.shots || []).map((shot) => shotCard(s, shot, provider))));
+      h("ol", { class: "shots", id: "shots" }, (s.shots || []).map((shot) => shotCard(s, shot, provider))),
+      T.deliverSection(s));
   }
 
   /** Whether every shot has a chosen image, and if not which do not, in plain words. */
