@@ -33,11 +33,19 @@ fn config(out: &Path) -> String {
 
 /// A daemon with [`config`], its `out` folder (kept for the checks), and the temp dir.
 fn daemon() -> (Daemon, PathBuf, TempDir) {
+    daemon_on(false).expect("a SQLite daemon")
+}
+
+/// [`daemon`], on PostgreSQL when `postgres` (`None` when the PostgreSQL tests are skipped).
+fn daemon_on(postgres: bool) -> Option<(Daemon, PathBuf, TempDir)> {
     let tmp = TempDir::new();
     let out = tmp.path().join("out");
     let mut d = Daemon::configure(&config(&out));
+    if postgres {
+        d.on_postgres("readiness-node")?;
+    }
     d.spawn();
-    (d, out, tmp)
+    Some((d, out, tmp))
 }
 
 /// A settled set (main with `candidates` candidates, scene with one); returns its id and the
@@ -129,6 +137,17 @@ fn a_set_says_which_chosen_images_are_too_small_for_a_profile_before_a_delivery(
         Some((json!("folder"), json!(out.display().to_string())))
     );
     assert!(t["targets"].as_array().expect("targets").iter().any(|x| x["name"] == "exports"), "{t}");
+}
+
+#[test]
+fn the_sizes_are_read_from_image_headers_on_postgres_too() {
+    let Some((d, _out, _tmp)) = daemon_on(true) else { return };
+    let (id, set) = settled_set(&d, 1);
+    choose_all(&d, &id, &set);
+    for _ in 0..2 {
+        let s = d.call("GET", &format!("/v1/sets/{id}?profile=amazon"), None).json();
+        assert_eq!(s["delivery"]["blocking"], json!([MAIN_TOO_SMALL, SCENE_TOO_SMALL]));
+    }
 }
 
 /// Press `key` (a real key press through WebDriver) on whatever has focus.
