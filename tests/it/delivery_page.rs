@@ -270,7 +270,7 @@ fn the_page_shows_blocking_reasons_delivers_to_a_folder_and_compares_candidates(
         b.until("the jobs page", 15, "document.getElementById('new-task') !== null").await;
         set_width(&b, 320).await;
         b.js(&format!("(location.hash = '#/sets/{id}')")).await;
-        b.until("the delivery", 15, "document.getElementById('delivery-progress') !== null").await;
+        b.until("the delivery", 15, "document.getElementById('deliver')?.dataset.ready === 'true' && document.getElementById('delivery-progress') !== null").await;
         check_view(&b, "a set with a delivery at 320 px in dark mode").await;
         b.js("(document.getElementById('deliver').scrollIntoView(), true)").await;
         b.screenshot("dark-320-deliver.png").await;

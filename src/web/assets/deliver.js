@@ -3,8 +3,9 @@
    set cannot be delivered with that profile (GET /v1/sets/{id}?profile=), offers "deliver
    anyway" (force), then shows the set's latest delivery file by file (each file's state,
    name, and why when not delivered), where the files are once it ended, and a retry for what
-   was not delivered. Progress follows the live stream's `delivery` events (core.js): nothing
-   polls on a timer. */
+   was not delivered. What it shows is read before the set's view is drawn (showSet awaits
+   deliverData), so the view appears whole and a live redraw keeps keyboard focus. Progress
+   follows the live stream's `delivery` events (core.js): nothing polls on a timer. */
 "use strict";
 
 (function (T) {
@@ -43,49 +44,48 @@
       (p.min_source ? ", source at least " + p.min_source + " px" : "");
   }
 
-  /** The Deliver section of set `s` (filled in as its lists arrive). */
-  function deliverSection(s) {
-    const sec = h("section", { id: "deliver", class: "card deliver", "aria-labelledby": "deliver-title" },
-      h("h2", { id: "deliver-title" }, "Deliver"), h("p", { class: "hint" }, "Loading the delivery profiles…"));
-    fill(sec, s).catch((e) => {
-      if (e.code === "signed_out") return;
-      /* The view is drawn again by live updates, and this section fills in after it: keep
-       keyboard focus where it was in here. */
-    sec.addEventListener("focusin", (ev) => { mine.focus = ev.target.id || null; });
-    sec.addEventListener("focusout", (ev) => {
-      if (ev.relatedTarget && !sec.contains(ev.relatedTarget)) mine.focus = null;
-    });
-    sec.replaceChildren(h("h2", { id: "deliver-title" }, "Deliver"), h("p", { class: "hint" }, e.message));
-    });
-    return sec;
+  /** What the Deliver section of set `s` shows, read before the set's view is drawn (so the
+      view appears whole, with no part filling in after it): the lists, the owner's picks, the
+      reasons for the picked profile, and the latest delivery. `{error}` when it cannot be read. */
+  async function deliverData(s) {
+    try {
+      const { profiles, targets } = await loadLists();
+      const mine = picked.get(s.id) || { profile: (profiles[0] || {}).name, target: (targets[0] || {}).name, force: false };
+      picked.set(s.id, mine);
+      const [reasons, list] = await Promise.all([readiness(s.id, mine.profile),
+        api("GET", "/v1/sets/" + encodeURIComponent(s.id) + "/deliveries")]);
+      const all = list.deliveries || [];
+      return { profiles, targets, mine, reasons, latest: all.length ? all[all.length - 1] : null };
+    } catch (e) {
+      if (e.code === "signed_out") throw e;
+      return { error: e.message };
+    }
   }
 
-  async function fill(sec, s) {
-    const { profiles, targets } = await loadLists();
-    const mine = picked.get(s.id) || { profile: (profiles[0] || {}).name, target: (targets[0] || {}).name, force: false };
-    picked.set(s.id, mine);
+  /** Why set `id` cannot be delivered with profile `name`, in plain words. */
+  async function readiness(id, name) {
+    if (!name) return [];
+    const r = await api("GET", "/v1/sets/" + encodeURIComponent(id) + "?profile=" + encodeURIComponent(name));
+    return (r.delivery && r.delivery.blocking) || [];
+  }
+
+  /** The Deliver section of set `s`, drawn from `data` ([`deliverData`]). */
+  function deliverSection(s, data) {
+    const title = h("h2", { id: "deliver-title" }, "Deliver");
+    const attrs = { id: "deliver", class: "card deliver", "aria-labelledby": "deliver-title", "data-ready": "true" };
+    if (!data || data.error) return h("section", attrs, title, h("p", { class: "hint" }, (data && data.error) || ""));
+    const { profiles, targets, mine } = data;
     const profile = h("select", { id: "deliver-profile" },
       profiles.map((p) => h("option", { value: p.name, selected: p.name === mine.profile }, profileWords(p))));
     const target = h("select", { id: "deliver-target" },
       targets.map((t) => h("option", { value: t.name, selected: t.name === mine.target }, t.name + " (" + t.location + ")")));
-    const blocking = h("ul", { id: "deliver-blocking", class: "blocking", "aria-live": "polite" });
-    const status = h("p", { id: "deliver-ready", class: "hint", "aria-live": "polite" });
+    const blocking = h("ul", { id: "deliver-blocking", class: "blocking" });
+    const status = h("p", { id: "deliver-ready", class: "hint", role: "status" });
     const force = h("input", { type: "checkbox", id: "deliver-force", checked: mine.force });
     const start = h("button", { type: "button", id: "deliver-start", class: "primary" }, "Deliver");
     const err = errorSlot("deliver-error");
     const progress = h("div", { id: "delivery-box" });
-    /* The reasons for the profile in view, read before the click. */
-    const check = async () => {
-      const name = profile.value;
-      let r;
-      try {
-        r = await api("GET", "/v1/sets/" + encodeURIComponent(s.id) + "?profile=" + encodeURIComponent(name));
-      } catch (e) {
-        if (e.code !== "signed_out") T.showError(err, e.message);
-        return;
-      }
-      if (profile.value !== name) return; /* another profile was picked meanwhile */
-      const reasons = (r.delivery && r.delivery.blocking) || [];
+    const showReasons = (name, reasons) => {
       blocking.replaceChildren(...reasons.map((x) => h("li", {}, x)));
       blocking.dataset.profile = name;
       const p = profiles.find((x) => x.name === name) || {};
@@ -94,7 +94,18 @@
         : "Ready to deliver with " + name + "." +
           (p.max_bytes ? " Whether each file fits its byte limit is checked when you deliver." : "");
     };
-    profile.addEventListener("change", () => { mine.profile = profile.value; check(); });
+    showReasons(profile.value, data.reasons);
+    /* Another profile: its reasons, read before the click. */
+    profile.addEventListener("change", async () => {
+      const name = profile.value;
+      mine.profile = name;
+      try {
+        const reasons = await readiness(s.id, name);
+        if (profile.value === name) showReasons(name, reasons); /* unless another was picked meanwhile */
+      } catch (e) {
+        if (e.code !== "signed_out") T.showError(err, e.message);
+      }
+    });
     target.addEventListener("change", () => { mine.target = target.value; });
     force.addEventListener("change", () => { mine.force = force.checked; });
     start.addEventListener("click", () => busy(start, err, async () => {
@@ -102,7 +113,8 @@
         { profile: profile.value, target: target.value, force: force.checked });
       showDelivery(progress, d);
     }));
-    sec.replaceChildren(h("h2", { id: "deliver-title" }, "Deliver"),
+    if (data.latest) showDelivery(progress, data.latest);
+    return h("section", attrs, title,
       h("p", { class: "hint" }, "Make each shot's chosen image into a marketplace's file and write it to a folder or bucket. No provider is called; nothing is charged."),
       h("div", { class: "deliver-pick" },
         h("span", {}, h("label", { for: "deliver-profile" }, "Profile"), profile),
@@ -111,12 +123,6 @@
       h("label", { class: "check", for: "deliver-force" }, force,
         " Deliver anyway, although a chosen image does not meet the profile"),
       h("div", { class: "actions" }, start), err, progress);
-    const lost = !document.activeElement || document.activeElement === document.body;
-    if (mine.focus && lost && document.getElementById(mine.focus)) document.getElementById(mine.focus).focus();
-    await check();
-    const list = await api("GET", "/v1/sets/" + encodeURIComponent(s.id) + "/deliveries");
-    const all = list.deliveries || [];
-    if (all.length && !progress.dataset.deliveryId) showDelivery(progress, all[all.length - 1]);
   }
 
   /** Where a delivery's files are, in words, from its target. */
@@ -173,6 +179,7 @@
     } catch (e) { /* the next event or resync re-reads */ }
   }
 
+  T.deliverData = deliverData;
   T.deliverSection = deliverSection;
   T.deliveryChanged = deliveryChanged;
 })(window.tally);

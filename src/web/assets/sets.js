@@ -56,8 +56,10 @@
     if (location.hash !== "#/sets/" + encodeURIComponent(id) && location.hash !== "#/sets/" + id) return;
     let info = { providers: [] };
     try { info = await T.loadProviders(); } catch (e) { /* the price line then says less */ }
+    let deliver;
+    try { deliver = await T.deliverData(s); } catch (e) { if (e.code === "signed_out") return; }
     const focused = document.activeElement && document.activeElement.id;
-    if (!T.setView("set", id, s.product, setView(s, info.providers.find((p) => p.name === s.provider)), fresh)) return;
+    if (!T.setView("set", id, s.product, setView(s, info.providers.find((p) => p.name === s.provider), deliver), fresh)) return;
     const ids = new Set((s.shots || []).flatMap((x) => [x.id].concat((x.candidates || []).map((c) => c.task_id))));
     /* A change to one of its shots, or a new job that is a shot of this set (a retry). */
     T.view.onTask = async (changed) => {
@@ -72,7 +74,7 @@
     if (!fresh && focused && document.getElementById(focused)) document.getElementById(focused).focus();
   }
 
-  function setView(s, provider) {
+  function setView(s, provider, deliver) {
     const err = errorSlot("set-error");
     const top = h("div", { class: "actions" });
     const done = (s.shots || []).some((x) => (x.artifacts || []).length);
@@ -121,7 +123,7 @@
       deliveryLine(s),
       h("h2", {}, "Shots"),
       h("ol", { class: "shots", id: "shots" }, (s.shots || []).map((shot) => shotCard(s, shot, provider))),
-      T.deliverSection(s));
+      T.deliverSection(s, deliver));
   }
 
   /** Whether every shot has a chosen image, and if not which do not, in plain words. */
