@@ -1,7 +1,10 @@
 //! Deliveries (issue #26): `POST /v1/sets/{id}/deliveries` makes one (the set's chosen images
 //! with a profile to a target; 409 with the `blocking` reasons while it cannot be made),
 //! `GET /v1/deliveries/{id}` and `GET /v1/sets/{id}/deliveries` show them with every item,
-//! `POST /v1/deliveries/{id}/retry` sends again what was not delivered. The engine's delivery
+//! `POST /v1/deliveries/{id}/retry` sends again what was not delivered. `GET
+//! /v1/delivery/profiles` and `GET /v1/delivery/targets` list what a delivery may name (the
+//! page's "Deliver" control reads them), and a set's `delivery` checked against a profile
+//! (`GET /v1/sets/{id}?profile=`) is made here. The engine's delivery
 //! runner does the writing (`engine::deliver`); nothing here writes a file.
 
 use axum::extract::{Path, State};
@@ -13,7 +16,10 @@ use utoipa::ToSchema;
 use super::error::{ApiError, ErrorBody};
 use super::openapi::{JsonRejected, StoreFailure};
 use super::{AppState, JsonBody, json_response};
+use crate::delivery::profile::Fit;
+use crate::delivery::target::TargetKind;
 use crate::engine::deliver::DeliverOutcome;
+use crate::engine::readiness::Readiness;
 use crate::store::{DeliveryView, RetryDeliveryOutcome};
 
 /// `POST /v1/sets/{id}/deliveries` body.
@@ -172,4 +178,140 @@ pub async fn retry(State(state): State<AppState>, Path(id): Path<String>) -> Res
             Err(ApiError::conflict("nothing_to_retry", "every file of this delivery is delivered already"))
         }
     }
+}
+
+/// A set's `delivery` checked against `profile` (`GET /v1/sets/{id}?profile=`): 422 for a
+/// profile that does not exist.
+pub(super) async fn readiness(
+    state: &AppState,
+    set: &crate::store::SetView,
+    profile: &str,
+) -> Result<super::sets::DeliveryJson, ApiError> {
+    match state.engine().delivery_readiness(set, profile).await? {
+        Readiness::Checked(blocking) => {
+            Ok(super::sets::DeliveryJson { ready: blocking.is_empty(), blocking, profile: Some(profile.to_string()) })
+        }
+        Readiness::UnknownProfile(names) => Err(ApiError::invalid(format!(
+            "there is no delivery profile `{profile}`; the profiles are: {}",
+            names.join(", ")
+        ))),
+    }
+}
+
+/// A delivery profile as `GET /v1/delivery/profiles` lists it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ProfileJson {
+    /// What a delivery names (`"profile": "amazon"`).
+    pub name: String,
+    /// True for a built-in profile (`amazon`, `shopify`, `etsy`, `taobao`, `original`).
+    pub builtin: bool,
+    /// The output's pixel size; null for `original` (the image as generated).
+    pub width: Option<u32>,
+    pub height: Option<u32>,
+    /// `pad` or `crop`; null for `original`.
+    pub fit: Option<String>,
+    /// `#rrggbb`; null for `original`.
+    pub background: Option<String>,
+    /// `jpeg`, `png` or `webp`; null for `original` (the generated format).
+    pub format: Option<String>,
+    /// The largest file, in bytes; null: no limit.
+    pub max_bytes: Option<u64>,
+    /// The smallest source side that meets the profile, in pixels; null: any.
+    pub min_source: Option<u32>,
+    /// The file-name pattern.
+    pub file_name: String,
+}
+
+/// `GET /v1/delivery/profiles` answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ProfileList {
+    /// Built-ins first, then `[[delivery.profiles]]` in the config's order.
+    pub profiles: Vec<ProfileJson>,
+}
+
+/// `GET /v1/delivery/profiles`: every profile a delivery may name.
+#[utoipa::path(
+    get,
+    path = "/delivery/profiles",
+    operation_id = "list_delivery_profiles",
+    tag = "deliveries",
+    responses((status = 200, description = "The delivery profiles.", body = ProfileList))
+)]
+pub async fn profiles(State(state): State<AppState>) -> Response {
+    let builtins: Vec<String> = crate::delivery::profile::builtins().into_iter().map(|p| p.name).collect();
+    let profiles = state
+        .engine()
+        .delivery_profiles()
+        .into_iter()
+        .map(|p| ProfileJson {
+            builtin: builtins.contains(&p.name),
+            width: p.render.map(|r| r.width),
+            height: p.render.map(|r| r.height),
+            fit: p.render.map(|r| match r.fit {
+                Fit::Pad => "pad".to_string(),
+                Fit::Crop => "crop".to_string(),
+            }),
+            background: p.render.map(|r| r.background.to_string()),
+            format: p.render.map(|r| r.format.as_str().to_string()),
+            max_bytes: p.max_bytes,
+            min_source: p.min_source,
+            file_name: p.file_name,
+            name: p.name,
+        })
+        .collect();
+    json_response(StatusCode::OK, &ProfileList { profiles })
+}
+
+/// A delivery target as `GET /v1/delivery/targets` lists it: where its files go, never its
+/// credentials.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TargetJson {
+    /// What a delivery names (`"target": "exports"`).
+    pub name: String,
+    /// `folder` or `s3`.
+    pub kind: String,
+    /// Where the files go, in words: the folder's absolute path, or `s3://bucket/prefix`
+    /// (with the endpoint when not AWS itself).
+    pub location: String,
+    /// How long one file's write may take, in milliseconds.
+    pub timeout_ms: u64,
+}
+
+/// `GET /v1/delivery/targets` answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TargetList {
+    /// `[[delivery.targets]]` in the config's order, and `exports` (a folder in the data
+    /// directory) unless configured.
+    pub targets: Vec<TargetJson>,
+}
+
+/// `GET /v1/delivery/targets`: every target a delivery may name and where its files go.
+#[utoipa::path(
+    get,
+    path = "/delivery/targets",
+    operation_id = "list_delivery_targets",
+    tag = "deliveries",
+    responses((status = 200, description = "The delivery targets.", body = TargetList))
+)]
+pub async fn targets(State(state): State<AppState>) -> Response {
+    let targets = state
+        .engine()
+        .delivery_targets()
+        .into_iter()
+        .map(|t| {
+            let (kind, location) = match &t.kind {
+                TargetKind::Folder { path } => ("folder", path.display().to_string()),
+                TargetKind::S3(s3) => {
+                    let at = format!("s3://{}/{}", s3.bucket, s3.prefix);
+                    let location = match &s3.endpoint {
+                        Some(e) => format!("{at} at {e}"),
+                        None => format!("{at} (AWS, {})", s3.region),
+                    };
+                    ("s3", location)
+                }
+            };
+            TargetJson { name: t.name, kind: kind.into(), location, timeout_ms: t.timeout_ms }
+        })
+        .collect();
+    json_response(StatusCode::OK, &TargetList { targets })
 }

@@ -170,6 +170,8 @@ pub fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(deliveries::create, deliveries::list))
         .routes(routes!(deliveries::get_one))
         .routes(routes!(deliveries::retry))
+        .routes(routes!(deliveries::profiles))
+        .routes(routes!(deliveries::targets))
         .routes(routes!(prune::prune))
         .routes(routes!(held::list))
         .routes(routes!(held::release))

@@ -87,8 +87,15 @@ pub struct CandidateJson {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct DeliveryJson {
     pub ready: bool,
-    /// E.g. "2 shots have no chosen image: Lifestyle scene, Selling point".
+    /// E.g. "2 shots have no chosen image: Lifestyle scene, Selling point"; with a profile
+    /// also "the Main photo's chosen image is 256 px wide; amazon asks for at least 1000 px".
     pub blocking: Vec<String>,
+    /// The profile `blocking` was checked against (`?profile=`); absent: only the choice was
+    /// checked. Reasons that need the file made (too many bytes at any quality, transparency
+    /// `original` keeps) are not checked here: a delivery's 409 lists them. Absent without
+    /// `?profile=`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
 }
 
 /// One entry of a set's own timeline.
@@ -179,7 +186,7 @@ pub fn set_json(state: &AppState, s: &SetView) -> SetJson {
         shots_chosen: s.chosen.iter().filter(|c| c.is_some()).count(),
         delivery: {
             let blocking = delivery_blocking(s);
-            DeliveryJson { ready: blocking.is_empty(), blocking }
+            DeliveryJson { ready: blocking.is_empty(), blocking, profile: None }
         },
         replaced: s.replaced.clone(),
         timeline: s
@@ -345,18 +352,43 @@ pub struct SetId {
     id: String,
 }
 
-/// `GET /v1/sets/{id}`.
+/// `GET /v1/sets/{id}` query.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct SetQuery {
+    /// A delivery profile's name: `delivery.blocking` then also says which chosen images will
+    /// not meet it by their pixel size (and `original` by its byte limit). Without it, only
+    /// shots with no chosen image are reported (no profile is the default).
+    pub profile: Option<String>,
+}
+
+/// `GET /v1/sets/{id}?profile=`.
 #[utoipa::path(
     get,
     path = "/sets/{id}",
     operation_id = "get_set",
     tag = "sets",
-    params(SetId),
-    responses((status = 200, description = "The set and its shots.", body = SetJson), NotFound, StoreFailure)
+    params(SetId, SetQuery),
+    responses(
+        (status = 200, description = "The set and its shots.", body = SetJson),
+        (status = 400, description = "A bad query string (`bad_request`).", body = ErrorBody),
+        NotFound,
+        (status = 422, description = "No delivery profile of that name (`invalid_request`).", body = ErrorBody),
+        StoreFailure,
+    )
 )]
-pub async fn get_one(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+pub async fn get_one(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    query: Result<Query<SetQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(q) = query?;
     let s = load(&state, &id).await?;
-    Ok(json_response(StatusCode::OK, &set_json(&state, &s)))
+    let mut json = set_json(&state, &s);
+    if let Some(profile) = q.profile.filter(|p| !p.trim().is_empty()) {
+        json.delivery = super::deliveries::readiness(&state, &s, &profile).await?;
+    }
+    Ok(json_response(StatusCode::OK, &json))
 }
 
 /// `GET /v1/sets` query.

@@ -369,10 +369,14 @@ pub enum SetCommand {
         #[arg(long, value_name = "ID")]
         before: Option<String>,
     },
-    /// Show a set and its shots.
+    /// Show a set and its shots, and why it cannot be delivered yet.
     Status {
         /// The set's id (from `tally set create` or `tally set list`).
         id: String,
+        /// Also say which chosen images are too small for this delivery profile (amazon,
+        /// shopify, etsy, taobao, original, or one of [[delivery.profiles]]).
+        #[arg(long, value_name = "PROFILE")]
+        profile: Option<String>,
     },
     /// Save every finished image of a set into a folder, named like `red-sneaker_main.png`.
     ///

@@ -77,8 +77,9 @@ pub(super) async fn set_command(client: &Client, cmd: SetCommand, json_out: bool
             }
             Ok(Exit::Ok.into())
         }
-        SetCommand::Status { id } => {
-            let set = client.get(&format!("/v1/sets/{}", seg(&id))).await?.into_ok()?;
+        SetCommand::Status { id, profile } => {
+            let query = profile.map(|p| format!("?profile={}", seg(&p))).unwrap_or_default();
+            let set = client.get(&format!("/v1/sets/{}{query}", seg(&id))).await?.into_ok()?;
             show_set(client, &set, json_out);
             Ok(Exit::Ok.into())
         }
@@ -363,6 +364,8 @@ pub(super) fn show_set(client: &Client, set: &Value, json_out: bool) {
         for r in reasons {
             println!("  not ready to deliver: {}", term_safe(r.as_str().unwrap_or_default()));
         }
+    } else if let Some(p) = set["delivery"]["profile"].as_str() {
+        println!("  ready to deliver with {}", term_safe(p));
     }
     if set["shots"].as_array().into_iter().flatten().any(|s| !s["artifacts"].as_array().is_none_or(Vec::is_empty)) {
         println!("  save the images: tally set download {}", st(set, "id"));

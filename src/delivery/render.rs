@@ -107,15 +107,7 @@ pub fn check(profile: &Profile, source: &[u8], subject: &str) -> Vec<Problem> {
     };
     let mut out = Vec::new();
     let (w, h) = pixels.dimensions();
-    if let Some(min) = profile.min_source
-        && w.min(h) < min
-    {
-        let side = if w <= h { format!("is {w} px wide") } else { format!("is {h} px high") };
-        out.push(problem(
-            ProblemKind::TooSmall,
-            format!("{subject} {side}; {} asks for at least {min} px", profile.name),
-        ));
-    }
+    out.extend(too_small(profile, w, h, subject));
     if profile.is_original() && pixels.pixels().any(|p| p[3] < 255) {
         out.push(problem(
             ProblemKind::Transparent,
@@ -135,18 +127,58 @@ pub fn check(profile: &Profile, source: &[u8], subject: &str) -> Vec<Problem> {
             },
         };
         if let Some(n) = too_big {
-            out.push(problem(
-                ProblemKind::TooManyBytes,
-                format!(
-                    "{subject} makes a {} file even at the lowest quality; {} takes at most {}",
-                    human_bytes(n),
-                    profile.name,
-                    human_bytes(max)
-                ),
-            ));
+            out.push(too_many_bytes(profile, n, max, subject));
         }
     }
     out
+}
+
+/// A file of `n` bytes is over `profile`'s `max` bytes, in plain words about `subject`.
+pub fn too_many_bytes(profile: &Profile, n: u64, max: u64, subject: &str) -> Problem {
+    Problem {
+        kind: ProblemKind::TooManyBytes,
+        message: format!(
+            "{subject} makes a {} file even at the lowest quality; {} takes at most {}",
+            human_bytes(n),
+            profile.name,
+            human_bytes(max)
+        ),
+    }
+}
+
+/// Whether a `w`×`h` source is below `profile`'s `min_source`, in plain words about `subject`
+/// ("the Main photo's chosen image is 800 px wide; amazon asks for at least 1000 px"). The one
+/// wording of this reason: [`check`] and a set's `delivery.blocking` both use it.
+pub fn too_small(profile: &Profile, w: u32, h: u32, subject: &str) -> Option<Problem> {
+    let min = profile.min_source?;
+    if w.min(h) >= min {
+        return None;
+    }
+    let side = if w <= h { format!("is {w} px wide") } else { format!("is {h} px high") };
+    Some(Problem {
+        kind: ProblemKind::TooSmall,
+        message: format!("{subject} {side}; {} asks for at least {min} px", profile.name),
+    })
+}
+
+/// An image's upright pixel size read from its header (PNG, JPEG or WebP), without decoding
+/// its pixels: the size a render would see (an EXIF orientation that turns it a quarter is
+/// applied). `source` may be only the first part of the file; an error then means "read more".
+pub fn header_dimensions(source: &[u8]) -> Result<(u32, u32), RenderError> {
+    use image::metadata::Orientation;
+    let reader = image::ImageReader::new(Cursor::new(source))
+        .with_guessed_format()
+        .map_err(|e| RenderError::Unreadable(e.to_string()))?;
+    if !matches!(reader.format(), Some(ImageFormat::Png | ImageFormat::Jpeg | ImageFormat::WebP)) {
+        return Err(RenderError::Unreadable(not_an_image()));
+    }
+    let mut decoder = reader.into_decoder().map_err(|e| RenderError::Unreadable(e.to_string()))?;
+    let (w, h) = decoder.dimensions();
+    let turned = matches!(
+        decoder.orientation().unwrap_or(Orientation::NoTransforms),
+        Orientation::Rotate90 | Orientation::Rotate270 | Orientation::Rotate90FlipH | Orientation::Rotate270FlipH
+    );
+    Ok(if turned { (h, w) } else { (w, h) })
 }
 
 /// `n` bytes in words: `812 KB`, `10.0 MB`.

@@ -254,3 +254,26 @@ fn a_sixteen_bit_source_becomes_eight_bit() {
     assert_eq!(img.color(), image::ColorType::Rgb8);
     assert_eq!(rgb(&img, 1, 1), [128, 128, 128]);
 }
+
+#[test]
+fn the_header_gives_the_size_without_the_pixels_and_too_small_says_it_like_check() {
+    let source = photo(300, 200);
+    assert_eq!(header_dimensions(&source), Ok((300, 200)));
+    // The first part of the file is enough for the header; a few bytes are not.
+    assert_eq!(header_dimensions(&source[..source.len() / 2]), Ok((300, 200)));
+    assert!(header_dimensions(&source[..12]).is_err());
+    assert!(header_dimensions(b"not an image at all").is_err());
+    let p = builtin("amazon").expect("amazon");
+    let words = too_small(&p, 300, 200, "the Main photo's chosen image").map(|x| x.message);
+    assert_eq!(
+        words.as_deref(),
+        Some("the Main photo's chosen image is 200 px high; amazon asks for at least 1000 px")
+    );
+    let checked: Vec<String> = check(&p, &source, "the Main photo's chosen image")
+        .into_iter()
+        .filter(|x| x.kind == ProblemKind::TooSmall)
+        .map(|x| x.message)
+        .collect();
+    assert_eq!(checked, words.into_iter().collect::<Vec<_>>(), "one wording for both");
+    assert_eq!(too_small(&p, 1000, 1200, "x"), None);
+}

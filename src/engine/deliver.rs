@@ -58,10 +58,32 @@ pub(crate) struct Setup {
     data_dir: std::path::PathBuf,
     /// The longest `timeout_ms` of any target: the lease is derived from it.
     lease_ms: Millis,
+    /// The chosen images' pixel sizes already read, for a set's `delivery.blocking`
+    /// (`engine::readiness`).
+    pub(super) sizes: super::readiness::SizeCache,
+    /// Tells live views that a delivery or one of its items changed (`GET /v1/stream`'s
+    /// `delivery` events); nobody listening is fine.
+    changes: tokio::sync::broadcast::Sender<DeliveryChange>,
+}
+
+/// A delivery (or one of its items) changed: made, an item recorded `writing` or confirmed,
+/// settled, or retried. Live views re-read the delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryChange {
+    pub delivery_id: String,
+    pub set_id: String,
 }
 
 impl Setup {
-    fn profile(&self, name: &str) -> Option<&Profile> {
+    fn changed(&self, d: &DeliveryView) {
+        if self.changes.receiver_count() > 0 {
+            let _ = self.changes.send(DeliveryChange { delivery_id: d.id.clone(), set_id: d.set_id.clone() });
+        }
+    }
+}
+
+impl Setup {
+    pub(super) fn profile(&self, name: &str) -> Option<&Profile> {
         self.config.profile(name)
     }
 
@@ -98,14 +120,20 @@ impl Engine {
             .unwrap_or(30_000)
             .saturating_mul(2)
             .saturating_add(60_000);
-        let setup = Setup { config, data_dir: self.shared.data_dir.clone(), lease_ms };
+        let setup = Setup {
+            config,
+            data_dir: self.shared.data_dir.clone(),
+            lease_ms,
+            sizes: Default::default(),
+            changes: tokio::sync::broadcast::channel(256).0,
+        };
         if self.shared.delivery.set(setup).is_ok() {
             let h = tokio::spawn(run(self.shared.clone()));
             self.services.lock().unwrap_or_else(|e| e.into_inner()).push(h);
         }
     }
 
-    fn setup(&self) -> Result<&Setup, EngineError> {
+    pub(super) fn setup(&self) -> Result<&Setup, EngineError> {
         self.shared
             .delivery
             .get()
@@ -121,6 +149,23 @@ impl Engine {
             ),
             None => (Vec::new(), Vec::new()),
         }
+    }
+
+    /// Subscribe to delivery changes (`None` before [`Engine::start_deliveries`]). A receiver
+    /// that falls behind gets `Lagged` and should re-read what it shows.
+    pub fn subscribe_deliveries(&self) -> Option<tokio::sync::broadcast::Receiver<DeliveryChange>> {
+        self.shared.delivery.get().map(|s| s.changes.subscribe())
+    }
+
+    /// Every profile a delivery may name (built-ins first), for `GET /v1/delivery/profiles`.
+    pub fn delivery_profiles(&self) -> Vec<Profile> {
+        self.shared.delivery.get().map(|s| s.config.profiles.clone()).unwrap_or_default()
+    }
+
+    /// Every target a delivery may name, resolved (a relative folder inside the data
+    /// directory; `exports` added), for `GET /v1/delivery/targets`.
+    pub fn delivery_targets(&self) -> Vec<crate::delivery::target::TargetConfig> {
+        self.shared.delivery.get().map(|s| s.config.targets(&s.data_dir)).unwrap_or_default()
     }
 
     /// Make a delivery of set `set_id`'s chosen images with `profile` to `target`: refused
@@ -203,6 +248,7 @@ impl Engine {
         };
         match store.create_delivery(d, self.shared.now()).await? {
             DeliveryCreateOutcome::Created(view) => {
+                setup.changed(&view);
                 self.shared.wake_deliveries.notify_one();
                 Ok(DeliverOutcome::Created(view))
             }
@@ -214,7 +260,10 @@ impl Engine {
     /// Send again what a finished delivery did not deliver (see [`Store::retry_delivery`]).
     pub async fn retry_delivery(&self, id: &str) -> Result<RetryDeliveryOutcome, EngineError> {
         let out = self.shared.store.retry_delivery(id.into(), self.shared.now()).await?;
-        if matches!(out, RetryDeliveryOutcome::Requeued(..)) {
+        if let RetryDeliveryOutcome::Requeued(d, _) = &out {
+            if let Some(setup) = self.shared.delivery.get() {
+                setup.changed(d);
+            }
             self.shared.wake_deliveries.notify_one();
         }
         Ok(out)
@@ -361,8 +410,15 @@ async fn deliver_one(shared: &Shared, setup: &Setup, boot: &str, d: DeliveryView
     let store = &shared.store;
     let open: Vec<&DeliveryItemView> =
         d.items.iter().filter(|i| matches!(i.state, ItemState::Queued | ItemState::Writing)).collect();
+    setup.changed(&d);
+    let view = &d;
     let confirm = |item: &DeliveryItemView, outcome: ItemOutcome| {
-        store.confirm_delivery_item(d.id.clone(), item.position, boot.to_string(), outcome, shared.now())
+        let done = store.confirm_delivery_item(d.id.clone(), item.position, boot.to_string(), outcome, shared.now());
+        async move {
+            let out = done.await;
+            setup.changed(view);
+            out
+        }
     };
     let profile = setup.profile(&d.profile).cloned();
     let target = match setup.target(&d.target) {
@@ -429,6 +485,7 @@ async fn deliver_one(shared: &Shared, setup: &Setup, boot: &str, d: DeliveryView
         if !held {
             return Ok(());
         }
+        setup.changed(&d);
         crate::failpoint::crash("deliver-after-writing");
         let answer = target.put(&item.file_name, file.bytes, &file.sha256).await;
         crate::failpoint::crash("deliver-after-put");
@@ -454,6 +511,7 @@ async fn deliver_one(shared: &Shared, setup: &Setup, boot: &str, d: DeliveryView
     }
     crate::failpoint::crash("deliver-after-manifest");
     store.settle_delivery(d.id.clone(), boot.to_string(), shared.now()).await?;
+    setup.changed(&d);
     Ok(())
 }
 

@@ -25,6 +25,7 @@ mod intake;
 pub mod lookup;
 pub mod money;
 mod nodes;
+pub mod readiness;
 mod reconciler;
 mod retention;
 mod set_edit;

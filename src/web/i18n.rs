@@ -116,6 +116,8 @@ mod tests {
             include_str!("assets/job.js"),
             include_str!("assets/sets.js"),
             include_str!("assets/set_edit.js"),
+            include_str!("assets/compare.js"),
+            include_str!("assets/deliver.js"),
             include_str!("assets/budget.js"),
             include_str!("assets/app.js"),
         ];

@@ -23,6 +23,7 @@ mod damaged;
 mod deliveries;
 #[cfg(feature = "failpoints")]
 mod delivery_crash;
+mod delivery_page;
 mod delivery_s3;
 mod disks;
 mod download_profiles;

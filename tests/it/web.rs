@@ -215,7 +215,7 @@ fn the_stream_sends_an_event_when_a_task_changes() {
 }
 
 /// Read from a stream into `seen` until `what(seen)` holds or `limit` passes.
-fn read_until(s: &mut TcpStream, seen: &mut String, what: &dyn Fn(&str) -> bool, limit: Duration) -> bool {
+pub(crate) fn read_until(s: &mut TcpStream, seen: &mut String, what: &dyn Fn(&str) -> bool, limit: Duration) -> bool {
     let end = Instant::now() + limit;
     let mut buf = [0u8; 4096];
     while Instant::now() < end {

@@ -155,7 +155,11 @@ fn dark_mode_at_320_px_is_clean_on_every_main_view() {
             ),
             (format!("#/tasks/{}", jobs.ready), "a ready job", "document.getElementById('task-image') !== null".into()),
             ("#/sets".into(), "image sets", "document.getElementById('set-list') !== null".into()),
-            (format!("#/sets/{}", jobs.set), "a set", "document.getElementById('shots') !== null".into()),
+            (
+                format!("#/sets/{}", jobs.set),
+                "a set",
+                "document.getElementById('deliver')?.dataset.ready === 'true'".into(),
+            ),
             ("#/sets/new".into(), "the new-set form", "document.getElementById('new-set') !== null".into()),
             ("#/spend".into(), "spend", "document.getElementById('spend-table')?.children.length > 0".into()),
         ];

@@ -28,7 +28,7 @@ window.tally = (function () {
   const live = document.getElementById("live");
 
   /** What is on screen: the view's name and id, and its live-update hooks. */
-  const view = { name: "", id: null, onTask: null, onResync: null, signedOut: false };
+  const view = { name: "", id: null, onTask: null, onResync: null, onDelivery: null, signedOut: false };
 
   // ---------------------------------------------------------------- building the page
 
@@ -288,6 +288,7 @@ window.tally = (function () {
     view.id = id;
     view.onTask = null;
     view.onResync = null;
+    view.onDelivery = null;
     document.title = title + " · tally";
     const h1 = h("h1", { id: "view-title", tabindex: "-1" }, title);
     main.replaceChildren(h1, ...[content].flat().filter((c) => c !== null && c !== undefined));
@@ -538,6 +539,12 @@ window.tally = (function () {
       let d;
       try { d = JSON.parse(ev.data); } catch (e) { return; }
       if (d && d.id && view.onTask) view.onTask(d.id, d.status);
+    });
+    /* A delivery or one of its files changed: the view showing it re-reads it. */
+    es.addEventListener("delivery", (ev) => {
+      let d;
+      try { d = JSON.parse(ev.data); } catch (e) { return; }
+      if (d && d.id && view.onDelivery) view.onDelivery(d.id, d.set_id);
     });
     /* Sent on connect and when the stream fell behind: re-read what is on screen. */
     es.addEventListener("resync", () => { if (view.onResync) view.onResync(); });

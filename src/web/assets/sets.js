@@ -56,8 +56,10 @@
     if (location.hash !== "#/sets/" + encodeURIComponent(id) && location.hash !== "#/sets/" + id) return;
     let info = { providers: [] };
     try { info = await T.loadProviders(); } catch (e) { /* the price line then says less */ }
+    let deliver;
+    try { deliver = await T.deliverData(s); } catch (e) { if (e.code === "signed_out") return; }
     const focused = document.activeElement && document.activeElement.id;
-    if (!T.setView("set", id, s.product, setView(s, info.providers.find((p) => p.name === s.provider)), fresh)) return;
+    if (!T.setView("set", id, s.product, setView(s, info.providers.find((p) => p.name === s.provider), deliver), fresh)) return;
     const ids = new Set((s.shots || []).flatMap((x) => [x.id].concat((x.candidates || []).map((c) => c.task_id))));
     /* A change to one of its shots, or a new job that is a shot of this set (a retry). */
     T.view.onTask = async (changed) => {
@@ -68,10 +70,11 @@
       } catch (e) { /* the next event or resync re-reads */ }
     };
     T.view.onResync = () => showSet(id, false);
+    T.view.onDelivery = (delivery, setId) => T.deliveryChanged(id, delivery, setId);
     if (!fresh && focused && document.getElementById(focused)) document.getElementById(focused).focus();
   }
 
-  function setView(s, provider) {
+  function setView(s, provider, deliver) {
     const err = errorSlot("set-error");
     const top = h("div", { class: "actions" });
     const done = (s.shots || []).some((x) => (x.artifacts || []).length);
@@ -120,7 +123,8 @@
         h("dt", {}, "Created"), h("dd", {}, time(s.created_at))),
       deliveryLine(s),
       h("h2", {}, "Shots"),
-      h("ol", { class: "shots", id: "shots" }, (s.shots || []).map((shot) => shotCard(s, shot, provider))));
+      h("ol", { class: "shots", id: "shots" }, (s.shots || []).map((shot) => shotCard(s, shot, provider))),
+      T.deliverSection(s, deliver));
   }
 
   /** Whether every shot has a chosen image, and if not which do not, in plain words. */
@@ -164,7 +168,9 @@
         chosen ? h("strong", { class: "chosen-mark" }, "✓ Chosen") : badge(c.status),
         act);
     });
-    return [h("ul", { class: "candidates", id: "candidates-" + shot.position, "aria-label": "Candidates for " + role }, items), err];
+    const ul = h("ul", { class: "candidates", id: "candidates-" + shot.position, "aria-label": "Candidates for " + role }, items);
+    /* Arrow keys, Enter and "Compare" (compare.js). */
+    return [ul, T.enhanceCandidates(s, shot, ul), err];
   }
 
   /** "Generate another like this" for a shot: one more candidate, its price said first. */
