@@ -18,6 +18,7 @@ pub mod download_profile;
 pub mod error;
 pub mod held;
 pub mod images;
+pub mod lang;
 pub mod openapi;
 pub mod prune;
 pub mod session;
@@ -191,7 +192,8 @@ pub fn app(state: AppState, pages: Router<AppState>) -> Router {
     let v1 = v1
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(from_fn_with_state(state.clone(), auth::require_token));
+        .layer(from_fn_with_state(state.clone(), auth::require_token))
+        .layer(from_fn_with_state(state.clone(), lang::middleware));
     Router::new()
         .nest("/v1", v1)
         .merge(pages)

@@ -68,7 +68,13 @@ impl Client {
         })?;
         // reqwest is built without a default TLS crypto provider; install ring once.
         let _ = rustls::crypto::ring::default_provider().install_default();
+        // The owner's language (`ui.language`): the daemon answers its sentences in it.
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(lang) = cfg.ui.language {
+            headers.insert(reqwest::header::ACCEPT_LANGUAGE, reqwest::header::HeaderValue::from_static(lang.tag()));
+        }
         let http = reqwest::Client::builder()
+            .default_headers(headers)
             .no_proxy()
             .connect_timeout(Duration::from_secs(5))
             .timeout(Duration::from_secs(60))

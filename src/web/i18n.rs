@@ -1,52 +1,17 @@
 //! The page's language: English or Simplified Chinese, from one message catalogue
 //! (`assets/messages.json`, read through `domain::words`, which the task JSON and the history
 //! lines use too; every key in both languages with the same parameters: a test checks it, and
-//! that every key the page uses exists). The language is, in order: the page's own switch (the `tally_lang`
-//! cookie), `ui.language` in the configuration, the browser's `Accept-Language`, English.
+//! that every key the page uses exists). The language is, in order: the page's own switch
+//! (the `tally_lang` cookie), `ui.language` in the configuration, the browser's
+//! `Accept-Language`, English (`api::lang::choose`: the API answers by the same rule).
 //! The served HTML says which in `<html lang>`; its `{{t:KEY}}` placeholders are filled in
 //! here, and the chosen language's messages go into the page (a JSON block the scripts read
 //! through `tally.t(KEY)`).
 
-use axum::http::{HeaderMap, header};
-
-/// The cookie the page's language switch sets.
-pub const LANG_COOKIE: &str = "tally_lang";
-
+pub use crate::api::lang::{LANG_COOKIE, choose};
 pub use crate::domain::Lang;
 pub use crate::domain::words::t;
 use crate::domain::words::{SAID, catalogue};
-
-/// The first language of `Accept-Language` (by weight) that the page has.
-fn from_accept_language(value: &str) -> Option<Lang> {
-    let mut tags: Vec<(f32, usize, Lang)> = value
-        .split(',')
-        .enumerate()
-        .filter_map(|(i, part)| {
-            let mut bits = part.split(';');
-            let lang = Lang::parse(bits.next()?)?;
-            let q = bits
-                .find_map(|b| b.trim().strip_prefix("q=").and_then(|q| q.trim().parse::<f32>().ok()))
-                .unwrap_or(1.0);
-            (q > 0.0).then_some((q, i, lang))
-        })
-        .collect();
-    tags.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-    tags.first().map(|t| t.2)
-}
-
-/// The language for a request: the switch's cookie, the configured one, `Accept-Language`.
-pub fn choose(headers: &HeaderMap, configured: Option<Lang>) -> Lang {
-    let cookie = headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .find_map(|kv| kv.trim().strip_prefix(LANG_COOKIE).and_then(|r| r.strip_prefix('=')).and_then(Lang::parse));
-    cookie
-        .or(configured)
-        .or_else(|| headers.get(header::ACCEPT_LANGUAGE).and_then(|v| v.to_str().ok()).and_then(from_accept_language))
-        .unwrap_or(Lang::En)
-}
 
 /// `html` in `lang`: `{{LANG}}` → the tag, `{{t:KEY}}` → the message (HTML-escaped), and
 /// `{{MESSAGES}}` → the language's messages as JSON for the scripts.
@@ -82,6 +47,7 @@ pub fn render(html: &str, lang: Lang) -> String {
 mod tests {
     use super::*;
     use crate::domain::words::Catalogue;
+    use axum::http::{HeaderMap, header};
 
     #[test]
     fn every_key_exists_in_both_languages_and_every_key_used_exists() {
