@@ -15,12 +15,13 @@ window.tally = (function () {
     queued: "…", waiting: "◷", running: "↻", succeeded: "✓", failed: "✕", unknown: "?", canceled: "–",
     done: "✓", done_with_problems: "?",
   };
-  /* Status words for people. */
+  /* Status words for people (in English; the page shows the catalogue's `word.*`). */
   const WORDS = {
     queued: "waiting its turn", waiting: "waiting", running: "generating", succeeded: "ready", failed: "failed",
     unknown: "outcome unknown", canceled: "canceled", done: "done", done_with_problems: "needs a look",
   };
-  /* Shot roles in plain words (the API's names are main, selling_point, scene). */
+  /* Shot roles in plain words (the API's names are main, selling_point, scene; the page
+     shows the catalogue's `role.*`). */
   const ROLES = [["main", "Main photo"], ["selling_point", "Selling point"], ["scene", "Lifestyle scene"]];
 
   const main = document.getElementById("main");
@@ -82,19 +83,19 @@ window.tally = (function () {
 
   function badge(status) {
     return h("span", { class: "badge s-" + status },
-      h("span", { class: "icon", "aria-hidden": "true" }, ICONS[status] || "•"), " " + (WORDS[status] || status));
+      h("span", { class: "icon", "aria-hidden": "true" }, ICONS[status] || "•"), " " + (WORDS[status] ? t(`word.${status}`) : status));
   }
 
   function roleWords(role) {
     const r = ROLES.find(([k]) => k === role);
-    return r ? r[1] : role ? role.replace(/_/g, " ") : "Shot";
+    return r ? t(`role.${r[0]}`) : role ? role.replace(/_/g, " ") : "Shot";
   }
 
   /** A job's name for people: its set's product and role for a shot, else its prompt. */
   function jobTitle(t, product) {
     if (t.shot_role || t.role) {
       const role = roleWords(t.shot_role || t.role);
-      return product ? role + " of " + product : role + ": " + shotWords(t.prompt);
+      return product ? tf("role.of", { role, product }) : role + ": " + shotWords(t.prompt);
     }
     return t.prompt;
   }
@@ -123,20 +124,20 @@ window.tally = (function () {
     const c = t.charge;
     if (c && c.state) {
       const amount = money(c.estimated_cost, c.currency);
-      const about = amount ? " (about " + amount + ")" : "";
-      if (c.recorded_by_hand && c.state === "none") return "Not charged: you recorded that the provider's dashboard shows no charge.";
-      if (c.recorded_by_hand && c.state === "charged") return "Charged" + about + ": you recorded this from the provider's dashboard.";
+      const about = amount ? tf("charge.about", { amount }) : "";
+      if (c.recorded_by_hand && c.state === "none") return t("charge.by_hand_none");
+      if (c.recorded_by_hand && c.state === "charged") return tf("charge.by_hand_charged", { about });
       switch (c.state) {
-        case "none": return "Nothing was charged: no request reached the provider.";
-        case "refused": return "Not charged: the provider refused the request.";
-        case "charged": return "Charged" + about + ".";
+        case "none": return t("charge.none");
+        case "refused": return t("charge.refused");
+        case "charged": return tf("charge.charged", { about });
         case "possible": case "possibly_charged": case "maybe":
-          return "It may have been charged" + about + ": the request reached the provider.";
+          return tf("charge.possible", { about });
         default: return null;
       }
     }
     if (!t.retry || !SETTLED.includes(t.status)) return null;
-    return t.retry.requires_cost_acknowledgement ? "It may have been charged: the request reached the provider." : null;
+    return t.retry.requires_cost_acknowledgement ? tf("charge.possible", { about: "" }) : null;
   }
 
   /** "may charge about $0.04 again" when the daemon knows the price of a retry. */
