@@ -121,15 +121,16 @@ window.tally = (function () {
   /** What tally knows about charges for this job, as one sentence, from `charge` when the
       daemon sends it; else from the older `retry.requires_cost_acknowledgement`. */
   function chargeSentence(t) {
+    /* `t` is the job here: the catalogue's words come through `tf`. */
     const c = t.charge;
     if (c && c.state) {
       const amount = money(c.estimated_cost, c.currency);
       const about = amount ? tf("charge.about", { amount }) : "";
-      if (c.recorded_by_hand && c.state === "none") return t("charge.by_hand_none");
+      if (c.recorded_by_hand && c.state === "none") return tf("charge.by_hand_none");
       if (c.recorded_by_hand && c.state === "charged") return tf("charge.by_hand_charged", { about });
       switch (c.state) {
-        case "none": return t("charge.none");
-        case "refused": return t("charge.refused");
+        case "none": return tf("charge.none");
+        case "refused": return tf("charge.refused");
         case "charged": return tf("charge.charged", { about });
         case "possible": case "possibly_charged": case "maybe":
           return tf("charge.possible", { about });
