@@ -193,7 +193,8 @@ pub fn localize(lang: Lang, text: &str) -> String {
 /// The best reading of `text` ([`localize`]): how many characters the catalogue explains, and
 /// the text in `lang`; `None` when no template matches.
 fn best(lang: Lang, text: &str, depth: u8) -> Option<(usize, String)> {
-    if depth > 6 || text.is_empty() {
+    // Every template has English words; a number, an amount or an id has none to match.
+    if depth > 6 || !text.bytes().any(|b| b.is_ascii_alphabetic()) {
         return None;
     }
     let mut found: Option<(usize, String)> = None;
