@@ -138,41 +138,54 @@ fn said_templates() -> &'static [(String, Vec<Piece>)] {
     })
 }
 
-/// Match `text` against `pieces` from piece `i` on, collecting parameter values into `out`.
-/// A parameter takes the shortest text after which the rest still matches (two parameters
-/// never touch: a test checks the templates).
-fn matches<'p, 'a>(pieces: &'p [Piece], i: usize, text: &'a str, out: &mut Vec<(&'p str, &'a str)>) -> bool {
+/// At most this many readings of one text by one template are weighed ([`best`]): a bound on
+/// the work for a text full of a template's separators; real lines have one or two.
+const MAX_READINGS: usize = 16;
+
+/// Every way `text` matches `pieces` from piece `i` on (up to [`MAX_READINGS`] in all),
+/// each as its parameter values in order, collected into `found`. A parameter may take any
+/// text before an occurrence of the literal after it (two parameters never touch: a test
+/// checks the templates), shortest first.
+fn readings<'p, 'a>(
+    pieces: &'p [Piece],
+    i: usize,
+    text: &'a str,
+    out: &mut Vec<(&'p str, &'a str)>,
+    found: &mut Vec<Vec<(&'p str, &'a str)>>,
+) {
+    if found.len() >= MAX_READINGS {
+        return;
+    }
     match pieces.get(i) {
-        None => text.is_empty(),
-        Some(Piece::Text(lit)) => text.strip_prefix(lit.as_str()).is_some_and(|rest| matches(pieces, i + 1, rest, out)),
-        Some(Piece::Param(name)) => {
-            let name = name.as_str();
-            match pieces.get(i + 1) {
-                None => {
-                    out.push((name, text));
-                    true
-                }
-                Some(Piece::Text(lit)) => {
-                    let mut from = 0;
-                    while let Some(j) = text[from..].find(lit.as_str()) {
-                        let at = from + j;
-                        let mark = out.len();
-                        out.push((name, &text[..at]));
-                        if matches(pieces, i + 1, &text[at..], out) {
-                            return true;
-                        }
-                        out.truncate(mark);
-                        // The next occurrence may overlap this one: step one character on.
-                        from = at + text[at..].chars().next().map_or(1, char::len_utf8);
-                        if from > text.len() {
-                            break;
-                        }
-                    }
-                    false
-                }
-                Some(Piece::Param(_)) => false,
+        None => {
+            if text.is_empty() {
+                found.push(out.clone());
             }
         }
+        Some(Piece::Text(lit)) => {
+            if let Some(rest) = text.strip_prefix(lit.as_str()) {
+                readings(pieces, i + 1, rest, out, found);
+            }
+        }
+        Some(Piece::Param(name)) => match pieces.get(i + 1) {
+            None => {
+                out.push((name, text));
+                readings(pieces, i + 1, "", out, found);
+                out.pop();
+            }
+            Some(Piece::Text(lit)) => {
+                let mut from = 0;
+                while let Some(j) = text[from..].find(lit.as_str()) {
+                    let at = from + j;
+                    out.push((name, &text[..at]));
+                    readings(pieces, i + 1, &text[at..], out, found);
+                    out.pop();
+                    // The next occurrence may overlap this one: step one character on.
+                    from = at + text[at..].chars().next().map_or(1, char::len_utf8);
+                }
+            }
+            Some(Piece::Param(_)) => {}
+        },
     }
 }
 
@@ -180,9 +193,10 @@ fn matches<'p, 'a>(pieces: &'p [Piece], i: usize, text: &'a str, out: &mut Vec<(
 /// re-made from the `say.` template its English matches, with its parameters translated in
 /// turn; as it is when no template matches, and always as it is in English.
 ///
-/// When several templates match (a provider's message may itself contain "; " or " — "),
-/// the reading that explains the most of the text by the catalogue's own words wins: the
-/// literal text of every template used, at every level, counted in characters.
+/// When several templates match, or one in several ways (a provider's message may itself
+/// contain "; " or " — "), the reading that explains the most of the text by the catalogue's
+/// own words wins: the literal text of every template used, at every level, counted in
+/// characters; the first such reading on a tie.
 pub fn localize(lang: Lang, text: &str) -> String {
     if lang == Lang::En {
         return text.to_string();
@@ -199,24 +213,25 @@ fn best(lang: Lang, text: &str, depth: u8) -> Option<(usize, String)> {
     }
     let mut found: Option<(usize, String)> = None;
     for (key, ps) in said_templates() {
-        let mut values = Vec::new();
-        if !matches(ps, 0, text, &mut values) {
-            continue;
-        }
-        let mut score: usize = ps.iter().map(|p| if let Piece::Text(t) = p { t.chars().count() } else { 0 }).sum();
-        let values: Vec<(&str, String)> = values
-            .into_iter()
-            .map(|(n, v)| match best(lang, v, depth + 1) {
-                Some((s, words)) => {
-                    score += s;
-                    (n, words)
-                }
-                None => (n, v.to_string()),
-            })
-            .collect();
-        if found.as_ref().is_none_or(|(s, _)| score > *s) {
-            let words = fill(&t(lang, key), |name| values.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone()));
-            found = Some((score, words));
+        let mut all = Vec::new();
+        readings(ps, 0, text, &mut Vec::new(), &mut all);
+        let literal: usize = ps.iter().map(|p| if let Piece::Text(t) = p { t.chars().count() } else { 0 }).sum();
+        for values in all {
+            let mut score = literal;
+            let values: Vec<(&str, String)> = values
+                .into_iter()
+                .map(|(n, v)| match best(lang, v, depth + 1) {
+                    Some((s, words)) => {
+                        score += s;
+                        (n, words)
+                    }
+                    None => (n, v.to_string()),
+                })
+                .collect();
+            if found.as_ref().is_none_or(|(s, _)| score > *s) {
+                let words = fill(&t(lang, key), |name| values.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone()));
+                found = Some((score, words));
+            }
         }
     }
     found
@@ -281,6 +296,8 @@ mod tests {
              本月已花费或可能已花费 $19.98，这次请求大约要 $0.04；什么都没有发送。"
         );
         assert_eq!(zh("a provider said: something new"), "a provider said: something new");
+        // Several ways to split one line: the one the catalogue explains best.
+        assert_eq!(zh("2 of 5 done, 1 unknown, 1 failed"), "已完成 2/5，1 个结果未知，1 个失败");
         let en = "attempt 2: sending the request to the provider (its price: about $0.04)";
         assert_eq!(localize(Lang::En, en), en);
     }

@@ -195,6 +195,8 @@ fn the_main_views_in_chinese_are_axe_clean_and_say_a_jobs_sentences_in_chinese()
 
         b.js(&format!("(location.hash = '#/sets/{}')", jobs.set)).await;
         b.until("a set", 15, "document.getElementById('shots') !== null").await;
+        let set = b.js("document.getElementById('set-message').textContent").await;
+        assert_eq!(set, json!("已结束，但有些镜头没有生成图片。"), "the set's words from the API, in Chinese");
         b.assert_accessible("a set in Chinese").await;
 
         b.js("(location.hash = '#/spend')").await;
