@@ -233,7 +233,13 @@ pub struct ProvidersJson {
     responses((status = 200, description = "The configured providers.", body = ProvidersJson))
 )]
 pub async fn providers(State(state): State<AppState>) -> Json<ProvidersJson> {
-    Json(ProvidersJson { providers: state.engine().provider_list(), default: state.default_provider().to_string() })
+    // The billing notes in the answer's language (`lang`); an owner's own note stays as written.
+    let lang = lang::request_lang();
+    let mut providers = state.engine().provider_list();
+    for p in &mut providers {
+        p.billing_note = crate::domain::words::localize(lang, &p.billing_note);
+    }
+    Json(ProvidersJson { providers, default: state.default_provider().to_string() })
 }
 
 async fn healthz() -> Response {

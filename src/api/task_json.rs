@@ -267,7 +267,11 @@ pub fn task_json_in(engine: &Engine, t: &TaskView, lang: Lang) -> TaskJson {
             }
             _ => None,
         },
-        billing_note: if t.status == TaskStatus::Unknown { engine.billing_note(&t.provider) } else { None },
+        billing_note: if t.status == TaskStatus::Unknown {
+            engine.billing_note(&t.provider).map(|n| localize(lang, &n))
+        } else {
+            None
+        },
         where_to_look: super::task_help::where_to_look(engine, t, lang),
         refused_before_sending: super::task_help::refused_before_sending_in(t, lang),
     }

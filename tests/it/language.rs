@@ -180,12 +180,23 @@ fn the_main_views_in_chinese_are_axe_clean_and_say_a_jobs_sentences_in_chinese()
         assert!(timeline.contains(&"已发给 openai。"), "{timeline:?}");
         let explainer = b.js("document.getElementById('unknown-explainer').innerText").await;
         assert!(explainer.as_str().unwrap_or("").contains("自动重试已经停止"), "{explainer}");
+        let bills = b.js("document.getElementById('billing-note').textContent").await;
+        assert_eq!(bills, json!("openai 怎么收费：这个服务商可能会对它收到的每个生成请求收费。"));
         // The raw history under "Technical details" comes from the API, in Chinese too.
         let raw = b
             .js("[...document.querySelectorAll('.raw-events tbody tr td:nth-child(4)')].map(e => e.textContent)")
             .await;
         assert!(raw.as_array().into_iter().flatten().filter_map(Value::as_str).all(chinese), "{raw}");
         b.assert_accessible("an unknown job in Chinese").await;
+        // Retrying says, in Chinese, that it may be charged again, and how much.
+        b.click("#retry-task").await;
+        b.until("the retry dialog", 10, "document.getElementById('retry-dialog').open").await;
+        let warning = b.js("document.getElementById('retry-warning').textContent").await;
+        assert!(warning.as_str().unwrap_or("").ends_with("可能会再收费（约 $0.04）。"), "{warning}");
+        let ack = b.js("document.getElementById('retry-ack-text').textContent").await;
+        assert_eq!(ack, json!("我明白重新生成可能会再收费一次（约 $0.04）。"));
+        b.assert_accessible("the retry dialog in Chinese").await;
+        b.click("#retry-cancel").await;
 
         b.js(&format!("(location.hash = '#/tasks/{}')", jobs.ready)).await;
         b.until("the ready job", 15, "document.getElementById('task-image') !== null").await;

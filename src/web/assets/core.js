@@ -411,15 +411,13 @@ window.tally = (function () {
     const ack = document.getElementById("retry-ack");
     const confirm = document.getElementById("retry-confirm");
     const err = document.getElementById("retry-error");
-    const cost = retryCost(t);
+    /* "about $0.04" in the page's language, when the daemon knows the price. */
+    const amount = money((t.retry || {}).estimated_cost, (t.retry || {}).currency);
+    const cost = amount ? tf("retry.about", { amount }) : null;
     document.getElementById("retry-warning").textContent =
-      "This may be charged again. The first request reached the provider, so it may already have been paid for, " +
-      "even though tally cannot confirm a result. Generating again is a new request that " +
-      (cost ? "may charge " + cost + " again." : "may be charged again.");
-    document.getElementById("retry-billing").textContent = t.billing_note ? "How " + t.provider + " bills: " + t.billing_note : "";
-    document.getElementById("retry-ack-text").textContent = cost
-      ? "I understand that generating again may charge " + cost + " a second time."
-      : "I understand that generating again may be charged a second time.";
+      cost ? tf("retry.warning_cost", { cost }) : tf("retry.warning");
+    document.getElementById("retry-billing").textContent = t.billing_note ? tf("unknown.bills", { provider: t.provider }) + t.billing_note : "";
+    document.getElementById("retry-ack-text").textContent = cost ? tf("retry.ack_cost", { cost }) : tf("retry.ack");
     ack.checked = false;
     confirm.disabled = true;
     showError(err, "");

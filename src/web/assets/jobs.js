@@ -125,7 +125,7 @@
     const price = h("span", { id: "generate-price", class: "price" });
     const showNote = () => {
       const p = providers.find((x) => x.name === select.value);
-      note.textContent = p ? "How " + p.name + " bills: " + p.billing_note : "";
+      note.textContent = p ? T.tf("unknown.bills", { provider: p.name }) + p.billing_note : "";
       price.textContent = p ? T.t("job.price") + " " + T.providerPrice(p) : "";
     };
     select.addEventListener("change", showNote);
