@@ -129,6 +129,8 @@ fn the_task_json_history_and_errors_follow_the_language_asked_for_and_the_cli_it
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("无法确认结果：请求已经到达服务商，但它的回复丢失了"), "{text}");
     assert!(text.contains("可能会再次收费（约 $0.04）"), "{text}");
+    assert!(text.contains("charge    可能已经收费：结果无法证明（1 个请求，约 $0.04）"), "{text}");
+    assert!(text.contains("next      先查看服务商的控制台，然后记录你看到的结果："), "{text}");
     let out = d.cli(&["status", &held]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("已暂停：今天的预算 $0.05 已经用完——提高预算，或者等到明天"), "{text}");
