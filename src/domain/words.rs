@@ -17,7 +17,7 @@
 //!
 //! Pure: the catalogue is compiled in, and nothing here does I/O.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::OnceLock;
 
 use super::Lang;
@@ -120,9 +120,9 @@ fn fill(template: &str, value: impl Fn(&str) -> Option<String>) -> String {
         .collect()
 }
 
-/// The `say.` templates in matching order: the most literal text first, so that a specific
-/// template wins over a general one ("{reason}; automatic retries stopped" before
-/// "{line} — {money}"); ties by key, so the order never changes between runs.
+/// The `say.` templates in the order they are tried: the most literal text first (a tie
+/// between two readings goes to the earlier), then by key, so the order never changes between
+/// runs.
 fn said_templates() -> &'static [(String, Vec<Piece>)] {
     static T: OnceLock<Vec<(String, Vec<Piece>)>> = OnceLock::new();
     T.get_or_init(|| {
@@ -201,40 +201,66 @@ pub fn localize(lang: Lang, text: &str) -> String {
     if lang == Lang::En {
         return text.to_string();
     }
-    best(lang, text, 0).map_or_else(|| text.to_string(), |(_, s)| s)
+    let mut search = Search { lang, memo: HashMap::new(), tries: 0 };
+    search.best(text, 0).map_or_else(|| text.to_string(), |(_, s)| s)
 }
 
-/// The best reading of `text` ([`localize`]): how many characters the catalogue explains, and
-/// the text in `lang`; `None` when no template matches.
-fn best(lang: Lang, text: &str, depth: u8) -> Option<(usize, String)> {
-    // Every template has English words; a number, an amount or an id has none to match.
-    if depth > 6 || !text.bytes().any(|b| b.is_ascii_alphabetic()) {
-        return None;
-    }
-    let mut found: Option<(usize, String)> = None;
-    for (key, ps) in said_templates() {
-        let mut all = Vec::new();
-        readings(ps, 0, text, &mut Vec::new(), &mut all);
-        let literal: usize = ps.iter().map(|p| if let Piece::Text(t) = p { t.chars().count() } else { 0 }).sum();
-        for values in all {
-            let mut score = literal;
-            let values: Vec<(&str, String)> = values
-                .into_iter()
-                .map(|(n, v)| match best(lang, v, depth + 1) {
-                    Some((s, words)) => {
-                        score += s;
-                        (n, words)
+/// At most this many template tries for one line ([`localize`]): a provider's message full of
+/// separators ("; ", " — ") cannot make a translation slow; past it, the rest of the line
+/// is shown as it was written.
+const MAX_TRIES: usize = 100_000;
+
+/// One [`localize`]: the best reading of each piece of the line already weighed (pieces are
+/// slices of the line, so their place and length name them), and the tries so far.
+struct Search {
+    lang: Lang,
+    memo: HashMap<(usize, usize), Option<(usize, String)>>,
+    tries: usize,
+}
+
+impl Search {
+    /// The best reading of `text` (a slice of the line): how many characters the catalogue
+    /// explains, and the text in the language; `None` when no template matches.
+    fn best(&mut self, text: &str, depth: u8) -> Option<(usize, String)> {
+        // Every template has English words; a number, an amount or an id has none to match.
+        if depth > 6 || !text.bytes().any(|b| b.is_ascii_alphabetic()) {
+            return None;
+        }
+        let id = (text.as_ptr() as usize, text.len());
+        if let Some(known) = self.memo.get(&id) {
+            return known.clone();
+        }
+        let mut found: Option<(usize, String)> = None;
+        for (key, ps) in said_templates() {
+            if self.tries >= MAX_TRIES {
+                break;
+            }
+            self.tries += 1;
+            let mut all = Vec::new();
+            readings(ps, 0, text, &mut Vec::new(), &mut all);
+            let literal: usize = ps.iter().map(|p| if let Piece::Text(t) = p { t.chars().count() } else { 0 }).sum();
+            for values in all {
+                let mut score = literal;
+                let mut words = Vec::with_capacity(values.len());
+                for (n, v) in values {
+                    match self.best(v, depth + 1) {
+                        Some((s, w)) => {
+                            score += s;
+                            words.push((n, w));
+                        }
+                        None => words.push((n, v.to_string())),
                     }
-                    None => (n, v.to_string()),
-                })
-                .collect();
-            if found.as_ref().is_none_or(|(s, _)| score > *s) {
-                let words = fill(&t(lang, key), |name| values.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone()));
-                found = Some((score, words));
+                }
+                if found.as_ref().is_none_or(|(s, _)| score > *s) {
+                    let made =
+                        fill(&t(self.lang, key), |name| words.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone()));
+                    found = Some((score, made));
+                }
             }
         }
+        self.memo.insert(id, found.clone());
+        found
     }
-    found
 }
 
 #[cfg(test)]
@@ -298,6 +324,12 @@ mod tests {
         assert_eq!(zh("a provider said: something new"), "a provider said: something new");
         // Several ways to split one line: the one the catalogue explains best.
         assert_eq!(zh("2 of 5 done, 1 unknown, 1 failed"), "已完成 2/5，1 个结果未知，1 个失败");
+        // A provider's message full of separators stays quick, and its line still reads.
+        let noisy = format!("the provider rejected the request: {}", "a — b; c, d failed ".repeat(60));
+        let started = std::time::Instant::now();
+        let out = zh(&noisy);
+        assert!(started.elapsed() < std::time::Duration::from_secs(2), "{:?}", started.elapsed());
+        assert!(out.starts_with("服务商拒绝了这个请求："), "{out}");
         let en = "attempt 2: sending the request to the provider (its price: about $0.04)";
         assert_eq!(localize(Lang::En, en), en);
     }
