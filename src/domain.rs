@@ -1,5 +1,9 @@
 //! The vocabulary of tally: statuses, phases, plain-words messages, the retry policy and the
 //! recovery decision table. Pure: nothing here does I/O, and time is always passed in.
+//! The words themselves, in English and Simplified Chinese, come from one catalogue
+//! ([`words`]).
+
+pub mod words;
 
 use std::fmt;
 use std::time::Duration;
@@ -202,45 +206,67 @@ pub const UNKNOWN_MESSAGE: &str = "The result cannot be confirmed: the request m
      nothing can prove what happened to it. Automatic retries have stopped. Generating again is a new operation that may \
      be charged again.";
 
-/// A plain-words message for a task's status, for a shop owner. `reason` is the stored
-/// detail (why it failed, what it waits for, why its outcome is unknown); `charge` is what
-/// the evidence says about money, so the wording never claims a charge that cannot be.
+/// A plain-words message for a task's status, for a shop owner, in English (the words the
+/// tests and scripts read): [`status_message_in`] with [`Lang::En`].
 pub fn status_message(status: TaskStatus, reason: Option<&str>, cancel_requested: bool, charge: Charge) -> String {
+    status_message_in(Lang::En, status, reason, cancel_requested, charge)
+}
+
+/// A plain-words message for a task's status, for a shop owner, in `lang`. `reason` is the
+/// stored detail (why it failed, what it waits for, why its outcome is unknown), stored in
+/// English and translated here ([`words::localize`]); `charge` is what the evidence says
+/// about money, so the wording never claims a charge that cannot be.
+pub fn status_message_in(
+    lang: Lang,
+    status: TaskStatus,
+    reason: Option<&str>,
+    cancel_requested: bool,
+    charge: Charge,
+) -> String {
+    use words::{full_stop, localize, t, tf};
     let reason = reason.filter(|r| !r.trim().is_empty());
-    let detail = |base: &str| match reason {
-        Some(r) => format!("{base} {r}"),
-        None => base.to_string(),
+    // The reason as a sentence of its own (English: capitalized, as stored otherwise), and as
+    // a clause inside another sentence (no full stop).
+    let sentence = |r: &str| match lang {
+        Lang::En => capitalized(r),
+        Lang::ZhCn => full_stop(lang, &localize(lang, r)),
+    };
+    let as_is = |r: &str| match lang {
+        Lang::En => r.to_string(),
+        Lang::ZhCn => full_stop(lang, &localize(lang, r)),
+    };
+    let clause = |r: &str| localize(lang, r).trim_end_matches(['.', '。']).to_string();
+    let with = |key: &str, base: &str, r: Option<&str>| match r {
+        Some(r) => tf(lang, key, &[("reason", &as_is(r))]),
+        None => t(lang, base),
     };
     match status {
         TaskStatus::Queued => match reason {
-            Some(r) => format!("{} Nothing has been sent to the provider yet.", capitalized(r)),
-            None => "Queued; nothing has been sent to the provider yet.".into(),
+            Some(r) => tf(lang, "status.queued_because", &[("reason", &sentence(r))]),
+            None => t(lang, "status.queued"),
         },
         // The reason says what it waits for (a retry, a slot, the budget); it is not always a
         // second try, so no prefix claims one.
         TaskStatus::Waiting => match reason {
-            Some(r) => capitalized(r),
-            None => "Waiting to try again.".into(),
+            Some(r) => sentence(r),
+            None => t(lang, "status.waiting"),
         },
-        TaskStatus::Running if cancel_requested && charge.may_cost() => "Cancel requested, but the provider is \
-             already working on it; the result will be kept if it arrives, because it may be charged."
-            .into(),
-        TaskStatus::Running if cancel_requested => {
-            "Cancel requested, but the provider is already working on it; the result will be kept if it arrives.".into()
-        }
-        TaskStatus::Running => "Generating: the provider is working on it.".into(),
-        TaskStatus::Succeeded => detail("Done: the image is ready."),
-        TaskStatus::Failed => detail("Failed:"),
+        TaskStatus::Running if cancel_requested && charge.may_cost() => t(lang, "status.running_cancel_charged"),
+        TaskStatus::Running if cancel_requested => t(lang, "status.running_cancel"),
+        TaskStatus::Running => t(lang, "status.running"),
+        TaskStatus::Succeeded => with("status.succeeded_because", "status.succeeded", reason),
+        TaskStatus::Failed => with("status.failed_because", "status.failed", reason),
         TaskStatus::Unknown => match reason {
-            Some(r) => format!(
-                "The result cannot be confirmed: {}. Automatic retries have stopped. Generating again is a new \
-                 operation that may be charged again.",
-                r.trim_end_matches('.')
-            ),
-            None => UNKNOWN_MESSAGE.into(),
+            Some(r) => tf(lang, "status.unknown_because", &[("reason", &clause(r))]),
+            None => t(lang, "status.unknown"),
         },
-        TaskStatus::Canceled => detail("Canceled."),
+        TaskStatus::Canceled => with("status.canceled_because", "status.canceled", reason),
     }
+}
+
+/// A status's name for people in `lang` ("queued", "排队中").
+pub fn status_name(lang: Lang, status: TaskStatus) -> String {
+    words::t(lang, &format!("state.{}", status.as_str()))
 }
 
 /// `text` with its first letter in upper case.
@@ -490,6 +516,30 @@ mod tests {
         assert_eq!(money(to_micros(0.04), "USD"), "$0.04");
         assert_eq!(money(to_micros(0.0125), "EUR"), "€0.0125");
         assert_eq!(money(to_micros(1.5), "CHF"), "1.50 CHF");
+    }
+
+    /// The English words are the catalogue's, unchanged; the same states read in Chinese,
+    /// their stored English reasons translated.
+    #[test]
+    fn status_messages_come_from_the_catalogue_in_both_languages() {
+        assert_eq!(words::t(Lang::En, "status.unknown"), UNKNOWN_MESSAGE);
+        let m = status_message(TaskStatus::Queued, Some("queued behind 2 earlier tasks."), false, Charge::None);
+        assert_eq!(m, "Queued behind 2 earlier tasks. Nothing has been sent to the provider yet.");
+        assert_eq!(status_message(TaskStatus::Failed, None, false, Charge::None), "Failed:");
+        let zh = |s, r| status_message_in(Lang::ZhCn, s, r, false, Charge::Possible);
+        assert_eq!(
+            zh(TaskStatus::Unknown, Some("the request reached the provider, but its answer was lost (reset)")),
+            "无法确认结果：请求已经到达服务商，但它的回复丢失了（reset）。自动重试已经停止。再次生成是一次新的操作，可能会再次收费。"
+        );
+        assert_eq!(
+            zh(TaskStatus::Queued, Some("Queued behind 2 earlier tasks.")),
+            "排在前面 2 个任务后面。还没有向服务商发送任何东西。"
+        );
+        assert_eq!(
+            zh(TaskStatus::Failed, Some("the provider rejected the request: bad prompt")),
+            "失败：服务商拒绝了这个请求：bad prompt。"
+        );
+        assert_eq!(status_name(Lang::ZhCn, TaskStatus::Unknown), "结果未知");
     }
 
     #[test]

@@ -122,9 +122,11 @@ pub struct EstimatedCost {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        // In the request's language (`api::lang`): the message is made in English and
+        // translated by the catalogue's templates; one it has no template for stays English.
         let error = ErrorDetail {
             code: self.code.to_string(),
-            message: self.message,
+            message: crate::domain::words::localize(super::lang::request_lang(), &self.message),
             retried_as: self.retried_as,
             estimated_cost: self.estimated_cost,
         };

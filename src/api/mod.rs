@@ -18,6 +18,7 @@ pub mod download_profile;
 pub mod error;
 pub mod held;
 pub mod images;
+pub mod lang;
 pub mod openapi;
 pub mod prune;
 pub mod session;
@@ -196,7 +197,8 @@ pub fn app(state: AppState, pages: Router<AppState>) -> Router {
     let v1 = v1
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(from_fn_with_state(state.clone(), auth::require_token));
+        .layer(from_fn_with_state(state.clone(), auth::require_token))
+        .layer(from_fn_with_state(state.clone(), lang::middleware));
     Router::new()
         .nest("/v1", v1)
         .merge(pages)
@@ -236,7 +238,13 @@ pub struct ProvidersJson {
     responses((status = 200, description = "The configured providers.", body = ProvidersJson))
 )]
 pub async fn providers(State(state): State<AppState>) -> Json<ProvidersJson> {
-    Json(ProvidersJson { providers: state.engine().provider_list(), default: state.default_provider().to_string() })
+    // The billing notes in the answer's language (`lang`); an owner's own note stays as written.
+    let lang = lang::request_lang();
+    let mut providers = state.engine().provider_list();
+    for p in &mut providers {
+        p.billing_note = crate::domain::words::localize(lang, &p.billing_note);
+    }
+    Json(ProvidersJson { providers, default: state.default_provider().to_string() })
 }
 
 async fn healthz() -> Response {

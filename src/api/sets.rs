@@ -20,6 +20,7 @@ use super::tasks::{
 use super::{AppState, JsonBody, json_response};
 use crate::clock::rfc3339;
 use crate::domain::TaskStatus;
+use crate::domain::words::localize;
 use crate::store::{
     MAX_CANDIDATES, NewSet, NewShot, SHOT_ROLES, SetStatus, SetView, SubmitOutcome, TaskView, UploadView,
     delivery_blocking, set_summary,
@@ -150,6 +151,9 @@ fn candidate_json(state: &AppState, t: &TaskView, chosen: Option<&str>) -> Candi
 /// The API's view of a set.
 pub fn set_json(state: &AppState, s: &SetView) -> SetJson {
     let (status, progress, message) = set_summary(s);
+    // Its words in the answer's language (`api::lang`); made in English by the store.
+    let lang = super::lang::request_lang();
+    let (progress, message) = (localize(lang, &progress), localize(lang, &message));
     SetJson {
         id: s.id.clone(),
         product: s.product.clone(),

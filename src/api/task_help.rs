@@ -2,13 +2,16 @@
 //! job whose outcome is unknown (`where_to_look`), and, for a job refused before anything was
 //! sent (`refused_before_sending`), what was wrong and the fix, and whether retrying unchanged
 //! can help. Both are derived from what the task JSON already has (the provider's dashboard,
-//! the stored reason, the history); nothing here changes a task.
+//! the stored reason, the history); nothing here changes a task. Their words are in the
+//! answer's language, from the one catalogue (`domain::words`: `where.*`, `match.*`, `fix.*`);
+//! `problem` stays in the adapter's or tally's recorded words.
 
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::clock::rfc3339;
-use crate::domain::{Charge, TaskStatus};
+use crate::domain::words::{has, t as word, tf};
+use crate::domain::{Charge, Lang, TaskStatus};
 use crate::engine::Engine;
 use crate::store::{EventView, TaskView};
 
@@ -69,34 +72,42 @@ pub struct RefusedBeforeSendingJson {
     pub references_given: Option<u32>,
 }
 
-/// `where_to_look` for an unknown job (null otherwise).
-pub fn where_to_look(engine: &Engine, t: &TaskView) -> Option<WhereToLookJson> {
+/// `where_to_look` for an unknown job (null otherwise), its words in `lang`.
+pub fn where_to_look(engine: &Engine, t: &TaskView, lang: Lang) -> Option<WhereToLookJson> {
     if t.status != TaskStatus::Unknown {
         return None;
     }
     let d = engine.dashboard(&t.provider)?;
+    // The catalogue's words for a page it knows (the page uses the same keys); the
+    // provider kind's own (English) words otherwise.
+    let known = |kind: &str, own: String| {
+        let key = format!("where.{kind}.{}", d.page);
+        if lang != Lang::En && has(&key) { word(lang, &key) } else { own }
+    };
+    let (label, how) = (known("label", d.label.clone()), known("how", d.how.clone()));
     let mut match_by = Vec::new();
     if let Some(model) = d.model.as_deref().filter(|m| !m.is_empty()) {
-        match_by.push(detail("model", "Model", model));
+        match_by.push(detail("model", &label_of(lang, "match.model", "Model"), model));
     }
-    match_by.push(detail("prompt", "Prompt", &t.prompt));
-    Some(WhereToLookJson {
-        page: d.page,
-        url: d.url,
-        label: d.label,
-        how: d.how,
-        lists_requests: d.lists_requests,
-        match_by,
-    })
+    match_by.push(detail("prompt", &label_of(lang, "match.prompt", "Prompt"), &t.prompt));
+    Some(WhereToLookJson { page: d.page, url: d.url, label, how, lists_requests: d.lists_requests, match_by })
 }
 
 fn detail(what: &str, label: &str, value: &str) -> MatchByJson {
     MatchByJson { what: what.into(), label: label.into(), value: value.into() }
 }
 
+/// A detail's name: the API's English words (as before the catalogue had them), or the
+/// catalogue's in another language.
+fn label_of(lang: Lang, key: &str, english: &str) -> String {
+    if lang == Lang::En { english.to_string() } else { word(lang, key) }
+}
+
 /// Add the time the request was last sent and the provider's id for it, from the job's
-/// history, in front of the other details.
+/// history (its stored English lines), in front of the other details, named in the language
+/// of the answer being made (`api::lang`).
 pub fn add_request_details(w: &mut WhereToLookJson, events: &[EventView]) {
+    let lang = super::lang::request_lang();
     let sent = events.iter().rev().find(|e| e.kind == "calling").map(|e| rfc3339(e.at));
     let id = events
         .iter()
@@ -106,17 +117,23 @@ pub fn add_request_details(w: &mut WhereToLookJson, events: &[EventView]) {
         .filter(|s| !s.is_empty());
     let mut front = Vec::new();
     if let Some(id) = id {
-        front.push(detail("request_id", "The provider's id for it", id));
+        front.push(detail("request_id", &word(lang, "match.request_id"), id));
     }
     if let Some(at) = sent {
-        front.push(detail("sent_at", "Time sent (UTC)", &at));
+        front.push(detail("sent_at", &word(lang, "match.sent_at_utc"), &at));
     }
     w.match_by.splice(0..0, front);
 }
 
 /// `refused_before_sending` for a failed job that a check before sending stopped (nothing
 /// was sent or charged): the adapter's preflight, or tally's own checks (an API key, a size).
+/// In English: [`refused_before_sending_in`] with [`Lang::En`].
 pub fn refused_before_sending(t: &TaskView) -> Option<RefusedBeforeSendingJson> {
+    refused_before_sending_in(t, Lang::En)
+}
+
+/// `refused_before_sending`, its `fix` in `lang`.
+pub fn refused_before_sending_in(t: &TaskView, lang: Lang) -> Option<RefusedBeforeSendingJson> {
     if t.status != TaskStatus::Failed || t.charge.state != Charge::None {
         return None;
     }
@@ -137,48 +154,21 @@ pub fn refused_before_sending(t: &TaskView) -> Option<RefusedBeforeSendingJson> 
     let taken = references_taken(problem);
     let provider = &t.provider;
     let (what, fix, helps) = match (adapter, taken, given) {
-        (true, Some(max), Some(n)) if n > max && problem.contains("reference_input") => (
-            "too_many_references",
-            format!(
-                "Provider {provider} is not set up for reference photos: set its reference_input in tally's \
-                 settings (the name of the model's image input) and reload them, then retry; or remove the \
-                 photos, or choose another provider."
-            ),
-            true,
-        ),
-        (true, Some(0), Some(_)) => (
-            "too_many_references",
-            "This model takes no reference photos: remove them, or choose another provider.".to_string(),
-            false,
-        ),
-        (true, Some(1), Some(n)) if n > 1 => (
-            "too_many_references",
-            format!("This model takes one reference photo: remove {} of them, or choose another provider.", n - 1),
-            false,
-        ),
+        (true, Some(max), Some(n)) if n > max && problem.contains("reference_input") => {
+            ("too_many_references", tf(lang, "fix.reference_input", &[("provider", provider)]), true)
+        }
+        (true, Some(0), Some(_)) => ("too_many_references", word(lang, "fix.takes_none"), false),
+        (true, Some(1), Some(n)) if n > 1 => {
+            ("too_many_references", tf(lang, "fix.takes_one", &[("n", &(n - 1).to_string())]), false)
+        }
         (true, Some(max), Some(n)) if n > max => (
             "too_many_references",
-            format!("This model takes at most {max} reference photos: remove {}, or choose another provider.", n - max),
+            tf(lang, "fix.takes_max", &[("max", &max.to_string()), ("n", &(n - max).to_string())]),
             false,
         ),
-        (true, _, Some(0)) if problem.contains(" edits ") => (
-            "needs_references",
-            "This model edits reference photos: add one, or choose another provider.".to_string(),
-            false,
-        ),
-        _ if settings => (
-            "settings",
-            format!(
-                "Fix tally's settings for provider {provider} as said above, reload them (restart tally or \
-                 send it SIGHUP), then retry."
-            ),
-            true,
-        ),
-        _ => (
-            "request",
-            "Change the request, or choose another provider: sending it unchanged is refused the same way.".to_string(),
-            false,
-        ),
+        (true, _, Some(0)) if problem.contains(" edits ") => ("needs_references", word(lang, "fix.needs"), false),
+        _ if settings => ("settings", tf(lang, "fix.settings", &[("provider", provider)]), true),
+        _ => ("request", word(lang, "fix.request"), false),
     };
     let refs = what.ends_with("references");
     Some(RefusedBeforeSendingJson {
@@ -263,6 +253,9 @@ mod tests {
         assert_eq!((r.references_taken, r.references_given), (Some(1), Some(2)));
         assert!(r.fix.contains("one reference photo") && r.fix.contains("remove 1"), "{}", r.fix);
         assert!(!r.retry_helps);
+        let zh = refused_before_sending_in(&t, Lang::ZhCn).expect("a refusal");
+        assert_eq!(zh.fix, "这个模型只接受一张参考照片：请删除其中 1 张，或者换一个服务商。");
+        assert_eq!(zh.problem, r.problem, "the problem stays in the adapter's words");
 
         let t = failed(
             "rejected",

@@ -1,12 +1,15 @@
 //! The task JSON every surface shows: status, a plain-words message, attempts, artifacts, what
-//! the evidence says about money, and whether a retry is possible and what it may cost.
+//! the evidence says about money, and whether a retry is possible and what it may cost. Its
+//! sentences are in the request's language (`api::lang`), from the one catalogue
+//! (`domain::words`); `reason` stays the stored English detail.
 
 use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
 use crate::clock::rfc3339;
-use crate::domain::{Charge, TaskStatus, from_micros, money, status_message};
+use crate::domain::words::{localize, t as word, tf};
+use crate::domain::{Charge, Lang, TaskStatus, from_micros, money, status_message_in, status_name};
 use crate::engine::Engine;
 use crate::store::{ArtifactView, TaskView};
 
@@ -52,7 +55,8 @@ pub struct TaskJson {
     pub candidate: Option<i64>,
     pub cancel_requested: bool,
     pub failure_kind: Option<String>,
-    /// The stored detail behind the message (why it failed, what it waits for).
+    /// The stored detail behind the message (why it failed, what it waits for), as tally
+    /// recorded it, in English whatever the language of the answer.
     pub reason: Option<String>,
     /// The submitter's group: jobs of one group take turns with other groups' jobs.
     pub group: Option<String>,
@@ -87,20 +91,17 @@ pub struct HeldJson {
 }
 
 /// The held object of a task, if it is held.
-fn held_json(engine: &Engine, t: &TaskView) -> Option<HeldJson> {
+fn held_json(engine: &Engine, t: &TaskView, lang: Lang) -> Option<HeldJson> {
     let h = t.held.as_ref()?;
     let price = engine.price_of(&t.provider, &t.params);
     let note = if !engine.provider_bills(&t.provider) {
-        "Sending it again is free: this provider never charges.".to_string()
+        word(lang, "note.held_free")
     } else {
-        let about = price.as_ref().map(|(m, c)| format!(" (about {})", money(*m, c))).unwrap_or_default();
-        format!(
-            "Sending it again makes a new request, which the provider charges for{about} — a second charge if the \
-             daemon the copy came from sent it already."
-        )
+        let about = about(lang, "money.about_paren", price.as_ref());
+        tf(lang, "note.held_billed", &[("about", &about)])
     };
     Some(HeldJson {
-        reason: h.reason.clone(),
+        reason: localize(lang, &h.reason),
         since: rfc3339(h.since),
         estimated_cost: price.as_ref().map(|(m, _)| from_micros(*m)),
         currency: price.map(|(_, c)| c),
@@ -155,56 +156,42 @@ pub struct RetryJson {
     pub note: String,
 }
 
-fn retry_json(engine: &Engine, t: &TaskView) -> RetryJson {
+/// " (about $0.04)" (`key`: `money.about` or `money.about_paren`) in `lang`, or nothing
+/// without a price.
+fn about(lang: Lang, key: &str, price: Option<&(crate::domain::Micros, String)>) -> String {
+    price.map(|(m, c)| tf(lang, key, &[("amount", &money(*m, c))])).unwrap_or_default()
+}
+
+fn retry_json(engine: &Engine, t: &TaskView, lang: Lang) -> RetryJson {
     let allowed = matches!(t.status, TaskStatus::Failed | TaskStatus::Unknown | TaskStatus::Canceled);
     let price = engine.price_of(&t.provider, &t.params);
-    let about = price.as_ref().map(|(m, c)| format!(" about {}", money(*m, c))).unwrap_or_default();
-    let paren = price.as_ref().map(|(m, c)| format!(" (about {})", money(*m, c))).unwrap_or_default();
+    let about_plain = about(lang, "money.about", price.as_ref());
+    let paren = about(lang, "money.about_paren", price.as_ref());
     let billed = engine.provider_bills(&t.provider);
     let state = t.charge.state;
     let note = if !allowed && t.status == TaskStatus::Succeeded {
         if billed {
-            format!("This task succeeded. Generating again would be a new task, which the provider charges for{about}.")
+            tf(lang, "note.succeeded_billed", &[("about", &about_plain)])
         } else {
-            "This task succeeded. Generating again would be a new task; this provider never charges.".to_string()
+            word(lang, "note.succeeded_free")
         }
     } else if !allowed {
-        "This task has not finished; it can be retried once it has failed, been canceled or its outcome is unknown."
-            .to_string()
+        word(lang, "note.not_finished")
     } else if let Some((id, status)) = &t.retried_as {
-        if status.is_settled() {
-            format!(
-                "This task was already retried as task {id} ({status}). Retrying it again makes another new task; \
-                 the retry must name task {id} to show it is meant."
-            )
-        } else {
-            format!("This task was already retried as task {id}, which is still {status}; wait for it to finish.")
-        }
-    } else if let Some(r) = super::task_help::refused_before_sending(t).filter(|r| !r.retry_helps) {
-        format!(
-            "Nothing was sent: tally refused this request before sending it ({}). Retrying it unchanged is refused \
-             the same way. {}",
-            r.problem.trim_end_matches('.'),
-            r.fix
-        )
+        let name = match lang {
+            Lang::En => status.as_str().to_string(),
+            Lang::ZhCn => status_name(lang, *status),
+        };
+        let key = if status.is_settled() { "note.retried_settled" } else { "note.retried_live" };
+        tf(lang, key, &[("id", id), ("status", &name)])
+    } else if let Some(r) = super::task_help::refused_before_sending_in(t, lang).filter(|r| !r.retry_helps) {
+        tf(lang, "note.refused", &[("problem", r.problem.trim_end_matches('.')), ("fix", &r.fix)])
     } else {
         match state {
-            Charge::None => {
-                "Nothing for this task reached the provider, so retrying cannot make you pay twice for it.".to_string()
-            }
-            Charge::Refused => format!(
-                "The provider refused this task's request, and does not charge for a refusal. Retrying sends a new \
-                 request, charged{about} if it goes through."
-            ),
-            Charge::Possible => format!(
-                "A request for this task reached the provider and its outcome cannot be proven, so it may have been \
-                 charged. Retrying creates a new task: generating again is a new operation that may be charged \
-                 again{paren}."
-            ),
-            Charge::Charged => format!(
-                "This task's request was charged. Retrying creates a new task: generating again is a new operation \
-                 that is charged again{paren}."
-            ),
+            Charge::None => word(lang, "note.none"),
+            Charge::Refused => tf(lang, "note.refused_charge", &[("about", &about_plain)]),
+            Charge::Possible => tf(lang, "note.possible", &[("about", &paren)]),
+            Charge::Charged => tf(lang, "note.charged", &[("about", &paren)]),
         }
     };
     RetryJson {
@@ -237,12 +224,18 @@ fn artifact_json(a: &ArtifactView) -> ArtifactJson {
     }
 }
 
-/// The API's view of a task.
+/// The API's view of a task, in the language of the request being answered (`api::lang`;
+/// English outside a request).
 pub fn task_json(engine: &Engine, t: &TaskView) -> TaskJson {
+    task_json_in(engine, t, super::lang::request_lang())
+}
+
+/// The API's view of a task, its sentences in `lang`.
+pub fn task_json_in(engine: &Engine, t: &TaskView, lang: Lang) -> TaskJson {
     TaskJson {
         id: t.id.clone(),
         status: t.status,
-        message: status_message(t.status, t.reason.as_deref(), t.cancel_requested, t.charge.state),
+        message: status_message_in(lang, t.status, t.reason.as_deref(), t.cancel_requested, t.charge.state),
         attempts: t.attempts,
         provider: t.provider.clone(),
         prompt: t.prompt.clone(),
@@ -251,12 +244,12 @@ pub fn task_json(engine: &Engine, t: &TaskView) -> TaskJson {
         created_at: rfc3339(t.created_at),
         updated_at: rfc3339(t.updated_at),
         artifacts: t.artifacts.iter().map(artifact_json).collect(),
-        retry: retry_json(engine, t),
+        retry: retry_json(engine, t, lang),
         retry_of: t.retry_of.clone(),
         charge: charge_json(engine, t),
         retried_as: t.retried_as.as_ref().map(|(id, status)| RetriedAsJson { id: id.clone(), status: *status }),
         needs_attention: (t.status == TaskStatus::Unknown && t.retried_as.is_none()) || t.held.is_some(),
-        held: held_json(engine, t),
+        held: held_json(engine, t, lang),
         set_id: t.set_id.clone(),
         shot_role: t.shot_role.clone(),
         shot_index: t.set_id.as_ref().and(t.set_position),
@@ -269,12 +262,17 @@ pub fn task_json(engine: &Engine, t: &TaskView) -> TaskJson {
         // (a budget hold, a retry's backoff), so no surface has to guess.
         waiting_for: match t.status {
             TaskStatus::Queued | TaskStatus::Waiting => {
-                t.waiting_for.clone().or_else(|| t.reason.clone().filter(|r| !r.trim().is_empty()))
+                let why = t.waiting_for.as_deref().or(t.reason.as_deref()).filter(|r| !r.trim().is_empty());
+                why.map(|r| localize(lang, r))
             }
             _ => None,
         },
-        billing_note: if t.status == TaskStatus::Unknown { engine.billing_note(&t.provider) } else { None },
-        where_to_look: super::task_help::where_to_look(engine, t),
-        refused_before_sending: super::task_help::refused_before_sending(t),
+        billing_note: if t.status == TaskStatus::Unknown {
+            engine.billing_note(&t.provider).map(|n| localize(lang, &n))
+        } else {
+            None
+        },
+        where_to_look: super::task_help::where_to_look(engine, t, lang),
+        refused_before_sending: super::task_help::refused_before_sending_in(t, lang),
     }
 }

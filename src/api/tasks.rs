@@ -280,6 +280,9 @@ pub struct EventJson {
     pub at: String,
     pub actor: String,
     pub kind: String,
+    /// What happened, in the answer's language (`api::lang`): stored in English and
+    /// translated by the catalogue (`domain::words::localize`); a line it has no words for
+    /// (a provider's own message, an older version's wording) is shown as it was stored.
     pub message: String,
     /// The execution (one attempt's worker run) the entry belongs to, if any.
     pub execution: Option<String>,
@@ -303,6 +306,7 @@ pub struct EventList {
 )]
 pub async fn events(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
     load(&state, &id).await?;
+    let lang = super::lang::request_lang();
     let events: Vec<EventJson> = state
         .engine()
         .store()
@@ -313,7 +317,7 @@ pub async fn events(State(state): State<AppState>, Path(id): Path<String>) -> Re
             at: rfc3339(e.at),
             actor: e.actor,
             kind: e.kind,
-            message: e.message,
+            message: crate::domain::words::localize(lang, &e.message),
             execution: e.execution_token,
         })
         .collect();

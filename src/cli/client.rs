@@ -17,6 +17,9 @@ pub struct Client {
     http: reqwest::Client,
     base: String,
     token: String,
+    /// The owner's language (`ui.language`, else English): the daemon answers in it, and the
+    /// CLI's own words follow it.
+    lang: crate::domain::Lang,
 }
 
 /// An answer from the API: its status and JSON body.
@@ -68,7 +71,13 @@ impl Client {
         })?;
         // reqwest is built without a default TLS crypto provider; install ring once.
         let _ = rustls::crypto::ring::default_provider().install_default();
+        // The owner's language (`ui.language`): the daemon answers its sentences in it.
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(lang) = cfg.ui.language {
+            headers.insert(reqwest::header::ACCEPT_LANGUAGE, reqwest::header::HeaderValue::from_static(lang.tag()));
+        }
         let http = reqwest::Client::builder()
+            .default_headers(headers)
             .no_proxy()
             .connect_timeout(Duration::from_secs(5))
             .timeout(Duration::from_secs(60))
@@ -77,7 +86,12 @@ impl Client {
         // A running daemon of this data dir says where it listens (it may have been started
         // with `--listen`); else the configured address.
         let listen = crate::app::served_address(&cfg.storage.data_dir).unwrap_or(cfg.server.listen);
-        Ok(Client { http, base: base_url(listen), token })
+        Ok(Client { http, base: base_url(listen), token, lang: cfg.ui.language.unwrap_or(crate::domain::Lang::En) })
+    }
+
+    /// The language the CLI speaks (`ui.language`, else English).
+    pub fn lang(&self) -> crate::domain::Lang {
+        self.lang
     }
 
     /// The daemon's base URL.

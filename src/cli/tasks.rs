@@ -12,6 +12,8 @@ use super::sets::set_command;
 use super::*;
 use crate::cli::client::Client;
 use crate::config::Config;
+use crate::domain::Lang;
+use crate::domain::words::{t as word, tf};
 
 pub(super) async fn client_command(cfg: &Config, cmd: Command, json: bool) -> Result<ExitCode, Failure> {
     let client = Client::new(cfg)?;
@@ -230,7 +232,7 @@ pub(super) fn show_task(client: &Client, t: &Value, json: bool) {
         println!("retry of  {}", term_safe(r));
     }
     if let Some(c) = t.get("charge") {
-        println!("charge    {}", charge_words(c));
+        println!("charge    {}", charge_words(c, client.lang()));
     }
     if let Some(r) = t.get("retried_as").filter(|r| r.is_object()) {
         println!("retried   as → task {} ({})", st(r, "id"), st(r, "status"));
@@ -258,9 +260,10 @@ pub(super) fn show_task(client: &Client, t: &Value, json: bool) {
         }
     }
     if s(t, "status") == "unknown" {
-        println!("next      check the provider's dashboard, then record what you found:");
-        println!("          tally resolve {id} --image FILE   or   tally resolve {id} --failed --note \"…\"");
-        println!("          (or generate again on purpose: tally retry {id} --accept-possible-charge)");
+        let lang = client.lang();
+        println!("next      {}", word(lang, "cli.unknown_next"));
+        println!("          {}", tf(lang, "cli.unknown_resolve", &[("id", &id)]));
+        println!("          {}", tf(lang, "cli.unknown_retry", &[("id", &id)]));
     }
 }
 
@@ -347,20 +350,24 @@ pub(super) async fn wait_for(client: &Client, mut task: Value, json: bool) -> Re
 }
 
 /// A task's `charge` in plain words: `charged (1 request, about $0.04)`.
-fn charge_words(c: &Value) -> String {
+fn charge_words(c: &Value, lang: Lang) -> String {
     let state = match s(c, "state") {
-        "none" => "none: nothing reached the provider",
-        "refused" => "refused: the provider said no, and does not charge for that",
-        "possible" => "possibly charged: the outcome cannot be proven",
-        "charged" => "charged",
-        other => other,
+        "none" => word(lang, "cli.charge_none"),
+        "refused" => word(lang, "cli.charge_refused"),
+        "possible" => word(lang, "cli.charge_possible"),
+        "charged" => word(lang, "cli.charge_charged"),
+        other => other.to_string(),
     };
     let n = c.get("requests").and_then(Value::as_i64).unwrap_or(0);
-    let mut out = format!("{state} ({n} request{}", if n == 1 { "" } else { "s" });
-    if let Some(cost) = c.get("estimated_cost").and_then(Value::as_f64) {
-        let cur = c.get("currency").and_then(Value::as_str).unwrap_or("");
-        out.push_str(&format!(", about {}", crate::domain::money(crate::domain::to_micros(cost), cur)));
+    let about = match c.get("estimated_cost").and_then(Value::as_f64) {
+        Some(cost) => {
+            let cur = c.get("currency").and_then(Value::as_str).unwrap_or("");
+            tf(lang, "cli.about", &[("amount", &crate::domain::money(crate::domain::to_micros(cost), cur))])
+        }
+        None => String::new(),
+    };
+    match n {
+        1 => tf(lang, "cli.charge_one", &[("state", &state), ("about", &about)]),
+        n => tf(lang, "cli.charge_many", &[("state", &state), ("n", &n.to_string()), ("about", &about)]),
     }
-    out.push(')');
-    out
 }

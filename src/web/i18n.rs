@@ -1,73 +1,17 @@
 //! The page's language: English or Simplified Chinese, from one message catalogue
-//! (`assets/messages.json`, every key in both languages: a test checks it, and that every key
-//! the page uses exists). The language is, in order: the page's own switch (the `tally_lang`
-//! cookie), `ui.language` in the configuration, the browser's `Accept-Language`, English.
+//! (`assets/messages.json`, read through `domain::words`, which the task JSON and the history
+//! lines use too; every key in both languages with the same parameters: a test checks it, and
+//! that every key the page uses exists). The language is, in order: the page's own switch
+//! (the `tally_lang` cookie), `ui.language` in the configuration, the browser's
+//! `Accept-Language`, English (`api::lang::choose`: the API answers by the same rule).
 //! The served HTML says which in `<html lang>`; its `{{t:KEY}}` placeholders are filled in
 //! here, and the chosen language's messages go into the page (a JSON block the scripts read
 //! through `tally.t(KEY)`).
 
-use std::collections::BTreeMap;
-use std::sync::OnceLock;
-
-use axum::http::{HeaderMap, header};
-
-/// The catalogue, embedded.
-const MESSAGES: &str = include_str!("assets/messages.json");
-
-/// The cookie the page's language switch sets.
-pub const LANG_COOKIE: &str = "tally_lang";
-
+pub use crate::api::lang::{LANG_COOKIE, choose};
 pub use crate::domain::Lang;
-
-type Catalogue = BTreeMap<String, BTreeMap<String, String>>;
-
-/// The parsed catalogue (`{}` if the embedded file were broken; the tests make sure it is not).
-fn catalogue() -> &'static Catalogue {
-    static C: OnceLock<Catalogue> = OnceLock::new();
-    C.get_or_init(|| serde_json::from_str(MESSAGES).unwrap_or_default())
-}
-
-/// One message in `lang` (English, then the key, when missing).
-pub fn t(lang: Lang, key: &str) -> String {
-    let c = catalogue();
-    c.get(lang.tag())
-        .and_then(|m| m.get(key))
-        .or_else(|| c.get("en").and_then(|m| m.get(key)))
-        .cloned()
-        .unwrap_or_else(|| key.to_string())
-}
-
-/// The first language of `Accept-Language` (by weight) that the page has.
-fn from_accept_language(value: &str) -> Option<Lang> {
-    let mut tags: Vec<(f32, usize, Lang)> = value
-        .split(',')
-        .enumerate()
-        .filter_map(|(i, part)| {
-            let mut bits = part.split(';');
-            let lang = Lang::parse(bits.next()?)?;
-            let q = bits
-                .find_map(|b| b.trim().strip_prefix("q=").and_then(|q| q.trim().parse::<f32>().ok()))
-                .unwrap_or(1.0);
-            (q > 0.0).then_some((q, i, lang))
-        })
-        .collect();
-    tags.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-    tags.first().map(|t| t.2)
-}
-
-/// The language for a request: the switch's cookie, the configured one, `Accept-Language`.
-pub fn choose(headers: &HeaderMap, configured: Option<Lang>) -> Lang {
-    let cookie = headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .find_map(|kv| kv.trim().strip_prefix(LANG_COOKIE).and_then(|r| r.strip_prefix('=')).and_then(Lang::parse));
-    cookie
-        .or(configured)
-        .or_else(|| headers.get(header::ACCEPT_LANGUAGE).and_then(|v| v.to_str().ok()).and_then(from_accept_language))
-        .unwrap_or(Lang::En)
-}
+pub use crate::domain::words::t;
+use crate::domain::words::{SAID, catalogue};
 
 /// `html` in `lang`: `{{LANG}}` → the tag, `{{t:KEY}}` → the message (HTML-escaped), and
 /// `{{MESSAGES}}` → the language's messages as JSON for the scripts.
@@ -89,7 +33,11 @@ pub fn render(html: &str, lang: Lang) -> String {
         }
     }
     out.push_str(rest);
-    let messages = catalogue().get(lang.tag()).cloned().unwrap_or_default();
+    // The page's words; the daemon's own lines (`say.…`) it receives already translated.
+    let messages: std::collections::BTreeMap<&String, &String> = catalogue()
+        .get(lang.tag())
+        .map(|m| m.iter().filter(|(k, _)| !k.starts_with(SAID)).collect())
+        .unwrap_or_default();
     // `</` cannot end the JSON block early: it is escaped.
     let json = serde_json::to_string(&messages).unwrap_or_else(|_| "{}".into()).replace("</", "<\\/");
     out.replace("{{LANG}}", lang.tag()).replace("{{MESSAGES}}", &json)
@@ -98,14 +46,30 @@ pub fn render(html: &str, lang: Lang) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::words::Catalogue;
+    use axum::http::{HeaderMap, header};
 
     #[test]
     fn every_key_exists_in_both_languages_and_every_key_used_exists() {
-        let c: Catalogue = serde_json::from_str(MESSAGES).expect("messages.json is JSON");
+        let c: Catalogue = serde_json::from_str(include_str!("assets/messages.json")).expect("messages.json is JSON");
+        assert_eq!(&c, catalogue(), "the catalogue parses");
         let en: Vec<&String> = c["en"].keys().collect();
         let zh: Vec<&String> = c["zh-CN"].keys().collect();
         assert_eq!(en, zh, "the same keys in en and zh-CN");
         assert!(c["zh-CN"].values().all(|v| !v.trim().is_empty()));
+        // The same parameters, by name, in both languages.
+        let params = |v: &str| -> std::collections::BTreeSet<String> {
+            crate::domain::words::pieces(v)
+                .into_iter()
+                .filter_map(|p| match p {
+                    crate::domain::words::Piece::Param(n) => Some(n),
+                    crate::domain::words::Piece::Text(_) => None,
+                })
+                .collect()
+        };
+        for (key, en) in &c["en"] {
+            assert_eq!(params(en), params(&c["zh-CN"][key]), "`{key}` has the same parameters in en and zh-CN");
+        }
         // Every key the page uses: {{t:KEY}} in the HTML, T.t("KEY") / T.tf("KEY", …) in the scripts
         // (and t("KEY") / tf("KEY", …) inside core.js).
         let sources = [

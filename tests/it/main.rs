@@ -29,6 +29,7 @@ mod disks;
 mod download_profiles;
 mod engine;
 mod fairness;
+mod language;
 mod limits;
 mod money;
 mod onefile;

@@ -16,16 +16,16 @@ use crate::web::printed_sign_in_url;
 
 /// What the tests look at: a set whose only shot was refused before sending (two reference
 /// photos on a one-photo model), a ready job, and an unknown one.
-struct Jobs {
-    set: String,
-    refused: String,
-    ready: String,
-    unknown: String,
+pub(crate) struct Jobs {
+    pub(crate) set: String,
+    pub(crate) refused: String,
+    pub(crate) ready: String,
+    pub(crate) unknown: String,
 }
 
 /// A daemon with a one-photo FLUX model on Replicate, a priced OpenAI model and the demo, all
 /// against `mock`, and the jobs above made through the API.
-fn daemon_with_jobs(mock: &Mock) -> (Daemon, Jobs) {
+pub(crate) fn daemon_with_jobs(mock: &Mock) -> (Daemon, Jobs) {
     let base = mock.base();
     let common = "api_key_env = \"TALLY_TEST_KEY\"\nmax_concurrency = 2\npoll_interval_ms = 50\n\
                   request_timeout_ms = 5000\nconnect_timeout_ms = 1000\n";

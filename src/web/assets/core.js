@@ -15,12 +15,13 @@ window.tally = (function () {
     queued: "…", waiting: "◷", running: "↻", succeeded: "✓", failed: "✕", unknown: "?", canceled: "–",
     done: "✓", done_with_problems: "?",
   };
-  /* Status words for people. */
+  /* Status words for people (in English; the page shows the catalogue's `word.*`). */
   const WORDS = {
     queued: "waiting its turn", waiting: "waiting", running: "generating", succeeded: "ready", failed: "failed",
     unknown: "outcome unknown", canceled: "canceled", done: "done", done_with_problems: "needs a look",
   };
-  /* Shot roles in plain words (the API's names are main, selling_point, scene). */
+  /* Shot roles in plain words (the API's names are main, selling_point, scene; the page
+     shows the catalogue's `role.*`). */
   const ROLES = [["main", "Main photo"], ["selling_point", "Selling point"], ["scene", "Lifestyle scene"]];
 
   const main = document.getElementById("main");
@@ -82,19 +83,19 @@ window.tally = (function () {
 
   function badge(status) {
     return h("span", { class: "badge s-" + status },
-      h("span", { class: "icon", "aria-hidden": "true" }, ICONS[status] || "•"), " " + (WORDS[status] || status));
+      h("span", { class: "icon", "aria-hidden": "true" }, ICONS[status] || "•"), " " + (WORDS[status] ? t(`word.${status}`) : status));
   }
 
   function roleWords(role) {
     const r = ROLES.find(([k]) => k === role);
-    return r ? r[1] : role ? role.replace(/_/g, " ") : "Shot";
+    return r ? t(`role.${r[0]}`) : role ? role.replace(/_/g, " ") : "Shot";
   }
 
   /** A job's name for people: its set's product and role for a shot, else its prompt. */
   function jobTitle(t, product) {
     if (t.shot_role || t.role) {
       const role = roleWords(t.shot_role || t.role);
-      return product ? role + " of " + product : role + ": " + shotWords(t.prompt);
+      return product ? tf("role.of", { role, product }) : role + ": " + shotWords(t.prompt);
     }
     return t.prompt;
   }
@@ -120,23 +121,24 @@ window.tally = (function () {
   /** What tally knows about charges for this job, as one sentence, from `charge` when the
       daemon sends it; else from the older `retry.requires_cost_acknowledgement`. */
   function chargeSentence(t) {
+    /* `t` is the job here: the catalogue's words come through `tf`. */
     const c = t.charge;
     if (c && c.state) {
       const amount = money(c.estimated_cost, c.currency);
-      const about = amount ? " (about " + amount + ")" : "";
-      if (c.recorded_by_hand && c.state === "none") return "Not charged: you recorded that the provider's dashboard shows no charge.";
-      if (c.recorded_by_hand && c.state === "charged") return "Charged" + about + ": you recorded this from the provider's dashboard.";
+      const about = amount ? tf("charge.about", { amount }) : "";
+      if (c.recorded_by_hand && c.state === "none") return tf("charge.by_hand_none");
+      if (c.recorded_by_hand && c.state === "charged") return tf("charge.by_hand_charged", { about });
       switch (c.state) {
-        case "none": return "Nothing was charged: no request reached the provider.";
-        case "refused": return "Not charged: the provider refused the request.";
-        case "charged": return "Charged" + about + ".";
+        case "none": return tf("charge.none");
+        case "refused": return tf("charge.refused");
+        case "charged": return tf("charge.charged", { about });
         case "possible": case "possibly_charged": case "maybe":
-          return "It may have been charged" + about + ": the request reached the provider.";
+          return tf("charge.possible", { about });
         default: return null;
       }
     }
     if (!t.retry || !SETTLED.includes(t.status)) return null;
-    return t.retry.requires_cost_acknowledgement ? "It may have been charged: the request reached the provider." : null;
+    return t.retry.requires_cost_acknowledgement ? tf("charge.possible", { about: "" }) : null;
   }
 
   /** "may charge about $0.04 again" when the daemon knows the price of a retry. */
@@ -410,15 +412,13 @@ window.tally = (function () {
     const ack = document.getElementById("retry-ack");
     const confirm = document.getElementById("retry-confirm");
     const err = document.getElementById("retry-error");
-    const cost = retryCost(t);
+    /* "about $0.04" in the page's language, when the daemon knows the price. */
+    const amount = money((t.retry || {}).estimated_cost, (t.retry || {}).currency);
+    const cost = amount ? tf("retry.about", { amount }) : null;
     document.getElementById("retry-warning").textContent =
-      "This may be charged again. The first request reached the provider, so it may already have been paid for, " +
-      "even though tally cannot confirm a result. Generating again is a new request that " +
-      (cost ? "may charge " + cost + " again." : "may be charged again.");
-    document.getElementById("retry-billing").textContent = t.billing_note ? "How " + t.provider + " bills: " + t.billing_note : "";
-    document.getElementById("retry-ack-text").textContent = cost
-      ? "I understand that generating again may charge " + cost + " a second time."
-      : "I understand that generating again may be charged a second time.";
+      cost ? tf("retry.warning_cost", { cost }) : tf("retry.warning");
+    document.getElementById("retry-billing").textContent = t.billing_note ? tf("unknown.bills", { provider: t.provider }) + t.billing_note : "";
+    document.getElementById("retry-ack-text").textContent = cost ? tf("retry.ack_cost", { cost }) : tf("retry.ack");
     ack.checked = false;
     confirm.disabled = true;
     showError(err, "");

@@ -19,7 +19,7 @@
         api("GET", "/v1/tasks/" + encodeURIComponent(id) + "/events")]);
     } catch (e) {
       if (e.code === "signed_out") return;
-      T.setView("task", id, "Job not found", [h("p", {}, h("a", { href: "#/" }, "← All jobs")), h("p", {}, e.message)], fresh);
+      T.setView("task", id, T.t("job.not_found"), [h("p", {}, h("a", { href: "#/" }, T.t("job.all"))), h("p", {}, e.message)], fresh);
       return;
     }
     if (location.hash !== "#/tasks/" + encodeURIComponent(id) && location.hash !== "#/tasks/" + id) return;
@@ -44,7 +44,8 @@
 
   function retriedFromEvents(events) {
     for (const e of events.slice().reverse()) {
-      const m = e.kind === "retried" && /retried as task ([0-9a-f-]{20,})/.exec(e.message);
+      /* The new job's id, in whatever language the line is in. */
+      const m = e.kind === "retried" && /([0-9a-f]{8}-[0-9a-f-]{20,})/.exec(e.message);
       if (m) return m[1];
     }
     return null;
@@ -52,13 +53,13 @@
 
   function unknownExplainer(t) {
     return h("section", { id: "unknown-explainer", class: "unknown-box", "aria-labelledby": "unknown-title" },
-      h("h2", { id: "unknown-title" }, h("span", { class: "icon", "aria-hidden": "true" }, "?"), " The outcome is unknown"),
+      h("h2", { id: "unknown-title" }, h("span", { class: "icon", "aria-hidden": "true" }, "?"), " " + T.t("unknown.title")),
       h("ul", {},
-        h("li", {}, "The result cannot be confirmed: " + T.unknownCause(t) + "."),
-        h("li", {}, "Automatic retries have stopped: tally will not send this job again on its own."),
-        h("li", {}, "Generating again is a new operation that may be charged again.")),
-      t.billing_note ? h("p", { id: "billing-note" }, h("strong", {}, "How " + t.provider + " bills: "), t.billing_note) : null,
-      h("p", {}, "First look in " + t.provider + "'s dashboard and record below what you found. Only if the image is not there, generate again."),
+        h("li", {}, T.tf("unknown.cannot_confirm", { cause: T.unknownCause(t) })),
+        h("li", {}, T.t("unknown.stopped")),
+        h("li", {}, T.t("unknown.new_operation"))),
+      t.billing_note ? h("p", { id: "billing-note" }, h("strong", {}, T.tf("unknown.bills", { provider: t.provider })), t.billing_note) : null,
+      h("p", {}, T.tf("unknown.look_first", { provider: t.provider })),
       whereToLook(t, ""));
   }
 
@@ -76,15 +77,16 @@
   function taskView(t, events, product, retried) {
     const parts = [];
     parts.push(h("p", { class: "back" }, t.set_id
-      ? h("a", { href: "#/sets/" + encodeURIComponent(t.set_id), id: "back-to-set" }, "← Image set: " + (product || "back to the set"))
-      : h("a", { href: "#/" }, "← All jobs")));
+      ? h("a", { href: "#/sets/" + encodeURIComponent(t.set_id), id: "back-to-set" },
+        T.tf("job.back_to_set", { product: product || T.t("job.back_to_set_unnamed") }))
+      : h("a", { href: "#/" }, T.t("job.all"))));
     const charge = T.chargeSentence(t);
     parts.push(h("p", { class: "status-line" }, badge(t.status), " ", h("span", { id: "task-message" }, T.sentence(t)),
       charge ? h("span", { id: "charge", class: "charge" }, charge) : null));
     if (retried && retried.id) {
-      parts.push(h("p", { id: "retried-as", class: "note" }, "Retried as → ",
-        h("a", { href: "#/tasks/" + encodeURIComponent(retried.id) }, "the new job"),
-        retried.status ? " (" + (retried.status === "succeeded" ? "ready" : retried.status) + ")" : ""));
+      parts.push(h("p", { id: "retried-as", class: "note" }, T.t("job.retried_as"),
+        h("a", { href: "#/tasks/" + encodeURIComponent(retried.id) }, T.t("job.the_new_job")),
+        retried.status ? " (" + (retried.status === "succeeded" ? T.t("word.succeeded") : T.t(`state.${retried.status}`)) + ")" : ""));
     }
     if (t.refused_before_sending) parts.push(refusalBox(t));
     if (t.status === "unknown") {
@@ -92,21 +94,21 @@
       parts.push(T.resolveForm(t, "resolve-", () => showTask(t.id, false)));
     }
     for (const a of t.artifacts || []) {
-      const alt = "Generated image: " + t.prompt;
+      const alt = T.tf("job.generated_image", { prompt: t.prompt });
       const img = h("img", { id: "task-image", src: a.url, alt, loading: "lazy" });
-      const open = h("button", { type: "button", class: "image-button", "aria-label": "Enlarge the image" }, img);
+      const open = h("button", { type: "button", class: "image-button", "aria-label": T.t("job.enlarge") }, img);
       open.addEventListener("click", () => T.openImage(a.url, alt, null));
       parts.push(h("figure", { class: "image" }, open,
-        h("figcaption", {}, h("a", { href: a.url, download: "", class: "button", id: "download-image" }, "Download the image"))));
+        h("figcaption", {}, h("a", { href: a.url, download: "", class: "button", id: "download-image" }, T.t("job.download_image")))));
     }
     parts.push(h("dl", { class: "facts" },
-      h("dt", {}, "Prompt"), h("dd", { id: "task-prompt" }, t.prompt),
-      h("dt", {}, "Provider"), h("dd", {}, t.provider),
-      h("dt", {}, "Created"), h("dd", {}, time(t.created_at)),
-      t.retry_of ? [h("dt", {}, "Retry of"), h("dd", {}, h("a", { href: "#/tasks/" + encodeURIComponent(t.retry_of) }, "the earlier job"))] : null));
+      h("dt", {}, T.t("job.fact_prompt")), h("dd", { id: "task-prompt" }, t.prompt),
+      h("dt", {}, T.t("job.fact_provider")), h("dd", {}, t.provider),
+      h("dt", {}, T.t("job.fact_created")), h("dd", {}, time(t.created_at)),
+      t.retry_of ? [h("dt", {}, T.t("job.fact_retry_of")), h("dd", {}, h("a", { href: "#/tasks/" + encodeURIComponent(t.retry_of) }, T.t("job.the_earlier_job")))] : null));
     parts.push(actions(t, retried));
     parts.push(h("section", { class: "timeline", "aria-labelledby": "timeline-title" },
-      h("h2", { id: "timeline-title" }, "What happened"),
+      h("h2", { id: "timeline-title" }, T.t("job.what_happened")),
       h("ol", { id: "timeline" }, events.map((e) => h("li", { class: "ev ev-" + e.kind }, time(e.at), " ", h("span", {}, eventSentence(e, t)))))));
     parts.push(technical(t, events));
     return h("article", { class: "detail s-" + t.status, "data-task-id": t.id, "data-status": t.status }, parts);
@@ -116,7 +118,7 @@
     const box = h("div", { class: "actions" });
     const err = errorSlot("task-action-error");
     if (!T.SETTLED.includes(t.status) && !t.cancel_requested) {
-      const cancel = h("button", { type: "button", id: "cancel-task" }, "Cancel job");
+      const cancel = h("button", { type: "button", id: "cancel-task" }, T.t("job.cancel"));
       cancel.addEventListener("click", () => busy(cancel, err, async () => {
         await api("POST", "/v1/tasks/" + encodeURIComponent(t.id) + "/cancel", {});
         await showTask(t.id, false);
@@ -125,9 +127,9 @@
     }
     if (t.held) {
       /* Held because the database was an older copy: the owner decides, knowing the cost. */
-      const send = h("button", { type: "button", id: "release-held", class: "danger" }, "Send it again…");
+      const send = h("button", { type: "button", id: "release-held", class: "danger" }, T.t("job.send_again"));
       send.addEventListener("click", async () => {
-        const yes = await T.confirmDialog("Send this job again?", t.held.reason + " " + t.held.note, "Send it again");
+        const yes = await T.confirmDialog(T.t("job.send_again_title"), t.held.reason + " " + t.held.note, T.t("job.send_again_yes"));
         if (!yes) return;
         await busy(send, err, async () => {
           await api("POST", "/v1/held/release", { ids: [t.id] });
@@ -144,9 +146,9 @@
     const hopeless = t.refused_before_sending && !t.refused_before_sending.retry_helps;
     if (t.retry && t.retry.allowed && !hopeless) {
       const ack = t.retry.requires_cost_acknowledgement;
-      const again = retried && retried.id ? " again" : "";
+      const again = retried && retried.id ? "_again" : "";
       const retry = h("button", { type: "button", id: "retry-task", class: ack ? "danger" : "" },
-        ack ? "Generate" + again + " as a new job…" : "Retry" + again);
+        T.t((ack ? "job.generate_new" : "job.retry") + again));
       retry.addEventListener("click", async () => {
         const n = await T.retry(t, retry, err);
         if (n && n.id) location.hash = "#/tasks/" + encodeURIComponent(n.id);
@@ -156,7 +158,7 @@
         ": " + (cost === "free" ? "free, " + t.provider + " never charges." : cost + "."));
     }
     if (t.status === "succeeded") {
-      const another = h("button", { type: "button", id: "generate-another" }, "Generate another like this…");
+      const another = h("button", { type: "button", id: "generate-another" }, T.t("job.another"));
       const key = T.newKey();
       const free = cost === "free";
       const shot = t.set_id && t.shot_index !== null && t.shot_index !== undefined;
@@ -189,59 +191,62 @@
     return h("div", { class: "next" }, box, err);
   }
 
-  /** One entry of the history as a sentence for people. */
+  /** One entry of the history as a sentence for people, in the page's language (the
+      catalogue's `event.*`); the daemon's own line for it is under "Technical details". */
   function eventSentence(e, t) {
     const m = e.message || "";
-    const who = t.provider;
+    const p = { provider: t.provider };
     switch (e.kind) {
-      case "submitted": return t.retry_of ? "You asked for it again, as a new job." : (t.set_id ? "Added as a shot of the image set." : "You asked for this image.");
-      case "scheduled": return "Its turn in the set came.";
-      case "busy": return "Waited for " + who + " to have room.";
-      case "claimed": { const n = /attempt (\d+)/.exec(m); return n && n[1] !== "1" ? "Started try " + n[1] + "." : "Started."; }
-      case "resumed": return "tally picked it up again after an interruption.";
-      case "calling": return "Sent to " + who + ".";
-      case "accepted": return who + " accepted it and is working on it.";
-      case "succeeded": return "The image arrived and was saved.";
+      case "submitted": return T.t(t.retry_of ? "event.submitted_retry" : (t.set_id ? "event.submitted_shot" : "event.submitted"));
+      case "scheduled": return T.t("event.scheduled");
+      case "busy": return T.tf("event.busy", p);
+      case "claimed": { const n = /(\d+)/.exec(m); return n && n[1] !== "1" ? T.tf("event.claimed_try", { n: n[1] }) : T.t("event.claimed"); }
+      case "resumed": return T.t("event.resumed");
+      case "calling": return T.tf("event.calling", p);
+      case "accepted": return T.tf("event.accepted", p);
+      case "succeeded": return T.t("event.succeeded");
       case "failed": return t.refused_before_sending
         ? T.t("refused.event") + " " + refusalWords(t.refused_before_sending).problem
-        : "It failed: " + T.failureWords(t);
-      case "unknown": return "The outcome cannot be proven: " + T.unknownCause(t) + " — it may have been charged.";
-      case "retry_scheduled": return "It will be tried again automatically.";
-      case "canceled": return "Canceled before anything was sent.";
-      case "cancel_requested": return "You asked to cancel; " + who + " was already working on it.";
-      case "retried": return "You generated it again, as a new job.";
+        : T.tf("event.failed", { why: T.failureWords(t) });
+      case "unknown": return T.tf("event.unknown", { cause: T.unknownCause(t) });
+      case "retry_scheduled": return T.t("event.retry_scheduled");
+      case "canceled": return T.t("event.canceled");
+      case "cancel_requested": return T.tf("event.cancel_requested", p);
+      case "retried": return T.t("event.retried");
       case "resolved": {
-        const note = /: (.*)$/.exec(m.replace(/^resolved as (succeeded with an image|failed)/, ""));
-        const what = /succeeded/.test(m) ? "You recorded: found the image." : "You recorded: it failed.";
-        return note ? what + " Your note: " + note[1] : what;
+        /* The owner's note: after "resolved as succeeded with an image: " or "resolved as
+           failed: " in the stored line, which the API may have translated ("："). */
+        const note = /[:：] ?(.*)$/.exec(m.replace(/^(resolved as (succeeded with an image|failed)|手动处理为(成功，并附上了图片|失败))/, ""));
+        const what = T.t(/succeeded|成功/.test(m) ? "event.resolved_found" : "event.resolved_failed");
+        return note ? T.tf("event.note", { what, note: note[1] }) : what;
       }
-      case "recovering": return "tally was interrupted and is finding out what happened.";
-      case "late_result": return "A late answer arrived and settled the unknown outcome.";
-      case "requeued": return "tally was interrupted before sending; it will start again (nothing was sent).";
-      case "held": return "Held, not sent: the database was an older copy, and this job may have been sent already. " + m;
-      case "released": return "You asked to send it again.";
-      case "found_at_provider": return who + " shows it was sent already (by the daemon the copy came from): tally fetches its result, nothing is sent again.";
-      case "looked_up": return "tally asked " + who + " whether it was sent already: " + m.replace(/^looked up at the provider: /, "");
-      default: return "tally updated this job.";
+      case "recovering": return T.t("event.recovering");
+      case "late_result": return T.t("event.late_result");
+      case "requeued": return T.t("event.requeued");
+      case "held": return T.tf("event.held", { why: m });
+      case "released": return T.t("event.released");
+      case "found_at_provider": return T.tf("event.found_at_provider", { who: who });
+      case "looked_up": return T.tf("event.looked_up", { who: who, found: m.replace(/^looked up at the provider: /, "") });
+      default: return T.t("event.other");
     }
   }
 
   function technical(t, events) {
-    const rows = [["Job id", t.id], ["Status", t.status], ["Message", t.message]];
-    if (t.reason) rows.push(["Provider's or tally's words", t.reason]);
-    if (t.failure_kind) rows.push(["Failure kind", t.failure_kind]);
-    if (t.idempotency_key) rows.push(["Idempotency key", t.idempotency_key]);
-    if (t.set_id) rows.push(["Set id", t.set_id]);
-    rows.push(["Attempts", String(t.attempts)]);
+    const rows = [[T.t("tech.job_id"), t.id], [T.t("tech.status"), t.status], [T.t("tech.message"), t.message]];
+    if (t.reason) rows.push([T.t("tech.words"), t.reason]);
+    if (t.failure_kind) rows.push([T.t("tech.failure_kind"), t.failure_kind]);
+    if (t.idempotency_key) rows.push([T.t("tech.idempotency_key"), t.idempotency_key]);
+    if (t.set_id) rows.push([T.t("tech.set_id"), t.set_id]);
+    rows.push([T.t("tech.attempts"), String(t.attempts)]);
     for (const a of t.artifacts || []) {
-      rows.push(["Image id", a.id], ["sha256", a.sha256], ["Size", a.bytes + " bytes, " + a.media_type]);
+      rows.push([T.t("tech.image_id"), a.id], ["sha256", a.sha256], [T.t("tech.size"), T.tf("tech.size_value", { bytes: a.bytes, type: a.media_type })]);
     }
     return h("details", { class: "technical", id: "technical" },
-      h("summary", {}, "Technical details"),
+      h("summary", {}, T.t("tech.summary")),
       h("dl", { class: "facts" }, rows.map(([k, v]) => [h("dt", {}, k), h("dd", {}, h("code", {}, v))])),
       h("table", { class: "raw-events" },
-        h("caption", {}, "The raw timeline"),
-        h("thead", {}, h("tr", {}, ["Time", "Actor", "Kind", "Message", "Execution"].map((c) => h("th", { scope: "col" }, c)))),
+        h("caption", {}, T.t("tech.raw")),
+        h("thead", {}, h("tr", {}, [T.t("tech.time"), T.t("tech.actor"), T.t("tech.kind"), T.t("tech.message"), T.t("tech.execution")].map((c) => h("th", { scope: "col" }, c)))),
         h("tbody", {}, events.map((e) => h("tr", {}, h("td", {}, time(e.at)), h("td", {}, e.actor), h("td", {}, e.kind),
           h("td", {}, e.message), h("td", {}, h("code", {}, e.execution || "")))))));
   }

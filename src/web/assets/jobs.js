@@ -7,17 +7,17 @@
 (function (T) {
   const { h, api, busy, errorSlot, badge, time } = T;
 
-  /* Filters in plain words → what to ask the API, and which tasks match on the page. */
+  /* Filters in plain words (the page's language) → what to ask the API, and which tasks match on the page. */
   const FILTERS = [
-    ["", "All jobs", {}, () => true],
-    ["attention", "Needs your attention", { needs_attention: "true" }, needsAttention],
-    ["succeeded", "Ready", { status: "succeeded" }, (t) => t.status === "succeeded"],
-    ["running", "Generating now", { status: "running" }, (t) => t.status === "running"],
-    ["waiting", "Waiting to try again", { status: "waiting" }, (t) => t.status === "waiting"],
-    ["queued", "Waiting its turn", { status: "queued" }, (t) => t.status === "queued"],
-    ["unknown", "Outcome unknown", { status: "unknown" }, (t) => t.status === "unknown"],
-    ["failed", "Failed", { status: "failed" }, (t) => t.status === "failed"],
-    ["canceled", "Canceled", { status: "canceled" }, (t) => t.status === "canceled"],
+    ["", T.t("filter.all"), {}, () => true],
+    ["attention", T.t("filter.attention"), { needs_attention: "true" }, needsAttention],
+    ["succeeded", T.t("filter.succeeded"), { status: "succeeded" }, (t) => t.status === "succeeded"],
+    ["running", T.t("filter.running"), { status: "running" }, (t) => t.status === "running"],
+    ["waiting", T.t("filter.waiting"), { status: "waiting" }, (t) => t.status === "waiting"],
+    ["queued", T.t("filter.queued"), { status: "queued" }, (t) => t.status === "queued"],
+    ["unknown", T.t("filter.unknown"), { status: "unknown" }, (t) => t.status === "unknown"],
+    ["failed", T.t("filter.failed"), { status: "failed" }, (t) => t.status === "failed"],
+    ["canceled", T.t("filter.canceled"), { status: "canceled" }, (t) => t.status === "canceled"],
   ];
 
   /** An unknown job nobody has handled: `needs_attention` when the daemon says it, else an
@@ -56,57 +56,61 @@
   }
   T.productOf = productOf;
 
-  /** What a job's state means, in one sentence, without internal words. */
+  /** What a job's state means, in one sentence, without internal words, in the page's
+      language (the catalogue's `sentence.*`, `cause.*` and `failure.*`; the daemon's
+      `waiting_for` comes in the same language). */
   function sentence(t) {
+    const p = { provider: t.provider };
     switch (t.status) {
       case "queued":
-        if (t.waiting_for) return t.waiting_for + " Nothing has been sent yet.";
-        return t.set_id ? "Waiting for its turn in the set; nothing has been sent yet." : "Waiting its turn; nothing has been sent yet.";
+        if (t.waiting_for) return T.tf("sentence.queued_because", { why: t.waiting_for });
+        return t.set_id ? T.t("sentence.queued_set") : T.t("sentence.queued");
       case "waiting":
         /* The daemon says what it waits for (a budget, a retry's time, a free slot). */
         if (t.waiting_for) return t.waiting_for;
-        return "Waiting to try again; tally will send it when " + t.provider + " has room.";
-      case "running": return t.cancel_requested
-        ? "You asked to cancel, but " + t.provider + " was already working on it; the image will be kept if it arrives."
-        : "Generating: " + t.provider + " is working on it.";
+        return T.tf("sentence.waiting", p);
+      case "running": return t.cancel_requested ? T.tf("sentence.running_cancel", p) : T.tf("sentence.running", p);
       case "succeeded": return t.failure_kind === "operator" || /resolved/i.test(t.reason || "")
-        ? "Done: you recorded the image you found." : "Done: the image is ready.";
+        ? T.t("sentence.done_recorded") : T.t("sentence.done");
       case "failed":
         if (t.refused_before_sending) return T.t("refused.not_sent") + " " + T.refusalWords(t.refused_before_sending).problem;
-        return "Failed: " + failureWords(t);
-      case "unknown": return "The outcome is unknown: " + unknownCause(t) + ", so it may have been charged.";
-      case "canceled": return "Canceled.";
+        return T.tf("sentence.failed", { why: failureWords(t) });
+      case "unknown": return T.tf("sentence.unknown", { cause: unknownCause(t) });
+      case "canceled": return T.t("sentence.canceled");
       default: return t.message || t.status;
     }
   }
   T.sentence = sentence;
 
   /** Why nothing can prove an unknown job's outcome, in plain words, from the reason the API
-   * recorded (its raw error text stays under "Technical details"). An error answer (a 5xx) is
-   * not a lost answer, and neither is an interruption of tally itself. */
+   * recorded (its raw error text stays under "Technical details"; the stored reason is
+   * English whatever the page's language). An error answer (a 5xx) is not a lost answer, and
+   * neither is an interruption of tally itself. */
   function unknownCause(t) {
     const r = t.reason || "";
-    if (/answered with an error/.test(r)) return t.provider + " answered with an error and could not say whether it ran";
-    if (/interrupted/.test(r)) return "tally was interrupted while " + t.provider + " had the request";
-    if (/answer was lost|answer never arrived/.test(r)) return "the request reached " + t.provider + ", but its answer was lost";
-    return "nothing can prove what happened to the request at " + t.provider;
+    const p = { provider: t.provider };
+    if (/answered with an error/.test(r)) return T.tf("cause.error_answer", p);
+    if (/interrupted/.test(r)) return T.tf("cause.interrupted", p);
+    if (/answer was lost|answer never arrived/.test(r)) return T.tf("cause.answer_lost", p);
+    return T.tf("cause.unprovable", p);
   }
 
   function failureWords(t) {
+    const p = { provider: t.provider };
     switch (t.failure_kind) {
-      case "rejected": return t.provider + " refused the request.";
+      case "rejected": return T.tf("failure.rejected", p);
       case "configuration":
-        if (/out of credit/.test(t.reason || "")) return t.provider + " says the account is out of credit; nothing was charged. Add credit there, then retry.";
-        return "tally's settings for " + t.provider + " are not right (check the API key and model).";
-      case "not_sent": return "the request never reached " + t.provider + ".";
-      case "rate_limited": return t.provider + " was too busy and kept refusing.";
-      case "undeliverable": return "tally could not start it.";
-      case "expired": return "it was made, but the image expired at " + t.provider + " before tally could fetch it.";
-      case "operator": return "you recorded that it failed.";
+        if (/out of credit/.test(t.reason || "")) return T.tf("failure.out_of_credit", p);
+        return T.tf("failure.configuration", p);
+      case "not_sent": return T.tf("failure.not_sent", p);
+      case "rate_limited": return T.tf("failure.rate_limited", p);
+      case "undeliverable": return T.t("failure.undeliverable");
+      case "expired": return T.tf("failure.expired", p);
+      case "operator": return T.t("failure.operator");
       case "invalid_result":
-        if (/could not be downloaded/.test(t.reason || "")) return "it was made (and charged), but tally could not download the image from " + t.provider + " in time; it had not expired there.";
-        return t.provider + " answered with something that is not an image.";
-      default: return "see the technical details.";
+        if (/could not be downloaded/.test(t.reason || "")) return T.tf("failure.not_downloaded", p);
+        return T.tf("failure.invalid_result", p);
+      default: return T.t("failure.other");
     }
   }
 
@@ -121,7 +125,7 @@
     const price = h("span", { id: "generate-price", class: "price" });
     const showNote = () => {
       const p = providers.find((x) => x.name === select.value);
-      note.textContent = p ? "How " + p.name + " bills: " + p.billing_note : "";
+      note.textContent = p ? T.tf("unknown.bills", { provider: p.name }) + p.billing_note : "";
       price.textContent = p ? T.t("job.price") + " " + T.providerPrice(p) : "";
     };
     select.addEventListener("change", showNote);

@@ -1,0 +1,344 @@
+//! The one message catalogue of tally's plain words, in the owner's language (English or
+//! Simplified Chinese): the page's words, the task JSON's sentences, the CLI's (which prints
+//! what the API answers) and the history lines. It is `web/assets/messages.json`, embedded;
+//! the page reads the same file (`web::i18n`). Every key exists in both languages with the
+//! same `{parameters}`: `web::i18n`'s tests check it.
+//!
+//! Two ways a message comes out of it:
+//! - made in a language: [`t`] and [`tf`] (a key, and its parameters by name);
+//! - said before, in English, and shown later in another language ([`localize`]): the store
+//!   writes its reasons and history lines as English text (old databases hold them so, and
+//!   tests and acceptance checks read them), and the keys starting with `say.` are their
+//!   templates. A stored line is matched against those English templates, and re-made from
+//!   the matching key in the wanted language, its parameters translated the same way when
+//!   they are themselves sentences of the catalogue (a reason inside a retry's line). Text no
+//!   template matches (a provider's own words, a line an older version wrote differently) is
+//!   shown as it is: nothing is lost, it is only not translated.
+//!
+//! Pure: the catalogue is compiled in, and nothing here does I/O.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::OnceLock;
+
+use super::Lang;
+
+/// The catalogue, embedded. It lives with the page's assets because the page serves it too.
+const MESSAGES: &str = include_str!("../web/assets/messages.json");
+
+/// The prefix of the templates [`localize`] matches stored English text against.
+pub const SAID: &str = "say.";
+
+/// Language tag → key → message.
+pub type Catalogue = BTreeMap<String, BTreeMap<String, String>>;
+
+/// The parsed catalogue (`{}` if the embedded file were broken; the tests make sure it is not).
+pub fn catalogue() -> &'static Catalogue {
+    static C: OnceLock<Catalogue> = OnceLock::new();
+    C.get_or_init(|| serde_json::from_str(MESSAGES).unwrap_or_default())
+}
+
+/// One message in `lang` (English, then the key itself, when missing).
+pub fn t(lang: Lang, key: &str) -> String {
+    let c = catalogue();
+    c.get(lang.tag())
+        .and_then(|m| m.get(key))
+        .or_else(|| c.get("en").and_then(|m| m.get(key)))
+        .cloned()
+        .unwrap_or_else(|| key.to_string())
+}
+
+/// Whether the catalogue has `key`.
+pub fn has(key: &str) -> bool {
+    catalogue().get("en").is_some_and(|m| m.contains_key(key))
+}
+
+/// One message in `lang` with its `{name}` parameters filled in.
+pub fn tf(lang: Lang, key: &str, params: &[(&str, &str)]) -> String {
+    fill(&t(lang, key), |name| params.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string()))
+}
+
+/// A sentence in `lang` ends with its full stop: Chinese text gets "。" unless it already
+/// ends a sentence; English is left as it is (its sentences carry their own).
+pub fn full_stop(lang: Lang, text: &str) -> String {
+    match lang {
+        Lang::En => text.to_string(),
+        Lang::ZhCn => {
+            let t = text.trim_end().trim_end_matches('.');
+            if t.ends_with(['。', '！', '？', '!', '?']) || t.is_empty() { t.to_string() } else { format!("{t}。") }
+        }
+    }
+}
+
+/// One piece of a template: literal text, or a named parameter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Piece {
+    Text(String),
+    Param(String),
+}
+
+/// A template's pieces: `{name}` (lower-case letters, digits, `_`) is a parameter; any other
+/// brace is text.
+pub fn pieces(template: &str) -> Vec<Piece> {
+    let mut out = Vec::new();
+    let mut text = String::new();
+    let mut rest = template;
+    while let Some(i) = rest.find('{') {
+        let after = &rest[i + 1..];
+        let name_len = after
+            .find('}')
+            .filter(|&j| j > 0 && after[..j].chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'));
+        match name_len {
+            Some(j) => {
+                text.push_str(&rest[..i]);
+                if !text.is_empty() {
+                    out.push(Piece::Text(std::mem::take(&mut text)));
+                }
+                out.push(Piece::Param(after[..j].to_string()));
+                rest = &after[j + 1..];
+            }
+            None => {
+                text.push_str(&rest[..=i]);
+                rest = after;
+            }
+        }
+    }
+    text.push_str(rest);
+    if !text.is_empty() {
+        out.push(Piece::Text(text));
+    }
+    out
+}
+
+/// `template` with each parameter replaced by `value(name)` (left as `{name}` when `None`).
+fn fill(template: &str, value: impl Fn(&str) -> Option<String>) -> String {
+    pieces(template)
+        .into_iter()
+        .map(|p| match p {
+            Piece::Text(t) => t,
+            Piece::Param(n) => value(&n).unwrap_or_else(|| format!("{{{n}}}")),
+        })
+        .collect()
+}
+
+/// The `say.` templates in the order they are tried: the most literal text first (a tie
+/// between two readings goes to the earlier), then by key, so the order never changes between
+/// runs.
+fn said_templates() -> &'static [(String, Vec<Piece>)] {
+    static T: OnceLock<Vec<(String, Vec<Piece>)>> = OnceLock::new();
+    T.get_or_init(|| {
+        let mut all: Vec<(String, Vec<Piece>)> = catalogue()
+            .get("en")
+            .map(|m| m.iter().filter(|(k, _)| k.starts_with(SAID)).map(|(k, v)| (k.clone(), pieces(v))).collect())
+            .unwrap_or_default();
+        let literal = |p: &[Piece]| -> usize {
+            p.iter().map(|x| if let Piece::Text(t) = x { t.chars().count() } else { 0 }).sum()
+        };
+        all.sort_by(|a, b| literal(&b.1).cmp(&literal(&a.1)).then_with(|| a.0.cmp(&b.0)));
+        all
+    })
+}
+
+/// At most this many readings of one text by one template are weighed ([`best`]): a bound on
+/// the work for a text full of a template's separators; real lines have one or two.
+const MAX_READINGS: usize = 16;
+
+/// Every way `text` matches `pieces` from piece `i` on (up to [`MAX_READINGS`] in all),
+/// each as its parameter values in order, collected into `found`. A parameter may take any
+/// text before an occurrence of the literal after it (two parameters never touch: a test
+/// checks the templates), shortest first.
+fn readings<'p, 'a>(
+    pieces: &'p [Piece],
+    i: usize,
+    text: &'a str,
+    out: &mut Vec<(&'p str, &'a str)>,
+    found: &mut Vec<Vec<(&'p str, &'a str)>>,
+) {
+    if found.len() >= MAX_READINGS {
+        return;
+    }
+    match pieces.get(i) {
+        None => {
+            if text.is_empty() {
+                found.push(out.clone());
+            }
+        }
+        Some(Piece::Text(lit)) => {
+            if let Some(rest) = text.strip_prefix(lit.as_str()) {
+                readings(pieces, i + 1, rest, out, found);
+            }
+        }
+        Some(Piece::Param(name)) => match pieces.get(i + 1) {
+            None => {
+                out.push((name, text));
+                readings(pieces, i + 1, "", out, found);
+                out.pop();
+            }
+            Some(Piece::Text(lit)) => {
+                let mut from = 0;
+                while let Some(j) = text[from..].find(lit.as_str()) {
+                    let at = from + j;
+                    out.push((name, &text[..at]));
+                    readings(pieces, i + 1, &text[at..], out, found);
+                    out.pop();
+                    // The next occurrence may overlap this one: step one character on.
+                    from = at + text[at..].chars().next().map_or(1, char::len_utf8);
+                }
+            }
+            Some(Piece::Param(_)) => {}
+        },
+    }
+}
+
+/// A line the daemon wrote in English (a stored reason, a history line, a wait), in `lang`:
+/// re-made from the `say.` template its English matches, with its parameters translated in
+/// turn; as it is when no template matches, and always as it is in English.
+///
+/// When several templates match, or one in several ways (a provider's message may itself
+/// contain "; " or " — "), the reading that explains the most of the text by the catalogue's
+/// own words wins: the literal text of every template used, at every level, counted in
+/// characters; the first such reading on a tie.
+pub fn localize(lang: Lang, text: &str) -> String {
+    if lang == Lang::En {
+        return text.to_string();
+    }
+    let mut search = Search { lang, memo: HashMap::new(), tries: 0 };
+    search.best(text, 0).map_or_else(|| text.to_string(), |(_, s)| s)
+}
+
+/// At most this many template tries for one line ([`localize`]): a provider's message full of
+/// separators ("; ", " — ") cannot make a translation slow; past it, the rest of the line
+/// is shown as it was written.
+const MAX_TRIES: usize = 100_000;
+
+/// One [`localize`]: the best reading of each piece of the line already weighed (pieces are
+/// slices of the line, so their place and length name them), and the tries so far.
+struct Search {
+    lang: Lang,
+    memo: HashMap<(usize, usize), Option<(usize, String)>>,
+    tries: usize,
+}
+
+impl Search {
+    /// The best reading of `text` (a slice of the line): how many characters the catalogue
+    /// explains, and the text in the language; `None` when no template matches.
+    fn best(&mut self, text: &str, depth: u8) -> Option<(usize, String)> {
+        // Every template has English words; a number, an amount or an id has none to match.
+        if depth > 6 || !text.bytes().any(|b| b.is_ascii_alphabetic()) {
+            return None;
+        }
+        let id = (text.as_ptr() as usize, text.len());
+        if let Some(known) = self.memo.get(&id) {
+            return known.clone();
+        }
+        let mut found: Option<(usize, String)> = None;
+        for (key, ps) in said_templates() {
+            if self.tries >= MAX_TRIES {
+                break;
+            }
+            self.tries += 1;
+            let mut all = Vec::new();
+            readings(ps, 0, text, &mut Vec::new(), &mut all);
+            let literal: usize = ps.iter().map(|p| if let Piece::Text(t) = p { t.chars().count() } else { 0 }).sum();
+            for values in all {
+                let mut score = literal;
+                let mut words = Vec::with_capacity(values.len());
+                for (n, v) in values {
+                    match self.best(v, depth + 1) {
+                        Some((s, w)) => {
+                            score += s;
+                            words.push((n, w));
+                        }
+                        None => words.push((n, v.to_string())),
+                    }
+                }
+                if found.as_ref().is_none_or(|(s, _)| score > *s) {
+                    let made =
+                        fill(&t(self.lang, key), |name| words.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone()));
+                    found = Some((score, made));
+                }
+            }
+        }
+        self.memo.insert(id, found.clone());
+        found
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_split_into_text_and_parameters() {
+        assert_eq!(
+            pieces("attempt {n}: {\"json\"} {x"),
+            vec![Piece::Text("attempt ".into()), Piece::Param("n".into()), Piece::Text(": {\"json\"} {x".into())]
+        );
+        assert_eq!(tf(Lang::En, "say.accepted", &[("job", "j-1")]), "the provider accepted the job as j-1");
+    }
+
+    #[test]
+    fn no_two_parameters_touch_and_every_template_has_text() {
+        for (key, ps) in said_templates() {
+            assert!(ps.iter().any(|p| matches!(p, Piece::Text(_))), "{key} is only parameters");
+            for w in ps.windows(2) {
+                assert!(!matches!(w, [Piece::Param(_), Piece::Param(_)]), "{key}: two parameters touch");
+            }
+        }
+    }
+
+    /// Lines exactly as the store and the worker write them come back in Chinese, nested
+    /// reasons and money included; English is untouched; unknown text is kept.
+    #[test]
+    fn stored_english_lines_come_back_in_chinese() {
+        let zh = |s: &str| localize(Lang::ZhCn, s);
+        assert_eq!(
+            zh("attempt 2: sending the request to the provider (its price: about $0.04)"),
+            "第 2 次尝试：正在把请求发给服务商（价格约 $0.04）"
+        );
+        assert_eq!(
+            zh("the request reached the provider, but its answer was lost (connection reset); this provider cannot \
+                prove whether the request ran or was charged; automatic retries stopped — it may have been charged \
+                (about $0.04)"),
+            "请求已经到达服务商，但它的回复丢失了（connection reset）；这个服务商无法证明请求有没有执行、有没有收费；\
+             自动重试已停止——可能已经收费（约 $0.04）"
+        );
+        assert_eq!(
+            zh(
+                "attempt 1 did not go through (the request never reached the provider: timed out); trying again in 2.5 s"
+            ),
+            "第 1 次尝试没有成功（请求没有到达服务商：timed out）；2.5 秒后再试"
+        );
+        assert_eq!(
+            zh("Held: today's budget of $0.40 is spent — raise it or wait until tomorrow (00:00 UTC). $0.40 is spent \
+                or possibly spent today and this request would cost about $0.04; nothing was sent."),
+            "已暂停：今天的预算 $0.40 已经用完——提高预算，或者等到明天（UTC 00:00）。今天已花费或可能已花费 $0.40，\
+             这次请求大约要 $0.04；什么都没有发送。"
+        );
+        assert_eq!(
+            zh("Held: this month's budget for provider `flux` of $20.00 is spent — raise it or wait until next month \
+                (the 1st, 00:00 UTC). $19.98 is spent or possibly spent this month and this request would cost about \
+                $0.04; nothing was sent."),
+            "已暂停：本月服务商 flux 的预算 $20.00 已经用完——提高预算，或者等到下个月（1 号 UTC 00:00）。\
+             本月已花费或可能已花费 $19.98，这次请求大约要 $0.04；什么都没有发送。"
+        );
+        assert_eq!(zh("a provider said: something new"), "a provider said: something new");
+        // Several ways to split one line: the one the catalogue explains best.
+        assert_eq!(zh("2 of 5 done, 1 unknown, 1 failed"), "已完成 2/5，1 个结果未知，1 个失败");
+        // A provider's message full of separators stays quick, and its line still reads.
+        let noisy = format!("the provider rejected the request: {}", "a — b; c, d failed ".repeat(60));
+        let started = std::time::Instant::now();
+        let out = zh(&noisy);
+        assert!(started.elapsed() < std::time::Duration::from_secs(2), "{:?}", started.elapsed());
+        assert!(out.starts_with("服务商拒绝了这个请求："), "{out}");
+        let en = "attempt 2: sending the request to the provider (its price: about $0.04)";
+        assert_eq!(localize(Lang::En, en), en);
+    }
+
+    #[test]
+    fn full_stops_are_added_only_in_chinese() {
+        assert_eq!(full_stop(Lang::ZhCn, "已收费"), "已收费。");
+        assert_eq!(full_stop(Lang::ZhCn, "已收费。"), "已收费。");
+        assert_eq!(full_stop(Lang::ZhCn, "done."), "done。");
+        assert_eq!(full_stop(Lang::En, "charged"), "charged");
+    }
+}
