@@ -145,33 +145,46 @@ window.tally = (function () {
   function retryCost(t) {
     const r = t.retry || {};
     const amount = money(r.estimated_cost, r.currency);
-    return amount ? "about " + amount : null;
+    return amount ? tf("retry.about", { amount }) : null;
+  }
+
+  /** What tally knows about the price at provider `p` of `GET /v1/providers`: "free" (it
+      never charges), "amount" (a price per image), "unknown" (not configured, or by size), or
+      null without a provider. Code decides by this flag, never by [`priceWords`]' words,
+      which are in the page's language. */
+  function priceKind(p) {
+    if (!p) return null;
+    if (p.billable === false) return "free";
+    const each = Number(p.price_per_image);
+    return p.price_per_image === null || p.price_per_image === undefined || isNaN(each) ? "unknown" : "amount";
   }
 
   /** The price of `n` images (1 by default) at provider `p` of `GET /v1/providers`, whose
       money fields are on the provider itself (`billable`, `price_per_image`,
-      `price_per_size`, `currency`): "about $0.12 (3 × $0.04)", "free" for a provider that
-      never charges, "price not configured" when tally does not know it. */
+      `price_per_size`, `currency`), in the page's language: "about $0.12 (3 × $0.04)",
+      "free" for a provider that never charges, "price not configured" when tally does not
+      know it ([`priceKind`] says which). */
   function priceWords(p, n) {
-    if (!p) return null;
+    const kind = priceKind(p);
+    if (!kind) return null;
     const count = n === undefined ? 1 : n;
-    if (p.billable === false) return "free";
-    const each = Number(p.price_per_image);
-    if (p.price_per_image === null || p.price_per_image === undefined || isNaN(each)) {
+    if (kind === "free") return t("price.free");
+    if (kind === "unknown") {
       const sizes = p.price_per_size && Object.keys(p.price_per_size).length;
-      return sizes ? "price depends on the image size" : "price not configured";
+      return sizes ? t("price.by_size") : t("job.price_not_configured");
     }
+    const each = Number(p.price_per_image);
     const one = money(each, p.currency);
-    if (count === 1) return "about " + one;
+    if (count === 1) return tf("retry.about", { amount: one });
     const total = money(Math.round(each * count * 1e6) / 1e6, p.currency);
-    return "about " + total + " (" + count + " × " + one + ")";
+    return tf("price.about_many", { total, n: count, each: one });
   }
 
   /** The price of one image at a provider, for the line beside a button: "about $0.04 per
       image", "free", "price not configured". */
   function providerPrice(p) {
     const w = priceWords(p, 1);
-    return w && w.startsWith("about ") ? w + " per image" : w;
+    return priceKind(p) === "amount" ? tf("price.per_image", { price: w }) : w;
   }
 
   /** The price of one image as an amount ("$0.04"), or null. */
@@ -574,6 +587,6 @@ window.tally = (function () {
   return {
     CSRF, SETTLED, ROLES, view, t, tf, languageSwitch, h, time, badge, roleWords, jobTitle, shotWords, money, chargeSentence, retryCost,
     providerPrice, providerAmount, retryBody, routeName, ApiError, api, showError, errorSlot, busy, newKey, setView, signedOut, thumb, enlargeable,
-    openImage, confirmDialog, retry, priceWords, resolveForm, resolveDialog, connect, main, errorBox,
+    openImage, confirmDialog, retry, priceWords, priceKind, resolveForm, resolveDialog, connect, main, errorBox,
   };
 })();

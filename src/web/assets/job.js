@@ -140,7 +140,9 @@
     }
     const p = providers.find((x) => x.name === t.provider);
     /* The price of one more request, in words, shown before any button that sends one. */
-    const cost = T.priceWords(p, 1) || "price not configured";
+    const cost = T.priceWords(p, 1) || T.t("job.price_not_configured");
+    /* What the code decides by: "free", "amount" or "unknown" (never the words above). */
+    const kind = T.priceKind(p) || "unknown";
     let hint = null;
     /* A request refused before sending is refused the same way again: no retry that cannot help. */
     const hopeless = t.refused_before_sending && !t.refused_before_sending.retry_helps;
@@ -154,23 +156,23 @@
         if (n && n.id) location.hash = "#/tasks/" + encodeURIComponent(n.id);
       });
       box.append(retry);
-      hint = h("p", { id: "retry-price", class: "hint" }, "Trying again sends a new request to " + t.provider +
-        ": " + (cost === "free" ? "free, " + t.provider + " never charges." : cost + "."));
+      hint = h("p", { id: "retry-price", class: "hint" }, kind === "free"
+        ? T.tf("job.retry_price_free", { provider: t.provider })
+        : T.tf("job.retry_price", { provider: t.provider, cost }));
     }
     if (t.status === "succeeded") {
       const another = h("button", { type: "button", id: "generate-another" }, T.t("job.another"));
       const key = T.newKey();
-      const free = cost === "free";
+      const free = kind === "free";
       const shot = t.set_id && t.shot_index !== null && t.shot_index !== undefined;
       another.addEventListener("click", async () => {
         /* One more image may cost money: say what, and ask first (like retry). A shot's image gets
            one more candidate of that shot (it stays in the set and its zip); a loose job a new job. */
-        const yes = await T.confirmDialog(shot ? "Generate another candidate?" : "Generate another like this?",
-          (shot ? "This adds one more candidate image to this shot of the set. "
-            : "This is a new job with the same prompt. ") + (free ? t.provider + " never charges: it is free."
-            : cost.startsWith("about ") ? t.provider + " will charge " + cost + " for it."
-              : t.provider + " may charge for it; tally does not know how much (" + cost + ")."),
-          free ? "Generate" : "Generate (" + cost + ")");
+        const yes = await T.confirmDialog(shot ? T.t("another.title_candidate") : T.t("another.title"),
+          (shot ? T.t("another.shot") : T.t("another.job")) + (free ? T.tf("another.free", { provider: t.provider })
+            : kind === "amount" ? T.tf("another.cost", { provider: t.provider, cost })
+              : T.tf("another.unknown", { provider: t.provider, cost })),
+          free ? T.t("job.generate") : T.tf("another.yes_cost", { cost }));
         if (!yes) return;
         busy(another, err, async () => {
           if (shot) {
@@ -184,8 +186,9 @@
         });
       });
       box.append(another);
-      hint = h("p", { id: "retry-hint", class: "hint" }, "Generating another is a new job with the same prompt: " +
-        (free ? "free, " + t.provider + " never charges." : cost + "."));
+      hint = h("p", { id: "retry-hint", class: "hint" }, free
+        ? T.tf("another.hint_free", { provider: t.provider })
+        : T.tf("another.hint", { cost }));
     }
     if (hint) return h("div", { class: "next" }, box, hint, err);
     return h("div", { class: "next" }, box, err);
