@@ -23,7 +23,7 @@
     const make = h("p", {}, h("a", { href: "#/sets/new", class: "button primary", id: "new-set-link" }, T.t("set.new")));
     const shown = T.setView("sets", null, T.t("view.sets"), [make,
       sets.length ? h("ul", { id: "set-list", class: "tasks" }, sets.map(setRow))
-        : h("p", { class: "hint" }, "No image sets yet. Make one with “New image set”: a product, its photos and the shots you want.")], fresh);
+        : h("p", { class: "hint" }, T.t("sets.empty"))], fresh);
     if (!shown) return;
     T.view.onTask = () => showSets(false);
     T.view.onResync = () => showSets(false);
@@ -39,7 +39,7 @@
         badge(s.status),
         h("span", { class: "message" }, s.progress + ". " + s.message)),
       h("p", { class: "meta" }, s.provider + " · ", time(s.created_at),
-        " · ", h("span", { class: "chosen-count" }, (s.shots_chosen || 0) + " of " + (s.shots || []).length + " shots chosen")));
+        " · ", h("span", { class: "chosen-count" }, T.tf("sets.chosen_count", { n: s.shots_chosen || 0, total: (s.shots || []).length }))));
   }
 
   // ---------------------------------------------------------------- one set
@@ -50,7 +50,7 @@
       s = await api("GET", "/v1/sets/" + encodeURIComponent(id));
     } catch (e) {
       if (e.code === "signed_out") return;
-      T.setView("set", id, "Image set not found", [h("p", {}, h("a", { href: "#/sets" }, "← All image sets")), h("p", {}, e.message)], fresh);
+      T.setView("set", id, T.t("set.not_found"), [h("p", {}, h("a", { href: "#/sets" }, T.t("set.all"))), h("p", {}, e.message)], fresh);
       return;
     }
     if (location.hash !== "#/sets/" + encodeURIComponent(id) && location.hash !== "#/sets/" + id) return;
@@ -80,14 +80,12 @@
     const done = (s.shots || []).some((x) => (x.artifacts || []).length);
     if (done) {
       top.append(h("a", { href: "/v1/sets/" + encodeURIComponent(s.id) + "/download", class: "button primary",
-        id: "download-all", download: "" }, "Download all images (zip)"));
+        id: "download-all", download: "" }, T.t("set.download_all")));
     }
     if (s.status === "running" && !s.canceled) {
-      const cancel = h("button", { type: "button", id: "cancel-set" }, "Cancel the shots not started yet");
+      const cancel = h("button", { type: "button", id: "cancel-set" }, T.t("set.cancel"));
       cancel.addEventListener("click", async () => {
-        const yes = await T.confirmDialog("Cancel the shots not started yet?",
-          "Shots that have not been sent are canceled and cost nothing. A shot the provider is already working on finishes, and its image is kept.",
-          "Cancel those shots");
+        const yes = await T.confirmDialog(T.t("set.cancel_title"), T.t("set.cancel_body"), T.t("set.cancel_yes"));
         if (!yes) return;
         busy(cancel, err, async () => {
           await api("POST", "/v1/sets/" + encodeURIComponent(s.id) + "/cancel", {});
@@ -98,7 +96,7 @@
     }
     const canceled = (s.shots || []).filter((x) => x.status === "canceled" && x.retry && x.retry.allowed);
     if (canceled.length) {
-      const resume = h("button", { type: "button", id: "resume-set" }, "Resume the " + canceled.length + " canceled shot" + (canceled.length > 1 ? "s" : ""));
+      const resume = h("button", { type: "button", id: "resume-set" }, T.tf(canceled.length > 1 ? "set.resume_many" : "set.resume_one", { n: canceled.length }));
       resume.addEventListener("click", () => busy(resume, err, async () => {
         for (const shot of canceled) {
           if (shot.retry.requires_cost_acknowledgement) continue;
@@ -111,18 +109,18 @@
     top.append(...T.setEditActions(s, provider, err, () => showSet(s.id, false)));
     const refs = s.references || [];
     return h("article", { class: "detail", "data-set-id": s.id, "data-status": s.status },
-      h("p", { class: "back" }, h("a", { href: "#/sets" }, "← All image sets")),
+      h("p", { class: "back" }, h("a", { href: "#/sets" }, T.t("set.all"))),
       h("p", { class: "status-line" }, badge(s.status), " ", h("strong", { id: "set-progress" }, s.progress), " ",
         h("span", { id: "set-message" }, s.message)),
       top, err,
-      refs.length ? h("section", { "aria-labelledby": "refs-title" }, h("h2", { id: "refs-title" }, "Your reference photos"),
+      refs.length ? h("section", { "aria-labelledby": "refs-title" }, h("h2", { id: "refs-title" }, T.t("set.refs_title")),
         h("ul", { id: "references", class: "refs" }, refs.map((u, i) => h("li", {},
-          T.enlargeable(u.url, "Reference photo " + (i + 1) + " of " + s.product, null, "ref"))))) : null,
-      h("dl", { class: "facts" }, h("dt", {}, "Provider"), h("dd", {}, s.provider),
-        s.style ? [h("dt", {}, "Style"), h("dd", {}, s.style)] : null,
-        h("dt", {}, "Created"), h("dd", {}, time(s.created_at))),
+          T.enlargeable(u.url, T.tf("set.ref_alt", { n: i + 1, product: s.product }), null, "ref"))))) : null,
+      h("dl", { class: "facts" }, h("dt", {}, T.t("job.fact_provider")), h("dd", {}, s.provider),
+        s.style ? [h("dt", {}, T.t("set.fact_style")), h("dd", {}, s.style)] : null,
+        h("dt", {}, T.t("job.fact_created")), h("dd", {}, time(s.created_at))),
       deliveryLine(s),
-      h("h2", {}, "Shots"),
+      h("h2", {}, T.t("set.shots")),
       h("ol", { class: "shots", id: "shots" }, (s.shots || []).map((shot) => shotCard(s, shot, provider))),
       T.deliverSection(s, deliver));
   }
@@ -131,7 +129,7 @@
   function deliveryLine(s) {
     const d = s.delivery || { ready: false, blocking: [] };
     return h("p", { id: "set-delivery", class: "hint", "data-ready": String(!!d.ready) },
-      d.ready ? "Every shot has a chosen image." : (d.blocking || []).join(" "));
+      d.ready ? T.t("set.all_chosen") : (d.blocking || []).join(" "));
   }
 
   /** A shot's candidates side by side: each image, its state, "Use this one", the chosen one marked. */
@@ -141,12 +139,12 @@
     const path = "/v1/sets/" + encodeURIComponent(s.id) + "/shots/" + shot.position + "/choice";
     const items = (shot.candidates || []).map((c, i) => {
       const a = c.artifact;
-      const label = role + ", candidate " + (i + 1) + " of " + shot.candidates.length;
+      const label = T.tf("cand.label", { role, n: i + 1, total: shot.candidates.length });
       const chosen = !!(a && a.id === shot.chosen);
       const act = h("div", { class: "actions" });
       if (a && !chosen) {
         const use = h("button", { type: "button", class: "use-this", id: "use-" + shot.position + "-" + i,
-          "aria-label": "Use this one: " + label }, "Use this one");
+          "aria-label": T.tf("cand.use_label", { label }) }, T.t("cand.use"));
         use.addEventListener("click", () => busy(use, err, async () => {
           await api("PUT", path, { artifact_id: a.id });
           await showSet(s.id, false);
@@ -155,7 +153,7 @@
       }
       if (chosen) {
         const clear = h("button", { type: "button", class: "clear-choice", id: "unchoose-" + shot.position,
-          "aria-label": "Clear the choice: " + role }, "Clear the choice");
+          "aria-label": T.tf("cand.clear_label", { role }) }, T.t("cand.clear"));
         clear.addEventListener("click", () => busy(clear, err, async () => {
           await api("DELETE", path);
           await showSet(s.id, false);
@@ -165,10 +163,10 @@
       return h("li", { class: "candidate s-" + c.status + (chosen ? " chosen" : ""), "data-task-id": c.task_id,
         "data-artifact-id": a ? a.id : "", "data-chosen": String(chosen) },
         a ? T.enlargeable(a.url, label, null, "shot") : h("span", { class: "thumb none" }, "…"),
-        chosen ? h("strong", { class: "chosen-mark" }, "✓ Chosen") : badge(c.status),
+        chosen ? h("strong", { class: "chosen-mark" }, T.t("cand.chosen")) : badge(c.status),
         act);
     });
-    const ul = h("ul", { class: "candidates", id: "candidates-" + shot.position, "aria-label": "Candidates for " + role }, items);
+    const ul = h("ul", { class: "candidates", id: "candidates-" + shot.position, "aria-label": T.tf("cand.list_label", { role }) }, items);
     /* Arrow keys, Enter and "Compare" (compare.js). */
     return [ul, T.enhanceCandidates(s, shot, ul), err];
   }
@@ -178,12 +176,12 @@
     const each = T.providerAmount(provider);
     const billed = !(provider && provider.price && provider.price.billable === false) && !!provider && !!each;
     const more = h("button", { type: "button", id: "shot-more-" + shot.position },
-      "Generate another like this" + (each ? " (about " + each + ")" : ""));
+      each ? T.tf("set.more_cost", { amount: each }) : T.t("set.more"));
     more.addEventListener("click", async () => {
       let ack = false;
       if (billed) {
-        ack = await T.confirmDialog("Generate another candidate?",
-          s.provider + " charges for each image: one more candidate costs about " + each + ".", "Generate it");
+        ack = await T.confirmDialog(T.t("another.title_candidate"),
+          T.tf("set.more_body", { provider: s.provider, amount: each }), T.t("set.more_yes"));
         if (!ack) return;
       }
       busy(more, err, async () => {
@@ -201,10 +199,10 @@
     const actions = h("div", { class: "actions" });
     const art = (shot.artifacts || [])[0];
     if (art) {
-      actions.append(h("a", { href: art.url, download: "", class: "button", id: "shot-download-" + shot.position }, "Download"));
+      actions.append(h("a", { href: art.url, download: "", class: "button", id: "shot-download-" + shot.position }, T.t("download")));
     }
     if (shot.status === "unknown") {
-      const rec = h("button", { type: "button", id: "shot-resolve-" + shot.position }, "Record what you found…");
+      const rec = h("button", { type: "button", id: "shot-resolve-" + shot.position }, T.t("set.resolve"));
       rec.addEventListener("click", () => T.resolveDialog(shot, () => showSet(s.id, false)));
       actions.append(rec);
     }
@@ -212,7 +210,7 @@
     if (shot.retry && shot.retry.allowed && !(refused && !refused.retry_helps)) {
       const ack = shot.retry.requires_cost_acknowledgement;
       const retry = h("button", { type: "button", id: "shot-retry-" + shot.position, class: ack ? "danger" : "" },
-        ack ? "Generate again…" : "Retry");
+        ack ? T.t("set.generate_again") : T.t("job.retry"));
       retry.addEventListener("click", async () => {
         const n = await T.retry(shot, retry, err);
         if (n) await showSet(s.id, false);
@@ -228,22 +226,22 @@
       "data-position": String(shot.position) },
       h("h3", {}, (shot.position + 1) + ". " + role),
       badge(shot.status),
-      several ? candidateList(s, shot) : (art ? T.enlargeable(art.url, role + " of " + s.product, null, "shot") : null),
+      several ? candidateList(s, shot) : (art ? T.enlargeable(art.url, T.tf("role.of", { role, product: s.product }), null, "shot") : null),
       !several && art && shot.chosen !== art.id ? chooseOnly(s, shot, art, err) : null,
-      !several && art && shot.chosen === art.id ? h("strong", { class: "chosen-mark" }, "✓ Chosen") : null,
+      !several && art && shot.chosen === art.id ? h("strong", { class: "chosen-mark" }, T.t("cand.chosen")) : null,
       h("p", { class: "message" }, T.sentence(shot)),
       refused ? h("p", { class: "fix", id: "shot-fix-" + shot.position }, h("strong", {}, T.t("refused.fix") + " "),
         T.refusalWords(refused).fix) : null,
       charge ? h("p", { class: "charge" }, charge) : null,
       h("p", { class: "hint" }, T.shotWords(shot.prompt)),
       actions, err,
-      h("a", { href: "#/tasks/" + encodeURIComponent(shot.id), class: "more-link" }, "Details and history"));
+      h("a", { href: "#/tasks/" + encodeURIComponent(shot.id), class: "more-link" }, T.t("set.details")));
   }
 
   /** "Use this one" for a shot with a single candidate. */
   function chooseOnly(s, shot, art, err) {
     const use = h("button", { type: "button", class: "use-this", id: "use-" + shot.position + "-0",
-      "aria-label": "Use this one: " + T.roleWords(shot.role) }, "Use this one");
+      "aria-label": T.tf("cand.use_label", { label: T.roleWords(shot.role) }) }, T.t("cand.use"));
     use.addEventListener("click", () => busy(use, err, async () => {
       await api("PUT", "/v1/sets/" + encodeURIComponent(s.id) + "/shots/" + shot.position + "/choice", { artifact_id: art.id });
       await showSet(s.id, false);
@@ -257,18 +255,18 @@
     let info;
     try { info = await T.loadProviders(); } catch (e) { if (e.code === "signed_out") return; info = { providers: [], defaultProvider: "" }; }
     const files = [];
-    const product = h("input", { id: "set-product", type: "text", required: true, autocomplete: "off", placeholder: "red sneaker" });
+    const product = h("input", { id: "set-product", type: "text", required: true, autocomplete: "off", placeholder: T.t("newset.product_placeholder") });
     const picker = h("input", { id: "set-refs", type: "file", multiple: true, accept: "image/png,image/jpeg,image/webp",
       class: "visually-hidden" });
     const previews = h("ul", { id: "ref-previews", class: "refs" });
     const drop = h("div", { id: "drop-zone", class: "drop" },
-      h("p", {}, "Drop the product's photos here, or "),
-      h("label", { for: "set-refs", class: "button" }, "choose photos…"), picker,
-      h("p", { class: "hint" }, "PNG, JPEG or WebP. tally sends them with every shot, so the images show your product."));
+      h("p", {}, T.t("newset.drop")),
+      h("label", { for: "set-refs", class: "button" }, T.t("newset.choose")), picker,
+      h("p", { class: "hint" }, T.t("newset.formats")));
     const addFiles = (list) => {
       for (const f of list) {
         if (!/^image\/(png|jpeg|webp)$/.test(f.type)) {
-          T.showError(refErr, f.name + " is not a PNG, JPEG or WebP photo.");
+          T.showError(refErr, T.tf("newset.not_image", { name: f.name }));
           continue;
         }
         files.push(f);
@@ -279,9 +277,9 @@
     const drawPreviews = () => {
       previews.replaceChildren(...files.map((f, i) => {
         const url = URL.createObjectURL(f);
-        const remove = h("button", { type: "button", class: "small", "aria-label": "Remove " + f.name }, "Remove");
+        const remove = h("button", { type: "button", class: "small", "aria-label": T.tf("newset.remove_file", { name: f.name }) }, T.t("newset.remove"));
         remove.addEventListener("click", () => { files.splice(i, 1); drawPreviews(); });
-        return h("li", { "data-file": f.name }, h("img", { src: url, alt: "Reference photo " + (i + 1) + ": " + f.name, class: "thumb ref" }),
+        return h("li", { "data-file": f.name }, h("img", { src: url, alt: T.tf("newset.ref_alt", { n: i + 1, name: f.name }), class: "thumb ref" }),
           h("span", { class: "hint" }, f.name), remove);
       }));
     };
@@ -300,13 +298,13 @@
       n += 1;
       const i = n;
       const select = h("select", { id: "shot-role-" + i, class: "shot-role" },
-        T.ROLES.map(([v, words]) => h("option", { value: v, selected: v === role }, words)));
+        T.ROLES.map(([v]) => h("option", { value: v, selected: v === role }, T.roleWords(v))));
       const text = h("input", { id: "shot-prompt-" + i, class: "shot-prompt", type: "text", value: prompt || "",
-        placeholder: "the shoe on a white background" });
-      const remove = h("button", { type: "button", class: "small", "aria-label": "Remove shot " + i }, "Remove");
+        placeholder: T.t("newset.prompt_placeholder") });
+      const remove = h("button", { type: "button", class: "small", "aria-label": T.tf("newset.remove_shot", { n: i }) }, T.t("newset.remove"));
       const li = h("li", { class: "shot-row" },
-        h("span", {}, h("label", { for: "shot-role-" + i }, "Kind of photo"), select),
-        h("span", { class: "grow" }, h("label", { for: "shot-prompt-" + i }, "What it should show"), text), remove);
+        h("span", {}, h("label", { for: "shot-role-" + i }, T.t("newset.kind")), select),
+        h("span", { class: "grow" }, h("label", { for: "shot-prompt-" + i }, T.t("newset.what")), text), remove);
       remove.addEventListener("click", () => li.remove());
       shots.append(li);
       return text;
@@ -314,9 +312,9 @@
     addShot("main", "");
     addShot("selling_point", "");
     addShot("scene", "");
-    const add = h("button", { type: "button", id: "add-shot" }, "Add a shot");
+    const add = h("button", { type: "button", id: "add-shot" }, T.t("newset.add_shot"));
     add.addEventListener("click", () => addShot("scene", "").focus());
-    const style = h("textarea", { id: "set-style", rows: 2, placeholder: "soft studio light" });
+    const style = h("textarea", { id: "set-style", rows: 2, placeholder: T.t("newset.style_placeholder") });
     const candidates = h("select", { id: "set-candidates" },
       [1, 2, 3, 4].map((n) => h("option", { value: String(n), selected: n === 1 }, String(n))));
     const provider = h("select", { id: "set-provider" },
@@ -327,9 +325,11 @@
       const per = Number(candidates.value || 1);
       const count = shots.children.length * per;
       const cost = T.priceWords(p, count);
-      price.textContent = p ? shots.children.length + " shot" + (shots.children.length === 1 ? "" : "s") +
-        (per > 1 ? " × " + per + " candidates" : "") + " at " + p.name + ": " +
-        (cost === "free" ? "free." : cost + ".") + " How " + p.name + " bills: " + p.billing_note : "";
+      const n = shots.children.length;
+      const many = T.tf(n === 1 ? "newset.shots_one" : "newset.shots_many", { n });
+      price.textContent = p ? T.tf("newset.price_line", {
+        shots: per > 1 ? T.tf("newset.times", { shots: many, per }) : many, provider: p.name, cost }) +
+        T.tf("newset.bills", { provider: p.name, note: p.billing_note }) : "";
     };
     provider.addEventListener("change", showPrice);
     candidates.addEventListener("change", showPrice);
@@ -341,25 +341,25 @@
     const err = errorSlot("create-set-error");
     let key = null;
     const form = h("form", { id: "new-set", class: "card", novalidate: true },
-      h("p", { class: "back" }, h("a", { href: "#/sets" }, "← All image sets")),
-      h("label", { for: "set-product" }, "Product name"), product,
-      h("fieldset", {}, h("legend", {}, "Reference photos"), drop, previews, refErr),
-      h("fieldset", {}, h("legend", {}, "Shots, in order"), shots, h("div", { class: "actions" }, add)),
-      h("label", { for: "set-style" }, "Style notes for every shot (optional)"), style,
-      h("label", { for: "set-candidates" }, "Candidate images per shot (choose one of them later)"), candidates,
-      h("label", { for: "set-provider" }, "Provider"), provider, price,
+      h("p", { class: "back" }, h("a", { href: "#/sets" }, T.t("set.all"))),
+      h("label", { for: "set-product" }, T.t("newset.product")), product,
+      h("fieldset", {}, h("legend", {}, T.t("newset.refs")), drop, previews, refErr),
+      h("fieldset", {}, h("legend", {}, T.t("newset.shots")), shots, h("div", { class: "actions" }, add)),
+      h("label", { for: "set-style" }, T.t("newset.style")), style,
+      h("label", { for: "set-candidates" }, T.t("newset.candidates")), candidates,
+      h("label", { for: "set-provider" }, T.t("job.provider")), provider, price,
       h("div", { class: "actions" }, create), err);
     form.addEventListener("input", () => { key = null; });
     form.addEventListener("submit", (ev) => {
       ev.preventDefault();
       busy(create, err, async () => {
-        if (!product.value.trim()) throw new Error("Give the product a name.");
+        if (!product.value.trim()) throw new Error(T.t("newset.need_name"));
         const list = Array.from(shots.querySelectorAll(".shot-row")).map((row) => ({
           role: row.querySelector(".shot-role").value, prompt: row.querySelector(".shot-prompt").value.trim(),
           candidates: Number(candidates.value || 1) }));
-        if (!list.length) throw new Error("Add at least one shot.");
+        if (!list.length) throw new Error(T.t("newset.need_shot"));
         const empty = list.findIndex((x) => !x.prompt);
-        if (empty >= 0) throw new Error("Shot " + (empty + 1) + " needs a few words about what it should show.");
+        if (empty >= 0) throw new Error(T.tf("newset.need_words", { n: empty + 1 }));
         key = key || T.newKey();
         const references = [];
         for (const f of files) {
@@ -379,7 +379,7 @@
 
   async function showSpend(fresh) {
     const group = h("select", { id: "spend-group" },
-      [["month", "By month"], ["day", "By day"], ["provider", "By provider"]].map(([v, w]) => h("option", { value: v }, w)));
+      [["month", T.t("spend.by_month")], ["day", T.t("spend.by_day")], ["provider", T.t("spend.by_provider")]].map(([v, w]) => h("option", { value: v }, w)));
     const out = h("div", { id: "spend-table" });
     const load = async () => {
       let r;
@@ -388,7 +388,7 @@
       } catch (e) {
         if (e.code === "signed_out") return;
         out.replaceChildren(h("p", { class: "hint" }, e.status === 404
-          ? "This version of tally does not count spend yet."
+          ? T.t("spend.not_counted")
           : e.message));
         return;
       }
@@ -398,18 +398,19 @@
       const cell = (a) => {
         const n = (a && a.count) || 0;
         const m = a && a.amount ? money(a.amount, cur) : null;
-        return n + (m ? " (about " + m + ")" : "");
+        return n + (m ? T.tf("money.about_paren", { amount: m }) : "");
       };
       const line = (row, head) => h("tr", {}, h("th", { scope: "row" }, head),
         h("td", {}, cell(row.charged)), h("td", {}, cell(row.possibly_charged)), h("td", {}, String(row.refused || 0)));
       out.replaceChildren(rows.length ? h("table", { class: "spend", id: "spend-rows" },
-        h("caption", {}, "Requests that reached a provider"),
-        h("thead", {}, h("tr", {}, [({ month: "Month", day: "Day", provider: "Provider" })[group.value] || "Row", "Charged", "Possibly charged", "Refused (not charged)"].map((c) => h("th", { scope: "col" }, c)))),
+        h("caption", {}, T.t("spend.caption")),
+        h("thead", {}, h("tr", {}, [({ month: T.t("spend.month"), day: T.t("spend.day"), provider: T.t("job.fact_provider") })[group.value] || T.t("spend.row"),
+          T.t("spend.charged"), T.t("spend.possibly"), T.t("spend.refused")].map((c) => h("th", { scope: "col" }, c)))),
         h("tbody", {}, rows.map((row) => line(row, String(row.key)))),
-        r.totals ? h("tfoot", {}, line(r.totals, "Total")) : null)
-        : h("p", { class: "hint" }, "Nothing has reached a provider in this period."),
+        r.totals ? h("tfoot", {}, line(r.totals, T.t("spend.total"))) : null)
+        : h("p", { class: "hint" }, T.t("spend.nothing")),
       r.totals && r.totals.recorded_by_hand
-        ? h("p", { id: "spend-by-hand", class: "hint" }, r.totals.recorded_by_hand + " of these requests are counted as you recorded them by hand from the provider's dashboard.")
+        ? h("p", { id: "spend-by-hand", class: "hint" }, T.tf("spend.by_hand", { n: r.totals.recorded_by_hand }))
         : null);
     };
     const money = T.money;
@@ -417,8 +418,8 @@
     const budget = await T.budgetSection(() => showSpend(false));
     if (T.view.signedOut) return;
     const shown = T.setView("spend", null, T.t("view.spend"), [budget, h("p", { class: "hint" },
-      "What tally knows about charges: requests a provider charged, requests that may have been charged (nothing could prove what happened to them), and requests it refused."),
-    h("p", { class: "filter" }, h("label", { for: "spend-group" }, "Show"), group), out], fresh);
+      T.t("spend.intro")),
+    h("p", { class: "filter" }, h("label", { for: "spend-group" }, T.t("spend.show")), group), out], fresh);
     if (!shown) return;
     T.view.onResync = load;
     await load();
