@@ -21,7 +21,7 @@
   }
 
   function roleSelect(id, value) {
-    return h("select", { id: id }, T.ROLES.map(([v, words]) => h("option", { value: v, selected: v === value }, words)));
+    return h("select", { id: id }, T.ROLES.map(([v]) => h("option", { value: v, selected: v === value }, T.roleWords(v))));
   }
 
   /* An open form's words, by "set id:shot position" (or "set id:set"), so that a live update
@@ -53,7 +53,7 @@
     if (s.canceled || !unsent(shot)) return null;
     const p = shot.position;
     const key = s.id + ":" + p;
-    const edit = h("button", { type: "button", id: "shot-edit-" + p }, "Edit");
+    const edit = h("button", { type: "button", id: "shot-edit-" + p }, T.t("edit.edit"));
     const open = (draft) => {
       if (!edit.isConnected || document.getElementById("shot-edit-form-" + p)) return;
       const prompt = h("textarea", { id: "shot-edit-prompt-" + p, rows: "3", required: true });
@@ -64,12 +64,12 @@
       role.addEventListener("change", keep);
       watchFocus([prompt, role], draft);
       drafts.set(key, draft);
-      const save = h("button", { type: "submit", class: "primary", id: "shot-edit-save-" + p }, "Save the shot");
-      const cancel = h("button", { type: "button", id: "shot-edit-cancel-" + p }, "Keep it as it was");
+      const save = h("button", { type: "submit", class: "primary", id: "shot-edit-save-" + p }, T.t("edit.save_shot"));
+      const cancel = h("button", { type: "button", id: "shot-edit-cancel-" + p }, T.t("edit.keep"));
       const form = h("form", { class: "edit-shot", id: "shot-edit-form-" + p },
-        h("p", { class: "hint" }, "Nothing was sent for this shot yet, so its words can still change."),
-        h("label", { for: "shot-edit-prompt-" + p }, "What this shot shows"), prompt,
-        h("label", { for: "shot-edit-role-" + p }, "Kind of shot"), role,
+        h("p", { class: "hint" }, T.t("edit.shot_hint")),
+        h("label", { for: "shot-edit-prompt-" + p }, T.t("edit.shot_prompt")), prompt,
+        h("label", { for: "shot-edit-role-" + p }, T.t("edit.shot_kind")), role,
         h("div", { class: "actions" }, save, cancel));
       form.addEventListener("submit", (ev) => {
         ev.preventDefault();
@@ -93,14 +93,13 @@
   /** What a duplicate costs, in words: free, about an amount, or a price tally does not know. */
   function duplicateWords(s, provider) {
     const images = (s.shots || []).reduce((n, x) => n + tasksOf(x).length, 0);
-    const made = "A new set with the same product, photos and " + (s.shots || []).length + " shot(s) is made, and its " +
-      images + " image(s) are queued. ";
-    if (provider && provider.billable === false) return made + "Nothing is charged: " + s.provider + " is free.";
+    const made = T.tf("dup.made", { shots: (s.shots || []).length, images });
+    if (provider && provider.billable === false) return made + T.tf("dup.free", { provider: s.provider });
     const price = provider && provider.price_per_image;
     const total = (price !== null && price !== undefined && price !== "") ? T.money(Number(price) * images, provider.currency) : null;
     return made + (total
-      ? s.provider + " charges for each image: the copy costs about " + total + "."
-      : s.provider + " charges for each image; its price is not configured, so tally cannot say how much.");
+      ? T.tf("dup.cost", { provider: s.provider, total })
+      : T.tf("dup.unknown", { provider: s.provider }));
   }
 
   /** The set's own buttons: edit the product and style, duplicate, delete. */
@@ -109,7 +108,7 @@
     const shots = s.shots || [];
     if (!s.canceled && shots.length && shots.every(unsent)) {
       const key = s.id + ":set";
-      const edit = h("button", { type: "button", id: "set-edit" }, "Edit product and style");
+      const edit = h("button", { type: "button", id: "set-edit" }, T.t("edit.set"));
       const open = (draft) => {
         if (!edit.isConnected || document.getElementById("set-edit-form")) return;
         const product = h("input", { id: "set-edit-product", type: "text", required: true });
@@ -121,12 +120,12 @@
         style.addEventListener("input", keep);
         watchFocus([product, style], draft);
         drafts.set(key, draft);
-        const save = h("button", { type: "submit", class: "primary", id: "set-edit-save" }, "Save");
-        const cancel = h("button", { type: "button", id: "set-edit-cancel" }, "Keep it as it was");
+        const save = h("button", { type: "submit", class: "primary", id: "set-edit-save" }, T.t("edit.save"));
+        const cancel = h("button", { type: "button", id: "set-edit-cancel" }, T.t("edit.keep"));
         const form = h("form", { class: "edit-set", id: "set-edit-form" },
-          h("p", { class: "hint" }, "Nothing of this set was sent yet, so the product and style notes can still change; every shot follows."),
-          h("label", { for: "set-edit-product" }, "Product"), product,
-          h("label", { for: "set-edit-style" }, "Style notes"), style,
+          h("p", { class: "hint" }, T.t("edit.set_hint")),
+          h("label", { for: "set-edit-product" }, T.t("edit.product")), product,
+          h("label", { for: "set-edit-style" }, T.t("edit.style")), style,
           h("div", { class: "actions" }, save, cancel));
         form.addEventListener("submit", (ev) => {
           ev.preventDefault();
@@ -145,9 +144,9 @@
       reopen(key, open);
       out.push(edit);
     }
-    const dup = h("button", { type: "button", id: "duplicate-set" }, "Duplicate…");
+    const dup = h("button", { type: "button", id: "duplicate-set" }, T.t("dup.button"));
     dup.addEventListener("click", async () => {
-      const yes = await T.confirmDialog("Duplicate this set?", duplicateWords(s, provider), "Duplicate it");
+      const yes = await T.confirmDialog(T.t("dup.title"), duplicateWords(s, provider), T.t("dup.yes"));
       if (!yes) return;
       let made = null;
       await busy(dup, err, async () => {
@@ -159,11 +158,9 @@
     out.push(dup);
     const all = shots.flatMap(tasksOf);
     if (s.status !== "running" && all.length && all.every((c) => c.status === "failed" || c.status === "canceled")) {
-      const del = h("button", { type: "button", id: "delete-set", class: "danger" }, "Delete…");
+      const del = h("button", { type: "button", id: "delete-set", class: "danger" }, T.t("del.button"));
       del.addEventListener("click", async () => {
-        const yes = await T.confirmDialog("Delete this set?",
-          "The set and its shots are deleted; this cannot be undone. Jobs of it that reached the provider stay in Jobs and in Spend, with what they may have cost.",
-          "Delete the set");
+        const yes = await T.confirmDialog(T.t("del.title"), T.t("del.body"), T.t("del.yes"));
         if (!yes) return;
         let gone = false;
         await busy(del, err, async () => {
