@@ -23,25 +23,27 @@
     return lists;
   }
 
-  /* A file's or a delivery's state in words, with an icon (colour is never the only signal). */
+  /* A file's or a delivery's state: an icon and its words' catalogue key (colour is never the
+     only signal). */
   const STATES = {
-    queued: ["…", "waiting its turn"], writing: ["↻", "writing"], delivering: ["↻", "delivering"],
-    delivered: ["✓", "delivered"], partly_delivered: ["?", "partly delivered"], failed: ["✕", "not delivered"],
-    unknown: ["?", "outcome unknown"],
+    queued: ["…", "dstate.queued"], writing: ["↻", "dstate.writing"], delivering: ["↻", "dstate.delivering"],
+    delivered: ["✓", "dstate.delivered"], partly_delivered: ["?", "dstate.partly_delivered"],
+    failed: ["✕", "dstate.failed"], unknown: ["?", "dstate.unknown"],
   };
   const BADGE = { queued: "queued", writing: "running", delivering: "running", delivered: "succeeded",
     partly_delivered: "unknown", failed: "failed", unknown: "unknown" };
 
   function stateBadge(state) {
-    const [icon, words] = STATES[state] || ["•", state];
+    const [icon, key] = STATES[state] || ["•", null];
+    const words = key ? T.t(key) : state;
     return h("span", { class: "badge s-" + (BADGE[state] || state) }, h("span", { class: "icon", "aria-hidden": "true" }, icon), " " + words);
   }
 
   /** A profile in a few words for its option: "amazon: 2000×2000 JPEG, source at least 1000 px". */
   function profileWords(p) {
-    if (!p.width) return p.name + ": the images as generated";
-    return p.name + ": " + p.width + "×" + p.height + " " + String(p.format || "").toUpperCase() +
-      (p.min_source ? ", source at least " + p.min_source + " px" : "");
+    if (!p.width) return T.tf("deliver.as_generated", { name: p.name });
+    return T.tf("deliver.profile_size", { name: p.name, width: p.width, height: p.height,
+      format: String(p.format || "").toUpperCase() }) + (p.min_source ? T.tf("deliver.min_source", { min: p.min_source }) : "");
   }
 
   /** What the Deliver section of set `s` shows, read before the set's view is drawn (so the
@@ -71,7 +73,7 @@
 
   /** The Deliver section of set `s`, drawn from `data` ([`deliverData`]). */
   function deliverSection(s, data) {
-    const title = h("h2", { id: "deliver-title" }, "Deliver");
+    const title = h("h2", { id: "deliver-title" }, T.t("deliver.title"));
     const attrs = { id: "deliver", class: "card deliver", "aria-labelledby": "deliver-title", "data-ready": "true" };
     if (!data || data.error) return h("section", attrs, title, h("p", { class: "hint" }, (data && data.error) || ""));
     const { profiles, targets, mine } = data;
@@ -82,7 +84,7 @@
     const blocking = h("ul", { id: "deliver-blocking", class: "blocking" });
     const status = h("p", { id: "deliver-ready", class: "hint", role: "status" });
     const force = h("input", { type: "checkbox", id: "deliver-force", checked: mine.force });
-    const start = h("button", { type: "button", id: "deliver-start", class: "primary" }, "Deliver");
+    const start = h("button", { type: "button", id: "deliver-start", class: "primary" }, T.t("deliver.start"));
     const err = errorSlot("deliver-error");
     const progress = h("div", { id: "delivery-box" });
     const showReasons = (name, reasons) => {
@@ -90,9 +92,8 @@
       blocking.dataset.profile = name;
       const p = profiles.find((x) => x.name === name) || {};
       status.textContent = reasons.length
-        ? "Not ready for " + name + ":"
-        : "Ready to deliver with " + name + "." +
-          (p.max_bytes ? " Whether each file fits its byte limit is checked when you deliver." : "");
+        ? T.tf("deliver.not_ready", { profile: name })
+        : T.tf("deliver.ready", { profile: name }) + (p.max_bytes ? T.t("deliver.bytes_later") : "");
     };
     showReasons(profile.value, data.reasons);
     /* Another profile: its reasons, read before the click. */
@@ -115,13 +116,13 @@
     }));
     if (data.latest) showDelivery(progress, data.latest);
     return h("section", attrs, title,
-      h("p", { class: "hint" }, "Make each shot's chosen image into a marketplace's file and write it to a folder or bucket. No provider is called; nothing is charged."),
+      h("p", { class: "hint" }, T.t("deliver.intro")),
       h("div", { class: "deliver-pick" },
-        h("span", {}, h("label", { for: "deliver-profile" }, "Profile"), profile),
-        h("span", {}, h("label", { for: "deliver-target" }, "Where to"), target)),
+        h("span", {}, h("label", { for: "deliver-profile" }, T.t("deliver.profile")), profile),
+        h("span", {}, h("label", { for: "deliver-target" }, T.t("deliver.target")), target)),
       status, blocking,
       h("label", { class: "check", for: "deliver-force" }, force,
-        " Deliver anyway, although a chosen image does not meet the profile"),
+        T.t("deliver.force")),
       h("div", { class: "actions" }, start), err, progress);
   }
 
@@ -140,7 +141,7 @@
     const err = errorSlot("delivery-error");
     let retry = null;
     if (settled && done < items.length) {
-      retry = h("button", { type: "button", id: "delivery-retry" }, "Send again what was not delivered");
+      retry = h("button", { type: "button", id: "delivery-retry" }, T.t("deliver.retry"));
       retry.addEventListener("click", () => busy(retry, err, async () => {
         const again = await api("POST", "/v1/deliveries/" + encodeURIComponent(d.id) + "/retry", {});
         showDelivery(box, again);
@@ -148,15 +149,15 @@
     }
     box.replaceChildren(h("section", { id: "delivery-progress", class: "delivery", "data-state": d.state,
       "aria-labelledby": "delivery-title" },
-      h("h3", { id: "delivery-title" }, "Latest delivery: " + d.profile + " to " + d.target + (d.forced ? " (delivered anyway)" : "")),
-      h("p", { class: "status-line", role: "status" }, stateBadge(d.state), " " + done + " of " + items.length + " files delivered"),
+      h("h3", { id: "delivery-title" }, T.tf("deliver.latest", { profile: d.profile, target: d.target }) + (d.forced ? T.t("deliver.forced") : "")),
+      h("p", { class: "status-line", role: "status" }, stateBadge(d.state), " " + T.tf("deliver.count", { done, total: items.length })),
       h("ol", { id: "delivery-items", class: "delivery-items" }, items.map((i) => h("li", {
         "data-file-name": i.file_name, "data-state": i.state, "data-sha256": i.sha256 || "" },
         h("span", { class: "file" }, i.file_name), " ", stateBadge(i.state),
-        i.state === "delivered" && i.width ? h("span", { class: "hint" }, " " + i.width + "×" + i.height + ", " + i.bytes + " bytes") : null,
-        i.why ? h("p", { class: "why" }, i.why + (i.retry_safe === true ? " Sending it again is safe." : "")) : null))),
-      settled && done ? h("p", { id: "delivery-where" }, "The files are in ", h("code", {}, whereWords(d)),
-        ", with manifest.csv and manifest.json beside them.") : null,
+        i.state === "delivered" && i.width ? h("span", { class: "hint" }, " " + T.tf("deliver.size", { width: i.width, height: i.height, bytes: i.bytes })) : null,
+        i.why ? h("p", { class: "why" }, i.why + (i.retry_safe === true ? T.t("deliver.safe") : "")) : null))),
+      settled && done ? h("p", { id: "delivery-where" }, T.t("deliver.where_before"), h("code", {}, whereWords(d)),
+        T.t("deliver.where_after")) : null,
       retry ? h("div", { class: "actions" }, retry) : null, err));
   }
 
