@@ -15,7 +15,7 @@
     let d = document.getElementById("compare-dialog");
     if (d) return d;
     d = h("dialog", { id: "compare-dialog", class: "image-dialog compare-dialog", "aria-labelledby": "compare-title" },
-      h("h2", { id: "compare-title" }, "Compare two candidates"),
+      h("h2", { id: "compare-title" }, T.t("compare.title")),
       h("div", { id: "compare-body", class: "compare" }),
       errorSlot("compare-error"),
       h("div", { class: "actions" }, h("button", { type: "button", id: "compare-close" }, T.t("close"))));
@@ -32,13 +32,13 @@
     const err = d.querySelector("#compare-error");
     T.showError(err, "");
     const role = T.roleWords(shot.role);
-    d.querySelector("#compare-title").textContent = "Compare two candidates: " + role;
+    d.querySelector("#compare-title").textContent = T.tf("compare.title_role", { role });
     d.querySelector("#compare-body").replaceChildren(...picks.map(({ c, n }) => {
       const a = c.artifact;
       const chosen = a.id === shot.chosen;
-      const label = role + ", candidate " + n + " of " + shot.candidates.length;
-      const use = chosen ? h("strong", { class: "chosen-mark" }, "✓ Chosen")
-        : h("button", { type: "button", class: "use-this", id: "compare-use-" + n, "aria-label": "Use this one: " + label }, "Use this one");
+      const label = T.tf("cand.label", { role, n, total: shot.candidates.length });
+      const use = chosen ? h("strong", { class: "chosen-mark" }, T.t("cand.chosen"))
+        : h("button", { type: "button", class: "use-this", id: "compare-use-" + n, "aria-label": T.tf("cand.use_label", { label }) }, T.t("cand.use"));
       if (!chosen) {
         use.addEventListener("click", () => busy(use, err, async () => {
           await api("PUT", path, { artifact_id: a.id });
@@ -48,7 +48,7 @@
       }
       return h("figure", { class: "compare-one" },
         h("img", { src: a.url, alt: label, "data-artifact-id": a.id }),
-        h("figcaption", {}, "Candidate " + n), use);
+        h("figcaption", {}, T.tf("compare.candidate", { n })), use);
     }));
     d.showModal();
     d.querySelector("#compare-close").focus();
@@ -95,7 +95,7 @@
       }
     });
     /* "Compare": tick two, then open them side by side. */
-    const open = h("button", { type: "button", id: "compare-open-" + shot.position, disabled: true }, "Compare the two ticked");
+    const open = h("button", { type: "button", id: "compare-open-" + shot.position, disabled: true }, T.t("compare.open"));
     const ticked = () => items.map((li, i) => ({ li, i })).filter(({ li }) => {
       const box = li.querySelector(".compare-box input");
       return box && box.checked;
@@ -105,7 +105,7 @@
       ticks.set(key, new Set(ticked().map(({ li }) => li.dataset.artifactId)));
       const n = ticked().length;
       open.disabled = n !== 2;
-      open.textContent = n === 2 ? "Compare the two ticked" : "Tick two to compare (" + n + " ticked)";
+      open.textContent = n === 2 ? T.t("compare.open") : T.tf("compare.tick", { n });
     };
     items.forEach((li, i) => {
       const c = cands[i];
@@ -122,7 +122,7 @@
         update();
       });
       const slot = li.querySelector(".actions") || li;
-      slot.append(h("label", { class: "check compare-box", for: id }, box, " Compare"));
+      slot.append(h("label", { class: "check compare-box", for: id }, box, T.t("compare.box")));
     });
     open.addEventListener("click", () => {
       const on = ticked();
@@ -131,7 +131,7 @@
     });
     update();
     return h("div", { class: "compare-line" },
-      h("p", { class: "hint", id: hintId }, "Arrow keys move between the candidates; Enter uses the one in focus."),
+      h("p", { class: "hint", id: hintId }, T.t("compare.keys")),
       h("div", { class: "actions" }, open), err);
   }
 
