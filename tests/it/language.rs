@@ -2,12 +2,14 @@
 //! history lines, a held job's words and the API's errors in Simplified Chinese when asked
 //! for with `Accept-Language` (or the page's cookie), byte-for-byte English otherwise; the CLI
 //! printing them with `ui.language = "zh-CN"`; and the main views of the page in Chinese,
-//! axe-core clean, saying a job's sentences and history in Chinese.
+//! axe-core clean, saying a job's sentences and history in Chinese; a set with two candidates
+//! per shot (its candidates, Deliver section, Duplicate dialog) and a queued set's Edit forms in
+//! Chinese with none of their English words left, axe-core clean.
 
 use serde_json::{Value, json};
 
 use crate::browser::Browser;
-use crate::common::{Daemon, Mock, OPENAI_MODEL, request, wait_for};
+use crate::common::{Daemon, FAST_DEMO, Mock, OPENAI_MODEL, request, wait_for};
 use crate::web::printed_sign_in_url;
 
 /// Whether `s` has Chinese characters in it.
@@ -216,6 +218,122 @@ fn the_main_views_in_chinese_are_axe_clean_and_say_a_jobs_sentences_in_chinese()
         b.until("spend", 15, "document.getElementById('spend-table')?.children.length > 0").await;
         b.assert_accessible("spend in Chinese").await;
         b.screenshot("zh-spend.png").await;
+        b.close().await;
+    });
+}
+
+/// The English words of a set's view that must not show in the Chinese page.
+const SET_ENGLISH: &[&str] = &[
+    "Deliver",
+    "Profile",
+    "Where to",
+    "Use this one",
+    "Candidate",
+    "Compare",
+    "Duplicate",
+    "Generate another",
+    "Details and history",
+    "Shots",
+    "Edit",
+    "Keep it as it was",
+];
+
+/// English words of [`SET_ENGLISH`] found in `text`.
+fn english_in(text: &str) -> Vec<&'static str> {
+    SET_ENGLISH.iter().copied().filter(|w| text.contains(w)).collect()
+}
+
+#[test]
+fn a_set_with_candidates_its_deliver_section_and_its_edit_and_duplicate_buttons_are_in_chinese() {
+    // `demo` finishes at once; `slow` keeps its one slot busy for minutes, so a set sent to it
+    // after another stays queued (nothing sent: Edit is offered).
+    let mut d = Daemon::configure(&format!(
+        "{FAST_DEMO}\n[[providers]]\nname = \"slow\"\nkind = \"demo\"\nmax_concurrency = 1\ndelay_ms = 600000\n"
+    ));
+    d.spawn();
+    let set = |product: &str, provider: &str, candidates: u32| -> Value {
+        let body = json!({"product": product, "provider": provider, "shots": [
+            {"role": "main", "prompt": "on white", "candidates": candidates},
+            {"role": "scene", "prompt": "on a desk", "candidates": candidates}]});
+        let r = d.call("POST", "/v1/sets", Some(&body));
+        assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+        r.json()
+    };
+    let settled = set("blue mug", "demo", 2)["id"].as_str().expect("id").to_string();
+    wait_for(std::time::Duration::from_secs(60), || {
+        let s = d.call("GET", &format!("/v1/sets/{settled}"), None).json();
+        let all: Vec<Value> =
+            s["shots"].as_array()?.iter().flat_map(|x| x["candidates"].as_array().cloned().unwrap_or_default()).collect();
+        (all.len() == 4 && all.iter().all(|c| c["status"] == "succeeded")).then_some(())
+    })
+    .expect("the set's four candidates succeed");
+    let blocker = set("vase", "slow", 1)["shots"][0]["id"].as_str().expect("shot").to_string();
+    d.wait_status(&blocker, &["running"]);
+    let queued = set("teapot", "slow", 2)["id"].as_str().expect("id").to_string();
+
+    let url = printed_sign_in_url(&d);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let b = Browser::start().await;
+        b.c().goto(&url).await.expect("sign in");
+        b.until("the jobs page", 15, "document.getElementById('new-task') !== null").await;
+        b.js("(document.cookie = 'tally_lang=zh-CN; Path=/; SameSite=Strict', location.reload(), true)").await;
+        b.until("the page in Chinese", 15, "document.documentElement.lang === 'zh-CN'").await;
+
+        // A settled set, two candidates per shot: candidates, Deliver and Duplicate in Chinese.
+        b.js(&format!("(location.hash = '#/sets/{settled}')")).await;
+        b.until("the set", 15, "document.getElementById('candidates-1') !== null && document.getElementById('deliver') !== null").await;
+        let text = |id: &str| format!("document.getElementById('{id}')?.textContent");
+        assert_eq!(b.js(&text("deliver-title")).await, json!("交付"));
+        assert_eq!(b.js(&text("deliver-start")).await, json!("交付"));
+        assert_eq!(b.js("document.querySelector('label[for=deliver-profile]').textContent").await, json!("平台规格"));
+        let ready = b.js(&text("deliver-ready")).await;
+        assert!(ready.as_str().is_some_and(|r| r.starts_with("还不能按 ") && r.ends_with(" 交付：")), "{ready}");
+        assert_eq!(b.js("document.getElementById('candidates-0').getAttribute('aria-label')").await, json!("主图的候选图"));
+        assert_eq!(b.js("document.getElementById('candidates-1').getAttribute('aria-label')").await, json!("场景图的候选图"));
+        let uses = b.js("[...document.querySelectorAll('#shots .use-this')].map(u => u.textContent)").await;
+        assert_eq!(uses, json!(["用这张", "用这张", "用这张", "用这张"]));
+        assert_eq!(
+            b.js("document.getElementById('use-0-1').getAttribute('aria-label')").await,
+            json!("用这张：主图，候选图 2/2")
+        );
+        assert_eq!(b.js(&text("compare-open-0")).await, json!("勾选两张来比较（已勾选 0 张）"));
+        assert_eq!(b.js(&text("duplicate-set")).await, json!("复制…"));
+        assert_eq!(b.js(&text("shot-more-0")).await, json!("照这个再生成一张"));
+        assert_eq!(b.js("document.getElementById('set-edit') === null").await, true, "a settled set is not editable");
+        let page = b.js("document.querySelector('article.detail').innerText").await;
+        let page = page.as_str().unwrap_or("");
+        assert!(page.contains("把每个镜头选中的图片做成电商平台要的文件"), "{page}");
+        assert!(english_in(page).is_empty(), "English left in the set: {:?}\n{page}", english_in(page));
+        b.assert_accessible("a set with candidates in Chinese").await;
+
+        // Duplicate asks first, in Chinese, and says it is free.
+        b.click("#duplicate-set").await;
+        b.until("the confirmation", 10, "document.getElementById('confirm-dialog').open").await;
+        assert_eq!(b.js(&text("confirm-title")).await, json!("复制这个图片组？"));
+        let body = b.js(&text("confirm-text")).await;
+        assert_eq!(body, json!("会新建一个图片组，商品、照片和 2 个镜头都一样，它的 4 张图片会排队生成。不扣费：demo 是免费的。"));
+        assert_eq!(b.js(&text("confirm-yes")).await, json!("复制"));
+        b.assert_accessible("the duplicate dialog in Chinese").await;
+        b.click("#confirm-no").await;
+
+        // A set nothing was sent for: Edit for the set and each shot, in Chinese.
+        b.js(&format!("(location.hash = '#/sets/{queued}')")).await;
+        b.until("the queued set", 15, "document.getElementById('shot-edit-1') !== null").await;
+        assert_eq!(b.js(&text("set-edit")).await, json!("修改商品和风格"));
+        assert_eq!(b.js(&text("shot-edit-0")).await, json!("修改"));
+        assert_eq!(b.js(&text("duplicate-set")).await, json!("复制…"));
+        b.click("#shot-edit-0").await;
+        b.until("the shot's form", 10, "document.getElementById('shot-edit-form-0') !== null").await;
+        assert_eq!(b.js(&text("shot-edit-save-0")).await, json!("保存镜头"));
+        assert_eq!(b.js(&text("shot-edit-cancel-0")).await, json!("保持原样"));
+        let roles = b.js("[...document.querySelectorAll('#shot-edit-role-0 option')].map(o => o.textContent)").await;
+        assert_eq!(roles, json!(["主图", "卖点图", "场景图"]));
+        let page = b.js("document.querySelector('article.detail').innerText").await;
+        let page = page.as_str().unwrap_or("");
+        assert!(page.contains("这个镜头还没有发送，所以文字还可以改。"), "{page}");
+        assert!(english_in(page).is_empty(), "English left in the set: {:?}\n{page}", english_in(page));
+        b.assert_accessible("editing a queued shot in Chinese").await;
         b.close().await;
     });
 }

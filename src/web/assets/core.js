@@ -391,7 +391,7 @@ window.tally = (function () {
     document.getElementById("confirm-text").textContent = text;
     const ok = document.getElementById("confirm-yes");
     const no = document.getElementById("confirm-no");
-    ok.textContent = yes || "Yes";
+    ok.textContent = yes || t("confirm.yes");
     return new Promise((resolve) => {
       const done = (v) => { d.onclose = null; d.close(); resolve(v); };
       ok.onclick = () => done(true);

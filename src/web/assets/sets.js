@@ -323,10 +323,9 @@
     const showPrice = () => {
       const p = info.providers.find((x) => x.name === provider.value);
       const per = Number(candidates.value || 1);
-      const count = shots.children.length * per;
-      const cost = T.priceWords(p, count);
-      const n = shots.children.length;
-      const many = T.tf(n === 1 ? "newset.shots_one" : "newset.shots_many", { n });
+      const rows = shots.children.length;
+      const cost = T.priceWords(p, rows * per);
+      const many = T.tf(rows === 1 ? "newset.shots_one" : "newset.shots_many", { n: rows });
       price.textContent = p ? T.tf("newset.price_line", {
         shots: per > 1 ? T.tf("newset.times", { shots: many, per }) : many, provider: p.name, cost }) +
         T.tf("newset.bills", { provider: p.name, note: p.billing_note }) : "";
