@@ -262,8 +262,11 @@ fn a_set_with_candidates_its_deliver_section_and_its_edit_and_duplicate_buttons_
     let settled = set("blue mug", "demo", 2)["id"].as_str().expect("id").to_string();
     wait_for(std::time::Duration::from_secs(60), || {
         let s = d.call("GET", &format!("/v1/sets/{settled}"), None).json();
-        let all: Vec<Value> =
-            s["shots"].as_array()?.iter().flat_map(|x| x["candidates"].as_array().cloned().unwrap_or_default()).collect();
+        let all: Vec<Value> = s["shots"]
+            .as_array()?
+            .iter()
+            .flat_map(|x| x["candidates"].as_array().cloned().unwrap_or_default())
+            .collect();
         (all.len() == 4 && all.iter().all(|c| c["status"] == "succeeded")).then_some(())
     })
     .expect("the set's four candidates succeed");
@@ -282,15 +285,26 @@ fn a_set_with_candidates_its_deliver_section_and_its_edit_and_duplicate_buttons_
 
         // A settled set, two candidates per shot: candidates, Deliver and Duplicate in Chinese.
         b.js(&format!("(location.hash = '#/sets/{settled}')")).await;
-        b.until("the set", 15, "document.getElementById('candidates-1') !== null && document.getElementById('deliver') !== null").await;
+        b.until(
+            "the set",
+            15,
+            "document.getElementById('candidates-1') !== null && document.getElementById('deliver') !== null",
+        )
+        .await;
         let text = |id: &str| format!("document.getElementById('{id}')?.textContent");
         assert_eq!(b.js(&text("deliver-title")).await, json!("交付"));
         assert_eq!(b.js(&text("deliver-start")).await, json!("交付"));
         assert_eq!(b.js("document.querySelector('label[for=deliver-profile]').textContent").await, json!("平台规格"));
         let ready = b.js(&text("deliver-ready")).await;
         assert!(ready.as_str().is_some_and(|r| r.starts_with("还不能按 ") && r.ends_with(" 交付：")), "{ready}");
-        assert_eq!(b.js("document.getElementById('candidates-0').getAttribute('aria-label')").await, json!("主图的候选图"));
-        assert_eq!(b.js("document.getElementById('candidates-1').getAttribute('aria-label')").await, json!("场景图的候选图"));
+        assert_eq!(
+            b.js("document.getElementById('candidates-0').getAttribute('aria-label')").await,
+            json!("主图的候选图")
+        );
+        assert_eq!(
+            b.js("document.getElementById('candidates-1').getAttribute('aria-label')").await,
+            json!("场景图的候选图")
+        );
         let uses = b.js("[...document.querySelectorAll('#shots .use-this')].map(u => u.textContent)").await;
         assert_eq!(uses, json!(["用这张", "用这张", "用这张", "用这张"]));
         assert_eq!(
@@ -312,7 +326,10 @@ fn a_set_with_candidates_its_deliver_section_and_its_edit_and_duplicate_buttons_
         b.until("the confirmation", 10, "document.getElementById('confirm-dialog').open").await;
         assert_eq!(b.js(&text("confirm-title")).await, json!("复制这个图片组？"));
         let body = b.js(&text("confirm-text")).await;
-        assert_eq!(body, json!("会新建一个图片组，商品、照片和 2 个镜头都一样，它的 4 张图片会排队生成。不扣费：demo 是免费的。"));
+        assert_eq!(
+            body,
+            json!("会新建一个图片组，商品、照片和 2 个镜头都一样，它的 4 张图片会排队生成。不扣费：demo 是免费的。")
+        );
         assert_eq!(b.js(&text("confirm-yes")).await, json!("复制"));
         b.assert_accessible("the duplicate dialog in Chinese").await;
         b.click("#confirm-no").await;
