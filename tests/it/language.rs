@@ -216,8 +216,29 @@ fn the_main_views_in_chinese_are_axe_clean_and_say_a_jobs_sentences_in_chinese()
 
         b.js("(location.hash = '#/spend')").await;
         b.until("spend", 15, "document.getElementById('spend-table')?.children.length > 0").await;
+        let spend = b.js("document.getElementById('main').innerText").await;
+        let spend = spend.as_str().unwrap_or("");
+        assert!(spend.contains("可能已扣费") && spend.contains("到达服务商的请求"), "{spend}");
+        assert!(!spend.contains("Possibly charged") && !spend.contains("What tally knows"), "{spend}");
         b.assert_accessible("spend in Chinese").await;
         b.screenshot("zh-spend.png").await;
+
+        // A new set: the form and its price before "Create the set", money exact.
+        b.js("(location.hash = '#/sets/new')").await;
+        b.until("the new-set form", 15, "document.getElementById('set-provider') !== null").await;
+        b.js("(() => { const p = document.getElementById('set-provider'); p.value = 'flux'; \
+              p.dispatchEvent(new Event('change')); return true; })()")
+            .await;
+        let price = b.js("document.getElementById('set-price').textContent").await;
+        assert!(
+            price.as_str().unwrap_or("").starts_with("3 个镜头，用 flux：约 $0.12（3 × $0.04）。flux 怎么收费："),
+            "{price}"
+        );
+        let form = b.js("document.getElementById('new-set').innerText").await;
+        let form = form.as_str().unwrap_or("");
+        assert!(form.contains("商品名称") && form.contains("镜头（按顺序）"), "{form}");
+        assert!(!form.contains("Product name") && !form.contains("Add a shot"), "{form}");
+        b.assert_accessible("a new set in Chinese").await;
         b.close().await;
     });
 }
