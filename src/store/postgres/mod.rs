@@ -633,7 +633,7 @@ fn migrate(config: &postgres::Config, schema: Option<&str>) -> Result<i64, Store
             &[&PG_SCHEMA_VERSION],
         )?;
     } else {
-        let version: i32 = t.query_one("SELECT max(version) FROM tally_schema", &[])?.get(0);
+        let version = schema_version(&mut t)?;
         if version > PG_SCHEMA_VERSION {
             return Err(StoreError::TooNew {
                 path: "the PostgreSQL database".into(),
@@ -685,6 +685,16 @@ fn refuse_with_live_nodes(t: &mut postgres::Transaction<'_>, version: i32) -> Re
     )))
 }
 
+/// The schema version `tally_schema` records: an empty table (a hand-edited or half-restored
+/// database) is an error that says so, not a panic on its NULL.
+fn schema_version(t: &mut postgres::Transaction<'_>) -> Result<i32, StoreError> {
+    let row = t.query_one("SELECT max(version) FROM tally_schema", &[])?;
+    row.try_get::<_, Option<i32>>(0)?.ok_or_else(|| StoreError::NotTally {
+        path: "the PostgreSQL database".into(),
+        reason: "its tally_schema table records no version".into(),
+    })
+}
+
 /// For `tally check`: the schema must be tally's, and not newer than this build.
 fn migrate_check(t: &mut postgres::Transaction<'_>) -> Result<(), StoreError> {
     let installed: bool = t.query_one("SELECT to_regclass('tally_schema') IS NOT NULL", &[])?.get(0);
@@ -694,7 +704,7 @@ fn migrate_check(t: &mut postgres::Transaction<'_>) -> Result<(), StoreError> {
             reason: "it has no tally_schema table".into(),
         });
     }
-    let version: i32 = t.query_one("SELECT max(version) FROM tally_schema", &[])?.get(0);
+    let version = schema_version(t)?;
     if version > PG_SCHEMA_VERSION {
         return Err(StoreError::TooNew {
             path: "the PostgreSQL database".into(),

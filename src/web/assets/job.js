@@ -228,8 +228,8 @@
       case "requeued": return T.t("event.requeued");
       case "held": return T.tf("event.held", { why: m });
       case "released": return T.t("event.released");
-      case "found_at_provider": return T.tf("event.found_at_provider", { who: who });
-      case "looked_up": return T.tf("event.looked_up", { who: who, found: m.replace(/^looked up at the provider: /, "") });
+      case "found_at_provider": return T.tf("event.found_at_provider", p);
+      case "looked_up": return T.tf("event.looked_up", { provider: t.provider, found: m.replace(/^looked up at the provider: /, "") });
       default: return T.t("event.other");
     }
   }

@@ -187,6 +187,22 @@ fn a_newer_schema_is_refused() {
     }
 }
 
+/// A `tally_schema` with no row (a hand-edited or half-restored database) is refused in plain
+/// words, not a panic on the NULL its `max(version)` reads.
+#[test]
+fn a_schema_table_with_no_version_is_refused() {
+    let Some(url) = pg_url() else { return };
+    let s = schema();
+    PgStore::open(pg_options(&url, &s, "node-a")).expect("new").close().expect("close");
+    let mut c = connect(&url);
+    c.execute(&format!("DELETE FROM {s}.tally_schema"), &[]).expect("empty it");
+    match PgStore::open(pg_options(&url, &s, "node-a")) {
+        Err(StoreError::NotTally { reason, .. }) => assert!(reason.contains("no version"), "{reason}"),
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("a schema with no version was opened"),
+    }
+}
+
 /// Version 7 → 8 (issue #28): a database whose calls are out when it migrates gives each
 /// `sent` envelope a slot row of its provider, and the provider `max_concurrency` rows in all,
 /// so the calls already out count against the cap from the first dispatch.
