@@ -218,7 +218,7 @@ fn the_main_views_in_chinese_are_axe_clean_and_say_a_jobs_sentences_in_chinese()
         b.until("spend", 15, "document.getElementById('spend-table')?.children.length > 0").await;
         let spend = b.js("document.getElementById('main').innerText").await;
         let spend = spend.as_str().unwrap_or("");
-        assert!(spend.contains("可能已扣费") && spend.contains("到达服务商的请求"), "{spend}");
+        assert!(spend.contains("可能已收费") && spend.contains("到达服务商的请求"), "{spend}");
         assert!(!spend.contains("Possibly charged") && !spend.contains("What tally knows"), "{spend}");
         b.assert_accessible("spend in Chinese").await;
         b.screenshot("zh-spend.png").await;
@@ -349,7 +349,7 @@ fn a_set_with_candidates_its_deliver_section_and_its_edit_and_duplicate_buttons_
         let body = b.js(&text("confirm-text")).await;
         assert_eq!(
             body,
-            json!("会新建一个图片组，商品、照片和 2 个镜头都一样，它的 4 张图片会排队生成。不扣费：demo 是免费的。")
+            json!("会新建一个图片组，商品、照片和 2 个镜头都一样，它的 4 张图片会排队生成。不收费：demo 是免费的。")
         );
         assert_eq!(b.js(&text("confirm-yes")).await, json!("复制"));
         b.assert_accessible("the duplicate dialog in Chinese").await;
