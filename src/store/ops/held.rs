@@ -8,7 +8,7 @@
 //! PostgreSQL database is never copied as a file, and a claimed envelope may belong to a live
 //! node: there only *pending* envelopes are held, each locked (`FOR UPDATE`) as it is chosen.
 
-use super::common::{event, requeue_envelope, schedule_next_shot_of, set_task};
+use super::common::{PerDialect, event, requeue_envelope, schedule_next_shot_of, set_task};
 use crate::domain::Charge;
 use crate::domain::{Actor, Millis, TaskStatus};
 use crate::store::held::{Held, HeldLook, HeldSettle, LOOK_NOTE, Release, ReleaseReport, Settled};
@@ -207,13 +207,13 @@ pub(in crate::store) fn settle_held(
             if pg {
                 params.push(&node);
             }
-            tx.exec(if pg { ADOPT_EXECUTION_PG } else { ADOPT_EXECUTION }, &params)?;
+            tx.exec(ADOPT_EXECUTION.get(tx), &params)?;
             tx.exec("UPDATE tasks SET attempts = ?2 WHERE id = ?1", &[&task, attempt])?;
             let mut params: Vec<&dyn crate::store::tx::Param> = vec![&task, &lease, &now, &ADOPTED_BOOT];
             if pg {
                 params.push(&node);
             }
-            tx.exec(if pg { ADOPT_ENVELOPE_PG } else { ADOPT_ENVELOPE }, &params)?;
+            tx.exec(ADOPT_ENVELOPE.get(tx), &params)?;
             let words = format!(
                 "Found at the provider as job {job_id}: the daemon this copy came from had sent it. tally asks the \
                  provider for its result; nothing is sent again."
@@ -232,24 +232,36 @@ pub(in crate::store) fn settle_held(
 /// The execution of a held job's request found at the provider (`settle_held`): `?1` token,
 /// `?2` task, `?3` attempt, `?4` key, `?5` job id, `?6` run, `?7` now, `?8` charge, `?9`
 /// billable, `?10`..`?12` cost, currency, model (PostgreSQL: `?13` the node).
-const ADOPT_EXECUTION: &str = "INSERT INTO executions (token, task_id, attempt, status, phase, idempotency_key,
-        provider_job_id, boot_id, heartbeat_at, started_at, calling_at, charge, billable, cost_micros, currency, model)
-     VALUES (?1, ?2, ?3, 'running', 'accepted', ?4, ?5, ?6, ?7, ?7, ?7, ?8, ?9, ?10, ?11, ?12)";
-const ADOPT_EXECUTION_PG: &str = "INSERT INTO executions (token, task_id, attempt, status, phase, idempotency_key,
-        provider_job_id, boot_id, heartbeat_at, started_at, calling_at, charge, billable, cost_micros, currency, model,
-        node_id)
-     VALUES (?1, ?2, ?3, 'running', 'accepted', ?4, ?5, ?6, ?7, ?7, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
+static ADOPT_EXECUTION: PerDialect = PerDialect::new(adopt_execution_sql);
+
+fn adopt_execution_sql(d: Dialect) -> String {
+    let (column, value) = match d {
+        Dialect::Sqlite => ("", ""),
+        Dialect::Postgres => (", node_id", ", ?13"),
+    };
+    format!(
+        "INSERT INTO executions (token, task_id, attempt, status, phase, idempotency_key, provider_job_id, boot_id,
+            heartbeat_at, started_at, calling_at, charge, billable, cost_micros, currency, model{column})
+         VALUES (?1, ?2, ?3, 'running', 'accepted', ?4, ?5, ?6, ?7, ?7, ?7, ?8, ?9, ?10, ?11, ?12{value})"
+    )
+}
 
 /// Its envelope, `sent` on a lease that ran out at once: `?1` task, `?2` lease token, `?3`
 /// now, `?4` the run (PostgreSQL: `?5` the node).
-const ADOPT_ENVELOPE: &str = "UPDATE envelopes SET status = 'sent', sent_at = ?3, send_count = send_count + 1,
-        lease_token = ?2, lease_expires_at = ?3, lease_boot = ?4, due_at = NULL, pass = NULL, budget_hold = false,
-        held_at = NULL, held_reason = NULL
-     WHERE task_id = ?1";
-const ADOPT_ENVELOPE_PG: &str = "UPDATE envelopes SET status = 'sent', sent_at = ?3, send_count = send_count + 1,
-        lease_token = ?2, lease_expires_at = ?3, lease_boot = ?4, due_at = NULL, pass = NULL, budget_hold = false,
-        held_at = NULL, held_reason = NULL, lease_node = ?5
-     WHERE task_id = ?1";
+static ADOPT_ENVELOPE: PerDialect = PerDialect::new(adopt_envelope_sql);
+
+fn adopt_envelope_sql(d: Dialect) -> String {
+    let node = match d {
+        Dialect::Sqlite => "",
+        Dialect::Postgres => ", lease_node = ?5",
+    };
+    format!(
+        "UPDATE envelopes SET status = 'sent', sent_at = ?3, send_count = send_count + 1, lease_token = ?2,
+            lease_expires_at = ?3, lease_boot = ?4, due_at = NULL, pass = NULL, budget_hold = false, held_at = NULL,
+            held_reason = NULL{node}
+         WHERE task_id = ?1"
+    )
+}
 
 /// The run named by the lease of a held job found at the provider: no process ever runs as
 /// it, so recovery takes the lease over at once.
