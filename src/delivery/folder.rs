@@ -11,7 +11,9 @@
 //! sha256: [`Put::AlreadyThere`]; other bytes: [`Put::Different`], left alone); no temporary
 //! file is left behind by a write that fails, except after a crash of the process itself
 //! (then a later write of that name does not reuse it: the temporary names carry the process
-//! id and a counter, and they start with `.` so they are not taken for delivered files);
+//! id and a counter, and they start with `.` so they are not taken for delivered files; the
+//! next write of that name removes such a leftover once it is surely dead — see
+//! [`sweep_leftovers`]);
 //! when `put` answers [`Put::Written`], the file and its name are on disk (fsynced).
 
 use std::fs::{self, File, OpenOptions};
@@ -121,6 +123,7 @@ impl FolderTarget {
             }
         }
         let path = dir.join(name);
+        sweep_leftovers(dir, name, self.timeout);
         // Already there? Then nothing is written (the move below would refuse anyway; this
         // spares writing a temporary copy).
         if let Some(answer) = existing(&path, sha256)? {
@@ -162,6 +165,49 @@ impl FolderTarget {
         })?;
         Ok(Put::Written)
     }
+}
+
+/// Remove the temporary files of `name` that a killed process left in `dir` (a delivery
+/// resumed after a crash writes the name again). Only a leftover that is surely dead goes: its
+/// process id is not this process and no process of that id exists on this machine, and it
+/// was last written longer ago than one write may take (`timeout`), so neither a write of
+/// this process nor one of another live process — on this machine, or on another one sharing
+/// the folder, whose ids mean nothing here — can lose its file. Best effort: a leftover that
+/// cannot be removed stays, and the write goes on (it never reuses the name).
+fn sweep_leftovers(dir: &Path, name: &str, timeout: Duration) {
+    let Ok(entries) = fs::read_dir(dir) else { return };
+    let prefix = format!(".{name}.tally-tmp-");
+    for entry in entries.flatten() {
+        let file = entry.file_name();
+        let Some(rest) = file.to_str().and_then(|f| f.strip_prefix(&prefix)) else { continue };
+        let Some(pid) = rest.split_once('-').and_then(|(pid, n)| {
+            n.bytes().all(|b| b.is_ascii_digit()).then_some(())?;
+            pid.parse::<u32>().ok()
+        }) else {
+            continue;
+        };
+        let old = entry
+            .metadata()
+            .ok()
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > timeout);
+        if pid != std::process::id() && old && !process_exists(pid) {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// Whether a process with this id exists on this machine (`kill(pid, 0)`: only `ESRCH` says
+/// it does not; no permission to signal it means it exists).
+fn process_exists(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else { return true };
+    if pid <= 0 {
+        return true;
+    }
+    // SAFETY: signal 0 only checks that the process exists; nothing is sent.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
 /// Removes a temporary file when dropped (after a failure, or the hard link after a move).

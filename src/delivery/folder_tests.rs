@@ -93,6 +93,52 @@ fn a_failure_before_the_move_leaves_no_temporary_file() {
     assert_eq!(listing(&dir), ["a.jpg"]);
 }
 
+/// A process id no process has: a child that was started and waited for (its id is free
+/// until the system hands it out again, which a test's few milliseconds do not reach).
+fn dead_pid() -> u32 {
+    let mut child = std::process::Command::new("true").spawn().expect("spawn true");
+    let pid = child.id();
+    child.wait().expect("wait");
+    pid
+}
+
+/// A temporary file as a write of `name` by process `pid` leaves it, last written `age` ago.
+fn leftover(dir: &Path, name: &str, pid: u32, age: Duration) -> String {
+    let file = format!(".{name}.tally-tmp-{pid}-7");
+    let f = File::create(dir.join(&file)).expect("create leftover");
+    f.set_modified(std::time::SystemTime::now() - age).expect("set mtime");
+    file
+}
+
+#[test]
+fn a_write_removes_the_leftovers_of_a_killed_write_of_that_name_and_only_those() {
+    let dir = temp("sweep");
+    fs::create_dir_all(&dir).expect("dir");
+    let t = target(&dir); // one write may take 30 s
+    let long_ago = Duration::from_secs(3600);
+    let dead = leftover(&dir, "a.jpg", dead_pid(), long_ago);
+    // Not surely dead: this process's own, a live process's (pid 1), a recent one (a write of
+    // another machine sharing the folder may be under way), another name's.
+    let ours = leftover(&dir, "a.jpg", std::process::id(), long_ago);
+    let live = leftover(&dir, "a.jpg", 1, long_ago);
+    let recent = leftover(&dir, "a.jpg", dead_pid(), Duration::from_secs(1));
+    let other = leftover(&dir, "b.jpg", dead_pid(), long_ago);
+    let odd = ".a.jpg.tally-tmp-notapid-1".to_string();
+    File::create(dir.join(&odd)).expect("odd");
+
+    assert_eq!(t.put("a.jpg", b"bytes", &sha256_hex(b"bytes")), Ok(Put::Written));
+    let left = listing(&dir);
+    assert!(!left.contains(&dead), "the dead write's leftover is removed: {left:?}");
+    for kept in [&ours, &live, &recent, &other, &odd] {
+        assert!(left.contains(kept), "{kept} is kept: {left:?}");
+    }
+    assert!(left.contains(&"a.jpg".to_string()));
+    // Also when the file is already there (a resumed delivery finds it delivered).
+    let dead_again = leftover(&dir, "a.jpg", dead_pid(), long_ago);
+    assert_eq!(t.put("a.jpg", b"bytes", &sha256_hex(b"bytes")), Ok(Put::AlreadyThere));
+    assert!(!listing(&dir).contains(&dead_again));
+}
+
 #[test]
 fn a_path_that_is_a_file_or_a_directory_in_the_way_is_permanent() {
     let dir = temp("notdir");

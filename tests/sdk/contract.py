@@ -307,7 +307,9 @@ fc = fal_client.SyncClient(key="test-key")
 @check("fal submit answers subpath-less status/response/cancel URLs; status phases parse (IN_QUEUE with queue_position)")
 def _():
     reset()
-    behave(job_duration_ms=600)
+    # The first third of the job is its queue phase: 1 s, so the status asked for at once is
+    # still Queued on a loaded machine.
+    behave(job_duration_ms=3000)
     h = fc.submit("fal-ai/flux/dev", arguments={"prompt": "fal submit"})
     assert "/fal/fal-ai/flux/requests/" in h.status_url and "/dev/" not in h.status_url, h.status_url
     first = h.status()
@@ -391,7 +393,8 @@ def cst_stamp(t):
 @check("dashscope ImageSynthesis.async_call → PENDING task id; fetch parses; wait → SUCCEEDED; image downloads")
 def _():
     reset()
-    behave(job_duration_ms=600)
+    # Long enough that the fetch made at once still finds it running on a loaded machine.
+    behave(job_duration_ms=3000)
     rsp = ImageSynthesis.async_call(model=DS_MODEL, prompt="ds async", n=1, size="1024*1024")
     assert rsp.status_code == 200, rsp
     assert rsp.output.task_id and rsp.output.task_status == "PENDING", rsp.output
@@ -570,14 +573,16 @@ BFL = BASE + "/bfl"
 @check("bfl: POST /v1/{model} with x-key → id + polling_url; poll it: Pending, then Ready with result.sample")
 def _():
     reset()
-    behave(job_duration_ms=200)
+    # Long enough that the first poll, made at once, sees the job still running even on a
+    # loaded machine (200 ms was not, under a CI load average of 30).
+    behave(job_duration_ms=3000)
     r = httpx.post(BFL + "/v1/flux-pro-1.1", headers={"x-key": "bfl-test"},
                    json={"prompt": "bfl plain", "width": 1024, "height": 768})
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["id"] and body["polling_url"].startswith(BFL + "/v1/get_result?id="), body
     seen = set()
-    for _ in range(100):
+    for _ in range(400):
         p = httpx.get(body["polling_url"], headers={"x-key": "bfl-test"}).json()
         seen.add(p["status"])
         if p["status"] != "Pending":
