@@ -178,6 +178,14 @@ fn bench_backend_postgres_measures_both_stores_in_one_run() {
     for r in pg["e2e"].as_array().into_iter().flatten() {
         assert_eq!(r["calls_per_task"], 1.0, "one provider call per task: {r}");
         assert!(r["tasks_per_s"].as_f64().is_some_and(|t| t > 0.0), "{r}");
+        // Wake-ups heard from other nodes: none on SQLite, none for a lone node (its own
+        // hints are not echoed back to it), some with two.
+        let due = r["hints_per_task"]["due"].as_f64();
+        match (r["store"].as_str(), r["nodes"].as_u64()) {
+            (Some("sqlite"), _) => assert!(r["hints_per_task"].is_null(), "{r}"),
+            (_, Some(1)) => assert_eq!(due, Some(0.0), "{r}"),
+            _ => assert!(due.is_some_and(|d| d > 0.0), "{r}"),
+        }
     }
     let paths: Vec<&str> = pg["pickup"].as_array().expect("pickup").iter().filter_map(|p| p["path"].as_str()).collect();
     assert_eq!(paths, ["same node", "same node", "other node"]);
