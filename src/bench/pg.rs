@@ -82,8 +82,11 @@ pub struct PgE2e {
 /// node with a free worker run a dispatch, each `lease` a deadline read; `task` runs no SQL.
 #[derive(Debug, Clone, Serialize)]
 pub struct HintsPerTask {
+    /// `tally_due` hints (a submit or a freed slot on another node).
     pub due: f64,
+    /// `tally_lease` hints (a claim on another node).
     pub lease: f64,
+    /// `tally_task` hints (a status change on another node).
     pub task: f64,
 }
 

@@ -244,8 +244,11 @@ pub struct Signals {
 /// operation connections' hints are not counted: they are not heard).
 #[derive(Default, Debug)]
 pub struct Heard {
+    /// An envelope became due, or a provider slot freed (`tally_due_…`).
     pub due: AtomicU64,
+    /// An envelope was handed out (`tally_lease_…`).
     pub lease: AtomicU64,
+    /// A task's status changed (`tally_task_…`).
     pub task: AtomicU64,
     /// A node of this schema started.
     pub node: AtomicU64,
