@@ -286,29 +286,33 @@ CREATE TABLE delivery_items (
 -- re-reads the table. Channel tally_due carries the due time of an envelope that became
 -- pending (or 0: a provider slot freed, look now); tally_lease the deadline of an envelope
 -- that was handed out, so every node's reconciler knows the earliest deadline in the cluster.
+-- Channels belong to a database, not to a schema: every channel name ends in the oid of the
+-- table whose trigger sends it (`tally_due_<envelopes oid>`, `tally_task_<tasks oid>`), so
+-- the nodes of one schema never hear another schema's wake-ups (`store::postgres::node`;
+-- schema version 9).
 CREATE FUNCTION tally_envelope_notify() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF NEW.status = 'pending' AND NEW.due_at IS NOT NULL
        AND (TG_OP = 'INSERT' OR OLD.status IS DISTINCT FROM 'pending' OR OLD.due_at IS DISTINCT FROM NEW.due_at) THEN
-        PERFORM pg_notify('tally_due', NEW.due_at::text);
+        PERFORM pg_notify('tally_due_' || TG_RELID, NEW.due_at::text);
     END IF;
     IF TG_OP = 'UPDATE' AND OLD.status = 'sent' AND NEW.status <> 'sent' THEN
-        PERFORM pg_notify('tally_due', '0');
+        PERFORM pg_notify('tally_due_' || TG_RELID, '0');
     END IF;
     IF NEW.status = 'sent' AND (TG_OP = 'INSERT' OR OLD.status IS DISTINCT FROM 'sent') THEN
-        PERFORM pg_notify('tally_lease', NEW.lease_expires_at::text);
+        PERFORM pg_notify('tally_lease_' || TG_RELID, NEW.lease_expires_at::text);
     END IF;
     RETURN NULL;
 END $$;
 CREATE TRIGGER envelopes_notify AFTER INSERT OR UPDATE ON envelopes
     FOR EACH ROW EXECUTE FUNCTION tally_envelope_notify();
 
--- tally_task carries "<task id>:<status>" whenever a task's status changes, so a node's live
+-- tally_task_<tasks oid> carries "<task id>:<status>" whenever a task's status changes, so a node's live
 -- views (the web page's event stream) see changes made by any node.
 CREATE FUNCTION tally_task_notify() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'INSERT' OR OLD.status IS DISTINCT FROM NEW.status THEN
-        PERFORM pg_notify('tally_task', NEW.id || ':' || NEW.status);
+        PERFORM pg_notify('tally_task_' || TG_RELID, NEW.id || ':' || NEW.status);
     END IF;
     RETURN NULL;
 END $$;

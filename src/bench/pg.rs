@@ -74,6 +74,34 @@ pub struct PgE2e {
     pub lock_wait_share: Option<f64>,
     /// With `--profile`: where a task's time went, per stage (all nodes together).
     pub profile: Option<super::profile::Profile>,
+    /// Wake-ups the nodes heard from each other, per task (all nodes; `null` on SQLite).
+    pub hints_per_task: Option<HintsPerTask>,
+}
+
+/// Wake-ups heard from other nodes per task (`store::postgres::Heard`): each `due` makes a
+/// node with a free worker run a dispatch, each `lease` a deadline read; `task` runs no SQL.
+#[derive(Debug, Clone, Serialize)]
+pub struct HintsPerTask {
+    /// `tally_due` hints (a submit or a freed slot on another node).
+    pub due: f64,
+    /// `tally_lease` hints (a claim on another node).
+    pub lease: f64,
+    /// `tally_task` hints (a status change on another node).
+    pub task: f64,
+}
+
+/// The wake-ups `engines` heard so far: (due, lease, task).
+fn heard(engines: &[Arc<Engine>]) -> [u64; 3] {
+    let mut out = [0; 3];
+    for e in engines {
+        if let Some(pg) = e.store().postgres() {
+            let h = &pg.signals().heard;
+            for (o, c) in out.iter_mut().zip([&h.due, &h.lease, &h.task]) {
+                *o += c.load(std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
+    out
 }
 
 /// How often the lock sampler looks at `pg_locks` during an e2e run.
@@ -191,6 +219,7 @@ async fn e2e_pg(url: &str, out: &Path, n: u64, nodes: usize) -> Result<PgE2e, St
         providers.push(provider);
     }
     let stmts0: u64 = engines.iter().map(|e| e.store().statements()).sum();
+    let heard0 = heard(&engines);
     let sampler = LockSampler::start(url)?;
     super::profile::begin();
     let t0 = Instant::now();
@@ -229,6 +258,9 @@ async fn e2e_pg(url: &str, out: &Path, n: u64, nodes: usize) -> Result<PgE2e, St
         r.map_err(s)??;
     }
     let stmts: u64 = engines.iter().map(|e| e.store().statements()).sum::<u64>() - stmts0;
+    let hints = heard(&engines);
+    let per_task = |i: usize| (hints[i] - heard0[i]) as f64 / n as f64;
+    let hints_per_task = HintsPerTask { due: per_task(0), lease: per_task(1), task: per_task(2) };
     let calls: u64 = providers.iter().map(|p| p.calls()).sum();
     let engines: Vec<Engine> = engines
         .into_iter()
@@ -248,6 +280,7 @@ async fn e2e_pg(url: &str, out: &Path, n: u64, nodes: usize) -> Result<PgE2e, St
         lock_wait_ms_per_task: Some(waiting as f64 * LOCK_SAMPLE_MS as f64 / n as f64),
         lock_wait_share: Some(if samples == 0 { 0.0 } else { some_waiting as f64 / samples as f64 }),
         profile,
+        hints_per_task: Some(hints_per_task),
     })
 }
 
@@ -432,6 +465,7 @@ pub async fn run(url: &str, out: &Path, quick: bool) -> Result<PgBench, String> 
         lock_wait_ms_per_task: None,
         lock_wait_share: None,
         profile: sqlite.profile.clone(),
+        hints_per_task: None,
     });
     for nodes in [1, 2] {
         let r = e2e_pg(url, out, n, nodes).await?;
@@ -492,6 +526,15 @@ pub fn render(t: &mut String, r: &PgBench) {
         t,
         "   lock waits: sessions of the database waiting for a row or table lock, sampled every {LOCK_SAMPLE_MS} ms"
     );
+    for e in &r.e2e {
+        if let Some(h) = &e.hints_per_task {
+            let _ = writeln!(
+                t,
+                "   {} node(s): wake-ups heard from other nodes per task: due {:.2}, lease {:.2}, task {:.2}",
+                e.nodes, h.due, h.lease, h.task
+            );
+        }
+    }
     for e in &r.e2e {
         if let Some(p) = &e.profile {
             super::profile::render(t, &format!("{} {} node(s)", e.store, e.nodes), p);

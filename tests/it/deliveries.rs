@@ -282,5 +282,5 @@ async fn a_version_9_database_gains_the_delivery_tables() {
         .expect("version");
     assert_eq!(version, 10);
     assert_eq!(tally::store::SCHEMA_VERSION, 10);
-    assert_eq!(tally::store::postgres::PG_SCHEMA_VERSION, 8);
+    assert_eq!(tally::store::postgres::PG_SCHEMA_VERSION, 9);
 }

@@ -61,7 +61,7 @@ const SCHEMA: &str = include_str!("../../../schema-pg.sql");
 
 /// The PostgreSQL schema version this build writes (independent of SQLite's
 /// `SCHEMA_VERSION`). Older databases are migrated by [`MIGRATIONS`]; newer ones refused.
-pub const PG_SCHEMA_VERSION: i32 = 8;
+pub const PG_SCHEMA_VERSION: i32 = 9;
 
 /// Migrations from version `n` to `n + 1`, indexed by `n - 1`. Each runs in the transaction
 /// that records the new version, under the migration lock, and only while no other node of
@@ -172,6 +172,11 @@ const MIGRATIONS: &[&str] = &[
     // (issue #28, `store::ops::slot_rows`); PostgreSQL only. The last statement sizes every
     // provider's rows, giving each envelope already `sent` one.
     concat!(include_str!("slots-v8.sql"), "\nUPDATE providers SET max_concurrency = max_concurrency;"),
+    // 8 → 9: wake-up channels of this schema only (their names end in the sending table's
+    // oid): nodes of another schema in the same database woke this schema's idle nodes, which
+    // then ran SQL for nothing (the "idle under load" finding of issue #28). Only functions
+    // change; a node of an older build is not running while it runs (`refuse_with_live_nodes`).
+    include_str!("notify-v9.sql"),
 ];
 
 pub use crate::store::locks::LOCK_CLASS;
@@ -226,11 +231,27 @@ pub struct Signals {
     pub tasks: Mutex<Option<tokio::sync::broadcast::Sender<(String, String)>>>,
     /// Another node's lock freed (its process is gone): its leases are leftovers now.
     pub peer_gone: tokio::sync::Notify,
+    /// Hints heard from other sessions of this schema, by channel (tests and diagnostics).
+    pub heard: Heard,
     /// Steers the peer watcher (a node started: it picks its target again).
     pub(in crate::store::postgres) watch_ctl: Mutex<Option<Arc<watch::WatchCtl>>>,
     /// Server process ids of this store's own operation connections: hints sent by this node
     /// itself are not echoed back to it (its engine already woke itself).
     pub(in crate::store::postgres) own_pids: Mutex<std::collections::HashSet<i32>>,
+}
+
+/// How many hints a node's connection heard from other sessions, by channel (its own
+/// operation connections' hints are not counted: they are not heard).
+#[derive(Default, Debug)]
+pub struct Heard {
+    /// An envelope became due, or a provider slot freed (`tally_due_…`).
+    pub due: AtomicU64,
+    /// An envelope was handed out (`tally_lease_…`).
+    pub lease: AtomicU64,
+    /// A task's status changed (`tally_task_…`).
+    pub task: AtomicU64,
+    /// A node of this schema started.
+    pub node: AtomicU64,
 }
 
 /// A handle to a PostgreSQL-backed store. Cheap to clone.

@@ -19,12 +19,22 @@
 //! must stop starting work of its own before anything else (`engine::nodes`). An unanswered
 //! check also marks the store unreachable: its operations then fail at once.
 //!
-//! Wake-ups (`tally_due`, `tally_lease`, `tally_task`) are hints, never data: each only makes
-//! the engine re-read the database. A lost session is also a lost listener; whoever restarts
-//! the node re-reads once.
+//! Wake-ups (`tally_due`, `tally_lease`, `tally_task`, `tally_node`) are hints, never data:
+//! each only makes the engine re-read the database. A lost session is also a lost listener;
+//! whoever restarts the node re-reads once.
+//!
+//! **Channels are per schema.** PostgreSQL's channels belong to the database, and several
+//! schemas of one database may each hold a tally cluster (the tests and the benchmark do;
+//! so may a shared server). So every channel name ends in the oid of the table whose trigger
+//! sends it (`tally_due_<envelopes oid>`, `tally_lease_<envelopes oid>`,
+//! `tally_task_<tasks oid>`, and the node's own `tally_node_<envelopes oid>`), read when the
+//! node starts listening ([`Channels`]): a node hears its own schema's hints only. Before
+//! schema version 9 the names were bare, and idle nodes of one schema ran a dispatch and a
+//! deadline read for every wake-up of every other schema's busy nodes (issue #28, "idle under
+//! load").
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
@@ -95,18 +105,18 @@ impl Node {
             .name("tally-pg-node".into())
             .spawn(move || {
                 let t = shared.timeouts;
-                let mut client = match take_lock(&cfg, &name, key, listen, &t) {
-                    Ok((c, backend)) => {
+                let (mut client, channels) = match take_lock(&cfg, &name, key, listen, &t) {
+                    Ok((c, backend, channels)) => {
                         pid2.store(backend, Ordering::Relaxed);
                         let _ = ready_tx.send(Ok(backend));
-                        c
+                        (c, channels)
                     }
                     Err(e) => {
                         let _ = ready_tx.send(Err(e));
                         return;
                     }
                 };
-                let ended = wait(&mut client, &stop2, &shared.signals, &t);
+                let ended = wait(&mut client, &channels, &stop2, &shared.signals, &t);
                 if stop2.load(Ordering::Relaxed) && !matches!(ended, Ended::Unreachable(_)) {
                     // A clean stop: give the lock back before the session ends.
                     let _ = client.execute("SELECT pg_advisory_unlock($1, $2)", &[&LOCK_CLASS, &key]);
@@ -177,14 +187,15 @@ impl Node {
 }
 
 /// Connect and take the lock (waiting up to [`LOCK_WAIT`] while someone else holds it), record
-/// the node's row, and LISTEN. Returns the client and its backend pid.
+/// the node's row, and LISTEN on this schema's channels. Returns the client, its backend pid
+/// and the channels.
 fn take_lock(
     config: &postgres::Config,
     name: &str,
     key: i32,
     listen: bool,
     t: &Timeouts,
-) -> Result<(Client, i32), StoreError> {
+) -> Result<(Client, i32, Channels), StoreError> {
     let mut client = config.connect(NoTls)?;
     // The server must notice when this node vanishes, and free its lock, within the lease.
     timeouts::apply_server_tcp(&mut client, t);
@@ -234,15 +245,40 @@ fn take_lock(
         }
         Err(e) => return Err(e.into()),
     }
+    let ch = Channels::read(&mut client)?;
     let mut listen_sql = format!("LISTEN tally_ctl_{key};");
     if listen {
-        listen_sql.push_str(" LISTEN tally_due; LISTEN tally_lease; LISTEN tally_task;");
+        listen_sql.push_str(&format!(" LISTEN {}; LISTEN {}; LISTEN {};", ch.due, ch.lease, ch.task));
     }
     // Peers' watchers re-choose whom to watch when a node starts.
-    listen_sql.push_str(" LISTEN tally_node; NOTIFY tally_node;");
+    listen_sql.push_str(&format!(" LISTEN {0}; NOTIFY {0};", ch.node));
     client.batch_execute(&listen_sql)?;
     let backend: i32 = client.query_one("SELECT pg_backend_pid()", &[])?.get(0);
-    Ok((client, backend))
+    Ok((client, backend, ch))
+}
+
+/// This schema's channel names (see the module docs): each ends in the oid of the table
+/// whose trigger sends it, as `schema-pg.sql`'s notify functions name them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Channels {
+    pub due: String,
+    pub lease: String,
+    pub task: String,
+    pub node: String,
+}
+
+impl Channels {
+    /// Read the tables' oids in the session's schema.
+    fn read(client: &mut Client) -> Result<Channels, StoreError> {
+        let row = client.query_one("SELECT 'envelopes'::regclass::oid::bigint, 'tasks'::regclass::oid::bigint", &[])?;
+        let (envelopes, tasks): (i64, i64) = (row.get(0), row.get(1));
+        Ok(Channels {
+            due: format!("tally_due_{envelopes}"),
+            lease: format!("tally_lease_{envelopes}"),
+            task: format!("tally_task_{tasks}"),
+            node: format!("tally_node_{envelopes}"),
+        })
+    }
 }
 
 /// Why the lock session's wait ended.
@@ -255,7 +291,10 @@ enum Ended {
 
 /// Wait for notifications until the session ends, its liveness check goes unanswered, or a
 /// stop is asked for; returns why the wait ended.
-fn wait(client: &mut Client, stop: &AtomicBool, signals: &Signals, t: &Timeouts) -> Ended {
+fn wait(client: &mut Client, ch: &Channels, stop: &AtomicBool, signals: &Signals, t: &Timeouts) -> Ended {
+    let heard = |c: &AtomicU64| {
+        c.fetch_add(1, Ordering::Relaxed);
+    };
     loop {
         let next = client.notifications().timeout_iter(t.probe_every).next();
         match next {
@@ -284,23 +323,27 @@ fn wait(client: &mut Client, stop: &AtomicBool, signals: &Signals, t: &Timeouts)
                 if super::lock(&signals.own_pids).contains(&n.process_id()) {
                     continue; // this node's own hint: its engine already woke itself
                 }
-                match n.channel() {
-                    "tally_node" => {
-                        let ctl = super::lock(&signals.watch_ctl).clone();
-                        if let Some(ctl) = ctl {
-                            ctl.retarget();
-                        }
+                tracing::debug!(channel = n.channel(), from = n.process_id(), "a hint from another session");
+                let channel = n.channel();
+                if channel == ch.node {
+                    heard(&signals.heard.node);
+                    let ctl = super::lock(&signals.watch_ctl).clone();
+                    if let Some(ctl) = ctl {
+                        ctl.retarget();
                     }
-                    "tally_due" => signals.due.notify_one(),
-                    "tally_lease" => signals.lease.notify_one(),
-                    "tally_task" => {
-                        if let Some((task, status)) = n.payload().rsplit_once(':')
-                            && let Some(tx) = super::lock(&signals.tasks).as_ref()
-                        {
-                            let _ = tx.send((task.to_string(), status.to_string()));
-                        }
+                } else if channel == ch.due {
+                    heard(&signals.heard.due);
+                    signals.due.notify_one();
+                } else if channel == ch.lease {
+                    heard(&signals.heard.lease);
+                    signals.lease.notify_one();
+                } else if channel == ch.task {
+                    heard(&signals.heard.task);
+                    if let Some((task, status)) = n.payload().rsplit_once(':')
+                        && let Some(tx) = super::lock(&signals.tasks).as_ref()
+                    {
+                        let _ = tx.send((task.to_string(), status.to_string()));
                     }
-                    _ => {}
                 }
             }
             Err(e) => return Ended::Failed(format!("the connection failed: {e}")),

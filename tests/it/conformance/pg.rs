@@ -176,6 +176,46 @@ async fn a_submit_on_one_node_wakes_the_others_dispatcher_and_reconciler() {
     }
 }
 
+/// Channels belong to the database, not to a schema: a node hears only its own schema's
+/// wake-ups. Before schema version 9 the channel names were bare, so a busy cluster in another
+/// schema of the same database woke every idle node of this one — each hint a dispatch and a
+/// deadline read (the "idle under load" finding of issue #28: thousands of statements from
+/// idle nodes under the parallel test run). Deterministic, no waiting for nothing: the other
+/// schema's hints commit before this schema's marker, and a listener gets notifications in
+/// commit order, so when the marker arrives every earlier hint has been heard or ignored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_hears_no_wake_up_of_another_schema_in_the_same_database() {
+    let Some((url, _, a, b)) = two_nodes() else { return };
+    let (tasks_tx, mut tasks) = tokio::sync::broadcast::channel(64);
+    *pg(&a).signals().tasks.lock().expect("lock") = Some(tasks_tx);
+    // A busy node of another schema: a submit (due, task) and a dispatch (lease, task).
+    let x = Store::from(PgStore::open(pg_options(&url, &schema(), "node-x")).expect("open x"));
+    x.configure_providers(super::fixtures::provider_p()).await.expect("configure");
+    let foreign = x.submit(task("elsewhere"), T0).await.expect("submit").task_id().to_string();
+    let claims = x.dispatch_due(T0, 10, LEASE, "x-run").await.expect("dispatch").claims;
+    assert_eq!(claims.len(), 1, "the other schema's node handed its task out");
+    // The marker: a submit on a's own schema, by its peer.
+    let marker = b.submit(task("here"), T0).await.expect("submit").task_id().to_string();
+    let mut seen = Vec::new();
+    loop {
+        let (id, _) = tokio::time::timeout(Duration::from_secs(5), tasks.recv())
+            .await
+            .expect("a hears its peer's submit")
+            .expect("recv");
+        if id == marker {
+            break;
+        }
+        seen.push(id);
+    }
+    assert!(!seen.contains(&foreign), "a heard another schema's task change: {seen:?}");
+    let h = &pg(&a).signals().heard;
+    let heard = [&h.due, &h.lease, &h.task].map(|c| c.load(std::sync::atomic::Ordering::Relaxed));
+    assert_eq!(heard, [1, 0, 1], "due, lease, task hints heard: only the peer's submit");
+    for s in [a, b, x] {
+        s.close().expect("close");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_database_clock_leases_expire_on_the_servers_time_not_the_callers() {
     let Some(url) = pg_url() else { return };

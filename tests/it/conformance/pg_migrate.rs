@@ -1,9 +1,9 @@
 //! PostgreSQL schema migrations. `tests/fixtures/pg-schema-v1.sql` is the schema as version 1
 //! shipped it; a database made from it, with rows, must migrate to exactly the catalog a new
 //! database gets from `schema-pg.sql` (every column with its type, default and collation,
-//! every constraint and index, the notify triggers). So a later change to `schema-pg.sql`
-//! without a migration in `store::postgres::MIGRATIONS` fails here: schema changes on PostgreSQL
-//! are migrations, never edits. Also: a migration waits until no other node runs, and a
+//! every constraint and index, the notify triggers and the functions they run). So a later
+//! change to `schema-pg.sql` without a migration in `store::postgres::MIGRATIONS` fails here:
+//! schema changes on PostgreSQL are migrations, never edits. Also: a migration waits until no other node runs, and a
 //! newer schema is refused.
 
 use postgres::{Client, NoTls};
@@ -99,6 +99,18 @@ fn catalog(c: &mut Client, schema: &str) -> Vec<String> {
     {
         let t: Vec<String> = (0..4).map(|i| r.get::<_, String>(i)).collect();
         out.push(format!("trigger {}", t.join(" | ")));
+    }
+    // The functions (the notify triggers' channel names, the slot rows' upkeep): a migration
+    // that changes a function must leave the very text a new schema has.
+    for r in c
+        .query(
+            "SELECT p.proname::text, pg_get_functiondef(p.oid) FROM pg_proc p
+             JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1 ORDER BY 1",
+            &[&schema],
+        )
+        .expect("functions")
+    {
+        out.push(format!("function {} {}", r.get::<_, String>(0), r.get::<_, String>(1)));
     }
     out.into_iter().map(|line| line.replace(&format!("{schema}."), "S.")).collect()
 }
@@ -229,7 +241,7 @@ fn version_8_gives_the_calls_already_out_their_slots() {
     c.batch_execute(&format!(
         "SET search_path = {s};
          DROP TABLE provider_slots; DROP FUNCTION tally_slot_free() CASCADE; DROP FUNCTION tally_slot_size() CASCADE;
-         UPDATE tally_schema SET version = 7 WHERE version = 8; SET search_path = public;"
+         UPDATE tally_schema SET version = 7 WHERE version > 7; SET search_path = public;"
     ))
     .expect("back to version 7");
     let store = Store::from(PgStore::open(pg_options(&url, &s, "node-a")).expect("migrates"));

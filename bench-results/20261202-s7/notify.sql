@@ -1,0 +1,2 @@
+NOTIFY tally_due, '0';
+NOTIFY tally_lease, '1';
