@@ -33,9 +33,8 @@ fn reference_hashes(d: &Daemon, set: &str) -> Vec<String> {
 fn reference_photos_are_added_and_removed_in_the_page_and_refused_once_a_shot_is_being_generated() {
     // `slow` keeps the first set's shot running for minutes (one slot), so the second set
     // stays queued: nothing of it was sent.
-    let mut d = Daemon::configure(
-        "[[providers]]\nname = \"slow\"\nkind = \"demo\"\nmax_concurrency = 1\ndelay_ms = 600000\n",
-    );
+    let mut d =
+        Daemon::configure("[[providers]]\nname = \"slow\"\nkind = \"demo\"\nmax_concurrency = 1\ndelay_ms = 600000\n");
     d.spawn();
     let auth = format!("Bearer {}", d.token());
     let pinned = tally::render::placeholder_png("the running set's photo", 48);
