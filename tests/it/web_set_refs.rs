@@ -1,5 +1,5 @@
 //! A set's reference photos changed in a real browser (issue #27; headless Chromium): added
-//! through the set's own file input and removed with its button while no request of the set
+//! through the set's own file input (and one dropped on it), removed with its button while no request of the set
 //! left, each change checked through `GET /v1/sets/{id}` and by the stored bytes' sha256, with
 //! the shots each photo goes with named; refused in the page's words (the daemon's 409) once
 //! a shot of the set is being generated; dark mode at 320 px axe-clean with no sideways
@@ -7,12 +7,28 @@
 //! model, one removed in the page, the shot offered again with its price and a question, and
 //! generated — the mock's ledger shows exactly one charged request for it.
 
+use base64::prelude::*;
 use serde_json::{Value, json};
 
 use crate::browser::Browser;
 use crate::common::{Daemon, Mock, TempDir, request, sha256_hex};
 use crate::web::printed_sign_in_url;
 use crate::web_views::{check_view, daemon_with_jobs, set_width};
+
+/// Click `css` as a person would; when a live update drew the view again between finding the
+/// element and clicking it (a stale element), find it again and click the new one.
+async fn click_current(b: &Browser, css: &str) {
+    for _ in 0..5 {
+        let el = b.c().find(fantoccini::Locator::Css(css)).await.unwrap_or_else(|e| panic!("{css}: {e}"));
+        match el.click().await {
+            Ok(()) => return,
+            Err(fantoccini::error::CmdError::Standard(e))
+                if e.error == fantoccini::error::ErrorStatus::StaleElementReference => {}
+            Err(e) => panic!("click {css}: {e}"),
+        }
+    }
+    panic!("{css} was drawn again five times in a row");
+}
 
 /// The sha256 of each of the set's reference photos, in order, as the API lists them, after
 /// checking that the bytes `GET /v1/uploads/{id}` serves hash to what it says.
@@ -68,6 +84,7 @@ fn reference_photos_are_added_and_removed_in_the_page_and_refused_once_a_shot_is
     let photos = TempDir::new();
     let front = tally::render::placeholder_png("teapot, front", 64);
     let side = tally::render::placeholder_png("teapot, side", 72);
+    let back = tally::render::placeholder_png("teapot, back", 56);
     let (front_path, side_path) = (photos.path().join("front.png"), photos.path().join("side.png"));
     std::fs::write(&front_path, &front).expect("write a photo");
     std::fs::write(&side_path, &side).expect("write a photo");
@@ -98,8 +115,24 @@ fn reference_photos_are_added_and_removed_in_the_page_and_refused_once_a_shot_is
             .await;
         }
         assert_eq!(reference_hashes(&d, &set), [sha256_hex(&front), sha256_hex(&side)], "both photos, in order");
+        // A third, dropped on the section (as in the new-set form).
+        b.c()
+            .execute(
+                "const bytes = Uint8Array.from(atob(arguments[0]), c => c.charCodeAt(0));
+                 const dt = new DataTransfer();
+                 dt.items.add(new File([bytes], 'back.png', { type: 'image/png' }));
+                 document.getElementById('ref-drop').dispatchEvent(
+                   new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }));
+                 return true;",
+                vec![json!(BASE64_STANDARD.encode(&back))],
+            )
+            .await
+            .expect("drop a photo");
+        b.until("three photos", 15, "document.querySelectorAll('#references li').length === 3").await;
+        let all = [sha256_hex(&front), sha256_hex(&side), sha256_hex(&back)];
+        assert_eq!(reference_hashes(&d, &set), all, "three photos, in order");
         let shown: Value = b.js("Array.from(document.querySelectorAll('#references li')).map(li => li.dataset.sha256)").await;
-        assert_eq!(shown, json!([sha256_hex(&front), sha256_hex(&side)]), "the page shows what the daemon stores");
+        assert_eq!(shown, json!(all), "the page shows what the daemon stores");
         // Which shots each photo goes with: every shot of the set.
         let used = b.js("document.getElementById('ref-used-1').textContent").await;
         assert_eq!(used, json!("Sent with every shot: 1. Main photo, 2. Lifestyle scene"));
@@ -111,18 +144,18 @@ fn reference_photos_are_added_and_removed_in_the_page_and_refused_once_a_shot_is
         .await;
         check_view(&b, "a set with two photos that can still change").await;
 
-        // Remove the first: the second stays, its bytes unchanged.
-        b.click("#ref-remove-0").await;
-        b.until("one photo left", 10, "document.querySelectorAll('#references li').length === 1").await;
-        assert_eq!(reference_hashes(&d, &set), [sha256_hex(&side)], "only the side photo is left");
+        // Remove the first: the others stay, in order, their bytes unchanged.
+        click_current(&b, "#ref-remove-0").await;
+        b.until("two photos left", 10, "document.querySelectorAll('#references li').length === 2").await;
+        assert_eq!(reference_hashes(&d, &set), [sha256_hex(&side), sha256_hex(&back)], "the first one is gone");
         let timeline = d.call("GET", &format!("/v1/sets/{set}"), None).json()["timeline"].clone();
-        assert!(timeline.to_string().contains("reference photos (1 now)"), "{timeline}");
+        assert!(timeline.to_string().contains("reference photos (2 now)"), "{timeline}");
 
         // The running set: the daemon refuses (its shot is being generated), and the page says
         // so in plain words, next to the photos; nothing changes.
         b.js(&format!("(location.hash = '#/sets/{running}')")).await;
         b.until("the running set's photos", 10, "document.getElementById('ref-remove-0') !== null").await;
-        b.click("#ref-remove-0").await;
+        click_current(&b, "#ref-remove-0").await;
         let said = b.until("the refusal", 10, "!document.getElementById('refs-error').hidden && document.getElementById('refs-error').textContent").await;
         let said = said.as_str().unwrap_or("");
         assert!(
@@ -156,7 +189,7 @@ fn a_shot_refused_for_two_photos_is_generated_once_one_is_removed_in_the_page() 
         assert_eq!(b.js("document.getElementById('shot-retry-0')").await, Value::Null, "no retry that cannot help");
 
         // Remove the second photo in the page: the shot is offered again, with its price.
-        b.click("#ref-remove-1").await;
+        click_current(&b, "#ref-remove-1").await;
         b.until("the retry", 10, "document.getElementById('shot-retry-0') !== null").await;
         assert_eq!(b.js("document.querySelectorAll('#references li').length").await, json!(1));
         let fix = b.js("document.getElementById('shot-fix-0').textContent").await;
@@ -180,7 +213,7 @@ fn a_shot_refused_for_two_photos_is_generated_once_one_is_removed_in_the_page() 
         // Back on the set: Retry asks first, naming the price; saying no sends nothing.
         b.js(&format!("(location.hash = '#/sets/{}')", jobs.set)).await;
         b.until("the retry", 10, "document.getElementById('shot-retry-0') !== null").await;
-        b.click("#shot-retry-0").await;
+        click_current(&b, "#shot-retry-0").await;
         b.until("the question", 5, "document.getElementById('confirm-dialog').open").await;
         let ask = b.js("document.getElementById('confirm-dialog').innerText").await;
         let ask = ask.as_str().unwrap_or("");
@@ -189,7 +222,7 @@ fn a_shot_refused_for_two_photos_is_generated_once_one_is_removed_in_the_page() 
         b.click("#confirm-no").await;
         b.until("the dialog closed", 5, "!document.getElementById('confirm-dialog').open").await;
         assert_eq!(mock.count("the teapot on white"), (0, 0), "saying no sent nothing");
-        b.click("#shot-retry-0").await;
+        click_current(&b, "#shot-retry-0").await;
         b.until("the question", 5, "document.getElementById('confirm-dialog').open").await;
         b.click("#confirm-yes").await;
         b.until(

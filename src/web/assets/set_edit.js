@@ -187,8 +187,8 @@
   }
 
   /** The set's reference photos: each with the shots it is sent with and, while they may
-      change, "Remove"; and "Add photos" (uploaded, then the set's list changed through
-      `PATCH /v1/sets/{id}` with `references`). */
+      change, "Remove"; and "Add photos" by file picker or drag and drop (uploaded, then the
+      set's list changed through `PATCH /v1/sets/{id}` with `references`). */
   function referencesSection(s, reload) {
     const refs = s.references || [];
     const editable = photosMayChange(s);
@@ -219,21 +219,34 @@
       const picker = h("input", { id: "ref-add", type: "file", multiple: true, accept: "image/png,image/jpeg,image/webp",
         class: "visually-hidden" });
       const label = h("label", { for: "ref-add", class: "button", id: "ref-add-label" }, T.t("refs.add"));
-      picker.addEventListener("change", () => {
-        const files = Array.from(picker.files || []);
-        picker.value = "";
+      /* Upload the photos, then make them the set's last ones; the picker is disabled while
+         they go up, so they cannot be added twice. */
+      const addFiles = (files) => {
         if (!files.length) return;
         const bad = files.find((f) => !/^image\/(png|jpeg|webp)$/.test(f.type));
         if (bad) { T.showError(err, T.tf("newset.not_image", { name: bad.name })); return; }
-        /* The picker is disabled while the photos go up, so they cannot be added twice. */
         busy(picker, err, async () => {
           const added = [];
           for (const f of files) added.push((await api("POST", "/v1/uploads", undefined, f)).id);
           await api("PATCH", "/v1/sets/" + encodeURIComponent(s.id), { references: ids.concat(added) });
           await reload();
         });
+      };
+      picker.addEventListener("change", () => {
+        const files = Array.from(picker.files || []);
+        picker.value = "";
+        addFiles(files);
       });
-      add = h("div", { class: "actions" }, label, picker);
+      /* Dropped photos too, as in the new-set form. */
+      add = h("div", { class: "drop", id: "ref-drop" }, h("p", {}, T.t("refs.drop")),
+        h("div", { class: "actions" }, label, picker));
+      add.addEventListener("dragover", (ev) => { ev.preventDefault(); add.classList.add("over"); });
+      add.addEventListener("dragleave", () => add.classList.remove("over"));
+      add.addEventListener("drop", (ev) => {
+        ev.preventDefault();
+        add.classList.remove("over");
+        addFiles(Array.from((ev.dataTransfer && ev.dataTransfer.files) || []));
+      });
     }
     return h("section", { "aria-labelledby": "refs-title", id: "refs-section" },
       h("h2", { id: "refs-title" }, T.t("set.refs_title")),
