@@ -65,11 +65,16 @@ pub struct RefusedBeforeSendingJson {
     pub fix: String,
     /// False when retrying the job unchanged is refused the same way (the fix is a different
     /// request or provider); true when the fix is in tally's settings and a retry after it can
-    /// succeed.
+    /// succeed, or when the shot's set now has a number of reference photos the model takes
+    /// (judged against the set as it is now, on every read).
     pub retry_helps: bool,
     /// The reference photos the model takes at most, and the job has (reference refusals only).
     pub references_taken: Option<u32>,
     pub references_given: Option<u32>,
+    /// For a shot of a set (reference refusals only): how many reference photos the set has
+    /// now. A retry sends these, so when they are a number the model takes, `retry_helps` is
+    /// true and `fix` says the photos were changed.
+    pub references_now: Option<u32>,
 }
 
 /// `where_to_look` for an unknown job (null otherwise), its words in `lang`.
@@ -171,6 +176,18 @@ pub fn refused_before_sending_in(t: &TaskView, lang: Lang) -> Option<RefusedBefo
         _ => ("request", word(lang, "fix.request"), false),
     };
     let refs = what.ends_with("references");
+    // A shot sends its set's reference photos as they are at each claim: once the owner
+    // changed them to a number the model takes, a retry is no longer refused the same way.
+    let now = if refs { t.set_references } else { None };
+    let fixed = match (what, now, taken) {
+        ("too_many_references", Some(n), Some(max)) => !helps && n <= max,
+        ("needs_references", Some(n), max) => n > 0 && max.is_none_or(|m| n <= m),
+        _ => false,
+    };
+    let (fix, helps) = match now {
+        Some(n) if fixed => (tf(lang, "fix.fixed_references", &[("n", &n.to_string())]), true),
+        _ => (fix, helps),
+    };
     Some(RefusedBeforeSendingJson {
         kind: what.into(),
         problem: problem.to_string(),
@@ -178,6 +195,7 @@ pub fn refused_before_sending_in(t: &TaskView, lang: Lang) -> Option<RefusedBefo
         retry_helps: helps,
         references_taken: if refs { taken } else { None },
         references_given: if refs { given } else { None },
+        references_now: now,
     })
 }
 
@@ -230,6 +248,7 @@ mod tests {
             retry_of: None,
             set_id: None,
             set_position: None,
+            set_references: None,
             shot_role: None,
             candidate: 0,
             created_at: 0,
@@ -272,6 +291,37 @@ mod tests {
              reference photos; this shot has 0",
         );
         assert_eq!(refused_before_sending(&t).expect("a refusal").kind, "needs_references");
+    }
+
+    #[test]
+    fn a_reference_refusal_can_be_retried_once_the_set_has_a_number_the_model_takes() {
+        let mut t = failed(
+            "rejected",
+            "refused before sending anything (nothing was charged): the model `black-forest-labs/flux` takes one \
+             reference image (`input_image`); this shot has 2",
+        );
+        t.set_id = Some("s".into());
+        t.set_references = Some(2);
+        let r = refused_before_sending(&t).expect("a refusal");
+        assert!(!r.retry_helps, "the set still has both photos");
+        assert_eq!(r.references_now, Some(2));
+        t.set_references = Some(1);
+        let r = refused_before_sending(&t).expect("a refusal");
+        assert!(r.retry_helps, "one photo now: a retry sends that one");
+        assert_eq!((r.references_given, r.references_now), (Some(2), Some(1)), "the record stays");
+        assert!(r.fix.contains("now has 1 reference photo"), "{}", r.fix);
+        assert!(refused_before_sending_in(&t, Lang::ZhCn).expect("a refusal").fix.contains('1'));
+        let mut t = failed(
+            "rejected",
+            "refused before sending anything (nothing was charged): the model `wan2.5-i2i-preview` edits 1 to 3 \
+             reference photos; this shot has 0",
+        );
+        t.set_references = Some(0);
+        assert!(!refused_before_sending(&t).expect("a refusal").retry_helps);
+        t.set_references = Some(4);
+        assert!(!refused_before_sending(&t).expect("a refusal").retry_helps, "more than the model takes");
+        t.set_references = Some(2);
+        assert!(refused_before_sending(&t).expect("a refusal").retry_helps);
     }
 
     #[test]

@@ -33,6 +33,10 @@ pub struct TaskView {
     pub retry_of: Option<String>,
     pub set_id: Option<String>,
     pub set_position: Option<i64>,
+    /// For a failed shot: how many reference photos its set has now (each claim sends the
+    /// set's current ones, so a refusal over their number is judged against these); `None`
+    /// for other tasks, which are not read for it.
+    pub set_references: Option<u32>,
     pub shot_role: Option<String>,
     /// Which candidate of its shot this task is (0 for the first, and for a job of its own).
     pub candidate: i64,
@@ -122,6 +126,7 @@ fn task_row(r: &Row) -> Result<TaskView, StoreError> {
         retry_of: r.get(10)?,
         set_id: r.get(11)?,
         set_position: r.get(12)?,
+        set_references: None,
         created_at: r.get(13)?,
         updated_at: r.get(14)?,
         shot_role: r.get(15)?,
@@ -144,7 +149,8 @@ fn artifact_row(r: &Row) -> Result<ArtifactView, StoreError> {
     })
 }
 
-/// A task row made whole: its artifacts, its charge, its latest retry, and why it waits.
+/// A task row made whole: its artifacts, its charge, its latest retry, why it waits, and for a
+/// failed shot how many reference photos its set has now.
 fn complete(tx: &mut dyn Tx, mut t: TaskView) -> Result<TaskView, StoreError> {
     t.artifacts = tx
         .rows(
@@ -156,6 +162,16 @@ fn complete(tx: &mut dyn Tx, mut t: TaskView) -> Result<TaskView, StoreError> {
         .collect::<Result<_, _>>()?;
     t.charge = common::charge_of(tx, &t.id)?;
     t.retried_as = super::ops::latest_retry(tx, &t.id)?;
+    if t.status == TaskStatus::Failed
+        && let Some(set) = &t.set_id
+    {
+        let n: i64 = tx
+            .opt("SELECT count(*) FROM set_references WHERE set_id = ?1", &[set])?
+            .map(|r| r.get(0))
+            .transpose()?
+            .unwrap_or(0);
+        t.set_references = u32::try_from(n).ok();
+    }
     with_wait(tx, t)
 }
 

@@ -257,6 +257,9 @@ const SET_ENGLISH: &[&str] = &[
     "Shots",
     "Edit",
     "Keep it as it was",
+    "reference photo",
+    "Add photos",
+    "Drop photos",
 ];
 
 /// English words of [`SET_ENGLISH`] found in `text`.
@@ -361,6 +364,13 @@ fn a_set_with_candidates_its_deliver_section_and_its_edit_and_duplicate_buttons_
         assert_eq!(b.js(&text("set-edit")).await, json!("修改商品和风格"));
         assert_eq!(b.js(&text("shot-edit-0")).await, json!("修改"));
         assert_eq!(b.js(&text("duplicate-set")).await, json!("复制…"));
+        // Its reference photos can still be added, in Chinese.
+        assert_eq!(b.js(&text("refs-title")).await, json!("你的参考照片"));
+        assert_eq!(b.js(&text("ref-add-label")).await, json!("添加照片…"));
+        let hint = b.js(&text("refs-hint")).await;
+        assert!(hint.as_str().is_some_and(|h| h.starts_with("这个图片组没有参考照片。")), "{hint}");
+        let drop = b.js("document.querySelector('#ref-drop p').textContent").await;
+        assert_eq!(drop, json!("把照片拖到这里，即可加入这个图片组。"));
         b.click("#shot-edit-0").await;
         b.until("the shot's form", 10, "document.getElementById('shot-edit-form-0') !== null").await;
         assert_eq!(b.js(&text("shot-edit-save-0")).await, json!("保存镜头"));

@@ -58,6 +58,7 @@ mod tour;
 mod web;
 mod web_money;
 mod web_set_edit;
+mod web_set_refs;
 mod web_surface;
 mod web_views;
 

@@ -1,6 +1,7 @@
 //! Money where it is spent, in a real browser (headless Chromium, axe-core on each view): the
 //! price before every button that sends a request (New job, Create the set, Retry, Generate
-//! another), "Generate another" asking first, and the budget in the page.
+//! another, more candidates of a set's shot), "Generate another" and more candidates asking
+//! first, the budget in the page, and Spend following a charge recorded by hand.
 
 use std::time::Duration;
 
@@ -102,6 +103,34 @@ fn the_price_is_shown_before_each_spending_button() {
             .await;
         assert_eq!(task_count(&d), before + 1, "saying yes made one new job");
 
+        // A set's shot on the paid provider: "Generate another like this" (more candidates)
+        // names the price on the button and in its question; saying no adds nothing.
+        let r = d.call(
+            "POST",
+            "/v1/sets",
+            Some(&json!({"product": "priced teapot", "provider": "paid", "shots": [{"role": "main", "prompt": "on oak"}]})),
+        );
+        assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+        let set = r.json()["id"].as_str().expect("set id").to_string();
+        d.wait_status(r.json()["shots"][0]["id"].as_str().expect("shot"), &["succeeded"]);
+        b.js(&format!("(location.hash = '#/sets/{set}')")).await;
+        let label = b.until("more candidates", 10, "document.getElementById('shot-more-0')?.textContent").await;
+        assert!(label.as_str().unwrap_or("").contains("$0.04"), "the price on the button: {label}");
+        let before = task_count(&d);
+        b.click("#shot-more-0").await;
+        b.until("the confirmation", 5, "document.getElementById('confirm-dialog').open").await;
+        let ask = b.js("document.getElementById('confirm-dialog').innerText").await;
+        assert!(ask.as_str().unwrap_or("").contains("$0.04"), "the question names the price: {ask}");
+        b.assert_accessible("the more-candidates question").await;
+        b.click("#confirm-no").await;
+        b.until("the dialog closed", 5, "!document.getElementById('confirm-dialog').open").await;
+        assert_eq!(task_count(&d), before, "saying no spent nothing");
+        b.click("#shot-more-0").await;
+        b.until("the confirmation", 5, "document.getElementById('confirm-dialog').open").await;
+        b.click("#confirm-yes").await;
+        b.until("a second candidate", 30, "document.querySelectorAll('#candidates-0 .candidate').length === 2").await;
+        assert_eq!(task_count(&d), before + 1, "saying yes asked for one more image");
+
         // An unknown job: the price beside Retry.
         mock.behave(json!({ "drop_response": true }));
         let r = d.call("POST", "/v1/tasks", Some(&json!({"prompt": "lost mug", "provider": "paid"})));
@@ -195,6 +224,13 @@ fn recording_what_the_dashboard_shows_changes_the_job_and_spend() {
         let b = Browser::start().await;
         b.c().goto(&url).await.expect("sign in");
         b.until("the jobs page", 15, "document.getElementById('new-task') !== null").await;
+        // Spend before the record: one request that may have been charged, $0.04.
+        let cells = "Array.from(document.querySelectorAll('#spend-rows tbody tr:first-child td')).map(td => td.textContent)";
+        b.js("(location.hash = '#/spend')").await;
+        b.until("the spend table", 10, "document.getElementById('spend-rows') !== null").await;
+        let row = b.js(cells).await;
+        assert_eq!(row[0], json!("0"), "charged: {row}");
+        assert!(row[1].as_str().unwrap_or("").starts_with("1") && row[1].as_str().unwrap_or("").contains("$0.04"), "{row}");
         b.js(&format!("(location.hash = '#/tasks/{id}')")).await;
         b.until("the resolve form", 10, "document.getElementById('resolve-form') !== null").await;
         b.click("#resolve-failed").await;
@@ -210,6 +246,9 @@ fn recording_what_the_dashboard_shows_changes_the_job_and_spend() {
         b.js("(location.hash = '#/spend')").await;
         let by_hand = b.until("the by-hand note", 10, "document.getElementById('spend-by-hand')?.textContent").await;
         assert!(by_hand.as_str().unwrap_or("").contains("1 of these requests"), "{by_hand}");
+        // Spend follows the record: nothing charged, nothing left that may have been.
+        let row = b.js(cells).await;
+        assert_eq!((row[0].clone(), row[1].clone()), (json!("0"), json!("0")), "Spend after the record: {row}");
         b.close().await;
     });
 }

@@ -411,15 +411,27 @@ window.tally = (function () {
     return body;
   }
 
-  /** Retry a job: at once when nothing can have been charged, else after the cost
-      confirmation (the box must be ticked). Resolves with the new job, or null. */
-  function retry(t, button, slot) {
+  /** Retry a job. When nothing can have been charged for it: at once on a provider that never
+      charges, else after a question naming the price of the new request (`provider`, from
+      `GET /v1/providers`; without it the price is "not configured"). When it may have been
+      charged: after the cost confirmation (the box must be ticked). Resolves with the new
+      job, or null. */
+  async function retry(t, button, slot, provider) {
     const needsAck = !!(t.retry && t.retry.requires_cost_acknowledgement);
     if (!needsAck) {
+      const kind = priceKind(provider);
+      if (kind !== "free") {
+        const cost = priceWords(provider, 1) || tf("job.price_not_configured");
+        const yes = await confirmDialog(tf("retry.ask_title"),
+          tf("job.retry_price", { provider: t.provider, cost }) + " " + tf("retry.ask_nothing_charged"),
+          kind === "amount" ? tf("another.yes_cost", { cost }) : tf("retry.confirm"));
+        if (!yes) return null;
+      }
       let made = null;
-      return busy(button, slot, async () => {
+      await busy(button, slot, async () => {
         made = await api("POST", "/v1/tasks/" + encodeURIComponent(t.id) + "/retry", retryBody(t, newKey(), false));
-      }).then(() => made);
+      });
+      return made;
     }
     const d = document.getElementById("retry-dialog");
     const ack = document.getElementById("retry-ack");

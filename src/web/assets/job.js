@@ -152,7 +152,7 @@
       const retry = h("button", { type: "button", id: "retry-task", class: ack ? "danger" : "" },
         T.t((ack ? "job.generate_new" : "job.retry") + again));
       retry.addEventListener("click", async () => {
-        const n = await T.retry(t, retry, err);
+        const n = await T.retry(t, retry, err, p);
         if (n && n.id) location.hash = "#/tasks/" + encodeURIComponent(n.id);
       });
       box.append(retry);
@@ -291,12 +291,16 @@
   function refusalWords(r) {
     const taken = r.references_taken;
     const given = r.references_given;
-    if (r.kind === "too_many_references" && !r.retry_helps && taken !== null && taken !== undefined && given) {
-      if (taken === 0) return { problem: T.tf("refused.takes_none", { given }), fix: T.t("refused.fix_remove_all") };
+    /* Once the set's photos were changed to a number the model takes (`retry_helps`), the
+       fix is the API's: generate it again. */
+    if (r.kind === "too_many_references" && taken !== null && taken !== undefined && given &&
+      (!r.retry_helps || (typeof r.references_now === "number" && r.references_now <= taken))) {
+      const fixed = r.retry_helps ? r.fix : null;
+      if (taken === 0) return { problem: T.tf("refused.takes_none", { given }), fix: fixed || T.t("refused.fix_remove_all") };
       const problem = taken === 1 ? T.tf("refused.takes_one", { given }) : T.tf("refused.takes_max", { taken, given });
-      return { problem, fix: T.tf("refused.fix_remove", { n: given - taken }) };
+      return { problem, fix: fixed || T.tf("refused.fix_remove", { n: given - taken }) };
     }
-    if (r.kind === "needs_references") return { problem: T.t("refused.needs"), fix: T.t("refused.fix_add") };
+    if (r.kind === "needs_references") return { problem: T.t("refused.needs"), fix: r.retry_helps ? r.fix : T.t("refused.fix_add") };
     return { problem: r.problem, fix: r.fix };
   }
 

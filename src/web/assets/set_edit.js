@@ -1,5 +1,6 @@
 /* tally's web page: changing a set before anything was sent for it (a queued shot's prompt and
-   role; the product and style notes while no shot of the set was sent), duplicating a set
+   role; the product and style notes while no shot of the set was sent; its reference photos,
+   added or removed, while no request of the set left), duplicating a set
    (asking first, with the price when tally knows it) and deleting a set whose every shot failed
    or was canceled (asking first; jobs that reached the provider stay in Jobs and Spend).
    sets.js calls T.setEditActions for the set's buttons and T.shotEditButton for each shot;
@@ -174,6 +175,89 @@
     return out;
   }
 
+  /** Whether the set's reference photos may still change, as far as the page can tell: not
+      canceled, and no job of it has an image, an unknown outcome, a charge record or a hold.
+      The daemon decides (`ops::set_edit`: no request of the set ever left and no worker holds
+      a shot); its refusal is shown as it is worded. */
+  function photosMayChange(s) {
+    if (s.canceled) return false;
+    return (s.shots || []).every((shot) => shot.held === null || shot.held === undefined) &&
+      (s.shots || []).flatMap(tasksOf).every((c) => !c.artifact && !(c.artifacts && c.artifacts.length) &&
+        c.status !== "succeeded" && c.status !== "unknown" && (!c.charge || c.charge.state === "none"));
+  }
+
+  /** The set's reference photos: each with the shots it is sent with and, while they may
+      change, "Remove"; and "Add photos" by file picker or drag and drop (uploaded, then the
+      set's list changed through `PATCH /v1/sets/{id}` with `references`). */
+  function referencesSection(s, reload) {
+    const refs = s.references || [];
+    const editable = photosMayChange(s);
+    if (!refs.length && !editable) return null;
+    const err = T.errorSlot("refs-error");
+    const ids = refs.map((u) => u.id);
+    const change = (button, next) => busy(button, err, async () => {
+      await api("PATCH", "/v1/sets/" + encodeURIComponent(s.id), { references: next });
+      await reload();
+    });
+    /* Every shot is sent with every photo of its set. */
+    const shots = (s.shots || []).map((x) => (x.position + 1) + ". " + T.roleWords(x.role)).join(", ");
+    const items = refs.map((u, i) => {
+      const alt = T.tf("set.ref_alt", { n: i + 1, product: s.product });
+      let remove = null;
+      if (editable) {
+        remove = h("button", { type: "button", class: "small", id: "ref-remove-" + i,
+          "aria-label": T.tf("refs.remove_label", { n: i + 1 }) }, T.t("newset.remove"));
+        remove.addEventListener("click", () => change(remove, ids.filter((_, j) => j !== i)));
+      }
+      return h("li", { "data-upload-id": u.id, "data-sha256": u.sha256 },
+        T.enlargeable(u.url, alt, null, "ref"),
+        h("span", { class: "hint", id: "ref-used-" + i }, shots ? T.tf("refs.used_by", { shots }) : ""),
+        remove);
+    });
+    let add = null;
+    if (editable) {
+      const picker = h("input", { id: "ref-add", type: "file", multiple: true, accept: "image/png,image/jpeg,image/webp",
+        class: "visually-hidden" });
+      const label = h("label", { for: "ref-add", class: "button", id: "ref-add-label" }, T.t("refs.add"));
+      /* Upload the photos, then make them the set's last ones; the picker is disabled while
+         they go up, so they cannot be added twice. */
+      const addFiles = (files) => {
+        if (!files.length) return;
+        const bad = files.find((f) => !/^image\/(png|jpeg|webp)$/.test(f.type));
+        if (bad) { T.showError(err, T.tf("newset.not_image", { name: bad.name })); return; }
+        busy(picker, err, async () => {
+          const added = [];
+          for (const f of files) added.push((await api("POST", "/v1/uploads", undefined, f)).id);
+          await api("PATCH", "/v1/sets/" + encodeURIComponent(s.id), { references: ids.concat(added) });
+          await reload();
+        });
+      };
+      picker.addEventListener("change", () => {
+        const files = Array.from(picker.files || []);
+        picker.value = "";
+        addFiles(files);
+      });
+      /* Dropped photos too, as in the new-set form. */
+      add = h("div", { class: "drop", id: "ref-drop" }, h("p", {}, T.t("refs.drop")),
+        h("div", { class: "actions" }, label, picker));
+      add.addEventListener("dragover", (ev) => { ev.preventDefault(); add.classList.add("over"); });
+      add.addEventListener("dragleave", () => add.classList.remove("over"));
+      add.addEventListener("drop", (ev) => {
+        ev.preventDefault();
+        add.classList.remove("over");
+        addFiles(Array.from((ev.dataTransfer && ev.dataTransfer.files) || []));
+      });
+    }
+    return h("section", { "aria-labelledby": "refs-title", id: "refs-section" },
+      h("h2", { id: "refs-title" }, T.t("set.refs_title")),
+      h("p", { class: "hint", id: "refs-hint" }, editable
+        ? T.t(refs.length ? "refs.hint_editable" : "refs.hint_none")
+        : T.t("refs.hint_fixed")),
+      refs.length ? h("ul", { id: "references", class: "refs" }, items) : null,
+      add, err);
+  }
+
   T.shotEditButton = shotEditButton;
   T.setEditActions = setEditActions;
+  T.referencesSection = referencesSection;
 })(window.tally);

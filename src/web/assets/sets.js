@@ -107,15 +107,12 @@
       top.append(resume);
     }
     top.append(...T.setEditActions(s, provider, err, () => showSet(s.id, false)));
-    const refs = s.references || [];
     return h("article", { class: "detail", "data-set-id": s.id, "data-status": s.status },
       h("p", { class: "back" }, h("a", { href: "#/sets" }, T.t("set.all"))),
       h("p", { class: "status-line" }, badge(s.status), " ", h("strong", { id: "set-progress" }, s.progress), " ",
         h("span", { id: "set-message" }, s.message)),
       top, err,
-      refs.length ? h("section", { "aria-labelledby": "refs-title" }, h("h2", { id: "refs-title" }, T.t("set.refs_title")),
-        h("ul", { id: "references", class: "refs" }, refs.map((u, i) => h("li", {},
-          T.enlargeable(u.url, T.tf("set.ref_alt", { n: i + 1, product: s.product }), null, "ref"))))) : null,
+      T.referencesSection(s, () => showSet(s.id, false)),
       h("dl", { class: "facts" }, h("dt", {}, T.t("job.fact_provider")), h("dd", {}, s.provider),
         s.style ? [h("dt", {}, T.t("set.fact_style")), h("dd", {}, s.style)] : null,
         h("dt", {}, T.t("job.fact_created")), h("dd", {}, time(s.created_at))),
@@ -207,15 +204,20 @@
       actions.append(rec);
     }
     const refused = shot.refused_before_sending;
+    let retryPrice = null;
     if (shot.retry && shot.retry.allowed && !(refused && !refused.retry_helps)) {
       const ack = shot.retry.requires_cost_acknowledgement;
       const retry = h("button", { type: "button", id: "shot-retry-" + shot.position, class: ack ? "danger" : "" },
         ack ? T.t("set.generate_again") : T.t("job.retry"));
       retry.addEventListener("click", async () => {
-        const n = await T.retry(shot, retry, err);
+        const n = await T.retry(shot, retry, err, provider);
         if (n) await showSet(s.id, false);
       });
       actions.append(retry);
+      /* The price of the new request, beside the button that sends it. */
+      retryPrice = h("p", { class: "hint", id: "shot-retry-price-" + shot.position }, T.priceKind(provider) === "free"
+        ? T.tf("job.retry_price_free", { provider: s.provider })
+        : T.tf("job.retry_price", { provider: s.provider, cost: T.priceWords(provider, 1) || T.t("job.price_not_configured") }));
     }
     const several = (shot.candidates || []).length > 1;
     if (!s.canceled) actions.append(moreButton(s, shot, provider, err));
@@ -234,7 +236,7 @@
         T.refusalWords(refused).fix) : null,
       charge ? h("p", { class: "charge" }, charge) : null,
       h("p", { class: "hint" }, T.shotWords(shot.prompt)),
-      actions, err,
+      actions, retryPrice, err,
       h("a", { href: "#/tasks/" + encodeURIComponent(shot.id), class: "more-link" }, T.t("set.details")));
   }
 

@@ -161,6 +161,9 @@ async fn the_photos_change_after_a_refusal_before_sending_and_the_retry_sends_th
     let one = SetEdit { references: Some(vec![front.clone()]), ..SetEdit::default() };
     assert!(matches!(s.edit_set(id.clone(), one, T0 + 4).await.expect("edit"), EditOutcome::Edited(_)));
     assert_eq!(set(&s, &id).await.references.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), [front.as_str()]);
+    // The refused shot is read against the set as it is now (what a retry would send).
+    let t = s.get_task(c.task_id.clone()).await.expect("get").expect("task");
+    assert_eq!(t.set_references, Some(1), "the set's photos now");
     // The retry sends the one photo left.
     let RetryOutcome::Created(again) = s.retry(c.task_id.clone(), ack(false), None, T0 + 5).await.expect("retry")
     else {
