@@ -81,7 +81,6 @@ impl Shared {
     }
 
     /// Hold (or let go of) the checkpointer: while held it answers wake-ups with nothing.
-    #[cfg(test)]
     pub(crate) fn pause(&self, on: bool) {
         self.paused.store(on, Ordering::Relaxed);
     }
