@@ -48,14 +48,11 @@ pub enum Stage {
     LockStatement,
     /// The image blob's insert (its bytes into `blobs`).
     BlobWrite,
-    /// A checkpoint the SQLite writer runs itself, past the WAL's hard limit (the checkpointer
-    /// thread's checkpoints are off the task's path and not timed: `store::sqlite::checkpoint`).
-    Checkpoint,
 }
 
 impl Stage {
     /// Every stage, in the order a profile lists them.
-    pub const ALL: [Stage; 13] = [
+    pub const ALL: [Stage; 12] = [
         Stage::Submit,
         Stage::Dispatch,
         Stage::Calling,
@@ -68,7 +65,6 @@ impl Stage {
         Stage::Sql,
         Stage::LockStatement,
         Stage::BlobWrite,
-        Stage::Checkpoint,
     ];
 
     /// The stage's name in a profile.
@@ -86,14 +82,13 @@ impl Stage {
             Stage::Sql => "SQL statements",
             Stage::LockStatement => "lock statements",
             Stage::BlobWrite => "image blob insert",
-            Stage::Checkpoint => "store: checkpoint on the writer",
         }
     }
 
     /// What this stage runs inside (`None`: a top-level stage of the task's path).
     pub fn parent(self) -> Option<&'static str> {
         match self {
-            Stage::StoreQueue | Stage::StoreRun | Stage::Commit | Stage::Checkpoint => Some("the store calls"),
+            Stage::StoreQueue | Stage::StoreRun | Stage::Commit => Some("the store calls"),
             Stage::Sql | Stage::BlobWrite => Some(Stage::StoreRun.name()),
             Stage::LockStatement => Some(Stage::Sql.name()),
             _ => None,

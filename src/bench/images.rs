@@ -186,13 +186,10 @@ pub async fn run(out: &Path, quick: bool) -> Result<Images, String> {
         let _ = sampler.await;
         let (r, wal_end) = result?;
         super::progress(&format!(
-            "images: {:.1} MB PNG, {method}, 16 workers, full: {:.0} tasks/s, WAL peak {:.1} MB, \
-             checkpoints {} by the checkpointer, {} by the writer",
+            "images: {:.1} MB PNG, {method}, 16 workers, full: {:.0} tasks/s, WAL peak {:.1} MB",
             mb(big.len() as u64),
             r.tasks_per_s,
-            mb(peak.load(Ordering::Relaxed)),
-            r.checkpoints.background,
-            r.checkpoints.writer
+            mb(peak.load(Ordering::Relaxed))
         ));
         e2e.push(r);
         if concurrent {

@@ -129,19 +129,8 @@ pub struct E2e {
     /// the client's wait, `submit_fsync_waits`). `fsyncs` is the commits actually fsynced per
     /// task (group commit shares one among many operations).
     pub per_task: PerTask,
-    /// WAL checkpoints during the run (SQLite; zeros on PostgreSQL).
-    pub checkpoints: Checkpoints,
     /// With `--profile`: where a task's time went, per stage (`null` otherwise).
     pub profile: Option<profile::Profile>,
-}
-
-/// WAL checkpoints during an e2e run (`store::sqlite::checkpoint`).
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Checkpoints {
-    /// Run by the checkpointer thread on its own connection.
-    pub background: u64,
-    /// Run by the writer itself, past the WAL's hard limit.
-    pub writer: u64,
 }
 
 /// Per-task costs of an e2e run.
@@ -514,7 +503,6 @@ mod tests {
                     submit_fsync_waits: 1.0,
                     fsyncs: 0.5,
                 },
-                checkpoints: Checkpoints::default(),
                 profile: None,
             }],
             pickup_ms: Some(Pickup {

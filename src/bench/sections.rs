@@ -153,7 +153,6 @@ pub(super) async fn e2e_in(
     let clock = SystemClock;
     let (commits0, stmts0, fsyncs0, waits0) =
         (store.commits(), store.statements(), store.fsyncs(), store.durable_waits());
-    let ckpt0 = store.checkpoints();
     let timeout = Duration::from_secs(600);
     let (secs, enqueue_secs, drain_secs, engine);
     super::profile::begin();
@@ -206,7 +205,6 @@ pub(super) async fn e2e_in(
     let store = engine.store().clone();
     let (commits, stmts) = (store.commits() - commits0, store.statements() - stmts0);
     let (fsyncs, waits) = (store.fsyncs() - fsyncs0, store.durable_waits() - waits0);
-    let ckpt = store.checkpoints();
     let calls = provider.calls();
     let wal = std::fs::metadata(dir.join("tally.db-wal")).map(|m| m.len()).unwrap_or(0);
     stop(engine).await?;
@@ -232,7 +230,6 @@ pub(super) async fn e2e_in(
             submit_fsync_waits: if durability == Durability::Full { 1.0 } else { 0.0 },
             fsyncs: fsyncs as f64 / n as f64,
         },
-        checkpoints: super::Checkpoints { background: ckpt.0 - ckpt0.0, writer: ckpt.1 - ckpt0.1 },
         profile,
     };
     Ok((e2e, wal))

@@ -151,15 +151,6 @@ impl Store {
         }
     }
 
-    /// WAL checkpoints so far (SQLite; zeros on PostgreSQL): (run by the checkpointer thread,
-    /// run by the writer itself past the WAL's hard limit), `store::sqlite::checkpoint`.
-    pub fn checkpoints(&self) -> (u64, u64) {
-        match self {
-            Store::Sqlite(s) => s.checkpoints().counts(),
-            Store::Postgres(_) => (0, 0),
-        }
-    }
-
     /// Durable operations answered after an fsynced commit (SQLite; 0 on PostgreSQL).
     pub fn durable_waits(&self) -> u64 {
         match self {

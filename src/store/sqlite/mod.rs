@@ -22,16 +22,13 @@
 //!   in the transaction of the row they belong to; read in chunks, each its own short read
 //!   transaction.
 //!
-//! **Checkpoint policy** (the WAL must not grow without bound under large images; details and
-//! the bound in `store::sqlite::checkpoint`). SQLite's automatic checkpoint inside the
-//! committing writer is replaced by a checkpointer thread with its own connection: a WAL hook
-//! on the writer wakes it once a commit leaves the WAL at [`checkpoint::SOFT_PAGES`] (SQLite's
-//! 1000 pages, about 4 MiB) or more, and it runs a PASSIVE checkpoint — which copies what no
-//! reader still needs into the database file and never waits for readers — on the second CPU
-//! while the writer goes on. Past [`checkpoint::HARD_PAGES`] (16 MiB) the writer checkpoints
-//! itself before its next batch, so the WAL never holds more than that plus one batch, whatever
-//! the checkpointer does. The WAL file is reused from its start once a checkpoint has copied
-//! everything and no reader still reads from it, and `journal_size_limit`
+//! **Checkpoint policy** (the WAL must not grow without bound under large images). SQLite's
+//! automatic checkpoint stays on, at [`open::AUTOCHECKPOINT_PAGES`] (SQLite's 1000 pages,
+//! about 4 MiB, set and read back; a larger threshold was faster with large images but needs
+//! that much more free disk, see there): after a commit leaves the WAL above that, the
+//! committing connection — always the writer thread — runs a PASSIVE checkpoint, which copies
+//! what no reader still needs into the database file and never waits for readers. The WAL file is reused from its start once a checkpoint has
+//! copied everything and no reader still reads from it, and `journal_size_limit`
 //! ([`open::WAL_SIZE_LIMIT`], 64 MiB) truncates it back after such a reset. What keeps that
 //! reset possible is that no reader holds a snapshot for long: downloads read an image one
 //! chunk per read transaction (`store::blobs`), so a slow client never pins the WAL. One commit
@@ -41,7 +38,6 @@
 //! A clean stop checkpoints with TRUNCATE (an empty WAL). Measured in `tally bench`
 //! (`BENCHMARKS.md`, "images in the database").
 
-mod checkpoint;
 pub mod lineage;
 mod migrate;
 pub(crate) mod open;
@@ -142,8 +138,6 @@ struct Inner {
     /// Set while `tally serve` serves the database: the data directory's sidecar, noted after
     /// every durable commit (`store::sqlite::lineage`).
     tracker: std::sync::OnceLock<lineage::Tracker>,
-    /// What the writer shares with the checkpointer thread (`store::sqlite::checkpoint`).
-    checkpoints: Arc<checkpoint::Shared>,
 }
 
 impl SqliteStore {
@@ -155,8 +149,6 @@ impl SqliteStore {
             tracing::info!("{note}");
         }
         open::count_statements(&mut conn, statements.clone())?;
-        let checkpoints = Arc::new(checkpoint::Shared::default());
-        let checkpointer = checkpoint::Checkpointer::start(&mut conn, path, checkpoints.clone())?;
         let (tx, rx) = mpsc::channel::<Op>();
         let inner = Arc::new(Inner {
             path: path.to_path_buf(),
@@ -170,12 +162,11 @@ impl SqliteStore {
             durable_waits: AtomicU64::new(0),
             migration,
             tracker: std::sync::OnceLock::new(),
-            checkpoints,
         });
         let weak = Arc::downgrade(&inner);
         let handle = thread::Builder::new()
             .name("tally-writer".into())
-            .spawn(move || writer_loop(conn, checkpointer, rx, weak, durability))
+            .spawn(move || writer_loop(conn, rx, weak, durability))
             .map_err(|e| StoreError::Fatal(format!("cannot start the writer thread: {e}")))?;
         *lock(&inner.writer_thread) = Some(handle);
         Ok(SqliteStore { inner })
@@ -219,11 +210,6 @@ impl SqliteStore {
     /// caller waited for (shared with the others in its commit).
     pub fn durable_waits(&self) -> u64 {
         self.inner.durable_waits.load(Ordering::Relaxed)
-    }
-
-    /// The checkpoints run so far and the checkpointer's pause switch (benchmarks, tests).
-    pub(crate) fn checkpoints(&self) -> &checkpoint::Shared {
-        &self.inner.checkpoints
     }
 
     /// Run a write operation on the writer thread, grouped with whatever else is waiting,
@@ -322,13 +308,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// The writer thread: take every operation waiting, run them in one transaction, commit,
 /// answer. Ends when every sender is gone.
-fn writer_loop(
-    conn: Connection,
-    checkpointer: checkpoint::Checkpointer,
-    rx: mpsc::Receiver<Op>,
-    inner: std::sync::Weak<Inner>,
-    durability: Durability,
-) {
+fn writer_loop(conn: Connection, rx: mpsc::Receiver<Op>, inner: std::sync::Weak<Inner>, durability: Durability) {
     // `open_write` left the connection at the configured level.
     let mut level = sync_level(durability, true);
     // Commits that failed in a row.
@@ -454,13 +434,7 @@ fn writer_loop(
         for op in batch {
             op.job.answer(err.as_ref());
         }
-        // Past the WAL's hard limit the writer checkpoints itself, after answering and before
-        // its next batch (`store::sqlite::checkpoint`).
-        checkpointer.after_batch(&conn);
     }
-    // The checkpointer stops (finishing a checkpoint it is running) before the write
-    // connection closes.
-    drop(checkpointer);
     drop(conn);
 }
 

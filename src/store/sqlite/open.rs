@@ -175,11 +175,9 @@ const MIGRATIONS: &[&str] = &[
      ) STRICT;",
 ];
 
-/// While opening (the migration that moves image files in), SQLite's automatic (PASSIVE)
-/// checkpoint runs once the WAL holds this many pages (SQLite's default, about 4 MiB of 4 KiB
-/// pages), set and read back so it is not left to chance; once the store runs, the
-/// checkpointer thread's WAL hook replaces it (`store::sqlite::checkpoint`, the same soft
-/// threshold, and a hard limit the writer enforces itself). 8192 pages (32 MiB) measured about a third faster with 1.5 MB images, but then the
+/// The writer's automatic (PASSIVE) checkpoint runs once the WAL holds this many pages
+/// (SQLite's default, about 4 MiB of 4 KiB pages), set and read back so it is not left to
+/// chance. 8192 pages (32 MiB) measured about a third faster with 1.5 MB images, but then the
 /// WAL needs up to ~50 MB of free disk before a checkpoint can reuse it: after a full disk
 /// frees up, the WAL alone filled a small one again (`disks` tests) and stored images could
 /// not be stored. Free space is worth more than the speed (BENCHMARKS.md, session 3).
