@@ -159,6 +159,23 @@ impl Store {
         }
     }
 
+    /// Resolves with the reason once the store stopped itself (SQLite: a failed fsync,
+    /// `store::sqlite::flush`); never otherwise (PostgreSQL's server handles its own fsyncs).
+    pub async fn failed(&self) -> String {
+        match self {
+            Store::Sqlite(s) => s.failed().await,
+            Store::Postgres(_) => std::future::pending().await,
+        }
+    }
+
+    /// Why the store stopped itself, if it did (see [`Store::failed`]).
+    pub fn failure(&self) -> Option<String> {
+        match self {
+            Store::Sqlite(s) => s.failure(),
+            Store::Postgres(_) => None,
+        }
+    }
+
     /// Stop the store's threads (SQLite: and checkpoint the WAL into the file).
     pub fn close(&self) -> Result<(), StoreError> {
         each!(self, s => s.close())

@@ -8,12 +8,16 @@
 //!   changing a row has nothing to undo (a failed statement undoes itself), and if one fails
 //!   after changing rows the batch is rolled back and run again with a savepoint per
 //!   operation. (Savepoints on every batch cost two statements per operation.)
-//! - **Fsync what a promise depends on.** With `durability = "full"`, a transaction holding
-//!   any [`Commit::Durable`] operation commits with `synchronous = FULL` (the WAL is fsynced
-//!   before anyone is answered). A transaction of [`Commit::Ordered`] operations only commits
-//!   with `synchronous = NORMAL`: it is visible and survives a crash of the process, and the
-//!   next durable commit's fsync covers its WAL frames too (one file, written in order), so
-//!   nothing durable can ever depend on an ordered write that a power loss erased.
+//! - **Fsync what a promise depends on, pipelined.** Every transaction commits with
+//!   `synchronous = NORMAL` (its WAL frames written, not fsynced: it survives a crash of the
+//!   process) and the writer goes on with the next batch. With `durability = "full"`, the
+//!   flusher thread fdatasyncs the WAL and [`Commit::Durable`] operations are answered only
+//!   after an fsync that started after their commit; reads are handed back only once every
+//!   durable commit they could see is on disk; a failed fsync stops the store for good
+//!   (`store::sqlite::flush`). [`Commit::Ordered`] operations are answered at commit, and the
+//!   next fsync covers their WAL frames too (one file, written in order), so nothing durable
+//!   can ever depend on an ordered write that a power loss erased. With `"normal"` nothing is
+//!   fsynced per commit and nothing waits.
 //! - **Pragmas are set and then read back**, and opening fails if SQLite did not take them.
 //! - **No transaction spans a network call**: operations are synchronous closures run on the
 //!   writer thread; they cannot await anything.
@@ -23,10 +27,12 @@
 //!   transaction.
 //!
 //! **Checkpoint policy** (the WAL must not grow without bound under large images). SQLite's
-//! automatic checkpoint stays on, at [`open::AUTOCHECKPOINT_PAGES`] (SQLite's 1000 pages,
+//! automatic checkpoint, at [`open::AUTOCHECKPOINT_PAGES`] (SQLite's 1000 pages,
 //! about 4 MiB, set and read back; a larger threshold was faster with large images but needs
-//! that much more free disk, see there): after a commit leaves the WAL above that, the
-//! committing connection — always the writer thread — runs a PASSIVE checkpoint, which copies
+//! that much more free disk, see there), is run by the writer itself (a WAL hook counts the
+//! frames; SQLite's own hook drops a checkpoint's errors, and a failed fsync in one must stop
+//! the store): after a commit leaves the WAL above that, the writer thread runs a PASSIVE
+//! checkpoint, which fsyncs the WAL first (at `synchronous = NORMAL`) and copies
 //! what no reader still needs into the database file and never waits for readers. The WAL file is reused from its start once a checkpoint has
 //! copied everything and no reader still reads from it, and `journal_size_limit`
 //! ([`open::WAL_SIZE_LIMIT`], 64 MiB) truncates it back after such a reset. What keeps that
