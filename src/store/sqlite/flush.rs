@@ -338,6 +338,25 @@ impl Flush {
     }
 }
 
+/// The flusher finished an fsync that answered `answered` durable operations: count it, and
+/// note the lineage `seq` now on disk in the sidecar (`store::sqlite::lineage`).
+pub(super) fn flushed(inner: &std::sync::Weak<super::Inner>, seq: Option<i64>, answered: usize) {
+    if let Some(inner) = inner.upgrade() {
+        inner.fsyncs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        inner.durable_waits.fetch_add(answered as u64, std::sync::atomic::Ordering::Relaxed);
+        if let (Some(seq), Some(t)) = (seq, inner.tracker.get()) {
+            t.note(seq);
+        }
+    }
+}
+
+/// The WAL file beside the database `db` (`tally.db` → `tally.db-wal`).
+pub(super) fn wal_path(db: &std::path::Path) -> std::path::PathBuf {
+    let mut name = db.as_os_str().to_owned();
+    name.push("-wal");
+    std::path::PathBuf::from(name)
+}
+
 /// Whether a SQLite error is a failed fsync (of the WAL header at a restart, or in a
 /// checkpoint): the store must stop as for the flusher's own.
 pub(super) fn is_fsync_error(e: &StoreError) -> bool {

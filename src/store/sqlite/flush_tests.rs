@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 
-use super::{Commit, SqliteStore, StoreError, wal_path};
+use super::flush::wal_path;
+use super::{Commit, SqliteStore, StoreError};
 use crate::config::Durability;
 
 fn store(durability: Durability) -> (SqliteStore, std::path::PathBuf) {

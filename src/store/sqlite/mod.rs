@@ -168,7 +168,7 @@ impl SqliteStore {
         }))?;
         let wal = match durability {
             Durability::Full => {
-                let wal_path = wal_path(path);
+                let wal_path = flush::wal_path(path);
                 let file = std::fs::File::open(&wal_path).map_err(|e| {
                     StoreError::Fatal(format!("cannot open the WAL {} to fsync it: {e}", wal_path.display()))
                 })?;
@@ -202,11 +202,11 @@ impl SqliteStore {
         let weak = Arc::downgrade(&inner);
         let flusher = match wal {
             Some(file) => {
-                let (flush, weak, what) = (flush.clone(), weak.clone(), wal_path(path).display().to_string());
+                let (flush, weak, what) = (flush.clone(), weak.clone(), flush::wal_path(path).display().to_string());
                 Some(
                     thread::Builder::new()
                         .name("tally-flusher".into())
-                        .spawn(move || flush.run(file, &what, |seq, answered| flushed(&weak, seq, answered)))
+                        .spawn(move || flush.run(file, &what, |seq, answered| flush::flushed(&weak, seq, answered)))
                         .map_err(|e| StoreError::Fatal(format!("cannot start the flusher thread: {e}")))?,
                 )
             }
@@ -353,6 +353,13 @@ impl SqliteStore {
         self.inner.flush.poisoned().map(|p| p.error().to_string())
     }
 
+    /// Tests (`--features failpoints`): stop the store as a failed fsync does.
+    #[cfg(feature = "failpoints")]
+    #[doc(hidden)]
+    pub fn poison_for_tests(&self) {
+        self.inner.flush.poison("a test's file", "injected by the test");
+    }
+
     /// The inode of the WAL file the flusher fsyncs (tests: it must stay the WAL's).
     #[cfg(test)]
     fn flushed_inode(&self) -> Option<u64> {
@@ -385,25 +392,6 @@ impl SqliteStore {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The flusher finished an fsync that answered `answered` durable operations: count it, and
-/// note the lineage `seq` now on disk in the sidecar (`store::sqlite::lineage`).
-fn flushed(inner: &std::sync::Weak<Inner>, seq: Option<i64>, answered: usize) {
-    if let Some(inner) = inner.upgrade() {
-        inner.fsyncs.fetch_add(1, Ordering::Relaxed);
-        inner.durable_waits.fetch_add(answered as u64, Ordering::Relaxed);
-        if let (Some(seq), Some(t)) = (seq, inner.tracker.get()) {
-            t.note(seq);
-        }
-    }
-}
-
-/// The WAL file beside the database `db` (`tally.db` → `tally.db-wal`).
-fn wal_path(db: &Path) -> PathBuf {
-    let mut name = db.as_os_str().to_owned();
-    name.push("-wal");
-    PathBuf::from(name)
 }
 
 /// The writer thread's state.
@@ -548,7 +536,7 @@ impl Writer {
             && flush::is_fsync_error(e)
         {
             // SQLite syncs the WAL's header inside a COMMIT that restarts the WAL.
-            self.flush.poison(&format!("{} (at a commit)", wal_path(&self.path).display()), &e.to_string());
+            self.flush.poison(&format!("{} (at a commit)", flush::wal_path(&self.path).display()), &e.to_string());
         }
         if let Some(p) = self.flush.poisoned() {
             err = Some(p.error());
@@ -617,76 +605,4 @@ impl Writer {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn level(c: &Connection) -> Result<i64, StoreError> {
-        Ok(c.query_row("PRAGMA synchronous", [], |r| r.get(0))?)
-    }
-
-    fn store(durability: Durability) -> (SqliteStore, PathBuf) {
-        let dir = std::env::temp_dir().join(format!("tally-commit-{}", uuid::Uuid::new_v4()));
-        (SqliteStore::open(&dir.join("tally.db"), durability).expect("open"), dir)
-    }
-
-    /// An operation that fails after it wrote is undone alone: the others of its batch
-    /// commit, each with its own result (the batch is run again with savepoints).
-    #[tokio::test]
-    async fn a_failing_operation_is_undone_alone_and_its_batch_commits() {
-        let (store, dir) = store(Durability::Full);
-        store.write(|c| Ok(c.execute_batch("CREATE TABLE t (v INTEGER)")?)).await.expect("table");
-        let (release, held) = mpsc::channel::<()>();
-        let (entered_tx, entered) = mpsc::channel::<()>();
-        let holding = store
-            .send(Commit::Ordered, 0, move |_| {
-                let _ = entered_tx.send(());
-                let _ = held.recv();
-                Ok(())
-            })
-            .expect("send");
-        entered.recv_timeout(std::time::Duration::from_secs(10)).expect("the writer runs the holding operation");
-        let insert = |v: i64, fail: bool| {
-            move |c: &Connection| -> Result<i64, StoreError> {
-                c.execute("INSERT INTO t (v) VALUES (?1)", [v])?;
-                if fail {
-                    return Err(StoreError::Invalid("after a write".into()));
-                }
-                Ok(v)
-            }
-        };
-        let a = store.send(Commit::Durable, 0, insert(1, false)).expect("send");
-        let b = store.send(Commit::Durable, 0, insert(2, true)).expect("send");
-        let fenced =
-            store.send(Commit::Durable, 0, |_: &Connection| -> Result<(), StoreError> { Err(StoreError::Fenced) });
-        let c = store.send(Commit::Durable, 0, insert(3, false)).expect("send");
-        drop(release);
-        holding.await.expect("reply").expect("holding op");
-        assert_eq!(a.await.expect("reply").expect("a"), 1);
-        assert!(matches!(b.await.expect("reply"), Err(StoreError::Invalid(_))));
-        assert!(matches!(fenced.expect("send").await.expect("reply"), Err(StoreError::Fenced)));
-        assert_eq!(c.await.expect("reply").expect("c"), 3);
-        let rows: Vec<i64> = store
-            .read(|c| {
-                let mut st = c.prepare("SELECT v FROM t ORDER BY v")?;
-                let v = st.query_map([], |r| r.get(0))?.collect::<Result<Vec<i64>, _>>()?;
-                Ok(v)
-            })
-            .await
-            .expect("read");
-        assert_eq!(rows, [1, 3], "the failed operation's write is gone, the others' kept");
-        store.close().expect("close");
-        let _ = std::fs::remove_dir_all(dir);
-    }
-
-    /// With `durability = "normal"` nothing is fsynced per commit, whatever an op asks for.
-    #[tokio::test]
-    async fn normal_durability_never_fsyncs_a_commit() {
-        let (store, dir) = store(Durability::Normal);
-        assert_eq!(store.write(level).await.expect("durable"), 1);
-        assert_eq!(store.write_ordered(level).await.expect("ordered"), 1);
-        store.write(|c| Ok(c.execute_batch("CREATE TABLE t (v INTEGER); INSERT INTO t VALUES (1)")?)).await.expect("w");
-        assert_eq!((store.fsyncs(), store.durable_waits()), (0, 0), "no flusher with durability = normal");
-        store.close().expect("close");
-        let _ = std::fs::remove_dir_all(dir);
-    }
-}
+mod tests;
