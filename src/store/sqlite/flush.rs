@@ -195,6 +195,9 @@ impl Flush {
         jobs: Vec<Box<dyn Job>>,
         note: impl Fn(i64),
     ) -> usize {
+        if jobs.is_empty() && seq.is_none() {
+            return 0;
+        }
         let jobs = {
             let mut s = lock(&self.state);
             // Checked under the lock, so that a poisoning drains this batch if it is queued.

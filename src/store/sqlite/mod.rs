@@ -572,14 +572,14 @@ impl Writer {
                 op.job.answer(err.as_ref());
             }
         }
-        if let (Some((_, need)), false) = (begun, waiting.is_empty()) {
-            let note = |seq: i64| {
-                if let Some(t) = inner.as_ref().and_then(|i| i.tracker.get()) {
-                    t.note(seq);
-                }
-            };
-            self.flush.answer_when_flushed(need, seq, waiting, note);
-        }
+        // (Only a batch whose COMMIT succeeded has waiting operations, and it has a generation.)
+        let need = begun.map_or(0, |(_, need)| need);
+        let note = |seq: i64| {
+            if let Some(t) = inner.as_ref().and_then(|i| i.tracker.get()) {
+                t.note(seq);
+            }
+        };
+        self.flush.answer_when_flushed(need, seq, waiting, note);
     }
 
     /// SQLite's automatic checkpoint, run here so that its errors are seen: the default WAL
