@@ -10,8 +10,11 @@
 //!   (set only after `COMMIT` returned) *before* it calls `fdatasync`, and on success raises
 //!   `flushed` to that value; a durable batch waits until `flushed` reaches its generation (or,
 //!   when it wrote nothing, the last batch that wrote). So its WAL frames were written to the
-//!   file before the fsync that answers it began. Ordered operations are answered at commit,
-//!   as before pipelining.
+//!   file before the fsync that answers it began.
+//! - **Nobody is told what a power loss could take back after a durable write.** An ordered
+//!   operation's own writes are not waited for (as before pipelining), but its answer — which
+//!   may show a durable write of an earlier batch, a dispatch that claimed a task whose submit
+//!   is not on disk yet — waits, like a read, until every durable commit begun before it is.
 //! - **Readers never see a durable write before it is on disk.** `durable_begun` is raised
 //!   before the `COMMIT` of every batch that holds a durable operation and wrote something, so a
 //!   read transaction that can see that commit started after the raise; every read waits, *after*
@@ -43,8 +46,10 @@ use tokio::sync::watch;
 use super::{Job, lock};
 use crate::store::StoreError;
 
-/// A durable batch waiting for the flush.
+/// A batch's answers waiting for the flush.
 struct Waiting {
+    /// How many of `jobs` are durable operations (counted as fsync waits).
+    durable: usize,
     /// The generation `flushed` must reach.
     need: u64,
     /// The database's lineage `seq` after the batch (`store::sqlite::lineage`), noted in the
@@ -161,9 +166,10 @@ impl Flush {
     }
 
     /// The writer is about to `COMMIT` a batch: number it. `wrote`: it changed rows;
-    /// `durable`: it holds a durable operation. Returns the batch's generation and the one
-    /// its durable answers need flushed (the last batch that wrote, itself included).
-    pub(super) fn begin(&self, wrote: bool, durable: bool) -> (u64, u64) {
+    /// `durable`: it holds a durable operation. Returns the batch's generation, the one its
+    /// durable answers need flushed (the last batch that wrote, itself included) and the one
+    /// its ordered answers need flushed (the last durable batch that wrote, itself included).
+    pub(super) fn begin(&self, wrote: bool, durable: bool) -> (u64, u64, u64) {
         let mut s = lock(&self.state);
         s.begun += 1;
         let generation = s.begun;
@@ -173,7 +179,7 @@ impl Flush {
                 s.durable_begun = generation;
             }
         }
-        (generation, s.last_write)
+        (generation, s.last_write, s.durable_begun)
     }
 
     /// The `COMMIT` of batch `generation` returned (whether it succeeded or not).
@@ -185,18 +191,19 @@ impl Flush {
         }
     }
 
-    /// Answer a committed batch's durable operations once `need` is on disk (at once when it
-    /// is already, or when nothing is pipelined; `note` is then given `seq`, else the flusher
-    /// notes it). Returns how many wait for an fsync.
+    /// Answer a committed batch's operations once `need` is on disk (at once when it is
+    /// already, or when nothing is pipelined; `note` is then given `seq`, else the flusher
+    /// notes it). `durable`: they are durable operations (counted as fsync waits).
     pub(super) fn answer_when_flushed(
         &self,
         need: u64,
         seq: Option<i64>,
         jobs: Vec<Box<dyn Job>>,
+        durable: bool,
         note: impl Fn(i64),
-    ) -> usize {
+    ) {
         if jobs.is_empty() && seq.is_none() {
-            return 0;
+            return;
         }
         let jobs = {
             let mut s = lock(&self.state);
@@ -207,14 +214,14 @@ impl Flush {
                 for job in jobs {
                     job.answer(Some(&e));
                 }
-                return 0;
+                return;
             }
             if self.pipelined && need > s.flushed {
-                let n = jobs.len();
                 s.wanted = s.wanted.max(need);
-                s.waiting.push_back(Waiting { need, seq, jobs });
+                let durable = if durable { jobs.len() } else { 0 };
+                s.waiting.push_back(Waiting { durable, need, seq, jobs });
                 self.work.notify_one();
-                return n;
+                return;
             }
             jobs
         };
@@ -224,7 +231,6 @@ impl Flush {
         for job in jobs {
             job.answer(None);
         }
-        0
     }
 
     /// A reader read: wait until every durable write it could have seen is on disk (see the
@@ -330,7 +336,7 @@ impl Flush {
                 (ready, seq)
             };
             self.done.notify_all();
-            let answered = ready.iter().map(|w| w.jobs.len()).sum();
+            let answered = ready.iter().map(|w| w.durable).sum();
             after(seq, answered);
             for w in ready {
                 for job in w.jobs {

@@ -36,6 +36,18 @@ fn rows(store: &SqliteStore) -> Result<Vec<i64>, StoreError> {
 
 const WAIT: Duration = Duration::from_secs(20);
 
+/// Wait until the writer has finished `n` commits (the writer thread counts each after its
+/// `COMMIT` returned), yielding in between.
+async fn until_commits(store: &SqliteStore, n: u64) {
+    tokio::time::timeout(WAIT, async {
+        while store.commits() < n {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the writer commits");
+}
+
 /// Every batch commits at `synchronous = NORMAL`; a durable write is answered after one fsync
 /// of the flusher, an ordered one without any, a durable one that wrote nothing with nothing
 /// pending without any.
@@ -58,8 +70,9 @@ async fn durable_answers_cost_one_flush_and_ordered_ones_none() {
 }
 
 /// While the flusher is inside an fsync that started before a durable commit B: B is not
-/// answered by it, a reader that could see B is held back, ordered operations still commit
-/// and are answered; B and the reader go once a second fsync, started after B's commit, ends.
+/// answered by it, a reader and an ordered operation that could see B are held back (the
+/// ordered one is committed); B, the reader and the ordered one go once a second fsync, started
+/// after B's commit, ends.
 #[tokio::test]
 async fn durable_answers_and_reads_wait_for_an_fsync_that_started_after_the_commit() {
     let (store, dir) = store(Durability::Full);
@@ -67,9 +80,12 @@ async fn durable_answers_and_reads_wait_for_an_fsync_that_started_after_the_comm
     let (entered, release) = store.inner.flush.hold_fsyncs();
     let a = store.send(Commit::Durable, 0, insert(1)).expect("send a");
     entered.recv_timeout(WAIT).expect("the flusher starts an fsync for a");
+    let commits = store.commits();
     let mut b = store.send(Commit::Durable, 0, insert(2)).expect("send b");
-    // Answered at commit, after b's commit (one writer, in order), while the fsync is held.
-    store.write_ordered(|_| Ok(())).await.expect("an ordered op is not held by the flush");
+    let count =
+        |c: &Connection| -> Result<i64, StoreError> { Ok(c.query_row("SELECT count(*) FROM t", [], |r| r.get(0))?) };
+    let mut c = store.send(Commit::Ordered, 0, count).expect("send c");
+    until_commits(&store, commits + 1).await;
     let released = Arc::new(AtomicBool::new(false));
     let (seen_tx, seen) = std::sync::mpsc::channel();
     let reader = {
@@ -84,9 +100,11 @@ async fn durable_answers_and_reads_wait_for_an_fsync_that_started_after_the_comm
     entered.recv_timeout(WAIT).expect("a second fsync starts, for b");
     assert!(b.try_recv().is_err(), "b was answered by an fsync that started before its commit");
     assert!(seen.try_recv().is_err(), "a reader saw b before it was on disk");
+    assert!(c.try_recv().is_err(), "an ordered op was told about b before it was on disk");
     released.store(true, Ordering::SeqCst);
     drop(release);
     assert_eq!(b.await.expect("reply").expect("b"), 2);
+    assert_eq!(c.await.expect("reply").expect("c"), 2, "the ordered op ran after b");
     let (r, after_release) = seen.recv_timeout(WAIT).expect("the reader returns");
     reader.join().expect("reader");
     assert_eq!(r.expect("read"), [1, 2]);
@@ -107,8 +125,9 @@ async fn a_failed_fsync_stops_the_store() {
     let (entered, release) = store.inner.flush.hold_fsyncs();
     let a = store.send(Commit::Durable, 0, insert(2)).expect("send a");
     entered.recv_timeout(WAIT).expect("the flusher starts an fsync for a");
+    let commits = store.commits();
     let b = store.send(Commit::Durable, 0, insert(3)).expect("send b");
-    store.write_ordered(|_| Ok(())).await.expect("b committed");
+    until_commits(&store, commits + 1).await;
     store.inner.flush.fail_next_fsync();
     drop(release);
     for (name, r) in [("a", a.await), ("b", b.await)] {

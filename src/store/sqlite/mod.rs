@@ -14,7 +14,8 @@
 //!   flusher thread fdatasyncs the WAL and [`Commit::Durable`] operations are answered only
 //!   after an fsync that started after their commit; reads are handed back only once every
 //!   durable commit they could see is on disk; a failed fsync stops the store for good
-//!   (`store::sqlite::flush`). [`Commit::Ordered`] operations are answered at commit, and the
+//!   (`store::sqlite::flush`). [`Commit::Ordered`] operations are not fsynced on their own
+//!   (answered once the durable commits before theirs are on disk), and the
 //!   next fsync covers their WAL frames too (one file, written in order), so nothing durable
 //!   can ever depend on an ordered write that a power loss erased. With `"normal"` nothing is
 //!   fsynced per commit and nothing waits.
@@ -470,7 +471,7 @@ impl Writer {
         let durable = batch.iter().filter(|op| op.commit == Commit::Durable).count();
         // The batch's generation and the one its durable answers need flushed, once its
         // COMMIT began.
-        let mut begun: Option<(u64, u64)> = None;
+        let mut begun: Option<(u64, u64, u64)> = None;
         let commit = (|| -> Result<Option<i64>, StoreError> {
             conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
             // Optimistically without savepoints: an operation that fails having changed no row
@@ -518,7 +519,7 @@ impl Writer {
             conn.prepare_cached("COMMIT")?.execute([])?;
             Ok(seq)
         })();
-        if let Some((generation, _)) = begun {
+        if let Some((generation, _, _)) = begun {
             self.flush.ended(generation);
         }
         if commit.is_err() && !conn.is_autocommit() {
@@ -563,23 +564,25 @@ impl Writer {
             *failing = 0;
         }
         // Operations that never ran (the batch failed before them) are answered with the
-        // commit's error; ordered ones at once, durable ones once their commit is on disk.
-        let mut waiting = Vec::new();
+        // commit's error. Otherwise once what they may show is on disk: durable ones once their
+        // commit is, ordered ones once every durable commit begun before theirs is.
+        let (mut durable_jobs, mut ordered_jobs) = (Vec::new(), Vec::new());
         for op in batch {
-            if err.is_none() && op.commit == Commit::Durable {
-                waiting.push(op.job);
-            } else {
-                op.job.answer(err.as_ref());
+            match (&err, op.commit) {
+                (Some(_), _) => op.job.answer(err.as_ref()),
+                (None, Commit::Durable) => durable_jobs.push(op.job),
+                (None, Commit::Ordered) => ordered_jobs.push(op.job),
             }
         }
-        // (Only a batch whose COMMIT succeeded has waiting operations, and it has a generation.)
-        let need = begun.map_or(0, |(_, need)| need);
+        // (Only a batch whose COMMIT succeeded has jobs here, and it has a generation.)
+        let (need, need_ordered) = begun.map_or((0, 0), |(_, d, o)| (d, o));
         let note = |seq: i64| {
             if let Some(t) = inner.as_ref().and_then(|i| i.tracker.get()) {
                 t.note(seq);
             }
         };
-        self.flush.answer_when_flushed(need, seq, waiting, note);
+        self.flush.answer_when_flushed(need_ordered, None, ordered_jobs, false, note);
+        self.flush.answer_when_flushed(need, seq, durable_jobs, true, note);
     }
 
     /// SQLite's automatic checkpoint, run here so that its errors are seen: the default WAL
