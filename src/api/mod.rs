@@ -247,8 +247,17 @@ pub async fn providers(State(state): State<AppState>) -> Json<ProvidersJson> {
     Json(ProvidersJson { providers, default: state.default_provider().to_string() })
 }
 
-async fn healthz() -> Response {
-    axum::Json(serde_json::json!({ "status": "ok" })).into_response()
+/// `GET /healthz`: 200 `{"status": "ok"}`; 503 `{"status": "failing", "reason"}` once the
+/// database cannot be used any more (a failed fsync, a read-only or corrupt file) and the
+/// daemon is stopping because of it.
+async fn healthz(State(state): State<AppState>) -> Response {
+    match state.engine().failure_now() {
+        None => axum::Json(serde_json::json!({ "status": "ok" })).into_response(),
+        Some(why) => {
+            (StatusCode::SERVICE_UNAVAILABLE, axum::Json(serde_json::json!({ "status": "failing", "reason": why })))
+                .into_response()
+        }
+    }
 }
 
 async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {

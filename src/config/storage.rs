@@ -8,8 +8,9 @@ use super::{ConfigError, RawStorage};
 /// How durable each commit is (DESIGN §7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Durability {
-    /// `synchronous=FULL` for every transaction holding a durable operation (see
-    /// `store::Commit`): the `calling` record is on disk before a paid request leaves.
+    /// Every durable operation (see `store::Commit`) is answered, and readable, only once it is
+    /// on disk (SQLite: after the flusher's fsync of the WAL that started after its commit,
+    /// `store::sqlite::flush`): the `calling` record is on disk before a paid request leaves.
     Full,
     /// `synchronous=NORMAL`: faster; a power loss (not a process crash) can lose the last
     /// commits, including a `calling` record, so a restart could resend a paid request.

@@ -602,18 +602,30 @@ impl Engine {
         Ok(out)
     }
 
-    /// Resolves when a service found the database unusable (read-only, corrupt), with the
-    /// reason; the daemon should then stop cleanly. Never resolves otherwise.
+    /// Resolves when a service found the database unusable (read-only, corrupt), or the store
+    /// stopped itself after a failed fsync, with the reason; the daemon should then stop
+    /// cleanly. Never resolves otherwise.
     pub async fn failure(&self) -> String {
-        let mut rx = self.shared.fatal.subscribe();
-        loop {
-            if let Some(why) = rx.borrow_and_update().clone() {
-                return why;
+        let given_up = async {
+            let mut rx = self.shared.fatal.subscribe();
+            loop {
+                if let Some(why) = rx.borrow_and_update().clone() {
+                    return why;
+                }
+                if rx.changed().await.is_err() {
+                    return std::future::pending().await;
+                }
             }
-            if rx.changed().await.is_err() {
-                return std::future::pending().await;
-            }
+        };
+        tokio::select! {
+            why = given_up => why,
+            why = self.shared.store.failed() => why,
         }
+    }
+
+    /// Why the daemon is stopping because of its database, if it is ([`Engine::failure`]).
+    pub fn failure_now(&self) -> Option<String> {
+        self.shared.fatal.borrow().clone().or_else(|| self.shared.store.failure())
     }
 
     /// Wake every service (tests use this after moving a manual clock).

@@ -44,6 +44,14 @@ pub enum StoreError {
     /// bytes. The API answers it as `image_damaged`; `tally check` lists every such image.
     #[error("stored image {id} is damaged: {why}; `tally check` lists every damaged image")]
     Damaged { id: String, why: String },
+    /// An fsync failed (SQLite: the flusher's of the WAL, or one inside a commit or a
+    /// checkpoint). Never retried: the store stopped for good, and only a restart, which
+    /// recovers from what reached the disk, serves again (`store::sqlite::flush`).
+    #[error(
+        "the disk failed to save data: fsync of {what} failed: {error}; tally stopped writing to avoid losing data \
+         — check the disk, then restart"
+    )]
+    DiskFailed { what: String, error: String },
     #[error("{0}")]
     Fatal(String),
 }
@@ -81,6 +89,7 @@ impl StoreError {
             // Retrying will not help; the one service that reads images (a worker sending
             // reference photos) turns it into the task's error, not into a stop.
             StoreError::Fatal(_)
+            | StoreError::DiskFailed { .. }
             | StoreError::Damaged { .. }
             | StoreError::NotTally { .. }
             | StoreError::TooNew { .. }
@@ -113,6 +122,9 @@ impl StoreError {
 
     /// The same error, as the commit failure every operation of a failed batch reports.
     pub(crate) fn as_commit_failure(&self) -> StoreError {
+        if let StoreError::DiskFailed { what, error } = self {
+            return StoreError::DiskFailed { what: what.clone(), error: error.clone() };
+        }
         StoreError::Commit { message: self.to_string(), code: self.code() }
     }
 }

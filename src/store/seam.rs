@@ -14,7 +14,7 @@
 //! | fencing | `ops::common::fence` (or its predicate inside the first write: `ops::exec`) inside the writer | the same, after the task lock (`Tx::lock_task`); the same `ops::common::fence` |
 //! | recovery on current evidence | `ops::recovery::apply_recovery` re-checks `evidence_holds` in the applying transaction | the same, after the hook `ops::recovery::lock_envelopes` (the batch's envelopes locked in id order) |
 //! | a claim goes to one worker, only for a free slot | single writer | a free slot row taken `FOR UPDATE SKIP LOCKED` per claim (`ops::slot_rows::take`), the candidates `FOR UPDATE SKIP LOCKED` (`ops::dispatch::candidates_sql`); no dispatch waits for another |
-//! | `calling` durable before the request | `synchronous = FULL` for durable batches | `synchronous_commit` on for durable ops (off for ordered ones) |
+//! | `calling` durable before the request | durable ops answered after the flusher's fsync of the WAL that started after their commit (`sqlite::flush`) | `synchronous_commit` on for durable ops (off for ordered ones) |
 //! | earlier runs are dead | the data-directory lock (`ops::recovery::Liveness::Process`) | the node's session advisory lock (`postgres::node`), read by `ops::recovery::Liveness::Nodes` |
 //! | lease expiry clock | the engine's clock | the database's clock (`db_clock`) |
 //! | no transaction across a network call | sync closures on the writer thread | sync closures on the store's own threads |
@@ -143,7 +143,8 @@ impl Store {
         }
     }
 
-    /// Fsynced commits (SQLite; 0 on PostgreSQL, whose server groups its own flushes).
+    /// fsyncs of the WAL by the flusher (SQLite; 0 on PostgreSQL, whose server groups its own
+    /// flushes).
     pub fn fsyncs(&self) -> u64 {
         match self {
             Store::Sqlite(s) => s.fsyncs(),
@@ -151,11 +152,28 @@ impl Store {
         }
     }
 
-    /// Durable operations answered after an fsynced commit (SQLite; 0 on PostgreSQL).
+    /// Durable operations answered after an fsync (SQLite; 0 on PostgreSQL).
     pub fn durable_waits(&self) -> u64 {
         match self {
             Store::Sqlite(s) => s.durable_waits(),
             Store::Postgres(_) => 0,
+        }
+    }
+
+    /// Resolves with the reason once the store stopped itself (SQLite: a failed fsync,
+    /// `store::sqlite::flush`); never otherwise (PostgreSQL's server handles its own fsyncs).
+    pub async fn failed(&self) -> String {
+        match self {
+            Store::Sqlite(s) => s.failed().await,
+            Store::Postgres(_) => std::future::pending().await,
+        }
+    }
+
+    /// Why the store stopped itself, if it did (see [`Store::failed`]).
+    pub fn failure(&self) -> Option<String> {
+        match self {
+            Store::Sqlite(s) => s.failure(),
+            Store::Postgres(_) => None,
         }
     }
 

@@ -370,3 +370,23 @@ async fn list_pages_with_a_cursor() {
     api.engine.shutdown().await;
     let _ = api.engine.store().close();
 }
+
+/// A failed fsync (simulated: the same poisoning the flusher does) makes `/healthz` answer 503
+/// `failing` with the reason, refuses writes with 503, and tells the daemon to stop.
+#[cfg(feature = "failpoints")]
+#[tokio::test]
+async fn healthz_reports_a_failed_fsync_and_writes_are_refused() {
+    let api = InProcess::start(Fake::new(Capabilities::default())).await;
+    let (st, body) = api.call("GET", "/healthz", None).await;
+    assert_eq!((st, body["status"].as_str()), (StatusCode::OK, Some("ok")));
+    api.engine.store().sqlite().expect("sqlite").poison_for_tests();
+    let (st, body) = api.call("GET", "/healthz", None).await;
+    assert_eq!(st, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["status"], "failing");
+    let reason = body["reason"].as_str().unwrap_or("");
+    assert!(reason.contains("the disk failed to save data: fsync of"), "{body}");
+    let (st, body) = api.call("POST", "/v1/tasks", Some(json!({ "prompt": "after the failure" }))).await;
+    assert_eq!(st, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    let why = tokio::time::timeout(Duration::from_secs(10), api.engine.failure()).await.expect("the daemon is told");
+    assert_eq!(why, reason);
+}

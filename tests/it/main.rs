@@ -29,6 +29,8 @@ mod disks;
 mod download_profiles;
 mod engine;
 mod fairness;
+#[cfg(feature = "failpoints")]
+mod fsync;
 mod language;
 mod limits;
 mod money;

@@ -15,7 +15,8 @@
 //!   written into it in place, without an fsync ([`Tracker::note`]): a process crash keeps
 //!   that write (the page cache survives it), a power loss may lose it, which only makes the
 //!   sidecar lag behind the database — never run ahead of a commit that reached the disk,
-//!   because the note is written after the commit returned.
+//!   because with `durability = "full"` the note is written after the fsync of the WAL that
+//!   covers the commit (the flusher, `store::sqlite::flush`).
 //!
 //! [`judge`] decides, at `tally serve` start-up (and for `tally check` / `tally restore`'s
 //! forecast): the database is older when its `seq` is below what the sidecar saw for its

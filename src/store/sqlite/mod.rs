@@ -8,12 +8,17 @@
 //!   changing a row has nothing to undo (a failed statement undoes itself), and if one fails
 //!   after changing rows the batch is rolled back and run again with a savepoint per
 //!   operation. (Savepoints on every batch cost two statements per operation.)
-//! - **Fsync what a promise depends on.** With `durability = "full"`, a transaction holding
-//!   any [`Commit::Durable`] operation commits with `synchronous = FULL` (the WAL is fsynced
-//!   before anyone is answered). A transaction of [`Commit::Ordered`] operations only commits
-//!   with `synchronous = NORMAL`: it is visible and survives a crash of the process, and the
-//!   next durable commit's fsync covers its WAL frames too (one file, written in order), so
-//!   nothing durable can ever depend on an ordered write that a power loss erased.
+//! - **Fsync what a promise depends on, pipelined.** Every transaction commits with
+//!   `synchronous = NORMAL` (its WAL frames written, not fsynced: it survives a crash of the
+//!   process) and the writer goes on with the next batch. With `durability = "full"`, the
+//!   flusher thread fdatasyncs the WAL and [`Commit::Durable`] operations are answered only
+//!   after an fsync that started after their commit; reads are handed back only once every
+//!   durable commit they could see is on disk; a failed fsync stops the store for good
+//!   (`store::sqlite::flush`). [`Commit::Ordered`] operations are not fsynced on their own
+//!   (answered once the durable commits before theirs are on disk), and the
+//!   next fsync covers their WAL frames too (one file, written in order), so nothing durable
+//!   can ever depend on an ordered write that a power loss erased. With `"normal"` nothing is
+//!   fsynced per commit and nothing waits.
 //! - **Pragmas are set and then read back**, and opening fails if SQLite did not take them.
 //! - **No transaction spans a network call**: operations are synchronous closures run on the
 //!   writer thread; they cannot await anything.
@@ -23,10 +28,12 @@
 //!   transaction.
 //!
 //! **Checkpoint policy** (the WAL must not grow without bound under large images). SQLite's
-//! automatic checkpoint stays on, at [`open::AUTOCHECKPOINT_PAGES`] (SQLite's 1000 pages,
+//! automatic checkpoint, at [`open::AUTOCHECKPOINT_PAGES`] (SQLite's 1000 pages,
 //! about 4 MiB, set and read back; a larger threshold was faster with large images but needs
-//! that much more free disk, see there): after a commit leaves the WAL above that, the
-//! committing connection — always the writer thread — runs a PASSIVE checkpoint, which copies
+//! that much more free disk, see there), is run by the writer itself (a WAL hook counts the
+//! frames; SQLite's own hook drops a checkpoint's errors, and a failed fsync in one must stop
+//! the store): after a commit leaves the WAL above that, the writer thread runs a PASSIVE
+//! checkpoint, which fsyncs the WAL first (at `synchronous = NORMAL`) and copies
 //! what no reader still needs into the database file and never waits for readers. The WAL file is reused from its start once a checkpoint has
 //! copied everything and no reader still reads from it, and `journal_size_limit`
 //! ([`open::WAL_SIZE_LIMIT`], 64 MiB) truncates it back after such a reset. What keeps that
@@ -38,6 +45,7 @@
 //! A clean stop checkpoints with TRUNCATE (an empty WAL). Measured in `tally bench`
 //! (`BENCHMARKS.md`, "images in the database").
 
+mod flush;
 pub mod lineage;
 mod migrate;
 pub(crate) mod open;
@@ -45,8 +53,11 @@ pub(crate) mod startup;
 pub(crate) mod tx;
 pub(crate) mod whole;
 
+#[cfg(test)]
+mod flush_tests;
+
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 
@@ -106,14 +117,6 @@ struct Op {
     job: Box<dyn Job>,
 }
 
-/// The `synchronous` level of the writer's next transaction.
-fn sync_level(durability: Durability, any_durable: bool) -> &'static str {
-    match durability {
-        Durability::Full if any_durable => "PRAGMA synchronous = FULL",
-        _ => "PRAGMA synchronous = NORMAL",
-    }
-}
-
 /// A handle to tally's database. Cheap to clone.
 #[derive(Clone)]
 pub struct SqliteStore {
@@ -129,8 +132,7 @@ struct Inner {
     commits: AtomicU64,
     /// Commits that changed at least one row.
     writes: AtomicU64,
-    /// Of those, the ones fsynced (`synchronous = FULL`), and the durable operations that
-    /// waited for them.
+    /// fdatasyncs of the WAL by the flusher, and the durable operations answered after them.
     fsyncs: AtomicU64,
     durable_waits: AtomicU64,
     /// What opening did to an older database, in plain words.
@@ -138,6 +140,13 @@ struct Inner {
     /// Set while `tally serve` serves the database: the data directory's sidecar, noted after
     /// every durable commit (`store::sqlite::lineage`).
     tracker: std::sync::OnceLock<lineage::Tracker>,
+    /// The flush horizon (`store::sqlite::flush`): durable answers and reads wait on it; a
+    /// failed fsync poisons it.
+    flush: Arc<flush::Flush>,
+    /// The inode of the WAL file the flusher fsyncs (`None` with `durability = "normal"`;
+    /// read by tests).
+    #[cfg_attr(not(test), allow(dead_code))]
+    wal_inode: Option<u64>,
 }
 
 impl SqliteStore {
@@ -149,6 +158,32 @@ impl SqliteStore {
             tracing::info!("{note}");
         }
         open::count_statements(&mut conn, statements.clone())?;
+        // Every batch commits without an fsync of its own; with `durability = "full"` the
+        // flusher fsyncs the WAL through its own fd (`store::sqlite::flush`).
+        open::set_and_check(&conn, "synchronous", "NORMAL", "1")?;
+        let frames = Arc::new(AtomicI32::new(0));
+        let seen = frames.clone();
+        conn.wal_hook(Some(move |_: &mut rusqlite::hooks::Wal, pages: std::ffi::c_int| {
+            seen.store(pages, Ordering::Relaxed);
+            Ok(())
+        }))?;
+        let wal = match durability {
+            Durability::Full => {
+                let wal_path = flush::wal_path(path);
+                let file = std::fs::File::open(&wal_path).map_err(|e| {
+                    StoreError::Fatal(format!("cannot open the WAL {} to fsync it: {e}", wal_path.display()))
+                })?;
+                Some(file)
+            }
+            Durability::Normal => None,
+        };
+        let wal_inode = match &wal {
+            Some(f) => Some(std::os::unix::fs::MetadataExt::ino(
+                &f.metadata().map_err(|e| StoreError::Fatal(format!("cannot read the WAL file's metadata: {e}")))?,
+            )),
+            None => None,
+        };
+        let flush = Arc::new(flush::Flush::new(wal.is_some()));
         let (tx, rx) = mpsc::channel::<Op>();
         let inner = Arc::new(Inner {
             path: path.to_path_buf(),
@@ -162,11 +197,26 @@ impl SqliteStore {
             durable_waits: AtomicU64::new(0),
             migration,
             tracker: std::sync::OnceLock::new(),
+            flush: flush.clone(),
+            wal_inode,
         });
         let weak = Arc::downgrade(&inner);
+        let flusher = match wal {
+            Some(file) => {
+                let (flush, weak, what) = (flush.clone(), weak.clone(), flush::wal_path(path).display().to_string());
+                Some(
+                    thread::Builder::new()
+                        .name("tally-flusher".into())
+                        .spawn(move || flush.run(file, &what, |seq, answered| flush::flushed(&weak, seq, answered)))
+                        .map_err(|e| StoreError::Fatal(format!("cannot start the flusher thread: {e}")))?,
+                )
+            }
+            None => None,
+        };
+        let writer = Writer { conn, frames, inner: weak, flush, flusher, path: path.to_path_buf() };
         let handle = thread::Builder::new()
             .name("tally-writer".into())
-            .spawn(move || writer_loop(conn, rx, weak, durability))
+            .spawn(move || writer.run(rx))
             .map_err(|e| StoreError::Fatal(format!("cannot start the writer thread: {e}")))?;
         *lock(&inner.writer_thread) = Some(handle);
         Ok(SqliteStore { inner })
@@ -201,19 +251,21 @@ impl SqliteStore {
         self.inner.writes.load(Ordering::Relaxed)
     }
 
-    /// Commits fsynced so far (`durability = "full"` and a durable operation in them).
+    /// fsyncs of the WAL so far (`durability = "full"`: the flusher's, each covering every
+    /// commit before it).
     pub fn fsyncs(&self) -> u64 {
         self.inner.fsyncs.load(Ordering::Relaxed)
     }
 
-    /// Durable operations answered after an fsynced commit so far: each one an fsync its
-    /// caller waited for (shared with the others in its commit).
+    /// Durable operations answered after an fsync so far: each one an fsync its caller waited
+    /// for (shared with every other operation that fsync covered).
     pub fn durable_waits(&self) -> u64 {
         self.inner.durable_waits.load(Ordering::Relaxed)
     }
 
     /// Run a write operation on the writer thread, grouped with whatever else is waiting,
-    /// and return its result once its transaction is durably committed.
+    /// and return its result once its transaction is durably committed (with
+    /// `durability = "full"`: once an fsync of the WAL that started after its commit succeeded).
     pub async fn write<R, F>(&self, f: F) -> Result<R, StoreError>
     where
         R: Send + 'static,
@@ -244,6 +296,9 @@ impl SqliteStore {
         R: Send + 'static,
         F: FnMut(&Connection) -> Result<R, StoreError> + Send + 'static,
     {
+        if let Some(p) = self.inner.flush.poisoned() {
+            return Err(p.error());
+        }
         let (tx, rx) = oneshot::channel();
         let job: Box<dyn Job> = Box::new(JobOf { f, result: None, tx });
         let sender = lock(&self.inner.writer).clone().ok_or(StoreError::Closed)?;
@@ -264,7 +319,9 @@ impl SqliteStore {
             .map_err(|e| StoreError::Fatal(format!("reader task failed: {e}")))?
     }
 
-    /// Run a read on the current thread (for CLI tools and tests outside a runtime).
+    /// Run a read on the current thread (for CLI tools and tests outside a runtime). Every read
+    /// of the store comes through here, and its result is handed back only once every durable
+    /// write it could have seen is on disk (`store::sqlite::flush`; free when none is pending).
     pub fn read_blocking<R>(&self, f: impl FnOnce(&Connection) -> Result<R, StoreError>) -> Result<R, StoreError> {
         let conn = lock(&self.inner.readers).pop();
         let conn = match conn {
@@ -276,11 +333,38 @@ impl SqliteStore {
             }
         };
         let result = f(&conn);
-        let mut pool = lock(&self.inner.readers);
-        if pool.len() < 8 {
-            pool.push(conn);
+        {
+            let mut pool = lock(&self.inner.readers);
+            if pool.len() < 8 {
+                pool.push(conn);
+            }
         }
+        self.inner.flush.wait_readable()?;
         result
+    }
+
+    /// Resolves with the reason once a failed fsync stopped the store (never otherwise): the
+    /// daemon then stops, as for any database it cannot use.
+    pub async fn failed(&self) -> String {
+        self.inner.flush.failed().await
+    }
+
+    /// Why the store stopped, if a failed fsync stopped it.
+    pub fn failure(&self) -> Option<String> {
+        self.inner.flush.poisoned().map(|p| p.error().to_string())
+    }
+
+    /// Tests (`--features failpoints`): stop the store as a failed fsync does.
+    #[cfg(feature = "failpoints")]
+    #[doc(hidden)]
+    pub fn poison_for_tests(&self) {
+        self.inner.flush.poison("a test's file", "injected by the test");
+    }
+
+    /// The inode of the WAL file the flusher fsyncs (tests: it must stay the WAL's).
+    #[cfg(test)]
+    fn flushed_inode(&self) -> Option<u64> {
+        self.inner.wal_inode
     }
 
     /// Stop the writer after the operations already sent, checkpoint the WAL into the
@@ -291,6 +375,11 @@ impl SqliteStore {
             let _ = h.join();
         }
         lock(&self.inner.readers).clear();
+        // After a failed fsync nothing more is written or checkpointed: the next start
+        // recovers from what reached the disk (`store::sqlite::flush`).
+        if let Some(p) = self.inner.flush.poisoned() {
+            return Err(p.error());
+        }
         // A served database: `running` cleared (fsynced) before the checkpoint, the sidecar
         // saved durably after it (`store::sqlite::lineage`).
         let ended = self.inner.tracker.get().map(|t| lineage::end_serving(&self.inner.path, t));
@@ -306,49 +395,84 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The writer thread: take every operation waiting, run them in one transaction, commit,
-/// answer. Ends when every sender is gone.
-fn writer_loop(conn: Connection, rx: mpsc::Receiver<Op>, inner: std::sync::Weak<Inner>, durability: Durability) {
-    // `open_write` left the connection at the configured level.
-    let mut level = sync_level(durability, true);
-    // Commits that failed in a row.
-    let mut failing: u64 = 0;
-    // An operation taken from the channel that did not fit the last batch's byte budget.
-    let mut carried: Option<Op> = None;
-    loop {
-        let first = match carried.take() {
-            Some(op) => op,
-            None => match rx.recv() {
-                Ok(op) => op,
-                Err(_) => break,
-            },
-        };
-        let mut weight = first.weight;
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(op) if weight + op.weight > MAX_BATCH_BYTES => {
-                    carried = Some(op);
-                    break;
+/// The writer thread's state.
+struct Writer {
+    conn: Connection,
+    /// Frames in the WAL after the last commit that wrote (SQLite's WAL hook); swapped to 0
+    /// when read.
+    frames: Arc<AtomicI32>,
+    inner: std::sync::Weak<Inner>,
+    flush: Arc<flush::Flush>,
+    flusher: Option<thread::JoinHandle<()>>,
+    path: PathBuf,
+}
+
+impl Writer {
+    /// Take every operation waiting, run them in one transaction, commit, answer (durable
+    /// operations once the flusher says their commit is on disk). Ends when every sender is
+    /// gone, after the flusher flushed what was still wanted.
+    fn run(mut self, rx: mpsc::Receiver<Op>) {
+        // Commits that failed in a row.
+        let mut failing: u64 = 0;
+        // An operation taken from the channel that did not fit the last batch's byte budget.
+        let mut carried: Option<Op> = None;
+        loop {
+            let first = match carried.take() {
+                Some(op) => op,
+                None => match rx.recv() {
+                    Ok(op) => op,
+                    Err(_) => break,
+                },
+            };
+            let mut weight = first.weight;
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(op) if weight + op.weight > MAX_BATCH_BYTES => {
+                        carried = Some(op);
+                        break;
+                    }
+                    Ok(op) => {
+                        weight += op.weight;
+                        batch.push(op);
+                    }
+                    Err(_) => break,
                 }
-                Ok(op) => {
-                    weight += op.weight;
-                    batch.push(op);
-                }
-                Err(_) => break,
             }
+            // A poisoned store runs nothing more (`store::sqlite::flush`).
+            if let Some(p) = self.flush.poisoned() {
+                let e = p.error();
+                for op in batch {
+                    op.job.answer(Some(&e));
+                }
+                continue;
+            }
+            self.one_batch(batch, &mut failing);
         }
+        self.flush.stop();
+        if let Some(h) = self.flusher.take() {
+            let _ = h.join();
+        }
+        if self.flush.poisoned().is_some() {
+            // Closing the last connection would checkpoint what a failed fsync may have lost
+            // into the database file; the next start recovers from the disk instead.
+            let _ = self.conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true);
+        }
+    }
+
+    /// Run one batch in one transaction, commit it, and answer (or hand its durable
+    /// operations to the flusher).
+    fn one_batch(&mut self, mut batch: Vec<Op>, failing: &mut u64) {
+        let conn = &self.conn;
         for op in &batch {
             stages::record(Stage::StoreQueue, op.queued);
         }
         let changes_before = conn.total_changes();
         let durable = batch.iter().filter(|op| op.commit == Commit::Durable).count();
-        let want = sync_level(durability, durable > 0);
+        // The batch's generation and the one its durable answers need flushed, once its
+        // COMMIT began.
+        let mut begun: Option<(u64, u64, u64)> = None;
         let commit = (|| -> Result<Option<i64>, StoreError> {
-            if want != level {
-                conn.prepare_cached(want)?.execute([])?;
-                level = want;
-            }
             conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
             // Optimistically without savepoints: an operation that fails having changed no row
             // leaves nothing to undo (a failed statement undoes itself). Only if one fails
@@ -358,7 +482,7 @@ fn writer_loop(conn: Connection, rx: mpsc::Receiver<Op>, inner: std::sync::Weak<
             for op in batch.iter_mut() {
                 let before = conn.total_changes();
                 let run = stages::start();
-                let ok = op.job.run(&conn);
+                let ok = op.job.run(conn);
                 stages::record(Stage::StoreRun, run);
                 if conn.is_autocommit() {
                     return Err(StoreError::Fatal("the write transaction ended inside an operation".into()));
@@ -373,15 +497,17 @@ fn writer_loop(conn: Connection, rx: mpsc::Receiver<Op>, inner: std::sync::Weak<
                 conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
                 for op in batch.iter_mut() {
                     conn.prepare_cached("SAVEPOINT op")?.execute([])?;
-                    if !op.job.run(&conn) {
+                    if !op.job.run(conn) {
                         conn.prepare_cached("ROLLBACK TO op")?.execute([])?;
                     }
                     conn.prepare_cached("RELEASE op")?.execute([])?;
                 }
             }
+            let wrote = conn.total_changes() > changes_before;
             // One statement per batch that holds a durable operation and wrote something: the
-            // database's commit sequence (`store::sqlite::lineage`), noted in the sidecar after COMMIT.
-            let seq = if durable > 0 && conn.total_changes() > changes_before {
+            // database's commit sequence (`store::sqlite::lineage`), noted in the sidecar once
+            // the commit is on disk.
+            let seq = if durable > 0 && wrote {
                 conn.prepare_cached("UPDATE lineage SET seq = seq + 1 RETURNING seq")?
                     .query_row([], |r| r.get::<_, i64>(0))
                     .optional()?
@@ -389,168 +515,97 @@ fn writer_loop(conn: Connection, rx: mpsc::Receiver<Op>, inner: std::sync::Weak<
                 None
             };
             let _t = stages::span(Stage::Commit);
+            begun = Some(self.flush.begin(wrote, durable > 0));
             conn.prepare_cached("COMMIT")?.execute([])?;
             Ok(seq)
         })();
+        if let Some((generation, _, _)) = begun {
+            self.flush.ended(generation);
+        }
         if commit.is_err() && !conn.is_autocommit() {
             let _ = conn.execute_batch("ROLLBACK");
         }
-        if let Some(inner) = inner.upgrade() {
-            inner.commits.fetch_add(1, Ordering::Relaxed);
-        }
-        let (seq, err) = match commit {
+        let wrote = conn.total_changes() > changes_before;
+        let (seq, mut err) = match commit {
             Ok(seq) => (seq, None),
             Err(e) => (None, Some(e)),
         };
-        if let (Some(seq), Some(inner)) = (seq, inner.upgrade())
-            && let Some(t) = inner.tracker.get()
+        if err.is_none() && wrote {
+            self.checkpoint_if_due();
+        }
+        if let Some(e) = &err
+            && flush::is_fsync_error(e)
         {
-            t.note(seq);
+            // SQLite syncs the WAL's header inside a COMMIT that restarts the WAL.
+            self.flush.poison(&format!("{} (at a commit)", flush::wal_path(&self.path).display()), &e.to_string());
+        }
+        if let Some(p) = self.flush.poisoned() {
+            err = Some(p.error());
+        }
+        let inner = self.inner.upgrade();
+        if let Some(inner) = &inner {
+            inner.commits.fetch_add(1, Ordering::Relaxed);
+            if err.is_none() && wrote {
+                inner.writes.fetch_add(1, Ordering::Relaxed);
+            }
         }
         // Logged when commits start failing and when one that wrote something works again,
         // not on every failure: a full disk must not turn the log into a flood (the callers
         // say what they do about it). A transaction that only read commits even then.
-        let wrote = conn.total_changes() > changes_before;
-        if let (None, true, Some(inner)) = (&err, wrote, inner.upgrade()) {
-            inner.writes.fetch_add(1, Ordering::Relaxed);
-            if want == "PRAGMA synchronous = FULL" {
-                inner.fsyncs.fetch_add(1, Ordering::Relaxed);
-                inner.durable_waits.fetch_add(durable as u64, Ordering::Relaxed);
-            }
-        }
         match &err {
-            Some(e) if failing == 0 => tracing::error!(error = %e, "a write transaction failed to commit"),
+            Some(e) if *failing == 0 => tracing::error!(error = %e, "a write transaction failed to commit"),
             Some(e) => tracing::debug!(error = %e, failing, "a write transaction failed to commit again"),
-            None if failing > 0 && wrote => tracing::info!(failed = failing, "write transactions commit again"),
+            None if *failing > 0 && wrote => tracing::info!(failed = *failing, "write transactions commit again"),
             None => {}
         }
         if err.is_some() {
-            failing += 1;
+            *failing += 1;
         } else if wrote {
-            failing = 0;
+            *failing = 0;
         }
         // Operations that never ran (the batch failed before them) are answered with the
-        // commit's error.
+        // commit's error. Otherwise once what they may show is on disk: durable ones once their
+        // commit is, ordered ones once every durable commit begun before theirs is.
+        let (mut durable_jobs, mut ordered_jobs) = (Vec::new(), Vec::new());
         for op in batch {
-            op.job.answer(err.as_ref());
+            match (&err, op.commit) {
+                (Some(_), _) => op.job.answer(err.as_ref()),
+                (None, Commit::Durable) => durable_jobs.push(op.job),
+                (None, Commit::Ordered) => ordered_jobs.push(op.job),
+            }
+        }
+        // (Only a batch whose COMMIT succeeded has jobs here, and it has a generation.)
+        let (need, need_ordered) = begun.map_or((0, 0), |(_, d, o)| (d, o));
+        let note = |seq: i64| {
+            if let Some(t) = inner.as_ref().and_then(|i| i.tracker.get()) {
+                t.note(seq);
+            }
+        };
+        self.flush.answer_when_flushed(need_ordered, None, ordered_jobs, false, note);
+        self.flush.answer_when_flushed(need, seq, durable_jobs, true, note);
+    }
+
+    /// SQLite's automatic checkpoint, run here so that its errors are seen: the default WAL
+    /// hook drops them (`sqlite3WalDefaultHook`), and a failed fsync in a checkpoint (of the
+    /// WAL before copying, or of the database file after) must stop the store. Once the WAL
+    /// holds [`open::AUTOCHECKPOINT_PAGES`] frames, a PASSIVE checkpoint, as SQLite's own. At
+    /// `synchronous = NORMAL` it fsyncs the WAL before it copies anything into the database
+    /// file (`walCheckpoint`), so a checkpoint never runs ahead of the flush.
+    fn checkpoint_if_due(&self) {
+        if i64::from(self.frames.swap(0, Ordering::Relaxed)) < open::AUTOCHECKPOINT_PAGES {
+            return;
+        }
+        let _t = stages::span(Stage::Commit);
+        if let Err(e) = self.conn.wal_checkpoint_v2(Some(rusqlite::MAIN_DB), rusqlite::wal::CheckpointMode::PASSIVE) {
+            let e = StoreError::Sqlite(e);
+            if flush::is_fsync_error(&e) {
+                self.flush.poison(&format!("{} or its WAL (in a checkpoint)", self.path.display()), &e.to_string());
+            } else {
+                tracing::debug!(error = %e, "a checkpoint did not finish");
+            }
         }
     }
-    drop(conn);
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn level(c: &Connection) -> Result<i64, StoreError> {
-        Ok(c.query_row("PRAGMA synchronous", [], |r| r.get(0))?)
-    }
-
-    fn store(durability: Durability) -> (SqliteStore, PathBuf) {
-        let dir = std::env::temp_dir().join(format!("tally-commit-{}", uuid::Uuid::new_v4()));
-        (SqliteStore::open(&dir.join("tally.db"), durability).expect("open"), dir)
-    }
-
-    /// Run `kinds` as one batch — queued while the writer is held inside an earlier operation,
-    /// so they share the next transaction — and return the `synchronous` level each saw.
-    async fn one_batch(store: &SqliteStore, kinds: &[Commit]) -> Vec<i64> {
-        let (release, held) = mpsc::channel::<()>();
-        let (entered_tx, entered) = mpsc::channel::<()>();
-        let holding = store
-            .send(Commit::Ordered, 0, move |_| {
-                let _ = entered_tx.send(());
-                let _ = held.recv();
-                Ok(())
-            })
-            .expect("send");
-        entered.recv_timeout(std::time::Duration::from_secs(10)).expect("the writer runs the holding operation");
-        let replies: Vec<_> = kinds.iter().map(|k| store.send(*k, 0, level).expect("send")).collect();
-        drop(release);
-        holding.await.expect("reply").expect("holding op");
-        let mut levels = Vec::new();
-        for r in replies {
-            levels.push(r.await.expect("reply").expect("op"));
-        }
-        levels
-    }
-
-    /// Which `synchronous` level each operation ran under: a transaction with any durable
-    /// operation is FULL (2), one with only ordered operations NORMAL (1).
-    #[tokio::test]
-    async fn a_batch_is_fsynced_when_any_operation_needs_it() {
-        let (store, dir) = store(Durability::Full);
-        assert_eq!(store.write(level).await.expect("durable"), 2, "a durable op alone commits FULL");
-        assert_eq!(store.write_ordered(level).await.expect("ordered"), 1, "an ordered op alone commits NORMAL");
-        assert_eq!(
-            one_batch(&store, &[Commit::Ordered, Commit::Durable]).await,
-            [2, 2],
-            "an ordered op batched with a durable one is fsynced with it"
-        );
-        assert_eq!(
-            one_batch(&store, &[Commit::Ordered, Commit::Ordered]).await,
-            [1, 1],
-            "ordered ops alone are not fsynced"
-        );
-        store.close().expect("close");
-        let _ = std::fs::remove_dir_all(dir);
-    }
-
-    /// An operation that fails after it wrote is undone alone: the others of its batch
-    /// commit, each with its own result (the batch is run again with savepoints).
-    #[tokio::test]
-    async fn a_failing_operation_is_undone_alone_and_its_batch_commits() {
-        let (store, dir) = store(Durability::Full);
-        store.write(|c| Ok(c.execute_batch("CREATE TABLE t (v INTEGER)")?)).await.expect("table");
-        let (release, held) = mpsc::channel::<()>();
-        let (entered_tx, entered) = mpsc::channel::<()>();
-        let holding = store
-            .send(Commit::Ordered, 0, move |_| {
-                let _ = entered_tx.send(());
-                let _ = held.recv();
-                Ok(())
-            })
-            .expect("send");
-        entered.recv_timeout(std::time::Duration::from_secs(10)).expect("the writer runs the holding operation");
-        let insert = |v: i64, fail: bool| {
-            move |c: &Connection| -> Result<i64, StoreError> {
-                c.execute("INSERT INTO t (v) VALUES (?1)", [v])?;
-                if fail {
-                    return Err(StoreError::Invalid("after a write".into()));
-                }
-                Ok(v)
-            }
-        };
-        let a = store.send(Commit::Durable, 0, insert(1, false)).expect("send");
-        let b = store.send(Commit::Durable, 0, insert(2, true)).expect("send");
-        let fenced =
-            store.send(Commit::Durable, 0, |_: &Connection| -> Result<(), StoreError> { Err(StoreError::Fenced) });
-        let c = store.send(Commit::Durable, 0, insert(3, false)).expect("send");
-        drop(release);
-        holding.await.expect("reply").expect("holding op");
-        assert_eq!(a.await.expect("reply").expect("a"), 1);
-        assert!(matches!(b.await.expect("reply"), Err(StoreError::Invalid(_))));
-        assert!(matches!(fenced.expect("send").await.expect("reply"), Err(StoreError::Fenced)));
-        assert_eq!(c.await.expect("reply").expect("c"), 3);
-        let rows: Vec<i64> = store
-            .read(|c| {
-                let mut st = c.prepare("SELECT v FROM t ORDER BY v")?;
-                let v = st.query_map([], |r| r.get(0))?.collect::<Result<Vec<i64>, _>>()?;
-                Ok(v)
-            })
-            .await
-            .expect("read");
-        assert_eq!(rows, [1, 3], "the failed operation's write is gone, the others' kept");
-        store.close().expect("close");
-        let _ = std::fs::remove_dir_all(dir);
-    }
-
-    /// With `durability = "normal"` nothing is fsynced per commit, whatever an op asks for.
-    #[tokio::test]
-    async fn normal_durability_never_fsyncs_a_commit() {
-        let (store, dir) = store(Durability::Normal);
-        assert_eq!(store.write(level).await.expect("durable"), 1);
-        assert_eq!(store.write_ordered(level).await.expect("ordered"), 1);
-        store.close().expect("close");
-        let _ = std::fs::remove_dir_all(dir);
-    }
-}
+mod tests;

@@ -188,7 +188,12 @@ pub const AUTOCHECKPOINT_PAGES: i64 = 1000;
 /// `store::sqlite`).
 pub const WAL_SIZE_LIMIT: i64 = 64 << 20;
 
-fn set_and_check(conn: &Connection, pragma: &'static str, value: &str, want: &str) -> Result<(), StoreError> {
+pub(super) fn set_and_check(
+    conn: &Connection,
+    pragma: &'static str,
+    value: &str,
+    want: &str,
+) -> Result<(), StoreError> {
     conn.pragma_update(None, pragma, value)?;
     let got: String = conn.pragma_query_value(None, pragma, |r| {
         let v: rusqlite::types::Value = r.get(0)?;
