@@ -93,8 +93,12 @@ pub(super) async fn spend(
         let period = word(lang, &format!("cli.period_{}", s(&b, "period")));
         let period = if period.starts_with("cli.") { st(&b, "period") } else { period };
         let (limit, spent, resets) = (f("limit"), f("spent"), st(&b, "resets_at"));
-        let mut p = vec![("period", period.as_str()), ("limit", limit.as_str()), ("spent", spent.as_str())];
-        p.push(("resets", resets.as_str()));
+        let mut p = vec![
+            ("period", period.as_str()),
+            ("limit", limit.as_str()),
+            ("spent", spent.as_str()),
+            ("resets", resets.as_str()),
+        ];
         let text = match b.get("provider").and_then(Value::as_str) {
             Some(name) => {
                 let name = term_safe(name);

@@ -70,11 +70,13 @@ mod tests {
         for (key, en) in &c["en"] {
             assert_eq!(params(en), params(&c["zh-CN"][key]), "`{key}` has the same parameters in en and zh-CN");
         }
-        // Every key the page uses: {{t:KEY}} in the HTML, T.t("KEY") / T.tf("KEY", …) in the scripts
-        // (and t("KEY") / tf("KEY", …) inside core.js).
+        // Every key the page uses: {{t:KEY}} in the HTML (and the sign-in link's page in mod.rs),
+        // T.t("KEY") / T.tf("KEY", …) in the scripts (and t("KEY") / tf("KEY", …) / msg("KEY")
+        // inside core.js).
         let sources = [
             include_str!("assets/index.html"),
             include_str!("assets/signed-out.html"),
+            include_str!("mod.rs"),
             include_str!("assets/core.js"),
             include_str!("assets/jobs.js"),
             include_str!("assets/job.js"),
@@ -87,8 +89,14 @@ mod tests {
         ];
         let mut used = 0;
         for src in sources {
-            for (open, close) in [("{{t:", "}}"), ("T.t(\"", "\""), ("T.tf(\"", "\""), (" t(\"", "\""), ("tf(\"", "\"")]
-            {
+            for (open, close) in [
+                ("{{t:", "}}"),
+                ("T.t(\"", "\""),
+                ("T.tf(\"", "\""),
+                (" t(\"", "\""),
+                ("tf(\"", "\""),
+                ("msg(\"", "\""),
+            ] {
                 let mut rest = src;
                 while let Some(i) = rest.find(open) {
                     let after = &rest[i + open.len()..];

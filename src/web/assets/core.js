@@ -44,6 +44,9 @@ window.tally = (function () {
     return Object.prototype.hasOwnProperty.call(MESSAGES, key) ? MESSAGES[key] : key;
   }
 
+  /** [`t`] by a name that a task parameter called `t` does not hide. */
+  const msg = (key) => t(key);
+
   /** A message with `{name}` placeholders filled from `vars` (as text). */
   function tf(key, vars) {
     return t(key).replace(/\{(\w+)\}/g, (m, k) => (vars && vars[k] !== undefined ? String(vars[k]) : m));
@@ -464,22 +467,22 @@ window.tally = (function () {
     const charged = h("input", { type: "radio", name: id("charge"), id: id("charged"), value: "charged" });
     const notCharged = h("input", { type: "radio", name: id("charge"), id: id("not-charged"), value: "not_charged" });
     const chargeUnknown = h("input", { type: "radio", name: id("charge"), id: id("charge-unknown"), value: "unknown", checked: true });
-    const submit = h("button", { type: "submit", id: id("submit"), class: "primary" }, t("resolve.submit"));
+    const submit = h("button", { type: "submit", id: id("submit"), class: "primary" }, msg("resolve.submit"));
     const err = errorSlot(id("error"));
     const form = h("form", { id: id("form"), class: "card resolve" },
       h("fieldset", {},
-        h("legend", {}, t("resolve.found_legend")),
+        h("legend", {}, msg("resolve.found_legend")),
         h("div", { class: "choice" },
-          h("label", { class: "check", for: id("found") }, found, " " + t("resolve.found")),
-          h("div", { class: "sub" }, h("label", { for: id("file") }, t("resolve.upload")), file)),
+          h("label", { class: "check", for: id("found") }, found, " " + msg("resolve.found")),
+          h("div", { class: "sub" }, h("label", { for: id("file") }, msg("resolve.upload")), file)),
         h("div", { class: "choice" },
-          h("label", { class: "check", for: id("failed") }, failed, " " + t("resolve.failed"))),
+          h("label", { class: "check", for: id("failed") }, failed, " " + msg("resolve.failed"))),
         h("fieldset", { class: "charge-record" },
-          h("legend", {}, t("resolve.charge_legend")),
-          h("label", { class: "check", for: id("charged") }, charged, " " + t("resolve.charged")),
-          h("label", { class: "check", for: id("not-charged") }, notCharged, " " + t("resolve.not_charged")),
-          h("label", { class: "check", for: id("charge-unknown") }, chargeUnknown, " " + t("resolve.cannot_tell"))),
-        h("label", { for: id("note") }, t("resolve.note")), note,
+          h("legend", {}, msg("resolve.charge_legend")),
+          h("label", { class: "check", for: id("charged") }, charged, " " + msg("resolve.charged")),
+          h("label", { class: "check", for: id("not-charged") }, notCharged, " " + msg("resolve.not_charged")),
+          h("label", { class: "check", for: id("charge-unknown") }, chargeUnknown, " " + msg("resolve.cannot_tell"))),
+        h("label", { for: id("note") }, msg("resolve.note")), note,
         h("div", { class: "actions" }, submit), err));
     file.addEventListener("change", () => { if (file.files.length) found.checked = true; });
     form.addEventListener("submit", (ev) => {
@@ -489,13 +492,13 @@ window.tally = (function () {
         /* What the dashboard shows about the charge: Spend and the CSV follow this record. */
         body.charge = charged.checked ? "charged" : notCharged.checked ? "not_charged" : "unknown";
         if (found.checked) {
-          if (!file.files.length) throw new Error(t("resolve.need_file"));
+          if (!file.files.length) throw new Error(msg("resolve.need_file"));
           body.outcome = "succeeded";
           body.image_base64 = await fileBase64(file.files[0]);
         } else if (failed.checked) {
           body.outcome = "failed";
         } else {
-          throw new Error(t("resolve.need_choice"));
+          throw new Error(msg("resolve.need_choice"));
         }
         await api("POST", "/v1/tasks/" + encodeURIComponent(t.id) + "/resolve", body);
         await onDone();

@@ -177,7 +177,7 @@
     const moreErr = errorSlot("more-error");
     more.addEventListener("click", () => busy(more, moreErr, () => load(true)));
     return h("section", { class: "jobs", "aria-labelledby": "jobs-title" },
-      h("div", { class: "row" }, h("h2", { id: "jobs-title" }, "Jobs, newest first"),
+      h("div", { class: "row" }, h("h2", { id: "jobs-title" }, T.t("list.title")),
         h("div", { class: "tools" },
           h("span", { class: "filter" }, h("label", { for: "search" }, "Search"), search),
           h("span", { class: "filter" }, h("label", { for: "status-filter" }, "Show"), filter))),
