@@ -315,8 +315,12 @@ fn the_main_views_in_chinese_are_axe_clean_and_say_a_jobs_sentences_in_chinese()
             .js("[...document.querySelectorAll('.raw-events tbody tr td:nth-child(4)')].map(e => e.textContent)")
             .await;
         assert!(raw.as_array().into_iter().flatten().filter_map(Value::as_str).all(chinese), "{raw}");
-        assert_no_english(&b, "an unknown job in Chinese", &["brass lamp, lost answer", "blue mug on oak", OPENAI_MODEL])
-            .await;
+        assert_no_english(
+            &b,
+            "an unknown job in Chinese",
+            &["brass lamp, lost answer", "blue mug on oak", OPENAI_MODEL],
+        )
+        .await;
         b.assert_accessible("an unknown job in Chinese").await;
         // Retrying says, in Chinese, that it may be charged again, and how much.
         b.click("#retry-task").await;
