@@ -245,6 +245,14 @@ impl Search {
                 break;
             }
             self.tries += 1;
+            // A template whose literal words are not all in the text cannot match it: skipped
+            // before its parameters are tried at every separator of a long line.
+            if !ps.iter().all(|p| match p {
+                Piece::Text(t) => text.contains(t.as_str()),
+                Piece::Param(_) => true,
+            }) {
+                continue;
+            }
             let mut all = Vec::new();
             readings(ps, 0, text, &mut Vec::new(), &mut all);
             let literal: usize = ps.iter().map(|p| if let Piece::Text(t) = p { t.chars().count() } else { 0 }).sum();
@@ -381,6 +389,13 @@ mod tests {
             "服务商 flux 的每日预算 -1 必须是一个金额，0 或以上"
         );
         assert_eq!(zh("delivery not found"), "找不到这次交付");
+        assert_eq!(
+            zh(
+                "shot 2 (Lifestyle scene) is being generated now; so its words can no longer be changed. Duplicate the \
+                set to make a new one with your changes."
+            ),
+            "镜头 2（场景图）正在生成；所以它的文字不能再改了。复制这个图片组，用你的修改新建一个。"
+        );
         // A joiner never re-punctuates words it does not know.
         assert_eq!(zh("Main photo, something else"), "Main photo, something else");
         assert_eq!(zh("the prompt is empty; x"), "the prompt is empty; x");

@@ -366,7 +366,7 @@ window.tally = (function () {
 
   /** A button showing a thumbnail that opens the full image. */
   function enlargeable(url, alt, name, size) {
-    const b = h("button", { type: "button", class: "thumb-button", "aria-label": "Enlarge: " + alt },
+    const b = h("button", { type: "button", class: "thumb-button", "aria-label": tf("image.enlarge", { alt }) },
       thumb(url, alt, size));
     b.addEventListener("click", () => openImage(url, alt, name));
     return b;
