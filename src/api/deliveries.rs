@@ -18,9 +18,28 @@ use super::openapi::{JsonRejected, StoreFailure};
 use super::{AppState, JsonBody, json_response};
 use crate::delivery::profile::Fit;
 use crate::delivery::target::TargetKind;
+use crate::domain::words::localize;
 use crate::engine::deliver::DeliverOutcome;
 use crate::engine::readiness::Readiness;
 use crate::store::{DeliveryView, RetryDeliveryOutcome};
+
+/// A delivery as the answer shows it: each file's `why` in the request's language
+/// (`api::lang`; stored in English, translated by the catalogue's `say.*` templates).
+fn shown(mut d: DeliveryView) -> DeliveryView {
+    let lang = super::lang::request_lang();
+    for item in &mut d.items {
+        if let Some(why) = &item.why {
+            item.why = Some(localize(lang, why));
+        }
+    }
+    d
+}
+
+/// Reasons a set cannot be delivered, in the request's language (made in English).
+pub(super) fn shown_reasons(reasons: Vec<String>) -> Vec<String> {
+    let lang = super::lang::request_lang();
+    reasons.iter().map(|r| localize(lang, r)).collect()
+}
 
 /// `POST /v1/sets/{id}/deliveries` body.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -79,7 +98,7 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     let out = state.engine().deliver(&id, &body.profile, &body.target, body.force).await?;
     match out {
-        DeliverOutcome::Created(d) => Ok(json_response(StatusCode::CREATED, &d)),
+        DeliverOutcome::Created(d) => Ok(json_response(StatusCode::CREATED, &shown(d))),
         DeliverOutcome::NoSet => Err(ApiError::not_found("set")),
         DeliverOutcome::UnknownProfile(names) => Err(ApiError::invalid(format!(
             "there is no delivery profile `{}`; the profiles are: {}",
@@ -96,11 +115,11 @@ pub async fn create(
             let body = BlockedBody {
                 error: super::error::ErrorDetail {
                     code: "not_ready".into(),
-                    message,
+                    message: localize(super::lang::request_lang(), &message),
                     retried_as: None,
                     estimated_cost: None,
                 },
-                blocking,
+                blocking: shown_reasons(blocking),
             };
             Ok(json_response(StatusCode::CONFLICT, &body))
         }
@@ -125,7 +144,7 @@ pub async fn list(State(state): State<AppState>, Path(id): Path<String>) -> Resu
     if store.get_set(id.clone()).await?.is_none() {
         return Err(ApiError::not_found("set"));
     }
-    let deliveries = store.set_deliveries(id).await?;
+    let deliveries = store.set_deliveries(id).await?.into_iter().map(shown).collect();
     Ok(json_response(StatusCode::OK, &DeliveryList { deliveries }))
 }
 
@@ -145,7 +164,7 @@ pub async fn list(State(state): State<AppState>, Path(id): Path<String>) -> Resu
 )]
 pub async fn get_one(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
     match state.engine().store().delivery(id).await? {
-        Some(d) => Ok(json_response(StatusCode::OK, &d)),
+        Some(d) => Ok(json_response(StatusCode::OK, &shown(d))),
         None => Err(ApiError::not_found("delivery")),
     }
 }
@@ -168,7 +187,7 @@ pub async fn get_one(State(state): State<AppState>, Path(id): Path<String>) -> R
 )]
 pub async fn retry(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
     match state.engine().retry_delivery(&id).await? {
-        RetryDeliveryOutcome::Requeued(d, _) => Ok(json_response(StatusCode::OK, &d)),
+        RetryDeliveryOutcome::Requeued(d, _) => Ok(json_response(StatusCode::OK, &shown(d))),
         RetryDeliveryOutcome::NoDelivery => Err(ApiError::not_found("delivery")),
         RetryDeliveryOutcome::Busy(s) => Err(ApiError::conflict(
             "delivery_in_progress",
@@ -188,9 +207,11 @@ pub(super) async fn readiness(
     profile: &str,
 ) -> Result<super::sets::DeliveryJson, ApiError> {
     match state.engine().delivery_readiness(set, profile).await? {
-        Readiness::Checked(blocking) => {
-            Ok(super::sets::DeliveryJson { ready: blocking.is_empty(), blocking, profile: Some(profile.to_string()) })
-        }
+        Readiness::Checked(blocking) => Ok(super::sets::DeliveryJson {
+            ready: blocking.is_empty(),
+            blocking: shown_reasons(blocking),
+            profile: Some(profile.to_string()),
+        }),
         Readiness::UnknownProfile(names) => Err(ApiError::invalid(format!(
             "there is no delivery profile `{profile}`; the profiles are: {}",
             names.join(", ")

@@ -104,7 +104,8 @@ pub struct DeliveryJson {
 pub struct SetEventJson {
     /// RFC 3339, UTC.
     pub at: String,
-    /// `created`, `candidates_added`, `chosen` or `choice_cleared`.
+    /// `created`, `candidates_added`, `chosen`, `choice_cleared`, `edited`, `duplicated` or
+    /// `duplicated_from`.
     pub kind: String,
     pub message: String,
 }
@@ -130,7 +131,8 @@ pub struct SetJson {
     pub delivery: DeliveryJson,
     /// Tasks of retried shots and candidates, replaced by their retries.
     pub replaced: Vec<String>,
-    /// The set's own timeline (created, candidates added, choices), oldest first.
+    /// The set's own timeline (created, candidates added, choices, edits, duplicates), oldest
+    /// first; its messages in the answer's language (recorded in English).
     pub timeline: Vec<SetEventJson>,
 }
 
@@ -190,13 +192,17 @@ pub fn set_json(state: &AppState, s: &SetView) -> SetJson {
         shots_chosen: s.chosen.iter().filter(|c| c.is_some()).count(),
         delivery: {
             let blocking = delivery_blocking(s);
-            DeliveryJson { ready: blocking.is_empty(), blocking, profile: None }
+            DeliveryJson {
+                ready: blocking.is_empty(),
+                blocking: super::deliveries::shown_reasons(blocking),
+                profile: None,
+            }
         },
         replaced: s.replaced.clone(),
         timeline: s
             .timeline
             .iter()
-            .map(|e| SetEventJson { at: rfc3339(e.at), kind: e.kind.clone(), message: e.message.clone() })
+            .map(|e| SetEventJson { at: rfc3339(e.at), kind: e.kind.clone(), message: localize(lang, &e.message) })
             .collect(),
     }
 }

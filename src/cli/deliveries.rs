@@ -5,9 +5,12 @@
 
 use serde_json::{Value, json};
 
+use super::say::{label, status as status_word};
 use super::tasks::{Interrupt, stopped_waiting};
 use super::*;
 use crate::cli::client::Client;
+use crate::domain::Lang;
+use crate::domain::words::tf;
 
 /// `tally delivery …`.
 #[derive(Debug, Subcommand)]
@@ -36,7 +39,7 @@ pub(super) async fn delivery_command(
     match cmd {
         DeliveryCommand::Show { id } => {
             let d = client.get(&format!("/v1/deliveries/{}", seg(&id))).await?.into_ok()?;
-            show_delivery(&d, json_out);
+            show_delivery(client.lang(), &d, json_out);
             Ok(Exit::Ok.into())
         }
         DeliveryCommand::Retry { id, wait } => {
@@ -44,7 +47,7 @@ pub(super) async fn delivery_command(
             if wait {
                 return wait_delivery(client, d, json_out).await;
             }
-            show_delivery(&d, json_out);
+            show_delivery(client.lang(), &d, json_out);
             Ok(Exit::Ok.into())
         }
     }
@@ -79,7 +82,7 @@ pub(super) async fn deliver(
     if wait {
         return wait_delivery(client, d, json_out).await;
     }
-    show_delivery(&d, json_out);
+    show_delivery(client.lang(), &d, json_out);
     Ok(Exit::Ok.into())
 }
 
@@ -106,7 +109,7 @@ async fn wait_delivery(client: &Client, mut d: Value, json_out: bool) -> Result<
             _ => None,
         };
         if let Some(exit) = exit {
-            show_delivery(&d, json_out);
+            show_delivery(client.lang(), &d, json_out);
             return Ok(exit.into());
         }
         tokio::select! {
@@ -122,23 +125,29 @@ async fn wait_delivery(client: &Client, mut d: Value, json_out: bool) -> Result<
 }
 
 /// Print a delivery for people (or its JSON).
-fn show_delivery(d: &Value, json_out: bool) {
+fn show_delivery(lang: Lang, d: &Value, json_out: bool) {
     if json_out {
         print_json(d);
         return;
     }
-    println!("delivery  {}", st(d, "id"));
-    println!("state     {}", st(d, "state"));
-    println!("set       {}", st(d, "set_id"));
-    println!("profile   {}   target {}", st(d, "profile"), st(d, "target"));
+    let l = |key: &str| label(lang, key);
+    println!("{}{}", l("delivery"), st(d, "id"));
+    println!("{}{}", l("state"), status_word(lang, &st(d, "state")));
+    println!("{}{}", l("set"), st(d, "set_id"));
+    let (profile, target) = (st(d, "profile"), st(d, "target"));
+    println!("{}{}", l("profile"), tf(lang, "cli.profile_target", &[("profile", &profile), ("target", &target)]));
     for it in d.get("items").and_then(Value::as_array).cloned().unwrap_or_default() {
         let size = match (it.get("width").and_then(Value::as_i64), it.get("height").and_then(Value::as_i64)) {
-            (Some(w), Some(h)) => format!("{w}x{h}, {} bytes", it.get("bytes").and_then(Value::as_i64).unwrap_or(0)),
+            (Some(w), Some(h)) => {
+                let bytes = it.get("bytes").and_then(Value::as_i64).unwrap_or(0).to_string();
+                let (w, h) = (w.to_string(), h.to_string());
+                tf(lang, "cli.file_size", &[("width", &w), ("height", &h), ("bytes", &bytes)])
+            }
             _ => String::new(),
         };
-        println!("file      {}  {}  {}", st(&it, "file_name"), st(&it, "state"), size);
+        println!("{}{}  {}  {}", l("file"), st(&it, "file_name"), status_word(lang, &st(&it, "state")), size);
         if let Some(why) = it.get("why").and_then(Value::as_str) {
-            println!("          why: {}", term_safe(why));
+            println!("{}{}", " ".repeat(super::say::LABEL), tf(lang, "cli.why", &[("why", &term_safe(why))]));
         }
     }
 }

@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::cli::client::Client;
+use crate::domain::words::{t as word, tf};
 
 /// `tally held …`.
 #[derive(Debug, Subcommand)]
@@ -37,13 +38,14 @@ pub(super) async fn held_command(client: &Client, cmd: HeldCommand, json: bool) 
                 print_json(&page);
                 return Ok(Exit::Ok.into());
             }
+            let lang = client.lang();
             let tasks = page.get("tasks").and_then(Value::as_array).cloned().unwrap_or_default();
             if tasks.is_empty() {
-                println!("no job is held");
+                println!("{}", word(lang, "cli.held_none"));
                 return Ok(Exit::Ok.into());
             }
             let total = page.get("total").and_then(Value::as_i64).unwrap_or(tasks.len() as i64);
-            println!("{total} job(s) held, not sent:");
+            println!("{}", tf(lang, "cli.held_count", &[("n", &total.to_string())]));
             for t in &tasks {
                 let held = t.get("held").cloned().unwrap_or(Value::Null);
                 println!("{}  {}", st(t, "id"), super::tasks::shorten(&st(t, "prompt"), 60));
@@ -51,9 +53,9 @@ pub(super) async fn held_command(client: &Client, cmd: HeldCommand, json: bool) 
                 println!("    {}", st(&held, "note"));
             }
             if (tasks.len() as i64) < total {
-                println!("(the first {} are shown)", tasks.len());
+                println!("{}", tf(lang, "cli.held_first", &[("n", &tasks.len().to_string())]));
             }
-            println!("send one again: tally held release ID   all of them: tally held release --all");
+            println!("{}", word(lang, "cli.held_how"));
             Ok(Exit::Ok.into())
         }
         HeldCommand::Check => {
@@ -62,16 +64,12 @@ pub(super) async fn held_command(client: &Client, cmd: HeldCommand, json: bool) 
                 print_json(&answer);
                 return Ok(Exit::Ok.into());
             }
+            let lang = client.lang();
             let n = |k: &str| answer.get(k).and_then(Value::as_u64).unwrap_or(0);
-            println!(
-                "looked up {} held job(s): {} found at their provider (its result is fetched, nothing is sent again), \
-                 {} still held",
-                n("looked"),
-                n("found"),
-                n("kept")
-            );
+            let (looked, found, kept) = (n("looked").to_string(), n("found").to_string(), n("kept").to_string());
+            println!("{}", tf(lang, "cli.held_looked", &[("looked", &looked), ("found", &found), ("kept", &kept)]));
             if n("kept") > 0 {
-                println!("what each look found: tally held list");
+                println!("{}", word(lang, "cli.held_what_found"));
             }
             Ok(Exit::Ok.into())
         }
@@ -89,15 +87,16 @@ pub(super) async fn held_command(client: &Client, cmd: HeldCommand, json: bool) 
                     .map(|a| a.iter().filter_map(Value::as_str).map(term_safe).collect())
                     .unwrap_or_default()
             };
+            let lang = client.lang();
             let (released, not_held) = (list("released"), list("not_held"));
             if released.is_empty() {
-                println!("nothing was released");
+                println!("{}", word(lang, "cli.held_nothing_released"));
             }
             for id in &released {
-                println!("released {id}: it is sent again (this may be charged again)");
+                println!("{}", tf(lang, "cli.held_released", &[("id", id)]));
             }
             for id in &not_held {
-                println!("not held: {id}");
+                println!("{}", tf(lang, "cli.held_not_held", &[("id", id)]));
             }
             if !not_held.is_empty() {
                 return Err(Failure::error(format!("{} of the named job(s) were not held", not_held.len())));

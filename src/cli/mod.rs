@@ -22,6 +22,7 @@ pub mod client;
 mod deliveries;
 mod files;
 mod held;
+mod say;
 pub mod set_edit;
 mod sets;
 mod spend;

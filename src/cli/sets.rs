@@ -2,8 +2,10 @@
 
 use serde_json::{Value, json};
 
+use super::say::{fit, status as status_word};
 use super::*;
 use crate::cli::client::Client;
+use crate::domain::words::{t as word, tf};
 
 /// Parse `ROLE:PROMPT`.
 pub(super) fn parse_shot(s: &str) -> Result<Value, Failure> {
@@ -59,21 +61,23 @@ pub(super) async fn set_command(client: &Client, cmd: SetCommand, json_out: bool
                 return Ok(Exit::Ok.into());
             }
             let sets = page["sets"].as_array().cloned().unwrap_or_default();
+            let lang = client.lang();
             if sets.is_empty() {
-                println!("no image sets yet (make one with `tally set create`, or in the web page)");
+                println!("{}", word(lang, "cli.no_sets"));
             }
             for set in &sets {
                 println!(
-                    "{}  {:<18}  {}  {} ({})",
+                    "{}  {}  {}  {} ({})",
                     st(set, "id"),
-                    st(set, "status"),
+                    fit(&status_word(lang, &st(set, "status")), 18),
                     st(set, "created_at"),
                     super::tasks::shorten(&st(set, "product"), 40),
                     st(set, "progress")
                 );
             }
             if let Some(next) = page["next"].as_str() {
-                println!("more: tally set list --before {}", term_safe(next));
+                let command = format!("tally set list --before {}", term_safe(next));
+                println!("{}", tf(lang, "cli.more", &[("command", &command)]));
             }
             Ok(Exit::Ok.into())
         }
@@ -320,8 +324,17 @@ pub(super) fn show_set(client: &Client, set: &Value, json_out: bool) {
         println!("{set}");
         return;
     }
-    println!("set {}  {}  ({})", st(set, "id"), st(set, "status"), st(set, "product"));
+    let lang = client.lang();
+    let (id, product) = (st(set, "id"), st(set, "product"));
+    let status = status_word(lang, &st(set, "status"));
+    println!("{}", tf(lang, "cli.set_head", &[("id", &id), ("status", &status), ("product", &product)]));
     println!("  {}", st(set, "progress"));
+    let role = |s: &Value| {
+        let name = st(s, "role");
+        let key = format!("role.{name}");
+        if lang == crate::domain::Lang::En || !crate::domain::words::has(&key) { name } else { word(lang, &key) }
+    };
+    let chosen_mark = format!("  {}", word(lang, "cli.chosen_mark"));
     println!("  {}", st(set, "message"));
     for s in set["shots"].as_array().into_iter().flatten() {
         let cands = s["candidates"].as_array().cloned().unwrap_or_default();
@@ -330,12 +343,12 @@ pub(super) fn show_set(client: &Client, set: &Value, json_out: bool) {
                 .as_str()
                 .map(|u| format!("  {}{}", client.base(), term_safe(u)))
                 .unwrap_or_default();
-            let chosen = if s["chosen"].is_string() { "  (chosen)" } else { "" };
+            let chosen = if s["chosen"].is_string() { chosen_mark.as_str() } else { "" };
             println!(
-                "  #{:<2} {:<13} {:<9} {}{art}{chosen}",
+                "  #{:<2} {} {} {}{art}{chosen}",
                 s["position"].as_i64().unwrap_or(0),
-                st(s, "role"),
-                st(s, "status"),
+                fit(&role(s), 13),
+                fit(&status_word(lang, &st(s, "status")), 9),
                 st(s, "id")
             );
             if s["status"] == "unknown" {
@@ -343,18 +356,22 @@ pub(super) fn show_set(client: &Client, set: &Value, json_out: bool) {
             }
             continue;
         }
-        let chosen = s["chosen"].as_str().map(|a| format!("chosen: image {}", term_safe(a)));
+        let chosen = s["chosen"].as_str().map(|a| tf(lang, "cli.chosen_image", &[("id", &term_safe(a))]));
+        let n = cands.len().to_string();
+        let chosen = chosen.unwrap_or_else(|| word(lang, "cli.none_chosen"));
         println!(
-            "  #{:<2} {:<13} {} candidates, {}",
+            "  #{:<2} {} {}",
             s["position"].as_i64().unwrap_or(0),
-            st(s, "role"),
-            cands.len(),
-            chosen.unwrap_or_else(|| "none chosen yet".into())
+            fit(&role(s), 13),
+            tf(lang, "cli.candidates", &[("n", &n), ("chosen", &chosen)])
         );
         for c in &cands {
-            let art = c["artifact"]["id"].as_str().map(|a| format!("  image {}", term_safe(a))).unwrap_or_default();
-            let mark = if c["chosen"] == true { "  (chosen)" } else { "" };
-            println!("      {:<9} {}{art}{mark}", st(c, "status"), st(c, "task_id"));
+            let art = c["artifact"]["id"]
+                .as_str()
+                .map(|a| format!("  {}", tf(lang, "cli.image_id", &[("id", &term_safe(a))])))
+                .unwrap_or_default();
+            let mark = if c["chosen"] == true { chosen_mark.as_str() } else { "" };
+            println!("      {} {}{art}{mark}", fit(&status_word(lang, &st(c, "status")), 9), st(c, "task_id"));
             if c["status"] == "unknown" {
                 println!("      {}", st(c, "message"));
             }
@@ -362,12 +379,13 @@ pub(super) fn show_set(client: &Client, set: &Value, json_out: bool) {
     }
     if let Some(reasons) = set["delivery"]["blocking"].as_array().filter(|b| !b.is_empty()) {
         for r in reasons {
-            println!("  not ready to deliver: {}", term_safe(r.as_str().unwrap_or_default()));
+            println!("  {}", tf(lang, "cli.not_ready", &[("reason", &term_safe(r.as_str().unwrap_or_default()))]));
         }
     } else if let Some(p) = set["delivery"]["profile"].as_str() {
-        println!("  ready to deliver with {}", term_safe(p));
+        println!("  {}", tf(lang, "cli.ready_with", &[("profile", &term_safe(p))]));
     }
     if set["shots"].as_array().into_iter().flatten().any(|s| !s["artifacts"].as_array().is_none_or(Vec::is_empty)) {
-        println!("  save the images: tally set download {}", st(set, "id"));
+        let command = format!("tally set download {id}");
+        println!("  {}", tf(lang, "cli.save_images", &[("command", &command)]));
     }
 }

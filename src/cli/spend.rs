@@ -4,9 +4,11 @@
 
 use serde_json::Value;
 
+use super::say::fit;
 use super::*;
 use crate::cli::client::Client;
-use crate::domain::{money, to_micros};
+use crate::domain::words::{t as word, tf};
+use crate::domain::{Lang, money, to_micros};
 
 /// How `tally spend` groups its rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -54,6 +56,7 @@ pub(super) async fn spend(
         print_json(&report);
         return Ok(Exit::Ok.into());
     }
+    let lang = client.lang();
     let currency = report.get("currency").and_then(Value::as_str).unwrap_or("");
     let amount = |row: &Value, what: &str| -> String {
         let n = row.pointer(&format!("/{what}/count")).and_then(Value::as_i64).unwrap_or(0);
@@ -62,34 +65,49 @@ pub(super) async fn spend(
     };
     let line = |row: &Value| {
         println!(
-            "{:<12}  {:<18}  {:<18}  {}",
-            st(row, "key"),
-            amount(row, "charged"),
-            amount(row, "possibly_charged"),
+            "{}  {}  {}  {}",
+            fit(&st(row, "key"), 12),
+            fit(&amount(row, "charged"), 18),
+            fit(&amount(row, "possibly_charged"), 18),
             row.get("refused").and_then(Value::as_i64).unwrap_or(0)
         );
     };
-    println!("{:<12}  {:<18}  {:<18}  refused", by.as_str(), "charged", "possibly charged");
+    println!(
+        "{}  {}  {}  {}",
+        fit(&word(lang, &format!("cli.spend_by_{}", by.as_str())), 12),
+        fit(&word(lang, "cli.spend_charged"), 18),
+        fit(&word(lang, "cli.spend_possibly"), 18),
+        word(lang, "cli.spend_refused")
+    );
     for row in report.get("rows").and_then(Value::as_array).cloned().unwrap_or_default() {
         line(&row);
     }
     line(&report["totals"]);
     let unpriced = report.pointer("/totals/unpriced").and_then(Value::as_i64).unwrap_or(0);
     if unpriced > 0 {
-        println!("({unpriced} of these requests have no configured price and count 0 in the amounts)");
+        println!("{}", tf(lang, "cli.spend_unpriced", &[("n", &unpriced.to_string())]));
     }
     for b in report.get("budgets").and_then(Value::as_array).cloned().unwrap_or_default() {
         let cur = s(&b, "currency");
-        let whose =
-            b.get("provider").and_then(Value::as_str).map(|p| format!(" for `{}`", term_safe(p))).unwrap_or_default();
         let f = |k: &str| money(to_micros(b.get(k).and_then(Value::as_f64).unwrap_or(0.0)), cur);
-        println!(
-            "budget    {} {}{whose}: {} spent or possibly spent this period; resets {}",
-            st(&b, "period"),
-            f("limit"),
-            f("spent"),
-            st(&b, "resets_at")
-        );
+        let period = word(lang, &format!("cli.period_{}", s(&b, "period")));
+        let period = if period.starts_with("cli.") { st(&b, "period") } else { period };
+        let (limit, spent, resets) = (f("limit"), f("spent"), st(&b, "resets_at"));
+        let mut p = vec![
+            ("period", period.as_str()),
+            ("limit", limit.as_str()),
+            ("spent", spent.as_str()),
+            ("resets", resets.as_str()),
+        ];
+        let text = match b.get("provider").and_then(Value::as_str) {
+            Some(name) => {
+                let name = term_safe(name);
+                p.push(("provider", name.as_str()));
+                tf(lang, "cli.spend_budget_provider", &p)
+            }
+            None => tf(lang, "cli.spend_budget", &p),
+        };
+        println!("{}{text}", super::say::label(lang, "budget"));
     }
     Ok(Exit::Ok.into())
 }
@@ -109,12 +127,12 @@ fn limit_arg(flag: &str, v: &str) -> Result<Value, Failure> {
     }
 }
 
-/// "$0.38 of $0.40" / "$0.38 (no limit)".
-fn used(spent: Option<f64>, limit: Option<f64>, currency: &str) -> String {
+/// "$0.38 of $0.40" / "$0.38 (no limit)", in `lang`.
+fn used(lang: Lang, spent: Option<f64>, limit: Option<f64>, currency: &str) -> String {
     let spent = money(to_micros(spent.unwrap_or(0.0)), currency);
     match limit {
-        Some(l) => format!("{spent} of {}", money(to_micros(l), currency)),
-        None => format!("{spent} (no limit)"),
+        Some(l) => tf(lang, "cli.budget_of", &[("spent", &spent), ("limit", &money(to_micros(l), currency))]),
+        None => tf(lang, "cli.budget_no_limit", &[("spent", &spent)]),
     }
 }
 
@@ -142,33 +160,26 @@ pub(super) async fn budget(client: &Client, cmd: BudgetCommand, json: bool) -> R
         print_json(&b);
         return Ok(Exit::Ok.into());
     }
+    let lang = client.lang();
     let cur = b.get("currency").and_then(Value::as_str).unwrap_or("USD").to_string();
     let f = |v: &Value, k: &str| v.get(k).and_then(Value::as_f64);
-    println!(
-        "today {} · this month {}",
-        used(f(&b, "spent_today"), f(&b, "daily"), &cur),
-        used(f(&b, "spent_this_month"), f(&b, "monthly"), &cur)
-    );
+    let today = used(lang, f(&b, "spent_today"), f(&b, "daily"), &cur);
+    let month = used(lang, f(&b, "spent_this_month"), f(&b, "monthly"), &cur);
+    println!("{}", tf(lang, "cli.budget_line", &[("today", &today), ("month", &month)]));
     if let Some(ps) = b.get("providers").and_then(Value::as_object) {
         for (name, p) in ps {
             let pc = p.get("currency").and_then(Value::as_str).unwrap_or(&cur).to_string();
+            let today = used(lang, f(p, "spent_today"), f(p, "daily"), &pc);
+            let month = used(lang, f(p, "spent_this_month"), f(p, "monthly"), &pc);
+            let name = term_safe(name);
             println!(
-                "  {}: today {} · this month {}",
-                term_safe(name),
-                used(f(p, "spent_today"), f(p, "daily"), &pc),
-                used(f(p, "spent_this_month"), f(p, "monthly"), &pc)
+                "  {}",
+                tf(lang, "cli.budget_provider_line", &[("provider", &name), ("today", &today), ("month", &month)])
             );
         }
     }
-    println!(
-        "{}",
-        match s(&b, "source") {
-            "set" =>
-                "in force: set with `tally budget set` or in the page (kept in the database; `tally budget reset` \
-                      goes back to the config file's [budget])",
-            _ => "in force: the config file's [budget] (change it here with `tally budget set`)",
-        }
-    );
-    println!("spend counts charged and possibly charged requests at their configured prices; days and months are UTC");
+    let source = if s(&b, "source") == "set" { "cli.budget_source_set" } else { "cli.budget_source_config" };
+    println!("{}", word(lang, source));
+    println!("{}", word(lang, "cli.spend_counts"));
     Ok(Exit::Ok.into())
 }

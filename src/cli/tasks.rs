@@ -8,6 +8,7 @@ use std::time::Duration;
 use base64::prelude::*;
 use serde_json::{Value, json};
 
+use super::say::{fit, label, status as status_word};
 use super::sets::set_command;
 use super::*;
 use crate::cli::client::Client;
@@ -69,20 +70,24 @@ pub(super) async fn client_command(cfg: &Config, cmd: Command, json: bool) -> Re
                 print_json(&page);
             } else {
                 let tasks = page.get("tasks").and_then(Value::as_array).cloned().unwrap_or_default();
+                let lang = client.lang();
                 if tasks.is_empty() {
-                    println!("{}", if needs_attention { "nothing needs your attention" } else { "no jobs" });
+                    println!(
+                        "{}",
+                        word(lang, if needs_attention { "cli.list_nothing_attention" } else { "cli.list_none" })
+                    );
                 }
                 for t in &tasks {
                     println!(
-                        "{}  {:<9}  {}  {}",
+                        "{}  {}  {}  {}",
                         st(t, "id"),
-                        st(t, "status"),
+                        fit(&status_word(lang, &st(t, "status")), 9),
                         st(t, "created_at"),
                         shorten(&st(t, "prompt"), 50)
                     );
                 }
                 if let Some(next) = page.get("next").and_then(Value::as_str) {
-                    println!("more: tally list --before {next}");
+                    println!("{}", tf(lang, "cli.more", &[("command", &format!("tally list --before {next}"))]));
                 }
             }
             Ok(Exit::Ok.into())
@@ -220,61 +225,63 @@ pub(super) fn show_task(client: &Client, t: &Value, json: bool) {
         return;
     }
     let id = st(t, "id");
-    println!("job       {id}");
-    println!("status    {}", st(t, "status"));
-    println!("message   {}", st(t, "message"));
-    println!("provider  {}", st(t, "provider"));
-    println!("prompt    {}", st(t, "prompt"));
-    println!("attempts  {}", t.get("attempts").and_then(Value::as_i64).unwrap_or(0));
-    println!("created   {}", st(t, "created_at"));
-    println!("updated   {}", st(t, "updated_at"));
+    let lang = client.lang();
+    let l = |key: &str| label(lang, key);
+    println!("{}{id}", l("job"));
+    println!("{}{}", l("status"), status_word(lang, &st(t, "status")));
+    println!("{}{}", l("message"), st(t, "message"));
+    println!("{}{}", l("provider"), st(t, "provider"));
+    println!("{}{}", l("prompt"), st(t, "prompt"));
+    println!("{}{}", l("attempts"), t.get("attempts").and_then(Value::as_i64).unwrap_or(0));
+    println!("{}{}", l("created"), st(t, "created_at"));
+    println!("{}{}", l("updated"), st(t, "updated_at"));
     if let Some(r) = t.get("retry_of").and_then(Value::as_str) {
-        println!("retry of  {}", term_safe(r));
+        println!("{}{}", l("retry_of"), term_safe(r));
     }
     if let Some(c) = t.get("charge") {
-        println!("charge    {}", charge_words(c, client.lang()));
+        println!("{}{}", l("charge"), charge_words(c, lang));
     }
     if let Some(r) = t.get("retried_as").filter(|r| r.is_object()) {
-        println!("retried   as → task {} ({})", st(r, "id"), st(r, "status"));
+        let (rid, rs) = (st(r, "id"), status_word(lang, &st(r, "status")));
+        println!("{}{}", l("retried"), tf(lang, "cli.retried_as", &[("id", &rid), ("status", &rs)]));
     }
     for a in t.get("artifacts").and_then(Value::as_array).cloned().unwrap_or_default() {
         print_artifact(client, &a);
     }
     if let Some(note) = t.get("billing_note").and_then(Value::as_str) {
-        println!("billing   {}", term_safe(note));
+        println!("{}{}", l("billing"), term_safe(note));
     }
     if t.pointer("/retry/allowed").and_then(Value::as_bool) == Some(true) {
-        println!("retry     {}", term_safe(t.pointer("/retry/note").and_then(Value::as_str).unwrap_or("")));
+        println!("{}{}", l("retry"), term_safe(t.pointer("/retry/note").and_then(Value::as_str).unwrap_or("")));
     }
     if let Some(r) = t.get("refused_before_sending").filter(|r| r.is_object()) {
-        println!("refused   before sending anything (nothing was charged): {}", st(r, "problem"));
-        println!("fix       {}", st(r, "fix"));
+        println!("{}{}", l("refused"), tf(lang, "cli.refused_before", &[("problem", &st(r, "problem"))]));
+        println!("{}{}", l("fix"), st(r, "fix"));
     }
     if let Some(w) = t.get("where_to_look").filter(|w| w.is_object()) {
         match w.get("url").and_then(Value::as_str) {
-            Some(url) => println!("look      {}: {}", st(w, "label"), term_safe(url)),
-            None => println!("look      {}", st(w, "how")),
+            Some(url) => println!("{}{}: {}", l("look"), st(w, "label"), term_safe(url)),
+            None => println!("{}{}", l("look"), st(w, "how")),
         }
         for m in w.get("match_by").and_then(Value::as_array).into_iter().flatten() {
             println!("          {}: {}", st(m, "label"), shorten(&st(m, "value"), 200));
         }
     }
     if s(t, "status") == "unknown" {
-        let lang = client.lang();
-        println!("next      {}", word(lang, "cli.unknown_next"));
+        println!("{}{}", l("next"), word(lang, "cli.unknown_next"));
         println!("          {}", tf(lang, "cli.unknown_resolve", &[("id", &id)]));
         println!("          {}", tf(lang, "cli.unknown_retry", &[("id", &id)]));
     }
 }
 
 pub(super) fn print_artifact(client: &Client, a: &Value) {
-    println!(
-        "image     sha256 {}  ({} bytes, {})",
-        st(a, "sha256"),
-        a.get("bytes").and_then(Value::as_i64).unwrap_or(0),
-        st(a, "media_type")
-    );
-    println!("url       {}{}   (artifact id {})", client.base(), st(a, "url"), st(a, "id"));
+    let lang = client.lang();
+    let bytes = a.get("bytes").and_then(Value::as_i64).unwrap_or(0).to_string();
+    let image = [("sha", st(a, "sha256")), ("bytes", bytes), ("type", st(a, "media_type"))];
+    let image: Vec<(&str, &str)> = image.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    println!("{}{}", label(lang, "image"), tf(lang, "cli.image_line", &image));
+    let url = format!("{}{}", client.base(), st(a, "url"));
+    println!("{}{}", label(lang, "url"), tf(lang, "cli.url_line", &[("url", &url), ("id", &st(a, "id"))]));
 }
 
 /// Ctrl-C (SIGINT) for a wait loop: the handler is installed when this is created (before

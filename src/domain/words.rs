@@ -28,6 +28,11 @@ const MESSAGES: &str = include_str!("../web/assets/messages.json");
 /// The prefix of the templates [`localize`] matches stored English text against.
 pub const SAID: &str = "say.";
 
+/// The prefix of the `say.` templates that join a list ("{a}, {b}"): [`localize`] uses one
+/// only where every part of the list is itself a line of the catalogue (a list of shot names),
+/// never to re-punctuate text it does not know.
+pub const JOIN: &str = "say.join.";
+
 /// Language tag → key → message.
 pub type Catalogue = BTreeMap<String, BTreeMap<String, String>>;
 
@@ -205,6 +210,10 @@ pub fn localize(lang: Lang, text: &str) -> String {
     search.best(text, 0).map_or_else(|| text.to_string(), |(_, s)| s)
 }
 
+/// How deep templates nest in one line ([`localize`]): a line, its reason, a list in it and
+/// the list's items (a list of n items nests n deep, through its joiner).
+const MAX_DEPTH: u8 = 12;
+
 /// At most this many template tries for one line ([`localize`]): a provider's message full of
 /// separators ("; ", " — ") cannot make a translation slow; past it, the rest of the line
 /// is shown as it was written.
@@ -223,7 +232,7 @@ impl Search {
     /// explains, and the text in the language; `None` when no template matches.
     fn best(&mut self, text: &str, depth: u8) -> Option<(usize, String)> {
         // Every template has English words; a number, an amount or an id has none to match.
-        if depth > 6 || !text.bytes().any(|b| b.is_ascii_alphabetic()) {
+        if depth > MAX_DEPTH || !text.bytes().any(|b| b.is_ascii_alphabetic()) {
             return None;
         }
         let id = (text.as_ptr() as usize, text.len());
@@ -236,10 +245,21 @@ impl Search {
                 break;
             }
             self.tries += 1;
+            // A template whose literal words are not all in the text cannot match it: skipped
+            // before its parameters are tried at every separator of a long line.
+            if !ps.iter().all(|p| match p {
+                Piece::Text(t) => text.contains(t.as_str()),
+                Piece::Param(_) => true,
+            }) {
+                continue;
+            }
             let mut all = Vec::new();
             readings(ps, 0, text, &mut Vec::new(), &mut all);
             let literal: usize = ps.iter().map(|p| if let Piece::Text(t) = p { t.chars().count() } else { 0 }).sum();
-            for values in all {
+            // A joiner (a list's separator) reads a text only when the catalogue explains
+            // every part of it: an English sentence with a comma in it is not a list.
+            let joiner = key.starts_with(JOIN);
+            'reading: for values in all {
                 let mut score = literal;
                 let mut words = Vec::with_capacity(values.len());
                 for (n, v) in values {
@@ -248,6 +268,7 @@ impl Search {
                             score += s;
                             words.push((n, w));
                         }
+                        None if joiner => continue 'reading,
                         None => words.push((n, v.to_string())),
                     }
                 }
@@ -332,6 +353,52 @@ mod tests {
         assert!(out.starts_with("服务商拒绝了这个请求："), "{out}");
         let en = "attempt 2: sending the request to the provider (its price: about $0.04)";
         assert_eq!(localize(Lang::En, en), en);
+    }
+
+    /// A set's own timeline, why it cannot be delivered (a list of shot names inside), a
+    /// delivery file's why and the budget's refusals, as the store and engine write them,
+    /// come back in Chinese; a comma in text the catalogue does not know is left alone.
+    #[test]
+    fn set_timelines_delivery_reasons_and_budget_errors_come_back_in_chinese() {
+        let zh = |s: &str| localize(Lang::ZhCn, s);
+        assert_eq!(zh("set created with 3 shot(s), 6 image(s) to generate"), "图片组已创建：3 个镜头，要生成 6 张图片");
+        assert_eq!(
+            zh("image a-1 (candidate 2, task t-9) is now the choice for shot 1 (Main photo), instead of image a-0"),
+            "镜头 1（主图）现在选定图片 a-1（候选图 2，任务 t-9），不再是图片 a-0"
+        );
+        assert_eq!(
+            zh("edited before sending: shot 1 (Main photo) prompt; shot 2 (Lifestyle scene) role; style removed"),
+            "发送前修改了：镜头 1（主图）的提示词；镜头 2（场景图）的类型；删除了风格"
+        );
+        assert_eq!(zh("edited before anything was sent: prompt, role"), "发送前修改了：提示词、镜头类型");
+        assert_eq!(zh("duplicated as set s-2"), "已复制为图片组 s-2");
+        assert_eq!(
+            zh("3 shots have no chosen image: Main photo, Lifestyle scene (shot 2), Lifestyle scene (shot 3)"),
+            "3 个镜头还没有选定图片：主图、场景图（镜头 2）、场景图（镜头 3）"
+        );
+        assert_eq!(
+            zh("the Main photo's chosen image is 256 px wide; amazon asks for at least 1000 px"),
+            "主图选定的图片宽 256 像素；amazon 要求至少 1000 像素"
+        );
+        assert_eq!(
+            zh("cannot write main.jpg in /srv/out: the disk is full"),
+            "无法在 /srv/out 里写入 main.jpg：磁盘满了"
+        );
+        assert_eq!(
+            zh("daily budget of provider `flux` -1 must be an amount of money, 0 or more"),
+            "服务商 flux 的每日预算 -1 必须是一个金额，0 或以上"
+        );
+        assert_eq!(zh("delivery not found"), "找不到这次交付");
+        assert_eq!(
+            zh(
+                "shot 2 (Lifestyle scene) is being generated now; so its words can no longer be changed. Duplicate the \
+                set to make a new one with your changes."
+            ),
+            "镜头 2（场景图）正在生成；所以它的文字不能再改了。复制这个图片组，用你的修改新建一个。"
+        );
+        // A joiner never re-punctuates words it does not know.
+        assert_eq!(zh("Main photo, something else"), "Main photo, something else");
+        assert_eq!(zh("the prompt is empty; x"), "the prompt is empty; x");
     }
 
     #[test]

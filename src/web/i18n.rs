@@ -70,11 +70,13 @@ mod tests {
         for (key, en) in &c["en"] {
             assert_eq!(params(en), params(&c["zh-CN"][key]), "`{key}` has the same parameters in en and zh-CN");
         }
-        // Every key the page uses: {{t:KEY}} in the HTML, T.t("KEY") / T.tf("KEY", …) in the scripts
-        // (and t("KEY") / tf("KEY", …) inside core.js).
+        // Every key the page uses: {{t:KEY}} in the HTML (and the sign-in link's page in mod.rs),
+        // T.t("KEY") / T.tf("KEY", …) in the scripts (and t("KEY") / tf("KEY", …) / msg("KEY")
+        // inside core.js).
         let sources = [
             include_str!("assets/index.html"),
             include_str!("assets/signed-out.html"),
+            include_str!("mod.rs"),
             include_str!("assets/core.js"),
             include_str!("assets/jobs.js"),
             include_str!("assets/job.js"),
@@ -87,8 +89,14 @@ mod tests {
         ];
         let mut used = 0;
         for src in sources {
-            for (open, close) in [("{{t:", "}}"), ("T.t(\"", "\""), ("T.tf(\"", "\""), (" t(\"", "\""), ("tf(\"", "\"")]
-            {
+            for (open, close) in [
+                ("{{t:", "}}"),
+                ("T.t(\"", "\""),
+                ("T.tf(\"", "\""),
+                (" t(\"", "\""),
+                ("tf(\"", "\""),
+                ("msg(\"", "\""),
+            ] {
                 let mut rest = src;
                 while let Some(i) = rest.find(open) {
                     let after = &rest[i + open.len()..];
@@ -101,6 +109,51 @@ mod tests {
             }
         }
         assert!(used > 20, "the page uses the catalogue ({used} uses found)");
+    }
+
+    /// Every key the daemon and the CLI name in their code exists: `t(lang, "KEY")`,
+    /// `tf(lang, "KEY", …)`, `word(lang, "KEY")` and the CLI's `label(lang, "NAME")`
+    /// (`cli.label.NAME`), `l("NAME")` likewise.
+    #[test]
+    fn every_key_the_daemon_and_the_cli_use_exists() {
+        let c = catalogue();
+        let sources = [
+            include_str!("../cli/tasks.rs"),
+            include_str!("../cli/sets.rs"),
+            include_str!("../cli/spend.rs"),
+            include_str!("../cli/held.rs"),
+            include_str!("../cli/deliveries.rs"),
+            include_str!("../api/task_json.rs"),
+            include_str!("../api/task_help.rs"),
+            include_str!("../api/mod.rs"),
+        ];
+        let mut used = 0;
+        for src in sources {
+            for (open, prefix) in [
+                ("t(lang, \"", ""),
+                ("tf(lang, \"", ""),
+                ("word(lang, \"", ""),
+                ("label(lang, \"", "cli.label."),
+                ("l(\"", "cli.label."),
+            ] {
+                let mut rest = src;
+                while let Some(i) = rest.find(open) {
+                    // A call of that very name: `l(` is not the end of `detail(`.
+                    let whole = !rest[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_');
+                    let after = &rest[i + open.len()..];
+                    let Some(j) = after.find('"') else { break };
+                    if !whole {
+                        rest = &after[j..];
+                        continue;
+                    }
+                    let key = format!("{prefix}{}", &after[..j]);
+                    assert!(c["en"].contains_key(&key), "`{key}` is used but not in the catalogue");
+                    used += 1;
+                    rest = &after[j..];
+                }
+            }
+        }
+        assert!(used > 40, "the CLI uses the catalogue ({used} uses found)");
     }
 
     #[test]

@@ -139,6 +139,7 @@ struct LoginQuery {
 /// method that reaches here) gets a plain 200 page with no cookie and leaves the code unused.
 async fn login(
     method: Method,
+    headers: HeaderMap,
     State(state): State<AppState>,
     query: Result<Query<LoginQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
@@ -149,7 +150,7 @@ async fn login(
     let redeemed = if code.is_empty() { Ok(None) } else { state.sessions().redeem(&code).await };
     let session = match redeemed {
         Ok(Some(s)) => s,
-        Ok(None) => return html(StatusCode::FORBIDDEN, forbidden_page()),
+        Ok(None) => return html(StatusCode::FORBIDDEN, forbidden_page(i18n::choose(&headers, state.ui_language()))),
         Err(e) => {
             tracing::error!(error = %e, "could not store a web session");
             return html(
@@ -181,16 +182,19 @@ fn sign_in_link_page() -> String {
         .to_string()
 }
 
-fn forbidden_page() -> String {
-    "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-     <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-     <meta name=\"color-scheme\" content=\"light dark\"><title>Sign-in link not valid · tally</title>\
-     <link rel=\"icon\" href=\"/assets/favicon.svg\" type=\"image/svg+xml\">\
-     <link rel=\"stylesheet\" href=\"/assets/app.css\"></head><body>\
-     <main id=\"main\" class=\"message-page\"><h1>This sign-in link is not valid</h1>\
-     <p>A sign-in link works only once, and links made by <code>tally sign-in</code> expire after 15 minutes. \
-     If this browser signed in with it before, <a href=\"/\">open tally</a>.</p>\
-     <p>Otherwise run this on the computer where tally runs, and open the link it prints:</p>\
-     <pre><code>tally sign-in</code></pre></main></body></html>\n"
-        .to_string()
+/// The page for a used, unknown or expired sign-in link, in `lang`.
+fn forbidden_page(lang: i18n::Lang) -> String {
+    i18n::render(
+        "<!doctype html>\n<html lang=\"{{LANG}}\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <meta name=\"color-scheme\" content=\"light dark\"><title>{{t:link.invalid_title}}</title>\
+         <link rel=\"icon\" href=\"/assets/favicon.svg\" type=\"image/svg+xml\">\
+         <link rel=\"stylesheet\" href=\"/assets/app.css\"></head><body>\
+         <main id=\"main\" class=\"message-page\"><h1>{{t:link.invalid}}</h1>\
+         <p>{{t:link.once_before}}<code>tally sign-in</code>{{t:link.once_middle}}\
+         <a href=\"/\">{{t:link.open_tally}}</a>{{t:link.once_after}}</p>\
+         <p>{{t:link.otherwise}}</p>\
+         <pre><code>tally sign-in</code></pre></main></body></html>\n",
+        lang,
+    )
 }

@@ -3,8 +3,10 @@
 //! for with `Accept-Language` (or the page's cookie), byte-for-byte English otherwise; the CLI
 //! printing them with `ui.language = "zh-CN"`; and the main views of the page in Chinese,
 //! axe-core clean, saying a job's sentences and history in Chinese; a set with two candidates
-//! per shot (its candidates, Deliver section, Duplicate dialog) and a queued set's Edit forms in
-//! Chinese with none of their English words left, axe-core clean.
+//! per shot (its candidates, own history, Deliver section and why it cannot be delivered,
+//! Duplicate dialog), a queued set's Edit forms and the signed-out page in Chinese with no run
+//! of English words left, axe-core clean; the CLI's labels and words (status, list, budget,
+//! spend, held, set status) and the API's refusals (budget, delivery) in Chinese.
 
 use serde_json::{Value, json};
 
@@ -15,6 +17,84 @@ use crate::web::printed_sign_in_url;
 /// Whether `s` has Chinese characters in it.
 fn chinese(s: &str) -> bool {
     s.chars().any(|c| ('\u{4e00}'..='\u{9fff}').contains(&c))
+}
+
+/// The visible text of the page, one entry per text node (trimmed, empty ones left out):
+/// nothing inside a closed dialog, a hidden element, a script or a style.
+const VISIBLE_TEXT: &str = "(() => { const out = []; \
+    const w = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT); \
+    while (w.nextNode()) { const n = w.currentNode, e = n.parentElement, t = n.textContent.trim(); \
+      if (!e || !t || e.closest('script,style,template')) continue; \
+      if (e.checkVisibility && !e.checkVisibility()) continue; \
+      out.push(t); } \
+    return out; })()";
+
+/// Runs of three or more English words in `texts` (the visible text of a view that should be
+/// in Chinese), once the `allowed` text (names of providers, profiles and files, commands, the
+/// owner's own words) is taken out. A word is ASCII letters (with ' or -), its punctuation
+/// trimmed; anything else (Chinese, a number, an id, an amount, a path) ends a run.
+fn english_runs(texts: &[String], allowed: &[&str]) -> Vec<String> {
+    let mut found = Vec::new();
+    for text in texts {
+        let mut text = text.clone();
+        for a in allowed {
+            text = text.replace(a, " · ");
+        }
+        let mut run: Vec<&str> = Vec::new();
+        let mut flush = |run: &mut Vec<&str>| {
+            if run.len() >= 3 {
+                found.push(run.join(" "));
+            }
+            run.clear();
+        };
+        for token in text.split_whitespace() {
+            let word = token.trim_matches(|c: char| ",.:;!?()\"“”…·".contains(c));
+            let english = !word.is_empty()
+                && word.chars().any(|c| c.is_ascii_alphabetic())
+                && word.chars().all(|c| c.is_ascii_alphabetic() || c == '\'' || c == '-');
+            if english {
+                run.push(word);
+            } else {
+                flush(&mut run);
+            }
+            // A sentence's end ends a run too ("Ready. Next" is two runs).
+            if english && token.ends_with(['.', ':', ';']) {
+                flush(&mut run);
+            }
+        }
+        flush(&mut run);
+    }
+    found
+}
+
+/// Words every Chinese view may show in English: names and commands, not sentences.
+const ALWAYS_ALLOWED: &[&str] = &["tally serve", "tally sign-in", "tally check", "English"];
+
+/// Assert that the view in `b` shows no run of three English words but `allowed` ones.
+pub(crate) async fn assert_no_english(b: &Browser, view: &str, allowed: &[&str]) {
+    let texts: Vec<String> = b
+        .js(VISIBLE_TEXT)
+        .await
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t.as_str().map(String::from))
+        .collect();
+    assert!(!texts.is_empty(), "{view}: no visible text");
+    let all: Vec<&str> = ALWAYS_ALLOWED.iter().chain(allowed).copied().collect();
+    let runs = english_runs(&texts, &all);
+    assert!(runs.is_empty(), "{view} still shows English: {runs:#?}");
+}
+
+#[test]
+fn the_english_check_finds_runs_of_english_words_and_lets_names_and_chinese_through() {
+    let t = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    assert_eq!(english_runs(&t(&["Use the configuration file's budget again"]), &[]).len(), 1);
+    assert!(
+        english_runs(&t(&["用 flux：约 $0.12（3 × $0.04）", "blue mug", "amazon: 2000×2000 JPEG"]), &[]).is_empty()
+    );
+    assert!(english_runs(&t(&["on a desk"]), &["on a desk"]).is_empty());
+    assert_eq!(english_runs(&t(&["任务 0190a0a0 is being generated now"]), &[]), vec!["is being generated now"]);
 }
 
 /// `path` on `d` with the token and `headers`, as JSON.
@@ -131,14 +211,58 @@ fn the_task_json_history_and_errors_follow_the_language_asked_for_and_the_cli_it
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("无法确认结果：请求已经到达服务商，但它的回复丢失了"), "{text}");
     assert!(text.contains("可能会再次收费（约 $0.04）"), "{text}");
-    assert!(text.contains("charge    可能已经收费：结果无法证明（1 个请求，约 $0.04）"), "{text}");
-    assert!(text.contains("next      先查看服务商的控制台，然后记录你看到的结果："), "{text}");
+    assert!(text.contains("收费      可能已经收费：结果无法证明（1 个请求，约 $0.04）"), "{text}");
+    assert!(text.contains("下一步    先查看服务商的控制台，然后记录你看到的结果："), "{text}");
+    assert!(text.contains("状态      结果未知\n") && text.contains("服务商    openai\n"), "{text}");
+    assert!(!text.contains("charge ") && !text.contains("status ") && !text.contains("provider "), "{text}");
     let out = d.cli(&["status", &held]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("已暂停：今天的预算 $0.05 已经用完——提高预算，或者等到明天"), "{text}");
     let out = d.cli(&["events", &unknown]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("第 1 次尝试：正在把请求发给服务商（价格约 $0.04）"), "{text}");
+    // The list, the budget, spend and held jobs: labels and plain words in Chinese, the
+    // owner's prompts as written, machine formats (--json) unchanged.
+    let out = d.cli(&["list"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines().any(|l| l.contains(&unknown) && l.contains("结果未知") && l.ends_with("brass lamp, lost answer"))
+    );
+    assert!(!text.contains(" unknown "), "{text}");
+    let out = d.cli(&["budget", "show"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("今天 $0.04 / $0.05 · 本月 $0.04（无上限）\n"), "{text}");
+    assert!(text.contains("生效中：配置文件的 [budget]") && text.contains("日和月按 UTC 计算"), "{text}");
+    assert!(!text.contains("today") && !text.contains("in force"), "{text}");
+    let out = d.cli(&["spend"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("日期") && text.contains("可能已收费") && text.contains("被拒绝"), "{text}");
+    assert!(text.contains("预算      每日 $0.05：这个周期已花费或可能已花费 $0.04；"), "{text}");
+    assert!(!text.contains("possibly charged") && !text.contains("spent or possibly"), "{text}");
+    let out = d.cli(&["--json", "budget", "show"]);
+    let json: Value = serde_json::from_slice(&out.stdout).expect("--json stays JSON");
+    assert_eq!(json["source"], "config");
+    let out = d.cli(&["held", "list"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "没有暂停的任务\n");
+
+    // The API's refusals of a budget and of a delivery, in Chinese; their codes unchanged.
+    let auth = format!("Bearer {}", d.token());
+    let zh_json =
+        [("Authorization", auth.as_str()), ("Accept-Language", "zh-CN"), ("Content-Type", "application/json")];
+    let r = request(d.port, "PUT", "/v1/budget", &zh_json, Some(br#"{"providers": {"nope": {"daily": 1}}}"#));
+    assert_eq!(r.status, 422);
+    assert_eq!(r.json()["error"]["code"], "invalid_request");
+    assert_eq!(
+        r.json()["error"]["message"],
+        "没有叫 `nope` 的服务商；GET /v1/providers（或页面上的服务商列表）会列出它们",
+        "{}",
+        r.json()
+    );
+    let r = request(d.port, "PUT", "/v1/budget", &zh_json, Some(br#"{"daily": -1}"#));
+    assert_eq!(r.json()["error"]["message"], "每日预算 -1 必须是一个金额，0 或以上", "{}", r.json());
+    let (status, err) = get(&d, "/v1/deliveries/0190a0a0-0000-7000-8000-000000000000", ZH);
+    assert_eq!((status, err["error"]["message"].as_str()), (404, Some("找不到这次交付")), "{err}");
+
     let out = d.cli(&["status", "0190a0a0-0000-7000-8000-000000000000"]);
     assert!(!out.status.success());
     assert!(
@@ -191,6 +315,12 @@ fn the_main_views_in_chinese_are_axe_clean_and_say_a_jobs_sentences_in_chinese()
             .js("[...document.querySelectorAll('.raw-events tbody tr td:nth-child(4)')].map(e => e.textContent)")
             .await;
         assert!(raw.as_array().into_iter().flatten().filter_map(Value::as_str).all(chinese), "{raw}");
+        assert_no_english(
+            &b,
+            "an unknown job in Chinese",
+            &["brass lamp, lost answer", "blue mug on oak", OPENAI_MODEL],
+        )
+        .await;
         b.assert_accessible("an unknown job in Chinese").await;
         // Retrying says, in Chinese, that it may be charged again, and how much.
         b.click("#retry-task").await;
@@ -294,6 +424,61 @@ fn a_set_with_candidates_its_deliver_section_and_its_edit_and_duplicate_buttons_
         (all.len() == 4 && all.iter().all(|c| c["status"] == "succeeded")).then_some(())
     })
     .expect("the set's four candidates succeed");
+    // The main photo's first candidate chosen, the scene's not: the set's timeline has a
+    // choice in it, and the set cannot be delivered yet.
+    let s = d.call("GET", &format!("/v1/sets/{settled}"), None).json();
+    let artifact = s["shots"][0]["candidates"][0]["artifact"]["id"].as_str().expect("an image").to_string();
+    let r = d.call("PUT", &format!("/v1/sets/{settled}/shots/0/choice"), Some(&json!({ "artifact_id": artifact })));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+
+    // The API in Chinese: the set's own timeline, why it cannot be delivered (with a profile
+    // too), and the 409 of a delivery asked for anyway.
+    let (_, zh_set) = get(&d, &format!("/v1/sets/{settled}"), ZH);
+    let timeline: Vec<&str> =
+        zh_set["timeline"].as_array().into_iter().flatten().filter_map(|e| e["message"].as_str()).collect();
+    assert_eq!(timeline.first(), Some(&"图片组已创建：2 个镜头，要生成 4 张图片"), "{timeline:#?}");
+    assert!(
+        timeline.iter().any(|l| l.starts_with("镜头 1（主图）选定了图片 ") && l.contains("（候选图 1，任务 ")),
+        "{timeline:#?}"
+    );
+    assert!(timeline.iter().all(|l| chinese(l)), "{timeline:#?}");
+    assert_eq!(zh_set["delivery"]["blocking"], json!(["1 个镜头还没有选定图片：场景图"]), "{zh_set}");
+    let (_, en_set) = get(&d, &format!("/v1/sets/{settled}"), &[]);
+    assert_eq!(en_set["delivery"]["blocking"], json!(["1 shot has no chosen image: Lifestyle scene"]));
+    assert_eq!(en_set["timeline"][0]["message"], "set created with 2 shot(s), 4 image(s) to generate");
+    let (_, with_profile) = get(&d, &format!("/v1/sets/{settled}?profile=amazon"), ZH);
+    let reasons: Vec<&str> =
+        with_profile["delivery"]["blocking"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    assert!(!reasons.is_empty() && reasons.iter().all(|r| chinese(r) && !r.contains("chosen image")), "{reasons:?}");
+    let auth = format!("Bearer {}", d.token());
+    let r = request(
+        d.port,
+        "POST",
+        &format!("/v1/sets/{settled}/deliveries"),
+        &[("Authorization", auth.as_str()), ("Accept-Language", "zh-CN"), ("Content-Type", "application/json")],
+        Some(br#"{"profile": "original", "target": "exports"}"#),
+    );
+    assert_eq!(r.status, 409);
+    let refused = r.json();
+    assert_eq!(refused["error"]["code"], "not_ready");
+    assert_eq!(refused["error"]["message"], "这个图片组还不能交付：1 个镜头还没有选定图片：场景图", "{refused}");
+    assert_eq!(refused["blocking"], json!(["1 个镜头还没有选定图片：场景图"]));
+
+    // The CLI with `ui.language = "zh-CN"` (its own config; it asks the daemon in Chinese).
+    let config = std::fs::read_to_string(&d.config).expect("config");
+    std::fs::write(&d.config, format!("[ui]\nlanguage = \"zh-CN\"\n\n{config}")).expect("config");
+    let out = d.cli(&["set", "status", &settled]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with(&format!("图片组 {settled}  已完成  （blue mug）\n")), "{text}");
+    assert!(text.contains(&format!("  #0  主图{}2 张候选图，已选定：图片 ", " ".repeat(10))), "{text}");
+    assert!(text.contains(&format!("  #1  场景图{}2 张候选图，还没有选定\n", " ".repeat(8))), "{text}");
+    assert!(text.contains("      已完成    ") && text.contains("（已选定）"), "{text}");
+    assert!(text.contains("  还不能交付：1 个镜头还没有选定图片：场景图\n"), "{text}");
+    assert!(!text.contains("candidates") && !text.contains("chosen") && !text.contains("deliver"), "{text}");
+    let out = d.cli(&["set", "list"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.lines().any(|l| l.contains(&settled) && l.contains("blue mug")), "{text}");
+
     let blocker = set("vase", "slow", 1)["shots"][0]["id"].as_str().expect("shot").to_string();
     d.wait_status(&blocker, &["running"]);
     let queued = set("teapot", "slow", 2)["id"].as_str().expect("id").to_string();
@@ -330,7 +515,7 @@ fn a_set_with_candidates_its_deliver_section_and_its_edit_and_duplicate_buttons_
             json!("场景图的候选图")
         );
         let uses = b.js("[...document.querySelectorAll('#shots .use-this')].map(u => u.textContent)").await;
-        assert_eq!(uses, json!(["用这张", "用这张", "用这张", "用这张"]));
+        assert_eq!(uses, json!(["用这张", "用这张", "用这张"]), "the chosen image has no button");
         assert_eq!(
             b.js("document.getElementById('use-0-1').getAttribute('aria-label')").await,
             json!("用这张：主图，候选图 2/2")
@@ -343,6 +528,17 @@ fn a_set_with_candidates_its_deliver_section_and_its_edit_and_duplicate_buttons_
         let page = page.as_str().unwrap_or("");
         assert!(page.contains("把每个镜头选中的图片做成电商平台要的文件"), "{page}");
         assert!(english_in(page).is_empty(), "English left in the set: {:?}\n{page}", english_in(page));
+        // Its own history and why it cannot be delivered, in Chinese; no English sentence left.
+        let history = b.js("[...document.querySelectorAll('#set-timeline li span')].map(e => e.textContent)").await;
+        let history: Vec<&str> = history.as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        assert_eq!(history.first(), Some(&"图片组已创建：2 个镜头，要生成 4 张图片"), "{history:?}");
+        assert!(history.len() >= 2 && history.iter().all(|l| chinese(l)), "{history:?}");
+        assert_eq!(b.js(&text("set-timeline-title")).await, json!("这个图片组的记录"));
+        let blocking = b.js("[...document.querySelectorAll('#deliver-blocking li')].map(e => e.textContent)").await;
+        let blocking: Vec<&str> = blocking.as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        assert!(blocking.contains(&"1 个镜头还没有选定图片：场景图"), "{blocking:?}");
+        assert!(blocking.iter().all(|l| chinese(l)), "{blocking:?}");
+        assert_no_english(&b, "a set with candidates in Chinese", &["blue mug", "on white", "on a desk"]).await;
         b.assert_accessible("a set with candidates in Chinese").await;
 
         // Duplicate asks first, in Chinese, and says it is free.
@@ -381,7 +577,27 @@ fn a_set_with_candidates_its_deliver_section_and_its_edit_and_duplicate_buttons_
         let page = page.as_str().unwrap_or("");
         assert!(page.contains("这个镜头还没有发送，所以文字还可以改。"), "{page}");
         assert!(english_in(page).is_empty(), "English left in the set: {:?}\n{page}", english_in(page));
+        assert_no_english(&b, "a queued set in Chinese", &["teapot", "on white", "on a desk"]).await;
         b.assert_accessible("editing a queued shot in Chinese").await;
+
+        // Signed out (the session's cookie gone): the signed-out page, in the language the
+        // switch chose, says how to sign in, in Chinese, axe-core clean.
+        b.c().delete_all_cookies().await.expect("cookies");
+        b.c().goto(&format!("http://127.0.0.1:{}/", d.port)).await.expect("open");
+        b.js("(document.cookie = 'tally_lang=zh-CN; Path=/; SameSite=Strict', location.reload(), true)").await;
+        b.until(
+            "the signed-out page in Chinese",
+            15,
+            "document.documentElement.lang === 'zh-CN' && document.querySelector('main.signed-out') !== null",
+        )
+        .await;
+        assert_eq!(b.js("document.title").await, json!("登录 · tally"));
+        let body = b.js("document.getElementById('main').innerText").await;
+        let body = body.as_str().unwrap_or("");
+        assert!(body.contains("要登录，请打开 tally serve 启动时打印的登录链接"), "{body}");
+        assert!(body.contains("/login?code=…，只能用一次）"), "{body}");
+        assert_no_english(&b, "the signed-out page in Chinese", &[]).await;
+        b.assert_accessible("the signed-out page in Chinese").await;
         b.close().await;
     });
 }

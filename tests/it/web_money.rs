@@ -274,6 +274,10 @@ fn the_main_views_in_simplified_chinese_are_axe_clean_and_the_switch_changes_the
     let url = printed_sign_in_url(&d);
     let done = d.call("POST", "/v1/tasks", Some(&json!({"prompt": "红色运动鞋", "provider": "demo"}))).json();
     d.wait_status(done["id"].as_str().expect("id"), &["succeeded"]);
+    // A budget set at run time, for all providers and for one: the panel shows both lines,
+    // where the limits come from and the button that goes back to the config's.
+    let r = d.call("PUT", "/v1/budget", Some(&json!({"daily": 1.0, "providers": {"paid": {"monthly": 5.0}}})));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     rt.block_on(async {
         let b = Browser::start().await;
@@ -294,6 +298,27 @@ fn the_main_views_in_simplified_chinese_are_axe_clean_and_the_switch_changes_the
             b.assert_accessible(&format!("the {view} view in Chinese")).await;
         }
         assert_eq!(b.js("document.getElementById('create-set').textContent").await, "创建图片组");
+        // The budget panel in Chinese: its lines, where the limits come from, its form and the
+        // way back to the configuration's budget; then the same check on the jobs page.
+        b.js("(location.hash = '#/spend')").await;
+        b.until("the budget panel", 10, "document.getElementById('budget-reset') !== null").await;
+        let text = |id: &str| format!("document.getElementById('{id}')?.textContent");
+        assert_eq!(b.js(&text("budget-all")).await, "今天 $0.00 / $1.00 · 本月 $0.00 （无上限）");
+        assert_eq!(
+            b.js("document.querySelector('#budget-summary [data-provider=paid]').textContent").await,
+            "paid：今天 $0.00 （无上限） · 本月 $0.00 / $5.00"
+        );
+        assert_eq!(
+            b.js(&text("budget-source")).await,
+            "这些上限是在这里（或用 tally budget set）设置的，由 tally 保存；它们取代配置文件里的预算。"
+        );
+        assert_eq!(b.js(&text("budget-reset")).await, "重新使用配置文件里的预算");
+        crate::language::assert_no_english(&b, "the budget panel in Chinese", &["tally budget set"]).await;
+        b.assert_accessible("the budget panel in Chinese").await;
+        b.js("(location.hash = '#/')").await;
+        b.until("the jobs page again", 10, "document.getElementById('budget-line') !== null").await;
+        assert!(b.js(&text("budget-line")).await.as_str().unwrap_or("").starts_with("预算： 今天 $0.00 / $1.00"));
+        crate::language::assert_no_english(&b, "the jobs page in Chinese", &[]).await;
         // The switch: English, kept across a reload.
         b.c().find(Locator::Css("#language")).await.expect("switch").select_by_value("en").await.expect("pick");
         b.until(

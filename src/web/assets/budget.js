@@ -19,9 +19,7 @@
 
   /** Where the limits in force come from, in words. */
   function sourceWords(b) {
-    return b.source === "set"
-      ? "These limits were set here (or with tally budget set) and are kept by tally; they replace the configuration file's budget."
-      : "These limits come from the configuration file's [budget]; setting one here replaces them.";
+    return T.t(b.source === "set" ? "budget.source_set" : "budget.source_config");
   }
 
   /** One line for the top of the jobs page, or nothing when no limit is set. */
@@ -32,7 +30,7 @@
       const any = b.daily !== null || b.monthly !== null ||
         Object.values(b.providers || {}).some((x) => x.daily !== null || x.monthly !== null);
       if (!any) return null;
-      p.append("Budget: " + line(b) + " ", h("a", { href: "#/spend" }, T.t("budget.change")));
+      p.append(T.t("budget.line_label") + " " + line(b) + " ", h("a", { href: "#/spend" }, T.t("budget.change")));
       return p;
     } catch (e) {
       return null;
@@ -46,16 +44,16 @@
       b = await T.api("GET", "/v1/budget");
     } catch (e) {
       if (e.code === "signed_out") return null;
-      return h("section", { class: "card", id: "budget" }, h("h2", {}, "Budget"),
-        h("p", { class: "hint" }, e.status === 404 ? "This version of tally cannot show its budget." : e.message));
+      return h("section", { class: "card", id: "budget" }, h("h2", {}, T.t("budget.title")),
+        h("p", { class: "hint" }, e.status === 404 ? T.t("budget.unavailable") : e.message));
     }
     const names = Object.keys(b.providers || {});
     const rows = [h("li", { id: "budget-all" }, line(b))];
     for (const n of names) {
       const p = b.providers[n];
       if (p.daily === null && p.monthly === null && !p.spent_this_month) continue;
-      rows.push(h("li", { "data-provider": n }, n + ": today " + used(p.spent_today, p.daily, p.currency) +
-        " · this month " + used(p.spent_this_month, p.monthly, p.currency)));
+      rows.push(h("li", { "data-provider": n }, T.tf("budget.provider_line", { provider: n,
+        today: used(p.spent_today, p.daily, p.currency), month: used(p.spent_this_month, p.monthly, p.currency) })));
     }
     const scope = h("select", { id: "budget-scope" },
       h("option", { value: "" }, T.t("budget.all")), names.map((n) => h("option", { value: n }, n)));
@@ -70,11 +68,11 @@
     fill();
     const save = h("button", { type: "submit", id: "budget-save", class: "primary" }, T.t("budget.save"));
     const err = T.errorSlot("budget-error");
-    const amount = (input, what) => {
+    const amount = (input, key) => {
       const v = input.value.trim();
       if (!v) return null;
       const n = Number(v);
-      if (!isFinite(n) || n < 0) throw new Error("The " + what + " limit must be an amount, 0 or more (leave it empty for no limit).");
+      if (!isFinite(n) || n < 0) throw new Error(T.t(key));
       return n;
     };
     const form = h("form", { id: "budget-form", novalidate: true },
@@ -86,7 +84,7 @@
     form.addEventListener("submit", (ev) => {
       ev.preventDefault();
       T.busy(save, err, async () => {
-        const limits = { daily: amount(daily, "daily"), monthly: amount(monthly, "monthly") };
+        const limits = { daily: amount(daily, "budget.bad_daily"), monthly: amount(monthly, "budget.bad_monthly") };
         const body = scope.value ? { providers: { [scope.value]: limits } } : limits;
         await T.api("PUT", "/v1/budget", body);
         await reload();
@@ -94,10 +92,10 @@
     });
     const parts = [h("h2", { id: "budget-title" }, T.t("budget.title")), h("ul", { id: "budget-summary", class: "plain" }, rows),
       h("p", { id: "budget-source", class: "hint" }, sourceWords(b)),
-      h("p", { class: "hint" }, "Charged and possibly charged requests count, at their configured prices; days and months are UTC. A job that would go over a limit waits, and nothing is sent, until you raise it or the period ends."),
+      h("p", { class: "hint" }, T.t("budget.counts")),
       form];
     if (b.source === "set") {
-      const reset = h("button", { type: "button", id: "budget-reset" }, "Use the configuration file's budget again");
+      const reset = h("button", { type: "button", id: "budget-reset" }, T.t("budget.reset"));
       const rerr = T.errorSlot("budget-reset-error");
       reset.addEventListener("click", () => T.busy(reset, rerr, async () => {
         await T.api("DELETE", "/v1/budget");

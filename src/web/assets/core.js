@@ -44,6 +44,9 @@ window.tally = (function () {
     return Object.prototype.hasOwnProperty.call(MESSAGES, key) ? MESSAGES[key] : key;
   }
 
+  /** [`t`] by a name that a task parameter called `t` does not hide. */
+  const msg = (key) => t(key);
+
   /** A message with `{name}` placeholders filled from `vars` (as text). */
   function tf(key, vars) {
     return t(key).replace(/\{(\w+)\}/g, (m, k) => (vars && vars[k] !== undefined ? String(vars[k]) : m));
@@ -219,7 +222,7 @@ window.tally = (function () {
       r = await fetch(path, opts);
     } catch (e) {
       offline();
-      throw new ApiError(0, "unreachable", "tally did not answer. Is `tally serve` still running on this computer?");
+      throw new ApiError(0, "unreachable", t("core.unreachable"));
     }
     const text = await r.text();
     let data = null;
@@ -228,9 +231,9 @@ window.tally = (function () {
       const err = data && data.error ? data.error : {};
       if (r.status === 401 || (r.status === 403 && err.code === "csrf_token_required")) {
         signedOut();
-        throw new ApiError(r.status, "signed_out", "This browser is signed out. Sign in again: run `tally sign-in`.");
+        throw new ApiError(r.status, "signed_out", t("core.signed_out_error"));
       }
-      throw new ApiError(r.status, err.code || "http_" + r.status, err.message || "tally answered " + r.status);
+      throw new ApiError(r.status, err.code || "http_" + r.status, err.message || tf("core.answered", { status: r.status }));
     }
     return data;
   }
@@ -320,16 +323,16 @@ window.tally = (function () {
   function signedOut() {
     if (view.signedOut) return;
     view.signedOut = true;
-    setLive("signed out", "off");
+    setLive(t("live.signed_out"), "off");
     view.name = "signed-out";
-    document.title = "Sign in again · tally";
+    document.title = t("core.sign_in_again_title");
     showError(null, "");
-    const h1 = h("h1", { id: "view-title", tabindex: "-1" }, "Sign in again");
+    const h1 = h("h1", { id: "view-title", tabindex: "-1" }, t("core.sign_in_again"));
     main.replaceChildren(h1, h("section", { id: "signed-out", class: "card panel" },
-      h("p", {}, "This browser is no longer signed in to tally. That happens after 30 days without using the page, or when someone ran tally sign-out --all."),
-      h("p", {}, "To sign in again, run this on the computer where tally runs, and open the link it prints:"),
+      h("p", {}, t("core.signed_out_why")),
+      h("p", {}, t("core.signed_out_how")),
       h("pre", {}, h("code", {}, "tally sign-in")),
-      h("p", { class: "hint" }, "Nothing you saved is lost; jobs keep running while you are signed out.")));
+      h("p", { class: "hint" }, t("core.signed_out_kept"))));
     h1.focus();
   }
 
@@ -355,7 +358,7 @@ window.tally = (function () {
         // A damaged image cannot be enlarged either: the note takes the button's place too.
         const button = img.parentElement && img.parentElement.classList.contains("thumb-button");
         (button ? img.parentElement : img).replaceWith(h("span", { class: cls + " damaged", title: e.message },
-          "Damaged image: not downloadable and left out of the set's zip. Run tally check."));
+          t("core.damaged")));
       }
     }, { once: true });
     return img;
@@ -363,7 +366,7 @@ window.tally = (function () {
 
   /** A button showing a thumbnail that opens the full image. */
   function enlargeable(url, alt, name, size) {
-    const b = h("button", { type: "button", class: "thumb-button", "aria-label": "Enlarge: " + alt },
+    const b = h("button", { type: "button", class: "thumb-button", "aria-label": tf("image.enlarge", { alt }) },
       thumb(url, alt, size));
     b.addEventListener("click", () => openImage(url, alt, name));
     return b;
@@ -476,22 +479,22 @@ window.tally = (function () {
     const charged = h("input", { type: "radio", name: id("charge"), id: id("charged"), value: "charged" });
     const notCharged = h("input", { type: "radio", name: id("charge"), id: id("not-charged"), value: "not_charged" });
     const chargeUnknown = h("input", { type: "radio", name: id("charge"), id: id("charge-unknown"), value: "unknown", checked: true });
-    const submit = h("button", { type: "submit", id: id("submit"), class: "primary" }, "Record what I found");
+    const submit = h("button", { type: "submit", id: id("submit"), class: "primary" }, msg("resolve.submit"));
     const err = errorSlot(id("error"));
     const form = h("form", { id: id("form"), class: "card resolve" },
       h("fieldset", {},
-        h("legend", {}, "What did you find in the provider's dashboard?"),
+        h("legend", {}, msg("resolve.found_legend")),
         h("div", { class: "choice" },
-          h("label", { class: "check", for: id("found") }, found, " I found the image"),
-          h("div", { class: "sub" }, h("label", { for: id("file") }, "Upload the image you found (PNG, JPEG or WebP)"), file)),
+          h("label", { class: "check", for: id("found") }, found, " " + msg("resolve.found")),
+          h("div", { class: "sub" }, h("label", { for: id("file") }, msg("resolve.upload")), file)),
         h("div", { class: "choice" },
-          h("label", { class: "check", for: id("failed") }, failed, " It is not there: it failed")),
+          h("label", { class: "check", for: id("failed") }, failed, " " + msg("resolve.failed"))),
         h("fieldset", { class: "charge-record" },
-          h("legend", {}, "What does the provider's dashboard show about the charge?"),
-          h("label", { class: "check", for: id("charged") }, charged, " It was charged"),
-          h("label", { class: "check", for: id("not-charged") }, notCharged, " It was not charged"),
-          h("label", { class: "check", for: id("charge-unknown") }, chargeUnknown, " I cannot tell")),
-        h("label", { for: id("note") }, "A note for the history (optional)"), note,
+          h("legend", {}, msg("resolve.charge_legend")),
+          h("label", { class: "check", for: id("charged") }, charged, " " + msg("resolve.charged")),
+          h("label", { class: "check", for: id("not-charged") }, notCharged, " " + msg("resolve.not_charged")),
+          h("label", { class: "check", for: id("charge-unknown") }, chargeUnknown, " " + msg("resolve.cannot_tell"))),
+        h("label", { for: id("note") }, msg("resolve.note")), note,
         h("div", { class: "actions" }, submit), err));
     file.addEventListener("change", () => { if (file.files.length) found.checked = true; });
     form.addEventListener("submit", (ev) => {
@@ -501,13 +504,13 @@ window.tally = (function () {
         /* What the dashboard shows about the charge: Spend and the CSV follow this record. */
         body.charge = charged.checked ? "charged" : notCharged.checked ? "not_charged" : "unknown";
         if (found.checked) {
-          if (!file.files.length) throw new Error("Choose the image file you found at the provider.");
+          if (!file.files.length) throw new Error(msg("resolve.need_file"));
           body.outcome = "succeeded";
           body.image_base64 = await fileBase64(file.files[0]);
         } else if (failed.checked) {
           body.outcome = "failed";
         } else {
-          throw new Error("Choose what you found: the image, or that it failed.");
+          throw new Error(msg("resolve.need_choice"));
         }
         await api("POST", "/v1/tasks/" + encodeURIComponent(t.id) + "/resolve", body);
         await onDone();
@@ -530,7 +533,7 @@ window.tally = (function () {
     return new Promise((resolve, reject) => {
       const r = new FileReader();
       r.onload = () => resolve(String(r.result).replace(/^data:[^,]*,/, ""));
-      r.onerror = () => reject(new Error("Could not read the file."));
+      r.onerror = () => reject(new Error(t("resolve.unreadable_file")));
       r.readAsDataURL(f);
     });
   }
@@ -550,11 +553,11 @@ window.tally = (function () {
     stream = es;
     es.onopen = () => {
       backoff = 1000;
-      setLive("live", "on");
+      setLive(t("live.on"), "on");
       showError(null, "");
     };
     es.onerror = () => {
-      setLive("reconnecting…", "off");
+      setLive(t("live.reconnecting"), "off");
       if (es.readyState === EventSource.CLOSED) {
         es.close();
         checkSession();
@@ -590,7 +593,7 @@ window.tally = (function () {
   /** tally does not answer: say so in the indicator and try again later. */
   function offline() {
     if (view.signedOut) return;
-    setLive("reconnecting…", "off");
+    setLive(t("live.reconnecting"), "off");
     clearTimeout(retryTimer);
     retryTimer = setTimeout(checkSession, backoff);
     backoff = Math.min(backoff * 2, 15000);

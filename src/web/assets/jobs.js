@@ -146,7 +146,7 @@
     form.addEventListener("submit", (ev) => {
       ev.preventDefault();
       busy(submit, err, async () => {
-        if (!prompt.value.trim()) throw new Error("Write what the image should show first.");
+        if (!prompt.value.trim()) throw new Error(T.t("job.prompt_first"));
         key = key || T.newKey();
         const t = await api("POST", "/v1/tasks", { prompt: prompt.value, provider: select.value, idempotency_key: key });
         key = null;
@@ -177,7 +177,7 @@
     const moreErr = errorSlot("more-error");
     more.addEventListener("click", () => busy(more, moreErr, () => load(true)));
     return h("section", { class: "jobs", "aria-labelledby": "jobs-title" },
-      h("div", { class: "row" }, h("h2", { id: "jobs-title" }, "Jobs, newest first"),
+      h("div", { class: "row" }, h("h2", { id: "jobs-title" }, T.t("list.title")),
         h("div", { class: "tools" },
           h("span", { class: "filter" }, h("label", { for: "search" }, "Search"), search),
           h("span", { class: "filter" }, h("label", { for: "status-filter" }, "Show"), filter))),
@@ -252,12 +252,10 @@
       how many, and sending them all again after saying what that may cost. */
   function heldBanner() {
     const text = h("p", { id: "held-text" });
-    const send = h("button", { type: "button", id: "release-all-held", class: "danger" }, "Send all held jobs again…");
+    const send = h("button", { type: "button", id: "release-all-held", class: "danger" }, T.t("held.send_all"));
     const err = errorSlot("held-error");
     send.addEventListener("click", async () => {
-      const yes = await T.confirmDialog("Send every held job again?",
-        "Each held job may have been sent already by the daemon the database was copied from. Sending them again " +
-        "makes a new request for each, which the provider may charge a second time.", "Send them all again");
+      const yes = await T.confirmDialog(T.t("held.confirm_title"), T.t("held.confirm_body"), T.t("held.confirm_yes"));
       if (!yes) return;
       await busy(send, err, async () => {
         await api("POST", "/v1/held/release", { all: true });
@@ -274,9 +272,7 @@
     if (list.filter !== "attention") { banner.hidden = true; return; }
     const r = await api("GET", "/v1/held?limit=1");
     const n = r.total || 0;
-    document.getElementById("held-text").textContent = n === 1
-      ? "1 job is held, not sent: the database was an older copy, and it may have been sent already."
-      : n + " jobs are held, not sent: the database was an older copy, and they may have been sent already.";
+    document.getElementById("held-text").textContent = n === 1 ? T.t("held.banner_one") : T.tf("held.banner_many", { n });
     banner.hidden = n === 0;
   }
 
@@ -333,7 +329,7 @@
       ],
       meta: [
         t.provider, " · ", time(t.created_at),
-        t.set_id ? [" · ", h("a", { href: "#/sets/" + encodeURIComponent(t.set_id) }, "Image set: " + (product || "open the set"))] : null,
+        t.set_id ? [" · ", h("a", { href: "#/sets/" + encodeURIComponent(t.set_id) }, T.tf("list.image_set", { product: product || T.t("list.open_the_set") }))] : null,
         retriedAs(t),
       ],
       sig: JSON.stringify([t.status, t.message, title, art && art.id, t.retried_as, t.cancel_requested, product]),
@@ -347,8 +343,8 @@
   function retriedAs(t) {
     const r = t.retried_as;
     if (!r || !r.id) return null;
-    return [" · retried as → ", h("a", { href: "#/tasks/" + encodeURIComponent(r.id) }, "a new job"),
-      r.status ? " (" + (r.status === "succeeded" ? "ready" : r.status) + ")" : ""];
+    return [" · " + T.t("list.retried_as") + " ", h("a", { href: "#/tasks/" + encodeURIComponent(r.id) }, T.t("list.a_new_job")),
+      r.status ? " (" + T.t(`word.${r.status}`) + ")" : ""];
   }
 
   function newRow(t) {

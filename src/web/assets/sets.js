@@ -1,6 +1,6 @@
 /* tally's web page: image sets (the list with thumbnails, a set with its reference photos and
    shot cards that carry their own retry, resolve and download, "Download all", cancel with a
-   confirmation, resuming canceled shots together), creating a set in the page (product,
+   confirmation, resuming canceled shots together, the set's own history), creating a set in the page (product,
    reference photos by file picker or drag and drop, a shot list in plain words, style notes),
    and what tally spent. Editing, duplicating and deleting a set are in set_edit.js. */
 "use strict";
@@ -119,7 +119,19 @@
       deliveryLine(s),
       h("h2", {}, T.t("set.shots")),
       h("ol", { class: "shots", id: "shots" }, (s.shots || []).map((shot) => shotCard(s, shot, provider))),
-      T.deliverSection(s, deliver));
+      T.deliverSection(s, deliver),
+      setHistory(s));
+  }
+
+  /** The set's own timeline (created, candidates added, choices, edits, copies), its lines in
+      the page's language as the API sends them; nothing when it has none. */
+  function setHistory(s) {
+    const events = s.timeline || [];
+    if (!events.length) return null;
+    return h("section", { class: "timeline", "aria-labelledby": "set-timeline-title" },
+      h("h2", { id: "set-timeline-title" }, T.t("set.history")),
+      h("ol", { id: "set-timeline" }, events.map((e) => h("li", { class: "ev ev-" + e.kind }, time(e.at), " ",
+        h("span", {}, e.message)))));
   }
 
   /** Whether every shot has a chosen image, and if not which do not, in plain words. */
