@@ -71,6 +71,19 @@ pub struct BenchArgs {
     /// the profile per task (`profile` in the JSON). Off, the stages cost one atomic load each.
     #[arg(long)]
     pub profile: bool,
+    /// `--fast-pickup false`: run the SQLite sections' engines with `[engine] fast_pickup =
+    /// false` (every task on the dispatcher's path), for an A/B of the one-commit pickup with
+    /// one binary.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub fast_pickup: bool,
+}
+
+/// `--fast-pickup` of this run (read by the engines the SQLite sections start).
+static FAST_PICKUP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Whether this run's engines take the one-commit pickup (`--fast-pickup`).
+fn fast_pickup() -> bool {
+    FAST_PICKUP.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// The store `tally bench` measures.
@@ -280,6 +293,7 @@ impl Sizes {
 /// Run the benchmark (builds its own multi-thread tokio runtime).
 pub fn run(args: BenchArgs) -> Result<(), String> {
     crate::stages::enable(args.profile);
+    FAST_PICKUP.store(args.fast_pickup, std::sync::atomic::Ordering::Relaxed);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -63,7 +63,7 @@ async fn start(
 ) -> Result<Engine, String> {
     Engine::start(EngineParts {
         store,
-        config: EngineConfig { workers, ..Default::default() },
+        config: EngineConfig { workers, fast_pickup: super::fast_pickup(), ..Default::default() },
         clock: Arc::new(SystemClock),
         providers: vec![ProviderEntry::new(PROVIDER, provider, max_concurrency)],
         data_dir: dir.to_path_buf(),
