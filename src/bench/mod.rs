@@ -233,6 +233,8 @@ pub struct Results {
     pub machine: Machine,
     pub e2e: Vec<E2e>,
     pub pickup_ms: Option<Pickup>,
+    /// The same pickup section with `durability = "normal"` (no fsync per commit).
+    pub pickup_normal_ms: Option<Pickup>,
     pub idle: Option<Idle>,
     pub scale: Option<Scale>,
     pub recovery_ms: Option<f64>,
@@ -343,6 +345,7 @@ async fn run_all(args: &BenchArgs, out: &Path) -> Result<Results, String> {
             machine,
             e2e: Vec::new(),
             pickup_ms: None,
+            pickup_normal_ms: None,
             idle: None,
             scale: None,
             recovery_ms: None,
@@ -373,6 +376,7 @@ async fn run_all(args: &BenchArgs, out: &Path) -> Result<Results, String> {
             machine,
             e2e: Vec::new(),
             pickup_ms: None,
+            pickup_normal_ms: None,
             idle: None,
             scale: None,
             recovery_ms: None,
@@ -415,7 +419,12 @@ async fn run_all(args: &BenchArgs, out: &Path) -> Result<Results, String> {
     let mut pickup = None;
     if on(Section::Pickup) || on(Section::Scale) {
         progress(&format!("pickup latency: {} tasks", sizes.pickup_samples));
-        pickup = Some(sections::pickup(out, sizes.pickup_samples).await?);
+        pickup = Some(sections::pickup(out, sizes.pickup_samples, Durability::Full).await?);
+    }
+    let mut pickup_normal = None;
+    if on(Section::Pickup) {
+        progress(&format!("pickup latency, durability normal: {} tasks", sizes.pickup_samples));
+        pickup_normal = Some(sections::pickup(out, sizes.pickup_samples, Durability::Normal).await?);
     }
 
     let mut scale = None;
@@ -475,6 +484,7 @@ async fn run_all(args: &BenchArgs, out: &Path) -> Result<Results, String> {
         machine,
         e2e,
         pickup_ms: pickup,
+        pickup_normal_ms: pickup_normal,
         idle,
         recovery_ms: recovery.as_ref().map(|r| r.recovery_ms),
         recovery,
@@ -529,6 +539,7 @@ mod tests {
                 store_noop_write_ms_p50: 0.05,
                 store_one_row_commit_ms_p50: 0.4,
             }),
+            pickup_normal_ms: None,
             idle: Some(Idle {
                 secs: 5.0,
                 cpu_ms: 0.1,

@@ -189,7 +189,7 @@ impl Engine {
                 if shared.reconciler_at.load(std::sync::atomic::Ordering::Relaxed) > now + lease {
                     shared.wake_reconciler.notify_one();
                 }
-                super::worker::spawn_picked_up(shared.clone(), claim, permit, fence);
+                super::worker::spawn_picked_up(shared.clone(), *claim, permit, fence);
             }
             PickedUp::Held { due_at, reason } => {
                 drop(permit);

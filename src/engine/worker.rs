@@ -47,13 +47,15 @@ fn spawn_run(shared: Arc<Shared>, claim: Claim, permit: OwnedSemaphorePermit, fe
     let task_shared = shared.clone();
     let live = Live::new(&shared, &claim.execution_token);
     running.spawn(async move {
-        let _live = live;
         deliver(&task_shared, claim, fence, picked_up).await;
+        drop(live);
         drop(permit);
         task_shared.wake_dispatcher.notify_one();
         // The last busy worker is done: the reconciler's timer may be set for a lease that
         // no longer exists; let it re-read the deadlines so an idle engine sleeps untimed.
-        if task_shared.workers.available_permits() == task_shared.cfg.workers {
+        // (Counted by the live workers, not the free permits: a dispatch holds those while it
+        // runs, `dispatcher`.)
+        if task_shared.live.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
             task_shared.wake_reconciler.notify_one();
         }
     });

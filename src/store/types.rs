@@ -257,7 +257,7 @@ pub enum PickedUp {
     No,
     /// Claimed and `calling` recorded in the submit's commit: the request may leave at once.
     /// The claim's phase is `calling`.
-    Calling(Claim),
+    Calling(Box<Claim>),
     /// Claimed, but a budget held the call back (`record_calling`'s hold: the execution is
     /// abandoned, the task waits until `due_at`; nothing was sent).
     Held { due_at: Millis, reason: String },

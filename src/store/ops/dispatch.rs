@@ -38,6 +38,10 @@
 //! a lease names, how an execution token is drawn). The decisions ([`plan_provider`],
 //! [`interleave`]) are pure functions, so both backends decide alike.
 //!
+//! **The one-commit pickup's decision** ([`dispatch_only`], for `ops::pickup`): the same
+//! state, plan, slot and lane places for the one envelope a submit just wrote, taken only when
+//! the fair order would pick it first now.
+//!
 //! A little over 600 lines on purpose: the decisions, their statements in both dialects and
 //! the tests that pin their plans are read together; the slot rows live in `ops::slot_rows`.
 

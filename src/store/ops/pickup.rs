@@ -51,7 +51,7 @@ pub(in crate::store) fn submit_and_pick_up(
         CallingOutcome::Calling => {
             claim.phase = Phase::Calling;
             claim.calling_at = Some(now);
-            Ok((out, PickedUp::Calling(claim)))
+            Ok((out, PickedUp::Calling(Box::new(claim))))
         }
         CallingOutcome::Held { due_at, reason } => Ok((out, PickedUp::Held { due_at, reason })),
     }
