@@ -288,7 +288,8 @@ pub(super) async fn latency_samples(
 /// Section 2: pickup latency on an idle engine (1 worker, like the peers), empty database,
 /// with `durability`.
 pub async fn pickup(out: &Path, samples: usize, durability: Durability) -> Result<Pickup, String> {
-    let dir = fresh_dir(out, "pickup")?;
+    let name = if durability == Durability::Full { "pickup" } else { "pickup-normal" };
+    let dir = fresh_dir(out, name)?;
     let store = Store::open(&dir.join("tally.db"), durability).map_err(s)?;
     let provider = Arc::new(InstantProvider::new(true));
     let engine = start(store, &dir, 1, provider.clone(), 1).await?;
