@@ -114,7 +114,9 @@ impl Engine {
     /// The engine's half of the one-commit pickup (`store::ops::pickup` is the store's): the
     /// checks only the engine can make, before the submit's transaction. `Some` (holding an
     /// idle worker's permit) when `[engine] fast_pickup` is on, the task is not a shot of a set
-    /// (those carry reference images and wait for their set's turn), a worker is idle, the
+    /// (those carry reference images and wait for their set's turn), no worker is busy (the
+    /// engine is idle: under load the dispatcher's batched claims cost less per task than a
+    /// pickup tried on every submit — measured, BENCHMARKS.md Session 7), the
     /// provider's circuit is closed and nothing holds it, the money checks pass (key present,
     /// size valid), and the adapter's preflight passes without waiting on anything (a
     /// preflight that needs the network — an uncached Replicate schema — leaves the task to
@@ -123,7 +125,11 @@ impl Engine {
     /// (budget); the store then decides the slot and the fair order in the transaction.
     fn pick_up(&self, t: &NewTask) -> Option<FastPickup> {
         let shared = &self.shared;
-        if !shared.cfg.fast_pickup || t.shot.is_some() || shared.stopping() {
+        if !shared.cfg.fast_pickup
+            || t.shot.is_some()
+            || shared.stopping()
+            || shared.workers.available_permits() < shared.cfg.workers
+        {
             return None;
         }
         let entry = shared.providers.get(&t.provider)?;
