@@ -5,11 +5,18 @@
 
 /// The names of every crash point a task meets, in order (`before-finish-commit` fires on the
 /// writer thread inside the finish transaction, before its commit).
+///
+/// A submit that takes the one-commit pickup (`store::ops::pickup`) meets `after-pickup` (the
+/// submit, claim and `calling` committed together; the client may not have its answer yet) and
+/// `before-pickup-call` (in the worker, just before the request leaves) instead of the four
+/// points from `after-submit` to `after-calling`; the rest are the same.
 pub const POINTS: &[&str] = &[
     "after-submit",
     "after-sent",
     "after-claim",
     "after-calling",
+    "after-pickup",
+    "before-pickup-call",
     "after-accepted",
     "after-answer",
     "before-finish-commit",

@@ -71,6 +71,19 @@ pub struct BenchArgs {
     /// the profile per task (`profile` in the JSON). Off, the stages cost one atomic load each.
     #[arg(long)]
     pub profile: bool,
+    /// `--fast-pickup false`: run the SQLite sections' engines with `[engine] fast_pickup =
+    /// false` (every task on the dispatcher's path), for an A/B of the one-commit pickup with
+    /// one binary.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub fast_pickup: bool,
+}
+
+/// `--fast-pickup` of this run (read by the engines the SQLite sections start).
+static FAST_PICKUP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Whether this run's engines take the one-commit pickup (`--fast-pickup`).
+fn fast_pickup() -> bool {
+    FAST_PICKUP.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// The store `tally bench` measures.
@@ -220,6 +233,8 @@ pub struct Results {
     pub machine: Machine,
     pub e2e: Vec<E2e>,
     pub pickup_ms: Option<Pickup>,
+    /// The same pickup section with `durability = "normal"` (no fsync per commit).
+    pub pickup_normal_ms: Option<Pickup>,
     pub idle: Option<Idle>,
     pub scale: Option<Scale>,
     pub recovery_ms: Option<f64>,
@@ -280,6 +295,7 @@ impl Sizes {
 /// Run the benchmark (builds its own multi-thread tokio runtime).
 pub fn run(args: BenchArgs) -> Result<(), String> {
     crate::stages::enable(args.profile);
+    FAST_PICKUP.store(args.fast_pickup, std::sync::atomic::Ordering::Relaxed);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -329,6 +345,7 @@ async fn run_all(args: &BenchArgs, out: &Path) -> Result<Results, String> {
             machine,
             e2e: Vec::new(),
             pickup_ms: None,
+            pickup_normal_ms: None,
             idle: None,
             scale: None,
             recovery_ms: None,
@@ -359,6 +376,7 @@ async fn run_all(args: &BenchArgs, out: &Path) -> Result<Results, String> {
             machine,
             e2e: Vec::new(),
             pickup_ms: None,
+            pickup_normal_ms: None,
             idle: None,
             scale: None,
             recovery_ms: None,
@@ -401,7 +419,12 @@ async fn run_all(args: &BenchArgs, out: &Path) -> Result<Results, String> {
     let mut pickup = None;
     if on(Section::Pickup) || on(Section::Scale) {
         progress(&format!("pickup latency: {} tasks", sizes.pickup_samples));
-        pickup = Some(sections::pickup(out, sizes.pickup_samples).await?);
+        pickup = Some(sections::pickup(out, sizes.pickup_samples, Durability::Full).await?);
+    }
+    let mut pickup_normal = None;
+    if on(Section::Pickup) {
+        progress(&format!("pickup latency, durability normal: {} tasks", sizes.pickup_samples));
+        pickup_normal = Some(sections::pickup(out, sizes.pickup_samples, Durability::Normal).await?);
     }
 
     let mut scale = None;
@@ -461,6 +484,7 @@ async fn run_all(args: &BenchArgs, out: &Path) -> Result<Results, String> {
         machine,
         e2e,
         pickup_ms: pickup,
+        pickup_normal_ms: pickup_normal,
         idle,
         recovery_ms: recovery.as_ref().map(|r| r.recovery_ms),
         recovery,
@@ -515,6 +539,7 @@ mod tests {
                 store_noop_write_ms_p50: 0.05,
                 store_one_row_commit_ms_p50: 0.4,
             }),
+            pickup_normal_ms: None,
             idle: Some(Idle {
                 secs: 5.0,
                 cpu_ms: 0.1,

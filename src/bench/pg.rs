@@ -473,7 +473,7 @@ pub async fn run(url: &str, out: &Path, quick: bool) -> Result<PgBench, String> 
         e2e.push(r);
     }
 
-    let base = sections::pickup(out, samples).await?;
+    let base = sections::pickup(out, samples, Durability::Full).await?;
     let mut pickup = vec![PgPickup {
         store: "sqlite".into(),
         path: "same node".into(),

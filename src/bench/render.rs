@@ -82,6 +82,13 @@ pub(super) fn render_table(r: &Results) -> String {
             p.store_noop_write_ms_p50, p.store_one_row_commit_ms_p50
         );
     }
+    if let Some(p) = &r.pickup_normal_ms {
+        let _ = writeln!(
+            t,
+            "   with durability = \"normal\": p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms; submit call p50 {:.3} ms",
+            p.p50, p.p99, p.max, p.submit_ms_p50
+        );
+    }
     if let Some(i) = &r.idle {
         let _ = writeln!(
             t,

@@ -63,7 +63,7 @@ async fn start(
 ) -> Result<Engine, String> {
     Engine::start(EngineParts {
         store,
-        config: EngineConfig { workers, ..Default::default() },
+        config: EngineConfig { workers, fast_pickup: super::fast_pickup(), ..Default::default() },
         clock: Arc::new(SystemClock),
         providers: vec![ProviderEntry::new(PROVIDER, provider, max_concurrency)],
         data_dir: dir.to_path_buf(),
@@ -285,10 +285,12 @@ pub(super) async fn latency_samples(
     Ok((submit, pickup))
 }
 
-/// Section 2: pickup latency on an idle engine (1 worker, like the peers), empty database.
-pub async fn pickup(out: &Path, samples: usize) -> Result<Pickup, String> {
-    let dir = fresh_dir(out, "pickup")?;
-    let store = Store::open(&dir.join("tally.db"), Durability::Full).map_err(s)?;
+/// Section 2: pickup latency on an idle engine (1 worker, like the peers), empty database,
+/// with `durability`.
+pub async fn pickup(out: &Path, samples: usize, durability: Durability) -> Result<Pickup, String> {
+    let name = if durability == Durability::Full { "pickup" } else { "pickup-normal" };
+    let dir = fresh_dir(out, name)?;
+    let store = Store::open(&dir.join("tally.db"), durability).map_err(s)?;
     let provider = Arc::new(InstantProvider::new(true));
     let engine = start(store, &dir, 1, provider.clone(), 1).await?;
     let (submit, pickup) = latency_samples(&engine, &provider, samples, 5, "pickup").await?;

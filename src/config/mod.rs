@@ -124,6 +124,7 @@ struct RawEngine {
     /// files to sweep); accepted so that an older configuration still starts, with a warning.
     orphan_grace_secs: Option<f64>,
     shutdown_deadline_secs: Option<f64>,
+    fast_pickup: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -241,6 +242,10 @@ pub struct EngineConfig {
     /// `[retention] older_than`: settled work older than this is pruned on a timer (`None`:
     /// only by `tally prune`).
     pub retention: Option<Duration>,
+    /// `fast_pickup` (default true): a submit that finds an idle worker and a free slot claims
+    /// its task and records `calling` in its own commit (`store::ops::pickup`); false keeps
+    /// every task on the dispatcher's path (A/B runs, and the crash cells of that path).
+    pub fast_pickup: bool,
 }
 
 impl Default for EngineConfig {
@@ -261,6 +266,7 @@ impl Default for EngineConfig {
             fresh_weight: 4,
             recovery_weight: 1,
             retention: None,
+            fast_pickup: true,
         }
     }
 }
@@ -411,6 +417,7 @@ fn resolve(raw: RawConfig, origin: &str) -> Result<Config, ConfigError> {
             None => None,
             Some(t) => Some(retention_age(t).map_err(|e| bad("retention.older_than", e))?),
         },
+        fast_pickup: e.fast_pickup.unwrap_or(d.fast_pickup),
     };
     if engine.heartbeat >= engine.lease {
         return Err(bad("engine.heartbeat_secs", "must be shorter than engine.lease_secs".into()));

@@ -4,7 +4,8 @@
 //! Who goes next is decided by the store (`Store::dispatch_due`: free slots per provider,
 //! lanes, fairness keys, reserve, slow start), which claims — lease and execution — in the same
 //! committed transaction *before* the dispatcher spawns a worker for it, and never more than
-//! there are free workers. It sleeps until the earliest due time (or the end of a provider's
+//! there are free workers (their permits held across the dispatch, so a submit's fast path,
+//! `intake`, which also takes a worker, never takes one counted on). It sleeps until the earliest due time (or the end of a provider's
 //! pause) or until woken (a submit, a finished worker, a rescheduled envelope); it never polls
 //! on a fixed interval, so an idle engine does no database work. A failing database makes it
 //! wait and try again (`trouble`), never exit while the daemon serves.
@@ -27,7 +28,17 @@ pub(super) async fn run(shared: Arc<Shared>) {
         }
         let free = shared.workers.available_permits();
         let mut next_due: Option<Millis> = None;
-        if free > 0 {
+        // The free workers' permits are held from before the dispatch until its claims are
+        // handed out: a submit's fast path (`intake`) takes a permit too, and must never take
+        // one a claim of this dispatch was counted on. The ones no claim used go back below.
+        let held = match shared.workers.clone().try_acquire_many_owned(free as u32) {
+            Ok(p) if free > 0 => Some(p),
+            Ok(_) => None,
+            // A fast path took one since `free` was read: count again.
+            Err(tokio::sync::TryAcquireError::NoPermits) => continue,
+            Err(tokio::sync::TryAcquireError::Closed) => return,
+        };
+        if let Some(mut held) = held {
             let now = shared.now();
             let lease = Shared::ms(shared.cfg.lease);
             // Read before claiming: a fence after this point fences these claims' workers.
@@ -49,11 +60,11 @@ pub(super) async fn run(shared: Arc<Shared>) {
                     for claim in batch.claims {
                         shared.metrics.dispatched((now - claim.due_at).max(0) as f64 / 1000.0);
                         shared.changed(&claim.task_id, crate::domain::TaskStatus::Running);
-                        match shared.workers.clone().try_acquire_owned() {
-                            Ok(permit) => worker::spawn(shared.clone(), claim, permit, fence),
-                            // Only this loop takes permits, so one is free for each claim; if
-                            // not (closed at shutdown), the reconciler recovers it.
-                            Err(_) => break,
+                        match held.split(1) {
+                            Some(permit) => worker::spawn(shared.clone(), claim, permit, fence),
+                            // A permit was held for each claim the dispatch could make; if
+                            // not, the reconciler recovers the claim (nothing was sent).
+                            None => break,
                         }
                     }
                     if full {
@@ -62,19 +73,23 @@ pub(super) async fn run(shared: Arc<Shared>) {
                     }
                     next_due = batch.next_due;
                 }
-                Err(e) => match trouble.failed(&shared, &e) {
-                    Next::Stop => return,
-                    Next::Wait(wait) => {
-                        // Woken early by a submit (the database took a write, so it may work
-                        // again) or the stop.
-                        tokio::select! {
-                            _ = tokio::time::sleep(wait) => {}
-                            _ = shared.wake_dispatcher.notified() => {}
-                            _ = stop.changed() => {}
+                Err(e) => {
+                    // No claims: the free workers' permits go back before the wait.
+                    drop(held);
+                    match trouble.failed(&shared, &e) {
+                        Next::Stop => return,
+                        Next::Wait(wait) => {
+                            // Woken early by a submit (the database took a write, so it may
+                            // work again) or the stop.
+                            tokio::select! {
+                                _ = tokio::time::sleep(wait) => {}
+                                _ = shared.wake_dispatcher.notified() => {}
+                                _ = stop.changed() => {}
+                            }
+                            continue;
                         }
-                        continue;
                     }
-                },
+                }
             }
         }
         tokio::select! {

@@ -1,13 +1,28 @@
 //! Intake: the checks a new task, upload or image set must pass before it is durably stored
 //! (sizes, provider, parameters, references, keys), and the calls that store it and wake the
-//! dispatcher.
+//! dispatcher — or, on the one-commit pickup, hand the task straight to an idle worker with
+//! `calling` already recorded in the submit's commit ([`Engine::pick_up`], `store::ops::pickup`).
 
-use super::{Engine, EngineError};
+use futures_util::FutureExt;
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::{Engine, EngineError, Shared};
 use crate::domain::TaskStatus;
+use crate::providers::CallRequest;
 use crate::store::{
-    AddOutcome, ChoiceOutcome, MAX_CANDIDATES, NewImage, NewSet, NewTask, SHOT_ROLES, SubmitOutcome, TaskView,
-    UploadView,
+    AddOutcome, ChoiceOutcome, MAX_CANDIDATES, NewImage, NewSet, NewTask, PickedUp, Pickup, SHOT_ROLES, SubmitOutcome,
+    TaskView, UploadView,
 };
+
+/// What the fast path holds between its checks and its commit ([`Engine::pick_up`]).
+struct FastPickup {
+    /// An idle worker's permit, for the worker that sends the request.
+    permit: OwnedSemaphorePermit,
+    /// `Shared::fences` before the commit.
+    fence: u64,
+    /// What the store's half needs.
+    pickup: Pickup,
+}
 
 /// The largest prompt tally accepts, in bytes.
 pub const MAX_PROMPT_BYTES: usize = 8 * 1024;
@@ -61,10 +76,14 @@ pub(super) fn validate_key(key: Option<&str>) -> Result<(), EngineError> {
 
 impl Engine {
     /// Validate and durably submit a task (task + envelope in one transaction), then wake
-    /// the dispatcher.
+    /// the dispatcher — or, on the fast path ([`Engine::pick_up`]), claim it and record
+    /// `calling` in the same commit and hand it to an idle worker.
     pub async fn submit(&self, t: NewTask) -> Result<SubmitOutcome, EngineError> {
         let _t = crate::stages::span(crate::stages::Stage::Submit);
         self.validate(&t)?;
+        if let Some(fast) = self.pick_up(&t) {
+            return Ok(self.submit_fast(t, fast, false).await?.0);
+        }
         let out = self.shared.store.submit(t, self.shared.now()).await?;
         self.submitted(&out);
         Ok(out)
@@ -75,6 +94,9 @@ impl Engine {
     pub async fn submit_and_get(&self, t: NewTask) -> Result<(SubmitOutcome, Option<TaskView>), EngineError> {
         let _t = crate::stages::span(crate::stages::Stage::Submit);
         self.validate(&t)?;
+        if let Some(fast) = self.pick_up(&t) {
+            return self.submit_fast(t, fast, true).await;
+        }
         let (out, view) = self.shared.store.submit_and_get(t, self.shared.now()).await?;
         self.submitted(&out);
         Ok((out, view))
@@ -87,6 +109,103 @@ impl Engine {
             self.shared.changed(id, TaskStatus::Queued);
             self.shared.wake_dispatcher.notify_one();
         }
+    }
+
+    /// The engine's half of the one-commit pickup (`store::ops::pickup` is the store's): the
+    /// checks only the engine can make, before the submit's transaction. `Some` (holding an
+    /// idle worker's permit) when `[engine] fast_pickup` is on, the task is not a shot of a set
+    /// (those carry reference images and wait for their set's turn), no worker is busy (the
+    /// engine is idle: under load the dispatcher's batched claims cost less per task than a
+    /// pickup tried on every submit — measured, BENCHMARKS.md Session 7), the
+    /// provider's circuit is closed and nothing holds it, the money checks pass (key present,
+    /// size valid), and the adapter's preflight passes without waiting on anything (a
+    /// preflight that needs the network — an uncached Replicate schema — leaves the task to
+    /// the worker, which runs it as today). Every check the worker makes before `calling` on
+    /// the normal path is made here, on the same request, or by the store in the commit
+    /// (budget); the store then decides the slot and the fair order in the transaction.
+    fn pick_up(&self, t: &NewTask) -> Option<FastPickup> {
+        let shared = &self.shared;
+        if !shared.cfg.fast_pickup
+            || t.shot.is_some()
+            || shared.stopping()
+            || shared.workers.available_permits() < shared.cfg.workers
+        {
+            return None;
+        }
+        let entry = shared.providers.get(&t.provider)?;
+        let now = shared.now();
+        if shared.breaker_open_until(entry, now).is_some() || entry.money.preflight(&entry.name, &t.params).is_err() {
+            return None;
+        }
+        let req = CallRequest {
+            task_id: String::new(),
+            prompt: t.prompt.clone(),
+            params: t.params.clone(),
+            idempotency_key: String::new(),
+            references: Vec::new(),
+            calling_at_ms: now,
+            candidate: 0,
+            deadline_ms: now + Shared::ms(shared.cfg.recovery_deadline),
+        };
+        match entry.provider.preflight(&req).now_or_never() {
+            Some(Ok(())) => {}
+            _ => return None,
+        }
+        let permit = shared.workers.clone().try_acquire_owned().ok()?;
+        Some(FastPickup {
+            permit,
+            // Read before the claim: a fence after this point stops the worker before it sends.
+            fence: shared.fence(),
+            pickup: Pickup {
+                lease_ms: Shared::ms(shared.cfg.lease),
+                boot: shared.boot(),
+                node: None,
+                facts: entry.money.facts(&t.params, shared.limits()),
+            },
+        })
+    }
+
+    /// Submit on the fast path: one durable commit inserts the task and, if the store's
+    /// checks pass, claims it and records `calling`; then the worker whose permit `fast` holds
+    /// sends the request at once. If the store did not pick it up, the normal path's steps
+    /// follow (the permit goes back, the dispatcher is woken).
+    async fn submit_fast(
+        &self,
+        t: NewTask,
+        fast: FastPickup,
+        view: bool,
+    ) -> Result<(SubmitOutcome, Option<TaskView>), EngineError> {
+        let shared = &self.shared;
+        let FastPickup { permit, fence, pickup } = fast;
+        let lease = pickup.lease_ms;
+        let (out, task, picked) = shared.store.submit_and_pick_up(t, shared.now(), pickup, view).await?;
+        match picked {
+            PickedUp::No => {
+                drop(permit);
+                self.submitted(&out);
+            }
+            PickedUp::Calling(claim) => {
+                // Crash matrix: `calling` is committed with the submit; nothing was sent, and
+                // the client may not have its answer yet.
+                crate::failpoint::crash("after-pickup");
+                let now = shared.now();
+                shared.metrics.dispatched(0.0);
+                shared.changed(&claim.task_id, TaskStatus::Running);
+                // The reconciler must watch this lease's deadline.
+                if shared.reconciler_at.load(std::sync::atomic::Ordering::Relaxed) > now + lease {
+                    shared.wake_reconciler.notify_one();
+                }
+                super::worker::spawn_picked_up(shared.clone(), *claim, permit, fence);
+            }
+            PickedUp::Held { due_at, reason } => {
+                drop(permit);
+                tracing::info!(until = %crate::clock::rfc3339(due_at), "held back by a budget at submit: {reason}");
+                shared.changed(out.task_id(), TaskStatus::Waiting);
+                // The dispatcher re-reads the earliest due time (the period's end).
+                shared.wake_dispatcher.notify_one();
+            }
+        }
+        Ok((out, task))
     }
 
     pub(super) fn validate(&self, t: &NewTask) -> Result<(), EngineError> {

@@ -31,25 +31,37 @@ const STORE_RETRY: Duration = Duration::from_millis(250);
 
 /// Run a claim on its own task, holding a worker permit until done.
 pub(super) fn spawn(shared: Arc<Shared>, claim: Claim, permit: OwnedSemaphorePermit, fence: u64) {
+    spawn_run(shared, claim, permit, fence, false)
+}
+
+/// Run a claim a submit's fast path made (`store::ops::pickup`: claimed, `calling` recorded,
+/// nothing sent): its request leaves at once, with no further store round trip before it.
+pub(super) fn spawn_picked_up(shared: Arc<Shared>, claim: Claim, permit: OwnedSemaphorePermit, fence: u64) {
+    spawn_run(shared, claim, permit, fence, true)
+}
+
+fn spawn_run(shared: Arc<Shared>, claim: Claim, permit: OwnedSemaphorePermit, fence: u64, picked_up: bool) {
     let mut running = shared.running.lock().unwrap_or_else(|e| e.into_inner());
     // Reap finished workers so the set only holds live ones.
     while running.try_join_next().is_some() {}
     let task_shared = shared.clone();
     let live = Live::new(&shared, &claim.execution_token);
     running.spawn(async move {
-        let _live = live;
-        deliver(&task_shared, claim, fence).await;
+        deliver(&task_shared, claim, fence, picked_up).await;
+        drop(live);
         drop(permit);
         task_shared.wake_dispatcher.notify_one();
         // The last busy worker is done: the reconciler's timer may be set for a lease that
         // no longer exists; let it re-read the deadlines so an idle engine sleeps untimed.
-        if task_shared.workers.available_permits() == task_shared.cfg.workers {
+        // (Counted by the live workers, not the free permits: a dispatch holds those while it
+        // runs, `dispatcher`.)
+        if task_shared.live.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
             task_shared.wake_reconciler.notify_one();
         }
     });
 }
 
-async fn deliver(shared: &Arc<Shared>, claim: Claim, fence: u64) {
+async fn deliver(shared: &Arc<Shared>, claim: Claim, fence: u64, picked_up: bool) {
     let now = shared.now();
     let Some(entry) = shared.providers.get(&claim.provider).cloned() else {
         return settle_for_missing_provider(shared, claim).await;
@@ -94,7 +106,7 @@ async fn deliver(shared: &Arc<Shared>, claim: Claim, fence: u64) {
         claim.lease_token.clone(),
         lost.clone(),
     )));
-    let run = Run { shared, entry: &entry, claim: &claim, lost: &lost, fence };
+    let run = Run { shared, entry: &entry, claim: &claim, lost: &lost, fence, picked_up };
     if let Err(e) = tracing::Instrument::instrument(run.drive(), span).await {
         match e {
             StoreError::Fenced => tracing::info!("lost the lease; stopping without writing"),
@@ -212,6 +224,8 @@ struct Run<'a> {
     /// `Shared::fences` when the claim was made: a different count means this node fenced
     /// itself since, so this run starts no new call.
     fence: u64,
+    /// The claim came from a submit's fast path: `calling` is recorded and nothing was sent.
+    picked_up: bool,
 }
 
 impl Run<'_> {
@@ -360,25 +374,19 @@ impl Run<'_> {
                     return Ok(());
                 }
                 crash("after-calling");
-                self.shared.metrics.picked_up((calling_at - c.created_at).max(0) as f64 / 1000.0);
-                let timed = crate::stages::start();
-                let result = self.entry.provider.submit(&self.request(calling_at, &references)).await;
-                crate::stages::record(crate::stages::Stage::ProviderCall, timed);
-                self.after_call(&result).await;
-                match result {
-                    Ok(Submitted::Done(img)) => {
-                        self.shared.metrics.provider_call(name, "answered");
-                        Next::Image(img)
-                    }
-                    Ok(Submitted::Accepted(job)) => {
-                        self.shared.metrics.provider_call(name, "accepted");
-                        Next::Job(job)
-                    }
-                    Err(e) => {
-                        self.shared.metrics.provider_call(name, outcome_label(&e));
-                        self.on_error(e, calling_at, &references).await?
-                    }
+                self.call(calling_at, &references).await?
+            }
+            // A submit's fast path claimed this task and recorded `calling` in its own commit
+            // (`store::ops::pickup`); the engine checked everything the claimed arm above
+            // checks before that commit. Nothing has left yet.
+            Phase::Calling if self.picked_up => {
+                if self.fenced() {
+                    // `calling` is durable, so recovery decides (as after any crash there).
+                    let _ = self.stop_fenced();
+                    return Ok(());
                 }
+                crash("before-pickup-call");
+                self.call(calling_at, &references).await?
             }
             Phase::Calling => {
                 tracing::info!("resuming an execution whose call may have reached the provider");
@@ -418,6 +426,31 @@ impl Run<'_> {
             Next::Settle(f) => self.finish(f).await,
             Next::Job(_) | Next::Stop => Ok(()),
         }
+    }
+
+    /// Send the first request of this execution (`calling` is durable) and classify its answer.
+    async fn call(&self, calling_at: Millis, references: &[Image]) -> Result<Next, StoreError> {
+        let c = self.claim;
+        let name = &self.entry.name;
+        self.shared.metrics.picked_up((calling_at - c.created_at).max(0) as f64 / 1000.0);
+        let timed = crate::stages::start();
+        let result = self.entry.provider.submit(&self.request(calling_at, references)).await;
+        crate::stages::record(crate::stages::Stage::ProviderCall, timed);
+        self.after_call(&result).await;
+        Ok(match result {
+            Ok(Submitted::Done(img)) => {
+                self.shared.metrics.provider_call(name, "answered");
+                Next::Image(img)
+            }
+            Ok(Submitted::Accepted(job)) => {
+                self.shared.metrics.provider_call(name, "accepted");
+                Next::Job(job)
+            }
+            Err(e) => {
+                self.shared.metrics.provider_call(name, outcome_label(&e));
+                self.on_error(e, calling_at, references).await?
+            }
+        })
     }
 
     /// After a first call: count it for the circuit breaker (record the pause in the store

@@ -15,6 +15,7 @@
 //! | recovery on current evidence | `ops::recovery::apply_recovery` re-checks `evidence_holds` in the applying transaction | the same, after the hook `ops::recovery::lock_envelopes` (the batch's envelopes locked in id order) |
 //! | a claim goes to one worker, only for a free slot | single writer | a free slot row taken `FOR UPDATE SKIP LOCKED` per claim (`ops::slot_rows::take`), the candidates `FOR UPDATE SKIP LOCKED` (`ops::dispatch::candidates_sql`); no dispatch waits for another |
 //! | `calling` durable before the request | durable ops answered after the flusher's fsync of the WAL that started after their commit (`sqlite::flush`) | `synchronous_commit` on for durable ops (off for ordered ones) |
+//! | one commit to pickup: a submit claims its own task and records `calling` only for a free slot the fair order would give it | single writer (`ops::pickup`, with `ops::dispatch::dispatch_only`) | the same operation; its slot row taken `FOR UPDATE SKIP LOCKED` as a dispatch takes it (`ops::slot_rows::take`); a node whose slot rows are all held by other dispatches takes the normal path |
 //! | earlier runs are dead | the data-directory lock (`ops::recovery::Liveness::Process`) | the node's session advisory lock (`postgres::node`), read by `ops::recovery::Liveness::Nodes` |
 //! | lease expiry clock | the engine's clock | the database's clock (`db_clock`) |
 //! | no transaction across a network call | sync closures on the writer thread | sync closures on the store's own threads |
@@ -378,6 +379,26 @@ impl Store {
             let out = ops::submit(tx, &t, now)?;
             let view = read::task(tx, out.task_id())?;
             Ok((out, view))
+        })
+        .await
+    }
+
+    /// Submit, and where the fast path applies (`ops::pickup`: a free slot, the fair order
+    /// picks this task first) claim it and record `calling` in the same durable commit; with
+    /// `view`, the task as committed too. The lease is this process run's (`boot`) and, on
+    /// PostgreSQL, this node's.
+    pub async fn submit_and_pick_up(
+        &self,
+        t: NewTask,
+        now: Millis,
+        mut p: Pickup,
+        view: bool,
+    ) -> Result<(SubmitOutcome, Option<TaskView>, PickedUp), StoreError> {
+        p.node = self.postgres().map(|s| s.node().to_string());
+        self.op_at(Commit::Durable, 0, now, move |tx, now| {
+            let (out, picked) = ops::pickup::submit_and_pick_up(tx, &t, now, &p)?;
+            let task = if view { read::task(tx, out.task_id())? } else { None };
+            Ok((out, task, picked))
         })
         .await
     }

@@ -234,6 +234,35 @@ pub enum CallingOutcome {
     Held { due_at: Millis, reason: String },
 }
 
+/// What a submit's fast path needs to claim its task and record `calling` in the submit's own
+/// transaction (`store::ops::pickup`): the lease it takes, and the request's money facts for
+/// `calling` (with the limits its budget check applies).
+#[derive(Debug, Clone)]
+pub struct Pickup {
+    /// How long the lease lasts.
+    pub lease_ms: Millis,
+    /// The process run taking it.
+    pub boot: String,
+    /// The PostgreSQL node taking it (`None` on SQLite).
+    pub node: Option<String>,
+    /// What `calling` records, and the budgets it must fit in.
+    pub facts: CallingFacts,
+}
+
+/// What a submit's fast path did (`store::ops::pickup`).
+#[derive(Debug, Clone)]
+pub enum PickedUp {
+    /// Not taken (a replayed key, a shot of a set, no free slot, or the fair order would not
+    /// pick this task now): the task waits for the dispatcher exactly as on the normal path.
+    No,
+    /// Claimed and `calling` recorded in the submit's commit: the request may leave at once.
+    /// The claim's phase is `calling`.
+    Calling(Box<Claim>),
+    /// Claimed, but a budget held the call back (`record_calling`'s hold: the execution is
+    /// abandoned, the task waits until `due_at`; nothing was sent).
+    Held { due_at: Millis, reason: String },
+}
+
 /// What the reconciler does with one leftover, as applied to the database.
 #[derive(Debug, Clone)]
 pub enum Recovery {

@@ -14,7 +14,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use crate::common::{Daemon, EXE, Mock, providers, submit, wait_for};
+use crate::common::{Daemon, EXE, Mock, providers, submit, try_request, wait_for};
 
 pub(crate) mod oldcopy;
 
@@ -29,8 +29,11 @@ fn expected(point: &str, kind: &str) -> (&'static str, usize, Option<&'static st
         "after-claim" => ("succeeded", 1, Some("abandoned")),
         // `calling` committed, nothing sent: only a replay with the same key may send it;
         // a listing that shows nothing proves nothing, so lookup kinds end unknown too.
-        "after-calling" if kind == "idem" => ("succeeded", 1, Some("resumed")),
-        "after-calling" => ("unknown", 0, Some("unknown")),
+        // The one-commit pickup: `calling` committed with the submit (so also when the crash
+        // comes right after the client had its answer), nothing sent — the same as after
+        // `calling` on the normal path.
+        "after-calling" | "after-pickup" | "before-pickup-call" if kind == "idem" => ("succeeded", 1, Some("resumed")),
+        "after-calling" | "after-pickup" | "before-pickup-call" => ("unknown", 0, Some("unknown")),
         "after-accepted" => ("succeeded", 1, Some("resumed")),
         // The image arrived but its finish never committed: nothing is stored, and the call
         // is recovered like any other (a lookup or replay finds the image again, free).
@@ -44,6 +47,20 @@ fn expected(point: &str, kind: &str) -> (&'static str, usize, Option<&'static st
 
 fn engine_section() -> &'static str {
     "dispatch_grace_secs = 1\nmax_attempts = 3\nbackoff_base_ms = 50\nbackoff_max_ms = 500\n"
+}
+
+/// The points only the dispatcher's path meets: an idle daemon would take the one-commit
+/// pickup for the cell's task, so their cells run with `fast_pickup = false`. The later points
+/// run with it on (the default), so they cover the fast path's calls as well.
+const NORMAL_PATH_POINTS: &[&str] = &["after-submit", "after-sent", "after-claim", "after-calling"];
+
+/// The points only the one-commit pickup meets.
+const PICKUP_POINTS: &[&str] = &["after-pickup", "before-pickup-call"];
+
+/// The `[engine]` section of a cell at `point`.
+fn engine_for(point: &str) -> String {
+    let fast = if NORMAL_PATH_POINTS.contains(&point) { "fast_pickup = false\n" } else { "" };
+    format!("{}{fast}", engine_section())
 }
 
 /// Where a cell keeps its data: the SQLite file, or a fresh PostgreSQL database (one node
@@ -62,19 +79,40 @@ pub fn crash_case(point: &str, kind: &str) {
 /// One cell of the matrix on `on`.
 fn crash_case_on(point: &str, kind: &str, on: On) {
     let mock = Mock::start(&["--job-duration-ms", "50", "--honor-idempotency-key"]);
-    let mut d = Daemon::configure_with(engine_section(), &providers(&mock));
+    let mut d = Daemon::configure_with(&engine_for(point), &providers(&mock));
     if on == On::Postgres && d.on_postgres("crash-node").is_none() {
         return;
     }
     d.env.push(("TALLY_TEST_KEY".into(), "sk-test-crash".into()));
     d.env.push(("FAILPOINTS".into(), format!("{point}=return")));
     d.spawn();
-    let prompt = format!("crash {point} {kind} {}", uuid::Uuid::new_v4());
-    let key = uuid::Uuid::new_v4().to_string();
-    let first = submit(&d, kind, &prompt, &key);
-    let exited = wait_for(Duration::from_secs(30), || d.child.as_mut().and_then(|c| c.try_wait().ok().flatten()));
-    let status =
-        exited.unwrap_or_else(|| panic!("{point}/{kind}: the crash point never fired; stderr:\n{}", d.stderr()));
+    // The one-commit pickup is opportunistic: a submit that meets the dispatcher holding the
+    // idle workers' permits (its pass at start-up), or Replicate's first task (its preflight
+    // reads the model's schema over the network once), takes the dispatcher's path and simply
+    // succeeds. Such tasks are counted and the next one is submitted, until one is picked up.
+    let mut earlier = 0;
+    let (prompt, key, first, status) = loop {
+        let prompt = format!("crash {point} {kind} {}", uuid::Uuid::new_v4());
+        let key = uuid::Uuid::new_v4().to_string();
+        let first = submit(&d, kind, &prompt, &key);
+        let id = first.as_ref().map(|(_, id)| id.clone());
+        let ended = wait_for(Duration::from_secs(30), || {
+            if let Some(status) = d.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                return Some(Err(status));
+            }
+            let id = id.as_deref().filter(|_| PICKUP_POINTS.contains(&point))?;
+            // The daemon may die under this very request: then the next look sees it.
+            let auth = format!("Bearer {}", d.token());
+            let path = format!("/v1/tasks/{id}");
+            let task = try_request(d.port, "GET", &path, &[("Authorization", auth.as_str())], None)?.json();
+            (task["status"] == "succeeded").then_some(Ok(()))
+        });
+        match ended {
+            Some(Err(status)) => break (prompt, key, first, status),
+            Some(Ok(())) if earlier < 5 => earlier += 1,
+            _ => panic!("{point}/{kind}: the crash point never fired; stderr:\n{}", d.stderr()),
+        }
+    };
     assert!(!status.success(), "{point}/{kind}: the daemon exited cleanly instead of crashing");
     d.child = None;
 
@@ -117,7 +155,7 @@ fn crash_case_on(point: &str, kind: &str, on: On) {
     let check = Command::new(EXE).args(["check", "--config"]).arg(&d.config).output().expect("check runs");
     let out = String::from_utf8_lossy(&check.stdout);
     assert!(check.status.success(), "{point}/{kind}: tally check failed:\n{out}");
-    let images = if want == "succeeded" { 1 } else { 0 };
+    let images = usize::from(want == "succeeded") + earlier;
     assert!(out.contains(&format!("{images} image(s) verified")), "{point}/{kind}: {out}");
     if on == On::Postgres {
         assert!(out.contains("PostgreSQL"), "{point}/{kind}: not checked on PostgreSQL: {out}");
@@ -201,6 +239,32 @@ matrix! {
     after_finish_gemini: "after-finish", "gemini";
     after_finish_gembatch: "after-finish", "gembatch";
     after_finish_bfl: "after-finish", "bfl";
+    // The one-commit pickup (`store::ops::pickup`): `calling` committed with the submit.
+    after_pickup_openai: "after-pickup", "openai";
+    after_pickup_replicate: "after-pickup", "replicate";
+    after_pickup_fal: "after-pickup", "fal";
+    after_pickup_idem: "after-pickup", "idem";
+    after_pickup_dashscope: "after-pickup", "dashscope";
+    after_pickup_gemini: "after-pickup", "gemini";
+    after_pickup_gembatch: "after-pickup", "gembatch";
+    after_pickup_bfl: "after-pickup", "bfl";
+    before_pickup_call_openai: "before-pickup-call", "openai";
+    before_pickup_call_replicate: "before-pickup-call", "replicate";
+    before_pickup_call_fal: "before-pickup-call", "fal";
+    before_pickup_call_idem: "before-pickup-call", "idem";
+    before_pickup_call_dashscope: "before-pickup-call", "dashscope";
+    before_pickup_call_gemini: "before-pickup-call", "gemini";
+    before_pickup_call_gembatch: "before-pickup-call", "gembatch";
+    before_pickup_call_bfl: "before-pickup-call", "bfl";
+}
+
+#[test]
+fn every_task_crash_point_is_in_the_matrix() {
+    for p in tally::failpoint::POINTS {
+        // `expected` panics for a point it has no expectation for.
+        let _ = expected(p, "openai");
+    }
+    assert_eq!(tally::failpoint::POINTS.len(), 10, "a new crash point needs its cells above");
 }
 
 /// Ledger lines of a tag that started a paid generation, oldest first.

@@ -798,3 +798,101 @@ fn check_passes_on_a_healthy_database_and_reports_a_broken_one() {
     let problems = tally::store::check(&db).expect("check").problems;
     assert!(problems.iter().any(|p| p.contains("without an artifact")), "{problems:?}");
 }
+
+/// The one-commit pickup (`store::ops::pickup`): on an idle engine a submit claims its task and
+/// records `calling` in its own durable commit, so a task costs two fsynced commits (the
+/// submit with `calling`, the finish) instead of three; with `fast_pickup = false` it is three
+/// again (submit, `calling`, finish: the dispatch's commit is ordered, not fsynced).
+#[tokio::test]
+async fn an_idle_engine_takes_a_submit_to_calling_in_one_durable_commit() {
+    for (fast, fsyncs) in [(true, 2), (false, 3)] {
+        let cfg = EngineConfig { fast_pickup: fast, ..config() };
+        let h = Harness::with(Fake::new(NONE), cfg, Arc::new(SystemClock), 4).await;
+        let before = h.store.fsyncs();
+        let id = h.submit("one commit").await;
+        let t = h.settle(&id).await;
+        assert_eq!((t.status, t.attempts), (TaskStatus::Succeeded, 1), "fast_pickup = {fast}");
+        assert_eq!(h.store.fsyncs() - before, fsyncs, "fast_pickup = {fast}: fsynced commits per task");
+        assert_eq!(h.counts(), Counts { received: 1, charged: 1, polls: 0, finds: 0 });
+        assert_eq!(h.kinds(&id).await, ["submitted", "calling", "succeeded"]);
+        assert_artifact_verifies(&h, &t).await;
+    }
+}
+
+/// A provider adapter that counts the requests it is working on at once (each takes a few
+/// milliseconds of "work"), around the fake.
+struct InFlight {
+    inner: Arc<Fake>,
+    now: std::sync::atomic::AtomicUsize,
+    max: std::sync::atomic::AtomicUsize,
+}
+
+impl Provider for InFlight {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    fn submit<'a>(
+        &'a self,
+        req: &'a CallRequest,
+    ) -> tally::providers::BoxFuture<'a, Result<tally::providers::Submitted, tally::providers::CallError>> {
+        use std::sync::atomic::Ordering::SeqCst;
+        Box::pin(async move {
+            let n = self.now.fetch_add(1, SeqCst) + 1;
+            self.max.fetch_max(n, SeqCst);
+            tokio::time::sleep(Duration::from_millis(3)).await;
+            let out = self.inner.submit(req).await;
+            self.now.fetch_sub(1, SeqCst);
+            out
+        })
+    }
+}
+
+/// Submits arriving together on the fast path and the dispatcher's path never put more calls
+/// at a provider than its `max_concurrency`, and every task runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fast_submits_never_exceed_the_providers_slots() {
+    let dir = temp_dir("engine-cap");
+    let store = Store::open(&dir.join("tally.db"), Durability::Full).expect("open store");
+    let fake = Arc::new(Fake::new(NONE));
+    let counting = Arc::new(InFlight { inner: fake.clone(), now: Default::default(), max: Default::default() });
+    let provider: Arc<dyn Provider> = counting.clone();
+    let engine = Engine::start(EngineParts {
+        store: store.clone(),
+        config: EngineConfig { workers: 8, ..config() },
+        clock: Arc::new(SystemClock),
+        providers: vec![ProviderEntry::new("fake", provider, 2)],
+        data_dir: dir.clone(),
+        metrics: Arc::new(Metrics::new()),
+        limits: Vec::new(),
+    })
+    .await
+    .expect("engine starts");
+    let engine = Arc::new(engine);
+    let mut ids = Vec::new();
+    for round in 0..4 {
+        let submits: Vec<_> = (0..8)
+            .map(|i| {
+                let engine = engine.clone();
+                tokio::spawn(async move { engine.submit(task(&format!("cap {round} {i}"))).await })
+            })
+            .collect();
+        for s in submits {
+            ids.push(s.await.expect("join").expect("submit").task_id().to_string());
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for id in &ids {
+        loop {
+            let t = store.get_task(id.clone()).await.expect("read").expect("task");
+            if t.status == TaskStatus::Succeeded {
+                break;
+            }
+            assert!(Instant::now() < deadline, "task {id} stuck in {:?}: {:?}", t.status, t.reason);
+            engine.poke();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    assert_eq!(fake.counts().charged, 32, "every task called once");
+    assert_eq!(counting.max.load(std::sync::atomic::Ordering::SeqCst), 2, "never more than the provider's 2 slots");
+}

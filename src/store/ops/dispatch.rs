@@ -38,6 +38,10 @@
 //! a lease names, how an execution token is drawn). The decisions ([`plan_provider`],
 //! [`interleave`]) are pure functions, so both backends decide alike.
 //!
+//! **The one-commit pickup's decision** ([`dispatch_only`], for `ops::pickup`): the same
+//! state, plan, slot and lane places for the one envelope a submit just wrote, taken only when
+//! the fair order would pick it first now.
+//!
 //! A little over 600 lines on purpose: the decisions, their statements in both dialects and
 //! the tests that pin their plans are read together; the slot rows live in `ops::slot_rows`.
 
@@ -435,19 +439,67 @@ pub(in crate::store) fn dispatch_due(
             }
             picked.extend(chosen);
         }
-        if (s.paused_until, s.recovery_limit, s.fresh_pass, s.recovery_pass) != before {
-            tx.exec(
-                "UPDATE providers SET paused_until = ?2, recovery_limit = ?3, fresh_pass = ?4, recovery_pass = ?5
-                 WHERE name = ?1",
-                &[&s.name, &s.paused_until, &s.recovery_limit, &s.fresh_pass, &s.recovery_pass],
-            )?;
-        }
+        save_places(tx, &s, before)?;
     }
     if picked.is_empty() {
         return Ok(DispatchBatch { claims: Vec::new(), next_due });
     }
     let claims = claim::claim_picked(tx, &picked, &slow_start, now, &Lease { ms: lease_ms, boot, node })?;
     Ok(DispatchBatch { claims, next_due })
+}
+
+/// What [`save_places`] compares: a provider's pause, slow start and lane places.
+type Places = (Option<Millis>, Option<i64>, i64, i64);
+
+/// Write a provider's pause, slow start and lane places if a dispatch changed them from
+/// `before`.
+fn save_places(tx: &mut dyn Tx, s: &State, before: Places) -> Result<(), StoreError> {
+    if (s.paused_until, s.recovery_limit, s.fresh_pass, s.recovery_pass) != before {
+        tx.exec(
+            "UPDATE providers SET paused_until = ?2, recovery_limit = ?3, fresh_pass = ?4, recovery_pass = ?5
+             WHERE name = ?1",
+            &[&s.name, &s.paused_until, &s.recovery_limit, &s.fresh_pass, &s.recovery_pass],
+        )?;
+    }
+    Ok(())
+}
+
+/// The fast path's dispatch (`ops::pickup`): take a free slot of `provider` for the envelope of
+/// `task` — just submitted in this transaction — exactly as [`dispatch_due`] would (the same
+/// state, plan, slot row and lane places), but only when the fair order would pick it first
+/// now. `None`, having written nothing but a slot row lock, when anything else could come
+/// first or the provider is not plainly open: a pause (ended or not), a slow start, lane places
+/// not level, a recovery lane with ready work (the cases [`needs_provider_lock`] names), waiting
+/// envelopes due for promotion, no free slot, or another ready envelope ahead of this one.
+pub(super) fn dispatch_only(
+    tx: &mut dyn Tx,
+    provider: &str,
+    task: &str,
+    now: Millis,
+) -> Result<Option<Candidate>, StoreError> {
+    let sql = PROVIDER_STATE.get(tx);
+    let Some(row) = tx.rows(sql, &[&provider])?.into_iter().next() else { return Ok(None) };
+    let mut s = state_of(&row)?;
+    let next_waiting: Option<Millis> = row.get(13)?;
+    if s.paused_until.is_some() || needs_provider_lock(&s, now) || next_waiting.is_some_and(|d| d <= now) {
+        return Ok(None);
+    }
+    let before = (s.paused_until, s.recovery_limit, s.fresh_pass, s.recovery_pass);
+    let mut next_due = None;
+    let Some((n, _)) = plan_provider(&mut s, now, 1, &mut next_due) else { return Ok(None) };
+    // The slot row first, as a dispatch takes it (PostgreSQL; SQLite counted the slots above).
+    let slots = slot_rows::take(tx, &s.name, n)?;
+    if slots.as_ref().is_some_and(Vec::is_empty) {
+        return Ok(None);
+    }
+    let (fresh, _) = candidates(tx, &s.name, 1, 0)?;
+    if fresh.first().is_none_or(|c| c.task_id != task) {
+        return Ok(None);
+    }
+    let chosen = interleave(&mut s, fresh, Vec::new(), 1);
+    slot_rows::fill(tx, &s.name, slots.as_deref(), &chosen)?;
+    save_places(tx, &s, before)?;
+    Ok(chosen.into_iter().next())
 }
 
 /// The dispatch statements' query plans (`EXPLAIN QUERY PLAN`), for the benchmark report and

@@ -16,6 +16,7 @@ pub mod deliveries;
 pub(in crate::store) mod dispatch;
 pub(in crate::store) mod exec;
 pub(in crate::store) mod intake;
+pub(in crate::store) mod pickup;
 pub(in crate::store) mod recovery;
 mod slot_rows;
 pub(in crate::store) mod slots;

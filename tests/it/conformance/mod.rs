@@ -8,7 +8,7 @@
 //! with several handles on one store. Fixtures and the few shared helpers are in
 //! [`fixtures`]. Groups: `single` (every single-operation rule), `multi` (scripted
 //! interleavings and several nodes at once, with an invariant checker over the event log),
-//! `races`, `money`, `choice`, `set_edit`, `prune`, `settings`, `pg` (what only the PostgreSQL backend has:
+//! `races`, `money`, `pickup` (the one-commit pickup), `choice`, `set_edit`, `prune`, `settings`, `pg` (what only the PostgreSQL backend has:
 //! node lock and self-fencing, wake-ups, the database clock), `pg_migrate`, `held` (jobs held
 //! because the database was older than what was served, and their release).
 
@@ -20,6 +20,7 @@ mod money;
 mod multi;
 mod pg;
 mod pg_migrate;
+mod pickup;
 mod prune;
 mod races;
 mod set_edit;

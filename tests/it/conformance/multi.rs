@@ -10,6 +10,7 @@ use tally::store::*;
 
 use super::fixtures::{int, pg_options, pg_url, provider_p, schema, sqlite};
 use super::money::nodes_together_never_overshoot_a_budget;
+use super::pickup::nodes_picking_up_at_once_never_exceed_the_providers_slots;
 use super::single::{LEASE, T0, artifact, submit, task};
 use tally::store::postgres::PgStore;
 
@@ -66,6 +67,7 @@ nodes!(
     a_submit_replayed_on_another_node_is_the_same_task(2),
     several_nodes_running_and_recovering_keep_every_rule(3),
     nodes_together_never_overshoot_a_budget(3),
+    nodes_picking_up_at_once_never_exceed_the_providers_slots(3),
 );
 
 async fn two_dispatches_at_once_claim_a_task_once(n: Vec<Store>) {
