@@ -86,6 +86,12 @@ impl Browser {
         self.c().execute(&format!("return ({expr});"), vec![]).await.unwrap_or_else(|e| panic!("{expr}: {e}"))
     }
 
+    /// Open the daemon's one-time sign-in link and wait for the jobs page it leads to.
+    pub async fn sign_in(&self, url: &str) {
+        self.c().goto(url).await.expect("sign in");
+        self.until("the jobs page", 15, "document.getElementById('new-task') !== null").await;
+    }
+
     /// Evaluate `expr` until it is neither null nor false (at most `secs`).
     pub async fn until(&self, what: &str, secs: u64, expr: &str) -> Value {
         let end = Instant::now() + Duration::from_secs(secs);

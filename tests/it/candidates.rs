@@ -198,8 +198,7 @@ fn the_owner_chooses_a_candidate_in_the_page() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     rt.block_on(async {
         let b = crate::browser::Browser::start().await;
-        b.c().goto(&url).await.expect("sign in");
-        b.until("the jobs page", 15, "document.getElementById('new-task') !== null").await;
+        b.sign_in(&url).await;
         b.c().goto(&format!("{site}/#/sets/{id}")).await.expect("open the set");
         b.until(
             "two candidates side by side",

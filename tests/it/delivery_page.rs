@@ -169,8 +169,7 @@ fn the_page_shows_blocking_reasons_delivers_to_a_folder_and_compares_candidates(
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     rt.block_on(async {
         let b = Browser::start().await;
-        b.c().goto(&url).await.expect("sign in");
-        b.until("the jobs page", 15, "document.getElementById('new-task') !== null").await;
+        b.sign_in(&url).await;
         b.js(&format!("(location.hash = '#/sets/{id}')")).await;
         b.until("the set", 15, "document.getElementById('candidates-0') !== null").await;
         b.until("the live stream", 15, "document.getElementById('live').textContent === 'live'").await;

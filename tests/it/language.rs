@@ -487,8 +487,7 @@ fn a_set_with_candidates_its_deliver_section_and_its_edit_and_duplicate_buttons_
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     rt.block_on(async {
         let b = Browser::start().await;
-        b.c().goto(&url).await.expect("sign in");
-        b.until("the jobs page", 15, "document.getElementById('new-task') !== null").await;
+        b.sign_in(&url).await;
         b.js("(document.cookie = 'tally_lang=zh-CN; Path=/; SameSite=Strict', location.reload(), true)").await;
         b.until("the page in Chinese", 15, "document.documentElement.lang === 'zh-CN'").await;
 

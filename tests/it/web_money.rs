@@ -39,8 +39,7 @@ fn the_price_is_shown_before_each_spending_button() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     rt.block_on(async {
         let b = Browser::start().await;
-        b.c().goto(&url).await.expect("sign in");
-        b.until("the jobs page", 15, "document.getElementById('new-task') !== null").await;
+        b.sign_in(&url).await;
 
         // New job: the price beside Generate, for each kind of provider.
         let select = b.c().find(Locator::Css("#provider")).await.expect("provider");
@@ -159,8 +158,7 @@ fn the_owner_sets_a_budget_in_the_page_and_a_held_job_says_so() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     rt.block_on(async {
         let b = Browser::start().await;
-        b.c().goto(&url).await.expect("sign in");
-        b.until("the jobs page", 15, "document.getElementById('new-task') !== null").await;
+        b.sign_in(&url).await;
         assert_eq!(b.js("document.getElementById('budget-line') === null").await, true, "no budget, no line");
 
         // Set a daily budget of one image in the Spend view.
@@ -222,8 +220,7 @@ fn recording_what_the_dashboard_shows_changes_the_job_and_spend() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     rt.block_on(async {
         let b = Browser::start().await;
-        b.c().goto(&url).await.expect("sign in");
-        b.until("the jobs page", 15, "document.getElementById('new-task') !== null").await;
+        b.sign_in(&url).await;
         // Spend before the record: one request that may have been charged, $0.04.
         let cells = "Array.from(document.querySelectorAll('#spend-rows tbody tr:first-child td')).map(td => td.textContent)";
         b.js("(location.hash = '#/spend')").await;
@@ -281,8 +278,7 @@ fn the_main_views_in_simplified_chinese_are_axe_clean_and_the_switch_changes_the
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     rt.block_on(async {
         let b = Browser::start().await;
-        b.c().goto(&url).await.expect("sign in");
-        b.until("the jobs page", 15, "document.getElementById('new-task') !== null").await;
+        b.sign_in(&url).await;
         assert_eq!(b.js("document.documentElement.lang").await, "zh-CN");
         assert_eq!(b.js("document.getElementById('nav-jobs').textContent").await, "任务");
         assert_eq!(b.js("document.querySelector('h1').textContent").await, "任务");

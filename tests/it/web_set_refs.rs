@@ -179,8 +179,7 @@ fn a_shot_refused_for_two_photos_is_generated_once_one_is_removed_in_the_page() 
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     rt.block_on(async {
         let b = Browser::start().await;
-        b.c().goto(&url).await.expect("sign in");
-        b.until("the jobs page", 15, "document.getElementById('new-task') !== null").await;
+        b.sign_in(&url).await;
 
         // Refused, with the fix, and no retry while both photos are there.
         b.js(&format!("(location.hash = '#/sets/{}')", jobs.set)).await;

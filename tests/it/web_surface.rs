@@ -89,8 +89,7 @@ fn a_shop_owner_makes_a_set_in_the_page_and_downloads_every_image() {
         b.c().goto(&format!("http://127.0.0.1:{}/", d.port)).await.expect("open");
         b.until("the signed-out page", 10, "document.querySelector('h1')?.innerText.includes('Sign in')").await;
         b.assert_accessible("the signed-out page").await;
-        b.c().goto(&url).await.expect("sign in");
-        b.until("the jobs page", 15, "document.getElementById('new-task') !== null").await;
+        b.sign_in(&url).await;
         b.c().goto(&url).await.expect("the used link again");
         b.until("the used-link page", 10, "document.querySelector('h1')?.innerText.includes('not valid')").await;
         let styled = b.js("getComputedStyle(document.body).fontFamily").await;
