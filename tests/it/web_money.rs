@@ -1,7 +1,8 @@
 //! Money where it is spent, in a real browser (headless Chromium, axe-core on each view): the
 //! price before every button that sends a request (New job, Create the set, Retry, Generate
-//! another, more candidates of a set's shot), "Generate another" and more candidates asking
-//! first, the budget in the page, and Spend following a charge recorded by hand.
+//! another, more candidates of a set's shot, resuming a set's canceled shots), "Generate
+//! another", more candidates and resuming asking first, the budget in the page, and Spend
+//! following a charge recorded by hand.
 
 use std::time::Duration;
 
@@ -326,4 +327,58 @@ fn the_main_views_in_simplified_chinese_are_axe_clean_and_the_switch_changes_the
         b.assert_accessible("the page switched to English").await;
         b.close().await;
     });
+}
+
+#[test]
+fn resuming_canceled_shots_names_the_price_and_asks_first() {
+    let mock = Mock::start(&["--job-duration-ms", "20"]);
+    let mut d = Daemon::configure(&money_providers(&mock));
+    d.env.push(("TALLY_TEST_KEY".into(), "sk-test-web".into()));
+    d.spawn();
+    // The first shot's call is held at the provider while the set is canceled, so the second
+    // shot is canceled before anything was sent for it.
+    mock.behave(json!({ "latency_ms": 4000 }));
+    let r = d.call(
+        "POST",
+        "/v1/sets",
+        Some(&json!({"product": "resumed vase", "provider": "paid", "shots": [
+            {"role": "main", "prompt": "resume first"}, {"role": "scene", "prompt": "resume second"}]})),
+    );
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let set = r.json()["id"].as_str().expect("set id").to_string();
+    let first = r.json()["shots"][0]["id"].as_str().expect("shot").to_string();
+    let second = r.json()["shots"][1]["id"].as_str().expect("shot").to_string();
+    d.wait_status(&first, &["running"]);
+    let c = d.call("POST", &format!("/v1/sets/{set}/cancel"), Some(&json!({})));
+    assert!((200..300).contains(&c.status), "cancel: {} {}", c.status, String::from_utf8_lossy(&c.body));
+    mock.behave(json!({ "latency_ms": 0 }));
+    d.wait_status(&second, &["canceled"]);
+    d.wait_status(&first, &["succeeded", "canceled", "unknown", "failed"]);
+    assert_eq!(mock.count("resume second"), (0, 0), "the canceled shot sent nothing");
+
+    let url = printed_sign_in_url(&d);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let b = Browser::start().await;
+        b.sign_in(&url).await;
+        b.js(&format!("(location.hash = '#/sets/{set}')")).await;
+        b.until("the resume button", 10, "document.getElementById('resume-set') !== null").await;
+        let before = task_count(&d);
+        b.click("#resume-set").await;
+        b.until("the confirmation", 5, "document.getElementById('confirm-dialog').open").await;
+        let ask = b.js("document.getElementById('confirm-dialog').innerText").await;
+        assert!(ask.as_str().unwrap_or("").contains("$0.04"), "the question names the price: {ask}");
+        b.assert_accessible("the resume question").await;
+        b.click("#confirm-no").await;
+        b.until("the dialog closed", 5, "!document.getElementById('confirm-dialog').open").await;
+        assert_eq!(task_count(&d), before, "saying no spent nothing");
+        assert_eq!(mock.count("resume second"), (0, 0), "saying no sent nothing");
+        b.click("#resume-set").await;
+        b.until("the confirmation", 5, "document.getElementById('confirm-dialog').open").await;
+        b.click("#confirm-yes").await;
+        b.close().await;
+    });
+    let sent = wait_for(Duration::from_secs(30), || (mock.count("resume second").1 == 1).then_some(()));
+    assert!(sent.is_some(), "saying yes generated the canceled shot: {:?}", mock.count("resume second"));
+    assert_eq!(mock.count("resume second"), (1, 1), "one request, charged once");
 }

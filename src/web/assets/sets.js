@@ -97,13 +97,25 @@
     const canceled = (s.shots || []).filter((x) => x.status === "canceled" && x.retry && x.retry.allowed);
     if (canceled.length) {
       const resume = h("button", { type: "button", id: "resume-set" }, T.tf(canceled.length > 1 ? "set.resume_many" : "set.resume_one", { n: canceled.length }));
-      resume.addEventListener("click", () => busy(resume, err, async () => {
-        for (const shot of canceled) {
-          if (shot.retry.requires_cost_acknowledgement) continue;
-          await api("POST", "/v1/tasks/" + encodeURIComponent(shot.id) + "/retry", T.retryBody(shot, "resume-" + shot.id, false));
+      resume.addEventListener("click", async () => {
+        /* A shot that may have been charged goes through its own Retry (the cost box); the rest
+           are new requests: on a provider that charges, the price of all of them is asked first. */
+        const sent = canceled.filter((shot) => !shot.retry.requires_cost_acknowledgement);
+        const kind = T.priceKind(provider);
+        if (sent.length && kind !== "free") {
+          const cost = T.priceWords(provider, sent.length) || T.t("job.price_not_configured");
+          const yes = await T.confirmDialog(T.tf("set.resume_ask_title", { n: sent.length }),
+            T.tf("set.resume_ask_body", { n: sent.length, provider: s.provider, cost }),
+            kind === "amount" ? T.tf("another.yes_cost", { cost }) : T.t("retry.confirm"));
+          if (!yes) return;
         }
-        await showSet(s.id, false);
-      }));
+        busy(resume, err, async () => {
+          for (const shot of sent) {
+            await api("POST", "/v1/tasks/" + encodeURIComponent(shot.id) + "/retry", T.retryBody(shot, "resume-" + shot.id, false));
+          }
+          await showSet(s.id, false);
+        });
+      });
       top.append(resume);
     }
     top.append(...T.setEditActions(s, provider, err, () => showSet(s.id, false)));
