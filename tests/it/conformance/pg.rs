@@ -209,6 +209,13 @@ async fn a_node_hears_no_wake_up_of_another_schema_in_the_same_database() {
     }
     assert!(!seen.contains(&foreign), "a heard another schema's task change: {seen:?}");
     let h = &pg(&a).signals().heard;
+    // The marker's `due` hint comes in the same commit as its task hint, but a's listener may
+    // count it just after handing the task hint on: wait for it (every other schema's hint
+    // was delivered before both, in commit order).
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    while h.due.load(std::sync::atomic::Ordering::Relaxed) == 0 && std::time::Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let heard = [&h.due, &h.lease, &h.task].map(|c| c.load(std::sync::atomic::Ordering::Relaxed));
     assert_eq!(heard, [1, 0, 1], "due, lease, task hints heard: only the peer's submit");
     for s in [a, b, x] {
