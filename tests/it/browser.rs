@@ -92,6 +92,19 @@ impl Browser {
         self.until("the jobs page", 15, "document.getElementById('new-task') !== null").await;
     }
 
+    /// Click `button` and wait for the page's confirmation question; its text.
+    pub async fn ask(&self, button: &str) -> String {
+        self.click(button).await;
+        self.until("the confirmation", 5, "document.getElementById('confirm-dialog').open").await;
+        self.js("document.getElementById('confirm-dialog').innerText").await.as_str().unwrap_or("").to_string()
+    }
+
+    /// Answer the open confirmation question "no" and wait for it to close.
+    pub async fn say_no(&self) {
+        self.click("#confirm-no").await;
+        self.until("the dialog closed", 5, "!document.getElementById('confirm-dialog').open").await;
+    }
+
     /// Evaluate `expr` until it is neither null nor false (at most `secs`).
     pub async fn until(&self, what: &str, secs: u64, expr: &str) -> Value {
         let end = Instant::now() + Duration::from_secs(secs);
