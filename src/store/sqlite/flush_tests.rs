@@ -1,6 +1,7 @@
 //! Tests of pipelined group commit (`store::sqlite::flush`): durable answers and reads wait for
-//! an fsync that started after the commit, ordered ones do not, a failed fsync stops the store,
-//! and the flusher's fd stays on the WAL's inode.
+//! an fsync that started after the commit, ordered ones do not, a lone operation is fsynced by
+//! the writer itself and a batch of several by the flusher, a failed fsync stops the store, and
+//! the flusher's fd stays on the WAL's inode.
 
 use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
@@ -69,6 +70,77 @@ async fn durable_answers_cost_one_flush_and_ordered_ones_none() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A durable operation alone in its batch, with nothing queued behind it, is fsynced by the
+/// writer thread itself (no hand-off to the flusher and back), and a reader does not see it
+/// before that fsync ended; two durable operations batched together are handed to the flusher,
+/// the writer going on meanwhile.
+#[tokio::test]
+async fn a_lone_operation_is_fsynced_by_the_writer_and_a_batch_by_the_flusher() {
+    let (store, dir) = store(Durability::Full);
+    store.write(|c| Ok(c.execute_batch("CREATE TABLE t (v INTEGER)")?)).await.expect("table");
+    let (entered, release) = store.inner.flush.hold_fsyncs();
+    let f0 = store.fsyncs();
+    let mut a = store.send(Commit::Durable, 0, insert(1)).expect("send a");
+    assert_eq!(entered.recv_timeout(WAIT).expect("an fsync starts for a"), "tally-writer");
+    let released = Arc::new(AtomicBool::new(false));
+    let (seen_tx, seen) = std::sync::mpsc::channel();
+    let reader = {
+        let (store, released) = (store.clone(), released.clone());
+        std::thread::spawn(move || {
+            let r = rows(&store);
+            let _ = seen_tx.send((r, released.load(Ordering::SeqCst)));
+        })
+    };
+    assert!(a.try_recv().is_err(), "a was answered before its fsync ended");
+    released.store(true, Ordering::SeqCst);
+    release.send(()).expect("release a's fsync");
+    assert_eq!(a.await.expect("reply").expect("a"), 1);
+    let (r, after_release) = seen.recv_timeout(WAIT).expect("the reader returns");
+    reader.join().expect("reader");
+    assert_eq!(r.expect("read"), [1]);
+    assert!(after_release, "the reader saw a before the writer's fsync of it ended");
+    assert_eq!(store.fsyncs(), f0 + 1, "one fsync answered a");
+    // Hold the writer inside an operation while b and c queue, so that they form one batch.
+    let (started_tx, started) = std::sync::mpsc::channel();
+    let (go, go_rx) = std::sync::mpsc::channel::<()>();
+    let hold = store
+        .send(Commit::Durable, 0, move |_: &Connection| -> Result<(), StoreError> {
+            let _ = started_tx.send(());
+            let _ = go_rx.recv();
+            Ok(())
+        })
+        .expect("send the holding op");
+    started.recv_timeout(WAIT).expect("the writer runs the holding op");
+    let b = store.send(Commit::Durable, 0, insert(2)).expect("send b");
+    let c = store.send(Commit::Durable, 0, insert(3)).expect("send c");
+    go.send(()).expect("let the writer go");
+    hold.await.expect("reply").expect("the holding op wrote nothing and waits for nothing");
+    assert_eq!(entered.recv_timeout(WAIT).expect("an fsync starts for b and c"), "tally-flusher");
+    release.send(()).expect("release b and c's fsync");
+    assert_eq!((b.await.expect("reply").expect("b"), c.await.expect("reply").expect("c")), (2, 3));
+    assert_eq!(store.fsyncs(), f0 + 2, "one fsync answered b and c together");
+    drop(release);
+    assert_eq!(rows(&store).expect("rows"), [1, 2, 3]);
+    store.close().expect("close");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The writer's own fsync failing stops the store as the flusher's does: the lone durable write
+/// waiting for it gets the error, and the daemon's signal fires.
+#[tokio::test]
+async fn a_failed_fsync_by_the_writer_stops_the_store() {
+    let (store, dir) = store(Durability::Full);
+    store.write(|c| Ok(c.execute_batch("CREATE TABLE t (v INTEGER)")?)).await.expect("table");
+    store.inner.flush.fail_next_fsync();
+    let e = store.write(insert(1)).await.expect_err("a durable write whose fsync failed must not succeed");
+    assert!(matches!(e, StoreError::DiskFailed { .. }), "{e}");
+    let why = tokio::time::timeout(WAIT, store.failed()).await.expect("the store says it failed");
+    assert!(why.contains("fsync of") && why.contains("-wal"), "{why}");
+    assert!(matches!(store.write(insert(2)).await, Err(StoreError::DiskFailed { .. })), "a later write");
+    drop(store);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// While the flusher is inside an fsync that started before a durable commit B: B is not
 /// answered by it, a reader and an ordered operation that could see B are held back (the
 /// ordered one is committed); B, the reader and the ordered one go once a second fsync, started
@@ -77,6 +149,7 @@ async fn durable_answers_cost_one_flush_and_ordered_ones_none() {
 async fn durable_answers_and_reads_wait_for_an_fsync_that_started_after_the_commit() {
     let (store, dir) = store(Durability::Full);
     store.write(|c| Ok(c.execute_batch("CREATE TABLE t (v INTEGER)")?)).await.expect("table");
+    store.inner.flush.no_inline_fsyncs();
     let (entered, release) = store.inner.flush.hold_fsyncs();
     let a = store.send(Commit::Durable, 0, insert(1)).expect("send a");
     entered.recv_timeout(WAIT).expect("the flusher starts an fsync for a");
@@ -122,6 +195,7 @@ async fn a_failed_fsync_stops_the_store() {
     let path = store.path().to_path_buf();
     store.write(|c| Ok(c.execute_batch("CREATE TABLE t (v INTEGER)")?)).await.expect("table");
     store.write(insert(1)).await.expect("answered before the failure");
+    store.inner.flush.no_inline_fsyncs();
     let (entered, release) = store.inner.flush.hold_fsyncs();
     let a = store.send(Commit::Durable, 0, insert(2)).expect("send a");
     entered.recv_timeout(WAIT).expect("the flusher starts an fsync for a");

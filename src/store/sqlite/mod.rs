@@ -201,6 +201,12 @@ impl SqliteStore {
             wal_inode,
         });
         let weak = Arc::downgrade(&inner);
+        // The writer's own fd on the same open file, for the fsyncs it runs itself
+        // (`flush::Flush::sync_inline`).
+        let own_wal = match &wal {
+            Some(f) => Some(f.try_clone().map_err(|e| StoreError::Fatal(format!("cannot open the WAL twice: {e}")))?),
+            None => None,
+        };
         let flusher = match wal {
             Some(file) => {
                 let (flush, weak, what) = (flush.clone(), weak.clone(), flush::wal_path(path).display().to_string());
@@ -213,7 +219,7 @@ impl SqliteStore {
             }
             None => None,
         };
-        let writer = Writer { conn, frames, inner: weak, flush, flusher, path: path.to_path_buf() };
+        let writer = Writer { conn, frames, inner: weak, flush, flusher, wal: own_wal, path: path.to_path_buf() };
         let handle = thread::Builder::new()
             .name("tally-writer".into())
             .spawn(move || writer.run(rx))
@@ -404,6 +410,8 @@ struct Writer {
     inner: std::sync::Weak<Inner>,
     flush: Arc<flush::Flush>,
     flusher: Option<thread::JoinHandle<()>>,
+    /// The WAL, for the fsyncs the writer runs itself when its queue is empty (`full` only).
+    wal: Option<std::fs::File>,
     path: PathBuf,
 }
 
@@ -447,7 +455,21 @@ impl Writer {
                 }
                 continue;
             }
+            let lone = batch.len() == 1;
             self.one_batch(batch, &mut failing);
+            // Nothing else to do: fsync here rather than wake the flusher and wait for it.
+            if let Some(wal) = &self.wal {
+                if carried.is_none() {
+                    carried = rx.try_recv().ok();
+                }
+                if carried.is_some() || !lone {
+                    self.flush.hand_off();
+                } else {
+                    let what = flush::wal_path(&self.path).display().to_string();
+                    let inner = &self.inner;
+                    self.flush.sync_inline(wal, &what, |seq, answered| flush::flushed(inner, seq, answered));
+                }
+            }
         }
         self.flush.stop();
         if let Some(h) = self.flusher.take() {
