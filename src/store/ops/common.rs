@@ -264,8 +264,9 @@ pub(in crate::store) enum Keyed {
 }
 
 /// If `key` was already used for a task (or a set): the same request (`Existing`) or a
-/// different one (`Conflict`). On PostgreSQL a concurrent insert of the same key on another
-/// node fails this transaction's insert with a unique violation; the retry then finds it here.
+/// different one (`Conflict`). (A task's submit asks only after its insert did nothing,
+/// `ops::intake`.) On PostgreSQL a concurrent insert of a set's key on another node fails this
+/// transaction's insert with a unique violation; the retry then finds it here.
 pub(in crate::store) fn replay_of(
     tx: &mut dyn Tx,
     table: Keyed,

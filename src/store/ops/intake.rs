@@ -23,18 +23,19 @@ fn envelope_sql(d: Dialect) -> String {
 /// set's lock.
 pub(in crate::store) fn submit(tx: &mut dyn Tx, t: &NewTask, now: Millis) -> Result<SubmitOutcome, StoreError> {
     let hash = t.hash();
-    if let Some(seen) = replay_of(tx, Keyed::Tasks, t.idempotency_key.as_deref(), &hash)? {
-        return Ok(seen);
-    }
     let id = new_id();
     let (set_id, position, role, candidate) = match &t.shot {
         Some(s) => (Some(s.set_id.as_str()), Some(s.position), Some(s.role.as_str()), s.candidate),
         None => (None, None, None, 0),
     };
-    tx.exec(
+    // A key used before makes the insert do nothing (one statement instead of a look-up and
+    // an insert for every submit); the earlier task then answers. On PostgreSQL an insert of
+    // the same key on another node still in flight is waited for, then seen by the look-up.
+    let inserted = tx.exec(
         "INSERT INTO tasks (id, idempotency_key, request_hash, provider, prompt, params, status, retry_of,
                             set_id, set_position, shot_role, created_at, updated_at, retry_key, group_key, candidate)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'queued', ?7, ?8, ?9, ?10, ?11, ?11, ?12, ?13, ?14)",
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'queued', ?7, ?8, ?9, ?10, ?11, ?11, ?12, ?13, ?14)
+         ON CONFLICT (idempotency_key) DO NOTHING",
         &[
             &id,
             &t.idempotency_key,
@@ -52,6 +53,11 @@ pub(in crate::store) fn submit(tx: &mut dyn Tx, t: &NewTask, now: Millis) -> Res
             &candidate,
         ],
     )?;
+    if inserted == 0 {
+        return replay_of(tx, Keyed::Tasks, t.idempotency_key.as_deref(), &hash)?.ok_or_else(|| {
+            StoreError::Fatal("a submit's insert did nothing, yet no task holds its idempotency key".into())
+        });
+    }
     let due = match set_id {
         Some(set) => {
             tx.lock_set(set)?;
