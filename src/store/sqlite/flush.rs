@@ -50,7 +50,8 @@ use std::sync::{Condvar, Mutex, OnceLock};
 
 use tokio::sync::watch;
 
-use super::{Job, lock};
+use super::lock;
+use super::writer::Job;
 use crate::store::StoreError;
 
 /// A batch's answers waiting for the flush.
