@@ -9,6 +9,9 @@ without behaviour flags, its ledger empty).
 Each check prints one line; any SDK that cannot parse a mock answer, or a mock that accepts
 what the real API refuses, fails the run (exit 1). This holds the mock to what nobody here
 wrote: if the mock drifts from the real schemas, these clients say so.
+
+Longer than 600 lines on purpose: one check per SDK call shape, all against the same running
+mock and ledger, read best as one list.
 """
 import base64
 import io
