@@ -48,11 +48,17 @@ pub enum Stage {
     LockStatement,
     /// The image blob's insert (its bytes into `blobs`).
     BlobWrite,
+    /// SQLite: a PASSIVE checkpoint the writer runs after a commit left the WAL past its
+    /// threshold (the writer takes no batch meanwhile).
+    Checkpoint,
+    /// SQLite, `durability = "full"`: an `fdatasync` of the WAL, by the flusher (beside the
+    /// writer) or by the writer itself after a lone operation (`store::sqlite::flush`).
+    WalFsync,
 }
 
 impl Stage {
     /// Every stage, in the order a profile lists them.
-    pub const ALL: [Stage; 12] = [
+    pub const ALL: [Stage; 14] = [
         Stage::Submit,
         Stage::Dispatch,
         Stage::Calling,
@@ -65,6 +71,8 @@ impl Stage {
         Stage::Sql,
         Stage::LockStatement,
         Stage::BlobWrite,
+        Stage::Checkpoint,
+        Stage::WalFsync,
     ];
 
     /// The stage's name in a profile.
@@ -82,13 +90,17 @@ impl Stage {
             Stage::Sql => "SQL statements",
             Stage::LockStatement => "lock statements",
             Stage::BlobWrite => "image blob insert",
+            Stage::Checkpoint => "store: checkpoint (writer)",
+            Stage::WalFsync => "store: WAL fsync (flusher or writer)",
         }
     }
 
     /// What this stage runs inside (`None`: a top-level stage of the task's path).
     pub fn parent(self) -> Option<&'static str> {
         match self {
-            Stage::StoreQueue | Stage::StoreRun | Stage::Commit => Some("the store calls"),
+            Stage::StoreQueue | Stage::StoreRun | Stage::Commit | Stage::Checkpoint | Stage::WalFsync => {
+                Some("the store calls")
+            }
             Stage::Sql | Stage::BlobWrite => Some(Stage::StoreRun.name()),
             Stage::LockStatement => Some(Stage::Sql.name()),
             _ => None,

@@ -278,6 +278,7 @@ impl Flush {
 
     /// `fdatasync` of the WAL (`fsync-fails`: a failpoint that makes it fail with EIO).
     fn sync_wal(&self, wal: &File) -> std::io::Result<()> {
+        let _t = crate::stages::span(crate::stages::Stage::WalFsync);
         #[cfg(feature = "failpoints")]
         fail::fail_point!("fsync-fails", |_| Err(std::io::Error::from_raw_os_error(libc::EIO)));
         #[cfg(test)]

@@ -281,7 +281,7 @@ impl Writer {
         if i64::from(self.frames.swap(0, Ordering::Relaxed)) < open::AUTOCHECKPOINT_PAGES {
             return;
         }
-        let _t = stages::span(Stage::Commit);
+        let _t = stages::span(Stage::Checkpoint);
         if let Err(e) = self.conn.wal_checkpoint_v2(Some(rusqlite::MAIN_DB), rusqlite::wal::CheckpointMode::PASSIVE) {
             let e = StoreError::Sqlite(e);
             if flush::is_fsync_error(&e) {
