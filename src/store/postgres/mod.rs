@@ -278,6 +278,9 @@ struct Inner {
 struct Shared {
     signals: Arc<Signals>,
     statements: AtomicU64,
+    /// Round trips to the server of the operation connections (a batch of statements sent
+    /// together is one).
+    round_trips: AtomicU64,
     commits: AtomicU64,
     durability: Durability,
     db_clock: bool,
@@ -324,6 +327,7 @@ impl PgStore {
         let shared = Arc::new(Shared {
             signals: signals.clone(),
             statements: AtomicU64::new(0),
+            round_trips: AtomicU64::new(0),
             commits: AtomicU64::new(0),
             durability: opts.durability,
             db_clock: opts.db_clock,
@@ -389,6 +393,13 @@ impl PgStore {
     /// Transactions committed so far.
     pub fn commits(&self) -> u64 {
         self.inner.shared.commits.load(Ordering::Relaxed)
+    }
+
+    /// Round trips the operation connections made to the server so far (statements sent
+    /// together in one batch, such as `BEGIN` with the transaction's first statement, count
+    /// once; see `conn.rs`).
+    pub fn round_trips(&self) -> u64 {
+        self.inner.shared.round_trips.load(Ordering::Relaxed)
     }
 
     /// Wake-ups from other nodes.
@@ -468,7 +479,7 @@ impl PgStore {
     pub(crate) async fn write<R, F>(&self, f: F) -> Result<R, StoreError>
     where
         R: Send + 'static,
-        F: FnMut(&mut Tx<'_, '_>) -> Result<R, StoreError> + Send + 'static,
+        F: FnMut(&mut Tx<'_>) -> Result<R, StoreError> + Send + 'static,
     {
         self.run(Kind::Write(Commit::Durable), f).await
     }
@@ -477,7 +488,7 @@ impl PgStore {
     pub(crate) async fn write_ordered<R, F>(&self, f: F) -> Result<R, StoreError>
     where
         R: Send + 'static,
-        F: FnMut(&mut Tx<'_, '_>) -> Result<R, StoreError> + Send + 'static,
+        F: FnMut(&mut Tx<'_>) -> Result<R, StoreError> + Send + 'static,
     {
         self.run(Kind::Write(Commit::Ordered), f).await
     }
@@ -486,7 +497,7 @@ impl PgStore {
     pub(crate) async fn read<R, F>(&self, f: F) -> Result<R, StoreError>
     where
         R: Send + 'static,
-        F: FnMut(&mut Tx<'_, '_>) -> Result<R, StoreError> + Send + 'static,
+        F: FnMut(&mut Tx<'_>) -> Result<R, StoreError> + Send + 'static,
     {
         self.run(Kind::Read, f).await
     }
@@ -498,7 +509,7 @@ impl PgStore {
     pub(crate) fn read_blocking<R, F>(&self, mut f: F) -> Result<R, StoreError>
     where
         R: Send + 'static,
-        F: FnMut(&mut Tx<'_, '_>) -> Result<R, StoreError> + Send + 'static,
+        F: FnMut(&mut Tx<'_>) -> Result<R, StoreError> + Send + 'static,
     {
         let unreachable = || self.inner.shared.down.borrow().clone().map(StoreError::Unreachable);
         if let Some(e) = unreachable() {
@@ -535,7 +546,7 @@ impl PgStore {
     async fn run<R, F>(&self, kind: Kind, f: F) -> Result<R, StoreError>
     where
         R: Send + 'static,
-        F: FnMut(&mut Tx<'_, '_>) -> Result<R, StoreError> + Send + 'static,
+        F: FnMut(&mut Tx<'_>) -> Result<R, StoreError> + Send + 'static,
     {
         let mut down = self.inner.shared.down.subscribe();
         let rx = self.send(kind, f)?;
@@ -551,7 +562,7 @@ impl PgStore {
     fn send<R, F>(&self, kind: Kind, mut f: F) -> Result<oneshot::Receiver<Result<R, StoreError>>, StoreError>
     where
         R: Send + 'static,
-        F: FnMut(&mut Tx<'_, '_>) -> Result<R, StoreError> + Send + 'static,
+        F: FnMut(&mut Tx<'_>) -> Result<R, StoreError> + Send + 'static,
     {
         if let Some(why) = self.inner.shared.down.borrow().clone() {
             return Err(StoreError::Unreachable(why));
