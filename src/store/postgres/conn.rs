@@ -2,6 +2,14 @@
 //! statement cache, runs one operation per transaction ([`Tx`]), retries deadlocks and
 //! serialization failures, reconnects after a lost connection, and reports a connection lost
 //! during `COMMIT` as an ambiguous commit (rule A in `store::postgres`).
+//!
+//! **Round trips.** A transaction is opened lazily ([`Begin`]): its `START TRANSACTION` (and a
+//! relaxed commit's `SET LOCAL synchronous_commit = off`) goes out with the operation's first
+//! statement when that is the database clock's read — every `op_at` operation with `db_clock`
+//! — as one simple-query batch, so opening costs no round trip of its own; otherwise on its
+//! own just before the first statement. An operation that sends nothing commits nothing.
+//! `statements` counts SQL statements, `round_trips` what reached the server separately
+//! (statement preparation included).
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;

@@ -25,6 +25,7 @@
 //!   [`StoreError::Commit`]: the caller must act as if it may or may not have committed.
 //! - **T — time.** With `db_clock`, every operation reads the database's clock at its start
 //!   and uses it instead of the caller's `now`, so leases of all nodes expire on one clock.
+//!   That read travels with the transaction's `START TRANSACTION` in one round trip (`conn.rs`).
 //! - Deadlocks and serialization failures are retried (the closure is `FnMut`: operations
 //!   are pure database functions, so running one again is safe).
 //!
