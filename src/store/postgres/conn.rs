@@ -107,7 +107,6 @@ impl Conn {
             let result = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut tx))) {
                 Ok(r) => r,
                 Err(panic) => {
-                    drop(tx);
                     *slot = None;
                     std::panic::resume_unwind(panic);
                 }
