@@ -63,6 +63,9 @@ pub struct PgE2e {
     pub tasks_per_s: f64,
     /// Statements the stores ran per task (all nodes).
     pub statements_per_task: f64,
+    /// Round trips to the server per task (all nodes; statements sent in one batch count
+    /// once). `null` on SQLite.
+    pub round_trips_per_task: Option<f64>,
     /// Provider calls per task (must be 1).
     pub calls_per_task: f64,
     /// Time the database's sessions spent waiting for a lock, per task, in milliseconds
@@ -102,6 +105,11 @@ fn heard(engines: &[Arc<Engine>]) -> [u64; 3] {
         }
     }
     out
+}
+
+/// The round trips `engines`' PostgreSQL stores made so far.
+fn round_trips(engines: &[Arc<Engine>]) -> u64 {
+    engines.iter().filter_map(|e| e.store().postgres().map(|pg| pg.round_trips())).sum()
 }
 
 /// How often the lock sampler looks at `pg_locks` during an e2e run.
@@ -219,6 +227,7 @@ async fn e2e_pg(url: &str, out: &Path, n: u64, nodes: usize) -> Result<PgE2e, St
         providers.push(provider);
     }
     let stmts0: u64 = engines.iter().map(|e| e.store().statements()).sum();
+    let trips0 = round_trips(&engines);
     let heard0 = heard(&engines);
     let sampler = LockSampler::start(url)?;
     super::profile::begin();
@@ -258,6 +267,7 @@ async fn e2e_pg(url: &str, out: &Path, n: u64, nodes: usize) -> Result<PgE2e, St
         r.map_err(s)??;
     }
     let stmts: u64 = engines.iter().map(|e| e.store().statements()).sum::<u64>() - stmts0;
+    let trips = round_trips(&engines) - trips0;
     let hints = heard(&engines);
     let per_task = |i: usize| (hints[i] - heard0[i]) as f64 / n as f64;
     let hints_per_task = HintsPerTask { due: per_task(0), lease: per_task(1), task: per_task(2) };
@@ -276,6 +286,7 @@ async fn e2e_pg(url: &str, out: &Path, n: u64, nodes: usize) -> Result<PgE2e, St
         secs,
         tasks_per_s: n as f64 / secs,
         statements_per_task: stmts as f64 / n as f64,
+        round_trips_per_task: Some(trips as f64 / n as f64),
         calls_per_task: calls as f64 / n as f64,
         lock_wait_ms_per_task: Some(waiting as f64 * LOCK_SAMPLE_MS as f64 / n as f64),
         lock_wait_share: Some(if samples == 0 { 0.0 } else { some_waiting as f64 / samples as f64 }),
@@ -461,6 +472,7 @@ pub async fn run(url: &str, out: &Path, quick: bool) -> Result<PgBench, String> 
         secs: sqlite.secs,
         tasks_per_s: sqlite.tasks_per_s,
         statements_per_task: sqlite.statements_per_task,
+        round_trips_per_task: None,
         calls_per_task: sqlite.calls_per_task,
         lock_wait_ms_per_task: None,
         lock_wait_share: None,
@@ -526,6 +538,11 @@ pub fn render(t: &mut String, r: &PgBench) {
         t,
         "   lock waits: sessions of the database waiting for a row or table lock, sampled every {LOCK_SAMPLE_MS} ms"
     );
+    for e in &r.e2e {
+        if let Some(rt) = e.round_trips_per_task {
+            let _ = writeln!(t, "   {} node(s): round trips to the server per task: {rt:.1}", e.nodes);
+        }
+    }
     for e in &r.e2e {
         if let Some(h) = &e.hints_per_task {
             let _ = writeln!(

@@ -74,6 +74,24 @@ pub trait Tx {
         Ok(())
     }
 
+    /// Lock the envelope row of the task of execution `exec` to the end of the transaction, as
+    /// [`Tx::lock_task`] does, in one round trip (PostgreSQL: the execution's task id and the
+    /// lock in one statement; the id never changes, so reading it before the lock is safe).
+    /// False when no such execution exists; true without a statement where locks are not real
+    /// (SQLite). The envelope row is locked if it exists, as [`Tx::lock_task`] does.
+    fn lock_task_of_execution(&mut self, exec: &str) -> Result<bool, StoreError> {
+        if !self.locking() {
+            return Ok(true);
+        }
+        let _t = crate::stages::span(crate::stages::Stage::LockStatement);
+        let row = self.opt(
+            "SELECT x.task_id, (SELECT 1 FROM envelopes e WHERE e.task_id = x.task_id FOR UPDATE)
+             FROM executions x WHERE x.token = ?1",
+            &[&exec],
+        )?;
+        Ok(row.is_some())
+    }
+
     /// Lock an image set's row to the end of the transaction (set decisions: the next shot,
     /// candidates, the choice), the same way.
     fn lock_set(&mut self, set: &str) -> Result<(), StoreError> {

@@ -237,11 +237,8 @@ pub(in crate::store) fn charge_of(tx: &mut dyn Tx, task: &str) -> Result<ChargeS
 /// transactions run side by side (PostgreSQL) the task's envelope is locked first. Returns the
 /// task id.
 pub(in crate::store) fn fence(tx: &mut dyn Tx, exec: &str, lease: &str, now: Millis) -> Result<String, StoreError> {
-    if tx.locking() {
-        let task: Option<String> =
-            tx.opt("SELECT task_id FROM executions WHERE token = ?1", &[&exec])?.map(|r| r.get(0)).transpose()?;
-        let Some(task) = task else { return Err(StoreError::Fenced) };
-        tx.lock_task(&task)?;
+    if !tx.lock_task_of_execution(exec)? {
+        return Err(StoreError::Fenced);
     }
     tx.opt(
         "UPDATE executions SET heartbeat_at = ?3

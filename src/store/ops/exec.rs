@@ -35,17 +35,10 @@ pub fn provider_key(task: &str, attempt: i64) -> String {
 }
 
 /// Lock the task of execution `exec` where locks are real ([`Tx::locking`]); false when no
-/// such execution exists. (The lock needs the task id, which only the execution row knows.)
+/// such execution exists. (The lock needs the task id, which only the execution row knows:
+/// [`Tx::lock_task_of_execution`] finds it and locks in one round trip.)
 fn lock_task_of(tx: &mut dyn Tx, exec: &str) -> Result<bool, StoreError> {
-    if !tx.locking() {
-        return Ok(true);
-    }
-    let task: Option<String> =
-        tx.opt("SELECT task_id FROM executions WHERE token = ?1", &[&exec])?.map(|r| r.get(0)).transpose()?;
-    match task {
-        Some(task) => tx.lock_task(&task).map(|_| true),
-        None => Ok(false),
-    }
+    tx.lock_task_of_execution(exec)
 }
 
 /// The budget check of a priced, billed call of execution `exec` costing `cost` (see
@@ -82,7 +75,8 @@ fn budget_check(
 /// dispatch not counted as a lost one), and the task is `waiting` with the reason. Nothing was
 /// sent and no attempt is counted. Both outcomes are fenced on both tokens in their first
 /// write (module docs); on PostgreSQL the fence comes first of all, so a fenced worker never
-/// waits for the budget lock.
+/// waits for the budget lock. A call with no price to check takes no budget lock, so on
+/// PostgreSQL it only locks the task first: its phase change is the fence, in one statement.
 pub(in crate::store) fn record_calling(
     tx: &mut dyn Tx,
     exec: &str,
@@ -90,8 +84,13 @@ pub(in crate::store) fn record_calling(
     now: Millis,
     facts: &CallingFacts,
 ) -> Result<CallingOutcome, StoreError> {
-    if tx.locking() {
+    let budgeted = facts.billable && facts.cost_micros.is_some();
+    if budgeted && tx.locking() {
         fence(tx, exec, lease, now)?;
+    } else if !lock_task_of(tx, exec)? {
+        // No budget lock to wait for: the lock alone, since the phase change below is
+        // fenced on both tokens in its own statement (a fenced worker writes nothing).
+        return Err(StoreError::Fenced);
     }
     if let (true, Some(cost)) = (facts.billable, facts.cost_micros)
         && let Some((due_at, reason)) = budget_check(tx, exec, cost, &facts.limits, now)?

@@ -2,6 +2,14 @@
 //! statement cache, runs one operation per transaction ([`Tx`]), retries deadlocks and
 //! serialization failures, reconnects after a lost connection, and reports a connection lost
 //! during `COMMIT` as an ambiguous commit (rule A in `store::postgres`).
+//!
+//! **Round trips.** A transaction is opened lazily ([`Begin`]): its `START TRANSACTION` (and a
+//! relaxed commit's `SET LOCAL synchronous_commit = off`) goes out with the operation's first
+//! statement when that is the database clock's read — every `op_at` operation with `db_clock`
+//! — as one simple-query batch, so opening costs no round trip of its own; otherwise on its
+//! own just before the first statement. An operation that sends nothing commits nothing.
+//! `statements` counts SQL statements, `round_trips` what reached the server separately
+//! (statement preparation included).
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -9,7 +17,7 @@ use std::sync::{Arc, Mutex, mpsc};
 
 use postgres::error::SqlState;
 use postgres::types::ToSql;
-use postgres::{Client, IsolationLevel, NoTls, Row, Statement};
+use postgres::{Client, NoTls, Row, Statement};
 
 use super::{Job, Kind, Shared, lock};
 use crate::config::Durability;
@@ -76,39 +84,49 @@ impl Conn {
     pub(super) fn run<R>(
         &mut self,
         kind: Kind,
-        f: &mut dyn FnMut(&mut Tx<'_, '_>) -> Result<R, StoreError>,
+        f: &mut dyn FnMut(&mut Tx<'_>) -> Result<R, StoreError>,
     ) -> Result<R, StoreError> {
+        let relaxed = kind == Kind::Write(Commit::Ordered) || self.shared.durability == Durability::Normal;
+        let begin = match kind {
+            Kind::Read => Begin { sql: "START TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY", statements: 1 },
+            Kind::Write(_) if relaxed => {
+                Begin { sql: "START TRANSACTION; SET LOCAL synchronous_commit = off", statements: 2 }
+            }
+            Kind::Write(_) => Begin { sql: "START TRANSACTION", statements: 1 },
+        };
         let mut attempt = 0;
         loop {
             attempt += 1;
             self.client()?;
-            let Conn { client, cache, shared, .. } = self;
-            let client = client.as_mut().ok_or(StoreError::Closed)?;
-            let mut t = match kind {
-                Kind::Read => client
-                    .build_transaction()
-                    .isolation_level(IsolationLevel::RepeatableRead)
-                    .read_only(true)
-                    .start()?,
-                Kind::Write(_) => client.transaction()?,
-            };
-            shared.statements.fetch_add(1, Ordering::Relaxed);
-            let relaxed = kind == Kind::Write(Commit::Ordered) || shared.durability == Durability::Normal;
-            if relaxed && kind != Kind::Read {
-                t.batch_execute("SET LOCAL synchronous_commit = off")?;
-                shared.statements.fetch_add(1, Ordering::Relaxed);
-            }
-            let mut tx = Tx { t: &mut t, cache, shared };
+            let Conn { client: slot, cache, shared, .. } = self;
+            let client = slot.as_mut().ok_or(StoreError::Closed)?;
+            let mut tx = Tx { client, begin: Some(begin), cache, shared };
             let run = stages::start();
-            let result = f(&mut tx);
+            // A panic inside an operation must not leave the session inside its transaction
+            // for the next job: the connection is dropped (the server rolls back).
+            let result = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut tx))) {
+                Ok(r) => r,
+                Err(panic) => {
+                    *slot = None;
+                    std::panic::resume_unwind(panic);
+                }
+            };
             if kind != Kind::Read {
                 stages::record(Stage::StoreRun, run);
             }
+            let open = tx.begin.is_none();
+            let client = tx.client;
             match result {
+                // Nothing was sent: there is no transaction to end.
+                Ok(r) if !open => {
+                    shared.commits.fetch_add(1, Ordering::Relaxed);
+                    return Ok(r);
+                }
                 Ok(r) => {
                     shared.statements.fetch_add(1, Ordering::Relaxed);
+                    shared.round_trips.fetch_add(1, Ordering::Relaxed);
                     let commit = stages::start();
-                    let committed = t.commit();
+                    let committed = client.batch_execute("COMMIT");
                     if kind != Kind::Read {
                         stages::record(Stage::Commit, commit);
                     }
@@ -127,22 +145,41 @@ impl Conn {
                         Err(e) => Err(StoreError::Commit { message: e.to_string(), code: None }),
                     };
                 }
-                Err(StoreError::Postgres(e)) if retryable(&e) && attempt < RETRIES => {
-                    drop(t);
-                    continue;
-                }
                 Err(e) => {
-                    drop(t);
-                    return Err(e);
+                    if open {
+                        // A lost connection cannot roll back; the server does, and the next
+                        // job reconnects (`client`).
+                        let _ = client.batch_execute("ROLLBACK");
+                        shared.round_trips.fetch_add(1, Ordering::Relaxed);
+                    }
+                    match e {
+                        StoreError::Postgres(e) if retryable(&e) && attempt < RETRIES => continue,
+                        e => return Err(e),
+                    }
                 }
             }
         }
     }
 }
 
-/// One transaction of an operation, with cached statements and counting.
-pub(crate) struct Tx<'a, 'b> {
-    t: &'a mut postgres::Transaction<'b>,
+/// The statements that open an operation's transaction: sent with its first statement when
+/// that is the database clock's read (one round trip for both), else on their own just
+/// before it. (The client's own `transaction()` would send `BEGIN` at once, in a round trip
+/// of its own.)
+#[derive(Debug, Clone, Copy)]
+struct Begin {
+    sql: &'static str,
+    /// How many statements `sql` holds (for the statement count).
+    statements: u64,
+}
+
+/// One transaction of an operation, with cached statements and counting. The transaction is
+/// opened lazily ([`Begin`]); **invariant**: every statement of the operation runs after it is
+/// opened ([`Tx::open`] first in each method), and `run` ends it with `COMMIT` or `ROLLBACK`
+/// if it was opened.
+pub(crate) struct Tx<'a> {
+    client: &'a mut Client,
+    begin: Option<Begin>,
     cache: &'a mut HashMap<&'static str, Statement>,
     shared: &'a Shared,
 }
@@ -150,52 +187,90 @@ pub(crate) struct Tx<'a, 'b> {
 /// Parameters of a statement.
 pub(crate) type Params<'p> = [&'p (dyn ToSql + Sync)];
 
-impl Tx<'_, '_> {
+/// The database clock, in milliseconds since the epoch.
+const DB_MS: &str = "SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint";
+
+impl Tx<'_> {
+    /// Send the transaction's opening statements if they are still to be sent.
+    fn open(&mut self) -> Result<(), StoreError> {
+        if let Some(b) = self.begin.take() {
+            self.shared.statements.fetch_add(b.statements, Ordering::Relaxed);
+            self.shared.round_trips.fetch_add(1, Ordering::Relaxed);
+            self.client.batch_execute(b.sql)?;
+        }
+        Ok(())
+    }
+
     fn stmt(&mut self, sql: &'static str) -> Result<Statement, StoreError> {
+        self.open()?;
         if let Some(s) = self.cache.get(sql) {
             return Ok(s.clone());
         }
         // Operations shared with SQLite write `?N`; PostgreSQL's own SQL writes `$N` already.
-        let s = self.t.prepare(&crate::store::tx::dollar_placeholders(sql))?;
+        self.shared.round_trips.fetch_add(1, Ordering::Relaxed);
+        let s = self.client.prepare(&crate::store::tx::dollar_placeholders(sql))?;
         self.cache.insert(sql, s.clone());
         Ok(s)
+    }
+
+    /// Count one statement in a round trip of its own.
+    fn count(&self) {
+        self.shared.statements.fetch_add(1, Ordering::Relaxed);
+        self.shared.round_trips.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Execute a statement; the number of rows it changed.
     pub(crate) fn exec(&mut self, sql: &'static str, p: &Params<'_>) -> Result<u64, StoreError> {
         let _t = stages::span(Stage::Sql);
         let s = self.stmt(sql)?;
-        self.shared.statements.fetch_add(1, Ordering::Relaxed);
-        Ok(self.t.execute(&s, p)?)
+        self.count();
+        Ok(self.client.execute(&s, p)?)
     }
 
     /// Every row of a query.
     pub(crate) fn rows(&mut self, sql: &'static str, p: &Params<'_>) -> Result<Vec<Row>, StoreError> {
         let _t = stages::span(Stage::Sql);
         let s = self.stmt(sql)?;
-        self.shared.statements.fetch_add(1, Ordering::Relaxed);
-        Ok(self.t.query(&s, p)?)
+        self.count();
+        Ok(self.client.query(&s, p)?)
     }
 
     /// At most one row.
     pub(crate) fn opt(&mut self, sql: &'static str, p: &Params<'_>) -> Result<Option<Row>, StoreError> {
         let _t = stages::span(Stage::Sql);
         let s = self.stmt(sql)?;
-        self.shared.statements.fetch_add(1, Ordering::Relaxed);
-        Ok(self.t.query_opt(&s, p)?)
+        self.count();
+        Ok(self.client.query_opt(&s, p)?)
     }
 
     /// Exactly one row.
     pub(crate) fn one(&mut self, sql: &'static str, p: &Params<'_>) -> Result<Row, StoreError> {
         let _t = stages::span(Stage::Sql);
         let s = self.stmt(sql)?;
-        self.shared.statements.fetch_add(1, Ordering::Relaxed);
-        Ok(self.t.query_one(&s, p)?)
+        self.count();
+        Ok(self.client.query_one(&s, p)?)
     }
 
-    /// The database's clock, in milliseconds since the epoch.
+    /// The database's clock, in milliseconds since the epoch. As an operation's first
+    /// statement (where `op_at` reads it) it travels with the transaction's opening
+    /// statements, in one simple-query batch: one round trip instead of two.
     pub(crate) fn db_ms(&mut self) -> Result<Millis, StoreError> {
-        Ok(self.one("SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint", &[])?.get(0))
+        let Some(b) = self.begin.take() else {
+            return Ok(self.one(DB_MS, &[])?.get(0));
+        };
+        let _t = stages::span(Stage::Sql);
+        self.shared.statements.fetch_add(b.statements + 1, Ordering::Relaxed);
+        self.shared.round_trips.fetch_add(1, Ordering::Relaxed);
+        let batch = format!("{}; {DB_MS}", b.sql);
+        for m in self.client.simple_query(&batch)? {
+            if let postgres::SimpleQueryMessage::Row(r) = m {
+                let text = r.get(0).unwrap_or("");
+                return text
+                    .parse::<Millis>()
+                    .map_err(|_| StoreError::Invalid(format!("the database clock read {text:?}, not milliseconds")));
+            }
+        }
+        Err(StoreError::Invalid("the database clock read returned no row".into()))
     }
 
     /// The `now` an operation uses: the database's clock with `db_clock`, else the caller's.
@@ -206,7 +281,7 @@ impl Tx<'_, '_> {
 
 /// The backend-neutral transaction (`store::tx`): the same statements, cache and counting,
 /// with owned rows.
-impl crate::store::tx::Tx for Tx<'_, '_> {
+impl crate::store::tx::Tx for Tx<'_> {
     fn dialect(&self) -> Dialect {
         Dialect::Postgres
     }

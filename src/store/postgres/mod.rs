@@ -25,6 +25,7 @@
 //!   [`StoreError::Commit`]: the caller must act as if it may or may not have committed.
 //! - **T — time.** With `db_clock`, every operation reads the database's clock at its start
 //!   and uses it instead of the caller's `now`, so leases of all nodes expire on one clock.
+//!   That read travels with the transaction's `START TRANSACTION` in one round trip (`conn.rs`).
 //! - Deadlocks and serialization failures are retried (the closure is `FnMut`: operations
 //!   are pure database functions, so running one again is safe).
 //!
@@ -278,6 +279,9 @@ struct Inner {
 struct Shared {
     signals: Arc<Signals>,
     statements: AtomicU64,
+    /// Round trips to the server of the operation connections (a batch of statements sent
+    /// together is one).
+    round_trips: AtomicU64,
     commits: AtomicU64,
     durability: Durability,
     db_clock: bool,
@@ -324,6 +328,7 @@ impl PgStore {
         let shared = Arc::new(Shared {
             signals: signals.clone(),
             statements: AtomicU64::new(0),
+            round_trips: AtomicU64::new(0),
             commits: AtomicU64::new(0),
             durability: opts.durability,
             db_clock: opts.db_clock,
@@ -389,6 +394,13 @@ impl PgStore {
     /// Transactions committed so far.
     pub fn commits(&self) -> u64 {
         self.inner.shared.commits.load(Ordering::Relaxed)
+    }
+
+    /// Round trips the operation connections made to the server so far (statements sent
+    /// together in one batch, such as `BEGIN` with the transaction's first statement, count
+    /// once; see `conn.rs`).
+    pub fn round_trips(&self) -> u64 {
+        self.inner.shared.round_trips.load(Ordering::Relaxed)
     }
 
     /// Wake-ups from other nodes.
@@ -468,7 +480,7 @@ impl PgStore {
     pub(crate) async fn write<R, F>(&self, f: F) -> Result<R, StoreError>
     where
         R: Send + 'static,
-        F: FnMut(&mut Tx<'_, '_>) -> Result<R, StoreError> + Send + 'static,
+        F: FnMut(&mut Tx<'_>) -> Result<R, StoreError> + Send + 'static,
     {
         self.run(Kind::Write(Commit::Durable), f).await
     }
@@ -477,7 +489,7 @@ impl PgStore {
     pub(crate) async fn write_ordered<R, F>(&self, f: F) -> Result<R, StoreError>
     where
         R: Send + 'static,
-        F: FnMut(&mut Tx<'_, '_>) -> Result<R, StoreError> + Send + 'static,
+        F: FnMut(&mut Tx<'_>) -> Result<R, StoreError> + Send + 'static,
     {
         self.run(Kind::Write(Commit::Ordered), f).await
     }
@@ -486,7 +498,7 @@ impl PgStore {
     pub(crate) async fn read<R, F>(&self, f: F) -> Result<R, StoreError>
     where
         R: Send + 'static,
-        F: FnMut(&mut Tx<'_, '_>) -> Result<R, StoreError> + Send + 'static,
+        F: FnMut(&mut Tx<'_>) -> Result<R, StoreError> + Send + 'static,
     {
         self.run(Kind::Read, f).await
     }
@@ -498,7 +510,7 @@ impl PgStore {
     pub(crate) fn read_blocking<R, F>(&self, mut f: F) -> Result<R, StoreError>
     where
         R: Send + 'static,
-        F: FnMut(&mut Tx<'_, '_>) -> Result<R, StoreError> + Send + 'static,
+        F: FnMut(&mut Tx<'_>) -> Result<R, StoreError> + Send + 'static,
     {
         let unreachable = || self.inner.shared.down.borrow().clone().map(StoreError::Unreachable);
         if let Some(e) = unreachable() {
@@ -535,7 +547,7 @@ impl PgStore {
     async fn run<R, F>(&self, kind: Kind, f: F) -> Result<R, StoreError>
     where
         R: Send + 'static,
-        F: FnMut(&mut Tx<'_, '_>) -> Result<R, StoreError> + Send + 'static,
+        F: FnMut(&mut Tx<'_>) -> Result<R, StoreError> + Send + 'static,
     {
         let mut down = self.inner.shared.down.subscribe();
         let rx = self.send(kind, f)?;
@@ -551,7 +563,7 @@ impl PgStore {
     fn send<R, F>(&self, kind: Kind, mut f: F) -> Result<oneshot::Receiver<Result<R, StoreError>>, StoreError>
     where
         R: Send + 'static,
-        F: FnMut(&mut Tx<'_, '_>) -> Result<R, StoreError> + Send + 'static,
+        F: FnMut(&mut Tx<'_>) -> Result<R, StoreError> + Send + 'static,
     {
         if let Some(why) = self.inner.shared.down.borrow().clone() {
             return Err(StoreError::Unreachable(why));

@@ -6,7 +6,7 @@ use super::{PgStore, Tx};
 use crate::store::{BlobMeta, CHUNK, StoreError};
 
 /// What is recorded about the image stored under `id`.
-fn blob_meta(tx: &mut Tx<'_, '_>, id: &str) -> Result<Option<BlobMeta>, StoreError> {
+fn blob_meta(tx: &mut Tx<'_>, id: &str) -> Result<Option<BlobMeta>, StoreError> {
     Ok(tx.opt("SELECT id, sha256, bytes, media_type FROM blobs WHERE id = $1", &[&id])?.map(|r| BlobMeta {
         id: r.get(0),
         sha256: r.get(1),

@@ -223,6 +223,34 @@ async fn a_node_hears_no_wake_up_of_another_schema_in_the_same_database() {
     }
 }
 
+/// With the database clock, an operation's `START TRANSACTION` travels with its clock read in
+/// one round trip (`store::postgres::conn`): a submit sends one round trip fewer than it runs
+/// statements; an operation that fails inside its transaction leaves its connection usable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operation_opens_its_transaction_in_the_round_trip_of_its_clock_read() {
+    let Some(url) = pg_url() else { return };
+    let opts = PgOptions { db_clock: true, connections: 1, ..pg_options(&url, &schema(), "trips") };
+    let s = Store::from(PgStore::open(opts).expect("open"));
+    // The first submit prepares its statements (a round trip each, no statement).
+    s.submit(task("warm"), 5).await.expect("submit");
+    let (st0, rt0) = (pg(&s).statements(), pg(&s).round_trips());
+    s.submit(task("counted"), 5).await.expect("submit");
+    let (st, rt) = (pg(&s).statements() - st0, pg(&s).round_trips() - rt0);
+    assert!(st >= 4, "a submit runs START TRANSACTION, the clock, its inserts and COMMIT: {st}");
+    assert_eq!(rt, st - 1, "START TRANSACTION and the clock read share a round trip ({st} statements)");
+    // An operation that fails after its transaction opened (a finish of an execution that
+    // does not exist is fenced once its lock statement found nothing) is rolled back, and the
+    // connection — the only one — serves the next operation.
+    let fenced = s.finish("no-such-execution".into(), "no-lease".into(), Finish::CanceledBeforeCall, 5).await;
+    assert!(matches!(fenced, Err(StoreError::Fenced)), "{fenced:?}");
+    // `SAVEPOINT` outside a transaction block fails (25P01); inside one it succeeds.
+    let outside: bool = pg(&s).raw(|c| Ok(c.batch_execute("SAVEPOINT probe").is_err())).await.expect("probe");
+    assert!(outside, "the failed operation's transaction was left open on the connection");
+    let id = s.submit(task("after"), 5).await.expect("submit after a failed operation").task_id().to_string();
+    assert!(s.get_task(id).await.expect("get").is_some());
+    s.close().expect("close");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_database_clock_leases_expire_on_the_servers_time_not_the_callers() {
     let Some(url) = pg_url() else { return };
