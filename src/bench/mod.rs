@@ -67,8 +67,9 @@ pub struct BenchArgs {
     #[arg(long, value_name = "URL", env = "TALLY_BENCH_POSTGRES_URL", hide_env_values = true)]
     pub postgres_url: Option<String>,
     /// Time each stage of a task's path (store calls, the hand-off to the store's thread, SQL,
-    /// commits, lock statements, the image check and blob) in every end-to-end run, and print
-    /// the profile per task (`profile` in the JSON). Off, the stages cost one atomic load each.
+    /// commits, lock statements, the image check and blob) in every end-to-end and pickup run,
+    /// and print the profile per task (`profile` in the JSON). Off, the stages cost one atomic
+    /// load each.
     #[arg(long)]
     pub profile: bool,
     /// `--fast-pickup false`: run the SQLite sections' engines with `[engine] fast_pickup =
@@ -170,6 +171,8 @@ pub struct Pickup {
     /// fsync) and a one-row UPDATE (one fsynced commit), p50.
     pub store_noop_write_ms_p50: f64,
     pub store_one_row_commit_ms_p50: f64,
+    /// With `--profile`: where a pickup's time went, per stage and per task (`null` otherwise).
+    pub profile: Option<profile::Profile>,
 }
 
 /// Idle cost of an engine that ran one task and then had nothing to do.

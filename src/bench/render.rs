@@ -81,6 +81,9 @@ pub(super) fn render_table(r: &Results) -> String {
             "   store probe (idle): empty write op p50 {:.3} ms (thread round trip, no fsync), one-row UPDATE commit p50 {:.3} ms",
             p.store_noop_write_ms_p50, p.store_one_row_commit_ms_p50
         );
+        if let Some(prof) = &p.profile {
+            super::profile::render(&mut t, "pickup, durability full", prof);
+        }
     }
     if let Some(p) = &r.pickup_normal_ms {
         let _ = writeln!(
@@ -88,6 +91,9 @@ pub(super) fn render_table(r: &Results) -> String {
             "   with durability = \"normal\": p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms; submit call p50 {:.3} ms",
             p.p50, p.p99, p.max, p.submit_ms_p50
         );
+        if let Some(prof) = &p.profile {
+            super::profile::render(&mut t, "pickup, durability normal", prof);
+        }
     }
     if let Some(i) = &r.idle {
         let _ = writeln!(

@@ -293,7 +293,10 @@ pub async fn pickup(out: &Path, samples: usize, durability: Durability) -> Resul
     let store = Store::open(&dir.join("tally.db"), durability).map_err(s)?;
     let provider = Arc::new(InstantProvider::new(true));
     let engine = start(store, &dir, 1, provider.clone(), 1).await?;
+    super::profile::begin();
     let (submit, pickup) = latency_samples(&engine, &provider, samples, 5, "pickup").await?;
+    // (The warm-up tasks are in it too: per task is over all of them.)
+    let profile = super::profile::end(samples as u64 + 5);
     let (noop, one_row) = store_probe(engine.store(), 200).await?;
     stop(engine).await?;
     Ok(Pickup {
@@ -305,6 +308,7 @@ pub async fn pickup(out: &Path, samples: usize, durability: Durability) -> Resul
         samples,
         submit_ms_p50: pct(&submit, 0.5),
         submit_ms_p99: pct(&submit, 0.99),
+        profile,
     })
 }
 

@@ -31,6 +31,7 @@ fn sample() -> Results {
             submit_ms_p99: 0.2,
             store_noop_write_ms_p50: 0.05,
             store_one_row_commit_ms_p50: 0.4,
+            profile: None,
         }),
         pickup_normal_ms: None,
         idle: Some(Idle {
