@@ -37,6 +37,41 @@ fn rows(store: &SqliteStore) -> Result<Vec<i64>, StoreError> {
 
 const WAIT: Duration = Duration::from_secs(20);
 
+/// A read of `t` on its own thread, started while an fsync is held: it reports what it read
+/// and whether `released` was already set when it returned.
+struct Reader {
+    released: Arc<AtomicBool>,
+    seen: std::sync::mpsc::Receiver<(Result<Vec<i64>, StoreError>, bool)>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Reader {
+    fn start(store: &SqliteStore) -> Reader {
+        let released = Arc::new(AtomicBool::new(false));
+        let (seen_tx, seen) = std::sync::mpsc::channel();
+        let thread = {
+            let (store, released) = (store.clone(), released.clone());
+            std::thread::spawn(move || {
+                let r = rows(&store);
+                let _ = seen_tx.send((r, released.load(Ordering::SeqCst)));
+            })
+        };
+        Reader { released, seen, thread }
+    }
+
+    /// Whether it has returned already.
+    fn returned(&self) -> bool {
+        !matches!(self.seen.try_recv(), Err(std::sync::mpsc::TryRecvError::Empty))
+    }
+
+    /// What it read, and whether it returned after `released` was set.
+    fn result(self) -> (Result<Vec<i64>, StoreError>, bool) {
+        let got = self.seen.recv_timeout(WAIT).expect("the reader returns");
+        self.thread.join().expect("reader");
+        got
+    }
+}
+
 /// Wait until the writer has finished `n` commits (the writer thread counts each after its
 /// `COMMIT` returned), yielding in between.
 async fn until_commits(store: &SqliteStore, n: u64) {
@@ -82,21 +117,13 @@ async fn a_lone_operation_is_fsynced_by_the_writer_and_a_batch_by_the_flusher() 
     let f0 = store.fsyncs();
     let mut a = store.send(Commit::Durable, 0, insert(1)).expect("send a");
     assert_eq!(entered.recv_timeout(WAIT).expect("an fsync starts for a"), "tally-writer");
-    let released = Arc::new(AtomicBool::new(false));
-    let (seen_tx, seen) = std::sync::mpsc::channel();
-    let reader = {
-        let (store, released) = (store.clone(), released.clone());
-        std::thread::spawn(move || {
-            let r = rows(&store);
-            let _ = seen_tx.send((r, released.load(Ordering::SeqCst)));
-        })
-    };
+    let reader = Reader::start(&store);
     assert!(a.try_recv().is_err(), "a was answered before its fsync ended");
-    released.store(true, Ordering::SeqCst);
+    assert!(!reader.returned(), "the reader saw a before the writer's fsync of it ended");
+    reader.released.store(true, Ordering::SeqCst);
     release.send(()).expect("release a's fsync");
     assert_eq!(a.await.expect("reply").expect("a"), 1);
-    let (r, after_release) = seen.recv_timeout(WAIT).expect("the reader returns");
-    reader.join().expect("reader");
+    let (r, after_release) = reader.result();
     assert_eq!(r.expect("read"), [1]);
     assert!(after_release, "the reader saw a before the writer's fsync of it ended");
     assert_eq!(store.fsyncs(), f0 + 1, "one fsync answered a");
@@ -159,27 +186,18 @@ async fn durable_answers_and_reads_wait_for_an_fsync_that_started_after_the_comm
         |c: &Connection| -> Result<i64, StoreError> { Ok(c.query_row("SELECT count(*) FROM t", [], |r| r.get(0))?) };
     let mut c = store.send(Commit::Ordered, 0, count).expect("send c");
     until_commits(&store, commits + 1).await;
-    let released = Arc::new(AtomicBool::new(false));
-    let (seen_tx, seen) = std::sync::mpsc::channel();
-    let reader = {
-        let (store, released) = (store.clone(), released.clone());
-        std::thread::spawn(move || {
-            let r = rows(&store);
-            let _ = seen_tx.send((r, released.load(Ordering::SeqCst)));
-        })
-    };
+    let reader = Reader::start(&store);
     release.send(()).expect("release the first fsync");
     assert_eq!(a.await.expect("reply").expect("a"), 1, "a is answered by the fsync that started after its commit");
     entered.recv_timeout(WAIT).expect("a second fsync starts, for b");
     assert!(b.try_recv().is_err(), "b was answered by an fsync that started before its commit");
-    assert!(seen.try_recv().is_err(), "a reader saw b before it was on disk");
+    assert!(!reader.returned(), "a reader saw b before it was on disk");
     assert!(c.try_recv().is_err(), "an ordered op was told about b before it was on disk");
-    released.store(true, Ordering::SeqCst);
+    reader.released.store(true, Ordering::SeqCst);
     drop(release);
     assert_eq!(b.await.expect("reply").expect("b"), 2);
     assert_eq!(c.await.expect("reply").expect("c"), 2, "the ordered op ran after b");
-    let (r, after_release) = seen.recv_timeout(WAIT).expect("the reader returns");
-    reader.join().expect("reader");
+    let (r, after_release) = reader.result();
     assert_eq!(r.expect("read"), [1, 2]);
     assert!(after_release, "the reader returned before the fsync covering b ended");
     store.close().expect("close");
