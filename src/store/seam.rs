@@ -29,7 +29,7 @@
 //! | retention keeps what someone still needs | the plan re-checked per delete on the writer (`prune`) | the same plan and deletes (`prune`), each delete re-checked under the task's envelope, set or photo lock (`prune::delete_singles`, `delete_set`, `delete_uploads`) |
 //! | a delivery is worked by one run at a time; a file is never written twice where the target cannot tell | the claim, `writing` and every confirm check that this run holds the delivery, in one writer operation (`ops::deliveries`) | the same checks, each the guarded `UPDATE` of the delivery's row itself (`ops::deliveries::hold`), which locks the row to the end of the transaction, so a takeover (`ops::deliveries::claim`, only when queued or its lease ran out, or of this node's own earlier runs at start-up) waits for it or is seen by it; a new delivery re-checks each shot's choice under `Tx::lock_set` |
 //!
-//! Longer than 600 lines on purpose: it is the one list of every store operation (about sixty
+//! Longer than 600 lines on purpose: it is the one list of every store operation (about ninety
 //! methods of a few lines each, each running its one implementation in `store::ops`), and an
 //! index reads best whole.
 
