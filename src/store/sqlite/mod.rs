@@ -11,7 +11,8 @@
 //! - **Fsync what a promise depends on, pipelined.** Every transaction commits with
 //!   `synchronous = NORMAL` (its WAL frames written, not fsynced: it survives a crash of the
 //!   process) and the writer goes on with the next batch. With `durability = "full"`, the
-//!   flusher thread fdatasyncs the WAL and [`Commit::Durable`] operations are answered only
+//!   flusher thread fdatasyncs the WAL (the writer itself after a lone operation with nothing
+//!   queued behind it) and [`Commit::Durable`] operations are answered only
 //!   after an fsync that started after their commit; reads are handed back only once every
 //!   durable commit they could see is on disk; a failed fsync stops the store for good
 //!   (`store::sqlite::flush`). [`Commit::Ordered`] operations are not fsynced on their own
