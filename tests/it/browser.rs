@@ -121,8 +121,19 @@ impl Browser {
         }
     }
 
+    /// Click `css` as a person would. When a live update drew the view again between finding
+    /// the element and clicking it (a stale element), find it again and click the new one.
     pub async fn click(&self, css: &str) {
-        self.c().find(Locator::Css(css)).await.unwrap_or_else(|e| panic!("{css}: {e}")).click().await.expect("click");
+        for _ in 0..5 {
+            let el = self.c().find(Locator::Css(css)).await.unwrap_or_else(|e| panic!("{css}: {e}"));
+            match el.click().await {
+                Ok(()) => return,
+                Err(fantoccini::error::CmdError::Standard(e))
+                    if e.error == fantoccini::error::ErrorStatus::StaleElementReference => {}
+                Err(e) => panic!("click {css}: {e}"),
+            }
+        }
+        panic!("{css} was drawn again five times in a row");
     }
 
     pub async fn screenshot(&self, name: &str) -> PathBuf {

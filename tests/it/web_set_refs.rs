@@ -15,21 +15,6 @@ use crate::common::{Daemon, Mock, TempDir, request, sha256_hex};
 use crate::web::printed_sign_in_url;
 use crate::web_views::{check_view, daemon_with_jobs, set_width};
 
-/// Click `css` as a person would; when a live update drew the view again between finding the
-/// element and clicking it (a stale element), find it again and click the new one.
-async fn click_current(b: &Browser, css: &str) {
-    for _ in 0..5 {
-        let el = b.c().find(fantoccini::Locator::Css(css)).await.unwrap_or_else(|e| panic!("{css}: {e}"));
-        match el.click().await {
-            Ok(()) => return,
-            Err(fantoccini::error::CmdError::Standard(e))
-                if e.error == fantoccini::error::ErrorStatus::StaleElementReference => {}
-            Err(e) => panic!("click {css}: {e}"),
-        }
-    }
-    panic!("{css} was drawn again five times in a row");
-}
-
 /// The sha256 of each of the set's reference photos, in order, as the API lists them, after
 /// checking that the bytes `GET /v1/uploads/{id}` serves hash to what it says.
 fn reference_hashes(d: &Daemon, set: &str) -> Vec<String> {
@@ -145,7 +130,7 @@ fn reference_photos_are_added_and_removed_in_the_page_and_refused_once_a_shot_is
         check_view(&b, "a set with two photos that can still change").await;
 
         // Remove the first: the others stay, in order, their bytes unchanged.
-        click_current(&b, "#ref-remove-0").await;
+        b.click("#ref-remove-0").await;
         b.until("two photos left", 10, "document.querySelectorAll('#references li').length === 2").await;
         assert_eq!(reference_hashes(&d, &set), [sha256_hex(&side), sha256_hex(&back)], "the first one is gone");
         let timeline = d.call("GET", &format!("/v1/sets/{set}"), None).json()["timeline"].clone();
@@ -155,7 +140,7 @@ fn reference_photos_are_added_and_removed_in_the_page_and_refused_once_a_shot_is
         // so in plain words, next to the photos; nothing changes.
         b.js(&format!("(location.hash = '#/sets/{running}')")).await;
         b.until("the running set's photos", 10, "document.getElementById('ref-remove-0') !== null").await;
-        click_current(&b, "#ref-remove-0").await;
+        b.click("#ref-remove-0").await;
         let said = b.until("the refusal", 10, "!document.getElementById('refs-error').hidden && document.getElementById('refs-error').textContent").await;
         let said = said.as_str().unwrap_or("");
         assert!(
@@ -188,7 +173,7 @@ fn a_shot_refused_for_two_photos_is_generated_once_one_is_removed_in_the_page() 
         assert_eq!(b.js("document.getElementById('shot-retry-0')").await, Value::Null, "no retry that cannot help");
 
         // Remove the second photo in the page: the shot is offered again, with its price.
-        click_current(&b, "#ref-remove-1").await;
+        b.click("#ref-remove-1").await;
         b.until("the retry", 10, "document.getElementById('shot-retry-0') !== null").await;
         assert_eq!(b.js("document.querySelectorAll('#references li').length").await, json!(1));
         let fix = b.js("document.getElementById('shot-fix-0').textContent").await;
@@ -212,7 +197,7 @@ fn a_shot_refused_for_two_photos_is_generated_once_one_is_removed_in_the_page() 
         // Back on the set: Retry asks first, naming the price; saying no sends nothing.
         b.js(&format!("(location.hash = '#/sets/{}')", jobs.set)).await;
         b.until("the retry", 10, "document.getElementById('shot-retry-0') !== null").await;
-        click_current(&b, "#shot-retry-0").await;
+        b.click("#shot-retry-0").await;
         b.until("the question", 5, "document.getElementById('confirm-dialog').open").await;
         let ask = b.js("document.getElementById('confirm-dialog').innerText").await;
         let ask = ask.as_str().unwrap_or("");
@@ -221,7 +206,7 @@ fn a_shot_refused_for_two_photos_is_generated_once_one_is_removed_in_the_page() 
         b.click("#confirm-no").await;
         b.until("the dialog closed", 5, "!document.getElementById('confirm-dialog').open").await;
         assert_eq!(mock.count("the teapot on white"), (0, 0), "saying no sent nothing");
-        click_current(&b, "#shot-retry-0").await;
+        b.click("#shot-retry-0").await;
         b.until("the question", 5, "document.getElementById('confirm-dialog').open").await;
         b.click("#confirm-yes").await;
         b.until(
