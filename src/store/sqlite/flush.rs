@@ -5,8 +5,8 @@
 //! Who fsyncs: the flusher, while the writer runs the next batch — unless the batch was one
 //! operation alone with nothing queued behind it (one task at a time, an idle engine's
 //! pickup), when the writer fsyncs itself ([`Flush::sync_inline`]) rather than hand the batch
-//! to the flusher and have the answer handed back: measured 1.35× on one worker, no change at
-//! 16 (BENCHMARKS.md, Session 8). Batches of several keep the pipeline. Either way one fsync
+//! to the flusher and have the answer handed back: measured 1.14–1.37× on one worker, no
+//! change at 16 (BENCHMARKS.md, Session 8). Batches of several keep the pipeline. Either way one fsync
 //! runs at a time (`syncing`), and everything below holds for both.
 //!
 //! Generations: the writer numbers its batches 1, 2, 3, …; [`Flush::begin`] is called just
@@ -358,11 +358,12 @@ impl Flush {
         }
     }
 
-    /// The writer's own fsync, when it has nothing else to do: its queue is empty and a
-    /// committed batch waits for the disk. Saves the two thread hand-offs (to the flusher and
-    /// back) that a lone task would otherwise pay per durable commit; under load the queue is
-    /// rarely empty and the flusher does it while the writer runs the next batch. Nothing
-    /// happens when an fsync is already running (it or the next one answers the batch).
+    /// The writer's own fsync, after a batch of one operation with nothing queued behind it
+    /// (the writer decides that), when that batch waits for the disk. Saves the two thread
+    /// hand-offs (to the flusher and back) that a lone task would otherwise pay per durable
+    /// commit; batches of several are handed to the flusher ([`Flush::hand_off`]) while the
+    /// writer runs the next one. Nothing happens when an fsync is already running (it or the
+    /// next one answers the batch).
     pub(super) fn sync_inline(&self, wal: &File, what: &str, after: impl Fn(Option<i64>, usize)) {
         #[cfg(test)]
         if self.inline_off.load(std::sync::atomic::Ordering::SeqCst) {

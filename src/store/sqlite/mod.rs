@@ -157,7 +157,10 @@ impl SqliteStore {
         // The writer's own fd on the same open file, for the fsyncs it runs itself
         // (`flush::Flush::sync_inline`).
         let own_wal = match &wal {
-            Some(f) => Some(f.try_clone().map_err(|e| StoreError::Fatal(format!("cannot open the WAL twice: {e}")))?),
+            Some(f) => Some((
+                f.try_clone().map_err(|e| StoreError::Fatal(format!("cannot open the WAL twice: {e}")))?,
+                flush::wal_path(path).display().to_string(),
+            )),
             None => None,
         };
         let flusher = match wal {

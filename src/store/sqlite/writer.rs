@@ -74,8 +74,9 @@ pub(super) struct Writer {
     pub(super) inner: std::sync::Weak<Inner>,
     pub(super) flush: Arc<flush::Flush>,
     pub(super) flusher: Option<thread::JoinHandle<()>>,
-    /// The WAL, for the fsyncs the writer runs itself when its queue is empty (`full` only).
-    pub(super) wal: Option<std::fs::File>,
+    /// The WAL and its name (for a failed fsync's message), for the fsyncs the writer runs
+    /// itself after a lone operation with nothing queued behind it (`full` only).
+    pub(super) wal: Option<(std::fs::File, String)>,
     pub(super) path: PathBuf,
 }
 
@@ -121,17 +122,17 @@ impl Writer {
             }
             let lone = batch.len() == 1;
             self.one_batch(batch, &mut failing);
-            // Nothing else to do: fsync here rather than wake the flusher and wait for it.
-            if let Some(wal) = &self.wal {
+            // A lone operation with nothing behind it: fsync here rather than wake the flusher
+            // and wait for it.
+            if let Some((wal, what)) = &self.wal {
                 if carried.is_none() {
                     carried = rx.try_recv().ok();
                 }
                 if carried.is_some() || !lone {
                     self.flush.hand_off();
                 } else {
-                    let what = flush::wal_path(&self.path).display().to_string();
                     let inner = &self.inner;
-                    self.flush.sync_inline(wal, &what, |seq, answered| flush::flushed(inner, seq, answered));
+                    self.flush.sync_inline(wal, what, |seq, answered| flush::flushed(inner, seq, answered));
                 }
             }
         }
