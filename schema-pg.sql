@@ -66,8 +66,13 @@ CREATE TABLE tasks (
     shot_role        text CHECK (shot_role IN ('main', 'selling_point', 'scene')),
     retry_key        text,                        -- a retry's idempotency key: unique per original task (retry_of)
     group_key        text,                        -- the submitter's optional `group` (a fairness key)
-    candidate        bigint NOT NULL DEFAULT 0 CHECK (candidate >= 0) -- which candidate of its shot, from 0
+    candidate        bigint NOT NULL DEFAULT 0 CHECK (candidate >= 0), -- which candidate of its shot, from 0
+    operation        text NOT NULL DEFAULT 'generate', -- domain::operation (checked in code)
+    source_kind      text CHECK (source_kind IN ('artifact', 'upload')), -- the image an edit or cutout works on
+    source_id        text COLLATE "C",
+    CONSTRAINT tasks_source_whole CHECK ((source_kind IS NULL) = (source_id IS NULL))
 );
+CREATE INDEX tasks_by_source ON tasks(source_id) WHERE source_id IS NOT NULL;
 CREATE INDEX tasks_by_status ON tasks(status, id);
 CREATE INDEX tasks_by_set ON tasks(set_id, set_position) WHERE set_id IS NOT NULL;
 CREATE INDEX tasks_by_retry_of ON tasks(retry_of) WHERE retry_of IS NOT NULL;

@@ -34,8 +34,12 @@ CREATE TABLE tasks (
     shot_role        TEXT CHECK (shot_role IN ('main', 'selling_point', 'scene')),
     retry_key        TEXT,                        -- a retry's idempotency key: unique per original task (retry_of)
     group_key        TEXT,                        -- the submitter's optional `group` (a fairness key)
-    candidate        INTEGER NOT NULL DEFAULT 0 CHECK (candidate >= 0) -- which candidate of its shot (set_position), from 0
+    candidate        INTEGER NOT NULL DEFAULT 0 CHECK (candidate >= 0), -- which candidate of its shot (set_position), from 0
+    operation        TEXT NOT NULL DEFAULT 'generate', -- domain::operation: generate, edit, cutout (checked in code, not here)
+    source_kind      TEXT CHECK (source_kind IN ('artifact', 'upload')), -- the image an edit or cutout works on
+    source_id        TEXT CHECK ((source_kind IS NULL) = (source_id IS NULL)) -- its id (an artifact's or an upload's, as in blobs)
 ) STRICT;
+CREATE INDEX tasks_by_source ON tasks(source_id) WHERE source_id IS NOT NULL;
 CREATE INDEX tasks_by_status ON tasks(status, id);
 CREATE INDEX tasks_by_set ON tasks(set_id, set_position) WHERE set_id IS NOT NULL;
 CREATE INDEX tasks_by_retry_of ON tasks(retry_of) WHERE retry_of IS NOT NULL;

@@ -3,12 +3,16 @@
 //! The words themselves, in English and Simplified Chinese, come from one catalogue
 //! ([`words`]).
 
+pub mod operation;
 pub mod words;
 
 use std::fmt;
 use std::time::Duration;
 
 use serde::Serialize;
+
+/// The currency of prices and budgets when none is configured.
+pub const DEFAULT_CURRENCY: &str = "USD";
 use sha2::{Digest, Sha256};
 
 /// Milliseconds since the Unix epoch, UTC: the one way tally stores time.

@@ -21,8 +21,7 @@ const PREFLIGHT_PREFIX: &str = "refused before sending anything (nothing was cha
 /// Where to look for an unknown job at the provider, and what to match it by.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct WhereToLookJson {
-    /// Which page (`openai_usage`, `replicate_predictions`, `fal_requests`, `model_studio`,
-    /// `ai_studio`, `ai_studio_batch`, `bfl_dashboard`, `demo`, `none`), for surfaces that word
+    /// Which page (each provider kind's own id, `demo`, `none`), for surfaces that word
     /// `label` and `how` in another language.
     pub page: String,
     /// The provider's page (open it signed in to the provider's account); `null` when this
@@ -257,6 +256,9 @@ mod tests {
             group: None,
             waiting_for: None,
             held: None,
+            operation: Default::default(),
+            source: None,
+            derived: Vec::new(),
         }
     }
 
@@ -278,7 +280,7 @@ mod tests {
 
         let t = failed(
             "rejected",
-            "refused before sending anything (nothing was charged): this shot has 5 reference photos, but BFL's \
+            "refused before sending anything (nothing was charged): this shot has 5 reference photos, but the provider's \
              flux-kontext-pro takes at most 4; nothing was sent",
         );
         let r = refused_before_sending(&t).expect("a refusal");

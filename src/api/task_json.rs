@@ -3,6 +3,7 @@
 //! sentences are in the request's language (`api::lang`), from the one catalogue
 //! (`domain::words`); `reason` stays the stored English detail.
 
+use crate::domain::operation::{Operation, Source};
 use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -74,6 +75,25 @@ pub struct TaskJson {
     /// For a `failed` task that a check stopped before anything was sent (nothing charged):
     /// what was wrong, the fix, and whether retrying unchanged can help. Null otherwise.
     pub refused_before_sending: Option<super::task_help::RefusedBeforeSendingJson>,
+    /// What the call makes: `generate`, `edit` or `cutout`.
+    #[schema(value_type = String, example = "generate")]
+    pub operation: Operation,
+    /// The image an `edit` or `cutout` works on: `{"artifact": ID}` or `{"upload": ID}`;
+    /// `null` for a generation.
+    #[schema(value_type = Option<Object>)]
+    pub image: Option<Source>,
+    /// What was made from this task's images (edits and cutouts of them), oldest first: the
+    /// image's lineage forward.
+    pub derived: Vec<DerivedJson>,
+}
+
+/// A task made from another task's image.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct DerivedJson {
+    pub id: String,
+    #[schema(value_type = String)]
+    pub operation: Operation,
+    pub status: TaskStatus,
 }
 
 /// Why a job is held, and what sending it again may cost.
@@ -274,5 +294,12 @@ pub fn task_json_in(engine: &Engine, t: &TaskView, lang: Lang) -> TaskJson {
         },
         where_to_look: super::task_help::where_to_look(engine, t, lang),
         refused_before_sending: super::task_help::refused_before_sending_in(t, lang),
+        operation: t.operation,
+        image: t.source.clone(),
+        derived: t
+            .derived
+            .iter()
+            .map(|(id, operation, status)| DerivedJson { id: id.clone(), operation: *operation, status: *status })
+            .collect(),
     }
 }

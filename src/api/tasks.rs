@@ -16,6 +16,7 @@ use super::openapi::{JsonRejected, NotFound, StoreFailure};
 pub use super::task_json::*;
 use super::{AppState, JsonBody, OptionalJsonBody, json_response};
 use crate::clock::rfc3339;
+use crate::domain::operation::{Operation, Source, SourceKind};
 use crate::domain::{Charge, TaskStatus, money};
 use crate::providers::{Image, sniff_image};
 use crate::store::{
@@ -80,9 +81,19 @@ pub(crate) fn idempotency_key(headers: &HeaderMap, body: Option<String>) -> Resu
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitBody {
-    /// What to generate (not blank; at most 8 KiB).
+    /// What to generate, or for an `edit` the instruction (not blank; at most 8 KiB). A
+    /// `cutout` takes none.
     #[schema(min_length = 1, example = "red sneaker on a white background")]
-    pub prompt: String,
+    #[serde(default)]
+    pub prompt: Option<String>,
+    /// What the call makes: `generate` (the default), `edit` (an image and an instruction →
+    /// one image) or `cutout` (an image → the product on a transparent background). A
+    /// provider that does not offer it is refused (422) before anything is recorded.
+    pub operation: Option<OperationName>,
+    /// The image an `edit` or `cutout` works on: `{"artifact": ID}` (an image tally made),
+    /// `{"upload": ID}` (an uploaded photo) or `{"task": ID}` (that task's image; 422 while it
+    /// has none).
+    pub image: Option<ImageRef>,
     /// A configured provider's name (`GET /v1/providers`); the default one when absent.
     pub provider: Option<String>,
     /// Provider parameters, e.g. `{"size": "1024x1024"}`. A task makes one image: `n`,
@@ -97,6 +108,71 @@ pub struct SubmitBody {
     /// Jobs with the same group share a fairness key: a big batch in one group takes turns
     /// with other groups' jobs instead of holding them back.
     pub group: Option<String>,
+}
+
+/// An operation kind's name in a request (`domain::operation`).
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OperationName {
+    Generate,
+    Edit,
+    Cutout,
+}
+
+impl From<OperationName> for Operation {
+    fn from(o: OperationName) -> Operation {
+        match o {
+            OperationName::Generate => Operation::Generate,
+            OperationName::Edit => Operation::Edit,
+            OperationName::Cutout => Operation::Cutout,
+        }
+    }
+}
+
+/// Which stored image an operation works on: exactly one of the three.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ImageRef {
+    /// An image a task made (`artifacts[].id`).
+    pub artifact: Option<String>,
+    /// An uploaded photo (`POST /v1/uploads`).
+    pub upload: Option<String>,
+    /// A task whose (first) image it is.
+    pub task: Option<String>,
+    /// Any of the three ids, looked up in that order (what the CLI's `--image ID` sends).
+    pub id: Option<String>,
+}
+
+/// The stored image `r` names, checked: exactly one kind of id, and a task that has an image.
+pub(crate) async fn resolve_image(state: &AppState, r: ImageRef) -> Result<Source, ApiError> {
+    if let (None, None, None, Some(id)) = (&r.artifact, &r.upload, &r.task, &r.id) {
+        let store = state.engine().store();
+        if store.artifact(id.clone()).await?.is_some() {
+            return Ok(Source { kind: SourceKind::Artifact, id: id.clone() });
+        }
+        if store.upload(id.clone()).await?.is_some() {
+            return Ok(Source { kind: SourceKind::Upload, id: id.clone() });
+        }
+        let task = ImageRef { artifact: None, upload: None, task: Some(id.clone()), id: None };
+        return Box::pin(resolve_image(state, task)).await;
+    }
+    match (r.artifact, r.upload, r.task) {
+        (Some(id), None, None) => Ok(Source { kind: SourceKind::Artifact, id }),
+        (None, Some(id), None) => Ok(Source { kind: SourceKind::Upload, id }),
+        (None, None, Some(task)) => {
+            let t = state.engine().store().get_task(task.clone()).await?.ok_or_else(|| {
+                ApiError::invalid(format!("there is no image, photo or job {task}; nothing was recorded or sent"))
+            })?;
+            match t.artifacts.first() {
+                Some(a) => Ok(Source { kind: SourceKind::Artifact, id: a.id.clone() }),
+                None => Err(ApiError::invalid(format!(
+                    "task {task} has no image yet (it is {}); edit or cut out an image once it has one",
+                    t.status.as_str()
+                ))),
+            }
+        }
+        _ => Err(ApiError::invalid("`image` names exactly one of artifact, upload, task or id: {\"artifact\": ID}")),
+    }
 }
 
 /// `POST /v1/tasks`: 201 when new, 200 for a replay of the same key and body, 409 for the
@@ -129,12 +205,18 @@ pub async fn submit(
         Some(p) => p,
     };
     let provider = body.provider.unwrap_or_else(|| state.default_provider().to_string());
+    let source = match body.image {
+        Some(r) => Some(resolve_image(&state, r).await?),
+        None => None,
+    };
     let t = NewTask {
         provider,
-        prompt: body.prompt,
+        prompt: body.prompt.unwrap_or_default(),
         params,
         idempotency_key: key,
         group: body.group,
+        operation: body.operation.map(Operation::from).unwrap_or_default(),
+        source,
         ..NewTask::default()
     };
     let (outcome, view) = state.engine().submit_and_get(t).await?;

@@ -81,8 +81,16 @@ pub enum Command {
                             canceled; 4 unknown (it may have been charged: check the provider, then \
                             `tally resolve`); 130 Ctrl-C stopped waiting (the job keeps running).")]
     Submit {
-        /// What the image should show.
-        prompt: String,
+        /// What the image should show (for `--operation edit`, the instruction; a cutout
+        /// takes none).
+        prompt: Option<String>,
+        /// What the call makes: generate (default), edit or cutout.
+        #[arg(long, value_name = "OPERATION")]
+        operation: Option<String>,
+        /// The image an edit or cutout works on: the id of an image, of an uploaded photo or
+        /// of a job (its image), or a file to upload first.
+        #[arg(long, value_name = "ID|FILE")]
+        image: Option<String>,
         /// Provider name (default: the first configured).
         #[arg(long, value_name = "NAME")]
         provider: Option<String>,
@@ -226,7 +234,7 @@ pub enum Command {
     /// a crash (replayed with their idempotency key or looked up where the provider can,
     /// otherwise unknown), never sent blind. This command prints how many jobs would be held.
     /// At start-up (and on `tally held check`) a held job is looked up at its provider where
-    /// the provider can show it (Replicate on a model with a seed, Gemini batches): one found
+    /// the provider can show it (a listing that shows a mark of the job): one found
     /// there is fetched, not sent again; the others stay held, saying what the look found.
     /// A tally.db copied after a clean stop, never seen here, holds nothing.
     #[command(verbatim_doc_comment)]
@@ -273,7 +281,7 @@ pub enum Command {
     /// A set's delivery: its files at a target, each delivered, failed or unknown.
     #[command(subcommand)]
     Delivery(deliveries::DeliveryCommand),
-    /// Run the mock image provider (the OpenAI, Replicate, fal, Gemini and BFL API styles) with its ledger of charges.
+    /// Run the mock image provider (the API style of every provider kind) with its ledger of charges.
     MockProvider(crate::mock::MockArgs),
     /// Measure the engine end to end (see BENCHMARKS.md).
     Bench(crate::bench::BenchArgs),

@@ -19,8 +19,26 @@ use crate::domain::words::{t as word, tf};
 pub(super) async fn client_command(cfg: &Config, cmd: Command, json: bool) -> Result<ExitCode, Failure> {
     let client = Client::new(cfg)?;
     match cmd {
-        Command::Submit { prompt, provider, idempotency_key, group, wait } => {
-            let mut body = json!({ "prompt": prompt });
+        Command::Submit { prompt, operation, image, provider, idempotency_key, group, wait } => {
+            let mut body = json!({});
+            if let Some(p) = prompt {
+                body["prompt"] = json!(p);
+            }
+            if let Some(op) = operation {
+                body["operation"] = json!(op);
+            }
+            if let Some(img) = image {
+                let path = std::path::Path::new(&img);
+                body["image"] = if path.is_file() {
+                    let bytes = std::fs::read(path).map_err(|e| Failure::error(format!("cannot read {img}: {e}")))?;
+                    let ct = crate::providers::sniff_image(&bytes)
+                        .ok_or_else(|| Failure::error(format!("{img} is not a PNG, JPEG or WebP image")))?;
+                    let up = client.post_bytes("/v1/uploads", ct, bytes).await?.into_ok()?;
+                    json!({ "upload": up["id"] })
+                } else {
+                    json!({ "id": img })
+                };
+            }
             if let Some(g) = group {
                 body["group"] = json!(g);
             }

@@ -158,6 +158,7 @@ struct RawProvider {
     currency: Option<String>,
     budget_daily: Option<f64>,
     budget_monthly: Option<f64>,
+    operations: Option<Vec<String>>,
 }
 
 /// The resolved configuration.
@@ -288,8 +289,7 @@ pub fn default_data_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("tally-data"))
 }
 
-/// The currency of prices and budgets when none is configured.
-pub const DEFAULT_CURRENCY: &str = "USD";
+pub use crate::domain::DEFAULT_CURRENCY;
 
 /// The default listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7700";

@@ -3,169 +3,23 @@
 use std::time::Duration;
 
 use super::{ConfigError, DEFAULT_CURRENCY, RawProvider};
+use crate::domain::operation::Operation;
+use crate::providers::kinds;
+pub use crate::providers::{Pricing, ProviderConfig, ProviderKind, parse_size};
 
-/// A provider's prices (millionths of `currency`): `per_size` first, then `per_image`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Pricing {
-    pub per_image: Option<crate::domain::Micros>,
-    pub per_size: std::collections::BTreeMap<String, crate::domain::Micros>,
-    pub currency: String,
-}
-
-impl Pricing {
-    /// The price of one image of `size`, if one is configured.
-    pub fn price(&self, size: &str) -> Option<crate::domain::Micros> {
-        self.per_size.get(size).copied().or(self.per_image)
-    }
-
-    /// Whether any price is configured.
-    pub fn is_priced(&self) -> bool {
-        self.per_image.is_some() || !self.per_size.is_empty()
-    }
-}
-
-/// The kinds of provider adapters tally ships.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProviderKind {
-    Demo,
-    OpenaiImages,
-    Replicate,
-    FalQueue,
-    /// Alibaba Cloud Model Studio (DashScope): Wan and Qwen-Image asynchronous tasks.
-    Dashscope,
-    Gemini,
-    Bfl,
-}
-
-impl ProviderKind {
-    fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "demo" => ProviderKind::Demo,
-            "openai_images" => ProviderKind::OpenaiImages,
-            "replicate" => ProviderKind::Replicate,
-            "fal_queue" => ProviderKind::FalQueue,
-            "dashscope" => ProviderKind::Dashscope,
-            "gemini" => ProviderKind::Gemini,
-            "bfl" => ProviderKind::Bfl,
-            _ => return None,
-        })
-    }
-
-    /// The name used in config files.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProviderKind::Demo => "demo",
-            ProviderKind::OpenaiImages => "openai_images",
-            ProviderKind::Replicate => "replicate",
-            ProviderKind::FalQueue => "fal_queue",
-            ProviderKind::Dashscope => "dashscope",
-            ProviderKind::Gemini => "gemini",
-            ProviderKind::Bfl => "bfl",
-        }
-    }
-}
-
-/// One `[[providers]]` entry. The API key itself is never stored here, only the name of the
-/// environment variable that holds it.
-#[derive(Debug, Clone)]
-pub struct ProviderConfig {
-    pub name: String,
-    pub kind: ProviderKind,
-    pub max_concurrency: usize,
-    /// Slots the recovery lane leaves free for fresh work (default 1; it may always use one).
-    pub reserve: usize,
-    pub base_url: Option<String>,
-    pub api_key_env: Option<String>,
-    pub model: Option<String>,
-    pub size: String,
-    pub connect_timeout: Duration,
-    pub request_timeout: Duration,
-    pub poll_interval: Duration,
-    pub idempotency_header: Option<String>,
-    /// The model input that takes the reference images (Replicate: found in the model's
-    /// schema when not set; fal: required for shots with reference images).
-    pub reference_input: Option<String>,
-    /// Gemini only: send each image through the Batch API (half price, not urgent).
-    pub batch: bool,
-    pub max_response_bytes: usize,
-    pub billing_note: Option<String>,
-    /// Demo only: how long a render takes.
-    pub delay: Duration,
-    pub pricing: Pricing,
-    /// This provider's own limits (millionths of its currency).
-    pub budget_daily: Option<crate::domain::Micros>,
-    pub budget_monthly: Option<crate::domain::Micros>,
-}
-
-impl ProviderConfig {
-    /// The built-in demo provider used when no provider is configured.
-    pub fn demo() -> Self {
-        ProviderConfig {
-            name: "demo".into(),
-            kind: ProviderKind::Demo,
-            max_concurrency: 4,
-            reserve: 1,
-            base_url: None,
-            api_key_env: None,
-            model: None,
-            size: "1024x1024".into(),
-            connect_timeout: Duration::from_millis(5_000),
-            request_timeout: Duration::from_millis(120_000),
-            poll_interval: Duration::from_millis(1_000),
-            idempotency_header: None,
-            reference_input: None,
-            batch: false,
-            max_response_bytes: 64 << 20,
-            billing_note: None,
-            delay: Duration::from_millis(300),
-            pricing: Pricing { currency: DEFAULT_CURRENCY.into(), ..Pricing::default() },
-            budget_daily: None,
-            budget_monthly: None,
-        }
-    }
-}
-
-/// Hosts of image APIs that document no idempotency header (OpenAI, Replicate, fal and fal's
-/// backup domains, DashScope's international and mainland endpoints, the Gemini API, Black
-/// Forest Labs' global and regional endpoints): `idempotency_header` is refused for them,
-/// because a blind resend there is a second charge.
-pub const HOSTS_WITHOUT_IDEMPOTENCY: &[&str] = &[
-    "api.openai.com",
-    "api.replicate.com",
-    "queue.fal.run",
-    "fal.run",
-    "queue.falrun.com",
-    "falrun.com",
-    "api.fal.ai",
-    "dashscope.aliyuncs.com",
-    "dashscope-intl.aliyuncs.com",
-    "generativelanguage.googleapis.com",
-    "api.bfl.ai",
-    "api.bfl.ml",
-    "api.eu.bfl.ai",
-    "api.us.bfl.ai",
-    "api.us1.bfl.ai",
-];
-
-/// The documented host `base_url` points at, if it is one of [`HOSTS_WITHOUT_IDEMPOTENCY`].
+/// The documented host `base_url` points at, if a provider kind lists it as taking no
+/// idempotency header (`providers::kinds`).
 pub(super) fn documented_without_idempotency(base_url: &str) -> Option<&'static str> {
     let rest = base_url.split_once("://").map_or(base_url, |(_, r)| r);
     let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
     let host = authority.rsplit('@').next().unwrap_or(authority);
     let host = host.split(':').next().unwrap_or(host).trim_end_matches('.').to_ascii_lowercase();
-    HOSTS_WITHOUT_IDEMPOTENCY.iter().copied().find(|h| host == *h)
+    kinds::hosts_without_idempotency().find(|h| host == *h)
 }
 
-/// The default total request timeout per kind. An `openai_images` generation is answered
-/// only when the image is done, which can take minutes; a timeout after sending is an
-/// `unknown` (the request may still be generated and charged), so the default matches the
-/// official SDK's 600 s instead of manufacturing unknowns. The asynchronous kinds' requests
-/// (submit, poll, list) answer quickly.
+/// The default total request timeout of a kind (its descriptor's).
 pub fn default_request_timeout(kind: ProviderKind) -> Duration {
-    match kind {
-        ProviderKind::OpenaiImages | ProviderKind::Gemini => Duration::from_secs(600),
-        _ => Duration::from_secs(120),
-    }
+    kind.spec().request_timeout
 }
 
 pub(super) fn resolve_provider(p: RawProvider, i: usize, origin: &str) -> Result<ProviderConfig, ConfigError> {
@@ -176,12 +30,9 @@ pub(super) fn resolve_provider(p: RawProvider, i: usize, origin: &str) -> Result
         return Err(bad("name", format!("`{name}` must be letters, digits, '-' or '_'")));
     }
     let kind_text = p.kind.ok_or_else(|| bad("kind", "is required".into()))?;
-    let kind = ProviderKind::parse(&kind_text).ok_or_else(|| {
-        bad(
-            "kind",
-            format!("`{kind_text}` is not one of demo, openai_images, replicate, fal_queue, dashscope, gemini, bfl"),
-        )
-    })?;
+    let kind = ProviderKind::parse(&kind_text)
+        .ok_or_else(|| bad("kind", format!("`{kind_text}` is not one of {}", kinds::names().join(", "))))?;
+    let spec = kind.spec();
     let demo = ProviderConfig::demo();
     let ms = |k: &str, v: Option<i64>, default: Duration| -> Result<Duration, ConfigError> {
         match v {
@@ -200,20 +51,40 @@ pub(super) fn resolve_provider(p: RawProvider, i: usize, origin: &str) -> Result
         Some(n) if (0..=1024).contains(&n) => n as usize,
         Some(n) => return Err(bad("reserve", format!("{n} must be between 0 and 1024"))),
     };
-    // DashScope's endpoint is known: the international one unless base_url says otherwise.
-    let base_url = match (kind, p.base_url) {
-        (ProviderKind::Dashscope, None) => Some(DASHSCOPE_BASE_URL.to_string()),
-        (_, url) => url,
-    };
-    if kind != ProviderKind::Demo {
+    // A kind whose endpoint is known has it as the default.
+    let base_url = p.base_url.or_else(|| spec.default_base_url.map(str::to_string));
+    if spec.needs_base_url {
         let url = base_url.as_deref().ok_or_else(|| bad("base_url", format!("is required for kind {kind_text}")))?;
         if !(url.starts_with("http://") || url.starts_with("https://")) {
             return Err(bad("base_url", format!("`{url}` must start with http:// or https://")));
         }
-        if kind != ProviderKind::OpenaiImages && p.model.is_none() {
-            return Err(bad("model", format!("is required for kind {kind_text}")));
-        }
     }
+    if spec.needs_model && p.model.is_none() {
+        return Err(bad("model", format!("is required for kind {kind_text}")));
+    }
+    let operations = match p.operations {
+        None => spec.default_operations.to_vec(),
+        Some(names) if names.is_empty() => return Err(bad("operations", "must name at least one operation".into())),
+        Some(names) => {
+            let mut ops = Vec::new();
+            for n in names {
+                let op = Operation::parse(&n).ok_or_else(|| {
+                    bad("operations", format!("`{n}` is not one of {}", Operation::names().join(", ")))
+                })?;
+                if !spec.operations.contains(&op) {
+                    let can: Vec<&str> = spec.operations.iter().map(|o| o.as_str()).collect();
+                    return Err(bad(
+                        "operations",
+                        format!("kind {kind_text} offers no `{n}` (it can: {})", can.join(", ")),
+                    ));
+                }
+                if !ops.contains(&op) {
+                    ops.push(op);
+                }
+            }
+            ops
+        }
+    };
     if let Some(env) = &p.api_key_env
         && (env.is_empty() || env.contains('='))
     {
@@ -241,8 +112,9 @@ pub(super) fn resolve_provider(p: RawProvider, i: usize, origin: &str) -> Result
     {
         return Err(bad("reference_input", format!("`{r}` is not an input name (letters, digits, '_')")));
     }
-    if p.batch == Some(true) && kind != ProviderKind::Gemini {
-        return Err(bad("batch", format!("kind {kind_text} has no batch API tally uses (only gemini)")));
+    if p.batch == Some(true) && !spec.own_keys.contains(&"batch") {
+        let with: Vec<&str> = kinds::KINDS.iter().filter(|k| k.own_keys.contains(&"batch")).map(|k| k.name).collect();
+        return Err(bad("batch", format!("kind {kind_text} has no batch API tally uses (only {})", with.join(", "))));
     }
     let max_response_bytes = match p.max_response_bytes {
         None => demo.max_response_bytes,
@@ -269,7 +141,7 @@ pub(super) fn resolve_provider(p: RawProvider, i: usize, origin: &str) -> Result
         return Err(bad("currency", format!("`{currency}` must be a three-letter code such as USD or EUR")));
     }
     let pricing = Pricing { per_image, per_size, currency };
-    if kind == ProviderKind::Demo && pricing.is_priced() {
+    if !spec.bills && pricing.is_priced() {
         return Err(bad("price_per_image", "the demo provider never charges, so it takes no price".into()));
     }
     let budget_daily = p.budget_daily.map(|v| money("budget_daily", v)).transpose()?;
@@ -286,11 +158,12 @@ pub(super) fn resolve_provider(p: RawProvider, i: usize, origin: &str) -> Result
         budget_monthly,
         name,
         kind,
+        operations,
         max_concurrency,
         reserve,
         base_url: base_url.map(|u| u.trim_end_matches('/').to_string()),
-        // DashScope's key has a documented variable (the official SDK reads it too).
-        api_key_env: p.api_key_env.or_else(|| (kind == ProviderKind::Dashscope).then(|| "DASHSCOPE_API_KEY".into())),
+        // A kind whose key has a documented variable (its official SDK reads it too).
+        api_key_env: p.api_key_env.or_else(|| spec.default_key_env.map(str::to_string)),
         model: p.model,
         size: p.size.unwrap_or(demo.size),
         connect_timeout: ms("connect_timeout_ms", p.connect_timeout_ms, demo.connect_timeout)?,
@@ -308,14 +181,3 @@ pub(super) fn resolve_provider(p: RawProvider, i: usize, origin: &str) -> Result
         },
     })
 }
-
-/// Parse a `WIDTHxHEIGHT` size such as `1024x1024` (a provider's `size`, checked here and
-/// sent by the adapters).
-pub fn parse_size(size: &str) -> Option<(u32, u32)> {
-    let (w, h) = size.split_once(['x', 'X'])?;
-    Some((w.trim().parse().ok()?, h.trim().parse().ok()?))
-}
-
-/// DashScope's international (Singapore) endpoint, the default `base_url` of `kind =
-/// "dashscope"`; the mainland one is `https://dashscope.aliyuncs.com`.
-pub const DASHSCOPE_BASE_URL: &str = "https://dashscope-intl.aliyuncs.com";

@@ -3,10 +3,11 @@
 //! dispatcher — or, on the one-commit pickup, hand the task straight to an idle worker with
 //! `calling` already recorded in the submit's commit ([`Engine::pick_up`], `store::ops::pickup`).
 
+use crate::domain::operation::{PromptRule, SourceKind};
 use futures_util::FutureExt;
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::{Engine, EngineError, Shared};
+use super::{Engine, EngineError, ProviderEntry, Shared};
 use crate::domain::TaskStatus;
 use crate::providers::CallRequest;
 use crate::store::{
@@ -39,9 +40,9 @@ pub const MAX_REFERENCES: usize = 8;
 /// The longest idempotency key tally accepts, in bytes (tasks and sets alike).
 pub const MAX_KEY_CHARS: usize = 256;
 
-/// The parameters that ask a provider for several images in one request (OpenAI and
-/// DashScope `n`, Replicate's `num_outputs`, fal's `num_images`, Gemini/Imagen
-/// `sampleCount`/`number_of_images`). A task stores one image, so a value other than 1 is
+/// The parameters with which the image APIs tally speaks ask for several images in one
+/// request (`n`, `num_outputs`, `num_images`, `sampleCount`, `number_of_images`; each
+/// adapter's file says which it sends). A task stores one image, so a value other than 1 is
 /// refused at submit, before anything is sent, rather than sent changed or answered with
 /// images dropped.
 pub const IMAGE_COUNT_PARAMS: &[&str] = &["n", "num_outputs", "num_images", "sampleCount", "number_of_images"];
@@ -81,6 +82,7 @@ impl Engine {
     pub async fn submit(&self, t: NewTask) -> Result<SubmitOutcome, EngineError> {
         let _t = crate::stages::span(crate::stages::Stage::Submit);
         self.validate(&t)?;
+        self.check_source(&t).await?;
         if let Some(fast) = self.pick_up(&t) {
             return Ok(self.submit_fast(t, fast, false).await?.0);
         }
@@ -94,6 +96,7 @@ impl Engine {
     pub async fn submit_and_get(&self, t: NewTask) -> Result<(SubmitOutcome, Option<TaskView>), EngineError> {
         let _t = crate::stages::span(crate::stages::Stage::Submit);
         self.validate(&t)?;
+        self.check_source(&t).await?;
         if let Some(fast) = self.pick_up(&t) {
             return self.submit_fast(t, fast, true).await;
         }
@@ -119,7 +122,7 @@ impl Engine {
     /// pickup tried on every submit — measured, BENCHMARKS.md Session 7), the
     /// provider's circuit is closed and nothing holds it, the money checks pass (key present,
     /// size valid), and the adapter's preflight passes without waiting on anything (a
-    /// preflight that needs the network — an uncached Replicate schema — leaves the task to
+    /// preflight that needs the network — an uncached model schema — leaves the task to
     /// the worker, which runs it as today). Every check the worker makes before `calling` on
     /// the normal path is made here, on the same request, or by the store in the commit
     /// (budget); the store then decides the slot and the fair order in the transaction.
@@ -127,6 +130,7 @@ impl Engine {
         let shared = &self.shared;
         if !shared.cfg.fast_pickup
             || t.shot.is_some()
+            || t.source.is_some()
             || shared.stopping()
             || shared.workers.available_permits() < shared.cfg.workers
         {
@@ -146,6 +150,7 @@ impl Engine {
             calling_at_ms: now,
             candidate: 0,
             deadline_ms: now + Shared::ms(shared.cfg.recovery_deadline),
+            operation: t.operation,
         };
         match entry.provider.preflight(&req).now_or_never() {
             Some(Ok(())) => {}
@@ -209,14 +214,15 @@ impl Engine {
     }
 
     pub(super) fn validate(&self, t: &NewTask) -> Result<(), EngineError> {
-        if !self.shared.providers.contains_key(&t.provider) {
+        let Some(entry) = self.shared.providers.get(&t.provider) else {
             return Err(EngineError::Invalid(format!(
                 "unknown provider `{}`; configured: {}",
                 t.provider,
                 self.provider_names().join(", ")
             )));
-        }
-        if t.prompt.trim().is_empty() {
+        };
+        self.validate_operation(entry, t)?;
+        if t.operation.spec().prompt == PromptRule::Required && t.prompt.trim().is_empty() {
             return Err(EngineError::Invalid("the prompt is empty".into()));
         }
         if t.prompt.len() > MAX_PROMPT_BYTES {
@@ -237,6 +243,77 @@ impl Engine {
             )));
         }
         validate_key(t.idempotency_key.as_deref())
+    }
+
+    /// The operation's own rules (`domain::operation`), before anything is recorded: the
+    /// provider offers it, a prompt where it takes one and none where it takes none, a source
+    /// image where it needs one and none where it does not.
+    fn validate_operation(&self, entry: &ProviderEntry, t: &NewTask) -> Result<(), EngineError> {
+        let spec = t.operation.spec();
+        if !entry.operations.contains(&t.operation) {
+            let mut offering: Vec<&str> = self
+                .shared
+                .providers
+                .values()
+                .filter(|p| p.operations.contains(&t.operation))
+                .map(|p| p.name.as_str())
+                .collect();
+            offering.sort();
+            let offers: Vec<&str> = entry.operations.iter().map(|o| o.as_str()).collect();
+            return Err(EngineError::Invalid(format!(
+                "the provider `{}` does not offer `{}` (it offers {}); {}; nothing was recorded or sent",
+                entry.name,
+                spec.name,
+                offers.join(", "),
+                if offering.is_empty() {
+                    "no configured provider offers it".to_string()
+                } else {
+                    format!("providers that do: {}", offering.join(", "))
+                }
+            )));
+        }
+        if spec.prompt == PromptRule::None && !t.prompt.trim().is_empty() {
+            return Err(EngineError::Invalid(format!("`{}` takes no prompt; send it without one", spec.name)));
+        }
+        match (&t.source, spec.image) {
+            (None, true) => Err(EngineError::Invalid(format!(
+                "`{}` needs the image to work on: \"image\": {{\"artifact\": ID}} (an image tally made) or \
+                 {{\"upload\": ID}} (an uploaded photo)",
+                spec.name
+            ))),
+            (Some(_), false) => Err(EngineError::Invalid(format!(
+                "`{}` takes no image; an image is for `edit` and `cutout` (a generation's photos belong to an image set)",
+                spec.name
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// The source image of an `edit` or `cutout` exists and its provider can take it (its
+    /// kind's size limit), checked before anything is recorded or sent. The worker reads it
+    /// again before `calling`: an image pruned in between fails the task with nothing sent.
+    async fn check_source(&self, t: &NewTask) -> Result<(), EngineError> {
+        let Some(src) = &t.source else { return Ok(()) };
+        let bytes = match src.kind {
+            SourceKind::Artifact => self.shared.store.artifact(src.id.clone()).await?.map(|a| a.bytes),
+            SourceKind::Upload => self.shared.store.upload(src.id.clone()).await?.map(|u| u.bytes),
+        };
+        let Some(bytes) = bytes else {
+            return Err(EngineError::Invalid(format!(
+                "there is no {} with the id {} (it may have been pruned); nothing was recorded or sent",
+                src.kind.as_str(),
+                src.id
+            )));
+        };
+        if let Some(entry) = self.shared.providers.get(&t.provider)
+            && usize::try_from(bytes).unwrap_or(usize::MAX) > entry.max_image_bytes
+        {
+            return Err(EngineError::Invalid(format!(
+                "the image is {} bytes; the provider `{}` takes images of at most {} bytes; nothing was recorded or sent",
+                bytes, entry.name, entry.max_image_bytes
+            )));
+        }
+        Ok(())
     }
 
     /// Store a reference image (PNG, JPEG or WebP, checked from its bytes), deduplicated by

@@ -22,12 +22,11 @@
 //!   the job later (a copy served in another directory), which tally cannot see. The owner
 //!   decides, told what the provider showed.
 //!
-//! Which adapters can look: Replicate (a seed derived from the job's attempt keys, see
-//! `providers::http::replicate`) and Gemini's Batch API (batches named by those keys). The
-//! others answer why not, and the job's reason says it: fal learns its request id from the
-//! submit answer, recorded after `calling`, so a copy older than that has no id to poll, and
-//! its adapter reads no listing; DashScope's task list shows no prompt and no mark tally can
-//! tie to a job; OpenAI, Gemini's `generateContent` and BFL list nothing.
+//! Which adapters can look is each adapter's own answer (`Provider::find_held`, in
+//! `providers::kinds`): those whose listing shows a mark derived from the job's attempt keys
+//! (a seed, a batch's display name) can; the others answer why not (a request id learnt only
+//! after `calling`, a listing without prompts, no listing at all), and the job's reason says
+//! it.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -163,6 +162,7 @@ async fn decide(shared: &Shared, entry: &ProviderEntry, t: &TaskView) -> HeldSet
             calling_at_ms: now,
             candidate: t.candidate,
             deadline_ms: now,
+            operation: t.operation,
         },
         keys: keys.clone(),
         since_ms: t.created_at,

@@ -32,6 +32,7 @@ mod set_edit;
 mod trouble;
 mod worker;
 
+use crate::domain::operation::Operation;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicI64;
@@ -88,13 +89,17 @@ pub struct TaskChange {
 pub struct ProviderEntry {
     pub name: String,
     pub provider: Arc<dyn Provider>,
-    /// The adapter kind as configured (`demo`, `openai_images`, …), for display.
+    /// The adapter kind as configured (`providers::kinds`), for display.
     kind: String,
     /// Whether it bills, its prices, and what must hold before a request may leave.
     money: ProviderMoney,
     max_concurrency: usize,
     reserve: usize,
     breaker: Mutex<Breaker>,
+    /// The operations it offers (its kind's, narrowed by its `operations` key).
+    operations: Vec<Operation>,
+    /// The largest source image it takes, in bytes (its kind's declaration).
+    max_image_bytes: usize,
 }
 
 impl ProviderEntry {
@@ -109,7 +114,15 @@ impl ProviderEntry {
             max_concurrency: max_concurrency.max(1),
             reserve: 1,
             breaker: Mutex::new(Breaker::default()),
+            operations: vec![Operation::Generate],
+            max_image_bytes: crate::engine::intake::MAX_UPLOAD_BYTES,
         }
+    }
+
+    /// Offer these operations (tests: a scriptable provider that edits).
+    pub fn with_operations(mut self, ops: &[Operation]) -> Self {
+        self.operations = ops.to_vec();
+        self
     }
 
     /// Name the adapter kind shown by `GET /v1/providers` (default `custom`).
@@ -142,6 +155,8 @@ impl ProviderEntry {
         self.kind = cfg.kind.as_str().into();
         self.money = ProviderMoney::of(cfg);
         self.reserve = cfg.reserve;
+        self.operations = cfg.operations.clone();
+        self.max_image_bytes = cfg.kind.spec().max_image_bytes;
         self
     }
 
@@ -157,7 +172,7 @@ impl ProviderEntry {
 pub struct ProviderInfo {
     /// The configured name (what a submit names).
     pub name: String,
-    /// The adapter kind (`demo`, `openai_images`, `replicate`, `fal_queue`, or `custom`).
+    /// The adapter kind (one of `providers::kinds::KINDS`' names, or `custom`).
     pub kind: String,
     pub capabilities: CapabilitiesInfo,
     /// How this provider bills, in plain words.
@@ -165,6 +180,9 @@ pub struct ProviderInfo {
     /// Whether it bills, and its configured prices.
     #[serde(flatten)]
     pub price: money::PriceInfo,
+    /// The operations it offers (`generate`, `edit`, `cutout`).
+    #[schema(value_type = Vec<String>)]
+    pub operations: Vec<Operation>,
 }
 
 /// What a provider can prove after an ambiguous outcome.
@@ -486,6 +504,7 @@ impl Engine {
                     },
                     billing_note: p.provider.billing_note().to_string(),
                     price: p.money.info(),
+                    operations: p.operations.clone(),
                 }
             })
             .collect();

@@ -18,6 +18,7 @@ use std::time::Duration;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::{ProviderEntry, Shared};
+use crate::domain::operation::{ResultKind, png_has_alpha};
 use crate::domain::{Charge, FailureKind, Millis, Phase, backoff};
 use crate::failpoint::crash;
 use crate::providers::{CallError, CallRequest, Image, JobHandle, JobState, Submitted};
@@ -243,11 +244,24 @@ impl Run<'_> {
             calling_at_ms: calling_at,
             candidate: self.claim.candidate,
             deadline_ms: self.deadline(calling_at),
+            operation: self.claim.operation,
         }
     }
 
-    /// Read the reference images from the database (before any write or call).
+    /// Read the images the call sends from the database (before any write or call): for an
+    /// `edit` or `cutout`, its source image alone (the first reference: where every adapter
+    /// sends the image a model works on); for a generation, its set's reference photos.
     async fn references(&self) -> Result<Vec<Image>, String> {
+        if let Some(src) = &self.claim.source {
+            let (meta, bytes) = self
+                .shared
+                .store
+                .read_image_bytes(src.id.clone())
+                .await
+                .map_err(|e| format!("cannot read the {} image {}: {e}", src.kind.as_str(), src.id))?
+                .ok_or_else(|| format!("the {} image {} is no longer stored", src.kind.as_str(), src.id))?;
+            return Ok(vec![Image { bytes, media_type: meta.media_type }]);
+        }
         let mut out = Vec::with_capacity(self.claim.references.len());
         for u in &self.claim.references {
             let (meta, bytes) = self
@@ -677,7 +691,7 @@ impl Run<'_> {
     /// it fails as "could not be downloaded", never as "expired".
     async fn poll(&self, handle: &JobHandle, calling_at: Millis) -> Next {
         let job = handle.id.as_str();
-        // A provider whose jobs may take longer than the recovery deadline (a Gemini batch)
+        // A provider whose jobs may take longer than the recovery deadline (a batch API's)
         // says so; it is polled that long.
         let deadline = match self.entry.provider.job_deadline() {
             Some(d) => self.deadline(calling_at).max(calling_at + Shared::ms(d)),
@@ -713,8 +727,8 @@ impl Run<'_> {
                 Ok(JobState::FailedNotCharged(m)) => {
                     return Next::Settle(Finish::Failed {
                         kind: FailureKind::Rejected,
-                        // fal: a server error; DashScope: any failed task (it bills successful
-                        // images only).
+                        // A failure its provider documents as not billed (the adapter says
+                        // which, `JobState::FailedNotCharged`).
                         reason: format!(
                             "the provider reports that job {job} failed, and documents that it does not charge for \
                              such a failure: {m}"
@@ -786,6 +800,20 @@ impl Run<'_> {
         let c = self.claim;
         crash("after-answer");
         let timed = crate::stages::start();
+        // The operation's result rule (domain::operation::ResultKind): a cutout's answer must
+        // carry transparency, checked before the image is verified and stored.
+        let ResultKind::Image { alpha } = c.operation.spec().result;
+        if alpha && !png_has_alpha(&img.bytes) {
+            return self
+                .finish(Finish::Failed {
+                    kind: FailureKind::InvalidResult,
+                    reason: "the provider answered with an image that has no transparent background (a cutout must \
+                             be a PNG with alpha)"
+                        .into(),
+                    charge: Charge::Charged,
+                })
+                .await;
+        }
         let verified = NewImage::verify_async(img.bytes).await;
         crate::stages::record(crate::stages::Stage::VerifyImage, timed);
         let art = match verified {

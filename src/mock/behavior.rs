@@ -1,11 +1,11 @@
 //! The mock provider's run-time behaviour: latency, failures, rejections, rate limits and
 //! dropped answers, and the few places where the real APIs differ by model or by version
-//! (unknown Replicate inputs, retired OpenAI models). Set by flags at start and changed by
+//! (unknown model inputs, retired models). Set by flags at start and changed by
 //! `PUT /_mock/behavior`.
 //!
 //! The defaults are the real APIs' documented behaviour, not the convenient one: the
-//! `Idempotency-Key` header is ignored (none of OpenAI, Replicate or fal honours one), unknown
-//! Replicate inputs are stripped (current Cog), and the retired DALL·E models are refused. One
+//! `Idempotency-Key` header is ignored (none of the image APIs tally speaks honours one),
+//! unknown model inputs are stripped (current Cog), and the retired DALL·E models are refused. One
 //! exception, on purpose: `gpt-image-1` (shut down 2026-10-23 per the pinned SDK) is refused
 //! only when `retired_models` lists it, because black-box checks written before the shutdown
 //! still configure it; tally's own docs and tests name current models, and the SDK contract
@@ -23,7 +23,7 @@ pub enum Scope {
     Poll,
     /// A listing of recent jobs.
     List,
-    /// Model metadata (Replicate's model and version GETs): never dropped.
+    /// Model metadata (a model's and a version's GETs): never dropped.
     Meta,
 }
 
@@ -64,20 +64,20 @@ pub struct Behavior {
     pub drop_on: Option<String>,
     /// How long an asynchronous job runs (its first third queued, then in progress).
     pub job_duration_ms: u64,
-    /// How long a finished job's result stays available (Replicate then removes `output`
-    /// and `input` and sets `data_removed`; result files answer 410).
+    /// How long a finished job's result stays available (the prediction-style API then
+    /// removes `output` and `input` and sets `data_removed`; result files answer 410).
     pub result_ttl_s: u64,
     /// Replay the answer of an earlier create that carried the same `Idempotency-Key`
     /// (not charged). Off by default: no real target API honours the header; on models a
     /// gateway that does.
     pub honor_idempotency_key: bool,
-    /// What a Replicate create does with an input the model does not declare: `"strip"`
+    /// What a prediction-style create does with an input the model does not declare: `"strip"`
     /// (current Cog: dropped, not stored) or `"reject"` (Cog 0.17.x: 422).
     pub unknown_inputs: String,
     /// OpenAI models refused with 404 `model_not_found`.
     pub retired_models: Vec<String>,
-    /// Asynchronous jobs finish failed with this error (Replicate `failed`, fal `COMPLETED`
-    /// with `error`/`error_type` and a 500 on its result).
+    /// Asynchronous jobs finish failed with this error (each style's documented failed
+    /// shape: a failed status, or completed with `error`/`error_type` and a 500 on its result).
     pub job_error: Option<String>,
     /// Refusals (`reject_status`) quote the request's `Authorization` header in their
     /// message, as some providers echo a bad key.
@@ -85,7 +85,7 @@ pub struct Behavior {
     /// OpenAI-style answers carry `data[0].url` instead of `b64_json`, as many
     /// OpenAI-compatible gateways answer.
     pub openai_url_answers: bool,
-    /// Gemini and BFL moderation: `"prompt"` blocks the prompt, `"output"` the image.
+    /// Moderation, where an API has it: `"prompt"` blocks the prompt, `"output"` the image.
     pub moderation: Option<String>,
     /// Answer creates with 429 and this wait in milliseconds (not charged), in the form
     /// `retry_after_form` gives; takes precedence over `retry_after_s`.
@@ -101,12 +101,12 @@ pub struct Behavior {
     /// Only this many more creates are answered 429 (then they go through); `None`: every
     /// create while a wait is set. Counts down.
     pub rate_limit_times: Option<u64>,
-    /// The 429s (with `rate_limit_times`) answer Replicate's model and version reads (the
+    /// The 429s (with `rate_limit_times`) answer the model and version reads (the
     /// schema tally reads before a create) instead of creates.
     pub rate_limit_meta: bool,
     /// Creates are refused because the account is out of credit, as each API documents it:
-    /// OpenAI 429 `insufficient_quota`, Replicate 402, fal 403 "Exhausted balance" (not
-    /// charged).
+    /// Creates answer each style's documented out-of-credit error (a 429
+    /// `insufficient_quota`, a 402, a 403 "Exhausted balance"; not charged).
     pub out_of_credit: bool,
     /// This many more result downloads (`/files/…`) fail with `result_fetch_status` before
     /// they work again (a CDN blip). Counts down.
@@ -116,12 +116,12 @@ pub struct Behavior {
     /// fal: the result of a `COMPLETED` request answers 500 with `X-Fal-Retryable: false`
     /// (a final server error, which fal does not bill).
     pub fal_result_not_retryable: bool,
-    /// Replicate: asynchronous jobs are canceled at the provider before they finish
+    /// Prediction-style asynchronous jobs are canceled at the provider before they finish
     /// (`status: canceled`), as a cancel from the account or a passed deadline does.
     pub job_canceled: bool,
-    /// Replicate: asynchronous jobs fail with `error: null` and these `logs`.
+    /// Prediction-style asynchronous jobs fail with `error: null` and these `logs`.
     pub job_failure_logs: Option<String>,
-    /// The error code `reject_status` answers carry (e.g. DashScope's `Arrearage` or
+    /// The error code `reject_status` answers carry (e.g. `Arrearage` or
     /// `DataInspectionFailed`); by default each style's generic refusal code.
     pub error_code: Option<String>,
     /// Successful creates carry `x-ratelimit-remaining-requests: 0` with a reset of this many

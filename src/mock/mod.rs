@@ -27,8 +27,8 @@ mod dashscope;
 mod fal;
 mod gemini;
 mod ledger;
-mod models;
 mod openai;
+mod photoroom;
 mod replicate;
 mod serve;
 
@@ -265,6 +265,7 @@ fn router(state: Arc<Mock>) -> Router {
     Router::new()
         .route("/v1/images/generations", post(openai::generations))
         .route("/v1/images/edits", post(openai::edits))
+        .route("/v1/segment", post(photoroom::segment))
         .route("/v1/models/{owner}/{name}", get(replicate::get_model))
         .route("/v1/models/{owner}/{name}/versions/{version}", get(replicate::get_version))
         .route("/v1/models/{owner}/{name}/predictions", post(replicate::create_official))
@@ -319,6 +320,8 @@ enum Api {
     /// Gemini's Batch API (`batchGenerateContent`): an asynchronous job.
     GeminiBatch,
     Bfl,
+    /// Photoroom's remove-background API (synchronous, the PNG in the answer).
+    Photoroom,
 }
 
 impl Api {
@@ -330,7 +333,36 @@ impl Api {
             Api::Gemini | Api::GeminiBatch => "gemini",
             Api::Bfl => "bfl",
             Api::DashScope => "dashscope",
+            Api::Photoroom => "photoroom",
         }
+    }
+
+    /// An account out of credit, as each API documents it (not charged).
+    fn out_of_credit(self) -> Answer {
+        match self {
+            Api::OpenaiImages => Answer::ok(serde_json::json!({"error": {
+                "message": "You exceeded your current quota, please check your plan and billing details.",
+                "type": "insufficient_quota", "param": null, "code": "insufficient_quota"}}))
+            .with_status(StatusCode::TOO_MANY_REQUESTS),
+            Api::FalQueue => Answer::ok(serde_json::json!({
+                "detail": "User is locked. Reason: Exhausted balance. Top up your balance at fal.ai/dashboard/billing."}))
+            .with_status(StatusCode::FORBIDDEN),
+            // DashScope: 400 `Arrearage` (the account is overdue).
+            Api::DashScope => self.error(StatusCode::BAD_REQUEST, "", "Arrearage"),
+            // BFL: 402 when the account is out of credits (docs.bfl.ai, "Errors").
+            Api::Bfl => Answer::ok(serde_json::json!({
+                "detail": "Insufficient credits. Add credits at https://dashboard.bfl.ai to continue using the API."}))
+            .with_status(StatusCode::PAYMENT_REQUIRED),
+            // Replicate (and, by default, any other style): 402 Payment Required.
+            _ => Answer::ok(serde_json::json!({"title": "Insufficient credit", "status": 402,
+                "detail": "You have insufficient credit to run this model. Go to https://replicate.com/account/billing to purchase credit."}))
+            .with_status(StatusCode::PAYMENT_REQUIRED),
+        }
+    }
+
+    /// Whether the API answers a create with its result (no job to poll).
+    fn synchronous(self) -> bool {
+        matches!(self, Api::OpenaiImages | Api::Gemini | Api::Photoroom)
     }
 
     /// An error answer in this style's documented shape (`code` is the shared path's
@@ -455,11 +487,27 @@ struct Answer {
     headers: Vec<(&'static str, String)>,
     charged: bool,
     job_id: Option<String>,
+    /// An answer that is a file, not JSON: its content type and bytes.
+    bytes: Option<(&'static str, Vec<u8>)>,
 }
 
 impl Answer {
+    /// Answer with a file instead of a JSON body.
+    fn with_bytes(mut self, content_type: &'static str, bytes: Vec<u8>) -> Self {
+        self.bytes = Some((content_type, bytes));
+        self
+    }
+
     fn ok(body: Value) -> Self {
-        Answer { status: StatusCode::OK, body, retry_after: None, headers: Vec::new(), charged: false, job_id: None }
+        Answer {
+            status: StatusCode::OK,
+            body,
+            retry_after: None,
+            headers: Vec::new(),
+            charged: false,
+            job_id: None,
+            bytes: None,
+        }
     }
 
     fn charged(body: Value, job_id: String) -> Self {
@@ -470,6 +518,7 @@ impl Answer {
             headers: Vec::new(),
             charged: true,
             job_id: Some(job_id),
+            bytes: None,
         }
     }
 
@@ -483,7 +532,12 @@ impl Answer {
     }
 
     fn into_response(self) -> Response {
-        let mut resp = (self.status, axum::Json(self.body)).into_response();
+        let mut resp = match self.bytes {
+            Some((content_type, bytes)) => {
+                (self.status, [(axum::http::header::CONTENT_TYPE, content_type)], bytes).into_response()
+            }
+            None => (self.status, axum::Json(self.body)).into_response(),
+        };
         if let Some(s) = self.retry_after {
             resp.headers_mut().insert(axum::http::header::RETRY_AFTER, s.into());
         }

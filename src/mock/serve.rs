@@ -45,10 +45,11 @@ impl ApiRequest {
             idempotency_key: text("idempotency-key"),
             job_id: None,
             reference_images: 0,
-            // Gemini's and BFL's keys come in headers of their own.
+            // Some APIs take the bare key in a header of their own.
             authorization: text("authorization")
                 .or_else(|| text("x-goog-api-key"))
                 .or_else(|| text("x-key"))
+                .or_else(|| text("x-api-key"))
                 .filter(|a| !a.trim().is_empty()),
             base: format!("http://{}", text("host").unwrap_or_else(|| "127.0.0.1".into())),
         }
@@ -123,7 +124,7 @@ fn decide(mock: &Mock, req: &ApiRequest, b: &Behavior, work: Work) -> Answer {
             return req.api.error(status, &message, b.error_code.as_deref().unwrap_or("rejected"));
         }
         if b.out_of_credit {
-            return out_of_credit(req.api);
+            return req.api.out_of_credit();
         }
         if let Some(wait_ms) = b.rate_limit_wait_ms().filter(|_| !b.rate_limit_meta)
             && take_rate_limit(mock)
@@ -205,29 +206,6 @@ pub(super) fn http_date(t: SystemTime) -> String {
     format!("{day}, {d} {month} {y} {time} GMT")
 }
 
-/// An account out of credit, as each API documents it (not charged).
-fn out_of_credit(api: Api) -> Answer {
-    match api {
-        Api::OpenaiImages => Answer::ok(serde_json::json!({"error": {
-            "message": "You exceeded your current quota, please check your plan and billing details.",
-            "type": "insufficient_quota", "param": null, "code": "insufficient_quota"}}))
-        .with_status(StatusCode::TOO_MANY_REQUESTS),
-        Api::FalQueue => Answer::ok(serde_json::json!({
-            "detail": "User is locked. Reason: Exhausted balance. Top up your balance at fal.ai/dashboard/billing."}))
-        .with_status(StatusCode::FORBIDDEN),
-        // DashScope: 400 `Arrearage` (the account is overdue).
-        Api::DashScope => api.error(StatusCode::BAD_REQUEST, "", "Arrearage"),
-        // BFL: 402 when the account is out of credits (docs.bfl.ai, "Errors").
-        Api::Bfl => Answer::ok(serde_json::json!({
-            "detail": "Insufficient credits. Add credits at https://dashboard.bfl.ai to continue using the API."}))
-        .with_status(StatusCode::PAYMENT_REQUIRED),
-        // Replicate (and, by default, any other style): 402 Payment Required.
-        _ => Answer::ok(serde_json::json!({"title": "Insufficient credit", "status": 402,
-            "detail": "You have insufficient credit to run this model. Go to https://replicate.com/account/billing to purchase credit."}))
-        .with_status(StatusCode::PAYMENT_REQUIRED),
-    }
-}
-
 /// What a new charged generation is.
 pub(super) struct NewJob<'a> {
     pub api: Api,
@@ -240,7 +218,7 @@ pub(super) struct NewJob<'a> {
 /// Record a new charged generation; its duration, retention and failure come from `b`.
 pub(super) fn new_job(jobs: &mut Jobs, new: NewJob<'_>, b: &Behavior) -> String {
     let id = uuid::Uuid::new_v4().simple().to_string();
-    let asynchronous = !matches!(new.api, Api::OpenaiImages | Api::Gemini);
+    let asynchronous = !new.api.synchronous();
     let job = Job {
         id: id.clone(),
         api: new.api,

@@ -13,15 +13,14 @@ use utoipa::ToSchema;
 /// A provider's page for finding one request, in plain words.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 pub struct Dashboard {
-    /// Which page this is (`openai_usage`, `replicate_predictions`, `fal_requests`,
-    /// `model_studio`, `ai_studio`, `ai_studio_batch`, `bfl_dashboard`, `demo`, `none`): the web
+    /// Which page this is (each provider kind's own, `demo`, `none`): the web
     /// page shows `label` and `how` in its own language from its catalogue (`where.label.ID`,
     /// `where.how.ID` in `web/assets/messages.json`, whose English matches the words here).
     pub page: String,
     /// The page to open, signed in to the provider's account; `null` when the provider kind
     /// offers no page that shows requests or charges.
     pub url: Option<String>,
-    /// The page's name for people ("Replicate's list of predictions").
+    /// The page's name for people ("the provider's list of requests").
     pub label: String,
     /// What to look for there and what it can show, in plain words.
     pub how: String,
@@ -60,146 +59,32 @@ impl Dashboard {
         self.model = model.map(str::to_string);
         self
     }
-
-    /// OpenAI's usage page: images per model and time (UTC), not single requests.
-    pub fn openai() -> Dashboard {
-        Dashboard {
-            page: "openai_usage".into(),
-            url: Some("https://platform.openai.com/usage".into()),
-            label: "OpenAI's usage page".into(),
-            how: "It counts images per model and time (in UTC), not single requests: look for an image of this \
-                  model at the time it was sent. Only the organization's owners (or people given usage access) \
-                  can see it."
-                .into(),
-            lists_requests: false,
-            model: None,
-        }
-    }
-
-    /// Replicate's list of the account's predictions.
-    pub fn replicate() -> Dashboard {
-        Dashboard {
-            page: "replicate_predictions".into(),
-            url: Some("https://replicate.com/predictions".into()),
-            label: "Replicate's list of predictions".into(),
-            how: "Every prediction of the account is listed with its model, time and status; open the one sent \
-                  at this time with this prompt (or with the prediction id below) to see whether it succeeded."
-                .into(),
-            lists_requests: true,
-            model: None,
-        }
-    }
-
-    /// fal's request history.
-    pub fn fal() -> Dashboard {
-        Dashboard {
-            page: "fal_requests".into(),
-            url: Some("https://fal.ai/dashboard/requests".into()),
-            label: "fal's request history".into(),
-            how: "Requests are listed by endpoint and time with their status; find the one with the request id \
-                  below, or the one sent at this time."
-                .into(),
-            lists_requests: true,
-            model: None,
-        }
-    }
-
-    /// Alibaba Cloud Model Studio (DashScope): the international console for the `-intl`
-    /// endpoint, the mainland one otherwise.
-    pub fn dashscope(base_url: Option<&str>) -> Dashboard {
-        let intl = base_url.is_some_and(|u| u.contains("dashscope-intl"));
-        Dashboard {
-            page: "model_studio".into(),
-            url: Some(if intl {
-                "https://modelstudio.console.alibabacloud.com/".into()
-            } else {
-                "https://bailian.console.aliyun.com/".into()
-            }),
-            label: "Alibaba Cloud Model Studio console".into(),
-            how: "Model Telemetry (模型观测) lists the calls per model with their time and status; bills show what \
-                  was charged. Match the task id below, or the model and the time it was sent."
-                .into(),
-            lists_requests: true,
-            model: None,
-        }
-    }
-
-    /// Google AI Studio: usage per model, and the logs of a project that turned them on.
-    pub fn gemini(batch: bool) -> Dashboard {
-        Dashboard {
-            page: if batch { "ai_studio_batch" } else { "ai_studio" }.into(),
-            url: Some("https://aistudio.google.com/usage".into()),
-            label: "Google AI Studio's usage page".into(),
-            how: if batch {
-                "It shows requests per model and day; tally sent this one as a batch job, whose name is below. \
-                 A blocked or failed request can still be charged for its prompt."
-            } else {
-                "It shows requests per model and day; single requests appear under Logs only when logging is \
-                 turned on for the project. A blocked request can still be charged for its prompt."
-            }
-            .into(),
-            lists_requests: batch,
-            model: None,
-        }
-    }
-
-    /// Black Forest Labs' dashboard: credits and usage per project.
-    pub fn bfl() -> Dashboard {
-        Dashboard {
-            page: "bfl_dashboard".into(),
-            url: Some("https://dashboard.bfl.ai/".into()),
-            label: "the BFL dashboard".into(),
-            how: "It shows the credits used per project over time, not single requests: look for credits used \
-                  at the time it was sent."
-                .into(),
-            lists_requests: false,
-            model: None,
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::kinds::KINDS;
+    use crate::providers::settings::ProviderConfig;
 
     #[test]
-    fn every_page_is_https_or_says_there_is_none() {
-        for d in [
-            Dashboard::openai(),
-            Dashboard::replicate(),
-            Dashboard::fal(),
-            Dashboard::dashscope(None),
-            Dashboard::dashscope(Some("https://dashscope-intl.aliyuncs.com/api/v1")),
-            Dashboard::gemini(false),
-            Dashboard::gemini(true),
-            Dashboard::bfl(),
-        ] {
-            assert!(d.url.as_deref().is_some_and(|u| u.starts_with("https://")), "{d:?}");
-            assert!(!d.label.is_empty() && !d.how.is_empty());
-        }
-        assert!(
-            Dashboard::dashscope(Some("https://dashscope-intl.aliyuncs.com"))
-                .url
-                .unwrap_or_default()
-                .contains("alibabacloud")
-        );
+    fn every_kind_has_a_page_in_both_languages() {
         // The page words these from its catalogue: the English there is the same as here.
         let c: serde_json::Value =
             serde_json::from_str(include_str!("../web/assets/messages.json")).expect("messages.json");
-        for d in [
-            Dashboard::openai(),
-            Dashboard::replicate(),
-            Dashboard::fal(),
-            Dashboard::dashscope(None),
-            Dashboard::gemini(false),
-            Dashboard::gemini(true),
-            Dashboard::bfl(),
-            Dashboard::demo(),
-        ] {
-            for (what, text) in [("label", &d.label), ("how", &d.how)] {
-                let key = format!("where.{what}.{}", d.page);
-                assert_eq!(c["en"][&key].as_str(), Some(text.as_str()), "{key} in messages.json");
-                assert!(c["zh-CN"][&key].as_str().is_some_and(|z| !z.is_empty()), "{key} in Chinese");
+        for k in KINDS {
+            for (batch, base) in [(false, None), (true, Some("https://example.com"))] {
+                let cfg = ProviderConfig { batch, base_url: base.map(str::to_string), ..ProviderConfig::demo() };
+                let d = (k.dashboard)(&cfg);
+                if k.bills {
+                    assert!(d.url.as_deref().is_some_and(|u| u.starts_with("https://")), "{}: {d:?}", k.name);
+                }
+                assert!(!d.label.is_empty() && !d.how.is_empty());
+                for (what, text) in [("label", &d.label), ("how", &d.how)] {
+                    let key = format!("where.{what}.{}", d.page);
+                    assert_eq!(c["en"][&key].as_str(), Some(text.as_str()), "{key} in messages.json");
+                    assert!(c["zh-CN"][&key].as_str().is_some_and(|z| !z.is_empty()), "{key} in Chinese");
+                }
             }
         }
         let none = Dashboard::none("The demo provider runs inside tally; it has no dashboard.");

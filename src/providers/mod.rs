@@ -9,13 +9,16 @@ pub mod dashboard;
 pub mod demo;
 pub mod fake;
 pub mod http;
+pub mod kinds;
+pub mod settings;
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::{ProviderConfig, ProviderKind};
+pub use kinds::ProviderKind;
+pub use settings::{Pricing, ProviderConfig, parse_size};
 
 /// A boxed, sendable future; the trait is used as `dyn Provider`, so its methods return these.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -54,6 +57,10 @@ pub struct CallRequest {
     /// synchronous answer with a URL) may retry it until then, within the provider's
     /// retention; polled jobs are retried by the engine's poll loop instead.
     pub deadline_ms: i64,
+    /// What the call makes. For `edit` and `cutout` the image it works on is
+    /// `references[0]` (the only reference), where every adapter already sends the image a
+    /// model works from.
+    pub operation: crate::domain::operation::Operation,
 }
 
 /// A job an asynchronous provider accepted: its id and, where the provider returned them,
@@ -93,21 +100,20 @@ pub enum JobState {
     /// rule, which tally cannot see (possibly charged).
     Failed(String),
     /// The provider says the job failed, and documents that such a failure is not billed
-    /// (fal: a request that ends in a server error; DashScope: any failed task). Not charged.
+    /// (the adapter cites where). Not charged.
     FailedNotCharged(String),
     /// The job was canceled at the provider (not by tally) before it finished. Providers that
-    /// bill by run time (Replicate) bill the time it ran: possibly charged.
+    /// bill by run time bill the time it ran: possibly charged.
     Canceled(String),
     /// The job finished (and was probably charged) but its result could not be fetched yet
     /// (its file host answered 404 or 5xx, the connection failed), while the provider's
     /// documented retention has not passed: poll again later. Never "expired".
     ResultUnavailable(String),
     /// The job finished but its output is no longer kept: the provider's documented retention
-    /// passed, or the provider says it removed the data (Replicate's `data_removed`).
+    /// passed, or the provider says it removed the data.
     Expired,
     /// The provider refused the job (its moderation flagged the prompt or the output) and
-    /// documents that it does not bill such a job (BFL's `Request Moderated`/`Content
-    /// Moderated`): a definite refusal, not charged.
+    /// documents that it does not bill such a job: a definite refusal, not charged.
     Refused(String),
 }
 
@@ -170,9 +176,8 @@ pub enum CallError {
     #[error("answered, but unusable: {0}")]
     Unusable(String),
     /// The provider answered (2xx) but declined to make the image: its safety filter blocked
-    /// the prompt or the output (Gemini's `promptFeedback.blockReason`, a `finishReason` such
-    /// as `IMAGE_SAFETY`). A definite answer, never retried; the provider may still bill the
-    /// request (Gemini bills the prompt's tokens of an answered request).
+    /// the prompt or the output. A definite answer, never retried; the provider may still bill
+    /// the request (some bill the prompt's tokens of an answered request).
     #[error("blocked by the provider: {0}")]
     Blocked(String),
 }
@@ -201,7 +206,7 @@ pub trait Provider: Send + Sync + 'static {
     }
 
     /// The longest an accepted job may take before tally stops polling it and says `unknown`,
-    /// when that is longer than the engine's recovery deadline (Gemini's Batch API targets a
+    /// when that is longer than the engine's recovery deadline (a batch API that targets a
     /// 24-hour turnaround). `None`: the recovery deadline applies.
     fn job_deadline(&self) -> Option<Duration> {
         None
@@ -263,42 +268,35 @@ pub trait Provider: Send + Sync + 'static {
     }
 }
 
-/// Build the adapter for one configured provider. Errors name the provider and the problem
-/// (a missing `base_url`, a malformed `model`); a missing API key is reported per call, as a
-/// configuration rejection, so it can be fixed without restarting.
+/// Build the adapter for one configured provider, from its kind's descriptor
+/// (`kinds::KINDS`). Errors name the provider and the problem (a missing `base_url`, a
+/// malformed `model`); a missing API key is reported per call, as a configuration rejection,
+/// so it can be fixed without restarting. The billing note and the dashboard come from the
+/// configuration and the descriptor, around whatever the adapter says.
 pub fn build(cfg: &ProviderConfig) -> Result<Arc<dyn Provider>, String> {
-    let inner: Arc<dyn Provider> = match cfg.kind {
-        ProviderKind::Demo => Arc::new(demo::Demo::new(cfg.delay, 256)),
-        ProviderKind::OpenaiImages => Arc::new(http::openai_images::OpenaiImages::new(cfg)?),
-        ProviderKind::Replicate => Arc::new(http::replicate::Replicate::new(cfg)?),
-        ProviderKind::FalQueue => Arc::new(http::fal_queue::FalQueue::new(cfg)?),
-        ProviderKind::Dashscope => Arc::new(http::dashscope::Dashscope::new(cfg)?),
-        ProviderKind::Gemini => Arc::new(http::gemini::Gemini::new(cfg)?),
-        ProviderKind::Bfl => Arc::new(http::bfl::Bfl::new(cfg)?),
-    };
-    Ok(match &cfg.billing_note {
-        Some(note) => Arc::new(WithBillingNote { inner, note: note.clone() }),
-        None => inner,
-    })
+    let spec = cfg.kind.spec();
+    let inner = (spec.build)(cfg)?;
+    Ok(Arc::new(Configured { inner, note: cfg.billing_note.clone(), dashboard: (spec.dashboard)(cfg) }))
 }
 
-/// An adapter whose billing note comes from the configuration.
-struct WithBillingNote {
+/// An adapter with its configured billing note (if any) and its kind's dashboard.
+struct Configured {
     inner: Arc<dyn Provider>,
-    note: String,
+    note: Option<String>,
+    dashboard: dashboard::Dashboard,
 }
 
-impl Provider for WithBillingNote {
+impl Provider for Configured {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
 
     fn billing_note(&self) -> &str {
-        &self.note
+        self.note.as_deref().unwrap_or_else(|| self.inner.billing_note())
     }
 
     fn dashboard(&self) -> dashboard::Dashboard {
-        self.inner.dashboard()
+        self.dashboard.clone()
     }
 
     fn poll_interval(&self) -> Duration {

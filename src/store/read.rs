@@ -11,6 +11,7 @@ use super::StoreError;
 use super::ops::common;
 use super::sqlite::tx::SqliteTx;
 use super::tx::{Dialect, Param, Row, Tx};
+use crate::domain::operation::{Operation, Source, SourceKind};
 use crate::domain::{Charge, Micros, Millis, TaskStatus};
 
 /// A task as the API and CLI show it.
@@ -51,6 +52,13 @@ pub struct TaskView {
     /// Held because the database turned out older than what was served (`store::held`):
     /// why, and since when. Released only by the owner.
     pub held: Option<crate::store::held::Held>,
+    /// What the call makes.
+    pub operation: Operation,
+    /// The stored image an `edit` or `cutout` works on.
+    pub source: Option<Source>,
+    /// The tasks made from this task's images (edits and cutouts of them), oldest first: its
+    /// lineage forward, as (task id, operation, status).
+    pub derived: Vec<(String, Operation, TaskStatus)>,
 }
 
 /// What the evidence says about money for a task, derived from its executions.
@@ -96,7 +104,8 @@ pub struct EventView {
 macro_rules! task_columns {
     () => {
         "id, status, reason, failure_kind, attempts, cancel_requested, provider, prompt, params, idempotency_key, \
-         retry_of, set_id, set_position, created_at, updated_at, shot_role, group_key, candidate"
+         retry_of, set_id, set_position, created_at, updated_at, shot_role, group_key, candidate, operation, \
+         source_kind, source_id"
     };
 }
 
@@ -135,7 +144,15 @@ fn task_row(r: &Row) -> Result<TaskView, StoreError> {
         candidate: r.get(17)?,
         waiting_for: None,
         held: None,
+        operation: Operation::parse(&r.get::<String>(18)?).unwrap_or_default(),
+        source: source_of(r.get(19)?, r.get(20)?),
+        derived: Vec::new(),
     })
+}
+
+/// A task's source image from its two columns (both set or both NULL, by the schema's CHECK).
+pub(in crate::store) fn source_of(kind: Option<String>, id: Option<String>) -> Option<Source> {
+    Some(Source { kind: SourceKind::parse(&kind?)?, id: id? })
 }
 
 fn artifact_row(r: &Row) -> Result<ArtifactView, StoreError> {
@@ -162,6 +179,23 @@ fn complete(tx: &mut dyn Tx, mut t: TaskView) -> Result<TaskView, StoreError> {
         .collect::<Result<_, _>>()?;
     t.charge = common::charge_of(tx, &t.id)?;
     t.retried_as = super::ops::latest_retry(tx, &t.id)?;
+    if !t.artifacts.is_empty() {
+        t.derived = tx
+            .rows(
+                "SELECT d.id, d.operation, d.status FROM tasks d
+                 WHERE d.source_id IN (SELECT a.id FROM artifacts a WHERE a.task_id = ?1) ORDER BY d.id",
+                &[&t.id],
+            )?
+            .iter()
+            .map(|r| {
+                Ok((
+                    r.get::<String>(0)?,
+                    Operation::parse(&r.get::<String>(1)?).unwrap_or_default(),
+                    TaskStatus::parse(&r.get::<String>(2)?).unwrap_or(TaskStatus::Failed),
+                ))
+            })
+            .collect::<Result<_, StoreError>>()?;
+    }
     if t.status == TaskStatus::Failed
         && let Some(set) = &t.set_id
     {

@@ -3,6 +3,7 @@
 //! Backend-neutral: the operations in `store::ops` take and return these on either backend, and
 //! `store::seam` passes them through unchanged.
 
+use crate::domain::operation::{Operation, Source};
 use crate::domain::{Charge, FailureKind, Micros, Millis, Phase, TaskStatus, request_hash};
 use crate::store::blobs::NewArtifact;
 use serde_json::Value;
@@ -23,6 +24,10 @@ pub struct NewTask {
     /// The submitter's group: tasks of one group share a fairness key (a set's shots use
     /// the set instead).
     pub group: Option<String>,
+    /// What the call makes (`generate` by default).
+    pub operation: Operation,
+    /// The stored image an `edit` or `cutout` works on (checked to exist before the submit).
+    pub source: Option<Source>,
 }
 
 /// Where a task sits in an image set.
@@ -37,7 +42,19 @@ pub struct ShotRef {
 
 impl NewTask {
     pub(in crate::store) fn hash(&self) -> String {
-        request_hash(&self.provider, &self.prompt, &self.params, self.group.as_deref().unwrap_or(""))
+        let group = self.group.as_deref().unwrap_or("");
+        // A generation hashes as it always did (keys sent before operations existed replay);
+        // another operation adds its name and source, so the same key for another image or
+        // operation is a conflict.
+        let extra = match (&self.operation, &self.source) {
+            (Operation::Generate, None) => group.to_string(),
+            (op, src) => format!(
+                "{group}\u{0}{}\u{0}{}",
+                op.as_str(),
+                src.as_ref().map(|s| format!("{}:{}", s.kind.as_str(), s.id)).unwrap_or_default()
+            ),
+        };
+        request_hash(&self.provider, &self.prompt, &self.params, &extra)
     }
 }
 
@@ -162,6 +179,10 @@ pub struct Claim {
     pub slow_start: bool,
     /// Reference images to send (an image set's product photos).
     pub references: Vec<crate::store::UploadView>,
+    /// What the call makes.
+    pub operation: Operation,
+    /// The stored image an `edit` or `cutout` works on.
+    pub source: Option<Source>,
 }
 
 /// How an execution ends (or pauses). Each outcome carries what it proves about money; the

@@ -453,6 +453,7 @@ fn request(prompt: &str, key: &str) -> CallRequest {
         calling_at_ms: 0,
         candidate: 0,
         deadline_ms: 0,
+        operation: Default::default(),
     }
 }
 

@@ -16,6 +16,7 @@ mod candidates;
 mod charges;
 mod cli;
 mod common;
+mod config_kinds;
 mod conformance;
 #[cfg(feature = "failpoints")]
 mod crash;

@@ -125,6 +125,7 @@ async fn a_download_after_the_create_answer_is_never_not_sent() {
     // The download is retried (a blip is not final) until the engine's deadline for the call.
     let req = tally::providers::CallRequest {
         deadline_ms: crate::providers_http::now_ms() + 1500,
+        operation: Default::default(),
         ..request("download fails")
     };
     let err = p.submit(&req).await.unwrap_err();

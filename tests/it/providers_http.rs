@@ -47,20 +47,16 @@ impl Harness {
     }
 
     pub fn config(&self, kind: ProviderKind) -> ProviderConfig {
-        let (base_url, model) = match kind {
-            ProviderKind::FalQueue => (self.mock.fal_url(), "fal-ai/flux/dev"),
-            ProviderKind::Replicate => (self.mock.base_url(), "black-forest-labs/flux-schnell"),
-            ProviderKind::Dashscope => (self.mock.dashscope_url(), "wan2.2-t2i-flash"),
-            ProviderKind::Gemini => (self.mock.gemini_url(), "gemini-2.5-flash-image"),
-            ProviderKind::Bfl => (self.mock.bfl_url(), "flux-pro-1.1"),
-            _ => (self.mock.base_url(), OPENAI_MODEL),
-        };
+        // Where the mock serves the kind and a model it serves: from the kind's descriptor.
+        let spec = kind.spec();
+        let base_url = format!("{}{}", self.mock.base_url(), spec.mock_path);
         ProviderConfig {
             name: kind.as_str().into(),
             kind,
+            operations: spec.default_operations.to_vec(),
             base_url: Some(base_url),
             api_key_env: Some(KEY_ENV.into()),
-            model: Some(model.into()),
+            model: spec.mock_model.map(str::to_string),
             connect_timeout: Duration::from_secs(2),
             request_timeout: Duration::from_secs(10),
             // DashScope allows 20 task queries a second (the mock enforces it).
@@ -102,7 +98,6 @@ impl Drop for Harness {
 }
 
 /// The current OpenAI image model (the mock refuses the shut-down `gpt-image-1`).
-pub const OPENAI_MODEL: &str = "gpt-image-2.5-flare";
 
 /// Milliseconds since the epoch, now.
 pub fn now_ms() -> i64 {
@@ -121,6 +116,7 @@ pub fn request(prompt: &str) -> CallRequest {
         candidate: 0,
         // Result downloads inside `submit` are retried until here (a blip is not final).
         deadline_ms: now_ms() + 20_000,
+        operation: Default::default(),
     }
 }
 
@@ -356,7 +352,7 @@ async fn api_key_never_shows_in_debug_or_errors() {
         assert!(matches!(err, CallError::Rejected { config: true, .. }), "{err:?}");
         assert!(!format!("{err:?} {err}").contains(KEY_VALUE));
     }
-    let adapter = providers::http::openai_images::OpenaiImages::new(&h.config(ProviderKind::OpenaiImages));
+    let adapter = providers::kinds::openai_images::OpenaiImages::new(&h.config(ProviderKind::OpenaiImages));
     let debug = format!("{adapter:?}");
     assert!(!debug.contains(KEY_VALUE), "{debug}");
     assert!(!std::fs::read_to_string(&h.ledger).unwrap().contains(KEY_VALUE));

@@ -41,7 +41,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde::de::DeserializeOwned;
 
-use crate::config::ProviderConfig;
+use crate::providers::ProviderConfig;
 use crate::providers::{CallError, Image, sniff_image};
 
 // The shared helpers live in their own files (`notnow`, `results`) and are re-exported here,
@@ -61,11 +61,11 @@ const ERROR_BODY_LIMIT: usize = 16 * 1024;
 /// How the API key is presented in the `Authorization` header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AuthScheme {
-    /// `Authorization: Bearer <key>` (OpenAI, Replicate).
+    /// `Authorization: Bearer <key>`.
     Bearer,
-    /// `Authorization: Key <key>` (fal).
+    /// `Authorization: Key <key>`.
     Key,
-    /// The bare key in a header of its own: `x-goog-api-key` (Gemini), `x-key` (BFL).
+    /// The bare key in a header of its own (`x-goog-api-key`, `x-key`, `x-api-key`).
     Header(&'static str),
 }
 
@@ -179,7 +179,7 @@ impl HttpClient {
 
     /// Whether `url` has `base_url`'s origin (scheme, host and port), the only origin the API
     /// key is sent to. Userinfo tricks (`http://host:P@evil:Q/`) and look-alike hosts
-    /// (`api.replicate.com.evil.example`) have another origin.
+    /// (`api.example.com.evil.example`) have another origin.
     pub fn same_origin(&self, url: &str) -> bool {
         same_origin(url, &self.base_url)
     }
@@ -274,6 +274,13 @@ impl HttpClient {
         let body = self.read_limited(resp, self.max_response_bytes, false).await?;
         serde_json::from_slice(&body)
             .map_err(|e| CallError::Ambiguous(format!("undecodable answer from provider: {e}")))
+    }
+
+    /// Send one request and read its 2xx answer's body as bytes (a synchronous API that
+    /// answers with the image itself). One over `max_response_bytes` is `Unusable`.
+    pub async fn send_bytes(&self, rb: RequestBuilder) -> Result<Vec<u8>, CallError> {
+        let resp = self.send(rb).await?;
+        self.read_limited(resp, self.max_response_bytes, false).await
     }
 
     /// Like [`HttpClient::send_json`], but a 404 or 410 answer is `Ok(None)`: the thing
@@ -481,8 +488,8 @@ pub fn classify_answer(
     classify_status(status, not_now_wait(headers, now), message)
 }
 
-/// The human message from an error body: OpenAI's `error.message`, Replicate's `detail`,
-/// fal's `detail`, DashScope's `code: message`, or the start of the text.
+/// The human message from an error body: `error.message`, `detail`, a top-level
+/// `code: message`, or the start of the text.
 fn error_message(body: &[u8]) -> String {
     if let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) {
         let found = v.pointer("/error/message").or_else(|| v.get("detail")).or_else(|| v.get("error"));
@@ -493,7 +500,7 @@ fn error_message(body: &[u8]) -> String {
             Some(other @ serde_json::Value::Object(_)) => return other.to_string().chars().take(500).collect(),
             _ => {}
         }
-        // DashScope: a top-level `code` (e.g. `Arrearage`) and `message`.
+        // A top-level `code` (e.g. `Arrearage`) and `message`.
         if let (Some(serde_json::Value::String(c)), Some(serde_json::Value::String(m))) =
             (v.get("code"), v.get("message"))
         {

@@ -1,34 +1,16 @@
-//! HTTP provider adapters over reqwest: one file per kind, plus the shared [`client`].
-//!
-//! - [`openai_images`]: a synchronous OpenAI-compatible images endpoint (proves nothing after
-//!   a lost answer, unless an idempotency header is configured).
-//! - [`replicate`]: read the model's input schema, submit, poll by id, and find a lost create
-//!   by listing recent predictions.
-//! - [`fal_queue`]: fal's queue API: submit and poll the URLs fal returns (no listing to
-//!   search for a lost create).
-//! - [`dashscope`]: Alibaba Cloud Model Studio's asynchronous image tasks: submit, poll the
-//!   task id, and find a lost create in the account's task listing.
-//! - [`gemini`]: the Gemini API's synchronous `generateContent`, or its Batch API (a named
-//!   batch, found again by listing batches by the display name tally gave it).
-//! - [`bfl`]: Black Forest Labs' FLUX API: submit, then poll the `polling_url` it returned.
-//! - `notnow` and `results` (re-exported by [`client`]): the "not now" and out-of-credit
-//!   readings of an answer, and paid-result retention and retried downloads.
+//! What the HTTP provider adapters (`providers::kinds`) share: the reqwest [`client`] with its
+//! readings of answers (`notnow`: "not now" and out of credit; `results`: paid-result
+//! retention and retried downloads), and small helpers for request bodies.
 
-pub mod bfl;
 pub mod client;
-pub mod dashscope;
-pub mod fal_queue;
-pub mod gemini;
 mod notnow;
-pub mod openai_images;
-pub mod replicate;
 mod results;
 
 use base64::Engine as _;
 use serde_json::{Map, Value};
 
+use super::ProviderConfig;
 use super::{CallError, Image};
-use crate::config::ProviderConfig;
 
 /// The configuration with a trailing `/v1` removed from `base_url`: the adapters add the
 /// `/v1/...` paths themselves, and the official SDKs (and most gateways) document base URLs
@@ -58,12 +40,12 @@ pub(crate) fn check_output_format(params: &Value, storable: &[&str]) -> Result<(
     }
 }
 
-/// Encode an image as a `data:` URI, the form Replicate and fal accept for inline inputs.
+/// Encode an image as a `data:` URI, the form several APIs accept for inline inputs.
 pub fn data_uri(image: &Image) -> String {
     format!("data:{};base64,{}", image.media_type, base64::engine::general_purpose::STANDARD.encode(&image.bytes))
 }
 
-pub use crate::config::parse_size;
+pub use super::settings::parse_size;
 
 /// Copy the task's free-form parameters into a request body, except keys the adapter owns
 /// (the prompt, the marker, the reference images), so a task cannot forge them.

@@ -134,14 +134,14 @@ pub fn jittered(wait: Duration, unit: f64) -> Duration {
 // Answers that say more than their status: out of credit, final server errors.
 // ---------------------------------------------------------------------------------------
 
-/// Error codes (OpenAI `error.code`/`type`, DashScope `code`, others' `error_type`) that say
+/// Error codes (`error.code`/`type`, a top-level `code`, `error_type`) that say
 /// the account has no credit left or reached its billing limit: nothing will succeed until a
 /// person adds credit, so they are configuration problems, never "try later".
 pub const OUT_OF_CREDIT_CODES: &[&str] =
     &["insufficient_quota", "billing_hard_limit_reached", "insufficient_credits", "Arrearage", "insufficient_balance"];
 
 /// Whether an error answer says the provider account is out of credit: HTTP 402 (Payment
-/// Required: Replicate, Black Forest Labs), an [`OUT_OF_CREDIT_CODES`] code in the body, or
+/// Required), an [`OUT_OF_CREDIT_CODES`] code in the body, or
 /// fal's "Exhausted balance" lock (a 403).
 pub fn is_out_of_credit(status: StatusCode, body: &[u8]) -> bool {
     if status == StatusCode::PAYMENT_REQUIRED {

@@ -52,7 +52,7 @@ impl HttpClient {
     /// jitter) while the file host answers 404/410 (a CDN that has not got the file yet, or a
     /// blip), a 5xx or 429, or the connection fails, for at most `budget` in all. A provider
     /// that made the result keeps it for its documented [`Retention`]; the caller decides,
-    /// from that retention and the provider's own word (Replicate's `data_removed`), whether a
+    /// from that retention and the provider's own word (a `data_removed` flag), whether a
     /// result that is still missing has expired: this function never says so.
     pub async fn download_retrying(&self, url: &str, budget: Duration) -> ResultFetch {
         let start = std::time::Instant::now();

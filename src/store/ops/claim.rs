@@ -99,7 +99,7 @@ fn read_sql(d: Dialect) -> String {
     format!(
         "SELECT e.id, e.task_id, e.provider, e.send_count, e.lane, t.prompt, t.params, t.cancel_requested,
                 t.created_at, t.set_id, x.token, x.phase, x.provider_job_id, x.provider_handle, x.idempotency_key,
-                x.calling_at, x.attempt, t.candidate
+                x.calling_at, x.attempt, t.candidate, t.operation, t.source_kind, t.source_id
          FROM envelopes e JOIN tasks t ON t.id = e.task_id
               JOIN executions x ON x.task_id = e.task_id AND x.status = 'running'
          WHERE e.id {ids} AND e.lease_token = ?2",
@@ -239,6 +239,8 @@ fn claim_of(r: &Row, token: &str, slow_start: &[String]) -> Result<Claim, StoreE
         created_at: r.get(8)?,
         due_at: 0,
         references: Vec::new(),
+        operation: crate::domain::operation::Operation::parse(&r.get::<String>(18)?).unwrap_or_default(),
+        source: crate::store::read::source_of(r.get(19)?, r.get(20)?),
     })
 }
 

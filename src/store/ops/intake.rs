@@ -33,8 +33,9 @@ pub(in crate::store) fn submit(tx: &mut dyn Tx, t: &NewTask, now: Millis) -> Res
     // the same key on another node still in flight is waited for, then seen by the look-up.
     let inserted = tx.exec(
         "INSERT INTO tasks (id, idempotency_key, request_hash, provider, prompt, params, status, retry_of,
-                            set_id, set_position, shot_role, created_at, updated_at, retry_key, group_key, candidate)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'queued', ?7, ?8, ?9, ?10, ?11, ?11, ?12, ?13, ?14)
+                            set_id, set_position, shot_role, created_at, updated_at, retry_key, group_key, candidate,
+                            operation, source_kind, source_id)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'queued', ?7, ?8, ?9, ?10, ?11, ?11, ?12, ?13, ?14, ?15, ?16, ?17)
          ON CONFLICT (idempotency_key) DO NOTHING",
         &[
             &id,
@@ -51,6 +52,9 @@ pub(in crate::store) fn submit(tx: &mut dyn Tx, t: &NewTask, now: Millis) -> Res
             &t.retry_key,
             &t.group,
             &candidate,
+            &t.operation.as_str(),
+            &t.source.as_ref().map(|s| s.kind.as_str()),
+            &t.source.as_ref().map(|s| s.id.as_str()),
         ],
     )?;
     if inserted == 0 {
@@ -72,6 +76,14 @@ pub(in crate::store) fn submit(tx: &mut dyn Tx, t: &NewTask, now: Millis) -> Res
         Some(orig) => format!("submitted as a new operation retrying task {orig}"),
         None => "submitted".to_string(),
     };
+    if let Some(src) = &t.source {
+        // Words of the catalogue's `say.submitted_edit` / `say.submitted_cutout`.
+        let what = match t.operation {
+            crate::domain::operation::Operation::Cutout => "cut the product out of",
+            _ => "edit",
+        };
+        msg.push_str(&format!(" to {what} image {}", src.id));
+    }
     if let Some(s) = &t.shot {
         msg.push_str(&format!(" as shot {} ({}) of set {}", s.position + 1, s.role, s.set_id));
         if s.candidate > 0 {

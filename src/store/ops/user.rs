@@ -67,10 +67,16 @@ pub(in crate::store) fn retry(
     now: Millis,
 ) -> Result<RetryOutcome, StoreError> {
     tx.lock_task(task)?;
-    let row = tx.opt("SELECT status, provider, prompt, params, group_key FROM tasks WHERE id = ?1", &[&task])?;
+    let row = tx.opt(
+        "SELECT status, provider, prompt, params, group_key, operation, source_kind, source_id FROM tasks WHERE id = ?1",
+        &[&task],
+    )?;
     let Some(row) = row else { return Ok(RetryOutcome::NotFound) };
     let (status, provider, prompt, params_text, group): (String, String, String, String, Option<String>) =
         (row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?);
+    // A retry is the same operation on the same image.
+    let operation = crate::domain::operation::Operation::parse(&row.get::<String>(5)?).unwrap_or_default();
+    let source = crate::store::read::source_of(row.get(6)?, row.get(7)?);
     let shot = shot_of(tx, task)?;
     if let Some(s) = &shot {
         tx.lock_set(&s.set_id)?;
@@ -123,6 +129,8 @@ pub(in crate::store) fn retry(
         retry_key: key.map(str::to_string),
         shot,
         group,
+        operation,
+        source,
     };
     Ok(match submit(tx, &new, now)? {
         SubmitOutcome::Created(id) => {

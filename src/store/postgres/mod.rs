@@ -62,7 +62,7 @@ const SCHEMA: &str = include_str!("../../../schema-pg.sql");
 
 /// The PostgreSQL schema version this build writes (independent of SQLite's
 /// `SCHEMA_VERSION`). Older databases are migrated by [`MIGRATIONS`]; newer ones refused.
-pub const PG_SCHEMA_VERSION: i32 = 9;
+pub const PG_SCHEMA_VERSION: i32 = 10;
 
 /// Migrations from version `n` to `n + 1`, indexed by `n - 1`. Each runs in the transaction
 /// that records the new version, under the migration lock, and only while no other node of
@@ -178,6 +178,12 @@ const MIGRATIONS: &[&str] = &[
     // then ran SQL for nothing (the "idle under load" finding of issue #28). Only functions
     // change; a node of an older build is not running while it runs (`refuse_with_live_nodes`).
     include_str!("notify-v9.sql"),
+    // 9 → 10: operation kinds (issue #35; as SQLite's 10 → 11).
+    "ALTER TABLE tasks ADD COLUMN operation text NOT NULL DEFAULT 'generate';
+     ALTER TABLE tasks ADD COLUMN source_kind text CHECK (source_kind IN ('artifact', 'upload'));
+     ALTER TABLE tasks ADD COLUMN source_id text COLLATE \"C\";
+     ALTER TABLE tasks ADD CONSTRAINT tasks_source_whole CHECK ((source_kind IS NULL) = (source_id IS NULL));
+     CREATE INDEX tasks_by_source ON tasks(source_id) WHERE source_id IS NOT NULL;",
 ];
 
 pub use crate::store::locks::LOCK_CLASS;

@@ -14,7 +14,7 @@ use crate::config::Durability;
 use crate::store::StoreError;
 
 /// The schema version this build writes. Older databases are migrated; newer ones refused.
-pub const SCHEMA_VERSION: i64 = 10;
+pub const SCHEMA_VERSION: i64 = 11;
 
 /// `PRAGMA application_id` of tally databases ("taly").
 pub(super) const APPLICATION_ID: i64 = 0x7461_6c79;
@@ -173,6 +173,11 @@ const MIGRATIONS: &[&str] = &[
          updated_at       INTEGER NOT NULL,
          PRIMARY KEY (delivery_id, position)
      ) STRICT;",
+    // 10 → 11: operation kinds (issue #35): a task's operation and the image it works on.
+    "ALTER TABLE tasks ADD COLUMN operation TEXT NOT NULL DEFAULT 'generate';
+     ALTER TABLE tasks ADD COLUMN source_kind TEXT CHECK (source_kind IN ('artifact', 'upload'));
+     ALTER TABLE tasks ADD COLUMN source_id TEXT CHECK ((source_kind IS NULL) = (source_id IS NULL));
+     CREATE INDEX tasks_by_source ON tasks(source_id) WHERE source_id IS NOT NULL;",
 ];
 
 /// The writer's automatic (PASSIVE) checkpoint runs once the WAL holds this many pages

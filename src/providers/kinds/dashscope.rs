@@ -37,16 +37,19 @@ use reqwest::Method;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::client::{AuthScheme, HttpClient, ResultFetch, Retention, now_ms};
-use super::{data_uri, parse_size};
-use crate::config::ProviderConfig;
+use crate::providers::ProviderConfig;
+use crate::providers::dashboard::Dashboard;
+use crate::providers::http::client::{AuthScheme, HttpClient, ResultFetch, Retention, now_ms};
+use crate::providers::http::{data_uri, parse_size};
 use crate::providers::{
     BoxFuture, CallError, CallRequest, Capabilities, HeldLookup, HeldQuery, JobHandle, JobState, Provider, Submitted,
 };
 
 /// The international (Singapore) endpoint, the default `base_url`; the mainland one is
 /// `https://dashscope.aliyuncs.com`.
-pub use crate::config::DASHSCOPE_BASE_URL as DEFAULT_BASE_URL;
+/// DashScope's international (Singapore) endpoint, the default `base_url`; the mainland one
+/// is `https://dashscope.aliyuncs.com`.
+pub const DEFAULT_BASE_URL: &str = "https://dashscope-intl.aliyuncs.com";
 
 /// How long DashScope keeps a task's data and its result images.
 pub const RETENTION: Retention = Retention {
@@ -400,11 +403,27 @@ impl Dashscope {
     }
 }
 
-impl Provider for Dashscope {
-    fn dashboard(&self) -> crate::providers::dashboard::Dashboard {
-        crate::providers::dashboard::Dashboard::dashscope(Some(self.http.base_url())).with_model(Some(&self.model))
+/// Alibaba Cloud Model Studio (DashScope): the international console for the `-intl`
+/// endpoint, the mainland one otherwise.
+pub fn dashboard(cfg: &ProviderConfig) -> Dashboard {
+    let intl = cfg.base_url.as_deref().is_some_and(|u| u.contains("dashscope-intl"));
+    Dashboard {
+        page: "model_studio".into(),
+        url: Some(if intl {
+            "https://modelstudio.console.alibabacloud.com/".into()
+        } else {
+            "https://bailian.console.aliyun.com/".into()
+        }),
+        label: "Alibaba Cloud Model Studio console".into(),
+        how: "Model Telemetry (模型观测) lists the calls per model with their time and status; bills show what \
+              was charged. Match the task id below, or the model and the time it was sent."
+            .into(),
+        lists_requests: true,
+        model: cfg.model.clone(),
     }
+}
 
+impl Provider for Dashscope {
     fn capabilities(&self) -> Capabilities {
         Capabilities { idempotent_create: self.http.sends_idempotency_key(), lookup: true }
     }
@@ -569,7 +588,7 @@ mod tests {
         let r = |status: u16, m: &str| {
             let (code, message) = m.split_once(": ").unwrap();
             let body = json!({"request_id": "r", "code": code, "message": message}).to_string();
-            super::super::client::classify_answer(
+            crate::providers::http::client::classify_answer(
                 reqwest::StatusCode::from_u16(status).unwrap(),
                 &reqwest::header::HeaderMap::new(),
                 body.as_bytes(),

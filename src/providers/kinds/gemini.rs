@@ -33,9 +33,10 @@ use reqwest::Method;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::client::{AuthScheme, HttpClient, image_from_bytes};
-use super::parse_size;
-use crate::config::ProviderConfig;
+use crate::providers::ProviderConfig;
+use crate::providers::dashboard::Dashboard;
+use crate::providers::http::client::{AuthScheme, HttpClient, image_from_bytes};
+use crate::providers::http::parse_size;
 use crate::providers::{
     BoxFuture, CallError, CallRequest, Capabilities, HeldLookup, HeldQuery, Image, JobHandle, JobState, Provider,
     Submitted,
@@ -215,7 +216,7 @@ impl Gemini {
         if model.is_empty() || !model.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_')) {
             return Err(format!("provider `{}`: model `{model}` is not a Gemini model id", cfg.name));
         }
-        let root = super::api_root(cfg);
+        let root = crate::providers::http::api_root(cfg);
         Ok(Gemini {
             http: HttpClient::new(&root, AuthScheme::Header("x-goog-api-key"))?,
             model,
@@ -466,11 +467,27 @@ fn urlencoding(s: &str) -> String {
         .collect()
 }
 
-impl Provider for Gemini {
-    fn dashboard(&self) -> crate::providers::dashboard::Dashboard {
-        crate::providers::dashboard::Dashboard::gemini(self.batch).with_model(Some(&self.model))
+/// Google AI Studio: usage per model, and the logs of a project that turned them on.
+pub fn dashboard(cfg: &ProviderConfig) -> Dashboard {
+    let batch = cfg.batch;
+    Dashboard {
+        page: if batch { "ai_studio_batch" } else { "ai_studio" }.into(),
+        url: Some("https://aistudio.google.com/usage".into()),
+        label: "Google AI Studio's usage page".into(),
+        how: if batch {
+            "It shows requests per model and day; tally sent this one as a batch job, whose name is below. \
+             A blocked or failed request can still be charged for its prompt."
+        } else {
+            "It shows requests per model and day; single requests appear under Logs only when logging is \
+             turned on for the project. A blocked request can still be charged for its prompt."
+        }
+        .into(),
+        lists_requests: batch,
+        model: cfg.model.clone(),
     }
+}
 
+impl Provider for Gemini {
     fn capabilities(&self) -> Capabilities {
         Capabilities { idempotent_create: self.http.sends_idempotency_key(), lookup: self.batch }
     }

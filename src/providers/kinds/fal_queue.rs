@@ -25,9 +25,10 @@ use reqwest::Method;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::client::{AuthScheme, HttpClient, ResultFetch, Retention, marked_not_retryable, now_ms};
-use super::{check_output_format, data_uri, merge_params, parse_size};
-use crate::config::ProviderConfig;
+use crate::providers::ProviderConfig;
+use crate::providers::dashboard::Dashboard;
+use crate::providers::http::client::{AuthScheme, HttpClient, ResultFetch, Retention, marked_not_retryable, now_ms};
+use crate::providers::http::{check_output_format, data_uri, merge_params, parse_size};
 use crate::providers::{
     BoxFuture, CallError, CallRequest, Capabilities, HeldLookup, HeldQuery, JobHandle, JobState, Provider, Submitted,
 };
@@ -143,11 +144,21 @@ impl FalQueue {
     }
 }
 
-impl Provider for FalQueue {
-    fn dashboard(&self) -> crate::providers::dashboard::Dashboard {
-        crate::providers::dashboard::Dashboard::fal().with_model(Some(&self.model))
+/// fal's request history.
+pub fn dashboard(cfg: &ProviderConfig) -> Dashboard {
+    Dashboard {
+        page: "fal_requests".into(),
+        url: Some("https://fal.ai/dashboard/requests".into()),
+        label: "fal's request history".into(),
+        how: "Requests are listed by endpoint and time with their status; find the one with the request id \
+              below, or the one sent at this time."
+            .into(),
+        lists_requests: true,
+        model: cfg.model.clone(),
     }
+}
 
+impl Provider for FalQueue {
     fn capabilities(&self) -> Capabilities {
         Capabilities { idempotent_create: self.http.sends_idempotency_key(), lookup: true }
     }

@@ -24,9 +24,10 @@ use reqwest::multipart::{Form, Part};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::client::{AuthScheme, HttpClient, ResultFetch, Retention, image_from_bytes, now_ms};
-use super::{api_root, check_output_format, merge_params};
-use crate::config::ProviderConfig;
+use crate::providers::ProviderConfig;
+use crate::providers::dashboard::Dashboard;
+use crate::providers::http::client::{AuthScheme, HttpClient, ResultFetch, Retention, image_from_bytes, now_ms};
+use crate::providers::http::{api_root, check_output_format, merge_params};
 use crate::providers::{BoxFuture, CallError, CallRequest, Capabilities, Image, Provider, Submitted, extension};
 
 /// Output formats tally can store, as OpenAI names them (`output_format`).
@@ -130,12 +131,22 @@ impl OpenaiImages {
     }
 }
 
-impl Provider for OpenaiImages {
-    fn dashboard(&self) -> crate::providers::dashboard::Dashboard {
-        crate::providers::dashboard::Dashboard::openai()
-            .with_model(Some(self.model.as_deref().unwrap_or("gpt-image-1")))
+/// OpenAI's usage page: images per model and time (UTC), not single requests.
+pub fn dashboard(cfg: &ProviderConfig) -> Dashboard {
+    Dashboard {
+        page: "openai_usage".into(),
+        url: Some("https://platform.openai.com/usage".into()),
+        label: "OpenAI's usage page".into(),
+        how: "It counts images per model and time (in UTC), not single requests: look for an image of this \
+              model at the time it was sent. Only the organization's owners (or people given usage access) \
+              can see it."
+            .into(),
+        lists_requests: false,
+        model: Some(cfg.model.clone().unwrap_or_else(|| "gpt-image-1".into())),
     }
+}
 
+impl Provider for OpenaiImages {
     fn capabilities(&self) -> Capabilities {
         Capabilities { idempotent_create: self.http.sends_idempotency_key(), lookup: false }
     }

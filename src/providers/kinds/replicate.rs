@@ -44,9 +44,10 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use sha2::Digest;
 
-use super::client::{AuthScheme, HttpClient, ResultFetch, Retention, now_ms};
-use super::{api_root, check_output_format, data_uri, parse_size};
-use crate::config::ProviderConfig;
+use crate::providers::ProviderConfig;
+use crate::providers::dashboard::Dashboard;
+use crate::providers::http::client::{AuthScheme, HttpClient, ResultFetch, Retention, now_ms};
+use crate::providers::http::{api_root, check_output_format, data_uri, parse_size};
 use crate::providers::{
     BoxFuture, CallError, CallRequest, Capabilities, HeldLookup, HeldQuery, JobHandle, JobState, Provider, Submitted,
 };
@@ -532,11 +533,21 @@ impl Replicate {
     }
 }
 
-impl Provider for Replicate {
-    fn dashboard(&self) -> crate::providers::dashboard::Dashboard {
-        crate::providers::dashboard::Dashboard::replicate().with_model(Some(&self.model_name()))
+/// Replicate's list of the account's predictions.
+pub fn dashboard(cfg: &ProviderConfig) -> Dashboard {
+    Dashboard {
+        page: "replicate_predictions".into(),
+        url: Some("https://replicate.com/predictions".into()),
+        label: "Replicate's list of predictions".into(),
+        how: "Every prediction of the account is listed with its model, time and status; open the one sent \
+              at this time with this prompt (or with the prediction id below) to see whether it succeeded."
+            .into(),
+        lists_requests: true,
+        model: cfg.model.as_deref().map(|m| m.split(':').next().unwrap_or(m).to_string()),
     }
+}
 
+impl Provider for Replicate {
     fn capabilities(&self) -> Capabilities {
         Capabilities { idempotent_create: self.http.sends_idempotency_key(), lookup: true }
     }

@@ -29,9 +29,10 @@ use reqwest::Method;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::client::{AuthScheme, Download, HttpClient, Retention, now_ms};
-use super::{api_root, check_output_format, merge_params, parse_size};
-use crate::config::ProviderConfig;
+use crate::providers::ProviderConfig;
+use crate::providers::dashboard::Dashboard;
+use crate::providers::http::client::{AuthScheme, Download, HttpClient, Retention, now_ms};
+use crate::providers::http::{api_root, check_output_format, merge_params, parse_size};
 use crate::providers::{
     BoxFuture, CallError, CallRequest, Capabilities, HeldLookup, HeldQuery, JobHandle, JobState, Provider, Submitted,
 };
@@ -212,11 +213,21 @@ fn bfl_error(e: CallError) -> CallError {
     }
 }
 
-impl Provider for Bfl {
-    fn dashboard(&self) -> crate::providers::dashboard::Dashboard {
-        crate::providers::dashboard::Dashboard::bfl().with_model(Some(&self.model))
+/// Black Forest Labs' dashboard: credits and usage per project.
+pub fn dashboard(cfg: &ProviderConfig) -> Dashboard {
+    Dashboard {
+        page: "bfl_dashboard".into(),
+        url: Some("https://dashboard.bfl.ai/".into()),
+        label: "the BFL dashboard".into(),
+        how: "It shows the credits used per project over time, not single requests: look for credits used \
+              at the time it was sent."
+            .into(),
+        lists_requests: false,
+        model: cfg.model.clone(),
     }
+}
 
+impl Provider for Bfl {
     fn capabilities(&self) -> Capabilities {
         Capabilities { idempotent_create: self.http.sends_idempotency_key(), lookup: true }
     }

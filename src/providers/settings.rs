@@ -1,0 +1,100 @@
+//! A configured provider as its adapter and the engine read it (`[[providers]]` after the
+//! config's checks, `config::provider`), and its prices. Kind-neutral: what differs per kind is
+//! in its descriptor (`providers::kinds`).
+
+use std::time::Duration;
+
+use super::kinds::ProviderKind;
+use crate::domain::operation::Operation;
+
+/// A provider's prices (millionths of `currency`): `per_size` first, then `per_image`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pricing {
+    pub per_image: Option<crate::domain::Micros>,
+    pub per_size: std::collections::BTreeMap<String, crate::domain::Micros>,
+    pub currency: String,
+}
+
+impl Pricing {
+    /// The price of one image of `size`, if one is configured.
+    pub fn price(&self, size: &str) -> Option<crate::domain::Micros> {
+        self.per_size.get(size).copied().or(self.per_image)
+    }
+
+    /// Whether any price is configured.
+    pub fn is_priced(&self) -> bool {
+        self.per_image.is_some() || !self.per_size.is_empty()
+    }
+}
+
+/// One `[[providers]]` entry. The API key itself is never stored here, only the name of the
+/// environment variable that holds it.
+#[derive(Debug, Clone)]
+pub struct ProviderConfig {
+    pub name: String,
+    pub kind: ProviderKind,
+    /// The operations it offers: its kind's defaults, or the `operations` key (a subset of
+    /// what the kind can do).
+    pub operations: Vec<Operation>,
+    pub max_concurrency: usize,
+    /// Slots the recovery lane leaves free for fresh work (default 1; it may always use one).
+    pub reserve: usize,
+    pub base_url: Option<String>,
+    pub api_key_env: Option<String>,
+    pub model: Option<String>,
+    pub size: String,
+    pub connect_timeout: Duration,
+    pub request_timeout: Duration,
+    pub poll_interval: Duration,
+    pub idempotency_header: Option<String>,
+    /// The model input that takes the reference images (where the adapter cannot find it in the model's
+    /// schema when not set; fal: required for shots with reference images).
+    pub reference_input: Option<String>,
+    /// Send each image through the kind's batch API (half price, not urgent): only kinds
+    /// whose descriptor lists the `batch` key.
+    pub batch: bool,
+    pub max_response_bytes: usize,
+    pub billing_note: Option<String>,
+    /// Demo only: how long a render takes.
+    pub delay: Duration,
+    pub pricing: Pricing,
+    /// This provider's own limits (millionths of its currency).
+    pub budget_daily: Option<crate::domain::Micros>,
+    pub budget_monthly: Option<crate::domain::Micros>,
+}
+
+impl ProviderConfig {
+    /// The built-in demo provider used when no provider is configured.
+    pub fn demo() -> Self {
+        ProviderConfig {
+            name: "demo".into(),
+            kind: ProviderKind::Demo,
+            operations: ProviderKind::Demo.spec().default_operations.to_vec(),
+            max_concurrency: 4,
+            reserve: 1,
+            base_url: None,
+            api_key_env: None,
+            model: None,
+            size: "1024x1024".into(),
+            connect_timeout: Duration::from_millis(5_000),
+            request_timeout: Duration::from_millis(120_000),
+            poll_interval: Duration::from_millis(1_000),
+            idempotency_header: None,
+            reference_input: None,
+            batch: false,
+            max_response_bytes: 64 << 20,
+            billing_note: None,
+            delay: Duration::from_millis(300),
+            pricing: Pricing { currency: crate::domain::DEFAULT_CURRENCY.into(), ..Pricing::default() },
+            budget_daily: None,
+            budget_monthly: None,
+        }
+    }
+}
+
+/// Parse a `WIDTHxHEIGHT` size such as `1024x1024` (a provider's `size`, checked by the config
+/// and sent by the adapters).
+pub fn parse_size(size: &str) -> Option<(u32, u32)> {
+    let (w, h) = size.split_once(['x', 'X'])?;
+    Some((w.trim().parse().ok()?, h.trim().parse().ok()?))
+}
