@@ -36,6 +36,45 @@ pub fn placeholder_png(prompt: &str, size: u32) -> Vec<u8> {
     out
 }
 
+/// Render a `size`×`size` RGB PNG of a "product" on a plain background, both coloured from
+/// `prompt`: an ellipse filling the middle ~60 % of the frame, striped like
+/// [`placeholder_png`], on a light background of one colour. The demo provider draws these, so
+/// its images can be cut out (its cutout removes a plain background) and edited visibly.
+pub fn product_png(prompt: &str, size: u32) -> Vec<u8> {
+    let digest = Sha256::digest(prompt.as_bytes());
+    let (a, b) = ([digest[0], digest[1], digest[2]], [digest[3], digest[4], digest[5]]);
+    // A light background: the second colour most of the way to white.
+    let bg = b.map(|c| 255 - (255 - c) / 6);
+    let size = size.clamp(1, 1024);
+    let (c, r) = (size as f32 / 2.0, size as f32 * 0.3);
+    let mut pixels = Vec::with_capacity((size * size * 3) as usize);
+    for y in 0..size {
+        for x in 0..size {
+            let (dx, dy) = ((x as f32 + 0.5 - c) / r, (y as f32 + 0.5 - c) / (r * 1.25));
+            if dx * dx + dy * dy <= 1.0 {
+                let t = (x + y) as f32 / (2 * size) as f32;
+                let stripe = if (x / 16 + y / 16) % 2 == 0 { 1.0 } else { 0.85 };
+                // Dark enough to stand out from the light background.
+                for ch in 0..3 {
+                    let v = (a[ch] as f32 * (1.0 - t) + b[ch] as f32 * t) * stripe * 0.7;
+                    pixels.push(v as u8);
+                }
+            } else {
+                pixels.extend_from_slice(&bg);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut encoder = png::Encoder::new(&mut out, size, size);
+    encoder.set_color(png::ColorType::Rgb);
+    encoder.set_depth(png::BitDepth::Eight);
+    let ok = encoder.write_header().and_then(|mut w| w.write_image_data(&pixels).and_then(|_| w.finish()));
+    if ok.is_err() {
+        return Vec::new();
+    }
+    out
+}
+
 /// A `width`×`height` RGB PNG that compresses like a photograph: a smooth gradient with
 /// `noise_bits` of deterministic noise in every channel (xorshift from `seed`). The benchmark
 /// uses it as a realistic large image (896×896 with 4 noise bits is about 1.5 MB).

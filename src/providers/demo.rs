@@ -1,4 +1,5 @@
-//! The built-in `demo` provider: renders a placeholder PNG locally, at no cost, and does each
+//! The built-in `demo` provider: renders a placeholder PNG locally (a "product" on a plain
+//! background, `render::product_png`), at no cost, and does each
 //! operation kind for real on this machine: an `edit` tints the source image by its
 //! instruction, a `cutout` removes a plain background (the colour of the image's border,
 //! flooded in from the edges) into a PNG with alpha.
@@ -68,9 +69,9 @@ impl Provider for Demo {
             }
             // Each candidate of a shot gets its own colours, so choosing can be tried for free.
             let bytes = if req.candidate == 0 {
-                crate::render::placeholder_png(&req.prompt, self.size)
+                crate::render::product_png(&req.prompt, self.size)
             } else {
-                crate::render::placeholder_png(&format!("{} (candidate {})", req.prompt, req.candidate + 1), self.size)
+                crate::render::product_png(&format!("{} (candidate {})", req.prompt, req.candidate + 1), self.size)
             };
             Ok(Submitted::Done(Image { bytes, media_type: "image/png".into() }))
         })

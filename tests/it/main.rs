@@ -36,6 +36,7 @@ mod language;
 mod limits;
 mod money;
 mod onefile;
+mod operations;
 mod openapi;
 mod pg_fence;
 mod pg_nodes;
