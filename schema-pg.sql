@@ -127,7 +127,8 @@ CREATE TABLE providers (
     paused_until     bigint,
     recovery_limit   bigint,
     fresh_pass       bigint NOT NULL DEFAULT 0,
-    recovery_pass    bigint NOT NULL DEFAULT 0
+    recovery_pass    bigint NOT NULL DEFAULT 0,
+    paused_reason    text CHECK (paused_reason IN ('circuit', 'rate_limit'))
 );
 
 CREATE TABLE executions (

@@ -111,7 +111,8 @@ CREATE TABLE providers (
     paused_until     INTEGER,                     -- circuit open until then
     recovery_limit   INTEGER,                     -- slow start after the circuit closed; NULL: none
     fresh_pass       INTEGER NOT NULL DEFAULT 0,  -- the lanes' places (stride between lanes)
-    recovery_pass    INTEGER NOT NULL DEFAULT 0
+    recovery_pass    INTEGER NOT NULL DEFAULT 0,
+    paused_reason    TEXT CHECK (paused_reason IN ('circuit', 'rate_limit')) -- why paused_until holds it
 ) STRICT;
 
 -- One business run of a task. The token fences every write after the claim.

@@ -22,7 +22,7 @@ use crate::domain::operation::{ResultKind, png_has_alpha};
 use crate::domain::{Charge, FailureKind, Millis, Phase, backoff};
 use crate::failpoint::crash;
 use crate::providers::{CallError, CallRequest, Image, JobHandle, JobState, Submitted};
-use crate::store::{CallingOutcome, Claim, Finish, NewArtifact, NewImage, Severity, StoreError};
+use crate::store::{CallingOutcome, Claim, Finish, NewArtifact, NewImage, PauseReason, Severity, StoreError};
 
 /// The wait before storing an image again after the store failed. Short and flat: when the
 /// disk has room again the worker should store its image before the reconciler (backing off
@@ -475,7 +475,9 @@ impl Run<'_> {
         if let Some(hold) = self.entry.provider.rate_limit_hold() {
             let until = self.now() + Shared::ms(hold);
             self.shared.hold_provider(self.entry, until);
-            if let Err(e) = self.shared.store.pause_provider(self.entry.name.clone(), until).await {
+            if let Err(e) =
+                self.shared.store.pause_provider(self.entry.name.clone(), until, PauseReason::RateLimit).await
+            {
                 tracing::warn!(error = %e, "recording the provider's rate-limit hold failed");
             }
         }
@@ -483,7 +485,7 @@ impl Run<'_> {
         let failed = matches!(result, Err(e) if !matches!(e, CallError::Rejected { .. } | CallError::RetryAfter { .. } | CallError::Blocked(_)));
         let store = &self.shared.store;
         if let Some(until) = self.shared.breaker_record(self.entry, !failed)
-            && let Err(e) = store.pause_provider(self.entry.name.clone(), until).await
+            && let Err(e) = store.pause_provider(self.entry.name.clone(), until, PauseReason::Circuit).await
         {
             tracing::warn!(error = %e, "recording the provider's pause failed");
         }
@@ -530,7 +532,8 @@ impl Run<'_> {
                     let now = self.now();
                     let until = now + Shared::ms(after);
                     self.shared.hold_provider(self.entry, until);
-                    if let Err(e) = self.shared.store.pause_provider(self.entry.name.clone(), until).await {
+                    let reason = PauseReason::RateLimit;
+                    if let Err(e) = self.shared.store.pause_provider(self.entry.name.clone(), until, reason).await {
                         tracing::warn!(error = %e, "recording the provider's rate-limit hold failed");
                     }
                     let due = now + Shared::ms(crate::providers::http::client::jittered(after, Shared::jitter()));
@@ -578,7 +581,8 @@ impl Run<'_> {
                 // since the provider refused this request.
                 let until = self.now() + Shared::ms(after);
                 self.shared.hold_provider(self.entry, until);
-                if let Err(e) = self.shared.store.pause_provider(self.entry.name.clone(), until).await {
+                let reason = PauseReason::RateLimit;
+                if let Err(e) = self.shared.store.pause_provider(self.entry.name.clone(), until, reason).await {
                     tracing::warn!(error = %e, "recording the provider's rate-limit hold failed");
                 }
                 let wait = crate::providers::http::client::jittered(after, Shared::jitter());

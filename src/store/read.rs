@@ -308,6 +308,8 @@ pub(in crate::store) struct WaitFacts {
     pub ahead: i64,
     /// Earlier shots of its set that are not settled (for a shot not scheduled yet).
     pub earlier_shots: i64,
+    /// The pause is a rate-limit hold (the provider said "not now"), not an opened circuit.
+    pub rate_limited: bool,
 }
 
 /// At most this many earlier tasks are counted for a wait reason ("Queued behind 100 or more
@@ -330,7 +332,8 @@ pub(in crate::store) const WAIT_FACTS: &str =
               AND (r.pass, r.id) < (e.pass, e.id) LIMIT 100) a) END,
         CASE WHEN t.set_id IS NULL OR e.due_at IS NOT NULL THEN 0 ELSE (SELECT count(*) FROM tasks s
             WHERE s.set_id = t.set_id AND s.set_position < t.set_position
-              AND s.status IN ('queued', 'waiting', 'running')) END
+              AND s.status IN ('queued', 'waiting', 'running')) END,
+        p.paused_reason
  FROM envelopes e JOIN tasks t ON t.id = e.task_id LEFT JOIN providers p ON p.name = e.provider
  WHERE e.task_id = ?1 AND e.status = 'pending'";
 
@@ -349,6 +352,7 @@ fn wait_reason(tx: &mut dyn Tx, t: &TaskView) -> Result<Option<String>, StoreErr
         ahead_key: r.get(9)?,
         ahead: r.get(10)?,
         earlier_shots: r.get(11)?,
+        rate_limited: r.get::<Option<String>>(12)?.as_deref() == Some("rate_limit"),
     };
     Ok(wait_words(&t.provider, &f))
 }
@@ -357,10 +361,17 @@ fn wait_reason(tx: &mut dyn Tx, t: &TaskView) -> Result<Option<String>, StoreErr
 /// explain it (it waits for its due time, whose reason is stored, or it is next).
 pub(in crate::store) fn wait_words(provider: &str, f: &WaitFacts) -> Option<String> {
     if let Some(until) = f.paused {
-        return Some(format!(
-            "{provider} failed several times in a row; tally has paused new calls to it until {}.",
-            crate::clock::rfc3339(until)
-        ));
+        return Some(if f.rate_limited {
+            format!(
+                "{provider} asked tally to wait (a rate limit); new calls to it are held until {}.",
+                crate::clock::rfc3339(until)
+            )
+        } else {
+            format!(
+                "{provider} failed several times in a row; tally has paused new calls to it until {}.",
+                crate::clock::rfc3339(until)
+            )
+        });
     }
     if f.due.is_none() {
         return Some(match f.earlier_shots {

@@ -429,8 +429,8 @@ impl Store {
 
     /// Pause dispatching to a provider until `until` (its circuit opened). Ordered: if a power
     /// loss erases it, the provider is simply not paused.
-    pub async fn pause_provider(&self, provider: String, until: Millis) -> Result<(), StoreError> {
-        self.op(Commit::Ordered, 0, move |tx| ops::slots::pause_provider(tx, &provider, until)).await
+    pub async fn pause_provider(&self, provider: String, until: Millis, reason: PauseReason) -> Result<(), StoreError> {
+        self.op(Commit::Ordered, 0, move |tx| ops::slots::pause_provider(tx, &provider, until, reason)).await
     }
 
     /// A call's outcome while the provider's recovery lane is in its slow start.

@@ -8,6 +8,25 @@ use crate::domain::{Charge, FailureKind, Micros, Millis, Phase, TaskStatus, requ
 use crate::store::blobs::NewArtifact;
 use serde_json::Value;
 
+/// Why a provider's dispatch is paused: two causes, told apart in what a waiting task says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PauseReason {
+    /// Its calls failed several times in a row: the circuit breaker opened.
+    Circuit,
+    /// It said "not now" (a 429, a used-up quota): a rate-limit hold.
+    RateLimit,
+}
+
+impl PauseReason {
+    /// Its name in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PauseReason::Circuit => "circuit",
+            PauseReason::RateLimit => "rate_limit",
+        }
+    }
+}
+
 /// A task to create.
 #[derive(Debug, Clone, Default)]
 pub struct NewTask {

@@ -36,8 +36,8 @@ mod language;
 mod limits;
 mod money;
 mod onefile;
-mod operations;
 mod openapi;
+mod operations;
 mod pg_fence;
 mod pg_nodes;
 #[cfg(feature = "failpoints")]

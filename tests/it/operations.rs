@@ -94,7 +94,8 @@ fn edit_and_cutout_run_through_the_protocol_with_their_lineage() {
 
     // Paid providers: one charged request each, the edit with its instruction, the cutout
     // as Photoroom's segment call.
-    let oa = run(&d, json!({"operation": "edit", "provider": "oa", "prompt": "marble, oa", "image": {"artifact": art}}));
+    let oa =
+        run(&d, json!({"operation": "edit", "provider": "oa", "prompt": "marble, oa", "image": {"artifact": art}}));
     image_of(&d, &oa);
     let pr = run(&d, json!({"operation": "cutout", "provider": "pr", "image": {"artifact": art}}));
     assert!(tally::domain::operation::png_has_alpha(&image_of(&d, &pr)));
@@ -117,12 +118,21 @@ fn operations_are_refused_before_anything_is_recorded_or_sent() {
     for (body, says) in [
         (json!({"operation": "edit", "provider": "demo", "prompt": "x"}), "needs the image"),
         (json!({"operation": "edit", "provider": "demo", "prompt": "x", "image": {"artifact": ghost}}), "no artifact"),
-        (json!({"operation": "edit", "provider": "demo", "prompt": " ", "image": {"artifact": art}}), "prompt is empty"),
+        (
+            json!({"operation": "edit", "provider": "demo", "prompt": " ", "image": {"artifact": art}}),
+            "prompt is empty",
+        ),
         (json!({"operation": "teleport", "provider": "demo", "prompt": "x"}), "operation"),
         (json!({"operation": "cutout", "provider": "oa", "image": {"artifact": art}}), "does not offer `cutout`"),
-        (json!({"operation": "cutout", "provider": "pr", "prompt": "x", "image": {"artifact": art}}), "takes no prompt"),
+        (
+            json!({"operation": "cutout", "provider": "pr", "prompt": "x", "image": {"artifact": art}}),
+            "takes no prompt",
+        ),
         (json!({"prompt": "x", "provider": "demo", "image": {"artifact": art}}), "takes no image"),
-        (json!({"operation": "edit", "provider": "demo", "prompt": "x", "image": {"artifact": art, "upload": art}}), "exactly one"),
+        (
+            json!({"operation": "edit", "provider": "demo", "prompt": "x", "image": {"artifact": art, "upload": art}}),
+            "exactly one",
+        ),
     ] {
         let r = d.call("POST", "/v1/tasks", Some(&body));
         let text = String::from_utf8_lossy(&r.body).to_string();
@@ -130,16 +140,10 @@ fn operations_are_refused_before_anything_is_recorded_or_sent() {
         assert!(text.contains(says), "{body}: {text}");
     }
     // A task that has no image yet cannot be edited.
-    let mut slow = Daemon::configure(
-        "[[providers]]\nname = \"slow\"\nkind = \"demo\"\ndelay_ms = 60000\n",
-    );
+    let mut slow = Daemon::configure("[[providers]]\nname = \"slow\"\nkind = \"demo\"\ndelay_ms = 60000\n");
     slow.spawn();
     let pending = slow.call("POST", "/v1/tasks", Some(&json!({"prompt": "slow one"}))).json();
-    let r = slow.call(
-        "POST",
-        "/v1/tasks",
-        Some(&json!({"operation": "cutout", "image": {"task": pending["id"]}})),
-    );
+    let r = slow.call("POST", "/v1/tasks", Some(&json!({"operation": "cutout", "image": {"task": pending["id"]}})));
     assert_eq!(r.status, 422);
     assert!(String::from_utf8_lossy(&r.body).contains("has no image yet"));
     slow.kill();

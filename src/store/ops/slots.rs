@@ -8,7 +8,7 @@
 
 use super::common::{PerDialect, event, fence, requeue_envelope, set_task};
 use super::dispatch::greatest;
-use super::{DispatchOrder, ProviderSlots};
+use super::{DispatchOrder, PauseReason, ProviderSlots};
 use crate::domain::{Actor, Millis, TaskStatus};
 use crate::store::StoreError;
 use crate::store::tx::{Dialect, Tx};
@@ -48,14 +48,25 @@ pub(in crate::store) fn configure_providers(tx: &mut dyn Tx, list: &[ProviderSlo
 static PAUSE: PerDialect = PerDialect::new(pause_sql);
 
 fn pause_sql(d: Dialect) -> String {
-    format!("UPDATE providers SET paused_until = {}(coalesce(paused_until, 0), ?2) WHERE name = ?1", greatest(d))
+    // SET reads the row as it was: the reason follows whichever pause ends later.
+    format!(
+        "UPDATE providers SET paused_reason = CASE WHEN ?2 >= coalesce(paused_until, 0) THEN ?3 ELSE paused_reason END,
+                              paused_until = {}(coalesce(paused_until, 0), ?2)
+         WHERE name = ?1",
+        greatest(d)
+    )
 }
 
-/// The circuit breaker opened: dispatch nothing to `provider` before `until` (a pause already
-/// longer is kept).
-pub(in crate::store) fn pause_provider(tx: &mut dyn Tx, provider: &str, until: Millis) -> Result<(), StoreError> {
+/// The circuit breaker opened, or the provider asked tally to wait (`reason`): dispatch
+/// nothing to `provider` before `until` (a pause already longer is kept, with its reason).
+pub(in crate::store) fn pause_provider(
+    tx: &mut dyn Tx,
+    provider: &str,
+    until: Millis,
+    reason: PauseReason,
+) -> Result<(), StoreError> {
     let sql = PAUSE.get(tx);
-    tx.exec(sql, &[&provider, &until])?;
+    tx.exec(sql, &[&provider, &until, &reason.as_str()])?;
     Ok(())
 }
 

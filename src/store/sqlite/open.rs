@@ -173,11 +173,13 @@ const MIGRATIONS: &[&str] = &[
          updated_at       INTEGER NOT NULL,
          PRIMARY KEY (delivery_id, position)
      ) STRICT;",
-    // 10 → 11: operation kinds (issue #35): a task's operation and the image it works on.
+    // 10 → 11: operation kinds (issue #35): a task's operation and the image it works on; why a
+    // provider is paused (a rate-limit hold is not an opened circuit).
     "ALTER TABLE tasks ADD COLUMN operation TEXT NOT NULL DEFAULT 'generate';
      ALTER TABLE tasks ADD COLUMN source_kind TEXT CHECK (source_kind IN ('artifact', 'upload'));
      ALTER TABLE tasks ADD COLUMN source_id TEXT CHECK ((source_kind IS NULL) = (source_id IS NULL));
-     CREATE INDEX tasks_by_source ON tasks(source_id) WHERE source_id IS NOT NULL;",
+     CREATE INDEX tasks_by_source ON tasks(source_id) WHERE source_id IS NOT NULL;
+     ALTER TABLE providers ADD COLUMN paused_reason TEXT CHECK (paused_reason IN ('circuit', 'rate_limit'));",
 ];
 
 /// The writer's automatic (PASSIVE) checkpoint runs once the WAL holds this many pages

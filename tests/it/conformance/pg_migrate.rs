@@ -236,11 +236,13 @@ fn version_8_gives_the_calls_already_out_their_slots() {
         assert_eq!(store.dispatch_due(2_000, 10, 30_000, "run").await.expect("dispatch").claims.len(), 2);
     });
     store.close().expect("close");
-    // Back to version 7: what the migration adds, gone.
+    // Back to version 7: what the migrations since add, gone (9 → 10's columns too).
     let mut c = connect(&url);
     c.batch_execute(&format!(
         "SET search_path = {s};
          DROP TABLE provider_slots; DROP FUNCTION tally_slot_free() CASCADE; DROP FUNCTION tally_slot_size() CASCADE;
+         ALTER TABLE tasks DROP COLUMN operation, DROP COLUMN source_kind, DROP COLUMN source_id;
+         ALTER TABLE providers DROP COLUMN paused_reason;
          UPDATE tally_schema SET version = 7 WHERE version > 7; SET search_path = public;"
     ))
     .expect("back to version 7");
