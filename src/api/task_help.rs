@@ -259,6 +259,7 @@ mod tests {
             operation: Default::default(),
             source: None,
             derived: Vec::new(),
+            source_task: None,
         }
     }
 

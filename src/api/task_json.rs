@@ -82,6 +82,8 @@ pub struct TaskJson {
     /// `null` for a generation.
     #[schema(value_type = Option<Object>)]
     pub image: Option<Source>,
+    /// The task that made `image` (when it is an image a task made and still stored).
+    pub image_task: Option<String>,
     /// What was made from this task's images (edits and cutouts of them), oldest first: the
     /// image's lineage forward.
     pub derived: Vec<DerivedJson>,
@@ -296,6 +298,7 @@ pub fn task_json_in(engine: &Engine, t: &TaskView, lang: Lang) -> TaskJson {
         refused_before_sending: super::task_help::refused_before_sending_in(t, lang),
         operation: t.operation,
         image: t.source.clone(),
+        image_task: t.source_task.clone(),
         derived: t
             .derived
             .iter()

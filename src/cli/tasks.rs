@@ -249,7 +249,21 @@ pub(super) fn show_task(client: &Client, t: &Value, json: bool) {
     println!("{}{}", l("status"), status_word(lang, &st(t, "status")));
     println!("{}{}", l("message"), st(t, "message"));
     println!("{}{}", l("provider"), st(t, "provider"));
-    println!("{}{}", l("prompt"), st(t, "prompt"));
+    let op = st(t, "operation");
+    if !op.is_empty() && op != "generate" {
+        println!("{}{}", l("operation"), term_safe(&crate::domain::words::t(lang, &format!("ops.op.{op}"))));
+    }
+    if let Some(img) = t.get("image").and_then(Value::as_object) {
+        let id = img.values().next().and_then(Value::as_str).unwrap_or_default();
+        let from = match t.get("image_task").and_then(Value::as_str) {
+            Some(task) => tf(lang, "cli.made_from_job", &[("image", id), ("task", task)]),
+            None => tf(lang, "cli.made_from", &[("image", id)]),
+        };
+        println!("{}{}", l("made_from"), term_safe(&from));
+    }
+    if !st(t, "prompt").is_empty() {
+        println!("{}{}", l("prompt"), st(t, "prompt"));
+    }
     println!("{}{}", l("attempts"), t.get("attempts").and_then(Value::as_i64).unwrap_or(0));
     println!("{}{}", l("created"), st(t, "created_at"));
     println!("{}{}", l("updated"), st(t, "updated_at"));

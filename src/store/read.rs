@@ -59,6 +59,9 @@ pub struct TaskView {
     /// The tasks made from this task's images (edits and cutouts of them), oldest first: its
     /// lineage forward, as (task id, operation, status).
     pub derived: Vec<(String, Operation, TaskStatus)>,
+    /// The task that made the source image (an artifact's), if it is still stored: the
+    /// lineage back.
+    pub source_task: Option<String>,
 }
 
 /// What the evidence says about money for a task, derived from its executions.
@@ -147,6 +150,7 @@ fn task_row(r: &Row) -> Result<TaskView, StoreError> {
         operation: Operation::parse(&r.get::<String>(18)?).unwrap_or_default(),
         source: source_of(r.get(19)?, r.get(20)?),
         derived: Vec::new(),
+        source_task: None,
     })
 }
 
@@ -179,6 +183,9 @@ fn complete(tx: &mut dyn Tx, mut t: TaskView) -> Result<TaskView, StoreError> {
         .collect::<Result<_, _>>()?;
     t.charge = common::charge_of(tx, &t.id)?;
     t.retried_as = super::ops::latest_retry(tx, &t.id)?;
+    if let Some(Source { kind: SourceKind::Artifact, id }) = &t.source {
+        t.source_task = tx.opt("SELECT task_id FROM artifacts WHERE id = ?1", &[id])?.map(|r| r.get(0)).transpose()?;
+    }
     if !t.artifacts.is_empty() {
         t.derived = tx
             .rows(

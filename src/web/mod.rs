@@ -34,6 +34,7 @@ const ASSETS: &[(&str, &str, &str)] = &[
     ("sets.js", "text/javascript; charset=utf-8", include_str!("assets/sets.js")),
     ("set_edit.js", "text/javascript; charset=utf-8", include_str!("assets/set_edit.js")),
     ("compare.js", "text/javascript; charset=utf-8", include_str!("assets/compare.js")),
+    ("ops.js", "text/javascript; charset=utf-8", include_str!("assets/ops.js")),
     ("deliver.js", "text/javascript; charset=utf-8", include_str!("assets/deliver.js")),
     ("budget.js", "text/javascript; charset=utf-8", include_str!("assets/budget.js")),
     ("app.js", "text/javascript; charset=utf-8", include_str!("assets/app.js")),

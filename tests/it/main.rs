@@ -61,6 +61,7 @@ mod surface;
 mod tour;
 mod web;
 mod web_money;
+mod web_ops;
 mod web_set_edit;
 mod web_set_refs;
 mod web_surface;

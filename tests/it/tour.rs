@@ -85,9 +85,13 @@ fn the_readme_tour_runs_as_written() {
         }
     };
     let mut steps: Vec<String> = Vec::new();
-    for marker in
-        ["## A two-minute tour", "With curl:", "Deliver a set:", "### Try it at no cost against the mock provider"]
-    {
+    for marker in [
+        "## A two-minute tour",
+        "Edit an image, and cut out a product",
+        "With curl:",
+        "Deliver a set:",
+        "### Try it at no cost against the mock provider",
+    ] {
         steps.extend(commands(&block_after(&readme, marker)).iter().map(|c| subst(c)));
     }
     assert!(steps.iter().any(|s| s.contains("tally cancel")) && steps.iter().any(|s| s.contains("tally retry")));

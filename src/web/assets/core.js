@@ -97,12 +97,15 @@ window.tally = (function () {
   }
 
   /** A job's name for people: its set's product and role for a shot, else its prompt. */
-  function jobTitle(t, product) {
-    if (t.shot_role || t.role) {
-      const role = roleWords(t.shot_role || t.role);
-      return product ? tf("role.of", { role, product }) : role + ": " + shotWords(t.prompt);
+  function jobTitle(job, product) {
+    if (job.shot_role || job.role) {
+      const role = roleWords(job.shot_role || job.role);
+      return product ? tf("role.of", { role, product }) : role + ": " + shotWords(job.prompt);
     }
-    return t.prompt;
+    /* An edit is titled by its instruction; a cutout, which has none, by what it is. */
+    if (job.operation === "edit") return tf("ops.title_edit", { prompt: job.prompt });
+    if (job.operation === "cutout") return t("ops.title_cutout");
+    return job.prompt;
   }
 
   /** A shot's own words: the prompt without the " — product: …; style: …" tally added. */

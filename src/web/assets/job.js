@@ -102,16 +102,20 @@
         h("figcaption", {}, h("a", { href: a.url, download: "", class: "button", id: "download-image" }, T.t("job.download_image")))));
     }
     parts.push(h("dl", { class: "facts" },
-      h("dt", {}, T.t("job.fact_prompt")), h("dd", { id: "task-prompt" }, t.prompt),
+      t.operation && t.operation !== "generate"
+        ? [h("dt", {}, T.t("job.fact_operation")), h("dd", { id: "task-operation" }, T.t(`ops.op.${t.operation}`))] : null,
+      t.prompt ? [h("dt", {}, T.t("job.fact_prompt")), h("dd", { id: "task-prompt" }, t.prompt)] : null,
       h("dt", {}, T.t("job.fact_provider")), h("dd", {}, t.provider),
       h("dt", {}, T.t("job.fact_created")), h("dd", {}, time(t.created_at)),
       t.retry_of ? [h("dt", {}, T.t("job.fact_retry_of")), h("dd", {}, h("a", { href: "#/tasks/" + encodeURIComponent(t.retry_of) }, T.t("job.the_earlier_job")))] : null));
     parts.push(actions(t, retried));
+    if (T.opsSection) parts.push(...T.opsSection(t, providers));
     parts.push(h("section", { class: "timeline", "aria-labelledby": "timeline-title" },
       h("h2", { id: "timeline-title" }, T.t("job.what_happened")),
       h("ol", { id: "timeline" }, events.map((e) => h("li", { class: "ev ev-" + e.kind }, time(e.at), " ", h("span", {}, eventSentence(e, t)))))));
     parts.push(technical(t, events));
-    return h("article", { class: "detail s-" + t.status, "data-task-id": t.id, "data-status": t.status }, parts);
+    return h("article", { class: "detail s-" + t.status + (t.operation === "cutout" ? " cutout" : ""),
+      "data-task-id": t.id, "data-status": t.status }, parts);
   }
 
   function actions(t, retried) {
@@ -181,7 +185,11 @@
             location.hash = "#/sets/" + encodeURIComponent(t.set_id);
             return;
           }
-          const n = await api("POST", "/v1/tasks", { prompt: t.prompt, provider: t.provider, idempotency_key: key });
+          /* The same operation on the same image for an edit or a cutout. */
+          const body = { provider: t.provider, idempotency_key: key };
+          if (t.prompt) body.prompt = t.prompt;
+          if (t.operation && t.operation !== "generate") Object.assign(body, { operation: t.operation, image: t.image });
+          const n = await api("POST", "/v1/tasks", body);
           location.hash = "#/tasks/" + encodeURIComponent(n.id);
         });
       });
