@@ -13,9 +13,11 @@ use utoipa::{IntoParams, ToSchema};
 use super::error::{ApiError, ErrorBody};
 use super::openapi::{JsonRejected, StoreFailure};
 use super::sets::{SetJson, load, set_json};
+use super::tasks::{ImageRef, OperationName};
 use super::{AppState, JsonBody, OptionalJsonBody, json_response};
+use crate::domain::operation::{Operation, SourceKind};
 use crate::domain::{from_micros, money};
-use crate::store::{AddOutcome, ChoiceOutcome, MAX_CANDIDATES, MAX_SHOT_CANDIDATES};
+use crate::store::{AddOutcome, CandidateOp, ChoiceOutcome, MAX_CANDIDATES, MAX_SHOT_CANDIDATES};
 
 /// The `{id}` and `{index}` of a shot in a path.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -45,10 +47,20 @@ pub struct MoreBody {
     /// How many candidates to add, 1 to 4 (default 1).
     #[schema(minimum = 1, maximum = 4)]
     pub count: Option<i64>,
-    /// Required (true) when the set's provider bills: each new candidate is a new generation
-    /// that is charged (the 409 says about how much).
+    /// Required (true) when the provider bills: each new candidate is a new request that is
+    /// charged (the 409 says about how much).
     #[serde(default)]
     pub acknowledge_possible_charge: bool,
+    /// Make the new candidate from another candidate of this shot instead of the shot's
+    /// request: `edit` (with `prompt`, the instruction) or `cutout`, of `image` (an image of
+    /// this shot: `{"artifact": ID}`). Choosing works the same on it.
+    pub operation: Option<OperationName>,
+    /// The image the operation works on: an image of one of this shot's candidates.
+    pub image: Option<ImageRef>,
+    /// The instruction of an edit.
+    pub prompt: Option<String>,
+    /// The provider that does the operation (default: the set's).
+    pub provider: Option<String>,
 }
 
 /// `POST /v1/sets/{id}/shots/{index}/candidates`: 201 with the set, its new candidates queued
@@ -85,8 +97,33 @@ pub async fn add(
     let set = load(&state, &id).await?;
     let Some(shot) = set.shots.get(index as usize) else { return Err(ApiError::not_found("shot")) };
     let engine = state.engine();
-    if engine.provider_bills(&set.provider) && !body.acknowledge_possible_charge {
-        let price = engine.price_of(&set.provider, &shot.params);
+    let op = match (body.operation.map(Operation::from), body.image) {
+        (None | Some(Operation::Generate), None) => None,
+        (Some(Operation::Generate), Some(_)) | (None, Some(_)) => {
+            return Err(ApiError::invalid("`image` is for an `edit` or `cutout` candidate; send `operation` with it"));
+        }
+        (Some(operation), image) => {
+            let image = image.ok_or_else(|| {
+                ApiError::invalid(format!(
+                    "`{}` needs the image of one of this shot's candidates: \"image\": {{\"artifact\": ID}}",
+                    operation.as_str()
+                ))
+            })?;
+            let src = super::tasks::resolve_image(&state, image).await?;
+            if src.kind != SourceKind::Artifact {
+                return Err(ApiError::invalid("a candidate is made from the image of another candidate of this shot"));
+            }
+            Some(CandidateOp {
+                operation,
+                artifact: src.id,
+                prompt: body.prompt.clone().unwrap_or_default(),
+                provider: body.provider.clone().unwrap_or_else(|| set.provider.clone()),
+            })
+        }
+    };
+    let provider = op.as_ref().map_or(set.provider.as_str(), |o| o.provider.as_str()).to_string();
+    if engine.provider_bills(&provider) && !body.acknowledge_possible_charge {
+        let price = engine.price_of(&provider, &shot.params);
         let about = match &price {
             Some((m, c)) => format!(" (about {} in all)", money(*m * i64::from(count), c)),
             None => String::new(),
@@ -94,9 +131,9 @@ pub async fn add(
         let mut e = ApiError::conflict(
             "cost_acknowledgement_required",
             format!(
-                "provider `{}` charges for each image: {count} more candidate(s) are {count} new generation(s) that \
+                "provider `{}` charges for each image: {count} more candidate(s) are {count} new request(s) that \
                  will be charged{about}; send {{\"acknowledge_possible_charge\": true}} to go ahead.",
-                set.provider
+                provider
             ),
         );
         e.estimated_cost = Some(json!({
@@ -106,7 +143,7 @@ pub async fn add(
         }));
         return Err(e);
     }
-    match engine.add_candidates(&id, index, count).await? {
+    match engine.add_candidates(&id, index, count, op).await? {
         AddOutcome::Added(_) => {}
         AddOutcome::NoSet => return Err(ApiError::not_found("set")),
         AddOutcome::NoShot => return Err(ApiError::not_found("shot")),
@@ -114,6 +151,11 @@ pub async fn add(
             return Err(ApiError::conflict(
                 "set_canceled",
                 "this set was canceled, so nothing more is generated for it; create a new set instead",
+            ));
+        }
+        AddOutcome::NotOfShot => {
+            return Err(ApiError::invalid(
+                "that image is not an image of this shot's candidates; a candidate is made from one of its own shot",
             ));
         }
         AddOutcome::TooMany { has } => {

@@ -82,6 +82,13 @@ pub struct CandidateJson {
     pub charge: ChargeJson,
     /// Whether this candidate's image is the shot's chosen one.
     pub chosen: bool,
+    /// What made it: `generate` (the shot's request), or an `edit` or `cutout` of `image`,
+    /// an image of another candidate of the shot.
+    #[schema(value_type = String)]
+    pub operation: crate::domain::operation::Operation,
+    /// The image an edit or cutout candidate was made from.
+    #[schema(value_type = Option<Object>)]
+    pub image: Option<crate::domain::operation::Source>,
 }
 
 /// Whether a set can be delivered, and if not, why in plain words.
@@ -147,6 +154,8 @@ fn candidate_json(state: &AppState, t: &TaskView, chosen: Option<&str>) -> Candi
         chosen: artifact.as_ref().is_some_and(|a| Some(a.id.as_str()) == chosen),
         artifact,
         charge: j.charge,
+        operation: t.operation,
+        image: t.source.clone(),
     }
 }
 

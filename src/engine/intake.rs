@@ -3,7 +3,7 @@
 //! dispatcher — or, on the one-commit pickup, hand the task straight to an idle worker with
 //! `calling` already recorded in the submit's commit ([`Engine::pick_up`], `store::ops::pickup`).
 
-use crate::domain::operation::{PromptRule, SourceKind};
+use crate::domain::operation::{PromptRule, Source, SourceKind};
 use futures_util::FutureExt;
 use tokio::sync::OwnedSemaphorePermit;
 
@@ -11,8 +11,8 @@ use super::{Engine, EngineError, ProviderEntry, Shared};
 use crate::domain::TaskStatus;
 use crate::providers::CallRequest;
 use crate::store::{
-    AddOutcome, ChoiceOutcome, MAX_CANDIDATES, NewImage, NewSet, NewTask, PickedUp, Pickup, SHOT_ROLES, SubmitOutcome,
-    TaskView, UploadView,
+    AddOutcome, CandidateOp, ChoiceOutcome, MAX_CANDIDATES, NewImage, NewSet, NewTask, PickedUp, Pickup, SHOT_ROLES,
+    SubmitOutcome, TaskView, UploadView,
 };
 
 /// What the fast path holds between its checks and its commit ([`Engine::pick_up`]).
@@ -376,11 +376,30 @@ impl Engine {
 
     /// Durably add `count` (1 to [`MAX_CANDIDATES`]) candidates to shot `position` of a set.
     /// Whether the caller acknowledged a possible charge is the API's to check first.
-    pub async fn add_candidates(&self, set: &str, position: i64, count: u32) -> Result<AddOutcome, EngineError> {
+    pub async fn add_candidates(
+        &self,
+        set: &str,
+        position: i64,
+        count: u32,
+        op: Option<CandidateOp>,
+    ) -> Result<AddOutcome, EngineError> {
         if !(1..=MAX_CANDIDATES).contains(&count) {
             return Err(EngineError::Invalid(format!("count must be 1 to {MAX_CANDIDATES}, not {count}")));
         }
-        let out = self.shared.store.add_candidates(set.into(), position, count, self.shared.now()).await?;
+        if let Some(op) = &op {
+            // The operation's own checks, as for a task of its own (the shot is checked by
+            // the store, under the set's lock).
+            let t = NewTask {
+                provider: op.provider.clone(),
+                prompt: op.prompt.clone(),
+                operation: op.operation,
+                source: Some(Source { kind: SourceKind::Artifact, id: op.artifact.clone() }),
+                ..NewTask::default()
+            };
+            self.validate(&t)?;
+            self.check_source(&t).await?;
+        }
+        let out = self.shared.store.add_candidates(set.into(), position, count, op, self.shared.now()).await?;
         if matches!(out, AddOutcome::Added(_)) {
             self.shared.wake_dispatcher.notify_one();
         }

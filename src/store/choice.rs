@@ -45,6 +45,22 @@ pub enum AddOutcome {
     TooMany {
         has: i64,
     },
+    /// The image an edit or cutout candidate works on is not an image of this shot.
+    NotOfShot,
+}
+
+/// A candidate made from another candidate of the same shot (an edit or a cutout of its image)
+/// instead of the shot's own request.
+#[derive(Debug, Clone)]
+pub struct CandidateOp {
+    pub operation: crate::domain::operation::Operation,
+    /// The image it works on: an artifact of a candidate of the same shot (checked in the
+    /// transaction that adds it).
+    pub artifact: String,
+    /// The instruction (an edit), or empty (a cutout).
+    pub prompt: String,
+    /// The provider that does it (the set's by default).
+    pub provider: String,
 }
 
 /// What choosing (or clearing) a shot's image did.
@@ -134,7 +150,8 @@ pub(crate) struct ShotRequest {
 }
 
 /// The tasks that add candidates `next .. next + count` to shot `position` of `set`, each
-/// with the shot's request (one decision for both backends), and the shot's role. Parameters
+/// with the shot's request, or made from another candidate's image by `op` (one decision for
+/// both backends), and the shot's role. Parameters
 /// that are not JSON any more (a damaged database) are an error, never silently dropped.
 pub(crate) fn candidate_tasks(
     provider: &str,
@@ -143,6 +160,7 @@ pub(crate) fn candidate_tasks(
     req: ShotRequest,
     next: i64,
     count: u32,
+    op: Option<&CandidateOp>,
 ) -> Result<(String, Vec<NewTask>), StoreError> {
     let role = req.role.unwrap_or_else(|| "scene".into());
     let params: serde_json::Value = serde_json::from_str(&req.params).map_err(|e| {
@@ -152,13 +170,31 @@ pub(crate) fn candidate_tasks(
         ))
     })?;
     let tasks = (0..i64::from(count))
-        .map(|k| NewTask {
-            provider: provider.to_string(),
-            prompt: req.prompt.clone(),
-            params: params.clone(),
-            shot: Some(ShotRef { set_id: set.to_string(), position, role: role.clone(), candidate: next + k }),
-            group: req.group.clone(),
-            ..NewTask::default()
+        .map(|k| {
+            let shot = Some(ShotRef { set_id: set.to_string(), position, role: role.clone(), candidate: next + k });
+            match op {
+                None => NewTask {
+                    provider: provider.to_string(),
+                    prompt: req.prompt.clone(),
+                    params: params.clone(),
+                    shot,
+                    group: req.group.clone(),
+                    ..NewTask::default()
+                },
+                Some(op) => NewTask {
+                    provider: op.provider.clone(),
+                    prompt: op.prompt.clone(),
+                    params: serde_json::json!({}),
+                    shot,
+                    group: req.group.clone(),
+                    operation: op.operation,
+                    source: Some(crate::domain::operation::Source {
+                        kind: crate::domain::operation::SourceKind::Artifact,
+                        id: op.artifact.clone(),
+                    }),
+                    ..NewTask::default()
+                },
+            }
         })
         .collect();
     Ok((role, tasks))
@@ -182,12 +218,13 @@ mod tests {
             role: None,
             group: Some("g".into()),
         };
-        let (role, tasks) = candidate_tasks("demo", "s1", 2, req(r#"{"size":"1024x1024"}"#), 3, 2).expect("valid");
+        let (role, tasks) =
+            candidate_tasks("demo", "s1", 2, req(r#"{"size":"1024x1024"}"#), 3, 2, None).expect("valid");
         assert_eq!(role, "scene");
         let shots: Vec<_> = tasks.iter().map(|t| t.shot.as_ref().map(|s| (s.position, s.candidate))).collect();
         assert_eq!(shots, vec![Some((2, 3)), Some((2, 4))]);
         assert!(tasks.iter().all(|t| t.params["size"] == "1024x1024" && t.group.as_deref() == Some("g")));
-        let Err(err) = candidate_tasks("demo", "s1", 2, req("{not json"), 3, 1) else {
+        let Err(err) = candidate_tasks("demo", "s1", 2, req("{not json"), 3, 1, None) else {
             panic!("damaged parameters were accepted")
         };
         assert!(err.to_string().contains("shot 3 of set s1"), "{err}");

@@ -31,8 +31,8 @@ mod types;
 pub use blobs::*;
 pub use check::CheckReport;
 pub use choice::{
-    AddOutcome, ChoiceOutcome, MAX_CANDIDATES, MAX_SHOT_CANDIDATES, SetEventView, delivery_blocking, role_label,
-    shot_label,
+    AddOutcome, CandidateOp, ChoiceOutcome, MAX_CANDIDATES, MAX_SHOT_CANDIDATES, SetEventView, delivery_blocking,
+    role_label, shot_label,
 };
 pub use error::{Severity, StoreError};
 pub use ops::deliveries::{

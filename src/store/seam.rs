@@ -828,10 +828,13 @@ impl Store {
         set: String,
         position: i64,
         count: u32,
+        op: Option<CandidateOp>,
         now: Millis,
     ) -> Result<AddOutcome, StoreError> {
-        self.op_at(Commit::Durable, 0, now, move |tx, now| ops::choice::add_candidates(tx, &set, position, count, now))
-            .await
+        self.op_at(Commit::Durable, 0, now, move |tx, now| {
+            ops::choice::add_candidates(tx, &set, position, count, op.as_ref(), now)
+        })
+        .await
     }
 
     /// Choose (or, with `None`, clear) the image of shot `position` of a set.

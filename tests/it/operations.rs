@@ -173,3 +173,35 @@ fn the_cli_edits_and_cuts_out_by_id_or_file() {
     assert!(!out.status.success());
     d.term();
 }
+
+#[test]
+fn a_candidate_of_a_shot_can_be_a_cutout_of_another_and_be_chosen() {
+    let mut d = Daemon::start(crate::common::FAST_DEMO);
+    let r = d.call(
+        "POST",
+        "/v1/sets",
+        Some(&json!({"product": "teapot", "shots": [{"role": "main", "prompt": "a teapot"}]})),
+    );
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let set = r.json();
+    let sid = set["id"].as_str().expect("id").to_string();
+    let first = d.wait_status(set["shots"][0]["id"].as_str().expect("shot"), &["succeeded"]);
+    let art = first["artifacts"][0]["id"].as_str().expect("image").to_string();
+    let path = format!("/v1/sets/{sid}/shots/0/candidates");
+    // Not an image of this shot: refused, nothing added.
+    let other = run(&d, json!({"prompt": "another job", "provider": "demo"}));
+    let stranger = other["artifacts"][0]["id"].as_str().expect("image");
+    let r = d.call("POST", &path, Some(&json!({"operation": "cutout", "image": {"artifact": stranger}})));
+    assert_eq!(r.status, 422, "{}", String::from_utf8_lossy(&r.body));
+    let r = d.call("POST", &path, Some(&json!({"operation": "cutout", "image": {"artifact": art}})));
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let cand = &r.json()["shots"][0]["candidates"][1];
+    assert_eq!((cand["operation"].as_str(), &cand["image"]), (Some("cutout"), &json!({"artifact": art})));
+    let cut = d.wait_status(cand["task_id"].as_str().expect("task"), SETTLED);
+    let png = image_of(&d, &cut);
+    assert!(tally::domain::operation::png_has_alpha(&png));
+    let chosen = cut["artifacts"][0]["id"].as_str().expect("image");
+    let r = d.call("PUT", &format!("/v1/sets/{sid}/shots/0/choice"), Some(&json!({"artifact_id": chosen})));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    d.term();
+}

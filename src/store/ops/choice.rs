@@ -6,7 +6,7 @@
 
 use super::{SubmitOutcome, submit};
 use crate::domain::{Millis, TaskStatus};
-use crate::store::choice::{ShotRequest, candidate_tasks, candidates_added_message};
+use crate::store::choice::{CandidateOp, ShotRequest, candidate_tasks, candidates_added_message};
 use crate::store::tx::Tx;
 use crate::store::{AddOutcome, ChoiceOutcome, MAX_SHOT_CANDIDATES, SetEventView, StoreError, role_label};
 
@@ -42,13 +42,14 @@ pub(in crate::store) fn choices(tx: &mut dyn Tx, set: &str) -> Result<Vec<(i64, 
 }
 
 /// Add `count` candidates to shot `position` of `set`: new tasks with the prompt, parameters
-/// and role of the shot's first candidate, scheduled like shots. One transaction, under the
-/// set's lock.
+/// and role of the shot's first candidate (or, with `op`, edits or cutouts of the image of
+/// one of its candidates), scheduled like shots. One transaction, under the set's lock.
 pub(in crate::store) fn add_candidates(
     tx: &mut dyn Tx,
     set: &str,
     position: i64,
     count: u32,
+    op: Option<&CandidateOp>,
     now: Millis,
 ) -> Result<AddOutcome, StoreError> {
     tx.lock_set(set)?;
@@ -78,7 +79,19 @@ pub(in crate::store) fn add_candidates(
     if has + i64::from(count) > MAX_SHOT_CANDIDATES {
         return Ok(AddOutcome::TooMany { has });
     }
-    let (role, tasks) = candidate_tasks(&provider, set, position, req, next, count)?;
+    // An edit or cutout works on an image of this very shot (checked here, under the lock).
+    if let Some(op) = op
+        && tx
+            .opt(
+                "SELECT 1 FROM artifacts a JOIN tasks t ON t.id = a.task_id
+                 WHERE a.id = ?1 AND t.set_id = ?2 AND t.set_position = ?3",
+                &[&op.artifact, &set, &position],
+            )?
+            .is_none()
+    {
+        return Ok(AddOutcome::NotOfShot);
+    }
+    let (role, tasks) = candidate_tasks(&provider, set, position, req, next, count, op)?;
     let mut ids = Vec::new();
     for t in tasks {
         if let SubmitOutcome::Created(id) = submit(tx, &t, now)? {

@@ -13,7 +13,8 @@ use super::single::{LEASE, T0, artifact, ids};
 
 both!(
     candidates_are_tasks_scheduled_like_shots_and_more_can_be_added,
-    a_choice_names_only_a_succeeded_candidate_of_its_shot
+    a_choice_names_only_a_succeeded_candidate_of_its_shot,
+    an_edit_or_cutout_candidate_is_made_from_an_image_of_its_own_shot
 );
 
 fn shot(role: &str, candidates: u32) -> NewShot {
@@ -61,7 +62,7 @@ async fn candidates_are_tasks_scheduled_like_shots_and_more_can_be_added(s: Stor
     let want: Vec<String> = view.tasks().map(|t| t.id.clone()).collect();
     assert_eq!(order, want);
     // More candidates for shot 1: queued as its candidates 1 and 2, and run (one at a time).
-    let AddOutcome::Added(new) = s.add_candidates(sid.clone(), 1, 2, T0 + 100).await.expect("add") else {
+    let AddOutcome::Added(new) = s.add_candidates(sid.clone(), 1, 2, None, T0 + 100).await.expect("add") else {
         panic!("added")
     };
     assert_eq!(new.len(), 2);
@@ -84,18 +85,21 @@ async fn candidates_are_tasks_scheduled_like_shots_and_more_can_be_added(s: Stor
     let kinds: Vec<&str> = view.timeline.iter().map(|e| e.kind.as_str()).collect();
     assert_eq!(kinds, ["created", "candidates_added"]);
     // The refusals.
-    assert_eq!(s.add_candidates("nope".into(), 0, 1, T0).await.expect("add"), AddOutcome::NoSet);
-    assert_eq!(s.add_candidates(sid.clone(), 7, 1, T0).await.expect("add"), AddOutcome::NoShot);
+    assert_eq!(s.add_candidates("nope".into(), 0, 1, None, T0).await.expect("add"), AddOutcome::NoSet);
+    assert_eq!(s.add_candidates(sid.clone(), 7, 1, None, T0).await.expect("add"), AddOutcome::NoShot);
     for _ in 0..3 {
-        assert!(matches!(s.add_candidates(sid.clone(), 0, 4, T0 + 200).await.expect("add"), AddOutcome::Added(_)));
+        assert!(matches!(
+            s.add_candidates(sid.clone(), 0, 4, None, T0 + 200).await.expect("add"),
+            AddOutcome::Added(_)
+        ));
     }
     assert_eq!(
-        s.add_candidates(sid.clone(), 0, 3, T0 + 201).await.expect("add"),
+        s.add_candidates(sid.clone(), 0, 3, None, T0 + 201).await.expect("add"),
         AddOutcome::TooMany { has: 14 },
         "a shot holds at most {MAX_SHOT_CANDIDATES}"
     );
     s.cancel_set(sid.clone(), T0 + 300).await.expect("cancel");
-    assert_eq!(s.add_candidates(sid.clone(), 0, 1, T0 + 301).await.expect("add"), AddOutcome::Canceled);
+    assert_eq!(s.add_candidates(sid.clone(), 0, 1, None, T0 + 301).await.expect("add"), AddOutcome::Canceled);
 }
 
 async fn a_choice_names_only_a_succeeded_candidate_of_its_shot(s: Store) {
@@ -164,4 +168,49 @@ async fn a_choice_names_only_a_succeeded_candidate_of_its_shot(s: Store) {
     assert_eq!(kinds, ["created", "chosen", "chosen", "chosen", "choice_cleared"], "a no-change choice writes nothing");
     assert!(view.timeline[2].message.contains(&a1), "a change names what it replaced: {}", view.timeline[2].message);
     assert_eq!(view.shots[0].status, TaskStatus::Succeeded);
+}
+
+async fn an_edit_or_cutout_candidate_is_made_from_an_image_of_its_own_shot(s: Store) {
+    use tally::domain::operation::{Operation, Source, SourceKind};
+    let SubmitOutcome::Created(sid) =
+        s.create_set(set(vec![shot("main", 1), shot("scene", 1)]), T0).await.expect("create")
+    else {
+        panic!("created")
+    };
+    let main = run_next(&s, T0 + 10).await;
+    let scene = run_next(&s, T0 + 20).await;
+    let image = |id: String| {
+        let s = s.clone();
+        async move { s.get_task(id).await.expect("get").expect("task").artifacts[0].id.clone() }
+    };
+    let (main_img, scene_img) = (image(main).await, image(scene).await);
+    let op = |artifact: &str, operation| CandidateOp {
+        operation,
+        artifact: artifact.to_string(),
+        prompt: if operation == Operation::Edit { "on marble".into() } else { String::new() },
+        provider: "p".into(),
+    };
+    // The scene's image is not an image of the main shot: refused, nothing added.
+    let refused = s.add_candidates(sid.clone(), 0, 1, Some(op(&scene_img, Operation::Edit)), T0 + 30).await;
+    assert_eq!(refused.expect("add"), AddOutcome::NotOfShot);
+    let AddOutcome::Added(new) =
+        s.add_candidates(sid.clone(), 0, 1, Some(op(&main_img, Operation::Cutout)), T0 + 31).await.expect("add")
+    else {
+        panic!("added")
+    };
+    let t = s.get_task(new[0].clone()).await.expect("get").expect("task");
+    assert_eq!((t.operation, t.candidate, t.prompt.as_str()), (Operation::Cutout, 1, ""));
+    assert_eq!(t.source, Some(Source { kind: SourceKind::Artifact, id: main_img.clone() }));
+    assert_eq!(
+        t.source_task,
+        s.get_set(sid.clone()).await.expect("get").expect("set").candidates[0][0].id.clone().into()
+    );
+    // Scheduled like any candidate; once it succeeds it can be chosen.
+    let cut = run_next(&s, T0 + 40).await;
+    assert_eq!(cut, new[0]);
+    let cut_img = image(cut).await;
+    let chosen = s.choose(sid.clone(), 0, Some(cut_img.clone()), T0 + 50).await.expect("choose");
+    assert!(matches!(chosen, ChoiceOutcome::Chosen { .. }), "{chosen:?}");
+    let view = s.get_set(sid).await.expect("get").expect("set");
+    assert_eq!(view.chosen[0].as_deref(), Some(cut_img.as_str()));
 }

@@ -253,7 +253,9 @@ async fn a_duplicate_is_a_new_set_of_the_same_shots_queued(s: Store) {
     let photo = s.save_upload(NewImage::verify(png("photo")).expect("png"), T0).await.expect("upload").id;
     let id =
         create(&s, vec![photo.clone()], vec![shot("main", "on a table", 2), shot("scene", "outside", 1)], T0).await;
-    let AddOutcome::Added(_) = s.add_candidates(id.clone(), 1, 1, T0 + 1).await.expect("add") else { panic!("added") };
+    let AddOutcome::Added(_) = s.add_candidates(id.clone(), 1, 1, None, T0 + 1).await.expect("add") else {
+        panic!("added")
+    };
     // The source runs a little: a duplicate copies the request, not the progress.
     let b = s.dispatch_due(T0 + 2, 10, LEASE, "boot").await.expect("dispatch");
     let c = &b.claims[0];
