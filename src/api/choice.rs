@@ -13,7 +13,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::error::{ApiError, ErrorBody};
 use super::openapi::{JsonRejected, StoreFailure};
 use super::sets::{SetJson, load, set_json};
-use super::tasks::{ImageRef, OperationName};
+use super::tasks::ImageRef;
 use super::{AppState, JsonBody, OptionalJsonBody, json_response};
 use crate::domain::operation::{Operation, SourceKind};
 use crate::domain::{from_micros, money};
@@ -54,7 +54,7 @@ pub struct MoreBody {
     /// Make the new candidate from another candidate of this shot instead of the shot's
     /// request: `edit` (with `prompt`, the instruction) or `cutout`, of `image` (an image of
     /// this shot: `{"artifact": ID}`). Choosing works the same on it.
-    pub operation: Option<OperationName>,
+    pub operation: Option<Operation>,
     /// The image the operation works on: an image of one of this shot's candidates.
     pub image: Option<ImageRef>,
     /// The instruction of an edit.
@@ -97,7 +97,7 @@ pub async fn add(
     let set = load(&state, &id).await?;
     let Some(shot) = set.shots.get(index as usize) else { return Err(ApiError::not_found("shot")) };
     let engine = state.engine();
-    let op = match (body.operation.map(Operation::from), body.image) {
+    let op = match (body.operation, body.image) {
         (None | Some(Operation::Generate), None) => None,
         (Some(Operation::Generate), Some(_)) | (None, Some(_)) => {
             return Err(ApiError::invalid("`image` is for an `edit` or `cutout` candidate; send `operation` with it"));

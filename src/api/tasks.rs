@@ -89,7 +89,7 @@ pub struct SubmitBody {
     /// What the call makes: `generate` (the default), `edit` (an image and an instruction →
     /// one image) or `cutout` (an image → the product on a transparent background). A
     /// provider that does not offer it is refused (422) before anything is recorded.
-    pub operation: Option<OperationName>,
+    pub operation: Option<Operation>,
     /// The image an `edit` or `cutout` works on: `{"artifact": ID}` (an image tally made),
     /// `{"upload": ID}` (an uploaded photo) or `{"task": ID}` (that task's image; 422 while it
     /// has none).
@@ -108,25 +108,6 @@ pub struct SubmitBody {
     /// Jobs with the same group share a fairness key: a big batch in one group takes turns
     /// with other groups' jobs instead of holding them back.
     pub group: Option<String>,
-}
-
-/// An operation kind's name in a request (`domain::operation`).
-#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum OperationName {
-    Generate,
-    Edit,
-    Cutout,
-}
-
-impl From<OperationName> for Operation {
-    fn from(o: OperationName) -> Operation {
-        match o {
-            OperationName::Generate => Operation::Generate,
-            OperationName::Edit => Operation::Edit,
-            OperationName::Cutout => Operation::Cutout,
-        }
-    }
 }
 
 /// Which stored image an operation works on: exactly one of the three.
@@ -215,7 +196,7 @@ pub async fn submit(
         params,
         idempotency_key: key,
         group: body.group,
-        operation: body.operation.map(Operation::from).unwrap_or_default(),
+        operation: body.operation.unwrap_or_default(),
         source,
         ..NewTask::default()
     };

@@ -12,10 +12,13 @@
 //! by a provider's `operations` key. Adding an operation kind is a row of [`SPECS`], a variant
 //! of [`Operation`], the adapters that offer it and its words in the catalogue.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-/// One kind of paid call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Default)]
+/// One kind of paid call. Its names in the API are the variants' in snake case (checked
+/// against [`SPECS`] by a unit test).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, Default, utoipa::ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Operation {
     /// A prompt (and the set's reference photos) → one image. The default.
@@ -206,6 +209,9 @@ mod tests {
             assert_eq!(Operation::parse(s.name), Some(s.op));
         }
         assert_eq!(Operation::parse("teleport"), None);
+        for s in SPECS {
+            assert_eq!(serde_json::to_value(s.op).expect("json"), serde_json::json!(s.name));
+        }
         assert_eq!(Operation::default(), Operation::Generate);
     }
 
