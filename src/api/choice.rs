@@ -13,7 +13,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::error::{ApiError, ErrorBody};
 use super::openapi::{JsonRejected, StoreFailure};
 use super::sets::{SetJson, load, set_json};
-use super::tasks::ImageRef;
+use super::source::ImageRef;
 use super::{AppState, JsonBody, OptionalJsonBody, json_response};
 use crate::domain::operation::{Operation, SourceKind};
 use crate::domain::{from_micros, money};
@@ -109,7 +109,7 @@ pub async fn add(
                     operation.as_str()
                 ))
             })?;
-            let src = super::tasks::resolve_image(&state, image).await?;
+            let src = super::source::resolve_image(&state, image).await?;
             if src.kind != SourceKind::Artifact {
                 return Err(ApiError::invalid("a candidate is made from the image of another candidate of this shot"));
             }

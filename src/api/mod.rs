@@ -25,6 +25,7 @@ pub mod session;
 pub mod sessions;
 pub mod set_edit;
 pub mod sets;
+pub mod source;
 pub mod spend;
 pub mod stream;
 pub mod task_help;

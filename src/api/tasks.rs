@@ -16,7 +16,7 @@ use super::openapi::{JsonRejected, NotFound, StoreFailure};
 pub use super::task_json::*;
 use super::{AppState, JsonBody, OptionalJsonBody, json_response};
 use crate::clock::rfc3339;
-use crate::domain::operation::{Operation, Source, SourceKind};
+use crate::domain::operation::Operation;
 use crate::domain::{Charge, TaskStatus, money};
 use crate::providers::{Image, sniff_image};
 use crate::store::{
@@ -93,7 +93,7 @@ pub struct SubmitBody {
     /// The image an `edit` or `cutout` works on: `{"artifact": ID}` (an image tally made),
     /// `{"upload": ID}` (an uploaded photo) or `{"task": ID}` (that task's image; 422 while it
     /// has none).
-    pub image: Option<ImageRef>,
+    pub image: Option<super::source::ImageRef>,
     /// A configured provider's name (`GET /v1/providers`); the default one when absent.
     pub provider: Option<String>,
     /// Provider parameters, e.g. `{"size": "1024x1024"}`. A task makes one image: `n`,
@@ -108,52 +108,6 @@ pub struct SubmitBody {
     /// Jobs with the same group share a fairness key: a big batch in one group takes turns
     /// with other groups' jobs instead of holding them back.
     pub group: Option<String>,
-}
-
-/// Which stored image an operation works on: exactly one of the three.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ImageRef {
-    /// An image a task made (`artifacts[].id`).
-    pub artifact: Option<String>,
-    /// An uploaded photo (`POST /v1/uploads`).
-    pub upload: Option<String>,
-    /// A task whose (first) image it is.
-    pub task: Option<String>,
-    /// Any of the three ids, looked up in that order (what the CLI's `--image ID` sends).
-    pub id: Option<String>,
-}
-
-/// The stored image `r` names, checked: exactly one kind of id, and a task that has an image.
-pub(crate) async fn resolve_image(state: &AppState, r: ImageRef) -> Result<Source, ApiError> {
-    if let (None, None, None, Some(id)) = (&r.artifact, &r.upload, &r.task, &r.id) {
-        let store = state.engine().store();
-        if store.artifact(id.clone()).await?.is_some() {
-            return Ok(Source { kind: SourceKind::Artifact, id: id.clone() });
-        }
-        if store.upload(id.clone()).await?.is_some() {
-            return Ok(Source { kind: SourceKind::Upload, id: id.clone() });
-        }
-        let task = ImageRef { artifact: None, upload: None, task: Some(id.clone()), id: None };
-        return Box::pin(resolve_image(state, task)).await;
-    }
-    match (r.artifact, r.upload, r.task) {
-        (Some(id), None, None) => Ok(Source { kind: SourceKind::Artifact, id }),
-        (None, Some(id), None) => Ok(Source { kind: SourceKind::Upload, id }),
-        (None, None, Some(task)) => {
-            let t = state.engine().store().get_task(task.clone()).await?.ok_or_else(|| {
-                ApiError::invalid(format!("there is no image, photo or job {task}; nothing was recorded or sent"))
-            })?;
-            match t.artifacts.first() {
-                Some(a) => Ok(Source { kind: SourceKind::Artifact, id: a.id.clone() }),
-                None => Err(ApiError::invalid(format!(
-                    "task {task} has no image yet (it is {}); edit or cut out an image once it has one",
-                    t.status.as_str()
-                ))),
-            }
-        }
-        _ => Err(ApiError::invalid("`image` names exactly one of artifact, upload, task or id: {\"artifact\": ID}")),
-    }
 }
 
 /// `POST /v1/tasks`: 201 when new, 200 for a replay of the same key and body, 409 for the
@@ -187,7 +141,7 @@ pub async fn submit(
     };
     let provider = body.provider.unwrap_or_else(|| state.default_provider().to_string());
     let source = match body.image {
-        Some(r) => Some(resolve_image(&state, r).await?),
+        Some(r) => Some(super::source::resolve_image(&state, r).await?),
         None => None,
     };
     let t = NewTask {

@@ -487,14 +487,15 @@ struct Answer {
     headers: Vec<(&'static str, String)>,
     charged: bool,
     job_id: Option<String>,
-    /// An answer that is a file, not JSON: its content type and bytes.
-    bytes: Option<(&'static str, Vec<u8>)>,
+    /// An answer that is a file, not JSON: its content type and bytes (boxed: most answers
+    /// are JSON, and refusals travel in `Result`s).
+    bytes: Option<Box<(&'static str, Vec<u8>)>>,
 }
 
 impl Answer {
     /// Answer with a file instead of a JSON body.
     fn with_bytes(mut self, content_type: &'static str, bytes: Vec<u8>) -> Self {
-        self.bytes = Some((content_type, bytes));
+        self.bytes = Some(Box::new((content_type, bytes)));
         self
     }
 
@@ -532,7 +533,7 @@ impl Answer {
     }
 
     fn into_response(self) -> Response {
-        let mut resp = match self.bytes {
+        let mut resp = match self.bytes.map(|b| *b) {
             Some((content_type, bytes)) => {
                 (self.status, [(axum::http::header::CONTENT_TYPE, content_type)], bytes).into_response()
             }

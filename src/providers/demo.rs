@@ -113,8 +113,8 @@ fn edit(bytes: &[u8], instruction: &str) -> Result<Vec<u8>, String> {
         instruction.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
     let tint = [(h & 0xff) as u16, ((h >> 8) & 0xff) as u16, ((h >> 16) & 0xff) as u16];
     for p in img.pixels_mut() {
-        for c in 0..3 {
-            p.0[c] = ((u16::from(p.0[c]) * 2 + tint[c]) / 3) as u8;
+        for (channel, t) in p.0.iter_mut().zip(tint) {
+            *channel = ((u16::from(*channel) * 2 + t) / 3) as u8;
         }
     }
     encode(&img)

@@ -97,8 +97,6 @@ impl Drop for Harness {
     }
 }
 
-/// The current OpenAI image model (the mock refuses the shut-down `gpt-image-1`).
-
 /// Milliseconds since the epoch, now.
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)

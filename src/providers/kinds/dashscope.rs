@@ -30,6 +30,8 @@
 //!   `input.base_image_url` (one photo, with `params.function`) on `imageedit` models; a
 //!   text-to-image model refuses them before anything is sent. `params.n` other than 1 is
 //!   refused before sending too (a task stores one image).
+//!
+//! Past 600 lines: one API's request building, task polling, lost-create search and their tests.
 
 use std::time::{Duration, UNIX_EPOCH};
 
