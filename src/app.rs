@@ -209,7 +209,7 @@ async fn reload_budgets_on_sighup(engine: Arc<Engine>, path: PathBuf) {
 
 /// `tally serve`: run the daemon until SIGINT/SIGTERM, then stop cleanly. `config_path` is
 /// the file `cfg` came from (re-read for budget limits on SIGHUP).
-pub async fn serve(cfg: Config, config_path: Option<PathBuf>) -> Result<(), Failure> {
+pub async fn serve(cfg: Config, config_path: Option<PathBuf>, open_browser: bool) -> Result<(), Failure> {
     let signals = StopSignals::install()?;
     // Said at start-up, not discovered at the first task: a provider whose key is missing
     // fails every task (before sending anything).
@@ -219,6 +219,16 @@ pub async fn serve(cfg: Config, config_path: Option<PathBuf>) -> Result<(), Fail
     let dir = cfg.storage.data_dir.clone();
     create_data_dir(&dir)?;
     let _lock = lock_data_dir(&dir)?;
+    // Providers added in the page (`config::page`): after the file's, which win on a name.
+    let page = crate::config::page::PageProviders::new(&dir).load().map_err(|e| Failure::error(e.to_string()))?;
+    let mut cfg = cfg;
+    for p in page {
+        if cfg.providers.iter().any(|c| c.name == p.name) {
+            tracing::warn!(provider = %p.name, "a provider added in the page has the name of one in the config file; the file's is used");
+        } else {
+            cfg.providers.push(p);
+        }
+    }
     let mut entries = Vec::new();
     for p in &cfg.providers {
         let provider = crate::providers::build(p).map_err(|e| Failure::error(format!("provider `{}`: {e}", p.name)))?;
@@ -315,6 +325,11 @@ pub async fn serve(cfg: Config, config_path: Option<PathBuf>) -> Result<(), Fail
         let _ = writeln!(out, "API token: {} (`tally token` prints it)", token_path.display());
         let _ = writeln!(out, "{}", crate::web::sign_in_line(&base, &state));
         let _ = out.flush();
+    }
+    if open_browser && has_desktop() {
+        // A second one-time link, for the browser this opens (the printed one stays usable).
+        let url = crate::api::session::login_url(&base, &state.sessions().new_code(None));
+        open_in_browser(&url);
     }
 
     let _reload = config_path.map(|p| AbortOnDrop(tokio::spawn(reload_budgets_on_sighup(engine.clone(), p))));
@@ -506,5 +521,39 @@ mod tests {
     fn base_url_for_unspecified_is_loopback() {
         assert_eq!(base_url("0.0.0.0:7700".parse().unwrap()), "http://127.0.0.1:7700");
         assert_eq!(base_url("[::]:7700".parse().unwrap()), "http://[::1]:7700");
+    }
+}
+
+/// Whether `tally serve` runs in a desktop session a browser can open in: not as a service
+/// (`TALLY_SERVICE`, set by `tally service install`), and on Linux only with a display.
+fn has_desktop() -> bool {
+    if std::env::var_os("TALLY_SERVICE").is_some() {
+        return false;
+    }
+    if cfg!(any(target_os = "macos", windows)) {
+        return true;
+    }
+    ["DISPLAY", "WAYLAND_DISPLAY"].iter().any(|v| std::env::var_os(v).is_some_and(|x| !x.is_empty()))
+}
+
+/// Open `url` in the default browser (`xdg-open`, `open`, `start`), without waiting for it;
+/// a failure is logged, never fatal (the link is printed too).
+fn open_in_browser(url: &str) {
+    let mut cmd = if cfg!(target_os = "macos") {
+        std::process::Command::new("open")
+    } else if cfg!(windows) {
+        let mut c = std::process::Command::new("cmd");
+        c.args(["/C", "start", ""]);
+        c
+    } else {
+        std::process::Command::new("xdg-open")
+    };
+    cmd.arg(url)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    match cmd.spawn() {
+        Ok(_) => tracing::info!("opened the sign-in link in the default browser (`--no-browser` stops this)"),
+        Err(e) => tracing::warn!(error = %e, "could not open a browser; use the sign-in link printed above"),
     }
 }

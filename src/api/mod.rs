@@ -20,6 +20,7 @@ pub mod held;
 pub mod images;
 pub mod lang;
 pub mod openapi;
+pub mod provider_settings;
 pub mod prune;
 pub mod session;
 pub mod sessions;
@@ -178,7 +179,9 @@ pub fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(held::list))
         .routes(routes!(held::release))
         .routes(routes!(held::check))
-        .routes(routes!(providers))
+        .routes(routes!(providers, provider_settings::add))
+        .routes(routes!(provider_settings::edit, provider_settings::remove))
+        .routes(routes!(provider_settings::test))
         .routes(routes!(spend::spend))
         .routes(routes!(spend::requests))
         .routes(routes!(budget::get_budget, budget::set_budget, budget::reset_budget))

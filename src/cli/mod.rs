@@ -22,7 +22,9 @@ pub mod client;
 mod deliveries;
 mod files;
 mod held;
+mod provider;
 mod say;
+mod service;
 pub mod set_edit;
 mod sets;
 mod spend;
@@ -75,7 +77,17 @@ pub enum Command {
         /// Log format on stderr.
         #[arg(long, value_enum, default_value_t = LogFormat::Text)]
         log_format: LogFormat,
+        /// Do not open the sign-in link in the default browser. (It is opened only in a
+        /// desktop session, never when run as a service.)
+        #[arg(long)]
+        no_browser: bool,
     },
+    /// Providers added without editing the config file: list, add, edit, remove, test.
+    #[command(subcommand)]
+    Provider(provider::ProviderCommand),
+    /// Run tally with the computer: install, uninstall or check a per-user service.
+    #[command(subcommand)]
+    Service(service::ServiceCommand),
     /// Submit an image generation job.
     #[command(after_help = "With --wait the exit code says how it ended: 0 the image is ready; 3 failed or \
                             canceled; 4 unknown (it may have been charged: check the provider, then \
@@ -512,7 +524,8 @@ pub fn run() -> Result<ExitCode, Failure> {
         Command::Restore { src } => restore(&cfg, &src),
         Command::Prune { older_than, dry_run } => prune(&cfg, &older_than, dry_run, json),
         Command::Token => token(&cfg),
-        Command::Serve { listen, log_format } => {
+        Command::Service(cmd) => service::service(&cfg, config.as_deref(), cmd),
+        Command::Serve { listen, log_format, no_browser } => {
             let mut cfg = cfg;
             if let Some(addr) = listen {
                 cfg.server.listen = crate::config::listen_address(&addr, cfg.server.allow_non_loopback)
@@ -522,7 +535,7 @@ pub fn run() -> Result<ExitCode, Failure> {
             #[cfg(feature = "failpoints")]
             let _failpoints = fail::FailScenario::setup();
             app::init_logging(log_format);
-            runtime()?.block_on(app::serve(cfg, cli.config.clone()))?;
+            runtime()?.block_on(app::serve(cfg, cli.config.clone(), !no_browser))?;
             Ok(Exit::Ok.into())
         }
         other => runtime()?.block_on(client_command(&cfg, other, json)),

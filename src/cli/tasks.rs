@@ -58,6 +58,7 @@ pub(super) async fn client_command(cfg: &Config, cmd: Command, json: bool) -> Re
         Command::Set(cmd) => set_command(&client, cmd, json).await,
         Command::Budget(cmd) => super::spend::budget(&client, cmd, json).await,
         Command::Held(cmd) => super::held::held_command(&client, cmd, json).await,
+        Command::Provider(cmd) => super::provider::provider_command(&client, cmd, json).await,
         Command::Delivery(cmd) => super::deliveries::delivery_command(&client, cmd, json).await,
         Command::Spend { from, to, by, csv } => super::spend::spend(&client, from, to, by, csv, json).await,
         Command::Status { id } => {
@@ -193,6 +194,7 @@ pub(super) async fn client_command(cfg: &Config, cmd: Command, json: bool) -> Re
         | Command::Restore { .. }
         | Command::Prune { .. }
         | Command::Token
+        | Command::Service(_)
         | Command::MockProvider(_)
         | Command::Bench(_) => Err(Failure::error("internal: not a client command")),
     }

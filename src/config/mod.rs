@@ -11,6 +11,7 @@ use serde::Deserialize;
 pub use crate::domain::DispatchOrder;
 
 mod delivery;
+pub mod page;
 mod provider;
 mod storage;
 #[cfg(test)]
@@ -135,7 +136,7 @@ struct RawRetention {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawProvider {
+pub(crate) struct RawProvider {
     name: Option<String>,
     kind: Option<String>,
     max_concurrency: Option<i64>,
@@ -159,6 +160,7 @@ struct RawProvider {
     budget_daily: Option<f64>,
     budget_monthly: Option<f64>,
     operations: Option<Vec<String>>,
+    dashboard_url: Option<String>,
 }
 
 /// The resolved configuration.

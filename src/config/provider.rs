@@ -85,6 +85,11 @@ pub(super) fn resolve_provider(p: RawProvider, i: usize, origin: &str) -> Result
             ops
         }
     };
+    if let Some(url) = &p.dashboard_url
+        && !(url.starts_with("https://") || url.starts_with("http://"))
+    {
+        return Err(bad("dashboard_url", format!("`{url}` must start with https:// or http://")));
+    }
     if let Some(env) = &p.api_key_env
         && (env.is_empty() || env.contains('='))
     {
@@ -156,6 +161,9 @@ pub(super) fn resolve_provider(p: RawProvider, i: usize, origin: &str) -> Result
         pricing,
         budget_daily,
         budget_monthly,
+        api_key: None,
+        dashboard_url: p.dashboard_url,
+        defined_in: crate::providers::settings::DefinedIn::Config,
         name,
         kind,
         operations,

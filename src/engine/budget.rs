@@ -130,7 +130,8 @@ impl Engine {
     /// The currency budgets are counted in: the priced providers' (config checks they share
     /// one), else the default.
     pub fn budget_currency(&self) -> String {
-        let mut priced: Vec<_> = self.shared.providers.values().filter(|p| p.money.pricing.is_priced()).collect();
+        let all = self.shared.providers.values();
+        let mut priced: Vec<_> = all.iter().filter(|p| p.money.pricing.is_priced()).collect();
         priced.sort_by(|a, b| a.name.cmp(&b.name));
         priced.first().map_or_else(|| crate::config::DEFAULT_CURRENCY.to_string(), |p| p.money.pricing.currency.clone())
     }
@@ -202,7 +203,7 @@ impl Engine {
             apply(Period::Day, Some(name), daily, &cur)?;
             apply(Period::Month, Some(name), monthly, &cur)?;
         }
-        let any_priced = self.shared.providers.values().any(|p| p.money.pricing.is_priced());
+        let any_priced = self.shared.providers.values().iter().any(|p| p.money.pricing.is_priced());
         if !limits.is_empty() && !any_priced {
             return Err(EngineError::Invalid(
                 "a budget needs prices to count: set price_per_image (or price_per_size) on the paid providers in \
@@ -231,8 +232,8 @@ impl Engine {
     pub async fn budget(&self) -> Result<BudgetView, EngineError> {
         let limits = self.limits();
         let currency = self.budget_currency();
-        let mut names: Vec<&str> =
-            self.shared.providers.values().filter(|p| p.money.billable).map(|p| p.name.as_str()).collect();
+        let all = self.shared.providers.values();
+        let mut names: Vec<&str> = all.iter().filter(|p| p.money.billable).map(|p| p.name.as_str()).collect();
         names.sort_unstable();
         // One probe limit per period and scope: budget_use sums what each would count.
         let mut probes = Vec::new();

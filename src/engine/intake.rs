@@ -138,7 +138,7 @@ impl Engine {
         }
         let entry = shared.providers.get(&t.provider)?;
         let now = shared.now();
-        if shared.breaker_open_until(entry, now).is_some() || entry.money.preflight(&entry.name, &t.params).is_err() {
+        if shared.breaker_open_until(&entry, now).is_some() || entry.money.preflight(&entry.name, &t.params).is_err() {
             return None;
         }
         let req = CallRequest {
@@ -221,7 +221,7 @@ impl Engine {
                 self.provider_names().join(", ")
             )));
         };
-        self.validate_operation(entry, t)?;
+        self.validate_operation(&entry, t)?;
         if t.operation.spec().prompt == PromptRule::Required && t.prompt.trim().is_empty() {
             return Err(EngineError::Invalid("the prompt is empty".into()));
         }
@@ -251,13 +251,9 @@ impl Engine {
     fn validate_operation(&self, entry: &ProviderEntry, t: &NewTask) -> Result<(), EngineError> {
         let spec = t.operation.spec();
         if !entry.operations.contains(&t.operation) {
-            let mut offering: Vec<&str> = self
-                .shared
-                .providers
-                .values()
-                .filter(|p| p.operations.contains(&t.operation))
-                .map(|p| p.name.as_str())
-                .collect();
+            let all = self.shared.providers.values();
+            let mut offering: Vec<&str> =
+                all.iter().filter(|p| p.operations.contains(&t.operation)).map(|p| p.name.as_str()).collect();
             offering.sort();
             let offers: Vec<&str> = entry.operations.iter().map(|o| o.as_str()).collect();
             return Err(EngineError::Invalid(format!(

@@ -105,7 +105,7 @@ pub(super) async fn look_up(shared: &Shared) -> Result<LookReport, EngineError> 
         }
         let Some(h) = &t.held else { continue };
         let settle = match shared.providers.get(&t.provider) {
-            Some(entry) => decide(shared, entry, &t).await,
+            Some(entry) => decide(shared, &entry, &t).await,
             None => HeldSettle::Keep {
                 found: format!("provider `{}` is not configured, so tally cannot ask it.", t.provider),
             },

@@ -100,6 +100,8 @@ pub struct ProviderEntry {
     operations: Vec<Operation>,
     /// The largest source image it takes, in bytes (its kind's declaration).
     max_image_bytes: usize,
+    /// Its checked configuration, when it came from one (not for test adapters).
+    config: Option<crate::config::ProviderConfig>,
 }
 
 impl ProviderEntry {
@@ -116,6 +118,7 @@ impl ProviderEntry {
             breaker: Mutex::new(Breaker::default()),
             operations: vec![Operation::Generate],
             max_image_bytes: crate::engine::intake::MAX_UPLOAD_BYTES,
+            config: None,
         }
     }
 
@@ -157,6 +160,8 @@ impl ProviderEntry {
         self.reserve = cfg.reserve;
         self.operations = cfg.operations.clone();
         self.max_image_bytes = cfg.kind.spec().max_image_bytes;
+        self.max_concurrency = cfg.max_concurrency.max(1);
+        self.config = Some(cfg.clone());
         self
     }
 
@@ -164,6 +169,47 @@ impl ProviderEntry {
     pub fn with_money(mut self, money: ProviderMoney) -> Self {
         self.money = money;
         self
+    }
+}
+
+/// The providers in force, by name. Changed at run time by the owner (`Engine::put_provider`,
+/// `Engine::remove_provider`); a worker holds the entry it claimed with (an `Arc`), so a task
+/// already sent keeps the settings it was sent with.
+pub(crate) struct Registry(RwLock<HashMap<String, Arc<ProviderEntry>>>);
+
+impl Registry {
+    fn new(entries: Vec<ProviderEntry>) -> Registry {
+        Registry(RwLock::new(entries.into_iter().map(|p| (p.name.clone(), Arc::new(p))).collect()))
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<ProviderEntry>>> {
+        self.0.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The provider named `name`.
+    pub(crate) fn get(&self, name: &str) -> Option<Arc<ProviderEntry>> {
+        self.read().get(name).cloned()
+    }
+
+    pub(crate) fn contains_key(&self, name: &str) -> bool {
+        self.read().contains_key(name)
+    }
+
+    /// Every provider (in no particular order).
+    pub(crate) fn values(&self) -> Vec<Arc<ProviderEntry>> {
+        self.read().values().cloned().collect()
+    }
+
+    pub(crate) fn keys(&self) -> Vec<String> {
+        self.read().keys().cloned().collect()
+    }
+
+    fn insert(&self, entry: ProviderEntry) {
+        self.0.write().unwrap_or_else(|e| e.into_inner()).insert(entry.name.clone(), Arc::new(entry));
+    }
+
+    fn remove(&self, name: &str) -> Option<Arc<ProviderEntry>> {
+        self.0.write().unwrap_or_else(|e| e.into_inner()).remove(name)
     }
 }
 
@@ -183,6 +229,19 @@ pub struct ProviderInfo {
     /// The operations it offers (`generate`, `edit`, `cutout`).
     #[schema(value_type = Vec<String>)]
     pub operations: Vec<Operation>,
+    /// Where it was defined: `config` (tally.toml: read-only in the page) or `page`.
+    #[schema(value_type = String)]
+    pub defined_in: crate::providers::settings::DefinedIn,
+    /// The last four characters of the key saved in the page (never the key); null for a
+    /// provider whose key is read from `api_key_env`.
+    pub api_key_hint: Option<String>,
+    /// The environment variable its key is read from (config-defined providers).
+    pub api_key_env: Option<String>,
+    /// The console the owner set for requests tally cannot prove (`dashboard_url`).
+    pub dashboard_url: Option<String>,
+    pub model: Option<String>,
+    pub base_url: Option<String>,
+    pub max_concurrency: usize,
 }
 
 /// What a provider can prove after an ambiguous outcome.
@@ -212,7 +271,7 @@ pub(crate) struct Shared {
     store: Store,
     cfg: EngineConfig,
     clock: Arc<dyn Clock>,
-    providers: HashMap<String, Arc<ProviderEntry>>,
+    providers: Registry,
     data_dir: PathBuf,
     /// The id of this run of the engine: leases of other runs are expired at start-up. A new
     /// one replaces it when a PostgreSQL node fenced itself and restarted its services
@@ -393,7 +452,7 @@ fn spawn_services(shared: &Arc<Shared>) -> Vec<JoinHandle<()>> {
 impl Engine {
     /// Recover leftovers of earlier runs, then start the dispatcher and reconciler.
     pub async fn start(parts: EngineParts) -> Result<Engine, EngineError> {
-        let providers = parts.providers.into_iter().map(|p| (p.name.clone(), Arc::new(p))).collect::<HashMap<_, _>>();
+        let providers = Registry::new(parts.providers);
         let shared = Arc::new(Shared {
             store: parts.store,
             workers: Arc::new(Semaphore::new(parts.config.workers)),
@@ -431,7 +490,7 @@ impl Engine {
         let bridge = nodes::bridge(&shared);
         // The dispatcher's view of the providers, then start-up recovery, both before anything
         // new is dispatched.
-        let slots = shared.providers.values().map(|p| p.slots(&shared.cfg)).collect();
+        let slots = shared.providers.values().iter().map(|p| p.slots(&shared.cfg)).collect();
         shared.store.configure_providers(slots).await?;
         reconciler::run_once(&shared).await?;
         // Limits may have changed while tally was stopped: tasks held by a budget check it
@@ -470,9 +529,70 @@ impl Engine {
 
     /// The configured provider names.
     pub fn provider_names(&self) -> Vec<String> {
-        let mut v: Vec<String> = self.shared.providers.keys().cloned().collect();
+        let mut v: Vec<String> = self.shared.providers.keys();
         v.sort();
         v
+    }
+
+    /// Add or replace a provider at run time (defined in the page): its adapter is built, the
+    /// dispatcher's view of the providers updated, and new claims use it at once. A task
+    /// already sent keeps the entry it was claimed with. Refused, with nothing changed, when
+    /// its adapter cannot be built or its currency differs from the other priced providers'
+    /// (spend is added up without converting currencies).
+    pub async fn put_provider(&self, cfg: crate::config::ProviderConfig) -> Result<(), EngineError> {
+        if cfg.pricing.is_priced()
+            && let Some(other) = self.shared.providers.values().into_iter().find(|p| {
+                p.name != cfg.name && p.money.pricing.is_priced() && p.money.pricing.currency != cfg.pricing.currency
+            })
+        {
+            return Err(EngineError::Invalid(format!(
+                "currency {} differs from provider `{}`'s {}: tally adds spend up in one currency and converts none",
+                cfg.pricing.currency, other.name, other.money.pricing.currency
+            )));
+        }
+        let adapter = crate::providers::build(&cfg).map_err(EngineError::Invalid)?;
+        let entry = ProviderEntry::new(cfg.name.clone(), adapter, cfg.max_concurrency).with_config(&cfg);
+        self.shared.providers.insert(entry);
+        self.reconfigure_providers().await
+    }
+
+    /// Remove a provider defined at run time. Refused while it has jobs queued, waiting or
+    /// running (they would have no provider to go to); `Ok(false)` when there is none by
+    /// that name.
+    pub async fn remove_provider(&self, name: &str) -> Result<bool, EngineError> {
+        if !self.shared.providers.contains_key(name) {
+            return Ok(false);
+        }
+        let live = self.shared.store.live_tasks_of(name.to_string()).await?;
+        if live > 0 {
+            return Err(EngineError::Invalid(format!(
+                "provider `{name}` has {live} job(s) queued, waiting or running; wait until they end (or cancel them) \
+                 before removing it"
+            )));
+        }
+        self.shared.providers.remove(name);
+        self.reconfigure_providers().await?;
+        Ok(true)
+    }
+
+    /// Tell the store (and so the dispatcher) the providers in force now.
+    async fn reconfigure_providers(&self) -> Result<(), EngineError> {
+        let slots = self.shared.providers.values().iter().map(|p| p.slots(&self.shared.cfg)).collect();
+        self.shared.store.configure_providers(slots).await?;
+        self.shared.wake_dispatcher.notify_one();
+        Ok(())
+    }
+
+    /// A provider's checked configuration (for the page's settings and its test).
+    pub fn provider_config(&self, name: &str) -> Option<crate::config::ProviderConfig> {
+        self.shared.providers.get(name).and_then(|p| p.config.clone())
+    }
+
+    /// Check a provider's key with a free call (never a paid request): what its adapter
+    /// answers, in plain words.
+    pub async fn test_provider(&self, name: &str) -> Option<Result<String, String>> {
+        let p = self.shared.providers.get(name)?;
+        Some(p.provider.check_access().await.map_err(|e| e.to_string()))
     }
 
     /// The billing note of a provider, for `unknown` explanations.
@@ -492,6 +612,7 @@ impl Engine {
             .shared
             .providers
             .values()
+            .into_iter()
             .map(|p| {
                 let caps = p.provider.capabilities();
                 ProviderInfo {
@@ -505,6 +626,13 @@ impl Engine {
                     billing_note: p.provider.billing_note().to_string(),
                     price: p.money.info(),
                     operations: p.operations.clone(),
+                    defined_in: p.config.as_ref().map(|c| c.defined_in).unwrap_or_default(),
+                    api_key_hint: p.config.as_ref().and_then(|c| c.api_key.as_ref()).map(|k| k.hint()),
+                    api_key_env: p.config.as_ref().and_then(|c| c.api_key_env.clone()),
+                    dashboard_url: p.config.as_ref().and_then(|c| c.dashboard_url.clone()),
+                    model: p.config.as_ref().and_then(|c| c.model.clone()),
+                    base_url: p.config.as_ref().and_then(|c| c.base_url.clone()),
+                    max_concurrency: p.max_concurrency,
                 }
             })
             .collect();

@@ -64,7 +64,7 @@ fn spawn_run(shared: Arc<Shared>, claim: Claim, permit: OwnedSemaphorePermit, fe
 
 async fn deliver(shared: &Arc<Shared>, claim: Claim, fence: u64, picked_up: bool) {
     let now = shared.now();
-    let Some(entry) = shared.providers.get(&claim.provider).cloned() else {
+    let Some(entry) = shared.providers.get(&claim.provider) else {
         return settle_for_missing_provider(shared, claim).await;
     };
     // The dispatcher does not claim for a paused provider; a claim made just before the

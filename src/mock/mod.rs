@@ -265,6 +265,7 @@ fn router(state: Arc<Mock>) -> Router {
     Router::new()
         .route("/v1/images/generations", post(openai::generations))
         .route("/v1/images/edits", post(openai::edits))
+        .route("/v1/models", get(openai::models))
         .route("/v1/segment", post(photoroom::segment))
         .route("/v1/models/{owner}/{name}", get(replicate::get_model))
         .route("/v1/models/{owner}/{name}/versions/{version}", get(replicate::get_version))

@@ -118,6 +118,25 @@ fn answer(jobs: &mut Jobs, b: &Behavior, base: &str, params: &Map<String, Value>
     Answer::charged(body, id)
 }
 
+/// `GET /v1/models`: the models list (free, never charged), as `models.list` reads it; a
+/// request without a key is a 401 like any other.
+pub(super) async fn models(State(mock): State<Arc<Mock>>, headers: HeaderMap) -> Response {
+    let req = ApiRequest::new(Api::OpenaiImages, "GET /v1/models", Scope::Meta, &headers);
+    serve(
+        mock,
+        req,
+        Box::new(|_, b, _| {
+            let data: Vec<Value> = ["gpt-image-2.5-flare", "gpt-image-1"]
+                .iter()
+                .filter(|m| !b.retired_models.iter().any(|r| r == *m))
+                .map(|m| json!({"id": m, "object": "model", "created": 1_700_000_000, "owned_by": "system"}))
+                .collect();
+            Answer::ok(json!({"object": "list", "data": data}))
+        }),
+    )
+    .await
+}
+
 /// `POST /v1/images/generations`.
 pub(super) async fn generations(State(mock): State<Arc<Mock>>, headers: HeaderMap, body: Bytes) -> Response {
     let params = match serde_json::from_slice::<Value>(&body) {

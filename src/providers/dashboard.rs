@@ -54,6 +54,31 @@ impl Dashboard {
         }
     }
 
+    /// The console the owner configured for this provider (`dashboard_url`): an
+    /// OpenAI-compatible gateway's, say, where the kind's own page would be the wrong account.
+    pub fn configured(url: &str) -> Dashboard {
+        Dashboard {
+            page: "configured".into(),
+            url: Some(url.to_string()),
+            label: "the console set for this provider".into(),
+            how: "Look there for a request of this model at the time it was sent, and whether it was charged.".into(),
+            lists_requests: false,
+            model: None,
+        }
+    }
+
+    /// A gateway that speaks another provider's API, with no console configured: the kind's
+    /// own page would be another account, so none is linked.
+    pub fn gateway() -> Dashboard {
+        Dashboard {
+            page: "gateway".into(),
+            ..Dashboard::none(
+                "This provider is a gateway (its base_url is not the API's own host), and no dashboard_url is set: \
+                 look in the gateway's own console for a request at the time this one was sent.",
+            )
+        }
+    }
+
     /// The model to match by.
     pub fn with_model(mut self, model: Option<&str>) -> Dashboard {
         self.model = model.map(str::to_string);

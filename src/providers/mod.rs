@@ -237,6 +237,17 @@ pub trait Provider: Send + Sync + 'static {
         Box::pin(async { Ok(()) })
     }
 
+    /// Check, with a free call only (a listing of models, the provider's documented key
+    /// check) and never a paid request, that the key works: `Ok` with what was found, in
+    /// plain words. By default only that the key is there and can be sent.
+    fn check_access(&self) -> BoxFuture<'_, Result<String, CallError>> {
+        Box::pin(async {
+            Ok("tally knows no free check for this kind of provider; the key is saved and will be sent with the next \
+                job"
+            .to_string())
+        })
+    }
+
     /// Start one paid generation. Never retries on its own.
     fn submit<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<Submitted, CallError>>;
 
@@ -276,7 +287,12 @@ pub trait Provider: Send + Sync + 'static {
 pub fn build(cfg: &ProviderConfig) -> Result<Arc<dyn Provider>, String> {
     let spec = cfg.kind.spec();
     let inner = (spec.build)(cfg)?;
-    Ok(Arc::new(Configured { inner, note: cfg.billing_note.clone(), dashboard: (spec.dashboard)(cfg) }))
+    // The owner's own console (`dashboard_url`) wins over the kind's page.
+    let dashboard = match &cfg.dashboard_url {
+        Some(url) => dashboard::Dashboard::configured(url).with_model(cfg.model.as_deref()),
+        None => (spec.dashboard)(cfg),
+    };
+    Ok(Arc::new(Configured { inner, note: cfg.billing_note.clone(), dashboard }))
 }
 
 /// An adapter with its configured billing note (if any) and its kind's dashboard.
@@ -317,6 +333,10 @@ impl Provider for Configured {
 
     fn preflight<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<(), CallError>> {
         self.inner.preflight(req)
+    }
+
+    fn check_access(&self) -> BoxFuture<'_, Result<String, CallError>> {
+        self.inner.check_access()
     }
 
     fn submit<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<Submitted, CallError>> {

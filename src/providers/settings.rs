@@ -27,6 +27,45 @@ impl Pricing {
     }
 }
 
+/// An API key held in memory (a provider added in the page keeps its key in the data
+/// directory's `secrets` file, never in the database). Its `Debug` never shows it; only
+/// [`Secret::hint`], its last four characters, is ever shown.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wrap a key (trimmed).
+    pub fn new(key: &str) -> Secret {
+        Secret(key.trim().to_string())
+    }
+
+    /// The key itself: for the request header and for redaction only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// Its last four characters, for the owner to recognise it by.
+    pub fn hint(&self) -> String {
+        let chars: Vec<char> = self.0.chars().collect();
+        chars[chars.len().saturating_sub(4)..].iter().collect()
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+/// Where a provider was defined: the config file (read-only in the page), or the page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DefinedIn {
+    #[default]
+    Config,
+    Page,
+}
+
 /// One `[[providers]]` entry. The API key itself is never stored here, only the name of the
 /// environment variable that holds it.
 #[derive(Debug, Clone)]
@@ -61,6 +100,13 @@ pub struct ProviderConfig {
     /// This provider's own limits (millionths of its currency).
     pub budget_daily: Option<crate::domain::Micros>,
     pub budget_monthly: Option<crate::domain::Micros>,
+    /// The key itself, for a provider added in the page (from the `secrets` file); a provider
+    /// of the config file reads its key from `api_key_env` at each call.
+    pub api_key: Option<Secret>,
+    /// Where the owner looks for a request whose outcome tally cannot prove; `None`: the
+    /// kind's own page (none for an OpenAI-compatible gateway).
+    pub dashboard_url: Option<String>,
+    pub defined_in: DefinedIn,
 }
 
 impl ProviderConfig {
@@ -88,6 +134,9 @@ impl ProviderConfig {
             pricing: Pricing { currency: crate::domain::DEFAULT_CURRENCY.into(), ..Pricing::default() },
             budget_daily: None,
             budget_monthly: None,
+            api_key: None,
+            dashboard_url: None,
+            defined_in: DefinedIn::Config,
         }
     }
 }

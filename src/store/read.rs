@@ -531,6 +531,16 @@ pub(in crate::store) fn next_sent_deadline(tx: &mut dyn Tx) -> Result<Option<Mil
 }
 
 /// Number of tasks per status.
+/// How many of `provider`'s tasks are not settled (queued, waiting or running): a provider
+/// with such tasks is not removed.
+pub(in crate::store) fn live_tasks_of(tx: &mut dyn Tx, provider: &str) -> Result<i64, StoreError> {
+    tx.one(
+        "SELECT count(*) FROM tasks WHERE provider = ?1 AND status IN ('queued', 'waiting', 'running')",
+        &[&provider],
+    )?
+    .get(0)
+}
+
 pub(in crate::store) fn status_counts(tx: &mut dyn Tx) -> Result<Vec<(TaskStatus, i64)>, StoreError> {
     let mut out = Vec::new();
     for r in tx.rows("SELECT status, count(*) FROM tasks GROUP BY status", &[])? {

@@ -807,6 +807,11 @@ impl Store {
         self.query(move |tx| read::artifact(tx, &id)).await
     }
 
+    /// How many of `provider`'s tasks are queued, waiting or running.
+    pub async fn live_tasks_of(&self, provider: String) -> Result<i64, StoreError> {
+        self.query(move |tx| read::live_tasks_of(tx, &provider)).await
+    }
+
     /// Number of tasks per status.
     pub async fn status_counts(&self) -> Result<Vec<(TaskStatus, i64)>, StoreError> {
         self.query(read::status_counts).await

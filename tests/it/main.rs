@@ -55,6 +55,7 @@ mod providers_sdk;
 mod races;
 mod set_edit;
 mod sets;
+mod setup;
 #[cfg(feature = "failpoints")]
 mod soak;
 mod surface;

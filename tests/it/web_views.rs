@@ -33,7 +33,7 @@ pub(crate) fn daemon_with_jobs(mock: &Mock) -> (Daemon, Jobs) {
         "[[providers]]\nname = \"flux\"\nkind = \"replicate\"\nbase_url = \"{base}\"\n\
          model = \"black-forest-labs/flux-kontext-pro\"\nprice_per_image = 0.04\n{common}\n\
          [[providers]]\nname = \"openai\"\nkind = \"openai_images\"\nbase_url = \"{base}\"\nmodel = \"{OPENAI_MODEL}\"\n\
-         price_per_image = 0.04\n{common}\n\
+         price_per_image = 0.04\ndashboard_url = \"https://gateway.example/console\"\n{common}\n\
          [[providers]]\nname = \"demo\"\nkind = \"demo\"\ndelay_ms = 20\n"
     );
     let mut d = Daemon::configure(&providers);
@@ -276,14 +276,15 @@ fn filters_show_what_is_applied_refusals_say_the_fix_and_unknowns_where_to_look(
     // Where to look, in the API and the CLI: the provider's page and the request's details.
     let t = d.call("GET", &format!("/v1/tasks/{}", jobs.unknown), None).json();
     let w = &t["where_to_look"];
-    assert_eq!(w["url"], "https://platform.openai.com/usage", "{t}");
+    // The mock is a gateway, not api.openai.com: the console its config names, never OpenAI's.
+    assert_eq!(w["url"], "https://gateway.example/console", "{t}");
     let what: Vec<&str> =
         w["match_by"].as_array().expect("match_by").iter().filter_map(|m| m["what"].as_str()).collect();
     assert_eq!(what, ["sent_at", "model", "prompt"], "{w}");
     assert_eq!(w["match_by"][1]["value"], OPENAI_MODEL);
     let out = d.cli(&["status", &jobs.unknown]);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("look      OpenAI's usage page: https://platform.openai.com/usage"), "{text}");
+    assert!(text.contains("look      the console set for this provider: https://gateway.example/console"), "{text}");
     assert!(text.contains(OPENAI_MODEL) && text.contains("brass lamp"), "{text}");
     let out = d.cli(&["status", &jobs.refused]);
     let text = String::from_utf8_lossy(&out.stdout);
@@ -364,9 +365,9 @@ fn filters_show_what_is_applied_refusals_say_the_fix_and_unknowns_where_to_look(
         // The unknown job: a link to the provider's page and the details to match by.
         b.js(&format!("(location.hash = '#/tasks/{}')", jobs.unknown)).await;
         let href = b.until("where to look", 15, "document.getElementById('where-to-look-link')?.href").await;
-        assert_eq!(href, json!("https://platform.openai.com/usage"));
+        assert_eq!(href, json!("https://gateway.example/console"));
         let link = b.js("document.getElementById('where-to-look-link').textContent").await;
-        assert!(link.as_str().unwrap_or("").contains("Open OpenAI's usage page"), "{link}");
+        assert!(link.as_str().unwrap_or("").contains("Open the console set for this provider"), "{link}");
         assert_eq!(b.js("document.getElementById('where-to-look-link').target").await, json!("_blank"));
         let details = b.js("document.getElementById('match-by').innerText").await;
         let details = details.as_str().unwrap_or("");

@@ -89,6 +89,8 @@ pub struct HttpClient {
     base_url: String,
     scheme: AuthScheme,
     api_key_env: Option<String>,
+    /// The key itself (a provider added in the page); wins over `api_key_env`.
+    api_key: Option<crate::providers::settings::Secret>,
     idempotency_header: Option<HeaderName>,
     max_response_bytes: usize,
     /// Until when the provider's rate-limit headers (on any answer, a success too) said a
@@ -140,6 +142,7 @@ impl HttpClient {
             base_url,
             scheme,
             api_key_env: cfg.api_key_env.clone(),
+            api_key: cfg.api_key.clone(),
             idempotency_header,
             max_response_bytes: cfg.max_response_bytes,
             paced_until: Arc::new(Mutex::new(None)),
@@ -187,7 +190,11 @@ impl HttpClient {
     /// Replace every occurrence of the API key in `text` by `<redacted>`: for messages built
     /// from provider answers, which may quote the key.
     pub fn redact(&self, text: &str) -> String {
-        match self.api_key_env.as_deref().and_then(|v| std::env::var(v).ok()) {
+        let key = match &self.api_key {
+            Some(k) => Some(k.expose().to_string()),
+            None => self.api_key_env.as_deref().and_then(|v| std::env::var(v).ok()),
+        };
+        match key {
             Some(key) if key.trim().len() >= 4 => text.replace(key.trim(), "<redacted>"),
             _ => text.to_string(),
         }
@@ -229,8 +236,12 @@ impl HttpClient {
     }
 
     fn auth_header(&self) -> Result<Option<HeaderValue>, CallError> {
-        let Some(var) = &self.api_key_env else { return Ok(None) };
-        let key = match std::env::var(var) {
+        let (var, key) = match (&self.api_key, &self.api_key_env) {
+            (Some(k), _) => ("the key saved in the page", Ok(k.expose().to_string())),
+            (None, Some(var)) => (var.as_str(), std::env::var(var)),
+            (None, None) => return Ok(None),
+        };
+        let key = match key {
             Ok(k) if !k.trim().is_empty() => ApiKey(k.trim().to_string()),
             _ => {
                 return Err(CallError::Rejected {

@@ -131,8 +131,17 @@ impl OpenaiImages {
     }
 }
 
-/// OpenAI's usage page: images per model and time (UTC), not single requests.
+/// OpenAI's usage page: images per model and time (UTC), not single requests. An
+/// OpenAI-compatible gateway (another host) gets no OpenAI link: its account is not OpenAI's.
 pub fn dashboard(cfg: &ProviderConfig) -> Dashboard {
+    let host = cfg
+        .base_url
+        .as_deref()
+        .and_then(|u| reqwest::Url::parse(u).ok())
+        .and_then(|u| u.host_str().map(str::to_string));
+    if host.as_deref() != Some("api.openai.com") {
+        return Dashboard::gateway().with_model(cfg.model.as_deref());
+    }
     Dashboard {
         page: "openai_usage".into(),
         url: Some("https://platform.openai.com/usage".into()),
@@ -163,6 +172,17 @@ impl Provider for OpenaiImages {
         Box::pin(async move {
             self.http.check_key()?;
             check_output_format(&req.params, STORABLE_FORMATS)
+        })
+    }
+
+    /// `GET /v1/models`: free, and answers 401 for a key the API does not take.
+    fn check_access(&self) -> BoxFuture<'_, Result<String, CallError>> {
+        Box::pin(async move {
+            self.http.check_key()?;
+            let url = format!("{}/v1/models", self.http.base_url());
+            let answer: Value = self.http.send_json(self.http.request(Method::GET, &url, None)?).await?;
+            let n = answer.get("data").and_then(Value::as_array).map_or(0, Vec::len);
+            Ok(format!("the key works: the provider listed {n} model(s), and nothing was charged"))
         })
     }
 
