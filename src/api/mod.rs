@@ -230,6 +230,21 @@ pub struct ProvidersJson {
     pub providers: Vec<ProviderInfo>,
     /// The provider a submit that names none uses.
     pub default: String,
+    /// The kinds a provider can be added as (`POST /v1/providers`), from their descriptors.
+    pub kinds: Vec<KindJson>,
+}
+
+/// A provider kind as the Settings page offers it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct KindJson {
+    pub name: String,
+    /// The operations it can offer.
+    #[schema(value_type = Vec<String>)]
+    pub operations: Vec<crate::domain::operation::Operation>,
+    pub needs_model: bool,
+    /// Its documented endpoint when `base_url` may be left out.
+    pub default_base_url: Option<String>,
+    pub bills: bool,
 }
 
 /// `GET /v1/providers`: the configured providers, what each can prove after a lost answer,
@@ -248,7 +263,17 @@ pub async fn providers(State(state): State<AppState>) -> Json<ProvidersJson> {
     for p in &mut providers {
         p.billing_note = crate::domain::words::localize(lang, &p.billing_note);
     }
-    Json(ProvidersJson { providers, default: state.default_provider().to_string() })
+    let kinds = crate::providers::kinds::KINDS
+        .iter()
+        .map(|k| KindJson {
+            name: k.name.to_string(),
+            operations: k.operations.to_vec(),
+            needs_model: k.needs_model,
+            default_base_url: k.default_base_url.map(str::to_string),
+            bills: k.bills,
+        })
+        .collect();
+    Json(ProvidersJson { providers, default: state.default_provider().to_string(), kinds })
 }
 
 /// `GET /healthz`: 200 `{"status": "ok"}`; 503 `{"status": "failing", "reason"}` once the

@@ -35,6 +35,7 @@ const ASSETS: &[(&str, &str, &str)] = &[
     ("set_edit.js", "text/javascript; charset=utf-8", include_str!("assets/set_edit.js")),
     ("compare.js", "text/javascript; charset=utf-8", include_str!("assets/compare.js")),
     ("ops.js", "text/javascript; charset=utf-8", include_str!("assets/ops.js")),
+    ("settings.js", "text/javascript; charset=utf-8", include_str!("assets/settings.js")),
     ("deliver.js", "text/javascript; charset=utf-8", include_str!("assets/deliver.js")),
     ("budget.js", "text/javascript; charset=utf-8", include_str!("assets/budget.js")),
     ("app.js", "text/javascript; charset=utf-8", include_str!("assets/app.js")),

@@ -236,3 +236,96 @@ fn the_service_unit_is_valid_and_install_says_when_no_user_manager_answers() {
         assert!(String::from_utf8_lossy(&out.stdout).contains("not installed"));
     }
 }
+
+/// The Settings view at phone width, in English and in Chinese: add a provider backed by the
+/// mock with its key, test it (nothing charged), see it offered for a new job, use it, change
+/// its price and see the new price, remove it; the key never in the page; axe-clean.
+fn settings_in_the_page(language: &str) {
+    use fantoccini::Locator;
+    let mock = Mock::start(&[]);
+    let ui = if language == "zh-CN" { "[ui]\nlanguage = \"zh-CN\"\n\n" } else { "" };
+    let mut d = Daemon::configure(&format!("{ui}{}", crate::common::FAST_DEMO));
+    d.spawn();
+    let url = crate::web::printed_sign_in_url(&d);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let b = crate::browser::Browser::start().await;
+        b.c().set_window_size(390, 844).await.expect("resize");
+        b.sign_in(&url).await;
+        b.click("#nav-settings").await;
+        b.until("the settings", 10, "document.getElementById('add-provider') !== null").await;
+        // The demo of the config file: read-only.
+        let defined = b.js("document.getElementById('provider-defined-demo').textContent").await;
+        assert!(defined.as_str().unwrap_or("").contains("tally.toml"), "{defined}");
+        assert_eq!(b.js("document.getElementById('provider-remove-demo')").await, Value::Null);
+        b.assert_accessible("the settings").await;
+        for (css, text) in [
+            ("#new-provider-name", "gw".to_string()),
+            ("#new-provider-model", OPENAI_MODEL.to_string()),
+            ("#new-provider-base-url", mock.base()),
+            ("#new-provider-price", "0.04".to_string()),
+            ("#new-provider-key", KEY.to_string()),
+        ] {
+            b.c().find(Locator::Css(css)).await.expect(css).send_keys(&text).await.expect("type");
+        }
+        b.c()
+            .find(Locator::Css("#new-provider-kind"))
+            .await
+            .expect("kind")
+            .select_by_value("openai_images")
+            .await
+            .expect("pick");
+        b.click("#add-provider").await;
+        let hint = b.until("the new provider", 10, "document.getElementById('provider-key-gw')?.textContent").await;
+        assert!(hint.as_str().unwrap_or("").contains("cdef"), "{hint}");
+        b.click("#provider-test-button-gw").await;
+        b.until("the test's result", 10, "document.getElementById('provider-test-gw').textContent.length > 0").await;
+        assert!(mock.lines().iter().all(|l| l["charged"] == false), "the test charged something");
+        b.assert_accessible("a provider added in the page").await;
+
+        // Offered for a new job at once; a job on it succeeds without a restart.
+        b.click("#nav-jobs").await;
+        b.until("gw offered", 10, "[...document.querySelectorAll('#provider option')].some(o => o.value === 'gw')")
+            .await;
+        let t =
+            d.call("POST", "/v1/tasks", Some(&json!({"prompt": "a mug, set up in the page", "provider": "gw"}))).json();
+        assert_eq!(d.wait_status(t["id"].as_str().expect("id"), SETTLED)["status"], "succeeded");
+        assert_eq!(mock.lines().iter().filter(|l| l["charged"] == true).count(), 1);
+
+        // A new price, seen before the next click.
+        b.click("#nav-settings").await;
+        b.until("the settings again", 10, "document.getElementById('provider-new-price-gw') !== null").await;
+        b.js("(document.getElementById('provider-new-price-gw').value = '0.07')").await;
+        b.click("#provider-save-gw").await;
+        b.until("the new price", 10, "document.getElementById('provider-price-gw')?.textContent.includes('0.07')")
+            .await;
+        b.click("#nav-jobs").await;
+        let select = b.until("the jobs page", 10, "document.getElementById('provider')").await;
+        let _ = select;
+        b.c().find(Locator::Css("#provider")).await.expect("provider").select_by_value("gw").await.expect("pick");
+        let price = b.js("document.getElementById('generate-price').textContent").await;
+        assert!(price.as_str().unwrap_or("").contains("0.07"), "the price beside Generate: {price}");
+
+        // Removed; the key never showed in the page.
+        b.click("#nav-settings").await;
+        b.until("the settings again", 10, "document.getElementById('provider-remove-gw') !== null").await;
+        b.ask("#provider-remove-gw").await;
+        b.click("#confirm-yes").await;
+        b.until("gw gone", 10, "document.getElementById('provider-gw') === null").await;
+        let page = b.js("document.documentElement.outerHTML").await;
+        assert!(!page.as_str().unwrap_or("").contains(KEY), "the key is in the page");
+        b.close().await;
+    });
+    assert!(!d.stderr().contains(KEY));
+    d.term();
+}
+
+#[test]
+fn settings_add_test_use_reprice_and_remove_a_provider_on_a_phone() {
+    settings_in_the_page("en");
+}
+
+#[test]
+fn settings_add_test_use_reprice_and_remove_a_provider_on_a_phone_in_chinese() {
+    settings_in_the_page("zh-CN");
+}

@@ -18,6 +18,7 @@
     if ((m = hash.match(/^#\/sets\/([^/]+)$/))) return T.showSet(decodeURIComponent(m[1]), true);
     if (hash === "#/sets") return T.showSets(true);
     if (hash === "#/spend") return T.showSpend(true);
+    if (hash === "#/settings") return T.showSettings(true);
     return T.showJobs(true);
   }
 

@@ -299,6 +299,7 @@ window.tally = (function () {
     if (/^#\/sets\/[^/]+$/.test(hash)) return "set";
     if (hash === "#/sets") return "sets";
     if (hash === "#/spend") return "spend";
+    if (hash === "#/settings") return "settings";
     return "jobs";
   }
 
@@ -315,7 +316,7 @@ window.tally = (function () {
     document.title = title + " · tally";
     const h1 = h("h1", { id: "view-title", tabindex: "-1" }, title);
     main.replaceChildren(h1, ...[content].flat().filter((c) => c !== null && c !== undefined));
-    for (const [nav, names] of [["nav-jobs", ["jobs", "task"]], ["nav-sets", ["sets", "set", "new-set"]], ["nav-spend", ["spend"]]]) {
+    for (const [nav, names] of [["nav-jobs", ["jobs", "task"]], ["nav-sets", ["sets", "set", "new-set"]], ["nav-spend", ["spend"]], ["nav-settings", ["settings"]]]) {
       const a = document.getElementById(nav);
       if (names.includes(name)) a.setAttribute("aria-current", "page");
       else a.removeAttribute("aria-current");

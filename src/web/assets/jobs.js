@@ -39,6 +39,8 @@
     defaultProvider = r.default || (providers[0] && providers[0].name) || "";
   }
   T.loadProviders = async () => { await loadProviders(); return { providers, defaultProvider }; };
+  /** After the owner changed the providers (Settings): read them again next time. */
+  T.forgetProviders = () => { providers = []; };
 
   /** The product of a set, fetched once per set. */
   function productOf(setId, onKnown) {
