@@ -242,7 +242,17 @@
   function emptyParts() {
     const words = filterWords();
     const q = list.search.trim();
-    if (!words && !q) return [h("p", { class: "hint" }, T.t("list.empty"))];
+    if (!words && !q) {
+      /* The first run: nothing made yet. Try the free demo (the form above), or add a
+         provider with its key in Settings; the language is the switch at the top. */
+      const paid = providers.some((p) => p.billable !== false);
+      return [h("section", { id: "first-run", class: "first-run", "aria-labelledby": "first-run-title" },
+        h("h2", { id: "first-run-title" }, T.t("first.title")),
+        h("ul", {},
+          h("li", {}, T.t("first.demo")),
+          paid ? null : h("li", {}, T.t("first.provider"), " ", h("a", { href: "#/settings", id: "first-run-settings" }, T.t("first.settings"))),
+          h("li", {}, T.t("first.language"))))];
+    }
     const text = words && q ? T.tf("list.empty_both", { q, filter: words })
       : q ? T.tf("list.empty_search", { q }) : T.tf("list.empty_filter", { filter: words });
     const clear = h("button", { type: "button", id: "empty-clear" }, T.t("filter.clear_all"));
