@@ -392,3 +392,13 @@ BEGIN
 END $$;
 CREATE TRIGGER provider_slots_size AFTER INSERT OR UPDATE OF max_concurrency ON providers
     FOR EACH ROW EXECUTE FUNCTION tally_slot_size();
+
+-- What start-up noticed that the owner must be told (store::notices; as on SQLite). PostgreSQL
+-- is not copied as a file, so no lost tail is written here; the table keeps one store logic.
+CREATE TABLE notices (
+    id               bigserial PRIMARY KEY,
+    kind             text NOT NULL,
+    at               bigint NOT NULL,
+    data             text NOT NULL,
+    dismissed_at     bigint
+);

@@ -318,3 +318,13 @@ CREATE TABLE delivery_items (
     updated_at       INTEGER NOT NULL,
     PRIMARY KEY (delivery_id, position)
 ) STRICT;
+
+-- What start-up noticed that the owner must be told (store::notices): a lost tail of commits
+-- (a deleted or lost tally.db-wal: `lost_tail`, its facts as JSON). Kept until dismissed.
+CREATE TABLE notices (
+    id               INTEGER PRIMARY KEY,
+    kind             TEXT NOT NULL,
+    at               INTEGER NOT NULL,
+    data             TEXT NOT NULL,               -- JSON object
+    dismissed_at     INTEGER
+) STRICT;

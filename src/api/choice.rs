@@ -46,6 +46,7 @@ fn index_of(raw: &str) -> Result<i64, ApiError> {
 pub struct MoreBody {
     /// How many candidates to add, 1 to 4 (default 1).
     #[schema(minimum = 1, maximum = 4)]
+    #[serde(default, deserialize_with = "super::whole_number")]
     pub count: Option<i64>,
     /// Required (true) when the provider bills: each new candidate is a new request that is
     /// charged (the 409 says about how much).

@@ -32,6 +32,66 @@ pub struct HeldList {
     pub total: i64,
     /// Held jobs, oldest first (at most `limit`); each has its `held` object.
     pub tasks: Vec<TaskJson>,
+    /// What start-up noticed and must be said (a lost tail of commits: work that is gone from
+    /// the database, and the providers whose dashboards to check), until dismissed.
+    pub notices: Vec<NoticeJson>,
+}
+
+/// A notice of start-up's (`kind` `lost_tail`: commits lost with a missing write-ahead log).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NoticeJson {
+    pub id: i64,
+    pub kind: String,
+    /// When it was noticed (RFC 3339).
+    pub at: String,
+    /// What happened and what to do, in plain words.
+    pub message: String,
+    /// How many commits are missing.
+    pub missing_commits: Option<i64>,
+    /// The window they were made in (RFC 3339; `from` is null for an empty database).
+    pub from: Option<String>,
+    pub until: Option<String>,
+    /// The providers that may have received requests in that window: check their dashboards.
+    pub providers: Vec<String>,
+}
+
+/// The notices in `lang`.
+pub(crate) async fn notices(state: &AppState) -> Result<Vec<NoticeJson>, ApiError> {
+    let lang = super::lang::request_lang();
+    Ok(state
+        .engine()
+        .store()
+        .notices()
+        .await?
+        .into_iter()
+        .map(|(id, kind, at, data)| {
+            let mut providers: Vec<String> = data["providers"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|p| p.as_str().map(str::to_string)).collect())
+                .unwrap_or_default();
+            // The lost commits may hold the provider list too: add every provider that bills
+            // now (each may have been configured then).
+            for p in state.engine().provider_list().into_iter().filter(|p| p.price.billable) {
+                if !providers.contains(&p.name) {
+                    providers.push(p.name);
+                }
+            }
+            providers.sort();
+            let n = data["missing_commits"].as_i64();
+            let (from, until) = (data["from"].as_str().map(str::to_string), data["until"].as_str().map(str::to_string));
+            let message = crate::domain::words::tf(
+                lang,
+                if from.is_some() { "notice.lost_tail" } else { "notice.lost_tail_all" },
+                &[
+                    ("n", &n.unwrap_or(0).to_string()),
+                    ("from", from.as_deref().unwrap_or("?")),
+                    ("until", until.as_deref().unwrap_or("?")),
+                    ("providers", &providers.join(", ")),
+                ],
+            );
+            NoticeJson { id, kind, at: crate::clock::rfc3339(at), message, missing_commits: n, from, until, providers }
+        })
+        .collect())
 }
 
 /// `POST /v1/held/release` body: name the jobs, or all of them.
@@ -44,6 +104,39 @@ pub struct ReleaseBody {
     /// Release every held job.
     #[serde(default)]
     pub all: bool,
+}
+
+/// The notice a dismissal names.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct NoticePath {
+    /// The notice's id (`notices[].id` of `GET /v1/held`).
+    pub id: i64,
+}
+
+/// `POST /v1/held/notices/{id}/dismiss`: the owner has read a notice (and checked the
+/// dashboards it names); it is no longer shown.
+#[utoipa::path(
+    post,
+    path = "/held/notices/{id}/dismiss",
+    operation_id = "dismiss_notice",
+    tag = "tasks",
+    params(NoticePath),
+    responses(
+        (status = 200, description = "Dismissed; the notices still shown.", body = Vec<NoticeJson>),
+        (status = 404, description = "No such notice, or already dismissed (`not_found`).", body = ErrorBody),
+        StoreFailure,
+    )
+)]
+pub async fn dismiss(
+    State(state): State<AppState>,
+    axum::extract::Path(id): axum::extract::Path<i64>,
+) -> Result<Response, ApiError> {
+    let now = crate::clock::Clock::now(&crate::clock::SystemClock);
+    if !state.engine().store().dismiss_notice(id, now).await? {
+        return Err(ApiError::not_found("notice"));
+    }
+    Ok(json_response(StatusCode::OK, &notices(&state).await?))
 }
 
 /// What a release did.
@@ -76,7 +169,8 @@ pub async fn list(
     let limit = super::tasks::page_limit(q.limit, super::tasks::MAX_LIMIT)?;
     let (total, rows) = state.engine().store().held_tasks(limit).await?;
     let tasks = rows.iter().map(|t| task_json(state.engine(), t)).collect();
-    Ok(json_response(StatusCode::OK, &HeldList { total, tasks }))
+    let notices = notices(&state).await?;
+    Ok(json_response(StatusCode::OK, &HeldList { total, tasks, notices }))
 }
 
 /// `POST /v1/held/release`: send held jobs again — those named in `ids`, or all with
@@ -103,7 +197,8 @@ pub async fn release(
         (true, true) => Release::All,
         (false, false) => Release::Ids(body.ids),
         (true, false) => return Err(ApiError::invalid("give either `ids` or `all`, not both")),
-        (false, true) => return Err(ApiError::invalid("name the jobs to release in `ids`, or give `\"all\": true`")),
+        // Nothing named: nothing released (a request the document allows; not an error).
+        (false, true) => Release::Ids(Vec::new()),
     };
     let r = state.engine().release_held(which).await?;
     Ok(json_response(StatusCode::OK, &ReleaseJson { released: r.released, not_held: r.not_held }))

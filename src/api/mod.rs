@@ -179,6 +179,7 @@ pub fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(held::list))
         .routes(routes!(held::release))
         .routes(routes!(held::check))
+        .routes(routes!(held::dismiss))
         .routes(routes!(providers, provider_settings::add))
         .routes(routes!(provider_settings::edit, provider_settings::remove))
         .routes(routes!(provider_settings::test))
@@ -348,4 +349,19 @@ impl<T: DeserializeOwned + Default, S: Send + Sync> FromRequest<S> for OptionalJ
 /// A JSON response with a status.
 pub fn json_response<T: serde::Serialize>(status: StatusCode, body: &T) -> Response {
     (status, axum::Json(body)).into_response()
+}
+
+/// An optional whole number in a request body, as JSON Schema's `integer` reads it: `2` and
+/// `2.0` alike (a generated client may send either); `2.5` is refused in plain words.
+pub(crate) fn whole_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    use serde::de::Error;
+    let n: Option<serde_json::Number> = serde::Deserialize::deserialize(d)?;
+    match n {
+        None => Ok(None),
+        Some(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => Ok(Some(i)),
+            (None, Some(f)) if f.fract() == 0.0 && f.abs() < 9.0e15 => Ok(Some(f as i64)),
+            _ => Err(D::Error::custom(format!("{n} is not a whole number"))),
+        },
+    }
 }

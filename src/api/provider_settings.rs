@@ -51,6 +51,7 @@ pub struct ProviderBody {
     pub currency: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1, maximum = 1024)]
+    #[serde(default, deserialize_with = "super::whole_number")]
     pub max_concurrency: Option<i64>,
     /// Where you look for a request whose outcome tally cannot prove (your gateway's console).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -65,9 +66,11 @@ pub struct ProviderBody {
     /// The whole request's limit, in milliseconds (the kind's default when absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1, maximum = 86400000)]
+    #[serde(default, deserialize_with = "super::whole_number")]
     pub request_timeout_ms: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1, maximum = 86400000)]
+    #[serde(default, deserialize_with = "super::whole_number")]
     pub connect_timeout_ms: Option<i64>,
     /// The API key. Kept in the data directory's `secrets` file (mode 0600); shown only as its
     /// last four characters (`api_key_hint`). Replacing it needs the new key, not the old one.

@@ -41,10 +41,18 @@ const MAX_CODES: usize = 64;
 const MAX_SESSIONS: usize = 256;
 
 /// One-time codes and sessions. Cheap to share behind an `Arc`.
-#[derive(Default)]
 pub struct Sessions {
     inner: Mutex<Inner>,
     store: Option<Store>,
+    /// Every ended session (`Some(id)`) or all of them (`None`), for the live streams opened
+    /// with them, which end at once ([`Sessions::subscribe_ended`]).
+    ended: tokio::sync::broadcast::Sender<Option<String>>,
+}
+
+impl Default for Sessions {
+    fn default() -> Self {
+        Sessions { inner: Mutex::default(), store: None, ended: tokio::sync::broadcast::channel(64).0 }
+    }
 }
 
 /// A cached session.
@@ -97,7 +105,7 @@ impl Sessions {
 
     /// Sessions kept in `store`, so that they survive a restart.
     pub fn stored(store: Store) -> Self {
-        Sessions { inner: Mutex::default(), store: Some(store) }
+        Sessions { store: Some(store), ..Sessions::default() }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -215,8 +223,17 @@ impl Sessions {
         }
     }
 
-    /// End one session (`Some(id)`) or every session (`None`); how many ended.
+    /// Hear of sessions ending: `Some(id)` one, `None` all (a live stream opened with a session
+    /// ends when it hears of it; a receiver that fell behind treats it as all).
+    pub fn subscribe_ended(&self) -> tokio::sync::broadcast::Receiver<Option<String>> {
+        self.ended.subscribe()
+    }
+
+    /// End one session (`Some(id)`) or every session (`None`); how many ended. Its live
+    /// streams end too.
     pub async fn end(&self, id: Option<&str>) -> Result<usize, StoreError> {
+        // Said first: even if the database write fails below, a stream of this session stops.
+        let _ = self.ended.send(id.map(str::to_string));
         let stored = match &self.store {
             Some(store) => store.delete_sessions(id.map(id_hash)).await?,
             None => 0,

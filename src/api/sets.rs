@@ -257,6 +257,7 @@ pub struct ShotBody {
     /// How many candidate images to make for this shot, 1 to 4 (default 1); each is its own
     /// task, generated (and, by a billing provider, charged) separately.
     #[schema(minimum = 1, maximum = 4)]
+    #[serde(default, deserialize_with = "super::whole_number")]
     pub candidates: Option<i64>,
 }
 

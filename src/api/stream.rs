@@ -35,11 +35,22 @@ pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
         changed (re-read it); `resync` (data `{}`) on connect and when the client fell behind (re-read what you \
         show); a `keep-alive` comment every 15 s. Ends when the server stops.", content(("text/event-stream"))))
 )]
-pub async fn stream(State(state): State<AppState>) -> Response {
+pub async fn stream(
+    State(state): State<AppState>,
+    credential: Option<axum::Extension<crate::api::auth::Credential>>,
+) -> Response {
     let changes = state.engine().subscribe();
     let deliveries = state.engine().subscribe_deliveries();
     let closing = state.closing();
-    let events = events(changes, deliveries, closing);
+    // A stream opened with a session cookie ends when that session does (signed out, or
+    // every session ended): the page then asks to sign in again.
+    let session = match credential {
+        Some(axum::Extension(crate::api::auth::Credential::Session(id))) => {
+            Some((id, state.sessions().subscribe_ended()))
+        }
+        _ => None,
+    };
+    let events = events(changes, deliveries, closing, session);
     Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE).text("keep-alive")).into_response()
 }
 
@@ -57,16 +68,30 @@ async fn next_delivery(d: &mut Option<Receiver<DeliveryChange>>) -> Result<Deliv
     }
 }
 
+/// Resolves when the session `s` ends (never for a stream without a session).
+async fn session_ended(s: &mut Option<(String, Receiver<Option<String>>)>) {
+    let Some((id, rx)) = s else { return std::future::pending().await };
+    loop {
+        match rx.recv().await {
+            Ok(Some(ended)) if ended != *id => continue,
+            // This session, every session, or news lost: end (a page still signed in reconnects).
+            _ => return,
+        }
+    }
+}
+
 fn events(
     changes: Receiver<crate::engine::TaskChange>,
     deliveries: Option<Receiver<DeliveryChange>>,
     closing: tokio::sync::watch::Receiver<bool>,
+    session: Option<(String, Receiver<Option<String>>)>,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     // The first event tells the page the stream is live (and lets it re-read what it shows,
     // since changes made before it connected were not streamed).
     let hello = stream::once(async { Ok(Event::default().event("resync").data("{}")) });
-    let rest =
-        stream::unfold((changes, deliveries, closing), |(mut changes, mut deliveries, mut closing)| async move {
+    let rest = stream::unfold(
+        (changes, deliveries, closing, session),
+        |(mut changes, mut deliveries, mut closing, mut session)| async move {
             if *closing.borrow() {
                 return None;
             }
@@ -88,8 +113,10 @@ fn events(
                     Err(_) => Event::default().event("resync").data("{}"),
                 },
                 _ = closing.wait_for(|c| *c) => return None,
+                _ = session_ended(&mut session) => return None,
             };
-            Some((Ok(event), (changes, deliveries, closing)))
-        });
+            Some((Ok(event), (changes, deliveries, closing, session)))
+        },
+    );
     stream::StreamExt::chain(hello, rest)
 }

@@ -39,6 +39,18 @@ pub(super) async fn held_command(client: &Client, cmd: HeldCommand, json: bool) 
                 return Ok(Exit::Ok.into());
             }
             let lang = client.lang();
+            // A lost tail of commits first: it is said until the owner dismisses it.
+            for n in page.get("notices").and_then(Value::as_array).cloned().unwrap_or_default() {
+                println!("{}", st(&n, "message"));
+                println!(
+                    "    {}",
+                    tf(
+                        lang,
+                        "cli.notice_dismiss",
+                        &[("id", &n.get("id").and_then(Value::as_i64).unwrap_or(0).to_string())]
+                    )
+                );
+            }
             let tasks = page.get("tasks").and_then(Value::as_array).cloned().unwrap_or_default();
             if tasks.is_empty() {
                 println!("{}", word(lang, "cli.held_none"));

@@ -531,6 +531,23 @@ pub(in crate::store) fn next_sent_deadline(tx: &mut dyn Tx) -> Result<Option<Mil
 }
 
 /// Number of tasks per status.
+/// What start-up noticed and the owner has not dismissed (a lost tail of commits), oldest
+/// first: (id, kind, when, its facts).
+pub(in crate::store) fn notices(tx: &mut dyn Tx) -> Result<Vec<(i64, String, Millis, serde_json::Value)>, StoreError> {
+    tx.rows("SELECT id, kind, at, data FROM notices WHERE dismissed_at IS NULL ORDER BY id", &[])?
+        .iter()
+        .map(|r| {
+            let data: String = r.get(3)?;
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, serde_json::from_str(&data).unwrap_or(serde_json::Value::Null)))
+        })
+        .collect()
+}
+
+/// Dismiss notice `id` (the owner has read it and looked); `false` when there is none to dismiss.
+pub(in crate::store) fn dismiss_notice(tx: &mut dyn Tx, id: i64, now: Millis) -> Result<bool, StoreError> {
+    Ok(tx.exec("UPDATE notices SET dismissed_at = ?2 WHERE id = ?1 AND dismissed_at IS NULL", &[&id, &now])? > 0)
+}
+
 /// How many of `provider`'s tasks are not settled (queued, waiting or running): a provider
 /// with such tasks is not removed.
 pub(in crate::store) fn live_tasks_of(tx: &mut dyn Tx, provider: &str) -> Result<i64, StoreError> {

@@ -807,6 +807,16 @@ impl Store {
         self.query(move |tx| read::artifact(tx, &id)).await
     }
 
+    /// What start-up noticed that the owner has not dismissed (`store::read::notices`).
+    pub async fn notices(&self) -> Result<Vec<(i64, String, Millis, serde_json::Value)>, StoreError> {
+        self.query(read::notices).await
+    }
+
+    /// Dismiss a notice; `false` when there was none to dismiss.
+    pub async fn dismiss_notice(&self, id: i64, now: Millis) -> Result<bool, StoreError> {
+        self.op(Commit::Durable, 0, move |tx| read::dismiss_notice(tx, id, now)).await
+    }
+
     /// How many of `provider`'s tasks are queued, waiting or running.
     pub async fn live_tasks_of(&self, provider: String) -> Result<i64, StoreError> {
         self.query(move |tx| read::live_tasks_of(tx, &provider)).await

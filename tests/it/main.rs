@@ -32,6 +32,7 @@ mod engine;
 mod fairness;
 #[cfg(feature = "failpoints")]
 mod fsync;
+mod hostile3;
 mod language;
 mod limits;
 mod money;

@@ -184,7 +184,9 @@ const MIGRATIONS: &[&str] = &[
      ALTER TABLE tasks ADD COLUMN source_id text COLLATE \"C\";
      ALTER TABLE tasks ADD CONSTRAINT tasks_source_whole CHECK ((source_kind IS NULL) = (source_id IS NULL));
      CREATE INDEX tasks_by_source ON tasks(source_id) WHERE source_id IS NOT NULL;
-     ALTER TABLE providers ADD COLUMN paused_reason text CHECK (paused_reason IN ('circuit', 'rate_limit'));",
+     ALTER TABLE providers ADD COLUMN paused_reason text CHECK (paused_reason IN ('circuit', 'rate_limit'));
+     CREATE TABLE notices (id bigserial PRIMARY KEY, kind text NOT NULL, at bigint NOT NULL, data text NOT NULL,
+        dismissed_at bigint);",
 ];
 
 pub use crate::store::locks::LOCK_CLASS;

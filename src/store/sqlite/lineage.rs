@@ -353,12 +353,26 @@ impl super::SqliteStore {
         let older = judge(&state, seen.as_ref());
         let mut held = 0;
         let mut lineage = state.lineage.clone();
+        // Until when the lost commits may reach: the sidecar's last note (written after each
+        // durable commit), else now.
+        let noted_until = std::fs::metadata(&path)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(now, |d| d.as_millis() as Millis);
         if let Some(o) = &older {
             let reason = o.hold_reason();
             let fork = new_lineage();
             let f = fork.clone();
+            let lost = match o {
+                Older::Behind { seen, has } => Some((*seen, *has)),
+                _ => None,
+            };
             held = self
                 .write(move |c| {
+                    if let Some((seen, has)) = lost {
+                        lost_tail_notice(c, seen, has, noted_until, now)?;
+                    }
                     let n = crate::store::held::hold_unsettled(c, &reason, now)?.len();
                     c.prepare_cached("UPDATE lineage SET lineage = ?1, backup_at = NULL")?.execute([&f])?;
                     Ok(n)
@@ -378,6 +392,33 @@ impl super::SqliteStore {
         }
         Ok(ServeStart { older, held, sidecar_problem })
     }
+}
+
+/// Record that a tail of `seen - has` commits was lost (a deleted or lost `tally.db-wal`): how
+/// many, the window they were made in (from the newest work the database still has until the
+/// sidecar's last note) and the providers configured then (each may have received requests
+/// in it, and charged them: their dashboards are where to look). Written in the transaction
+/// that holds the unsettled jobs; shown by `GET /v1/held`, `tally held list` and the page.
+fn lost_tail_notice(c: &Connection, seen: i64, has: i64, until: Millis, now: Millis) -> Result<(), StoreError> {
+    let from: Option<Millis> = c.query_row(
+        "SELECT max(t) FROM (SELECT max(updated_at) AS t FROM tasks UNION ALL SELECT max(at) FROM events)",
+        [],
+        |r| r.get(0),
+    )?;
+    let mut providers = Vec::new();
+    let mut stmt = c.prepare_cached("SELECT name FROM providers WHERE configured = 1 ORDER BY name")?;
+    for name in stmt.query_map([], |r| r.get::<_, String>(0))? {
+        providers.push(name?);
+    }
+    let data = serde_json::json!({
+        "missing_commits": seen - has,
+        "from": from.map(crate::clock::rfc3339),
+        "until": crate::clock::rfc3339(until.max(from.unwrap_or(0))),
+        "providers": providers,
+    });
+    c.prepare_cached("INSERT INTO notices (kind, at, data) VALUES ('lost_tail', ?1, ?2)")?
+        .execute(rusqlite::params![now, data.to_string()])?;
+    Ok(())
 }
 
 /// A clean stop of a served database (the writer has stopped): clear `running` with an

@@ -179,7 +179,9 @@ const MIGRATIONS: &[&str] = &[
      ALTER TABLE tasks ADD COLUMN source_kind TEXT CHECK (source_kind IN ('artifact', 'upload'));
      ALTER TABLE tasks ADD COLUMN source_id TEXT CHECK ((source_kind IS NULL) = (source_id IS NULL));
      CREATE INDEX tasks_by_source ON tasks(source_id) WHERE source_id IS NOT NULL;
-     ALTER TABLE providers ADD COLUMN paused_reason TEXT CHECK (paused_reason IN ('circuit', 'rate_limit'));",
+     ALTER TABLE providers ADD COLUMN paused_reason TEXT CHECK (paused_reason IN ('circuit', 'rate_limit'));
+     CREATE TABLE notices (id INTEGER PRIMARY KEY, kind TEXT NOT NULL, at INTEGER NOT NULL, data TEXT NOT NULL,
+        dismissed_at INTEGER) STRICT;",
 ];
 
 /// The writer's automatic (PASSIVE) checkpoint runs once the WAL holds this many pages

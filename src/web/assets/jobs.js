@@ -274,11 +274,29 @@
         await load();
       });
     });
-    return h("div", { id: "held-banner", class: "warn", hidden: true }, text, send, err);
+    return [h("div", { id: "notices" }), h("div", { id: "held-banner", class: "warn", hidden: true }, text, send, err)];
+  }
+
+  /** What start-up noticed (a lost tail of commits): shown on the jobs page whatever the
+      filter, until the owner says she checked the dashboards it names. */
+  async function loadNotices() {
+    const box = document.getElementById("notices");
+    if (!box) return;
+    const r = await api("GET", "/v1/held?limit=1");
+    box.replaceChildren(...(r.notices || []).map((n) => {
+      const err = errorSlot(`notice-error-${n.id}`);
+      const done = h("button", { type: "button", id: `notice-dismiss-${n.id}` }, T.t("notice.dismiss"));
+      done.addEventListener("click", () => busy(done, err, async () => {
+        await api("POST", `/v1/held/notices/${n.id}/dismiss`, {});
+        await loadNotices();
+      }));
+      return h("div", { class: "warn notice", id: `notice-${n.id}`, role: "alert" }, h("p", {}, n.message), done, err);
+    }));
   }
 
   /** Show the held banner when the owner's list is shown and something is held. */
   async function loadHeld() {
+    loadNotices().catch(() => {});
     const banner = document.getElementById("held-banner");
     if (!banner) return;
     if (list.filter !== "attention") { banner.hidden = true; return; }
