@@ -97,19 +97,25 @@ mod tests {
         // The page words these from its catalogue: the English there is the same as here.
         let c: serde_json::Value =
             serde_json::from_str(include_str!("../web/assets/messages.json")).expect("messages.json");
+        let mut pages: Vec<Dashboard> = vec![Dashboard::gateway(), Dashboard::configured("https://gw.example/console")];
         for k in KINDS {
-            for (batch, base) in [(false, None), (true, Some("https://example.com"))] {
-                let cfg = ProviderConfig { batch, base_url: base.map(str::to_string), ..ProviderConfig::demo() };
+            // At the kind's own documented host (a gateway elsewhere is `gateway`, checked below).
+            let base = k.hosts_without_idempotency.first().map(|h| format!("https://{h}"));
+            for batch in [false, true] {
+                let cfg = ProviderConfig { batch, base_url: base.clone(), ..ProviderConfig::demo() };
                 let d = (k.dashboard)(&cfg);
                 if k.bills {
                     assert!(d.url.as_deref().is_some_and(|u| u.starts_with("https://")), "{}: {d:?}", k.name);
                 }
-                assert!(!d.label.is_empty() && !d.how.is_empty());
-                for (what, text) in [("label", &d.label), ("how", &d.how)] {
-                    let key = format!("where.{what}.{}", d.page);
-                    assert_eq!(c["en"][&key].as_str(), Some(text.as_str()), "{key} in messages.json");
-                    assert!(c["zh-CN"][&key].as_str().is_some_and(|z| !z.is_empty()), "{key} in Chinese");
-                }
+                pages.push(d);
+            }
+        }
+        for d in pages {
+            assert!(!d.label.is_empty() && !d.how.is_empty());
+            for (what, text) in [("label", &d.label), ("how", &d.how)] {
+                let key = format!("where.{what}.{}", d.page);
+                assert_eq!(c["en"][&key].as_str(), Some(text.as_str()), "{key} in messages.json");
+                assert!(c["zh-CN"][&key].as_str().is_some_and(|z| !z.is_empty()), "{key} in Chinese");
             }
         }
         let none = Dashboard::none("The demo provider runs inside tally; it has no dashboard.");

@@ -347,6 +347,14 @@ impl Mock {
         (lines.len(), charged)
     }
 
+    /// (all lines, charged lines) of requests to an endpoint containing `part`.
+    pub fn count_endpoint(&self, part: &str) -> (usize, usize) {
+        let lines: Vec<_> =
+            self.lines().into_iter().filter(|l| l["endpoint"].as_str().is_some_and(|e| e.contains(part))).collect();
+        let charged = lines.iter().filter(|l| l["charged"] == true).count();
+        (lines.len(), charged)
+    }
+
     /// Change the mock's behaviour at run time.
     pub fn behave(&self, body: serde_json::Value) {
         let r = try_request(
@@ -382,7 +390,11 @@ pub const OPENAI_MODEL: &str = "gpt-image-2.5-flare";
 /// through the Batch API as `gembatch`, BFL's `flux-pro-1.1`, `wan2.2-t2i-flash` on DashScope). `idem` models a gateway that honours
 /// `Idempotency-Key`, so its mock must be started with `--honor-idempotency-key`.
 pub fn providers(mock: &Mock) -> String {
-    let base = mock.base();
+    providers_at(&mock.base())
+}
+
+/// [`providers`] for a mock at `base`.
+pub fn providers_at(base: &str) -> String {
     let common = "api_key_env = \"TALLY_TEST_KEY\"\nmax_concurrency = 4\npoll_interval_ms = 50\nrequest_timeout_ms = 5000\nconnect_timeout_ms = 1000\n";
     // DashScope allows 20 task queries a second per account (the mock enforces it).
     let dashscope = common.replace("poll_interval_ms = 50", "poll_interval_ms = 100");
@@ -394,13 +406,32 @@ pub fn providers(mock: &Mock) -> String {
          [[providers]]\nname = \"dashscope\"\nkind = \"dashscope\"\nbase_url = \"{base}/dashscope\"\nmodel = \"wan2.2-t2i-flash\"\n{dashscope}\n\
          [[providers]]\nname = \"gemini\"\nkind = \"gemini\"\nbase_url = \"{base}/gemini\"\nmodel = \"gemini-2.5-flash-image\"\n{common}\n\
          [[providers]]\nname = \"gembatch\"\nkind = \"gemini\"\nbase_url = \"{base}/gemini\"\nmodel = \"gemini-2.5-flash-image\"\nbatch = true\n{common}\n\
-         [[providers]]\nname = \"bfl\"\nkind = \"bfl\"\nbase_url = \"{base}/bfl\"\nmodel = \"flux-pro-1.1\"\n{common}\n"
+         [[providers]]\nname = \"bfl\"\nkind = \"bfl\"\nbase_url = \"{base}/bfl\"\nmodel = \"flux-pro-1.1\"\n{common}\n\
+         [[providers]]\nname = \"kontext\"\nkind = \"replicate\"\nbase_url = \"{base}\"\nmodel = \"black-forest-labs/flux-kontext-pro\"\n{common}\n\
+         [[providers]]\nname = \"photoroom\"\nkind = \"photoroom\"\nbase_url = \"{base}\"\n{common}\n\
+         [[providers]]\nname = \"faledit\"\nkind = \"fal_queue\"\nbase_url = \"{base}/fal\"\nmodel = \"fal-ai/flux/dev/image-to-image\"\nreference_input = \"image_url\"\n{common}\n\
+         [[providers]]\nname = \"dsedit\"\nkind = \"dashscope\"\nbase_url = \"{base}/dashscope\"\nmodel = \"wan2.5-i2i-preview\"\n{dashscope}\n\
+         [[providers]]\nname = \"bfledit\"\nkind = \"bfl\"\nbase_url = \"{base}/bfl\"\nmodel = \"flux-kontext-pro\"\n{common}\n"
     )
 }
 
-/// Submit with an idempotency key; `None` if the daemon died before answering.
+/// Submit with an idempotency key; `None` if the daemon died before answering. `provider` may
+/// name an operation after a colon (`openai:edit`, `photoroom:cutout`): the task then works on
+/// the upload `TEST_SOURCE` put in the daemon (see [`upload_source`]).
 pub fn submit(d: &Daemon, provider: &str, prompt: &str, key: &str) -> Option<(u16, String)> {
-    let body = serde_json::json!({"prompt": prompt, "provider": provider, "idempotency_key": key}).to_string();
+    let body = match provider.split_once(':') {
+        None => serde_json::json!({"prompt": prompt, "provider": provider, "idempotency_key": key}),
+        Some((provider, op)) => {
+            let source = upload_source(d)?;
+            let mut b = serde_json::json!({"provider": provider, "idempotency_key": key, "operation": op,
+                                           "image": {"upload": source}});
+            if op == "edit" {
+                b["prompt"] = serde_json::json!(prompt);
+            }
+            b
+        }
+    }
+    .to_string();
     let auth = format!("Bearer {}", d.token());
     let r = try_request(
         d.port,
@@ -414,6 +445,21 @@ pub fn submit(d: &Daemon, provider: &str, prompt: &str, key: &str) -> Option<(u1
         eprintln!("submit answered {} without a task id: {}", r.status, String::from_utf8_lossy(&r.body));
     }
     Some((r.status, id?))
+}
+
+/// Upload the test's source photo (a product on a plain background; the same bytes every
+/// time, so the same upload id); its id, or `None` if the daemon did not answer.
+pub fn upload_source(d: &Daemon) -> Option<String> {
+    let png = tally::render::product_png("the source photo", 64);
+    let auth = format!("Bearer {}", d.token());
+    let r = try_request(
+        d.port,
+        "POST",
+        "/v1/uploads",
+        &[("Authorization", auth.as_str()), ("Content-Type", "image/png")],
+        Some(&png),
+    )?;
+    r.json()["id"].as_str().map(str::to_string)
 }
 
 /// A fresh database on the test PostgreSQL server (`TALLY_TEST_PG_URL`); its URL.

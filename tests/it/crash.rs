@@ -21,7 +21,9 @@ pub(crate) mod oldcopy;
 /// What a crash at `point` must end in for a provider `kind`, and how many charged ledger
 /// lines are allowed (DESIGN §6).
 fn expected(point: &str, kind: &str) -> (&'static str, usize, Option<&'static str>) {
-    let sync = kind == "openai" || kind == "gemini";
+    // An operation's cell (`openai:edit`) is its provider's: the protocol is the same.
+    let kind = kind.split(':').next().unwrap_or(kind);
+    let sync = kind == "openai" || kind == "gemini" || kind == "photoroom";
     match point {
         "after-submit" => ("succeeded", 1, None),
         // The dispatch claimed (lease and execution) and committed; nothing was sent.
@@ -130,9 +132,14 @@ fn crash_case_on(point: &str, kind: &str, on: On) {
     let (want, charged_allowed, recovery) = expected(point, kind);
     let task = d.wait_status(&id, &["succeeded", "failed", "unknown", "canceled"]);
     assert_eq!(task["status"], want, "{point}/{kind}: final status; task: {task}");
+    if let Some((_, op)) = kind.split_once(':') {
+        assert_eq!(task["operation"], op, "{point}/{kind}: {task}");
+        assert!(task["image"]["upload"].is_string(), "{point}/{kind}: the source is kept: {task}");
+    }
     // Give any (wrong) resend a moment to reach the ledger before counting.
     std::thread::sleep(Duration::from_millis(300));
-    let (lines, charged) = mock.count(&prompt);
+    // A cutout has no prompt to count by: its cell's mock saw no other cutout.
+    let (lines, charged) = if kind.ends_with(":cutout") { mock.count_endpoint("segment") } else { mock.count(&prompt) };
     assert_eq!(charged, charged_allowed, "{point}/{kind}: charged requests ({lines} ledger lines)");
     let artifacts = task["artifacts"].as_array().cloned().unwrap_or_default();
     if want == "succeeded" {
@@ -240,6 +247,41 @@ matrix! {
     after_finish_gembatch: "after-finish", "gembatch";
     after_finish_bfl: "after-finish", "bfl";
     // The one-commit pickup (`store::ops::pickup`): `calling` committed with the submit.
+    // Operations (issue #35): an edit and a cutout take the same path as a generation, at
+    // every point but the one-commit pickup (a task with a source image is never picked up
+    // there). One kind of each recovery: no proof (openai, photoroom), a replay (idem), a
+    // lookup (kontext: a FLUX Kontext edit on Replicate).
+    after_submit_openai_edit: "after-submit", "openai:edit";
+    after_claim_openai_edit: "after-claim", "openai:edit";
+    after_calling_openai_edit: "after-calling", "openai:edit";
+    after_answer_openai_edit: "after-answer", "openai:edit";
+    before_finish_commit_openai_edit: "before-finish-commit", "openai:edit";
+    after_finish_openai_edit: "after-finish", "openai:edit";
+    after_calling_idem_edit: "after-calling", "idem:edit";
+    after_answer_idem_edit: "after-answer", "idem:edit";
+    after_submit_kontext_edit: "after-submit", "kontext:edit";
+    after_calling_kontext_edit: "after-calling", "kontext:edit";
+    after_accepted_kontext_edit: "after-accepted", "kontext:edit";
+    after_answer_kontext_edit: "after-answer", "kontext:edit";
+    before_finish_commit_kontext_edit: "before-finish-commit", "kontext:edit";
+    after_finish_kontext_edit: "after-finish", "kontext:edit";
+    after_submit_photoroom_cutout: "after-submit", "photoroom:cutout";
+    after_claim_photoroom_cutout: "after-claim", "photoroom:cutout";
+    after_calling_photoroom_cutout: "after-calling", "photoroom:cutout";
+    after_answer_photoroom_cutout: "after-answer", "photoroom:cutout";
+    before_finish_commit_photoroom_cutout: "before-finish-commit", "photoroom:cutout";
+    after_finish_photoroom_cutout: "after-finish", "photoroom:cutout";
+    after_calling_faledit_edit: "after-calling", "faledit:edit";
+    after_accepted_faledit_edit: "after-accepted", "faledit:edit";
+    after_answer_faledit_edit: "after-answer", "faledit:edit";
+    after_calling_dsedit_edit: "after-calling", "dsedit:edit";
+    after_accepted_dsedit_edit: "after-accepted", "dsedit:edit";
+    after_answer_dsedit_edit: "after-answer", "dsedit:edit";
+    after_calling_gemini_edit: "after-calling", "gemini:edit";
+    after_answer_gemini_edit: "after-answer", "gemini:edit";
+    after_calling_bfledit_edit: "after-calling", "bfledit:edit";
+    after_accepted_bfledit_edit: "after-accepted", "bfledit:edit";
+    after_answer_bfledit_edit: "after-answer", "bfledit:edit";
     after_pickup_openai: "after-pickup", "openai";
     after_pickup_replicate: "after-pickup", "replicate";
     after_pickup_fal: "after-pickup", "fal";
@@ -265,6 +307,30 @@ fn every_task_crash_point_is_in_the_matrix() {
         let _ = expected(p, "openai");
     }
     assert_eq!(tally::failpoint::POINTS.len(), 10, "a new crash point needs its cells above");
+}
+
+/// Every paid provider kind's default operations beyond `generate` have cells (generated from
+/// the kinds' descriptors): a kind added, or an operation added to one, without its cells fails
+/// here rather than shipping untested.
+#[test]
+fn every_kind_offering_an_operation_has_its_cells() {
+    let cells = include_str!("crash.rs");
+    let cfg = tally::config::Config::from_toml(&crate::common::providers_at("http://127.0.0.1:1"), "crash")
+        .expect("the matrix's providers");
+    for k in tally::providers::kinds::KINDS.iter().filter(|k| k.bills) {
+        for op in k.default_operations.iter().filter(|o| **o != tally::domain::operation::Operation::Generate) {
+            let covered = cfg.providers.iter().filter(|p| p.kind.as_str() == k.name).any(|p| {
+                cells.contains(&format!("\"after-calling\", \"{}:{}\"", p.name, op.as_str()))
+                    && cells.contains(&format!("\"after-answer\", \"{}:{}\"", p.name, op.as_str()))
+            });
+            assert!(
+                covered,
+                "kind {} offers {} but the crash matrix has no after-calling and after-answer cells for it",
+                k.name,
+                op.as_str()
+            );
+        }
+    }
 }
 
 /// Ledger lines of a tag that started a paid generation, oldest first.

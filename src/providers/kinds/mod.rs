@@ -342,4 +342,18 @@ mod tests {
             assert!(!k.bills || !k.hosts_without_idempotency.is_empty(), "{}: a paid kind names its hosts", k.name);
         }
     }
+
+    #[test]
+    fn an_openai_compatible_gateway_gets_no_openai_link() {
+        use crate::providers::settings::ProviderConfig;
+        let at = |url: &str| ProviderConfig {
+            kind: ProviderKind::OpenaiImages,
+            base_url: Some(url.into()),
+            ..ProviderConfig::demo()
+        };
+        let own = (ProviderKind::OpenaiImages.spec().dashboard)(&at("https://api.openai.com/v1"));
+        assert_eq!(own.page, "openai_usage");
+        let gw = (ProviderKind::OpenaiImages.spec().dashboard)(&at("https://llm-gateway.example.cn/v1"));
+        assert_eq!((gw.page.as_str(), gw.url), ("gateway", None));
+    }
 }
