@@ -3,7 +3,8 @@
 //! `image/png` bytes (a PNG with alpha whose background — the colour of the image's corner —
 //! is made transparent). As the published API reference documents: a missing `image_file`
 //! is a 400 and is not billed, an image that cannot be read is a 400, a call without a key
-//! a 401 (checked on the shared path); every call answered with an image is billed once.
+//! a 401 (checked on the shared path); every call answered with an image is billed once. The
+//! ledger line's `prompt` is `image <sha256>` of the image sent (a cutout has no prompt).
 
 use std::sync::Arc;
 
@@ -39,7 +40,12 @@ pub(super) async fn segment(State(mock): State<Arc<Mock>>, headers: HeaderMap, m
         }
     }
     req.reference_images = usize::from(image.is_some());
-    req.prompt = Some(String::new());
+    // A cutout has no prompt: its ledger line names the image it was asked for, by sha256, so
+    // a second charge for the same image shows as a repeated "prompt".
+    req.prompt = image.as_ref().map(|b| {
+        use sha2::Digest;
+        format!("image {}", crate::domain::hex(&sha2::Sha256::digest(b)))
+    });
     serve(
         mock,
         req,

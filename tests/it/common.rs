@@ -422,7 +422,7 @@ pub fn submit(d: &Daemon, provider: &str, prompt: &str, key: &str) -> Option<(u1
     let body = match provider.split_once(':') {
         None => serde_json::json!({"prompt": prompt, "provider": provider, "idempotency_key": key}),
         Some((provider, op)) => {
-            let source = upload_source(d)?;
+            let source = upload_source(d, prompt)?;
             let mut b = serde_json::json!({"provider": provider, "idempotency_key": key, "operation": op,
                                            "image": {"upload": source}});
             if op == "edit" {
@@ -447,10 +447,20 @@ pub fn submit(d: &Daemon, provider: &str, prompt: &str, key: &str) -> Option<(u1
     Some((r.status, id?))
 }
 
-/// Upload the test's source photo (a product on a plain background; the same bytes every
-/// time, so the same upload id); its id, or `None` if the daemon did not answer.
-pub fn upload_source(d: &Daemon) -> Option<String> {
-    let png = tally::render::product_png("the source photo", 64);
+/// What the mock's ledger calls a task's request: its prompt, or for a cutout (which has
+/// none) `image <sha256>` of the source photo [`upload_source`] made for it.
+pub fn ledger_prompt(kind: &str, prompt: &str) -> String {
+    if kind.ends_with(":cutout") {
+        format!("image {}", sha256_hex(&tally::render::product_png(prompt, 64)))
+    } else {
+        prompt.to_string()
+    }
+}
+
+/// Upload a source photo drawn from `tag` (a product on a plain background; the same tag gives
+/// the same bytes, so the same upload id); its id, or `None` if the daemon did not answer.
+pub fn upload_source(d: &Daemon, tag: &str) -> Option<String> {
+    let png = tally::render::product_png(tag, 64);
     let auth = format!("Bearer {}", d.token());
     let r = try_request(
         d.port,

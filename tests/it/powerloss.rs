@@ -265,7 +265,8 @@ fn run(durability: &str, cuts: usize, bin: &Path) -> Report {
     d.env.push(("TALLY_TEST_KEY".into(), "sk-test-power".into()));
     assert!(start(&mut d), "the first start failed:\n{}", d.stderr());
 
-    let kinds = ["openai", "replicate", "fal", "idem"];
+    // Generations, and edits and cutouts (issue #35), on each kind of recovery.
+    let kinds = ["openai", "replicate", "fal", "idem", "openai:edit", "kontext:edit", "photoroom:cutout"];
     let mut tasks: Vec<(String, Tracked)> = Vec::new();
     let mut report = Report::default();
     let mut n = 0;
@@ -279,7 +280,7 @@ fn run(durability: &str, cuts: usize, bin: &Path) -> Report {
     'cuts: for _ in 0..cuts {
         // A burst of submits.
         for _ in 0..1 + rng.below(4) {
-            let kind = kinds[rng.below(4) as usize].to_string();
+            let kind = kinds[rng.below(kinds.len() as u64) as usize].to_string();
             let prompt = format!("power {n} {kind} {}", uuid::Uuid::new_v4().simple());
             let key = uuid::Uuid::new_v4().to_string();
             n += 1;
@@ -357,7 +358,8 @@ fn run(durability: &str, cuts: usize, bin: &Path) -> Report {
         for (prompt, t) in &tasks {
             let Some(id) = &t.id else { continue };
             let s = wait_for(Duration::from_secs(60), || status_of(&d, id).filter(|s| SETTLED.contains(&s.as_str())));
-            finals.insert(prompt.clone(), (id.clone(), s.unwrap_or_else(|| "never settled".into())));
+            let key = crate::common::ledger_prompt(&t.kind, prompt);
+            finals.insert(key, (id.clone(), s.unwrap_or_else(|| "never settled".into())));
         }
     }
     std::thread::sleep(Duration::from_millis(300));

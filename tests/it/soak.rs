@@ -102,7 +102,8 @@ fn soak(tasks: usize, budget: Duration, postgres: bool) {
     d.env.push(("TALLY_TEST_KEY".into(), "sk-test-soak".into()));
     d.spawn();
 
-    let kinds = ["openai", "replicate", "fal", "idem"];
+    // Generations, and edits and cutouts (issue #35), on each kind of recovery.
+    let kinds = ["openai", "replicate", "fal", "idem", "openai:edit", "kontext:edit", "idem:edit", "photoroom:cutout"];
     // prompt → (kind, idempotency key, task id once known)
     let mut accepted: HashMap<String, (String, String, Option<String>)> = HashMap::new();
     let mut unanswered: Vec<String> = Vec::new();
@@ -133,7 +134,7 @@ fn soak(tasks: usize, budget: Duration, postgres: bool) {
             };
             mock.behave(mood);
         }
-        let kind = kinds[rng.below(4) as usize].to_string();
+        let kind = kinds[rng.below(kinds.len() as u64) as usize].to_string();
         let prompt = format!("soak {submitted} {kind} {}", uuid::Uuid::new_v4());
         let key = uuid::Uuid::new_v4().to_string();
         submitted += 1;
