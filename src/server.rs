@@ -131,7 +131,7 @@ pub async fn serve(
         if slots.available_permits() > limits.max_connections / 2 {
             at_cap_said = false;
         }
-        let (stream, _) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(s) => s,
                 Err(e) => {
@@ -144,7 +144,10 @@ pub async fn serve(
             },
             _ = &mut shutdown => break,
         };
-        let conn = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(router.clone()));
+        // Each request knows the address it came from (`Peer`): some routes are for this
+        // computer only.
+        let svc = router.clone().layer(axum::Extension(Peer(peer)));
+        let conn = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(svc));
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             let _ = conn.await;
@@ -204,3 +207,7 @@ mod tests {
         futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
     }
 }
+
+/// The address a request's connection came from (a request extension set per connection).
+#[derive(Debug, Clone, Copy)]
+pub struct Peer(pub std::net::SocketAddr);

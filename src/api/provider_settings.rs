@@ -94,6 +94,20 @@ pub struct ProviderPath {
     pub name: String,
 }
 
+/// Settings change only from this computer: a request over the network (a LAN address, once
+/// `allow_non_loopback` lets one in) is refused, whatever its credential. Without a peer (a
+/// request made in-process) it is this computer.
+fn from_this_computer(peer: &Option<axum::Extension<crate::server::Peer>>) -> Result<(), ApiError> {
+    match peer {
+        Some(axum::Extension(crate::server::Peer(addr))) if !addr.ip().is_loopback() => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "settings_local_only",
+            "providers and keys are changed only on the computer that runs tally (open the page there)",
+        )),
+        _ => Ok(()),
+    }
+}
+
 fn settings_of(body: &ProviderBody) -> Map<String, Value> {
     match serde_json::to_value(body) {
         Ok(Value::Object(m)) => m,
@@ -117,13 +131,19 @@ fn config_error(e: crate::config::ConfigError) -> ApiError {
     request_body = ProviderBody,
     responses(
         (status = 201, description = "Added, and in use at once.", body = super::ProvidersJson),
+        (status = 403, description = "Not from this computer (`settings_local_only`).", body = ErrorBody),
         (status = 409, description = "The name is already used (`name_taken`).", body = ErrorBody),
         (status = 422, description = "A field is wrong: which, and why (`invalid_request`); nothing saved.", body = ErrorBody),
         JsonRejected,
         StoreFailure,
     )
 )]
-pub async fn add(State(state): State<AppState>, JsonBody(body): JsonBody<ProviderBody>) -> Result<Response, ApiError> {
+pub async fn add(
+    State(state): State<AppState>,
+    peer: Option<axum::Extension<crate::server::Peer>>,
+    JsonBody(body): JsonBody<ProviderBody>,
+) -> Result<Response, ApiError> {
+    from_this_computer(&peer)?;
     let _one = EDITS.lock().await;
     let engine = state.engine();
     let name = body.name.clone().filter(|n| !n.is_empty()).ok_or_else(|| ApiError::invalid("`name` is required"))?;
@@ -155,6 +175,7 @@ pub async fn add(State(state): State<AppState>, JsonBody(body): JsonBody<Provide
     request_body = ProviderBody,
     responses(
         (status = 200, description = "Changed; the next job uses the new settings.", body = super::ProvidersJson),
+        (status = 403, description = "Not from this computer (`settings_local_only`).", body = ErrorBody),
         (status = 404, description = "No such provider (`not_found`).", body = ErrorBody),
         (status = 409, description = "It is defined in tally.toml (`defined_in_config`).", body = ErrorBody),
         (status = 422, description = "A field is wrong (`invalid_request`); nothing saved.", body = ErrorBody),
@@ -165,8 +186,10 @@ pub async fn add(State(state): State<AppState>, JsonBody(body): JsonBody<Provide
 pub async fn edit(
     State(state): State<AppState>,
     Path(name): Path<String>,
+    peer: Option<axum::Extension<crate::server::Peer>>,
     JsonBody(body): JsonBody<ProviderBody>,
 ) -> Result<Response, ApiError> {
+    from_this_computer(&peer)?;
     let _one = EDITS.lock().await;
     let engine = state.engine();
     let Some(current) = engine.provider_config(&name) else { return Err(ApiError::not_found("provider")) };
@@ -195,13 +218,19 @@ pub async fn edit(
     params(ProviderPath),
     responses(
         (status = 200, description = "Removed, with its key.", body = super::ProvidersJson),
+        (status = 403, description = "Not from this computer (`settings_local_only`).", body = ErrorBody),
         (status = 404, description = "No such provider (`not_found`).", body = ErrorBody),
         (status = 409, description = "Defined in tally.toml (`defined_in_config`), or it has jobs in flight \
             (`in_use`).", body = ErrorBody),
         StoreFailure,
     )
 )]
-pub async fn remove(State(state): State<AppState>, Path(name): Path<String>) -> Result<Response, ApiError> {
+pub async fn remove(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    peer: Option<axum::Extension<crate::server::Peer>>,
+) -> Result<Response, ApiError> {
+    from_this_computer(&peer)?;
     let _one = EDITS.lock().await;
     let engine = state.engine();
     let Some(current) = engine.provider_config(&name) else { return Err(ApiError::not_found("provider")) };

@@ -390,3 +390,28 @@ async fn healthz_reports_a_failed_fsync_and_writes_are_refused() {
     let why = tokio::time::timeout(Duration::from_secs(10), api.engine.failure()).await.expect("the daemon is told");
     assert_eq!(why, reason);
 }
+
+/// Providers and keys change only from the computer that runs tally: a request whose
+/// connection came over the network is refused (403), whatever its credential; nothing saved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_settings_are_refused_over_the_network() {
+    let d = InProcess::start(Fake::new(Capabilities::default())).await;
+    for (peer, want) in [("10.0.0.7:5555", StatusCode::FORBIDDEN), ("127.0.0.1:5555", StatusCode::CREATED)] {
+        let body = json!({"name": format!("p{}", want.as_u16()), "kind": "demo"});
+        let mut req = Request::builder()
+            .method("POST")
+            .uri("/v1/providers")
+            .header("host", "127.0.0.1:7700")
+            .header("authorization", format!("Bearer {}", d.token))
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        let addr: std::net::SocketAddr = peer.parse().unwrap();
+        req.extensions_mut().insert(tally::server::Peer(addr));
+        let resp = d.router.clone().oneshot(req).await.unwrap();
+        assert_eq!(resp.status(), want, "from {peer}");
+    }
+    let (_, list) = d.call("GET", "/v1/providers", None).await;
+    let names: Vec<&str> = list["providers"].as_array().unwrap().iter().filter_map(|p| p["name"].as_str()).collect();
+    assert!(names.contains(&"p201") && !names.contains(&"p403"), "{names:?}");
+}

@@ -103,7 +103,20 @@ fn soak(tasks: usize, budget: Duration, postgres: bool) {
     d.spawn();
 
     // Generations, and edits and cutouts (issue #35), on each kind of recovery.
-    let kinds = ["openai", "replicate", "fal", "idem", "openai:edit", "kontext:edit", "idem:edit", "photoroom:cutout"];
+    let kinds = [
+        "openai",
+        "replicate",
+        "fal",
+        "idem",
+        "openai:edit",
+        "kontext:edit",
+        "idem:edit",
+        "faledit:edit",
+        "dsedit:edit",
+        "gemini:edit",
+        "bfledit:edit",
+        "photoroom:cutout",
+    ];
     // prompt → (kind, idempotency key, task id once known)
     let mut accepted: HashMap<String, (String, String, Option<String>)> = HashMap::new();
     let mut unanswered: Vec<String> = Vec::new();

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Contract test: the official Python SDKs (pinned in tests/sdk/requirements.txt: openai,
-replicate, fal-client, google-genai) against a running `tally mock-provider`; BFL publishes no
-official client, so its style is checked over plain HTTP against its documented shapes.
+replicate, fal-client, google-genai) against a running `tally mock-provider`; BFL and Photoroom
+publish no official client, so their styles are checked over plain HTTP against their documented
+shapes (Photoroom's as its own published code sample sends it).
 
 Usage: contract.py BASE_URL   (e.g. http://127.0.0.1:7800; the mock must have been started
 without behaviour flags, its ledger empty).
@@ -616,6 +617,58 @@ def _():
 
 
 # ---------------------------------------------------------------- issue 25: less common answers
+# ---------------------------------------------------------------- Photoroom (no official SDK)
+# Photoroom publishes no SDK; its API reference and its own Python sample
+# (docs.photoroom.com/remove-background-api-basic-plan/code-samples/python-integration, and
+# github.com/Photoroom/api-code-samples) send `POST https://sdk.photoroom.com/v1/segment` as
+# multipart/form-data with the image in the field `image_file` and the key in `x-api-key`, and
+# read the answer's body as the PNG. The request below is built the way that sample builds it
+# (http.client, a hand-made boundary), so the mock is held to the published shape.
+import http.client  # noqa: E402
+import uuid  # noqa: E402
+
+
+def photoroom_segment(image, key="pr_test", field="image_file"):
+    boundary = "----------" + uuid.uuid4().hex
+    body = (
+        f"--{boundary}\r\nContent-Disposition: form-data; name=\"{field}\"; filename=\"photo.png\"\r\n"
+        "Content-Type: image/png\r\n\r\n"
+    ).encode() + image + f"\r\n--{boundary}--\r\n".encode()
+    host = BASE.split("://", 1)[1]
+    conn = http.client.HTTPConnection(host, timeout=10)
+    headers = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+    if key:
+        headers["x-api-key"] = key
+    conn.request("POST", "/v1/segment", body=body, headers=headers)
+    r = conn.getresponse()
+    return r.status, r.getheader("Content-Type"), r.read()
+
+
+@check("photoroom segment (its published sample's request): a PNG with alpha, charged once; no image_file 400, no key 401")
+def _():
+    reset()
+    # A product on a plain background: the corner's colour is the background.
+    import struct, zlib  # noqa: E401
+    w = h = 8
+    rows = b"".join(b"\x00" + b"".join(
+        (b"\xc8\x1e\x1e" if 2 <= x < 6 and 2 <= y < 6 else b"\xee\xee\xee") for x in range(w)) for y in range(h))
+    chunk = lambda t, d: struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+    photo = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)) + \
+        chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+    before = len([l for l in ledger() if l.get("endpoint") == "POST /v1/segment" and l.get("charged")])
+    status, ctype, out = photoroom_segment(photo)
+    assert status == 200 and ctype == "image/png", (status, ctype, out[:80])
+    is_png(out)
+    assert out[25] in (4, 6), "the cut-out carries alpha"
+    after = len([l for l in ledger() if l.get("endpoint") == "POST /v1/segment" and l.get("charged")])
+    assert after == before + 1, (before, after)
+    status, _, out = photoroom_segment(photo, field="image")
+    assert status == 400, (status, out[:120])
+    status, _, _ = photoroom_segment(photo, key=None)
+    assert status == 401, status
+    assert len([l for l in ledger() if l.get("endpoint") == "POST /v1/segment" and l.get("charged")]) == after
+
+
 @check("openai: an account out of credit is a 429 RateLimitError with code insufficient_quota")
 def _():
     reset()
