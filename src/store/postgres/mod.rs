@@ -62,7 +62,7 @@ const SCHEMA: &str = include_str!("../../../schema-pg.sql");
 
 /// The PostgreSQL schema version this build writes (independent of SQLite's
 /// `SCHEMA_VERSION`). Older databases are migrated by [`MIGRATIONS`]; newer ones refused.
-pub const PG_SCHEMA_VERSION: i32 = 9;
+pub const PG_SCHEMA_VERSION: i32 = 10;
 
 /// Migrations from version `n` to `n + 1`, indexed by `n - 1`. Each runs in the transaction
 /// that records the new version, under the migration lock, and only while no other node of
@@ -178,6 +178,10 @@ const MIGRATIONS: &[&str] = &[
     // then ran SQL for nothing (the "idle under load" finding of issue #28). Only functions
     // change; a node of an older build is not running while it runs (`refuse_with_live_nodes`).
     include_str!("notify-v9.sql"),
+    // 9 → 10: a delivery names the product a `shopify` target attaches to, and each item keeps
+    // the id the destination gave it (issue #38).
+    "ALTER TABLE deliveries ADD COLUMN shopify_product text;
+     ALTER TABLE delivery_items ADD COLUMN remote_id text;",
 ];
 
 pub use crate::store::locks::LOCK_CLASS;

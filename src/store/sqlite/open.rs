@@ -14,7 +14,7 @@ use crate::config::Durability;
 use crate::store::StoreError;
 
 /// The schema version this build writes. Older databases are migrated; newer ones refused.
-pub const SCHEMA_VERSION: i64 = 10;
+pub const SCHEMA_VERSION: i64 = 11;
 
 /// `PRAGMA application_id` of tally databases ("taly").
 pub(super) const APPLICATION_ID: i64 = 0x7461_6c79;
@@ -173,6 +173,10 @@ const MIGRATIONS: &[&str] = &[
          updated_at       INTEGER NOT NULL,
          PRIMARY KEY (delivery_id, position)
      ) STRICT;",
+    // 10 → 11: a delivery names the product a `shopify` target attaches to, and each item
+    // keeps the id the destination gave it (issue #38).
+    "ALTER TABLE deliveries ADD COLUMN shopify_product TEXT;
+     ALTER TABLE delivery_items ADD COLUMN remote_id TEXT;",
 ];
 
 /// The writer's automatic (PASSIVE) checkpoint runs once the WAL holds this many pages
