@@ -65,6 +65,8 @@ struct File {
     id: String,
     filename: String,
     bytes: usize,
+    /// The sha256 (hex) of the uploaded bytes, shown by `GET /admin/_mock` for tests.
+    sha256: String,
     /// Lookups left before it is `READY`.
     processing: u32,
 }
@@ -127,7 +129,7 @@ async fn knobs(State(shop): State<Arc<Shop>>, body: axum::body::Bytes) -> Respon
 async fn show(State(shop): State<Arc<Shop>>) -> Response {
     let s = shop.0.lock().unwrap_or_else(|e| e.into_inner());
     let files: Vec<Value> =
-        s.files.iter().map(|f| json!({"id": f.id, "filename": f.filename, "bytes": f.bytes})).collect();
+        s.files.iter().map(|f| json!({"id": f.id, "filename": f.filename, "bytes": f.bytes, "sha256": f.sha256})).collect();
     axum::Json(json!({ "files": files, "media": s.media })).into_response()
 }
 
@@ -319,8 +321,12 @@ fn resolve(s: &mut Store, f: &Field) -> Result<Value, String> {
                     return Err("the stand-in only takes duplicateResolutionMode: RAISE_ERROR for a taken name".into());
                 }
                 s.next += 1;
-                let file =
-                    File { id: format!("gid://shopify/MediaImage/{}", s.next), filename, bytes: bytes.len(), processing: s.processing };
+                let sha256: String = {
+                    use sha2::Digest;
+                    sha2::Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect()
+                };
+                let id = format!("gid://shopify/MediaImage/{}", s.next);
+                let file = File { id, filename, bytes: bytes.len(), sha256, processing: s.processing };
                 files.push(file_json(&file));
                 s.files.push(file);
             }
