@@ -100,7 +100,8 @@ pub async fn create(
     Path(id): Path<String>,
     JsonBody(body): JsonBody<DeliverBody>,
 ) -> Result<Response, ApiError> {
-    let out = state.engine().deliver(&id, &body.profile, &body.target, body.force, body.shopify_product.as_deref()).await?;
+    let out =
+        state.engine().deliver(&id, &body.profile, &body.target, body.force, body.shopify_product.as_deref()).await?;
     match out {
         DeliverOutcome::Created(d) => Ok(json_response(StatusCode::CREATED, &shown(d))),
         DeliverOutcome::NoSet => Err(ApiError::not_found("set")),

@@ -233,7 +233,9 @@ fn resolve_target(t: RawTarget) -> Result<TargetConfig, (&'static str, String)> 
             if name == DEFAULT_TARGET {
                 return Err((
                     "name",
-                    format!("`{DEFAULT_TARGET}` is the default local folder target; a shopify target needs another name"),
+                    format!(
+                        "`{DEFAULT_TARGET}` is the default local folder target; a shopify target needs another name"
+                    ),
                 ));
             }
             TargetKind::Shopify(resolve_shopify(t.shop, t.access_token_env, t.api_version, t.base_url, t.placement)?)

@@ -170,7 +170,9 @@ impl ShopifyTarget {
                 )));
             }
             let v: Value = serde_json::from_slice(&body).map_err(|_| {
-                TargetError::Ambiguous(self.clean(&format!("Shopify answered {status} with something that is not JSON: {text}")))
+                TargetError::Ambiguous(
+                    self.clean(&format!("Shopify answered {status} with something that is not JSON: {text}")),
+                )
             })?;
             if let Some(t) = v.pointer("/extensions/cost/throttleStatus") {
                 let avail = t.get("currentlyAvailable").and_then(Value::as_f64).unwrap_or(0.0);
@@ -241,7 +243,13 @@ impl ShopifyTarget {
     }
 
     /// Upload `bytes` and create the file `filename` (steps 2 of the module docs); its id.
-    async fn create(&self, filename: &str, bytes: Vec<u8>, mime: &str, deadline: Instant) -> Result<String, TargetError> {
+    async fn create(
+        &self,
+        filename: &str,
+        bytes: Vec<u8>,
+        mime: &str,
+        deadline: Instant,
+    ) -> Result<String, TargetError> {
         let q = "mutation Stage($input: [StagedUploadInput!]!) { stagedUploadsCreate(input: $input) { stagedTargets { url resourceUrl parameters { name value } } userErrors { field message } } }";
         let input = json!([{ "filename": filename, "mimeType": mime, "resource": "IMAGE", "httpMethod": "PUT",
                              "fileSize": bytes.len().to_string() }]);
@@ -257,14 +265,17 @@ impl ShopifyTarget {
             return Err(TargetError::Transient("Shopify gave no staged upload target".into()));
         };
         let left = deadline.saturating_duration_since(Instant::now());
-        let put = self.client.put(url).timeout(left.min(self.timeout)).header("Content-Type", mime).body(bytes).send().await;
+        let put =
+            self.client.put(url).timeout(left.min(self.timeout)).header("Content-Type", mime).body(bytes).send().await;
         match put {
             Ok(r) if r.status().is_success() => {}
             Ok(r) => {
                 return Err(TargetError::Transient(format!("the staged upload answered {}", r.status())));
             }
             Err(e) => {
-                return Err(TargetError::Transient(self.clean(&format!("the staged upload failed: {}", e.without_url()))));
+                return Err(TargetError::Transient(
+                    self.clean(&format!("the staged upload failed: {}", e.without_url())),
+                ));
             }
         }
         let q = "mutation FileCreate($files: [FileCreateInput!]!) { fileCreate(files: $files) { files { id fileStatus } userErrors { field message code } } }";
@@ -359,7 +370,8 @@ impl ShopifyTarget {
             Ok(()) => {}
             Err(TargetError::Ambiguous(_)) => {
                 // Settle by the product's media, then add again (a set: harmless).
-                let media = self.media(&product, deadline).await.map_err(|e| self.look_in_admin(filename, &e.to_string()))?;
+                let media =
+                    self.media(&product, deadline).await.map_err(|e| self.look_in_admin(filename, &e.to_string()))?;
                 if !media.contains(&id) {
                     self.reference(&id, &product, true, deadline)
                         .await
@@ -369,7 +381,8 @@ impl ShopifyTarget {
             Err(e) => return Err(e),
         }
         if self.cfg.placement == ShopifyPlacement::Replace {
-            let media = self.media(&product, deadline).await.map_err(|e| self.look_in_admin(filename, &e.to_string()))?;
+            let media =
+                self.media(&product, deadline).await.map_err(|e| self.look_in_admin(filename, &e.to_string()))?;
             for m in media.iter().filter(|m| **m != id && !keep.contains(m)) {
                 match self.reference(m, &product, false, deadline).await {
                     Ok(()) | Err(TargetError::Ambiguous(_)) => {}

@@ -251,9 +251,9 @@ impl Target {
                 }
             }
             Target::S3 { target, .. } => target.put(name, bytes, sha256).await,
-            Target::Shopify { .. } => {
-                Err(TargetError::Permanent("a shopify target takes files only for a product (`shopify_product`)".into()))
-            }
+            Target::Shopify { .. } => Err(TargetError::Permanent(
+                "a shopify target takes files only for a product (`shopify_product`)".into(),
+            )),
         }
     }
 

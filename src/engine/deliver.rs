@@ -221,6 +221,25 @@ impl Engine {
             return Ok(DeliverOutcome::Blocked(blocking));
         }
         let chosen = chosen_images(&set)?;
+        // A chosen image whose stored bytes fail their sha256 check is refused before anything is
+        // recorded (a 409 naming the shot and the image), with or without `force`.
+        let mut damaged = Vec::new();
+        for c in &chosen {
+            let subject = format!("the {}'s chosen image", shot_label(&c.roles, c.position as usize));
+            let (s, id) = (store.clone(), c.artifact_id.clone());
+            let read = tokio::task::spawn_blocking(move || s.read_image_bytes_blocking(&id).map(|_| ()))
+                .await
+                .map_err(|e| EngineError::Invalid(format!("checking the images stopped: {e}")))?;
+            match read {
+                Ok(()) => {}
+                Err(StoreError::Damaged { .. }) => damaged
+                    .push(format!("{subject} {} is damaged (its stored bytes fail their sha256 check)", c.artifact_id)),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if !damaged.is_empty() {
+            return Ok(DeliverOutcome::Blocked(damaged));
+        }
         if !force {
             let mut problems = Vec::new();
             for c in &chosen {
@@ -301,7 +320,9 @@ impl Engine {
 /// Whether `p` looks like a product reference: a product gid or a handle.
 fn is_product_ref(p: &str) -> bool {
     let ok_handle = |h: &str| {
-        !h.is_empty() && h.len() <= 255 && h.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+        !h.is_empty()
+            && h.len() <= 255
+            && h.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
     };
     match p.strip_prefix("gid://shopify/Product/") {
         Some(n) => !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()),

@@ -128,8 +128,11 @@ async fn knobs(State(shop): State<Arc<Shop>>, body: axum::body::Bytes) -> Respon
 
 async fn show(State(shop): State<Arc<Shop>>) -> Response {
     let s = shop.0.lock().unwrap_or_else(|e| e.into_inner());
-    let files: Vec<Value> =
-        s.files.iter().map(|f| json!({"id": f.id, "filename": f.filename, "bytes": f.bytes, "sha256": f.sha256})).collect();
+    let files: Vec<Value> = s
+        .files
+        .iter()
+        .map(|f| json!({"id": f.id, "filename": f.filename, "bytes": f.bytes, "sha256": f.sha256}))
+        .collect();
     axum::Json(json!({ "files": files, "media": s.media })).into_response()
 }
 
@@ -154,7 +157,9 @@ async fn graphql(
     if token.trim().is_empty() {
         return (
             StatusCode::UNAUTHORIZED,
-            axum::Json(json!({"errors": "[API] Invalid API key or access token (unrecognized login or wrong password)"})),
+            axum::Json(
+                json!({"errors": "[API] Invalid API key or access token (unrecognized login or wrong password)"}),
+            ),
         )
             .into_response();
     }
@@ -257,15 +262,21 @@ fn resolve(s: &mut Store, f: &Field) -> Result<Value, String> {
                 .media
                 .iter()
                 .filter_map(|id| s.files.iter().find(|x| &x.id == id))
-                .map(|x| json!({"id": x.id, "status": if x.processing == 0 { "READY" } else { "UPLOADED" },
-                                "mediaContentType": "IMAGE"}))
+                .map(|x| {
+                    json!({"id": x.id, "status": if x.processing == 0 { "READY" } else { "UPLOADED" },
+                                "mediaContentType": "IMAGE"})
+                })
                 .collect();
             Ok(json!({"id": PRODUCT, "handle": HANDLE, "media": {"nodes": nodes}}))
         }
         "productByIdentifier" => {
             let h = f.args.get("identifier").and_then(|i| i.get("handle")).and_then(Value::as_str);
             let id = f.args.get("identifier").and_then(|i| i.get("id")).and_then(Value::as_str);
-            Ok(if h == Some(HANDLE) || id == Some(PRODUCT) { json!({"id": PRODUCT, "handle": HANDLE}) } else { Value::Null })
+            Ok(if h == Some(HANDLE) || id == Some(PRODUCT) {
+                json!({"id": PRODUCT, "handle": HANDLE})
+            } else {
+                Value::Null
+            })
         }
         "files" => {
             let q = str_arg("query").unwrap_or_default();
@@ -284,7 +295,9 @@ fn resolve(s: &mut Store, f: &Field) -> Result<Value, String> {
             let mut targets = Vec::new();
             for i in inputs {
                 if i.get("resource").and_then(Value::as_str) != Some("IMAGE") {
-                    return Ok(json!({"stagedTargets": [], "userErrors": [user_error(&["input", "0", "resource"], "Resource must be IMAGE for an image", "INVALID")]}));
+                    return Ok(
+                        json!({"stagedTargets": [], "userErrors": [user_error(&["input", "0", "resource"], "Resource must be IMAGE for an image", "INVALID")]}),
+                    );
                 }
                 s.next += 1;
                 let key = format!("u{}", s.next);
@@ -304,7 +317,11 @@ fn resolve(s: &mut Store, f: &Field) -> Result<Value, String> {
                 let src = i.get("originalSource").and_then(Value::as_str).unwrap_or("");
                 let bytes = src.strip_prefix("shopify-staged://").and_then(|k| s.staged.get(k).cloned().flatten());
                 let Some(bytes) = bytes else {
-                    errors.push(user_error(&["files", &n.to_string(), "originalSource"], "Image URL is invalid", "INVALID"));
+                    errors.push(user_error(
+                        &["files", &n.to_string(), "originalSource"],
+                        "Image URL is invalid",
+                        "INVALID",
+                    ));
                     continue;
                 };
                 let filename = i.get("filename").and_then(Value::as_str).unwrap_or("image.png").to_string();
@@ -339,19 +356,34 @@ fn resolve(s: &mut Store, f: &Field) -> Result<Value, String> {
             for (n, i) in inputs.iter().enumerate() {
                 let id = i.get("id").and_then(Value::as_str).unwrap_or("");
                 let Some(file) = s.files.iter().find(|x| x.id == id).cloned() else {
-                    errors.push(user_error(&["files", &n.to_string(), "id"], &format!("File id {id} does not exist."), "FILE_DOES_NOT_EXIST"));
+                    errors.push(user_error(
+                        &["files", &n.to_string(), "id"],
+                        &format!("File id {id} does not exist."),
+                        "FILE_DOES_NOT_EXIST",
+                    ));
                     continue;
                 };
                 if file.processing > 0 {
-                    errors.push(user_error(&["files", &n.to_string(), "id"], "Non-ready files cannot be updated.", "NON_READY_STATE"));
+                    errors.push(user_error(
+                        &["files", &n.to_string(), "id"],
+                        "Non-ready files cannot be updated.",
+                        "NON_READY_STATE",
+                    ));
                     continue;
                 }
                 let ids = |k: &str| -> Vec<String> {
-                    i.get(k).and_then(Value::as_array).map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect()).unwrap_or_default()
+                    i.get(k)
+                        .and_then(Value::as_array)
+                        .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+                        .unwrap_or_default()
                 };
                 let (add, remove) = (ids("referencesToAdd"), ids("referencesToRemove"));
                 if let Some(bad) = add.iter().chain(remove.iter()).find(|p| *p != PRODUCT) {
-                    errors.push(user_error(&["files", &n.to_string(), "referencesToAdd"], &format!("Product id {bad} does not exist."), "PRODUCT_DOES_NOT_EXIST"));
+                    errors.push(user_error(
+                        &["files", &n.to_string(), "referencesToAdd"],
+                        &format!("Product id {bad} does not exist."),
+                        "PRODUCT_DOES_NOT_EXIST",
+                    ));
                     continue;
                 }
                 if !add.is_empty() && !s.media.contains(&file.id) {
@@ -386,7 +418,8 @@ mod tests {
             }
         }
         for (ty, fields) in INPUT_FIELDS {
-            let known = excerpt["input_objects"][*ty].as_array().unwrap_or_else(|| panic!("{ty} is not in the excerpt"));
+            let known =
+                excerpt["input_objects"][*ty].as_array().unwrap_or_else(|| panic!("{ty} is not in the excerpt"));
             for f in *fields {
                 assert!(known.iter().any(|k| k == f), "{ty}.{f} is not in the excerpt");
             }
@@ -399,7 +432,8 @@ mod tests {
 
     #[test]
     fn an_unknown_argument_is_refused() {
-        let (_, fields) = parse("mutation { fileCreate(files: [], bogus: 1) { files { id } } }", &Map::new()).expect("parses");
+        let (_, fields) =
+            parse("mutation { fileCreate(files: [], bogus: 1) { files { id } } }", &Map::new()).expect("parses");
         let args = ACCEPTED.iter().find(|(n, _)| *n == "fileCreate").map(|(_, a)| *a).unwrap_or(&[]);
         assert!(fields[0].args.keys().any(|a| !args.contains(&a.as_str())));
         let err = check_inputs(&json!([{"originalSource": "x", "bogus": 1}]), "FileCreateInput").expect_err("refused");

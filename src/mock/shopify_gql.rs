@@ -299,8 +299,11 @@ mod tests {
         assert_eq!(f[0].name, "fileCreate");
         assert_eq!(f[0].args["files"][0]["filename"], "a.png");
         assert_eq!(f[0].fields[0].fields.len(), 2);
-        let (m, f) = parse(r#"query { product(id: "gid://shopify/Product/1") { media(first: 50) { nodes { id } } } }"#, &Map::new())
-            .expect("parses");
+        let (m, f) = parse(
+            r#"query { product(id: "gid://shopify/Product/1") { media(first: 50) { nodes { id } } } }"#,
+            &Map::new(),
+        )
+        .expect("parses");
         assert!(!m);
         assert_eq!(f[0].args["id"], "gid://shopify/Product/1");
         assert_eq!(f[0].fields[0].args["first"], 50);

@@ -93,7 +93,8 @@ fn matrix(postgres: bool) {
         let items = done["items"].as_array().expect("items");
         for ((item, (_, sha)), tries) in items.iter().zip(&arts).zip(attempts) {
             let rid = item["remote_id"].as_str().unwrap_or_else(|| panic!("{cell}: no remote id: {item}"));
-            let file = files.iter().find(|(f, _)| f == rid).unwrap_or_else(|| panic!("{cell}: {rid} is not at the shop"));
+            let file =
+                files.iter().find(|(f, _)| f == rid).unwrap_or_else(|| panic!("{cell}: {rid} is not at the shop"));
             assert_eq!(&file.1, sha, "{cell}: the shop's file is not the chosen image");
             assert_eq!(media.iter().filter(|m| *m == rid).count(), 1, "{cell}: {rid} attached once");
             assert_eq!(item["attempts"].as_i64(), Some(tries), "{cell}: attempts: {done}");

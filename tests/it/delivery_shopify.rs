@@ -4,7 +4,6 @@
 //! by looking the file up by name (one file, not two), an empty cost bucket waited out, a
 //! product that does not exist failing plainly, and the token shown nowhere.
 
-
 use serde_json::{Value, json};
 
 use crate::common::*;
@@ -90,7 +89,8 @@ fn append_then_replace_attach_each_file_once_and_replace_leaves_exactly_the_deli
     let (files, media) = shop_state(&mock);
     assert_eq!(media.len(), 2, "two replace deliveries of two files leave two media: {media:?}");
     assert_eq!(media_shas(&mock), shas);
-    let ids: Vec<&str> = dv2["items"].as_array().expect("items").iter().filter_map(|i| i["remote_id"].as_str()).collect();
+    let ids: Vec<&str> =
+        dv2["items"].as_array().expect("items").iter().filter_map(|i| i["remote_id"].as_str()).collect();
     assert_eq!(ids, media.iter().map(String::as_str).collect::<Vec<_>>(), "the last delivery's files are the media");
     assert_eq!(files.len(), 6, "three deliveries of two files made six files, none twice");
 
@@ -126,7 +126,8 @@ fn a_product_that_does_not_exist_fails_plainly_and_a_product_is_required() {
     let why = dv["items"][0]["why"].as_str().unwrap_or_default();
     assert!(why.contains("no product"), "{why}");
     assert!(shop_state(&mock).0.is_empty(), "nothing was uploaded");
-    let r = d.call("POST", &format!("/v1/sets/{set}/deliveries"), Some(&json!({"profile": "original", "target": "shop"})));
+    let r =
+        d.call("POST", &format!("/v1/sets/{set}/deliveries"), Some(&json!({"profile": "original", "target": "shop"})));
     assert_eq!(r.status, 422, "{}", String::from_utf8_lossy(&r.body));
     let r = d.call(
         "POST",

@@ -237,9 +237,16 @@ pub enum RetryDeliveryOutcome {
 pub enum ItemOutcome {
     Delivered,
     /// Delivered, and the destination gave the file this id (kept as the item's `remote_id`).
-    DeliveredAs { remote_id: String },
-    Failed { why: String, retry_safe: bool },
-    Unknown { why: String },
+    DeliveredAs {
+        remote_id: String,
+    },
+    Failed {
+        why: String,
+        retry_safe: bool,
+    },
+    Unknown {
+        why: String,
+    },
 }
 
 fn delivery_of(r: &Row) -> Result<DeliveryView, StoreError> {

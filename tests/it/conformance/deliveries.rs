@@ -169,7 +169,14 @@ async fn queued_delivery(s: &Store) -> String {
             file_name: format!("teapot_{pos}.png"),
         });
     }
-    let new = NewDelivery { set_id: sid, profile: "original".into(), target: "exports".into(), forced: false, shopify_product: None, items };
+    let new = NewDelivery {
+        set_id: sid,
+        profile: "original".into(),
+        target: "exports".into(),
+        forced: false,
+        shopify_product: None,
+        items,
+    };
     let DeliveryCreateOutcome::Created(d) = s.create_delivery(new, T0 + 53).await.expect("create") else {
         panic!("created")
     };
