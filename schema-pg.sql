@@ -262,7 +262,8 @@ CREATE TABLE deliveries (
     runner           text,
     lease_until      bigint,
     created_at       bigint NOT NULL,
-    updated_at       bigint NOT NULL
+    updated_at       bigint NOT NULL,
+    shopify_product  text
 );
 CREATE INDEX deliveries_by_set ON deliveries(set_id, id);
 CREATE INDEX deliveries_open ON deliveries(id) WHERE state IN ('queued', 'delivering');
@@ -284,6 +285,7 @@ CREATE TABLE delivery_items (
     why              text,
     retry_safe       boolean,
     updated_at       bigint NOT NULL,
+    remote_id        text,
     PRIMARY KEY (delivery_id, position)
 );
 

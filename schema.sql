@@ -292,7 +292,8 @@ CREATE TABLE deliveries (
     runner           TEXT,
     lease_until      INTEGER,
     created_at       INTEGER NOT NULL,
-    updated_at       INTEGER NOT NULL
+    updated_at       INTEGER NOT NULL,
+    shopify_product  TEXT
 ) STRICT;
 CREATE INDEX deliveries_by_set ON deliveries(set_id, id);
 CREATE INDEX deliveries_open ON deliveries(id) WHERE state IN ('queued', 'delivering');
@@ -316,6 +317,7 @@ CREATE TABLE delivery_items (
     why              TEXT,
     retry_safe       INTEGER CHECK (retry_safe IN (0, 1)),
     updated_at       INTEGER NOT NULL,
+    remote_id        TEXT,
     PRIMARY KEY (delivery_id, position)
 ) STRICT;
 

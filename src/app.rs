@@ -483,6 +483,40 @@ impl Failure {
     }
 }
 
+/// Whether `tally serve` runs in a desktop session a browser can open in: not as a service
+/// (`TALLY_SERVICE`, set by `tally service install`), and on Linux only with a display.
+fn has_desktop() -> bool {
+    if std::env::var_os("TALLY_SERVICE").is_some() {
+        return false;
+    }
+    if cfg!(any(target_os = "macos", windows)) {
+        return true;
+    }
+    ["DISPLAY", "WAYLAND_DISPLAY"].iter().any(|v| std::env::var_os(v).is_some_and(|x| !x.is_empty()))
+}
+
+/// Open `url` in the default browser (`xdg-open`, `open`, `start`), without waiting for it;
+/// a failure is logged, never fatal (the link is printed too).
+fn open_in_browser(url: &str) {
+    let mut cmd = if cfg!(target_os = "macos") {
+        std::process::Command::new("open")
+    } else if cfg!(windows) {
+        let mut c = std::process::Command::new("cmd");
+        c.args(["/C", "start", ""]);
+        c
+    } else {
+        std::process::Command::new("xdg-open")
+    };
+    cmd.arg(url)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    match cmd.spawn() {
+        Ok(_) => tracing::info!("opened the sign-in link in the default browser (`--no-browser` stops this)"),
+        Err(e) => tracing::warn!(error = %e, "could not open a browser; use the sign-in link printed above"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -521,39 +555,5 @@ mod tests {
     fn base_url_for_unspecified_is_loopback() {
         assert_eq!(base_url("0.0.0.0:7700".parse().unwrap()), "http://127.0.0.1:7700");
         assert_eq!(base_url("[::]:7700".parse().unwrap()), "http://[::1]:7700");
-    }
-}
-
-/// Whether `tally serve` runs in a desktop session a browser can open in: not as a service
-/// (`TALLY_SERVICE`, set by `tally service install`), and on Linux only with a display.
-fn has_desktop() -> bool {
-    if std::env::var_os("TALLY_SERVICE").is_some() {
-        return false;
-    }
-    if cfg!(any(target_os = "macos", windows)) {
-        return true;
-    }
-    ["DISPLAY", "WAYLAND_DISPLAY"].iter().any(|v| std::env::var_os(v).is_some_and(|x| !x.is_empty()))
-}
-
-/// Open `url` in the default browser (`xdg-open`, `open`, `start`), without waiting for it;
-/// a failure is logged, never fatal (the link is printed too).
-fn open_in_browser(url: &str) {
-    let mut cmd = if cfg!(target_os = "macos") {
-        std::process::Command::new("open")
-    } else if cfg!(windows) {
-        let mut c = std::process::Command::new("cmd");
-        c.args(["/C", "start", ""]);
-        c
-    } else {
-        std::process::Command::new("xdg-open")
-    };
-    cmd.arg(url)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    match cmd.spawn() {
-        Ok(_) => tracing::info!("opened the sign-in link in the default browser (`--no-browser` stops this)"),
-        Err(e) => tracing::warn!(error = %e, "could not open a browser; use the sign-in link printed above"),
     }
 }

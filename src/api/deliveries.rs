@@ -55,6 +55,10 @@ pub struct DeliverBody {
     /// is never delivered).
     #[serde(default)]
     pub force: bool,
+    /// For a `shopify` target: the product the files are attached to, a
+    /// `gid://shopify/Product/…` id or the product's handle (required there, refused elsewhere).
+    #[serde(default)]
+    pub shopify_product: Option<String>,
 }
 
 /// A 409 refusal with its reasons.
@@ -96,7 +100,8 @@ pub async fn create(
     Path(id): Path<String>,
     JsonBody(body): JsonBody<DeliverBody>,
 ) -> Result<Response, ApiError> {
-    let out = state.engine().deliver(&id, &body.profile, &body.target, body.force).await?;
+    let out =
+        state.engine().deliver(&id, &body.profile, &body.target, body.force, body.shopify_product.as_deref()).await?;
     match out {
         DeliverOutcome::Created(d) => Ok(json_response(StatusCode::CREATED, &shown(d))),
         DeliverOutcome::NoSet => Err(ApiError::not_found("set")),
@@ -330,6 +335,7 @@ pub async fn targets(State(state): State<AppState>) -> Response {
                     };
                     ("s3", location)
                 }
+                TargetKind::Shopify(sh) => ("shopify", format!("{} (API {})", sh.shop, sh.api_version)),
             };
             TargetJson { name: t.name, kind: kind.into(), location, timeout_ms: t.timeout_ms }
         })

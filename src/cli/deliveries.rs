@@ -53,17 +53,22 @@ pub(super) async fn delivery_command(
     }
 }
 
-/// `tally set deliver SET --profile P --to TARGET [--force] [--wait]`.
+/// `tally set deliver SET --profile P --to TARGET [--force] [--product-id ID] [--wait]`.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn deliver(
     client: &Client,
     set: &str,
     profile: &str,
     to: &str,
     force: bool,
+    product: Option<&str>,
     wait: bool,
     json_out: bool,
 ) -> Result<ExitCode, Failure> {
-    let body = json!({ "profile": profile, "target": to, "force": force });
+    let mut body = json!({ "profile": profile, "target": to, "force": force });
+    if let Some(p) = product {
+        body["shopify_product"] = json!(p);
+    }
     let answer = client.post(&format!("/v1/sets/{}/deliveries", seg(set)), &body).await?;
     if answer.error_code() == Some("not_ready") {
         let reasons: Vec<String> = answer

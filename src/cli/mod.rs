@@ -464,6 +464,10 @@ pub enum SetCommand {
         /// Deliver an image that does not meet the profile anyway.
         #[arg(long)]
         force: bool,
+        /// For a shopify target: the product the files are attached to
+        /// (gid://shopify/Product/… or its handle).
+        #[arg(long = "product-id", value_name = "ID")]
+        product_id: Option<String>,
         /// Wait until every file is delivered, failed or unknown.
         #[arg(long)]
         wait: bool,

@@ -115,8 +115,8 @@ pub(super) async fn set_command(client: &Client, cmd: SetCommand, json_out: bool
             show_set(client, &set, json_out);
             Ok(Exit::Ok.into())
         }
-        SetCommand::Deliver { id, profile, to, force, wait } => {
-            super::deliveries::deliver(client, &id, &profile, &to, force, wait, json_out).await
+        SetCommand::Deliver { id, profile, to, force, product_id, wait } => {
+            super::deliveries::deliver(client, &id, &profile, &to, force, product_id.as_deref(), wait, json_out).await
         }
         SetCommand::Unchoose { id, shot } => {
             let index = shot_index(client, &id, &shot).await?;

@@ -11,7 +11,8 @@ use serde::Deserialize;
 use super::ConfigError;
 use crate::delivery::profile::{self, Profile, ProfileSpec};
 use crate::delivery::target::{
-    DEFAULT_TARGET, DEFAULT_TIMEOUT_MS, S3Config, TargetConfig, TargetKind, default_targets,
+    DEFAULT_TARGET, DEFAULT_TIMEOUT_MS, S3Config, ShopifyConfig, ShopifyPlacement, TargetConfig, TargetKind,
+    default_targets,
 };
 
 /// The longest `timeout_ms` a target may have: one hour.
@@ -54,6 +55,11 @@ struct RawTarget {
     prefix: Option<String>,
     access_key_id_env: Option<String>,
     secret_access_key_env: Option<String>,
+    shop: Option<String>,
+    access_token_env: Option<String>,
+    api_version: Option<String>,
+    base_url: Option<String>,
+    placement: Option<String>,
 }
 
 /// `[delivery]`, resolved: every profile and target a delivery may name.
@@ -138,7 +144,14 @@ fn resolve_target(t: RawTarget) -> Result<TargetConfig, (&'static str, String)> 
         Some(n) if (1..=MAX_TIMEOUT_MS).contains(&n) => n as u64,
         Some(n) => return Err(("timeout_ms", format!("{n} must be between 1 and {MAX_TIMEOUT_MS}"))),
     };
-    let kind = t.kind.ok_or(("kind", "is required: \"folder\" or \"s3\"".to_string()))?;
+    let kind = t.kind.ok_or(("kind", "is required: \"folder\", \"s3\" or \"shopify\"".to_string()))?;
+    let shopify_keys = [
+        ("shop", t.shop.is_some()),
+        ("access_token_env", t.access_token_env.is_some()),
+        ("api_version", t.api_version.is_some()),
+        ("base_url", t.base_url.is_some()),
+        ("placement", t.placement.is_some()),
+    ];
     let only = |kind: &str, keys: &[(&'static str, bool)]| -> Result<(), (&'static str, String)> {
         match keys.iter().find(|(_, set)| *set) {
             Some((key, _)) => Err((key, format!("is not a key of a `{kind}` target"))),
@@ -158,6 +171,7 @@ fn resolve_target(t: RawTarget) -> Result<TargetConfig, (&'static str, String)> 
                     ("secret_access_key_env", t.secret_access_key_env.is_some()),
                 ],
             )?;
+            only("folder", &shopify_keys)?;
             let path = t.path.ok_or(("path", "is required for a folder target (a local directory)".to_string()))?;
             if path.as_os_str().is_empty() {
                 return Err(("path", "is empty".into()));
@@ -166,6 +180,7 @@ fn resolve_target(t: RawTarget) -> Result<TargetConfig, (&'static str, String)> 
         }
         "s3" => {
             only("s3", &[("path", t.path.is_some())])?;
+            only("s3", &shopify_keys)?;
             if name == DEFAULT_TARGET {
                 return Err((
                     "name",
@@ -202,7 +217,85 @@ fn resolve_target(t: RawTarget) -> Result<TargetConfig, (&'static str, String)> 
                 secret_access_key_env: env_name("secret_access_key_env", t.secret_access_key_env)?,
             })
         }
-        other => return Err(("kind", format!("`{other}` must be \"folder\" or \"s3\""))),
+        "shopify" => {
+            only(
+                "shopify",
+                &[
+                    ("path", t.path.is_some()),
+                    ("endpoint", t.endpoint.is_some()),
+                    ("region", t.region.is_some()),
+                    ("bucket", t.bucket.is_some()),
+                    ("prefix", t.prefix.is_some()),
+                    ("access_key_id_env", t.access_key_id_env.is_some()),
+                    ("secret_access_key_env", t.secret_access_key_env.is_some()),
+                ],
+            )?;
+            if name == DEFAULT_TARGET {
+                return Err((
+                    "name",
+                    format!(
+                        "`{DEFAULT_TARGET}` is the default local folder target; a shopify target needs another name"
+                    ),
+                ));
+            }
+            TargetKind::Shopify(resolve_shopify(t.shop, t.access_token_env, t.api_version, t.base_url, t.placement)?)
+        }
+        other => return Err(("kind", format!("`{other}` must be \"folder\", \"s3\" or \"shopify\""))),
     };
     Ok(TargetConfig { name, timeout_ms, kind })
 }
+
+/// The keys of a `shopify` target; errors are (key, reason).
+fn resolve_shopify(
+    shop: Option<String>,
+    token_env: Option<String>,
+    api_version: Option<String>,
+    base_url: Option<String>,
+    placement: Option<String>,
+) -> Result<ShopifyConfig, (&'static str, String)> {
+    let shop = shop.map(|s| s.trim().to_ascii_lowercase()).unwrap_or_default();
+    let label = shop.strip_suffix(".myshopify.com").unwrap_or("");
+    let label_ok = !label.is_empty()
+        && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        && !label.starts_with('-')
+        && !label.ends_with('-');
+    if !label_ok {
+        return Err((
+            "shop",
+            format!(
+                "`{shop}` must be the shop's admin domain, NAME.myshopify.com (Shopify admin → Settings → Domains)"
+            ),
+        ));
+    }
+    let token_env = token_env.map(|s| s.trim().to_string()).unwrap_or_default();
+    if token_env.is_empty() || token_env.contains('=') || token_env.chars().any(char::is_whitespace) {
+        return Err((
+            "access_token_env",
+            "must name an environment variable holding the custom app's Admin API access token (the token itself \
+             stays out of the file)"
+                .into(),
+        ));
+    }
+    let api_version = api_version.map(|s| s.trim().to_string()).unwrap_or_else(|| DEFAULT_SHOPIFY_API_VERSION.into());
+    let version_ok = api_version == "unstable"
+        || (api_version.len() == 7
+            && api_version.as_bytes()[4] == b'-'
+            && api_version.chars().enumerate().all(|(i, c)| i == 4 || c.is_ascii_digit()));
+    if !version_ok {
+        return Err(("api_version", format!("`{api_version}` must be a Shopify API version such as 2026-01")));
+    }
+    let base_url = match base_url.map(|b| b.trim().trim_end_matches('/').to_string()) {
+        None => format!("https://{shop}"),
+        Some(b) if b.starts_with("http://") || b.starts_with("https://") => b,
+        Some(b) => return Err(("base_url", format!("`{b}` must be a URL starting with http:// or https://"))),
+    };
+    let placement = match placement.as_deref().map(str::trim) {
+        None | Some("append") => ShopifyPlacement::Append,
+        Some("replace") => ShopifyPlacement::Replace,
+        Some(other) => return Err(("placement", format!("`{other}` must be \"append\" or \"replace\""))),
+    };
+    Ok(ShopifyConfig { shop, access_token_env: token_env, api_version, base_url, placement })
+}
+
+/// The Admin API version a `shopify` target uses when `api_version` is not set.
+const DEFAULT_SHOPIFY_API_VERSION: &str = "2026-01";

@@ -190,7 +190,7 @@ mod tests {
         let bad = settings(serde_json::json!({"kind": "openai_images", "base_url": "ftp://x"}));
         let e = page.put("bad", bad, Some("k")).unwrap_err().to_string();
         assert!(e.contains("base_url"), "{e}");
-        assert!(page.settings().expect("settings").get("bad").is_none());
+        assert!(!page.settings().expect("settings").contains_key("bad"));
         // A secrets file others may read stops the load, saying how to fix it.
         #[cfg(unix)]
         {

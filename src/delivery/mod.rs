@@ -12,6 +12,7 @@
 //! - [`target`]: where files go ([`target::Target`]) and what a write answers.
 //! - [`folder`]: the `folder` target (a local directory, never overwriting).
 //! - [`s3`]: the `s3` target (any S3-compatible bucket, conditional create).
+//! - [`shopify`]: the `shopify` target (a product's media, through the Admin GraphQL API).
 //!
 //! Invariant: nothing here touches the store, and nothing here overwrites a file at a target.
 
@@ -21,4 +22,5 @@ pub mod names;
 pub mod profile;
 pub mod render;
 pub mod s3;
+pub mod shopify;
 pub mod target;

@@ -66,6 +66,34 @@ pub enum TargetKind {
     Folder { path: std::path::PathBuf },
     /// An S3-compatible bucket (`kind = "s3"`).
     S3(S3Config),
+    /// A Shopify store's product media (`kind = "shopify"`), through the Admin GraphQL API.
+    Shopify(ShopifyConfig),
+}
+
+/// Where on the product a `shopify` target puts a delivery's images (`placement`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShopifyPlacement {
+    /// Added after the product's existing media (`append`, the default).
+    Append,
+    /// The product's media become exactly the delivery's files (`replace`).
+    Replace,
+}
+
+/// The keys of a `shopify` target. The access token is read from the named environment
+/// variable when the target is used, never stored in the config, the database or an answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShopifyConfig {
+    /// `shop`: the admin domain, `NAME.myshopify.com`.
+    pub shop: String,
+    /// `access_token_env`: the environment variable holding a custom app's Admin API token.
+    pub access_token_env: String,
+    /// `api_version`, e.g. `2026-01`.
+    pub api_version: String,
+    /// `base_url` (default `https://{shop}`); the endpoint is
+    /// `{base_url}/admin/api/{api_version}/graphql.json`.
+    pub base_url: String,
+    /// `placement`.
+    pub placement: ShopifyPlacement,
 }
 
 /// The keys of an `s3` target. Credentials are read from the named environment variables when
@@ -118,6 +146,34 @@ pub enum Target {
     Folder(super::folder::FolderTarget),
     /// An S3-compatible bucket ([`super::s3::S3Target`]; its own requests carry `timeout_ms`).
     S3 { name: String, target: std::sync::Arc<super::s3::S3Target> },
+    /// A Shopify product's media ([`super::shopify::ShopifyTarget`]): files go through
+    /// [`super::shopify::ShopifyTarget::deliver`], not [`Target::put`].
+    Shopify { name: String, target: std::sync::Arc<super::shopify::ShopifyTarget> },
+}
+
+/// What a destination can prove or offer when a write's answer was lost (issue #38), declared
+/// by each kind ([`Target::capabilities`]) and read by the delivery runner, as the engine
+/// reads a provider's capabilities: an item whose answer was lost is looked up when the
+/// target can find it by name, written again only when the repeat cannot double or overwrite
+/// anything (a conditional create or a set), and otherwise left `unknown` with the reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Writing the same thing again replaces a slot or a list: repeating it is harmless.
+    pub set: bool,
+    /// A file can be found by its (deterministic) name after a lost answer.
+    pub find_by_name: bool,
+    /// An upload nothing references yet is harmless when left behind.
+    pub orphan_harmless: bool,
+    /// A create fails when the name is taken, so a repeat never overwrites or doubles.
+    pub conditional_create: bool,
+}
+
+impl Capabilities {
+    /// Whether an item whose write's answer was lost may be settled by looking, then written
+    /// again when nothing is there.
+    pub fn can_settle(self) -> bool {
+        self.find_by_name && (self.conditional_create || self.set)
+    }
 }
 
 impl Target {
@@ -135,6 +191,26 @@ impl Target {
                 name: config.name.clone(),
                 target: std::sync::Arc::new(super::s3::S3Target::new(cfg, config.timeout_ms)?),
             }),
+            TargetKind::Shopify(cfg) => Ok(Target::Shopify {
+                name: config.name.clone(),
+                target: std::sync::Arc::new(super::shopify::ShopifyTarget::new(cfg, config.timeout_ms)?),
+            }),
+        }
+    }
+
+    /// What this kind of target can prove after a lost answer (see [`Capabilities`]): a
+    /// folder and a bucket find a file by name and create only where the name is free; a
+    /// Shopify product finds a file by name (`files(query: "filename:…")`), creates it with
+    /// `RAISE_ERROR` on a taken name, attaches it with a set-like reference, and leaves a
+    /// staged upload nothing uses harmlessly behind.
+    pub fn capabilities(&self) -> Capabilities {
+        match self {
+            Target::Folder(_) | Target::S3 { .. } => {
+                Capabilities { set: false, find_by_name: true, orphan_harmless: false, conditional_create: true }
+            }
+            Target::Shopify { .. } => {
+                Capabilities { set: true, find_by_name: true, orphan_harmless: true, conditional_create: true }
+            }
         }
     }
 
@@ -142,7 +218,7 @@ impl Target {
     pub fn name(&self) -> &str {
         match self {
             Target::Folder(f) => &f.name,
-            Target::S3 { name, .. } => name,
+            Target::S3 { name, .. } | Target::Shopify { name, .. } => name,
         }
     }
 
@@ -151,6 +227,7 @@ impl Target {
         match self {
             Target::Folder(f) => f.path.display().to_string(),
             Target::S3 { target, .. } => target.location(),
+            Target::Shopify { target, .. } => target.location(),
         }
     }
 
@@ -174,6 +251,9 @@ impl Target {
                 }
             }
             Target::S3 { target, .. } => target.put(name, bytes, sha256).await,
+            Target::Shopify { .. } => Err(TargetError::Permanent(
+                "a shopify target takes files only for a product (`shopify_product`)".into(),
+            )),
         }
     }
 
@@ -197,6 +277,9 @@ impl Target {
                 }
             }
             Target::S3 { target, .. } => target.replace(name, bytes).await,
+            // A shop has no place for a manifest: the delivery's records (items with their
+            // sha256 and remote ids) are its manifest.
+            Target::Shopify { .. } => Ok(()),
         }
     }
 
@@ -218,6 +301,9 @@ impl Target {
                 }
             }
             Target::S3 { target, .. } => target.look(name).await,
+            Target::Shopify { .. } => {
+                Ok(Look::CannotTell("a shopify file is looked up by its own flow, not by a file name alone".into()))
+            }
         }
     }
 }

@@ -253,7 +253,7 @@ impl Engine {
         let providers = names
             .iter()
             .map(|n| {
-                let cur = self.shared.providers.get(*n).map_or(currency.clone(), |p| p.money.pricing.currency.clone());
+                let cur = self.shared.providers.get(n).map_or(currency.clone(), |p| p.money.pricing.currency.clone());
                 (
                     n.to_string(),
                     ProviderBudget {

@@ -23,6 +23,9 @@
 //! lock proves it dead); on PostgreSQL this node's earlier runs (a run's id is
 //! `{node}/{boot}`, and the node's lock proves its earlier runs dead) — another node's wait
 //! for their lease.
+//!
+//! Past 600 lines: the runner's per-kind paths (a file written by name; a Shopify item's flow,
+//! `deliver_shopify`) share its claim, holder checks and crash points, and read best together.
 
 use std::sync::Arc;
 
@@ -178,14 +181,38 @@ impl Engine {
         profile: &str,
         target: &str,
         force: bool,
+        shopify_product: Option<&str>,
     ) -> Result<DeliverOutcome, EngineError> {
         let setup = self.setup()?;
         let (profiles, targets) = self.delivery_names();
         let Some(profile) = setup.profile(profile).cloned() else {
             return Ok(DeliverOutcome::UnknownProfile(profiles));
         };
-        if setup.target(target).is_none() {
+        let Some(target_cfg) = setup.target(target) else {
             return Ok(DeliverOutcome::UnknownTarget(targets));
+        };
+        let shopify_product = shopify_product.map(str::trim).filter(|p| !p.is_empty());
+        match (&target_cfg.kind, shopify_product) {
+            (crate::delivery::target::TargetKind::Shopify(_), None) => {
+                return Err(EngineError::Invalid(format!(
+                    "the target `{target}` is a Shopify shop: name the product (`shopify_product`, --product-id) as \
+                     gid://shopify/Product/… or its handle"
+                )));
+            }
+            (crate::delivery::target::TargetKind::Shopify(_), Some(p)) if !is_product_ref(p) => {
+                return Err(EngineError::Invalid(
+                    "`shopify_product` must be gid://shopify/Product/… or a product handle (lowercase letters, digits, \
+                     dashes)"
+                        .into(),
+                ));
+            }
+            (crate::delivery::target::TargetKind::Shopify(_), Some(_)) => {}
+            (_, Some(_)) => {
+                return Err(EngineError::Invalid(format!(
+                    "`shopify_product` is only for a shopify target; `{target}` is not one"
+                )));
+            }
+            (_, None) => {}
         }
         let store = &self.shared.store;
         let Some(set) = store.get_set(set_id.into()).await? else { return Ok(DeliverOutcome::NoSet) };
@@ -194,6 +221,25 @@ impl Engine {
             return Ok(DeliverOutcome::Blocked(blocking));
         }
         let chosen = chosen_images(&set)?;
+        // A chosen image whose stored bytes fail their sha256 check is refused before anything is
+        // recorded (a 409 naming the shot and the image), with or without `force`.
+        let mut damaged = Vec::new();
+        for c in &chosen {
+            let subject = format!("the {}'s chosen image", shot_label(&c.roles, c.position as usize));
+            let (s, id) = (store.clone(), c.artifact_id.clone());
+            let read = tokio::task::spawn_blocking(move || s.read_image_bytes_blocking(&id).map(|_| ()))
+                .await
+                .map_err(|e| EngineError::Invalid(format!("checking the images stopped: {e}")))?;
+            match read {
+                Ok(()) => {}
+                Err(StoreError::Damaged { .. }) => damaged
+                    .push(format!("{subject} {} is damaged (its stored bytes fail their sha256 check)", c.artifact_id)),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if !damaged.is_empty() {
+            return Ok(DeliverOutcome::Blocked(damaged));
+        }
         if !force {
             let mut problems = Vec::new();
             for c in &chosen {
@@ -244,6 +290,7 @@ impl Engine {
             profile: profile.name.clone(),
             target: target.into(),
             forced: force,
+            shopify_product: shopify_product.map(String::from),
             items,
         };
         match store.create_delivery(d, self.shared.now()).await? {
@@ -268,6 +315,26 @@ impl Engine {
         }
         Ok(out)
     }
+}
+
+/// Whether `p` looks like a product reference: a product gid or a handle.
+fn is_product_ref(p: &str) -> bool {
+    let ok_handle = |h: &str| {
+        !h.is_empty()
+            && h.len() <= 255
+            && h.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+    };
+    match p.strip_prefix("gid://shopify/Product/") {
+        Some(n) => !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()),
+        None => ok_handle(p),
+    }
+}
+
+/// The deterministic name a delivery's item has at a Shopify shop (found by it after a lost
+/// answer): the delivery's id, then the item's file name.
+fn shopify_file_name(delivery: &str, file_name: &str) -> String {
+    let id: String = delivery.chars().filter(|c| c.is_ascii_alphanumeric()).collect();
+    format!("tally-{id}-{file_name}")
 }
 
 /// A shot's chosen image, with what its item and file name need.
@@ -425,6 +492,8 @@ async fn deliver_one(shared: &Shared, setup: &Setup, boot: &str, d: DeliveryView
         None => Err(format!("the target `{}` is no longer configured", d.target)),
         Some(cfg) => Target::from_config(&cfg).map_err(|e| e.to_string()),
     };
+    // The files of this delivery at a Shopify product so far (kept by `placement = "replace"`).
+    let mut kept: Vec<String> = d.items.iter().filter_map(|i| i.remote_id.clone()).collect();
     for item in open {
         let (profile, target) = match (&profile, &target) {
             (Some(p), Ok(t)) => (p, t),
@@ -455,7 +524,27 @@ async fn deliver_one(shared: &Shared, setup: &Setup, boot: &str, d: DeliveryView
                 continue;
             }
         };
-        // Written (or maybe written) before: look first.
+        if let Target::Shopify { target: shop, .. } = target {
+            let outcome = deliver_shopify(shared, setup, boot, &d, item, profile, shop, &kept).await?;
+            let Some(outcome) = outcome else { return Ok(()) };
+            if let ItemOutcome::DeliveredAs { remote_id } = &outcome {
+                kept.push(remote_id.clone());
+            }
+            if confirm(item, outcome).await?.is_none() {
+                return Ok(());
+            }
+            crate::failpoint::crash("deliver-after-confirm");
+            continue;
+        }
+        // Written (or maybe written) before: look first, when the target can find a file by
+        // name; one that cannot is left unknown rather than written twice.
+        if item.sha256.is_some() && !target.capabilities().can_settle() {
+            let why = "its write was interrupted and this target cannot look a file up by name".to_string();
+            if confirm(item, ItemOutcome::Unknown { why }).await?.is_none() {
+                return Ok(());
+            }
+            continue;
+        }
         if item.sha256.is_some()
             && let Some(outcome) = settle_by_look(Some(target), item).await
         {
@@ -513,6 +602,57 @@ async fn deliver_one(shared: &Shared, setup: &Setup, boot: &str, d: DeliveryView
     store.settle_delivery(d.id.clone(), boot.to_string(), shared.now()).await?;
     setup.changed(&d);
     Ok(())
+}
+
+/// One item to a Shopify product: rendered, recorded `writing` (durable, before anything is
+/// sent), then the flow of [`crate::delivery::shopify::ShopifyTarget::deliver`], which looks
+/// its file up by name first — so an item recorded `writing` before (a crash, a lost answer)
+/// is settled by that lookup, never created twice. `None` when this run no longer holds the
+/// delivery.
+#[allow(clippy::too_many_arguments)]
+async fn deliver_shopify(
+    shared: &Shared,
+    setup: &Setup,
+    boot: &str,
+    d: &DeliveryView,
+    item: &DeliveryItemView,
+    profile: &Profile,
+    shop: &crate::delivery::shopify::ShopifyTarget,
+    kept: &[String],
+) -> Result<Option<ItemOutcome>, StoreError> {
+    let store = &shared.store;
+    let Some(product) = d.shopify_product.as_deref() else {
+        let why = "the delivery names no Shopify product (`shopify_product`)".to_string();
+        return Ok(Some(ItemOutcome::Failed { why, retry_safe: true }));
+    };
+    let file = match render_item(store, profile, item).await {
+        Ok(f) => f,
+        Err(why) => return Ok(Some(ItemOutcome::Failed { why, retry_safe: true })),
+    };
+    let facts = FileFacts {
+        sha256: file.sha256.clone(),
+        bytes: file.bytes.len() as i64,
+        width: i64::from(file.width),
+        height: i64::from(file.height),
+    };
+    let held = store
+        .record_delivery_writing(d.id.clone(), item.position, boot.to_string(), facts, shared.now(), setup.lease_ms)
+        .await?;
+    if !held {
+        return Ok(None);
+    }
+    setup.changed(d);
+    crate::failpoint::crash("deliver-after-writing");
+    let name = shopify_file_name(&d.id, &item.file_name);
+    let budget = setup.target(&d.target).map(|t| t.timeout_ms).unwrap_or(30_000);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(budget);
+    let answer = shop.deliver(product, &name, file.bytes, kept, deadline).await;
+    crate::failpoint::crash("deliver-after-put");
+    Ok(Some(match answer {
+        Ok(remote_id) => ItemOutcome::DeliveredAs { remote_id },
+        Err(TargetError::Ambiguous(why)) => ItemOutcome::Unknown { why },
+        Err(e) => failed(e),
+    }))
 }
 
 /// Settle an item that was recorded `writing` (or sent before) by looking at the target:

@@ -31,6 +31,8 @@ mod openai;
 mod photoroom;
 mod replicate;
 mod serve;
+mod shopify;
+mod shopify_gql;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -282,6 +284,7 @@ fn router(state: Arc<Mock>) -> Router {
         .route("/bfl/v1/{model}", post(bfl::create))
         .route("/bfl/delivery/{file}", get(bfl::delivery))
         .route("/files/{file}", get(serve::download))
+        .nest_service("/admin", shopify::routes())
         .route("/_mock/behavior", get(get_behavior).put(put_behavior))
         .route("/_mock/ledger", get(get_ledger))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such route", "not_found") })

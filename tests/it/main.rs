@@ -24,8 +24,11 @@ mod damaged;
 mod deliveries;
 #[cfg(feature = "failpoints")]
 mod delivery_crash;
+#[cfg(feature = "failpoints")]
+mod delivery_crash_shopify;
 mod delivery_page;
 mod delivery_s3;
+mod delivery_shopify;
 mod disks;
 mod download_profiles;
 mod engine;

@@ -162,6 +162,9 @@ pub struct NewDelivery {
     pub target: String,
     /// Delivered although an image does not meet the profile (`"force": true`).
     pub forced: bool,
+    /// The product a `shopify` target attaches the files to (a `gid://shopify/Product/…` or
+    /// a handle); `None` for other targets.
+    pub shopify_product: Option<String>,
     pub items: Vec<NewDeliveryItem>,
 }
 
@@ -187,6 +190,9 @@ pub struct DeliveryItemView {
     /// For a failed item: whether sending it again cannot deliver it twice or overwrite
     /// anything.
     pub retry_safe: Option<bool>,
+    /// The id the destination gave the file once delivered (a Shopify file/media id), when it
+    /// gives one.
+    pub remote_id: Option<String>,
 }
 
 /// A delivery as stored, with its items in shot order.
@@ -197,6 +203,8 @@ pub struct DeliveryView {
     pub profile: String,
     pub target: String,
     pub forced: bool,
+    /// The product a `shopify` target attaches the files to.
+    pub shopify_product: Option<String>,
     pub state: DeliveryState,
     pub created_at: Millis,
     pub updated_at: Millis,
@@ -228,8 +236,17 @@ pub enum RetryDeliveryOutcome {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ItemOutcome {
     Delivered,
-    Failed { why: String, retry_safe: bool },
-    Unknown { why: String },
+    /// Delivered, and the destination gave the file this id (kept as the item's `remote_id`).
+    DeliveredAs {
+        remote_id: String,
+    },
+    Failed {
+        why: String,
+        retry_safe: bool,
+    },
+    Unknown {
+        why: String,
+    },
 }
 
 fn delivery_of(r: &Row) -> Result<DeliveryView, StoreError> {
@@ -242,6 +259,7 @@ fn delivery_of(r: &Row) -> Result<DeliveryView, StoreError> {
         state: DeliveryState::parse(&r.get::<String>(5)?)?,
         created_at: r.get(6)?,
         updated_at: r.get(7)?,
+        shopify_product: r.get(8)?,
         items: Vec::new(),
     })
 }
@@ -249,7 +267,7 @@ fn delivery_of(r: &Row) -> Result<DeliveryView, StoreError> {
 fn items_of(tx: &mut dyn Tx, id: &str) -> Result<Vec<DeliveryItemView>, StoreError> {
     let rows = tx.rows(
         "SELECT position, task_id, artifact_id, shot_role, file_name, state, attempts, sha256, bytes, width, height,
-                why, retry_safe
+                why, retry_safe, remote_id
          FROM delivery_items WHERE delivery_id = ?1 ORDER BY position",
         &[&id],
     )?;
@@ -269,6 +287,7 @@ fn items_of(tx: &mut dyn Tx, id: &str) -> Result<Vec<DeliveryItemView>, StoreErr
                 height: r.get(10)?,
                 why: r.get(11)?,
                 retry_safe: r.get(12)?,
+                remote_id: r.get(13)?,
             })
         })
         .collect()
@@ -277,7 +296,7 @@ fn items_of(tx: &mut dyn Tx, id: &str) -> Result<Vec<DeliveryItemView>, StoreErr
 /// One delivery with its items.
 pub(in crate::store) fn get(tx: &mut dyn Tx, id: &str) -> Result<Option<DeliveryView>, StoreError> {
     let Some(row) = tx.opt(
-        "SELECT id, set_id, profile, target, forced, state, created_at, updated_at FROM deliveries WHERE id = ?1",
+        "SELECT id, set_id, profile, target, forced, state, created_at, updated_at, shopify_product FROM deliveries WHERE id = ?1",
         &[&id],
     )?
     else {
@@ -291,7 +310,7 @@ pub(in crate::store) fn get(tx: &mut dyn Tx, id: &str) -> Result<Option<Delivery
 /// A set's deliveries, oldest first, with their items.
 pub(in crate::store) fn list_for_set(tx: &mut dyn Tx, set: &str) -> Result<Vec<DeliveryView>, StoreError> {
     let rows = tx.rows(
-        "SELECT id, set_id, profile, target, forced, state, created_at, updated_at FROM deliveries
+        "SELECT id, set_id, profile, target, forced, state, created_at, updated_at, shopify_product FROM deliveries
          WHERE set_id = ?1 ORDER BY id",
         &[&set],
     )?;
@@ -328,9 +347,9 @@ pub(in crate::store) fn create(tx: &mut dyn Tx, d: &NewDelivery, now: Millis) ->
     }
     let id = new_id();
     tx.exec(
-        "INSERT INTO deliveries (id, set_id, profile, target, forced, state, created_at, updated_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?6)",
-        &[&id, &d.set_id, &d.profile, &d.target, &d.forced, &now],
+        "INSERT INTO deliveries (id, set_id, profile, target, forced, state, created_at, updated_at, shopify_product)
+         VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?6, ?7)",
+        &[&id, &d.set_id, &d.profile, &d.target, &d.forced, &now, &d.shopify_product],
     )?;
     for it in &d.items {
         tx.exec(
@@ -473,15 +492,17 @@ pub(in crate::store) fn confirm(
     if !hold(tx, id, runner, None, now)? {
         return Ok(None);
     }
-    let (state, why, safe) = match outcome {
-        ItemOutcome::Delivered => (ItemState::Delivered, None, None),
-        ItemOutcome::Failed { why, retry_safe } => (ItemState::Failed, Some(why.as_str()), Some(*retry_safe)),
-        ItemOutcome::Unknown { why } => (ItemState::Unknown, Some(why.as_str()), None),
+    let (state, why, safe, remote) = match outcome {
+        ItemOutcome::Delivered => (ItemState::Delivered, None, None, None),
+        ItemOutcome::DeliveredAs { remote_id } => (ItemState::Delivered, None, None, Some(remote_id.as_str())),
+        ItemOutcome::Failed { why, retry_safe } => (ItemState::Failed, Some(why.as_str()), Some(*retry_safe), None),
+        ItemOutcome::Unknown { why } => (ItemState::Unknown, Some(why.as_str()), None, None),
     };
     tx.exec(
-        "UPDATE delivery_items SET state = ?3, why = ?4, retry_safe = ?5, updated_at = ?6
+        "UPDATE delivery_items SET state = ?3, why = ?4, retry_safe = ?5, updated_at = ?6,
+                remote_id = coalesce(?7, remote_id)
          WHERE delivery_id = ?1 AND position = ?2",
-        &[&id, &position, &state.as_str(), &why, &safe, &now],
+        &[&id, &position, &state.as_str(), &why, &safe, &now, &remote],
     )?;
     let states: Vec<ItemState> = tx
         .rows("SELECT state FROM delivery_items WHERE delivery_id = ?1", &[&id])?

@@ -62,7 +62,7 @@ const SCHEMA: &str = include_str!("../../../schema-pg.sql");
 
 /// The PostgreSQL schema version this build writes (independent of SQLite's
 /// `SCHEMA_VERSION`). Older databases are migrated by [`MIGRATIONS`]; newer ones refused.
-pub const PG_SCHEMA_VERSION: i32 = 10;
+pub const PG_SCHEMA_VERSION: i32 = 11;
 
 /// Migrations from version `n` to `n + 1`, indexed by `n - 1`. Each runs in the transaction
 /// that records the new version, under the migration lock, and only while no other node of
@@ -187,6 +187,10 @@ const MIGRATIONS: &[&str] = &[
      ALTER TABLE providers ADD COLUMN paused_reason text CHECK (paused_reason IN ('circuit', 'rate_limit'));
      CREATE TABLE notices (id bigserial PRIMARY KEY, kind text NOT NULL, at bigint NOT NULL, data text NOT NULL,
         dismissed_at bigint);",
+    // 10 → 11: a delivery names the product a `shopify` target attaches to, and each item keeps
+    // the id the destination gave it (issue #38).
+    "ALTER TABLE deliveries ADD COLUMN shopify_product text;
+     ALTER TABLE delivery_items ADD COLUMN remote_id text;",
 ];
 
 pub use crate::store::locks::LOCK_CLASS;

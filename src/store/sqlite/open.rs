@@ -14,7 +14,7 @@ use crate::config::Durability;
 use crate::store::StoreError;
 
 /// The schema version this build writes. Older databases are migrated; newer ones refused.
-pub const SCHEMA_VERSION: i64 = 11;
+pub const SCHEMA_VERSION: i64 = 12;
 
 /// `PRAGMA application_id` of tally databases ("taly").
 pub(super) const APPLICATION_ID: i64 = 0x7461_6c79;
@@ -182,6 +182,10 @@ const MIGRATIONS: &[&str] = &[
      ALTER TABLE providers ADD COLUMN paused_reason TEXT CHECK (paused_reason IN ('circuit', 'rate_limit'));
      CREATE TABLE notices (id INTEGER PRIMARY KEY, kind TEXT NOT NULL, at INTEGER NOT NULL, data TEXT NOT NULL,
         dismissed_at INTEGER) STRICT;",
+    // 11 → 12: a delivery names the product a `shopify` target attaches to, and each item
+    // keeps the id the destination gave it (issue #38).
+    "ALTER TABLE deliveries ADD COLUMN shopify_product TEXT;
+     ALTER TABLE delivery_items ADD COLUMN remote_id TEXT;",
 ];
 
 /// The writer's automatic (PASSIVE) checkpoint runs once the WAL holds this many pages

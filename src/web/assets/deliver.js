@@ -84,6 +84,12 @@
     const blocking = h("ul", { id: "deliver-blocking", class: "blocking" });
     const status = h("p", { id: "deliver-ready", class: "hint", role: "status" });
     const force = h("input", { type: "checkbox", id: "deliver-force", checked: mine.force });
+    /* A shopify target needs the product the files are attached to (its gid or handle). */
+    const product = h("input", { type: "text", id: "deliver-product", value: mine.product || "",
+      placeholder: "gid://shopify/Product/… / handle" });
+    const productRow = h("span", {}, h("label", { for: "deliver-product" }, T.t("deliver.product")), product);
+    const isShop = () => ((targets.find((t) => t.name === target.value) || {}).kind === "shopify");
+    productRow.hidden = !isShop();
     const start = h("button", { type: "button", id: "deliver-start", class: "primary" }, T.t("deliver.start"));
     const err = errorSlot("deliver-error");
     const progress = h("div", { id: "delivery-box" });
@@ -107,11 +113,13 @@
         if (e.code !== "signed_out") T.showError(err, e.message);
       }
     });
-    target.addEventListener("change", () => { mine.target = target.value; });
+    target.addEventListener("change", () => { mine.target = target.value; productRow.hidden = !isShop(); });
+    product.addEventListener("input", () => { mine.product = product.value; });
     force.addEventListener("change", () => { mine.force = force.checked; });
     start.addEventListener("click", () => busy(start, err, async () => {
       const d = await api("POST", "/v1/sets/" + encodeURIComponent(s.id) + "/deliveries",
-        { profile: profile.value, target: target.value, force: force.checked });
+        Object.assign({ profile: profile.value, target: target.value, force: force.checked },
+          isShop() ? { shopify_product: product.value.trim() } : {}));
       showDelivery(progress, d);
     }));
     if (data.latest) showDelivery(progress, data.latest);
@@ -119,7 +127,7 @@
       h("p", { class: "hint" }, T.t("deliver.intro")),
       h("div", { class: "deliver-pick" },
         h("span", {}, h("label", { for: "deliver-profile" }, T.t("deliver.profile")), profile),
-        h("span", {}, h("label", { for: "deliver-target" }, T.t("deliver.target")), target)),
+        h("span", {}, h("label", { for: "deliver-target" }, T.t("deliver.target")), target), productRow),
       status, blocking,
       h("label", { class: "check", for: "deliver-force" }, force,
         T.t("deliver.force")),

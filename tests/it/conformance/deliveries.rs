@@ -59,6 +59,7 @@ async fn a_delivery_is_recorded_held_by_one_run_and_settled_item_by_item(s: Stor
         profile: "original".into(),
         target: "exports".into(),
         forced: false,
+        shopify_product: None,
         items,
     };
     // Shot 0 is chosen, shot 1 not: a delivery naming shot 1's image is refused.
@@ -168,7 +169,14 @@ async fn queued_delivery(s: &Store) -> String {
             file_name: format!("teapot_{pos}.png"),
         });
     }
-    let new = NewDelivery { set_id: sid, profile: "original".into(), target: "exports".into(), forced: false, items };
+    let new = NewDelivery {
+        set_id: sid,
+        profile: "original".into(),
+        target: "exports".into(),
+        forced: false,
+        shopify_product: None,
+        items,
+    };
     let DeliveryCreateOutcome::Created(d) = s.create_delivery(new, T0 + 53).await.expect("create") else {
         panic!("created")
     };

@@ -243,6 +243,7 @@ fn version_8_gives_the_calls_already_out_their_slots() {
          DROP TABLE provider_slots; DROP FUNCTION tally_slot_free() CASCADE; DROP FUNCTION tally_slot_size() CASCADE;
          ALTER TABLE tasks DROP COLUMN operation, DROP COLUMN source_kind, DROP COLUMN source_id;
          ALTER TABLE providers DROP COLUMN paused_reason; DROP TABLE notices;
+         ALTER TABLE deliveries DROP COLUMN shopify_product; ALTER TABLE delivery_items DROP COLUMN remote_id;
          UPDATE tally_schema SET version = 7 WHERE version > 7; SET search_path = public;"
     ))
     .expect("back to version 7");
