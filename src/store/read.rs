@@ -1,6 +1,8 @@
 //! Read queries: task views, timelines, artifacts, counts, and the reconciler's deadlines,
 //! written once over [`Tx`] for both backends (run by `Store::query`: a SQLite reader
-//! connection, or one read-only PostgreSQL snapshot). They never write.
+//! connection, or one read-only PostgreSQL snapshot). They never write (but for the owner's
+//! dismissal of a notice, kept beside the notices' read). Past 600 lines: the task view and
+//! its wait reasons, the lists and counts, and start-up's notices are one family of reads.
 
 use std::sync::OnceLock;
 
