@@ -225,7 +225,7 @@ fn bad_delivery_config_names_the_key_and_why() {
         (
             "[[delivery.targets]]\nname = \"x\"\nkind = \"ftp\"\n".into(),
             "delivery.targets[0].kind",
-            "\"folder\" or \"s3\"",
+            "\"folder\", \"s3\" or \"shopify\"",
         ),
         (format!("{folder}{folder}"), "delivery.targets[1].name", "configured twice"),
         (format!("[[delivery.targets]]\nname = \"exports\"\n{s3}"), "delivery.targets[0].name", "default local folder"),
