@@ -227,6 +227,32 @@ fn bad_delivery_config_names_the_key_and_why() {
             "delivery.targets[0].kind",
             "\"folder\", \"s3\" or \"shopify\"",
         ),
+        (
+            "[[delivery.targets]]\nname = \"x\"\nkind = \"shopify\"\nshop = \"evil.example.com\"\n\
+             access_token_env = \"T\"\n"
+                .into(),
+            "delivery.targets[0].shop",
+            "NAME.myshopify.com",
+        ),
+        (
+            "[[delivery.targets]]\nname = \"x\"\nkind = \"shopify\"\nshop = \"a.myshopify.com\"\n\
+             access_token_env = \"T\"\nplacement = \"front\"\n"
+                .into(),
+            "delivery.targets[0].placement",
+            "\"append\" or \"replace\"",
+        ),
+        (
+            "[[delivery.targets]]\nname = \"x\"\nkind = \"shopify\"\nshop = \"a.myshopify.com\"\n\
+             access_token_env = \"shpat_123 secret\"\n"
+                .into(),
+            "delivery.targets[0].access_token_env",
+            "environment variable",
+        ),
+        (
+            "[[delivery.targets]]\nname = \"x\"\nkind = \"folder\"\npath = \"/x\"\nshop = \"a.myshopify.com\"\n".into(),
+            "delivery.targets[0].shop",
+            "not a key of a `folder` target",
+        ),
         (format!("{folder}{folder}"), "delivery.targets[1].name", "configured twice"),
         (format!("[[delivery.targets]]\nname = \"exports\"\n{s3}"), "delivery.targets[0].name", "default local folder"),
         ("[[delivery.targets]]\nname = \"x\"\nkind = \"folder\"\n".into(), "delivery.targets[0].path", "required"),

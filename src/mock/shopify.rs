@@ -425,7 +425,7 @@ mod tests {
             }
         }
         let modes = excerpt["enums"]["FileCreateInputDuplicateResolutionMode"].as_array().expect("enum");
-        assert!(modes.iter().any(|m| m == "RAISE_ERROR"));
+        assert!(modes.iter().any(|m| m == "RAISE_ERROR"), "the target's duplicateResolutionMode is Shopify's");
     }
 
     #[test]

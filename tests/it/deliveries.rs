@@ -280,7 +280,20 @@ async fn a_version_9_database_gains_the_delivery_tables() {
     let version: i64 = rusqlite::Connection::open(&db)
         .and_then(|c| c.query_row("PRAGMA user_version", [], |r| r.get(0)))
         .expect("version");
-    assert_eq!(version, 10);
-    assert_eq!(tally::store::SCHEMA_VERSION, 10);
-    assert_eq!(tally::store::postgres::PG_SCHEMA_VERSION, 9);
+    assert_eq!(
+        version, 12,
+        "and on to 12: operations (11), a delivery's shopify product and each item's remote id (12)"
+    );
+    assert_eq!(tally::store::SCHEMA_VERSION, 12);
+    assert_eq!(tally::store::postgres::PG_SCHEMA_VERSION, 11);
+    let (product, remote): (Option<String>, Option<String>) = rusqlite::Connection::open(&db)
+        .and_then(|c| {
+            c.query_row(
+                "SELECT d.shopify_product, i.remote_id FROM deliveries d JOIN delivery_items i ON i.delivery_id = d.id",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+        })
+        .expect("the new columns");
+    assert_eq!((product, remote), (None, None));
 }
