@@ -130,8 +130,10 @@ pub struct NoticePath {
 )]
 pub async fn dismiss(
     State(state): State<AppState>,
-    axum::extract::Path(id): axum::extract::Path<i64>,
+    axum::extract::Path(id): axum::extract::Path<String>,
 ) -> Result<Response, ApiError> {
+    // An id that is not a notice's (not a number, out of range) names nothing: 404 like any other.
+    let Ok(id) = id.parse::<i64>() else { return Err(ApiError::not_found("notice")) };
     let now = crate::clock::Clock::now(&crate::clock::SystemClock);
     if !state.engine().store().dismiss_notice(id, now).await? {
         return Err(ApiError::not_found("notice"));

@@ -40,15 +40,19 @@ pub struct ProviderArgs {
     /// Its kind (openai_images, replicate, fal_queue, dashscope, gemini, bfl, photoroom, demo).
     #[arg(long)]
     pub kind: Option<String>,
+    /// The model it is asked for (required by most kinds).
     #[arg(long)]
     pub model: Option<String>,
+    /// The API's address, or your gateway's (http:// or https://).
     #[arg(long, value_name = "URL")]
     pub base_url: Option<String>,
     /// The price of one image, in `--currency`.
     #[arg(long, value_name = "AMOUNT")]
     pub price: Option<f64>,
+    /// The price's currency, three letters (USD, CNY, EUR).
     #[arg(long, value_name = "CODE")]
     pub currency: Option<String>,
+    /// How many requests may be in flight at once.
     #[arg(long, value_name = "N")]
     pub max_concurrency: Option<i64>,
     /// Where you look for a request tally cannot prove (your gateway's console).

@@ -573,8 +573,11 @@ mod retention {
     #[tokio::test]
     async fn retention_prunes_when_due_and_sleeps_in_between() {
         let s = shop(Arc::new(SystemClock), Some(Duration::from_secs(2))).await;
-        let id = s.task("short-lived", Step::Succeed).await;
+        // Taken before the task can settle: its `updated_at` (what retention measures its age
+        // from) is not earlier than this, however late `task` returns on a loaded machine (it
+        // did: "pruned before it was 2 s old" under load, measured from after the return).
         let settled = Instant::now();
+        let id = s.task("short-lived", Step::Succeed).await;
         // Before it is due: kept, and the engine runs no SQL while it waits.
         tokio::time::sleep(Duration::from_millis(300)).await;
         let statements = s.store.statements();

@@ -260,7 +260,15 @@ async fn a_version_9_database_gains_the_delivery_tables() {
     let durability = tally::config::Durability::Full;
     tally::store::Store::open(&db, durability).expect("new").close().expect("close");
     rusqlite::Connection::open(&db)
-        .and_then(|c| c.execute_batch("DROP TABLE delivery_items; DROP TABLE deliveries; PRAGMA user_version = 9;"))
+        .and_then(|c| {
+            // What versions 10 to 12 add, gone: the delivery tables, and operations' columns.
+            c.execute_batch(
+                "DROP TABLE delivery_items; DROP TABLE deliveries; DROP TABLE notices;
+                 ALTER TABLE providers DROP COLUMN paused_reason; DROP INDEX tasks_by_source;
+                 ALTER TABLE tasks DROP COLUMN source_id; ALTER TABLE tasks DROP COLUMN source_kind;
+                 ALTER TABLE tasks DROP COLUMN operation; PRAGMA user_version = 9;",
+            )
+        })
         .expect("make it version 9");
     let store = tally::store::Store::open(&db, durability).expect("migrates");
     let rows: i64 = store

@@ -54,6 +54,7 @@ mod providers_fidelity;
 mod providers_gemini;
 mod providers_hostile;
 mod providers_http;
+mod providers_photoroom;
 mod providers_replicate;
 mod providers_sdk;
 mod races;

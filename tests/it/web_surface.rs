@@ -193,7 +193,9 @@ fn a_shop_owner_makes_a_set_in_the_page_and_downloads_every_image() {
         assert_eq!(thumb.header("content-type"), Some("image/jpeg"));
         let t = image::load_from_memory(&thumb.body).expect("a thumbnail that decodes");
         assert!(t.width() <= 256 && t.height() <= 256, "{}x{}", t.width(), t.height());
-        assert!(thumb.body.len() < full.body.len(), "the thumbnail is smaller than the image");
+        // Served small: a list's thumbnail is a small JPEG (the demo's flat PNGs are smaller
+        // still, so its size is bounded rather than compared with the image's).
+        assert!(thumb.body.len() <= 32 * 1024, "the thumbnail is {} bytes", thumb.body.len());
 
         // An unknown job for the list, so every colour is on it.
         mock.behave(json!({ "drop_response": true }));

@@ -228,7 +228,7 @@ fn dark_mode_at_320_px_is_clean_on_every_main_view() {
         assert_eq!(problem, json!("这个模型只接受一张参考照片,而这个任务有 2 张。"));
         b.js(&format!("(location.hash = '#/tasks/{}')", jobs.unknown)).await;
         let link = b.until("where to look in Chinese", 15, "document.getElementById('where-to-look-link')?.textContent").await;
-        assert!(link.as_str().unwrap_or("").contains("打开OpenAI 的用量页面"), "{link}");
+        assert!(link.as_str().unwrap_or("").contains("打开为这个服务商设置的控制台"), "{link}");
         b.js(&format!("(location.hash = '#/tasks/{}')", jobs.refused)).await;
         b.until("the refusal", 15, "document.getElementById('refusal') !== null").await;
         b.js("(document.cookie = 'tally_lang=en; Path=/; SameSite=Strict', location.reload(), true)").await;
