@@ -196,6 +196,8 @@ fn a_shop_owner_makes_a_set_in_the_page_and_downloads_every_image() {
         // Served small: a list's thumbnail is a small JPEG (the demo's flat PNGs are smaller
         // still, so its size is bounded rather than compared with the image's).
         assert!(thumb.body.len() <= 32 * 1024, "the thumbnail is {} bytes", thumb.body.len());
+        let i = image::load_from_memory(&full.body).expect("the image decodes");
+        assert!(t.width() <= i.width() && t.height() <= i.height(), "the thumbnail is no larger than the image");
 
         // An unknown job for the list, so every colour is on it.
         mock.behave(json!({ "drop_response": true }));
