@@ -74,7 +74,10 @@ pub(super) async fn profile_zip(
     .map_err(|e| ApiError::unavailable(&e))?;
     let (good, bad): (Vec<&Made>, Vec<&Made>) = made.iter().partition(|m| m.result.is_ok());
     if good.is_empty() {
-        let why: Vec<String> = bad.iter().map(|m| m.result.as_ref().err().cloned().unwrap_or_default()).collect();
+        let why: Vec<String> = bad
+            .iter()
+            .map(|m| format!("shot {}: {}", m.shot + 1, m.result.as_ref().err().cloned().unwrap_or_default()))
+            .collect();
         return Err(ApiError::conflict(
             "cannot_make",
             format!("none of the images could be made with profile `{}`: {}", profile.name, why.join("; ")),

@@ -38,6 +38,7 @@ mod fsync;
 mod hostile3;
 mod language;
 mod limits;
+mod memory;
 mod money;
 mod onefile;
 mod openapi;
