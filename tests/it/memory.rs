@@ -16,6 +16,10 @@ use crate::common::*;
 
 /// The address space the daemon may use: 1 GiB, hard and soft (it cannot raise it).
 const ADDRESS_SPACE: u64 = 1 << 30;
+/// The resident memory of an idle test daemon, generously (about 45 MB measured, debug build).
+const CEILING_IDLE: u64 = 128 << 20;
+/// The default image budget (`[engine] image_memory_mb` = 384).
+const IMAGE_BUDGET: u64 = tally::pixels::DEFAULT_BYTES;
 
 fn zip_entries(body: &[u8]) -> Vec<(String, Vec<u8>)> {
     let mut z = zip::ZipArchive::new(std::io::Cursor::new(body)).expect("a whole zip");
@@ -218,6 +222,7 @@ fn images_within_the_budget_are_still_rendered_under_1_gib() {
         .stderr(log)
         .spawn()
         .expect("prlimit runs tally serve");
+    let pid = child.id();
     d.child = Some(child);
     let port = d.port;
     assert!(wait_for(Duration::from_secs(30), || std::net::TcpStream::connect(("127.0.0.1", port)).ok()).is_some());
@@ -261,4 +266,9 @@ fn images_within_the_budget_are_still_rendered_under_1_gib() {
         assert!(image::load_from_memory(&jpg.1).is_ok());
     }
     assert!(d.child.as_mut().expect("child").try_wait().expect("try_wait").is_none(), "{}", d.stderr());
+    // The ceiling ARCHITECTURE.md ("Memory") documents: the idle daemon, the image budget, and
+    // the files of the requests in flight (here three zips of one JPEG each).
+    let peak = peak_resident(pid);
+    eprintln!("memory: peak resident {} MB rendering within the budget", peak >> 20);
+    assert!(peak < CEILING_IDLE + IMAGE_BUDGET + (64 << 20), "peak resident {} MB", peak >> 20);
 }
