@@ -446,6 +446,8 @@ fn runner_id(shared: &Shared) -> String {
 async fn render_item(store: &Store, profile: &Profile, item: &DeliveryItemView) -> Result<render::Rendered, String> {
     let (s, id, p) = (store.clone(), item.artifact_id.clone(), profile.clone());
     tokio::task::spawn_blocking(move || {
+        // Tests hold a delivery open here (`deliver-before-render=sleep(ms)`): prune must wait.
+        crate::failpoint::pause("deliver-before-render");
         let Some((_, bytes)) = s.read_image_bytes_blocking(&id).map_err(|e| e.to_string())? else {
             return Err(format!("the chosen image {id} is no longer stored"));
         };

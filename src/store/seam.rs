@@ -674,7 +674,7 @@ impl Store {
             done.freed_bytes = (before - s.db_bytes().await?).max(0);
         }
         done.kept_unknown = plan.report.kept_unknown;
-        done.kept_in_sets = plan.report.kept_in_sets;
+        done.kept_in_sets += plan.report.kept_in_sets;
         done.kept_retried = plan.report.kept_retried;
         done.kept_for_spend = plan.report.kept_for_spend;
         Ok(done)
