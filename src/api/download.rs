@@ -351,6 +351,8 @@ pub async fn set_zip(
 
 /// Images a set zip leaves out, each with why.
 type LeftOut = Vec<(Entry, String)>;
+/// Images a set zip holds, each with its bytes (read and checked before the first byte).
+type ReadBack = Vec<(Entry, Vec<u8>)>;
 
 /// The set zip's name: `<product>.zip`, or `<product>_<profile>.zip` for a profile.
 pub(super) fn zip_name(set: &SetView, profile: Option<&str>) -> String {
@@ -367,7 +369,7 @@ pub(super) fn zip_name(set: &SetView, profile: Option<&str>) -> String {
 /// request. Nothing is read from the store once the zip starts, so a prune or a failing disk
 /// meanwhile cannot cut a zip short: it is whole, or refused before its first byte. A set is a
 /// handful of images of a few MB, held for the length of one download.
-fn sort_damaged(store: &Store, entries: Vec<Entry>) -> Result<(Vec<(Entry, Vec<u8>)>, LeftOut), StoreError> {
+fn sort_damaged(store: &Store, entries: Vec<Entry>) -> Result<(ReadBack, LeftOut), StoreError> {
     let (mut good, mut bad) = (Vec::new(), Vec::new());
     for e in entries {
         let checked = match store.open_blob(&e.id)? {
