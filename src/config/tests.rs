@@ -295,3 +295,14 @@ fn bad_delivery_config_names_the_key_and_why() {
     let e = Config::from_toml("[delivery]\nprofile = []\n", "my.toml").unwrap_err().to_string();
     assert!(e.contains("profile"), "an unknown key under [delivery] is refused: {e}");
 }
+
+#[test]
+fn the_image_budget_is_in_mib_within_bounds() {
+    assert_eq!(Config::from_toml("", "t.toml").unwrap().engine.image_memory, crate::pixels::DEFAULT_BYTES);
+    let c = Config::from_toml("[engine]\nimage_memory_mb = 1024\n", "t.toml").unwrap();
+    assert_eq!(c.engine.image_memory, 1024 << 20);
+    for bad in ["image_memory_mb = 8", "image_memory_mb = -1", "image_memory_mb = 1000000"] {
+        let e = Config::from_toml(&format!("[engine]\n{bad}\n"), "t.toml").unwrap_err().to_string();
+        assert!(e.contains("engine.image_memory_mb"), "{bad}: {e}");
+    }
+}
