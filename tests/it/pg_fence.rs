@@ -139,6 +139,27 @@ fn flap(peer: bool) {
 /// the mock's latency after the one four before it. (Before, B sent all four at once: 8 out.)
 #[test]
 fn a_partitioned_nodes_calls_keep_their_slots_until_their_deadline() {
+    cap_while_fenced(Cut::Partition);
+}
+
+/// The same with node A paused (`SIGSTOP`, as a VM stall or a long GC pause would): its lock
+/// session stays up, but its leases run out, B takes its calls over, and their slots stay
+/// taken until their deadline; A, resumed, finds itself fenced and lands its answers late.
+#[test]
+fn a_paused_nodes_calls_keep_their_slots_until_their_deadline() {
+    cap_while_fenced(Cut::Pause);
+}
+
+/// How node A is taken out of the cluster for a while.
+#[derive(Clone, Copy)]
+enum Cut {
+    /// Its PostgreSQL traffic is dropped (no reset).
+    Partition,
+    /// Its process is stopped (`SIGSTOP`) and later continued.
+    Pause,
+}
+
+fn cap_while_fenced(how: Cut) {
     let Some(url) = pg_url() else { return };
     let db = database(&url);
     let hostport = db.split('@').nth(1).and_then(|r| r.split('/').next()).expect("host:port in the URL").to_string();
@@ -166,18 +187,43 @@ fn a_partitioned_nodes_calls_keep_their_slots_until_their_deadline() {
     wait_for(Duration::from_secs(20), || (mock.count("capcut ").0 == CAP).then_some(()))
         .expect("the cap's calls arrived");
     let b = node(&db, "node-b", &engine, &provider);
-    proxy.set(true);
+    let pid = a.child.as_ref().map(|c| c.id().to_string()).expect("node A runs");
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill").args([sig, &pid]).status().is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig} {pid}");
+    };
+    match how {
+        Cut::Partition => proxy.set(true),
+        Cut::Pause => signal("-STOP"),
+    }
     // B takes A's calls over (unknown: the provider proves nothing) and, in time, runs the rest.
     for (prompt, id) in &tasks {
         wait_for(Duration::from_secs(60), || status(&b, id).filter(|s| settled(s)))
             .unwrap_or_else(|| panic!("{prompt}: never settled; B's log:\n{}", b.stderr()));
     }
-    proxy.set(false);
-    for (prompt, id) in &tasks {
-        let s = wait_for(Duration::from_secs(30), || status(&b, id).filter(|s| s == "succeeded"));
-        assert!(s.is_some(), "{prompt}: {:?}; A's log:\n{}", status(&b, id), a.stderr());
+    match how {
+        Cut::Partition => proxy.set(false),
+        Cut::Pause => signal("-CONT"),
     }
-    every_answer_kept(&mock, &b, &tasks);
+    match how {
+        // A kept its answers through the partition: they land as late results.
+        Cut::Partition => {
+            for (prompt, id) in &tasks {
+                let s = wait_for(Duration::from_secs(30), || status(&b, id).filter(|s| s == "succeeded"));
+                assert!(s.is_some(), "{prompt}: {:?}; A's log:\n{}", status(&b, id), a.stderr());
+            }
+            every_answer_kept(&mock, &b, &tasks);
+        }
+        // A paused past its calls' request timeout may find them timed out when it resumes
+        // (the answer waited in a socket it did not read): those stay `unknown`, honestly.
+        // Nothing is charged twice either way.
+        Cut::Pause => {
+            for (prompt, _) in &tasks {
+                let charged = mock.lines().iter().filter(|l| l["charged"] == true && l["prompt"] == *prompt).count();
+                assert_eq!(charged, 1, "{prompt} charged {charged} times");
+            }
+        }
+    }
     let mut creates: Vec<i64> = mock
         .lines()
         .iter()
