@@ -284,8 +284,8 @@ impl S3Target {
                     short(&why)
                 ))),
                 Err(e) => Err(Try::Over(TargetError::Ambiguous(format!(
-                    "the answer to writing `{path}` to bucket `{b}` was lost ({}), and reading it back failed \
-                     too ({}): it may or may not be there",
+                    "`{path}` in bucket `{b}` may or may not be there: the answer to writing it was lost ({}), \
+                     and reading it back failed too ({})",
                     short(&why),
                     short(&e.to_string())
                 )))),
@@ -462,9 +462,9 @@ fn backoff(tries: u32) -> Duration {
     full / 2 + full / 2 * random / 1000
 }
 
-/// A detail inside a reason, at most 160 characters (the whole reason is cut later too).
+/// A detail inside a reason, at most 100 characters (the whole reason is cut later too).
 fn short(s: &str) -> String {
-    match s.char_indices().nth(160) {
+    match s.char_indices().nth(100) {
         Some((i, _)) => format!("{}…", &s[..i]),
         None => s.to_string(),
     }
