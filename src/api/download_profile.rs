@@ -116,6 +116,7 @@ pub(super) async fn profile_zip(
             charge: m.task.charge.state.as_str().to_string(),
             cost_micros: m.task.charge.cost_micros,
             currency: m.task.charge.currency.clone(),
+            remote_id: None,
         });
         entries.push((name.clone(), &r.bytes, m.artifact.created_at));
     }
