@@ -814,7 +814,7 @@ impl Store {
 
     /// Dismiss a notice; `false` when there was none to dismiss.
     pub async fn dismiss_notice(&self, id: i64, now: Millis) -> Result<bool, StoreError> {
-        self.op(Commit::Durable, 0, move |tx| read::dismiss_notice(tx, id, now)).await
+        self.op(Commit::Durable, 0, move |tx| ops::held::dismiss_notice(tx, id, now)).await
     }
 
     /// How many of `provider`'s tasks are queued, waiting or running.
