@@ -43,11 +43,13 @@ pub struct SetEditBody {
 pub struct ShotEditBody {
     /// The shot's position in the set's `shots` array, from 0.
     #[schema(minimum = 0)]
+    #[serde(deserialize_with = "super::whole")]
     pub position: i64,
     /// The shot's own words (the product and style are added as at creation).
     #[schema(min_length = 1)]
     pub prompt: Option<String>,
     /// `main`, `selling_point` or `scene`.
+    #[schema(schema_with = super::sets::shot_role)]
     pub role: Option<String>,
 }
 

@@ -262,7 +262,7 @@ pub struct ShotBody {
 }
 
 /// The schema of a shot's role: one of [`SHOT_ROLES`].
-fn shot_role() -> utoipa::openapi::schema::Object {
+pub(crate) fn shot_role() -> utoipa::openapi::schema::Object {
     utoipa::openapi::schema::ObjectBuilder::new()
         .schema_type(utoipa::openapi::schema::Type::String)
         .enum_values(Some(SHOT_ROLES.iter().copied()))
@@ -379,6 +379,7 @@ pub struct SetQuery {
     /// A delivery profile's name: `delivery.blocking` then also says which chosen images will
     /// not meet it by their pixel size (and `original` by its byte limit). Without it, only
     /// shots with no chosen image are reported (no profile is the default).
+    #[param(schema_with = super::openapi::profile_names)]
     pub profile: Option<String>,
 }
 
@@ -418,7 +419,8 @@ pub struct ListQuery {
     /// A set id (a page's `next`): list sets created before it.
     pub before: Option<String>,
     /// The page size: 1 to 500 (larger values give 500); 20 when absent.
-    #[param(minimum = 1)]
+    #[param(minimum = 1, value_type = Option<u64>)]
+    #[serde(default, deserialize_with = "crate::api::any_count")]
     pub limit: Option<usize>,
 }
 
