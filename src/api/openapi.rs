@@ -208,15 +208,15 @@ fn one_of<I: IntoIterator<Item = S>, S: Into<serde_json::Value>>(values: I) -> o
         .build()
 }
 
-/// The schema of a `profile`: the built-in names (the served document adds the configured
-/// ones, [`for_daemon`]).
+/// The schema of `?profile=`: the built-in names, or empty (read as absent); the served
+/// document adds the configured ones ([`for_daemon`]).
 pub fn profile_names() -> openapi::schema::Object {
-    one_of(crate::delivery::profile::builtins().into_iter().map(|p| p.name))
+    one_of(crate::delivery::profile::builtins().into_iter().map(|p| p.name).chain([String::new()]))
 }
 
-/// The schema of `?which=`: `chosen` or `all`.
+/// The schema of `?which=`: `chosen` or `all`, or empty (read as absent).
 pub fn which_names() -> openapi::schema::Object {
-    one_of(["chosen", "all"])
+    one_of(["chosen", "all", ""])
 }
 
 /// The schema of a `from`/`to`: empty (absent), a UTC date, or an RFC 3339 time in UTC. The
@@ -276,7 +276,9 @@ pub fn for_daemon(names: &Names) -> String {
                     && p["name"] == "profile"
                     && let Some(schema) = p.get_mut("schema")
                 {
-                    restrict(schema, &names.profiles);
+                    // Empty is read as absent.
+                    let empty = names.profiles.iter().cloned().chain([String::new()]);
+                    restrict(schema, &empty.collect::<Vec<_>>());
                 }
             }
         }

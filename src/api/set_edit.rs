@@ -30,7 +30,8 @@ pub struct SetEditBody {
     /// New style notes; an empty string removes them.
     pub style: Option<String>,
     /// The set's reference photos, in order (upload ids from `POST /v1/uploads`); an empty list
-    /// removes them.
+    /// removes them. At most 8.
+    #[schema(max_items = 8)]
     pub references: Option<Vec<String>>,
     /// Changes to single shots.
     #[serde(default)]

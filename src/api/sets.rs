@@ -276,14 +276,15 @@ pub struct SetBody {
     /// The product's name (not blank).
     #[schema(min_length = 1)]
     pub product: String,
-    /// Upload ids (`POST /v1/uploads`).
+    /// Upload ids (`POST /v1/uploads`), at most 8.
     #[serde(default)]
+    #[schema(max_items = 8)]
     pub references: Vec<String>,
     pub style: Option<String>,
     /// A configured provider's name; the default one when absent.
     pub provider: Option<String>,
-    /// One task per shot, run one at a time.
-    #[schema(min_items = 1)]
+    /// One task per shot, run one at a time; at most 50.
+    #[schema(min_items = 1, max_items = 50)]
     pub shots: Vec<ShotBody>,
     /// Makes resending this request safe (1 to 256 bytes; or the `Idempotency-Key` header).
     #[schema(min_length = 1)]
