@@ -180,9 +180,11 @@ pub struct DownloadQuery {
     /// `[[delivery.profiles]]`): each image is made listing-ready with it (pixel size, fit,
     /// background, format, byte limit), named by its `file_name` pattern, and the zip carries
     /// `manifest.csv` and `manifest.json`. Absent: the images as generated.
+    #[param(schema_with = super::openapi::profile_names)]
     pub profile: Option<String>,
     /// `chosen`: only the shots' chosen images; `all`: every candidate's image. Absent: the
     /// chosen image where a shot has one, else every candidate's.
+    #[param(schema_with = super::openapi::which_names)]
     pub which: Option<String>,
 }
 

@@ -503,6 +503,23 @@ impl Store {
         .await
     }
 
+    /// Put a lost create's execution back to be looked for again at `due_at` (see
+    /// `ops::exec::look_again`); `false` when `until` passed or it is no longer `calling`.
+    pub async fn look_again(
+        &self,
+        exec: String,
+        lease: String,
+        due_at: Millis,
+        until: Millis,
+        why: String,
+        now: Millis,
+    ) -> Result<bool, StoreError> {
+        self.op_at(Commit::Durable, 0, now, move |tx, now| {
+            ops::exec::look_again(tx, &exec, &lease, due_at, until, &why, now)
+        })
+        .await
+    }
+
     /// Extend a lease (ordered commit: after a power loss every lease counts as expired).
     pub async fn heartbeat(
         &self,
