@@ -697,17 +697,29 @@ impl Run<'_> {
             // one match proves nothing, so after a few looks the outcome stays unknown — unless
             // the last look says a later one may tell the candidates apart: then the execution
             // waits for its next look (`Next::LookAgain`), while the provider keeps its jobs.
+            //
+            // A look the provider throttled (429 with a wait) is no look at all: it waits as
+            // asked and does not count among the four, up to the recovery deadline — a listing
+            // shared by several workers can be rate-limited (DashScope allows 20 queries/s).
             let mut last = None;
-            for n in 1..=4 {
+            let mut n = 1;
+            while n <= 4 {
                 if self.should_stop() {
                     return Next::Stop;
                 }
+                let mut wait = self.retry_delay(n);
                 match self.entry.provider.find_lost(&req).await {
                     Ok(LostLookup::Found(job)) => return Next::Job(job),
                     Ok(other) => last = Some(other),
+                    Err(CallError::RetryAfter { after, message }) if self.now() < deadline => {
+                        tracing::info!(%message, "the provider throttled a lookup; it waits and looks again");
+                        wait = wait.max(after);
+                        n -= 1;
+                    }
                     Err(e) => tracing::info!(error = %e, "looking the job up failed"),
                 }
-                tokio::time::sleep(self.retry_delay(n)).await;
+                n += 1;
+                tokio::time::sleep(wait).await;
             }
             return match last {
                 Some(LostLookup::LookAgain { why: seen, until_ms }) if self.now() < until_ms => {
