@@ -32,7 +32,7 @@ use super::settings::ProviderConfig;
 use super::{Provider, demo};
 use crate::domain::operation::Operation;
 
-use Operation::{Cutout, Edit, Generate};
+use Operation::{Cutout, Draft, Edit, Generate};
 
 /// A provider kind's declaration.
 #[derive(Debug)]
@@ -87,8 +87,8 @@ pub const KINDS: &[KindSpec] = &[
         name: "demo",
         build: |cfg| Ok(Arc::new(demo::Demo::new(cfg.delay, 256))),
         dashboard: |_| Dashboard::demo(),
-        operations: &[Generate, Edit, Cutout],
-        default_operations: &[Generate, Edit, Cutout],
+        operations: &[Generate, Edit, Cutout, Draft],
+        default_operations: &[Generate, Edit, Cutout, Draft],
         bills: false,
         default_base_url: None,
         needs_base_url: false,
