@@ -58,7 +58,7 @@ pub struct DraftInput {
 }
 
 /// One fact of a draft.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Fact {
     pub key: String,
@@ -71,7 +71,7 @@ pub struct Fact {
 }
 
 /// One proposed shot.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Shot {
     /// One of [`ROLES`].
@@ -90,7 +90,7 @@ pub struct Shot {
 }
 
 /// One bullet point of the listing copy, with the keys of the facts it uses.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Bullet {
     pub text: String,
@@ -99,7 +99,7 @@ pub struct Bullet {
 }
 
 /// The listing copy, in the draft's language.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Copy {
     pub language: String,
@@ -112,7 +112,7 @@ pub struct Copy {
 }
 
 /// A question the model could not answer from the photos.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Question {
     /// Short and stable within the draft (`size`, `audience`).
@@ -127,7 +127,7 @@ pub struct Question {
 }
 
 /// A draft's content (one revision).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DraftBody {
     pub facts: Vec<Fact>,

@@ -30,6 +30,7 @@ mod ledger;
 mod openai;
 mod photoroom;
 mod replicate;
+mod responses;
 mod serve;
 mod shopify;
 mod shopify_gql;
@@ -269,6 +270,8 @@ fn router(state: Arc<Mock>) -> Router {
         .route("/v1/images/edits", post(openai::edits))
         .route("/v1/models", get(openai::models))
         .route("/v1/segment", post(photoroom::segment))
+        .route("/v1/responses", post(responses::create))
+        .route("/v1/responses/{id}", get(responses::get))
         .route("/v1/models/{owner}/{name}", get(replicate::get_model))
         .route("/v1/models/{owner}/{name}/versions/{version}", get(replicate::get_version))
         .route("/v1/models/{owner}/{name}/predictions", post(replicate::create_official))
@@ -326,6 +329,10 @@ enum Api {
     Bfl,
     /// Photoroom's remove-background API (synchronous, the PNG in the answer).
     Photoroom,
+    /// OpenAI's Responses API in background mode: an id at once, the answer later.
+    OpenaiResponses,
+    /// OpenAI's Responses API without background mode: the answer in the create's.
+    OpenaiResponsesSync,
 }
 
 impl Api {
@@ -338,13 +345,19 @@ impl Api {
             Api::Bfl => "bfl",
             Api::DashScope => "dashscope",
             Api::Photoroom => "photoroom",
+            Api::OpenaiResponses | Api::OpenaiResponsesSync => "openai_responses",
         }
+    }
+
+    /// Whether it is the Responses API (either mode).
+    fn responses(self) -> bool {
+        matches!(self, Api::OpenaiResponses | Api::OpenaiResponsesSync)
     }
 
     /// An account out of credit, as each API documents it (not charged).
     fn out_of_credit(self) -> Answer {
         match self {
-            Api::OpenaiImages => Answer::ok(serde_json::json!({"error": {
+            Api::OpenaiImages | Api::OpenaiResponses | Api::OpenaiResponsesSync => Answer::ok(serde_json::json!({"error": {
                 "message": "You exceeded your current quota, please check your plan and billing details.",
                 "type": "insufficient_quota", "param": null, "code": "insufficient_quota"}}))
             .with_status(StatusCode::TOO_MANY_REQUESTS),
@@ -366,7 +379,7 @@ impl Api {
 
     /// Whether the API answers a create with its result (no job to poll).
     fn synchronous(self) -> bool {
-        matches!(self, Api::OpenaiImages | Api::Gemini | Api::Photoroom)
+        matches!(self, Api::OpenaiImages | Api::Gemini | Api::Photoroom | Api::OpenaiResponsesSync)
     }
 
     /// An error answer in this style's documented shape (`code` is the shared path's

@@ -21,6 +21,7 @@ pub mod dashscope;
 pub mod fal_queue;
 pub mod gemini;
 pub mod openai_images;
+pub mod openai_responses;
 pub mod photoroom;
 pub mod replicate;
 
@@ -241,6 +242,26 @@ pub const KINDS: &[KindSpec] = &[
         mock_path: "",
         mock_model: None,
     },
+    KindSpec {
+        name: "openai_responses",
+        build: |cfg| Ok(Arc::new(openai_responses::OpenaiResponses::new(cfg)?)),
+        dashboard: openai_responses::dashboard,
+        // Drafting only: the Responses API with image inputs and structured output.
+        operations: &[Draft],
+        default_operations: &[Draft],
+        bills: true,
+        default_base_url: Some("https://api.openai.com/v1"),
+        needs_base_url: true,
+        needs_model: true,
+        default_key_env: Some("OPENAI_API_KEY"),
+        request_timeout: Duration::from_secs(120),
+        synchronous: false,
+        hosts_without_idempotency: &["api.openai.com"],
+        own_keys: &[],
+        max_image_bytes: 20 * MB,
+        mock_path: "",
+        mock_model: Some("gpt-5-mini"),
+    },
 ];
 
 /// The kind named `name`.
@@ -273,6 +294,7 @@ impl ProviderKind {
     pub const Gemini: ProviderKind = ProviderKind(&KINDS[5]);
     pub const Bfl: ProviderKind = ProviderKind(&KINDS[6]);
     pub const Photoroom: ProviderKind = ProviderKind(&KINDS[7]);
+    pub const OpenaiResponses: ProviderKind = ProviderKind(&KINDS[8]);
 
     /// The kind named `s`.
     pub fn parse(s: &str) -> Option<ProviderKind> {
@@ -328,13 +350,14 @@ mod tests {
             ProviderKind::Gemini,
             ProviderKind::Bfl,
             ProviderKind::Photoroom,
+            ProviderKind::OpenaiResponses,
         ]
         .iter()
         .enumerate()
         {
             assert_eq!(k.spec().name, KINDS[i].name);
         }
-        assert_eq!(ProviderKind::all().count(), 8, "a kind without its ProviderKind constant");
+        assert_eq!(ProviderKind::all().count(), 9, "a kind without its ProviderKind constant");
         for k in KINDS {
             assert!(!k.operations.is_empty(), "{}", k.name);
             assert!(k.default_operations.iter().all(|o| k.operations.contains(o)), "{}", k.name);
