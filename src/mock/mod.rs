@@ -329,9 +329,8 @@ enum Api {
     Bfl,
     /// Photoroom's remove-background API (synchronous, the PNG in the answer).
     Photoroom,
-    /// OpenAI's Responses API in background mode: an id at once, the answer later.
+    /// OpenAI's Responses API in background mode (an id at once, the answer later), and without.
     OpenaiResponses,
-    /// OpenAI's Responses API without background mode: the answer in the create's.
     OpenaiResponsesSync,
 }
 

@@ -187,15 +187,14 @@ fn check(body: &Map<String, Value>) -> Result<(), Answer> {
     if flag("background") == Some(true) && flag("store") == Some(false) {
         return Err(bad("Background mode requires store=true.", "invalid_value"));
     }
-    if let Some(f) = body.get("text").and_then(|t| t.get("format")) {
-        if f.get("type").and_then(Value::as_str) == Some("json_schema")
-            && (f.get("name").and_then(Value::as_str).is_none() || !f.get("schema").is_some_and(Value::is_object))
-        {
-            return Err(bad(
-                "Missing required parameter: 'text.format.name' or 'text.format.schema'.",
-                "missing_required_parameter",
-            ));
-        }
+    if let Some(f) = body.get("text").and_then(|t| t.get("format"))
+        && f.get("type").and_then(Value::as_str) == Some("json_schema")
+        && (f.get("name").and_then(Value::as_str).is_none() || !f.get("schema").is_some_and(Value::is_object))
+    {
+        return Err(bad(
+            "Missing required parameter: 'text.format.name' or 'text.format.schema'.",
+            "missing_required_parameter",
+        ));
     }
     Ok(())
 }
