@@ -9,7 +9,7 @@
 //! documented, the default is the pessimistic one (unknown Replicate inputs are stripped from
 //! what the API stores; `Idempotency-Key` is ignored unless told otherwise).
 //!
-//! Routes: `/v1/images/{generations,edits}` (OpenAI); `/v1/models/{owner}/{name}[/predictions
+//! Routes: `/v1/images/{generations,edits}`, `/v1/responses[/{id}]` (OpenAI); `/v1/models/{owner}/{name}[/predictions
 //! |/versions/{id}]`, `/v1/predictions[/{id}[/cancel]]` (Replicate); `/fal/{app}` (submit) and
 //! `/fal/{owner}/{alias}/requests/{id}[/status|/cancel]` (fal);
 //! `/dashscope/api/v1/services/aigc/{text2image|image2image}/image-synthesis`,
@@ -18,8 +18,7 @@
 //! `/gemini/{v1beta|v1}/batches[/{id}]` (Gemini, key in `x-goog-api-key`); `/bfl/v1/{model}`,
 //! `/bfl/v1/get_result?id=` and `/bfl/delivery/{id}.png` (BFL, key in `x-key`; delivery
 //! URLs are signed for 10 minutes); `/files/{id}.png` (result downloads); and the control routes `/_mock/behavior` (GET, PUT) and `/_mock/ledger` (GET).
-//! Control routes and downloads are not in the ledger and need no `Authorization` header;
-//! every API route does.
+//! Control routes and downloads are not in the ledger and need no `Authorization` header; every API route does.
 
 pub mod behavior;
 mod bfl;
@@ -163,6 +162,7 @@ impl MockArgs {
             error_echoes_key: false,
             openai_url_answers: self.openai_url_answers,
             moderation: self.moderation.clone(),
+            draft_answer: d.draft_answer,
             retry_after_ms: d.retry_after_ms,
             retry_after_form: d.retry_after_form,
             ratelimit_headers: d.ratelimit_headers,

@@ -153,7 +153,10 @@ fn response(j: &Job) -> Value {
                 v["error"] = json!({"code": "server_error", "message": e});
             }
             None => {
-                let text = draft_text(&j.prompt);
+                let text = match j.input.get("answer").and_then(Value::as_str) {
+                    Some(fixed) => fixed.to_string(),
+                    None => draft_text(&j.prompt),
+                };
                 let images = j.input.get("images").and_then(Value::as_u64).unwrap_or(0) as usize;
                 let (input_tokens, output_tokens) = usage_of(&j.prompt, images, &text);
                 v["status"] = json!("completed");
@@ -220,7 +223,7 @@ pub(super) async fn create(State(mock): State<Arc<Mock>>, headers: HeaderMap, bo
             let background = body.get("background").and_then(Value::as_bool).unwrap_or(false);
             let stored = json!({
                 "background": background, "text": body.get("text"), "images": images,
-                "max_output_tokens": body.get("max_output_tokens"),
+                "max_output_tokens": body.get("max_output_tokens"), "answer": b.draft_answer,
             });
             let api = if background { Api::OpenaiResponses } else { Api::OpenaiResponsesSync };
             let key = new_job(jobs, NewJob { api, model: &model, version: None, prompt: &prompt, input: stored }, b);

@@ -31,6 +31,7 @@ mod delivery_s3;
 mod delivery_shopify;
 mod disks;
 mod download_profiles;
+mod drafts;
 mod engine;
 mod fairness;
 #[cfg(feature = "failpoints")]
