@@ -11,6 +11,12 @@ use crate::common::{Daemon, FAST_DEMO, Mock, TempDir, try_request, upload_source
 use serde_json::{Value, json};
 
 fn daemon(mock: &Mock) -> Daemon {
+    configured(mock, false).expect("a daemon on SQLite")
+}
+
+/// A daemon with the demo and an `openai_responses` provider at `mock`; on PostgreSQL when
+/// `pg` (`None` when the PostgreSQL tests are skipped).
+fn configured(mock: &Mock, pg: bool) -> Option<Daemon> {
     let extra = format!(
         "{FAST_DEMO}\n[[providers]]\nname = \"oa\"\nkind = \"openai_responses\"\nbase_url = \"{}\"\nmodel = \"gpt-5-mini\"\n\
          api_key_env = \"TALLY_TEST_KEY\"\npoll_interval_ms = 20\nmax_output_tokens = 2000\n\
@@ -18,9 +24,12 @@ fn daemon(mock: &Mock) -> Daemon {
         mock.base()
     );
     let mut d = Daemon::configure(&extra);
+    if pg {
+        d.on_postgres("drafts-node")?;
+    }
     d.env.push(("TALLY_TEST_KEY".into(), "sk-test-drafts".into()));
     d.spawn();
-    d
+    Some(d)
 }
 
 fn photos(d: &Daemon, n: usize) -> Vec<String> {
@@ -296,6 +305,32 @@ fn the_cli_creates_shows_and_confirms_a_draft() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("set "), "{}", String::from_utf8_lossy(&out.stdout));
     assert_eq!(d.call("GET", "/v1/sets", None).json()["sets"].as_array().map(Vec::len), Some(1));
+    d.term();
+}
+
+/// The same store operations on PostgreSQL: a paid draft (its answer stored with the fenced
+/// finish), an owner's revision, a stale one refused, and one set from two confirmations.
+#[test]
+fn drafts_on_postgres_revise_and_confirm_once() {
+    let mock = Mock::start(&[]);
+    let Some(mut d) = configured(&mock, true) else { return };
+    let ph = photos(&d, 1);
+    let id = create(
+        &d,
+        &json!({"product": "mug", "photos": ph, "facts": {"colour": "blue"}, "language": "en", "provider": "oa"}),
+    )["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let dr = settled(&d, &id);
+    assert_eq!((dr["status"].as_str(), dr["charge"]["state"].as_str()), (Some("ready"), Some("charged")), "{dr}");
+    let edit = json!({"revision": 1, "shots": [dr["shots"][0]]});
+    assert_eq!(d.call("PATCH", &format!("/v1/drafts/{id}"), Some(&edit)).status, 200);
+    assert_eq!(d.call("PATCH", &format!("/v1/drafts/{id}"), Some(&edit)).status, 409);
+    let c1 = d.call("POST", &format!("/v1/drafts/{id}/confirm"), Some(&json!({"revision": 2}))).json();
+    let c2 = d.call("POST", &format!("/v1/drafts/{id}/confirm"), Some(&json!({"revision": 2}))).json();
+    assert!(c1["set_id"].is_string() && c1["set_id"] == c2["set_id"], "{c1} {c2}");
+    assert_eq!(charged(&mock, "POST /v1/responses"), (1, 1));
     d.term();
 }
 
