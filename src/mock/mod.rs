@@ -1,3 +1,6 @@
+//! Past 600 lines: the API styles' shared vocabulary (`Api`, `Job`, `Answer`) is kept together
+//! here, one variant per style; each style's routes are in its own file.
+//!
 //! The mock provider server (`tally mock-provider`): speaks the OpenAI images, Replicate,
 //! fal queue, Gemini and BFL API styles on loopback, and appends every API request it receives to a ledger
 //! file (one fsync'd JSON line each) so tests and users can count what was charged.
@@ -22,6 +25,7 @@
 
 pub mod behavior;
 mod bfl;
+mod chat;
 mod dashscope;
 mod fal;
 mod gemini;
@@ -332,6 +336,8 @@ enum Api {
     /// OpenAI's Responses API in background mode (an id at once, the answer later), and without.
     OpenaiResponses,
     OpenaiResponsesSync,
+    /// DashScope's OpenAI-compatible chat completions (synchronous).
+    DashscopeChat,
 }
 
 impl Api {
@@ -345,6 +351,7 @@ impl Api {
             Api::DashScope => "dashscope",
             Api::Photoroom => "photoroom",
             Api::OpenaiResponses | Api::OpenaiResponsesSync => "openai_responses",
+            Api::DashscopeChat => "dashscope_chat",
         }
     }
 
@@ -378,7 +385,7 @@ impl Api {
 
     /// Whether the API answers a create with its result (no job to poll).
     fn synchronous(self) -> bool {
-        matches!(self, Api::OpenaiImages | Api::Gemini | Api::Photoroom | Api::OpenaiResponsesSync)
+        matches!(self, Api::OpenaiImages | Api::Gemini | Api::Photoroom | Api::OpenaiResponsesSync | Api::DashscopeChat)
     }
 
     /// An error answer in this style's documented shape (`code` is the shared path's

@@ -69,6 +69,7 @@ pub(super) fn read_input(input: &Value) -> (String, usize) {
             let mut text = String::new();
             let mut images = 0;
             for item in items {
+                // Responses `input` items and chat `messages` alike.
                 match item.get("content") {
                     Some(Value::String(s)) => text.push_str(s),
                     Some(Value::Array(parts)) => {

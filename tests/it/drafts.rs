@@ -20,7 +20,11 @@ fn configured(mock: &Mock, pg: bool) -> Option<Daemon> {
     let extra = format!(
         "{FAST_DEMO}\n[[providers]]\nname = \"oa\"\nkind = \"openai_responses\"\nbase_url = \"{}\"\nmodel = \"gpt-5-mini\"\n\
          api_key_env = \"TALLY_TEST_KEY\"\npoll_interval_ms = 20\nmax_output_tokens = 2000\n\
-         price_per_million_input_tokens = 0.25\nprice_per_million_output_tokens = 2.0\n",
+         price_per_million_input_tokens = 0.25\nprice_per_million_output_tokens = 2.0\n\n\
+         [[providers]]\nname = \"ds\"\nkind = \"dashscope_chat\"\nbase_url = \"{}/dashscope/compatible-mode/v1\"\n\
+         model = \"qwen-vl-max\"\napi_key_env = \"TALLY_TEST_KEY\"\nprice_per_million_input_tokens = 0.8\n\
+         price_per_million_output_tokens = 3.2\n",
+        mock.base(),
         mock.base()
     );
     let mut d = Daemon::configure(&extra);
@@ -305,6 +309,27 @@ fn the_cli_creates_shows_and_confirms_a_draft() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("set "), "{}", String::from_utf8_lossy(&out.stdout));
     assert_eq!(d.call("GET", "/v1/sets", None).json()["sets"].as_array().map(Vec::len), Some(1));
+    d.term();
+}
+
+#[test]
+fn a_dashscope_chat_draft_is_one_charge_and_its_lost_answer_is_unknown_never_resent() {
+    let mock = Mock::start(&[]);
+    let mut d = daemon(&mock);
+    let ph = photos(&d, 2);
+    let body = json!({"product": "茶杯", "photos": ph, "language": "zh-CN", "marketplace": "tmall", "provider": "ds"});
+    let id = create(&d, &body)["id"].as_str().expect("id").to_string();
+    let dr = settled(&d, &id);
+    assert_eq!((dr["status"].as_str(), dr["charge"]["state"].as_str()), (Some("ready"), Some("charged")), "{dr}");
+    assert!(dr["charge"]["usage"]["output_tokens"].as_u64().is_some_and(|n| n > 0), "{}", dr["charge"]);
+    let line = mock.lines().into_iter().find(|l| l["api"] == "dashscope_chat").expect("a ledger line");
+    assert_eq!((line["charged"].as_bool(), line["reference_images"].as_u64()), (Some(true), Some(2)));
+
+    mock.behave(json!({"drop_response": true, "drop_on": "create"}));
+    let lost = create(&d, &json!({"product": "碗", "photos": [ph[0]], "language": "zh-CN", "provider": "ds"}));
+    let dr = settled(&d, lost["id"].as_str().expect("id"));
+    assert_eq!((dr["status"].as_str(), dr["charge"]["state"].as_str()), (Some("unknown"), Some("possible")), "{dr}");
+    assert_eq!(charged(&mock, "chat/completions"), (2, 2), "the lost one was sent once, never again");
     d.term();
 }
 

@@ -18,6 +18,7 @@
 
 pub mod bfl;
 pub mod dashscope;
+pub mod dashscope_chat;
 pub mod fal_queue;
 pub mod gemini;
 pub mod openai_images;
@@ -262,6 +263,26 @@ pub const KINDS: &[KindSpec] = &[
         mock_path: "",
         mock_model: Some("gpt-5-mini"),
     },
+    KindSpec {
+        name: "dashscope_chat",
+        build: |cfg| Ok(Arc::new(dashscope_chat::DashscopeChat::new(cfg)?)),
+        dashboard: dashscope::dashboard,
+        // Drafting only: Qwen-VL through the OpenAI-compatible chat completions.
+        operations: &[Draft],
+        default_operations: &[Draft],
+        bills: true,
+        default_base_url: Some(dashscope_chat::DEFAULT_BASE_URL),
+        needs_base_url: true,
+        needs_model: true,
+        default_key_env: Some("DASHSCOPE_API_KEY"),
+        request_timeout: Duration::from_secs(180),
+        synchronous: true,
+        hosts_without_idempotency: &["dashscope.aliyuncs.com", "dashscope-intl.aliyuncs.com"],
+        own_keys: &[],
+        max_image_bytes: 10 * MB,
+        mock_path: "/dashscope/compatible-mode/v1",
+        mock_model: Some("qwen-vl-max"),
+    },
 ];
 
 /// The kind named `name`.
@@ -295,6 +316,7 @@ impl ProviderKind {
     pub const Bfl: ProviderKind = ProviderKind(&KINDS[6]);
     pub const Photoroom: ProviderKind = ProviderKind(&KINDS[7]);
     pub const OpenaiResponses: ProviderKind = ProviderKind(&KINDS[8]);
+    pub const DashscopeChat: ProviderKind = ProviderKind(&KINDS[9]);
 
     /// The kind named `s`.
     pub fn parse(s: &str) -> Option<ProviderKind> {
@@ -351,13 +373,14 @@ mod tests {
             ProviderKind::Bfl,
             ProviderKind::Photoroom,
             ProviderKind::OpenaiResponses,
+            ProviderKind::DashscopeChat,
         ]
         .iter()
         .enumerate()
         {
             assert_eq!(k.spec().name, KINDS[i].name);
         }
-        assert_eq!(ProviderKind::all().count(), 9, "a kind without its ProviderKind constant");
+        assert_eq!(ProviderKind::all().count(), 10, "a kind without its ProviderKind constant");
         for k in KINDS {
             assert!(!k.operations.is_empty(), "{}", k.name);
             assert!(k.default_operations.iter().all(|o| k.operations.contains(o)), "{}", k.name);
