@@ -370,6 +370,7 @@ impl Engine {
     /// confirmed before answers its set.
     pub async fn confirm_draft(&self, id: &str, revision: i64, set: NewSet) -> Result<ConfirmOutcome, EngineError> {
         let out = self.shared.store.confirm_draft(id.into(), revision, set, self.shared.now()).await?;
+        crate::failpoint::crash("after-confirm");
         if matches!(out, ConfirmOutcome::Set { created: true, .. }) {
             self.shared.wake_dispatcher.notify_one();
         }

@@ -333,6 +333,50 @@ fn a_dashscope_chat_draft_is_one_charge_and_its_lost_answer_is_unknown_never_res
     d.term();
 }
 
+/// A confirmation that crashes half-way leaves either no set (before its commit) or the whole
+/// set (after it): after a restart the draft is confirmed once, with every shot.
+#[test]
+fn a_confirm_that_crashes_leaves_no_set_or_the_whole_set() {
+    for point in tally::failpoint::DRAFT_POINTS {
+        let mock = Mock::start(&[]);
+        let mut d = daemon(&mock);
+        let ph = photos(&d, 1);
+        let id = create(&d, &json!({"product": "mug", "photos": ph, "language": "en", "provider": "demo"}))["id"]
+            .as_str()
+            .expect("id")
+            .to_string();
+        let shots = settled(&d, &id)["shots"].as_array().map(Vec::len).expect("shots");
+        d.term();
+        d.env.push(("FAILPOINTS".into(), format!("{point}=return")));
+        d.spawn();
+        let auth = format!("Bearer {}", d.token());
+        let body = json!({"revision": 1}).to_string();
+        let path = format!("/v1/drafts/{id}/confirm");
+        let headers = [("Authorization", auth.as_str()), ("Content-Type", "application/json")];
+        let _ = try_request(d.port, "POST", &path, &headers, Some(body.as_bytes()));
+        let exited = wait_for(Duration::from_secs(30), || d.child.as_mut().and_then(|c| c.try_wait().ok().flatten()));
+        assert!(exited.is_some_and(|s| !s.success()), "{point} never fired: {}", d.stderr());
+        d.child = None;
+        d.env.retain(|(k, _)| k != "FAILPOINTS");
+        d.spawn();
+        let sets = d.call("GET", "/v1/sets", None).json()["sets"].as_array().cloned().unwrap_or_default();
+        let dr = d.call("GET", &format!("/v1/drafts/{id}"), None).json();
+        if *point == "confirm-before-link" {
+            assert!(sets.is_empty() && dr["set_id"].is_null(), "{point}: {sets:?} {dr}");
+        } else {
+            assert_eq!(sets.len(), 1, "{point}");
+            assert_eq!(sets[0]["shots"].as_array().map(Vec::len), Some(shots), "{point}: the whole set");
+            assert_eq!(dr["set_id"], sets[0]["id"], "{point}");
+        }
+        let c = d.call("POST", &path, Some(&json!({"revision": 1})));
+        assert!(c.status == 200 || c.status == 201, "{point}: {}", String::from_utf8_lossy(&c.body));
+        let after = d.call("GET", "/v1/sets", None).json()["sets"].as_array().cloned().unwrap_or_default();
+        assert_eq!(after.len(), 1, "{point}: confirmed once");
+        assert_eq!(after[0]["shots"].as_array().map(Vec::len), Some(shots), "{point}");
+        d.term();
+    }
+}
+
 /// The same store operations on PostgreSQL: a paid draft (its answer stored with the fenced
 /// finish), an owner's revision, a stale one refused, and one set from two confirmations.
 #[test]
