@@ -377,6 +377,38 @@ fn a_confirm_that_crashes_leaves_no_set_or_the_whole_set() {
     }
 }
 
+/// A prune keeps a draft whole (its drafting task, its photos, its set) and still prunes the
+/// rest; `tally check` finds nothing wrong with a succeeded draft task that has no image.
+#[test]
+fn a_prune_keeps_drafts_whole_and_check_accepts_their_answers() {
+    let mock = Mock::start(&[]);
+    let mut d = daemon(&mock);
+    let ph = photos(&d, 1);
+    let id = create(&d, &json!({"product": "mug", "photos": ph, "language": "en", "provider": "demo"}))["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    settled(&d, &id);
+    let c = d.call("POST", &format!("/v1/drafts/{id}/confirm"), Some(&json!({"revision": 1}))).json();
+    for shot in c["set"]["shots"].as_array().expect("shots") {
+        for cand in shot["candidates"].as_array().expect("candidates") {
+            d.wait_status(cand["task_id"].as_str().expect("task"), &["succeeded"]);
+        }
+    }
+    let single = d.call("POST", "/v1/tasks", Some(&json!({"prompt": "a lone cup", "provider": "demo"}))).json();
+    d.wait_status(single["id"].as_str().expect("id"), &["succeeded"]);
+    let r = d.call("POST", "/v1/prune", Some(&json!({"older_than": "0s"})));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert!(r.json()["tasks"].as_u64().is_some_and(|n| n >= 1), "the lone task went: {}", r.json());
+    let dr = d.call("GET", &format!("/v1/drafts/{id}"), None).json();
+    assert_eq!((dr["status"].as_str(), &dr["set_id"]), (Some("confirmed"), &c["set_id"]), "{dr}");
+    assert_eq!(dr["shots"].as_array().map(Vec::len), c["set"]["shots"].as_array().map(Vec::len));
+    assert_eq!(d.call("GET", &format!("/v1/uploads/{}", ph[0]), None).status, 200, "the draft's photo is kept");
+    d.term();
+    let out = d.cli(&["check"]);
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+}
+
 /// The same store operations on PostgreSQL: a paid draft (its answer stored with the fenced
 /// finish), an owner's revision, a stale one refused, and one set from two confirmations.
 #[test]
