@@ -23,7 +23,11 @@ fn configured(mock: &Mock, pg: bool) -> Option<Daemon> {
          price_per_million_input_tokens = 0.25\nprice_per_million_output_tokens = 2.0\n\n\
          [[providers]]\nname = \"ds\"\nkind = \"dashscope_chat\"\nbase_url = \"{}/dashscope/compatible-mode/v1\"\n\
          model = \"qwen-vl-max\"\napi_key_env = \"TALLY_TEST_KEY\"\nprice_per_million_input_tokens = 0.8\n\
-         price_per_million_output_tokens = 3.2\n",
+         price_per_million_output_tokens = 3.2\n\n\
+         [[providers]]\nname = \"gm\"\nkind = \"gemini\"\nbase_url = \"{}/gemini\"\nmodel = \"gemini-2.5-flash\"\n\
+         api_key_env = \"TALLY_TEST_KEY\"\noperations = [\"draft\"]\nprice_per_million_input_tokens = 0.3\n\
+         price_per_million_output_tokens = 2.5\n",
+        mock.base(),
         mock.base(),
         mock.base()
     );
@@ -407,6 +411,21 @@ fn a_prune_keeps_drafts_whole_and_check_accepts_their_answers() {
     d.term();
     let out = d.cli(&["check"]);
     assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn a_gemini_draft_uses_response_schema_and_is_one_charge() {
+    let mock = Mock::start(&[]);
+    let mut d = daemon(&mock);
+    let ph = photos(&d, 1);
+    let body =
+        json!({"product": "cup", "photos": ph, "facts": {"material": "porcelain"}, "language": "en", "provider": "gm"});
+    let id = create(&d, &body)["id"].as_str().expect("id").to_string();
+    let dr = settled(&d, &id);
+    assert_eq!((dr["status"].as_str(), dr["charge"]["state"].as_str()), (Some("ready"), Some("charged")), "{dr}");
+    assert!(dr["charge"]["usage"]["input_tokens"].as_u64().is_some_and(|n| n > 0), "{}", dr["charge"]);
+    assert_eq!(charged(&mock, "generateContent"), (1, 1));
+    d.term();
 }
 
 /// The same store operations on PostgreSQL: a paid draft (its answer stored with the fenced

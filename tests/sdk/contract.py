@@ -834,6 +834,31 @@ def _():
     assert [l["reference_images"] for l in ledger() if l.get("prompt") == prompt] == [1]
 
 
+
+@check("google-genai generate_content with response_mime_type application/json and response_schema: a JSON draft, usage")
+def _():
+    reset()
+    prompt = "gm draft " + DRAFT_INPUT
+    schema = gtypes.Schema(
+        type=gtypes.Type.OBJECT, required=["shots", "copy"],
+        properties={
+            "shots": gtypes.Schema(type=gtypes.Type.ARRAY, items=gtypes.Schema(
+                type=gtypes.Type.OBJECT, properties={"role": gtypes.Schema(type=gtypes.Type.STRING),
+                                                     "prompt": gtypes.Schema(type=gtypes.Type.STRING)})),
+            "copy": gtypes.Schema(type=gtypes.Type.OBJECT, properties={"title": gtypes.Schema(type=gtypes.Type.STRING)}),
+        },
+    )
+    r = gm_beta.models.generate_content(
+        model="gemini-2.5-flash",
+        contents=[prompt, gtypes.Part.from_bytes(data=PNG, mime_type="image/png")],
+        config=gtypes.GenerateContentConfig(response_mime_type="application/json", response_schema=schema,
+                                            max_output_tokens=2000),
+    )
+    d = json.loads(r.text)
+    assert d["shots"] and d["copy"]["title"], d
+    assert r.usage_metadata.prompt_token_count > 0 and r.usage_metadata.candidates_token_count > 0
+    assert charged(prompt) == 1
+
 reset()
 failed = [n for n, e in results if e is not None]
 print(f"{len(results) - len(failed)} passed, {len(failed)} failed")

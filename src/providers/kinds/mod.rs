@@ -21,6 +21,7 @@ pub mod dashscope;
 pub mod dashscope_chat;
 pub mod fal_queue;
 pub mod gemini;
+pub mod gemini_draft;
 pub mod openai_images;
 pub mod openai_responses;
 pub mod photoroom;
@@ -188,7 +189,8 @@ pub const KINDS: &[KindSpec] = &[
         name: "gemini",
         build: |cfg| Ok(Arc::new(gemini::Gemini::new(cfg)?)),
         dashboard: gemini::dashboard,
-        operations: &[Generate, Edit],
+        // Draft: with a text model and `operations = ["draft"]` (`gemini_draft`).
+        operations: &[Generate, Edit, Draft],
         default_operations: &[Generate, Edit],
         bills: true,
         default_base_url: None,
