@@ -211,6 +211,8 @@ async fn reload_budgets_on_sighup(engine: Arc<Engine>, path: PathBuf) {
 /// the file `cfg` came from (re-read for budget limits on SIGHUP).
 pub async fn serve(cfg: Config, config_path: Option<PathBuf>, open_browser: bool) -> Result<(), Failure> {
     let signals = StopSignals::install()?;
+    // Before any image work: the daemon's one budget for it (`[engine] image_memory_mb`).
+    crate::pixels::configure(cfg.engine.image_memory);
     // Said at start-up, not discovered at the first task: a provider whose key is missing
     // fails every task (before sending anything).
     for w in crate::engine::money::warnings(&cfg) {

@@ -34,6 +34,7 @@ pub mod engine;
 pub mod failpoint;
 pub mod metrics;
 pub mod mock;
+pub mod pixels;
 pub mod providers;
 pub mod render;
 pub mod server;

@@ -36,6 +36,54 @@ pub fn placeholder_png(prompt: &str, size: u32) -> Vec<u8> {
     out
 }
 
+/// A `side`×`side` RGB PNG of one colour (black), written a row at a time: a few hundred KB
+/// on disk however large `side` is (12,000 px: about 420 KB for 432 MB of pixels). The mock's
+/// `giant_image_side` answers it, as a hostile provider might. Made once per side and kept.
+pub fn flat_png(side: u32) -> Vec<u8> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static MADE: OnceLock<Mutex<HashMap<u32, Vec<u8>>>> = OnceLock::new();
+    let made = MADE.get_or_init(Mutex::default);
+    if let Some(b) = made.lock().ok().and_then(|m| m.get(&side).cloned()) {
+        return b;
+    }
+    /// A writer the stream writer may own (`'static`) whose bytes stay reachable.
+    #[derive(Clone, Default)]
+    struct Shared(std::sync::Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Shared {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().map_err(|_| std::io::Error::other("poisoned"))?.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let side = side.max(1);
+    let sink = Shared::default();
+    let mut encoder = png::Encoder::new(sink.clone(), side, side);
+    encoder.set_color(png::ColorType::Rgb);
+    encoder.set_depth(png::BitDepth::Eight);
+    encoder.set_compression(png::Compression::Fast);
+    encoder.set_filter(png::Filter::NoFilter);
+    let row = vec![0u8; side as usize * 3];
+    let ok = encoder.write_header().and_then(|w| {
+        let mut s = w.into_stream_writer()?;
+        for _ in 0..side {
+            std::io::Write::write_all(&mut s, &row)?;
+        }
+        s.finish()
+    });
+    let out = match (ok, sink.0.lock()) {
+        (Ok(()), Ok(b)) => b.clone(),
+        _ => return Vec::new(),
+    };
+    if let Ok(mut m) = made.lock() {
+        m.insert(side, out.clone());
+    }
+    out
+}
+
 /// Render a `size`×`size` RGB PNG of a "product" on a plain background, both coloured from
 /// `prompt`: an ellipse filling the middle ~60 % of the frame, striped like
 /// [`placeholder_png`], on a light background of one colour. The demo provider draws these, so

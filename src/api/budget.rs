@@ -27,11 +27,11 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Change, D::Error> {
 pub struct ProviderLimitsBody {
     /// The provider's daily limit; `null` removes it; absent leaves it.
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<f64>, minimum = 0)]
+    #[schema(value_type = Option<f64>, minimum = 0, exclusive_maximum = 1e12)]
     pub daily: Change,
     /// The provider's monthly limit; `null` removes it; absent leaves it.
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<f64>, minimum = 0)]
+    #[schema(value_type = Option<f64>, minimum = 0, exclusive_maximum = 1e12)]
     pub monthly: Change,
 }
 
@@ -41,11 +41,11 @@ pub struct ProviderLimitsBody {
 pub struct BudgetBody {
     /// The whole daemon's daily limit (UTC days); `null` removes it; absent leaves it.
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<f64>, minimum = 0)]
+    #[schema(value_type = Option<f64>, minimum = 0, exclusive_maximum = 1e12)]
     pub daily: Change,
     /// The whole daemon's monthly limit (UTC months); `null` removes it; absent leaves it.
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<f64>, minimum = 0)]
+    #[schema(value_type = Option<f64>, minimum = 0, exclusive_maximum = 1e12)]
     pub monthly: Change,
     /// Limits of single providers, by name.
     #[serde(default)]

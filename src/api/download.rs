@@ -16,7 +16,7 @@
 //! profile first (`super::download_profile`).
 
 use std::collections::{HashMap, HashSet};
-use std::io::{Read, Write};
+use std::io::Write;
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::QueryRejection;
@@ -24,13 +24,11 @@ use axum::extract::{Path as UrlPath, Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 use utoipa::IntoParams;
 
 use super::AppState;
 use super::error::ApiError;
-use crate::domain::hex;
 use crate::providers::extension;
 use crate::store::{ArtifactView, SetView, Store, StoreError, TaskView};
 
@@ -182,9 +180,11 @@ pub struct DownloadQuery {
     /// `[[delivery.profiles]]`): each image is made listing-ready with it (pixel size, fit,
     /// background, format, byte limit), named by its `file_name` pattern, and the zip carries
     /// `manifest.csv` and `manifest.json`. Absent: the images as generated.
+    #[param(schema_with = super::openapi::profile_names)]
     pub profile: Option<String>,
     /// `chosen`: only the shots' chosen images; `all`: every candidate's image. Absent: the
     /// chosen image where a shot has one, else every candidate's.
+    #[param(schema_with = super::openapi::which_names)]
     pub which: Option<String>,
 }
 
@@ -328,12 +328,11 @@ pub async fn set_zip(
         ));
     }
     let note = (!left_out.is_empty()).then(|| left_out_note(&left_out));
-    let store = state.engine().store().clone();
     let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(4);
     tokio::task::spawn_blocking(move || {
         let errors = tx.clone();
         let out = ChannelWriter { tx, buf: Vec::with_capacity(CHUNK) };
-        if let Err(e) = write_zip(&store, &good, note.as_deref(), out) {
+        if let Err(e) = write_zip(&good, note.as_deref(), out) {
             tracing::warn!(error = %e, "a set download ended early");
             let _ = errors.blocking_send(Err(e));
         }
@@ -354,6 +353,8 @@ pub async fn set_zip(
 
 /// Images a set zip leaves out, each with why.
 type LeftOut = Vec<(Entry, String)>;
+/// Images a set zip holds, each with its bytes (read and checked before the first byte).
+type ReadBack = Vec<(Entry, Vec<u8>)>;
 
 /// The set zip's name: `<product>.zip`, or `<product>_<profile>.zip` for a profile.
 pub(super) fn zip_name(set: &SetView, profile: Option<&str>) -> String {
@@ -364,9 +365,13 @@ pub(super) fn zip_name(set: &SetView, profile: Option<&str>) -> String {
     }
 }
 
-/// Split the entries into the images that read back intact and those left out, with why
-/// (damaged, or not stored). Any other store failure ends the request.
-fn sort_damaged(store: &Store, entries: Vec<Entry>) -> Result<(Vec<Entry>, LeftOut), StoreError> {
+/// Read every entry's image whole, checked against its sha256, before the zip's first byte:
+/// the images that read back intact (with their bytes), and those left out with why
+/// (damaged, not stored, or pruned since the set was read). Any other store failure ends the
+/// request. Nothing is read from the store once the zip starts, so a prune or a failing disk
+/// meanwhile cannot cut a zip short: it is whole, or refused before its first byte. A set is a
+/// handful of images of a few MB, held for the length of one download.
+fn sort_damaged(store: &Store, entries: Vec<Entry>) -> Result<(ReadBack, LeftOut), StoreError> {
     let (mut good, mut bad) = (Vec::new(), Vec::new());
     for e in entries {
         let checked = match store.open_blob(&e.id)? {
@@ -374,16 +379,17 @@ fn sort_damaged(store: &Store, entries: Vec<Entry>) -> Result<(Vec<Entry>, LeftO
             Some(r) if r.meta().sha256 != e.sha256 => {
                 Err("its stored image does not match the sha256 the set records".to_string())
             }
-            Some(mut r) => match r.verify_rest() {
-                Ok(()) => Ok(()),
+            Some(mut r) => match r.read_all() {
+                Ok(bytes) => Ok(bytes),
                 Err(StoreError::Damaged { why, .. }) => Err(why),
+                Err(StoreError::Gone { .. }) => Err("its image was deleted while the zip was made".to_string()),
                 Err(other) => return Err(other),
             },
         };
         match checked {
-            Ok(()) => good.push(e),
+            Ok(bytes) => good.push((e, bytes)),
             Err(why) => {
-                tracing::error!(image = %e.id, %why, "a set download leaves a damaged image out");
+                tracing::error!(image = %e.id, %why, "a set download leaves an image out");
                 bad.push((e, why));
             }
         }
@@ -394,9 +400,10 @@ fn sort_damaged(store: &Store, entries: Vec<Entry>) -> Result<(Vec<Entry>, LeftO
 /// The text of [`LEFT_OUT_NOTE`]: which images the zip leaves out, and why.
 fn left_out_note(left_out: &[(Entry, String)]) -> String {
     let mut t = format!(
-        "{} image(s) of this set are NOT in this zip: their bytes in tally's database are damaged.\n\
-         Run `tally check` on the daemon's machine to list every damaged image; restore a backup that has them, \
-         or retry the shots to make them again.\n\n",
+        "{} image(s) of this set are NOT in this zip: they could not be read back intact from tally's database \
+         (each line says why).\n\
+         For a damaged image, run `tally check` on the daemon's machine to list every damaged image; restore a \
+         backup that has them, or retry the shots to make them again.\n\n",
         left_out.len()
     );
     for (e, why) in left_out {
@@ -405,37 +412,18 @@ fn left_out_note(left_out: &[(Entry, String)]) -> String {
     t
 }
 
-/// Write the zip: each image read from the database in chunks into a stored entry, its sha256
-/// checked before the next entry starts; then `note`, if any, as [`LEFT_OUT_NOTE`].
-fn write_zip(store: &Store, entries: &[Entry], note: Option<&str>, out: ChannelWriter) -> std::io::Result<()> {
+/// Write the zip from the images already read and checked ([`sort_damaged`]), each a stored
+/// entry; then `note`, if any, as [`LEFT_OUT_NOTE`].
+fn write_zip(entries: &[(Entry, Vec<u8>)], note: Option<&str>, out: ChannelWriter) -> std::io::Result<()> {
     use zip::write::SimpleFileOptions;
     let mut zip = zip::ZipWriter::new_stream(out);
-    for e in entries {
+    for (e, bytes) in entries {
         let opts = SimpleFileOptions::default()
             .compression_method(zip::CompressionMethod::Stored)
             .last_modified_time(zip_time(e.created_at))
             .unix_permissions(0o644);
         zip.start_file(e.name.as_str(), opts).map_err(std::io::Error::other)?;
-        let mut f = store
-            .open_blob(&e.id)
-            .map_err(std::io::Error::other)?
-            .ok_or_else(|| std::io::Error::other(format!("the image of artifact {} is no longer stored", e.id)))?;
-        let mut sha = Sha256::new();
-        let mut buf = vec![0u8; crate::store::CHUNK];
-        loop {
-            let n = f.read(&mut buf)?;
-            if n == 0 {
-                break;
-            }
-            sha.update(&buf[..n]);
-            zip.write_all(&buf[..n])?;
-        }
-        if hex(&sha.finalize()) != e.sha256 {
-            return Err(std::io::Error::other(format!(
-                "the image of artifact {} does not match its recorded sha256; run `tally check`",
-                e.id
-            )));
-        }
+        zip.write_all(bytes)?;
     }
     if let Some(note) = note {
         let opts =

@@ -74,7 +74,10 @@ pub(super) async fn profile_zip(
     .map_err(|e| ApiError::unavailable(&e))?;
     let (good, bad): (Vec<&Made>, Vec<&Made>) = made.iter().partition(|m| m.result.is_ok());
     if good.is_empty() {
-        let why: Vec<String> = bad.iter().map(|m| m.result.as_ref().err().cloned().unwrap_or_default()).collect();
+        let why: Vec<String> = bad
+            .iter()
+            .map(|m| format!("shot {}: {}", m.shot + 1, m.result.as_ref().err().cloned().unwrap_or_default()))
+            .collect();
         return Err(ApiError::conflict(
             "cannot_make",
             format!("none of the images could be made with profile `{}`: {}", profile.name, why.join("; ")),
@@ -113,6 +116,7 @@ pub(super) async fn profile_zip(
             charge: m.task.charge.state.as_str().to_string(),
             cost_micros: m.task.charge.cost_micros,
             currency: m.task.charge.currency.clone(),
+            remote_id: None,
         });
         entries.push((name.clone(), &r.bytes, m.artifact.created_at));
     }

@@ -139,6 +139,7 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Damaged { id, why } => ApiError::damaged(&id, &why),
+            StoreError::Gone { .. } => ApiError::not_found("image"),
             e => ApiError::unavailable(&e),
         }
     }

@@ -21,7 +21,8 @@ use crate::store::held::Release;
 #[into_params(parameter_in = Query)]
 pub struct HeldQuery {
     /// At most this many jobs: 1 to 500 (larger values give 500); 500 when absent.
-    #[param(minimum = 1)]
+    #[param(minimum = 1, value_type = Option<u64>)]
+    #[serde(default, deserialize_with = "crate::api::any_count")]
     pub limit: Option<usize>,
 }
 
@@ -101,7 +102,7 @@ pub struct ReleaseBody {
     /// Task ids to release.
     #[serde(default)]
     pub ids: Vec<String>,
-    /// Release every held job.
+    /// Release every held job (the named ones among them). Neither: nothing is released.
     #[serde(default)]
     pub all: bool,
 }
@@ -186,7 +187,6 @@ pub async fn list(
     request_body = ReleaseBody,
     responses(
         (status = 200, description = "What was released, and which named jobs were not held.", body = ReleaseJson),
-        (status = 422, description = "Neither `ids` nor `all`, or both (`invalid_request`).", body = ErrorBody),
         JsonRejected,
         StoreFailure,
     )
@@ -196,9 +196,9 @@ pub async fn release(
     JsonBody(body): JsonBody<ReleaseBody>,
 ) -> Result<Response, ApiError> {
     let which = match (body.all, body.ids.is_empty()) {
-        (true, true) => Release::All,
+        // Every held job, the named ones among them.
+        (true, _) => Release::All,
         (false, false) => Release::Ids(body.ids),
-        (true, false) => return Err(ApiError::invalid("give either `ids` or `all`, not both")),
         // Nothing named: nothing released (a request the document allows; not an error).
         (false, true) => Release::Ids(Vec::new()),
     };

@@ -77,6 +77,8 @@ struct Inner {
     ui_language: std::sync::OnceLock<crate::domain::Lang>,
     /// The delivery profiles (`[delivery]`, built-ins included; once, at start-up).
     delivery_profiles: std::sync::OnceLock<Vec<crate::delivery::profile::Profile>>,
+    /// The OpenAPI document as this daemon serves it (made at its first request).
+    openapi: std::sync::OnceLock<String>,
 }
 
 impl AppState {
@@ -94,6 +96,7 @@ impl AppState {
                 closing: watch::channel(false).0,
                 ui_language: std::sync::OnceLock::new(),
                 delivery_profiles: std::sync::OnceLock::new(),
+                openapi: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -117,6 +120,11 @@ impl AppState {
     /// The delivery profiles a request may name: those set at start-up, else the built-ins.
     pub fn delivery_profiles(&self) -> Vec<crate::delivery::profile::Profile> {
         self.inner.delivery_profiles.get().cloned().unwrap_or_else(crate::delivery::profile::builtins)
+    }
+
+    /// The served OpenAPI document, made by `make` at the first call.
+    pub fn openapi_text(&self, make: impl FnOnce() -> String) -> &str {
+        self.inner.openapi.get_or_init(make)
     }
 
     /// The provider used when a request names none.
@@ -354,6 +362,28 @@ impl<T: DeserializeOwned + Default, S: Send + Sync> FromRequest<S> for OptionalJ
 /// A JSON response with a status.
 pub fn json_response<T: serde::Serialize>(status: StatusCode, body: &T) -> Response {
     (status, axum::Json(body)).into_response()
+}
+
+/// An optional count from a query string: digits only, at most `i64::MAX` (the document's
+/// `int64`); anything else is refused. The callers clamp it (a page size above 500 is 500).
+pub(crate) fn any_count<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+    use serde::Deserialize;
+    use serde::de::Error;
+    let Some(s) = Option::<String>::deserialize(d)? else { return Ok(None) };
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(D::Error::custom(format!("`{s}` is not a whole number")));
+    }
+    match s.parse::<i64>() {
+        // What JSON Schema's `int64` allows: a page size past `usize` cannot be asked for.
+        Ok(n) => Ok(Some(usize::try_from(n).unwrap_or(usize::MAX))),
+        Err(_) => Err(D::Error::custom(format!("`{s}` is past the largest count (int64)"))),
+    }
+}
+
+/// [`whole_number`] for a field that must be present.
+pub(crate) fn whole<'de, D: serde::Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+    use serde::de::Error;
+    whole_number(d)?.ok_or_else(|| D::Error::custom("expected a whole number, not null"))
 }
 
 /// An optional whole number in a request body, as JSON Schema's `integer` reads it: `2` and

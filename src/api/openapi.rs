@@ -200,6 +200,116 @@ pub fn or_empty<T: PartialSchema>() -> RefOr<openapi::schema::Schema> {
     schema
 }
 
+/// A string schema that is one of `values`.
+fn one_of<I: IntoIterator<Item = S>, S: Into<serde_json::Value>>(values: I) -> openapi::schema::Object {
+    openapi::schema::ObjectBuilder::new()
+        .schema_type(openapi::schema::Type::String)
+        .enum_values(Some(values.into_iter().map(Into::into).collect::<Vec<serde_json::Value>>()))
+        .build()
+}
+
+/// The schema of `?profile=`: the built-in names, or empty (read as absent); the served
+/// document adds the configured ones ([`for_daemon`]).
+pub fn profile_names() -> openapi::schema::Object {
+    one_of(crate::delivery::profile::builtins().into_iter().map(|p| p.name).chain([String::new()]))
+}
+
+/// The schema of `?which=`: `chosen` or `all`, or empty (read as absent).
+pub fn which_names() -> openapi::schema::Object {
+    one_of(["chosen", "all", ""])
+}
+
+/// The schema of a `from`/`to`: empty (absent), a UTC date, or an RFC 3339 time in UTC. The
+/// pattern leaves out days past the 28th, which the server takes too, so that every string it
+/// allows names a real day.
+pub fn date_or_time() -> openapi::schema::Object {
+    const DAY: &str = "(19[7-9][0-9]|2[0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])";
+    const TIME: &str = "T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,3})?Z";
+    openapi::schema::ObjectBuilder::new()
+        .schema_type(openapi::schema::Type::String)
+        .pattern(Some(format!("^({DAY}({TIME})?)?$")))
+        .build()
+}
+
+/// The names this daemon takes where the server refuses any other: configured providers,
+/// delivery targets and delivery profiles (built-ins included).
+#[derive(Debug, Clone, Default)]
+pub struct Names {
+    pub providers: Vec<String>,
+    pub targets: Vec<String>,
+    pub profiles: Vec<String>,
+}
+
+/// The document as this daemon serves it: [`document_json`] with [`Names`] as the only values
+/// of the request bodies' `provider`, `target` and `profile` (and of `PUT /v1/budget`'s
+/// `providers` keys) and of the `profile` query parameters, so that a client that follows the
+/// document never sends a name the server refuses.
+pub fn for_daemon(names: &Names) -> String {
+    let Ok(mut doc) = serde_json::from_str::<serde_json::Value>(document_json()) else {
+        return document_json().to_string();
+    };
+    let list = |key: &str| match key {
+        "provider" => Some(&names.providers),
+        "target" => Some(&names.targets),
+        "profile" => Some(&names.profiles),
+        _ => None,
+    };
+    if let Some(schemas) = doc.pointer_mut("/components/schemas").and_then(|v| v.as_object_mut()) {
+        for (name, schema) in schemas.iter_mut().filter(|(n, _)| n.ends_with("Body")) {
+            let Some(props) = schema.get_mut("properties").and_then(|p| p.as_object_mut()) else { continue };
+            for (key, prop) in props.iter_mut() {
+                if let Some(values) = list(key) {
+                    restrict(prop, values);
+                }
+            }
+            if name == "BudgetBody"
+                && let Some(p) = props.get_mut("providers").and_then(|p| p.as_object_mut())
+            {
+                p.insert("propertyNames".into(), serde_json::json!({"type": "string", "enum": names.providers}));
+            }
+        }
+    }
+    if let Some(paths) = doc.get_mut("paths").and_then(|p| p.as_object_mut()) {
+        for params in paths.values_mut().filter_map(|i| i.as_object_mut()).flat_map(|i| i.values_mut()) {
+            for p in params.get_mut("parameters").and_then(|p| p.as_array_mut()).into_iter().flatten() {
+                if p["in"] == "query"
+                    && p["name"] == "profile"
+                    && let Some(schema) = p.get_mut("schema")
+                {
+                    // Empty is read as absent.
+                    let empty = names.profiles.iter().cloned().chain([String::new()]);
+                    restrict(schema, &empty.collect::<Vec<_>>());
+                }
+            }
+        }
+    }
+    serde_json::to_string_pretty(&doc).unwrap_or_else(|_| document_json().to_string())
+}
+
+/// Make a string property one of `values` (`null` stays allowed where it was).
+fn restrict(prop: &mut serde_json::Value, values: &[String]) {
+    let nullable = match &prop["type"] {
+        serde_json::Value::Array(t) => t.iter().any(|t| t == "null"),
+        serde_json::Value::String(t) => t == "null",
+        _ => false,
+    };
+    let takes_string = match &prop["type"] {
+        serde_json::Value::Array(t) => t.iter().any(|t| t == "string"),
+        serde_json::Value::String(t) => t == "string",
+        _ => false,
+    };
+    if !takes_string {
+        return;
+    }
+    let mut allowed: Vec<serde_json::Value> = values.iter().map(|v| v.as_str().into()).collect();
+    if nullable {
+        allowed.push(serde_json::Value::Null);
+    }
+    if let Some(o) = prop.as_object_mut() {
+        o.insert("enum".into(), allowed.into());
+    }
+}
+
 /// The whole `/v1` document, built from the same route list the server uses.
 pub fn document() -> OpenApi {
     use utoipa::OpenApi as _;
@@ -243,6 +353,19 @@ impl ToSchema for Document {}
     tag = "meta",
     responses((status = 200, description = "The OpenAPI document of `/v1`.", body = inline(Document)))
 )]
-pub async fn openapi_json() -> Response {
-    (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], document_json()).into_response()
+pub async fn openapi_json(axum::extract::State(state): axum::extract::State<super::AppState>) -> Response {
+    let text = state.openapi_text(|| {
+        let engine = state.engine();
+        let mut targets: Vec<String> = engine.delivery_targets().into_iter().map(|t| t.name).collect();
+        if !targets.iter().any(|t| t == "exports") {
+            targets.push("exports".into());
+        }
+        for_daemon(&Names {
+            providers: engine.provider_names(),
+            targets,
+            profiles: state.delivery_profiles().into_iter().map(|p| p.name).collect(),
+            // (The same list `GET /v1/delivery/profiles` shows.)
+        })
+    });
+    (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], text.to_string()).into_response()
 }

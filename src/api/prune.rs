@@ -18,7 +18,9 @@ use crate::store::PruneReport;
 #[serde(deny_unknown_fields)]
 pub struct PruneBody {
     /// An age such as `90d`, `12h` or `0s`: settled work last changed longer ago goes.
-    #[schema(example = "90d")]
+    /// The document's pattern is one number and a unit (s, m, h, d, w); the server also takes
+    /// what `humantime` reads (`1h 30m`).
+    #[schema(example = "90d", pattern = r"^[0-9]{1,5}(s|m|h|d|w)$")]
     pub older_than: String,
     #[serde(default)]
     pub dry_run: bool,

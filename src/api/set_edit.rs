@@ -30,7 +30,8 @@ pub struct SetEditBody {
     /// New style notes; an empty string removes them.
     pub style: Option<String>,
     /// The set's reference photos, in order (upload ids from `POST /v1/uploads`); an empty list
-    /// removes them.
+    /// removes them. At most 8.
+    #[schema(max_items = 8)]
     pub references: Option<Vec<String>>,
     /// Changes to single shots.
     #[serde(default)]
@@ -43,11 +44,13 @@ pub struct SetEditBody {
 pub struct ShotEditBody {
     /// The shot's position in the set's `shots` array, from 0.
     #[schema(minimum = 0)]
+    #[serde(deserialize_with = "super::whole")]
     pub position: i64,
     /// The shot's own words (the product and style are added as at creation).
     #[schema(min_length = 1)]
     pub prompt: Option<String>,
     /// `main`, `selling_point` or `scene`.
+    #[schema(schema_with = super::sets::shot_role)]
     pub role: Option<String>,
 }
 

@@ -262,7 +262,7 @@ pub struct ShotBody {
 }
 
 /// The schema of a shot's role: one of [`SHOT_ROLES`].
-fn shot_role() -> utoipa::openapi::schema::Object {
+pub(crate) fn shot_role() -> utoipa::openapi::schema::Object {
     utoipa::openapi::schema::ObjectBuilder::new()
         .schema_type(utoipa::openapi::schema::Type::String)
         .enum_values(Some(SHOT_ROLES.iter().copied()))
@@ -276,14 +276,15 @@ pub struct SetBody {
     /// The product's name (not blank).
     #[schema(min_length = 1)]
     pub product: String,
-    /// Upload ids (`POST /v1/uploads`).
+    /// Upload ids (`POST /v1/uploads`), at most 8.
     #[serde(default)]
+    #[schema(max_items = 8)]
     pub references: Vec<String>,
     pub style: Option<String>,
     /// A configured provider's name; the default one when absent.
     pub provider: Option<String>,
-    /// One task per shot, run one at a time.
-    #[schema(min_items = 1)]
+    /// One task per shot, run one at a time; at most 50.
+    #[schema(min_items = 1, max_items = 50)]
     pub shots: Vec<ShotBody>,
     /// Makes resending this request safe (1 to 256 bytes; or the `Idempotency-Key` header).
     #[schema(min_length = 1)]
@@ -379,6 +380,7 @@ pub struct SetQuery {
     /// A delivery profile's name: `delivery.blocking` then also says which chosen images will
     /// not meet it by their pixel size (and `original` by its byte limit). Without it, only
     /// shots with no chosen image are reported (no profile is the default).
+    #[param(schema_with = super::openapi::profile_names)]
     pub profile: Option<String>,
 }
 
@@ -418,7 +420,8 @@ pub struct ListQuery {
     /// A set id (a page's `next`): list sets created before it.
     pub before: Option<String>,
     /// The page size: 1 to 500 (larger values give 500); 20 when absent.
-    #[param(minimum = 1)]
+    #[param(minimum = 1, value_type = Option<u64>)]
+    #[serde(default, deserialize_with = "crate::api::any_count")]
     pub limit: Option<usize>,
 }
 

@@ -25,9 +25,11 @@ const DAY_MS: Millis = 86_400_000;
 #[into_params(parameter_in = Query)]
 pub struct SpendQuery {
     /// Start: a UTC date (`2026-12-01`) or an RFC 3339 time; default: the beginning.
+    #[param(schema_with = super::openapi::date_or_time)]
     pub from: Option<String>,
     /// End: a UTC date (that whole day is included) or an RFC 3339 time (excluded);
     /// default: now.
+    #[param(schema_with = super::openapi::date_or_time)]
     pub to: Option<String>,
     /// `day` (default; also when empty), `month` or `provider`.
     #[param(schema_with = super::openapi::or_empty::<Group>)]
@@ -39,9 +41,11 @@ pub struct SpendQuery {
 #[into_params(parameter_in = Query)]
 pub struct RequestsQuery {
     /// Start: a UTC date (`2026-12-01`) or an RFC 3339 time; default: the beginning.
+    #[param(schema_with = super::openapi::date_or_time)]
     pub from: Option<String>,
     /// End: a UTC date (that whole day is included) or an RFC 3339 time (excluded);
     /// default: now.
+    #[param(schema_with = super::openapi::date_or_time)]
     pub to: Option<String>,
     /// `json` (default) or `csv`.
     #[param(schema_with = request_format)]

@@ -210,7 +210,8 @@ pub struct ListQuery {
     /// A task id (a page's `next`): list tasks created before it.
     pub before: Option<String>,
     /// The page size: 1 to 500 (larger values give 500); 50 when absent.
-    #[param(minimum = 1)]
+    #[param(minimum = 1, value_type = Option<u64>)]
+    #[serde(default, deserialize_with = "crate::api::any_count")]
     pub limit: Option<usize>,
     /// Only tasks that need the owner: `unknown` ones not yet resolved or retried, and held ones
     /// (see `GET /v1/held`).

@@ -5,11 +5,10 @@
 //! Images never change once stored (an artifact or upload id names fixed bytes), so a
 //! thumbnail is cached twice: in the browser (`immutable`) and here, in a small in-memory
 //! cache bounded by bytes ([`CACHE_BYTES`]) that forgets the oldest first. Decoding runs on a
-//! blocking thread, at most [`PARALLEL`] at a time, with decoder limits so a hostile image
-//! cannot make tally allocate without bound.
+//! blocking thread, at most [`PARALLEL`] at a time, under the daemon's image budget
+//! ([`crate::pixels`]), so a hostile image cannot make tally allocate without bound.
 
 use std::collections::{HashMap, VecDeque};
-use std::io::Cursor;
 use std::sync::{Mutex, OnceLock};
 
 use axum::body::Bytes;
@@ -28,10 +27,6 @@ pub const SIZE: u32 = 256;
 const CACHE_BYTES: usize = 8 * 1024 * 1024;
 /// How many thumbnails are made at once (the machine's cores are for the engine first).
 const PARALLEL: usize = 2;
-/// The largest image side tally decodes for a thumbnail.
-const MAX_SIDE: u32 = 12_000;
-/// The most memory one decode may allocate.
-const MAX_ALLOC: u64 = 256 * 1024 * 1024;
 
 /// The thumbnail cache: id → JPEG bytes, oldest first out.
 #[derive(Default)]
@@ -74,17 +69,19 @@ fn permits() -> &'static Semaphore {
 
 /// Scale image bytes (PNG, JPEG or WebP) to fit `size`×`size`, flatten onto white, encode as
 /// JPEG. Errors are in words for the API.
+/// The pixels are decoded under the daemon's image budget ([`crate::pixels`]): an image too
+/// large for it is refused in words before its buffer is allocated, and its ticket is given
+/// back as soon as the small copy is made.
 pub fn make(bytes: &[u8], size: u32) -> Result<Vec<u8>, String> {
-    let mut reader =
-        image::ImageReader::new(Cursor::new(bytes)).with_guessed_format().map_err(|e| format!("unreadable: {e}"))?;
-    let mut limits = image::Limits::default();
-    limits.max_image_width = Some(MAX_SIDE);
-    limits.max_image_height = Some(MAX_SIDE);
-    limits.max_alloc = Some(MAX_ALLOC);
-    reader.limits(limits);
-    let img = reader.decode().map_err(|e| format!("cannot decode the image: {e}"))?;
+    // Besides the decoder's buffer: the thumbnail and its RGBA copy, both at most size².
+    let small = 8 * u64::from(size) * u64::from(size);
+    let d = crate::pixels::decode(bytes, crate::pixels::decoded_plus(0, small))
+        .map_err(|e| format!("cannot decode the image: {e}"))?;
+    let img = d.image;
     let small = if img.width() > size || img.height() > size { img.thumbnail(size, size) } else { img };
     let rgba = small.to_rgba8();
+    drop(small);
+    drop(d.ticket);
     let mut rgb = image::RgbImage::new(rgba.width(), rgba.height());
     for (dst, src) in rgb.pixels_mut().zip(rgba.pixels()) {
         let a = u16::from(src[3]);

@@ -11,12 +11,14 @@ use serde::Deserialize;
 use super::ConfigError;
 use crate::delivery::profile::{self, Profile, ProfileSpec};
 use crate::delivery::target::{
-    DEFAULT_TARGET, DEFAULT_TIMEOUT_MS, S3Config, ShopifyConfig, ShopifyPlacement, TargetConfig, TargetKind,
-    default_targets,
+    DEFAULT_RETRY_FOR_MS, DEFAULT_TARGET, DEFAULT_TIMEOUT_MS, S3Config, ShopifyConfig, ShopifyPlacement, TargetConfig,
+    TargetKind, default_targets,
 };
 
 /// The longest `timeout_ms` a target may have: one hour.
 const MAX_TIMEOUT_MS: i64 = 3_600_000;
+/// The longest `retry_for_ms` an s3 target may have: one hour (0: one try, no retrying).
+const MAX_RETRY_FOR_MS: i64 = 3_600_000;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -48,6 +50,7 @@ struct RawTarget {
     name: Option<String>,
     kind: Option<String>,
     timeout_ms: Option<i64>,
+    retry_for_ms: Option<i64>,
     path: Option<PathBuf>,
     endpoint: Option<String>,
     region: Option<String>,
@@ -152,6 +155,7 @@ fn resolve_target(t: RawTarget) -> Result<TargetConfig, (&'static str, String)> 
         ("base_url", t.base_url.is_some()),
         ("placement", t.placement.is_some()),
     ];
+    let retry_for = [("retry_for_ms", t.retry_for_ms.is_some())];
     let only = |kind: &str, keys: &[(&'static str, bool)]| -> Result<(), (&'static str, String)> {
         match keys.iter().find(|(_, set)| *set) {
             Some((key, _)) => Err((key, format!("is not a key of a `{kind}` target"))),
@@ -172,6 +176,7 @@ fn resolve_target(t: RawTarget) -> Result<TargetConfig, (&'static str, String)> 
                 ],
             )?;
             only("folder", &shopify_keys)?;
+            only("folder", &retry_for)?;
             let path = t.path.ok_or(("path", "is required for a folder target (a local directory)".to_string()))?;
             if path.as_os_str().is_empty() {
                 return Err(("path", "is empty".into()));
@@ -215,6 +220,13 @@ fn resolve_target(t: RawTarget) -> Result<TargetConfig, (&'static str, String)> 
                 prefix: t.prefix.unwrap_or_default(),
                 access_key_id_env: env_name("access_key_id_env", t.access_key_id_env)?,
                 secret_access_key_env: env_name("secret_access_key_env", t.secret_access_key_env)?,
+                retry_for_ms: match t.retry_for_ms {
+                    None => DEFAULT_RETRY_FOR_MS,
+                    Some(n) if (0..=MAX_RETRY_FOR_MS).contains(&n) => n as u64,
+                    Some(n) => {
+                        return Err(("retry_for_ms", format!("{n} must be between 0 and {MAX_RETRY_FOR_MS}")));
+                    }
+                },
             })
         }
         "shopify" => {
@@ -228,6 +240,7 @@ fn resolve_target(t: RawTarget) -> Result<TargetConfig, (&'static str, String)> 
                     ("prefix", t.prefix.is_some()),
                     ("access_key_id_env", t.access_key_id_env.is_some()),
                     ("secret_access_key_env", t.secret_access_key_env.is_some()),
+                    ("retry_for_ms", t.retry_for_ms.is_some()),
                 ],
             )?;
             if name == DEFAULT_TARGET {

@@ -126,6 +126,7 @@ struct RawEngine {
     orphan_grace_secs: Option<f64>,
     shutdown_deadline_secs: Option<f64>,
     fast_pickup: Option<bool>,
+    image_memory_mb: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -252,6 +253,11 @@ pub struct EngineConfig {
     /// its task and records `calling` in its own commit (`store::ops::pickup`); false keeps
     /// every task on the dispatcher's path (A/B runs, and the crash cells of that path).
     pub fast_pickup: bool,
+    /// `image_memory_mb` (default 384): the daemon's one budget for image work, in MiB: the
+    /// decoded pixels and scratch of every thumbnail, profile check, render, zip and delivery in
+    /// flight together ([`crate::pixels`]); an image whose work alone needs more is refused
+    /// with its size in words.
+    pub image_memory: u64,
 }
 
 impl Default for EngineConfig {
@@ -273,6 +279,7 @@ impl Default for EngineConfig {
             recovery_weight: 1,
             retention: None,
             fast_pickup: true,
+            image_memory: crate::pixels::DEFAULT_BYTES,
         }
     }
 }
@@ -423,6 +430,7 @@ fn resolve(raw: RawConfig, origin: &str) -> Result<Config, ConfigError> {
             Some(t) => Some(retention_age(t).map_err(|e| bad("retention.older_than", e))?),
         },
         fast_pickup: e.fast_pickup.unwrap_or(d.fast_pickup),
+        image_memory: count("engine.image_memory_mb", e.image_memory_mb, d.image_memory >> 20, 64, 65_536)? << 20,
     };
     if engine.heartbeat >= engine.lease {
         return Err(bad("engine.heartbeat_secs", "must be shorter than engine.lease_secs".into()));

@@ -194,12 +194,20 @@ bucket = "listings"
 prefix = "tally/"
 access_key_id_env = "S3_KEY"
 secret_access_key_env = "S3_SECRET"
+[[delivery.targets]]
+name = "patient"
+kind = "s3"
+region = "us-east-1"
+bucket = "listings"
+access_key_id_env = "S3_KEY"
+secret_access_key_env = "S3_SECRET"
+retry_for_ms = 0
 "#,
         "t.toml",
     )
     .unwrap();
     let t = c.delivery_targets();
-    assert_eq!(t.len(), 2, "a configured folder `exports` replaces the default: {t:?}");
+    assert_eq!(t.len(), 3, "a configured folder `exports` replaces the default: {t:?}");
     assert_eq!((t[0].name.as_str(), t[0].timeout_ms), ("exports", 5000));
     assert_eq!(t[0].kind, TargetKind::Folder { path: "/data/shop-files".into() }, "relative paths are in the data dir");
     assert_eq!(
@@ -211,8 +219,12 @@ secret_access_key_env = "S3_SECRET"
             prefix: "tally/".into(),
             access_key_id_env: "S3_KEY".into(),
             secret_access_key_env: "S3_SECRET".into(),
-        })
+            retry_for_ms: 120_000,
+        }),
+        "retry_for_ms defaults to two minutes"
     );
+    assert!(matches!(&t[2].kind, TargetKind::S3(c) if c.retry_for_ms == 0 && c.endpoint.is_none()), "{:?}", t[2]);
+    assert_eq!((t[1].item_budget_ms(), t[2].item_budget_ms(), t[0].item_budget_ms()), (150_000, 30_000, 5000));
 }
 
 #[test]
@@ -258,6 +270,12 @@ fn bad_delivery_config_names_the_key_and_why() {
         ("[[delivery.targets]]\nname = \"x\"\nkind = \"folder\"\n".into(), "delivery.targets[0].path", "required"),
         (format!("{folder}bucket = \"b\"\n"), "delivery.targets[0].bucket", "not a key of a `folder` target"),
         (format!("{folder}timeout_ms = 0\n"), "delivery.targets[0].timeout_ms", "between 1 and"),
+        (format!("{folder}retry_for_ms = 1000\n"), "delivery.targets[0].retry_for_ms", "not a key of a `folder`"),
+        (
+            format!("[[delivery.targets]]\nname = \"b\"\n{s3}retry_for_ms = -1\n"),
+            "delivery.targets[0].retry_for_ms",
+            "between 0 and 3600000",
+        ),
         (
             format!("[[delivery.targets]]\nname = \"b\"\n{s3}access_key_id_env = \"AKIA=1\"\n")
                 .replace("access_key_id_env = \"K\"\n", ""),
@@ -294,4 +312,15 @@ fn bad_delivery_config_names_the_key_and_why() {
     }
     let e = Config::from_toml("[delivery]\nprofile = []\n", "my.toml").unwrap_err().to_string();
     assert!(e.contains("profile"), "an unknown key under [delivery] is refused: {e}");
+}
+
+#[test]
+fn the_image_budget_is_in_mib_within_bounds() {
+    assert_eq!(Config::from_toml("", "t.toml").unwrap().engine.image_memory, crate::pixels::DEFAULT_BYTES);
+    let c = Config::from_toml("[engine]\nimage_memory_mb = 1024\n", "t.toml").unwrap();
+    assert_eq!(c.engine.image_memory, 1024 << 20);
+    for bad in ["image_memory_mb = 8", "image_memory_mb = -1", "image_memory_mb = 1000000"] {
+        let e = Config::from_toml(&format!("[engine]\n{bad}\n"), "t.toml").unwrap_err().to_string();
+        assert!(e.contains("engine.image_memory_mb"), "{bad}: {e}");
+    }
 }

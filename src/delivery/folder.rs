@@ -13,7 +13,8 @@
 //! (then a later write of that name does not reuse it: the temporary names carry the process
 //! id and a counter, and they start with `.` so they are not taken for delivered files; the
 //! next write of that name removes such a leftover once it is surely dead — see
-//! [`sweep_leftovers`]);
+//! [`sweep_leftovers`] —, and a delivery that resumed removes its own once it ends — see
+//! [`FolderTarget::sweep`]);
 //! when `put` answers [`Put::Written`], the file and its name are on disk (fsynced).
 
 use std::fs::{self, File, OpenOptions};
@@ -92,7 +93,7 @@ impl FolderTarget {
                 Ok(Look::CannotTell(format!("{} is there but is not a regular file", path.display())))
             }
             Ok(_) => match file_sha256(&path) {
-                Ok(sha256) => Ok(Look::Present { sha256 }),
+                Ok(sha256) => Ok(Look::Present { sha256, remote_id: None }),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Look::Absent),
                 Err(e) => Err(classify(&e, &format!("cannot read {}", path.display()))),
             },
@@ -138,6 +139,8 @@ impl FolderTarget {
             f.sync_all()
         };
         write().map_err(|e| classify(&e, &format!("cannot write {} in {}", name, dir.display())))?;
+        // A crash here leaves the temporary file behind (the process dies with its guard).
+        crate::failpoint::crash("deliver-folder-after-temp");
         #[cfg(test)]
         if fault == Some(Fault::BeforeMove) {
             return Err(TargetError::Transient("injected fault before the move".into()));
@@ -165,6 +168,38 @@ impl FolderTarget {
         })?;
         Ok(Put::Written)
     }
+
+    /// Remove the temporary files of `names` (a delivery's files and manifests) that an
+    /// earlier, killed run left here: once a resumed delivery has ended, its leftovers go at
+    /// once, not only when the same name is written again after `timeout`. A leftover goes
+    /// only when it is surely dead and surely that earlier run's: its process id is not this
+    /// process and no process of that id exists on this machine, and it was last written
+    /// before `before` (when this run took the delivery). Best effort; answers how many went.
+    pub fn sweep(&self, names: &[String], before: std::time::SystemTime) -> usize {
+        let Ok(entries) = fs::read_dir(&self.path) else { return 0 };
+        let mut removed = 0;
+        for entry in entries.flatten() {
+            let file = entry.file_name();
+            let Some(pid) = file.to_str().and_then(|f| names.iter().find_map(|n| leftover_pid(f, n))) else {
+                continue;
+            };
+            let earlier = entry.metadata().ok().and_then(|m| m.modified().ok()).is_some_and(|t| t < before);
+            if pid != std::process::id() && earlier && !process_exists(pid) && fs::remove_file(entry.path()).is_ok() {
+                removed += 1;
+            }
+        }
+        removed
+    }
+}
+
+/// The process id in `file` when it is a temporary name of `name` (`.NAME.tally-tmp-PID-N`).
+fn leftover_pid(file: &str, name: &str) -> Option<u32> {
+    let rest = file.strip_prefix('.')?.strip_prefix(name)?.strip_prefix(".tally-tmp-")?;
+    let (pid, n) = rest.split_once('-')?;
+    if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    pid.parse::<u32>().ok()
 }
 
 /// Remove the temporary files of `name` that a killed process left in `dir` (a delivery
@@ -176,16 +211,9 @@ impl FolderTarget {
 /// cannot be removed stays, and the write goes on (it never reuses the name).
 fn sweep_leftovers(dir: &Path, name: &str, timeout: Duration) {
     let Ok(entries) = fs::read_dir(dir) else { return };
-    let prefix = format!(".{name}.tally-tmp-");
     for entry in entries.flatten() {
         let file = entry.file_name();
-        let Some(rest) = file.to_str().and_then(|f| f.strip_prefix(&prefix)) else { continue };
-        let Some(pid) = rest.split_once('-').and_then(|(pid, n)| {
-            n.bytes().all(|b| b.is_ascii_digit()).then_some(())?;
-            pid.parse::<u32>().ok()
-        }) else {
-            continue;
-        };
+        let Some(pid) = file.to_str().and_then(|f| leftover_pid(f, name)) else { continue };
         let old = entry
             .metadata()
             .ok()

@@ -36,7 +36,7 @@ fn a_write_lands_under_its_name_and_nothing_else() {
     assert_eq!(t.put("a.jpg", &bytes, &sha), Ok(Put::Written));
     assert_eq!(fs::read(dir.join("a.jpg")).expect("written"), bytes);
     assert_eq!(listing(&dir), ["a.jpg"]);
-    assert_eq!(t.look("a.jpg"), Ok(Look::Present { sha256: sha.clone() }));
+    assert_eq!(t.look("a.jpg"), Ok(Look::Present { sha256: sha.clone(), remote_id: None }));
     // The same bytes again: already there, nothing written.
     assert_eq!(t.put("a.jpg", &bytes, &sha), Ok(Put::AlreadyThere));
     assert_eq!(listing(&dir), ["a.jpg"]);

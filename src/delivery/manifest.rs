@@ -1,7 +1,10 @@
 //! A delivery's manifest: one row per file (product, shot role, profile, file name, sha256,
-//! pixel size, bytes, source task id, charge), as `manifest.csv` ([`csv`], RFC 4180 quoting)
-//! and `manifest.json` ([`json`]), written beside the files so whoever opens the folder can
-//! check each file against its sha256 and see what it cost. Pure: rows in, bytes out.
+//! pixel size, bytes, source task id, charge, the destination's id for the file), as CSV
+//! ([`csv`], RFC 4180 quoting) and JSON ([`json`]), written beside the files so whoever opens
+//! the folder can check each file against its sha256 and see what it cost. Each delivery's
+//! manifest keeps its own names ([`names_for`]: `manifest-DELIVERY.csv`/`.json`), so several
+//! deliveries into one folder keep every manifest; `manifest.csv`/`manifest.json` are the
+//! latest delivery's. Pure: rows in, bytes out.
 
 use serde::Serialize;
 
@@ -10,9 +13,8 @@ pub const CSV_NAME: &str = "manifest.csv";
 pub const JSON_NAME: &str = "manifest.json";
 
 /// The manifest's names for one delivery, `manifest-TAG.csv` and `manifest-TAG.json` (TAG
-/// made file-name safe, e.g. a delivery's short id): a target never replaces a file, so a
-/// second delivery into the same folder needs its own names, or its `manifest.csv` would meet
-/// the first one's (`Put::Different`). An empty TAG gives [`CSV_NAME`] and [`JSON_NAME`].
+/// made file-name safe: a delivery's id), so a second delivery into the same folder keeps the
+/// first one's manifest. An empty TAG gives [`CSV_NAME`] and [`JSON_NAME`].
 pub fn names_for(tag: &str) -> (String, String) {
     match super::names::slug(tag, 40) {
         Some(t) => (format!("manifest-{t}.csv"), format!("manifest-{t}.json")),
@@ -21,7 +23,7 @@ pub fn names_for(tag: &str) -> (String, String) {
 }
 
 /// The CSV header, in column order (the JSON keys are the same).
-pub const COLUMNS: [&str; 13] = [
+pub const COLUMNS: [&str; 14] = [
     "product",
     "shot_role",
     "profile",
@@ -35,6 +37,7 @@ pub const COLUMNS: [&str; 13] = [
     "charge",
     "cost",
     "currency",
+    "remote_id",
 ];
 
 /// One delivered file.
@@ -67,6 +70,9 @@ pub struct ManifestRow {
     pub cost_micros: Option<i64>,
     /// The currency of `cost`.
     pub currency: Option<String>,
+    /// The destination's id for the file (an S3 object's ETag, `?versionId=…` when
+    /// versioned; `None` for a folder).
+    pub remote_id: Option<String>,
 }
 
 /// A price in millionths as a decimal string without trailing zeros: `40000` → `0.04`.
@@ -113,6 +119,7 @@ pub fn csv(rows: &[ManifestRow]) -> Vec<u8> {
             field(&r.charge),
             r.cost_micros.map(decimal).unwrap_or_default(),
             field(r.currency.as_deref().unwrap_or("")),
+            field(r.remote_id.as_deref().unwrap_or("")),
         ];
         out.push_str(&cells.join(","));
         out.push_str("\r\n");
@@ -159,6 +166,7 @@ mod tests {
             charge: "charged".into(),
             cost_micros: Some(40_000),
             currency: Some("USD".into()),
+            remote_id: Some("9b2cf535f27731c974343645a3985328".into()),
         }
     }
 
@@ -198,7 +206,7 @@ mod tests {
         assert_eq!(rows[1][0], awkward);
         assert_eq!(rows[2][0], "'=cmd()", "a formula stays text");
         assert_eq!(rows[1][5..8], ["2000", "2000", "123456"]);
-        assert_eq!(rows[1][10..], ["charged", "0.04", "USD"]);
+        assert_eq!(rows[1][10..], ["charged", "0.04", "USD", "9b2cf535f27731c974343645a3985328"]);
         assert!(text.ends_with("\r\n"));
     }
 
@@ -212,15 +220,22 @@ mod tests {
         assert_eq!(f["cost"], "0.04");
         assert_eq!(f["width"], 2000);
         assert_eq!(f["sha256"], "ab".repeat(32));
-        let v: serde_json::Value =
-            serde_json::from_slice(&json(&[ManifestRow { cost_micros: None, currency: None, ..row("mug") }]))
-                .expect("json");
+        let v: serde_json::Value = serde_json::from_slice(&json(&[ManifestRow {
+            cost_micros: None,
+            currency: None,
+            remote_id: None,
+            ..row("mug")
+        }]))
+        .expect("json");
         assert!(v["files"][0]["cost"].is_null());
+        assert!(v["files"][0]["remote_id"].is_null());
     }
 
     #[test]
     fn each_delivery_gets_its_own_manifest_names() {
         assert_eq!(names_for("0193a1b2"), ("manifest-0193a1b2.csv".into(), "manifest-0193a1b2.json".into()));
+        let id = "0193a1b2-7c4d-7e8f-9a0b-1c2d3e4f5a6b";
+        assert_eq!(names_for(id).1, format!("manifest-{id}.json"), "a delivery's whole id fits");
         assert_eq!(names_for("../x"), ("manifest-x.csv".into(), "manifest-x.json".into()));
         assert_eq!(names_for(""), (CSV_NAME.into(), JSON_NAME.into()));
     }

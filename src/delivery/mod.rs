@@ -11,7 +11,8 @@
 //! - [`manifest`]: `manifest.csv` and `manifest.json`, written beside a delivery's files.
 //! - [`target`]: where files go ([`target::Target`]) and what a write answers.
 //! - [`folder`]: the `folder` target (a local directory, never overwriting).
-//! - [`s3`]: the `s3` target (any S3-compatible bucket, conditional create).
+//! - [`s3`]: the `s3` target (any S3-compatible bucket, conditional create, retried within
+//!   a bound); `s3_http` its HTTP client (bodies capped, answers sorted for a retry).
 //! - [`shopify`]: the `shopify` target (a product's media, through the Admin GraphQL API).
 //!
 //! Invariant: nothing here touches the store, and nothing here overwrites a file at a target.
@@ -22,5 +23,6 @@ pub mod names;
 pub mod profile;
 pub mod render;
 pub mod s3;
+mod s3_http;
 pub mod shopify;
 pub mod target;

@@ -2,10 +2,12 @@
 //! image will not meet a profile ([`check`]). Local work at no cost, CPU-bound and blocking:
 //! an async caller runs it on a blocking thread (`tokio::task::spawn_blocking`).
 //!
-//! The steps of a render, in order: decode (PNG, JPEG or WebP, within [`MAX_SOURCE_SIDE`]),
-//! apply the EXIF orientation, convert to 8-bit sRGB (an embedded ICC profile is converted
+//! The steps of a render, in order: decode (PNG, JPEG or WebP, under the daemon's image budget:
+//! [`crate::pixels`], so an image too large for it is refused with its size before its pixels
+//! are allocated), convert to 8-bit sRGB (an embedded ICC profile is converted
 //! with `moxcms`, the colour engine the `image` crate itself uses; an image without one is
-//! taken as sRGB), flatten any transparency onto the profile's `background`, scale with
+//! taken as sRGB), flatten any transparency onto the profile's `background`, apply the EXIF
+//! orientation, scale with
 //! `fit` (pad: fit inside and fill the rest with `background`, never cropping; crop: cover
 //! and cut the overflow equally from both sides), and encode without metadata (no EXIF, no
 //! ICC, no text chunks). A JPEG that is over `max_bytes` is encoded again at a quality 5
@@ -22,9 +24,7 @@ use sha2::{Digest, Sha256};
 use super::profile::{Fit, Format, MIN_QUALITY, Profile, Render, Rgb};
 
 /// The largest source side decoded (a larger image is refused as unreadable).
-pub const MAX_SOURCE_SIDE: u32 = 12_000;
-/// The most memory one decode may take.
-const MAX_ALLOC: u64 = 1024 * 1024 * 1024;
+pub const MAX_SOURCE_SIDE: u32 = crate::pixels::MAX_SIDE;
 
 /// A made file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +54,10 @@ pub enum RenderError {
     /// profile's `max_bytes`.
     #[error("the file is {smallest} bytes at best; profile `{profile}` takes at most {max_bytes} bytes")]
     TooManyBytes { profile: String, max_bytes: u64, smallest: u64 },
+    /// The image is too large for the daemon's image budget (its size and the budget, in
+    /// words): refused before its pixels were decoded.
+    #[error("{0}")]
+    TooLarge(String),
     /// Encoding failed (not expected for valid pixels).
     #[error("cannot encode the file: {0}")]
     Encode(String),
@@ -64,6 +68,8 @@ pub enum RenderError {
 pub enum ProblemKind {
     /// The source cannot be read as an image.
     Unreadable,
+    /// The source is too large to work on within the daemon's image budget.
+    TooLarge,
     /// A source side is below the profile's `min_source`.
     TooSmall,
     /// The source has transparent pixels and the profile keeps them (`original`); every
@@ -88,49 +94,66 @@ pub fn render(profile: &Profile, source: &[u8]) -> Result<Rendered, RenderError>
     let Some(spec) = profile.render else {
         return original(profile, source);
     };
-    let pixels = decode(source)?;
-    let flat = flatten(&pixels, spec.background);
-    let fitted = fit(&flat, &spec);
+    let (flat, _ticket) = decode_flat(source, spec.background, |w, h| fit_peak(w, h, &spec))?;
+    let fitted = fit(flat, &spec);
     encode(profile, &spec, fitted)
 }
 
 /// Why `source` will not meet `profile`, in plain words about `subject` (e.g. "the Main
-/// photo's chosen image"); empty when it will. Reports, in this order: an unreadable image, a
-/// side below `min_source`, transparency `original` would keep, and a file over `max_bytes` at
-/// any quality. Costs a full render when the profile has a `max_bytes` (that is the only way
-/// to know).
+/// photo's chosen image"); empty when it will. Reports, in this order: an unreadable image (or
+/// one too large for the daemon's image budget), a side below `min_source`, transparency
+/// `original` would keep, and a file over `max_bytes` at any quality. Costs a full render for
+/// a rendered profile (that is the only way to know both that it decodes and how many bytes
+/// it makes); one decode for `original`. Holds at most one image-budget ticket at a time.
 pub fn check(profile: &Profile, source: &[u8], subject: &str) -> Vec<Problem> {
     let problem = |kind, message: String| Problem { kind, message };
-    let pixels = match decode(source) {
-        Ok(p) => p,
-        Err(e) => return vec![problem(ProblemKind::Unreadable, format!("{subject} cannot be read as an image: {e}"))],
+    let unreadable = |e: &RenderError| {
+        let kind = if matches!(e, RenderError::TooLarge(_)) { ProblemKind::TooLarge } else { ProblemKind::Unreadable };
+        vec![problem(kind, format!("{subject} cannot be read as an image: {e}"))]
+    };
+    // The size from the header alone: no pixels are decoded for it.
+    let (w, h) = match header_dimensions(source) {
+        Ok(d) => d,
+        Err(e) => return unreadable(&e),
     };
     let mut out = Vec::new();
-    let (w, h) = pixels.dimensions();
     out.extend(too_small(profile, w, h, subject));
-    if profile.is_original() && pixels.pixels().any(|p| p[3] < 255) {
-        out.push(problem(
-            ProblemKind::Transparent,
-            format!(
-                "{subject} has transparent areas, and `{}` delivers the image as generated, so they stay transparent \
-                 (a marketplace may show them grey or black); a profile with a background fills them",
-                profile.name
-            ),
-        ));
-    }
-    if let Some(max) = profile.max_bytes {
-        let too_big = match profile.render {
-            None => (source.len() as u64 > max).then_some(source.len() as u64),
-            Some(_) => match render(profile, source) {
-                Err(RenderError::TooManyBytes { smallest, .. }) => Some(smallest),
-                _ => None,
-            },
-        };
-        if let Some(n) = too_big {
-            out.push(too_many_bytes(profile, n, max, subject));
+    let too_big = match (profile.render, profile.max_bytes) {
+        (Some(_), max) => match render(profile, source) {
+            Ok(_) => None,
+            Err(RenderError::TooManyBytes { smallest, max_bytes, .. }) => Some((smallest, max.unwrap_or(max_bytes))),
+            Err(e) => return unreadable(&e),
+        },
+        (None, max) => {
+            match transparent(source) {
+                Ok(false) => {}
+                Ok(true) => out.push(problem(
+                    ProblemKind::Transparent,
+                    format!(
+                        "{subject} has transparent areas, and `{}` delivers the image as generated, so they stay \
+                         transparent (a marketplace may show them grey or black); a profile with a background fills them",
+                        profile.name
+                    ),
+                )),
+                Err(e) => return unreadable(&e),
+            }
+            max.and_then(|m| (source.len() as u64 > m).then_some((source.len() as u64, m)))
         }
+    };
+    if let Some((n, max)) = too_big {
+        out.push(too_many_bytes(profile, n, max, subject));
     }
     out
+}
+
+/// Whether any pixel of `source` is not fully opaque (one decode, under the image budget).
+fn transparent(source: &[u8]) -> Result<bool, RenderError> {
+    let d = crate::pixels::decode(source, crate::pixels::decoded_plus(4, 0))?;
+    if !d.image.color().has_alpha() {
+        return Ok(false);
+    }
+    let rgba = d.image.into_rgba8();
+    Ok(rgba.pixels().any(|p| p[3] < 255))
 }
 
 /// A file of `n` bytes is over `profile`'s `max` bytes, in plain words about `subject`.
@@ -226,48 +249,74 @@ fn not_an_image() -> String {
     "it is not a PNG, JPEG or WebP image".into()
 }
 
-/// Decode to 8-bit sRGB RGBA, upright.
-fn decode(source: &[u8]) -> Result<RgbaImage, RenderError> {
-    let mut reader = image::ImageReader::new(Cursor::new(source))
-        .with_guessed_format()
-        .map_err(|e| RenderError::Unreadable(e.to_string()))?;
-    if !matches!(reader.format(), Some(ImageFormat::Png | ImageFormat::Jpeg | ImageFormat::WebP)) {
-        return Err(RenderError::Unreadable(not_an_image()));
-    }
-    let mut limits = image::Limits::default();
-    limits.max_image_width = Some(MAX_SOURCE_SIDE);
-    limits.max_image_height = Some(MAX_SOURCE_SIDE);
-    limits.max_alloc = Some(MAX_ALLOC);
-    reader.limits(limits);
-    let mut decoder = reader.into_decoder().map_err(|e| RenderError::Unreadable(e.to_string()))?;
-    // A profile that cannot be read or an orientation that cannot be parsed is not worth
-    // refusing the image for: the pixels are then taken as sRGB and upright.
-    let icc = decoder.icc_profile().ok().flatten();
-    let orientation = decoder.orientation().unwrap_or(image::metadata::Orientation::NoTransforms);
-    let mut img = DynamicImage::from_decoder(decoder).map_err(|e| RenderError::Unreadable(e.to_string()))?;
-    img.apply_orientation(orientation);
-    let mut rgba = img.into_rgba8();
-    if let Some(icc) = icc {
-        to_srgb(&mut rgba, &icc);
-    }
-    Ok(rgba)
+/// Decode `source` under the daemon's image budget and bring it to upright, opaque 8-bit sRGB
+/// over `bg`; `after(w, h)` is the most the caller's work on the result holds at once besides
+/// it. Returns the pixels with the ticket that pays for them (drop both together). The order of
+/// the steps keeps at most two full-size buffers alive at once: the decoded image becomes RGBA
+/// (the decoder's buffer is dropped once converted), is converted to sRGB in place, flattened
+/// into RGB (the RGBA is then dropped), and turned upright last (a quarter turn copies the RGB).
+fn decode_flat(
+    source: &[u8],
+    bg: Rgb,
+    after: impl Fn(u32, u32) -> u64,
+) -> Result<(RgbImage, crate::pixels::Ticket<'static>), RenderError> {
+    let peak = |s: crate::pixels::Size| {
+        let px = s.pixels();
+        let decoding = s.decoded + 4 * px;
+        let flattening = 7 * px;
+        // Either way up: the orientation is not known from the size alone.
+        let fitting = 3 * px + after(s.width, s.height).max(after(s.height, s.width));
+        decoding.max(flattening).max(6 * px).max(fitting)
+    };
+    let d = crate::pixels::decode(source, peak)?;
+    let flat = if d.image.color().has_alpha() {
+        let mut rgba = d.image.into_rgba8();
+        if let Some(icc) = &d.icc {
+            let (w, _) = rgba.dimensions();
+            to_srgb(&mut rgba, w, moxcms::Layout::Rgba, icc);
+        }
+        flatten(&rgba, bg)
+    } else {
+        // Nothing to flatten: straight to RGB (a move when the file is 8-bit RGB already).
+        let mut rgb = d.image.into_rgb8();
+        if let Some(icc) = &d.icc {
+            let (w, _) = rgb.dimensions();
+            to_srgb(&mut rgb, w, moxcms::Layout::Rgb, icc);
+        }
+        rgb
+    };
+    let mut upright = DynamicImage::ImageRgb8(flat);
+    upright.apply_orientation(d.orientation);
+    Ok((upright.into_rgb8(), d.ticket))
 }
 
-/// Convert pixels described by an embedded ICC profile to sRGB in place. A profile moxcms
-/// cannot use (damaged, or not an RGB one) leaves the pixels as they are.
-fn to_srgb(rgba: &mut RgbaImage, icc: &[u8]) {
-    use moxcms::{ColorProfile, Layout, TransformOptions};
+impl From<crate::pixels::DecodeError> for RenderError {
+    fn from(e: crate::pixels::DecodeError) -> Self {
+        match e {
+            crate::pixels::DecodeError::Unreadable(m) => RenderError::Unreadable(m),
+            e @ crate::pixels::DecodeError::TooLarge { .. } => RenderError::TooLarge(e.to_string()),
+        }
+    }
+}
+
+/// Convert pixels (`layout`, `width` per row) described by an embedded ICC profile to sRGB in
+/// place, a band of rows at a time (no second full-size buffer). A profile moxcms cannot use
+/// (damaged, or not an RGB one) leaves the pixels as they are.
+fn to_srgb(raw: &mut [u8], width: u32, layout: moxcms::Layout, icc: &[u8]) {
+    use moxcms::{ColorProfile, TransformOptions};
     let Ok(src) = ColorProfile::new_from_slice(icc) else { return };
-    let Ok(t) =
-        src.create_transform_8bit(Layout::Rgba, &ColorProfile::new_srgb(), Layout::Rgba, TransformOptions::default())
+    let Ok(t) = src.create_transform_8bit(layout, &ColorProfile::new_srgb(), layout, TransformOptions::default())
     else {
         return;
     };
-    let mut out = vec![0u8; rgba.as_raw().len()];
-    if t.transform(rgba.as_raw(), &mut out).is_ok()
-        && let Some(img) = RgbaImage::from_raw(rgba.width(), rgba.height(), out)
-    {
-        *rgba = img;
+    let band = (width as usize * layout.channels() * 64).max(layout.channels());
+    let mut out = vec![0u8; band];
+    for rows in raw.chunks_mut(band) {
+        let dst = &mut out[..rows.len()];
+        if t.transform(rows, dst).is_err() {
+            return;
+        }
+        rows.copy_from_slice(dst);
     }
 }
 
@@ -284,25 +333,52 @@ fn flatten(rgba: &RgbaImage, bg: Rgb) -> RgbImage {
     out
 }
 
-/// Bring `img` to exactly `spec.width`×`spec.height` with `spec.fit`.
-fn fit(img: &RgbImage, spec: &Render) -> RgbImage {
-    let (w, h) = (f64::from(img.width()), f64::from(img.height()));
+/// Whether scaling `from` to `to` halves (or more) both sides.
+fn halves(from: (u32, u32), to: (u32, u32)) -> bool {
+    from.0 >= to.0.saturating_mul(2) && from.1 >= to.1.saturating_mul(2)
+}
+
+/// The scaled size [`fit`] gives a `w`×`h` image (before padding or cropping).
+fn fit_size(w: u32, h: u32, spec: &Render) -> (u32, u32) {
+    let (wf, hf) = (f64::from(w.max(1)), f64::from(h.max(1)));
     let (tw, th) = (spec.width, spec.height);
     let scale = match spec.fit {
-        Fit::Pad => (f64::from(tw) / w).min(f64::from(th) / h),
-        Fit::Crop => (f64::from(tw) / w).max(f64::from(th) / h),
+        Fit::Pad => (f64::from(tw) / wf).min(f64::from(th) / hf),
+        Fit::Crop => (f64::from(tw) / wf).max(f64::from(th) / hf),
     };
     let size = |v: f64, bound: u32| -> u32 {
         let n = (v * scale).round().max(1.0) as u32;
         if spec.fit == Fit::Pad { n.min(bound) } else { n.max(bound) }
     };
-    let (nw, nh) = (size(w, tw), size(h, th));
+    (size(wf, tw), size(hf, th))
+}
+
+/// The most [`fit`] and [`encode`] hold at once for a `w`×`h` RGB image, besides the image:
+/// the scaler's float intermediate (when it is not an area average), the scaled image, the
+/// canvas and the encoder's output (at most the raw size again).
+fn fit_peak(w: u32, h: u32, spec: &Render) -> u64 {
+    let (nw, nh) = fit_size(w, h, spec);
+    let scaled = 3 * u64::from(nw) * u64::from(nh);
+    let canvas = 3 * u64::from(spec.width) * u64::from(spec.height);
+    let intermediate = if halves((w, h), (nw, nh)) { 0 } else { 16 * u64::from(w) * u64::from(nh) };
+    intermediate + scaled + 2 * canvas
+}
+
+/// Bring `img` to exactly `spec.width`×`spec.height` with `spec.fit`.
+fn fit(img: RgbImage, spec: &Render) -> RgbImage {
+    let (tw, th) = (spec.width, spec.height);
+    let (nw, nh) = fit_size(img.width(), img.height(), spec);
     // Through `DynamicImage` (not the generic `imageops::resize`) so the resampling is
-    // compiled in the `image` crate, which the dev profile optimises (Cargo.toml).
+    // compiled in the `image` crate, which the dev profile optimises (Cargo.toml). A shrink to
+    // half or less averages areas (`thumbnail`: no intermediate buffer); a smaller change uses
+    // Catmull-Rom, whose vertical pass keeps a float RGBA image of the source's width and the
+    // new height ([`fit_peak`] counts it).
     let scaled = if (nw, nh) == img.dimensions() {
-        img.clone()
+        img
+    } else if halves(img.dimensions(), (nw, nh)) {
+        DynamicImage::ImageRgb8(img).thumbnail_exact(nw, nh).into_rgb8()
     } else {
-        DynamicImage::ImageRgb8(img.clone()).resize_exact(nw, nh, FilterType::CatmullRom).into_rgb8()
+        DynamicImage::ImageRgb8(img).resize_exact(nw, nh, FilterType::CatmullRom).into_rgb8()
     };
     if (nw, nh) == (tw, th) {
         return scaled;

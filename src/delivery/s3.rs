@@ -1,5 +1,6 @@
 //! The `s3` delivery target: files put into any S3-compatible bucket, signed with SigV4 by
-//! `object_store` (its `aws` client on tally's own reqwest and ring; no second TLS stack).
+//! `object_store` (its `aws` client on tally's own reqwest and ring; no second TLS stack). The
+//! HTTP side (bodies capped, answers sorted for a retry) is [`super::s3_http`].
 //!
 //! Invariants kept here:
 //! - Nothing is ever overwritten: every write is a conditional create (`If-None-Match: *`), so
@@ -7,38 +8,47 @@
 //!   ([`Put::AlreadyThere`] or [`Put::Different`]). This holds on services that honour
 //!   `If-None-Match` on PutObject (AWS S3 since 2024, R2, MinIO, moto); a service that ignores
 //!   it would let a second write replace the first, and no client can prevent that.
-//! - A write whose answer was lost after the request left is settled by reading the object
-//!   back, never by writing again: our bytes there → [`Put::Written`]; other bytes →
-//!   [`Put::Different`]; nothing there → [`TargetError::Transient`] (trying again is safe,
-//!   because the retry is a conditional create too: if the lost write lands late, the retry
-//!   finds it); the read-back failing as well → [`TargetError::Ambiguous`].
-//! - [`TargetError::Transient`] is said of a write only where trying again cannot write twice:
-//!   a 5xx (which on S3 means nothing was stored, and should it ever have been, the retry's
-//!   conditional create finds it and settles it by reading back), a connection that could not
-//!   be made, or a lost answer with nothing there.
-//! - `object_store`'s own retries are off: every attempt is one request, and whether to try
-//!   again is the engine's decision, made on the answer classified here.
+//! - A write whose answer was lost or late (a reset connection, a timeout) is settled by
+//!   reading the object back before anything is written again: our bytes there →
+//!   [`Put::Written`]; other bytes → [`Put::Different`]; nothing there → written again, and
+//!   that repeat is a conditional create too, so a lost write that lands late is found, not
+//!   doubled. A read-back that cannot be made by the item's deadline → [`TargetError::Ambiguous`].
+//! - Busy answers (`503 SlowDown`, `500`, `429`), connections that could not be made, and
+//!   writes settled as "nothing landed" are tried again with exponential backoff and jitter
+//!   for `retry_for_ms` ([`ItemClock`]); every request of the item (writes, read-backs,
+//!   `HEAD`s) ends by one deadline, `retry_for_ms + timeout_ms` after its first. A 403 or a
+//!   missing bucket ends the item at once, naming the credentials or the bucket.
+//! - A read-back reads at most the size written (a different size is a different object,
+//!   not read at all); error bodies at most 4 KB ([`super::s3_http::BODY_MAX`]). Every
+//!   reason leaving this module is short and carries neither the access key id, the secret,
+//!   nor a signature ([`tidy_reason`]).
+//! - `object_store`'s own retries are off: every attempt is one request, and the retrying is
+//!   this module's, on the answer classified by [`super::s3_http::classify`].
 //!
 //! Each object carries its sha256 twice: as user metadata `x-amz-meta-sha256` (hex; read by
 //! [`S3Target::look`] with one HEAD), and as the S3 checksum header `x-amz-checksum-sha256`,
 //! which AWS S3 checks against the body it received (moto does not). Settling a write
 //! always hashes the bytes read back; `look` does so only when the metadata is missing.
 
-use std::error::Error as StdError;
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use object_store::aws::{AmazonS3, AmazonS3Builder, Checksum, S3ConditionalPut};
-use object_store::client::{
-    ClientOptions, HttpClient, HttpConnector, HttpError, HttpErrorKind, HttpRequest, HttpResponse, HttpService,
-};
+use object_store::client::ClientOptions;
 use object_store::path::Path;
 use object_store::{Attribute, Attributes, GetOptions, ObjectStore, PutMode, PutOptions, PutPayload, RetryConfig};
 use sha2::{Digest, Sha256};
 
-use super::target::{Look, Put, S3Config, TargetError};
+use super::s3_http::{Class, Connector, classify};
+use super::target::{ItemClock, Look, Put, S3Config, Stored, TargetError, tidy_reason};
 
 /// The metadata key under which the object's sha256 (lowercase hex) is stored.
 const SHA256_METADATA: &str = "sha256";
+
+/// The first wait before trying again; it doubles per try up to [`BACKOFF_MAX`].
+const BACKOFF_FIRST: Duration = Duration::from_millis(200);
+/// The longest wait between two tries.
+const BACKOFF_MAX: Duration = Duration::from_secs(10);
 
 /// An access key pair for a bucket.
 #[derive(Clone)]
@@ -81,11 +91,37 @@ impl Credentials {
 }
 
 /// One S3-compatible bucket (and prefix) that files are delivered to.
-#[derive(Debug)]
 pub struct S3Target {
     store: AmazonS3,
     bucket: String,
     prefix: String,
+    /// The limit of one request (`timeout_ms`).
+    timeout: Duration,
+    /// How long an item's tries go on (`retry_for_ms`).
+    retry_for: Duration,
+    /// What a reason must never show: the access key id and the secret.
+    secrets: [String; 2],
+}
+
+impl std::fmt::Debug for S3Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Target").field("bucket", &self.bucket).field("prefix", &self.prefix).finish()
+    }
+}
+
+/// What reading an object back found.
+enum Found {
+    Absent,
+    /// Our bytes, and the object's remote id.
+    Ours(Option<String>),
+    /// Other bytes (their sha256 when read or in the metadata).
+    Other(Option<String>),
+}
+
+/// What one try of a write came to: done, or worth another try (why), or over.
+enum Try {
+    Again(String),
+    Over(TargetError),
 }
 
 impl S3Target {
@@ -106,6 +142,7 @@ impl S3Target {
             .build()
             .map_err(|e| TargetError::Permanent(format!("the S3 client could not be set up: {e}")))?;
         let allow_http = cfg.endpoint.as_deref().is_some_and(|e| e.starts_with("http://"));
+        let secrets = [creds.access_key_id.clone(), creds.secret_access_key.clone()];
         let mut builder = AmazonS3Builder::new()
             .with_region(&cfg.region)
             .with_bucket_name(&cfg.bucket)
@@ -124,7 +161,19 @@ impl S3Target {
         let store = builder.build().map_err(|e| {
             TargetError::Permanent(format!("the S3 target for bucket `{}` is misconfigured: {e}", cfg.bucket))
         })?;
-        Ok(S3Target { store, bucket: cfg.bucket.clone(), prefix: cfg.prefix.clone() })
+        Ok(S3Target {
+            store,
+            bucket: cfg.bucket.clone(),
+            prefix: cfg.prefix.clone(),
+            timeout,
+            retry_for: Duration::from_millis(cfg.retry_for_ms),
+            secrets,
+        })
+    }
+
+    /// A new item's clock: tries for `retry_for_ms`, each request at most `timeout_ms`.
+    pub fn clock(&self) -> ItemClock {
+        ItemClock::start(self.timeout, self.retry_for)
     }
 
     /// The object key for a file name: the prefix, then the name.
@@ -135,9 +184,31 @@ impl S3Target {
         })
     }
 
-    /// Write `bytes` as `name` unless something of that name is there already. `sha256_hex` is
-    /// the sha256 the delivery recorded for these bytes; it is checked against them first.
+    /// `e` as it may leave this module: short, no credentials ([`tidy_reason`]).
+    fn tidy(&self, e: TargetError) -> TargetError {
+        let t = |s: String| tidy_reason(&s, &[&self.secrets[0], &self.secrets[1]]);
+        match e {
+            TargetError::Transient(s) => TargetError::Transient(t(s)),
+            TargetError::Permanent(s) => TargetError::Permanent(t(s)),
+            TargetError::Ambiguous(s) => TargetError::Ambiguous(t(s)),
+        }
+    }
+
+    /// [`Self::write`] with a clock started now (tests, and callers with no item).
     pub async fn put(&self, name: &str, bytes: Vec<u8>, sha256_hex: &str) -> Result<Put, TargetError> {
+        self.write(name, bytes, sha256_hex, &self.clock()).await.map(|s| s.put)
+    }
+
+    /// Write `bytes` as `name` unless something of that name is there already, trying again
+    /// within `clock` (see the module doc). `sha256_hex` is the sha256 the delivery recorded
+    /// for these bytes; it is checked against them first.
+    pub async fn write(
+        &self,
+        name: &str,
+        bytes: Vec<u8>,
+        sha256_hex: &str,
+        clock: &ItemClock,
+    ) -> Result<Stored, TargetError> {
         let ours = sha256_hex.to_ascii_lowercase();
         let actual = hex_sha256(&bytes);
         if actual != ours {
@@ -146,51 +217,86 @@ impl S3Target {
             )));
         }
         let path = self.path(name)?;
-        let mut attributes = Attributes::new();
-        attributes.insert(Attribute::Metadata(SHA256_METADATA.into()), ours.clone().into());
-        if let Some(ct) = content_type(name) {
-            attributes.insert(Attribute::ContentType, ct.into());
-        }
-        let opts = PutOptions { mode: PutMode::Create, attributes, ..PutOptions::default() };
-        let err = match self.store.put_opts(&path, PutPayload::from(bytes), opts).await {
-            Ok(_) => return Ok(Put::Written),
-            Err(e) => e,
-        };
-        match classify(&err) {
-            Class::Taken => match self.read_back(&path).await {
-                Ok(Some(there)) if there == ours => Ok(Put::AlreadyThere),
-                Ok(Some(there)) => Ok(Put::Different { existing_sha256: Some(there) }),
-                // 409: another write of that name was in progress and has not landed.
-                Ok(None) => Err(TargetError::Transient(format!(
-                    "`{}` in bucket `{}`: another write of that name was in progress; nothing was written",
-                    path, self.bucket
-                ))),
-                Err(e) => Err(TargetError::Transient(format!(
-                    "`{}` in bucket `{}` is already there, and reading it back to compare failed: {e}",
-                    path, self.bucket
-                ))),
-            },
-            Class::MaybeSent(why) => match self.read_back(&path).await {
-                Ok(Some(there)) if there == ours => Ok(Put::Written),
-                Ok(Some(there)) => Ok(Put::Different { existing_sha256: Some(there) }),
-                Ok(None) => Err(TargetError::Transient(format!(
-                    "the answer to writing `{}` to bucket `{}` was lost ({why}), and the object is not there: \
-                     nothing landed; trying again is safe (the write is a conditional create)",
-                    path, self.bucket
-                ))),
-                Err(e) => Err(TargetError::Ambiguous(format!(
-                    "the answer to writing `{}` to bucket `{}` was lost ({why}), and reading it back failed \
-                     too ({e}): it may or may not be there",
-                    path, self.bucket
-                ))),
-            },
-            other => Err(self.error(other, "writing", &path)),
+        let payload = PutPayload::from(bytes);
+        let mut tries = 0u32;
+        loop {
+            tries += 1;
+            let why = match self.try_write(&path, &payload, &ours, clock).await {
+                Ok(stored) => return Ok(stored),
+                Err(Try::Over(e)) => return Err(self.tidy(e)),
+                Err(Try::Again(why)) => why,
+            };
+            let wait = backoff(tries);
+            if !clock.may_retry_after(wait) {
+                return Err(self.tidy(TargetError::Transient(format!(
+                    "{why} (tried {tries} times in {} s, retry_for_ms = {})",
+                    clock.elapsed().as_secs(),
+                    self.retry_for.as_millis()
+                ))));
+            }
+            tokio::time::sleep(wait).await;
         }
     }
 
-    /// Write `bytes` as `name`, replacing whatever is there: only for a delivery's manifest
-    /// (`manifest.csv`, `manifest.json`), which a later delivery to the same place rewrites.
-    /// Never used for an image.
+    /// One write, settled when its answer was lost.
+    async fn try_write(&self, path: &Path, payload: &PutPayload, ours: &str, clock: &ItemClock) -> Result<Stored, Try> {
+        let Some(limit) = clock.request() else {
+            return Err(Try::Over(TargetError::Transient(format!(
+                "writing `{path}` to bucket `{}`: the item's time ran out; nothing more was sent",
+                self.bucket
+            ))));
+        };
+        let mut attributes = Attributes::new();
+        attributes.insert(Attribute::Metadata(SHA256_METADATA.into()), ours.to_string().into());
+        if let Some(ct) = content_type(path.as_ref()) {
+            attributes.insert(Attribute::ContentType, ct.into());
+        }
+        let opts = PutOptions { mode: PutMode::Create, attributes, ..PutOptions::default() };
+        let len = payload.content_length() as u64;
+        let class = match tokio::time::timeout(limit, self.store.put_opts(path, payload.clone(), opts)).await {
+            Ok(Ok(r)) => return Ok(Stored { put: Put::Written, remote_id: remote_id(r.e_tag, r.version) }),
+            Ok(Err(e)) => classify(&e),
+            Err(_) => Class::MaybeSent(format!("no answer within {} ms", limit.as_millis())),
+        };
+        let b = &self.bucket;
+        match class {
+            Class::Taken => match self.read_back(path, ours, len, clock).await {
+                Ok(Found::Ours(remote_id)) => Ok(Stored { put: Put::AlreadyThere, remote_id }),
+                Ok(Found::Other(existing_sha256)) => {
+                    Ok(Stored { put: Put::Different { existing_sha256 }, remote_id: None })
+                }
+                // 409: another write of that name was in progress and has not landed.
+                Ok(Found::Absent) => Err(Try::Again(format!(
+                    "`{path}` in bucket `{b}`: another write of that name was in progress; nothing was written"
+                ))),
+                Err(e) => Err(Try::Again(format!(
+                    "`{path}` in bucket `{b}` is already there, and reading it back to compare failed: {e}"
+                ))),
+            },
+            Class::MaybeSent(why) => match self.read_back(path, ours, len, clock).await {
+                Ok(Found::Ours(remote_id)) => Ok(Stored { put: Put::Written, remote_id }),
+                Ok(Found::Other(existing_sha256)) => {
+                    Ok(Stored { put: Put::Different { existing_sha256 }, remote_id: None })
+                }
+                Ok(Found::Absent) => Err(Try::Again(format!(
+                    "the answer to writing `{path}` to bucket `{b}` was lost ({}), and the object is not there: \
+                     nothing landed",
+                    short(&why)
+                ))),
+                Err(e) => Err(Try::Over(TargetError::Ambiguous(format!(
+                    "`{path}` in bucket `{b}` may or may not be there: the answer to writing it was lost ({}), \
+                     and reading it back failed too ({})",
+                    short(&why),
+                    short(&e.to_string())
+                )))),
+            },
+            Class::Busy(_) | Class::NotSent(_) => Err(Try::Again(self.error(class, "writing", path).to_string())),
+            other => Err(Try::Over(self.error(other, "writing", path))),
+        }
+    }
+
+    /// Write `bytes` as `name`, replacing whatever is there: only for a delivery's manifests,
+    /// which tally alone names. Never used for an image.
     pub async fn replace(&self, name: &str, bytes: Vec<u8>) -> Result<(), TargetError> {
         let path = self.path(name)?;
         let mut attributes = Attributes::new();
@@ -201,7 +307,7 @@ impl S3Target {
         let opts = PutOptions { mode: PutMode::Overwrite, attributes, ..PutOptions::default() };
         match self.store.put_opts(&path, PutPayload::from(bytes), opts).await {
             Ok(_) => Ok(()),
-            Err(e) => Err(self.error(classify(&e), "writing", &path)),
+            Err(e) => Err(self.tidy(self.error(classify(&e), "writing", &path))),
         }
     }
 
@@ -210,45 +316,110 @@ impl S3Target {
         format!("s3://{}/{}", self.bucket, self.prefix)
     }
 
-    /// What is at `name`: one HEAD, and the sha256 from the object's metadata; when an
-    /// object has none (written by something other than tally), its bytes are read and hashed.
-    /// A missing bucket reads as [`Look::Absent`] (a HEAD's 404 carries no body to tell the two
-    /// apart); a write there then fails plainly.
+    /// [`Self::look_within`] with a clock started now, not knowing the size.
     pub async fn look(&self, name: &str) -> Result<Look, TargetError> {
+        self.look_within(name, None, &self.clock()).await
+    }
+
+    /// What is at `name`: one HEAD, and the sha256 from the object's metadata. An object with
+    /// none (written by something other than tally) is read back and hashed when its size is
+    /// `bytes`, and is [`Look::Differs`] when it is another size. A missing bucket reads as
+    /// [`Look::Absent`] (a HEAD's 404 carries no body to tell the two apart); a write there
+    /// then fails plainly.
+    pub async fn look_within(&self, name: &str, bytes: Option<u64>, clock: &ItemClock) -> Result<Look, TargetError> {
         let path = self.path(name)?;
+        let Some(limit) = clock.request() else {
+            return Err(TargetError::Transient(format!("looking for `{path}`: the item's time ran out")));
+        };
         let head = GetOptions { head: true, ..GetOptions::default() };
-        match self.store.get_opts(&path, head).await {
-            Ok(r) => {
-                let meta = r.attributes.get(&Attribute::Metadata(SHA256_METADATA.into())).map(|v| v.to_string());
-                match meta {
-                    Some(sha) if is_sha256_hex(&sha) => Ok(Look::Present { sha256: sha.to_ascii_lowercase() }),
-                    _ => match self.read_back(&path).await? {
-                        Some(sha256) => Ok(Look::Present { sha256 }),
-                        None => Ok(Look::Absent),
-                    },
-                }
+        let answer = match tokio::time::timeout(limit, self.store.get_opts(&path, head)).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                return match classify(&e) {
+                    Class::NotFound => Ok(Look::Absent),
+                    other => Err(self.tidy(self.error(other, "looking for", &path))),
+                };
             }
-            Err(e) => match classify(&e) {
-                Class::NotFound => Ok(Look::Absent),
-                other => Err(self.error(other, "looking for", &path)),
+            Err(_) => {
+                let why = format!("no answer within {} ms", limit.as_millis());
+                return Err(self.tidy(self.error(Class::MaybeSent(why), "looking for", &path)));
+            }
+        };
+        let meta = answer.attributes.get(&Attribute::Metadata(SHA256_METADATA.into())).map(|v| v.to_string());
+        let id = remote_id(answer.meta.e_tag.clone(), answer.meta.version.clone());
+        if let Some(sha) = meta.filter(|s| is_sha256_hex(s)) {
+            return Ok(Look::Present { sha256: sha.to_ascii_lowercase(), remote_id: id });
+        }
+        let size = answer.meta.size;
+        match bytes {
+            None => Ok(Look::CannotTell(format!(
+                "`{path}` in bucket `{}` has no sha256 metadata, and the size written is not known to compare",
+                self.bucket
+            ))),
+            Some(len) if len != size => Ok(Look::Differs(format!(
+                "`{path}` in bucket `{}` is {size} bytes, not the {len} written",
+                self.bucket
+            ))),
+            Some(len) => match self.read_back(&path, "", len, clock).await {
+                Ok(Found::Absent) => Ok(Look::Absent),
+                Ok(Found::Other(Some(sha256))) => Ok(Look::Present { sha256, remote_id: id }),
+                Ok(Found::Ours(_) | Found::Other(None)) => {
+                    Ok(Look::Differs(format!("`{path}` in bucket `{}` changed while it was read", self.bucket)))
+                }
+                Err(e) => Err(self.tidy(e)),
             },
         }
     }
 
-    /// The sha256 of the bytes stored at `path` (read whole and hashed), or `None` when
-    /// nothing is there.
-    async fn read_back(&self, path: &Path) -> Result<Option<String>, TargetError> {
-        let got = match self.store.get_opts(path, GetOptions::default()).await {
-            Ok(r) => r.bytes().await,
-            Err(e) => Err(e),
-        };
-        match got {
-            Ok(bytes) => Ok(Some(hex_sha256(&bytes))),
-            Err(e) => match classify(&e) {
-                Class::NotFound => Ok(None),
-                other => Err(self.error(other, "reading back", path)),
-            },
+    /// Read the object at `path` back, reading at most `len` bytes (the size written), and
+    /// compare it with `ours`; a busy or lost read-back is tried again within `clock`.
+    async fn read_back(&self, path: &Path, ours: &str, len: u64, clock: &ItemClock) -> Result<Found, TargetError> {
+        let mut tries = 0u32;
+        loop {
+            tries += 1;
+            let Some(limit) = clock.request() else {
+                return Err(TargetError::Transient("the item's time ran out before it could be read back".into()));
+            };
+            let class = match tokio::time::timeout(limit, self.read_once(path, ours, len)).await {
+                Ok(Ok(found)) => return Ok(found),
+                Ok(Err(e)) => classify(&e),
+                Err(_) => Class::MaybeSent(format!("no answer within {} ms", limit.as_millis())),
+            };
+            match class {
+                Class::NotFound => return Ok(Found::Absent),
+                Class::Busy(_) | Class::NotSent(_) | Class::MaybeSent(_) => {
+                    let wait = backoff(tries);
+                    if !clock.may_retry_after(wait) {
+                        return Err(self.error(class, "reading back", path));
+                    }
+                    tokio::time::sleep(wait).await;
+                }
+                other => return Err(self.error(other, "reading back", path)),
+            }
         }
+    }
+
+    /// One read-back (see [`Self::read_back`]).
+    async fn read_once(&self, path: &Path, ours: &str, len: u64) -> object_store::Result<Found> {
+        let got = self.store.get_opts(path, GetOptions::default()).await?;
+        let meta_sha = got.attributes.get(&Attribute::Metadata(SHA256_METADATA.into())).map(|v| v.to_string());
+        if got.meta.size != len {
+            return Ok(Found::Other(meta_sha.filter(|s| is_sha256_hex(s))));
+        }
+        let id = remote_id(got.meta.e_tag.clone(), got.meta.version.clone());
+        let mut stream = got.into_stream();
+        let (mut hash, mut read) = (Sha256::new(), 0u64);
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk?;
+            read += chunk.len() as u64;
+            if read > len {
+                // More than it said: not ours, and not read further.
+                return Ok(Found::Other(None));
+            }
+            hash.update(&chunk);
+        }
+        let sha = crate::domain::hex(&hash.finalize());
+        Ok(if read == len && sha == ours { Found::Ours(id) } else { Found::Other(Some(sha)) })
     }
 
     /// The plain-words error for a failed request that settles nothing.
@@ -256,147 +427,56 @@ impl S3Target {
         let b = &self.bucket;
         match class {
             Class::Denied(code) => TargetError::Permanent(format!(
-                "{doing} `{path}` in bucket `{b}` was refused ({code}): check the access key, the secret key \
-                 and that they may read and write this bucket"
+                "{doing} `{path}` in bucket `{b}` was refused ({}): check the access key, the secret key \
+                 and that they may read and write this bucket",
+                short(&code)
             )),
             Class::NotFound => TargetError::Permanent(format!(
                 "{doing} `{path}`: bucket `{b}` does not exist (or the endpoint or region is wrong)"
             )),
             Class::NotSent(why) => TargetError::Transient(format!(
-                "{doing} `{path}` in bucket `{b}`: could not reach the service ({why}); nothing was sent"
+                "{doing} `{path}` in bucket `{b}`: could not reach the service ({}); nothing was sent",
+                short(&why)
             )),
             Class::Busy(why) => TargetError::Transient(format!(
-                "{doing} `{path}` in bucket `{b}`: the service is busy or failing ({why}); try again later"
+                "{doing} `{path}` in bucket `{b}`: the service is busy or failing ({})",
+                short(&why)
             )),
-            Class::MaybeSent(why) => {
-                TargetError::Transient(format!("{doing} `{path}` in bucket `{b}`: the answer was lost ({why})"))
-            }
+            Class::MaybeSent(why) => TargetError::Transient(format!(
+                "{doing} `{path}` in bucket `{b}`: the answer was lost ({})",
+                short(&why)
+            )),
             Class::Taken => TargetError::Permanent(format!("{doing} `{path}` in bucket `{b}`: it is already there")),
             Class::Refused(why) => {
-                TargetError::Permanent(format!("{doing} `{path}` in bucket `{b}` was refused: {why}"))
+                TargetError::Permanent(format!("{doing} `{path}` in bucket `{b}` was refused: {}", short(&why)))
             }
         }
     }
 }
 
-/// How a failed request ended, as far as a retry is concerned.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Class {
-    /// 412 (or 409) to a conditional create: the name is taken.
-    Taken,
-    /// 404: no such object (or no such bucket).
-    NotFound,
-    /// 401/403: the credentials are wrong or lack permission (the S3 error code).
-    Denied(String),
-    /// The request never left: no connection could be made.
-    NotSent(String),
-    /// The service answered 5xx (503 SlowDown, 500 InternalError): nothing was written.
-    Busy(String),
-    /// The request may have been sent and its answer never came (dropped connection, timeout).
-    MaybeSent(String),
-    /// Any other answer: the request is wrong for this service and will not get better.
-    Refused(String),
+/// The wait before try `tries + 1`: 200 ms doubling per try up to 10 s, then a random part of
+/// it taken off (half to all of it is waited), so many items do not come back at once.
+fn backoff(tries: u32) -> Duration {
+    let full = BACKOFF_FIRST.saturating_mul(1u32 << tries.saturating_sub(1).min(16)).min(BACKOFF_MAX);
+    let random = (uuid::Uuid::new_v4().as_u128() % 1000) as u32;
+    full / 2 + full / 2 * random / 1000
 }
 
-/// Sort an `object_store` error by what it means for the item.
-fn classify(err: &object_store::Error) -> Class {
-    use object_store::Error as E;
-    match err {
-        E::AlreadyExists { .. } | E::Precondition { .. } | E::NotModified { .. } => Class::Taken,
-        E::NotFound { .. } => Class::NotFound,
-        E::PermissionDenied { .. } | E::Unauthenticated { .. } => {
-            Class::Denied(s3_code(&err.to_string()).unwrap_or_else(|| "access denied".into()))
-        }
-        _ => {
-            // Walk the causes: a 5xx answer tagged by `Service`, or the transport's error.
-            let mut source: Option<&(dyn StdError + 'static)> = Some(err);
-            let mut http_kind = None;
-            while let Some(e) = source {
-                if let Some(busy) = e.downcast_ref::<ServerError>() {
-                    return Class::Busy(busy.to_string());
-                }
-                if let Some(r) = e.downcast_ref::<reqwest::Error>() {
-                    // A connect timeout is also a timeout; it is checked first because nothing
-                    // left before the connection was made.
-                    if r.is_connect() {
-                        return Class::NotSent(cause_chain(r));
-                    }
-                    return Class::MaybeSent(cause_chain(r));
-                }
-                if let Some(h) = e.downcast_ref::<HttpError>() {
-                    http_kind = Some(h.kind());
-                }
-                source = e.source();
-            }
-            match http_kind {
-                Some(HttpErrorKind::Connect) => Class::NotSent(err.to_string()),
-                Some(_) => Class::MaybeSent(err.to_string()),
-                None => Class::Refused(s3_code(&err.to_string()).unwrap_or_else(|| err.to_string())),
-            }
-        }
+/// A detail inside a reason, at most 100 characters (the whole reason is cut later too).
+fn short(s: &str) -> String {
+    match s.char_indices().nth(100) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
     }
 }
 
-/// `e` and its causes on one line (reqwest's own message is often just "error sending request").
-fn cause_chain(e: &(dyn StdError + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
-}
-
-/// The `<Code>` (and `<Message>`) of an S3 XML error found in `text`, e.g. "SignatureDoesNotMatch".
-fn s3_code(text: &str) -> Option<String> {
-    let between = |open: &str, close: &str| {
-        let start = text.find(open)? + open.len();
-        let end = text[start..].find(close)? + start;
-        Some(text[start..end].trim().to_string())
-    };
-    let code = between("<Code>", "</Code>")?;
-    Some(match between("<Message>", "</Message>") {
-        Some(msg) if !msg.is_empty() => format!("{code}: {msg}"),
-        _ => code,
-    })
-}
-
-/// A 5xx answer, turned into a transport error by [`Service`] so that it can be recognised
-/// in the error's causes (object_store keeps the status of other answers private).
-#[derive(Debug, thiserror::Error)]
-#[error("{status}{}", code.as_deref().map(|c| format!(" {c}")).unwrap_or_default())]
-struct ServerError {
-    status: reqwest::StatusCode,
-    code: Option<String>,
-}
-
-/// object_store's HTTP client: tally's reqwest client, with 5xx answers tagged.
-#[derive(Debug)]
-struct Connector(reqwest::Client);
-
-impl HttpConnector for Connector {
-    fn connect(&self, _options: &ClientOptions) -> object_store::Result<HttpClient> {
-        Ok(HttpClient::new(Service(self.0.clone())))
-    }
-}
-
-/// See [`Connector`].
-#[derive(Debug)]
-struct Service(reqwest::Client);
-
-#[async_trait::async_trait]
-impl HttpService for Service {
-    async fn call(&self, req: HttpRequest) -> Result<HttpResponse, HttpError> {
-        let resp = HttpService::call(&self.0, req).await?;
-        if !resp.status().is_server_error() {
-            return Ok(resp);
-        }
-        let (parts, body) = resp.into_parts();
-        let text = body.bytes().await.map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
-        let err = ServerError { status: parts.status, code: s3_code(&text) };
-        Err(HttpError::new(HttpErrorKind::Unknown, err))
+/// An object's remote id: its ETag (unquoted), and `?versionId=…` in a versioned bucket.
+fn remote_id(e_tag: Option<String>, version: Option<String>) -> Option<String> {
+    let tag = e_tag.map(|t| t.trim_matches('"').to_string());
+    match (tag, version) {
+        (None, None) => None,
+        (tag, None) => tag,
+        (tag, Some(v)) => Some(format!("{}?versionId={v}", tag.unwrap_or_default())),
     }
 }
 
@@ -435,6 +515,7 @@ mod tests {
             prefix: "listings/".into(),
             access_key_id_env: key_env.into(),
             secret_access_key_env: secret_env.into(),
+            retry_for_ms: 0,
         }
     }
 
@@ -452,18 +533,6 @@ mod tests {
         let c = Credentials { access_key_id: "AKIA1".into(), secret_access_key: "hunter2".into() };
         let shown = format!("{c:?}");
         assert!(shown.contains("AKIA1") && !shown.contains("hunter2"), "{shown}");
-    }
-
-    #[test]
-    fn s3_error_codes_are_read_from_the_body() {
-        let body = "Server returned non-2xx status code: 403 Forbidden: <?xml version=\"1.0\"?><Error>\
-                    <Code>SignatureDoesNotMatch</Code><Message>The request signature we calculated does not match\
-                    </Message></Error>";
-        assert_eq!(
-            s3_code(body).as_deref(),
-            Some("SignatureDoesNotMatch: The request signature we calculated does not match")
-        );
-        assert_eq!(s3_code("no xml here"), None);
     }
 
     #[test]

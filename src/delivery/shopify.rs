@@ -52,6 +52,11 @@ impl std::fmt::Debug for ShopifyTarget {
 }
 
 impl ShopifyTarget {
+    /// The limit of one request (`timeout_ms`).
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// Build the target, reading the token from `access_token_env` now; a missing one is a
     /// [`TargetError::Permanent`] naming the variable.
     pub fn new(cfg: &ShopifyConfig, timeout_ms: u64) -> Result<Self, TargetError> {

@@ -20,14 +20,29 @@ pub enum Put {
     },
 }
 
+/// A settled write: what [`Put`] says, and the id the destination gave the file when it
+/// gives one (an S3 object's ETag, with `?versionId=…` in a versioned bucket), kept as the
+/// item's `remote_id` and in the manifest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    /// How the write ended.
+    pub put: Put,
+    /// The destination's id for the file (`None`: a folder has none).
+    pub remote_id: Option<String>,
+}
+
 /// What looking for one file at the target finds (to settle an item whose write's answer was
 /// lost).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Look {
     /// Nothing of that name is there.
     Absent,
-    /// A file of that name is there, with this sha256.
-    Present { sha256: String },
+    /// A file of that name is there, with this sha256 (and the destination's id for it, when
+    /// it gives one: an S3 object's ETag).
+    Present { sha256: String, remote_id: Option<String> },
+    /// A file of that name is there and is surely not the one written (its size differs), so
+    /// it was not read (plain words what is there).
+    Differs(String),
     /// The target cannot say (plain words why).
     CannotTell(String),
 }
@@ -57,6 +72,17 @@ pub struct TargetConfig {
     pub timeout_ms: u64,
     /// Where the files go.
     pub kind: TargetKind,
+}
+
+impl TargetConfig {
+    /// The longest one item's steps may take at this target ([`ItemClock`]): `timeout_ms`,
+    /// plus `retry_for_ms` for an s3 target.
+    pub fn item_budget_ms(&self) -> u64 {
+        match &self.kind {
+            TargetKind::S3(c) => self.timeout_ms.saturating_add(c.retry_for_ms),
+            _ => self.timeout_ms,
+        }
+    }
 }
 
 /// The kinds of target.
@@ -112,6 +138,131 @@ pub struct S3Config {
     pub access_key_id_env: String,
     /// `secret_access_key_env`: the environment variable holding the secret key.
     pub secret_access_key_env: String,
+    /// `retry_for_ms` (default [`DEFAULT_RETRY_FOR_MS`]): how long one file's busy or lost
+    /// answers are tried again, with backoff, before the item ends (see [`ItemClock`]).
+    pub retry_for_ms: u64,
+}
+
+/// The default `retry_for_ms` of an `s3` target: two minutes of backoff per file.
+pub const DEFAULT_RETRY_FOR_MS: u64 = 120_000;
+
+/// The longest reason (`why`) an item keeps, in characters ([`tidy_reason`]).
+pub const WHY_MAX_CHARS: usize = 300;
+
+/// One item's clock: every request for one file (a write, a read-back, a `HEAD`) shares one
+/// deadline, so a slow or trickling service holds a file for at most `retry_for + timeout`
+/// from its first request, not a timeout per step.
+///
+/// Invariant (enforced by [`ItemClock::request`] and [`ItemClock::may_retry_after`]): no
+/// request runs past [`ItemClock::deadline`], no request is longer than `timeout`, and no new
+/// try starts after `retry_for` has passed.
+#[derive(Debug, Clone, Copy)]
+pub struct ItemClock {
+    started: std::time::Instant,
+    retry_until: std::time::Instant,
+    deadline: std::time::Instant,
+    timeout: std::time::Duration,
+}
+
+impl ItemClock {
+    /// A clock starting now: tries may start for `retry_for`, and each request may take
+    /// `timeout`, all ending by `retry_for + timeout` from now.
+    pub fn start(timeout: std::time::Duration, retry_for: std::time::Duration) -> ItemClock {
+        let started = std::time::Instant::now();
+        let retry_until = started + retry_for;
+        ItemClock { started, retry_until, deadline: retry_until + timeout, timeout }
+    }
+
+    /// How long the next request may take: `timeout`, cut to what is left before the
+    /// deadline; `None` once it has passed.
+    pub fn request(&self) -> Option<std::time::Duration> {
+        let left = self.deadline.checked_duration_since(std::time::Instant::now())?;
+        (!left.is_zero()).then(|| left.min(self.timeout))
+    }
+
+    /// Whether another try may start after waiting `wait`.
+    pub fn may_retry_after(&self, wait: std::time::Duration) -> bool {
+        std::time::Instant::now() + wait <= self.retry_until
+    }
+
+    /// When every step of the item has ended.
+    pub fn deadline(&self) -> std::time::Instant {
+        self.deadline
+    }
+
+    /// How long since the item's clock started.
+    pub fn elapsed(&self) -> std::time::Duration {
+        self.started.elapsed()
+    }
+}
+
+/// A reason as an item keeps it: credentials and signatures redacted (each of `secrets`
+/// literally, and the values of `Authorization`, `Signature=`, `Credential=`,
+/// `X-Amz-Security-Token` and `X-Shopify-Access-Token`, however a service echoed them), control
+/// characters and runs of spaces made one space, and at most [`WHY_MAX_CHARS`] characters
+/// (the beginning kept: it says what failed).
+pub fn tidy_reason(text: &str, secrets: &[&str]) -> String {
+    let mut s = text.to_string();
+    for secret in secrets.iter().filter(|x| x.len() >= 4) {
+        s = s.replace(secret, "[redacted]");
+    }
+    // Tokens: after `name=`, or after a header-like name followed by `:`, `=`, `"` or `>`,
+    // the value goes up to a space or a separator.
+    let token_end = |c: char| c.is_whitespace() || ",;&\"'<>".contains(c);
+    for marker in ["signature=", "credential="] {
+        s = redact_after(&s, marker, false, token_end);
+    }
+    for marker in ["x-amz-security-token", "x-amz-signature", "x-amz-credential"] {
+        s = redact_after(&s, marker, true, token_end);
+    }
+    // Header values with spaces in them: to the end of the line (or of a quoted or XML value).
+    for marker in ["authorization", "x-shopify-access-token"] {
+        s = redact_after(&s, marker, true, |c| "\r\n\"<&".contains(c));
+    }
+    let mut out = String::with_capacity(s.len().min(WHY_MAX_CHARS * 4));
+    let mut space = false;
+    let mut count = 0;
+    for c in s.chars() {
+        let c = if c.is_control() || c.is_whitespace() { ' ' } else { c };
+        if c == ' ' && (space || out.is_empty()) {
+            continue;
+        }
+        space = c == ' ';
+        if count == WHY_MAX_CHARS - 1 {
+            out.push('…');
+            return out;
+        }
+        out.push(c);
+        count += 1;
+    }
+    out.trim_end().to_string()
+}
+
+/// `s` with the value after each (ASCII case-insensitive) `marker` replaced by `[redacted]`.
+/// With `needs_separator`, only where the marker is followed by `:`, `=`, `"`, `'` or `>`
+/// (spaces aside), so the word "authorization" in a sentence is left alone.
+fn redact_after(s: &str, marker: &str, needs_separator: bool, stop: impl Fn(char) -> bool) -> String {
+    let lower = s.to_ascii_lowercase();
+    let mut out = String::with_capacity(s.len());
+    let mut at = 0;
+    while let Some(found) = lower[at..].find(marker) {
+        let start = at + found + marker.len();
+        out.push_str(&s[at..start]);
+        let sep: usize = s[start..].chars().take_while(|c| " \t:=\"'>".contains(*c)).map(char::len_utf8).sum();
+        let value_start = start + sep;
+        out.push_str(&s[start..value_start]);
+        at = value_start;
+        if needs_separator && !s[start..value_start].contains([':', '=', '"', '\'', '>']) {
+            continue;
+        }
+        let value: usize = s[value_start..].chars().take_while(|c| !stop(*c)).map(char::len_utf8).sum();
+        if value > 0 {
+            out.push_str("[redacted]");
+        }
+        at = value_start + value;
+    }
+    out.push_str(&s[at..]);
+    out
 }
 
 /// The name of the target that exists with no configuration: a folder `exports` in the data
@@ -231,26 +382,60 @@ impl Target {
         }
     }
 
+    /// The clock for one item's steps at this target, started now (see [`ItemClock`]): a
+    /// folder's and a shop's steps share `timeout_ms`; an s3 target's tries go on for
+    /// `retry_for_ms`, each request at most `timeout_ms`.
+    pub fn clock(&self) -> ItemClock {
+        match self {
+            Target::Folder(f) => ItemClock::start(f.timeout, std::time::Duration::ZERO),
+            Target::S3 { target, .. } => target.clock(),
+            Target::Shopify { target, .. } => ItemClock::start(target.timeout(), std::time::Duration::ZERO),
+        }
+    }
+
     /// Write `bytes` (lowercase hex sha256 `sha256`) as `name`; never overwrites (see
-    /// [`Put`]). A write that takes longer than `timeout_ms` answers
-    /// [`TargetError::Ambiguous`]: it may still land, so look before writing again.
-    pub async fn put(&self, name: &str, bytes: Vec<u8>, sha256: &str) -> Result<Put, TargetError> {
+    /// [`Put`]), within the item's `clock`. A write whose answer was lost has already been
+    /// settled by looking when this answers: [`TargetError::Ambiguous`] means looking could not
+    /// tell either (the item is `unknown`).
+    pub async fn put(
+        &self,
+        name: &str,
+        bytes: Vec<u8>,
+        sha256: &str,
+        clock: &ItemClock,
+    ) -> Result<Stored, TargetError> {
         match self {
             Target::Folder(f) => {
-                let (f, name, sha256) = (f.clone(), name.to_string(), sha256.to_string());
-                let timeout = f.timeout;
+                let Some(limit) = clock.request() else {
+                    return Err(TargetError::Transient(format!("writing {name}: the item's time ran out first")));
+                };
+                let (f, file, sha) = (f.clone(), name.to_string(), sha256.to_string());
                 let what = format!("writing {name} to {}", f.path.display());
-                let work = tokio::task::spawn_blocking(move || f.put(&name, &bytes, &sha256));
-                match tokio::time::timeout(timeout, work).await {
+                let work = tokio::task::spawn_blocking(move || f.put(&file, &bytes, &sha));
+                let answer = match tokio::time::timeout(limit, work).await {
                     Ok(Ok(answer)) => answer,
                     Ok(Err(e)) => Err(TargetError::Ambiguous(format!("{what}: the write stopped unexpectedly ({e})"))),
                     Err(_) => Err(TargetError::Ambiguous(format!(
                         "{what} took longer than {} ms; it may still land — look before writing again",
-                        timeout.as_millis()
+                        limit.as_millis()
                     ))),
+                };
+                match answer {
+                    Ok(put) => Ok(Stored { put, remote_id: None }),
+                    // Settled by looking, within what is left of the item's time.
+                    Err(TargetError::Ambiguous(why)) => match self.look(name, None, clock).await {
+                        Ok(Look::Present { sha256: there, .. }) if there.eq_ignore_ascii_case(sha256) => {
+                            Ok(Stored { put: Put::Written, remote_id: None })
+                        }
+                        Ok(Look::Present { sha256: there, .. }) => {
+                            Ok(Stored { put: Put::Different { existing_sha256: Some(there) }, remote_id: None })
+                        }
+                        _ => Err(TargetError::Ambiguous(why)),
+                    },
+                    Err(e) => Err(e),
                 }
             }
-            Target::S3 { target, .. } => target.put(name, bytes, sha256).await,
+            Target::S3 { target, .. } => target.write(name, bytes, sha256, clock).await,
             Target::Shopify { .. } => Err(TargetError::Permanent(
                 "a shopify target takes files only for a product (`shopify_product`)".into(),
             )),
@@ -283,24 +468,36 @@ impl Target {
         }
     }
 
-    /// What is at `name` (to settle a write whose answer was lost). Longer than `timeout_ms`
-    /// is [`TargetError::Transient`].
-    pub async fn look(&self, name: &str) -> Result<Look, TargetError> {
+    /// Once a delivery has ended: remove the temporary files an earlier, killed run left for
+    /// `names` at a folder ([`super::folder::FolderTarget::sweep`]; `before`: when this run
+    /// took the delivery). Other kinds keep no temporary files.
+    pub async fn sweep(&self, names: Vec<String>, before: std::time::SystemTime) {
+        if let Target::Folder(f) = self {
+            let f = f.clone();
+            let _ = tokio::task::spawn_blocking(move || f.sweep(&names, before)).await;
+        }
+    }
+
+    /// What is at `name` (to settle a write whose answer was lost), within the item's
+    /// `clock`; `bytes` is the size written, when known (an s3 object without tally's sha256
+    /// metadata is read back only when its size is that). Running out of time is
+    /// [`TargetError::Transient`].
+    pub async fn look(&self, name: &str, bytes: Option<u64>, clock: &ItemClock) -> Result<Look, TargetError> {
         match self {
             Target::Folder(f) => {
-                let (f, name) = (f.clone(), name.to_string());
-                let timeout = f.timeout;
                 let what = format!("looking for {name} in {}", f.path.display());
+                let Some(limit) = clock.request() else {
+                    return Err(TargetError::Transient(format!("{what}: the item's time ran out first")));
+                };
+                let (f, name) = (f.clone(), name.to_string());
                 let work = tokio::task::spawn_blocking(move || f.look(&name));
-                match tokio::time::timeout(timeout, work).await {
+                match tokio::time::timeout(limit, work).await {
                     Ok(Ok(answer)) => answer,
                     Ok(Err(e)) => Err(TargetError::Transient(format!("{what}: stopped unexpectedly ({e})"))),
-                    Err(_) => {
-                        Err(TargetError::Transient(format!("{what} took longer than {} ms", timeout.as_millis())))
-                    }
+                    Err(_) => Err(TargetError::Transient(format!("{what} took longer than {} ms", limit.as_millis()))),
                 }
             }
-            Target::S3 { target, .. } => target.look(name).await,
+            Target::S3 { target, .. } => target.look_within(name, bytes, clock).await,
             Target::Shopify { .. } => {
                 Ok(Look::CannotTell("a shopify file is looked up by its own flow, not by a file name alone".into()))
             }
@@ -343,6 +540,7 @@ mod tests {
                 prefix: String::new(),
                 access_key_id_env: "TALLY_TEST_TARGET_NO_SUCH_KEY".into(),
                 secret_access_key_env: "TALLY_TEST_TARGET_NO_SUCH_SECRET".into(),
+                retry_for_ms: DEFAULT_RETRY_FOR_MS,
             }),
         };
         match Target::from_config(&c) {
@@ -358,10 +556,45 @@ mod tests {
         assert_eq!(t.name(), "out");
         let bytes = b"image".to_vec();
         let sha = crate::delivery::render::sha256_hex(&bytes);
-        assert_eq!(t.put("a.png", bytes.clone(), &sha).await, Ok(Put::Written));
+        let clock = t.clock();
+        let stored = |put| Ok(Stored { put, remote_id: None });
+        assert_eq!(t.put("a.png", bytes.clone(), &sha, &clock).await, stored(Put::Written));
         assert_eq!(std::fs::read(dir.join("a.png")).expect("on disk"), bytes);
-        assert_eq!(t.put("a.png", bytes, &sha).await, Ok(Put::AlreadyThere));
-        assert_eq!(t.look("a.png").await, Ok(Look::Present { sha256: sha }));
-        assert_eq!(t.look("b.png").await, Ok(Look::Absent));
+        assert_eq!(t.put("a.png", bytes, &sha, &clock).await, stored(Put::AlreadyThere));
+        assert_eq!(t.look("a.png", None, &clock).await, Ok(Look::Present { sha256: sha, remote_id: None }));
+        assert_eq!(t.look("b.png", None, &clock).await, Ok(Look::Absent));
+    }
+
+    #[test]
+    fn reasons_are_short_and_carry_no_credentials() {
+        let echoed = "refused: you sent PUT /b/k\r\nAuthorization: AWS4-HMAC-SHA256 \
+                      Credential=AKIAEXAMPLE123/20261204/us-east-1/s3/aws4_request, SignedHeaders=host, \
+                      Signature=0123abcd\r\nx-amz-security-token: tok3n\r\n<X-Amz-Signature>feed</X-Amz-Signature> \
+                      ?X-Amz-Credential=AKIAEXAMPLE123%2F2026&X-Amz-Signature=beef the authorization header is \
+                      malformed; hunter2";
+        let tidy = tidy_reason(echoed, &["AKIAEXAMPLE123", "hunter2"]);
+        for secret in ["AKIAEXAMPLE123", "0123abcd", "tok3n", "feed<", "beef", "hunter2", "AWS4-HMAC"] {
+            assert!(!tidy.contains(secret), "{secret} in {tidy}");
+        }
+        assert!(tidy.starts_with("refused: you sent PUT /b/k Authorization: [redacted]"), "{tidy}");
+        assert!(tidy.contains("the authorization header is malformed"), "words stay: {tidy}");
+        assert!(!tidy.contains('\n') && !tidy.contains("  "), "{tidy}");
+        let long = tidy_reason(&format!("bucket said: {}", "<html>".repeat(100_000)), &[]);
+        assert_eq!(long.chars().count(), WHY_MAX_CHARS);
+        assert!(long.starts_with("bucket said: <html>") && long.ends_with('…'), "{long}");
+        assert_eq!(tidy_reason("  short\n reason ", &[]), "short reason");
+    }
+
+    #[test]
+    fn an_items_clock_bounds_every_request_and_every_retry() {
+        let c = ItemClock::start(std::time::Duration::from_secs(30), std::time::Duration::from_secs(120));
+        let first = c.request().expect("time left");
+        assert!(first <= std::time::Duration::from_secs(30), "{first:?}");
+        assert!(c.may_retry_after(std::time::Duration::from_secs(1)));
+        assert!(!c.may_retry_after(std::time::Duration::from_secs(121)));
+        assert!(c.deadline() <= std::time::Instant::now() + std::time::Duration::from_secs(150));
+        let spent = ItemClock::start(std::time::Duration::ZERO, std::time::Duration::ZERO);
+        assert_eq!(spent.request(), None, "nothing is sent past the deadline");
+        assert!(!spent.may_retry_after(std::time::Duration::from_millis(1)));
     }
 }

@@ -34,7 +34,7 @@ use crate::delivery::manifest::{self, ManifestRow};
 use crate::delivery::names::{NameParts, file_names};
 use crate::delivery::profile::Profile;
 use crate::delivery::render;
-use crate::delivery::target::{Look, Put, Target, TargetError};
+use crate::delivery::target::{ItemClock, Look, Put, Stored, Target, TargetError, tidy_reason};
 use crate::domain::Millis;
 use crate::store::{
     DeliveryCreateOutcome, DeliveryItemView, DeliveryView, FileFacts, ItemOutcome, ItemState, NewDelivery,
@@ -59,7 +59,9 @@ pub const DELIVERY_POINTS: &[&str] = &[
 pub(crate) struct Setup {
     config: DeliveryConfig,
     data_dir: std::path::PathBuf,
-    /// The longest `timeout_ms` of any target: the lease is derived from it.
+    /// The longest time one item may take at any target (`timeout_ms`, plus `retry_for_ms`
+    /// for s3): the lease is derived from it, so a run that is still within an item's
+    /// deadline never loses its delivery to another.
     lease_ms: Millis,
     /// The chosen images' pixel sizes already read, for a set's `delivery.blocking`
     /// (`engine::readiness`).
@@ -118,7 +120,7 @@ impl Engine {
         let lease_ms = config
             .targets(&self.shared.data_dir)
             .iter()
-            .map(|t| t.timeout_ms as Millis)
+            .map(|t| t.item_budget_ms() as Millis)
             .max()
             .unwrap_or(30_000)
             .saturating_mul(2)
@@ -446,6 +448,8 @@ fn runner_id(shared: &Shared) -> String {
 async fn render_item(store: &Store, profile: &Profile, item: &DeliveryItemView) -> Result<render::Rendered, String> {
     let (s, id, p) = (store.clone(), item.artifact_id.clone(), profile.clone());
     tokio::task::spawn_blocking(move || {
+        // Tests hold a delivery open here (`deliver-before-render=sleep(ms)`): prune must wait.
+        crate::failpoint::pause("deliver-before-render");
         let Some((_, bytes)) = s.read_image_bytes_blocking(&id).map_err(|e| e.to_string())? else {
             return Err(format!("the chosen image {id} is no longer stored"));
         };
@@ -474,12 +478,20 @@ fn failed(e: TargetError) -> ItemOutcome {
 
 /// Deliver the open items of a delivery this run holds, then write its manifest.
 async fn deliver_one(shared: &Shared, setup: &Setup, boot: &str, d: DeliveryView) -> Result<(), StoreError> {
+    // What an earlier run left behind was written before now (see `Target::sweep`).
+    let taken_at = std::time::SystemTime::now();
     let store = &shared.store;
     let open: Vec<&DeliveryItemView> =
         d.items.iter().filter(|i| matches!(i.state, ItemState::Queued | ItemState::Writing)).collect();
     setup.changed(&d);
     let view = &d;
     let confirm = |item: &DeliveryItemView, outcome: ItemOutcome| {
+        // Every reason is kept short and without credentials, whatever a destination said.
+        let outcome = match outcome {
+            ItemOutcome::Failed { why, retry_safe } => ItemOutcome::Failed { why: tidy_reason(&why, &[]), retry_safe },
+            ItemOutcome::Unknown { why } => ItemOutcome::Unknown { why: tidy_reason(&why, &[]) },
+            other => other,
+        };
         let done = store.confirm_delivery_item(d.id.clone(), item.position, boot.to_string(), outcome, shared.now());
         async move {
             let out = done.await;
@@ -500,7 +512,8 @@ async fn deliver_one(shared: &Shared, setup: &Setup, boot: &str, d: DeliveryView
             (None, _) => {
                 let why = format!("the profile `{}` is no longer configured", d.profile);
                 let outcome = if item.state == ItemState::Writing {
-                    settle_by_look(target.as_ref().ok(), item).await
+                    let clock = target.as_ref().ok().map(Target::clock);
+                    settle_by_look(target.as_ref().ok(), item, clock.as_ref()).await
                 } else {
                     None
                 };
@@ -536,6 +549,8 @@ async fn deliver_one(shared: &Shared, setup: &Setup, boot: &str, d: DeliveryView
             crate::failpoint::crash("deliver-after-confirm");
             continue;
         }
+        // One deadline for every step of this item (looking, writing, reading back).
+        let clock = target.clock();
         // Written (or maybe written) before: look first, when the target can find a file by
         // name; one that cannot is left unknown rather than written twice.
         if item.sha256.is_some() && !target.capabilities().can_settle() {
@@ -546,7 +561,7 @@ async fn deliver_one(shared: &Shared, setup: &Setup, boot: &str, d: DeliveryView
             continue;
         }
         if item.sha256.is_some()
-            && let Some(outcome) = settle_by_look(Some(target), item).await
+            && let Some(outcome) = settle_by_look(Some(target), item, Some(&clock)).await
         {
             if confirm(item, outcome).await?.is_none() {
                 return Ok(());
@@ -576,16 +591,18 @@ async fn deliver_one(shared: &Shared, setup: &Setup, boot: &str, d: DeliveryView
         }
         setup.changed(&d);
         crate::failpoint::crash("deliver-after-writing");
-        let answer = target.put(&item.file_name, file.bytes, &file.sha256).await;
+        let answer = target.put(&item.file_name, file.bytes, &file.sha256, &clock).await;
         crate::failpoint::crash("deliver-after-put");
         let outcome = match answer {
-            Ok(Put::Written | Put::AlreadyThere) => ItemOutcome::Delivered,
-            Ok(Put::Different { existing_sha256 }) => different(&item.file_name, existing_sha256.as_deref()),
-            Err(TargetError::Ambiguous(why)) => match target.look(&item.file_name).await {
-                Ok(Look::Present { sha256 }) if sha256.eq_ignore_ascii_case(&file.sha256) => ItemOutcome::Delivered,
-                Ok(Look::Present { sha256 }) => different(&item.file_name, Some(&sha256)),
-                _ => ItemOutcome::Unknown { why },
-            },
+            Ok(Stored { put: Put::Written | Put::AlreadyThere, remote_id: Some(remote_id) }) => {
+                ItemOutcome::DeliveredAs { remote_id }
+            }
+            Ok(Stored { put: Put::Written | Put::AlreadyThere, remote_id: None }) => ItemOutcome::Delivered,
+            Ok(Stored { put: Put::Different { existing_sha256 }, .. }) => {
+                different(&item.file_name, existing_sha256.as_deref())
+            }
+            // The target has looked already (a folder by its file, a bucket by reading back).
+            Err(TargetError::Ambiguous(why)) => ItemOutcome::Unknown { why },
             Err(e) => failed(e),
         };
         if confirm(item, outcome).await?.is_none() {
@@ -597,6 +614,10 @@ async fn deliver_one(shared: &Shared, setup: &Setup, boot: &str, d: DeliveryView
     // it ended has its manifest beside its files).
     if let Ok(target) = &target {
         write_manifest(shared, target, &d.id).await;
+        let (own_csv, own_json) = manifest::names_for(&d.id);
+        let mut names: Vec<String> = d.items.iter().map(|i| i.file_name.clone()).collect();
+        names.extend([own_csv, own_json, manifest::CSV_NAME.into(), manifest::JSON_NAME.into()]);
+        target.sweep(names, taken_at).await;
     }
     crate::failpoint::crash("deliver-after-manifest");
     store.settle_delivery(d.id.clone(), boot.to_string(), shared.now()).await?;
@@ -655,16 +676,30 @@ async fn deliver_shopify(
     }))
 }
 
-/// Settle an item that was recorded `writing` (or sent before) by looking at the target:
-/// `None` means nothing is there, so it is to be written.
-async fn settle_by_look(target: Option<&Target>, item: &DeliveryItemView) -> Option<ItemOutcome> {
-    let Some(target) = target else {
+/// Settle an item that was recorded `writing` (or sent before) by looking at the target,
+/// within the item's `clock`: `None` means nothing is there, so it is to be written.
+async fn settle_by_look(
+    target: Option<&Target>,
+    item: &DeliveryItemView,
+    clock: Option<&ItemClock>,
+) -> Option<ItemOutcome> {
+    let (Some(target), Some(clock)) = (target, clock) else {
         return Some(ItemOutcome::Unknown { why: "its write was interrupted and its target is not configured".into() });
     };
     let want = item.sha256.as_deref().unwrap_or("");
-    match target.look(&item.file_name).await {
-        Ok(Look::Present { sha256 }) if sha256.eq_ignore_ascii_case(want) => Some(ItemOutcome::Delivered),
-        Ok(Look::Present { sha256 }) => Some(different(&item.file_name, Some(&sha256))),
+    let bytes = item.bytes.and_then(|b| u64::try_from(b).ok());
+    match target.look(&item.file_name, bytes, clock).await {
+        Ok(Look::Present { sha256, remote_id }) if sha256.eq_ignore_ascii_case(want) => Some(match remote_id {
+            Some(remote_id) => ItemOutcome::DeliveredAs { remote_id },
+            None => ItemOutcome::Delivered,
+        }),
+        Ok(Look::Present { sha256, .. }) => Some(different(&item.file_name, Some(&sha256))),
+        Ok(Look::Differs(what)) => Some(ItemOutcome::Failed {
+            why: format!(
+                "{what}: another file is there; it was left as it is, never overwritten — remove or rename it and retry"
+            ),
+            retry_safe: true,
+        }),
         Ok(Look::Absent) => None,
         Ok(Look::CannotTell(why)) => Some(ItemOutcome::Unknown { why }),
         Err(e) => Some(ItemOutcome::Unknown {
@@ -673,8 +708,10 @@ async fn settle_by_look(target: Option<&Target>, item: &DeliveryItemView) -> Opt
     }
 }
 
-/// Write `manifest.csv` and `manifest.json` for the delivered items of delivery `id`
-/// (replacing an earlier delivery's at that target). A failure is logged: the files are
+/// Write the manifest of delivery `id`'s delivered items at its target: as its own
+/// `manifest-ID.csv`/`.json` (kept when later deliveries use the same place), then as
+/// `manifest.csv`/`manifest.json` (the latest delivery's, replacing an earlier one's). Both
+/// are tally's own names, rewritten whole on a resume. A failure is logged: the files are
 /// delivered either way.
 async fn write_manifest(shared: &Shared, target: &Target, id: &str) {
     let rows = match manifest_rows(&shared.store, id).await {
@@ -687,7 +724,15 @@ async fn write_manifest(shared: &Shared, target: &Target, id: &str) {
     if rows.is_empty() {
         return;
     }
-    for (name, bytes) in [(manifest::CSV_NAME, manifest::csv(&rows)), (manifest::JSON_NAME, manifest::json(&rows))] {
+    let (csv, json) = (manifest::csv(&rows), manifest::json(&rows));
+    let (own_csv, own_json) = manifest::names_for(id);
+    let files = [
+        (own_csv.as_str(), csv.clone()),
+        (own_json.as_str(), json.clone()),
+        (manifest::CSV_NAME, csv),
+        (manifest::JSON_NAME, json),
+    ];
+    for (name, bytes) in files {
         if let Err(e) = target.replace(name, bytes).await {
             tracing::warn!(delivery = %id, file = name, error = %e, "could not write the delivery's manifest");
         }
@@ -716,6 +761,7 @@ async fn manifest_rows(store: &Store, id: &str) -> Result<Vec<ManifestRow>, Stor
             charge: task.map(|t| t.charge.state.as_str().to_string()).unwrap_or_else(|| "none".into()),
             cost_micros: task.and_then(|t| t.charge.cost_micros),
             currency: task.and_then(|t| t.charge.currency.clone()),
+            remote_id: it.remote_id.clone(),
         });
     }
     Ok(rows)

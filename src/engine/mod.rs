@@ -106,6 +106,12 @@ pub struct ProviderEntry {
 }
 
 impl ProviderEntry {
+    /// How long one call may take at most (the configured `request_timeout_ms`); `None` for an
+    /// adapter built without a configuration (tests).
+    pub fn request_timeout(&self) -> Option<std::time::Duration> {
+        self.config.as_ref().map(|c| c.request_timeout)
+    }
+
     /// Wrap an adapter with `max_concurrency` slots (and the default reserve of one slot that
     /// the recovery lane leaves to fresh work).
     pub fn new(name: impl Into<String>, provider: Arc<dyn Provider>, max_concurrency: usize) -> Self {

@@ -88,8 +88,11 @@ pub(super) async fn run_once(shared: &Arc<Shared>) -> Result<usize, EngineError>
     }
     let items: Vec<_> = rows
         .into_iter()
-        .map(|row| {
+        .map(|mut row| {
             let decision = decide_row(shared, &row);
+            // How long this provider's call may still be out: its slot is held that long.
+            row.call_window =
+                shared.providers.get(&row.provider).and_then(|p| p.request_timeout()).map(|t| t.as_millis() as Millis);
             (row, decision)
         })
         .collect();

@@ -21,7 +21,7 @@ use super::{ProviderEntry, Shared};
 use crate::domain::operation::{ResultKind, png_has_alpha};
 use crate::domain::{Charge, FailureKind, Millis, Phase, backoff};
 use crate::failpoint::crash;
-use crate::providers::{CallError, CallRequest, Image, JobHandle, JobState, Submitted};
+use crate::providers::{CallError, CallRequest, Image, JobHandle, JobState, LostLookup, Submitted};
 use crate::store::{CallingOutcome, Claim, Finish, NewArtifact, NewImage, PauseReason, Severity, StoreError};
 
 /// The wait before storing an image again after the store failed. Short and flat: when the
@@ -29,6 +29,9 @@ use crate::store::{CallingOutcome, Claim, Finish, NewArtifact, NewImage, PauseRe
 /// up to 30 s) decides the lease that ran out meanwhile. If the reconciler still wins, its
 /// `unknown` is resolved by the worker's late result of the same execution.
 const STORE_RETRY: Duration = Duration::from_millis(250);
+
+/// The longest wait between two looks for a lost create (`Next::LookAgain`).
+const LOOK_AGAIN_MAX: Millis = 3_600_000;
 
 /// Run a claim on its own task, holding a worker permit until done.
 pub(super) fn spawn(shared: Arc<Shared>, claim: Claim, permit: OwnedSemaphorePermit, fence: u64) {
@@ -204,6 +207,9 @@ enum Next {
     Job(JobHandle),
     /// Settle or reschedule the task.
     Settle(Finish),
+    /// A lost create's candidates cannot be told apart yet: the execution stays in `calling`
+    /// and its task waits until `due_at` for the next look (never after `until_ms`).
+    LookAgain { due_at: Millis, until_ms: Millis, why: String },
     /// The lease was lost or the engine is stopping: write nothing more (what happened so
     /// far is recorded, and recovery resumes from it).
     Stop,
@@ -438,8 +444,27 @@ impl Run<'_> {
         match next {
             Next::Image(img) => self.save_and_finish(img).await,
             Next::Settle(f) => self.finish(f).await,
+            Next::LookAgain { due_at, until_ms, why } => self.look_again(due_at, until_ms, why).await,
             Next::Job(_) | Next::Stop => Ok(()),
         }
+    }
+
+    /// Hand the execution back to wait for its next look (still `calling`: nothing is sent
+    /// again); if the store finds the provider's retention passed meanwhile, `unknown`.
+    async fn look_again(&self, due_at: Millis, until_ms: Millis, why: String) -> Result<(), StoreError> {
+        let c = self.claim;
+        let (exec, lease) = (c.execution_token.clone(), c.lease_token.clone());
+        let now = self.now();
+        let when = crate::clock::rfc3339(due_at);
+        let reason = format!("{why}; tally looks again at {when}, nothing is sent again");
+        tracing::info!(until = %when, "the lost create cannot be told apart yet; looking again later");
+        if self.shared.store.look_again(exec, lease, due_at, until_ms, reason, now).await? {
+            self.shared.changed(&c.task_id, crate::domain::TaskStatus::Waiting);
+            self.shared.wake_dispatcher.notify_one();
+            return Ok(());
+        }
+        let reason = format!("{why}, and the provider no longer keeps its jobs, so they cannot be told apart any more");
+        self.finish(Finish::Unknown { reason }).await
     }
 
     /// Send the first request of this execution (`calling` is durable) and classify its answer.
@@ -669,21 +694,34 @@ impl Run<'_> {
         }
         if caps.lookup {
             // Look for the job by what was sent and when; a listing that does not show exactly
-            // one match proves nothing, so after a few looks the outcome stays unknown.
+            // one match proves nothing, so after a few looks the outcome stays unknown — unless
+            // the last look says a later one may tell the candidates apart: then the execution
+            // waits for its next look (`Next::LookAgain`), while the provider keeps its jobs.
+            let mut last = None;
             for n in 1..=4 {
                 if self.should_stop() {
                     return Next::Stop;
                 }
-                match self.entry.provider.find(&req).await {
-                    Ok(Some(job)) => return Next::Job(job),
-                    Ok(None) => {}
+                match self.entry.provider.find_lost(&req).await {
+                    Ok(LostLookup::Found(job)) => return Next::Job(job),
+                    Ok(other) => last = Some(other),
                     Err(e) => tracing::info!(error = %e, "looking the job up failed"),
                 }
                 tokio::time::sleep(self.retry_delay(n)).await;
             }
-            return unknown(
-                "the provider's job list does not show exactly one matching request, which proves nothing either way",
-            );
+            return match last {
+                Some(LostLookup::LookAgain { why: seen, until_ms }) if self.now() < until_ms => {
+                    // Back off with the time since the call: each look half as far again.
+                    let now = self.now();
+                    let wait = Shared::ms(self.shared.cfg.backoff_max).max((now - calling_at) / 2).min(LOOK_AGAIN_MAX);
+                    Next::LookAgain { due_at: (now + wait).min(until_ms), until_ms, why: format!("{why}; {seen}") }
+                }
+                Some(LostLookup::LookAgain { why: seen, .. }) => unknown(&format!(
+                    "{seen}, and the provider no longer keeps its jobs, so they cannot be told apart any more"
+                )),
+                Some(LostLookup::Unproven(seen)) => unknown(&format!("{seen}, which proves nothing either way")),
+                _ => unknown("the provider's job list could not be read, which proves nothing either way"),
+            };
         }
         unknown("this provider cannot prove whether the request ran or was charged")
     }

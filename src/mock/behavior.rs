@@ -130,6 +130,9 @@ pub struct Behavior {
     /// Successful creates carry `x-ratelimit-remaining-requests: 0` with a reset of this many
     /// milliseconds (the quota is used up: the next create within it would be a 429).
     pub ratelimit_exhausted_ms: Option<u64>,
+    /// OpenAI-style images come back this many pixels a side: one colour, so a PNG of a few
+    /// hundred KB that decodes to gigabytes (what a hostile or broken provider can answer).
+    pub giant_image_side: Option<u32>,
 }
 
 impl Default for Behavior {
@@ -164,6 +167,7 @@ impl Default for Behavior {
             job_failure_logs: None,
             error_code: None,
             ratelimit_exhausted_ms: None,
+            giant_image_side: None,
         }
     }
 }
@@ -291,6 +295,18 @@ impl Behavior {
                     next.job_failure_logs = if null { start.job_failure_logs.clone() } else { Some(text()?) }
                 }
                 "error_code" => next.error_code = if null { start.error_code.clone() } else { Some(text()?) },
+                "giant_image_side" => {
+                    next.giant_image_side = if null {
+                        start.giant_image_side
+                    } else {
+                        Some(
+                            u32::try_from(num()?)
+                                .ok()
+                                .filter(|n| (1..=65_535).contains(n))
+                                .ok_or("giant_image_side must be 1 to 65535")?,
+                        )
+                    }
+                }
                 other => return Err(format!("unknown field `{other}`")),
             }
         }

@@ -180,6 +180,7 @@ impl MockArgs {
             job_failure_logs: d.job_failure_logs,
             error_code: self.error_code.clone(),
             ratelimit_exhausted_ms: d.ratelimit_exhausted_ms,
+            giant_image_side: d.giant_image_side,
         }
     }
 }
@@ -592,9 +593,18 @@ async fn put_behavior(State(mock): State<Arc<Mock>>, body: axum::body::Bytes) ->
         Ok(Value::Object(m)) => m,
         _ => return error(StatusCode::BAD_REQUEST, "the body must be a JSON object", "invalid_json"),
     };
-    let mut b = lock(&mock.behavior);
-    match b.patch(&patch, &mock.start) {
-        Ok(()) => axum::Json(b.clone()).into_response(),
+    let answer = {
+        let mut b = lock(&mock.behavior);
+        b.patch(&patch, &mock.start).map(|()| b.clone())
+    };
+    match answer {
+        Ok(b) => {
+            // The giant image is made now, once, so answers that carry it are as quick as others.
+            if let Some(side) = b.giant_image_side {
+                let _ = tokio::task::spawn_blocking(move || crate::render::flat_png(side)).await;
+            }
+            axum::Json(b).into_response()
+        }
         Err(e) => error(StatusCode::BAD_REQUEST, &e, "invalid_behavior"),
     }
 }

@@ -94,6 +94,8 @@ fn answer(jobs: &mut Jobs, b: &Behavior, base: &str, params: &Map<String, Value>
     let id = new_job(jobs, new, b);
     let item = if b.openai_url_answers {
         json!({"url": format!("{base}/files/{id}.png")})
+    } else if let Some(side) = b.giant_image_side {
+        json!({"b64_json": base64::engine::general_purpose::STANDARD.encode(crate::render::flat_png(side))})
     } else {
         json!({"b64_json": base64::engine::general_purpose::STANDARD.encode(placeholder_png(prompt, IMAGE_SIZE))})
     };

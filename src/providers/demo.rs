@@ -10,14 +10,11 @@
 
 use std::time::Duration;
 
-use image::{ImageFormat, ImageReader, Limits, Rgba, RgbaImage};
+use image::{ImageFormat, Rgba, RgbaImage};
 
 use super::{BoxFuture, CallError, CallRequest, Capabilities, Image, Provider, Submitted};
 use crate::domain::operation::Operation;
 
-/// The largest source the demo decodes (pixels): a bigger one is refused before its buffer is
-/// allocated.
-const MAX_PIXELS: u64 = 40_000_000;
 /// The longest side the demo's edits and cutouts come back with.
 const MAX_SIDE: u32 = 1024;
 /// How far (per channel) a pixel may be from the border's colour and still count as
@@ -86,25 +83,18 @@ impl Provider for Demo {
     }
 }
 
-/// Decode a source image within [`MAX_PIXELS`] (dimensions read first) and bring it to at
-/// most [`MAX_SIDE`] px on its longer side.
+/// Decode a source image under the daemon's image budget ([`crate::pixels`]: its size read
+/// first, refused in words when too large) and bring it to at most [`MAX_SIDE`] px on its
+/// longer side. The budget's ticket is given back before the (small) result is returned.
 fn decode(bytes: &[u8]) -> Result<RgbaImage, String> {
-    let reader = ImageReader::new(std::io::Cursor::new(bytes))
-        .with_guessed_format()
-        .map_err(|e| format!("the image cannot be read: {e}"))?;
-    let (w, h) = reader.into_dimensions().map_err(|e| format!("the image cannot be read: {e}"))?;
-    if u64::from(w) * u64::from(h) > MAX_PIXELS {
-        return Err(format!("the image is {w}×{h} px; the demo works on images of at most {MAX_PIXELS} pixels"));
-    }
-    let mut reader = ImageReader::new(std::io::Cursor::new(bytes))
-        .with_guessed_format()
-        .map_err(|e| format!("the image cannot be read: {e}"))?;
-    let mut limits = Limits::default();
-    limits.max_alloc = Some(MAX_PIXELS * 8);
-    reader.limits(limits);
-    let img = reader.decode().map_err(|e| format!("the image cannot be decoded: {e}"))?;
-    let img = if w.max(h) > MAX_SIDE { img.thumbnail(MAX_SIDE, MAX_SIDE) } else { img };
-    Ok(img.to_rgba8())
+    let small = 4 * u64::from(MAX_SIDE) * u64::from(MAX_SIDE);
+    let d = crate::pixels::decode(bytes, crate::pixels::decoded_plus(0, 2 * small))
+        .map_err(|e| format!("the image cannot be used: {e}"))?;
+    let img = d.image;
+    let img = if img.width().max(img.height()) > MAX_SIDE { img.thumbnail(MAX_SIDE, MAX_SIDE) } else { img };
+    let rgba = img.to_rgba8();
+    drop(d.ticket);
+    Ok(rgba)
 }
 
 fn encode(img: &RgbaImage) -> Result<Vec<u8>, String> {

@@ -159,6 +159,20 @@ pub enum HeldLookup {
     Unsure(String),
 }
 
+/// What a search for a lost create found ([`Provider::find_lost`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LostLookup {
+    /// Exactly one job is the lost create.
+    Found(JobHandle),
+    /// The listing proves nothing, and looking again would not change that (no match, several
+    /// that match, too many to read): why, in plain words.
+    Unproven(String),
+    /// Several candidates only because some have not shown yet what tells them apart (a
+    /// prompt shown once the job finishes): look again later, but not after `until_ms`, when
+    /// the provider no longer keeps the jobs. Why, in plain words.
+    LookAgain { why: String, until_ms: i64 },
+}
+
 /// Why a call did not produce an answer, classified by what it proves (DESIGN §4).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CallError {
@@ -277,6 +291,21 @@ pub trait Provider: Send + Sync + 'static {
         Box::pin(async { Ok(None) })
     }
 
+    /// [`Provider::find`] with the third answer, "look again later": what the engine asks. By
+    /// default `find`'s answer (a job, or nothing proven).
+    fn find_lost<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<LostLookup, CallError>> {
+        Box::pin(async move {
+            Ok(match self.find(req).await? {
+                Some(job) => LostLookup::Found(job),
+                None => LostLookup::Unproven(
+                    "the provider's job list does not show exactly one matching request, which proves nothing either \
+                     way"
+                    .into(),
+                ),
+            })
+        })
+    }
+
     /// Look for a request an older copy's original daemon may have sent for a held job (see
     /// [`HeldQuery`]). Only what the provider documents is used: an adapter that cannot tie a
     /// request to the job answers [`HeldLookup::Unsure`] saying why (the default).
@@ -360,6 +389,10 @@ impl Provider for Configured {
 
     fn find<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<Option<JobHandle>, CallError>> {
         self.inner.find(req)
+    }
+
+    fn find_lost<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<LostLookup, CallError>> {
+        self.inner.find_lost(req)
     }
 
     fn find_held<'a>(&'a self, q: &'a HeldQuery) -> BoxFuture<'a, Result<HeldLookup, CallError>> {

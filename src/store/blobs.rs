@@ -223,7 +223,7 @@ impl BlobReader {
                 n
             }),
         }
-        .ok_or_else(|| StoreError::Invalid(format!("image {id} is no longer stored")))?;
+        .ok_or_else(|| StoreError::Gone { id: id.clone() })?;
         if n == 0 && pos < self.meta.bytes as usize {
             return Err(StoreError::Damaged {
                 id,
@@ -375,6 +375,26 @@ mod tests {
         assert_eq!(img.media_type(), "image/png");
         assert_eq!(img.len(), png.len() as i64);
         assert_eq!(img.sha256(), hex(&Sha256::digest(&png)));
+    }
+
+    /// An image deleted (pruned) after its reader opened is `Gone` (the API's 404), not a store
+    /// failure (a 503 "try again" that would never succeed).
+    #[tokio::test]
+    async fn an_image_deleted_while_it_is_read_is_gone() {
+        let dir = std::env::temp_dir().join(format!("tally-blob-{}", uuid::Uuid::new_v4()));
+        let store = SqliteStore::open(&dir.join("tally.db"), crate::config::Durability::Normal).expect("open");
+        let img = NewImage::verify(crate::render::placeholder_png("gone", 64)).expect("a png");
+        let up = crate::store::Store::from(store.clone()).save_upload(img, 1_000).await.expect("upload");
+        let mut r = store.open_blob(&up.id).expect("open").expect("stored");
+        let id = up.id.clone();
+        store
+            .write(move |c| Ok(c.execute("DELETE FROM blobs WHERE id = ?1", [&id]).map(|_| ())?))
+            .await
+            .expect("delete");
+        let err = r.read_all().expect_err("nothing left to read");
+        assert!(matches!(err, StoreError::Gone { .. }), "{err}");
+        store.close().expect("close");
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     /// A stored image whose bytes no longer match their recorded sha256 (a damaged page) is

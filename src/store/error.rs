@@ -44,6 +44,10 @@ pub enum StoreError {
     /// bytes. The API answers it as `image_damaged`; `tally check` lists every such image.
     #[error("stored image {id} is damaged: {why}; `tally check` lists every damaged image")]
     Damaged { id: String, why: String },
+    /// An image that was there when its read began is no longer stored (pruned or deleted
+    /// meanwhile): for a download, a plain 404, not a store failure.
+    #[error("image {id} is no longer stored")]
+    Gone { id: String },
     /// An fsync failed (SQLite: the flusher's of the WAL, or one inside a commit or a
     /// checkpoint). Never retried: the store stopped for good, and only a restart, which
     /// recovers from what reached the disk, serves again (`store::sqlite::flush`).

@@ -68,7 +68,8 @@ pub struct PruneReport {
     pub image_bytes: i64,
     /// Old enough, but `unknown`: kept until someone resolves them.
     pub kept_unknown: u64,
-    /// Old enough, but a shot of a set with a task that is not (unknown, running, recent).
+    /// Old enough, but a shot of a set with a task that is not (unknown, running, recent), or
+    /// of a set with a delivery not yet ended.
     pub kept_in_sets: u64,
     /// Old enough, but a kept task is a retry of it.
     pub kept_retried: u64,
@@ -371,6 +372,15 @@ pub(in crate::store) fn delete_set(tx: &mut dyn Tx, set: &str, cutoff: Millis) -
     if blocking > 0 {
         return Ok(r);
     }
+    // A delivery not yet ended reads the set's chosen images while it writes its files: the set
+    // stays (issue #43), and a later prune (or the retention timer) takes it once the delivery
+    // has ended. Checked in the transaction that deletes, so a delivery recorded before it
+    // commits is seen.
+    if tx.opt("SELECT 1 FROM deliveries WHERE set_id = ?1 AND state IN ('queued', 'delivering')", &[&set])?.is_some() {
+        let shots: i64 = tx.one("SELECT count(*) FROM tasks WHERE set_id = ?1", &[&set])?.get(0)?;
+        r.kept_in_sets += count(shots);
+        return Ok(r);
+    }
     let ids: Vec<String> = tx
         .rows("SELECT id FROM tasks WHERE set_id = ?1 ORDER BY id DESC", &[&set])?
         .iter()
@@ -461,4 +471,5 @@ pub(in crate::store) fn add(total: &mut PruneReport, r: &PruneReport) {
     total.images += r.images;
     total.uploads += r.uploads;
     total.image_bytes += r.image_bytes;
+    total.kept_in_sets += r.kept_in_sets;
 }

@@ -545,11 +545,6 @@ pub(in crate::store) fn notices(tx: &mut dyn Tx) -> Result<Vec<(i64, String, Mil
         .collect()
 }
 
-/// Dismiss notice `id` (the owner has read it and looked); `false` when there is none to dismiss.
-pub(in crate::store) fn dismiss_notice(tx: &mut dyn Tx, id: i64, now: Millis) -> Result<bool, StoreError> {
-    Ok(tx.exec("UPDATE notices SET dismissed_at = ?2 WHERE id = ?1 AND dismissed_at IS NULL", &[&id, &now])? > 0)
-}
-
 /// How many of `provider`'s tasks are not settled (queued, waiting or running): a provider
 /// with such tasks is not removed.
 pub(in crate::store) fn live_tasks_of(tx: &mut dyn Tx, provider: &str) -> Result<i64, StoreError> {

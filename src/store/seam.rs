@@ -503,6 +503,23 @@ impl Store {
         .await
     }
 
+    /// Put a lost create's execution back to be looked for again at `due_at` (see
+    /// `ops::exec::look_again`); `false` when `until` passed or it is no longer `calling`.
+    pub async fn look_again(
+        &self,
+        exec: String,
+        lease: String,
+        due_at: Millis,
+        until: Millis,
+        why: String,
+        now: Millis,
+    ) -> Result<bool, StoreError> {
+        self.op_at(Commit::Durable, 0, now, move |tx, now| {
+            ops::exec::look_again(tx, &exec, &lease, due_at, until, &why, now)
+        })
+        .await
+    }
+
     /// Extend a lease (ordered commit: after a power loss every lease counts as expired).
     pub async fn heartbeat(
         &self,
@@ -719,7 +736,7 @@ impl Store {
             done.freed_bytes = (before - s.db_bytes().await?).max(0);
         }
         done.kept_unknown = plan.report.kept_unknown;
-        done.kept_in_sets = plan.report.kept_in_sets;
+        done.kept_in_sets += plan.report.kept_in_sets;
         done.kept_retried = plan.report.kept_retried;
         done.kept_for_spend = plan.report.kept_for_spend;
         Ok(done)
@@ -859,7 +876,7 @@ impl Store {
 
     /// Dismiss a notice; `false` when there was none to dismiss.
     pub async fn dismiss_notice(&self, id: i64, now: Millis) -> Result<bool, StoreError> {
-        self.op(Commit::Durable, 0, move |tx| read::dismiss_notice(tx, id, now)).await
+        self.op(Commit::Durable, 0, move |tx| ops::held::dismiss_notice(tx, id, now)).await
     }
 
     /// How many of `provider`'s tasks are queued, waiting or running.

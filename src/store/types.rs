@@ -342,6 +342,10 @@ pub struct LeftoverRow {
     pub lease_expires_at: Option<Millis>,
     /// (token, phase) of the task's running execution.
     pub execution: Option<(String, Phase)>,
+    /// Filled in by the engine, not read from the store: how long a call of this provider may
+    /// still be at the provider (its request timeout). A call that may be out (`calling`) and
+    /// is taken over keeps its provider slot that long (`ops::slot_rows::hold`; PostgreSQL).
+    pub call_window: Option<Millis>,
 }
 
 /// The result of a cancel request.

@@ -355,3 +355,31 @@ fn the_set_page_shows_a_damaged_image_as_damaged() {
         b.close().await;
     });
 }
+
+/// A chosen image whose stored bytes fail their sha256 check (issue #38): `POST
+/// …/deliveries` answers 409 naming the shot and the image, with or without `force`; nothing
+/// is recorded and nothing is written to the target.
+#[test]
+fn a_damaged_chosen_image_is_a_409_and_nothing_is_written() {
+    let tmp = crate::common::TempDir::new();
+    let out = tmp.path().join("out");
+    let mut d = Daemon::configure(&format!(
+        "{FAST_DEMO}\n[[delivery.targets]]\nname = \"out\"\nkind = \"folder\"\npath = \"{}\"\n",
+        out.display()
+    ));
+    let backend = Backend::Sqlite(d.data.join("tally.db"));
+    d.spawn();
+    let (set, arts) = crate::deliveries::chosen_set(&d, true);
+    backend.damage(&arts[1].0, Damage::Flip { from_end: 100 });
+    for force in [false, true] {
+        let body = json!({"profile": "original", "target": "out", "force": force});
+        let r = d.call("POST", &format!("/v1/sets/{set}/deliveries"), Some(&body));
+        assert_eq!(r.status, 409, "force {force}: {}", text(&r.body));
+        let blocking = r.json()["blocking"].to_string();
+        assert!(blocking.contains(&arts[1].0) && blocking.contains("damaged"), "the image: {blocking}");
+        assert!(blocking.to_lowercase().contains("scene"), "the shot: {blocking}");
+        assert!(!blocking.contains(&arts[0].0), "only the damaged one: {blocking}");
+    }
+    assert_eq!(d.call("GET", &format!("/v1/sets/{set}/deliveries"), None).json()["deliveries"], json!([]));
+    assert_eq!(crate::deliveries::files(&out), Vec::<String>::new(), "nothing at the target");
+}

@@ -160,7 +160,17 @@ fn a_set_is_delivered_byte_for_byte_padded_and_never_twice() {
     assert_eq!(again["state"], "delivered", "{again}");
     assert_eq!(item_names(&again), item_names(&first));
     assert_eq!(item_names(&again).iter().map(|n| stamp(n)).collect::<Vec<_>>(), before, "rewritten");
-    assert_eq!(files(&out), listing, "delivering again added files");
+    // Only its own manifest is added; the first delivery's stays (both are listed).
+    let again_id = again["id"].as_str().expect("id");
+    let mut want = listing.clone();
+    want.extend([format!("manifest-{again_id}.csv"), format!("manifest-{again_id}.json")]);
+    want.sort();
+    assert_eq!(files(&out), want, "delivering again added files");
+    let first_id = first["id"].as_str().expect("id");
+    let kept: Value =
+        serde_json::from_slice(&std::fs::read(out.join(format!("manifest-{first_id}.json"))).expect("kept"))
+            .expect("json");
+    assert_eq!(kept, manifest, "the first delivery's manifest is kept as it was");
 
     // A custom profile: 600×800 PNG, the square demo image padded with white above and below.
     let tall = ended(&d, &deliver(&d, &set, "tall600", "out", true));

@@ -9,7 +9,8 @@
 //! point, the way SIGKILL would; the outside world at that moment is what the point says
 //! (how many files landed, whether the manifest did). Restarted without crash points, the
 //! daemon resumes the delivery, which ends `delivered`, and the outside world is read back,
-//! not only the API: exactly the two files and the two manifests are at the target, each file
+//! not only the API: exactly the two files and the manifests (the delivery's own
+//! `manifest-ID.*`, and `manifest.*`) are at the target, each file
 //! once with the chosen image's sha256; nothing was written twice or over (a file already
 //! there at the crash keeps its inode and modification time; moto's log shows one accepted
 //! PUT per file); no temporary file is left; `manifest.csv` and `manifest.json` list exactly
@@ -169,7 +170,7 @@ fn matrix(kind: Kind, postgres: bool) {
 
         // The outside world at the crash.
         let (files, temps) = place.files(point);
-        let items_there = files.keys().filter(|n| !n.starts_with("manifest.")).count();
+        let items_there = files.keys().filter(|n| !n.starts_with("manifest")).count();
         assert_eq!(items_there, at_crash, "{cell}: files at the crash: {:?}", files.keys());
         assert_eq!(files.contains_key("manifest.json"), manifest_at_crash, "{cell}: {:?}", files.keys());
         assert!(temps.is_empty(), "{cell}: temporary files at the crash: {temps:?}");
@@ -188,6 +189,7 @@ fn matrix(kind: Kind, postgres: bool) {
             items.iter().map(|i| i["file_name"].as_str().expect("name").to_string()).collect();
         assert_eq!(want.len(), 2, "{cell}: two distinct file names: {done}");
         want.extend(["manifest.csv".to_string(), "manifest.json".to_string()]);
+        want.extend([format!("manifest-{id}.csv"), format!("manifest-{id}.json")]);
         assert_eq!(files.keys().cloned().collect::<BTreeSet<_>>(), want, "{cell}: what is at the target");
         for ((item, (_, sha)), tries) in items.iter().zip(&arts).zip(attempts) {
             let name = item["file_name"].as_str().expect("name");
@@ -204,6 +206,9 @@ fn matrix(kind: Kind, postgres: bool) {
             }
         }
         check_manifests(&cell, &files, &items);
+        let own = |ext: &str| files.get(&format!("manifest-{id}.{ext}"));
+        assert_eq!(own("json"), files.get("manifest.json"), "{cell}: the delivery's own manifest");
+        assert_eq!(own("csv"), files.get("manifest.csv"), "{cell}: the delivery's own manifest");
         d.kill();
     }
     eprintln!(
@@ -251,4 +256,39 @@ pub(crate) fn check_manifests(cell: &str, files: &BTreeMap<String, Vec<u8>>, ite
         .collect();
     rows.sort();
     assert_eq!(rows, want, "{cell}: manifest.csv does not match the files:\n{csv}");
+}
+
+/// A delivery killed mid-write — its temporary file written, the file not yet under its name
+/// (`deliver-folder-after-temp`) — and resumed at once: once it ends, the leftover temporary
+/// file is gone, although it is younger than `timeout_ms` (a later write of the same name
+/// alone would leave it).
+#[test]
+fn a_resumed_delivery_sweeps_its_own_temporary_files() {
+    let tmp = TempDir::new();
+    let out = tmp.path().join("out");
+    let target = format!("[[delivery.targets]]\nname = \"t\"\nkind = \"folder\"\npath = \"{}\"\n", out.display());
+    let mut d = Daemon::configure(&format!("{FAST_DEMO}\n{target}"));
+    d.env.push(("FAILPOINTS".into(), "deliver-folder-after-temp=return".into()));
+    d.spawn();
+    let (set, arts) = chosen_set(&d, true);
+    let id = deliver(&d, &set, "original", "t", false);
+    let exited = wait_for(Duration::from_secs(30), || d.child.as_mut().and_then(|c| c.try_wait().ok().flatten()));
+    assert!(exited.is_some_and(|s| !s.success()), "the crash point never fired; stderr:\n{}", d.stderr());
+    d.child = None;
+    let listing = || crate::deliveries::files(&out);
+    let temps: Vec<String> = listing().into_iter().filter(|n| n.starts_with('.')).collect();
+    assert_eq!(temps.len(), 1, "the crash left one temporary file: {:?}", listing());
+    assert!(temps[0].contains(".tally-tmp-"), "{temps:?}");
+
+    d.env.retain(|(k, _)| k != "FAILPOINTS");
+    d.spawn();
+    let done = ended(&d, &id);
+    assert_eq!(done["state"], "delivered", "{done}");
+    let names = listing();
+    assert!(names.iter().all(|n| !n.starts_with('.')), "temporary files left after the delivery ended: {names:?}");
+    for (item, (_, sha)) in done["items"].as_array().expect("items").iter().zip(&arts) {
+        let bytes = std::fs::read(out.join(item["file_name"].as_str().expect("name"))).expect("delivered");
+        assert_eq!(&sha256_hex(&bytes), sha);
+    }
+    assert!(names.contains(&format!("manifest-{id}.json")), "{names:?}");
 }

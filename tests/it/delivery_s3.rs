@@ -7,11 +7,13 @@
 //! Between the target and moto, a test can put [`Proxy`], a TCP proxy that follows a plan per
 //! connection: pass through, forward the request and then drop the connection before the
 //! answer (the object has landed, the answer is lost), forward and never answer (a timeout
-//! after sending), swallow the request (lost before landing), or answer 503 SlowDown itself.
+//! after sending), swallow the request (lost before landing), hold it unforwarded (a timeout
+//! before landing), or answer 503 SlowDown itself. `delivery_s3_faults` uses it too, for the
+//! faults S3 documents (issue #38).
 //!
 //! What is asserted is the bucket itself, read independently with boto3 (the bytes, the
 //! sha256 metadata), and moto's own request log (how many writes of a name it accepted).
-//! Run alone: `cargo test --features failpoints --test it delivery_s3::`.
+//! Run alone: `cargo test --features failpoints --test it delivery_s3`.
 //!
 //! Longer than 600 lines on purpose: the harness (moto, its Python probes, the proxy) and the
 //! tests that use it read best in one place; `delivery_crash` reuses [`Moto`] from here.
@@ -118,7 +120,7 @@ fn strip_ansi(line: &str) -> String {
 pub(crate) struct Moto {
     child: Child,
     venv: PathBuf,
-    port: u16,
+    pub(crate) port: u16,
     pub(crate) bucket: String,
     pub(crate) creds: Credentials,
     /// moto's stderr so far: werkzeug's request log, one line per request.
@@ -211,7 +213,7 @@ impl Moto {
     }
 
     /// The object at `key` as moto holds it: its bytes and its sha256 metadata, or `None`.
-    fn object(&self, key: &str) -> Option<(Vec<u8>, Option<String>, Option<String>)> {
+    pub(crate) fn object(&self, key: &str) -> Option<(Vec<u8>, Option<String>, Option<String>)> {
         let c = &self.creds;
         let v = self.python(READ, &[&c.access_key_id, &c.secret_access_key, &self.bucket, key]);
         if v["found"] != true {
@@ -240,6 +242,11 @@ impl Moto {
         out
     }
 
+    /// moto's request log so far.
+    pub(crate) fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
     /// How many PUTs of `key` moto answered with `status` (from its request log).
     pub(crate) fn puts(&self, key: &str, status: u16) -> usize {
         let needle = format!("\"PUT /{}/{key} HTTP/1.1\" {status} ", self.bucket);
@@ -248,13 +255,14 @@ impl Moto {
 
     /// Wait (bounded) until moto's log shows a PUT of `key` answered `status`: werkzeug logs a
     /// request after answering it, so the log can trail the client by a moment.
-    fn await_put(&self, key: &str, status: u16) {
+    pub(crate) fn await_put(&self, key: &str, status: u16) {
         let seen = wait_for(Duration::from_secs(10), || (self.puts(key, status) > 0).then_some(()));
         assert!(seen.is_some(), "moto never logged PUT {key} → {status}:\n{}", self.log.lock().unwrap());
     }
 
-    /// The target's config for this bucket at `port` (moto's own, or a proxy's).
-    fn config(&self, port: u16) -> S3Config {
+    /// The target's config for this bucket at `port` (moto's own, or a proxy's), trying busy
+    /// or lost answers again for 10 s.
+    pub(crate) fn config(&self, port: u16) -> S3Config {
         S3Config {
             endpoint: Some(format!("http://127.0.0.1:{port}")),
             region: "us-east-1".into(),
@@ -262,17 +270,24 @@ impl Moto {
             prefix: "shop/".into(),
             access_key_id_env: "TALLY_TEST_UNUSED_KEY".into(),
             secret_access_key_env: "TALLY_TEST_UNUSED_SECRET".into(),
+            retry_for_ms: 10_000,
         }
     }
 
     /// A target that talks to moto directly.
-    fn target(&self) -> S3Target {
+    pub(crate) fn target(&self) -> S3Target {
         self.target_via(self.port, 10_000)
     }
 
     /// A target that talks to `port` (a [`Proxy`] in front of moto), with this timeout.
-    fn target_via(&self, port: u16, timeout_ms: u64) -> S3Target {
+    pub(crate) fn target_via(&self, port: u16, timeout_ms: u64) -> S3Target {
         S3Target::with_credentials(&self.config(port), timeout_ms, self.creds.clone()).expect("target")
+    }
+
+    /// [`Self::target_via`] trying busy or lost answers again for `retry_for_ms` only.
+    pub(crate) fn target_retrying(&self, port: u16, timeout_ms: u64, retry_for_ms: u64) -> S3Target {
+        let cfg = S3Config { retry_for_ms, ..self.config(port) };
+        S3Target::with_credentials(&cfg, timeout_ms, self.creds.clone()).expect("target")
     }
 }
 
@@ -285,7 +300,7 @@ impl Drop for Moto {
 
 /// What the proxy does with one connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
+pub(crate) enum Mode {
     /// Pass everything through both ways.
     Forward,
     /// Forward the request; once moto starts answering (so it has acted), close the
@@ -297,12 +312,15 @@ enum Mode {
     Swallow,
     /// Read the request and answer 503 SlowDown without forwarding it.
     SlowDown,
+    /// Read the request and hold the connection open without forwarding it (an answer that
+    /// never comes, for a write that never landed).
+    Stall,
 }
 
 /// A TCP proxy in front of moto whose connections follow a plan: the n-th connection it
 /// accepts gets the plan's n-th mode, and every later one [`Mode::Forward`].
-struct Proxy {
-    port: u16,
+pub(crate) struct Proxy {
+    pub(crate) port: u16,
     stop: Arc<AtomicBool>,
     /// The non-forwarding modes given to connections so far, in order (recorded on accept,
     /// before the connection is served).
@@ -312,7 +330,7 @@ struct Proxy {
 }
 
 impl Proxy {
-    fn start(upstream: u16, plan: &[Mode]) -> Proxy {
+    pub(crate) fn start(upstream: u16, plan: &[Mode]) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
         let port = listener.local_addr().expect("proxy addr").port();
         let plan = Arc::new(Mutex::new(plan.iter().copied().collect::<VecDeque<_>>()));
@@ -338,7 +356,7 @@ impl Proxy {
     }
 
     /// The non-forwarding modes given to connections so far, in order.
-    fn used(&self) -> Vec<Mode> {
+    pub(crate) fn used(&self) -> Vec<Mode> {
         self.used.lock().unwrap().clone()
     }
 }
@@ -356,6 +374,10 @@ impl Drop for Proxy {
 /// One proxied connection.
 fn serve(mut client: TcpStream, upstream: u16, mode: Mode, held: &Mutex<Vec<TcpStream>>) {
     match mode {
+        Mode::Stall => {
+            let _ = read_request(&mut client);
+            held.lock().unwrap().push(client);
+        }
         Mode::Swallow | Mode::SlowDown => {
             let _ = read_request(&mut client);
             if mode == Mode::SlowDown {
@@ -404,7 +426,7 @@ fn serve(mut client: TcpStream, upstream: u16, mode: Mode, held: &Mutex<Vec<TcpS
 }
 
 /// Read one HTTP/1.1 request (head, then a Content-Length or chunked body) from `s`.
-fn read_request(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+pub(crate) fn read_request(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 8192];
     let head_end = loop {
@@ -439,7 +461,7 @@ fn read_request(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
 }
 
 /// Some bytes that stand for a delivered image (large enough to take more than one read).
-fn image(seed: &str) -> Vec<u8> {
+pub(crate) fn image(seed: &str) -> Vec<u8> {
     seed.as_bytes().iter().copied().cycle().take(200_000).collect()
 }
 
@@ -456,7 +478,8 @@ async fn written_then_read_back() {
     assert!(there == bytes, "the stored bytes differ from the written ones");
     assert_eq!(meta_sha.as_deref(), Some(sha.as_str()));
     assert_eq!(ct.as_deref(), Some("image/jpeg"));
-    assert_eq!(t.look("main.jpg").await, Ok(Look::Present { sha256: sha }));
+    let found = t.look("main.jpg").await;
+    assert!(matches!(&found, Ok(Look::Present { sha256, remote_id: Some(_) }) if *sha256 == sha), "{found:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -510,26 +533,24 @@ async fn a_lost_answer_after_the_object_landed_is_settled_by_reading_back() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_timeout_after_sending_is_settled_by_reading_back() {
-    let moto = Moto::start();
-    let proxy = Proxy::start(moto.port, &[Mode::Hold]);
-    // Long enough that moto has stored the object before the client gives up, even on a
-    // loaded machine (moto answers in milliseconds; the proxy holds the answer back).
-    let t = moto.target_via(proxy.port, 5_000);
-    let bytes = image("detail");
-    let sha = sha256_hex(&bytes);
-    assert_eq!(t.put("detail.png", bytes.clone(), &sha).await, Ok(Put::Written));
-    assert_eq!(proxy.used(), vec![Mode::Hold]);
-    moto.await_put("shop/detail.png", 200);
-    assert_eq!(moto.puts("shop/detail.png", 200), 1);
-    assert!(moto.object("shop/detail.png").expect("there").0 == bytes);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_request_lost_before_landing_is_transient_and_trying_again_writes_it() {
+async fn a_request_lost_before_landing_is_read_back_then_written_again_once() {
     let moto = Moto::start();
     let proxy = Proxy::start(moto.port, &[Mode::Swallow]);
     let t = moto.target_via(proxy.port, 10_000);
+    let bytes = image("selling point");
+    let sha = sha256_hex(&bytes);
+    assert_eq!(t.put("point.jpg", bytes.clone(), &sha).await, Ok(Put::Written));
+    assert_eq!(proxy.used(), vec![Mode::Swallow], "the request was not lost: the test tested nothing");
+    moto.await_put("shop/point.jpg", 200);
+    assert_eq!(moto.puts("shop/point.jpg", 200), 1);
+    assert!(moto.object("shop/point.jpg").expect("there").0 == bytes);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_retrying_a_request_lost_before_landing_is_transient() {
+    let moto = Moto::start();
+    let proxy = Proxy::start(moto.port, &[Mode::Swallow]);
+    let t = moto.target_retrying(proxy.port, 10_000, 0);
     let bytes = image("selling point");
     let sha = sha256_hex(&bytes);
     let err = t.put("point.jpg", bytes.clone(), &sha).await.unwrap_err();
@@ -542,23 +563,43 @@ async fn a_request_lost_before_landing_is_transient_and_trying_again_writes_it()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_answer_that_cannot_be_read_back_is_ambiguous() {
     let moto = Moto::start();
-    // The write lands and its answer is lost; the read-back is answered 503.
-    let proxy = Proxy::start(moto.port, &[Mode::DropAnswer, Mode::SlowDown]);
-    let t = moto.target_via(proxy.port, 10_000);
+    // The write lands and its answer is lost; every read-back within the item's 1.5 s of
+    // retrying is answered 503.
+    let mut plan = vec![Mode::DropAnswer];
+    plan.extend([Mode::SlowDown; 40]);
+    let proxy = Proxy::start(moto.port, &plan);
+    let t = moto.target_retrying(proxy.port, 10_000, 1_500);
     let bytes = image("packaging");
     let sha = sha256_hex(&bytes);
     let err = t.put("pack.jpg", bytes.clone(), &sha).await.unwrap_err();
     assert!(matches!(&err, TargetError::Ambiguous(m) if m.contains("may or may not")), "{err:?}");
-    assert_eq!(proxy.used(), vec![Mode::DropAnswer, Mode::SlowDown]);
+    let used = proxy.used();
+    assert!(used.len() >= 3 && used[0] == Mode::DropAnswer, "the read-back was tried again: {used:?}");
+    assert_eq!(moto.puts("shop/pack.jpg", 200), 1, "never written again while it could not be read");
     // Looking later settles it.
-    assert_eq!(t.look("pack.jpg").await, Ok(Look::Present { sha256: sha }));
+    let found = moto.target().look("pack.jpg").await;
+    assert!(matches!(&found, Ok(Look::Present { sha256, remote_id: Some(_) }) if *sha256 == sha), "{found:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_503_is_transient_and_nothing_is_written() {
+async fn a_lost_answer_whose_read_back_is_refused_once_is_settled_by_reading_again() {
+    let moto = Moto::start();
+    let proxy = Proxy::start(moto.port, &[Mode::DropAnswer, Mode::SlowDown]);
+    let t = moto.target_via(proxy.port, 10_000);
+    let bytes = image("packaging");
+    let sha = sha256_hex(&bytes);
+    assert_eq!(t.put("pack.jpg", bytes.clone(), &sha).await, Ok(Put::Written));
+    assert_eq!(proxy.used(), vec![Mode::DropAnswer, Mode::SlowDown]);
+    moto.await_put("shop/pack.jpg", 200);
+    assert_eq!(moto.puts("shop/pack.jpg", 200), 1);
+    assert_eq!(moto.puts("shop/pack.jpg", 412), 0, "settled by reading, not by writing again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_retrying_a_503_is_transient_and_nothing_is_written() {
     let moto = Moto::start();
     let proxy = Proxy::start(moto.port, &[Mode::SlowDown, Mode::SlowDown]);
-    let t = moto.target_via(proxy.port, 10_000);
+    let t = moto.target_retrying(proxy.port, 10_000, 0);
     let bytes = image("back view");
     let sha = sha256_hex(&bytes);
     let err = t.put("back.jpg", bytes, &sha).await.unwrap_err();
@@ -574,6 +615,8 @@ async fn a_503_is_transient_and_nothing_is_written() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_credentials_are_permanent() {
     let moto = Moto::start();
+    // Permanent means at once: not tried again for the target's 10 s of `retry_for_ms`.
+    let started = std::time::Instant::now();
     let bytes = image("main photo");
     let sha = sha256_hex(&bytes);
     let wrong_secret = Credentials { secret_access_key: "not-the-secret".into(), ..moto.creds.clone() };
@@ -586,6 +629,7 @@ async fn wrong_credentials_are_permanent() {
     let t = S3Target::with_credentials(&moto.config(moto.port), 10_000, unknown_key).expect("target");
     let err = t.put("main.jpg", bytes, &sha).await.unwrap_err();
     assert!(matches!(&err, TargetError::Permanent(m) if m.contains("InvalidAccessKeyId")), "{err:?}");
+    assert!(started.elapsed() < Duration::from_secs(8), "refusals were tried again: {:?}", started.elapsed());
     assert_eq!(moto.object("shop/main.jpg"), None);
 }
 
@@ -597,11 +641,13 @@ async fn a_missing_bucket_is_permanent() {
     let t = S3Target::with_credentials(&cfg, 10_000, moto.creds.clone()).expect("target");
     let bytes = image("main photo");
     let sha = sha256_hex(&bytes);
+    let started = std::time::Instant::now();
     let err = t.put("main.jpg", bytes, &sha).await.unwrap_err();
     assert!(
         matches!(&err, TargetError::Permanent(m) if m.contains("tally-no-such-bucket") && m.contains("does not exist")),
         "{err:?}"
     );
+    assert!(started.elapsed() < Duration::from_secs(8), "a missing bucket was tried again: {:?}", started.elapsed());
 }
 
 /// A delivery through the daemon's engine to an `s3` target (issue #26): every chosen image

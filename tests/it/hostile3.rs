@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::common::{Daemon, Mock, request, wait_for};
+use crate::common::{Daemon, FAST_DEMO, Mock, TempDir, request, sha256_hex, wait_for};
 use crate::web::printed_sign_in_url;
 
 /// Sign a browser in with a new one-time link (`tally sign-in`); its session cookie (`name=value`).
@@ -143,4 +143,55 @@ fn bodies_the_document_allows_are_taken() {
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     assert_eq!(r.json(), json!({"released": [], "not_held": []}));
     d.term();
+}
+
+/// Prune and the retention timer leave a set alone while a delivery of it has not ended (a
+/// prune one second into a 20-file delivery used to delete the set: 13 of 20 files failed "the
+/// chosen image … is no longer stored"), and take it once the delivery has ended. The delivery
+/// is held open by a pause before each file is made (`deliver-before-render=sleep(…)`).
+#[test]
+fn prune_waits_for_a_delivery_of_the_set_to_end() {
+    let tmp = TempDir::new();
+    let out = tmp.path().join("out");
+    let mut d = Daemon::configure(&format!(
+        "{FAST_DEMO}\n[[delivery.targets]]\nname = \"out\"\nkind = \"folder\"\npath = \"{}\"\n",
+        out.display()
+    ));
+    d.env.push(("FAILPOINTS".into(), "deliver-before-render=sleep(1500)".into()));
+    d.spawn();
+    let (set, arts) = crate::deliveries::chosen_set(&d, true);
+    let delivery = crate::deliveries::deliver(&d, &set, "original", "out", false);
+
+    // While the delivery is open (its first file waits 1.5 s), prune everything settled.
+    let open = d.call("GET", &format!("/v1/deliveries/{delivery}"), None).json();
+    assert!(["queued", "delivering"].contains(&open["state"].as_str().unwrap_or_default()), "{open}");
+    let r = d.call("POST", "/v1/prune", Some(&serde_json::json!({"older_than": "0s"})));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let report = r.json();
+    assert_eq!(report["sets"], 0, "a set with an open delivery was pruned: {report}");
+    assert!(report["kept_in_sets"].as_u64().unwrap_or(0) >= 2, "{report}");
+    assert_eq!(d.call("GET", &format!("/v1/sets/{set}"), None).status, 200);
+
+    // The delivery ends with every file written, byte for byte.
+    let ended = crate::deliveries::ended(&d, &delivery);
+    assert_eq!(ended["state"], "delivered", "{ended}");
+    let mut written: Vec<String> = std::fs::read_dir(&out)
+        .expect("out")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".png"))
+        .map(|e| sha256_hex(&std::fs::read(e.path()).expect("read")))
+        .collect();
+    written.sort();
+    let mut want: Vec<String> = arts.iter().map(|(_, sha)| sha.clone()).collect();
+    want.sort();
+    assert_eq!(written, want, "each chosen image delivered once, intact");
+
+    // Once it has ended, the next prune takes the set; its images are then a clean 404.
+    let r = d.call("POST", "/v1/prune", Some(&serde_json::json!({"older_than": "0s"})));
+    assert_eq!(r.json()["sets"], 1, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(d.call("GET", &format!("/v1/sets/{set}"), None).status, 404);
+    for (a, _) in &arts {
+        let r = d.call("GET", &format!("/v1/artifacts/{a}"), None);
+        assert_eq!((r.status, r.error_code()), (404, "not_found".to_string()), "{}", String::from_utf8_lossy(&r.body));
+    }
 }

@@ -6,7 +6,8 @@
 //! where it hurts and read the mock provider's ledger; `disks` empties, flips, write-protects
 //! and fills the disk under the real binary; `limits` floods it with idle and unfinished
 //! connections; `delivery_s3` puts files into a real S3-compatible server (moto) through a
-//! proxy that loses answers; `delivery_crash` kills it at every phase of a delivery.
+//! proxy that loses answers, and `delivery_s3_faults` through the faults S3 documents and
+//! hostile endpoints; `delivery_crash` kills it at every phase of a delivery.
 
 mod api;
 mod backup;
@@ -28,6 +29,7 @@ mod delivery_crash;
 mod delivery_crash_shopify;
 mod delivery_page;
 mod delivery_s3;
+mod delivery_s3_faults;
 mod delivery_shopify;
 mod disks;
 mod download_profiles;
@@ -39,6 +41,7 @@ mod fsync;
 mod hostile3;
 mod language;
 mod limits;
+mod memory;
 mod money;
 mod onefile;
 mod openapi;

@@ -129,6 +129,118 @@ fn flap(peer: bool) {
     );
 }
 
+/// The cluster-wide cap holds while a fenced node's calls finish (issue #43, item 3): node A
+/// has its provider's 4 slots at the provider when a partition cuts it off from PostgreSQL
+/// (packets dropped, no reset). A fences itself and lets its calls finish (their answers are
+/// kept and land after healing); node B takes A's work over when A's leases run out, marking
+/// those calls `unknown` — but their slots stay taken until their deadline (the provider's
+/// request timeout), so B sends none of the 4 queued tasks while A's 4 are still out. Read
+/// from the mock's ledger: among the creates in arrival order, every fifth arrives at least
+/// the mock's latency after the one four before it. (Before, B sent all four at once: 8 out.)
+#[test]
+fn a_partitioned_nodes_calls_keep_their_slots_until_their_deadline() {
+    cap_while_fenced(Cut::Partition);
+}
+
+/// The same with node A paused (`SIGSTOP`, as a VM stall or a long GC pause would): its lock
+/// session stays up, but its leases run out, B takes its calls over, and their slots stay
+/// taken until their deadline; A, resumed, finds itself fenced and lands its answers late.
+#[test]
+fn a_paused_nodes_calls_keep_their_slots_until_their_deadline() {
+    cap_while_fenced(Cut::Pause);
+}
+
+/// How node A is taken out of the cluster for a while.
+#[derive(Clone, Copy)]
+enum Cut {
+    /// Its PostgreSQL traffic is dropped (no reset).
+    Partition,
+    /// Its process is stopped (`SIGSTOP`) and later continued.
+    Pause,
+}
+
+fn cap_while_fenced(how: Cut) {
+    let Some(url) = pg_url() else { return };
+    let db = database(&url);
+    let hostport = db.split('@').nth(1).and_then(|r| r.split('/').next()).expect("host:port in the URL").to_string();
+    let proxy = Blackhole::start(hostport.clone());
+    let via = db.replacen(&hostport, &format!("127.0.0.1:{}", proxy.port), 1);
+    const CAP: usize = 4;
+    const N: usize = 8;
+    const LEASE: Duration = Duration::from_secs(4);
+    const LATENCY: Duration = Duration::from_millis(8_000);
+    let mock = Mock::start(&["--latency-ms", &LATENCY.as_millis().to_string()]);
+    let provider = format!(
+        "[[providers]]\nname = \"openai\"\nkind = \"openai_images\"\nbase_url = \"{}\"\nmodel = \"{OPENAI_MODEL}\"\n\
+         api_key_env = \"TALLY_TEST_KEY\"\nmax_concurrency = {CAP}\nrequest_timeout_ms = 10000\nconnect_timeout_ms = 1000\n",
+        mock.base()
+    );
+    let engine = format!("workers = 8\nlease_secs = {}\nheartbeat_secs = 1", LEASE.as_secs());
+    let a = node(&via, "node-a", &engine, &provider);
+    let mut tasks = Vec::new();
+    for i in 0..N {
+        let prompt = format!("capcut {i}");
+        let (code, id) = submit(&a, "openai", &prompt, &format!("capcut-{i}")).expect("submitted");
+        assert_eq!(code, 201);
+        tasks.push((prompt, id));
+    }
+    wait_for(Duration::from_secs(20), || (mock.count("capcut ").0 == CAP).then_some(()))
+        .expect("the cap's calls arrived");
+    let b = node(&db, "node-b", &engine, &provider);
+    let pid = a.child.as_ref().map(|c| c.id().to_string()).expect("node A runs");
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill").args([sig, &pid]).status().is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig} {pid}");
+    };
+    match how {
+        Cut::Partition => proxy.set(true),
+        Cut::Pause => signal("-STOP"),
+    }
+    // B takes A's calls over (unknown: the provider proves nothing) and, in time, runs the rest.
+    for (prompt, id) in &tasks {
+        wait_for(Duration::from_secs(60), || status(&b, id).filter(|s| settled(s)))
+            .unwrap_or_else(|| panic!("{prompt}: never settled; B's log:\n{}", b.stderr()));
+    }
+    match how {
+        Cut::Partition => proxy.set(false),
+        Cut::Pause => signal("-CONT"),
+    }
+    match how {
+        // A kept its answers through the partition: they land as late results.
+        Cut::Partition => {
+            for (prompt, id) in &tasks {
+                let s = wait_for(Duration::from_secs(30), || status(&b, id).filter(|s| s == "succeeded"));
+                assert!(s.is_some(), "{prompt}: {:?}; A's log:\n{}", status(&b, id), a.stderr());
+            }
+            every_answer_kept(&mock, &b, &tasks);
+        }
+        // A paused past its calls' request timeout may find them timed out when it resumes
+        // (the answer waited in a socket it did not read): those stay `unknown`, honestly.
+        // Nothing is charged twice either way.
+        Cut::Pause => {
+            for (prompt, _) in &tasks {
+                let charged = mock.lines().iter().filter(|l| l["charged"] == true && l["prompt"] == *prompt).count();
+                assert_eq!(charged, 1, "{prompt} charged {charged} times");
+            }
+        }
+    }
+    let mut creates: Vec<i64> = mock
+        .lines()
+        .iter()
+        .filter(|l| l["charged"] == true && l["prompt"].as_str().is_some_and(|p| p.starts_with("capcut ")))
+        .map(crate::pg_nodes::ts_ms)
+        .collect();
+    creates.sort();
+    assert_eq!(creates.len(), N, "one charged create per task");
+    for w in creates.windows(CAP + 1) {
+        assert!(
+            w[CAP] - w[0] >= LATENCY.as_millis() as i64 - 40,
+            "{} requests at once at the provider with a cap of {CAP}: arrivals {w:?}",
+            CAP + 1
+        );
+    }
+}
+
 /// A TCP proxy that can drop the path without a reset: cut, it stops forwarding (and connects
 /// nothing new upstream) but keeps every socket open, so neither side sees an error — the
 /// bytes wait, as in a network that drops packets; healed, it forwards what waited.

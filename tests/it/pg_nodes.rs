@@ -79,7 +79,7 @@ pub(crate) fn settled(s: &str) -> bool {
     matches!(s, "succeeded" | "failed" | "canceled" | "unknown")
 }
 
-fn ts_ms(line: &serde_json::Value) -> i64 {
+pub(crate) fn ts_ms(line: &serde_json::Value) -> i64 {
     let t = line["ts"].as_str().expect("ts");
     humantime::parse_rfc3339(t)
         .expect("rfc3339")

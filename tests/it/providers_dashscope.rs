@@ -4,9 +4,12 @@
 //! charged, the documented error codes, reference photos where the model takes them.
 
 use serde_json::{Value, json};
+use std::time::{Duration, Instant};
 use tally::config::{ProviderConfig, ProviderKind};
-use tally::providers::{self, CallError, JobState, Provider, Submitted};
 
+use tally::providers::{self, CallError, CallRequest, JobState, LostLookup, Provider, Submitted};
+
+use crate::common::{Daemon, Mock, submit, wait_for};
 use crate::providers_http::{Harness, accepted, assert_png, poll_until_settled, reference, request};
 
 fn dashscope(h: &Harness, model: &str) -> std::sync::Arc<dyn Provider> {
@@ -99,6 +102,127 @@ async fn a_lost_create_is_found_by_listing_when_exactly_one_task_matches() {
     // The listing was asked with the documented filters.
     let listed = h.ledger().into_iter().filter(|l| l["endpoint"] == "GET /dashscope/api/v1/tasks").count();
     assert!(listed >= 1);
+}
+
+/// Lose the creates of `reqs` (their answers dropped, the tasks made and charged).
+async fn lose_creates(h: &Harness, p: &dyn Provider, reqs: &[&CallRequest]) {
+    h.behave(json!({"drop_response": true, "drop_on": "create"})).await;
+    for req in reqs {
+        let err = p.submit(req).await.unwrap_err();
+        assert!(matches!(err, CallError::Ambiguous(_)), "{err:?}");
+    }
+    h.behave(json!({"drop_response": null})).await;
+}
+
+/// Look for `req` until the answer is no longer "look again later" (bounded).
+async fn look_until_decided(p: &dyn Provider, req: &CallRequest) -> LostLookup {
+    let end = Instant::now() + Duration::from_secs(30);
+    loop {
+        match p.find_lost(req).await {
+            Ok(LostLookup::LookAgain { .. }) | Err(CallError::RetryAfter { .. }) => {}
+            Ok(decided) => return decided,
+            Err(e) => panic!("{e:?}"),
+        }
+        assert!(Instant::now() < end, "still undecided after 30 s");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Two creates lost in one window: while the tasks run neither shows its prompt, so a look
+/// cannot tell them apart and says "look again later" (within the 24-hour retention), never
+/// "nothing proven"; once they succeed, each is found by its prompt, and nothing was resent.
+#[tokio::test]
+async fn two_lost_creates_in_one_window_are_told_apart_once_their_prompts_show() {
+    let h = Harness::start_with(|a| a.job_duration_ms = 3000).await;
+    let p = h.provider(ProviderKind::Dashscope);
+    let (a, b) = (request("the lost kettle"), request("the lost teapot"));
+    lose_creates(&h, p.as_ref(), &[&a, &b]).await;
+    match p.find_lost(&a).await.unwrap() {
+        LostLookup::LookAgain { why, until_ms } => {
+            assert!(why.contains("2 DashScope task(s)") && why.contains("not shown their prompt"), "{why}");
+            assert_eq!(until_ms, a.calling_at_ms + 24 * 3600 * 1000, "bounded by the retention");
+        }
+        other => panic!("both tasks still run, so a later look may tell them apart: {other:?}"),
+    }
+    assert_eq!(p.find(&a).await.unwrap(), None, "`find` alone proves nothing yet");
+    let job_of = |prompt: &str| {
+        let line = h.ledger().into_iter().find(|l| l["prompt"] == prompt).unwrap();
+        line["job_id"].as_str().unwrap().to_string()
+    };
+    for req in [&a, &b] {
+        match look_until_decided(p.as_ref(), req).await {
+            LostLookup::Found(job) => assert_eq!(job.id, job_of(&req.prompt), "{}", req.prompt),
+            other => panic!("{}: {other:?}", req.prompt),
+        }
+    }
+    assert_eq!(h.charged(), 2, "found, never resent");
+}
+
+/// Two lost creates with the same prompt: once both show it, nothing tells them apart, for
+/// good.
+#[tokio::test]
+async fn two_lost_creates_with_the_same_prompt_stay_unproven_after_a_second_look() {
+    let h = Harness::start_with(|a| a.job_duration_ms = 1500).await;
+    let p = h.provider(ProviderKind::Dashscope);
+    let (a, b) = (request("the same vase"), request("the same vase"));
+    lose_creates(&h, p.as_ref(), &[&a, &b]).await;
+    assert!(matches!(p.find_lost(&a).await.unwrap(), LostLookup::LookAgain { .. }));
+    match look_until_decided(p.as_ref(), &a).await {
+        LostLookup::Unproven(why) => {
+            assert!(why.contains("2 DashScope tasks") && why.contains("show this prompt"), "{why}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(h.charged(), 2);
+}
+
+/// Through the engine: two creates lost in one window, their prompts shown only after the
+/// worker's first looks. Each execution waits for a later look (its task `waiting`, nothing
+/// sent again) and is adopted once the prompts show: both succeed, one charge each. Two
+/// with the same prompt end `unknown`, still one charge each.
+#[test]
+fn the_engine_looks_again_for_lost_creates_until_their_prompts_tell_them_apart() {
+    let mock = Mock::start(&["--job-duration-ms", "4000"]);
+    let engine = "dispatch_grace_secs = 1\nmax_attempts = 3\nbackoff_base_ms = 50\nbackoff_max_ms = 300\n";
+    let mut daemon = Daemon::configure_with(engine, &crate::common::providers(&mock));
+    daemon.env.push(("TALLY_TEST_KEY".into(), "sk-test-providers".into()));
+    daemon.spawn();
+    let tag = uuid::Uuid::new_v4().simple().to_string();
+    let prompts = [format!("lost kettle {tag}"), format!("lost teapot {tag}"), format!("same vase {tag}")];
+    let start = |prompt: &str| {
+        let (code, id) = submit(&daemon, "dashscope", prompt, &uuid::Uuid::new_v4().to_string()).expect("submit");
+        assert_eq!(code, 201);
+        id
+    };
+    let settled = &["succeeded", "failed", "unknown", "canceled"];
+    for (want, pair) in [("succeeded", [&prompts[0], &prompts[1]]), ("unknown", [&prompts[2], &prompts[2]])] {
+        mock.behave(json!({"drop_response": true, "drop_on": "create"}));
+        let ids = pair.map(|p| start(p));
+        let sent = wait_for(Duration::from_secs(20), || {
+            let ours = |l: &Value| pair.iter().any(|p| l["prompt"].as_str() == Some(p.as_str()));
+            (mock.lines().iter().filter(|l| ours(l)).count() >= 2).then_some(())
+        });
+        assert!(sent.is_some(), "both creates reached the mock");
+        mock.behave(json!({"drop_response": null}));
+        for id in &ids {
+            let t = daemon.wait_status(id, settled);
+            assert_eq!(t["status"], want, "{t}");
+            let events = daemon.call("GET", &format!("/v1/tasks/{id}/events"), None).json();
+            let looked_again =
+                events["events"].as_array().expect("events").iter().any(|e| {
+                    e["kind"] == "recovering" && e["message"].as_str().is_some_and(|m| m.contains("looks again"))
+                });
+            assert!(looked_again, "a look found the tasks still running and waited for a later one: {events}");
+        }
+        if want == "unknown" {
+            let t = daemon.call("GET", &format!("/v1/tasks/{}", ids[0]), None).json();
+            assert!(t.to_string().contains("show this prompt"), "unknown only once both showed it: {t}");
+        }
+    }
+    // One charge per create, nothing resent.
+    assert_eq!(mock.count(&prompts[0]), (1, 1));
+    assert_eq!(mock.count(&prompts[1]), (1, 1));
+    assert_eq!(mock.count(&prompts[2]), (2, 2));
 }
 
 #[tokio::test]

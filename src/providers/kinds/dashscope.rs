@@ -18,10 +18,13 @@
 //!   `start_time`/`end_time` (`YYYYMMDDhhmmss`), `model_name`, `page_no`, `page_size`. The
 //!   listing shows no prompt, so a task is matched by model and creation time (`gmt_create`,
 //!   milliseconds); each candidate is then read by id, and one whose results show another
-//!   `orig_prompt` is excluded. Exactly one remaining candidate is the lost create; none or
-//!   several prove nothing (`unknown`). The query's time zone is not documented in what we
-//!   could read: the window sent covers both UTC and China Standard Time readings, and the
-//!   exact window is applied to `gmt_create`.
+//!   `orig_prompt` is excluded. Exactly one remaining candidate, finished, is the lost create;
+//!   none, or several that show this prompt (or finished showing none), prove nothing
+//!   (`unknown`); any other answer waits on candidates still pending or running (the prompt
+//!   shows once a task succeeds) and says "look again later", within the 24-hour retention.
+//!   The query's time zone is not documented in what we could read: the window sent covers
+//!   both UTC and China Standard Time readings, and the exact window is applied to
+//!   `gmt_create`.
 //! - No idempotency key; errors are `{code, message}` JSON: `InvalidApiKey` (401),
 //!   `DataInspectionFailed` (400, content inspection: a refusal), `Throttling*` (429: not
 //!   now), `Arrearage` (the account is out of credit: a configuration problem, failed at
@@ -44,7 +47,8 @@ use crate::providers::dashboard::Dashboard;
 use crate::providers::http::client::{AuthScheme, HttpClient, ResultFetch, Retention, now_ms};
 use crate::providers::http::{data_uri, parse_size};
 use crate::providers::{
-    BoxFuture, CallError, CallRequest, Capabilities, HeldLookup, HeldQuery, JobHandle, JobState, Provider, Submitted,
+    BoxFuture, CallError, CallRequest, Capabilities, HeldLookup, HeldQuery, JobHandle, JobState, LostLookup, Provider,
+    Submitted,
 };
 
 /// The international (Singapore) endpoint, the default `base_url`; the mainland one is
@@ -405,6 +409,38 @@ impl Dashscope {
     }
 }
 
+/// Decide among the candidates left after reading each: `settled` can no longer be excluded
+/// (they show this prompt, or finished without showing any), `unsettled` still may (pending or
+/// running: their prompt shows when they succeed). One settled and nothing else is the lost
+/// create; two settled prove nothing for good; otherwise a later look may tell them apart
+/// (even a lone unsettled one: another create of the window may still land), while DashScope
+/// keeps the tasks (24 hours from the call).
+fn sort_out(settled: Vec<String>, unsettled: Vec<String>, calling_at_ms: i64) -> LostLookup {
+    match (settled.as_slice(), unsettled.len()) {
+        ([], 0) => LostLookup::Unproven("DashScope lists no task of this model around the calling time".into()),
+        ([one], 0) => LostLookup::Found(JobHandle::id(one.clone())),
+        (settled, _) if settled.len() >= 2 => {
+            tracing::info!(
+                candidates = settled.len(),
+                "several DashScope tasks match the lost create; proving nothing"
+            );
+            LostLookup::Unproven(format!(
+                "{} DashScope tasks of this model around the calling time show this prompt (or finished without \
+                 showing one), so none can be told to be this request",
+                settled.len()
+            ))
+        }
+        (settled, unsettled) => LostLookup::LookAgain {
+            why: format!(
+                "{} DashScope task(s) of this model were created around the calling time and {unsettled} of them \
+                 have not shown their prompt yet (it shows when a task finishes)",
+                settled.len() + unsettled
+            ),
+            until_ms: calling_at_ms.saturating_add(RETENTION.keep.as_millis() as i64),
+        },
+    }
+}
+
 /// Alibaba Cloud Model Studio (DashScope): the international console for the `-intl`
 /// endpoint, the mainland one otherwise.
 pub fn dashboard(cfg: &ProviderConfig) -> Dashboard {
@@ -515,36 +551,45 @@ impl Provider for Dashscope {
 
     fn find<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<Option<JobHandle>, CallError>> {
         Box::pin(async move {
+            Ok(match self.find_lost(req).await? {
+                LostLookup::Found(job) => Some(job),
+                LostLookup::Unproven(_) | LostLookup::LookAgain { .. } => None,
+            })
+        })
+    }
+
+    fn find_lost<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<LostLookup, CallError>> {
+        Box::pin(async move {
             // What this execution would have sent; a request it could not have sent was not.
             if self.body(req).is_err() {
-                return Ok(None);
+                return Ok(LostLookup::Unproven("this request could not have been sent".into()));
             }
             let candidates = self.candidates(req).await?;
             if candidates.len() > FIND_MAX_CANDIDATES {
                 tracing::info!(candidates = candidates.len(), "too many DashScope tasks match the lost create");
-                return Ok(None);
+                return Ok(LostLookup::Unproven(format!(
+                    "DashScope lists {} tasks of this model around the calling time, too many to tell apart",
+                    candidates.len()
+                )));
             }
             // The listing shows no prompt: read each candidate and drop those whose results
-            // name another prompt. One that shows no prompt (still pending, failed) stays.
-            let mut left = Vec::new();
+            // name another prompt. One that shows no prompt stays: settled (failed, canceled),
+            // it never will; still pending or running, it may later.
+            let mut settled = Vec::new();
+            let mut unsettled = Vec::new();
             for id in candidates {
                 let task = self.task(&id).await?;
                 let prompts: Vec<&str> = task.output.results.iter().filter_map(|r| r.orig_prompt.as_deref()).collect();
-                if prompts.is_empty() || prompts.contains(&req.prompt.as_str()) {
-                    left.push(id);
+                if prompts.contains(&req.prompt.as_str()) {
+                    settled.push(id);
+                } else if prompts.is_empty() {
+                    match task.output.task_status.as_str() {
+                        "PENDING" | "RUNNING" => unsettled.push(id),
+                        _ => settled.push(id),
+                    }
                 }
             }
-            match left.as_slice() {
-                [one] => Ok(Some(JobHandle::id(one.clone()))),
-                [] => Ok(None),
-                many => {
-                    tracing::info!(
-                        candidates = many.len(),
-                        "several DashScope tasks match the lost create; proving nothing"
-                    );
-                    Ok(None)
-                }
-            }
+            Ok(sort_out(settled, unsettled, req.calling_at_ms))
         })
     }
 
@@ -582,6 +627,22 @@ mod tests {
         assert_eq!(cst_ms("2026-12-01 18:00:00.123"), Some(ms));
         assert_eq!(listed_ms(&json!(5)), Some(5));
         assert_eq!(listed_ms(&json!("6")), Some(6));
+    }
+
+    #[test]
+    fn candidates_are_sorted_out_by_what_can_still_change() {
+        let ids = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let day = 24 * 3600 * 1000;
+        assert_eq!(sort_out(ids(&["a"]), ids(&[]), 0), LostLookup::Found(JobHandle::id("a".to_string())));
+        assert!(matches!(sort_out(ids(&[]), ids(&[]), 0), LostLookup::Unproven(_)));
+        assert!(matches!(sort_out(ids(&["a", "b"]), ids(&["c"]), 0), LostLookup::Unproven(_)), "two settled");
+        for (settled, unsettled) in [(ids(&[]), ids(&["a"])), (ids(&["a"]), ids(&["b"])), (ids(&[]), ids(&["a", "b"]))]
+        {
+            match sort_out(settled, unsettled, 5) {
+                LostLookup::LookAgain { until_ms, .. } => assert_eq!(until_ms, 5 + day),
+                other => panic!("{other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -404,6 +404,8 @@ pub(in crate::store) fn dispatch_due(
     boot: &str,
     node: Option<&str>,
 ) -> Result<DispatchBatch, StoreError> {
+    // Slots held for fenced calls whose deadline passed are free again (`ops::slot_rows`).
+    slot_rows::release_ended(tx, now)?;
     let (mut provs, mut next_waiting) = states(tx)?;
     if next_waiting.is_some_and(|d| d <= now) {
         let sql = PROMOTE.get(tx);
@@ -440,6 +442,10 @@ pub(in crate::store) fn dispatch_due(
             picked.extend(chosen);
         }
         save_places(tx, &s, before)?;
+    }
+    // A slot held for a fenced call frees at its deadline: wake then (`ops::slot_rows::hold`).
+    if let Some(t) = slot_rows::next_release(tx, now)? {
+        next_due = Some(next_due.map_or(t, |d| d.min(t)));
     }
     if picked.is_empty() {
         return Ok(DispatchBatch { claims: Vec::new(), next_due });

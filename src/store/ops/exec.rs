@@ -169,6 +169,34 @@ pub(in crate::store) fn record_accepted(
     Ok(())
 }
 
+/// A lost create whose candidates cannot be told apart yet: the execution stays `running` in
+/// `calling` (nothing is sent again) and its envelope waits in the recovery lane until
+/// `due_at`, when a worker looks again. Fenced on both tokens; `false`, with nothing but the
+/// fence written, when the evidence the decision rests on no longer holds: the execution is
+/// not in `calling`, or `until` (when the provider stops keeping its jobs) has passed.
+pub(in crate::store) fn look_again(
+    tx: &mut dyn Tx,
+    exec: &str,
+    lease: &str,
+    due_at: Millis,
+    until: Millis,
+    why: &str,
+    now: Millis,
+) -> Result<bool, StoreError> {
+    let task = fence(tx, exec, lease, now)?;
+    let n = tx.exec(
+        "UPDATE executions SET heartbeat_at = ?2 WHERE token = ?1 AND phase = 'calling' AND ?2 < ?3",
+        &[&exec, &now, &until],
+    )?;
+    if n == 0 {
+        return Ok(false);
+    }
+    requeue_envelope(tx, &task, due_at.min(until), Some("looking for a lost create again later"), now)?;
+    set_task(tx, &task, TaskStatus::Waiting, Some(why), None, now)?;
+    event(tx, &task, now, Actor::Worker, "recovering", why, Some(exec))?;
+    Ok(true)
+}
+
 /// Extend the worker's lease to `now + lease_ms`.
 pub(in crate::store) fn heartbeat(
     tx: &mut dyn Tx,

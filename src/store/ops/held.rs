@@ -303,3 +303,8 @@ pub(in crate::store) fn held_tasks(tx: &mut dyn Tx, limit: usize) -> Result<(i64
     }
     Ok((total, out))
 }
+
+/// Dismiss notice `id` (the owner has read it and looked); `false` when there is none to dismiss.
+pub(in crate::store) fn dismiss_notice(tx: &mut dyn Tx, id: i64, now: Millis) -> Result<bool, StoreError> {
+    Ok(tx.exec("UPDATE notices SET dismissed_at = ?2 WHERE id = ?1 AND dismissed_at IS NULL", &[&id, &now])? > 0)
+}

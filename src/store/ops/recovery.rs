@@ -83,6 +83,7 @@ fn leftover_row(r: &Row) -> Result<LeftoverRow, StoreError> {
         lease_token: r.get(4)?,
         lease_expires_at: r.get(5)?,
         execution: token.zip(phase.and_then(|p| Phase::parse(&p))),
+        call_window: None,
     })
 }
 
@@ -191,6 +192,11 @@ pub(in crate::store) fn apply_recovery(
             continue;
         }
         check_decision(row, decision)?;
+        // A call that may still be at the provider (a gone or fenced run's `calling`) keeps its
+        // slot until its deadline, so the cap counts it while other nodes dispatch (issue #43).
+        if let (Some((_, Phase::Calling)), Some(window)) = (&row.execution, row.call_window) {
+            super::slot_rows::hold(tx, &row.envelope_id, now.saturating_add(window))?;
+        }
         let status = match decision {
             Recovery::Requeue => requeue(tx, row, now)?,
             Recovery::GiveUp => give_up(tx, row, now)?,
@@ -350,6 +356,7 @@ mod tests {
             lease_token: Some("lease".into()),
             lease_expires_at: Some(1_000),
             execution: execution.map(|p| ("exec".to_string(), p)),
+            call_window: None,
         }
     }
 

@@ -21,6 +21,16 @@
 //! finishing calls do not both see one row too many): the new cap holds from the first
 //! dispatch after it, without a wait for the old calls.
 //!
+//! **A call that may still be out keeps its row until its deadline.** When recovery takes over
+//! a `sent` envelope whose run is gone or fenced while its call may be at the provider (phase
+//! `calling`), the fenced node lets that call finish (its answer is kept as a late result), so
+//! the provider still has it in flight. Before the envelope leaves `sent`, [`hold`] moves its
+//! row to a hold, `envelope_id = 'held:<deadline>:<envelope>'`, where the deadline is the
+//! provider's request timeout from now (no call can be out longer); the trigger then finds no
+//! row of the envelope to free. [`take`] frees holds whose deadline has passed before it takes
+//! rows, and [`next_release`] tells the dispatcher when the next one will (one wake-up per hold,
+//! no polling). So a fenced node's calls and the other nodes' together stay within the cap.
+//!
 //! A dispatch that finds the free rows taken by another node's dispatch at that moment claims
 //! fewer (or nothing) and does not wait; the other dispatch holds those rows because it has
 //! the candidates for them (it takes rows before candidates), and any row it leaves unused is
@@ -29,6 +39,7 @@
 
 use super::dispatch::Candidate;
 
+use crate::domain::Millis;
 use crate::store::StoreError;
 use crate::store::tx::Tx;
 
@@ -44,6 +55,51 @@ const FILL: &str = "UPDATE provider_slots s SET envelope_id = x.e
        FROM jsonb_array_elements_text(CAST(CAST(?2 AS TEXT) AS jsonb)) WITH ORDINALITY e(value, i)
        JOIN jsonb_array_elements_text(CAST(CAST(?3 AS TEXT) AS jsonb)) WITH ORDINALITY k(value, i) ON k.i = e.i) x
  WHERE s.provider = ?1 AND s.slot = x.slot AND s.envelope_id IS NULL";
+
+/// Free every hold whose deadline has passed (`?1` now); rows another dispatch is freeing or
+/// taking are skipped.
+const RELEASE: &str = "UPDATE provider_slots SET envelope_id = NULL
+ WHERE (provider, slot) IN (
+   SELECT provider, slot FROM provider_slots WHERE envelope_id LIKE 'held:%'
+     AND CAST(split_part(envelope_id, ':', 2) AS bigint) <= ?1
+   FOR UPDATE SKIP LOCKED)";
+
+/// Free the holds whose deadline has passed by `now` (every provider's; at the start of each
+/// dispatch). Nothing under SQLite.
+pub(super) fn release_ended(tx: &mut dyn Tx, now: Millis) -> Result<(), StoreError> {
+    if tx.locking() {
+        tx.exec(RELEASE, &[&now])?;
+    }
+    Ok(())
+}
+
+/// Keep the slot row of `envelope` (about to leave `sent` while its call may be out) taken
+/// until `until` (see the module docs). Nothing under SQLite, whose writer counts `sent`
+/// envelopes (one process: its own workers' calls end with it).
+pub(super) fn hold(tx: &mut dyn Tx, envelope: &str, until: Millis) -> Result<(), StoreError> {
+    if !tx.locking() {
+        return Ok(());
+    }
+    tx.exec(
+        "UPDATE provider_slots SET envelope_id = 'held:' || CAST(CAST(?2 AS bigint) AS text) || ':' || envelope_id WHERE envelope_id = ?1",
+        &[&envelope, &until],
+    )?;
+    Ok(())
+}
+
+/// When the next hold after `now` ends, if any is held (the dispatcher's next wake-up).
+/// `None` on SQLite.
+pub(super) fn next_release(tx: &mut dyn Tx, now: Millis) -> Result<Option<Millis>, StoreError> {
+    if !tx.locking() {
+        return Ok(None);
+    }
+    let row = tx.one(
+        "SELECT min(CAST(split_part(envelope_id, ':', 2) AS bigint)) FROM provider_slots
+         WHERE envelope_id LIKE 'held:%' AND CAST(split_part(envelope_id, ':', 2) AS bigint) > ?1",
+        &[&now],
+    )?;
+    row.get(0)
+}
 
 /// Take up to `n` free slot rows of `provider` for this dispatch (locked to its end; rows other
 /// dispatches hold are skipped). Under SQLite's single writer there are no slot rows: the

@@ -58,7 +58,8 @@ fn run(config: &postgres::Config) -> Result<CheckReport, StoreError> {
         ),
     ];
     // The capacity rule's rows (`store::ops::slot_rows`): each call out holds one slot row of
-    // its provider, only calls out hold rows, and a provider has free rows only within its cap.
+    // its provider, only calls out hold rows (or a hold for a fenced call, `held:<deadline>:…`,
+    // until its deadline), and a provider has free rows only within its cap.
     let slot_invariants: &[(&str, &str)] = &[
         (
             "envelope sent without a provider slot",
@@ -68,7 +69,7 @@ fn run(config: &postgres::Config) -> Result<CheckReport, StoreError> {
         (
             "provider slot held by an envelope that is not sent",
             "SELECT s.provider || ' slot ' || s.slot FROM provider_slots s LEFT JOIN envelopes e ON e.id = s.envelope_id
-             WHERE s.envelope_id IS NOT NULL AND (e.id IS NULL OR e.status <> 'sent')",
+             WHERE s.envelope_id IS NOT NULL AND s.envelope_id NOT LIKE 'held:%' AND (e.id IS NULL OR e.status <> 'sent')",
         ),
         (
             "provider with a free slot beyond its max_concurrency",
