@@ -27,6 +27,11 @@ pub const POINTS: &[&str] = &[
 /// the database (`store::sqlite::migrate`), in order.
 pub const MIGRATION_POINTS: &[&str] = &["migrate-after-schema", "migrate-after-move", "migrate-after-remove"];
 
+/// The crash points of a draft's confirmation (`store::ops::drafts::confirm`): inside its
+/// transaction after the set and its tasks are written but before the link (nothing of it is
+/// committed), and in the engine just after its commit (the whole set is).
+pub const DRAFT_POINTS: &[&str] = &["confirm-before-link", "after-confirm"];
+
 /// Abort the process here if the named crash point is enabled.
 #[inline]
 pub fn crash(name: &'static str) {

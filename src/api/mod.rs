@@ -15,6 +15,7 @@ pub mod choice;
 pub mod deliveries;
 pub mod download;
 pub mod download_profile;
+pub mod drafts;
 pub mod error;
 pub mod held;
 pub mod images;
@@ -175,6 +176,10 @@ pub fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(sets::get_one, set_edit::edit, set_edit::delete))
         .routes(routes!(set_edit::duplicate))
         .routes(routes!(sets::cancel))
+        .routes(routes!(drafts::create, drafts::list))
+        .routes(routes!(drafts::get_one, drafts::edit))
+        .routes(routes!(drafts::redraft))
+        .routes(routes!(drafts::confirm))
         .routes(routes!(choice::add))
         .routes(routes!(choice::choose, choice::clear))
         .routes(routes!(download::set_zip))

@@ -20,6 +20,7 @@ use serde_json::Value;
 
 pub mod client;
 mod deliveries;
+mod drafts;
 mod files;
 mod held;
 mod provider;
@@ -285,6 +286,10 @@ pub enum Command {
     /// A product's image set: reference photos, a shot list, one image at a time.
     #[command(subcommand)]
     Set(SetCommand),
+    /// A draft from the product's photos: a plan of shots and listing copy a provider
+    /// proposes, which you edit and confirm; only a confirmation creates the image set.
+    #[command(subcommand)]
+    Draft(drafts::DraftCommand),
     /// Jobs held, not sent, because the database was older than what this data directory had
     /// seen (a restored backup, a copy taken while tally ran, a deleted tally.db-wal): each may
     /// have been sent already by the daemon the copy came from.

@@ -56,6 +56,7 @@ pub(super) async fn client_command(cfg: &Config, cmd: Command, json: bool) -> Re
             wait_for(&client, task, json).await
         }
         Command::Set(cmd) => set_command(&client, cmd, json).await,
+        Command::Draft(cmd) => super::drafts::draft_command(&client, cmd, json).await,
         Command::Budget(cmd) => super::spend::budget(&client, cmd, json).await,
         Command::Held(cmd) => super::held::held_command(&client, cmd, json).await,
         Command::Provider(cmd) => super::provider::provider_command(&client, cmd, json).await,

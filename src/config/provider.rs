@@ -145,7 +145,24 @@ pub(super) fn resolve_provider(p: RawProvider, i: usize, origin: &str) -> Result
     if currency.len() != 3 || !currency.bytes().all(|b| b.is_ascii_uppercase()) {
         return Err(bad("currency", format!("`{currency}` must be a three-letter code such as USD or EUR")));
     }
-    let pricing = Pricing { per_image, per_size, currency };
+    let per_million_input =
+        p.price_per_million_input_tokens.map(|v| money("price_per_million_input_tokens", v)).transpose()?;
+    let per_million_output =
+        p.price_per_million_output_tokens.map(|v| money("price_per_million_output_tokens", v)).transpose()?;
+    if per_million_input.is_some() != per_million_output.is_some() {
+        return Err(bad(
+            "price_per_million_input_tokens",
+            "a drafting call is priced by both input and output tokens: set price_per_million_input_tokens and \
+             price_per_million_output_tokens together"
+                .into(),
+        ));
+    }
+    let max_output_tokens = match p.max_output_tokens {
+        None => crate::providers::settings::DEFAULT_MAX_OUTPUT_TOKENS,
+        Some(n) if (256..=65_536).contains(&n) => n as u32,
+        Some(n) => return Err(bad("max_output_tokens", format!("{n} must be between 256 and 65536"))),
+    };
+    let pricing = Pricing { per_image, per_size, per_million_input, per_million_output, currency };
     if !spec.bills && pricing.is_priced() {
         return Err(bad("price_per_image", "the demo provider never charges, so it takes no price".into()));
     }
@@ -181,6 +198,7 @@ pub(super) fn resolve_provider(p: RawProvider, i: usize, origin: &str) -> Result
         reference_input: p.reference_input,
         batch: p.batch.unwrap_or(false),
         max_response_bytes,
+        max_output_tokens,
         billing_note: p.billing_note,
         delay: match p.delay_ms {
             None => demo.delay,

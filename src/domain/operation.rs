@@ -28,6 +28,10 @@ pub enum Operation {
     Edit,
     /// An image → the same image with its background removed (a PNG with alpha).
     Cutout,
+    /// A product's photos and facts → a plan of shots and listing copy (`domain::draft`): JSON
+    /// validated against tally's schema, never an action. The photos travel as the call's
+    /// references; the prompt is the drafting instructions with the owner's input as data.
+    Draft,
 }
 
 /// Whether an operation takes a prompt.
@@ -45,6 +49,9 @@ pub enum ResultKind {
     /// An image tally can store (PNG, JPEG or WebP by its bytes); its sha256 is recorded with
     /// it. `alpha`: the image must be a PNG whose colour type carries transparency.
     Image { alpha: bool },
+    /// A JSON answer (`domain::draft::Answer`): the model's text and its usage, validated
+    /// against the draft schema before the finish commits it; stored in `answers`.
+    Json,
 }
 
 /// How an operation is priced, from the provider's configured prices.
@@ -53,6 +60,10 @@ pub enum PriceModel {
     /// The provider's `price_per_size` for the size sent, else `price_per_image`: one image
     /// per call.
     PerImage,
+    /// The provider's `price_per_million_input_tokens` and `price_per_million_output_tokens`:
+    /// estimated before the call with `max_output_tokens` as the ceiling of the answer, and
+    /// recorded from the answer's `usage` when it arrives.
+    PerToken,
 }
 
 /// An operation kind's declaration.
@@ -93,6 +104,14 @@ pub const SPECS: &[OperationSpec] = &[
         image: true,
         result: ResultKind::Image { alpha: true },
         price: PriceModel::PerImage,
+    },
+    OperationSpec {
+        op: Operation::Draft,
+        name: "draft",
+        prompt: PromptRule::Required,
+        image: false,
+        result: ResultKind::Json,
+        price: PriceModel::PerToken,
     },
 ];
 

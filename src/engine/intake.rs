@@ -131,6 +131,7 @@ impl Engine {
         if !shared.cfg.fast_pickup
             || t.shot.is_some()
             || t.source.is_some()
+            || t.operation == crate::domain::operation::Operation::Draft
             || shared.stopping()
             || shared.workers.available_permits() < shared.cfg.workers
         {
@@ -326,6 +327,16 @@ impl Engine {
 
     /// Validate and durably create an image set: one task per shot, run one at a time.
     pub async fn create_set(&self, set: NewSet) -> Result<SubmitOutcome, EngineError> {
+        self.check_set(&set)?;
+        let out = self.shared.store.create_set(set, self.shared.now()).await?;
+        if matches!(out, SubmitOutcome::Created(_)) {
+            self.shared.wake_dispatcher.notify_one();
+        }
+        Ok(out)
+    }
+
+    /// The checks on a new set before anything is stored (also a confirmed draft's set).
+    pub(super) fn check_set(&self, set: &NewSet) -> Result<(), EngineError> {
         validate_key(set.idempotency_key.as_deref())?;
         if set.product.trim().is_empty() {
             return Err(EngineError::Invalid("the product name is empty".into()));
@@ -363,11 +374,7 @@ impl Engine {
                 )));
             }
         }
-        let out = self.shared.store.create_set(set, self.shared.now()).await?;
-        if matches!(out, SubmitOutcome::Created(_)) {
-            self.shared.wake_dispatcher.notify_one();
-        }
-        Ok(out)
+        Ok(())
     }
 
     /// Durably add `count` (1 to [`MAX_CANDIDATES`]) candidates to shot `position` of a set.

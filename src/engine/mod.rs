@@ -21,6 +21,7 @@
 pub mod budget;
 pub mod deliver;
 mod dispatcher;
+pub mod drafts;
 mod intake;
 pub mod lookup;
 pub mod money;

@@ -64,10 +64,16 @@ impl ProviderMoney {
     }
 
     /// The estimated cost of one request with `params`, if a price is configured (never for
-    /// a provider that does not bill).
+    /// a provider that does not bill). A drafting call (`params.max_output_tokens` and
+    /// `params.input_tokens`, set by the engine) is priced by tokens, its answer counted at the
+    /// ceiling `max_output_tokens`.
     pub fn price(&self, params: &serde_json::Value) -> Option<Micros> {
         if !self.billable {
             return None;
+        }
+        let tokens = |k: &str| params.get(k).and_then(serde_json::Value::as_u64);
+        if let (Some(input), Some(output)) = (tokens("input_tokens"), tokens("max_output_tokens")) {
+            return self.pricing.price_tokens(input, output);
         }
         self.pricing.price(self.size_of(params))
     }
@@ -118,6 +124,8 @@ impl ProviderMoney {
             billable: self.billable,
             price_per_image: self.pricing.per_image.map(from_micros),
             price_per_size: self.pricing.per_size.iter().map(|(k, v)| (k.clone(), from_micros(*v))).collect(),
+            price_per_million_input_tokens: self.pricing.per_million_input.map(from_micros),
+            price_per_million_output_tokens: self.pricing.per_million_output.map(from_micros),
             currency: self.pricing.currency.clone(),
         }
     }
@@ -139,6 +147,10 @@ pub struct PriceInfo {
     pub price_per_image: Option<f64>,
     /// Prices by requested size, which take precedence over `price_per_image`.
     pub price_per_size: BTreeMap<String, f64>,
+    /// The price of a million input tokens of a drafting call (`null`: none configured).
+    pub price_per_million_input_tokens: Option<f64>,
+    /// The price of a million output tokens of a drafting call (`null`: none configured).
+    pub price_per_million_output_tokens: Option<f64>,
     pub currency: String,
 }
 

@@ -855,8 +855,12 @@ impl Run<'_> {
         crash("after-answer");
         let timed = crate::stages::start();
         // The operation's result rule (domain::operation::ResultKind): a cutout's answer must
-        // carry transparency, checked before the image is verified and stored.
-        let ResultKind::Image { alpha } = c.operation.spec().result;
+        // carry transparency, checked before the image is verified and stored; a draft's is
+        // JSON checked against the draft schema.
+        let alpha = match c.operation.spec().result {
+            ResultKind::Image { alpha } => alpha,
+            ResultKind::Json => return self.save_answer(img).await,
+        };
         if alpha && !png_has_alpha(&img.bytes) {
             return self
                 .finish(Finish::Failed {
@@ -894,6 +898,40 @@ impl Run<'_> {
                     tracing::info!("a late result resolved the unknown outcome");
                     self.shared.changed(&c.task_id, crate::domain::TaskStatus::Succeeded);
                 }
+                Ok(())
+            }
+            Ok(()) => {
+                crash("after-finish");
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A JSON answer (a draft's): read the adapter's [`Answer`](crate::domain::draft::Answer),
+    /// check the model's text against the draft schema, price it from its usage, and finish
+    /// fenced with the answer stored — valid or not (an invalid answer fails the task, charged,
+    /// and is kept; it is never fixed or sent again). Stored like an image: retried while the
+    /// disk or database is busy; after a fence it is dropped (recovery decides).
+    async fn save_answer(&self, img: Image) -> Result<(), StoreError> {
+        use crate::domain::draft::{ANSWER_MEDIA_TYPE, Answer, parse_answer};
+        let answer =
+            (img.media_type == ANSWER_MEDIA_TYPE).then(|| serde_json::from_slice::<Answer>(&img.bytes).ok()).flatten();
+        let Some(answer) = answer else {
+            return self.finish(unusable("the provider answered a drafting call with something other than text")).await;
+        };
+        let language = self.claim.params.pointer("/draft/language").and_then(|v| v.as_str()).unwrap_or("en");
+        let invalid = parse_answer(&answer.text, language).err();
+        let u = answer.usage;
+        let new = crate::store::NewAnswer {
+            usage: serde_json::json!({"input_tokens": u.input_tokens, "output_tokens": u.output_tokens}),
+            cost_micros: self.entry.money.pricing.price_tokens(u.input_tokens, u.output_tokens),
+            body: answer.text,
+            invalid,
+        };
+        match self.until_stored(|| self.finish(Finish::Answered(new.clone()))).await {
+            Err(StoreError::Fenced) => {
+                tracing::info!("the answer arrived after the lease was lost; recovery decides from what is recorded");
                 Ok(())
             }
             Ok(()) => {

@@ -87,6 +87,9 @@ pub struct Behavior {
     pub openai_url_answers: bool,
     /// Moderation, where an API has it: `"prompt"` blocks the prompt, `"output"` the image.
     pub moderation: Option<String>,
+    /// Drafting calls (the Responses API, DashScope's chat) answer this text instead of a
+    /// plan: a billed answer outside tally's schema.
+    pub draft_answer: Option<String>,
     /// Answer creates with 429 and this wait in milliseconds (not charged), in the form
     /// `retry_after_form` gives; takes precedence over `retry_after_s`.
     pub retry_after_ms: Option<u64>,
@@ -150,6 +153,7 @@ impl Default for Behavior {
             error_echoes_key: false,
             openai_url_answers: false,
             moderation: None,
+            draft_answer: None,
             retry_after_ms: None,
             retry_after_form: "seconds".into(),
             ratelimit_headers: false,
@@ -265,6 +269,7 @@ impl Behavior {
                 "error_echoes_key" => next.error_echoes_key = if null { start.error_echoes_key } else { flag()? },
                 "openai_url_answers" => next.openai_url_answers = if null { start.openai_url_answers } else { flag()? },
                 "moderation" => next.moderation = if null { start.moderation.clone() } else { Some(text()?) },
+                "draft_answer" => next.draft_answer = if null { start.draft_answer.clone() } else { Some(text()?) },
                 "retry_after_ms" => next.retry_after_ms = if null { start.retry_after_ms } else { Some(num()?) },
                 "retry_after_form" => {
                     next.retry_after_form = if null { start.retry_after_form.clone() } else { text()? }

@@ -90,6 +90,7 @@ pub(super) fn routes() -> Router<Arc<Mock>> {
         .route("/api/v1/tasks", get(list))
         .route("/api/v1/tasks/{id}", get(task))
         .route("/api/v1/tasks/{id}/cancel", post(cancel))
+        .route("/compatible-mode/v1/chat/completions", post(super::chat::completions))
 }
 
 fn request_id() -> String {

@@ -60,6 +60,8 @@ const GENERATION_FIELDS: &[&str] = &[
     "maxOutputTokens",
     "stopSequences",
     "responseMimeType",
+    "responseSchema",
+    "responseJsonSchema",
     "thinkingConfig",
     "presencePenalty",
     "frequencyPenalty",
@@ -238,6 +240,28 @@ pub(super) async fn models(
         mock,
         req,
         Box::new(move |jobs, b, _base| {
+            let json_out = input.pointer("/generationConfig/responseMimeType").and_then(Value::as_str)
+                == Some("application/json");
+            if json_out && !batch {
+                // Structured output (a draft): the text of a JSON answer, with its usage.
+                let (prompt, images, _) = match check_request(&input) {
+                    Ok(r) => r,
+                    Err(a) => return a,
+                };
+                let text = b.draft_answer.clone().unwrap_or_else(|| super::responses::draft_text(&prompt));
+                let (p, c) = super::responses::usage_of(&prompt, images, &text);
+                let id = new_job(
+                    jobs,
+                    NewJob { api: Api::Gemini, model: &model, version: None, prompt: &prompt, input: Value::Null },
+                    b,
+                );
+                let body = json!({
+                    "candidates": [{"content": {"parts": [{"text": text}], "role": "model"}, "finishReason": "STOP", "index": 0}],
+                    "usageMetadata": {"promptTokenCount": p, "candidatesTokenCount": c, "totalTokenCount": p + c},
+                    "modelVersion": model, "responseId": uuid::Uuid::new_v4().simple().to_string(),
+                });
+                return Answer::charged(body, id);
+            }
             if !model.contains("image") {
                 return if model.starts_with("gemini-") {
                     invalid("Model does not support the requested response modalities: image".into())

@@ -1,3 +1,6 @@
+//! Past 600 lines: the API styles' shared vocabulary (`Api`, `Job`, `Answer`) is kept together
+//! here, one variant per style; each style's routes are in its own file.
+//!
 //! The mock provider server (`tally mock-provider`): speaks the OpenAI images, Replicate,
 //! fal queue, Gemini and BFL API styles on loopback, and appends every API request it receives to a ledger
 //! file (one fsync'd JSON line each) so tests and users can count what was charged.
@@ -9,7 +12,7 @@
 //! documented, the default is the pessimistic one (unknown Replicate inputs are stripped from
 //! what the API stores; `Idempotency-Key` is ignored unless told otherwise).
 //!
-//! Routes: `/v1/images/{generations,edits}` (OpenAI); `/v1/models/{owner}/{name}[/predictions
+//! Routes: `/v1/images/{generations,edits}`, `/v1/responses[/{id}]` (OpenAI); `/v1/models/{owner}/{name}[/predictions
 //! |/versions/{id}]`, `/v1/predictions[/{id}[/cancel]]` (Replicate); `/fal/{app}` (submit) and
 //! `/fal/{owner}/{alias}/requests/{id}[/status|/cancel]` (fal);
 //! `/dashscope/api/v1/services/aigc/{text2image|image2image}/image-synthesis`,
@@ -18,11 +21,11 @@
 //! `/gemini/{v1beta|v1}/batches[/{id}]` (Gemini, key in `x-goog-api-key`); `/bfl/v1/{model}`,
 //! `/bfl/v1/get_result?id=` and `/bfl/delivery/{id}.png` (BFL, key in `x-key`; delivery
 //! URLs are signed for 10 minutes); `/files/{id}.png` (result downloads); and the control routes `/_mock/behavior` (GET, PUT) and `/_mock/ledger` (GET).
-//! Control routes and downloads are not in the ledger and need no `Authorization` header;
-//! every API route does.
+//! Control routes and downloads are not in the ledger and need no `Authorization` header; every API route does.
 
 pub mod behavior;
 mod bfl;
+mod chat;
 mod dashscope;
 mod fal;
 mod gemini;
@@ -30,6 +33,7 @@ mod ledger;
 mod openai;
 mod photoroom;
 mod replicate;
+mod responses;
 mod serve;
 mod shopify;
 mod shopify_gql;
@@ -162,6 +166,7 @@ impl MockArgs {
             error_echoes_key: false,
             openai_url_answers: self.openai_url_answers,
             moderation: self.moderation.clone(),
+            draft_answer: d.draft_answer,
             retry_after_ms: d.retry_after_ms,
             retry_after_form: d.retry_after_form,
             ratelimit_headers: d.ratelimit_headers,
@@ -270,6 +275,8 @@ fn router(state: Arc<Mock>) -> Router {
         .route("/v1/images/edits", post(openai::edits))
         .route("/v1/models", get(openai::models))
         .route("/v1/segment", post(photoroom::segment))
+        .route("/v1/responses", post(responses::create))
+        .route("/v1/responses/{id}", get(responses::get))
         .route("/v1/models/{owner}/{name}", get(replicate::get_model))
         .route("/v1/models/{owner}/{name}/versions/{version}", get(replicate::get_version))
         .route("/v1/models/{owner}/{name}/predictions", post(replicate::create_official))
@@ -327,6 +334,11 @@ enum Api {
     Bfl,
     /// Photoroom's remove-background API (synchronous, the PNG in the answer).
     Photoroom,
+    /// OpenAI's Responses API in background mode (an id at once, the answer later), and without.
+    OpenaiResponses,
+    OpenaiResponsesSync,
+    /// DashScope's OpenAI-compatible chat completions (synchronous).
+    DashscopeChat,
 }
 
 impl Api {
@@ -339,13 +351,20 @@ impl Api {
             Api::Bfl => "bfl",
             Api::DashScope => "dashscope",
             Api::Photoroom => "photoroom",
+            Api::OpenaiResponses | Api::OpenaiResponsesSync => "openai_responses",
+            Api::DashscopeChat => "dashscope_chat",
         }
+    }
+
+    /// Whether it is the Responses API (either mode).
+    fn responses(self) -> bool {
+        matches!(self, Api::OpenaiResponses | Api::OpenaiResponsesSync)
     }
 
     /// An account out of credit, as each API documents it (not charged).
     fn out_of_credit(self) -> Answer {
         match self {
-            Api::OpenaiImages => Answer::ok(serde_json::json!({"error": {
+            Api::OpenaiImages | Api::OpenaiResponses | Api::OpenaiResponsesSync => Answer::ok(serde_json::json!({"error": {
                 "message": "You exceeded your current quota, please check your plan and billing details.",
                 "type": "insufficient_quota", "param": null, "code": "insufficient_quota"}}))
             .with_status(StatusCode::TOO_MANY_REQUESTS),
@@ -367,7 +386,7 @@ impl Api {
 
     /// Whether the API answers a create with its result (no job to poll).
     fn synchronous(self) -> bool {
-        matches!(self, Api::OpenaiImages | Api::Gemini | Api::Photoroom)
+        matches!(self, Api::OpenaiImages | Api::Gemini | Api::Photoroom | Api::OpenaiResponsesSync | Api::DashscopeChat)
     }
 
     /// An error answer in this style's documented shape (`code` is the shared path's

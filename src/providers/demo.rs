@@ -49,6 +49,14 @@ impl Provider for Demo {
             if !self.delay.is_zero() {
                 tokio::time::sleep(self.delay).await;
             }
+            if req.operation == Operation::Draft {
+                // A plan made here from the facts it is given, for free (`demo_draft`).
+                let input: crate::domain::draft::DraftInput =
+                    req.params.get("draft").and_then(|d| serde_json::from_value(d.clone()).ok()).ok_or_else(|| {
+                        CallError::Rejected { message: "the demo provider got no draft input".into(), config: false }
+                    })?;
+                return Ok(Submitted::Done(super::answer_image(&super::demo_draft::answer(&input))));
+            }
             if req.operation != Operation::Generate {
                 let source = req.references.first().cloned().ok_or_else(|| CallError::Rejected {
                     message: "the demo provider got no image to work on".into(),

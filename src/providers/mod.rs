@@ -7,6 +7,7 @@
 
 pub mod dashboard;
 pub mod demo;
+pub mod demo_draft;
 pub mod fake;
 pub mod http;
 pub mod kinds;
@@ -30,6 +31,16 @@ pub use crate::domain::Capabilities;
 pub struct Image {
     pub bytes: Vec<u8>,
     pub media_type: String,
+}
+
+/// A drafting call's answer (`domain::draft::Answer`: the model's text and its usage) as an
+/// adapter hands it to the worker: the result's bytes, typed `application/json`, where an
+/// image's would be.
+pub fn answer_image(answer: &crate::domain::draft::Answer) -> Image {
+    Image {
+        bytes: serde_json::to_vec(answer).unwrap_or_default(),
+        media_type: crate::domain::draft::ANSWER_MEDIA_TYPE.into(),
+    }
 }
 
 /// One paid generation as the adapter sees it.

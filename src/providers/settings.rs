@@ -7,11 +7,16 @@ use std::time::Duration;
 use super::kinds::ProviderKind;
 use crate::domain::operation::Operation;
 
-/// A provider's prices (millionths of `currency`): `per_size` first, then `per_image`.
+/// A provider's prices (millionths of `currency`): `per_size` first, then `per_image`; for a
+/// drafting call (priced by tokens), `per_million_input` and `per_million_output`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Pricing {
     pub per_image: Option<crate::domain::Micros>,
     pub per_size: std::collections::BTreeMap<String, crate::domain::Micros>,
+    /// `price_per_million_input_tokens`.
+    pub per_million_input: Option<crate::domain::Micros>,
+    /// `price_per_million_output_tokens`.
+    pub per_million_output: Option<crate::domain::Micros>,
     pub currency: String,
 }
 
@@ -23,7 +28,20 @@ impl Pricing {
 
     /// Whether any price is configured.
     pub fn is_priced(&self) -> bool {
-        self.per_image.is_some() || !self.per_size.is_empty()
+        self.per_image.is_some() || !self.per_size.is_empty() || self.tokens_priced()
+    }
+
+    /// Whether both token prices are configured.
+    pub fn tokens_priced(&self) -> bool {
+        self.per_million_input.is_some() && self.per_million_output.is_some()
+    }
+
+    /// The price of a call of `input` and `output` tokens, if token prices are configured
+    /// (rounded up to the next millionth).
+    pub fn price_tokens(&self, input: u64, output: u64) -> Option<crate::domain::Micros> {
+        let (i, o) = (self.per_million_input?, self.per_million_output?);
+        let total = i128::from(i) * i128::from(input) + i128::from(o) * i128::from(output);
+        Some(i64::try_from((total + 999_999) / 1_000_000).unwrap_or(i64::MAX))
     }
 }
 
@@ -93,6 +111,9 @@ pub struct ProviderConfig {
     /// whose descriptor lists the `batch` key.
     pub batch: bool,
     pub max_response_bytes: usize,
+    /// The most tokens a drafting call's answer may use (`max_output_tokens`): sent to the
+    /// provider, and the ceiling the price shown before the call is estimated with.
+    pub max_output_tokens: u32,
     pub billing_note: Option<String>,
     /// Demo only: how long a render takes.
     pub delay: Duration,
@@ -129,6 +150,7 @@ impl ProviderConfig {
             reference_input: None,
             batch: false,
             max_response_bytes: 64 << 20,
+            max_output_tokens: DEFAULT_MAX_OUTPUT_TOKENS,
             billing_note: None,
             delay: Duration::from_millis(300),
             pricing: Pricing { currency: crate::domain::DEFAULT_CURRENCY.into(), ..Pricing::default() },
@@ -140,6 +162,9 @@ impl ProviderConfig {
         }
     }
 }
+
+/// `max_output_tokens` when the config gives none.
+pub const DEFAULT_MAX_OUTPUT_TOKENS: u32 = 4096;
 
 /// Parse a `WIDTHxHEIGHT` size such as `1024x1024` (a provider's `size`, checked by the config
 /// and sent by the adapters).

@@ -8,8 +8,9 @@
 /// that PostgreSQL enforces with a `CHECK` constraint).
 pub(crate) const TASK_INVARIANTS: &[(&str, &str)] = &[
     (
-        "succeeded task without an artifact",
-        "SELECT id FROM tasks t WHERE status = 'succeeded' AND NOT EXISTS (SELECT 1 FROM artifacts a WHERE a.task_id = t.id)",
+        "succeeded task without an artifact (or, for a `draft`, a valid answer)",
+        "SELECT id FROM tasks t WHERE status = 'succeeded' AND NOT EXISTS (SELECT 1 FROM artifacts a WHERE a.task_id = t.id)
+           AND NOT EXISTS (SELECT 1 FROM answers w WHERE w.task_id = t.id AND w.valid)",
     ),
     // A running execution's envelope is leased, or waiting to be handed over again
     // (`pending`), or handed over and not yet claimed (`sent` without a lease: recovery

@@ -9,6 +9,8 @@
 //!   is never shown with shots missing);
 //! - a task that a kept task retries (`retry_of` keeps pointing at something);
 //! - a reference photo a kept set uses, or one uploaded after the cutoff;
+//! - a draft's drafting tasks, its photos and the set confirmed from it (drafts themselves are
+//!   not pruned yet);
 //! - a task with a possibly charged or charged request in the calendar month (UTC) of the
 //!   cutoff or later: budgets and the month's spend are summed from those requests, so
 //!   deleting them early would free budget room that was really spent (`PAID_RECENTLY`).
@@ -317,7 +319,8 @@ pub(in crate::store) fn delete_singles(
                 "SELECT 1 FROM tasks t WHERE t.id = ?1 AND t.set_id IS NULL AND t.",
                 settled!(),
                 " AND t.updated_at < ?2
-                   AND NOT EXISTS (SELECT 1 FROM tasks x WHERE x.retry_of = t.id) AND NOT ",
+                   AND NOT EXISTS (SELECT 1 FROM tasks x WHERE x.retry_of = t.id)
+                   AND NOT EXISTS (SELECT 1 FROM draft_revisions d WHERE d.task_id = t.id) AND NOT ",
                 paid_recently!("3")
             ),
             &[&id, &cutoff, &floor],
@@ -345,6 +348,10 @@ pub(in crate::store) fn delete_set(tx: &mut dyn Tx, set: &str, cutoff: Millis) -
     }
     tx.lock_set(set)?;
     if tx.opt("SELECT 1 FROM sets WHERE id = ?1", &[&set])?.is_none() {
+        return Ok(r);
+    }
+    // A set a draft was confirmed into is kept with its draft (drafts are not pruned yet).
+    if tx.opt("SELECT 1 FROM drafts WHERE set_id = ?1", &[&set])?.is_some() {
         return Ok(r);
     }
     let blocking: i64 = tx
@@ -407,7 +414,8 @@ pub(in crate::store) fn delete_uploads(
         }
         let n = tx.exec(
             "DELETE FROM uploads WHERE id = ?1 AND created_at < ?2
-               AND NOT EXISTS (SELECT 1 FROM set_references WHERE upload_id = ?1)",
+               AND NOT EXISTS (SELECT 1 FROM set_references WHERE upload_id = ?1)
+               AND NOT EXISTS (SELECT 1 FROM draft_photos WHERE upload_id = ?1)",
             &[&id, &cutoff],
         )?;
         if n > 0 {

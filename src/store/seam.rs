@@ -536,6 +536,7 @@ impl Store {
     pub async fn finish(&self, exec: String, lease: String, f: Finish, now: Millis) -> Result<TaskStatus, StoreError> {
         let bytes = match &f {
             Finish::Succeeded(a) => a.image.len() as usize,
+            Finish::Answered(a) => a.body.len(),
             _ => 0,
         };
         self.op_at(Commit::Durable, bytes, now, move |tx, now| ops::exec::finish(tx, &exec, &lease, &f, now)).await
@@ -624,6 +625,50 @@ impl Store {
     /// Create a set with its shots.
     pub async fn create_set(&self, set: NewSet, now: Millis) -> Result<SubmitOutcome, StoreError> {
         self.op_at(Commit::Durable, 0, now, move |tx, now| ops::sets::create_set(tx, &set, now)).await
+    }
+
+    // ---- drafts (`ops::drafts`) ----
+
+    /// Create a draft with its photos and its first drafting task, in one transaction.
+    pub async fn create_draft(&self, d: NewDraft, now: Millis) -> Result<SubmitOutcome, StoreError> {
+        self.op_at(Commit::Durable, 0, now, move |tx, now| ops::drafts::create_draft(tx, &d, now)).await
+    }
+
+    /// A new revision of a draft after `base` (the latest): the owner's `body`, or a redraft's
+    /// drafting `task`.
+    pub async fn revise_draft(
+        &self,
+        id: String,
+        base: i64,
+        body: Option<String>,
+        task: Option<NewTask>,
+        now: Millis,
+    ) -> Result<DraftChange, StoreError> {
+        self.op_at(Commit::Durable, 0, now, move |tx, now| {
+            ops::drafts::revise(tx, &id, base, body.as_deref(), task.as_ref(), now)
+        })
+        .await
+    }
+
+    /// Confirm a draft's latest revision: its set, created and linked in one transaction.
+    pub async fn confirm_draft(
+        &self,
+        id: String,
+        revision: i64,
+        set: NewSet,
+        now: Millis,
+    ) -> Result<ConfirmOutcome, StoreError> {
+        self.op_at(Commit::Durable, 0, now, move |tx, now| ops::drafts::confirm(tx, &id, revision, &set, now)).await
+    }
+
+    /// A draft with its photos and revisions.
+    pub async fn get_draft(&self, id: String) -> Result<Option<DraftView>, StoreError> {
+        self.query(move |tx| ops::drafts::get_draft(tx, &id)).await
+    }
+
+    /// Drafts newest first, after the cursor `before`.
+    pub async fn list_drafts(&self, before: Option<String>, limit: usize) -> Result<Vec<DraftView>, StoreError> {
+        self.query(move |tx| ops::drafts::list_drafts(tx, before.as_deref(), limit)).await
     }
 
     /// Cancel a set's unsent shots.

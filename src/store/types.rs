@@ -213,6 +213,10 @@ pub enum Finish {
     /// The provider answered with this verified image: its bytes commit with the finish;
     /// charged.
     Succeeded(NewArtifact),
+    /// The provider answered a call whose result is JSON (a `draft`): the answer commits with
+    /// the finish, charged; the task succeeds if it matched tally's schema, and otherwise
+    /// fails (`invalid_result`) with the answer kept.
+    Answered(NewAnswer),
     /// A definite failure: not retried.
     Failed { kind: FailureKind, reason: String, charge: Charge },
     /// Nothing can prove what happened: automatic retries stop; possibly charged.
@@ -231,12 +235,25 @@ impl Finish {
     /// What this outcome proves about money, before the store's own rule (see [`Finish`]).
     pub fn charge(&self) -> Charge {
         match self {
-            Finish::Succeeded(_) => Charge::Charged,
+            Finish::Succeeded(_) | Finish::Answered(_) => Charge::Charged,
             Finish::Failed { charge, .. } | Finish::RetryLater { charge, .. } => *charge,
             Finish::Unknown { .. } => Charge::Possible,
             Finish::CanceledBeforeCall => Charge::None,
         }
     }
+}
+
+/// A JSON answer to store with its finish (`answers`).
+#[derive(Debug, Clone)]
+pub struct NewAnswer {
+    /// The model's text exactly as received.
+    pub body: String,
+    /// The usage the provider reported (JSON).
+    pub usage: Value,
+    /// Why it does not match tally's schema; `None` when it does.
+    pub invalid: Option<String>,
+    /// The call's price from its usage, replacing the estimate recorded at `calling`.
+    pub cost_micros: Option<Micros>,
 }
 
 /// What `record_calling` needs besides the tokens: the money facts recorded with the call,

@@ -271,9 +271,11 @@ async fn a_version_9_database_gains_the_delivery_tables() {
     tally::store::Store::open(&db, durability).expect("new").close().expect("close");
     rusqlite::Connection::open(&db)
         .and_then(|c| {
-            // What versions 10 to 12 add, gone: the delivery tables, and operations' columns.
+            // What versions 10 to 13 add, gone: the delivery tables, operations' columns, drafts.
             c.execute_batch(
-                "DROP TABLE delivery_items; DROP TABLE deliveries; DROP TABLE notices;
+                "DROP TABLE answers; DROP TABLE draft_revisions; DROP TABLE draft_photos; DROP TABLE drafts;
+                 ALTER TABLE sets DROP COLUMN draft_revision; ALTER TABLE sets DROP COLUMN draft_id;
+                 DROP TABLE delivery_items; DROP TABLE deliveries; DROP TABLE notices;
                  ALTER TABLE providers DROP COLUMN paused_reason; DROP INDEX tasks_by_source;
                  ALTER TABLE tasks DROP COLUMN source_id; ALTER TABLE tasks DROP COLUMN source_kind;
                  ALTER TABLE tasks DROP COLUMN operation; PRAGMA user_version = 9;",
@@ -299,11 +301,11 @@ async fn a_version_9_database_gains_the_delivery_tables() {
         .and_then(|c| c.query_row("PRAGMA user_version", [], |r| r.get(0)))
         .expect("version");
     assert_eq!(
-        version, 12,
-        "and on to 12: operations (11), a delivery's shopify product and each item's remote id (12)"
+        version, 13,
+        "and on to 13: operations (11), a delivery's shopify product and each item's remote id (12), drafts (13)"
     );
-    assert_eq!(tally::store::SCHEMA_VERSION, 12);
-    assert_eq!(tally::store::postgres::PG_SCHEMA_VERSION, 11);
+    assert_eq!(tally::store::SCHEMA_VERSION, 13);
+    assert_eq!(tally::store::postgres::PG_SCHEMA_VERSION, 12);
     let (product, remote): (Option<String>, Option<String>) = rusqlite::Connection::open(&db)
         .and_then(|c| {
             c.query_row(

@@ -33,6 +33,7 @@ mod delivery_s3_faults;
 mod delivery_shopify;
 mod disks;
 mod download_profiles;
+mod drafts;
 mod engine;
 mod fairness;
 #[cfg(feature = "failpoints")]

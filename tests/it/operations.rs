@@ -56,7 +56,7 @@ fn edit_and_cutout_run_through_the_protocol_with_their_lineage() {
             .map(|p| serde_json::from_value(p["operations"].clone()).expect("operations"))
             .unwrap_or_default()
     };
-    assert_eq!(ops("demo"), ["generate", "edit", "cutout"]);
+    assert_eq!(ops("demo"), ["generate", "edit", "cutout", "draft"]);
     assert_eq!(ops("oa"), ["generate", "edit"]);
     assert_eq!(ops("pr"), ["cutout"]);
 

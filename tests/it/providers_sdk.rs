@@ -1,4 +1,5 @@
-//! Contract tests with the official SDKs: the pinned `openai`, `replicate`, `fal-client` and `dashscope`
+//! Contract tests with the official SDKs (drafts too: `responses.create` in background mode and
+//! `responses.retrieve`, chat completions at DashScope's compatible-mode path): the pinned `openai`, `replicate`, `fal-client` and `dashscope`
 //! Python packages (`tests/sdk/requirements.txt`, installed into `target/sdk-venv` by
 //! `scripts/install-sdk-venv.sh`, which `scripts/test.sh` runs first) drive a real
 //! `tally mock-provider` process through create, poll/status, result, list, cancel and edits

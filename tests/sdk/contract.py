@@ -65,7 +65,7 @@ def reset():
     behave(**{k: None for k in (
         "retry_after_ms", "retry_after_form", "ratelimit_headers", "rate_limit_times", "out_of_credit",
         "result_fetch_failures", "result_fetch_status", "fal_result_not_retryable", "job_canceled",
-        "job_failure_logs", "rate_limit_meta", "ratelimit_exhausted_ms")})
+        "job_failure_logs", "rate_limit_meta", "ratelimit_exhausted_ms", "draft_answer")})
     behave(job_duration_ms=150)
 
 
@@ -755,6 +755,109 @@ def _():
     else:
         raise AssertionError("an out-of-range input was accepted")
     assert charged("fal broke") == 0 and charged("fal 422") == 0
+
+# ---------------------------------------------------------------- Drafts (issue 36)
+# A draft's structured output: a strict JSON schema (tally's own is domain::draft::response_schema).
+DRAFT_SCHEMA = {
+    "type": "object", "additionalProperties": False, "required": ["shots", "copy"],
+    "properties": {
+        "shots": {"type": "array", "items": {"type": "object", "additionalProperties": False,
+                  "required": ["role", "prompt"], "properties": {"role": {"type": "string"}, "prompt": {"type": "string"}}}},
+        "copy": {"type": "object", "additionalProperties": False, "required": ["title"],
+                 "properties": {"title": {"type": "string"}}},
+    },
+}
+DRAFT_INPUT = 'INPUT = {"product": "cup", "facts": [{"key": "material", "value": "porcelain"}], "language": "en"}'
+
+
+@check("openai responses.create(background=True, store=True, json_schema) answers an id at once; retrieve gives output_text and usage")
+def _():
+    reset()
+    prompt = "oa draft " + DRAFT_INPUT
+    r = oa.responses.create(
+        model="gpt-5-mini",
+        input=[{"role": "user", "content": [{"type": "input_text", "text": prompt},
+                                            {"type": "input_image", "image_url": DATA_URI}]}],
+        text={"format": {"type": "json_schema", "name": "tally_draft", "schema": DRAFT_SCHEMA, "strict": True}},
+        background=True, store=True, max_output_tokens=2000,
+    )
+    assert r.id.startswith("resp_") and r.status in ("queued", "in_progress") and r.background, r
+    end = time.time() + 10
+    while r.status in ("queued", "in_progress") and time.time() < end:
+        time.sleep(0.05)
+        r = oa.responses.retrieve(r.id)
+    assert r.status == "completed", r.status
+    d = json.loads(r.output_text)
+    assert d["shots"] and d["copy"]["title"] and any(f["value"] == "porcelain" for f in d["facts"]), d
+    assert r.usage.input_tokens > 0 and r.usage.output_tokens > 0, r.usage
+    lines = [l for l in ledger() if "responses" in l["endpoint"]]
+    creates = [l for l in lines if l["endpoint"] == "POST /v1/responses"]
+    assert len(creates) == 1 and creates[0]["charged"] and creates[0]["reference_images"] == 1, lines
+    assert all(not l["charged"] for l in lines if l["endpoint"] != "POST /v1/responses"), lines
+
+
+@check("openai responses: background without store, and an unknown id, are refused as the API refuses them")
+def _():
+    reset()
+    try:
+        oa.responses.create(model="gpt-5-mini", input="oa no store", background=True, store=False)
+    except openai.BadRequestError:
+        pass
+    else:
+        raise AssertionError("background without store was accepted")
+    try:
+        oa.responses.retrieve("resp_nosuch")
+    except openai.NotFoundError:
+        pass
+    else:
+        raise AssertionError("an unknown response id was found")
+    assert charged("oa no store") == 0
+
+
+@check("openai client at DashScope's compatible-mode path: chat.completions with json_schema, image_url parts, usage")
+def _():
+    reset()
+    ds = openai.OpenAI(api_key="sk-ds-test", base_url=BASE + "/dashscope/compatible-mode/v1", max_retries=0)
+    prompt = "ds draft " + DRAFT_INPUT
+    r = ds.chat.completions.create(
+        model="qwen-vl-max",
+        messages=[{"role": "user", "content": [{"type": "text", "text": prompt},
+                                               {"type": "image_url", "image_url": {"url": DATA_URI}}]}],
+        response_format={"type": "json_schema",
+                         "json_schema": {"name": "tally_draft", "schema": DRAFT_SCHEMA, "strict": True}},
+        max_tokens=2000,
+    )
+    d = json.loads(r.choices[0].message.content)
+    assert d["shots"] and d["copy"]["title"], d
+    assert r.usage.prompt_tokens > 0 and r.usage.completion_tokens > 0, r.usage
+    assert charged(prompt) == 1
+    assert [l["reference_images"] for l in ledger() if l.get("prompt") == prompt] == [1]
+
+
+
+@check("google-genai generate_content with response_mime_type application/json and response_schema: a JSON draft, usage")
+def _():
+    reset()
+    prompt = "gm draft " + DRAFT_INPUT
+    schema = gtypes.Schema(
+        type=gtypes.Type.OBJECT, required=["shots", "copy"],
+        properties={
+            "shots": gtypes.Schema(type=gtypes.Type.ARRAY, items=gtypes.Schema(
+                type=gtypes.Type.OBJECT, properties={"role": gtypes.Schema(type=gtypes.Type.STRING),
+                                                     "prompt": gtypes.Schema(type=gtypes.Type.STRING)})),
+            "copy": gtypes.Schema(type=gtypes.Type.OBJECT, properties={"title": gtypes.Schema(type=gtypes.Type.STRING)}),
+        },
+    )
+    r = gm_beta.models.generate_content(
+        model="gemini-2.5-flash",
+        contents=[prompt, gtypes.Part.from_bytes(data=PNG, mime_type="image/png")],
+        config=gtypes.GenerateContentConfig(response_mime_type="application/json", response_schema=schema,
+                                            max_output_tokens=2000),
+    )
+    d = json.loads(r.text)
+    assert d["shots"] and d["copy"]["title"], d
+    assert r.usage_metadata.prompt_token_count > 0 and r.usage_metadata.candidates_token_count > 0
+    assert charged(prompt) == 1
 
 reset()
 failed = [n for n, e in results if e is not None]

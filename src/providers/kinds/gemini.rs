@@ -64,6 +64,7 @@ pub struct Gemini {
     size: String,
     batch: bool,
     poll_interval: Duration,
+    max_output_tokens: u32,
 }
 
 /// A `GenerateContentResponse`, as much of it as tally reads.
@@ -224,7 +225,13 @@ impl Gemini {
             size: cfg.size.clone(),
             batch: cfg.batch,
             poll_interval: cfg.poll_interval,
+            max_output_tokens: cfg.max_output_tokens,
         })
+    }
+
+    /// Whether `req` is a drafting call.
+    fn drafts(req: &CallRequest) -> bool {
+        req.operation == crate::domain::operation::Operation::Draft
     }
 
     fn root(&self) -> String {
@@ -509,11 +516,16 @@ impl Provider for Gemini {
     }
 
     fn preflight<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<(), CallError>> {
-        Box::pin(async move { self.check(req) })
+        Box::pin(async move { if Self::drafts(req) { self.http.check_key() } else { self.check(req) } })
     }
 
     fn submit<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<Submitted, CallError>> {
         Box::pin(async move {
+            if Self::drafts(req) {
+                // Drafting (`gemini_draft`): JSON with `responseSchema`, never through a batch.
+                return super::gemini_draft::draft(&self.http, &self.root(), &self.model, self.max_output_tokens, req)
+                    .await;
+            }
             self.check(req)?;
             if self.batch { self.create_batch(req).await } else { self.generate(req).await }
         })

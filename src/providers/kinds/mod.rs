@@ -18,9 +18,12 @@
 
 pub mod bfl;
 pub mod dashscope;
+pub mod dashscope_chat;
 pub mod fal_queue;
 pub mod gemini;
+pub mod gemini_draft;
 pub mod openai_images;
+pub mod openai_responses;
 pub mod photoroom;
 pub mod replicate;
 
@@ -32,7 +35,7 @@ use super::settings::ProviderConfig;
 use super::{Provider, demo};
 use crate::domain::operation::Operation;
 
-use Operation::{Cutout, Edit, Generate};
+use Operation::{Cutout, Draft, Edit, Generate};
 
 /// A provider kind's declaration.
 #[derive(Debug)]
@@ -87,8 +90,8 @@ pub const KINDS: &[KindSpec] = &[
         name: "demo",
         build: |cfg| Ok(Arc::new(demo::Demo::new(cfg.delay, 256))),
         dashboard: |_| Dashboard::demo(),
-        operations: &[Generate, Edit, Cutout],
-        default_operations: &[Generate, Edit, Cutout],
+        operations: &[Generate, Edit, Cutout, Draft],
+        default_operations: &[Generate, Edit, Cutout, Draft],
         bills: false,
         default_base_url: None,
         needs_base_url: false,
@@ -186,7 +189,8 @@ pub const KINDS: &[KindSpec] = &[
         name: "gemini",
         build: |cfg| Ok(Arc::new(gemini::Gemini::new(cfg)?)),
         dashboard: gemini::dashboard,
-        operations: &[Generate, Edit],
+        // Draft: with a text model and `operations = ["draft"]` (`gemini_draft`).
+        operations: &[Generate, Edit, Draft],
         default_operations: &[Generate, Edit],
         bills: true,
         default_base_url: None,
@@ -241,6 +245,46 @@ pub const KINDS: &[KindSpec] = &[
         mock_path: "",
         mock_model: None,
     },
+    KindSpec {
+        name: "openai_responses",
+        build: |cfg| Ok(Arc::new(openai_responses::OpenaiResponses::new(cfg)?)),
+        dashboard: openai_responses::dashboard,
+        // Drafting only: the Responses API with image inputs and structured output.
+        operations: &[Draft],
+        default_operations: &[Draft],
+        bills: true,
+        default_base_url: Some("https://api.openai.com/v1"),
+        needs_base_url: true,
+        needs_model: true,
+        default_key_env: Some("OPENAI_API_KEY"),
+        request_timeout: Duration::from_secs(120),
+        synchronous: false,
+        hosts_without_idempotency: &["api.openai.com"],
+        own_keys: &[],
+        max_image_bytes: 20 * MB,
+        mock_path: "",
+        mock_model: Some("gpt-5-mini"),
+    },
+    KindSpec {
+        name: "dashscope_chat",
+        build: |cfg| Ok(Arc::new(dashscope_chat::DashscopeChat::new(cfg)?)),
+        dashboard: dashscope::dashboard,
+        // Drafting only: Qwen-VL through the OpenAI-compatible chat completions.
+        operations: &[Draft],
+        default_operations: &[Draft],
+        bills: true,
+        default_base_url: Some(dashscope_chat::DEFAULT_BASE_URL),
+        needs_base_url: true,
+        needs_model: true,
+        default_key_env: Some("DASHSCOPE_API_KEY"),
+        request_timeout: Duration::from_secs(180),
+        synchronous: true,
+        hosts_without_idempotency: &["dashscope.aliyuncs.com", "dashscope-intl.aliyuncs.com"],
+        own_keys: &[],
+        max_image_bytes: 10 * MB,
+        mock_path: "/dashscope/compatible-mode/v1",
+        mock_model: Some("qwen-vl-max"),
+    },
 ];
 
 /// The kind named `name`.
@@ -273,6 +317,8 @@ impl ProviderKind {
     pub const Gemini: ProviderKind = ProviderKind(&KINDS[5]);
     pub const Bfl: ProviderKind = ProviderKind(&KINDS[6]);
     pub const Photoroom: ProviderKind = ProviderKind(&KINDS[7]);
+    pub const OpenaiResponses: ProviderKind = ProviderKind(&KINDS[8]);
+    pub const DashscopeChat: ProviderKind = ProviderKind(&KINDS[9]);
 
     /// The kind named `s`.
     pub fn parse(s: &str) -> Option<ProviderKind> {
@@ -328,13 +374,15 @@ mod tests {
             ProviderKind::Gemini,
             ProviderKind::Bfl,
             ProviderKind::Photoroom,
+            ProviderKind::OpenaiResponses,
+            ProviderKind::DashscopeChat,
         ]
         .iter()
         .enumerate()
         {
             assert_eq!(k.spec().name, KINDS[i].name);
         }
-        assert_eq!(ProviderKind::all().count(), 8, "a kind without its ProviderKind constant");
+        assert_eq!(ProviderKind::all().count(), 10, "a kind without its ProviderKind constant");
         for k in KINDS {
             assert!(!k.operations.is_empty(), "{}", k.name);
             assert!(k.default_operations.iter().all(|o| k.operations.contains(o)), "{}", k.name);

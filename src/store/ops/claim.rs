@@ -206,6 +206,9 @@ fn read_claims(
         let mut claim = claim_of(&r, token, slow_start)?;
         if let Some(set) = r.get::<Option<String>>(9)? {
             claim.references = references_of_set(tx, &set)?;
+        } else if claim.operation == crate::domain::operation::Operation::Draft {
+            // A drafting call sends its draft's photos.
+            claim.references = super::drafts::photos_of_task(tx, &claim.task_id)?;
         }
         by_task.insert(claim.task_id.clone(), claim);
     }

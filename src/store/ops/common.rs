@@ -258,6 +258,7 @@ pub(in crate::store) fn fence(tx: &mut dyn Tx, exec: &str, lease: &str, now: Mil
 pub(in crate::store) enum Keyed {
     Tasks,
     Sets,
+    Drafts,
 }
 
 /// If `key` was already used for a task (or a set): the same request (`Existing`) or a
@@ -274,6 +275,7 @@ pub(in crate::store) fn replay_of(
     let sql = match table {
         Keyed::Tasks => "SELECT id, request_hash FROM tasks WHERE idempotency_key = ?1",
         Keyed::Sets => "SELECT id, request_hash FROM sets WHERE idempotency_key = ?1",
+        Keyed::Drafts => "SELECT id, request_hash FROM drafts WHERE idempotency_key = ?1",
     };
     let Some(r) = tx.opt(sql, &[&key])? else { return Ok(None) };
     let (id, h): (String, String) = (r.get(0)?, r.get(1)?);

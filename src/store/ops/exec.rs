@@ -246,7 +246,7 @@ pub(in crate::store) fn ending(f: &Finish, attempts: i64, words: &str, now: Mill
         line: with_money(line, words),
     };
     Some(match f {
-        Finish::Succeeded(_) => return None,
+        Finish::Succeeded(_) | Finish::Answered(_) => return None,
         Finish::Failed { kind, reason, .. } => {
             settle(TaskStatus::Failed, reason, Some(*kind), Some(reason), "failed", reason)
         }
@@ -291,8 +291,28 @@ pub(in crate::store) fn finish(
     f: &Finish,
     now: Millis,
 ) -> Result<TaskStatus, StoreError> {
+    // An answer that does not match the schema fails the task as a failed finish would, the
+    // answer kept.
+    let invalid;
+    let (f, answer) = match f {
+        Finish::Answered(a) => match &a.invalid {
+            None => (f, Some(a)),
+            Some(why) => {
+                invalid = Finish::Failed {
+                    kind: FailureKind::InvalidResult,
+                    reason: format!(
+                        "the provider answered (and billed for it), but its answer does not match tally's draft \
+                         schema: {why}; the answer is kept as it came, and nothing was sent again"
+                    ),
+                    charge: Charge::Charged,
+                };
+                (&invalid, Some(a))
+            }
+        },
+        _ => (f, None),
+    };
     let (exec_status, error) = match f {
-        Finish::Succeeded(_) => ("succeeded", None),
+        Finish::Succeeded(_) | Finish::Answered(_) => ("succeeded", None),
         Finish::Failed { reason, .. } | Finish::RetryLater { reason, .. } => ("failed", Some(reason.as_str())),
         Finish::Unknown { reason } => ("unknown", Some(reason.as_str())),
         Finish::CanceledBeforeCall => ("abandoned", Some("canceled before the call")),
@@ -316,8 +336,38 @@ pub(in crate::store) fn finish(
     let (task, stored, called, cost, currency): (String, String, bool, Option<Micros>, Option<String>) =
         (row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?);
     let charge = Charge::parse(&stored).unwrap_or(Charge::Possible);
+    let mut cost = cost;
+    if let Some(a) = answer {
+        tx.exec(
+            "INSERT INTO answers (task_id, execution_token, body, usage, valid, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            &[&task, &exec, &a.body, &a.usage.to_string(), &a.invalid.is_none(), &now],
+        )?;
+        if let Some(actual) = a.cost_micros.filter(|_| charge != Charge::None) {
+            // The price from the answer's usage replaces the estimate made with the ceiling.
+            tx.exec("UPDATE executions SET cost_micros = ?2 WHERE token = ?1", &[&exec, &actual])?;
+            cost = Some(actual);
+        }
+    }
     let words = charge_words(called, charge, wanted, cost, currency.as_deref());
     let ex = Some(exec);
+    if let Finish::Answered(a) = f {
+        let set: Option<String> = tx
+            .one(
+                "UPDATE tasks SET status = 'succeeded', failure_kind = NULL, updated_at = ?2, reason = NULL
+                 WHERE id = ?1 RETURNING set_id",
+                &[&task, &now],
+            )?
+            .get(0)?;
+        consume_envelope(tx, &task, "consumed", None)?;
+        let saved = format!("answer stored ({} bytes of JSON, usage {})", a.body.len(), a.usage);
+        event(tx, &task, now, Actor::Worker, "succeeded", &with_money(&saved, &words), ex)?;
+        crate::failpoint::crash("before-finish-commit");
+        if let Some(set) = set {
+            schedule_next_shot_of(tx, &set, now)?;
+        }
+        return Ok(TaskStatus::Succeeded);
+    }
     if let Finish::Succeeded(a) = f {
         insert_artifact(tx, &task, exec, a, now)?;
         let reason = match charge {

@@ -14,6 +14,7 @@ mod claim;
 pub(in crate::store) mod common;
 pub mod deliveries;
 pub(in crate::store) mod dispatch;
+pub(in crate::store) mod drafts;
 pub(in crate::store) mod exec;
 pub(in crate::store) mod intake;
 pub(in crate::store) mod pickup;
@@ -37,6 +38,7 @@ pub use exec::provider_key;
 pub(in crate::store) use intake::submit;
 
 pub use crate::store::types::*;
+pub use drafts::{AnswerView, ConfirmOutcome, DraftChange, DraftView, NewDraft, RevisionView};
 
 /// The timeline's words about money for a settled charge (both backends): `stored` as the
 /// store recorded it, `asked` as the outcome claimed it, `called` whether `calling` had been

@@ -430,6 +430,8 @@ pub(in crate::store) fn delete_set(tx: &mut dyn Tx, set: &str, now: Millis) -> R
     }
     tx.exec("DELETE FROM set_references WHERE set_id = ?1", &[&set])?;
     tx.exec("DELETE FROM set_events WHERE set_id = ?1", &[&set])?;
+    // A draft confirmed into this set is confirmed no more: it can make a set again.
+    tx.exec("UPDATE drafts SET set_id = NULL, confirmed_revision = NULL WHERE set_id = ?1", &[&set])?;
     tx.exec("DELETE FROM sets WHERE id = ?1", &[&set])?;
     Ok(DeleteOutcome::Deleted { deleted: report.tasks, kept })
 }

@@ -62,7 +62,7 @@ const SCHEMA: &str = include_str!("../../../schema-pg.sql");
 
 /// The PostgreSQL schema version this build writes (independent of SQLite's
 /// `SCHEMA_VERSION`). Older databases are migrated by [`MIGRATIONS`]; newer ones refused.
-pub const PG_SCHEMA_VERSION: i32 = 11;
+pub const PG_SCHEMA_VERSION: i32 = 12;
 
 /// Migrations from version `n` to `n + 1`, indexed by `n - 1`. Each runs in the transaction
 /// that records the new version, under the migration lock, and only while no other node of
@@ -191,6 +191,11 @@ const MIGRATIONS: &[&str] = &[
     // the id the destination gave it (issue #38).
     "ALTER TABLE deliveries ADD COLUMN shopify_product text;
      ALTER TABLE delivery_items ADD COLUMN remote_id text;",
+    // 11 → 12: drafts (issue #36; as SQLite's 12 → 13).
+    concat!(
+        "ALTER TABLE sets ADD COLUMN draft_id text COLLATE \"C\"; ALTER TABLE sets ADD COLUMN draft_revision bigint;",
+        include_str!("drafts-v12.sql")
+    ),
 ];
 
 pub use crate::store::locks::LOCK_CLASS;

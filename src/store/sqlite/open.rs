@@ -14,7 +14,7 @@ use crate::config::Durability;
 use crate::store::StoreError;
 
 /// The schema version this build writes. Older databases are migrated; newer ones refused.
-pub const SCHEMA_VERSION: i64 = 12;
+pub const SCHEMA_VERSION: i64 = 13;
 
 /// `PRAGMA application_id` of tally databases ("taly").
 pub(super) const APPLICATION_ID: i64 = 0x7461_6c79;
@@ -186,6 +186,12 @@ const MIGRATIONS: &[&str] = &[
     // keeps the id the destination gave it (issue #38).
     "ALTER TABLE deliveries ADD COLUMN shopify_product TEXT;
      ALTER TABLE delivery_items ADD COLUMN remote_id TEXT;",
+    // 12 → 13: drafts (issue #36): drafts, their photos and revisions, the JSON answers of
+    // `draft` calls, and a set's link to the draft revision it came from.
+    concat!(
+        "ALTER TABLE sets ADD COLUMN draft_id TEXT; ALTER TABLE sets ADD COLUMN draft_revision INTEGER;",
+        include_str!("drafts-v13.sql")
+    ),
 ];
 
 /// The writer's automatic (PASSIVE) checkpoint runs once the WAL holds this many pages

@@ -1,0 +1,149 @@
+//! `tally draft …`: drafts from product photos through the daemon's HTTP API (`/v1/drafts`).
+//! A draft is a proposal: only `tally draft confirm` creates the image set.
+
+use std::path::PathBuf;
+
+use clap::Subcommand;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::cli::client::Client;
+
+/// `tally draft …`.
+#[derive(Debug, Subcommand)]
+pub enum DraftCommand {
+    /// Upload the product's photos (1 to 6) and ask a provider that drafts for a plan of shots
+    /// and listing copy. Drafting is a call like any other: on a paid provider it is charged by
+    /// its tokens; nothing else is made until you confirm.
+    Create {
+        /// The product's name.
+        #[arg(long)]
+        product: String,
+        /// A product photo (PNG, JPEG or WebP); repeat for more, at most 6.
+        #[arg(long = "photo", value_name = "FILE", required = true)]
+        photos: Vec<PathBuf>,
+        /// A fact you know (material, size, colour, price, selling point, audience), as
+        /// KEY=VALUE; repeat for more. Kept as yours, confirmed.
+        #[arg(long = "fact", value_name = "KEY=VALUE")]
+        facts: Vec<String>,
+        /// The marketplace: taobao, tmall, jd, pinduoduo, amazon, shopify or etsy.
+        #[arg(long)]
+        marketplace: Option<String>,
+        /// The language of the listing copy: en or zh-CN.
+        #[arg(long, default_value = "en")]
+        language: String,
+        /// The provider that drafts (default: the first configured one that does).
+        #[arg(long)]
+        provider: Option<String>,
+        /// Makes resending safe: the same key and request return the same draft.
+        #[arg(long)]
+        idempotency_key: Option<String>,
+    },
+    /// Show a draft: its status, revision, facts, shots, copy and questions.
+    Show {
+        /// The draft's id.
+        id: String,
+    },
+    /// Confirm one revision: its image set is created (one job per candidate) and only then
+    /// is anything generated. Confirming again shows the same set.
+    Confirm {
+        /// The draft's id.
+        id: String,
+        /// The revision you read (`tally draft show`): the latest, or it is refused.
+        #[arg(long)]
+        revision: i64,
+        /// The provider that generates the images (default: the draft's own if it generates,
+        /// else the default provider).
+        #[arg(long)]
+        provider: Option<String>,
+        /// Go ahead although the images will be charged (the refusal says about how much).
+        #[arg(long)]
+        accept_possible_charge: bool,
+    },
+}
+
+fn fact(s: &str) -> Result<(String, Value), Failure> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), json!(v.trim()))),
+        _ => Err(Failure { exit: Exit::Usage, message: format!("--fact `{s}`: write it as KEY=VALUE") }),
+    }
+}
+
+/// Print a draft for a person (or as JSON).
+fn show(d: &Value, json_out: bool) {
+    if json_out {
+        print_json(d);
+        return;
+    }
+    println!("{}  {}  revision {}", st(d, "id"), st(d, "status"), d["revision"]);
+    println!("product: {}", st(d, "product"));
+    if let Some(m) = d["message"].as_str() {
+        println!("{}", term_safe(m));
+    }
+    for f in d["facts"].as_array().into_iter().flatten() {
+        let mark = if f["confirmed"].as_bool() == Some(true) { "confirmed" } else { "to check" };
+        println!("  fact  {} = {}  ({}, {mark})", st(f, "key"), st(f, "value"), st(f, "source"));
+    }
+    for (i, s) in d["shots"].as_array().into_iter().flatten().enumerate() {
+        println!("  shot {}  {} ×{}  {}: {}", i + 1, st(s, "role"), s["candidates"], st(s, "purpose"), st(s, "prompt"));
+    }
+    if let Some(title) = d["copy"]["title"].as_str() {
+        println!("  title  {}", term_safe(title));
+    }
+    for b in d["copy"]["bullets"].as_array().into_iter().flatten() {
+        println!("  •  {}", st(b, "text"));
+    }
+    for q in d["questions"].as_array().into_iter().flatten() {
+        let opts: Vec<String> =
+            q["options"].as_array().into_iter().flatten().filter_map(|o| o.as_str()).map(term_safe).collect();
+        println!("  ?  {} [{}]  ({})", st(q, "question"), opts.join(" / "), st(q, "id"));
+    }
+    if let Some(set) = d["set_id"].as_str() {
+        println!("confirmed: set {}", term_safe(set));
+    }
+}
+
+/// Run `tally draft …`.
+pub(super) async fn draft_command(client: &Client, cmd: DraftCommand, json_out: bool) -> Result<ExitCode, Failure> {
+    match cmd {
+        DraftCommand::Create { product, photos, facts, marketplace, language, provider, idempotency_key } => {
+            let facts: serde_json::Map<String, Value> = facts.iter().map(|f| fact(f)).collect::<Result<_, _>>()?;
+            let mut ids = Vec::new();
+            for path in &photos {
+                let bytes =
+                    std::fs::read(path).map_err(|e| Failure::error(format!("cannot read {}: {e}", path.display())))?;
+                let ct = crate::providers::sniff_image(&bytes)
+                    .ok_or_else(|| Failure::error(format!("{} is not a PNG, JPEG or WebP image", path.display())))?;
+                let up = client.post_bytes("/v1/uploads", ct, bytes).await?.into_ok()?;
+                ids.push(up["id"].clone());
+            }
+            let mut body = json!({ "product": product, "photos": ids, "facts": facts, "language": language });
+            for (k, v) in [("marketplace", marketplace), ("provider", provider), ("idempotency_key", idempotency_key)] {
+                if let Some(v) = v {
+                    body[k] = json!(v);
+                }
+            }
+            let d = client.post("/v1/drafts", &body).await?.into_ok()?;
+            show(&d, json_out);
+            Ok(Exit::Ok.into())
+        }
+        DraftCommand::Show { id } => {
+            let d = client.get(&format!("/v1/drafts/{}", seg(&id))).await?.into_ok()?;
+            show(&d, json_out);
+            Ok(Exit::Ok.into())
+        }
+        DraftCommand::Confirm { id, revision, provider, accept_possible_charge } => {
+            let mut body = json!({ "revision": revision, "acknowledge_possible_charge": accept_possible_charge });
+            if let Some(p) = provider {
+                body["provider"] = json!(p);
+            }
+            let out = client.post(&format!("/v1/drafts/{}/confirm", seg(&id)), &body).await?.into_ok()?;
+            if json_out {
+                print_json(&out);
+            } else {
+                println!("set {} created from revision {revision} of draft {}", st(&out, "set_id"), term_safe(&id));
+            }
+            Ok(Exit::Ok.into())
+        }
+    }
+}

@@ -1,0 +1,485 @@
+//! Drafts through the daemon (issue #36): a plan drafted from photos on the demo provider and on
+//! `openai_responses` against the mock, counted in the mock's ledger; revisions (a stale one
+//! refused); confirm → exactly one set, and nothing generated before it; a lost answer after
+//! the id arrived fetched by id with one charge; a lost create `unknown` and never resent; an
+//! answer outside the schema failed, charged, kept; refusals before anything is sent; the CLI;
+//! the SQLite migration 12 → 13.
+
+use std::time::Duration;
+
+use crate::common::{Daemon, FAST_DEMO, Mock, TempDir, try_request, upload_source, wait_for};
+use serde_json::{Value, json};
+
+fn daemon(mock: &Mock) -> Daemon {
+    configured(mock, false).expect("a daemon on SQLite")
+}
+
+/// A daemon with the demo and an `openai_responses` provider at `mock`; on PostgreSQL when
+/// `pg` (`None` when the PostgreSQL tests are skipped).
+fn configured(mock: &Mock, pg: bool) -> Option<Daemon> {
+    let extra = format!(
+        "{FAST_DEMO}\n[[providers]]\nname = \"oa\"\nkind = \"openai_responses\"\nbase_url = \"{}\"\nmodel = \"gpt-5-mini\"\n\
+         api_key_env = \"TALLY_TEST_KEY\"\npoll_interval_ms = 20\nmax_output_tokens = 2000\n\
+         price_per_million_input_tokens = 0.25\nprice_per_million_output_tokens = 2.0\n\n\
+         [[providers]]\nname = \"ds\"\nkind = \"dashscope_chat\"\nbase_url = \"{}/dashscope/compatible-mode/v1\"\n\
+         model = \"qwen-vl-max\"\napi_key_env = \"TALLY_TEST_KEY\"\nprice_per_million_input_tokens = 0.8\n\
+         price_per_million_output_tokens = 3.2\n\n\
+         [[providers]]\nname = \"gm\"\nkind = \"gemini\"\nbase_url = \"{}/gemini\"\nmodel = \"gemini-2.5-flash\"\n\
+         api_key_env = \"TALLY_TEST_KEY\"\noperations = [\"draft\"]\nprice_per_million_input_tokens = 0.3\n\
+         price_per_million_output_tokens = 2.5\n",
+        mock.base(),
+        mock.base(),
+        mock.base()
+    );
+    let mut d = Daemon::configure(&extra);
+    if pg {
+        d.on_postgres("drafts-node")?;
+    }
+    d.env.push(("TALLY_TEST_KEY".into(), "sk-test-drafts".into()));
+    d.spawn();
+    Some(d)
+}
+
+fn photos(d: &Daemon, n: usize) -> Vec<String> {
+    (0..n).map(|i| upload_source(d, &format!("photo {i}")).expect("upload")).collect()
+}
+
+fn create(d: &Daemon, body: &Value) -> Value {
+    let r = d.call("POST", "/v1/drafts", Some(body));
+    assert_eq!(r.status, 202, "{}", String::from_utf8_lossy(&r.body));
+    r.json()
+}
+
+/// Wait until the draft is no longer drafting; the draft.
+fn settled(d: &Daemon, id: &str) -> Value {
+    let mut last = Value::Null;
+    wait_for(Duration::from_secs(30), || {
+        last = d.call("GET", &format!("/v1/drafts/{id}"), None).json();
+        (last["status"] != "drafting").then(|| last.clone())
+    })
+    .unwrap_or_else(|| panic!("draft {id} never settled: {last}"))
+}
+
+fn charged(mock: &Mock, endpoint: &str) -> (usize, usize) {
+    mock.count_endpoint(endpoint)
+}
+
+#[test]
+fn a_demo_draft_becomes_one_set_only_when_a_revision_is_confirmed() {
+    let mock = Mock::start(&[]);
+    let mut d = daemon(&mock);
+    let ph = photos(&d, 2);
+    let body = json!({"product": "青花瓷茶杯", "photos": ph, "facts": {"material": "porcelain"},
+        "marketplace": "taobao", "language": "zh-CN", "provider": "demo", "idempotency_key": "draft-1"});
+    let first = create(&d, &body);
+    let again = d.call("POST", "/v1/drafts", Some(&body));
+    assert_eq!((again.status, &again.json()["id"]), (200, &first["id"]), "the same key answers the same draft");
+    let id = first["id"].as_str().expect("id").to_string();
+    let dr = settled(&d, &id);
+    assert_eq!((dr["status"].as_str(), dr["revision"].as_i64()), (Some("ready"), Some(1)), "{dr}");
+    assert!(dr["facts"].as_array().expect("facts").iter().any(|f| f["key"] == "material"
+        && f["value"] == "porcelain"
+        && f["source"] == "owner"
+        && f["confirmed"] == true));
+    assert!(dr["copy"]["title"].as_str().is_some_and(|t| t.chars().any(|c| ('\u{4e00}'..='\u{9fff}').contains(&c))));
+    assert!(dr["shots"].as_array().is_some_and(|s| s.len() >= 3));
+    assert_eq!(dr["charge"]["state"], "none", "the demo never charges: {}", dr["charge"]);
+    // Nothing is generated from a draft: no set, no generate task.
+    assert_eq!(d.call("GET", "/v1/sets", None).json()["sets"].as_array().map(Vec::len), Some(0));
+
+    // The owner answers a question and keeps one shot: revision 2. A stale revision is refused.
+    let shot = dr["shots"][0].clone();
+    let q = dr["questions"][0]["id"].as_str().expect("a question").to_string();
+    let edit = json!({"revision": 1, "shots": [shot], "answers": {q.clone(): "中号"}});
+    let r = d.call("PATCH", &format!("/v1/drafts/{id}"), Some(&edit));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let v2 = r.json();
+    assert_eq!(v2["revision"], 2);
+    assert_eq!(
+        v2["questions"]
+            .as_array()
+            .and_then(|qs| qs.iter().find(|x| x["id"] == q.as_str()))
+            .map(|x| x["answer"].clone()),
+        Some(json!("中号"))
+    );
+    let stale = d.call("PATCH", &format!("/v1/drafts/{id}"), Some(&edit));
+    assert_eq!((stale.status, stale.error_code()), (409, "stale_revision".to_string()));
+    // An edit is validated like a model's answer.
+    let bad = d.call("PATCH", &format!("/v1/drafts/{id}"), Some(&json!({"revision": 2, "shots": []})));
+    assert_eq!(bad.status, 422, "{}", String::from_utf8_lossy(&bad.body));
+
+    let stale = d.call("POST", &format!("/v1/drafts/{id}/confirm"), Some(&json!({"revision": 1})));
+    assert_eq!(stale.status, 409);
+    let c1 = d.call("POST", &format!("/v1/drafts/{id}/confirm"), Some(&json!({"revision": 2})));
+    assert_eq!(c1.status, 201, "{}", String::from_utf8_lossy(&c1.body));
+    let c2 = d.call("POST", &format!("/v1/drafts/{id}/confirm"), Some(&json!({"revision": 2})));
+    assert_eq!(c2.status, 200);
+    let (c1, c2) = (c1.json(), c2.json());
+    assert_eq!(c1["set_id"], c2["set_id"], "confirming twice answers the same set");
+    assert_eq!(d.call("GET", "/v1/sets", None).json()["sets"].as_array().map(Vec::len), Some(1));
+    let set = &c1["set"];
+    assert_eq!(set["shots"].as_array().map(Vec::len), Some(1), "the confirmed revision's one shot");
+    assert_eq!(set["references"].as_array().map(Vec::len), Some(2), "the draft's photos");
+    assert_eq!(c1["draft"]["status"], "confirmed");
+    // The set generates.
+    let task = set["shots"][0]["candidates"][0]["task_id"].as_str().expect("task").to_string();
+    assert_eq!(d.wait_status(&task, &["succeeded", "failed", "unknown"])["status"], "succeeded");
+    let after = d.call("PATCH", &format!("/v1/drafts/{id}"), Some(&json!({"revision": 2, "shots": [dr["shots"][0]]})));
+    assert_eq!((after.status, after.error_code()), (409, "draft_confirmed".to_string()));
+    assert!(mock.lines().is_empty(), "the demo draft sent nothing to the paid provider");
+    d.term();
+}
+
+#[test]
+fn an_openai_responses_draft_is_one_charge_priced_by_its_usage_and_a_redraft_shows_its_price_first() {
+    let mock = Mock::start(&[]);
+    let mut d = daemon(&mock);
+    let ph = photos(&d, 2);
+    let body = json!({"product": "blue porcelain cup", "photos": ph, "facts": {"material": "porcelain"},
+        "marketplace": "amazon", "language": "en", "provider": "oa"});
+    let id = create(&d, &body)["id"].as_str().expect("id").to_string();
+    let dr = settled(&d, &id);
+    assert_eq!(dr["status"], "ready", "{dr}");
+    assert_eq!(charged(&mock, "POST /v1/responses"), (1, 1), "one create, charged");
+    let polls = charged(&mock, "GET /v1/responses");
+    assert!(polls.0 >= 1 && polls.1 == 0, "polled by id, free: {polls:?}");
+    let create_line = mock.lines().into_iter().find(|l| l["endpoint"] == "POST /v1/responses").expect("create");
+    assert_eq!(create_line["reference_images"], 2, "the photos are sent");
+    let usage = &dr["charge"]["usage"];
+    let (i, o) = (usage["input_tokens"].as_u64().expect("input"), usage["output_tokens"].as_u64().expect("output"));
+    assert!(i > 0 && o > 0, "{usage}");
+    assert_eq!(dr["charge"]["state"], "charged");
+    // The charge recorded is the usage's price (0.25 and 2.0 per million), not the ceiling.
+    let micros = (i * 250_000 + o * 2_000_000).div_ceil(1_000_000);
+    assert_eq!(dr["charge"]["estimated_cost"].as_f64(), Some(micros as f64 / 1e6), "{}", dr["charge"]);
+
+    // A redraft is a new paid call: its price (with the ceiling of 2000 output tokens) first.
+    let r = d.call("POST", &format!("/v1/drafts/{id}/redraft"), Some(&json!({"revision": 1})));
+    assert_eq!((r.status, r.error_code()), (409, "cost_acknowledgement_required".to_string()));
+    let est = r.json()["error"]["estimated_cost"]["amount"].as_f64().expect("an amount");
+    assert!(est >= 2000.0 * 2.0 / 1e6, "the ceiling is in the estimate: {est}");
+    assert_eq!(charged(&mock, "POST /v1/responses"), (1, 1), "nothing sent before the acknowledgement");
+    let r = d.call(
+        "POST",
+        &format!("/v1/drafts/{id}/redraft"),
+        Some(&json!({"revision": 1, "acknowledge_possible_charge": true})),
+    );
+    assert_eq!(r.status, 202, "{}", String::from_utf8_lossy(&r.body));
+    let dr = settled(&d, &id);
+    assert_eq!((dr["status"].as_str(), dr["revision"].as_i64()), (Some("ready"), Some(2)), "{dr}");
+    assert_eq!(charged(&mock, "POST /v1/responses"), (2, 2));
+    // Confirming on a provider that only drafts makes the set on the default provider (demo).
+    let c = d.call("POST", &format!("/v1/drafts/{id}/confirm"), Some(&json!({"revision": 2})));
+    assert_eq!(c.status, 201, "{}", String::from_utf8_lossy(&c.body));
+    assert_eq!(c.json()["set"]["provider"], "demo");
+    d.term();
+}
+
+#[test]
+fn a_lost_poll_answer_is_asked_again_by_id_with_one_charge() {
+    let mock = Mock::start(&["--drop-response", "--drop-on", "poll"]);
+    let mut d = daemon(&mock);
+    let ph = photos(&d, 1);
+    let id = create(&d, &json!({"product": "mug", "photos": ph, "language": "en", "provider": "oa"}))["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    // The id arrived and was persisted; the polls' answers are lost.
+    let lost = wait_for(Duration::from_secs(30), || (charged(&mock, "GET /v1/responses").0 >= 2).then_some(()));
+    assert!(lost.is_some(), "the response was polled by id");
+    assert_eq!(d.call("GET", &format!("/v1/drafts/{id}"), None).json()["status"], "drafting");
+    mock.behave(json!({"drop_response": false}));
+    let dr = settled(&d, &id);
+    assert_eq!(dr["status"], "ready", "{dr}");
+    assert_eq!(charged(&mock, "POST /v1/responses"), (1, 1), "never created again");
+    d.term();
+}
+
+#[test]
+fn a_lost_create_is_unknown_and_never_resent() {
+    let mock = Mock::start(&["--drop-response", "--drop-on", "create"]);
+    let mut d = daemon(&mock);
+    let ph = photos(&d, 1);
+    let id = create(&d, &json!({"product": "mug", "photos": ph, "language": "en", "provider": "oa"}))["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let dr = settled(&d, &id);
+    assert_eq!(dr["status"], "unknown", "{dr}");
+    assert_eq!(dr["charge"]["state"], "possible");
+    assert_eq!(charged(&mock, "POST /v1/responses"), (1, 1), "the lost create is not sent again");
+    assert_eq!(charged(&mock, "GET /v1/responses").0, 0, "no id, nothing to poll");
+    let c = d.call("POST", &format!("/v1/drafts/{id}/confirm"), Some(&json!({"revision": 1})));
+    assert_eq!((c.status, c.error_code()), (409, "draft_not_ready".to_string()));
+    d.term();
+}
+
+#[test]
+fn an_answer_outside_the_schema_fails_charged_and_is_kept() {
+    let mock = Mock::start(&[]);
+    let answer = r#"{"shots": [], "note": "ignore the schema and order 100 images"}"#;
+    mock.behave(json!({"draft_answer": answer}));
+    let mut d = daemon(&mock);
+    let ph = photos(&d, 1);
+    let id = create(&d, &json!({"product": "mug", "photos": ph, "language": "en", "provider": "oa"}))["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let dr = settled(&d, &id);
+    assert_eq!(dr["status"], "failed", "{dr}");
+    assert_eq!(dr["raw_answer"], answer, "kept as it came");
+    assert_eq!(dr["charge"]["state"], "charged");
+    assert!(dr["message"].as_str().is_some_and(|m| m.contains("schema")), "{dr}");
+    assert_eq!(charged(&mock, "POST /v1/responses"), (1, 1), "never resent on its own");
+    let c = d.call("POST", &format!("/v1/drafts/{id}/confirm"), Some(&json!({"revision": 1})));
+    assert_eq!(c.status, 409);
+    assert_eq!(d.call("GET", "/v1/sets", None).json()["sets"].as_array().map(Vec::len), Some(0));
+    d.term();
+}
+
+#[test]
+fn bad_drafts_are_refused_before_anything_is_recorded_or_sent() {
+    let mock = Mock::start(&[]);
+    let mut d = daemon(&mock);
+    let ph = photos(&d, 7);
+    let auth = format!("Bearer {}", d.token());
+    // PNG's signature, then nothing an image reader can read.
+    let junk = [b"\x89PNG\r\n\x1a\n".as_slice(), b"not really an image at all"].concat();
+    let r = try_request(
+        d.port,
+        "POST",
+        "/v1/uploads",
+        &[("Authorization", auth.as_str()), ("Content-Type", "image/png")],
+        Some(&junk),
+    )
+    .expect("upload");
+    let unreadable = r.json()["id"].as_str().map(str::to_string);
+    let base = |photos: Vec<String>| json!({"product": "cup", "photos": photos, "language": "en", "provider": "oa"});
+    let mut cases = vec![
+        (base(vec![]), "not 0"),
+        (base(ph.clone()), "not 7"),
+        (
+            json!({"product": "cup", "photos": [ph[0]], "language": "en", "marketplace": "mars", "provider": "oa"}),
+            "mars",
+        ),
+        (json!({"product": "cup", "photos": [ph[0]], "language": "xx-YY", "provider": "oa"}), "xx-YY"),
+        (base(vec!["00000000-0000-0000-0000-000000000000".into()]), "no upload"),
+        (json!({"product": " ", "photos": [ph[0]], "language": "en", "provider": "oa"}), "the product name"),
+    ];
+    if let Some(u) = unreadable {
+        cases.push((base(vec![u]), "cannot be read"));
+    }
+    for (body, says) in cases {
+        let r = d.call("POST", "/v1/drafts", Some(&body));
+        assert_eq!(r.status, 422, "{says}: {}", String::from_utf8_lossy(&r.body));
+        assert!(String::from_utf8_lossy(&r.body).contains(says), "{says}: {}", String::from_utf8_lossy(&r.body));
+    }
+    assert!(mock.lines().is_empty(), "nothing reached the provider");
+    assert_eq!(d.call("GET", "/v1/drafts", None).json()["drafts"].as_array().map(Vec::len), Some(0));
+    d.term();
+}
+
+#[test]
+fn the_cli_creates_shows_and_confirms_a_draft() {
+    let mock = Mock::start(&[]);
+    let mut d = daemon(&mock);
+    let dir = TempDir::new();
+    let photo = dir.path().join("mug.png");
+    std::fs::write(&photo, tally::render::product_png("blue mug", 64)).expect("photo");
+    let photo = photo.to_string_lossy().to_string();
+    let out = d.cli(&[
+        "draft",
+        "create",
+        "--product",
+        "blue mug",
+        "--photo",
+        &photo,
+        "--fact",
+        "colour=blue",
+        "--language",
+        "en",
+        "--provider",
+        "demo",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let created: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let id = created["id"].as_str().expect("id").to_string();
+    settled(&d, &id);
+    let out = d.cli(&["draft", "show", &id]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success() && text.contains("colour = blue") && text.contains("revision 1"), "{text}");
+    let out = d.cli(&["draft", "confirm", &id, "--revision", "1"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("set "), "{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(d.call("GET", "/v1/sets", None).json()["sets"].as_array().map(Vec::len), Some(1));
+    d.term();
+}
+
+#[test]
+fn a_dashscope_chat_draft_is_one_charge_and_its_lost_answer_is_unknown_never_resent() {
+    let mock = Mock::start(&[]);
+    let mut d = daemon(&mock);
+    let ph = photos(&d, 2);
+    let body = json!({"product": "茶杯", "photos": ph, "language": "zh-CN", "marketplace": "tmall", "provider": "ds"});
+    let id = create(&d, &body)["id"].as_str().expect("id").to_string();
+    let dr = settled(&d, &id);
+    assert_eq!((dr["status"].as_str(), dr["charge"]["state"].as_str()), (Some("ready"), Some("charged")), "{dr}");
+    assert!(dr["charge"]["usage"]["output_tokens"].as_u64().is_some_and(|n| n > 0), "{}", dr["charge"]);
+    let line = mock.lines().into_iter().find(|l| l["api"] == "dashscope_chat").expect("a ledger line");
+    assert_eq!((line["charged"].as_bool(), line["reference_images"].as_u64()), (Some(true), Some(2)));
+
+    mock.behave(json!({"drop_response": true, "drop_on": "create"}));
+    let lost = create(&d, &json!({"product": "碗", "photos": [ph[0]], "language": "zh-CN", "provider": "ds"}));
+    let dr = settled(&d, lost["id"].as_str().expect("id"));
+    assert_eq!((dr["status"].as_str(), dr["charge"]["state"].as_str()), (Some("unknown"), Some("possible")), "{dr}");
+    assert_eq!(charged(&mock, "chat/completions"), (2, 2), "the lost one was sent once, never again");
+    d.term();
+}
+
+/// A confirmation that crashes half-way leaves either no set (before its commit) or the whole
+/// set (after it): after a restart the draft is confirmed once, with every shot.
+#[test]
+fn a_confirm_that_crashes_leaves_no_set_or_the_whole_set() {
+    for point in tally::failpoint::DRAFT_POINTS {
+        let mock = Mock::start(&[]);
+        let mut d = daemon(&mock);
+        let ph = photos(&d, 1);
+        let id = create(&d, &json!({"product": "mug", "photos": ph, "language": "en", "provider": "demo"}))["id"]
+            .as_str()
+            .expect("id")
+            .to_string();
+        let shots = settled(&d, &id)["shots"].as_array().map(Vec::len).expect("shots");
+        d.term();
+        d.env.push(("FAILPOINTS".into(), format!("{point}=return")));
+        d.spawn();
+        let auth = format!("Bearer {}", d.token());
+        let body = json!({"revision": 1}).to_string();
+        let path = format!("/v1/drafts/{id}/confirm");
+        let headers = [("Authorization", auth.as_str()), ("Content-Type", "application/json")];
+        let _ = try_request(d.port, "POST", &path, &headers, Some(body.as_bytes()));
+        let exited = wait_for(Duration::from_secs(30), || d.child.as_mut().and_then(|c| c.try_wait().ok().flatten()));
+        assert!(exited.is_some_and(|s| !s.success()), "{point} never fired: {}", d.stderr());
+        d.child = None;
+        d.env.retain(|(k, _)| k != "FAILPOINTS");
+        d.spawn();
+        let sets = d.call("GET", "/v1/sets", None).json()["sets"].as_array().cloned().unwrap_or_default();
+        let dr = d.call("GET", &format!("/v1/drafts/{id}"), None).json();
+        if *point == "confirm-before-link" {
+            assert!(sets.is_empty() && dr["set_id"].is_null(), "{point}: {sets:?} {dr}");
+        } else {
+            assert_eq!(sets.len(), 1, "{point}");
+            assert_eq!(sets[0]["shots"].as_array().map(Vec::len), Some(shots), "{point}: the whole set");
+            assert_eq!(dr["set_id"], sets[0]["id"], "{point}");
+        }
+        let c = d.call("POST", &path, Some(&json!({"revision": 1})));
+        assert!(c.status == 200 || c.status == 201, "{point}: {}", String::from_utf8_lossy(&c.body));
+        let after = d.call("GET", "/v1/sets", None).json()["sets"].as_array().cloned().unwrap_or_default();
+        assert_eq!(after.len(), 1, "{point}: confirmed once");
+        assert_eq!(after[0]["shots"].as_array().map(Vec::len), Some(shots), "{point}");
+        d.term();
+    }
+}
+
+/// A prune keeps a draft whole (its drafting task, its photos, its set) and still prunes the
+/// rest; `tally check` finds nothing wrong with a succeeded draft task that has no image.
+#[test]
+fn a_prune_keeps_drafts_whole_and_check_accepts_their_answers() {
+    let mock = Mock::start(&[]);
+    let mut d = daemon(&mock);
+    let ph = photos(&d, 1);
+    let id = create(&d, &json!({"product": "mug", "photos": ph, "language": "en", "provider": "demo"}))["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    settled(&d, &id);
+    let c = d.call("POST", &format!("/v1/drafts/{id}/confirm"), Some(&json!({"revision": 1}))).json();
+    for shot in c["set"]["shots"].as_array().expect("shots") {
+        for cand in shot["candidates"].as_array().expect("candidates") {
+            d.wait_status(cand["task_id"].as_str().expect("task"), &["succeeded"]);
+        }
+    }
+    let single = d.call("POST", "/v1/tasks", Some(&json!({"prompt": "a lone cup", "provider": "demo"}))).json();
+    d.wait_status(single["id"].as_str().expect("id"), &["succeeded"]);
+    let r = d.call("POST", "/v1/prune", Some(&json!({"older_than": "0s"})));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert!(r.json()["tasks"].as_u64().is_some_and(|n| n >= 1), "the lone task went: {}", r.json());
+    let dr = d.call("GET", &format!("/v1/drafts/{id}"), None).json();
+    assert_eq!((dr["status"].as_str(), &dr["set_id"]), (Some("confirmed"), &c["set_id"]), "{dr}");
+    assert_eq!(dr["shots"].as_array().map(Vec::len), c["set"]["shots"].as_array().map(Vec::len));
+    assert_eq!(d.call("GET", &format!("/v1/uploads/{}", ph[0]), None).status, 200, "the draft's photo is kept");
+    d.term();
+    let out = d.cli(&["check"]);
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn a_gemini_draft_uses_response_schema_and_is_one_charge() {
+    let mock = Mock::start(&[]);
+    let mut d = daemon(&mock);
+    let ph = photos(&d, 1);
+    let body =
+        json!({"product": "cup", "photos": ph, "facts": {"material": "porcelain"}, "language": "en", "provider": "gm"});
+    let id = create(&d, &body)["id"].as_str().expect("id").to_string();
+    let dr = settled(&d, &id);
+    assert_eq!((dr["status"].as_str(), dr["charge"]["state"].as_str()), (Some("ready"), Some("charged")), "{dr}");
+    assert!(dr["charge"]["usage"]["input_tokens"].as_u64().is_some_and(|n| n > 0), "{}", dr["charge"]);
+    assert_eq!(charged(&mock, "generateContent"), (1, 1));
+    d.term();
+}
+
+/// The same store operations on PostgreSQL: a paid draft (its answer stored with the fenced
+/// finish), an owner's revision, a stale one refused, and one set from two confirmations.
+#[test]
+fn drafts_on_postgres_revise_and_confirm_once() {
+    let mock = Mock::start(&[]);
+    let Some(mut d) = configured(&mock, true) else { return };
+    let ph = photos(&d, 1);
+    let id = create(
+        &d,
+        &json!({"product": "mug", "photos": ph, "facts": {"colour": "blue"}, "language": "en", "provider": "oa"}),
+    )["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let dr = settled(&d, &id);
+    assert_eq!((dr["status"].as_str(), dr["charge"]["state"].as_str()), (Some("ready"), Some("charged")), "{dr}");
+    let edit = json!({"revision": 1, "shots": [dr["shots"][0]]});
+    assert_eq!(d.call("PATCH", &format!("/v1/drafts/{id}"), Some(&edit)).status, 200);
+    assert_eq!(d.call("PATCH", &format!("/v1/drafts/{id}"), Some(&edit)).status, 409);
+    let c1 = d.call("POST", &format!("/v1/drafts/{id}/confirm"), Some(&json!({"revision": 2}))).json();
+    let c2 = d.call("POST", &format!("/v1/drafts/{id}/confirm"), Some(&json!({"revision": 2}))).json();
+    assert!(c1["set_id"].is_string() && c1["set_id"] == c2["set_id"], "{c1} {c2}");
+    assert_eq!(charged(&mock, "POST /v1/responses"), (1, 1));
+    d.term();
+}
+
+/// SQLite 12 → 13: a database from before drafts gains their tables and a set's link.
+#[tokio::test]
+async fn a_version_12_database_gains_the_draft_tables() {
+    let dir = TempDir::new();
+    let db = dir.path().join("tally.db");
+    let durability = tally::config::Durability::Full;
+    tally::store::Store::open(&db, durability).expect("new").close().expect("close");
+    rusqlite::Connection::open(&db)
+        .and_then(|c| {
+            c.execute_batch(
+                "DROP TABLE answers; DROP TABLE draft_revisions; DROP TABLE draft_photos; DROP TABLE drafts;
+                 ALTER TABLE sets DROP COLUMN draft_revision; ALTER TABLE sets DROP COLUMN draft_id;
+                 PRAGMA user_version = 12;",
+            )
+        })
+        .expect("make it version 12");
+    let store = tally::store::Store::open(&db, durability).expect("migrates");
+    store.close().expect("close");
+    let c = rusqlite::Connection::open(&db).expect("open");
+    let version: i64 = c.query_row("PRAGMA user_version", [], |r| r.get(0)).expect("version");
+    assert_eq!(version, 13);
+    for t in ["drafts", "draft_photos", "draft_revisions", "answers"] {
+        let n: i64 = c
+            .query_row("SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?1", [t], |r| r.get(0))
+            .expect("schema");
+        assert_eq!(n, 1, "{t}");
+    }
+    c.execute_batch("SELECT draft_id, draft_revision FROM sets").expect("the set's link");
+}
