@@ -29,6 +29,7 @@ pub struct Metrics {
     pickup_seconds: Histogram,
     requests: Family<Labels, Counter>,
     spend: Family<Labels, Counter<f64, AtomicU64>>,
+    sidecar: Family<Labels, Gauge>,
     /// The database counts seen at the last scrape, per label set: (requests, micros).
     seen: Mutex<HashMap<Labels, (i64, i64)>>,
 }
@@ -77,8 +78,15 @@ impl Metrics {
             "Estimated cost of settled requests from the configured prices, by provider, currency and charge state",
             spend.clone(),
         );
+        let sidecar = Family::<Labels, Gauge>::default();
+        registry.register(
+            "tally_sidecar_seq",
+            "SQLite: the commit sequence the data directory's sidecar last noted (state=noted) and, with durability = normal, made durable (state=durable)",
+            sidecar.clone(),
+        );
         Metrics {
             registry,
+            sidecar,
             provider_calls,
             recoveries,
             tasks,
@@ -141,6 +149,15 @@ impl Metrics {
     }
 
     /// The Prometheus text exposition.
+    /// The sidecar's sequence numbers (`store::sqlite::lineage::Tracker::seqs`), at a scrape.
+    pub fn set_sidecar(&self, seqs: Option<(i64, Option<i64>)>) {
+        let Some((noted, durable)) = seqs else { return };
+        self.sidecar.get_or_create(&vec![("state", "noted".to_string())]).set(noted);
+        if let Some(d) = durable {
+            self.sidecar.get_or_create(&vec![("state", "durable".to_string())]).set(d);
+        }
+    }
+
     pub fn encode(&self) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.

@@ -309,6 +309,7 @@ async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
     engine.metrics().set_task_counts(&counts);
     let charges = engine.store().charge_totals().await?;
     engine.metrics().observe_charges(&charges);
+    engine.metrics().set_sidecar(engine.store().sidecar_seqs());
     let text = engine.metrics().encode();
     Ok(([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response())
 }

@@ -144,6 +144,15 @@ impl Store {
         }
     }
 
+    /// The sidecar's noted and durable `seq` (SQLite while served; `None` on PostgreSQL,
+    /// which keeps no sidecar).
+    pub fn sidecar_seqs(&self) -> Option<(i64, Option<i64>)> {
+        match self {
+            Store::Sqlite(s) => s.sidecar_seqs(),
+            Store::Postgres(_) => None,
+        }
+    }
+
     /// fsyncs of the WAL by the flusher (SQLite; 0 on PostgreSQL, whose server groups its own
     /// flushes).
     pub fn fsyncs(&self) -> u64 {

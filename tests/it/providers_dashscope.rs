@@ -182,8 +182,12 @@ async fn two_lost_creates_with_the_same_prompt_stay_unproven_after_a_second_look
 /// with the same prompt end `unknown`, still one charge each.
 #[test]
 fn the_engine_looks_again_for_lost_creates_until_their_prompts_tell_them_apart() {
-    let mock = Mock::start(&["--job-duration-ms", "4000"]);
-    let engine = "dispatch_grace_secs = 1\nmax_attempts = 3\nbackoff_base_ms = 50\nbackoff_max_ms = 300\n";
+    // The jobs show their prompts only when they succeed, 15 s after they start: long enough
+    // that the engine's first four looks (each a listing and two task reads, for two workers,
+    // above DashScope's 20 queries/s, so some are throttled and wait the documented 5 s without
+    // counting) all come before the prompts can tell the jobs apart.
+    let mock = Mock::start(&["--job-duration-ms", "15000"]);
+    let engine = "dispatch_grace_secs = 1\nmax_attempts = 3\nbackoff_base_ms = 200\nbackoff_max_ms = 1000\n";
     let mut daemon = Daemon::configure_with(engine, &crate::common::providers(&mock));
     daemon.env.push(("TALLY_TEST_KEY".into(), "sk-test-providers".into()));
     daemon.spawn();

@@ -16,7 +16,10 @@
 //!   that write (the page cache survives it), a power loss may lose it, which only makes the
 //!   sidecar lag behind the database — never run ahead of a commit that reached the disk,
 //!   because with `durability = "full"` the note is written after the fsync of the WAL that
-//!   covers the commit (the flusher, `store::sqlite::flush`).
+//!   covers the commit (the flusher, `store::sqlite::flush`). With `durability = "normal"`
+//!   the notes are fsynced by a thread of their own at most once a second ([`Tracker`]), so a
+//!   power loss that takes commits back from the database is noticed unless it came within
+//!   that second.
 //!
 //! [`judge`] decides, at `tally serve` start-up (and for `tally check` / `tally restore`'s
 //! forecast): the database is older when its `seq` is below what the sidecar saw for its
@@ -25,8 +28,8 @@
 //! it. What is not older: a crash with the WAL kept (the database has every commit the sidecar
 //! noted), a clean stop and start, a power loss with `durability = "full"` (the commit was
 //! fsynced before its note). With `durability = "normal"` a power loss can lose commits whose
-//! note reached the disk; the database is then older in fact (a `calling` may be lost), and
-//! holding is the right answer.
+//! note reached the disk (fsynced within a second); the database is then older in fact (a
+//! `calling` may be lost), and holding — with the lost-tail notice — is the right answer.
 //!
 //! An older database is served with every job that was not settled in it held
 //! (`store::held`), and starts a new lineage (it forked from the history the sidecar saw), so
@@ -36,8 +39,9 @@ use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
 
@@ -271,6 +275,14 @@ pub fn forecast(db: &Path, live_db: &Path) -> Result<Forecast, StoreError> {
 
 /// Keeps the sidecar up to date while the database is served: [`Tracker::note`] after every
 /// durable commit (in place, no fsync), [`Tracker::save`] durably at a clean stop.
+///
+/// With `durability = "normal"` (no fsync per commit) the notes are also made durable, at most
+/// once every [`SIDECAR_SYNC_EVERY`], by a thread that sleeps on a channel until a note
+/// arrives ([`Syncer`]): then a power loss that takes commits back from the database finds
+/// the sidecar ahead of it and says so (the lost-tail notice), unless the loss came within
+/// that interval of their notes. With `"full"` the sidecar needs no fsync of its own: a note
+/// follows the fsync of the WAL that covers it, so the database is never behind what a
+/// power-cut sidecar kept.
 pub(crate) struct Tracker {
     path: PathBuf,
     file: File,
@@ -278,23 +290,78 @@ pub(crate) struct Tracker {
     offset: u64,
     seen: Mutex<Seen>,
     failed: AtomicBool,
+    /// The highest `seq` written into the sidecar so far.
+    noted: Arc<AtomicI64>,
+    /// `durability = "normal"` only: the thread that makes the notes durable.
+    syncer: Option<Syncer>,
+}
+
+/// How often, at most, the sidecar is fsynced with `durability = "normal"`.
+pub(crate) const SIDECAR_SYNC_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The sidecar's fsync thread with `durability = "normal"`: woken by a note (a bounded channel
+/// of one: a wake already pending covers the next notes), it waits [`SIDECAR_SYNC_EVERY`] so
+/// the notes of a burst share one fsync, then fdatasyncs the sidecar and records the `seq` that
+/// fsync covered. Idle when nothing is noted; it ends when the tracker is dropped.
+struct Syncer {
+    wake: std::sync::mpsc::SyncSender<()>,
+    /// The highest `seq` known durable in the sidecar.
+    synced: Arc<AtomicI64>,
+}
+
+impl Syncer {
+    fn start(file: &File, path: &Path, noted: Arc<AtomicI64>, from: i64) -> Result<Syncer, StoreError> {
+        let file = file.try_clone().map_err(|e| StoreError::Fatal(format!("cannot open {}: {e}", path.display())))?;
+        let (wake, woken) = std::sync::mpsc::sync_channel::<()>(1);
+        let synced = Arc::new(AtomicI64::new(from));
+        let done = synced.clone();
+        let shown = path.display().to_string();
+        std::thread::Builder::new()
+            .name("tally-sidecar".into())
+            .spawn(move || {
+                let mut warned = false;
+                while woken.recv().is_ok() {
+                    std::thread::sleep(SIDECAR_SYNC_EVERY);
+                    // Every note up to this value was written before this read (and so before
+                    // the fsync below covers the file).
+                    let upto = noted.load(Ordering::SeqCst);
+                    match file.sync_data() {
+                        Ok(()) => done.fetch_max(upto, Ordering::SeqCst),
+                        Err(e) => {
+                            if !std::mem::replace(&mut warned, true) {
+                                tracing::warn!(error = %e, path = %shown, "cannot fsync the data directory's sidecar");
+                            }
+                            continue;
+                        }
+                    };
+                }
+            })
+            .map_err(|e| StoreError::Fatal(format!("cannot start the sidecar's fsync thread: {e}")))?;
+        Ok(Syncer { wake, synced })
+    }
 }
 
 impl Tracker {
-    /// Write `seen` (whose first entry is the current lineage) durably and keep it open.
-    fn start(path: &Path, seen: Seen) -> Result<Tracker, StoreError> {
+    /// Write `seen` (whose first entry is the current lineage) durably and keep it open; with
+    /// `sync_notes` (`durability = "normal"`) start the [`Syncer`].
+    fn start(path: &Path, seen: Seen, sync_notes: bool) -> Result<Tracker, StoreError> {
         seen.save(path)?;
         let first = seen.entries.first().map(|(l, _)| l.len()).unwrap_or(0);
+        let at = seen.entries.first().map_or(0, |(_, s)| *s);
         let file = std::fs::OpenOptions::new()
             .write(true)
             .open(path)
             .map_err(|e| StoreError::Fatal(format!("cannot open {}: {e}", path.display())))?;
+        let noted = Arc::new(AtomicI64::new(at));
+        let syncer = if sync_notes { Some(Syncer::start(&file, path, noted.clone(), at)?) } else { None };
         Ok(Tracker {
             path: path.to_path_buf(),
             file,
             offset: (HEADER.len() + first + 1) as u64,
             seen: Mutex::new(seen),
             failed: AtomicBool::new(false),
+            noted,
+            syncer,
         })
     }
 
@@ -305,11 +372,26 @@ impl Tracker {
         if let Some((_, s)) = super::lock(&self.seen).entries.first_mut() {
             *s = (*s).max(seq);
         }
-        if let Err(e) = self.file.write_at(format!("{seq:020}").as_bytes(), self.offset)
-            && !self.failed.swap(true, Ordering::Relaxed)
-        {
-            tracing::warn!(error = %e, path = %self.path.display(), "cannot update the data directory's sidecar");
+        match self.file.write_at(format!("{seq:020}").as_bytes(), self.offset) {
+            Ok(_) => {
+                self.noted.fetch_max(seq, Ordering::SeqCst);
+                if let Some(s) = &self.syncer {
+                    // Full: a wake is pending already, and its fsync comes after this write.
+                    let _ = s.wake.try_send(());
+                }
+            }
+            Err(e) => {
+                if !self.failed.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(error = %e, path = %self.path.display(), "cannot update the data directory's sidecar");
+                }
+            }
         }
+    }
+
+    /// The `seq` last written into the sidecar, and (`durability = "normal"`) the one known
+    /// durable there (`GET /metrics`: `tally_sidecar_seq`).
+    pub(crate) fn seqs(&self) -> (i64, Option<i64>) {
+        (self.noted.load(Ordering::SeqCst), self.syncer.as_ref().map(|s| s.synced.load(Ordering::SeqCst)))
     }
 
     /// Rewrite the sidecar durably with the current lineage at `seq`.
@@ -383,7 +465,8 @@ impl super::SqliteStore {
         let seq = self.write_ordered(read_state).await?.map(|s| s.seq).unwrap_or(0);
         let mut seen = seen.unwrap_or_default();
         seen.record(&lineage, seq);
-        let tracker = Tracker::start(&path, seen)?;
+        // No WAL fd to fsync: `durability = "normal"`, whose notes the sidecar fsyncs itself.
+        let tracker = Tracker::start(&path, seen, self.inner.wal_inode.is_none())?;
         let _ = self.inner.tracker.set(tracker);
         self.write(|c| Ok(c.prepare_cached("UPDATE lineage SET running = 1, backup_at = NULL")?.execute([])?)).await?;
         // Into the main file, so a copy of tally.db alone taken from now on says "running".
@@ -472,7 +555,7 @@ mod tests {
         assert_eq!(Seen::load(&path), Ok(None));
         let mut s = seen(&[("old", 3)]);
         s.record("cur", 5);
-        let t = Tracker::start(&path, s).expect("start");
+        let t = Tracker::start(&path, s, false).expect("start");
         t.note(123);
         let back = Seen::load(&path).expect("load").expect("some");
         assert_eq!(back, seen(&[("cur", 123), ("old", 3)]));
@@ -480,6 +563,35 @@ mod tests {
         assert_eq!(Seen::load(&path).expect("load").expect("some").get("cur"), Some(124));
         std::fs::write(&path, "garbage").expect("write");
         assert!(Seen::load(&path).is_err(), "a damaged sidecar is an error, not an empty one");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// With `durability = "normal"` the notes are fsynced by the sidecar's thread: what it
+    /// reports durable follows the notes, and nothing is reported before a note.
+    #[test]
+    fn normal_durability_makes_the_notes_durable_after_a_wake() {
+        let dir = std::env::temp_dir().join(format!("tally-seen-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = sidecar_path(&dir.join("tally.db"));
+        let t = Tracker::start(&path, seen(&[("cur", 5)]), true).expect("start");
+        assert_eq!(t.seqs(), (5, Some(5)));
+        for seq in 6..=40 {
+            t.note(seq);
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let synced = t.syncer.as_ref().map(|s| s.synced.clone()).expect("a syncer");
+        std::thread::spawn(move || {
+            while synced.load(Ordering::SeqCst) < 40 {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            let _ = tx.send(());
+        });
+        rx.recv_timeout(SIDECAR_SYNC_EVERY * 10).expect("the notes were fsynced");
+        assert_eq!(t.seqs(), (40, Some(40)));
+        assert_eq!(Seen::load(&path).expect("load").expect("some").get("cur"), Some(40));
+        let full = Tracker::start(&sidecar_path(&dir.join("other.db")), seen(&[("x", 1)]), false).expect("start");
+        full.note(2);
+        assert_eq!(full.seqs(), (2, None), "with full durability the sidecar has no fsync of its own");
         let _ = std::fs::remove_dir_all(dir);
     }
 }

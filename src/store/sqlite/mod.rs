@@ -213,6 +213,12 @@ impl SqliteStore {
         self.inner.writes.load(Ordering::Relaxed)
     }
 
+    /// While served: the lineage `seq` last noted in the data directory's sidecar, and (with
+    /// `durability = "normal"`) the one its own fsync made durable (`store::sqlite::lineage`).
+    pub fn sidecar_seqs(&self) -> Option<(i64, Option<i64>)> {
+        self.inner.tracker.get().map(lineage::Tracker::seqs)
+    }
+
     /// fsyncs of the WAL so far (`durability = "full"`: the flusher's, each covering every
     /// commit before it).
     pub fn fsyncs(&self) -> u64 {
