@@ -153,8 +153,8 @@ impl Engine {
         names.retain(|n| self.shared.providers.get(n).is_some_and(|p| p.operations.contains(&Operation::Draft)));
         names.into_iter().next().ok_or_else(|| {
             EngineError::Invalid(
-                "no configured provider drafts (the demo, openai_responses, dashscope_chat and \
-                                  gemini kinds do); nothing was recorded or sent"
+                "no configured provider drafts (GET /v1/providers lists each one's operations; the \
+                 demo provider drafts for free); nothing was recorded or sent"
                     .into(),
             )
         })

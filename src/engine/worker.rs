@@ -700,7 +700,7 @@ impl Run<'_> {
             //
             // A look the provider throttled (429 with a wait) is no look at all: it waits as
             // asked and does not count among the four, up to the recovery deadline — a listing
-            // shared by several workers can be rate-limited (DashScope allows 20 queries/s).
+            // shared by several workers can be rate-limited (some allow 20 queries a second).
             let mut last = None;
             let mut n = 1;
             while n <= 4 {

@@ -87,7 +87,7 @@ pub struct Behavior {
     pub openai_url_answers: bool,
     /// Moderation, where an API has it: `"prompt"` blocks the prompt, `"output"` the image.
     pub moderation: Option<String>,
-    /// Drafting calls (the Responses API, DashScope's chat) answer this text instead of a
+    /// Drafting calls (the Responses API, the chat completions) answer this text instead of a
     /// plan: a billed answer outside tally's schema.
     pub draft_answer: Option<String>,
     /// Answer creates with 429 and this wait in milliseconds (not charged), in the form

@@ -25,7 +25,6 @@
 
 pub mod behavior;
 mod bfl;
-mod chat;
 mod dashscope;
 mod fal;
 mod gemini;

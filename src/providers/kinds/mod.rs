@@ -18,10 +18,8 @@
 
 pub mod bfl;
 pub mod dashscope;
-pub mod dashscope_chat;
 pub mod fal_queue;
 pub mod gemini;
-pub mod gemini_draft;
 pub mod openai_images;
 pub mod openai_responses;
 pub mod photoroom;
@@ -189,7 +187,7 @@ pub const KINDS: &[KindSpec] = &[
         name: "gemini",
         build: |cfg| Ok(Arc::new(gemini::Gemini::new(cfg)?)),
         dashboard: gemini::dashboard,
-        // Draft: with a text model and `operations = ["draft"]` (`gemini_draft`).
+        // Draft: with a text model and `operations = ["draft"]` (`gemini::draft`).
         operations: &[Generate, Edit, Draft],
         default_operations: &[Generate, Edit],
         bills: true,
@@ -267,13 +265,13 @@ pub const KINDS: &[KindSpec] = &[
     },
     KindSpec {
         name: "dashscope_chat",
-        build: |cfg| Ok(Arc::new(dashscope_chat::DashscopeChat::new(cfg)?)),
+        build: |cfg| Ok(Arc::new(dashscope::chat::DashscopeChat::new(cfg)?)),
         dashboard: dashscope::dashboard,
         // Drafting only: Qwen-VL through the OpenAI-compatible chat completions.
         operations: &[Draft],
         default_operations: &[Draft],
         bills: true,
-        default_base_url: Some(dashscope_chat::DEFAULT_BASE_URL),
+        default_base_url: Some(dashscope::chat::DEFAULT_BASE_URL),
         needs_base_url: true,
         needs_model: true,
         default_key_env: Some("DASHSCOPE_API_KEY"),
