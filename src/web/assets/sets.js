@@ -20,7 +20,8 @@
       return;
     }
     const sets = page.sets || [];
-    const make = h("p", {}, h("a", { href: "#/sets/new", class: "button primary", id: "new-set-link" }, T.t("set.new")));
+    const make = h("p", { class: "actions" }, h("a", { href: "#/drafts/new", class: "button primary", id: "new-draft-link" }, T.t("draft.start")),
+      h("a", { href: "#/sets/new", class: "button", id: "new-set-link" }, T.t("set.new")));
     const shown = T.setView("sets", null, T.t("view.sets"), [make,
       sets.length ? h("ul", { id: "set-list", class: "tasks" }, sets.map(setRow))
         : h("p", { class: "hint" }, T.t("sets.empty"))], fresh);
