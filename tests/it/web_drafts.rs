@@ -1,13 +1,15 @@
-//! "Start from photos" in a real browser (issue #36; headless Chromium at phone width): photos
-//! picked in the page, the product named, the price of drafting shown before anything is sent,
-//! the draft read, a question answered and a shot edited (each a new revision through
-//! `PATCH /v1/drafts/{id}`; a stale one said in plain words and the latest shown), the set's
-//! total price shown before confirming, then the set made and generated — in English (light)
-//! and in Simplified Chinese (dark, no run of English words), axe-clean with nothing scrolling
-//! sideways. And a draft on a provider that bills (`openai_responses` on the mock) and its set
-//! on one that charges per image: their prices shown before each is sent, nothing sent before
-//! "yes", one charged drafting request, and the set generated.
+//! "Start from photos" in a real browser (issue #36; headless Chromium at phone width): a
+//! photo picked and one dropped in the page, the product named, the price of drafting shown
+//! before anything is sent, the draft read, a question answered and a shot edited (each a new
+//! revision through `PATCH /v1/drafts/{id}`; a stale one said in plain words and the latest
+//! shown; the draft found again from the image sets page), the set's total price shown before
+//! confirming, then the set made and generated — in English (light) and in Simplified Chinese
+//! (dark, no run of English words), axe-clean with nothing scrolling sideways. And a draft on
+//! a provider that bills (`openai_responses` on the mock) and its set on one that charges per
+//! image: their prices shown before each is sent (the page's estimate of a redraft is the
+//! daemon's), nothing sent before "yes", one charged drafting request, and the set generated.
 
+use base64::prelude::*;
 use serde_json::{Value, json};
 
 use crate::browser::Browser;
@@ -59,16 +61,24 @@ async fn fill_the_form(b: &Browser, photos: &[String], product: &str, material: 
     b.until("the entry", 15, "document.getElementById('new-draft-link') !== null").await;
     b.click("#new-draft-link").await;
     b.until("the form", 15, "document.getElementById('draft-product') !== null").await;
-    for (n, path) in photos.iter().enumerate() {
-        let input = b.c().find(fantoccini::Locator::Css("#draft-photos")).await.expect("picker");
-        input.send_keys(path).await.expect("pick a photo");
-        b.until(
-            "the photo listed",
-            10,
-            &format!("document.querySelectorAll('#draft-previews li').length === {}", n + 1),
+    // The first photo picked, the second dropped on the form.
+    let input = b.c().find(fantoccini::Locator::Css("#draft-photos")).await.expect("picker");
+    input.send_keys(&photos[0]).await.expect("pick a photo");
+    b.until("the photo listed", 10, "document.querySelectorAll('#draft-previews li').length === 1").await;
+    let bytes = std::fs::read(&photos[1]).expect("read a photo");
+    b.c()
+        .execute(
+            "const bytes = Uint8Array.from(atob(arguments[0]), c => c.charCodeAt(0));
+             const dt = new DataTransfer();
+             dt.items.add(new File([bytes], 'cup-1.png', { type: 'image/png' }));
+             document.getElementById('draft-drop').dispatchEvent(
+               new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }));
+             return true;",
+            vec![json!(BASE64_STANDARD.encode(&bytes))],
         )
-        .await;
-    }
+        .await
+        .expect("drop a photo");
+    b.until("both photos listed", 10, "document.querySelectorAll('#draft-previews li').length === 2").await;
     type_into(b, "#draft-product", product).await;
     type_into(b, "#draft-fact-material", material).await;
     choose(b, "#draft-marketplace", if lang == "zh-CN" { "taobao" } else { "amazon" }).await;
@@ -158,6 +168,8 @@ async fn demo_flow(b: &Browser, d: &Daemon, photos: &[String], lang: &str) {
     let said =
         if zh { "材质：陶瓷 （你提供的，已确认）" } else { "Material: porcelain (from you, confirmed)" };
     assert_eq!(owner.as_str().map(|s| s.split_whitespace().collect::<Vec<_>>().join(" ")).as_deref(), Some(said));
+    let charge = b.js("document.getElementById('draft-charge').textContent").await;
+    assert_eq!(charge, json!(if zh { "免费：demo 从不收费。" } else { "Free: demo never charges." }));
     check_view(b, &format!("a ready draft ({lang})")).await;
     if zh {
         // The demo's bullets name the fact's key as given ("material").
@@ -174,6 +186,14 @@ async fn demo_flow(b: &Browser, d: &Daemon, photos: &[String], lang: &str) {
     assert!(shown.as_str().unwrap_or("").ends_with(&option), "{shown}");
     let dr = d.call("GET", &format!("/v1/drafts/{id}"), None).json();
     assert_eq!(dr["questions"][0]["answer"], json!(option), "{dr}");
+
+    // The image sets page lists the draft not confirmed yet; its link leads back to it.
+    b.js("(location.hash = '#/sets')").await;
+    let link = format!("#open-draft-list li[data-draft-id=\"{id}\"] a");
+    b.until("the draft listed", 10, &format!("document.querySelector('{link}') !== null")).await;
+    check_view(b, &format!("the image sets with a draft not confirmed yet ({lang})")).await;
+    b.click(&link).await;
+    revision(b, 2).await;
 
     // Someone changes the draft behind the page's back: the page's next edit is stale, says so
     // in plain words, and shows the latest revision; made again, it is saved.

@@ -8,7 +8,8 @@
    total price first. Every edit is a new revision through `PATCH /v1/drafts/{id}` naming the
    revision it was made on; a stale one is said in plain words and the latest is shown.
    Confirming makes the image set (the API's 409 with the estimated cost is shown as a question
-   before the charge is acknowledged) and opens it, where it generates. */
+   before the charge is acknowledged) and opens it, where it generates. The image sets page
+   lists the drafts not confirmed yet (T.draftsSection). */
 "use strict";
 
 (function (T) {
@@ -250,7 +251,9 @@
     const err = errorSlot("draft-error");
     const photos = h("ul", { id: "draft-photo-list", class: "refs" }, (d.photos || []).map((u, i) =>
       h("li", {}, T.enlargeable("/v1/uploads/" + encodeURIComponent(u), T.tf("set.ref_alt", { n: i + 1, product: d.product }), null, "ref"))));
-    const charge = d.charge ? T.chargeSentence({ charge: d.charge }) : null;
+    const p = info.providers.find((x) => x.name === d.provider);
+    const charge = p && p.billable === false ? T.tf("draft.charge_free", { provider: d.provider })
+      : d.charge ? T.chargeSentence({ charge: d.charge }) : null;
     const facts = [
       h("dt", {}, T.t("draft.marketplace")), h("dd", {}, d.marketplace ? marketName(d.marketplace) : T.t("draft.marketplace_none")),
       h("dt", {}, T.t("draft.language")), h("dd", { lang: d.language }, d.language === "zh-CN" ? "简体中文" : "English"),
@@ -472,10 +475,16 @@
       const rErr = errorSlot("draft-redraft-error");
       const again = h("button", { type: "button", id: "draft-redraft" }, T.t("draft.redraft"));
       again.addEventListener("click", () => busy(again, rErr, async () => {
-        const r = await withPrice(draftPath(d.id) + "/redraft", { revision: d.revision },
-          T.tf("draft.ask_title", { provider: d.provider }), T.t("draft.ask_yes"),
-          (amount) => amount ? T.tf("draft.redraft_ask", { provider: d.provider, amount })
-            : T.tf("draft.redraft_ask_unknown", { provider: d.provider }));
+        let r;
+        try {
+          r = await withPrice(draftPath(d.id) + "/redraft", { revision: d.revision },
+            T.tf("draft.ask_title", { provider: d.provider }), T.t("draft.ask_yes"),
+            (amount) => amount ? T.tf("draft.redraft_ask", { provider: d.provider, amount })
+              : T.tf("draft.redraft_ask_unknown", { provider: d.provider }));
+        } catch (e) {
+          if (e.code === "stale_revision") return showDraft(d.id, false, T.t("draft.stale"));
+          throw e;
+        }
         if (r) await showDraft(d.id, false);
       }));
       out.push(h("section", { "aria-labelledby": "draft-again-title", id: "draft-again" },
@@ -523,6 +532,24 @@
     return out;
   }
 
+  // ---------------------------------------------------------------- drafts not confirmed yet
+
+  /** For the image sets page: the drafts not confirmed yet, newest first, each a link back to
+      it (null when there is none, or the list cannot be read). */
+  async function draftsSection() {
+    let page;
+    try { page = await api("GET", "/v1/drafts?limit=20"); } catch (e) { return null; }
+    const open = (page.drafts || []).filter((d) => !d.set_id);
+    if (!open.length) return null;
+    return h("section", { "aria-labelledby": "open-drafts-title", id: "open-drafts" },
+      h("h2", { id: "open-drafts-title" }, T.t("draft.open_drafts")),
+      h("ul", { class: "plain", id: "open-draft-list" }, open.map((d) => h("li", { "data-draft-id": d.id },
+        h("a", { href: "#/drafts/" + encodeURIComponent(d.id) }, d.product), " ",
+        h("span", { class: "hint" }, T.tf("draft.open_line", { status: T.t(`draft.state.${d.status}`), n: d.revision }), " · ",
+          T.time(d.updated_at))))));
+  }
+
   T.showNewDraft = showNewDraft;
+  T.draftsSection = draftsSection;
   T.showDraft = showDraft;
 })(window.tally);
