@@ -215,8 +215,8 @@
   }
 
   /** Save an edit as a new revision on the one shown; a stale revision reloads the latest and
-      says so. */
-  async function edit(d, body) {
+      says so. Once saved, the focus goes to `focusId` (the button that opened the form). */
+  async function edit(d, body, focusId) {
     try {
       await api("PATCH", draftPath(d.id), Object.assign({ revision: d.revision }, body));
     } catch (e) {
@@ -224,6 +224,8 @@
       throw e;
     }
     await showDraft(d.id, false);
+    const back = focusId && document.getElementById(focusId);
+    if (back) back.focus();
   }
 
   /** A POST that a provider's price may stop (409 `cost_acknowledgement_required`): asked with
@@ -309,7 +311,7 @@
             const picked = form.querySelector("input[type=radio]:checked");
             const answer = own.value.trim() || (picked && picked.value) || "";
             if (!answer) throw new Error(T.t("draft.answer_need"));
-            await edit(d, { answers: { [q.id]: answer } });
+            await edit(d, { answers: { [q.id]: answer } }, "draft-q-save-" + i);
           });
         });
         return form;
@@ -347,7 +349,7 @@
         ev.preventDefault();
         busy(save, fErr, async () => {
           const facts = d.facts.map((f, i) => ({ key: f.key, value: values[i].value.trim(), source: f.source, confirmed: checks[i].checked }));
-          await edit(d, { facts });
+          await edit(d, { facts }, "draft-facts-edit");
         });
       });
       cancel.addEventListener("click", () => { form.remove(); editBtn.hidden = false; editBtn.focus(); });
@@ -406,7 +408,7 @@
         busy(save, sErr, async () => {
           const shots = d.shots.map((x, j) => j !== i ? x : Object.assign({}, x, { role: role.value, purpose: purpose.value.trim(),
             selling_point: point.value.trim(), prompt: prompt.value.trim(), candidates: Number(cands.value) }));
-          await edit(d, { shots });
+          await edit(d, { shots }, "draft-shot-edit-" + i);
         });
       });
       cancel.addEventListener("click", () => { form.remove(); actions.hidden = false; editBtn.focus(); });
@@ -447,7 +449,7 @@
         busy(save, cErr, async () => {
           const copy = Object.assign({}, c, { title: title.value.trim(),
             bullets: (c.bullets || []).map((b, i) => Object.assign({}, b, { text: bullets[i].value.trim() })) });
-          await edit(d, { copy });
+          await edit(d, { copy }, "draft-copy-edit");
         });
       });
       cancel.addEventListener("click", () => { form.remove(); editBtn.hidden = false; editBtn.focus(); });
