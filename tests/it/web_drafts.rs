@@ -8,6 +8,8 @@
 //! a provider that bills (`openai_responses` on the mock) and its set on one that charges per
 //! image: their prices shown before each is sent (the page's estimate of a redraft is the
 //! daemon's), nothing sent before "yes", one charged drafting request, and the set generated.
+//! And a draft whose answer failed tally's schema: why, in the daemon's words, and the answer
+//! kept; the form refusing to draft without a photo.
 
 use base64::prelude::*;
 use serde_json::{Value, json};
@@ -380,5 +382,72 @@ fn the_price_of_a_paid_draft_and_of_its_set_is_shown_before_each_is_sent() {
         b.close().await;
     });
     assert_eq!(mock.count_endpoint("POST /v1/responses"), (1, 1), "still one drafting request");
+    d.term();
+}
+
+/// A draft whose answer did not match tally's schema: the page says it failed and why, in the
+/// daemon's words, keeps the answer under Technical details, offers no confirmation, and
+/// prices "Draft again" before it is asked for. The form refuses to draft without a photo.
+#[test]
+fn a_failed_draft_says_why_keeps_the_answer_and_prices_drafting_again() {
+    let mock = Mock::start(&[]);
+    let answer = r#"{"shots": [], "note": "not the schema"}"#;
+    mock.behave(json!({"draft_answer": answer}));
+    let base = mock.base();
+    let providers = format!(
+        "{FAST_DEMO}\n[[providers]]\nname = \"oa\"\nkind = \"openai_responses\"\nbase_url = \"{base}\"\n\
+         model = \"gpt-5-mini\"\napi_key_env = \"TALLY_TEST_KEY\"\npoll_interval_ms = 20\nmax_output_tokens = 2000\n\
+         price_per_million_input_tokens = 0.25\nprice_per_million_output_tokens = 2.0\n"
+    );
+    let mut d = Daemon::configure(&providers);
+    d.env.push(("TALLY_TEST_KEY".into(), "sk-test-drafts".into()));
+    d.spawn();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let b = Browser::start().await;
+        b.sign_in(&printed_sign_in_url(&d)).await;
+        set_width(&b, 390).await;
+        b.js("(location.hash = '#/drafts/new')").await;
+        b.until("the form", 15, "document.getElementById('draft-product') !== null").await;
+        type_into(&b, "#draft-product", "mug").await;
+        b.click("#draft-create").await;
+        let said = b.until("the refusal", 10, "!document.getElementById('draft-create-error').hidden && document.getElementById('draft-create-error').textContent").await;
+        assert_eq!(said, json!("Add at least one photo of the product."));
+        assert_eq!(d.call("GET", "/v1/drafts", None).json()["drafts"].as_array().map(Vec::len), Some(0));
+
+        let dir = TempDir::new();
+        let photos = photo_files(&dir);
+        let auth = format!("Bearer {}", d.token());
+        let r = crate::common::request(
+            d.port,
+            "POST",
+            "/v1/uploads",
+            &[("Authorization", &auth), ("Content-Type", "image/png")],
+            Some(&std::fs::read(&photos[0]).expect("a photo")),
+        );
+        let upload = r.json()["id"].as_str().expect("upload id").to_string();
+        let r = d.call(
+            "POST",
+            "/v1/drafts",
+            Some(&json!({"product": "mug", "photos": [upload], "language": "en", "provider": "oa"})),
+        );
+        assert_eq!(r.status, 202, "{}", String::from_utf8_lossy(&r.body));
+        let id = r.json()["id"].as_str().expect("id").to_string();
+        b.js(&format!("(location.hash = '#/drafts/{id}')")).await;
+        b.until("the failed draft", 30, "document.querySelector('article.draft')?.dataset.status === 'failed'").await;
+        let status = b.js("document.getElementById('draft-status').textContent").await;
+        let status = status.as_str().unwrap_or("");
+        assert!(status.starts_with("The draft failed.") && status.contains("schema"), "{status}");
+        let kept = b.js("document.querySelector('details.technical code').textContent").await;
+        assert_eq!(kept, json!(answer), "the answer as it came");
+        assert_eq!(b.js("document.getElementById('draft-confirm')").await, Value::Null, "nothing to confirm");
+        let again = b.js("document.getElementById('draft-redraft-price').textContent").await;
+        assert!(again.as_str().unwrap_or("").contains("at most about $0.00"), "{again}");
+        let charge = b.js("document.getElementById('draft-charge').textContent").await;
+        assert!(charge.as_str().unwrap_or("").starts_with("Charged"), "{charge}");
+        check_view(&b, "a failed draft").await;
+        b.close().await;
+    });
+    assert_eq!(mock.count_endpoint("POST /v1/responses"), (1, 1), "sent once, never again on its own");
     d.term();
 }
