@@ -249,6 +249,10 @@ pub struct ProviderInfo {
     pub model: Option<String>,
     pub base_url: Option<String>,
     pub max_concurrency: usize,
+    /// For a provider that drafts: the most tokens a drafting call's answer may use
+    /// (`max_output_tokens`), which with the prices per million tokens bounds a draft's price
+    /// (the page shows it before drafting). Null for a provider that does not draft.
+    pub max_output_tokens: Option<u32>,
 }
 
 /// What a provider can prove after an ambiguous outcome.
@@ -640,6 +644,12 @@ impl Engine {
                     model: p.config.as_ref().and_then(|c| c.model.clone()),
                     base_url: p.config.as_ref().and_then(|c| c.base_url.clone()),
                     max_concurrency: p.max_concurrency,
+                    max_output_tokens: p.operations.contains(&Operation::Draft).then(|| {
+                        p.config
+                            .as_ref()
+                            .map(|c| c.max_output_tokens)
+                            .unwrap_or(crate::providers::settings::DEFAULT_MAX_OUTPUT_TOKENS)
+                    }),
                 }
             })
             .collect();

@@ -82,6 +82,7 @@ mod tests {
             include_str!("assets/job.js"),
             include_str!("assets/sets.js"),
             include_str!("assets/set_edit.js"),
+            include_str!("assets/drafts.js"),
             include_str!("assets/compare.js"),
             include_str!("assets/deliver.js"),
             include_str!("assets/budget.js"),

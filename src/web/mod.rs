@@ -33,6 +33,7 @@ const ASSETS: &[(&str, &str, &str)] = &[
     ("job.js", "text/javascript; charset=utf-8", include_str!("assets/job.js")),
     ("sets.js", "text/javascript; charset=utf-8", include_str!("assets/sets.js")),
     ("set_edit.js", "text/javascript; charset=utf-8", include_str!("assets/set_edit.js")),
+    ("drafts.js", "text/javascript; charset=utf-8", include_str!("assets/drafts.js")),
     ("compare.js", "text/javascript; charset=utf-8", include_str!("assets/compare.js")),
     ("ops.js", "text/javascript; charset=utf-8", include_str!("assets/ops.js")),
     ("settings.js", "text/javascript; charset=utf-8", include_str!("assets/settings.js")),

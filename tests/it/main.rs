@@ -70,6 +70,7 @@ mod soak;
 mod surface;
 mod tour;
 mod web;
+mod web_drafts;
 mod web_money;
 mod web_ops;
 mod web_set_edit;

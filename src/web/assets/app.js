@@ -1,5 +1,6 @@
 /* tally's web page, the start: which view a URL shows (#/ jobs, #/tasks/{id} one job,
-   #/sets, #/sets/new, #/sets/{id}, #/spend), then the live stream. core.js, jobs.js and
+   #/sets, #/sets/new, #/sets/{id}, #/drafts/new and #/drafts/{id}
+   "Start from photos", #/spend), then the live stream. core.js, jobs.js and
    sets.js have put their pieces on window.tally. */
 "use strict";
 
@@ -15,6 +16,8 @@
     }
     if ((m = hash.match(/^#\/tasks\/([^/]+)$/))) return T.showTask(decodeURIComponent(m[1]), true);
     if (hash === "#/sets/new") return T.showNewSet(true);
+    if (hash === "#/drafts/new") return T.showNewDraft(true);
+    if ((m = hash.match(/^#\/drafts\/([^/]+)$/))) return T.showDraft(decodeURIComponent(m[1]), true);
     if ((m = hash.match(/^#\/sets\/([^/]+)$/))) return T.showSet(decodeURIComponent(m[1]), true);
     if (hash === "#/sets") return T.showSets(true);
     if (hash === "#/spend") return T.showSpend(true);

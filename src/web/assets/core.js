@@ -238,7 +238,10 @@ window.tally = (function () {
         signedOut();
         throw new ApiError(r.status, "signed_out", t("core.signed_out_error"));
       }
-      throw new ApiError(r.status, err.code || "http_" + r.status, err.message || tf("core.answered", { status: r.status }));
+      const e = new ApiError(r.status, err.code || "http_" + r.status, err.message || tf("core.answered", { status: r.status }));
+      /* A 409 about money carries the daemon's estimate (`estimated_cost`). */
+      e.estimatedCost = err.estimated_cost || null;
+      throw e;
     }
     return data;
   }
@@ -296,6 +299,8 @@ window.tally = (function () {
     const hash = location.hash || "#/";
     if (/^#\/tasks\/[^/]+$/.test(hash)) return "task";
     if (hash === "#/sets/new") return "new-set";
+    if (hash === "#/drafts/new") return "new-draft";
+    if (/^#\/drafts\/[^/]+$/.test(hash)) return "draft";
     if (/^#\/sets\/[^/]+$/.test(hash)) return "set";
     if (hash === "#/sets") return "sets";
     if (hash === "#/spend") return "spend";
@@ -316,7 +321,7 @@ window.tally = (function () {
     document.title = title + " · tally";
     const h1 = h("h1", { id: "view-title", tabindex: "-1" }, title);
     main.replaceChildren(h1, ...[content].flat().filter((c) => c !== null && c !== undefined));
-    for (const [nav, names] of [["nav-jobs", ["jobs", "task"]], ["nav-sets", ["sets", "set", "new-set"]], ["nav-spend", ["spend"]], ["nav-settings", ["settings"]]]) {
+    for (const [nav, names] of [["nav-jobs", ["jobs", "task"]], ["nav-sets", ["sets", "set", "new-set", "new-draft", "draft"]], ["nav-spend", ["spend"]], ["nav-settings", ["settings"]]]) {
       const a = document.getElementById(nav);
       if (names.includes(name)) a.setAttribute("aria-current", "page");
       else a.removeAttribute("aria-current");

@@ -12,16 +12,18 @@
 
   async function showSets(fresh) {
     let page;
+    let drafts = null;
     try {
-      page = await api("GET", "/v1/sets");
+      [page, drafts] = await Promise.all([api("GET", "/v1/sets"), T.draftsSection()]);
     } catch (e) {
       if (e.code === "signed_out") return;
       T.setView("sets", null, T.t("view.sets"), h("p", {}, e.message), fresh);
       return;
     }
     const sets = page.sets || [];
-    const make = h("p", {}, h("a", { href: "#/sets/new", class: "button primary", id: "new-set-link" }, T.t("set.new")));
-    const shown = T.setView("sets", null, T.t("view.sets"), [make,
+    const make = h("p", { class: "actions" }, h("a", { href: "#/drafts/new", class: "button primary", id: "new-draft-link" }, T.t("draft.start")),
+      h("a", { href: "#/sets/new", class: "button", id: "new-set-link" }, T.t("set.new")));
+    const shown = T.setView("sets", null, T.t("view.sets"), [make, drafts,
       sets.length ? h("ul", { id: "set-list", class: "tasks" }, sets.map(setRow))
         : h("p", { class: "hint" }, T.t("sets.empty"))], fresh);
     if (!shown) return;
