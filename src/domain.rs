@@ -453,6 +453,27 @@ impl Lang {
     }
 }
 
+/// [`whole_number`] for a field that must be present.
+pub fn whole<'de, D: serde::Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+    use serde::de::Error;
+    whole_number(d)?.ok_or_else(|| D::Error::custom("expected a whole number, not null"))
+}
+
+/// An optional whole number in a request body, as JSON Schema's `integer` reads it: `2` and
+/// `2.0` alike (a generated client may send either); `2.5` is refused in plain words.
+pub fn whole_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    use serde::de::Error;
+    let n: Option<serde_json::Number> = serde::Deserialize::deserialize(d)?;
+    match n {
+        None => Ok(None),
+        Some(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => Ok(Some(i)),
+            (None, Some(f)) if f.fract() == 0.0 && f.abs() < 9.0e15 => Ok(Some(f as i64)),
+            _ => Err(D::Error::custom(format!("{n} is not a whole number"))),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -238,8 +238,9 @@ pub async fn get_one(State(state): State<AppState>, Path(id): Path<String>) -> R
 pub struct ListQuery {
     /// A draft id (a page's `next`): list drafts created before it.
     pub before: Option<String>,
-    /// The page size: 1 to 500; 20 when absent.
-    #[param(minimum = 1)]
+    /// The page size: 1 to 500 (larger values give 500); 20 when absent.
+    #[param(minimum = 1, value_type = Option<u64>)]
+    #[serde(default, deserialize_with = "crate::api::any_count")]
     pub limit: Option<usize>,
 }
 
@@ -303,13 +304,16 @@ pub struct EditBody {
     pub facts: Option<Vec<Fact>>,
     pub shots: Option<Vec<Shot>>,
     pub copy: Option<Copy>,
-    /// Answers to the draft's questions, by question id.
+    /// Answers to the draft's questions, by question id, each as text.
     #[serde(default)]
-    #[schema(value_type = Object)]
+    #[schema(value_type = std::collections::HashMap<String, String>)]
     pub answers: serde_json::Map<String, Value>,
 }
 
-/// `PATCH /v1/drafts/{id}`: a new revision (validated like a model's answer).
+/// `PATCH /v1/drafts/{id}`: a new revision (validated like a model's answer). Besides the
+/// document's shape, a 422 names a rule that needs the draft itself or spans fields: the copy
+/// in the draft's language, every fact the copy names held by the draft, each text without
+/// control characters and not blank, the shots' count and each shot's candidates in range.
 #[utoipa::path(
     patch,
     path = "/drafts/{id}",

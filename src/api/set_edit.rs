@@ -33,7 +33,8 @@ pub struct SetEditBody {
     /// removes them. At most 8.
     #[schema(max_items = 8)]
     pub references: Option<Vec<String>>,
-    /// Changes to single shots.
+    /// Changes to single shots, applied in order: a shot named twice takes both entries (the
+    /// last value given for a field wins).
     #[serde(default)]
     pub shots: Vec<ShotEditBody>,
 }

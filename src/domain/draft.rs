@@ -83,7 +83,9 @@ pub struct Shot {
     pub selling_point: String,
     /// The prompt to send to the image model.
     pub prompt: String,
-    /// How many candidates to make, 1 to [`MAX_CANDIDATES`].
+    /// How many candidates to make, 1 to [`MAX_CANDIDATES`] (`2.0` reads as `2`, as JSON
+    /// Schema's `integer` allows).
+    #[serde(deserialize_with = "crate::domain::whole")]
     pub candidates: i64,
     /// The delivery profile it is for (`taobao`, `amazon`, `original`, …).
     pub profile: String,

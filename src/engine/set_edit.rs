@@ -4,11 +4,27 @@
 
 use super::intake::{MAX_REFERENCES, validate_key};
 use super::{Engine, EngineError};
-use crate::store::{DeleteOutcome, EditOutcome, NewSet, NewShot, NewTask, SHOT_ROLES, SetEdit, SubmitOutcome};
+use crate::store::{
+    DeleteOutcome, EditOutcome, NewSet, NewShot, NewTask, SHOT_ROLES, SetEdit, ShotEdit, SubmitOutcome,
+};
 
 impl Engine {
     /// Check and store an edit of set `id` (before anything was sent for what it touches).
-    pub async fn edit_set(&self, id: &str, edit: SetEdit) -> Result<EditOutcome, EngineError> {
+    ///
+    /// The shot edits apply in the order listed: a shot named more than once takes each of its
+    /// entries in turn (the last value given for a field wins), as one edit.
+    pub async fn edit_set(&self, id: &str, mut edit: SetEdit) -> Result<EditOutcome, EngineError> {
+        let mut merged: Vec<ShotEdit> = Vec::with_capacity(edit.shots.len());
+        for s in std::mem::take(&mut edit.shots) {
+            match merged.iter_mut().find(|m| m.position == s.position) {
+                Some(m) => {
+                    m.prompt = s.prompt.or(m.prompt.take());
+                    m.role = s.role.or(m.role.take());
+                }
+                None => merged.push(s),
+            }
+        }
+        edit.shots = merged;
         let Some(set) = self.shared.store.get_set(id.to_string()).await? else { return Ok(EditOutcome::NoSet) };
         if edit.product.as_deref().is_some_and(|p| p.trim().is_empty()) {
             return Err(EngineError::Invalid("the product name is empty".into()));
@@ -43,13 +59,8 @@ impl Engine {
                 self.validate(&task).map_err(|e| EngineError::Invalid(format!("shot {}: {e}", i + 1)))?;
             }
         }
-        let mut seen = Vec::new();
         for s in &edit.shots {
             let n = s.position.saturating_add(1);
-            if seen.contains(&s.position) {
-                return Err(EngineError::Invalid(format!("shot {n} is listed twice")));
-            }
-            seen.push(s.position);
             if let Some(role) = &s.role
                 && !SHOT_ROLES.contains(&role.as_str())
             {

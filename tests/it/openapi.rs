@@ -352,6 +352,10 @@ fn config(seeds: &Seeds) -> String {
         ("POST", "/v1/providers", &["422"][..]),
         // With the API token (no session of its own) only `{"all": true}` means something.
         ("POST", "/v1/session/sign-out", &["422"][..]),
+        // A draft's photos must be uploads the daemon holds, and readable; a revision is checked
+        // like a model's answer, against the draft (its language, the facts its copy names).
+        ("POST", "/v1/drafts", &["422"][..]),
+        ("PATCH", "/v1/drafts/{id}", &["422"][..]),
         // `to` must be later than `from`.
         ("GET", "/v1/spend", &["400"][..]),
         ("GET", "/v1/spend/requests", &["400"][..]),

@@ -61,6 +61,18 @@ fn a_queued_shot_is_edited_a_running_one_refused_a_set_duplicated_and_a_failed_o
     assert_eq!(v["shots"][1]["role"], "selling_point");
     assert_eq!(v["shots"][1]["status"], "queued");
     assert_eq!(v["timeline"].as_array().and_then(|t| t.last()).map(|e| e["kind"].clone()), Some(json!("edited")));
+    // A shot named twice takes both entries in order: the last value of a field wins.
+    let r = d.call(
+        "PATCH",
+        &path,
+        Some(&json!({"shots": [{"position": 1, "prompt": "by a window", "role": "scene"},
+                               {"position": 1, "prompt": "in a kitchen"}]})),
+    );
+    assert_eq!(r.status, 200, "{}", text(&r.body));
+    assert_eq!(r.json()["shots"][1]["prompt"], "in a kitchen — product: teapot; style: bright");
+    assert_eq!(r.json()["shots"][1]["role"], "scene");
+    let r = d.call("PATCH", &path, Some(&json!({"shots": [{"position": 1, "role": "selling_point"}]})));
+    assert_eq!(r.status, 200, "{}", text(&r.body));
     // Refusals keep the API's error shape and say why.
     let bad = d.call("PATCH", &path, Some(&json!({"shots": [{"position": 1, "role": "hero"}]})));
     assert_eq!((bad.status, bad.error_code()), (422, "invalid_request".to_string()));
