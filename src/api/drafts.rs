@@ -73,6 +73,10 @@ pub struct DraftJson {
     pub raw_answer: Option<String>,
     /// The latest drafting call (a task of operation `draft`).
     pub task_id: Option<String>,
+    /// What drafting again would cost at most (the provider's prices at its output ceiling):
+    /// `{"amount", "currency"}`; null when the provider does not bill or has no prices.
+    #[schema(value_type = Option<Object>)]
+    pub redraft_estimated_cost: Option<Value>,
     pub revisions: Vec<RevisionJson>,
     pub created_at: String,
     pub updated_at: String,
@@ -105,6 +109,12 @@ pub fn draft_json(state_: &AppState, d: &DraftView) -> DraftJson {
         message: st.problem.clone(),
         raw_answer: st.answer.filter(|a| !a.valid).map(|a| a.body.clone()),
         task_id: st.task.map(|t| t.id.clone()),
+        redraft_estimated_cost: state_
+            .engine()
+            .provider_bills(&d.provider)
+            .then(|| state_.engine().redraft_price(d))
+            .flatten()
+            .map(|(m, c)| json!({"amount": from_micros(m), "currency": c})),
         revisions: d
             .revisions
             .iter()
@@ -175,17 +185,7 @@ pub async fn create(
     JsonBody(body): JsonBody<DraftBodyJson>,
 ) -> Result<Response, ApiError> {
     let key = idempotency_key(&headers, body.idempotency_key)?;
-    let facts = body
-        .facts
-        .into_iter()
-        .map(|(k, v)| {
-            let v = match v {
-                Value::String(s) => s,
-                other => other.to_string(),
-            };
-            (k, v)
-        })
-        .collect();
+    let facts = owner_facts(body.facts);
     let req = DraftRequest {
         product: body.product,
         photos: body.photos,
@@ -207,6 +207,103 @@ pub async fn create(
     };
     let d = load_draft(&state, &id).await?;
     Ok(json_response(status, &draft_json(&state, &d)))
+}
+
+/// The owner's facts as text, in the order given (a number or a list is written as JSON).
+fn owner_facts(facts: serde_json::Map<String, Value>) -> Vec<(String, String)> {
+    facts
+        .into_iter()
+        .map(|(k, v)| {
+            let v = match v {
+                Value::String(s) => s,
+                other => other.to_string(),
+            };
+            (k, v)
+        })
+        .collect()
+}
+
+/// `POST /v1/drafts/estimate` body: what a draft would be made from (nothing is uploaded,
+/// recorded or sent).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EstimateBody {
+    /// The product's name as typed so far.
+    #[serde(default)]
+    pub product: String,
+    /// How many photos will be sent: 1 to 6 (1 when absent).
+    #[schema(minimum = 1, maximum = 6)]
+    #[serde(default, deserialize_with = "super::whole_number")]
+    pub photo_count: Option<i64>,
+    /// The owner's facts, as for `POST /v1/drafts`.
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub facts: serde_json::Map<String, Value>,
+    pub marketplace: Option<String>,
+    /// `zh-CN` or `en` (default `en`).
+    pub language: Option<String>,
+    /// A configured provider that drafts; the first one when absent.
+    pub provider: Option<String>,
+}
+
+/// What a drafting call would cost.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EstimateJson {
+    /// The provider that would draft.
+    pub provider: String,
+    /// Whether it bills (false for `demo`).
+    pub billable: bool,
+    /// At most this (the provider's prices at its output ceiling): `{"amount", "currency"}`;
+    /// null when it does not bill or its prices are not configured.
+    #[schema(value_type = Option<Object>)]
+    pub estimated_cost: Option<Value>,
+    /// Input tokens counted for the request (its words, and a ceiling per photo).
+    pub input_tokens: u64,
+    /// The output ceiling the price assumes (`max_output_tokens`).
+    pub max_output_tokens: u64,
+}
+
+/// `POST /v1/drafts/estimate`: the most a new draft's call would cost, before anything is
+/// uploaded, recorded or sent — the same estimate the created draft's call is priced with.
+#[utoipa::path(
+    post,
+    path = "/drafts/estimate",
+    operation_id = "estimate_draft",
+    tag = "drafts",
+    request_body = EstimateBody,
+    responses(
+        (status = 200, description = "The estimate.", body = EstimateJson),
+        (status = 422, description = "No provider drafts, or the one named does not (`invalid_request`).",
+            body = ErrorBody),
+        JsonRejected,
+    )
+)]
+pub async fn estimate(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody<EstimateBody>,
+) -> Result<Response, ApiError> {
+    let photos = body.photo_count.unwrap_or(1);
+    if !(1..=6).contains(&photos) {
+        return Err(ApiError::invalid(format!("photo_count must be 1 to 6, not {photos}")));
+    }
+    let input = crate::domain::draft::DraftInput {
+        product: body.product.trim().to_string(),
+        facts: owner_facts(body.facts),
+        marketplace: body.marketplace.filter(|m| !m.is_empty()),
+        language: body.language.unwrap_or_else(|| "en".into()),
+        answers: Vec::new(),
+    };
+    let e =
+        state.engine().draft_estimate(body.provider.as_deref().filter(|p| !p.is_empty()), &input, photos as usize)?;
+    let cost = e.price.filter(|_| e.bills).map(|(m, c)| json!({"amount": from_micros(m), "currency": c}));
+    let out = EstimateJson {
+        provider: e.provider,
+        billable: e.bills,
+        estimated_cost: cost,
+        input_tokens: e.input_tokens,
+        max_output_tokens: e.max_output_tokens,
+    };
+    Ok(json_response(StatusCode::OK, &out))
 }
 
 /// The `{id}` of a draft in a path.

@@ -177,6 +177,7 @@ pub fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(set_edit::duplicate))
         .routes(routes!(sets::cancel))
         .routes(routes!(drafts::create, drafts::list))
+        .routes(routes!(drafts::estimate))
         .routes(routes!(drafts::get_one, drafts::edit))
         .routes(routes!(drafts::redraft))
         .routes(routes!(drafts::confirm))

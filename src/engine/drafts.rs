@@ -34,6 +34,17 @@ pub struct DraftRequest {
     pub idempotency_key: Option<String>,
 }
 
+/// What a drafting call would cost ([`Engine::draft_estimate`]).
+#[derive(Debug, Clone)]
+pub struct DraftEstimate {
+    pub provider: String,
+    pub bills: bool,
+    /// At the output ceiling, in millionths, and the currency; `None` without prices.
+    pub price: Option<(crate::domain::Micros, String)>,
+    pub input_tokens: u64,
+    pub max_output_tokens: u64,
+}
+
 /// A draft's status, from its latest revision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -175,6 +186,34 @@ impl Engine {
             "input_tokens": draft::estimate_input_tokens(&prompt, photos),
         });
         NewTask { provider: provider.to_string(), prompt, params, operation: Operation::Draft, ..NewTask::default() }
+    }
+
+    /// What a new drafting call would cost before anything is uploaded or sent: its provider
+    /// (`provider`, else the first that drafts), whether that provider bills, the price at the
+    /// output ceiling (`None` when its prices are not configured) and the tokens counted. The
+    /// same estimate a created draft's call is priced with (one formula, here).
+    pub fn draft_estimate(
+        &self,
+        provider: Option<&str>,
+        input: &DraftInput,
+        photos: usize,
+    ) -> Result<DraftEstimate, EngineError> {
+        let provider = self.drafting_provider(provider)?;
+        let Some(p) = self.shared.providers.get(&provider) else {
+            return Err(EngineError::Invalid(format!("provider `{provider}` is not configured")));
+        };
+        if !p.operations.contains(&Operation::Draft) {
+            return Err(EngineError::Invalid(format!("provider `{provider}` does not draft")));
+        }
+        let task = self.drafting_task(&provider, input, photos);
+        let n = |k: &str| task.params[k].as_u64().unwrap_or(0);
+        Ok(DraftEstimate {
+            bills: self.provider_bills(&provider),
+            price: self.price_of(&provider, &task.params),
+            input_tokens: n("input_tokens"),
+            max_output_tokens: n("max_output_tokens"),
+            provider,
+        })
     }
 
     /// The estimated price of a drafting call for `d` (its provider's tokens at the ceiling).

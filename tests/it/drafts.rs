@@ -135,10 +135,28 @@ fn an_openai_responses_draft_is_one_charge_priced_by_its_usage_and_a_redraft_sho
     let mock = Mock::start(&[]);
     let mut d = daemon(&mock);
     let ph = photos(&d, 2);
+    // The price before anything is uploaded or sent: the daemon's estimate at the ceiling.
+    let ask = json!({"product": "blue porcelain cup", "photo_count": 2, "facts": {"material": "porcelain"},
+        "marketplace": "amazon", "language": "en", "provider": "oa"});
+    let e = d.call("POST", "/v1/drafts/estimate", Some(&ask));
+    assert_eq!(e.status, 200, "{}", String::from_utf8_lossy(&e.body));
+    let e = e.json();
+    assert_eq!((e["provider"].as_str(), e["billable"].as_bool()), (Some("oa"), Some(true)), "{e}");
+    let (tin, tout) = (e["input_tokens"].as_u64().expect("in"), e["max_output_tokens"].as_u64().expect("out"));
+    assert!(tin > 2 * 1600 && tout == 2000, "two photos' ceiling and the request's words: {e}");
+    let ceiling = (tin * 250_000 + tout * 2_000_000).div_ceil(1_000_000) as f64 / 1e6;
+    assert_eq!(e["estimated_cost"]["amount"].as_f64(), Some(ceiling), "{e}");
+    let free = d.call("POST", "/v1/drafts/estimate", Some(&json!({"product": "cup", "provider": "demo"}))).json();
+    assert_eq!((free["billable"].as_bool(), &free["estimated_cost"]), (Some(false), &Value::Null), "{free}");
+    let bad = d.call("POST", "/v1/drafts/estimate", Some(&json!({"photo_count": 7})));
+    assert_eq!(bad.status, 422, "{}", String::from_utf8_lossy(&bad.body));
+    assert_eq!(mock.lines().len(), 0, "an estimate sends nothing");
     let body = json!({"product": "blue porcelain cup", "photos": ph, "facts": {"material": "porcelain"},
         "marketplace": "amazon", "language": "en", "provider": "oa"});
     let id = create(&d, &body)["id"].as_str().expect("id").to_string();
     let dr = settled(&d, &id);
+    // The call was priced with the same estimate before it was sent.
+    assert_eq!(dr["redraft_estimated_cost"]["currency"], e["estimated_cost"]["currency"], "{dr}");
     assert_eq!(dr["status"], "ready", "{dr}");
     assert_eq!(charged(&mock, "POST /v1/responses"), (1, 1), "one create, charged");
     let polls = charged(&mock, "GET /v1/responses");

@@ -20,12 +20,6 @@
   const FACT_KEYS = ["material", "size", "colour", "price", "selling_points", "audience"];
   const ROLES = ["main", "selling_point", "scene", "detail", "size"];
   const MAX_PHOTOS = 6;
-  /* How the daemon estimates a drafting call's input (`domain::draft::estimate_input_tokens`):
-     the request's bytes over 3 (its fixed words are about 909 bytes, then the owner's input
-     as JSON), plus 1600 tokens per photo. */
-  const TOKENS_PER_PHOTO = 1600;
-  const INSTRUCTION_BYTES = 909;
-
   const draftPath = (id) => "/v1/drafts/" + encodeURIComponent(id);
 
   /** A fact's name in the page's language (the six the form asks for, and the demo's
@@ -47,22 +41,23 @@
     return providers.filter((p) => (p.operations || []).includes("draft"));
   }
 
-  /** The most a drafting call of provider `p` can cost, in words, for `photos` photos and the
-      owner's `input` (what the daemon sends as data): "free", "at most about $0.01", or a
-      price tally does not know. */
-  function draftPrice(p, photos, input) {
-    if (!p) return "";
-    if (p.billable === false) return T.tf("draft.price_free", { provider: p.name });
-    const pin = p.price_per_million_input_tokens;
-    const pout = p.price_per_million_output_tokens;
-    if (pin === null || pin === undefined || pout === null || pout === undefined) {
-      return T.tf("draft.price_unknown", { provider: p.name });
-    }
-    const bytes = INSTRUCTION_BYTES + input.language.length + new TextEncoder().encode(JSON.stringify(input)).length;
-    const tokensIn = Math.ceil(bytes / 3) + TOKENS_PER_PHOTO * photos;
-    const tokensOut = p.max_output_tokens || 4096;
-    const amount = T.money(Math.ceil((tokensIn * pin + tokensOut * pout)) / 1e6, p.currency);
-    return T.tf("draft.price_amount", { provider: p.name, amount, tokens: tokensOut });
+  /** The most a drafting call can cost, in words, from the daemon's own estimate
+      (`POST /v1/drafts/estimate`, or a draft's `redraft_estimated_cost`): "free", "at most
+      about $0.01", or a price tally does not know. */
+  function priceWords(e) {
+    if (!e) return "";
+    if (e.billable === false) return T.tf("draft.price_free", { provider: e.provider });
+    const c = e.estimated_cost;
+    if (!c || c.amount === null || c.amount === undefined) return T.tf("draft.price_unknown", { provider: e.provider });
+    return T.tf("draft.price_amount", { provider: e.provider, amount: T.money(c.amount, c.currency), tokens: e.max_output_tokens });
+  }
+
+  /** The daemon's estimate for a new draft of `input` with `photos` photos on `provider`. */
+  function estimate(provider, photos, input) {
+    const facts = {};
+    for (const f of input.facts) facts[f.key] = f.value;
+    return api("POST", "/v1/drafts/estimate", { product: input.product, photo_count: Math.min(Math.max(photos, 1), MAX_PHOTOS),
+      facts, marketplace: input.marketplace, language: input.language, provider });
   }
 
   /** An option list with `value` selected. */
@@ -108,9 +103,17 @@
       language: language.value,
       answers: [],
     });
-    const showPrice = () => {
-      const p = providers.find((x) => x.name === provider.value);
-      price.textContent = p ? draftPrice(p, Math.max(files.length, 1), input()) : T.t("draft.no_provider");
+    /* The price line follows the form; an answer that a later change overtook is dropped. */
+    let asked = 0;
+    const showPrice = async () => {
+      const n = ++asked;
+      if (!providers.some((x) => x.name === provider.value)) { price.textContent = T.t("draft.no_provider"); return; }
+      try {
+        const e = await estimate(provider.value, files.length, input());
+        if (n === asked) price.textContent = priceWords(e);
+      } catch (e) {
+        if (n === asked) price.textContent = e.message || "";
+      }
     };
     const drawPreviews = () => {
       previews.replaceChildren(...files.map((f, i) => {
@@ -166,7 +169,7 @@
         if (!body.product) throw new Error(T.t("newset.need_name"));
         /* A provider that bills: its price, asked first (nothing is sent before "yes"). */
         if (p && p.billable !== false) {
-          const words = draftPrice(p, files.length, body);
+          const words = priceWords(await estimate(p.name, files.length, body));
           const yes = await T.confirmDialog(T.tf("draft.ask_title", { provider: p.name }), words, T.t("draft.ask_yes"));
           if (!yes) return;
         }
@@ -466,13 +469,6 @@
   function nextSection(d, info) {
     const out = [];
     const p = info.providers.find((x) => x.name === d.provider);
-    /* What a redraft sends as data (`engine::drafts::redraft_input`): the owner's and the
-       confirmed facts, and the answers by question id. */
-    const keys = new Set();
-    const input = { product: d.product, facts: (d.facts || []).filter((f) => f.source === "owner" || f.confirmed)
-      .filter((f) => !keys.has(f.key) && keys.add(f.key)).slice(0, 12).map((f) => ({ key: f.key, value: f.value })),
-    marketplace: d.marketplace || null, language: d.language,
-    answers: (d.questions || []).filter((q) => q.answer).map((q) => ({ question: q.id, answer: q.answer })) };
     if (d.status !== "drafting") {
       const rErr = errorSlot("draft-redraft-error");
       const again = h("button", { type: "button", id: "draft-redraft" }, T.t("draft.redraft"));
@@ -492,7 +488,8 @@
       out.push(h("section", { "aria-labelledby": "draft-again-title", id: "draft-again" },
         h("h2", { id: "draft-again-title" }, T.t("draft.again_title")),
         h("p", { class: "hint" }, T.t("draft.again_hint")),
-        h("p", { class: "hint", id: "draft-redraft-price" }, draftPrice(p, (d.photos || []).length, input)),
+        h("p", { class: "hint", id: "draft-redraft-price" }, priceWords(p && { provider: d.provider, billable: p.billable, estimated_cost: d.redraft_estimated_cost,
+          max_output_tokens: p.max_output_tokens })),
         h("div", { class: "actions" }, again), rErr));
     }
     if (d.status !== "ready") return out;
