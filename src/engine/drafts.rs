@@ -278,6 +278,8 @@ impl Engine {
         };
         let out = self.shared.store.create_draft(new, self.shared.now()).await?;
         if matches!(out, SubmitOutcome::Created(_)) {
+            // Committed, the owner not answered yet: the same crash point as a task's submit.
+            crate::failpoint::crash("after-submit");
             self.shared.wake_dispatcher.notify_one();
         }
         Ok(out)

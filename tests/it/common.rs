@@ -415,10 +415,51 @@ pub fn providers_at(base: &str) -> String {
     )
 }
 
+/// The three kinds that draft (issue #36) at the mock `base`, for the crash matrix and the soak:
+/// `oadraft` (`openai_responses`: background, fetched by id), `dsdraft` (`dashscope_chat`) and
+/// `gmdraft` (`gemini` with `operations = ["draft"]`), both synchronous.
+pub fn draft_providers_at(base: &str) -> String {
+    let common = "api_key_env = \"TALLY_TEST_KEY\"\nmax_concurrency = 4\npoll_interval_ms = 50\nrequest_timeout_ms = 5000\n\
+                  connect_timeout_ms = 1000\nmax_output_tokens = 2000\nprice_per_million_input_tokens = 0.25\n\
+                  price_per_million_output_tokens = 2.0\n";
+    format!(
+        "[[providers]]\nname = \"oadraft\"\nkind = \"openai_responses\"\nbase_url = \"{base}\"\nmodel = \"gpt-5-mini\"\n{common}\n\
+         [[providers]]\nname = \"dsdraft\"\nkind = \"dashscope_chat\"\nbase_url = \"{base}/dashscope/compatible-mode/v1\"\nmodel = \"qwen-vl-max\"\n{common}\n\
+         [[providers]]\nname = \"gmdraft\"\nkind = \"gemini\"\nbase_url = \"{base}/gemini\"\nmodel = \"gemini-2.5-flash\"\noperations = [\"draft\"]\n{common}\n"
+    )
+}
+
+/// [`providers`] and [`draft_providers_at`] together.
+pub fn providers_with_drafts(mock: &Mock) -> String {
+    format!("{}{}", providers(mock), draft_providers_at(&mock.base()))
+}
+
 /// Submit with an idempotency key; `None` if the daemon died before answering. `provider` may
 /// name an operation after a colon (`openai:edit`, `photoroom:cutout`): the task then works on
-/// the upload `TEST_SOURCE` put in the daemon (see [`upload_source`]).
+/// the upload `TEST_SOURCE` put in the daemon (see [`upload_source`]). `oadraft:draft` (any
+/// provider with `:draft`) creates a draft instead (`POST /v1/drafts`: the product named
+/// `prompt`, one photo drawn from it) and answers its drafting call's task id, with `202` for a
+/// new draft and `200` for the key's existing one.
 pub fn submit(d: &Daemon, provider: &str, prompt: &str, key: &str) -> Option<(u16, String)> {
+    if let Some((provider, "draft")) = provider.split_once(':') {
+        let photo = upload_source(d, prompt)?;
+        let body = serde_json::json!({"product": prompt, "photos": [photo], "language": "en",
+                                      "provider": provider, "idempotency_key": key})
+        .to_string();
+        let auth = format!("Bearer {}", d.token());
+        let r = try_request(
+            d.port,
+            "POST",
+            "/v1/drafts",
+            &[("Authorization", auth.as_str()), ("Content-Type", "application/json")],
+            Some(body.as_bytes()),
+        )?;
+        let id = r.json()["task_id"].as_str().map(str::to_string);
+        if id.is_none() {
+            eprintln!("draft answered {} without a task id: {}", r.status, String::from_utf8_lossy(&r.body));
+        }
+        return Some((r.status, id?));
+    }
     let body = match provider.split_once(':') {
         None => serde_json::json!({"prompt": prompt, "provider": provider, "idempotency_key": key}),
         Some((provider, op)) => {

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::common::{Daemon, FAST_DEMO, Mock, providers, sha256_hex, submit, try_request, wait_for};
+use crate::common::{Daemon, FAST_DEMO, Mock, providers_with_drafts, sha256_hex, submit, try_request, wait_for};
 
 /// A small deterministic random source (xorshift64*), seeded and printed for reruns.
 struct Rng(u64);
@@ -94,7 +94,8 @@ fn soak(tasks: usize, budget: Duration, postgres: bool) {
     let engine = "dispatch_grace_secs = 1\nmax_attempts = 3\nbackoff_base_ms = 50\nbackoff_max_ms = 400\nrecovery_deadline_secs = 20\n";
     let out = crate::common::TempDir::new();
     let mut shipments: Vec<Shipment> = (0..SHIPMENTS).map(|i| Shipment::new(i, out.path())).collect();
-    let mut d = Daemon::configure_with(engine, &format!("{}{}", providers(&mock), delivery_config(&shipments)));
+    let mut d =
+        Daemon::configure_with(engine, &format!("{}{}", providers_with_drafts(&mock), delivery_config(&shipments)));
     if postgres && d.on_postgres("soak-node").is_none() {
         return;
     }
@@ -116,6 +117,10 @@ fn soak(tasks: usize, budget: Duration, postgres: bool) {
         "gemini:edit",
         "bfledit:edit",
         "photoroom:cutout",
+        // Drafting calls (issue #36): background and fetched by id, and two synchronous kinds.
+        "oadraft:draft",
+        "dsdraft:draft",
+        "gmdraft:draft",
     ];
     // prompt → (kind, idempotency key, task id once known)
     let mut accepted: HashMap<String, (String, String, Option<String>)> = HashMap::new();
@@ -152,7 +157,8 @@ fn soak(tasks: usize, budget: Duration, postgres: bool) {
         let key = uuid::Uuid::new_v4().to_string();
         submitted += 1;
         match submit(&d, &kind, &prompt, &key) {
-            Some((201, id)) => {
+            // 201 for a task, 202 for a draft (its drafting call queued).
+            Some((201 | 202, id)) => {
                 accepted.insert(prompt, (kind, key, Some(id)));
             }
             Some((code, _)) => panic!("submit answered {code}"),
@@ -213,8 +219,9 @@ fn soak(tasks: usize, budget: Duration, postgres: bool) {
     for prompt in &unanswered {
         let (kind, key, id) = accepted.get_mut(prompt).expect("tracked");
         if let Some((code, got)) = submit(&d, kind, prompt, key) {
-            // 201: the first answer was lost before the commit (a new task now); 200: it was kept.
-            assert!(code == 200 || code == 201, "resubmit answered {code}");
+            // 201 (202 for a draft): the first answer was lost before the commit (a new task
+            // now); 200: it was kept.
+            assert!([200, 201, 202].contains(&code), "resubmit answered {code}");
             *id = Some(got);
         }
     }
@@ -260,7 +267,7 @@ fn soak(tasks: usize, budget: Duration, postgres: bool) {
     let mut older = Vec::new();
     if copied {
         let fresh = || {
-            let mut c = Daemon::configure_with(engine, &providers(&mock));
+            let mut c = Daemon::configure_with(engine, &providers_with_drafts(&mock));
             c.env.push(("TALLY_TEST_KEY".into(), "sk-test-soak".into()));
             c
         };
@@ -497,6 +504,13 @@ impl Shipment {
         let mut want: BTreeSet<String> = delivered.keys().cloned().collect();
         if !delivered.is_empty() {
             want.extend(["manifest.csv".to_string(), "manifest.json".to_string()]);
+        }
+        // Each delivery that delivered anything keeps its own manifest beside the latest one.
+        for x in &all {
+            if x["items"].as_array().is_some_and(|i| i.iter().any(|i| i["state"] == "delivered")) {
+                let id = x["id"].as_str().expect("a delivery's id");
+                want.extend([format!("manifest-{id}.csv"), format!("manifest-{id}.json")]);
+            }
         }
         assert_eq!(files.keys().cloned().collect::<BTreeSet<_>>(), want, "{}: the folder holds", self.target);
         for (name, sha) in &delivered {

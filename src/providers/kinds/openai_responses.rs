@@ -116,8 +116,14 @@ pub fn dashboard(cfg: &ProviderConfig) -> Dashboard {
 
 impl Provider for OpenaiResponses {
     fn capabilities(&self) -> Capabilities {
-        // The create is not idempotent and cannot be searched for: a lost create is unknown.
-        Capabilities { idempotent_create: self.http.sends_idempotency_key(), lookup: false }
+        // A response's id, once it arrived and was persisted (`accepted`), is fetched again by
+        // id — also after a restart (`lookup`). The create is not idempotent and cannot be
+        // searched for ([`Provider::finds_lost_creates`] is false): a lost create is unknown.
+        Capabilities { idempotent_create: self.http.sends_idempotency_key(), lookup: true }
+    }
+
+    fn finds_lost_creates(&self) -> bool {
+        false
     }
 
     fn billing_note(&self) -> &str {
