@@ -38,6 +38,10 @@ pub enum DraftCommand {
         /// Makes resending safe: the same key and request return the same draft.
         #[arg(long)]
         idempotency_key: Option<String>,
+        /// Wait for the plan; exit 0 when it is ready, 3 if drafting failed or was canceled,
+        /// 4 if its outcome is unknown (it may have been charged).
+        #[arg(long)]
+        wait: bool,
     },
     /// Show a draft: its status, revision, facts, shots, copy and questions.
     Show {
@@ -106,7 +110,7 @@ fn show(d: &Value, json_out: bool) {
 /// Run `tally draft …`.
 pub(super) async fn draft_command(client: &Client, cmd: DraftCommand, json_out: bool) -> Result<ExitCode, Failure> {
     match cmd {
-        DraftCommand::Create { product, photos, facts, marketplace, language, provider, idempotency_key } => {
+        DraftCommand::Create { product, photos, facts, marketplace, language, provider, idempotency_key, wait } => {
             let facts: serde_json::Map<String, Value> = facts.iter().map(|f| fact(f)).collect::<Result<_, _>>()?;
             let mut ids = Vec::new();
             for path in &photos {
@@ -124,6 +128,9 @@ pub(super) async fn draft_command(client: &Client, cmd: DraftCommand, json_out: 
                 }
             }
             let d = client.post("/v1/drafts", &body).await?.into_ok()?;
+            if wait {
+                return wait_for_draft(client, d, json_out).await;
+            }
             show(&d, json_out);
             Ok(Exit::Ok.into())
         }
@@ -144,6 +151,45 @@ pub(super) async fn draft_command(client: &Client, cmd: DraftCommand, json_out: 
                 println!("set {} created from revision {revision} of draft {}", st(&out, "set_id"), term_safe(&id));
             }
             Ok(Exit::Ok.into())
+        }
+    }
+}
+
+/// Poll a draft every 250 ms, printing each status change, until its drafting call settles or
+/// Ctrl-C (which stops only the waiting); then show it. The exit code follows its status.
+async fn wait_for_draft(client: &Client, mut d: Value, json_out: bool) -> Result<ExitCode, Failure> {
+    let id = st(&d, "id");
+    let mut interrupt = super::tasks::Interrupt::install();
+    let mut last = String::new();
+    loop {
+        let status = st(&d, "status");
+        if status != last {
+            let line = format!("{id}: {status}");
+            if json_out {
+                eprintln!("{line}");
+            } else {
+                println!("{line}");
+            }
+            last = status.clone();
+        }
+        let exit = match status.as_str() {
+            "ready" | "confirmed" => Some(Exit::Ok),
+            "failed" | "canceled" => Some(Exit::NotSucceeded),
+            "unknown" => Some(Exit::Unknown),
+            _ => None,
+        };
+        if let Some(exit) = exit {
+            show(&d, json_out);
+            return Ok(exit.into());
+        }
+        tokio::select! {
+            _ = interrupt.recv() => {
+                return Err(super::tasks::stopped_waiting("draft", format!("tally draft show {id}")));
+            }
+            next = async {
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+                client.get(&format!("/v1/drafts/{}", seg(&id))).await
+            } => d = next?.into_ok()?,
         }
     }
 }

@@ -77,7 +77,8 @@ fn the_readme_tour_runs_as_written() {
             .replace("127.0.0.1:7800", &format!("127.0.0.1:{p3}"))
             .replace("<artifact-id>", "$(artifact_id)")
             .replace("<id>", "$(last_id)")
-            .replace("<set-id>", "$(set_id)");
+            .replace("<set-id>", "$(set_id)")
+            .replace("<draft-id>", "$(draft_id)");
         // `tally set choose $(set_id) ROLE <image-id>`: the first image of that shot.
         match c.split("$(set_id) ").nth(1).and_then(|rest| rest.split_whitespace().next()) {
             Some(role) if c.contains("<image-id>") => c.replace("<image-id>", &format!("$(image_of {role})")),
@@ -90,6 +91,7 @@ fn the_readme_tour_runs_as_written() {
         "Edit an image, and cut out a product",
         "With curl:",
         "Deliver a set:",
+        "## Drafts: from the product's photos",
         "### Try it at no cost against the mock provider",
     ] {
         steps.extend(commands(&block_after(&readme, marker)).iter().map(|c| subst(c)));
@@ -103,6 +105,7 @@ fn the_readme_tour_runs_as_written() {
          last_id() {{ tally list --limit 1 | head -n1 | cut -d' ' -f1; }}\n\
          artifact_id() {{ tally status \"$(last_id)\" | sed -n 's/.*(artifact id \\([^)]*\\)).*/\\1/p' | head -n1; }}\n\
          set_id() {{ tally set list | head -n1 | cut -d' ' -f1; }}\n\
+         draft_id() {{ curl -s -H \"Authorization: Bearer $(tally token)\" 'http://127.0.0.1:{p1}/v1/drafts?limit=1' | sed -n 's/^{{\"drafts\":\\[{{\"id\":\"\\([^\"]*\\)\".*/\\1/p'; }}\n\
          image_of() {{ tally set status \"$(set_id)\" | awk -v r=\"$1\" '$1 ~ /^#[0-9]+$/ {{f=($2==r); next}} f && /image/ {{for(i=1;i<=NF;i++) if($i==\"image\") {{print $(i+1); exit}}}}'; }}\n\
          tally serve --listen 127.0.0.1:{p1} > {r}/serve1.log 2>&1 &\n\
          for i in $(seq 200); do tally list > /dev/null 2>&1 && break; sleep 0.05; done\n",
