@@ -138,6 +138,7 @@ async fn demo_flow(b: &Browser, d: &Daemon, photos: &[String], lang: &str) {
     let zh = lang == "zh-CN";
     let (product, material) = if zh { ("青花瓷茶杯", "陶瓷") } else { ("blue porcelain cup", "porcelain") };
     fill_the_form(b, photos, product, material, lang, "demo").await;
+    b.until("the demo's price", 10, "document.getElementById('draft-price').textContent.includes(' demo ')").await;
     let price = b.js("document.getElementById('draft-price').textContent").await;
     let free = if zh {
         "用 demo 起草是免费的：它从不收费。"
@@ -317,6 +318,8 @@ fn the_price_of_a_paid_draft_and_of_its_set_is_shown_before_each_is_sent() {
         fill_the_form(&b, &photos, "blue porcelain cup", "porcelain", "en", "oa").await;
         // Two photos (1600 tokens each), the request (~350 tokens) and up to 2000 tokens of
         // answer: 0.25 and 2.0 per million, about $0.005 at most.
+        // The price line follows the form through the daemon's estimate: wait for oa's.
+        b.until("oa's price", 10, "document.getElementById('draft-price').textContent.includes(' oa ')").await;
         let price = b.js("document.getElementById('draft-price').textContent").await;
         assert_eq!(
             price,
