@@ -48,6 +48,43 @@ pub enum DraftCommand {
         /// The draft's id.
         id: String,
     },
+    /// Change a revision: answer its questions, change a shot's prompt or candidates, or the
+    /// copy's title. Each change makes a new revision; a stale one is refused.
+    Edit {
+        /// The draft's id.
+        id: String,
+        /// The revision you read (`tally draft show`): the latest, or it is refused.
+        #[arg(long)]
+        revision: i64,
+        /// An answer to a question, as QUESTION-ID=ANSWER (the id `tally draft show` prints in
+        /// brackets after each question); repeat for more.
+        #[arg(long = "answer", value_name = "ID=ANSWER")]
+        answers: Vec<String>,
+        /// A shot's new prompt, as N=PROMPT (N from 1, as `tally draft show` numbers them).
+        #[arg(long = "shot-prompt", value_name = "N=PROMPT")]
+        shot_prompts: Vec<String>,
+        /// How many candidates a shot makes, as N=COUNT.
+        #[arg(long = "shot-candidates", value_name = "N=COUNT")]
+        shot_candidates: Vec<String>,
+        /// The listing copy's new title.
+        #[arg(long)]
+        title: Option<String>,
+    },
+    /// Ask the model again with your facts and answers: a new call, charged like the first
+    /// (the refusal says about how much until you accept it).
+    Redraft {
+        /// The draft's id.
+        id: String,
+        /// The revision you read: the latest, or it is refused.
+        #[arg(long)]
+        revision: i64,
+        /// Go ahead although the call will be charged.
+        #[arg(long)]
+        accept_possible_charge: bool,
+        /// Wait for the new plan (exit codes as `draft create --wait`).
+        #[arg(long)]
+        wait: bool,
+    },
     /// Confirm one revision: its image set is created (one job per candidate) and only then
     /// is anything generated. Confirming again shows the same set.
     Confirm {
@@ -64,6 +101,16 @@ pub enum DraftCommand {
         #[arg(long)]
         accept_possible_charge: bool,
     },
+}
+
+/// `N=VALUE` of a shot numbered from 1 among `shots` shots: its index and the value.
+fn numbered(s: &str, flag: &str, shots: usize) -> Result<(usize, String), Failure> {
+    let usage = |why: String| Failure { exit: Exit::Usage, message: format!("{flag} `{s}`: {why}") };
+    let (n, v) = s.split_once('=').ok_or_else(|| usage("write it as N=VALUE".into()))?;
+    match n.trim().parse::<usize>() {
+        Ok(n) if (1..=shots).contains(&n) => Ok((n - 1, v.to_string())),
+        _ => Err(usage(format!("N is a shot's number, 1 to {shots}"))),
+    }
 }
 
 fn fact(s: &str) -> Result<(String, Value), Failure> {
@@ -136,6 +183,64 @@ pub(super) async fn draft_command(client: &Client, cmd: DraftCommand, json_out: 
         }
         DraftCommand::Show { id } => {
             let d = client.get(&format!("/v1/drafts/{}", seg(&id))).await?.into_ok()?;
+            show(&d, json_out);
+            Ok(Exit::Ok.into())
+        }
+        DraftCommand::Edit { id, revision, answers, shot_prompts, shot_candidates, title } => {
+            let path = format!("/v1/drafts/{}", seg(&id));
+            let mut body = json!({ "revision": revision });
+            if !answers.is_empty() {
+                let mut by_id = serde_json::Map::new();
+                for a in &answers {
+                    match a.split_once('=') {
+                        Some((q, v)) if !q.trim().is_empty() => by_id.insert(q.trim().to_string(), json!(v.trim())),
+                        _ => {
+                            return Err(Failure {
+                                exit: Exit::Usage,
+                                message: format!("--answer `{a}`: write it as QUESTION-ID=ANSWER"),
+                            });
+                        }
+                    };
+                }
+                body["answers"] = Value::Object(by_id);
+            }
+            if !shot_prompts.is_empty() || !shot_candidates.is_empty() || title.is_some() {
+                // Whole sections replace the current ones: start from the revision as read.
+                let d = client.get(&path).await?.into_ok()?;
+                let mut shots = d["shots"].as_array().cloned().unwrap_or_default();
+                for sp in &shot_prompts {
+                    let (i, v) = numbered(sp, "--shot-prompt", shots.len())?;
+                    shots[i]["prompt"] = json!(v);
+                }
+                for sc in &shot_candidates {
+                    let (i, v) = numbered(sc, "--shot-candidates", shots.len())?;
+                    let n: i64 = v.trim().parse().map_err(|_| Failure {
+                        exit: Exit::Usage,
+                        message: format!("--shot-candidates `{sc}`: COUNT is a whole number"),
+                    })?;
+                    shots[i]["candidates"] = json!(n);
+                }
+                if !shot_prompts.is_empty() || !shot_candidates.is_empty() {
+                    body["shots"] = Value::Array(shots);
+                }
+                if let Some(t) = title {
+                    let mut copy = d["copy"].clone();
+                    if copy.is_object() {
+                        copy["title"] = json!(t);
+                        body["copy"] = copy;
+                    }
+                }
+            }
+            let d = client.patch(&path, &body).await?.into_ok()?;
+            show(&d, json_out);
+            Ok(Exit::Ok.into())
+        }
+        DraftCommand::Redraft { id, revision, accept_possible_charge, wait } => {
+            let body = json!({ "revision": revision, "acknowledge_possible_charge": accept_possible_charge });
+            let d = client.post(&format!("/v1/drafts/{}/redraft", seg(&id)), &body).await?.into_ok()?;
+            if wait {
+                return wait_for_draft(client, d, json_out).await;
+            }
             show(&d, json_out);
             Ok(Exit::Ok.into())
         }

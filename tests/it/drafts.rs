@@ -327,7 +327,42 @@ fn the_cli_creates_shows_and_confirms_a_draft() {
     let out = d.cli(&["draft", "show", &id]);
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(out.status.success() && text.contains("colour = blue") && text.contains("revision 1"), "{text}");
-    let out = d.cli(&["draft", "confirm", &id, "--revision", "1"]);
+    // Answer a question, change a shot and the title: one new revision.
+    let dr = d.call("GET", &format!("/v1/drafts/{id}"), None).json();
+    let q = dr["questions"][0]["id"].as_str().expect("the demo asks a question").to_string();
+    let answer = format!("{q}=for tea");
+    let out = d.cli(&[
+        "draft",
+        "edit",
+        &id,
+        "--revision",
+        "1",
+        "--answer",
+        &answer,
+        "--shot-prompt",
+        "1=the blue mug on white, front view",
+        "--shot-candidates",
+        "1=2",
+        "--title",
+        "Blue porcelain mug",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let dr = d.call("GET", &format!("/v1/drafts/{id}"), None).json();
+    assert_eq!(dr["revision"], 2, "{dr}");
+    assert_eq!(dr["questions"][0]["answer"], "for tea", "{dr}");
+    assert_eq!(dr["shots"][0]["prompt"], "the blue mug on white, front view", "{dr}");
+    assert_eq!(dr["shots"][0]["candidates"], 2, "{dr}");
+    assert_eq!(dr["copy"]["title"], "Blue porcelain mug", "{dr}");
+    // A stale revision is refused and changes nothing; a shot number out of range is a usage error.
+    let out = d.cli(&["draft", "edit", &id, "--revision", "1", "--title", "Old"]);
+    assert!(!out.status.success(), "a stale revision was taken");
+    let out = d.cli(&["draft", "edit", &id, "--revision", "2", "--shot-prompt", "99=x"]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(d.call("GET", &format!("/v1/drafts/{id}"), None).json()["revision"], 2);
+    // Drafting again on the demo is free: no acknowledgement needed; --wait until it is ready.
+    let out = d.cli(&["draft", "redraft", &id, "--revision", "2", "--wait"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = d.cli(&["draft", "confirm", &id, "--revision", "3"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("set "), "{}", String::from_utf8_lossy(&out.stdout));
     assert_eq!(d.call("GET", "/v1/sets", None).json()["sets"].as_array().map(Vec::len), Some(1));
