@@ -3,6 +3,7 @@
 //! The words themselves, in English and Simplified Chinese, come from one catalogue
 //! ([`words`]).
 
+pub mod csv;
 pub mod draft;
 pub mod operation;
 pub mod words;

@@ -262,7 +262,8 @@ fn request_json(r: &PaidRequest) -> PaidRequestJson {
     }
 }
 
-/// The requests as CSV (RFC 4180: fields with commas, quotes or line breaks are quoted).
+/// The requests as CSV (`domain::csv`: RFC 4180, a cell a spreadsheet would run as a formula
+/// kept as text).
 pub fn csv(rows: &[PaidRequest]) -> String {
     let mut out = String::from("time,task,provider,model,state,estimated_cost,currency,recorded\r\n");
     for r in rows {
@@ -283,15 +284,9 @@ pub fn csv(rows: &[PaidRequest]) -> String {
             r.currency.clone().unwrap_or_default(),
             if r.by_hand { "by hand".to_string() } else { String::new() },
         ];
-        let line: Vec<String> = fields.iter().map(|f| field(f)).collect();
-        out.push_str(&line.join(","));
-        out.push_str("\r\n");
+        out.push_str(&crate::domain::csv::line(&fields));
     }
     out
-}
-
-fn field(f: &str) -> String {
-    if f.contains([',', '"', '\n', '\r']) { format!("\"{}\"", f.replace('"', "\"\"")) } else { f.to_string() }
 }
 
 #[cfg(test)]
@@ -313,6 +308,31 @@ mod tests {
         let text = csv(&[r.clone(), PaidRequest { charge: Charge::None, by_hand: true, ..r }]);
         assert_eq!(text.lines().nth(1), Some("1970-01-01T00:00:00.000Z,t,p,\"a,\"\"b\"\"\",possible,0.04,USD,"));
         assert_eq!(text.lines().nth(2), Some("1970-01-01T00:00:00.000Z,t,p,\"a,\"\"b\"\"\",none,0.04,USD,by hand"));
+        // A provider or model named like a formula stays text in a spreadsheet.
+        let evil = PaidRequest {
+            provider: "@SUM(1)".into(),
+            model: Some("=HYPERLINK(\"http://x\")".into()),
+            charge: Charge::None,
+            ..r_base()
+        };
+        let text = csv(&[evil]);
+        assert!(
+            text.lines().nth(1).is_some_and(|l| l.contains(",\"'@SUM(1)\",\"'=HYPERLINK(\"\"http://x\"\")\",")),
+            "{text}"
+        );
+    }
+
+    fn r_base() -> PaidRequest {
+        PaidRequest {
+            at: 0,
+            task_id: "t".into(),
+            provider: "p".into(),
+            model: None,
+            charge: Charge::Possible,
+            cost_micros: None,
+            currency: None,
+            by_hand: false,
+        }
     }
 
     #[test]

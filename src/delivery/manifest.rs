@@ -8,6 +8,8 @@
 
 use serde::Serialize;
 
+use crate::domain::csv::field;
+
 /// The manifest's file names.
 pub const CSV_NAME: &str = "manifest.csv";
 pub const JSON_NAME: &str = "manifest.json";
@@ -85,19 +87,6 @@ pub fn decimal(micros: i64) -> String {
     }
     let frac = format!("{frac:06}");
     format!("{sign}{whole}.{}", frac.trim_end_matches('0'))
-}
-
-/// One CSV field, quoted when it holds a comma, quote, CR or LF (quotes doubled), and when it
-/// starts with a character a spreadsheet would run as a formula (`=`, `+`, `-`, `@`, tab):
-/// those get a leading `'` inside the quotes, so a product named `=HYPERLINK(…)` stays text.
-fn field(value: &str) -> String {
-    let formula = value.starts_with(['=', '+', '-', '@', '\t', '\r']);
-    let value = if formula { format!("'{value}") } else { value.to_string() };
-    if formula || value.contains([',', '"', '\r', '\n']) {
-        format!("\"{}\"", value.replace('"', "\"\""))
-    } else {
-        value
-    }
 }
 
 /// `manifest.csv`: a header line then one line per row, CRLF line ends (RFC 4180), UTF-8.
