@@ -347,8 +347,9 @@ fn every_task_crash_point_is_in_the_matrix() {
 #[test]
 fn every_kind_offering_an_operation_has_its_cells() {
     let cells = include_str!("crash.rs");
-    let cfg = tally::config::Config::from_toml(&crate::common::providers_at("http://127.0.0.1:1"), "crash")
-        .expect("the matrix's providers");
+    let base = "http://127.0.0.1:1";
+    let toml = format!("{}{}", crate::common::providers_at(base), crate::common::draft_providers_at(base));
+    let cfg = tally::config::Config::from_toml(&toml, "crash").expect("the matrix's providers");
     for k in tally::providers::kinds::KINDS.iter().filter(|k| k.bills) {
         for op in k.default_operations.iter().filter(|o| **o != tally::domain::operation::Operation::Generate) {
             let covered = cfg.providers.iter().filter(|p| p.kind.as_str() == k.name).any(|p| {
