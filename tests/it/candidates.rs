@@ -209,6 +209,8 @@ fn the_owner_chooses_a_candidate_in_the_page() {
         let line = b.js("document.getElementById('set-delivery').textContent").await;
         assert_eq!(line, "2 shots have no chosen image: Main photo, Lifestyle scene");
         b.assert_accessible("the set page with candidates").await;
+        // Two candidates, none chosen: no shot download that would pick one for the owner.
+        assert_eq!(b.js("document.getElementById('shot-download-0') === null").await, json!(true));
         // Use the second candidate: it is marked chosen, through the API too.
         b.click("#use-0-1").await;
         b.until(
@@ -220,6 +222,9 @@ fn the_owner_chooses_a_candidate_in_the_page() {
         let mark = b.js("document.querySelector('#candidates-0 .candidate.chosen').textContent").await;
         assert!(mark.as_str().unwrap_or("").contains("Chosen"), "{mark}");
         assert_eq!(set_of(&d, &id)["shots"][0]["chosen"], json!(second));
+        // The shot's download gives the chosen image, not the first candidate's.
+        let dl = b.js("document.getElementById('shot-download-0')?.dataset.artifactId").await;
+        assert_eq!(dl, json!(second), "the shot's download is its chosen image");
         // The single-candidate shot: "Use this one", then the set is ready.
         b.click("#use-1-0").await;
         b.until("ready to deliver", 15, "document.getElementById('set-delivery').dataset.ready === 'true'").await;

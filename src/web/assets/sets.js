@@ -221,8 +221,14 @@
     const err = errorSlot("shot-error-" + shot.position);
     const actions = h("div", { class: "actions" });
     const art = (shot.artifacts || [])[0];
-    if (art) {
-      actions.append(h("a", { href: art.url, download: "", class: "button", id: "shot-download-" + shot.position }, T.t("download")));
+    /* The shot's download is its chosen image; with one candidate, its image; with several
+       and none chosen, none (each candidate is opened on its own). */
+    const cands = shot.candidates || [];
+    const chosenArt = cands.map((c) => c.artifact).find((a) => a && a.id === shot.chosen);
+    const mine = chosenArt || (cands.length <= 1 ? art : null);
+    if (mine) {
+      actions.append(h("a", { href: mine.url, download: "", class: "button", id: "shot-download-" + shot.position,
+        "data-artifact-id": mine.id }, T.t("download")));
     }
     if (shot.status === "unknown") {
       const rec = h("button", { type: "button", id: "shot-resolve-" + shot.position }, T.t("set.resolve"));
