@@ -67,8 +67,8 @@ fn permits() -> &'static Semaphore {
     PERMITS.get_or_init(|| Semaphore::new(PARALLEL))
 }
 
-/// Scale image bytes (PNG, JPEG or WebP) to fit `size`×`size`, flatten onto white, encode as
-/// JPEG. Errors are in words for the API.
+/// Scale image bytes (PNG, JPEG or WebP) to fit `size`×`size`, turn it upright by its EXIF
+/// orientation, flatten onto white, encode as JPEG. Errors are in words for the API.
 /// The pixels are decoded under the daemon's image budget ([`crate::pixels`]): an image too
 /// large for it is refused in words before its buffer is allocated, and its ticket is given
 /// back as soon as the small copy is made.
@@ -78,7 +78,10 @@ pub fn make(bytes: &[u8], size: u32) -> Result<Vec<u8>, String> {
     let d = crate::pixels::decode(bytes, crate::pixels::decoded_plus(0, small))
         .map_err(|e| format!("cannot decode the image: {e}"))?;
     let img = d.image;
-    let small = if img.width() > size || img.height() > size { img.thumbnail(size, size) } else { img };
+    let mut small = if img.width() > size || img.height() > size { img.thumbnail(size, size) } else { img };
+    // Upright, as the photo was taken (a phone's portrait photo is stored on its side with an
+    // EXIF orientation); turning the small copy costs nothing worth counting.
+    small.apply_orientation(d.orientation);
     let rgba = small.to_rgba8();
     drop(small);
     drop(d.ticket);
@@ -187,6 +190,51 @@ mod tests {
         let img = image::load_from_memory(&t).expect("decodes");
         assert_eq!((img.width(), img.height()), (SIZE, SIZE));
         assert!(make(b"not an image", SIZE).is_err());
+    }
+
+    /// A JPEG of `w`×`h` with an EXIF APP1 segment saying `orientation` (1–8), as a phone
+    /// stores a portrait photo: the sensor's landscape pixels and "turn 90° clockwise" (6).
+    pub(crate) fn jpeg_with_orientation(w: u32, h: u32, orientation: u16) -> Vec<u8> {
+        let mut plain = Vec::new();
+        let img =
+            image::RgbImage::from_fn(
+                w,
+                h,
+                |x, _| if x < w / 2 { image::Rgb([200, 0, 0]) } else { image::Rgb([0, 0, 200]) },
+            );
+        image::codecs::jpeg::JpegEncoder::new_with_quality(&mut plain, 90).encode_image(&img).expect("jpeg");
+        // TIFF (little endian): header, one IFD with one entry (0x0112 Orientation, SHORT, 1).
+        let mut tiff = b"II*\0".to_vec();
+        tiff.extend(8u32.to_le_bytes());
+        tiff.extend(1u16.to_le_bytes());
+        tiff.extend(0x0112u16.to_le_bytes());
+        tiff.extend(3u16.to_le_bytes());
+        tiff.extend(1u32.to_le_bytes());
+        tiff.extend(orientation.to_le_bytes());
+        tiff.extend([0, 0]);
+        tiff.extend(0u32.to_le_bytes());
+        let mut app1 = b"Exif\0\0".to_vec();
+        app1.extend(tiff);
+        let mut out = plain[..2].to_vec();
+        out.extend([0xff, 0xe1]);
+        out.extend(((app1.len() + 2) as u16).to_be_bytes());
+        out.extend(app1);
+        out.extend(&plain[2..]);
+        out
+    }
+
+    #[test]
+    fn a_portrait_photo_stored_on_its_side_is_shown_upright() {
+        let photo = jpeg_with_orientation(400, 200, 6);
+        let t = make(&photo, SIZE).expect("thumbnail");
+        let img = image::load_from_memory(&t).expect("decodes");
+        assert_eq!((img.width(), img.height()), (SIZE / 2, SIZE), "portrait, as taken");
+        // Turned clockwise: the sensor's left half (red) is now the top.
+        let top = img.to_rgb8().get_pixel(SIZE / 4, 4).0;
+        assert!(top[0] > 150 && top[2] < 80, "red on top: {top:?}");
+        let upright = make(&jpeg_with_orientation(400, 200, 1), SIZE).expect("thumbnail");
+        let img = image::load_from_memory(&upright).expect("decodes");
+        assert_eq!((img.width(), img.height()), (SIZE, SIZE / 2), "no orientation: as stored");
     }
 
     #[test]
