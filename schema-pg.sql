@@ -65,7 +65,7 @@ CREATE TABLE tasks (
     set_position     bigint,
     created_at       bigint NOT NULL,
     updated_at       bigint NOT NULL,
-    shot_role        text CHECK (shot_role IN ('main', 'selling_point', 'scene')),
+    shot_role        text CHECK (shot_role IN ('main', 'selling_point', 'scene', 'detail', 'size', 'main_white')),
     retry_key        text,                        -- a retry's idempotency key: unique per original task (retry_of)
     group_key        text,                        -- the submitter's optional `group` (a fairness key)
     candidate        bigint NOT NULL DEFAULT 0 CHECK (candidate >= 0), -- which candidate of its shot, from 0

@@ -31,7 +31,7 @@ CREATE TABLE tasks (
     set_position     INTEGER,                     -- order of the shot in its set
     created_at       INTEGER NOT NULL,
     updated_at       INTEGER NOT NULL,
-    shot_role        TEXT CHECK (shot_role IN ('main', 'selling_point', 'scene')),
+    shot_role        TEXT CHECK (shot_role IN ('main', 'selling_point', 'scene', 'detail', 'size', 'main_white')),
     retry_key        TEXT,                        -- a retry's idempotency key: unique per original task (retry_of)
     group_key        TEXT,                        -- the submitter's optional `group` (a fairness key)
     candidate        INTEGER NOT NULL DEFAULT 0 CHECK (candidate >= 0), -- which candidate of its shot (set_position), from 0

@@ -50,7 +50,7 @@ pub struct ShotEditBody {
     /// The shot's own words (the product and style are added as at creation).
     #[schema(min_length = 1)]
     pub prompt: Option<String>,
-    /// `main`, `selling_point` or `scene`.
+    /// `main`, `selling_point`, `scene`, `detail` or `size`.
     #[schema(schema_with = super::sets::shot_role)]
     pub role: Option<String>,
 }

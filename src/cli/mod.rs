@@ -366,7 +366,7 @@ pub enum SetCommand {
         /// A reference photo of the product (PNG, JPEG or WebP); repeat for several.
         #[arg(long = "ref", value_name = "FILE")]
         refs: Vec<PathBuf>,
-        /// A shot as ROLE:PROMPT, ROLE one of main, selling_point, scene; repeat, in order.
+        /// A shot as ROLE:PROMPT, ROLE one of main, selling_point, scene, detail, size; repeat, in order.
         #[arg(long = "shot", value_name = "ROLE:PROMPT", required = true)]
         shots: Vec<String>,
         /// Style notes shared by every shot.
@@ -434,7 +434,7 @@ pub enum SetCommand {
         /// The set's id.
         id: String,
         /// The shot: its number in the set from 0 (`#0`, `#1`, … in `tally set status`),
-        /// or its role when only one shot has it (main, selling_point, scene).
+        /// or its role when only one shot has it (main, selling_point, scene, detail, size).
         shot: String,
         /// How many more candidates, 1 to 4.
         #[arg(long, value_name = "K", default_value_t = 1)]

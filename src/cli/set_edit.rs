@@ -23,7 +23,7 @@ pub struct EditArgs {
     /// The shot's new words (the product and style are added as at creation).
     #[arg(long, value_name = "TEXT")]
     pub prompt: Option<String>,
-    /// The shot's new role: main, selling_point or scene.
+    /// The shot's new role: main, selling_point, scene, detail or size.
     #[arg(long, value_name = "ROLE")]
     pub role: Option<String>,
     /// The product's new name.

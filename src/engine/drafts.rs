@@ -143,16 +143,6 @@ pub enum Refused {
     NoPlan(String),
 }
 
-/// A set role for a drafted role: the set knows `main`, `selling_point` and `scene`; a
-/// detail or size shot is made as a selling point (its purpose is in its prompt).
-fn set_role(role: &str) -> &'static str {
-    match role {
-        "main" => "main",
-        "scene" => "scene",
-        _ => "selling_point",
-    }
-}
-
 impl Engine {
     /// The provider `name` offers drafting, or (with `None`) the first configured one that
     /// does.
@@ -394,7 +384,7 @@ impl Engine {
                 .shots
                 .iter()
                 .map(|s| NewShot {
-                    role: set_role(&s.role).into(),
+                    role: s.role.clone(),
                     prompt: s.prompt.clone(),
                     params: json!({}),
                     candidates: u32::try_from(s.candidates).unwrap_or(1),

@@ -88,6 +88,8 @@ pub fn role_label(role: Option<&str>) -> &'static str {
     match role {
         Some("main") => "Main photo",
         Some("selling_point") => "Selling point",
+        Some("detail") => "Detail close-up",
+        Some("size") => "Size and spec",
         _ => "Lifestyle scene",
     }
 }

@@ -19,7 +19,7 @@ use super::sqlite::tx::SqliteTx;
 use crate::domain::{Millis, TaskStatus, request_hash};
 
 /// The shot roles a set may list.
-pub const SHOT_ROLES: &[&str] = &["main", "selling_point", "scene"];
+pub const SHOT_ROLES: &[&str] = &["main", "selling_point", "scene", "detail", "size"];
 
 /// An uploaded reference image (its bytes are the blob with the same id).
 #[derive(Debug, Clone, Serialize)]

@@ -87,8 +87,10 @@ fn a_demo_draft_becomes_one_set_only_when_a_revision_is_confirmed() {
     // Nothing is generated from a draft: no set, no generate task.
     assert_eq!(d.call("GET", "/v1/sets", None).json()["sets"].as_array().map(Vec::len), Some(0));
 
-    // The owner answers a question and keeps one shot: revision 2. A stale revision is refused.
-    let shot = dr["shots"][0].clone();
+    // The owner answers a question and keeps one shot, made a detail close-up: revision 2. A
+    // stale revision is refused.
+    let mut shot = dr["shots"][0].clone();
+    shot["role"] = json!("detail");
     let q = dr["questions"][0]["id"].as_str().expect("a question").to_string();
     let edit = json!({"revision": 1, "shots": [shot], "answers": {q.clone(): "中号"}});
     let r = d.call("PATCH", &format!("/v1/drafts/{id}"), Some(&edit));
@@ -119,6 +121,7 @@ fn a_demo_draft_becomes_one_set_only_when_a_revision_is_confirmed() {
     assert_eq!(d.call("GET", "/v1/sets", None).json()["sets"].as_array().map(Vec::len), Some(1));
     let set = &c1["set"];
     assert_eq!(set["shots"].as_array().map(Vec::len), Some(1), "the confirmed revision's one shot");
+    assert_eq!(set["shots"][0]["role"], "detail", "the set keeps the drafted role");
     assert_eq!(set["references"].as_array().map(Vec::len), Some(2), "the draft's photos");
     assert_eq!(c1["draft"]["status"], "confirmed");
     // The set generates.
@@ -497,12 +500,16 @@ fn drafts_on_postgres_revise_and_confirm_once() {
         .to_string();
     let dr = settled(&d, &id);
     assert_eq!((dr["status"].as_str(), dr["charge"]["state"].as_str()), (Some("ready"), Some("charged")), "{dr}");
-    let edit = json!({"revision": 1, "shots": [dr["shots"][0]]});
+    // A size shot: the set keeps the role on PostgreSQL too (its CHECK widened by 12 → 13).
+    let mut shot = dr["shots"][0].clone();
+    shot["role"] = json!("size");
+    let edit = json!({"revision": 1, "shots": [shot]});
     assert_eq!(d.call("PATCH", &format!("/v1/drafts/{id}"), Some(&edit)).status, 200);
     assert_eq!(d.call("PATCH", &format!("/v1/drafts/{id}"), Some(&edit)).status, 409);
     let c1 = d.call("POST", &format!("/v1/drafts/{id}/confirm"), Some(&json!({"revision": 2}))).json();
     let c2 = d.call("POST", &format!("/v1/drafts/{id}/confirm"), Some(&json!({"revision": 2}))).json();
     assert!(c1["set_id"].is_string() && c1["set_id"] == c2["set_id"], "{c1} {c2}");
+    assert_eq!(c1["set"]["shots"][0]["role"], "size", "{c1}");
     assert_eq!(charged(&mock, "POST /v1/responses"), (1, 1));
     d.term();
 }
@@ -527,7 +534,7 @@ async fn a_version_12_database_gains_the_draft_tables() {
     store.close().expect("close");
     let c = rusqlite::Connection::open(&db).expect("open");
     let version: i64 = c.query_row("PRAGMA user_version", [], |r| r.get(0)).expect("version");
-    assert_eq!(version, 13);
+    assert_eq!(version, 14);
     for t in ["drafts", "draft_photos", "draft_revisions", "answers"] {
         let n: i64 = c
             .query_row("SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?1", [t], |r| r.get(0))
@@ -535,4 +542,48 @@ async fn a_version_12_database_gains_the_draft_tables() {
         assert_eq!(n, 1, "{t}");
     }
     c.execute_batch("SELECT draft_id, draft_revision FROM sets").expect("the set's link");
+}
+
+/// Schema 13 → 14: a version-13 database (shot roles main, selling_point, scene) keeps every
+/// task's role and takes the drafted roles after the migration; confirming a draft keeps a
+/// detail shot's role in its set.
+#[tokio::test]
+async fn a_version_13_database_keeps_its_roles_and_takes_a_detail_shot() {
+    let dir = TempDir::new();
+    let db = dir.path().join("tally.db");
+    let durability = tally::config::Durability::Full;
+    tally::store::Store::open(&db, durability).expect("new").close().expect("close");
+    // Back to version 13's column: the three roles only, one task of each and one without.
+    rusqlite::Connection::open(&db)
+        .and_then(|c| {
+            c.execute_batch(
+                "ALTER TABLE tasks DROP COLUMN shot_role;
+                 ALTER TABLE tasks ADD COLUMN shot_role TEXT CHECK (shot_role IN ('main', 'selling_point', 'scene'));
+                 INSERT INTO tasks (id, provider, prompt, params, request_hash, status, created_at, updated_at, shot_role)
+                 VALUES ('t1', 'demo', 'p', '{}', 'h1', 'succeeded', 1, 1, 'main'),
+                        ('t2', 'demo', 'p', '{}', 'h2', 'succeeded', 1, 1, 'scene'),
+                        ('t3', 'demo', 'p', '{}', 'h3', 'succeeded', 1, 1, NULL);
+                 PRAGMA user_version = 13;",
+            )
+        })
+        .expect("make it version 13");
+    let refused = rusqlite::Connection::open(&db)
+        .and_then(|c| c.execute("UPDATE tasks SET shot_role = 'detail' WHERE id = 't3'", []));
+    assert!(refused.is_err(), "version 13 refuses a detail role");
+    let store = tally::store::Store::open(&db, durability).expect("migrates");
+    let notes = store.migration_notes().join("\n");
+    assert!(notes.contains("13 to 14"), "{notes}");
+    store.close().expect("close");
+    let c = rusqlite::Connection::open(&db).expect("open");
+    let version: i64 = c.query_row("PRAGMA user_version", [], |r| r.get(0)).expect("version");
+    assert_eq!(version, 14);
+    let roles: Vec<Option<String>> = c
+        .prepare("SELECT shot_role FROM tasks WHERE id IN ('t1', 't2', 't3') ORDER BY id")
+        .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
+        .expect("roles");
+    assert_eq!(roles, vec![Some("main".into()), Some("scene".into()), None], "every role kept");
+    c.execute("UPDATE tasks SET shot_role = 'detail' WHERE id = 't3'", []).expect("a detail role now");
+    assert!(c.execute("UPDATE tasks SET shot_role = 'hero' WHERE id = 't3'", []).is_err(), "still checked");
+    let check = c.query_row("PRAGMA integrity_check", [], |r| r.get::<_, String>(0)).expect("integrity");
+    assert_eq!(check, "ok");
 }

@@ -575,7 +575,7 @@ fn a_set_with_candidates_its_deliver_section_and_its_edit_and_duplicate_buttons_
         assert_eq!(b.js(&text("shot-edit-save-0")).await, json!("保存镜头"));
         assert_eq!(b.js(&text("shot-edit-cancel-0")).await, json!("保持原样"));
         let roles = b.js("[...document.querySelectorAll('#shot-edit-role-0 option')].map(o => o.textContent)").await;
-        assert_eq!(roles, json!(["主图", "卖点图", "场景图"]));
+        assert_eq!(roles, json!(["主图", "卖点图", "场景图", "细节图", "尺寸图"]));
         let page = b.js("document.querySelector('article.detail').innerText").await;
         let page = page.as_str().unwrap_or("");
         assert!(page.contains("这个镜头还没有发送，所以文字还可以改。"), "{page}");

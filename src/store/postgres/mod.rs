@@ -62,7 +62,7 @@ const SCHEMA: &str = include_str!("../../../schema-pg.sql");
 
 /// The PostgreSQL schema version this build writes (independent of SQLite's
 /// `SCHEMA_VERSION`). Older databases are migrated by [`MIGRATIONS`]; newer ones refused.
-pub const PG_SCHEMA_VERSION: i32 = 12;
+pub const PG_SCHEMA_VERSION: i32 = 13;
 
 /// Migrations from version `n` to `n + 1`, indexed by `n - 1`. Each runs in the transaction
 /// that records the new version, under the migration lock, and only while no other node of
@@ -196,6 +196,18 @@ const MIGRATIONS: &[&str] = &[
         "ALTER TABLE sets ADD COLUMN draft_id text COLLATE \"C\"; ALTER TABLE sets ADD COLUMN draft_revision bigint;",
         include_str!("drafts-v12.sql")
     ),
+    // 12 → 13: more shot roles (as SQLite's 13 → 14): the column's CHECK replaced (whatever
+    // it was named: every CHECK of `tasks` that names `shot_role` — only that one — is dropped first).
+    "DO $$
+     DECLARE c record;
+     BEGIN
+       FOR c IN SELECT conname FROM pg_constraint
+                 WHERE conrelid = 'tasks'::regclass AND contype = 'c'
+                   AND pg_get_constraintdef(oid) LIKE '%shot_role%' LOOP
+         EXECUTE format('ALTER TABLE tasks DROP CONSTRAINT %I', c.conname);
+       END LOOP;
+     END $$;
+     ALTER TABLE tasks ADD CONSTRAINT tasks_shot_role_check CHECK (shot_role IN ('main', 'selling_point', 'scene', 'detail', 'size', 'main_white'));",
 ];
 
 pub use crate::store::locks::LOCK_CLASS;

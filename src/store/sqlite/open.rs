@@ -14,7 +14,7 @@ use crate::config::Durability;
 use crate::store::StoreError;
 
 /// The schema version this build writes. Older databases are migrated; newer ones refused.
-pub const SCHEMA_VERSION: i64 = 13;
+pub const SCHEMA_VERSION: i64 = 14;
 
 /// `PRAGMA application_id` of tally databases ("taly").
 pub(super) const APPLICATION_ID: i64 = 0x7461_6c79;
@@ -192,6 +192,14 @@ const MIGRATIONS: &[&str] = &[
         "ALTER TABLE sets ADD COLUMN draft_id TEXT; ALTER TABLE sets ADD COLUMN draft_revision INTEGER;",
         include_str!("drafts-v13.sql")
     ),
+    // 13 → 14: more shot roles — a drafted shot keeps its role in its set (`detail`, `size`),
+    // and `main_white` is reserved for the listing's white main image. A column's CHECK cannot
+    // be changed in place: the column is renamed, a new one with the wider CHECK added and
+    // filled, and the old one dropped (its own CHECK goes with it; no index names it).
+    "ALTER TABLE tasks RENAME COLUMN shot_role TO shot_role_v13;
+     ALTER TABLE tasks ADD COLUMN shot_role TEXT CHECK (shot_role IN ('main', 'selling_point', 'scene', 'detail', 'size', 'main_white'));
+     UPDATE tasks SET shot_role = shot_role_v13 WHERE shot_role_v13 IS NOT NULL;
+     ALTER TABLE tasks DROP COLUMN shot_role_v13;",
 ];
 
 /// The writer's automatic (PASSIVE) checkpoint runs once the WAL holds this many pages

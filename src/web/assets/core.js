@@ -22,9 +22,10 @@ window.tally = (function () {
     queued: "waiting its turn", waiting: "waiting", running: "generating", succeeded: "ready", failed: "failed",
     unknown: "outcome unknown", canceled: "canceled", done: "done", done_with_problems: "needs a look",
   };
-  /* Shot roles in plain words (the API's names are main, selling_point, scene; the page
+  /* Shot roles in plain words (the API's names are main, selling_point, scene, detail, size; the page
      shows the catalogue's `role.*`). */
-  const ROLES = [["main", "Main photo"], ["selling_point", "Selling point"], ["scene", "Lifestyle scene"]];
+  const ROLES = [["main", "Main photo"], ["selling_point", "Selling point"], ["scene", "Lifestyle scene"],
+    ["detail", "Detail close-up"], ["size", "Size and spec"]];
 
   const main = document.getElementById("main");
   const errorBox = document.getElementById("error");

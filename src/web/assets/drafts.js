@@ -29,7 +29,7 @@
   }
 
   function roleName(role) {
-    return role === "detail" || role === "size" ? T.t(`draft.role.${role}`) : T.roleWords(role);
+    return T.roleWords(role);
   }
 
   function marketName(m) {
