@@ -8,6 +8,7 @@ use crate::domain::Millis;
 
 /// A source of the current time in milliseconds since the Unix epoch.
 pub trait Clock: Send + Sync + 'static {
+    /// Milliseconds since the Unix epoch, now.
     fn now(&self) -> Millis;
 }
 

@@ -22,6 +22,10 @@
 //! - [`bench`]: `tally bench`, the end-to-end benchmark; [`cli`]: the command line and its
 //!   HTTP client.
 
+// No `unwrap` or `expect` outside tests (checked by clippy in CI): input from users, files and the
+// network gets a clear error instead; an invariant the code relies on says why where it holds.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod api;
 pub mod app;
 pub mod bench;

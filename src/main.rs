@@ -1,5 +1,9 @@
 //! The `tally` binary: parses the command line and runs one subcommand (see `tally::cli`).
 
+// No `unwrap` or `expect` outside tests (checked by clippy in CI): input from users, files and the
+// network gets a clear error instead; an invariant the code relies on says why where it holds.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 fn main() -> std::process::ExitCode {
     few_malloc_arenas();
     tally::cli::main()

@@ -158,6 +158,7 @@ impl Metrics {
         }
     }
 
+    /// Every metric in the OpenMetrics text format (`GET /metrics`).
     pub fn encode(&self) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.

@@ -26,6 +26,7 @@ use crate::store::{DispatchOrder, NewTask, ProviderSlots, Store};
 
 /// The service time S (ms) and the provider's slots.
 pub const SERVICE_MS: u64 = 50;
+/// The provider's slots (its concurrency).
 pub const SLOTS: usize = 8;
 
 /// Percentiles of a pickup distribution, in milliseconds.

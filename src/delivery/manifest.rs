@@ -10,8 +10,9 @@ use serde::Serialize;
 
 use crate::domain::csv::field;
 
-/// The manifest's file names.
+/// The latest delivery's manifest, as CSV.
 pub const CSV_NAME: &str = "manifest.csv";
+/// The latest delivery's manifest, as JSON.
 pub const JSON_NAME: &str = "manifest.json";
 
 /// The manifest's names for one delivery, `manifest-TAG.csv` and `manifest-TAG.json` (TAG

@@ -307,15 +307,25 @@ pub struct ProviderKind(&'static KindSpec);
 
 #[allow(non_upper_case_globals)]
 impl ProviderKind {
+    /// The `demo` kind.
     pub const Demo: ProviderKind = ProviderKind(&KINDS[0]);
+    /// The `openai_images` kind.
     pub const OpenaiImages: ProviderKind = ProviderKind(&KINDS[1]);
+    /// The `replicate` kind.
     pub const Replicate: ProviderKind = ProviderKind(&KINDS[2]);
+    /// The `fal_queue` kind.
     pub const FalQueue: ProviderKind = ProviderKind(&KINDS[3]);
+    /// The `dashscope` kind.
     pub const Dashscope: ProviderKind = ProviderKind(&KINDS[4]);
+    /// The `gemini` kind.
     pub const Gemini: ProviderKind = ProviderKind(&KINDS[5]);
+    /// The `bfl` kind.
     pub const Bfl: ProviderKind = ProviderKind(&KINDS[6]);
+    /// The `photoroom` kind.
     pub const Photoroom: ProviderKind = ProviderKind(&KINDS[7]);
+    /// The `openai_responses` kind.
     pub const OpenaiResponses: ProviderKind = ProviderKind(&KINDS[8]);
+    /// The `dashscope_chat` kind.
     pub const DashscopeChat: ProviderKind = ProviderKind(&KINDS[9]);
 
     /// The kind named `s`.
