@@ -391,6 +391,14 @@ pub struct Capabilities {
     pub lookup: bool,
 }
 
+/// Whether `bytes` are an HEIC/HEIF photo (an ISO media file whose `ftyp` brand is one of
+/// HEIF's): an iPhone's usual format, which tally does not decode, refused with its fix.
+pub fn is_heic(bytes: &[u8]) -> bool {
+    bytes.len() >= 12
+        && &bytes[4..8] == b"ftyp"
+        && matches!(&bytes[8..12], b"heic" | b"heix" | b"hevc" | b"hevx" | b"heim" | b"heis" | b"mif1" | b"msf1")
+}
+
 /// Sniff the media type of image bytes from their magic numbers; `None` if they are not a
 /// PNG, JPEG or WebP image.
 pub fn sniff_image(bytes: &[u8]) -> Option<&'static str> {
@@ -478,6 +486,14 @@ pub fn whole_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn heic_is_told_from_other_iso_media_files() {
+        assert!(is_heic(b"\0\0\0\x18ftypheic\0\0\0\0mif1heic"));
+        assert!(is_heic(b"\0\0\0\x18ftypmif1\0\0\0\0heic"));
+        assert!(!is_heic(b"\0\0\0\x18ftypisom\0\0\0\0"), "an MP4 is not a photo of HEIC's");
+        assert!(!is_heic(b"\x89PNG\r\n\x1a\n"));
+    }
 
     const NONE: Capabilities = Capabilities { idempotent_create: false, lookup: false };
     const IDEM: Capabilities = Capabilities { idempotent_create: true, lookup: false };

@@ -319,9 +319,16 @@ impl Engine {
         if bytes.len() > MAX_UPLOAD_BYTES {
             return Err(EngineError::Invalid(format!("the image is larger than {MAX_UPLOAD_BYTES} bytes")));
         }
-        let img = NewImage::verify_async(bytes)
-            .await
-            .map_err(|_| EngineError::Invalid("the upload is not a PNG, JPEG or WebP image".into()))?;
+        let heic = crate::domain::is_heic(&bytes);
+        let img = NewImage::verify_async(bytes).await.map_err(|_| {
+            EngineError::Invalid(if heic {
+                "the upload is an HEIC photo (an iPhone's usual format), which tally does not read: send it as JPEG \
+                 (on the iPhone, Settings › Camera › Formats › Most Compatible)"
+                    .into()
+            } else {
+                "the upload is not a PNG, JPEG or WebP image".into()
+            })
+        })?;
         Ok(self.shared.store.save_upload(img, self.shared.now()).await?)
     }
 

@@ -125,6 +125,21 @@ fn the_task_json_history_and_errors_follow_the_language_asked_for_and_the_cli_it
     d.env.push(("TALLY_TEST_KEY".into(), "sk-test-language".into()));
     d.spawn();
 
+    let auth0 = format!("Bearer {}", d.token());
+    // An iPhone's HEIC photo is refused with the setting that fixes it, in either language.
+    let heic = b"\0\0\0\x18ftypheic\0\0\0\0mif1heic".to_vec();
+    let up = |lang: &str| {
+        let h = [("Authorization", auth0.as_str()), ("Accept-Language", lang), ("Content-Type", "image/jpeg")];
+        request(d.port, "POST", "/v1/uploads", &h, Some(&heic)).json()
+    };
+    let en = up("en");
+    assert!(
+        en["error"]["message"].as_str().is_some_and(|m| m.contains("HEIC") && m.contains("Most Compatible")),
+        "{en}"
+    );
+    let zh = up("zh-CN");
+    assert!(zh["error"]["message"].as_str().is_some_and(|m| m.contains("HEIC") && m.contains("兼容性最佳")), "{zh}");
+
     // An unknown outcome: the mock charges, then drops the answer.
     mock.behave(json!({ "drop_response": true }));
     let r = d.call("POST", "/v1/tasks", Some(&json!({"prompt": "brass lamp, lost answer", "provider": "openai"})));

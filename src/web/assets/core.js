@@ -602,6 +602,14 @@ window.tally = (function () {
     }
   }
 
+  /** Why a picked file cannot be a photo of tally's, in words, or "" when it can: PNG, JPEG
+      or WebP; an iPhone's HEIC photo gets the setting that makes it JPEG. */
+  function notAPhoto(f) {
+    if (/^image\/(png|jpeg|webp)$/.test(f.type)) return "";
+    if (/^image\/hei[cf]/.test(f.type) || /\.hei[cf]$/i.test(f.name)) return tf("newset.heic", { name: f.name });
+    return tf("newset.not_image", { name: f.name });
+  }
+
   /** tally does not answer: say so in the indicator and try again later. */
   function offline() {
     if (view.signedOut) return;
@@ -614,6 +622,6 @@ window.tally = (function () {
   return {
     CSRF, SETTLED, ROLES, view, t, tf, languageSwitch, h, time, badge, roleWords, jobTitle, shotWords, money, chargeSentence, retryCost,
     providerPrice, providerAmount, retryBody, routeName, ApiError, api, showError, errorSlot, busy, newKey, setView, signedOut, thumb, enlargeable,
-    openImage, confirmDialog, retry, priceWords, priceKind, resolveForm, resolveDialog, connect, main, errorBox,
+    openImage, confirmDialog, retry, priceWords, priceKind, resolveForm, resolveDialog, connect, main, errorBox, notAPhoto,
   };
 })();

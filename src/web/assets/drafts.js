@@ -130,7 +130,8 @@
     const addFiles = (list) => {
       T.showError(refErr, "");
       for (const f of list) {
-        if (!/^image\/(png|jpeg|webp)$/.test(f.type)) { T.showError(refErr, T.tf("newset.not_image", { name: f.name })); continue; }
+        const why = T.notAPhoto(f);
+        if (why) { T.showError(refErr, why); continue; }
         if (files.length >= MAX_PHOTOS) { T.showError(refErr, T.tf("draft.too_many", { max: MAX_PHOTOS })); break; }
         files.push(f);
       }

@@ -223,8 +223,8 @@
          they go up, so they cannot be added twice. */
       const addFiles = (files) => {
         if (!files.length) return;
-        const bad = files.find((f) => !/^image\/(png|jpeg|webp)$/.test(f.type));
-        if (bad) { T.showError(err, T.tf("newset.not_image", { name: bad.name })); return; }
+        const bad = files.find((f) => T.notAPhoto(f));
+        if (bad) { T.showError(err, T.notAPhoto(bad)); return; }
         busy(picker, err, async () => {
           const added = [];
           for (const f of files) added.push((await api("POST", "/v1/uploads", undefined, f)).id);

@@ -299,8 +299,9 @@
       h("p", { class: "hint" }, T.t("newset.formats")));
     const addFiles = (list) => {
       for (const f of list) {
-        if (!/^image\/(png|jpeg|webp)$/.test(f.type)) {
-          T.showError(refErr, T.tf("newset.not_image", { name: f.name }));
+        const why = T.notAPhoto(f);
+        if (why) {
+          T.showError(refErr, why);
           continue;
         }
         files.push(f);
