@@ -182,12 +182,12 @@ async fn two_lost_creates_with_the_same_prompt_stay_unproven_after_a_second_look
 /// with the same prompt end `unknown`, still one charge each.
 #[test]
 fn the_engine_looks_again_for_lost_creates_until_their_prompts_tell_them_apart() {
-    // The jobs show their prompts only when they succeed, 15 s after they start: long enough
-    // that the engine's first four looks (each a listing and two task reads, for two workers,
-    // above DashScope's 20 queries/s, so some are throttled and wait the documented 5 s without
-    // counting) all come before the prompts can tell the jobs apart.
-    let mock = Mock::start(&["--job-duration-ms", "15000"]);
-    let engine = "dispatch_grace_secs = 1\nmax_attempts = 3\nbackoff_base_ms = 200\nbackoff_max_ms = 1000\n";
+    // The jobs show their prompts only when they succeed, 20 s after they start. The engine's
+    // first four looks (each a listing and two task reads, for each of two workers) come a
+    // second or two apart — below DashScope's 20 queries a second, so none is throttled (a
+    // throttled look waits 5 s) — and so all before the prompts can tell the jobs apart.
+    let mock = Mock::start(&["--job-duration-ms", "20000"]);
+    let engine = "dispatch_grace_secs = 1\nmax_attempts = 3\nbackoff_base_ms = 1000\nbackoff_max_ms = 2000\n";
     let mut daemon = Daemon::configure_with(engine, &crate::common::providers(&mock));
     daemon.env.push(("TALLY_TEST_KEY".into(), "sk-test-providers".into()));
     daemon.spawn();
@@ -209,7 +209,12 @@ fn the_engine_looks_again_for_lost_creates_until_their_prompts_tell_them_apart()
         assert!(sent.is_some(), "both creates reached the mock");
         mock.behave(json!({"drop_response": null}));
         for id in &ids {
-            let t = daemon.wait_status(id, settled);
+            // Settled by a later look, once the jobs showed their prompts (20 s and more).
+            let t = wait_for(Duration::from_secs(120), || {
+                let t = daemon.call("GET", &format!("/v1/tasks/{id}"), None).json();
+                settled.contains(&t["status"].as_str().unwrap_or("")).then_some(t)
+            })
+            .unwrap_or_else(|| panic!("task {id} never settled"));
             assert_eq!(t["status"], want, "{t}");
             let events = daemon.call("GET", &format!("/v1/tasks/{id}/events"), None).json();
             let looked_again =
