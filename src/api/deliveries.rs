@@ -45,7 +45,7 @@ pub(super) fn shown_reasons(reasons: Vec<String>) -> Vec<String> {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeliverBody {
-    /// A profile's name: a built-in (`amazon`, `shopify`, `etsy`, `taobao`, `original`) or one
+    /// A profile's name: a built-in (`amazon`, `taobao_main`, `pinduoduo_carousel`, … `original`) or one
     /// of `[[delivery.profiles]]`.
     pub profile: String,
     /// A target's name from `[[delivery.targets]]`, or `exports` (a folder in the data
@@ -229,7 +229,7 @@ pub(super) async fn readiness(
 pub struct ProfileJson {
     /// What a delivery names (`"profile": "amazon"`).
     pub name: String,
-    /// True for a built-in profile (`amazon`, `shopify`, `etsy`, `taobao`, `original`).
+    /// True for a built-in profile (`amazon`, `taobao_main`, … `original`).
     pub builtin: bool,
     /// The output's pixel size; null for `original` (the image as generated).
     pub width: Option<u32>,

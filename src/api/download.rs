@@ -176,7 +176,7 @@ pub fn plain_file_name(name: &str) -> Option<String> {
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct DownloadQuery {
-    /// A delivery profile (`amazon`, `shopify`, `etsy`, `taobao`, `original` or one from
+    /// A delivery profile (a built-in such as `amazon`, `taobao_main` or `original`, or one from
     /// `[[delivery.profiles]]`): each image is made listing-ready with it (pixel size, fit,
     /// background, format, byte limit), named by its `file_name` pattern, and the zip carries
     /// `manifest.csv` and `manifest.json`. Absent: the images as generated.

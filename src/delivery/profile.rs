@@ -286,7 +286,9 @@ fn marketplace(name: &str, width: u32, height: u32, quality: u8, max_bytes: u64,
 }
 
 /// The built-in profiles, in the order the page lists them: `amazon`, `shopify`, `etsy`,
-/// `taobao`, `original`. Each marketplace's numbers come from its published image
+/// `taobao`, the marketplaces' own (`amazon_main`, `taobao_main`, `taobao_main_3x4`,
+/// `taobao_white`, `tmall_main`, `jd_main`, `pinduoduo_carousel`), `original`. Each
+/// marketplace's numbers come from its published image
 /// requirements, cited next to them; all pad with white (never cropping the product) and write
 /// an 8-bit sRGB JPEG without metadata.
 pub fn builtins() -> Vec<Profile> {
@@ -326,6 +328,27 @@ pub fn builtins() -> Vec<Profile> {
         // JPEG on white, quality 90, at most 3 MB (3000000 bytes, under either reading of
         // "3M"), a source of at least 700 px.
         marketplace("taobao", 800, 800, 90, 3_000_000, Some(700)),
+        // The marketplaces' own names for the shop's images (issue #37), from the market audit
+        // (`market-2026-12.md`, its sources named there):
+        // amazon_main: the MAIN image, as `amazon` (pure white, ≥ 1000 px, JPEG, ≤ 10 MB).
+        marketplace("amazon_main", 2000, 2000, 90, 10_000_000, Some(1000)),
+        // taobao_main: as `taobao` (800×800, ≤ 3 MB, zoom from 700 px).
+        marketplace("taobao_main", 800, 800, 90, 3_000_000, Some(700)),
+        // taobao_main_3x4: the 3:4 main image (`is_rectangle` in `taobao.item.img.upload`, JPG or
+        // PNG ≤ 3 MB); 1200×1600 as ProductFlow's preset for Taobao/Tmall.
+        marketplace("taobao_main_3x4", 1200, 1600, 90, 3_000_000, Some(750)),
+        // taobao_white: the white-background main picture (白底图): 800×800 JPG on white, 38–300 KB
+        // (the lower bound is not enforced: a smaller file is not refused), a subject ≥ 300 px.
+        // The official page was not found; the numbers are from copies of a 开淘 tutorial.
+        marketplace("taobao_white", 800, 800, 90, 300_000, Some(300)),
+        // tmall_main: Tmall takes Taobao's main-image rules (the same upload API).
+        marketplace("tmall_main", 800, 800, 90, 3_000_000, Some(700)),
+        // jd_main: JD's rules were not found; 1:1 1200×1200 as ProductFlow's preset, ≤ 3 MB as
+        // Taobao's, so the file is within what the neighbouring marketplaces take.
+        marketplace("jd_main", 1200, 1200, 90, 3_000_000, Some(800)),
+        // pinduoduo_carousel: `carousel_gallery` of `pdd.goods.add`: JPEG/PNG, 1:1, ≥ 480 px,
+        // ≤ 1 MB.
+        marketplace("pinduoduo_carousel", 800, 800, 85, 1_000_000, Some(480)),
         // original: the bytes exactly as the provider returned them (format, size, metadata).
         Profile {
             name: ORIGINAL.into(),
@@ -407,7 +430,27 @@ mod tests {
     #[test]
     fn builtins_are_the_issue_s_five_and_well_formed() {
         let names: Vec<String> = builtins().into_iter().map(|p| p.name).collect();
-        assert_eq!(names, ["amazon", "shopify", "etsy", "taobao", "original"]);
+        assert_eq!(
+            names,
+            [
+                "amazon",
+                "shopify",
+                "etsy",
+                "taobao",
+                "amazon_main",
+                "taobao_main",
+                "taobao_main_3x4",
+                "taobao_white",
+                "tmall_main",
+                "jd_main",
+                "pinduoduo_carousel",
+                "original"
+            ]
+        );
+        let rule = |n: &str| builtin(n).map(|p| (p.render.map(|r| (r.width, r.height)), p.max_bytes, p.min_source));
+        assert_eq!(rule("pinduoduo_carousel"), Some((Some((800, 800)), Some(1_000_000), Some(480))), "1:1, ≤ 1 MB");
+        assert_eq!(rule("taobao_main_3x4"), Some((Some((1200, 1600)), Some(3_000_000), Some(750))), "3:4");
+        assert_eq!(rule("taobao_white").and_then(|r| r.1), Some(300_000), "≤ 300 KB");
         for p in builtins() {
             super::super::names::check_pattern(&p.file_name).expect("pattern");
             if let Some(r) = p.render {

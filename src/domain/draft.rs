@@ -13,6 +13,21 @@ use serde_json::{Value, json};
 
 /// Marketplaces a draft may target (`marketplace`), besides none.
 pub const MARKETPLACES: &[&str] = &["taobao", "tmall", "jd", "pinduoduo", "amazon", "shopify", "etsy"];
+
+/// The built-in delivery profile of a marketplace's main image (`delivery::profile`), or
+/// `original` without one.
+pub fn main_profile(marketplace: Option<&str>) -> &'static str {
+    match marketplace {
+        Some("taobao") => "taobao_main",
+        Some("tmall") => "tmall_main",
+        Some("jd") => "jd_main",
+        Some("pinduoduo") => "pinduoduo_carousel",
+        Some("amazon") => "amazon_main",
+        Some("shopify") => "shopify",
+        Some("etsy") => "etsy",
+        _ => "original",
+    }
+}
 /// Languages of the listing copy.
 pub const LANGUAGES: &[&str] = &["zh-CN", "en"];
 /// A drafted shot's roles.

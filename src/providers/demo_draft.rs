@@ -54,7 +54,7 @@ pub fn plan(input: &DraftInput) -> DraftBody {
     let zh = input.language == "zh-CN";
     let w = if zh { &ZH } else { &EN };
     let p = input.product.trim();
-    let profile = input.marketplace.clone().unwrap_or_else(|| "original".into());
+    let profile = crate::domain::draft::main_profile(input.marketplace.as_deref()).to_string();
     let mut facts: Vec<Fact> = input
         .facts
         .iter()

@@ -127,7 +127,25 @@ fn a_set_says_which_chosen_images_are_too_small_for_a_profile_before_a_delivery(
     let p = d.call("GET", "/v1/delivery/profiles", None).json();
     let names: Vec<&str> =
         p["profiles"].as_array().expect("profiles").iter().filter_map(|x| x["name"].as_str()).collect();
-    assert_eq!(names, ["amazon", "shopify", "etsy", "taobao", "original", "tall600", "tiny"]);
+    assert_eq!(
+        names,
+        [
+            "amazon",
+            "shopify",
+            "etsy",
+            "taobao",
+            "amazon_main",
+            "taobao_main",
+            "taobao_main_3x4",
+            "taobao_white",
+            "tmall_main",
+            "jd_main",
+            "pinduoduo_carousel",
+            "original",
+            "tall600",
+            "tiny"
+        ]
+    );
     let amazon = &p["profiles"][0];
     assert_eq!((amazon["min_source"].clone(), amazon["builtin"].clone()), (json!(1000), json!(true)));
     let t = d.call("GET", "/v1/delivery/targets", None).json();
