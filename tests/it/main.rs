@@ -34,6 +34,7 @@ mod delivery_shopify;
 mod disks;
 mod download_profiles;
 mod drafts;
+mod drafts_migrate;
 mod engine;
 mod fairness;
 #[cfg(feature = "failpoints")]

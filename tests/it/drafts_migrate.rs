@@ -1,0 +1,78 @@
+//! Drafts' schema migrations on SQLite: 12 → 13 (the draft tables and a set's link) and 13 → 14
+//! (the shot roles a drafted set keeps). PostgreSQL's are in `conformance::pg_migrate`.
+
+use crate::common::TempDir;
+
+/// SQLite 12 → 13: a database from before drafts gains their tables and a set's link.
+#[tokio::test]
+async fn a_version_12_database_gains_the_draft_tables() {
+    let dir = TempDir::new();
+    let db = dir.path().join("tally.db");
+    let durability = tally::config::Durability::Full;
+    tally::store::Store::open(&db, durability).expect("new").close().expect("close");
+    rusqlite::Connection::open(&db)
+        .and_then(|c| {
+            c.execute_batch(
+                "DROP TABLE answers; DROP TABLE draft_revisions; DROP TABLE draft_photos; DROP TABLE drafts;
+                 ALTER TABLE sets DROP COLUMN draft_revision; ALTER TABLE sets DROP COLUMN draft_id;
+                 PRAGMA user_version = 12;",
+            )
+        })
+        .expect("make it version 12");
+    let store = tally::store::Store::open(&db, durability).expect("migrates");
+    store.close().expect("close");
+    let c = rusqlite::Connection::open(&db).expect("open");
+    let version: i64 = c.query_row("PRAGMA user_version", [], |r| r.get(0)).expect("version");
+    assert_eq!(version, 14);
+    for t in ["drafts", "draft_photos", "draft_revisions", "answers"] {
+        let n: i64 = c
+            .query_row("SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?1", [t], |r| r.get(0))
+            .expect("schema");
+        assert_eq!(n, 1, "{t}");
+    }
+    c.execute_batch("SELECT draft_id, draft_revision FROM sets").expect("the set's link");
+}
+
+/// Schema 13 → 14: a version-13 database (shot roles main, selling_point, scene) keeps every
+/// task's role and takes the drafted roles after the migration; confirming a draft keeps a
+/// detail shot's role in its set.
+#[tokio::test]
+async fn a_version_13_database_keeps_its_roles_and_takes_a_detail_shot() {
+    let dir = TempDir::new();
+    let db = dir.path().join("tally.db");
+    let durability = tally::config::Durability::Full;
+    tally::store::Store::open(&db, durability).expect("new").close().expect("close");
+    // Back to version 13's column: the three roles only, one task of each and one without.
+    rusqlite::Connection::open(&db)
+        .and_then(|c| {
+            c.execute_batch(
+                "ALTER TABLE tasks DROP COLUMN shot_role;
+                 ALTER TABLE tasks ADD COLUMN shot_role TEXT CHECK (shot_role IN ('main', 'selling_point', 'scene'));
+                 INSERT INTO tasks (id, provider, prompt, params, request_hash, status, created_at, updated_at, shot_role)
+                 VALUES ('t1', 'demo', 'p', '{}', 'h1', 'succeeded', 1, 1, 'main'),
+                        ('t2', 'demo', 'p', '{}', 'h2', 'succeeded', 1, 1, 'scene'),
+                        ('t3', 'demo', 'p', '{}', 'h3', 'succeeded', 1, 1, NULL);
+                 PRAGMA user_version = 13;",
+            )
+        })
+        .expect("make it version 13");
+    let refused = rusqlite::Connection::open(&db)
+        .and_then(|c| c.execute("UPDATE tasks SET shot_role = 'detail' WHERE id = 't3'", []));
+    assert!(refused.is_err(), "version 13 refuses a detail role");
+    let store = tally::store::Store::open(&db, durability).expect("migrates");
+    let notes = store.migration_notes().join("\n");
+    assert!(notes.contains("13 to 14"), "{notes}");
+    store.close().expect("close");
+    let c = rusqlite::Connection::open(&db).expect("open");
+    let version: i64 = c.query_row("PRAGMA user_version", [], |r| r.get(0)).expect("version");
+    assert_eq!(version, 14);
+    let roles: Vec<Option<String>> = c
+        .prepare("SELECT shot_role FROM tasks WHERE id IN ('t1', 't2', 't3') ORDER BY id")
+        .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
+        .expect("roles");
+    assert_eq!(roles, vec![Some("main".into()), Some("scene".into()), None], "every role kept");
+    c.execute("UPDATE tasks SET shot_role = 'detail' WHERE id = 't3'", []).expect("a detail role now");
+    assert!(c.execute("UPDATE tasks SET shot_role = 'hero' WHERE id = 't3'", []).is_err(), "still checked");
+    let check = c.query_row("PRAGMA integrity_check", [], |r| r.get::<_, String>(0)).expect("integrity");
+    assert_eq!(check, "ok");
+}
