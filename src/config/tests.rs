@@ -170,7 +170,7 @@ fn with_no_delivery_config_the_exports_folder_exists() {
     let c = Config::from_toml("[storage]\ndata_dir = \"/data\"\n", "t.toml").unwrap();
     let t = c.delivery.target("exports", &c.storage.data_dir).expect("default target");
     assert_eq!(t.kind, crate::delivery::target::TargetKind::Folder { path: "/data/exports".into() });
-    assert_eq!(c.delivery.profiles.len(), 5, "the built-ins");
+    assert_eq!(c.delivery.profiles.len(), crate::delivery::profile::builtins().len(), "the built-ins");
 }
 
 #[test]
