@@ -270,6 +270,32 @@ fn instructions_in_the_product_or_facts_are_data_and_spend_nothing() {
     d.term();
 }
 
+/// A budget holds a drafting call before it is sent, as any other: its estimate (tokens at the
+/// ceiling) does not fit today's budget, so it waits, saying why, with nothing sent; raised, the
+/// call goes and is charged once.
+#[test]
+fn a_budget_holds_a_drafting_call_before_it_is_sent() {
+    let mock = Mock::start(&[]);
+    let mut d = daemon(&mock);
+    // The call is estimated at about $0.005 (2000 output tokens at $2 per million, and the input).
+    assert_eq!(d.call("PUT", "/v1/budget", Some(&json!({"daily": 0.001}))).status, 200);
+    let ph = photos(&d, 1);
+    let dr = create(&d, &json!({"product": "mug", "photos": ph, "language": "en", "provider": "oa"}));
+    let (id, task) = (dr["id"].as_str().expect("id").to_string(), dr["task_id"].as_str().expect("task").to_string());
+    let held = wait_for(Duration::from_secs(20), || {
+        let t = d.call("GET", &format!("/v1/tasks/{task}"), None).json();
+        (t["status"] == "waiting").then_some(t)
+    })
+    .expect("the drafting call waits for the budget");
+    assert!(held["waiting_for"].as_str().is_some_and(|w| w.contains("budget")), "{held}");
+    assert_eq!(d.call("GET", &format!("/v1/drafts/{id}"), None).json()["status"], "drafting");
+    assert!(mock.lines().is_empty(), "nothing was sent: {:?}", mock.lines());
+    assert_eq!(d.call("PUT", "/v1/budget", Some(&json!({"daily": 1.0}))).status, 200);
+    assert_eq!(settled(&d, &id)["status"], "ready");
+    assert_eq!(charged(&mock, "POST /v1/responses"), (1, 1));
+    d.term();
+}
+
 #[test]
 fn an_answer_outside_the_schema_fails_charged_and_is_kept() {
     let mock = Mock::start(&[]);
