@@ -82,6 +82,11 @@ pub struct DraftJson {
     pub updated_at: String,
 }
 
+/// An estimated amount as the API says it: `{"amount", "currency"}`.
+fn cost_json(micros: crate::domain::Micros, currency: &str) -> Value {
+    json!({"amount": from_micros(micros), "currency": currency})
+}
+
 /// The API's view of a draft.
 pub fn draft_json(state_: &AppState, d: &DraftView) -> DraftJson {
     let st = state(d);
@@ -114,7 +119,7 @@ pub fn draft_json(state_: &AppState, d: &DraftView) -> DraftJson {
             .provider_bills(&d.provider)
             .then(|| state_.engine().redraft_price(d))
             .flatten()
-            .map(|(m, c)| json!({"amount": from_micros(m), "currency": c})),
+            .map(|(m, c)| cost_json(m, &c)),
         revisions: d
             .revisions
             .iter()
@@ -283,8 +288,9 @@ pub async fn estimate(
     JsonBody(body): JsonBody<EstimateBody>,
 ) -> Result<Response, ApiError> {
     let photos = body.photo_count.unwrap_or(1);
-    if !(1..=6).contains(&photos) {
-        return Err(ApiError::invalid(format!("photo_count must be 1 to 6, not {photos}")));
+    let max = crate::domain::draft::MAX_PHOTOS as i64;
+    if !(1..=max).contains(&photos) {
+        return Err(ApiError::invalid(format!("photo_count must be 1 to {max}, not {photos}")));
     }
     let input = crate::domain::draft::DraftInput {
         product: body.product.trim().to_string(),
@@ -295,7 +301,7 @@ pub async fn estimate(
     };
     let e =
         state.engine().draft_estimate(body.provider.as_deref().filter(|p| !p.is_empty()), &input, photos as usize)?;
-    let cost = e.price.filter(|_| e.bills).map(|(m, c)| json!({"amount": from_micros(m), "currency": c}));
+    let cost = e.price.filter(|_| e.bills).map(|(m, c)| cost_json(m, &c));
     let out = EstimateJson {
         provider: e.provider,
         billable: e.bills,
