@@ -20,17 +20,27 @@
 //! with its item's sha256 (for `original`, the chosen image's bytes), and its `manifest.csv`
 //! and `manifest.json` must list exactly those files.
 //!
+//! Prunes race them (issue #43): now and then, just after a delivery was made, the client
+//! prunes everything settled (`POST /v1/prune`, see `prune`): a set whose delivery is not yet
+//! ended must be kept (no item may end "no longer stored"), a set pruned after its deliveries
+//! is still checked through its deliveries' ids, and a tracked task a prune took must have been
+//! seen settled first. One shipment's images are made at the mock while it answers giant
+//! images (12,000 px a side, tiny on disk): its rendered delivery must refuse them in words,
+//! and the daemon must never end by itself (each kill first checks it was still running).
+//!
 //! Runs on SQLite (`chaos_soak`) and with the daemon's data on PostgreSQL
 //! (`chaos_soak_postgres`). Bounded for CI; `TALLY_SOAK_TASKS=2000 TALLY_SOAK_SECS=600` runs a
 //! long one.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+mod prune;
+mod shipment;
 
-use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::time::{Duration, Instant, SystemTime};
 
-use crate::common::{Daemon, FAST_DEMO, Mock, providers_with_drafts, sha256_hex, submit, try_request, wait_for};
+use crate::common::{Daemon, Mock, providers_with_drafts, submit, wait_for};
+use prune::{MAX_PRUNES, Watch};
+use shipment::{DeliveryReport, SHIPMENTS, Shipment, delivery_config, giant_mood};
 
 /// A small deterministic random source (xorshift64*), seeded and printed for reruns.
 struct Rng(u64);
@@ -52,8 +62,13 @@ fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
+/// SIGKILL the daemon, which must still be running: one that ended by itself (an abort on a
+/// giant image, say) fails the soak.
 fn kill(d: &mut Daemon) {
     if let Some(mut c) = d.child.take() {
+        if let Ok(Some(status)) = c.try_wait() {
+            panic!("the daemon ended by itself ({status}):\n{}", d.stderr());
+        }
         let _ = c.kill();
         let _ = c.wait();
     }
@@ -138,6 +153,9 @@ fn soak(tasks: usize, budget: Duration, postgres: bool) {
     let copies = crate::common::TempDir::new();
     let (hand_copy, backup) = (copies.path().join("hand-copy.db"), copies.path().join("backup.db"));
     let mut copied = false;
+    let mut watch = Watch::default();
+    let mut giant_on = false;
+    let mut prune_soon = false;
     while submitted < tasks && started.elapsed() < budget {
         // Change the provider's mood now and then.
         if rng.below(10) == 0 {
@@ -156,9 +174,11 @@ fn soak(tasks: usize, budget: Duration, postgres: bool) {
         let prompt = format!("soak {submitted} {kind} {}", uuid::Uuid::new_v4());
         let key = uuid::Uuid::new_v4().to_string();
         submitted += 1;
+        let sent = SystemTime::now();
         match submit(&d, &kind, &prompt, &key) {
             // 201 for a task, 202 for a draft (its drafting call queued).
             Some((201 | 202, id)) => {
+                watch.accepted(&id, sent);
                 accepted.insert(prompt, (kind, key, Some(id)));
             }
             Some((code, _)) => panic!("submit answered {code}"),
@@ -172,15 +192,29 @@ fn soak(tasks: usize, budget: Duration, postgres: bool) {
         let started_shipments = shipments.iter().filter(|s| s.key.is_some()).count();
         if started_shipments < SHIPMENTS && submitted * SHIPMENTS >= started_shipments * tasks {
             shipments[started_shipments].key = Some(uuid::Uuid::new_v4().to_string());
+            giant_mood(&mock, &shipments, &mut giant_on);
         }
         if rng.below(3) == 0 {
+            let mut made = false;
             for s in shipments.iter_mut().filter(|s| s.key.is_some()) {
-                // A delivery was just made: SIGKILL the daemon while it delivers (always until
-                // one kill met a delivery, then every other time).
-                if s.step(&d) && (kills_mid_delivery == 0 || rng.below(2) == 0) {
-                    kill_now = true;
-                }
+                made |= s.step(&d);
             }
+            giant_mood(&mock, &shipments, &mut giant_on);
+            // A delivery was just made: SIGKILL the daemon while it delivers (until one kill
+            // met a delivery, then every other time), or prune (once the submits that lost
+            // their answers are resent).
+            if made && (kills_mid_delivery == 0 || rng.below(2) == 0) {
+                kill_now = true;
+            } else if made {
+                prune_soon = true;
+            }
+        }
+        // Now and then, and after a delivery was made, prune as soon as the soak can (see
+        // `prune`): until then, at each turn resend what lost its answer and try again.
+        prune_soon |= rng.below(60) == 0;
+        if prune_soon && watch.prunes < MAX_PRUNES {
+            resend(&d, &mut accepted, &mut unanswered, &mut watch);
+            prune_soon = !watch.prune(&d, unanswered.len(), &shipments);
         }
         if kill_now || Instant::now() >= next_kill {
             let mid = shipments.iter().any(|s| s.open(&d));
@@ -216,15 +250,7 @@ fn soak(tasks: usize, budget: Duration, postgres: bool) {
     kill(&mut d);
     kills += 1;
     d.spawn();
-    for prompt in &unanswered {
-        let (kind, key, id) = accepted.get_mut(prompt).expect("tracked");
-        if let Some((code, got)) = submit(&d, kind, prompt, key) {
-            // 201 (202 for a draft): the first answer was lost before the commit (a new task
-            // now); 200: it was kept.
-            assert!([200, 201, 202].contains(&code), "resubmit answered {code}");
-            *id = Some(got);
-        }
-    }
+    resend(&d, &mut accepted, &mut unanswered, &mut watch);
     let mut lost = 0;
     let (mut unknown, mut succeeded, mut failed) = (0, 0, 0);
     for (prompt, (_, _, id)) in &accepted {
@@ -235,9 +261,15 @@ fn soak(tasks: usize, budget: Duration, postgres: bool) {
         };
         let path = format!("/v1/tasks/{id}");
         let settled = wait_for(Duration::from_secs(120), || {
-            let t = d.call("GET", &path, None).json();
-            let s = t["status"].as_str().unwrap_or("").to_string();
-            ["succeeded", "failed", "unknown", "canceled"].contains(&s.as_str()).then_some(s)
+            let r = d.call("GET", &path, None);
+            if r.status == 404 {
+                // Pruned: only what this client saw settled may have been (see `prune`).
+                let seen = watch.settled.get(id).cloned();
+                assert!(seen.is_some(), "task {id} was pruned before it was seen settled");
+                return seen;
+            }
+            let s = r.json()["status"].as_str().unwrap_or("").to_string();
+            prune::settled(&s).then_some(s)
         });
         match settled.as_deref() {
             Some("succeeded") => succeeded += 1,
@@ -251,18 +283,27 @@ fn soak(tasks: usize, budget: Duration, postgres: bool) {
         }
     }
     // Every shipment made and delivered (on the calm daemon now), every delivery ended.
-    for s in shipments.iter_mut() {
-        s.key.get_or_insert_with(|| uuid::Uuid::new_v4().to_string());
+    for i in 0..shipments.len() {
+        shipments[i].key.get_or_insert_with(|| uuid::Uuid::new_v4().to_string());
+        giant_mood(&mock, &shipments, &mut giant_on);
         let made = wait_for(Duration::from_secs(120), || {
-            s.step(&d);
-            (s.deliveries == s.profiles.len()).then_some(())
+            shipments[i].step(&d);
+            giant_mood(&mock, &shipments, &mut giant_on);
+            (shipments[i].deliveries == shipments[i].profiles.len()).then_some(())
         });
-        assert!(made.is_some(), "shipment {} never got a delivery: {s:?}", s.target);
+        assert!(made.is_some(), "shipment {} never got a delivery: {:?}", shipments[i].target, shipments[i]);
     }
     let mut delivery_report = DeliveryReport::default();
     for s in &shipments {
         s.check(&d, &mut delivery_report);
     }
+    // Every delivery has ended: a last prune takes the demo sets (their deliveries are then
+    // found by id), and the folders are checked again.
+    assert!(watch.prune(&d, unanswered.len(), &shipments), "the last prune was not answered");
+    for s in &shipments {
+        s.check(&d, &mut DeliveryReport::default());
+    }
+    let giant = shipments.iter().find_map(|s| s.giant_requests(&d)).expect("the giant shipment");
     let status = d.term();
     let mut older = Vec::new();
     if copied {
@@ -282,9 +323,13 @@ fn soak(tasks: usize, budget: Duration, postgres: bool) {
     std::thread::sleep(Duration::from_millis(300));
     let mut charged: HashMap<String, usize> = HashMap::new();
     let mut idem_replays = 0;
+    // The giant shipment's prompts: charged at most once per candidate its shots have.
+    let mut giant_charged = 0;
     for line in mock.lines() {
         let Some(prompt) = line["prompt"].as_str() else { continue };
-        if line["charged"] == true {
+        if line["charged"] == true && prompt.contains(&giant.0) {
+            giant_charged += 1;
+        } else if line["charged"] == true {
             *charged.entry(prompt.to_string()).or_default() += 1;
         } else if line["idempotency_key"].is_string()
             && line["endpoint"].as_str().is_some_and(|e| e.starts_with("POST"))
@@ -309,6 +354,11 @@ fn soak(tasks: usize, budget: Duration, postgres: bool) {
         r.attempted_again,
         r.temp_files
     );
+    let w = &watch;
+    println!(
+        "soak {on}: prunes={} prunes_mid_delivery={} sets_pruned={} tasks_pruned={} giant_refused_for_size={} giant_charged={giant_charged} giant_candidates={}",
+        w.prunes, w.prunes_mid_delivery, w.sets_pruned, w.tasks_pruned, r.refused_for_size, giant.1
+    );
     eprintln!("soak: create requests the mock did not charge (idempotent replays, refusals): {idem_replays}");
     eprintln!("soak: older copies served (jobs, held): hand copy and restored backup {older:?}");
     assert!(postgres || older.len() == 2, "the SQLite soak served both older copies");
@@ -317,225 +367,33 @@ fn soak(tasks: usize, budget: Duration, postgres: bool) {
     assert_eq!(lost, 0, "tasks were lost");
     assert!(kills_mid_delivery > 0, "the soak never killed the daemon while a delivery was open");
     assert_eq!(duplicate_charges, 0, "a prompt was charged twice");
+    assert!(
+        giant_charged <= giant.1,
+        "the giant shipment's prompts were charged {giant_charged} times for {} candidates",
+        giant.1
+    );
+    assert!(r.refused_for_size > 0, "the giant shipment's rendered delivery did not refuse its images for their size");
+    assert!(w.sets_pruned > 0, "no prune took a delivered set");
     assert!(status.success(), "clean stop failed");
     assert!(check.status.success(), "tally check failed:\n{}", String::from_utf8_lossy(&check.stdout));
 }
 
-/// How many sets the soak delivers, each to a folder target of its own (`ship0`, …).
-const SHIPMENTS: usize = 6;
-
-/// The demo provider, the `soak` profile (a 1000×1000 PNG: rendering takes a while, so a kill
-/// can land during a delivery) and one folder target per shipment.
-fn delivery_config(shipments: &[Shipment]) -> String {
-    let mut c = format!(
-        "{FAST_DEMO}\n[[delivery.profiles]]\nname = \"soak\"\nwidth = 1000\nheight = 1000\nfit = \"pad\"\n\
-         background = \"#ffffff\"\nformat = \"png\"\nfile_name = \"{{product}}_{{role}}_{{profile}}.{{ext}}\"\n\n"
-    );
-    for s in shipments {
-        c.push_str(&format!(
-            "[[delivery.targets]]\nname = \"{}\"\nkind = \"folder\"\npath = \"{}\"\n\n",
-            s.target,
-            s.folder.display()
-        ));
-    }
-    c
-}
-
-/// A request that may find the daemon dead (`None`), with its JSON answer when it has one.
-fn try_call(d: &Daemon, method: &str, path: &str, body: Option<&Value>) -> Option<(u16, Value)> {
-    let auth = format!("Bearer {}", d.token());
-    let body = body.map(Value::to_string);
-    let mut headers = vec![("Authorization", auth.as_str())];
-    if body.is_some() {
-        headers.push(("Content-Type", "application/json"));
-    }
-    let r = try_request(d.port, method, path, &headers, body.as_deref().map(str::as_bytes))?;
-    Some((r.status, serde_json::from_slice(&r.body).unwrap_or(Value::Null)))
-}
-
-/// One set on its way to its folder: made (with an idempotency key, so a lost answer is
-/// resent safely), each shot's image chosen, delivered. Each step may meet a dead daemon; it
-/// is tried again later.
-#[derive(Debug)]
-struct Shipment {
-    /// The target's name, and the shipment's number in it.
-    target: String,
-    folder: PathBuf,
-    /// The profiles it is delivered with, one delivery each, in order.
-    profiles: [&'static str; 2],
-    /// Set once the shipment is started.
-    key: Option<String>,
-    set: Option<String>,
-    chosen: bool,
-    /// Deliveries this client saw made (a lost answer may have made one more: all of a set's
-    /// deliveries are checked at the end).
-    deliveries: usize,
-}
-
-impl Shipment {
-    fn new(i: usize, root: &Path) -> Shipment {
-        Shipment {
-            target: format!("ship{i}"),
-            folder: root.join(format!("ship{i}")),
-            // The first delivery made renders (slow: the forced kill meets it open).
-            profiles: if i.is_multiple_of(2) { ["soak", "original"] } else { ["original", "soak"] },
-            key: None,
-            set: None,
-            chosen: false,
-            deliveries: 0,
-        }
-    }
-
-    /// The next step, if the daemon answers; whether it made a delivery.
-    fn step(&mut self, d: &Daemon) -> bool {
-        let Some(key) = self.key.clone() else { return false };
-        let Some(set) = self.set.clone() else {
-            let body = json!({"product": format!("soak {}", self.target), "provider": "demo", "idempotency_key": key,
-                "shots": [{"role": "main", "prompt": format!("{key} on white")},
-                          {"role": "scene", "prompt": format!("{key} on a shelf")}]});
-            if let Some((200 | 201, v)) = try_call(d, "POST", "/v1/sets", Some(&body)) {
-                self.set = v["id"].as_str().map(str::to_string);
-            }
-            return false;
-        };
-        if !self.chosen {
-            let Some((200, v)) = try_call(d, "GET", &format!("/v1/sets/{set}"), None) else { return false };
-            let Some(shots) = v["shots"].as_array() else { return false };
-            let mut all = true;
-            for (i, shot) in shots.iter().enumerate() {
-                let cands = shot["candidates"].as_array().cloned().unwrap_or_default();
-                let ok = cands.iter().find(|c| c["status"] == "succeeded" && c["artifact"]["id"].is_string());
-                let open = cands.iter().any(|c| {
-                    !["succeeded", "failed", "unknown", "canceled"].contains(&c["status"].as_str().unwrap_or(""))
-                });
-                match ok {
-                    Some(c) => {
-                        let body = json!({"artifact_id": c["artifact"]["id"]});
-                        let r = try_call(d, "PUT", &format!("/v1/sets/{set}/shots/{i}/choice"), Some(&body));
-                        all &= matches!(r, Some((200, _)));
-                    }
-                    None => {
-                        all = false;
-                        if !open {
-                            // Every candidate ended without an image (a crash mid-call can end
-                            // one `unknown`): another one, free on the demo provider.
-                            let body = json!({"count": 1});
-                            let _ = try_call(d, "POST", &format!("/v1/sets/{set}/shots/{i}/candidates"), Some(&body));
-                        }
-                    }
-                }
-            }
-            self.chosen = all;
-            return false;
-        }
-        let Some(profile) = self.profiles.get(self.deliveries) else { return false };
-        let body = json!({"profile": profile, "target": self.target, "force": true});
-        match try_call(d, "POST", &format!("/v1/sets/{set}/deliveries"), Some(&body)) {
-            Some((201, _)) => {
-                self.deliveries += 1;
-                true
-            }
-            Some((409, v)) => panic!("{}: the delivery was refused: {v}", self.target),
-            _ => false,
-        }
-    }
-
-    /// Whether a delivery of the set is queued or being delivered (false if the daemon does
-    /// not answer).
-    fn open(&self, d: &Daemon) -> bool {
-        let Some(set) = &self.set else { return false };
-        let Some((200, v)) = try_call(d, "GET", &format!("/v1/sets/{set}/deliveries"), None) else { return false };
-        v["deliveries"]
-            .as_array()
-            .is_some_and(|ds| ds.iter().any(|x| ["queued", "delivering"].contains(&x["state"].as_str().unwrap_or(""))))
-    }
-
-    /// Wait until every delivery of the set ended, then check its items and its folder (see
-    /// the module docs), adding to `r`.
-    fn check(&self, d: &Daemon, r: &mut DeliveryReport) {
-        let set = self.set.as_deref().expect("made");
-        let path = format!("/v1/sets/{set}/deliveries");
-        let mut last = Value::Null;
-        let all = wait_for(Duration::from_secs(120), || {
-            last = d.call("GET", &path, None).json();
-            let ds = last["deliveries"].as_array()?.clone();
-            ds.iter()
-                .all(|x| !["queued", "delivering"].contains(&x["state"].as_str().unwrap_or("queued")))
-                .then_some(ds)
-        })
-        .unwrap_or_else(|| panic!("{}: deliveries never ended: {last}", self.target));
-        assert!(!all.is_empty(), "{}: no delivery", self.target);
-        r.deliveries += all.len();
-        // name → sha256 of every delivered item; each not delivered says why.
-        let mut delivered: BTreeMap<String, String> = BTreeMap::new();
-        for x in &all {
-            for item in x["items"].as_array().expect("items") {
-                r.items += 1;
-                r.attempted_again += usize::from(item["attempts"].as_i64().unwrap_or(0) > 1);
-                let name = item["file_name"].as_str().expect("name").to_string();
-                if item["state"] == "delivered" {
-                    r.delivered += 1;
-                    let sha = item["sha256"].as_str().expect("a delivered item's sha256").to_string();
-                    let before = delivered.insert(name.clone(), sha.clone());
-                    assert!(before.is_none_or(|b| b == sha), "{}: {name} delivered with two contents", self.target);
-                    if x["profile"] == "original" {
-                        let art = item["artifact_id"].as_str().expect("artifact");
-                        let a = d.call("GET", &format!("/v1/artifacts/{art}"), None);
-                        assert_eq!(sha256_hex(&a.body), sha, "{}: {name} is not the chosen image", self.target);
-                    }
-                } else {
-                    r.not_delivered += 1;
-                    let why = item["why"].as_str().unwrap_or("");
-                    assert!(!why.is_empty(), "{}: item {name} ended {} without saying why", self.target, item["state"]);
-                    eprintln!("soak: {} {name} not delivered: {why}", self.target);
-                }
-            }
-        }
-        let mut files = BTreeMap::new();
-        for e in std::fs::read_dir(&self.folder).into_iter().flatten().flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name.starts_with('.') {
-                // A write killed before its rename leaves its temporary name (never reused).
-                r.temp_files += 1;
-            } else {
-                files.insert(name, std::fs::read(e.path()).expect("read a delivered file"));
-            }
-        }
-        let mut want: BTreeSet<String> = delivered.keys().cloned().collect();
-        if !delivered.is_empty() {
-            want.extend(["manifest.csv".to_string(), "manifest.json".to_string()]);
-        }
-        // Each delivery that delivered anything keeps its own manifest beside the latest one.
-        for x in &all {
-            if x["items"].as_array().is_some_and(|i| i.iter().any(|i| i["state"] == "delivered")) {
-                let id = x["id"].as_str().expect("a delivery's id");
-                want.extend([format!("manifest-{id}.csv"), format!("manifest-{id}.json")]);
-            }
-        }
-        assert_eq!(files.keys().cloned().collect::<BTreeSet<_>>(), want, "{}: the folder holds", self.target);
-        for (name, sha) in &delivered {
-            assert_eq!(&sha256_hex(&files[name]), sha, "{}: {name} is not what was delivered", self.target);
-        }
-        // The manifest is the last settled delivery's that delivered anything.
-        if let Some(newest) = all
-            .iter()
-            .filter(|x| x["items"].as_array().is_some_and(|i| i.iter().any(|i| i["state"] == "delivered")))
-            .max_by_key(|x| x["updated_at"].as_i64())
-        {
-            let items = newest["items"].as_array().expect("items").clone();
-            crate::delivery_crash::check_manifests(&self.target, &files, &items);
-        }
-    }
-}
-
-/// What the soak's deliveries came to.
-#[derive(Debug, Default)]
-struct DeliveryReport {
-    deliveries: usize,
-    items: usize,
-    delivered: usize,
-    not_delivered: usize,
-    /// Items whose write was recorded more than once (a kill between `writing` and the put).
-    attempted_again: usize,
-    temp_files: usize,
+/// Resend each submit whose answer was lost, with its idempotency key; those answered now are
+/// watched from now on (their task may be older than the resend).
+fn resend(
+    d: &Daemon,
+    accepted: &mut HashMap<String, (String, String, Option<String>)>,
+    unanswered: &mut Vec<String>,
+    watch: &mut Watch,
+) {
+    unanswered.retain(|prompt| {
+        let (kind, key, id) = accepted.get_mut(prompt).expect("tracked");
+        let Some((code, got)) = submit(d, kind, prompt, key) else { return true };
+        // 201 (202 for a draft): the first answer was lost before the commit (a new task now);
+        // 200: it was kept.
+        assert!([200, 201, 202].contains(&code), "resubmit answered {code}");
+        watch.answered_again(&got);
+        *id = Some(got);
+        false
+    });
 }
