@@ -8,7 +8,10 @@
 //!   forwarding but keeps both sockets open — packets dropped, as a dead path behind a load
 //!   balancer or a firewall that drops) fences itself within its lease, then answers 503 at
 //!   once; its peer takes its work; after healing, the answers it kept land and nothing was
-//!   charged twice.
+//!   charged twice;
+//! - the cluster-wide provider cap holds while a fenced node's sent calls finish (issue #43):
+//!   under a partition, a pause and a terminated lock session, never more than the cap at the
+//!   provider at once, by the mock's arrival times.
 //!
 //! Each test gets its own database on the throw-away server (`scripts/with-postgres.sh`).
 
@@ -150,6 +153,14 @@ fn a_paused_nodes_calls_keep_their_slots_until_their_deadline() {
     cap_while_fenced(Cut::Pause);
 }
 
+/// The same with node A's lock session terminated (`pg_terminate_backend`) while its calls are
+/// at the provider and node B runs: A fences itself and takes its lock again, B may take its
+/// work, and still no more than the cap is at the provider at once; every answer is kept.
+#[test]
+fn a_killed_lock_sessions_calls_keep_their_slots() {
+    cap_while_fenced(Cut::SessionKill);
+}
+
 /// How node A is taken out of the cluster for a while.
 #[derive(Clone, Copy)]
 enum Cut {
@@ -157,6 +168,8 @@ enum Cut {
     Partition,
     /// Its process is stopped (`SIGSTOP`) and later continued.
     Pause,
+    /// Its lock session is terminated on the server (it takes its lock again at once).
+    SessionKill,
 }
 
 fn cap_while_fenced(how: Cut) {
@@ -195,6 +208,12 @@ fn cap_while_fenced(how: Cut) {
     match how {
         Cut::Partition => proxy.set(true),
         Cut::Pause => signal("-STOP"),
+        Cut::SessionKill => {
+            let session = lock_session(&db, "node-a").expect("node-a holds its lock");
+            let ended: bool =
+                sql(&db, move |c| c.query_one("SELECT pg_terminate_backend($1)", &[&session]).expect("q").get(0));
+            assert!(ended, "the lock session was terminated");
+        }
     }
     // B takes A's calls over (unknown: the provider proves nothing) and, in time, runs the rest.
     for (prompt, id) in &tasks {
@@ -204,10 +223,12 @@ fn cap_while_fenced(how: Cut) {
     match how {
         Cut::Partition => proxy.set(false),
         Cut::Pause => signal("-CONT"),
+        Cut::SessionKill => {}
     }
     match how {
-        // A kept its answers through the partition: they land as late results.
-        Cut::Partition => {
+        // A kept its answers through the partition or the lost session: they land (as late
+        // results where B had taken the tasks over).
+        Cut::Partition | Cut::SessionKill => {
             for (prompt, id) in &tasks {
                 let s = wait_for(Duration::from_secs(30), || status(&b, id).filter(|s| s == "succeeded"));
                 assert!(s.is_some(), "{prompt}: {:?}; A's log:\n{}", status(&b, id), a.stderr());
