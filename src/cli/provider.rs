@@ -37,7 +37,7 @@ pub enum ProviderCommand {
 pub struct ProviderArgs {
     /// Its name.
     pub name: String,
-    /// Its kind: one of the `kinds` that `GET /v1/providers` lists (the README describes each).
+    /// Its kind: one of the `kinds` that `GET /v1/providers` lists (docs/guide/providers/ has a page on each).
     #[arg(long)]
     pub kind: Option<String>,
     /// The model it is asked for (required by most kinds).

@@ -15,7 +15,7 @@ pub mod page;
 mod provider;
 mod storage;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use delivery::DeliveryConfig;
 use delivery::{RawDelivery, resolve_delivery};

@@ -104,14 +104,42 @@ fn a_url_password_is_redacted() {
     assert_eq!(redact_url("postgres://h/db"), "postgres://h/db");
 }
 
+/// Every `[[providers]]` example of the provider guide (docs/guide/providers/*.md: each
+/// ```` ```toml ```` block that starts with `[[providers]]`), in one configuration, in the
+/// pages' name order.
+pub(crate) fn documented_provider_examples() -> String {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/guide/providers");
+    let mut pages: Vec<_> = std::fs::read_dir(&dir)
+        .expect("docs/guide/providers")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    pages.sort();
+    let mut out = String::new();
+    for page in pages {
+        let text = std::fs::read_to_string(&page).expect("read page");
+        let mut rest = text.as_str();
+        while let Some(i) = rest.find("```toml\n[[providers]]") {
+            let start = i + 8;
+            let end = start + rest[start..].find("```").expect("closed");
+            out.push_str(&rest[start..end]);
+            out.push('\n');
+            rest = &rest[end..];
+        }
+    }
+    out
+}
+
 #[test]
-fn the_readme_provider_example_is_a_valid_config() {
-    let readme = include_str!("../../README.md");
-    let start = readme.find("```toml\n[[providers]]").expect("README has a provider example") + 8;
-    let end = start + readme[start..].find("```").expect("closed");
-    let c = Config::from_toml(&readme[start..end], "README.md").unwrap();
+fn the_guide_provider_examples_are_a_valid_config() {
+    let examples = documented_provider_examples();
+    let c = Config::from_toml(&examples, "docs/guide/providers").unwrap();
     let models: Vec<_> = c.providers.iter().filter_map(|p| p.model.as_deref()).collect();
     assert!(models.contains(&"fal-ai/flux/dev") && models.contains(&"black-forest-labs/flux-schnell"), "{models:?}");
+    // Every kind that takes a model of its own has an example.
+    for kind in ["openai_images", "replicate", "fal_queue", "dashscope", "gemini", "bfl", "photoroom", "demo"] {
+        assert!(c.providers.iter().any(|p| p.kind.as_str() == kind), "no example of {kind}");
+    }
 }
 
 #[test]

@@ -320,17 +320,15 @@ impl Behavior {
 mod tests {
     use super::*;
 
-    /// The README's provider example names no model the real API has retired (the config
-    /// tests check the example parses; this one that its models still exist).
+    /// The provider guide's examples name no model the real API has retired (the config
+    /// tests check the examples parse; this one that their models still exist).
     #[test]
-    fn the_readme_names_no_retired_model() {
-        let readme = include_str!("../../README.md");
-        let start = readme.find("```toml\n[[providers]]").expect("README has a provider example") + 8;
-        let end = start + readme[start..].find("```").expect("closed");
-        let c = crate::config::Config::from_toml(&readme[start..end], "README.md").expect("parses");
+    fn the_guide_names_no_retired_model() {
+        let examples = crate::config::tests::documented_provider_examples();
+        let c = crate::config::Config::from_toml(&examples, "docs/guide/providers").expect("parses");
         for p in &c.providers {
             let m = p.model.as_deref().unwrap_or("");
-            assert!(!RETIRED_OPENAI_MODELS.contains(&m), "README names retired model {m}");
+            assert!(!RETIRED_OPENAI_MODELS.contains(&m), "the guide names retired model {m}");
         }
     }
     use serde_json::json;

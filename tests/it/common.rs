@@ -385,7 +385,7 @@ impl Drop for Mock {
 /// refuses it as the real API does).
 pub const OPENAI_MODEL: &str = "gpt-image-2.5-flare";
 
-/// The provider kinds against one mock, named after their kind: the README's example
+/// The provider kinds against one mock, named after their kind: the provider guide's example
 /// models (a FLUX model on Replicate, `fal-ai/flux/dev`, `gemini-2.5-flash-image` directly and
 /// through the Batch API as `gembatch`, BFL's `flux-pro-1.1`, `wan2.2-t2i-flash` on DashScope). `idem` models a gateway that honours
 /// `Idempotency-Key`, so its mock must be started with `--honor-idempotency-key`.

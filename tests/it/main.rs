@@ -7,7 +7,8 @@
 //! and fills the disk under the real binary; `limits` floods it with idle and unfinished
 //! connections; `delivery_s3` puts files into a real S3-compatible server (moto) through a
 //! proxy that loses answers, and `delivery_s3_faults` through the faults S3 documents and
-//! hostile endpoints; `delivery_crash` kills it at every phase of a delivery.
+//! hostile endpoints; `delivery_crash` kills it at every phase of a delivery; `docs` holds the
+//! README and the guide to the binary's commands, routes, configuration keys and links.
 
 mod api;
 mod backup;
@@ -32,6 +33,7 @@ mod delivery_s3;
 mod delivery_s3_faults;
 mod delivery_shopify;
 mod disks;
+mod docs;
 mod download_profiles;
 mod drafts;
 mod drafts_migrate;

@@ -1,19 +1,21 @@
-//! The README's tour, run as written: the CLI tour, the curl lines and the mock walk-through,
-//! in the README's order, by bash, each command's exit code checked (0, or the code its
-//! comment names). Only what a fresh machine would differ in is replaced: `tally` is this
-//! build, the home and data directories are temporary, `/tmp/` is a temporary directory, the
-//! ports are free ones, `<id>` is the newest job and `<artifact-id>` its image, and the "Two
-//! commands" daemon is started in the background where a person would use a second terminal.
+//! The tour, run as written: the README's CLI tour, curl lines and set delivery, the guide's
+//! edit and cutout (docs/guide/jobs.md), draft (docs/guide/sets-and-drafts.md) and mock
+//! walk-through (docs/guide/providers/mock.md), in that order, by bash, each command's exit
+//! code checked (0, or the code its comment names). Only what a fresh machine would differ in
+//! is replaced: `tally` is this build, the home and data directories are temporary, `/tmp/` is
+//! a temporary directory, the ports are free ones, `<id>` is the newest job and `<artifact-id>`
+//! its image, and the "Two commands" daemon is started in the background where a person would
+//! use a second terminal.
 
 use std::path::Path;
 use std::process::Command;
 
 use crate::common::{EXE, TempDir, free_port, sha256_hex};
 
-/// The indented lines of the first code block after `marker`, without their indentation.
-fn block_after<'a>(readme: &'a str, marker: &str) -> Vec<&'a str> {
-    let start = readme.find(marker).unwrap_or_else(|| panic!("README has no `{marker}`"));
-    readme[start..]
+/// The indented lines of the first code block after `marker` in `page`, without their indentation.
+fn block_after<'a>(page: &'a str, marker: &str) -> Vec<&'a str> {
+    let start = page.find(marker).unwrap_or_else(|| panic!("the page has no `{marker}`"));
+    page[start..]
         .lines()
         .skip_while(|l| !l.starts_with("    "))
         .take_while(|l| l.starts_with("    ") || l.trim().is_empty())
@@ -62,7 +64,10 @@ fn expected_code(cmd: &str) -> i32 {
 
 #[test]
 fn the_readme_tour_runs_as_written() {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).expect("README");
+    let read = |rel: &str| {
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(rel))
+            .unwrap_or_else(|e| panic!("{rel}: {e}"))
+    };
     let tmp = TempDir::new();
     let root = tmp.path();
     for d in ["home", "xdg", "work", "tmp"] {
@@ -86,15 +91,16 @@ fn the_readme_tour_runs_as_written() {
         }
     };
     let mut steps: Vec<String> = Vec::new();
-    for marker in [
-        "## A two-minute tour",
-        "Edit an image, and cut out a product",
-        "With curl:",
-        "Deliver a set:",
-        "## Drafts: from the product's photos",
-        "### Try it at no cost against the mock provider",
+    for (page, marker) in [
+        ("README.md", "## A short tour"),
+        ("docs/guide/jobs.md", "## Edit an image, and cut out a product"),
+        ("README.md", "With curl:"),
+        ("README.md", "Deliver a set:"),
+        ("docs/guide/sets-and-drafts.md", "## Drafts: from the product's photos"),
+        ("docs/guide/providers/mock.md", "## A walk-through: a lost answer, a retry, a cancel"),
     ] {
-        steps.extend(commands(&block_after(&readme, marker)).iter().map(|c| subst(c)));
+        let text = read(page);
+        steps.extend(commands(&block_after(&text, marker)).iter().map(|c| subst(c)));
     }
     assert!(steps.iter().any(|s| s.contains("tally cancel")) && steps.iter().any(|s| s.contains("tally retry")));
 

@@ -74,7 +74,7 @@ pub struct KindSpec {
     pub own_keys: &'static [&'static str],
     /// The largest source image (edit, cutout) it takes, in bytes.
     pub max_image_bytes: usize,
-    /// Where the mock provider serves this kind, below its address (tests and the README).
+    /// Where the mock provider serves this kind, below its address (tests and docs/guide/providers/mock.md).
     pub mock_path: &'static str,
     /// A model the mock serves for this kind (tests; `None` where the kind needs none).
     pub mock_model: Option<&'static str>,
