@@ -7,7 +7,8 @@
 //!   Pure.
 //! - [`clock`] (the one way to read time), [`failpoint`] (crash points), [`metrics`],
 //!   [`render`] (placeholder PNGs for the demo and mock providers), [`stages`] (per-stage
-//!   timings for `tally bench --profile`, one atomic load when off).
+//!   timings for `tally bench --profile`, one atomic load when off), [`pixels`] (the memory
+//!   budget every image decode takes a ticket from; ARCHITECTURE.md "Memory").
 //! - [`delivery`]: listing-ready files from chosen images (profiles) and where they go
 //!   (targets). Local work only.
 //! - [`config`]: raw TOML → resolved, validated configuration.
