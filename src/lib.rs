@@ -7,17 +7,19 @@
 //!   Pure.
 //! - [`clock`] (the one way to read time), [`failpoint`] (crash points), [`metrics`],
 //!   [`render`] (placeholder PNGs for the demo and mock providers), [`stages`] (per-stage
-//!   timings for `tally bench --profile`, one atomic load when off).
+//!   timings for `tally bench --profile`, one atomic load when off), [`pixels`] (the memory
+//!   budget every image decode takes a ticket from; ARCHITECTURE.md "Memory").
 //! - [`delivery`]: listing-ready files from chosen images (profiles) and where they go
 //!   (targets). Local work only.
+//! - [`providers`]: the provider trait, its capabilities, and the adapters (each kind's
+//!   descriptor, which the config checks against).
 //! - [`config`]: raw TOML → resolved, validated configuration.
 //! - [`store`]: every SQL statement; [`store::Store`] is the seam, each operation written once
 //!   over [`store::tx::Tx`] for SQLite and PostgreSQL.
-//! - [`providers`]: the provider trait, its capabilities, and the adapters.
 //! - [`mock`]: the mock provider server (`tally mock-provider`) and its ledger.
 //! - [`engine`]: intake, dispatcher, workers, reconciler: when each step happens.
-//! - [`api`]: the HTTP API (with the browser sessions and the event stream); [`web`]: the page.
-//! - [`server`]: the HTTP listener with its connection cap and header and body deadlines;
+//! - [`server`]: the HTTP listener with its connection cap and header and body deadlines.
+//! - [`api`]: the HTTP API (with the browser sessions and the event stream); [`web`]: the page;
 //!   [`app`]: `tally serve` wiring and exit codes.
 //! - [`bench`]: `tally bench`, the end-to-end benchmark; [`cli`]: the command line and its
 //!   HTTP client.

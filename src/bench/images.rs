@@ -1,5 +1,5 @@
 //! `tally bench --only images`: what keeping images in the database costs and gives
-//! (BENCHMARKS.md, "Images in the database"):
+//! (bench-results/2026-12-01-s3-images-in-database.md):
 //! - end-to-end throughput with the tiny bench PNG and with a realistic 1.5 MB PNG (16 workers,
 //!   `durability = "full"`, both methods of section 1), beside the physical limit measured in
 //!   the same run (issue #16: the large image written to a file of its own and fsynced, by as

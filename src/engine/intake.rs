@@ -119,7 +119,7 @@ impl Engine {
     /// idle worker's permit) when `[engine] fast_pickup` is on, the task is not a shot of a set
     /// (those carry reference images and wait for their set's turn), no worker is busy (the
     /// engine is idle: under load the dispatcher's batched claims cost less per task than a
-    /// pickup tried on every submit — measured, BENCHMARKS.md Session 7), the
+    /// pickup tried on every submit — measured, bench-results/2026-12-02-s7-one-commit-pickup.md), the
     /// provider's circuit is closed and nothing holds it, the money checks pass (key present,
     /// size valid), and the adapter's preflight passes without waiting on anything (a
     /// preflight that needs the network — an uncached model schema — leaves the task to

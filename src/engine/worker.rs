@@ -647,7 +647,10 @@ impl Run<'_> {
     }
 
     /// The call may have reached the provider and its answer is missing: call again only
-    /// if the provider can prove that is safe.
+    /// if the provider can prove that is safe — `idempotent_create` (a replay with the same
+    /// key), or `lookup` with `finds_lost_creates` (exactly one listed job matching what was
+    /// sent, then polled); otherwise `unknown`. No blind resend (ARCHITECTURE.md, invariants;
+    /// the reconciler applies the same table, `domain::decide`, after a crash).
     async fn recover_call(&self, calling_at: Millis, references: &[Image], why: String) -> Next {
         let caps = self.entry.provider.capabilities();
         let req = self.request(calling_at, references);

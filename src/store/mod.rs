@@ -60,6 +60,10 @@ pub enum Commit {
     /// Committed and ordered before every later durable commit, but not fsynced on its own:
     /// bookkeeping whose loss in a power failure recovery already handles, because it only
     /// records that nothing has been sent yet — dispatch marks, claims, heartbeats, busy
-    /// releases. A process crash loses none of it (the WAL is written before the answer).
+    /// releases. A process crash loses none of it (the WAL is written before the answer). A
+    /// power loss can take back only such writes with no durable one after them: SQLite's WAL
+    /// frames are valid only in order (each checksum chains to the one before), so the database
+    /// is left as after some commit at or after the last durable one — the state a process
+    /// crash right after that commit leaves, which the crash matrix covers.
     Ordered,
 }

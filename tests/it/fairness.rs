@@ -462,8 +462,8 @@ async fn a_recovered_backlog_does_not_starve_fresh_tasks() {
     assert!(f.slow_start.iter().any(|(_, n)| *n >= 4), "the slow start never grew: {:?}", f.slow_start);
 }
 
-/// The FIFO baseline of the same run (documented in BENCHMARKS.md, not asserted): by due time
-/// alone, a fresh task waits behind the whole backlog.
+/// The FIFO baseline of the same run (its figures in bench-results/2026-12-01-s4-lean-path-fairness.md,
+/// not asserted): by due time alone, a fresh task waits behind the whole backlog.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a baseline for BENCHMARKS.md: cargo test --test it fairness -- --ignored --nocapture"]
 async fn fifo_baseline_of_the_same_run() {

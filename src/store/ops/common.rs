@@ -181,7 +181,9 @@ pub(in crate::store) fn insert_blob(tx: &mut dyn Tx, id: &str, img: &NewImage) -
 }
 
 /// Attach a verified image to a task: its bytes and its artifact row, in the caller's
-/// transaction (so they commit with the status change that needs them).
+/// transaction (so they commit with the status change that needs them). The worker checked
+/// and hashed the bytes before (`NewImage::verify`; the writer never hashes), so there is no
+/// image without its row, no row without its image, and nothing on disk for recovery to find.
 pub(in crate::store) fn insert_artifact(
     tx: &mut dyn Tx,
     task: &str,

@@ -6,8 +6,8 @@
 //! operation alone with nothing queued behind it (one task at a time, an idle engine's
 //! pickup), when the writer fsyncs itself ([`Flush::sync_inline`]) rather than hand the batch
 //! to the flusher and have the answer handed back: measured 1.14–1.37× on one worker, no
-//! change at 16 (BENCHMARKS.md, Session 8). Batches of several keep the pipeline. Either way one fsync
-//! runs at a time (`syncing`), and everything below holds for both.
+//! change at 16 (bench-results/2026-12-02-s8-sitting.md). Batches of several keep the pipeline.
+//! Either way one fsync runs at a time (`syncing`), and everything below holds for both.
 //!
 //! Generations: the writer numbers its batches 1, 2, 3, …; [`Flush::begin`] is called just
 //! before a batch's `COMMIT` and [`Flush::ended`] just after it returned (success or not).

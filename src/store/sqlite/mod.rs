@@ -44,7 +44,7 @@
 //! alone), which bounds what one group commit adds to the WAL; `tally backup` (`VACUUM INTO`)
 //! holds one snapshot for its length.
 //! A clean stop checkpoints with TRUNCATE (an empty WAL). Measured in `tally bench`
-//! (`BENCHMARKS.md`, "images in the database").
+//! (`bench-results/2026-12-01-s3-images-in-database.md`).
 
 mod flush;
 pub mod lineage;

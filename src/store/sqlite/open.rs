@@ -207,7 +207,7 @@ const MIGRATIONS: &[&str] = &[
 /// chance. 8192 pages (32 MiB) measured about a third faster with 1.5 MB images, but then the
 /// WAL needs up to ~50 MB of free disk before a checkpoint can reuse it: after a full disk
 /// frees up, the WAL alone filled a small one again (`disks` tests) and stored images could
-/// not be stored. Free space is worth more than the speed (BENCHMARKS.md, session 3).
+/// not be stored. Free space is worth more than the speed (bench-results/2026-12-01-s3-images-in-database.md).
 pub const AUTOCHECKPOINT_PAGES: i64 = 1000;
 
 /// The WAL is truncated back to this size after a checkpoint reset it (`journal_size_limit`),
