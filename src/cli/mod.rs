@@ -227,7 +227,7 @@ pub enum Command {
         /// The database file to check (default: this data directory's `tally.db`).
         db: Option<PathBuf>,
     },
-    /// Make a backup this data directory's database (stop `tally serve` first).
+    /// Restore a backup (SRC) as this data directory's database (stop `tally serve` first).
     ///
     /// Checks SRC like `tally check` first and changes nothing if it fails. Then copies it in
     /// as one file, keeps a database already there (its WAL folded in) as
