@@ -1,4 +1,4 @@
-//! The documentation against the code: every Markdown page (README.md and docs/**) is read,
+//! The documentation against the code: every Markdown page (README.md, DEVELOPING.md, ARCHITECTURE.md and docs/**) is read,
 //! and
 //!
 //! - every `tally <command> [<subcommand>] [--flag…]` it shows in code (blocks and inline
@@ -23,7 +23,7 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// README.md and every `.md` under docs/, as (path relative to the repository, text).
+/// README.md, DEVELOPING.md, ARCHITECTURE.md and every `.md` under docs/, as (path relative to the repository, text).
 fn pages() -> Vec<(String, String)> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         for e in std::fs::read_dir(dir).expect("read docs") {
@@ -35,7 +35,7 @@ fn pages() -> Vec<(String, String)> {
             }
         }
     }
-    let mut files = vec![root().join("README.md")];
+    let mut files = vec![root().join("README.md"), root().join("DEVELOPING.md"), root().join("ARCHITECTURE.md")];
     walk(&root().join("docs"), &mut files);
     files.sort();
     files
