@@ -14,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::AppState;
 use super::error::{ApiError, too_large, unsupported_media_type};
+use crate::domain::words::say;
 
 /// Host names always accepted (with any port or none): the loopback names.
 const LOOPBACK_HOSTS: &[&str] = &["localhost", "127.0.0.1", "[::1]"];
@@ -57,12 +58,7 @@ pub async fn check_host(State(state): State<AppState>, req: Request, next: Next)
         .or_else(|| req.uri().authority().map(|a| a.to_string()));
     match host {
         Some(h) if host_allowed(&h, &state.inner.allowed_hosts) => next.run(req).await,
-        _ => ApiError::new(
-            StatusCode::MISDIRECTED_REQUEST,
-            "host_not_allowed",
-            "this server does not answer for that Host; use http://127.0.0.1 or add the name to server.allowed_hosts",
-        )
-        .into_response(),
+        _ => ApiError::new(StatusCode::MISDIRECTED_REQUEST, "host_not_allowed", say("say.error_host")).into_response(),
     }
 }
 
@@ -127,12 +123,7 @@ pub async fn require_token(State(state): State<AppState>, mut req: Request, next
             .and_then(|v| v.to_str().ok())
             .is_some_and(|t| constant_time_eq(t.trim().as_bytes(), session.csrf_token.as_bytes()));
         if !safe && !csrf_ok {
-            return ApiError::new(
-                StatusCode::FORBIDDEN,
-                "csrf_token_required",
-                "a request signed in with the session cookie must send the page's CSRF token in X-CSRF-Token",
-            )
-            .into_response();
+            return ApiError::new(StatusCode::FORBIDDEN, "csrf_token_required", say("say.error_csrf")).into_response();
         }
         req.extensions_mut().insert(Credential::Session(session.id));
         return next.run(req).await;

@@ -16,6 +16,7 @@ use super::sets::{SetJson, load, set_json};
 use super::source::ImageRef;
 use super::{AppState, JsonBody, OptionalJsonBody, json_response};
 use crate::domain::operation::{Operation, SourceKind};
+use crate::domain::words::say;
 use crate::domain::{from_micros, money};
 use crate::store::{AddOutcome, CandidateOp, ChoiceOutcome, MAX_CANDIDATES, MAX_SHOT_CANDIDATES};
 
@@ -160,10 +161,7 @@ pub async fn add(
         AddOutcome::NoSet => return Err(ApiError::not_found("set")),
         AddOutcome::NoShot => return Err(ApiError::not_found("shot")),
         AddOutcome::Canceled => {
-            return Err(ApiError::conflict(
-                "set_canceled",
-                "this set was canceled, so nothing more is generated for it; create a new set instead",
-            ));
+            return Err(ApiError::conflict("set_canceled", say("say.error_set_canceled")));
         }
         AddOutcome::NotOfShot => {
             return Err(ApiError::invalid(

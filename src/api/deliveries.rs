@@ -18,7 +18,7 @@ use super::openapi::{JsonRejected, StoreFailure};
 use super::{AppState, JsonBody, json_response};
 use crate::delivery::profile::Fit;
 use crate::delivery::target::TargetKind;
-use crate::domain::words::localize;
+use crate::domain::words::{localize, say};
 use crate::engine::deliver::DeliverOutcome;
 use crate::engine::readiness::Readiness;
 use crate::store::{DeliveryView, RetryDeliveryOutcome};
@@ -199,7 +199,7 @@ pub async fn retry(State(state): State<AppState>, Path(id): Path<String>) -> Res
             format!("this delivery is {}; retry it once it has ended", s.as_str()),
         )),
         RetryDeliveryOutcome::NothingToRetry => {
-            Err(ApiError::conflict("nothing_to_retry", "every file of this delivery is delivered already"))
+            Err(ApiError::conflict("nothing_to_retry", say("say.delivery_nothing_to_retry")))
         }
     }
 }

@@ -29,6 +29,7 @@ use utoipa::IntoParams;
 
 use super::AppState;
 use super::error::ApiError;
+use crate::domain::words::say;
 use crate::providers::extension;
 use crate::store::{ArtifactView, SetView, Store, StoreError, TaskView};
 
@@ -304,9 +305,9 @@ pub async fn set_zip(
     let files = picked_file_names(&set, which);
     if files.is_empty() {
         if which == Which::Chosen && !all_file_names(&set).is_empty() {
-            return Err(ApiError::conflict("nothing_chosen", "no shot of this set has a chosen image yet"));
+            return Err(ApiError::conflict("nothing_chosen", say("say.no_choice_yet")));
         }
-        return Err(ApiError::conflict("no_images", "none of this set's shots has a finished image yet"));
+        return Err(ApiError::conflict("no_images", say("say.error_no_finished")));
     }
     if let Some(profile) = profile {
         return super::download_profile::profile_zip(&state, &set, files, &profile).await;

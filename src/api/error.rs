@@ -10,6 +10,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+use crate::domain::words::say;
 use crate::engine::EngineError;
 use crate::store::StoreError;
 
@@ -59,11 +60,7 @@ impl ApiError {
     /// 503: the store failed; the detail is logged, the client gets a generic message.
     pub fn unavailable(detail: &dyn std::fmt::Display) -> Self {
         tracing::error!(error = %detail, "request failed in the store");
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
-            "tally could not read or write its database; try again, and see the daemon's log",
-        )
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", say("say.error_store"))
     }
 }
 
@@ -192,18 +189,10 @@ impl From<QueryRejection> for ApiError {
 
 /// 415: a body that is not declared as JSON.
 pub fn unsupported_media_type() -> ApiError {
-    ApiError::new(
-        StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        "unsupported_media_type",
-        "request bodies must be JSON, sent with Content-Type: application/json",
-    )
+    ApiError::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", say("say.error_body_json"))
 }
 
 /// 413: a body over `server.max_body_bytes`.
 pub fn too_large() -> ApiError {
-    ApiError::new(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "body_too_large",
-        "the request body is larger than this server accepts",
-    )
+    ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", say("say.error_too_large"))
 }

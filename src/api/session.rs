@@ -13,6 +13,7 @@ use super::AppState;
 use super::auth::{Credential, SESSION_COOKIE};
 use super::error::{ApiError, ErrorBody};
 use super::sessions::{self, CODE_LIFETIME};
+use crate::domain::words::say;
 
 /// The sign-in URL for a one-time code, under the daemon's base URL.
 pub fn login_url(base: &str, code: &str) -> String {
@@ -57,11 +58,7 @@ pub async fn session(State(state): State<AppState>, credential: Option<Extension
 }
 
 fn no_session() -> ApiError {
-    ApiError::new(
-        StatusCode::NOT_FOUND,
-        "no_session",
-        "this request was not made with a web session cookie; open a sign-in URL first",
-    )
+    ApiError::new(StatusCode::NOT_FOUND, "no_session", say("say.error_no_session"))
 }
 
 /// `POST /v1/session/sign-in-url`: a fresh one-time sign-in URL (bearer token only: a

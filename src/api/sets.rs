@@ -20,7 +20,7 @@ use super::tasks::{
 use super::{AppState, JsonBody, json_response};
 use crate::clock::rfc3339;
 use crate::domain::TaskStatus;
-use crate::domain::words::localize;
+use crate::domain::words::{localize, say};
 use crate::store::{
     MAX_CANDIDATES, NewSet, NewShot, SHOT_ROLES, SetStatus, SetView, SubmitOutcome, TaskView, UploadView,
     delivery_blocking, set_summary,
@@ -237,7 +237,7 @@ pub fn set_json(state: &AppState, s: &SetView) -> SetJson {
 )]
 pub async fn upload(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
     if body.is_empty() {
-        return Err(ApiError::bad_request("send the image bytes as the request body"));
+        return Err(ApiError::bad_request(say("say.error_upload_empty")));
     }
     let u = state.engine().upload(body.to_vec()).await?;
     Ok(json_response(StatusCode::CREATED, &upload_json(&u)))

@@ -17,6 +17,7 @@ pub use super::task_json::*;
 use super::{AppState, JsonBody, OptionalJsonBody, json_response};
 use crate::clock::rfc3339;
 use crate::domain::operation::Operation;
+use crate::domain::words::{say, say_with};
 use crate::domain::{Charge, TaskStatus, money};
 use crate::providers::{Image, sniff_image};
 use crate::store::{
@@ -430,21 +431,12 @@ pub async fn retry(
         RetryOutcome::NeedsAcknowledgement => {
             let t = load(&state, &id).await?;
             let again = match state.engine().price_of(&t.provider, &t.params) {
-                Some((m, c)) => format!("may be charged again (about {})", money(m, &c)),
-                None => "may be charged again".into(),
+                Some((m, c)) => say_with("say.charged_again_about", &[("amount", &money(m, &c))]),
+                None => say("say.charged_again"),
             };
-            let first = if t.charge.state == Charge::Charged {
-                "The first request was charged."
-            } else {
-                "The first request may already have been charged: its outcome cannot be proven."
-            };
-            Err(ApiError::conflict(
-                "cost_acknowledgement_required",
-                format!(
-                    "{first} Generating again is a new operation that {again}; send \
-                     {{\"acknowledge_possible_charge\": true}} to retry anyway."
-                ),
-            ))
+            let key =
+                if t.charge.state == Charge::Charged { "say.error_ack_charged" } else { "say.error_ack_possible" };
+            Err(ApiError::conflict("cost_acknowledgement_required", say_with(key, &[("again", &again)])))
         }
         RetryOutcome::RetryInProgress { id: live, status } => Err(retried_as(
             ApiError::conflict(
@@ -547,7 +539,7 @@ pub async fn resolve(
     }
     let image = match (body.outcome, body.image_base64) {
         (ResolveAs::Succeeded, None) => {
-            return Err(ApiError::invalid("resolving as succeeded needs the image (image_base64)"));
+            return Err(ApiError::invalid(say("say.error_resolve_needs_image")));
         }
         (ResolveAs::Failed, Some(_)) => {
             return Err(ApiError::invalid("an image only goes with outcome \"succeeded\""));
@@ -557,8 +549,7 @@ pub async fn resolve(
             let bytes = BASE64_STANDARD
                 .decode(b64.trim())
                 .map_err(|e| ApiError::invalid(format!("image_base64 is not valid base64: {e}")))?;
-            let media_type =
-                sniff_image(&bytes).ok_or_else(|| ApiError::invalid("the image is not a PNG, JPEG or WebP image"))?;
+            let media_type = sniff_image(&bytes).ok_or_else(|| ApiError::invalid(say("say.error_image_type")))?;
             Some(Image { bytes, media_type: media_type.into() })
         }
     };

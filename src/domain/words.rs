@@ -62,6 +62,20 @@ pub fn tf(lang: Lang, key: &str, params: &[(&str, &str)]) -> String {
     fill(&t(lang, key), |name| params.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string()))
 }
 
+/// A line the daemon stores (a reason, a history line, a wait), in English, made from the
+/// catalogue's `say.` template `key`: the one place its words are written, so the read path
+/// ([`localize`]) re-makes it in the owner's language from the very template it came from.
+/// Write stored lines through this, never as a literal beside the catalogue (a unit test
+/// checks that every key named this way exists).
+pub fn say(key: &str) -> String {
+    t(Lang::En, key)
+}
+
+/// [`say`] with its `{name}` parameters filled in.
+pub fn say_with(key: &str, params: &[(&str, &str)]) -> String {
+    tf(Lang::En, key, params)
+}
+
 /// A sentence in `lang` ends with its full stop: Chinese text gets "。" unless it already
 /// ends a sentence; English is left as it is (its sentences carry their own).
 pub fn full_stop(lang: Lang, text: &str) -> String {
@@ -287,6 +301,45 @@ impl Search {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every line written through [`say`] or [`say_with`] names a `say.` key the catalogue has
+    /// in both languages, with the same parameters the call fills (a literal key; a key built
+    /// at run time is checked by the test of its own module).
+    #[test]
+    fn every_key_said_exists_in_both_languages() {
+        fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+            for e in std::fs::read_dir(dir).expect("src").flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    walk(&p, out);
+                } else if p.extension().is_some_and(|x| x == "rs") {
+                    out.push(p);
+                }
+            }
+        }
+        let mut files = Vec::new();
+        walk(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut files);
+        let c = catalogue();
+        let mut used = 0;
+        for f in files {
+            let text = std::fs::read_to_string(&f).expect("read a source file");
+            for open in ["say(\"", "say_with(\""] {
+                for (i, _) in text.match_indices(open) {
+                    if text[..i].ends_with(|ch: char| ch.is_alphanumeric() || ch == '_') {
+                        continue;
+                    }
+                    let after = &text[i + open.len()..];
+                    let key = &after[..after.find('"').expect("a closing quote")];
+                    for lang in ["en", "zh-CN"] {
+                        assert!(c[lang].contains_key(key), "{}: `{key}` is not in the catalogue ({lang})", f.display());
+                    }
+                    assert!(key.starts_with(SAID), "{}: `{key}` is not a said line (`say.`)", f.display());
+                    used += 1;
+                }
+            }
+        }
+        assert!(used > 60, "stored lines are made from the catalogue ({used} found)");
+    }
 
     #[test]
     fn templates_split_into_text_and_parameters() {

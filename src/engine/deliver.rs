@@ -684,7 +684,7 @@ async fn settle_by_look(
     clock: Option<&ItemClock>,
 ) -> Option<ItemOutcome> {
     let (Some(target), Some(clock)) = (target, clock) else {
-        return Some(ItemOutcome::Unknown { why: "its write was interrupted and its target is not configured".into() });
+        return Some(ItemOutcome::Unknown { why: crate::domain::words::say("say.interrupted_no_target") });
     };
     let want = item.sha256.as_deref().unwrap_or("");
     let bytes = item.bytes.and_then(|b| u64::try_from(b).ok());

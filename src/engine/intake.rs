@@ -322,11 +322,9 @@ impl Engine {
         let heic = crate::domain::is_heic(&bytes);
         let img = NewImage::verify_async(bytes).await.map_err(|_| {
             EngineError::Invalid(if heic {
-                "the upload is an HEIC photo (an iPhone's usual format), which tally does not read: send it as JPEG \
-                 (on the iPhone, Settings › Camera › Formats › Most Compatible)"
-                    .into()
+                crate::domain::words::say("say.error_upload_heic")
             } else {
-                "the upload is not a PNG, JPEG or WebP image".into()
+                crate::domain::words::say("say.error_upload_type")
             })
         })?;
         Ok(self.shared.store.save_upload(img, self.shared.now()).await?)

@@ -608,7 +608,7 @@ impl Engine {
 
     /// The billing note of a provider, for `unknown` explanations.
     pub fn billing_note(&self, provider: &str) -> Option<String> {
-        self.shared.providers.get(provider).map(|p| p.provider.billing_note().to_string())
+        self.shared.providers.get(provider).map(|p| p.provider.billing_note())
     }
 
     /// Where to look for `provider`'s requests (its dashboard page, or that it has none).
@@ -634,7 +634,7 @@ impl Engine {
                         lookup: caps.lookup,
                         finds_lost_creates: caps.lookup && p.provider.finds_lost_creates(),
                     },
-                    billing_note: p.provider.billing_note().to_string(),
+                    billing_note: p.provider.billing_note(),
                     price: p.money.info(),
                     operations: p.operations.clone(),
                     defined_in: p.config.as_ref().map(|c| c.defined_in).unwrap_or_default(),

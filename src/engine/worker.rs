@@ -19,6 +19,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use super::{ProviderEntry, Shared};
 use crate::domain::operation::{ResultKind, png_has_alpha};
+use crate::domain::words::{say, say_with};
 use crate::domain::{Charge, FailureKind, Millis, Phase, backoff};
 use crate::failpoint::crash;
 use crate::providers::{CallError, CallRequest, Image, JobHandle, JobState, LostLookup, Submitted};
@@ -364,12 +365,12 @@ impl Run<'_> {
                 // The last moment to stop sending: once `calling` is durable the request
                 // leaves, and lands fenced whatever happens to this node meanwhile.
                 if self.fenced() {
-                    let why = "This node lost its lock on the database before sending; handed back (nothing was sent).";
+                    let why = say("say.lost_lock");
                     tracing::info!("this node fenced itself before the call: handing the claim back, nothing was sent");
                     let (e, l) = (c.execution_token.clone(), c.lease_token.clone());
                     // Fenced on both tokens: it lands only while the claim is still this one.
                     // If it cannot, recovery requeues the claim (nothing was sent either way).
-                    match store.release_claim(e, l, self.now(), why.into(), self.now()).await {
+                    match store.release_claim(e, l, self.now(), why, self.now()).await {
                         Ok(()) => {
                             self.shared.changed(&c.task_id, crate::domain::TaskStatus::Waiting);
                             self.shared.wake_dispatcher.notify_one();
@@ -656,6 +657,8 @@ impl Run<'_> {
         let req = self.request(calling_at, references);
         let deadline = self.deadline(calling_at);
         let unknown = |detail: &str| Next::Settle(Finish::Unknown { reason: format!("{why}; {detail}") });
+        // An ending whose whole line is a `say.` template with the reason `{why}` in it.
+        let unknown_said = |key: &str| Next::Settle(Finish::Unknown { reason: say_with(key, &[("why", &why)]) });
         if caps.idempotent_create {
             // The provider dedupes by our key: replaying cannot start a second paid job.
             // At least one replay even when the deadline already passed (a long outage).
@@ -687,7 +690,7 @@ impl Run<'_> {
                     break;
                 }
             }
-            return unknown("replays with the same idempotency key did not get an answer before the recovery deadline");
+            return unknown_said("say.replays_no_answer");
         }
         if caps.lookup && !self.entry.provider.finds_lost_creates() {
             return unknown(
@@ -738,7 +741,7 @@ impl Run<'_> {
                 _ => unknown("the provider's job list could not be read, which proves nothing either way"),
             };
         }
-        unknown("this provider cannot prove whether the request ran or was charged")
+        unknown_said("say.cannot_prove")
     }
 
     /// Poll an accepted job until it settles, the recovery deadline passes, or the run stops.
@@ -813,7 +816,7 @@ impl Run<'_> {
                 Ok(JobState::Expired) => {
                     return Next::Settle(Finish::Failed {
                         kind: FailureKind::Expired,
-                        reason: "generated and charged, but the image expired at the provider".into(),
+                        reason: say("say.expired"),
                         charge: Charge::Charged,
                     });
                 }

@@ -40,8 +40,8 @@ impl Provider for Demo {
         Capabilities { idempotent_create: true, lookup: false }
     }
 
-    fn billing_note(&self) -> &str {
-        "The demo provider runs on this machine and never charges."
+    fn billing_note(&self) -> String {
+        crate::domain::words::say("say.bills_demo")
     }
 
     fn submit<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<Submitted, CallError>> {

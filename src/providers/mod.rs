@@ -213,8 +213,8 @@ pub trait Provider: Send + Sync + 'static {
     fn capabilities(&self) -> Capabilities;
 
     /// Plain words on how this provider bills, shown next to an `unknown` result.
-    fn billing_note(&self) -> &str {
-        "This provider may charge for every generation request it receives."
+    fn billing_note(&self) -> String {
+        crate::domain::words::say("say.bills_default")
     }
 
     /// Where the owner looks for a request whose outcome tally cannot prove: the provider's
@@ -347,8 +347,8 @@ impl Provider for Configured {
         self.inner.capabilities()
     }
 
-    fn billing_note(&self) -> &str {
-        self.note.as_deref().unwrap_or_else(|| self.inner.billing_note())
+    fn billing_note(&self) -> String {
+        self.note.clone().unwrap_or_else(|| self.inner.billing_note())
     }
 
     fn dashboard(&self) -> dashboard::Dashboard {

@@ -16,6 +16,7 @@ use serde::Serialize;
 
 use super::StoreError;
 use super::ops::{NewTask, ShotRef};
+use crate::domain::words::{say, say_with};
 use crate::domain::{Millis, TaskStatus};
 
 /// The most candidates `POST /v1/sets` makes per shot, and the most one request adds.
@@ -84,14 +85,14 @@ pub enum ChoiceOutcome {
 }
 
 /// The plain-words name of a shot role, as the page and the `blocking` reasons say it.
-pub fn role_label(role: Option<&str>) -> &'static str {
-    match role {
-        Some("main") => "Main photo",
-        Some("selling_point") => "Selling point",
-        Some("detail") => "Detail close-up",
-        Some("size") => "Size and spec",
-        _ => "Lifestyle scene",
-    }
+pub fn role_label(role: Option<&str>) -> String {
+    say(match role {
+        Some("main") => "say.role_main",
+        Some("selling_point") => "say.role_selling_point",
+        Some("detail") => "say.role_detail",
+        Some("size") => "say.role_size",
+        _ => "say.role_scene",
+    })
 }
 
 /// A shot's name in a sentence: its role's label, with its number when the role repeats.
@@ -99,9 +100,9 @@ pub fn shot_label(roles: &[Option<String>], position: usize) -> String {
     let role = roles.get(position).and_then(|r| r.as_deref());
     let label = role_label(role);
     if roles.iter().filter(|r| r.as_deref() == role).count() > 1 {
-        format!("{label} (shot {})", position + 1)
+        say_with("say.shot_label_n", &[("role", &label), ("n", &(position + 1).to_string())])
     } else {
-        label.to_string()
+        label
     }
 }
 
@@ -205,7 +206,8 @@ pub(crate) fn candidate_tasks(
 /// The set timeline's line for candidates added to shot `position` (from 0).
 pub(crate) fn candidates_added_message(ids: &[String], position: i64, role: &str) -> String {
     let label = role_label(Some(role));
-    format!("{} more candidate(s) asked for shot {} ({label}): {}", ids.len(), position + 1, ids.join(", "))
+    let (n, shot, ids) = (ids.len().to_string(), (position + 1).to_string(), ids.join(", "));
+    say_with("say.set_candidates_added", &[("n", &n), ("shot", &shot), ("role", &label), ("ids", &ids)])
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ use super::ops::common;
 use super::sqlite::tx::SqliteTx;
 use super::tx::{Dialect, Param, Row, Tx};
 use crate::domain::operation::{Operation, Source, SourceKind};
+use crate::domain::words::{say, say_with};
 use crate::domain::{Charge, Micros, Millis, TaskStatus};
 
 /// A task as the API and CLI show it.
@@ -384,8 +385,9 @@ pub(in crate::store) fn wait_words(provider: &str, f: &WaitFacts) -> Option<Stri
     }
     if f.due.is_none() {
         return Some(match f.earlier_shots {
-            0 => "Waits until the set's current shot is settled (a set runs one shot at a time).".to_string(),
-            n => format!("Queued behind {n} earlier shot{} of this set (a set runs one shot at a time).", plural(n)),
+            0 => say("say.waits_for_shot"),
+            1 => say_with("say.behind_shot", &[("n", "1")]),
+            n => say_with("say.behind_shots", &[("n", &n.to_string())]),
         });
     }
     f.pass?; // waiting for its due time: the stored reason says until when

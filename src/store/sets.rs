@@ -16,6 +16,7 @@ use super::StoreError;
 use super::ops::{NewTask, ShotRef};
 use super::read::TaskView;
 use super::sqlite::tx::SqliteTx;
+use crate::domain::words::say;
 use crate::domain::{Millis, TaskStatus, request_hash};
 
 /// The shot roles a set may list.
@@ -215,17 +216,13 @@ pub fn set_summary(set: &SetView) -> (SetStatus, String, String) {
     } else {
         SetStatus::DoneWithProblems
     };
-    let message = match status {
-        SetStatus::Running if set.canceled => {
-            "Canceling: shots not yet sent were canceled; the one already at the provider will finish and be kept.".into()
-        }
-        SetStatus::Running => "Generating one image at a time.".into(),
-        SetStatus::Done => "All images are ready.".into(),
-        SetStatus::Canceled => "Canceled. Images already generated are kept.".into(),
-        SetStatus::DoneWithProblems if unknown > 0 => "Finished, but some results cannot be confirmed (unknown) \
-             or failed; tally will not regenerate them on its own. Retrying a shot is a new operation that may be charged."
-            .into(),
-        SetStatus::DoneWithProblems => "Finished, but some shots did not produce an image.".into(),
-    };
+    let message = say(match status {
+        SetStatus::Running if set.canceled => "say.set_canceling",
+        SetStatus::Running => "say.set_running",
+        SetStatus::Done => "say.set_done",
+        SetStatus::Canceled => "say.set_canceled",
+        SetStatus::DoneWithProblems if unknown > 0 => "say.set_unknown",
+        SetStatus::DoneWithProblems => "say.set_problems",
+    });
     (status, progress, message)
 }

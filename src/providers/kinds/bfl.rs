@@ -236,8 +236,8 @@ impl Provider for Bfl {
         false
     }
 
-    fn billing_note(&self) -> &str {
-        "BFL charges credits for each image it delivers (status Ready); moderated requests are not charged."
+    fn billing_note(&self) -> String {
+        crate::domain::words::say("say.bills_bfl")
     }
 
     fn poll_interval(&self) -> Duration {

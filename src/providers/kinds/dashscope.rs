@@ -469,9 +469,8 @@ impl Provider for Dashscope {
         Capabilities { idempotent_create: self.http.sends_idempotency_key(), lookup: true }
     }
 
-    fn billing_note(&self) -> &str {
-        "Alibaba Cloud Model Studio bills only images that were generated successfully: a task that fails or is \
-         canceled is not charged."
+    fn billing_note(&self) -> String {
+        crate::domain::words::say("say.bills_dashscope")
     }
 
     fn poll_interval(&self) -> Duration {
@@ -680,8 +679,8 @@ pub mod chat {
             Capabilities { idempotent_create: self.http.sends_idempotency_key(), lookup: false }
         }
 
-        fn billing_note(&self) -> &str {
-            "Alibaba Cloud Model Studio bills each chat completion by its input and output tokens."
+        fn billing_note(&self) -> String {
+            crate::domain::words::say("say.bills_dashscope_chat")
         }
 
         fn rate_limit_hold(&self) -> Option<Duration> {

@@ -502,11 +502,11 @@ impl Provider for Gemini {
         Capabilities { idempotent_create: self.http.sends_idempotency_key(), lookup: self.batch }
     }
 
-    fn billing_note(&self) -> &str {
+    fn billing_note(&self) -> String {
         if self.batch {
-            "Gemini bills a batch's requests by their tokens, at half the standard price."
+            crate::domain::words::say("say.bills_gemini_batch")
         } else {
-            "Gemini bills every answered request by its tokens, including a blocked one's prompt."
+            crate::domain::words::say("say.bills_gemini")
         }
     }
 

@@ -126,8 +126,8 @@ impl Provider for OpenaiResponses {
         false
     }
 
-    fn billing_note(&self) -> &str {
-        "OpenAI bills each response by its input and output tokens, whether or not tally could use the answer."
+    fn billing_note(&self) -> String {
+        crate::domain::words::say("say.bills_openai_responses")
     }
 
     fn poll_interval(&self) -> Duration {

@@ -52,9 +52,8 @@ impl Provider for Photoroom {
         Capabilities { idempotent_create: false, lookup: false }
     }
 
-    fn billing_note(&self) -> &str {
-        "Photoroom bills every remove-background call it answers with an image, whether or not tally received the \
-         answer."
+    fn billing_note(&self) -> String {
+        crate::domain::words::say("say.bills_photoroom")
     }
 
     fn rate_limit_hold(&self) -> Option<Duration> {

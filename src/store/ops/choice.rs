@@ -5,6 +5,7 @@
 //! written in the same transaction as the change it tells.
 
 use super::{SubmitOutcome, submit};
+use crate::domain::words::say_with;
 use crate::domain::{Millis, TaskStatus};
 use crate::store::choice::{CandidateOp, ShotRequest, candidate_tasks, candidates_added_message};
 use crate::store::tx::Tx;
@@ -127,7 +128,8 @@ pub(in crate::store) fn choose(
         .opt("SELECT artifact_id FROM set_choices WHERE set_id = ?1 AND position = ?2", &[&set, &position])?
         .map(|r| r.get(0))
         .transpose()?;
-    let label = format!("shot {} ({})", position + 1, role_label(role.as_deref()));
+    let label =
+        say_with("say.shot_name", &[("n", &(position + 1).to_string()), ("role", &role_label(role.as_deref()))]);
     let Some(artifact) = artifact else {
         if previous.is_some() {
             tx.exec("DELETE FROM set_choices WHERE set_id = ?1 AND position = ?2", &[&set, &position])?;

@@ -19,6 +19,7 @@ use serde_json::Value;
 use super::common::{PerDialect, event};
 use super::dispatch::Candidate;
 use super::{Claim, Lane};
+use crate::domain::words::say_with;
 use crate::domain::{Actor, Millis, Phase};
 use crate::store::tx::{Dialect, Param, Row, Tx};
 use crate::store::{StoreError, UploadView};
@@ -249,11 +250,11 @@ fn claim_of(r: &Row, token: &str, slow_start: &[String]) -> Result<Claim, StoreE
 
 /// The timeline line of a claim that adopted an earlier worker's call of `attempt` in `phase`.
 fn resumed_message(attempt: i64, phase: Phase) -> String {
-    let how = match phase {
-        Phase::Accepted => "polling the job the provider already accepted, instead of sending again",
-        _ => "recovering the earlier call without blindly sending it again",
+    let key = match phase {
+        Phase::Accepted => "say.resumed_polling",
+        _ => "say.resumed_recovering",
     };
-    format!("attempt {attempt} resumed: {how}")
+    say_with(key, &[("n", &attempt.to_string())])
 }
 
 /// An image set's reference images, in order (what a claim of one of its shots sends). A local

@@ -17,6 +17,7 @@ use super::common::{
     settle_charge,
 };
 use super::{CallingFacts, CallingOutcome, Finish, NewArtifact, charge_words, with_money};
+use crate::domain::words::{say, say_with};
 use crate::domain::{Actor, Charge, FailureKind, Micros, Millis, TaskStatus};
 use crate::store::StoreError;
 use crate::store::spend::Limit;
@@ -271,7 +272,7 @@ pub(in crate::store) fn ending(f: &Finish, attempts: i64, words: &str, now: Mill
         }
         Finish::CanceledBeforeCall => Ending::Settle {
             status: TaskStatus::Canceled,
-            reason: "Nothing was sent to the provider.".into(),
+            reason: say("say.nothing_sent"),
             kind: None,
             envelope_error: None,
             event: "canceled",
@@ -371,11 +372,8 @@ pub(in crate::store) fn finish(
     if let Finish::Succeeded(a) = f {
         insert_artifact(tx, &task, exec, a, now)?;
         let reason = match charge {
-            Charge::Charged => {
-                "A cancel was requested after the request had been sent; the image was kept because the provider \
-                 charges for it."
-            }
-            _ => "A cancel was requested after the request had been sent; the image was kept.",
+            Charge::Charged => say("say.cancel_kept_charged"),
+            _ => say("say.cancel_kept"),
         };
         let set: Option<String> = tx
             .one(
@@ -386,7 +384,7 @@ pub(in crate::store) fn finish(
             )?
             .get(0)?;
         consume_envelope(tx, &task, "consumed", None)?;
-        let saved = format!("image stored ({} bytes, sha256 {})", a.image.len(), a.image.sha256());
+        let saved = say_with("say.image_stored", &[("bytes", &a.image.len().to_string()), ("sha", a.image.sha256())]);
         event(tx, &task, now, Actor::Worker, "succeeded", &with_money(&saved, &words), ex)?;
         // Crash matrix: the image and `succeeded` are written but not committed.
         crate::failpoint::crash("before-finish-commit");
@@ -455,14 +453,7 @@ pub(in crate::store) fn late_result(
     let Some(task) = task else { return Ok(false) };
     let (_, words) = settle_charge(tx, exec, Charge::Charged)?;
     insert_artifact(tx, &task, exec, a, now)?;
-    set_task(
-        tx,
-        &task,
-        TaskStatus::Succeeded,
-        Some("The answer arrived late, after the outcome had been marked unknown."),
-        None,
-        now,
-    )?;
+    set_task(tx, &task, TaskStatus::Succeeded, Some(&say("say.late_answer")), None, now)?;
     event(
         tx,
         &task,

@@ -10,6 +10,7 @@
 
 use super::common::{PerDialect, event, requeue_envelope, schedule_next_shot_of, set_task};
 use crate::domain::Charge;
+use crate::domain::words::say;
 use crate::domain::{Actor, Millis, TaskStatus};
 use crate::store::held::{Held, HeldLook, HeldSettle, LOOK_NOTE, Release, ReleaseReport, Settled};
 use crate::store::tx::{Dialect, Tx};
@@ -108,22 +109,14 @@ pub(in crate::store) fn release_held(
         };
         let set: Option<String> = row.get(0)?;
         tx.exec("UPDATE envelopes SET held_at = NULL, held_reason = NULL WHERE task_id = ?1", &[&task])?;
-        let words = "Released by the owner: queued to be sent again (it may be charged again).";
-        set_task(tx, &task, TaskStatus::Waiting, Some(words), None, now)?;
+        let words = say("say.released");
+        set_task(tx, &task, TaskStatus::Waiting, Some(&words), None, now)?;
         match &set {
             // Schedules the set's next unheld shot when none of its shots is live.
             Some(set) => schedule_next_shot_of(tx, set, now)?,
             None => requeue_envelope(tx, &task, now, None, now)?,
         }
-        event(
-            tx,
-            &task,
-            now,
-            Actor::Operator,
-            "released",
-            "the owner released the held job: it is sent again, which may be charged again",
-            None,
-        )?;
+        event(tx, &task, now, Actor::Operator, "released", &say("say.released_line"), None)?;
         report.released.push(task);
     }
     Ok(report)

@@ -37,6 +37,7 @@ pub(in crate::store) use dispatch::{STRIDE, fair_key};
 pub use exec::provider_key;
 pub(in crate::store) use intake::submit;
 
+use crate::domain::words::{say, say_with};
 pub use crate::store::types::*;
 pub use drafts::{AnswerView, ConfirmOutcome, DraftChange, DraftView, NewDraft, RevisionView};
 
@@ -50,23 +51,27 @@ pub(in crate::store) fn charge_words(
     cost: Option<Micros>,
     currency: Option<&str>,
 ) -> String {
-    let about = match (cost, currency) {
-        (Some(m), Some(cur)) => format!(" (about {})", crate::domain::money(m, cur)),
-        _ => String::new(),
+    let amount = match (cost, currency) {
+        (Some(m), Some(cur)) => Some(crate::domain::money(m, cur)),
+        _ => None,
+    };
+    let about = |key: &str| match &amount {
+        Some(a) => say_with(&format!("{key}_about"), &[("amount", a)]),
+        None => say(key),
     };
     match (called, stored) {
         (false, _) => String::new(),
-        (true, Charge::None) if asked == Charge::None => "nothing reached the provider, so nothing was charged".into(),
-        (true, Charge::None) => "this provider never charges".into(),
-        (true, Charge::Refused) => "a definite refusal, which the provider does not charge for".into(),
-        (true, Charge::Possible) => format!("it may have been charged{about}"),
-        (true, Charge::Charged) => format!("charged{about}"),
+        (true, Charge::None) if asked == Charge::None => say("say.money_nothing_reached"),
+        (true, Charge::None) => say("say.money_never_charges"),
+        (true, Charge::Refused) => say("say.money_refusal"),
+        (true, Charge::Possible) => about("say.money_possible"),
+        (true, Charge::Charged) => about("say.money_charged"),
     }
 }
 
 /// `text`, then `words` after a dash when there are any.
 pub(in crate::store) fn with_money(text: &str, words: &str) -> String {
-    if words.is_empty() { text.to_string() } else { format!("{text} — {words}") }
+    if words.is_empty() { text.to_string() } else { say_with("say.with_money", &[("line", text), ("money", words)]) }
 }
 
 #[cfg(test)]

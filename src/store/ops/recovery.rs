@@ -18,6 +18,7 @@
 
 use super::common::{consume_envelope, event, on_settled, requeue_envelope, set_task, settle_charge, task_status};
 use super::{LeftoverRow, Recovery, with_money};
+use crate::domain::words::{say, say_with};
 use crate::domain::{Actor, Charge, FailureKind, Millis, Phase, TaskStatus};
 use crate::store::StoreError;
 use crate::store::tx::{Dialect, Row, Tx};
@@ -229,15 +230,7 @@ fn end_execution(tx: &mut dyn Tx, row: &LeftoverRow, status: &str, error: &str, 
 fn requeue(tx: &mut dyn Tx, row: &LeftoverRow, now: Millis) -> Result<TaskStatus, StoreError> {
     let task = row.task_id.as_str();
     requeue_envelope(tx, task, now, Some("handed off but never claimed"), now)?;
-    event(
-        tx,
-        task,
-        now,
-        Actor::Reconciler,
-        "requeued",
-        "handed to a worker that never started it; queued again (nothing was sent)",
-        None,
-    )?;
+    event(tx, task, now, Actor::Reconciler, "requeued", &say("say.handed_never_started"), None)?;
     Ok(task_status(tx, task)?.unwrap_or(TaskStatus::Queued))
 }
 
@@ -265,23 +258,8 @@ fn abandon(tx: &mut dyn Tx, row: &LeftoverRow, now: Millis) -> Result<TaskStatus
     let task = row.task_id.as_str();
     end_execution(tx, row, "abandoned", "the worker stopped before calling the provider", now)?;
     requeue_envelope(tx, task, now, Some("worker lost before calling"), now)?;
-    set_task(
-        tx,
-        task,
-        TaskStatus::Waiting,
-        Some("The worker stopped before anything was sent; queued again."),
-        None,
-        now,
-    )?;
-    event(
-        tx,
-        task,
-        now,
-        Actor::Reconciler,
-        "abandoned",
-        "the worker stopped before calling the provider; nothing was sent; queued again",
-        exec_of(row),
-    )?;
+    set_task(tx, task, TaskStatus::Waiting, Some(&say("say.worker_stopped")), None, now)?;
+    event(tx, task, now, Actor::Reconciler, "abandoned", &say("say.worker_stopped_line"), exec_of(row))?;
     Ok(TaskStatus::Waiting)
 }
 
@@ -289,17 +267,11 @@ fn abandon(tx: &mut dyn Tx, row: &LeftoverRow, now: Millis) -> Result<TaskStatus
 /// call, or (no lease) the hand-off of an execution already being resumed that no worker
 /// claimed — a crash between dispatch and claim, handed over again uncounted as a lost
 /// delivery.
-fn resume_words(leased: bool) -> (&'static str, &'static str) {
+fn resume_words(leased: bool) -> (&'static str, String) {
     if leased {
-        (
-            "lease expired during the provider call",
-            "the worker's lease expired during the provider call; handing the same execution to a worker to look up or replay, not to resend",
-        )
+        ("lease expired during the provider call", say("say.lease_expired"))
     } else {
-        (
-            "the hand-off of a resumed execution was never claimed",
-            "the execution being recovered was handed to a worker that never started; handing it over again to look up or replay, not to resend",
-        )
+        ("the hand-off of a resumed execution was never claimed", say("say.resumed_handoff_lost"))
     }
 }
 
@@ -309,35 +281,26 @@ fn resume(tx: &mut dyn Tx, row: &LeftoverRow, now: Millis) -> Result<TaskStatus,
     let task = row.task_id.as_str();
     let (error, how) = resume_words(row.lease_token.is_some());
     requeue_envelope(tx, task, now, Some(error), now)?;
-    set_task(
-        tx,
-        task,
-        TaskStatus::Waiting,
-        Some("Interrupted while the provider was working; recovering without sending again."),
-        None,
-        now,
-    )?;
-    event(tx, task, now, Actor::Reconciler, "recovering", how, exec_of(row))?;
+    set_task(tx, task, TaskStatus::Waiting, Some(&say("say.interrupted_recovering")), None, now)?;
+    event(tx, task, now, Actor::Reconciler, "recovering", &how, exec_of(row))?;
     Ok(TaskStatus::Waiting)
 }
-
-/// Why a task became `unknown` in recovery.
-const UNKNOWN_WHY: &str =
-    "tally was interrupted after the request may have left, and this provider cannot prove whether it ran";
 
 /// [`Recovery::Unknown`]: nothing can prove what happened; the execution and the task are
 /// `unknown`, its charge `possible`, automatic retries stop, and the task is settled.
 fn unknown(tx: &mut dyn Tx, row: &LeftoverRow, now: Millis) -> Result<TaskStatus, StoreError> {
     let task = row.task_id.as_str();
     let exec = exec_of(row);
-    end_execution(tx, row, "unknown", UNKNOWN_WHY, now)?;
+    // Why the task became `unknown`.
+    let why = say("say.interrupted_cannot_prove");
+    end_execution(tx, row, "unknown", &why, now)?;
     let words = match exec {
         Some(token) => settle_charge(tx, token, Charge::Possible)?.1,
         None => String::new(),
     };
-    consume_envelope(tx, task, "consumed", Some(UNKNOWN_WHY))?;
-    set_task(tx, task, TaskStatus::Unknown, Some(UNKNOWN_WHY), None, now)?;
-    let line = with_money(&format!("{UNKNOWN_WHY}; automatic retries stopped"), &words);
+    consume_envelope(tx, task, "consumed", Some(&why))?;
+    set_task(tx, task, TaskStatus::Unknown, Some(&why), None, now)?;
+    let line = with_money(&say_with("say.retries_stopped", &[("reason", &why)]), &words);
     event(tx, task, now, Actor::Reconciler, "unknown", &line, exec)?;
     on_settled(tx, task, now)?;
     Ok(TaskStatus::Unknown)

@@ -19,6 +19,7 @@ use super::SubmitOutcome;
 use super::choice::set_event;
 use super::common::{by_dialect, event};
 use super::sets::create_set;
+use crate::domain::words::{say, say_with};
 use crate::domain::{Actor, Millis, request_hash};
 use crate::store::set_edit::{DeleteOutcome, EditOutcome, SetBlock, SetEdit, own_words, prompt_suffix};
 use crate::store::tx::Tx;
@@ -79,40 +80,41 @@ fn set_tasks(tx: &mut dyn Tx, set: &str) -> Result<Vec<SetTask>, StoreError> {
 
 /// "shot 2 (Main photo)".
 fn shot_name(position: i64, role: Option<&str>) -> String {
-    format!("shot {} ({})", position.saturating_add(1), role_label(role))
+    say_with("say.shot_name", &[("n", &position.saturating_add(1).to_string()), ("role", &role_label(role))])
 }
 
-/// Why this task's shot can no longer be changed, or `None` when nothing was sent for it and
-/// no worker holds it.
+/// Why this task's shot can no longer be changed (the key of its words), or `None` when
+/// nothing was sent for it and no worker holds it.
 fn sent_or_held(t: &SetTask) -> Option<&'static str> {
     let unsent = matches!(t.status.as_str(), "queued" | "waiting") && t.envelope == "pending" && t.called == 0;
     if unsent && !t.held {
         None
     } else if t.held {
-        Some("is held because the database was an older copy, so it may have been sent already")
+        Some("say.edit_held")
     } else if t.status == "running" {
-        Some("is being generated now")
+        Some("say.edit_generating")
     } else if unsent {
         None
     } else if t.called == 0 && matches!(t.status.as_str(), "failed" | "canceled") {
-        Some("has already finished (nothing was sent, but its outcome is recorded)")
+        Some("say.edit_finished")
     } else {
-        Some("was already sent to the provider")
+        Some("say.edit_sent")
     }
 }
 
-/// Why the set's reference photos can no longer change because of this task, or `None`: no
+/// Why the set's reference photos can no longer change because of this task (the key of its
+/// words), or `None`: no
 /// request of it ever left and no worker holds it. Unlike its words, a task that settled
 /// without sending anything (refused before sending, canceled) does not hold the photos back:
 /// they are read by each claim, so a retry of it sends the new ones, and its own record keeps
 /// what happened.
 fn photos_sent(t: &SetTask) -> Option<&'static str> {
     if t.held {
-        Some("is held because the database was an older copy, so it may have been sent already")
+        Some("say.edit_held")
     } else if t.status == "running" {
-        Some("is being generated now")
+        Some("say.edit_generating")
     } else if t.called > 0 {
-        Some("was already sent to the provider with the photos it had")
+        Some("say.edit_sent_photos")
     } else {
         None
     }
@@ -131,11 +133,7 @@ pub(in crate::store) fn edit_set(
     tx.lock_set(set)?;
     let Some((product, style, provider, canceled)) = set_row(tx, set)? else { return Ok(EditOutcome::NoSet) };
     if canceled {
-        return Ok(EditOutcome::Blocked(SetBlock {
-            code: "set_canceled",
-            message: "this set was canceled, so it cannot be edited; duplicate it to start again with your changes"
-                .into(),
-        }));
+        return Ok(EditOutcome::Blocked(SetBlock { code: "set_canceled", message: say("say.edit_canceled") }));
     }
     let listed = set_tasks(tx, set)?;
     let mut positions: BTreeMap<i64, Vec<&SetTask>> = BTreeMap::new();
@@ -198,29 +196,24 @@ pub(in crate::store) fn edit_set(
         tx.lock_task(id)?;
     }
     let current = set_tasks(tx, set)?;
+    // `why` and `what`: the keys of the words.
     let refused = |t: &SetTask, why: &str, what: &str| {
+        let shot = shot_name(t.position, t.role.as_deref());
         Ok(EditOutcome::Blocked(SetBlock {
             code: "shot_already_sent",
-            message: format!(
-                "{} {why}; {what}. Duplicate the set to make a new one with your changes.",
-                shot_name(t.position, t.role.as_deref())
-            ),
+            message: say_with("say.edit_refused", &[("shot", &shot), ("why", &say(why)), ("what", &say(what))]),
         }))
     };
     for t in current.iter().filter(|t| whole || changes.contains_key(&t.position)) {
         if let Some(why) = sent_or_held(t) {
-            let what = if whole {
-                "the product and style go into every shot's request, so they can no longer be changed"
-            } else {
-                "so its words can no longer be changed"
-            };
+            let what = if whole { "say.edit_whole" } else { "say.edit_words" };
             return refused(t, why, what);
         }
     }
     if refs_change.is_some() {
         for t in &current {
             if let Some(why) = photos_sent(t) {
-                return refused(t, why, "the reference photos go with every shot, so they can no longer be changed");
+                return refused(t, why, "say.edit_photos");
             }
         }
     }
@@ -404,7 +397,7 @@ pub(in crate::store) fn delete_set(tx: &mut dyn Tx, set: &str, now: Millis) -> R
     if tx.opt("SELECT 1 FROM deliveries WHERE set_id = ?1", &[&set])?.is_some() {
         return Ok(DeleteOutcome::Blocked(SetBlock {
             code: "set_has_deliveries",
-            message: "a delivery names this set, so it is kept".into(),
+            message: say("say.delete_delivered"),
         }));
     }
     // Links into the set (retries of its shots) go first, as in a prune.

@@ -12,6 +12,7 @@ use super::intake::submit;
 use super::{
     CancelOutcome, NewTask, OwnerCharge, Resolution, ResolveOutcome, RetryAck, RetryOutcome, SubmitOutcome, with_money,
 };
+use crate::domain::words::say;
 use crate::domain::{Actor, Charge, FailureKind, Millis, TaskStatus};
 use crate::store::StoreError;
 use crate::store::tx::Tx;
@@ -22,7 +23,7 @@ pub(in crate::store) fn cancel(tx: &mut dyn Tx, task: &str, now: Millis) -> Resu
     let Some(status) = task_status(tx, task)? else { return Ok(CancelOutcome::NotFound) };
     match status {
         TaskStatus::Queued | TaskStatus::Waiting => {
-            set_task(tx, task, TaskStatus::Canceled, Some("Nothing was sent to the provider."), None, now)?;
+            set_task(tx, task, TaskStatus::Canceled, Some(&say("say.nothing_sent")), None, now)?;
             consume_envelope(tx, task, "consumed", Some("canceled"))?;
             event(tx, task, now, Actor::Api, "canceled", "canceled before anything was sent", None)?;
             on_settled(tx, task, now)?;
@@ -30,15 +31,7 @@ pub(in crate::store) fn cancel(tx: &mut dyn Tx, task: &str, now: Millis) -> Resu
         }
         TaskStatus::Running => {
             tx.exec("UPDATE tasks SET cancel_requested = true, updated_at = ?2 WHERE id = ?1", &[&task, &now])?;
-            event(
-                tx,
-                task,
-                now,
-                Actor::Api,
-                "cancel_requested",
-                "cancel requested while running; a result that arrives will be kept",
-                None,
-            )?;
+            event(tx, task, now, Actor::Api, "cancel_requested", &say("say.cancel_while_running"), None)?;
             Ok(CancelOutcome::Requested)
         }
         settled => Ok(CancelOutcome::Settled(settled)),

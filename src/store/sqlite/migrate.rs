@@ -241,13 +241,13 @@ fn recover_one(c: &Connection, token: &str, rel: &str, img: NewImage) -> Result<
     let tx = &mut SqliteTx::new(c);
     insert_artifact(tx, &task, token, &art, now)?;
     if late {
-        let why = "The answer arrived late, after the outcome had been marked unknown.";
-        set_task(tx, &task, TaskStatus::Succeeded, Some(why), None, now)?;
+        let why = crate::domain::words::say("say.late_answer");
+        set_task(tx, &task, TaskStatus::Succeeded, Some(&why), None, now)?;
         let msg = "the image this execution had saved before tally was upgraded resolved the unknown outcome";
         event(tx, &task, now, Actor::Reconciler, "late_result", msg, Some(token))?;
     } else {
-        let why = "Recovered the saved image after an interruption.";
-        set_task(tx, &task, TaskStatus::Succeeded, Some(why), None, now)?;
+        let why = crate::domain::words::say("say.recovered_saved");
+        set_task(tx, &task, TaskStatus::Succeeded, Some(&why), None, now)?;
         consume_envelope(tx, &task, "consumed", None)?;
         let msg = "found the image saved before the interruption, verified it and finished the task";
         event(tx, &task, now, Actor::Reconciler, "recovered", msg, Some(token))?;
