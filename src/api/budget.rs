@@ -39,11 +39,11 @@ pub struct ProviderLimitsBody {
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BudgetBody {
-    /// The whole daemon's daily limit (UTC days); `null` removes it; absent leaves it.
+    /// The whole daemon's daily limit (days of `[ui] time_zone`); `null` removes it; absent leaves it.
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<f64>, minimum = 0, exclusive_maximum = 1e12)]
     pub daily: Change,
-    /// The whole daemon's monthly limit (UTC months); `null` removes it; absent leaves it.
+    /// The whole daemon's monthly limit (months of `[ui] time_zone`); `null` removes it; absent leaves it.
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<f64>, minimum = 0, exclusive_maximum = 1e12)]
     pub monthly: Change,
