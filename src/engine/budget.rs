@@ -178,7 +178,11 @@ impl Engine {
 
     /// The config's limits changed (SIGHUP): keep them as the default, and apply the stored
     /// budget if one is set (re-read: another node may have set it), else them.
+    /// The limits keep counting in the zone the engine started with (`[ui] time_zone` changes
+    /// need a restart, like other settings).
     pub async fn reload_config_limits(&self, config: Vec<Limit>) -> Result<usize, EngineError> {
+        let zone = self.time_zone();
+        let config: Vec<Limit> = config.into_iter().map(|l| Limit { zone: zone.clone(), ..l }).collect();
         *self.shared.config_limits.write().unwrap_or_else(|e| e.into_inner()) = config.clone();
         let stored = Engine::stored_limits(&self.shared.store, &self.shared.cfg.time_zone).await?;
         let source = if stored.is_some() { BudgetSource::Set } else { BudgetSource::Config };
