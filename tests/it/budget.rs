@@ -206,18 +206,26 @@ fn spend_is_dated_in_the_shops_zone_and_kept_per_currency() {
         )
     };
     let mut d = Daemon::configure(&format!(
-        "[ui]\ntime_zone = \"{zone}\"\n\n[budget]\ndaily = 100\ncurrency = \"CNY\"\n\n{}\n{}",
+        "[ui]\ntime_zone = \"{zone}\"\n\n[budget]\ndaily = 0.30\ncurrency = \"CNY\"\n\n{}\n{}",
         provider("cn", "0.30", "CNY"),
         provider("us", "0.04", "USD")
     ));
     d.env.push(("TALLY_TEST_KEY".into(), "sk-test-zone".into()));
     d.spawn();
-    for p in ["cn", "us"] {
-        let r = d.call("POST", "/v1/tasks", Some(&json!({"prompt": format!("one in {p}"), "provider": p})));
+    let submit = |p: &str, prompt: &str| {
+        let r = d.call("POST", "/v1/tasks", Some(&json!({"prompt": prompt, "provider": p})));
         assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
-        let t = d.wait_status(r.json()["id"].as_str().expect("id"), SETTLED);
+        r.json()["id"].as_str().expect("id").to_string()
+    };
+    // The CNY budget of 0.30 takes the CNY request whole; the USD one is not counted against it.
+    for p in ["cn", "us"] {
+        let t = d.wait_status(&submit(p, &format!("one in {p}")), SETTLED);
         assert_eq!((t["status"].as_str(), t["charge"]["state"].as_str()), (Some("succeeded"), Some("charged")), "{t}");
     }
+    // A second CNY request is held until the zone's next midnight, and says so.
+    let held = d.wait_status(&submit("cn", "two in cn"), &["waiting"]);
+    let words = held["waiting_for"].as_str().unwrap_or("");
+    assert!(words.contains(&format!("tomorrow (00:00 {zone})")) && words.contains("0.30 CNY"), "{held}");
     let r = d.call("GET", "/v1/spend?group=day", None);
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     let s = r.json();
@@ -264,4 +272,14 @@ fn spend_is_dated_in_the_shops_zone_and_kept_per_currency() {
     assert_eq!(day_lines.len(), 2, "{out}");
     assert!(day_lines.iter().any(|l| l.contains("CNY")) && day_lines.iter().any(|l| l.contains("$0.04")), "{out}");
     assert!(!out.lines().any(|l| l.starts_with(utc.as_str())), "{out}");
+    // With two currencies a whole-daemon budget must name its currency: one removed cannot
+    // come back over the API (it would not know which), a provider's can.
+    let r = d.call("PUT", "/v1/budget", Some(&json!({"daily": null})));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let r = d.call("PUT", "/v1/budget", Some(&json!({"daily": 5})));
+    assert_eq!(r.status, 422, "{}", String::from_utf8_lossy(&r.body));
+    assert!(String::from_utf8_lossy(&r.body).contains("CNY, USD"), "{}", String::from_utf8_lossy(&r.body));
+    let r = d.call("PUT", "/v1/budget", Some(&json!({"providers": {"cn": {"daily": 0.30}}})));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json()["providers"]["cn"]["currency"], "CNY", "{}", String::from_utf8_lossy(&r.body));
 }
