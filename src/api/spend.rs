@@ -361,7 +361,7 @@ mod tests {
         assert_eq!(instant("2026-12-01T00:00:00Z", true, &utc), Some(start));
         assert_eq!(instant("yesterday", false, &utc), None);
         // In Beijing the 1st runs from 16:00 UTC on November 30th.
-        let sh = zone::resolve(Some("Asia/Shanghai")).unwrap();
+        let sh = jiff::tz::TimeZone::get("Asia/Shanghai").unwrap();
         assert_eq!(instant("2026-12-01", false, &sh), Some(start - 8 * 3_600_000));
         assert_eq!(instant("2026-12-01", true, &sh), Some(start + 16 * 3_600_000));
     }

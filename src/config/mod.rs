@@ -292,6 +292,17 @@ impl Default for EngineConfig {
     }
 }
 
+/// `[ui] time_zone`: the zone an IANA name names, or (unset) the computer's (`TZ`, else
+/// `/etc/localtime`), else UTC. An unknown name is an error in plain words.
+pub fn time_zone(name: Option<&str>) -> Result<jiff::tz::TimeZone, String> {
+    match name.map(str::trim).filter(|n| !n.is_empty()) {
+        None => Ok(jiff::tz::TimeZone::try_system().unwrap_or(jiff::tz::TimeZone::UTC)),
+        Some(n) => jiff::tz::TimeZone::get(n).map_err(|_| {
+            format!("`{n}` is not a time zone tally knows: use an IANA name such as \"Asia/Shanghai\" or \"UTC\"")
+        }),
+    }
+}
+
 /// A retention age such as `90d`, `12h` or `30m` (humantime's units), at least one second.
 pub fn retention_age(text: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(text.trim())
@@ -439,7 +450,7 @@ fn resolve(raw: RawConfig, origin: &str) -> Result<Config, ConfigError> {
         },
         fast_pickup: e.fast_pickup.unwrap_or(d.fast_pickup),
         image_memory: count("engine.image_memory_mb", e.image_memory_mb, d.image_memory >> 20, 64, 65_536)? << 20,
-        time_zone: crate::domain::zone::resolve(raw.ui.time_zone.as_deref()).map_err(|e| bad("ui.time_zone", e))?,
+        time_zone: time_zone(raw.ui.time_zone.as_deref()).map_err(|e| bad("ui.time_zone", e))?,
     };
     if engine.heartbeat >= engine.lease {
         return Err(bad("engine.heartbeat_secs", "must be shorter than engine.lease_secs".into()));

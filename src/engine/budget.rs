@@ -328,7 +328,7 @@ mod tests {
 
     #[test]
     fn stored_limits_round_trip_and_bad_ones_are_refused() {
-        let zone = crate::domain::zone::resolve(Some("Asia/Shanghai")).expect("a zone");
+        let zone = jiff::tz::TimeZone::get("Asia/Shanghai").expect("a zone");
         let limit = |period, provider: Option<&str>, micros, currency: &str| Limit {
             period,
             provider: provider.map(str::to_string),

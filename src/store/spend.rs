@@ -493,7 +493,7 @@ mod tests {
     }
 
     fn shanghai() -> TimeZone {
-        zone::resolve(Some("Asia/Shanghai")).expect("a zone")
+        jiff::tz::TimeZone::get("Asia/Shanghai").expect("a zone")
     }
 
     #[test]
