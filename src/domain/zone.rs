@@ -10,9 +10,35 @@ use jiff::tz::TimeZone;
 
 use super::Millis;
 
-/// The zone's IANA name as shown (`Asia/Shanghai`), or `local` for a zone without one.
+/// The IANA names of UTC itself (a computer set to UTC often says `Etc/UTC`).
+const UTC_NAMES: &[&str] = &[
+    "Etc/UTC",
+    "Etc/UCT",
+    "Etc/Universal",
+    "Etc/Zulu",
+    "UCT",
+    "Universal",
+    "Zulu",
+    "Etc/GMT",
+    "Etc/GMT0",
+    "Etc/GMT+0",
+    "Etc/GMT-0",
+    "Etc/Greenwich",
+    "GMT",
+    "GMT0",
+    "GMT+0",
+    "GMT-0",
+    "Greenwich",
+];
+
+/// The zone's IANA name as shown (`Asia/Shanghai`; `UTC` for any name of UTC), or `local`
+/// for a zone without one.
 pub fn name(zone: &TimeZone) -> String {
-    zone.iana_name().map_or_else(|| "local".to_string(), str::to_string)
+    match zone.iana_name() {
+        None => "local".to_string(),
+        Some(n) if UTC_NAMES.iter().any(|u| u.eq_ignore_ascii_case(n)) => "UTC".to_string(),
+        Some(n) => n.to_string(),
+    }
 }
 
 /// The local date of `at` in `zone`.
@@ -96,6 +122,7 @@ mod tests {
     #[test]
     fn a_zone_shows_its_iana_name() {
         assert_eq!(name(&TimeZone::UTC), "UTC");
+        assert_eq!(name(&resolve(Some("Etc/UTC")).expect("a zone")), "UTC");
         assert_eq!(name(&resolve(Some("Asia/Shanghai")).expect("a zone")), "Asia/Shanghai");
     }
 
