@@ -94,6 +94,7 @@ pub struct ProviderBudget {
     /// `[ui] time_zone`).
     pub spent_today: f64,
     pub spent_this_month: f64,
+    /// The provider's currency (its limits and spend are in it).
     pub currency: String,
 }
 
@@ -105,6 +106,8 @@ pub struct BudgetView {
     pub monthly: Option<f64>,
     /// Every paid provider, with its own limits (`null`: none) and its spend.
     pub providers: BTreeMap<String, ProviderBudget>,
+    /// The whole daemon's limits' currency (that of the one in force, else the priced
+    /// providers' one currency; with several and none in force, the first of them).
     pub currency: String,
     /// Charged and possibly charged today / this month (the shop's zone), all providers
     /// priced in `currency`: what the budget check counts.
