@@ -185,6 +185,7 @@ pub(super) async fn budget(client: &Client, cmd: BudgetCommand, json: bool) -> R
     }
     let source = if s(&b, "source") == "set" { "cli.budget_source_set" } else { "cli.budget_source_config" };
     println!("{}", word(lang, source));
-    println!("{}", word(lang, "cli.spend_counts"));
+    let zone = b.get("time_zone").and_then(Value::as_str).map_or_else(|| "UTC".to_string(), term_safe);
+    println!("{}", tf(lang, "cli.spend_counts", &[("zone", &zone)]));
     Ok(Exit::Ok.into())
 }

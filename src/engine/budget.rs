@@ -115,6 +115,8 @@ pub struct BudgetView {
     pub spent_this_month: f64,
     /// `config` (the configuration file's `[budget]`) or `set` (stored in the database).
     pub source: BudgetSource,
+    /// The shop's zone (`[ui] time_zone`): days and months begin at its local midnight.
+    pub time_zone: String,
 }
 
 fn find(limits: &[Limit], period: Period, provider: Option<&str>) -> Option<Micros> {
@@ -321,6 +323,7 @@ impl Engine {
             spent_today: spent(Period::Day, None),
             spent_this_month: spent(Period::Month, None),
             source: self.budget_source(),
+            time_zone: crate::domain::zone::name(&zone),
         })
     }
 }

@@ -272,6 +272,10 @@ fn spend_is_dated_in_the_shops_zone_and_kept_per_currency() {
     assert_eq!(day_lines.len(), 2, "{out}");
     assert!(day_lines.iter().any(|l| l.contains("CNY")) && day_lines.iter().any(|l| l.contains("$0.04")), "{out}");
     assert!(!out.lines().any(|l| l.starts_with(utc.as_str())), "{out}");
+    assert_eq!(budget(&d)["time_zone"], zone);
+    let out = d.cli(&["budget", "show"]);
+    let out = String::from_utf8_lossy(&out.stdout);
+    assert!(out.contains(&format!("days and months are those of {zone}")), "{out}");
     // With two currencies a whole-daemon budget must name its currency: one removed cannot
     // come back over the API (it would not know which), a provider's can.
     let r = d.call("PUT", "/v1/budget", Some(&json!({"daily": null})));
