@@ -276,6 +276,18 @@ fn spend_is_dated_in_the_shops_zone_and_kept_per_currency() {
     let out = d.cli(&["budget", "show"]);
     let out = String::from_utf8_lossy(&out.stdout);
     assert!(out.contains(&format!("days and months are those of {zone}")), "{out}");
+    // A provider added in the page may use any currency, but not one the whole daemon's budget
+    // in force would not count.
+    let added = |name: &str, currency: &str| {
+        let body = json!({"name": name, "kind": "openai_images", "model": "gpt-image-1", "base_url": base,
+                          "price_per_image": 0.5, "currency": currency});
+        d.call("POST", "/v1/providers", Some(&body))
+    };
+    let r = added("eu", "EUR");
+    let why = String::from_utf8_lossy(&r.body).to_string();
+    assert_eq!(r.status, 422, "{why}");
+    assert!(why.contains("EUR") && why.contains("CNY") && why.contains("daily"), "{why}");
+    assert_eq!(added("cn2", "CNY").status, 201);
     // With two currencies a whole-daemon budget must name its currency: one removed cannot
     // come back over the API (it would not know which), a provider's can.
     let r = d.call("PUT", "/v1/budget", Some(&json!({"daily": null})));
