@@ -315,7 +315,13 @@ pub async fn serve(cfg: Config, config_path: Option<PathBuf>, open_browser: bool
 
     let base = base_url(local);
     engine.start_deliveries(cfg.delivery.clone());
-    tracing::info!(listen = %local, data_dir = %dir.display(), providers = ?engine.provider_names(), "tally is running");
+    tracing::info!(
+        listen = %local,
+        data_dir = %dir.display(),
+        providers = ?engine.provider_names(),
+        time_zone = %crate::domain::zone::name(&engine.time_zone()),
+        "tally is running"
+    );
     let state = AppState::new(engine.clone(), token, &cfg.server, default_provider);
     if let Some(lang) = cfg.ui.language {
         state.set_ui_language(lang);
@@ -527,6 +533,14 @@ mod tests {
     fn example_config_parses() {
         let cfg = Config::from_toml(include_str!("../config.example.toml"), "config.example.toml");
         assert!(cfg.is_ok(), "{:?}", cfg.err());
+    }
+
+    /// The documented `[ui] time_zone` example is a key the config takes.
+    #[test]
+    fn example_config_time_zone_parses_when_uncommented() {
+        let text = include_str!("../config.example.toml").replace("# time_zone = ", "time_zone = ");
+        let cfg = Config::from_toml(&text, "config.example.toml").expect("parses");
+        assert_eq!(cfg.engine.time_zone.iana_name(), Some("Asia/Shanghai"));
     }
 
     /// Regression (issue 24, finding 7): the example said `tally serve` refuses

@@ -7,6 +7,7 @@ pub mod csv;
 pub mod draft;
 pub mod operation;
 pub mod words;
+pub mod zone;
 
 use std::fmt;
 use std::time::Duration;

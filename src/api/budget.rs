@@ -39,11 +39,11 @@ pub struct ProviderLimitsBody {
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BudgetBody {
-    /// The whole daemon's daily limit (UTC days); `null` removes it; absent leaves it.
+    /// The whole daemon's daily limit (days of `[ui] time_zone`); `null` removes it; absent leaves it.
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<f64>, minimum = 0, exclusive_maximum = 1e12)]
     pub daily: Change,
-    /// The whole daemon's monthly limit (UTC months); `null` removes it; absent leaves it.
+    /// The whole daemon's monthly limit (months of `[ui] time_zone`); `null` removes it; absent leaves it.
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<f64>, minimum = 0, exclusive_maximum = 1e12)]
     pub monthly: Change,
@@ -70,6 +70,9 @@ pub async fn get_budget(State(state): State<AppState>) -> Result<Response, ApiEr
 
 /// `PUT /v1/budget`: set, raise or remove limits. Applies at once (tasks held by a budget
 /// check it again) and is stored, replacing the config's budget until `DELETE /v1/budget`.
+/// A provider's limit is in its currency; the whole daemon's in the currency of the one in
+/// force (`[budget] currency`), and when the priced providers use several currencies and none
+/// is in force, setting one is refused (422): tally never converts currencies.
 #[utoipa::path(
     put,
     path = "/budget",

@@ -219,7 +219,7 @@ pub fn which_names() -> openapi::schema::Object {
     one_of(["chosen", "all", ""])
 }
 
-/// The schema of a `from`/`to`: empty (absent), a UTC date, or an RFC 3339 time in UTC. The
+/// The schema of a `from`/`to`: empty (absent), a date of `[ui] time_zone`, or an RFC 3339 time. The
 /// pattern leaves out days past the 28th, which the server takes too, so that every string it
 /// allows names a real day.
 pub fn date_or_time() -> openapi::schema::Object {

@@ -14,21 +14,21 @@ use super::error::{ApiError, ErrorBody};
 use super::openapi::StoreFailure;
 use super::{AppState, json_response};
 use crate::clock::rfc3339;
+use crate::domain::zone::{self, parse_day};
 use crate::domain::{Charge, Millis, from_micros};
-use crate::store::spend::{Group, PaidRequest, SpendRow, parse_day};
-
-/// Milliseconds in a day.
-const DAY_MS: Millis = 86_400_000;
+use crate::store::spend::{Group, PaidRequest, SpendRow};
+use jiff::tz::TimeZone;
 
 /// The query of `GET /v1/spend`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct SpendQuery {
-    /// Start: a UTC date (`2026-12-01`) or an RFC 3339 time; default: the beginning.
+    /// Start: a date in the shop's zone (`2026-12-01`, from its local midnight) or an RFC
+    /// 3339 time; default: the beginning.
     #[param(schema_with = super::openapi::date_or_time)]
     pub from: Option<String>,
-    /// End: a UTC date (that whole day is included) or an RFC 3339 time (excluded);
-    /// default: now.
+    /// End: a date in the shop's zone (that whole local day is included) or an RFC 3339 time
+    /// (excluded); default: now.
     #[param(schema_with = super::openapi::date_or_time)]
     pub to: Option<String>,
     /// `day` (default; also when empty), `month` or `provider`.
@@ -40,11 +40,12 @@ pub struct SpendQuery {
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct RequestsQuery {
-    /// Start: a UTC date (`2026-12-01`) or an RFC 3339 time; default: the beginning.
+    /// Start: a date in the shop's zone (`2026-12-01`, from its local midnight) or an RFC
+    /// 3339 time; default: the beginning.
     #[param(schema_with = super::openapi::date_or_time)]
     pub from: Option<String>,
-    /// End: a UTC date (that whole day is included) or an RFC 3339 time (excluded);
-    /// default: now.
+    /// End: a date in the shop's zone (that whole local day is included) or an RFC 3339 time
+    /// (excluded); default: now.
     #[param(schema_with = super::openapi::date_or_time)]
     pub to: Option<String>,
     /// `json` (default) or `csv`.
@@ -68,12 +69,21 @@ pub struct SpendJson {
     /// The end of the range, excluded (RFC 3339).
     pub to: String,
     pub group: Group,
-    /// The currency of the amounts (`null`: no price is configured).
+    /// The shop's zone (`[ui] time_zone`): the rows' days and months are its local dates.
+    pub time_zone: String,
+    /// The currency of the amounts when there is one (`null`: no price is configured, or the
+    /// range has several currencies: see each row's `currency` and `totals_by_currency`).
     pub currency: Option<String>,
-    /// One row per day, month or provider that had a request.
+    /// Every currency with a priced request in the range.
+    pub currencies: Vec<String>,
+    /// One row per day, month or provider that had a request, and per currency (amounts are
+    /// never added across currencies and never converted).
     pub rows: Vec<SpendRow>,
-    /// The whole range (`key` is `total`).
+    /// The whole range (`key` is `total`): every count; amounts only when the range has one
+    /// currency.
     pub totals: SpendRow,
+    /// The whole range per currency (`key` is `total`).
+    pub totals_by_currency: Vec<SpendRow>,
     /// How much of each configured budget its current period has used.
     pub budgets: Vec<BudgetJson>,
 }
@@ -118,15 +128,15 @@ pub struct PaidRequestList {
     pub requests: Vec<PaidRequestJson>,
 }
 
-/// `from`/`to` as milliseconds: `[from, to)`.
-fn range(from: Option<&str>, to: Option<&str>, now: Millis) -> Result<(Millis, Millis), ApiError> {
+/// `from`/`to` as milliseconds: `[from, to)`, dates taken in `zone`.
+fn range(from: Option<&str>, to: Option<&str>, now: Millis, zone: &TimeZone) -> Result<(Millis, Millis), ApiError> {
     let from = match from.filter(|s| !s.is_empty()) {
         None => 0,
-        Some(s) => instant(s, false).ok_or_else(|| bad_time("from", s))?,
+        Some(s) => instant(s, false, zone).ok_or_else(|| bad_time("from", s))?,
     };
     let to = match to.filter(|s| !s.is_empty()) {
         None => now + 1,
-        Some(s) => instant(s, true).ok_or_else(|| bad_time("to", s))?,
+        Some(s) => instant(s, true, zone).ok_or_else(|| bad_time("to", s))?,
     };
     if to <= from {
         return Err(ApiError::bad_request("`to` must be later than `from`"));
@@ -134,10 +144,11 @@ fn range(from: Option<&str>, to: Option<&str>, now: Millis) -> Result<(Millis, M
     Ok((from, to))
 }
 
-/// A date (its start, or with `end_of_day` the start of the next day) or an RFC 3339 time.
-fn instant(s: &str, end_of_day: bool) -> Option<Millis> {
-    if let Some(day) = parse_day(s) {
-        return Some(if end_of_day { day + DAY_MS } else { day });
+/// A date in `zone` (its local start, or with `end_of_day` the start of the next local day)
+/// or an RFC 3339 time.
+fn instant(s: &str, end_of_day: bool, zone: &TimeZone) -> Option<Millis> {
+    if let Some(day) = parse_day(s, zone) {
+        return Some(if end_of_day { zone::day_bounds(day, zone).1 } else { day });
     }
     let t = humantime::parse_rfc3339_weak(s).ok()?;
     t.duration_since(std::time::UNIX_EPOCH).ok().map(|d| d.as_millis() as Millis)
@@ -170,13 +181,14 @@ pub async fn spend(
     let Query(q) = query?;
     let engine = state.engine();
     let now = engine.now();
-    let (from, to) = range(q.from.as_deref(), q.to.as_deref(), now)?;
+    let zone = engine.time_zone();
+    let (from, to) = range(q.from.as_deref(), q.to.as_deref(), now, &zone)?;
     let group = match q.group.as_deref().filter(|s| !s.is_empty()) {
         None => Group::Day,
         Some(g) => Group::parse(g)
             .ok_or_else(|| ApiError::bad_request(format!("`group` = `{g}` must be day, month or provider")))?,
     };
-    let report = engine.store().spend(from, to, group).await?;
+    let report = engine.store().spend(from, to, group, zone.clone()).await?;
     let budgets: Vec<BudgetJson> = engine
         .store()
         .budget_use(engine.limits(), now)
@@ -191,16 +203,22 @@ pub async fn spend(
             resets_at: rfc3339(b.resets_at_ms),
         })
         .collect();
-    let currency = report.currency.clone().or_else(|| engine.limits().first().map(|l| l.currency.clone()));
+    let currency = match report.currencies.len() {
+        0 => engine.limits().first().map(|l| l.currency.clone()),
+        _ => report.currency.clone(),
+    };
     Ok(json_response(
         StatusCode::OK,
         &SpendJson {
             from: rfc3339(from),
             to: rfc3339(to),
             group,
+            time_zone: zone::name(&zone),
             currency,
+            currencies: report.currencies,
             rows: report.rows,
             totals: report.totals,
+            totals_by_currency: report.totals_by_currency,
             budgets,
         },
     ))
@@ -231,7 +249,7 @@ pub async fn requests(
 ) -> Result<Response, ApiError> {
     let Query(q) = query?;
     let engine = state.engine();
-    let (from, to) = range(q.from.as_deref(), q.to.as_deref(), engine.now())?;
+    let (from, to) = range(q.from.as_deref(), q.to.as_deref(), engine.now(), &engine.time_zone())?;
     let paid: Vec<PaidRequest> = engine
         .store()
         .paid_requests(from, to)
@@ -336,10 +354,15 @@ mod tests {
     }
 
     #[test]
-    fn a_date_to_includes_its_whole_day() {
-        let start = instant("2026-12-01", false).unwrap();
-        assert_eq!(instant("2026-12-01", true), Some(start + DAY_MS));
-        assert_eq!(instant("2026-12-01T00:00:00Z", true), Some(start));
-        assert_eq!(instant("yesterday", false), None);
+    fn a_date_to_includes_its_whole_local_day() {
+        let utc = TimeZone::UTC;
+        let start = instant("2026-12-01", false, &utc).unwrap();
+        assert_eq!(instant("2026-12-01", true, &utc), Some(start + 86_400_000));
+        assert_eq!(instant("2026-12-01T00:00:00Z", true, &utc), Some(start));
+        assert_eq!(instant("yesterday", false, &utc), None);
+        // In Beijing the 1st runs from 16:00 UTC on November 30th.
+        let sh = jiff::tz::TimeZone::get("Asia/Shanghai").unwrap();
+        assert_eq!(instant("2026-12-01", false, &sh), Some(start - 8 * 3_600_000));
+        assert_eq!(instant("2026-12-01", true, &sh), Some(start + 16 * 3_600_000));
     }
 }

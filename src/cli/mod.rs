@@ -187,10 +187,10 @@ pub enum Command {
     /// What was spent: charged and possibly charged requests with their estimated cost,
     /// refusals, and how much of each budget is used.
     Spend {
-        /// From this UTC date (2026-12-01) or RFC 3339 time; default: the beginning.
+        /// From this date (2026-12-01, in [ui] time_zone) or RFC 3339 time; default: the beginning.
         #[arg(long, value_name = "DATE")]
         from: Option<String>,
-        /// Up to this UTC date (included) or RFC 3339 time (excluded); default: now.
+        /// Up to this date (in [ui] time_zone, included) or RFC 3339 time (excluded); default: now.
         #[arg(long, value_name = "DATE")]
         to: Option<String>,
         /// Rows per day, month or provider.
@@ -337,10 +337,10 @@ pub enum BudgetCommand {
     /// currency, or `none` to remove that limit.
     #[command(group(ArgGroup::new("limit").required(true).multiple(true).args(["daily", "monthly"])))]
     Set {
-        /// The daily limit (UTC days), or `none`.
+        /// The daily limit (days of [ui] time_zone), or `none`.
         #[arg(long, value_name = "AMOUNT")]
         daily: Option<String>,
-        /// The monthly limit (UTC months), or `none`.
+        /// The monthly limit (months of [ui] time_zone), or `none`.
         #[arg(long, value_name = "AMOUNT")]
         monthly: Option<String>,
         /// Only this provider's limits (default: the whole daemon's).

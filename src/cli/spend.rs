@@ -57,8 +57,10 @@ pub(super) async fn spend(
         return Ok(Exit::Ok.into());
     }
     let lang = client.lang();
+    // Each row is in its own currency (a day with two currencies has two rows, never added).
     let currency = report.get("currency").and_then(Value::as_str).unwrap_or("");
     let amount = |row: &Value, what: &str| -> String {
+        let currency = row.get("currency").and_then(Value::as_str).unwrap_or(currency);
         let n = row.pointer(&format!("/{what}/count")).and_then(Value::as_i64).unwrap_or(0);
         let m = row.pointer(&format!("/{what}/amount")).and_then(Value::as_f64).unwrap_or(0.0);
         if currency.is_empty() { n.to_string() } else { format!("{n} ({})", money(to_micros(m), currency)) }
@@ -82,7 +84,10 @@ pub(super) async fn spend(
     for row in report.get("rows").and_then(Value::as_array).cloned().unwrap_or_default() {
         line(&row);
     }
-    line(&report["totals"]);
+    match report.get("totals_by_currency").and_then(Value::as_array) {
+        Some(each) if each.len() > 1 => each.iter().for_each(line),
+        _ => line(&report["totals"]),
+    }
     let unpriced = report.pointer("/totals/unpriced").and_then(Value::as_i64).unwrap_or(0);
     if unpriced > 0 {
         println!("{}", tf(lang, "cli.spend_unpriced", &[("n", &unpriced.to_string())]));
@@ -180,6 +185,7 @@ pub(super) async fn budget(client: &Client, cmd: BudgetCommand, json: bool) -> R
     }
     let source = if s(&b, "source") == "set" { "cli.budget_source_set" } else { "cli.budget_source_config" };
     println!("{}", word(lang, source));
-    println!("{}", word(lang, "cli.spend_counts"));
+    let zone = b.get("time_zone").and_then(Value::as_str).map_or_else(|| "UTC".to_string(), term_safe);
+    println!("{}", tf(lang, "cli.spend_counts", &[("zone", &zone)]));
     Ok(Exit::Ok.into())
 }

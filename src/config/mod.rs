@@ -62,6 +62,7 @@ struct RawConfig {
 #[serde(deny_unknown_fields)]
 struct RawUi {
     language: Option<String>,
+    time_zone: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -69,6 +70,7 @@ struct RawUi {
 struct RawBudget {
     daily: Option<f64>,
     monthly: Option<f64>,
+    currency: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -193,13 +195,15 @@ pub struct UiConfig {
     pub language: Option<crate::domain::Lang>,
 }
 
-/// `[budget]`: spending limits for the whole daemon, in the providers' currency (amounts in
-/// millionths, see [`crate::domain::Micros`]). Per-provider limits live on each provider.
+/// `[budget]`: spending limits for the whole daemon, in one currency (amounts in
+/// millionths, see [`crate::domain::Micros`]); they count only requests priced in it.
+/// Per-provider limits live on each provider, in its currency.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BudgetConfig {
     pub daily: Option<crate::domain::Micros>,
     pub monthly: Option<crate::domain::Micros>,
-    /// The one currency every price and limit is in (`None` when nothing has a price).
+    /// The limits' currency: `[budget] currency`, else the priced providers' one currency
+    /// (`None` when nothing has a price, or when they use several and none is named).
     pub currency: Option<String>,
 }
 
@@ -258,6 +262,9 @@ pub struct EngineConfig {
     /// flight together ([`crate::pixels`]); an image whose work alone needs more is refused
     /// with its size in words.
     pub image_memory: u64,
+    /// `[ui] time_zone`: the shop's zone, whose local midnights begin budget days and months
+    /// and whose dates the spend report groups by (default: the computer's, else UTC).
+    pub time_zone: jiff::tz::TimeZone,
 }
 
 impl Default for EngineConfig {
@@ -280,7 +287,19 @@ impl Default for EngineConfig {
             retention: None,
             fast_pickup: true,
             image_memory: crate::pixels::DEFAULT_BYTES,
+            time_zone: jiff::tz::TimeZone::UTC,
         }
+    }
+}
+
+/// `[ui] time_zone`: the zone an IANA name names, or (unset) the computer's (`TZ`, else
+/// `/etc/localtime`), else UTC. An unknown name is an error in plain words.
+pub fn time_zone(name: Option<&str>) -> Result<jiff::tz::TimeZone, String> {
+    match name.map(str::trim).filter(|n| !n.is_empty()) {
+        None => Ok(jiff::tz::TimeZone::try_system().unwrap_or(jiff::tz::TimeZone::UTC)),
+        Some(n) => jiff::tz::TimeZone::get(n).map_err(|_| {
+            format!("`{n}` is not a time zone tally knows: use an IANA name such as \"Asia/Shanghai\" or \"UTC\"")
+        }),
     }
 }
 
@@ -431,6 +450,7 @@ fn resolve(raw: RawConfig, origin: &str) -> Result<Config, ConfigError> {
         },
         fast_pickup: e.fast_pickup.unwrap_or(d.fast_pickup),
         image_memory: count("engine.image_memory_mb", e.image_memory_mb, d.image_memory >> 20, 64, 65_536)? << 20,
+        time_zone: time_zone(raw.ui.time_zone.as_deref()).map_err(|e| bad("ui.time_zone", e))?,
     };
     if engine.heartbeat >= engine.lease {
         return Err(bad("engine.heartbeat_secs", "must be shorter than engine.lease_secs".into()));
@@ -493,30 +513,32 @@ fn resolve(raw: RawConfig, origin: &str) -> Result<Config, ConfigError> {
     })
 }
 
-/// `[budget]` and the currency rule: tally adds spend up without converting currencies, so
-/// every priced provider must use one currency; a limit needs something priced to count.
+/// `[budget]` and the currency rule: tally never converts currencies, so a limit for the
+/// whole daemon is in one currency (`[budget] currency`, needed when the priced providers use
+/// several) and counts only requests priced in it; a limit needs something priced to count.
 fn resolve_budget(raw: RawBudget, providers: &[ProviderConfig], origin: &str) -> Result<BudgetConfig, ConfigError> {
     let bad = |key: &str, reason: String| ConfigError::Invalid { path: origin.into(), key: key.into(), reason };
-    let mut currency: Option<(usize, &str)> = None;
-    for (i, p) in providers.iter().enumerate() {
-        if !p.pricing.is_priced() {
-            continue;
-        }
-        match currency {
-            None => currency = Some((i, &p.pricing.currency)),
-            Some((j, c)) if c != p.pricing.currency => {
-                return Err(bad(
-                    &format!("providers[{i}].currency"),
-                    format!(
-                        "`{}` differs from providers[{j}].currency `{c}`; tally adds spend up in one currency and \
-                         does not convert",
-                        p.pricing.currency
-                    ),
-                ));
-            }
-            Some(_) => {}
-        }
+    let mut priced: Vec<&str> =
+        providers.iter().filter(|p| p.pricing.is_priced()).map(|p| p.pricing.currency.as_str()).collect();
+    priced.sort_unstable();
+    priced.dedup();
+    let named = raw.currency.as_deref().map(str::trim).filter(|c| !c.is_empty()).map(str::to_uppercase);
+    if let Some(c) = &named
+        && !priced.contains(&c.as_str())
+    {
+        return Err(bad(
+            "budget.currency",
+            format!(
+                "no priced provider uses `{c}` (they use {}): the budget would count nothing; tally does not convert \
+                 currencies",
+                if priced.is_empty() { "none".to_string() } else { priced.join(", ") }
+            ),
+        ));
     }
+    let currency = named.or_else(|| match priced.as_slice() {
+        [one] => Some(one.to_string()),
+        _ => None,
+    });
     let limit = |key: &str, v: Option<f64>| -> Result<Option<crate::domain::Micros>, ConfigError> {
         match v {
             None => Ok(None),
@@ -526,11 +548,23 @@ fn resolve_budget(raw: RawBudget, providers: &[ProviderConfig], origin: &str) ->
     };
     let daily = limit("budget.daily", raw.daily)?;
     let monthly = limit("budget.monthly", raw.monthly)?;
-    if (daily.is_some() || monthly.is_some()) && currency.is_none() {
+    if (daily.is_some() || monthly.is_some()) && priced.is_empty() {
         return Err(bad(
             "budget",
             "a budget needs prices to count: set price_per_image (or price_per_size) on the paid providers".into(),
         ));
     }
-    Ok(BudgetConfig { daily, monthly, currency: currency.map(|(_, c)| c.to_string()) })
+    if (daily.is_some() || monthly.is_some()) && currency.is_none() {
+        return Err(bad(
+            "budget",
+            format!(
+                "the priced providers use several currencies ({}) and tally does not convert between them: name the \
+                 one this budget is in with `currency = \"{}\"` under [budget], or set budget_daily / budget_monthly \
+                 on each provider instead",
+                priced.join(", "),
+                priced.first().copied().unwrap_or("USD")
+            ),
+        ));
+    }
+    Ok(BudgetConfig { daily, monthly, currency })
 }

@@ -45,8 +45,15 @@ fn prices_and_budgets_are_checked() {
     let two = format!(
         "{paid}price_per_image = 1\n[[providers]]\nname = \"b\"\nkind = \"{kind}\"\nbase_url = \"http://y\"\nprice_per_image = 1\ncurrency = \"EUR\"\n"
     );
-    let e = Config::from_toml(&two, "t").unwrap_err().to_string();
-    assert!(e.contains("providers[1].currency"), "{e}");
+    // Several currencies are fine; a budget for the whole daemon must then name its own.
+    let c = Config::from_toml(&two, "t").unwrap();
+    assert_eq!(c.budget.currency, None);
+    let e = Config::from_toml(&format!("[budget]\ndaily = 5\n{two}"), "t").unwrap_err().to_string();
+    assert!(e.contains("key `budget`") && e.contains("EUR, USD") && e.contains("currency ="), "{e}");
+    let c = Config::from_toml(&format!("[budget]\ndaily = 5\ncurrency = \"EUR\"\n{two}"), "t").unwrap();
+    assert_eq!((c.budget.daily, c.budget.currency.as_deref()), (Some(5_000_000), Some("EUR")));
+    let e = Config::from_toml(&format!("[budget]\ndaily = 5\ncurrency = \"CNY\"\n{two}"), "t").unwrap_err().to_string();
+    assert!(e.contains("budget.currency") && e.contains("CNY"), "{e}");
     let e = Config::from_toml("[[providers]]\nname = \"d\"\nkind = \"demo\"\nprice_per_image = 1\n", "t")
         .unwrap_err()
         .to_string();
@@ -351,4 +358,14 @@ fn the_image_budget_is_in_mib_within_bounds() {
         let e = Config::from_toml(&format!("[engine]\n{bad}\n"), "t.toml").unwrap_err().to_string();
         assert!(e.contains("engine.image_memory_mb"), "{bad}: {e}");
     }
+}
+
+#[test]
+fn the_time_zone_is_an_iana_name_and_an_unknown_one_is_refused() {
+    let c = Config::from_toml("[ui]\ntime_zone = \"Asia/Shanghai\"\n", "t").unwrap();
+    assert_eq!(c.engine.time_zone.iana_name(), Some("Asia/Shanghai"));
+    let e = Config::from_toml("[ui]\ntime_zone = \"Asia/Beijing\"\n", "t").unwrap_err().to_string();
+    assert!(e.contains("ui.time_zone") && e.contains("Asia/Beijing") && e.contains("IANA"), "{e}");
+    // Unset: the computer's zone (TZ, else /etc/localtime), else UTC; never an error.
+    assert!(Config::from_toml("", "t").is_ok());
 }

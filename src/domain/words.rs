@@ -395,6 +395,13 @@ mod tests {
             "已暂停：本月服务商 flux 的预算 $20.00 已经用完——提高预算，或者等到下个月（1 号 UTC 00:00）。\
              本月已花费或可能已花费 $19.98，这次请求大约要 $0.04；什么都没有发送。"
         );
+        // The shop's zone (`[ui] time_zone`) names the midnight a budget waits for.
+        assert_eq!(
+            zh("Held: today's budget of 5.00 CNY is spent — raise it or wait until tomorrow (00:00 Asia/Shanghai). \
+                5.00 CNY is spent or possibly spent today and this request would cost about 0.30 CNY; nothing was sent."),
+            "已暂停：今天的预算 5.00 CNY 已经用完——提高预算，或者等到明天（Asia/Shanghai 00:00）。\
+             今天已花费或可能已花费 5.00 CNY，这次请求大约要 0.30 CNY；什么都没有发送。"
+        );
         assert_eq!(zh("a provider said: something new"), "a provider said: something new");
         // Several ways to split one line: the one the catalogue explains best.
         assert_eq!(zh("2 of 5 done, 1 unknown, 1 failed"), "已完成 2/5，1 个结果未知，1 个失败");

@@ -56,8 +56,8 @@ pub(crate) fn encode(limits: &[Limit]) -> String {
     serde_json::to_string(&doc).unwrap_or_else(|_| "{\"limits\":[]}".into())
 }
 
-/// The stored JSON as limits; an error names what is wrong with it.
-pub(crate) fn decode(json: &str) -> Result<Vec<Limit>, String> {
+/// The stored JSON as limits counted in `zone`; an error names what is wrong with it.
+pub(crate) fn decode(json: &str, zone: &jiff::tz::TimeZone) -> Result<Vec<Limit>, String> {
     let doc: StoredBudget =
         serde_json::from_str(json).map_err(|e| format!("the stored budget is not readable: {e}"))?;
     doc.limits
@@ -68,7 +68,7 @@ pub(crate) fn decode(json: &str) -> Result<Vec<Limit>, String> {
                 "monthly" => Period::Month,
                 other => return Err(format!("the stored budget has a period `{other}`")),
             };
-            Ok(Limit { period, provider: l.provider, micros: l.micros, currency: l.currency })
+            Ok(Limit { period, provider: l.provider, micros: l.micros, currency: l.currency, zone: zone.clone() })
         })
         .collect()
 }
@@ -90,9 +90,11 @@ pub struct ProviderBudget {
     /// The provider's daily limit (`null`: none).
     pub daily: Option<f64>,
     pub monthly: Option<f64>,
-    /// Charged and possibly charged at this provider today / this month (UTC).
+    /// Charged and possibly charged at this provider today / this month (the shop's zone,
+    /// `[ui] time_zone`).
     pub spent_today: f64,
     pub spent_this_month: f64,
+    /// The provider's currency (its limits and spend are in it).
     pub currency: String,
 }
 
@@ -104,13 +106,17 @@ pub struct BudgetView {
     pub monthly: Option<f64>,
     /// Every paid provider, with its own limits (`null`: none) and its spend.
     pub providers: BTreeMap<String, ProviderBudget>,
+    /// The whole daemon's limits' currency (that of the one in force, else the priced
+    /// providers' one currency; with several and none in force, the first of them).
     pub currency: String,
-    /// Charged and possibly charged today / this month (UTC), all providers: what the
-    /// budget check counts.
+    /// Charged and possibly charged today / this month (the shop's zone), all providers
+    /// priced in `currency`: what the budget check counts.
     pub spent_today: f64,
     pub spent_this_month: f64,
     /// `config` (the configuration file's `[budget]`) or `set` (stored in the database).
     pub source: BudgetSource,
+    /// The shop's zone (`[ui] time_zone`): days and months begin at its local midnight.
+    pub time_zone: String,
 }
 
 fn find(limits: &[Limit], period: Period, provider: Option<&str>) -> Option<Micros> {
@@ -127,13 +133,29 @@ fn amount(what: &str, v: f64) -> Result<Micros, EngineError> {
 }
 
 impl Engine {
-    /// The currency budgets are counted in: the priced providers' (config checks they share
-    /// one), else the default.
-    pub fn budget_currency(&self) -> String {
+    /// The currency of the whole daemon's budget: that of one in force, else the priced
+    /// providers' one currency, else the default. `Err` with the currencies when the priced
+    /// providers use several and no such budget names one.
+    fn global_currency(&self) -> Result<String, Vec<String>> {
+        if let Some(l) = self.limits().into_iter().find(|l| l.provider.is_none()) {
+            return Ok(l.currency);
+        }
         let all = self.shared.providers.values();
-        let mut priced: Vec<_> = all.iter().filter(|p| p.money.pricing.is_priced()).collect();
-        priced.sort_by(|a, b| a.name.cmp(&b.name));
-        priced.first().map_or_else(|| crate::config::DEFAULT_CURRENCY.to_string(), |p| p.money.pricing.currency.clone())
+        let mut priced: Vec<String> =
+            all.iter().filter(|p| p.money.pricing.is_priced()).map(|p| p.money.pricing.currency.clone()).collect();
+        priced.sort();
+        priced.dedup();
+        match priced.as_slice() {
+            [] => Ok(crate::config::DEFAULT_CURRENCY.to_string()),
+            [one] => Ok(one.clone()),
+            _ => Err(priced),
+        }
+    }
+
+    /// The currency the whole daemon's budget is shown in: [`Engine::global_currency`], or the
+    /// first of several.
+    pub fn budget_currency(&self) -> String {
+        self.global_currency().unwrap_or_else(|several| several.into_iter().next().unwrap_or_default())
     }
 
     /// Where the limits in force come from.
@@ -143,10 +165,13 @@ impl Engine {
 
     /// The stored budget, if one is set and readable (start-up and SIGHUP). An unreadable one
     /// is reported and the config's applies.
-    pub(super) async fn stored_limits(store: &crate::store::Store) -> Result<Option<Vec<Limit>>, EngineError> {
+    pub(super) async fn stored_limits(
+        store: &crate::store::Store,
+        zone: &jiff::tz::TimeZone,
+    ) -> Result<Option<Vec<Limit>>, EngineError> {
         Ok(match store.budget_setting().await? {
             None => None,
-            Some(json) => match decode(&json) {
+            Some(json) => match decode(&json, zone) {
                 Ok(l) => Some(l),
                 Err(e) => {
                     tracing::error!("{e}; the configuration's budget applies until one is set again");
@@ -158,9 +183,13 @@ impl Engine {
 
     /// The config's limits changed (SIGHUP): keep them as the default, and apply the stored
     /// budget if one is set (re-read: another node may have set it), else them.
+    /// The limits keep counting in the zone the engine started with (`[ui] time_zone` changes
+    /// need a restart, like other settings).
     pub async fn reload_config_limits(&self, config: Vec<Limit>) -> Result<usize, EngineError> {
+        let zone = self.time_zone();
+        let config: Vec<Limit> = config.into_iter().map(|l| Limit { zone: zone.clone(), ..l }).collect();
         *self.shared.config_limits.write().unwrap_or_else(|e| e.into_inner()) = config.clone();
-        let stored = Engine::stored_limits(&self.shared.store).await?;
+        let stored = Engine::stored_limits(&self.shared.store, &self.shared.cfg.time_zone).await?;
         let source = if stored.is_some() { BudgetSource::Set } else { BudgetSource::Config };
         *self.shared.budget_source.write().unwrap_or_else(|e| e.into_inner()) = source;
         self.set_limits(stored.unwrap_or(config)).await
@@ -170,7 +199,19 @@ impl Engine {
     /// and replaces the config's budget. Checks every name and amount first.
     pub async fn change_budget(&self, change: BudgetChange) -> Result<BudgetSource, EngineError> {
         let _one_at_a_time = self.shared.budget_lock.lock().await;
-        let currency = self.budget_currency();
+        let currency = match self.global_currency() {
+            Ok(c) => c,
+            Err(several) if matches!(change.daily, Some(Some(_))) || matches!(change.monthly, Some(Some(_))) => {
+                return Err(EngineError::Invalid(format!(
+                    "the priced providers use several currencies ({}) and tally does not convert between them: set \
+                     a budget per provider, or name the whole daemon's currency with `currency` under [budget] in \
+                     the configuration",
+                    several.join(", ")
+                )));
+            }
+            Err(several) => several.into_iter().next().unwrap_or_default(),
+        };
+        let zone = self.time_zone();
         let mut limits = self.limits();
         let mut apply =
             |period: Period, provider: Option<&str>, c: &Change, currency: &str| -> Result<(), EngineError> {
@@ -187,6 +228,7 @@ impl Engine {
                         provider: provider.map(str::to_string),
                         micros,
                         currency: currency.into(),
+                        zone: zone.clone(),
                     });
                 }
                 Ok(())
@@ -232,6 +274,7 @@ impl Engine {
     pub async fn budget(&self) -> Result<BudgetView, EngineError> {
         let limits = self.limits();
         let currency = self.budget_currency();
+        let zone = self.time_zone();
         let all = self.shared.providers.values();
         let mut names: Vec<&str> = all.iter().filter(|p| p.money.billable).map(|p| p.name.as_str()).collect();
         names.sort_unstable();
@@ -239,7 +282,13 @@ impl Engine {
         let mut probes = Vec::new();
         for provider in std::iter::once(None).chain(names.iter().map(|n| Some(n.to_string()))) {
             for period in [Period::Day, Period::Month] {
-                probes.push(Limit { period, provider: provider.clone(), micros: 0, currency: currency.clone() });
+                probes.push(Limit {
+                    period,
+                    provider: provider.clone(),
+                    micros: 0,
+                    currency: currency.clone(),
+                    zone: zone.clone(),
+                });
             }
         }
         let used = self.shared.store.budget_use(probes.clone(), self.now()).await?;
@@ -274,6 +323,7 @@ impl Engine {
             spent_today: spent(Period::Day, None),
             spent_this_month: spent(Period::Month, None),
             source: self.budget_source(),
+            time_zone: crate::domain::zone::name(&zone),
         })
     }
 }
@@ -284,15 +334,21 @@ mod tests {
 
     #[test]
     fn stored_limits_round_trip_and_bad_ones_are_refused() {
-        let limits = vec![
-            Limit { period: Period::Day, provider: None, micros: 220_000, currency: "USD".into() },
-            Limit { period: Period::Month, provider: Some("oa".into()), micros: 20_000_000, currency: "USD".into() },
-        ];
-        assert_eq!(decode(&encode(&limits)).expect("decodes"), limits);
+        let zone = jiff::tz::TimeZone::get("Asia/Shanghai").expect("a zone");
+        let limit = |period, provider: Option<&str>, micros, currency: &str| Limit {
+            period,
+            provider: provider.map(str::to_string),
+            micros,
+            currency: currency.into(),
+            zone: zone.clone(),
+        };
+        let limits =
+            vec![limit(Period::Day, None, 220_000, "USD"), limit(Period::Month, Some("oa"), 20_000_000, "CNY")];
+        assert_eq!(decode(&encode(&limits), &zone).expect("decodes"), limits);
         assert!(
-            decode("{\"limits\":[{\"period\":\"weekly\",\"provider\":null,\"micros\":1,\"currency\":\"USD\"}]}")
+            decode("{\"limits\":[{\"period\":\"weekly\",\"provider\":null,\"micros\":1,\"currency\":\"USD\"}]}", &zone)
                 .is_err()
         );
-        assert!(decode("not json").is_err());
+        assert!(decode("not json", &zone).is_err());
     }
 }

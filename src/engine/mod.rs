@@ -492,7 +492,7 @@ impl Engine {
             wake_deliveries: Notify::new(),
         });
         // A budget set at run time replaces the config's, before anything is dispatched.
-        if let Some(stored) = Engine::stored_limits(&shared.store).await? {
+        if let Some(stored) = Engine::stored_limits(&shared.store, &shared.cfg.time_zone).await? {
             *shared.limits.write().unwrap_or_else(|e| e.into_inner()) = stored;
             *shared.budget_source.write().unwrap_or_else(|e| e.into_inner()) = budget::BudgetSource::Set;
         }
@@ -548,17 +548,20 @@ impl Engine {
     /// Add or replace a provider at run time (defined in the page): its adapter is built, the
     /// dispatcher's view of the providers updated, and new claims use it at once. A task
     /// already sent keeps the entry it was claimed with. Refused, with nothing changed, when
-    /// its adapter cannot be built or its currency differs from the other priced providers'
-    /// (spend is added up without converting currencies).
+    /// its adapter cannot be built, or when its currency differs from that of a budget for the
+    /// whole daemon in force (that budget would not count it; currencies are never converted).
     pub async fn put_provider(&self, cfg: crate::config::ProviderConfig) -> Result<(), EngineError> {
         if cfg.pricing.is_priced()
-            && let Some(other) = self.shared.providers.values().into_iter().find(|p| {
-                p.name != cfg.name && p.money.pricing.is_priced() && p.money.pricing.currency != cfg.pricing.currency
-            })
+            && let Some(l) =
+                self.limits().into_iter().find(|l| l.provider.is_none() && l.currency != cfg.pricing.currency)
         {
             return Err(EngineError::Invalid(format!(
-                "currency {} differs from provider `{}`'s {}: tally adds spend up in one currency and converts none",
-                cfg.pricing.currency, other.name, other.money.pricing.currency
+                "currency {} differs from the {} budget's {}: that budget would not count this provider's requests, \
+                 since tally converts no currencies; give it a budget of its own in the configuration or remove the \
+                 whole daemon's budget first",
+                cfg.pricing.currency,
+                l.period.adjective(),
+                l.currency
             )));
         }
         let adapter = crate::providers::build(&cfg).map_err(EngineError::Invalid)?;
@@ -672,6 +675,12 @@ impl Engine {
     /// The budget limits in force.
     pub fn limits(&self) -> Vec<Limit> {
         self.shared.limits()
+    }
+
+    /// The shop's zone (`[ui] time_zone`): budget days and months and the spend report's
+    /// dates are its.
+    pub fn time_zone(&self) -> jiff::tz::TimeZone {
+        self.shared.cfg.time_zone.clone()
     }
 
     /// The current time by the engine's clock.

@@ -107,14 +107,21 @@ impl ProviderMoney {
         Ok(())
     }
 
-    /// What `record_calling` records with the call, and the limits it must fit in.
+    /// What `record_calling` records with the call, and the limits it must fit in: a limit
+    /// for the whole daemon only when it is in this provider's currency (it counts no other).
     pub fn facts(&self, params: &serde_json::Value, limits: Vec<Limit>) -> CallingFacts {
+        let currency = self.pricing.is_priced().then(|| self.pricing.currency.clone());
+        let limits = if self.billable {
+            limits.into_iter().filter(|l| l.provider.is_some() || Some(&l.currency) == currency.as_ref()).collect()
+        } else {
+            Vec::new()
+        };
         CallingFacts {
             billable: self.billable,
             cost_micros: self.price(params),
-            currency: self.pricing.is_priced().then(|| self.pricing.currency.clone()),
+            currency,
             model: self.model.clone(),
-            limits: if self.billable { limits } else { Vec::new() },
+            limits,
         }
     }
 
@@ -159,9 +166,10 @@ pub struct PriceInfo {
 pub fn limits(cfg: &Config) -> Vec<Limit> {
     let mut out = Vec::new();
     let global = cfg.budget.currency.clone().unwrap_or_else(|| crate::config::DEFAULT_CURRENCY.into());
+    let zone = &cfg.engine.time_zone;
     for (period, micros) in [(Period::Day, cfg.budget.daily), (Period::Month, cfg.budget.monthly)] {
         if let Some(micros) = micros {
-            out.push(Limit { period, provider: None, micros, currency: global.clone() });
+            out.push(Limit { period, provider: None, micros, currency: global.clone(), zone: zone.clone() });
         }
     }
     for p in &cfg.providers {
@@ -172,6 +180,7 @@ pub fn limits(cfg: &Config) -> Vec<Limit> {
                     provider: Some(p.name.clone()),
                     micros,
                     currency: p.pricing.currency.clone(),
+                    zone: zone.clone(),
                 });
             }
         }
@@ -228,8 +237,33 @@ mod tests {
     fn a_free_provider_has_no_price_and_no_limits() {
         let demo = ProviderMoney::of(&ProviderConfig::demo());
         assert!(!demo.billable);
-        let limit = Limit { period: Period::Day, provider: None, micros: 1, currency: "USD".into() };
+        let limit = Limit {
+            period: Period::Day,
+            provider: None,
+            micros: 1,
+            currency: "USD".into(),
+            zone: jiff::tz::TimeZone::UTC,
+        };
         let f = demo.facts(&serde_json::json!({}), vec![limit]);
         assert!(!f.billable && f.cost_micros.is_none() && f.limits.is_empty());
+    }
+
+    #[test]
+    fn a_budget_for_the_whole_daemon_binds_only_requests_in_its_currency() {
+        let kind = crate::config::ProviderKind::OpenaiImages.as_str();
+        let toml = format!(
+            "[budget]\ndaily = 1\ncurrency = \"USD\"\n\
+             [[providers]]\nname = \"cn\"\nkind = \"{kind}\"\nbase_url = \"http://x\"\nprice_per_image = 0.3\ncurrency = \"CNY\"\nbudget_daily = 2\n\
+             [[providers]]\nname = \"us\"\nkind = \"{kind}\"\nbase_url = \"http://y\"\nprice_per_image = 0.04\n"
+        );
+        let cfg = crate::config::Config::from_toml(&toml, "t").expect("config");
+        let all = limits(&cfg);
+        let facts = |i: usize| ProviderMoney::of(&cfg.providers[i]).facts(&serde_json::json!({}), all.clone());
+        let scopes = |f: CallingFacts| -> Vec<(Option<String>, String)> {
+            f.limits.into_iter().map(|l| (l.provider, l.currency)).collect()
+        };
+        assert_eq!(scopes(facts(0)), vec![(Some("cn".to_string()), "CNY".to_string())]);
+        // (Another provider's limit is passed along; the store's check skips it.)
+        assert_eq!(scopes(facts(1)), vec![(None, "USD".to_string()), (Some("cn".to_string()), "CNY".to_string())]);
     }
 }

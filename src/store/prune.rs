@@ -11,9 +11,10 @@
 //! - a reference photo a kept set uses, or one uploaded after the cutoff;
 //! - a draft's drafting tasks, its photos and the set confirmed from it (drafts themselves are
 //!   not pruned yet);
-//! - a task with a possibly charged or charged request in the calendar month (UTC) of the
-//!   cutoff or later: budgets and the month's spend are summed from those requests, so
-//!   deleting them early would free budget room that was really spent (`PAID_RECENTLY`).
+//! - a task with a possibly charged or charged request in the calendar month of the
+//!   cutoff or later (taken in the earliest zone, so any `[ui] time_zone`'s month is whole):
+//!   budgets and the month's spend are summed from those requests, so deleting them early
+//!   would free budget room that was really spent (`PAID_RECENTLY`).
 //!
 //! Age is a task's `updated_at`: when it last changed (settled, resolved). The plan is read
 //! once ([`plan`], decided by the pure [`choose`]); deletes run in bounded batches, each its
@@ -110,9 +111,11 @@ macro_rules! paid_recently {
     };
 }
 
-/// The start of the month (UTC) the cutoff falls in: requests from then on are kept.
+/// The earliest the month the cutoff falls in can begin in any zone (UTC−12 to UTC+14):
+/// requests from then on are kept, so the local month a budget counts (`[ui] time_zone`,
+/// whichever it is or becomes) keeps every request it sums.
 pub(in crate::store) fn spend_floor(cutoff: Millis) -> Millis {
-    crate::store::spend::Period::Month.bounds(cutoff).0
+    crate::domain::zone::earliest_month_start(cutoff)
 }
 
 /// Which old-enough settled tasks may go, given the sets they belong to and every retry

@@ -850,8 +850,14 @@ impl Store {
     }
 
     /// The spend report.
-    pub async fn spend(&self, from: Millis, to: Millis, group: Group) -> Result<SpendReport, StoreError> {
-        self.query(move |tx| spend::report(tx, from, to, group)).await
+    pub async fn spend(
+        &self,
+        from: Millis,
+        to: Millis,
+        group: Group,
+        zone: jiff::tz::TimeZone,
+    ) -> Result<SpendReport, StoreError> {
+        self.query(move |tx| spend::report(tx, from, to, group, &zone)).await
     }
 
     /// How much of each budget is used.

@@ -17,16 +17,17 @@
 //! commit. Requests of a provider without a price cost nothing here (nothing to add up);
 //! configuration warns.
 //!
-//! Periods are calendar days and months in UTC.
+//! Periods are calendar days and months of the shop's zone (`[ui] time_zone`, carried by each
+//! [`Limit`]; `domain::zone`). A limit for the whole daemon is in one currency and counts only
+//! requests priced in it; a provider's limit is in its provider's currency. Nothing is ever
+//! added across currencies: the spend report has rows and totals per currency.
 
+use jiff::tz::TimeZone;
 use serde::Serialize;
 
 use super::StoreError;
 use super::tx::{Row, Tx};
-use crate::domain::{Charge, Micros, Millis, money};
-
-/// Milliseconds in a day.
-const DAY_MS: Millis = 86_400_000;
+use crate::domain::{Charge, Micros, Millis, money, zone};
 
 /// A budget period.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -45,23 +46,19 @@ impl Period {
         }
     }
 
-    /// The period containing `now`: `[start, end)`.
-    pub fn bounds(self, now: Millis) -> (Millis, Millis) {
-        let day = now.div_euclid(DAY_MS);
+    /// The period containing `now` in `zone` (local midnight to local midnight): `[start, end)`.
+    pub fn bounds(self, now: Millis, zone: &TimeZone) -> (Millis, Millis) {
         match self {
-            Period::Day => (day * DAY_MS, (day + 1) * DAY_MS),
-            Period::Month => {
-                let (y, m, _) = civil_from_days(day);
-                let (ny, nm) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
-                (days_from_civil(y, m, 1) * DAY_MS, days_from_civil(ny, nm, 1) * DAY_MS)
-            }
+            Period::Day => zone::day_bounds(now, zone),
+            Period::Month => zone::month_bounds(now, zone),
         }
     }
 
-    fn when_next(self) -> &'static str {
+    /// When the next period begins, in words naming `zone`.
+    fn when_next(self, zone: &TimeZone) -> String {
         match self {
-            Period::Day => "tomorrow (00:00 UTC)",
-            Period::Month => "next month (the 1st, 00:00 UTC)",
+            Period::Day => format!("tomorrow (00:00 {})", zone::name(zone)),
+            Period::Month => format!("next month (the 1st, 00:00 {})", zone::name(zone)),
         }
     }
 
@@ -88,17 +85,29 @@ pub struct Limit {
     pub period: Period,
     pub provider: Option<String>,
     pub micros: Micros,
+    /// The limit's currency: a provider's limit is in its provider's; one for the whole
+    /// daemon counts only requests priced in it.
     pub currency: String,
+    /// The zone whose calendar days and months the period follows (`[ui] time_zone`).
+    pub zone: TimeZone,
 }
 
-/// Sum of the `possible` and `charged` requests in `[start, end)` that count toward `l` (all
-/// of them, or its provider's).
+impl Limit {
+    /// The limit's period containing `now`: `[start, end)` in its zone.
+    pub fn bounds(&self, now: Millis) -> (Millis, Millis) {
+        self.period.bounds(now, &self.zone)
+    }
+}
+
+/// Sum of the `possible` and `charged` requests in `[start, end)` that count toward `l` (those
+/// priced in its currency, or its provider's).
 fn spent(tx: &mut dyn Tx, l: &Limit, start: Millis, end: Millis) -> Result<Micros, StoreError> {
     let row = match &l.provider {
         None => tx.one(
             "SELECT CAST(coalesce(sum(cost_micros), 0) AS BIGINT) FROM executions
-             WHERE charge IN ('possible', 'charged') AND calling_at >= ?1 AND calling_at < ?2",
-            &[&start, &end],
+             WHERE charge IN ('possible', 'charged') AND calling_at >= ?1 AND calling_at < ?2
+               AND currency = ?3",
+            &[&start, &end, &l.currency],
         )?,
         Some(p) => tx.one(
             "SELECT CAST(coalesce(sum(x.cost_micros), 0) AS BIGINT) FROM executions x JOIN tasks t ON t.id = x.task_id
@@ -159,7 +168,7 @@ pub(in crate::store) fn first_limit_hit(
         if l.provider.as_deref().is_some_and(|p| p != provider) {
             continue;
         }
-        let (start, end) = l.period.bounds(now);
+        let (start, end) = l.bounds(now);
         let spent: Micros = spent(l, start, end)?;
         if spent + cost <= l.micros {
             continue;
@@ -176,7 +185,7 @@ pub(in crate::store) fn first_limit_hit(
              and this request would cost about {}; nothing was sent.",
             l.period.this(),
             money(l.micros, &l.currency),
-            l.period.when_next(),
+            l.period.when_next(&l.zone),
             money(spent, &l.currency),
             l.period.now_words(),
             money(cost, &l.currency),
@@ -228,8 +237,12 @@ impl Amount {
 /// One row of the spend report, or its totals.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct SpendRow {
-    /// The day (`2026-12-01`), month (`2026-12`) or provider name; `total` for the totals.
+    /// The day (`2026-12-01`) or month (`2026-12`) in the shop's zone, or the provider name;
+    /// `total` for the totals. A day with requests in two currencies has two rows.
     pub key: String,
+    /// The currency of this row's amounts (`null`: no request in it had a price, or, for
+    /// `totals`, the range has several currencies and only counts are added up).
+    pub currency: Option<String>,
     /// Requests that delivered a result.
     pub charged: Amount,
     /// Requests whose outcome cannot be proven.
@@ -275,10 +288,18 @@ pub struct PaidRequest {
 /// The spend report over `[from, to)`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct SpendReport {
+    /// One row per key and currency, by key.
     pub rows: Vec<SpendRow>,
+    /// Every request's counts; its amounts only when the range has one currency (amounts are
+    /// never added across currencies).
     pub totals: SpendRow,
-    /// The currency of the amounts (`None` when no request had a price).
+    /// The totals of each currency (key `total`), by currency.
+    pub totals_by_currency: Vec<SpendRow>,
+    /// The currency of the amounts when there is one (`None` when no request had a price, or
+    /// when there are several: see each row's).
     pub currency: Option<String>,
+    /// Every currency with a priced request in the range, sorted.
+    pub currencies: Vec<String>,
 }
 
 /// Every request that reached a provider (charge other than `none`, or one whose charge the
@@ -317,88 +338,77 @@ fn charge_at(r: &Row, i: usize) -> Result<Charge, StoreError> {
     Ok(Charge::parse(&r.get::<String>(i)?).unwrap_or(Charge::Possible))
 }
 
-/// The spend report over `[from, to)`, grouped.
+/// The spend report over `[from, to)`, grouped by the days and months of `zone`.
 pub(in crate::store) fn report(
     tx: &mut dyn Tx,
     from: Millis,
     to: Millis,
     group: Group,
+    zone: &TimeZone,
 ) -> Result<SpendReport, StoreError> {
-    Ok(group_requests(requests(tx, from, to)?, group))
+    Ok(group_requests(requests(tx, from, to)?, group, zone))
 }
 
-/// The spend report of `requests` (oldest first), grouped: the same on either backend.
-fn group_requests(requests: Vec<PaidRequest>, group: Group) -> SpendReport {
-    let mut out = SpendReport { totals: SpendRow { key: "total".into(), ..SpendRow::default() }, ..Default::default() };
+/// The row of `rows` for `key` in `currency`, made if missing. An unpriced request (no
+/// currency) joins any row of its key; a priced one a row of its currency, or the key's row
+/// that so far had no price.
+fn row_for<'a>(rows: &'a mut Vec<SpendRow>, key: &str, currency: Option<&String>) -> &'a mut SpendRow {
+    let found = match currency {
+        None => rows.iter().position(|r| r.key == key),
+        Some(c) => rows
+            .iter()
+            .position(|r| r.key == key && r.currency.as_ref() == Some(c))
+            .or_else(|| rows.iter().position(|r| r.key == key && r.currency.is_none())),
+    };
+    let i = found.unwrap_or_else(|| {
+        rows.push(SpendRow { key: key.to_string(), ..SpendRow::default() });
+        rows.len() - 1
+    });
+    let row = &mut rows[i];
+    if row.currency.is_none() {
+        row.currency = currency.cloned();
+    }
+    row
+}
+
+/// The spend report of `requests` (oldest first), grouped in `zone`: the same on either
+/// backend.
+fn group_requests(requests: Vec<PaidRequest>, group: Group, zone: &TimeZone) -> SpendReport {
+    let mut out = SpendReport::default();
+    let mut totals = SpendRow { key: "total".into(), ..SpendRow::default() };
     for r in requests {
         let key = match group {
-            Group::Day => day_key(r.at),
-            Group::Month => day_key(r.at)[..7].to_string(),
+            Group::Day => zone::day_key(r.at, zone),
+            Group::Month => zone::day_key(r.at, zone)[..7].to_string(),
             Group::Provider => r.provider.clone(),
         };
-        let row = match out.rows.iter_mut().position(|row| row.key == key) {
-            Some(i) => &mut out.rows[i],
-            None => {
-                out.rows.push(SpendRow { key, ..SpendRow::default() });
-                out.rows.last_mut().unwrap_or_else(|| unreachable!("just pushed"))
-            }
-        };
-        row.add(r.charge, r.cost_micros);
-        out.totals.add(r.charge, r.cost_micros);
-        if r.by_hand {
-            row.recorded_by_hand += 1;
-            out.totals.recorded_by_hand += 1;
+        let currency = r.currency.as_ref().filter(|_| r.cost_micros.is_some());
+        for row in [row_for(&mut out.rows, &key, currency), row_for(&mut out.totals_by_currency, "total", currency)] {
+            row.add(r.charge, r.cost_micros);
+            row.recorded_by_hand += i64::from(r.by_hand);
         }
-        if out.currency.is_none() {
-            out.currency = r.currency.clone();
+        totals.add(r.charge, r.cost_micros);
+        totals.recorded_by_hand += i64::from(r.by_hand);
+        if let Some(c) = currency
+            && !out.currencies.contains(c)
+        {
+            out.currencies.push(c.clone());
         }
     }
-    out.rows.sort_by(|a, b| a.key.cmp(&b.key));
+    out.currencies.sort();
+    out.rows.sort_by(|a, b| (&a.key, &a.currency).cmp(&(&b.key, &b.currency)));
+    out.totals_by_currency.sort_by(|a, b| a.currency.cmp(&b.currency));
+    if let [one] = out.currencies.as_slice() {
+        out.currency = Some(one.clone());
+        totals.currency = Some(one.clone());
+    } else if out.currencies.len() > 1 {
+        // Counts add up across currencies; amounts do not.
+        for a in [&mut totals.charged, &mut totals.possibly_charged] {
+            *a = Amount { count: a.count, ..Amount::default() };
+        }
+    }
+    out.totals = totals;
     out
-}
-
-/// The UTC date of a time: `2026-12-01`.
-pub fn day_key(at: Millis) -> String {
-    let (y, m, d) = civil_from_days(at.div_euclid(DAY_MS));
-    format!("{y:04}-{m:02}-{d:02}")
-}
-
-/// The start of a UTC date `YYYY-MM-DD`, if it is one.
-pub fn parse_day(s: &str) -> Option<Millis> {
-    let mut parts = s.splitn(3, '-');
-    let y: i64 = parts.next()?.parse().ok()?;
-    let m: i64 = parts.next()?.parse().ok()?;
-    let d: i64 = parts.next()?.parse().ok()?;
-    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || !(1970..=9999).contains(&y) {
-        return None;
-    }
-    let days = days_from_civil(y, m, d);
-    // Reject dates like 2026-02-31 that roll over into the next month.
-    (civil_from_days(days) == (y, m, d)).then_some(days * DAY_MS)
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// The date of a day number (the inverse of [`days_from_civil`]).
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
 /// One limit and how much of it the current period has used.
@@ -434,7 +444,7 @@ fn budget_use_with(
 ) -> Result<Vec<BudgetUse>, StoreError> {
     let mut out = Vec::new();
     for l in limits {
-        let (start, end) = l.period.bounds(now);
+        let (start, end) = l.bounds(now);
         let spent: Micros = spent(l, start, end)?;
         out.push(BudgetUse {
             period: l.period.adjective(),
@@ -478,18 +488,77 @@ pub(in crate::store) fn charge_totals(tx: &mut dyn Tx) -> Result<Vec<crate::metr
 mod tests {
     use super::*;
 
+    fn at(rfc3339: &str) -> Millis {
+        rfc3339.parse::<jiff::Timestamp>().expect("a time").as_millisecond()
+    }
+
+    fn shanghai() -> TimeZone {
+        jiff::tz::TimeZone::get("Asia/Shanghai").expect("a zone")
+    }
+
     #[test]
-    fn dates_round_trip_and_periods_are_utc_calendar_ones() {
-        let t = parse_day("2026-12-01").expect("a date");
-        assert_eq!(day_key(t), "2026-12-01");
-        assert_eq!(day_key(t + DAY_MS - 1), "2026-12-01");
-        assert_eq!(parse_day("2026-02-31"), None);
-        assert_eq!(parse_day("soon"), None);
-        let noon = t + DAY_MS / 2;
-        assert_eq!(Period::Day.bounds(noon), (t, t + DAY_MS));
-        let (start, end) = Period::Month.bounds(noon);
-        assert_eq!((day_key(start), day_key(end)), ("2026-12-01".into(), "2027-01-01".into()));
-        let feb = parse_day("2028-02-29").expect("leap day");
-        assert_eq!(day_key(Period::Month.bounds(feb).1), "2028-03-01");
+    fn periods_are_the_zones_calendar_days_and_months() {
+        let utc = TimeZone::UTC;
+        let noon = at("2026-12-01T12:00:00Z");
+        assert_eq!(Period::Day.bounds(noon, &utc), (at("2026-12-01T00:00:00Z"), at("2026-12-02T00:00:00Z")));
+        assert_eq!(Period::Month.bounds(noon, &utc), (at("2026-12-01T00:00:00Z"), at("2027-01-01T00:00:00Z")));
+        assert_eq!(Period::Month.bounds(at("2028-02-29T10:00:00Z"), &utc).1, at("2028-03-01T00:00:00Z"));
+        // Beijing: a request at 23:30 UTC on the 3rd counts in the local 4th, whose budget day
+        // began at 16:00 UTC; December 1st began at 16:00 UTC on November 30th.
+        let late = at("2026-12-03T23:30:00Z");
+        assert_eq!(Period::Day.bounds(late, &shanghai()), (at("2026-12-03T16:00:00Z"), at("2026-12-04T16:00:00Z")));
+        assert_eq!(Period::Month.bounds(late, &shanghai()).0, at("2026-11-30T16:00:00Z"));
+        assert_eq!(Period::Month.bounds(at("2026-11-30T16:30:00Z"), &shanghai()).0, at("2026-11-30T16:00:00Z"));
+        assert!(Period::Day.when_next(&shanghai()).contains("Asia/Shanghai"));
+    }
+
+    #[test]
+    fn a_daily_limit_counts_the_local_day_and_its_currency() {
+        let limit =
+            Limit { period: Period::Day, provider: None, micros: 1_000_000, currency: "CNY".into(), zone: shanghai() };
+        let mut asked = Vec::new();
+        let held = first_limit_hit("oa", 300_000, &[limit], at("2026-12-03T23:30:00Z"), |l, start, end| {
+            asked.push((l.currency.clone(), start, end));
+            Ok(900_000)
+        })
+        .expect("checked");
+        assert_eq!(asked, vec![("CNY".to_string(), at("2026-12-03T16:00:00Z"), at("2026-12-04T16:00:00Z"))]);
+        let (due, reason) = held.expect("held");
+        assert_eq!(due, at("2026-12-04T16:00:00Z"));
+        assert!(reason.contains("00:00 Asia/Shanghai"), "{reason}");
+    }
+
+    fn paid(at: Millis, provider: &str, cost: Micros, currency: &str) -> PaidRequest {
+        PaidRequest {
+            at,
+            task_id: format!("t{at}"),
+            provider: provider.into(),
+            model: None,
+            charge: Charge::Charged,
+            cost_micros: Some(cost),
+            currency: Some(currency.into()),
+            by_hand: false,
+        }
+    }
+
+    #[test]
+    fn the_report_groups_by_local_day_and_never_adds_currencies() {
+        let reqs = vec![
+            paid(at("2026-12-03T10:00:00Z"), "oa", 300_000, "CNY"),
+            paid(at("2026-12-03T23:30:00Z"), "oa", 300_000, "CNY"),
+            paid(at("2026-12-03T23:40:00Z"), "rep", 40_000, "USD"),
+        ];
+        let r = group_requests(reqs.clone(), Group::Day, &shanghai());
+        let keys: Vec<(&str, Option<&str>)> = r.rows.iter().map(|r| (r.key.as_str(), r.currency.as_deref())).collect();
+        assert_eq!(keys, vec![("2026-12-03", Some("CNY")), ("2026-12-04", Some("CNY")), ("2026-12-04", Some("USD"))]);
+        assert_eq!(r.currencies, vec!["CNY".to_string(), "USD".to_string()]);
+        assert_eq!(r.currency, None);
+        assert_eq!((r.totals.charged.count, r.totals.charged.amount, r.totals.currency.as_deref()), (3, 0.0, None));
+        let by: Vec<(Option<&str>, i64, f64)> =
+            r.totals_by_currency.iter().map(|t| (t.currency.as_deref(), t.charged.count, t.charged.amount)).collect();
+        assert_eq!(by, vec![(Some("CNY"), 2, 0.6), (Some("USD"), 1, 0.04)]);
+        // In UTC the same requests fall on one day.
+        let utc = group_requests(reqs[..2].to_vec(), Group::Month, &TimeZone::UTC);
+        assert_eq!((utc.rows.len(), utc.currency.as_deref(), utc.totals.charged.amount), (1, Some("CNY"), 0.6));
     }
 }

@@ -1,7 +1,9 @@
 //! The budget over the API and the CLI, against the real daemon and the mock provider's ledger:
 //! the config's `[budget]` in force until one is set; a set one stored (it survives a restart),
 //! holding the request that does not fit with words that name the budget, and releasing it
-//! when raised; `null` removing a limit and `DELETE` going back to the config's.
+//! when raised; `null` removing a limit and `DELETE` going back to the config's. And the shop's
+//! clock and currencies (issue #39): spend dated by `[ui] time_zone`'s local days, two
+//! currencies reported side by side and never added, a whole-daemon budget counting only its own.
 
 use std::time::Duration;
 
@@ -174,4 +176,126 @@ fn resolving_with_a_charge_record_changes_the_task_spend_and_the_csv() {
     let line = |id: &str| csv.lines().find(|l| l.contains(id)).unwrap_or_default().to_string();
     assert!(line(&lost[0]).contains(",none,") && line(&lost[0]).ends_with(",by hand"), "{csv}");
     assert!(line(&lost[1]).contains(",charged,") && line(&lost[1]).ends_with(",by hand"), "{csv}");
+}
+
+/// A zone whose date differs from UTC's right now: Kiritimati (UTC+14) from 10:00 UTC, Pago
+/// Pago (UTC−11) before 11:00 UTC.
+fn zone_off_utc() -> (&'static str, String, String) {
+    let now = jiff::Timestamp::now();
+    let name = if now.to_zoned_datetime(jiff::tz::TimeZone::UTC).hour() >= 10 {
+        "Pacific/Kiritimati"
+    } else {
+        "Pacific/Pago_Pago"
+    };
+    let zone = jiff::tz::TimeZone::get(name).expect("bundled zone");
+    let local = now.to_zoned_datetime(zone).date().to_string();
+    let utc = now.to_zoned_datetime(jiff::tz::TimeZone::UTC).date().to_string();
+    (name, local, utc)
+}
+
+#[test]
+fn spend_is_dated_in_the_shops_zone_and_kept_per_currency() {
+    let mock = Mock::start(&[]);
+    let base = mock.base();
+    let (zone, local, utc) = zone_off_utc();
+    let provider = |name: &str, price: &str, currency: &str| {
+        format!(
+            "[[providers]]\nname = \"{name}\"\nkind = \"openai_images\"\nbase_url = \"{base}\"\n\
+             api_key_env = \"TALLY_TEST_KEY\"\nmodel = \"gpt-image-1\"\nrequest_timeout_ms = 5000\n\
+             price_per_image = {price}\ncurrency = \"{currency}\"\n"
+        )
+    };
+    let mut d = Daemon::configure(&format!(
+        "[ui]\ntime_zone = \"{zone}\"\n\n[budget]\ndaily = 0.30\ncurrency = \"CNY\"\n\n{}\n{}",
+        provider("cn", "0.30", "CNY"),
+        provider("us", "0.04", "USD")
+    ));
+    d.env.push(("TALLY_TEST_KEY".into(), "sk-test-zone".into()));
+    d.spawn();
+    let submit = |p: &str, prompt: &str| {
+        let r = d.call("POST", "/v1/tasks", Some(&json!({"prompt": prompt, "provider": p})));
+        assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+        r.json()["id"].as_str().expect("id").to_string()
+    };
+    // The CNY budget of 0.30 takes the CNY request whole; the USD one is not counted against it.
+    for p in ["cn", "us"] {
+        let t = d.wait_status(&submit(p, &format!("one in {p}")), SETTLED);
+        assert_eq!((t["status"].as_str(), t["charge"]["state"].as_str()), (Some("succeeded"), Some("charged")), "{t}");
+    }
+    // A second CNY request is held until the zone's next midnight, and says so.
+    let held = d.wait_status(&submit("cn", "two in cn"), &["waiting"]);
+    let words = held["waiting_for"].as_str().unwrap_or("");
+    assert!(words.contains(&format!("tomorrow (00:00 {zone})")) && words.contains("0.30 CNY"), "{held}");
+    let r = d.call("GET", "/v1/spend?group=day", None);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let s = r.json();
+    assert_eq!(s["time_zone"], zone, "{s}");
+    // One row per currency, both dated by the zone's local day, not UTC's.
+    let rows: Vec<(String, String, f64)> = s["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| {
+            let key = r["key"].as_str().unwrap_or("").to_string();
+            (key, r["currency"].as_str().unwrap_or("").to_string(), r["charged"]["amount"].as_f64().unwrap_or(-1.0))
+        })
+        .collect();
+    assert_ne!(local, utc);
+    assert_eq!(rows, vec![(local.clone(), "CNY".into(), 0.30), (local.clone(), "USD".into(), 0.04)], "{s}");
+    assert_eq!(s["currencies"], json!(["CNY", "USD"]), "{s}");
+    // Never added across currencies: the totals count both, the amounts stay per currency.
+    assert_eq!((s["currency"].clone(), s["totals"]["charged"]["count"].clone()), (Value::Null, json!(2)), "{s}");
+    assert_eq!(s["totals"]["charged"]["amount"].as_f64(), Some(0.0), "{s}");
+    let by: Vec<(Value, Value)> = s["totals_by_currency"]
+        .as_array()
+        .expect("totals_by_currency")
+        .iter()
+        .map(|t| (t["currency"].clone(), t["charged"]["amount"].clone()))
+        .collect();
+    assert_eq!(by, vec![(json!("CNY"), json!(0.3)), (json!("USD"), json!(0.04))], "{s}");
+    // The CNY budget counts the CNY request only, and resets at the zone's next midnight.
+    let b = &s["budgets"][0];
+    assert_eq!((b["currency"].as_str(), b["spent"].as_f64()), (Some("CNY"), Some(0.3)), "{s}");
+    let resets: jiff::Timestamp = b["resets_at"].as_str().expect("resets_at").parse().expect("RFC 3339");
+    let tz = jiff::tz::TimeZone::get(zone).expect("zone");
+    let midnight = resets.to_zoned_datetime(tz.clone());
+    assert_eq!((midnight.hour(), midnight.minute()), (0, 0), "{s}");
+    let tomorrow = jiff::Timestamp::now().to_zoned_datetime(tz).date().tomorrow().expect("a date");
+    assert_eq!(midnight.date(), tomorrow, "{s}");
+    // A local date as `from` starts at the zone's midnight: today's local date includes both.
+    let r = d.call("GET", &format!("/v1/spend?group=month&from={local}&to={local}"), None);
+    assert_eq!(r.json()["totals"]["charged"]["count"], 2, "{}", String::from_utf8_lossy(&r.body));
+    // `tally spend` shows the same local day, each currency on its own line.
+    let cli = d.cli(&["spend"]);
+    let out = String::from_utf8_lossy(&cli.stdout);
+    let day_lines: Vec<&str> = out.lines().filter(|l| l.starts_with(local.as_str())).collect();
+    assert_eq!(day_lines.len(), 2, "{out}");
+    assert!(day_lines.iter().any(|l| l.contains("CNY")) && day_lines.iter().any(|l| l.contains("$0.04")), "{out}");
+    assert!(!out.lines().any(|l| l.starts_with(utc.as_str())), "{out}");
+    assert_eq!(budget(&d)["time_zone"], zone);
+    let out = d.cli(&["budget", "show"]);
+    let out = String::from_utf8_lossy(&out.stdout);
+    assert!(out.contains(&format!("days and months are those of {zone}")), "{out}");
+    // A provider added in the page may use any currency, but not one the whole daemon's budget
+    // in force would not count.
+    let added = |name: &str, currency: &str| {
+        let body = json!({"name": name, "kind": "openai_images", "model": "gpt-image-1", "base_url": base,
+                          "price_per_image": 0.5, "currency": currency});
+        d.call("POST", "/v1/providers", Some(&body))
+    };
+    let r = added("eu", "EUR");
+    let why = String::from_utf8_lossy(&r.body).to_string();
+    assert_eq!(r.status, 422, "{why}");
+    assert!(why.contains("EUR") && why.contains("CNY") && why.contains("daily"), "{why}");
+    assert_eq!(added("cn2", "CNY").status, 201);
+    // With two currencies a whole-daemon budget must name its currency: one removed cannot
+    // come back over the API (it would not know which), a provider's can.
+    let r = d.call("PUT", "/v1/budget", Some(&json!({"daily": null})));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let r = d.call("PUT", "/v1/budget", Some(&json!({"daily": 5})));
+    assert_eq!(r.status, 422, "{}", String::from_utf8_lossy(&r.body));
+    assert!(String::from_utf8_lossy(&r.body).contains("CNY, USD"), "{}", String::from_utf8_lossy(&r.body));
+    let r = d.call("PUT", "/v1/budget", Some(&json!({"providers": {"cn": {"daily": 0.30}}})));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json()["providers"]["cn"]["currency"], "CNY", "{}", String::from_utf8_lossy(&r.body));
 }

@@ -24,7 +24,7 @@ fn task(prompt: &str) -> NewTask {
 }
 
 fn limit(micros: i64) -> Limit {
-    Limit { period: Period::Day, provider: None, micros, currency: "USD".into() }
+    Limit { period: Period::Day, provider: None, micros, currency: "USD".into(), zone: jiff::tz::TimeZone::UTC }
 }
 
 /// A held task resumes on its own when the period turns over: the dispatcher's due time is

@@ -101,6 +101,13 @@ fn a_bad_config_key_stops_start_up_naming_it() {
     let out = d.cli(&["serve"]);
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("engine.workers"), "{}", text(&out.stderr));
+
+    // An unknown time zone (issue #39): nothing starts, and the reason names the key.
+    let d = Daemon::configure("[ui]\ntime_zone = \"Asia/Beijing\"\n");
+    let out = d.cli(&["serve"]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("ui.time_zone") && err.contains("Asia/Beijing") && err.contains("Asia/Shanghai"), "{err}");
 }
 
 #[test]

@@ -115,6 +115,9 @@ impl Daemon {
             .env_remove("TALLY_DATA_DIR")
             .env_remove("TALLY_CONFIG")
             .env_remove("FAILPOINTS")
+            // The shop's clock defaults to the computer's zone: the tests' days and months are
+            // UTC's whatever the machine says (a test of zones names `[ui] time_zone`).
+            .env("TZ", "UTC")
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(out)
             .stderr(err)

@@ -92,7 +92,7 @@
     });
     const parts = [h("h2", { id: "budget-title" }, T.t("budget.title")), h("ul", { id: "budget-summary", class: "plain" }, rows),
       h("p", { id: "budget-source", class: "hint" }, sourceWords(b)),
-      h("p", { class: "hint" }, T.t("budget.counts")),
+      h("p", { class: "hint" }, T.tf("budget.counts", { zone: b.time_zone || "UTC" })),
       form];
     if (b.source === "set") {
       const reset = h("button", { type: "button", id: "budget-reset" }, T.t("budget.reset"));

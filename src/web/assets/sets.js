@@ -428,20 +428,24 @@
       }
       const cur = r.currency;
       const rows = r.rows || [];
-      /* A row: {key, charged: {count, amount}, possibly_charged: {count, amount}, refused}. */
-      const cell = (a) => {
+      /* A row: {key, currency, charged: {count, amount}, possibly_charged: {count, amount}, refused};
+         each row is in its own currency (amounts are never added across currencies). */
+      const cell = (a, c) => {
         const n = (a && a.count) || 0;
-        const m = a && a.amount ? money(a.amount, cur) : null;
+        const m = a && a.amount ? money(a.amount, c || cur) : null;
         return n + (m ? T.tf("money.about_paren", { amount: m }) : "");
       };
       const line = (row, head) => h("tr", {}, h("th", { scope: "row" }, head),
-        h("td", {}, cell(row.charged)), h("td", {}, cell(row.possibly_charged)), h("td", {}, String(row.refused || 0)));
+        h("td", {}, cell(row.charged, row.currency)), h("td", {}, cell(row.possibly_charged, row.currency)),
+        h("td", {}, String(row.refused || 0)));
+      const several = (r.totals_by_currency || []).length > 1;
       out.replaceChildren(rows.length ? h("table", { class: "spend", id: "spend-rows" },
         h("caption", {}, T.t("spend.caption")),
         h("thead", {}, h("tr", {}, [({ month: T.t("spend.month"), day: T.t("spend.day"), provider: T.t("job.fact_provider") })[group.value] || T.t("spend.row"),
           T.t("spend.charged"), T.t("spend.possibly"), T.t("spend.refused")].map((c) => h("th", { scope: "col" }, c)))),
         h("tbody", {}, rows.map((row) => line(row, String(row.key)))),
-        r.totals ? h("tfoot", {}, line(r.totals, T.t("spend.total"))) : null)
+        several ? h("tfoot", {}, r.totals_by_currency.map((t) => line(t, T.t("spend.total") + " (" + t.currency + ")")))
+          : r.totals ? h("tfoot", {}, line(r.totals, T.t("spend.total"))) : null)
         : h("p", { class: "hint" }, T.t("spend.nothing")),
       r.totals && r.totals.recorded_by_hand
         ? h("p", { id: "spend-by-hand", class: "hint" }, T.tf("spend.by_hand", { n: r.totals.recorded_by_hand }))

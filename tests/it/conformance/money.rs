@@ -44,7 +44,7 @@ pub fn priced(cost: i64, limits: Vec<Limit>) -> CallingFacts {
 
 /// A daily limit for the whole cluster.
 pub fn daily(micros: i64) -> Limit {
-    Limit { period: Period::Day, provider: None, micros, currency: USD.into() }
+    Limit { period: Period::Day, provider: None, micros, currency: USD.into(), zone: jiff::tz::TimeZone::UTC }
 }
 
 /// Claim `id` and record `calling` with `facts`, which must go through; returns the claim.
@@ -373,18 +373,18 @@ async fn spend_reads_count_what_reached_the_provider(s: Store) {
         finish(&s, &c, outcome, at).await;
         ids.push(id);
     }
-    let r = s.spend(day1 - 1_000, day2 + DAY, Group::Day).await.expect("spend");
+    let r = s.spend(day1 - 1_000, day2 + DAY, Group::Day, jiff::tz::TimeZone::UTC).await.expect("spend");
     assert_eq!(r.rows.len(), 2);
     let (a, b) = (&r.rows[0], &r.rows[1]);
     assert_eq!((a.key.as_str(), a.charged.count, a.possibly_charged.count, a.refused), ("1970-01-21", 1, 1, 1));
     assert_eq!((a.charged.amount, a.possibly_charged.amount), (0.03, 0.03));
     assert_eq!((b.key.as_str(), b.charged.count, b.charged.amount, b.unpriced), ("1970-01-22", 2, 0.05, 1));
     assert_eq!((r.totals.charged.count, r.totals.charged.amount, r.currency.as_deref()), (3, 0.08, Some(USD)));
-    let by = s.spend(day1 - 1_000, day2 + DAY, Group::Provider).await.expect("spend");
+    let by = s.spend(day1 - 1_000, day2 + DAY, Group::Provider, jiff::tz::TimeZone::UTC).await.expect("spend");
     assert_eq!(by.rows.iter().map(|r| (r.key.as_str(), r.charged.count)).collect::<Vec<_>>(), [("p", 1), ("q", 2)]);
-    let month = s.spend(day1 - 1_000, day2 + DAY, Group::Month).await.expect("spend");
+    let month = s.spend(day1 - 1_000, day2 + DAY, Group::Month, jiff::tz::TimeZone::UTC).await.expect("spend");
     assert_eq!(month.rows.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(), ["1970-01"]);
-    let only_day2 = s.spend(day2, day2 + DAY, Group::Day).await.expect("spend");
+    let only_day2 = s.spend(day2, day2 + DAY, Group::Day, jiff::tz::TimeZone::UTC).await.expect("spend");
     assert_eq!(only_day2.totals.charged.count, 2, "`from` bounds the report");
 
     let reqs = s.paid_requests(day1 - 1_000, day2 + DAY).await.expect("requests");
@@ -405,7 +405,13 @@ async fn spend_reads_count_what_reached_the_provider(s: Store) {
 
     let limits = vec![
         daily(100_000),
-        Limit { period: Period::Month, provider: Some("q".into()), micros: 1, currency: USD.into() },
+        Limit {
+            period: Period::Month,
+            provider: Some("q".into()),
+            micros: 1,
+            currency: USD.into(),
+            zone: jiff::tz::TimeZone::UTC,
+        },
     ];
     let used = s.budget_use(limits, day1 + 5).await.expect("budget use");
     assert_eq!(used.iter().map(|u| (u.period, u.spent)).collect::<Vec<_>>(), [("daily", 0.06), ("monthly", 0.05)]);
@@ -486,7 +492,7 @@ async fn the_owners_record_of_the_charge_replaces_possible_and_says_by_hand(s: S
     assert_eq!((none.charge, none.by_hand), (Charge::None, true));
     assert_eq!(row(&ids[1].0).map(|r| (r.charge, r.by_hand)), Some((Charge::Charged, true)));
     assert_eq!(row(&ids[2].0).map(|r| (r.charge, r.by_hand)), Some((Charge::Possible, false)));
-    let report = s.spend(0, T0 + 10, Group::Day).await.expect("spend");
+    let report = s.spend(0, T0 + 10, Group::Day, jiff::tz::TimeZone::UTC).await.expect("spend");
     assert_eq!((report.totals.charged.count, report.totals.possibly_charged.count), (1, 1));
     assert_eq!(report.totals.recorded_by_hand, 2);
     let used = s.budget_use(vec![daily(1_000_000)], T0 + 10).await.expect("use");
