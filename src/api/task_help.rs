@@ -10,13 +10,10 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::clock::rfc3339;
-use crate::domain::words::{has, t as word, tf};
+use crate::domain::words::{has, said_prefix, said_suffix, t as word, tf};
 use crate::domain::{Charge, Lang, TaskStatus};
 use crate::engine::Engine;
 use crate::store::{EventView, TaskView};
-
-/// The prefix the worker puts before an adapter's preflight refusal (`engine::worker`).
-const PREFLIGHT_PREFIX: &str = "refused before sending anything (nothing was charged): ";
 
 /// Where to look for an unknown job at the provider, and what to match it by.
 #[derive(Debug, Serialize, ToSchema)]
@@ -116,7 +113,7 @@ pub fn add_request_details(w: &mut WhereToLookJson, events: &[EventView]) {
     let id = events
         .iter()
         .rev()
-        .find_map(|e| (e.kind == "accepted").then(|| e.message.strip_prefix("the provider accepted the job as "))?)
+        .find_map(|e| (e.kind == "accepted").then(|| e.message.strip_prefix(said_prefix("say.accepted").as_str()))?)
         .map(str::trim)
         .filter(|s| !s.is_empty());
     let mut front = Vec::new();
@@ -143,9 +140,12 @@ pub fn refused_before_sending_in(t: &TaskView, lang: Lang) -> Option<RefusedBefo
     }
     let reason = t.reason.as_deref()?;
     let kind = t.failure_kind.as_deref()?;
-    let (problem, adapter) = match reason.strip_prefix(PREFLIGHT_PREFIX) {
+    // The worker's words before an adapter's preflight refusal (`engine::worker`), and after a
+    // refusal of tally's own: read from the templates they were written with.
+    let (refused, unsent) = (said_prefix("say.refused_before"), said_suffix("say.preflight_unsent"));
+    let (problem, adapter) = match reason.strip_prefix(refused.as_str()) {
         Some(p) => (p, true),
-        None if kind == "configuration" && reason.contains("nothing was sent to the provider") => (reason, false),
+        None if kind == "configuration" && reason.contains(unsent.trim_start_matches("; ")) => (reason, false),
         None => return None,
     };
     if !matches!(kind, "rejected" | "configuration") {

@@ -549,10 +549,7 @@ fn resolve_budget(raw: RawBudget, providers: &[ProviderConfig], origin: &str) ->
     let daily = limit("budget.daily", raw.daily)?;
     let monthly = limit("budget.monthly", raw.monthly)?;
     if (daily.is_some() || monthly.is_some()) && priced.is_empty() {
-        return Err(bad(
-            "budget",
-            "a budget needs prices to count: set price_per_image (or price_per_size) on the paid providers".into(),
-        ));
+        return Err(bad("budget", crate::domain::words::say("say.budget_needs_prices")));
     }
     if (daily.is_some() || monthly.is_some()) && currency.is_none() {
         return Err(bad(

@@ -76,6 +76,25 @@ pub fn say_with(key: &str, params: &[(&str, &str)]) -> String {
     tf(Lang::En, key, params)
 }
 
+/// The English text a `say.` template begins with, up to its first parameter (all of it when
+/// it has none): what a reader of stored lines recognises a line of that template by, taken
+/// from the catalogue so it cannot drift from the writer's [`say_with`].
+pub fn said_prefix(key: &str) -> String {
+    match pieces(&t(Lang::En, key)).into_iter().next() {
+        Some(Piece::Text(text)) => text,
+        _ => String::new(),
+    }
+}
+
+/// The English text a `say.` template ends with, after its last parameter (empty when it ends
+/// with one): the other half of [`said_prefix`].
+pub fn said_suffix(key: &str) -> String {
+    match pieces(&t(Lang::En, key)).into_iter().last() {
+        Some(Piece::Text(text)) => text,
+        _ => String::new(),
+    }
+}
+
 /// A sentence in `lang` ends with its full stop: Chinese text gets "。" unless it already
 /// ends a sentence; English is left as it is (its sentences carry their own).
 pub fn full_stop(lang: Lang, text: &str) -> String {

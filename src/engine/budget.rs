@@ -247,11 +247,7 @@ impl Engine {
         }
         let any_priced = self.shared.providers.values().iter().any(|p| p.money.pricing.is_priced());
         if !limits.is_empty() && !any_priced {
-            return Err(EngineError::Invalid(
-                "a budget needs prices to count: set price_per_image (or price_per_size) on the paid providers in \
-                 the configuration"
-                    .into(),
-            ));
+            return Err(EngineError::Invalid(crate::domain::words::say("say.budget_needs_prices")));
         }
         limits.sort_by(|a, b| (&a.provider, a.period.adjective()).cmp(&(&b.provider, b.period.adjective())));
         self.shared.store.set_budget_setting(Some(encode(&limits)), self.now()).await?;

@@ -335,7 +335,7 @@ impl Run<'_> {
             _ => match self.references().await {
                 Ok(r) => r,
                 Err(e) if c.phase == Phase::Claimed => {
-                    let reason = format!("{e}; nothing was sent to the provider");
+                    let reason = say_with("say.preflight_unsent", &[("message", &e.to_string())]);
                     return self
                         .finish(Finish::Failed { kind: FailureKind::NotSent, reason, charge: Charge::None })
                         .await;
@@ -547,7 +547,7 @@ impl Run<'_> {
                 Err(CallError::Rejected { message, config }) => {
                     return Ok(Some(Stop::Finish(Finish::Failed {
                         kind: if config { FailureKind::Configuration } else { FailureKind::Rejected },
-                        reason: format!("refused before sending anything (nothing was charged): {message}"),
+                        reason: say_with("say.refused_before", &[("message", &message)]),
                         charge: Charge::None,
                     })));
                 }

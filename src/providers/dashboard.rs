@@ -7,6 +7,8 @@
 //! 2026); a provider that moves its page only makes the link land on its sign-in or home
 //! page, and the details to match by stay right.
 
+use crate::domain::Lang;
+use crate::domain::words::t;
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -46,12 +48,7 @@ impl Dashboard {
 
     /// The demo provider: no dashboard, and nothing to pay.
     pub fn demo() -> Dashboard {
-        Dashboard {
-            page: "demo".into(),
-            ..Dashboard::none(
-                "The demo provider runs inside tally and never charges: there is no dashboard to look in.",
-            )
-        }
+        Dashboard { page: "demo".into(), ..Dashboard::none(&t(Lang::En, "where.how.demo")) }
     }
 
     /// The console the owner configured for this provider (`dashboard_url`): an
@@ -60,8 +57,8 @@ impl Dashboard {
         Dashboard {
             page: "configured".into(),
             url: Some(url.to_string()),
-            label: "the console set for this provider".into(),
-            how: "Look there for a request of this model at the time it was sent, and whether it was charged.".into(),
+            label: t(Lang::En, "where.label.configured"),
+            how: t(Lang::En, "where.how.configured"),
             lists_requests: false,
             model: None,
         }

@@ -27,6 +27,7 @@ use serde::Serialize;
 
 use super::StoreError;
 use super::tx::{Row, Tx};
+use crate::domain::words::say_with;
 use crate::domain::{Charge, Micros, Millis, money, zone};
 
 /// A budget period.
@@ -57,8 +58,8 @@ impl Period {
     /// When the next period begins, in words naming `zone`.
     fn when_next(self, zone: &TimeZone) -> String {
         match self {
-            Period::Day => format!("tomorrow (00:00 {})", zone::name(zone)),
-            Period::Month => format!("next month (the 1st, 00:00 {})", zone::name(zone)),
+            Period::Day => say_with("say.period_tomorrow_in", &[("zone", &zone::name(zone))]),
+            Period::Month => say_with("say.period_next_month_in", &[("zone", &zone::name(zone))]),
         }
     }
 

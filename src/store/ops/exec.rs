@@ -166,7 +166,7 @@ pub(in crate::store) fn record_accepted(
         "UPDATE executions SET phase = 'accepted', provider_job_id = ?2, provider_handle = ?3 WHERE token = ?1",
         &[&exec, &job, &handle],
     )?;
-    event(tx, &task, now, Actor::Worker, "accepted", &format!("the provider accepted the job as {job}"), Some(exec))?;
+    event(tx, &task, now, Actor::Worker, "accepted", &say_with("say.accepted", &[("job", job)]), Some(exec))?;
     Ok(())
 }
 

@@ -256,7 +256,7 @@ fn give_up(tx: &mut dyn Tx, row: &LeftoverRow, now: Millis) -> Result<TaskStatus
 /// the task queued again (nothing was sent).
 fn abandon(tx: &mut dyn Tx, row: &LeftoverRow, now: Millis) -> Result<TaskStatus, StoreError> {
     let task = row.task_id.as_str();
-    end_execution(tx, row, "abandoned", "the worker stopped before calling the provider", now)?;
+    end_execution(tx, row, "abandoned", &say("say.worker_stopped_short"), now)?;
     requeue_envelope(tx, task, now, Some("worker lost before calling"), now)?;
     set_task(tx, task, TaskStatus::Waiting, Some(&say("say.worker_stopped")), None, now)?;
     event(tx, task, now, Actor::Reconciler, "abandoned", &say("say.worker_stopped_line"), exec_of(row))?;
@@ -267,11 +267,11 @@ fn abandon(tx: &mut dyn Tx, row: &LeftoverRow, now: Millis) -> Result<TaskStatus
 /// call, or (no lease) the hand-off of an execution already being resumed that no worker
 /// claimed — a crash between dispatch and claim, handed over again uncounted as a lost
 /// delivery.
-fn resume_words(leased: bool) -> (&'static str, String) {
+fn resume_words(leased: bool) -> (String, String) {
     if leased {
-        ("lease expired during the provider call", say("say.lease_expired"))
+        (say("say.lease_expired_short"), say("say.lease_expired"))
     } else {
-        ("the hand-off of a resumed execution was never claimed", say("say.resumed_handoff_lost"))
+        ("the hand-off of a resumed execution was never claimed".to_string(), say("say.resumed_handoff_lost"))
     }
 }
 
@@ -280,7 +280,7 @@ fn resume_words(leased: bool) -> (&'static str, String) {
 fn resume(tx: &mut dyn Tx, row: &LeftoverRow, now: Millis) -> Result<TaskStatus, StoreError> {
     let task = row.task_id.as_str();
     let (error, how) = resume_words(row.lease_token.is_some());
-    requeue_envelope(tx, task, now, Some(error), now)?;
+    requeue_envelope(tx, task, now, Some(&error), now)?;
     set_task(tx, task, TaskStatus::Waiting, Some(&say("say.interrupted_recovering")), None, now)?;
     event(tx, task, now, Actor::Reconciler, "recovering", &how, exec_of(row))?;
     Ok(TaskStatus::Waiting)
