@@ -140,9 +140,13 @@ pub fn blob_meta(c: &Connection, id: &str) -> Result<Option<BlobMeta>, StoreErro
 }
 
 /// Read up to `buf.len()` bytes of image `id` from offset `pos`, in one short read
-/// transaction. `None` when there is no such image (any more).
+/// transaction (the reader's own when it runs inside one). `None` when there is no such image
+/// (any more).
 fn read_at(c: &Connection, id: &str, pos: usize, buf: &mut [u8]) -> Result<Option<usize>, StoreError> {
-    c.prepare_cached("BEGIN")?.execute([])?;
+    let own = c.is_autocommit();
+    if own {
+        c.prepare_cached("BEGIN")?.execute([])?;
+    }
     let result = (|| -> Result<Option<usize>, StoreError> {
         let rowid: Option<i64> =
             c.prepare_cached("SELECT rowid FROM blobs WHERE id = ?1")?.query_row([id], |r| r.get(0)).optional()?;
@@ -152,7 +156,9 @@ fn read_at(c: &Connection, id: &str, pos: usize, buf: &mut [u8]) -> Result<Optio
     })();
     // A read transaction: ending it can only fail if the connection is broken, and then the
     // next use reports it.
-    let _ = c.prepare_cached("COMMIT").and_then(|mut s| s.execute([]));
+    if own {
+        let _ = c.prepare_cached("COMMIT").and_then(|mut s| s.execute([]));
+    }
     result
 }
 

@@ -274,3 +274,30 @@ async fn the_flusher_fsyncs_the_wal_inode_through_truncation_and_restarts() {
     store.close().expect("close");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A read of several statements sees one snapshot: a commit made between its statements (here
+/// by another connection, as the writer thread would) is not half seen. Without the read
+/// transaction the second count saw the new row (a draft read `succeeded` with no answer yet).
+#[tokio::test]
+async fn a_read_of_several_statements_sees_one_snapshot() {
+    let (store, dir) = store(Durability::Normal);
+    store.write(|c| Ok(c.execute_batch("CREATE TABLE t (v INTEGER)")?)).await.expect("table");
+    store.write(insert(1)).await.expect("row");
+    let path = store.path().to_path_buf();
+    let (before, after) = store
+        .read_blocking(move |c| {
+            let count = |c: &Connection| -> Result<i64, StoreError> {
+                Ok(c.query_row("SELECT count(*) FROM t", [], |r| r.get(0))?)
+            };
+            let before = count(c)?;
+            let other = Connection::open(&path)?;
+            other.busy_timeout(WAIT)?;
+            other.execute("INSERT INTO t (v) VALUES (2)", [])?;
+            Ok((before, count(c)?))
+        })
+        .expect("read");
+    assert_eq!((before, after), (1, 1), "the read saw a commit made in its middle");
+    assert_eq!(rows(&store).expect("read"), vec![1, 2], "the next read sees it");
+    store.close().expect("close");
+    let _ = std::fs::remove_dir_all(dir);
+}

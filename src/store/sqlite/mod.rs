@@ -300,7 +300,20 @@ impl SqliteStore {
                 c
             }
         };
+        // One snapshot for the whole read. Without a transaction each statement sees the newest
+        // commit, so a read of several statements could see half of what a write committed
+        // between them (a drafting task `succeeded` and, read a moment earlier, no answer yet:
+        // a draft shown `failed`). A deferred read transaction takes its snapshot at the first
+        // statement and holds it to the end; it never blocks the writer (WAL).
+        let began = conn.prepare_cached("BEGIN").and_then(|mut s| s.execute([])).is_ok();
         let result = f(&conn);
+        if began && !conn.is_autocommit() {
+            // Ending a read transaction can only fail if the connection is broken; then it is
+            // not put back for the next read.
+            if conn.prepare_cached("COMMIT").and_then(|mut s| s.execute([])).is_err() {
+                return result;
+            }
+        }
         {
             let mut pool = lock(&self.inner.readers);
             if pool.len() < 8 {
