@@ -331,6 +331,14 @@ window.tally = (function () {
     return true;
   }
 
+  /* Every re-read of a view (after a live event, a resync or a button) takes a ticket, and only
+     the newest may draw: reads overlap when events come quickly, and an older one whose
+     answers came back last (a loaded machine) would otherwise draw its stale state over the
+     newer one, with no event left to correct it. */
+  let tickets = 0;
+  function ticket() { tickets += 1; return tickets; }
+  function latest(n) { return n === tickets; }
+
   /** The panel after the daemon restarted or the session ended: what to do, in words. */
   function signedOut() {
     if (view.signedOut) return;
@@ -621,7 +629,7 @@ window.tally = (function () {
 
   return {
     CSRF, SETTLED, ROLES, view, t, tf, languageSwitch, h, time, badge, roleWords, jobTitle, shotWords, money, chargeSentence, retryCost,
-    providerPrice, providerAmount, retryBody, routeName, ApiError, api, showError, errorSlot, busy, newKey, setView, signedOut, thumb, enlargeable,
+    providerPrice, providerAmount, retryBody, routeName, ApiError, api, showError, errorSlot, busy, newKey, setView, ticket, latest, signedOut, thumb, enlargeable,
     openImage, confirmDialog, retry, priceWords, priceKind, resolveForm, resolveDialog, connect, main, errorBox, notAPhoto,
   };
 })();

@@ -196,17 +196,20 @@
 
   async function showDraft(id, fresh, said) {
     clearTimeout(pollTimer);
+    const mine = T.ticket();
     let d;
     let info = { providers: [], defaultProvider: "" };
     try {
       d = await api("GET", draftPath(id));
       try { info = await T.loadProviders(); } catch (e) { if (e.code === "signed_out") return; }
     } catch (e) {
-      if (e.code === "signed_out") return;
+      if (e.code === "signed_out" || !T.latest(mine)) return;
       T.setView("draft", id, T.t("draft.not_found"), [h("p", {}, h("a", { href: "#/sets" }, T.t("set.all"))), h("p", {}, e.message)], fresh);
       return;
     }
     if (location.hash !== "#/drafts/" + encodeURIComponent(id) && location.hash !== "#/drafts/" + id) return;
+    /* A newer read is on its way: it draws. */
+    if (!T.latest(mine)) return;
     const focused = document.activeElement && document.activeElement.id;
     if (!T.setView("draft", id, d.product, draftView(d, info), fresh)) return;
     if (said) T.showError(document.getElementById("draft-error"), said);

@@ -12,13 +12,14 @@
   let providers = [];
 
   async function showTask(id, fresh) {
+    const mine = T.ticket();
     let t, ev;
     try { providers = (await T.loadProviders()).providers; } catch (e) { /* the price line then says less */ }
     try {
       [t, ev] = await Promise.all([api("GET", "/v1/tasks/" + encodeURIComponent(id)),
         api("GET", "/v1/tasks/" + encodeURIComponent(id) + "/events")]);
     } catch (e) {
-      if (e.code === "signed_out") return;
+      if (e.code === "signed_out" || !T.latest(mine)) return;
       T.setView("task", id, T.t("job.not_found"), [h("p", {}, h("a", { href: "#/" }, T.t("job.all"))), h("p", {}, e.message)], fresh);
       return;
     }
@@ -32,6 +33,8 @@
     if (retriedId && (!retried || !retried.status)) {
       try { const r = await api("GET", "/v1/tasks/" + encodeURIComponent(retriedId)); retried = { id: r.id, status: r.status }; } catch (e) { retried = { id: retriedId }; }
     }
+    /* A newer read is on its way: it draws. */
+    if (!T.latest(mine)) return;
     const focused = document.activeElement && document.activeElement.id;
     if (!T.setView("task", id, T.jobTitle(t, product), taskView(t, ev.events || [], product, retried), fresh)) return;
     T.view.onTask = (changed) => {

@@ -11,15 +11,18 @@
   // ---------------------------------------------------------------- the list
 
   async function showSets(fresh) {
+    const mine = T.ticket();
     let page;
     let drafts = null;
     try {
       [page, drafts] = await Promise.all([api("GET", "/v1/sets"), T.draftsSection()]);
     } catch (e) {
-      if (e.code === "signed_out") return;
+      if (e.code === "signed_out" || !T.latest(mine)) return;
       T.setView("sets", null, T.t("view.sets"), h("p", {}, e.message), fresh);
       return;
     }
+    /* A newer read is on its way: it draws. */
+    if (!T.latest(mine)) return;
     const sets = page.sets || [];
     const make = h("p", { class: "actions" }, h("a", { href: "#/drafts/new", class: "button primary", id: "new-draft-link" }, T.t("draft.start")),
       h("a", { href: "#/sets/new", class: "button", id: "new-set-link" }, T.t("set.new")));
@@ -47,11 +50,12 @@
   // ---------------------------------------------------------------- one set
 
   async function showSet(id, fresh) {
+    const mine = T.ticket();
     let s;
     try {
       s = await api("GET", "/v1/sets/" + encodeURIComponent(id));
     } catch (e) {
-      if (e.code === "signed_out") return;
+      if (e.code === "signed_out" || !T.latest(mine)) return;
       T.setView("set", id, T.t("set.not_found"), [h("p", {}, h("a", { href: "#/sets" }, T.t("set.all"))), h("p", {}, e.message)], fresh);
       return;
     }
@@ -60,6 +64,8 @@
     try { info = await T.loadProviders(); } catch (e) { /* the price line then says less */ }
     let deliver;
     try { deliver = await T.deliverData(s); } catch (e) { if (e.code === "signed_out") return; }
+    /* A newer read is on its way: it draws. */
+    if (!T.latest(mine)) return;
     const focused = document.activeElement && document.activeElement.id;
     if (!T.setView("set", id, s.product, setView(s, info.providers.find((p) => p.name === s.provider), deliver), fresh)) return;
     const ids = new Set((s.shots || []).flatMap((x) => [x.id].concat((x.candidates || []).map((c) => c.task_id))));
