@@ -307,14 +307,11 @@ impl SqliteStore {
         // statement and holds it to the end; it never blocks the writer (WAL).
         let began = conn.prepare_cached("BEGIN").and_then(|mut s| s.execute([])).is_ok();
         let result = f(&conn);
-        if began && !conn.is_autocommit() {
-            // Ending a read transaction can only fail if the connection is broken; then it is
-            // not put back for the next read.
-            if conn.prepare_cached("COMMIT").and_then(|mut s| s.execute([])).is_err() {
-                return result;
-            }
-        }
-        {
+        // Ending a read transaction can only fail if the connection is broken; then it is not
+        // put back for the next read (the read still waits for its writes below).
+        let open = began && !conn.is_autocommit();
+        let ended = !open || conn.prepare_cached("COMMIT").and_then(|mut s| s.execute([])).is_ok();
+        if ended {
             let mut pool = lock(&self.inner.readers);
             if pool.len() < 8 {
                 pool.push(conn);
