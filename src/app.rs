@@ -292,6 +292,18 @@ pub async fn serve(cfg: Config, config_path: Option<PathBuf>, open_browser: bool
         .local_addr()
         .map_err(|e| Failure::error(format!("cannot read the listen address: {e}")))
         .map_err(before_engine)?;
+    // `--lan`: the shop's network too, on the same port; without an address tally says why
+    // and stays on loopback (the Host check then names the address, and pairing links use it).
+    let mut lan = None;
+    if cfg.server.lan {
+        match crate::server::open_lan(cfg.server.lan_address, local) {
+            Ok(l) => {
+                cfg.server.allowed_hosts.push(l.1.ip().to_string());
+                lan = Some(l);
+            }
+            Err(why) => println!("--lan: {why}; tally stays on loopback ({local}) and a phone cannot reach it"),
+        }
+    }
     if let Err(e) = write_address(&dir, local) {
         tracing::warn!(error = %e, "cannot write {ADDRESS_FILE}; other commands will look for the daemon at server.listen");
     }
@@ -327,9 +339,21 @@ pub async fn serve(cfg: Config, config_path: Option<PathBuf>, open_browser: bool
         state.set_ui_language(lang);
     }
     state.set_delivery_profiles(cfg.delivery.profiles.clone());
+    let mut listeners = vec![listener];
+    if let Some((lan_listener, addr)) = lan {
+        state.set_lan_base(format!("http://{addr}"));
+        tracing::info!(lan = %addr, "tally listens on the shop's network too");
+        listeners.extend(lan_listener);
+    }
     {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "tally is listening on {base}");
+        if let Some(lan) = state.lan_base() {
+            let _ = writeln!(
+                out,
+                "on the shop's network: {lan} (to use it from a phone, pair it: `tally sign-in --qr`, or \"Use it on your phone\" in the page)"
+            );
+        }
         let _ = writeln!(out, "API token: {} (`tally token` prints it)", token_path.display());
         let _ = writeln!(out, "{}", crate::web::sign_in_line(&base, &state));
         let _ = out.flush();
@@ -363,7 +387,7 @@ pub async fn serve(cfg: Config, config_path: Option<PathBuf>, open_browser: bool
         }
     };
     crate::server::serve(
-        listener,
+        listeners,
         api::app(state, crate::web::routes()),
         crate::server::Limits::for_this_process(),
         shutdown,

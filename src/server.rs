@@ -96,9 +96,55 @@ pub fn listen(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
     socket.listen(BACKLOG)
 }
 
-/// Serve `router` on `listener` until `shutdown` resolves, then drain for at most `drain`.
+/// This computer's address on the shop's network: the IPv4 address its default route leaves
+/// from. Found by connecting a UDP socket to a documentation address (RFC 5737), which sends
+/// nothing; an error says in plain words why there is none.
+pub fn lan_address() -> Result<std::net::Ipv4Addr, String> {
+    let socket = std::net::UdpSocket::bind(("0.0.0.0", 0)).map_err(|e| format!("cannot open a socket: {e}"))?;
+    socket
+        .connect(("203.0.113.1", 9))
+        .map_err(|e| format!("this computer has no route to a network ({e}); is it connected to the shop's Wi-Fi?"))?;
+    match socket.local_addr().map_err(|e| format!("cannot read the socket's address: {e}"))?.ip() {
+        std::net::IpAddr::V4(a) if !a.is_loopback() && !a.is_unspecified() => Ok(a),
+        other => Err(format!("this computer's only address is {other}, which other devices cannot reach")),
+    }
+}
+
+/// A listener on `ip` and the same `port` as loopback, for `--lan`: `ip` is
+/// `server.lan_address`, else [`lan_address`]. An error says why, in plain words.
+pub fn lan_listener(ip: Option<std::net::Ipv4Addr>, port: u16) -> Result<(TcpListener, std::net::SocketAddr), String> {
+    let ip = match ip {
+        Some(ip) => ip,
+        None => lan_address()?,
+    };
+    let addr = std::net::SocketAddr::from((ip, port));
+    let listener = listen(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let local = listener.local_addr().map_err(|e| format!("cannot read the address of {addr}: {e}"))?;
+    Ok((listener, local))
+}
+
+/// `--lan` at start-up, beside the listener on `local`: a listener on the shop's network on
+/// the same port (none when `local` already is not loopback: `server.listen` covers it), and
+/// the address pairing links name.
+pub fn open_lan(
+    ip: Option<std::net::Ipv4Addr>,
+    local: std::net::SocketAddr,
+) -> Result<(Option<TcpListener>, std::net::SocketAddr), String> {
+    if local.ip().is_loopback() {
+        return lan_listener(ip, local.port()).map(|(l, a)| (Some(l), a));
+    }
+    let ip = match ip {
+        Some(ip) => ip,
+        None => lan_address()?,
+    };
+    Ok((None, std::net::SocketAddr::from((ip, local.port()))))
+}
+
+/// Serve `router` on `listeners` (loopback, and the shop's network with `--lan`) until
+/// `shutdown` resolves, then drain for at most `drain`. The connection cap counts
+/// connections on all of them together.
 pub async fn serve(
-    listener: TcpListener,
+    listeners: Vec<TcpListener>,
     router: Router,
     limits: Limits,
     shutdown: impl std::future::Future<Output = ()>,
@@ -131,8 +177,9 @@ pub async fn serve(
         if slots.available_permits() > limits.max_connections / 2 {
             at_cap_said = false;
         }
+        let accept = futures_util::future::select_all(listeners.iter().map(|l| Box::pin(l.accept())));
         let (stream, peer) = tokio::select! {
-            r = listener.accept() => match r {
+            (r, _, _) = accept => match r {
                 Ok(s) => s,
                 Err(e) => {
                     // Out of descriptors or similar: wait a moment instead of spinning.
@@ -154,7 +201,7 @@ pub async fn serve(
             drop(slot);
         });
     }
-    drop(listener);
+    drop(listeners);
     if tokio::time::timeout(drain, graceful.shutdown()).await.is_err() {
         tracing::warn!("open HTTP connections did not finish in time; stopping without them");
     }

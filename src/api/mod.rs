@@ -75,6 +75,9 @@ struct Inner {
     closing: watch::Sender<bool>,
     /// `ui.language`: the page's language unless the browser's switch chose one.
     ui_language: std::sync::OnceLock<crate::domain::Lang>,
+    /// `http://<LAN address>:<port>` when `tally serve --lan` (`server.lan`) found one: where
+    /// pairing links send a phone (once, at start-up).
+    lan_base: std::sync::OnceLock<String>,
     /// The delivery profiles (`[delivery]`, built-ins included; once, at start-up).
     delivery_profiles: std::sync::OnceLock<Vec<crate::delivery::profile::Profile>>,
     /// The OpenAPI document as this daemon serves it (made at its first request).
@@ -95,6 +98,7 @@ impl AppState {
                 sessions,
                 closing: watch::channel(false).0,
                 ui_language: std::sync::OnceLock::new(),
+                lan_base: std::sync::OnceLock::new(),
                 delivery_profiles: std::sync::OnceLock::new(),
                 openapi: std::sync::OnceLock::new(),
             }),
@@ -109,6 +113,16 @@ impl AppState {
     /// The page's configured language, if one is configured.
     pub fn ui_language(&self) -> Option<crate::domain::Lang> {
         self.inner.ui_language.get().copied()
+    }
+
+    /// Set the address the shop's network reaches this daemon at (`--lan`; once, at start-up).
+    pub fn set_lan_base(&self, base: String) {
+        let _ = self.inner.lan_base.set(base);
+    }
+
+    /// `http://<LAN address>:<port>` if the daemon listens on the shop's network too.
+    pub fn lan_base(&self) -> Option<&str> {
+        self.inner.lan_base.get().map(String::as_str)
     }
 
     /// Set the delivery profiles a request may name (`Config::delivery.profiles`, built-ins
@@ -202,6 +216,7 @@ pub fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(budget::get_budget, budget::set_budget, budget::reset_budget))
         .routes(routes!(session::session))
         .routes(routes!(session::sign_in_url))
+        .routes(routes!(session::pair))
         .routes(routes!(session::sign_out))
         .routes(routes!(stream::stream))
         .routes(routes!(openapi::openapi_json))

@@ -12,7 +12,7 @@ use utoipa::ToSchema;
 use super::AppState;
 use super::auth::{Credential, SESSION_COOKIE};
 use super::error::{ApiError, ErrorBody};
-use super::sessions::{self, CODE_LIFETIME};
+use super::sessions::{self, CODE_LIFETIME, PAIR_LIFETIME};
 use crate::domain::words::say;
 
 /// The sign-in URL for a one-time code, under the daemon's base URL.
@@ -98,6 +98,82 @@ pub async fn sign_in_url(
 pub struct SignInUrlJson {
     /// `http://<host>/login?code=…`; opening it once signs a browser in.
     pub url: String,
+}
+
+/// `POST /v1/session/pair` answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PairJson {
+    /// `http://<address>/login?code=…`: opening it once, within 10 minutes, signs that device
+    /// in. It names the computer's address on the shop's network when the daemon runs with
+    /// `--lan`, else the address this request used.
+    pub url: String,
+    /// The short code to type instead (on the signed-out page: "Pair this device"), `ABCD-EFGH`.
+    /// The link and the code work once in all.
+    pub code: String,
+    /// A QR code of `url`, as an SVG document, for a phone's camera.
+    pub svg: String,
+    /// When the link and the code stop working (RFC 3339, UTC).
+    pub expires_at: String,
+    /// Whether `url` names the computer's address on the shop's network (`--lan`); if false a
+    /// phone cannot reach it, and the answer's `hint` says how to change that.
+    pub lan: bool,
+    /// What to do next, in plain words.
+    pub hint: String,
+}
+
+/// `POST /v1/session/pair`: a one-time link, a short code and its QR code for signing another
+/// device in (a phone on the shop's Wi-Fi), valid 10 minutes and once. For a signed-in browser
+/// or the API token; the token itself is never in the link.
+#[utoipa::path(
+    post,
+    path = "/session/pair",
+    operation_id = "pair_device",
+    tag = "session",
+    responses(
+        (status = 200, description = "A pairing link, its short code and its QR code.", body = PairJson),
+    )
+)]
+pub async fn pair(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let (base, lan) = match state.lan_base() {
+        Some(b) => (b.to_string(), true),
+        None => {
+            // The Host check already accepted this header, so it names this server.
+            let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("127.0.0.1");
+            (format!("http://{host}"), false)
+        }
+    };
+    let pairing = state.sessions().new_pairing();
+    let url = login_url(&base, &pairing.code);
+    let svg = qr_svg(&url).map_err(|e| {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", format!("could not draw the QR code: {e}"))
+    })?;
+    let expires = crate::clock::Clock::now(&crate::clock::SystemClock) + PAIR_LIFETIME.as_millis() as i64;
+    let hint = if lan { say("say.pair_hint_lan") } else { say("say.pair_hint_loopback") };
+    Ok(Json(PairJson { url, code: pairing.short, svg, expires_at: crate::clock::rfc3339(expires), lan, hint })
+        .into_response())
+}
+
+/// `text` as a QR code in an SVG document (medium error correction, a quiet zone, at least
+/// 240 px).
+pub fn qr_svg(text: &str) -> Result<String, qrcode::types::QrError> {
+    let code = qrcode::QrCode::with_error_correction_level(text.as_bytes(), qrcode::EcLevel::M)?;
+    Ok(code
+        .render::<qrcode::render::svg::Color<'_>>()
+        .min_dimensions(240, 240)
+        .dark_color(qrcode::render::svg::Color("#000000"))
+        .light_color(qrcode::render::svg::Color("#ffffff"))
+        .build())
+}
+
+/// `text` as a QR code drawn in a terminal with half blocks (two rows a line), dark on light
+/// whatever the terminal's colours, with its quiet zone.
+pub fn qr_terminal(text: &str) -> Result<String, qrcode::types::QrError> {
+    let code = qrcode::QrCode::with_error_correction_level(text.as_bytes(), qrcode::EcLevel::M)?;
+    Ok(code
+        .render::<qrcode::render::unicode::Dense1x2>()
+        .dark_color(qrcode::render::unicode::Dense1x2::Light)
+        .light_color(qrcode::render::unicode::Dense1x2::Dark)
+        .build())
 }
 
 /// `POST /v1/session/sign-out` body.

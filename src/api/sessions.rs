@@ -26,6 +26,22 @@ use crate::store::{Store, StoreError};
 /// start-up has no deadline (the user may open it hours later), but it is still one use.
 pub const CODE_LIFETIME: Duration = Duration::from_secs(15 * 60);
 
+/// How long a pairing (`POST /v1/session/pair`, `tally sign-in --qr`) stays usable: its
+/// link and its short code, once, whichever is used first.
+pub const PAIR_LIFETIME: Duration = Duration::from_secs(10 * 60);
+
+/// Wrong short codes typed (anywhere, in total) before every short code still waiting is
+/// dropped: a short code has about 39.6 bits, so ten guesses in its ten minutes leave an
+/// attacker about one chance in 8·10¹⁰. Pairing links keep working; a new pairing makes a new
+/// short code.
+pub const MAX_SHORT_MISSES: u32 = 10;
+
+/// The letters of a short code: digits and capitals without 0, O, 1, I and L (read aloud or
+/// typed on a phone without confusion).
+const SHORT_ALPHABET: &[u8] = b"23456789ABCDEFGHJKMNPQRSTUVWXYZ";
+/// A short code's length, without the dash shown in its middle.
+const SHORT_LEN: usize = 8;
+
 /// A session not used for this long ends (its cookie's `Max-Age` too).
 pub const IDLE_LIFETIME: Duration = Duration::from_secs(30 * 24 * 3600);
 
@@ -67,12 +83,66 @@ struct Cached {
 
 #[derive(Default)]
 struct Inner {
-    /// Unused codes with their deadline (`None`: no deadline), oldest first.
-    codes: VecDeque<(String, Option<Instant>)>,
+    /// Unused codes, oldest first.
+    codes: VecDeque<Code>,
+    /// Wrong short codes typed since the last one that worked ([`MAX_SHORT_MISSES`]).
+    short_misses: u32,
     /// Session id → its CSRF token and cache times.
     sessions: HashMap<String, Cached>,
     /// Session ids, oldest first (for the cap).
     order: VecDeque<String>,
+}
+
+/// One unused sign-in code.
+struct Code {
+    /// The link's code (244 random bits).
+    code: String,
+    /// A pairing's short code (normalised: no dash, capitals), usable instead of the link.
+    short: Option<String>,
+    /// When it stops working (`None`: no deadline).
+    deadline: Option<Instant>,
+}
+
+/// A pairing: a link's code and the short code that works instead of it, once in all.
+#[derive(Debug, Clone)]
+pub struct Pairing {
+    /// The link's code (`/login?code=…`).
+    pub code: String,
+    /// The short code as shown, `ABCD-EFGH` (typed at `/login?pair=…`).
+    pub short: String,
+}
+
+/// What typing a short code came to.
+#[derive(Debug)]
+pub enum ShortRedeemed {
+    /// A new session.
+    Session(Session),
+    /// No pairing waits with this code (wrong, used or expired).
+    Unknown,
+    /// Too many wrong codes were typed: every short code waiting was dropped.
+    TooManyMisses,
+}
+
+/// A new short code from the OS's randomness (rejection sampling: no letter more likely).
+fn new_short() -> String {
+    let mut out = String::with_capacity(SHORT_LEN + 1);
+    let limit = (256 / SHORT_ALPHABET.len() * SHORT_ALPHABET.len()) as u8;
+    while out.len() < SHORT_LEN + 1 {
+        for b in uuid::Uuid::new_v4().into_bytes() {
+            if out.len() == SHORT_LEN / 2 {
+                out.push('-');
+            }
+            if b < limit && out.len() < SHORT_LEN + 1 {
+                out.push(char::from(SHORT_ALPHABET[usize::from(b) % SHORT_ALPHABET.len()]));
+            }
+        }
+    }
+    out
+}
+
+/// A typed short code as stored: letters and digits only, in capitals.
+pub fn normalise_short(typed: &str) -> String {
+    typed.chars().filter(char::is_ascii_alphanumeric).map(|c| c.to_ascii_uppercase()).collect()
 }
 
 /// A signed-in browser: its session id and the CSRF token its page must send.
@@ -116,14 +186,31 @@ impl Sessions {
     /// deadline).
     pub fn new_code(&self, lifetime: Option<Duration>) -> String {
         let code = new_token();
+        self.keep(Code { code: code.clone(), short: None, deadline: lifetime.map(|l| Instant::now() + l) });
+        code
+    }
+
+    /// A new pairing: a link's code and a short code, usable once in all, for
+    /// [`PAIR_LIFETIME`].
+    pub fn new_pairing(&self) -> Pairing {
+        let pairing = Pairing { code: new_token(), short: new_short() };
+        self.keep(Code {
+            code: pairing.code.clone(),
+            short: Some(normalise_short(&pairing.short)),
+            deadline: Some(Instant::now() + PAIR_LIFETIME),
+        });
+        pairing
+    }
+
+    /// Keep an unused code (expired ones go, and the oldest beyond [`MAX_CODES`]).
+    fn keep(&self, code: Code) {
         let mut inner = self.lock();
         let now = Instant::now();
-        inner.codes.retain(|(_, deadline)| deadline.is_none_or(|d| d > now));
+        inner.codes.retain(|c| c.deadline.is_none_or(|d| d > now));
         while inner.codes.len() >= MAX_CODES {
             inner.codes.pop_front();
         }
-        inner.codes.push_back((code.clone(), lifetime.map(|l| now + l)));
-        code
+        inner.codes.push_back(code);
     }
 
     /// Remember a session in the cache.
@@ -151,21 +238,59 @@ impl Sessions {
     pub async fn redeem(&self, code: &str) -> Result<Option<Session>, StoreError> {
         {
             let mut inner = self.lock();
-            let Some(pos) = inner.codes.iter().position(|(c, _)| constant_time_eq(c.as_bytes(), code.as_bytes()))
+            let Some(pos) = inner.codes.iter().position(|c| constant_time_eq(c.code.as_bytes(), code.as_bytes()))
             else {
                 return Ok(None);
             };
-            let Some((_, deadline)) = inner.codes.remove(pos) else { return Ok(None) };
-            if deadline.is_some_and(|d| d <= Instant::now()) {
+            let Some(found) = inner.codes.remove(pos) else { return Ok(None) };
+            if found.deadline.is_some_and(|d| d <= Instant::now()) {
                 return Ok(None);
             }
         }
+        self.start_session().await.map(Some)
+    }
+
+    /// Consume a pairing by its short code (as typed: dashes, spaces and case do not matter).
+    /// After [`MAX_SHORT_MISSES`] wrong ones every short code still waiting is dropped, so
+    /// that guessing cannot outrun a code's ten minutes.
+    pub async fn redeem_short(&self, typed: &str) -> Result<ShortRedeemed, StoreError> {
+        let typed = normalise_short(typed);
+        {
+            let mut inner = self.lock();
+            let now = Instant::now();
+            let pos = inner.codes.iter().position(|c| {
+                c.short.as_deref().is_some_and(|s| constant_time_eq(s.as_bytes(), typed.as_bytes()))
+                    && c.deadline.is_none_or(|d| d > now)
+            });
+            match pos {
+                Some(pos) => {
+                    inner.codes.remove(pos);
+                    inner.short_misses = 0;
+                }
+                None => {
+                    inner.short_misses += 1;
+                    if inner.short_misses >= MAX_SHORT_MISSES {
+                        for c in inner.codes.iter_mut() {
+                            c.short = None;
+                        }
+                        inner.short_misses = 0;
+                        return Ok(ShortRedeemed::TooManyMisses);
+                    }
+                    return Ok(ShortRedeemed::Unknown);
+                }
+            }
+        }
+        self.start_session().await.map(ShortRedeemed::Session)
+    }
+
+    /// A new session, stored before it is handed out.
+    async fn start_session(&self) -> Result<Session, StoreError> {
         let session = Session { id: new_token(), csrf_token: new_token() };
         if let Some(store) = &self.store {
             store.insert_session(id_hash(&session.id), session.csrf_token.clone(), now_ms()).await?;
         }
         self.cache(&session.id, &session.csrf_token);
-        Ok(Some(session))
+        Ok(session)
     }
 
     /// The session with this id, if it exists and has not expired. A store error counts as
@@ -268,6 +393,43 @@ mod tests {
         assert!(s.redeem(&code).await.expect("redeem").is_none(), "second use");
         assert!(s.redeem("nope").await.expect("redeem").is_none());
         assert!(s.get("nope").await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_pairing_works_once_by_its_link_or_its_short_code() {
+        let s = Sessions::new();
+        let p = s.new_pairing();
+        assert_eq!(p.short.len(), SHORT_LEN + 1);
+        assert_eq!(p.short.as_bytes()[SHORT_LEN / 2], b'-');
+        assert!(normalise_short(&p.short).bytes().all(|b| SHORT_ALPHABET.contains(&b)));
+        // Typed in lower case with spaces: still the code; then neither works again.
+        let typed = format!(" {} ", p.short.to_lowercase().replace('-', " "));
+        assert!(matches!(s.redeem_short(&typed).await.expect("redeem"), ShortRedeemed::Session(_)));
+        assert!(s.redeem(&p.code).await.expect("redeem").is_none(), "the link after its short code");
+        assert!(matches!(s.redeem_short(&p.short).await.expect("redeem"), ShortRedeemed::Unknown));
+
+        let q = s.new_pairing();
+        assert!(s.redeem(&q.code).await.expect("redeem").is_some());
+        assert!(matches!(s.redeem_short(&q.short).await.expect("redeem"), ShortRedeemed::Unknown));
+        // A plain sign-in code has no short code.
+        let c = s.new_code(None);
+        assert!(matches!(s.redeem_short(&c).await.expect("redeem"), ShortRedeemed::Unknown));
+    }
+
+    #[tokio::test]
+    async fn too_many_wrong_short_codes_drop_every_waiting_one_but_not_the_links() {
+        let s = Sessions::new();
+        let p = s.new_pairing();
+        let mut last = None;
+        for _ in 0..MAX_SHORT_MISSES {
+            last = Some(s.redeem_short("2222-2222").await.expect("redeem"));
+        }
+        assert!(matches!(last, Some(ShortRedeemed::TooManyMisses)), "{last:?}");
+        assert!(matches!(s.redeem_short(&p.short).await.expect("redeem"), ShortRedeemed::Unknown));
+        assert!(s.redeem(&p.code).await.expect("redeem").is_some(), "the link still works");
+        // A new pairing's short code works again.
+        let q = s.new_pairing();
+        assert!(matches!(s.redeem_short(&q.short).await.expect("redeem"), ShortRedeemed::Session(_)));
     }
 
     #[tokio::test]

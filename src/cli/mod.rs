@@ -82,6 +82,11 @@ pub enum Command {
         /// desktop session, never when run as a service.)
         #[arg(long)]
         no_browser: bool,
+        /// Listen on this computer's address on the shop's network too (as well as loopback),
+        /// so that a phone on the same Wi-Fi can use the page once paired (`tally sign-in
+        /// --qr`). Same as `server.lan = true`.
+        #[arg(long)]
+        lan: bool,
     },
     /// Providers added without editing the config file: list, add, edit, remove, test.
     #[command(subcommand)]
@@ -275,7 +280,13 @@ pub enum Command {
     Token,
     /// Print a new one-time URL that signs a browser in to the web page (valid 15 minutes).
     /// A browser stays signed in across restarts of the daemon, until 30 days without use.
-    SignIn,
+    /// With `--qr`, pair a phone instead: a QR code drawn here, a link and a short code, valid
+    /// 10 minutes and once (start the daemon with `--lan` so that a phone can reach it).
+    SignIn {
+        /// Draw a QR code of a pairing link for a phone's camera, with its short code.
+        #[arg(long)]
+        qr: bool,
+    },
     /// Sign browsers out of the web page.
     #[command(group(ArgGroup::new("whom").required(true).args(["all"])))]
     SignOut {
@@ -534,8 +545,9 @@ pub fn run() -> Result<ExitCode, Failure> {
         Command::Prune { older_than, dry_run } => prune(&cfg, &older_than, dry_run, json),
         Command::Token => token(&cfg),
         Command::Service(cmd) => service::service(&cfg, config.as_deref(), cmd),
-        Command::Serve { listen, log_format, no_browser } => {
+        Command::Serve { listen, log_format, no_browser, lan } => {
             let mut cfg = cfg;
+            cfg.server.lan |= lan;
             if let Some(addr) = listen {
                 cfg.server.listen = crate::config::listen_address(&addr, cfg.server.allow_non_loopback)
                     .map_err(|e| Failure { exit: Exit::Usage, message: format!("--listen: {e}") })?;

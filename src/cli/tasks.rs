@@ -163,13 +163,28 @@ pub(super) async fn client_command(cfg: &Config, cmd: Command, json: bool) -> Re
             }
             Ok(Exit::Ok.into())
         }
-        Command::SignIn => {
+        Command::SignIn { qr: false } => {
             let answer = client.post("/v1/session/sign-in-url", &json!({})).await?.into_ok()?;
             if json {
                 print_json(&answer);
             } else {
                 println!("{}", st(&answer, "url"));
             }
+            Ok(Exit::Ok.into())
+        }
+        Command::SignIn { qr: true } => {
+            let answer = client.post("/v1/session/pair", &json!({})).await?.into_ok()?;
+            if json {
+                print_json(&answer);
+                return Ok(Exit::Ok.into());
+            }
+            let url = st(&answer, "url");
+            let drawn = crate::api::session::qr_terminal(&url)
+                .map_err(|e| Failure::error(format!("could not draw the QR code: {e}")))?;
+            println!("{drawn}");
+            println!("{url}");
+            println!("code: {}   (works once, for 10 minutes)", st(&answer, "code"));
+            println!("{}", st(&answer, "hint"));
             Ok(Exit::Ok.into())
         }
         Command::Events { id } => {

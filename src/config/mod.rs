@@ -80,6 +80,8 @@ struct RawServer {
     allowed_hosts: Option<Vec<String>>,
     allow_non_loopback: Option<bool>,
     max_body_bytes: Option<u64>,
+    lan: Option<bool>,
+    lan_address: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -216,6 +218,12 @@ pub struct ServerConfig {
     /// Must be true to listen on a non-loopback address.
     pub allow_non_loopback: bool,
     pub max_body_bytes: u64,
+    /// `server.lan` (or `tally serve --lan`): listen on this computer's address on the shop's
+    /// network too, so that a paired phone reaches the page.
+    pub lan: bool,
+    /// `server.lan_address`: which of this computer's addresses `lan` uses (default: the one
+    /// its default route leaves from).
+    pub lan_address: Option<std::net::Ipv4Addr>,
 }
 
 /// `[storage]`: where the data lives and how durable commits are.
@@ -387,6 +395,29 @@ fn resolve(raw: RawConfig, origin: &str) -> Result<Config, ConfigError> {
         }
     }
     let max_body_bytes = raw.server.max_body_bytes.unwrap_or(16 << 20);
+    let lan_address = match raw.server.lan_address.as_deref() {
+        None => None,
+        Some(text) => match text.trim().parse::<std::net::Ipv4Addr>() {
+            Ok(a) if a.is_loopback() || a.is_unspecified() || a.is_multicast() || a.is_broadcast() => {
+                return Err(bad(
+                    "server.lan_address",
+                    format!(
+                        "`{text}` is not an address other devices can reach; name this computer's address on the shop's network, e.g. 192.168.1.20"
+                    ),
+                ));
+            }
+            Ok(a) => Some(a),
+            Err(_) => {
+                return Err(bad(
+                    "server.lan_address",
+                    format!(
+                        "`{text}` is not an IPv4 address; name this computer's address on the shop's network, e.g. 192.168.1.20"
+                    ),
+                ));
+            }
+        },
+    };
+    let lan = raw.server.lan.unwrap_or(false) || lan_address.is_some();
 
     let durability = match raw.storage.durability.as_deref().unwrap_or("full") {
         "full" => Durability::Full,
@@ -502,7 +533,7 @@ fn resolve(raw: RawConfig, origin: &str) -> Result<Config, ConfigError> {
     let delivery = resolve_delivery(raw.delivery, origin)?;
     Ok(Config {
         warnings,
-        server: ServerConfig { listen, allowed_hosts, allow_non_loopback, max_body_bytes },
+        server: ServerConfig { listen, allowed_hosts, allow_non_loopback, max_body_bytes, lan, lan_address },
         storage: StorageConfig { data_dir, durability, backend },
         node,
         engine,

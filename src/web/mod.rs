@@ -23,6 +23,7 @@ use crate::api::AppState;
 use crate::api::auth::session_cookie;
 use crate::api::error::ApiError;
 use crate::api::session::{login_url, session_cookie_header};
+use crate::api::sessions::ShortRedeemed;
 
 const INDEX_HTML: &str = include_str!("assets/index.html");
 const SIGNED_OUT_HTML: &str = include_str!("assets/signed-out.html");
@@ -106,7 +107,12 @@ async fn index(State(state): State<AppState>, headers: HeaderMap) -> Response {
         Some(s) => html(StatusCode::OK, i18n::render(&INDEX_HTML.replace(CSRF_PLACEHOLDER, &s.csrf_token), lang)),
         None => html(
             StatusCode::OK,
-            i18n::render(&SIGNED_OUT_HTML.replace(ADDRESS_PLACEHOLDER, &escape_html(&page_base(&headers))), lang),
+            i18n::render(
+                &SIGNED_OUT_HTML
+                    .replace(ADDRESS_PLACEHOLDER, &escape_html(&page_base(&headers)))
+                    .replace(PAIR_FORM_PLACEHOLDER, PAIR_FORM),
+                lang,
+            ),
         ),
     };
     r.headers_mut().insert(header::VARY, HeaderValue::from_static("Accept-Language, Cookie"));
@@ -115,6 +121,8 @@ async fn index(State(state): State<AppState>, headers: HeaderMap) -> Response {
 
 /// The placeholder in `signed-out.html` replaced by the address this page was opened at.
 const ADDRESS_PLACEHOLDER: &str = "{{ADDRESS}}";
+/// The placeholder in `signed-out.html` replaced by [`PAIR_FORM`].
+const PAIR_FORM_PLACEHOLDER: &str = "{{PAIR_FORM}}";
 
 /// `http://<Host>` of a request (the Host check already accepted it, so it names this
 /// daemon as the browser reached it).
@@ -132,6 +140,8 @@ fn escape_html(text: &str) -> String {
 #[derive(Debug, Deserialize)]
 struct LoginQuery {
     code: Option<String>,
+    /// A pairing's short code, as typed on the signed-out page.
+    pair: Option<String>,
 }
 
 /// `GET /login?code=…`: consume the one-time code, start a session, and send the browser to
@@ -149,11 +159,25 @@ async fn login(
     if method != Method::GET {
         return html(StatusCode::OK, sign_in_link_page());
     }
-    let code = query.ok().and_then(|Query(q)| q.code).unwrap_or_default();
-    let redeemed = if code.is_empty() { Ok(None) } else { state.sessions().redeem(&code).await };
+    let lang = i18n::choose(&headers, state.ui_language());
+    let (code, pair) = query.ok().map(|Query(q)| (q.code, q.pair)).unwrap_or_default();
+    let redeemed = match (code.filter(|c| !c.is_empty()), pair.filter(|p| !p.trim().is_empty())) {
+        (Some(code), _) => state.sessions().redeem(&code).await,
+        (None, Some(typed)) => match state.sessions().redeem_short(&typed).await {
+            Ok(ShortRedeemed::Session(s)) => Ok(Some(s)),
+            Ok(ShortRedeemed::Unknown) => {
+                return html(StatusCode::FORBIDDEN, wrong_code_page(lang, false));
+            }
+            Ok(ShortRedeemed::TooManyMisses) => {
+                return html(StatusCode::FORBIDDEN, wrong_code_page(lang, true));
+            }
+            Err(e) => Err(e),
+        },
+        (None, None) => Ok(None),
+    };
     let session = match redeemed {
         Ok(Some(s)) => s,
-        Ok(None) => return html(StatusCode::FORBIDDEN, forbidden_page(i18n::choose(&headers, state.ui_language()))),
+        Ok(None) => return html(StatusCode::FORBIDDEN, forbidden_page(lang)),
         Err(e) => {
             tracing::error!(error = %e, "could not store a web session");
             return html(
@@ -184,6 +208,27 @@ fn sign_in_link_page() -> String {
      <body><main><h1>Open this sign-in link in a browser to sign in</h1></main></body></html>\n"
         .to_string()
 }
+
+/// The page for a short code that matched no pairing (`too_many`: guessing cancelled every
+/// code), in `lang`, with the form to type one again.
+fn wrong_code_page(lang: i18n::Lang, too_many: bool) -> String {
+    let heading = if too_many { "{{t:signed_out.pair_too_many}}" } else { "{{t:signed_out.pair_wrong}}" };
+    let page = "<!doctype html>\n<html lang=\"{{LANG}}\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <meta name=\"color-scheme\" content=\"light dark\"><title>{{t:signed_out.page_title}}</title>\
+         <link rel=\"icon\" href=\"/assets/favicon.svg\" type=\"image/svg+xml\">\
+         <link rel=\"stylesheet\" href=\"/assets/app.css\"></head><body>\
+         <main id=\"main\" class=\"message-page\"><h1>HEADING</h1>PAIR_FORM</main></body></html>\n";
+    i18n::render(&page.replace("HEADING", heading).replace("PAIR_FORM", PAIR_FORM), lang)
+}
+
+/// The signed-out pages' form for a pairing's short code (`GET /login?pair=…`).
+const PAIR_FORM: &str = "<form class=\"pair-form\" method=\"get\" action=\"/login\">\
+    <h2>{{t:signed_out.pair_title}}</h2><p>{{t:signed_out.pair_how}}</p>\
+    <label for=\"pair-code\">{{t:signed_out.pair_label}}</label>\
+    <input id=\"pair-code\" name=\"pair\" autocomplete=\"one-time-code\" autocapitalize=\"characters\" \
+    spellcheck=\"false\" inputmode=\"text\" maxlength=\"16\" required placeholder=\"ABCD-EFGH\">\
+    <button type=\"submit\">{{t:signed_out.pair_button}}</button></form>";
 
 /// The page for a used, unknown or expired sign-in link, in `lang`.
 fn forbidden_page(lang: i18n::Lang) -> String {

@@ -246,11 +246,24 @@ pub fn try_request(
     headers: &[(&str, &str)],
     body: Option<&[u8]>,
 ) -> Option<Reply> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    try_request_at("127.0.0.1", port, method, path, headers, body)
+}
+
+/// Like [`try_request`], to the daemon at `ip` (its address on a network, with `--lan`); the
+/// Host header names `ip` unless `headers` name one.
+pub fn try_request_at(
+    ip: &str,
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> Option<Reply> {
+    let mut s = TcpStream::connect((ip, port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
     let mut head = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
     if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
-        head.push_str(&format!("Host: 127.0.0.1:{port}\r\n"));
+        head.push_str(&format!("Host: {ip}:{port}\r\n"));
     }
     for (k, v) in headers {
         head.push_str(&format!("{k}: {v}\r\n"));

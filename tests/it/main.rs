@@ -51,6 +51,7 @@ mod openapi;
 mod operations;
 mod pg_fence;
 mod pg_nodes;
+mod phone;
 #[cfg(feature = "failpoints")]
 mod powerloss;
 mod providers_bfl;

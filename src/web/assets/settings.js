@@ -110,6 +110,26 @@
       h("div", { class: "actions" }, add), err);
   }
 
+  /** "Use it on your phone": a one-time pairing QR code, its link and short code. */
+  function phoneCard() {
+    const err = errorSlot("pair-error");
+    const out = h("div", { id: "pair-result", "aria-live": "polite" });
+    const make = h("button", { type: "button", id: "pair-make" }, T.t("settings.pair_make"));
+    make.addEventListener("click", () => busy(make, err, async () => {
+      const p = await api("POST", "/v1/session/pair", {});
+      out.replaceChildren(
+        h("img", { class: "pair-qr", id: "pair-qr", width: "240", height: "240", alt: T.t("settings.pair_qr_alt"),
+          src: "data:image/svg+xml;charset=utf-8," + encodeURIComponent(p.svg) }),
+        h("p", {}, T.t("settings.pair_code"), " ", h("strong", { id: "pair-code-shown", class: "pair-code" }, p.code)),
+        h("p", { class: "hint" }, T.t("settings.pair_link"), " ", h("code", { id: "pair-link" }, p.url)),
+        h("p", { class: p.lan ? "hint" : "warn", id: "pair-hint" }, p.hint));
+    }));
+    return h("section", { class: "card", id: "phone", "aria-labelledby": "phone-title" },
+      h("h2", { id: "phone-title" }, T.t("settings.pair_title")),
+      h("p", { class: "hint" }, T.t("settings.pair_intro")),
+      h("div", { class: "actions" }, make), out, err);
+  }
+
   async function showSettings(fresh) {
     let r;
     try {
@@ -121,6 +141,7 @@
     }
     const refresh = () => showSettings(false);
     T.setView("settings", null, T.t("settings.title"), [
+      phoneCard(),
       h("p", { class: "hint" }, T.t("settings.intro")),
       ...(r.providers || []).map((p) => providerCard(p, refresh)),
       addForm(r.kinds || [], refresh),

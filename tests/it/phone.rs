@@ -1,0 +1,237 @@
+//! A phone on the shop's network: `tally serve --lan` (`server.lan`) inside a network
+//! namespace this test makes (10.77.0.1 and a default route leaving from it), pairing by link, by short code and by the QR code drawn in the terminal (decoded with
+//! `rqrr`, a QR reader nobody here wrote), the Host check on the new address, and `--lan`
+//! with no network at all. The namespace needs root (CI runs as root); without it the test
+//! fails with that reason, it is never skipped.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::common::{Daemon, FAST_DEMO, Reply, try_request_at};
+
+/// The computer's address on the test's network.
+const LAN_IP: &str = "10.77.0.1";
+
+/// Run `body` on a thread in a new network namespace (only this thread and the processes it
+/// starts are in it): loopback up, and with `lan` the address [`LAN_IP`] that the default
+/// route leaves from.
+fn in_namespace(lan: bool, body: impl FnOnce() + Send + 'static) {
+    let t = std::thread::spawn(move || {
+        // SAFETY: unshare(2) with CLONE_NEWNET only moves this thread into a new network
+        // namespace; it touches no memory of ours.
+        let rc = unsafe { libc::unshare(libc::CLONE_NEWNET) };
+        assert_eq!(
+            rc,
+            0,
+            "this test makes a network namespace (unshare CLONE_NEWNET), which needs root: {}",
+            std::io::Error::last_os_error()
+        );
+        let mut steps = vec![vec!["link", "set", "lo", "up"]];
+        if lan {
+            // On `lo` (a kernel without the dummy or veth modules still has it): the address is
+            // not a loopback address, and the default route leaves from it.
+            steps.extend([
+                vec!["addr", "add", "10.77.0.1/24", "dev", "lo"],
+                vec!["route", "add", "default", "dev", "lo", "src", LAN_IP],
+            ]);
+        }
+        for args in steps {
+            let out = Command::new("ip").args(&args).output().expect("run ip (iproute2)");
+            assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        body();
+    });
+    if let Err(panic) = t.join() {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// A daemon with `server.lan = true` (the demo provider), started.
+fn lan_daemon() -> Daemon {
+    let mut d = Daemon::configure(FAST_DEMO);
+    let text = std::fs::read_to_string(&d.config).expect("config").replacen("[server]\n", "[server]\nlan = true\n", 1);
+    std::fs::write(&d.config, text).expect("config");
+    d.spawn();
+    d
+}
+
+fn at(d: &Daemon, ip: &str, method: &str, path: &str, headers: &[(&str, &str)]) -> Reply {
+    try_request_at(ip, d.port, method, path, headers, None).unwrap_or_else(|| panic!("no answer from {ip}"))
+}
+
+/// The path and query of a link on the daemon at `ip`.
+fn path_on(d: &Daemon, ip: &str, url: &str) -> String {
+    let base = format!("http://{ip}:{}", d.port);
+    url.strip_prefix(&base).unwrap_or_else(|| panic!("{url} is not under {base}")).to_string()
+}
+
+/// A terminal QR code (half blocks: a full block, upper half, lower half or space per two
+/// rows; lit = light module) as a greyscale bitmap, 4 px a module, decoded with rqrr.
+fn decode_terminal_qr(text: &str) -> String {
+    let rows: Vec<Vec<char>> = text
+        .lines()
+        .filter(|l| l.chars().any(|c| "█▀▄".contains(c)))
+        .map(|l| l.chars().filter(|c| "█▀▄ ".contains(*c)).collect())
+        .collect();
+    assert!(!rows.is_empty(), "no QR code drawn:\n{text}");
+    let width = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let height = rows.len() * 2;
+    let lit = |x: usize, y: usize| -> bool {
+        let c = rows.get(y / 2).and_then(|r| r.get(x)).copied().unwrap_or(' ');
+        matches!((c, y % 2), ('█', _) | ('▀', 0) | ('▄', 1))
+    };
+    const SCALE: usize = 4;
+    let mut img = rqrr::PreparedImage::prepare_from_greyscale(width * SCALE, height * SCALE, |x, y| {
+        if lit(x / SCALE, y / SCALE) { 255 } else { 0 }
+    });
+    let grids = img.detect_grids();
+    assert_eq!(grids.len(), 1, "one QR code in the drawing:\n{text}");
+    let (_, content) = grids[0].decode().expect("the QR code decodes");
+    content
+}
+
+#[test]
+fn a_phone_pairs_over_the_shops_network_once_by_link_code_or_qr() {
+    in_namespace(true, || {
+        let d = lan_daemon();
+        let lan = format!("http://{LAN_IP}:{}", d.port);
+        let said = crate::common::wait_for(std::time::Duration::from_secs(10), || {
+            d.stdout().contains("on the shop's network").then_some(())
+        });
+        assert!(said.is_some(), "serve --lan names the address at start:\n{}", d.stdout());
+        assert!(d.stdout().contains(&lan), "{}", d.stdout());
+
+        // The API token pairs; the link names the LAN address, the token is nowhere in it.
+        let r = d.call("POST", "/v1/session/pair", Some(&serde_json::json!({})));
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        let p: Value = r.json();
+        let url = p["url"].as_str().expect("url").to_string();
+        assert!(url.starts_with(&format!("{lan}/login?code=")), "{url}");
+        assert_eq!(p["lan"], true);
+        assert!(p["svg"].as_str().is_some_and(|s| s.contains("<svg")), "{p}");
+        assert!(!r.body.windows(d.token().len()).any(|w| w == d.token().as_bytes()), "the API token is in the answer");
+
+        // The phone opens the link at the LAN address: a session there, once.
+        let path = path_on(&d, LAN_IP, &url);
+        let first = at(&d, LAN_IP, "GET", &path, &[]);
+        assert_eq!(first.status, 303, "{}", String::from_utf8_lossy(&first.body));
+        let cookie = first.header("set-cookie").expect("cookie").split(';').next().unwrap_or("").to_string();
+        let session = at(&d, LAN_IP, "GET", "/v1/session", &[("Cookie", &cookie)]);
+        assert_eq!(session.status, 200, "the phone's session works over the LAN address");
+        assert_eq!(at(&d, LAN_IP, "GET", &path, &[]).status, 403, "a pairing link works once");
+
+        // A Host naming any other address is refused, on either listener.
+        let other = format!("10.77.0.9:{}", d.port);
+        assert_eq!(at(&d, LAN_IP, "GET", "/", &[("Host", &other)]).status, 421);
+        assert_eq!(at(&d, "127.0.0.1", "GET", "/", &[("Host", &other)]).status, 421);
+
+        // The short code, typed as a person would; then never again, nor its link.
+        let p: Value = d.call("POST", "/v1/session/pair", Some(&serde_json::json!({}))).json();
+        let code = p["code"].as_str().expect("code").to_lowercase().replace('-', " ");
+        let typed = format!("/login?pair={}", code.replace(' ', "+"));
+        assert_eq!(at(&d, LAN_IP, "GET", &typed, &[]).status, 303);
+        assert_eq!(at(&d, LAN_IP, "GET", &typed, &[]).status, 403);
+        let link = path_on(&d, LAN_IP, p["url"].as_str().expect("url"));
+        assert_eq!(at(&d, LAN_IP, "GET", &link, &[]).status, 403, "the link after its code");
+
+        // `tally sign-in --qr`: the QR code drawn in the terminal is the printed link, and it
+        // signs the phone in.
+        let out = d.cli(&["sign-in", "--qr"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let decoded = decode_terminal_qr(&text);
+        assert!(text.lines().any(|l| l.trim() == decoded), "the QR code is the printed link {decoded}:\n{text}");
+        assert!(decoded.starts_with(&format!("{lan}/login?code=")), "{decoded}");
+        assert_eq!(at(&d, LAN_IP, "GET", &path_on(&d, LAN_IP, &decoded), &[]).status, 303);
+
+        // A signed-in browser pairs too (with its CSRF token); the signed-out page offers it.
+        let csrf: Value = session.json();
+        let csrf = csrf["csrf_token"].as_str().expect("csrf").to_string();
+        let from_phone = try_request_at(
+            LAN_IP,
+            d.port,
+            "POST",
+            "/v1/session/pair",
+            &[("Cookie", &cookie), ("X-CSRF-Token", &csrf), ("Content-Type", "application/json")],
+            Some(b"{}"),
+        )
+        .expect("answer");
+        assert_eq!(from_phone.status, 200, "{}", String::from_utf8_lossy(&from_phone.body));
+        let out_page = at(&d, LAN_IP, "GET", "/", &[]);
+        assert!(String::from_utf8_lossy(&out_page.body).contains("name=\"pair\""), "the signed-out page's form");
+    });
+}
+
+#[test]
+fn lan_without_a_network_says_why_and_stays_on_loopback() {
+    in_namespace(false, || {
+        let d = lan_daemon();
+        let said = crate::common::wait_for(std::time::Duration::from_secs(10), || {
+            d.stdout().lines().find(|l| l.starts_with("--lan:")).map(str::to_string)
+        });
+        let said = said.unwrap_or_else(|| panic!("no word about --lan:\n{}", d.stdout()));
+        assert!(said.contains("stays on loopback"), "{said}");
+        assert_eq!(at(&d, "127.0.0.1", "GET", "/healthz", &[]).status, 200);
+        let p: Value = d.call("POST", "/v1/session/pair", Some(&serde_json::json!({}))).json();
+        assert_eq!(p["lan"], false, "{p}");
+        assert!(p["hint"].as_str().is_some_and(|h| h.contains("--lan")), "{p}");
+    });
+}
+
+/// In real browsers: the computer's page makes a pairing ("Use it on your phone", its QR code
+/// an SVG image), and a second browser profile at phone size opens its link over the LAN
+/// address and is signed in; the phone's signed-out page offers the code form first. Both
+/// pages axe-clean.
+#[test]
+fn the_page_pairs_a_phone_in_a_second_browser_over_the_lan_address() {
+    use fantoccini::Locator;
+    in_namespace(true, || {
+        let d = lan_daemon();
+        let url = crate::web::printed_sign_in_url(&d);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        rt.block_on(async {
+            let computer = crate::browser::Browser::start().await;
+            computer.sign_in(&url).await;
+            computer.click("#nav-settings").await;
+            computer.until("the phone card", 10, "document.getElementById('pair-make') !== null").await;
+            computer.click("#pair-make").await;
+            let code = computer.until("a code", 10, "document.getElementById('pair-code-shown')?.textContent").await;
+            assert!(code.as_str().is_some_and(|c| c.len() == 9 && c.as_bytes()[4] == b'-'), "{code}");
+            let link = computer.js("document.getElementById('pair-link').textContent").await;
+            let link = link.as_str().unwrap_or("").to_string();
+            assert!(link.starts_with(&format!("http://{LAN_IP}:{}/login?code=", d.port)), "{link}");
+            let img = computer.js("document.getElementById('pair-qr').src").await;
+            assert!(img.as_str().is_some_and(|s| s.starts_with("data:image/svg+xml")), "{img}");
+            let shown = computer.js("document.getElementById('pair-qr').naturalWidth").await;
+            assert!(shown.as_u64().is_some_and(|w| w >= 200), "the QR image draws: {shown}");
+            computer.assert_accessible("the settings with a pairing code").await;
+
+            let phone = crate::browser::Browser::start().await;
+            phone.c().set_window_size(390, 844).await.expect("resize");
+            phone.c().goto(&format!("http://{LAN_IP}:{}/", d.port)).await.expect("open tally on the phone");
+            phone.until("the pairing form", 10, "document.querySelector('input[name=pair]') !== null").await;
+            phone.assert_accessible("the phone's signed-out page").await;
+            let tall = phone.js("document.querySelector('.pair-form button').getBoundingClientRect().height").await;
+            assert!(tall.as_f64().is_some_and(|h| h >= 44.0), "the form's button is a tap target: {tall}");
+            // The short code typed on the phone signs it in.
+            let typed = code.as_str().unwrap_or("").to_lowercase();
+            phone
+                .c()
+                .find(Locator::Css("input[name=pair]"))
+                .await
+                .expect("input")
+                .send_keys(&typed)
+                .await
+                .expect("type");
+            phone.click(".pair-form button").await;
+            phone.until("the jobs page on the phone", 15, "document.getElementById('new-task') !== null").await;
+            assert_eq!(phone.js("location.host").await, Value::String(format!("{LAN_IP}:{}", d.port)));
+            // The link of that pairing is spent now.
+            let again = at(&d, LAN_IP, "GET", &path_on(&d, LAN_IP, &link), &[]);
+            assert_eq!(again.status, 403, "the link after its code was typed");
+            phone.close().await;
+            computer.close().await;
+        });
+    });
+}
