@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Installs Debian's Chromium and its WebDriver (chromedriver) for the web page's browser tests.
-# Idempotent: does nothing when both are already installed.
+# Installs Debian's Chromium and its WebDriver (chromedriver) for the web page's browser tests,
+# and iproute2 (`ip`), with which the phone tests (tests/it/phone.rs) give their network
+# namespace an address. Idempotent: does nothing when all three are already installed.
 set -euo pipefail
-if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then
+if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ] && command -v ip >/dev/null; then
     exit 0
 fi
 SUDO=""
@@ -11,4 +12,4 @@ if [ "$(id -u)" != "0" ]; then
 fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends chromium chromium-driver
+$SUDO apt-get install -y -q --no-install-recommends chromium chromium-driver iproute2
