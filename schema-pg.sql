@@ -249,7 +249,8 @@ CREATE TABLE web_sessions (
     id_hash          text COLLATE "C" PRIMARY KEY,
     csrf             text NOT NULL,
     created_at       bigint NOT NULL,
-    last_used_at     bigint NOT NULL
+    last_used_at     bigint NOT NULL,
+    device           text
 );
 
 -- Deliveries and their items (as on SQLite; store::ops::deliveries).

@@ -267,12 +267,14 @@ CREATE TABLE budget_setting (
 ) STRICT;
 
 -- Web page sessions (web::sessions): the sha256 of the cookie's value (never the value
--- itself), its CSRF token, and when it was last used (it expires 30 days after that).
+-- itself), its CSRF token, when it was last used (it expires 30 days after that), and the
+-- device it signed in ("iPhone · Safari", from its User-Agent; NULL for sessions older than v15).
 CREATE TABLE web_sessions (
     id_hash          TEXT PRIMARY KEY,
     csrf             TEXT NOT NULL,
     created_at       INTEGER NOT NULL,
-    last_used_at     INTEGER NOT NULL
+    last_used_at     INTEGER NOT NULL,
+    device           TEXT
 ) STRICT;
 
 -- Deliveries (issue #26; store::ops::deliveries): a set's chosen images made into a profile's

@@ -13,6 +13,7 @@ pub mod auth;
 pub mod budget;
 pub mod choice;
 pub mod deliveries;
+pub mod devices;
 pub mod download;
 pub mod download_profile;
 pub mod drafts;
@@ -217,6 +218,8 @@ pub fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(session::session))
         .routes(routes!(session::sign_in_url))
         .routes(routes!(session::pair))
+        .routes(routes!(devices::list))
+        .routes(routes!(devices::end))
         .routes(routes!(session::sign_out))
         .routes(routes!(stream::stream))
         .routes(routes!(openapi::openapi_json))

@@ -145,6 +145,47 @@ pub fn normalise_short(typed: &str) -> String {
     typed.chars().filter(char::is_ascii_alphanumeric).map(|c| c.to_ascii_uppercase()).collect()
 }
 
+/// A short name of the device a browser runs on, from its User-Agent: "iPhone · Safari",
+/// "Android · Chrome", "Windows · Edge". Unknown parts say so; at most 60 characters.
+pub fn device_name(user_agent: &str) -> String {
+    let ua = user_agent;
+    let platform = if ua.contains("iPhone") {
+        "iPhone"
+    } else if ua.contains("iPad") {
+        "iPad"
+    } else if ua.contains("Android") {
+        "Android"
+    } else if ua.contains("Windows") {
+        "Windows"
+    } else if ua.contains("Mac OS X") || ua.contains("Macintosh") {
+        "Mac"
+    } else if ua.contains("CrOS") {
+        "ChromeOS"
+    } else if ua.contains("Linux") {
+        "Linux"
+    } else {
+        "unknown device"
+    };
+    let browser = if ua.contains("MicroMessenger") {
+        "WeChat"
+    } else if ua.contains("Edg/") || ua.contains("EdgA/") || ua.contains("EdgiOS/") {
+        "Edge"
+    } else if ua.contains("Firefox/") || ua.contains("FxiOS/") {
+        "Firefox"
+    } else if ua.contains("HeadlessChrome") {
+        "Chromium (headless)"
+    } else if ua.contains("Chrome/") || ua.contains("CriOS/") {
+        "Chrome"
+    } else if ua.contains("Safari/") {
+        "Safari"
+    } else if ua.trim().is_empty() {
+        "no browser named"
+    } else {
+        "other browser"
+    };
+    format!("{platform} · {browser}")
+}
+
 /// A signed-in browser: its session id and the CSRF token its page must send.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Session {
@@ -235,7 +276,7 @@ impl Sessions {
     /// Consume a code: a new session if the code is known, unused and not expired; `None`
     /// otherwise. A code works once, whatever happens next. The session is stored before it
     /// is handed out.
-    pub async fn redeem(&self, code: &str) -> Result<Option<Session>, StoreError> {
+    pub async fn redeem(&self, code: &str, device: Option<String>) -> Result<Option<Session>, StoreError> {
         {
             let mut inner = self.lock();
             let Some(pos) = inner.codes.iter().position(|c| constant_time_eq(c.code.as_bytes(), code.as_bytes()))
@@ -247,13 +288,13 @@ impl Sessions {
                 return Ok(None);
             }
         }
-        self.start_session().await.map(Some)
+        self.start_session(device).await.map(Some)
     }
 
     /// Consume a pairing by its short code (as typed: dashes, spaces and case do not matter).
     /// After [`MAX_SHORT_MISSES`] wrong ones every short code still waiting is dropped, so
     /// that guessing cannot outrun a code's ten minutes.
-    pub async fn redeem_short(&self, typed: &str) -> Result<ShortRedeemed, StoreError> {
+    pub async fn redeem_short(&self, typed: &str, device: Option<String>) -> Result<ShortRedeemed, StoreError> {
         let typed = normalise_short(typed);
         {
             let mut inner = self.lock();
@@ -280,14 +321,14 @@ impl Sessions {
                 }
             }
         }
-        self.start_session().await.map(ShortRedeemed::Session)
+        self.start_session(device).await.map(ShortRedeemed::Session)
     }
 
-    /// A new session, stored before it is handed out.
-    async fn start_session(&self) -> Result<Session, StoreError> {
+    /// A new session of `device`, stored before it is handed out.
+    async fn start_session(&self, device: Option<String>) -> Result<Session, StoreError> {
         let session = Session { id: new_token(), csrf_token: new_token() };
         if let Some(store) = &self.store {
-            store.insert_session(id_hash(&session.id), session.csrf_token.clone(), now_ms()).await?;
+            store.insert_session(id_hash(&session.id), session.csrf_token.clone(), device, now_ms()).await?;
         }
         self.cache(&session.id, &session.csrf_token);
         Ok(session)
@@ -348,6 +389,38 @@ impl Sessions {
         }
     }
 
+    /// Every session in use (stored ones only: without a store, none), the most recently used
+    /// first, each by the sha256 of its cookie value.
+    pub async fn list(&self) -> Result<Vec<crate::store::settings::SessionRow>, StoreError> {
+        match &self.store {
+            Some(store) => store.sessions(now_ms() - idle_ms()).await,
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// End the session whose cookie value hashes to `hash` (from [`Sessions::list`]); whether
+    /// one ended. Its live streams on this node end at once; another PostgreSQL node notices
+    /// within [`RECHECK`].
+    pub async fn end_listed(&self, hash: &str) -> Result<bool, StoreError> {
+        let cached = self.lock().sessions.keys().find(|id| id_hash(id) == hash).cloned();
+        if let Some(id) = &cached {
+            let _ = self.ended.send(Some(id.clone()));
+        }
+        let ended = match &self.store {
+            Some(store) => store.delete_sessions(Some(hash.to_string())).await? > 0,
+            None => cached.is_some(),
+        };
+        if let Some(id) = cached {
+            self.forget(&id);
+        }
+        Ok(ended)
+    }
+
+    /// The sha256 of a session id, as [`Sessions::list`] names it.
+    pub fn listed_id(id: &str) -> String {
+        id_hash(id)
+    }
+
     /// Hear of sessions ending: `Some(id)` one, `None` all (a live stream opened with a session
     /// ends when it hears of it; a receiver that fell behind treats it as all).
     pub fn subscribe_ended(&self) -> tokio::sync::broadcast::Receiver<Option<String>> {
@@ -387,11 +460,11 @@ mod tests {
         let s = Sessions::new();
         let code = s.new_code(None);
         assert!(code.len() >= 32);
-        let session = s.redeem(&code).await.expect("redeem").expect("first use");
+        let session = s.redeem(&code, None).await.expect("redeem").expect("first use");
         assert_ne!(session.id, session.csrf_token);
         assert_eq!(s.get(&session.id).await, Some(session));
-        assert!(s.redeem(&code).await.expect("redeem").is_none(), "second use");
-        assert!(s.redeem("nope").await.expect("redeem").is_none());
+        assert!(s.redeem(&code, None).await.expect("redeem").is_none(), "second use");
+        assert!(s.redeem("nope", None).await.expect("redeem").is_none());
         assert!(s.get("nope").await.is_none());
     }
 
@@ -404,16 +477,16 @@ mod tests {
         assert!(normalise_short(&p.short).bytes().all(|b| SHORT_ALPHABET.contains(&b)));
         // Typed in lower case with spaces: still the code; then neither works again.
         let typed = format!(" {} ", p.short.to_lowercase().replace('-', " "));
-        assert!(matches!(s.redeem_short(&typed).await.expect("redeem"), ShortRedeemed::Session(_)));
-        assert!(s.redeem(&p.code).await.expect("redeem").is_none(), "the link after its short code");
-        assert!(matches!(s.redeem_short(&p.short).await.expect("redeem"), ShortRedeemed::Unknown));
+        assert!(matches!(s.redeem_short(&typed, None).await.expect("redeem"), ShortRedeemed::Session(_)));
+        assert!(s.redeem(&p.code, None).await.expect("redeem").is_none(), "the link after its short code");
+        assert!(matches!(s.redeem_short(&p.short, None).await.expect("redeem"), ShortRedeemed::Unknown));
 
         let q = s.new_pairing();
-        assert!(s.redeem(&q.code).await.expect("redeem").is_some());
-        assert!(matches!(s.redeem_short(&q.short).await.expect("redeem"), ShortRedeemed::Unknown));
+        assert!(s.redeem(&q.code, None).await.expect("redeem").is_some());
+        assert!(matches!(s.redeem_short(&q.short, None).await.expect("redeem"), ShortRedeemed::Unknown));
         // A plain sign-in code has no short code.
         let c = s.new_code(None);
-        assert!(matches!(s.redeem_short(&c).await.expect("redeem"), ShortRedeemed::Unknown));
+        assert!(matches!(s.redeem_short(&c, None).await.expect("redeem"), ShortRedeemed::Unknown));
     }
 
     #[tokio::test]
@@ -422,29 +495,58 @@ mod tests {
         let p = s.new_pairing();
         let mut last = None;
         for _ in 0..MAX_SHORT_MISSES {
-            last = Some(s.redeem_short("2222-2222").await.expect("redeem"));
+            last = Some(s.redeem_short("2222-2222", None).await.expect("redeem"));
         }
         assert!(matches!(last, Some(ShortRedeemed::TooManyMisses)), "{last:?}");
-        assert!(matches!(s.redeem_short(&p.short).await.expect("redeem"), ShortRedeemed::Unknown));
-        assert!(s.redeem(&p.code).await.expect("redeem").is_some(), "the link still works");
+        assert!(matches!(s.redeem_short(&p.short, None).await.expect("redeem"), ShortRedeemed::Unknown));
+        assert!(s.redeem(&p.code, None).await.expect("redeem").is_some(), "the link still works");
         // A new pairing's short code works again.
         let q = s.new_pairing();
-        assert!(matches!(s.redeem_short(&q.short).await.expect("redeem"), ShortRedeemed::Session(_)));
+        assert!(matches!(s.redeem_short(&q.short, None).await.expect("redeem"), ShortRedeemed::Session(_)));
+    }
+
+    #[test]
+    fn a_device_is_named_by_its_user_agent() {
+        for (ua, name) in [
+            (
+                "Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) \
+                 Version/17.5 Mobile/15E148 Safari/604.1",
+                "iPhone · Safari",
+            ),
+            (
+                "Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36 (KHTML, like Gecko) \
+                 Chrome/126.0.0.0 Mobile Safari/537.36",
+                "Android · Chrome",
+            ),
+            (
+                "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) \
+                 Chrome/126.0.0.0 Safari/537.36 Edg/126.0.0.0",
+                "Windows · Edge",
+            ),
+            (
+                "Mozilla/5.0 (Linux; Android 13; V2219A) AppleWebKit/537.36 Chrome/116.0 Mobile Safari/537.36 \
+                 MicroMessenger/8.0.47",
+                "Android · WeChat",
+            ),
+            ("", "unknown device · no browser named"),
+        ] {
+            assert_eq!(device_name(ua), name, "{ua}");
+        }
     }
 
     #[tokio::test]
     async fn an_expired_code_is_refused() {
         let s = Sessions::new();
         let code = s.new_code(Some(Duration::ZERO));
-        assert!(s.redeem(&code).await.expect("redeem").is_none());
+        assert!(s.redeem(&code, None).await.expect("redeem").is_none());
     }
 
     #[tokio::test]
     async fn old_sessions_are_dropped_at_the_cap_and_ending_all_ends_them() {
         let s = Sessions::new();
-        let first = s.redeem(&s.new_code(None)).await.expect("redeem").expect("session");
+        let first = s.redeem(&s.new_code(None), None).await.expect("redeem").expect("session");
         for _ in 0..MAX_SESSIONS {
-            s.redeem(&s.new_code(None)).await.expect("redeem").expect("session");
+            s.redeem(&s.new_code(None), None).await.expect("redeem").expect("session");
         }
         assert!(s.get(&first.id).await.is_none());
         assert_eq!(s.end(None).await.expect("end"), MAX_SESSIONS);
@@ -456,7 +558,7 @@ mod tests {
         std::fs::create_dir_all(&dir).expect("dir");
         let store = Store::open(&dir.join("tally.db"), crate::config::Durability::Full).expect("store");
         let a = Sessions::stored(store.clone());
-        let session = a.redeem(&a.new_code(None)).await.expect("redeem").expect("session");
+        let session = a.redeem(&a.new_code(None), None).await.expect("redeem").expect("session");
         // Another Sessions over the same database (a restarted daemon) knows it.
         let b = Sessions::stored(store.clone());
         assert_eq!(b.get(&session.id).await, Some(session.clone()));

@@ -827,9 +827,22 @@ impl Store {
     // ---- web sessions ----
 
     /// Record a new web session (the hash of its cookie value and its CSRF token).
-    pub async fn insert_session(&self, id_hash: String, csrf: String, now: Millis) -> Result<(), StoreError> {
-        self.op_at(Commit::Durable, 0, now, move |tx, now| ops::settings::insert_session(tx, &id_hash, &csrf, now))
-            .await
+    pub async fn insert_session(
+        &self,
+        id_hash: String,
+        csrf: String,
+        device: Option<String>,
+        now: Millis,
+    ) -> Result<(), StoreError> {
+        self.op_at(Commit::Durable, 0, now, move |tx, now| {
+            ops::settings::insert_session(tx, &id_hash, &csrf, device.as_deref(), now)
+        })
+        .await
+    }
+
+    /// Every web session used since `expired_before`, the most recently used first.
+    pub async fn sessions(&self, expired_before: Millis) -> Result<Vec<settings::SessionRow>, StoreError> {
+        self.query(move |tx| ops::settings::sessions(tx, expired_before)).await
     }
 
     /// A web session by the hash of its cookie value.

@@ -5,7 +5,18 @@
 
 use crate::domain::Millis;
 
-/// A stored web session.
+/// A web session as the page lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionRow {
+    /// The sha256 of the cookie value (the session's id in the API; it signs nothing in).
+    pub id_hash: String,
+    /// The device it signed in, from its browser's User-Agent ("iPhone · Safari").
+    pub device: Option<String>,
+    pub created_at: Millis,
+    pub last_used_at: Millis,
+}
+
+/// A web session as stored, for its browser.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredSession {
     pub csrf: String,

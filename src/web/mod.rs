@@ -161,9 +161,11 @@ async fn login(
     }
     let lang = i18n::choose(&headers, state.ui_language());
     let (code, pair) = query.ok().map(|Query(q)| (q.code, q.pair)).unwrap_or_default();
+    let user_agent = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let device = Some(crate::api::sessions::device_name(user_agent));
     let redeemed = match (code.filter(|c| !c.is_empty()), pair.filter(|p| !p.trim().is_empty())) {
-        (Some(code), _) => state.sessions().redeem(&code).await,
-        (None, Some(typed)) => match state.sessions().redeem_short(&typed).await {
+        (Some(code), _) => state.sessions().redeem(&code, device).await,
+        (None, Some(typed)) => match state.sessions().redeem_short(&typed, device).await {
             Ok(ShortRedeemed::Session(s)) => Ok(Some(s)),
             Ok(ShortRedeemed::Unknown) => {
                 return html(StatusCode::FORBIDDEN, wrong_code_page(lang, false));

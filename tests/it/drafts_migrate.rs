@@ -1,5 +1,6 @@
 //! Drafts' schema migrations on SQLite: 12 → 13 (the draft tables and a set's link) and 13 → 14
-//! (the shot roles a drafted set keeps). PostgreSQL's are in `conformance::pg_migrate`.
+//! (the shot roles a drafted set keeps), and 14 → 15 (a web session's device). PostgreSQL's are
+//! in `conformance::pg_migrate`.
 
 use crate::common::TempDir;
 
@@ -15,7 +16,7 @@ async fn a_version_12_database_gains_the_draft_tables() {
             c.execute_batch(
                 "DROP TABLE answers; DROP TABLE draft_revisions; DROP TABLE draft_photos; DROP TABLE drafts;
                  ALTER TABLE sets DROP COLUMN draft_revision; ALTER TABLE sets DROP COLUMN draft_id;
-                 PRAGMA user_version = 12;",
+                 ALTER TABLE web_sessions DROP COLUMN device; PRAGMA user_version = 12;",
             )
         })
         .expect("make it version 12");
@@ -23,7 +24,7 @@ async fn a_version_12_database_gains_the_draft_tables() {
     store.close().expect("close");
     let c = rusqlite::Connection::open(&db).expect("open");
     let version: i64 = c.query_row("PRAGMA user_version", [], |r| r.get(0)).expect("version");
-    assert_eq!(version, 14);
+    assert_eq!(version, tally::store::SCHEMA_VERSION, "migrated to the current version");
     for t in ["drafts", "draft_photos", "draft_revisions", "answers"] {
         let n: i64 = c
             .query_row("SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?1", [t], |r| r.get(0))
@@ -52,7 +53,7 @@ async fn a_version_13_database_keeps_its_roles_and_takes_a_detail_shot() {
                  VALUES ('t1', 'demo', 'p', '{}', 'h1', 'succeeded', 1, 1, 'main'),
                         ('t2', 'demo', 'p', '{}', 'h2', 'succeeded', 1, 1, 'scene'),
                         ('t3', 'demo', 'p', '{}', 'h3', 'succeeded', 1, 1, NULL);
-                 PRAGMA user_version = 13;",
+                 ALTER TABLE web_sessions DROP COLUMN device; PRAGMA user_version = 13;",
             )
         })
         .expect("make it version 13");
@@ -65,7 +66,7 @@ async fn a_version_13_database_keeps_its_roles_and_takes_a_detail_shot() {
     store.close().expect("close");
     let c = rusqlite::Connection::open(&db).expect("open");
     let version: i64 = c.query_row("PRAGMA user_version", [], |r| r.get(0)).expect("version");
-    assert_eq!(version, 14);
+    assert_eq!(version, tally::store::SCHEMA_VERSION, "migrated to the current version");
     let roles: Vec<Option<String>> = c
         .prepare("SELECT shot_role FROM tasks WHERE id IN ('t1', 't2', 't3') ORDER BY id")
         .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
@@ -75,4 +76,31 @@ async fn a_version_13_database_keeps_its_roles_and_takes_a_detail_shot() {
     assert!(c.execute("UPDATE tasks SET shot_role = 'hero' WHERE id = 't3'", []).is_err(), "still checked");
     let check = c.query_row("PRAGMA integrity_check", [], |r| r.get::<_, String>(0)).expect("integrity");
     assert_eq!(check, "ok");
+}
+
+/// Schema 14 → 15: a version-14 database's web sessions stay signed in, listed with no device
+/// name (they signed in before devices were named); new ones name theirs.
+#[tokio::test]
+async fn a_version_14_database_keeps_its_sessions_and_lists_them_unnamed() {
+    let dir = TempDir::new();
+    let db = dir.path().join("tally.db");
+    let durability = tally::config::Durability::Full;
+    tally::store::Store::open(&db, durability).expect("new").close().expect("close");
+    rusqlite::Connection::open(&db)
+        .and_then(|c| {
+            c.execute_batch(
+                "ALTER TABLE web_sessions DROP COLUMN device;
+                 INSERT INTO web_sessions (id_hash, csrf, created_at, last_used_at) VALUES ('old', 'c', 5, 5);
+                 PRAGMA user_version = 14;",
+            )
+        })
+        .expect("make it version 14");
+    let store = tally::store::Store::open(&db, durability).expect("migrates");
+    assert!(store.migration_notes().join("\n").contains("14 to 15"), "{:?}", store.migration_notes());
+    assert_eq!(store.session("old".into()).await.expect("read").map(|s| s.csrf), Some("c".to_string()));
+    store.insert_session("new".into(), "d".into(), Some("iPhone · Safari".into()), 10).await.expect("insert");
+    let listed: Vec<(String, Option<String>)> =
+        store.sessions(0).await.expect("list").into_iter().map(|r| (r.id_hash, r.device)).collect();
+    assert_eq!(listed, vec![("new".to_string(), Some("iPhone · Safari".to_string())), ("old".to_string(), None)]);
+    store.close().expect("close");
 }

@@ -230,6 +230,27 @@ fn the_page_pairs_a_phone_in_a_second_browser_over_the_lan_address() {
             // The link of that pairing is spent now.
             let again = at(&d, LAN_IP, "GET", &path_on(&d, LAN_IP, &link), &[]);
             assert_eq!(again.status, 403, "the link after its code was typed");
+
+            // The computer lists the phone among the signed-in devices and signs it out.
+            computer.click("#nav-jobs").await;
+            computer.click("#nav-settings").await;
+            computer.until("two devices", 10, "document.querySelectorAll('#devices .device').length === 2").await;
+            let listed: Value = d.call("GET", "/v1/sessions", None).json();
+            let sessions = listed["sessions"].as_array().cloned().unwrap_or_default();
+            assert_eq!(sessions.len(), 2, "{listed}");
+            assert!(sessions.iter().all(|s| s["device"].as_str().is_some_and(|n| n.contains("Chromium"))), "{listed}");
+            // Most recently used first: the phone just signed in.
+            let phone_id = sessions[0]["id"].as_str().expect("id").to_string();
+            computer.assert_accessible("the signed-in devices").await;
+            let end = format!("#devices button[data-session='{phone_id}']");
+            computer.click(&end).await;
+            computer.until("one device left", 10, "document.querySelectorAll('#devices .device').length === 1").await;
+            // The phone's page hears it at once (its stream ends) and says it is signed out; its
+            // cookie opens nothing any more.
+            phone.until("the phone signed out", 15, "document.body.innerText.includes('tally sign-in')").await;
+            let cookie = phone.c().get_named_cookie("tally_session").await.expect("the phone keeps its old cookie");
+            let r = at(&d, LAN_IP, "GET", "/v1/tasks", &[("Cookie", &format!("tally_session={}", cookie.value()))]);
+            assert_eq!(r.status, 401, "a revoked phone's cookie");
             phone.close().await;
             computer.close().await;
         });

@@ -6,7 +6,7 @@
 
 use crate::domain::Millis;
 use crate::store::StoreError;
-use crate::store::settings::StoredSession;
+use crate::store::settings::{SessionRow, StoredSession};
 use crate::store::tx::Tx;
 
 /// The budget set at run time (its JSON), if one is set.
@@ -36,13 +36,26 @@ pub(in crate::store) fn insert_session(
     tx: &mut dyn Tx,
     id_hash: &str,
     csrf: &str,
+    device: Option<&str>,
     now: Millis,
 ) -> Result<(), StoreError> {
     tx.exec(
-        "INSERT INTO web_sessions (id_hash, csrf, created_at, last_used_at) VALUES (?1, ?2, ?3, ?3)",
-        &[&id_hash, &csrf, &now],
+        "INSERT INTO web_sessions (id_hash, csrf, created_at, last_used_at, device) VALUES (?1, ?2, ?3, ?3, ?4)",
+        &[&id_hash, &csrf, &now, &device],
     )?;
     Ok(())
+}
+
+/// Every session not unused since `expired_before`, the most recently used first.
+pub(in crate::store) fn sessions(tx: &mut dyn Tx, expired_before: Millis) -> Result<Vec<SessionRow>, StoreError> {
+    tx.rows(
+        "SELECT id_hash, device, created_at, last_used_at FROM web_sessions WHERE last_used_at >= ?1
+         ORDER BY last_used_at DESC, id_hash",
+        &[&expired_before],
+    )?
+    .into_iter()
+    .map(|r| Ok(SessionRow { id_hash: r.get(0)?, device: r.get(1)?, created_at: r.get(2)?, last_used_at: r.get(3)? }))
+    .collect()
 }
 
 /// A session by the hash of its cookie value.

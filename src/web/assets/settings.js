@@ -130,6 +130,32 @@
       h("div", { class: "actions" }, make), out, err);
   }
 
+  /** "Signed-in devices": every browser session, its device and last use, each with Sign out. */
+  async function devicesCard() {
+    const err = errorSlot("devices-error");
+    const list = h("ul", { class: "devices", id: "devices" });
+    const card = h("section", { class: "card", id: "signed-in-devices", "aria-labelledby": "devices-title" },
+      h("h2", { id: "devices-title" }, T.t("settings.devices_title")), list, err);
+    async function draw() {
+      const r = await api("GET", "/v1/sessions");
+      list.replaceChildren(...(r.sessions || []).map((s, i) => {
+        const name = s.device || T.t("settings.device_unnamed");
+        const out = h("button", { type: "button", class: "danger", id: `device-end-${i}`, "data-session": s.id },
+          s.current ? T.t("settings.device_end_self") : T.t("settings.device_end"));
+        out.addEventListener("click", () => busy(out, err, async () => {
+          await api("DELETE", "/v1/sessions/" + encodeURIComponent(s.id));
+          if (s.current) { location.reload(); return; }
+          await draw();
+        }));
+        return h("li", { class: "device", id: `device-${i}` },
+          h("strong", {}, name), s.current ? [" ", h("span", { class: "hint" }, T.t("settings.device_this"))] : null,
+          h("p", { class: "hint" }, T.t("settings.device_last_used"), " ", T.time(s.last_used_at)), out);
+      }));
+    }
+    try { await draw(); } catch (e) { err.textContent = e.message; err.hidden = false; }
+    return card;
+  }
+
   async function showSettings(fresh) {
     let r;
     try {
@@ -142,6 +168,7 @@
     const refresh = () => showSettings(false);
     T.setView("settings", null, T.t("settings.title"), [
       phoneCard(),
+      await devicesCard(),
       h("p", { class: "hint" }, T.t("settings.intro")),
       ...(r.providers || []).map((p) => providerCard(p, refresh)),
       addForm(r.kinds || [], refresh),
