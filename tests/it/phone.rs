@@ -256,3 +256,69 @@ fn the_page_pairs_a_phone_in_a_second_browser_over_the_lan_address() {
         });
     });
 }
+
+/// Seven tabs of the page in one browser all load and stay live: the browser holds one event
+/// stream for all of them (a browser keeps at most six connections to one address, and each
+/// tab holding its own stream left the seventh waiting forever). A job's change reaches every
+/// tab, and when the tab holding the stream closes another takes it over.
+#[test]
+fn seven_tabs_share_one_stream_and_all_load() {
+    let d = Daemon::start(FAST_DEMO);
+    let url = crate::web::printed_sign_in_url(&d);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let b = crate::browser::Browser::start().await;
+        b.sign_in(&url).await;
+        b.until("live", 10, "document.getElementById('live').classList.contains('on')").await;
+        let page = format!("http://127.0.0.1:{}/", d.port);
+        let mut tabs = vec![b.c().window().await.expect("first tab")];
+        for n in 2..=7 {
+            let tab = b.c().new_window(true).await.expect("new tab").handle;
+            b.c().switch_to_window(tab.clone()).await.expect("switch");
+            let loaded = tokio::time::timeout(std::time::Duration::from_secs(20), b.c().goto(&page)).await;
+            assert!(loaded.is_ok(), "tab {n} did not load in 20 s: the browser's connections are all taken");
+            b.until(&format!("tab {n}'s jobs page"), 15, "document.getElementById('new-task') !== null").await;
+            b.until(&format!("tab {n} live"), 15, "document.getElementById('live').classList.contains('on')").await;
+            tabs.push(tab);
+        }
+        let mut holders = 0;
+        for tab in &tabs {
+            b.c().switch_to_window(tab.clone()).await.expect("switch");
+            if b.js("document.documentElement.dataset.stream").await == "this-tab" {
+                holders += 1;
+            }
+        }
+        assert_eq!(holders, 1, "one tab holds the browser's stream");
+
+        // A new job shows up in every tab (from the one stream).
+        let t = d.call("POST", "/v1/tasks", Some(&serde_json::json!({"prompt": "seven tabs, one cup"}))).json();
+        let id = t["id"].as_str().expect("id").to_string();
+        let shown = format!("document.querySelector('[data-task-id=\"{id}\"]') !== null");
+        for (n, tab) in tabs.iter().enumerate() {
+            b.c().switch_to_window(tab.clone()).await.expect("switch");
+            b.until(&format!("the new job in tab {}", n + 1), 15, &shown).await;
+        }
+
+        // The tab holding the stream closes: another takes it, and news still arrive.
+        let mut holder = None;
+        for tab in &tabs {
+            b.c().switch_to_window(tab.clone()).await.expect("switch");
+            if b.js("document.documentElement.dataset.stream").await == "this-tab" {
+                holder = Some(tab.clone());
+            }
+        }
+        let holder = holder.expect("a holder");
+        b.c().switch_to_window(holder.clone()).await.expect("switch");
+        b.c().close_window().await.expect("close the holder");
+        let rest: Vec<_> = tabs.into_iter().filter(|t| *t != holder).collect();
+        b.c().switch_to_window(rest[0].clone()).await.expect("switch");
+        let t = d.call("POST", "/v1/tasks", Some(&serde_json::json!({"prompt": "after the holder closed"}))).json();
+        let id = t["id"].as_str().expect("id").to_string();
+        let shown = format!("document.querySelector('[data-task-id=\"{id}\"]') !== null");
+        for (n, tab) in rest.iter().enumerate() {
+            b.c().switch_to_window(tab.clone()).await.expect("switch");
+            b.until(&format!("the second job in remaining tab {}", n + 1), 15, &shown).await;
+        }
+        b.close().await;
+    });
+}

@@ -343,13 +343,24 @@ window.tally = (function () {
   function signedOut() {
     if (view.signedOut) return;
     view.signedOut = true;
+    if (channel) channel.postMessage({ type: "signed_out" });
+    letGo();
     setLive(t("live.signed_out"), "off");
     view.name = "signed-out";
     document.title = t("core.sign_in_again_title");
     showError(null, "");
     const h1 = h("h1", { id: "view-title", tabindex: "-1" }, t("core.sign_in_again"));
+    /* Pairing from another signed-in device first (a phone has no terminal), then the
+       computer's command. */
+    const pair = h("form", { class: "pair-form", method: "get", action: "/login" },
+      h("h2", {}, t("signed_out.pair_title")), h("p", {}, t("signed_out.pair_how")),
+      h("label", { for: "pair-code" }, t("signed_out.pair_label")),
+      h("input", { id: "pair-code", name: "pair", autocomplete: "one-time-code", autocapitalize: "characters",
+        spellcheck: "false", maxlength: "16", required: true, placeholder: "ABCD-EFGH" }),
+      h("button", { type: "submit" }, t("signed_out.pair_button")));
     main.replaceChildren(h1, h("section", { id: "signed-out", class: "card panel" },
       h("p", {}, t("core.signed_out_why")),
+      pair,
       h("p", {}, t("core.signed_out_how")),
       h("pre", {}, h("code", {}, "tally sign-in")),
       h("p", { class: "hint" }, t("core.signed_out_kept"))));
@@ -564,38 +575,109 @@ window.tally = (function () {
   let retryTimer = null;
   let backoff = 1000;
 
-  /** Open the event stream; when it fails, find out why (daemon gone, or session gone) and
-      say so; reconnect with a growing pause while tally does not answer. */
+  /* One live stream per browser, however many tabs are open (a browser keeps at most six
+     connections to one address: six tabs each holding a stream left a seventh waiting
+     forever). The tab holding the Web Lock "tally-stream" opens the stream and passes every
+     event and its live state to the other tabs over a BroadcastChannel; when it closes (or
+     goes into the back-forward cache) the lock passes to another tab, which opens the stream.
+     Without those APIs each tab opens its own, as before. */
+  const channel = "BroadcastChannel" in window ? new BroadcastChannel("tally-stream") : null;
+  const shared = Boolean(channel && navigator.locks);
+  let leader = false;
+  let waitingForLock = false;
+  let releaseLock = null;
+  let liveNow = null;
+
+  /** An event of the stream, in this tab. */
+  function onEvent(kind, data) {
+    /* Sent on connect and when the stream fell behind: re-read what is on screen. */
+    if (kind === "resync") { if (view.onResync) view.onResync(); return; }
+    let d;
+    try { d = JSON.parse(data); } catch (e) { return; }
+    if (!d || !d.id) return;
+    if (kind === "task" && view.onTask) view.onTask(d.id, d.status);
+    /* A delivery or one of its files changed: the view showing it re-reads it. */
+    if (kind === "delivery" && view.onDelivery) view.onDelivery(d.id, d.set_id);
+  }
+
+  /** The live indicator, here and (from the tab holding the stream) in every other tab. */
+  function sayLive(text, cls) {
+    liveNow = { text, cls };
+    setLive(text, cls);
+    if (leader && channel) channel.postMessage({ type: "live", text, cls });
+  }
+
+  if (channel) {
+    channel.onmessage = (m) => {
+      const d = m.data || {};
+      if (d.type === "event" && !leader) onEvent(d.kind, d.data);
+      else if (d.type === "live" && !leader && !view.signedOut) setLive(d.text, d.cls);
+      else if (d.type === "hello" && leader && liveNow) channel.postMessage({ type: "live", ...liveNow });
+      else if (d.type === "signed_out") signedOut();
+    };
+  }
+
+  /** Take part in the browser's one stream: open it if this tab holds the lock, else hear it
+      from the tab that does (and take it over when that tab goes). */
   function connect() {
     if (view.signedOut) return;
+    if (!shared || leader) { openStream(); return; }
+    if (waitingForLock) return;
+    waitingForLock = true;
+    navigator.locks.request("tally-stream", () => new Promise((resolve) => {
+      waitingForLock = false;
+      if (view.signedOut) { resolve(); return; }
+      leader = true;
+      releaseLock = resolve;
+      openStream();
+    }));
+    channel.postMessage({ type: "hello" });
+  }
+
+  /** Let the stream go (into the back-forward cache, or closing): another tab takes it. */
+  function letGo() {
+    if (stream) { stream.close(); stream = null; }
+    clearTimeout(retryTimer);
+    if (releaseLock) { releaseLock(); releaseLock = null; }
+    leader = false;
+    document.documentElement.dataset.stream = "another-tab";
+  }
+  window.addEventListener("pagehide", letGo);
+  window.addEventListener("pageshow", (ev) => {
+    /* Back from the back-forward cache: rejoin, and re-read what is on screen. */
+    if (!ev.persisted) return;
+    setLive(t("live.connecting"), "off");
+    connect();
+    if (view.onResync) view.onResync();
+  });
+
+  /** Open the event stream; when it fails, find out why (daemon gone, or session gone) and
+      say so; reconnect with a growing pause while tally does not answer. */
+  function openStream() {
+    if (view.signedOut) return;
     if (stream) stream.close();
+    /* Which tab holds the browser's stream (read by the tests, and handy in devtools). */
+    document.documentElement.dataset.stream = "this-tab";
     const es = new EventSource("/v1/stream");
     stream = es;
     es.onopen = () => {
       backoff = 1000;
-      setLive(t("live.on"), "on");
+      sayLive(t("live.on"), "on");
       showError(null, "");
     };
     es.onerror = () => {
-      setLive(t("live.reconnecting"), "off");
+      sayLive(t("live.reconnecting"), "off");
       if (es.readyState === EventSource.CLOSED) {
         es.close();
         checkSession();
       }
     };
-    es.addEventListener("task", (ev) => {
-      let d;
-      try { d = JSON.parse(ev.data); } catch (e) { return; }
-      if (d && d.id && view.onTask) view.onTask(d.id, d.status);
-    });
-    /* A delivery or one of its files changed: the view showing it re-reads it. */
-    es.addEventListener("delivery", (ev) => {
-      let d;
-      try { d = JSON.parse(ev.data); } catch (e) { return; }
-      if (d && d.id && view.onDelivery) view.onDelivery(d.id, d.set_id);
-    });
-    /* Sent on connect and when the stream fell behind: re-read what is on screen. */
-    es.addEventListener("resync", () => { if (view.onResync) view.onResync(); });
+    for (const kind of ["task", "delivery", "resync"]) {
+      es.addEventListener(kind, (ev) => {
+        onEvent(kind, ev.data);
+        if (channel && leader) channel.postMessage({ type: "event", kind, data: ev.data });
+      });
+    }
   }
 
   /** After the stream closed: is the daemon there, and does it still know this session? */
@@ -621,7 +703,7 @@ window.tally = (function () {
   /** tally does not answer: say so in the indicator and try again later. */
   function offline() {
     if (view.signedOut) return;
-    setLive(t("live.reconnecting"), "off");
+    sayLive(t("live.reconnecting"), "off");
     clearTimeout(retryTimer);
     retryTimer = setTimeout(checkSession, backoff);
     backoff = Math.min(backoff * 2, 15000);
