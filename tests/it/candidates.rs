@@ -251,3 +251,83 @@ fn the_owner_chooses_a_candidate_in_the_page() {
         b.close().await;
     });
 }
+
+/// A shot with a good candidate and one whose answer was lost after the provider charged: the
+/// shot is not painted "ready" but "needs a look" with a line saying why, and the lost
+/// candidate carries its own "Record what you found…" and "Generate again…" with the price.
+/// Generating it again asks for the acknowledgement, sends one new request, and the shot is
+/// ready again. At phone width, axe-clean.
+#[test]
+fn an_unknown_candidate_is_acted_on_from_the_set_page() {
+    let mock = Mock::start(&[]);
+    let providers = format!(
+        "[[providers]]\nname = \"openai\"\nkind = \"openai_images\"\nbase_url = \"{}\"\nmodel = \"{}\"\n\
+         price_per_image = 0.04\napi_key_env = \"TALLY_TEST_KEY\"\nrequest_timeout_ms = 5000\n",
+        mock.base(),
+        OPENAI_MODEL
+    );
+    let mut d = Daemon::configure(&providers);
+    d.env.push(("TALLY_TEST_KEY".into(), "sk-test".into()));
+    d.spawn();
+    let url = crate::web::printed_sign_in_url(&d);
+    let r = d.call(
+        "POST",
+        "/v1/sets",
+        Some(&json!({"product": "celadon bowl", "shots": [{"role": "main", "prompt": "on white"}]})),
+    );
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let id = r.json()["id"].as_str().expect("id").to_string();
+    settled(&d, &id);
+    // The second candidate's answer is lost after the charge: unknown.
+    mock.behave(json!({ "drop_response": true }));
+    let more = d.call(
+        "POST",
+        &format!("/v1/sets/{id}/shots/0/candidates"),
+        Some(&json!({"count": 1, "acknowledge_possible_charge": true})),
+    );
+    assert!(more.status < 300, "{}", String::from_utf8_lossy(&more.body));
+    let s = settled(&d, &id);
+    assert_eq!(candidates(&s["shots"][0])[1]["status"], "unknown", "{s}");
+    mock.behave(json!({ "drop_response": false }));
+    let charged_before = mock.lines().iter().filter(|l| l["charged"] == true).count();
+
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let b = crate::browser::Browser::start().await;
+        b.c().set_window_size(390, 844).await.expect("resize");
+        b.sign_in(&url).await;
+        b.c().goto(&format!("http://127.0.0.1:{}/#/sets/{id}", d.port)).await.expect("open the set");
+        b.until("the lost candidate's buttons", 15, "document.getElementById('cand-retry-0-1') !== null").await;
+        let standing = b.js("document.querySelector('#shots li.shot').dataset.standing").await;
+        assert_eq!(standing, "done_with_problems", "a shot with an unknown candidate is not green");
+        let line = b.js("document.getElementById('shot-attention-0').textContent").await;
+        assert!(line.as_str().is_some_and(|l| l.contains("1 ended unknown")), "{line}");
+        assert_eq!(b.js("document.getElementById('cand-resolve-0-1') !== null").await, json!(true));
+        assert_eq!(
+            b.js("document.getElementById('cand-retry-0-0') === null").await,
+            json!(true),
+            "the good one has none"
+        );
+        let price = b.js("document.getElementById('cand-retry-price-0-1').textContent").await;
+        assert!(price.as_str().is_some_and(|p| p.contains("0.04")), "the price beside the button: {price}");
+        b.assert_accessible("a set page with an unknown candidate").await;
+        // "Record what you found…" opens the form for that candidate's job.
+        b.click("#cand-resolve-0-1").await;
+        b.until("the resolve form", 10, "document.getElementById('resolve-dialog').open").await;
+        b.click("#resolve-dialog-close").await;
+        // "Generate again…": the acknowledgement first, then one new request.
+        b.click("#cand-retry-0-1").await;
+        b.until("the retry question", 10, "document.getElementById('retry-dialog').open").await;
+        b.click("#retry-ack").await;
+        b.click("#retry-confirm").await;
+        b.until(
+            "the shot ready again",
+            30,
+            "document.querySelector('#shots li.shot')?.dataset.standing === 'succeeded'",
+        )
+        .await;
+        b.close().await;
+    });
+    let charged = mock.lines().iter().filter(|l| l["charged"] == true).count();
+    assert_eq!(charged, charged_before + 1, "generating again sent exactly one charged request");
+}

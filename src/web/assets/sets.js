@@ -162,7 +162,47 @@
   }
 
   /** A shot's candidates side by side: each image, its state, "Use this one", the chosen one marked. */
-  function candidateList(s, shot) {
+  /** A candidate that needs the owner (unknown: it may have been charged; failed): its own
+      "Record what you found…" and "Generate again…" with the price, acting on its job. */
+  function candidateFixes(s, shot, c, i, provider, err) {
+    if (c.status !== "unknown" && c.status !== "failed") return [];
+    const id = shot.position + "-" + i;
+    const task = () => api("GET", "/v1/tasks/" + encodeURIComponent(c.task_id));
+    const out = [];
+    if (c.status === "unknown") {
+      const rec = h("button", { type: "button", id: "cand-resolve-" + id }, T.t("set.resolve"));
+      rec.addEventListener("click", () => busy(rec, err, async () => {
+        T.resolveDialog(await task(), () => showSet(s.id, false));
+      }));
+      out.push(rec);
+    }
+    const again = h("button", { type: "button", id: "cand-retry-" + id, class: c.status === "unknown" ? "danger" : "" },
+      T.t("set.generate_again"));
+    again.addEventListener("click", async () => {
+      let t;
+      try { t = await task(); } catch (e) { err.textContent = e.message; err.hidden = false; return; }
+      if (!(t.retry && t.retry.allowed)) { err.textContent = t.message; err.hidden = false; return; }
+      const n = await T.retry(t, again, err, provider);
+      if (n) await showSet(s.id, false);
+    });
+    out.push(again, h("span", { class: "hint", id: "cand-retry-price-" + id }, T.priceKind(provider) === "free"
+      ? T.tf("job.retry_price_free", { provider: s.provider })
+      : T.tf("job.retry_price", { provider: s.provider, cost: T.priceWords(provider, 1) || T.t("job.price_not_configured") })));
+    return out;
+  }
+
+  /** How a shot stands, counting every candidate: one that ended unknown or failed beside a
+      good one is not "ready" (green) but "needs a look", with a line saying which. */
+  function shotStanding(shot) {
+    const cands = shot.candidates || [];
+    const unknown = cands.filter((c) => c.status === "unknown").length;
+    const failed = cands.filter((c) => c.status === "failed").length;
+    if (cands.length < 2 || (!unknown && !failed) || shot.status !== "succeeded") return { status: shot.status, line: null };
+    return { status: "done_with_problems",
+      line: T.tf("set.cands_attention", { total: cands.length, unknown, failed }) };
+  }
+
+  function candidateList(s, shot, provider) {
     const role = T.roleWords(shot.role);
     const err = errorSlot("choice-error-" + shot.position);
     const path = "/v1/sets/" + encodeURIComponent(s.id) + "/shots/" + shot.position + "/choice";
@@ -189,6 +229,7 @@
         }));
         act.append(clear);
       }
+      act.append(...candidateFixes(s, shot, c, i, provider, err));
       return h("li", { class: "candidate s-" + c.status + (chosen ? " chosen" : ""), "data-task-id": c.task_id,
         "data-artifact-id": a ? a.id : "", "data-chosen": String(chosen) },
         a ? T.enlargeable(a.url, label, null, "shot") : h("span", { class: "thumb none" }, "…"),
@@ -262,11 +303,13 @@
     const edit = T.shotEditButton(s, shot, err, () => showSet(s.id, false));
     if (edit) actions.append(edit);
     const charge = T.chargeSentence(shot);
-    return h("li", { class: "shot s-" + shot.status, "data-task-id": shot.id, "data-status": shot.status,
-      "data-position": String(shot.position) },
+    const standing = shotStanding(shot);
+    return h("li", { class: "shot s-" + standing.status, "data-task-id": shot.id, "data-status": shot.status,
+      "data-standing": standing.status, "data-position": String(shot.position) },
       h("h3", {}, (shot.position + 1) + ". " + role),
-      badge(shot.status),
-      several ? candidateList(s, shot) : (art ? T.enlargeable(art.url, T.tf("role.of", { role, product: s.product }), null, "shot") : null),
+      badge(standing.status),
+      standing.line ? h("p", { class: "warn", id: "shot-attention-" + shot.position }, standing.line) : null,
+      several ? candidateList(s, shot, provider) : (art ? T.enlargeable(art.url, T.tf("role.of", { role, product: s.product }), null, "shot") : null),
       !several && art && shot.chosen !== art.id ? chooseOnly(s, shot, art, err) : null,
       !several && art && shot.chosen === art.id ? h("strong", { class: "chosen-mark" }, T.t("cand.chosen")) : null,
       h("p", { class: "message" }, T.sentence(shot)),
