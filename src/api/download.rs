@@ -437,7 +437,7 @@ fn write_zip(entries: &[(Entry, Vec<u8>)], note: Option<&str>, out: ChannelWrite
 }
 
 /// A zip entry's time (UTC; zip has no zone) from milliseconds since the epoch.
-pub(super) fn zip_time(ms: crate::domain::Millis) -> zip::DateTime {
+pub(crate) fn zip_time(ms: crate::domain::Millis) -> zip::DateTime {
     let days = ms.div_euclid(86_400_000);
     let secs = ms.rem_euclid(86_400_000) / 1000;
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).

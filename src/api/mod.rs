@@ -12,6 +12,7 @@
 pub mod auth;
 pub mod budget;
 pub mod choice;
+pub mod delivered;
 pub mod deliveries;
 pub mod devices;
 pub mod download;
@@ -202,6 +203,8 @@ pub fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(deliveries::create, deliveries::list))
         .routes(routes!(deliveries::get_one))
         .routes(routes!(deliveries::retry))
+        .routes(routes!(delivered::file))
+        .routes(routes!(delivered::zip))
         .routes(routes!(deliveries::profiles))
         .routes(routes!(deliveries::targets))
         .routes(routes!(prune::prune))

@@ -273,6 +273,33 @@ fn the_page_shows_blocking_reasons_delivers_to_a_folder_and_compares_candidates(
             assert_eq!((img.width(), img.height()), (600, 800));
         }
         assert!(out.join("manifest.csv").exists());
+        // Taking the files away: each delivered file's Download and the zip give the files at
+        // the target byte for byte, under their delivered names.
+        let delivery = b.js("document.getElementById('delivery-progress').closest('[data-delivery-id]').dataset.deliveryId").await;
+        let delivery = delivery.as_str().expect("the delivery's id").to_string();
+        let mut zipped = std::collections::BTreeMap::new();
+        let z = d.call("GET", &format!("/v1/deliveries/{delivery}/download"), None);
+        assert_eq!(z.status, 200, "{}", String::from_utf8_lossy(&z.body));
+        let mut archive = zip::ZipArchive::new(std::io::Cursor::new(z.body.clone())).expect("a zip");
+        for i in 0..archive.len() {
+            let mut f = archive.by_index(i).expect("entry");
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut f, &mut bytes).expect("read entry");
+            zipped.insert(f.name().expect("a name").to_string(), sha256_hex(&bytes));
+        }
+        for (position, name) in names.iter().enumerate() {
+            let on_disk = sha256_hex(&std::fs::read(out.join(name)).expect("on disk"));
+            let href = b.js(&format!("document.getElementById('delivered-file-{position}')?.getAttribute('href')")).await;
+            let href = href.as_str().unwrap_or_else(|| panic!("no Download for {name}")).to_string();
+            assert_eq!(href, format!("/v1/deliveries/{delivery}/files/{position}"));
+            let r = d.call("GET", &href, None);
+            assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+            assert_eq!(sha256_hex(&r.body), on_disk, "{name}: the download is the delivered file");
+            assert!(r.header("content-disposition").is_some_and(|v| v.contains(name)), "{name}: named as delivered");
+            assert_eq!(zipped.get(*name), Some(&on_disk), "{name} in the zip");
+        }
+        assert_eq!(zipped.len(), names.len(), "only the delivered files: {zipped:?}");
+        assert_eq!(b.js("document.getElementById('delivered-zip') !== null").await, json!(true));
         b.assert_accessible("a delivered delivery").await;
         b.js("(document.getElementById('deliver').scrollIntoView(), true)").await;
         b.screenshot("deliver-delivered.png").await;

@@ -163,9 +163,16 @@
         "data-file-name": i.file_name, "data-state": i.state, "data-sha256": i.sha256 || "" },
         h("span", { class: "file" }, i.file_name), " ", stateBadge(i.state),
         i.state === "delivered" && i.width ? h("span", { class: "hint" }, " " + T.tf("deliver.size", { width: i.width, height: i.height, bytes: i.bytes })) : null,
+        /* The delivered file itself, for a phone to save (the daemon checks it is byte for byte
+           the delivered one). */
+        i.state === "delivered" ? [" ", h("a", { class: "button", download: "", id: "delivered-file-" + i.position,
+          href: "/v1/deliveries/" + encodeURIComponent(d.id) + "/files/" + i.position,
+          "aria-label": T.tf("deliver.download_file", { name: i.file_name }) }, T.t("download"))] : null,
         i.why ? h("p", { class: "why" }, i.why + (i.retry_safe === true ? T.t("deliver.safe") : "")) : null))),
       settled && done ? h("p", { id: "delivery-where" }, T.t("deliver.where_before"), h("code", {}, whereWords(d)),
         T.t("deliver.where_after")) : null,
+      done ? h("p", {}, h("a", { class: "button primary", download: "", id: "delivered-zip",
+        href: "/v1/deliveries/" + encodeURIComponent(d.id) + "/download" }, T.tf("deliver.download_all", { n: done }))) : null,
       retry ? h("div", { class: "actions" }, retry) : null, err));
   }
 
