@@ -34,7 +34,7 @@ pub struct ShotPath {
 }
 
 /// The shot position from the path: a whole number from 0.
-fn index_of(raw: &str) -> Result<i64, ApiError> {
+pub(super) fn index_of(raw: &str) -> Result<i64, ApiError> {
     raw.parse::<i64>()
         .ok()
         .filter(|i| *i >= 0)

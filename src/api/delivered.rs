@@ -80,7 +80,9 @@ fn media_type(name: &str) -> &'static str {
     ),
     responses(
         (status = 200, description = "The delivered file, byte for byte (its sha256 is the item's), as an \
-            attachment named as delivered.", content_type = "image/*"),
+            attachment named as delivered.",
+            content(("image/png"), ("image/jpeg"), ("image/webp"))),
+        (status = 400, description = "The position is not a whole number from 0 (`bad_request`).", body = ErrorBody),
         (status = 404, description = "No such delivery, or no item at that position (`not_found`).", body = ErrorBody),
         (status = 409, description = "The item is not delivered (`not_delivered`), or its file cannot be made \
             again byte for byte: its image is gone or its profile changed (`file_not_reproducible`).", body = ErrorBody),
@@ -89,8 +91,9 @@ fn media_type(name: &str) -> &'static str {
 )]
 pub async fn file(
     State(state): State<AppState>,
-    Path((id, position)): Path<(String, i64)>,
+    Path((id, position)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
+    let position = super::choice::index_of(&position)?;
     let (d, profile) = delivery_and_profile(&state, id).await?;
     let Some(item) = d.items.into_iter().find(|i| i.position == position) else {
         return Err(ApiError::not_found("delivered file"));
@@ -127,7 +130,7 @@ pub async fn file(
     params(("id" = String, Path, description = "A delivery's id.")),
     responses(
         (status = 200, description = "A zip of the delivered files, each byte for byte as delivered and named \
-            as delivered.", content_type = "application/zip"),
+            as delivered.", content(("application/zip"))),
         (status = 404, description = "No such delivery (`not_found`).", body = ErrorBody),
         (status = 409, description = "Nothing of it is delivered (`not_delivered`), or a file cannot be made \
             again byte for byte (`file_not_reproducible`, naming it).", body = ErrorBody),

@@ -97,7 +97,11 @@ async fn every_documented_operation_reaches_its_handler() {
     let ops = operations(&doc);
     assert!(ops.len() >= 22, "only {} operations documented", ops.len());
     for (method, path) in ops {
-        let uri = path.replace("{id}", "no-such-id").replace("{index}", "0").replace("{name}", "no-such-provider");
+        let uri = path
+            .replace("{id}", "no-such-id")
+            .replace("{index}", "0")
+            .replace("{position}", "0")
+            .replace("{name}", "no-such-provider");
         assert!(!uri.contains('{'), "{path}: a path parameter this test does not fill");
         let req = Request::builder()
             .method(method.to_uppercase().as_str())
