@@ -198,7 +198,8 @@ CREATE TABLE sets (
     created_at       INTEGER NOT NULL,
     updated_at       INTEGER NOT NULL,
     draft_id         TEXT,                        -- the draft (drafts.id) whose confirmed revision made it
-    draft_revision   INTEGER
+    draft_revision   INTEGER,
+    started_at       INTEGER                      -- NULL: a copy to edit, not started (nothing of it is due)
 ) STRICT;
 
 -- The owner's choice of one candidate image per shot (store::choice): one row per chosen shot;

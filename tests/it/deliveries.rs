@@ -301,12 +301,12 @@ async fn a_version_9_database_gains_the_delivery_tables() {
         .and_then(|c| c.query_row("PRAGMA user_version", [], |r| r.get(0)))
         .expect("version");
     assert_eq!(
-        version, 14,
-        "and on to 14: operations (11), a delivery's shopify product and each item's remote id (12), drafts (13), \
-         shot roles (14)"
+        version, 15,
+        "and on to 15: operations (11), a delivery's shopify product and each item's remote id (12), drafts (13), \
+         shot roles (14), copies to edit (15)"
     );
-    assert_eq!(tally::store::SCHEMA_VERSION, 14);
-    assert_eq!(tally::store::postgres::PG_SCHEMA_VERSION, 13);
+    assert_eq!(tally::store::SCHEMA_VERSION, 15);
+    assert_eq!(tally::store::postgres::PG_SCHEMA_VERSION, 14);
     let (product, remote): (Option<String>, Option<String>) = rusqlite::Connection::open(&db)
         .and_then(|c| {
             c.query_row(

@@ -1,5 +1,6 @@
 //! Drafts' schema migrations on SQLite: 12 → 13 (the draft tables and a set's link) and 13 → 14
-//! (the shot roles a drafted set keeps). PostgreSQL's are in `conformance::pg_migrate`.
+//! (the shot roles a drafted set keeps); and 14 → 15 (a copy to edit: every set already there
+//! counts as started). PostgreSQL's are in `conformance::pg_migrate`.
 
 use crate::common::TempDir;
 
@@ -14,6 +15,7 @@ async fn a_version_12_database_gains_the_draft_tables() {
         .and_then(|c| {
             c.execute_batch(
                 "DROP TABLE answers; DROP TABLE draft_revisions; DROP TABLE draft_photos; DROP TABLE drafts;
+                 ALTER TABLE sets DROP COLUMN started_at;
                  ALTER TABLE sets DROP COLUMN draft_revision; ALTER TABLE sets DROP COLUMN draft_id;
                  PRAGMA user_version = 12;",
             )
@@ -23,7 +25,7 @@ async fn a_version_12_database_gains_the_draft_tables() {
     store.close().expect("close");
     let c = rusqlite::Connection::open(&db).expect("open");
     let version: i64 = c.query_row("PRAGMA user_version", [], |r| r.get(0)).expect("version");
-    assert_eq!(version, 14);
+    assert_eq!(version, tally::store::SCHEMA_VERSION);
     for t in ["drafts", "draft_photos", "draft_revisions", "answers"] {
         let n: i64 = c
             .query_row("SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?1", [t], |r| r.get(0))
@@ -46,7 +48,8 @@ async fn a_version_13_database_keeps_its_roles_and_takes_a_detail_shot() {
     rusqlite::Connection::open(&db)
         .and_then(|c| {
             c.execute_batch(
-                "ALTER TABLE tasks DROP COLUMN shot_role;
+                "ALTER TABLE sets DROP COLUMN started_at;
+                 ALTER TABLE tasks DROP COLUMN shot_role;
                  ALTER TABLE tasks ADD COLUMN shot_role TEXT CHECK (shot_role IN ('main', 'selling_point', 'scene'));
                  INSERT INTO tasks (id, provider, prompt, params, request_hash, status, created_at, updated_at, shot_role)
                  VALUES ('t1', 'demo', 'p', '{}', 'h1', 'succeeded', 1, 1, 'main'),
@@ -65,7 +68,7 @@ async fn a_version_13_database_keeps_its_roles_and_takes_a_detail_shot() {
     store.close().expect("close");
     let c = rusqlite::Connection::open(&db).expect("open");
     let version: i64 = c.query_row("PRAGMA user_version", [], |r| r.get(0)).expect("version");
-    assert_eq!(version, 14);
+    assert_eq!(version, tally::store::SCHEMA_VERSION);
     let roles: Vec<Option<String>> = c
         .prepare("SELECT shot_role FROM tasks WHERE id IN ('t1', 't2', 't3') ORDER BY id")
         .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
@@ -75,4 +78,41 @@ async fn a_version_13_database_keeps_its_roles_and_takes_a_detail_shot() {
     assert!(c.execute("UPDATE tasks SET shot_role = 'hero' WHERE id = 't3'", []).is_err(), "still checked");
     let check = c.query_row("PRAGMA integrity_check", [], |r| r.get::<_, String>(0)).expect("integrity");
     assert_eq!(check, "ok");
+}
+
+/// Schema 14 → 15: a set of a version-14 database (whose later shot waits unscheduled, as one
+/// shot at a time has it) counts as started, so it runs on as before; only a duplicate made
+/// after the migration is a copy to edit.
+#[tokio::test]
+async fn a_version_14_database_counts_every_set_as_started() {
+    use tally::store::{NewSet, NewShot, SetStatus, SubmitOutcome, set_summary};
+    let dir = TempDir::new();
+    let db = dir.path().join("tally.db");
+    let durability = tally::config::Durability::Full;
+    let store = tally::store::Store::open(&db, durability).expect("new");
+    let shot =
+        |p: &str| NewShot { role: "main".into(), prompt: p.into(), params: serde_json::json!({}), candidates: 1 };
+    let set = NewSet {
+        product: "teapot".into(),
+        style: None,
+        provider: "demo".into(),
+        references: vec![],
+        shots: vec![shot("a"), shot("b")],
+        idempotency_key: None,
+    };
+    let SubmitOutcome::Created(id) = store.create_set(set, 1_000).await.expect("create") else { panic!("created") };
+    store.close().expect("close");
+    rusqlite::Connection::open(&db)
+        .and_then(|c| c.execute_batch("ALTER TABLE sets DROP COLUMN started_at; PRAGMA user_version = 14;"))
+        .expect("make it version 14");
+    let store = tally::store::Store::open(&db, durability).expect("migrates");
+    let notes = store.migration_notes().join("\n");
+    assert!(notes.contains("14 to 15"), "{notes}");
+    let view = store.get_set(id.clone()).await.expect("get").expect("set");
+    assert!(view.started, "a set from before copies to edit was started");
+    assert_eq!(set_summary(&view).0, SetStatus::Running);
+    let out = store.duplicate_set(id, None, false, 2_000).await.expect("duplicate");
+    let Some(SubmitOutcome::Created(copy)) = out else { panic!("created: {out:?}") };
+    assert!(!store.get_set(copy).await.expect("get").expect("copy").started);
+    store.close().expect("close");
 }
