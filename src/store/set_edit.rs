@@ -21,7 +21,9 @@
 //!   (`ops::common::schedule_next_shot_of`) and a new candidate or retry (`ops::intake::submit`)
 //!   both read `started_at` under the set's lock; the dispatcher takes only scheduled
 //!   envelopes; recovery and a budget's release touch only envelopes that were handed out or
-//!   held by a budget, which a copy's never were.
+//!   held by a budget, which a copy's never were. (A held job of a copy restored from a backup
+//!   taken before its start, whose request is then found at the provider, is adopted as any
+//!   found job is, and marks its set started: a request of it did leave.)
 //! - A set can be deleted only when every one of its tasks is `failed` or `canceled` (nothing
 //!   queued, running, succeeded or `unknown`) and no delivery names it — or when it is a copy to
 //!   edit never started, whose waiting tasks were never sent. A task whose request
