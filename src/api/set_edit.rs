@@ -271,8 +271,8 @@ pub async fn start(
     headers: HeaderMap,
     OptionalJsonBody(body): OptionalJsonBody<StartBody>,
 ) -> Result<Response, ApiError> {
-    let _ = idempotency_key(&headers, body.idempotency_key)?;
     let engine = state.engine();
+    engine.check_start_key(idempotency_key(&headers, body.idempotency_key)?.as_deref())?;
     let set = load(&state, &id).await?;
     if !set.started {
         let Some(new) = engine.set_as_new(&id).await? else { return Err(ApiError::not_found("set")) };

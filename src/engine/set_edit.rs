@@ -99,6 +99,12 @@ impl Engine {
         Ok(out)
     }
 
+    /// Check a start's idempotency key as any other (a start is idempotent by itself, so the
+    /// key changes nothing, but a malformed one is refused as everywhere).
+    pub fn check_start_key(&self, key: Option<&str>) -> Result<(), EngineError> {
+        validate_key(key)
+    }
+
     /// Start copy `id`: its first shot due now, as a new set's.
     pub async fn start_set(&self, id: &str) -> Result<StartOutcome, EngineError> {
         let out = self.shared.store.start_set(id.to_string(), self.shared.now()).await?;

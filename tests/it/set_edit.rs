@@ -263,12 +263,19 @@ fn a_copy_sends_nothing_until_it_is_started_and_a_second_start_sends_nothing_mor
     let r = d.call("PATCH", &path, Some(&json!({"product": "green cup"})));
     assert_eq!(r.status, 200, "{}", text(&r.body));
     assert_eq!(r.json()["shots"][0]["prompt"], "a blue cup — product: green cup");
+    // A candidate more asks for no acknowledgement yet (the start asks for every image), and
+    // waits with the rest.
+    let r = d.call("POST", &format!("{path}/shots/0/candidates"), None);
+    assert_eq!(r.status, 201, "{}", text(&r.body));
+    assert_eq!(r.json()["status"], "draft");
+    let tasks = task_ids(&r.json());
+    assert_eq!(tasks.len(), 3);
 
     // Started without the acknowledgement: refused with the price; nothing sent.
     let r = d.call("POST", &format!("{path}/start"), Some(&json!({})));
     assert_eq!((r.status, r.error_code()), (409, "cost_acknowledgement_required".to_string()), "{}", text(&r.body));
     let cost = &r.json()["error"]["estimated_cost"];
-    assert_eq!((cost["images"].clone(), cost["currency"].clone()), (json!(2), json!("CNY")), "{cost}");
+    assert_eq!((cost["images"].clone(), cost["currency"].clone()), (json!(3), json!("CNY")), "{cost}");
     assert_eq!(d.call("GET", &path, None).json()["status"], "draft");
     assert_eq!(mock.lines().len(), sent + 1);
 
@@ -278,7 +285,7 @@ fn a_copy_sends_nothing_until_it_is_started_and_a_second_start_sends_nothing_mor
     for t in &tasks {
         d.wait_status(t, &["succeeded"]);
     }
-    assert_eq!(mock.count("green cup").0, 2, "each shot of the copy sent once: {:?}", mock.lines());
+    assert_eq!(mock.count("green cup").0, 3, "each image of the copy sent once: {:?}", mock.lines());
     let v = d.call("GET", &path, None).json();
     assert_eq!(v["status"], "done", "{v}");
     assert!(v["timeline"].as_array().is_some_and(|t| t.iter().any(|e| e["kind"] == "started")), "{v}");
@@ -290,8 +297,10 @@ fn a_copy_sends_nothing_until_it_is_started_and_a_second_start_sends_nothing_mor
     assert_eq!(again.status, 200, "no acknowledgement is asked of a set already started: {}", text(&again.body));
     let control = d.call("POST", "/v1/tasks", Some(&json!({"provider": "cny", "prompt": "a second control mug"})));
     d.wait_status(&id(&control.json()), &["succeeded"]);
-    assert_eq!(mock.count("green cup").0, 2, "nothing sent again");
+    assert_eq!(mock.count("green cup").0, 3, "nothing sent again");
     assert_eq!(d.call("POST", "/v1/sets/nope/start", None).status, 404);
+    let bad = d.call("POST", &format!("{path}/start"), Some(&json!({"idempotency_key": ""})));
+    assert_eq!(bad.status, 422, "an empty key is refused as everywhere: {}", text(&bad.body));
     // A started copy is no longer deleted as a draft is.
     assert_eq!(d.call("DELETE", &path, None).error_code(), "set_has_images");
 
