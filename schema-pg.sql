@@ -42,7 +42,8 @@ CREATE TABLE sets (
     created_at       bigint NOT NULL,
     updated_at       bigint NOT NULL,
     draft_id         text COLLATE "C",
-    draft_revision   bigint
+    draft_revision   bigint,
+    started_at       bigint
 );
 
 CREATE TABLE tasks (

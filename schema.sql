@@ -198,7 +198,8 @@ CREATE TABLE sets (
     created_at       INTEGER NOT NULL,
     updated_at       INTEGER NOT NULL,
     draft_id         TEXT,                        -- the draft (drafts.id) whose confirmed revision made it
-    draft_revision   INTEGER
+    draft_revision   INTEGER,
+    started_at       INTEGER                      -- NULL: a copy to edit, not started (nothing of it is due)
 ) STRICT;
 
 -- The owner's choice of one candidate image per shot (store::choice): one row per chosen shot;
@@ -268,7 +269,7 @@ CREATE TABLE budget_setting (
 
 -- Web page sessions (web::sessions): the sha256 of the cookie's value (never the value
 -- itself), its CSRF token, when it was last used (it expires 30 days after that), and the
--- device it signed in ("iPhone · Safari", from its User-Agent; NULL for sessions older than v15).
+-- device it signed in ("iPhone · Safari", from its User-Agent; NULL for sessions older than v16).
 CREATE TABLE web_sessions (
     id_hash          TEXT PRIMARY KEY,
     csrf             TEXT NOT NULL,

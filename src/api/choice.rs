@@ -50,7 +50,8 @@ pub struct MoreBody {
     #[serde(default, deserialize_with = "super::whole_number")]
     pub count: Option<i64>,
     /// Required (true) when the provider bills: each new candidate is a new request that is
-    /// charged (the 409 says about how much).
+    /// charged (the 409 says about how much). Not asked for in a copy to edit (`draft`): its
+    /// start asks for the price of every image.
     #[serde(default)]
     pub acknowledge_possible_charge: bool,
     /// Make the new candidate from another candidate of this shot instead of the shot's
@@ -135,7 +136,8 @@ pub async fn add(
         }
     };
     let provider = op.as_ref().map_or(set.provider.as_str(), |o| o.provider.as_str()).to_string();
-    if engine.provider_bills(&provider) && !body.acknowledge_possible_charge {
+    // A copy to edit sends nothing until its start, which asks for the whole copy's price.
+    if set.started && engine.provider_bills(&provider) && !body.acknowledge_possible_charge {
         let price = engine.price_of(&provider, &shot.params);
         let about = match &price {
             Some((m, c)) => format!(" (about {} in all)", money(*m * i64::from(count), c)),

@@ -191,6 +191,7 @@ pub fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(sets::create, sets::list))
         .routes(routes!(sets::get_one, set_edit::edit, set_edit::delete))
         .routes(routes!(set_edit::duplicate))
+        .routes(routes!(set_edit::start))
         .routes(routes!(sets::cancel))
         .routes(routes!(drafts::create, drafts::list))
         .routes(routes!(drafts::estimate))

@@ -1,8 +1,9 @@
 //! Editing, duplicating and deleting a set: `PATCH /v1/sets/{id}` changes shots (prompt,
 //! role), the product, style and reference photos before anything was sent for them;
-//! `POST /v1/sets/{id}/duplicate` makes a new set of the same shots (with the same cost
-//! acknowledgement as more candidates when the provider bills); `DELETE /v1/sets/{id}`
-//! deletes a set whose every shot failed or was canceled. A refusal is a 409 whose message
+//! `POST /v1/sets/{id}/duplicate` makes a copy to edit of the same shots, which sends nothing
+//! until `POST /v1/sets/{id}/start` (with the same cost acknowledgement as more candidates when
+//! the provider bills); `DELETE /v1/sets/{id}` deletes a set whose every shot failed or was
+//! canceled, or a copy never started. A refusal is a 409 whose message
 //! says what blocks it and what to do (`store::set_edit` states the rules).
 
 use axum::extract::{Path, State};
@@ -17,8 +18,9 @@ use super::openapi::{JsonRejected, StoreFailure};
 use super::sets::{SetId, SetJson, load, set_json};
 use super::tasks::{IdempotencyKey, idempotency_key};
 use super::{AppState, JsonBody, OptionalJsonBody, json_response};
+use crate::domain::words::say;
 use crate::domain::{from_micros, money};
-use crate::store::{DeleteOutcome, EditOutcome, SetBlock, SetEdit, ShotEdit, SubmitOutcome};
+use crate::store::{DeleteOutcome, EditOutcome, NewSet, SetBlock, SetEdit, ShotEdit, StartOutcome, SubmitOutcome};
 
 /// `PATCH /v1/sets/{id}` body: only the fields sent change.
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -126,8 +128,13 @@ pub async fn edit(
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DuplicateBody {
-    /// Required (true) when the set's provider bills: every image of the copy is a new
-    /// generation that is charged (the 409 says about how much).
+    /// Start the copy at once (as `POST /v1/sets/{id}/start` would) instead of leaving it a
+    /// copy to edit. Default false.
+    #[serde(default)]
+    pub start: bool,
+    /// With `start`, required (true) when the set's provider bills: every image of the copy is
+    /// a new generation that is charged (the 409 says about how much). Without `start` it is
+    /// accepted and changes nothing: a copy to edit sends nothing.
     #[serde(default)]
     pub acknowledge_possible_charge: bool,
     /// Makes resending this request safe (1 to 256 bytes; or the `Idempotency-Key` header).
@@ -135,21 +142,61 @@ pub struct DuplicateBody {
     pub idempotency_key: Option<String>,
 }
 
+/// The 409 `cost_acknowledgement_required` (with `estimated_cost`) for sending every image of
+/// `set` — a copy's start, a duplicate started at once — when its provider bills and `ack` is
+/// false; `Ok` otherwise.
+fn ask_for_charge(state: &AppState, set: &NewSet, ack: bool) -> Result<(), ApiError> {
+    let engine = state.engine();
+    if ack || !engine.provider_bills(&set.provider) {
+        return Ok(());
+    }
+    let images: u32 = set.shots.iter().map(|s| s.candidates.max(1)).sum();
+    let mut total: Option<(i64, String)> = Some((0, String::new()));
+    for s in &set.shots {
+        total = match (total, engine.price_of(&set.provider, &s.params)) {
+            (Some((sum, _)), Some((m, c))) => Some((sum + m * i64::from(s.candidates.max(1)), c)),
+            _ => None,
+        };
+    }
+    let total = total.filter(|(_, c)| !c.is_empty());
+    let about = match &total {
+        Some((m, c)) => format!(" (about {} in all)", money(*m, c)),
+        None => String::new(),
+    };
+    let mut e = ApiError::conflict(
+        "cost_acknowledgement_required",
+        format!(
+            "provider `{}` charges for each image: starting this set sends {images} new generation(s) that will be \
+             charged{about}; send {{\"acknowledge_possible_charge\": true}} to go ahead.",
+            set.provider
+        ),
+    );
+    e.estimated_cost = Some(json!({
+        "amount": total.as_ref().map(|(m, _)| from_micros(*m)),
+        "currency": total.map(|(_, c)| c),
+        "images": images,
+    }));
+    Err(e)
+}
+
 /// `POST /v1/sets/{id}/duplicate`: a new set with the same product, style, provider,
-/// reference photos and shots (each with as many candidates as it has now), queued.
+/// reference photos and shots (each with as many candidates as it has now) — a copy to edit
+/// (`status` `draft`) that sends nothing until `POST /v1/sets/{id}/start`, or started at once
+/// with `"start": true`.
 #[utoipa::path(
     post,
     path = "/sets/{id}/duplicate",
     operation_id = "duplicate_set",
     tag = "sets",
     params(SetId, IdempotencyKey),
-    request_body(content = Option<DuplicateBody>, description = "No body: no key, no acknowledgement."),
+    request_body(content = Option<DuplicateBody>, description = "No body: a copy to edit, no key."),
     responses(
-        (status = 201, description = "The new set; its first image is queued.", body = SetJson),
+        (status = 201, description = "The new set: a copy to edit (`draft`, nothing sent), or with `start` its \
+            first image queued.", body = SetJson),
         (status = 200, description = "The set this idempotency key made, for the same request.", body = SetJson),
         (status = 404, description = "No such set (`not_found`).", body = ErrorBody),
-        (status = 409, description = "The provider bills and the body does not acknowledge it \
-            (`cost_acknowledgement_required`, with `estimated_cost`), or the idempotency key was used for \
+        (status = 409, description = "With `start`: the provider bills and the body does not acknowledge it \
+            (`cost_acknowledgement_required`, with `estimated_cost`); or the idempotency key was used for \
             another set (`idempotency_conflict`).", body = ErrorBody),
         JsonRejected,
         StoreFailure,
@@ -163,37 +210,11 @@ pub async fn duplicate(
 ) -> Result<Response, ApiError> {
     let key = idempotency_key(&headers, body.idempotency_key)?;
     let engine = state.engine();
-    let Some(new) = engine.set_as_new(&id).await? else { return Err(ApiError::not_found("set")) };
-    if engine.provider_bills(&new.provider) && !body.acknowledge_possible_charge {
-        let images: u32 = new.shots.iter().map(|s| s.candidates.max(1)).sum();
-        let mut total: Option<(i64, String)> = Some((0, String::new()));
-        for s in &new.shots {
-            total = match (total, engine.price_of(&new.provider, &s.params)) {
-                (Some((sum, _)), Some((m, c))) => Some((sum + m * i64::from(s.candidates.max(1)), c)),
-                _ => None,
-            };
-        }
-        let total = total.filter(|(_, c)| !c.is_empty());
-        let about = match &total {
-            Some((m, c)) => format!(" (about {} in all)", money(*m, c)),
-            None => String::new(),
-        };
-        let mut e = ApiError::conflict(
-            "cost_acknowledgement_required",
-            format!(
-                "provider `{}` charges for each image: the copy is {images} new generation(s) that will be \
-                 charged{about}; send {{\"acknowledge_possible_charge\": true}} to go ahead.",
-                new.provider
-            ),
-        );
-        e.estimated_cost = Some(json!({
-            "amount": total.as_ref().map(|(m, _)| from_micros(*m)),
-            "currency": total.map(|(_, c)| c),
-            "images": images,
-        }));
-        return Err(e);
+    if body.start {
+        let Some(new) = engine.set_as_new(&id).await? else { return Err(ApiError::not_found("set")) };
+        ask_for_charge(&state, &new, body.acknowledge_possible_charge)?;
     }
-    let (status, copy) = match engine.duplicate_set(&id, key).await? {
+    let (status, copy) = match engine.duplicate_set(&id, key, body.start).await? {
         None => return Err(ApiError::not_found("set")),
         Some(SubmitOutcome::Created(c)) => (StatusCode::CREATED, c),
         Some(SubmitOutcome::Existing(c)) => (StatusCode::OK, c),
@@ -206,6 +227,64 @@ pub async fn duplicate(
     };
     let s = load(&state, &copy).await?;
     Ok(json_response(status, &set_json(&state, &s)))
+}
+
+/// `POST /v1/sets/{id}/start` body.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StartBody {
+    /// Required (true) when the set's provider bills: every image of the copy is a new
+    /// generation that is charged (the 409 says about how much).
+    #[serde(default)]
+    pub acknowledge_possible_charge: bool,
+    /// Accepted for a client that sends one with every request: a start is idempotent by
+    /// itself (a set is started once), so the key changes nothing.
+    #[schema(min_length = 1)]
+    pub idempotency_key: Option<String>,
+}
+
+/// `POST /v1/sets/{id}/start`: "Start generating" a copy to edit — its first image is queued,
+/// as a new set's, and the rest follow one shot at a time. Starting a set that is already
+/// started is not an error and changes nothing: 200 with the set as it is (so a start resent
+/// after a lost answer is safe, and never sends anything twice).
+#[utoipa::path(
+    post,
+    path = "/sets/{id}/start",
+    operation_id = "start_set",
+    tag = "sets",
+    params(SetId, IdempotencyKey),
+    request_body(content = Option<StartBody>, description = "No body: no acknowledgement."),
+    responses(
+        (status = 200, description = "The set: started now (its first image queued), or already started before \
+            (unchanged).", body = SetJson),
+        (status = 404, description = "No such set (`not_found`).", body = ErrorBody),
+        (status = 409, description = "The provider bills and the body does not acknowledge it \
+            (`cost_acknowledgement_required`, with `estimated_cost`; nothing is sent), or the copy was canceled \
+            before it was started (`set_canceled`).", body = ErrorBody),
+        JsonRejected,
+        StoreFailure,
+    )
+)]
+pub async fn start(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    OptionalJsonBody(body): OptionalJsonBody<StartBody>,
+) -> Result<Response, ApiError> {
+    let engine = state.engine();
+    engine.check_start_key(idempotency_key(&headers, body.idempotency_key)?.as_deref())?;
+    let set = load(&state, &id).await?;
+    if !set.started {
+        let Some(new) = engine.set_as_new(&id).await? else { return Err(ApiError::not_found("set")) };
+        ask_for_charge(&state, &new, body.acknowledge_possible_charge)?;
+        match engine.start_set(&id).await? {
+            StartOutcome::Started | StartOutcome::AlreadyStarted => {}
+            StartOutcome::NoSet => return Err(ApiError::not_found("set")),
+            StartOutcome::Canceled => return Err(ApiError::conflict("set_canceled", say("say.error_set_canceled"))),
+        }
+    }
+    let s = load(&state, &id).await?;
+    Ok(json_response(StatusCode::OK, &set_json(&state, &s)))
 }
 
 /// What `DELETE /v1/sets/{id}` did.

@@ -111,8 +111,8 @@ pub struct DeliveryJson {
 pub struct SetEventJson {
     /// RFC 3339, UTC.
     pub at: String,
-    /// `created`, `candidates_added`, `chosen`, `choice_cleared`, `edited`, `duplicated` or
-    /// `duplicated_from`.
+    /// `created`, `candidates_added`, `chosen`, `choice_cleared`, `edited`, `duplicated`,
+    /// `duplicated_from` or `started`.
     pub kind: String,
     pub message: String,
 }
@@ -143,8 +143,18 @@ pub struct SetJson {
     pub timeline: Vec<SetEventJson>,
 }
 
-fn candidate_json(state: &AppState, t: &TaskView, chosen: Option<&str>) -> CandidateJson {
-    let j = task_json(state.engine(), t);
+/// A shot's task as a set shows it: in a copy to edit (`draft`) a task no worker will take
+/// before the start says so, rather than that it is queued.
+fn shown_task(state: &AppState, t: &TaskView, draft: bool) -> TaskJson {
+    let mut j = task_json(state.engine(), t);
+    if draft && matches!(t.status, TaskStatus::Queued | TaskStatus::Waiting) {
+        j.message = localize(super::lang::request_lang(), &say("say.waits_for_start"));
+    }
+    j
+}
+
+fn candidate_json(state: &AppState, t: &TaskView, chosen: Option<&str>, draft: bool) -> CandidateJson {
+    let j = shown_task(state, t, draft);
     let artifact = if t.status == TaskStatus::Succeeded { j.artifacts.into_iter().next() } else { None };
     CandidateJson {
         candidate: t.candidate,
@@ -162,6 +172,7 @@ fn candidate_json(state: &AppState, t: &TaskView, chosen: Option<&str>) -> Candi
 /// The API's view of a set.
 pub fn set_json(state: &AppState, s: &SetView) -> SetJson {
     let (status, progress, message) = set_summary(s);
+    let draft = status == SetStatus::Draft;
     // Its words in the answer's language (`api::lang`); made in English by the store.
     let lang = super::lang::request_lang();
     let (progress, message) = (localize(lang, &progress), localize(lang, &message));
@@ -191,10 +202,10 @@ pub fn set_json(state: &AppState, s: &SetView) -> SetJson {
                         .get(i)
                         .into_iter()
                         .flatten()
-                        .map(|c| candidate_json(state, c, chosen.as_deref()))
+                        .map(|c| candidate_json(state, c, chosen.as_deref(), draft))
                         .collect(),
                     chosen,
-                    task: task_json(state.engine(), t),
+                    task: shown_task(state, t, draft),
                 }
             })
             .collect(),

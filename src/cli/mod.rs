@@ -435,10 +435,14 @@ pub enum SetCommand {
     /// role; the product and style (in every shot's request: only while nothing of the set was
     /// sent); the reference photos (only while no request of the set left).
     Edit(set_edit::EditArgs),
-    /// Make a new set with the same product, style, reference photos and shots, queued.
+    /// Make a copy to edit of a set (same product, style, reference photos and shots): it
+    /// sends nothing until `tally set start COPY` (or --start).
     Duplicate(set_edit::DuplicateArgs),
-    /// Delete a set whose every shot failed or was canceled. Jobs of it whose request reached
-    /// the provider stay as jobs of their own, so `tally spend` still lists them.
+    /// Start generating a copy made by `tally set duplicate` (its first image is queued).
+    Start(set_edit::StartArgs),
+    /// Delete a set whose every shot failed or was canceled, or a copy never started. Jobs of
+    /// it whose request reached the provider stay as jobs of their own, so `tally spend` still
+    /// lists them.
     Delete(set_edit::DeleteArgs),
     /// Ask for more candidate images of one shot (new jobs, run one at a time with the set's).
     More {

@@ -1,5 +1,6 @@
-//! `tally set edit`, `tally set duplicate` and `tally set delete`, through the daemon's HTTP
-//! API (`PATCH /v1/sets/{id}`, `POST /v1/sets/{id}/duplicate`, `DELETE /v1/sets/{id}`). The
+//! `tally set edit`, `tally set duplicate`, `tally set start` and `tally set delete`, through the
+//! daemon's HTTP API (`PATCH /v1/sets/{id}`, `POST /v1/sets/{id}/duplicate`,
+//! `POST /v1/sets/{id}/start`, `DELETE /v1/sets/{id}`). The
 //! daemon's refusals already say what blocks them; these add the CLI's way to do it.
 
 use std::path::PathBuf;
@@ -11,6 +12,7 @@ use serde_json::{Value, json};
 use super::sets::{shot_index, show_set};
 use super::{Exit, Failure, print_json, seg, st, term_safe};
 use crate::cli::client::{Answer, Client};
+use crate::domain::words::tf;
 
 /// `tally set edit`'s arguments.
 #[derive(Debug, Args)]
@@ -46,12 +48,26 @@ pub struct EditArgs {
 pub struct DuplicateArgs {
     /// The set's id.
     pub id: String,
-    /// Accept that every image of the copy is charged (needed when the provider bills).
+    /// Start the copy at once instead of leaving it to edit.
+    #[arg(long)]
+    pub start: bool,
+    /// With --start: accept that every image of the copy is charged (needed when the provider
+    /// bills).
     #[arg(long)]
     pub accept_possible_charge: bool,
     /// Makes resending safe: the same key returns the same copy.
     #[arg(long, value_name = "KEY")]
     pub idempotency_key: Option<String>,
+}
+
+/// `tally set start`'s arguments.
+#[derive(Debug, Args)]
+pub struct StartArgs {
+    /// The copy's id (from `tally set duplicate`).
+    pub id: String,
+    /// Accept that every image of the copy is charged (needed when the provider bills).
+    #[arg(long)]
+    pub accept_possible_charge: bool,
 }
 
 /// `tally set delete`'s arguments.
@@ -130,17 +146,32 @@ pub(super) async fn edit(client: &Client, e: EditArgs, json_out: bool) -> Result
     Ok(Exit::Ok.into())
 }
 
-/// `tally set duplicate ID [--accept-possible-charge] [--idempotency-key KEY]`.
+/// `tally set duplicate ID [--start [--accept-possible-charge]] [--idempotency-key KEY]`.
 pub(super) async fn duplicate(client: &Client, a: DuplicateArgs, json_out: bool) -> Result<ExitCode, Failure> {
     let id = a.id.as_str();
-    let mut body = json!({ "acknowledge_possible_charge": a.accept_possible_charge });
+    let mut body = json!({ "start": a.start, "acknowledge_possible_charge": a.accept_possible_charge });
     if let Some(k) = a.idempotency_key.clone() {
         body["idempotency_key"] = json!(k);
     }
     let set = answered(client.post(&format!("/v1/sets/{}/duplicate", seg(id)), &body).await?, id)?;
-    if !json_out {
-        println!("a copy of set {}:", term_safe(id));
+    if json_out {
+        show_set(client, &set, json_out);
+        return Ok(Exit::Ok.into());
     }
+    let (lang, copy) = (client.lang(), term_safe(&st(&set, "id")));
+    println!("{}", tf(lang, "cli.copy_head", &[("copy", &copy), ("id", &term_safe(id))]));
+    show_set(client, &set, json_out);
+    if st(&set, "status") == "draft" {
+        println!("{}", tf(lang, "cli.copy_next", &[("copy", &copy)]));
+    }
+    Ok(Exit::Ok.into())
+}
+
+/// `tally set start ID [--accept-possible-charge]`: start generating a copy to edit.
+pub(super) async fn start(client: &Client, a: StartArgs, json_out: bool) -> Result<ExitCode, Failure> {
+    let id = a.id.as_str();
+    let body = json!({ "acknowledge_possible_charge": a.accept_possible_charge });
+    let set = answered(client.post(&format!("/v1/sets/{}/start", seg(id)), &body).await?, id)?;
     show_set(client, &set, json_out);
     Ok(Exit::Ok.into())
 }

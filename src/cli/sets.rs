@@ -95,6 +95,7 @@ pub(super) async fn set_command(client: &Client, cmd: SetCommand, json_out: bool
         }
         SetCommand::Edit(a) => super::set_edit::edit(client, a, json_out).await,
         SetCommand::Duplicate(a) => super::set_edit::duplicate(client, a, json_out).await,
+        SetCommand::Start(a) => super::set_edit::start(client, a, json_out).await,
         SetCommand::Delete(a) => super::set_edit::delete(client, &a.id, json_out).await,
         SetCommand::More { id, shot, count, accept_possible_charge } => {
             let index = shot_index(client, &id, &shot).await?;

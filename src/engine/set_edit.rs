@@ -5,7 +5,7 @@
 use super::intake::{MAX_REFERENCES, validate_key};
 use super::{Engine, EngineError};
 use crate::store::{
-    DeleteOutcome, EditOutcome, NewSet, NewShot, NewTask, SHOT_ROLES, SetEdit, ShotEdit, SubmitOutcome,
+    DeleteOutcome, EditOutcome, NewSet, NewShot, NewTask, SHOT_ROLES, SetEdit, ShotEdit, StartOutcome, SubmitOutcome,
 };
 
 impl Engine {
@@ -83,11 +83,32 @@ impl Engine {
         Ok(self.shared.store.edit_set(id.to_string(), edit, self.shared.now()).await?)
     }
 
-    /// Duplicate set `id` as a new set, its tasks queued; `None` if there is no such set.
-    pub async fn duplicate_set(&self, id: &str, key: Option<String>) -> Result<Option<SubmitOutcome>, EngineError> {
+    /// Duplicate set `id` as a copy to edit (nothing of it scheduled until it is started), or
+    /// started at once with `start`; `None` if there is no such set.
+    pub async fn duplicate_set(
+        &self,
+        id: &str,
+        key: Option<String>,
+        start: bool,
+    ) -> Result<Option<SubmitOutcome>, EngineError> {
         validate_key(key.as_deref())?;
-        let out = self.shared.store.duplicate_set(id.to_string(), key, self.shared.now()).await?;
-        if matches!(out, Some(SubmitOutcome::Created(_))) {
+        let out = self.shared.store.duplicate_set(id.to_string(), key, start, self.shared.now()).await?;
+        if start && out.is_some() {
+            self.shared.wake_dispatcher.notify_one();
+        }
+        Ok(out)
+    }
+
+    /// Check a start's idempotency key as any other (a start is idempotent by itself, so the
+    /// key changes nothing, but a malformed one is refused as everywhere).
+    pub fn check_start_key(&self, key: Option<&str>) -> Result<(), EngineError> {
+        validate_key(key)
+    }
+
+    /// Start copy `id`: its first shot due now, as a new set's.
+    pub async fn start_set(&self, id: &str) -> Result<StartOutcome, EngineError> {
+        let out = self.shared.store.start_set(id.to_string(), self.shared.now()).await?;
+        if out == StartOutcome::Started {
             self.shared.wake_dispatcher.notify_one();
         }
         Ok(out)

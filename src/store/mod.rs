@@ -43,7 +43,7 @@ pub use ops::*;
 pub use prune::PruneReport;
 pub use read::*;
 pub use seam::Store;
-pub use set_edit::{DeleteOutcome, EditOutcome, SetBlock, SetEdit, ShotEdit};
+pub use set_edit::{DeleteOutcome, EditOutcome, SetBlock, SetEdit, ShotEdit, StartOutcome};
 pub use sets::*;
 pub use sqlite::SqliteStore;
 pub use sqlite::open::{SCHEMA_VERSION, WAL_SIZE_LIMIT};

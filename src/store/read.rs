@@ -320,6 +320,8 @@ pub(in crate::store) struct WaitFacts {
     pub earlier_shots: i64,
     /// The pause is a rate-limit hold (the provider said "not now"), not an opened circuit.
     pub rate_limited: bool,
+    /// Its set is a copy to edit not started yet: it waits for the set's start.
+    pub unstarted: bool,
 }
 
 /// At most this many earlier tasks are counted for a wait reason ("Queued behind 100 or more
@@ -343,7 +345,9 @@ pub(in crate::store) const WAIT_FACTS: &str =
         CASE WHEN t.set_id IS NULL OR e.due_at IS NOT NULL THEN 0 ELSE (SELECT count(*) FROM tasks s
             WHERE s.set_id = t.set_id AND s.set_position < t.set_position
               AND s.status IN ('queued', 'waiting', 'running')) END,
-        p.paused_reason
+        p.paused_reason,
+        CASE WHEN t.set_id IS NULL OR e.due_at IS NOT NULL THEN 0
+             ELSE (SELECT count(*) FROM sets u WHERE u.id = t.set_id AND u.started_at IS NULL) END
  FROM envelopes e JOIN tasks t ON t.id = e.task_id LEFT JOIN providers p ON p.name = e.provider
  WHERE e.task_id = ?1 AND e.status = 'pending'";
 
@@ -363,6 +367,7 @@ fn wait_reason(tx: &mut dyn Tx, t: &TaskView) -> Result<Option<String>, StoreErr
         ahead: r.get(10)?,
         earlier_shots: r.get(11)?,
         rate_limited: r.get::<Option<String>>(12)?.as_deref() == Some("rate_limit"),
+        unstarted: r.get::<i64>(13)? > 0,
     };
     Ok(wait_words(&t.provider, &f))
 }
@@ -370,6 +375,10 @@ fn wait_reason(tx: &mut dyn Tx, t: &TaskView) -> Result<Option<String>, StoreErr
 /// Why a pending task waits, in plain words, or `None` when the dispatch order does not
 /// explain it (it waits for its due time, whose reason is stored, or it is next).
 pub(in crate::store) fn wait_words(provider: &str, f: &WaitFacts) -> Option<String> {
+    if f.due.is_none() && f.unstarted {
+        // A copy to edit: nothing of it goes before its start, whatever the provider does.
+        return Some(say("say.waits_for_start"));
+    }
     if let Some(until) = f.paused {
         return Some(if f.rate_limited {
             format!(
@@ -598,6 +607,8 @@ mod tests {
             wait_words("p", &unscheduled).as_deref(),
             Some("Queued behind 2 earlier shots of this set (a set runs one shot at a time).")
         );
+        let draft = WaitFacts { due: None, earlier_shots: 2, unstarted: true, ..paused.clone() };
+        assert_eq!(wait_words("p", &draft), Some(say("say.waits_for_start")), "a copy waits for its start");
         let behind = WaitFacts { busy: 2, ahead_key: 1, ahead: 5, ..ready.clone() };
         assert_eq!(
             wait_words("p", &behind).as_deref(),

@@ -690,15 +690,24 @@ impl Store {
         self.op_at(Commit::Durable, 0, now, move |tx, now| ops::set_edit::edit_set(tx, &id, &edit, now)).await
     }
 
-    /// Duplicate a set as a new one, its tasks queued (`None`: no such set).
+    /// Duplicate a set as a copy to edit, nothing of it scheduled until it is started — or
+    /// started at once with `start` (`None`: no such set).
     pub async fn duplicate_set(
         &self,
         id: String,
         key: Option<String>,
+        start: bool,
         now: Millis,
     ) -> Result<Option<SubmitOutcome>, StoreError> {
-        self.op_at(Commit::Durable, 0, now, move |tx, now| ops::set_edit::duplicate_set(tx, &id, key.as_deref(), now))
-            .await
+        self.op_at(Commit::Durable, 0, now, move |tx, now| {
+            ops::set_edit::duplicate_set(tx, &id, key.as_deref(), start, now)
+        })
+        .await
+    }
+
+    /// Start a copy to edit: its first shot due, as a new set's (`store::set_edit`).
+    pub async fn start_set(&self, id: String, now: Millis) -> Result<StartOutcome, StoreError> {
+        self.op_at(Commit::Durable, 0, now, move |tx, now| ops::sets::start_set(tx, &id, now)).await
     }
 
     /// What a duplicate of a set would create (`None`: no such set): the API prices it first.

@@ -14,9 +14,19 @@
 //!   held — a shot refused before sending (two photos on a one-photo model) or canceled does
 //!   not hold them back, and its retry then sends the new photos.
 //! - A duplicate is a new set with the same product, style, provider, reference photos and
-//!   shots (each with as many candidates as it has now): new tasks, queued like any new set.
+//!   shots (each with as many candidates as it has now): new tasks, none scheduled — a copy to
+//!   edit (`sets.started_at` NULL, status `draft`) that sends nothing until it is started
+//!   (`ops::sets::start_set`: under the set's lock, re-checked, its first shot made due as a new
+//!   set's is). Until then nothing else schedules its tasks: a settled or released shot
+//!   (`ops::common::schedule_next_shot_of`) and a new candidate or retry (`ops::intake::submit`)
+//!   both read `started_at` under the set's lock; the dispatcher takes only scheduled
+//!   envelopes; recovery and a budget's release touch only envelopes that were handed out or
+//!   held by a budget, which a copy's never were. (A held job of a copy restored from a backup
+//!   taken before its start, whose request is then found at the provider, is adopted as any
+//!   found job is, and marks its set started: a request of it did leave.)
 //! - A set can be deleted only when every one of its tasks is `failed` or `canceled` (nothing
-//!   queued, running, succeeded or `unknown`) and no delivery names it. A task whose request
+//!   queued, running, succeeded or `unknown`) and no delivery names it — or when it is a copy to
+//!   edit never started, whose waiting tasks were never sent. A task whose request
 //!   reached the provider (an execution recorded `calling`) is not deleted but kept as a job
 //!   of its own, so Spend, the spend CSV and budgets still count what it may have cost.
 
@@ -69,6 +79,18 @@ pub enum EditOutcome {
     /// A named reference photo does not exist.
     NoUpload(String),
     Blocked(SetBlock),
+}
+
+/// The outcome of a start of a copy to edit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartOutcome {
+    /// Committed: the set is started, its first shot due.
+    Started,
+    /// It was started before: nothing changed.
+    AlreadyStarted,
+    /// It was canceled before it was started: nothing is sent.
+    Canceled,
+    NoSet,
 }
 
 /// The outcome of a delete.

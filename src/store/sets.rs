@@ -122,6 +122,8 @@ pub struct SetView {
     pub style: Option<String>,
     pub provider: String,
     pub canceled: bool,
+    /// `false`: a copy to edit, not started (nothing of it is scheduled; status `draft`).
+    pub started: bool,
     pub created_at: Millis,
     pub updated_at: Millis,
     pub references: Vec<UploadView>,
@@ -184,6 +186,8 @@ pub fn list_sets(c: &Connection, before: Option<&str>, limit: usize) -> Result<V
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SetStatus {
+    /// A copy to edit, not started: nothing of it is sent until it is started.
+    Draft,
     Running,
     Done,
     DoneWithProblems,
@@ -207,7 +211,9 @@ pub fn set_summary(set: &SetView) -> (SetStatus, String, String) {
             progress.push_str(&format!(", {k} {label}"));
         }
     }
-    let status = if settled < n {
+    let status = if !set.started && !set.canceled {
+        SetStatus::Draft
+    } else if settled < n {
         SetStatus::Running
     } else if set.canceled {
         SetStatus::Canceled
@@ -217,6 +223,7 @@ pub fn set_summary(set: &SetView) -> (SetStatus, String, String) {
         SetStatus::DoneWithProblems
     };
     let message = say(match status {
+        SetStatus::Draft => "say.set_draft",
         SetStatus::Running if set.canceled => "say.set_canceling",
         SetStatus::Running => "say.set_running",
         SetStatus::Done => "say.set_done",

@@ -271,14 +271,16 @@ async fn a_version_9_database_gains_the_delivery_tables() {
     tally::store::Store::open(&db, durability).expect("new").close().expect("close");
     rusqlite::Connection::open(&db)
         .and_then(|c| {
-            // What versions 10 to 13 add, gone: the delivery tables, operations' columns, drafts.
+            // What versions 10 to 16 add, gone: the delivery tables, operations' columns, drafts,
+            // copies to edit, a session's device.
             c.execute_batch(
                 "DROP TABLE answers; DROP TABLE draft_revisions; DROP TABLE draft_photos; DROP TABLE drafts;
                  ALTER TABLE sets DROP COLUMN draft_revision; ALTER TABLE sets DROP COLUMN draft_id;
-                 DROP TABLE delivery_items; DROP TABLE deliveries; DROP TABLE notices;
+                 ALTER TABLE sets DROP COLUMN started_at; DROP TABLE delivery_items; DROP TABLE deliveries; DROP TABLE notices;
                  ALTER TABLE providers DROP COLUMN paused_reason; DROP INDEX tasks_by_source;
                  ALTER TABLE tasks DROP COLUMN source_id; ALTER TABLE tasks DROP COLUMN source_kind;
-                 ALTER TABLE tasks DROP COLUMN operation; PRAGMA user_version = 9;",
+                 ALTER TABLE tasks DROP COLUMN operation; ALTER TABLE web_sessions DROP COLUMN device;
+                 PRAGMA user_version = 9;",
             )
         })
         .expect("make it version 9");
@@ -301,12 +303,12 @@ async fn a_version_9_database_gains_the_delivery_tables() {
         .and_then(|c| c.query_row("PRAGMA user_version", [], |r| r.get(0)))
         .expect("version");
     assert_eq!(
-        version, 14,
-        "and on to 14: operations (11), a delivery's shopify product and each item's remote id (12), drafts (13), \
-         shot roles (14)"
+        version, 16,
+        "and on to 16: operations (11), a delivery's shopify product and each item's remote id (12), drafts (13), \
+         shot roles (14), copies to edit (15), a web session's device (16)"
     );
-    assert_eq!(tally::store::SCHEMA_VERSION, 14);
-    assert_eq!(tally::store::postgres::PG_SCHEMA_VERSION, 13);
+    assert_eq!(tally::store::SCHEMA_VERSION, 16);
+    assert_eq!(tally::store::postgres::PG_SCHEMA_VERSION, 15);
     let (product, remote): (Option<String>, Option<String>) = rusqlite::Connection::open(&db)
         .and_then(|c| {
             c.query_row(

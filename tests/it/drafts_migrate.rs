@@ -1,6 +1,7 @@
 //! Drafts' schema migrations on SQLite: 12 → 13 (the draft tables and a set's link) and 13 → 14
-//! (the shot roles a drafted set keeps), and 14 → 15 (a web session's device). PostgreSQL's are
-//! in `conformance::pg_migrate`.
+//! (the shot roles a drafted set keeps); 14 → 15 (a copy to edit: every set already there counts
+//! as started); and 15 → 16 (a web session's device). PostgreSQL's are in
+//! `conformance::pg_migrate`.
 
 use crate::common::TempDir;
 
@@ -15,6 +16,7 @@ async fn a_version_12_database_gains_the_draft_tables() {
         .and_then(|c| {
             c.execute_batch(
                 "DROP TABLE answers; DROP TABLE draft_revisions; DROP TABLE draft_photos; DROP TABLE drafts;
+                 ALTER TABLE sets DROP COLUMN started_at;
                  ALTER TABLE sets DROP COLUMN draft_revision; ALTER TABLE sets DROP COLUMN draft_id;
                  ALTER TABLE web_sessions DROP COLUMN device; PRAGMA user_version = 12;",
             )
@@ -24,7 +26,7 @@ async fn a_version_12_database_gains_the_draft_tables() {
     store.close().expect("close");
     let c = rusqlite::Connection::open(&db).expect("open");
     let version: i64 = c.query_row("PRAGMA user_version", [], |r| r.get(0)).expect("version");
-    assert_eq!(version, tally::store::SCHEMA_VERSION, "migrated to the current version");
+    assert_eq!(version, tally::store::SCHEMA_VERSION);
     for t in ["drafts", "draft_photos", "draft_revisions", "answers"] {
         let n: i64 = c
             .query_row("SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?1", [t], |r| r.get(0))
@@ -47,7 +49,8 @@ async fn a_version_13_database_keeps_its_roles_and_takes_a_detail_shot() {
     rusqlite::Connection::open(&db)
         .and_then(|c| {
             c.execute_batch(
-                "ALTER TABLE tasks DROP COLUMN shot_role;
+                "ALTER TABLE sets DROP COLUMN started_at;
+                 ALTER TABLE tasks DROP COLUMN shot_role;
                  ALTER TABLE tasks ADD COLUMN shot_role TEXT CHECK (shot_role IN ('main', 'selling_point', 'scene'));
                  INSERT INTO tasks (id, provider, prompt, params, request_hash, status, created_at, updated_at, shot_role)
                  VALUES ('t1', 'demo', 'p', '{}', 'h1', 'succeeded', 1, 1, 'main'),
@@ -66,7 +69,7 @@ async fn a_version_13_database_keeps_its_roles_and_takes_a_detail_shot() {
     store.close().expect("close");
     let c = rusqlite::Connection::open(&db).expect("open");
     let version: i64 = c.query_row("PRAGMA user_version", [], |r| r.get(0)).expect("version");
-    assert_eq!(version, tally::store::SCHEMA_VERSION, "migrated to the current version");
+    assert_eq!(version, tally::store::SCHEMA_VERSION);
     let roles: Vec<Option<String>> = c
         .prepare("SELECT shot_role FROM tasks WHERE id IN ('t1', 't2', 't3') ORDER BY id")
         .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
@@ -78,10 +81,52 @@ async fn a_version_13_database_keeps_its_roles_and_takes_a_detail_shot() {
     assert_eq!(check, "ok");
 }
 
-/// Schema 14 → 15: a version-14 database's web sessions stay signed in, listed with no device
+/// Schema 14 → 15: a set of a version-14 database (whose later shot waits unscheduled, as one
+/// shot at a time has it) counts as started, so it runs on as before; only a duplicate made
+/// after the migration is a copy to edit.
+#[tokio::test]
+async fn a_version_14_database_counts_every_set_as_started() {
+    use tally::store::{NewSet, NewShot, SetStatus, SubmitOutcome, set_summary};
+    let dir = TempDir::new();
+    let db = dir.path().join("tally.db");
+    let durability = tally::config::Durability::Full;
+    let store = tally::store::Store::open(&db, durability).expect("new");
+    let shot =
+        |p: &str| NewShot { role: "main".into(), prompt: p.into(), params: serde_json::json!({}), candidates: 1 };
+    let set = NewSet {
+        product: "teapot".into(),
+        style: None,
+        provider: "demo".into(),
+        references: vec![],
+        shots: vec![shot("a"), shot("b")],
+        idempotency_key: None,
+    };
+    let SubmitOutcome::Created(id) = store.create_set(set, 1_000).await.expect("create") else { panic!("created") };
+    store.close().expect("close");
+    rusqlite::Connection::open(&db)
+        .and_then(|c| {
+            c.execute_batch(
+                "ALTER TABLE sets DROP COLUMN started_at; ALTER TABLE web_sessions DROP COLUMN device; \
+             PRAGMA user_version = 14;",
+            )
+        })
+        .expect("make it version 14");
+    let store = tally::store::Store::open(&db, durability).expect("migrates");
+    let notes = store.migration_notes().join("\n");
+    assert!(notes.contains("14 to 15"), "{notes}");
+    let view = store.get_set(id.clone()).await.expect("get").expect("set");
+    assert!(view.started, "a set from before copies to edit was started");
+    assert_eq!(set_summary(&view).0, SetStatus::Running);
+    let out = store.duplicate_set(id, None, false, 2_000).await.expect("duplicate");
+    let Some(SubmitOutcome::Created(copy)) = out else { panic!("created: {out:?}") };
+    assert!(!store.get_set(copy).await.expect("get").expect("copy").started);
+    store.close().expect("close");
+}
+
+/// Schema 15 → 16: a version-15 database's web sessions stay signed in, listed with no device
 /// name (they signed in before devices were named); new ones name theirs.
 #[tokio::test]
-async fn a_version_14_database_keeps_its_sessions_and_lists_them_unnamed() {
+async fn a_version_15_database_keeps_its_sessions_and_lists_them_unnamed() {
     let dir = TempDir::new();
     let db = dir.path().join("tally.db");
     let durability = tally::config::Durability::Full;
@@ -91,12 +136,12 @@ async fn a_version_14_database_keeps_its_sessions_and_lists_them_unnamed() {
             c.execute_batch(
                 "ALTER TABLE web_sessions DROP COLUMN device;
                  INSERT INTO web_sessions (id_hash, csrf, created_at, last_used_at) VALUES ('old', 'c', 5, 5);
-                 PRAGMA user_version = 14;",
+                 PRAGMA user_version = 15;",
             )
         })
-        .expect("make it version 14");
+        .expect("make it version 15");
     let store = tally::store::Store::open(&db, durability).expect("migrates");
-    assert!(store.migration_notes().join("\n").contains("14 to 15"), "{:?}", store.migration_notes());
+    assert!(store.migration_notes().join("\n").contains("15 to 16"), "{:?}", store.migration_notes());
     assert_eq!(store.session("old".into()).await.expect("read").map(|s| s.csrf), Some("c".to_string()));
     store.insert_session("new".into(), "d".into(), Some("iPhone · Safari".into()), 10).await.expect("insert");
     let listed: Vec<(String, Option<String>)> =

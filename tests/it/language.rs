@@ -559,14 +559,16 @@ fn a_set_with_candidates_its_deliver_section_and_its_edit_and_duplicate_buttons_
         assert_no_english(&b, "a set with candidates in Chinese", &["blue mug", "on white", "on a desk"]).await;
         b.assert_accessible("a set with candidates in Chinese").await;
 
-        // Duplicate asks first, in Chinese, and says it is free.
+        // Duplicate asks first, in Chinese, and says the copy sends nothing until it is started.
         b.click("#duplicate-set").await;
         b.until("the confirmation", 10, "document.getElementById('confirm-dialog').open").await;
         assert_eq!(b.js(&text("confirm-title")).await, json!("复制这个图片组？"));
         let body = b.js(&text("confirm-text")).await;
         assert_eq!(
             body,
-            json!("会新建一个图片组，商品、照片和 2 个镜头都一样，它的 4 张图片会排队生成。不收费：demo 是免费的。")
+            json!(
+                "会新建一个副本，商品、照片和 2 个镜头（4 张图片）都一样，你可以先修改。点“开始生成”之前什么都不会发送，也不会收费。"
+            )
         );
         assert_eq!(b.js(&text("confirm-yes")).await, json!("复制"));
         b.assert_accessible("the duplicate dialog in Chinese").await;

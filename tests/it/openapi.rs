@@ -345,6 +345,7 @@ fn config(seeds: &Seeds) -> String {
         ("POST", "/v1/tasks", &["400", "422"][..]),
         ("POST", "/v1/sets", &["400"][..]),
         ("POST", "/v1/sets/{id}/duplicate", &["400"][..]),
+        ("POST", "/v1/sets/{id}/start", &["400"][..]),
         ("POST", "/v1/tasks/{id}/retry", &["400"][..]),
         // `succeeded` needs `image_base64`.
         ("POST", "/v1/tasks/{id}/resolve", &["422"][..]),

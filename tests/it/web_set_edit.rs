@@ -2,9 +2,10 @@
 //! dark mode at 320 px, each view axe-core clean with no sideways scrolling and no small tap
 //! target): a typo fixed in a queued shot through its Edit form (the daemon
 //! stores it, the card shows it), a running shot offering no Edit, the product and style of a
-//! set with nothing sent changed (every shot follows), a duplicate asked for with
-//! its price (a priced provider's question names the amount; saying no queues nothing) and
-//! opened, and a failed set deleted after a confirmation while Spend still lists its charge.
+//! set with nothing sent changed (every shot follows), a duplicate opened as a copy to edit
+//! and started with "Start generating" (a priced provider's question names the amount; saying
+//! no sends nothing; the copy never started is deleted), and a failed set deleted after a
+//! confirmation while Spend still lists its charge.
 
 use std::time::Duration;
 
@@ -100,12 +101,13 @@ fn a_queued_shot_is_edited_a_set_duplicated_and_a_failed_set_deleted_in_the_page
         assert_eq!(stored["shots"][1]["status"], "queued", "still waiting its turn, nothing sent");
         assert_eq!(stored["shots"][0]["prompt"], "on a table — product: teapot", "the running shot is untouched");
 
-        // Duplicate (the demo is free, and the question says so); the copy opens.
+        // Duplicate (the question says the copy sends nothing until it is started); the copy
+        // opens, a copy to edit with "Start generating".
         let before = set_count(&d);
         b.click("#duplicate-set").await;
         b.until("the question", 5, "document.getElementById('confirm-dialog').open").await;
         let ask = b.js("document.getElementById('confirm-dialog').innerText").await;
-        assert!(ask.as_str().unwrap_or("").contains("free"), "{ask}");
+        assert!(ask.as_str().unwrap_or("").contains("until you press Start generating"), "{ask}");
         b.click("#confirm-yes").await;
         b.until(
             "the copy",
@@ -117,7 +119,10 @@ fn a_queued_shot_is_edited_a_set_duplicated_and_a_failed_set_deleted_in_the_page
         let hash = b.js("location.hash").await;
         let copy = hash.as_str().unwrap_or("").trim_start_matches("#/sets/").to_string();
         let copied = d.call("GET", &format!("/v1/sets/{copy}"), None).json();
-        assert_eq!(copied["product"], "teapot");
+        assert_eq!((copied["product"].clone(), copied["status"].clone()), (json!("teapot"), json!("draft")));
+        b.until("Start generating", 10, "document.getElementById('start-set') !== null").await;
+        let price = b.js("document.getElementById('start-price').innerText").await;
+        assert!(price.as_str().unwrap_or("").contains("free"), "the demo is free: {price}");
         assert_eq!(copied["shots"][1]["prompt"], "in a kitchen — product: teapot", "the copy has the fix");
         check_view(&b, "the duplicated set").await;
         // Nothing of the copy was sent (the slow provider's one slot is busy): its product and
@@ -144,20 +149,44 @@ fn a_queued_shot_is_edited_a_set_duplicated_and_a_failed_set_deleted_in_the_page
             "teapot",
             "the original is untouched"
         );
+        // Started (free: nothing to ask): it is a set like any other now.
+        b.click("#start-set").await;
+        b.until("the started copy", 10, "document.getElementById('start-set') === null").await;
+        assert_eq!(d.call("GET", &format!("/v1/sets/{copy}"), None).json()["status"], "running");
 
-        // The failed set: no Edit, its duplicate priced (saying no queues nothing), Delete asks.
+        // The failed set: no Edit; its copy's start is priced (saying no sends nothing), and the
+        // copy never started is deleted.
         b.js(&format!("(location.hash = '#/sets/{failed}')")).await;
         b.until("the failed set", 10, "document.getElementById('delete-set') !== null").await;
         assert_eq!(b.js("document.getElementById('shot-edit-0') === null").await, true);
         check_view(&b, "a failed set").await;
-        let before = set_count(&d);
+        let sent = mock.lines().len();
         b.click("#duplicate-set").await;
+        b.until("the question", 5, "document.getElementById('confirm-dialog').open").await;
+        b.click("#confirm-yes").await;
+        b.until("the paid copy", 10, &format!("!location.hash.endsWith('{failed}') && document.getElementById('start-set') !== null"))
+            .await;
+        let price = b.js("document.getElementById('start-price').innerText").await;
+        assert!(price.as_str().unwrap_or("").contains("$0.04"), "the price beside the button: {price}");
+        check_view(&b, "a copy to edit").await;
+        b.click("#start-set").await;
         b.until("the question", 5, "document.getElementById('confirm-dialog').open").await;
         let ask = b.js("document.getElementById('confirm-dialog').innerText").await;
         assert!(ask.as_str().unwrap_or("").contains("$0.04"), "the question names the price: {ask}");
         b.click("#confirm-no").await;
         b.until("the dialog closed", 5, "!document.getElementById('confirm-dialog').open").await;
-        assert_eq!(set_count(&d), before, "saying no queued nothing");
+        let hash = b.js("location.hash").await;
+        let paid_copy = hash.as_str().unwrap_or("").trim_start_matches("#/sets/").to_string();
+        assert_eq!(d.call("GET", &format!("/v1/sets/{paid_copy}"), None).json()["status"], "draft");
+        assert_eq!(mock.lines().len(), sent, "saying no sent nothing");
+        let before = set_count(&d);
+        b.click("#delete-set").await;
+        b.until("the question", 5, "document.getElementById('confirm-dialog').open").await;
+        b.click("#confirm-yes").await;
+        b.until("the sets list", 10, "location.hash === '#/sets' && document.getElementById('set-list') !== null").await;
+        assert_eq!(set_count(&d), before - 1, "the copy never started is deleted");
+        b.js(&format!("(location.hash = '#/sets/{failed}')")).await;
+        b.until("the failed set", 10, "document.getElementById('delete-set') !== null").await;
         b.click("#delete-set").await;
         b.until("the question", 5, "document.getElementById('confirm-dialog').open").await;
         let ask = b.js("document.getElementById('confirm-dialog').innerText").await;

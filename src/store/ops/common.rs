@@ -349,9 +349,21 @@ fn schedule_sql(d: Dialect) -> String {
 /// After a shot of `set` settled: if no shot of it is live, schedule the next unscheduled one
 /// now (ready at once, with its place in the fresh lane). One shot at a time per set: the set
 /// row is locked first ([`Tx::lock_set`]), so two PostgreSQL nodes never both see "no live shot".
+/// A copy to edit that was not started (`sets.started_at` NULL) is never scheduled here:
+/// whatever settles or is released, only its start (`sets::start_set`) makes a shot of it due.
 pub(in crate::store) fn schedule_next_shot_of(tx: &mut dyn Tx, set: &str, now: Millis) -> Result<(), StoreError> {
+    schedule_next(tx, set, now, "the previous shot of the set is settled; this one is next")
+}
+
+/// A set's start: its first unscheduled shot made due now, as [`schedule_next_shot_of`] does
+/// (the caller, `sets::start_set`, marked the set started under its lock).
+pub(in crate::store) fn schedule_first_shot_of(tx: &mut dyn Tx, set: &str, now: Millis) -> Result<(), StoreError> {
+    schedule_next(tx, set, now, "the set was started; this is its first shot")
+}
+
+fn schedule_next(tx: &mut dyn Tx, set: &str, now: Millis, line: &str) -> Result<(), StoreError> {
     tx.lock_set(set)?;
-    if set_has_live_shot(tx, set)? {
+    if !super::sets::set_started(tx, set)? || set_has_live_shot(tx, set)? {
         return Ok(());
     }
     let next: Option<String> = tx
@@ -366,15 +378,7 @@ pub(in crate::store) fn schedule_next_shot_of(tx: &mut dyn Tx, set: &str, now: M
     if let Some(next) = next {
         let sql = SCHEDULE.get(tx);
         tx.exec(sql, &[&next, &now])?;
-        event(
-            tx,
-            &next,
-            now,
-            Actor::Dispatcher,
-            "scheduled",
-            "the previous shot of the set is settled; this one is next",
-            None,
-        )?;
+        event(tx, &next, now, Actor::Dispatcher, "scheduled", line, None)?;
     }
     Ok(())
 }

@@ -177,6 +177,9 @@ pub(in crate::store) fn settle_held(
                 if crate::store::ops::common::set_has_live_shot(tx, set)? {
                     return Ok(Settled::SetBusy);
                 }
+                // A request of it reached the provider, so its set was started (a copy to edit
+                // restored from a backup taken before its start): it no longer shows as one.
+                tx.exec("UPDATE sets SET started_at = ?2 WHERE id = ?1 AND started_at IS NULL", &[set, &now])?;
             }
             let token = uuid::Uuid::new_v4().to_string();
             let lease = uuid::Uuid::new_v4().to_string();

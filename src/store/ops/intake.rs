@@ -19,8 +19,8 @@ fn envelope_sql(d: Dialect) -> String {
 }
 
 /// Insert a task and its envelope in one transaction (the outbox write). A shot of a set waits
-/// (no due time) while another shot of its set is scheduled: one at a time, decided under the
-/// set's lock.
+/// (no due time) while another shot of its set is scheduled, or while its set is a copy to edit
+/// not started yet: one at a time, decided under the set's lock.
 pub(in crate::store) fn submit(tx: &mut dyn Tx, t: &NewTask, now: Millis) -> Result<SubmitOutcome, StoreError> {
     let hash = t.hash();
     let id = new_id();
@@ -62,10 +62,13 @@ pub(in crate::store) fn submit(tx: &mut dyn Tx, t: &NewTask, now: Millis) -> Res
             StoreError::Fatal("a submit's insert did nothing, yet no task holds its idempotency key".into())
         });
     }
+    // A copy to edit that was not started schedules nothing (its start does).
+    let mut unstarted = false;
     let due = match set_id {
         Some(set) => {
             tx.lock_set(set)?;
-            if set_has_live_shot(tx, set)? { None } else { Some(now) }
+            unstarted = !super::sets::set_started(tx, set)?;
+            if unstarted || set_has_live_shot(tx, set)? { None } else { Some(now) }
         }
         None => Some(now),
     };
@@ -89,7 +92,9 @@ pub(in crate::store) fn submit(tx: &mut dyn Tx, t: &NewTask, now: Millis) -> Res
         if s.candidate > 0 {
             msg.push_str(&format!(", its candidate {}", s.candidate + 1));
         }
-        if due.is_none() {
+        if unstarted {
+            msg.push_str("; it waits until the set is started");
+        } else if due.is_none() {
             msg.push_str("; it waits until the set's current shot is settled");
         }
     }

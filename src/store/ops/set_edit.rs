@@ -18,7 +18,7 @@ use serde_json::Value;
 use super::SubmitOutcome;
 use super::choice::set_event;
 use super::common::{by_dialect, event};
-use super::sets::create_set;
+use super::sets::{create_set_as, set_started, start_set};
 use crate::domain::words::{say, say_with};
 use crate::domain::{Actor, Millis, request_hash};
 use crate::store::set_edit::{DeleteOutcome, EditOutcome, SetBlock, SetEdit, own_words, prompt_suffix};
@@ -289,21 +289,27 @@ pub(in crate::store) fn edit_set(
 }
 
 /// Duplicate a set: a new set with the same product, style, provider, reference photos and
-/// shots (each with as many candidates as it has now), its tasks queued like any new set's,
-/// in one transaction with a line on both sets' timelines. `None`: no such set. `key` makes
-/// resending the duplicate safe, as a create's key does.
+/// shots (each with as many candidates as it has now), in one transaction with a line on both
+/// sets' timelines. The copy is a copy to edit: not started, none of its tasks scheduled, so
+/// nothing of it is sent until [`start_set`] — or, with `start`, it is started in the same
+/// transaction (a copy made before with the same key is started then too). `None`: no such
+/// set. `key` makes resending the duplicate safe, as a create's key does.
 pub(in crate::store) fn duplicate_set(
     tx: &mut dyn Tx,
     set: &str,
     key: Option<&str>,
+    start: bool,
     now: Millis,
 ) -> Result<Option<SubmitOutcome>, StoreError> {
     tx.lock_set(set)?;
     let Some(new) = as_new_set(tx, set, key)? else { return Ok(None) };
-    let out = create_set(tx, &new, now)?;
+    let out = create_set_as(tx, &new, false, now)?;
     if let SubmitOutcome::Created(id) = &out {
-        set_event(tx, set, now, "duplicated", &format!("duplicated as set {id}"))?;
-        set_event(tx, id, now, "duplicated_from", &format!("a copy of set {set}"))?;
+        set_event(tx, set, now, "duplicated", &say_with("say.set_copied_to_edit", &[("id", id)]))?;
+        set_event(tx, id, now, "duplicated_from", &say_with("say.set_copy_to_edit", &[("id", set)]))?;
+    }
+    if start && let SubmitOutcome::Created(id) | SubmitOutcome::Existing(id) = &out {
+        start_set(tx, id, now)?;
     }
     Ok(Some(out))
 }
@@ -364,11 +370,15 @@ pub(in crate::store) fn delete_set(tx: &mut dyn Tx, set: &str, now: Millis) -> R
         tx.lock_task(id)?;
     }
     let tasks = set_tasks(tx, set)?;
+    // A copy to edit never started: nothing of it was scheduled, so its waiting tasks go too.
+    let unstarted = !set_started(tx, set)?;
     // Current shots only decide the message; every task, replaced ones included, must be done.
     for t in &tasks {
         let name = shot_name(t.position, t.role.as_deref());
+        let never_sent = t.envelope == "pending" && t.called == 0;
         let block = match t.status.as_str() {
             "failed" | "canceled" => continue,
+            "queued" | "waiting" if unstarted && never_sent => continue,
             "succeeded" => SetBlock {
                 code: "set_has_images",
                 message: format!(

@@ -11,7 +11,7 @@ use super::user::cancel;
 use super::{CancelOutcome, SubmitOutcome, submit};
 use crate::domain::Millis;
 use crate::store::tx::{Row, Tx};
-use crate::store::{NewImage, NewSet, SetView, StoreError, UploadView};
+use crate::store::{NewImage, NewSet, SetView, StartOutcome, StoreError, UploadView};
 
 fn upload_row(r: &Row) -> Result<UploadView, StoreError> {
     Ok(UploadView { id: r.get(0)?, sha256: r.get(1)?, bytes: r.get(2)?, media_type: r.get(3)?, created_at: r.get(4)? })
@@ -89,6 +89,18 @@ pub(in crate::store) fn references_of_set(tx: &mut dyn Tx, set: &str) -> Result<
 /// Create a set: the set row, its references, and one task (with its envelope) per candidate
 /// of each shot, the first due now and the rest unscheduled — all in one transaction.
 pub(in crate::store) fn create_set(tx: &mut dyn Tx, s: &NewSet, now: Millis) -> Result<SubmitOutcome, StoreError> {
+    create_set_as(tx, s, true, now)
+}
+
+/// [`create_set`], or with `started` false a copy to edit: its row's `started_at` NULL and
+/// every task unscheduled (`intake::submit` schedules no task of a set not started), until
+/// [`start_set`] starts it.
+pub(in crate::store) fn create_set_as(
+    tx: &mut dyn Tx,
+    s: &NewSet,
+    started: bool,
+    now: Millis,
+) -> Result<SubmitOutcome, StoreError> {
     let hash = s.hash();
     if let Some(seen) = replay_of(tx, Keyed::Sets, s.idempotency_key.as_deref(), &hash)? {
         return Ok(seen);
@@ -106,9 +118,10 @@ pub(in crate::store) fn create_set(tx: &mut dyn Tx, s: &NewSet, now: Millis) -> 
     }
     let id = new_id();
     tx.exec(
-        "INSERT INTO sets (id, idempotency_key, request_hash, product, style, provider, created_at, updated_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
-        &[&id, &s.idempotency_key, &hash, &s.product, &s.style, &s.provider, &now],
+        "INSERT INTO sets (id, idempotency_key, request_hash, product, style, provider, created_at, updated_at,
+                           started_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8)",
+        &[&id, &s.idempotency_key, &hash, &s.product, &s.style, &s.provider, &now, &started.then_some(now)],
     )?;
     for (i, r) in s.references.iter().enumerate() {
         tx.exec(
@@ -121,6 +134,38 @@ pub(in crate::store) fn create_set(tx: &mut dyn Tx, s: &NewSet, now: Millis) -> 
     }
     super::choice::set_event(tx, &id, now, "created", &s.created_message())?;
     Ok(SubmitOutcome::Created(id))
+}
+
+/// Whether set `set` was started (a set that does not exist counts as started: nothing holds
+/// its tasks back).
+pub(in crate::store) fn set_started(tx: &mut dyn Tx, set: &str) -> Result<bool, StoreError> {
+    Ok(tx
+        .opt("SELECT started_at IS NOT NULL FROM sets WHERE id = ?1", &[&set])?
+        .map(|r| r.get::<bool>(0))
+        .transpose()?
+        .unwrap_or(true))
+}
+
+/// Start a copy to edit: in one transaction, under the set's lock, re-check that it is still
+/// not started (and not canceled), mark it started, and make its first unscheduled shot due
+/// exactly as a new set's first shot is (`common::schedule_first_shot_of`), with a line on its
+/// timeline. Starting a set already started changes nothing.
+pub(in crate::store) fn start_set(tx: &mut dyn Tx, set: &str, now: Millis) -> Result<StartOutcome, StoreError> {
+    tx.lock_set(set)?;
+    let Some(r) = tx.opt("SELECT canceled, started_at IS NOT NULL FROM sets WHERE id = ?1", &[&set])? else {
+        return Ok(StartOutcome::NoSet);
+    };
+    let (canceled, started): (bool, bool) = (r.get(0)?, r.get(1)?);
+    if started {
+        return Ok(StartOutcome::AlreadyStarted);
+    }
+    if canceled {
+        return Ok(StartOutcome::Canceled);
+    }
+    tx.exec("UPDATE sets SET started_at = ?2, updated_at = ?2 WHERE id = ?1", &[&set, &now])?;
+    super::common::schedule_first_shot_of(tx, set, now)?;
+    super::choice::set_event(tx, set, now, "started", &crate::domain::words::say("say.set_started_line"))?;
+    Ok(StartOutcome::Started)
 }
 
 /// Cancel a set: every shot not yet called is canceled; a running shot finishes honestly.
@@ -151,8 +196,11 @@ pub(in crate::store) fn cancel_set(tx: &mut dyn Tx, set: &str, now: Millis) -> R
 
 /// A set with its current shots.
 pub(in crate::store) fn get_set(tx: &mut dyn Tx, id: &str) -> Result<Option<SetView>, StoreError> {
-    let row = tx
-        .opt("SELECT id, product, style, provider, canceled, created_at, updated_at FROM sets WHERE id = ?1", &[&id])?;
+    let row = tx.opt(
+        "SELECT id, product, style, provider, canceled, created_at, updated_at, started_at IS NOT NULL
+             FROM sets WHERE id = ?1",
+        &[&id],
+    )?;
     let Some(r) = row else { return Ok(None) };
     let mut set = SetView {
         id: r.get(0)?,
@@ -162,6 +210,7 @@ pub(in crate::store) fn get_set(tx: &mut dyn Tx, id: &str) -> Result<Option<SetV
         canceled: r.get(4)?,
         created_at: r.get(5)?,
         updated_at: r.get(6)?,
+        started: r.get(7)?,
         references: Vec::new(),
         shots: Vec::new(),
         candidates: Vec::new(),

@@ -62,7 +62,7 @@ const SCHEMA: &str = include_str!("../../../schema-pg.sql");
 
 /// The PostgreSQL schema version this build writes (independent of SQLite's
 /// `SCHEMA_VERSION`). Older databases are migrated by [`MIGRATIONS`]; newer ones refused.
-pub const PG_SCHEMA_VERSION: i32 = 14;
+pub const PG_SCHEMA_VERSION: i32 = 15;
 
 /// Migrations from version `n` to `n + 1`, indexed by `n - 1`. Each runs in the transaction
 /// that records the new version, under the migration lock, and only while no other node of
@@ -208,7 +208,10 @@ const MIGRATIONS: &[&str] = &[
        END LOOP;
      END $$;
      ALTER TABLE tasks ADD CONSTRAINT tasks_shot_role_check CHECK (shot_role IN ('main', 'selling_point', 'scene', 'detail', 'size', 'main_white'));",
-    // 13 → 14: a web session names the device it signed in (as SQLite's 14 → 15).
+    // 13 → 14: a copy to edit until it is started (as SQLite's 14 → 15).
+    "ALTER TABLE sets ADD COLUMN started_at bigint;
+     UPDATE sets SET started_at = created_at;",
+    // 14 → 15: a web session names the device it signed in (as SQLite's 15 → 16).
     "ALTER TABLE web_sessions ADD COLUMN device text;",
 ];
 

@@ -14,7 +14,7 @@ use crate::config::Durability;
 use crate::store::StoreError;
 
 /// The schema version this build writes. Older databases are migrated; newer ones refused.
-pub const SCHEMA_VERSION: i64 = 15;
+pub const SCHEMA_VERSION: i64 = 16;
 
 /// `PRAGMA application_id` of tally databases ("taly").
 pub(super) const APPLICATION_ID: i64 = 0x7461_6c79;
@@ -200,7 +200,11 @@ const MIGRATIONS: &[&str] = &[
      ALTER TABLE tasks ADD COLUMN shot_role TEXT CHECK (shot_role IN ('main', 'selling_point', 'scene', 'detail', 'size', 'main_white'));
      UPDATE tasks SET shot_role = shot_role_v13 WHERE shot_role_v13 IS NOT NULL;
      ALTER TABLE tasks DROP COLUMN shot_role_v13;",
-    // 14 → 15: a web session names the device it signed in ("iPhone · Safari"), for the page's
+    // 14 → 15: a duplicate is a copy to edit until it is started (issue #39): `started_at`
+    // NULL marks a set none of whose tasks may be scheduled; every existing set was started.
+    "ALTER TABLE sets ADD COLUMN started_at INTEGER;
+     UPDATE sets SET started_at = created_at;",
+    // 15 → 16: a web session names the device it signed in ("iPhone · Safari"), for the page's
     // list of signed-in devices.
     "ALTER TABLE web_sessions ADD COLUMN device TEXT;",
 ];

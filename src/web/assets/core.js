@@ -15,12 +15,13 @@ window.tally = (function () {
   /* An icon per status, next to its word: colour is never the only signal. */
   const ICONS = {
     queued: "…", waiting: "◷", running: "↻", succeeded: "✓", failed: "✕", unknown: "?", canceled: "–",
-    done: "✓", done_with_problems: "?",
+    done: "✓", done_with_problems: "?", draft: "✎",
   };
   /* Status words for people (in English; the page shows the catalogue's `word.*`). */
   const WORDS = {
     queued: "waiting its turn", waiting: "waiting", running: "generating", succeeded: "ready", failed: "failed",
     unknown: "outcome unknown", canceled: "canceled", done: "done", done_with_problems: "needs a look",
+    draft: "copy to edit",
   };
   /* Shot roles in plain words (the API's names are main, selling_point, scene, detail, size; the page
      shows the catalogue's `role.*`). */

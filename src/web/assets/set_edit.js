@@ -1,10 +1,11 @@
 /* tally's web page: changing a set before anything was sent for it (a queued shot's prompt and
    role; the product and style notes while no shot of the set was sent; its reference photos,
-   added or removed, while no request of the set left), duplicating a set
-   (asking first, with the price when tally knows it) and deleting a set whose every shot failed
-   or was canceled (asking first; jobs that reached the provider stay in Jobs and Spend).
+   added or removed, while no request of the set left), duplicating a set as a copy to edit
+   (which sends nothing), starting a copy ("Start generating": asking first, with the price when
+   tally knows it) and deleting a set whose every shot failed or was canceled, or a copy never
+   started (asking first; jobs that reached the provider stay in Jobs and Spend).
    sets.js calls T.setEditActions for the set's buttons and T.shotEditButton for each shot;
-   every change goes through the API (PATCH, POST …/duplicate, DELETE /v1/sets/{id}), whose
+   every change goes through the API (PATCH, POST …/duplicate, POST …/start, DELETE /v1/sets/{id}), whose
    refusals are shown as they are worded. */
 "use strict";
 
@@ -91,22 +92,47 @@
     return edit;
   }
 
-  /** What a duplicate costs, in words: free, about an amount, or a price tally does not know. */
-  function duplicateWords(s, provider) {
-    const images = (s.shots || []).reduce((n, x) => n + tasksOf(x).length, 0);
-    const made = T.tf("dup.made", { shots: (s.shots || []).length, images });
-    if (provider && provider.billable === false) return made + T.tf("dup.free", { provider: s.provider });
-    const price = provider && provider.price_per_image;
-    const total = (price !== null && price !== undefined && price !== "") ? T.money(Number(price) * images, provider.currency) : null;
-    return made + (total
-      ? T.tf("dup.cost", { provider: s.provider, total })
-      : T.tf("dup.unknown", { provider: s.provider }));
+  /** How many images a set's shots make (every candidate of every shot). */
+  function imagesOf(s) {
+    return (s.shots || []).reduce((n, x) => n + tasksOf(x).length, 0);
   }
 
-  /** The set's own buttons: edit the product and style, duplicate, delete. */
+  /** What starting a copy costs, in words: free, about an amount, or a price tally does not know. */
+  function startWords(s, provider) {
+    const images = imagesOf(s);
+    if (provider && provider.billable === false) return T.tf("dup.free", { provider: s.provider });
+    const price = provider && provider.price_per_image;
+    const total = (price !== null && price !== undefined && price !== "") ? T.money(Number(price) * images, provider.currency) : null;
+    return total
+      ? T.tf("dup.cost", { provider: s.provider, total })
+      : T.tf("dup.unknown", { provider: s.provider });
+  }
+
+  /** "Start generating" for a copy to edit (`status` draft), with its price beside it; on a
+      provider that charges, the price is asked first (as other spending is), then the start
+      acknowledges it. */
+  function startButton(s, provider, err, reload) {
+    const start = h("button", { type: "button", class: "primary", id: "start-set" }, T.t("start.button"));
+    start.addEventListener("click", async () => {
+      if (T.priceKind(provider) !== "free") {
+        const yes = await T.confirmDialog(T.t("start.title"),
+          T.tf("start.made", { images: imagesOf(s) }) + startWords(s, provider), T.t("start.yes"));
+        if (!yes) return;
+      }
+      busy(start, err, async () => {
+        await api("POST", "/v1/sets/" + encodeURIComponent(s.id) + "/start", { acknowledge_possible_charge: true });
+        await reload();
+      });
+    });
+    return [start, h("span", { class: "hint", id: "start-price" }, startWords(s, provider))];
+  }
+
+  /** The set's own buttons: start a copy to edit, edit the product and style, duplicate, delete. */
   function setEditActions(s, provider, err, reload) {
     const out = [];
     const shots = s.shots || [];
+    const draft = s.status === "draft";
+    if (draft) out.push(...startButton(s, provider, err, reload));
     if (!s.canceled && shots.length && shots.every(unsent)) {
       const key = s.id + ":set";
       const edit = h("button", { type: "button", id: "set-edit" }, T.t("edit.set"));
@@ -147,18 +173,19 @@
     }
     const dup = h("button", { type: "button", id: "duplicate-set" }, T.t("dup.button"));
     dup.addEventListener("click", async () => {
-      const yes = await T.confirmDialog(T.t("dup.title"), duplicateWords(s, provider), T.t("dup.yes"));
+      /* A copy costs nothing until it is started: the question says so, and names no price. */
+      const made0 = T.tf("dup.made", { shots: shots.length, images: imagesOf(s) });
+      const yes = await T.confirmDialog(T.t("dup.title"), made0, T.t("dup.yes"));
       if (!yes) return;
       let made = null;
       await busy(dup, err, async () => {
-        made = await api("POST", "/v1/sets/" + encodeURIComponent(s.id) + "/duplicate",
-          { acknowledge_possible_charge: true, idempotency_key: T.newKey() });
+        made = await api("POST", "/v1/sets/" + encodeURIComponent(s.id) + "/duplicate", { idempotency_key: T.newKey() });
       });
       if (made) location.hash = "#/sets/" + encodeURIComponent(made.id);
     });
     out.push(dup);
     const all = shots.flatMap(tasksOf);
-    if (s.status !== "running" && all.length && all.every((c) => c.status === "failed" || c.status === "canceled")) {
+    if (draft || (s.status !== "running" && all.length && all.every((c) => c.status === "failed" || c.status === "canceled"))) {
       const del = h("button", { type: "button", id: "delete-set", class: "danger" }, T.t("del.button"));
       del.addEventListener("click", async () => {
         const yes = await T.confirmDialog(T.t("del.title"), T.t("del.body"), T.t("del.yes"));

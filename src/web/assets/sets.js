@@ -244,7 +244,9 @@
   /** "Generate another like this" for a shot: one more candidate, its price said first. */
   function moreButton(s, shot, provider, err) {
     const each = T.providerAmount(provider);
-    const billed = !(provider && provider.price && provider.price.billable === false) && !!provider && !!each;
+    /* A copy to edit sends nothing until its start, which asks for the price of every image. */
+    const billed = s.status !== "draft" && !(provider && provider.price && provider.price.billable === false) &&
+      !!provider && !!each;
     const more = h("button", { type: "button", id: "shot-more-" + shot.position },
       each ? T.tf("set.more_cost", { amount: each }) : T.t("set.more"));
     more.addEventListener("click", async () => {

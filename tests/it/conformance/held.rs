@@ -20,7 +20,8 @@ both!(
     a_held_set_still_runs_one_shot_at_a_time,
     a_held_job_found_at_the_provider_is_polled_and_never_sent,
     a_look_that_proves_nothing_keeps_the_job_held_and_says_what_it_found,
-    a_found_shot_waits_while_another_shot_of_its_set_is_live
+    a_found_shot_waits_while_another_shot_of_its_set_is_live,
+    a_copy_restored_from_before_its_start_is_started_when_its_request_is_found
 );
 
 fn set_of<I: IntoIterator<Item = S>, S: Into<String>>(v: I) -> BTreeSet<String> {
@@ -209,4 +210,29 @@ async fn a_found_shot_waits_while_another_shot_of_its_set_is_live(s: Store) {
     let t = s.get_task(shots[1].clone()).await.expect("get").expect("task");
     assert_eq!(t.held.as_ref().map(|h| h.reason.as_str()), Some("copied while running"), "nothing written");
     assert_eq!((t.status, t.attempts), (TaskStatus::Waiting, 0));
+}
+
+/// A copy to edit (issue #39) restored from a backup taken before its start, whose request is
+/// then found at the provider: the job is adopted (polled, never sent again), and the copy no
+/// longer shows as one that sent nothing.
+async fn a_copy_restored_from_before_its_start_is_started_when_its_request_is_found(s: Store) {
+    let shot = NewShot { role: "main".into(), prompt: "a".into(), params: serde_json::json!({}), candidates: 1 };
+    let set = NewSet {
+        product: "teapot".into(),
+        style: None,
+        provider: "p".into(),
+        references: vec![],
+        shots: vec![shot],
+        idempotency_key: None,
+    };
+    let SubmitOutcome::Created(id) = s.create_set(set, T0).await.expect("create") else { panic!("created") };
+    let out = s.duplicate_set(id, None, false, T0 + 1).await.expect("duplicate");
+    let Some(SubmitOutcome::Created(copy)) = out else { panic!("created: {out:?}") };
+    let task = s.get_set(copy.clone()).await.expect("get").expect("copy").shots[0].id.clone();
+    let now = T0 + 2;
+    s.hold_unsettled("queued when the backup was taken".into(), now).await.expect("hold");
+    assert_eq!(s.settle_held(adopt(&task, now, 0, "job-1"), now + 1).await.expect("settle"), Settled::Adopted);
+    let view = s.get_set(copy).await.expect("get").expect("copy");
+    assert!(view.started, "a request of it left: it was started");
+    assert_eq!(set_summary(&view).0, SetStatus::Running);
 }

@@ -236,7 +236,8 @@ fn version_8_gives_the_calls_already_out_their_slots() {
         assert_eq!(store.dispatch_due(2_000, 10, 30_000, "run").await.expect("dispatch").claims.len(), 2);
     });
     store.close().expect("close");
-    // Back to version 7: what the migrations since add, gone (9 → 10's columns and 11 → 12's drafts too).
+    // Back to version 7: what the migrations since add, gone (9 → 10's columns, 11 → 12's drafts
+    // and 13 → 14's `started_at` too).
     let mut c = connect(&url);
     c.batch_execute(&format!(
         "SET search_path = {s};
@@ -245,7 +246,7 @@ fn version_8_gives_the_calls_already_out_their_slots() {
          ALTER TABLE providers DROP COLUMN paused_reason; DROP TABLE notices;
          ALTER TABLE deliveries DROP COLUMN shopify_product; ALTER TABLE delivery_items DROP COLUMN remote_id;
          DROP TABLE answers; DROP TABLE draft_revisions; DROP TABLE draft_photos; DROP TABLE drafts;
-         ALTER TABLE sets DROP COLUMN draft_id, DROP COLUMN draft_revision;
+         ALTER TABLE sets DROP COLUMN draft_id, DROP COLUMN draft_revision, DROP COLUMN started_at;
          ALTER TABLE web_sessions DROP COLUMN device;
          UPDATE tally_schema SET version = 7 WHERE version > 7; SET search_path = public;"
     ))

@@ -1,7 +1,9 @@
 //! Editing, duplicating and deleting a set (`store::set_edit`), on both backends: a shot is
 //! edited only while nothing was sent for it and no worker holds it (a claim racing an edit
 //! sends either the old request, the edit refused, or the new one — never a request that
-//! changed after the claim read it); a duplicate is a new set of the same shots, queued; a set
+//! changed after the claim read it); a duplicate is a copy to edit of the same shots that
+//! nothing schedules before its start (a settle, a release, a retry, a new candidate, recovery,
+//! a prune), and that is deleted whole while never started; a set
 //! is deleted only when every task failed or was canceled, and a request that reached the
 //! provider stays in Spend as a job of its own. The claim-versus-edit race is scripted in both
 //! orders on both backends, run free on both (where the scheduler, not the test, picks the
@@ -11,6 +13,7 @@
 use futures_util::future::join_all;
 use serde_json::json;
 use tally::domain::{Charge, FailureKind, TaskStatus};
+use tally::store::held::Release;
 use tally::store::*;
 
 use super::both;
@@ -22,7 +25,9 @@ both!(
     a_queued_shot_is_edited_and_one_already_claimed_is_not,
     the_photos_change_after_a_refusal_before_sending_and_the_retry_sends_the_new_ones,
     a_claim_racing_an_edit_sends_the_old_request_or_the_new_one,
-    a_duplicate_is_a_new_set_of_the_same_shots_queued,
+    a_duplicate_is_a_copy_to_edit_of_the_same_shots,
+    nothing_schedules_a_copy_to_edit_before_its_start,
+    a_copy_started_at_once_and_a_copy_never_started_deleted,
     a_failed_set_is_deleted_and_what_reached_the_provider_stays_in_spend,
 );
 
@@ -249,7 +254,20 @@ async fn a_claim_racing_an_edit_sends_the_old_request_or_the_new_one(s: Store) {
     eprintln!("claim racing an edit on {}: the edit won {edited} of 20 rounds", s.backend_name());
 }
 
-async fn a_duplicate_is_a_new_set_of_the_same_shots_queued(s: Store) {
+/// Every claim of a dispatch at `now`, finished as succeeded; their task ids.
+async fn run_due(s: &Store, now: i64) -> Vec<String> {
+    let b = s.dispatch_due(now, 20, LEASE, "boot").await.expect("dispatch");
+    let mut seen = Vec::new();
+    for c in &b.claims {
+        seen.push(c.task_id.clone());
+        s.finish(c.execution_token.clone(), c.lease_token.clone(), Finish::Succeeded(artifact("d")), now)
+            .await
+            .expect("finish");
+    }
+    seen
+}
+
+async fn a_duplicate_is_a_copy_to_edit_of_the_same_shots(s: Store) {
     let photo = s.save_upload(NewImage::verify(png("photo")).expect("png"), T0).await.expect("upload").id;
     let id =
         create(&s, vec![photo.clone()], vec![shot("main", "on a table", 2), shot("scene", "outside", 1)], T0).await;
@@ -262,7 +280,7 @@ async fn a_duplicate_is_a_new_set_of_the_same_shots_queued(s: Store) {
     s.finish(c.execution_token.clone(), c.lease_token.clone(), Finish::Succeeded(artifact("s")), T0 + 3)
         .await
         .expect("finish");
-    let out = s.duplicate_set(id.clone(), Some("dup-1".into()), T0 + 10).await.expect("duplicate");
+    let out = s.duplicate_set(id.clone(), Some("dup-1".into()), false, T0 + 10).await.expect("duplicate");
     let Some(SubmitOutcome::Created(copy)) = out else { panic!("created: {out:?}") };
     assert_ne!(copy, id);
     let (src, dup) = (set(&s, &id).await, set(&s, &copy).await);
@@ -273,26 +291,147 @@ async fn a_duplicate_is_a_new_set_of_the_same_shots_queued(s: Store) {
     };
     assert_eq!(shape(&dup), shape(&src), "same shots, roles and candidates per shot");
     assert_eq!(shape(&dup).iter().map(|s| s.2).collect::<Vec<_>>(), [2, 2]);
-    assert!(dup.tasks().all(|t| t.status == TaskStatus::Queued), "new tasks, queued");
+    assert!(dup.tasks().all(|t| t.status == TaskStatus::Queued), "new tasks, none sent");
     assert!(dup.tasks().all(|t| src.tasks().all(|o| o.id != t.id)));
+    assert!((src.started, dup.started) == (true, false), "the copy is not started");
+    assert_eq!(set_summary(&dup).0, SetStatus::Draft);
+    let waits = dup.tasks().map(|t| t.waiting_for.clone().unwrap_or_default()).collect::<Vec<_>>();
+    assert!(waits.iter().all(|w| w.contains("Start generating")), "each task says it waits for the start: {waits:?}");
     assert!(src.timeline.iter().any(|e| e.kind == "duplicated" && e.message.contains(&copy)));
-    assert!(dup.timeline.iter().any(|e| e.kind == "duplicated_from" && e.message.contains(&id)));
+    assert!(
+        dup.timeline
+            .iter()
+            .any(|e| e.kind == "duplicated_from" && e.message.contains(&id) && e.message.contains("as a copy to edit")),
+        "{:?}",
+        dup.timeline
+    );
     // Resending it with the same key is the same duplicate; no set, no duplicate.
-    let again = s.duplicate_set(id.clone(), Some("dup-1".into()), T0 + 11).await.expect("duplicate");
+    let again = s.duplicate_set(id.clone(), Some("dup-1".into()), false, T0 + 11).await.expect("duplicate");
     assert_eq!(again, Some(SubmitOutcome::Existing(copy.clone())));
-    assert_eq!(s.duplicate_set("nope".into(), None, T0 + 12).await.expect("duplicate"), None);
-    // The copy is an ordinary set: its first task is claimed like any other.
+    assert_eq!(s.duplicate_set("nope".into(), None, false, T0 + 12).await.expect("duplicate"), None);
+    // Nothing of the copy is claimed while the source finishes.
     let mut seen = Vec::new();
-    for k in 0..3 {
-        let b = s.dispatch_due(T0 + 20 + k, 10, LEASE, "boot").await.expect("dispatch");
-        for c in &b.claims {
-            seen.push(c.task_id.clone());
-            s.finish(c.execution_token.clone(), c.lease_token.clone(), Finish::Succeeded(artifact("d")), T0 + 21 + k)
-                .await
-                .expect("finish");
-        }
+    for k in 0..4 {
+        seen.extend(run_due(&s, T0 + 20 + k).await);
     }
-    assert!(seen.contains(&dup.shots[0].id), "the duplicate's first shot ran");
+    assert!(dup.tasks().all(|t| !seen.contains(&t.id)), "a copy to edit is never claimed");
+    // An edit of the whole set works on it, as on any set nothing of which was sent.
+    let edit = SetEdit { product: Some("kettle".into()), ..SetEdit::default() };
+    assert!(matches!(s.edit_set(copy.clone(), edit, T0 + 30).await.expect("edit"), EditOutcome::Edited(_)));
+    // Started: its first shot is claimed, as a new set's is, one shot at a time.
+    assert_eq!(s.start_set(copy.clone(), T0 + 31).await.expect("start"), StartOutcome::Started);
+    assert_eq!(s.start_set(copy.clone(), T0 + 32).await.expect("start"), StartOutcome::AlreadyStarted);
+    assert_eq!(s.start_set("nope".into(), T0 + 32).await.expect("start"), StartOutcome::NoSet);
+    let started = set(&s, &copy).await;
+    assert!(started.started && started.timeline.iter().any(|e| e.kind == "started"));
+    let b = s.dispatch_due(T0 + 33, 20, LEASE, "boot").await.expect("dispatch");
+    assert_eq!(b.claims.iter().map(|c| c.task_id.clone()).collect::<Vec<_>>(), [started.shots[0].id.clone()]);
+    assert!(b.claims[0].prompt.ends_with("product: kettle; style: bright"), "{}", b.claims[0].prompt);
+    assert_eq!(s.start_set(copy.clone(), T0 + 34).await.expect("start"), StartOutcome::AlreadyStarted);
+    let b2 = s.dispatch_due(T0 + 35, 20, LEASE, "boot").await.expect("dispatch");
+    assert!(b2.claims.is_empty(), "a second start sends nothing more: {:?}", b2.claims);
+    let c = &b.claims[0];
+    s.finish(c.execution_token.clone(), c.lease_token.clone(), Finish::Succeeded(artifact("d")), T0 + 36)
+        .await
+        .expect("finish");
+    let mut seen = Vec::new();
+    for k in 0..6 {
+        seen.extend(run_due(&s, T0 + 40 + k).await);
+    }
+    assert_eq!(seen.len(), 3, "the rest of the copy ran, one at a time: {seen:?}");
+}
+
+/// The ways a task of a set becomes due other than a start — a settled or canceled shot, a
+/// release of held jobs, a budget's release, a retry, a new candidate, recovery at start-up, a
+/// prune — leave a copy to edit unscheduled: nothing of it is claimed until it is started.
+async fn nothing_schedules_a_copy_to_edit_before_its_start(s: Store) {
+    let id = create(&s, vec![], vec![shot("main", "a", 1), shot("scene", "b", 1)], T0).await;
+    let out = s.duplicate_set(id.clone(), None, false, T0 + 1).await.expect("duplicate");
+    let Some(SubmitOutcome::Created(copy)) = out else { panic!("created: {out:?}") };
+    let tasks: Vec<String> = set(&s, &copy).await.tasks().map(|t| t.id.clone()).collect();
+    let mut now = T0 + 2;
+    let mut claimed = Vec::new();
+    // The source's shots settle one after the other.
+    for _ in 0..3 {
+        claimed.extend(run_due(&s, now).await);
+        now += 1;
+    }
+    // Held and released, as after a restore of an older copy of the database.
+    s.hold_unsettled("queued when the backup was taken".into(), now).await.expect("hold");
+    s.release_held(Release::All, now + 1).await.expect("release");
+    now += 2;
+    claimed.extend(run_due(&s, now).await);
+    s.release_budget_holds(now).await.expect("budget release");
+    claimed.extend(run_due(&s, now + 1).await);
+    now += 2;
+    // Recovery at start-up finds nothing of it (none of its envelopes was ever handed out).
+    let left = s.leftovers(now, "boot-2").await.expect("leftovers");
+    assert!(left.iter().all(|r| !tasks.contains(&r.task_id)), "recovery has nothing of the copy");
+    // A canceled shot settles (which schedules the next shot of a started set); its retry
+    // and a new candidate join the copy unscheduled.
+    assert_eq!(s.cancel(tasks[0].clone(), now).await.expect("cancel"), CancelOutcome::Canceled);
+    claimed.extend(run_due(&s, now + 1).await);
+    let retried = match s.retry(tasks[0].clone(), RetryAck::default(), None, now + 2).await.expect("retry") {
+        RetryOutcome::Created(r) => r,
+        other => panic!("retried: {other:?}"),
+    };
+    let AddOutcome::Added(_) = s.add_candidates(copy.clone(), 1, 1, None, now + 3).await.expect("add") else {
+        panic!("added")
+    };
+    now += 4;
+    for _ in 0..3 {
+        claimed.extend(run_due(&s, now).await);
+        now += 1;
+    }
+    // A prune of everything settled keeps it (its tasks are not settled).
+    s.prune(now + 1_000_000, false).await.expect("prune");
+    claimed.extend(run_due(&s, now).await);
+    let copy_now = set(&s, &copy).await;
+    let all: Vec<String> = copy_now.tasks().map(|t| t.id.clone()).collect();
+    assert!(all.contains(&retried), "{all:?}");
+    assert!(all.iter().all(|t| !claimed.contains(t)), "nothing of the copy was claimed: {claimed:?} / {all:?}");
+    assert!(!copy_now.started && set_summary(&copy_now).0 == SetStatus::Draft);
+    // Started: its first shot waiting (the retry of shot 1) goes, and the rest after it.
+    assert_eq!(s.start_set(copy.clone(), now + 1).await.expect("start"), StartOutcome::Started);
+    let first = run_due(&s, now + 2).await;
+    assert_eq!(first, std::slice::from_ref(&retried), "one shot, the first, as a new set's");
+    let mut rest = Vec::new();
+    for k in 0..4 {
+        rest.extend(run_due(&s, now + 3 + k).await);
+    }
+    assert_eq!(rest.len(), 2, "shot 2 and its new candidate: {rest:?}");
+}
+
+async fn a_copy_started_at_once_and_a_copy_never_started_deleted(s: Store) {
+    let id = create(&s, vec![], vec![shot("main", "a", 2)], T0).await;
+    // Started in the duplicate's own transaction: its first task is claimed at once.
+    let out = s.duplicate_set(id.clone(), Some("now".into()), true, T0 + 1).await.expect("duplicate");
+    let Some(SubmitOutcome::Created(started)) = out else { panic!("created: {out:?}") };
+    let view = set(&s, &started).await;
+    assert!(view.started);
+    let first = view.shots[0].id.clone();
+    let b = s.dispatch_due(T0 + 2, 20, LEASE, "boot").await.expect("dispatch");
+    let ids: Vec<String> = b.claims.iter().map(|c| c.task_id.clone()).collect();
+    assert!(ids.contains(&first) && !ids.contains(&view.candidates[0][1].id), "{ids:?}");
+    // A copy never started is deleted with its tasks; nothing reached the provider.
+    let out = s.duplicate_set(id.clone(), None, false, T0 + 3).await.expect("duplicate");
+    let Some(SubmitOutcome::Created(copy)) = out else { panic!("created: {out:?}") };
+    let tasks: Vec<String> = set(&s, &copy).await.tasks().map(|t| t.id.clone()).collect();
+    let out = s.delete_set(copy.clone(), T0 + 4).await.expect("delete");
+    assert_eq!(out, DeleteOutcome::Deleted { deleted: 2, kept: vec![] });
+    assert!(s.get_set(copy.clone()).await.expect("get").is_none());
+    for t in tasks {
+        assert!(s.get_task(t).await.expect("get").is_none(), "its tasks went with it");
+    }
+    // A started one is not (its first shot is being generated), nor is the source.
+    let out = s.delete_set(started.clone(), T0 + 5).await.expect("delete");
+    assert!(matches!(&out, DeleteOutcome::Blocked(b) if b.code == "set_not_finished"), "{out:?}");
+    // A copy canceled before its start is not started by a start.
+    let out = s.duplicate_set(id.clone(), None, false, T0 + 6).await.expect("duplicate");
+    let Some(SubmitOutcome::Created(canceled)) = out else { panic!("created: {out:?}") };
+    assert_eq!(s.cancel_set(canceled.clone(), T0 + 7).await.expect("cancel"), Some(2));
+    assert_eq!(s.start_set(canceled.clone(), T0 + 8).await.expect("start"), StartOutcome::Canceled);
+    assert_eq!(set_summary(&set(&s, &canceled).await).0, SetStatus::Canceled);
 }
 
 async fn a_failed_set_is_deleted_and_what_reached_the_provider_stays_in_spend(s: Store) {
