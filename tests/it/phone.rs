@@ -227,6 +227,13 @@ fn the_page_pairs_a_phone_in_a_second_browser_over_the_lan_address() {
             phone.click(".pair-form button").await;
             phone.until("the jobs page on the phone", 15, "document.getElementById('new-task') !== null").await;
             assert_eq!(phone.js("location.host").await, Value::String(format!("{LAN_IP}:{}", d.port)));
+            // At phone width every visible button, button link and select is a 44 px tap target.
+            let small = phone
+                .js("[...document.querySelectorAll('button, .button, select')].filter(e => e.offsetParent !== null \
+                     && e.getBoundingClientRect().height < 44).map(e => e.id || e.textContent.trim())")
+                .await;
+            assert_eq!(small, serde_json::json!([]), "controls under 44 px on the phone");
+            phone.assert_accessible("the jobs page on the phone").await;
             // The link of that pairing is spent now.
             let again = at(&d, LAN_IP, "GET", &path_on(&d, LAN_IP, &link), &[]);
             assert_eq!(again.status, 403, "the link after its code was typed");

@@ -120,7 +120,7 @@
 
   function newJobForm() {
     const prompt = h("textarea", { id: "prompt", name: "prompt", rows: 2, required: true,
-      placeholder: "red sneaker on a white background", "aria-describedby": "prompt-error" });
+      placeholder: T.t("jobs.prompt_placeholder"), "aria-describedby": "prompt-error" });
     const select = h("select", { id: "provider", name: "provider" },
       providers.map((p) => h("option", { value: p.name, selected: p.name === defaultProvider }, p.name)));
     const note = h("p", { id: "provider-note", class: "hint" });
@@ -163,7 +163,7 @@
     const filter = h("select", { id: "status-filter" },
       FILTERS.map(([v, words]) => h("option", { value: v, selected: v === list.filter }, words)));
     filter.addEventListener("change", () => { list.filter = filter.value; drawApplied(); load(); });
-    const search = h("input", { type: "search", id: "search", value: list.search, placeholder: "prompt or product",
+    const search = h("input", { type: "search", id: "search", value: list.search, placeholder: T.t("jobs.search_placeholder"),
       autocomplete: "off" });
     // The daemon searches every job (prompt or product), not only the ones loaded; a short
     // pause after typing keeps it to one request per word.
@@ -181,8 +181,8 @@
     return h("section", { class: "jobs", "aria-labelledby": "jobs-title" },
       h("div", { class: "row" }, h("h2", { id: "jobs-title" }, T.t("list.title")),
         h("div", { class: "tools" },
-          h("span", { class: "filter" }, h("label", { for: "search" }, "Search"), search),
-          h("span", { class: "filter" }, h("label", { for: "status-filter" }, "Show"), filter))),
+          h("span", { class: "filter" }, h("label", { for: "search" }, T.t("jobs.search")), search),
+          h("span", { class: "filter" }, h("label", { for: "status-filter" }, T.t("jobs.show")), filter))),
       h("div", { id: "applied", class: "applied" }, appliedParts()),
       heldBanner(),
       h("ul", { id: "task-list", class: "tasks" }),
