@@ -296,6 +296,10 @@ fn seven_tabs_share_one_stream_and_all_load() {
             }
         }
         assert_eq!(holders, 1, "one tab holds the browser's stream");
+        // A hold's time in a sentence is shown as a local date and time, not RFC 3339.
+        let shown = b.js("window.tally.localTimes('held until 2026-12-03T23:34:24.000Z.')").await;
+        let shown = shown.as_str().unwrap_or("").to_string();
+        assert!(!shown.contains("T23:34") && shown.contains(":34:24") && shown.ends_with('.'), "{shown}");
 
         // A new job shows up in every tab (from the one stream).
         let t = d.call("POST", "/v1/tasks", Some(&serde_json::json!({"prompt": "seven tabs, one cup"}))).json();

@@ -83,6 +83,17 @@ window.tally = (function () {
     return el;
   }
 
+  /** `text` with every RFC 3339 UTC time in it (`2026-12-03T23:34:24.000Z`, as the daemon
+      writes them into its sentences) shown as this device's local date and time; the
+      Technical details keep them as they are. */
+  function localTimes(text) {
+    if (typeof text !== "string") return text;
+    return text.replace(/\b\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?Z\b/g, (iso) => {
+      const d = new Date(iso);
+      return isNaN(d) ? iso : d.toLocaleString();
+    });
+  }
+
   function time(iso) {
     const d = new Date(iso);
     return h("time", { datetime: iso }, isNaN(d) ? iso : d.toLocaleString());
@@ -711,7 +722,7 @@ window.tally = (function () {
   }
 
   return {
-    CSRF, SETTLED, ROLES, view, t, tf, languageSwitch, h, time, badge, roleWords, jobTitle, shotWords, money, chargeSentence, retryCost,
+    CSRF, SETTLED, ROLES, view, t, tf, languageSwitch, h, time, localTimes, badge, roleWords, jobTitle, shotWords, money, chargeSentence, retryCost,
     providerPrice, providerAmount, retryBody, routeName, ApiError, api, showError, errorSlot, busy, newKey, setView, ticket, latest, signedOut, thumb, enlargeable,
     openImage, confirmDialog, retry, priceWords, priceKind, resolveForm, resolveDialog, connect, main, errorBox, notAPhoto,
   };

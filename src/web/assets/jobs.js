@@ -62,6 +62,10 @@
       language (the catalogue's `sentence.*`, `cause.*` and `failure.*`; the daemon's
       `waiting_for` comes in the same language). */
   function sentence(t) {
+    return T.localTimes(sentenceOf(t));
+  }
+
+  function sentenceOf(t) {
     const p = { provider: t.provider };
     switch (t.status) {
       case "queued":
