@@ -124,6 +124,11 @@ fn a_queued_shot_is_edited_a_set_duplicated_and_a_failed_set_deleted_in_the_page
         let price = b.js("document.getElementById('start-price').innerText").await;
         assert!(price.as_str().unwrap_or("").contains("free"), "the demo is free: {price}");
         assert_eq!(copied["shots"][1]["prompt"], "in a kitchen — product: teapot", "the copy has the fix");
+        // Its history names the set it came from by a link, not a raw id.
+        let link = b.until("the history's link", 10, "document.querySelector('#set-timeline a.set-link')?.dataset.setId").await;
+        assert_eq!(link, json!(set), "the link opens the original");
+        let lines = b.js("document.getElementById('set-timeline').innerText").await;
+        assert!(!lines.as_str().unwrap_or("").contains(&set), "a raw id in the history: {lines}");
         check_view(&b, "the duplicated set").await;
         // Nothing of the copy was sent (the slow provider's one slot is busy): its product and
         // style can change, and every shot follows.

@@ -151,7 +151,16 @@
     return h("section", { class: "timeline", "aria-labelledby": "set-timeline-title" },
       h("h2", { id: "set-timeline-title" }, T.t("set.history")),
       h("ol", { id: "set-timeline" }, events.map((e) => h("li", { class: "ev ev-" + e.kind }, time(e.at), " ",
-        h("span", {}, e.message)))));
+        h("span", {}, ...withSetLinks(e.message))))));
+  }
+
+  /** A history line with each set id in it (a copy, or the set it was copied from) made a
+      link to that set instead of a raw id. */
+  function withSetLinks(text) {
+    const parts = String(text || "").split(/([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})/);
+    return parts.map((p, i) => i % 2
+      ? h("a", { href: "#/sets/" + encodeURIComponent(p), class: "set-link", "data-set-id": p }, T.t("set.history_open"))
+      : T.localTimes(p));
   }
 
   /** Whether every shot has a chosen image, and if not which do not, in plain words. */
