@@ -552,6 +552,10 @@ fn a_set_with_candidates_its_deliver_section_and_its_edit_and_duplicate_buttons_
         assert_eq!(history.first(), Some(&"图片组已创建：2 个镜头，要生成 4 张图片"), "{history:?}");
         assert!(history.len() >= 2 && history.iter().all(|l| chinese(l)), "{history:?}");
         assert_eq!(b.js(&text("set-timeline-title")).await, json!("这个图片组的记录"));
+        // The built-in profiles by the names she knows, the API's name beside.
+        let options = b.js("[...document.querySelectorAll('#deliver-profile option')].map(o => o.textContent)").await;
+        let options: Vec<&str> = options.as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        assert!(options.iter().any(|o| o.starts_with("淘宝主图 (taobao)")), "{options:?}");
         let blocking = b.js("[...document.querySelectorAll('#deliver-blocking li')].map(e => e.textContent)").await;
         let blocking: Vec<&str> = blocking.as_array().into_iter().flatten().filter_map(Value::as_str).collect();
         assert!(blocking.contains(&"1 个镜头还没有选定图片：场景图"), "{blocking:?}");

@@ -39,10 +39,16 @@
     return h("span", { class: "badge s-" + (BADGE[state] || state) }, h("span", { class: "icon", "aria-hidden": "true" }, icon), " " + words);
   }
 
+  /** The built-in profiles' names in the owner's words (the catalogue's keys). */
+  const BUILT_IN = { amazon: "profile.amazon", shopify: "profile.shopify", etsy: "profile.etsy",
+    taobao: "profile.taobao", original: "profile.original" };
+
   /** A profile in a few words for its option: "amazon: 2000×2000 JPEG, source at least 1000 px". */
   function profileWords(p) {
-    if (!p.width) return T.tf("deliver.as_generated", { name: p.name });
-    return T.tf("deliver.profile_size", { name: p.name, width: p.width, height: p.height,
+    /* A built-in profile by the name the owner knows it by (淘宝主图), its API name beside it. */
+    const known = BUILT_IN[p.name] ? T.t(BUILT_IN[p.name]) + " (" + p.name + ")" : p.name;
+    if (!p.width) return T.tf("deliver.as_generated", { name: known });
+    return T.tf("deliver.profile_size", { name: known, width: p.width, height: p.height,
       format: String(p.format || "").toUpperCase() }) + (p.min_source ? T.tf("deliver.min_source", { min: p.min_source }) : "");
   }
 
