@@ -333,3 +333,30 @@ fn seven_tabs_share_one_stream_and_all_load() {
         b.close().await;
     });
 }
+
+/// The same over the shop's network, where the page is plain http and the browser offers no
+/// Web Locks: seven tabs at the LAN address all load (a tab out of view holds no stream).
+#[test]
+fn seven_tabs_over_the_lan_address_all_load() {
+    in_namespace(true, || {
+        let d = lan_daemon();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        rt.block_on(async {
+            let b = crate::browser::Browser::start().await;
+            let p: Value = d.call("POST", "/v1/session/pair", Some(&serde_json::json!({}))).json();
+            b.c().goto(p["url"].as_str().expect("url")).await.expect("pair");
+            b.until("the jobs page", 15, "document.getElementById('new-task') !== null").await;
+            assert_eq!(b.js("window.isSecureContext").await, Value::Bool(false), "plain http on the LAN address");
+            let page = format!("http://{LAN_IP}:{}/", d.port);
+            for n in 2..=7 {
+                let tab = b.c().new_window(true).await.expect("new tab").handle;
+                b.c().switch_to_window(tab).await.expect("switch");
+                let loaded = tokio::time::timeout(std::time::Duration::from_secs(20), b.c().goto(&page)).await;
+                assert!(loaded.is_ok(), "tab {n} did not load in 20 s: the browser's connections are all taken");
+                b.until(&format!("tab {n}'s jobs page"), 15, "document.getElementById('new-task') !== null").await;
+                b.until(&format!("tab {n} live"), 15, "document.getElementById('live').classList.contains('on')").await;
+            }
+            b.close().await;
+        });
+    });
+}

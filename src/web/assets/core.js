@@ -629,10 +629,28 @@ window.tally = (function () {
     };
   }
 
+  /* Without Web Locks (they need a secure context: a phone on the shop's network reaches tally
+     over plain http) a tab holds a stream only while it is visible: a phone shows one tab at a
+     time, so however many are open, one stream is. Back in view, it reopens and re-reads. */
+  if (!shared) {
+    document.addEventListener("visibilitychange", () => {
+      if (view.signedOut) return;
+      if (document.hidden) {
+        if (stream) { stream.close(); stream = null; }
+        clearTimeout(retryTimer);
+        document.documentElement.dataset.stream = "paused";
+      } else {
+        connect();
+        if (view.onResync) view.onResync();
+      }
+    });
+  }
+
   /** Take part in the browser's one stream: open it if this tab holds the lock, else hear it
       from the tab that does (and take it over when that tab goes). */
   function connect() {
     if (view.signedOut) return;
+    if (!shared && document.hidden) return;
     if (!shared || leader) { openStream(); return; }
     if (waitingForLock) return;
     waitingForLock = true;
