@@ -49,7 +49,12 @@ fn in_namespace(lan: bool, body: impl FnOnce() + Send + 'static) {
 
 /// A daemon with `server.lan = true` (the demo provider), started.
 fn lan_daemon() -> Daemon {
-    let mut d = Daemon::configure(FAST_DEMO);
+    lan_daemon_with("")
+}
+
+/// [`lan_daemon`] with more configuration (`[ui]`, …) before the providers.
+fn lan_daemon_with(extra: &str) -> Daemon {
+    let mut d = Daemon::configure(&format!("{extra}{FAST_DEMO}"));
     let text = std::fs::read_to_string(&d.config).expect("config").replacen("[server]\n", "[server]\nlan = true\n", 1);
     std::fs::write(&d.config, text).expect("config");
     d.spawn();
@@ -182,12 +187,22 @@ fn lan_without_a_network_says_why_and_stays_on_loopback() {
 /// In real browsers: the computer's page makes a pairing ("Use it on your phone", its QR code
 /// an SVG image), and a second browser profile at phone size opens its link over the LAN
 /// address and is signed in; the phone's signed-out page offers the code form first. Both
-/// pages axe-clean.
+/// pages axe-clean; in English and in Chinese (`ui.language`).
 #[test]
 fn the_page_pairs_a_phone_in_a_second_browser_over_the_lan_address() {
+    pairs_in("en", "Use it on your phone", "Pair this device");
+}
+
+#[test]
+fn the_page_pairs_a_phone_in_a_second_browser_over_the_lan_address_in_chinese() {
+    pairs_in("zh-CN", "在手机上使用", "配对这台设备");
+}
+
+fn pairs_in(language: &'static str, card_title: &'static str, form_title: &'static str) {
     use fantoccini::Locator;
-    in_namespace(true, || {
-        let d = lan_daemon();
+    in_namespace(true, move || {
+        let ui = if language == "en" { String::new() } else { format!("[ui]\nlanguage = \"{language}\"\n\n") };
+        let d = lan_daemon_with(&ui);
         let url = crate::web::printed_sign_in_url(&d);
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         rt.block_on(async {
@@ -195,6 +210,7 @@ fn the_page_pairs_a_phone_in_a_second_browser_over_the_lan_address() {
             computer.sign_in(&url).await;
             computer.click("#nav-settings").await;
             computer.until("the phone card", 10, "document.getElementById('pair-make') !== null").await;
+            assert_eq!(computer.js("document.getElementById('phone-title').textContent").await, card_title);
             computer.click("#pair-make").await;
             let code = computer.until("a code", 10, "document.getElementById('pair-code-shown')?.textContent").await;
             assert!(code.as_str().is_some_and(|c| c.len() == 9 && c.as_bytes()[4] == b'-'), "{code}");
@@ -211,6 +227,8 @@ fn the_page_pairs_a_phone_in_a_second_browser_over_the_lan_address() {
             phone.c().set_window_size(390, 844).await.expect("resize");
             phone.c().goto(&format!("http://{LAN_IP}:{}/", d.port)).await.expect("open tally on the phone");
             phone.until("the pairing form", 10, "document.querySelector('input[name=pair]') !== null").await;
+            assert_eq!(phone.js("document.querySelector('.pair-form h2').textContent").await, form_title);
+            assert_eq!(phone.js("document.documentElement.lang").await, language);
             phone.assert_accessible("the phone's signed-out page").await;
             let tall = phone.js("document.querySelector('.pair-form button').getBoundingClientRect().height").await;
             assert!(tall.as_f64().is_some_and(|h| h >= 44.0), "the form's button is a tap target: {tall}");
