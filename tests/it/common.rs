@@ -97,12 +97,44 @@ impl Daemon {
         d
     }
 
-    /// Start the configured daemon and wait until it listens.
+    /// Start the configured daemon and wait until it listens — this daemon, not another
+    /// test's: its port was free when it was configured, but tests run in parallel and another
+    /// daemon may have taken it since. So the wait is for this run's address file
+    /// (`serve.addr`, written once it listens) naming the port; a daemon that could not listen
+    /// there is started again on a port free now (the config is rewritten), and one that ended
+    /// otherwise fails the test with its stderr.
     pub fn spawn(&mut self) {
-        self.spawn_process();
-        let port = self.port;
-        let up = wait_for(Duration::from_secs(30), || TcpStream::connect(("127.0.0.1", port)).ok().map(|_| ()));
-        assert!(up.is_some(), "daemon did not listen; stderr:\n{}", self.stderr());
+        for _ in 0..5 {
+            let address = self.data.join("serve.addr");
+            let _ = std::fs::remove_file(&address);
+            self.spawn_process();
+            let port = self.port;
+            let mut child = self.child.take();
+            let up = wait_for(Duration::from_secs(30), || {
+                if let Some(Ok(Some(_))) = child.as_mut().map(Child::try_wait) {
+                    return Some(false);
+                }
+                let ours = std::fs::read_to_string(&address).is_ok_and(|a| a.trim() == format!("127.0.0.1:{port}"));
+                (ours && TcpStream::connect(("127.0.0.1", port)).is_ok()).then_some(true)
+            });
+            self.child = child;
+            match up {
+                Some(true) => return,
+                Some(false) if self.stderr().contains("cannot listen on") => self.move_to_a_free_port(),
+                _ => panic!("daemon did not listen on {port}; stderr:\n{}", self.stderr()),
+            }
+        }
+        panic!("daemon found no free port in five tries; stderr:\n{}", self.stderr());
+    }
+
+    /// Listen on a port free now (the config's `listen` rewritten).
+    fn move_to_a_free_port(&mut self) {
+        let new = free_port();
+        let text = std::fs::read_to_string(&self.config).expect("config");
+        let text =
+            text.replace(&format!("listen = \"127.0.0.1:{}\"", self.port), &format!("listen = \"127.0.0.1:{new}\""));
+        std::fs::write(&self.config, text).expect("config");
+        self.port = new;
     }
 
     /// Start the configured daemon without waiting for it (it may be meant to crash at once).

@@ -289,3 +289,17 @@ fn every_argument_has_help_and_meaningless_global_flags_are_not_listed() {
     assert_eq!(usage.status.code(), Some(2));
     assert!(!text(&usage.stderr).contains("--data-dir"), "{}", text(&usage.stderr));
 }
+
+/// The harness's own guard: a port taken between configuring a daemon and starting it (tests
+/// run in parallel) does not make the test talk to another daemon — this one moves to a free
+/// port and the test reaches it.
+#[test]
+fn a_daemon_whose_port_was_taken_moves_to_a_free_one() {
+    let mut d = Daemon::configure(FAST_DEMO);
+    let taken = d.port;
+    let _squatter = std::net::TcpListener::bind(("127.0.0.1", taken)).expect("take the port");
+    d.spawn();
+    assert_ne!(d.port, taken, "it moved");
+    assert_eq!(d.call("GET", "/healthz", None).status, 200);
+    assert!(d.data.join("api-token").exists(), "its own data dir");
+}
