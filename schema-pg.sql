@@ -458,3 +458,10 @@ CREATE TABLE answers (
     valid            boolean NOT NULL,
     created_at       bigint NOT NULL
 );
+
+-- Settings the owner changes in the page (as on SQLite), shared by every node.
+CREATE TABLE shop_settings (
+    key              text PRIMARY KEY,
+    value            text NOT NULL,
+    set_at           bigint NOT NULL
+);

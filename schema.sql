@@ -385,3 +385,11 @@ CREATE TABLE answers (
     valid            INTEGER NOT NULL CHECK (valid IN (0, 1)),
     created_at       INTEGER NOT NULL
 ) STRICT;
+
+-- Settings the owner changes in the page and that every surface reads (store::ops::settings),
+-- by key: `time_zone` (an IANA name; while its row exists it replaces `[ui] time_zone`).
+CREATE TABLE shop_settings (
+    key              TEXT PRIMARY KEY,
+    value            TEXT NOT NULL,
+    set_at           INTEGER NOT NULL
+) STRICT;

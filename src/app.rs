@@ -262,7 +262,7 @@ pub async fn serve(cfg: Config, config_path: Option<PathBuf>, open_browser: bool
                 }
             };
             say_held(&start);
-            (Store::Sqlite(store), Arc::new(SystemClock) as Arc<dyn crate::clock::Clock>)
+            (Store::Sqlite(store), crate::clock::system_or_test_start())
         }
         Backend::Postgres(pg) => {
             let store = open_postgres(&cfg, pg)?;

@@ -43,6 +43,19 @@ impl Clock for OffsetClock {
     }
 }
 
+/// The clock a daemon on SQLite runs by: the system's. Test builds (`failpoints`) may start it
+/// at another time, `TALLY_TEST_CLOCK_AT` (RFC 3339), from which it runs on at the system
+/// clock's pace: how the tests put a daemon just before a local midnight without waiting for
+/// one.
+pub fn system_or_test_start() -> std::sync::Arc<dyn Clock> {
+    #[cfg(feature = "failpoints")]
+    if let Some(at) = std::env::var("TALLY_TEST_CLOCK_AT").ok().and_then(|t| t.parse::<jiff::Timestamp>().ok()) {
+        tracing::warn!(at = %at, "test build: the engine's clock starts at TALLY_TEST_CLOCK_AT");
+        return std::sync::Arc::new(OffsetClock::new(at.as_millisecond() - SystemClock.now()));
+    }
+    std::sync::Arc::new(SystemClock)
+}
+
 /// A clock that only moves when told to (tests).
 #[derive(Debug)]
 pub struct ManualClock(AtomicI64);

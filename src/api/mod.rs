@@ -36,6 +36,7 @@ pub mod task_help;
 pub mod task_json;
 pub mod tasks;
 pub mod thumbnail;
+pub mod time_zone;
 
 use std::sync::Arc;
 
@@ -219,6 +220,7 @@ pub fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(spend::spend))
         .routes(routes!(spend::requests))
         .routes(routes!(budget::get_budget, budget::set_budget, budget::reset_budget))
+        .routes(routes!(time_zone::get_time_zone, time_zone::set_time_zone, time_zone::reset_time_zone))
         .routes(routes!(session::session))
         .routes(routes!(session::sign_in_url))
         .routes(routes!(session::pair))

@@ -240,18 +240,28 @@ pub struct Names {
     pub profiles: Vec<String>,
 }
 
+/// The IANA zone names this build knows (the bundled database), sorted.
+fn zone_names() -> Vec<String> {
+    let mut all: Vec<String> = jiff::tz::db().available().map(|n| n.as_str().to_string()).collect();
+    all.sort_unstable();
+    all
+}
+
 /// The document as this daemon serves it: [`document_json`] with [`Names`] as the only values
-/// of the request bodies' `provider`, `target` and `profile` (and of `PUT /v1/budget`'s
+/// of the request bodies' `provider`, `target` and `profile`, the zones this build knows as
+/// those of `time_zone` (and of `PUT /v1/budget`'s
 /// `providers` keys) and of the `profile` query parameters, so that a client that follows the
 /// document never sends a name the server refuses.
 pub fn for_daemon(names: &Names) -> String {
     let Ok(mut doc) = serde_json::from_str::<serde_json::Value>(document_json()) else {
         return document_json().to_string();
     };
+    let zones = zone_names();
     let list = |key: &str| match key {
         "provider" => Some(&names.providers),
         "target" => Some(&names.targets),
         "profile" => Some(&names.profiles),
+        "time_zone" => Some(&zones),
         _ => None,
     };
     if let Some(schemas) = doc.pointer_mut("/components/schemas").and_then(|v| v.as_object_mut()) {

@@ -183,13 +183,15 @@ impl Engine {
 
     /// The config's limits changed (SIGHUP): keep them as the default, and apply the stored
     /// budget if one is set (re-read: another node may have set it), else them.
-    /// The limits keep counting in the zone the engine started with (`[ui] time_zone` changes
-    /// need a restart, like other settings).
+    /// The zone is re-read too (one set in the page, on this node or another); a change of
+    /// `[ui] time_zone` in the file itself needs a restart, like other settings.
     pub async fn reload_config_limits(&self, config: Vec<Limit>) -> Result<usize, EngineError> {
+        let _one_at_a_time = self.shared.budget_lock.lock().await;
+        self.reload_zone().await?;
         let zone = self.time_zone();
         let config: Vec<Limit> = config.into_iter().map(|l| Limit { zone: zone.clone(), ..l }).collect();
         *self.shared.config_limits.write().unwrap_or_else(|e| e.into_inner()) = config.clone();
-        let stored = Engine::stored_limits(&self.shared.store, &self.shared.cfg.time_zone).await?;
+        let stored = Engine::stored_limits(&self.shared.store, &zone).await?;
         let source = if stored.is_some() { BudgetSource::Set } else { BudgetSource::Config };
         *self.shared.budget_source.write().unwrap_or_else(|e| e.into_inner()) = source;
         self.set_limits(stored.unwrap_or(config)).await

@@ -32,6 +32,7 @@ mod retention;
 mod set_edit;
 mod trouble;
 mod worker;
+pub mod zone;
 
 use crate::domain::operation::Operation;
 use std::collections::HashMap;
@@ -321,8 +322,11 @@ pub(crate) struct Shared {
     config_limits: RwLock<Vec<Limit>>,
     /// Where `limits` come from (`engine::budget`).
     budget_source: RwLock<budget::BudgetSource>,
-    /// Budget changes one at a time (each reads, changes and stores the whole budget).
+    /// Budget changes one at a time (each reads, changes and stores the whole budget), and
+    /// time zone changes with them (a zone change re-zones every limit).
     budget_lock: tokio::sync::Mutex<()>,
+    /// The shop's zone in force and where it comes from (`engine::zone`).
+    zone: RwLock<(jiff::tz::TimeZone, zone::ZoneSource)>,
     /// The delivery profiles and targets, once [`Engine::start_deliveries`] gave them.
     delivery: std::sync::OnceLock<deliver::Setup>,
     /// Wakes the delivery runner (a delivery was made or retried).
@@ -464,6 +468,7 @@ impl Engine {
     /// Recover leftovers of earlier runs, then start the dispatcher and reconciler.
     pub async fn start(parts: EngineParts) -> Result<Engine, EngineError> {
         let providers = Registry::new(parts.providers);
+        let cfg_zone = parts.config.time_zone.clone();
         let shared = Arc::new(Shared {
             store: parts.store,
             workers: Arc::new(Semaphore::new(parts.config.workers)),
@@ -487,12 +492,16 @@ impl Engine {
             config_limits: RwLock::new(parts.limits.clone()),
             budget_source: RwLock::new(budget::BudgetSource::Config),
             budget_lock: tokio::sync::Mutex::new(()),
+            zone: RwLock::new((cfg_zone, zone::ZoneSource::Config)),
             limits: RwLock::new(parts.limits),
             delivery: std::sync::OnceLock::new(),
             wake_deliveries: Notify::new(),
         });
-        // A budget set at run time replaces the config's, before anything is dispatched.
-        if let Some(stored) = Engine::stored_limits(&shared.store, &shared.cfg.time_zone).await? {
+        // A zone and a budget set at run time replace the config's, before anything is dispatched.
+        if let Some(z) = zone::stored(&shared.store).await? {
+            shared.apply_zone(z, zone::ZoneSource::Set);
+        }
+        if let Some(stored) = Engine::stored_limits(&shared.store, &shared.zone()).await? {
             *shared.limits.write().unwrap_or_else(|e| e.into_inner()) = stored;
             *shared.budget_source.write().unwrap_or_else(|e| e.into_inner()) = budget::BudgetSource::Set;
         }
@@ -675,12 +684,6 @@ impl Engine {
     /// The budget limits in force.
     pub fn limits(&self) -> Vec<Limit> {
         self.shared.limits()
-    }
-
-    /// The shop's zone (`[ui] time_zone`): budget days and months and the spend report's
-    /// dates are its.
-    pub fn time_zone(&self) -> jiff::tz::TimeZone {
-        self.shared.cfg.time_zone.clone()
     }
 
     /// The current time by the engine's clock.

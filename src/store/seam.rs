@@ -825,6 +825,24 @@ impl Store {
         self.query(ops::settings::budget_setting).await
     }
 
+    /// A setting the owner changed in the page (`time_zone`), if it is set.
+    pub async fn shop_setting(&self, key: &'static str) -> Result<Option<String>, StoreError> {
+        self.query(move |tx| ops::settings::shop_setting(tx, key)).await
+    }
+
+    /// Store a setting the owner changed, or remove it (the configuration's applies again).
+    pub async fn set_shop_setting(
+        &self,
+        key: &'static str,
+        value: Option<String>,
+        now: Millis,
+    ) -> Result<(), StoreError> {
+        self.op_at(Commit::Durable, 0, now, move |tx, now| {
+            ops::settings::set_shop_setting(tx, key, value.as_deref(), now)
+        })
+        .await
+    }
+
     /// Store the budget in force, or remove it (the config's applies again).
     pub async fn set_budget_setting(&self, limits: Option<String>, now: Millis) -> Result<(), StoreError> {
         self.op_at(Commit::Durable, 0, now, move |tx, now| {

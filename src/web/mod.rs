@@ -47,6 +47,9 @@ const ASSETS: &[(&str, &str, &str)] = &[
 
 /// The placeholder in `index.html` replaced by the session's CSRF token.
 const CSRF_PLACEHOLDER: &str = "{{CSRF_TOKEN}}";
+/// The placeholder in `index.html` replaced by the shop's IANA zone (empty when the computer's
+/// zone has no name: the page then shows the device's), in which the page shows every time.
+const ZONE_PLACEHOLDER: &str = "{{TIME_ZONE}}";
 
 /// The page's Content-Security-Policy: only its own script, style, images and API.
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob: data:; \
@@ -104,7 +107,12 @@ async fn index(State(state): State<AppState>, headers: HeaderMap) -> Response {
     // so that a cache never serves one language for another.
     let lang = i18n::choose(&headers, state.ui_language());
     let mut r = match session {
-        Some(s) => html(StatusCode::OK, i18n::render(&INDEX_HTML.replace(CSRF_PLACEHOLDER, &s.csrf_token), lang)),
+        Some(s) => {
+            let zone = crate::domain::zone::name(&state.engine().time_zone());
+            let zone = if zone == "local" { String::new() } else { escape_html(&zone) };
+            let page = INDEX_HTML.replace(CSRF_PLACEHOLDER, &s.csrf_token).replace(ZONE_PLACEHOLDER, &zone);
+            html(StatusCode::OK, i18n::render(&page, lang))
+        }
         None => html(
             StatusCode::OK,
             i18n::render(

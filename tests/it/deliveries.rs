@@ -280,7 +280,7 @@ async fn a_version_9_database_gains_the_delivery_tables() {
                  ALTER TABLE providers DROP COLUMN paused_reason; DROP INDEX tasks_by_source;
                  ALTER TABLE tasks DROP COLUMN source_id; ALTER TABLE tasks DROP COLUMN source_kind;
                  ALTER TABLE tasks DROP COLUMN operation; ALTER TABLE web_sessions DROP COLUMN device;
-                 PRAGMA user_version = 9;",
+                 DROP TABLE shop_settings; PRAGMA user_version = 9;",
             )
         })
         .expect("make it version 9");
@@ -303,12 +303,12 @@ async fn a_version_9_database_gains_the_delivery_tables() {
         .and_then(|c| c.query_row("PRAGMA user_version", [], |r| r.get(0)))
         .expect("version");
     assert_eq!(
-        version, 16,
-        "and on to 16: operations (11), a delivery's shopify product and each item's remote id (12), drafts (13), \
-         shot roles (14), copies to edit (15), a web session's device (16)"
+        version, 17,
+        "and on to 17: operations (11), a delivery's shopify product and each item's remote id (12), drafts (13), \
+         shot roles (14), copies to edit (15), a web session's device (16), the owner's settings (17)"
     );
-    assert_eq!(tally::store::SCHEMA_VERSION, 16);
-    assert_eq!(tally::store::postgres::PG_SCHEMA_VERSION, 15);
+    assert_eq!(tally::store::SCHEMA_VERSION, 17);
+    assert_eq!(tally::store::postgres::PG_SCHEMA_VERSION, 16);
     let (product, remote): (Option<String>, Option<String>) = rusqlite::Connection::open(&db)
         .and_then(|c| {
             c.query_row(

@@ -74,6 +74,7 @@ mod soak;
 mod surface;
 mod tour;
 mod web;
+mod web_clock;
 mod web_drafts;
 mod web_money;
 mod web_ops;

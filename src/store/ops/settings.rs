@@ -1,5 +1,6 @@
 //! Settings the owner changes at run time, written once over [`Tx`]: the budget set at run
-//! time (one row) and the web page's sessions (the sha256 of each cookie value, never the
+//! time (one row), other settings by key (`shop_settings`: the shop's time zone) and the web
+//! page's sessions (the sha256 of each cookie value, never the
 //! value). On PostgreSQL they are shared by every node: a budget set through one node holds
 //! on all of them once each re-reads it, and a session started on one node is accepted by
 //! the others.
@@ -27,6 +28,29 @@ pub(in crate::store) fn set_budget_setting(
             &[&l, &now],
         )?,
         None => tx.exec("DELETE FROM budget_setting", &[])?,
+    };
+    Ok(())
+}
+
+/// A setting the owner changed in the page (`shop_settings`), if it is set.
+pub(in crate::store) fn shop_setting(tx: &mut dyn Tx, key: &str) -> Result<Option<String>, StoreError> {
+    tx.opt("SELECT value FROM shop_settings WHERE key = ?1", &[&key])?.map(|r| r.get(0)).transpose()
+}
+
+/// Store a setting (`Some`), or remove it (`None`: the configuration's applies again).
+pub(in crate::store) fn set_shop_setting(
+    tx: &mut dyn Tx,
+    key: &str,
+    value: Option<&str>,
+    now: Millis,
+) -> Result<(), StoreError> {
+    match value {
+        Some(v) => tx.exec(
+            "INSERT INTO shop_settings (key, value, set_at) VALUES (?1, ?2, ?3)
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value, set_at = excluded.set_at",
+            &[&key, &v, &now],
+        )?,
+        None => tx.exec("DELETE FROM shop_settings WHERE key = ?1", &[&key])?,
     };
     Ok(())
 }

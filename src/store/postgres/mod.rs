@@ -62,7 +62,7 @@ const SCHEMA: &str = include_str!("../../../schema-pg.sql");
 
 /// The PostgreSQL schema version this build writes (independent of SQLite's
 /// `SCHEMA_VERSION`). Older databases are migrated by [`MIGRATIONS`]; newer ones refused.
-pub const PG_SCHEMA_VERSION: i32 = 15;
+pub const PG_SCHEMA_VERSION: i32 = 16;
 
 /// Migrations from version `n` to `n + 1`, indexed by `n - 1`. Each runs in the transaction
 /// that records the new version, under the migration lock, and only while no other node of
@@ -213,6 +213,8 @@ const MIGRATIONS: &[&str] = &[
      UPDATE sets SET started_at = created_at;",
     // 14 → 15: a web session names the device it signed in (as SQLite's 15 → 16).
     "ALTER TABLE web_sessions ADD COLUMN device text;",
+    // 15 → 16: settings the owner changes in the page (as SQLite's 16 → 17).
+    "CREATE TABLE shop_settings (key text PRIMARY KEY, value text NOT NULL, set_at bigint NOT NULL);",
 ];
 
 pub use crate::store::locks::LOCK_CLASS;

@@ -14,7 +14,7 @@ use crate::config::Durability;
 use crate::store::StoreError;
 
 /// The schema version this build writes. Older databases are migrated; newer ones refused.
-pub const SCHEMA_VERSION: i64 = 16;
+pub const SCHEMA_VERSION: i64 = 17;
 
 /// `PRAGMA application_id` of tally databases ("taly").
 pub(super) const APPLICATION_ID: i64 = 0x7461_6c79;
@@ -207,6 +207,8 @@ const MIGRATIONS: &[&str] = &[
     // 15 → 16: a web session names the device it signed in ("iPhone · Safari"), for the page's
     // list of signed-in devices.
     "ALTER TABLE web_sessions ADD COLUMN device TEXT;",
+    // 16 → 17: settings the owner changes in the page (issue #39: the shop's time zone).
+    "CREATE TABLE shop_settings (key TEXT PRIMARY KEY, value TEXT NOT NULL, set_at INTEGER NOT NULL) STRICT;",
 ];
 
 /// The writer's automatic (PASSIVE) checkpoint runs once the WAL holds this many pages

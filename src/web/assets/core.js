@@ -11,6 +11,18 @@
 
 window.tally = (function () {
   const CSRF = (document.querySelector('meta[name="csrf-token"]') || {}).content || "";
+  /* The shop's time zone (Settings, else `[ui] time_zone`): every time in the page is shown in
+     it, so the computer and a phone agree with the budget's days. Empty: the device's. */
+  const ZONE = (document.querySelector('meta[name="time-zone"]') || {}).content || "";
+
+  /** A date as the shop's local date and time (the device's zone when the shop's is not
+      known to this browser). */
+  function localString(d) {
+    if (ZONE) {
+      try { return d.toLocaleString(undefined, { timeZone: ZONE }); } catch (_) { /* the device's */ }
+    }
+    return d.toLocaleString();
+  }
   const SETTLED = ["succeeded", "failed", "unknown", "canceled"];
   /* An icon per status, next to its word: colour is never the only signal. */
   const ICONS = {
@@ -84,19 +96,19 @@ window.tally = (function () {
   }
 
   /** `text` with every RFC 3339 UTC time in it (`2026-12-03T23:34:24.000Z`, as the daemon
-      writes them into its sentences) shown as this device's local date and time; the
+      writes them into its sentences) shown as the shop's local date and time; the
       Technical details keep them as they are. */
   function localTimes(text) {
     if (typeof text !== "string") return text;
     return text.replace(/\b\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?Z\b/g, (iso) => {
       const d = new Date(iso);
-      return isNaN(d) ? iso : d.toLocaleString();
+      return isNaN(d) ? iso : localString(d);
     });
   }
 
   function time(iso) {
     const d = new Date(iso);
-    return h("time", { datetime: iso }, isNaN(d) ? iso : d.toLocaleString());
+    return h("time", { datetime: iso }, isNaN(d) ? iso : localString(d));
   }
 
   function badge(status) {

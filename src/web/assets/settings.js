@@ -156,6 +156,57 @@
     return card;
   }
 
+  /** "The shop's time zone": where budget days begin and whose times the page shows. The
+      choices are the browser's IANA zones (the daemon checks the name); "use the computer's"
+      goes back to the configuration's. The page reloads after a change, so every time in it
+      is shown in the new zone. */
+  async function zoneCard() {
+    const err = errorSlot("time-zone-error");
+    const card = h("section", { class: "card", id: "time-zone", "aria-labelledby": "time-zone-title" },
+      h("h2", { id: "time-zone-title" }, T.t("settings.zone_title")));
+    let z;
+    try {
+      z = await api("GET", "/v1/time-zone");
+    } catch (e) {
+      err.textContent = e.message; err.hidden = false;
+      card.append(err);
+      return card;
+    }
+    let names = [];
+    try { names = Intl.supportedValuesOf("timeZone"); } catch (_) { names = []; }
+    if (!names.includes(z.time_zone) && z.time_zone !== "local") names = [z.time_zone, ...names];
+    if (!names.includes("UTC")) names = [...names, "UTC"];
+    const pick = names.length > 1
+      ? h("select", { id: "time-zone-name" }, names.map((n) => h("option", { value: n, selected: n === z.time_zone }, n)))
+      : h("input", { id: "time-zone-name", type: "text", value: z.time_zone, autocomplete: "off", spellcheck: "false" });
+    const save = h("button", { type: "submit", id: "time-zone-save", class: "primary" }, T.t("settings.zone_save"));
+    const form = h("form", { id: "time-zone-form", novalidate: true },
+      field("time-zone-name", T.t("settings.zone_label"), pick, T.t("settings.zone_hint")),
+      h("div", { class: "actions" }, save));
+    form.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      busy(save, err, async () => {
+        await api("PUT", "/v1/time-zone", { time_zone: pick.value.trim() });
+        location.reload();
+      });
+    });
+    card.append(
+      h("p", { id: "time-zone-now" }, T.tf("settings.zone_now", { zone: z.time_zone, time: T.time(z.now).textContent })),
+      h("p", { class: "hint", id: "time-zone-source" },
+        z.source === "set" ? T.t("settings.zone_source_set") : T.tf("settings.zone_source_config", { zone: z.configured })),
+      form);
+    if (z.source === "set") {
+      const reset = h("button", { type: "button", id: "time-zone-reset" }, T.tf("settings.zone_reset", { zone: z.configured }));
+      reset.addEventListener("click", () => busy(reset, err, async () => {
+        await api("DELETE", "/v1/time-zone");
+        location.reload();
+      }));
+      card.append(h("div", { class: "actions" }, reset));
+    }
+    card.append(err);
+    return card;
+  }
+
   async function showSettings(fresh) {
     let r;
     try {
@@ -169,6 +220,7 @@
     T.setView("settings", null, T.t("settings.title"), [
       phoneCard(),
       await devicesCard(),
+      await zoneCard(),
       h("p", { class: "hint" }, T.t("settings.intro")),
       ...(r.providers || []).map((p) => providerCard(p, refresh)),
       addForm(r.kinds || [], refresh),

@@ -247,7 +247,7 @@ fn version_8_gives_the_calls_already_out_their_slots() {
          ALTER TABLE deliveries DROP COLUMN shopify_product; ALTER TABLE delivery_items DROP COLUMN remote_id;
          DROP TABLE answers; DROP TABLE draft_revisions; DROP TABLE draft_photos; DROP TABLE drafts;
          ALTER TABLE sets DROP COLUMN draft_id, DROP COLUMN draft_revision, DROP COLUMN started_at;
-         ALTER TABLE web_sessions DROP COLUMN device;
+         ALTER TABLE web_sessions DROP COLUMN device; DROP TABLE shop_settings;
          UPDATE tally_schema SET version = 7 WHERE version > 7; SET search_path = public;"
     ))
     .expect("back to version 7");
