@@ -89,6 +89,8 @@ pub struct CandidateJson {
     /// The image an edit or cutout candidate was made from.
     #[schema(value_type = Option<Object>)]
     pub image: Option<crate::domain::operation::Source>,
+    /// True while a budget holds it back: raising the budget lets it go at once.
+    pub held_by_budget: bool,
 }
 
 /// Whether a set can be delivered, and if not, why in plain words.
@@ -166,6 +168,7 @@ fn candidate_json(state: &AppState, t: &TaskView, chosen: Option<&str>, draft: b
         charge: j.charge,
         operation: t.operation,
         image: t.source.clone(),
+        held_by_budget: j.held_by_budget,
     }
 }
 

@@ -256,6 +256,7 @@ mod tests {
             group: None,
             waiting_for: None,
             held: None,
+            budget_hold: false,
             operation: Default::default(),
             source: None,
             derived: Vec::new(),

@@ -66,6 +66,9 @@ pub struct TaskJson {
     /// "Held: today's budget of $0.40 is spent — raise it or wait until tomorrow …"); null
     /// otherwise.
     pub waiting_for: Option<String>,
+    /// True while a budget holds the job back (it waits for the period to turn over): raising
+    /// the budget (`PUT /v1/budget`) lets it go at once.
+    pub held_by_budget: bool,
     /// For `unknown` tasks: how the provider bills, in plain words.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub billing_note: Option<String>,
@@ -289,6 +292,7 @@ pub fn task_json_in(engine: &Engine, t: &TaskView, lang: Lang) -> TaskJson {
             }
             _ => None,
         },
+        held_by_budget: t.budget_hold && matches!(t.status, TaskStatus::Queued | TaskStatus::Waiting),
         billing_note: if t.status == TaskStatus::Unknown {
             engine.billing_note(&t.provider).map(|n| localize(lang, &n))
         } else {

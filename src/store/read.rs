@@ -55,6 +55,9 @@ pub struct TaskView {
     /// Held because the database turned out older than what was served (`store::held`):
     /// why, and since when. Released only by the owner.
     pub held: Option<crate::store::held::Held>,
+    /// Waiting because a budget would be exceeded (`envelopes.budget_hold`): raising the budget
+    /// lets it go.
+    pub budget_hold: bool,
     /// What the call makes.
     pub operation: Operation,
     /// The stored image an `edit` or `cutout` works on.
@@ -150,6 +153,7 @@ fn task_row(r: &Row) -> Result<TaskView, StoreError> {
         candidate: r.get(17)?,
         waiting_for: None,
         held: None,
+        budget_hold: false,
         operation: Operation::parse(&r.get::<String>(18)?).unwrap_or_default(),
         source: source_of(r.get(19)?, r.get(20)?),
         derived: Vec::new(),
@@ -292,7 +296,9 @@ fn with_wait(tx: &mut dyn Tx, mut t: TaskView) -> Result<TaskView, StoreError> {
         t.held = Some(h);
         return Ok(t);
     }
-    if let Some(why) = wait_reason(tx, &t)? {
+    let (why, budget_hold) = wait_reason(tx, &t)?;
+    t.budget_hold = budget_hold;
+    if let Some(why) = why {
         t.reason = Some(why.clone());
         t.waiting_for = Some(why);
     }
@@ -347,12 +353,14 @@ pub(in crate::store) const WAIT_FACTS: &str =
               AND s.status IN ('queued', 'waiting', 'running')) END,
         p.paused_reason,
         CASE WHEN t.set_id IS NULL OR e.due_at IS NOT NULL THEN 0
-             ELSE (SELECT count(*) FROM sets u WHERE u.id = t.set_id AND u.started_at IS NULL) END
+             ELSE (SELECT count(*) FROM sets u WHERE u.id = t.set_id AND u.started_at IS NULL) END,
+        e.budget_hold
  FROM envelopes e JOIN tasks t ON t.id = e.task_id LEFT JOIN providers p ON p.name = e.provider
  WHERE e.task_id = ?1 AND e.status = 'pending'";
 
-fn wait_reason(tx: &mut dyn Tx, t: &TaskView) -> Result<Option<String>, StoreError> {
-    let Some(r) = tx.opt(WAIT_FACTS, &[&t.id])? else { return Ok(None) };
+/// Why `t` waits (see [`wait_words`]), and whether a budget holds it back.
+fn wait_reason(tx: &mut dyn Tx, t: &TaskView) -> Result<(Option<String>, bool), StoreError> {
+    let Some(r) = tx.opt(WAIT_FACTS, &[&t.id])? else { return Ok((None, false)) };
     let f = WaitFacts {
         pass: r.get(0)?,
         due: r.get(1)?,
@@ -369,7 +377,7 @@ fn wait_reason(tx: &mut dyn Tx, t: &TaskView) -> Result<Option<String>, StoreErr
         rate_limited: r.get::<Option<String>>(12)?.as_deref() == Some("rate_limit"),
         unstarted: r.get::<i64>(13)? > 0,
     };
-    Ok(wait_words(&t.provider, &f))
+    Ok((wait_words(&t.provider, &f), r.get::<bool>(14)?))
 }
 
 /// Why a pending task waits, in plain words, or `None` when the dispatch order does not

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use fantoccini::Locator;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::browser::Browser;
 use crate::common::{Daemon, Mock, wait_for};
@@ -369,4 +369,62 @@ fn resuming_canceled_shots_names_the_price_and_asks_first() {
     let sent = wait_for(Duration::from_secs(30), || (mock.count("resume second").1 == 1).then_some(()));
     assert!(sent.is_some(), "saying yes generated the canceled shot: {:?}", mock.count("resume second"));
     assert_eq!(mock.count("resume second"), (1, 1), "one request, charged once");
+}
+
+#[test]
+fn a_set_held_by_the_budget_raises_it_on_the_set_page() {
+    let mock = Mock::start(&["--job-duration-ms", "20"]);
+    let mut d = Daemon::configure(&format!("[budget]\ndaily = 0.04\n\n{}", money_providers(&mock)));
+    d.env.push(("TALLY_TEST_KEY".into(), "sk-test-web".into()));
+    d.spawn();
+    // The budget takes one image: the second shot waits for it.
+    let r = d.call(
+        "POST",
+        "/v1/sets",
+        Some(&json!({"product": "held vase", "provider": "paid", "shots": [
+            {"role": "main", "prompt": "held first"}, {"role": "scene", "prompt": "held second"}]})),
+    );
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let set = r.json()["id"].as_str().expect("set id").to_string();
+    let second = r.json()["shots"][1]["id"].as_str().expect("shot").to_string();
+    let held = d.wait_status(&second, &["waiting"]);
+    assert_eq!(held["held_by_budget"], true, "{held}");
+    let shown = d.call("GET", &format!("/v1/sets/{set}"), None).json();
+    assert_eq!(
+        (shown["shots"][0]["held_by_budget"].clone(), shown["shots"][1]["held_by_budget"].clone()),
+        (json!(false), json!(true)),
+        "{shown}"
+    );
+    assert_eq!(mock.count("held second"), (0, 0), "held: nothing sent");
+
+    let url = printed_sign_in_url(&d);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let b = Browser::start().await;
+        b.c().set_window_size(390, 844).await.expect("phone size");
+        b.sign_in(&url).await;
+        b.js(&format!("(location.hash = '#/sets/{set}')")).await;
+        b.until("the budget on the set page", 10, "document.getElementById('budget-daily') !== null").await;
+        let line = b.js("document.getElementById('set-budget-hold-line').textContent").await;
+        assert!(line.as_str().is_some_and(|l| l.starts_with("1 image of this set waits")), "{line}");
+        assert_eq!(b.js("document.getElementById('shot-raise-budget-0')").await, Value::Null, "the sent shot has none");
+        b.click("#shot-raise-budget-1").await;
+        assert_eq!(b.js("document.activeElement.id").await, "budget-daily", "the button takes her to the limit");
+        b.assert_accessible("a set held by the budget").await;
+        let daily = b.c().find(Locator::Css("#budget-daily")).await.expect("daily");
+        assert_eq!(daily.prop("value").await.expect("value").as_deref(), Some("0.04"), "the limit in force");
+        daily.clear().await.expect("clear");
+        daily.send_keys("1").await.expect("type");
+        b.click("#budget-save").await;
+        b.until(
+            "the held shot sent",
+            20,
+            "document.querySelector('[data-position=\"1\"]')?.dataset.status === 'succeeded'",
+        )
+        .await;
+        assert_eq!(b.js("document.getElementById('set-budget-hold')").await, Value::Null, "nothing waits now");
+        b.close().await;
+    });
+    assert_eq!(mock.count("held second"), (1, 1), "raised: sent once, charged once");
+    assert_eq!(d.call("GET", "/v1/budget", None).json()["daily"], 1.0);
 }

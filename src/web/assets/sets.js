@@ -137,10 +137,24 @@
         s.style ? [h("dt", {}, T.t("set.fact_style")), h("dd", {}, s.style)] : null,
         h("dt", {}, T.t("job.fact_created")), h("dd", {}, time(s.created_at))),
       deliveryLine(s),
+      budgetHold(s),
       h("h2", {}, T.t("set.shots")),
       h("ol", { class: "shots", id: "shots" }, (s.shots || []).map((shot) => shotCard(s, shot, provider))),
       T.deliverSection(s, deliver),
       setHistory(s));
+  }
+
+  /** While a budget holds images of this set back: how many, and the budget itself, raised
+      right here (its form redraws the set once saved; held images check it again at once). */
+  function budgetHold(s) {
+    const held = (s.shots || []).reduce((n, shot) =>
+      n + ((shot.candidates || []).length ? shot.candidates.filter((c) => c.held_by_budget).length : (shot.held_by_budget ? 1 : 0)), 0);
+    if (!held) return null;
+    const box = h("section", { class: "card", id: "set-budget-hold", "aria-labelledby": "set-budget-hold-title" },
+      h("h2", { id: "set-budget-hold-title" }, T.t("set.budget_hold_title")),
+      h("p", { id: "set-budget-hold-line" }, T.tf(held > 1 ? "set.budget_hold_many" : "set.budget_hold_one", { n: held })));
+    T.budgetSection(() => showSet(s.id, false)).then((sec) => box.append(sec));
+    return box;
   }
 
   /** The set's own timeline (created, candidates added, choices, edits, copies), its lines in
@@ -287,6 +301,17 @@
     if (mine) {
       actions.append(h("a", { href: mine.url, download: "", class: "button", id: "shot-download-" + shot.position,
         "data-artifact-id": mine.id }, T.t("download")));
+    }
+    if (shot.held_by_budget || (shot.candidates || []).some((c) => c.held_by_budget)) {
+      /* The budget's form is on this page (budgetHold): take the owner to it. */
+      const raise = h("button", { type: "button", id: "shot-raise-budget-" + shot.position }, T.t("set.raise_budget"));
+      raise.addEventListener("click", () => {
+        const box = document.getElementById("set-budget-hold");
+        if (box) box.scrollIntoView({ block: "start" });
+        const input = document.getElementById("budget-daily");
+        if (input) input.focus();
+      });
+      actions.append(raise);
     }
     if (shot.status === "unknown") {
       const rec = h("button", { type: "button", id: "shot-resolve-" + shot.position }, T.t("set.resolve"));
