@@ -94,6 +94,13 @@ impl Client {
         self.lang
     }
 
+    /// The shop's zone in force, as the daemon says (`GET /v1/time-zone`); `None` if it cannot.
+    pub async fn zone(&self) -> Option<jiff::tz::TimeZone> {
+        let a = self.get("/v1/time-zone").await.ok()?;
+        let name = a.body.get("time_zone")?.as_str()?;
+        jiff::tz::TimeZone::get(name).ok()
+    }
+
     /// The daemon's base URL.
     pub fn base(&self) -> &str {
         &self.base

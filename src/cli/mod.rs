@@ -30,6 +30,7 @@ pub mod set_edit;
 mod sets;
 mod spend;
 mod tasks;
+mod times;
 
 use files::{backup, check, prune, restore, token};
 use tasks::client_command;
@@ -669,7 +670,7 @@ fn escape_controls(text: &str, keep_newlines: bool) -> String {
     out
 }
 
-/// [`term_safe`] of a JSON string field.
+/// [`term_safe`] of a JSON string field, with its RFC 3339 UTC times in the shop's zone.
 pub(super) fn st(v: &Value, key: &str) -> String {
-    term_safe(s(v, key))
+    term_safe(&times::local_times(s(v, key)))
 }

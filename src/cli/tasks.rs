@@ -18,6 +18,10 @@ use crate::domain::words::{t as word, tf};
 
 pub(super) async fn client_command(cfg: &Config, cmd: Command, json: bool) -> Result<ExitCode, Failure> {
     let client = Client::new(cfg)?;
+    if !json {
+        // Times are shown in the shop's zone (the one set in the page, else the config's).
+        super::times::set_zone(client.zone().await.unwrap_or_else(|| cfg.engine.time_zone.clone()));
+    }
     match cmd {
         Command::Submit { prompt, operation, image, provider, idempotency_key, group, wait } => {
             let mut body = json!({});

@@ -136,6 +136,12 @@ fn day_boundary(language: &str, card_title: &str) {
     assert_eq!(mock.count("after midnight"), (1, 1), "sent once, after midnight");
     // Spend by the shop's days: two rows, one image each (UTC would show one day with two).
     assert_eq!(day_rows(&d), vec![(day.to_string(), 0.04), (next.to_string(), 0.04)]);
+    // The CLI shows the job's times in the shop's zone too (its JSON keeps RFC 3339 UTC).
+    let out = d.cli(&["status", &second]);
+    let out = String::from_utf8_lossy(&out.stdout).to_string();
+    let created = done["created_at"].as_str().expect("created_at").parse::<jiff::Timestamp>().expect("RFC 3339");
+    let local = created.to_zoned_datetime(shanghai.clone()).strftime("%Y-%m-%d %H:%M:%S +08:00").to_string();
+    assert!(out.contains(&local) && !out.contains(done["created_at"].as_str().unwrap_or("-")), "{local}: {out}");
     let budget = d.call("GET", "/v1/budget", None).json();
     assert_eq!((budget["spent_today"].as_f64(), budget["time_zone"].as_str()), (Some(0.04), Some(ZONE)), "{budget}");
 
