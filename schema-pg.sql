@@ -131,7 +131,9 @@ CREATE TABLE providers (
     recovery_limit   bigint,
     fresh_pass       bigint NOT NULL DEFAULT 0,
     recovery_pass    bigint NOT NULL DEFAULT 0,
-    paused_reason    text CHECK (paused_reason IN ('circuit', 'rate_limit'))
+    paused_reason    text CHECK (paused_reason IN ('circuit', 'rate_limit')),
+    paused_at        bigint,
+    paused_why       text
 );
 
 CREATE TABLE executions (

@@ -112,7 +112,9 @@ CREATE TABLE providers (
     recovery_limit   INTEGER,                     -- slow start after the circuit closed; NULL: none
     fresh_pass       INTEGER NOT NULL DEFAULT 0,  -- the lanes' places (stride between lanes)
     recovery_pass    INTEGER NOT NULL DEFAULT 0,
-    paused_reason    TEXT CHECK (paused_reason IN ('circuit', 'rate_limit')) -- why paused_until holds it
+    paused_reason    TEXT CHECK (paused_reason IN ('circuit', 'rate_limit')), -- why paused_until holds it
+    paused_at        INTEGER,                     -- when that pause began
+    paused_why       TEXT                         -- for an opened circuit: the last failure, in words
 ) STRICT;
 
 -- One business run of a task. The token fences every write after the claim.

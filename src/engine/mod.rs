@@ -51,8 +51,8 @@ use crate::metrics::Metrics;
 use crate::providers::{Image, Provider};
 use crate::store::spend::Limit;
 use crate::store::{
-    CancelOutcome, NewArtifact, NewImage, OwnerCharge, ProviderSlots, PruneReport, Resolution, ResolveOutcome,
-    RetryAck, RetryOutcome, Store, StoreError,
+    CancelOutcome, NewArtifact, NewImage, OwnerCharge, PauseReason, ProviderSlots, PruneReport, Resolution,
+    ResolveOutcome, RetryAck, RetryOutcome, Store, StoreError,
 };
 use money::ProviderMoney;
 
@@ -276,6 +276,10 @@ struct Breaker {
     open_until: Millis,
     /// The pause is a rate-limit hold (the provider said "not now"), not an opened circuit.
     rate_limited: bool,
+    /// When the pause in force began.
+    since: Millis,
+    /// The last failure counted, in words: what an opened circuit says failed.
+    last_failure: Option<String>,
 }
 
 /// State shared by the dispatcher, workers and reconciler.
@@ -391,38 +395,56 @@ impl Shared {
 
     /// Until when new calls to `p` are held back, and whether by a rate limit (else by an
     /// opened circuit); `None` when calls may go.
-    fn breaker_open_until(&self, p: &ProviderEntry, now: Millis) -> Option<(Millis, bool)> {
+    fn breaker_open_until(&self, p: &ProviderEntry, now: Millis) -> Option<crate::store::Pause> {
         let b = p.breaker.lock().unwrap_or_else(|e| e.into_inner());
-        (b.open_until > now).then_some((b.open_until, b.rate_limited))
+        (b.open_until > now).then(|| crate::store::Pause {
+            until: b.open_until,
+            reason: if b.rate_limited { PauseReason::RateLimit } else { PauseReason::Circuit },
+            at: b.since,
+            why: if b.rate_limited { None } else { b.last_failure.clone() },
+        })
     }
 
     /// The provider said "not now" until `until` (its `Retry-After`, or the reset of a
     /// used-up rate-limit quota): hold every new call to it until then. The caller also
     /// records the hold in the store (`pause_provider`), where the dispatcher reads it; this
     /// copy hands back claims made just before.
-    fn hold_provider(&self, p: &ProviderEntry, until: Millis) {
+    /// Returns the pause to record.
+    fn hold_provider(&self, p: &ProviderEntry, until: Millis) -> crate::store::Pause {
+        let now = self.now();
         let mut b = p.breaker.lock().unwrap_or_else(|e| e.into_inner());
         if until > b.open_until {
             b.open_until = until;
             b.rate_limited = true;
+            b.since = now;
         }
+        crate::store::Pause { until, reason: PauseReason::RateLimit, at: now, why: None }
     }
 
-    /// Count a call's outcome; when the circuit opens, returns until when (the caller records
-    /// the pause in the store, where the dispatcher reads it).
-    fn breaker_record(&self, p: &ProviderEntry, ok: bool) -> Option<Millis> {
+    /// Count a call's outcome (`failure`: what failed, in words; `None`: it went well); when
+    /// the circuit opens, returns the pause (the caller records it in the store, where the
+    /// dispatcher reads it), naming the last failure.
+    fn breaker_record(&self, p: &ProviderEntry, failure: Option<String>) -> Option<crate::store::Pause> {
         let mut b = p.breaker.lock().unwrap_or_else(|e| e.into_inner());
-        if ok {
+        let Some(failure) = failure else {
             b.failures = 0;
             return None;
-        }
+        };
         b.failures += 1;
+        b.last_failure = Some(failure);
         if b.failures >= self.cfg.circuit_failures {
-            b.open_until = self.now() + Self::ms(self.cfg.circuit_pause);
+            let now = self.now();
+            b.open_until = now + Self::ms(self.cfg.circuit_pause);
             b.rate_limited = false;
             b.failures = 0;
+            b.since = now;
             tracing::warn!(provider = %p.name, pause = ?self.cfg.circuit_pause, "provider circuit opened after repeated failures");
-            return Some(b.open_until);
+            return Some(crate::store::Pause {
+                until: b.open_until,
+                reason: PauseReason::Circuit,
+                at: now,
+                why: b.last_failure.clone(),
+            });
         }
         None
     }

@@ -23,7 +23,7 @@ use crate::domain::words::{say, say_with};
 use crate::domain::{Charge, FailureKind, Millis, Phase, backoff};
 use crate::failpoint::crash;
 use crate::providers::{CallError, CallRequest, Image, JobHandle, JobState, LostLookup, Submitted};
-use crate::store::{CallingOutcome, Claim, Finish, NewArtifact, NewImage, PauseReason, Severity, StoreError};
+use crate::store::{CallingOutcome, Claim, Finish, NewArtifact, NewImage, Severity, StoreError};
 
 /// The wait before storing an image again after the store failed. Short and flat: when the
 /// disk has room again the worker should store its image before the reconciler (backing off
@@ -74,22 +74,10 @@ async fn deliver(shared: &Arc<Shared>, claim: Claim, fence: u64, picked_up: bool
     // The dispatcher does not claim for a paused provider; a claim made just before the
     // circuit opened is handed back untouched (nothing sent, no attempt counted).
     if claim.phase == Phase::Claimed
-        && let Some((until, rate_limited)) = shared.breaker_open_until(&entry, now)
+        && let Some(pause) = shared.breaker_open_until(&entry, now)
     {
-        let why = if rate_limited {
-            format!(
-                "Provider `{}` asked tally to wait (rate limited); new calls to it are held until {}. Nothing was \
-                 sent for this task yet.",
-                entry.name,
-                crate::clock::rfc3339(until)
-            )
-        } else {
-            format!(
-                "Provider `{}` failed several times in a row; tally has paused new calls to it until {}.",
-                entry.name,
-                crate::clock::rfc3339(until)
-            )
-        };
+        let why = crate::store::pause_words(&entry.name, &pause);
+        let until = pause.until;
         // Spread the claims handed back so they do not all return at the same instant.
         let until = until + Shared::ms(crate::providers::http::client::jittered(Duration::ZERO, Shared::jitter()));
         let c = &claim;
@@ -500,18 +488,23 @@ impl Run<'_> {
         // reset, so the next request is not a certain 429.
         if let Some(hold) = self.entry.provider.rate_limit_hold() {
             let until = self.now() + Shared::ms(hold);
-            self.shared.hold_provider(self.entry, until);
-            if let Err(e) =
-                self.shared.store.pause_provider(self.entry.name.clone(), until, PauseReason::RateLimit).await
-            {
+            let pause = self.shared.hold_provider(self.entry, until);
+            if let Err(e) = self.shared.store.pause_provider(self.entry.name.clone(), pause).await {
                 tracing::warn!(error = %e, "recording the provider's rate-limit hold failed");
             }
         }
         // A refusal or a "not now" (paced by its own hold) is not an outage.
-        let failed = matches!(result, Err(e) if !matches!(e, CallError::Rejected { .. } | CallError::RetryAfter { .. } | CallError::Blocked(_)));
+        let failure = match result {
+            Err(e)
+                if !matches!(e, CallError::Rejected { .. } | CallError::RetryAfter { .. } | CallError::Blocked(_)) =>
+            {
+                Some(failure_words(e))
+            }
+            _ => None,
+        };
         let store = &self.shared.store;
-        if let Some(until) = self.shared.breaker_record(self.entry, !failed)
-            && let Err(e) = store.pause_provider(self.entry.name.clone(), until, PauseReason::Circuit).await
+        if let Some(pause) = self.shared.breaker_record(self.entry, failure)
+            && let Err(e) = store.pause_provider(self.entry.name.clone(), pause).await
         {
             tracing::warn!(error = %e, "recording the provider's pause failed");
         }
@@ -557,9 +550,8 @@ impl Run<'_> {
                     let c = self.claim;
                     let now = self.now();
                     let until = now + Shared::ms(after);
-                    self.shared.hold_provider(self.entry, until);
-                    let reason = PauseReason::RateLimit;
-                    if let Err(e) = self.shared.store.pause_provider(self.entry.name.clone(), until, reason).await {
+                    let pause = self.shared.hold_provider(self.entry, until);
+                    if let Err(e) = self.shared.store.pause_provider(self.entry.name.clone(), pause).await {
                         tracing::warn!(error = %e, "recording the provider's rate-limit hold failed");
                     }
                     let due = now + Shared::ms(crate::providers::http::client::jittered(after, Shared::jitter()));
@@ -606,9 +598,8 @@ impl Run<'_> {
                 // attempt: the next one reuses this attempt's idempotency key, which is right,
                 // since the provider refused this request.
                 let until = self.now() + Shared::ms(after);
-                self.shared.hold_provider(self.entry, until);
-                let reason = PauseReason::RateLimit;
-                if let Err(e) = self.shared.store.pause_provider(self.entry.name.clone(), until, reason).await {
+                let pause = self.shared.hold_provider(self.entry, until);
+                if let Err(e) = self.shared.store.pause_provider(self.entry.name.clone(), pause).await {
                     tracing::warn!(error = %e, "recording the provider's rate-limit hold failed");
                 }
                 let wait = crate::providers::http::client::jittered(after, Shared::jitter());
@@ -1026,6 +1017,15 @@ fn outcome_label(e: &CallError) -> &'static str {
         CallError::Rejected { .. } => "rejected",
         CallError::RetryAfter { .. } => "retry_after",
         CallError::Ambiguous(_) => "ambiguous",
+    }
+}
+
+/// What a failed call says went wrong, short enough for a line (an opened circuit names it).
+fn failure_words(e: &CallError) -> String {
+    let text = e.to_string();
+    match text.char_indices().nth(160) {
+        Some((i, _)) => format!("{}…", &text[..i]),
+        None => text,
     }
 }
 

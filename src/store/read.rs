@@ -13,6 +13,7 @@ use super::StoreError;
 use super::ops::common;
 use super::sqlite::tx::SqliteTx;
 use super::tx::{Dialect, Param, Row, Tx};
+use super::types::{Pause, PauseReason};
 use crate::domain::operation::{Operation, Source, SourceKind};
 use crate::domain::words::{say, say_with};
 use crate::domain::{Charge, Micros, Millis, TaskStatus};
@@ -326,6 +327,10 @@ pub(in crate::store) struct WaitFacts {
     pub earlier_shots: i64,
     /// The pause is a rate-limit hold (the provider said "not now"), not an opened circuit.
     pub rate_limited: bool,
+    /// When the pause began (unknown for a pause recorded before schema 17).
+    pub paused_at: Option<Millis>,
+    /// For an opened circuit, the last failure in words.
+    pub paused_why: Option<String>,
     /// Its set is a copy to edit not started yet: it waits for the set's start.
     pub unstarted: bool,
 }
@@ -354,7 +359,7 @@ pub(in crate::store) const WAIT_FACTS: &str =
         p.paused_reason,
         CASE WHEN t.set_id IS NULL OR e.due_at IS NOT NULL THEN 0
              ELSE (SELECT count(*) FROM sets u WHERE u.id = t.set_id AND u.started_at IS NULL) END,
-        e.budget_hold
+        e.budget_hold, p.paused_at, p.paused_why
  FROM envelopes e JOIN tasks t ON t.id = e.task_id LEFT JOIN providers p ON p.name = e.provider
  WHERE e.task_id = ?1 AND e.status = 'pending'";
 
@@ -376,8 +381,35 @@ fn wait_reason(tx: &mut dyn Tx, t: &TaskView) -> Result<(Option<String>, bool), 
         earlier_shots: r.get(11)?,
         rate_limited: r.get::<Option<String>>(12)?.as_deref() == Some("rate_limit"),
         unstarted: r.get::<i64>(13)? > 0,
+        paused_at: r.get(15)?,
+        paused_why: r.get(16)?,
     };
     Ok((wait_words(&t.provider, &f), r.get::<bool>(14)?))
+}
+
+/// What a provider's pause means for the tasks it holds, in plain words: a rate-limit hold says
+/// how long the provider asked tally to wait, an opened circuit what failed last; both until
+/// when. (A pause recorded before either was kept says neither.)
+pub fn pause_words(provider: &str, p: &Pause) -> String {
+    let until = crate::clock::rfc3339(p.until);
+    match p.reason {
+        PauseReason::RateLimit if p.until > p.at => {
+            let secs = ((p.until - p.at) + 999) / 1000;
+            say_with(
+                "say.held_provider_rate_limited_for",
+                &[("provider", provider), ("secs", &secs.to_string()), ("until", &until)],
+            )
+        }
+        PauseReason::RateLimit => {
+            say_with("say.held_provider_rate_limited", &[("provider", provider), ("until", &until)])
+        }
+        PauseReason::Circuit => match p.why.as_deref() {
+            Some(why) => {
+                say_with("say.paused_provider_after", &[("provider", provider), ("why", why), ("until", &until)])
+            }
+            None => say_with("say.paused_provider", &[("provider", provider), ("until", &until)]),
+        },
+    }
 }
 
 /// Why a pending task waits, in plain words, or `None` when the dispatch order does not
@@ -388,17 +420,9 @@ pub(in crate::store) fn wait_words(provider: &str, f: &WaitFacts) -> Option<Stri
         return Some(say("say.waits_for_start"));
     }
     if let Some(until) = f.paused {
-        return Some(if f.rate_limited {
-            format!(
-                "{provider} asked tally to wait (a rate limit); new calls to it are held until {}.",
-                crate::clock::rfc3339(until)
-            )
-        } else {
-            format!(
-                "{provider} failed several times in a row; tally has paused new calls to it until {}.",
-                crate::clock::rfc3339(until)
-            )
-        });
+        let reason = if f.rate_limited { PauseReason::RateLimit } else { PauseReason::Circuit };
+        let pause = Pause { until, reason, at: f.paused_at.unwrap_or(until), why: f.paused_why.clone() };
+        return Some(pause_words(provider, &pause));
     }
     if f.due.is_none() {
         return Some(match f.earlier_shots {
@@ -609,6 +633,20 @@ mod tests {
         assert_eq!(
             wait_words("p", &paused).as_deref(),
             Some("p failed several times in a row; tally has paused new calls to it until 1970-01-01T00:00:00.000Z.")
+        );
+        // A pause recorded with its start and what failed says how long, and what.
+        let held = WaitFacts { paused: Some(30_000), paused_at: Some(1), rate_limited: true, ..ready.clone() };
+        assert_eq!(
+            wait_words("p", &held).as_deref(),
+            Some("p asked tally to wait 30 s (a rate limit); new calls to it are held until 1970-01-01T00:00:30.000Z.")
+        );
+        let opened = WaitFacts { paused: Some(0), paused_why: Some("HTTP 503: overloaded".into()), ..ready.clone() };
+        assert_eq!(
+            wait_words("p", &opened).as_deref(),
+            Some(
+                "p failed several times in a row (the last time: HTTP 503: overloaded); tally has paused new calls to \
+                 it until 1970-01-01T00:00:00.000Z."
+            )
         );
         let unscheduled = WaitFacts { due: None, earlier_shots: 2, ..ready.clone() };
         assert_eq!(

@@ -436,10 +436,10 @@ impl Store {
         self.op(Commit::Durable, 0, move |tx| ops::slots::configure_providers(tx, &list)).await
     }
 
-    /// Pause dispatching to a provider until `until` (its circuit opened). Ordered: if a power
-    /// loss erases it, the provider is simply not paused.
-    pub async fn pause_provider(&self, provider: String, until: Millis, reason: PauseReason) -> Result<(), StoreError> {
-        self.op(Commit::Ordered, 0, move |tx| ops::slots::pause_provider(tx, &provider, until, reason)).await
+    /// Pause dispatching to a provider (its circuit opened, or it asked tally to wait). Ordered:
+    /// if a power loss erases it, the provider is simply not paused.
+    pub async fn pause_provider(&self, provider: String, pause: Pause) -> Result<(), StoreError> {
+        self.op(Commit::Ordered, 0, move |tx| ops::slots::pause_provider(tx, &provider, &pause)).await
     }
 
     /// A call's outcome while the provider's recovery lane is in its slow start.

@@ -27,6 +27,17 @@ impl PauseReason {
     }
 }
 
+/// A provider's pause: until when, why, since when, and (an opened circuit) what failed last.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pause {
+    pub until: Millis,
+    pub reason: PauseReason,
+    /// When the pause began (a rate-limit hold's length is `until - at`).
+    pub at: Millis,
+    /// For an opened circuit, the last failure in plain words; `None` for a rate-limit hold.
+    pub why: Option<String>,
+}
+
 /// A task to create.
 #[derive(Debug, Clone, Default)]
 pub struct NewTask {

@@ -280,7 +280,7 @@ async fn a_version_9_database_gains_the_delivery_tables() {
                  ALTER TABLE providers DROP COLUMN paused_reason; DROP INDEX tasks_by_source;
                  ALTER TABLE tasks DROP COLUMN source_id; ALTER TABLE tasks DROP COLUMN source_kind;
                  ALTER TABLE tasks DROP COLUMN operation; ALTER TABLE web_sessions DROP COLUMN device;
-                 DROP TABLE shop_settings; PRAGMA user_version = 9;",
+                 DROP TABLE shop_settings; ALTER TABLE providers DROP COLUMN paused_at; ALTER TABLE providers DROP COLUMN paused_why; PRAGMA user_version = 9;",
             )
         })
         .expect("make it version 9");

@@ -18,7 +18,7 @@ async fn a_version_12_database_gains_the_draft_tables() {
                 "DROP TABLE answers; DROP TABLE draft_revisions; DROP TABLE draft_photos; DROP TABLE drafts;
                  ALTER TABLE sets DROP COLUMN started_at;
                  ALTER TABLE sets DROP COLUMN draft_revision; ALTER TABLE sets DROP COLUMN draft_id;
-                 ALTER TABLE web_sessions DROP COLUMN device; DROP TABLE shop_settings; PRAGMA user_version = 12;",
+                 ALTER TABLE web_sessions DROP COLUMN device; DROP TABLE shop_settings; ALTER TABLE providers DROP COLUMN paused_at; ALTER TABLE providers DROP COLUMN paused_why; PRAGMA user_version = 12;",
             )
         })
         .expect("make it version 12");
@@ -56,7 +56,7 @@ async fn a_version_13_database_keeps_its_roles_and_takes_a_detail_shot() {
                  VALUES ('t1', 'demo', 'p', '{}', 'h1', 'succeeded', 1, 1, 'main'),
                         ('t2', 'demo', 'p', '{}', 'h2', 'succeeded', 1, 1, 'scene'),
                         ('t3', 'demo', 'p', '{}', 'h3', 'succeeded', 1, 1, NULL);
-                 ALTER TABLE web_sessions DROP COLUMN device; DROP TABLE shop_settings; PRAGMA user_version = 13;",
+                 ALTER TABLE web_sessions DROP COLUMN device; DROP TABLE shop_settings; ALTER TABLE providers DROP COLUMN paused_at; ALTER TABLE providers DROP COLUMN paused_why; PRAGMA user_version = 13;",
             )
         })
         .expect("make it version 13");
@@ -107,7 +107,7 @@ async fn a_version_14_database_counts_every_set_as_started() {
         .and_then(|c| {
             c.execute_batch(
                 "ALTER TABLE sets DROP COLUMN started_at; ALTER TABLE web_sessions DROP COLUMN device; \
-             DROP TABLE shop_settings; PRAGMA user_version = 14;",
+             DROP TABLE shop_settings; ALTER TABLE providers DROP COLUMN paused_at; ALTER TABLE providers DROP COLUMN paused_why; PRAGMA user_version = 14;",
             )
         })
         .expect("make it version 14");
@@ -136,7 +136,7 @@ async fn a_version_15_database_keeps_its_sessions_and_lists_them_unnamed() {
             c.execute_batch(
                 "ALTER TABLE web_sessions DROP COLUMN device;
                  INSERT INTO web_sessions (id_hash, csrf, created_at, last_used_at) VALUES ('old', 'c', 5, 5);
-                 DROP TABLE shop_settings; PRAGMA user_version = 15;",
+                 DROP TABLE shop_settings; ALTER TABLE providers DROP COLUMN paused_at; ALTER TABLE providers DROP COLUMN paused_why; PRAGMA user_version = 15;",
             )
         })
         .expect("make it version 15");

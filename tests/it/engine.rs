@@ -318,6 +318,12 @@ async fn circuit_opens_after_repeated_failures_and_pauses_new_calls() {
     };
     assert_eq!((t.status, t.attempts), (TaskStatus::Waiting, 2), "a paused delivery counts no attempt");
     assert_eq!(h.counts().received, 0);
+    // The pause says what failed.
+    let why = t.reason.as_deref().unwrap_or("");
+    assert!(
+        why.contains("failed several times in a row (the last time: ") && why.contains("connection refused"),
+        "{why}"
+    );
 }
 
 // ---- DESIGN §6: recovery from evidence ----

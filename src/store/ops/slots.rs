@@ -8,7 +8,7 @@
 
 use super::common::{PerDialect, event, fence, requeue_envelope, set_task};
 use super::dispatch::greatest;
-use super::{DispatchOrder, PauseReason, ProviderSlots};
+use super::{DispatchOrder, Pause, ProviderSlots};
 use crate::domain::{Actor, Millis, TaskStatus};
 use crate::store::StoreError;
 use crate::store::tx::{Dialect, Tx};
@@ -48,9 +48,11 @@ pub(in crate::store) fn configure_providers(tx: &mut dyn Tx, list: &[ProviderSlo
 static PAUSE: PerDialect = PerDialect::new(pause_sql);
 
 fn pause_sql(d: Dialect) -> String {
-    // SET reads the row as it was: the reason follows whichever pause ends later.
+    // SET reads the row as it was: the reason, start and words follow whichever pause ends later.
     format!(
         "UPDATE providers SET paused_reason = CASE WHEN ?2 >= coalesce(paused_until, 0) THEN ?3 ELSE paused_reason END,
+                              paused_at = CASE WHEN ?2 >= coalesce(paused_until, 0) THEN ?4 ELSE paused_at END,
+                              paused_why = CASE WHEN ?2 >= coalesce(paused_until, 0) THEN ?5 ELSE paused_why END,
                               paused_until = {}(coalesce(paused_until, 0), ?2)
          WHERE name = ?1",
         greatest(d)
@@ -59,14 +61,10 @@ fn pause_sql(d: Dialect) -> String {
 
 /// The circuit breaker opened, or the provider asked tally to wait (`reason`): dispatch
 /// nothing to `provider` before `until` (a pause already longer is kept, with its reason).
-pub(in crate::store) fn pause_provider(
-    tx: &mut dyn Tx,
-    provider: &str,
-    until: Millis,
-    reason: PauseReason,
-) -> Result<(), StoreError> {
+/// `at` is when the pause began; `why`, for an opened circuit, the last failure in words.
+pub(in crate::store) fn pause_provider(tx: &mut dyn Tx, provider: &str, pause: &Pause) -> Result<(), StoreError> {
     let sql = PAUSE.get(tx);
-    tx.exec(sql, &[&provider, &until, &reason.as_str()])?;
+    tx.exec(sql, &[&provider, &pause.until, &pause.reason.as_str(), &pause.at, &pause.why])?;
     Ok(())
 }
 

@@ -213,8 +213,10 @@ const MIGRATIONS: &[&str] = &[
      UPDATE sets SET started_at = created_at;",
     // 14 → 15: a web session names the device it signed in (as SQLite's 15 → 16).
     "ALTER TABLE web_sessions ADD COLUMN device text;",
-    // 15 → 16: settings the owner changes in the page (as SQLite's 16 → 17).
-    "CREATE TABLE shop_settings (key text PRIMARY KEY, value text NOT NULL, set_at bigint NOT NULL);",
+    // 15 → 16: settings the owner changes in the page, when a provider's pause began and what
+    // failed (as SQLite's 16 → 17).
+    "CREATE TABLE shop_settings (key text PRIMARY KEY, value text NOT NULL, set_at bigint NOT NULL);
+     ALTER TABLE providers ADD COLUMN paused_at bigint, ADD COLUMN paused_why text;",
 ];
 
 pub use crate::store::locks::LOCK_CLASS;

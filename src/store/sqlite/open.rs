@@ -207,8 +207,11 @@ const MIGRATIONS: &[&str] = &[
     // 15 → 16: a web session names the device it signed in ("iPhone · Safari"), for the page's
     // list of signed-in devices.
     "ALTER TABLE web_sessions ADD COLUMN device TEXT;",
-    // 16 → 17: settings the owner changes in the page (issue #39: the shop's time zone).
-    "CREATE TABLE shop_settings (key TEXT PRIMARY KEY, value TEXT NOT NULL, set_at INTEGER NOT NULL) STRICT;",
+    // 16 → 17: settings the owner changes in the page (issue #39: the shop's time zone), and
+    // when a provider's pause began and what failed, so a hold says how long and why.
+    "CREATE TABLE shop_settings (key TEXT PRIMARY KEY, value TEXT NOT NULL, set_at INTEGER NOT NULL) STRICT;
+     ALTER TABLE providers ADD COLUMN paused_at INTEGER;
+     ALTER TABLE providers ADD COLUMN paused_why TEXT;",
 ];
 
 /// The writer's automatic (PASSIVE) checkpoint runs once the WAL holds this many pages

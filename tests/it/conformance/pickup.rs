@@ -81,7 +81,12 @@ async fn a_full_slot_a_pause_or_work_ahead_keeps_the_normal_path(s: Store) {
     let b = s.dispatch_due(T0 + 5, 10, LEASE, "boot").await.expect("dispatch");
     assert_eq!(b.claims.len(), 1, "{full} dispatched");
     // A paused provider, with a free slot and nothing ahead.
-    s.pause_provider("p".into(), T0 + 1_000, tally::store::PauseReason::Circuit).await.expect("pause");
+    s.pause_provider(
+        "p".into(),
+        tally::store::Pause { until: T0 + 1_000, reason: tally::store::PauseReason::Circuit, at: 0, why: None },
+    )
+    .await
+    .expect("pause");
     let (_, picked) = fast(&s, "paused", T0 + 10).await;
     assert!(matches!(picked, PickedUp::No), "paused: {picked:?}");
     assert_eq!(int(&s, "SELECT count(*) FROM executions WHERE phase = 'calling'").await, 0);

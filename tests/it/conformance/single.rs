@@ -156,22 +156,31 @@ async fn a_saturated_or_paused_provider_is_not_dispatched_to_and_nothing_is_writ
     assert_eq!(kinds(&s, &second).await, ["submitted"]);
     assert_eq!(int(&s, "SELECT send_count FROM envelopes WHERE status = 'pending'").await, 0);
     // The slot frees while the provider is paused: still nothing, until the pause ends.
-    s.pause_provider("p".into(), T0 + 5_000, tally::store::PauseReason::Circuit).await.expect("pause");
+    let pause =
+        |until, reason, at, why: Option<&str>| tally::store::Pause { until, reason, at, why: why.map(str::to_string) };
+    let circuit = tally::store::PauseReason::Circuit;
+    let rate = tally::store::PauseReason::RateLimit;
+    s.pause_provider("p".into(), pause(T0 + 5_000, circuit, T0, Some("HTTP 503: overloaded"))).await.expect("pause");
     s.finish(c.execution_token, c.lease_token, Finish::CanceledBeforeCall, T0 + 10).await.expect("finish");
     let b = s.dispatch_due(T0 + 20, 10, LEASE, "boot").await.expect("dispatch");
     assert!(b.claims.is_empty(), "paused");
     assert_eq!(b.next_due, Some(T0 + 5_000), "the dispatcher wakes when the pause ends");
     let t = s.get_task(second.clone()).await.expect("get").expect("task");
-    assert!(t.reason.as_deref().unwrap_or("").contains("paused new calls"), "{:?}", t.reason);
+    assert!(
+        t.reason.as_deref().unwrap_or("").contains("(the last time: HTTP 503: overloaded); tally has paused new calls"),
+        "{:?}",
+        t.reason
+    );
     // A rate-limit hold that ends later is told as one, not as an outage (the reason follows
     // the pause that ends last); a shorter one changes nothing.
-    s.pause_provider("p".into(), T0 + 4_000, tally::store::PauseReason::RateLimit).await.expect("pause");
+    s.pause_provider("p".into(), pause(T0 + 4_000, rate, T0 + 10, None)).await.expect("pause");
     let t = s.get_task(second.clone()).await.expect("get").expect("task");
     assert!(t.reason.as_deref().unwrap_or("").contains("failed several times"), "{:?}", t.reason);
-    s.pause_provider("p".into(), T0 + 6_000, tally::store::PauseReason::RateLimit).await.expect("pause");
+    s.pause_provider("p".into(), pause(T0 + 6_000, rate, T0 + 20, None)).await.expect("pause");
     let t = s.get_task(second.clone()).await.expect("get").expect("task");
     let why = t.reason.as_deref().unwrap_or("");
-    assert!(why.contains("asked tally to wait") && !why.contains("failed"), "{why}");
+    // How long the provider asked for: from the hold's start to its end (5.98 s, told as 6 s).
+    assert!(why.contains("asked tally to wait 6 s (a rate limit)") && !why.contains("failed"), "{why}");
     let b = s.dispatch_due(T0 + 5_000, 10, LEASE, "boot").await.expect("dispatch");
     assert!(b.claims.is_empty(), "held");
     let b = s.dispatch_due(T0 + 6_000, 10, LEASE, "boot").await.expect("dispatch");
@@ -262,7 +271,12 @@ async fn the_recovery_lane_keeps_the_reserve_free_and_slow_starts_after_a_pause(
     }
     // An outage: the circuit opens; when it closes, the recovery lane starts at one call and
     // grows with each success (1, 2, 4, …), halving on an overload answer.
-    s.pause_provider("p".into(), T0 + 10_000, tally::store::PauseReason::Circuit).await.expect("pause");
+    s.pause_provider(
+        "p".into(),
+        tally::store::Pause { until: T0 + 10_000, reason: tally::store::PauseReason::Circuit, at: 0, why: None },
+    )
+    .await
+    .expect("pause");
     let mut rounds = Vec::new();
     let mut now = T0 + 10_000;
     for round in 0..4 {
@@ -279,7 +293,12 @@ async fn the_recovery_lane_keeps_the_reserve_free_and_slow_starts_after_a_pause(
         now += 1;
     }
     assert_eq!(rounds, [1, 2, 4, 6], "1, 2, 4, then the cap (8 − reserve 2)");
-    s.pause_provider("p".into(), now + 10, tally::store::PauseReason::Circuit).await.expect("pause");
+    s.pause_provider(
+        "p".into(),
+        tally::store::Pause { until: now + 10, reason: tally::store::PauseReason::Circuit, at: 0, why: None },
+    )
+    .await
+    .expect("pause");
     let b = s.dispatch_due(now + 10, 100, LEASE, "new").await.expect("dispatch");
     assert_eq!(b.claims.len(), 1);
     s.slow_start_feedback("p".into(), true).await.expect("feedback"); // limit 2
