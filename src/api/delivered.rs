@@ -8,21 +8,19 @@
 //! one recorded when it was delivered — so a download is byte for byte the delivered file, or
 //! a 409 saying why not (the image is gone, or the profile changed since), never a lookalike.
 
-use std::io::Write;
-
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
-use super::download::content_disposition;
+use super::download::{ZipEntry, content_disposition, stored_zip};
 use super::error::{ApiError, ErrorBody};
 use crate::delivery::profile::Profile;
-use crate::delivery::render::render;
+use crate::delivery::render::{Rendered, render};
 use crate::store::{DeliveryItemView, DeliveryView, ItemState, Store};
 
 /// The delivered file of one item, made again and checked against its recorded sha256.
-fn remake(store: &Store, profile: &Profile, item: &DeliveryItemView) -> Result<Vec<u8>, ApiError> {
+fn remake(store: &Store, profile: &Profile, item: &DeliveryItemView) -> Result<Rendered, ApiError> {
     let not_the_same = |why: String| ApiError::conflict("file_not_reproducible", why);
     let Some(recorded) = item.sha256.as_deref() else {
         return Err(not_the_same(format!("{} has no recorded file", item.file_name)));
@@ -43,7 +41,7 @@ fn remake(store: &Store, profile: &Profile, item: &DeliveryItemView) -> Result<V
             item.file_name, made.sha256, profile.name
         )));
     }
-    Ok(made.bytes)
+    Ok(made)
 }
 
 /// A delivery and its profile, or the error a request about it gets.
@@ -56,16 +54,6 @@ async fn delivery_and_profile(state: &AppState, id: String) -> Result<(DeliveryV
         ));
     };
     Ok((d, p))
-}
-
-/// The media type of a delivered file by its extension.
-fn media_type(name: &str) -> &'static str {
-    match name.rsplit_once('.').map(|(_, e)| e.to_ascii_lowercase()) {
-        Some(e) if e == "jpg" || e == "jpeg" => "image/jpeg",
-        Some(e) if e == "png" => "image/png",
-        Some(e) if e == "webp" => "image/webp",
-        _ => "application/octet-stream",
-    }
 }
 
 /// `GET /v1/deliveries/{id}/files/{position}`: the delivered file of the shot at `position`.
@@ -110,12 +98,12 @@ pub async fn file(
     }
     let store = state.engine().store().clone();
     let name = item.file_name.clone();
-    let bytes = tokio::task::spawn_blocking(move || remake(&store, &profile, &item))
+    let made = tokio::task::spawn_blocking(move || remake(&store, &profile, &item))
         .await
         .map_err(|e| ApiError::unavailable(&e))??;
-    let mut r = (StatusCode::OK, bytes).into_response();
+    let mut r = (StatusCode::OK, made.bytes).into_response();
     let h = r.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(media_type(&name)));
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(made.media_type));
     h.insert(header::CONTENT_DISPOSITION, content_disposition("attachment", &name));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     Ok(r)
@@ -149,18 +137,10 @@ pub async fn zip(State(state): State<AppState>, Path(id): Path<String>) -> Resul
     let store = state.engine().store().clone();
     let at = d.updated_at;
     let made = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, ApiError> {
-        let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
-        let stored = zip::write::SimpleFileOptions::default()
-            .compression_method(zip::CompressionMethod::Stored)
-            .unix_permissions(0o644)
-            .last_modified_time(super::download::zip_time(at));
-        let failed = |e: &dyn std::fmt::Display| ApiError::unavailable(e);
-        for item in &items {
-            let bytes = remake(&store, &profile, item)?;
-            zip.start_file(item.file_name.as_str(), stored).map_err(|e| failed(&e))?;
-            zip.write_all(&bytes).map_err(|e| failed(&e))?;
-        }
-        Ok(zip.finish().map_err(|e| failed(&e))?.into_inner())
+        let files = items.iter().map(|i| remake(&store, &profile, i)).collect::<Result<Vec<_>, _>>()?;
+        let entries: Vec<ZipEntry> =
+            items.iter().zip(&files).map(|(i, f)| (i.file_name.as_str(), f.bytes.as_slice(), Some(at))).collect();
+        stored_zip(&entries).map_err(|e| ApiError::unavailable(&e))
     })
     .await
     .map_err(|e| ApiError::unavailable(&e))??;

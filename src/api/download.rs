@@ -436,6 +436,24 @@ fn write_zip(entries: &[(Entry, Vec<u8>)], note: Option<&str>, out: ChannelWrite
     out.flush()
 }
 
+/// One file of an in-memory zip: its name, its bytes, and its time (`None`: the zip's default).
+pub(crate) type ZipEntry<'a> = (&'a str, &'a [u8], Option<crate::domain::Millis>);
+
+/// A zip held in memory with every entry stored, not compressed (images are compressed
+/// already, and a stored entry is the file byte for byte): the profile downloads and the
+/// delivered files' download.
+pub(crate) fn stored_zip(entries: &[ZipEntry]) -> zip::result::ZipResult<Vec<u8>> {
+    use zip::write::SimpleFileOptions;
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let stored =
+        SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored).unix_permissions(0o644);
+    for (name, bytes, at) in entries {
+        zip.start_file(*name, at.map_or(stored, |at| stored.last_modified_time(zip_time(at))))?;
+        zip.write_all(bytes)?;
+    }
+    Ok(zip.finish()?.into_inner())
+}
+
 /// A zip entry's time (UTC; zip has no zone) from milliseconds since the epoch.
 pub(crate) fn zip_time(ms: crate::domain::Millis) -> zip::DateTime {
     let days = ms.div_euclid(86_400_000);

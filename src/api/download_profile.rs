@@ -10,14 +10,12 @@
 //! profile cannot be made from (too many bytes at any quality, unreadable), is left out and
 //! named in `NOT-INCLUDED.txt` with why, and `Tally-Images-Left-Out` counts them.
 
-use std::io::Write;
-
 use axum::body::Body;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
-use super::download::{LEFT_OUT_HEADER, LEFT_OUT_NOTE, content_disposition, zip_name, zip_time};
+use super::download::{LEFT_OUT_HEADER, LEFT_OUT_NOTE, ZipEntry, content_disposition, stored_zip, zip_name};
 use super::error::ApiError;
 use crate::delivery::manifest::{self, ManifestRow};
 use crate::delivery::names::{NameParts, file_names};
@@ -154,21 +152,11 @@ fn write(
     json: &[u8],
     note: Option<&str>,
 ) -> zip::result::ZipResult<Vec<u8>> {
-    use zip::write::SimpleFileOptions;
-    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
-    let stored =
-        SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored).unix_permissions(0o644);
-    for (name, bytes, at) in entries {
-        zip.start_file(name.as_str(), stored.last_modified_time(zip_time(*at)))?;
-        zip.write_all(bytes)?;
-    }
-    zip.start_file(manifest::CSV_NAME, stored)?;
-    zip.write_all(csv)?;
-    zip.start_file(manifest::JSON_NAME, stored)?;
-    zip.write_all(json)?;
+    let mut all: Vec<ZipEntry> = entries.iter().map(|(n, b, at)| (n.as_str(), *b, Some(*at))).collect();
+    all.push((manifest::CSV_NAME, csv, None));
+    all.push((manifest::JSON_NAME, json, None));
     if let Some(note) = note {
-        zip.start_file(LEFT_OUT_NOTE, stored)?;
-        zip.write_all(note.as_bytes())?;
+        all.push((LEFT_OUT_NOTE, note.as_bytes(), None));
     }
-    Ok(zip.finish()?.into_inner())
+    stored_zip(&all)
 }
