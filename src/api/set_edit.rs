@@ -259,8 +259,9 @@ pub struct StartBody {
             (unchanged).", body = SetJson),
         (status = 404, description = "No such set (`not_found`).", body = ErrorBody),
         (status = 409, description = "The provider bills and the body does not acknowledge it \
-            (`cost_acknowledgement_required`, with `estimated_cost`; nothing is sent), or the copy was canceled \
-            before it was started (`set_canceled`).", body = ErrorBody),
+            (`cost_acknowledgement_required`, with `estimated_cost`; nothing is sent), the copy was canceled \
+            before it was started (`set_canceled`), or it was edited while it was being started \
+            (`set_changed`: nothing is sent; look at its price again).", body = ErrorBody),
         JsonRejected,
         StoreFailure,
     )
@@ -277,10 +278,12 @@ pub async fn start(
     if !set.started {
         let Some(new) = engine.set_as_new(&id).await? else { return Err(ApiError::not_found("set")) };
         ask_for_charge(&state, &new, body.acknowledge_possible_charge)?;
-        match engine.start_set(&id).await? {
+        // The start re-checks, in its own transaction, that the copy still sends what was priced.
+        match engine.start_set(&id, new).await? {
             StartOutcome::Started | StartOutcome::AlreadyStarted => {}
             StartOutcome::NoSet => return Err(ApiError::not_found("set")),
             StartOutcome::Canceled => return Err(ApiError::conflict("set_canceled", say("say.error_set_canceled"))),
+            StartOutcome::Changed => return Err(ApiError::conflict("set_changed", say("say.error_set_changed"))),
         }
     }
     let s = load(&state, &id).await?;

@@ -105,9 +105,10 @@ impl Engine {
         validate_key(key)
     }
 
-    /// Start copy `id`: its first shot due now, as a new set's.
-    pub async fn start_set(&self, id: &str) -> Result<StartOutcome, EngineError> {
-        let out = self.shared.store.start_set(id.to_string(), self.shared.now()).await?;
+    /// Start copy `id`: its first shot due now, as a new set's — if it still sends what `priced`
+    /// (its [`Engine::set_as_new`] when the owner was asked the price) does; else `Changed`.
+    pub async fn start_set(&self, id: &str, priced: NewSet) -> Result<StartOutcome, EngineError> {
+        let out = self.shared.store.start_priced_set(id.to_string(), priced, self.shared.now()).await?;
         if out == StartOutcome::Started {
             self.shared.wake_dispatcher.notify_one();
         }

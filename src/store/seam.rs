@@ -710,6 +710,13 @@ impl Store {
         self.op_at(Commit::Durable, 0, now, move |tx, now| ops::sets::start_set(tx, &id, now)).await
     }
 
+    /// Start a copy to edit if it still sends what `priced` (its [`Store::set_as_new`] when the
+    /// owner was asked) would: else `Changed`, and nothing is sent.
+    pub async fn start_priced_set(&self, id: String, priced: NewSet, now: Millis) -> Result<StartOutcome, StoreError> {
+        let hash = priced.hash();
+        self.op_at(Commit::Durable, 0, now, move |tx, now| ops::sets::start_priced_set(tx, &id, &hash, now)).await
+    }
+
     /// What a duplicate of a set would create (`None`: no such set): the API prices it first.
     pub async fn set_as_new(&self, id: String) -> Result<Option<NewSet>, StoreError> {
         self.query(move |tx| ops::set_edit::as_new_set(tx, &id, None)).await

@@ -90,6 +90,8 @@ pub enum StartOutcome {
     AlreadyStarted,
     /// It was canceled before it was started: nothing is sent.
     Canceled,
+    /// It changed since it was priced (an edit came between): nothing is sent; price it again.
+    Changed,
     NoSet,
 }
 

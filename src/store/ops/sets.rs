@@ -168,6 +168,23 @@ pub(in crate::store) fn start_set(tx: &mut dyn Tx, set: &str, now: Millis) -> Re
     Ok(StartOutcome::Started)
 }
 
+/// Start set `set` only if what it would send is still what was priced (`priced`: the hash of
+/// [`super::set_edit::as_new_set`] when the owner was asked), checked under the set's lock in
+/// the transaction that starts it: an edit between the price and the start gives `Changed`.
+pub(in crate::store) fn start_priced_set(
+    tx: &mut dyn Tx,
+    set: &str,
+    priced: &str,
+    now: Millis,
+) -> Result<StartOutcome, StoreError> {
+    tx.lock_set(set)?;
+    match super::set_edit::as_new_set(tx, set, None)? {
+        None => Ok(StartOutcome::NoSet),
+        Some(now_as_new) if now_as_new.hash() != priced => Ok(StartOutcome::Changed),
+        Some(_) => start_set(tx, set, now),
+    }
+}
+
 /// Cancel a set: every shot not yet called is canceled; a running shot finishes honestly.
 /// Returns how many shots were canceled, or `None` if there is no such set. The set row is
 /// locked first, then each shot's task one by one (`user::cancel`): a shot that started

@@ -316,10 +316,17 @@ async fn a_duplicate_is_a_copy_to_edit_of_the_same_shots(s: Store) {
     }
     assert!(dup.tasks().all(|t| !seen.contains(&t.id)), "a copy to edit is never claimed");
     // An edit of the whole set works on it, as on any set nothing of which was sent.
+    let priced = s.set_as_new(copy.clone()).await.expect("as new").expect("the copy");
     let edit = SetEdit { product: Some("kettle".into()), ..SetEdit::default() };
     assert!(matches!(s.edit_set(copy.clone(), edit, T0 + 30).await.expect("edit"), EditOutcome::Edited(_)));
-    // Started: its first shot is claimed, as a new set's is, one shot at a time.
-    assert_eq!(s.start_set(copy.clone(), T0 + 31).await.expect("start"), StartOutcome::Started);
+    // A start priced before that edit is refused in its own transaction: nothing is sent.
+    assert_eq!(s.start_priced_set(copy.clone(), priced, T0 + 30).await.expect("start"), StartOutcome::Changed);
+    assert!(!set(&s, &copy).await.started, "not started");
+    let claimed = run_due(&s, T0 + 30).await;
+    assert!(dup.tasks().all(|t| !claimed.contains(&t.id)), "nothing of the copy claimed");
+    // Started as priced now: its first shot is claimed, as a new set's is, one shot at a time.
+    let priced = s.set_as_new(copy.clone()).await.expect("as new").expect("the copy");
+    assert_eq!(s.start_priced_set(copy.clone(), priced, T0 + 31).await.expect("start"), StartOutcome::Started);
     assert_eq!(s.start_set(copy.clone(), T0 + 32).await.expect("start"), StartOutcome::AlreadyStarted);
     assert_eq!(s.start_set("nope".into(), T0 + 32).await.expect("start"), StartOutcome::NoSet);
     let started = set(&s, &copy).await;
