@@ -32,6 +32,26 @@ impl Browser {
     /// A session with more Chromium switches (`--force-dark-mode` makes the page's
     /// `prefers-color-scheme: dark` apply).
     pub async fn start_with(extra: &[&str]) -> Browser {
+        Browser::start_emulating(extra, None).await
+    }
+
+    /// A phone: Chromium's mobile emulation at 390×844 CSS px (an iPhone 12 to 15's screen),
+    /// 3 device pixels each, with touch (`pointer: coarse`, touch events) and a phone's
+    /// viewport handling.
+    pub async fn phone() -> Browser {
+        let metrics = json!({ "deviceMetrics": { "width": 390, "height": 844, "pixelRatio": 3.0, "touch": true, "mobile": true } });
+        let b = Browser::start_emulating(&[], Some(metrics)).await;
+        // (The layout is the screen's width on a page asking for `width=device-width`.)
+        let seen = b
+            .js("[screen.width, screen.height, matchMedia('(pointer: coarse)').matches, navigator.maxTouchPoints > 0]")
+            .await;
+        assert_eq!(seen, json!([390, 844, true, true]), "a 390×844 touch screen");
+        b
+    }
+
+    /// A session with more Chromium switches and, with `mobile`, chromedriver's
+    /// `mobileEmulation` capability.
+    async fn start_emulating(extra: &[&str], mobile: Option<Value>) -> Browser {
         for exe in [CHROMIUM, CHROMEDRIVER] {
             assert!(
                 Path::new(exe).exists(),
@@ -68,7 +88,11 @@ impl Browser {
         args.push("--window-size=1280,900".into());
         args.extend(extra.iter().map(|a| a.to_string()));
         let mut caps = serde_json::Map::new();
-        caps.insert("goog:chromeOptions".into(), json!({ "binary": CHROMIUM, "args": args }));
+        let mut chrome = json!({ "binary": CHROMIUM, "args": args });
+        if let Some(m) = mobile {
+            chrome["mobileEmulation"] = m;
+        }
+        caps.insert("goog:chromeOptions".into(), chrome);
         let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
             .capabilities(caps)
             .connect(&format!("http://127.0.0.1:{port}"))

@@ -78,6 +78,7 @@ mod web_clock;
 mod web_drafts;
 mod web_money;
 mod web_ops;
+mod web_photos;
 mod web_set_edit;
 mod web_set_refs;
 mod web_surface;

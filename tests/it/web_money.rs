@@ -1,8 +1,9 @@
 //! Money where it is spent, in a real browser (headless Chromium, axe-core on each view): the
 //! price before every button that sends a request (New job, Create the set, Retry, Generate
 //! another, more candidates of a set's shot, resuming a set's canceled shots), "Generate
-//! another", more candidates and resuming asking first, the budget in the page, and Spend
-//! following a charge recorded by hand.
+//! another", more candidates and resuming asking first, resuming offering exactly the
+//! canceled shots that were never sent, the budget in the page, and Spend following a charge
+//! recorded by hand.
 
 use std::time::Duration;
 
@@ -427,4 +428,86 @@ fn a_set_held_by_the_budget_raises_it_on_the_set_page() {
     });
     assert_eq!(mock.count("held second"), (1, 1), "raised: sent once, charged once");
     assert_eq!(d.call("GET", "/v1/budget", None).json()["daily"], 1.0);
+}
+
+/// The resume button offers exactly the canceled shots that were never sent. A set of four
+/// shots is canceled while the first is at the provider: that one finishes (a running shot is
+/// never cut off), the other three are canceled before anything left for them. The fourth is
+/// then given the record of a request that may have been charged (an execution row written
+/// into the database, as a call interrupted by a crash and canceled while tally recovered it
+/// leaves one: no quicker way there). The button names 2, its question the price of 2; saying
+/// yes sends exactly the second and the third; the first is not sent again, and the fourth
+/// keeps its own "Generate again" with its price, and is not sent.
+#[test]
+fn resuming_offers_exactly_the_canceled_shots_that_were_never_sent() {
+    let mock = Mock::start(&["--job-duration-ms", "20"]);
+    let mut d = Daemon::configure(&money_providers(&mock));
+    d.env.push(("TALLY_TEST_KEY".into(), "sk-test-web".into()));
+    d.spawn();
+    mock.behave(json!({ "latency_ms": 4000 }));
+    let r = d.call(
+        "POST",
+        "/v1/sets",
+        Some(&json!({"product": "resumed jug", "provider": "paid", "shots": [
+            {"role": "main", "prompt": "resume one"}, {"role": "scene", "prompt": "resume two"},
+            {"role": "scene", "prompt": "resume three"}, {"role": "scene", "prompt": "resume four"}]})),
+    );
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let made = r.json();
+    let set = made["id"].as_str().expect("set id").to_string();
+    let shot = |i: usize| made["shots"][i]["id"].as_str().expect("shot").to_string();
+    d.wait_status(&shot(0), &["running"]);
+    let c = d.call("POST", &format!("/v1/sets/{set}/cancel"), Some(&json!({})));
+    assert!((200..300).contains(&c.status), "cancel: {} {}", c.status, String::from_utf8_lossy(&c.body));
+    mock.behave(json!({ "latency_ms": 0 }));
+    for i in 1..4 {
+        d.wait_status(&shot(i), &["canceled"]);
+    }
+    assert_eq!(d.wait_status(&shot(0), &["succeeded", "canceled", "unknown", "failed"])["status"], "succeeded");
+    let db = rusqlite::Connection::open(d.data.join("tally.db")).expect("open the daemon's database");
+    db.busy_timeout(Duration::from_secs(10)).expect("busy timeout");
+    let at = jiff::Timestamp::now().as_millisecond();
+    db.execute(
+        "INSERT INTO executions (token, task_id, attempt, status, phase, idempotency_key, boot_id, heartbeat_at,
+           started_at, calling_at, finished_at, error, charge, billable, cost_micros, currency, model)
+         VALUES (?1, ?2, 1, 'abandoned', 'calling', ?1, 'an-earlier-run', ?3, ?3, ?3, ?3,
+           'interrupted while calling', 'possible', 1, 40000, 'USD', 'gpt-image-1')",
+        rusqlite::params![uuid::Uuid::new_v4().to_string(), shot(3), at],
+    )
+    .expect("record a request that may have been charged");
+    let fourth = d.call("GET", &format!("/v1/tasks/{}", shot(3)), None).json();
+    assert_eq!(fourth["retry"]["requires_cost_acknowledgement"], true, "{fourth}");
+    let sent_before = [mock.count("resume one"), mock.count("resume four")];
+    assert_eq!(sent_before, [(1, 1), (0, 0)], "the first was sent once, the fourth never");
+    for tag in ["resume two", "resume three"] {
+        assert_eq!(mock.count(tag), (0, 0), "{tag}: nothing sent");
+    }
+
+    let url = printed_sign_in_url(&d);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let b = Browser::start().await;
+        b.sign_in(&url).await;
+        b.js(&format!("(location.hash = '#/sets/{set}')")).await;
+        let label = b.until("the resume button", 10, "document.getElementById('resume-set')?.textContent").await;
+        assert_eq!(label, json!("Resume the 2 canceled shots that were never sent"));
+        // The fourth keeps its own retry, which asks about the possible charge, with its price.
+        assert_eq!(b.js("document.getElementById('shot-retry-3')?.className").await, json!("danger"));
+        let price = b.js("document.getElementById('shot-retry-price-3')?.textContent").await;
+        assert!(price.as_str().unwrap_or("").contains("$0.04"), "{price}");
+        let before = task_count(&d);
+        let ask = b.ask("#resume-set").await;
+        assert!(ask.contains("Resume 2 canceled shots?") && ask.contains("$0.08"), "two requests, their price: {ask}");
+        b.assert_accessible("the question resuming two of three canceled shots").await;
+        b.click("#confirm-yes").await;
+        b.until("the button gone", 15, "document.getElementById('resume-set') === null").await;
+        assert_eq!(task_count(&d), before + 2, "two new requests");
+        b.close().await;
+    });
+    let sent = wait_for(Duration::from_secs(30), || {
+        (mock.count("resume two").1 == 1 && mock.count("resume three").1 == 1).then_some(())
+    });
+    assert!(sent.is_some(), "the two never sent went: {:?} {:?}", mock.count("resume two"), mock.count("resume three"));
+    assert_eq!([mock.count("resume two"), mock.count("resume three")], [(1, 1), (1, 1)], "each once");
+    assert_eq!([mock.count("resume one"), mock.count("resume four")], sent_before, "neither sent again");
 }

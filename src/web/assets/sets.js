@@ -102,23 +102,26 @@
       });
       top.append(cancel);
     }
-    const canceled = (s.shots || []).filter((x) => x.status === "canceled" && x.retry && x.retry.allowed);
-    if (canceled.length) {
-      const resume = h("button", { type: "button", id: "resume-set" }, T.tf(canceled.length > 1 ? "set.resume_many" : "set.resume_one", { n: canceled.length }));
+    /* The canceled shots nothing was charged for: resuming sends each as a new request. A
+       canceled shot that may have been charged is not among them: it keeps its own Retry,
+       with its cost box. The button counts, and sends, exactly these. */
+    const unsent = (s.shots || []).filter((x) => x.status === "canceled" && x.retry && x.retry.allowed &&
+      !x.retry.requires_cost_acknowledgement);
+    if (unsent.length) {
+      const resume = h("button", { type: "button", id: "resume-set", "data-count": String(unsent.length) },
+        T.tf(unsent.length > 1 ? "set.resume_many" : "set.resume_one", { n: unsent.length }));
       resume.addEventListener("click", async () => {
-        /* A shot that may have been charged goes through its own Retry (the cost box); the rest
-           are new requests: on a provider that charges, the price of all of them is asked first. */
-        const sent = canceled.filter((shot) => !shot.retry.requires_cost_acknowledgement);
+        /* On a provider that charges, the price of all of them is asked first. */
         const kind = T.priceKind(provider);
-        if (sent.length && kind !== "free") {
-          const cost = T.priceWords(provider, sent.length) || T.t("job.price_not_configured");
-          const yes = await T.confirmDialog(T.tf("set.resume_ask_title", { n: sent.length }),
-            T.tf("set.resume_ask_body", { n: sent.length, provider: s.provider, cost }),
+        if (kind !== "free") {
+          const cost = T.priceWords(provider, unsent.length) || T.t("job.price_not_configured");
+          const yes = await T.confirmDialog(T.tf("set.resume_ask_title", { n: unsent.length }),
+            T.tf("set.resume_ask_body", { n: unsent.length, provider: s.provider, cost }),
             kind === "amount" ? T.tf("another.yes_cost", { cost }) : T.t("retry.confirm"));
           if (!yes) return;
         }
         busy(resume, err, async () => {
-          for (const shot of sent) {
+          for (const shot of unsent) {
             await api("POST", "/v1/tasks/" + encodeURIComponent(shot.id) + "/retry", T.retryBody(shot, "resume-" + shot.id, false));
           }
           await showSet(s.id, false);
