@@ -163,6 +163,30 @@ fn a_phone_pairs_over_the_shops_network_once_by_link_code_or_qr() {
         )
         .expect("answer");
         assert_eq!(from_phone.status, 200, "{}", String::from_utf8_lossy(&from_phone.body));
+
+        // Providers and keys change only on the computer: a signed-in phone at the LAN address
+        // is refused adding, changing or removing one, and nothing changes.
+        let names = |v: Value| -> Vec<String> {
+            v["providers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|p| p["name"].as_str().map(str::to_string))
+                .collect()
+        };
+        let before = names(d.call("GET", "/v1/providers", None).json());
+        let phone =
+            [("Cookie", cookie.as_str()), ("X-CSRF-Token", csrf.as_str()), ("Content-Type", "application/json")];
+        let add = br#"{"name": "elsewhere", "kind": "openai_images", "model": "gpt-image-1", "base_url": "http://10.77.0.9:1/v1", "api_key": "sk-stolen"}"#;
+        for (method, path, body) in [
+            ("POST", "/v1/providers".to_string(), Some(&add[..])),
+            ("PATCH", format!("/v1/providers/{}", before[0]), Some(&add[..])),
+            ("DELETE", format!("/v1/providers/{}", before[0]), None),
+        ] {
+            let r = try_request_at(LAN_IP, d.port, method, &path, &phone, body).expect("answer");
+            assert_eq!((r.status, r.error_code()), (403, "settings_local_only".to_string()), "{method} {path}");
+        }
+        assert_eq!(names(d.call("GET", "/v1/providers", None).json()), before, "nothing changed");
         let out_page = at(&d, LAN_IP, "GET", "/", &[]);
         assert!(String::from_utf8_lossy(&out_page.body).contains("name=\"pair\""), "the signed-out page's form");
     });
