@@ -293,8 +293,7 @@ fn an_unknown_candidate_is_acted_on_from_the_set_page() {
 
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     rt.block_on(async {
-        let b = crate::browser::Browser::start().await;
-        b.c().set_window_size(390, 844).await.expect("resize");
+        let b = crate::browser::Browser::phone().await;
         b.sign_in(&url).await;
         b.c().goto(&format!("http://127.0.0.1:{}/#/sets/{id}", d.port)).await.expect("open the set");
         b.until("the lost candidate's buttons", 15, "document.getElementById('cand-retry-0-1') !== null").await;

@@ -247,8 +247,7 @@ fn pairs_in(language: &'static str, card_title: &'static str, form_title: &'stat
             assert!(shown.as_u64().is_some_and(|w| w >= 200), "the QR image draws: {shown}");
             computer.assert_accessible("the settings with a pairing code").await;
 
-            let phone = crate::browser::Browser::start().await;
-            phone.c().set_window_size(390, 844).await.expect("resize");
+            let phone = crate::browser::Browser::phone().await;
             phone.c().goto(&format!("http://{LAN_IP}:{}/", d.port)).await.expect("open tally on the phone");
             phone.until("the pairing form", 10, "document.querySelector('input[name=pair]') !== null").await;
             assert_eq!(phone.js("document.querySelector('.pair-form h2').textContent").await, form_title);

@@ -82,8 +82,7 @@ fn day_boundary(language: &str, card_title: &str) {
     let url = printed_sign_in_url(&d);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     rt.block_on(async {
-        let b = Browser::start().await;
-        b.c().set_window_size(390, 844).await.expect("phone size");
+        let b = Browser::phone().await;
         b.sign_in(&url).await;
         // Settings: choose the shop's zone.
         b.click("#nav-settings").await;
@@ -146,8 +145,7 @@ fn day_boundary(language: &str, card_title: &str) {
     assert_eq!((budget["spent_today"].as_f64(), budget["time_zone"].as_str()), (Some(0.04), Some(ZONE)), "{budget}");
 
     rt.block_on(async {
-        let b = Browser::start().await;
-        b.c().set_window_size(390, 844).await.expect("phone size");
+        let b = Browser::phone().await;
         b.sign_in(&printed_sign_in_url(&d)).await;
         b.c().goto(&format!("http://127.0.0.1:{}/#/spend", d.port)).await.expect("spend");
         b.until("the spend view", 10, "document.getElementById('spend-group') !== null").await;

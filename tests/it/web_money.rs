@@ -401,8 +401,7 @@ fn a_set_held_by_the_budget_raises_it_on_the_set_page() {
     let url = printed_sign_in_url(&d);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     rt.block_on(async {
-        let b = Browser::start().await;
-        b.c().set_window_size(390, 844).await.expect("phone size");
+        let b = Browser::phone().await;
         b.sign_in(&url).await;
         b.js(&format!("(location.hash = '#/sets/{set}')")).await;
         b.until("the budget on the set page", 10, "document.getElementById('budget-daily') !== null").await;
