@@ -211,6 +211,7 @@ fn heic_in(language: &str, fix: &str, product: &str) {
         // The form goes on: a JPEG is taken, and the set is made with it alone.
         pick(&b, &jpeg_path).await;
         b.until("the JPEG listed", 10, "document.querySelectorAll('#ref-previews li').length === 1").await;
+        assert_eq!(b.js("document.getElementById('refs-error').hidden").await, json!(true), "the refusal is gone");
         let listed = b.js("document.querySelector('#ref-previews li').dataset.file").await;
         assert_eq!(listed, json!("IMG_0001.JPG"));
         let set = create_the_set(&b, product).await;

@@ -386,6 +386,7 @@
       h("label", { for: "set-refs", class: "button" }, T.t("newset.choose")), picker,
       h("p", { class: "hint" }, T.t("newset.formats")));
     const addFiles = (list) => {
+      T.showError(refErr, "");
       for (const f of list) {
         const why = T.notAPhoto(f);
         if (why) {
