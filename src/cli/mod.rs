@@ -210,6 +210,16 @@ pub enum Command {
     /// Show or change the budget: daily and monthly limits, for all providers or one.
     #[command(subcommand)]
     Budget(BudgetCommand),
+    /// Show or set the shop's time zone (also in the page's Settings): budget days and months
+    /// begin at its midnight, and the page and the CLI show times in it.
+    TimeZone {
+        /// An IANA name such as Asia/Shanghai; without one, the zone in force is shown.
+        #[arg(value_name = "NAME", conflicts_with = "reset")]
+        name: Option<String>,
+        /// Go back to the configuration's zone ([ui] time_zone, else the computer's).
+        #[arg(long)]
+        reset: bool,
+    },
     /// Write one self-contained copy of the shop's work: every job, image and reference photo.
     ///
     /// Works while `tally serve` runs: the copy is one consistent snapshot (SQLite's `VACUUM

@@ -62,6 +62,7 @@ pub(super) async fn client_command(cfg: &Config, cmd: Command, json: bool) -> Re
         Command::Set(cmd) => set_command(&client, cmd, json).await,
         Command::Draft(cmd) => super::drafts::draft_command(&client, cmd, json).await,
         Command::Budget(cmd) => super::spend::budget(&client, cmd, json).await,
+        Command::TimeZone { name, reset } => super::times::time_zone(&client, name, reset, json).await,
         Command::Held(cmd) => super::held::held_command(&client, cmd, json).await,
         Command::Provider(cmd) => super::provider::provider_command(&client, cmd, json).await,
         Command::Delivery(cmd) => super::deliveries::delivery_command(&client, cmd, json).await,

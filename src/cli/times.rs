@@ -1,6 +1,9 @@
 //! Times in the CLI's words are the shop's local times: the daemon writes RFC 3339 UTC (and
 //! keeps it in `--json` and CSV), and the CLI shows them in the zone in force (set in the page,
-//! else `[ui] time_zone`), with their offset, so that no reader has to convert.
+//! else `[ui] time_zone`), with their offset, so that no reader has to convert. Also
+//! `tally time-zone`, which shows or sets that zone.
+
+use crate::domain::words::{t, tf};
 
 /// The shop's zone the CLI shows times in (set once a command knows it; until then times stay
 /// as the daemon wrote them). `--json` output never uses it: JSON keeps RFC 3339.
@@ -53,6 +56,42 @@ fn local_times_in(text: &str, zone: &jiff::tz::TimeZone) -> String {
     }
     out.push_str(&text[copied..]);
     out
+}
+
+/// `tally time-zone [NAME] [--reset]`: show the shop's zone, set it (as the page's Settings
+/// does: `PUT /v1/time-zone`), or go back to the configuration's.
+pub(in crate::cli) async fn time_zone(
+    client: &crate::cli::client::Client,
+    name: Option<String>,
+    reset: bool,
+    json: bool,
+) -> Result<std::process::ExitCode, crate::app::Failure> {
+    let z = match (name, reset) {
+        (Some(n), _) => client.put("/v1/time-zone", &serde_json::json!({ "time_zone": n })).await?.into_ok()?,
+        (None, true) => client.delete("/v1/time-zone").await?.into_ok()?,
+        (None, false) => client.get("/v1/time-zone").await?.into_ok()?,
+    };
+    if json {
+        super::print_json(&z);
+        return Ok(crate::app::Exit::Ok.into());
+    }
+    let lang = client.lang();
+    let text = |k: &str| super::st(&z, k);
+    // `2026-12-05T03:16:00+08:00` as the CLI writes times: `2026-12-05 03:16:00 +08:00`.
+    let now = text("now");
+    let now = match (now.get(..19), now.get(19..)) {
+        (Some(at), Some(offset)) if !offset.is_empty() => format!("{} {offset}", at.replace('T', " ")),
+        _ => now,
+    };
+    let zone = text("time_zone");
+    println!("{}", tf(lang, "cli.zone_line", &[("zone", &zone), ("now", &now)]));
+    let source = if text("source") == "set" {
+        tf(lang, "cli.zone_source_set", &[("configured", &text("configured"))])
+    } else {
+        t(lang, "cli.zone_source_config")
+    };
+    println!("{source}");
+    Ok(crate::app::Exit::Ok.into())
 }
 
 #[cfg(test)]

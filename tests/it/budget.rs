@@ -299,3 +299,34 @@ fn spend_is_dated_in_the_shops_zone_and_kept_per_currency() {
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     assert_eq!(r.json()["providers"]["cn"]["currency"], "CNY", "{}", String::from_utf8_lossy(&r.body));
 }
+
+#[test]
+fn the_shops_time_zone_is_shown_and_set_with_the_cli() {
+    let d = Daemon::start("");
+    let text = |out: &std::process::Output| String::from_utf8_lossy(&out.stdout).to_string();
+    // Shown: the configuration's (the tests' daemons run in UTC).
+    let out = d.cli(&["time-zone"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text(&out).starts_with("The shop's time zone: UTC (now "), "{}", text(&out));
+    assert!(text(&out).contains("From the configuration"), "{}", text(&out));
+    // An unknown name is refused with the reason, and nothing changes.
+    let out = d.cli(&["time-zone", "Asia/Atlantis"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Asia/Atlantis"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(d.call("GET", "/v1/time-zone", None).json()["source"], "config");
+    // Set: the answer says so, the daemon holds it, and the CLI's times follow it.
+    let out = d.cli(&["time-zone", "Asia/Shanghai"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text(&out).starts_with("The shop's time zone: Asia/Shanghai (now "), "{}", text(&out));
+    assert!(text(&out).contains(" +08:00)."), "{}", text(&out));
+    let z = d.call("GET", "/v1/time-zone", None).json();
+    assert_eq!((z["time_zone"].as_str(), z["source"].as_str()), (Some("Asia/Shanghai"), Some("set")), "{z}");
+    assert_eq!(budget(&d)["time_zone"], "Asia/Shanghai");
+    let out = d.cli(&["time-zone", "--json"]);
+    let j: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert!(j["now"].as_str().is_some_and(|n| n.ends_with("+08:00")), "{j}");
+    // Back to the configuration's.
+    let out = d.cli(&["time-zone", "--reset"]);
+    assert!(out.status.success() && text(&out).starts_with("The shop's time zone: UTC"), "{}", text(&out));
+    assert_eq!(d.call("GET", "/v1/time-zone", None).json()["source"], "config");
+}
