@@ -327,6 +327,7 @@ pub async fn serve(cfg: Config, config_path: Option<PathBuf>, open_browser: bool
 
     let base = base_url(local);
     engine.start_deliveries(cfg.delivery.clone());
+    matches!(cfg.storage.backend, Backend::Sqlite).then(|| engine.spawn_db_check(db.clone()));
     tracing::info!(
         listen = %local,
         data_dir = %dir.display(),

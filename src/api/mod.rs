@@ -315,16 +315,20 @@ pub async fn providers(State(state): State<AppState>) -> Json<ProvidersJson> {
     Json(ProvidersJson { providers, default: state.default_provider().to_string(), kinds })
 }
 
-/// `GET /healthz`: 200 `{"status": "ok"}`; 503 `{"status": "failing", "reason"}` once the
-/// database cannot be used any more (a failed fsync, a read-only or corrupt file) and the
-/// daemon is stopping because of it.
+/// `GET /healthz`: 200 `{"status": "ok", "check"}`; 503 `{"status": "failing", "reason",
+/// "check"}` once the database cannot be used any more (a failed fsync, a read-only or corrupt
+/// file, a failed background check) and the daemon is stopping because of it. `check` is the
+/// background database check (`engine::db_check`): `{state: not_run|running|passed|failed,
+/// started_at, finished_at, problems}`.
 async fn healthz(State(state): State<AppState>) -> Response {
+    let check = state.engine().db_check();
     match state.engine().failure_now() {
-        None => axum::Json(serde_json::json!({ "status": "ok" })).into_response(),
-        Some(why) => {
-            (StatusCode::SERVICE_UNAVAILABLE, axum::Json(serde_json::json!({ "status": "failing", "reason": why })))
-                .into_response()
-        }
+        None => axum::Json(serde_json::json!({ "status": "ok", "check": check })).into_response(),
+        Some(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(serde_json::json!({ "status": "failing", "reason": why, "check": check })),
+        )
+            .into_response(),
     }
 }
 

@@ -126,7 +126,9 @@ impl Daemon {
         Daemon::spawn(dir, data, providers)
     }
 
-    fn spawn(dir: &std::path::Path, data: &std::path::Path, rest: &str) -> Result<Daemon, String> {
+    /// Start this executable as `tally serve` on the data dir `data` with `rest` appended to
+    /// its config (written under `dir`); returns once it listens.
+    pub(super) fn spawn(dir: &std::path::Path, data: &std::path::Path, rest: &str) -> Result<Daemon, String> {
         let exe = std::env::current_exe().map_err(|e| format!("cannot find the tally executable: {e}"))?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
@@ -155,7 +157,7 @@ impl Daemon {
             if Instant::now() > deadline {
                 return Err("tally serve did not listen within 300 s".into());
             }
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(Duration::from_millis(5));
         }
         d.token = std::fs::read_to_string(data.join("api-token"))
             .map_err(|e| format!("cannot read the daemon's token: {e}"))?

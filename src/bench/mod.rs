@@ -16,6 +16,7 @@ pub mod populate;
 pub mod profile;
 pub mod provider;
 mod render;
+pub mod scale_file;
 mod sections;
 pub mod sys;
 
@@ -77,6 +78,14 @@ pub struct BenchArgs {
     /// one binary.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub fast_pickup: bool,
+    /// The scale section's file: build a database of this many GB (images in sets, through
+    /// the engine) and measure start-up, backup, restore, check, memory, rendering and a
+    /// set's wall time on it. Default 3 (1 with --quick).
+    #[arg(long, value_name = "GB")]
+    pub size_gb: Option<f64>,
+    /// Timed rounds of each paired figure in the scale section's file part (median reported).
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub rounds: usize,
 }
 
 /// `--fast-pickup` of this run (read by the engines the SQLite sections start).
@@ -214,6 +223,25 @@ pub struct Scale {
     pub engine_start_ms: f64,
     /// EXPLAIN QUERY PLAN of the hot queries on the populated database.
     pub plans: Vec<String>,
+    /// The file part (issue #41): the size of the file built (bytes).
+    pub db_bytes: u64,
+    /// `tally serve` until `/healthz` answers, cold cache (median, seconds).
+    pub startup_s: f64,
+    /// `tally backup` ÷ copy + fsync of the same file (median of the per-round ratios).
+    pub backup_ratio: f64,
+    /// `tally restore` ÷ copy + fsync of the backup.
+    pub restore_ratio: f64,
+    /// `tally check` ÷ `openssl sha256` of the file.
+    pub check_ratio: f64,
+    /// A profile's render ÷ a plain decode, resize, pad and encode of the same images (the
+    /// worst profile).
+    pub render_ratio: f64,
+    /// The daemon's RSS after paging through the whole history and opening 50 sets (MB).
+    pub rss_mb: f64,
+    /// A set's wall time ÷ the ideal for its provider's concurrency.
+    pub set_wall_ratio: f64,
+    /// Every figure of the file part, per round.
+    pub file: scale_file::FileScale,
 }
 
 /// Restart recovery of in-flight tasks left in phase `calling`.
@@ -433,7 +461,17 @@ async fn run_all(args: &BenchArgs, out: &Path) -> Result<Results, String> {
     let mut scale = None;
     if let (true, Some(p)) = (on(Section::Scale), &pickup) {
         progress(&format!("scale: {} finished tasks", sizes.scale_rows));
-        scale = Some(sections::scale(out, sizes.scale_rows, sizes.pickup_samples, p).await?);
+        let mut rows = sections::scale(out, sizes.scale_rows, sizes.pickup_samples, p).await?;
+        let gb = args.size_gb.unwrap_or(if args.quick { 1.0 } else { 3.0 });
+        let (file, _pool) = scale_file::run(out, gb, args.rounds.max(1)).await?;
+        rows.db_bytes = file.db_bytes;
+        rows.startup_s = file.startup_s;
+        rows.backup_ratio = file.backup.ratio;
+        rows.restore_ratio = file.restore.ratio;
+        rows.check_ratio = file.check.ratio;
+        rows.rss_mb = file.rss_mb;
+        rows.file = file;
+        scale = Some(rows);
     }
 
     let mut recovery = None;

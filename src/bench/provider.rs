@@ -13,7 +13,8 @@ use crate::providers::{BoxFuture, CallError, CallRequest, Capabilities, Image, P
 /// (verify, hash, the bytes and the artifact row in the fenced finish's commit) runs for every
 /// task while the provider itself costs next to nothing.
 pub struct InstantProvider {
-    png: Vec<u8>,
+    /// The images answered in turn (one for most sections).
+    pngs: Vec<Vec<u8>>,
     calls: AtomicU64,
     /// When recording: call start instant per task id.
     starts: Mutex<Option<HashMap<String, Instant>>>,
@@ -23,7 +24,7 @@ impl InstantProvider {
     /// A provider; with `record`, it remembers the start instant of each call by task id.
     pub fn new(record: bool) -> Self {
         InstantProvider {
-            png: crate::render::placeholder_png("tally bench", 8),
+            pngs: vec![crate::render::placeholder_png("tally bench", 8)],
             calls: AtomicU64::new(0),
             starts: Mutex::new(record.then(HashMap::new)),
         }
@@ -31,7 +32,12 @@ impl InstantProvider {
 
     /// A provider that answers every call with `png` (the large-image runs).
     pub fn with_image(png: Vec<u8>) -> Self {
-        InstantProvider { png, calls: AtomicU64::new(0), starts: Mutex::new(None) }
+        Self::with_images(vec![png])
+    }
+
+    /// A provider that answers the images of `pngs` in turn (the scale section's file).
+    pub fn with_images(pngs: Vec<Vec<u8>>) -> Self {
+        InstantProvider { pngs, calls: AtomicU64::new(0), starts: Mutex::new(None) }
     }
 
     /// Calls received so far.
@@ -57,11 +63,12 @@ impl Provider for InstantProvider {
     fn submit<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<Submitted, CallError>> {
         let now = Instant::now();
         Box::pin(async move {
-            self.calls.fetch_add(1, Ordering::Relaxed);
+            let n = self.calls.fetch_add(1, Ordering::Relaxed);
             if let Some(m) = self.lock().as_mut() {
                 m.insert(req.task_id.clone(), now);
             }
-            Ok(Submitted::Done(Image { bytes: self.png.clone(), media_type: "image/png".into() }))
+            let png = self.pngs.get((n as usize) % self.pngs.len().max(1)).cloned().unwrap_or_default();
+            Ok(Submitted::Done(Image { bytes: png, media_type: "image/png".into() }))
         })
     }
 }

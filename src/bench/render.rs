@@ -137,6 +137,37 @@ pub(super) fn render_table(r: &Results) -> String {
         for plan in &s.plans {
             let _ = writeln!(t, "   plan {plan}");
         }
+        let f = &s.file;
+        let _ = writeln!(
+            t,
+            "   file: {:.2} GB ({} images, {} sets, populated in {:.0} s; cold cache by {})",
+            f.db_bytes as f64 / 1e9,
+            f.images,
+            f.sets,
+            f.populate_s,
+            f.cold_cache
+        );
+        let _ = writeln!(
+            t,
+            "   start-up to /healthz {:.2} s (runs {:?}; empty file {:.2} s; reading the file {:.1} s)",
+            f.startup_s, f.startup_runs_s, f.startup_empty_s, f.read_file_s
+        );
+        for (name, p) in [("backup", &f.backup), ("restore", &f.restore), ("check", &f.check)] {
+            let _ = writeln!(
+                t,
+                "   {name:<8} ×{:.2} of {} (tally {:?} s, reference {:?} s)",
+                p.ratio, p.reference, p.tally_s, p.reference_s
+            );
+            for (round, steps) in p.phases.iter().enumerate() {
+                let steps: Vec<String> = steps.iter().map(|(n, s)| format!("{n} {s:.2}")).collect();
+                let _ = writeln!(t, "            round {}: {}", round + 1, steps.join(", "));
+            }
+        }
+        let _ = writeln!(
+            t,
+            "   RSS {:.0} MB idle, {:.0} MB after {} history pages, {} sets and {} thumbnails; render ×{:.2}; set wall ×{:.2}",
+            f.rss_idle_mb, f.rss_mb, f.history_pages, f.sets_opened, f.thumbnails, s.render_ratio, s.set_wall_ratio
+        );
     }
     if let Some(rc) = &r.recovery {
         let _ = writeln!(

@@ -88,7 +88,7 @@ fn succeeded_of(counts: &[(TaskStatus, i64)]) -> i64 {
 /// Wait until `n` tasks succeeded. Status changes are the signal; because a receiver can lag
 /// (capacity 4096) or subscribe after the first tasks finished, the count is confirmed from
 /// the database once the provider has seen `n` calls or the channel lagged.
-async fn wait_succeeded(
+pub(super) async fn wait_succeeded(
     engine: &Engine,
     rx: &mut tokio::sync::broadcast::Receiver<crate::engine::TaskChange>,
     provider: &InstantProvider,
@@ -418,6 +418,15 @@ pub async fn scale(out: &Path, rows: u64, samples: usize, empty: &Pickup) -> Res
         db_mb,
         engine_start_ms: start_ms,
         plans,
+        db_bytes: 0,
+        startup_s: 0.0,
+        backup_ratio: 0.0,
+        restore_ratio: 0.0,
+        check_ratio: 0.0,
+        render_ratio: 0.0,
+        rss_mb: 0.0,
+        set_wall_ratio: 0.0,
+        file: Default::default(),
     })
 }
 

@@ -60,6 +60,15 @@ fn sample() -> Results {
             db_mb: 1.0,
             engine_start_ms: 1.0,
             plans: vec![],
+            db_bytes: 3_000_000_000,
+            startup_s: 0.2,
+            backup_ratio: 1.1,
+            restore_ratio: 1.1,
+            check_ratio: 1.2,
+            render_ratio: 1.3,
+            rss_mb: 40.0,
+            set_wall_ratio: 1.05,
+            file: Default::default(),
         }),
         recovery_ms: Some(10.0),
         recovery: Some(Recovery { in_flight: 1000, recovery_ms: 10.0, requeued: 1000, setup_secs: 1.0, statements: 1 }),
@@ -93,7 +102,22 @@ fn json_has_the_required_keys() {
     for key in ["secs", "cpu_ms", "wakeups", "sql_statements"] {
         assert!(v["idle"].get(key).is_some(), "missing idle key {key}");
     }
-    for key in ["finished_rows", "submit_ms_p50", "pickup_ms_p50", "empty_submit_ms_p50", "empty_pickup_ms_p50"] {
+    for key in [
+        "finished_rows",
+        "submit_ms_p50",
+        "pickup_ms_p50",
+        "empty_submit_ms_p50",
+        "empty_pickup_ms_p50",
+        // The file part's figures, named by issue #41.
+        "db_bytes",
+        "startup_s",
+        "backup_ratio",
+        "restore_ratio",
+        "check_ratio",
+        "render_ratio",
+        "rss_mb",
+        "set_wall_ratio",
+    ] {
         assert!(v["scale"].get(key).is_some(), "missing scale key {key}");
     }
 }

@@ -19,6 +19,7 @@
 //! its own file.
 
 pub mod budget;
+pub mod db_check;
 pub mod deliver;
 mod dispatcher;
 pub mod drafts;
@@ -316,6 +317,8 @@ pub(crate) struct Shared {
     shutdown: watch::Sender<bool>,
     /// Set (once) when a service found the database unusable: the daemon must stop.
     fatal: watch::Sender<Option<String>>,
+    /// The background database check's state (`engine::db_check`).
+    db_check: Mutex<db_check::DbCheck>,
     metrics: Arc<Metrics>,
     /// Running workers, so that `kill` can stop them as a crash would.
     running: Mutex<JoinSet<()>>,
@@ -508,6 +511,7 @@ impl Engine {
             reconciler_at: AtomicI64::new(Millis::MAX),
             shutdown: watch::channel(false).0,
             fatal: watch::channel(None).0,
+            db_check: Mutex::new(db_check::DbCheck::default()),
             metrics: parts.metrics,
             running: Mutex::new(JoinSet::new()),
             changes: broadcast::channel(4096).0,

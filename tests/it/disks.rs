@@ -12,9 +12,15 @@ use std::time::{Duration, Instant};
 
 use crate::common::{Daemon, EXE, FAST_DEMO, Mock, TempDir, providers, try_request, wait_for};
 
-/// Start `tally serve` on `d`'s config and report how it ended: `Err(())` if it came up and
+/// Start `tally serve` on `d`'s config and report how it ended: `Err(stderr)` if it came up and
 /// listened (it is killed then), else its exit status and stderr.
 fn serve_refuses(d: &Daemon) -> Result<(ExitStatus, String), String> {
+    serve_until(d, false)
+}
+
+/// [`serve_refuses`]; with `stops`, a daemon that came up is given 30 s to stop on its own (the
+/// background check's failure) before it counts as started.
+fn serve_until(d: &Daemon, stops: bool) -> Result<(ExitStatus, String), String> {
     let err_path = d.dir.path().join("refused.err");
     let err = std::fs::File::create(&err_path).expect("log file");
     let mut child = Command::new(EXE)
@@ -31,6 +37,9 @@ fn serve_refuses(d: &Daemon) -> Result<(ExitStatus, String), String> {
     let ended = wait_for(Duration::from_secs(30), || {
         if let Ok(Some(s)) = child.try_wait() {
             return Some(Ok(s));
+        }
+        if stops {
+            return None;
         }
         std::net::TcpStream::connect(("127.0.0.1", port)).ok().map(|_| Err(()))
     });
@@ -88,18 +97,22 @@ fn an_empty_or_missing_database_started_as_a_new_shop() {
     assert_eq!(list["tasks"].as_array().map(Vec::len), Some(1), "{list}");
 }
 
-/// Flip one byte at a time across the file; every flip `tally check` rejects must also keep
-/// `tally serve` from starting (four of sixteen such flips used to start and serve) — except a
-/// flip inside an image's bytes, which the start-up check does not hash (it would make every
-/// start as slow as hashing the whole shop): then the daemon may start, but that image must
-/// never be served whole (a small one is answered `image_damaged`), and every other image still is.
+/// Flip one byte at a time across the file; every flip `tally check` rejects must keep `tally
+/// serve` from running on it: refused before it serves anything when the damage is in what
+/// the start-up guard reads (the file's length, every table but the images', the
+/// invariants), or stopped by the background check it starts once serving (issue #41: the
+/// rest of the file — the images' pages, SQLite's pointer map — is checked there, so start-up
+/// does not grow with the shop) — except a flip inside an image's bytes, which neither check
+/// hashes (it would make every start as slow as hashing the whole shop): then the daemon
+/// runs, but that image must never be served whole (a small one is answered
+/// `image_damaged`), and every other image still is.
 #[test]
 fn byte_flips_that_check_rejects_started_and_served() {
     let mut d = used_shop(6);
     let db = d.data.join("tally.db");
     let good = std::fs::read(&db).expect("db");
     let pages = good.len() / 4096;
-    let (mut rejected, mut damaged_images) = (0, 0);
+    let (mut rejected, mut damaged_images, mut stopped_later) = (0, 0, 0);
     for page in 0..pages {
         for within in [24usize, 1500, 4000] {
             let at = page * 4096 + within;
@@ -126,6 +139,21 @@ fn byte_flips_that_check_rejects_started_and_served() {
             std::fs::write(&db, &bad).expect("write"); // as check saw it
             match (serve_refuses(&d), only_bytes) {
                 (Ok((status, _)), _) => assert!(!status.success(), "flip at {at}: {status}"),
+                (Err(_), None) => {
+                    // Started: the background check must find it and stop the daemon.
+                    remove_wal(&db);
+                    std::fs::write(&db, &bad).expect("write");
+                    let (status, err) = serve_until(&d, true).unwrap_or_else(|log| {
+                        panic!("flip at byte {at} (page {page}): check rejects it, yet the daemon kept running:\n{report}\n{log}")
+                    });
+                    assert!(!status.success(), "flip at {at}: {status}");
+                    assert!(
+                        err.contains("failed the check tally runs after start-up")
+                            && err.contains("Restore it from a backup"),
+                        "flip at byte {at}: the stop does not say why and what to do:\n{err}"
+                    );
+                    stopped_later += 1;
+                }
                 (Err(_), Some(ids)) if !ids.is_empty() => {
                     damaged_images += 1;
                     d.spawn();
@@ -158,10 +186,18 @@ fn byte_flips_that_check_rejects_started_and_served() {
     }
     std::fs::write(&db, &good).expect("restore");
     eprintln!(
-        "byte flips: {pages} pages, {rejected} flips rejected by check, none served ({damaged_images} inside image bytes \
-         started, each damaged image refused)"
+        "byte flips: {pages} pages, {rejected} flips rejected by check: {} refused at start-up, {stopped_later} stopped \
+         by the background check, {damaged_images} inside image bytes started (each damaged image refused)",
+        rejected - stopped_later - damaged_images
     );
     assert!(rejected >= 4, "too few flips were rejected ({rejected}) for the test to mean anything");
+    assert!(
+        rejected - stopped_later - damaged_images >= 4,
+        "too few flips were refused at start-up for the test to mean anything"
+    );
+    // SQLite's pointer map (page 2 with auto_vacuum) is outside every table: only the
+    // background check sees a flip there, so that path is exercised on every run.
+    assert!(stopped_later >= 1, "no flip was left to the background check: the test no longer covers it");
 }
 
 /// Mount helpers (root only). `None`: not possible here, said loudly (a failure under CI).

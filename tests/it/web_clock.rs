@@ -44,15 +44,15 @@ fn day_rows(d: &Daemon) -> Vec<(String, f64)> {
 
 #[test]
 fn a_budget_day_begins_at_the_shops_midnight_chosen_in_the_page() {
-    day_boundary("en", "The shop's time zone");
+    day_boundary("en", "The shop's time zone", "every page of the file and every image's record are whole");
 }
 
 #[test]
 fn a_budget_day_begins_at_the_shops_midnight_chosen_in_the_page_in_chinese() {
-    day_boundary("zh-CN", "店铺所在时区");
+    day_boundary("zh-CN", "店铺所在时区", "文件的每一页和每张图片的记录都完好");
 }
 
-fn day_boundary(language: &str, card_title: &str) {
+fn day_boundary(language: &str, card_title: &str, card_check: &str) {
     let shanghai = jiff::tz::TimeZone::get(ZONE).expect("bundled zone");
     // A day D two days from now in Shanghai: the daemon starts at its noon, and later just
     // before its midnight. In UTC both moments are on the same date (04:00 and 15:59:56).
@@ -104,6 +104,15 @@ fn day_boundary(language: &str, card_title: &str) {
         let now = b.js("document.getElementById('time-zone-now').textContent").await;
         let now = now.as_str().unwrap_or("");
         assert!(now.contains(ZONE) && now.contains("12:0"), "{now}");
+        // The database file's card: the background check after start-up passed.
+        b.until(
+            "the database check's line",
+            10,
+            "document.getElementById('db-check-state')?.dataset.state === 'passed'",
+        )
+        .await;
+        let check = b.js("document.getElementById('db-check-state').textContent").await;
+        assert!(check.as_str().is_some_and(|c| c.contains(card_check)), "{check}");
         b.assert_accessible("the settings after choosing a zone").await;
         b.close().await;
     });

@@ -46,6 +46,7 @@
 //! A clean stop checkpoints with TRUNCATE (an empty WAL). Measured in `tally bench`
 //! (`bench-results/2026-12-01-s3-images-in-database.md`).
 
+mod copy;
 mod flush;
 pub mod lineage;
 mod migrate;

@@ -64,9 +64,11 @@ fn emptiness(db: &Path) -> Result<Option<String>, StoreError> {
 
 /// Open the database for `tally serve`: refuse one that holds no shop where `evidence` shows
 /// the data directory was used, refuse one that cannot be written, and refuse one that fails
-/// `tally check` at [`CheckDepth::Startup`] (SQLite's integrity check, tally's invariants,
-/// every image row with its bytes; the bytes themselves are hashed as they are served, not at
-/// every start), each with what to do. Images an interrupted migration has not moved in yet are not a
+/// `tally check` at [`CheckDepth::Serve`] (the file's length, SQLite's integrity check of every
+/// table but the images', tally's invariants: a cost that does not grow with the images
+/// stored), each with what to do. The rest — the images' pages and rows — is checked in the
+/// background once serving ([`CheckDepth::Background`], started by `app::serve`), and each
+/// image's bytes are hashed as they are served. Images an interrupted migration has not moved in yet are not a
 /// reason to refuse: start-up has said which files they are.
 pub fn open_for_serve(db: &Path, durability: Durability, evidence: &UsedEvidence) -> Result<SqliteStore, StoreError> {
     let restore = format!(
@@ -96,7 +98,7 @@ pub fn open_for_serve(db: &Path, durability: Durability, evidence: &UsedEvidence
         }
         _ => e,
     })?;
-    let problems = match check_with(db, CheckDepth::Startup) {
+    let problems = match check_with(db, CheckDepth::Serve) {
         Ok(report) => report.problems,
         Err(e) => vec![e.to_string()],
     };

@@ -207,6 +207,26 @@
     return card;
   }
 
+  /** The database file: the background check `tally serve` runs after start-up (`check` in
+      /healthz: not_run, running, passed or failed). */
+  async function dbCheckCard() {
+    const card = h("section", { class: "card", id: "db-check", "aria-labelledby": "db-check-title" },
+      h("h2", { id: "db-check-title" }, T.t("settings.check_title")));
+    let c = null;
+    try {
+      const r = await fetch("/healthz", { credentials: "same-origin" });
+      c = (await r.json()).check || null;
+    } catch (_) { c = null; }
+    const at = (ms) => (ms ? T.time(new Date(ms).toISOString()).textContent : "");
+    const state = !c ? "" : c.state === "running" ? T.tf("settings.check_running", { time: at(c.started_at) })
+      : c.state === "passed" ? T.tf("settings.check_passed", { time: at(c.finished_at) })
+      : c.state === "failed" ? T.tf("settings.check_failed", { time: at(c.finished_at), problem: (c.problems || [])[0] || "" })
+      : T.t("settings.check_not_run");
+    card.append(h("p", { id: "db-check-state", "data-state": c ? c.state : "" }, state),
+      h("p", { class: "hint" }, T.t("settings.check_hint")));
+    return card;
+  }
+
   async function showSettings(fresh) {
     let r;
     try {
@@ -221,6 +241,7 @@
       phoneCard(),
       await devicesCard(),
       await zoneCard(),
+      await dbCheckCard(),
       h("p", { class: "hint" }, T.t("settings.intro")),
       ...(r.providers || []).map((p) => providerCard(p, refresh)),
       addForm(r.kinds || [], refresh),
