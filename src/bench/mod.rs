@@ -17,6 +17,7 @@ pub mod profile;
 pub mod provider;
 mod render;
 mod sections;
+mod set_wall;
 pub mod sys;
 
 use std::io::Write;
