@@ -67,7 +67,8 @@ pub struct MoreBody {
 }
 
 /// `POST /v1/sets/{id}/shots/{index}/candidates`: 201 with the set, its new candidates queued
-/// (scheduled like shots: one task of the set at a time).
+/// (at once beside the shot's other candidates while that shot runs; else after the set's
+/// current shot: a set's shots go one after another).
 #[utoipa::path(
     post,
     path = "/sets/{id}/shots/{index}/candidates",

@@ -540,7 +540,7 @@ pub struct ConfirmedJson {
     params(DraftId),
     request_body = RevisionBody,
     responses(
-        (status = 201, description = "The set, created; its first image is queued.", body = ConfirmedJson),
+        (status = 201, description = "The set, created; its first shot is queued.", body = ConfirmedJson),
         (status = 200, description = "The set an earlier confirmation made.", body = ConfirmedJson),
         NotFound,
         (status = 409, description = "The set's provider bills and the body does not acknowledge it \

@@ -243,8 +243,8 @@ pub struct StartBody {
     pub idempotency_key: Option<String>,
 }
 
-/// `POST /v1/sets/{id}/start`: "Start generating" a copy to edit — its first image is queued,
-/// as a new set's, and the rest follow one shot at a time. Starting a set that is already
+/// `POST /v1/sets/{id}/start`: "Start generating" a copy to edit — its first shot's candidates
+/// are queued, as a new set's, and the other shots follow one after another. Starting a set that is already
 /// started is not an error and changes nothing: 200 with the set as it is (so a start resent
 /// after a lost answer is safe, and never sends anything twice).
 #[utoipa::path(

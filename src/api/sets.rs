@@ -297,7 +297,8 @@ pub struct SetBody {
     pub style: Option<String>,
     /// A configured provider's name; the default one when absent.
     pub provider: Option<String>,
-    /// One task per shot, run one at a time; at most 50.
+    /// One task per candidate of each shot; the shots run one after another, the candidates
+    /// of a shot together (within the provider's slots); at most 50.
     #[schema(min_items = 1, max_items = 50)]
     pub shots: Vec<ShotBody>,
     /// Makes resending this request safe (1 to 256 bytes; or the `Idempotency-Key` header).

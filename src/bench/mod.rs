@@ -18,6 +18,7 @@ pub mod provider;
 mod render;
 pub mod scale_file;
 mod sections;
+mod set_wall;
 pub mod sys;
 
 use std::io::Write;

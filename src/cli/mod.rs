@@ -305,7 +305,7 @@ pub enum Command {
         #[arg(long)]
         all: bool,
     },
-    /// A product's image set: reference photos, a shot list, one image at a time.
+    /// A product's image set: reference photos, a shot list, one shot after another.
     #[command(subcommand)]
     Set(SetCommand),
     /// A draft from the product's photos: a plan of shots and listing copy a provider
@@ -377,7 +377,8 @@ pub enum BudgetCommand {
 /// `tally set …`.
 #[derive(Debug, Subcommand)]
 pub enum SetCommand {
-    /// Upload the reference photos and create a set; one job per shot, run one at a time.
+    /// Upload the reference photos and create a set; one job per candidate, the shots one after
+    /// another, the candidates of a shot together.
     #[command(after_help = "With --wait the exit code says how the set ended: 0 every shot's image is ready; \
                             3 a shot failed or was canceled; 4 a shot ended unknown (it may have been \
                             charged); 130 Ctrl-C stopped waiting (the set keeps running).")]
@@ -449,13 +450,14 @@ pub enum SetCommand {
     /// Make a copy to edit of a set (same product, style, reference photos and shots): it
     /// sends nothing until `tally set start COPY` (or --start).
     Duplicate(set_edit::DuplicateArgs),
-    /// Start generating a copy made by `tally set duplicate` (its first image is queued).
+    /// Start generating a copy made by `tally set duplicate` (its first shot is queued).
     Start(set_edit::StartArgs),
     /// Delete a set whose every shot failed or was canceled, or a copy never started. Jobs of
     /// it whose request reached the provider stay as jobs of their own, so `tally spend` still
     /// lists them.
     Delete(set_edit::DeleteArgs),
-    /// Ask for more candidate images of one shot (new jobs, run one at a time with the set's).
+    /// Ask for more candidate images of one shot (new jobs: at once beside the shot's while it
+    /// runs, else after the set's current shot).
     More {
         /// The set's id.
         id: String,

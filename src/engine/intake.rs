@@ -330,7 +330,8 @@ impl Engine {
         Ok(self.shared.store.save_upload(img, self.shared.now()).await?)
     }
 
-    /// Validate and durably create an image set: one task per shot, run one at a time.
+    /// Validate and durably create an image set: one task per candidate of each shot; the shots
+    /// run one after another, the candidates of a shot together.
     pub async fn create_set(&self, set: NewSet) -> Result<SubmitOutcome, EngineError> {
         self.check_set(&set)?;
         let out = self.shared.store.create_set(set, self.shared.now()).await?;

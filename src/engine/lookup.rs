@@ -12,7 +12,8 @@
 //!   `accepted`; recovery hands it to a worker that polls it, so a success stores its image
 //!   with the provider's record as charge evidence, and a failure at the provider fails the
 //!   job with that evidence (a retry is the owner's, as for any failure). Nothing is sent.
-//! - **found, but another shot of its image set is live** (a set runs one shot at a time): it
+//! - **found, but a task of another shot of its image set is live** (a set's shots go one
+//!   after another; the candidates of one shot run together): it
 //!   stays held, saying so, and the start-up look runs again each time a job settles, until
 //!   no found shot waits;
 //! - **anything else** — several found, none found, a provider that cannot be searched, a look
@@ -128,8 +129,8 @@ pub(super) async fn look_up(shared: &Shared) -> Result<LookReport, EngineError> 
                 report.set_busy += 1;
                 report.kept += 1;
                 let found = "it was found at the provider, sent by the daemon this copy came from; another shot of \
-                             its image set is being fetched first (a set goes one shot at a time), then tally fetches \
-                             this one."
+                             its image set is being fetched first (a set goes one shot after another), then tally \
+                             fetches this one."
                     .to_string();
                 let keep = HeldLook {
                     task: t.id.clone(),

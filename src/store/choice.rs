@@ -4,9 +4,10 @@
 //! A shot (`tasks.set_position`) holds one or more **candidates** (`tasks.candidate`, from 0),
 //! each its own task with the whole protocol (outbox, lease, fencing, `calling` before the
 //! paid request, charge evidence, recovery). A retried candidate is replaced by its retry, as
-//! a retried shot was. Candidates are scheduled like shots: one task of a set at a time, in
-//! (position, creation) order (`store::ops::common::schedule_next_shot_of`), so a candidate added to
-//! shot 0 runs before the unscheduled tasks of later shots.
+//! a retried shot was. The candidates of a shot run together and the shots one after another
+//! (`store::ops::common::schedule_next_shot_of`): a candidate added to the shot that is running
+//! goes at once beside it; one added to another shot waits, and the lowest waiting shot goes
+//! next, so a candidate added to shot 0 runs before the unscheduled tasks of later shots.
 //!
 //! The **choice** is one row per shot in `set_choices` naming a succeeded candidate's
 //! artifact; every change is written to the set's own timeline (`set_events`) in the same

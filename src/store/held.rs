@@ -4,8 +4,8 @@
 //!
 //! A held job's envelope is `pending` with `due_at` and `pass` NULL and `held_at` /
 //! `held_reason` set; its task is `waiting` with the reason. The dispatcher only claims ready
-//! envelopes (`pass` set) and only promotes waiting ones with a due time, and the next shot of
-//! a set is only scheduled from unheld envelopes (`ops::common::schedule_next_shot_of`), so nothing
+//! envelopes (`pass` set) and only promotes waiting ones with a due time, and the tasks of a
+//! set are only scheduled from unheld envelopes (`ops::common::schedule_next_shot_of`), so nothing
 //! dispatches a held envelope and nothing polls for it: it moves only when the owner releases
 //! it (`ops::held::release_held`) or cancels it, or a look at its provider finds its request
 //! (below).
@@ -81,8 +81,9 @@ pub enum Settled {
     /// The job is not held as it was read any more (released, canceled, held again):
     /// nothing was written.
     Changed,
-    /// Another shot of its image set is running: nothing was written (a set runs one shot at
-    /// a time); the next look tries again.
+    /// A task of another shot of its image set is live: nothing was written (a set's shots go
+    /// one after another; only the candidates of one shot run together); the next look tries
+    /// again.
     SetBusy,
 }
 

@@ -323,7 +323,8 @@ pub(in crate::store) struct WaitFacts {
     /// Ready envelopes ahead of this one in its lane: of its fairness key / of any key.
     pub ahead_key: i64,
     pub ahead: i64,
-    /// Earlier shots of its set that are not settled (for a shot not scheduled yet).
+    /// Earlier shots of its set with a task not settled (for a task not scheduled yet): shot
+    /// positions, not tasks (a shot's candidates are one shot).
     pub earlier_shots: i64,
     /// The pause is a rate-limit hold (the provider said "not now"), not an opened circuit.
     pub rate_limited: bool,
@@ -353,7 +354,7 @@ pub(in crate::store) const WAIT_FACTS: &str =
         CASE WHEN e.pass IS NULL THEN 0 ELSE (SELECT count(*) FROM (SELECT 1 FROM envelopes r
             WHERE r.status = 'pending' AND r.pass IS NOT NULL AND r.provider = e.provider AND r.lane = e.lane
               AND (r.pass, r.id) < (e.pass, e.id) LIMIT 100) a) END,
-        CASE WHEN t.set_id IS NULL OR e.due_at IS NOT NULL THEN 0 ELSE (SELECT count(*) FROM tasks s
+        CASE WHEN t.set_id IS NULL OR e.due_at IS NOT NULL THEN 0 ELSE (SELECT count(DISTINCT s.set_position) FROM tasks s
             WHERE s.set_id = t.set_id AND s.set_position < t.set_position
               AND s.status IN ('queued', 'waiting', 'running')) END,
         p.paused_reason,
@@ -651,7 +652,7 @@ mod tests {
         let unscheduled = WaitFacts { due: None, earlier_shots: 2, ..ready.clone() };
         assert_eq!(
             wait_words("p", &unscheduled).as_deref(),
-            Some("Queued behind 2 earlier shots of this set (a set runs one shot at a time).")
+            Some("Queued behind 2 earlier shots of this set (a set's shots go one after another).")
         );
         let draft = WaitFacts { due: None, earlier_shots: 2, unstarted: true, ..paused.clone() };
         assert_eq!(wait_words("p", &draft), Some(say("say.waits_for_start")), "a copy waits for its start");

@@ -2,11 +2,13 @@
 //! with, and its summary in plain words. The operations, written once for both backends, are
 //! in `store::ops::sets`; the few SQLite-connection functions here forward to them.
 //!
-//! **One shot at a time per set.** A shot's envelope is created unscheduled (`due_at NULL`)
-//! while another shot of its set is scheduled; `ops::common::on_settled` runs inside every
-//! transaction that settles a task (terminal or `unknown`) and makes the next unscheduled
-//! shot due, so the chain advances without polling and shots of other sets and single tasks
-//! interleave between shots.
+//! **One shot after another per set; the candidates of a shot together.** A set's live tasks
+//! always belong to one shot position. A task's envelope is created unscheduled (`due_at
+//! NULL`) while a task of another shot of its set is live; `ops::common::on_settled` runs
+//! inside every transaction that settles a task (terminal or `unknown`) and, once nothing of
+//! the set is live, makes every candidate of the next shot due, so the chain advances without
+//! polling. The provider's slots (taken by the dispatcher) cap how many of them are in flight,
+//! and tasks of other sets and single tasks interleave with them by the fair queue.
 
 use rusqlite::Connection;
 use serde::Serialize;

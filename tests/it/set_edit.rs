@@ -279,7 +279,7 @@ fn a_copy_sends_nothing_until_it_is_started_and_a_second_start_sends_nothing_mor
     assert_eq!(d.call("GET", &path, None).json()["status"], "draft");
     assert_eq!(mock.lines().len(), sent + 1);
 
-    // Started with it, through the CLI: its shots are sent, one at a time, with the edit.
+    // Started with it, through the CLI: its shots are sent, one after another, with the edit.
     let out = d.cli(&["set", "start", &copy, "--accept-possible-charge"]);
     assert!(out.status.success(), "{}{}", text(&out.stdout), text(&out.stderr));
     for t in &tasks {

@@ -1,8 +1,10 @@
-//! Image sets at the engine level: one shot at a time per set (checked against the times the
-//! provider saw each call), interleaving between sets, unknown shots not blocking the rest,
-//! cancel, retry of a shot, resume after a crash, and the schema migration that added sets.
+//! Image sets at the engine level: the shots of a set one after another and the candidates of
+//! a shot together, within the provider's slots (checked against the calls the provider saw),
+//! interleaving between sets, unknown shots not blocking the rest, cancel, retry of a shot,
+//! resume after a crash, and the schema migration that added sets.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -26,16 +28,30 @@ struct Call {
 }
 
 /// A provider that takes `latency` per call, records every call, and loses the answer of
-/// prompts containing "LOSE" (ambiguous) or holds prompts containing "HOLD" until released.
+/// prompts containing "LOSE" (ambiguous) or holds prompts containing "HOLD" until released. It
+/// counts its calls in flight (the most at once too) and keeps the prompts of those in flight.
 struct Recorder {
     latency: Duration,
     calls: Mutex<Vec<Call>>,
     hold: tokio::sync::Semaphore,
+    in_flight: Mutex<Vec<String>>,
+    max_in_flight: AtomicUsize,
 }
 
 impl Recorder {
     fn new(latency: Duration) -> Arc<Self> {
-        Arc::new(Recorder { latency, calls: Mutex::new(Vec::new()), hold: tokio::sync::Semaphore::new(0) })
+        Arc::new(Recorder {
+            latency,
+            calls: Mutex::new(Vec::new()),
+            hold: tokio::sync::Semaphore::new(0),
+            in_flight: Mutex::new(Vec::new()),
+            max_in_flight: AtomicUsize::new(0),
+        })
+    }
+
+    /// The prompts of the calls in flight now.
+    fn in_flight(&self) -> Vec<String> {
+        self.in_flight.lock().expect("lock").clone()
     }
 
     fn calls(&self) -> Vec<Call> {
@@ -55,6 +71,12 @@ impl Provider for Recorder {
     fn submit<'a>(&'a self, req: &'a CallRequest) -> BoxFuture<'a, Result<Submitted, CallError>> {
         Box::pin(async move {
             let start = Instant::now();
+            let now = {
+                let mut f = self.in_flight.lock().expect("lock");
+                f.push(req.prompt.clone());
+                f.len()
+            };
+            self.max_in_flight.fetch_max(now, Ordering::SeqCst);
             if req.prompt.contains("HOLD") {
                 let _ = self.hold.acquire().await.map(|p| p.forget());
             }
@@ -62,6 +84,12 @@ impl Provider for Recorder {
             let call =
                 Call { prompt: req.prompt.clone(), start, end: Instant::now(), references: req.references.len() };
             self.calls.lock().expect("lock").push(call);
+            {
+                let mut f = self.in_flight.lock().expect("lock");
+                if let Some(i) = f.iter().position(|p| *p == req.prompt) {
+                    f.remove(i);
+                }
+            }
             if req.prompt.contains("LOSE") {
                 return Err(CallError::Ambiguous("connection reset".into()));
             }
@@ -80,12 +108,17 @@ struct Setup {
 }
 
 async fn setup(dir: &Path, store: Store, rec: Arc<Recorder>) -> Setup {
+    setup_with_slots(dir, store, rec, 8).await
+}
+
+/// [`setup`] with a provider of `slots` slots (its concurrency, taken by the dispatcher).
+async fn setup_with_slots(dir: &Path, store: Store, rec: Arc<Recorder>, slots: usize) -> Setup {
     let provider: Arc<dyn Provider> = rec.clone();
     let engine = Engine::start(EngineParts {
         store: store.clone(),
         config: EngineConfig { workers: 4, backoff_base: Duration::from_millis(5), ..EngineConfig::default() },
         clock: Arc::new(SystemClock),
-        providers: vec![ProviderEntry::new("rec", provider, 8)],
+        providers: vec![ProviderEntry::new("rec", provider, slots)],
         data_dir: dir.to_path_buf(),
         metrics: Arc::new(Metrics::new()),
         limits: Vec::new(),
@@ -113,6 +146,11 @@ fn shots(tag: &str, roles: &[&str]) -> Vec<NewShot> {
             candidates: 1,
         })
         .collect()
+}
+
+/// The shot index a call was for (its prompt starts "{role} {index} ").
+fn shot_of(c: &Call) -> usize {
+    c.prompt.split_whitespace().nth(1).and_then(|i| i.parse().ok()).expect("a shot's prompt")
 }
 
 fn new_set(tag: &str, roles: &[&str], references: Vec<String>) -> NewSet {
@@ -147,16 +185,18 @@ async fn wait_settled(s: &Setup, id: &str) -> SetView {
     }
 }
 
-fn assert_one_at_a_time(calls: &[Call]) {
-    let mut calls = calls.to_vec();
-    calls.sort_by_key(|c| c.start);
-    for pair in calls.windows(2) {
-        assert!(pair[1].start >= pair[0].end, "shots overlapped: {:?} and {:?}", pair[0].prompt, pair[1].prompt);
+/// The calls of one set, shot by shot: every call of a shot started after every call of the
+/// shots before it ended (the candidates of one shot may overlap).
+fn assert_shots_one_after_another(calls: &[Call]) {
+    for a in calls {
+        for b in calls.iter().filter(|b| shot_of(b) > shot_of(a)) {
+            assert!(b.start >= a.end, "shots overlapped: {:?} and {:?}", a.prompt, b.prompt);
+        }
     }
 }
 
 #[tokio::test]
-async fn a_set_runs_one_shot_at_a_time_with_its_references() {
+async fn a_set_runs_its_shots_one_after_another_with_its_references() {
     let (_dir, s) = fresh(Duration::from_millis(30)).await;
     let a = s.engine.upload(tally::render::placeholder_png("photo a", 16)).await.expect("upload a");
     let b = s.engine.upload(tally::render::placeholder_png("photo b", 16)).await.expect("upload b");
@@ -172,7 +212,77 @@ async fn a_set_runs_one_shot_at_a_time_with_its_references() {
     let calls = s.rec.calls_for("T1");
     assert_eq!(calls.len(), 5, "each shot sent exactly once");
     assert!(calls.iter().all(|c| c.references == 2), "every shot carries both references");
-    assert_one_at_a_time(&calls);
+    assert_shots_one_after_another(&calls);
+}
+
+/// Wait until `n` calls whose prompt starts with `prefix` are in flight at the provider at once;
+/// the prompts in flight then.
+async fn wait_in_flight(s: &Setup, prefix: &str, n: usize) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = s.rec.in_flight();
+        if now.iter().filter(|p| p.starts_with(prefix)).count() >= n {
+            return now;
+        }
+        assert!(Instant::now() < deadline, "never {n} calls of {prefix:?} in flight at once: {now:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Issue #41: a set of 2 shots × 3 candidates on a provider of 3 slots. The 3 candidates of the
+/// first shot are in flight together (the provider holds them unanswered and sees all three),
+/// the second shot's are sent only once the first shot settled, and never more calls are in
+/// flight than the provider's slots.
+#[tokio::test]
+async fn the_candidates_of_a_shot_run_together_and_the_next_shot_after_it() {
+    let dir = temp_dir("sets-together");
+    let store = Store::open(&dir.join("tally.db"), Durability::Full).expect("open");
+    let s = setup_with_slots(&dir, store, Recorder::new(Duration::from_millis(5)), 3).await;
+    let mut set = new_set("TOG", &["main", "scene"], vec![]);
+    for shot in &mut set.shots {
+        shot.candidates = 3;
+        shot.prompt.push_str(" HOLD");
+    }
+    let id = create(&s, set).await;
+    let in_flight = wait_in_flight(&s, "main 0", 3).await;
+    assert_eq!(in_flight.len(), 3, "only the first shot's candidates: {in_flight:?}");
+    let view = s.store.get_set(id.clone()).await.expect("read").expect("set");
+    assert!(view.candidates[0].iter().all(|t| t.status == TaskStatus::Running));
+    assert!(view.candidates[1].iter().all(|t| t.status == TaskStatus::Queued), "the second shot waits");
+    s.rec.hold.add_permits(3);
+    let in_flight = wait_in_flight(&s, "scene 1", 3).await;
+    assert_eq!(in_flight.len(), 3, "only the second shot's candidates: {in_flight:?}");
+    let view = s.store.get_set(id.clone()).await.expect("read").expect("set");
+    assert!(view.candidates[0].iter().all(|t| t.status == TaskStatus::Succeeded), "the first shot settled before");
+    s.rec.hold.add_permits(3);
+    let set = wait_settled(&s, &id).await;
+    let (status, progress, _) = set_summary(&set);
+    assert_eq!((status, progress.as_str()), (SetStatus::Done, "6 of 6 done"));
+    let calls = s.rec.calls_for("TOG");
+    assert_eq!(calls.len(), 6, "each candidate sent exactly once");
+    assert_shots_one_after_another(&calls);
+    assert_eq!(s.rec.max_in_flight.load(Ordering::SeqCst), 3, "never more than the provider's 3 slots");
+}
+
+/// A shot of more candidates than the provider has slots: never more calls in flight than the
+/// slots, and the shots still go one after another.
+#[tokio::test]
+async fn a_shot_never_takes_more_than_the_providers_slots() {
+    let dir = temp_dir("sets-slots");
+    let store = Store::open(&dir.join("tally.db"), Durability::Full).expect("open");
+    let s = setup_with_slots(&dir, store, Recorder::new(Duration::from_millis(20)), 2).await;
+    let mut set = new_set("SL", &["main", "scene"], vec![]);
+    for shot in &mut set.shots {
+        shot.candidates = 3;
+    }
+    let id = create(&s, set).await;
+    let set = wait_settled(&s, &id).await;
+    assert_eq!(set_summary(&set).0, SetStatus::Done);
+    let calls = s.rec.calls_for("SL");
+    assert_eq!(calls.len(), 6);
+    assert_shots_one_after_another(&calls);
+    let max = s.rec.max_in_flight.load(Ordering::SeqCst);
+    assert!((1..=2).contains(&max), "at most the provider's 2 slots: {max}");
 }
 
 #[tokio::test]
@@ -185,8 +295,8 @@ async fn sets_and_single_tasks_interleave() {
     wait_settled(&s, &a).await;
     wait_settled(&s, &b).await;
     let (ca, cb) = (s.rec.calls_for("SA"), s.rec.calls_for("SB"));
-    assert_one_at_a_time(&ca);
-    assert_one_at_a_time(&cb);
+    assert_shots_one_after_another(&ca);
+    assert_shots_one_after_another(&cb);
     let first = |c: &[Call]| c.iter().map(|x| x.start).min().expect("calls");
     let last = |c: &[Call]| c.iter().map(|x| x.start).max().expect("calls");
     assert!(first(&cb) < last(&ca) && first(&ca) < last(&cb), "one set ran all its shots before the other started");
@@ -273,7 +383,7 @@ async fn a_set_resumes_after_a_crash_without_charging_a_shot_twice() {
     assert_eq!(set_summary(&set).0, SetStatus::Done);
     let calls = s.rec.calls_for("K1");
     assert_eq!(calls.len(), 5, "each shot charged once");
-    assert_one_at_a_time(&calls);
+    assert_shots_one_after_another(&calls);
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! The small writes and reads every operation family shares, written once over [`Tx`]: the
 //! timeline, a task's status, its envelope, an artifact with its bytes, the charge rule, the
-//! fencing check, idempotent replays, and a set's one-shot-at-a-time schedule.
+//! fencing check, idempotent replays, and a set's schedule (one shot after another, the
+//! candidates of a shot together).
 
 use std::sync::OnceLock;
 
@@ -304,15 +305,33 @@ pub(in crate::store) fn on_settled(tx: &mut dyn Tx, task: &str, now: Millis) -> 
     }
 }
 
-/// Whether any shot of the set is scheduled or handed out.
-pub(in crate::store) fn set_has_live_shot(tx: &mut dyn Tx, set: &str) -> Result<bool, StoreError> {
+/// The set position whose tasks are live — a task is live when its envelope is handed out
+/// (`sent`) or scheduled (`pending` with a due time) — or `None` when nothing of the set is.
+/// A set's live tasks always belong to one position: its schedule ([`schedule_next`]) and
+/// `ops::intake::submit` keep it so, each under the set's lock ([`Tx::lock_set`]).
+fn live_position(tx: &mut dyn Tx, set: &str) -> Result<Option<i64>, StoreError> {
+    tx.opt(
+        "SELECT t.set_position FROM tasks t JOIN envelopes e ON e.task_id = t.id
+             WHERE t.set_id = ?1 AND (e.status = 'sent' OR (e.status = 'pending' AND e.due_at IS NOT NULL))
+             ORDER BY t.set_position LIMIT 1",
+        &[&set],
+    )?
+    .map(|r| r.get(0))
+    .transpose()
+}
+
+/// Whether a task of the set at `position` may be live now: nothing of the set is live, or
+/// every live task of it is of `position` (the candidates of one shot run together; the shots
+/// go one after another). The caller holds the set's lock ([`Tx::lock_set`]).
+pub(in crate::store) fn set_admits(tx: &mut dyn Tx, set: &str, position: i64) -> Result<bool, StoreError> {
     Ok(tx
         .opt(
             "SELECT 1 FROM tasks t JOIN envelopes e ON e.task_id = t.id
-             WHERE t.set_id = ?1 AND (e.status = 'sent' OR (e.status = 'pending' AND e.due_at IS NOT NULL)) LIMIT 1",
-            &[&set],
+             WHERE t.set_id = ?1 AND t.set_position <> ?2
+               AND (e.status = 'sent' OR (e.status = 'pending' AND e.due_at IS NOT NULL)) LIMIT 1",
+            &[&set, &position],
         )?
-        .is_some())
+        .is_none())
 }
 
 /// The set position of a task, for a retry that takes its place.
@@ -346,39 +365,65 @@ fn schedule_sql(d: Dialect) -> String {
     )
 }
 
-/// After a shot of `set` settled: if no shot of it is live, schedule the next unscheduled one
-/// now (ready at once, with its place in the fresh lane). One shot at a time per set: the set
-/// row is locked first ([`Tx::lock_set`]), so two PostgreSQL nodes never both see "no live shot".
-/// A copy to edit that was not started (`sets.started_at` NULL) is never scheduled here:
-/// whatever settles or is released, only its start (`sets::start_set`) makes a shot of it due.
+/// After a task of `set` settled (or was released): schedule now (ready at once, with its place
+/// in its lane) every waiting task — pending, no due time, not held — of the set's current
+/// shot: the position whose tasks are live, or, when nothing of the set is live, the lowest
+/// position with a waiting task. So the candidates of one shot run together (the provider's
+/// slots, taken by the dispatcher, cap how many are in flight) and the shots go one after
+/// another: **a set's live tasks always belong to one position**. The set row is locked first
+/// ([`Tx::lock_set`]), so two PostgreSQL nodes never both see "nothing live" and schedule two
+/// positions. A copy to edit that was not started (`sets.started_at` NULL) is never scheduled
+/// here: whatever settles or is released, only its start (`sets::start_set`) makes a shot of
+/// it due.
 pub(in crate::store) fn schedule_next_shot_of(tx: &mut dyn Tx, set: &str, now: Millis) -> Result<(), StoreError> {
     schedule_next(tx, set, now, "the previous shot of the set is settled; this one is next")
 }
 
-/// A set's start: its first unscheduled shot made due now, as [`schedule_next_shot_of`] does
-/// (the caller, `sets::start_set`, marked the set started under its lock).
+/// A set's start: every candidate of its first unscheduled shot made due now, as
+/// [`schedule_next_shot_of`] does (the caller, `sets::start_set`, marked the set started under
+/// its lock).
 pub(in crate::store) fn schedule_first_shot_of(tx: &mut dyn Tx, set: &str, now: Millis) -> Result<(), StoreError> {
     schedule_next(tx, set, now, "the set was started; this is its first shot")
 }
 
 fn schedule_next(tx: &mut dyn Tx, set: &str, now: Millis, line: &str) -> Result<(), StoreError> {
     tx.lock_set(set)?;
-    if !super::sets::set_started(tx, set)? || set_has_live_shot(tx, set)? {
+    if !super::sets::set_started(tx, set)? {
         return Ok(());
     }
-    let next: Option<String> = tx
-        .opt(
+    let live = live_position(tx, set)?;
+    let position: Option<i64> = match live {
+        Some(p) => Some(p),
+        None => tx
+            .opt(
+                "SELECT min(t.set_position) FROM tasks t JOIN envelopes e ON e.task_id = t.id
+                 WHERE t.set_id = ?1 AND e.status = 'pending' AND e.due_at IS NULL AND e.held_at IS NULL",
+                &[&set],
+            )?
+            .map(|r| r.get::<Option<i64>>(0))
+            .transpose()?
+            .flatten(),
+    };
+    let Some(position) = position else { return Ok(()) };
+    let waiting = tx
+        .rows(
             "SELECT t.id FROM tasks t JOIN envelopes e ON e.task_id = t.id
-             WHERE t.set_id = ?1 AND e.status = 'pending' AND e.due_at IS NULL AND e.held_at IS NULL
-             ORDER BY t.set_position, t.id LIMIT 1",
-            &[&set],
+             WHERE t.set_id = ?1 AND t.set_position = ?2
+               AND e.status = 'pending' AND e.due_at IS NULL AND e.held_at IS NULL
+             ORDER BY t.id",
+            &[&set, &position],
         )?
-        .map(|r| r.get(0))
-        .transpose()?;
-    if let Some(next) = next {
-        let sql = SCHEDULE.get(tx);
-        tx.exec(sql, &[&next, &now])?;
-        event(tx, &next, now, Actor::Dispatcher, "scheduled", line, None)?;
+        .iter()
+        .map(|r| r.get::<String>(0))
+        .collect::<Result<Vec<_>, _>>()?;
+    // One statement per task: each takes its place (`pass`) one stride after the one before.
+    let sql = SCHEDULE.get(tx);
+    for next in &waiting {
+        tx.exec(sql, &[next, &now])?;
+        event(tx, next, now, Actor::Dispatcher, "scheduled", if live.is_some() { LIVE_LINE } else { line }, None)?;
     }
     Ok(())
 }
+
+/// The timeline line of a task scheduled beside the live candidates of its shot.
+const LIVE_LINE: &str = "the set's current shot is running; this candidate of it goes along";

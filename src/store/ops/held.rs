@@ -74,9 +74,11 @@ pub(in crate::store) fn hold_unsettled(tx: &mut dyn Tx, reason: &str, now: Milli
     Ok(ids)
 }
 
-/// Release held jobs: each is queued to be sent again (in the recovery lane); a shot of an
-/// image set goes when no other shot of its set is live (a set runs one shot at a time). Each
-/// task is locked before it is looked at.
+/// Release held jobs: each is queued to be sent again (in the recovery lane); a task of an
+/// image set goes by its set's schedule (`common::schedule_next_shot_of`): at once when it is
+/// of the set's current shot (or nothing of the set is live and its shot is the lowest
+/// waiting), else when the shots before it are settled. Each task is locked before it is
+/// looked at.
 pub(in crate::store) fn release_held(
     tx: &mut dyn Tx,
     which: &Release,
@@ -112,7 +114,8 @@ pub(in crate::store) fn release_held(
         let words = say("say.released");
         set_task(tx, &task, TaskStatus::Waiting, Some(&words), None, now)?;
         match &set {
-            // Schedules the set's next unheld shot when none of its shots is live.
+            // Schedules the unheld waiting tasks of the set's current shot (the live one, or
+            // the lowest waiting when nothing of the set is live).
             Some(set) => schedule_next_shot_of(tx, set, now)?,
             None => requeue_envelope(tx, &task, now, None, now)?,
         }
@@ -174,7 +177,14 @@ pub(in crate::store) fn settle_held(
             }
             if let Some(set) = &set {
                 tx.lock_set(set)?;
-                if crate::store::ops::common::set_has_live_shot(tx, set)? {
+                // A set's live tasks belong to one position: a task of another shot is live,
+                // so this one waits for it (a candidate of the live shot goes beside it).
+                let position: Option<i64> = tx.one("SELECT set_position FROM tasks WHERE id = ?1", &[&task])?.get(0)?;
+                let admitted = match position {
+                    Some(p) => crate::store::ops::common::set_admits(tx, set, p)?,
+                    None => false,
+                };
+                if !admitted {
                     return Ok(Settled::SetBusy);
                 }
                 // A request of it reached the provider, so its set was started (a copy to edit

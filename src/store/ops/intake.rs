@@ -1,8 +1,8 @@
 //! Submit: the outbox write (a task and its envelope in one transaction). The envelope starts
 //! in the fresh lane, ready at once with its place among its fairness key's tasks (see
-//! `store::ops::dispatch`), or waiting while another shot of its set is live.
+//! `store::ops::dispatch`), or waiting while a task of another shot of its set is live.
 
-use super::common::{Keyed, PerDialect, event, new_id, pass_sql, replay_of, set_has_live_shot};
+use super::common::{Keyed, PerDialect, event, new_id, pass_sql, replay_of, set_admits};
 use super::{NewTask, SubmitOutcome, fair_key};
 use crate::domain::{Actor, Millis};
 use crate::store::StoreError;
@@ -18,9 +18,12 @@ fn envelope_sql(d: Dialect) -> String {
     )
 }
 
-/// Insert a task and its envelope in one transaction (the outbox write). A shot of a set waits
-/// (no due time) while another shot of its set is scheduled, or while its set is a copy to edit
-/// not started yet: one at a time, decided under the set's lock.
+/// Insert a task and its envelope in one transaction (the outbox write). A task of a set is due
+/// at once only when its set is started and nothing of the set is live or every live task of
+/// it is of the same position (more candidates of the running shot, or a retry of one of them,
+/// go at once beside it); else it waits (no due time) — for the set's current shot to settle,
+/// or for the start of a copy to edit. Decided under the set's lock, so a set's live tasks
+/// always belong to one position (`common::schedule_next_shot_of`).
 pub(in crate::store) fn submit(tx: &mut dyn Tx, t: &NewTask, now: Millis) -> Result<SubmitOutcome, StoreError> {
     let hash = t.hash();
     let id = new_id();
@@ -68,7 +71,11 @@ pub(in crate::store) fn submit(tx: &mut dyn Tx, t: &NewTask, now: Millis) -> Res
         Some(set) => {
             tx.lock_set(set)?;
             unstarted = !super::sets::set_started(tx, set)?;
-            if unstarted || set_has_live_shot(tx, set)? { None } else { Some(now) }
+            let admitted = match position {
+                Some(p) => set_admits(tx, set, p)?,
+                None => false,
+            };
+            if unstarted || !admitted { None } else { Some(now) }
         }
         None => Some(now),
     };

@@ -1,10 +1,11 @@
 //! Image sets and reference uploads, written once over [`Tx`] (the types, the set's hash and
 //! its summary are in `store::sets`).
 //!
-//! **One shot at a time per set.** Every decision about a set's schedule (a shot's submit or
-//! retry, a settled shot's successor, a cancel) first locks the set row ([`Tx::lock_set`]), so
-//! two PostgreSQL nodes never both see "no live shot"; under SQLite's single writer the lock
-//! costs nothing.
+//! **One shot after another per set, the candidates of a shot together.** A set's live tasks
+//! always belong to one shot position. Every decision about a set's schedule (a task's submit
+//! or retry, what a settled task lets go, a cancel) first locks the set row ([`Tx::lock_set`]),
+//! so two PostgreSQL nodes never both see "nothing live" and start two shots; under SQLite's
+//! single writer the lock costs nothing.
 
 use super::common::{Keyed, by_dialect, insert_blob, new_id, replay_of};
 use super::user::cancel;
@@ -87,7 +88,8 @@ pub(in crate::store) fn references_of_set(tx: &mut dyn Tx, set: &str) -> Result<
 }
 
 /// Create a set: the set row, its references, and one task (with its envelope) per candidate
-/// of each shot, the first due now and the rest unscheduled — all in one transaction.
+/// of each shot, every candidate of the first shot due now and the rest unscheduled — all in
+/// one transaction.
 pub(in crate::store) fn create_set(tx: &mut dyn Tx, s: &NewSet, now: Millis) -> Result<SubmitOutcome, StoreError> {
     create_set_as(tx, s, true, now)
 }
@@ -147,8 +149,8 @@ pub(in crate::store) fn set_started(tx: &mut dyn Tx, set: &str) -> Result<bool, 
 }
 
 /// Start a copy to edit: in one transaction, under the set's lock, re-check that it is still
-/// not started (and not canceled), mark it started, and make its first unscheduled shot due
-/// exactly as a new set's first shot is (`common::schedule_first_shot_of`), with a line on its
+/// not started (and not canceled), mark it started, and make every candidate of its first
+/// unscheduled shot due exactly as a new set's first shot is (`common::schedule_first_shot_of`), with a line on its
 /// timeline. Starting a set already started changes nothing.
 pub(in crate::store) fn start_set(tx: &mut dyn Tx, set: &str, now: Millis) -> Result<StartOutcome, StoreError> {
     tx.lock_set(set)?;

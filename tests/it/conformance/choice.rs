@@ -1,7 +1,8 @@
-//! Candidates per shot and the owner's choice (`store::choice`), on both backends: candidates
-//! are tasks scheduled one at a time like shots, more can be added to one shot, a retried
-//! candidate keeps its place, and a choice names only a succeeded candidate of that shot, every
-//! change in the set's timeline.
+//! Candidates per shot and the owner's choice (`store::choice`), on both backends: a set's
+//! shots go one after another and the candidates of a shot together (more candidates of the
+//! running shot go at once, a task of another shot waits), more can be added to one shot, a
+//! retried candidate keeps its place, and a choice names only a succeeded candidate of that
+//! shot, every change in the set's timeline.
 
 use serde_json::json;
 use tally::domain::TaskStatus;
@@ -12,6 +13,7 @@ use super::fixtures::ack;
 use super::single::{LEASE, T0, artifact, ids};
 
 both!(
+    the_shots_go_one_after_another_and_the_candidates_of_a_shot_together,
     candidates_are_tasks_scheduled_like_shots_and_more_can_be_added,
     a_choice_names_only_a_succeeded_candidate_of_its_shot,
     an_edit_or_cutout_candidate_is_made_from_an_image_of_its_own_shot
@@ -32,14 +34,103 @@ fn set(shots: Vec<NewShot>) -> NewSet {
     }
 }
 
-/// Dispatch the one due task of the set and finish it with an image; its task id.
+/// Dispatch the one due task and finish it with an image; its task id.
 async fn run_next(s: &Store, now: i64) -> String {
     let b = s.dispatch_due(now, 10, LEASE, "boot").await.expect("dispatch");
-    assert_eq!(b.claims.len(), 1, "one task of a set at a time: {:?}", ids(&b));
-    let c = &b.claims[0];
+    assert_eq!(b.claims.len(), 1, "one task due: {:?}", ids(&b));
+    finish_all(s, &b, now + 1).await.remove(0)
+}
+
+/// Finish every claim of `b` with an image; their task ids, in claim order.
+async fn finish_all(s: &Store, b: &DispatchBatch, now: i64) -> Vec<String> {
+    let mut done = Vec::new();
+    for c in &b.claims {
+        let f = Finish::Succeeded(artifact(&c.execution_token));
+        s.finish(c.execution_token.clone(), c.lease_token.clone(), f, now).await.expect("finish");
+        done.push(c.task_id.clone());
+    }
+    done
+}
+
+/// Dispatch every due task, finish them all; their task ids, sorted.
+async fn run_due(s: &Store, now: i64) -> Vec<String> {
+    let b = s.dispatch_due(now, 100, LEASE, "boot").await.expect("dispatch");
+    let mut done = finish_all(s, &b, now + 1).await;
+    done.sort();
+    done
+}
+
+fn sorted(ids: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
+    v.sort();
+    v
+}
+
+/// How many `scheduled` lines a task's timeline holds.
+async fn scheduled(s: &Store, id: &str) -> usize {
+    super::single::kinds(s, id).await.iter().filter(|k| *k == "scheduled").count()
+}
+
+/// The scheduling rule of issue #41: a set's live tasks (handed out, or pending with a due
+/// time) always belong to one shot; all the candidates of that shot are due together; the next
+/// shot's all become due (one `scheduled` line each) when the last of it settled; a candidate
+/// added to the live shot is due at once, one added to another shot waits.
+async fn the_shots_go_one_after_another_and_the_candidates_of_a_shot_together(s: Store) {
+    let SubmitOutcome::Created(sid) =
+        s.create_set(set(vec![shot("main", 3), shot("scene", 3)]), T0).await.expect("create")
+    else {
+        panic!("created")
+    };
+    let view = s.get_set(sid.clone()).await.expect("get").expect("set");
+    let of = |shot: usize| view.candidates[shot].iter().map(|t| t.id.clone()).collect::<Vec<_>>();
+    let (first, second) = (of(0), of(1));
+    assert_eq!((first.len(), second.len()), (3, 3));
+    // Started: the 3 candidates of shot 0 are due, the 3 of shot 1 wait.
+    let b = s.dispatch_due(T0 + 1, 100, LEASE, "boot").await.expect("dispatch");
+    let mut claimed: Vec<String> = ids(&b).iter().map(|s| s.to_string()).collect();
+    claimed.sort();
+    assert_eq!(claimed, sorted(&first.iter().map(String::as_str).collect::<Vec<_>>()), "shot 0's candidates, together");
+    for t in &second {
+        let t = s.get_task(t.clone()).await.expect("get").expect("task");
+        assert_eq!(t.status, TaskStatus::Queued);
+        let why = t.waiting_for.unwrap_or_default();
+        assert!(why.contains("1 earlier shot"), "waits behind one shot (not three tasks): {why}");
+    }
+    // Two of them settle: the third is still live, so shot 1 still waits.
+    let by_task = |id: &str| b.claims.iter().find(|c| c.task_id == id).expect("claimed").clone();
+    for id in &first[..2] {
+        let c = by_task(id);
+        let f = Finish::Succeeded(artifact(&c.execution_token));
+        s.finish(c.execution_token.clone(), c.lease_token.clone(), f, T0 + 2).await.expect("finish");
+    }
+    assert!(s.dispatch_due(T0 + 3, 100, LEASE, "boot").await.expect("dispatch").claims.is_empty());
+    // A more-candidates task of the live shot is due at once; one of the other shot waits.
+    let AddOutcome::Added(more) = s.add_candidates(sid.clone(), 0, 1, None, T0 + 4).await.expect("add") else {
+        panic!("added")
+    };
+    let AddOutcome::Added(later) = s.add_candidates(sid.clone(), 1, 1, None, T0 + 5).await.expect("add") else {
+        panic!("added")
+    };
+    let b2 = s.dispatch_due(T0 + 6, 100, LEASE, "boot").await.expect("dispatch");
+    assert_eq!(ids(&b2), [more[0].as_str()], "beside the running shot, at once");
+    // The last of shot 0 settles (its third candidate, then the added one): shot 1's three and
+    // its added candidate become due together, each with one `scheduled` line.
+    let c = by_task(&first[2]);
     let f = Finish::Succeeded(artifact(&c.execution_token));
-    s.finish(c.execution_token.clone(), c.lease_token.clone(), f, now + 1).await.expect("finish");
-    c.task_id.clone()
+    s.finish(c.execution_token.clone(), c.lease_token.clone(), f, T0 + 7).await.expect("finish");
+    assert!(s.dispatch_due(T0 + 8, 100, LEASE, "boot").await.expect("dispatch").claims.is_empty(), "one still live");
+    finish_all(&s, &b2, T0 + 9).await;
+    let mut want: Vec<&str> = second.iter().map(String::as_str).collect();
+    want.push(later[0].as_str());
+    assert_eq!(run_due(&s, T0 + 10).await, sorted(&want), "shot 1, all together");
+    for id in &want {
+        assert_eq!(scheduled(&s, id).await, 1, "one scheduled line for {id}");
+    }
+    for id in &first {
+        assert_eq!(scheduled(&s, id).await, 0, "due at its submit: {id}");
+    }
+    let view = s.get_set(sid).await.expect("get").expect("set");
+    assert!(view.tasks().all(|t| t.status == TaskStatus::Succeeded));
 }
 
 async fn candidates_are_tasks_scheduled_like_shots_and_more_can_be_added(s: Store) {
@@ -54,14 +145,12 @@ async fn candidates_are_tasks_scheduled_like_shots_and_more_can_be_added(s: Stor
     assert_eq!(view.shots.len(), 2, "shots stay one per shot");
     assert_eq!(view.shots[0].id, view.candidates[0][0].id, "a shot's task is its first candidate");
     assert_eq!(view.candidates[0].iter().map(|t| t.candidate).collect::<Vec<_>>(), [0, 1]);
-    // One task of the set at a time, shot by shot, candidates in order.
-    let mut order = Vec::new();
-    for i in 0..3 {
-        order.push(run_next(&s, T0 + 10 * (i + 1)).await);
-    }
-    let want: Vec<String> = view.tasks().map(|t| t.id.clone()).collect();
-    assert_eq!(order, want);
-    // More candidates for shot 1: queued as its candidates 1 and 2, and run (one at a time).
+    // Shot by shot, the candidates of a shot together.
+    let c0: Vec<&str> = view.candidates[0].iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(run_due(&s, T0 + 10).await, sorted(&c0));
+    assert_eq!(run_due(&s, T0 + 20).await, [view.candidates[1][0].id.clone()]);
+    // More candidates for shot 1 after the set settled: queued as its candidates 1 and 2, and
+    // run together.
     let AddOutcome::Added(new) = s.add_candidates(sid.clone(), 1, 2, None, T0 + 100).await.expect("add") else {
         panic!("added")
     };
@@ -70,11 +159,13 @@ async fn candidates_are_tasks_scheduled_like_shots_and_more_can_be_added(s: Stor
     assert_eq!(view.candidates[1].iter().map(|t| t.candidate).collect::<Vec<_>>(), [0, 1, 2]);
     assert_eq!(view.candidates[1][1].prompt, view.candidates[1][0].prompt, "the shot's own request");
     assert_eq!(view.candidates[1][1].shot_role.as_deref(), Some("scene"));
-    let b = s.dispatch_due(T0 + 101, 10, LEASE, "boot").await.expect("dispatch");
-    assert_eq!(ids(&b), [new[0].as_str()], "the first new candidate, alone");
+    // Both due together: a dispatch of one slot takes the first.
+    let b = s.dispatch_due(T0 + 101, 1, LEASE, "boot").await.expect("dispatch");
+    assert_eq!(ids(&b), [new[0].as_str()], "the first new candidate first");
     assert_eq!(b.claims[0].candidate, 1, "the claim says which candidate (the demo draws each differently)");
-    // Cancel it while the other is still waiting: a retry of it is allowed (one live retry per
-    // candidate, not per shot) and takes its place.
+    // Cancel the second (due, not claimed) while the first runs: a retry of it is allowed (one
+    // live retry per candidate, not per shot), takes its place and, of the running shot, is
+    // due at once.
     assert_eq!(s.cancel(new[1].clone(), T0 + 102).await.expect("cancel"), CancelOutcome::Canceled);
     let retry = s.retry(new[1].clone(), ack(false), None, T0 + 103).await.expect("retry");
     let RetryOutcome::Created(again) = retry else { panic!("a retry of a canceled candidate: {retry:?}") };
@@ -82,6 +173,8 @@ async fn candidates_are_tasks_scheduled_like_shots_and_more_can_be_added(s: Stor
     let now: Vec<&str> = view.candidates[1].iter().map(|t| t.id.as_str()).collect();
     assert_eq!(now, [view.candidates[1][0].id.as_str(), new[0].as_str(), again.as_str()]);
     assert!(view.replaced.contains(&new[1]), "{:?}", view.replaced);
+    let b = s.dispatch_due(T0 + 104, 10, LEASE, "boot").await.expect("dispatch");
+    assert_eq!(ids(&b), [again.as_str()], "the retry, beside its running shot");
     let kinds: Vec<&str> = view.timeline.iter().map(|e| e.kind.as_str()).collect();
     assert_eq!(kinds, ["created", "candidates_added"]);
     // The refusals.
@@ -111,9 +204,8 @@ async fn a_choice_names_only_a_succeeded_candidate_of_its_shot(s: Store) {
     let view = s.get_set(sid.clone()).await.expect("get").expect("set");
     assert_eq!(view.chosen, [None, None]);
     assert_eq!(delivery_blocking(&view), ["2 shots have no chosen image: Main photo, Lifestyle scene"]);
-    for i in 0..3 {
-        run_next(&s, T0 + 10 * (i + 1)).await;
-    }
+    run_due(&s, T0 + 10).await;
+    run_due(&s, T0 + 20).await;
     let view = s.get_set(sid.clone()).await.expect("get").expect("set");
     let art = |shot: usize, c: usize| view.candidates[shot][c].artifacts[0].id.clone();
     let (a0, a1, b0) = (art(0, 0), art(0, 1), art(1, 0));

@@ -1,6 +1,7 @@
 //! Held jobs on both backends (`store::held`): what an older copy of the database would send
 //! again is held — never dispatched, no wake-up armed for it — until the owner releases it,
-//! one by one or all together; a held shot of a set keeps its set to one shot at a time; a
+//! one by one or all together; a held task of a set keeps its set's rule (the shots one after
+//! another, the candidates of a shot together); a
 //! look at the provider (`Store::settle_held`) adopts a request found there as an accepted
 //! execution that recovery resumes and polls, or notes what it found, each only while the
 //! job is still held as the look read it.
@@ -17,7 +18,7 @@ use super::single::{LEASE, T0, artifact, claimed, ids, kinds, submit};
 
 both!(
     held_jobs_wait_for_the_owner_and_go_when_released,
-    a_held_set_still_runs_one_shot_at_a_time,
+    a_held_set_still_runs_its_shots_one_after_another,
     a_held_job_found_at_the_provider_is_polled_and_never_sent,
     a_look_that_proves_nothing_keeps_the_job_held_and_says_what_it_found,
     a_found_shot_waits_while_another_shot_of_its_set_is_live,
@@ -74,30 +75,52 @@ async fn held_jobs_wait_for_the_owner_and_go_when_released(s: Store) {
     assert!(h.is_some() && h < r, "the timeline says it was held, then released: {kinds:?}");
 }
 
-async fn a_held_set_still_runs_one_shot_at_a_time(s: Store) {
-    let shot = |role: &str| NewShot {
+/// Released, a held task of a set goes by its set's rule: with the candidates of the live
+/// shot at once, a task of another shot after it.
+async fn a_held_set_still_runs_its_shots_one_after_another(s: Store) {
+    let shot = |role: &str, candidates| NewShot {
         role: role.into(),
         prompt: format!("{role} shot"),
         params: serde_json::json!({}),
-        candidates: 1,
+        candidates,
     };
     let set = NewSet {
         product: "mug".into(),
         style: None,
         provider: "p".into(),
         references: Vec::new(),
-        shots: vec![shot("main"), shot("scene")],
+        shots: vec![shot("main", 2), shot("scene", 1)],
         idempotency_key: None,
     };
     let SubmitOutcome::Created(sid) = s.create_set(set, T0).await.expect("create") else { panic!("not created") };
-    let shots: Vec<String> = s.get_set(sid).await.expect("get").expect("set").shots.into_iter().map(|t| t.id).collect();
+    let view = s.get_set(sid.clone()).await.expect("get").expect("set");
+    let (main, scene): (Vec<String>, String) =
+        (view.candidates[0].iter().map(|t| t.id.clone()).collect(), view.candidates[1][0].id.clone());
     let held = s.hold_unsettled("copied while running".into(), T0 + 1).await.expect("hold");
-    assert_eq!(set_of(held), set_of(shots.clone()), "the scheduled shot and the later one");
+    assert_eq!(set_of(held), set_of(view.tasks().map(|t| t.id.clone())), "the scheduled shot and the later one");
     assert!(s.dispatch_due(T0 + 2, 100, LEASE, "boot").await.expect("dispatch").claims.is_empty());
-    let r = s.release_held(Release::All, T0 + 3).await.expect("release all");
-    assert_eq!(r.released.len(), 2);
+    // One candidate of the first shot released: it goes, alone.
+    let r = s.release_held(Release::Ids(vec![main[0].clone()]), T0 + 3).await.expect("release");
+    assert_eq!(r.released.len(), 1);
     let b = s.dispatch_due(T0 + 3, 100, LEASE, "boot").await.expect("dispatch");
-    assert_eq!(ids(&b), [shots[0].as_str()], "released together, the set still goes one shot at a time, in order");
+    assert_eq!(ids(&b), [main[0].as_str()]);
+    // The later shot released while the first runs: it waits.
+    s.release_held(Release::Ids(vec![scene.clone()]), T0 + 4).await.expect("release");
+    assert!(
+        s.dispatch_due(T0 + 4, 100, LEASE, "boot").await.expect("dispatch").claims.is_empty(),
+        "a later shot waits"
+    );
+    // The other candidate of the running shot released: at once, beside it.
+    s.release_held(Release::Ids(vec![main[1].clone()]), T0 + 5).await.expect("release");
+    let b2 = s.dispatch_due(T0 + 5, 100, LEASE, "boot").await.expect("dispatch");
+    assert_eq!(ids(&b2), [main[1].as_str()], "a candidate of the running shot goes beside it");
+    // Both settled: the later shot goes.
+    for c in b.claims.iter().chain(&b2.claims) {
+        let f = Finish::Succeeded(artifact(&c.task_id));
+        s.finish(c.execution_token.clone(), c.lease_token.clone(), f, T0 + 6).await.expect("finish");
+    }
+    let b3 = s.dispatch_due(T0 + 7, 100, LEASE, "boot").await.expect("dispatch");
+    assert_eq!(ids(&b3), [scene.as_str()], "then the next shot");
 }
 
 fn adopt(task: &str, since: i64, attempts: i64, job: &str) -> HeldLook {
@@ -198,14 +221,22 @@ async fn a_found_shot_waits_while_another_shot_of_its_set_is_live(s: Store) {
         idempotency_key: None,
     };
     let SubmitOutcome::Created(sid) = s.create_set(set, T0).await.expect("create") else { panic!("not created") };
-    let shots: Vec<String> = s.get_set(sid).await.expect("get").expect("set").shots.into_iter().map(|t| t.id).collect();
+    let shots: Vec<String> =
+        s.get_set(sid.clone()).await.expect("get").expect("set").shots.into_iter().map(|t| t.id).collect();
+    // A second candidate of the main shot, asked for before the copy was taken.
+    let AddOutcome::Added(more) = s.add_candidates(sid, 0, 1, None, T0).await.expect("add") else { panic!("added") };
     let now = T0 + 1;
     s.hold_unsettled("copied while running".into(), now).await.expect("hold");
     assert_eq!(s.settle_held(adopt(&shots[0], now, 0, "job-main"), now + 1).await.expect("adopt"), Settled::Adopted);
     assert_eq!(
         s.settle_held(adopt(&shots[1], now, 0, "job-scene"), now + 2).await.expect("adopt"),
         Settled::SetBusy,
-        "one shot of a set at a time, found ones too"
+        "the shots of a set one after another, found ones too"
+    );
+    assert_eq!(
+        s.settle_held(adopt(&more[0], now, 0, "job-main-2"), now + 3).await.expect("adopt"),
+        Settled::Adopted,
+        "a candidate of the live shot goes beside it"
     );
     let t = s.get_task(shots[1].clone()).await.expect("get").expect("task");
     assert_eq!(t.held.as_ref().map(|h| h.reason.as_str()), Some("copied while running"), "nothing written");

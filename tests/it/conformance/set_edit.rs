@@ -97,10 +97,11 @@ async fn a_queued_shot_is_edited_and_one_already_claimed_is_not(s: Store) {
     assert_eq!(kinds, ["created", "edited", "edited"]);
     let events = s.events(v.shots[0].id.clone()).await.expect("events");
     assert!(events.iter().any(|e| e.kind == "edited"), "the task's own timeline says it was edited");
-    // The worker claims shot 1's first candidate: it reads the edited request.
+    // The worker claims shot 1's candidates (together): each reads the edited request.
     let b = s.dispatch_due(T0 + 10, 10, LEASE, "boot").await.expect("dispatch");
-    assert_eq!(b.claims.len(), 1);
-    let c = &b.claims[0];
+    assert_eq!(b.claims.len(), 2, "both candidates of shot 1, not shot 2");
+    assert!(b.claims.iter().all(|c| c.prompt == "on a table — product: tea pot"));
+    let c = b.claims.iter().find(|c| c.task_id == v.candidates[0][0].id).expect("its first candidate");
     assert_eq!(c.prompt, "on a table — product: tea pot");
     // Claimed: that shot, and what every shot sends, are no longer editable; the next shot is.
     let out = s.edit_set(id.clone(), prompt_edit(0, "under a tree"), T0 + 11).await.expect("edit");
@@ -324,7 +325,8 @@ async fn a_duplicate_is_a_copy_to_edit_of_the_same_shots(s: Store) {
     assert!(!set(&s, &copy).await.started, "not started");
     let claimed = run_due(&s, T0 + 30).await;
     assert!(dup.tasks().all(|t| !claimed.contains(&t.id)), "nothing of the copy claimed");
-    // Started as priced now: its first shot is claimed, as a new set's is, one shot at a time.
+    // Started as priced now: its first shot's candidates are claimed together, as a new set's
+    // are, then the next shot's.
     let priced = s.set_as_new(copy.clone()).await.expect("as new").expect("the copy");
     assert_eq!(s.start_priced_set(copy.clone(), priced, T0 + 31).await.expect("start"), StartOutcome::Started);
     assert_eq!(s.start_set(copy.clone(), T0 + 32).await.expect("start"), StartOutcome::AlreadyStarted);
@@ -332,20 +334,25 @@ async fn a_duplicate_is_a_copy_to_edit_of_the_same_shots(s: Store) {
     let started = set(&s, &copy).await;
     assert!(started.started && started.timeline.iter().any(|e| e.kind == "started"));
     let b = s.dispatch_due(T0 + 33, 20, LEASE, "boot").await.expect("dispatch");
-    assert_eq!(b.claims.iter().map(|c| c.task_id.clone()).collect::<Vec<_>>(), [started.shots[0].id.clone()]);
-    assert!(b.claims[0].prompt.ends_with("product: kettle; style: bright"), "{}", b.claims[0].prompt);
+    let mut first: Vec<String> = b.claims.iter().map(|c| c.task_id.clone()).collect();
+    first.sort();
+    assert_eq!(first, started.candidates[0].iter().map(|t| t.id.clone()).collect::<Vec<_>>());
+    assert!(b.claims.iter().all(|c| c.prompt.ends_with("product: kettle; style: bright")), "{:?}", b.claims);
     assert_eq!(s.start_set(copy.clone(), T0 + 34).await.expect("start"), StartOutcome::AlreadyStarted);
     let b2 = s.dispatch_due(T0 + 35, 20, LEASE, "boot").await.expect("dispatch");
     assert!(b2.claims.is_empty(), "a second start sends nothing more: {:?}", b2.claims);
-    let c = &b.claims[0];
-    s.finish(c.execution_token.clone(), c.lease_token.clone(), Finish::Succeeded(artifact("d")), T0 + 36)
-        .await
-        .expect("finish");
+    for c in &b.claims {
+        s.finish(c.execution_token.clone(), c.lease_token.clone(), Finish::Succeeded(artifact(&c.task_id)), T0 + 36)
+            .await
+            .expect("finish");
+    }
+    let next = run_due(&s, T0 + 40).await;
+    assert_eq!(next.len(), 2, "the second shot's two candidates, together: {next:?}");
     let mut seen = Vec::new();
-    for k in 0..6 {
+    for k in 1..6 {
         seen.extend(run_due(&s, T0 + 40 + k).await);
     }
-    assert_eq!(seen.len(), 3, "the rest of the copy ran, one at a time: {seen:?}");
+    assert!(seen.is_empty(), "nothing more of the copy: {seen:?}");
 }
 
 /// The ways a task of a set becomes due other than a start — a settled or canceled shot, a
@@ -411,7 +418,7 @@ async fn nothing_schedules_a_copy_to_edit_before_its_start(s: Store) {
 
 async fn a_copy_started_at_once_and_a_copy_never_started_deleted(s: Store) {
     let id = create(&s, vec![], vec![shot("main", "a", 2)], T0).await;
-    // Started in the duplicate's own transaction: its first task is claimed at once.
+    // Started in the duplicate's own transaction: its first shot's candidates are claimed at once.
     let out = s.duplicate_set(id.clone(), Some("now".into()), true, T0 + 1).await.expect("duplicate");
     let Some(SubmitOutcome::Created(started)) = out else { panic!("created: {out:?}") };
     let view = set(&s, &started).await;
@@ -419,7 +426,7 @@ async fn a_copy_started_at_once_and_a_copy_never_started_deleted(s: Store) {
     let first = view.shots[0].id.clone();
     let b = s.dispatch_due(T0 + 2, 20, LEASE, "boot").await.expect("dispatch");
     let ids: Vec<String> = b.claims.iter().map(|c| c.task_id.clone()).collect();
-    assert!(ids.contains(&first) && !ids.contains(&view.candidates[0][1].id), "{ids:?}");
+    assert!(ids.contains(&first) && ids.contains(&view.candidates[0][1].id), "{ids:?}");
     // A copy never started is deleted with its tasks; nothing reached the provider.
     let out = s.duplicate_set(id.clone(), None, false, T0 + 3).await.expect("duplicate");
     let Some(SubmitOutcome::Created(copy)) = out else { panic!("created: {out:?}") };

@@ -732,7 +732,7 @@ async fn sets_run_one_shot_at_a_time_and_cancel_the_unsent(s: Store) {
     let bad = NewSet { references: vec!["no-such-upload".into()], idempotency_key: None, ..set };
     assert!(matches!(s.create_set(bad, T0).await, Err(StoreError::Invalid(_))));
     let b = s.dispatch_due(T0 + 1, 10, LEASE, "boot").await.expect("dispatch");
-    assert_eq!(b.claims.len(), 1, "one shot at a time");
+    assert_eq!(b.claims.len(), 1, "the first shot (of one candidate) alone");
     assert_eq!(b.next_due, None, "the others are unscheduled");
     let view = s.get_set(sid.clone()).await.expect("get").expect("set");
     assert_eq!(view.shots.len(), 3);

@@ -330,7 +330,7 @@ fn a_copy_fails_a_held_job_that_failed_at_replicate() {
 }
 
 /// An image set copied while its first shot runs at Replicate: the copy holds the later shots,
-/// finds each at Replicate, and fetches them one shot at a time (a found shot waits while
+/// finds each at Replicate, and fetches them one shot after another (a found shot waits while
 /// another of its set is live, and the look runs again when it settles). One charge per shot.
 #[test]
 fn a_copy_settles_a_held_image_set_one_shot_at_a_time() {
