@@ -18,7 +18,7 @@ pub mod provider;
 mod render;
 pub mod scale_file;
 mod sections;
-mod set_wall;
+pub mod set_wall;
 pub mod sys;
 
 use std::io::Write;
@@ -243,6 +243,8 @@ pub struct Scale {
     pub set_wall_ratio: f64,
     /// Every figure of the file part, per round.
     pub file: scale_file::FileScale,
+    /// The set's wall time, per round (`set_wall_ratio`'s detail).
+    pub set_wall: Option<set_wall::SetWall>,
 }
 
 /// Restart recovery of in-flight tasks left in phase `calling`.
@@ -472,6 +474,10 @@ async fn run_all(args: &BenchArgs, out: &Path) -> Result<Results, String> {
         rows.check_ratio = file.check.ratio;
         rows.rss_mb = file.rss_mb;
         rows.file = file;
+        progress("scale: a set's wall time (3 shots × 4 candidates, 4 slots)");
+        let wall = set_wall::set_wall(out, args.rounds.max(1)).await?;
+        rows.set_wall_ratio = wall.ratio;
+        rows.set_wall = Some(wall);
         scale = Some(rows);
     }
 

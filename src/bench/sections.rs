@@ -427,6 +427,7 @@ pub async fn scale(out: &Path, rows: u64, samples: usize, empty: &Pickup) -> Res
         rss_mb: 0.0,
         set_wall_ratio: 0.0,
         file: Default::default(),
+        set_wall: None,
     })
 }
 

@@ -10,7 +10,6 @@
 //! the set only milliseconds.
 
 // Called by the scale section of `tally bench` and by its test below.
-#![cfg_attr(not(test), allow(dead_code))]
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -69,6 +69,7 @@ fn sample() -> Results {
             rss_mb: 40.0,
             set_wall_ratio: 1.05,
             file: Default::default(),
+            set_wall: None,
         }),
         recovery_ms: Some(10.0),
         recovery: Some(Recovery { in_flight: 1000, recovery_ms: 10.0, requeued: 1000, setup_secs: 1.0, statements: 1 }),
