@@ -158,6 +158,9 @@ pub(super) fn render_table(r: &Results) -> String {
                 "   {name:<8} ×{:.2} of {} (tally {:?} s, reference {:?} s)",
                 p.ratio, p.reference, p.tally_s, p.reference_s
             );
+            if let Some(b) = p.before_copy_s {
+                let _ = writeln!(t, "            before #41 the copy step alone (VACUUM INTO + fsync) took {b:.2} s");
+            }
             for (round, steps) in p.phases.iter().enumerate() {
                 let steps: Vec<String> = steps.iter().map(|(n, s)| format!("{n} {s:.2}")).collect();
                 let _ = writeln!(t, "            round {}: {}", round + 1, steps.join(", "));

@@ -51,6 +51,9 @@ pub struct Paired {
     pub ratio: f64,
     /// tally's own steps per round, in seconds (the profile: where the time went).
     pub phases: Vec<Vec<(&'static str, f64)>>,
+    /// Backup only, first round: the copy step it used before issue #41 (`VACUUM INTO` and an
+    /// fsync), for the before and after in one sitting.
+    pub before_copy_s: Option<f64>,
 }
 
 impl Paired {
@@ -403,6 +406,19 @@ fn whole_file(dir: &Path, db: &Path, rounds: usize) -> Result<(Paired, Paired, P
         cold(&[db]);
         let r = copy_sync(db, &copy)?;
         backup.push(tb, r);
+        if round == 0 {
+            // The copy step `tally backup` used before issue #41, on the same file, once.
+            let _ = std::fs::remove_file(&copy);
+            cold(&[db]);
+            let t = Instant::now();
+            let c = rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(s)?;
+            c.execute("VACUUM INTO ?1", [copy.to_string_lossy()]).map_err(s)?;
+            drop(c);
+            std::fs::File::open(&copy).and_then(|f| f.sync_all()).map_err(s)?;
+            backup.before_copy_s = Some(t.elapsed().as_secs_f64());
+        }
+        // At most the database, the backup and one more copy on disk at once (a 15 GB run).
+        let _ = std::fs::remove_file(&copy);
 
         clear_dir(&restored_dir)?;
         cold(&[&backup_file]);
@@ -410,9 +426,11 @@ fn whole_file(dir: &Path, db: &Path, rounds: usize) -> Result<(Paired, Paired, P
         let report = whole::restore(&backup_file, &restored).map_err(s)?;
         let tr = t.elapsed().as_secs_f64();
         restore.phases.push(report.phases);
+        clear_dir(&restored_dir)?;
         cold(&[&backup_file]);
         let r = copy_sync(&backup_file, &copy)?;
         restore.push(tr, r);
+        let _ = std::fs::remove_file(&copy);
 
         cold(&[db]);
         let t = Instant::now();

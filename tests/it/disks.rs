@@ -97,6 +97,25 @@ fn an_empty_or_missing_database_started_as_a_new_shop() {
     assert_eq!(list["tasks"].as_array().map(Vec::len), Some(1), "{list}");
 }
 
+/// A copy cut short (the last pages of the file missing) is refused before anything is served,
+/// although the pages it lost may hold only images, which the start-up guard's integrity check
+/// does not read (issue #41): the guard compares the file's length with its header's.
+#[test]
+fn a_database_cut_short_is_refused_at_start() {
+    let d = used_shop(3);
+    let db = d.data.join("tally.db");
+    let good = std::fs::read(&db).expect("db");
+    remove_wal(&db);
+    std::fs::write(&db, &good[..good.len() - 3 * 4096]).expect("truncate");
+    let (status, err) = serve_refuses(&d).unwrap_or_else(|log| panic!("a file cut short started:\n{log}"));
+    assert!(!status.success(), "{status}");
+    assert!(err.contains("Restore it from a backup"), "the refusal does not say what to do:\n{err}");
+    assert!(err.contains("it was cut short"), "the refusal does not say what is wrong:\n{err}");
+    let check = Command::new(EXE).args(["check", "--config"]).arg(&d.config).output().expect("check");
+    assert!(!check.status.success(), "tally check passed a file cut short");
+    std::fs::write(&db, &good).expect("restore");
+}
+
 /// Flip one byte at a time across the file; every flip `tally check` rejects must keep `tally
 /// serve` from running on it: refused before it serves anything when the damage is in what
 /// the start-up guard reads (the file's length, every table but the images', the

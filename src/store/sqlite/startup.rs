@@ -92,6 +92,10 @@ pub fn open_for_serve(db: &Path, durability: Durability, evidence: &UsedEvidence
             });
         }
     }
+    // Before SQLite reads it: a file shorter than its header says is a copy cut short.
+    if let Some(why) = super::copy::cut_short(db) {
+        return Err(StoreError::Unusable { path: db.into(), reason: format!("{why}. {restore}.") });
+    }
     let store = SqliteStore::open(db, durability).map_err(|e| match e.code() {
         Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase) => {
             StoreError::Unusable { path: db.into(), reason: format!("the database is damaged ({e}). {restore}.") }
