@@ -85,6 +85,38 @@ impl Budget {
     }
 }
 
+impl Budget {
+    /// Hold `bytes` of the budget for data kept between two pieces of work (the files a
+    /// delivery's check rendered, kept for its render: `delivery::kept`), at once or not at
+    /// all: `None` when they are not free now. A hold never waits and takes no decode's place
+    /// (it does not count towards [`Budget::parallel`]); a decode that needs its bytes waits
+    /// until it is dropped.
+    pub fn try_hold(&self, bytes: u64) -> Option<Hold<'_>> {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if s.bytes.saturating_add(bytes) > self.limit {
+            return None;
+        }
+        s.bytes += bytes;
+        Some(Hold { budget: self, bytes })
+    }
+}
+
+/// Bytes of the budget held by kept data ([`Budget::try_hold`]); given back on drop.
+#[must_use = "the bytes are given back when the hold is dropped"]
+pub struct Hold<'a> {
+    budget: &'a Budget,
+    bytes: u64,
+}
+
+impl Drop for Hold<'_> {
+    fn drop(&mut self) {
+        let mut s = self.budget.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.bytes -= self.bytes;
+        drop(s);
+        self.budget.freed.notify_all();
+    }
+}
+
 /// Bytes of the budget held while pixels are alive; given back on drop.
 #[must_use = "the bytes are given back when the ticket is dropped"]
 pub struct Ticket<'a> {

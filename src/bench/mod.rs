@@ -16,6 +16,7 @@ pub mod populate;
 pub mod profile;
 pub mod provider;
 mod render;
+mod rendering;
 mod sections;
 pub mod sys;
 
