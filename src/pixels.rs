@@ -279,6 +279,17 @@ mod tests {
     }
 
     #[test]
+    fn a_hold_takes_bytes_at_once_or_not_at_all_and_gives_them_back() {
+        let b = leak(Budget::new(1000, 1));
+        let hold = b.try_hold(600).expect("free");
+        assert_eq!(b.in_flight(), 600);
+        assert!(b.try_hold(401).is_none(), "over the budget: not held, not waited for");
+        let ticket = b.admit(400).expect("a hold takes no decode's place");
+        drop((hold, ticket));
+        assert_eq!(b.in_flight(), 0);
+    }
+
+    #[test]
     fn a_ticket_is_given_back_when_dropped() {
         let b = leak(Budget::new(DEFAULT_BYTES, 2));
         let d = decode_in(b, &png(10, 10), decoded_plus(0, 0)).expect("decodes");

@@ -191,7 +191,7 @@ fn sample_image(i: u32, side: u32) -> Vec<u8> {
     let levels = match side {
         0..=1100 => 9,
         1101..=1400 => 5,
-        _ => 3,
+        _ => 2,
     };
     let mut noise = move || {
         state ^= state << 13;

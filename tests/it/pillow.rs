@@ -18,7 +18,7 @@ use crate::common::TempDir;
 /// The most the mean absolute difference per channel (0–255) may be: two Catmull-Rom
 /// implementations (Pillow's fixed-point, fast_image_resize's) and two JPEG encoders at the
 /// same quality differ by rounding only; a wrong filter, offset, colour or quality costs more.
-const TOLERANCE: f64 = 2.0;
+const TOLERANCE: f64 = 1.0;
 
 fn python() -> PathBuf {
     match std::env::var_os("TALLY_PILLOW_PYTHON") {
