@@ -40,18 +40,28 @@ pub struct Budget {
     parallel: usize,
     state: Mutex<InFlight>,
     freed: Condvar,
+    /// Gives kept data back ([`Budget::set_reclaimer`]).
+    reclaim: OnceLock<fn()>,
 }
 
 #[derive(Default)]
 struct InFlight {
     bytes: u64,
     tickets: usize,
+    /// The part of `bytes` held by [`Hold`]s.
+    held: u64,
 }
 
 impl Budget {
     /// A budget of `limit` bytes and `parallel` decodes at once.
     pub fn new(limit: u64, parallel: usize) -> Budget {
-        Budget { limit, parallel: parallel.max(1), state: Mutex::default(), freed: Condvar::new() }
+        Budget {
+            limit,
+            parallel: parallel.max(1),
+            state: Mutex::default(),
+            freed: Condvar::new(),
+            reclaim: OnceLock::new(),
+        }
     }
 
     /// The budget in bytes.
@@ -76,7 +86,21 @@ impl Budget {
             return Err(Refused { need: bytes, limit: self.limit });
         }
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut reclaimed = false;
         while s.tickets >= self.parallel || s.bytes + bytes > self.limit {
+            // Kept data gives way to a decode that needs its bytes (once per admit; the
+            // reclaimer is called without the lock, since dropping a hold takes it).
+            if !reclaimed
+                && s.held > 0
+                && s.bytes + bytes > self.limit
+                && let Some(reclaim) = self.reclaim.get()
+            {
+                reclaimed = true;
+                drop(s);
+                reclaim();
+                s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
             s = self.freed.wait(s).unwrap_or_else(|p| p.into_inner());
         }
         s.bytes += bytes;
@@ -89,15 +113,25 @@ impl Budget {
     /// Hold `bytes` of the budget for data kept between two pieces of work (the files a
     /// delivery's check rendered, kept for its render: `delivery::kept`), at once or not at
     /// all: `None` when they are not free now. A hold never waits and takes no decode's place
-    /// (it does not count towards [`Budget::parallel`]); a decode that needs its bytes waits
-    /// until it is dropped.
+    /// (it does not count towards [`Budget::parallel`]). A decode that needs its bytes first
+    /// asks the [`Budget::set_reclaimer`]'s function to give holds back, then waits.
     pub fn try_hold(&self, bytes: u64) -> Option<Hold<'_>> {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if s.bytes.saturating_add(bytes) > self.limit {
             return None;
         }
         s.bytes += bytes;
+        s.held += bytes;
         Some(Hold { budget: self, bytes })
+    }
+}
+
+impl Budget {
+    /// Name the function that gives kept data (its [`Hold`]s) back to this budget when a
+    /// decode must otherwise wait for bytes (set once; `delivery::kept` sets the daemon's the
+    /// first time it keeps a file).
+    pub fn set_reclaimer(&self, reclaim: fn()) {
+        let _ = self.reclaim.set(reclaim);
     }
 }
 
@@ -112,6 +146,7 @@ impl Drop for Hold<'_> {
     fn drop(&mut self) {
         let mut s = self.budget.state.lock().unwrap_or_else(|p| p.into_inner());
         s.bytes -= self.bytes;
+        s.held -= self.bytes;
         drop(s);
         self.budget.freed.notify_all();
     }
@@ -287,6 +322,17 @@ mod tests {
         let ticket = b.admit(400).expect("a hold takes no decode's place");
         drop((hold, ticket));
         assert_eq!(b.in_flight(), 0);
+    }
+
+    #[test]
+    fn a_decode_that_needs_held_bytes_has_the_reclaimer_give_them_back() {
+        static HELD: Mutex<Vec<Hold<'static>>> = Mutex::new(Vec::new());
+        let b = leak(Budget::new(1000, 2));
+        HELD.lock().expect("lock").push(b.try_hold(500).expect("free"));
+        b.set_reclaimer(|| HELD.lock().map(|mut h| h.clear()).unwrap_or(()));
+        let t = b.admit(800).expect("the hold gave way instead of a wait for ever");
+        assert_eq!(b.in_flight(), 800);
+        drop(t);
     }
 
     #[test]

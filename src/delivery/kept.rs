@@ -9,7 +9,9 @@
 //! [`crate::pixels::Hold`] each, never more than an eighth of it in all), so image work and
 //! kept files together stay within the budget; a file that does not fit is simply not kept
 //! (the runner renders it). A file is given up when taken, when its delivery was not made,
-//! or [`TTL`] after it was kept (looked at whenever one is kept or taken).
+//! [`TTL`] after it was kept (looked at whenever one is kept or taken), and all of them as
+//! soon as a decode needs their bytes ([`crate::pixels::Budget::set_reclaimer`]): they only
+//! save time.
 
 use std::collections::VecDeque;
 use std::sync::{Mutex, OnceLock};
@@ -49,6 +51,7 @@ impl Kept {
     /// room for it now (else it is dropped: the runner renders it again).
     pub fn keep(&self, artifact_id: &str, profile: &Profile, file: Rendered) {
         let budget = crate::pixels::budget();
+        budget.set_reclaimer(|| kept().clear());
         let n = file.bytes.len() as u64;
         let key = key(artifact_id, profile);
         let mut gone = Vec::new();
@@ -80,6 +83,12 @@ impl Kept {
     /// made).
     pub fn forget(&self, artifact_id: &str, profile: &Profile) {
         drop(self.take(artifact_id, profile));
+    }
+
+    /// Give up every kept file (a decode needs the budget's bytes).
+    pub fn clear(&self) {
+        let gone: Vec<Entry> = self.entries.lock().unwrap_or_else(|p| p.into_inner()).drain(..).collect();
+        drop(gone);
     }
 
     /// The bytes of the files kept now.
