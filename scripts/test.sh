@@ -7,7 +7,8 @@
 # contract tests the pinned official provider SDKs in target/sdk-venv
 # (scripts/install-sdk-venv.sh), the OpenAPI conformance test a pinned schemathesis in
 # target/schemathesis-venv (scripts/install-schemathesis.sh), the `s3` delivery target's tests a
-# pinned moto server in target/moto-venv (scripts/install-moto.sh), and the PostgreSQL tests
+# pinned moto server in target/moto-venv (scripts/install-moto.sh), the renderer's check against
+# Pillow a pinned Pillow in target/pillow-venv (scripts/install-pillow.sh), and the PostgreSQL tests
 # Debian's PostgreSQL binaries: all are
 # installed first (a no-op when they are already there). scripts/with-postgres.sh starts a
 # throw-away PostgreSQL server for the whole run and stops it at the end; without it the
@@ -21,6 +22,7 @@ bash scripts/install-axe.sh
 bash scripts/install-sdk-venv.sh
 bash scripts/install-schemathesis.sh
 bash scripts/install-moto.sh
+bash scripts/install-pillow.sh
 bash scripts/install-postgres.sh
 TALLY_LAZYFS="$(bash scripts/install-lazyfs.sh)"
 export TALLY_LAZYFS

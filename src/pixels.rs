@@ -40,18 +40,28 @@ pub struct Budget {
     parallel: usize,
     state: Mutex<InFlight>,
     freed: Condvar,
+    /// Gives kept data back ([`Budget::set_reclaimer`]).
+    reclaim: OnceLock<fn()>,
 }
 
 #[derive(Default)]
 struct InFlight {
     bytes: u64,
     tickets: usize,
+    /// The part of `bytes` held by [`Hold`]s.
+    held: u64,
 }
 
 impl Budget {
     /// A budget of `limit` bytes and `parallel` decodes at once.
     pub fn new(limit: u64, parallel: usize) -> Budget {
-        Budget { limit, parallel: parallel.max(1), state: Mutex::default(), freed: Condvar::new() }
+        Budget {
+            limit,
+            parallel: parallel.max(1),
+            state: Mutex::default(),
+            freed: Condvar::new(),
+            reclaim: OnceLock::new(),
+        }
     }
 
     /// The budget in bytes.
@@ -76,12 +86,69 @@ impl Budget {
             return Err(Refused { need: bytes, limit: self.limit });
         }
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut reclaimed = false;
         while s.tickets >= self.parallel || s.bytes + bytes > self.limit {
+            // Kept data gives way to a decode that needs its bytes (once per admit; the
+            // reclaimer is called without the lock, since dropping a hold takes it).
+            if !reclaimed
+                && s.held > 0
+                && s.bytes + bytes > self.limit
+                && let Some(reclaim) = self.reclaim.get()
+            {
+                reclaimed = true;
+                drop(s);
+                reclaim();
+                s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
             s = self.freed.wait(s).unwrap_or_else(|p| p.into_inner());
         }
         s.bytes += bytes;
         s.tickets += 1;
         Ok(Ticket { budget: self, bytes })
+    }
+}
+
+impl Budget {
+    /// Hold `bytes` of the budget for data kept between two pieces of work (the files a
+    /// delivery's check rendered, kept for its render: `delivery::kept`), at once or not at
+    /// all: `None` when they are not free now. A hold never waits and takes no decode's place
+    /// (it does not count towards [`Budget::parallel`]). A decode that needs its bytes first
+    /// asks the [`Budget::set_reclaimer`]'s function to give holds back, then waits.
+    pub fn try_hold(&self, bytes: u64) -> Option<Hold<'_>> {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if s.bytes.saturating_add(bytes) > self.limit {
+            return None;
+        }
+        s.bytes += bytes;
+        s.held += bytes;
+        Some(Hold { budget: self, bytes })
+    }
+}
+
+impl Budget {
+    /// Name the function that gives kept data (its [`Hold`]s) back to this budget when a
+    /// decode must otherwise wait for bytes (set once; `delivery::kept` sets the daemon's the
+    /// first time it keeps a file).
+    pub fn set_reclaimer(&self, reclaim: fn()) {
+        let _ = self.reclaim.set(reclaim);
+    }
+}
+
+/// Bytes of the budget held by kept data ([`Budget::try_hold`]); given back on drop.
+#[must_use = "the bytes are given back when the hold is dropped"]
+pub struct Hold<'a> {
+    budget: &'a Budget,
+    bytes: u64,
+}
+
+impl Drop for Hold<'_> {
+    fn drop(&mut self) {
+        let mut s = self.budget.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.bytes -= self.bytes;
+        s.held -= self.bytes;
+        drop(s);
+        self.budget.freed.notify_all();
     }
 }
 
@@ -244,6 +311,28 @@ mod tests {
         assert!(matches!(e, DecodeError::TooLarge { width: 2000, height: 1000, megapixels: 2, .. }), "{e:?}");
         assert!(e.to_string().contains("2000×1000 px"), "{e}");
         assert_eq!(b.in_flight(), 0);
+    }
+
+    #[test]
+    fn a_hold_takes_bytes_at_once_or_not_at_all_and_gives_them_back() {
+        let b = leak(Budget::new(1000, 1));
+        let hold = b.try_hold(600).expect("free");
+        assert_eq!(b.in_flight(), 600);
+        assert!(b.try_hold(401).is_none(), "over the budget: not held, not waited for");
+        let ticket = b.admit(400).expect("a hold takes no decode's place");
+        drop((hold, ticket));
+        assert_eq!(b.in_flight(), 0);
+    }
+
+    #[test]
+    fn a_decode_that_needs_held_bytes_has_the_reclaimer_give_them_back() {
+        static HELD: Mutex<Vec<Hold<'static>>> = Mutex::new(Vec::new());
+        let b = leak(Budget::new(1000, 2));
+        HELD.lock().expect("lock").push(b.try_hold(500).expect("free"));
+        b.set_reclaimer(|| HELD.lock().map(|mut h| h.clear()).unwrap_or(()));
+        let t = b.admit(800).expect("the hold gave way instead of a wait for ever");
+        assert_eq!(b.in_flight(), 800);
+        drop(t);
     }
 
     #[test]

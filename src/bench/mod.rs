@@ -16,6 +16,7 @@ pub mod populate;
 pub mod profile;
 pub mod provider;
 mod render;
+pub mod rendering;
 pub mod scale_file;
 mod sections;
 pub mod set_wall;
@@ -245,6 +246,8 @@ pub struct Scale {
     pub file: scale_file::FileScale,
     /// The set's wall time, per round (`set_wall_ratio`'s detail).
     pub set_wall: Option<set_wall::SetWall>,
+    /// Rendering per profile (`render_ratio`'s detail).
+    pub render: Option<rendering::RenderBench>,
 }
 
 /// Restart recovery of in-flight tasks left in phase `calling`.
@@ -475,9 +478,18 @@ async fn run_all(args: &BenchArgs, out: &Path) -> Result<Results, String> {
         rows.rss_mb = file.rss_mb;
         rows.file = file;
         progress("scale: a set's wall time (3 shots × 4 candidates, 4 slots)");
-        let wall = set_wall::set_wall(out, args.rounds.max(1)).await?;
+        let rounds = args.rounds.max(1);
+        let wall = set_wall::set_wall(out, rounds).await?;
         rows.set_wall_ratio = wall.ratio;
         rows.set_wall = Some(wall);
+        progress("scale: rendering amazon and taobao against a plain pipeline (8 photo-like PNGs of 1536 px)");
+        let sources = rendering::sample_images(8, 1536);
+        let render =
+            tokio::task::spawn_blocking(move || rendering::render_ratio(&sources, &["amazon", "taobao"], rounds))
+                .await
+                .map_err(|e| e.to_string())??;
+        rows.render_ratio = render.ratio;
+        rows.render = Some(render);
         scale = Some(rows);
     }
 

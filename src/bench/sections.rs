@@ -428,6 +428,7 @@ pub async fn scale(out: &Path, rows: u64, samples: usize, empty: &Pickup) -> Res
         set_wall_ratio: 0.0,
         file: Default::default(),
         set_wall: None,
+        render: None,
     })
 }
 

@@ -70,6 +70,7 @@ fn sample() -> Results {
             set_wall_ratio: 1.05,
             file: Default::default(),
             set_wall: None,
+            render: None,
         }),
         recovery_ms: Some(10.0),
         recovery: Some(Recovery { in_flight: 1000, recovery_ms: 10.0, requeued: 1000, setup_secs: 1.0, statements: 1 }),

@@ -7,6 +7,8 @@
 //! Layout:
 //! - [`profile`]: what file a marketplace wants ([`profile::Profile`], the built-ins).
 //! - [`render`]: making that file from a chosen image, and checking an image against a profile.
+//! - [`kept`]: the files a delivery's check rendered, kept (within the image budget) for its
+//!   render.
 //! - [`names`]: the files' names from a profile's `file_name` pattern, safe and distinct.
 //! - [`manifest`]: `manifest.csv` and `manifest.json`, written beside a delivery's files.
 //! - [`target`]: where files go ([`target::Target`]) and what a write answers.
@@ -18,6 +20,7 @@
 //! Invariant: nothing here touches the store, and nothing here overwrites a file at a target.
 
 pub mod folder;
+pub mod kept;
 pub mod manifest;
 pub mod names;
 pub mod profile;

@@ -242,16 +242,24 @@ impl Engine {
         if !damaged.is_empty() {
             return Ok(DeliverOutcome::Blocked(damaged));
         }
+        // The files the check renders are kept for the runner's render (each image is rendered
+        // once per delivery: `delivery::kept`); given up again unless the delivery is made.
+        let mut kept = KeptFiles { profile: profile.clone(), ids: Vec::new() };
         if !force {
             let mut problems = Vec::new();
             for c in &chosen {
                 let subject = format!("the {}'s chosen image", shot_label(&c.roles, c.position as usize));
                 let (s, id, p) = (store.clone(), c.artifact_id.clone(), profile.clone());
+                kept.ids.push(id.clone());
                 let found = tokio::task::spawn_blocking(move || -> Result<Vec<String>, StoreError> {
                     let Some((_, bytes)) = s.read_image_bytes_blocking(&id)? else {
                         return Ok(vec![format!("{subject} is no longer stored")]);
                     };
-                    Ok(render::check(&p, &bytes, &subject).into_iter().map(|p| p.message).collect())
+                    let (found, file) = render::check_and_render(&p, &bytes, &subject);
+                    if let (true, Some(file)) = (found.is_empty(), file) {
+                        crate::delivery::kept::kept().keep(&id, &p, file);
+                    }
+                    Ok(found.into_iter().map(|p| p.message).collect())
                 })
                 .await
                 .map_err(|e| EngineError::Invalid(format!("checking the images stopped: {e}")))??;
@@ -297,6 +305,7 @@ impl Engine {
         };
         match store.create_delivery(d, self.shared.now()).await? {
             DeliveryCreateOutcome::Created(view) => {
+                kept.ids.clear();
                 setup.changed(&view);
                 self.shared.wake_deliveries.notify_one();
                 Ok(DeliverOutcome::Created(view))
@@ -444,12 +453,31 @@ fn runner_id(shared: &Shared) -> String {
     }
 }
 
-/// The file an item's image makes with `profile` (rendered off the async threads).
+/// The files [`Engine::deliver`]'s check kept for a delivery (`delivery::kept`), given up
+/// when it returns without making the delivery (its `ids` are cleared once it is made).
+struct KeptFiles {
+    profile: Profile,
+    ids: Vec<String>,
+}
+
+impl Drop for KeptFiles {
+    fn drop(&mut self) {
+        for id in &self.ids {
+            crate::delivery::kept::kept().forget(id, &self.profile);
+        }
+    }
+}
+
+/// The file an item's image makes with `profile` (rendered off the async threads), or the
+/// one the delivery's check rendered and kept.
 async fn render_item(store: &Store, profile: &Profile, item: &DeliveryItemView) -> Result<render::Rendered, String> {
     let (s, id, p) = (store.clone(), item.artifact_id.clone(), profile.clone());
     tokio::task::spawn_blocking(move || {
         // Tests hold a delivery open here (`deliver-before-render=sleep(ms)`): prune must wait.
         crate::failpoint::pause("deliver-before-render");
+        if let Some(file) = crate::delivery::kept::kept().take(&id, &p) {
+            return Ok(file);
+        }
         let Some((_, bytes)) = s.read_image_bytes_blocking(&id).map_err(|e| e.to_string())? else {
             return Err(format!("the chosen image {id} is no longer stored"));
         };

@@ -52,6 +52,7 @@ mod operations;
 mod pg_fence;
 mod pg_nodes;
 mod phone;
+mod pillow;
 #[cfg(feature = "failpoints")]
 mod powerloss;
 mod providers_bfl;
