@@ -45,7 +45,6 @@ pub struct RenderBench {
 /// `rounds` times, by tally and by the reference pipeline, and compare their times. An image
 /// the delivery's check refuses (e.g. smaller than the profile's `min_source`: 1000 px for
 /// `amazon`) is an error, as it would block a delivery.
-#[cfg_attr(not(test), allow(dead_code))] // called from the `scale` section of `tally bench`
 pub(super) fn render_ratio(images: &[Vec<u8>], profile_names: &[&str], rounds: usize) -> Result<RenderBench, String> {
     if images.is_empty() || rounds == 0 {
         return Err("rendering: no images or no rounds to measure".into());
@@ -181,7 +180,6 @@ fn reference_file(spec: &Render, source: &[u8], path: &Path) -> Result<Vec<u8>, 
 /// `n` photo-like opaque PNGs of `side`×`side` (smooth gradients, a woven texture and fine
 /// noise, so neither PNG nor JPEG finds them trivially small: about 1.7 MB each at 1024 px,
 /// 2.3 MB at 1536 px), the same every time.
-#[cfg_attr(not(test), allow(dead_code))] // called from the `scale` section of `tally bench`
 pub(super) fn sample_images(n: usize, side: u32) -> Vec<Vec<u8>> {
     (0..n).map(|i| sample_image(i as u32, side.max(1))).collect()
 }
