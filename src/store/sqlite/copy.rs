@@ -30,13 +30,90 @@ impl Phases {
     }
 }
 
+/// How [`copy_snapshot`] may bring the source to rest before copying its file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Rest {
+    /// `tally backup`: the daemon's database. A `TRUNCATE` checkpoint folds the WAL into the
+    /// file and empties it, if it can within [`CHECKPOINT_WAIT`] (it holds the daemon's next
+    /// commit at most that long).
+    Checkpoint,
+    /// `tally restore`: a backup, never written to.
+    AsIs,
+}
+
+/// How long a backup's checkpoint may wait for the daemon's readers and writer.
+const CHECKPOINT_WAIT: Duration = Duration::from_millis(200);
+
+/// Copy one consistent snapshot of the database at `src` (read by `from`) into a new file at
+/// `to`: the file itself, by the kernel, when it is at rest ([`file_copy_at_rest`]), else
+/// page by page ([`page_copy`]). Returns which, for the profile.
+pub(super) fn copy_snapshot(src: &Path, from: &Connection, to: &Path, rest: Rest) -> Result<&'static str, StoreError> {
+    if file_copy_at_rest(src, to, rest)? {
+        return Ok("copy (the file at rest)");
+    }
+    let _ = std::fs::remove_file(to);
+    page_copy(from, to)?;
+    Ok("copy (page by page)")
+}
+
+/// Copy the database file `src` itself into `to` (`copy_file_range` through `std::io::copy`:
+/// no page passes through SQLite or this process) when a read transaction can prove the file
+/// alone is its snapshot and that nothing writes into it until the copy ends; `false` (nothing
+/// copied) otherwise. The proof: with the WAL empty (0 bytes or absent) after the read
+/// transaction began, the reader reads the file alone, holding the WAL's read slot 0 (or, in
+/// rollback-journal mode, a SHARED lock that keeps every writer out), and SQLite's checkpoint
+/// writes into the file only under an exclusive lock on that slot (`walCheckpoint`), so
+/// commits meanwhile stay in the WAL. The WAL could not have been emptied after the reader
+/// began either: emptying it waits for every reader of it. A hot `-journal` beside `src`, a
+/// WAL that is not empty, or a file shorter than the snapshot's pages leaves it to the page copy.
+fn file_copy_at_rest(src: &Path, to: &Path, rest: Rest) -> Result<bool, StoreError> {
+    let name = src.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let side = |suffix: &str| std::fs::metadata(src.with_file_name(format!("{name}{suffix}"))).map_or(0, |m| m.len());
+    if side("-journal") > 0 {
+        return Ok(false);
+    }
+    if rest == Rest::Checkpoint {
+        let folded = (|| -> rusqlite::Result<bool> {
+            let w = Connection::open_with_flags(src, rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE)?;
+            w.busy_timeout(CHECKPOINT_WAIT)?;
+            Ok(w.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get::<_, i64>(0))? == 0)
+        })();
+        if !folded.unwrap_or(false) {
+            return Ok(false);
+        }
+    }
+    let r = Connection::open_with_flags(src, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+    r.busy_timeout(Duration::from_secs(5))?;
+    r.execute_batch("BEGIN")?;
+    // The first read begins the snapshot.
+    r.query_row("SELECT count(*) FROM sqlite_schema", [], |row| row.get::<_, i64>(0))?;
+    let pages: i64 = r.pragma_query_value(None, "page_count", |row| row.get(0))?;
+    let page_size: i64 = r.pragma_query_value(None, "page_size", |row| row.get(0))?;
+    let len = u64::try_from(pages.max(0) * page_size.max(0)).unwrap_or(0);
+    let at_rest = side("-wal") == 0 && std::fs::metadata(src).map_or(0, |m| m.len()) >= len && len > 0;
+    if at_rest {
+        use std::io::Read;
+        let _writeback = Writeback::start(to);
+        let copied = std::fs::File::open(src).and_then(|f| {
+            let mut out = std::fs::File::create(to)?;
+            std::io::copy(&mut f.take(len), &mut out)
+        });
+        let copied = copied.map_err(|e| io_fatal("cannot copy the database file", e))?;
+        if copied != len {
+            return Err(StoreError::Fatal(format!("the file copy stopped at {copied} of {len} bytes")));
+        }
+    }
+    r.execute_batch("COMMIT")?;
+    Ok(at_rest)
+}
+
 /// Copy every page of the database `from` reads into a new file at `to` with SQLite's online
 /// backup API, in one step: one read transaction on `from` for the whole copy, so the copy is
 /// one consistent snapshot (a WAL's committed frames included), page for page — the page
 /// size and `auto_vacuum` of the source kept, nothing rebuilt. The copy is written without a
 /// journal or fsyncs of its own: it is a temporary file until its caller has checked and
 /// fsynced it ([`check_and_sync`]), and is removed on any failure.
-pub(super) fn page_copy(from: &Connection, to: &Path) -> Result<(), StoreError> {
+fn page_copy(from: &Connection, to: &Path) -> Result<(), StoreError> {
     let mut dest = Connection::open(to)?;
     dest.execute_batch("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF;")?;
     let backup = rusqlite::backup::Backup::new(from, &mut dest)?;
@@ -146,4 +223,73 @@ pub(super) fn cut_short(db: &Path) -> Option<String> {
         "the file is {len} bytes, but its header says {} ({pages} pages of {page_size}): it was cut short",
         pages * page_size
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// Copies taken while another connection commits all the time are each one consistent
+    /// snapshot (every commit adds a row to `t` and one to `s.total`, so the two agree), by
+    /// both ways of copying: the file at rest, whenever the checkpoint finds a moment between
+    /// commits, and page by page otherwise. It cannot force the one race the file copy's proof
+    /// is about (a checkpoint writing into the file while it is copied); that rests on
+    /// SQLite's locking as `file_copy_at_rest` cites it.
+    #[test]
+    fn copies_under_steady_commits_are_each_one_snapshot() {
+        let dir = std::env::temp_dir().join(format!("tally-copy-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let db = dir.join("src.db");
+        let c = Connection::open(&db).expect("open");
+        c.execute_batch(
+            "PRAGMA journal_mode = WAL; CREATE TABLE t (a INTEGER PRIMARY KEY, v BLOB);
+             CREATE TABLE s (total INTEGER); INSERT INTO s VALUES (8000);
+             WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 8000)
+             INSERT INTO t (v) SELECT zeroblob(6000) FROM n;",
+        )
+        .expect("schema");
+        let stop = Arc::new(AtomicBool::new(false));
+        let writer = {
+            let (db, stop) = (db.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut w = Connection::open(&db).expect("writer");
+                w.busy_timeout(Duration::from_secs(5)).expect("busy");
+                // A checkpoint after every commit: it writes into the file whenever a copy
+                // lets it, so a copy of the file that did not hold it off would be torn.
+                w.execute_batch("PRAGMA wal_autocheckpoint = 1").expect("autocheckpoint");
+                let mut commits = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let tx = w.transaction().expect("tx");
+                    tx.execute("INSERT INTO t (v) VALUES (zeroblob(6000))", []).expect("insert");
+                    tx.execute("UPDATE s SET total = total + 1", []).expect("update");
+                    tx.commit().expect("commit");
+                    commits += 1;
+                    // Load, not synchronisation: leave the checkpoint a moment between commits.
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                commits
+            })
+        };
+        let mut ways = std::collections::BTreeMap::new();
+        for i in 0..20 {
+            let to = dir.join(format!("copy-{i}.db"));
+            let from = Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).expect("from");
+            let how = copy_snapshot(&db, &from, &to, Rest::Checkpoint).expect("copy");
+            *ways.entry(how).or_insert(0) += 1;
+            let copy = Connection::open(&to).expect("copy opens");
+            let ok: String = copy.query_row("PRAGMA integrity_check", [], |r| r.get(0)).expect("integrity");
+            assert_eq!(ok, "ok", "copy {i} ({how})");
+            let rows: i64 = copy.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).expect("rows");
+            let total: i64 = copy.query_row("SELECT total FROM s", [], |r| r.get(0)).expect("total");
+            assert_eq!(rows, total, "copy {i} ({how}) is not one snapshot");
+        }
+        stop.store(true, Ordering::Relaxed);
+        let commits = writer.join().expect("writer");
+        assert!(commits > 20, "the writer committed only {commits} times");
+        eprintln!("copies by way: {ways:?}, {commits} commits meanwhile");
+        assert!(ways.contains_key("copy (the file at rest)"), "no copy of the file at rest: {ways:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 
-use super::copy::{Phases, check_and_sync, cut_short, page_copy};
+use super::copy::{Phases, Rest, check_and_sync, copy_snapshot, cut_short};
 use super::open::{APPLICATION_ID, SCHEMA_VERSION, checkpoint_truncate, not_tally};
 use crate::store::StoreError;
 use crate::store::check::{CheckReport, TASK_INVARIANTS};
@@ -219,8 +219,8 @@ pub fn backup(src: &Path, dest: &Path) -> Result<BackupReport, StoreError> {
     let tmp = partial_name(dest);
     let copied = (|| -> Result<BackupReport, StoreError> {
         let mut phases = Phases::start();
-        page_copy(&from, &tmp)?;
-        phases.mark("copy");
+        let how = copy_snapshot(src, &from, &tmp, Rest::Checkpoint)?;
+        phases.mark(how);
         {
             // The copy is a self-contained rollback-journal file: no -wal to carry around.
             let to = Connection::open(&tmp)?;
@@ -284,12 +284,12 @@ pub fn restore(src: &Path, db: &Path) -> Result<RestoreReport, StoreError> {
     let made = (|| -> Result<CheckReport, StoreError> {
         let from = Connection::open_with_flags(src, OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(|e| not_tally(src, e))?;
         from.busy_timeout(Duration::from_secs(5))?;
-        page_copy(&from, &tmp)?;
+        let how = copy_snapshot(src, &from, &tmp, Rest::AsIs)?;
         drop(from);
         let to = Connection::open(&tmp)?;
         let _: String = to.query_row("PRAGMA journal_mode = DELETE", [], |r| r.get(0))?;
         drop(to);
-        phases.mark("copy");
+        phases.mark(how);
         let (report, _) = check_and_sync(&tmp, &mut phases)?;
         let problems: Vec<&String> = report.problems.iter().chain(&report.unmoved).collect();
         if let Some(first) = problems.first() {
