@@ -93,7 +93,6 @@ fn file_copy_at_rest(src: &Path, to: &Path, rest: Rest) -> Result<bool, StoreErr
     let at_rest = side("-wal") == 0 && std::fs::metadata(src).map_or(0, |m| m.len()) >= len && len > 0;
     if at_rest {
         use std::io::Read;
-        let _writeback = Writeback::start(to);
         let copied = std::fs::File::open(src).and_then(|f| {
             let mut out = std::fs::File::create(to)?;
             std::io::copy(&mut f.take(len), &mut out)
