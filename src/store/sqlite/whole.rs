@@ -196,10 +196,10 @@ pub struct BackupReport {
 }
 
 /// Copy the database at `src` (images included) into one self-contained file at `dest`, while
-/// the daemon may be writing: SQLite's online backup API in one step ([`page_copy`]), which
-/// holds one read transaction on a connection of its own for the whole copy, so it reads one
-/// consistent snapshot and never starts over when the daemon commits (the API restarts only
-/// between steps); the writer is not blocked. The copy goes to a temporary name beside `dest`,
+/// the daemon may be writing: one consistent snapshot (`copy::copy_snapshot`: the file itself
+/// when a read transaction proves it is the snapshot and at rest, else SQLite's online backup
+/// API in one step, one read transaction for the whole copy, which never starts over when the
+/// daemon commits); the writer is not blocked. The copy goes to a temporary name beside `dest`,
 /// is checked ([`check`]: every page, every image against its sha256) while the kernel writes
 /// it to disk, fsynced, and only then renamed into place (and the directory fsynced), so
 /// `dest` is always either the old file or a complete, checked copy. (Until issue #41 the copy
@@ -268,8 +268,8 @@ pub struct RestoreReport {
 }
 
 /// Put the database file `src` (a backup) in place as `db`, whose daemon is stopped (the
-/// caller holds the data directory's lock). The copy is made page for page with SQLite's
-/// backup API ([`page_copy`]: a `-wal` beside `src` is included, and the result is one file)
+/// caller holds the data directory's lock). The copy is made as a backup's is
+/// (`copy::copy_snapshot`: a `-wal` beside `src` is included, and the result is one file)
 /// under a temporary name beside `db`, and checked there ([`check`]: the same pages `src`
 /// holds, so a damaged backup is refused and nothing is changed) while the kernel writes it
 /// to disk, then fsynced; then a database already at `db` is made
