@@ -43,7 +43,8 @@ CREATE TABLE sets (
     updated_at       bigint NOT NULL,
     draft_id         text COLLATE "C",
     draft_revision   bigint,
-    started_at       bigint
+    started_at       bigint,
+    overlays         text
 );
 
 CREATE TABLE tasks (
@@ -292,6 +293,8 @@ CREATE TABLE delivery_items (
     retry_safe       boolean,
     updated_at       bigint NOT NULL,
     remote_id        text,
+    profile          text,
+    overlay          text,
     PRIMARY KEY (delivery_id, position)
 );
 

@@ -201,7 +201,8 @@ CREATE TABLE sets (
     updated_at       INTEGER NOT NULL,
     draft_id         TEXT,                        -- the draft (drafts.id) whose confirmed revision made it
     draft_revision   INTEGER,
-    started_at       INTEGER                      -- NULL: a copy to edit, not started (nothing of it is due)
+    started_at       INTEGER,                     -- NULL: a copy to edit, not started (nothing of it is due)
+    overlays         TEXT                         -- JSON array by shot position: the words drawn on its image, or null
 ) STRICT;
 
 -- The owner's choice of one candidate image per shot (store::choice): one row per chosen shot;
@@ -325,6 +326,8 @@ CREATE TABLE delivery_items (
     retry_safe       INTEGER CHECK (retry_safe IN (0, 1)),
     updated_at       INTEGER NOT NULL,
     remote_id        TEXT,
+    profile          TEXT,                        -- the profile this item is made with; NULL: the delivery's
+    overlay          TEXT,                        -- JSON: the words drawn on it, as they were when it was asked for
     PRIMARY KEY (delivery_id, position)
 ) STRICT;
 

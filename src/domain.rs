@@ -6,6 +6,7 @@
 pub mod csv;
 pub mod draft;
 pub mod operation;
+pub mod overlay;
 pub mod words;
 pub mod zone;
 

@@ -59,6 +59,10 @@ pub struct DeliverBody {
     /// `gid://shopify/Product/…` id or the product's handle (required there, refused elsewhere).
     #[serde(default)]
     pub shopify_product: Option<String>,
+    /// A profile per shot role beside `profile` (`{"main_white": "amazon_main"}`): a
+    /// marketplace's rules differ between its main image and the others.
+    #[serde(default)]
+    pub profiles: std::collections::BTreeMap<String, String>,
 }
 
 /// A 409 refusal with its reasons.
@@ -100,8 +104,14 @@ pub async fn create(
     Path(id): Path<String>,
     JsonBody(body): JsonBody<DeliverBody>,
 ) -> Result<Response, ApiError> {
-    let out =
-        state.engine().deliver(&id, &body.profile, &body.target, body.force, body.shopify_product.as_deref()).await?;
+    let req = crate::engine::deliver::DeliverRequest {
+        profile: &body.profile,
+        target: &body.target,
+        force: body.force,
+        shopify_product: body.shopify_product.as_deref(),
+        profiles: &body.profiles,
+    };
+    let out = state.engine().deliver_with(&id, &req).await?;
     match out {
         DeliverOutcome::Created(d) => Ok(json_response(StatusCode::CREATED, &shown(d))),
         DeliverOutcome::NoSet => Err(ApiError::not_found("set")),
@@ -246,6 +256,13 @@ pub struct ProfileJson {
     pub min_source: Option<u32>,
     /// The file-name pattern.
     pub file_name: String,
+    /// `pure_white`: every pixel around the product is RGB 255,255,255 in the file made;
+    /// null: no rule.
+    pub background_rule: Option<String>,
+    /// The share of the frame the product's box must cover (0.5–1.0); null: no rule.
+    pub fill: Option<f64>,
+    /// True: the file made has no alpha channel.
+    pub no_alpha: bool,
 }
 
 /// `GET /v1/delivery/profiles` answer.
@@ -282,6 +299,9 @@ pub async fn profiles(State(state): State<AppState>) -> Response {
             max_bytes: p.max_bytes,
             min_source: p.min_source,
             file_name: p.file_name,
+            background_rule: p.background_rule.map(|r| r.as_str().to_string()),
+            fill: p.fill.map(|f| f64::from(f) / 1000.0),
+            no_alpha: p.no_alpha,
             name: p.name,
         })
         .collect();

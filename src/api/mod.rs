@@ -22,6 +22,7 @@ pub mod error;
 pub mod held;
 pub mod images;
 pub mod lang;
+pub mod listing;
 pub mod openapi;
 pub mod provider_settings;
 pub mod prune;
@@ -208,6 +209,8 @@ pub fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(delivered::file))
         .routes(routes!(delivered::zip))
         .routes(routes!(deliveries::profiles))
+        .routes(routes!(listing::overlays))
+        .routes(routes!(listing::preview))
         .routes(routes!(deliveries::targets))
         .routes(routes!(prune::prune))
         .routes(routes!(held::list))

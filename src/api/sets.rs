@@ -64,8 +64,55 @@ pub struct ShotJson {
     pub candidates: Vec<CandidateJson>,
     /// The chosen image's artifact id; null while none is chosen.
     pub chosen: Option<String>,
+    /// A `main_white` shot's photo (`{"upload": ID}` or `{"artifact": ID}`): its candidates
+    /// are cutouts of it. Null for a generated shot.
+    #[schema(value_type = Option<Object>)]
+    pub source: Option<crate::domain::operation::Source>,
+    /// The words tally draws on the shot's image when it is delivered; null: none.
+    pub overlay: Option<crate::domain::overlay::Overlay>,
+    /// The chosen image as it is delivered with the overlay drawn (its own id and sha256, for
+    /// the square preview frame): a new rendering, never the chosen image's stored bytes. Null
+    /// without an overlay or a chosen image.
+    pub rendering: Option<RenderingJson>,
     #[serde(flatten)]
     pub task: TaskJson,
+}
+
+/// An overlaid shot's rendering: the chosen image with the owner's words drawn by tally.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RenderingJson {
+    /// A stable id of this rendering (of the chosen image, the words and the profile).
+    pub id: String,
+    /// Where to fetch it: `/v1/sets/{id}/shots/{index}/preview?profile=P`.
+    pub url: String,
+    /// The profile it is rendered with (the page's preview; a delivery renders the same bytes
+    /// with the same profile).
+    pub profile: String,
+    /// The sha256 of its bytes (`GET /v1/sets/{id}` only; null in lists, and while it cannot
+    /// be made: the reason is in `delivery.blocking` with `?profile=`).
+    pub sha256: Option<String>,
+}
+
+/// The profile a shot's preview is rendered with when none is asked for: an 800×800 square.
+pub const PREVIEW_PROFILE: &str = "taobao_main";
+
+/// The rendering of shot `position` of set `set` (its chosen image `artifact` with `overlay`)
+/// with `profile`, without its sha256.
+pub(crate) fn rendering_json(
+    set: &str,
+    position: i64,
+    artifact: &str,
+    overlay: &crate::domain::overlay::Overlay,
+    profile: &str,
+) -> RenderingJson {
+    let seed = format!("{artifact}\n{}\n{profile}", json!(overlay));
+    let id = crate::delivery::render::sha256_hex(seed.as_bytes())[..32].to_string();
+    RenderingJson {
+        id,
+        url: format!("/v1/sets/{set}/shots/{position}/preview?profile={profile}"),
+        profile: profile.to_string(),
+        sha256: None,
+    }
 }
 
 /// One candidate image of a shot: its task's id, status, image and charge.
@@ -197,9 +244,21 @@ pub fn set_json(state: &AppState, s: &SetView) -> SetJson {
             .enumerate()
             .map(|(i, t)| {
                 let chosen = s.chosen.get(i).cloned().flatten();
+                let position = t.set_position.unwrap_or(i as i64);
+                let overlay = s.overlays.get(i).cloned().flatten();
+                let white = t.shot_role.as_deref() == Some("main_white");
+                let source =
+                    t.source.clone().filter(|_| white && t.operation == crate::domain::operation::Operation::Cutout);
+                let rendering = match (&overlay, &chosen) {
+                    (Some(o), Some(a)) => Some(rendering_json(&s.id, position, a, o, PREVIEW_PROFILE)),
+                    _ => None,
+                };
                 ShotJson {
-                    position: t.set_position.unwrap_or(0),
+                    position,
                     role: t.shot_role.clone(),
+                    source,
+                    overlay,
+                    rendering,
                     candidates: s
                         .candidates
                         .get(i)
@@ -263,8 +322,17 @@ pub async fn upload(State(state): State<AppState>, body: Bytes) -> Result<Respon
 pub struct ShotBody {
     #[schema(schema_with = shot_role)]
     pub role: String,
-    #[schema(min_length = 1)]
+    /// What the image should show (required, except for a `main_white` shot, which is cut
+    /// out of its `source` and sends no prompt).
+    #[serde(default)]
     pub prompt: String,
+    /// A `main_white` shot's photo of the real product: `{"upload": ID}` or `{"artifact": ID}`.
+    /// Each candidate is a `cutout` of it (on the set's provider when it offers `cutout`, else
+    /// on one that does), composed on pure white when delivered.
+    pub source: Option<crate::domain::draft::ShotSource>,
+    /// Words tally draws on the shot's image when it is delivered (templates:
+    /// `GET /v1/overlays`); never on a `main_white` shot.
+    pub overlay: Option<crate::domain::overlay::Overlay>,
     /// Provider parameters for this shot.
     #[schema(value_type = Option<Object>)]
     pub params: Option<Value>,
@@ -352,13 +420,23 @@ pub async fn create(
             .shots
             .into_iter()
             .zip(counts)
-            .map(|(s, candidates)| NewShot {
-                role: s.role,
-                prompt: s.prompt,
-                params: s.params.unwrap_or_else(|| json!({})),
-                candidates,
+            .enumerate()
+            .map(|(i, (s, candidates))| {
+                let source = match &s.source {
+                    None => None,
+                    Some(src) => Some(src.to_source().map_err(|e| ApiError::invalid(format!("shot {}: {e}", i + 1)))?),
+                };
+                Ok(NewShot {
+                    role: s.role,
+                    prompt: s.prompt,
+                    params: s.params.unwrap_or_else(|| json!({})),
+                    candidates,
+                    source,
+                    provider: None,
+                    overlay: s.overlay,
+                })
             })
-            .collect(),
+            .collect::<Result<_, ApiError>>()?,
         idempotency_key: key,
     };
     let (status, id) = match state.engine().create_set(set).await? {
@@ -422,8 +500,21 @@ pub async fn get_one(
     let Query(q) = query?;
     let s = load(&state, &id).await?;
     let mut json = set_json(&state, &s);
-    if let Some(profile) = q.profile.filter(|p| !p.trim().is_empty()) {
-        json.delivery = super::deliveries::readiness(&state, &s, &profile).await?;
+    let profile = q.profile.filter(|p| !p.trim().is_empty());
+    if let Some(profile) = &profile {
+        json.delivery = super::deliveries::readiness(&state, &s, profile).await?;
+    }
+    // An overlaid shot's rendering, made as a delivery makes it (with `?profile=` when given).
+    for shot in &mut json.shots {
+        let (Some(r), Some(a), Some(o)) = (&mut shot.rendering, &shot.chosen, &shot.overlay) else { continue };
+        if let Some(p) = &profile {
+            *r = rendering_json(&s.id, shot.position, a, o, p);
+        }
+        if let super::listing::ShotFile::Made(f) =
+            super::listing::shot_file(&state, &s, shot.position, &r.profile).await?
+        {
+            r.sha256 = Some(f.sha256);
+        }
     }
     Ok(json_response(StatusCode::OK, &json))
 }

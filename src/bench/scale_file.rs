@@ -224,6 +224,7 @@ async fn populate(data: &Path, target: u64) -> Result<(u64, u64, u64, Vec<Vec<u8
                     prompt: format!("product {sets} shot {k}: a red sneaker, soft light"),
                     params: serde_json::json!({}),
                     candidates: CANDIDATES,
+                    ..NewShot::default()
                 })
                 .collect();
             let set = NewSet {

@@ -111,6 +111,7 @@ fn new_set(round: usize) -> NewSet {
                 prompt: format!("shot {i} of round {round}"),
                 params: serde_json::json!({}),
                 candidates: CANDIDATES,
+                ..NewShot::default()
             })
             .collect(),
         idempotency_key: None,

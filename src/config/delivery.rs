@@ -42,6 +42,9 @@ struct RawProfile {
     max_bytes: Option<i64>,
     min_source: Option<i64>,
     file_name: Option<String>,
+    background_rule: Option<String>,
+    fill: Option<f64>,
+    no_alpha: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -120,6 +123,9 @@ pub(super) fn resolve_delivery(raw: RawDelivery, origin: &str) -> Result<Deliver
             max_bytes: p.max_bytes,
             min_source: p.min_source,
             file_name: p.file_name,
+            background_rule: p.background_rule,
+            fill: p.fill,
+            no_alpha: p.no_alpha,
         };
         let made = Profile::custom(spec).map_err(|e| bad(format!("delivery.profiles[{i}].{}", e.key), e.reason))?;
         if profiles.iter().any(|q| q.name == made.name) {

@@ -7,6 +7,8 @@
 //! Layout:
 //! - [`profile`]: what file a marketplace wants ([`profile::Profile`], the built-ins).
 //! - [`render`]: making that file from a chosen image, and checking an image against a profile.
+//! - [`listing`]: a `main_white` shot composed on pure white, and a profile's rules measured
+//!   on the file made; [`overlay`]: the owner's words, drawn by tally.
 //! - [`kept`]: the files a delivery's check rendered, kept (within the image budget) for its
 //!   render.
 //! - [`names`]: the files' names from a profile's `file_name` pattern, safe and distinct.
@@ -21,8 +23,10 @@
 
 pub mod folder;
 pub mod kept;
+pub mod listing;
 pub mod manifest;
 pub mod names;
+pub mod overlay;
 pub mod profile;
 pub mod render;
 pub mod s3;

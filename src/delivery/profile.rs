@@ -42,7 +42,38 @@ pub struct Profile {
     /// `file_name`: a pattern over `{product}`, `{role}`, `{index}`, `{profile}`, `{ext}`
     /// (see [`super::names`]).
     pub file_name: String,
+    /// `background_rule`: what every pixel around the product must be in the file made
+    /// (measured on the encoded file by [`super::rules`]); `None`: no rule.
+    pub background_rule: Option<BackgroundRule>,
+    /// `fill` (0.5–1.0), in thousandths: the product's box must cover at least this share of
+    /// the frame's width or height (measured on the file made); `None`: no rule. A `main_white`
+    /// shot is composed to meet it (0.85 when the profile has none).
+    pub fill: Option<u16>,
+    /// `no_alpha`: the file made has no alpha channel (every rendered profile writes opaque
+    /// RGB; the rule is checked on the file, so a configured PNG cannot slip one in).
+    pub no_alpha: bool,
 }
+
+/// `background_rule`: what the frame around the product must be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackgroundRule {
+    /// `"pure_white"`: every pixel of the file's outer edge, and every pixel clear of the
+    /// product's box, is exactly RGB 255,255,255 after encoding.
+    PureWhite,
+}
+
+impl BackgroundRule {
+    /// The name as the config writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackgroundRule::PureWhite => "pure_white",
+        }
+    }
+}
+
+/// The share of the frame a `main_white` shot's product is composed to fill when the profile
+/// sets no `fill`: Amazon's 85 %, in thousandths.
+pub const DEFAULT_FILL: u16 = 850;
 
 /// How a rendered profile makes its file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,6 +199,9 @@ pub struct ProfileSpec {
     pub max_bytes: Option<i64>,
     pub min_source: Option<i64>,
     pub file_name: Option<String>,
+    pub background_rule: Option<String>,
+    pub fill: Option<f64>,
+    pub no_alpha: Option<bool>,
 }
 
 /// Why a configured profile is refused: the key and the reason in plain words.
@@ -246,12 +280,31 @@ impl Profile {
         };
         let file_name = spec.file_name.unwrap_or_else(|| DEFAULT_FILE_NAME.into());
         super::names::check_pattern(&file_name).map_err(|r| err("file_name", r))?;
+        let background_rule = match spec.background_rule.as_deref().map(str::trim) {
+            None => None,
+            Some("pure_white") if background == Rgb::WHITE => Some(BackgroundRule::PureWhite),
+            Some("pure_white") => {
+                return Err(err(
+                    "background_rule",
+                    format!("\"pure_white\" needs background = \"#ffffff\", not \"{background}\""),
+                ));
+            }
+            Some(o) => return Err(err("background_rule", format!("`{o}` must be \"pure_white\""))),
+        };
+        let fill = match spec.fill {
+            None => None,
+            Some(f) if (0.5..=1.0).contains(&f) => Some((f * 1000.0).round() as u16),
+            Some(f) => return Err(err("fill", format!("{f} must be between 0.5 and 1.0 (a share of the frame)"))),
+        };
         Ok(Profile {
             name,
             render: Some(Render { width, height, fit, background, format, quality }),
             max_bytes,
             min_source,
             file_name,
+            background_rule,
+            fill,
+            no_alpha: spec.no_alpha.unwrap_or(false),
         })
     }
 
@@ -274,7 +327,7 @@ pub fn check_name(n: &str) -> Result<(), String> {
 }
 
 /// A built-in rendered profile: white padding, JPEG (every marketplace below takes JPEG and
-/// it keeps photos small), the default file-name pattern.
+/// it keeps photos small), no alpha, the default file-name pattern.
 fn marketplace(name: &str, width: u32, height: u32, quality: u8, max_bytes: u64, min_source: Option<u32>) -> Profile {
     Profile {
         name: name.into(),
@@ -282,6 +335,19 @@ fn marketplace(name: &str, width: u32, height: u32, quality: u8, max_bytes: u64,
         max_bytes: Some(max_bytes),
         min_source,
         file_name: DEFAULT_FILE_NAME.into(),
+        background_rule: None,
+        fill: None,
+        no_alpha: true,
+    }
+}
+
+/// A built-in main image on pure white: [`marketplace`] with `background_rule = "pure_white"`
+/// and `fill` (thousandths).
+fn white_main(name: &str, width: u32, height: u32, max_bytes: u64, min_source: Option<u32>, fill: u16) -> Profile {
+    Profile {
+        background_rule: Some(BackgroundRule::PureWhite),
+        fill: Some(fill),
+        ..marketplace(name, width, height, 90, max_bytes, min_source)
     }
 }
 
@@ -330,8 +396,10 @@ pub fn builtins() -> Vec<Profile> {
         marketplace("taobao", 800, 800, 90, 3_000_000, Some(700)),
         // The marketplaces' own names for the shop's images (issue #37), from the market audit
         // (`market-2026-12.md`, its sources named there):
-        // amazon_main: the MAIN image, as `amazon` (pure white, ≥ 1000 px, JPEG, ≤ 10 MB).
-        marketplace("amazon_main", 2000, 2000, 90, 10_000_000, Some(1000)),
+        // amazon_main: the MAIN image, as `amazon` (≥ 1000 px, JPEG, ≤ 10 MB), with its two
+        // rules checked on the file: pure white (RGB 255,255,255) around the product, and the
+        // product filling at least 85 % of the frame (Seller Central G1881).
+        white_main("amazon_main", 2000, 2000, 10_000_000, Some(1000), 850),
         // taobao_main: as `taobao` (800×800, ≤ 3 MB, zoom from 700 px).
         marketplace("taobao_main", 800, 800, 90, 3_000_000, Some(700)),
         // taobao_main_3x4: the 3:4 main image (`is_rectangle` in `taobao.item.img.upload`, JPG or
@@ -340,7 +408,9 @@ pub fn builtins() -> Vec<Profile> {
         // taobao_white: the white-background main picture (白底图): 800×800 JPG on white, 38–300 KB
         // (the lower bound is not enforced: a smaller file is not refused), a subject ≥ 300 px.
         // The official page was not found; the numbers are from copies of a 开淘 tutorial.
-        marketplace("taobao_white", 800, 800, 90, 300_000, Some(300)),
+        // The white is checked on the file (pure white); the subject's share is not a published
+        // number, so no `fill` rule (a `main_white` shot is still composed at 85 %).
+        Profile { fill: None, ..white_main("taobao_white", 800, 800, 300_000, Some(300), 850) },
         // tmall_main: Tmall takes Taobao's main-image rules (the same upload API).
         marketplace("tmall_main", 800, 800, 90, 3_000_000, Some(700)),
         // jd_main: JD's rules were not found; 1:1 1200×1200 as ProductFlow's preset, ≤ 3 MB as
@@ -356,6 +426,9 @@ pub fn builtins() -> Vec<Profile> {
             max_bytes: None,
             min_source: None,
             file_name: DEFAULT_FILE_NAME.into(),
+            background_rule: None,
+            fill: None,
+            no_alpha: false,
         },
     ]
 }

@@ -24,6 +24,7 @@ use fast_image_resize as fir;
 use image::{DynamicImage, ImageDecoder, ImageFormat, RgbImage, RgbaImage};
 use sha2::{Digest, Sha256};
 
+pub use super::listing::Listing;
 use super::profile::{Fit, Format, MIN_QUALITY, Profile, Render, Rgb};
 
 /// The largest source side decoded (a larger image is refused as unreadable).
@@ -64,6 +65,13 @@ pub enum RenderError {
     /// Encoding failed (not expected for valid pixels).
     #[error("cannot encode the file: {0}")]
     Encode(String),
+    /// A `main_white` shot's chosen image has no product to compose on white (nothing found,
+    /// no background found, or not a cutout), in plain words.
+    #[error("{0}")]
+    NoProduct(String),
+    /// The shot's words cannot be drawn (they do not fit, a character the font lacks, …).
+    #[error("{0}")]
+    Overlay(String),
 }
 
 /// What kind of problem [`check`] found.
@@ -80,6 +88,13 @@ pub enum ProblemKind {
     Transparent,
     /// No quality meets the profile's `max_bytes`.
     TooManyBytes,
+    /// A rule of the profile measured on the file made (`background_rule`, `fill`,
+    /// `no_alpha`) is not met.
+    Rule,
+    /// A `main_white` shot's image has no product to compose on white.
+    NoProduct,
+    /// The shot's words cannot be drawn.
+    Overlay,
 }
 
 /// One reason an image will not meet a profile, in plain words.
@@ -94,12 +109,32 @@ pub struct Problem {
 /// Make `profile`'s file from `source` (the chosen image's bytes). For `original` the bytes
 /// are returned untouched (only their size and format are read).
 pub fn render(profile: &Profile, source: &[u8]) -> Result<Rendered, RenderError> {
+    render_listing(profile, source, &Listing::default())
+}
+
+/// [`render`] with what the shot adds ([`Listing`]): a `main_white` shot's cutout composed on
+/// pure white instead of fitted, and the owner's words drawn on the frame before encoding.
+/// `original` takes neither: it delivers the bytes as generated.
+pub fn render_listing(profile: &Profile, source: &[u8], listing: &Listing<'_>) -> Result<Rendered, RenderError> {
     let Some(spec) = profile.render else {
+        if listing.overlay.is_some() {
+            return Err(RenderError::Overlay(crate::domain::words::say_with(
+                "say.overlay_needs_render",
+                &[("profile", &profile.name)],
+            )));
+        }
         return original(profile, source);
     };
-    let (flat, _ticket) = decode_flat(source, spec.background, |w, h| fit_peak(w, h, &spec))?;
-    let fitted = fit(flat, &spec)?;
-    encode(profile, &spec, fitted)
+    let (mut frame, _ticket) = if listing.white {
+        (super::listing::compose_white(source, &spec, profile.fill)?, None)
+    } else {
+        let (flat, ticket) = decode_flat(source, spec.background, |w, h| fit_peak(w, h, &spec))?;
+        (fit(flat, &spec)?, Some(ticket))
+    };
+    if let Some(o) = listing.overlay {
+        super::overlay::draw(&mut frame, o).map_err(|e| RenderError::Overlay(e.to_string()))?;
+    }
+    encode(profile, &spec, frame)
 }
 
 /// Why `source` will not meet `profile`, in plain words about `subject` (e.g. "the Main
@@ -115,16 +150,46 @@ pub fn check(profile: &Profile, source: &[u8], subject: &str) -> Vec<Problem> {
 /// [`check`], also giving back the file the check rendered (a rendered profile's, when it
 /// could be made), so that a caller about to deliver it need not render it again.
 pub fn check_and_render(profile: &Profile, source: &[u8], subject: &str) -> (Vec<Problem>, Option<Rendered>) {
+    check_listing(profile, source, &Listing::default(), subject)
+}
+
+/// [`check_and_render`] with what the shot adds ([`Listing`]); the profile's rules
+/// (`background_rule`, `fill`, `no_alpha`: [`super::listing::problems`]) are measured on the
+/// file made, and a file that breaks one is not given back.
+pub fn check_listing(
+    profile: &Profile,
+    source: &[u8],
+    listing: &Listing<'_>,
+    subject: &str,
+) -> (Vec<Problem>, Option<Rendered>) {
     let mut file = None;
-    let problems = check_into(profile, source, subject, &mut file);
+    let mut problems = check_into(profile, source, listing, subject, &mut file);
+    if let Some(f) = &file {
+        let broken = super::listing::problems(profile, f, subject);
+        if !broken.is_empty() {
+            file = None;
+            problems.extend(broken);
+        }
+    }
     (problems, file)
 }
 
-fn check_into(profile: &Profile, source: &[u8], subject: &str, file: &mut Option<Rendered>) -> Vec<Problem> {
+fn check_into(
+    profile: &Profile,
+    source: &[u8],
+    listing: &Listing<'_>,
+    subject: &str,
+    file: &mut Option<Rendered>,
+) -> Vec<Problem> {
     let problem = |kind, message: String| Problem { kind, message };
-    let unreadable = |e: &RenderError| {
-        let kind = if matches!(e, RenderError::TooLarge(_)) { ProblemKind::TooLarge } else { ProblemKind::Unreadable };
-        vec![problem(kind, format!("{subject} cannot be read as an image: {e}"))]
+    let unreadable = |e: &RenderError| match e {
+        RenderError::NoProduct(m) => vec![problem(ProblemKind::NoProduct, format!("{subject}: {m}"))],
+        RenderError::Overlay(m) => vec![problem(ProblemKind::Overlay, format!("{subject}: {m}"))],
+        _ => {
+            let kind =
+                if matches!(e, RenderError::TooLarge(_)) { ProblemKind::TooLarge } else { ProblemKind::Unreadable };
+            vec![problem(kind, format!("{subject} cannot be read as an image: {e}"))]
+        }
     };
     // The size from the header alone: no pixels are decoded for it.
     let (w, h) = match header_dimensions(source) {
@@ -134,7 +199,7 @@ fn check_into(profile: &Profile, source: &[u8], subject: &str, file: &mut Option
     let mut out = Vec::new();
     out.extend(too_small(profile, w, h, subject));
     let too_big = match (profile.render, profile.max_bytes) {
-        (Some(_), max) => match render(profile, source) {
+        (Some(_), max) => match render_listing(profile, source, listing) {
             Ok(f) => {
                 *file = Some(f);
                 None
@@ -143,6 +208,12 @@ fn check_into(profile: &Profile, source: &[u8], subject: &str, file: &mut Option
             Err(e) => return unreadable(&e),
         },
         (None, max) => {
+            if listing.overlay.is_some() {
+                return unreadable(&RenderError::Overlay(crate::domain::words::say_with(
+                    "say.overlay_needs_render",
+                    &[("profile", &profile.name)],
+                )));
+            }
             match transparent(source) {
                 Ok(false) => {}
                 Ok(true) => out.push(problem(
@@ -339,7 +410,7 @@ fn to_srgb(raw: &mut [u8], width: u32, layout: moxcms::Layout, icc: &[u8]) {
 }
 
 /// Every pixel composited over `bg` (alpha over an opaque colour), giving an opaque image.
-fn flatten(rgba: &RgbaImage, bg: Rgb) -> RgbImage {
+pub(super) fn flatten(rgba: &RgbaImage, bg: Rgb) -> RgbImage {
     let mut out = RgbImage::new(rgba.width(), rgba.height());
     for (dst, src) in out.pixels_mut().zip(rgba.pixels()) {
         let a = u32::from(src[3]);
@@ -424,7 +495,11 @@ fn fit(img: RgbImage, spec: &Render) -> Result<RgbImage, RenderError> {
 /// Scale all of `src` into the `(x, y, width, height)` part of `dst` with `fast_image_resize`:
 /// an area average (box filter) when both sides shrink to half or less, Catmull-Rom
 /// otherwise, as `image`'s `thumbnail` and `CatmullRom` did before.
-fn scale_into(src: &RgbImage, dst: &mut RgbImage, (x, y, w, h): (u32, u32, u32, u32)) -> Result<(), RenderError> {
+pub(super) fn scale_into(
+    src: &RgbImage,
+    dst: &mut RgbImage,
+    (x, y, w, h): (u32, u32, u32, u32),
+) -> Result<(), RenderError> {
     let fail = |e: &dyn std::fmt::Display| RenderError::Encode(format!("scaling failed: {e}"));
     let filter = if halves(src.dimensions(), (w, h)) { fir::FilterType::Box } else { fir::FilterType::CatmullRom };
     let from = fir::images::ImageRef::new(src.width(), src.height(), src.as_raw(), fir::PixelType::U8x3)

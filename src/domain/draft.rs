@@ -104,6 +104,37 @@ pub struct Shot {
     pub candidates: i64,
     /// The delivery profile it is for (`taobao`, `amazon`, `original`, …).
     pub profile: String,
+    /// The owner's photo a `main_white` shot is cut out of (never a model's: [`parse_answer`]
+    /// refuses it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<ShotSource>,
+    /// The owner's words tally draws on the shot's image (never a model's: [`parse_answer`]
+    /// refuses it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlay: Option<crate::domain::overlay::Overlay>,
+}
+
+/// The photo a `main_white` shot is made from: `{"upload": ID}` (a photo the owner uploaded)
+/// or `{"artifact": ID}` (an image tally made), exactly one.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ShotSource {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upload: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact: Option<String>,
+}
+
+impl ShotSource {
+    /// The stored image it names; `Err` says why not (none or both named).
+    pub fn to_source(&self) -> Result<super::operation::Source, String> {
+        use super::operation::{Source, SourceKind};
+        match (&self.upload, &self.artifact) {
+            (Some(id), None) => Ok(Source { kind: SourceKind::Upload, id: id.clone() }),
+            (None, Some(id)) => Ok(Source { kind: SourceKind::Artifact, id: id.clone() }),
+            _ => Err("`source` names exactly one photo: {\"upload\": ID} or {\"artifact\": ID}".into()),
+        }
+    }
 }
 
 /// One bullet point of the listing copy, with the keys of the facts it uses.
@@ -206,13 +237,25 @@ pub fn validate(body: &DraftBody, language: &str) -> Result<(), String> {
         return Err(format!("a draft needs 1 to {MAX_SHOTS} shots, not {}", body.shots.len()));
     }
     for (i, s) in body.shots.iter().enumerate() {
-        if !ROLES.contains(&s.role.as_str()) {
+        // `main_white` is the owner's (a photo of the real product to cut out), never a
+        // model's proposal: the model's schema does not list it, and it needs a `source`.
+        if s.role == "main_white" {
+            if s.source.is_none() {
+                return Err(format!(
+                    "shots[{i}] is a white main image (`main_white`): it needs `source`, the photo to cut out"
+                ));
+            }
+        } else if !ROLES.contains(&s.role.as_str()) {
             return Err(format!("shots[{i}].role `{}` is not one of {}", s.role, ROLES.join(", ")));
+        }
+        if let Some(src) = &s.source {
+            src.to_source().map_err(|e| format!("shots[{i}]: {e}"))?;
         }
         short(&format!("shots[{i}].purpose"), &s.purpose, SHORT, false)?;
         short(&format!("shots[{i}].selling_point"), &s.selling_point, SHORT, true)?;
         short(&format!("shots[{i}].profile"), &s.profile, 60, false)?;
-        if s.prompt.trim().is_empty() || s.prompt.len() > MAX_PROMPT {
+        // A shot cut out of the owner's photo sends no prompt, so it may have none.
+        if (s.prompt.trim().is_empty() && s.source.is_none()) || s.prompt.len() > MAX_PROMPT {
             return Err(format!("shots[{i}].prompt must be 1 to {MAX_PROMPT} bytes"));
         }
         if !(1..=MAX_CANDIDATES).contains(&s.candidates) {
@@ -263,6 +306,12 @@ pub fn validate(body: &DraftBody, language: &str) -> Result<(), String> {
 pub fn parse_answer(text: &str, language: &str) -> Result<DraftBody, String> {
     let mut body: DraftBody =
         serde_json::from_str(text.trim()).map_err(|e| format!("the answer is not a draft of tally's schema: {e}"))?;
+    // The photo to cut out and the words drawn on an image are the owner's alone.
+    if body.shots.iter().any(|s| s.source.is_some() || s.overlay.is_some()) {
+        return Err(
+            "the answer names a photo to cut out or words to draw on an image; those are the owner's to give".into()
+        );
+    }
     validate(&body, language)?;
     for f in &mut body.facts {
         f.confirmed = false;
@@ -396,6 +445,8 @@ mod tests {
                 prompt: "a cup on white".into(),
                 candidates: 1,
                 profile: "amazon".into(),
+                source: None,
+                overlay: None,
             }],
             copy: Copy {
                 language: "en".into(),

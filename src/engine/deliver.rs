@@ -185,11 +185,34 @@ impl Engine {
         force: bool,
         shopify_product: Option<&str>,
     ) -> Result<DeliverOutcome, EngineError> {
+        let req = DeliverRequest { profile, target, force, shopify_product, ..DeliverRequest::default() };
+        self.deliver_with(set_id, &req).await
+    }
+
+    /// [`Engine::deliver`] with a profile per shot role beside the default (`profiles`: role →
+    /// profile name), since a marketplace's rules differ between its main image and the others.
+    pub async fn deliver_with(&self, set_id: &str, req: &DeliverRequest<'_>) -> Result<DeliverOutcome, EngineError> {
+        let DeliverRequest { profile, target, force, shopify_product, profiles: by_role } = *req;
         let setup = self.setup()?;
         let (profiles, targets) = self.delivery_names();
         let Some(profile) = setup.profile(profile).cloned() else {
             return Ok(DeliverOutcome::UnknownProfile(profiles));
         };
+        let mut role_profiles: std::collections::BTreeMap<String, Profile> = std::collections::BTreeMap::new();
+        for (role, name) in by_role {
+            if !crate::store::SHOT_ROLES.contains(&role.as_str()) {
+                return Err(EngineError::Invalid(format!(
+                    "`profiles` names the shot role `{role}`; the roles are: {}",
+                    crate::store::SHOT_ROLES.join(", ")
+                )));
+            }
+            let Some(p) = setup.profile(name).cloned() else {
+                return Ok(DeliverOutcome::UnknownProfile(profiles));
+            };
+            role_profiles.insert(role.clone(), p);
+        }
+        let profile_of =
+            |role: Option<&str>| -> &Profile { role.and_then(|r| role_profiles.get(r)).unwrap_or(&profile) };
         let Some(target_cfg) = setup.target(target) else {
             return Ok(DeliverOutcome::UnknownTarget(targets));
         };
@@ -244,20 +267,24 @@ impl Engine {
         }
         // The files the check renders are kept for the runner's render (each image is rendered
         // once per delivery: `delivery::kept`); given up again unless the delivery is made.
-        let mut kept = KeptFiles { profile: profile.clone(), ids: Vec::new() };
+        let overlay_of = |c: &Chosen| set.overlays.get(c.position as usize).cloned().flatten();
+        let mut kept = KeptFiles { ids: Vec::new() };
         if !force {
             let mut problems = Vec::new();
             for c in &chosen {
                 let subject = format!("the {}'s chosen image", shot_label(&c.roles, c.position as usize));
-                let (s, id, p) = (store.clone(), c.artifact_id.clone(), profile.clone());
-                kept.ids.push(id.clone());
+                let (s, id, p) = (store.clone(), c.artifact_id.clone(), profile_of(c.role.as_deref()).clone());
+                let (white, overlay) = (c.role.as_deref() == Some("main_white"), overlay_of(c));
+                let key = kept_key(&id, &render::Listing { white, overlay: overlay.as_ref() });
+                kept.ids.push((key.clone(), p.clone()));
                 let found = tokio::task::spawn_blocking(move || -> Result<Vec<String>, StoreError> {
                     let Some((_, bytes)) = s.read_image_bytes_blocking(&id)? else {
                         return Ok(vec![format!("{subject} is no longer stored")]);
                     };
-                    let (found, file) = render::check_and_render(&p, &bytes, &subject);
+                    let listing = render::Listing { white, overlay: overlay.as_ref() };
+                    let (found, file) = render::check_listing(&p, &bytes, &listing, &subject);
                     if let (true, Some(file)) = (found.is_empty(), file) {
-                        crate::delivery::kept::kept().keep(&id, &p, file);
+                        crate::delivery::kept::kept().keep(&key, &p, file);
                     }
                     Ok(found.into_iter().map(|p| p.message).collect())
                 })
@@ -269,30 +296,40 @@ impl Engine {
                 return Ok(DeliverOutcome::Blocked(problems));
             }
         }
-        let ext_of = |media_type: &str| match profile.render {
+        let ext_of = |p: &Profile, media_type: &str| match p.render {
             Some(r) => r.format.ext(),
             None => crate::domain::extension(media_type),
         };
+        // One pattern (the default profile's) keeps every name distinct; `{profile}` and
+        // `{ext}` are each item's own.
         let parts: Vec<NameParts<'_>> = chosen
             .iter()
-            .map(|c| NameParts {
-                product: &set.product,
-                role: c.role.as_deref(),
-                index: c.position as usize + 1,
-                profile: &profile.name,
-                ext: ext_of(&c.media_type),
+            .map(|c| {
+                let p = profile_of(c.role.as_deref());
+                NameParts {
+                    product: &set.product,
+                    role: c.role.as_deref(),
+                    index: c.position as usize + 1,
+                    profile: &p.name,
+                    ext: ext_of(p, &c.media_type),
+                }
             })
             .collect();
         let names = file_names(&profile.file_name, &parts);
         let items = chosen
             .iter()
             .zip(names)
-            .map(|(c, file_name)| NewDeliveryItem {
-                position: c.position,
-                task_id: c.task_id.clone(),
-                artifact_id: c.artifact_id.clone(),
-                shot_role: c.role.clone(),
-                file_name,
+            .map(|(c, file_name)| {
+                let own = profile_of(c.role.as_deref());
+                NewDeliveryItem {
+                    position: c.position,
+                    task_id: c.task_id.clone(),
+                    artifact_id: c.artifact_id.clone(),
+                    shot_role: c.role.clone(),
+                    file_name,
+                    profile: (own.name != profile.name).then(|| own.name.clone()),
+                    overlay: overlay_of(c),
+                }
             })
             .collect();
         let d = NewDelivery {
@@ -346,6 +383,26 @@ fn is_product_ref(p: &str) -> bool {
 fn shopify_file_name(delivery: &str, file_name: &str) -> String {
     let id: String = delivery.chars().filter(|c| c.is_ascii_alphanumeric()).collect();
     format!("tally-{id}-{file_name}")
+}
+
+/// What a delivery is asked for ([`Engine::deliver_with`]).
+#[derive(Debug, Clone, Copy)]
+pub struct DeliverRequest<'a> {
+    /// The default profile.
+    pub profile: &'a str,
+    pub target: &'a str,
+    /// Deliver although a chosen image does not meet its profile.
+    pub force: bool,
+    pub shopify_product: Option<&'a str>,
+    /// A profile per shot role (`main_white` → `amazon_main`), beside the default.
+    pub profiles: &'a std::collections::BTreeMap<String, String>,
+}
+
+impl Default for DeliverRequest<'_> {
+    fn default() -> Self {
+        static NONE: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
+        DeliverRequest { profile: "", target: "", force: false, shopify_product: None, profiles: &NONE }
+    }
 }
 
 /// A shot's chosen image, with what its item and file name need.
@@ -456,32 +513,38 @@ fn runner_id(shared: &Shared) -> String {
 /// The files [`Engine::deliver`]'s check kept for a delivery (`delivery::kept`), given up
 /// when it returns without making the delivery (its `ids` are cleared once it is made).
 struct KeptFiles {
-    profile: Profile,
-    ids: Vec<String>,
+    ids: Vec<(String, Profile)>,
 }
 
 impl Drop for KeptFiles {
     fn drop(&mut self) {
-        for id in &self.ids {
-            crate::delivery::kept::kept().forget(id, &self.profile);
+        for (id, profile) in &self.ids {
+            crate::delivery::kept::kept().forget(id, profile);
         }
     }
+}
+
+/// The key a file is kept under: the chosen image and what the shot adds to it.
+fn kept_key(artifact_id: &str, listing: &render::Listing<'_>) -> String {
+    format!("{artifact_id}{}", listing.key())
 }
 
 /// The file an item's image makes with `profile` (rendered off the async threads), or the
 /// one the delivery's check rendered and kept.
 async fn render_item(store: &Store, profile: &Profile, item: &DeliveryItemView) -> Result<render::Rendered, String> {
     let (s, id, p) = (store.clone(), item.artifact_id.clone(), profile.clone());
+    let (white, overlay) = (item.shot_role.as_deref() == Some("main_white"), item.overlay.clone());
     tokio::task::spawn_blocking(move || {
         // Tests hold a delivery open here (`deliver-before-render=sleep(ms)`): prune must wait.
         crate::failpoint::pause("deliver-before-render");
-        if let Some(file) = crate::delivery::kept::kept().take(&id, &p) {
+        let listing = render::Listing { white, overlay: overlay.as_ref() };
+        if let Some(file) = crate::delivery::kept::kept().take(&kept_key(&id, &listing), &p) {
             return Ok(file);
         }
         let Some((_, bytes)) = s.read_image_bytes_blocking(&id).map_err(|e| e.to_string())? else {
             return Err(format!("the chosen image {id} is no longer stored"));
         };
-        render::render(&p, &bytes).map_err(|e| e.to_string())
+        render::render_listing(&p, &bytes, &listing).map_err(|e| e.to_string())
     })
     .await
     .map_err(|e| format!("making the file stopped unexpectedly: {e}"))?
@@ -527,7 +590,6 @@ async fn deliver_one(shared: &Shared, setup: &Setup, boot: &str, d: DeliveryView
             out
         }
     };
-    let profile = setup.profile(&d.profile).cloned();
     let target = match setup.target(&d.target) {
         None => Err(format!("the target `{}` is no longer configured", d.target)),
         Some(cfg) => Target::from_config(&cfg).map_err(|e| e.to_string()),
@@ -535,10 +597,13 @@ async fn deliver_one(shared: &Shared, setup: &Setup, boot: &str, d: DeliveryView
     // The files of this delivery at a Shopify product so far (kept by `placement = "replace"`).
     let mut kept: Vec<String> = d.items.iter().filter_map(|i| i.remote_id.clone()).collect();
     for item in open {
+        // Each item's own profile (a profile per shot role), else the delivery's.
+        let profile_name = item.profile.as_deref().unwrap_or(&d.profile);
+        let profile = setup.profile(profile_name).cloned();
         let (profile, target) = match (&profile, &target) {
             (Some(p), Ok(t)) => (p, t),
             (None, _) => {
-                let why = format!("the profile `{}` is no longer configured", d.profile);
+                let why = format!("the profile `{profile_name}` is no longer configured");
                 let outcome = if item.state == ItemState::Writing {
                     let clock = target.as_ref().ok().map(Target::clock);
                     settle_by_look(target.as_ref().ok(), item, clock.as_ref()).await

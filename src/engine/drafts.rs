@@ -388,10 +388,15 @@ impl Engine {
                     prompt: s.prompt.clone(),
                     params: json!({}),
                     candidates: u32::try_from(s.candidates).unwrap_or(1),
+                    source: s.source.as_ref().and_then(|src| src.to_source().ok()),
+                    provider: None,
+                    overlay: s.overlay.clone(),
                 })
                 .collect(),
             idempotency_key: None,
         };
+        let mut set = set;
+        self.place_cutouts(&mut set)?;
         self.check_set(&set)?;
         Ok(Ok(set))
     }

@@ -3,7 +3,8 @@
 //! dispatcher — or, on the one-commit pickup, hand the task straight to an idle worker with
 //! `calling` already recorded in the submit's commit ([`Engine::pick_up`], `store::ops::pickup`).
 
-use crate::domain::operation::{PromptRule, Source, SourceKind};
+use crate::domain::operation::{Operation, PromptRule, Source, SourceKind};
+use crate::domain::words::say_with;
 use futures_util::FutureExt;
 use tokio::sync::OwnedSemaphorePermit;
 
@@ -332,13 +333,46 @@ impl Engine {
 
     /// Validate and durably create an image set: one task per candidate of each shot; the shots
     /// run one after another, the candidates of a shot together.
-    pub async fn create_set(&self, set: NewSet) -> Result<SubmitOutcome, EngineError> {
+    pub async fn create_set(&self, mut set: NewSet) -> Result<SubmitOutcome, EngineError> {
+        self.place_cutouts(&mut set)?;
         self.check_set(&set)?;
+        for t in set.shot_tasks("") {
+            self.check_source(&t).await?;
+        }
         let out = self.shared.store.create_set(set, self.shared.now()).await?;
         if matches!(out, SubmitOutcome::Created(_)) {
             self.shared.wake_dispatcher.notify_one();
         }
         Ok(out)
+    }
+
+    /// Give each shot cut out of a photo (`main_white`) the provider that cuts it out: the
+    /// set's own when it offers `cutout`, else the first configured provider (by name) that
+    /// does. Refused in plain words when none does.
+    pub(super) fn place_cutouts(&self, set: &mut NewSet) -> Result<(), EngineError> {
+        let offers =
+            |name: &str| self.shared.providers.get(name).is_some_and(|p| p.operations.contains(&Operation::Cutout));
+        let fallback = || {
+            let all = self.shared.providers.values();
+            let mut names: Vec<String> =
+                all.iter().filter(|p| p.operations.contains(&Operation::Cutout)).map(|p| p.name.clone()).collect();
+            names.sort();
+            names.into_iter().next()
+        };
+        for (i, shot) in set.shots.iter_mut().enumerate() {
+            if shot.source.is_none() {
+                continue;
+            }
+            let chosen = match &shot.provider {
+                Some(p) => Some(p.clone()),
+                None if offers(&set.provider) => None,
+                None => Some(fallback().ok_or_else(|| {
+                    EngineError::Invalid(say_with("say.error_no_cutout_provider", &[("n", &(i + 1).to_string())]))
+                })?),
+            };
+            shot.provider = chosen;
+        }
+        Ok(())
     }
 
     /// The checks on a new set before anything is stored (also a confirmed draft's set).
@@ -363,14 +397,35 @@ impl Engine {
                 )));
             }
             let t = NewTask {
-                provider: set.provider.clone(),
+                provider: shot.provider.clone().unwrap_or_else(|| set.provider.clone()),
                 prompt: set.shot_prompt(shot),
                 params: shot.params.clone(),
+                operation: shot.operation(),
+                source: shot.source.clone(),
                 ..NewTask::default()
             };
             self.validate(&t).map_err(|e| EngineError::Invalid(format!("shot {}: {e}", i + 1)))?;
-            if shot.prompt.trim().is_empty() {
-                return Err(EngineError::Invalid(format!("shot {}: the prompt is empty", i + 1)));
+            let n = (i + 1).to_string();
+            match (shot.role.as_str(), &shot.source) {
+                ("main_white", None) => {
+                    return Err(EngineError::Invalid(say_with("say.error_main_white_needs_photo", &[("n", &n)])));
+                }
+                ("main_white", Some(_)) => {}
+                (_, Some(_)) => {
+                    return Err(EngineError::Invalid(say_with("say.error_source_only_white", &[("n", &n)])));
+                }
+                (_, None) if shot.prompt.trim().is_empty() => {
+                    return Err(EngineError::Invalid(format!("shot {}: the prompt is empty", i + 1)));
+                }
+                _ => {}
+            }
+            if let Some(o) = &shot.overlay {
+                if shot.role == "main_white" {
+                    return Err(EngineError::Invalid(say_with("say.error_overlay_on_white", &[("n", &n)])));
+                }
+                // A square frame here; the delivery checks the profile's own shape again.
+                crate::delivery::overlay::check(o, 1000, 1000)
+                    .map_err(|e| EngineError::Invalid(format!("shot {n}: {e}")))?;
             }
             if !(1..=MAX_CANDIDATES).contains(&shot.candidates) {
                 return Err(EngineError::Invalid(format!(

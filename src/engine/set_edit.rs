@@ -47,6 +47,7 @@ impl Engine {
                 prompt: String::new(),
                 params: serde_json::json!({}),
                 candidates: 1,
+                ..NewShot::default()
             })
         };
         if edit.whole_set() {
@@ -73,8 +74,13 @@ impl Engine {
                 if p.trim().is_empty() {
                     return Err(EngineError::Invalid(format!("shot {n}: the prompt is empty")));
                 }
-                let shot =
-                    NewShot { role: String::new(), prompt: p.clone(), params: serde_json::json!({}), candidates: 1 };
+                let shot = NewShot {
+                    role: String::new(),
+                    prompt: p.clone(),
+                    params: serde_json::json!({}),
+                    candidates: 1,
+                    ..NewShot::default()
+                };
                 let t =
                     NewTask { provider: set.provider.clone(), prompt: whole.shot_prompt(&shot), ..NewTask::default() };
                 self.validate(&t).map_err(|e| EngineError::Invalid(format!("shot {n}: {e}")))?;

@@ -16,10 +16,21 @@ use super::{BoxFuture, CallError, CallRequest, Capabilities, Image, Provider, Su
 use crate::domain::operation::Operation;
 
 /// The longest side the demo's edits and cutouts come back with.
-const MAX_SIDE: u32 = 1024;
+const MAX_SIDE: u32 = 2048;
 /// How far (per channel) a pixel may be from the border's colour and still count as
 /// background.
 const BACKGROUND_TOLERANCE: i32 = 40;
+
+/// The side of the demo's square placeholder from its `size` (`"1024x1024"`, the default, as
+/// the image models it stands in for make): the larger of the two numbers, 64 to 1024 px
+/// (1024 when it cannot be read).
+pub fn side(size: &str) -> u32 {
+    let parts: Vec<u32> = size.split(['x', 'X', '*']).filter_map(|n| n.trim().parse().ok()).collect();
+    match parts.as_slice() {
+        [w, h] => (*w).max(*h).clamp(64, 1024),
+        _ => 1024,
+    }
+}
 
 /// Renders a placeholder image from the prompt after an optional delay.
 #[derive(Debug, Clone)]

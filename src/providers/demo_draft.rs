@@ -73,6 +73,8 @@ pub fn plan(input: &DraftInput) -> DraftBody {
         prompt: fill(w.main_prompt, p, "", ""),
         candidates: 2,
         profile: profile.clone(),
+        source: None,
+        overlay: None,
     }];
     for (k, v) in input.facts.iter().filter(|(k, _)| k != "price").take(2) {
         shots.push(Shot {
@@ -82,6 +84,8 @@ pub fn plan(input: &DraftInput) -> DraftBody {
             prompt: fill(w.point_prompt, p, k, v),
             candidates: 1,
             profile: profile.clone(),
+            source: None,
+            overlay: None,
         });
     }
     shots.push(Shot {
@@ -91,6 +95,8 @@ pub fn plan(input: &DraftInput) -> DraftBody {
         prompt: fill(w.scene_prompt, p, "", ""),
         candidates: 1,
         profile,
+        source: None,
+        overlay: None,
     });
     let keys: Vec<String> = input.facts.iter().map(|(k, _)| k.clone()).collect();
     let title = match input.facts.first() {

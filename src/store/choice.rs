@@ -89,6 +89,7 @@ pub enum ChoiceOutcome {
 pub fn role_label(role: Option<&str>) -> String {
     say(match role {
         Some("main") => "say.role_main",
+        Some("main_white") => "say.role_main_white",
         Some("selling_point") => "say.role_selling_point",
         Some("detail") => "say.role_detail",
         Some("size") => "say.role_size",

@@ -147,6 +147,7 @@ mod tests {
                 prompt: "on a table — with a dash".into(),
                 params: serde_json::json!({}),
                 candidates: 1,
+                ..NewShot::default()
             };
             let full = set.shot_prompt(&shot);
             assert_eq!(own_words(&full, "teapot", style.as_deref()), Some("on a table — with a dash"), "{full}");

@@ -22,7 +22,7 @@ use crate::domain::words::say;
 use crate::domain::{Millis, TaskStatus, request_hash};
 
 /// The shot roles a set may list.
-pub const SHOT_ROLES: &[&str] = &["main", "selling_point", "scene", "detail", "size"];
+pub const SHOT_ROLES: &[&str] = &["main", "selling_point", "scene", "detail", "size", "main_white"];
 
 /// An uploaded reference image (its bytes are the blob with the same id).
 #[derive(Debug, Clone, Serialize)]
@@ -35,13 +35,32 @@ pub struct UploadView {
 }
 
 /// One shot of a new set.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct NewShot {
     pub role: String,
     pub prompt: String,
     pub params: Value,
     /// How many candidate images to make (1 to [`super::choice::MAX_CANDIDATES`]).
     pub candidates: u32,
+    /// A `main_white` shot's photo of the real product (issue #37): each candidate is a
+    /// `cutout` of it (on [`Self::provider`]), composed on pure white when delivered.
+    pub source: Option<crate::domain::operation::Source>,
+    /// The provider that cuts `source` out, when it is not the set's (the engine picks one that
+    /// offers `cutout`); `None` for a generated shot.
+    pub provider: Option<String>,
+    /// The owner's words tally draws on the shot's image when it is delivered.
+    pub overlay: Option<crate::domain::overlay::Overlay>,
+}
+
+impl NewShot {
+    /// The operation each candidate of this shot runs: a `cutout` of its photo, or a
+    /// generation.
+    pub fn operation(&self) -> crate::domain::operation::Operation {
+        match self.source {
+            Some(_) => crate::domain::operation::Operation::Cutout,
+            None => crate::domain::operation::Operation::Generate,
+        }
+    }
 }
 
 /// A set to create.
@@ -62,16 +81,34 @@ impl NewSet {
             .shots
             .iter()
             .map(|s| {
-                // A shot of one candidate hashes as before candidates existed (keys stay valid).
-                if s.candidates == 1 {
+                // A shot of one candidate hashes as before candidates existed (keys stay valid);
+                // a photo to cut out and words to draw are added only where there are some.
+                let mut v = if s.candidates == 1 {
                     serde_json::json!({"role": s.role, "prompt": s.prompt, "params": s.params})
                 } else {
                     serde_json::json!({"role": s.role, "prompt": s.prompt, "params": s.params, "candidates": s.candidates})
+                };
+                if let Some(src) = &s.source {
+                    v["source"] = src.to_json();
+                    v["source_provider"] = serde_json::json!(s.provider);
                 }
+                if let Some(o) = &s.overlay {
+                    v["overlay"] = serde_json::json!(o);
+                }
+                v
             })
             .collect();
         let extra = serde_json::json!({"style": self.style, "references": self.references, "shots": shots});
         request_hash(&self.provider, &self.product, &Value::Null, &extra.to_string())
+    }
+
+    /// The `sets.overlays` column: a JSON array by shot position (null where a shot has no
+    /// words), or `None` when no shot has any.
+    pub(in crate::store) fn overlays_json(&self) -> Option<String> {
+        if self.shots.iter().all(|s| s.overlay.is_none()) {
+            return None;
+        }
+        Some(serde_json::json!(self.shots.iter().map(|s| s.overlay.clone()).collect::<Vec<_>>()).to_string())
     }
 
     /// The first entry of a new set's timeline.
@@ -82,14 +119,16 @@ impl NewSet {
 
     /// The tasks a new set starts with, in order: every candidate of every shot (one task
     /// each, so each keeps the whole protocol). One list for both backends' `create_set`.
-    pub(in crate::store) fn shot_tasks(&self, set_id: &str) -> Vec<NewTask> {
+    pub fn shot_tasks(&self, set_id: &str) -> Vec<NewTask> {
         let mut out = Vec::new();
         for (i, shot) in self.shots.iter().enumerate() {
             for k in 0..shot.candidates.max(1) {
                 out.push(NewTask {
-                    provider: self.provider.clone(),
+                    provider: shot.provider.clone().unwrap_or_else(|| self.provider.clone()),
                     prompt: self.shot_prompt(shot),
                     params: shot.params.clone(),
+                    operation: shot.operation(),
+                    source: shot.source.clone(),
                     shot: Some(ShotRef {
                         set_id: set_id.to_string(),
                         position: i as i64,
@@ -103,14 +142,24 @@ impl NewSet {
         out
     }
 
-    /// The prompt a shot's task sends: the shot's own words plus the product and style.
+    /// The prompt a shot's task sends: the shot's own words plus the product and style (a
+    /// shot cut out of a photo sends none: `cutout` takes no prompt).
     pub fn shot_prompt(&self, shot: &NewShot) -> String {
+        if shot.source.is_some() {
+            return String::new();
+        }
         let mut p = format!("{} — product: {}", shot.prompt.trim(), self.product.trim());
         if let Some(style) = self.style.as_deref().filter(|s| !s.trim().is_empty()) {
             p.push_str(&format!("; style: {}", style.trim()));
         }
         p
     }
+}
+
+/// The `sets.overlays` column read back: per shot position, its words. A value this build
+/// cannot read (written by a newer one) reads as no words rather than failing the set.
+pub fn parse_overlays(text: Option<&str>) -> Vec<Option<crate::domain::overlay::Overlay>> {
+    text.and_then(|t| serde_json::from_str(t).ok()).unwrap_or_default()
 }
 
 /// A set as the API shows it: its current shots (a retried shot replaced by its retry) and
@@ -138,6 +187,9 @@ pub struct SetView {
     pub replaced: Vec<String>,
     /// The set's own timeline (choices, candidates added), oldest first.
     pub timeline: Vec<super::choice::SetEventView>,
+    /// Per shot position, the words tally draws on its image (shorter than `shots`, or empty,
+    /// where the rest have none).
+    pub overlays: Vec<Option<crate::domain::overlay::Overlay>>,
 }
 
 impl SetView {

@@ -470,6 +470,7 @@ mod retention {
                     prompt: format!("{product} shot {i}"),
                     params: serde_json::json!({}),
                     candidates: 1,
+                    ..NewShot::default()
                 })
                 .collect();
             let set = NewSet {

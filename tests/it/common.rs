@@ -65,8 +65,10 @@ pub struct Daemon {
     pub env: Vec<(String, String)>,
 }
 
-/// The default providers section of test daemons: a fast demo provider.
-pub const FAST_DEMO: &str = "[[providers]]\nname = \"demo\"\nkind = \"demo\"\nmax_concurrency = 2\ndelay_ms = 20\n";
+/// The default providers section of test daemons: a fast demo provider making 256 px images
+/// (the delivery tests measure their profiles against that size).
+pub const FAST_DEMO: &str =
+    "[[providers]]\nname = \"demo\"\nkind = \"demo\"\nmax_concurrency = 2\ndelay_ms = 20\nsize = \"256x256\"\n";
 
 impl Daemon {
     /// Write a config (loopback on a free port, data dir in a temp dir, short engine timings,

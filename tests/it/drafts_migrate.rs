@@ -91,8 +91,13 @@ async fn a_version_14_database_counts_every_set_as_started() {
     let db = dir.path().join("tally.db");
     let durability = tally::config::Durability::Full;
     let store = tally::store::Store::open(&db, durability).expect("new");
-    let shot =
-        |p: &str| NewShot { role: "main".into(), prompt: p.into(), params: serde_json::json!({}), candidates: 1 };
+    let shot = |p: &str| NewShot {
+        role: "main".into(),
+        prompt: p.into(),
+        params: serde_json::json!({}),
+        candidates: 1,
+        ..NewShot::default()
+    };
     let set = NewSet {
         product: "teapot".into(),
         style: None,

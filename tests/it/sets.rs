@@ -144,6 +144,7 @@ fn shots(tag: &str, roles: &[&str]) -> Vec<NewShot> {
             prompt: format!("{r} {i} {tag}"),
             params: serde_json::json!({}),
             candidates: 1,
+            ..NewShot::default()
         })
         .collect()
 }

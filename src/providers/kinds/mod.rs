@@ -86,7 +86,7 @@ const MB: usize = 1 << 20;
 pub const KINDS: &[KindSpec] = &[
     KindSpec {
         name: "demo",
-        build: |cfg| Ok(Arc::new(demo::Demo::new(cfg.delay, 256))),
+        build: |cfg| Ok(Arc::new(demo::Demo::new(cfg.delay, demo::side(&cfg.size)))),
         dashboard: |_| Dashboard::demo(),
         operations: &[Generate, Edit, Cutout, Draft],
         default_operations: &[Generate, Edit, Cutout, Draft],

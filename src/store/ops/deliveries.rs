@@ -141,7 +141,7 @@ pub fn derive_state(items: &[ItemState], started: bool) -> DeliveryState {
 }
 
 /// One item of a new delivery.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct NewDeliveryItem {
     /// The shot's position in the set.
     pub position: i64,
@@ -152,6 +152,12 @@ pub struct NewDeliveryItem {
     pub shot_role: Option<String>,
     /// The file's name at the target (from the profile's pattern, `delivery::names`).
     pub file_name: String,
+    /// The profile this item is made with when it is not the delivery's (a profile per shot
+    /// role, issue #37).
+    pub profile: Option<String>,
+    /// The words drawn on it, as the shot had them when the delivery was asked for (a retry
+    /// renders the same bytes).
+    pub overlay: Option<crate::domain::overlay::Overlay>,
 }
 
 /// A delivery to record ([`create`]).
@@ -193,6 +199,12 @@ pub struct DeliveryItemView {
     /// The id the destination gave the file once delivered (a Shopify file/media id), when it
     /// gives one.
     pub remote_id: Option<String>,
+    /// The profile it is made with when it is not the delivery's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// The words drawn on it (tally's own text, never the model's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overlay: Option<crate::domain::overlay::Overlay>,
 }
 
 /// A delivery as stored, with its items in shot order.
@@ -267,7 +279,7 @@ fn delivery_of(r: &Row) -> Result<DeliveryView, StoreError> {
 fn items_of(tx: &mut dyn Tx, id: &str) -> Result<Vec<DeliveryItemView>, StoreError> {
     let rows = tx.rows(
         "SELECT position, task_id, artifact_id, shot_role, file_name, state, attempts, sha256, bytes, width, height,
-                why, retry_safe, remote_id
+                why, retry_safe, remote_id, profile, overlay
          FROM delivery_items WHERE delivery_id = ?1 ORDER BY position",
         &[&id],
     )?;
@@ -288,6 +300,8 @@ fn items_of(tx: &mut dyn Tx, id: &str) -> Result<Vec<DeliveryItemView>, StoreErr
                 why: r.get(11)?,
                 retry_safe: r.get(12)?,
                 remote_id: r.get(13)?,
+                profile: r.get(14)?,
+                overlay: r.get::<Option<String>>(15)?.and_then(|t| serde_json::from_str(&t).ok()),
             })
         })
         .collect()
@@ -354,9 +368,19 @@ pub(in crate::store) fn create(tx: &mut dyn Tx, d: &NewDelivery, now: Millis) ->
     for it in &d.items {
         tx.exec(
             "INSERT INTO delivery_items (delivery_id, position, task_id, artifact_id, shot_role, file_name, state,
-                                         updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'queued', ?7)",
-            &[&id, &it.position, &it.task_id, &it.artifact_id, &it.shot_role, &it.file_name, &now],
+                                         updated_at, profile, overlay)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'queued', ?7, ?8, ?9)",
+            &[
+                &id,
+                &it.position,
+                &it.task_id,
+                &it.artifact_id,
+                &it.shot_role,
+                &it.file_name,
+                &now,
+                &it.profile,
+                &it.overlay.as_ref().map(|o| serde_json::json!(o).to_string()),
+            ],
         )?;
     }
     let view = get(tx, &id)?.ok_or_else(|| StoreError::Invalid(format!("delivery {id} vanished")))?;

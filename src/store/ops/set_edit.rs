@@ -19,6 +19,7 @@ use super::SubmitOutcome;
 use super::choice::set_event;
 use super::common::{by_dialect, event};
 use super::sets::{create_set_as, set_started, start_set};
+use crate::domain::operation::{Source, SourceKind};
 use crate::domain::words::{say, say_with};
 use crate::domain::{Actor, Millis, request_hash};
 use crate::store::set_edit::{DeleteOutcome, EditOutcome, SetBlock, SetEdit, own_words, prompt_suffix};
@@ -331,18 +332,35 @@ pub(in crate::store) fn as_new_set(
     // take it) and how many candidates it has.
     let rows = tx.rows(
         "SELECT t.set_position, t.prompt, t.params, t.shot_role,
-                (SELECT count(DISTINCT c.candidate) FROM tasks c WHERE c.set_id = t.set_id AND c.set_position = t.set_position)
+                (SELECT count(DISTINCT c.candidate) FROM tasks c WHERE c.set_id = t.set_id AND c.set_position = t.set_position),
+                t.operation, t.source_kind, t.source_id, t.provider
          FROM tasks t WHERE t.set_id = ?1
            AND t.id = (SELECT f.id FROM tasks f WHERE f.set_id = t.set_id AND f.set_position = t.set_position
                        ORDER BY f.candidate, f.id DESC LIMIT 1)
          ORDER BY t.set_position",
         &[&set],
     )?;
+    let overlays = crate::store::sets::parse_overlays(
+        tx.opt("SELECT overlays FROM sets WHERE id = ?1", &[&set])?
+            .map(|r| r.get::<Option<String>>(0))
+            .transpose()?
+            .flatten()
+            .as_deref(),
+    );
     let mut shots = Vec::with_capacity(rows.len());
     for r in &rows {
         let (pos, prompt, params, role, count): (i64, String, String, Option<String>, i64) =
             (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?);
-        let own = own_words(&prompt, &product, style.as_deref()).ok_or_else(|| {
+        let (operation, kind, source_id, task_provider): (String, Option<String>, Option<String>, String) =
+            (r.get(5)?, r.get(6)?, r.get(7)?, r.get(8)?);
+        // A cutout shot (a `main_white` shot's photo) is copied as one: the same photo, cut out
+        // on the same provider.
+        let source = match (operation.as_str(), kind.as_deref().and_then(SourceKind::parse), source_id) {
+            ("cutout", Some(kind), Some(id)) => Some(Source { kind, id }),
+            _ => None,
+        };
+        let own = if source.is_some() { Some("") } else { own_words(&prompt, &product, style.as_deref()) };
+        let own = own.ok_or_else(|| {
             StoreError::Invalid(format!(
                 "{}'s prompt does not end with the product and style as tally writes them, so it cannot be copied",
                 shot_name(pos, role.as_deref())
@@ -353,6 +371,9 @@ pub(in crate::store) fn as_new_set(
             prompt: own.to_string(),
             params: serde_json::from_str(&params).unwrap_or_else(|_| serde_json::json!({})),
             candidates: u32::try_from(count.max(1)).unwrap_or(1),
+            provider: (source.is_some() && task_provider != provider).then_some(task_provider),
+            source,
+            overlay: usize::try_from(pos).ok().and_then(|p| overlays.get(p).cloned().flatten()),
         });
     }
     Ok(Some(NewSet { product, style, provider, references, shots, idempotency_key: key.map(str::to_string) }))

@@ -119,11 +119,12 @@ pub(in crate::store) fn create_set_as(
         }
     }
     let id = new_id();
+    let overlays = s.overlays_json();
     tx.exec(
         "INSERT INTO sets (id, idempotency_key, request_hash, product, style, provider, created_at, updated_at,
-                           started_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8)",
-        &[&id, &s.idempotency_key, &hash, &s.product, &s.style, &s.provider, &now, &started.then_some(now)],
+                           started_at, overlays)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8, ?9)",
+        &[&id, &s.idempotency_key, &hash, &s.product, &s.style, &s.provider, &now, &started.then_some(now), &overlays],
     )?;
     for (i, r) in s.references.iter().enumerate() {
         tx.exec(
@@ -216,7 +217,7 @@ pub(in crate::store) fn cancel_set(tx: &mut dyn Tx, set: &str, now: Millis) -> R
 /// A set with its current shots.
 pub(in crate::store) fn get_set(tx: &mut dyn Tx, id: &str) -> Result<Option<SetView>, StoreError> {
     let row = tx.opt(
-        "SELECT id, product, style, provider, canceled, created_at, updated_at, started_at IS NOT NULL
+        "SELECT id, product, style, provider, canceled, created_at, updated_at, started_at IS NOT NULL, overlays
              FROM sets WHERE id = ?1",
         &[&id],
     )?;
@@ -236,6 +237,7 @@ pub(in crate::store) fn get_set(tx: &mut dyn Tx, id: &str) -> Result<Option<SetV
         chosen: Vec::new(),
         replaced: Vec::new(),
         timeline: Vec::new(),
+        overlays: crate::store::sets::parse_overlays(r.get::<Option<String>>(8)?.as_deref()),
     };
     set.references = references_of_set(tx, id)?;
     let rows = tx

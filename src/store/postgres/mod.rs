@@ -62,7 +62,7 @@ const SCHEMA: &str = include_str!("../../../schema-pg.sql");
 
 /// The PostgreSQL schema version this build writes (independent of SQLite's
 /// `SCHEMA_VERSION`). Older databases are migrated by [`MIGRATIONS`]; newer ones refused.
-pub const PG_SCHEMA_VERSION: i32 = 16;
+pub const PG_SCHEMA_VERSION: i32 = 17;
 
 /// Migrations from version `n` to `n + 1`, indexed by `n - 1`. Each runs in the transaction
 /// that records the new version, under the migration lock, and only while no other node of
@@ -217,6 +217,9 @@ const MIGRATIONS: &[&str] = &[
     // failed (as SQLite's 16 → 17).
     "CREATE TABLE shop_settings (key text PRIMARY KEY, value text NOT NULL, set_at bigint NOT NULL);
      ALTER TABLE providers ADD COLUMN paused_at bigint, ADD COLUMN paused_why text;",
+    // 16 → 17: listing images (as SQLite's 17 → 18).
+    "ALTER TABLE sets ADD COLUMN overlays text;
+     ALTER TABLE delivery_items ADD COLUMN profile text, ADD COLUMN overlay text;",
 ];
 
 pub use crate::store::locks::LOCK_CLASS;

@@ -14,7 +14,7 @@ use crate::config::Durability;
 use crate::store::StoreError;
 
 /// The schema version this build writes. Older databases are migrated; newer ones refused.
-pub const SCHEMA_VERSION: i64 = 17;
+pub const SCHEMA_VERSION: i64 = 18;
 
 /// `PRAGMA application_id` of tally databases ("taly").
 pub(super) const APPLICATION_ID: i64 = 0x7461_6c79;
@@ -212,6 +212,12 @@ const MIGRATIONS: &[&str] = &[
     "CREATE TABLE shop_settings (key TEXT PRIMARY KEY, value TEXT NOT NULL, set_at INTEGER NOT NULL) STRICT;
      ALTER TABLE providers ADD COLUMN paused_at INTEGER;
      ALTER TABLE providers ADD COLUMN paused_why TEXT;",
+    // 17 → 18: listing images (issue #37): the words each shot's image carries (a JSON array
+    // by position, null where none), and per delivery item the profile it was made with (a
+    // profile per shot role) and the words drawn on it, kept as they were when it was asked for.
+    "ALTER TABLE sets ADD COLUMN overlays TEXT;
+     ALTER TABLE delivery_items ADD COLUMN profile TEXT;
+     ALTER TABLE delivery_items ADD COLUMN overlay TEXT;",
 ];
 
 /// The writer's automatic (PASSIVE) checkpoint runs once the WAL holds this many pages

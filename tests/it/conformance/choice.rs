@@ -20,7 +20,7 @@ both!(
 );
 
 fn shot(role: &str, candidates: u32) -> NewShot {
-    NewShot { role: role.into(), prompt: format!("{role} shot"), params: json!({}), candidates }
+    NewShot { role: role.into(), prompt: format!("{role} shot"), params: json!({}), candidates, ..NewShot::default() }
 }
 
 fn set(shots: Vec<NewShot>) -> NewSet {

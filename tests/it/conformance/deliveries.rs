@@ -20,8 +20,13 @@ use super::single::{LEASE, T0, artifact};
 both!(a_delivery_is_recorded_held_by_one_run_and_settled_item_by_item, a_run_that_lost_its_delivery_changes_nothing);
 
 fn set_of_two() -> NewSet {
-    let shot =
-        |role: &str| NewShot { role: role.into(), prompt: format!("{role} shot"), params: json!({}), candidates: 1 };
+    let shot = |role: &str| NewShot {
+        role: role.into(),
+        prompt: format!("{role} shot"),
+        params: json!({}),
+        candidates: 1,
+        ..NewShot::default()
+    };
     NewSet {
         product: "teapot".into(),
         style: None,
@@ -53,6 +58,7 @@ async fn a_delivery_is_recorded_held_by_one_run_and_settled_item_by_item(s: Stor
         artifact_id: art.to_string(),
         shot_role: view.shots[pos].shot_role.clone(),
         file_name: format!("teapot_{pos}.png"),
+        ..NewDeliveryItem::default()
     };
     let new = |items: Vec<NewDeliveryItem>| NewDelivery {
         set_id: sid.clone(),
@@ -167,6 +173,7 @@ async fn queued_delivery(s: &Store) -> String {
             artifact_id: art,
             shot_role: shot.shot_role.clone(),
             file_name: format!("teapot_{pos}.png"),
+            ..NewDeliveryItem::default()
         });
     }
     let new = NewDelivery {

@@ -83,6 +83,7 @@ async fn a_held_set_still_runs_its_shots_one_after_another(s: Store) {
         prompt: format!("{role} shot"),
         params: serde_json::json!({}),
         candidates,
+        ..NewShot::default()
     };
     let set = NewSet {
         product: "mug".into(),
@@ -211,6 +212,7 @@ async fn a_found_shot_waits_while_another_shot_of_its_set_is_live(s: Store) {
         prompt: format!("{role} shot"),
         params: serde_json::json!({}),
         candidates: 1,
+        ..NewShot::default()
     };
     let set = NewSet {
         product: "lamp".into(),
@@ -247,7 +249,13 @@ async fn a_found_shot_waits_while_another_shot_of_its_set_is_live(s: Store) {
 /// then found at the provider: the job is adopted (polled, never sent again), and the copy no
 /// longer shows as one that sent nothing.
 async fn a_copy_restored_from_before_its_start_is_started_when_its_request_is_found(s: Store) {
-    let shot = NewShot { role: "main".into(), prompt: "a".into(), params: serde_json::json!({}), candidates: 1 };
+    let shot = NewShot {
+        role: "main".into(),
+        prompt: "a".into(),
+        params: serde_json::json!({}),
+        candidates: 1,
+        ..NewShot::default()
+    };
     let set = NewSet {
         product: "teapot".into(),
         style: None,

@@ -247,6 +247,7 @@ async fn concurrent_retries_of_one_failed_shot_make_one_task(s: Store) {
             prompt: "on white".into(),
             params: serde_json::json!({}),
             candidates: 1,
+            ..NewShot::default()
         }],
         idempotency_key: None,
     };

@@ -50,7 +50,13 @@ fn lost() -> Finish {
 async fn set(s: &Store, product: &str, photo: &str, at: i64, ends: Vec<Finish>) -> (String, String) {
     let up = s.save_upload(NewImage::verify(png(photo)).expect("png"), at).await.expect("upload");
     let shots = (0..ends.len())
-        .map(|i| NewShot { role: "scene".into(), prompt: format!("{product} {i}"), params: json!({}), candidates: 1 })
+        .map(|i| NewShot {
+            role: "scene".into(),
+            prompt: format!("{product} {i}"),
+            params: json!({}),
+            candidates: 1,
+            ..NewShot::default()
+        })
         .collect();
     let new = NewSet {
         product: product.into(),
@@ -196,7 +202,13 @@ async fn a_prune_racing_a_new_set_keeps_the_photo_or_the_set_says_it_is_gone(s: 
                 style: None,
                 provider: "p".into(),
                 references: vec![photo],
-                shots: vec![NewShot { role: "main".into(), prompt: "main".into(), params: json!({}), candidates: 1 }],
+                shots: vec![NewShot {
+                    role: "main".into(),
+                    prompt: "main".into(),
+                    params: json!({}),
+                    candidates: 1,
+                    ..NewShot::default()
+                }],
                 idempotency_key: None,
             };
             s.create_set(new, cutoff).await
@@ -347,6 +359,7 @@ pub(super) mod pg_locks {
                 prompt: "main".into(),
                 params: serde_json::json!({}),
                 candidates: 1,
+                ..NewShot::default()
             }],
             idempotency_key: None,
         };

@@ -32,7 +32,7 @@ both!(
 );
 
 fn shot(role: &str, prompt: &str, candidates: u32) -> NewShot {
-    NewShot { role: role.into(), prompt: prompt.into(), params: json!({}), candidates }
+    NewShot { role: role.into(), prompt: prompt.into(), params: json!({}), candidates, ..NewShot::default() }
 }
 
 async fn create(s: &Store, refs: Vec<String>, shots: Vec<NewShot>, now: i64) -> String {

@@ -717,8 +717,13 @@ async fn recovery_applies_each_decision_and_skips_what_changed(s: Store) {
 
 async fn sets_run_one_shot_at_a_time_and_cancel_the_unsent(s: Store) {
     let up = s.save_upload(NewImage::verify(png("product photo")).expect("png"), T0).await.expect("upload");
-    let shot =
-        |role: &str| NewShot { role: role.into(), prompt: format!("{role} shot"), params: json!({}), candidates: 1 };
+    let shot = |role: &str| NewShot {
+        role: role.into(),
+        prompt: format!("{role} shot"),
+        params: json!({}),
+        candidates: 1,
+        ..NewShot::default()
+    };
     let set = NewSet {
         product: "mug".into(),
         style: Some("bright".into()),
@@ -845,8 +850,13 @@ async fn an_idle_store_runs_no_statements(s: Store) {
 async fn a_search_finds_a_prompt_or_a_sets_product_in_any_case(s: Store) {
     let red = s.submit(task("Red sneaker on white"), T0).await.expect("submit").task_id().to_string();
     let mug = s.submit(task("blue mug on a table"), T0 + 1).await.expect("submit").task_id().to_string();
-    let shot =
-        |role: &str| NewShot { role: role.into(), prompt: format!("{role} shot"), params: json!({}), candidates: 1 };
+    let shot = |role: &str| NewShot {
+        role: role.into(),
+        prompt: format!("{role} shot"),
+        params: json!({}),
+        candidates: 1,
+        ..NewShot::default()
+    };
     let set = NewSet {
         product: "Canvas Tote".into(),
         style: None,
