@@ -504,6 +504,30 @@ pub async fn get_one(
     if let Some(profile) = &profile {
         json.delivery = super::deliveries::readiness(&state, &s, profile).await?;
     }
+    // With a profile, every shot whose file only a render can judge (a white main image, words
+    // drawn, or a profile with rules measured on the file) is made as a delivery makes it, and
+    // what it breaks joins `blocking` (in the answer's language).
+    if let Some(p) = &profile {
+        let rules = state
+            .delivery_profiles()
+            .into_iter()
+            .find(|x| &x.name == p)
+            .is_some_and(|x| x.background_rule.is_some() || x.fill.is_some());
+        for (i, shot) in json.shots.iter().enumerate() {
+            let listing = shot.role.as_deref() == Some("main_white") || shot.overlay.is_some();
+            if shot.chosen.is_none() || !(rules || listing) {
+                continue;
+            }
+            if let super::listing::ShotFile::Refused(why) = super::listing::shot_file(&state, &s, i as i64, p).await? {
+                for w in super::deliveries::shown_reasons(why) {
+                    if !json.delivery.blocking.contains(&w) {
+                        json.delivery.blocking.push(w);
+                    }
+                }
+            }
+        }
+        json.delivery.ready = json.delivery.blocking.is_empty();
+    }
     // An overlaid shot's rendering, made as a delivery makes it (with `?profile=` when given).
     for shot in &mut json.shots {
         let (Some(r), Some(a), Some(o)) = (&mut shot.rendering, &shot.chosen, &shot.overlay) else { continue };

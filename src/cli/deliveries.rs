@@ -53,21 +53,30 @@ pub(super) async fn delivery_command(
     }
 }
 
-/// `tally set deliver SET --profile P --to TARGET [--force] [--product-id ID] [--wait]`.
-#[allow(clippy::too_many_arguments)]
+/// What `tally set deliver` asks for.
+pub(super) struct Deliver<'a> {
+    pub profile: &'a str,
+    pub to: &'a str,
+    pub force: bool,
+    pub product: Option<&'a str>,
+}
+
+/// `tally set deliver SET --profile P --to TARGET [--profile-for ROLE=P] [--force]
+/// [--product-id ID] [--wait]`; `by_role`: the `profiles` object.
 pub(super) async fn deliver(
     client: &Client,
     set: &str,
-    profile: &str,
-    to: &str,
-    force: bool,
-    product: Option<&str>,
+    req: &Deliver<'_>,
+    by_role: Value,
     wait: bool,
     json_out: bool,
 ) -> Result<ExitCode, Failure> {
-    let mut body = json!({ "profile": profile, "target": to, "force": force });
-    if let Some(p) = product {
+    let mut body = json!({ "profile": req.profile, "target": req.to, "force": req.force });
+    if let Some(p) = req.product {
         body["shopify_product"] = json!(p);
+    }
+    if by_role.as_object().is_some_and(|m| !m.is_empty()) {
+        body["profiles"] = by_role;
     }
     let answer = client.post(&format!("/v1/sets/{}/deliveries", seg(set)), &body).await?;
     if answer.error_code() == Some("not_ready") {
@@ -80,7 +89,7 @@ pub(super) async fn deliver(
             .filter_map(Value::as_str)
             .map(|r| format!("  - {}", term_safe(r)))
             .collect();
-        let hint = if force { "" } else { "\n(--force delivers an image that does not meet the profile anyway)" };
+        let hint = if req.force { "" } else { "\n(--force delivers an image that does not meet the profile anyway)" };
         return Err(Failure::error(format!("this set cannot be delivered yet:\n{}{hint}", reasons.join("\n"))));
     }
     let d = answer.into_ok()?;

@@ -390,8 +390,14 @@ pub enum SetCommand {
         #[arg(long = "ref", value_name = "FILE")]
         refs: Vec<PathBuf>,
         /// A shot as ROLE:PROMPT, ROLE one of main, selling_point, scene, detail, size; repeat, in order.
+        /// `main_white:@PHOTO` makes a white main image from that photo of the real product (cut
+        /// out, then composed on pure white when delivered).
         #[arg(long = "shot", value_name = "ROLE:PROMPT", required = true)]
         shots: Vec<String>,
+        /// Words tally draws on a shot's image, as SHOT:TEMPLATE:LINE (SHOT a role, or #N for
+        /// the shot's number from 0; templates: `GET /v1/overlays`); repeat to add lines.
+        #[arg(long = "overlay", value_name = "SHOT:TEMPLATE:LINE")]
+        overlays: Vec<String>,
         /// Style notes shared by every shot.
         #[arg(long)]
         style: Option<String>,
@@ -497,6 +503,9 @@ pub enum SetCommand {
         /// Deliver an image that does not meet the profile anyway.
         #[arg(long)]
         force: bool,
+        /// A profile for the shots of one role, as ROLE=PROFILE (main_white=amazon_main); repeat.
+        #[arg(long = "profile-for", value_name = "ROLE=PROFILE")]
+        profile_for: Vec<String>,
         /// For a shopify target: the product the files are attached to
         /// (gid://shopify/Product/… or its handle).
         #[arg(long = "product-id", value_name = "ID")]

@@ -15,23 +15,67 @@ pub(super) fn parse_shot(s: &str) -> Result<Value, Failure> {
     Ok(json!({ "role": role.trim(), "prompt": prompt.trim() }))
 }
 
+/// Upload a photo file; its upload id.
+async fn upload_file(client: &Client, path: &std::path::Path) -> Result<Value, Failure> {
+    let bytes = std::fs::read(path).map_err(|e| Failure::error(format!("cannot read {}: {e}", path.display())))?;
+    let ct = crate::providers::sniff_image(&bytes)
+        .ok_or_else(|| Failure::error(format!("{} is not a PNG, JPEG or WebP image", path.display())))?;
+    let up = client.post_bytes("/v1/uploads", ct, bytes).await?.into_ok()?;
+    Ok(up["id"].clone())
+}
+
+/// `--overlay SHOT:TEMPLATE:LINE`, each added to its shot's overlay (SHOT: `#N`, or a role:
+/// its first shot). The same shot and template again adds a line; another template for a shot
+/// that has one is refused.
+fn add_overlays(shots: &mut [Value], overlays: &[String]) -> Result<(), Failure> {
+    let usage =
+        |o: &str, why: String| Failure { exit: Exit::Usage, message: format!("--overlay `{}`: {why}", term_safe(o)) };
+    for o in overlays {
+        let mut parts = o.splitn(3, ':');
+        let (Some(shot), Some(template), Some(line)) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(usage(o, "write it as SHOT:TEMPLATE:LINE".into()));
+        };
+        let (shot, template) = (shot.trim(), template.trim());
+        let i = match shot.strip_prefix('#') {
+            Some(n) => n.parse::<usize>().ok().filter(|i| *i < shots.len()),
+            None => shots.iter().position(|s| s["role"] == shot),
+        }
+        .ok_or_else(|| usage(o, format!("no shot `{shot}` among --shot (a role, or #N from 0)")))?;
+        let entry = &mut shots[i]["overlay"];
+        if entry.is_null() {
+            *entry = json!({ "template": template, "lines": [] });
+        } else if entry["template"] != template {
+            return Err(usage(o, format!("that shot's words already use the template `{}`", entry["template"])));
+        }
+        if let Some(lines) = entry["lines"].as_array_mut() {
+            lines.push(json!(line));
+        }
+    }
+    Ok(())
+}
+
 pub(super) async fn set_command(client: &Client, cmd: SetCommand, json_out: bool) -> Result<ExitCode, Failure> {
     match cmd {
-        SetCommand::Create { product, refs, shots, style, candidates, provider, idempotency_key, wait } => {
+        SetCommand::Create { product, refs, shots, overlays, style, candidates, provider, idempotency_key, wait } => {
             let mut shots = shots.iter().map(|s| parse_shot(s)).collect::<Result<Vec<_>, _>>()?;
             if candidates != 1 {
                 for s in &mut shots {
                     s["candidates"] = json!(candidates);
                 }
             }
+            // `ROLE:@PHOTO`: the shot is made from that photo (uploaded first), not a prompt.
+            for s in &mut shots {
+                let Some(path) = s["prompt"].as_str().and_then(|p| p.strip_prefix('@')).map(PathBuf::from) else {
+                    continue;
+                };
+                let up = upload_file(client, &path).await?;
+                s["source"] = json!({ "upload": up });
+                s["prompt"] = json!("");
+            }
+            add_overlays(&mut shots, &overlays)?;
             let mut references = Vec::new();
             for path in &refs {
-                let bytes =
-                    std::fs::read(path).map_err(|e| Failure::error(format!("cannot read {}: {e}", path.display())))?;
-                let ct = crate::providers::sniff_image(&bytes)
-                    .ok_or_else(|| Failure::error(format!("{} is not a PNG, JPEG or WebP image", path.display())))?;
-                let up = client.post_bytes("/v1/uploads", ct, bytes).await?.into_ok()?;
-                references.push(up["id"].clone());
+                references.push(upload_file(client, path).await?);
             }
             let mut body = json!({ "product": product, "references": references, "shots": shots });
             for (k, v) in [("style", style), ("provider", provider), ("idempotency_key", idempotency_key)] {
@@ -116,8 +160,17 @@ pub(super) async fn set_command(client: &Client, cmd: SetCommand, json_out: bool
             show_set(client, &set, json_out);
             Ok(Exit::Ok.into())
         }
-        SetCommand::Deliver { id, profile, to, force, product_id, wait } => {
-            super::deliveries::deliver(client, &id, &profile, &to, force, product_id.as_deref(), wait, json_out).await
+        SetCommand::Deliver { id, profile, to, force, profile_for, product_id, wait } => {
+            let mut by_role = serde_json::Map::new();
+            for p in &profile_for {
+                let (role, name) = p.split_once('=').ok_or_else(|| Failure {
+                    exit: Exit::Usage,
+                    message: format!("--profile-for `{}`: write it as ROLE=PROFILE", term_safe(p)),
+                })?;
+                by_role.insert(role.trim().to_string(), json!(name.trim()));
+            }
+            let req = super::deliveries::Deliver { profile: &profile, to: &to, force, product: product_id.as_deref() };
+            super::deliveries::deliver(client, &id, &req, Value::Object(by_role), wait, json_out).await
         }
         SetCommand::Unchoose { id, shot } => {
             let index = shot_index(client, &id, &shot).await?;

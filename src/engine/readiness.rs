@@ -15,6 +15,10 @@
 //! `max_bytes` at any quality) cost a decode or a full render, so they run when the delivery
 //! is asked for (`Engine::deliver`), and its 409 lists them with the reasons here. So an
 //! empty `blocking` for a profile means "nothing the cheap checks can see", not a promise.
+//! The one exception is a listing image (issue #37): `GET /v1/sets/{id}?profile=` renders each
+//! shot that only a render can judge — a `main_white` shot, a shot with words drawn, every shot
+//! for a profile whose rules are measured on the file — and adds what it breaks
+//! (`api::sets::get_one`); a set has a handful of shots.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;

@@ -129,8 +129,9 @@ fn edit(bytes: &[u8], instruction: &str) -> Result<Vec<u8>, String> {
     encode(&img)
 }
 
-/// The demo's cutout: the border's most common colour is the background; every pixel within
-/// [`BACKGROUND_TOLERANCE`] of it that is connected to the border becomes transparent. An
+/// The demo's cutout: the border's common colours (each a tenth of it or more: one for a plain
+/// backdrop, a few for a pattern) are the background; every pixel within
+/// [`BACKGROUND_TOLERANCE`] of one of them that is connected to the border becomes transparent. An
 /// image with nothing left, or with no background found, is refused in plain words.
 fn cutout(bytes: &[u8]) -> Result<Vec<u8>, String> {
     let mut img = decode(bytes)?;
@@ -150,11 +151,19 @@ fn cutout(bytes: &[u8]) -> Result<Vec<u8>, String> {
         // Quantized, so noise around one colour counts as that colour.
         *counts.entry([p[0] / 16, p[1] / 16, p[2] / 16]).or_insert(0u32) += 1;
     }
-    let Some((bucket, _)) = counts.into_iter().max_by_key(|(_, n)| *n) else {
-        return Err("the image is empty".into());
-    };
+    // The background: the border's colours that each cover at least a tenth of it (a plain
+    // backdrop has one; a pattern, a few), at most four, the most common first.
+    let edge = border.len() as u32;
+    let mut common: Vec<([u8; 3], u32)> = counts.into_iter().collect();
+    common.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let buckets: Vec<[u8; 3]> = common.iter().filter(|(_, n)| n * 10 >= edge).take(4).map(|(b, _)| *b).collect();
+    if buckets.is_empty() {
+        return Err("no background was found around the product: the photo's edges share no colour".into());
+    }
     let near = |p: &Rgba<u8>| {
-        (0..3).all(|c| (i32::from(p.0[c]) - i32::from(bucket[c]) * 16 - 8).abs() <= BACKGROUND_TOLERANCE)
+        buckets.iter().any(|bucket| {
+            (0..3).all(|c| (i32::from(p.0[c]) - i32::from(bucket[c]) * 16 - 8).abs() <= BACKGROUND_TOLERANCE)
+        })
     };
     let mut seen = vec![false; (w as usize) * (h as usize)];
     let mut stack: Vec<(u32, u32)> = border.into_iter().filter(|&(x, y)| near(img.get_pixel(x, y))).collect();
@@ -182,7 +191,10 @@ fn cutout(bytes: &[u8]) -> Result<Vec<u8>, String> {
     }
     let total = u64::from(w) * u64::from(h);
     if cleared == 0 {
-        return Err("no plain background was found around the product (the demo removes only a plain one)".into());
+        return Err(
+            "no plain background was found around the product (the demo removes only a plain or simply patterned one)"
+                .into(),
+        );
     }
     if cleared == total {
         return Err("nothing but background was found: the image shows no product to cut out".into());

@@ -44,6 +44,7 @@ mod fsync;
 mod hostile3;
 mod language;
 mod limits;
+mod listing;
 mod memory;
 mod money;
 mod onefile;
