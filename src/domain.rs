@@ -10,10 +10,9 @@ pub mod overlay;
 pub mod words;
 pub mod zone;
 
+use serde::Serialize;
 use std::fmt;
 use std::time::Duration;
-
-use serde::Serialize;
 
 /// The currency of prices and budgets when none is configured.
 pub const DEFAULT_CURRENCY: &str = "USD";

@@ -45,16 +45,6 @@ pub async fn overlays() -> Response {
     json_response(StatusCode::OK, &OverlayList { templates: templates() })
 }
 
-/// The `{id}` and `{position}` of a set's shot in a path.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Path)]
-pub struct ShotPreviewPath {
-    /// A set's id.
-    pub id: String,
-    /// The shot's position, from 0.
-    pub position: i64,
-}
-
 /// `…/preview` query.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -69,10 +59,10 @@ pub struct PreviewQuery {
 /// with `profile` writes, byte for byte (its sha256 in `Tally-Sha256`).
 #[utoipa::path(
     get,
-    path = "/sets/{id}/shots/{position}/preview",
+    path = "/sets/{id}/shots/{index}/preview",
     operation_id = "preview_shot",
     tag = "sets",
-    params(ShotPreviewPath, PreviewQuery),
+    params(super::choice::ShotPath, PreviewQuery),
     responses(
         (status = 200, description = "The file, as a delivery with the profile writes it.",
             content(("image/jpeg"), ("image/png"), ("image/webp"))),
@@ -86,13 +76,14 @@ pub struct PreviewQuery {
 )]
 pub async fn preview(
     State(state): State<AppState>,
-    Path(path): Path<ShotPreviewPath>,
+    Path((id, index)): Path<(String, String)>,
     query: Result<Query<PreviewQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
+    let position = super::choice::index_of(&index)?;
     let Query(q) = query?;
-    let name = q.profile.filter(|p| !p.trim().is_empty()).unwrap_or_else(|| super::sets::PREVIEW_PROFILE.into());
-    let set = super::sets::load(&state, &path.id).await?;
-    let file = match shot_file(&state, &set, path.position, &name).await? {
+    let name = q.profile.filter(|p| !p.trim().is_empty()).unwrap_or_else(|| PREVIEW_PROFILE.into());
+    let set = super::sets::load(&state, &id).await?;
+    let file = match shot_file(&state, &set, position, &name).await? {
         ShotFile::Made(f) => f,
         ShotFile::NoShot => return Err(ApiError::not_found("shot")),
         ShotFile::NotChosen => {
@@ -118,6 +109,43 @@ pub async fn preview(
         h.insert(SHA256_HEADER, v);
     }
     Ok(resp)
+}
+
+/// An overlaid shot's rendering: the chosen image with the owner's words drawn by tally.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RenderingJson {
+    /// A stable id of this rendering (of the chosen image, the words and the profile).
+    pub id: String,
+    /// Where to fetch it: `/v1/sets/{id}/shots/{index}/preview?profile=P`.
+    pub url: String,
+    /// The profile it is rendered with (the page's preview; a delivery renders the same bytes
+    /// with the same profile).
+    pub profile: String,
+    /// The sha256 of its bytes (`GET /v1/sets/{id}` only; null in lists, and while it cannot
+    /// be made: the reason is in `delivery.blocking` with `?profile=`).
+    pub sha256: Option<String>,
+}
+
+/// The profile a shot's preview is rendered with when none is asked for: an 800×800 square.
+pub const PREVIEW_PROFILE: &str = "taobao_main";
+
+/// The rendering of shot `position` of set `set` (its chosen image `artifact` with `overlay`)
+/// with `profile`, without its sha256.
+pub(crate) fn rendering_json(
+    set: &str,
+    position: i64,
+    artifact: &str,
+    overlay: &crate::domain::overlay::Overlay,
+    profile: &str,
+) -> RenderingJson {
+    let seed = format!("{artifact}\n{}\n{profile}", serde_json::json!(overlay));
+    let id = crate::delivery::render::sha256_hex(seed.as_bytes())[..32].to_string();
+    RenderingJson {
+        id,
+        url: format!("/v1/sets/{set}/shots/{position}/preview?profile={profile}"),
+        profile: profile.to_string(),
+        sha256: None,
+    }
 }
 
 /// What shot `position`'s file with a profile is.

@@ -73,46 +73,9 @@ pub struct ShotJson {
     /// The chosen image as it is delivered with the overlay drawn (its own id and sha256, for
     /// the square preview frame): a new rendering, never the chosen image's stored bytes. Null
     /// without an overlay or a chosen image.
-    pub rendering: Option<RenderingJson>,
+    pub rendering: Option<super::listing::RenderingJson>,
     #[serde(flatten)]
     pub task: TaskJson,
-}
-
-/// An overlaid shot's rendering: the chosen image with the owner's words drawn by tally.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct RenderingJson {
-    /// A stable id of this rendering (of the chosen image, the words and the profile).
-    pub id: String,
-    /// Where to fetch it: `/v1/sets/{id}/shots/{index}/preview?profile=P`.
-    pub url: String,
-    /// The profile it is rendered with (the page's preview; a delivery renders the same bytes
-    /// with the same profile).
-    pub profile: String,
-    /// The sha256 of its bytes (`GET /v1/sets/{id}` only; null in lists, and while it cannot
-    /// be made: the reason is in `delivery.blocking` with `?profile=`).
-    pub sha256: Option<String>,
-}
-
-/// The profile a shot's preview is rendered with when none is asked for: an 800×800 square.
-pub const PREVIEW_PROFILE: &str = "taobao_main";
-
-/// The rendering of shot `position` of set `set` (its chosen image `artifact` with `overlay`)
-/// with `profile`, without its sha256.
-pub(crate) fn rendering_json(
-    set: &str,
-    position: i64,
-    artifact: &str,
-    overlay: &crate::domain::overlay::Overlay,
-    profile: &str,
-) -> RenderingJson {
-    let seed = format!("{artifact}\n{}\n{profile}", json!(overlay));
-    let id = crate::delivery::render::sha256_hex(seed.as_bytes())[..32].to_string();
-    RenderingJson {
-        id,
-        url: format!("/v1/sets/{set}/shots/{position}/preview?profile={profile}"),
-        profile: profile.to_string(),
-        sha256: None,
-    }
 }
 
 /// One candidate image of a shot: its task's id, status, image and charge.
@@ -250,7 +213,9 @@ pub fn set_json(state: &AppState, s: &SetView) -> SetJson {
                 let source =
                     t.source.clone().filter(|_| white && t.operation == crate::domain::operation::Operation::Cutout);
                 let rendering = match (&overlay, &chosen) {
-                    (Some(o), Some(a)) => Some(rendering_json(&s.id, position, a, o, PREVIEW_PROFILE)),
+                    (Some(o), Some(a)) => {
+                        Some(super::listing::rendering_json(&s.id, position, a, o, super::listing::PREVIEW_PROFILE))
+                    }
                     _ => None,
                 };
                 ShotJson {
@@ -532,7 +497,7 @@ pub async fn get_one(
     for shot in &mut json.shots {
         let (Some(r), Some(a), Some(o)) = (&mut shot.rendering, &shot.chosen, &shot.overlay) else { continue };
         if let Some(p) = &profile {
-            *r = rendering_json(&s.id, shot.position, a, o, p);
+            *r = super::listing::rendering_json(&s.id, shot.position, a, o, p);
         }
         if let super::listing::ShotFile::Made(f) =
             super::listing::shot_file(&state, &s, shot.position, &r.profile).await?

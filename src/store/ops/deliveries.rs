@@ -20,6 +20,9 @@
 //! the end of the operation, and change nothing otherwise); a `delivered` item is never sent
 //! again ([`retry`] re-queues only the others); an item that was ever recorded `writing`
 //! keeps its sha256, so whoever sends it next looks at the target first.
+//!
+//! Past 600 lines: the delivery's stored types and the steps of its protocol over them are one
+//! unit; split, each half would need the other to be read.
 
 use serde::Serialize;
 
@@ -366,6 +369,7 @@ pub(in crate::store) fn create(tx: &mut dyn Tx, d: &NewDelivery, now: Millis) ->
         &[&id, &d.set_id, &d.profile, &d.target, &d.forced, &now, &d.shopify_product],
     )?;
     for it in &d.items {
+        let overlay = it.overlay.as_ref().map(|o| serde_json::json!(o).to_string());
         tx.exec(
             "INSERT INTO delivery_items (delivery_id, position, task_id, artifact_id, shot_role, file_name, state,
                                          updated_at, profile, overlay)
@@ -379,7 +383,7 @@ pub(in crate::store) fn create(tx: &mut dyn Tx, d: &NewDelivery, now: Millis) ->
                 &it.file_name,
                 &now,
                 &it.profile,
-                &it.overlay.as_ref().map(|o| serde_json::json!(o).to_string()),
+                &overlay,
             ],
         )?;
     }
