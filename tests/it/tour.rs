@@ -90,6 +90,15 @@ fn the_readme_tour_runs_as_written() {
             _ => c,
         }
     };
+    // The owner's photo the README's listing step names: a blue mug on a plain grey backdrop.
+    let photo = image::RgbImage::from_fn(1600, 1200, |x, y| {
+        if (560..1040).contains(&x) && (330..930).contains(&y) {
+            image::Rgb([40, 80, 190])
+        } else {
+            image::Rgb([225, 225, 220])
+        }
+    });
+    photo.save(root.join("work/mug-photo.png")).expect("the photo");
     let mut steps: Vec<String> = Vec::new();
     for (page, marker) in [
         ("README.md", "## A short tour"),
@@ -145,6 +154,13 @@ fn the_readme_tour_runs_as_written() {
         assert_eq!(Some(sha256_hex(&bytes).as_str()), f["sha256"].as_str(), "{name} on disk matches the manifest");
     }
     assert!(exports.join("manifest.csv").is_file(), "manifest.csv beside the files");
+    // The listing's main image: the mug from the photo, on pure white at Amazon's size.
+    let main = files.iter().find_map(|f| f["file_name"].as_str().filter(|n| n.contains("white")));
+    let main = image::open(exports.join(main.unwrap_or("no main_white file"))).expect("the main image").to_rgb8();
+    assert_eq!(main.dimensions(), (2000, 2000));
+    let edge = main.enumerate_pixels().filter(|(x, y, _)| *x == 0 || *y == 0 || *x == 1999 || *y == 1999);
+    assert!(edge.clone().all(|(_, _, p)| p.0 == [255, 255, 255]), "its edge is pure white");
+    assert!(main.pixels().any(|p| p.0[2] > 150 && p.0[0] < 80), "the blue mug is on it");
     // The mock's ledger counts what was charged: the red, the lost blue, its retry, the green.
     let ledger = std::fs::read_to_string(root.join("tmp/ledger.jsonl")).unwrap_or_default();
     let charged = ledger.lines().filter(|l| l.contains("\"charged\":true")).count();
