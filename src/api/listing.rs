@@ -111,7 +111,8 @@ pub async fn preview(
     Ok(resp)
 }
 
-/// An overlaid shot's rendering: the chosen image with the owner's words drawn by tally.
+/// A listing shot's rendering: the chosen image as delivered (composed on white, the owner's
+/// words drawn by tally).
 #[derive(Debug, Serialize, ToSchema)]
 pub struct RenderingJson {
     /// A stable id of this rendering (of the chosen image, the words and the profile).
@@ -135,7 +136,7 @@ pub(crate) fn rendering_json(
     set: &str,
     position: i64,
     artifact: &str,
-    overlay: &crate::domain::overlay::Overlay,
+    overlay: Option<&crate::domain::overlay::Overlay>,
     profile: &str,
 ) -> RenderingJson {
     let seed = format!("{artifact}\n{}\n{profile}", serde_json::json!(overlay));

@@ -70,9 +70,10 @@ pub struct ShotJson {
     pub source: Option<crate::domain::operation::Source>,
     /// The words tally draws on the shot's image when it is delivered; null: none.
     pub overlay: Option<crate::domain::overlay::Overlay>,
-    /// The chosen image as it is delivered with the overlay drawn (its own id and sha256, for
-    /// the square preview frame): a new rendering, never the chosen image's stored bytes. Null
-    /// without an overlay or a chosen image.
+    /// The chosen image as it is delivered — a white main image composed on pure white, the
+    /// words drawn — with its own id and sha256 (the profile of `?profile=`, else an 800×800
+    /// square): a new rendering, never the chosen image's stored bytes. Null without a chosen
+    /// image, and for a shot that is neither `main_white` nor has words.
     pub rendering: Option<super::listing::RenderingJson>,
     #[serde(flatten)]
     pub task: TaskJson,
@@ -212,10 +213,14 @@ pub fn set_json(state: &AppState, s: &SetView) -> SetJson {
                 let white = t.shot_role.as_deref() == Some("main_white");
                 let source =
                     t.source.clone().filter(|_| white && t.operation == crate::domain::operation::Operation::Cutout);
-                let rendering = match (&overlay, &chosen) {
-                    (Some(o), Some(a)) => {
-                        Some(super::listing::rendering_json(&s.id, position, a, o, super::listing::PREVIEW_PROFILE))
-                    }
+                let rendering = match (&chosen, overlay.is_some() || white) {
+                    (Some(a), true) => Some(super::listing::rendering_json(
+                        &s.id,
+                        position,
+                        a,
+                        overlay.as_ref(),
+                        super::listing::PREVIEW_PROFILE,
+                    )),
                     _ => None,
                 };
                 ShotJson {
@@ -495,9 +500,9 @@ pub async fn get_one(
     }
     // An overlaid shot's rendering, made as a delivery makes it (with `?profile=` when given).
     for shot in &mut json.shots {
-        let (Some(r), Some(a), Some(o)) = (&mut shot.rendering, &shot.chosen, &shot.overlay) else { continue };
+        let (Some(r), Some(a)) = (&mut shot.rendering, &shot.chosen) else { continue };
         if let Some(p) = &profile {
-            *r = super::listing::rendering_json(&s.id, shot.position, a, o, p);
+            *r = super::listing::rendering_json(&s.id, shot.position, a, shot.overlay.as_ref(), p);
         }
         if let super::listing::ShotFile::Made(f) =
             super::listing::shot_file(&state, &s, shot.position, &r.profile).await?

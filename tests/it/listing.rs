@@ -488,3 +488,56 @@ fn the_cli_makes_a_white_main_image_draws_words_and_delivers_a_profile_per_role(
     assert!(w.max(h) >= 1000);
     d.term();
 }
+
+#[test]
+fn the_page_shows_each_listing_shot_as_the_file_a_delivery_writes() {
+    let (mut d, out, _dir) = daemon();
+    let ph = upload(&d, &photo(Backdrop::Coloured));
+    let r = d.call(
+        "POST",
+        "/v1/sets",
+        Some(&json!({"product": "青花瓷茶杯", "shots": shots(&ph, &["手工青花", "礼盒装"])})),
+    );
+    let set = settled(&d, r.json()["id"].as_str().expect("id"));
+    let id = set["id"].as_str().expect("id").to_string();
+    choose_all(&d, &set);
+    let url = crate::web::printed_sign_in_url(&d);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let shown: Vec<(String, String, String)> = rt.block_on(async {
+        let b = crate::browser::Browser::start().await;
+        b.sign_in(&url).await;
+        crate::web_views::set_width(&b, 390).await;
+        b.js(&format!("(location.hash = '#/sets/{id}')")).await;
+        let mut shown = Vec::new();
+        for n in [0, 1] {
+            let fig = format!("document.getElementById('shot-preview-{n}')");
+            b.until("the preview", 20, &format!("{fig} && {fig}.querySelector('img').complete && {fig}.querySelector('img').naturalWidth > 0")).await;
+            // The bytes the page shows, hashed in the page.
+            b.js(&format!(
+                "(window.__sha = null, fetch({fig}.querySelector('img').src).then(r => r.arrayBuffer())
+                   .then(x => crypto.subtle.digest('SHA-256', x))
+                   .then(h => {{ window.__sha = Array.from(new Uint8Array(h)).map(v => v.toString(16).padStart(2, '0')).join(''); }}), true)"
+            ))
+            .await;
+            let sha = b.until("the preview's sha256", 20, "window.__sha").await.as_str().expect("sha").to_string();
+            let said = b.js(&format!("{fig}.dataset.sha256")).await.as_str().unwrap_or("").to_string();
+            let profile = b.js(&format!("{fig}.dataset.profile")).await.as_str().unwrap_or("").to_string();
+            shown.push((sha, said, profile));
+        }
+        let words = b.js("document.getElementById('shot-words-1').textContent").await;
+        assert!(words.as_str().is_some_and(|w| w.contains("手工青花 / 礼盒装")), "{words}");
+        crate::web_views::check_view(&b, "a listing set with its previews").await;
+        b.close().await;
+        shown
+    });
+    let profile = shown[0].2.clone();
+    let dv = deliver(&d, &id, json!({"profile": profile}));
+    let delivered = files(&out, &dv);
+    for (n, role) in [(0, "main_white"), (1, "selling_point")] {
+        let (_, _, bytes) = delivered.iter().find(|(r, ..)| r == role).expect("delivered");
+        let sha = tally::delivery::render::sha256_hex(bytes);
+        assert_eq!(shown[n].0, sha, "{role}: the page's preview is the delivered file");
+        assert_eq!(shown[n].1, sha, "{role}: the sha256 the set's JSON gives");
+    }
+    d.term();
+}

@@ -351,6 +351,7 @@
       several ? candidateList(s, shot, provider) : (art ? T.enlargeable(art.url, T.tf("role.of", { role, product: s.product }), null, "shot") : null),
       !several && art && shot.chosen !== art.id ? chooseOnly(s, shot, art, err) : null,
       !several && art && shot.chosen === art.id ? h("strong", { class: "chosen-mark" }, T.t("cand.chosen")) : null,
+      listingPreview(s, shot, role),
       h("p", { class: "message" }, T.sentence(shot)),
       refused ? h("p", { class: "fix", id: "shot-fix-" + shot.position }, h("strong", {}, T.t("refused.fix") + " "),
         T.refusalWords(refused).fix) : null,
@@ -358,6 +359,21 @@
       h("p", { class: "hint" }, T.shotWords(shot.prompt)),
       actions, retryPrice, err,
       h("a", { href: "#/tasks/" + encodeURIComponent(shot.id), class: "more-link" }, T.t("set.details")));
+  }
+
+  /** A listing shot's chosen image as it will be delivered (a white main image composed on pure
+      white, the owner's words drawn by tally): the daemon's own rendering, byte for byte the
+      file a delivery with that profile writes, with the words and where they come from. */
+  function listingPreview(s, shot, role) {
+    const r = shot.rendering;
+    const words = shot.overlay ? h("p", { class: "hint", id: "shot-words-" + shot.position },
+      T.tf("set.overlay_words", { lines: shot.overlay.lines.join(" / ") })) : null;
+    const photo = shot.source ? h("p", { class: "hint", id: "shot-source-" + shot.position }, T.t("set.white_from_photo")) : null;
+    if (!r) return (words || photo) ? h("div", { class: "listing" }, photo, words) : null;
+    return h("figure", { class: "listing-preview", id: "shot-preview-" + shot.position, "data-sha256": r.sha256 || "",
+      "data-profile": r.profile },
+      h("img", { src: r.url, alt: T.tf("set.preview_alt", { role, product: s.product }), loading: "lazy", width: "240" }),
+      h("figcaption", {}, T.tf("set.preview_caption", { profile: r.profile }), photo, words));
   }
 
   /** "Use this one" for a shot with a single candidate. */
