@@ -11,6 +11,7 @@
 pub mod fairness;
 pub mod http;
 pub mod images;
+pub mod listing;
 pub mod pg;
 pub mod populate;
 pub mod profile;
@@ -116,6 +117,7 @@ pub enum Section {
     Http,
     Images,
     Fairness,
+    Listing,
 }
 
 /// The machine the numbers come from.
@@ -286,6 +288,8 @@ pub struct Results {
     pub images: Option<images::Images>,
     /// Fresh tasks against a recovered backlog (issue #18), with the FIFO baseline.
     pub fairness: Option<fairness::Fairness>,
+    /// Listing images from 4096 px sources against a plain resize (issue #37, `--only listing`).
+    pub listing: Option<rendering::RenderBench>,
     /// `--backend postgres`: the PostgreSQL backend beside SQLite (`null` otherwise).
     pub postgres: Option<pg::PgBench>,
     pub total_secs: f64,
@@ -399,6 +403,7 @@ async fn run_all(args: &BenchArgs, out: &Path) -> Result<Results, String> {
                 backup: None,
             }),
             fairness: None,
+            listing: None,
             postgres: None,
             total_secs: t0.elapsed().as_secs_f64(),
         });
@@ -423,6 +428,7 @@ async fn run_all(args: &BenchArgs, out: &Path) -> Result<Results, String> {
             idle_rss_mb: None,
             images: None,
             fairness: None,
+            listing: None,
             postgres: Some(pg),
             total_secs: t0.elapsed().as_secs_f64(),
         });
@@ -532,6 +538,15 @@ async fn run_all(args: &BenchArgs, out: &Path) -> Result<Results, String> {
         _ => None,
     };
 
+    let mut listing = None;
+    if on(Section::Listing) {
+        progress("listing: a 4096 px cutout on white for amazon_main, words on a 4096 px photo for taobao_main");
+        let rounds = args.rounds.max(3);
+        listing = Some(
+            tokio::task::spawn_blocking(move || listing::listing_ratio(rounds)).await.map_err(|e| e.to_string())??,
+        );
+    }
+
     let mut images = None;
     if on(Section::Images) {
         progress("images: large images end to end, storage, prune, downloads, backup");
@@ -554,6 +569,7 @@ async fn run_all(args: &BenchArgs, out: &Path) -> Result<Results, String> {
         idle_rss_mb,
         images,
         fairness: fair,
+        listing,
         postgres: None,
         total_secs: t0.elapsed().as_secs_f64(),
     })

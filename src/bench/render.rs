@@ -203,6 +203,21 @@ pub(super) fn render_table(r: &Results) -> String {
     if let Some(im) = &r.images {
         render_images(&mut t, im);
     }
+    if let Some(l) = &r.listing {
+        let _ = writeln!(
+            t,
+            "\nlisting images from {} px sources, against a plain resize (issue #37; bar 2x): worst {:.2}x",
+            super::listing::SIDE,
+            l.ratio
+        );
+        for p in &l.per_profile {
+            let _ = writeln!(
+                t,
+                "   {}: tally {:.3} s, plain {:.3} s, {:.2}x",
+                p.profile, p.tally_s, p.reference_s, p.ratio
+            );
+        }
+    }
     if let Some(f) = &r.fairness {
         let _ = writeln!(
             t,

@@ -103,7 +103,7 @@ fn measure(dir: &Path, images: &[Vec<u8>], profile_names: &[&str], rounds: usize
     Ok(RenderBench { per_profile, ratio })
 }
 
-fn median(v: &mut [f64]) -> f64 {
+pub(super) fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     match v.len() {
         0 => 0.0,
@@ -113,7 +113,7 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 /// A fresh directory under the system's temporary directory.
-fn scratch_dir() -> Result<PathBuf, String> {
+pub(super) fn scratch_dir() -> Result<PathBuf, String> {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
     let dir = std::env::temp_dir().join(format!("tally-bench-render-{}-{nanos}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("rendering: cannot create {}: {e}", dir.display()))?;
@@ -149,7 +149,7 @@ fn tally_file(profile: &Profile, source: &[u8], target: &FolderTarget, name: &st
 }
 
 /// The reference pipeline for one image (no tally code). Returns the file.
-fn reference_file(spec: &Render, source: &[u8], path: &Path) -> Result<Vec<u8>, String> {
+pub(super) fn reference_file(spec: &Render, source: &[u8], path: &Path) -> Result<Vec<u8>, String> {
     let err = |e: &dyn std::fmt::Display| format!("reference: {e}");
     let img = image::load_from_memory(source).map_err(|e| err(&e))?.into_rgb8();
     let (w, h) = img.dimensions();

@@ -79,6 +79,7 @@ fn sample() -> Results {
         idle_rss_mb: Some(10.0),
         images: None,
         fairness: None,
+        listing: None,
         postgres: None,
         total_secs: 60.0,
     }
