@@ -265,6 +265,15 @@ impl Face {
         self.font.h_advance_unscaled(self.font.glyph_id(c)) / self.upem
     }
 
+    /// The blank after `c`'s ink within its advance, in ems (wide after `，` or `！`): left out
+    /// when a line is centred, so that a line ending in punctuation looks centred.
+    fn trailing_blank(&self, c: char) -> f32 {
+        let id = self.font.glyph_id(c);
+        let advance = self.font.h_advance_unscaled(id);
+        let right = self.font.outline(id).map_or(advance, |o| o.bounds.max.x);
+        ((advance - right) / self.upem).max(0.0)
+    }
+
     /// Whether the font has a glyph for `c`.
     fn draws(&self, c: char) -> bool {
         self.font.glyph_id(c).0 != 0
@@ -348,6 +357,11 @@ fn wrap(items: &[Item], avail: f32, space: f32, cut: bool) -> Option<Vec<(String
             out.push((std::mem::take(&mut cur), cur_w));
             cur_w = 0.0;
         }
+        if it.width <= avail {
+            cur.extend(it.chars.iter().map(|(c, _)| *c));
+            cur_w = it.width;
+            continue;
+        }
         // Wider than a whole line: broken between any two characters.
         if !cut {
             return None;
@@ -383,7 +397,7 @@ struct Overflow {
 fn fit_at(
     tp: &Template,
     items: &[Vec<Item>],
-    space: f32,
+    face: &Face,
     (fw, fh): (f32, f32),
     size: f32,
     cut: bool,
@@ -400,7 +414,7 @@ fn fit_at(
     let mut lines: Vec<(String, f32)> = Vec::new();
     let mut first_over = None;
     for (i, its) in items.iter().enumerate() {
-        match wrap(its, avail_w / size, space, cut) {
+        match wrap(its, avail_w / size, face.advance(' '), cut) {
             Some(w) => lines.extend(w),
             None => return Err(Overflow { line: i + 1, needs: lines.len() + 1, holds: 0 }),
         }
@@ -412,7 +426,10 @@ fn fit_at(
         return Err(Overflow { line, needs: lines.len(), holds });
     }
     let n = lines.len() as f32;
-    let widest = lines.iter().map(|(_, w)| *w).fold(0.0f32, f32::max) * size;
+    // Each line's width to its last ink (what centring and the badge's width use), in ems.
+    let inked: Vec<f32> =
+        lines.iter().map(|(text, w)| w - text.chars().last().map_or(0.0, |c| face.trailing_blank(c))).collect();
+    let widest = inked.iter().copied().fold(0.0f32, f32::max) * size;
     let (area, text_top) = match tp.kind {
         Kind::Band => {
             let top = fh - (n * lh + 2.0 * pad_y);
@@ -426,8 +443,9 @@ fn fit_at(
     };
     let placed = lines
         .into_iter()
+        .zip(inked)
         .enumerate()
-        .map(|(i, (text, w))| {
+        .map(|(i, ((text, _), w))| {
             let x = match tp.kind {
                 Kind::Panel => pad_x,
                 Kind::Band | Kind::Badge => area.x0 + (area.x1 - area.x0 - w * size) / 2.0,
@@ -450,8 +468,10 @@ fn missing(face: &Face, lines: &[String]) -> Option<String> {
     if seen.is_empty() {
         return None;
     }
-    let invisible =
-        |c: char| c.is_control() || matches!(c as u32, 0x200B..=0x200F | 0x2028..=0x202E | 0x2060..=0x206F | 0xFEFF);
+    let invisible = |c: char| {
+        c.is_control()
+            || matches!(c as u32, 0x0300..=0x036F | 0x200B..=0x200F | 0x2028..=0x202E | 0x2060..=0x206F | 0xFEFF)
+    };
     let mut named: Vec<String> = seen
         .iter()
         .take(NAMED_MAX)
@@ -492,13 +512,12 @@ fn layout(overlay: &Overlay, width: u32, height: u32) -> Result<Plan, OverlayErr
     let unit = width.min(height) as f32;
     let (fw, fh) = (width as f32 / unit, height as f32 / unit);
     let items: Vec<Vec<Item>> = overlay.lines.iter().map(|l| items(face, l)).collect();
-    let space = face.advance(' ');
     // Every size with whole words first; a word is cut only when no size keeps them whole.
     let mut last = Overflow { line: 1, needs: 0, holds: 0 };
     for cut in [false, true] {
         let mut size = tp.start.max(MIN_SIZE);
         loop {
-            match fit_at(tp, &items, space, (fw, fh), size as f32 / 1000.0, cut) {
+            match fit_at(tp, &items, face, (fw, fh), size as f32 / 1000.0, cut) {
                 Ok(plan) => return Ok(Plan { unit, ..plan }),
                 Err(o) => last = o,
             }

@@ -129,6 +129,11 @@ fn text_shrinks_for_longer_words_but_never_below_the_minimum() {
             );
         }
     }
+    // Words wrap whole before the size shrinks further, and a Latin word is not cut while a
+    // smaller size keeps it whole.
+    let two = layout(&overlay("side_panel", &["手工青花 Handmade"]), 800, 800).expect("fits");
+    let texts: Vec<&str> = two.lines.iter().map(|(l, _, _)| l.as_str()).collect();
+    assert_eq!(texts, ["手工青花", "Handmade"]);
     // A word wider than a line at the smallest size is cut between characters, never lost.
     let word = "Supercalifragilisticexpialidocious".repeat(2);
     let cut = layout(&overlay("side_panel", &[&word]), 1000, 1000).expect("fits when cut");
