@@ -14,10 +14,12 @@ cd "$(dirname "$0")/.."
 OUT=assets/fonts
 WORK="${TMPDIR:-/tmp}/tally-overlay-font"
 FONTTOOLS_VERSION="${FONTTOOLS_VERSION:-4.68.0}"
+# The Debian package version (bookworm's); another gives another font file.
+NOTO_VERSION="${NOTO_VERSION:-1:20220127+repack1-1}"
 mkdir -p "$WORK" "$OUT"
 
 if ! ls "$WORK"/fonts-noto-cjk_*.deb >/dev/null 2>&1; then
-    (cd "$WORK" && apt-get download fonts-noto-cjk)
+    (cd "$WORK" && apt-get download "fonts-noto-cjk=$NOTO_VERSION")
 fi
 rm -rf "$WORK/x"
 dpkg-deb -x "$(ls "$WORK"/fonts-noto-cjk_*.deb | head -n 1)" "$WORK/x"
