@@ -24,6 +24,8 @@ use image::{Rgb, RgbImage};
 use serde::Serialize;
 
 use crate::domain::Lang;
+/// One overlay as a shot carries it: a template's name and the owner's lines (defined in
+/// `domain::overlay`, so that a draft's shot, a set's shot and a delivery item carry one).
 pub use crate::domain::overlay::Overlay;
 use crate::domain::words::{say_with, t};
 
@@ -470,7 +472,7 @@ fn missing(face: &Face, lines: &[String]) -> Option<String> {
     }
     let invisible = |c: char| {
         c.is_control()
-            || matches!(c as u32, 0x0300..=0x036F | 0x200B..=0x200F | 0x2028..=0x202E | 0x2060..=0x206F | 0xFEFF)
+            || matches!(c as u32, 0x0300..=0x036F | 0x200B..=0x200F | 0x2028..=0x202E | 0x2060..=0x206F | 0xFE00..=0xFE0F | 0xFEFF)
     };
     let mut named: Vec<String> = seen
         .iter()

@@ -167,8 +167,12 @@ fn words_that_do_not_fit_block_from_check_and_draw_and_leave_the_image_untouched
 
 #[test]
 fn characters_the_font_cannot_draw_block_and_are_named() {
-    for (text, named) in [("青花 \u{2000B}", "\u{2000B}"), ("snow ☃ ☃ and 𠀋", "☃, 𠀋"), ("a\u{200B}b", "U+200B")]
-    {
+    for (text, named) in [
+        ("青花 \u{2000B}", "\u{2000B}"),
+        ("snow ☃ ☃ and 𠀋", "☃, 𠀋"),
+        ("a\u{200B}b", "U+200B"),
+        ("✓\u{FE0F} 🔥", "U+FE0F, 🔥"),
+    ] {
         let o = overlay("headline_band", &[text]);
         let err = check(&o, 800, 800).expect_err("missing glyph");
         assert_eq!(err, OverlayError::MissingGlyphs { chars: named.to_string() });
