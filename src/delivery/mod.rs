@@ -8,7 +8,8 @@
 //! - [`profile`]: what file a marketplace wants ([`profile::Profile`], the built-ins).
 //! - [`render`]: making that file from a chosen image, and checking an image against a profile.
 //! - [`listing`]: a `main_white` shot composed on pure white, and a profile's rules measured
-//!   on the file made; [`overlay`]: the owner's words, drawn by tally.
+//!   on the file made; [`overlay`]: the owner's words, drawn by tally in its bundled font on
+//!   a template's solid area (never cut, never below a minimum size: it blocks instead).
 //! - [`kept`]: the files a delivery's check rendered, kept (within the image budget) for its
 //!   render.
 //! - [`names`]: the files' names from a profile's `file_name` pattern, safe and distinct.
