@@ -352,8 +352,21 @@ fn a_drafted_set_with_a_white_main_image_and_chinese_words_is_delivered_for_taob
     let check = |dv: &Value| {
         let got = files(&out, dv);
         assert_eq!(got.len(), 3);
-        for (role, used, bytes) in got {
-            assert_rules(all.iter().find(|q| q["name"] == used.as_str()).expect("profile"), &role, &bytes);
+        for (k, (role, used, bytes)) in got.iter().enumerate() {
+            assert_rules(all.iter().find(|q| q["name"] == used.as_str()).expect("profile"), role, bytes);
+            if role == "selling_point" {
+                // tally's words: white text on the template's dark panel (the bottom band, the
+                // left panel), where the demo's placeholder is light.
+                let img = image::load_from_memory(bytes).expect("decodes").to_rgb8();
+                let (w, h) = img.dimensions();
+                let (x, y) = if k == 1 { (4, h - 4) } else { (4, h / 2) };
+                assert!(img.get_pixel(x, y).0.iter().all(|c| *c < 70), "{role} {k}: the panel at ({x}, {y})");
+                let ink = img.enumerate_pixels().filter(|(px, py, p)| {
+                    let inside = if k == 1 { *py > h * 7 / 10 } else { *px < w * 2 / 5 };
+                    inside && p.0.iter().all(|c| *c > 200)
+                });
+                assert!(ink.count() > 100, "{role} {k}: white letters on the panel");
+            }
         }
     };
     check(&deliver(&d, &id, json!({"profile": "taobao_main", "profiles": {"main_white": "taobao_white"}})));
