@@ -55,6 +55,17 @@ pub struct ShotEditBody {
     /// `main`, `selling_point`, `scene`, `detail` or `size`.
     #[schema(schema_with = super::sets::shot_role)]
     pub role: Option<String>,
+    /// The words tally draws on the shot's image (`GET /v1/overlays`); `null` removes them.
+    /// They are drawn when a file is made and never sent to a provider, so they can change
+    /// whatever was sent; a delivery already asked for keeps its words.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<crate::domain::overlay::Overlay>, nullable)]
+    pub overlay: Option<Option<crate::domain::overlay::Overlay>>,
+}
+
+/// A field that is present: `null` is `Some(None)` (remove), absent is `None` (unchanged).
+fn present<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
 }
 
 /// A 409 from a refusal of the store.
@@ -91,11 +102,17 @@ pub async fn edit(
     JsonBody(body): JsonBody<SetEditBody>,
 ) -> Result<Response, ApiError> {
     let mut shots = Vec::with_capacity(body.shots.len());
+    let mut words = Vec::new();
     for s in body.shots {
         if s.position < 0 {
             return Err(ApiError::bad_request(format!("a shot position is a whole number from 0, not {}", s.position)));
         }
-        shots.push(ShotEdit { position: s.position, prompt: s.prompt, role: s.role });
+        if let Some(o) = s.overlay {
+            words.push((s.position, o));
+        }
+        if s.prompt.is_some() || s.role.is_some() {
+            shots.push(ShotEdit { position: s.position, prompt: s.prompt, role: s.role });
+        }
     }
     let edit = SetEdit {
         product: body.product,
@@ -103,7 +120,20 @@ pub async fn edit(
         references: body.references,
         shots,
     };
-    match state.engine().edit_set(&id, edit).await? {
+    let only_words = edit.shots.is_empty() && !edit.whole_set() && !words.is_empty();
+    let outcome = if only_words { EditOutcome::Edited(Vec::new()) } else { state.engine().edit_set(&id, edit).await? };
+    if matches!(outcome, EditOutcome::Edited(_)) {
+        for (position, overlay) in words {
+            if !state.engine().set_shot_overlay(&id, position, overlay).await? {
+                return Err(ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    "not_found",
+                    format!("this set has no shot at position {position} (positions count from 0)"),
+                ));
+            }
+        }
+    }
+    match outcome {
         EditOutcome::Edited(_) => {}
         EditOutcome::NoSet => return Err(ApiError::not_found("set")),
         EditOutcome::NoShot(p) => {

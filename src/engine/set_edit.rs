@@ -131,4 +131,29 @@ impl Engine {
     pub async fn delete_set(&self, id: &str) -> Result<DeleteOutcome, EngineError> {
         Ok(self.shared.store.delete_set(id.to_string(), self.shared.now()).await?)
     }
+
+    /// Set or remove (`None`) the words drawn on shot `position`'s image: checked as at a set's
+    /// creation (a template that exists, words that fit a square frame, never on a white main
+    /// image). `Ok(false)`: no such set or shot.
+    pub async fn set_shot_overlay(
+        &self,
+        id: &str,
+        position: i64,
+        overlay: Option<crate::domain::overlay::Overlay>,
+    ) -> Result<bool, EngineError> {
+        let Some(set) = self.shared.store.get_set(id.to_string()).await? else { return Ok(false) };
+        let Some(shot) = usize::try_from(position).ok().and_then(|p| set.shots.get(p)) else { return Ok(false) };
+        if let Some(o) = &overlay {
+            let n = (position + 1).to_string();
+            if shot.shot_role.as_deref() == Some("main_white") {
+                return Err(EngineError::Invalid(crate::domain::words::say_with(
+                    "say.error_overlay_on_white",
+                    &[("n", &n)],
+                )));
+            }
+            crate::delivery::overlay::check(o, 1000, 1000)
+                .map_err(|e| EngineError::Invalid(format!("shot {n}: {e}")))?;
+        }
+        Ok(self.shared.store.set_overlay(id.to_string(), position, overlay, self.shared.now()).await?)
+    }
 }

@@ -705,7 +705,22 @@ impl Store {
         .await
     }
 
-    /// Start a copy to edit: its first shot due, as a new set's (`store::set_edit`).
+    /// Set or remove the words drawn on a shot's image (`ops::sets::set_overlay`); `false`: no
+    /// such set or shot.
+    pub async fn set_overlay(
+        &self,
+        id: String,
+        position: i64,
+        overlay: Option<crate::domain::overlay::Overlay>,
+        now: Millis,
+    ) -> Result<bool, StoreError> {
+        self.op_at(Commit::Durable, 0, now, move |tx, now| {
+            ops::sets::set_overlay(tx, &id, position, overlay.as_ref(), now)
+        })
+        .await
+    }
+
+    /// Start a copy to edit (see `ops::sets::start_set`).
     pub async fn start_set(&self, id: String, now: Millis) -> Result<StartOutcome, StoreError> {
         self.op_at(Commit::Durable, 0, now, move |tx, now| ops::sets::start_set(tx, &id, now)).await
     }

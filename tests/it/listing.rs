@@ -308,6 +308,23 @@ fn the_preview_is_the_delivered_file_and_the_words_are_tallys_own_rendering() {
     // The stored image is unchanged.
     let stored = d.call("GET", &format!("/v1/artifacts/{}", shot["chosen"].as_str().expect("chosen")), None);
     assert_eq!(tally::delivery::render::sha256_hex(&stored.body), chosen_sha);
+
+    // The words change after the images were made (they are never sent): a new rendering; the
+    // delivery already made keeps the words it was asked with. Removed with null.
+    let patch = |body: Value| d.call("PATCH", &format!("/v1/sets/{id}"), Some(&body));
+    let r = patch(json!({"shots": [{"position": 1, "overlay": {"template": "badge", "lines": ["新品"]}}]}));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let now = d.call("GET", &format!("/v1/sets/{id}?profile=pinduoduo_carousel"), None).json();
+    assert_eq!(now["shots"][1]["overlay"]["lines"], json!(["新品"]));
+    assert_ne!(now["shots"][1]["rendering"]["sha256"].as_str(), Some(preview_sha.as_str()));
+    assert!(now["timeline"].to_string().contains("新品"), "{}", now["timeline"]);
+    let kept = d.call("GET", &format!("/v1/deliveries/{}", dv["id"].as_str().expect("id")), None).json();
+    assert_eq!(kept["items"][1]["overlay"]["lines"], json!(["手工青花", "礼盒装"]));
+    let white = patch(json!({"shots": [{"position": 0, "overlay": {"template": "badge", "lines": ["x"]}}]}));
+    assert_eq!(white.status, 422, "no words on a white main image");
+    assert_eq!(patch(json!({"shots": [{"position": 1, "overlay": null}]})).status, 200);
+    let now = d.call("GET", &format!("/v1/sets/{id}"), None).json();
+    assert!(now["shots"][1]["overlay"].is_null() && now["shots"][1]["rendering"].is_null(), "{}", now["shots"][1]);
     d.term();
 }
 

@@ -276,3 +276,43 @@ pub(in crate::store) fn list_sets(
     }
     Ok(out)
 }
+
+/// Set or remove (`None`) the words drawn on shot `position`'s image, under the set's lock,
+/// with a line on its timeline. The words are drawn when a file is made and never sent to a
+/// provider, so they may change whatever was sent; a delivery already asked for keeps the words
+/// it was asked with (`delivery_items.overlay`). `Ok(false)`: no such set or shot.
+pub(in crate::store) fn set_overlay(
+    tx: &mut dyn Tx,
+    set: &str,
+    position: i64,
+    overlay: Option<&crate::domain::overlay::Overlay>,
+    now: Millis,
+) -> Result<bool, StoreError> {
+    tx.lock_set(set)?;
+    let Some(r) = tx.opt("SELECT overlays FROM sets WHERE id = ?1", &[&set])? else { return Ok(false) };
+    let shots: i64 = tx
+        .opt("SELECT count(DISTINCT set_position) FROM tasks WHERE set_id = ?1", &[&set])?
+        .map(|r| r.get(0))
+        .transpose()?
+        .unwrap_or(0);
+    let Ok(at) = usize::try_from(position) else { return Ok(false) };
+    if position >= shots {
+        return Ok(false);
+    }
+    let mut all = crate::store::sets::parse_overlays(r.get::<Option<String>>(0)?.as_deref());
+    if all.len() <= at {
+        all.resize(at + 1, None);
+    }
+    all[at] = overlay.cloned();
+    let text = all.iter().any(Option::is_some).then(|| serde_json::json!(all).to_string());
+    tx.exec("UPDATE sets SET overlays = ?2, updated_at = ?3 WHERE id = ?1", &[&set, &text, &now])?;
+    let n = (position + 1).to_string();
+    let line = match overlay {
+        Some(o) => {
+            crate::domain::words::say_with("say.set_words_changed", &[("n", &n), ("lines", &o.lines.join(" / "))])
+        }
+        None => crate::domain::words::say_with("say.set_words_removed", &[("n", &n)]),
+    };
+    super::choice::set_event(tx, set, now, "edited", &line)?;
+    Ok(true)
+}
