@@ -180,7 +180,7 @@ pub(crate) async fn shot_file(
         Err(e) => return Err(e.into()),
     };
     let roles: Vec<Option<String>> = set.shots.iter().map(|t| t.shot_role.clone()).collect();
-    let subject = format!("the {}'s chosen image", shot_label(&roles, i));
+    let subject = crate::domain::words::say_with("say.chosen_image_of", &[("shot", &shot_label(&roles, i))]);
     let white = shot.shot_role.as_deref() == Some("main_white");
     let overlay = set.overlays.get(i).cloned().flatten();
     let made = tokio::task::spawn_blocking(move || {

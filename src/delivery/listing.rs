@@ -243,6 +243,85 @@ fn group(n: u64) -> String {
 mod tests {
     use super::*;
 
+    /// A rule's sentence is the catalogue's in both languages, the shot's name translated too.
+    #[test]
+    fn a_broken_rule_is_said_in_the_owners_language() {
+        use crate::domain::Lang;
+        use crate::domain::words::{localize, say, say_with};
+        let subject = say_with("say.chosen_image_of", &[("shot", &say("say.role_main_white"))]);
+        let fill = say_with(
+            "say.rule_fill",
+            &[("subject", &subject), ("got", "71"), ("min", "85"), ("profile", "amazon_main")],
+        );
+        assert_eq!(
+            fill,
+            "the White main image's chosen image: the product fills 71 % of the frame; amazon_main asks for at least 85 %"
+        );
+        let zh = localize(Lang::ZhCn, &fill);
+        assert!(zh.contains("白底主图") && zh.contains("71%") && zh.contains("amazon_main"), "{zh}");
+        let edge = say_with(
+            "say.rule_edge_not_white",
+            &[("subject", &subject), ("off", &group(212)), ("all", &group(3196)), ("profile", "taobao_white")],
+        );
+        assert!(edge.contains("212 of 3,196 edge pixels"), "{edge}");
+        assert!(localize(Lang::ZhCn, &edge).contains("边缘不是纯白"));
+        let why = super::super::render::check_listing(
+            &super::super::profile::builtin("amazon_main").expect("amazon_main"),
+            &opaque_png(),
+            &Listing { white: true, overlay: None },
+            &subject,
+        )
+        .0;
+        let zh = localize(Lang::ZhCn, &why[0].message);
+        assert!(zh.contains("白底主图") && zh.contains("抠图"), "{zh}");
+    }
+
+    /// The rules measured on a file: a grey edge, a product too small, pure white around.
+    #[test]
+    fn the_rules_are_measured_on_the_file() {
+        let amazon = super::super::profile::builtin("amazon_main").expect("amazon_main");
+        // 1000×1000 white with a 500×500 red square in the middle: fill 50 %, edge white.
+        let mut img = RgbImage::from_pixel(1000, 1000, image::Rgb([255, 255, 255]));
+        for y in 250..750 {
+            for x in 250..750 {
+                img.put_pixel(x, y, image::Rgb([200, 30, 30]));
+            }
+        }
+        let m = measure(&png(&img)).expect("measure");
+        assert_eq!((m.edge, m.edge_off, m.around_off, m.fill()), (3996, 0, 0, 500));
+        let file = |img: &RgbImage| Rendered {
+            bytes: png(img),
+            width: img.width(),
+            height: img.height(),
+            media_type: "image/png",
+            ext: "png",
+            sha256: String::new(),
+            quality: None,
+        };
+        let found = problems(&amazon, &file(&img), "it");
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].message.contains("fills 50 %"), "{}", found[0].message);
+        // A light grey edge (a generated "white"), and a grey speck far from the product.
+        for x in 0..1000 {
+            img.put_pixel(x, 0, image::Rgb([250, 250, 250]));
+        }
+        img.put_pixel(100, 900, image::Rgb([254, 254, 254]));
+        let m = measure(&png(&img)).expect("measure");
+        assert_eq!((m.edge_off, m.around_off), (1000, 1001));
+        let found = problems(&amazon, &file(&img), "it");
+        assert!(found.iter().any(|p| p.message.contains("1,000 of 3,996 edge pixels")), "{found:?}");
+    }
+
+    fn png(img: &RgbImage) -> Vec<u8> {
+        let mut out = std::io::Cursor::new(Vec::new());
+        img.write_to(&mut out, image::ImageFormat::Png).expect("png");
+        out.into_inner()
+    }
+
+    fn opaque_png() -> Vec<u8> {
+        png(&RgbImage::from_pixel(1200, 1200, image::Rgb([10, 200, 10])))
+    }
+
     #[test]
     fn numbers_read_as_the_owner_writes_them() {
         assert_eq!(group(3196), "3,196");

@@ -183,8 +183,8 @@ fn check_into(
 ) -> Vec<Problem> {
     let problem = |kind, message: String| Problem { kind, message };
     let unreadable = |e: &RenderError| match e {
-        RenderError::NoProduct(m) => vec![problem(ProblemKind::NoProduct, format!("{subject}: {m}"))],
-        RenderError::Overlay(m) => vec![problem(ProblemKind::Overlay, format!("{subject}: {m}"))],
+        RenderError::NoProduct(m) => vec![problem(ProblemKind::NoProduct, subject_reason(subject, m))],
+        RenderError::Overlay(m) => vec![problem(ProblemKind::Overlay, subject_reason(subject, m))],
         _ => {
             let kind =
                 if matches!(e, RenderError::TooLarge(_)) { ProblemKind::TooLarge } else { ProblemKind::Unreadable };
@@ -233,6 +233,11 @@ fn check_into(
         out.push(too_many_bytes(profile, n, max, subject));
     }
     out
+}
+
+/// "{subject}: {reason}", from the catalogue (so both are translated where they are its lines).
+fn subject_reason(subject: &str, reason: &str) -> String {
+    crate::domain::words::say_with("say.subject_reason", &[("subject", subject), ("reason", reason)])
 }
 
 /// Whether any pixel of `source` is not fully opaque (one decode, under the image budget).
