@@ -20,7 +20,7 @@ use super::error::ApiError;
 use crate::delivery::manifest::{self, ManifestRow};
 use crate::delivery::names::{NameParts, file_names};
 use crate::delivery::profile::Profile;
-use crate::delivery::render::{Rendered, render};
+use crate::delivery::render::{Listing, Rendered, render_listing};
 use crate::store::{ArtifactView, SetView, StoreError, TaskView};
 
 /// One image picked for the zip, with what it was made into (or why not).
@@ -59,11 +59,22 @@ pub(super) async fn profile_zip(
         sources.push((shot, task, artifact, bytes));
     }
     let profile_for_render = profile.clone();
+    // Each shot's image is made as its delivery makes it: a white main image composed on white,
+    // the shot's words drawn.
+    let listing: Vec<(bool, Option<crate::domain::overlay::Overlay>)> = (0..set.shots.len())
+        .map(|i| {
+            let white = set.shots[i].shot_role.as_deref() == Some("main_white");
+            (white, set.overlays.get(i).cloned().flatten())
+        })
+        .collect();
     let made: Vec<Made> = tokio::task::spawn_blocking(move || {
         sources
             .into_iter()
             .map(|(shot, task, artifact, bytes)| {
-                let result = bytes.and_then(|b| render(&profile_for_render, &b).map_err(|e| e.to_string()));
+                let (white, overlay) = listing.get(shot).cloned().unwrap_or_default();
+                let how = Listing { white, overlay: overlay.as_ref() };
+                let result =
+                    bytes.and_then(|b| render_listing(&profile_for_render, &b, &how).map_err(|e| e.to_string()));
                 Made { shot, task, artifact, result }
             })
             .collect()

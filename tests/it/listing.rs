@@ -305,6 +305,20 @@ fn the_preview_is_the_delivered_file_and_the_words_are_tallys_own_rendering() {
     let delivered = files(&out, &dv);
     let (_, _, sp) = delivered.iter().find(|(r, ..)| r == "selling_point").expect("selling point");
     assert_eq!(tally::delivery::render::sha256_hex(sp), preview_sha, "the preview is the delivered file");
+    // The set's zip made with the profile holds the same files.
+    let z = d.call("GET", &format!("/v1/sets/{id}/download?profile=pinduoduo_carousel"), None);
+    assert_eq!(z.status, 200);
+    let mut archive = zip::ZipArchive::new(std::io::Cursor::new(z.body)).expect("a zip");
+    let mut zipped = Vec::new();
+    for i in 0..archive.len() {
+        let mut f = archive.by_index(i).expect("entry");
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut f, &mut bytes).expect("read");
+        zipped.push(tally::delivery::render::sha256_hex(&bytes));
+    }
+    for (_, _, bytes) in &delivered {
+        assert!(zipped.contains(&tally::delivery::render::sha256_hex(bytes)), "the zip holds each delivered file");
+    }
     // The stored image is unchanged.
     let stored = d.call("GET", &format!("/v1/artifacts/{}", shot["chosen"].as_str().expect("chosen")), None);
     assert_eq!(tally::delivery::render::sha256_hex(&stored.body), chosen_sha);
