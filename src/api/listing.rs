@@ -196,3 +196,54 @@ pub(crate) async fn shot_file(
         (problems, _) => ShotFile::Refused(problems.into_iter().map(|p| p.message).collect()),
     })
 }
+
+/// What a shot's file with a profile came to, remembered: its sha256, or why it cannot be made.
+#[derive(Debug, Clone)]
+pub(crate) enum Judged {
+    Sha256(String),
+    Refused(Vec<String>),
+}
+
+/// How many judged files [`judge`] remembers (a line each; all forgotten when full).
+const JUDGED: usize = 512;
+
+/// [`shot_file`] reduced to its sha256 or its reasons, remembered per chosen image, words,
+/// role and profile: a set's page asks on every change, and a chosen image's bytes never change
+/// (an artifact id names fixed bytes), so a file once judged is not made again. What it says
+/// is only shown (a JSON sha256, reasons in `blocking`): the preview route and a delivery make
+/// the file again from the stored image, so an image pruned since is found gone there. `None`:
+/// no such shot, no chosen image, or no such profile.
+pub(crate) async fn judge(
+    state: &AppState,
+    set: &SetView,
+    position: i64,
+    profile: &str,
+) -> Result<Option<Judged>, ApiError> {
+    static SEEN: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<String, Judged>>> =
+        std::sync::OnceLock::new();
+    let seen = SEEN.get_or_init(Default::default);
+    let Some(i) = usize::try_from(position).ok() else { return Ok(None) };
+    let (Some(shot), Some(Some(artifact))) = (set.shots.get(i), set.chosen.get(i)) else { return Ok(None) };
+    let Some(p) = state.delivery_profiles().into_iter().find(|p| p.name == profile) else { return Ok(None) };
+    let roles: Vec<Option<String>> = set.shots.iter().map(|t| t.shot_role.clone()).collect();
+    let key = format!(
+        "{artifact}\n{:?}\n{}\n{p:?}\n{}",
+        shot.shot_role,
+        serde_json::json!(set.overlays.get(i).cloned().flatten()),
+        shot_label(&roles, i)
+    );
+    if let Some(j) = seen.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return Ok(Some(j.clone()));
+    }
+    let judged = match shot_file(state, set, position, profile).await? {
+        ShotFile::Made(f) => Judged::Sha256(f.sha256),
+        ShotFile::Refused(why) => Judged::Refused(why),
+        ShotFile::NoShot | ShotFile::NotChosen | ShotFile::UnknownProfile(_) => return Ok(None),
+    };
+    let mut m = seen.lock().unwrap_or_else(|e| e.into_inner());
+    if m.len() >= JUDGED {
+        m.clear();
+    }
+    m.insert(key, judged.clone());
+    Ok(Some(judged))
+}

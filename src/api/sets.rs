@@ -488,7 +488,7 @@ pub async fn get_one(
             if shot.chosen.is_none() || !(rules || listing) {
                 continue;
             }
-            if let super::listing::ShotFile::Refused(why) = super::listing::shot_file(&state, &s, i as i64, p).await? {
+            if let Some(super::listing::Judged::Refused(why)) = super::listing::judge(&state, &s, i as i64, p).await? {
                 for w in super::deliveries::shown_reasons(why) {
                     if !json.delivery.blocking.contains(&w) {
                         json.delivery.blocking.push(w);
@@ -504,10 +504,10 @@ pub async fn get_one(
         if let Some(p) = &profile {
             *r = super::listing::rendering_json(&s.id, shot.position, a, shot.overlay.as_ref(), p);
         }
-        if let super::listing::ShotFile::Made(f) =
-            super::listing::shot_file(&state, &s, shot.position, &r.profile).await?
+        if let Some(super::listing::Judged::Sha256(sha)) =
+            super::listing::judge(&state, &s, shot.position, &r.profile).await?
         {
-            r.sha256 = Some(f.sha256);
+            r.sha256 = Some(sha);
         }
     }
     Ok(json_response(StatusCode::OK, &json))
