@@ -207,7 +207,10 @@ impl Engine {
                 )));
             }
             let Some(p) = setup.profile(name).cloned() else {
-                return Ok(DeliverOutcome::UnknownProfile(profiles));
+                return Err(EngineError::Invalid(format!(
+                    "`profiles` names the profile `{name}` for `{role}`, and there is none; the profiles are: {}",
+                    profiles.join(", ")
+                )));
             };
             role_profiles.insert(role.clone(), p);
         }

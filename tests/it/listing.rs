@@ -473,6 +473,18 @@ fn bad_listing_input_is_refused_in_plain_words_before_anything_is_written() {
         let task = d.call("GET", &format!("/v1/tasks/{}", c["task_id"].as_str().expect("task")), None).json();
         assert!(task["reason"].as_str().unwrap_or("").contains(words), "{task}");
     }
+    // A profile per role that does not exist, or for a role that does not exist: named.
+    let r =
+        d.call("POST", "/v1/sets", Some(&json!({"product": "cup", "shots": [{"role": "main", "prompt": "a cup"}]})));
+    let set = settled(&d, r.json()["id"].as_str().expect("id"));
+    choose_all(&d, &set);
+    let sid = set["id"].as_str().expect("id");
+    for (profiles, words) in [(json!({"main": "amazon_mian"}), "amazon_mian"), (json!({"hero": "amazon"}), "hero")] {
+        let body = json!({"profile": "amazon", "target": "out", "profiles": profiles});
+        let r = d.call("POST", &format!("/v1/sets/{sid}/deliveries"), Some(&body));
+        assert_eq!(r.status, 422, "{}", String::from_utf8_lossy(&r.body));
+        assert!(r.json()["error"]["message"].as_str().unwrap_or("").contains(words), "{}", r.json());
+    }
     assert_eq!(std::fs::read_dir(&out).expect("out").count(), 0, "nothing was written");
     d.term();
 }
