@@ -846,7 +846,7 @@ async fn manifest_rows(store: &Store, id: &str) -> Result<Vec<ManifestRow>, Stor
         rows.push(ManifestRow {
             product: product.clone(),
             shot_role: it.shot_role.clone().unwrap_or_default(),
-            profile: d.profile.clone(),
+            profile: it.profile.clone().unwrap_or_else(|| d.profile.clone()),
             file_name: it.file_name.clone(),
             sha256: it.sha256.clone().unwrap_or_default(),
             width: it.width.unwrap_or(0).max(0) as u32,

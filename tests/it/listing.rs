@@ -538,6 +538,12 @@ fn the_cli_makes_a_white_main_image_draws_words_and_delivers_a_profile_per_role(
     let got = files(&out, &dv);
     let main = got.iter().find(|(r, ..)| r == "main_white").expect("main");
     assert_eq!(main.1, "amazon_main");
+    // The manifest names each file's own profile.
+    let manifest: Value =
+        serde_json::from_slice(&std::fs::read(out.join("manifest.json")).expect("manifest")).expect("json");
+    let used: Vec<&str> =
+        manifest["files"].as_array().expect("files").iter().filter_map(|f| f["profile"].as_str()).collect();
+    assert_eq!(used, ["amazon_main", "amazon"], "{manifest}");
     let all = profiles(&d);
     assert_rules(all.iter().find(|p| p["name"] == "amazon_main").expect("amazon_main"), "main_white", &main.2);
     let (w, h) = image::load_from_memory(&main.2).expect("jpeg").dimensions();
