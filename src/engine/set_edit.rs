@@ -62,6 +62,16 @@ impl Engine {
         }
         for s in &edit.shots {
             let n = s.position.saturating_add(1);
+            let white = usize::try_from(s.position)
+                .ok()
+                .and_then(|p| set.shots.get(p))
+                .is_some_and(|t| t.shot_role.as_deref() == Some("main_white"));
+            if white || s.role.as_deref() == Some("main_white") {
+                return Err(EngineError::Invalid(crate::domain::words::say_with(
+                    "say.error_white_not_edited",
+                    &[("n", &n.to_string())],
+                )));
+            }
             if let Some(role) = &s.role
                 && !SHOT_ROLES.contains(&role.as_str())
             {

@@ -337,6 +337,25 @@ fn the_preview_is_the_delivered_file_and_the_words_are_tallys_own_rendering() {
     let white = patch(json!({"shots": [{"position": 0, "overlay": {"template": "badge", "lines": ["x"]}}]}));
     assert_eq!(white.status, 422, "no words on a white main image");
     assert_eq!(patch(json!({"shots": [{"position": 1, "overlay": null}]})).status, 200);
+    // A copy to edit keeps the white main image's photo and the words; its product changes
+    // without touching the cutout; the white main image has no prompt or role to change.
+    let copy = d.call("POST", &format!("/v1/sets/{id}/duplicate"), Some(&json!({})));
+    assert_eq!(copy.status, 201, "{}", String::from_utf8_lossy(&copy.body));
+    let cid = copy.json()["id"].as_str().expect("copy").to_string();
+    assert_eq!(copy.json()["shots"][0]["source"], json!({"upload": ph}));
+    let r = d.call("PATCH", &format!("/v1/sets/{cid}"), Some(&json!({"product": "tea cup"})));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(
+        (r.json()["shots"][0]["prompt"].as_str(), &r.json()["shots"][0]["source"]),
+        (Some(""), &json!({"upload": ph}))
+    );
+    for body in [
+        json!({"shots": [{"position": 0, "prompt": "a cup"}]}),
+        json!({"shots": [{"position": 2, "role": "main_white"}]}),
+    ] {
+        let r = d.call("PATCH", &format!("/v1/sets/{cid}"), Some(&body));
+        assert_eq!(r.status, 422, "{body}: {}", String::from_utf8_lossy(&r.body));
+    }
     let now = d.call("GET", &format!("/v1/sets/{id}"), None).json();
     assert!(now["shots"][1]["overlay"].is_null() && now["shots"][1]["rendering"].is_null(), "{}", now["shots"][1]);
     d.term();
@@ -601,5 +620,47 @@ fn the_page_shows_each_listing_shot_as_the_file_a_delivery_writes() {
         assert_eq!(shown[n].0, sha, "{role}: the page's preview is the delivered file");
         assert_eq!(shown[n].1, sha, "{role}: the sha256 the set's JSON gives");
     }
+    d.term();
+}
+
+#[test]
+fn the_page_makes_a_listing_set_from_a_photo_with_words() {
+    let (mut d, _out, dir) = daemon();
+    let photo_path = dir.path().join("cup.png");
+    std::fs::write(&photo_path, photo(Backdrop::Coloured)).expect("photo");
+    let url = crate::web::printed_sign_in_url(&d);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let b = crate::browser::Browser::start().await;
+        b.sign_in(&url).await;
+        crate::web_views::set_width(&b, 390).await;
+        b.js("(location.hash = '#/sets/new')").await;
+        b.until("the new-set form", 10, "document.getElementById('shot-role-1') !== null").await;
+        let input = b.c().find(fantoccini::Locator::Css("#set-refs")).await.expect("picker");
+        input.send_keys(photo_path.to_str().expect("path")).await.expect("pick the photo");
+        b.js(
+            "(document.getElementById('set-product').value = '青花瓷茶杯',
+              document.getElementById('shot-role-1').value = 'main_white',
+              document.getElementById('shot-role-1').dispatchEvent(new Event('change')),
+              document.getElementById('shot-prompt-2').value = 'the cup, close up',
+              document.getElementById('shot-words-2').value = '手工青花 / 礼盒装',
+              document.getElementById('shot-prompt-3').value = 'the cup on a table', true)",
+        )
+        .await;
+        let hidden = b.js("[document.getElementById('shot-prompt-1').closest('span').hidden, document.getElementById('shot-white-1').hidden]").await;
+        assert_eq!(hidden, json!([true, false]), "a white main image asks for no prompt and says where it comes from");
+        crate::web_views::check_view(&b, "the new-set form with a white main image").await;
+        b.click("#create-set").await;
+        b.until("the set's page", 20, "location.hash.startsWith('#/sets/') && location.hash !== '#/sets/new'").await;
+        b.close().await;
+    });
+    let sets = d.call("GET", "/v1/sets", None).json();
+    let set = &sets["sets"][0];
+    assert_eq!(set["shots"][0]["role"], "main_white");
+    assert_eq!(set["shots"][0]["source"]["upload"], set["references"][0]["id"], "cut out of the photo given");
+    assert_eq!(set["shots"][1]["overlay"], json!({"template": "headline_band", "lines": ["手工青花", "礼盒装"]}));
+    assert!(set["shots"][2]["overlay"].is_null());
+    let set = settled(&d, set["id"].as_str().expect("id"));
+    assert_eq!(set["shots"][0]["candidates"][0]["status"], "succeeded", "{}", set["shots"][0]);
     d.term();
 }

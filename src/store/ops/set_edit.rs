@@ -169,6 +169,9 @@ pub(in crate::store) fn edit_set(
             Some(p) => p.trim().to_string(),
             None => match own_words(&first.prompt, &product, style.as_deref()) {
                 Some(w) => w.to_string(),
+                // A shot cut out of a photo (`main_white`) sends no prompt, so neither the
+                // product nor the style is in its request: a change of them leaves it alone.
+                None if first.prompt.is_empty() && asked.is_none() => continue,
                 None if whole || asked.is_some() => {
                     return Err(StoreError::Invalid(format!(
                         "{}'s prompt does not end with the product and style as tally writes them; \

@@ -38,7 +38,7 @@ window.tally = (function () {
   /* Shot roles in plain words (the API's names are main, selling_point, scene, detail, size; the page
      shows the catalogue's `role.*`). */
   const ROLES = [["main", "Main photo"], ["selling_point", "Selling point"], ["scene", "Lifestyle scene"],
-    ["detail", "Detail close-up"], ["size", "Size and spec"]];
+    ["detail", "Detail close-up"], ["size", "Size and spec"], ["main_white", "White main image"]];
 
   const main = document.getElementById("main");
   const errorBox = document.getElementById("error");

@@ -23,7 +23,9 @@
   }
 
   function roleSelect(id, value) {
-    return h("select", { id: id }, T.ROLES.map(([v]) => h("option", { value: v, selected: v === value }, T.roleWords(v))));
+    /* A white main image is made from a photo, never by changing a generated shot's role. */
+    return h("select", { id: id }, T.ROLES.filter(([v]) => v !== "main_white")
+      .map(([v]) => h("option", { value: v, selected: v === value }, T.roleWords(v))));
   }
 
   /* An open form's words, by "set id:shot position" (or "set id:set"), so that a live update

@@ -441,10 +441,24 @@
         T.ROLES.map(([v]) => h("option", { value: v, selected: v === role }, T.roleWords(v))));
       const text = h("input", { id: "shot-prompt-" + i, class: "shot-prompt", type: "text", value: prompt || "",
         placeholder: T.t("newset.prompt_placeholder") });
+      /* The owner's words, drawn by tally on the image when it is delivered (a line per " / "). */
+      const words = h("input", { id: "shot-words-" + i, class: "shot-words", type: "text",
+        placeholder: T.t("newset.words_placeholder") });
+      const white = h("p", { class: "hint", id: "shot-white-" + i, hidden: true }, T.t("newset.white_hint"));
+      const what = h("span", { class: "grow" }, h("label", { for: "shot-prompt-" + i }, T.t("newset.what")), text);
+      const said = h("span", { class: "grow" }, h("label", { for: "shot-words-" + i }, T.t("newset.words")), words);
+      /* A white main image is cut out of the first photo: no prompt, and no words on it. */
+      const kind = () => {
+        const w = select.value === "main_white";
+        what.hidden = w;
+        said.hidden = w;
+        white.hidden = !w;
+      };
+      select.addEventListener("change", kind);
       const remove = h("button", { type: "button", class: "small", "aria-label": T.tf("newset.remove_shot", { n: i }) }, T.t("newset.remove"));
       const li = h("li", { class: "shot-row" },
-        h("span", {}, h("label", { for: "shot-role-" + i }, T.t("newset.kind")), select),
-        h("span", { class: "grow" }, h("label", { for: "shot-prompt-" + i }, T.t("newset.what")), text), remove);
+        h("span", {}, h("label", { for: "shot-role-" + i }, T.t("newset.kind")), select), what, said, white, remove);
+      kind();
       remove.addEventListener("click", () => li.remove());
       shots.append(li);
       return text;
@@ -493,17 +507,26 @@
       ev.preventDefault();
       busy(create, err, async () => {
         if (!product.value.trim()) throw new Error(T.t("newset.need_name"));
-        const list = Array.from(shots.querySelectorAll(".shot-row")).map((row) => ({
-          role: row.querySelector(".shot-role").value, prompt: row.querySelector(".shot-prompt").value.trim(),
-          candidates: Number(candidates.value || 1) }));
+        const list = Array.from(shots.querySelectorAll(".shot-row")).map((row) => {
+          const shot = { role: row.querySelector(".shot-role").value, prompt: row.querySelector(".shot-prompt").value.trim(),
+            candidates: Number(candidates.value || 1) };
+          const lines = row.querySelector(".shot-words").value.split(" / ").map((x) => x.trim()).filter((x) => x);
+          if (shot.role === "main_white") shot.prompt = "";
+          else if (lines.length) shot.overlay = { template: "headline_band", lines };
+          return shot;
+        });
         if (!list.length) throw new Error(T.t("newset.need_shot"));
-        const empty = list.findIndex((x) => !x.prompt);
+        const empty = list.findIndex((x) => !x.prompt && x.role !== "main_white");
         if (empty >= 0) throw new Error(T.tf("newset.need_words", { n: empty + 1 }));
+        if (list.some((x) => x.role === "main_white") && !files.length) throw new Error(T.t("newset.white_needs_photo"));
         key = key || T.newKey();
         const references = [];
         for (const f of files) {
           const up = await api("POST", "/v1/uploads", undefined, f);
           references.push(up.id);
+        }
+        for (const x of list) {
+          if (x.role === "main_white") x.source = { upload: references[0] };
         }
         const body = { product: product.value.trim(), references, shots: list, provider: provider.value, idempotency_key: key };
         if (style.value.trim()) body.style = style.value.trim();
