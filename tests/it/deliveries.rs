@@ -280,7 +280,7 @@ async fn a_version_9_database_gains_the_delivery_tables() {
                  ALTER TABLE providers DROP COLUMN paused_reason; DROP INDEX tasks_by_source;
                  ALTER TABLE tasks DROP COLUMN source_id; ALTER TABLE tasks DROP COLUMN source_kind;
                  ALTER TABLE tasks DROP COLUMN operation; ALTER TABLE web_sessions DROP COLUMN device;
-                 DROP TABLE shop_settings; ALTER TABLE providers DROP COLUMN paused_at; ALTER TABLE providers DROP COLUMN paused_why; PRAGMA user_version = 9;",
+                 DROP TABLE shop_settings; ALTER TABLE providers DROP COLUMN paused_at; ALTER TABLE providers DROP COLUMN paused_why; ALTER TABLE sets DROP COLUMN overlays; PRAGMA user_version = 9;",
             )
         })
         .expect("make it version 9");
@@ -303,12 +303,13 @@ async fn a_version_9_database_gains_the_delivery_tables() {
         .and_then(|c| c.query_row("PRAGMA user_version", [], |r| r.get(0)))
         .expect("version");
     assert_eq!(
-        version, 17,
-        "and on to 17: operations (11), a delivery's shopify product and each item's remote id (12), drafts (13), \
-         shot roles (14), copies to edit (15), a web session's device (16), the owner's settings (17)"
+        version, 18,
+        "and on to 18: operations (11), a delivery's shopify product and each item's remote id (12), drafts (13), \
+         shot roles (14), copies to edit (15), a web session's device (16), the owner's settings (17), \
+         words on images and a profile per delivery item (18)"
     );
-    assert_eq!(tally::store::SCHEMA_VERSION, 17);
-    assert_eq!(tally::store::postgres::PG_SCHEMA_VERSION, 16);
+    assert_eq!(tally::store::SCHEMA_VERSION, 18);
+    assert_eq!(tally::store::postgres::PG_SCHEMA_VERSION, 17);
     let (product, remote): (Option<String>, Option<String>) = rusqlite::Connection::open(&db)
         .and_then(|c| {
             c.query_row(

@@ -18,7 +18,7 @@ async fn a_version_12_database_gains_the_draft_tables() {
                 "DROP TABLE answers; DROP TABLE draft_revisions; DROP TABLE draft_photos; DROP TABLE drafts;
                  ALTER TABLE sets DROP COLUMN started_at;
                  ALTER TABLE sets DROP COLUMN draft_revision; ALTER TABLE sets DROP COLUMN draft_id;
-                 ALTER TABLE web_sessions DROP COLUMN device; DROP TABLE shop_settings; ALTER TABLE providers DROP COLUMN paused_at; ALTER TABLE providers DROP COLUMN paused_why; PRAGMA user_version = 12;",
+                 ALTER TABLE web_sessions DROP COLUMN device; DROP TABLE shop_settings; ALTER TABLE providers DROP COLUMN paused_at; ALTER TABLE providers DROP COLUMN paused_why; ALTER TABLE sets DROP COLUMN overlays; ALTER TABLE delivery_items DROP COLUMN profile; ALTER TABLE delivery_items DROP COLUMN overlay; PRAGMA user_version = 12;",
             )
         })
         .expect("make it version 12");
@@ -56,7 +56,7 @@ async fn a_version_13_database_keeps_its_roles_and_takes_a_detail_shot() {
                  VALUES ('t1', 'demo', 'p', '{}', 'h1', 'succeeded', 1, 1, 'main'),
                         ('t2', 'demo', 'p', '{}', 'h2', 'succeeded', 1, 1, 'scene'),
                         ('t3', 'demo', 'p', '{}', 'h3', 'succeeded', 1, 1, NULL);
-                 ALTER TABLE web_sessions DROP COLUMN device; DROP TABLE shop_settings; ALTER TABLE providers DROP COLUMN paused_at; ALTER TABLE providers DROP COLUMN paused_why; PRAGMA user_version = 13;",
+                 ALTER TABLE web_sessions DROP COLUMN device; DROP TABLE shop_settings; ALTER TABLE providers DROP COLUMN paused_at; ALTER TABLE providers DROP COLUMN paused_why; ALTER TABLE sets DROP COLUMN overlays; ALTER TABLE delivery_items DROP COLUMN profile; ALTER TABLE delivery_items DROP COLUMN overlay; PRAGMA user_version = 13;",
             )
         })
         .expect("make it version 13");
@@ -112,7 +112,7 @@ async fn a_version_14_database_counts_every_set_as_started() {
         .and_then(|c| {
             c.execute_batch(
                 "ALTER TABLE sets DROP COLUMN started_at; ALTER TABLE web_sessions DROP COLUMN device; \
-             DROP TABLE shop_settings; ALTER TABLE providers DROP COLUMN paused_at; ALTER TABLE providers DROP COLUMN paused_why; PRAGMA user_version = 14;",
+             DROP TABLE shop_settings; ALTER TABLE providers DROP COLUMN paused_at; ALTER TABLE providers DROP COLUMN paused_why; ALTER TABLE sets DROP COLUMN overlays; ALTER TABLE delivery_items DROP COLUMN profile; ALTER TABLE delivery_items DROP COLUMN overlay; PRAGMA user_version = 14;",
             )
         })
         .expect("make it version 14");
@@ -141,7 +141,7 @@ async fn a_version_15_database_keeps_its_sessions_and_lists_them_unnamed() {
             c.execute_batch(
                 "ALTER TABLE web_sessions DROP COLUMN device;
                  INSERT INTO web_sessions (id_hash, csrf, created_at, last_used_at) VALUES ('old', 'c', 5, 5);
-                 DROP TABLE shop_settings; ALTER TABLE providers DROP COLUMN paused_at; ALTER TABLE providers DROP COLUMN paused_why; PRAGMA user_version = 15;",
+                 DROP TABLE shop_settings; ALTER TABLE providers DROP COLUMN paused_at; ALTER TABLE providers DROP COLUMN paused_why; ALTER TABLE sets DROP COLUMN overlays; ALTER TABLE delivery_items DROP COLUMN profile; ALTER TABLE delivery_items DROP COLUMN overlay; PRAGMA user_version = 15;",
             )
         })
         .expect("make it version 15");
@@ -152,5 +152,49 @@ async fn a_version_15_database_keeps_its_sessions_and_lists_them_unnamed() {
     let listed: Vec<(String, Option<String>)> =
         store.sessions(0).await.expect("list").into_iter().map(|r| (r.id_hash, r.device)).collect();
     assert_eq!(listed, vec![("new".to_string(), Some("iPhone · Safari".to_string())), ("old".to_string(), None)]);
+    store.close().expect("close");
+}
+
+/// Schema 17 → 18: a version-17 database's sets have no words and its delivery items their
+/// delivery's profile; a new set carries words, kept by its copy.
+#[tokio::test]
+async fn a_version_17_database_takes_words_and_a_profile_per_item() {
+    let dir = TempDir::new();
+    let db = dir.path().join("tally.db");
+    let durability = tally::config::Durability::Full;
+    tally::store::Store::open(&db, durability).expect("new").close().expect("close");
+    rusqlite::Connection::open(&db)
+        .and_then(|c| {
+            c.execute_batch(
+                "ALTER TABLE sets DROP COLUMN overlays; ALTER TABLE delivery_items DROP COLUMN profile;
+                 ALTER TABLE delivery_items DROP COLUMN overlay; PRAGMA user_version = 17;",
+            )
+        })
+        .expect("make it version 17");
+    let store = tally::store::Store::open(&db, durability).expect("migrates");
+    assert!(store.migration_notes().join("\n").contains("17 to 18"), "{:?}", store.migration_notes());
+    let words = tally::domain::overlay::Overlay { template: "badge".into(), lines: vec!["新品".into()] };
+    let shot = |role: &str, overlay| tally::store::NewShot {
+        role: role.into(),
+        prompt: format!("{role} shot"),
+        params: serde_json::json!({}),
+        candidates: 1,
+        overlay,
+        ..tally::store::NewShot::default()
+    };
+    let set = tally::store::NewSet {
+        product: "cup".into(),
+        style: None,
+        provider: "demo".into(),
+        references: vec![],
+        shots: vec![shot("main", None), shot("selling_point", Some(words.clone()))],
+        idempotency_key: None,
+    };
+    let Ok(tally::store::SubmitOutcome::Created(id)) = store.create_set(set, 1_000).await else { panic!("created") };
+    let view = store.get_set(id.clone()).await.expect("get").expect("set");
+    assert_eq!(view.overlays, vec![None, Some(words.clone())]);
+    let out = store.duplicate_set(id, None, false, 2_000).await.expect("duplicate");
+    let Some(tally::store::SubmitOutcome::Created(copy)) = out else { panic!("created: {out:?}") };
+    assert_eq!(store.get_set(copy).await.expect("get").expect("copy").overlays, vec![None, Some(words)]);
     store.close().expect("close");
 }

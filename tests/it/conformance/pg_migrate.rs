@@ -249,6 +249,7 @@ fn version_8_gives_the_calls_already_out_their_slots() {
          ALTER TABLE sets DROP COLUMN draft_id, DROP COLUMN draft_revision, DROP COLUMN started_at;
          ALTER TABLE web_sessions DROP COLUMN device; DROP TABLE shop_settings;
          ALTER TABLE providers DROP COLUMN paused_at, DROP COLUMN paused_why;
+         ALTER TABLE sets DROP COLUMN overlays; ALTER TABLE delivery_items DROP COLUMN profile, DROP COLUMN overlay;
          UPDATE tally_schema SET version = 7 WHERE version > 7; SET search_path = public;"
     ))
     .expect("back to version 7");
