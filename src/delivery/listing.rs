@@ -62,14 +62,20 @@ impl Listing<'_> {
 }
 
 /// Compose a cutout (`source`, with alpha) on pure white at `spec`'s size, its product's box
-/// filling `fill` thousandths of the frame (plus [`FILL_MARGIN`]).
-pub fn compose_white(source: &[u8], spec: &Render, fill: Option<u16>) -> Result<RgbImage, RenderError> {
+/// filling `fill` thousandths of the frame (plus [`FILL_MARGIN`]). Returns the frame with the
+/// image-budget ticket that pays for it and its encoding (drop both together).
+pub fn compose_white(
+    source: &[u8],
+    spec: &Render,
+    fill: Option<u16>,
+) -> Result<(RgbImage, crate::pixels::Ticket<'static>), RenderError> {
     let (tw, th) = (spec.width, spec.height);
     let peak = |s: crate::pixels::Size| s.decoded + 8 * s.pixels() + 6 * u64::from(tw) * u64::from(th);
     let d = crate::pixels::decode(source, peak)?;
     if !d.image.color().has_alpha() {
         return Err(RenderError::NoProduct(say_with("say.white_not_cut_out", &[])));
     }
+    let ticket = d.ticket;
     let mut img = image::DynamicImage::ImageRgba8(d.image.into_rgba8());
     img.apply_orientation(d.orientation);
     let rgba = img.into_rgba8();
@@ -90,7 +96,7 @@ pub fn compose_white(source: &[u8], spec: &Render, fill: Option<u16>) -> Result<
     let nh = ((bh * scale).round() as u32).clamp(1, th);
     let mut canvas = RgbImage::from_pixel(tw, th, image::Rgb([255, 255, 255]));
     super::render::scale_into(&flat, &mut canvas, ((tw - nw) / 2, (th - nh) / 2, nw, nh))?;
-    Ok(canvas)
+    Ok((canvas, ticket))
 }
 
 /// The box (inclusive) of the pixels at least [`PRODUCT_ALPHA`] opaque; `None`: none is.

@@ -126,10 +126,10 @@ pub fn render_listing(profile: &Profile, source: &[u8], listing: &Listing<'_>) -
         return original(profile, source);
     };
     let (mut frame, _ticket) = if listing.white {
-        (super::listing::compose_white(source, &spec, profile.fill)?, None)
+        super::listing::compose_white(source, &spec, profile.fill)?
     } else {
         let (flat, ticket) = decode_flat(source, spec.background, |w, h| fit_peak(w, h, &spec))?;
-        (fit(flat, &spec)?, Some(ticket))
+        (fit(flat, &spec)?, ticket)
     };
     if let Some(o) = listing.overlay {
         super::overlay::draw(&mut frame, o).map_err(|e| RenderError::Overlay(e.to_string()))?;

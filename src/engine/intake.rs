@@ -336,8 +336,12 @@ impl Engine {
     pub async fn create_set(&self, mut set: NewSet) -> Result<SubmitOutcome, EngineError> {
         self.place_cutouts(&mut set)?;
         self.check_set(&set)?;
+        // Each photo once per provider (a shot's candidates all cut out the same one).
+        let mut seen = std::collections::HashSet::new();
         for t in set.shot_tasks("") {
-            self.check_source(&t).await?;
+            if t.source.as_ref().is_some_and(|s| seen.insert((t.provider.clone(), s.id.clone()))) {
+                self.check_source(&t).await?;
+            }
         }
         let out = self.shared.store.create_set(set, self.shared.now()).await?;
         if matches!(out, SubmitOutcome::Created(_)) {
