@@ -1,6 +1,8 @@
 //! Test helpers: a temporary directory, a real `tally serve` on a free loopback port, a raw
 //! HTTP/1.1 client (so tests control Host and Content-Length exactly), bounded waits, and a
 //! real `tally mock-provider` ([`Mock`]) with the provider config that points at it.
+//! Past 600 lines because both test binaries (`it` and `providers`) share it as one module:
+//! splitting it would only move the same helpers into two files that always go together.
 
 #![allow(dead_code)]
 
@@ -584,7 +586,7 @@ impl Daemon {
     /// Keep this (configured, not yet started) daemon's data in a fresh PostgreSQL database
     /// instead of its SQLite file, as node `node`. `None` when the PostgreSQL tests are skipped.
     pub fn on_postgres(&mut self, node: &str) -> Option<()> {
-        let url = crate::conformance::fixtures::pg_url()?;
+        let url = pg_url()?;
         let db = pg_database(&url);
         let text = std::fs::read_to_string(&self.config).expect("read config");
         let storage = format!("[storage]\nbackend = \"postgres\"\npostgres_url = \"{db}\"\n");
@@ -592,4 +594,21 @@ impl Daemon {
         std::fs::write(&self.config, text).expect("write config");
         Some(())
     }
+}
+
+/// The test server's URL, or why there is none (a failure unless skipping is allowed).
+pub fn pg_url() -> Option<String> {
+    if let Ok(url) = std::env::var("TALLY_TEST_PG_URL") {
+        return Some(url);
+    }
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    let skip = std::env::var("TALLY_SKIP_PG").is_ok_and(|v| v == "1");
+    if skip && !ci {
+        eprintln!("SKIPPED: TALLY_TEST_PG_URL is not set and TALLY_SKIP_PG=1: this PostgreSQL test did not run");
+        return None;
+    }
+    panic!(
+        "TALLY_TEST_PG_URL is not set: run the PostgreSQL tests through `scripts/with-postgres.sh cargo test …` \
+         (scripts/test.sh does), or set TALLY_SKIP_PG=1 to skip them outside CI"
+    );
 }

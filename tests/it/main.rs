@@ -56,17 +56,6 @@ mod phone;
 mod pillow;
 #[cfg(feature = "failpoints")]
 mod powerloss;
-mod providers_bfl;
-mod providers_daemon;
-mod providers_dashscope;
-mod providers_fal;
-mod providers_fidelity;
-mod providers_gemini;
-mod providers_hostile;
-mod providers_http;
-mod providers_photoroom;
-mod providers_replicate;
-mod providers_sdk;
 mod races;
 mod set_edit;
 mod sets;

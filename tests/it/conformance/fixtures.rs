@@ -69,22 +69,7 @@ pub fn remove_sqlite(s: &Store) {
     }
 }
 
-/// The test server's URL, or why there is none (a failure unless skipping is allowed).
-pub fn pg_url() -> Option<String> {
-    if let Ok(url) = std::env::var("TALLY_TEST_PG_URL") {
-        return Some(url);
-    }
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    let skip = std::env::var("TALLY_SKIP_PG").is_ok_and(|v| v == "1");
-    if skip && !ci {
-        eprintln!("SKIPPED: TALLY_TEST_PG_URL is not set and TALLY_SKIP_PG=1: this PostgreSQL test did not run");
-        return None;
-    }
-    panic!(
-        "TALLY_TEST_PG_URL is not set: run the PostgreSQL tests through `scripts/with-postgres.sh cargo test …` \
-         (scripts/test.sh does), or set TALLY_SKIP_PG=1 to skip them outside CI"
-    );
-}
+pub use crate::common::pg_url;
 
 /// A fresh schema name.
 pub fn schema() -> String {
