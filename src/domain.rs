@@ -220,8 +220,8 @@ pub fn status_message(status: TaskStatus, reason: Option<&str>, cancel_requested
 }
 
 /// A plain-words message for a task's status, for a shop owner, in `lang`. `reason` is the
-/// stored detail (why it failed, what it waits for, why its outcome is unknown), stored in
-/// English and translated here ([`words::localize`]); `charge` is what the evidence says
+/// stored detail (why it failed, what it waits for, why its outcome is unknown), a said line
+/// rendered here ([`words::render`]); `charge` is what the evidence says
 /// about money, so the wording never claims a charge that cannot be.
 pub fn status_message_in(
     lang: Lang,
@@ -230,19 +230,21 @@ pub fn status_message_in(
     cancel_requested: bool,
     charge: Charge,
 ) -> String {
-    use words::{full_stop, localize, t, tf};
-    let reason = reason.filter(|r| !r.trim().is_empty());
-    // The reason as a sentence of its own (English: capitalized, as stored otherwise), and as
+    use words::{full_stop, t, tf};
+    // The stored reason (a said line) in the language.
+    let reason = words::render_opt(lang, reason).filter(|r| !r.trim().is_empty());
+    let reason = reason.as_deref();
+    // The reason as a sentence of its own (English: capitalized, as said otherwise), and as
     // a clause inside another sentence (no full stop).
     let sentence = |r: &str| match lang {
         Lang::En => capitalized(r),
-        Lang::ZhCn => full_stop(lang, &localize(lang, r)),
+        Lang::ZhCn => full_stop(lang, r),
     };
     let as_is = |r: &str| match lang {
         Lang::En => r.to_string(),
-        Lang::ZhCn => full_stop(lang, &localize(lang, r)),
+        Lang::ZhCn => full_stop(lang, r),
     };
-    let clause = |r: &str| localize(lang, r).trim_end_matches(['.', '。']).to_string();
+    let clause = |r: &str| r.trim_end_matches(['.', '。']).to_string();
     let with = |key: &str, base: &str, r: Option<&str>| match r {
         Some(r) => tf(lang, key, &[("reason", &as_is(r))]),
         None => t(lang, base),
@@ -560,26 +562,23 @@ mod tests {
     }
 
     /// The English words are the catalogue's, unchanged; the same states read in Chinese,
-    /// their stored English reasons translated.
+    /// their said reasons rendered in the language.
     #[test]
     fn status_messages_come_from_the_catalogue_in_both_languages() {
         assert_eq!(words::t(Lang::En, "status.unknown"), UNKNOWN_MESSAGE);
         let m = status_message(TaskStatus::Queued, Some("queued behind 2 earlier tasks."), false, Charge::None);
         assert_eq!(m, "Queued behind 2 earlier tasks. Nothing has been sent to the provider yet.");
         assert_eq!(status_message(TaskStatus::Failed, None, false, Charge::None), "Failed:");
-        let zh = |s, r| status_message_in(Lang::ZhCn, s, r, false, Charge::Possible);
+        let zh = |s, r: &str| status_message_in(Lang::ZhCn, s, Some(r), false, Charge::Possible);
+        let lost = words::say_with("say.answer_lost", &[("message", "reset")]);
+        let behind = words::say_with("say.behind", &[("count", &words::say_with("say.earlier_tasks", &[("n", "2")]))]);
+        let rejected = words::say_with("say.rejected", &[("message", "bad prompt")]);
         assert_eq!(
-            zh(TaskStatus::Unknown, Some("the request reached the provider, but its answer was lost (reset)")),
+            zh(TaskStatus::Unknown, &lost),
             "无法确认结果：请求已经到达服务商，但它的回复丢失了（reset）。自动重试已经停止。再次生成是一次新的操作，可能会再次收费。"
         );
-        assert_eq!(
-            zh(TaskStatus::Queued, Some("Queued behind 2 earlier tasks.")),
-            "排在前面 2 个任务后面。还没有向服务商发送任何东西。"
-        );
-        assert_eq!(
-            zh(TaskStatus::Failed, Some("the provider rejected the request: bad prompt")),
-            "失败：服务商拒绝了这个请求：bad prompt。"
-        );
+        assert_eq!(zh(TaskStatus::Queued, &behind), "排在前面 2 个任务后面。还没有向服务商发送任何东西。");
+        assert_eq!(zh(TaskStatus::Failed, &rejected), "失败：服务商拒绝了这个请求：bad prompt。");
         assert_eq!(status_name(Lang::ZhCn, TaskStatus::Unknown), "结果未知");
     }
 

@@ -18,7 +18,7 @@ use super::openapi::{JsonRejected, StoreFailure};
 use super::{AppState, JsonBody, json_response};
 use crate::delivery::profile::Fit;
 use crate::delivery::target::TargetKind;
-use crate::domain::words::{localize, say};
+use crate::domain::words::{render, say};
 use crate::engine::deliver::DeliverOutcome;
 use crate::engine::readiness::Readiness;
 use crate::store::{DeliveryView, RetryDeliveryOutcome};
@@ -29,7 +29,7 @@ fn shown(mut d: DeliveryView) -> DeliveryView {
     let lang = super::lang::request_lang();
     for item in &mut d.items {
         if let Some(why) = &item.why {
-            item.why = Some(localize(lang, why));
+            item.why = Some(render(lang, why));
         }
     }
     d
@@ -38,7 +38,7 @@ fn shown(mut d: DeliveryView) -> DeliveryView {
 /// Reasons a set cannot be delivered, in the request's language (made in English).
 pub(super) fn shown_reasons(reasons: Vec<String>) -> Vec<String> {
     let lang = super::lang::request_lang();
-    reasons.iter().map(|r| localize(lang, r)).collect()
+    reasons.iter().map(|r| render(lang, r)).collect()
 }
 
 /// `POST /v1/sets/{id}/deliveries` body.
@@ -130,7 +130,7 @@ pub async fn create(
             let body = BlockedBody {
                 error: super::error::ErrorDetail {
                     code: "not_ready".into(),
-                    message: localize(super::lang::request_lang(), &message),
+                    message: render(super::lang::request_lang(), &message),
                     retried_as: None,
                     estimated_cost: None,
                 },

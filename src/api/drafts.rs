@@ -111,7 +111,7 @@ pub fn draft_json(state_: &AppState, d: &DraftView) -> DraftJson {
         charge,
         set_id: d.set_id.clone(),
         confirmed_revision: d.confirmed_revision,
-        message: st.problem.clone(),
+        message: crate::domain::words::render_opt(super::lang::request_lang(), st.problem.as_deref()),
         raw_answer: st.answer.filter(|a| !a.valid).map(|a| a.body.clone()),
         task_id: st.task.map(|t| t.id.clone()),
         redraft_estimated_cost: state_

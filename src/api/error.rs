@@ -119,11 +119,11 @@ pub struct EstimatedCost {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        // In the request's language (`api::lang`): the message is made in English and
-        // translated by the catalogue's templates; one it has no template for stays English.
+        // In the request's language (`api::lang`): a said line (`domain::words::say`) is
+        // rendered in it; a message made as plain text stays as it is.
         let error = ErrorDetail {
             code: self.code.to_string(),
-            message: crate::domain::words::localize(super::lang::request_lang(), &self.message),
+            message: crate::domain::words::render(super::lang::request_lang(), &self.message),
             retried_as: self.retried_as,
             estimated_cost: self.estimated_cost,
         };

@@ -91,7 +91,7 @@ pub async fn preview(
         }
         ShotFile::Refused(why) => {
             let lang = super::lang::request_lang();
-            let why: Vec<String> = why.iter().map(|w| crate::domain::words::localize(lang, w)).collect();
+            let why: Vec<String> = why.iter().map(|w| crate::domain::words::render(lang, w)).collect();
             return Err(ApiError::conflict("not_ready", why.join("; ")));
         }
         ShotFile::UnknownProfile(names) => {

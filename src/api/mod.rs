@@ -303,7 +303,7 @@ pub async fn providers(State(state): State<AppState>) -> Json<ProvidersJson> {
     let lang = lang::request_lang();
     let mut providers = state.engine().provider_list();
     for p in &mut providers {
-        p.billing_note = crate::domain::words::localize(lang, &p.billing_note);
+        p.billing_note = crate::domain::words::render(lang, &p.billing_note);
     }
     let kinds = crate::providers::kinds::KINDS
         .iter()

@@ -148,7 +148,8 @@ pub async fn pair(State(state): State<AppState>, headers: HeaderMap) -> Result<R
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", format!("could not draw the QR code: {e}"))
     })?;
     let expires = crate::clock::Clock::now(&crate::clock::SystemClock) + PAIR_LIFETIME.as_millis() as i64;
-    let hint = if lan { say("say.pair_hint_lan") } else { say("say.pair_hint_loopback") };
+    let key = if lan { "say.pair_hint_lan" } else { "say.pair_hint_loopback" };
+    let hint = crate::domain::words::t(super::lang::request_lang(), key);
     Ok(Json(PairJson { url, code: pairing.short, svg, expires_at: crate::clock::rfc3339(expires), lan, hint })
         .into_response())
 }

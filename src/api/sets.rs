@@ -20,7 +20,7 @@ use super::tasks::{
 use super::{AppState, JsonBody, json_response};
 use crate::clock::rfc3339;
 use crate::domain::TaskStatus;
-use crate::domain::words::{localize, say};
+use crate::domain::words::{render, say};
 use crate::store::{
     MAX_CANDIDATES, NewSet, NewShot, SHOT_ROLES, SetStatus, SetView, SubmitOutcome, TaskView, UploadView,
     delivery_blocking, set_summary,
@@ -161,7 +161,7 @@ pub struct SetJson {
 fn shown_task(state: &AppState, t: &TaskView, draft: bool) -> TaskJson {
     let mut j = task_json(state.engine(), t);
     if draft && matches!(t.status, TaskStatus::Queued | TaskStatus::Waiting) {
-        j.message = localize(super::lang::request_lang(), &say("say.waits_for_start"));
+        j.message = render(super::lang::request_lang(), &say("say.waits_for_start"));
     }
     j
 }
@@ -189,7 +189,7 @@ pub fn set_json(state: &AppState, s: &SetView) -> SetJson {
     let draft = status == SetStatus::Draft;
     // Its words in the answer's language (`api::lang`); made in English by the store.
     let lang = super::lang::request_lang();
-    let (progress, message) = (localize(lang, &progress), localize(lang, &message));
+    let (progress, message) = (render(lang, &progress), render(lang, &message));
     SetJson {
         id: s.id.clone(),
         product: s.product.clone(),
@@ -254,7 +254,7 @@ pub fn set_json(state: &AppState, s: &SetView) -> SetJson {
         timeline: s
             .timeline
             .iter()
-            .map(|e| SetEventJson { at: rfc3339(e.at), kind: e.kind.clone(), message: localize(lang, &e.message) })
+            .map(|e| SetEventJson { at: rfc3339(e.at), kind: e.kind.clone(), message: render(lang, &e.message) })
             .collect(),
     }
 }

@@ -10,7 +10,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::clock::rfc3339;
-use crate::domain::words::{has, said_prefix, said_suffix, t as word, tf};
+use crate::domain::words::{self, has, said_key, said_param, t as word, tf};
 use crate::domain::{Charge, Lang, TaskStatus};
 use crate::engine::Engine;
 use crate::store::{EventView, TaskView};
@@ -105,7 +105,7 @@ fn label_of(lang: Lang, key: &str, english: &str) -> String {
 }
 
 /// Add the time the request was last sent and the provider's id for it, from the job's
-/// history (its stored English lines), in front of the other details, named in the language
+/// history (its said lines), in front of the other details, named in the language
 /// of the answer being made (`api::lang`).
 pub fn add_request_details(w: &mut WhereToLookJson, events: &[EventView]) {
     let lang = super::lang::request_lang();
@@ -113,12 +113,12 @@ pub fn add_request_details(w: &mut WhereToLookJson, events: &[EventView]) {
     let id = events
         .iter()
         .rev()
-        .find_map(|e| (e.kind == "accepted").then(|| e.message.strip_prefix(said_prefix("say.accepted").as_str()))?)
-        .map(str::trim)
+        .find_map(|e| (e.kind == "accepted").then(|| said_param(&e.message, "say.accepted", "job"))?)
+        .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty());
     let mut front = Vec::new();
     if let Some(id) = id {
-        front.push(detail("request_id", &word(lang, "match.request_id"), id));
+        front.push(detail("request_id", &word(lang, "match.request_id"), &id));
     }
     if let Some(at) = sent {
         front.push(detail("sent_at", &word(lang, "match.sent_at_utc"), &at));
@@ -140,14 +140,23 @@ pub fn refused_before_sending_in(t: &TaskView, lang: Lang) -> Option<RefusedBefo
     }
     let reason = t.reason.as_deref()?;
     let kind = t.failure_kind.as_deref()?;
-    // The worker's words before an adapter's preflight refusal (`engine::worker`), and after a
-    // refusal of tally's own: read from the templates they were written with.
-    let (refused, unsent) = (said_prefix("say.refused_before"), said_suffix("say.preflight_unsent"));
-    let (problem, adapter) = match reason.strip_prefix(refused.as_str()) {
-        Some(p) => (p, true),
-        None if kind == "configuration" && reason.contains(unsent.trim_start_matches("; ")) => (reason, false),
-        None => return None,
+    // The worker's line for an adapter's preflight refusal (`engine::worker`), and for a
+    // refusal of tally's own: read from the keys they were said with (a line an older
+    // version stored in English gets no such help).
+    let (said, adapter) = match said_key(reason) {
+        Some("say.refused_before") => (said_param(reason, "say.refused_before", "message")?, true),
+        Some("say.preflight_unsent") if kind == "configuration" => {
+            (said_param(reason, "say.preflight_unsent", "message")?, false)
+        }
+        // tally's own checks before sending (`engine::money`'s preflight).
+        Some("say.api_key_missing" | "say.api_key_bad_chars" | "say.size_not_a_size") if kind == "configuration" => {
+            (reason.to_string(), false)
+        }
+        _ => return None,
     };
+    // The problem is the adapter's or the check's own words, read in English.
+    let problem = words::english(&said);
+    let problem = problem.as_str();
     if !matches!(kind, "rejected" | "configuration") {
         return None;
     }
@@ -189,7 +198,7 @@ pub fn refused_before_sending_in(t: &TaskView, lang: Lang) -> Option<RefusedBefo
     };
     Some(RefusedBeforeSendingJson {
         kind: what.into(),
-        problem: problem.to_string(),
+        problem: words::render(lang, &said),
         fix,
         retry_helps: helps,
         references_taken: if refs { taken } else { None },
@@ -230,11 +239,20 @@ mod tests {
     use super::*;
     use crate::store::ChargeSummary;
 
+    /// A failed task whose reason is `reason`, said as the worker says it: the two refusals
+    /// before sending are written here in English for reading and made into their said lines.
     fn failed(kind: &str, reason: &str) -> TaskView {
+        let reason = if let Some(m) = reason.strip_prefix("refused before sending anything (nothing was charged): ") {
+            crate::domain::words::say_with("say.refused_before", &[("message", m)])
+        } else if let Some(m) = reason.strip_suffix("; nothing was sent to the provider") {
+            crate::domain::words::say_with("say.preflight_unsent", &[("message", m)])
+        } else {
+            reason.to_string()
+        };
         TaskView {
             id: "t".into(),
             status: TaskStatus::Failed,
-            reason: Some(reason.into()),
+            reason: Some(reason),
             failure_kind: Some(kind.into()),
             attempts: 0,
             charge: ChargeSummary::default(),
@@ -330,11 +348,8 @@ mod tests {
 
     #[test]
     fn settings_refusals_can_be_retried_after_the_fix_and_other_failures_are_not_refusals() {
-        let t = failed(
-            "configuration",
-            "the API key environment variable K is not set (api_key_env of provider `flux`), so nothing was sent \
-             to the provider; set it where `tally serve` runs and restart it",
-        );
+        let missing = crate::domain::words::say_with("say.api_key_missing", &[("var", "K"), ("provider", "flux")]);
+        let t = failed("configuration", &missing);
         let r = refused_before_sending(&t).expect("a refusal");
         assert_eq!(r.kind, "settings");
         assert!(r.retry_helps);
@@ -377,7 +392,10 @@ mod tests {
         };
         add_request_details(
             &mut w,
-            &[ev("calling", 1_000, "sent"), ev("accepted", 2_000, "the provider accepted the job as abc123")],
+            &[
+                ev("calling", 1_000, "sent"),
+                ev("accepted", 2_000, &crate::domain::words::say_with("say.accepted", &[("job", "abc123")])),
+            ],
         );
         let what: Vec<&str> = w.match_by.iter().map(|m| m.what.as_str()).collect();
         assert_eq!(what, ["request_id", "sent_at", "prompt"]);

@@ -9,7 +9,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use crate::clock::rfc3339;
-use crate::domain::words::{localize, t as word, tf};
+use crate::domain::words::{render, t as word, tf};
 use crate::domain::{Charge, Lang, TaskStatus, from_micros, money, status_message_in, status_name};
 use crate::engine::Engine;
 use crate::store::{ArtifactView, TaskView};
@@ -56,8 +56,8 @@ pub struct TaskJson {
     pub candidate: Option<i64>,
     pub cancel_requested: bool,
     pub failure_kind: Option<String>,
-    /// The stored detail behind the message (why it failed, what it waits for), as tally
-    /// recorded it, in English whatever the language of the answer.
+    /// The stored detail behind the message (why it failed, what it waits for), in English
+    /// whatever the language of the answer.
     pub reason: Option<String>,
     /// The submitter's group: jobs of one group take turns with other groups' jobs.
     pub group: Option<String>,
@@ -126,7 +126,7 @@ fn held_json(engine: &Engine, t: &TaskView, lang: Lang) -> Option<HeldJson> {
         tf(lang, "note.held_billed", &[("about", &about)])
     };
     Some(HeldJson {
-        reason: localize(lang, &h.reason),
+        reason: render(lang, &h.reason),
         since: rfc3339(h.since),
         estimated_cost: price.as_ref().map(|(m, _)| from_micros(*m)),
         currency: price.map(|(_, c)| c),
@@ -281,20 +281,20 @@ pub fn task_json_in(engine: &Engine, t: &TaskView, lang: Lang) -> TaskJson {
         candidate: t.set_id.as_ref().map(|_| t.candidate),
         cancel_requested: t.cancel_requested,
         failure_kind: t.failure_kind.clone(),
-        reason: t.reason.clone(),
+        reason: crate::domain::words::render_opt(Lang::En, t.reason.as_deref()),
         group: t.group.clone(),
         // What it waits for: where it stands in the dispatch order, else the stored reason
         // (a budget hold, a retry's backoff), so no surface has to guess.
         waiting_for: match t.status {
             TaskStatus::Queued | TaskStatus::Waiting => {
                 let why = t.waiting_for.as_deref().or(t.reason.as_deref()).filter(|r| !r.trim().is_empty());
-                why.map(|r| localize(lang, r))
+                why.map(|r| render(lang, r))
             }
             _ => None,
         },
         held_by_budget: t.budget_hold && matches!(t.status, TaskStatus::Queued | TaskStatus::Waiting),
         billing_note: if t.status == TaskStatus::Unknown {
-            engine.billing_note(&t.provider).map(|n| localize(lang, &n))
+            engine.billing_note(&t.provider).map(|n| render(lang, &n))
         } else {
             None
         },

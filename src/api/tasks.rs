@@ -299,9 +299,9 @@ pub struct EventJson {
     pub at: String,
     pub actor: String,
     pub kind: String,
-    /// What happened, in the answer's language (`api::lang`): stored in English and
-    /// translated by the catalogue (`domain::words::localize`); a line it has no words for
-    /// (a provider's own message, an older version's wording) is shown as it was stored.
+    /// What happened, in the answer's language (`api::lang`): a said line rendered from its
+    /// key (`domain::words::render`); a line stored as plain text (a provider's own message,
+    /// an older version's English) is shown as it was stored.
     pub message: String,
     /// The execution (one attempt's worker run) the entry belongs to, if any.
     pub execution: Option<String>,
@@ -336,7 +336,7 @@ pub async fn events(State(state): State<AppState>, Path(id): Path<String>) -> Re
             at: rfc3339(e.at),
             actor: e.actor,
             kind: e.kind,
-            message: crate::domain::words::localize(lang, &e.message),
+            message: crate::domain::words::render(lang, &e.message),
             execution: e.execution_token,
         })
         .collect();

@@ -580,7 +580,7 @@ fn resolve_budget(raw: RawBudget, providers: &[ProviderConfig], origin: &str) ->
     let daily = limit("budget.daily", raw.daily)?;
     let monthly = limit("budget.monthly", raw.monthly)?;
     if (daily.is_some() || monthly.is_some()) && priced.is_empty() {
-        return Err(bad("budget", crate::domain::words::say("say.budget_needs_prices")));
+        return Err(bad("budget", crate::domain::words::t(crate::domain::Lang::En, "say.budget_needs_prices")));
     }
     if (daily.is_some() || monthly.is_some()) && currency.is_none() {
         return Err(bad(

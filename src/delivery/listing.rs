@@ -253,24 +253,24 @@ mod tests {
     #[test]
     fn a_broken_rule_is_said_in_the_owners_language() {
         use crate::domain::Lang;
-        use crate::domain::words::{localize, say, say_with};
+        use crate::domain::words::{english, render, say, say_with};
         let subject = say_with("say.chosen_image_of", &[("shot", &say("say.role_main_white"))]);
         let fill = say_with(
             "say.rule_fill",
             &[("subject", &subject), ("got", "71"), ("min", "85"), ("profile", "amazon_main")],
         );
         assert_eq!(
-            fill,
+            english(&fill),
             "the White main image's chosen image: the product fills 71 % of the frame; amazon_main asks for at least 85 %"
         );
-        let zh = localize(Lang::ZhCn, &fill);
+        let zh = render(Lang::ZhCn, &fill);
         assert!(zh.contains("白底主图") && zh.contains("71%") && zh.contains("amazon_main"), "{zh}");
         let edge = say_with(
             "say.rule_edge_not_white",
             &[("subject", &subject), ("off", &group(212)), ("all", &group(3196)), ("profile", "taobao_white")],
         );
-        assert!(edge.contains("212 of 3,196 edge pixels"), "{edge}");
-        assert!(localize(Lang::ZhCn, &edge).contains("边缘不是纯白"));
+        assert!(english(&edge).contains("212 of 3,196 edge pixels"), "{edge}");
+        assert!(render(Lang::ZhCn, &edge).contains("边缘不是纯白"));
         let why = super::super::render::check_listing(
             &super::super::profile::builtin("amazon_main").expect("amazon_main"),
             &opaque_png(),
@@ -278,7 +278,7 @@ mod tests {
             &subject,
         )
         .0;
-        let zh = localize(Lang::ZhCn, &why[0].message);
+        let zh = render(Lang::ZhCn, &why[0].message);
         assert!(zh.contains("白底主图") && zh.contains("抠图"), "{zh}");
     }
 
@@ -306,7 +306,8 @@ mod tests {
         };
         let found = problems(&amazon, &file(&img), "it");
         assert_eq!(found.len(), 1, "{found:?}");
-        assert!(found[0].message.contains("fills 50 %"), "{}", found[0].message);
+        let said = crate::domain::words::english(&found[0].message);
+        assert!(said.contains("fills 50 %"), "{said}");
         // A light grey edge (a generated "white"), and a grey speck far from the product.
         for x in 0..1000 {
             img.put_pixel(x, 0, image::Rgb([250, 250, 250]));
@@ -315,7 +316,10 @@ mod tests {
         let m = measure(&png(&img)).expect("measure");
         assert_eq!((m.edge_off, m.around_off), (1000, 1001));
         let found = problems(&amazon, &file(&img), "it");
-        assert!(found.iter().any(|p| p.message.contains("1,000 of 3,996 edge pixels")), "{found:?}");
+        assert!(
+            found.iter().any(|p| crate::domain::words::english(&p.message).contains("1,000 of 3,996 edge pixels")),
+            "{found:?}"
+        );
     }
 
     fn png(img: &RgbImage) -> Vec<u8> {

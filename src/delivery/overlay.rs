@@ -195,11 +195,20 @@ impl OverlayError {
     }
 }
 
-impl fmt::Display for OverlayError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl OverlayError {
+    /// The error as a said line (`domain::words::say_with`), for what is stored or answered
+    /// and shown later in the owner's language.
+    pub fn said(&self) -> String {
         let (key, params) = self.key_and_params();
         let params: Vec<(&str, &str)> = params.iter().map(|(n, v)| (*n, v.as_str())).collect();
-        f.write_str(&say_with(key, &params))
+        say_with(key, &params)
+    }
+}
+
+/// In English (logs, tests); [`OverlayError::said`] for the owner.
+impl fmt::Display for OverlayError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&crate::domain::words::english(&self.said()))
     }
 }
 

@@ -132,7 +132,7 @@ pub fn render_listing(profile: &Profile, source: &[u8], listing: &Listing<'_>) -
         (fit(flat, &spec)?, ticket)
     };
     if let Some(o) = listing.overlay {
-        super::overlay::draw(&mut frame, o).map_err(|e| RenderError::Overlay(e.to_string()))?;
+        super::overlay::draw(&mut frame, o).map_err(|e| RenderError::Overlay(e.said()))?;
     }
     encode(profile, &spec, frame)
 }

@@ -206,7 +206,7 @@ impl Engine {
             }
             PickedUp::Held { due_at, reason } => {
                 drop(permit);
-                tracing::info!(until = %crate::clock::rfc3339(due_at), "held back by a budget at submit: {reason}");
+                tracing::info!(until = %crate::clock::rfc3339(due_at), "held back by a budget at submit: {}", crate::domain::words::english(&reason));
                 shared.changed(out.task_id(), TaskStatus::Waiting);
                 // The dispatcher re-reads the earliest due time (the period's end).
                 shared.wake_dispatcher.notify_one();
@@ -429,7 +429,7 @@ impl Engine {
                 }
                 // A square frame here; the delivery checks the profile's own shape again.
                 crate::delivery::overlay::check(o, 1000, 1000)
-                    .map_err(|e| EngineError::Invalid(format!("shot {n}: {e}")))?;
+                    .map_err(|e| EngineError::Invalid(say_with("say.error_shot", &[("n", &n), ("what", &e.said())])))?;
             }
             if !(1..=MAX_CANDIDATES).contains(&shot.candidates) {
                 return Err(EngineError::Invalid(format!(

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::config::{Config, Pricing, ProviderConfig, ProviderKind};
+use crate::domain::words::say_with;
 use crate::domain::{Micros, from_micros};
 use crate::store::CallingFacts;
 use crate::store::spend::{Limit, Period};
@@ -85,10 +86,7 @@ impl ProviderMoney {
             match std::env::var(var) {
                 Ok(k) if k.trim().is_empty() => return Err(missing_key(provider, var)),
                 Ok(k) if !k.trim().bytes().all(|b| (0x21..0x7f).contains(&b)) => {
-                    return Err(format!(
-                        "the API key in the environment variable {var} (api_key_env of provider `{provider}`) \
-                         contains characters that cannot be sent; nothing was sent to the provider"
-                    ));
+                    return Err(say_with("say.api_key_bad_chars", &[("var", var), ("provider", provider)]));
                 }
                 Ok(_) => {}
                 Err(_) => return Err(missing_key(provider, var)),
@@ -99,9 +97,7 @@ impl ProviderMoney {
         {
             let ok = size.as_str().and_then(crate::providers::http::parse_size).is_some();
             if !ok {
-                return Err(format!(
-                    "params.size {size} is not a size like \"1024x1024\"; nothing was sent to the provider"
-                ));
+                return Err(say_with("say.size_not_a_size", &[("size", &size.to_string())]));
             }
         }
         Ok(())
@@ -139,10 +135,7 @@ impl ProviderMoney {
 }
 
 fn missing_key(provider: &str, var: &str) -> String {
-    format!(
-        "the API key environment variable {var} is not set (api_key_env of provider `{provider}`), so nothing was \
-         sent to the provider; set it where `tally serve` runs and restart it"
-    )
+    say_with("say.api_key_missing", &[("var", var), ("provider", provider)])
 }
 
 /// A provider's prices as surfaces show them.
@@ -225,7 +218,7 @@ mod tests {
             checks_size: true,
             ..ProviderMoney::default()
         };
-        let e = m.preflight("p", &serde_json::json!({})).unwrap_err();
+        let e = crate::domain::words::english(&m.preflight("p", &serde_json::json!({})).unwrap_err());
         assert!(e.contains("TALLY_UNIT_TEST_SURELY_UNSET_KEY") && e.contains("nothing was"), "{e}");
         let m = ProviderMoney { checks_size: true, ..ProviderMoney::default() };
         assert!(m.preflight("p", &serde_json::json!({"size": "1024x1024"})).is_ok());

@@ -161,8 +161,12 @@ impl Engine {
                     &[("n", &n)],
                 )));
             }
-            crate::delivery::overlay::check(o, 1000, 1000)
-                .map_err(|e| EngineError::Invalid(format!("shot {n}: {e}")))?;
+            crate::delivery::overlay::check(o, 1000, 1000).map_err(|e| {
+                EngineError::Invalid(crate::domain::words::say_with(
+                    "say.error_shot",
+                    &[("n", &n), ("what", &e.said())],
+                ))
+            })?;
         }
         Ok(self.shared.store.set_overlay(id.to_string(), position, overlay, self.shared.now()).await?)
     }

@@ -376,7 +376,7 @@ impl Run<'_> {
                     store.record_calling(c.execution_token.clone(), c.lease_token.clone(), calling_at, facts).await?;
                 crate::stages::record(crate::stages::Stage::Calling, timed);
                 if let CallingOutcome::Held { due_at, reason } = recorded {
-                    tracing::info!(until = %crate::clock::rfc3339(due_at), "held back by a budget: {reason}");
+                    tracing::info!(until = %crate::clock::rfc3339(due_at), "held back by a budget: {}", crate::domain::words::english(&reason));
                     self.shared.changed(&c.task_id, crate::domain::TaskStatus::Waiting);
                     // The dispatcher re-reads the earliest due time (the period's end).
                     self.shared.wake_dispatcher.notify_one();

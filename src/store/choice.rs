@@ -248,7 +248,8 @@ mod tests {
     #[test]
     fn a_repeated_role_is_named_with_its_number() {
         let roles = [Some("main".to_string()), Some("scene".to_string()), Some("scene".to_string())];
-        assert_eq!(shot_label(&roles, 0), "Main photo");
-        assert_eq!(shot_label(&roles, 2), "Lifestyle scene (shot 3)");
+        let en = |i| crate::domain::words::english(&shot_label(&roles, i));
+        assert_eq!(en(0), "Main photo");
+        assert_eq!(en(2), "Lifestyle scene (shot 3)");
     }
 }

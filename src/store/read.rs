@@ -629,6 +629,8 @@ mod tests {
             reserve: Some(1),
             ..WaitFacts::default()
         };
+        // The said lines in English, as the test reads them.
+        let wait_words = |p: &str, f: &WaitFacts| super::wait_words(p, f).map(|w| crate::domain::words::english(&w));
         assert_eq!(wait_words("p", &ready), None, "next in line, a slot free: nothing to explain");
         let paused = WaitFacts { paused: Some(0), ..ready.clone() };
         assert_eq!(
@@ -655,7 +657,11 @@ mod tests {
             Some("Queued behind 2 earlier shots of this set (a set's shots go one after another).")
         );
         let draft = WaitFacts { due: None, earlier_shots: 2, unstarted: true, ..paused.clone() };
-        assert_eq!(wait_words("p", &draft), Some(say("say.waits_for_start")), "a copy waits for its start");
+        assert_eq!(
+            wait_words("p", &draft),
+            Some(crate::domain::words::english(&say("say.waits_for_start"))),
+            "a copy waits for its start"
+        );
         let behind = WaitFacts { busy: 2, ahead_key: 1, ahead: 5, ..ready.clone() };
         assert_eq!(
             wait_words("p", &behind).as_deref(),

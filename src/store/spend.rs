@@ -526,6 +526,7 @@ mod tests {
         assert_eq!(asked, vec![("CNY".to_string(), at("2026-12-03T16:00:00Z"), at("2026-12-04T16:00:00Z"))]);
         let (due, reason) = held.expect("held");
         assert_eq!(due, at("2026-12-04T16:00:00Z"));
+        let reason = crate::domain::words::english(&reason);
         assert!(reason.contains("00:00 Asia/Shanghai"), "{reason}");
     }
 

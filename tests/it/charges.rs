@@ -4,6 +4,7 @@
 //! filter, a budget that concurrent `record_calling`s cannot overshoot, prune keeping this
 //! month's spend) are tested on both backends in `conformance::money` and `conformance::prune`.
 
+use crate::common::En;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -59,7 +60,7 @@ async fn a_task_held_by_the_budget_resumes_when_the_day_turns_over() {
     };
     wait(|| async { status(first.clone()).await.status == TaskStatus::Succeeded }).await;
     let second = engine.submit(task("second")).await.expect("submit").task_id().to_string();
-    wait(|| async { status(second.clone()).await.reason.unwrap_or_default().contains("budget") }).await;
+    wait(|| async { status(second.clone()).await.reason.en().contains("budget") }).await;
     assert_eq!(fake.counts().received, 1, "the second request was not sent");
     let due: i64 = store
         .read({

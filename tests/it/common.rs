@@ -195,6 +195,11 @@ impl Daemon {
             .env_remove("TALLY_CONFIG")
             .stdin(Stdio::null())
             .output()
+            .inspect(|out| {
+                let what = format!("`tally {}`", args.join(" "));
+                assert_rendered(&String::from_utf8_lossy(&out.stdout), &what);
+                assert_rendered(&String::from_utf8_lossy(&out.stderr), &what);
+            })
             .expect("run tally")
     }
 
@@ -342,7 +347,26 @@ fn parse(raw: &[u8]) -> Option<Reply> {
         }
         body = out;
     }
+    let textual = headers.iter().any(|(k, v)| {
+        k.eq_ignore_ascii_case("content-type") && ["json", "text/", "csv", "event-stream"].iter().any(|t| v.contains(t))
+    });
+    if textual {
+        assert_rendered(&String::from_utf8_lossy(&body), &format!("the answer {status}"));
+    }
     Some(Reply { status, headers, body })
+}
+
+/// Fails the test when `text` (an answer's body, a command's output) shows a said line as
+/// stored (`domain::words::say`: STX … ETX, raw or as a JSON escape) instead of its words:
+/// every surface renders what the daemon said in the reader's language.
+pub fn assert_rendered(text: &str, what: &str) {
+    for mark in ["\u{2}", "\u{3}", "\\u0002", "\\u0003"] {
+        if let Some(at) = text.find(mark) {
+            let around: String = text[at..].chars().take(160).collect();
+            let before: String = text[..at].chars().rev().take(80).collect::<Vec<_>>().into_iter().rev().collect();
+            panic!("{what} shows a said line unrendered ({mark:?}): …{before}{around}…");
+        }
+    }
 }
 
 /// SHA-256 of bytes as lower-case hex.
@@ -611,4 +635,34 @@ pub fn pg_url() -> Option<String> {
         "TALLY_TEST_PG_URL is not set: run the PostgreSQL tests through `scripts/with-postgres.sh cargo test …` \
          (scripts/test.sh does), or set TALLY_SKIP_PG=1 to skip them outside CI"
     );
+}
+
+/// What the store keeps as said lines (`domain::words::say`), read in English as the tests
+/// check them (the API and the CLI render them themselves).
+pub trait En {
+    /// The text in English (empty for `None`).
+    fn en(&self) -> String;
+}
+
+impl En for str {
+    fn en(&self) -> String {
+        tally::domain::words::english(self)
+    }
+}
+
+impl En for String {
+    fn en(&self) -> String {
+        tally::domain::words::english(self)
+    }
+}
+
+impl En for Option<String> {
+    fn en(&self) -> String {
+        self.as_deref().map(tally::domain::words::english).unwrap_or_default()
+    }
+}
+
+/// An optional said line in English, kept optional.
+pub fn en_opt(text: Option<&str>) -> Option<String> {
+    text.map(tally::domain::words::english)
 }

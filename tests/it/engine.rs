@@ -6,6 +6,7 @@
 //! Longer than 600 lines: one test per row of those tables, sharing the fixtures above them;
 //! split by table only if it grows further.
 
+use crate::common::En;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -175,11 +176,7 @@ async fn a_busy_provider_is_not_dispatched_to_and_the_task_says_why_it_waits() {
     let second = h.submit("second").await;
     let t = h.task(&second).await;
     assert_eq!((t.status, t.attempts), (TaskStatus::Queued, 0), "waiting for a slot is not failure");
-    assert!(
-        t.reason.as_deref().unwrap_or("").contains("free slot at fake (all 1 of its slots are in use)"),
-        "{:?}",
-        t.reason
-    );
+    assert!(t.reason.en().contains("free slot at fake (all 1 of its slots are in use)"), "{:?}", t.reason);
     // Wake the dispatcher a few times: a saturated provider costs no commit and no event.
     let (commits, writes) = (h.store.commits(), h.store.writes());
     for _ in 0..5 {
@@ -310,7 +307,7 @@ async fn circuit_opens_after_repeated_failures_and_pauses_new_calls() {
     let deadline = Instant::now() + Duration::from_secs(10);
     let t = loop {
         let t = h.task(&id).await;
-        if t.reason.as_deref().unwrap_or("").contains("paused") {
+        if t.reason.en().contains("paused") {
             break t;
         }
         assert!(Instant::now() < deadline, "circuit never paused: {:?}", t.reason);
@@ -319,7 +316,7 @@ async fn circuit_opens_after_repeated_failures_and_pauses_new_calls() {
     assert_eq!((t.status, t.attempts), (TaskStatus::Waiting, 2), "a paused delivery counts no attempt");
     assert_eq!(h.counts().received, 0);
     // The pause says what failed.
-    let why = t.reason.as_deref().unwrap_or("");
+    let why = t.reason.en();
     assert!(
         why.contains("failed several times in a row (the last time: ") && why.contains("connection refused"),
         "{why}"
@@ -655,7 +652,7 @@ async fn cancel_of_a_running_task_keeps_the_paid_result() {
     h.fake.release();
     let t = h.settle(&id).await;
     assert_eq!(t.status, TaskStatus::Succeeded);
-    assert!(t.reason.as_deref().unwrap_or("").contains("the provider charges for it"), "{:?}", t.reason);
+    assert!(t.reason.en().contains("the provider charges for it"), "{:?}", t.reason);
     assert_eq!(t.charge.state, tally::domain::Charge::Charged);
     assert!(h.kinds(&id).await.contains(&"cancel_requested".to_string()));
 }

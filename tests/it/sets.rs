@@ -3,6 +3,7 @@
 //! interleaving between sets, unknown shots not blocking the rest, cancel, retry of a shot,
 //! resume after a crash, and the schema migration that added sets.
 
+use crate::common::En;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -208,7 +209,7 @@ async fn a_set_runs_its_shots_one_after_another_with_its_references() {
     let id = create(&s, new_set("T1", FIVE, vec![a.id.clone(), b.id.clone()])).await;
     let set = wait_settled(&s, &id).await;
     let (status, progress, _) = set_summary(&set);
-    assert_eq!((status, progress.as_str()), (SetStatus::Done, "5 of 5 done"));
+    assert_eq!((status, progress.en().as_str()), (SetStatus::Done, "5 of 5 done"));
     assert!(set.shots.iter().all(|t| t.artifacts.len() == 1));
     let calls = s.rec.calls_for("T1");
     assert_eq!(calls.len(), 5, "each shot sent exactly once");
@@ -258,7 +259,7 @@ async fn the_candidates_of_a_shot_run_together_and_the_next_shot_after_it() {
     s.rec.hold.add_permits(3);
     let set = wait_settled(&s, &id).await;
     let (status, progress, _) = set_summary(&set);
-    assert_eq!((status, progress.as_str()), (SetStatus::Done, "6 of 6 done"));
+    assert_eq!((status, progress.en().as_str()), (SetStatus::Done, "6 of 6 done"));
     let calls = s.rec.calls_for("TOG");
     assert_eq!(calls.len(), 6, "each candidate sent exactly once");
     assert_shots_one_after_another(&calls);
@@ -311,8 +312,8 @@ async fn an_unknown_shot_does_not_stop_the_next() {
     let id = create(&s, set).await;
     let set = wait_settled(&s, &id).await;
     let (status, progress, message) = set_summary(&set);
-    assert_eq!((status, progress.as_str()), (SetStatus::DoneWithProblems, "2 of 3 done, 1 unknown"));
-    assert!(message.contains("cannot be confirmed"));
+    assert_eq!((status, progress.en().as_str()), (SetStatus::DoneWithProblems, "2 of 3 done, 1 unknown"));
+    assert!(message.en().contains("cannot be confirmed"), "{message}");
     assert_eq!(set.shots[1].status, TaskStatus::Unknown);
     assert_eq!(s.rec.calls_for("U1").len(), 3, "no shot was sent twice");
 }
@@ -332,7 +333,7 @@ async fn cancel_mid_set_lets_the_running_shot_finish_and_sends_nothing_more() {
     s.rec.hold.add_permits(1);
     let set = wait_settled(&s, &id).await;
     let (status, progress, _) = set_summary(&set);
-    assert_eq!((status, progress.as_str()), (SetStatus::Canceled, "1 of 5 done, 4 canceled"));
+    assert_eq!((status, progress.en().as_str()), (SetStatus::Canceled, "1 of 5 done, 4 canceled"));
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(s.rec.calls_for("C1").len(), 1, "no later shot was ever sent");
 }

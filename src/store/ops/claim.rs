@@ -325,11 +325,11 @@ mod tests {
     #[test]
     fn a_resumed_call_says_what_happens_instead_of_sending_again() {
         assert_eq!(
-            resumed_message(2, Phase::Accepted),
+            crate::domain::words::english(&resumed_message(2, Phase::Accepted)),
             "attempt 2 resumed: polling the job the provider already accepted, instead of sending again"
         );
         assert_eq!(
-            resumed_message(1, Phase::Calling),
+            crate::domain::words::english(&resumed_message(1, Phase::Calling)),
             "attempt 1 resumed: recovering the earlier call without blindly sending it again"
         );
     }

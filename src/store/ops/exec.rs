@@ -470,6 +470,24 @@ pub(in crate::store) fn late_result(
 mod tests {
     use super::*;
 
+    /// [`ending`] with its said lines in English, as the tests read them.
+    fn ending(f: &Finish, attempts: i64, words: &str, now: Millis) -> Option<Ending> {
+        let en = |s: &str| crate::domain::words::english(s);
+        super::ending(f, attempts, words, now).map(|e| match e {
+            Ending::Settle { status, reason, kind, envelope_error, event, line } => Ending::Settle {
+                status,
+                reason: en(&reason),
+                kind,
+                envelope_error: envelope_error.map(|x| en(&x)),
+                event,
+                line: en(&line),
+            },
+            Ending::Retry { due_at, why, error, line } => {
+                Ending::Retry { due_at, why: en(&why), error: en(&error), line: en(&line) }
+            }
+        })
+    }
+
     fn retry(counted: bool, max_attempts: i64) -> Finish {
         Finish::RetryLater {
             due_at: 12_500,

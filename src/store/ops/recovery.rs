@@ -376,8 +376,13 @@ mod tests {
 
     #[test]
     fn the_words_say_what_happened() {
+        let en = crate::domain::words::english;
+        let resume_words = |b| {
+            let (a, c) = super::resume_words(b);
+            (en(&a), en(&c))
+        };
         assert_eq!(
-            give_up_reason(5),
+            en(&give_up_reason(5)),
             "could not be delivered to a worker after 5 dispatches (each one lost before anything was sent)"
         );
         assert!(resume_words(true).0.contains("lease expired"));

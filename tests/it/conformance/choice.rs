@@ -4,6 +4,7 @@
 //! retried candidate keeps its place, and a choice names only a succeeded candidate of that
 //! shot, every change in the set's timeline.
 
+use crate::common::En;
 use serde_json::json;
 use tally::domain::TaskStatus;
 use tally::store::*;
@@ -93,7 +94,7 @@ async fn the_shots_go_one_after_another_and_the_candidates_of_a_shot_together(s:
     for t in &second {
         let t = s.get_task(t.clone()).await.expect("get").expect("task");
         assert_eq!(t.status, TaskStatus::Queued);
-        let why = t.waiting_for.unwrap_or_default();
+        let why = t.waiting_for.en();
         assert!(why.contains("1 earlier shot"), "waits behind one shot (not three tasks): {why}");
     }
     // Two of them settle: the third is still live, so shot 1 still waits.
@@ -203,7 +204,10 @@ async fn a_choice_names_only_a_succeeded_candidate_of_its_shot(s: Store) {
     };
     let view = s.get_set(sid.clone()).await.expect("get").expect("set");
     assert_eq!(view.chosen, [None, None]);
-    assert_eq!(delivery_blocking(&view), ["2 shots have no chosen image: Main photo, Lifestyle scene"]);
+    assert_eq!(
+        delivery_blocking(&view).iter().map(|l| l.en()).collect::<Vec<_>>(),
+        ["2 shots have no chosen image: Main photo, Lifestyle scene"]
+    );
     run_due(&s, T0 + 10).await;
     run_due(&s, T0 + 20).await;
     let view = s.get_set(sid.clone()).await.expect("get").expect("set");
@@ -240,7 +244,10 @@ async fn a_choice_names_only_a_succeeded_candidate_of_its_shot(s: Store) {
     );
     let view = s.get_set(sid.clone()).await.expect("get").expect("set");
     assert_eq!(view.chosen, [Some(a0.clone()), None]);
-    assert_eq!(delivery_blocking(&view), ["1 shot has no chosen image: Lifestyle scene"]);
+    assert_eq!(
+        delivery_blocking(&view).iter().map(|l| l.en()).collect::<Vec<_>>(),
+        ["1 shot has no chosen image: Lifestyle scene"]
+    );
     assert_eq!(
         s.choose(sid.clone(), 1, Some(b0.clone()), T0 + 73).await.expect("choose"),
         ChoiceOutcome::Chosen { previous: None }
@@ -258,7 +265,11 @@ async fn a_choice_names_only_a_succeeded_candidate_of_its_shot(s: Store) {
     assert_eq!(view.chosen, [None, Some(b0.clone())]);
     let kinds: Vec<&str> = view.timeline.iter().map(|e| e.kind.as_str()).collect();
     assert_eq!(kinds, ["created", "chosen", "chosen", "chosen", "choice_cleared"], "a no-change choice writes nothing");
-    assert!(view.timeline[2].message.contains(&a1), "a change names what it replaced: {}", view.timeline[2].message);
+    assert!(
+        view.timeline[2].message.en().contains(&a1),
+        "a change names what it replaced: {}",
+        view.timeline[2].message
+    );
     assert_eq!(view.shots[0].status, TaskStatus::Succeeded);
 }
 

@@ -6,6 +6,7 @@
 //! execution that recovery resumes and polls, or notes what it found, each only while the
 //! job is still held as the look read it.
 
+use crate::common::{En, en_opt};
 use std::collections::BTreeSet;
 
 use tally::domain::{Charge, Phase, TaskStatus};
@@ -45,8 +46,12 @@ async fn held_jobs_wait_for_the_owner_and_go_when_released(s: Store) {
         let t = s.get_task(id.clone()).await.expect("get").expect("task");
         assert_eq!(t.status, TaskStatus::Waiting);
         let h = t.held.as_ref().expect("held");
-        assert_eq!((h.reason.as_str(), h.since), ("queued when the backup was taken", now));
-        assert_eq!(t.waiting_for.as_deref(), Some("queued when the backup was taken"), "the wait says why");
+        assert_eq!((h.reason.en(), h.since), ("queued when the backup was taken".to_string(), now));
+        assert_eq!(
+            en_opt(t.waiting_for.as_deref()).as_deref(),
+            Some("queued when the backup was taken"),
+            "the wait says why"
+        );
     }
     assert!(s.get_task(c.clone()).await.expect("get").expect("task").held.is_none());
     let batch = s.dispatch_due(now + 1, 100, LEASE, "boot2").await.expect("dispatch");
@@ -193,12 +198,8 @@ async fn a_look_that_proves_nothing_keeps_the_job_held_and_says_what_it_found(s:
     assert_eq!(s.settle_held(keep("still cannot list"), now + 3).await.expect("keep"), Settled::Kept);
     let t = s.get_task(b.clone()).await.expect("get").expect("task");
     let want = format!("queued when the backup was taken{LOOK_NOTE}still cannot list");
-    assert_eq!(
-        t.held.as_ref().map(|h| (h.reason.as_str(), h.since)),
-        Some((want.as_str(), now)),
-        "replaced, not appended"
-    );
-    assert_eq!(t.waiting_for.as_deref(), Some(want.as_str()));
+    assert_eq!(t.held.as_ref().map(|h| (h.reason.en(), h.since)), Some((want.clone(), now)), "replaced, not appended");
+    assert_eq!(en_opt(t.waiting_for.as_deref()), Some(want.clone()));
     let looks = kinds(&s, &b).await.into_iter().filter(|k| k == "looked_up").count();
     assert_eq!(looks, 2, "a look that found the same thing again writes nothing");
     assert!(s.dispatch_due(now + 4, 100, LEASE, "boot").await.expect("dispatch").claims.is_empty(), "still held");
@@ -241,7 +242,7 @@ async fn a_found_shot_waits_while_another_shot_of_its_set_is_live(s: Store) {
         "a candidate of the live shot goes beside it"
     );
     let t = s.get_task(shots[1].clone()).await.expect("get").expect("task");
-    assert_eq!(t.held.as_ref().map(|h| h.reason.as_str()), Some("copied while running"), "nothing written");
+    assert_eq!(t.held.as_ref().map(|h| h.reason.en()).as_deref(), Some("copied while running"), "nothing written");
     assert_eq!((t.status, t.attempts), (TaskStatus::Waiting, 0));
 }
 

@@ -5,6 +5,7 @@
 //! `calling` (concurrent calls, and — in `multi` — several nodes, never overshoot one; a held
 //! call waits for its period and checks again when released), and the spend reads.
 
+use crate::common::En;
 use futures_util::future::join_all;
 use tally::domain::{Charge, FailureKind, TaskStatus};
 use tally::store::spend::{Group, Limit, Period};
@@ -64,7 +65,7 @@ async fn charge(s: &Store, id: &str) -> ChargeSummary {
 }
 
 async fn last_event(s: &Store, id: &str) -> String {
-    s.events(id.into()).await.expect("events").pop().expect("an event").message
+    s.events(id.into()).await.expect("events").pop().expect("an event").message.en()
 }
 
 fn failed(charge: Charge) -> Finish {
@@ -324,7 +325,7 @@ async fn a_held_call_waits_for_its_period_and_checks_again_when_released(s: Stor
     let CallingOutcome::Held { due_at, reason } = out else { panic!("not held: {out:?}") };
     let tomorrow = (T0 / DAY + 1) * DAY;
     assert_eq!(due_at, tomorrow);
-    assert!(reason.contains("nothing was sent"), "{reason}");
+    assert!(reason.en().contains("nothing was sent"), "{reason}");
     let t = s.get_task(second.clone()).await.expect("get").expect("task");
     assert_eq!((t.status, t.attempts, t.reason.as_deref()), (TaskStatus::Waiting, 0, Some(reason.as_str())));
     assert_eq!(kinds(&s, &second).await.last().map(String::as_str), Some("budget"));

@@ -10,6 +10,7 @@
 //! order: on one machine it mostly picks one), and made certain on PostgreSQL by `pg_locks`,
 //! which holds the envelope lock a claim takes from a session of its own.
 
+use crate::common::En;
 use futures_util::future::join_all;
 use serde_json::json;
 use tally::domain::{Charge, FailureKind, TaskStatus};
@@ -107,8 +108,8 @@ async fn a_queued_shot_is_edited_and_one_already_claimed_is_not(s: Store) {
     let out = s.edit_set(id.clone(), prompt_edit(0, "under a tree"), T0 + 11).await.expect("edit");
     assert_eq!(blocked(&out), "shot_already_sent");
     let EditOutcome::Blocked(b) = &out else { unreachable!() };
-    assert!(b.message.contains("shot 1 (Main photo) is being generated now"), "{}", b.message);
-    assert!(b.message.contains("Duplicate the set"), "says what to do instead: {}", b.message);
+    assert!(b.message.en().contains("shot 1 (Main photo) is being generated now"), "{}", b.message);
+    assert!(b.message.en().contains("Duplicate the set"), "says what to do instead: {}", b.message);
     let product = SetEdit { product: Some("kettle".into()), ..SetEdit::default() };
     assert_eq!(blocked(&s.edit_set(id.clone(), product, T0 + 12).await.expect("edit")), "shot_already_sent");
     assert!(matches!(
@@ -163,7 +164,7 @@ async fn the_photos_change_after_a_refusal_before_sending_and_the_retry_sends_th
     let product = SetEdit { product: Some("kettle".into()), ..SetEdit::default() };
     let out = s.edit_set(id.clone(), product, T0 + 3).await.expect("edit");
     let EditOutcome::Blocked(b) = &out else { panic!("the refused shot's request was rewritten: {out:?}") };
-    assert!(b.message.contains("has already finished"), "{}", b.message);
+    assert!(b.message.en().contains("has already finished"), "{}", b.message);
     let one = SetEdit { references: Some(vec![front.clone()]), ..SetEdit::default() };
     assert!(matches!(s.edit_set(id.clone(), one, T0 + 4).await.expect("edit"), EditOutcome::Edited(_)));
     assert_eq!(set(&s, &id).await.references.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), [front.as_str()]);
@@ -188,7 +189,7 @@ async fn the_photos_change_after_a_refusal_before_sending_and_the_retry_sends_th
     s.finish(c.execution_token.clone(), c.lease_token.clone(), failed, T0 + 9).await.expect("finish");
     let out = s.edit_set(id.clone(), both(), T0 + 10).await.expect("edit");
     let EditOutcome::Blocked(b) = &out else { panic!("photos changed after a request left: {out:?}") };
-    assert!(b.message.contains("already sent to the provider"), "{}", b.message);
+    assert!(b.message.en().contains("already sent to the provider"), "{}", b.message);
     assert_eq!(set(&s, &id).await.references.len(), 1);
     assert!(file_problems(&s).is_empty(), "{:?}", file_problems(&s));
 }
@@ -296,13 +297,13 @@ async fn a_duplicate_is_a_copy_to_edit_of_the_same_shots(s: Store) {
     assert!(dup.tasks().all(|t| src.tasks().all(|o| o.id != t.id)));
     assert!((src.started, dup.started) == (true, false), "the copy is not started");
     assert_eq!(set_summary(&dup).0, SetStatus::Draft);
-    let waits = dup.tasks().map(|t| t.waiting_for.clone().unwrap_or_default()).collect::<Vec<_>>();
+    let waits = dup.tasks().map(|t| t.waiting_for.en()).collect::<Vec<_>>();
     assert!(waits.iter().all(|w| w.contains("Start generating")), "each task says it waits for the start: {waits:?}");
-    assert!(src.timeline.iter().any(|e| e.kind == "duplicated" && e.message.contains(&copy)));
+    assert!(src.timeline.iter().any(|e| e.kind == "duplicated" && e.message.en().contains(&copy)));
     assert!(
-        dup.timeline
-            .iter()
-            .any(|e| e.kind == "duplicated_from" && e.message.contains(&id) && e.message.contains("as a copy to edit")),
+        dup.timeline.iter().any(|e| e.kind == "duplicated_from"
+            && e.message.en().contains(&id)
+            && e.message.en().contains("as a copy to edit")),
         "{:?}",
         dup.timeline
     );
@@ -533,7 +534,9 @@ mod pg_locks {
         let out = s.edit_set(id.clone(), prompt_edit(0, "new"), T0 + 1).await.expect("edit");
         tokio::task::spawn_blocking(move || other.join()).await.expect("join").expect("the other session");
         match &out {
-            EditOutcome::Blocked(b) => assert!(b.message.contains("being generated now"), "{}", b.message),
+            EditOutcome::Blocked(b) => {
+                assert!(crate::common::En::en(&b.message).contains("being generated now"), "{}", b.message)
+            }
             other => panic!("the edit changed a claimed request: {other:?}"),
         }
         assert_eq!(set(&s, &id).await.shots[0].prompt, "old — product: teapot; style: bright");

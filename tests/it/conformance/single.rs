@@ -4,6 +4,7 @@
 //! Longer than 600 lines: one short test per store rule, all run on both backends through the
 //! same `both!` list; keeping them together keeps that list complete.
 
+use crate::common::En;
 use serde_json::json;
 use tally::domain::{FailureKind, Phase, TaskStatus};
 use tally::store::*;
@@ -148,11 +149,7 @@ async fn a_saturated_or_paused_provider_is_not_dispatched_to_and_nothing_is_writ
     }
     let t = s.get_task(second.clone()).await.expect("get").expect("task");
     assert_eq!((t.status, t.attempts), (TaskStatus::Queued, 0));
-    assert!(
-        t.reason.as_deref().unwrap_or("").contains("free slot at p (all 1 of its slots are in use)"),
-        "{:?}",
-        t.reason
-    );
+    assert!(t.reason.en().contains("free slot at p (all 1 of its slots are in use)"), "{:?}", t.reason);
     assert_eq!(kinds(&s, &second).await, ["submitted"]);
     assert_eq!(int(&s, "SELECT send_count FROM envelopes WHERE status = 'pending'").await, 0);
     // The slot frees while the provider is paused: still nothing, until the pause ends.
@@ -167,7 +164,7 @@ async fn a_saturated_or_paused_provider_is_not_dispatched_to_and_nothing_is_writ
     assert_eq!(b.next_due, Some(T0 + 5_000), "the dispatcher wakes when the pause ends");
     let t = s.get_task(second.clone()).await.expect("get").expect("task");
     assert!(
-        t.reason.as_deref().unwrap_or("").contains("(the last time: HTTP 503: overloaded); tally has paused new calls"),
+        t.reason.en().contains("(the last time: HTTP 503: overloaded); tally has paused new calls"),
         "{:?}",
         t.reason
     );
@@ -175,10 +172,10 @@ async fn a_saturated_or_paused_provider_is_not_dispatched_to_and_nothing_is_writ
     // the pause that ends last); a shorter one changes nothing.
     s.pause_provider("p".into(), pause(T0 + 4_000, rate, T0 + 10, None)).await.expect("pause");
     let t = s.get_task(second.clone()).await.expect("get").expect("task");
-    assert!(t.reason.as_deref().unwrap_or("").contains("failed several times"), "{:?}", t.reason);
+    assert!(t.reason.en().contains("failed several times"), "{:?}", t.reason);
     s.pause_provider("p".into(), pause(T0 + 6_000, rate, T0 + 20, None)).await.expect("pause");
     let t = s.get_task(second.clone()).await.expect("get").expect("task");
-    let why = t.reason.as_deref().unwrap_or("");
+    let why = t.reason.en();
     // How long the provider asked for: from the hold's start to its end (5.98 s, told as 6 s).
     assert!(why.contains("asked tally to wait 6 s (a rate limit)") && !why.contains("failed"), "{why}");
     let b = s.dispatch_due(T0 + 5_000, 10, LEASE, "boot").await.expect("dispatch");
@@ -226,7 +223,7 @@ async fn a_long_queue_is_counted_only_up_to_100_in_a_wait_reason(s: Store) {
     let reason = |id: &str| {
         let s = &s;
         let id = id.to_string();
-        async move { s.get_task(id).await.expect("get").expect("task").waiting_for.unwrap_or_default() }
+        async move { s.get_task(id).await.expect("get").expect("task").waiting_for.en() }
     };
     assert_eq!(reason(&ids[49]).await, "Queued behind 49 earlier tasks of this group.");
     assert_eq!(reason(&ids[149]).await, "Queued behind 100 or more earlier tasks of this group.");
@@ -250,11 +247,7 @@ async fn lanes_interleave_by_weight_and_keys_take_turns(s: Store) {
     }
     let b = s.submit(grouped("b", 0), T0 + 21).await.expect("submit").task_id().to_string();
     let t = s.get_task(a[2].clone()).await.expect("get").expect("task");
-    assert!(
-        t.reason.as_deref().unwrap_or("").contains("Queued behind 2 earlier tasks of this group"),
-        "{:?}",
-        t.reason
-    );
+    assert!(t.reason.en().contains("Queued behind 2 earlier tasks of this group"), "{:?}", t.reason);
     assert_eq!(order_of(&s, 4, T0 + 30).await, [a[0].clone(), b, a[1].clone(), a[2].clone()]);
 }
 
@@ -513,7 +506,7 @@ async fn a_not_now_is_not_an_attempt_and_reuses_its_key(s: Store) {
     }
     let t = s.get_task(id.clone()).await.expect("get").expect("task");
     assert_eq!((t.status, t.attempts), (TaskStatus::Waiting, 0));
-    assert!(t.reason.as_deref().unwrap_or("").contains("did not take the request yet"), "{:?}", t.reason);
+    assert!(t.reason.en().contains("did not take the request yet"), "{:?}", t.reason);
     // Then it goes through, still as attempt 1.
     let c = claimed(&s, &id, T0 + 50_000, "boot").await;
     assert_eq!(c.attempt, 1);
@@ -554,7 +547,7 @@ async fn cancel_is_immediate_before_sending_and_a_request_while_running(s: Store
         .expect("finish");
     let t = s.get_task(running.clone()).await.expect("get").expect("task");
     assert_eq!(t.status, TaskStatus::Succeeded, "the paid result is kept");
-    assert!(t.reason.is_some_and(|r| r.contains("cancel was requested")));
+    assert!(t.reason.en().contains("cancel was requested"));
     assert_eq!(s.cancel(running, T0 + 6).await.expect("cancel"), CancelOutcome::Settled(TaskStatus::Succeeded));
     assert_eq!(s.cancel("no-such-task".into(), T0 + 6).await.expect("cancel"), CancelOutcome::NotFound);
 }
@@ -746,7 +739,7 @@ async fn sets_run_one_shot_at_a_time_and_cancel_the_unsent(s: Store) {
     assert_eq!(c.task_id, view.shots[0].id);
     assert_eq!(c.references.len(), 1, "the set's references travel with the claim");
     let t = s.get_task(view.shots[2].id.clone()).await.expect("get").expect("task");
-    assert!(t.reason.as_deref().unwrap_or("").contains("behind 2 earlier shots of this set"), "{:?}", t.reason);
+    assert!(t.reason.en().contains("behind 2 earlier shots of this set"), "{:?}", t.reason);
     s.finish(c.execution_token.clone(), c.lease_token.clone(), Finish::Succeeded(artifact(&c.execution_token)), T0 + 2)
         .await
         .expect("finish");
