@@ -94,9 +94,7 @@ pub async fn set_budget(
         o.get("providers").is_none_or(|p| p.as_object().is_some_and(|m| m.values().all(serde_json::Value::is_object)))
     });
     if !objects {
-        return Err(ApiError::invalid(
-            "the body must be an object like {\"daily\": 0.40, \"monthly\": null, \"providers\": {\"NAME\": {\"daily\": 1}}}",
-        ));
+        return Err(ApiError::invalid(crate::domain::words::say("say.budget_body")));
     }
     let body: BudgetBody = serde_json::from_value(raw).map_err(|e| ApiError::invalid(format!("{e}")))?;
     let change = BudgetChange {

@@ -18,7 +18,7 @@ use super::openapi::{JsonRejected, StoreFailure};
 use super::{AppState, JsonBody, json_response};
 use crate::delivery::profile::Fit;
 use crate::delivery::target::TargetKind;
-use crate::domain::words::{render, say};
+use crate::domain::words::{render, say, say_with};
 use crate::engine::deliver::DeliverOutcome;
 use crate::engine::readiness::Readiness;
 use crate::store::{DeliveryView, RetryDeliveryOutcome};
@@ -115,18 +115,17 @@ pub async fn create(
     match out {
         DeliverOutcome::Created(d) => Ok(json_response(StatusCode::CREATED, &shown(d))),
         DeliverOutcome::NoSet => Err(ApiError::not_found("set")),
-        DeliverOutcome::UnknownProfile(names) => Err(ApiError::invalid(format!(
-            "there is no delivery profile `{}`; the profiles are: {}",
-            body.profile,
-            names.join(", ")
+        DeliverOutcome::UnknownProfile(names) => Err(ApiError::invalid(say_with(
+            "say.no_profile",
+            &[("profile", &body.profile), ("names", &names.join(", "))],
         ))),
-        DeliverOutcome::UnknownTarget(names) => Err(ApiError::invalid(format!(
-            "there is no delivery target `{}`; the targets are: {}",
-            body.target,
-            names.join(", ")
-        ))),
+        DeliverOutcome::UnknownTarget(names) => {
+            Err(ApiError::invalid(say_with("say.no_target", &[("target", &body.target), ("names", &names.join(", "))])))
+        }
         DeliverOutcome::Blocked(blocking) => {
-            let message = format!("this set cannot be delivered yet: {}", blocking.join("; "));
+            let reasons =
+                blocking.iter().cloned().reduce(|a, b| say_with("say.join.semicolon", &[("a", &a), ("b", &b)]));
+            let message = say_with("say.delivery_not_ready", &[("reasons", &reasons.unwrap_or_default())]);
             let body = BlockedBody {
                 error: super::error::ErrorDetail {
                     code: "not_ready".into(),

@@ -44,7 +44,30 @@ impl ApiError {
 
     /// 404: no such task or artifact.
     pub fn not_found(what: &str) -> Self {
-        ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("{what} not found"))
+        use crate::domain::words::{say, say_with};
+        let message = match what {
+            "task" => say("say.error_task_not_found"),
+            "set" => say("say.error_set_not_found"),
+            _ => {
+                let key = match what {
+                    "delivery" => Some("say.what_delivery"),
+                    "artifact" => Some("say.what_artifact_any"),
+                    "delivered file" => Some("say.what_delivered_file"),
+                    "draft" => Some("say.what_draft"),
+                    "image" => Some("say.what_image"),
+                    "notice" => Some("say.what_notice"),
+                    "provider" => Some("say.what_provider"),
+                    "route" => Some("say.what_route"),
+                    "session" => Some("say.what_session"),
+                    "shot" => Some("say.what_shot"),
+                    "upload" => Some("say.what_upload_any"),
+                    _ => None,
+                };
+                let named = key.map_or_else(|| what.to_string(), say);
+                say_with("say.error_not_found", &[("what", &named)])
+            }
+        };
+        ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
     }
 
     /// 409: the request conflicts with the current state.

@@ -188,7 +188,11 @@ fn check_into(
         _ => {
             let kind =
                 if matches!(e, RenderError::TooLarge(_)) { ProblemKind::TooLarge } else { ProblemKind::Unreadable };
-            vec![problem(kind, format!("{subject} cannot be read as an image: {e}"))]
+            let why = e.to_string();
+            vec![problem(
+                kind,
+                crate::domain::words::say_with("say.chosen_unreadable", &[("subject", subject), ("why", &why)]),
+            )]
         }
     };
     // The size from the header alone: no pixels are decoded for it.
@@ -254,11 +258,9 @@ fn transparent(source: &[u8]) -> Result<bool, RenderError> {
 pub fn too_many_bytes(profile: &Profile, n: u64, max: u64, subject: &str) -> Problem {
     Problem {
         kind: ProblemKind::TooManyBytes,
-        message: format!(
-            "{subject} makes a {} file even at the lowest quality; {} takes at most {}",
-            human_bytes(n),
-            profile.name,
-            human_bytes(max)
+        message: crate::domain::words::say_with(
+            "say.too_many_bytes",
+            &[("subject", subject), ("size", &human_bytes(n)), ("profile", &profile.name), ("max", &human_bytes(max))],
         ),
     }
 }
@@ -271,11 +273,11 @@ pub fn too_small(profile: &Profile, w: u32, h: u32, subject: &str) -> Option<Pro
     if w.min(h) >= min {
         return None;
     }
-    let side = if w <= h { format!("is {w} px wide") } else { format!("is {h} px high") };
-    Some(Problem {
-        kind: ProblemKind::TooSmall,
-        message: format!("{subject} {side}; {} asks for at least {min} px", profile.name),
-    })
+    let (key, side, n) = if w <= h { ("say.too_small_wide", "w", w) } else { ("say.too_small_high", "h", h) };
+    let (n, min) = (n.to_string(), min.to_string());
+    let params = [("subject", subject), (side, n.as_str()), ("profile", profile.name.as_str()), ("min", min.as_str())];
+    let message = crate::domain::words::say_with(key, &params);
+    Some(Problem { kind: ProblemKind::TooSmall, message })
 }
 
 /// An image's upright pixel size read from its header (PNG, JPEG or WebP), without decoding

@@ -187,7 +187,11 @@ fn jpeg_quality_steps_down_to_meet_max_bytes_or_says_it_cannot() {
     let problems = check(&tiny, &source, "the Main photo's chosen image");
     assert_eq!(problems.len(), 1, "{problems:?}");
     assert_eq!(problems[0].kind, ProblemKind::TooManyBytes);
-    assert!(problems[0].message.contains("even at the lowest quality; tiny takes at most 2 KB"), "{problems:?}");
+    assert!(
+        crate::domain::words::english(&problems[0].message)
+            .contains("even at the lowest quality; tiny takes at most 2 KB"),
+        "{problems:?}"
+    );
 }
 
 #[test]
@@ -223,21 +227,34 @@ fn check_explains_in_plain_words() {
     let small = check(&amazon, &photo(800, 800), main);
     assert_eq!(small.len(), 1, "{small:?}");
     assert_eq!(small[0].kind, ProblemKind::TooSmall);
-    assert_eq!(small[0].message, "the Main photo's chosen image is 800 px wide; amazon asks for at least 1000 px");
+    assert_eq!(
+        crate::domain::words::english(&small[0].message),
+        "the Main photo's chosen image is 800 px wide; amazon asks for at least 1000 px"
+    );
     let low = check(&amazon, &photo(1200, 700), main);
-    assert_eq!(low[0].message, "the Main photo's chosen image is 700 px high; amazon asks for at least 1000 px");
+    assert_eq!(
+        crate::domain::words::english(&low[0].message),
+        "the Main photo's chosen image is 700 px high; amazon asks for at least 1000 px"
+    );
     assert_eq!(check(&amazon, &photo(1024, 1024), main), Vec::<Problem>::new(), "a 1024² image meets amazon");
 
     let original = builtin("original").expect("built in");
     let see_through = png(64, 64, None, |x, _| [200, 10, 10, if x < 32 { 0 } else { 255 }]);
     let t = check(&original, &see_through, main);
     assert_eq!(t.iter().map(|p| p.kind).collect::<Vec<_>>(), [ProblemKind::Transparent]);
-    assert!(t[0].message.starts_with("the Main photo's chosen image has transparent areas"), "{t:?}");
+    assert!(
+        crate::domain::words::english(&t[0].message).starts_with("the Main photo's chosen image has transparent areas"),
+        "{t:?}"
+    );
     assert!(check(&amazon, &see_through, main).iter().all(|p| p.kind != ProblemKind::Transparent), "amazon fills it");
 
     let u = check(&amazon, b"GIF89a nonsense", main);
     assert_eq!(u[0].kind, ProblemKind::Unreadable);
-    assert!(u[0].message.starts_with("the Main photo's chosen image cannot be read as an image"), "{u:?}");
+    assert!(
+        crate::domain::words::english(&u[0].message)
+            .starts_with("the Main photo's chosen image cannot be read as an image"),
+        "{u:?}"
+    );
 }
 
 #[test]
@@ -264,7 +281,8 @@ fn the_header_gives_the_size_without_the_pixels_and_too_small_says_it_like_check
     assert!(header_dimensions(&source[..12]).is_err());
     assert!(header_dimensions(b"not an image at all").is_err());
     let p = builtin("amazon").expect("amazon");
-    let words = too_small(&p, 300, 200, "the Main photo's chosen image").map(|x| x.message);
+    let words =
+        too_small(&p, 300, 200, "the Main photo's chosen image").map(|x| crate::domain::words::english(&x.message));
     assert_eq!(
         words.as_deref(),
         Some("the Main photo's chosen image is 200 px high; amazon asks for at least 1000 px")
@@ -272,7 +290,7 @@ fn the_header_gives_the_size_without_the_pixels_and_too_small_says_it_like_check
     let checked: Vec<String> = check(&p, &source, "the Main photo's chosen image")
         .into_iter()
         .filter(|x| x.kind == ProblemKind::TooSmall)
-        .map(|x| x.message)
+        .map(|x| crate::domain::words::english(&x.message))
         .collect();
     assert_eq!(checked, words.into_iter().collect::<Vec<_>>(), "one wording for both");
     assert_eq!(too_small(&p, 1000, 1200, "x"), None);

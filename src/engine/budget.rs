@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{Engine, EngineError};
+use crate::domain::words::{say, say_with};
 use crate::domain::{Micros, from_micros, to_micros};
 use crate::store::spend::{Limit, Period};
 
@@ -128,7 +129,7 @@ fn amount(what: &str, v: f64) -> Result<Micros, EngineError> {
     if v.is_finite() && (0.0..1e12).contains(&v) {
         Ok(to_micros(v))
     } else {
-        Err(EngineError::Invalid(format!("{what} {v} must be an amount of money, 0 or more")))
+        Err(EngineError::Invalid(say_with("say.budget_amount", &[("what", what), ("amount", &v.to_string())])))
     }
 }
 
@@ -220,9 +221,11 @@ impl Engine {
                 let Some(c) = c else { return Ok(()) };
                 limits.retain(|l| !(l.period == period && l.provider.as_deref() == provider));
                 if let Some(v) = c {
-                    let what = match provider {
-                        None => format!("{} budget", period.adjective()),
-                        Some(p) => format!("{} budget of provider `{p}`", period.adjective()),
+                    let what = match (period, provider) {
+                        (Period::Day, None) => say("say.budget_daily"),
+                        (Period::Month, None) => say("say.budget_monthly"),
+                        (Period::Day, Some(p)) => say_with("say.budget_daily_provider", &[("provider", p)]),
+                        (Period::Month, Some(p)) => say_with("say.budget_monthly_provider", &[("provider", p)]),
                     };
                     let micros = amount(&what, *v)?;
                     limits.push(Limit {
@@ -239,9 +242,7 @@ impl Engine {
         apply(Period::Month, None, &change.monthly, &currency)?;
         for (name, (daily, monthly)) in &change.providers {
             let Some(p) = self.shared.providers.get(name) else {
-                return Err(EngineError::Invalid(format!(
-                    "no provider is named `{name}`; GET /v1/providers (or the page's provider list) names them"
-                )));
+                return Err(EngineError::Invalid(say_with("say.budget_no_provider", &[("name", name)])));
             };
             let cur = p.money.pricing.currency.clone();
             apply(Period::Day, Some(name), daily, &cur)?;

@@ -4,7 +4,7 @@
 //! `calling` already recorded in the submit's commit ([`Engine::pick_up`], `store::ops::pickup`).
 
 use crate::domain::operation::{Operation, PromptRule, Source, SourceKind};
-use crate::domain::words::say_with;
+use crate::domain::words::{say, say_with};
 use futures_util::FutureExt;
 use tokio::sync::OwnedSemaphorePermit;
 
@@ -217,18 +217,21 @@ impl Engine {
 
     pub(super) fn validate(&self, t: &NewTask) -> Result<(), EngineError> {
         let Some(entry) = self.shared.providers.get(&t.provider) else {
-            return Err(EngineError::Invalid(format!(
-                "unknown provider `{}`; configured: {}",
-                t.provider,
-                self.provider_names().join(", ")
+            let names = self.provider_names().join(", ");
+            return Err(EngineError::Invalid(say_with(
+                "say.error_unknown_provider",
+                &[("name", &t.provider), ("names", &names)],
             )));
         };
         self.validate_operation(&entry, t)?;
         if t.operation.spec().prompt == PromptRule::Required && t.prompt.trim().is_empty() {
-            return Err(EngineError::Invalid("the prompt is empty".into()));
+            return Err(EngineError::Invalid(say("say.error_prompt_empty")));
         }
         if t.prompt.len() > MAX_PROMPT_BYTES {
-            return Err(EngineError::Invalid(format!("the prompt is longer than {MAX_PROMPT_BYTES} bytes")));
+            return Err(EngineError::Invalid(say_with(
+                "say.error_prompt_long",
+                &[("n", &MAX_PROMPT_BYTES.to_string())],
+            )));
         }
         if !(t.params.is_object() || t.params.is_null()) {
             return Err(EngineError::Invalid("params must be a JSON object".into()));
@@ -318,7 +321,10 @@ impl Engine {
     /// content.
     pub async fn upload(&self, bytes: Vec<u8>) -> Result<UploadView, EngineError> {
         if bytes.len() > MAX_UPLOAD_BYTES {
-            return Err(EngineError::Invalid(format!("the image is larger than {MAX_UPLOAD_BYTES} bytes")));
+            return Err(EngineError::Invalid(say_with(
+                "say.error_image_large",
+                &[("n", &MAX_UPLOAD_BYTES.to_string())],
+            )));
         }
         let heic = crate::domain::is_heic(&bytes);
         let img = NewImage::verify_async(bytes).await.map_err(|_| {
@@ -383,13 +389,16 @@ impl Engine {
     pub(super) fn check_set(&self, set: &NewSet) -> Result<(), EngineError> {
         validate_key(set.idempotency_key.as_deref())?;
         if set.product.trim().is_empty() {
-            return Err(EngineError::Invalid("the product name is empty".into()));
+            return Err(EngineError::Invalid(say("say.error_product_empty")));
         }
         if set.shots.is_empty() || set.shots.len() > MAX_SHOTS {
-            return Err(EngineError::Invalid(format!("a set needs 1 to {MAX_SHOTS} shots")));
+            return Err(EngineError::Invalid(say_with("say.error_shots_count", &[("max", &MAX_SHOTS.to_string())])));
         }
         if set.references.len() > MAX_REFERENCES {
-            return Err(EngineError::Invalid(format!("a set takes at most {MAX_REFERENCES} reference images")));
+            return Err(EngineError::Invalid(say_with(
+                "say.error_refs_count",
+                &[("max", &MAX_REFERENCES.to_string())],
+            )));
         }
         for (i, shot) in set.shots.iter().enumerate() {
             if !SHOT_ROLES.contains(&shot.role.as_str()) {
@@ -408,7 +417,13 @@ impl Engine {
                 source: shot.source.clone(),
                 ..NewTask::default()
             };
-            self.validate(&t).map_err(|e| EngineError::Invalid(format!("shot {}: {e}", i + 1)))?;
+            self.validate(&t).map_err(|e| {
+                let what = match e {
+                    EngineError::Invalid(m) => m,
+                    other => other.to_string(),
+                };
+                EngineError::Invalid(say_with("say.error_shot", &[("n", &(i + 1).to_string()), ("what", &what)]))
+            })?;
             let n = (i + 1).to_string();
             match (shot.role.as_str(), &shot.source) {
                 ("main_white", None) => {
@@ -419,7 +434,10 @@ impl Engine {
                     return Err(EngineError::Invalid(say_with("say.error_source_only_white", &[("n", &n)])));
                 }
                 (_, None) if shot.prompt.trim().is_empty() => {
-                    return Err(EngineError::Invalid(format!("shot {}: the prompt is empty", i + 1)));
+                    return Err(EngineError::Invalid(say_with(
+                        "say.error_shot",
+                        &[("n", &(i + 1).to_string()), ("what", &say("say.error_prompt_empty"))],
+                    )));
                 }
                 _ => {}
             }
@@ -432,10 +450,13 @@ impl Engine {
                     .map_err(|e| EngineError::Invalid(say_with("say.error_shot", &[("n", &n), ("what", &e.said())])))?;
             }
             if !(1..=MAX_CANDIDATES).contains(&shot.candidates) {
-                return Err(EngineError::Invalid(format!(
-                    "shot {}: candidates must be 1 to {MAX_CANDIDATES}, not {}",
-                    i + 1,
-                    shot.candidates
+                let what = say_with(
+                    "say.error_candidates",
+                    &[("max", &MAX_CANDIDATES.to_string()), ("n", &shot.candidates.to_string())],
+                );
+                return Err(EngineError::Invalid(say_with(
+                    "say.error_shot",
+                    &[("n", &(i + 1).to_string()), ("what", &what)],
                 )));
             }
         }
@@ -452,7 +473,10 @@ impl Engine {
         op: Option<CandidateOp>,
     ) -> Result<AddOutcome, EngineError> {
         if !(1..=MAX_CANDIDATES).contains(&count) {
-            return Err(EngineError::Invalid(format!("count must be 1 to {MAX_CANDIDATES}, not {count}")));
+            return Err(EngineError::Invalid(say_with(
+                "say.error_count",
+                &[("max", &MAX_CANDIDATES.to_string()), ("n", &count.to_string())],
+            )));
         }
         if let Some(op) = &op {
             // The operation's own checks, as for a task of its own (the shot is checked by

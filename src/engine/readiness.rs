@@ -102,7 +102,7 @@ impl Engine {
         for (i, c) in set.chosen.iter().enumerate() {
             let Some(id) = c else { continue };
             let stored = set.candidates.get(i).into_iter().flatten().flat_map(|t| &t.artifacts).find(|a| &a.id == id);
-            let subject = format!("the {}'s chosen image", shot_label(&roles, i));
+            let subject = crate::domain::words::say_with("say.chosen_image_of", &[("shot", &shot_label(&roles, i))]);
             chosen.push((subject, id.clone(), stored.map_or(0, |a| a.bytes.max(0) as u64)));
         }
         let needs_size = profile.min_source.is_some();
@@ -131,8 +131,11 @@ impl Engine {
                         setup.sizes.put(id, (w, h));
                         out.extend(too_small(&profile, w, h, subject).map(|p| p.message));
                     }
-                    Size::Gone => out.push(format!("{subject} is no longer stored")),
-                    Size::Unreadable(why) => out.push(format!("{subject} cannot be read as an image: {why}")),
+                    Size::Gone => out.push(crate::domain::words::say_with("say.chosen_gone", &[("subject", subject)])),
+                    Size::Unreadable(why) => out.push(crate::domain::words::say_with(
+                        "say.chosen_unreadable",
+                        &[("subject", subject), ("why", &why.to_string())],
+                    )),
                 }
             }
             if profile.is_original()

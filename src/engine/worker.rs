@@ -146,13 +146,11 @@ async fn settle_for_missing_provider(shared: &Arc<Shared>, c: Claim) {
     let finish = if c.phase == Phase::Claimed {
         Finish::Failed {
             kind: FailureKind::Configuration,
-            reason: format!("provider `{provider}` is not configured any more; nothing was sent to it"),
+            reason: say_with("say.not_configured_unsent", &[("provider", &provider)]),
             charge: Charge::None,
         }
     } else {
-        Finish::Unknown {
-            reason: format!("provider `{provider}` is not configured any more, so the earlier call cannot be checked"),
-        }
+        Finish::Unknown { reason: say_with("say.not_configured_unchecked", &[("provider", &provider)]) }
     };
     if let Ok(status) = shared.store.finish(c.execution_token, c.lease_token, finish, shared.now()).await {
         shared.changed(&c.task_id, status);
@@ -253,8 +251,11 @@ impl Run<'_> {
                 .store
                 .read_image_bytes(src.id.clone())
                 .await
-                .map_err(|e| format!("cannot read the {} image {}: {e}", src.kind.as_str(), src.id))?
-                .ok_or_else(|| format!("the {} image {} is no longer stored", src.kind.as_str(), src.id))?;
+                .map_err(|e| {
+                    let why = e.to_string();
+                    say_with("say.cannot_read_source", &[("kind", src.kind.as_str()), ("id", &src.id), ("why", &why)])
+                })?
+                .ok_or_else(|| say_with("say.source_gone", &[("kind", src.kind.as_str()), ("id", &src.id)]))?;
             return Ok(vec![Image { bytes, media_type: meta.media_type }]);
         }
         let mut out = Vec::with_capacity(self.claim.references.len());
@@ -264,8 +265,8 @@ impl Run<'_> {
                 .store
                 .read_image_bytes(u.id.clone())
                 .await
-                .map_err(|e| format!("cannot read reference image {}: {e}", u.id))?
-                .ok_or_else(|| format!("reference image {} is not stored", u.id))?;
+                .map_err(|e| say_with("say.cannot_read_reference", &[("id", &u.id), ("why", &e.to_string())]))?
+                .ok_or_else(|| say_with("say.reference_gone", &[("id", &u.id)]))?;
             out.push(Image { bytes, media_type: meta.media_type });
         }
         Ok(out)
@@ -399,16 +400,14 @@ impl Run<'_> {
             }
             Phase::Calling => {
                 tracing::info!("resuming an execution whose call may have reached the provider");
-                let why = "tally was interrupted during the call, so the request may have reached the provider and \
-                           its answer was lost";
-                self.recover_call(calling_at, &references, why.into()).await
+                self.recover_call(calling_at, &references, say("say.interrupted_call")).await
             }
             Phase::Accepted => match &c.job_id {
                 Some(job) => Next::Job(JobHandle {
                     id: job.clone(),
                     data: c.job_handle.as_deref().and_then(|h| serde_json::from_str(h).ok()),
                 }),
-                None => Next::Settle(Finish::Unknown { reason: "accepted without a job id".into() }),
+                None => Next::Settle(Finish::Unknown { reason: say("say.no_job_id") }),
             },
         };
         let next = match next {
@@ -445,14 +444,14 @@ impl Run<'_> {
         let (exec, lease) = (c.execution_token.clone(), c.lease_token.clone());
         let now = self.now();
         let when = crate::clock::rfc3339(due_at);
-        let reason = format!("{why}; tally looks again at {when}, nothing is sent again");
+        let reason = say_with("say.look_again", &[("why", &why), ("when", &when)]);
         tracing::info!(until = %when, "the lost create cannot be told apart yet; looking again later");
         if self.shared.store.look_again(exec, lease, due_at, until_ms, reason, now).await? {
             self.shared.changed(&c.task_id, crate::domain::TaskStatus::Waiting);
             self.shared.wake_dispatcher.notify_one();
             return Ok(());
         }
-        let reason = format!("{why}, and the provider no longer keeps its jobs, so they cannot be told apart any more");
+        let reason = say_with("say.jobs_not_kept", &[("why", &why)]);
         self.finish(Finish::Unknown { reason }).await
     }
 
@@ -572,7 +571,7 @@ impl Run<'_> {
         }
         Ok(Some(Stop::Finish(Finish::Failed {
             kind: FailureKind::NotSent,
-            reason: format!("could not check the request with the provider, so nothing was sent: {last}"),
+            reason: say_with("say.could_not_check", &[("message", &last)]),
             charge: Charge::None,
         })))
     }
@@ -585,7 +584,7 @@ impl Run<'_> {
             CallError::NotSent(m) => Next::Settle(Finish::RetryLater {
                 due_at: self.now() + Shared::ms(self.retry_delay(attempt)),
                 kind: FailureKind::NotSent,
-                reason: format!("the request never reached the provider: {m}"),
+                reason: say_with("say.never_reached", &[("message", &m)]),
                 max_attempts,
                 charge: Charge::None,
                 counted: true,
@@ -606,9 +605,9 @@ impl Run<'_> {
                 Next::Settle(Finish::RetryLater {
                     due_at: self.now() + Shared::ms(wait),
                     kind: FailureKind::RateLimited,
-                    reason: format!(
-                        "the provider asked to wait {:.1} s (not counted as an attempt): {message}",
-                        after.as_secs_f64()
+                    reason: say_with(
+                        "say.asked_to_wait",
+                        &[("secs", &format!("{:.1}", after.as_secs_f64())), ("message", &message)],
                     ),
                     max_attempts,
                     charge: Charge::Refused,
@@ -618,11 +617,9 @@ impl Run<'_> {
             CallError::Rejected { message, config } => Next::Settle(Finish::Failed {
                 kind: if config { FailureKind::Configuration } else { FailureKind::Rejected },
                 reason: if config {
-                    format!(
-                        "the provider refused the request because of tally's setup or the provider account: {message}"
-                    )
+                    say_with("say.refused_setup", &[("message", &message)])
                 } else {
-                    format!("the provider rejected the request: {message}")
+                    say_with("say.rejected", &[("message", &message)])
                 },
                 charge: Charge::Refused,
             }),
@@ -631,7 +628,7 @@ impl Run<'_> {
             // create's unusable answer is a lost job id: search for the job as for a lost
             // answer. Otherwise the image was made and probably charged, and is not usable.
             CallError::Unusable(m) if self.entry.provider.finds_lost_creates() => {
-                self.recover_call(calling_at, references, format!("the provider's answer could not be used: {m}")).await
+                self.recover_call(calling_at, references, say_with("say.unusable_answer", &[("message", &m)])).await
             }
             CallError::Unusable(m) => Next::Settle(unusable(&m)),
             CallError::Blocked(m) => Next::Settle(blocked(&m)),
@@ -669,7 +666,7 @@ impl Run<'_> {
                         // unproven: it may have run.
                         return Next::Settle(Finish::Failed {
                             kind: FailureKind::Rejected,
-                            reason: format!("the provider rejected the replay: {message}"),
+                            reason: say_with("say.replay_rejected", &[("message", &message)]),
                             charge: Charge::Possible,
                         });
                     }
@@ -764,14 +761,14 @@ impl Run<'_> {
                     // billed is the provider's rule, which tally cannot see.
                     return Next::Settle(Finish::Failed {
                         kind: FailureKind::Rejected,
-                        reason: format!("the provider reports that job {job} failed: {m}"),
+                        reason: say_with("say.job_failed", &[("job", job), ("message", &m)]),
                         charge: Charge::Possible,
                     });
                 }
                 Ok(JobState::Refused(m)) => {
                     return Next::Settle(Finish::Failed {
                         kind: FailureKind::Rejected,
-                        reason: format!("the provider refused job {job}: {m}"),
+                        reason: say_with("say.job_refused", &[("job", job), ("message", &m)]),
                         charge: Charge::Refused,
                     });
                 }
@@ -780,10 +777,7 @@ impl Run<'_> {
                         kind: FailureKind::Rejected,
                         // A failure its provider documents as not billed (the adapter says
                         // which, `JobState::FailedNotCharged`).
-                        reason: format!(
-                            "the provider reports that job {job} failed, and documents that it does not charge for \
-                             such a failure: {m}"
-                        ),
+                        reason: say_with("say.job_failed_free", &[("job", job), ("message", &m)]),
                         charge: Charge::Refused,
                     });
                 }
@@ -792,10 +786,7 @@ impl Run<'_> {
                     // bills by run time bills that time.
                     return Next::Settle(Finish::Failed {
                         kind: FailureKind::Rejected,
-                        reason: format!(
-                            "job {job} was canceled at the provider (not by tally) before it finished, so there is no \
-                             image: {m}"
-                        ),
+                        reason: say_with("say.job_canceled_there", &[("job", job), ("message", &m)]),
                         charge: Charge::Possible,
                     });
                 }
@@ -813,7 +804,7 @@ impl Run<'_> {
                 }
                 Err(CallError::Rejected { message, .. }) => {
                     return Next::Settle(Finish::Unknown {
-                        reason: format!("the provider no longer answers about job {job}: {message}"),
+                        reason: say_with("say.no_longer_answers", &[("job", job), ("message", &message)]),
                     });
                 }
                 Err(CallError::Unusable(m)) => return Next::Settle(unusable(&m)),
@@ -828,15 +819,10 @@ impl Run<'_> {
                 return Next::Settle(match unavailable {
                     Some(m) => Finish::Failed {
                         kind: FailureKind::InvalidResult,
-                        reason: format!(
-                            "generated and charged, but its image could not be downloaded from the provider before \
-                             the recovery deadline ({m}); it had not expired"
-                        ),
+                        reason: say_with("say.not_downloaded", &[("message", &m)]),
                         charge: Charge::Charged,
                     },
-                    None => {
-                        Finish::Unknown { reason: format!("job {job} did not finish before the recovery deadline") }
-                    }
+                    None => Finish::Unknown { reason: say_with("say.not_finished_deadline", &[("job", job)]) },
                 });
             }
             let wait = if misses > 0 { self.retry_delay(misses).max(interval) } else { interval };
@@ -877,7 +863,7 @@ impl Run<'_> {
                 return self
                     .finish(Finish::Failed {
                         kind: FailureKind::InvalidResult,
-                        reason: format!("the provider answered, but not with an image ({e})"),
+                        reason: say_with("say.not_an_image", &[("message", &e.to_string())]),
                         // It answered with a result: by its rules, delivered and billed.
                         charge: Charge::Charged,
                     })
@@ -980,9 +966,9 @@ impl Run<'_> {
 /// error and cannot say whether it ran; anything else means the answer never arrived.
 pub(super) fn ambiguous_cause(message: &str) -> String {
     if message.starts_with("HTTP ") {
-        format!("the provider answered with an error ({message}) and cannot say whether it ran")
+        say_with("say.answered_error", &[("message", message)])
     } else {
-        format!("the request reached the provider, but its answer was lost ({message})")
+        say_with("say.answer_lost", &[("message", message)])
     }
 }
 
@@ -991,9 +977,7 @@ pub(super) fn ambiguous_cause(message: &str) -> String {
 fn unusable(message: &str) -> Finish {
     Finish::Failed {
         kind: FailureKind::InvalidResult,
-        reason: format!(
-            "the provider accepted the request and probably charged for it, but its answer is unusable: {message}"
-        ),
+        reason: say_with("say.unusable", &[("message", message)]),
         // It answered with a result (2xx): by its rules, delivered and billed.
         charge: Charge::Charged,
     }
@@ -1004,7 +988,7 @@ fn unusable(message: &str) -> Finish {
 fn blocked(message: &str) -> Finish {
     Finish::Failed {
         kind: FailureKind::Rejected,
-        reason: format!("the provider declined to make this image: {message}"),
+        reason: say_with("say.declined", &[("message", message)]),
         charge: Charge::Possible,
     }
 }
@@ -1040,9 +1024,10 @@ mod tests {
         let CallError::Ambiguous(m) = crate::providers::http::client::classify_status(status, None, "boom") else {
             panic!("a 500 is ambiguous");
         };
-        let words = ambiguous_cause(&m);
+        let en = |m: &str| crate::domain::words::english(&ambiguous_cause(m));
+        let words = en(&m);
         assert!(words.contains("answered with an error") && words.contains("HTTP 500"), "{words}");
         assert!(!words.contains("lost"), "{words}");
-        assert!(ambiguous_cause("timed out after sending: x").contains("answer was lost"));
+        assert!(en("timed out after sending: x").contains("answer was lost"));
     }
 }

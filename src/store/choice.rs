@@ -119,8 +119,11 @@ pub fn delivery_blocking(set: &super::SetView) -> Vec<String> {
     let mut out = Vec::new();
     match missing.len() {
         0 => {}
-        1 => out.push(format!("1 shot has no chosen image: {}", missing[0])),
-        n => out.push(format!("{n} shots have no chosen image: {}", missing.join(", "))),
+        1 => out.push(say_with("say.no_chosen_one", &[("shot", &missing[0])])),
+        n => {
+            let shots = missing.iter().cloned().reduce(|a, b| say_with("say.join.comma", &[("a", &a), ("b", &b)]));
+            out.push(say_with("say.no_chosen_many", &[("n", &n.to_string()), ("shots", &shots.unwrap_or_default())]))
+        }
     }
     out
 }

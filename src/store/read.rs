@@ -434,44 +434,40 @@ pub(in crate::store) fn wait_words(provider: &str, f: &WaitFacts) -> Option<Stri
     }
     f.pass?; // waiting for its due time: the stored reason says until when
     let whose = if f.key.starts_with("set:") {
-        " of this set"
+        "say.behind_in_set"
     } else if f.key.starts_with("group:") {
-        " of this group"
+        "say.behind_in_group"
     } else {
-        ""
+        "say.behind"
     };
-    let count = |n: i64| {
-        if n >= WAIT_COUNT_CAP {
-            format!("{WAIT_COUNT_CAP} or more earlier tasks")
-        } else {
-            format!("{n} earlier task{}", plural(n))
-        }
+    let count = |n: i64| match n {
+        n if n >= WAIT_COUNT_CAP => say_with("say.earlier_tasks_many", &[("n", &WAIT_COUNT_CAP.to_string())]),
+        1 => say_with("say.earlier_task", &[("n", "1")]),
+        n => say_with("say.earlier_tasks", &[("n", &n.to_string())]),
     };
     let queue = match (f.ahead_key, f.ahead) {
         (0, 0) => None,
-        (0, n) => Some(format!("Queued behind {}.", count(n))),
-        (k, _) => Some(format!("Queued behind {}{whose}.", count(k))),
+        (0, n) => Some(say_with("say.behind", &[("count", &count(n))])),
+        (k, _) => Some(say_with(whose, &[("count", &count(k))])),
     };
     let max = f.max.unwrap_or(1);
     let cap = (max - f.reserve.unwrap_or(1)).max(1);
+    let (max_s, cap_s) = (max.to_string(), cap.to_string());
     let slot = if f.busy >= max {
-        Some(format!("Waiting for a free slot at {provider} (all {max} of its slots are in use)."))
+        Some("say.slot_full")
     } else if f.lane == "recovery" && f.busy_recovery >= cap {
-        Some(format!(
-            "Waiting for a free slot at {provider}: tasks tally retries or recovers may use {cap} of its {max} \
-             slots, so that new tasks are not held up."
-        ))
+        Some("say.slot_recovery")
     } else {
         None
     };
+    let params = [("provider", provider), ("max", max_s.as_str()), ("cap", cap_s.as_str())];
     match (slot, queue) {
-        (Some(s), Some(q)) => Some(format!("{s} {q}")),
-        (s, q) => s.or(q),
+        (Some(key), Some(q)) => {
+            Some(say_with(&format!("{key}_queue"), &[&params[..], &[("queue", q.as_str())]].concat()))
+        }
+        (Some(key), None) => Some(say_with(key, &params)),
+        (None, q) => q,
     }
-}
-
-fn plural(n: i64) -> &'static str {
-    if n == 1 { "" } else { "s" }
 }
 
 /// The statement of a task list: one per combination of filters and dialect, built at first

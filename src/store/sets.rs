@@ -114,7 +114,10 @@ impl NewSet {
     /// The first entry of a new set's timeline.
     pub(in crate::store) fn created_message(&self) -> String {
         let tasks: u32 = self.shots.iter().map(|s| s.candidates.max(1)).sum();
-        format!("set created with {} shot(s), {tasks} image(s) to generate", self.shots.len())
+        crate::domain::words::say_with(
+            "say.set_created",
+            &[("shots", &self.shots.len().to_string()), ("images", &tasks.to_string())],
+        )
     }
 
     /// The tasks a new set starts with, in order: every candidate of every shot (one task
@@ -259,10 +262,15 @@ pub fn set_summary(set: &SetView) -> (SetStatus, String, String) {
         count(TaskStatus::Canceled),
     );
     let settled = done + unknown + failed + canceled;
-    let mut progress = format!("{done} of {n} done");
-    for (k, label) in [(unknown, "unknown"), (failed, "failed"), (canceled, "canceled")] {
+    use crate::domain::words::say_with;
+    let mut progress = say_with("say.set_progress", &[("done", &done.to_string()), ("n", &n.to_string())]);
+    for (k, key) in [
+        (unknown, "say.set_progress_unknown"),
+        (failed, "say.set_progress_failed"),
+        (canceled, "say.set_progress_canceled"),
+    ] {
         if k > 0 {
-            progress.push_str(&format!(", {k} {label}"));
+            progress = say_with(key, &[("head", &progress), ("k", &k.to_string())]);
         }
     }
     let status = if !set.started && !set.canceled {

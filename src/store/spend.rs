@@ -27,7 +27,7 @@ use serde::Serialize;
 
 use super::StoreError;
 use super::tx::{Row, Tx};
-use crate::domain::words::say_with;
+use crate::domain::words::{say, say_with};
 use crate::domain::{Charge, Micros, Millis, money, zone};
 
 /// A budget period.
@@ -64,19 +64,19 @@ impl Period {
     }
 
     /// "today's" / "this month's", as the held task's words say it.
-    fn this(self) -> &'static str {
-        match self {
-            Period::Day => "today's",
-            Period::Month => "this month's",
-        }
+    fn this(self) -> String {
+        say(match self {
+            Period::Day => "say.period_todays",
+            Period::Month => "say.period_this_months",
+        })
     }
 
     /// "today" / "this month".
-    fn now_words(self) -> &'static str {
-        match self {
-            Period::Day => "today",
-            Period::Month => "this month",
-        }
+    fn now_words(self) -> String {
+        say(match self {
+            Period::Day => "say.period_today",
+            Period::Month => "say.period_this_month",
+        })
     }
 }
 
@@ -177,20 +177,23 @@ pub(in crate::store) fn first_limit_hit(
         if held.as_ref().is_some_and(|(due, _)| *due >= end) {
             continue;
         }
-        let whose = match &l.provider {
-            None => String::new(),
-            Some(p) => format!(" for provider `{p}`"),
+        let (this, limit, when) = (l.period.this(), money(l.micros, &l.currency), l.period.when_next(&l.zone));
+        let (spent, now_words, cost) = (money(spent, &l.currency), l.period.now_words(), money(cost, &l.currency));
+        let mut params = vec![
+            ("this", this.as_str()),
+            ("limit", limit.as_str()),
+            ("when", when.as_str()),
+            ("spent", spent.as_str()),
+            ("now", now_words.as_str()),
+            ("cost", cost.as_str()),
+        ];
+        let reason = match &l.provider {
+            None => say_with("say.budget_held", &params),
+            Some(p) => {
+                params.push(("provider", p.as_str()));
+                say_with("say.budget_held_provider", &params)
+            }
         };
-        let reason = format!(
-            "Held: {} budget{whose} of {} is spent — raise it or wait until {}. {} is spent or possibly spent {} \
-             and this request would cost about {}; nothing was sent.",
-            l.period.this(),
-            money(l.micros, &l.currency),
-            l.period.when_next(&l.zone),
-            money(spent, &l.currency),
-            l.period.now_words(),
-            money(cost, &l.currency),
-        );
         held = Some((end, reason));
     }
     Ok(held)

@@ -128,13 +128,12 @@ pub(in crate::store) fn choose(
         .opt("SELECT artifact_id FROM set_choices WHERE set_id = ?1 AND position = ?2", &[&set, &position])?
         .map(|r| r.get(0))
         .transpose()?;
-    let label =
-        say_with("say.shot_name", &[("n", &(position + 1).to_string()), ("role", &role_label(role.as_deref()))]);
+    let (shot, role) = ((position + 1).to_string(), role_label(role.as_deref()));
     let Some(artifact) = artifact else {
         if previous.is_some() {
             tx.exec("DELETE FROM set_choices WHERE set_id = ?1 AND position = ?2", &[&set, &position])?;
-            let msg =
-                format!("the choice for {label} was cleared (it was image {})", previous.as_deref().unwrap_or(""));
+            let image = previous.as_deref().unwrap_or("");
+            let msg = say_with("say.set_choice_cleared", &[("shot", &shot), ("role", &role), ("image", image)]);
             set_event(tx, set, now, "choice_cleared", &msg)?;
         }
         return Ok(ChoiceOutcome::Cleared { previous });
@@ -164,12 +163,11 @@ pub(in crate::store) fn choose(
          ON CONFLICT (set_id, position) DO UPDATE SET artifact_id = excluded.artifact_id, chosen_at = excluded.chosen_at",
         &[&set, &position, &artifact, &now],
     )?;
+    let candidate = (cand + 1).to_string();
+    let said = [("image", artifact), ("candidate", &candidate), ("task", &task), ("shot", &shot), ("role", &role)];
     let msg = match &previous {
-        Some(p) => format!(
-            "image {artifact} (candidate {}, task {task}) is now the choice for {label}, instead of image {p}",
-            cand + 1
-        ),
-        None => format!("image {artifact} (candidate {}, task {task}) was chosen for {label}", cand + 1),
+        Some(p) => say_with("say.set_chosen_instead", &[&said[..], &[("previous", p.as_str())]].concat()),
+        None => say_with("say.set_chosen", &said),
     };
     set_event(tx, set, now, "chosen", &msg)?;
     tx.exec("UPDATE sets SET updated_at = ?2 WHERE id = ?1", &[&set, &now])?;

@@ -141,12 +141,14 @@ pub(in crate::store) fn record_calling(
     tx.exec("UPDATE tasks SET attempts = attempts + 1, updated_at = ?2 WHERE id = ?1", &[&task, &now])?;
     // The timeline says only what is true now: the request is leaving. What it cost is
     // said by the outcome's line, from the evidence.
-    let price = match (facts.billable, facts.cost_micros, &facts.currency) {
-        (false, _, _) => " (this provider never charges)".to_string(),
-        (true, Some(m), Some(cur)) => format!(" (its price: about {})", crate::domain::money(m, cur)),
-        _ => String::new(),
+    let n = attempt.to_string();
+    let msg = match (facts.billable, facts.cost_micros, &facts.currency) {
+        (false, _, _) => say_with("say.calling_free", &[("n", &n)]),
+        (true, Some(m), Some(cur)) => {
+            say_with("say.calling_price", &[("n", &n), ("amount", &crate::domain::money(m, cur))])
+        }
+        _ => say_with("say.calling", &[("n", &n)]),
     };
-    let msg = format!("attempt {attempt}: sending the request to the provider{price}");
     event(tx, &task, now, Actor::Worker, "calling", &msg, Some(exec))?;
     Ok(CallingOutcome::Calling)
 }
@@ -252,19 +254,20 @@ pub(in crate::store) fn ending(f: &Finish, attempts: i64, words: &str, now: Mill
             settle(TaskStatus::Failed, reason, Some(*kind), Some(reason), "failed", reason)
         }
         Finish::Unknown { reason } => {
-            let line = format!("{reason}; automatic retries stopped");
+            let line = say_with("say.retries_stopped", &[("reason", reason)]);
             settle(TaskStatus::Unknown, reason, None, Some(reason), "unknown", &line)
         }
         Finish::RetryLater { due_at, kind, reason, max_attempts, counted, .. } => {
             if *counted && attempts >= *max_attempts {
-                let why = format!("gave up after {attempts} attempts; the last one: {reason}");
+                let why = say_with("say.gave_up", &[("n", &attempts.to_string()), ("reason", reason)]);
                 settle(TaskStatus::Failed, &why, Some(*kind), Some(reason), "failed", &why)
             } else {
                 let secs = (due_at - now).max(0) as f64 / 1000.0;
+                let secs = format!("{secs:.1}");
                 let why = if *counted {
-                    format!("attempt {attempts} did not go through ({reason}); trying again in {secs:.1} s")
+                    say_with("say.retry_in", &[("n", &attempts.to_string()), ("reason", reason), ("secs", &secs)])
                 } else {
-                    format!("the provider did not take the request yet ({reason}); trying again in {secs:.1} s")
+                    say_with("say.not_taken_yet", &[("reason", reason), ("secs", &secs)])
                 };
                 let line = with_money(&why, words);
                 Ending::Retry { due_at: *due_at, why, error: reason.clone(), line }
@@ -276,7 +279,7 @@ pub(in crate::store) fn ending(f: &Finish, attempts: i64, words: &str, now: Mill
             kind: None,
             envelope_error: None,
             event: "canceled",
-            line: "canceled before anything was sent".into(),
+            line: say("say.canceled_before"),
         },
     })
 }
@@ -301,10 +304,7 @@ pub(in crate::store) fn finish(
             Some(why) => {
                 invalid = Finish::Failed {
                     kind: FailureKind::InvalidResult,
-                    reason: format!(
-                        "the provider answered (and billed for it), but its answer does not match tally's draft \
-                         schema: {why}; the answer is kept as it came, and nothing was sent again"
-                    ),
+                    reason: say_with("say.draft_answer_invalid", &[("why", why)]),
                     charge: Charge::Charged,
                 };
                 (&invalid, Some(a))
@@ -361,7 +361,8 @@ pub(in crate::store) fn finish(
             )?
             .get(0)?;
         consume_envelope(tx, &task, "consumed", None)?;
-        let saved = format!("answer stored ({} bytes of JSON, usage {})", a.body.len(), a.usage);
+        let saved =
+            say_with("say.answer_stored", &[("bytes", &a.body.len().to_string()), ("usage", &a.usage.to_string())]);
         event(tx, &task, now, Actor::Worker, "succeeded", &with_money(&saved, &words), ex)?;
         crate::failpoint::crash("before-finish-commit");
         if let Some(set) = set {

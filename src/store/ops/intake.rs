@@ -82,28 +82,29 @@ pub(in crate::store) fn submit(tx: &mut dyn Tx, t: &NewTask, now: Millis) -> Res
     let key = fair_key(set_id, t.group.as_deref());
     let sql = ENVELOPE.get(tx);
     tx.exec(sql, &[&new_id(), &id, &t.provider, &due, &key, &now])?;
+    use crate::domain::words::{say, say_with};
     let mut msg = match &t.retry_of {
-        Some(orig) => format!("submitted as a new operation retrying task {orig}"),
-        None => "submitted".to_string(),
+        Some(orig) => say_with("say.submitted_retry", &[("task", orig)]),
+        None => say("say.submitted"),
     };
     if let Some(src) = &t.source {
-        // Words of the catalogue's `say.submitted_edit` / `say.submitted_cutout`.
-        let what = match t.operation {
-            crate::domain::operation::Operation::Cutout => "cut the product out of",
-            _ => "edit",
+        let key = match t.operation {
+            crate::domain::operation::Operation::Cutout => "say.submitted_cutout",
+            _ => "say.submitted_edit",
         };
-        msg.push_str(&format!(" to {what} image {}", src.id));
+        msg = say_with(key, &[("head", &msg), ("id", &src.id)]);
     }
     if let Some(s) = &t.shot {
-        msg.push_str(&format!(" as shot {} ({}) of set {}", s.position + 1, s.role, s.set_id));
-        if s.candidate > 0 {
-            msg.push_str(&format!(", its candidate {}", s.candidate + 1));
-        }
-        if unstarted {
-            msg.push_str("; it waits until the set is started");
-        } else if due.is_none() {
-            msg.push_str("; it waits until the set's current shot is settled");
-        }
+        let key = match (s.candidate > 0, unstarted, due.is_none()) {
+            (false, true, _) => "say.submitted_shot_unstarted",
+            (true, true, _) => "say.submitted_shot_candidate_unstarted",
+            (false, false, true) => "say.submitted_shot_waits",
+            (true, false, true) => "say.submitted_shot_candidate_waits",
+            (false, false, false) => "say.submitted_shot",
+            (true, false, false) => "say.submitted_shot_candidate",
+        };
+        let (n, c) = ((s.position + 1).to_string(), (s.candidate + 1).to_string());
+        msg = say_with(key, &[("head", &msg), ("n", &n), ("role", &s.role), ("set", &s.set_id), ("c", &c)]);
     }
     event(tx, &id, now, Actor::Api, "submitted", &msg, None)?;
     Ok(SubmitOutcome::Created(id))

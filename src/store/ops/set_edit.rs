@@ -80,6 +80,16 @@ fn set_tasks(tx: &mut dyn Tx, set: &str) -> Result<Vec<SetTask>, StoreError> {
 }
 
 /// "shot 2 (Main photo)".
+/// `key` (a `shot {shot} ({role}) …` line) for the shot at `position`.
+fn shot_said(key: &str, position: i64, role: Option<&str>) -> String {
+    say_with(key, &[("shot", &position.saturating_add(1).to_string()), ("role", &role_label(role))])
+}
+
+/// Said lines folded into one through the joiner `key` (`say.join.*`).
+fn join_said(key: &str, lines: &[String]) -> String {
+    lines.iter().cloned().reduce(|a, b| say_with(key, &[("a", &a), ("b", &b)])).unwrap_or_default()
+}
+
 fn shot_name(position: i64, role: Option<&str>) -> String {
     say_with("say.shot_name", &[("n", &position.saturating_add(1).to_string()), ("role", &role_label(role))])
 }
@@ -238,15 +248,15 @@ pub(in crate::store) fn edit_set(
                 &[&set, &(i as i64), r],
             )?;
         }
-        said.push(format!("reference photos ({} now)", refs.len()));
+        said.push(say_with("say.set_edited_refs", &[("n", &refs.len().to_string())]));
     }
     if new_product != product {
-        said.push(format!("product \"{new_product}\""));
+        said.push(say_with("say.set_edited_product", &[("product", &new_product)]));
     }
     if new_style != style {
         said.push(match &new_style {
-            Some(s) => format!("style \"{s}\""),
-            None => "style removed".into(),
+            Some(s) => say_with("say.set_edited_style", &[("style", s)]),
+            None => say("say.set_edited_style_removed"),
         });
     }
     tx.exec(
@@ -265,29 +275,29 @@ pub(in crate::store) fn edit_set(
         )?;
         let mut what = Vec::new();
         if own_words(&t.prompt, &product, style.as_deref()) != Some(own.as_str()) {
-            what.push("prompt");
+            what.push(say("say.edited_prompt"));
         }
         if *role != t.role {
-            what.push("role");
+            what.push(say("say.edited_role"));
         }
         if whole {
-            what.push("the set's product or style");
+            what.push(say("say.edited_set_words"));
         }
-        let msg = format!("edited before anything was sent: {}", what.join(", "));
+        let msg = say_with("say.task_edited", &[("what", &join_said("say.join.comma", &what))]);
         event(tx, &t.id, now, Actor::Api, "edited", &msg, None)?;
     }
     for (pos, (own, role)) in &changes {
         let before = positions.get(pos).and_then(|ts| ts.first()).map(|t| (t.prompt.as_str(), t.role.clone()));
         if let Some((prompt, old_role)) = before {
             if own_words(prompt, &product, style.as_deref()) != Some(own.as_str()) {
-                said.push(format!("{} prompt", shot_name(*pos, role.as_deref())));
+                said.push(shot_said("say.set_edited_prompt", *pos, role.as_deref()));
             }
             if *role != old_role {
-                said.push(format!("{} role", shot_name(*pos, role.as_deref())));
+                said.push(shot_said("say.set_edited_role", *pos, role.as_deref()));
             }
         }
     }
-    let message = format!("edited before sending: {}", said.join("; "));
+    let message = say_with("say.set_edited", &[("what", &join_said("say.join.semicolon", &said))]);
     set_event(tx, set, now, "edited", &message)?;
     Ok(EditOutcome::Edited(said))
 }

@@ -300,7 +300,7 @@ async fn concurrent_calls_never_overshoot_a_budget(s: Store) {
             Ok(CallingOutcome::Calling) => assert_eq!((t.attempts, t.charge.state), (1, Charge::Possible)),
             Ok(CallingOutcome::Held { due_at, reason }) => {
                 assert_eq!(*due_at, tomorrow, "it waits for the next day");
-                assert!(reason.contains("Held: today's budget of $0.239999 is spent"), "{reason}");
+                assert!(reason.en().contains("Held: today's budget of $0.239999 is spent"), "{reason}");
                 assert_eq!((t.status, t.attempts, t.charge.state), (TaskStatus::Waiting, 0, Charge::None));
             }
             Err(e) => panic!("{e}"),
