@@ -174,7 +174,10 @@ pub async fn add(
         AddOutcome::TooMany { has } => {
             return Err(ApiError::conflict(
                 "too_many_candidates",
-                format!("this shot has {has} candidates; a shot holds at most {MAX_SHOT_CANDIDATES}"),
+                crate::domain::words::say_with(
+                    "say.error_shot_full",
+                    &[("has", &has.to_string()), ("max", &MAX_SHOT_CANDIDATES.to_string())],
+                ),
             ));
         }
     }
@@ -258,15 +261,22 @@ async fn answer(
         ChoiceOutcome::OtherShot => {
             return Err(ApiError::conflict(
                 "not_a_candidate",
-                format!(
-                    "image {artifact} is not a candidate of shot {index} of this set; choose one of its own images"
+                crate::domain::words::say_with(
+                    "say.error_not_candidate",
+                    &[("artifact", artifact), ("index", &index.to_string())],
                 ),
             ));
         }
         ChoiceOutcome::NotSucceeded(s) => {
             return Err(ApiError::conflict(
                 "candidate_not_succeeded",
-                format!("the candidate that made image {artifact} is {s}; only a succeeded candidate can be chosen"),
+                crate::domain::words::say_with(
+                    "say.error_candidate_not_ready",
+                    &[
+                        ("artifact", artifact),
+                        ("status", &crate::domain::words::say(&format!("say.status_{}", s.as_str()))),
+                    ],
+                ),
             ));
         }
     }

@@ -203,10 +203,9 @@ pub async fn retry(State(state): State<AppState>, Path(id): Path<String>) -> Res
     match state.engine().retry_delivery(&id).await? {
         RetryDeliveryOutcome::Requeued(d, _) => Ok(json_response(StatusCode::OK, &shown(d))),
         RetryDeliveryOutcome::NoDelivery => Err(ApiError::not_found("delivery")),
-        RetryDeliveryOutcome::Busy(s) => Err(ApiError::conflict(
-            "delivery_in_progress",
-            format!("this delivery is {}; retry it once it has ended", s.as_str()),
-        )),
+        RetryDeliveryOutcome::Busy(s) => {
+            Err(ApiError::conflict("delivery_in_progress", say(&format!("say.delivery_busy_{}", s.as_str()))))
+        }
         RetryDeliveryOutcome::NothingToRetry => {
             Err(ApiError::conflict("nothing_to_retry", say("say.delivery_nothing_to_retry")))
         }

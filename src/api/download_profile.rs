@@ -85,11 +85,14 @@ pub(super) async fn profile_zip(
     if good.is_empty() {
         let why: Vec<String> = bad
             .iter()
-            .map(|m| format!("shot {}: {}", m.shot + 1, m.result.as_ref().err().cloned().unwrap_or_default()))
+            .map(|m| {
+                let what = m.result.as_ref().err().cloned().unwrap_or_default();
+                crate::domain::words::say_with("say.error_shot", &[("n", &(m.shot + 1).to_string()), ("what", &what)])
+            })
             .collect();
         return Err(ApiError::conflict(
             "cannot_make",
-            format!("none of the images could be made with profile `{}`: {}", profile.name, why.join("; ")),
+            crate::domain::words::say_with("say.none_made", &[("profile", &profile.name), ("why", &why.join("; "))]),
         ));
     }
     let roles: Vec<Option<String>> = set.shots.iter().map(|t| t.shot_role.clone()).collect();

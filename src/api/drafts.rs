@@ -206,7 +206,7 @@ pub async fn create(
         SubmitOutcome::Conflict(id) => {
             return Err(ApiError::conflict(
                 "idempotency_conflict",
-                format!("this idempotency key was already used for a different draft ({id})"),
+                crate::domain::words::say_with("say.error_idem_draft", &[("id", &id)]),
             ));
         }
     };

@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-use crate::domain::words::say;
+use crate::domain::words::{say, say_with};
 use crate::engine::EngineError;
 use crate::store::StoreError;
 
@@ -44,7 +44,6 @@ impl ApiError {
 
     /// 404: no such task or artifact.
     pub fn not_found(what: &str) -> Self {
-        use crate::domain::words::{say, say_with};
         let message = match what {
             "task" => say("say.error_task_not_found"),
             "set" => say("say.error_set_not_found"),
@@ -180,12 +179,12 @@ impl From<JsonRejection> for ApiError {
             JsonRejection::JsonSyntaxError(e) => ApiError::new(
                 StatusCode::BAD_REQUEST,
                 "malformed_json",
-                format!("the body is not valid JSON: {}", e.body_text()),
+                say_with("say.error_not_json", &[("why", &e.body_text())]),
             ),
             JsonRejection::JsonDataError(e) => ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "invalid_request",
-                format!("the JSON does not have the expected shape: {}", e.body_text()),
+                say_with("say.error_shape", &[("why", &e.body_text())]),
             ),
             JsonRejection::MissingJsonContentType(_) => unsupported_media_type(),
             JsonRejection::BytesRejection(e) => e.into(),

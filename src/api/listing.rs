@@ -175,7 +175,12 @@ pub(crate) async fn shot_file(
     let Some(Some(artifact)) = set.chosen.get(i).cloned() else { return Ok(ShotFile::NotChosen) };
     let bytes = match state.engine().store().read_image_bytes(artifact.clone()).await {
         Ok(Some((_, b))) => b,
-        Ok(None) => return Ok(ShotFile::Refused(vec![format!("the chosen image {artifact} is no longer stored")])),
+        Ok(None) => {
+            return Ok(ShotFile::Refused(vec![crate::domain::words::say_with(
+                "say.delivery_image_gone",
+                &[("id", &artifact)],
+            )]));
+        }
         Err(StoreError::Damaged { why, .. }) => return Ok(ShotFile::Refused(vec![why])),
         Err(e) => return Err(e.into()),
     };

@@ -128,7 +128,7 @@ pub async fn edit(
                 return Err(ApiError::new(
                     StatusCode::NOT_FOUND,
                     "not_found",
-                    format!("this set has no shot at position {position} (positions count from 0)"),
+                    crate::domain::words::say_with("say.error_no_shot", &[("p", &position.to_string())]),
                 ));
             }
         }
@@ -140,13 +140,11 @@ pub async fn edit(
             return Err(ApiError::new(
                 StatusCode::NOT_FOUND,
                 "not_found",
-                format!("this set has no shot at position {p} (positions count from 0)"),
+                crate::domain::words::say_with("say.error_no_shot", &[("p", &p.to_string())]),
             ));
         }
         EditOutcome::NoUpload(u) => {
-            return Err(ApiError::invalid(format!(
-                "no reference photo has the id {u}; upload it first (POST /v1/uploads) and use the id it answers"
-            )));
+            return Err(ApiError::invalid(crate::domain::words::say_with("say.error_no_reference", &[("id", &u)])));
         }
         EditOutcome::Blocked(b) => return Err(blocked(b)),
     }
@@ -251,7 +249,7 @@ pub async fn duplicate(
         Some(SubmitOutcome::Conflict(c)) => {
             return Err(ApiError::conflict(
                 "idempotency_conflict",
-                format!("this idempotency key was already used for a different set ({c})"),
+                crate::domain::words::say_with("say.error_idem_set", &[("id", &c)]),
             ));
         }
     };

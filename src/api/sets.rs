@@ -415,7 +415,7 @@ pub async fn create(
         SubmitOutcome::Conflict(id) => {
             return Err(ApiError::conflict(
                 "idempotency_conflict",
-                format!("this idempotency key was already used for a different set ({id})"),
+                crate::domain::words::say_with("say.error_idem_set", &[("id", &id)]),
             ));
         }
     };

@@ -139,7 +139,7 @@ fn range(from: Option<&str>, to: Option<&str>, now: Millis, zone: &TimeZone) -> 
         Some(s) => instant(s, true, zone).ok_or_else(|| bad_time("to", s))?,
     };
     if to <= from {
-        return Err(ApiError::bad_request("`to` must be later than `from`"));
+        return Err(ApiError::bad_request(crate::domain::words::say("say.error_to_from")));
     }
     Ok((from, to))
 }

@@ -164,7 +164,7 @@ pub async fn submit(
         }
         (SubmitOutcome::Conflict(id), _) => Err(ApiError::conflict(
             "idempotency_conflict",
-            format!("this idempotency key was already used for a different request (task {id})"),
+            crate::domain::words::say_with("say.error_idem_task", &[("id", &id)]),
         )),
     }
 }
@@ -364,9 +364,13 @@ pub async fn cancel(State(state): State<AppState>, Path(id): Path<String>) -> Re
     match state.engine().cancel(&id).await? {
         CancelOutcome::Canceled => task_response(&state, StatusCode::OK, &id).await,
         CancelOutcome::Requested => task_response(&state, StatusCode::ACCEPTED, &id).await,
-        CancelOutcome::Settled(s) => {
-            Err(ApiError::conflict("already_settled", format!("the task is already {s}; there is nothing to cancel")))
-        }
+        CancelOutcome::Settled(s) => Err(ApiError::conflict(
+            "already_settled",
+            crate::domain::words::say_with(
+                "say.error_already_settled",
+                &[("status", &crate::domain::words::say(&format!("say.status_{}", s.as_str())))],
+            ),
+        )),
         CancelOutcome::NotFound => Err(ApiError::not_found("task")),
     }
 }
@@ -441,9 +445,12 @@ pub async fn retry(
         RetryOutcome::RetryInProgress { id: live, status } => Err(retried_as(
             ApiError::conflict(
                 "retry_in_progress",
-                format!(
-                    "task {live}, a retry of this task or of its shot, is still {status}; a task (and a set's shot) \
-                     has at most one live retry. Wait for it to finish, or cancel it, first."
+                crate::domain::words::say_with(
+                    "say.error_retry_live",
+                    &[
+                        ("id", &live),
+                        ("status", &crate::domain::words::say(&format!("say.status_{}", status.as_str()))),
+                    ],
                 ),
             ),
             &live,
@@ -466,7 +473,10 @@ pub async fn retry(
         }
         RetryOutcome::NotRetryable(s) => Err(ApiError::conflict(
             "not_retryable",
-            format!("a {s} task cannot be retried; only failed, unknown or canceled tasks can"),
+            crate::domain::words::say_with(
+                "say.error_not_retryable",
+                &[("status", &crate::domain::words::say(&format!("say.status_{}", s.as_str())))],
+            ),
         )),
         RetryOutcome::NotFound => Err(ApiError::not_found("task")),
     }
@@ -535,7 +545,10 @@ pub async fn resolve(
 ) -> Result<Response, ApiError> {
     let note = body.note.unwrap_or_default();
     if note.len() > MAX_NOTE_BYTES {
-        return Err(ApiError::invalid(format!("the note is longer than {MAX_NOTE_BYTES} bytes")));
+        return Err(ApiError::invalid(crate::domain::words::say_with(
+            "say.error_note_long",
+            &[("n", &MAX_NOTE_BYTES.to_string())],
+        )));
     }
     let image = match (body.outcome, body.image_base64) {
         (ResolveAs::Succeeded, None) => {
@@ -571,5 +584,11 @@ pub async fn resolve(
 }
 
 fn not_unknown(s: TaskStatus) -> ApiError {
-    ApiError::conflict("not_unknown", format!("only an unknown task can be resolved by hand; this one is {s}"))
+    ApiError::conflict(
+        "not_unknown",
+        crate::domain::words::say_with(
+            "say.error_not_unknown",
+            &[("status", &crate::domain::words::say(&format!("say.status_{}", s.as_str())))],
+        ),
+    )
 }

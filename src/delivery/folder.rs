@@ -26,6 +26,7 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 
 use super::target::{Look, Put, TargetError};
+use crate::domain::words::say_with;
 
 /// A local directory files are delivered into.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,7 +67,8 @@ impl FolderTarget {
     pub fn replace(&self, name: &str, bytes: &[u8]) -> Result<(), TargetError> {
         check_file_name(name)?;
         let dir = &self.path;
-        fs::create_dir_all(dir).map_err(|e| classify(&e, &format!("cannot create the folder {}", dir.display())))?;
+        fs::create_dir_all(dir)
+            .map_err(|e| classify(&e, &say_with("say.cannot_create_folder", &[("dir", &dir.display().to_string())])))?;
         let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
         let tmp = dir.join(format!(".{name}.tally-tmp-{}-{n}", std::process::id()));
         let guard = TempGuard(Some(tmp.clone()));
@@ -76,7 +78,9 @@ impl FolderTarget {
             f.sync_all()?;
             fs::rename(&tmp, dir.join(name))
         };
-        write().map_err(|e| classify(&e, &format!("cannot write {} in {}", name, dir.display())))?;
+        write().map_err(|e| {
+            classify(&e, &say_with("say.cannot_write_in", &[("name", name), ("dir", &dir.display().to_string())]))
+        })?;
         drop(guard);
         sync_dir(dir).map_err(|e| classify(&e, &format!("cannot sync {}", dir.display())))
     }
@@ -113,11 +117,12 @@ impl FolderTarget {
         if let Ok(m) = fs::metadata(dir)
             && !m.is_dir()
         {
-            return Err(TargetError::Permanent(format!("{} is there but is not a folder", dir.display())));
+            return Err(TargetError::Permanent(say_with("say.not_a_folder", &[("path", &dir.display().to_string())])));
         }
         if !dir.is_dir() {
-            fs::create_dir_all(dir)
-                .map_err(|e| classify(&e, &format!("cannot create the folder {}", dir.display())))?;
+            fs::create_dir_all(dir).map_err(|e| {
+                classify(&e, &say_with("say.cannot_create_folder", &[("dir", &dir.display().to_string())]))
+            })?;
             // The new folder's own name must survive a power cut too.
             if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
                 sync_dir(parent).map_err(|e| classify(&e, &format!("cannot sync {}", parent.display())))?;
@@ -138,7 +143,9 @@ impl FolderTarget {
             f.write_all(bytes)?;
             f.sync_all()
         };
-        write().map_err(|e| classify(&e, &format!("cannot write {} in {}", name, dir.display())))?;
+        write().map_err(|e| {
+            classify(&e, &say_with("say.cannot_write_in", &[("name", name), ("dir", &dir.display().to_string())]))
+        })?;
         // A crash here leaves the temporary file behind (the process dies with its guard).
         crate::failpoint::crash("deliver-folder-after-temp");
         #[cfg(test)]
@@ -154,7 +161,12 @@ impl FolderTarget {
                     TargetError::Transient(format!("{} appeared and vanished while writing; try again", path.display()))
                 });
             }
-            Err(e) => return Err(classify(&e, &format!("cannot move {} into place in {}", name, dir.display()))),
+            Err(e) => {
+                return Err(classify(
+                    &e,
+                    &say_with("say.cannot_move_into_place", &[("name", name), ("dir", &dir.display().to_string())]),
+                ));
+            }
         }
         // The temporary name is gone (renamed) or is a second link to the delivered file: the
         // guard removes that link, leaving the file under its name.
@@ -333,10 +345,12 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
 /// An I/O error as a target error: what trying again can fix is `Transient`.
 fn classify(e: &io::Error, what: &str) -> TargetError {
     match e.raw_os_error() {
-        Some(libc::ENOSPC) => TargetError::Transient(format!("{what}: the disk is full")),
-        Some(libc::EDQUOT) => TargetError::Transient(format!("{what}: the disk quota is used up")),
-        Some(libc::EACCES | libc::EPERM) => TargetError::Permanent(format!("{what}: permission denied")),
-        Some(libc::EROFS) => TargetError::Permanent(format!("{what}: the file system is read-only")),
+        Some(libc::ENOSPC) => TargetError::Transient(say_with("say.disk_full", &[("what", what)])),
+        Some(libc::EDQUOT) => TargetError::Transient(say_with("say.disk_quota", &[("what", what)])),
+        Some(libc::EACCES | libc::EPERM) => {
+            TargetError::Permanent(say_with("say.permission_denied", &[("what", what)]))
+        }
+        Some(libc::EROFS) => TargetError::Permanent(say_with("say.read_only", &[("what", what)])),
         Some(libc::ENOTDIR | libc::EISDIR | libc::ENAMETOOLONG | libc::ELOOP | libc::EINVAL) => {
             TargetError::Permanent(format!("{what}: {e}"))
         }

@@ -73,7 +73,9 @@ fn names_that_are_not_plain_file_names_are_refused() {
     let t = target(&dir.join("inner"));
     for bad in ["../escape.jpg", "a/b.jpg", ".hidden.jpg", "", "..", "a\\b.jpg", "a\nb.jpg"] {
         match t.put(bad, b"x", &sha256_hex(b"x")) {
-            Err(TargetError::Permanent(why)) => assert!(why.contains("plain file name"), "{bad:?}: {why}"),
+            Err(TargetError::Permanent(why)) => {
+                assert!(crate::domain::words::english(&why).contains("plain file name"), "{bad:?}: {why}")
+            }
             other => panic!("{bad:?}: {other:?}"),
         }
         assert!(matches!(t.look(bad), Err(TargetError::Permanent(_))), "{bad:?}");
@@ -149,7 +151,9 @@ fn a_path_that_is_a_file_or_a_directory_in_the_way_is_permanent() {
     fs::create_dir(dir.join("a.jpg")).expect("a dir named like the file");
     let t = target(&dir);
     match t.put("a.jpg", b"x", &sha256_hex(b"x")) {
-        Err(TargetError::Permanent(why)) => assert!(why.contains("in the way"), "{why}"),
+        Err(TargetError::Permanent(why)) => {
+            assert!(crate::domain::words::english(&why).contains("in the way"), "{why}")
+        }
         other => panic!("{other:?}"),
     }
     assert!(matches!(t.look("a.jpg"), Ok(Look::CannotTell(_))));
@@ -210,7 +214,9 @@ fn a_full_disk_is_transient_and_a_read_only_one_permanent_and_neither_leaves_a_f
     let t = target(&fs_.0.join("out"));
     let big = vec![7u8; 512 * 1024];
     match t.put("big.jpg", &big, &sha256_hex(&big)) {
-        Err(TargetError::Transient(why)) => assert!(why.contains("disk is full"), "{why}"),
+        Err(TargetError::Transient(why)) => {
+            assert!(crate::domain::words::english(&why).contains("disk is full"), "{why}")
+        }
         other => panic!("a write larger than the disk: {other:?}"),
     }
     assert_eq!(listing(&fs_.0.join("out")), Vec::<String>::new(), "no stray temporary file");
@@ -218,7 +224,7 @@ fn a_full_disk_is_transient_and_a_read_only_one_permanent_and_neither_leaves_a_f
     assert_eq!(t.put("small.jpg", b"small", &sha256_hex(b"small")), Ok(Put::Written));
     fs_.remount_read_only();
     match t.put("other.jpg", b"other", &sha256_hex(b"other")) {
-        Err(TargetError::Permanent(why)) => assert!(why.contains("read-only"), "{why}"),
+        Err(TargetError::Permanent(why)) => assert!(crate::domain::words::english(&why).contains("read-only"), "{why}"),
         other => panic!("a write to a read-only file system: {other:?}"),
     }
     // What is there can still be looked at and recognised.

@@ -5,6 +5,9 @@
 //! Invariant kept by every target: a file that is already there with other bytes is never
 //! overwritten silently ([`Put::Different`]), and a write whose answer was lost is settled by
 //! looking ([`Look`]), never by writing again blindly.
+//!
+//! Past 600 lines because the vocabulary and the one `Target` that dispatches to each kind (with
+//! its bounded blocking calls) belong together; each kind's own code lives in its module.
 
 /// The outcome of writing one file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,15 +55,24 @@ pub enum Look {
 pub enum TargetError {
     /// Nothing was written and trying again may succeed (a 503, a timeout before sending,
     /// a full disk that may be freed).
-    #[error("{0}")]
+    #[error("{}", crate::domain::words::english(.0))]
     Transient(String),
     /// Nothing was written and trying again will not help until something is changed (wrong
     /// credentials, a missing bucket or folder, no permission).
-    #[error("{0}")]
+    #[error("{}", crate::domain::words::english(.0))]
     Permanent(String),
     /// The write may or may not have landed (the answer was lost after the request left).
-    #[error("{0}")]
+    #[error("{}", crate::domain::words::english(.0))]
     Ambiguous(String),
+}
+
+impl TargetError {
+    /// Its words as the owner is shown them later: a said line where tally made them
+    /// (`domain::words::say`), a destination's own words otherwise. Display is English.
+    pub fn words(&self) -> &str {
+        let (TargetError::Transient(w) | TargetError::Permanent(w) | TargetError::Ambiguous(w)) = self;
+        w
+    }
 }
 
 /// One configured target (`[[delivery.targets]]`), resolved from the config file.
@@ -200,8 +212,26 @@ impl ItemClock {
 /// literally, and the values of `Authorization`, `Signature=`, `Credential=`,
 /// `X-Amz-Security-Token` and `X-Shopify-Access-Token`, however a service echoed them), control
 /// characters and runs of spaces made one space, and at most [`WHY_MAX_CHARS`] characters
-/// (the beginning kept: it says what failed).
+/// (the beginning kept: it says what failed). A said line (`domain::words::say`) is kept
+/// whole: only its words are tidied, each piece within the bound, a space at a piece's edge
+/// kept so the pieces do not run together.
 pub fn tidy_reason(text: &str, secrets: &[&str]) -> String {
+    if !crate::domain::words::is_said(text) {
+        return tidy_words(text, secrets);
+    }
+    crate::domain::words::map_words(text, &|piece: &str| {
+        let tidy = tidy_words(piece, secrets);
+        let (lead, trail) = (piece.starts_with(char::is_whitespace), piece.ends_with(char::is_whitespace));
+        match tidy.is_empty() {
+            true if lead || trail => " ".to_string(),
+            true => tidy,
+            false => format!("{}{tidy}{}", if lead { " " } else { "" }, if trail { " " } else { "" }),
+        }
+    })
+}
+
+/// [`tidy_reason`] of text that holds no said line.
+fn tidy_words(text: &str, secrets: &[&str]) -> String {
     let mut s = text.to_string();
     for secret in secrets.iter().filter(|x| x.len() >= 4) {
         s = s.replace(secret, "[redacted]");

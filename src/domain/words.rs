@@ -192,6 +192,35 @@ fn parts(text: &str) -> Vec<Part<'_>> {
     out
 }
 
+/// `text` with `f` applied to its own words — the text around its said lines and every
+/// parameter value, at every depth — while the said lines themselves are kept, so a cleaning
+/// step (a length bound, a redaction, no control characters) never cuts one apart.
+pub fn map_words(text: &str, f: &dyn Fn(&str) -> String) -> String {
+    map_at(text, f, 0)
+}
+
+fn map_at(text: &str, f: &dyn Fn(&str) -> String, depth: u8) -> String {
+    if !is_said(text) {
+        return f(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    for part in parts(text) {
+        match part {
+            Part::Text(t) => out.push_str(&f(&strip(t))),
+            Part::Said(key, params) => {
+                let values: Vec<(String, String)> = params
+                    .iter()
+                    .filter_map(|(n, v)| v.as_str().map(|v| (n.clone(), v)))
+                    .map(|(n, v)| (n, if depth < MAX_DEPTH { map_at(v, f, depth + 1) } else { f(&strip(v)) }))
+                    .collect();
+                let values: Vec<(&str, &str)> = values.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+                out.push_str(&say_with(key, &values));
+            }
+        }
+    }
+    out
+}
+
 /// The key of the said line `text` is, when it is exactly one (nothing around it).
 pub fn said_key(text: &str) -> Option<&str> {
     match parts(text).as_slice() {
@@ -399,6 +428,19 @@ mod tests {
         assert_eq!(said_key("today"), None);
         let accepted = say_with("say.accepted", &[("job", "j-7")]);
         assert_eq!(said_param(&accepted, "say.accepted", "job").as_deref(), Some("j-7"));
+    }
+
+    /// A cleaning step sees only the words: the said lines around them stay whole.
+    #[test]
+    fn map_words_cleans_the_words_and_keeps_the_said_lines() {
+        let line = format!("{}\n tail", say_with("say.rejected", &[("message", "a\nb")]));
+        let clean = map_words(&line, &|p: &str| p.replace('\n', " "));
+        assert_eq!(english(&clean), "the provider rejected the request: a b  tail");
+        assert_eq!(
+            said_key(&map_words(&say("say.period_today"), &|p: &str| p.to_uppercase())),
+            Some("say.period_today")
+        );
+        assert_eq!(map_words("plain\n", &|p: &str| p.trim().to_string()), "plain");
     }
 
     #[test]

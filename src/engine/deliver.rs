@@ -253,15 +253,20 @@ impl Engine {
         // recorded (a 409 naming the shot and the image), with or without `force`.
         let mut damaged = Vec::new();
         for c in &chosen {
-            let subject = format!("the {}'s chosen image", shot_label(&c.roles, c.position as usize));
+            let subject = crate::domain::words::say_with(
+                "say.chosen_image_of",
+                &[("shot", &shot_label(&c.roles, c.position as usize))],
+            );
             let (s, id) = (store.clone(), c.artifact_id.clone());
             let read = tokio::task::spawn_blocking(move || s.read_image_bytes_blocking(&id).map(|_| ()))
                 .await
                 .map_err(|e| EngineError::Invalid(format!("checking the images stopped: {e}")))?;
             match read {
                 Ok(()) => {}
-                Err(StoreError::Damaged { .. }) => damaged
-                    .push(format!("{subject} {} is damaged (its stored bytes fail their sha256 check)", c.artifact_id)),
+                Err(StoreError::Damaged { .. }) => damaged.push(crate::domain::words::say_with(
+                    "say.chosen_damaged",
+                    &[("subject", &subject), ("id", &c.artifact_id)],
+                )),
                 Err(e) => return Err(e.into()),
             }
         }
@@ -275,14 +280,17 @@ impl Engine {
         if !force {
             let mut problems = Vec::new();
             for c in &chosen {
-                let subject = format!("the {}'s chosen image", shot_label(&c.roles, c.position as usize));
+                let subject = crate::domain::words::say_with(
+                    "say.chosen_image_of",
+                    &[("shot", &shot_label(&c.roles, c.position as usize))],
+                );
                 let (s, id, p) = (store.clone(), c.artifact_id.clone(), profile_of(c.role.as_deref()).clone());
                 let (white, overlay) = (c.role.as_deref() == Some("main_white"), overlay_of(c));
                 let key = kept_key(&id, &render::Listing { white, overlay: overlay.as_ref() });
                 kept.ids.push((key.clone(), p.clone()));
                 let found = tokio::task::spawn_blocking(move || -> Result<Vec<String>, StoreError> {
                     let Some((_, bytes)) = s.read_image_bytes_blocking(&id)? else {
-                        return Ok(vec![format!("{subject} is no longer stored")]);
+                        return Ok(vec![crate::domain::words::say_with("say.chosen_gone", &[("subject", &subject)])]);
                     };
                     let listing = render::Listing { white, overlay: overlay.as_ref() };
                     let (found, file) = render::check_listing(&p, &bytes, &listing, &subject);
@@ -545,21 +553,18 @@ async fn render_item(store: &Store, profile: &Profile, item: &DeliveryItemView) 
             return Ok(file);
         }
         let Some((_, bytes)) = s.read_image_bytes_blocking(&id).map_err(|e| e.to_string())? else {
-            return Err(format!("the chosen image {id} is no longer stored"));
+            return Err(crate::domain::words::say_with("say.delivery_image_gone", &[("id", &id)]));
         };
         render::render_listing(&p, &bytes, &listing).map_err(|e| e.to_string())
     })
     .await
-    .map_err(|e| format!("making the file stopped unexpectedly: {e}"))?
+    .map_err(|e| crate::domain::words::say_with("say.delivery_making_stopped", &[("why", &e.to_string())]))?
 }
 
 fn different(name: &str, there: Option<&str>) -> ItemOutcome {
     let sha = there.map(|s| format!(" (sha256 {s})")).unwrap_or_default();
     ItemOutcome::Failed {
-        why: format!(
-            "another file named {name} is already at the target{sha}; it was left as it is, never overwritten — \
-             remove or rename it and retry"
-        ),
+        why: crate::domain::words::say_with("say.delivery_already_there", &[("name", name), ("sha", &sha)]),
         retry_safe: true,
     }
 }
@@ -567,7 +572,7 @@ fn different(name: &str, there: Option<&str>) -> ItemOutcome {
 /// A failed write in words: nothing was written, so a retry is safe (every write is a create
 /// that never overwrites).
 fn failed(e: TargetError) -> ItemOutcome {
-    ItemOutcome::Failed { why: e.to_string(), retry_safe: true }
+    ItemOutcome::Failed { why: e.words().to_string(), retry_safe: true }
 }
 
 /// Deliver the open items of a delivery this run holds, then write its manifest.
@@ -594,8 +599,8 @@ async fn deliver_one(shared: &Shared, setup: &Setup, boot: &str, d: DeliveryView
         }
     };
     let target = match setup.target(&d.target) {
-        None => Err(format!("the target `{}` is no longer configured", d.target)),
-        Some(cfg) => Target::from_config(&cfg).map_err(|e| e.to_string()),
+        None => Err(crate::domain::words::say_with("say.delivery_target_gone", &[("target", &d.target)])),
+        Some(cfg) => Target::from_config(&cfg).map_err(|e| e.words().to_string()),
     };
     // The files of this delivery at a Shopify product so far (kept by `placement = "replace"`).
     let mut kept: Vec<String> = d.items.iter().filter_map(|i| i.remote_id.clone()).collect();
@@ -606,7 +611,7 @@ async fn deliver_one(shared: &Shared, setup: &Setup, boot: &str, d: DeliveryView
         let (profile, target) = match (&profile, &target) {
             (Some(p), Ok(t)) => (p, t),
             (None, _) => {
-                let why = format!("the profile `{profile_name}` is no longer configured");
+                let why = crate::domain::words::say_with("say.delivery_profile_gone", &[("profile", profile_name)]);
                 let outcome = if item.state == ItemState::Writing {
                     let clock = target.as_ref().ok().map(Target::clock);
                     settle_by_look(target.as_ref().ok(), item, clock.as_ref()).await
@@ -622,7 +627,7 @@ async fn deliver_one(shared: &Shared, setup: &Setup, boot: &str, d: DeliveryView
             (_, Err(why)) => {
                 let outcome = if item.state == ItemState::Writing {
                     ItemOutcome::Unknown {
-                        why: format!("its write was interrupted and the target cannot be reached to look: {why}"),
+                        why: crate::domain::words::say_with("say.interrupted_unreachable", &[("why", why)]),
                     }
                 } else {
                     ItemOutcome::Failed { why: why.clone(), retry_safe: true }
@@ -799,7 +804,7 @@ async fn settle_by_look(
         Ok(Look::Absent) => None,
         Ok(Look::CannotTell(why)) => Some(ItemOutcome::Unknown { why }),
         Err(e) => Some(ItemOutcome::Unknown {
-            why: format!("its write was interrupted and looking at the target failed: {e}"),
+            why: crate::domain::words::say_with("say.interrupted_look_failed", &[("why", e.words())]),
         }),
     }
 }

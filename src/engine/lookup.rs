@@ -35,6 +35,7 @@ use std::time::Duration;
 
 use super::{Engine, EngineError, ProviderEntry, Shared};
 use crate::domain::TaskStatus;
+use crate::domain::words::say_with;
 use crate::providers::{CallRequest, HeldLookup, HeldQuery};
 use crate::store::TaskView;
 use crate::store::held::{HeldLook, HeldSettle, Settled};
@@ -107,9 +108,7 @@ pub(super) async fn look_up(shared: &Shared) -> Result<LookReport, EngineError> 
         let Some(h) = &t.held else { continue };
         let settle = match shared.providers.get(&t.provider) {
             Some(entry) => decide(shared, &entry, &t).await,
-            None => HeldSettle::Keep {
-                found: format!("provider `{}` is not configured, so tally cannot ask it.", t.provider),
-            },
+            None => HeldSettle::Keep { found: say_with("say.look_not_configured", &[("provider", &t.provider)]) },
         };
         report.looked += 1;
         let look = HeldLook { task: t.id.clone(), since: h.since, attempts: t.attempts, settle };
@@ -171,11 +170,10 @@ async fn decide(shared: &Shared, entry: &ProviderEntry, t: &TaskView) -> HeldSet
     let name = &entry.name;
     let keep = |found: String| HeldSettle::Keep { found };
     match tokio::time::timeout(LOOK_TIMEOUT, entry.provider.find_held(&q)).await {
-        Err(_) => keep(format!(
-            "provider `{name}` did not answer within {} s; tally looks again at the next start.",
-            LOOK_TIMEOUT.as_secs()
-        )),
-        Ok(Err(e)) => keep(format!("provider `{name}` could not be asked ({e}); tally looks again at the next start.")),
+        Err(_) => {
+            keep(say_with("say.look_timeout", &[("provider", name), ("secs", &LOOK_TIMEOUT.as_secs().to_string())]))
+        }
+        Ok(Err(e)) => keep(say_with("say.look_failed", &[("provider", name), ("why", &e.to_string())])),
         Ok(Ok(HeldLookup::Found { job, key })) => match keys.iter().position(|k| *k == key) {
             Some(i) => HeldSettle::Adopt {
                 job_id: job.id,
@@ -183,13 +181,10 @@ async fn decide(shared: &Shared, entry: &ProviderEntry, t: &TaskView) -> HeldSet
                 attempt: first + i as i64,
                 facts: entry.money.facts(&t.params, Vec::new()),
             },
-            None => keep(format!("provider `{name}` named a request tally cannot tie to this job.")),
+            None => keep(say_with("say.look_untied", &[("provider", name)])),
         },
-        Ok(Ok(HeldLookup::Absent(why))) => keep(format!(
-            "{why}, so sending it again should be charged once — unless the daemon this copy came from still runs \
-             and sends it later, which tally cannot see. So it waits for you."
-        )),
-        Ok(Ok(HeldLookup::Unsure(why))) => keep(format!("provider `{name}` cannot settle it: {why}.")),
+        Ok(Ok(HeldLookup::Absent(why))) => keep(say_with("say.look_absent", &[("why", &why)])),
+        Ok(Ok(HeldLookup::Unsure(why))) => keep(say_with("say.look_unsure", &[("provider", name), ("why", &why)])),
     }
 }
 

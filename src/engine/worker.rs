@@ -554,11 +554,10 @@ impl Run<'_> {
                         tracing::warn!(error = %e, "recording the provider's rate-limit hold failed");
                     }
                     let due = now + Shared::ms(crate::providers::http::client::jittered(after, Shared::jitter()));
-                    let why = format!(
-                        "Provider `{}` asked tally to wait {:.1} s before it checks the request (rate limited: \
-                         {message}); nothing was sent for this task yet.",
-                        self.entry.name,
-                        after.as_secs_f64()
+                    let secs = format!("{:.1}", after.as_secs_f64());
+                    let why = say_with(
+                        "say.rate_limited_handback",
+                        &[("provider", &self.entry.name), ("secs", &secs), ("message", &message)],
                     );
                     let (exec, lease) = (c.execution_token.clone(), c.lease_token.clone());
                     self.shared.store.release_claim(exec, lease, due, why, now).await?;
@@ -848,9 +847,7 @@ impl Run<'_> {
             return self
                 .finish(Finish::Failed {
                     kind: FailureKind::InvalidResult,
-                    reason: "the provider answered with an image that has no transparent background (a cutout must \
-                             be a PNG with alpha)"
-                        .into(),
+                    reason: say("say.cutout_no_alpha"),
                     charge: Charge::Charged,
                 })
                 .await;

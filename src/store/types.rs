@@ -449,19 +449,16 @@ impl OwnerCharge {
         }
     }
 
-    /// The history's words about money after a resolution (`succeeded`: an image was found).
-    pub fn words(self, succeeded: bool) -> &'static str {
-        match (self, succeeded) {
-            (OwnerCharge::Charged, _) => " — you recorded that the provider's dashboard shows a charge",
-            (OwnerCharge::NotCharged, _) => {
-                " — you recorded that the provider's dashboard shows no charge, so it no longer counts as possibly \
-                 charged"
-            }
-            (OwnerCharge::Unknown, true) => "",
-            (OwnerCharge::Unknown, false) => {
-                " — the request still counts as possibly charged, since nothing proves the provider did not bill it"
-            }
-        }
+    /// The history's `line` of a resolution with its words about money (`succeeded`: an image
+    /// was found), a said line.
+    pub fn words(self, succeeded: bool, line: &str) -> String {
+        let key = match (self, succeeded) {
+            (OwnerCharge::Charged, _) => "say.owner_charged",
+            (OwnerCharge::NotCharged, _) => "say.owner_not_charged",
+            (OwnerCharge::Unknown, true) => return line.to_string(),
+            (OwnerCharge::Unknown, false) => "say.owner_unknown",
+        };
+        crate::domain::words::say_with(key, &[("line", line)])
     }
 }
 

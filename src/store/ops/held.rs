@@ -10,7 +10,7 @@
 
 use super::common::{PerDialect, event, requeue_envelope, schedule_next_shot_of, set_task};
 use crate::domain::Charge;
-use crate::domain::words::say;
+use crate::domain::words::{said_param, say, say_with};
 use crate::domain::{Actor, Millis, TaskStatus};
 use crate::store::held::{Held, HeldLook, HeldSettle, LOOK_NOTE, Release, ReleaseReport, Settled};
 use crate::store::tx::{Dialect, Tx};
@@ -158,15 +158,18 @@ pub(in crate::store) fn settle_held(
     }
     match &look.settle {
         HeldSettle::Keep { found } => {
-            let base = reason.as_deref().unwrap_or_default();
-            let base = base.split(LOOK_NOTE).next().unwrap_or(base);
-            let words = format!("{base}{LOOK_NOTE}{found}");
+            // The reason as it was before any look (a later look replaces the earlier one's).
+            let reason_text = reason.as_deref().unwrap_or_default();
+            let base = said_param(reason_text, "say.held_looked", "base")
+                .unwrap_or_else(|| reason_text.split(LOOK_NOTE).next().unwrap_or(reason_text).to_string());
+            let words = say_with("say.held_looked", &[("base", &base), ("found", found)]);
             if reason.as_deref() == Some(words.as_str()) {
                 return Ok(Settled::Kept);
             }
             tx.exec("UPDATE envelopes SET held_reason = ?2 WHERE task_id = ?1", &[&task, &words])?;
             set_task(tx, task, TaskStatus::Waiting, Some(&words), None, now)?;
-            event(tx, task, now, Actor::Reconciler, "looked_up", &format!("looked up at the provider: {found}"), None)?;
+            let line = say_with("say.looked_up", &[("found", found)]);
+            event(tx, task, now, Actor::Reconciler, "looked_up", &line, None)?;
             Ok(Settled::Kept)
         }
         HeldSettle::Adopt { job_id, key, attempt, facts } => {

@@ -236,7 +236,7 @@ fn requeue(tx: &mut dyn Tx, row: &LeftoverRow, now: Millis) -> Result<TaskStatus
 
 /// Why a task whose every dispatch was lost before anything was sent failed.
 fn give_up_reason(send_count: i64) -> String {
-    format!("could not be delivered to a worker after {send_count} dispatches (each one lost before anything was sent)")
+    crate::domain::words::say_with("say.undeliverable", &[("n", &send_count.to_string())])
 }
 
 /// [`Recovery::GiveUp`]: too many dispatches lost before anything was sent; the envelope is

@@ -12,7 +12,7 @@ use super::intake::submit;
 use super::{
     CancelOutcome, NewTask, OwnerCharge, Resolution, ResolveOutcome, RetryAck, RetryOutcome, SubmitOutcome, with_money,
 };
-use crate::domain::words::say;
+use crate::domain::words::{say, say_with};
 use crate::domain::{Actor, Charge, FailureKind, Millis, TaskStatus};
 use crate::store::StoreError;
 use crate::store::tx::Tx;
@@ -127,11 +127,8 @@ pub(in crate::store) fn retry(
     };
     Ok(match submit(tx, &new, now)? {
         SubmitOutcome::Created(id) => {
-            let msg = if charge.may_cost() {
-                format!("retried as task {id}; the user acknowledged that it may be charged again")
-            } else {
-                format!("retried as task {id}")
-            };
+            let key = if charge.may_cost() { "say.retried_ack" } else { "say.retried" };
+            let msg = say_with(key, &[("id", &id)]);
             event(tx, task, now, Actor::Api, "retried", &msg, None)?;
             RetryOutcome::Created(id)
         }
@@ -160,14 +157,17 @@ pub(in crate::store) fn resolve(
             &[&task],
         )?
         .get(0)?;
-    let note_text = if note.is_empty() { String::new() } else { format!(": {note}") };
+    // A line said with the note when there is one (`KEY_note`), without it otherwise.
+    let noted = |key: &str| {
+        if note.is_empty() { say(key) } else { say_with(&format!("{key}_note"), &[("note", note)]) }
+    };
     match r {
         Resolution::Succeeded(a) => {
             tx.exec("UPDATE executions SET status = 'succeeded', finished_at = ?2 WHERE token = ?1", &[&exec, &now])?;
             // The operator found the image: the request delivered, so it was charged.
             let (_, words) = settle_charge(tx, &exec, Charge::Charged)?;
             insert_artifact(tx, task, &exec, a, now)?;
-            let why = format!("Resolved by an operator{note_text}");
+            let why = noted("say.resolved_by_operator");
             set_task(tx, task, TaskStatus::Succeeded, Some(&why), None, now)?;
             event(
                 tx,
@@ -175,21 +175,17 @@ pub(in crate::store) fn resolve(
                 now,
                 Actor::Operator,
                 "resolved",
-                &format!(
-                    "{}{}",
-                    with_money(&format!("resolved as succeeded with an image{note_text}"), &words),
-                    owner.words(true)
-                ),
+                &owner.words(true, &with_money(&noted("say.resolved_succeeded"), &words)),
                 Some(&exec),
             )?;
         }
         Resolution::Failed => {
             tx.exec("UPDATE executions SET status = 'failed', finished_at = ?2 WHERE token = ?1", &[&exec, &now])?;
-            let why = format!("an operator confirmed it failed{note_text}");
+            let why = noted("say.operator_failed");
             set_task(tx, task, TaskStatus::Failed, Some(&why), Some(FailureKind::Operator), now)?;
             // "It failed" is the operator's word about the image, not about the bill: unless
             // the owner also records what the dashboard shows, the charge stays `possible`.
-            let line = format!("resolved as failed{note_text}{}", owner.words(false));
+            let line = owner.words(false, &noted("say.resolved_failed"));
             event(tx, task, now, Actor::Operator, "resolved", &line, Some(&exec))?;
         }
     }

@@ -186,20 +186,11 @@ impl Older {
     /// The plain-words reason each held job carries.
     pub fn hold_reason(&self) -> String {
         match self {
-            Older::Backup { at } => format!(
-                "This job was queued when the backup was taken ({}); it may have been sent since by the daemon that \
-                 made the backup. Send it again?",
-                crate::clock::rfc3339(*at)
-            ),
-            Older::CopiedWhileRunning => {
-                "This job was queued in a copy of the database taken while tally was running; \
-                                          the daemon it was copied from may have sent it since. Send it again?"
-                    .to_string()
+            Older::Backup { at } => {
+                crate::domain::words::say_with("say.held_backup", &[("at", &crate::clock::rfc3339(*at))])
             }
-            Older::Behind { .. } => "This job was queued in an older state of this database (a restored copy, or a \
-                                     deleted tally.db-wal); this data directory had already seen newer work, which \
-                                     may have sent it. Send it again?"
-                .to_string(),
+            Older::CopiedWhileRunning => crate::domain::words::say("say.held_copy"),
+            Older::Behind { .. } => crate::domain::words::say("say.held_behind"),
         }
     }
 
