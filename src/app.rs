@@ -1,6 +1,8 @@
 //! Wiring for `tally serve`: configuration overrides, the data-directory lock, the API
 //! token, the engine and its providers, the HTTP listener, logging, and clean shutdown
 //! (stop accepting → engine shutdown → store close with a WAL checkpoint).
+//! Past 600 lines because the wiring is one sequence, read top to bottom; split, its order
+//! (which is what matters here) would be spread over files.
 
 use std::io::{Seek, Write};
 use std::net::SocketAddr;
@@ -504,6 +506,7 @@ impl From<Exit> for std::process::ExitCode {
 
 /// A command that did not succeed: what to print and which exit code to use.
 #[derive(Debug)]
+#[allow(missing_docs)]
 pub struct Failure {
     pub exit: Exit,
     pub message: String,

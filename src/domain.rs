@@ -1,5 +1,7 @@
 //! The vocabulary of tally: statuses, phases, plain-words messages, the retry policy and the
 //! recovery decision table. Pure: nothing here does I/O, and time is always passed in.
+//! Past 600 lines because this is the shared vocabulary, each part short and read with the
+//! others; the larger parts (words, operations, drafts, overlays, the zone) have their modules.
 //! The words themselves, in English and Simplified Chinese, come from one catalogue
 //! ([`words`]).
 
@@ -62,11 +64,14 @@ string_enum! {
         Waiting = "waiting",
         /// A worker holds it. Moved out by the worker's fenced finish, or by the reconciler.
         Running = "running",
+        /// Done, with its image (or answer) stored. Terminal.
         Succeeded = "succeeded",
+        /// Ended without a result, and the evidence proves why. Terminal (a retry is a new task).
         Failed = "failed",
         /// The outcome cannot be proven. Moved out only by a late result of the same
         /// execution or by an operator.
         Unknown = "unknown",
+        /// Canceled by its owner before a result. Terminal.
         Canceled = "canceled",
     }
 }
@@ -174,13 +179,21 @@ pub fn money(m: Micros, currency: &str) -> String {
 string_enum! {
     /// Why a task failed.
     FailureKind {
+        /// The provider refused the request (its content, its parameters).
         Rejected = "rejected",
+        /// tally's setup or the provider account stopped it (a key, a credit, a setting).
         Configuration = "configuration",
+        /// The request never reached the provider, every attempt.
         NotSent = "not_sent",
+        /// The provider kept asking tally to wait until the attempts were used up.
         RateLimited = "rate_limited",
+        /// No worker ever took it (each dispatch lost before anything was sent).
         Undeliverable = "undeliverable",
+        /// Its result expired at the provider before tally could fetch it.
         Expired = "expired",
+        /// An operator resolved it as failed.
         Operator = "operator",
+        /// The provider answered, but not with something tally can use.
         InvalidResult = "invalid_result",
     }
 }
@@ -188,10 +201,15 @@ string_enum! {
 /// Who wrote an event to a task's timeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Actor {
+    /// A request to the API (the page, the CLI).
     Api,
+    /// The dispatcher, handing work to the workers.
     Dispatcher,
+    /// The worker that ran an attempt.
     Worker,
+    /// The reconciler, settling what a stopped worker left.
     Reconciler,
+    /// An operator resolving a task by hand.
     Operator,
 }
 
@@ -318,6 +336,7 @@ pub fn backoff(attempt: u32, base: Duration, max: Duration, jitter: f64) -> Dura
 /// What the reconciler found about one sent envelope whose deadline passed (or whose lease
 /// belongs to an earlier run of the process).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub enum Leftover {
     /// Sent without any running execution: only an older version's hand-off that was never
     /// claimed (today's dispatcher claims in the same statement that sends).
@@ -437,6 +456,7 @@ pub enum DispatchOrder {
 
 /// A language of the page and of the plain-words messages (the owner's language).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub enum Lang {
     En,
     ZhCn,

@@ -193,6 +193,7 @@ pub fn configure(bytes: u64) -> bool {
 
 /// An image's size as its header gives it, before any pixel is decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub struct Size {
     /// Width and height as stored (before the EXIF orientation).
     pub width: u32,
@@ -229,6 +230,7 @@ pub struct Decoded {
 
 /// Why an image was not decoded, in words for the owner.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[allow(missing_docs)]
 pub enum DecodeError {
     /// Not a PNG, JPEG or WebP, damaged, or over [`MAX_SIDE`].
     #[error("{0}")]

@@ -37,6 +37,7 @@ pub const BODY_DEADLINE: Duration = Duration::from_secs(15);
 
 /// The bounds a server applies (the constants above, smaller in tests).
 #[derive(Debug, Clone, Copy)]
+#[allow(missing_docs)]
 pub struct Limits {
     pub max_connections: usize,
     pub header_timeout: Duration,

@@ -67,6 +67,7 @@ pub struct DeliverBody {
 
 /// A 409 refusal with its reasons.
 #[derive(Debug, Serialize, ToSchema)]
+#[allow(missing_docs)]
 pub struct BlockedBody {
     pub error: super::error::ErrorDetail,
     /// Why the set cannot be delivered now, in plain words ("2 shots have no chosen image:
@@ -234,6 +235,7 @@ pub(super) async fn readiness(
 
 /// A delivery profile as `GET /v1/delivery/profiles` lists it.
 #[derive(Debug, Serialize, ToSchema)]
+#[allow(missing_docs)]
 pub struct ProfileJson {
     /// What a delivery names (`"profile": "amazon"`).
     pub name: String,

@@ -36,6 +36,7 @@ pub struct DraftChargeJson {
 
 /// One revision in a draft's history.
 #[derive(Debug, Serialize, ToSchema)]
+#[allow(missing_docs)]
 pub struct RevisionJson {
     pub revision: i64,
     /// `model` (a drafting call's answer) or `owner` (an edit).
@@ -47,6 +48,7 @@ pub struct RevisionJson {
 
 /// A draft as the API shows it.
 #[derive(Debug, Serialize, ToSchema)]
+#[allow(missing_docs)]
 pub struct DraftJson {
     pub id: String,
     pub status: DraftStatus,
@@ -232,6 +234,7 @@ fn owner_facts(facts: serde_json::Map<String, Value>) -> Vec<(String, String)> {
 /// recorded or sent).
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
 pub struct EstimateBody {
     /// The product's name as typed so far.
     #[serde(default)]
@@ -401,6 +404,7 @@ fn refused(r: Refused) -> ApiError {
 /// `PATCH /v1/drafts/{id}` body: whole sections replace the current ones.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
 pub struct EditBody {
     /// The revision the edit was made on: the latest, or 409.
     pub revision: i64,
@@ -523,6 +527,7 @@ pub async fn redraft(
 
 /// What a confirmation answers: the set and the draft.
 #[derive(Debug, Serialize, ToSchema)]
+#[allow(missing_docs)]
 pub struct ConfirmedJson {
     pub set_id: String,
     pub set: SetJson,

@@ -105,6 +105,7 @@ impl ApiError {
 
 /// The body of every error answer: `{"error": {"code", "message"}}`.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
+#[allow(missing_docs)]
 pub struct ErrorBody {
     pub error: ErrorDetail,
 }
@@ -131,6 +132,7 @@ pub struct ErrorDetail {
 
 /// What a refused request is estimated to cost.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
+#[allow(missing_docs)]
 pub struct EstimatedCost {
     /// The configured price times `images`; null when the provider bills but has no price.
     pub amount: Option<f64>,

@@ -40,6 +40,7 @@ pub struct HeldList {
 
 /// A notice of start-up's (`kind` `lost_tail`: commits lost with a missing write-ahead log).
 #[derive(Debug, Serialize, ToSchema)]
+#[allow(missing_docs)]
 pub struct NoticeJson {
     pub id: i64,
     pub kind: String,

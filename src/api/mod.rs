@@ -268,6 +268,7 @@ async fn method_not_allowed() -> ApiError {
 
 /// `GET /v1/providers` answer.
 #[derive(Debug, Serialize, ToSchema)]
+#[allow(missing_docs)]
 pub struct ProvidersJson {
     pub providers: Vec<ProviderInfo>,
     /// The provider a submit that names none uses.
@@ -278,6 +279,7 @@ pub struct ProvidersJson {
 
 /// A provider kind as the Settings page offers it.
 #[derive(Debug, Serialize, ToSchema)]
+#[allow(missing_docs)]
 pub struct KindJson {
     pub name: String,
     /// The operations it can offer.

@@ -234,6 +234,7 @@ pub fn date_or_time() -> openapi::schema::Object {
 /// The names this daemon takes where the server refuses any other: configured providers,
 /// delivery targets and delivery profiles (built-ins included).
 #[derive(Debug, Clone, Default)]
+#[allow(missing_docs)]
 pub struct Names {
     pub providers: Vec<String>,
     pub targets: Vec<String>,

@@ -29,6 +29,7 @@ static EDITS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// the key itself (`api_key`) instead of `api_key_env`.
 #[derive(Debug, Default, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
 pub struct ProviderBody {
     /// Its name (letters, digits, `-`, `_`); not one already used. Only when adding.
     #[serde(skip_serializing)]
@@ -80,6 +81,7 @@ pub struct ProviderBody {
 
 /// `POST /v1/providers/{name}/test` answer.
 #[derive(Debug, Serialize, ToSchema)]
+#[allow(missing_docs)]
 pub struct TestJson {
     pub ok: bool,
     /// What the free check found, in plain words.

@@ -16,6 +16,7 @@ use crate::store::PruneReport;
 /// `POST /v1/prune` body.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
 pub struct PruneBody {
     /// An age such as `90d`, `12h` or `0s`: settled work last changed longer ago goes.
     /// The document's pattern is one number and a unit (s, m, h, d, w); the server also takes
@@ -30,6 +31,7 @@ pub struct PruneBody {
 /// store's [`PruneReport`] has its own `dry_run` and `cutoff` (in milliseconds), so it is
 /// copied field by field rather than flattened into this object.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
+#[allow(missing_docs)]
 pub struct PruneJson {
     pub dry_run: bool,
     pub older_than: String,

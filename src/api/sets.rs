@@ -31,6 +31,7 @@ pub const UPLOAD_TYPES: &[&str] = &["image/png", "image/jpeg", "image/webp", "ap
 
 /// An upload as the API shows it.
 #[derive(Debug, Serialize, ToSchema)]
+#[allow(missing_docs)]
 pub struct UploadJson {
     pub id: String,
     pub sha256: String,
@@ -56,6 +57,7 @@ fn upload_json(u: &UploadView) -> UploadJson {
 /// A shot: its place in the set, its candidates, the chosen image, and (flattened, as before
 /// candidates existed) its first candidate's task.
 #[derive(Debug, Serialize, ToSchema)]
+#[allow(missing_docs)]
 pub struct ShotJson {
     pub position: i64,
     pub role: Option<String>,
@@ -81,6 +83,7 @@ pub struct ShotJson {
 
 /// One candidate image of a shot: its task's id, status, image and charge.
 #[derive(Debug, Serialize, ToSchema)]
+#[allow(missing_docs)]
 pub struct CandidateJson {
     /// Its number within the shot, from 0.
     pub candidate: i64,
@@ -106,6 +109,7 @@ pub struct CandidateJson {
 
 /// Whether a set can be delivered, and if not, why in plain words.
 #[derive(Debug, Serialize, ToSchema)]
+#[allow(missing_docs)]
 pub struct DeliveryJson {
     pub ready: bool,
     /// E.g. "2 shots have no chosen image: Lifestyle scene, Selling point"; with a profile
@@ -121,6 +125,7 @@ pub struct DeliveryJson {
 
 /// One entry of a set's own timeline.
 #[derive(Debug, Serialize, ToSchema)]
+#[allow(missing_docs)]
 pub struct SetEventJson {
     /// RFC 3339, UTC.
     pub at: String,
@@ -132,6 +137,7 @@ pub struct SetEventJson {
 
 /// A set as the API shows it.
 #[derive(Debug, Serialize, ToSchema)]
+#[allow(missing_docs)]
 pub struct SetJson {
     pub id: String,
     pub product: String,
@@ -289,6 +295,7 @@ pub async fn upload(State(state): State<AppState>, body: Bytes) -> Result<Respon
 /// One shot of `POST /v1/sets`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
 pub struct ShotBody {
     #[schema(schema_with = shot_role)]
     pub role: String,
@@ -324,6 +331,7 @@ pub(crate) fn shot_role() -> utoipa::openapi::schema::Object {
 /// `POST /v1/sets` body.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
 pub struct SetBody {
     /// The product's name (not blank).
     #[schema(min_length = 1)]

@@ -63,6 +63,7 @@ fn request_format() -> utoipa::openapi::schema::Object {
 
 /// `GET /v1/spend` answer.
 #[derive(Debug, Serialize, ToSchema)]
+#[allow(missing_docs)]
 pub struct SpendJson {
     /// The start of the range (RFC 3339).
     pub from: String,
@@ -90,6 +91,7 @@ pub struct SpendJson {
 
 /// One budget and how much of it the current period has used.
 #[derive(Debug, Serialize, ToSchema)]
+#[allow(missing_docs)]
 pub struct BudgetJson {
     /// `daily` or `monthly`.
     pub period: String,
@@ -105,6 +107,7 @@ pub struct BudgetJson {
 
 /// One paid request (possibly charged or charged) of `GET /v1/spend/requests`.
 #[derive(Debug, Serialize, ToSchema)]
+#[allow(missing_docs)]
 pub struct PaidRequestJson {
     /// When it was about to be sent (RFC 3339).
     pub time: String,

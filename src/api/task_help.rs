@@ -40,6 +40,7 @@ pub struct WhereToLookJson {
 
 /// One detail to match a request by.
 #[derive(Debug, Serialize, ToSchema)]
+#[allow(missing_docs)]
 pub struct MatchByJson {
     /// `request_id`, `sent_at`, `model` or `prompt`.
     pub what: String,
@@ -50,6 +51,7 @@ pub struct MatchByJson {
 
 /// A job refused before anything was sent, and what fixes it.
 #[derive(Debug, Serialize, ToSchema)]
+#[allow(missing_docs)]
 pub struct RefusedBeforeSendingJson {
     /// `too_many_references` (the model takes fewer reference photos than the job has),
     /// `needs_references` (the model edits photos and the job has none), `settings` (tally's

@@ -16,6 +16,7 @@ use crate::store::{ArtifactView, TaskView};
 
 /// A task as the API shows it.
 #[derive(Debug, Serialize, ToSchema)]
+#[allow(missing_docs)]
 pub struct TaskJson {
     pub id: String,
     pub status: TaskStatus,
@@ -94,6 +95,7 @@ pub struct TaskJson {
 
 /// A task made from another task's image.
 #[derive(Debug, Clone, Serialize, ToSchema)]
+#[allow(missing_docs)]
 pub struct DerivedJson {
     pub id: String,
     #[schema(value_type = String)]
@@ -103,6 +105,7 @@ pub struct DerivedJson {
 
 /// Why a job is held, and what sending it again may cost.
 #[derive(Debug, Serialize, ToSchema)]
+#[allow(missing_docs)]
 pub struct HeldJson {
     /// Plain words: why it is held and what the owner is asked.
     pub reason: String,
@@ -136,6 +139,7 @@ fn held_json(engine: &Engine, t: &TaskView, lang: Lang) -> Option<HeldJson> {
 
 /// An artifact as the API shows it.
 #[derive(Debug, Serialize, ToSchema)]
+#[allow(missing_docs)]
 pub struct ArtifactJson {
     pub id: String,
     pub sha256: String,
@@ -147,6 +151,7 @@ pub struct ArtifactJson {
 
 /// What the evidence says about money for a task (see `domain::Charge`).
 #[derive(Debug, Serialize, ToSchema)]
+#[allow(missing_docs)]
 pub struct ChargeJson {
     /// `none`, `refused`, `possible` or `charged`: the heaviest of its requests.
     pub state: Charge,
@@ -162,6 +167,7 @@ pub struct ChargeJson {
 
 /// A task's latest retry.
 #[derive(Debug, Serialize, ToSchema)]
+#[allow(missing_docs)]
 pub struct RetriedAsJson {
     pub id: String,
     pub status: TaskStatus,
@@ -169,6 +175,7 @@ pub struct RetriedAsJson {
 
 /// Whether a task can be retried and what that may cost.
 #[derive(Debug, Serialize, ToSchema)]
+#[allow(missing_docs)]
 pub struct RetryJson {
     /// True for `failed`, `unknown` and `canceled` tasks.
     pub allowed: bool,

@@ -294,6 +294,7 @@ pub(crate) fn next_cursor<T>(rows: &mut Vec<T>, limit: usize, id: impl Fn(&T) ->
 
 /// One timeline entry as the API shows it.
 #[derive(Debug, Serialize, ToSchema)]
+#[allow(missing_docs)]
 pub struct EventJson {
     /// RFC 3339, UTC.
     pub at: String,
@@ -490,6 +491,7 @@ fn retried_as(mut e: ApiError, id: &str, status: TaskStatus) -> ApiError {
 /// How an operator resolves an `unknown` task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
+#[allow(missing_docs)]
 pub enum ResolveAs {
     Succeeded,
     Failed,
@@ -510,6 +512,7 @@ pub enum ResolveCharge {
 /// `POST /v1/tasks/{id}/resolve` body.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
 pub struct ResolveBody {
     pub outcome: ResolveAs,
     /// What the provider's dashboard shows about the charge; the task's `charge`, Spend and

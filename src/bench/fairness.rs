@@ -31,6 +31,7 @@ pub const SLOTS: usize = 8;
 
 /// Percentiles of a pickup distribution, in milliseconds.
 #[derive(Debug, Clone, Serialize)]
+#[allow(missing_docs)]
 pub struct Pickups {
     pub p50: f64,
     pub p95: f64,
@@ -40,6 +41,7 @@ pub struct Pickups {
 
 /// The section's result (`fairness` in the JSON).
 #[derive(Debug, Clone, Serialize)]
+#[allow(missing_docs)]
 pub struct Fairness {
     pub backlog: usize,
     pub slots: usize,

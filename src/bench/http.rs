@@ -9,6 +9,7 @@ use serde::Serialize;
 
 /// What the HTTP section measured.
 #[derive(Debug, Clone, Serialize)]
+#[allow(missing_docs)]
 pub struct HttpResult {
     pub connections: usize,
     pub secs: f64,
@@ -99,6 +100,7 @@ pub async fn submit_throughput(
 }
 
 /// A real `tally serve` child process on a free loopback port, for the HTTP section.
+#[allow(missing_docs)]
 pub struct Daemon {
     child: std::process::Child,
     pid: u32,

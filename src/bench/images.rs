@@ -30,6 +30,7 @@ use crate::store::Store;
 
 /// Everything the images section measured.
 #[derive(Debug, Clone, Serialize)]
+#[allow(missing_docs)]
 pub struct Images {
     /// Size of the large PNG, bytes.
     pub image_bytes: u64,
@@ -46,6 +47,7 @@ pub struct Images {
 
 /// Database and WAL sizes around many large images and a prune.
 #[derive(Debug, Clone, Serialize)]
+#[allow(missing_docs)]
 pub struct Storage {
     pub images: u64,
     /// Largest WAL file seen while they were stored (sampled every 10 ms).
@@ -67,6 +69,7 @@ pub struct Storage {
 
 /// Artifact downloads from a real daemon.
 #[derive(Debug, Clone, Serialize)]
+#[allow(missing_docs)]
 pub struct Download {
     pub clients: usize,
     pub secs: f64,
@@ -84,6 +87,7 @@ pub struct Download {
 
 /// `tally backup` of the large database.
 #[derive(Debug, Clone, Serialize)]
+#[allow(missing_docs)]
 pub struct Backup {
     pub db_mb: f64,
     pub idle_secs: f64,

@@ -101,6 +101,7 @@ fn fast_pickup() -> bool {
 
 /// The store `tally bench` measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[allow(missing_docs)]
 pub enum BenchBackend {
     Sqlite,
     Postgres,
@@ -108,6 +109,7 @@ pub enum BenchBackend {
 
 /// A benchmark section, for `--only`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[allow(missing_docs)]
 pub enum Section {
     Idle,
     E2e,
@@ -122,6 +124,7 @@ pub enum Section {
 
 /// The machine the numbers come from.
 #[derive(Debug, Clone, Serialize)]
+#[allow(missing_docs)]
 pub struct Machine {
     pub nproc: usize,
     pub cpu: String,
@@ -132,6 +135,7 @@ pub struct Machine {
 
 /// One end-to-end throughput run.
 #[derive(Debug, Clone, Serialize)]
+#[allow(missing_docs)]
 pub struct E2e {
     pub workers: usize,
     /// `full` or `normal` (SQLite `synchronous`).
@@ -162,6 +166,7 @@ pub struct E2e {
 
 /// Per-task costs of an e2e run.
 #[derive(Debug, Clone, Serialize)]
+#[allow(missing_docs)]
 pub struct PerTask {
     pub statements: f64,
     pub commits: f64,
@@ -172,6 +177,7 @@ pub struct PerTask {
 
 /// Pickup latency: submit call start → provider call start, on an idle engine.
 #[derive(Debug, Clone, Serialize)]
+#[allow(missing_docs)]
 pub struct Pickup {
     pub p50: f64,
     pub p99: f64,
@@ -190,6 +196,7 @@ pub struct Pickup {
 
 /// Idle cost of an engine that ran one task and then had nothing to do.
 #[derive(Debug, Clone, Serialize)]
+#[allow(missing_docs)]
 pub struct Idle {
     pub secs: f64,
     /// Process CPU time in the window (user + system).
@@ -211,6 +218,7 @@ pub struct Idle {
 
 /// Latency with a large finished history against an empty database.
 #[derive(Debug, Clone, Serialize)]
+#[allow(missing_docs)]
 pub struct Scale {
     pub finished_rows: u64,
     pub submit_ms_p50: f64,
@@ -254,6 +262,7 @@ pub struct Scale {
 
 /// Restart recovery of in-flight tasks left in phase `calling`.
 #[derive(Debug, Clone, Serialize)]
+#[allow(missing_docs)]
 pub struct Recovery {
     pub in_flight: u64,
     pub recovery_ms: f64,
@@ -266,6 +275,7 @@ pub struct Recovery {
 
 /// Everything `tally bench` measured.
 #[derive(Debug, Clone, Serialize)]
+#[allow(missing_docs)]
 pub struct Results {
     pub version: String,
     pub quick: bool,

@@ -40,6 +40,7 @@ const WORKERS: usize = 16;
 
 /// What `--backend postgres` measured.
 #[derive(Debug, Clone, Serialize)]
+#[allow(missing_docs)]
 pub struct PgBench {
     /// `SHOW server_version`.
     pub server_version: String,
@@ -53,6 +54,7 @@ pub struct PgBench {
 
 /// One e2e run.
 #[derive(Debug, Clone, Serialize)]
+#[allow(missing_docs)]
 pub struct PgE2e {
     /// `sqlite` or `postgres`.
     pub store: String,
@@ -117,6 +119,7 @@ pub const LOCK_SAMPLE_MS: u64 = 5;
 
 /// One pickup series.
 #[derive(Debug, Clone, Serialize)]
+#[allow(missing_docs)]
 pub struct PgPickup {
     pub store: String,
     /// `same node` or `other node`.
@@ -129,6 +132,7 @@ pub struct PgPickup {
 
 /// Two idle nodes.
 #[derive(Debug, Clone, Serialize)]
+#[allow(missing_docs)]
 pub struct PgIdle {
     pub nodes: usize,
     pub secs: f64,

@@ -27,6 +27,7 @@ pub struct StageRow {
 
 /// The stage profile of one run.
 #[derive(Debug, Clone, Serialize, PartialEq)]
+#[allow(missing_docs)]
 pub struct Profile {
     pub tasks: u64,
     pub stages: Vec<StageRow>,

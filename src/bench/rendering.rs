@@ -35,6 +35,7 @@ pub struct ProfileRender {
 
 /// Every profile's measurement and the worst ratio among them.
 #[derive(Debug, Clone, serde::Serialize)]
+#[allow(missing_docs)]
 pub struct RenderBench {
     pub per_profile: Vec<ProfileRender>,
     /// The largest of the profiles' ratios.

@@ -42,6 +42,7 @@ fn s<E: std::fmt::Display>(e: E) -> String {
 
 /// One figure measured beside its reference, per round.
 #[derive(Debug, Clone, Default, Serialize)]
+#[allow(missing_docs)]
 pub struct Paired {
     /// What the reference is (e.g. `cp + fsync`, `openssl sha256`).
     pub reference: String,
@@ -72,6 +73,7 @@ impl Paired {
 
 /// What the file-size part of the scale section measured.
 #[derive(Debug, Clone, Default, Serialize)]
+#[allow(missing_docs)]
 pub struct FileScale {
     /// The database file's size after populating (bytes, the WAL checkpointed into it).
     pub db_bytes: u64,

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 /// CPU time and context switches of the whole process at one instant.
 #[derive(Debug, Clone, Copy)]
+#[allow(missing_docs)]
 pub struct CpuSnap {
     /// User + system CPU time, microseconds.
     pub cpu_us: f64,

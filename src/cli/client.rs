@@ -23,6 +23,7 @@ pub struct Client {
 }
 
 /// An answer from the API: its status and JSON body.
+#[allow(missing_docs)]
 pub struct Answer {
     pub status: StatusCode,
     pub body: Value,

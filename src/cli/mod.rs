@@ -51,6 +51,7 @@ pub use crate::app::{Exit, Failure};
                   4 a waited-for job ended unknown; 5 `check` found problems; 130 Ctrl-C stopped a wait \
                   (the job keeps running)."
 )]
+#[allow(missing_docs)]
 pub struct Cli {
     // The environment variables are read by `run`, not by clap: clap would name an argument
     // taken from the environment in every usage line, as if it had been typed.

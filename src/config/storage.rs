@@ -39,6 +39,7 @@ pub enum Wakeups {
 
 /// `[storage] backend = "postgres"`: where the database is and how a node talks to it.
 #[derive(Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub struct PostgresConfig {
     /// The connection URL (`postgres://user:password@host:port/db?…`), credentials included:
     /// never logged or shown (see the `Debug` impl).

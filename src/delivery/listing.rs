@@ -115,6 +115,7 @@ fn alpha_box(img: &RgbaImage) -> Option<(u32, u32, u32, u32)> {
 
 /// What a file made measures, for the profile's rules.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub struct Measured {
     pub width: u32,
     pub height: u32,

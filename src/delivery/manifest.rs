@@ -45,6 +45,7 @@ pub const COLUMNS: [&str; 14] = [
 
 /// One delivered file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[allow(missing_docs)]
 pub struct ManifestRow {
     /// The set's product.
     pub product: String,

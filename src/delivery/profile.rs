@@ -188,6 +188,7 @@ impl fmt::Display for Rgb {
 /// The keys of a configured profile before they are checked (what `[[delivery.profiles]]`
 /// holds; `None` where the key is absent).
 #[derive(Debug, Clone, Default)]
+#[allow(missing_docs)]
 pub struct ProfileSpec {
     pub name: Option<String>,
     pub width: Option<i64>,
@@ -207,6 +208,7 @@ pub struct ProfileSpec {
 /// Why a configured profile is refused: the key and the reason in plain words.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("key `{key}`: {reason}")]
+#[allow(missing_docs)]
 pub struct ProfileError {
     /// The profile's key at fault (`width`, `background`, …).
     pub key: &'static str,

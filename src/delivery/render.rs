@@ -1,6 +1,8 @@
 //! Making a profile's file from a chosen image ([`render`]) and saying in plain words why an
 //! image will not meet a profile ([`check`]). Local work at no cost, CPU-bound and blocking:
 //! an async caller runs it on a blocking thread (`tokio::task::spawn_blocking`).
+//! Past 600 lines because the render and the checks share one pipeline and must agree on it;
+//! the listing rules and the words on the image have their own modules.
 //!
 //! The steps of a render, in order: decode (PNG, JPEG or WebP, under the daemon's image budget:
 //! [`crate::pixels`], so an image too large for it is refused with its size before its pixels
@@ -32,6 +34,7 @@ pub const MAX_SOURCE_SIDE: u32 = crate::pixels::MAX_SIDE;
 
 /// A made file.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub struct Rendered {
     /// The file's bytes.
     pub bytes: Vec<u8>,
@@ -50,6 +53,7 @@ pub struct Rendered {
 
 /// Why a file could not be made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[allow(missing_docs)]
 pub enum RenderError {
     /// The source is not an image this can read (plain words why).
     #[error("{0}")]
@@ -99,6 +103,7 @@ pub enum ProblemKind {
 
 /// One reason an image will not meet a profile, in plain words.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub struct Problem {
     pub kind: ProblemKind,
     /// A sentence for the owner: "the Main photo's chosen image is 800 px wide; amazon asks

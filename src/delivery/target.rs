@@ -37,6 +37,7 @@ pub struct Stored {
 /// What looking for one file at the target finds (to settle an item whose write's answer was
 /// lost).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub enum Look {
     /// Nothing of that name is there.
     Absent,
@@ -99,6 +100,7 @@ impl TargetConfig {
 
 /// The kinds of target.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub enum TargetKind {
     /// A local directory (`kind = "folder"`, `path`).
     Folder { path: std::path::PathBuf },
@@ -322,6 +324,7 @@ pub fn default_targets(configured: &[TargetConfig], data_dir: &std::path::Path) 
 /// `put` and `look` are async: the blocking work runs off the async runtime and one call may
 /// take at most the target's `timeout_ms`.
 #[derive(Debug, Clone)]
+#[allow(missing_docs)]
 pub enum Target {
     /// A local directory ([`super::folder::FolderTarget`]).
     Folder(super::folder::FolderTarget),

@@ -60,6 +60,7 @@ pub const TOKENS_PER_PHOTO: u64 = 1600;
 /// and (for a redraft) the answers to the previous revision's questions and the facts the
 /// owner confirmed. Sent to the model as data, never as instructions.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[allow(missing_docs)]
 pub struct DraftInput {
     pub product: String,
     /// The owner's facts, in the order given.
@@ -75,6 +76,7 @@ pub struct DraftInput {
 /// One fact of a draft.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
 pub struct Fact {
     pub key: String,
     pub value: String,
@@ -118,6 +120,7 @@ pub struct Shot {
 /// or `{"artifact": ID}` (an image tally made), exactly one.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
 pub struct ShotSource {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upload: Option<String>,
@@ -140,6 +143,7 @@ impl ShotSource {
 /// One bullet point of the listing copy, with the keys of the facts it uses.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
 pub struct Bullet {
     pub text: String,
     #[serde(default)]
@@ -149,6 +153,7 @@ pub struct Bullet {
 /// The listing copy, in the draft's language.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
 pub struct Copy {
     pub language: String,
     pub title: String,
@@ -162,6 +167,7 @@ pub struct Copy {
 /// A question the model could not answer from the photos.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
 pub struct Question {
     /// Short and stable within the draft (`size`, `audience`).
     pub id: String,
@@ -177,6 +183,7 @@ pub struct Question {
 /// A draft's content (one revision).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
 pub struct DraftBody {
     pub facts: Vec<Fact>,
     pub shots: Vec<Shot>,
@@ -188,6 +195,7 @@ pub struct DraftBody {
 /// A provider's answer to a drafting call as the worker stores it: the model's text exactly
 /// as received and the usage the provider reported.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[allow(missing_docs)]
 pub struct Answer {
     pub text: String,
     #[serde(default)]
@@ -196,6 +204,7 @@ pub struct Answer {
 
 /// Tokens a drafting call used, as the provider reported them (0 when it reported none).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[allow(missing_docs)]
 pub struct Usage {
     #[serde(default)]
     pub input_tokens: u64,

@@ -45,6 +45,7 @@ pub enum PromptRule {
 
 /// What an operation's answer must be before its finish may commit it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub enum ResultKind {
     /// An image tally can store (PNG, JPEG or WebP by its bytes); its sha256 is recorded with
     /// it. `alpha`: the image must be a PNG whose colour type carries transparency.
@@ -68,6 +69,7 @@ pub enum PriceModel {
 
 /// An operation kind's declaration.
 #[derive(Debug, Clone, Copy)]
+#[allow(missing_docs)]
 pub struct OperationSpec {
     pub op: Operation,
     /// Its name in the API, the CLI, the config and the database.
@@ -170,6 +172,7 @@ impl SourceKind {
 /// The stored image an operation works on. Its bytes are the blob with the same id. Shown as
 /// `{"artifact": ID}` or `{"upload": ID}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub struct Source {
     pub kind: SourceKind,
     pub id: String,

@@ -252,6 +252,7 @@ pub fn full_stop(lang: Lang, text: &str) -> String {
 
 /// One piece of a template: literal text, or a named parameter.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub enum Piece {
     Text(String),
     Param(String),

@@ -79,6 +79,7 @@ pub type Change = Option<Option<f64>>;
 
 /// What `PUT /v1/budget` asks for: the whole daemon's limits, and per provider.
 #[derive(Debug, Clone, Default)]
+#[allow(missing_docs)]
 pub struct BudgetChange {
     pub daily: Change,
     pub monthly: Change,
@@ -87,6 +88,7 @@ pub struct BudgetChange {
 
 /// One budget line of `GET /v1/budget`.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[allow(missing_docs)]
 pub struct ProviderBudget {
     /// The provider's daily limit (`null`: none).
     pub daily: Option<f64>,
@@ -101,6 +103,7 @@ pub struct ProviderBudget {
 
 /// `GET /v1/budget`: the limits in force, where they come from and what is used.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[allow(missing_docs)]
 pub struct BudgetView {
     /// The whole daemon's daily limit (`null`: none).
     pub daily: Option<f64>,

@@ -13,6 +13,7 @@ use crate::domain::Millis;
 /// Where the background check is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
+#[allow(missing_docs)]
 pub enum DbCheckState {
     /// Not run by this daemon (PostgreSQL checks its own pages; `tally check` checks tally's).
     NotRun,
@@ -24,6 +25,7 @@ pub enum DbCheckState {
 
 /// The background check's state, as `/healthz` reports it under `check`.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[allow(missing_docs)]
 pub struct DbCheck {
     pub state: DbCheckState,
     /// When it started and finished (ms since the epoch).

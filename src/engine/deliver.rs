@@ -74,6 +74,7 @@ pub(crate) struct Setup {
 /// A delivery (or one of its items) changed: made, an item recorded `writing` or confirmed,
 /// settled, or retried. Live views re-read the delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub struct DeliveryChange {
     pub delivery_id: String,
     pub set_id: String,
@@ -99,6 +100,7 @@ impl Setup {
 
 /// What asking for a delivery did ([`Engine::deliver`]).
 #[derive(Debug, Clone)]
+#[allow(missing_docs)]
 pub enum DeliverOutcome {
     /// Recorded and queued.
     Created(DeliveryView),
@@ -398,6 +400,7 @@ fn shopify_file_name(delivery: &str, file_name: &str) -> String {
 
 /// What a delivery is asked for ([`Engine::deliver_with`]).
 #[derive(Debug, Clone, Copy)]
+#[allow(missing_docs)]
 pub struct DeliverRequest<'a> {
     /// The default profile.
     pub profile: &'a str,

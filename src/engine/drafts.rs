@@ -23,6 +23,7 @@ pub const MAX_PRODUCT_CHARS: usize = 200;
 
 /// A new draft as the owner asks for it.
 #[derive(Debug, Clone)]
+#[allow(missing_docs)]
 pub struct DraftRequest {
     pub product: String,
     pub photos: Vec<String>,
@@ -36,6 +37,7 @@ pub struct DraftRequest {
 
 /// What a drafting call would cost ([`Engine::draft_estimate`]).
 #[derive(Debug, Clone)]
+#[allow(missing_docs)]
 pub struct DraftEstimate {
     pub provider: String,
     pub bills: bool,
@@ -65,6 +67,7 @@ pub enum DraftStatus {
 
 /// What a stored draft says now.
 #[derive(Debug, Clone)]
+#[allow(missing_docs)]
 pub struct DraftState<'a> {
     pub status: DraftStatus,
     /// The latest revision's number.
@@ -122,6 +125,7 @@ pub fn state(d: &DraftView) -> DraftState<'_> {
 /// The owner's change to the current plan (`PATCH /v1/drafts/{id}`): whole sections replace
 /// the current ones; `answers` answer questions by id.
 #[derive(Debug, Clone, Default)]
+#[allow(missing_docs)]
 pub struct DraftEdit {
     pub facts: Option<Vec<draft::Fact>>,
     pub shots: Option<Vec<draft::Shot>>,
@@ -131,6 +135,7 @@ pub struct DraftEdit {
 
 /// The outcome of an edit, a redraft or a confirmation that did not make a revision or a set.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub enum Refused {
     NotFound,
     /// The revision named is not the latest.

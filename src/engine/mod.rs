@@ -63,6 +63,7 @@ pub use intake::{
 
 /// Errors the engine returns to its callers (the API and CLI).
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)]
 pub enum EngineError {
     /// The request is malformed or names something that does not exist.
     #[error("{0}")]
@@ -82,6 +83,7 @@ impl From<StoreError> for EngineError {
 
 /// A change of a task's status, broadcast to subscribers (live views, `--wait`, benchmarks).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub struct TaskChange {
     pub task_id: String,
     pub status: TaskStatus,
@@ -89,6 +91,7 @@ pub struct TaskChange {
 
 /// A configured provider: the adapter, its slots (counted in the store, see
 /// `store::ops::dispatch`) and its circuit breaker.
+#[allow(missing_docs)]
 pub struct ProviderEntry {
     pub name: String,
     pub provider: Arc<dyn Provider>,
@@ -224,6 +227,7 @@ impl Registry {
 
 /// A configured provider as surfaces show it (`GET /v1/providers`).
 #[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+#[allow(missing_docs)]
 pub struct ProviderInfo {
     /// The configured name (what a submit names).
     pub name: String,
@@ -454,6 +458,7 @@ impl Shared {
 }
 
 /// Everything needed to start an engine.
+#[allow(missing_docs)]
 pub struct EngineParts {
     pub store: Store,
     pub config: EngineConfig,

@@ -19,6 +19,7 @@ use crate::store::spend::{Limit, Period};
 
 /// A provider's money facts, from its configuration.
 #[derive(Debug, Clone)]
+#[allow(missing_docs)]
 pub struct ProviderMoney {
     /// False for a provider that never bills (`demo`).
     pub billable: bool,
@@ -140,6 +141,7 @@ fn missing_key(provider: &str, var: &str) -> String {
 
 /// A provider's prices as surfaces show them.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[allow(missing_docs)]
 pub struct PriceInfo {
     /// False for a provider that never charges (`demo`).
     pub billable: bool,

@@ -643,7 +643,9 @@ impl Run<'_> {
         let caps = self.entry.provider.capabilities();
         let req = self.request(calling_at, references);
         let deadline = self.deadline(calling_at);
-        let unknown = |detail: &str| Next::Settle(Finish::Unknown { reason: format!("{why}; {detail}") });
+        let unknown = |detail: &str| {
+            Next::Settle(Finish::Unknown { reason: say_with("say.why_then", &[("why", &why), ("detail", detail)]) })
+        };
         // An ending whose whole line is a `say.` template with the reason `{why}` in it.
         let unknown_said = |key: &str| Next::Settle(Finish::Unknown { reason: say_with(key, &[("why", &why)]) });
         if caps.idempotent_create {
@@ -680,10 +682,7 @@ impl Run<'_> {
             return unknown_said("say.replays_no_answer");
         }
         if caps.lookup && !self.entry.provider.finds_lost_creates() {
-            return unknown(
-                "this provider answers with a job id that tally polls, but offers no listing in which a request \
-                 whose create answer was lost could be found",
-            );
+            return unknown(&say("say.no_listing"));
         }
         if caps.lookup {
             // Look for the job by what was sent and when; a listing that does not show exactly
@@ -719,13 +718,14 @@ impl Run<'_> {
                     // Back off with the time since the call: each look half as far again.
                     let now = self.now();
                     let wait = Shared::ms(self.shared.cfg.backoff_max).max((now - calling_at) / 2).min(LOOK_AGAIN_MAX);
-                    Next::LookAgain { due_at: (now + wait).min(until_ms), until_ms, why: format!("{why}; {seen}") }
+                    let why = say_with("say.why_then", &[("why", &why), ("detail", &seen)]);
+                    Next::LookAgain { due_at: (now + wait).min(until_ms), until_ms, why }
                 }
-                Some(LostLookup::LookAgain { why: seen, .. }) => unknown(&format!(
-                    "{seen}, and the provider no longer keeps its jobs, so they cannot be told apart any more"
-                )),
-                Some(LostLookup::Unproven(seen)) => unknown(&format!("{seen}, which proves nothing either way")),
-                _ => unknown("the provider's job list could not be read, which proves nothing either way"),
+                Some(LostLookup::LookAgain { why: seen, .. }) => {
+                    unknown(&say_with("say.jobs_not_kept", &[("why", &seen)]))
+                }
+                Some(LostLookup::Unproven(seen)) => unknown(&say_with("say.proves_nothing", &[("seen", &seen)])),
+                _ => unknown(&say("say.job_list_unreadable")),
             };
         }
         unknown_said("say.cannot_prove")

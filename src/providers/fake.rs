@@ -32,6 +32,7 @@ pub enum Step {
 
 /// Counters of what reached the fake "provider".
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub struct Counts {
     /// Submits that reached the provider (including replays with a known key).
     pub received: u32,

@@ -28,6 +28,7 @@ pub use crate::domain::Capabilities;
 
 /// An image as bytes plus its media type (`image/png`, `image/jpeg` or `image/webp`).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub struct Image {
     pub bytes: Vec<u8>,
     pub media_type: String,
@@ -45,6 +46,7 @@ pub fn answer_image(answer: &crate::domain::draft::Answer) -> Image {
 
 /// One paid generation as the adapter sees it.
 #[derive(Debug, Clone)]
+#[allow(missing_docs)]
 pub struct CallRequest {
     /// The tally task this call belongs to.
     pub task_id: String,
@@ -79,6 +81,7 @@ pub struct CallRequest {
 /// (`executions.provider_job_id` and `provider_handle`) the moment it arrives, so a restart
 /// polls exactly what the provider said to poll.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub struct JobHandle {
     pub id: String,
     /// Adapter-specific JSON; `None` when only the id is known.
@@ -103,6 +106,7 @@ pub enum Submitted {
 
 /// The state of an asynchronous job, as a poll reports it.
 #[derive(Debug, Clone)]
+#[allow(missing_docs)]
 pub enum JobState {
     /// Queued or rendering at the provider.
     Running,
@@ -146,6 +150,7 @@ pub struct HeldQuery {
 
 /// What a look at the provider found for a held job ([`Provider::find_held`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub enum HeldLookup {
     /// Exactly one request of this job, in a listing read to its end, with the key it
     /// carried (which names its attempt).
@@ -161,6 +166,7 @@ pub enum HeldLookup {
 
 /// What a search for a lost create found ([`Provider::find_lost`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub enum LostLookup {
     /// Exactly one job is the lost create.
     Found(JobHandle),
@@ -175,6 +181,7 @@ pub enum LostLookup {
 
 /// Why a call did not produce an answer, classified by what it proves (DESIGN §4).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[allow(missing_docs)]
 pub enum CallError {
     /// The request provably never reached the provider (connect refused, DNS, refused
     /// locally before sending). Safe to retry; counts as an attempt.
@@ -297,11 +304,7 @@ pub trait Provider: Send + Sync + 'static {
         Box::pin(async move {
             Ok(match self.find(req).await? {
                 Some(job) => LostLookup::Found(job),
-                None => LostLookup::Unproven(
-                    "the provider's job list does not show exactly one matching request, which proves nothing either \
-                     way"
-                    .into(),
-                ),
+                None => LostLookup::Unproven(crate::domain::words::say("say.no_single_match")),
             })
         })
     }

@@ -10,6 +10,7 @@ use crate::domain::operation::Operation;
 /// A provider's prices (millionths of `currency`): `per_size` first, then `per_image`; for a
 /// drafting call (priced by tokens), `per_million_input` and `per_million_output`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub struct Pricing {
     pub per_image: Option<crate::domain::Micros>,
     pub per_size: std::collections::BTreeMap<String, crate::domain::Micros>,
@@ -78,6 +79,7 @@ impl std::fmt::Debug for Secret {
 /// Where a provider was defined: the config file (read-only in the page), or the page.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
+#[allow(missing_docs)]
 pub enum DefinedIn {
     #[default]
     Config,
@@ -87,6 +89,7 @@ pub enum DefinedIn {
 /// One `[[providers]]` entry. The API key itself is never stored here, only the name of the
 /// environment variable that holds it.
 #[derive(Debug, Clone)]
+#[allow(missing_docs)]
 pub struct ProviderConfig {
     pub name: String,
     pub kind: ProviderKind,

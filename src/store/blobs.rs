@@ -103,6 +103,7 @@ impl NewImage {
 
 /// A verified image to attach to a task as its artifact (the bytes commit with the row).
 #[derive(Debug, Clone)]
+#[allow(missing_docs)]
 pub struct NewArtifact {
     pub id: String,
     pub image: NewImage,
@@ -117,6 +118,7 @@ impl NewArtifact {
 
 /// What is recorded about a stored image.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub struct BlobMeta {
     pub id: String,
     pub sha256: String,

@@ -44,6 +44,7 @@ pub(crate) const TASK_INVARIANTS: &[(&str, &str)] = &[
 
 /// What `tally check` found.
 #[derive(Debug, Clone, Default)]
+#[allow(missing_docs)]
 pub struct CheckReport {
     /// Everything that did not hold (empty when healthy).
     pub problems: Vec<String>,

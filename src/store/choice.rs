@@ -27,6 +27,7 @@ pub const MAX_SHOT_CANDIDATES: i64 = 16;
 
 /// One entry of a set's own timeline.
 #[derive(Debug, Clone, Serialize)]
+#[allow(missing_docs)]
 pub struct SetEventView {
     pub at: Millis,
     /// `created`, `candidates_added`, `chosen`, `choice_cleared`.
@@ -36,6 +37,7 @@ pub struct SetEventView {
 
 /// What adding candidates to a shot did.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub enum AddOutcome {
     /// The new candidates' task ids, in order.
     Added(Vec<String>),
@@ -54,6 +56,7 @@ pub enum AddOutcome {
 /// A candidate made from another candidate of the same shot (an edit or a cutout of its image)
 /// instead of the shot's own request.
 #[derive(Debug, Clone)]
+#[allow(missing_docs)]
 pub struct CandidateOp {
     pub operation: crate::domain::operation::Operation,
     /// The image it works on: an artifact of a candidate of the same shot (checked in the
@@ -67,6 +70,7 @@ pub struct CandidateOp {
 
 /// What choosing (or clearing) a shot's image did.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub enum ChoiceOutcome {
     /// Chosen (`previous`: the artifact chosen before, if another).
     Chosen {

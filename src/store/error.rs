@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 /// Errors of the store.
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)]
 pub enum StoreError {
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),

@@ -35,6 +35,7 @@ use crate::domain::Millis;
 
 /// Why a task is held, and since when.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[allow(missing_docs)]
 pub struct Held {
     pub reason: String,
     pub since: Millis,
@@ -43,6 +44,7 @@ pub struct Held {
 /// What a look at the provider decided about one held job, applied by
 /// `Store::settle_held` only while the job is still held as [`HeldLook`] read it.
 #[derive(Debug, Clone)]
+#[allow(missing_docs)]
 pub enum HeldSettle {
     /// The provider shows exactly one request of this job: it becomes the job's execution
     /// (`attempt`, sent with `key`), in phase `accepted` with the provider's job id, on a lease
@@ -62,6 +64,7 @@ pub enum HeldSettle {
 
 /// One held job as a look read it, and what the look decided.
 #[derive(Debug, Clone)]
+#[allow(missing_docs)]
 pub struct HeldLook {
     pub task: String,
     /// When it was held (`Held::since`): a job released and held again is another hold.
@@ -93,6 +96,7 @@ pub const LOOK_NOTE: &str = " — Looked up at the provider: ";
 
 /// Which held jobs to release.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub enum Release {
     All,
     Ids(Vec<String>),

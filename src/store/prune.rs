@@ -54,6 +54,7 @@ const VACUUM_PAGES: i64 = 2048;
 
 /// What a prune did (or, with `dry_run`, would do).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[allow(missing_docs)]
 pub struct PruneReport {
     pub dry_run: bool,
     /// Settled before this moment (ms since the epoch).

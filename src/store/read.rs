@@ -20,6 +20,7 @@ use crate::domain::{Charge, Micros, Millis, TaskStatus};
 
 /// A task as the API and CLI show it.
 #[derive(Debug, Clone, Serialize)]
+#[allow(missing_docs)]
 pub struct TaskView {
     pub id: String,
     pub status: TaskStatus,
@@ -73,6 +74,7 @@ pub struct TaskView {
 
 /// What the evidence says about money for a task, derived from its executions.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[allow(missing_docs)]
 pub struct ChargeSummary {
     /// The heaviest state of its requests (`none` when nothing reached the provider).
     pub state: Charge,
@@ -90,6 +92,7 @@ pub struct ChargeSummary {
 
 /// A stored artifact.
 #[derive(Debug, Clone, Serialize)]
+#[allow(missing_docs)]
 pub struct ArtifactView {
     pub id: String,
     pub task_id: String,
@@ -101,6 +104,7 @@ pub struct ArtifactView {
 
 /// One entry of a task's timeline.
 #[derive(Debug, Clone, Serialize)]
+#[allow(missing_docs)]
 pub struct EventView {
     pub id: i64,
     pub at: Millis,

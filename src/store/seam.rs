@@ -47,6 +47,7 @@ use crate::domain::{Millis, TaskStatus};
 
 /// tally's store, on either backend. Cheap to clone.
 #[derive(Clone)]
+#[allow(missing_docs)]
 pub enum Store {
     Sqlite(SqliteStore),
     Postgres(PgStore),

@@ -34,6 +34,7 @@ use serde::Serialize;
 
 /// A change to a set before anything was sent for it. `None` leaves a field as it is.
 #[derive(Debug, Clone, Default)]
+#[allow(missing_docs)]
 pub struct SetEdit {
     pub product: Option<String>,
     /// `Some(None)` (or an empty string) removes the style.
@@ -45,6 +46,7 @@ pub struct SetEdit {
 
 /// A change to one shot (every candidate of it).
 #[derive(Debug, Clone, Default)]
+#[allow(missing_docs)]
 pub struct ShotEdit {
     /// The shot's position in the set, from 0.
     pub position: i64,
@@ -63,6 +65,7 @@ impl SetEdit {
 /// Why a set operation was refused, for the API's 409 and the CLI: a stable code and plain
 /// words that say what blocks it and what to do instead.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[allow(missing_docs)]
 pub struct SetBlock {
     pub code: &'static str,
     pub message: String,
@@ -70,6 +73,7 @@ pub struct SetBlock {
 
 /// The outcome of an edit.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub enum EditOutcome {
     /// Committed; what changed, in plain words (empty: the set already was so).
     Edited(Vec<String>),
@@ -83,6 +87,7 @@ pub enum EditOutcome {
 
 /// The outcome of a start of a copy to edit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub enum StartOutcome {
     /// Committed: the set is started, its first shot due.
     Started,
@@ -97,6 +102,7 @@ pub enum StartOutcome {
 
 /// The outcome of a delete.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub enum DeleteOutcome {
     /// The set is gone. `kept` are its tasks whose request reached the provider, now jobs of
     /// their own (Spend lists them); `deleted` counts the tasks deleted with it.

@@ -26,6 +26,7 @@ pub const SHOT_ROLES: &[&str] = &["main", "selling_point", "scene", "detail", "s
 
 /// An uploaded reference image (its bytes are the blob with the same id).
 #[derive(Debug, Clone, Serialize)]
+#[allow(missing_docs)]
 pub struct UploadView {
     pub id: String,
     pub sha256: String,
@@ -36,6 +37,7 @@ pub struct UploadView {
 
 /// One shot of a new set.
 #[derive(Debug, Clone, Default)]
+#[allow(missing_docs)]
 pub struct NewShot {
     pub role: String,
     pub prompt: String,
@@ -65,6 +67,7 @@ impl NewShot {
 
 /// A set to create.
 #[derive(Debug, Clone)]
+#[allow(missing_docs)]
 pub struct NewSet {
     pub product: String,
     pub style: Option<String>,
@@ -170,6 +173,7 @@ pub fn parse_overlays(text: Option<&str>) -> Vec<Option<crate::domain::overlay::
 /// was before candidates); `candidates[i]` all of its current candidates, the first included;
 /// `chosen[i]` the artifact chosen for it.
 #[derive(Debug, Clone, Serialize)]
+#[allow(missing_docs)]
 pub struct SetView {
     pub id: String,
     pub product: String,
@@ -242,6 +246,7 @@ pub fn list_sets(c: &Connection, before: Option<&str>, limit: usize) -> Result<V
 /// A set's status, derived from its current shots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
+#[allow(missing_docs)]
 pub enum SetStatus {
     /// A copy to edit, not started: nothing of it is sent until it is started.
     Draft,

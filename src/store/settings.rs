@@ -7,6 +7,7 @@ use crate::domain::Millis;
 
 /// A web session as the page lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub struct SessionRow {
     /// The sha256 of the cookie value (the session's id in the API; it signs nothing in).
     pub id_hash: String,
@@ -18,6 +19,7 @@ pub struct SessionRow {
 
 /// A web session as stored, for its browser.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub struct StoredSession {
     pub csrf: String,
     pub created_at: Millis,

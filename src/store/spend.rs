@@ -33,6 +33,7 @@ use crate::domain::{Charge, Micros, Millis, money, zone};
 /// A budget period.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[allow(missing_docs)]
 pub enum Period {
     Day,
     Month,
@@ -82,6 +83,7 @@ impl Period {
 
 /// One spending limit: for the whole daemon (`provider: None`) or one provider.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub struct Limit {
     pub period: Period,
     pub provider: Option<String>,
@@ -202,6 +204,7 @@ pub(in crate::store) fn first_limit_hit(
 /// How `GET /v1/spend` groups its rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
+#[allow(missing_docs)]
 pub enum Group {
     Day,
     Month,
@@ -223,6 +226,7 @@ impl Group {
 /// A count of requests and what they are estimated to have cost: the sum of the configured
 /// prices of those requests (requests without a price add 0).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
+#[allow(missing_docs)]
 pub struct Amount {
     pub count: i64,
     pub amount: f64,
@@ -276,6 +280,7 @@ impl SpendRow {
 
 /// One request that reached the provider, for the CSV.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[allow(missing_docs)]
 pub struct PaidRequest {
     /// When its `calling` was recorded (ms since the epoch).
     pub at: Millis,
@@ -417,6 +422,7 @@ fn group_requests(requests: Vec<PaidRequest>, group: Group, zone: &TimeZone) -> 
 
 /// One limit and how much of it the current period has used.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[allow(missing_docs)]
 pub struct BudgetUse {
     /// `daily` or `monthly`.
     pub period: &'static str,

@@ -29,6 +29,7 @@ use crate::store::StoreError;
 
 /// The SQL dialect under a transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub enum Dialect {
     Sqlite,
     Postgres,
@@ -128,6 +129,7 @@ impl<T: rusqlite::ToSql + postgres::types::ToSql + Sync> Param for T {
 
 /// One column's value, owned.
 #[derive(Debug, Clone, PartialEq)]
+#[allow(missing_docs)]
 pub enum Value {
     Null,
     Int(i64),

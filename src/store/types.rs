@@ -29,6 +29,7 @@ impl PauseReason {
 
 /// A provider's pause: until when, why, since when, and (an opened circuit) what failed last.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub struct Pause {
     pub until: Millis,
     pub reason: PauseReason,
@@ -40,6 +41,7 @@ pub struct Pause {
 
 /// A task to create.
 #[derive(Debug, Clone, Default)]
+#[allow(missing_docs)]
 pub struct NewTask {
     pub provider: String,
     pub prompt: String,
@@ -62,6 +64,7 @@ pub struct NewTask {
 
 /// Where a task sits in an image set.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub struct ShotRef {
     pub set_id: String,
     pub position: i64,
@@ -137,6 +140,7 @@ pub use crate::domain::DispatchOrder;
 
 /// A provider as the dispatcher sees it (`providers` table): its slots and its lanes' weights.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub struct ProviderSlots {
     pub name: String,
     /// Calls to this provider at the same time, across both lanes.
@@ -164,6 +168,7 @@ impl ProviderSlots {
 
 /// What the dispatcher claimed, and when it should look again on its own.
 #[derive(Debug, Clone, Default)]
+#[allow(missing_docs)]
 pub struct DispatchBatch {
     pub claims: Vec<Claim>,
     /// The earliest time something not dispatchable now becomes dispatchable: a waiting
@@ -176,6 +181,7 @@ pub struct DispatchBatch {
 /// statement ([`Store::dispatch_due`]), which takes the envelope's lease and opens (or, for
 /// a resumed call, adopts) the execution in the same transaction.
 #[derive(Debug, Clone)]
+#[allow(missing_docs)]
 pub struct Claim {
     pub execution_token: String,
     pub lease_token: String,
@@ -220,6 +226,7 @@ pub struct Claim {
 /// `calling`, or whose provider never bills, is always [`Charge::None`] (enforced in
 /// `finish`, not trusted from the caller).
 #[derive(Debug, Clone)]
+#[allow(missing_docs)]
 pub enum Finish {
     /// The provider answered with this verified image: its bytes commit with the finish;
     /// charged.
@@ -270,6 +277,7 @@ pub struct NewAnswer {
 /// What `record_calling` needs besides the tokens: the money facts recorded with the call,
 /// and the limits the call must fit in.
 #[derive(Debug, Clone, Default)]
+#[allow(missing_docs)]
 pub struct CallingFacts {
     /// False for a provider that never bills (`demo`): its requests are always
     /// [`Charge::None`].
@@ -293,6 +301,7 @@ impl CallingFacts {
 
 /// The result of `record_calling`.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub enum CallingOutcome {
     /// `calling` is recorded: the request may leave now.
     Calling,
@@ -319,6 +328,7 @@ pub struct Pickup {
 
 /// What a submit's fast path did (`store::ops::pickup`).
 #[derive(Debug, Clone)]
+#[allow(missing_docs)]
 pub enum PickedUp {
     /// Not taken (a replayed key, a shot of a set, no free slot, or the fair order would not
     /// pick this task now): the task waits for the dispatcher exactly as on the normal path.
@@ -333,6 +343,7 @@ pub enum PickedUp {
 
 /// What the reconciler does with one leftover, as applied to the database.
 #[derive(Debug, Clone)]
+#[allow(missing_docs)]
 pub enum Recovery {
     Requeue,
     GiveUp,
@@ -343,6 +354,7 @@ pub enum Recovery {
 
 /// A sent envelope whose deadline passed, with the execution it leaves behind (if any).
 #[derive(Debug, Clone)]
+#[allow(missing_docs)]
 pub struct LeftoverRow {
     pub envelope_id: String,
     pub task_id: String,
@@ -361,6 +373,7 @@ pub struct LeftoverRow {
 
 /// The result of a cancel request.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub enum CancelOutcome {
     /// Nothing had been sent: canceled at once.
     Canceled,
@@ -373,6 +386,7 @@ pub enum CancelOutcome {
 
 /// The result of a user retry.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub enum RetryOutcome {
     Created(String),
     /// The idempotency key names a retry of this same task already made.
@@ -464,6 +478,7 @@ impl OwnerCharge {
 
 /// The result of an operator resolution.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub enum ResolveOutcome {
     Resolved,
     NotUnknown(TaskStatus),

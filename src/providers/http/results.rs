@@ -35,6 +35,7 @@ pub fn now_ms() -> i64 {
 
 /// What [`HttpClient::download_retrying`] found.
 #[derive(Debug)]
+#[allow(missing_docs)]
 pub enum ResultFetch {
     /// The bytes, checked to be an image.
     Image(Image),

@@ -142,6 +142,7 @@ struct BatchList {
 }
 
 /// What one `generateContent` answer holds for tally.
+#[allow(missing_docs)]
 pub enum Answer {
     Image(Image),
     /// Blocked or declined, in plain words.

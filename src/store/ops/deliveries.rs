@@ -145,6 +145,7 @@ pub fn derive_state(items: &[ItemState], started: bool) -> DeliveryState {
 
 /// One item of a new delivery.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[allow(missing_docs)]
 pub struct NewDeliveryItem {
     /// The shot's position in the set.
     pub position: i64,
@@ -165,6 +166,7 @@ pub struct NewDeliveryItem {
 
 /// A delivery to record ([`create`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub struct NewDelivery {
     pub set_id: String,
     pub profile: String,
@@ -179,6 +181,7 @@ pub struct NewDelivery {
 
 /// One item as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[allow(missing_docs)]
 pub struct DeliveryItemView {
     /// The shot's position in the set (from 0).
     pub position: i64,
@@ -212,6 +215,7 @@ pub struct DeliveryItemView {
 
 /// A delivery as stored, with its items in shot order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[allow(missing_docs)]
 pub struct DeliveryView {
     pub id: String,
     pub set_id: String,
@@ -228,6 +232,7 @@ pub struct DeliveryView {
 
 /// What [`create`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub enum CreateOutcome {
     Created(DeliveryView),
     NoSet,
@@ -237,6 +242,7 @@ pub enum CreateOutcome {
 
 /// What [`retry`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub enum RetryDeliveryOutcome {
     /// Its items that were not delivered are queued again (how many).
     Requeued(DeliveryView, usize),
@@ -249,6 +255,7 @@ pub enum RetryDeliveryOutcome {
 
 /// How one item's write ended ([`confirm`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub enum ItemOutcome {
     Delivered,
     /// Delivered, and the destination gave the file this id (kept as the item's `remote_id`).
@@ -474,6 +481,7 @@ fn hold(tx: &mut dyn Tx, id: &str, runner: &str, until: Option<Millis>, now: Mil
 
 /// The facts of a file about to be written.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub struct FileFacts {
     pub sha256: String,
     pub bytes: i64,

@@ -17,6 +17,7 @@ use crate::store::{StoreError, TaskView, UploadView};
 
 /// A draft to create, with its first drafting task.
 #[derive(Debug, Clone)]
+#[allow(missing_docs)]
 pub struct NewDraft {
     pub product: String,
     /// Upload ids, in order.
@@ -54,6 +55,7 @@ pub struct AnswerView {
 /// One revision of a draft: a model's (its task, and its answer once one came) or the
 /// owner's (its body).
 #[derive(Debug, Clone)]
+#[allow(missing_docs)]
 pub struct RevisionView {
     pub revision: i64,
     pub task: Option<TaskView>,
@@ -65,6 +67,7 @@ pub struct RevisionView {
 
 /// A draft as stored, with every revision, oldest first.
 #[derive(Debug, Clone)]
+#[allow(missing_docs)]
 pub struct DraftView {
     pub id: String,
     pub product: String,
@@ -82,6 +85,7 @@ pub struct DraftView {
 
 /// What a change to a draft did.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub enum DraftChange {
     /// No such draft.
     NotFound,
@@ -95,6 +99,7 @@ pub enum DraftChange {
 
 /// What a confirmation did.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub enum ConfirmOutcome {
     NotFound,
     /// The revision named is not the latest (`latest` is).

@@ -226,6 +226,7 @@ pub use crate::store::locks::LOCK_CLASS;
 
 /// How to open a PostgreSQL store.
 #[derive(Clone)]
+#[allow(missing_docs)]
 pub struct PgOptions {
     /// The connection URL (credentials included; never logged).
     pub url: String,

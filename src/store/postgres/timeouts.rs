@@ -24,6 +24,7 @@ use std::time::Duration;
 
 /// The derived timeouts (see the module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub struct Timeouts {
     /// How long the lock session waits for a notification before it checks the connection.
     pub probe_every: Duration,

@@ -66,6 +66,7 @@ fn new_lineage() -> String {
 
 /// The database's `lineage` row.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub struct DbState {
     pub lineage: String,
     pub seq: i64,
@@ -170,6 +171,7 @@ impl Seen {
 
 /// Why a database is (possibly) older than what it would be served as.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub enum Older {
     /// This data directory saw a later state of the same database: a restored copy or backup,
     /// or a `tally.db-wal` deleted after a crash.
@@ -236,6 +238,7 @@ pub fn judge(db: &DbState, seen: Option<&Seen>) -> Option<Older> {
 /// What serving a database in a data directory would do: whether it is older, and how many
 /// jobs would be held (`tally check`, `tally restore`).
 #[derive(Debug, Clone, Default)]
+#[allow(missing_docs)]
 pub struct Forecast {
     pub older: Option<Older>,
     pub would_hold: i64,

@@ -187,6 +187,7 @@ fn check_one(db: &Path, depth: CheckDepth) -> Result<CheckReport, StoreError> {
 
 /// What a backup wrote.
 #[derive(Debug, Clone)]
+#[allow(missing_docs)]
 pub struct BackupReport {
     pub bytes: u64,
     pub check: CheckReport,
