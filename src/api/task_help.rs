@@ -244,9 +244,12 @@ mod tests {
     /// A failed task whose reason is `reason`, said as the worker says it: the two refusals
     /// before sending are written here in English for reading and made into their said lines.
     fn failed(kind: &str, reason: &str) -> TaskView {
-        let reason = if let Some(m) = reason.strip_prefix("refused before sending anything (nothing was charged): ") {
+        // The two lines' English around their message, from the catalogue.
+        let refused = tf(Lang::En, "say.refused_before", &[("message", "")]);
+        let unsent = tf(Lang::En, "say.preflight_unsent", &[("message", "")]);
+        let reason = if let Some(m) = reason.strip_prefix(refused.as_str()) {
             crate::domain::words::say_with("say.refused_before", &[("message", m)])
-        } else if let Some(m) = reason.strip_suffix("; nothing was sent to the provider") {
+        } else if let Some(m) = reason.strip_suffix(unsent.as_str()) {
             crate::domain::words::say_with("say.preflight_unsent", &[("message", m)])
         } else {
             reason.to_string()
