@@ -345,6 +345,38 @@ mod tests {
         assert!(used > 60, "stored lines are made from the catalogue ({used} found)");
     }
 
+    /// Every sentence is written once, in the catalogue: no string literal of the Rust sources
+    /// (six words or more) is also a message's text, where the two could drift apart.
+    #[test]
+    fn no_sentence_is_written_both_in_rust_and_in_the_catalogue() {
+        fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+            for e in std::fs::read_dir(dir).expect("src").flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    walk(&p, out);
+                } else if p.extension().is_some_and(|x| x == "rs") {
+                    out.push(p);
+                }
+            }
+        }
+        let mut files = Vec::new();
+        walk(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut files);
+        let messages: Vec<&String> = catalogue().values().flat_map(|m| m.values()).collect();
+        let mut twice = Vec::new();
+        for f in files {
+            let text = std::fs::read_to_string(&f).expect("read a source file");
+            for literal in text.split('"').skip(1).step_by(2) {
+                let s = literal.trim();
+                let plain = !s.contains(['{', '}', '\\', '\n']) && s.starts_with(|c: char| c.is_ascii_alphabetic());
+                if plain && s.len() >= 30 && s.split_whitespace().count() >= 6 && messages.iter().any(|m| m.contains(s))
+                {
+                    twice.push(format!("{}: {s}", f.display()));
+                }
+            }
+        }
+        assert!(twice.is_empty(), "written both in Rust and in the catalogue: {twice:#?}");
+    }
+
     #[test]
     fn templates_split_into_text_and_parameters() {
         assert_eq!(
