@@ -306,11 +306,8 @@ fn fill(template: &str, value: impl Fn(&str) -> Option<String>) -> String {
 mod tests {
     use super::*;
 
-    /// Every line written through [`say`] or [`say_with`] names a `say.` key the catalogue has
-    /// in both languages, with the same parameters the call fills (a literal key; a key built
-    /// at run time is checked by the test of its own module).
-    #[test]
-    fn every_key_said_exists_in_both_languages() {
+    /// Every `.rs` file under `src/`.
+    fn rust_sources() -> Vec<std::path::PathBuf> {
         fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
             for e in std::fs::read_dir(dir).expect("src").flatten() {
                 let p = e.path();
@@ -323,6 +320,15 @@ mod tests {
         }
         let mut files = Vec::new();
         walk(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut files);
+        files
+    }
+
+    /// Every line written through [`say`] or [`say_with`] names a `say.` key the catalogue has
+    /// in both languages, with the same parameters the call fills (a literal key; a key built
+    /// at run time is checked by the test of its own module).
+    #[test]
+    fn every_key_said_exists_in_both_languages() {
+        let files = rust_sources();
         let c = catalogue();
         let mut used = 0;
         for f in files {
@@ -349,18 +355,7 @@ mod tests {
     /// (six words or more) is also a message's text, where the two could drift apart.
     #[test]
     fn no_sentence_is_written_both_in_rust_and_in_the_catalogue() {
-        fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
-            for e in std::fs::read_dir(dir).expect("src").flatten() {
-                let p = e.path();
-                if p.is_dir() {
-                    walk(&p, out);
-                } else if p.extension().is_some_and(|x| x == "rs") {
-                    out.push(p);
-                }
-            }
-        }
-        let mut files = Vec::new();
-        walk(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut files);
+        let files = rust_sources();
         let messages: Vec<&String> = catalogue().values().flat_map(|m| m.values()).collect();
         let mut twice = Vec::new();
         for f in files {
