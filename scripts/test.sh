@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The project's whole test suite: unit tests, the integration binary (API, CLI, engine, sets,
-# provider adapters and kinds against the mock provider, the web page in headless Chromium,
+# The project's whole test suite, both packages (`tally` and `tally-base`): unit tests, the
+# integration binaries (API, CLI, engine, sets, provider adapters and kinds against the mock
+# provider, the web page in headless Chromium,
 # the store conformance suite on SQLite and on a real PostgreSQL), and — because crash points
 # are compiled in with `--features failpoints` — the crash matrix and the bounded chaos soak
 # against the real binary. The browser tests need Debian's Chromium and chromedriver, the SDK
@@ -28,7 +29,7 @@ TALLY_LAZYFS="$(bash scripts/install-lazyfs.sh)"
 export TALLY_LAZYFS
 exec bash scripts/with-postgres.sh bash -c '
     set -euo pipefail
-    cargo test --all-targets --features failpoints -- --skip soak:: --skip powerloss::
+    cargo test --workspace --all-targets --features failpoints -- --skip soak:: --skip powerloss::
     cargo test --features failpoints --test it soak:: -- --nocapture
     cargo test --features failpoints --test it powerloss:: -- --nocapture --test-threads=1
 '

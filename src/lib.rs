@@ -2,7 +2,10 @@
 //! spend money twice without the user knowing.
 //!
 //! Layout (see ARCHITECTURE.md for the room guide and the invariants), from the bottom up —
-//! each module may use the ones above it, never the ones below (`scripts/check-module-cycles.py`):
+//! each module may use the ones above it, never the ones below (`scripts/check-module-cycles.py`).
+//! The rooms up to [`mock`] are the crate `tally-base` (root `src/base.rs`), compiled apart so
+//! that an adapter's edit–test loop does not rebuild the rest; this crate re-exports them under
+//! the same names:
 //! - [`domain`]: the vocabulary (statuses, phases, plain words, the recovery decision table).
 //!   Pure.
 //! - [`clock`] (the one way to read time), [`failpoint`] (crash points), [`metrics`],
@@ -13,10 +16,12 @@
 //!   (targets). Local work only.
 //! - [`providers`]: the provider trait, its capabilities, and the adapters (each kind's
 //!   descriptor, which the config checks against).
+//! - [`mock`]: the mock provider server (`tally mock-provider`) and its ledger.
+//!
+//! This crate's own rooms:
 //! - [`config`]: raw TOML → resolved, validated configuration.
 //! - [`store`]: every SQL statement; [`store::Store`] is the seam, each operation written once
 //!   over [`store::tx::Tx`] for SQLite and PostgreSQL.
-//! - [`mock`]: the mock provider server (`tally mock-provider`) and its ledger.
 //! - [`engine`]: intake, dispatcher, workers, reconciler: when each step happens.
 //! - [`server`]: the HTTP listener with its connection cap and header and body deadlines.
 //! - [`api`]: the HTTP API (with the browser sessions and the event stream); [`web`]: the page;
@@ -32,22 +37,14 @@
 // they are, their fields and variants are named by the JSON or the columns they carry.
 #![warn(missing_docs)]
 
+pub use tally_base::{clock, delivery, domain, failpoint, metrics, mock, pixels, providers, render, stages};
+
 pub mod api;
 pub mod app;
 pub mod bench;
 pub mod cli;
-pub mod clock;
 pub mod config;
-pub mod delivery;
-pub mod domain;
 pub mod engine;
-pub mod failpoint;
-pub mod metrics;
-pub mod mock;
-pub mod pixels;
-pub mod providers;
-pub mod render;
 pub mod server;
-pub mod stages;
 pub mod store;
 pub mod web;

@@ -153,6 +153,18 @@ fn the_guide_provider_examples_are_a_valid_config() {
     }
 }
 
+/// The provider guide's examples name no model the real API has retired (the test above checks
+/// the examples parse; this one that their models still exist, by the mock's list).
+#[test]
+fn the_guide_names_no_retired_model() {
+    let examples = documented_provider_examples();
+    let c = Config::from_toml(&examples, "docs/guide/providers").expect("parses");
+    for p in &c.providers {
+        let m = p.model.as_deref().unwrap_or("");
+        assert!(!crate::mock::behavior::RETIRED_OPENAI_MODELS.contains(&m), "the guide names retired model {m}");
+    }
+}
+
 #[test]
 fn non_loopback_listen_needs_confirmation() {
     assert!(Config::from_toml("[server]\nlisten = \"0.0.0.0:7700\"\n", "t").is_err());

@@ -320,17 +320,6 @@ impl Behavior {
 mod tests {
     use super::*;
 
-    /// The provider guide's examples name no model the real API has retired (the config
-    /// tests check the examples parse; this one that their models still exist).
-    #[test]
-    fn the_guide_names_no_retired_model() {
-        let examples = crate::config::tests::documented_provider_examples();
-        let c = crate::config::Config::from_toml(&examples, "docs/guide/providers").expect("parses");
-        for p in &c.providers {
-            let m = p.model.as_deref().unwrap_or("");
-            assert!(!RETIRED_OPENAI_MODELS.contains(&m), "the guide names retired model {m}");
-        }
-    }
     use serde_json::json;
 
     fn map(v: Value) -> Map<String, Value> {

@@ -141,7 +141,7 @@ pub struct HeldQuery {
     /// reference images: a look compares no files).
     pub request: CallRequest,
     /// Every idempotency key a request of this job sent after the copy can carry: the keys
-    /// of its next attempts (`store::provider_key(task, k)`), derived from the task alone,
+    /// of its next attempts (`provider_key(task, k)`), derived from the task alone,
     /// so the copy knows them without knowing what the other daemon did.
     pub keys: Vec<String>,
     /// No request of this job is older than this (the task's creation, ms since the epoch).
@@ -401,6 +401,20 @@ impl Provider for Configured {
     fn find_held<'a>(&'a self, q: &'a HeldQuery) -> BoxFuture<'a, Result<HeldLookup, CallError>> {
         self.inner.find_held(q)
     }
+}
+
+/// The idempotency key sent to the provider for `attempt` of `task`: derived from the task
+/// and the attempt, never from the execution row's random token. `attempts` counts the
+/// executions that recorded `calling`, in the same transaction as that record; so if a power
+/// loss erases a `calling` record (possible with `durability = "normal"`), the task's attempt
+/// count goes back with it, the next execution gets the same attempt number, and its request
+/// carries the same key as the one that may have left: a provider that honours the key
+/// answers it without a second charge. An execution abandoned before calling sent nothing,
+/// so its successor reusing the key is harmless.
+///
+/// The store's claim writes the same key in SQL (`store/ops/claim.rs`): change both together.
+pub fn provider_key(task: &str, attempt: i64) -> String {
+    format!("tally-{task}-{attempt}")
 }
 
 pub use crate::domain::{extension, sniff_image};

@@ -10,7 +10,9 @@
 //! - every configuration key of `config.example.toml` and of the config parser's raw structs
 //!   (src/config) is documented under its section's heading in docs/guide/config.md;
 //! - every relative link between the pages leads to a file that exists, and a `#anchor` to a
-//!   heading of that page.
+//!   heading of that page;
+//! - every `cargo test` command it shows names a package, test binary and library module that
+//!   exist (the workspace has two packages: `tally` and `tally-base`).
 //!
 //! Each check collects every problem and fails naming the page and what it says.
 
@@ -456,4 +458,96 @@ fn every_relative_link_resolves() {
     }
     assert!(seen > 30, "only {seen} relative links found: is the scan broken?");
     assert!(problems.is_empty(), "broken links:\n{}", problems.join("\n"));
+}
+
+/// The workspace's packages, each with its test binaries (`[[test]]` names of its manifest) and
+/// its library's top-level modules (`pub mod` / `pub use` names of its crate root).
+fn packages() -> BTreeMap<String, (BTreeSet<String>, BTreeSet<String>)> {
+    let read = |p: &str| std::fs::read_to_string(root().join(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
+    let tests = |manifest: &str| -> BTreeSet<String> {
+        let m: toml::Value = toml::from_str(&read(manifest)).expect("manifest parses");
+        let list = m.get("test").and_then(|t| t.as_array()).cloned().unwrap_or_default();
+        list.iter().filter_map(|t| t.get("name").and_then(|n| n.as_str()).map(str::to_string)).collect()
+    };
+    let modules = |crate_root: &str| -> BTreeSet<String> {
+        let mut out = BTreeSet::new();
+        for line in read(crate_root).lines() {
+            if let Some(m) = line.strip_prefix("pub mod ") {
+                out.insert(m.trim_end_matches(';').to_string());
+            } else if let Some(list) = line.strip_prefix("pub use tally_base::{") {
+                out.extend(list.trim_end_matches("};").split(',').map(|m| m.trim().to_string()));
+            }
+        }
+        out
+    };
+    BTreeMap::from([
+        ("tally".to_string(), (tests("Cargo.toml"), modules("src/lib.rs"))),
+        ("tally-base".to_string(), (tests("crates/tally-base/Cargo.toml"), modules("src/base.rs"))),
+    ])
+}
+
+/// The names of every module of the package's own rooms: each room and the file stems and
+/// folder names under `src/<room>/` (a test filter is matched as a substring of the test's
+/// path, so it may start at any module).
+fn module_names(rooms: &BTreeSet<String>) -> BTreeSet<String> {
+    fn walk(dir: &Path, out: &mut BTreeSet<String>) {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            if let Some(stem) = p.file_stem().and_then(|s| s.to_str()) {
+                out.insert(stem.to_string());
+            }
+            if p.is_dir() {
+                walk(&p, out);
+            }
+        }
+    }
+    let mut out = rooms.clone();
+    for room in rooms {
+        walk(&root().join("src").join(room), &mut out);
+    }
+    out
+}
+
+/// Every `cargo test` command a page shows names a package of the workspace (`-p`), a test
+/// binary of that package (`--test`), and, with `--lib`, a filter that starts with a module of
+/// that package's own library: a command that quietly runs no test (the `tally` library's tests
+/// filtered by a module of `tally-base`) fails here.
+#[test]
+fn every_cargo_test_shown_names_a_real_target() {
+    let packages = packages();
+    assert!(packages["tally"].0.contains("it") && packages["tally-base"].0.contains("adapters"), "{packages:?}");
+    let own_rooms = |p: &str| -> BTreeSet<String> {
+        let (_, mods) = &packages[p];
+        let own =
+            if p == "tally" { mods.difference(&packages["tally-base"].1).cloned().collect() } else { mods.clone() };
+        module_names(&own)
+    };
+    let mut problems = Vec::new();
+    let mut seen = 0;
+    for (page, text) in pages() {
+        for block in code(&text) {
+            for line in block.lines() {
+                let Some(at) = line.find("cargo test") else { continue };
+                seen += 1;
+                let words: Vec<&str> = line[at..].split_whitespace().take_while(|w| *w != "--").collect();
+                let value = |flag: &str| words.iter().position(|w| *w == flag).and_then(|i| words.get(i + 1)).copied();
+                let package = value("-p").unwrap_or("tally");
+                let Some((tests, _)) = packages.get(package) else {
+                    problems.push(format!("{page}: `{line}`: no package {package}"));
+                    continue;
+                };
+                if let Some(t) = value("--test").filter(|t| !tests.contains(*t)) {
+                    problems.push(format!("{page}: `{}`: package {package} has no test binary {t}", line.trim()));
+                }
+                if let Some(filter) = value("--lib").filter(|f| !f.starts_with('-')) {
+                    let room = filter.split("::").next().unwrap_or(filter);
+                    if !own_rooms(package).contains(room) {
+                        problems.push(format!("{page}: `{}`: {package}'s library has no module {room}", line.trim()));
+                    }
+                }
+            }
+        }
+    }
+    assert!(seen >= 10, "only {seen} cargo test commands found: is the page reader broken?");
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }

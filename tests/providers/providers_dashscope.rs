@@ -10,7 +10,7 @@ use tally::config::{ProviderConfig, ProviderKind};
 use tally::providers::{self, CallError, CallRequest, JobState, LostLookup, Provider, Submitted};
 
 use crate::common::{Daemon, Mock, submit, wait_for};
-use crate::providers_http::{Harness, accepted, assert_png, poll_until_settled, reference, request};
+use crate::harness::{Harness, accepted, assert_png, poll_until_settled, reference, request};
 
 fn dashscope(h: &Harness, model: &str) -> std::sync::Arc<dyn Provider> {
     providers::build(&ProviderConfig { model: Some(model.into()), ..h.config(ProviderKind::Dashscope) }).unwrap()

@@ -14,7 +14,7 @@ use tally::config::{ProviderConfig, ProviderKind};
 use tally::providers::{self, CallError};
 
 use crate::common::{Daemon, free_port};
-use crate::providers_http::{KEY_ENV, KEY_VALUE, init, request};
+use crate::harness::{KEY_ENV, KEY_VALUE, init, request};
 
 /// What a hostile server saw: one entry per request, with its `Authorization` header.
 type Seen = Arc<Mutex<Vec<(String, Option<String>)>>>;
@@ -124,7 +124,7 @@ async fn a_download_after_the_create_answer_is_never_not_sent() {
     let p = providers::build(&config(ProviderKind::OpenaiImages, &base, "gpt-image-2.5-flare")).expect("adapter");
     // The download is retried (a blip is not final) until the engine's deadline for the call.
     let req = tally::providers::CallRequest {
-        deadline_ms: crate::providers_http::now_ms() + 1500,
+        deadline_ms: crate::harness::now_ms() + 1500,
         operation: Default::default(),
         ..request("download fails")
     };
@@ -143,7 +143,7 @@ async fn a_2xx_that_is_not_an_image_or_never_ends_is_unusable_not_rejected() {
     let err = p.submit(&request("not an image")).await.unwrap_err();
     assert!(matches!(&err, CallError::Unusable(m) if m.contains("not a PNG")), "{err:?}");
     let mut edit = request("endless");
-    edit.references = vec![crate::providers_http::reference()];
+    edit.references = vec![crate::harness::reference()];
     let err = p.submit(&edit).await.unwrap_err();
     assert!(matches!(&err, CallError::Unusable(m) if m.contains("max_response_bytes")), "{err:?}");
 }

@@ -23,17 +23,7 @@ use crate::store::StoreError;
 use crate::store::spend::Limit;
 use crate::store::tx::Tx;
 
-/// The idempotency key sent to the provider for `attempt` of `task`: derived from the task
-/// and the attempt, never from the execution row's random token. `attempts` counts the
-/// executions that recorded `calling`, in the same transaction as that record; so if a power
-/// loss erases a `calling` record (possible with `durability = "normal"`), the task's attempt
-/// count goes back with it, the next execution gets the same attempt number, and its request
-/// carries the same key as the one that may have left: a provider that honours the key
-/// answers it without a second charge. An execution abandoned before calling sent nothing,
-/// so its successor reusing the key is harmless.
-pub fn provider_key(task: &str, attempt: i64) -> String {
-    format!("tally-{task}-{attempt}")
-}
+pub use crate::providers::provider_key;
 
 /// Lock the task of execution `exec` where locks are real ([`Tx::locking`]); false when no
 /// such execution exists. (The lock needs the task id, which only the execution row knows:

@@ -3,10 +3,9 @@
 //! `COMPLETED` with `error`/`error_type`.
 
 use serde_json::json;
-use tally::config::{ProviderConfig, ProviderKind};
-use tally::providers::{self, CallError, JobHandle, JobState};
+use tally_base::providers::{self, CallError, JobHandle, JobState, ProviderConfig, ProviderKind};
 
-use crate::providers_http::{Harness, accepted, assert_png, poll_until_settled, reference, request};
+use crate::harness::{Harness, accepted, assert_png, poll_until_settled, reference, request};
 
 /// F1: README's `fal-ai/flux/dev` is polled at `fal-ai/flux/requests/{id}` (the mock, like
 /// fal's docs, answers 404 under the subpath), and ends with the image, charged once.
@@ -111,7 +110,8 @@ async fn a_missing_fal_result_is_expired_only_after_fals_retention() {
     }
     let mut old = job.clone();
     let eight_days = 8 * 24 * 3600 * 1000;
-    old.data.as_mut().expect("handle")["accepted_at_ms"] = json!(tally::providers::http::client::now_ms() - eight_days);
+    old.data.as_mut().expect("handle")["accepted_at_ms"] =
+        json!(tally_base::providers::http::client::now_ms() - eight_days);
     let state = poll_until_settled(p.as_ref(), &old).await;
     assert!(matches!(state, JobState::Expired), "past fal's retention: {state:?}");
 }

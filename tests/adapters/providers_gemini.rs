@@ -4,10 +4,9 @@
 //! listing batches (over several pages) by the display name tally gave it.
 
 use serde_json::json;
-use tally::config::{ProviderConfig, ProviderKind};
-use tally::providers::{self, CallError, JobState, Provider, Submitted};
+use tally_base::providers::{self, CallError, JobState, Provider, ProviderConfig, ProviderKind, Submitted};
 
-use crate::providers_http::{Harness, accepted, assert_png, now_ms, poll_until_settled, reference, request};
+use crate::harness::{Harness, accepted, assert_png, now_ms, poll_until_settled, reference, request};
 
 fn batch_provider(h: &Harness) -> std::sync::Arc<dyn Provider> {
     providers::build(&ProviderConfig { batch: true, ..h.config(ProviderKind::Gemini) }).unwrap()
@@ -169,14 +168,14 @@ async fn a_held_job_is_found_by_the_batch_named_for_a_later_attempt() {
     let p = batch_provider(&h);
     let mut sent = request("held batch");
     sent.task_id = "held-task".into();
-    sent.idempotency_key = tally::store::provider_key("held-task", 1);
+    sent.idempotency_key = tally_base::providers::provider_key("held-task", 1);
     let job = accepted(p.submit(&sent).await.unwrap());
     p.submit(&request("held batch")).await.unwrap();
-    let keys: Vec<String> = (1..=4).map(|k| tally::store::provider_key("held-task", k)).collect();
+    let keys: Vec<String> = (1..=4).map(|k| tally_base::providers::provider_key("held-task", k)).collect();
     let q = providers::HeldQuery { request: sent.clone(), keys, since_ms: now_ms() - 5_000 };
     let found = p.find_held(&q).await.unwrap();
-    assert_eq!(found, providers::HeldLookup::Found { job, key: tally::store::provider_key("held-task", 1) });
-    let keys: Vec<String> = (1..=4).map(|k| tally::store::provider_key("never-sent", k)).collect();
+    assert_eq!(found, providers::HeldLookup::Found { job, key: tally_base::providers::provider_key("held-task", 1) });
+    let keys: Vec<String> = (1..=4).map(|k| tally_base::providers::provider_key("never-sent", k)).collect();
     let q = providers::HeldQuery { keys, ..q };
     assert!(matches!(p.find_held(&q).await.unwrap(), providers::HeldLookup::Absent(_)));
     let charged = h.ledger().into_iter().filter(|l| l["charged"] == true).count();

@@ -4,10 +4,9 @@
 //! credits a configuration problem, references only where the model takes them.
 
 use serde_json::json;
-use tally::config::{ProviderConfig, ProviderKind};
-use tally::providers::{self, CallError, JobHandle, JobState, Submitted};
+use tally_base::providers::{self, CallError, JobHandle, JobState, ProviderConfig, ProviderKind, Submitted};
 
-use crate::providers_http::{Harness, accepted, assert_png, poll_until_settled, reference, request};
+use crate::harness::{Harness, accepted, assert_png, poll_until_settled, reference, request};
 
 #[tokio::test]
 async fn bfl_polls_the_polling_url_it_gave_and_downloads_the_sample() {

@@ -3,10 +3,9 @@
 //! marker. Each test asserts what the adapter returned and what the mock's ledger holds.
 
 use serde_json::{Value, json};
-use tally::config::{ProviderConfig, ProviderKind};
-use tally::providers::{self, CallError, JobState};
+use tally_base::providers::{self, CallError, JobState, ProviderConfig, ProviderKind};
 
-use crate::providers_http::{Harness, accepted, assert_png, now_ms, poll_until_settled, reference, request};
+use crate::harness::{Harness, accepted, assert_png, now_ms, poll_until_settled, reference, request};
 
 /// Creates (lines with a prompt) in the ledger.
 fn creates(h: &Harness) -> Vec<Value> {
@@ -209,7 +208,8 @@ async fn dropped_poll_is_ambiguous_and_polling_recovers() {
 /// A held job's query as `engine::lookup` makes it: the copy recorded `attempts` attempts of
 /// task `task`, so a request sent since carries the key of a later one.
 fn held_query(task: &str, prompt: &str, attempts: i64) -> providers::HeldQuery {
-    let keys: Vec<String> = (attempts + 1..=attempts + 4).map(|k| tally::store::provider_key(task, k)).collect();
+    let keys: Vec<String> =
+        (attempts + 1..=attempts + 4).map(|k| tally_base::providers::provider_key(task, k)).collect();
     let mut req = request(prompt);
     req.task_id = task.into();
     req.idempotency_key = keys[0].clone();
@@ -220,7 +220,7 @@ fn held_query(task: &str, prompt: &str, attempts: i64) -> providers::HeldQuery {
 fn sent_by_the_original(task: &str, prompt: &str, attempt: i64) -> providers::CallRequest {
     let mut req = request(prompt);
     req.task_id = task.into();
-    req.idempotency_key = tally::store::provider_key(task, attempt);
+    req.idempotency_key = tally_base::providers::provider_key(task, attempt);
     req
 }
 
@@ -235,7 +235,7 @@ async fn a_held_job_is_found_by_the_seed_of_a_later_attempt() {
     let job = accepted(p.submit(&sent_by_the_original("held-task", "held chair", 2)).await.unwrap());
     assert_eq!(h.charged(), 3);
     let found = p.find_held(&held_query("held-task", "held chair", 1)).await.unwrap();
-    let key = tally::store::provider_key("held-task", 2);
+    let key = tally_base::providers::provider_key("held-task", 2);
     assert_eq!(found, providers::HeldLookup::Found { job: job.clone(), key });
     assert_eq!(h.charged(), 3, "a look is a free listing");
     // The copy recorded attempt 2 already: a request of attempt 2 is not one sent since.
